@@ -1,0 +1,54 @@
+//! The in-memory motion clip: frames of root pose and joint angles at a source frame rate.
+
+use serde::{Deserialize, Serialize};
+
+/// Number of actuated joints of the G1 (29 DOF).
+pub const NUM_JOINTS: usize = 29;
+/// Columns of a G1 motion row: root xyz (3), root quaternion (4), joint angles (29).
+pub const NUM_COLUMNS: usize = 7 + NUM_JOINTS;
+
+/// Which part of a benchmark a clip belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Split {
+    #[default]
+    Train,
+    Val,
+    Test,
+}
+
+/// A reference motion as read from a file: `frames` rows of [`NUM_COLUMNS`] values in MuJoCo's
+/// `qpos` layout (root position, root quaternion **wxyz**, 29 joint angles in G1 order).
+/// Files store the quaternion as xyzw; readers and writers reorder at the boundary.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MotionClip {
+    pub name: String,
+    pub category: String,
+    pub fps: f64,
+    /// Row-major, `num_frames() * NUM_COLUMNS` values.
+    pub qpos: Vec<f64>,
+}
+
+impl MotionClip {
+    pub fn num_frames(&self) -> usize {
+        self.qpos.len() / NUM_COLUMNS
+    }
+
+    pub fn frame(&self, i: usize) -> &[f64] {
+        &self.qpos[i * NUM_COLUMNS..(i + 1) * NUM_COLUMNS]
+    }
+
+    /// Duration in seconds from the first to the last frame.
+    pub fn duration_s(&self) -> f64 {
+        (self.num_frames().saturating_sub(1)) as f64 / self.fps
+    }
+}
+
+/// Splits a file stem `<category>__<clip>` into (category, clip name). Stems without the
+/// separator get the category `uncategorised`.
+pub fn name_and_category(stem: &str) -> (String, String) {
+    match stem.split_once("__") {
+        Some((cat, name)) if !cat.is_empty() && !name.is_empty() => (name.to_string(), cat.to_string()),
+        _ => (stem.to_string(), "uncategorised".to_string()),
+    }
+}

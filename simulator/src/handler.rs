@@ -1,0 +1,587 @@
+//! Layer 1: the batched MuJoCo handler. One compiled G1 model, N environments, each with its
+//! own `MjData` (and its own copy of the model, so per-episode domain randomisation of masses,
+//! friction and CoM never leaks between environments), stepped in parallel with rayon.
+//!
+//! Every environment is independent, so results are bit-for-bit identical whatever the thread
+//! count and across runs. Consumers read state through the MetaSim-style [`RobotState`] dict
+//! (general, by name) or through batched structure-of-arrays accessors ([`Field`], the hot
+//! path); a GPU backend implements the same [`Handler`] trait.
+
+use crate::math::{self, Quat, Vec3};
+use crate::robot::{BODY_NAMES, HEAD_OFFSET, JOINT_NAMES, NUM_BODIES, NUM_BODIES_EXT, RobotConfig, TORSO_INDEX};
+use crate::SimError;
+use arena_data::NUM_JOINTS;
+use mujoco_rs::mujoco_c::mjtWarning;
+use mujoco_rs::prelude::{MjData, MjModel, MjtObjBase};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Physics time step (200 Hz) and control decimation (50 Hz actions).
+pub const PHYSICS_DT: f64 = 0.005;
+pub const DECIMATION: usize = 4;
+pub const CONTROL_DT: f64 = PHYSICS_DT * DECIMATION as f64;
+/// Generalised coordinates of the G1: free root (7) + 29 hinges; velocities 6 + 29.
+pub const NQ: usize = 7 + NUM_JOINTS;
+pub const NV: usize = 6 + NUM_JOINTS;
+
+/// Per-env physical parameters that domain randomisation may change (all 1 / 0 by default).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PhysicsParams {
+    /// Sliding friction of every geom (robot and floor); `None` keeps the model's values.
+    pub friction: Option<f64>,
+    /// Mass multiplier per real body (30, BODY_NAMES order).
+    pub mass_scale: [f64; NUM_BODIES],
+    /// Offset added to the torso's centre of mass (m, torso frame).
+    pub torso_com_offset: Vec3,
+    /// Multipliers of the PD gains.
+    pub kp_scale: f64,
+    pub kd_scale: f64,
+}
+
+impl Default for PhysicsParams {
+    fn default() -> Self {
+        Self {
+            friction: None,
+            mass_scale: [1.0; NUM_BODIES],
+            torso_com_offset: [0.0; 3],
+            kp_scale: 1.0,
+            kd_scale: 1.0,
+        }
+    }
+}
+
+/// Whether an environment can be stepped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnvHealth {
+    Ok,
+    /// The environment stopped; it is skipped by `step` until the next `set_qpos_qvel` / reset.
+    Failed(String),
+}
+
+/// Pose and velocity of one body (world frame; rotation wxyz).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct BodyState {
+    pub pos: Vec3,
+    pub rot: Quat,
+    pub vel: Vec3,
+    pub ang_vel: Vec3,
+}
+
+/// MetaSim-style state dict of one robot. `dof_*` are keyed by joint name, `bodies` by body
+/// name (30 real bodies plus the virtual `head_link`). Velocities are world-frame.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RobotState {
+    pub pos: Vec3,
+    pub rot: Quat,
+    pub vel: Vec3,
+    pub ang_vel: Vec3,
+    pub dof_pos: BTreeMap<String, f64>,
+    pub dof_vel: BTreeMap<String, f64>,
+    pub dof_pos_target: BTreeMap<String, f64>,
+    pub dof_torque: BTreeMap<String, f64>,
+    pub bodies: BTreeMap<String, BodyState>,
+}
+
+/// Batched quantities, each read for all N environments into one contiguous array
+/// (structure of arrays; row `env` holds `Field::width()` values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    /// MuJoCo qpos (36: root xyz, root quaternion wxyz, 29 joints).
+    Qpos,
+    /// MuJoCo qvel (35: root linear velocity world, root angular velocity local, 29 joints).
+    Qvel,
+    DofPos,
+    DofVel,
+    DofTorque,
+    DofPosTarget,
+    RootPos,
+    RootRot,
+    /// World-frame root linear / angular velocity.
+    RootVel,
+    RootAngVel,
+    /// 31 bodies (30 + virtual head), ×3 or ×4, world frame.
+    BodyPos,
+    BodyRot,
+    BodyVel,
+    BodyAngVel,
+}
+
+impl Field {
+    pub fn width(self) -> usize {
+        match self {
+            Field::Qpos => NQ,
+            Field::Qvel => NV,
+            Field::DofPos | Field::DofVel | Field::DofTorque | Field::DofPosTarget => NUM_JOINTS,
+            Field::RootPos | Field::RootVel | Field::RootAngVel => 3,
+            Field::RootRot => 4,
+            Field::BodyPos | Field::BodyVel | Field::BodyAngVel => 3 * NUM_BODIES_EXT,
+            Field::BodyRot => 4 * NUM_BODIES_EXT,
+        }
+    }
+}
+
+/// Layer-1 interface shared by the MuJoCo backend and a future GPU backend.
+pub trait Handler {
+    fn num_envs(&self) -> usize;
+    /// Sets each env's joint position targets (N×29, radians) and advances it by one control
+    /// step (DECIMATION physics steps of the PD loop). Failed envs are skipped.
+    fn step(&mut self, targets: &[f64]) -> Result<(), SimError>;
+    /// Reads `field` for all envs into `out` (N × field.width()).
+    fn read_batch(&self, field: Field, out: &mut [f64]) -> Result<(), SimError>;
+    fn get_states(&self) -> Vec<RobotState>;
+    fn set_states(&mut self, states: &[RobotState]) -> Result<(), SimError>;
+    fn health(&self, env: usize) -> &EnvHealth;
+}
+
+struct EnvSlot {
+    data: MjData<Box<MjModel>>,
+    target: [f64; NUM_JOINTS],
+    torque: [f64; NUM_JOINTS],
+    kp: [f64; NUM_JOINTS],
+    kd: [f64; NUM_JOINTS],
+    health: EnvHealth,
+}
+
+/// Nominal model values that domain randomisation scales from.
+struct Nominal {
+    body_mass: Vec<f64>,
+    body_ipos: Vec<[f64; 3]>,
+    geom_friction: Vec<[f64; 3]>,
+}
+
+/// The batched MuJoCo handler.
+pub struct MujocoHandler {
+    config: RobotConfig,
+    envs: Vec<EnvSlot>,
+    nominal: Nominal,
+    pool: rayon::ThreadPool,
+}
+
+impl std::fmt::Debug for MujocoHandler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MujocoHandler").field("num_envs", &self.envs.len()).finish()
+    }
+}
+
+/// Checks that the compiled model has the layout the handler indexes by position: joints and
+/// actuators in G1 order after the free joint, bodies in BFM-Zero order after the world.
+fn check_layout(model: &MjModel) -> Result<(), SimError> {
+    let m = model.ffi();
+    if m.nq as usize != NQ || m.nv as usize != NV || m.nu as usize != NUM_JOINTS {
+        return Err(SimError::Model(format!(
+            "expected nq={NQ}, nv={NV}, nu={NUM_JOINTS}; model has nq={}, nv={}, nu={}",
+            m.nq, m.nv, m.nu
+        )));
+    }
+    for (j, name) in JOINT_NAMES.iter().enumerate() {
+        if model.name_to_id(MjtObjBase::mjOBJ_JOINT, name) != Some(j + 1) {
+            return Err(SimError::Model(format!("joint {name} is not joint {} of the model", j + 1)));
+        }
+    }
+    for (b, name) in BODY_NAMES.iter().enumerate() {
+        if model.name_to_id(MjtObjBase::mjOBJ_BODY, name) != Some(b + 1) {
+            return Err(SimError::Model(format!("body {name} is not body {} of the model", b + 1)));
+        }
+    }
+    Ok(())
+}
+
+impl MujocoHandler {
+    /// Compiles the G1 for `config` and creates `num_envs` environments stepped on `threads`
+    /// worker threads (0 = rayon's default).
+    pub fn new(config: RobotConfig, num_envs: usize, threads: usize) -> Result<Self, SimError> {
+        let model = config.compile()?;
+        check_layout(&model)?;
+        let nominal = Nominal {
+            body_mass: model.body_mass().to_vec(),
+            body_ipos: model.body_ipos().to_vec(),
+            geom_friction: model.geom_friction().to_vec(),
+        };
+        let mut envs = Vec::with_capacity(num_envs);
+        for _ in 0..num_envs {
+            let own = model.clone();
+            let mut data = MjData::try_new(Box::new(own)).map_err(|e| SimError::Model(e.to_string()))?;
+            data.forward();
+            envs.push(EnvSlot {
+                data,
+                target: config.default_pose,
+                torque: [0.0; NUM_JOINTS],
+                kp: config.kp,
+                kd: config.kd,
+                health: EnvHealth::Ok,
+            });
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .map_err(|e| SimError::Config(format!("thread pool: {e}")))?;
+        Ok(Self { config, envs, nominal, pool })
+    }
+
+    pub fn config(&self) -> &RobotConfig {
+        &self.config
+    }
+
+    pub fn num_threads(&self) -> usize {
+        self.pool.current_num_threads()
+    }
+
+    /// Runs `f` inside this handler's thread pool (so callers' parallel work uses the same
+    /// thread count).
+    pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        self.pool.install(f)
+    }
+
+    fn check_env(&self, env: usize) -> Result<(), SimError> {
+        if env >= self.envs.len() {
+            return Err(SimError::Config(format!("env {env} out of range (have {})", self.envs.len())));
+        }
+        Ok(())
+    }
+
+    /// Sets one env's generalised state (qpos 36, qvel 35), recomputes derived quantities,
+    /// clears its failure and MuJoCo's warning counters. Time restarts at 0.
+    pub fn set_qpos_qvel(&mut self, env: usize, qpos: &[f64], qvel: &[f64]) -> Result<(), SimError> {
+        self.check_env(env)?;
+        if qpos.len() != NQ || qvel.len() != NV {
+            return Err(SimError::Config(format!(
+                "state needs qpos of {NQ} and qvel of {NV} values, got {} and {}",
+                qpos.len(),
+                qvel.len()
+            )));
+        }
+        if qpos.iter().chain(qvel).any(|v| !v.is_finite()) {
+            return Err(SimError::Config("state contains non-finite values".into()));
+        }
+        let slot = &mut self.envs[env];
+        slot.data.reset();
+        slot.data.qpos_mut().copy_from_slice(qpos);
+        slot.data.qvel_mut().copy_from_slice(qvel);
+        slot.torque = [0.0; NUM_JOINTS];
+        slot.target.copy_from_slice(&qpos[7..]);
+        slot.health = EnvHealth::Ok;
+        slot.data.forward();
+        Ok(())
+    }
+
+    /// Applies domain-randomised physical parameters to one env (from the nominal model).
+    pub fn set_physics_params(&mut self, env: usize, p: &PhysicsParams) -> Result<(), SimError> {
+        self.check_env(env)?;
+        let nominal = &self.nominal;
+        let slot = &mut self.envs[env];
+        // SAFETY: only parameter values change (never sizes or addresses), so the MjData
+        // allocated for this model stays valid.
+        let model = unsafe { slot.data.model_mut() };
+        let mass = model.body_mass_mut();
+        for b in 0..NUM_BODIES {
+            mass[b + 1] = nominal.body_mass[b + 1] * p.mass_scale[b];
+        }
+        let ipos = model.body_ipos_mut();
+        ipos.copy_from_slice(&nominal.body_ipos);
+        for k in 0..3 {
+            ipos[TORSO_INDEX + 1][k] += p.torso_com_offset[k];
+        }
+        let friction = model.geom_friction_mut();
+        friction.copy_from_slice(&nominal.geom_friction);
+        if let Some(mu) = p.friction {
+            for f in friction.iter_mut() {
+                f[0] = mu;
+            }
+        }
+        for j in 0..NUM_JOINTS {
+            slot.kp[j] = self.config.kp[j] * p.kp_scale;
+            slot.kd[j] = self.config.kd[j] * p.kd_scale;
+        }
+        // Derived inertial quantities (body_subtreemass etc.) follow the new masses.
+        slot.data.set_const();
+        Ok(())
+    }
+
+    /// Adds a velocity impulse to the root (world-frame linear, world-frame angular): a push.
+    pub fn push_root(&mut self, env: usize, dv: Vec3, dw_world: Vec3) -> Result<(), SimError> {
+        self.check_env(env)?;
+        let data = &mut self.envs[env].data;
+        let rot: Quat = data.qpos()[3..7].try_into().expect("4 values");
+        let dw_local = math::rotate_inv(&rot, &dw_world);
+        let qvel = data.qvel_mut();
+        for k in 0..3 {
+            qvel[k] += dv[k];
+            qvel[3 + k] += dw_local[k];
+        }
+        Ok(())
+    }
+
+    /// Marks an env failed (e.g. a non-finite action): it is not stepped until reset.
+    pub fn mark_failed(&mut self, env: usize, reason: String) {
+        if let Some(slot) = self.envs.get_mut(env) {
+            slot.health = EnvHealth::Failed(reason);
+        }
+    }
+
+    /// The simulation time of one env (seconds since its last reset).
+    pub fn time(&self, env: usize) -> f64 {
+        self.envs[env].data.ffi().time
+    }
+
+    /// The per-substep torques of the last control step are not kept; this returns the last
+    /// substep's torque of one env (used by the benchmark to replay identical physics).
+    pub fn last_torque(&self, env: usize) -> &[f64; NUM_JOINTS] {
+        &self.envs[env].torque
+    }
+
+    /// Steps one env by one control step, calling `on_substep(torque)` after each physics
+    /// substep's torque is computed (for recording); returns the env's new health.
+    fn step_slot(slot: &mut EnvSlot, effort: &[f64; NUM_JOINTS], mut on_substep: impl FnMut(&[f64; NUM_JOINTS])) {
+        if slot.health != EnvHealth::Ok {
+            return;
+        }
+        for _ in 0..DECIMATION {
+            {
+                let (qpos, qvel) = (slot.data.qpos(), slot.data.qvel());
+                for j in 0..NUM_JOINTS {
+                    let tau = slot.kp[j] * (slot.target[j] - qpos[7 + j]) - slot.kd[j] * qvel[6 + j];
+                    slot.torque[j] = tau.clamp(-effort[j], effort[j]);
+                }
+            }
+            slot.data.ctrl_mut().copy_from_slice(&slot.torque);
+            on_substep(&slot.torque);
+            slot.data.step();
+            if let Some(reason) = instability(&slot.data) {
+                slot.health = EnvHealth::Failed(reason);
+                return;
+            }
+        }
+        // mj_step leaves body poses and velocities at the pre-integration state; refresh the
+        // cheap kinematic stages so observations read the state the robot is in now.
+        slot.data.kinematics();
+        slot.data.com_pos();
+        slot.data.com_vel();
+    }
+
+    /// Like [`Handler::step`] but also returns the torque of every physics substep
+    /// (N × DECIMATION × 29, appended to `torques`), so identical physics can be replayed.
+    pub fn step_recording_torques(&mut self, targets: &[f64], torques: &mut Vec<f64>) -> Result<(), SimError> {
+        self.set_targets(targets)?;
+        let effort = self.config.effort;
+        for slot in &mut self.envs {
+            Self::step_slot(slot, &effort, |t| torques.extend_from_slice(t));
+        }
+        Ok(())
+    }
+
+    fn set_targets(&mut self, targets: &[f64]) -> Result<(), SimError> {
+        if targets.len() != self.envs.len() * NUM_JOINTS {
+            return Err(SimError::Config(format!(
+                "targets must be N×{NUM_JOINTS} = {} values, got {}",
+                self.envs.len() * NUM_JOINTS,
+                targets.len()
+            )));
+        }
+        for (slot, t) in self.envs.iter_mut().zip(targets.chunks_exact(NUM_JOINTS)) {
+            slot.target.copy_from_slice(t);
+        }
+        Ok(())
+    }
+
+    /// World-frame velocity of body `b` (1-based MuJoCo id): (linear at the body origin, angular).
+    fn body_velocity(data: &MjData<Box<MjModel>>, body_id: usize) -> (Vec3, Vec3) {
+        let v = data.object_velocity(MjtObjBase::mjOBJ_BODY, body_id, false);
+        ([v[3], v[4], v[5]], [v[0], v[1], v[2]])
+    }
+
+    /// Body states of the 31 extended bodies of one env, written into SoA rows.
+    fn read_env(slot: &EnvSlot, field: Field, out: &mut [f64]) {
+        let data = &slot.data;
+        let qpos = data.qpos();
+        let qvel = data.qvel();
+        let root_rot: Quat = qpos[3..7].try_into().expect("4");
+        match field {
+            Field::Qpos => out.copy_from_slice(qpos),
+            Field::Qvel => out.copy_from_slice(qvel),
+            Field::DofPos => out.copy_from_slice(&qpos[7..]),
+            Field::DofVel => out.copy_from_slice(&qvel[6..]),
+            Field::DofTorque => out.copy_from_slice(&slot.torque),
+            Field::DofPosTarget => out.copy_from_slice(&slot.target),
+            Field::RootPos => out.copy_from_slice(&qpos[..3]),
+            Field::RootRot => out.copy_from_slice(&root_rot),
+            Field::RootVel => out.copy_from_slice(&qvel[..3]),
+            Field::RootAngVel => {
+                let w = math::rotate(&root_rot, &[qvel[3], qvel[4], qvel[5]]);
+                out.copy_from_slice(&w);
+            }
+            Field::BodyPos => {
+                let xpos = data.xpos();
+                for b in 0..NUM_BODIES {
+                    out[3 * b..3 * b + 3].copy_from_slice(&xpos[b + 1]);
+                }
+                let torso_rot = data.xquat()[TORSO_INDEX + 1];
+                let head = math::add(&xpos[TORSO_INDEX + 1], &math::rotate(&torso_rot, &HEAD_OFFSET));
+                out[3 * NUM_BODIES..].copy_from_slice(&head);
+            }
+            Field::BodyRot => {
+                let xquat = data.xquat();
+                for b in 0..NUM_BODIES {
+                    out[4 * b..4 * b + 4].copy_from_slice(&xquat[b + 1]);
+                }
+                out[4 * NUM_BODIES..].copy_from_slice(&xquat[TORSO_INDEX + 1]);
+            }
+            Field::BodyVel | Field::BodyAngVel => {
+                let want_lin = field == Field::BodyVel;
+                for b in 0..NUM_BODIES {
+                    let (v, w) = Self::body_velocity(data, b + 1);
+                    out[3 * b..3 * b + 3].copy_from_slice(if want_lin { &v } else { &w });
+                }
+                let (v, w) = Self::body_velocity(data, TORSO_INDEX + 1);
+                // Head velocity uses the unrotated offset in ω × r (BFM_ZERO_FACTS §2.3 quirk).
+                let head_v = math::add(&v, &math::cross3(&w, &HEAD_OFFSET));
+                out[3 * NUM_BODIES..].copy_from_slice(if want_lin { &head_v } else { &w });
+            }
+        }
+    }
+}
+
+/// MuJoCo resets a diverged `MjData` and counts a warning; report that, or non-finite state.
+fn instability(data: &MjData<Box<MjModel>>) -> Option<String> {
+    let w = &data.ffi().warning;
+    for (kind, label) in [
+        (mjtWarning::mjWARN_BADQPOS, "bad qpos"),
+        (mjtWarning::mjWARN_BADQVEL, "bad qvel"),
+        (mjtWarning::mjWARN_BADQACC, "bad qacc"),
+    ] {
+        if w[kind as usize].number > 0 {
+            return Some(format!(
+                "MuJoCo instability ({label}) at t = {:.3} s",
+                data.ffi().time.max(0.0)
+            ));
+        }
+    }
+    if data.qpos().iter().chain(data.qvel()).any(|v| !v.is_finite()) {
+        return Some(format!("non-finite simulator state at t = {:.3} s", data.ffi().time));
+    }
+    None
+}
+
+fn named(values: &[f64]) -> BTreeMap<String, f64> {
+    JOINT_NAMES.iter().zip(values).map(|(n, v)| (n.to_string(), *v)).collect()
+}
+
+impl Handler for MujocoHandler {
+    fn num_envs(&self) -> usize {
+        self.envs.len()
+    }
+
+    fn step(&mut self, targets: &[f64]) -> Result<(), SimError> {
+        self.set_targets(targets)?;
+        let effort = self.config.effort;
+        let envs = &mut self.envs;
+        self.pool.install(|| {
+            envs.par_iter_mut().for_each(|slot| Self::step_slot(slot, &effort, |_| {}));
+        });
+        Ok(())
+    }
+
+    fn read_batch(&self, field: Field, out: &mut [f64]) -> Result<(), SimError> {
+        let w = field.width();
+        if out.len() != self.envs.len() * w {
+            return Err(SimError::Config(format!(
+                "{field:?} needs {} values, buffer has {}",
+                self.envs.len() * w,
+                out.len()
+            )));
+        }
+        let envs = &self.envs;
+        self.pool.install(|| {
+            out.par_chunks_mut(w)
+                .zip(envs.par_iter())
+                .for_each(|(row, slot)| Self::read_env(slot, field, row));
+        });
+        Ok(())
+    }
+
+    fn get_states(&self) -> Vec<RobotState> {
+        let mut bp = [0.0; 3 * NUM_BODIES_EXT];
+        let mut br = [0.0; 4 * NUM_BODIES_EXT];
+        let mut bv = [0.0; 3 * NUM_BODIES_EXT];
+        let mut bw = [0.0; 3 * NUM_BODIES_EXT];
+        let mut root = [0.0; 3];
+        self.envs
+            .iter()
+            .map(|slot| {
+                let qpos = slot.data.qpos();
+                let qvel = slot.data.qvel();
+                Self::read_env(slot, Field::BodyPos, &mut bp);
+                Self::read_env(slot, Field::BodyRot, &mut br);
+                Self::read_env(slot, Field::BodyVel, &mut bv);
+                Self::read_env(slot, Field::BodyAngVel, &mut bw);
+                Self::read_env(slot, Field::RootAngVel, &mut root);
+                let names = BODY_NAMES.iter().copied().chain(std::iter::once(crate::robot::HEAD_NAME));
+                let bodies = names
+                    .enumerate()
+                    .map(|(b, n)| {
+                        let s = BodyState {
+                            pos: bp[3 * b..3 * b + 3].try_into().expect("3"),
+                            rot: br[4 * b..4 * b + 4].try_into().expect("4"),
+                            vel: bv[3 * b..3 * b + 3].try_into().expect("3"),
+                            ang_vel: bw[3 * b..3 * b + 3].try_into().expect("3"),
+                        };
+                        (n.to_string(), s)
+                    })
+                    .collect();
+                RobotState {
+                    pos: qpos[..3].try_into().expect("3"),
+                    rot: qpos[3..7].try_into().expect("4"),
+                    vel: qvel[..3].try_into().expect("3"),
+                    ang_vel: root,
+                    dof_pos: named(&qpos[7..]),
+                    dof_vel: named(&qvel[6..]),
+                    dof_pos_target: named(&slot.target),
+                    dof_torque: named(&slot.torque),
+                    bodies,
+                }
+            })
+            .collect()
+    }
+
+    /// Writes root and joint state (and targets) of every env; body entries are derived from
+    /// those and are ignored, as is `dof_torque` (computed by the PD loop). Every joint must be
+    /// named in `dof_pos` and `dof_vel`; `dof_pos_target` entries that are missing keep the
+    /// joint's position as target.
+    fn set_states(&mut self, states: &[RobotState]) -> Result<(), SimError> {
+        if states.len() != self.envs.len() {
+            return Err(SimError::Config(format!(
+                "set_states needs {} states, got {}",
+                self.envs.len(),
+                states.len()
+            )));
+        }
+        for (env, s) in states.iter().enumerate() {
+            let mut qpos = [0.0; NQ];
+            let mut qvel = [0.0; NV];
+            qpos[..3].copy_from_slice(&s.pos);
+            qpos[3..7].copy_from_slice(&math::quat_normalize(&s.rot));
+            qvel[..3].copy_from_slice(&s.vel);
+            qvel[3..6].copy_from_slice(&math::rotate_inv(&qpos[3..7].try_into().expect("4"), &s.ang_vel));
+            for (j, name) in JOINT_NAMES.iter().enumerate() {
+                let get = |m: &BTreeMap<String, f64>, what: &str| {
+                    m.get(*name).copied().ok_or_else(|| {
+                        SimError::Config(format!("env {env}: {what} has no entry for joint {name}"))
+                    })
+                };
+                qpos[7 + j] = get(&s.dof_pos, "dof_pos")?;
+                qvel[6 + j] = get(&s.dof_vel, "dof_vel")?;
+            }
+            self.set_qpos_qvel(env, &qpos, &qvel)?;
+            for (j, name) in JOINT_NAMES.iter().enumerate() {
+                if let Some(t) = s.dof_pos_target.get(*name) {
+                    self.envs[env].target[j] = *t;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn health(&self, env: usize) -> &EnvHealth {
+        &self.envs[env].health
+    }
+}

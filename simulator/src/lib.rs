@@ -1,0 +1,31 @@
+//! arena-sim: MimicArena's simulator.
+//!
+//! One responsibility: simulate the Unitree G1 tracking reference motions. Layers (DESIGN.md §2):
+//! - [`robot`]: the project's G1 model (MJCF), joint/body orders, gains, action mapping;
+//! - [`handler`] (Layer 1): batched MuJoCo, PD control, state get/set, SoA accessors;
+//! - [`motion`]: the motion library (resampling, FK, velocities, `state_at`);
+//! - [`observation`], [`dr`], [`env`] (Layer 2): observation terms, domain randomisation and the
+//!   batched [`env::TrackingEnv`] with trajectory recording.
+
+pub mod dr;
+pub mod env;
+pub mod handler;
+pub mod kinematics;
+pub mod math;
+pub mod motion;
+pub mod observation;
+pub mod robot;
+
+pub use handler::{CONTROL_DT, DECIMATION, Field, Handler, MujocoHandler, PHYSICS_DT, RobotState};
+pub use robot::{GainSet, RobotConfig};
+
+/// Errors of the simulator crate.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("robot model: {0}")]
+    Model(String),
+    #[error("{0}")]
+    Config(String),
+    #[error("motion {motion}: {message}")]
+    Motion { motion: String, message: String },
+}

@@ -1,0 +1,454 @@
+//! The motion library (BFM_ZERO_FACTS §3): reference clips resampled to the control rate,
+//! with forward kinematics of the 30 bodies + virtual head and the reference velocities.
+//!
+//! Every quantity of a motion is one contiguous array (frame-major), so looking up many envs'
+//! reference states per step touches little memory. [`Motion::state_at`] samples any time.
+
+use crate::SimError;
+use crate::handler::{CONTROL_DT, NQ, NV};
+use crate::kinematics::Kinematics;
+use crate::math::{self, Quat};
+use crate::robot::{NUM_BODIES_EXT, RobotConfig};
+use arena_data::{MotionClip, NUM_COLUMNS, NUM_JOINTS};
+
+/// Standard deviation (frames) of the Gaussian smoothing of body velocities (§3.2).
+const VELOCITY_SMOOTHING_SIGMA: f64 = 2.0;
+
+/// A reference motion at the control rate (50 Hz).
+#[derive(Debug, Clone)]
+pub struct Motion {
+    pub name: String,
+    pub category: String,
+    pub source_fps: f64,
+    pub fps: f64,
+    pub num_frames: usize,
+    /// Seconds from the first to the last frame: (num_frames − 1) / fps.
+    pub length_s: f64,
+    /// Frame-major arrays: qpos (T×36, quaternion wxyz), dof_vel (T×29), bodies (T×31×{3,4}).
+    pub qpos: Vec<f64>,
+    pub dof_vel: Vec<f64>,
+    pub body_pos: Vec<f64>,
+    pub body_rot: Vec<f64>,
+    pub body_vel: Vec<f64>,
+    pub body_ang_vel: Vec<f64>,
+}
+
+/// The reference state at one time: everything needed to reset the simulator to it and to
+/// build reference observations. Body velocities are world frame.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MotionState {
+    pub qpos: [f64; NQ],
+    pub dof_vel: [f64; NUM_JOINTS],
+    pub body_pos: [[f64; 3]; NUM_BODIES_EXT],
+    pub body_rot: [Quat; NUM_BODIES_EXT],
+    pub body_vel: [[f64; 3]; NUM_BODIES_EXT],
+    pub body_ang_vel: [[f64; 3]; NUM_BODIES_EXT],
+}
+
+impl Default for MotionState {
+    fn default() -> Self {
+        Self {
+            qpos: [0.0; NQ],
+            dof_vel: [0.0; NUM_JOINTS],
+            body_pos: [[0.0; 3]; NUM_BODIES_EXT],
+            body_rot: [[1.0, 0.0, 0.0, 0.0]; NUM_BODIES_EXT],
+            body_vel: [[0.0; 3]; NUM_BODIES_EXT],
+            body_ang_vel: [[0.0; 3]; NUM_BODIES_EXT],
+        }
+    }
+}
+
+impl MotionState {
+    /// MuJoCo qvel of this state: root linear velocity (world), root angular velocity in the
+    /// root frame (MuJoCo's free-joint convention), joint velocities.
+    pub fn qvel(&self) -> [f64; NV] {
+        let mut qvel = [0.0; NV];
+        qvel[..3].copy_from_slice(&self.body_vel[0]);
+        let rot: Quat = self.qpos[3..7].try_into().expect("4");
+        qvel[3..6].copy_from_slice(&math::rotate_inv(&rot, &self.body_ang_vel[0]));
+        qvel[6..].copy_from_slice(&self.dof_vel);
+        qvel
+    }
+}
+
+/// Frame indices and blend weight for time `t` (§3.3): f0, f1 = f0 + 1 (clamped) and β ∈ [0,1].
+fn frame_blend(t: f64, num_frames: usize, fps: f64) -> (usize, usize, f64) {
+    let length = (num_frames - 1) as f64 / fps;
+    let phase = if length > 0.0 { (t / length).clamp(0.0, 1.0) } else { 0.0 };
+    let f0 = ((phase * (num_frames - 1) as f64).floor() as usize).min(num_frames - 1);
+    let f1 = (f0 + 1).min(num_frames - 1);
+    let beta = ((t - f0 as f64 / fps) * fps).clamp(0.0, 1.0);
+    (f0, f1, beta)
+}
+
+fn lerp_into(out: &mut [f64], a: &[f64], b: &[f64], beta: f64) {
+    for ((o, x), y) in out.iter_mut().zip(a).zip(b) {
+        *o = (1.0 - beta) * x + beta * y;
+    }
+}
+
+/// Samples a source clip's qpos at time `t` (lerp, slerp for the root rotation).
+fn sample_clip(clip: &MotionClip, t: f64, out: &mut [f64; NQ]) {
+    let (f0, f1, beta) = frame_blend(t, clip.num_frames(), clip.fps);
+    let (a, b) = (clip.frame(f0), clip.frame(f1));
+    lerp_into(out, a, b, beta);
+    let qa: Quat = a[3..7].try_into().expect("4");
+    let qb: Quat = b[3..7].try_into().expect("4");
+    out[3..7].copy_from_slice(&math::slerp(&qa, &qb, beta));
+}
+
+/// Gaussian filter along time (frame-major rows of `width`), edge mode "nearest", truncated at
+/// 4σ (scipy's `gaussian_filter1d` defaults).
+fn gaussian_smooth(values: &mut [f64], width: usize, sigma: f64) {
+    let frames = values.len() / width;
+    let radius = (4.0 * sigma + 0.5) as isize;
+    let mut kernel: Vec<f64> = (-radius..=radius).map(|x| (-0.5 * (x as f64 / sigma).powi(2)).exp()).collect();
+    let sum: f64 = kernel.iter().sum();
+    kernel.iter_mut().for_each(|k| *k /= sum);
+    let src = values.to_vec();
+    for t in 0..frames {
+        let row = &mut values[t * width..(t + 1) * width];
+        row.fill(0.0);
+        for (k, w) in kernel.iter().enumerate() {
+            let s = (t as isize + k as isize - radius).clamp(0, frames as isize - 1) as usize;
+            for (o, v) in row.iter_mut().zip(&src[s * width..(s + 1) * width]) {
+                *o += w * v;
+            }
+        }
+    }
+}
+
+impl Motion {
+    /// Resamples `clip` to the control rate, runs forward kinematics and computes the reference
+    /// velocities (§3.2) at that rate.
+    pub fn from_clip(clip: &MotionClip, kin: &mut Kinematics) -> Result<Self, SimError> {
+        let err = |message: String| SimError::Motion {
+            motion: clip.name.clone(),
+            message,
+        };
+        if clip.num_frames() < 2 || clip.qpos.len() != clip.num_frames() * NUM_COLUMNS {
+            return Err(err(format!("needs at least 2 frames of {NUM_COLUMNS} values")));
+        }
+        let fps = 1.0 / CONTROL_DT;
+        // Rows at k·dt that lie within the clip (with a tolerance for rounding).
+        let n = (clip.duration_s() * fps + 1e-9).floor() as usize + 1;
+        if n < 2 {
+            return Err(err(format!(
+                "too short: {:.3} s is less than one control step ({CONTROL_DT} s)",
+                clip.duration_s()
+            )));
+        }
+        let mut qpos = vec![0.0; n * NQ];
+        let mut body_pos = vec![0.0; n * NUM_BODIES_EXT * 3];
+        let mut body_rot = vec![0.0; n * NUM_BODIES_EXT * 4];
+        let mut row = [0.0; NQ];
+        for k in 0..n {
+            sample_clip(clip, k as f64 * CONTROL_DT, &mut row);
+            qpos[k * NQ..(k + 1) * NQ].copy_from_slice(&row);
+            let poses = kin.body_poses(&row);
+            for b in 0..NUM_BODIES_EXT {
+                let i = k * NUM_BODIES_EXT + b;
+                body_pos[3 * i..3 * i + 3].copy_from_slice(&poses.pos[b]);
+                body_rot[4 * i..4 * i + 4].copy_from_slice(&poses.rot[b]);
+            }
+        }
+        // dof_vel: forward difference, the last row repeats the previous difference.
+        let mut dof_vel = vec![0.0; n * NUM_JOINTS];
+        for k in 0..n {
+            let (a, b) = if k + 1 < n { (k, k + 1) } else { (k - 1, k) };
+            for j in 0..NUM_JOINTS {
+                dof_vel[k * NUM_JOINTS + j] = (qpos[b * NQ + 7 + j] - qpos[a * NQ + 7 + j]) * fps;
+            }
+        }
+        // Body linear velocity: central differences inside, one-sided at the ends, smoothed.
+        let w = NUM_BODIES_EXT * 3;
+        let mut body_vel = vec![0.0; n * w];
+        for k in 0..n {
+            let (a, b, span) = if k == 0 {
+                (0, 1, 1.0)
+            } else if k == n - 1 {
+                (n - 2, n - 1, 1.0)
+            } else {
+                (k - 1, k + 1, 2.0)
+            };
+            for i in 0..w {
+                body_vel[k * w + i] = (body_pos[b * w + i] - body_pos[a * w + i]) * fps / span;
+            }
+        }
+        gaussian_smooth(&mut body_vel, w, VELOCITY_SMOOTHING_SIGMA);
+        // Body angular velocity (world): rotation vector of q[k+1]·q[k]⁻¹ per frame time; last 0.
+        let mut body_ang_vel = vec![0.0; n * w];
+        for k in 0..n - 1 {
+            for b in 0..NUM_BODIES_EXT {
+                let q0: Quat = body_rot[4 * (k * NUM_BODIES_EXT + b)..][..4].try_into().expect("4");
+                let q1: Quat = body_rot[4 * ((k + 1) * NUM_BODIES_EXT + b)..][..4].try_into().expect("4");
+                let rv = math::quat_to_rotvec(&math::quat_mul(&q1, &math::quat_conj(&q0)));
+                for c in 0..3 {
+                    body_ang_vel[k * w + 3 * b + c] = rv[c] * fps;
+                }
+            }
+        }
+        gaussian_smooth(&mut body_ang_vel, w, VELOCITY_SMOOTHING_SIGMA);
+        Ok(Self {
+            name: clip.name.clone(),
+            category: clip.category.clone(),
+            source_fps: clip.fps,
+            fps,
+            num_frames: n,
+            length_s: (n - 1) as f64 / fps,
+            qpos,
+            dof_vel,
+            body_pos,
+            body_rot,
+            body_vel,
+            body_ang_vel,
+        })
+    }
+
+    /// qpos of frame `k` (36 values).
+    pub fn frame_qpos(&self, k: usize) -> &[f64] {
+        &self.qpos[k * NQ..(k + 1) * NQ]
+    }
+
+    /// Body positions of frame `k` (31×3).
+    pub fn frame_body_pos(&self, k: usize) -> &[f64] {
+        let w = NUM_BODIES_EXT * 3;
+        &self.body_pos[k * w..(k + 1) * w]
+    }
+
+    /// Reference state at time `t` seconds (§3.3): linear blend of the two neighbouring frames,
+    /// slerp for rotations; times outside [0, length] clamp to the ends.
+    pub fn state_at(&self, t: f64, out: &mut MotionState) {
+        let (f0, f1, beta) = frame_blend(t, self.num_frames, self.fps);
+        let w3 = NUM_BODIES_EXT * 3;
+        let w4 = NUM_BODIES_EXT * 4;
+        sample_rows(&self.qpos, NQ, f0, f1, beta, &mut out.qpos);
+        let (qa, qb) = (&self.qpos[f0 * NQ + 3..][..4], &self.qpos[f1 * NQ + 3..][..4]);
+        out.qpos[3..7].copy_from_slice(&math::slerp(&qa.try_into().expect("4"), &qb.try_into().expect("4"), beta));
+        sample_rows(&self.dof_vel, NUM_JOINTS, f0, f1, beta, &mut out.dof_vel);
+        for b in 0..NUM_BODIES_EXT {
+            for c in 0..3 {
+                let lerp = |v: &[f64]| (1.0 - beta) * v[f0 * w3 + 3 * b + c] + beta * v[f1 * w3 + 3 * b + c];
+                out.body_pos[b][c] = lerp(&self.body_pos);
+                out.body_vel[b][c] = lerp(&self.body_vel);
+                out.body_ang_vel[b][c] = lerp(&self.body_ang_vel);
+            }
+            let qa: Quat = self.body_rot[f0 * w4 + 4 * b..][..4].try_into().expect("4");
+            let qb: Quat = self.body_rot[f1 * w4 + 4 * b..][..4].try_into().expect("4");
+            out.body_rot[b] = math::slerp(&qa, &qb, beta);
+        }
+    }
+}
+
+fn sample_rows(values: &[f64], width: usize, f0: usize, f1: usize, beta: f64, out: &mut [f64]) {
+    lerp_into(out, &values[f0 * width..(f0 + 1) * width], &values[f1 * width..(f1 + 1) * width], beta);
+}
+
+/// A set of motions sharing one kinematics model.
+#[derive(Debug, Clone, Default)]
+pub struct MotionLibrary {
+    pub motions: Vec<Motion>,
+}
+
+impl MotionLibrary {
+    pub fn from_clips(clips: &[MotionClip], config: &RobotConfig) -> Result<Self, SimError> {
+        let mut kin = Kinematics::new(config)?;
+        let motions = clips.iter().map(|c| Motion::from_clip(c, &mut kin)).collect::<Result<_, _>>()?;
+        Ok(Self { motions })
+    }
+
+    /// The project's generated motions (standing, squat, arm waves, ...), at 50 Hz.
+    pub fn builtin_clips(config: &RobotConfig) -> Result<Vec<MotionClip>, SimError> {
+        let mut kin = Kinematics::new(config)?;
+        Ok(arena_data::generate_builtin_motions(&config.default_pose, &mut kin))
+    }
+
+    pub fn len(&self) -> usize {
+        self.motions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.motions.is_empty()
+    }
+}
+
+/// What `arena motion inspect` reports about a clip.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct MotionReport {
+    pub name: String,
+    pub category: String,
+    pub frames: usize,
+    pub fps: f64,
+    pub duration_s: f64,
+    pub root_height_min: f64,
+    pub root_height_max: f64,
+    pub joints: Vec<JointRange>,
+    pub limit_violations: Vec<LimitViolation>,
+    pub problems: Vec<String>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct JointRange {
+    pub joint: String,
+    pub min: f64,
+    pub max: f64,
+    pub lower_limit: f64,
+    pub upper_limit: f64,
+}
+
+/// A joint that leaves its range in some frames (a warning: clips are still usable).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct LimitViolation {
+    pub joint: String,
+    pub frames: usize,
+    pub first_frame: usize,
+    pub worst_excess_rad: f64,
+}
+
+/// Inspects a clip: ranges, limit violations (warnings) and problems (root below the floor,
+/// implausible jumps between frames).
+pub fn inspect(clip: &MotionClip, kin: &Kinematics) -> MotionReport {
+    let n = clip.num_frames();
+    let limits = kin.joint_limits();
+    let (mut hmin, mut hmax) = (f64::INFINITY, f64::NEG_INFINITY);
+    let mut ranges = [[f64::INFINITY, f64::NEG_INFINITY]; NUM_JOINTS];
+    let mut viol: Vec<Option<LimitViolation>> = vec![None; NUM_JOINTS];
+    let mut problems = Vec::new();
+    let mut max_root_jump = 0.0f64;
+    for i in 0..n {
+        let f = clip.frame(i);
+        hmin = hmin.min(f[2]);
+        hmax = hmax.max(f[2]);
+        if i > 0 {
+            let p = clip.frame(i - 1);
+            let d = ((f[0] - p[0]).powi(2) + (f[1] - p[1]).powi(2) + (f[2] - p[2]).powi(2)).sqrt();
+            max_root_jump = max_root_jump.max(d * clip.fps);
+        }
+        for j in 0..NUM_JOINTS {
+            let q = f[7 + j];
+            ranges[j][0] = ranges[j][0].min(q);
+            ranges[j][1] = ranges[j][1].max(q);
+            let excess = (limits[j][0] - q).max(q - limits[j][1]);
+            if excess > 0.0 {
+                let v = viol[j].get_or_insert(LimitViolation {
+                    joint: crate::robot::JOINT_NAMES[j].to_string(),
+                    frames: 0,
+                    first_frame: i,
+                    worst_excess_rad: 0.0,
+                });
+                v.frames += 1;
+                v.worst_excess_rad = v.worst_excess_rad.max(excess);
+            }
+        }
+    }
+    if hmin < 0.0 {
+        problems.push(format!("root goes below the floor (min height {hmin:.3} m)"));
+    }
+    if max_root_jump > 10.0 {
+        problems.push(format!("root moves at up to {max_root_jump:.1} m/s between frames (a jump?)"));
+    }
+    MotionReport {
+        name: clip.name.clone(),
+        category: clip.category.clone(),
+        frames: n,
+        fps: clip.fps,
+        duration_s: clip.duration_s(),
+        root_height_min: hmin,
+        root_height_max: hmax,
+        joints: (0..NUM_JOINTS)
+            .map(|j| JointRange {
+                joint: crate::robot::JOINT_NAMES[j].to_string(),
+                min: ranges[j][0],
+                max: ranges[j][1],
+                lower_limit: limits[j][0],
+                upper_limit: limits[j][1],
+            })
+            .collect(),
+        limit_violations: viol.into_iter().flatten().collect(),
+        problems,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn analytic_clip(fps: f64, seconds: f64) -> MotionClip {
+        let n = (seconds * fps) as usize + 1;
+        let mut qpos = Vec::new();
+        for i in 0..n {
+            let t = i as f64 / fps;
+            let mut f = [0.0; NUM_COLUMNS];
+            f[0] = 0.3 * t; // constant forward velocity
+            f[2] = 0.8;
+            let yaw = 0.5 * t; // constant yaw rate
+            f[3..7].copy_from_slice(&math::quat_from_yaw(yaw));
+            f[7 + 18] = (2.0 * t).sin(); // left elbow
+            qpos.extend_from_slice(&f);
+        }
+        MotionClip { name: "analytic".into(), category: "test".into(), fps, qpos }
+    }
+
+    #[test]
+    fn resampling_interpolation_and_velocities() {
+        let clip = analytic_clip(60.0, 3.0);
+        let mut kin = Kinematics::new(&RobotConfig::default()).unwrap();
+        let m = Motion::from_clip(&clip, &mut kin).unwrap();
+        assert_eq!(m.num_frames, 151);
+        assert!((m.length_s - 3.0).abs() < 1e-12);
+        // Frame k is the source sampled at k/50 s: lerp of the two neighbouring 60 fps frames.
+        let k = 7; // 0.14 s = source frame 8.4
+        let (a, b) = (clip.frame(8)[7 + 18], clip.frame(9)[7 + 18]);
+        assert!((m.frame_qpos(k)[7 + 18] - (0.6 * a + 0.4 * b)).abs() < 1e-12);
+        let mut s = MotionState::default();
+        m.state_at(1.0, &mut s);
+        assert!((s.qpos[0] - 0.3).abs() < 1e-12);
+        assert!((s.dof_vel[18] - 2.0 * (2.0f64).cos()).abs() < 0.03, "dof_vel ≈ analytic derivative");
+        // Constant root velocity and yaw rate survive differencing and smoothing exactly.
+        assert!((s.body_vel[0][0] - 0.3).abs() < 1e-9 && s.body_vel[0][1].abs() < 1e-9);
+        assert!((s.body_ang_vel[0][2] - 0.5).abs() < 1e-9, "{:?}", s.body_ang_vel[0]);
+        // Root rotation between frames is the slerp of the neighbours: yaw 0.5·t.
+        m.state_at(1.011, &mut s);
+        let yaw = math::heading(&s.qpos[3..7].try_into().unwrap());
+        assert!((yaw - 0.5 * 1.011).abs() < 1e-9);
+        // The head is 0.35 m above the torso frame.
+        let torso = s.body_pos[crate::robot::TORSO_INDEX];
+        let head = s.body_pos[NUM_BODIES_EXT - 1];
+        assert!((head[2] - torso[2] - 0.35).abs() < 1e-9);
+        // qvel: root angular velocity in the root frame (yaw only: unchanged), world linear.
+        let qv = s.qvel();
+        assert!((qv[5] - 0.5).abs() < 1e-9 && (qv[0] - 0.3).abs() < 1e-9);
+        // Past the end, state freezes at the last frame.
+        m.state_at(99.0, &mut s);
+        assert_eq!(&s.qpos[..], m.frame_qpos(m.num_frames - 1));
+    }
+
+    #[test]
+    fn gaussian_smoothing_preserves_constants_and_mass() {
+        let mut v = vec![2.0; 30];
+        gaussian_smooth(&mut v, 1, 2.0);
+        assert!(v.iter().all(|x| (x - 2.0).abs() < 1e-12));
+        let mut impulse = vec![0.0; 41];
+        impulse[20] = 1.0;
+        gaussian_smooth(&mut impulse, 1, 2.0);
+        assert!((impulse.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+        assert!((impulse[20] - 0.19947).abs() < 1e-4, "peak of a σ=2 Gaussian");
+    }
+
+    #[test]
+    fn builtin_motions_keep_feet_on_the_floor() {
+        let cfg = RobotConfig::default();
+        let clips = MotionLibrary::builtin_clips(&cfg).unwrap();
+        let mut kin = Kinematics::new(&cfg).unwrap();
+        use arena_data::FootKinematics;
+        for c in &clips {
+            for i in 0..c.num_frames() {
+                let feet = kin.feet(c.frame(i));
+                assert!(feet.lowest_contact_z.abs() < 1e-9, "{} frame {i}", c.name);
+            }
+            let report = inspect(c, &kin);
+            assert!(report.limit_violations.is_empty(), "{}: {:?}", c.name, report.limit_violations);
+            assert!(report.problems.is_empty(), "{}: {:?}", c.name, report.problems);
+        }
+    }
+}

@@ -1,0 +1,579 @@
+//! Layer 2: the batched TrackingEnv. Each env tracks one reference motion from a start time,
+//! with its own seed and DR level; `step` applies N normalised actions, returns the
+//! observation batch and per-env info, and records the trajectory into buffers preallocated
+//! at reset.
+
+use crate::dr::{self, DrDraw, DrLevel};
+use crate::handler::{EnvHealth, Field, Handler, MujocoHandler, NQ, NV};
+use crate::motion::{MotionLibrary, MotionState};
+use crate::observation::{
+    self, HISTORY_ACTOR_DIM, History, HistoryTiming, LAST_ACTION_DIM, PRIVILEGED_STATE_DIM, ProprioFrame,
+    STATE_DIM, TRAINING_NOISE,
+};
+use crate::robot::{NUM_BODIES_EXT, RobotConfig};
+use crate::{CONTROL_DT, SimError};
+use arena_data::NUM_JOINTS;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
+use std::sync::Arc;
+
+/// Actions are clipped to this range after ×5 (BFM_ZERO_FACTS §1.3).
+pub const ACTION_CLIP: f64 = 5.0;
+/// Multiplier of the action after clipping: target offset = a5 · 0.25 · effort / kp.
+pub const ACTION_SCALE: f64 = 0.25;
+const BODY_W: usize = 3 * NUM_BODIES_EXT;
+/// Stream id mixed into the episode seed for observation noise and pushes (DR draws use the
+/// seed itself), so the two never share random numbers.
+const RUNTIME_STREAM: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// What one env runs: a motion of the library from a start time, with a seed and DR level.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EpisodeAssignment {
+    pub motion: usize,
+    pub start_time: f64,
+    pub seed: u64,
+    pub dr_level: DrLevel,
+}
+
+/// Optional early termination: the episode ends ("fell") when the robot leaves the reference.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum FallRule {
+    /// Root height below this many metres.
+    MinRootHeight(f64),
+    /// Any body farther than this many metres from its reference position.
+    MaxBodyDeviation(f64),
+}
+
+#[derive(Debug, Clone)]
+pub struct TrackingEnvConfig {
+    pub robot: RobotConfig,
+    pub num_envs: usize,
+    /// Worker threads (0 = rayon's default).
+    pub threads: usize,
+    pub history: HistoryTiming,
+    pub fall_rule: Option<FallRule>,
+    /// Record trajectories (qpos, qvel, bodies, actions, reference) per env.
+    pub record: bool,
+}
+
+impl Default for TrackingEnvConfig {
+    fn default() -> Self {
+        Self {
+            robot: RobotConfig::default(),
+            num_envs: 1,
+            threads: 0,
+            history: HistoryTiming::default(),
+            fall_rule: None,
+            record: true,
+        }
+    }
+}
+
+/// Why an env is not running.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EpisodeStatus {
+    /// No episode assigned (after construction).
+    Idle,
+    Running,
+    /// Reached the end of its motion.
+    Truncated,
+    /// Ended by the fall rule.
+    Fell,
+    /// Stopped with a reason (bad action, simulator instability).
+    Failed(String),
+}
+
+impl EpisodeStatus {
+    pub fn is_done(&self) -> bool {
+        !matches!(self, EpisodeStatus::Running)
+    }
+}
+
+/// Per-env result of a step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepInfo {
+    /// Control steps since reset.
+    pub step: usize,
+    /// Time within the reference motion (start time + step·dt).
+    pub motion_time: f64,
+    pub status: EpisodeStatus,
+}
+
+/// Observation groups for all envs, row-major (N × dim), f32.
+#[derive(Debug, Clone, Default)]
+pub struct ObservationBatch {
+    pub num_envs: usize,
+    pub state: Vec<f32>,
+    pub privileged_state: Vec<f32>,
+    pub last_action: Vec<f32>,
+    pub history_actor: Vec<f32>,
+}
+
+impl ObservationBatch {
+    fn new(n: usize) -> Self {
+        Self {
+            num_envs: n,
+            state: vec![0.0; n * STATE_DIM],
+            privileged_state: vec![0.0; n * PRIVILEGED_STATE_DIM],
+            last_action: vec![0.0; n * LAST_ACTION_DIM],
+            history_actor: vec![0.0; n * HISTORY_ACTOR_DIM],
+        }
+    }
+}
+
+/// One env's recorded episode. Row k is the state at motion time start + k·dt (row 0 is the
+/// reset state); `actions` row k is the normalised action that produced row k (zeros in row 0).
+#[derive(Debug, Clone, Default)]
+pub struct Trajectory {
+    pub motion: usize,
+    pub start_time: f64,
+    pub seed: u64,
+    pub dr_level: DrLevel,
+    pub times: Vec<f64>,
+    pub qpos: Vec<f64>,
+    pub qvel: Vec<f64>,
+    pub body_pos: Vec<f64>,
+    pub actions: Vec<f64>,
+    pub ref_qpos: Vec<f64>,
+    pub ref_body_pos: Vec<f64>,
+}
+
+impl Trajectory {
+    pub fn len(&self) -> usize {
+        self.times.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.times.is_empty()
+    }
+
+    fn reset(&mut self, a: &EpisodeAssignment, rows: usize) {
+        self.motion = a.motion;
+        self.start_time = a.start_time;
+        self.seed = a.seed;
+        self.dr_level = a.dr_level;
+        for (v, w) in [
+            (&mut self.times, 1),
+            (&mut self.qpos, NQ),
+            (&mut self.qvel, NV),
+            (&mut self.body_pos, BODY_W),
+            (&mut self.actions, NUM_JOINTS),
+            (&mut self.ref_qpos, NQ),
+            (&mut self.ref_body_pos, BODY_W),
+        ] {
+            v.clear();
+            v.reserve(rows * w);
+        }
+    }
+}
+
+/// Per-env episode bookkeeping.
+struct Slot {
+    assignment: Option<EpisodeAssignment>,
+    status: EpisodeStatus,
+    step: usize,
+    draw: DrDraw,
+    rng: ChaCha8Rng,
+    next_push_step: usize,
+    defaults: [f64; NUM_JOINTS],
+    last_a5: [f64; NUM_JOINTS],
+    pending_action: [f64; NUM_JOINTS],
+    history: History,
+    reference: MotionState,
+    trajectory: Trajectory,
+}
+
+/// Snapshot of every env's simulator state for one step, read in batch from the handler.
+#[derive(Default)]
+struct Readout {
+    qpos: Vec<f64>,
+    qvel: Vec<f64>,
+    root_ang_vel: Vec<f64>,
+    body_pos: Vec<f64>,
+    body_rot: Vec<f64>,
+    body_vel: Vec<f64>,
+    body_ang_vel: Vec<f64>,
+}
+
+pub struct TrackingEnv {
+    config: TrackingEnvConfig,
+    handler: MujocoHandler,
+    library: Arc<MotionLibrary>,
+    slots: Vec<Slot>,
+    obs: ObservationBatch,
+    infos: Vec<StepInfo>,
+    targets: Vec<f64>,
+    readout: Readout,
+}
+
+impl std::fmt::Debug for TrackingEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TrackingEnv").field("num_envs", &self.slots.len()).finish()
+    }
+}
+
+impl TrackingEnv {
+    pub fn new(config: TrackingEnvConfig, library: Arc<MotionLibrary>) -> Result<Self, SimError> {
+        if config.num_envs == 0 {
+            return Err(SimError::Config("num_envs must be at least 1".into()));
+        }
+        let n = config.num_envs;
+        let handler = MujocoHandler::new(config.robot.clone(), n, config.threads)?;
+        let slots = (0..n)
+            .map(|_| Slot {
+                assignment: None,
+                status: EpisodeStatus::Idle,
+                step: 0,
+                draw: dr::draw(DrLevel::L0, 0),
+                rng: ChaCha8Rng::seed_from_u64(0),
+                next_push_step: usize::MAX,
+                defaults: config.robot.default_pose,
+                last_a5: [0.0; NUM_JOINTS],
+                pending_action: [0.0; NUM_JOINTS],
+                history: History::default(),
+                reference: MotionState::default(),
+                trajectory: Trajectory::default(),
+            })
+            .collect();
+        let readout = Readout {
+            qpos: vec![0.0; n * NQ],
+            qvel: vec![0.0; n * NV],
+            root_ang_vel: vec![0.0; n * 3],
+            body_pos: vec![0.0; n * BODY_W],
+            body_rot: vec![0.0; n * 4 * NUM_BODIES_EXT],
+            body_vel: vec![0.0; n * BODY_W],
+            body_ang_vel: vec![0.0; n * BODY_W],
+        };
+        let mut env = Self {
+            handler,
+            library,
+            slots,
+            obs: ObservationBatch::new(n),
+            infos: vec![
+                StepInfo {
+                    step: 0,
+                    motion_time: 0.0,
+                    status: EpisodeStatus::Idle,
+                };
+                n
+            ],
+            targets: vec![0.0; n * NUM_JOINTS],
+            readout,
+            config,
+        };
+        for e in 0..n {
+            env.handler.mark_idle(e);
+        }
+        Ok(env)
+    }
+
+    pub fn num_envs(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn library(&self) -> &MotionLibrary {
+        &self.library
+    }
+
+    /// Logs every physics substep's torques per env (see [`MujocoHandler::set_torque_logging`]).
+    pub fn set_torque_logging(&mut self, on: bool) {
+        self.handler.set_torque_logging(on);
+    }
+
+    pub fn handler(&self) -> &MujocoHandler {
+        &self.handler
+    }
+
+    pub fn observations(&self) -> &ObservationBatch {
+        &self.obs
+    }
+
+    pub fn infos(&self) -> &[StepInfo] {
+        &self.infos
+    }
+
+    pub fn trajectory(&self, env: usize) -> &Trajectory {
+        &self.slots[env].trajectory
+    }
+
+    /// Resets the listed envs to the reference state at their start time (root pose and
+    /// velocities, joint positions and velocities), with their DR draw. Other envs keep going.
+    pub fn reset(&mut self, assignments: &[(usize, EpisodeAssignment)]) -> Result<&ObservationBatch, SimError> {
+        for &(env, a) in assignments {
+            self.reset_one(env, a)?;
+        }
+        self.refresh(assignments.iter().map(|(e, _)| *e).collect::<Vec<_>>().as_slice(), true);
+        Ok(&self.obs)
+    }
+
+    fn reset_one(&mut self, env: usize, a: EpisodeAssignment) -> Result<(), SimError> {
+        if env >= self.slots.len() {
+            return Err(SimError::Config(format!("env {env} out of range (have {})", self.slots.len())));
+        }
+        let motion = self.library.motions.get(a.motion).ok_or_else(|| {
+            SimError::Config(format!("motion {} out of range (library has {})", a.motion, self.library.len()))
+        })?;
+        if !(a.start_time.is_finite() && a.start_time >= 0.0 && a.start_time < motion.length_s) {
+            return Err(SimError::Config(format!(
+                "start time {} outside motion {} (length {:.3} s)",
+                a.start_time, motion.name, motion.length_s
+            )));
+        }
+        let draw = dr::draw(a.dr_level, a.seed);
+        self.handler.set_physics_params(env, &draw.physics)?;
+        let slot = &mut self.slots[env];
+        motion.state_at(a.start_time, &mut slot.reference);
+        self.handler.set_qpos_qvel(env, &slot.reference.qpos, &slot.reference.qvel())?;
+        let mut rng = ChaCha8Rng::seed_from_u64(a.seed ^ RUNTIME_STREAM);
+        slot.next_push_step = if draw.pushes {
+            (dr::next_push_interval_s(&mut rng) / CONTROL_DT).round() as usize
+        } else {
+            usize::MAX
+        };
+        for j in 0..NUM_JOINTS {
+            slot.defaults[j] = self.config.robot.default_pose[j] + draw.joint_offset[j];
+        }
+        slot.rng = rng;
+        slot.draw = draw;
+        slot.assignment = Some(a);
+        slot.status = EpisodeStatus::Running;
+        slot.step = 0;
+        slot.last_a5 = [0.0; NUM_JOINTS];
+        slot.pending_action = [0.0; NUM_JOINTS];
+        slot.history.clear();
+        let rows = ((motion.length_s - a.start_time) / CONTROL_DT).ceil() as usize + 1;
+        if self.config.record {
+            slot.trajectory.reset(&a, rows);
+        }
+        Ok(())
+    }
+
+    /// Applies one normalised action per env (N×29, in [-1, 1]; values outside are clipped by
+    /// the ×5 clip) and advances every running env by one control step.
+    ///
+    /// A wrong-sized action batch is an error (nothing is stepped). A non-finite action fails
+    /// only its env ("non-finite action at step k"); nothing of it enters MuJoCo.
+    pub fn step(&mut self, actions: &[f32]) -> Result<(&ObservationBatch, &[StepInfo]), SimError> {
+        let n = self.slots.len();
+        if actions.len() != n * NUM_JOINTS {
+            return Err(SimError::Config(format!(
+                "actions must be {n}×{NUM_JOINTS} = {} values, got {}",
+                n * NUM_JOINTS,
+                actions.len()
+            )));
+        }
+        let robot = &self.config.robot;
+        let was_running: Vec<usize> = (0..n).filter(|&e| self.slots[e].status == EpisodeStatus::Running).collect();
+        for (env, (slot, a)) in self.slots.iter_mut().zip(actions.chunks_exact(NUM_JOINTS)).enumerate() {
+            let targets = &mut self.targets[env * NUM_JOINTS..(env + 1) * NUM_JOINTS];
+            if slot.status != EpisodeStatus::Running {
+                continue;
+            }
+            if let Some(j) = a.iter().position(|v| !v.is_finite()) {
+                let reason = format!("non-finite action at step {} (joint {j}: {})", slot.step, a[j]);
+                self.handler.mark_failed(env, reason.clone());
+                slot.status = EpisodeStatus::Failed(reason);
+                continue;
+            }
+            let mut a5 = [0.0; NUM_JOINTS];
+            for j in 0..NUM_JOINTS {
+                a5[j] = (ACTION_CLIP * a[j] as f64).clamp(-ACTION_CLIP, ACTION_CLIP);
+            }
+            // With a one-step control delay the robot executes the previous action.
+            let applied = if slot.draw.control_delay > 0 {
+                std::mem::replace(&mut slot.pending_action, a5)
+            } else {
+                a5
+            };
+            for j in 0..NUM_JOINTS {
+                targets[j] = slot.defaults[j] + applied[j] * ACTION_SCALE * robot.effort[j] / robot.kp[j];
+            }
+            slot.last_a5 = a5;
+            if slot.step + 1 == slot.next_push_step {
+                let (dv, dw) = dr::push_velocity(&mut slot.rng);
+                self.handler.push_root(env, dv, dw)?;
+                slot.next_push_step += (dr::next_push_interval_s(&mut slot.rng) / CONTROL_DT).round() as usize;
+            }
+            if self.config.record {
+                slot.trajectory.actions.extend(a.iter().map(|v| *v as f64));
+            }
+        }
+        self.handler.step(&self.targets)?;
+        for &e in &was_running {
+            if self.slots[e].status == EpisodeStatus::Running {
+                self.slots[e].step += 1;
+            }
+        }
+        self.refresh(&was_running, false);
+        // Finished episodes stop consuming physics until their env is reset.
+        for &e in &was_running {
+            if matches!(self.slots[e].status, EpisodeStatus::Truncated | EpisodeStatus::Fell) {
+                self.handler.mark_idle(e);
+            }
+        }
+        Ok((&self.obs, &self.infos))
+    }
+
+    /// Reads the simulator for all envs and rebuilds observations, info, and recordings of the
+    /// envs in `envs` (just reset when `after_reset`).
+    fn refresh(&mut self, envs: &[usize], after_reset: bool) {
+        let r = &mut self.readout;
+        for (field, buf) in [
+            (Field::Qpos, &mut r.qpos),
+            (Field::Qvel, &mut r.qvel),
+            (Field::RootAngVel, &mut r.root_ang_vel),
+            (Field::BodyPos, &mut r.body_pos),
+            (Field::BodyRot, &mut r.body_rot),
+            (Field::BodyVel, &mut r.body_vel),
+            (Field::BodyAngVel, &mut r.body_ang_vel),
+        ] {
+            self.handler.read_batch(field, buf).expect("buffers sized at construction");
+        }
+        let mut selected = vec![false; self.slots.len()];
+        envs.iter().for_each(|&e| selected[e] = true);
+        let health: Vec<EnvHealth> = (0..self.slots.len()).map(|e| self.handler.health(e).clone()).collect();
+        let ctx = RefreshContext {
+            library: &self.library,
+            config: &self.config,
+            readout: &self.readout,
+            after_reset,
+        };
+        let obs = &mut self.obs;
+        let slots = &mut self.slots;
+        let infos = &mut self.infos;
+        self.handler.install(|| {
+            slots
+                .par_iter_mut()
+                .zip(infos.par_iter_mut())
+                .zip(obs.state.par_chunks_mut(STATE_DIM))
+                .zip(obs.privileged_state.par_chunks_mut(PRIVILEGED_STATE_DIM))
+                .zip(obs.last_action.par_chunks_mut(LAST_ACTION_DIM))
+                .zip(obs.history_actor.par_chunks_mut(HISTORY_ACTOR_DIM))
+                .enumerate()
+                .filter(|(e, _)| selected[*e])
+                .for_each(|(e, (((((slot, info), state), privileged), last_action), history))| {
+                    let rows = ObsRows {
+                        state,
+                        privileged,
+                        last_action,
+                        history,
+                    };
+                    ctx.refresh_env(e, slot, info, &health[e], rows);
+                });
+        });
+    }
+
+    /// Statuses of all envs.
+    pub fn statuses(&self) -> Vec<EpisodeStatus> {
+        self.slots.iter().map(|s| s.status.clone()).collect()
+    }
+
+    /// The assignment an env is running (or last ran).
+    pub fn assignment(&self, env: usize) -> Option<EpisodeAssignment> {
+        self.slots[env].assignment
+    }
+}
+
+struct ObsRows<'a> {
+    state: &'a mut [f32],
+    privileged: &'a mut [f32],
+    last_action: &'a mut [f32],
+    history: &'a mut [f32],
+}
+
+struct RefreshContext<'a> {
+    library: &'a MotionLibrary,
+    config: &'a TrackingEnvConfig,
+    readout: &'a Readout,
+    after_reset: bool,
+}
+
+impl RefreshContext<'_> {
+    fn refresh_env(&self, e: usize, slot: &mut Slot, info: &mut StepInfo, health: &EnvHealth, rows: ObsRows<'_>) {
+        let Some(a) = slot.assignment else { return };
+        let motion = &self.library.motions[a.motion];
+        let motion_time = a.start_time + slot.step as f64 * CONTROL_DT;
+        info.step = slot.step;
+        info.motion_time = motion_time;
+        if let EnvHealth::Failed(reason) = health {
+            if slot.status == EpisodeStatus::Running {
+                slot.status = EpisodeStatus::Failed(reason.clone());
+            }
+            info.status = slot.status.clone();
+            return;
+        }
+        if slot.status != EpisodeStatus::Running {
+            info.status = slot.status.clone();
+            return;
+        }
+        let r = self.readout;
+        let qpos = &r.qpos[e * NQ..(e + 1) * NQ];
+        let qvel = &r.qvel[e * NV..(e + 1) * NV];
+        let root_rot = [qpos[3], qpos[4], qpos[5], qpos[6]];
+        let w = &r.root_ang_vel[e * 3..e * 3 + 3];
+        let noise_on = slot.draw.obs_noise;
+        let rng = &mut slot.rng;
+        let mut noise = |sigma: f64| if noise_on { rng.random_range(-1.0..1.0) * sigma } else { 0.0 };
+        let frame = ProprioFrame::from_robot(
+            &qpos[7..],
+            &qvel[6..],
+            &root_rot,
+            &[w[0], w[1], w[2]],
+            &slot.defaults,
+            &mut noise,
+            &TRAINING_NOISE,
+        );
+        frame.write_state(rows.state);
+        for j in 0..NUM_JOINTS {
+            rows.last_action[j] = slot.last_a5[j] as f32;
+        }
+        let include_current = self.config.history == HistoryTiming::IncludeCurrent;
+        if include_current {
+            slot.history.push(&frame, &slot.last_a5);
+        }
+        slot.history.write(rows.history);
+        if !include_current && !self.after_reset {
+            // Training convention: history at t holds t−1…t−4; an explicit reset pushes nothing.
+            slot.history.push(&frame, &slot.last_a5);
+        }
+        let bp = &r.body_pos[e * BODY_W..(e + 1) * BODY_W];
+        observation::privileged_state(
+            &observation::bodies3(bp),
+            &observation::bodies4(&r.body_rot[e * 4 * NUM_BODIES_EXT..(e + 1) * 4 * NUM_BODIES_EXT]),
+            &observation::bodies3(&r.body_vel[e * BODY_W..(e + 1) * BODY_W]),
+            &observation::bodies3(&r.body_ang_vel[e * BODY_W..(e + 1) * BODY_W]),
+            rows.privileged,
+        );
+        motion.state_at(motion_time, &mut slot.reference);
+        if self.config.record {
+            let t = &mut slot.trajectory;
+            if self.after_reset {
+                t.actions.extend_from_slice(&[0.0; NUM_JOINTS]);
+            }
+            t.times.push(motion_time);
+            t.qpos.extend_from_slice(qpos);
+            t.qvel.extend_from_slice(qvel);
+            t.body_pos.extend_from_slice(bp);
+            t.ref_qpos.extend_from_slice(&slot.reference.qpos);
+            for b in &slot.reference.body_pos {
+                t.ref_body_pos.extend_from_slice(b);
+            }
+        }
+        let fell = match self.config.fall_rule {
+            None => false,
+            Some(FallRule::MinRootHeight(h)) => qpos[2] < h,
+            Some(FallRule::MaxBodyDeviation(d)) => (0..NUM_BODIES_EXT).any(|b| {
+                let p = &bp[3 * b..3 * b + 3];
+                let q = &slot.reference.body_pos[b];
+                ((p[0] - q[0]).powi(2) + (p[1] - q[1]).powi(2) + (p[2] - q[2]).powi(2)).sqrt() > d
+            }),
+        };
+        if fell {
+            slot.status = EpisodeStatus::Fell;
+        } else if motion_time >= motion.length_s - 1e-9 {
+            slot.status = EpisodeStatus::Truncated;
+        }
+        info.status = slot.status.clone();
+    }
+}

@@ -57,6 +57,8 @@ pub enum EnvHealth {
     Ok,
     /// The environment stopped; it is skipped by `step` until the next `set_qpos_qvel` / reset.
     Failed(String),
+    /// No episode assigned: skipped by `step` until the next `set_qpos_qvel`.
+    Idle,
 }
 
 /// Pose and velocity of one body (world frame; rotation wxyz).
@@ -141,6 +143,8 @@ struct EnvSlot {
     kp: [f64; NUM_JOINTS],
     kd: [f64; NUM_JOINTS],
     health: EnvHealth,
+    /// Per-substep torques since the last reset, when logging is on (benchmark replays).
+    torque_log: Option<Vec<f64>>,
 }
 
 /// Nominal model values that domain randomisation scales from.
@@ -210,6 +214,7 @@ impl MujocoHandler {
                 kp: config.kp,
                 kd: config.kd,
                 health: EnvHealth::Ok,
+                torque_log: None,
             });
         }
         let pool = rayon::ThreadPoolBuilder::new()
@@ -261,6 +266,9 @@ impl MujocoHandler {
         slot.torque = [0.0; NUM_JOINTS];
         slot.target.copy_from_slice(&qpos[7..]);
         slot.health = EnvHealth::Ok;
+        if let Some(log) = &mut slot.torque_log {
+            log.clear();
+        }
         slot.data.forward();
         Ok(())
     }
@@ -319,20 +327,21 @@ impl MujocoHandler {
         }
     }
 
+    /// Marks an env idle (not stepped) until its next reset.
+    pub fn mark_idle(&mut self, env: usize) {
+        if let Some(slot) = self.envs.get_mut(env) {
+            slot.health = EnvHealth::Idle;
+        }
+    }
+
     /// The simulation time of one env (seconds since its last reset).
     pub fn time(&self, env: usize) -> f64 {
         self.envs[env].data.ffi().time
     }
 
-    /// The per-substep torques of the last control step are not kept; this returns the last
-    /// substep's torque of one env (used by the benchmark to replay identical physics).
-    pub fn last_torque(&self, env: usize) -> &[f64; NUM_JOINTS] {
-        &self.envs[env].torque
-    }
-
-    /// Steps one env by one control step, calling `on_substep(torque)` after each physics
-    /// substep's torque is computed (for recording); returns the env's new health.
-    fn step_slot(slot: &mut EnvSlot, effort: &[f64; NUM_JOINTS], mut on_substep: impl FnMut(&[f64; NUM_JOINTS])) {
+    /// Steps one env by one control step: DECIMATION substeps of the PD loop
+    /// τ = kp(q_tgt − q) − kd·q̇, clipped to the effort limit, written to the motors.
+    fn step_slot(slot: &mut EnvSlot, effort: &[f64; NUM_JOINTS]) {
         if slot.health != EnvHealth::Ok {
             return;
         }
@@ -345,7 +354,9 @@ impl MujocoHandler {
                 }
             }
             slot.data.ctrl_mut().copy_from_slice(&slot.torque);
-            on_substep(&slot.torque);
+            if let Some(log) = &mut slot.torque_log {
+                log.extend_from_slice(&slot.torque);
+            }
             slot.data.step();
             if let Some(reason) = instability(&slot.data) {
                 slot.health = EnvHealth::Failed(reason);
@@ -359,15 +370,17 @@ impl MujocoHandler {
         slot.data.com_vel();
     }
 
-    /// Like [`Handler::step`] but also returns the torque of every physics substep
-    /// (N × DECIMATION × 29, appended to `torques`), so identical physics can be replayed.
-    pub fn step_recording_torques(&mut self, targets: &[f64], torques: &mut Vec<f64>) -> Result<(), SimError> {
-        self.set_targets(targets)?;
-        let effort = self.config.effort;
+    /// Turns on (or off) logging of every physics substep's torques per env; the log restarts
+    /// at each reset. Used to replay identical physics in other simulators.
+    pub fn set_torque_logging(&mut self, on: bool) {
         for slot in &mut self.envs {
-            Self::step_slot(slot, &effort, |t| torques.extend_from_slice(t));
+            slot.torque_log = on.then(Vec::new);
         }
-        Ok(())
+    }
+
+    /// The torques logged for one env since its last reset (substeps × 29).
+    pub fn torque_log(&self, env: usize) -> Option<&[f64]> {
+        self.envs[env].torque_log.as_deref()
     }
 
     fn set_targets(&mut self, targets: &[f64]) -> Result<(), SimError> {
@@ -476,7 +489,7 @@ impl Handler for MujocoHandler {
         let effort = self.config.effort;
         let envs = &mut self.envs;
         self.pool.install(|| {
-            envs.par_iter_mut().for_each(|slot| Self::step_slot(slot, &effort, |_| {}));
+            envs.par_iter_mut().for_each(|slot| Self::step_slot(slot, &effort));
         });
         Ok(())
     }

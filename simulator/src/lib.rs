@@ -14,6 +14,7 @@ pub mod kinematics;
 pub mod math;
 pub mod motion;
 pub mod observation;
+pub mod policy;
 pub mod robot;
 
 pub use handler::{CONTROL_DT, DECIMATION, Field, Handler, MujocoHandler, PHYSICS_DT, RobotState};

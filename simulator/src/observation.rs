@@ -1,0 +1,311 @@
+//! Observation terms (BFM_ZERO_FACTS §2, §3.4). Each term is a pure function of one env's
+//! state written into an f32 row; the TrackingEnv assembles them per env in parallel.
+//! Choices where the facts list ambiguities are documented in docs/observations.md.
+
+use crate::math::{self, Quat, Vec3};
+use crate::motion::{Motion, MotionState};
+use crate::robot::{NUM_BODIES_EXT, RobotConfig};
+use arena_data::NUM_JOINTS;
+use serde::{Deserialize, Serialize};
+
+pub const STATE_DIM: usize = 64;
+pub const PRIVILEGED_STATE_DIM: usize = 463;
+pub const LAST_ACTION_DIM: usize = NUM_JOINTS;
+pub const HISTORY_FRAMES: usize = 4;
+pub const HISTORY_ACTOR_DIM: usize = HISTORY_FRAMES * (NUM_JOINTS * 3 + 3 + 3);
+/// Scale of the body-frame angular velocity in the robot's `state` and history.
+pub const ANG_VEL_SCALE: f64 = 0.25;
+
+/// Uniform observation noise σ per term (added before scaling), used from DR level 2 on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NoiseScales {
+    pub dof_pos: f64,
+    pub dof_vel: f64,
+    pub projected_gravity: f64,
+    pub base_ang_vel: f64,
+}
+
+pub const TRAINING_NOISE: NoiseScales = NoiseScales {
+    dof_pos: 0.01,
+    dof_vel: 0.5,
+    projected_gravity: 0.05,
+    base_ang_vel: 0.2,
+};
+
+/// Which frames `history_actor` holds at step t (§10.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HistoryTiming {
+    /// Training convention: frames t−1 … t−4 (the current frame is pushed after reading).
+    #[default]
+    Previous,
+    /// Released-policy (MI / deploy) convention: frames t … t−3 (current frame pushed first).
+    IncludeCurrent,
+}
+
+/// The proprioceptive quantities of one frame, as they enter `state` and the history.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ProprioFrame {
+    /// dof_pos − q0 − default joint offset.
+    pub dof_pos: [f64; NUM_JOINTS],
+    pub dof_vel: [f64; NUM_JOINTS],
+    pub projected_gravity: Vec3,
+    /// Body-frame angular velocity × 0.25.
+    pub base_ang_vel: Vec3,
+}
+
+impl ProprioFrame {
+    pub const ZERO: ProprioFrame = ProprioFrame {
+        dof_pos: [0.0; NUM_JOINTS],
+        dof_vel: [0.0; NUM_JOINTS],
+        projected_gravity: [0.0; 3],
+        base_ang_vel: [0.0; 3],
+    };
+
+    /// Builds the robot's frame from simulator state; `noise(σ)` returns U(−1,1)·σ (or 0).
+    pub fn from_robot(
+        dof_pos: &[f64],
+        dof_vel: &[f64],
+        root_rot: &Quat,
+        root_ang_vel_world: &Vec3,
+        defaults: &[f64; NUM_JOINTS],
+        noise: &mut impl FnMut(f64) -> f64,
+        scales: &NoiseScales,
+    ) -> Self {
+        let mut f = ProprioFrame::ZERO;
+        for j in 0..NUM_JOINTS {
+            f.dof_pos[j] = dof_pos[j] - defaults[j] + noise(scales.dof_pos);
+            f.dof_vel[j] = dof_vel[j] + noise(scales.dof_vel);
+        }
+        let g = math::rotate_inv(root_rot, &[0.0, 0.0, -1.0]);
+        let w = math::rotate_inv(root_rot, root_ang_vel_world);
+        for k in 0..3 {
+            f.projected_gravity[k] = g[k] + noise(scales.projected_gravity);
+            f.base_ang_vel[k] = (w[k] + noise(scales.base_ang_vel)) * ANG_VEL_SCALE;
+        }
+        f
+    }
+
+    /// `state` (64): [dof_pos (29), dof_vel (29), projected_gravity (3), base_ang_vel (3)].
+    pub fn write_state(&self, out: &mut [f32]) {
+        for j in 0..NUM_JOINTS {
+            out[j] = self.dof_pos[j] as f32;
+            out[NUM_JOINTS + j] = self.dof_vel[j] as f32;
+        }
+        for k in 0..3 {
+            out[2 * NUM_JOINTS + k] = self.projected_gravity[k] as f32;
+            out[2 * NUM_JOINTS + 3 + k] = self.base_ang_vel[k] as f32;
+        }
+    }
+}
+
+/// Ring of the last [`HISTORY_FRAMES`] frames and actions (a5), newest first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct History {
+    frames: [ProprioFrame; HISTORY_FRAMES],
+    actions: [[f64; NUM_JOINTS]; HISTORY_FRAMES],
+}
+
+impl Default for History {
+    fn default() -> Self {
+        Self {
+            frames: [ProprioFrame::ZERO; HISTORY_FRAMES],
+            actions: [[0.0; NUM_JOINTS]; HISTORY_FRAMES],
+        }
+    }
+}
+
+impl History {
+    pub fn clear(&mut self) {
+        *self = Self::default();
+    }
+
+    pub fn push(&mut self, frame: &ProprioFrame, action_a5: &[f64; NUM_JOINTS]) {
+        self.frames.rotate_right(1);
+        self.actions.rotate_right(1);
+        self.frames[0] = *frame;
+        self.actions[0] = *action_a5;
+    }
+
+    /// `history_actor` (372): terms in alphabetical order — actions (4×29), base_ang_vel (4×3),
+    /// dof_pos (4×29), dof_vel (4×29), projected_gravity (4×3) — newest frame first in each.
+    pub fn write(&self, out: &mut [f32]) {
+        let mut o = 0;
+        let mut put = |v: f64| {
+            out[o] = v as f32;
+            o += 1;
+        };
+        self.actions.iter().flatten().for_each(|v| put(*v));
+        self.frames.iter().flat_map(|f| f.base_ang_vel).for_each(&mut put);
+        self.frames.iter().flat_map(|f| f.dof_pos).for_each(&mut put);
+        self.frames.iter().flat_map(|f| f.dof_vel).for_each(&mut put);
+        self.frames.iter().flat_map(|f| f.projected_gravity).for_each(&mut put);
+    }
+}
+
+/// `privileged_state` (463, max_local_self): root height, root-relative body positions, body
+/// rotations (tangent-normal) and velocities, all in the heading-aligned root frame.
+/// Inputs are world-frame arrays over the 31 extended bodies (body 0 = pelvis).
+pub fn privileged_state(
+    pos: &[[f64; 3]; NUM_BODIES_EXT],
+    rot: &[Quat; NUM_BODIES_EXT],
+    vel: &[[f64; 3]; NUM_BODIES_EXT],
+    ang_vel: &[[f64; 3]; NUM_BODIES_EXT],
+    out: &mut [f32],
+) {
+    let h = math::quat_from_yaw(-math::heading(&rot[0]));
+    let mut o = 0;
+    let mut put = |v: f64| {
+        out[o] = v as f32;
+        o += 1;
+    };
+    put(pos[0][2]);
+    for p in &pos[1..] {
+        math::rotate(&h, &math::sub(p, &pos[0])).into_iter().for_each(&mut put);
+    }
+    for q in rot {
+        math::tan_norm(&math::quat_mul(&h, q)).into_iter().for_each(&mut put);
+    }
+    for v in vel {
+        math::rotate(&h, v).into_iter().for_each(&mut put);
+    }
+    for w in ang_vel {
+        math::rotate(&h, w).into_iter().for_each(&mut put);
+    }
+    debug_assert_eq!(o, PRIVILEGED_STATE_DIM);
+}
+
+/// Flattened SoA rows (frame-major) → per-body arrays.
+pub fn bodies3(flat: &[f64]) -> [[f64; 3]; NUM_BODIES_EXT] {
+    std::array::from_fn(|b| [flat[3 * b], flat[3 * b + 1], flat[3 * b + 2]])
+}
+
+pub fn bodies4(flat: &[f64]) -> [Quat; NUM_BODIES_EXT] {
+    std::array::from_fn(|b| [flat[4 * b], flat[4 * b + 1], flat[4 * b + 2], flat[4 * b + 3]])
+}
+
+/// Reference (backward) observations of a motion (§3.4), rows at t = k·0.02 s for
+/// k = 0 … ceil(length/0.02) − 1: `state` uses dof_pos − q0 and the **world-frame, unscaled**
+/// root angular velocity; `privileged_state` is max_local_self of the reference bodies.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReferenceObservations {
+    pub rows: usize,
+    pub state: Vec<f32>,
+    pub privileged_state: Vec<f32>,
+}
+
+pub fn reference_observations(motion: &Motion, config: &RobotConfig) -> ReferenceObservations {
+    let rows = ((motion.length_s / crate::CONTROL_DT) - 1e-9).ceil().max(1.0) as usize;
+    let mut state = vec![0.0f32; rows * STATE_DIM];
+    let mut privileged = vec![0.0f32; rows * PRIVILEGED_STATE_DIM];
+    let mut s = MotionState::default();
+    for k in 0..rows {
+        motion.state_at(k as f64 * crate::CONTROL_DT, &mut s);
+        reference_state_row(&s, config, &mut state[k * STATE_DIM..(k + 1) * STATE_DIM]);
+        privileged_state(
+            &s.body_pos,
+            &s.body_rot,
+            &s.body_vel,
+            &s.body_ang_vel,
+            &mut privileged[k * PRIVILEGED_STATE_DIM..(k + 1) * PRIVILEGED_STATE_DIM],
+        );
+    }
+    ReferenceObservations {
+        rows,
+        state,
+        privileged_state: privileged,
+    }
+}
+
+/// One reference `state` row (64) from a motion state.
+pub fn reference_state_row(s: &MotionState, config: &RobotConfig, out: &mut [f32]) {
+    let rot: Quat = s.qpos[3..7].try_into().expect("4");
+    let g = math::rotate_inv(&rot, &[0.0, 0.0, -1.0]);
+    for j in 0..NUM_JOINTS {
+        out[j] = (s.qpos[7 + j] - config.default_pose[j]) as f32;
+        out[NUM_JOINTS + j] = s.dof_vel[j] as f32;
+    }
+    for k in 0..3 {
+        out[2 * NUM_JOINTS + k] = g[k] as f32;
+        out[2 * NUM_JOINTS + 3 + k] = s.body_ang_vel[0][k] as f32;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dims_add_up() {
+        assert_eq!(HISTORY_ACTOR_DIM, 372);
+        assert_eq!(1 + 30 * 3 + 31 * 6 + 31 * 3 + 31 * 3, PRIVILEGED_STATE_DIM);
+    }
+
+    #[test]
+    fn state_of_a_tilted_spinning_robot() {
+        // Root pitched +90° about y: gravity (0,0,-1) seen in the body frame is (1,0,0)·… check.
+        let root = math::quat_from_axis_angle(&[0.0, 1.0, 0.0], std::f64::consts::FRAC_PI_2);
+        let defaults = RobotConfig::default().default_pose;
+        let mut dof = defaults;
+        dof[3] += 0.5;
+        let vel = [0.1; NUM_JOINTS];
+        let f = ProprioFrame::from_robot(&dof, &vel, &root, &[0.0, 0.0, 2.0], &defaults, &mut |_| 0.0, &TRAINING_NOISE);
+        let mut out = [0.0f32; STATE_DIM];
+        f.write_state(&mut out);
+        assert!((out[3] - 0.5).abs() < 1e-6 && out[0].abs() < 1e-6);
+        assert!((out[29] - 0.1).abs() < 1e-6);
+        // R_y(90°)ᵀ·(0,0,-1) = (1, 0, 0); R_y(90°)ᵀ·(0,0,2) = (-2, 0, 0), ×0.25 = -0.5.
+        assert!((out[58] - 1.0).abs() < 1e-6 && out[60].abs() < 1e-6, "{:?}", &out[58..61]);
+        assert!((out[61] + 0.5).abs() < 1e-6, "{:?}", &out[61..64]);
+    }
+
+    #[test]
+    fn history_layout_is_alphabetical_newest_first() {
+        let mut h = History::default();
+        for step in 1..=5 {
+            let mut f = ProprioFrame::ZERO;
+            f.dof_pos[0] = step as f64;
+            f.base_ang_vel = [step as f64; 3];
+            f.projected_gravity = [-(step as f64); 3];
+            h.push(&f, &[10.0 * step as f64; NUM_JOINTS]);
+        }
+        let mut out = [0.0f32; HISTORY_ACTOR_DIM];
+        h.write(&mut out);
+        assert_eq!(out[0], 50.0); // actions, newest (step 5) first
+        assert_eq!(out[29], 40.0);
+        assert_eq!(out[116], 5.0); // base_ang_vel at offset 116
+        assert_eq!(out[119], 4.0);
+        assert_eq!(out[128], 5.0); // dof_pos at offset 128
+        assert_eq!(out[128 + 29], 4.0);
+        assert_eq!(out[360], -5.0); // projected_gravity at offset 360
+        assert_eq!(out[371], -2.0); // oldest of four kept frames is step 2
+    }
+
+    #[test]
+    fn privileged_state_is_heading_invariant() {
+        let mut pos = [[0.0; 3]; NUM_BODIES_EXT];
+        let mut rot = [math::IDENTITY; NUM_BODIES_EXT];
+        let mut vel = [[0.0; 3]; NUM_BODIES_EXT];
+        let ang = [[0.0, 0.0, 1.0]; NUM_BODIES_EXT];
+        for b in 0..NUM_BODIES_EXT {
+            pos[b] = [0.1 * b as f64, 0.05, 0.8 - 0.01 * b as f64];
+            vel[b] = [1.0, 0.0, 0.0];
+        }
+        let mut a = [0.0f32; PRIVILEGED_STATE_DIM];
+        privileged_state(&pos, &rot, &vel, &ang, &mut a);
+        assert_eq!(a[0], 0.8);
+        assert!((a[1] - 0.1).abs() < 1e-6); // body 1 relative x
+        // Rotate the whole scene by 1 rad of yaw about the root: the vector must not change.
+        let q = math::quat_from_yaw(1.0);
+        for b in 0..NUM_BODIES_EXT {
+            pos[b] = math::rotate(&q, &pos[b]);
+            rot[b] = math::quat_mul(&q, &rot[b]);
+            vel[b] = math::rotate(&q, &vel[b]);
+        }
+        let mut b = [0.0f32; PRIVILEGED_STATE_DIM];
+        privileged_state(&pos, &rot, &vel, &ang, &mut b);
+        for i in 0..PRIVILEGED_STATE_DIM {
+            assert!((a[i] - b[i]).abs() < 1e-5, "index {i}: {} vs {}", a[i], b[i]);
+        }
+    }
+}

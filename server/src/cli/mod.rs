@@ -1,0 +1,42 @@
+//! Command-line interface of the `arena` binary.
+
+mod demo;
+mod motion;
+mod sim;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "arena",
+    version,
+    about = "MimicArena: evaluation server for humanoid motion tracking (Unitree G1, 29 DOF)",
+    long_about = "MimicArena: evaluation server for humanoid motion tracking (Unitree G1, 29 DOF).\n\n\
+        Simulation runs MuJoCo 3.17 at 200 Hz with 50 Hz actions. Motions are G1 CSV files \
+        (root xyz, root quaternion xyzw, 29 joint angles; frame rate given with --fps).\n\
+        Set ARENA_LOG=info (or debug) for logs."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Simulator tools: export the robot model, roll out one episode, measure throughput.
+    #[command(subcommand)]
+    Sim(sim::SimCommand),
+    /// Motion tools: generate the built-in motions, inspect a motion file.
+    #[command(subcommand)]
+    Motion(motion::MotionCommand),
+    /// Run the reference-replay policy on the built-in motions and print a tracking summary.
+    Demo(demo::DemoArgs),
+}
+
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Sim(c) => sim::run(c),
+        Command::Motion(c) => motion::run(c),
+        Command::Demo(a) => demo::run(a),
+    }
+}

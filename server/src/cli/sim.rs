@@ -1,0 +1,353 @@
+//! `arena sim export-model|rollout|bench`.
+
+use anyhow::{Context, bail};
+use arena_data::NUM_JOINTS;
+use arena_sim::dr::DrLevel;
+use arena_sim::env::{EpisodeAssignment, EpisodeStatus, TrackingEnv, TrackingEnvConfig};
+use arena_sim::motion::MotionLibrary;
+use arena_sim::policy::{Policy, ReplayPolicy, ZeroPolicy};
+use arena_sim::{GainSet, RobotConfig};
+use clap::{Args, Subcommand, ValueEnum};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+#[derive(Debug, Subcommand)]
+pub enum SimCommand {
+    /// Write the exact MJCF the simulator compiles.
+    ExportModel {
+        /// Robot (only `g1`, the Unitree G1 29 DOF, for now).
+        #[arg(long, default_value = "g1")]
+        robot: String,
+        #[arg(long, value_enum, default_value_t = Gains::Base)]
+        gains: Gains,
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Roll out one episode from the motion's first frame and write one row per control step:
+    /// time, then qpos (36 values, quaternion wxyz as MuJoCo). Row 0 is the reset state.
+    Rollout(RolloutArgs),
+    /// Measure control steps/s and physics steps/s of N envs tracking the built-in motions.
+    Bench(BenchArgs),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Gains {
+    /// The released policy's gains (g1_29dof.yaml).
+    Base,
+    /// Waist kp 300 / kd 5, hip pitch/roll effort 139 (g1_29dof_hard_waist.yaml).
+    HardWaist,
+}
+
+impl From<Gains> for GainSet {
+    fn from(g: Gains) -> GainSet {
+        match g {
+            Gains::Base => GainSet::Base,
+            Gains::HardWaist => GainSet::HardWaist,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum BuiltinPolicy {
+    /// Open-loop floor: PD target = reference joint positions one step ahead.
+    Replay,
+    /// All-zero actions (PD target = default pose).
+    Zero,
+}
+
+impl BuiltinPolicy {
+    pub fn build(self) -> Box<dyn Policy> {
+        match self {
+            BuiltinPolicy::Replay => Box::new(ReplayPolicy::default()),
+            BuiltinPolicy::Zero => Box::new(ZeroPolicy),
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct RolloutArgs {
+    /// Reference motion (G1 CSV).
+    #[arg(long)]
+    motion: PathBuf,
+    /// Frame rate of the motion file.
+    #[arg(long)]
+    fps: f64,
+    /// Actions to apply: one row of 29 normalised values per control step.
+    #[arg(long, conflicts_with = "policy", required_unless_present = "policy")]
+    actions: Option<PathBuf>,
+    /// Built-in policy instead of an action file.
+    #[arg(long, value_enum)]
+    policy: Option<BuiltinPolicy>,
+    /// Domain randomisation level 0-3.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=3))]
+    dr_level: u8,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    #[arg(long, value_enum, default_value_t = Gains::Base)]
+    gains: Gains,
+    /// Output CSV: time, qpos (36).
+    #[arg(long)]
+    out: PathBuf,
+    /// Also write qvel (35 values per row, MuJoCo layout) to this CSV.
+    #[arg(long)]
+    qvel_out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[arg(long, default_value_t = 16)]
+    envs: usize,
+    /// Control steps per env (episodes restart when a motion ends).
+    #[arg(long, default_value_t = 200)]
+    steps: usize,
+    /// Worker threads (0 = all cores).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    #[arg(long)]
+    json: bool,
+    /// Write the exported model, each env's initial state and its per-substep torques to this
+    /// folder so the same physics can be replayed by MuJoCo's own rollout (bench/).
+    /// Requires --steps no longer than the shortest built-in motion (200).
+    #[arg(long)]
+    dump: Option<PathBuf>,
+}
+
+pub fn run(cmd: SimCommand) -> anyhow::Result<()> {
+    match cmd {
+        SimCommand::ExportModel { robot, gains, out } => {
+            if robot != "g1" {
+                bail!("unknown robot {robot:?}: the only robot is `g1` (Unitree G1, 29 DOF)");
+            }
+            let xml = RobotConfig::new(gains.into()).mjcf();
+            std::fs::write(&out, xml).with_context(|| format!("writing {}", out.display()))?;
+            Ok(())
+        }
+        SimCommand::Rollout(a) => rollout(a),
+        SimCommand::Bench(a) => bench(a),
+    }
+}
+
+/// Reads an action CSV: rows of 29 finite-or-not numbers (non-finite values are passed on so
+/// the env reports them as a failed episode).
+fn read_actions(path: &Path) -> anyhow::Result<Vec<[f32; NUM_JOINTS]>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut rows = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mut row = [0.0f32; NUM_JOINTS];
+        let fields: Vec<&str> = line.split(',').collect();
+        if fields.len() != NUM_JOINTS {
+            bail!(
+                "{}:{}: expected {NUM_JOINTS} action values, found {}",
+                path.display(),
+                i + 1,
+                fields.len()
+            );
+        }
+        for (j, f) in fields.iter().enumerate() {
+            row[j] = f.trim().parse().map_err(|_| {
+                anyhow::anyhow!("{}:{}:{}: expected a number, found {:?}", path.display(), i + 1, j + 1, f.trim())
+            })?;
+        }
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+fn write_rows(path: &Path, times: &[f64], values: &[f64], width: usize) -> anyhow::Result<()> {
+    let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut out = std::io::BufWriter::new(file);
+    for (t, row) in times.iter().zip(values.chunks_exact(width)) {
+        write!(out, "{t}")?;
+        for v in row {
+            write!(out, ",{v}")?;
+        }
+        writeln!(out)?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn rollout(a: RolloutArgs) -> anyhow::Result<()> {
+    let robot = RobotConfig::new(a.gains.into());
+    let clip = arena_data::read_g1_csv(&a.motion, a.fps)?;
+    let library = Arc::new(MotionLibrary::from_clips(std::slice::from_ref(&clip), &robot)?);
+    let config = TrackingEnvConfig {
+        robot,
+        num_envs: 1,
+        threads: 1,
+        ..Default::default()
+    };
+    let mut env = TrackingEnv::new(config, library)?;
+    let assignment = EpisodeAssignment {
+        motion: 0,
+        start_time: 0.0,
+        seed: a.seed,
+        dr_level: DrLevel::try_from(a.dr_level).map_err(anyhow::Error::msg)?,
+    };
+    env.reset(&[(0, assignment)])?;
+    let file_actions = a.actions.as_deref().map(read_actions).transpose()?;
+    let mut policy = a.policy.map(BuiltinPolicy::build);
+    let mut action = [0.0f32; NUM_JOINTS];
+    let mut k = 0;
+    while env.infos()[0].status == EpisodeStatus::Running {
+        match (&file_actions, &mut policy) {
+            (Some(rows), _) => match rows.get(k) {
+                Some(r) => action = *r,
+                None => break,
+            },
+            (None, Some(p)) => p.act(&env, &mut action),
+            (None, None) => unreachable!("clap requires --actions or --policy"),
+        }
+        env.step(&action)?;
+        k += 1;
+    }
+    let traj = env.trajectory(0);
+    write_rows(&a.out, &traj.times, &traj.qpos, arena_sim::handler::NQ)?;
+    if let Some(p) = &a.qvel_out {
+        write_rows(p, &traj.times, &traj.qvel, arena_sim::handler::NV)?;
+    }
+    let status = &env.infos()[0].status;
+    eprintln!(
+        "{}: {} control steps, {:.2} s of motion, status {:?} -> {}",
+        clip.name,
+        traj.len() - 1,
+        traj.times.last().copied().unwrap_or(0.0),
+        status,
+        a.out.display()
+    );
+    if let EpisodeStatus::Failed(reason) = status {
+        bail!("episode failed: {reason}");
+    }
+    Ok(())
+}
+
+fn bench(a: BenchArgs) -> anyhow::Result<()> {
+    if a.envs == 0 || a.steps == 0 {
+        bail!("--envs and --steps must be at least 1");
+    }
+    let robot = RobotConfig::default();
+    let clips = MotionLibrary::builtin_clips(&robot)?;
+    let library = Arc::new(MotionLibrary::from_clips(&clips, &robot)?);
+    let config = TrackingEnvConfig {
+        robot: robot.clone(),
+        num_envs: a.envs,
+        threads: a.threads,
+        ..Default::default()
+    };
+    let assignment = |e: usize| EpisodeAssignment {
+        motion: e % library.len(),
+        start_time: 0.0,
+        seed: e as u64,
+        dr_level: DrLevel::L0,
+    };
+    let mut env = TrackingEnv::new(config, library.clone())?;
+    let all: Vec<_> = (0..a.envs).map(|e| (e, assignment(e))).collect();
+    let mut policy = ReplayPolicy::default();
+    let mut actions = vec![0.0f32; a.envs * NUM_JOINTS];
+    if let Some(dir) = &a.dump {
+        let shortest = library.motions.iter().map(|m| m.num_frames - 1).min().unwrap_or(0);
+        if a.steps > shortest {
+            bail!("--dump needs --steps <= {shortest} (the shortest built-in motion) so no env restarts");
+        }
+        dump_replay(&mut env, &all, &mut policy, a.steps, dir, &robot)?;
+        env = TrackingEnv::new(env_config(&robot, a.envs, a.threads), library.clone())?;
+    }
+    env.reset(&all)?;
+    let start = Instant::now();
+    for _ in 0..a.steps {
+        policy.act(&env, &mut actions);
+        env.step(&actions)?;
+        let done: Vec<_> = (0..a.envs).filter(|&e| env.infos()[e].status.is_done()).map(|e| (e, assignment(e))).collect();
+        if !done.is_empty() {
+            env.reset(&done)?;
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let control = (a.envs * a.steps) as f64 / secs;
+    let threads = env.handler().num_threads();
+    if a.json {
+        let v = serde_json::json!({
+            "envs": a.envs, "steps": a.steps, "threads": threads, "seconds": secs,
+            "control_steps_per_s": control, "physics_steps_per_s": control * arena_sim::DECIMATION as f64,
+        });
+        println!("{v}");
+    } else {
+        println!(
+            "{} envs × {} steps on {threads} threads: {:.0} control steps/s, {:.0} physics steps/s ({:.3} s)",
+            a.envs,
+            a.steps,
+            control,
+            control * arena_sim::DECIMATION as f64,
+            secs
+        );
+    }
+    Ok(())
+}
+
+fn env_config(robot: &RobotConfig, envs: usize, threads: usize) -> TrackingEnvConfig {
+    TrackingEnvConfig {
+        robot: robot.clone(),
+        num_envs: envs,
+        threads,
+        ..Default::default()
+    }
+}
+
+/// Runs the benchmark's episodes once with torque logging and writes what MuJoCo's rollout
+/// needs to replay the same physics: `model.xml`, `initial_qpos.f64`, `initial_qvel.f64`
+/// (N×36, N×35), `torques.f64` (N × steps·4 × 29), `final_qpos.f64` and `meta.json`.
+fn dump_replay(
+    env: &mut TrackingEnv,
+    all: &[(usize, EpisodeAssignment)],
+    policy: &mut ReplayPolicy,
+    steps: usize,
+    dir: &Path,
+    robot: &RobotConfig,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let n = env.num_envs();
+    env.set_torque_logging(true);
+    env.reset(all)?;
+    let mut initial_qpos = Vec::new();
+    let mut initial_qvel = Vec::new();
+    for e in 0..n {
+        initial_qpos.extend_from_slice(&env.trajectory(e).qpos[..arena_sim::handler::NQ]);
+        initial_qvel.extend_from_slice(&env.trajectory(e).qvel[..arena_sim::handler::NV]);
+    }
+    let mut actions = vec![0.0f32; n * NUM_JOINTS];
+    for _ in 0..steps {
+        policy.act(env, &mut actions);
+        env.step(&actions)?;
+    }
+    let mut torques = Vec::new();
+    let mut final_qpos = Vec::new();
+    for e in 0..n {
+        let log = env.handler().torque_log(e).context("torque log")?;
+        anyhow::ensure!(
+            log.len() == steps * arena_sim::DECIMATION * NUM_JOINTS,
+            "env {e} stopped early ({:?})",
+            env.infos()[e].status
+        );
+        torques.extend_from_slice(log);
+        let t = env.trajectory(e);
+        final_qpos.extend_from_slice(&t.qpos[t.qpos.len() - arena_sim::handler::NQ..]);
+    }
+    let write_f64 = |name: &str, v: &[f64]| -> anyhow::Result<()> {
+        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        std::fs::write(dir.join(name), bytes).with_context(|| format!("writing {name}"))
+    };
+    std::fs::write(dir.join("model.xml"), robot.mjcf())?;
+    write_f64("initial_qpos.f64", &initial_qpos)?;
+    write_f64("initial_qvel.f64", &initial_qvel)?;
+    write_f64("torques.f64", &torques)?;
+    write_f64("final_qpos.f64", &final_qpos)?;
+    let meta = serde_json::json!({"envs": n, "steps": steps, "substeps": steps * arena_sim::DECIMATION, "nu": NUM_JOINTS});
+    std::fs::write(dir.join("meta.json"), meta.to_string())?;
+    Ok(())
+}

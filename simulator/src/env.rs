@@ -180,20 +180,40 @@ struct Slot {
     last_a5: [f64; NUM_JOINTS],
     pending_action: [f64; NUM_JOINTS],
     history: History,
-    reference: MotionState,
     trajectory: Trajectory,
 }
 
-/// Snapshot of every env's simulator state for one step, read in batch from the handler.
-#[derive(Default)]
+/// One env's simulator state for one step, read from the handler.
 struct Readout {
-    qpos: Vec<f64>,
-    qvel: Vec<f64>,
-    root_ang_vel: Vec<f64>,
-    body_pos: Vec<f64>,
-    body_rot: Vec<f64>,
-    body_vel: Vec<f64>,
-    body_ang_vel: Vec<f64>,
+    qpos: [f64; NQ],
+    qvel: [f64; NV],
+    root_ang_vel: [f64; 3],
+    body_pos: [f64; BODY_W],
+    body_rot: [f64; 4 * NUM_BODIES_EXT],
+    body_vel: [f64; BODY_W],
+    body_ang_vel: [f64; BODY_W],
+}
+
+impl Readout {
+    fn read(handler: &MujocoHandler, env: usize) -> Self {
+        let mut r = Readout {
+            qpos: [0.0; NQ],
+            qvel: [0.0; NV],
+            root_ang_vel: [0.0; 3],
+            body_pos: [0.0; BODY_W],
+            body_rot: [0.0; 4 * NUM_BODIES_EXT],
+            body_vel: [0.0; BODY_W],
+            body_ang_vel: [0.0; BODY_W],
+        };
+        handler.read_env_into(env, Field::Qpos, &mut r.qpos);
+        handler.read_env_into(env, Field::Qvel, &mut r.qvel);
+        handler.read_env_into(env, Field::RootAngVel, &mut r.root_ang_vel);
+        handler.read_env_into(env, Field::BodyPos, &mut r.body_pos);
+        handler.read_env_into(env, Field::BodyRot, &mut r.body_rot);
+        handler.read_env_into(env, Field::BodyVel, &mut r.body_vel);
+        handler.read_env_into(env, Field::BodyAngVel, &mut r.body_ang_vel);
+        r
+    }
 }
 
 pub struct TrackingEnv {
@@ -204,7 +224,6 @@ pub struct TrackingEnv {
     obs: ObservationBatch,
     infos: Vec<StepInfo>,
     targets: Vec<f64>,
-    readout: Readout,
 }
 
 impl std::fmt::Debug for TrackingEnv {
@@ -232,19 +251,9 @@ impl TrackingEnv {
                 last_a5: [0.0; NUM_JOINTS],
                 pending_action: [0.0; NUM_JOINTS],
                 history: History::default(),
-                reference: MotionState::default(),
                 trajectory: Trajectory::default(),
             })
             .collect();
-        let readout = Readout {
-            qpos: vec![0.0; n * NQ],
-            qvel: vec![0.0; n * NV],
-            root_ang_vel: vec![0.0; n * 3],
-            body_pos: vec![0.0; n * BODY_W],
-            body_rot: vec![0.0; n * 4 * NUM_BODIES_EXT],
-            body_vel: vec![0.0; n * BODY_W],
-            body_ang_vel: vec![0.0; n * BODY_W],
-        };
         let mut env = Self {
             handler,
             library,
@@ -259,7 +268,6 @@ impl TrackingEnv {
                 n
             ],
             targets: vec![0.0; n * NUM_JOINTS],
-            readout,
             config,
         };
         for e in 0..n {
@@ -323,8 +331,9 @@ impl TrackingEnv {
         let draw = dr::draw(a.dr_level, a.seed);
         self.handler.set_physics_params(env, &draw.physics)?;
         let slot = &mut self.slots[env];
-        motion.state_at(a.start_time, &mut slot.reference);
-        self.handler.set_qpos_qvel(env, &slot.reference.qpos, &slot.reference.qvel())?;
+        let mut reference = MotionState::default();
+        motion.state_at(a.start_time, &mut reference);
+        self.handler.set_qpos_qvel(env, &reference.qpos, &reference.qvel())?;
         let mut rng = ChaCha8Rng::seed_from_u64(a.seed ^ RUNTIME_STREAM);
         slot.next_push_step = if draw.pushes {
             (dr::next_push_interval_s(&mut rng) / CONTROL_DT).round() as usize
@@ -418,50 +427,52 @@ impl TrackingEnv {
     /// Reads the simulator for all envs and rebuilds observations, info, and recordings of the
     /// envs in `envs` (just reset when `after_reset`).
     fn refresh(&mut self, envs: &[usize], after_reset: bool) {
-        let r = &mut self.readout;
-        for (field, buf) in [
-            (Field::Qpos, &mut r.qpos),
-            (Field::Qvel, &mut r.qvel),
-            (Field::RootAngVel, &mut r.root_ang_vel),
-            (Field::BodyPos, &mut r.body_pos),
-            (Field::BodyRot, &mut r.body_rot),
-            (Field::BodyVel, &mut r.body_vel),
-            (Field::BodyAngVel, &mut r.body_ang_vel),
-        ] {
-            self.handler.read_batch(field, buf).expect("buffers sized at construction");
-        }
         let mut selected = vec![false; self.slots.len()];
         envs.iter().for_each(|&e| selected[e] = true);
-        let health: Vec<EnvHealth> = (0..self.slots.len()).map(|e| self.handler.health(e).clone()).collect();
         let ctx = RefreshContext {
             library: &self.library,
             config: &self.config,
-            readout: &self.readout,
+            handler: &self.handler,
             after_reset,
         };
         let obs = &mut self.obs;
-        let slots = &mut self.slots;
-        let infos = &mut self.infos;
-        self.handler.install(|| {
-            slots
-                .par_iter_mut()
-                .zip(infos.par_iter_mut())
-                .zip(obs.state.par_chunks_mut(STATE_DIM))
-                .zip(obs.privileged_state.par_chunks_mut(PRIVILEGED_STATE_DIM))
-                .zip(obs.last_action.par_chunks_mut(LAST_ACTION_DIM))
-                .zip(obs.history_actor.par_chunks_mut(HISTORY_ACTOR_DIM))
+        let per_env = |(e, (((((slot, info), state), privileged), last_action), history)): (
+            usize,
+            (((((&mut Slot, &mut StepInfo), &mut [f32]), &mut [f32]), &mut [f32]), &mut [f32]),
+        )| {
+            if selected[e] {
+                let rows = ObsRows {
+                    state,
+                    privileged,
+                    last_action,
+                    history,
+                };
+                ctx.refresh_env(e, slot, info, rows);
+            }
+        };
+        let (slots, infos) = (&mut self.slots, &mut self.infos);
+        match self.handler.pool() {
+            Some(pool) => pool.install(|| {
+                slots
+                    .par_iter_mut()
+                    .zip(infos.par_iter_mut())
+                    .zip(obs.state.par_chunks_mut(STATE_DIM))
+                    .zip(obs.privileged_state.par_chunks_mut(PRIVILEGED_STATE_DIM))
+                    .zip(obs.last_action.par_chunks_mut(LAST_ACTION_DIM))
+                    .zip(obs.history_actor.par_chunks_mut(HISTORY_ACTOR_DIM))
+                    .enumerate()
+                    .for_each(per_env)
+            }),
+            None => slots
+                .iter_mut()
+                .zip(infos.iter_mut())
+                .zip(obs.state.chunks_mut(STATE_DIM))
+                .zip(obs.privileged_state.chunks_mut(PRIVILEGED_STATE_DIM))
+                .zip(obs.last_action.chunks_mut(LAST_ACTION_DIM))
+                .zip(obs.history_actor.chunks_mut(HISTORY_ACTOR_DIM))
                 .enumerate()
-                .filter(|(e, _)| selected[*e])
-                .for_each(|(e, (((((slot, info), state), privileged), last_action), history))| {
-                    let rows = ObsRows {
-                        state,
-                        privileged,
-                        last_action,
-                        history,
-                    };
-                    ctx.refresh_env(e, slot, info, &health[e], rows);
-                });
-        });
+                .for_each(per_env),
+        }
     }
 
     /// Statuses of all envs.
@@ -485,18 +496,18 @@ struct ObsRows<'a> {
 struct RefreshContext<'a> {
     library: &'a MotionLibrary,
     config: &'a TrackingEnvConfig,
-    readout: &'a Readout,
+    handler: &'a MujocoHandler,
     after_reset: bool,
 }
 
 impl RefreshContext<'_> {
-    fn refresh_env(&self, e: usize, slot: &mut Slot, info: &mut StepInfo, health: &EnvHealth, rows: ObsRows<'_>) {
+    fn refresh_env(&self, e: usize, slot: &mut Slot, info: &mut StepInfo, rows: ObsRows<'_>) {
         let Some(a) = slot.assignment else { return };
         let motion = &self.library.motions[a.motion];
         let motion_time = a.start_time + slot.step as f64 * CONTROL_DT;
         info.step = slot.step;
         info.motion_time = motion_time;
-        if let EnvHealth::Failed(reason) = health {
+        if let EnvHealth::Failed(reason) = self.handler.health(e) {
             if slot.status == EpisodeStatus::Running {
                 slot.status = EpisodeStatus::Failed(reason.clone());
             }
@@ -507,11 +518,10 @@ impl RefreshContext<'_> {
             info.status = slot.status.clone();
             return;
         }
-        let r = self.readout;
-        let qpos = &r.qpos[e * NQ..(e + 1) * NQ];
-        let qvel = &r.qvel[e * NV..(e + 1) * NV];
+        let r = Readout::read(self.handler, e);
+        let (qpos, qvel) = (&r.qpos, &r.qvel);
         let root_rot = [qpos[3], qpos[4], qpos[5], qpos[6]];
-        let w = &r.root_ang_vel[e * 3..e * 3 + 3];
+        let w = &r.root_ang_vel;
         let noise_on = slot.draw.obs_noise;
         let rng = &mut slot.rng;
         let mut noise = |sigma: f64| if noise_on { rng.random_range(-1.0..1.0) * sigma } else { 0.0 };
@@ -537,15 +547,16 @@ impl RefreshContext<'_> {
             // Training convention: history at t holds t−1…t−4; an explicit reset pushes nothing.
             slot.history.push(&frame, &slot.last_a5);
         }
-        let bp = &r.body_pos[e * BODY_W..(e + 1) * BODY_W];
+        let bp = &r.body_pos;
         observation::privileged_state(
             &observation::bodies3(bp),
-            &observation::bodies4(&r.body_rot[e * 4 * NUM_BODIES_EXT..(e + 1) * 4 * NUM_BODIES_EXT]),
-            &observation::bodies3(&r.body_vel[e * BODY_W..(e + 1) * BODY_W]),
-            &observation::bodies3(&r.body_ang_vel[e * BODY_W..(e + 1) * BODY_W]),
+            &observation::bodies4(&r.body_rot),
+            &observation::bodies3(&r.body_vel),
+            &observation::bodies3(&r.body_ang_vel),
             rows.privileged,
         );
-        motion.state_at(motion_time, &mut slot.reference);
+        let (mut ref_qpos, mut ref_body_pos) = ([0.0; NQ], [0.0; BODY_W]);
+        motion.pose_at(motion_time, &mut ref_qpos, &mut ref_body_pos);
         if self.config.record {
             let t = &mut slot.trajectory;
             if self.after_reset {
@@ -555,17 +566,15 @@ impl RefreshContext<'_> {
             t.qpos.extend_from_slice(qpos);
             t.qvel.extend_from_slice(qvel);
             t.body_pos.extend_from_slice(bp);
-            t.ref_qpos.extend_from_slice(&slot.reference.qpos);
-            for b in &slot.reference.body_pos {
-                t.ref_body_pos.extend_from_slice(b);
-            }
+            t.ref_qpos.extend_from_slice(&ref_qpos);
+            t.ref_body_pos.extend_from_slice(&ref_body_pos);
         }
         let fell = match self.config.fall_rule {
             None => false,
             Some(FallRule::MinRootHeight(h)) => qpos[2] < h,
             Some(FallRule::MaxBodyDeviation(d)) => (0..NUM_BODIES_EXT).any(|b| {
                 let p = &bp[3 * b..3 * b + 3];
-                let q = &slot.reference.body_pos[b];
+                let q = &ref_body_pos[3 * b..3 * b + 3];
                 ((p[0] - q[0]).powi(2) + (p[1] - q[1]).powi(2) + (p[2] - q[2]).powi(2)).sqrt() > d
             }),
         };

@@ -159,7 +159,9 @@ pub struct MujocoHandler {
     config: RobotConfig,
     envs: Vec<EnvSlot>,
     nominal: Nominal,
-    pool: rayon::ThreadPool,
+    /// Worker pool; `None` with one thread, where work runs inline (handing every step to a
+    /// single pool thread costs two context switches per dispatch).
+    pool: Option<rayon::ThreadPool>,
 }
 
 impl std::fmt::Debug for MujocoHandler {
@@ -217,10 +219,16 @@ impl MujocoHandler {
                 torque_log: None,
             });
         }
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .map_err(|e| SimError::Config(format!("thread pool: {e}")))?;
+        let threads = if threads == 0 { rayon::current_num_threads() } else { threads };
+        let pool = if threads > 1 {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .map_err(|e| SimError::Config(format!("thread pool: {e}")))?;
+            Some(pool)
+        } else {
+            None
+        };
         Ok(Self { config, envs, nominal, pool })
     }
 
@@ -229,13 +237,13 @@ impl MujocoHandler {
     }
 
     pub fn num_threads(&self) -> usize {
-        self.pool.current_num_threads()
+        self.pool.as_ref().map_or(1, |p| p.current_num_threads())
     }
 
-    /// Runs `f` inside this handler's thread pool (so callers' parallel work uses the same
-    /// thread count).
-    pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
-        self.pool.install(f)
+    /// The worker pool, or `None` when the handler runs on the calling thread; callers with
+    /// per-env work of their own use it so everything runs on the same threads.
+    pub fn pool(&self) -> Option<&rayon::ThreadPool> {
+        self.pool.as_ref()
     }
 
     fn check_env(&self, env: usize) -> Result<(), SimError> {
@@ -403,7 +411,12 @@ impl MujocoHandler {
         ([v[3], v[4], v[5]], [v[0], v[1], v[2]])
     }
 
-    /// Body states of the 31 extended bodies of one env, written into SoA rows.
+    /// Reads `field` of one env into `out` (`field.width()` values); the per-env form of
+    /// [`Handler::read_batch`] for callers that process envs in their own parallel loop.
+    pub fn read_env_into(&self, env: usize, field: Field, out: &mut [f64]) {
+        Self::read_env(&self.envs[env], field, out)
+    }
+
     fn read_env(slot: &EnvSlot, field: Field, out: &mut [f64]) {
         let data = &slot.data;
         let qpos = data.qpos();
@@ -488,9 +501,10 @@ impl Handler for MujocoHandler {
         self.set_targets(targets)?;
         let effort = self.config.effort;
         let envs = &mut self.envs;
-        self.pool.install(|| {
-            envs.par_iter_mut().for_each(|slot| Self::step_slot(slot, &effort));
-        });
+        match &self.pool {
+            Some(pool) => pool.install(|| envs.par_iter_mut().for_each(|slot| Self::step_slot(slot, &effort))),
+            None => envs.iter_mut().for_each(|slot| Self::step_slot(slot, &effort)),
+        }
         Ok(())
     }
 
@@ -504,11 +518,17 @@ impl Handler for MujocoHandler {
             )));
         }
         let envs = &self.envs;
-        self.pool.install(|| {
-            out.par_chunks_mut(w)
-                .zip(envs.par_iter())
-                .for_each(|(row, slot)| Self::read_env(slot, field, row));
-        });
+        match &self.pool {
+            Some(pool) => pool.install(|| {
+                out.par_chunks_mut(w)
+                    .zip(envs.par_iter())
+                    .for_each(|(row, slot)| Self::read_env(slot, field, row))
+            }),
+            None => out
+                .chunks_mut(w)
+                .zip(envs.iter())
+                .for_each(|(row, slot)| Self::read_env(slot, field, row)),
+        }
         Ok(())
     }
 

@@ -216,6 +216,16 @@ impl Motion {
         &self.body_pos[k * w..(k + 1) * w]
     }
 
+    /// Reference qpos (36) and body positions (31×3) at time `t`: the part of [`Self::state_at`]
+    /// that recording and the replay policy need, without the per-body slerps.
+    pub fn pose_at(&self, t: f64, qpos: &mut [f64; NQ], body_pos: &mut [f64]) {
+        let (f0, f1, beta) = frame_blend(t, self.num_frames, self.fps);
+        sample_rows(&self.qpos, NQ, f0, f1, beta, qpos);
+        let (qa, qb) = (&self.qpos[f0 * NQ + 3..][..4], &self.qpos[f1 * NQ + 3..][..4]);
+        qpos[3..7].copy_from_slice(&math::slerp(&qa.try_into().expect("4"), &qb.try_into().expect("4"), beta));
+        sample_rows(&self.body_pos, NUM_BODIES_EXT * 3, f0, f1, beta, body_pos);
+    }
+
     /// Reference state at time `t` seconds (§3.3): linear blend of the two neighbouring frames,
     /// slerp for rotations; times outside [0, length] clamp to the ends.
     pub fn state_at(&self, t: f64, out: &mut MotionState) {

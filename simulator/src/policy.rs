@@ -2,7 +2,8 @@
 
 use crate::CONTROL_DT;
 use crate::env::{ACTION_CLIP, ACTION_SCALE, EpisodeStatus, TrackingEnv};
-use crate::motion::MotionState;
+use crate::handler::NQ;
+use crate::robot::NUM_BODIES_EXT;
 use arena_data::NUM_JOINTS;
 
 /// Something that maps the env batch to an action batch (N×29, normalised).
@@ -22,9 +23,19 @@ impl Policy for ZeroPolicy {
 
 /// Open-loop reference replay: the action whose PD target is the reference joint position one
 /// control step ahead, a = (q_ref(t + dt) − q0) / (5 · 0.25 · effort / kp), clipped to [−1, 1].
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ReplayPolicy {
-    state: MotionState,
+    qpos: [f64; NQ],
+    body_pos: Vec<f64>,
+}
+
+impl Default for ReplayPolicy {
+    fn default() -> Self {
+        Self {
+            qpos: [0.0; NQ],
+            body_pos: vec![0.0; 3 * NUM_BODIES_EXT],
+        }
+    }
 }
 
 impl ReplayPolicy {
@@ -46,8 +57,8 @@ impl Policy for ReplayPolicy {
                 continue;
             };
             let t = env.infos()[e].motion_time + CONTROL_DT;
-            env.library().motions[a.motion].state_at(t, &mut self.state);
-            Self::action_for(&self.state.qpos[7..], robot, out);
+            env.library().motions[a.motion].pose_at(t, &mut self.qpos, &mut self.body_pos);
+            Self::action_for(&self.qpos[7..], robot, out);
         }
     }
 }

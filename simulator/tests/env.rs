@@ -1,0 +1,277 @@
+//! TrackingEnv behaviour: observations for known states, determinism across thread counts and
+//! runs, DR reproducibility independent of the env slot, bad actions and instability.
+
+mod common;
+
+use arena_data::NUM_JOINTS;
+use arena_sim::dr::DrLevel;
+use arena_sim::env::{EpisodeAssignment, EpisodeStatus, FallRule, Trajectory, TrackingEnv, TrackingEnvConfig};
+use arena_sim::handler::{Field, Handler, NQ, NV};
+use arena_sim::motion::{MotionLibrary, MotionState};
+use arena_sim::observation::{self, HistoryTiming, PRIVILEGED_STATE_DIM, STATE_DIM};
+use arena_sim::policy::{Policy, ReplayPolicy};
+use arena_sim::{CONTROL_DT, RobotConfig};
+use std::sync::Arc;
+
+fn library() -> Arc<MotionLibrary> {
+    let robot = RobotConfig::default();
+    Arc::new(MotionLibrary::from_clips(&MotionLibrary::builtin_clips(&robot).unwrap(), &robot).unwrap())
+}
+
+fn env(lib: &Arc<MotionLibrary>, n: usize, threads: usize) -> TrackingEnv {
+    let config = TrackingEnvConfig {
+        num_envs: n,
+        threads,
+        ..Default::default()
+    };
+    TrackingEnv::new(config, lib.clone()).unwrap()
+}
+
+fn assignment(motion: usize, seed: u64, level: DrLevel) -> EpisodeAssignment {
+    EpisodeAssignment {
+        motion,
+        start_time: 0.5,
+        seed,
+        dr_level: level,
+    }
+}
+
+/// Runs `steps` replay steps and returns every env's trajectory.
+fn run(env: &mut TrackingEnv, assignments: &[(usize, EpisodeAssignment)], steps: usize) -> Vec<Trajectory> {
+    env.reset(assignments).unwrap();
+    let mut policy = ReplayPolicy::default();
+    let mut actions = vec![0.0f32; env.num_envs() * NUM_JOINTS];
+    for _ in 0..steps {
+        policy.act(env, &mut actions);
+        env.step(&actions).unwrap();
+    }
+    (0..env.num_envs()).map(|e| env.trajectory(e).clone()).collect()
+}
+
+fn same(a: &Trajectory, b: &Trajectory) -> bool {
+    // Bitwise equality of every recorded number.
+    let eq = |x: &[f64], y: &[f64]| x.len() == y.len() && x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits());
+    eq(&a.qpos, &b.qpos) && eq(&a.qvel, &b.qvel) && eq(&a.body_pos, &b.body_pos) && eq(&a.actions, &b.actions)
+}
+
+#[test]
+fn bit_identical_across_thread_counts_and_runs() {
+    let lib = library();
+    let assignments: Vec<_> = (0..6).map(|e| (e, assignment(e, 100 + e as u64, DrLevel::L3))).collect();
+    let one = run(&mut env(&lib, 6, 1), &assignments, 120);
+    let two = run(&mut env(&lib, 6, 2), &assignments, 120);
+    let again = run(&mut env(&lib, 6, 2), &assignments, 120);
+    assert_eq!(one[0].len(), 121);
+    for e in 0..6 {
+        assert!(same(&one[e], &two[e]), "env {e}: 1 vs 2 threads");
+        assert!(same(&two[e], &again[e]), "env {e}: run to run");
+    }
+}
+
+#[test]
+fn dr_draw_follows_the_episode_not_the_slot() {
+    let lib = library();
+    let ep = assignment(1, 777, DrLevel::L3);
+    let a = run(&mut env(&lib, 3, 1), &[(0, ep)], 80);
+    // Same episode in slot 2, with other episodes in the other slots.
+    let b = run(
+        &mut env(&lib, 3, 2),
+        &[(0, assignment(2, 1, DrLevel::L2)), (1, assignment(3, 2, DrLevel::L1)), (2, ep)],
+        80,
+    );
+    assert!(same(&a[0], &b[2]));
+    // A different seed gives a different run at L3 (pushes, noise, masses...).
+    let c = run(&mut env(&lib, 1, 1), &[(0, assignment(1, 778, DrLevel::L3))], 80);
+    assert!(!same(&a[0], &c[0]));
+    // At L0 the seed changes nothing.
+    let d0 = run(&mut env(&lib, 1, 1), &[(0, assignment(1, 1, DrLevel::L0))], 40);
+    let d1 = run(&mut env(&lib, 1, 1), &[(0, assignment(1, 2, DrLevel::L0))], 40);
+    assert!(same(&d0[0], &d1[0]));
+}
+
+#[test]
+fn reset_observations_equal_the_reference_state() {
+    let lib = library();
+    let mut e = env(&lib, 1, 1);
+    // Squat at t = 1.5 s: a moving reference (non-zero joint velocities).
+    let a = EpisodeAssignment {
+        motion: 1,
+        start_time: 1.5,
+        seed: 0,
+        dr_level: DrLevel::L0,
+    };
+    let obs = e.reset(&[(0, a)]).unwrap().clone();
+    let mut s = MotionState::default();
+    lib.motions[1].state_at(1.5, &mut s);
+    let robot = RobotConfig::default();
+    // state: joint offsets from q0, joint velocities, gravity in the root frame, ω·0.25.
+    let mut reference_row = [0.0f32; STATE_DIM];
+    observation::reference_state_row(&s, &robot, &mut reference_row);
+    for j in 0..2 * NUM_JOINTS {
+        assert!((obs.state[j] - reference_row[j]).abs() < 1e-6, "state[{j}]");
+    }
+    let g = &obs.state[58..61];
+    assert!((g[2] + 1.0).abs() < 1e-3, "upright robot sees gravity straight down: {g:?}");
+    assert!(obs.last_action.iter().all(|v| *v == 0.0));
+    assert!(obs.history_actor.iter().all(|v| *v == 0.0), "history is zero after reset");
+    // privileged_state: positions and rotations are the reference's (FK of the same qpos).
+    let mut reference_priv = [0.0f32; PRIVILEGED_STATE_DIM];
+    observation::privileged_state(&s.body_pos, &s.body_rot, &s.body_vel, &s.body_ang_vel, &mut reference_priv);
+    for i in 0..(1 + 90 + 186) {
+        assert!((obs.privileged_state[i] - reference_priv[i]).abs() < 1e-5, "privileged[{i}]");
+    }
+    // The robot's root velocity is the reference's (set from it at reset).
+    let mut rv = [0.0; 3];
+    e.handler().read_batch(Field::RootVel, &mut rv).unwrap();
+    for k in 0..3 {
+        assert!((rv[k] - s.body_vel[0][k]).abs() < 1e-12);
+    }
+}
+
+#[test]
+fn history_timing_conventions() {
+    let lib = library();
+    let a = assignment(2, 0, DrLevel::L0);
+    let actions = [0.2f32; NUM_JOINTS];
+    for (timing, expect_first) in [(HistoryTiming::Previous, 0.0f32), (HistoryTiming::IncludeCurrent, 1.0)] {
+        let config = TrackingEnvConfig {
+            history: timing,
+            ..Default::default()
+        };
+        let mut e = TrackingEnv::new(config, lib.clone()).unwrap();
+        e.reset(&[(0, a)]).unwrap();
+        let (obs, _) = e.step(&actions).unwrap();
+        assert_eq!(obs.last_action[0], 1.0, "last_action is a5 = 5a");
+        // Actions history, newest first: training holds t−1 (zeros after reset), MI holds t.
+        assert_eq!(obs.history_actor[0], expect_first, "{timing:?}");
+        let (obs, _) = e.step(&actions).unwrap();
+        assert_eq!(obs.history_actor[0], 1.0, "{timing:?}");
+        // dof_pos history (offset 128) newest frame equals the state's dof_pos for MI timing.
+        if timing == HistoryTiming::IncludeCurrent {
+            assert_eq!(obs.history_actor[128], obs.state[0]);
+        } else {
+            assert_ne!(obs.history_actor[128], obs.state[0]);
+        }
+    }
+}
+
+#[test]
+fn bad_actions_fail_only_their_env() {
+    let lib = library();
+    let mut e = env(&lib, 3, 2);
+    let all: Vec<_> = (0..3).map(|i| (i, assignment(i, i as u64, DrLevel::L0))).collect();
+    e.reset(&all).unwrap();
+    let err = e.step(&[0.0; 10]).unwrap_err().to_string();
+    assert!(err.contains("3×29") && err.contains("got 10"), "{err}");
+    let mut actions = vec![0.0f32; 3 * NUM_JOINTS];
+    e.step(&actions).unwrap();
+    let before = e.trajectory(1).qpos.clone();
+    actions[NUM_JOINTS + 4] = f32::NAN;
+    let (_, infos) = e.step(&actions).unwrap();
+    assert_eq!(infos[1].status, EpisodeStatus::Failed("non-finite action at step 1 (joint 4: NaN)".into()));
+    assert_eq!(infos[0].status, EpisodeStatus::Running);
+    assert_eq!(infos[2].status, EpisodeStatus::Running);
+    assert_eq!(e.trajectory(1).qpos, before, "nothing of a failed step is recorded");
+    actions[NUM_JOINTS + 4] = 0.0;
+    let (_, infos) = e.step(&actions).unwrap();
+    assert!(infos[1].status.is_done() && infos[0].status == EpisodeStatus::Running);
+    // The env is reusable after reset.
+    e.reset(&[(1, assignment(1, 9, DrLevel::L0))]).unwrap();
+    let (_, infos) = e.step(&actions).unwrap();
+    assert_eq!(infos[1].status, EpisodeStatus::Running);
+}
+
+#[test]
+fn simulator_instability_fails_the_env_with_a_reason() {
+    let lib = library();
+    let mut e = env(&lib, 2, 1);
+    let all: Vec<_> = (0..2).map(|i| (i, assignment(i, 0, DrLevel::L0))).collect();
+    e.reset(&all).unwrap();
+    // An absurd joint velocity makes MuJoCo's accelerations blow up.
+    let mut h = arena_sim::MujocoHandler::new(RobotConfig::default(), 2, 1).unwrap();
+    let mut qpos = [0.0; NQ];
+    qpos[2] = 0.8;
+    qpos[3] = 1.0;
+    let mut qvel = [0.0; NV];
+    qvel[10] = 1e30;
+    h.set_qpos_qvel(1, &qpos, &qvel).unwrap();
+    h.set_qpos_qvel(0, &qpos, &[0.0; NV]).unwrap();
+    h.step(&[0.0; 2 * NUM_JOINTS]).unwrap();
+    match h.health(1) {
+        arena_sim::handler::EnvHealth::Failed(reason) => assert!(reason.contains("MuJoCo instability"), "{reason}"),
+        other => panic!("expected failure, got {other:?}"),
+    }
+    assert_eq!(*h.health(0), arena_sim::handler::EnvHealth::Ok);
+    let err = h.set_qpos_qvel(0, &qpos, &[f64::NAN; NV]).unwrap_err().to_string();
+    assert!(err.contains("non-finite"), "{err}");
+    // Env 1 is reusable after a reset.
+    h.set_qpos_qvel(1, &qpos, &[0.0; NV]).unwrap();
+    h.step(&[0.0; 2 * NUM_JOINTS]).unwrap();
+    assert_eq!(*h.health(1), arena_sim::handler::EnvHealth::Ok);
+}
+
+#[test]
+fn episodes_truncate_at_motion_end_and_fall_rule_is_optional() {
+    let lib = library();
+    let mut e = env(&lib, 1, 1);
+    let length = lib.motions[0].length_s;
+    let a = EpisodeAssignment {
+        motion: 0,
+        start_time: length - 5.5 * CONTROL_DT,
+        seed: 0,
+        dr_level: DrLevel::L0,
+    };
+    e.reset(&[(0, a)]).unwrap();
+    let actions = [0.0f32; NUM_JOINTS];
+    let mut steps = 0;
+    while e.infos()[0].status == EpisodeStatus::Running {
+        e.step(&actions).unwrap();
+        steps += 1;
+    }
+    assert_eq!(steps, 6);
+    assert_eq!(e.infos()[0].status, EpisodeStatus::Truncated);
+    assert_eq!(e.trajectory(0).len(), 7);
+    // With a fall rule the zero policy (which cannot balance) ends early.
+    let config = TrackingEnvConfig {
+        fall_rule: Some(FallRule::MinRootHeight(0.5)),
+        ..Default::default()
+    };
+    let mut e = TrackingEnv::new(config, lib.clone()).unwrap();
+    e.reset(&[(0, assignment(1, 0, DrLevel::L0))]).unwrap();
+    while e.infos()[0].status == EpisodeStatus::Running {
+        e.step(&actions).unwrap();
+    }
+    assert_eq!(e.infos()[0].status, EpisodeStatus::Fell);
+    assert!(e.trajectory(0).qpos[(e.trajectory(0).len() - 1) * NQ + 2] < 0.5);
+}
+
+#[test]
+fn state_dict_round_trip() {
+    let lib = library();
+    let mut e = env(&lib, 1, 1);
+    e.reset(&[(0, assignment(3, 0, DrLevel::L0))]).unwrap();
+    e.step(&[0.1; NUM_JOINTS]).unwrap();
+    let states = e.handler().get_states();
+    let s = &states[0];
+    assert_eq!(s.dof_pos.len(), 29);
+    assert_eq!(s.bodies.len(), 31);
+    assert!(s.bodies.contains_key("head_link") && s.bodies.contains_key("torso_link"));
+    let head = s.bodies["head_link"].pos;
+    let torso = s.bodies["torso_link"];
+    let expect = arena_sim::math::add(&torso.pos, &arena_sim::math::rotate(&torso.rot, &[0.0, 0.0, 0.35]));
+    assert!((0..3).all(|k| (head[k] - expect[k]).abs() < 1e-12));
+    let mut h = arena_sim::MujocoHandler::new(RobotConfig::default(), 1, 1).unwrap();
+    h.set_states(&states).unwrap();
+    let back = h.get_states();
+    assert_eq!(back[0].dof_pos, s.dof_pos);
+    assert_eq!(back[0].dof_pos_target, s.dof_pos_target);
+    for (name, b) in &s.bodies {
+        let c = back[0].bodies[name];
+        assert!((0..3).all(|k| (b.pos[k] - c.pos[k]).abs() < 1e-12), "{name}");
+        assert!((0..3).all(|k| (b.vel[k] - c.vel[k]).abs() < 1e-9), "{name} velocity");
+    }
+    let mut missing = states.clone();
+    missing[0].dof_vel.remove("left_knee_joint");
+    let err = h.set_states(&missing).unwrap_err().to_string();
+    assert!(err.contains("dof_vel has no entry for joint left_knee_joint"), "{err}");
+}

@@ -50,11 +50,15 @@ pub fn parse_g1_csv(text: &str, path: &Path, name: &str, category: &str, fps: f6
                 continue;
             }
             let field = field.trim();
-            let v: f64 = field.parse().map_err(|_| {
-                parse_err(line_no, col + 1, format!("expected a number, found {field:?}"))
-            })?;
+            let v: f64 = field
+                .parse()
+                .map_err(|_| parse_err(line_no, col + 1, format!("expected a number, found {field:?}")))?;
             if !v.is_finite() {
-                return Err(parse_err(line_no, col + 1, format!("expected a finite number, found {field}")));
+                return Err(parse_err(
+                    line_no,
+                    col + 1,
+                    format!("expected a finite number, found {field}"),
+                ));
             }
             row[col] = v;
             count = col + 1;
@@ -182,11 +186,15 @@ mod tests {
     fn quaternion_norm_and_length_checked() {
         let mut v = vec!["0".to_string(); NUM_COLUMNS];
         v[6] = "2".into();
-        let err = parse(&format!("{}\n{}\n", v.join(","), row(""))).unwrap_err().to_string();
+        let err = parse(&format!("{}\n{}\n", v.join(","), row("")))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("m.csv:1:4") && err.contains("unit norm"), "{err}");
         let err = parse(&format!("{}\n", row(""))).unwrap_err().to_string();
         assert!(err.contains("at least 2 frames"), "{err}");
-        let err = parse_g1_csv("", Path::new("m.csv"), "m", "t", -1.0).unwrap_err().to_string();
+        let err = parse_g1_csv("", Path::new("m.csv"), "m", "t", -1.0)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("frame rate"), "{err}");
     }
 
@@ -200,7 +208,12 @@ mod tests {
             f[3..7].copy_from_slice(&[0.5f64.sqrt(), 0.0, 0.0, 0.5f64.sqrt()]);
             qpos.extend(f);
         }
-        let clip = MotionClip { name: "x".into(), category: "cat".into(), fps: 50.0, qpos };
+        let clip = MotionClip {
+            name: "x".into(),
+            category: "cat".into(),
+            fps: 50.0,
+            qpos,
+        };
         let path = dir.join("cat__x.csv");
         write_g1_csv(&path, &clip).unwrap();
         let back = read_g1_csv(&path, 50.0).unwrap();

@@ -105,8 +105,11 @@ mod tests {
         assert_eq!(m.clips[1].split, Split::Train);
         let err = Manifest::parse("[[clip]]\nfile = \"a.csv\"\n", Path::new("m.toml")).unwrap_err();
         assert!(err.to_string().contains("no fps"), "{err}");
-        let err = Manifest::parse("fps = 60\n[[clip]]\nfile = \"a.csv\"\nsplit = \"dev\"\n", Path::new("m.toml"))
-            .unwrap_err();
+        let err = Manifest::parse(
+            "fps = 60\n[[clip]]\nfile = \"a.csv\"\nsplit = \"dev\"\n",
+            Path::new("m.toml"),
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("m.toml"), "{err}");
         let err = Manifest::parse("fps = 60\n", Path::new("m.toml")).unwrap_err();
         assert!(err.to_string().contains("no [[clip]]"), "{err}");

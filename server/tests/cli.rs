@@ -4,7 +4,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn arena(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_arena")).args(args).output().expect("arena runs")
+    Command::new(env!("CARGO_BIN_EXE_arena"))
+        .args(args)
+        .output()
+        .expect("arena runs")
 }
 
 fn ok(out: &Output) -> String {
@@ -44,7 +47,14 @@ fn read_rows(path: &Path) -> Vec<Vec<f64>> {
 #[test]
 fn demo_prints_a_tracking_summary_for_every_builtin_motion() {
     let out = ok(&arena(&["demo"]));
-    for name in ["stand", "squat", "arm_wave", "torso_twist", "weight_shift", "step_in_place"] {
+    for name in [
+        "stand",
+        "squat",
+        "arm_wave",
+        "torso_twist",
+        "weight_shift",
+        "step_in_place",
+    ] {
         assert!(out.lines().any(|l| l.starts_with(name)), "{name} missing in:\n{out}");
     }
     assert!(out.contains("joint err mrad"));
@@ -55,15 +65,37 @@ fn generate_then_inspect_and_rollout() {
     let dir = tmp("gen");
     ok(&arena(&["motion", "generate", "--out", dir.to_str().unwrap()]));
     let squat = dir.join("builtin__squat.csv");
-    let json = ok(&arena(&["motion", "inspect", squat.to_str().unwrap(), "--fps", "50", "--json"]));
+    let json = ok(&arena(&[
+        "motion",
+        "inspect",
+        squat.to_str().unwrap(),
+        "--fps",
+        "50",
+        "--json",
+    ]));
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v["frames"], 301);
     assert_eq!(v["limit_violations"].as_array().unwrap().len(), 0);
     assert_eq!(v["joints"].as_array().unwrap().len(), 29);
     let out = dir.join("out.csv");
-    ok(&arena(&["sim", "rollout", "--motion", squat.to_str().unwrap(), "--fps", "50", "--policy", "replay", "--out", out.to_str().unwrap()]));
+    ok(&arena(&[
+        "sim",
+        "rollout",
+        "--motion",
+        squat.to_str().unwrap(),
+        "--fps",
+        "50",
+        "--policy",
+        "replay",
+        "--out",
+        out.to_str().unwrap(),
+    ]));
     let rows = read_rows(&out);
-    assert_eq!(rows.len(), 301, "row 0 is the reset state, then one row per control step");
+    assert_eq!(
+        rows.len(),
+        301,
+        "row 0 is the reset state, then one row per control step"
+    );
     assert!(rows.iter().all(|r| r.len() == 37));
     assert!((rows[1][0] - 0.02).abs() < 1e-12);
     std::fs::remove_dir_all(dir).ok();
@@ -74,10 +106,24 @@ fn bad_inputs_get_clear_errors() {
     let dir = tmp("bad");
     let bad = dir.join("bad.csv");
     std::fs::write(&bad, "0,0,0.8,0,0,0,1\n").unwrap();
-    let out = arena(&["sim", "rollout", "--motion", bad.to_str().unwrap(), "--fps", "30", "--policy", "zero", "--out", "/dev/null"]);
+    let out = arena(&[
+        "sim",
+        "rollout",
+        "--motion",
+        bad.to_str().unwrap(),
+        "--fps",
+        "30",
+        "--policy",
+        "zero",
+        "--out",
+        "/dev/null",
+    ]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("bad.csv:1:8") && err.contains("expected 36 columns"), "{err}");
+    assert!(
+        err.contains("bad.csv:1:8") && err.contains("expected 36 columns"),
+        "{err}"
+    );
     let out = arena(&["motion", "inspect", "/nonexistent.csv", "--fps", "30"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent.csv"));
@@ -86,7 +132,18 @@ fn bad_inputs_get_clear_errors() {
     let actions = dir.join("nan.csv");
     let row = vec!["0"; 29].join(",");
     std::fs::write(&actions, format!("{row}\n{}\n", row.replacen('0', "NaN", 1))).unwrap();
-    let out = arena(&["sim", "rollout", "--motion", dir.join("builtin__stand.csv").to_str().unwrap(), "--fps", "50", "--actions", actions.to_str().unwrap(), "--out", dir.join("o.csv").to_str().unwrap()]);
+    let out = arena(&[
+        "sim",
+        "rollout",
+        "--motion",
+        dir.join("builtin__stand.csv").to_str().unwrap(),
+        "--fps",
+        "50",
+        "--actions",
+        actions.to_str().unwrap(),
+        "--out",
+        dir.join("o.csv").to_str().unwrap(),
+    ]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("non-finite action at step 1"), "{err}");
@@ -103,13 +160,25 @@ fn python_pd_crosscheck_reproduces_rollout() {
     };
     let dir = tmp("xcheck");
     let model = dir.join("g1.xml");
-    ok(&arena(&["sim", "export-model", "--robot", "g1", "--out", model.to_str().unwrap()]));
+    ok(&arena(&[
+        "sim",
+        "export-model",
+        "--robot",
+        "g1",
+        "--out",
+        model.to_str().unwrap(),
+    ]));
     ok(&arena(&["motion", "generate", "--out", dir.to_str().unwrap()]));
     // Deterministic, smooth, partly saturating actions (|5a| > 5 exercises the clip).
     let mut text = String::new();
     for k in 0..150 {
         let row: Vec<String> = (0..29)
-            .map(|j| format!("{}", 0.3 * ((0.07 * k as f64) + j as f64).sin() + if j == 3 { 1.2 } else { 0.0 }))
+            .map(|j| {
+                format!(
+                    "{}",
+                    0.3 * ((0.07 * k as f64) + j as f64).sin() + if j == 3 { 1.2 } else { 0.0 }
+                )
+            })
             .collect();
         text.push_str(&row.join(","));
         text.push('\n');
@@ -118,8 +187,18 @@ fn python_pd_crosscheck_reproduces_rollout() {
     std::fs::write(&actions, text).unwrap();
     let (qpos, qvel) = (dir.join("qpos.csv"), dir.join("qvel.csv"));
     ok(&arena(&[
-        "sim", "rollout", "--motion", dir.join("builtin__arm_wave.csv").to_str().unwrap(), "--fps", "50",
-        "--actions", actions.to_str().unwrap(), "--out", qpos.to_str().unwrap(), "--qvel-out", qvel.to_str().unwrap(),
+        "sim",
+        "rollout",
+        "--motion",
+        dir.join("builtin__arm_wave.csv").to_str().unwrap(),
+        "--fps",
+        "50",
+        "--actions",
+        actions.to_str().unwrap(),
+        "--out",
+        qpos.to_str().unwrap(),
+        "--qvel-out",
+        qvel.to_str().unwrap(),
     ]));
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../python/crosscheck_pd.py");
     let out = Command::new(python)
@@ -146,7 +225,18 @@ fn replay_rollout_on_every_g1_moves_clip() {
     assert_eq!(clips.len(), 32);
     for clip in &clips {
         let out = dir.join("out.csv");
-        ok(&arena(&["sim", "rollout", "--motion", clip.to_str().unwrap(), "--fps", "60", "--policy", "replay", "--out", out.to_str().unwrap()]));
+        ok(&arena(&[
+            "sim",
+            "rollout",
+            "--motion",
+            clip.to_str().unwrap(),
+            "--fps",
+            "60",
+            "--policy",
+            "replay",
+            "--out",
+            out.to_str().unwrap(),
+        ]));
         let frames = std::fs::read_to_string(clip).unwrap().lines().count();
         let rows = read_rows(&out);
         let expect = ((frames - 1) as f64 / 60.0 / 0.02 + 1e-9).floor() as usize + 1;

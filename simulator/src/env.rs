@@ -7,8 +7,8 @@ use crate::dr::{self, DrDraw, DrLevel};
 use crate::handler::{EnvHealth, Field, Handler, MujocoHandler, NQ, NV};
 use crate::motion::{MotionLibrary, MotionState};
 use crate::observation::{
-    self, HISTORY_ACTOR_DIM, History, HistoryTiming, LAST_ACTION_DIM, PRIVILEGED_STATE_DIM, ProprioFrame,
-    STATE_DIM, TRAINING_NOISE,
+    self, HISTORY_ACTOR_DIM, History, HistoryTiming, LAST_ACTION_DIM, PRIVILEGED_STATE_DIM, ProprioFrame, STATE_DIM,
+    TRAINING_NOISE,
 };
 use crate::robot::{NUM_BODIES_EXT, RobotConfig};
 use crate::{CONTROL_DT, SimError};
@@ -228,7 +228,9 @@ pub struct TrackingEnv {
 
 impl std::fmt::Debug for TrackingEnv {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TrackingEnv").field("num_envs", &self.slots.len()).finish()
+        f.debug_struct("TrackingEnv")
+            .field("num_envs", &self.slots.len())
+            .finish()
     }
 }
 
@@ -317,10 +319,17 @@ impl TrackingEnv {
 
     fn reset_one(&mut self, env: usize, a: EpisodeAssignment) -> Result<(), SimError> {
         if env >= self.slots.len() {
-            return Err(SimError::Config(format!("env {env} out of range (have {})", self.slots.len())));
+            return Err(SimError::Config(format!(
+                "env {env} out of range (have {})",
+                self.slots.len()
+            )));
         }
         let motion = self.library.motions.get(a.motion).ok_or_else(|| {
-            SimError::Config(format!("motion {} out of range (library has {})", a.motion, self.library.len()))
+            SimError::Config(format!(
+                "motion {} out of range (library has {})",
+                a.motion,
+                self.library.len()
+            ))
         })?;
         if !(a.start_time.is_finite() && a.start_time >= 0.0 && a.start_time < motion.length_s) {
             return Err(SimError::Config(format!(
@@ -373,7 +382,9 @@ impl TrackingEnv {
             )));
         }
         let robot = &self.config.robot;
-        let was_running: Vec<usize> = (0..n).filter(|&e| self.slots[e].status == EpisodeStatus::Running).collect();
+        let was_running: Vec<usize> = (0..n)
+            .filter(|&e| self.slots[e].status == EpisodeStatus::Running)
+            .collect();
         for (env, (slot, a)) in self.slots.iter_mut().zip(actions.chunks_exact(NUM_JOINTS)).enumerate() {
             let targets = &mut self.targets[env * NUM_JOINTS..(env + 1) * NUM_JOINTS];
             if slot.status != EpisodeStatus::Running {
@@ -436,10 +447,7 @@ impl TrackingEnv {
             after_reset,
         };
         let obs = &mut self.obs;
-        let per_env = |(e, (((((slot, info), state), privileged), last_action), history)): (
-            usize,
-            (((((&mut Slot, &mut StepInfo), &mut [f32]), &mut [f32]), &mut [f32]), &mut [f32]),
-        )| {
+        let per_env = |(e, (((((slot, info), state), privileged), last_action), history)): EnvItem<'_>| {
             if selected[e] {
                 let rows = ObsRows {
                     state,
@@ -486,6 +494,18 @@ impl TrackingEnv {
     }
 }
 
+/// One env's mutable pieces in the refresh loop: (index, slot, info and its observation rows).
+type EnvItem<'a> = (
+    usize,
+    (
+        (
+            (((&'a mut Slot, &'a mut StepInfo), &'a mut [f32]), &'a mut [f32]),
+            &'a mut [f32],
+        ),
+        &'a mut [f32],
+    ),
+);
+
 struct ObsRows<'a> {
     state: &'a mut [f32],
     privileged: &'a mut [f32],
@@ -524,7 +544,13 @@ impl RefreshContext<'_> {
         let w = &r.root_ang_vel;
         let noise_on = slot.draw.obs_noise;
         let rng = &mut slot.rng;
-        let mut noise = |sigma: f64| if noise_on { rng.random_range(-1.0..1.0) * sigma } else { 0.0 };
+        let mut noise = |sigma: f64| {
+            if noise_on {
+                rng.random_range(-1.0..1.0) * sigma
+            } else {
+                0.0
+            }
+        };
         let frame = ProprioFrame::from_robot(
             &qpos[7..],
             &qvel[6..],

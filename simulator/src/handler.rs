@@ -7,9 +7,9 @@
 //! (general, by name) or through batched structure-of-arrays accessors ([`Field`], the hot
 //! path); a GPU backend implements the same [`Handler`] trait.
 
+use crate::SimError;
 use crate::math::{self, Quat, Vec3};
 use crate::robot::{BODY_NAMES, HEAD_OFFSET, JOINT_NAMES, NUM_BODIES, NUM_BODIES_EXT, RobotConfig, TORSO_INDEX};
-use crate::SimError;
 use arena_data::NUM_JOINTS;
 use mujoco_rs::mujoco_c::mjtWarning;
 use mujoco_rs::prelude::{MjData, MjModel, MjtObjBase};
@@ -166,7 +166,9 @@ pub struct MujocoHandler {
 
 impl std::fmt::Debug for MujocoHandler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MujocoHandler").field("num_envs", &self.envs.len()).finish()
+        f.debug_struct("MujocoHandler")
+            .field("num_envs", &self.envs.len())
+            .finish()
     }
 }
 
@@ -182,12 +184,18 @@ fn check_layout(model: &MjModel) -> Result<(), SimError> {
     }
     for (j, name) in JOINT_NAMES.iter().enumerate() {
         if model.name_to_id(MjtObjBase::mjOBJ_JOINT, name) != Some(j + 1) {
-            return Err(SimError::Model(format!("joint {name} is not joint {} of the model", j + 1)));
+            return Err(SimError::Model(format!(
+                "joint {name} is not joint {} of the model",
+                j + 1
+            )));
         }
     }
     for (b, name) in BODY_NAMES.iter().enumerate() {
         if model.name_to_id(MjtObjBase::mjOBJ_BODY, name) != Some(b + 1) {
-            return Err(SimError::Model(format!("body {name} is not body {} of the model", b + 1)));
+            return Err(SimError::Model(format!(
+                "body {name} is not body {} of the model",
+                b + 1
+            )));
         }
     }
     Ok(())
@@ -219,7 +227,11 @@ impl MujocoHandler {
                 torque_log: None,
             });
         }
-        let threads = if threads == 0 { rayon::current_num_threads() } else { threads };
+        let threads = if threads == 0 {
+            rayon::current_num_threads()
+        } else {
+            threads
+        };
         let pool = if threads > 1 {
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
@@ -229,7 +241,12 @@ impl MujocoHandler {
         } else {
             None
         };
-        Ok(Self { config, envs, nominal, pool })
+        Ok(Self {
+            config,
+            envs,
+            nominal,
+            pool,
+        })
     }
 
     pub fn config(&self) -> &RobotConfig {
@@ -248,7 +265,10 @@ impl MujocoHandler {
 
     fn check_env(&self, env: usize) -> Result<(), SimError> {
         if env >= self.envs.len() {
-            return Err(SimError::Config(format!("env {env} out of range (have {})", self.envs.len())));
+            return Err(SimError::Config(format!(
+                "env {env} out of range (have {})",
+                self.envs.len()
+            )));
         }
         Ok(())
     }
@@ -489,7 +509,11 @@ fn instability(data: &MjData<Box<MjModel>>) -> Option<String> {
 }
 
 fn named(values: &[f64]) -> BTreeMap<String, f64> {
-    JOINT_NAMES.iter().zip(values).map(|(n, v)| (n.to_string(), *v)).collect()
+    JOINT_NAMES
+        .iter()
+        .zip(values)
+        .map(|(n, v)| (n.to_string(), *v))
+        .collect()
 }
 
 impl Handler for MujocoHandler {
@@ -548,7 +572,10 @@ impl Handler for MujocoHandler {
                 Self::read_env(slot, Field::BodyVel, &mut bv);
                 Self::read_env(slot, Field::BodyAngVel, &mut bw);
                 Self::read_env(slot, Field::RootAngVel, &mut root);
-                let names = BODY_NAMES.iter().copied().chain(std::iter::once(crate::robot::HEAD_NAME));
+                let names = BODY_NAMES
+                    .iter()
+                    .copied()
+                    .chain(std::iter::once(crate::robot::HEAD_NAME));
                 let bodies = names
                     .enumerate()
                     .map(|(b, n)| {
@@ -597,9 +624,9 @@ impl Handler for MujocoHandler {
             qvel[3..6].copy_from_slice(&math::rotate_inv(&qpos[3..7].try_into().expect("4"), &s.ang_vel));
             for (j, name) in JOINT_NAMES.iter().enumerate() {
                 let get = |m: &BTreeMap<String, f64>, what: &str| {
-                    m.get(*name).copied().ok_or_else(|| {
-                        SimError::Config(format!("env {env}: {what} has no entry for joint {name}"))
-                    })
+                    m.get(*name)
+                        .copied()
+                        .ok_or_else(|| SimError::Config(format!("env {env}: {what} has no entry for joint {name}")))
                 };
                 qpos[7 + j] = get(&s.dof_pos, "dof_pos")?;
                 qvel[6 + j] = get(&s.dof_vel, "dof_vel")?;

@@ -82,10 +82,8 @@ impl Kinematics {
             pos: [[0.0; 3]; NUM_BODIES_EXT],
             rot: [[0.0; 4]; NUM_BODIES_EXT],
         };
-        for b in 0..NUM_BODIES {
-            out.pos[b] = xpos[b + 1];
-            out.rot[b] = xquat[b + 1];
-        }
+        out.pos[..NUM_BODIES].copy_from_slice(&xpos[1..=NUM_BODIES]);
+        out.rot[..NUM_BODIES].copy_from_slice(&xquat[1..=NUM_BODIES]);
         let torso_rot = xquat[TORSO_INDEX + 1];
         out.pos[NUM_BODIES] = math::add(&xpos[TORSO_INDEX + 1], &math::rotate(&torso_rot, &HEAD_OFFSET));
         out.rot[NUM_BODIES] = torso_rot;

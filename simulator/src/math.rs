@@ -25,7 +25,11 @@ pub fn quat_normalize(q: &Quat) -> Quat {
 }
 
 fn cross(a: &Vec3, b: &Vec3) -> Vec3 {
-    [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
+    [
+        a[1] * b[2] - a[2] * b[1],
+        a[2] * b[0] - a[0] * b[2],
+        a[0] * b[1] - a[1] * b[0],
+    ]
 }
 
 /// Rotates `v` by unit quaternion `q` (R(q)·v).
@@ -34,7 +38,11 @@ pub fn rotate(q: &Quat, v: &Vec3) -> Vec3 {
     let t = cross(&u, v);
     let t = [2.0 * t[0], 2.0 * t[1], 2.0 * t[2]];
     let c = cross(&u, &t);
-    [v[0] + q[0] * t[0] + c[0], v[1] + q[0] * t[1] + c[1], v[2] + q[0] * t[2] + c[2]]
+    [
+        v[0] + q[0] * t[0] + c[0],
+        v[1] + q[0] * t[1] + c[1],
+        v[2] + q[0] * t[2] + c[2],
+    ]
 }
 
 /// Rotates `v` by the inverse of `q` (R(q)ᵀ·v): world → body frame.

@@ -74,7 +74,11 @@ impl MotionState {
 /// Frame indices and blend weight for time `t` (§3.3): f0, f1 = f0 + 1 (clamped) and β ∈ [0,1].
 fn frame_blend(t: f64, num_frames: usize, fps: f64) -> (usize, usize, f64) {
     let length = (num_frames - 1) as f64 / fps;
-    let phase = if length > 0.0 { (t / length).clamp(0.0, 1.0) } else { 0.0 };
+    let phase = if length > 0.0 {
+        (t / length).clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
     let f0 = ((phase * (num_frames - 1) as f64).floor() as usize).min(num_frames - 1);
     let f1 = (f0 + 1).min(num_frames - 1);
     let beta = ((t - f0 as f64 / fps) * fps).clamp(0.0, 1.0);
@@ -102,7 +106,9 @@ fn sample_clip(clip: &MotionClip, t: f64, out: &mut [f64; NQ]) {
 fn gaussian_smooth(values: &mut [f64], width: usize, sigma: f64) {
     let frames = values.len() / width;
     let radius = (4.0 * sigma + 0.5) as isize;
-    let mut kernel: Vec<f64> = (-radius..=radius).map(|x| (-0.5 * (x as f64 / sigma).powi(2)).exp()).collect();
+    let mut kernel: Vec<f64> = (-radius..=radius)
+        .map(|x| (-0.5 * (x as f64 / sigma).powi(2)).exp())
+        .collect();
     let sum: f64 = kernel.iter().sum();
     kernel.iter_mut().for_each(|k| *k /= sum);
     let src = values.to_vec();
@@ -181,7 +187,9 @@ impl Motion {
         for k in 0..n - 1 {
             for b in 0..NUM_BODIES_EXT {
                 let q0: Quat = body_rot[4 * (k * NUM_BODIES_EXT + b)..][..4].try_into().expect("4");
-                let q1: Quat = body_rot[4 * ((k + 1) * NUM_BODIES_EXT + b)..][..4].try_into().expect("4");
+                let q1: Quat = body_rot[4 * ((k + 1) * NUM_BODIES_EXT + b)..][..4]
+                    .try_into()
+                    .expect("4");
                 let rv = math::quat_to_rotvec(&math::quat_mul(&q1, &math::quat_conj(&q0)));
                 for c in 0..3 {
                     body_ang_vel[k * w + 3 * b + c] = rv[c] * fps;
@@ -222,7 +230,11 @@ impl Motion {
         let (f0, f1, beta) = frame_blend(t, self.num_frames, self.fps);
         sample_rows(&self.qpos, NQ, f0, f1, beta, qpos);
         let (qa, qb) = (&self.qpos[f0 * NQ + 3..][..4], &self.qpos[f1 * NQ + 3..][..4]);
-        qpos[3..7].copy_from_slice(&math::slerp(&qa.try_into().expect("4"), &qb.try_into().expect("4"), beta));
+        qpos[3..7].copy_from_slice(&math::slerp(
+            &qa.try_into().expect("4"),
+            &qb.try_into().expect("4"),
+            beta,
+        ));
         sample_rows(&self.body_pos, NUM_BODIES_EXT * 3, f0, f1, beta, body_pos);
     }
 
@@ -234,7 +246,11 @@ impl Motion {
         let w4 = NUM_BODIES_EXT * 4;
         sample_rows(&self.qpos, NQ, f0, f1, beta, &mut out.qpos);
         let (qa, qb) = (&self.qpos[f0 * NQ + 3..][..4], &self.qpos[f1 * NQ + 3..][..4]);
-        out.qpos[3..7].copy_from_slice(&math::slerp(&qa.try_into().expect("4"), &qb.try_into().expect("4"), beta));
+        out.qpos[3..7].copy_from_slice(&math::slerp(
+            &qa.try_into().expect("4"),
+            &qb.try_into().expect("4"),
+            beta,
+        ));
         sample_rows(&self.dof_vel, NUM_JOINTS, f0, f1, beta, &mut out.dof_vel);
         for b in 0..NUM_BODIES_EXT {
             for c in 0..3 {
@@ -251,7 +267,12 @@ impl Motion {
 }
 
 fn sample_rows(values: &[f64], width: usize, f0: usize, f1: usize, beta: f64, out: &mut [f64]) {
-    lerp_into(out, &values[f0 * width..(f0 + 1) * width], &values[f1 * width..(f1 + 1) * width], beta);
+    lerp_into(
+        out,
+        &values[f0 * width..(f0 + 1) * width],
+        &values[f1 * width..(f1 + 1) * width],
+        beta,
+    );
 }
 
 /// A set of motions sharing one kinematics model.
@@ -263,7 +284,10 @@ pub struct MotionLibrary {
 impl MotionLibrary {
     pub fn from_clips(clips: &[MotionClip], config: &RobotConfig) -> Result<Self, SimError> {
         let mut kin = Kinematics::new(config)?;
-        let motions = clips.iter().map(|c| Motion::from_clip(c, &mut kin)).collect::<Result<_, _>>()?;
+        let motions = clips
+            .iter()
+            .map(|c| Motion::from_clip(c, &mut kin))
+            .collect::<Result<_, _>>()?;
         Ok(Self { motions })
     }
 
@@ -355,7 +379,9 @@ pub fn inspect(clip: &MotionClip, kin: &Kinematics) -> MotionReport {
         problems.push(format!("root goes below the floor (min height {hmin:.3} m)"));
     }
     if max_root_jump > 10.0 {
-        problems.push(format!("root moves at up to {max_root_jump:.1} m/s between frames (a jump?)"));
+        problems.push(format!(
+            "root moves at up to {max_root_jump:.1} m/s between frames (a jump?)"
+        ));
     }
     MotionReport {
         name: clip.name.clone(),
@@ -396,7 +422,12 @@ mod tests {
             f[7 + 18] = (2.0 * t).sin(); // left elbow
             qpos.extend_from_slice(&f);
         }
-        MotionClip { name: "analytic".into(), category: "test".into(), fps, qpos }
+        MotionClip {
+            name: "analytic".into(),
+            category: "test".into(),
+            fps,
+            qpos,
+        }
     }
 
     #[test]
@@ -415,7 +446,11 @@ mod tests {
         assert!((s.qpos[0] - 0.3).abs() < 1e-12);
         // Forward difference over one control step: the derivative at the step's midpoint.
         let expect = 2.0 * (2.0 * (1.0 + 0.5 * CONTROL_DT)).cos();
-        assert!((s.dof_vel[18] - expect).abs() < 0.01, "dof_vel {} vs {expect}", s.dof_vel[18]);
+        assert!(
+            (s.dof_vel[18] - expect).abs() < 0.01,
+            "dof_vel {} vs {expect}",
+            s.dof_vel[18]
+        );
         // Constant root velocity and yaw rate survive differencing and smoothing exactly.
         assert!((s.body_vel[0][0] - 0.3).abs() < 1e-9 && s.body_vel[0][1].abs() < 1e-9);
         assert!((s.body_ang_vel[0][2] - 0.5).abs() < 1e-9, "{:?}", s.body_ang_vel[0]);
@@ -459,7 +494,12 @@ mod tests {
                 assert!(feet.lowest_contact_z.abs() < 1e-9, "{} frame {i}", c.name);
             }
             let report = inspect(c, &kin);
-            assert!(report.limit_violations.is_empty(), "{}: {:?}", c.name, report.limit_violations);
+            assert!(
+                report.limit_violations.is_empty(),
+                "{}: {:?}",
+                c.name,
+                report.limit_violations
+            );
             assert!(report.problems.is_empty(), "{}: {:?}", c.name, report.problems);
         }
     }

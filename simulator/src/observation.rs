@@ -249,13 +249,25 @@ mod tests {
         let mut dof = defaults;
         dof[3] += 0.5;
         let vel = [0.1; NUM_JOINTS];
-        let f = ProprioFrame::from_robot(&dof, &vel, &root, &[0.0, 0.0, 2.0], &defaults, &mut |_| 0.0, &TRAINING_NOISE);
+        let f = ProprioFrame::from_robot(
+            &dof,
+            &vel,
+            &root,
+            &[0.0, 0.0, 2.0],
+            &defaults,
+            &mut |_| 0.0,
+            &TRAINING_NOISE,
+        );
         let mut out = [0.0f32; STATE_DIM];
         f.write_state(&mut out);
         assert!((out[3] - 0.5).abs() < 1e-6 && out[0].abs() < 1e-6);
         assert!((out[29] - 0.1).abs() < 1e-6);
         // R_y(90°)ᵀ·(0,0,-1) = (1, 0, 0); R_y(90°)ᵀ·(0,0,2) = (-2, 0, 0), ×0.25 = -0.5.
-        assert!((out[58] - 1.0).abs() < 1e-6 && out[60].abs() < 1e-6, "{:?}", &out[58..61]);
+        assert!(
+            (out[58] - 1.0).abs() < 1e-6 && out[60].abs() < 1e-6,
+            "{:?}",
+            &out[58..61]
+        );
         assert!((out[61] + 0.5).abs() < 1e-6, "{:?}", &out[61..64]);
     }
 

@@ -156,7 +156,9 @@ impl RobotConfig {
             let patched = JOINT_NAMES.iter().enumerate().find_map(|(j, name)| {
                 let tag = format!("<joint name=\"{name}\"");
                 line.contains(&tag).then(|| {
-                    let start = line.find("actuatorfrcrange=\"").expect("authored joints carry a force range");
+                    let start = line
+                        .find("actuatorfrcrange=\"")
+                        .expect("authored joints carry a force range");
                     let rest = &line[start + 18..];
                     let end = rest.find('"').expect("closed attribute");
                     let e = self.effort[j];

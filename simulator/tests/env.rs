@@ -5,7 +5,7 @@ mod common;
 
 use arena_data::NUM_JOINTS;
 use arena_sim::dr::DrLevel;
-use arena_sim::env::{EpisodeAssignment, EpisodeStatus, FallRule, Trajectory, TrackingEnv, TrackingEnvConfig};
+use arena_sim::env::{EpisodeAssignment, EpisodeStatus, FallRule, TrackingEnv, TrackingEnvConfig, Trajectory};
 use arena_sim::handler::{Field, Handler, NQ, NV};
 use arena_sim::motion::{MotionLibrary, MotionState};
 use arena_sim::observation::{self, HistoryTiming, PRIVILEGED_STATE_DIM, STATE_DIM};
@@ -57,7 +57,9 @@ fn same(a: &Trajectory, b: &Trajectory) -> bool {
 #[test]
 fn bit_identical_across_thread_counts_and_runs() {
     let lib = library();
-    let assignments: Vec<_> = (0..6).map(|e| (e, assignment(e, 100 + e as u64, DrLevel::L3))).collect();
+    let assignments: Vec<_> = (0..6)
+        .map(|e| (e, assignment(e, 100 + e as u64, DrLevel::L3)))
+        .collect();
     let one = run(&mut env(&lib, 6, 1), &assignments, 120);
     let two = run(&mut env(&lib, 6, 2), &assignments, 120);
     let again = run(&mut env(&lib, 6, 2), &assignments, 120);
@@ -76,7 +78,11 @@ fn dr_draw_follows_the_episode_not_the_slot() {
     // Same episode in slot 2, with other episodes in the other slots.
     let b = run(
         &mut env(&lib, 3, 2),
-        &[(0, assignment(2, 1, DrLevel::L2)), (1, assignment(3, 2, DrLevel::L1)), (2, ep)],
+        &[
+            (0, assignment(2, 1, DrLevel::L2)),
+            (1, assignment(3, 2, DrLevel::L1)),
+            (2, ep),
+        ],
         80,
     );
     assert!(same(&a[0], &b[2]));
@@ -111,14 +117,29 @@ fn reset_observations_equal_the_reference_state() {
         assert!((obs.state[j] - reference_row[j]).abs() < 1e-6, "state[{j}]");
     }
     let g = &obs.state[58..61];
-    assert!((g[2] + 1.0).abs() < 1e-3, "upright robot sees gravity straight down: {g:?}");
+    assert!(
+        (g[2] + 1.0).abs() < 1e-3,
+        "upright robot sees gravity straight down: {g:?}"
+    );
     assert!(obs.last_action.iter().all(|v| *v == 0.0));
-    assert!(obs.history_actor.iter().all(|v| *v == 0.0), "history is zero after reset");
+    assert!(
+        obs.history_actor.iter().all(|v| *v == 0.0),
+        "history is zero after reset"
+    );
     // privileged_state: positions and rotations are the reference's (FK of the same qpos).
     let mut reference_priv = [0.0f32; PRIVILEGED_STATE_DIM];
-    observation::privileged_state(&s.body_pos, &s.body_rot, &s.body_vel, &s.body_ang_vel, &mut reference_priv);
+    observation::privileged_state(
+        &s.body_pos,
+        &s.body_rot,
+        &s.body_vel,
+        &s.body_ang_vel,
+        &mut reference_priv,
+    );
     for i in 0..(1 + 90 + 186) {
-        assert!((obs.privileged_state[i] - reference_priv[i]).abs() < 1e-5, "privileged[{i}]");
+        assert!(
+            (obs.privileged_state[i] - reference_priv[i]).abs() < 1e-5,
+            "privileged[{i}]"
+        );
     }
     // The robot's root velocity is the reference's (set from it at reset).
     let mut rv = [0.0; 3];
@@ -168,7 +189,10 @@ fn bad_actions_fail_only_their_env() {
     let before = e.trajectory(1).qpos.clone();
     actions[NUM_JOINTS + 4] = f32::NAN;
     let (_, infos) = e.step(&actions).unwrap();
-    assert_eq!(infos[1].status, EpisodeStatus::Failed("non-finite action at step 1 (joint 4: NaN)".into()));
+    assert_eq!(
+        infos[1].status,
+        EpisodeStatus::Failed("non-finite action at step 1 (joint 4: NaN)".into())
+    );
     assert_eq!(infos[0].status, EpisodeStatus::Running);
     assert_eq!(infos[2].status, EpisodeStatus::Running);
     assert_eq!(e.trajectory(1).qpos, before, "nothing of a failed step is recorded");

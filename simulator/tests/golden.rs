@@ -4,12 +4,12 @@
 //! `ARENA_BLESS=1 cargo test --release -p arena-sim --test golden` and review the diff.
 
 use arena_data::NUM_JOINTS;
+use arena_sim::RobotConfig;
 use arena_sim::dr::DrLevel;
 use arena_sim::env::{EpisodeAssignment, TrackingEnv, TrackingEnvConfig};
 use arena_sim::handler::NQ;
 use arena_sim::motion::MotionLibrary;
 use arena_sim::policy::{Policy, ReplayPolicy};
-use arena_sim::RobotConfig;
 use std::path::PathBuf;
 use std::sync::Arc;
 

@@ -19,7 +19,9 @@ fn strip_meshes(xml: &str) -> String {
 
 #[test]
 fn kinematics_and_mass_matrix_match_the_reference() {
-    let Some(path) = common::shared("reference/g1/g1_29dof.xml") else { return };
+    let Some(path) = common::shared("reference/g1/g1_29dof.xml") else {
+        return;
+    };
     let reference = MjModel::from_xml_string(&strip_meshes(&std::fs::read_to_string(&path).unwrap())).unwrap();
     let ours = RobotConfig::default().compile().unwrap();
     let (mo, mr) = (ours.ffi(), reference.ffi());
@@ -30,7 +32,9 @@ fn kinematics_and_mass_matrix_match_the_reference() {
     let body_map: Vec<usize> = (1..mo.nbody as usize)
         .map(|b| {
             let name = ours.id_to_name(MjtObjBase::mjOBJ_BODY, b).unwrap();
-            reference.name_to_id(MjtObjBase::mjOBJ_BODY, name).unwrap_or_else(|| panic!("{name} in reference"))
+            reference
+                .name_to_id(MjtObjBase::mjOBJ_BODY, name)
+                .unwrap_or_else(|| panic!("{name} in reference"))
         })
         .collect();
     let ranges: Vec<[f64; 2]> = ours.jnt_range()[1..].to_vec();
@@ -79,7 +83,9 @@ fn kinematics_and_mass_matrix_match_the_reference() {
 
 #[test]
 fn joint_dynamics_and_force_limits_match_the_sim_to_sim_description() {
-    let Some(path) = common::shared("reference/g1/g1_29dof_freebase.xml") else { return };
+    let Some(path) = common::shared("reference/g1/g1_29dof_freebase.xml") else {
+        return;
+    };
     let text = std::fs::read_to_string(&path).unwrap();
     let reference = MjModel::from_xml_string(&strip_meshes(&text)).unwrap();
     let ours = RobotConfig::default().compile().unwrap();
@@ -88,8 +94,16 @@ fn joint_dynamics_and_force_limits_match_the_sim_to_sim_description() {
         let (od, rd) = (6 + j, reference.jnt_dofadr()[rj] as usize);
         assert_eq!(ours.dof_armature()[od], reference.dof_armature()[rd], "{name} armature");
         assert_eq!(ours.dof_damping()[od], reference.dof_damping()[rd], "{name} damping");
-        assert_eq!(ours.dof_frictionloss()[od], reference.dof_frictionloss()[rd], "{name} frictionloss");
+        assert_eq!(
+            ours.dof_frictionloss()[od],
+            reference.dof_frictionloss()[rd],
+            "{name} frictionloss"
+        );
         assert_eq!(ours.jnt_range()[j + 1], reference.jnt_range()[rj], "{name} range");
-        assert_eq!(ours.jnt_actfrcrange()[j + 1], reference.jnt_actfrcrange()[rj], "{name} force range");
+        assert_eq!(
+            ours.jnt_actfrcrange()[j + 1],
+            reference.jnt_actfrcrange()[rj],
+            "{name} force range"
+        );
     }
 }

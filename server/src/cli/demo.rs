@@ -64,7 +64,9 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
             }
             for b in 0..NUM_BODIES_EXT {
                 let i = k * 3 * NUM_BODIES_EXT + 3 * b;
-                let d: f64 = (0..3).map(|c| (t.body_pos[i + c] - t.ref_body_pos[i + c]).powi(2)).sum();
+                let d: f64 = (0..3)
+                    .map(|c| (t.body_pos[i + c] - t.ref_body_pos[i + c]).powi(2))
+                    .sum();
                 body_err += d.sqrt();
             }
         }
@@ -88,7 +90,10 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }
-    println!("MimicArena demo: {:?} policy on {n} built-in motions (DR level {})", a.policy, a.dr_level);
+    println!(
+        "MimicArena demo: {:?} policy on {n} built-in motions (DR level {})",
+        a.policy, a.dr_level
+    );
     println!(
         "{:<15} {:>6} {:>8} {:>16} {:>18} {:>12}  status",
         "motion", "steps", "secs", "joint err mrad", "body pos err mm", "root z end"

@@ -39,7 +39,12 @@ pub fn run(cmd: MotionCommand) -> anyhow::Result<()> {
             for clip in &clips {
                 let path = out.join(format!("{}__{}.csv", clip.category, clip.name));
                 arena_data::write_g1_csv(&path, clip)?;
-                println!("{}  {} frames, {:.2} s", path.display(), clip.num_frames(), clip.duration_s());
+                println!(
+                    "{}  {} frames, {:.2} s",
+                    path.display(),
+                    clip.num_frames(),
+                    clip.duration_s()
+                );
             }
             Ok(())
         }
@@ -61,7 +66,10 @@ fn print_report(r: &MotionReport) {
     println!("motion      {} (category {})", r.name, r.category);
     println!("frames      {} at {} fps, {:.3} s", r.frames, r.fps, r.duration_s);
     println!("root height {:.3} .. {:.3} m", r.root_height_min, r.root_height_max);
-    println!("{:<28} {:>9} {:>9}   {:>9} {:>9}", "joint", "min", "max", "lower", "upper");
+    println!(
+        "{:<28} {:>9} {:>9}   {:>9} {:>9}",
+        "joint", "min", "max", "lower", "upper"
+    );
     for j in &r.joints {
         println!(
             "{:<28} {:>9.4} {:>9.4}   {:>9.4} {:>9.4}",

@@ -151,7 +151,13 @@ fn read_actions(path: &Path) -> anyhow::Result<Vec<[f32; NUM_JOINTS]>> {
         }
         for (j, f) in fields.iter().enumerate() {
             row[j] = f.trim().parse().map_err(|_| {
-                anyhow::anyhow!("{}:{}:{}: expected a number, found {:?}", path.display(), i + 1, j + 1, f.trim())
+                anyhow::anyhow!(
+                    "{}:{}:{}: expected a number, found {:?}",
+                    path.display(),
+                    i + 1,
+                    j + 1,
+                    f.trim()
+                )
             })?;
         }
         rows.push(row);
@@ -263,7 +269,10 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
     for _ in 0..a.steps {
         policy.act(&env, &mut actions);
         env.step(&actions)?;
-        let done: Vec<_> = (0..a.envs).filter(|&e| env.infos()[e].status.is_done()).map(|e| (e, assignment(e))).collect();
+        let done: Vec<_> = (0..a.envs)
+            .filter(|&e| env.infos()[e].status.is_done())
+            .map(|e| (e, assignment(e)))
+            .collect();
         if !done.is_empty() {
             env.reset(&done)?;
         }
@@ -347,7 +356,8 @@ fn dump_replay(
     write_f64("initial_qvel.f64", &initial_qvel)?;
     write_f64("torques.f64", &torques)?;
     write_f64("final_qpos.f64", &final_qpos)?;
-    let meta = serde_json::json!({"envs": n, "steps": steps, "substeps": steps * arena_sim::DECIMATION, "nu": NUM_JOINTS});
+    let meta =
+        serde_json::json!({"envs": n, "steps": steps, "substeps": steps * arena_sim::DECIMATION, "nu": NUM_JOINTS});
     std::fs::write(dir.join("meta.json"), meta.to_string())?;
     Ok(())
 }

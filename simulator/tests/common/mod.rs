@@ -9,7 +9,10 @@ pub fn shared(rel: &str) -> Option<PathBuf> {
     if p.exists() {
         Some(p)
     } else {
-        eprintln!("skipped: {} is not present (../shared beside the checkout)", p.display());
+        eprintln!(
+            "skipped: {} is not present (../shared beside the checkout)",
+            p.display()
+        );
         None
     }
 }

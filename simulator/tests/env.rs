@@ -299,3 +299,52 @@ fn state_dict_round_trip() {
     let err = h.set_states(&missing).unwrap_err().to_string();
     assert!(err.contains("dof_vel has no entry for joint left_knee_joint"), "{err}");
 }
+
+#[test]
+fn reference_observations_follow_the_backward_convention() {
+    let lib = library();
+    let robot = RobotConfig::default();
+    let m = &lib.motions[3]; // torso twist: the root turns in the world
+    let r = observation::reference_observations(m, &robot);
+    assert_eq!(r.rows, m.num_frames - 1, "rows at k·0.02 for k < ceil(length / 0.02)");
+    assert_eq!(r.state.len(), r.rows * STATE_DIM);
+    assert_eq!(r.privileged_state.len(), r.rows * PRIVILEGED_STATE_DIM);
+    let mut s = MotionState::default();
+    for k in [0, 77, r.rows - 1] {
+        m.state_at(k as f64 * CONTROL_DT, &mut s);
+        let row = &r.state[k * STATE_DIM..(k + 1) * STATE_DIM];
+        for j in 0..NUM_JOINTS {
+            assert!((row[j] as f64 - (s.qpos[7 + j] - robot.default_pose[j])).abs() < 1e-6);
+        }
+        // World-frame, unscaled root angular velocity (not body frame × 0.25).
+        for c in 0..3 {
+            assert!((row[61 + c] as f64 - s.body_ang_vel[0][c]).abs() < 1e-6, "row {k}");
+        }
+        assert!((r.privileged_state[k * PRIVILEGED_STATE_DIM] as f64 - s.qpos[2]).abs() < 1e-6);
+    }
+}
+
+#[test]
+fn dr_level_1_changes_the_physics_of_its_env_only() {
+    let lib = library();
+    let mut e = env(&lib, 2, 1);
+    // Same motion, same start; env 0 at L1, env 1 at L0.
+    let actions = vec![0.0f32; 2 * NUM_JOINTS];
+    e.reset(&[(0, assignment(0, 5, DrLevel::L1)), (1, assignment(0, 5, DrLevel::L0))])
+        .unwrap();
+    for _ in 0..30 {
+        e.step(&actions).unwrap();
+    }
+    assert_ne!(
+        e.trajectory(0).qpos,
+        e.trajectory(1).qpos,
+        "randomised masses and friction change the motion"
+    );
+    // Resetting env 0 to L0 restores the nominal model: it now matches env 1 exactly.
+    e.reset(&[(0, assignment(0, 5, DrLevel::L0)), (1, assignment(0, 5, DrLevel::L0))])
+        .unwrap();
+    for _ in 0..30 {
+        e.step(&actions).unwrap();
+    }
+    assert_eq!(e.trajectory(0).qpos, e.trajectory(1).qpos);
+}

@@ -109,6 +109,9 @@ pub enum Field {
     BodyAngVel,
 }
 
+/// The widest [`Field`] row (31 body quaternions).
+const MAX_FIELD_WIDTH: usize = 4 * NUM_BODIES_EXT;
+
 impl Field {
     pub fn width(self) -> usize {
         match self {
@@ -131,6 +134,8 @@ pub trait Handler {
     fn step(&mut self, targets: &[f64]) -> Result<(), SimError>;
     /// Reads `field` for all envs into `out` (N × field.width()).
     fn read_batch(&self, field: Field, out: &mut [f64]) -> Result<(), SimError>;
+    /// The same in single precision: the layout observation batches and remote agents use.
+    fn read_batch_f32(&self, field: Field, out: &mut [f32]) -> Result<(), SimError>;
     fn get_states(&self) -> Vec<RobotState>;
     fn set_states(&mut self, states: &[RobotState]) -> Result<(), SimError>;
     fn health(&self, env: usize) -> &EnvHealth;
@@ -552,6 +557,29 @@ impl Handler for MujocoHandler {
                 .chunks_mut(w)
                 .zip(envs.iter())
                 .for_each(|(row, slot)| Self::read_env(slot, field, row)),
+        }
+        Ok(())
+    }
+
+    fn read_batch_f32(&self, field: Field, out: &mut [f32]) -> Result<(), SimError> {
+        let w = field.width();
+        if out.len() != self.envs.len() * w {
+            return Err(SimError::Config(format!(
+                "{field:?} needs {} values, buffer has {}",
+                self.envs.len() * w,
+                out.len()
+            )));
+        }
+        let convert = |(row, slot): (&mut [f32], &EnvSlot)| {
+            let mut wide = [0.0f64; MAX_FIELD_WIDTH];
+            Self::read_env(slot, field, &mut wide[..w]);
+            for (o, v) in row.iter_mut().zip(&wide[..w]) {
+                *o = *v as f32;
+            }
+        };
+        match &self.pool {
+            Some(pool) => pool.install(|| out.par_chunks_mut(w).zip(self.envs.par_iter()).for_each(convert)),
+            None => out.chunks_mut(w).zip(self.envs.iter()).for_each(convert),
         }
         Ok(())
     }

@@ -147,6 +147,14 @@ fn reset_observations_equal_the_reference_state() {
     for k in 0..3 {
         assert!((rv[k] - s.body_vel[0][k]).abs() < 1e-12);
     }
+    let mut body_pos = vec![0.0f32; 3 * 31];
+    e.handler().read_batch_f32(Field::BodyPos, &mut body_pos).unwrap();
+    for b in 0..31 {
+        for c in 0..3 {
+            assert!((body_pos[3 * b + c] as f64 - s.body_pos[b][c]).abs() < 1e-6, "body {b}");
+        }
+    }
+    assert!(e.handler().read_batch_f32(Field::BodyPos, &mut body_pos[..5]).is_err());
 }
 
 #[test]

@@ -224,6 +224,8 @@ pub struct TrackingEnv {
     obs: ObservationBatch,
     infos: Vec<StepInfo>,
     targets: Vec<f64>,
+    /// Per-env flags of the envs the current reset/step touches (reused, no per-step allocation).
+    selected: Vec<bool>,
 }
 
 impl std::fmt::Debug for TrackingEnv {
@@ -270,6 +272,7 @@ impl TrackingEnv {
                 n
             ],
             targets: vec![0.0; n * NUM_JOINTS],
+            selected: vec![false; n],
             config,
         };
         for e in 0..n {
@@ -309,15 +312,23 @@ impl TrackingEnv {
 
     /// Resets the listed envs to the reference state at their start time (root pose and
     /// velocities, joint positions and velocities), with their DR draw. Other envs keep going.
+    /// Every assignment is validated before any env changes, so a bad one resets nothing.
     pub fn reset(&mut self, assignments: &[(usize, EpisodeAssignment)]) -> Result<&ObservationBatch, SimError> {
+        for &(env, a) in assignments {
+            self.validate(env, &a)?;
+        }
         for &(env, a) in assignments {
             self.reset_one(env, a)?;
         }
-        self.refresh(assignments.iter().map(|(e, _)| *e).collect::<Vec<_>>().as_slice(), true);
+        self.selected.fill(false);
+        for &(env, _) in assignments {
+            self.selected[env] = true;
+        }
+        self.refresh(true);
         Ok(&self.obs)
     }
 
-    fn reset_one(&mut self, env: usize, a: EpisodeAssignment) -> Result<(), SimError> {
+    fn validate(&self, env: usize, a: &EpisodeAssignment) -> Result<(), SimError> {
         if env >= self.slots.len() {
             return Err(SimError::Config(format!(
                 "env {env} out of range (have {})",
@@ -337,6 +348,11 @@ impl TrackingEnv {
                 a.start_time, motion.name, motion.length_s
             )));
         }
+        Ok(())
+    }
+
+    fn reset_one(&mut self, env: usize, a: EpisodeAssignment) -> Result<(), SimError> {
+        let motion = &self.library.motions[a.motion];
         let draw = dr::draw(a.dr_level, a.seed);
         self.handler.set_physics_params(env, &draw.physics)?;
         let slot = &mut self.slots[env];
@@ -382,9 +398,10 @@ impl TrackingEnv {
             )));
         }
         let robot = &self.config.robot;
-        let was_running: Vec<usize> = (0..n)
-            .filter(|&e| self.slots[e].status == EpisodeStatus::Running)
-            .collect();
+        // Envs running before this step: they get stepped, refreshed and their info updated.
+        for (flag, slot) in self.selected.iter_mut().zip(&self.slots) {
+            *flag = slot.status == EpisodeStatus::Running;
+        }
         for (env, (slot, a)) in self.slots.iter_mut().zip(actions.chunks_exact(NUM_JOINTS)).enumerate() {
             let targets = &mut self.targets[env * NUM_JOINTS..(env + 1) * NUM_JOINTS];
             if slot.status != EpisodeStatus::Running {
@@ -420,14 +437,14 @@ impl TrackingEnv {
             }
         }
         self.handler.step(&self.targets)?;
-        for &e in &was_running {
-            if self.slots[e].status == EpisodeStatus::Running {
-                self.slots[e].step += 1;
+        for (slot, _) in self.slots.iter_mut().zip(&self.selected).filter(|(_, s)| **s) {
+            if slot.status == EpisodeStatus::Running {
+                slot.step += 1;
             }
         }
-        self.refresh(&was_running, false);
+        self.refresh(false);
         // Finished episodes stop consuming physics until their env is reset.
-        for &e in &was_running {
+        for e in (0..n).filter(|&e| self.selected[e]) {
             if matches!(self.slots[e].status, EpisodeStatus::Truncated | EpisodeStatus::Fell) {
                 self.handler.mark_idle(e);
             }
@@ -435,11 +452,10 @@ impl TrackingEnv {
         Ok((&self.obs, &self.infos))
     }
 
-    /// Reads the simulator for all envs and rebuilds observations, info, and recordings of the
-    /// envs in `envs` (just reset when `after_reset`).
-    fn refresh(&mut self, envs: &[usize], after_reset: bool) {
-        let mut selected = vec![false; self.slots.len()];
-        envs.iter().for_each(|&e| selected[e] = true);
+    /// Rebuilds observations, info and recordings of the envs flagged in `selected` (just reset
+    /// when `after_reset`), reading each from the handler.
+    fn refresh(&mut self, after_reset: bool) {
+        let selected = &self.selected;
         let ctx = RefreshContext {
             library: &self.library,
             config: &self.config,

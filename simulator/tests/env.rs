@@ -356,3 +356,26 @@ fn dr_level_1_changes_the_physics_of_its_env_only() {
     }
     assert_eq!(e.trajectory(0).qpos, e.trajectory(1).qpos);
 }
+
+#[test]
+fn bad_assignments_are_rejected_before_anything_resets() {
+    let lib = library();
+    let mut e = env(&lib, 2, 1);
+    e.reset(&[(0, assignment(0, 0, DrLevel::L0))]).unwrap();
+    e.step(&[0.0; 2 * NUM_JOINTS]).unwrap();
+    let len = e.trajectory(0).len();
+    let bad_time = EpisodeAssignment {
+        start_time: 99.0,
+        ..assignment(1, 0, DrLevel::L0)
+    };
+    let err = e
+        .reset(&[(0, assignment(2, 0, DrLevel::L0)), (1, bad_time)])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("start time 99 outside motion squat"), "{err}");
+    assert_eq!(e.trajectory(0).len(), len, "env 0 was not reset");
+    let err = e.reset(&[(5, assignment(0, 0, DrLevel::L0))]).unwrap_err().to_string();
+    assert!(err.contains("env 5 out of range"), "{err}");
+    let err = e.reset(&[(0, assignment(42, 0, DrLevel::L0))]).unwrap_err().to_string();
+    assert!(err.contains("motion 42 out of range"), "{err}");
+}

@@ -13,11 +13,13 @@ use std::sync::Arc;
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
+    /// Built-in policy to run.
     #[arg(long, value_enum, default_value_t = BuiltinPolicy::Replay)]
     policy: BuiltinPolicy,
     /// Domain randomisation level 0-3.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=3))]
     dr_level: u8,
+    /// Print the per-motion summary as JSON.
     #[arg(long)]
     json: bool,
 }

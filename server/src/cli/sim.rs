@@ -20,8 +20,10 @@ pub enum SimCommand {
         /// Robot (only `g1`, the Unitree G1 29 DOF, for now).
         #[arg(long, default_value = "g1")]
         robot: String,
+        /// PD gain set (selects the joints' actuator force ranges).
         #[arg(long, value_enum, default_value_t = Gains::Base)]
         gains: Gains,
+        /// Output MJCF file.
         #[arg(long)]
         out: PathBuf,
     },
@@ -83,8 +85,10 @@ pub struct RolloutArgs {
     /// Domain randomisation level 0-3.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=3))]
     dr_level: u8,
+    /// Episode seed: every domain-randomisation draw, noise and push comes from it.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// PD gain set.
     #[arg(long, value_enum, default_value_t = Gains::Base)]
     gains: Gains,
     /// Output CSV: time, qpos (36).
@@ -97,6 +101,7 @@ pub struct RolloutArgs {
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
+    /// Parallel environments.
     #[arg(long, default_value_t = 16)]
     envs: usize,
     /// Control steps per env (episodes restart when a motion ends).
@@ -105,6 +110,7 @@ pub struct BenchArgs {
     /// Worker threads (0 = all cores).
     #[arg(long, default_value_t = 0)]
     threads: usize,
+    /// Print one JSON object instead of a sentence.
     #[arg(long)]
     json: bool,
     /// Write the exported model, each env's initial state and its per-substep torques to this

@@ -436,6 +436,18 @@ impl MujocoHandler {
         ([v[3], v[4], v[5]], [v[0], v[1], v[2]])
     }
 
+    /// Row width of `field`, after checking that a batch buffer of `len` values fits all envs.
+    fn batch_width(&self, field: Field, len: usize) -> Result<usize, SimError> {
+        let w = field.width();
+        if len != self.envs.len() * w {
+            return Err(SimError::Config(format!(
+                "{field:?} needs {} values, buffer has {len}",
+                self.envs.len() * w
+            )));
+        }
+        Ok(w)
+    }
+
     /// Reads `field` of one env into `out` (`field.width()` values); the per-env form of
     /// [`Handler::read_batch`] for callers that process envs in their own parallel loop.
     pub fn read_env_into(&self, env: usize, field: Field, out: &mut [f64]) {
@@ -538,14 +550,7 @@ impl Handler for MujocoHandler {
     }
 
     fn read_batch(&self, field: Field, out: &mut [f64]) -> Result<(), SimError> {
-        let w = field.width();
-        if out.len() != self.envs.len() * w {
-            return Err(SimError::Config(format!(
-                "{field:?} needs {} values, buffer has {}",
-                self.envs.len() * w,
-                out.len()
-            )));
-        }
+        let w = self.batch_width(field, out.len())?;
         let envs = &self.envs;
         match &self.pool {
             Some(pool) => pool.install(|| {
@@ -562,14 +567,7 @@ impl Handler for MujocoHandler {
     }
 
     fn read_batch_f32(&self, field: Field, out: &mut [f32]) -> Result<(), SimError> {
-        let w = field.width();
-        if out.len() != self.envs.len() * w {
-            return Err(SimError::Config(format!(
-                "{field:?} needs {} values, buffer has {}",
-                self.envs.len() * w,
-                out.len()
-            )));
-        }
+        let w = self.batch_width(field, out.len())?;
         let convert = |(row, slot): (&mut [f32], &EnvSlot)| {
             let mut wide = [0.0f64; MAX_FIELD_WIDTH];
             Self::read_env(slot, field, &mut wide[..w]);

@@ -1,0 +1,330 @@
+//! MetricsAggregator: per-episode results in, statistics and the report JSON out.
+//!
+//! Results stream in one episode at a time (`add_episode` / `add_failure`); statistics can be
+//! read at any moment (live progress) and at the end. The report follows the seed's result
+//! format: benchmark, timestamp, config, episodes[], aggregated{metric: stats},
+//! failed_episodes[]; we add `groups` (the same statistics per motion category).
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+/// How an episode ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EpisodeStatus {
+    /// Ran to the end of its window.
+    Completed,
+    /// Ended early by the benchmark's fall rule (scored on the frames it has).
+    Fell,
+    /// Simulator or agent failure (not scored).
+    Failed,
+    /// The agent missed its deadline (not scored).
+    Timeout,
+}
+
+impl EpisodeStatus {
+    /// Scored episodes enter the statistics; the others are listed as failed.
+    pub fn is_scored(self) -> bool {
+        matches!(self, EpisodeStatus::Completed | EpisodeStatus::Fell)
+    }
+}
+
+/// One episode's result, as it appears in the report's `episodes` list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EpisodeResult {
+    pub episode_id: String,
+    pub motion: String,
+    pub category: String,
+    pub status: EpisodeStatus,
+    pub metrics: BTreeMap<String, f64>,
+    pub num_steps: usize,
+    pub start_s: f64,
+    pub duration_s: f64,
+    pub seed: u64,
+    pub dr_level: u8,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// An entry of `failed_episodes`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FailedEpisode {
+    pub episode_id: String,
+    pub motion: String,
+    pub reason: String,
+}
+
+/// Summary statistics of one metric. Quantiles interpolate linearly between order statistics
+/// (NumPy's default); `std` is the population standard deviation (ddof 0, as NumPy's default).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Statistics {
+    pub mean: f64,
+    pub std: f64,
+    pub min: f64,
+    pub max: f64,
+    pub p10: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub count: usize,
+}
+
+impl Statistics {
+    /// Statistics of `values` (None when empty).
+    pub fn of(values: &[f64]) -> Option<Statistics> {
+        if values.is_empty() {
+            return None;
+        }
+        let n = values.len() as f64;
+        let mean = values.iter().sum::<f64>() / n;
+        let var = values.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
+        let mut sorted = values.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        Some(Statistics {
+            mean,
+            std: var.sqrt(),
+            min: sorted[0],
+            max: sorted[sorted.len() - 1],
+            p10: quantile(&sorted, 0.1),
+            p50: quantile(&sorted, 0.5),
+            p90: quantile(&sorted, 0.9),
+            count: values.len(),
+        })
+    }
+}
+
+/// Linear-interpolation quantile of sorted values, q in [0, 1].
+pub fn quantile(sorted: &[f64], q: f64) -> f64 {
+    let pos = q.clamp(0.0, 1.0) * (sorted.len() - 1) as f64;
+    let lo = pos.floor() as usize;
+    let hi = pos.ceil() as usize;
+    sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
+}
+
+/// The report, in the seed's format plus per-category groups.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub benchmark: String,
+    /// RFC 3339, UTC.
+    pub timestamp: String,
+    pub config: serde_json::Value,
+    pub episodes: Vec<EpisodeResult>,
+    pub aggregated: BTreeMap<String, Statistics>,
+    /// category → metric → statistics.
+    pub groups: BTreeMap<String, BTreeMap<String, Statistics>>,
+    pub failed_episodes: Vec<FailedEpisode>,
+}
+
+impl Report {
+    /// Writes the report as pretty JSON, gzip-compressed when the path ends in `.gz`.
+    pub fn write(&self, path: &Path) -> std::io::Result<()> {
+        let json = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+        let file = std::fs::File::create(path)?;
+        if path.extension().is_some_and(|e| e == "gz") {
+            let mut gz = flate2::write::GzEncoder::new(file, flate2::Compression::default());
+            gz.write_all(&json)?;
+            gz.finish()?.sync_all()
+        } else {
+            let mut f = std::io::BufWriter::new(file);
+            f.write_all(&json)?;
+            f.flush()
+        }
+    }
+
+    /// Reads a report written by [`Report::write`] (gzip detected by the `.gz` extension).
+    pub fn read(path: &Path) -> std::io::Result<Report> {
+        let file = std::fs::File::open(path)?;
+        let reader: Box<dyn std::io::Read> = if path.extension().is_some_and(|e| e == "gz") {
+            Box::new(flate2::read::GzDecoder::new(file))
+        } else {
+            Box::new(std::io::BufReader::new(file))
+        };
+        serde_json::from_reader(reader).map_err(std::io::Error::other)
+    }
+}
+
+/// Collects episode results and computes statistics overall and per category.
+#[derive(Debug, Clone, Default)]
+pub struct MetricsAggregator {
+    episodes: Vec<EpisodeResult>,
+    failed: Vec<FailedEpisode>,
+    /// metric → values of scored episodes, in arrival order.
+    values: BTreeMap<String, Vec<f64>>,
+    /// category → metric → values.
+    grouped: BTreeMap<String, BTreeMap<String, Vec<f64>>>,
+}
+
+impl MetricsAggregator {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds one episode. Scored episodes (completed, fell) feed the statistics; failed and
+    /// timed-out ones go to the failed list with their reason.
+    pub fn add_episode(&mut self, result: EpisodeResult) {
+        if result.status.is_scored() {
+            for (name, &v) in &result.metrics {
+                self.values.entry(name.clone()).or_default().push(v);
+                self.grouped
+                    .entry(result.category.clone())
+                    .or_default()
+                    .entry(name.clone())
+                    .or_default()
+                    .push(v);
+            }
+        } else {
+            self.failed.push(FailedEpisode {
+                episode_id: result.episode_id.clone(),
+                motion: result.motion.clone(),
+                reason: result.reason.clone().unwrap_or_else(|| format!("{:?}", result.status).to_lowercase()),
+            });
+        }
+        self.episodes.push(result);
+    }
+
+    pub fn episodes(&self) -> &[EpisodeResult] {
+        &self.episodes
+    }
+
+    pub fn failed(&self) -> &[FailedEpisode] {
+        &self.failed
+    }
+
+    /// Statistics per metric over the scored episodes so far.
+    pub fn aggregated(&self) -> BTreeMap<String, Statistics> {
+        self.values
+            .iter()
+            .filter_map(|(k, v)| Statistics::of(v).map(|s| (k.clone(), s)))
+            .collect()
+    }
+
+    /// Statistics per category, then per metric.
+    pub fn by_category(&self) -> BTreeMap<String, BTreeMap<String, Statistics>> {
+        self.grouped
+            .iter()
+            .map(|(g, metrics)| {
+                let stats = metrics
+                    .iter()
+                    .filter_map(|(k, v)| Statistics::of(v).map(|s| (k.clone(), s)))
+                    .collect();
+                (g.clone(), stats)
+            })
+            .collect()
+    }
+
+    /// Statistics grouped by any key of an episode (a tag, the DR level, ...).
+    pub fn group_by(&self, key: impl Fn(&EpisodeResult) -> String) -> BTreeMap<String, BTreeMap<String, Statistics>> {
+        let mut groups: BTreeMap<String, BTreeMap<String, Vec<f64>>> = BTreeMap::new();
+        for e in self.episodes.iter().filter(|e| e.status.is_scored()) {
+            let g = groups.entry(key(e)).or_default();
+            for (name, &v) in &e.metrics {
+                g.entry(name.clone()).or_default().push(v);
+            }
+        }
+        groups
+            .into_iter()
+            .map(|(g, m)| {
+                let stats = m
+                    .into_iter()
+                    .filter_map(|(k, v)| Statistics::of(&v).map(|s| (k, s)))
+                    .collect();
+                (g, stats)
+            })
+            .collect()
+    }
+
+    /// The report, stamped with the current time.
+    pub fn report(&self, benchmark: &str, config: serde_json::Value) -> Report {
+        Report {
+            benchmark: benchmark.to_string(),
+            timestamp: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            config,
+            episodes: self.episodes.clone(),
+            aggregated: self.aggregated(),
+            groups: self.by_category(),
+            failed_episodes: self.failed.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn episode(id: &str, category: &str, status: EpisodeStatus, emd: f64) -> EpisodeResult {
+        EpisodeResult {
+            episode_id: id.into(),
+            motion: format!("motion-{id}"),
+            category: category.into(),
+            status,
+            metrics: BTreeMap::from([("emd".to_string(), emd)]),
+            num_steps: 10,
+            start_s: 0.0,
+            duration_s: 0.2,
+            seed: 1,
+            dr_level: 0,
+            reason: (status == EpisodeStatus::Failed).then(|| "simulator unstable at step 3".into()),
+        }
+    }
+
+    #[test]
+    fn quantiles_match_numpy_linear() {
+        // numpy.quantile([1, 2, 3, 4], [0.1, 0.5, 0.9]) = [1.3, 2.5, 3.7]
+        let s = Statistics::of(&[4.0, 1.0, 3.0, 2.0]).unwrap();
+        assert!((s.p10 - 1.3).abs() < 1e-12 && (s.p50 - 2.5).abs() < 1e-12 && (s.p90 - 3.7).abs() < 1e-12);
+        assert_eq!((s.min, s.max, s.count), (1.0, 4.0, 4));
+        assert!((s.mean - 2.5).abs() < 1e-12);
+        // Population std of 1..4 = sqrt(1.25).
+        assert!((s.std - 1.25f64.sqrt()).abs() < 1e-12);
+        let one = Statistics::of(&[7.0]).unwrap();
+        assert_eq!((one.p10, one.p90, one.std), (7.0, 7.0, 0.0));
+        assert!(Statistics::of(&[]).is_none());
+    }
+
+    #[test]
+    fn failed_episodes_are_listed_not_averaged() {
+        let mut agg = MetricsAggregator::new();
+        agg.add_episode(episode("0", "dance", EpisodeStatus::Completed, 1.0));
+        agg.add_episode(episode("1", "dance", EpisodeStatus::Fell, 3.0));
+        agg.add_episode(episode("2", "walk", EpisodeStatus::Completed, 5.0));
+        agg.add_episode(episode("3", "walk", EpisodeStatus::Failed, 100.0));
+        agg.add_episode(episode("4", "walk", EpisodeStatus::Timeout, 100.0));
+        let all = agg.aggregated();
+        assert_eq!(all["emd"].count, 3);
+        assert!((all["emd"].mean - 3.0).abs() < 1e-12);
+        let groups = agg.by_category();
+        assert!((groups["dance"]["emd"].mean - 2.0).abs() < 1e-12);
+        assert_eq!(groups["walk"]["emd"].count, 1);
+        assert_eq!(agg.failed().len(), 2);
+        assert_eq!(agg.failed()[0].reason, "simulator unstable at step 3");
+        assert_eq!(agg.failed()[1].reason, "timeout");
+        let by_status = agg.group_by(|e| format!("{:?}", e.status));
+        assert_eq!(by_status["Fell"]["emd"].count, 1);
+    }
+
+    #[test]
+    fn report_has_the_seed_fields_and_round_trips_through_gzip() {
+        let mut agg = MetricsAggregator::new();
+        agg.add_episode(episode("0", "dance", EpisodeStatus::Completed, 1.5));
+        agg.add_episode(episode("1", "dance", EpisodeStatus::Failed, 0.0));
+        let report = agg.report("g1-test", serde_json::json!({"policy": "zero"}));
+        let json = serde_json::to_value(&report).unwrap();
+        for key in ["benchmark", "timestamp", "config", "episodes", "aggregated", "failed_episodes"] {
+            assert!(json.get(key).is_some(), "missing {key}");
+        }
+        assert_eq!(json["aggregated"]["emd"]["count"], 1);
+        assert_eq!(json["episodes"][0]["status"], "completed");
+        assert!(json["timestamp"].as_str().unwrap().ends_with('Z'));
+        let dir = std::env::temp_dir().join(format!("arena-bench-report-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for name in ["r.json", "r.json.gz"] {
+            let path = dir.join(name);
+            report.write(&path).unwrap();
+            assert_eq!(Report::read(&path).unwrap(), report);
+        }
+        let raw = std::fs::read(dir.join("r.json.gz")).unwrap();
+        assert_eq!(&raw[..2], &[0x1f, 0x8b], "gzip magic");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -177,7 +177,10 @@ impl MetricsAggregator {
             self.failed.push(FailedEpisode {
                 episode_id: result.episode_id.clone(),
                 motion: result.motion.clone(),
-                reason: result.reason.clone().unwrap_or_else(|| format!("{:?}", result.status).to_lowercase()),
+                reason: result
+                    .reason
+                    .clone()
+                    .unwrap_or_else(|| format!("{:?}", result.status).to_lowercase()),
             });
         }
         self.episodes.push(result);
@@ -310,7 +313,14 @@ mod tests {
         agg.add_episode(episode("1", "dance", EpisodeStatus::Failed, 0.0));
         let report = agg.report("g1-test", serde_json::json!({"policy": "zero"}));
         let json = serde_json::to_value(&report).unwrap();
-        for key in ["benchmark", "timestamp", "config", "episodes", "aggregated", "failed_episodes"] {
+        for key in [
+            "benchmark",
+            "timestamp",
+            "config",
+            "episodes",
+            "aggregated",
+            "failed_episodes",
+        ] {
             assert!(json.get(key).is_some(), "missing {key}");
         }
         assert_eq!(json["aggregated"]["emd"]["count"], 1);

@@ -354,7 +354,10 @@ pub fn evaluate<'a>(
             m.update(&f)?;
         }
     }
-    metrics.iter().map(|m| Ok((m.info().name.to_string(), m.compute()?))).collect()
+    metrics
+        .iter()
+        .map(|m| Ok((m.info().name.to_string(), m.compute()?)))
+        .collect()
 }
 
 fn check_frame(metric: &'static str, f: &Frame<'_>) -> Result<(), MetricError> {

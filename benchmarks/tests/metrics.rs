@@ -75,7 +75,15 @@ fn joint_angle_metrics_by_hand() {
         q[0] = 3.0;
         q[1] = 4.0;
     }
-    let v = e.eval(&["distance", "mpjpe_l", "proximity", "emd", "vel_dist", "accel_dist", "bfm_vel_dist"]);
+    let v = e.eval(&[
+        "distance",
+        "mpjpe_l",
+        "proximity",
+        "emd",
+        "vel_dist",
+        "accel_dist",
+        "bfm_vel_dist",
+    ]);
     assert!(close(v["distance"], 5.0));
     assert!(close(v["mpjpe_l"], 5000.0));
     assert!(close(v["proximity"], 0.0)); // 5 > bound + margin
@@ -131,7 +139,11 @@ fn bfm_accel_dist_uses_the_joint_axis_and_factor_100() {
         q[1] = 1.0; // D² over joints: (q2 − 2q1 + q0) = −2 at k = 0, +1 at k = 1 → ‖(−2, 1)‖ = √5
     }
     let v = e.eval(&["bfm_accel_dist"]);
-    assert!(close(v["bfm_accel_dist"], 100.0 * 5f64.sqrt()), "{}", v["bfm_accel_dist"]);
+    assert!(
+        close(v["bfm_accel_dist"], 100.0 * 5f64.sqrt()),
+        "{}",
+        v["bfm_accel_dist"]
+    );
 }
 
 #[test]
@@ -143,7 +155,14 @@ fn body_position_errors_global_and_root_relative() {
             p[3 * b] += 0.3;
         }
     }
-    let v = e.eval(&["mpjpe_g", "mpjpe_g_all", "mpjpe_rr", "mpjpe_rr_all", "success", "emd_xpos"]);
+    let v = e.eval(&[
+        "mpjpe_g",
+        "mpjpe_g_all",
+        "mpjpe_rr",
+        "mpjpe_rr_all",
+        "success",
+        "emd_xpos",
+    ]);
     assert!(close(v["mpjpe_g"], 300.0) && close(v["mpjpe_g_all"], 300.0));
     assert!(close(v["mpjpe_rr"], 0.0) && close(v["mpjpe_rr_all"], 0.0));
     assert_eq!(v["success"], 1.0);
@@ -226,7 +245,9 @@ fn ndtw_tolerates_lag_better_than_per_frame_error() {
     // Per-frame error 0.05 m would give exp(−0.05/0.5) = 0.905; DTW does better.
     assert!(v["ndtw"] > 0.98 && v["ndtw"] < 1.0, "{}", v["ndtw"]);
     // Exact DTW on a tiny case: x = (0, 1, 2), y = (0, 0, 1, 2) in 1-D, cost |a − b|: 0.
-    let d = metrics::dtw(&[0.0, 1.0, 2.0], &[0.0, 0.0, 1.0, 2.0], 1, None, |a, b| (a[0] - b[0]).abs());
+    let d = metrics::dtw(&[0.0, 1.0, 2.0], &[0.0, 0.0, 1.0, 2.0], 1, None, |a, b| {
+        (a[0] - b[0]).abs()
+    });
     assert_eq!(d, 0.0);
     let d = metrics::dtw(&[0.0, 1.0], &[1.0, 2.0], 1, None, |a, b| (a[0] - b[0]).abs());
     assert_eq!(d, 2.0); // (0→1) + (1→2) or (0→1)+(1→1)+(1→2)... best is 1 + 0 + 1 = 2
@@ -254,7 +275,10 @@ fn metric_interface_resets_between_episodes() {
 fn bad_input_is_a_clear_error() {
     let config = MetricConfig::default();
     let err = metrics::create("mpjpe", &config).err().unwrap().to_string();
-    assert!(err.contains("unknown metric \"mpjpe\"") && err.contains("mpjpe_g"), "{err}");
+    assert!(
+        err.contains("unknown metric \"mpjpe\"") && err.contains("mpjpe_g"),
+        "{err}"
+    );
     let bad_slice = MetricConfig {
         state_slice: [10, 70],
         ..config

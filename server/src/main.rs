@@ -1,8 +1,10 @@
 //! arena-server: the `arena` binary. For now its command line drives the simulator
-//! (`arena sim ...`), the motion tools (`arena motion ...`) and the demo run (`arena demo`);
-//! the evaluation server itself arrives with later issues.
+//! (`arena sim ...`), the motion tools (`arena motion ...`), benchmark definitions and metrics
+//! (`arena bench ...`, `arena metrics ...`), in-process evaluation (`arena eval`) and the demo
+//! run (`arena demo`); the evaluation server itself arrives with later issues.
 
 mod cli;
+mod eval;
 
 use clap::Parser;
 

@@ -40,6 +40,7 @@ fn read_rows(path: &Path) -> Vec<Vec<f64>> {
     std::fs::read_to_string(path)
         .unwrap()
         .lines()
+        .filter(|l| !l.starts_with('#'))
         .map(|l| l.split(',').map(|v| v.parse().unwrap()).collect())
         .collect()
 }

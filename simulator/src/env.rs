@@ -137,6 +137,10 @@ pub struct Trajectory {
     pub actions: Vec<f64>,
     pub ref_qpos: Vec<f64>,
     pub ref_body_pos: Vec<f64>,
+    /// The `state` observation the agent received (64 per row, noise included).
+    pub state: Vec<f64>,
+    /// The reference motion's `state` row at the same time (64 per row).
+    pub ref_state: Vec<f64>,
 }
 
 impl Trajectory {
@@ -161,6 +165,8 @@ impl Trajectory {
             (&mut self.actions, NUM_JOINTS),
             (&mut self.ref_qpos, NQ),
             (&mut self.ref_body_pos, BODY_W),
+            (&mut self.state, STATE_DIM),
+            (&mut self.ref_state, STATE_DIM),
         ] {
             v.clear();
             v.reserve(rows * w);
@@ -499,6 +505,18 @@ impl TrackingEnv {
         }
     }
 
+    /// Ends a running episode as truncated (its window is over before the motion is) and
+    /// stops simulating the env until it is reset.
+    pub fn stop(&mut self, env: usize) {
+        if let Some(slot) = self.slots.get_mut(env)
+            && slot.status == EpisodeStatus::Running
+        {
+            slot.status = EpisodeStatus::Truncated;
+            self.infos[env].status = EpisodeStatus::Truncated;
+            self.handler.mark_idle(env);
+        }
+    }
+
     /// Statuses of all envs.
     pub fn statuses(&self) -> Vec<EpisodeStatus> {
         self.slots.iter().map(|s| s.status.clone()).collect()
@@ -610,6 +628,12 @@ impl RefreshContext<'_> {
             t.body_pos.extend_from_slice(bp);
             t.ref_qpos.extend_from_slice(&ref_qpos);
             t.ref_body_pos.extend_from_slice(&ref_body_pos);
+            t.state.extend(rows.state.iter().map(|v| *v as f64));
+            let mut reference = MotionState::default();
+            motion.state_at(motion_time, &mut reference);
+            let mut ref_row = [0.0f32; STATE_DIM];
+            observation::reference_state_row(&reference, &self.config.robot, &mut ref_row);
+            t.ref_state.extend(ref_row.iter().map(|v| *v as f64));
         }
         let fell = match self.config.fall_rule {
             None => false,

@@ -1,8 +1,11 @@
 //! Command-line interface of the `arena` binary.
 
+mod bench;
 mod demo;
+mod eval;
+mod metrics;
 mod motion;
-mod sim;
+pub(crate) mod sim;
 
 use clap::{Parser, Subcommand};
 
@@ -29,6 +32,15 @@ enum Command {
     /// Motion tools: generate the built-in motions, inspect a motion file.
     #[command(subcommand)]
     Motion(motion::MotionCommand),
+    /// Benchmark definitions: list, validate, show.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+    /// Metrics on files: EMD between two frame sets, every tracking metric of a rollout.
+    #[command(subcommand)]
+    Metrics(metrics::MetricsCommand),
+    /// Run a whole benchmark in-process with a built-in policy; prints per-episode metrics and
+    /// aggregates, writes the report JSON.
+    Eval(eval::EvalArgs),
     /// Run the reference-replay policy on the built-in motions and print a tracking summary.
     Demo(demo::DemoArgs),
 }
@@ -37,6 +49,9 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Sim(c) => sim::run(c),
         Command::Motion(c) => motion::run(c),
+        Command::Bench(c) => bench::run(c),
+        Command::Metrics(c) => metrics::run(c),
+        Command::Eval(a) => eval::run(a),
         Command::Demo(a) => demo::run(a),
     }
 }

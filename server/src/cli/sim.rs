@@ -91,7 +91,7 @@ pub struct RolloutArgs {
     /// PD gain set.
     #[arg(long, value_enum, default_value_t = Gains::Base)]
     gains: Gains,
-    /// Output CSV: time, qpos (36).
+    /// Output CSV: a `#` header line, then time and qpos (36) per row.
     #[arg(long)]
     out: PathBuf,
     /// Also write qvel (35 values per row, MuJoCo layout) to this CSV.
@@ -171,9 +171,14 @@ fn read_actions(path: &Path) -> anyhow::Result<Vec<[f32; NUM_JOINTS]>> {
     Ok(rows)
 }
 
-fn write_rows(path: &Path, times: &[f64], values: &[f64], width: usize) -> anyhow::Result<()> {
+/// First line of a rollout's qpos file; readers (`arena metrics`) recognise rollouts by it.
+pub const ROLLOUT_HEADER: &str = "# arena rollout: time, qpos (root xyz, quaternion wxyz, 29 joint angles)";
+const QVEL_HEADER: &str = "# arena rollout: time, qvel (root linear xyz, root angular xyz, 29 joint velocities)";
+
+fn write_rows(path: &Path, header: &str, times: &[f64], values: &[f64], width: usize) -> anyhow::Result<()> {
     let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
     let mut out = std::io::BufWriter::new(file);
+    writeln!(out, "{header}")?;
     for (t, row) in times.iter().zip(values.chunks_exact(width)) {
         write!(out, "{t}")?;
         for v in row {
@@ -220,9 +225,9 @@ fn rollout(a: RolloutArgs) -> anyhow::Result<()> {
         k += 1;
     }
     let traj = env.trajectory(0);
-    write_rows(&a.out, &traj.times, &traj.qpos, arena_sim::handler::NQ)?;
+    write_rows(&a.out, ROLLOUT_HEADER, &traj.times, &traj.qpos, arena_sim::handler::NQ)?;
     if let Some(p) = &a.qvel_out {
-        write_rows(p, &traj.times, &traj.qvel, arena_sim::handler::NV)?;
+        write_rows(p, QVEL_HEADER, &traj.times, &traj.qvel, arena_sim::handler::NV)?;
     }
     let status = &env.infos()[0].status;
     eprintln!(

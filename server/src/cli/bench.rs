@@ -1,0 +1,191 @@
+//! `arena bench list|validate|show`: the benchmark definitions in `benchmarks/*.toml`.
+
+use anyhow::bail;
+use arena_bench::metrics::metric_names;
+use arena_bench::spec::{self, BenchmarkSpec, FallSpec, MotionSource, Window};
+use clap::{Args, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// List the benchmark files of a folder (default: the shipped `benchmarks/`).
+    List(ListArgs),
+    /// Check benchmark files; prints every problem with file, key and expected value.
+    Validate(ValidateArgs),
+    /// Print one benchmark's definition (by name or path).
+    Show(ShowArgs),
+}
+
+/// Where benchmark files are looked up by name.
+#[derive(Debug, Args, Clone)]
+pub struct BenchDirArg {
+    /// Folder of benchmark files (default: $ARENA_BENCHMARKS_DIR, else the shipped `benchmarks/`).
+    #[arg(long, env = "ARENA_BENCHMARKS_DIR")]
+    pub benchmarks_dir: Option<PathBuf>,
+}
+
+impl BenchDirArg {
+    pub fn dir(&self) -> PathBuf {
+        self.benchmarks_dir.clone().unwrap_or_else(spec::shipped_dir)
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    dir: BenchDirArg,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// Benchmark files to check.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// Benchmark name (the `name` key) or path to a file.
+    name: String,
+    #[command(flatten)]
+    dir: BenchDirArg,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(c: BenchCommand) -> anyhow::Result<()> {
+    let known = metric_names();
+    match c {
+        BenchCommand::List(a) => {
+            let dir = a.dir.dir();
+            let entries = spec::list_benchmarks(&dir, &known);
+            if a.json {
+                let rows: Vec<_> = entries
+                    .iter()
+                    .map(|(path, r)| match r {
+                        Ok(s) => serde_json::json!({"file": path, "name": s.name, "version": s.version,
+                            "description": s.description, "motions": motions_summary(s)}),
+                        Err(e) => serde_json::json!({"file": path, "error": e.to_string()}),
+                    })
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+                return Ok(());
+            }
+            println!("Benchmarks in {}:", dir.display());
+            for (path, r) in &entries {
+                match r {
+                    Ok(s) => println!(
+                        "  {:<20} v{:<3} {:<40} {}",
+                        s.name,
+                        s.version,
+                        motions_summary(s),
+                        first_line(&s.description)
+                    ),
+                    Err(e) => println!(
+                        "  {:<20} INVALID: {e}",
+                        path.file_name().unwrap_or_default().to_string_lossy()
+                    ),
+                }
+            }
+            Ok(())
+        }
+        BenchCommand::Validate(a) => {
+            let mut bad = 0;
+            for f in &a.files {
+                match BenchmarkSpec::read(f, &known) {
+                    Ok(s) => println!("{}: ok ({} v{})", f.display(), s.name, s.version),
+                    Err(e) => {
+                        bad += 1;
+                        eprintln!("{e}");
+                    }
+                }
+            }
+            if bad > 0 {
+                bail!("{bad} of {} benchmark files invalid", a.files.len());
+            }
+            Ok(())
+        }
+        BenchCommand::Show(a) => {
+            let (path, s) = spec::find_benchmark(&a.name, &a.dir.dir(), &known)?;
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&s)?);
+                return Ok(());
+            }
+            println!("{} v{} ({})", s.name, s.version, path.display());
+            println!("  {}", s.description.trim().replace('\n', "\n  "));
+            println!("task:         {:?}", s.task);
+            println!("motions:      {}", motions_summary(&s));
+            let window = match s.episodes.window {
+                Window::Whole => "whole clip".to_string(),
+                Window::Sliding { length_s, stride_s } => format!("{length_s} s windows every {stride_s} s"),
+            };
+            println!(
+                "episodes:     {window}, {} repeat(s), DR level {}, seed {}",
+                s.episodes.repeats, s.episodes.dr_level, s.episodes.seed
+            );
+            let limit = if s.limits.max_episode_s > 0.0 {
+                format!("{} s", s.limits.max_episode_s)
+            } else {
+                "none".into()
+            };
+            println!(
+                "limits:       {} Hz control, episode limit {limit}, step deadline {} ms",
+                s.limits.control_hz, s.limits.step_timeout_ms
+            );
+            let fall = match s.fall {
+                FallSpec::None => "none".to_string(),
+                FallSpec::MinRootHeight(h) => format!("root below {h} m"),
+                FallSpec::MaxBodyDeviation(d) => format!("a body more than {d} m from its reference"),
+            };
+            println!("fall rule:    {fall}");
+            let o = &s.observations;
+            println!(
+                "observations: {} (reference horizon {} frames, whole reference revealed: {}, motion names hidden: {})",
+                o.groups.join(", "),
+                o.reference_horizon,
+                o.reveal_reference,
+                o.hide_motion_names
+            );
+            println!("metrics:      {}", s.metrics.list.join(", "));
+            let direction = s
+                .ranking
+                .direction
+                .or_else(|| arena_bench::metrics::metric_info(&s.ranking.primary).map(|m| m.direction));
+            println!(
+                "ranking:      {} ({:?} is better), tie-breakers: {}",
+                s.ranking.primary,
+                direction.unwrap_or(arena_bench::spec::Direction::Lower),
+                if s.ranking.tie_breakers.is_empty() {
+                    "none".into()
+                } else {
+                    s.ranking.tie_breakers.join(", ")
+                }
+            );
+            Ok(())
+        }
+    }
+}
+
+/// The description's first line, cut to fit a listing row.
+fn first_line(s: &str) -> String {
+    let line = s.lines().next().unwrap_or("");
+    match line.char_indices().nth(60) {
+        Some((i, _)) => format!("{}…", &line[..i]),
+        None => line.to_string(),
+    }
+}
+
+fn motions_summary(s: &BenchmarkSpec) -> String {
+    match &s.motions.source {
+        MotionSource::Builtin(names) => format!("{} built-in motions", names.len()),
+        MotionSource::Files(files) => format!("{} files", files.len()),
+        MotionSource::Dir { dir, pattern } => {
+            format!("{}/{}", dir.display(), pattern.as_deref().unwrap_or("*.csv"))
+        }
+        MotionSource::Manifest(m) => format!("manifest {} ({})", m.display(), s.motions.split.as_str()),
+    }
+}

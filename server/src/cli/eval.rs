@@ -1,0 +1,145 @@
+//! `arena eval`: run a whole benchmark in-process with a built-in policy.
+
+use crate::cli::bench::BenchDirArg;
+use crate::cli::sim::BuiltinPolicy;
+use crate::eval::{self, EvalOptions};
+use anyhow::Context;
+use arena_bench::metrics::metric_names;
+use arena_bench::spec::{self, MOTIONS_ROOT_ENV};
+use arena_sim::RobotConfig;
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
+
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// Benchmark name (see `arena bench list`) or path to a benchmark file.
+    #[arg(long)]
+    benchmark: String,
+    /// Built-in policy to evaluate.
+    #[arg(long, value_enum)]
+    policy: BuiltinPolicy,
+    /// Folder that the benchmark's motion paths are relative to.
+    #[arg(long, env = MOTIONS_ROOT_ENV, default_value = ".")]
+    motions_root: PathBuf,
+    #[command(flatten)]
+    dir: BenchDirArg,
+    /// Episodes simulated together.
+    #[arg(long, default_value_t = 32)]
+    batch: usize,
+    /// Simulation threads (0 = one per core).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    /// Write the report JSON here (gzip-compressed when the name ends in .gz).
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// Print the report JSON on stdout instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: EvalArgs) -> anyhow::Result<()> {
+    let known = metric_names();
+    let (path, spec) = spec::find_benchmark(&a.benchmark, &a.dir.dir(), &known)?;
+    let robot = RobotConfig::default();
+    let clips = eval::benchmark_clips(&spec, &a.motions_root, &robot)
+        .with_context(|| format!("loading the motions of {} ({})", spec.name, path.display()))?;
+    let threads = if a.threads == 0 {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    } else {
+        a.threads
+    };
+    let options = EvalOptions {
+        batch: a.batch.max(1),
+        threads,
+    };
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} episodes  {msg}")
+            .expect("valid template"),
+    );
+    let mut policy = a.policy.build();
+    let aggregator = eval::run_benchmark(&spec, &clips, policy.as_mut(), &options, &mut |done, total, r| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+        bar.set_message(format!("{} {:?}", r.motion, r.status));
+    })?;
+    bar.finish_and_clear();
+    let run = serde_json::json!({
+        "policy": format!("{:?}", a.policy).to_lowercase(),
+        "motions_root": a.motions_root,
+        "benchmark_file": path,
+        "threads": threads,
+        "batch": options.batch,
+    });
+    let report = eval::report(&spec, &aggregator, run);
+    if let Some(out) = &a.report {
+        report
+            .write(out)
+            .with_context(|| format!("writing {}", out.display()))?;
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    // The table shows the ranking metrics first, then the most read ones.
+    let mut shown: Vec<&str> = vec![spec.ranking.primary.as_str()];
+    shown.extend(spec.ranking.tie_breakers.iter().map(String::as_str));
+    for extra in ["mpjpe_l", "mpjpe_g", "success", "failure_time_s"] {
+        if spec.metrics.list.iter().any(|m| m == extra) && !shown.contains(&extra) {
+            shown.push(extra);
+        }
+    }
+    println!(
+        "{} v{}: {:?} policy, {} episodes",
+        spec.name,
+        spec.version,
+        a.policy,
+        report.episodes.len()
+    );
+    print!("{:<8} {:<28} {:>6} {:<10}", "episode", "motion", "steps", "status");
+    for m in &shown {
+        print!(" {m:>14}");
+    }
+    println!();
+    for e in &report.episodes {
+        print!(
+            "{:<8} {:<28} {:>6} {:<10}",
+            e.episode_id,
+            e.motion,
+            e.num_steps,
+            format!("{:?}", e.status).to_lowercase()
+        );
+        for m in &shown {
+            match e.metrics.get(*m) {
+                Some(v) => print!(" {v:>14.4}"),
+                None => print!(" {:>14}", "-"),
+            }
+        }
+        println!();
+    }
+    println!(
+        "\naggregates over {} scored episodes:",
+        report.aggregated.values().map(|s| s.count).max().unwrap_or(0)
+    );
+    println!(
+        "{:<20} {:>12} {:>12} {:>12} {:>12} {:>12}",
+        "metric", "mean", "std", "p10", "p50", "p90"
+    );
+    for (name, s) in &report.aggregated {
+        println!(
+            "{:<20} {:>12.4} {:>12.4} {:>12.4} {:>12.4} {:>12.4}",
+            name, s.mean, s.std, s.p10, s.p50, s.p90
+        );
+    }
+    if !report.failed_episodes.is_empty() {
+        println!("\nfailed episodes:");
+        for f in &report.failed_episodes {
+            println!("  {} {}: {}", f.episode_id, f.motion, f.reason);
+        }
+    }
+    if let Some(out) = &a.report {
+        println!("\nreport: {}", out.display());
+    }
+    Ok(())
+}

@@ -1,40 +1,9 @@
 //! End-to-end tests of the `arena` binary: real processes, real files, real MuJoCo.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn arena(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_arena"))
-        .args(args)
-        .output()
-        .expect("arena runs")
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "arena failed: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("arena-cli-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn shared_moves() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/motions/g1-moves");
-    if p.is_dir() {
-        Some(p)
-    } else {
-        eprintln!("skipped: ../shared/motions/g1-moves is not present beside the checkout");
-        None
-    }
-}
+use common::{arena, ok, shared_moves, tmp};
+use std::path::Path;
 
 fn read_rows(path: &Path) -> Vec<Vec<f64>> {
     std::fs::read_to_string(path)

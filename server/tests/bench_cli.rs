@@ -1,0 +1,286 @@
+//! End-to-end tests of `arena bench`, `arena metrics` and `arena eval`: real processes, real
+//! files, real MuJoCo, and POT (through `make test`'s .venv) as the EMD reference.
+
+mod common;
+
+use common::{arena, ok, shared_moves, tmp};
+use std::path::Path;
+use std::process::Command;
+
+#[test]
+fn bench_list_show_and_validate() {
+    let out = ok(&arena(&["bench", "list", "--json"]));
+    let list: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let names: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|b| b["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"g1-smoke") && names.contains(&"g1-moves-dance"),
+        "{names:?}"
+    );
+    let show = ok(&arena(&["bench", "show", "g1-smoke", "--json"]));
+    let spec: serde_json::Value = serde_json::from_str(&show).unwrap();
+    assert_eq!(spec["ranking"]["primary"], "emd");
+    let text = ok(&arena(&["bench", "show", "g1-moves-dance"]));
+    assert!(text.contains("dance__*.csv") && text.contains("CC-BY-4.0"), "{text}");
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../benchmarks");
+    let files: Vec<String> = ["g1-smoke.toml", "g1-moves-dance.toml"]
+        .iter()
+        .map(|f| shipped.join(f).to_string_lossy().into_owned())
+        .collect();
+    let out = ok(&arena(&["bench", "validate", &files[0], &files[1]]));
+    assert_eq!(out.matches(": ok").count(), 2, "{out}");
+}
+
+#[test]
+fn bad_benchmark_files_name_file_key_and_expectation() {
+    let dir = tmp("badbench");
+    let bad = dir.join("bad.toml");
+    let good =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../benchmarks/g1-smoke.toml")).unwrap();
+    for (from, to, key) in [
+        ("dr_level = 0", "dr_level = 9", "episodes.dr_level"),
+        ("primary = \"emd\"", "primary = \"speed\"", "ranking.primary"),
+        ("dr_level = 0", "dr_levle = 0", "dr_levle"),
+    ] {
+        assert!(good.contains(from), "{from}");
+        std::fs::write(&bad, good.replacen(from, to, 1)).unwrap();
+        let out = arena(&["bench", "validate", bad.to_str().unwrap()]);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("bad.toml") && err.contains(key), "{key}: {err}");
+    }
+    let out = arena(&["bench", "show", "no-such-benchmark"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("g1-smoke"), "{err}");
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn eval_g1_smoke_end_to_end() {
+    let dir = tmp("eval");
+    let report_path = dir.join("report.json.gz");
+    let out = ok(&arena(&[
+        "eval",
+        "--benchmark",
+        "g1-smoke",
+        "--policy",
+        "replay",
+        "--report",
+        report_path.to_str().unwrap(),
+    ]));
+    for motion in [
+        "stand",
+        "squat",
+        "arm_wave",
+        "torso_twist",
+        "weight_shift",
+        "step_in_place",
+    ] {
+        assert!(out.contains(motion), "{motion} missing:\n{out}");
+    }
+    assert!(out.contains("aggregates over 6 scored episodes"), "{out}");
+    // The gzip report has the seed's fields, one entry per episode and every metric.
+    let file = std::fs::File::open(&report_path).unwrap();
+    let report: serde_json::Value = serde_json::from_reader(flate2::read::GzDecoder::new(file)).unwrap();
+    for key in [
+        "benchmark",
+        "timestamp",
+        "config",
+        "episodes",
+        "aggregated",
+        "failed_episodes",
+    ] {
+        assert!(report.get(key).is_some(), "report lacks {key}");
+    }
+    assert_eq!(report["benchmark"], "g1-smoke");
+    let episodes = report["episodes"].as_array().unwrap();
+    assert_eq!(episodes.len(), 6);
+    assert_eq!(report["aggregated"]["emd"]["count"], 6);
+    for e in episodes {
+        assert_eq!(e["status"], "completed");
+        assert_eq!(e["metrics"].as_object().unwrap().len(), 23);
+        // Replay cannot balance: the robot falls, so PHC success fails within the first second.
+        assert_eq!(e["metrics"]["success"], 0.0);
+        assert!(e["metrics"]["failure_time_s"].as_f64().unwrap() < 2.0);
+        assert!(e["metrics"]["emd"].as_f64().unwrap() > 0.0);
+    }
+    // The zero policy is scored too, and the two policies differ.
+    let json = ok(&arena(&[
+        "eval",
+        "--benchmark",
+        "g1-smoke",
+        "--policy",
+        "zero",
+        "--json",
+    ]));
+    let zero: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_ne!(zero["aggregated"]["emd"]["mean"], report["aggregated"]["emd"]["mean"]);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn eval_with_a_missing_motions_root_says_how_to_set_it() {
+    let out = arena(&[
+        "eval",
+        "--benchmark",
+        "g1-moves-dance",
+        "--policy",
+        "zero",
+        "--motions-root",
+        "/nonexistent",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("/nonexistent") && err.contains("--motions-root"),
+        "{err}"
+    );
+}
+
+#[test]
+fn metrics_emd_and_track_on_files() {
+    let dir = tmp("metrics");
+    // Two 1-D sets {0, 10} and {1, 11}: EMD 1.
+    let (a, b) = (dir.join("a.csv"), dir.join("b.csv"));
+    std::fs::write(&a, "0\n10\n").unwrap();
+    std::fs::write(&b, "# comment lines are skipped\n11\n1\n").unwrap();
+    let out = ok(&arena(&[
+        "metrics",
+        "emd",
+        "--a",
+        a.to_str().unwrap(),
+        "--b",
+        b.to_str().unwrap(),
+        "--columns",
+        "0:1",
+        "--json",
+    ]));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!((v["emd"].as_f64().unwrap() - 1.0).abs() < 1e-12, "{v}");
+    // Bad input: a non-number names file, line and column; columns past the end are refused.
+    std::fs::write(&b, "1\nx\n").unwrap();
+    let out = arena(&[
+        "metrics",
+        "emd",
+        "--a",
+        a.to_str().unwrap(),
+        "--b",
+        b.to_str().unwrap(),
+        "--columns",
+        "0:1",
+    ]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("b.csv:2:1"));
+    let out = arena(&["metrics", "emd", "--a", a.to_str().unwrap(), "--b", a.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("columns 7:36"));
+    // A rollout against the motion it tracked: every metric, and EMD of a G1 file with itself is 0.
+    ok(&arena(&["motion", "generate", "--out", dir.to_str().unwrap()]));
+    let squat = dir.join("builtin__squat.csv");
+    let rollout = dir.join("rollout.csv");
+    ok(&arena(&[
+        "sim",
+        "rollout",
+        "--motion",
+        squat.to_str().unwrap(),
+        "--fps",
+        "50",
+        "--policy",
+        "replay",
+        "--out",
+        rollout.to_str().unwrap(),
+    ]));
+    let out = ok(&arena(&[
+        "metrics",
+        "track",
+        "--sim",
+        rollout.to_str().unwrap(),
+        "--ref",
+        squat.to_str().unwrap(),
+        "--fps",
+        "50",
+        "--json",
+    ]));
+    let m: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(m.as_object().unwrap().len(), 23);
+    assert!(m["mpjpe_g"].as_f64().unwrap() > 100.0, "the replayed robot falls: {m}");
+    // The default columns follow the file kind: joints of the rollout (8:37) vs the motion (7:36).
+    let out = ok(&arena(&[
+        "metrics",
+        "emd",
+        "--a",
+        rollout.to_str().unwrap(),
+        "--b",
+        squat.to_str().unwrap(),
+        "--json",
+    ]));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["dim"], 29);
+    assert!(
+        (v["emd"].as_f64().unwrap() - m["emd"].as_f64().unwrap()).abs() < 0.05,
+        "{v} vs {m}"
+    );
+    let out = ok(&arena(&[
+        "metrics",
+        "emd",
+        "--a",
+        squat.to_str().unwrap(),
+        "--b",
+        squat.to_str().unwrap(),
+    ]));
+    assert_eq!(out.trim().parse::<f64>().unwrap(), 0.0);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// EMD equals POT's `ot.emd2` within 1e-9 relative on random and real trajectories, equal and
+/// unequal sizes (python/emd_vs_pot.py).
+#[test]
+fn emd_equals_pot() {
+    let Ok(python) = std::env::var("ARENA_PYTHON") else {
+        eprintln!("skipped: ARENA_PYTHON is not set (run through `make test`, which installs .venv)");
+        return;
+    };
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../python/emd_vs_pot.py");
+    let mut cmd = Command::new(python);
+    cmd.arg(script).args(["--arena", env!("CARGO_BIN_EXE_arena")]);
+    if let Some(moves) = shared_moves() {
+        cmd.arg("--moves").arg(moves);
+    }
+    let out = cmd.output().expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("equal to POT within 1e-9"), "{stdout}");
+}
+
+/// Must show: the dance benchmark runs on the real clips through the motions root.
+#[test]
+fn eval_g1_moves_dance_with_replay() {
+    let Some(moves) = shared_moves() else { return };
+    let dir = tmp("dance");
+    let report_path = dir.join("dance.json");
+    let out = ok(&arena(&[
+        "eval",
+        "--benchmark",
+        "g1-moves-dance",
+        "--policy",
+        "replay",
+        "--motions-root",
+        moves.to_str().unwrap(),
+        "--report",
+        report_path.to_str().unwrap(),
+    ]));
+    assert!(
+        out.contains("J_Dance0_StepTouch") && out.contains("aggregates over 28 scored episodes"),
+        "{out}"
+    );
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report_path).unwrap()).unwrap();
+    assert_eq!(report["episodes"].as_array().unwrap().len(), 28);
+    assert_eq!(report["groups"]["dance"]["emd"]["count"], 28);
+    assert!(report["failed_episodes"].as_array().unwrap().is_empty());
+    std::fs::remove_dir_all(dir).ok();
+}

@@ -33,3 +33,4 @@ lint: $(MUJOCO_LIB)
 bench: deps
 	cargo build --release --quiet -p arena-server --bin arena
 	$(PYTHON) bench/sim_vs_mujoco_rollout.py --arena target/release/arena
+	$(PYTHON) python/emd_vs_pot.py --arena target/release/arena --moves ../shared/motions/g1-moves --bench

@@ -293,3 +293,14 @@ fn bad_input_is_a_clear_error() {
     assert!(err.contains("simulated joints") && err.contains("expected 29"), "{err}");
     assert!(m.compute().is_err());
 }
+
+#[test]
+fn docs_describe_every_metric() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/metrics.md")).unwrap();
+    for name in metrics::metric_names() {
+        assert!(
+            doc.contains(&format!("`{name}`")),
+            "docs/metrics.md does not describe {name}"
+        );
+    }
+}

@@ -4,6 +4,7 @@ mod common;
 
 use common::{arena, ok, shared_moves, tmp};
 use std::path::Path;
+use std::process::Command;
 
 fn read_rows(path: &Path) -> Vec<Vec<f64>> {
     std::fs::read_to_string(path)

@@ -286,6 +286,31 @@ struct Pred {
     edge: u32,
 }
 
+/// Dijkstra scratch, reused between augmentations (only touched entries are reset).
+struct Search {
+    dist: Vec<f64>,
+    done: Vec<bool>,
+    pred: Vec<Pred>,
+    touched: Vec<u32>,
+    finalised: Vec<u32>,
+    heap: BinaryHeap<Entry>,
+}
+
+impl Search {
+    /// Node `v` reached at distance `nd` through `pred`.
+    #[inline]
+    fn relax(&mut self, v: usize, nd: f64, pred: Pred) {
+        if nd < self.dist[v] {
+            if self.dist[v].is_infinite() {
+                self.touched.push(v as u32);
+            }
+            self.dist[v] = nd;
+            self.pred[v] = pred;
+            self.heap.push(Entry(nd, v as u32));
+        }
+    }
+}
+
 struct Transport<'a> {
     a: Points<'a>,
     b: Points<'a>,
@@ -309,13 +334,7 @@ struct Transport<'a> {
     /// checked before can only turn violating through its source falling: only these rows need
     /// the next pass.
     dirty: Vec<bool>,
-    // Search scratch, reused between augmentations.
-    dist: Vec<f64>,
-    done: Vec<bool>,
-    pred: Vec<Pred>,
-    touched: Vec<u32>,
-    finalised: Vec<u32>,
-    heap: BinaryHeap<Entry>,
+    search: Search,
     stats: EmdStats,
 }
 
@@ -337,12 +356,14 @@ impl<'a> Transport<'a> {
             pi: vec![0.0; n + m],
             tolerance: 0.0,
             dirty: vec![true; n],
-            dist: vec![f64::INFINITY; n + m],
-            done: vec![false; n + m],
-            pred: vec![Pred::default(); n + m],
-            touched: Vec::new(),
-            finalised: Vec::new(),
-            heap: BinaryHeap::new(),
+            search: Search {
+                dist: vec![f64::INFINITY; n + m],
+                done: vec![false; n + m],
+                pred: vec![Pred::default(); n + m],
+                touched: Vec::new(),
+                finalised: Vec::new(),
+                heap: BinaryHeap::new(),
+            },
             stats: EmdStats::default(),
         }
     }
@@ -429,7 +450,7 @@ impl<'a> Transport<'a> {
                     }
                     let mut best: Vec<(f64, u32)> = Vec::with_capacity(k + 1);
                     for (j, &c) in costs.iter().enumerate() {
-                        insert_best(&mut best, k, (c + pi_i - sink_pi[j], j as u32));
+                        insert_smallest(&mut best, k, (c + pi_i - sink_pi[j], j as u32));
                     }
                     let edges = best
                         .iter()
@@ -496,7 +517,7 @@ impl<'a> Transport<'a> {
                     let mut row_max = 0.0f64;
                     for (j, &c) in out.iter().enumerate() {
                         row_max = row_max.max(c);
-                        insert_best(&mut best, kr, (c, j as u32));
+                        insert_smallest(&mut best, kr, (c, j as u32));
                     }
                     (best, row_max)
                 })
@@ -513,7 +534,7 @@ impl<'a> Transport<'a> {
                 for (j, &c) in row.iter().enumerate() {
                     let list = &mut col_best[j];
                     if list.len() < kc || c < list[list.len() - 1].0 {
-                        insert_best(list, kc, (c, i as u32));
+                        insert_smallest(list, kc, (c, i as u32));
                     }
                 }
             }
@@ -661,18 +682,18 @@ impl<'a> Transport<'a> {
     fn augment_from(&mut self, s: usize) {
         let n = self.n;
         self.stats.augmentations += 1;
-        self.dist[s] = 0.0;
-        self.touched.push(s as u32);
-        self.heap.push(Entry(0.0, s as u32));
+        self.search.dist[s] = 0.0;
+        self.search.touched.push(s as u32);
+        self.search.heap.push(Entry(0.0, s as u32));
         let mut target = usize::MAX;
         let mut reach = 0.0;
-        while let Some(Entry(d, u)) = self.heap.pop() {
+        while let Some(Entry(d, u)) = self.search.heap.pop() {
             let u = u as usize;
-            if self.done[u] || d > self.dist[u] {
+            if self.search.done[u] || d > self.search.dist[u] {
                 continue;
             }
-            self.done[u] = true;
-            self.finalised.push(u as u32);
+            self.search.done[u] = true;
+            self.search.finalised.push(u as u32);
             if u >= n {
                 let j = u - n;
                 if self.deficit[j] > 0 {
@@ -685,39 +706,31 @@ impl<'a> Transport<'a> {
                     let i = i as usize;
                     let edge = &self.edges[i][e as usize];
                     let rc = -(edge.cost + self.pi[i] - self.pi[u]);
-                    let nd = d + rc.max(0.0);
-                    if nd < self.dist[i] {
-                        if self.dist[i].is_infinite() {
-                            self.touched.push(i as u32);
-                        }
-                        self.dist[i] = nd;
-                        self.pred[i] = Pred {
+                    self.search.relax(
+                        i,
+                        d + rc.max(0.0),
+                        Pred {
                             source: i as u32,
                             edge: e,
-                        };
-                        self.heap.push(Entry(nd, i as u32));
-                    }
+                        },
+                    );
                 }
             } else {
                 let pi_u = self.pi[u];
                 for (e, edge) in self.edges[u].iter().enumerate() {
                     let v = n + edge.sink as usize;
-                    if self.done[v] {
+                    if self.search.done[v] {
                         continue;
                     }
                     let rc = edge.cost + pi_u - self.pi[v];
-                    let nd = d + rc.max(0.0);
-                    if nd < self.dist[v] {
-                        if self.dist[v].is_infinite() {
-                            self.touched.push(v as u32);
-                        }
-                        self.dist[v] = nd;
-                        self.pred[v] = Pred {
+                    self.search.relax(
+                        v,
+                        d + rc.max(0.0),
+                        Pred {
                             source: u as u32,
                             edge: e as u32,
-                        };
-                        self.heap.push(Entry(nd, v as u32));
-                    }
+                        },
+                    );
                 }
             }
         }
@@ -726,7 +739,7 @@ impl<'a> Transport<'a> {
         let mut delta = self.excess[s].min(self.deficit[target]);
         let mut v = n + target;
         while v != s {
-            let p = self.pred[v];
+            let p = self.search.pred[v];
             if v >= n {
                 v = p.source as usize; // forward edge source → sink
             } else {
@@ -737,7 +750,7 @@ impl<'a> Transport<'a> {
         }
         let mut v = n + target;
         while v != s {
-            let p = self.pred[v];
+            let p = self.search.pred[v];
             if v >= n {
                 let i = p.source as usize;
                 self.shift_flow(i, p.edge as usize, delta as i64);
@@ -752,9 +765,9 @@ impl<'a> Transport<'a> {
         self.deficit[target] -= delta;
         // π += min(d, reach) − reach keeps every residual reduced cost non-negative and makes
         // the path tight; only finalised nodes (d < reach) change.
-        for &u in &self.finalised {
+        for &u in &self.search.finalised {
             let u = u as usize;
-            let drop = reach - self.dist[u];
+            let drop = reach - self.search.dist[u];
             if drop > 0.0 {
                 self.pi[u] -= drop;
                 if u < n {
@@ -762,19 +775,19 @@ impl<'a> Transport<'a> {
                 }
             }
         }
-        for &u in &self.touched {
+        for &u in &self.search.touched {
             let u = u as usize;
-            self.dist[u] = f64::INFINITY;
-            self.done[u] = false;
+            self.search.dist[u] = f64::INFINITY;
+            self.search.done[u] = false;
         }
-        self.touched.clear();
-        self.finalised.clear();
-        self.heap.clear();
+        self.search.touched.clear();
+        self.search.finalised.clear();
+        self.search.heap.clear();
     }
 
     /// A source reached through a backward edge came from the sink that edge points to.
     fn pred_sink_of_backward(&self, source: usize) -> usize {
-        let p = self.pred[source];
+        let p = self.search.pred[source];
         self.edges[p.source as usize][p.edge as usize].sink as usize
     }
 
@@ -791,16 +804,16 @@ impl<'a> Transport<'a> {
                 || vec![0.0f64; m],
                 |costs, i| {
                     blocks.distances(a.row(i), costs);
-                    let mut worst: Vec<(f64, u32, f64)> = Vec::new();
+                    let mut worst: Vec<(f64, (u32, f64))> = Vec::new();
                     for (j, &c) in costs.iter().enumerate() {
                         let rc = c + pi[i] - pi[n + j];
                         if rc < -tol {
-                            insert_worst(&mut worst, MAX_ADDED_PER_ROW, (rc, j as u32, c));
+                            insert_smallest(&mut worst, MAX_ADDED_PER_ROW, (rc, (j as u32, c)));
                         }
                     }
                     worst
                         .into_iter()
-                        .map(move |(_, j, c)| (i as u32, j, c))
+                        .map(move |(_, (j, c))| (i as u32, j, c))
                         .collect::<Vec<_>>()
                 },
             )
@@ -850,20 +863,8 @@ impl<'a> Transport<'a> {
     }
 }
 
-/// Keeps the `k` smallest (cost, index) pairs sorted ascending.
-fn insert_best(list: &mut Vec<(f64, u32)>, k: usize, item: (f64, u32)) {
-    if list.len() == k {
-        if item.0 >= list[k - 1].0 {
-            return;
-        }
-        list.pop();
-    }
-    let at = list.partition_point(|x| x.0 <= item.0);
-    list.insert(at, item);
-}
-
-/// Keeps the `k` most negative reduced costs.
-fn insert_worst(list: &mut Vec<(f64, u32, f64)>, k: usize, item: (f64, u32, f64)) {
+/// Keeps the `k` items with the smallest key (the first field) sorted ascending.
+fn insert_smallest<T: Copy>(list: &mut Vec<(f64, T)>, k: usize, item: (f64, T)) {
     if list.len() == k {
         if item.0 >= list[k - 1].0 {
             return;

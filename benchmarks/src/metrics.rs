@@ -5,7 +5,7 @@
 
 use crate::emd::{self, EmdError};
 use crate::spec::Direction;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 /// Joints of the G1.
 pub const NUM_JOINTS: usize = 29;
@@ -425,13 +425,39 @@ pub fn proximity_of(distance: f64) -> f64 {
     }
 }
 
+/// Both sides' frames of one feature, collected for a whole-trajectory metric.
+#[derive(Default)]
+struct FrameSets {
+    sim: Vec<f64>,
+    reference: Vec<f64>,
+}
+
+impl FrameSets {
+    fn clear(&mut self) {
+        self.sim.clear();
+        self.reference.clear();
+    }
+
+    fn push(
+        &mut self,
+        metric: &'static str,
+        feature: Feature,
+        config: &MetricConfig,
+        f: &Frame<'_>,
+    ) -> Result<(), MetricError> {
+        check_frame(metric, f)?;
+        feature_into(feature, config, f, true, &mut self.sim);
+        feature_into(feature, config, f, false, &mut self.reference);
+        Ok(())
+    }
+}
+
 /// EMD over a feature: collects both frame sets, solves once in `compute`.
 struct Emd {
     info: &'static MetricInfo,
     feature: Feature,
     config: MetricConfig,
-    sim: Vec<f64>,
-    reference: Vec<f64>,
+    frames: FrameSets,
     dim: usize,
 }
 
@@ -446,8 +472,7 @@ impl Emd {
             info,
             feature,
             config,
-            sim: Vec::new(),
-            reference: Vec::new(),
+            frames: FrameSets::default(),
             dim,
         }
     }
@@ -459,22 +484,18 @@ impl Metric for Emd {
     }
 
     fn reset(&mut self) {
-        self.sim.clear();
-        self.reference.clear();
+        self.frames.clear();
     }
 
     fn update(&mut self, f: &Frame<'_>) -> Result<(), MetricError> {
-        check_frame(self.info.name, f)?;
-        feature_into(self.feature, &self.config, f, true, &mut self.sim);
-        feature_into(self.feature, &self.config, f, false, &mut self.reference);
-        Ok(())
+        self.frames.push(self.info.name, self.feature, &self.config, f)
     }
 
     fn compute(&self) -> Result<f64, MetricError> {
-        if self.sim.is_empty() {
+        if self.frames.sim.is_empty() {
             return Err(MetricError::NoFrames { metric: self.info.name });
         }
-        emd::emd(&self.sim, &self.reference, self.dim).map_err(|source| MetricError::Emd {
+        emd::emd(&self.frames.sim, &self.frames.reference, self.dim).map_err(|source| MetricError::Emd {
             metric: self.info.name,
             source,
         })
@@ -591,7 +612,7 @@ struct TimeDiff {
     kind: TimeDiffKind,
     order: usize,
     /// Last frames' (sim − ref) features, newest last.
-    history: Vec<Vec<f64>>,
+    history: VecDeque<Vec<f64>>,
     sum: f64,
     count: usize,
 }
@@ -602,7 +623,7 @@ impl TimeDiff {
             info,
             kind,
             order,
-            history: Vec::new(),
+            history: VecDeque::new(),
             sum: 0.0,
             count: 0,
         }
@@ -623,28 +644,34 @@ impl Metric for TimeDiff {
     fn update(&mut self, f: &Frame<'_>) -> Result<(), MetricError> {
         check_frame(self.info.name, f)?;
         // Δx − Δy = Δ(x − y): difference the per-frame error, which needs only one vector.
-        let err: Vec<f64> = match self.kind {
-            TimeDiffKind::Joints => f.sim_joints.iter().zip(f.ref_joints).map(|(a, b)| a - b).collect(),
-            TimeDiffKind::Bodies => NON_WRIST_BODIES
-                .iter()
-                .flat_map(|&b| (0..3).map(move |c| f.sim_bodies[3 * b + c] - f.ref_bodies[3 * b + c]))
-                .collect(),
+        // The oldest buffer is reused for the newest frame (no allocation per frame).
+        let mut err = if self.history.len() > self.order {
+            self.history.pop_front().expect("non-empty")
+        } else {
+            Vec::new()
         };
-        self.history.push(err);
-        if self.history.len() > self.order + 1 {
-            self.history.remove(0);
+        err.clear();
+        match self.kind {
+            TimeDiffKind::Joints => err.extend(f.sim_joints.iter().zip(f.ref_joints).map(|(a, b)| a - b)),
+            TimeDiffKind::Bodies => err.extend(
+                NON_WRIST_BODIES
+                    .iter()
+                    .flat_map(|&b| (0..3).map(move |c| f.sim_bodies[3 * b + c] - f.ref_bodies[3 * b + c])),
+            ),
         }
+        self.history.push_back(err);
         if self.history.len() == self.order + 1 {
             let h = &self.history;
-            let diff: Vec<f64> = match self.order {
-                1 => h[1].iter().zip(&h[0]).map(|(a, b)| a - b).collect(),
-                _ => (0..h[0].len()).map(|k| h[2][k] - 2.0 * h[1][k] + h[0][k]).collect(),
+            let diff = |k: usize| match self.order {
+                1 => h[1][k] - h[0][k],
+                _ => h[2][k] - 2.0 * h[1][k] + h[0][k],
             };
+            let len = h[0].len();
             let value = match self.kind {
-                TimeDiffKind::Joints => diff.iter().map(|d| d * d).sum::<f64>().sqrt(),
+                TimeDiffKind::Joints => (0..len).map(|k| diff(k).powi(2)).sum::<f64>().sqrt(),
                 TimeDiffKind::Bodies => {
-                    diff.chunks_exact(3)
-                        .map(|p| (p[0] * p[0] + p[1] * p[1] + p[2] * p[2]).sqrt())
+                    (0..len / 3)
+                        .map(|b| (diff(3 * b).powi(2) + diff(3 * b + 1).powi(2) + diff(3 * b + 2).powi(2)).sqrt())
                         .sum::<f64>()
                         / NON_WRIST_BODIES.len() as f64
                 }
@@ -755,8 +782,7 @@ impl Metric for Success {
 struct Ndtw {
     info: &'static MetricInfo,
     config: MetricConfig,
-    sim: Vec<f64>,
-    reference: Vec<f64>,
+    frames: FrameSets,
 }
 
 impl Ndtw {
@@ -764,8 +790,7 @@ impl Ndtw {
         Ndtw {
             info,
             config,
-            sim: Vec::new(),
-            reference: Vec::new(),
+            frames: FrameSets::default(),
         }
     }
 }
@@ -813,26 +838,22 @@ impl Metric for Ndtw {
     }
 
     fn reset(&mut self) {
-        self.sim.clear();
-        self.reference.clear();
+        self.frames.clear();
     }
 
     fn update(&mut self, f: &Frame<'_>) -> Result<(), MetricError> {
-        check_frame(self.info.name, f)?;
-        feature_into(Feature::Xpos24, &self.config, f, true, &mut self.sim);
-        feature_into(Feature::Xpos24, &self.config, f, false, &mut self.reference);
-        Ok(())
+        self.frames.push(self.info.name, Feature::Xpos24, &self.config, f)
     }
 
     fn compute(&self) -> Result<f64, MetricError> {
-        if self.sim.is_empty() {
+        if self.frames.sim.is_empty() {
             return Err(MetricError::NoFrames { metric: self.info.name });
         }
         let dim = 3 * NON_WRIST_BODIES.len();
         let band = (self.config.ndtw_window_s > 0.0)
             .then(|| (self.config.ndtw_window_s / self.config.frame_dt).round() as usize);
-        let d = dtw(&self.sim, &self.reference, dim, band, mean_body_distance);
-        let frames = (self.reference.len() / dim) as f64;
+        let d = dtw(&self.frames.sim, &self.frames.reference, dim, band, mean_body_distance);
+        let frames = (self.frames.reference.len() / dim) as f64;
         Ok((-d / (frames * self.config.success_threshold_m)).exp())
     }
 }

@@ -629,10 +629,10 @@ impl RefreshContext<'_> {
             t.ref_qpos.extend_from_slice(&ref_qpos);
             t.ref_body_pos.extend_from_slice(&ref_body_pos);
             t.state.extend(rows.state.iter().map(|v| *v as f64));
-            let mut reference = MotionState::default();
-            motion.state_at(motion_time, &mut reference);
+            let (mut dof_vel, mut root_ang_vel) = ([0.0; NUM_JOINTS], [0.0; 3]);
+            motion.velocities_at(motion_time, &mut dof_vel, &mut root_ang_vel);
             let mut ref_row = [0.0f32; STATE_DIM];
-            observation::reference_state_row(&reference, &self.config.robot, &mut ref_row);
+            observation::reference_state_row_from(&ref_qpos, &dof_vel, &root_ang_vel, &self.config.robot, &mut ref_row);
             t.ref_state.extend(ref_row.iter().map(|v| *v as f64));
         }
         let fell = match self.config.fall_rule {

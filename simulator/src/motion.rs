@@ -238,6 +238,16 @@ impl Motion {
         sample_rows(&self.body_pos, NUM_BODIES_EXT * 3, f0, f1, beta, body_pos);
     }
 
+    /// Joint velocities and root (pelvis) angular velocity at time `t`: with [`Self::pose_at`],
+    /// what a reference `state` row needs, without the per-body slerps of [`Self::state_at`].
+    pub fn velocities_at(&self, t: f64, dof_vel: &mut [f64; NUM_JOINTS], root_ang_vel: &mut [f64; 3]) {
+        let (f0, f1, beta) = frame_blend(t, self.num_frames, self.fps);
+        sample_rows(&self.dof_vel, NUM_JOINTS, f0, f1, beta, dof_vel);
+        let w3 = NUM_BODIES_EXT * 3;
+        let (a, b) = (&self.body_ang_vel[f0 * w3..][..3], &self.body_ang_vel[f1 * w3..][..3]);
+        lerp_into(root_ang_vel, a, b, beta);
+    }
+
     /// Reference state at time `t` seconds (§3.3): linear blend of the two neighbouring frames,
     /// slerp for rotations; times outside [0, length] clamp to the ends.
     pub fn state_at(&self, t: f64, out: &mut MotionState) {

@@ -219,15 +219,27 @@ pub fn reference_observations(motion: &Motion, config: &RobotConfig) -> Referenc
 
 /// One reference `state` row (64) from a motion state.
 pub fn reference_state_row(s: &MotionState, config: &RobotConfig, out: &mut [f32]) {
-    let rot: Quat = s.qpos[3..7].try_into().expect("4");
+    reference_state_row_from(&s.qpos, &s.dof_vel, &s.body_ang_vel[0], config, out);
+}
+
+/// One reference `state` row (64) from its inputs: qpos (36), joint velocities and the root's
+/// world angular velocity (unscaled, the reference convention of §10.2).
+pub fn reference_state_row_from(
+    qpos: &[f64],
+    dof_vel: &[f64; NUM_JOINTS],
+    root_ang_vel: &Vec3,
+    config: &RobotConfig,
+    out: &mut [f32],
+) {
+    let rot: Quat = qpos[3..7].try_into().expect("4");
     let g = math::rotate_inv(&rot, &[0.0, 0.0, -1.0]);
     for j in 0..NUM_JOINTS {
-        out[j] = (s.qpos[7 + j] - config.default_pose[j]) as f32;
-        out[NUM_JOINTS + j] = s.dof_vel[j] as f32;
+        out[j] = (qpos[7 + j] - config.default_pose[j]) as f32;
+        out[NUM_JOINTS + j] = dof_vel[j] as f32;
     }
     for k in 0..3 {
         out[2 * NUM_JOINTS + k] = g[k] as f32;
-        out[2 * NUM_JOINTS + 3 + k] = s.body_ang_vel[0][k] as f32;
+        out[2 * NUM_JOINTS + 3 + k] = root_ang_vel[k] as f32;
     }
 }
 

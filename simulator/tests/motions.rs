@@ -41,3 +41,30 @@ fn every_g1_moves_clip_loads_and_inspects() {
         total / 60.0
     );
 }
+
+/// The recorder builds reference `state` rows from pose_at + velocities_at; they must equal the
+/// rows built from the full state_at.
+#[test]
+fn reference_state_row_from_parts_matches_state_at() {
+    use arena_sim::handler::NQ;
+    use arena_sim::motion::{MotionLibrary, MotionState};
+    use arena_sim::observation::{STATE_DIM, reference_state_row, reference_state_row_from};
+    let robot = RobotConfig::default();
+    let clips = MotionLibrary::builtin_clips(&robot).unwrap();
+    let library = MotionLibrary::from_clips(&clips, &robot).unwrap();
+    for m in &library.motions {
+        for t in [0.0, 0.013, 0.5, 1.234, m.length_s] {
+            let mut s = MotionState::default();
+            m.state_at(t, &mut s);
+            let mut full = [0.0f32; STATE_DIM];
+            reference_state_row(&s, &robot, &mut full);
+            let (mut qpos, mut body) = ([0.0; NQ], vec![0.0; 93]);
+            m.pose_at(t, &mut qpos, &mut body);
+            let (mut dof_vel, mut w) = ([0.0; 29], [0.0; 3]);
+            m.velocities_at(t, &mut dof_vel, &mut w);
+            let mut parts = [0.0f32; STATE_DIM];
+            reference_state_row_from(&qpos, &dof_vel, &w, &robot, &mut parts);
+            assert_eq!(full, parts, "{} at t = {t}", m.name);
+        }
+    }
+}

@@ -20,13 +20,13 @@ $(VENV_STAMP): python/requirements-dev.txt
 	.venv/bin/pip install --quiet --disable-pip-version-check -r python/requirements-dev.txt
 	touch $@
 
-run: $(MUJOCO_LIB)
+run: deps
 	cargo run --release --quiet -p arena-server --bin arena -- demo
 
 test: deps
 	ARENA_PYTHON=$(CURDIR)/$(PYTHON) cargo test --workspace --release
 
-lint: $(MUJOCO_LIB)
+lint: deps
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -- -D warnings
 

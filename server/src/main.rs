@@ -1,10 +1,4 @@
-//! arena-server: the `arena` binary. For now its command line drives the simulator
-//! (`arena sim ...`), the motion tools (`arena motion ...`), benchmark definitions and metrics
-//! (`arena bench ...`, `arena metrics ...`), in-process evaluation (`arena eval`) and the demo
-//! run (`arena demo`); the evaluation server itself arrives with later issues.
-
-mod cli;
-mod eval;
+//! The `arena` binary: see `arena --help`.
 
 use clap::Parser;
 
@@ -13,8 +7,8 @@ fn main() -> std::process::ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ARENA_LOG").unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
         .init();
-    let args = cli::Cli::parse();
-    match cli::run(args) {
+    let args = arena_server::cli::Cli::parse();
+    match arena_server::cli::run(args) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");

@@ -1,0 +1,18 @@
+//! Generates the protocol types from `proto/arena.proto` with a pure-Rust protobuf compiler
+//! (protox), so no `protoc` is needed. The generated structs also derive serde for the JSON
+//! encoding: every message defaults missing fields, and the `Envelope.msg` oneof becomes an
+//! internally tagged enum (`{"type": "get_action", ...}`).
+fn main() {
+    println!("cargo:rerun-if-changed=proto/arena.proto");
+    let descriptors = protox::compile(["proto/arena.proto"], ["proto"]).expect("proto/arena.proto must compile");
+    let mut config = prost_build::Config::new();
+    config
+        .btree_map(["."])
+        .message_attribute(".", "#[derive(serde::Serialize, serde::Deserialize)] #[serde(default)]")
+        .enum_attribute(
+            ".arena.v1.Envelope.msg",
+            "#[derive(serde::Serialize, serde::Deserialize)] #[serde(tag = \"type\", rename_all = \"snake_case\")]",
+        )
+        .compile_fds(descriptors)
+        .expect("generating protocol types");
+}

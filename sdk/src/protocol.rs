@@ -1,0 +1,247 @@
+//! Protocol v1: the generated message types of `proto/arena.proto` and their two encodings.
+//! Binary frames carry the protobuf encoding of [`Envelope`]; text frames carry JSON, the
+//! message's fields plus `"type"` (the `Envelope.msg` field name).
+
+#[allow(clippy::all, missing_docs)]
+mod generated {
+    include!(concat!(env!("OUT_DIR"), "/arena.v1.rs"));
+}
+
+pub use generated::envelope::Msg;
+pub use generated::*;
+use prost::Message as _;
+
+/// The protocol version this SDK speaks.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Stable error codes of `Error.code`.
+pub mod codes {
+    /// A frame that is not valid JSON / protobuf, or not an object with a "type".
+    pub const MALFORMED_MESSAGE: &str = "malformed_message";
+    /// A "type" (or a protobuf oneof field) the receiver does not know.
+    pub const UNKNOWN_MESSAGE: &str = "unknown_message";
+    /// A known message with fields of the wrong type or value.
+    pub const INVALID_MESSAGE: &str = "invalid_message";
+    /// A message that is not allowed at this point of the session.
+    pub const UNEXPECTED_MESSAGE: &str = "unexpected_message";
+    pub const UNSUPPORTED_VERSION: &str = "unsupported_version";
+    pub const UNAUTHORIZED: &str = "unauthorized";
+    pub const UNKNOWN_BENCHMARK: &str = "unknown_benchmark";
+    pub const UNKNOWN_SUBMISSION: &str = "unknown_submission";
+    /// The submission already has a connected session.
+    pub const SUBMISSION_BUSY: &str = "submission_busy";
+    /// The submission has no episodes left to run.
+    pub const SUBMISSION_FINISHED: &str = "submission_finished";
+    pub const UNKNOWN_MOTION: &str = "unknown_motion";
+    /// An Action whose step is not outstanding (answered already, or timed out).
+    pub const STALE_STEP: &str = "stale_step";
+    /// An action batch entry that cannot be applied (wrong size, unknown episode).
+    pub const INVALID_ACTION: &str = "invalid_action";
+    pub const INTERNAL: &str = "internal";
+}
+
+/// How a session's frames are encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    /// Text frames with JSON.
+    Json,
+    /// Binary frames with protobuf.
+    Binary,
+}
+
+/// One encoded frame.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Frame {
+    Text(String),
+    Binary(Vec<u8>),
+}
+
+/// A frame that could not be decoded; `code` is one of [`codes`].
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct DecodeError {
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl DecodeError {
+    fn new(code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The Error message that reports this to the peer.
+    pub fn to_msg(&self) -> Msg {
+        Msg::Error(Error {
+            code: self.code.into(),
+            message: self.message.clone(),
+            step: 0,
+        })
+    }
+}
+
+/// Encodes a message in the given encoding.
+pub fn encode(msg: &Msg, encoding: Encoding) -> Frame {
+    match encoding {
+        Encoding::Json => Frame::Text(serde_json::to_string(msg).expect("protocol messages serialise to JSON")),
+        Encoding::Binary => Frame::Binary(
+            Envelope {
+                msg: Some(msg.clone()),
+            }
+            .encode_to_vec(),
+        ),
+    }
+}
+
+/// Encodes into a reused buffer (binary), avoiding the clone of [`encode`] for large batches.
+pub fn encode_binary_into(msg: Msg, buf: &mut Vec<u8>) -> Msg {
+    let envelope = Envelope { msg: Some(msg) };
+    buf.clear();
+    envelope.encode(buf).expect("Vec grows as needed");
+    envelope.msg.expect("set above")
+}
+
+/// Names of the JSON "type" values, in `Envelope.msg` order.
+pub const MESSAGE_TYPES: [&str; 10] = [
+    "connect",
+    "connected",
+    "reset_episode",
+    "episode_start",
+    "get_action",
+    "action",
+    "episode_end",
+    "heartbeat",
+    "error",
+    "disconnect",
+];
+
+/// Decodes a JSON text frame.
+pub fn decode_json(text: &str) -> Result<Msg, DecodeError> {
+    let value: serde_json::Value = serde_json::from_str(text)
+        .map_err(|e| DecodeError::new(codes::MALFORMED_MESSAGE, format!("not valid JSON: {e}")))?;
+    let Some(object) = value.as_object() else {
+        return Err(DecodeError::new(codes::MALFORMED_MESSAGE, "a message must be a JSON object"));
+    };
+    let Some(kind) = object.get("type") else {
+        return Err(DecodeError::new(codes::MALFORMED_MESSAGE, "a message needs a \"type\" key"));
+    };
+    let Some(kind) = kind.as_str().map(str::to_owned) else {
+        return Err(DecodeError::new(codes::MALFORMED_MESSAGE, "\"type\" must be a string"));
+    };
+    if !MESSAGE_TYPES.contains(&kind.as_str()) {
+        return Err(DecodeError::new(
+            codes::UNKNOWN_MESSAGE,
+            format!("unknown message type {kind:?} (known: {})", MESSAGE_TYPES.join(", ")),
+        ));
+    }
+    serde_json::from_value(value).map_err(|e| DecodeError::new(codes::INVALID_MESSAGE, format!("{kind}: {e}")))
+}
+
+/// Decodes a binary (protobuf) frame.
+pub fn decode_binary(bytes: &[u8]) -> Result<Msg, DecodeError> {
+    let envelope = Envelope::decode(bytes)
+        .map_err(|e| DecodeError::new(codes::MALFORMED_MESSAGE, format!("not a valid protobuf Envelope: {e}")))?;
+    envelope.msg.ok_or_else(|| {
+        DecodeError::new(
+            codes::UNKNOWN_MESSAGE,
+            "Envelope carries no message this protocol version knows",
+        )
+    })
+}
+
+/// Decodes a frame of either encoding.
+pub fn decode(frame: &Frame) -> Result<Msg, DecodeError> {
+    match frame {
+        Frame::Text(t) => decode_json(t),
+        Frame::Binary(b) => decode_binary(b),
+    }
+}
+
+/// The JSON "type" of a message.
+pub fn type_name(msg: &Msg) -> &'static str {
+    let index = match msg {
+        Msg::Connect(_) => 0,
+        Msg::Connected(_) => 1,
+        Msg::ResetEpisode(_) => 2,
+        Msg::EpisodeStart(_) => 3,
+        Msg::GetAction(_) => 4,
+        Msg::Action(_) => 5,
+        Msg::EpisodeEnd(_) => 6,
+        Msg::Heartbeat(_) => 7,
+        Msg::Error(_) => 8,
+        Msg::Disconnect(_) => 9,
+    };
+    MESSAGE_TYPES[index]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<Msg> {
+        vec![
+            Msg::Connect(Connect {
+                protocol_version: 1,
+                agent_name: "a".into(),
+                token: "t".into(),
+                mode: "submission".into(),
+                benchmark: "g1-smoke".into(),
+                submission_id: String::new(),
+                max_batch: 8,
+            }),
+            Msg::GetAction(GetAction {
+                step: 7,
+                observations: vec![EpisodeObservation {
+                    episode_id: 3,
+                    episode_step: 2,
+                    values: vec![0.5, -1.25],
+                }],
+            }),
+            Msg::EpisodeEnd(EpisodeEnd {
+                episode_id: 3,
+                status: "completed".into(),
+                reason: String::new(),
+                steps: 10,
+                metrics: [("emd".to_string(), 1.5)].into_iter().collect(),
+            }),
+            Msg::Heartbeat(Heartbeat { time: 2.0 }),
+        ]
+    }
+
+    #[test]
+    fn both_encodings_round_trip() {
+        for msg in sample() {
+            for enc in [Encoding::Json, Encoding::Binary] {
+                let frame = encode(&msg, enc);
+                assert_eq!(decode(&frame).unwrap(), msg, "{enc:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn json_uses_type_and_field_names() {
+        let Frame::Text(t) = encode(&Msg::Heartbeat(Heartbeat { time: 2.0 }), Encoding::Json) else {
+            panic!()
+        };
+        assert_eq!(t, r#"{"type":"heartbeat","time":2.0}"#);
+        // Missing fields take their defaults.
+        let m = decode_json(r#"{"type":"action","step":4}"#).unwrap();
+        assert_eq!(m, Msg::Action(Action { step: 4, actions: vec![] }));
+    }
+
+    #[test]
+    fn bad_frames_get_stable_codes() {
+        assert_eq!(decode_json("{not json").unwrap_err().code, codes::MALFORMED_MESSAGE);
+        assert_eq!(decode_json("[1]").unwrap_err().code, codes::MALFORMED_MESSAGE);
+        assert_eq!(decode_json(r#"{"step":1}"#).unwrap_err().code, codes::MALFORMED_MESSAGE);
+        assert_eq!(decode_json(r#"{"type":"dance"}"#).unwrap_err().code, codes::UNKNOWN_MESSAGE);
+        assert_eq!(
+            decode_json(r#"{"type":"action","step":"x"}"#).unwrap_err().code,
+            codes::INVALID_MESSAGE
+        );
+        assert_eq!(decode_binary(&[0xff, 0xff, 0xff]).unwrap_err().code, codes::MALFORMED_MESSAGE);
+        assert_eq!(decode_binary(&[]).unwrap_err().code, codes::UNKNOWN_MESSAGE);
+    }
+}

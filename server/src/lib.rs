@@ -1,0 +1,8 @@
+//! arena-server: the evaluation server behind the `arena` binary. The orchestrator runs a
+//! benchmark's episodes for a connected agent, the gateway speaks protocol v1 over WebSocket,
+//! the REST API serves submissions, results and leaderboards, storage keeps metadata (SQLite or
+//! PostgreSQL) and trajectories (HDF5); the command line also drives the simulator, motion,
+//! benchmark and metric tools.
+
+pub mod cli;
+pub mod eval;

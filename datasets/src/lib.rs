@@ -8,11 +8,13 @@ pub mod clip;
 pub mod g1_csv;
 pub mod generate;
 pub mod manifest;
+pub mod trajectory_file;
 
 pub use clip::{MotionClip, NUM_COLUMNS, NUM_JOINTS, Split};
 pub use g1_csv::{read_clip_dir, read_g1_csv, write_g1_csv};
 pub use generate::{FeetPlacement, FootKinematics, G1_JOINT_NAMES, builtin_motion_names, generate_builtin_motions};
 pub use manifest::{Manifest, ManifestEntry};
+pub use trajectory_file::{EpisodeRecord, TrajectoryFile, TrajectoryFileError};
 
 use std::path::PathBuf;
 

@@ -4,3 +4,11 @@
 //! an agent against an in-process simulator with no server.
 
 pub mod protocol;
+pub mod agent;
+pub mod agents;
+pub mod client;
+pub mod episode;
+pub mod local;
+
+pub use agent::{Agent, Batch};
+pub use client::{ClientConfig, ClientError, ClientEvent, Mode, RunSummary};

@@ -95,14 +95,6 @@ pub fn encode(msg: &Msg, encoding: Encoding) -> Frame {
     }
 }
 
-/// Encodes into a reused buffer (binary), avoiding the clone of [`encode`] for large batches.
-pub fn encode_binary_into(msg: Msg, buf: &mut Vec<u8>) -> Msg {
-    let envelope = Envelope { msg: Some(msg) };
-    buf.clear();
-    envelope.encode(buf).expect("Vec grows as needed");
-    envelope.msg.expect("set above")
-}
-
 /// Names of the JSON "type" values, in `Envelope.msg` order.
 pub const MESSAGE_TYPES: [&str; 10] = [
     "connect",

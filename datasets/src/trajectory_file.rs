@@ -1,0 +1,503 @@
+//! Trajectory files: one HDF5 file per submission holding one group per episode.
+//!
+//! The server writes these off the simulation thread, one episode at a time. Every
+//! [`TrajectoryFile::write_episode`] call opens the file, writes the episode's group, flushes and
+//! closes the file again, so a process killed (even with SIGKILL) between episodes leaves a file
+//! that opens and reads every episode completed before the crash.
+//!
+//! Layout:
+//!
+//! ```text
+//! /                      attributes: format = "mimicarena-trajectories", version = 1 (u32),
+//!                                    submission, benchmark
+//! /episode_00007/        attributes: motion, category, seed (u64), dr_level (u32), status, reason,
+//!                                    start_s, duration_s (f64), steps (u64, = T - 1, 0 when T = 0)
+//!     times              f64 (T)
+//!     qpos               f64 (T, 36)   root xyz, root quat wxyz, 29 joints
+//!     qvel               f64 (T, 35)
+//!     body_pos           f64 (T, 93)   31 bodies × xyz
+//!     actions            f64 (T, 29)
+//!     ref_qpos           f64 (T, 36)
+//!     ref_body_pos       f64 (T, 93)
+//!     state              f64 (T, 64)   the observation the agent saw
+//!     ref_state          f64 (T, 64)
+//! ```
+//!
+//! Non-empty datasets are chunked by `min(T, 512)` rows and deflate-compressed (level 4).
+//! Zero-row datasets (an episode that failed before its first step) are stored contiguous and
+//! uncompressed, because HDF5 refuses chunks larger than a fixed dimension of size zero.
+
+use std::path::{Path, PathBuf};
+
+use hdf5::types::VarLenUnicode;
+use hdf5::{File, Group, MinorErrorCode};
+
+/// Value of the root attribute `format`.
+pub const FORMAT_NAME: &str = "mimicarena-trajectories";
+/// Value of the root attribute `version`; files with a larger version are refused.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Values per row of each dataset.
+pub const QPOS_WIDTH: usize = crate::NUM_COLUMNS;
+pub const QVEL_WIDTH: usize = 35;
+pub const BODY_WIDTH: usize = 93;
+pub const ACTION_WIDTH: usize = crate::NUM_JOINTS;
+pub const STATE_WIDTH: usize = 64;
+
+/// Largest number of rows per chunk.
+const MAX_CHUNK_ROWS: usize = 512;
+/// Deflate (gzip) level of every non-empty dataset.
+const DEFLATE_LEVEL: u8 = 4;
+/// Prefix of episode group names; the full name is `episode_{:05}`.
+const EPISODE_PREFIX: &str = "episode_";
+
+/// Dataset names and widths in file order (used by docs and readers). `times` (width 1) is 1-D.
+pub const DATASETS: [(&str, usize); 9] = [
+    ("times", 1),
+    ("qpos", QPOS_WIDTH),
+    ("qvel", QVEL_WIDTH),
+    ("body_pos", BODY_WIDTH),
+    ("actions", ACTION_WIDTH),
+    ("ref_qpos", QPOS_WIDTH),
+    ("ref_body_pos", BODY_WIDTH),
+    ("state", STATE_WIDTH),
+    ("ref_state", STATE_WIDTH),
+];
+
+/// One recorded episode. Every array is row-major with `times.len()` rows.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct EpisodeRecord {
+    /// Index in the submission; the group is named `episode_00007`.
+    pub episode: u32,
+    pub motion: String,
+    pub category: String,
+    pub seed: u64,
+    pub dr_level: u32,
+    /// `completed`, `fell`, `failed` or `timeout`.
+    pub status: String,
+    /// Empty unless failed/timeout.
+    pub reason: String,
+    pub start_s: f64,
+    pub duration_s: f64,
+    /// T
+    pub times: Vec<f64>,
+    /// T × 36
+    pub qpos: Vec<f64>,
+    /// T × 35
+    pub qvel: Vec<f64>,
+    /// T × 93
+    pub body_pos: Vec<f64>,
+    /// T × 29
+    pub actions: Vec<f64>,
+    /// T × 36
+    pub ref_qpos: Vec<f64>,
+    /// T × 93
+    pub ref_body_pos: Vec<f64>,
+    /// T × 64 (the observation the agent saw)
+    pub state: Vec<f64>,
+    /// T × 64
+    pub ref_state: Vec<f64>,
+}
+
+impl EpisodeRecord {
+    /// Number of rows (T).
+    pub fn num_rows(&self) -> usize {
+        self.times.len()
+    }
+
+    /// The arrays in [`DATASETS`] order.
+    fn arrays(&self) -> [&[f64]; 9] {
+        [
+            &self.times,
+            &self.qpos,
+            &self.qvel,
+            &self.body_pos,
+            &self.actions,
+            &self.ref_qpos,
+            &self.ref_body_pos,
+            &self.state,
+            &self.ref_state,
+        ]
+    }
+
+    /// Mutable arrays in [`DATASETS`] order.
+    fn arrays_mut(&mut self) -> [&mut Vec<f64>; 9] {
+        [
+            &mut self.times,
+            &mut self.qpos,
+            &mut self.qvel,
+            &mut self.body_pos,
+            &mut self.actions,
+            &mut self.ref_qpos,
+            &mut self.ref_body_pos,
+            &mut self.state,
+            &mut self.ref_state,
+        ]
+    }
+}
+
+/// Group name of an episode index: `episode_00007`.
+pub fn episode_group_name(episode: u32) -> String {
+    format!("{EPISODE_PREFIX}{episode:05}")
+}
+
+/// Errors from reading or writing trajectory files. Every message starts with the file path and,
+/// where it applies, names the episode group and dataset.
+#[derive(Debug, thiserror::Error)]
+pub enum TrajectoryFileError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The HDF5 library failed; `context` says what was being done (e.g. `episode_00003/qpos: write`).
+    #[error("{path}: {context}: {message}")]
+    Hdf5 {
+        path: PathBuf,
+        context: String,
+        message: String,
+    },
+    #[error("{path}: not a {FORMAT_NAME} file: {detail}")]
+    NotTrajectoryFile { path: PathBuf, detail: String },
+    #[error("{path}: {FORMAT_NAME} version {found} is newer than the supported version {FORMAT_VERSION}")]
+    UnsupportedVersion { path: PathBuf, found: u32 },
+    /// An array of an [`EpisodeRecord`] has the wrong number of values; nothing was written.
+    #[error("{path}: {dataset}: expected {rows}×{width} values, got {got}")]
+    WrongLength {
+        path: PathBuf,
+        /// `episode_00003/qpos`
+        dataset: String,
+        rows: usize,
+        width: usize,
+        got: usize,
+    },
+    #[error("{path}: no episode named {episode}")]
+    MissingEpisode { path: PathBuf, episode: String },
+    /// An episode's contents are unusable (bad name, string attribute, or dataset shape).
+    #[error("{path}: {episode}: {message}")]
+    InvalidEpisode {
+        path: PathBuf,
+        episode: String,
+        message: String,
+    },
+}
+
+type Result<T> = std::result::Result<T, TrajectoryFileError>;
+
+/// Builds the `map_err` closure turning an HDF5 error into [`TrajectoryFileError::Hdf5`].
+fn h5err(path: &Path, context: impl Into<String>) -> impl FnOnce(hdf5::Error) -> TrajectoryFileError {
+    let path = path.to_path_buf();
+    let context = context.into();
+    move |err| TrajectoryFileError::Hdf5 {
+        path,
+        context,
+        message: err.to_string(),
+    }
+}
+
+/// A trajectory file open for appending episodes. Holds only the path: every write opens and
+/// closes the HDF5 file so the file on disk is complete between writes.
+#[derive(Debug)]
+pub struct TrajectoryFile {
+    path: PathBuf,
+}
+
+impl TrajectoryFile {
+    /// Opens for appending, creating the file (and parent directories) if missing. New files get
+    /// root attributes `format`, `version`, `submission`, `benchmark`. An existing file must carry
+    /// this format (else error); its `submission` and `benchmark` are not compared.
+    pub fn open_or_create(path: &Path, submission: &str, benchmark: &str) -> Result<Self> {
+        if path.exists() {
+            // Read-write, so a file we could not append to is reported now rather than later.
+            let file = File::open_rw(path).map_err(|err| open_error(path, err))?;
+            check_header(path, &file)?;
+            file.close().map_err(h5err(path, "close"))?;
+            return Ok(Self {
+                path: path.to_path_buf(),
+            });
+        }
+        let submission = to_varlen(path, "/", "submission", submission)?;
+        let benchmark = to_varlen(path, "/", "benchmark", benchmark)?;
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|source| TrajectoryFileError::Io {
+                path: parent.to_path_buf(),
+                source,
+            })?;
+        }
+        // Build the header under a temporary name and rename it into place, so a crash during
+        // creation never leaves a file at `path` without its format attributes.
+        let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
+        tmp_name.push(format!(".creating-{}", std::process::id()));
+        let tmp = path.with_file_name(tmp_name);
+        let created = create_header(path, &tmp, &submission, &benchmark);
+        if created.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        created?;
+        Ok(Self {
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Writes one episode as group `episode_{:05}`, replacing a group of that name if present (a
+    /// re-run after a crash). Validates every array length first (error, nothing written). Opens,
+    /// flushes and closes the file before returning.
+    ///
+    /// Space of a replaced group is not reclaimed (HDF5 does not shrink files); `h5repack` does.
+    pub fn write_episode(&mut self, record: &EpisodeRecord) -> Result<()> {
+        let path = self.path.as_path();
+        let name = episode_group_name(record.episode);
+        let rows = record.num_rows();
+        for ((dataset, width), values) in DATASETS.iter().zip(record.arrays()) {
+            if values.len() != rows * width {
+                return Err(TrajectoryFileError::WrongLength {
+                    path: path.to_path_buf(),
+                    dataset: format!("{name}/{dataset}"),
+                    rows,
+                    width: *width,
+                    got: values.len(),
+                });
+            }
+        }
+        let strings = [
+            ("motion", &record.motion),
+            ("category", &record.category),
+            ("status", &record.status),
+            ("reason", &record.reason),
+        ]
+        .map(|(attr, value)| to_varlen(path, &name, attr, value).map(|v| (attr, v)));
+        let strings = strings.into_iter().collect::<Result<Vec<_>>>()?;
+
+        let file = File::open_rw(path).map_err(|err| open_error(path, err))?;
+        let written = write_group(path, &file, &name, record, &strings);
+        // Flush and close even after a failed write, so the file stays consistent on disk.
+        let flushed = file.flush().map_err(h5err(path, "flush"));
+        let closed = file.close().map_err(h5err(path, "close"));
+        written.and(flushed).and(closed)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// Writes a new file holding only the root attributes at `tmp`, then renames it to `path`.
+fn create_header(path: &Path, tmp: &Path, submission: &VarLenUnicode, benchmark: &VarLenUnicode) -> Result<()> {
+    let file = File::create(tmp).map_err(h5err(path, "create"))?;
+    let format = to_varlen(path, "/", "format", FORMAT_NAME)?;
+    write_str_attr(path, &file, "/", "format", &format)?;
+    write_scalar_attr(path, &file, "/", "version", &FORMAT_VERSION)?;
+    write_str_attr(path, &file, "/", "submission", submission)?;
+    write_str_attr(path, &file, "/", "benchmark", benchmark)?;
+    file.flush().map_err(h5err(path, "flush"))?;
+    file.close().map_err(h5err(path, "close"))?;
+    std::fs::rename(tmp, path).map_err(|source| TrajectoryFileError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Creates group `name` (replacing an existing one) with its attributes and datasets.
+fn write_group(
+    path: &Path,
+    file: &File,
+    name: &str,
+    record: &EpisodeRecord,
+    strings: &[(&str, VarLenUnicode)],
+) -> Result<()> {
+    if file.link_exists(name) {
+        file.unlink(name).map_err(h5err(path, format!("{name}: remove old group")))?;
+    }
+    let group = file.create_group(name).map_err(h5err(path, format!("{name}: create group")))?;
+    for (attr, value) in strings {
+        write_str_attr(path, &group, name, attr, value)?;
+    }
+    write_scalar_attr(path, &group, name, "seed", &record.seed)?;
+    write_scalar_attr(path, &group, name, "dr_level", &record.dr_level)?;
+    write_scalar_attr(path, &group, name, "start_s", &record.start_s)?;
+    write_scalar_attr(path, &group, name, "duration_s", &record.duration_s)?;
+    let steps = record.num_rows().saturating_sub(1) as u64;
+    write_scalar_attr(path, &group, name, "steps", &steps)?;
+
+    let rows = record.num_rows();
+    for ((dataset, width), values) in DATASETS.iter().zip(record.arrays()) {
+        let context = || format!("{name}/{dataset}: create");
+        let builder = group.new_dataset::<f64>();
+        let chunk_rows = rows.min(MAX_CHUNK_ROWS);
+        let ds = match (*width, rows) {
+            (1, 0) => builder.shape(0).create(*dataset),
+            (w, 0) => builder.shape((0, w)).create(*dataset),
+            (1, _) => builder.chunk(chunk_rows).deflate(DEFLATE_LEVEL).shape(rows).create(*dataset),
+            (w, _) => builder.chunk((chunk_rows, w)).deflate(DEFLATE_LEVEL).shape((rows, w)).create(*dataset),
+        }
+        .map_err(h5err(path, context()))?;
+        if rows > 0 {
+            ds.write_raw(values).map_err(h5err(path, format!("{name}/{dataset}: write")))?;
+        }
+    }
+    Ok(())
+}
+
+fn to_varlen(path: &Path, group: &str, attr: &str, value: &str) -> Result<VarLenUnicode> {
+    value.parse::<VarLenUnicode>().map_err(|err| TrajectoryFileError::InvalidEpisode {
+        path: path.to_path_buf(),
+        episode: group.to_owned(),
+        message: format!("attribute {attr}: {err}"),
+    })
+}
+
+fn write_str_attr(path: &Path, group: &Group, group_name: &str, attr: &str, value: &VarLenUnicode) -> Result<()> {
+    group
+        .new_attr::<VarLenUnicode>()
+        .create(attr)
+        .and_then(|a| a.write_scalar(value))
+        .map_err(h5err(path, format!("{group_name}: attribute {attr}: write")))
+}
+
+fn write_scalar_attr<T: hdf5::H5Type>(path: &Path, group: &Group, group_name: &str, attr: &str, value: &T) -> Result<()> {
+    group
+        .new_attr::<T>()
+        .create(attr)
+        .and_then(|a| a.write_scalar(value))
+        .map_err(h5err(path, format!("{group_name}: attribute {attr}: write")))
+}
+
+fn read_str_attr(path: &Path, group: &Group, group_name: &str, attr: &str) -> Result<String> {
+    group
+        .attr(attr)
+        .and_then(|a| a.read_scalar::<VarLenUnicode>())
+        .map(|v| v.as_str().to_owned())
+        .map_err(h5err(path, format!("{group_name}: attribute {attr}: read")))
+}
+
+fn read_scalar_attr<T: hdf5::H5Type>(path: &Path, group: &Group, group_name: &str, attr: &str) -> Result<T> {
+    group
+        .attr(attr)
+        .and_then(|a| a.read_scalar::<T>())
+        .map_err(h5err(path, format!("{group_name}: attribute {attr}: read")))
+}
+
+/// Maps a failure to open `path` to a clear error: "not an HDF5 file" where that is the cause.
+fn open_error(path: &Path, err: hdf5::Error) -> TrajectoryFileError {
+    if err.contains_minor(MinorErrorCode::NotHdf5) {
+        TrajectoryFileError::NotTrajectoryFile {
+            path: path.to_path_buf(),
+            detail: "not an HDF5 file".to_owned(),
+        }
+    } else {
+        h5err(path, "open")(err)
+    }
+}
+
+/// Checks the root attributes `format` and `version`.
+fn check_header(path: &Path, file: &File) -> Result<()> {
+    let not_ours = |detail: String| TrajectoryFileError::NotTrajectoryFile {
+        path: path.to_path_buf(),
+        detail,
+    };
+    if !file.attr_names().map_err(h5err(path, "list root attributes"))?.iter().any(|a| a == "format") {
+        return Err(not_ours("no root attribute `format`".to_owned()));
+    }
+    let format = file
+        .attr("format")
+        .and_then(|a| a.read_scalar::<VarLenUnicode>())
+        .map_err(|err| not_ours(format!("unreadable root attribute `format`: {err}")))?;
+    if format.as_str() != FORMAT_NAME {
+        return Err(not_ours(format!("root attribute `format` is {:?}", format.as_str())));
+    }
+    let version: u32 = read_scalar_attr(path, file, "/", "version")?;
+    if version > FORMAT_VERSION {
+        return Err(TrajectoryFileError::UnsupportedVersion {
+            path: path.to_path_buf(),
+            found: version,
+        });
+    }
+    Ok(())
+}
+
+/// Opens an existing trajectory file read-only and checks its header.
+fn open_checked(path: &Path) -> Result<File> {
+    if !path.exists() {
+        return Err(TrajectoryFileError::Io {
+            path: path.to_path_buf(),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        });
+    }
+    let file = File::open(path).map_err(|err| open_error(path, err))?;
+    check_header(path, &file)?;
+    Ok(file)
+}
+
+/// Reads the root attributes `(submission, benchmark)`.
+pub fn read_header(path: &Path) -> Result<(String, String)> {
+    let file = open_checked(path)?;
+    let submission = read_str_attr(path, &file, "/", "submission")?;
+    let benchmark = read_str_attr(path, &file, "/", "benchmark")?;
+    Ok((submission, benchmark))
+}
+
+/// Names of the episode groups (`episode_00007`, ...), sorted.
+pub fn episode_names(path: &Path) -> Result<Vec<String>> {
+    let file = open_checked(path)?;
+    let mut names: Vec<String> = file
+        .member_names()
+        .map_err(h5err(path, "list groups"))?
+        .into_iter()
+        .filter(|n| parse_episode_name(n).is_some())
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+fn parse_episode_name(name: &str) -> Option<u32> {
+    let digits = name.strip_prefix(EPISODE_PREFIX)?;
+    if digits.len() < 5 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Reads episode group `name` (as listed by [`episode_names`]).
+pub fn read_episode(path: &Path, name: &str) -> Result<EpisodeRecord> {
+    let invalid = |message: String| TrajectoryFileError::InvalidEpisode {
+        path: path.to_path_buf(),
+        episode: name.to_owned(),
+        message,
+    };
+    let episode = parse_episode_name(name).ok_or_else(|| invalid("not an episode group name".to_owned()))?;
+    let file = open_checked(path)?;
+    if !file.link_exists(name) {
+        return Err(TrajectoryFileError::MissingEpisode {
+            path: path.to_path_buf(),
+            episode: name.to_owned(),
+        });
+    }
+    let group = file.group(name).map_err(h5err(path, format!("{name}: open group")))?;
+    let mut record = EpisodeRecord {
+        episode,
+        motion: read_str_attr(path, &group, name, "motion")?,
+        category: read_str_attr(path, &group, name, "category")?,
+        seed: read_scalar_attr(path, &group, name, "seed")?,
+        dr_level: read_scalar_attr(path, &group, name, "dr_level")?,
+        status: read_str_attr(path, &group, name, "status")?,
+        reason: read_str_attr(path, &group, name, "reason")?,
+        start_s: read_scalar_attr(path, &group, name, "start_s")?,
+        duration_s: read_scalar_attr(path, &group, name, "duration_s")?,
+        ..EpisodeRecord::default()
+    };
+    let mut rows = None;
+    for ((dataset, width), values) in DATASETS.iter().zip(record.arrays_mut()) {
+        let ds = group.dataset(dataset).map_err(h5err(path, format!("{name}/{dataset}: open")))?;
+        let shape = ds.shape();
+        let t = *rows.get_or_insert(shape.first().copied().unwrap_or(0));
+        let expected = if *width == 1 { vec![t] } else { vec![t, *width] };
+        if shape != expected {
+            return Err(invalid(format!("{dataset}: shape {shape:?}, expected {expected:?}")));
+        }
+        if t > 0 {
+            *values = ds.read_raw::<f64>().map_err(h5err(path, format!("{name}/{dataset}: read")))?;
+        }
+    }
+    Ok(record)
+}

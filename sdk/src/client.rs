@@ -1,0 +1,414 @@
+//! The WebSocket client: connects, runs a submission or a practice session with an [`Agent`],
+//! answers heartbeats, and reconnects with exponential backoff after a lost connection (a
+//! submission resumes where it stopped: the server re-runs only unfinished episodes).
+
+use crate::agent::{Agent, Batch};
+use crate::episode::ObservationLayout;
+use crate::protocol::{
+    self, Action, Connect, Connected, Disconnect, Encoding, EpisodeAction, EpisodeEnd, EpisodeInfo, GetAction,
+    Heartbeat, Msg, PROTOCOL_VERSION, ResetEpisode, codes,
+};
+use futures_util::{SinkExt, StreamExt};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+
+/// What the client asks the server for.
+#[derive(Debug, Clone)]
+pub enum Mode {
+    /// Run a submission of `benchmark`, or attach to `submission_id` (created over REST, or
+    /// left unfinished by an earlier connection).
+    Submission {
+        benchmark: String,
+        submission_id: Option<String>,
+    },
+    /// Run the given episodes of `benchmark`; nothing is stored or ranked.
+    Practice {
+        benchmark: String,
+        episodes: Vec<ResetEpisode>,
+    },
+}
+
+/// Connection settings.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// WebSocket endpoint, e.g. `ws://127.0.0.1:8080/api/v1/agent`.
+    pub url: String,
+    pub token: String,
+    pub agent_name: String,
+    pub mode: Mode,
+    pub encoding: Encoding,
+    /// Largest batch the agent wants (0 = the server's limit).
+    pub max_batch: u32,
+    /// Connection attempts after a lost connection before giving up.
+    pub max_reconnects: u32,
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+}
+
+impl ClientConfig {
+    pub fn new(url: impl Into<String>, token: impl Into<String>, mode: Mode) -> Self {
+        Self {
+            url: url.into(),
+            token: token.into(),
+            agent_name: "arena-sdk-agent".into(),
+            mode,
+            encoding: Encoding::Binary,
+            max_batch: 0,
+            max_reconnects: 10,
+            initial_backoff: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Something the client saw, for progress displays and logs.
+#[derive(Debug)]
+pub enum ClientEvent<'a> {
+    Connected(&'a Connected),
+    EpisodeStart(&'a [EpisodeInfo]),
+    EpisodeEnd(&'a EpisodeEnd),
+    /// An Error the server sent during the session (the session goes on).
+    ServerError(&'a protocol::Error),
+    Reconnecting { attempt: u32, delay: Duration, error: &'a str },
+}
+
+/// The outcome of [`run`].
+#[derive(Debug, Clone, Default)]
+pub struct RunSummary {
+    /// Empty in practice mode.
+    pub submission_id: String,
+    /// The submission's status when the last session ended (e.g. "COMPLETED").
+    pub submission_status: String,
+    /// Every EpisodeEnd received, in arrival order.
+    pub episodes: Vec<EpisodeEnd>,
+    pub reconnects: u32,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The server refused the session (bad token, unknown benchmark, ...): not retried.
+    #[error("server refused the session: {code}: {message}")]
+    Refused { code: String, message: String },
+    /// No connection after `max_reconnects` attempts.
+    #[error("gave up after {attempts} connection attempts: {last_error}")]
+    Unreachable { attempts: u32, last_error: String },
+    /// The server broke the protocol.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+}
+
+/// Codes after which reconnecting cannot help.
+const FATAL_CODES: [&str; 5] = [
+    codes::UNAUTHORIZED,
+    codes::UNSUPPORTED_VERSION,
+    codes::UNKNOWN_BENCHMARK,
+    codes::UNKNOWN_SUBMISSION,
+    codes::UNKNOWN_MOTION,
+];
+
+enum SessionEnd {
+    /// The server or the client ended the session on purpose.
+    Done,
+    /// The connection was lost (or never made); worth another attempt.
+    Lost(String),
+}
+
+/// Per-run state that survives reconnects.
+struct RunState {
+    summary: RunSummary,
+    /// Practice episodes still to finish.
+    practice_left: usize,
+}
+
+/// Runs the session described by `config` with `agent` until the submission completes (or the
+/// practice episodes are done), reconnecting after lost connections.
+pub async fn run(
+    config: &ClientConfig,
+    agent: &mut dyn Agent,
+    on_event: &mut (dyn FnMut(ClientEvent<'_>) + Send),
+) -> Result<RunSummary, ClientError> {
+    let mut state = RunState {
+        summary: RunSummary::default(),
+        practice_left: match &config.mode {
+            Mode::Practice { episodes, .. } => episodes.len(),
+            Mode::Submission { .. } => 0,
+        },
+    };
+    if let Mode::Submission {
+        submission_id: Some(id),
+        ..
+    } = &config.mode
+    {
+        state.summary.submission_id = id.clone();
+    }
+    let mut failures = 0u32;
+    let mut backoff = config.initial_backoff;
+    loop {
+        let connected_before = state.summary.episodes.len();
+        match session(config, agent, &mut state, on_event).await? {
+            SessionEnd::Done => return Ok(state.summary),
+            SessionEnd::Lost(error) => {
+                // Progress since the last failure resets the backoff.
+                if state.summary.episodes.len() > connected_before {
+                    failures = 0;
+                    backoff = config.initial_backoff;
+                }
+                failures += 1;
+                if failures > config.max_reconnects {
+                    return Err(ClientError::Unreachable {
+                        attempts: failures,
+                        last_error: error,
+                    });
+                }
+                on_event(ClientEvent::Reconnecting {
+                    attempt: failures,
+                    delay: backoff,
+                    error: &error,
+                });
+                tracing::warn!("connection lost ({error}); reconnecting in {backoff:?} (attempt {failures})");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(config.max_backoff);
+                state.summary.reconnects += 1;
+            }
+        }
+    }
+}
+
+/// [`run`] on a runtime of its own, for programs that are not async.
+pub fn run_blocking(
+    config: &ClientConfig,
+    agent: &mut dyn Agent,
+    on_event: &mut (dyn FnMut(ClientEvent<'_>) + Send),
+) -> Result<RunSummary, ClientError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ClientError::Protocol(format!("starting the async runtime: {e}")))?;
+    runtime.block_on(run(config, agent, on_event))
+}
+
+fn now_s() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
+fn to_ws(msg: &Msg, encoding: Encoding) -> WsMessage {
+    match protocol::encode(msg, encoding) {
+        protocol::Frame::Text(t) => WsMessage::Text(t.into()),
+        protocol::Frame::Binary(b) => WsMessage::Binary(b.into()),
+    }
+}
+
+/// Reusable buffers for answering GetAction.
+#[derive(Default)]
+struct ActBuffers {
+    ids: Vec<u32>,
+    steps: Vec<u32>,
+    observations: Vec<f32>,
+    actions: Vec<f32>,
+}
+
+async fn session(
+    config: &ClientConfig,
+    agent: &mut dyn Agent,
+    state: &mut RunState,
+    on_event: &mut (dyn FnMut(ClientEvent<'_>) + Send),
+) -> Result<SessionEnd, ClientError> {
+    let (socket, _) = match tokio_tungstenite::connect_async(config.url.as_str()).await {
+        Ok(s) => s,
+        Err(e) => return Ok(SessionEnd::Lost(format!("connecting to {}: {e}", config.url))),
+    };
+    let (mut sink, mut stream) = socket.split();
+    let (mode, benchmark) = match &config.mode {
+        Mode::Submission { benchmark, .. } => ("submission", benchmark.clone()),
+        Mode::Practice { benchmark, .. } => ("practice", benchmark.clone()),
+    };
+    let connect = Msg::Connect(Connect {
+        protocol_version: PROTOCOL_VERSION,
+        agent_name: config.agent_name.clone(),
+        token: config.token.clone(),
+        mode: mode.into(),
+        benchmark,
+        submission_id: state.summary.submission_id.clone(),
+        max_batch: config.max_batch,
+    });
+    let encoding = config.encoding;
+    if let Err(e) = sink.send(to_ws(&connect, encoding)).await {
+        return Ok(SessionEnd::Lost(format!("sending Connect: {e}")));
+    }
+    let mut layout: Option<ObservationLayout> = None;
+    let mut action_size = 0usize;
+    let mut heartbeat_every = Duration::from_secs(30);
+    let mut silence_limit = Duration::from_secs(60);
+    let mut last_heard = Instant::now();
+    let mut last_sent = Instant::now();
+    let mut buffers = ActBuffers::default();
+    let mut ticker = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        let frame = tokio::select! {
+            frame = stream.next() => frame,
+            _ = ticker.tick() => {
+                if last_heard.elapsed() > silence_limit {
+                    return Ok(SessionEnd::Lost(format!("server silent for {silence_limit:?}")));
+                }
+                if last_sent.elapsed() >= heartbeat_every {
+                    last_sent = Instant::now();
+                    let hb = Msg::Heartbeat(Heartbeat { time: now_s() });
+                    if let Err(e) = sink.send(to_ws(&hb, encoding)).await {
+                        return Ok(SessionEnd::Lost(format!("sending Heartbeat: {e}")));
+                    }
+                }
+                continue;
+            }
+        };
+        let msg = match frame {
+            None => return Ok(SessionEnd::Lost("server closed the connection".into())),
+            Some(Err(e)) => return Ok(SessionEnd::Lost(format!("reading from the server: {e}"))),
+            Some(Ok(WsMessage::Text(t))) => protocol::decode_json(&t),
+            Some(Ok(WsMessage::Binary(b))) => protocol::decode_binary(&b),
+            Some(Ok(WsMessage::Close(_))) => return Ok(SessionEnd::Lost("server closed the connection".into())),
+            Some(Ok(_)) => continue,
+        };
+        last_heard = Instant::now();
+        let msg = msg.map_err(|e| ClientError::Protocol(format!("undecodable frame from the server: {e}")))?;
+        let reply = match msg {
+            Msg::Connected(c) => {
+                let spec = c.spec.clone().unwrap_or_default();
+                layout = Some(ObservationLayout::from_spec(&spec));
+                action_size = spec.action_size as usize;
+                if c.heartbeat_interval_s > 0.0 {
+                    heartbeat_every = Duration::from_secs_f64(c.heartbeat_interval_s);
+                }
+                if c.heartbeat_timeout_s > 0.0 {
+                    silence_limit = Duration::from_secs_f64(c.heartbeat_timeout_s);
+                }
+                state.summary.submission_id = c.submission_id.clone();
+                agent.configure(&spec);
+                on_event(ClientEvent::Connected(&c));
+                if let Mode::Practice { episodes, .. } = &config.mode {
+                    for e in episodes {
+                        let m = Msg::ResetEpisode(e.clone());
+                        if let Err(e) = sink.send(to_ws(&m, encoding)).await {
+                            return Ok(SessionEnd::Lost(format!("sending ResetEpisode: {e}")));
+                        }
+                    }
+                }
+                None
+            }
+            Msg::EpisodeStart(s) => {
+                agent.reset(&s.episodes);
+                on_event(ClientEvent::EpisodeStart(&s.episodes));
+                None
+            }
+            Msg::GetAction(request) => {
+                let Some(layout) = layout.as_ref() else {
+                    return Err(ClientError::Protocol("GetAction before Connected".into()));
+                };
+                Some(answer(agent, layout, action_size, request, &mut buffers))
+            }
+            Msg::EpisodeEnd(end) => {
+                agent.end(&end);
+                on_event(ClientEvent::EpisodeEnd(&end));
+                state.summary.episodes.push(end);
+                if let Mode::Practice { .. } = config.mode {
+                    state.practice_left = state.practice_left.saturating_sub(1);
+                    if state.practice_left == 0 {
+                        let bye = Msg::Disconnect(Disconnect {
+                            reason: "client_done".into(),
+                            submission_status: String::new(),
+                        });
+                        let _ = sink.send(to_ws(&bye, encoding)).await;
+                        let _ = sink.close().await;
+                        return Ok(SessionEnd::Done);
+                    }
+                }
+                None
+            }
+            Msg::Heartbeat(_) => Some(Msg::Heartbeat(Heartbeat { time: now_s() })),
+            Msg::Error(e) => {
+                if layout.is_none() {
+                    if FATAL_CODES.contains(&e.code.as_str()) {
+                        return Err(ClientError::Refused {
+                            code: e.code,
+                            message: e.message,
+                        });
+                    }
+                    if e.code == codes::SUBMISSION_FINISHED {
+                        state.summary.submission_status = "COMPLETED".into();
+                        return Ok(SessionEnd::Done);
+                    }
+                    // e.g. submission_busy: the old session is still being torn down.
+                    on_event(ClientEvent::ServerError(&e));
+                    return Ok(SessionEnd::Lost(format!("{}: {}", e.code, e.message)));
+                }
+                tracing::warn!("server error: {}: {}", e.code, e.message);
+                on_event(ClientEvent::ServerError(&e));
+                None
+            }
+            Msg::Disconnect(d) => {
+                state.summary.submission_status = d.submission_status.clone();
+                if d.reason == "submission_complete" || d.reason == "client_done" {
+                    return Ok(SessionEnd::Done);
+                }
+                return Ok(SessionEnd::Lost(format!("server ended the session: {}", d.reason)));
+            }
+            Msg::Connect(_) | Msg::ResetEpisode(_) | Msg::Action(_) => {
+                return Err(ClientError::Protocol(format!(
+                    "the server sent a client message ({})",
+                    protocol::type_name(&msg)
+                )));
+            }
+        };
+        if let Some(reply) = reply {
+            let frame = to_ws(&reply, encoding);
+            last_sent = Instant::now();
+            if let Err(e) = sink.send(frame).await {
+                return Ok(SessionEnd::Lost(format!("sending to the server: {e}")));
+            }
+        }
+    }
+}
+
+/// Runs the agent on one GetAction and builds the Action answering it.
+fn answer(
+    agent: &mut dyn Agent,
+    layout: &ObservationLayout,
+    action_size: usize,
+    request: GetAction,
+    buffers: &mut ActBuffers,
+) -> Msg {
+    let n = request.observations.len();
+    let d = layout.size();
+    buffers.ids.clear();
+    buffers.steps.clear();
+    buffers.observations.clear();
+    for o in &request.observations {
+        buffers.ids.push(o.episode_id);
+        buffers.steps.push(o.episode_step);
+        // A short or long row is the server's bug; pad/cut so the agent still sees n × d values.
+        let take = o.values.len().min(d);
+        buffers.observations.extend_from_slice(&o.values[..take]);
+        buffers.observations.resize(buffers.observations.len() + d - take, 0.0);
+    }
+    buffers.actions.clear();
+    buffers.actions.resize(n * action_size, 0.0);
+    let batch = Batch {
+        step: request.step,
+        episodes: &buffers.ids,
+        episode_steps: &buffers.steps,
+        observations: &buffers.observations,
+        layout,
+    };
+    agent.act(&batch, &mut buffers.actions);
+    Msg::Action(Action {
+        step: request.step,
+        actions: buffers
+            .ids
+            .iter()
+            .zip(buffers.actions.chunks_exact(action_size.max(1)))
+            .map(|(&episode_id, values)| EpisodeAction {
+                episode_id,
+                values: values.to_vec(),
+            })
+            .collect(),
+    })
+}

@@ -1,0 +1,294 @@
+//! Episode mechanics shared by the server's simulator workers and the SDK's local runner, so a
+//! local run and a remote run of the same benchmark see the same observations, end episodes by
+//! the same rules and are scored by the same code.
+
+use crate::protocol::{EpisodeSpec, ObservationGroup, Reference};
+use arena_bench::aggregate::EpisodeStatus;
+use arena_bench::metrics::{self, Frame, MetricConfig};
+use arena_bench::spec::{BenchmarkSpec, Episode, FallSpec, MotionSource};
+use arena_data::{MotionClip, NUM_JOINTS};
+use arena_sim::dr::DrLevel;
+use arena_sim::env::{self, EpisodeAssignment, FallRule, TrackingEnv, TrackingEnvConfig, Trajectory};
+use arena_sim::handler::NQ;
+use arena_sim::motion::{Motion, MotionLibrary};
+use arena_sim::observation::{HISTORY_ACTOR_DIM, LAST_ACTION_DIM, PRIVILEGED_STATE_DIM, STATE_DIM};
+use arena_sim::robot::NUM_BODIES_EXT;
+use arena_sim::{CONTROL_DT, RobotConfig};
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::Path;
+
+/// Name of the observation group carrying the next `reference_horizon` reference frames.
+pub const REFERENCE_GROUP: &str = "reference";
+
+/// The clips a benchmark names: generated for `builtin`, read from the motions root otherwise.
+pub fn benchmark_clips(spec: &BenchmarkSpec, motions_root: &Path, robot: &RobotConfig) -> anyhow::Result<Vec<MotionClip>> {
+    match &spec.motions.source {
+        MotionSource::Builtin(names) => {
+            let all = MotionLibrary::builtin_clips(robot)?;
+            names
+                .iter()
+                .map(|n| {
+                    all.iter()
+                        .find(|c| &c.name == n)
+                        .cloned()
+                        .ok_or_else(|| anyhow::anyhow!("no built-in motion named {n:?}"))
+                })
+                .collect()
+        }
+        _ => Ok(spec.load_clips(motions_root)?),
+    }
+}
+
+/// The TrackingEnv settings a benchmark implies, for `num_envs` envs on `threads` threads.
+pub fn env_config(spec: &BenchmarkSpec, num_envs: usize, threads: usize) -> TrackingEnvConfig {
+    TrackingEnvConfig {
+        robot: RobotConfig::default(),
+        num_envs,
+        threads,
+        fall_rule: match spec.fall {
+            FallSpec::None => None,
+            FallSpec::MinRootHeight(h) => Some(FallRule::MinRootHeight(h)),
+            FallSpec::MaxBodyDeviation(d) => Some(FallRule::MaxBodyDeviation(d)),
+        },
+        ..Default::default()
+    }
+}
+
+/// The simulator assignment of a benchmark episode.
+pub fn assignment(spec: &BenchmarkSpec, episode: &Episode) -> anyhow::Result<EpisodeAssignment> {
+    Ok(EpisodeAssignment {
+        motion: episode.motion,
+        start_time: episode.start_s,
+        seed: episode.seed,
+        dr_level: DrLevel::try_from(spec.episodes.dr_level).map_err(anyhow::Error::msg)?,
+    })
+}
+
+/// Control steps an episode lasts unless it ends early.
+pub fn episode_steps(episode: &Episode) -> u32 {
+    (episode.duration_s / CONTROL_DT - 1e-6).ceil().max(0.0) as u32
+}
+
+/// The metric parameters a benchmark file sets.
+pub fn metric_config(spec: &BenchmarkSpec) -> MetricConfig {
+    MetricConfig {
+        state_slice: spec.metrics.state_slice,
+        success_threshold_m: spec.metrics.success_threshold_m,
+        ndtw_window_s: spec.metrics.ndtw_window_s,
+        frame_dt: CONTROL_DT,
+    }
+}
+
+/// Which observation groups an agent receives and where each sits in its concatenated values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObservationLayout {
+    groups: Vec<(String, Range<usize>)>,
+    reference_horizon: usize,
+}
+
+impl ObservationLayout {
+    /// The benchmark's groups in its order, then `reference` when `reference_horizon` > 0.
+    pub fn for_benchmark(spec: &BenchmarkSpec) -> Self {
+        let mut groups = Vec::new();
+        let mut offset = 0;
+        let mut push = |name: &str, size: usize| {
+            groups.push((name.to_string(), offset..offset + size));
+            offset += size;
+        };
+        for g in &spec.observations.groups {
+            push(g, group_size(g));
+        }
+        let horizon = spec.observations.reference_horizon as usize;
+        if horizon > 0 {
+            push(REFERENCE_GROUP, horizon * NQ);
+        }
+        Self {
+            groups,
+            reference_horizon: horizon,
+        }
+    }
+
+    /// The layout announced in a Connected message.
+    pub fn from_spec(spec: &EpisodeSpec) -> Self {
+        let mut groups = Vec::new();
+        let mut offset = 0;
+        let mut horizon = 0;
+        for g in &spec.observations {
+            let size = g.size as usize;
+            if g.name == REFERENCE_GROUP {
+                horizon = size / NQ;
+            }
+            groups.push((g.name.clone(), offset..offset + size));
+            offset += size;
+        }
+        Self {
+            groups,
+            reference_horizon: horizon,
+        }
+    }
+
+    /// Values per episode.
+    pub fn size(&self) -> usize {
+        self.groups.last().map_or(0, |(_, r)| r.end)
+    }
+
+    /// Where group `name` sits in an episode's values.
+    pub fn group(&self, name: &str) -> Option<Range<usize>> {
+        self.groups.iter().find(|(n, _)| n == name).map(|(_, r)| r.clone())
+    }
+
+    pub fn groups(&self) -> impl Iterator<Item = (&str, Range<usize>)> {
+        self.groups.iter().map(|(n, r)| (n.as_str(), r.clone()))
+    }
+
+    /// The protocol's description of the groups.
+    pub fn to_protocol(&self) -> Vec<ObservationGroup> {
+        self.groups
+            .iter()
+            .map(|(n, r)| ObservationGroup {
+                name: n.clone(),
+                size: r.len() as u32,
+            })
+            .collect()
+    }
+
+    /// Writes env `slot`'s observation into `out` (`size()` values): the benchmark's groups from
+    /// the env's observation batch, then the reference frames at t + dt, ..., t + H·dt.
+    pub fn fill(&self, env: &TrackingEnv, slot: usize, scratch: &mut ReferenceScratch, out: &mut [f32]) {
+        let obs = env.observations();
+        for (name, range) in &self.groups {
+            let dst = &mut out[range.clone()];
+            let n = range.len();
+            match name.as_str() {
+                "state" => dst.copy_from_slice(&obs.state[slot * n..(slot + 1) * n]),
+                "privileged_state" => dst.copy_from_slice(&obs.privileged_state[slot * n..(slot + 1) * n]),
+                "last_action" => dst.copy_from_slice(&obs.last_action[slot * n..(slot + 1) * n]),
+                "history_actor" => dst.copy_from_slice(&obs.history_actor[slot * n..(slot + 1) * n]),
+                REFERENCE_GROUP => {
+                    let (Some(a), info) = (env.assignment(slot), &env.infos()[slot]) else {
+                        dst.fill(0.0);
+                        continue;
+                    };
+                    let motion = &env.library().motions[a.motion];
+                    for k in 0..self.reference_horizon {
+                        let t = info.motion_time + (k + 1) as f64 * CONTROL_DT;
+                        motion.pose_at(t, &mut scratch.qpos, &mut scratch.body_pos);
+                        for (d, s) in dst[k * NQ..(k + 1) * NQ].iter_mut().zip(&scratch.qpos) {
+                            *d = *s as f32;
+                        }
+                    }
+                }
+                other => unreachable!("observation group {other:?} passed benchmark validation"),
+            }
+        }
+    }
+}
+
+/// Values per episode of a simulator observation group.
+fn group_size(name: &str) -> usize {
+    match name {
+        "state" => STATE_DIM,
+        "privileged_state" => PRIVILEGED_STATE_DIM,
+        "last_action" => LAST_ACTION_DIM,
+        "history_actor" => HISTORY_ACTOR_DIM,
+        other => unreachable!("observation group {other:?} passed benchmark validation"),
+    }
+}
+
+/// Buffers for sampling reference poses without allocating per step.
+#[derive(Debug)]
+pub struct ReferenceScratch {
+    qpos: [f64; NQ],
+    body_pos: Vec<f64>,
+}
+
+impl Default for ReferenceScratch {
+    fn default() -> Self {
+        Self {
+            qpos: [0.0; NQ],
+            body_pos: vec![0.0; 3 * NUM_BODIES_EXT],
+        }
+    }
+}
+
+/// The episode spec a session announces for a benchmark.
+pub fn episode_spec(spec: &BenchmarkSpec, max_batch: u32, max_in_flight: u32, step_timeout_s: f64) -> EpisodeSpec {
+    EpisodeSpec {
+        observations: ObservationLayout::for_benchmark(spec).to_protocol(),
+        action_size: NUM_JOINTS as u32,
+        control_hz: spec.limits.control_hz as f64,
+        max_batch,
+        max_in_flight,
+        step_timeout_s,
+    }
+}
+
+/// The whole reference motion sampled at the control rate, for benchmarks that reveal it.
+pub fn reference_of(motion: &Motion) -> Reference {
+    let frames = (motion.length_s / CONTROL_DT).floor() as usize + 1;
+    let mut qpos = [0.0; NQ];
+    let mut body = vec![0.0; 3 * NUM_BODIES_EXT];
+    let mut out = Vec::with_capacity(frames * NQ);
+    for k in 0..frames {
+        motion.pose_at(k as f64 * CONTROL_DT, &mut qpos, &mut body);
+        out.extend_from_slice(&qpos);
+    }
+    Reference {
+        fps: 1.0 / CONTROL_DT,
+        frames: frames as u32,
+        qpos: out,
+    }
+}
+
+/// Ends env `slot`'s episode when its window is over (a window shorter than the rest of the clip
+/// ends by time, not by the motion's end) and reports how it ended, or `None` while it runs.
+pub fn finished_status(env: &mut TrackingEnv, slot: usize, episode: &Episode) -> Option<(EpisodeStatus, Option<String>)> {
+    let info = &env.infos()[slot];
+    if info.status == env::EpisodeStatus::Running && info.motion_time >= episode.start_s + episode.duration_s - 1e-9 {
+        env.stop(slot);
+    }
+    match &env.infos()[slot].status {
+        env::EpisodeStatus::Running | env::EpisodeStatus::Idle => None,
+        env::EpisodeStatus::Fell => Some((EpisodeStatus::Fell, None)),
+        env::EpisodeStatus::Failed(r) => Some((EpisodeStatus::Failed, Some(r.clone()))),
+        env::EpisodeStatus::Truncated => Some((EpisodeStatus::Completed, None)),
+    }
+}
+
+/// Scores one recorded episode with the named metrics.
+pub fn score_trajectory(
+    trajectory: &Trajectory,
+    names: &[String],
+    config: &MetricConfig,
+) -> Result<BTreeMap<String, f64>, metrics::MetricError> {
+    let w = 3 * NUM_BODIES_EXT;
+    let t0 = trajectory.times.first().copied().unwrap_or(0.0);
+    let frames = (0..trajectory.len()).map(|k| Frame {
+        time: trajectory.times[k] - t0,
+        sim_joints: &trajectory.qpos[k * NQ + 7..(k + 1) * NQ],
+        ref_joints: &trajectory.ref_qpos[k * NQ + 7..(k + 1) * NQ],
+        sim_bodies: &trajectory.body_pos[k * w..(k + 1) * w],
+        ref_bodies: &trajectory.ref_body_pos[k * w..(k + 1) * w],
+        sim_state: &trajectory.state[k * STATE_DIM..(k + 1) * STATE_DIM],
+        ref_state: &trajectory.ref_state[k * STATE_DIM..(k + 1) * STATE_DIM],
+    });
+    metrics::evaluate(names, config, frames)
+}
+
+/// Scores a finished episode if its status is scored; a scoring error fails the episode.
+pub fn score_finished(
+    trajectory: &Trajectory,
+    status: EpisodeStatus,
+    reason: Option<String>,
+    names: &[String],
+    config: &MetricConfig,
+) -> (EpisodeStatus, BTreeMap<String, f64>, Option<String>) {
+    if !status.is_scored() {
+        return (status, BTreeMap::new(), reason);
+    }
+    match score_trajectory(trajectory, names, config) {
+        Ok(m) => (status, m, reason),
+        Err(e) => (EpisodeStatus::Failed, BTreeMap::new(), Some(format!("scoring failed: {e}"))),
+    }
+}

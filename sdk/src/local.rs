@@ -1,0 +1,181 @@
+//! The local runner: drives an [`Agent`] through a whole benchmark against an in-process
+//! simulator, with no server and no network. Observations, episode ends and scores come from the
+//! same code the server uses, so a local score is what a submission would get.
+
+use crate::agent::{Agent, Batch};
+use crate::episode::{self, ObservationLayout, ReferenceScratch};
+use crate::protocol::{EpisodeEnd, EpisodeInfo};
+use anyhow::Context;
+use arena_bench::aggregate::{EpisodeResult, MetricsAggregator};
+use arena_bench::spec::{BenchmarkSpec, Episode};
+use arena_data::{MotionClip, NUM_JOINTS};
+use arena_sim::RobotConfig;
+use arena_sim::env::TrackingEnv;
+use arena_sim::motion::MotionLibrary;
+use std::sync::Arc;
+
+/// Options of a local run.
+#[derive(Debug, Clone)]
+pub struct LocalOptions {
+    /// Envs stepped together (episodes in flight).
+    pub batch: usize,
+    /// Simulation threads (0 = rayon's default).
+    pub threads: usize,
+}
+
+impl Default for LocalOptions {
+    fn default() -> Self {
+        Self { batch: 16, threads: 0 }
+    }
+}
+
+/// Progress callback: (episodes finished, episodes in all, the result just finished).
+pub type Progress<'a> = dyn FnMut(usize, usize, &EpisodeResult) + 'a;
+
+/// The protocol's description of a starting episode.
+pub fn episode_info(spec: &BenchmarkSpec, library: &MotionLibrary, episode: &Episode, attempt: u32) -> EpisodeInfo {
+    let motion = &library.motions[episode.motion];
+    EpisodeInfo {
+        episode_id: episode.index as u32,
+        motion: if spec.observations.hide_motion_names {
+            String::new()
+        } else {
+            motion.name.clone()
+        },
+        start_s: episode.start_s,
+        duration_s: episode.duration_s,
+        steps: episode::episode_steps(episode),
+        seed: episode.seed,
+        dr_level: spec.episodes.dr_level as u32,
+        attempt,
+        reference: spec.observations.reveal_reference.then(|| episode::reference_of(motion)),
+    }
+}
+
+/// Runs every episode of `spec` with `agent` and returns the aggregator holding the results.
+pub fn run_local(
+    spec: &BenchmarkSpec,
+    clips: &[MotionClip],
+    agent: &mut dyn Agent,
+    options: &LocalOptions,
+    progress: &mut Progress<'_>,
+) -> anyhow::Result<MetricsAggregator> {
+    let robot = RobotConfig::default();
+    let library = Arc::new(MotionLibrary::from_clips(clips, &robot).context("building the motion library")?);
+    let lengths: Vec<f64> = library.motions.iter().map(|m| m.length_s).collect();
+    let episodes = spec.expand_episodes(&lengths);
+    anyhow::ensure!(!episodes.is_empty(), "benchmark {} expands to no episodes", spec.name);
+    let batch = options.batch.clamp(1, episodes.len());
+    let mut env = TrackingEnv::new(episode::env_config(spec, batch, options.threads), library.clone())?;
+    let layout = ObservationLayout::for_benchmark(spec);
+    agent.configure(&episode::episode_spec(spec, batch as u32, 1, 0.0));
+    let metric_config = episode::metric_config(spec);
+    let mut aggregator = MetricsAggregator::new();
+    let mut running: Vec<Option<&Episode>> = vec![None; batch];
+    let mut queue = episodes.iter();
+    let mut finished = 0;
+    let mut scratch = ReferenceScratch::default();
+    // Per-step buffers, sized once.
+    let mut ids: Vec<u32> = Vec::with_capacity(batch);
+    let mut steps: Vec<u32> = Vec::with_capacity(batch);
+    let mut slots: Vec<usize> = Vec::with_capacity(batch);
+    let mut observations = vec![0.0f32; batch * layout.size()];
+    let mut agent_actions = vec![0.0f32; batch * NUM_JOINTS];
+    let mut env_actions = vec![0.0f32; batch * NUM_JOINTS];
+    let mut starting = Vec::new();
+    let mut step_counter = 0u64;
+
+    let start = |env: &mut TrackingEnv, slot: usize, ep: &Episode, starting: &mut Vec<EpisodeInfo>| {
+        env.reset(&[(slot, episode::assignment(spec, ep)?)])?;
+        starting.push(episode_info(spec, &library, ep, 1));
+        anyhow::Ok(())
+    };
+    for (slot, ep) in queue.by_ref().take(batch).enumerate() {
+        start(&mut env, slot, ep, &mut starting)?;
+        running[slot] = Some(ep);
+    }
+    while running.iter().any(Option::is_some) {
+        if !starting.is_empty() {
+            agent.reset(&starting);
+            starting.clear();
+        }
+        ids.clear();
+        steps.clear();
+        slots.clear();
+        let d = layout.size();
+        for (slot, ep) in running.iter().enumerate() {
+            let Some(ep) = ep else { continue };
+            let row = slots.len();
+            layout.fill(&env, slot, &mut scratch, &mut observations[row * d..(row + 1) * d]);
+            ids.push(ep.index as u32);
+            steps.push(env.infos()[slot].step as u32);
+            slots.push(slot);
+        }
+        let n = slots.len();
+        let batch_view = Batch {
+            step: step_counter,
+            episodes: &ids,
+            episode_steps: &steps,
+            observations: &observations[..n * d],
+            layout: &layout,
+        };
+        step_counter += 1;
+        agent.act(&batch_view, &mut agent_actions[..n * NUM_JOINTS]);
+        env_actions.fill(0.0);
+        for (row, &slot) in slots.iter().enumerate() {
+            env_actions[slot * NUM_JOINTS..(slot + 1) * NUM_JOINTS]
+                .copy_from_slice(&agent_actions[row * NUM_JOINTS..(row + 1) * NUM_JOINTS]);
+        }
+        env.step(&env_actions)?;
+        for slot in 0..batch {
+            let Some(ep) = running[slot] else { continue };
+            let Some((status, reason)) = episode::finished_status(&mut env, slot, ep) else {
+                continue;
+            };
+            let trajectory = env.trajectory(slot);
+            let (status, metrics, reason) =
+                episode::score_finished(trajectory, status, reason, &spec.metrics.list, &metric_config);
+            let motion = &library.motions[ep.motion];
+            let result = EpisodeResult {
+                episode_id: format!("ep{:04}", ep.index),
+                motion: motion.name.clone(),
+                category: motion.category.clone(),
+                status,
+                metrics,
+                num_steps: trajectory.len().saturating_sub(1),
+                start_s: ep.start_s,
+                duration_s: ep.duration_s,
+                seed: ep.seed,
+                dr_level: spec.episodes.dr_level,
+                reason,
+            };
+            agent.end(&EpisodeEnd {
+                episode_id: ep.index as u32,
+                status: status_name(result.status).into(),
+                reason: result.reason.clone().unwrap_or_default(),
+                steps: result.num_steps as u32,
+                metrics: result.metrics.clone(),
+            });
+            finished += 1;
+            progress(finished, episodes.len(), &result);
+            aggregator.add_episode(result);
+            running[slot] = None;
+            if let Some(next) = queue.next() {
+                start(&mut env, slot, next, &mut starting)?;
+                running[slot] = Some(next);
+            }
+        }
+    }
+    Ok(aggregator)
+}
+
+/// The protocol's name of an episode status.
+pub fn status_name(status: arena_bench::aggregate::EpisodeStatus) -> &'static str {
+    use arena_bench::aggregate::EpisodeStatus::*;
+    match status {
+        Completed => "completed",
+        Fell => "fell",
+        Failed => "failed",
+        Timeout => "timeout",
+    }
+}

@@ -1,0 +1,1056 @@
+//! Metadata storage: teams, submissions and their episodes in SQL, on embedded SQLite or on
+//! PostgreSQL, behind one API.
+//!
+//! One set of SQL strings (with `$1, $2, ...` placeholders, which both engines accept) runs through
+//! sqlx's `Any` driver; the schema lives in `migrations/sqlite` and `migrations/postgres` (same
+//! logical schema, one dialect each), embedded in the binary and applied by [`Storage::connect`].
+//! Columns use only types the `Any` driver maps on both engines: `i64` (INTEGER / BIGINT), `f64`
+//! (REAL / DOUBLE PRECISION) and `String` (TEXT); times are unix milliseconds ([`now_ms`]), seeds
+//! (`u64`) are decimal text, metrics are a JSON object in which non-finite values are written as
+//! the strings `"NaN"`, `"inf"` and `"-inf"` so that they survive the round trip.
+//!
+//! Episode state changes are guarded by the state they leave (`PENDING → RUNNING`,
+//! `RUNNING → final`), so an episode is never claimed or counted twice, even with several
+//! writers.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::str::FromStr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::migrate::Migrator;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
+use sqlx::{AnyPool, ConnectOptions, Connection, Executor, Row};
+
+static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/sqlite");
+static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/postgres");
+
+/// Episodes inserted per statement by [`Storage::create_submission`] (9 parameters each).
+const INSERT_CHUNK: usize = 100;
+
+/// Everything that can go wrong in the storage layer; each message says what was being done.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// A database operation failed.
+    #[error("database: {context}: {source}")]
+    Database {
+        context: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    /// Applying the schema migrations failed.
+    #[error("database: migrating the {engine:?} schema: {source}")]
+    Migrate {
+        engine: Engine,
+        #[source]
+        source: sqlx::migrate::MigrateError,
+    },
+    /// A file system operation (creating the SQLite file's directory) failed.
+    #[error("storage: {context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The database URL names no supported engine.
+    #[error("storage: unsupported database URL {0:?} (expected sqlite://PATH or postgres://...)")]
+    UnsupportedUrl(String),
+    /// The row already exists (duplicate team name or token, duplicate submission id) or is in a
+    /// state that forbids the change.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// The row to change does not exist.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The caller passed an argument the operation cannot accept.
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    /// A stored value could not be read back (unknown status, bad seed or metrics JSON).
+    #[error("corrupt data: {0}")]
+    Corrupt(String),
+}
+
+/// Attaches "what was being done" to a sqlx error.
+trait Context<T> {
+    fn ctx(self, context: impl FnOnce() -> String) -> Result<T, StorageError>;
+}
+
+impl<T> Context<T> for Result<T, sqlx::Error> {
+    fn ctx(self, context: impl FnOnce() -> String) -> Result<T, StorageError> {
+        self.map_err(|source| StorageError::Database {
+            context: context(),
+            source,
+        })
+    }
+}
+
+fn is_unique_violation(e: &sqlx::Error) -> bool {
+    e.as_database_error().is_some_and(|d| d.is_unique_violation())
+}
+
+fn is_foreign_key_violation(e: &sqlx::Error) -> bool {
+    e.as_database_error().is_some_and(|d| d.is_foreign_key_violation())
+}
+
+/// The SQL engine behind a [`Storage`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    /// Embedded SQLite (a file).
+    Sqlite,
+    /// A PostgreSQL server.
+    Postgres,
+}
+
+/// A team: submits agents, authenticated by a bearer token whose hash only is stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Team {
+    /// Database id.
+    pub id: i64,
+    /// Unique display name.
+    pub name: String,
+    /// Creation time, unix milliseconds.
+    pub created_at: i64,
+}
+
+/// Lifecycle of a submission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum SubmissionStatus {
+    /// Created, no episode started yet.
+    Pending,
+    /// Episodes are being run.
+    Running,
+    /// Every episode reached a final state; the report is stored.
+    Completed,
+    /// The submission was abandoned; `error` says why.
+    Failed,
+}
+
+impl SubmissionStatus {
+    /// The stored (and serialised) form: "PENDING", "RUNNING", "COMPLETED", "FAILED".
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Pending => "PENDING",
+            Self::Running => "RUNNING",
+            Self::Completed => "COMPLETED",
+            Self::Failed => "FAILED",
+        }
+    }
+
+    /// Whether the submission is COMPLETED or FAILED.
+    pub fn is_final(&self) -> bool {
+        matches!(self, Self::Completed | Self::Failed)
+    }
+}
+
+impl fmt::Display for SubmissionStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for SubmissionStatus {
+    type Err = StorageError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "PENDING" => Self::Pending,
+            "RUNNING" => Self::Running,
+            "COMPLETED" => Self::Completed,
+            "FAILED" => Self::Failed,
+            _ => {
+                return Err(StorageError::Corrupt(format!(
+                    "unknown submission status {s:?} (expected PENDING, RUNNING, COMPLETED or FAILED)"
+                )));
+            }
+        })
+    }
+}
+
+/// What [`Storage::create_submission`] needs to create a submission.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewSubmission {
+    /// Unique id chosen by the caller (e.g. a UUID).
+    pub id: String,
+    /// The submitting team.
+    pub team_id: i64,
+    /// Benchmark name.
+    pub benchmark: String,
+    /// The agent's self-reported name.
+    pub agent_name: String,
+}
+
+/// A stored submission.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Submission {
+    /// Unique id.
+    pub id: String,
+    /// The submitting team's id.
+    pub team_id: i64,
+    /// The submitting team's name.
+    pub team_name: String,
+    /// Benchmark name.
+    pub benchmark: String,
+    /// The agent's self-reported name.
+    pub agent_name: String,
+    /// Lifecycle state.
+    pub status: SubmissionStatus,
+    /// Number of episodes the benchmark defines.
+    pub episodes_total: i64,
+    /// Creation time, unix milliseconds.
+    pub created_at: i64,
+    /// When it first became RUNNING, unix milliseconds.
+    pub started_at: Option<i64>,
+    /// When it became COMPLETED or FAILED, unix milliseconds.
+    pub finished_at: Option<i64>,
+    /// The report (JSON text), once COMPLETED; served separately, so not serialised here.
+    #[serde(skip)]
+    pub report_json: Option<String>,
+    /// Why it FAILED.
+    pub error: Option<String>,
+}
+
+/// One episode of a new submission, as the benchmark defines it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewEpisode {
+    /// Index within the submission (unique).
+    pub idx: i64,
+    /// Motion name.
+    pub motion: String,
+    /// Motion category.
+    pub category: String,
+    /// Start time within the motion, seconds.
+    pub start_s: f64,
+    /// Episode length, seconds.
+    pub duration_s: f64,
+    /// Simulation seed.
+    pub seed: u64,
+    /// Domain-randomisation level.
+    pub dr_level: i64,
+}
+
+/// State of one episode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum EpisodeState {
+    /// Waiting for an agent.
+    Pending,
+    /// Claimed by an agent connection.
+    Running,
+    /// Ran to the end.
+    Completed,
+    /// The robot fell (terminated early).
+    Fell,
+    /// Could not be run (agent error, attempts exhausted).
+    Failed,
+    /// The agent was too slow.
+    Timeout,
+}
+
+impl EpisodeState {
+    /// The stored (and serialised) form: "PENDING", "RUNNING", "COMPLETED", "FELL", "FAILED", "TIMEOUT".
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Pending => "PENDING",
+            Self::Running => "RUNNING",
+            Self::Completed => "COMPLETED",
+            Self::Fell => "FELL",
+            Self::Failed => "FAILED",
+            Self::Timeout => "TIMEOUT",
+        }
+    }
+
+    /// Whether the episode is done (COMPLETED, FELL, FAILED or TIMEOUT).
+    pub fn is_final(&self) -> bool {
+        !matches!(self, Self::Pending | Self::Running)
+    }
+}
+
+impl fmt::Display for EpisodeState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for EpisodeState {
+    type Err = StorageError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "PENDING" => Self::Pending,
+            "RUNNING" => Self::Running,
+            "COMPLETED" => Self::Completed,
+            "FELL" => Self::Fell,
+            "FAILED" => Self::Failed,
+            "TIMEOUT" => Self::Timeout,
+            _ => {
+                return Err(StorageError::Corrupt(format!(
+                    "unknown episode status {s:?} (expected PENDING, RUNNING, COMPLETED, FELL, FAILED or TIMEOUT)"
+                )));
+            }
+        })
+    }
+}
+
+/// A stored episode.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EpisodeRow {
+    /// Index within the submission.
+    pub idx: i64,
+    /// Motion name.
+    pub motion: String,
+    /// Motion category.
+    pub category: String,
+    /// Start time within the motion, seconds.
+    pub start_s: f64,
+    /// Episode length, seconds.
+    pub duration_s: f64,
+    /// Simulation seed.
+    pub seed: u64,
+    /// Domain-randomisation level.
+    pub dr_level: i64,
+    /// Current state.
+    pub status: EpisodeState,
+    /// How many times it was started.
+    pub attempts: i64,
+    /// Control steps run (final states only).
+    pub steps: i64,
+    /// Metric values (final states only; may hold NaN).
+    pub metrics: BTreeMap<String, f64>,
+    /// Why it ended as it did (or why it was last requeued).
+    pub reason: Option<String>,
+    /// Last change, unix milliseconds.
+    pub updated_at: i64,
+}
+
+/// The result of a finished episode, for [`Storage::finish_episode`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EpisodeOutcome {
+    /// Final state (COMPLETED, FELL, FAILED or TIMEOUT).
+    pub status: EpisodeState,
+    /// Control steps run.
+    pub steps: i64,
+    /// Metric values (NaN allowed).
+    pub metrics: BTreeMap<String, f64>,
+    /// Why it ended as it did.
+    pub reason: Option<String>,
+}
+
+/// Hex SHA-256 of a bearer token: what the `teams` table stores instead of the token.
+pub fn hash_token(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+/// Now, in unix milliseconds.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Metrics as a JSON object; non-finite values become the strings "NaN", "inf", "-inf".
+fn metrics_to_json(metrics: &BTreeMap<String, f64>) -> String {
+    let map: serde_json::Map<String, serde_json::Value> = metrics
+        .iter()
+        .map(|(k, &v)| {
+            let value = if v.is_finite() {
+                serde_json::Value::from(v)
+            } else if v.is_nan() {
+                serde_json::Value::from("NaN")
+            } else if v > 0.0 {
+                serde_json::Value::from("inf")
+            } else {
+                serde_json::Value::from("-inf")
+            };
+            (k.clone(), value)
+        })
+        .collect();
+    serde_json::Value::Object(map).to_string()
+}
+
+/// Inverse of [`metrics_to_json`]; `null` also reads as NaN.
+fn metrics_from_json(text: &str) -> Result<BTreeMap<String, f64>, String> {
+    let map: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(text).map_err(|e| format!("metrics JSON {text:?}: {e}"))?;
+    map.into_iter()
+        .map(|(k, v)| {
+            let x = match &v {
+                serde_json::Value::Number(n) => n.as_f64(),
+                serde_json::Value::Null => Some(f64::NAN),
+                serde_json::Value::String(s) => match s.as_str() {
+                    "NaN" => Some(f64::NAN),
+                    "inf" => Some(f64::INFINITY),
+                    "-inf" => Some(f64::NEG_INFINITY),
+                    _ => None,
+                },
+                _ => None,
+            };
+            x.map(|x| (k.clone(), x))
+                .ok_or_else(|| format!("metric {k:?} has the non-numeric value {v}"))
+        })
+        .collect()
+}
+
+/// Removes the password from a URL for error messages.
+fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (authority, path) = rest.split_once('/').map_or((rest, None), |(a, p)| (a, Some(p)));
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _password)) => format!("{user}:***@{host}"),
+            None => authority.to_string(),
+        },
+        None => authority.to_string(),
+    };
+    match path {
+        Some(path) => format!("{scheme}://{authority}/{path}"),
+        None => format!("{scheme}://{authority}"),
+    }
+}
+
+const SUBMISSION_COLUMNS: &str = "s.id, s.team_id, t.name AS team_name, s.benchmark, s.agent_name, s.status, \
+     s.episodes_total, s.created_at, s.started_at, s.finished_at, s.report_json, s.error";
+
+const EPISODE_COLUMNS: &str = "idx, motion, category, start_s, duration_s, seed, dr_level, status, attempts, steps, \
+     metrics_json, reason, updated_at";
+
+fn get<'r, T>(row: &'r AnyRow, column: &str, what: &str) -> Result<T, StorageError>
+where
+    T: sqlx::Decode<'r, sqlx::Any> + sqlx::Type<sqlx::Any>,
+{
+    row.try_get::<T, _>(column)
+        .ctx(|| format!("reading column {column} of {what}"))
+}
+
+fn team_from_row(row: &AnyRow) -> Result<Team, StorageError> {
+    Ok(Team {
+        id: get(row, "id", "a team")?,
+        name: get(row, "name", "a team")?,
+        created_at: get(row, "created_at", "a team")?,
+    })
+}
+
+fn submission_from_row(row: &AnyRow) -> Result<Submission, StorageError> {
+    let id: String = get(row, "id", "a submission")?;
+    let what = format!("submission {id}");
+    let status: String = get(row, "status", &what)?;
+    Ok(Submission {
+        team_id: get(row, "team_id", &what)?,
+        team_name: get(row, "team_name", &what)?,
+        benchmark: get(row, "benchmark", &what)?,
+        agent_name: get(row, "agent_name", &what)?,
+        status: status
+            .parse()
+            .map_err(|e| StorageError::Corrupt(format!("{what}: {e}")))?,
+        episodes_total: get(row, "episodes_total", &what)?,
+        created_at: get(row, "created_at", &what)?,
+        started_at: get(row, "started_at", &what)?,
+        finished_at: get(row, "finished_at", &what)?,
+        report_json: get(row, "report_json", &what)?,
+        error: get(row, "error", &what)?,
+        id,
+    })
+}
+
+fn episode_from_row(row: &AnyRow, submission: &str) -> Result<EpisodeRow, StorageError> {
+    let idx: i64 = get(row, "idx", "an episode")?;
+    let what = format!("episode {idx} of submission {submission}");
+    let corrupt = |msg: String| StorageError::Corrupt(format!("{what}: {msg}"));
+    let status: String = get(row, "status", &what)?;
+    let seed: String = get(row, "seed", &what)?;
+    let metrics_json: Option<String> = get(row, "metrics_json", &what)?;
+    Ok(EpisodeRow {
+        idx,
+        motion: get(row, "motion", &what)?,
+        category: get(row, "category", &what)?,
+        start_s: get(row, "start_s", &what)?,
+        duration_s: get(row, "duration_s", &what)?,
+        seed: seed.parse().map_err(|e| corrupt(format!("seed {seed:?}: {e}")))?,
+        dr_level: get(row, "dr_level", &what)?,
+        status: status.parse().map_err(|e: StorageError| corrupt(e.to_string()))?,
+        attempts: get(row, "attempts", &what)?,
+        steps: get(row, "steps", &what)?,
+        metrics: match metrics_json {
+            Some(text) => metrics_from_json(&text).map_err(corrupt)?,
+            None => BTreeMap::new(),
+        },
+        reason: get(row, "reason", &what)?,
+        updated_at: get(row, "updated_at", &what)?,
+    })
+}
+
+/// Handle on the metadata database (cheap to clone: it wraps a connection pool).
+#[derive(Debug, Clone)]
+pub struct Storage {
+    pool: AnyPool,
+    engine: Engine,
+}
+
+impl Storage {
+    /// Opens the database and applies the migrations. `url`: "sqlite://PATH" (file and directory
+    /// created if missing; journal_mode=WAL, synchronous=NORMAL, foreign_keys=ON, busy_timeout
+    /// 5 s; "sqlite::memory:" keeps one private in-memory database) or "postgres://...".
+    pub async fn connect(url: &str) -> Result<Storage, StorageError> {
+        sqlx::any::install_default_drivers();
+        let shown = redact_url(url);
+        let (engine, pool) = if url.starts_with("sqlite:") {
+            (Engine::Sqlite, Self::connect_sqlite(url, &shown).await?)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let pool = AnyPoolOptions::new()
+                .max_connections(10)
+                .acquire_timeout(Duration::from_secs(30))
+                .connect(url)
+                .await
+                .ctx(|| format!("connecting to {shown}"))?;
+            (Engine::Postgres, pool)
+        } else {
+            return Err(StorageError::UnsupportedUrl(shown));
+        };
+        let migrator = match engine {
+            Engine::Sqlite => &SQLITE_MIGRATIONS,
+            Engine::Postgres => &POSTGRES_MIGRATIONS,
+        };
+        migrator
+            .run(&pool)
+            .await
+            .map_err(|source| StorageError::Migrate { engine, source })?;
+        Ok(Storage { pool, engine })
+    }
+
+    /// SQLite: one native connection creates the file and switches it to WAL (a persistent
+    /// setting); the pooled `Any` connections then get sqlx's defaults (foreign_keys=ON,
+    /// busy_timeout 5 s) plus synchronous=NORMAL, which is per connection.
+    async fn connect_sqlite(url: &str, shown: &str) -> Result<AnyPool, StorageError> {
+        let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+        let options = SqliteConnectOptions::from_str(url)
+            .ctx(|| format!("parsing the SQLite URL {shown}"))?
+            .create_if_missing(true)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(5))
+            .synchronous(SqliteSynchronous::Normal);
+        let mut pool_options = AnyPoolOptions::new()
+            .acquire_timeout(Duration::from_secs(30))
+            .after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    conn.execute("PRAGMA synchronous = NORMAL").await?;
+                    Ok(())
+                })
+            });
+        if in_memory {
+            // Every new connection to ":memory:" would open its own empty database: keep one.
+            pool_options = pool_options
+                .max_connections(1)
+                .min_connections(1)
+                .idle_timeout(None)
+                .max_lifetime(None);
+        } else {
+            let path = options.get_filename();
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).map_err(|source| StorageError::Io {
+                    context: format!("creating the directory {} for the SQLite database", dir.display()),
+                    source,
+                })?;
+            }
+            let conn = options
+                .journal_mode(SqliteJournalMode::Wal)
+                .connect()
+                .await
+                .ctx(|| format!("opening {shown} (creating it if missing, WAL journal)"))?;
+            conn.close()
+                .await
+                .ctx(|| format!("closing the set-up connection to {shown}"))?;
+            pool_options = pool_options.max_connections(8);
+        }
+        pool_options.connect(url).await.ctx(|| format!("connecting to {shown}"))
+    }
+
+    /// The engine behind this storage.
+    pub fn engine(&self) -> Engine {
+        self.engine
+    }
+
+    /// Creates a team; a duplicate name (or token) is [`StorageError::Conflict`].
+    pub async fn create_team(&self, name: &str, token_hash: &str) -> Result<Team, StorageError> {
+        let row = sqlx::query(
+            "INSERT INTO teams (name, token_hash, created_at) VALUES ($1, $2, $3) RETURNING id, name, created_at",
+        )
+        .bind(name)
+        .bind(token_hash)
+        .bind(now_ms())
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| {
+            if is_unique_violation(&e) {
+                let what = e
+                    .as_database_error()
+                    .map(|d| d.message().to_string())
+                    .unwrap_or_default();
+                let constraint = e.as_database_error().and_then(|d| d.constraint().map(str::to_string));
+                if what.contains("token_hash") || constraint.is_some_and(|c| c.contains("token_hash")) {
+                    StorageError::Conflict("a team with this token already exists".to_string())
+                } else {
+                    StorageError::Conflict(format!("team {name:?} already exists"))
+                }
+            } else {
+                StorageError::Database {
+                    context: format!("creating team {name:?}"),
+                    source: e,
+                }
+            }
+        })?;
+        team_from_row(&row)
+    }
+
+    /// The team whose token hashes to `token_hash`, if any.
+    pub async fn team_by_token_hash(&self, token_hash: &str) -> Result<Option<Team>, StorageError> {
+        let row = sqlx::query("SELECT id, name, created_at FROM teams WHERE token_hash = $1")
+            .bind(token_hash)
+            .fetch_optional(&self.pool)
+            .await
+            .ctx(|| "looking up a team by token".to_string())?;
+        row.as_ref().map(team_from_row).transpose()
+    }
+
+    /// All teams, by id.
+    pub async fn teams(&self) -> Result<Vec<Team>, StorageError> {
+        let rows = sqlx::query("SELECT id, name, created_at FROM teams ORDER BY id")
+            .fetch_all(&self.pool)
+            .await
+            .ctx(|| "listing teams".to_string())?;
+        rows.iter().map(team_from_row).collect()
+    }
+
+    /// Inserts the submission (status PENDING) and all its episodes (PENDING, attempts 0) in ONE
+    /// transaction; a duplicate id is [`StorageError::Conflict`], an unknown team
+    /// [`StorageError::NotFound`], duplicate episode indices [`StorageError::Invalid`].
+    pub async fn create_submission(
+        &self,
+        sub: &NewSubmission,
+        episodes: &[NewEpisode],
+    ) -> Result<Submission, StorageError> {
+        let id = &sub.id;
+        let mut seen = HashSet::with_capacity(episodes.len());
+        if let Some(e) = episodes.iter().find(|e| !seen.insert(e.idx)) {
+            return Err(StorageError::Invalid(format!(
+                "submission {id}: episode index {} appears twice",
+                e.idx
+            )));
+        }
+        let context = || format!("creating submission {id}");
+        let now = now_ms();
+        let mut tx = self.pool.begin().await.ctx(context)?;
+        sqlx::query(
+            "INSERT INTO submissions (id, team_id, benchmark, agent_name, status, episodes_total, created_at) \
+             VALUES ($1, $2, $3, $4, 'PENDING', $5, $6)",
+        )
+        .bind(id)
+        .bind(sub.team_id)
+        .bind(&sub.benchmark)
+        .bind(&sub.agent_name)
+        .bind(episodes.len() as i64)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| {
+            if is_unique_violation(&e) {
+                StorageError::Conflict(format!("submission {id} already exists"))
+            } else if is_foreign_key_violation(&e) {
+                StorageError::NotFound(format!("team {} (for submission {id})", sub.team_id))
+            } else {
+                StorageError::Database {
+                    context: context(),
+                    source: e,
+                }
+            }
+        })?;
+        for chunk in episodes.chunks(INSERT_CHUNK) {
+            let mut sql = String::from(
+                "INSERT INTO episodes (submission_id, idx, motion, category, start_s, duration_s, seed, dr_level, \
+                 status, attempts, steps, updated_at) VALUES ",
+            );
+            for i in 0..chunk.len() {
+                let p = i * 9;
+                if i > 0 {
+                    sql.push_str(", ");
+                }
+                sql.push_str(&format!(
+                    "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, 'PENDING', 0, 0, ${})",
+                    p + 1,
+                    p + 2,
+                    p + 3,
+                    p + 4,
+                    p + 5,
+                    p + 6,
+                    p + 7,
+                    p + 8,
+                    p + 9
+                ));
+            }
+            let mut query = sqlx::query(&sql);
+            for e in chunk {
+                query = query
+                    .bind(id)
+                    .bind(e.idx)
+                    .bind(&e.motion)
+                    .bind(&e.category)
+                    .bind(e.start_s)
+                    .bind(e.duration_s)
+                    .bind(e.seed.to_string())
+                    .bind(e.dr_level)
+                    .bind(now);
+            }
+            query
+                .execute(&mut *tx)
+                .await
+                .ctx(|| format!("creating the episodes of submission {id}"))?;
+        }
+        let row = sqlx::query(&format!(
+            "SELECT {SUBMISSION_COLUMNS} FROM submissions s JOIN teams t ON t.id = s.team_id WHERE s.id = $1"
+        ))
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await
+        .ctx(context)?;
+        let submission = submission_from_row(&row)?;
+        tx.commit().await.ctx(context)?;
+        Ok(submission)
+    }
+
+    /// One submission, if it exists.
+    pub async fn submission(&self, id: &str) -> Result<Option<Submission>, StorageError> {
+        let row = sqlx::query(&format!(
+            "SELECT {SUBMISSION_COLUMNS} FROM submissions s JOIN teams t ON t.id = s.team_id WHERE s.id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .ctx(|| format!("reading submission {id}"))?;
+        row.as_ref().map(submission_from_row).transpose()
+    }
+
+    /// Submissions, newest first; `team` keeps only that team's.
+    pub async fn submissions(&self, team: Option<i64>) -> Result<Vec<Submission>, StorageError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {SUBMISSION_COLUMNS} FROM submissions s JOIN teams t ON t.id = s.team_id \
+             WHERE ($1 IS NULL OR s.team_id = $1) ORDER BY s.created_at DESC, s.id DESC"
+        ))
+        .bind(team)
+        .fetch_all(&self.pool)
+        .await
+        .ctx(|| match team {
+            Some(team) => format!("listing the submissions of team {team}"),
+            None => "listing submissions".to_string(),
+        })?;
+        rows.iter().map(submission_from_row).collect()
+    }
+
+    /// COMPLETED submissions of a benchmark (for leaderboards), oldest first.
+    pub async fn completed_submissions(&self, benchmark: &str) -> Result<Vec<Submission>, StorageError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {SUBMISSION_COLUMNS} FROM submissions s JOIN teams t ON t.id = s.team_id \
+             WHERE s.benchmark = $1 AND s.status = 'COMPLETED' ORDER BY s.finished_at, s.id"
+        ))
+        .bind(benchmark)
+        .fetch_all(&self.pool)
+        .await
+        .ctx(|| format!("listing the completed submissions of benchmark {benchmark:?}"))?;
+        rows.iter().map(submission_from_row).collect()
+    }
+
+    /// Explains why a guarded submission update changed nothing: missing, or already final.
+    async fn submission_not_open(&self, id: &str, action: &str) -> StorageError {
+        match self.submission(id).await {
+            Ok(Some(s)) => {
+                StorageError::Conflict(format!("cannot {action} submission {id}: it is already {}", s.status))
+            }
+            Ok(None) => StorageError::NotFound(format!("submission {id}")),
+            Err(e) => e,
+        }
+    }
+
+    /// Sets RUNNING (and started_at if unset); a COMPLETED or FAILED submission is a
+    /// [`StorageError::Conflict`], a missing one [`StorageError::NotFound`].
+    pub async fn mark_submission_running(&self, id: &str) -> Result<(), StorageError> {
+        let done = sqlx::query(
+            "UPDATE submissions SET status = 'RUNNING', started_at = COALESCE(started_at, $2) \
+             WHERE id = $1 AND status IN ('PENDING', 'RUNNING')",
+        )
+        .bind(id)
+        .bind(now_ms())
+        .execute(&self.pool)
+        .await
+        .ctx(|| format!("marking submission {id} running"))?;
+        if done.rows_affected() == 0 {
+            return Err(self.submission_not_open(id, "start").await);
+        }
+        Ok(())
+    }
+
+    /// Sets COMPLETED (or FAILED with `error`), finished_at, and the report JSON. Only a PENDING or
+    /// RUNNING submission can finish ([`StorageError::Conflict`] otherwise).
+    pub async fn finish_submission(
+        &self,
+        id: &str,
+        status: SubmissionStatus,
+        report_json: Option<&str>,
+        error: Option<&str>,
+    ) -> Result<(), StorageError> {
+        if !status.is_final() {
+            return Err(StorageError::Invalid(format!(
+                "finishing submission {id} with status {status} (expected COMPLETED or FAILED)"
+            )));
+        }
+        let done = sqlx::query(
+            "UPDATE submissions SET status = $2, finished_at = $3, report_json = $4, error = $5 \
+             WHERE id = $1 AND status IN ('PENDING', 'RUNNING')",
+        )
+        .bind(id)
+        .bind(status.as_str())
+        .bind(now_ms())
+        .bind(report_json)
+        .bind(error)
+        .execute(&self.pool)
+        .await
+        .ctx(|| format!("finishing submission {id} as {status}"))?;
+        if done.rows_affected() == 0 {
+            return Err(self.submission_not_open(id, "finish").await);
+        }
+        Ok(())
+    }
+
+    /// The episodes of a submission, ordered by idx (empty if the submission does not exist).
+    pub async fn episodes(&self, submission: &str) -> Result<Vec<EpisodeRow>, StorageError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {EPISODE_COLUMNS} FROM episodes WHERE submission_id = $1 ORDER BY idx"
+        ))
+        .bind(submission)
+        .fetch_all(&self.pool)
+        .await
+        .ctx(|| format!("reading the episodes of submission {submission}"))?;
+        rows.iter().map(|row| episode_from_row(row, submission)).collect()
+    }
+
+    /// PENDING → RUNNING, attempts += 1; returns the new attempt number, or None if the episode
+    /// was not PENDING (already claimed or finished) or does not exist.
+    pub async fn start_episode(&self, submission: &str, idx: i64) -> Result<Option<i64>, StorageError> {
+        let row = sqlx::query(
+            "UPDATE episodes SET status = 'RUNNING', attempts = attempts + 1, updated_at = $3 \
+             WHERE submission_id = $1 AND idx = $2 AND status = 'PENDING' RETURNING attempts",
+        )
+        .bind(submission)
+        .bind(idx)
+        .bind(now_ms())
+        .fetch_optional(&self.pool)
+        .await
+        .ctx(|| format!("starting episode {idx} of submission {submission}"))?;
+        row.map(|row| get(&row, "attempts", &format!("episode {idx} of submission {submission}")))
+            .transpose()
+    }
+
+    /// RUNNING → a final status (COMPLETED, FELL, FAILED, TIMEOUT) with steps, metrics and reason,
+    /// ONLY if the row is RUNNING (so an episode is never counted twice); returns whether it changed.
+    pub async fn finish_episode(
+        &self,
+        submission: &str,
+        idx: i64,
+        result: &EpisodeOutcome,
+    ) -> Result<bool, StorageError> {
+        if !result.status.is_final() {
+            return Err(StorageError::Invalid(format!(
+                "finishing episode {idx} of submission {submission} with status {} \
+                 (expected COMPLETED, FELL, FAILED or TIMEOUT)",
+                result.status
+            )));
+        }
+        let done = sqlx::query(
+            "UPDATE episodes SET status = $3, steps = $4, metrics_json = $5, reason = $6, updated_at = $7 \
+             WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING'",
+        )
+        .bind(submission)
+        .bind(idx)
+        .bind(result.status.as_str())
+        .bind(result.steps)
+        .bind(metrics_to_json(&result.metrics))
+        .bind(result.reason.as_deref())
+        .bind(now_ms())
+        .execute(&self.pool)
+        .await
+        .ctx(|| {
+            format!(
+                "finishing episode {idx} of submission {submission} as {}",
+                result.status
+            )
+        })?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// After a lost agent connection: the given RUNNING episodes go back to PENDING if attempts <
+    /// max_attempts (keeping `reason` as the last failure), else FAILED with reason
+    /// "{reason} (attempt {n} of {max})". Returns (requeued, failed) counts. Only touches rows that
+    /// are RUNNING; all in one transaction.
+    pub async fn requeue_episodes(
+        &self,
+        submission: &str,
+        idxs: &[i64],
+        max_attempts: i64,
+        reason: &str,
+    ) -> Result<(usize, usize), StorageError> {
+        let context = || format!("requeueing episodes {idxs:?} of submission {submission}");
+        let now = now_ms();
+        let failed_reason = format!("{reason} (attempt ");
+        let of_max = format!(" of {max_attempts})");
+        let (mut requeued, mut failed) = (0, 0);
+        let mut tx = self.pool.begin().await.ctx(context)?;
+        for &idx in idxs {
+            // Every statement here writes, so SQLite takes the write lock at the first one.
+            let back = sqlx::query(
+                "UPDATE episodes SET status = 'PENDING', reason = $4, updated_at = $5 \
+                 WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING' AND attempts < $3",
+            )
+            .bind(submission)
+            .bind(idx)
+            .bind(max_attempts)
+            .bind(reason)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .ctx(context)?;
+            if back.rows_affected() > 0 {
+                requeued += 1;
+                continue;
+            }
+            let gave_up = sqlx::query(
+                "UPDATE episodes SET status = 'FAILED', reason = $3 || CAST(attempts AS TEXT) || $4, updated_at = $5 \
+                 WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING'",
+            )
+            .bind(submission)
+            .bind(idx)
+            .bind(&failed_reason)
+            .bind(&of_max)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .ctx(context)?;
+            failed += gave_up.rows_affected() as usize;
+        }
+        tx.commit().await.ctx(context)?;
+        Ok((requeued, failed))
+    }
+
+    /// At server start: every RUNNING episode of a PENDING/RUNNING submission goes back to PENDING
+    /// WITHOUT counting an attempt (attempts -= 1: the crash was the server's fault). Returns the
+    /// ids of the unfinished (PENDING or RUNNING) submissions, oldest first.
+    pub async fn recover_after_restart(&self) -> Result<Vec<String>, StorageError> {
+        let context = || "recovering unfinished episodes after a restart".to_string();
+        let mut tx = self.pool.begin().await.ctx(context)?;
+        sqlx::query(
+            "UPDATE episodes SET status = 'PENDING', \
+             attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END, updated_at = $1 \
+             WHERE status = 'RUNNING' AND submission_id IN \
+             (SELECT id FROM submissions WHERE status IN ('PENDING', 'RUNNING'))",
+        )
+        .bind(now_ms())
+        .execute(&mut *tx)
+        .await
+        .ctx(context)?;
+        let rows =
+            sqlx::query("SELECT id FROM submissions WHERE status IN ('PENDING', 'RUNNING') ORDER BY created_at, id")
+                .fetch_all(&mut *tx)
+                .await
+                .ctx(context)?;
+        tx.commit().await.ctx(context)?;
+        rows.iter()
+            .map(|row| get(row, "id", "an unfinished submission"))
+            .collect()
+    }
+
+    /// (pending, running, finished) episode counts of a submission.
+    pub async fn episode_counts(&self, submission: &str) -> Result<(i64, i64, i64), StorageError> {
+        let rows = sqlx::query("SELECT status, COUNT(*) AS n FROM episodes WHERE submission_id = $1 GROUP BY status")
+            .bind(submission)
+            .fetch_all(&self.pool)
+            .await
+            .ctx(|| format!("counting the episodes of submission {submission}"))?;
+        let what = format!("episode counts of submission {submission}");
+        let (mut pending, mut running, mut finished) = (0, 0, 0);
+        for row in &rows {
+            let status: String = get(row, "status", &what)?;
+            let n: i64 = get(row, "n", &what)?;
+            match status
+                .parse::<EpisodeState>()
+                .map_err(|e| StorageError::Corrupt(format!("{what}: {e}")))?
+            {
+                EpisodeState::Pending => pending += n,
+                EpisodeState::Running => running += n,
+                _ => finished += n,
+            }
+        }
+        Ok((pending, running, finished))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_keep_non_finite_values() {
+        let metrics: BTreeMap<String, f64> = [
+            ("a".into(), 1.5),
+            ("b".into(), f64::NAN),
+            ("c".into(), f64::INFINITY),
+            ("d".into(), f64::NEG_INFINITY),
+        ]
+        .into_iter()
+        .collect();
+        let back = metrics_from_json(&metrics_to_json(&metrics)).unwrap();
+        assert_eq!(back["a"], 1.5);
+        assert!(back["b"].is_nan());
+        assert_eq!(back["c"], f64::INFINITY);
+        assert_eq!(back["d"], f64::NEG_INFINITY);
+        assert!(metrics_from_json(r#"{"x": null}"#).unwrap()["x"].is_nan());
+        assert!(metrics_from_json(r#"{"x": "oops"}"#).is_err());
+    }
+
+    #[test]
+    fn urls_lose_their_password() {
+        assert_eq!(
+            redact_url("postgres://u:secret@h:5432/db"),
+            "postgres://u:***@h:5432/db"
+        );
+        assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redact_url("sqlite://a/b.db"), "sqlite://a/b.db");
+    }
+
+    #[test]
+    fn statuses_round_trip() {
+        for s in [
+            SubmissionStatus::Pending,
+            SubmissionStatus::Running,
+            SubmissionStatus::Completed,
+            SubmissionStatus::Failed,
+        ] {
+            assert_eq!(s.as_str().parse::<SubmissionStatus>().unwrap(), s);
+            assert_eq!(serde_json::to_string(&s).unwrap(), format!("\"{}\"", s.as_str()));
+        }
+        for s in [
+            EpisodeState::Pending,
+            EpisodeState::Running,
+            EpisodeState::Completed,
+            EpisodeState::Fell,
+            EpisodeState::Failed,
+            EpisodeState::Timeout,
+        ] {
+            assert_eq!(s.as_str().parse::<EpisodeState>().unwrap(), s);
+            assert_eq!(serde_json::to_string(&s).unwrap(), format!("\"{}\"", s.as_str()));
+        }
+        assert_eq!(serde_json::to_string(&Engine::Postgres).unwrap(), "\"postgres\"");
+        assert_eq!(hash_token("abc").len(), 64);
+    }
+}

@@ -4,6 +4,7 @@
 //! [`TrajectoryFile::write_episode`] call opens the file, writes the episode's group, flushes and
 //! closes the file again, so a process killed (even with SIGKILL) between episodes leaves a file
 //! that opens and reads every episode completed before the crash.
+//! HDF5 file locking is off (see `builder`); use one [`TrajectoryFile`] per path.
 //!
 //! Layout:
 //!
@@ -29,6 +30,7 @@
 
 use std::path::{Path, PathBuf};
 
+use hdf5::file::FileBuilder;
 use hdf5::types::VarLenUnicode;
 use hdf5::{File, Group, MinorErrorCode};
 
@@ -210,7 +212,7 @@ impl TrajectoryFile {
     pub fn open_or_create(path: &Path, submission: &str, benchmark: &str) -> Result<Self> {
         if path.exists() {
             // Read-write, so a file we could not append to is reported now rather than later.
-            let file = File::open_rw(path).map_err(|err| open_error(path, err))?;
+            let file = builder().open_rw(path).map_err(|err| open_error(path, err))?;
             check_header(path, &file)?;
             file.close().map_err(h5err(path, "close"))?;
             return Ok(Self {
@@ -269,7 +271,7 @@ impl TrajectoryFile {
         .map(|(attr, value)| to_varlen(path, &name, attr, value).map(|v| (attr, v)));
         let strings = strings.into_iter().collect::<Result<Vec<_>>>()?;
 
-        let file = File::open_rw(path).map_err(|err| open_error(path, err))?;
+        let file = builder().open_rw(path).map_err(|err| open_error(path, err))?;
         let written = write_group(path, &file, &name, record, &strings);
         // Flush and close even after a failed write, so the file stays consistent on disk.
         let flushed = file.flush().map_err(h5err(path, "flush"));
@@ -284,7 +286,7 @@ impl TrajectoryFile {
 
 /// Writes a new file holding only the root attributes at `tmp`, then renames it to `path`.
 fn create_header(path: &Path, tmp: &Path, submission: &VarLenUnicode, benchmark: &VarLenUnicode) -> Result<()> {
-    let file = File::create(tmp).map_err(h5err(path, "create"))?;
+    let file = builder().create(tmp).map_err(h5err(path, "create"))?;
     let format = to_varlen(path, "/", "format", FORMAT_NAME)?;
     write_str_attr(path, &file, "/", "format", &format)?;
     write_scalar_attr(path, &file, "/", "version", &FORMAT_VERSION)?;
@@ -307,9 +309,12 @@ fn write_group(
     strings: &[(&str, VarLenUnicode)],
 ) -> Result<()> {
     if file.link_exists(name) {
-        file.unlink(name).map_err(h5err(path, format!("{name}: remove old group")))?;
+        file.unlink(name)
+            .map_err(h5err(path, format!("{name}: remove old group")))?;
     }
-    let group = file.create_group(name).map_err(h5err(path, format!("{name}: create group")))?;
+    let group = file
+        .create_group(name)
+        .map_err(h5err(path, format!("{name}: create group")))?;
     for (attr, value) in strings {
         write_str_attr(path, &group, name, attr, value)?;
     }
@@ -328,23 +333,34 @@ fn write_group(
         let ds = match (*width, rows) {
             (1, 0) => builder.shape(0).create(*dataset),
             (w, 0) => builder.shape((0, w)).create(*dataset),
-            (1, _) => builder.chunk(chunk_rows).deflate(DEFLATE_LEVEL).shape(rows).create(*dataset),
-            (w, _) => builder.chunk((chunk_rows, w)).deflate(DEFLATE_LEVEL).shape((rows, w)).create(*dataset),
+            (1, _) => builder
+                .chunk(chunk_rows)
+                .deflate(DEFLATE_LEVEL)
+                .shape(rows)
+                .create(*dataset),
+            (w, _) => builder
+                .chunk((chunk_rows, w))
+                .deflate(DEFLATE_LEVEL)
+                .shape((rows, w))
+                .create(*dataset),
         }
         .map_err(h5err(path, context()))?;
         if rows > 0 {
-            ds.write_raw(values).map_err(h5err(path, format!("{name}/{dataset}: write")))?;
+            ds.write_raw(values)
+                .map_err(h5err(path, format!("{name}/{dataset}: write")))?;
         }
     }
     Ok(())
 }
 
 fn to_varlen(path: &Path, group: &str, attr: &str, value: &str) -> Result<VarLenUnicode> {
-    value.parse::<VarLenUnicode>().map_err(|err| TrajectoryFileError::InvalidEpisode {
-        path: path.to_path_buf(),
-        episode: group.to_owned(),
-        message: format!("attribute {attr}: {err}"),
-    })
+    value
+        .parse::<VarLenUnicode>()
+        .map_err(|err| TrajectoryFileError::InvalidEpisode {
+            path: path.to_path_buf(),
+            episode: group.to_owned(),
+            message: format!("attribute {attr}: {err}"),
+        })
 }
 
 fn write_str_attr(path: &Path, group: &Group, group_name: &str, attr: &str, value: &VarLenUnicode) -> Result<()> {
@@ -355,7 +371,13 @@ fn write_str_attr(path: &Path, group: &Group, group_name: &str, attr: &str, valu
         .map_err(h5err(path, format!("{group_name}: attribute {attr}: write")))
 }
 
-fn write_scalar_attr<T: hdf5::H5Type>(path: &Path, group: &Group, group_name: &str, attr: &str, value: &T) -> Result<()> {
+fn write_scalar_attr<T: hdf5::H5Type>(
+    path: &Path,
+    group: &Group,
+    group_name: &str,
+    attr: &str,
+    value: &T,
+) -> Result<()> {
     group
         .new_attr::<T>()
         .create(attr)
@@ -378,6 +400,16 @@ fn read_scalar_attr<T: hdf5::H5Type>(path: &Path, group: &Group, group_name: &st
         .map_err(h5err(path, format!("{group_name}: attribute {attr}: read")))
 }
 
+/// File options for every open. HDF5's `flock` is disabled: HDF5 opens files without
+/// `O_CLOEXEC`, so a child process the server spawns while a write is in progress inherits the
+/// descriptor and its lock, and every later open would fail until that child exits. Writers are
+/// serialised by [`TrajectoryFile`] (`&mut self`), and each write leaves a consistent file.
+fn builder() -> FileBuilder {
+    let mut builder = File::with_options();
+    builder.with_fapl(|fapl| fapl.file_locking(false));
+    builder
+}
+
 /// Maps a failure to open `path` to a clear error: "not an HDF5 file" where that is the cause.
 fn open_error(path: &Path, err: hdf5::Error) -> TrajectoryFileError {
     if err.contains_minor(MinorErrorCode::NotHdf5) {
@@ -396,7 +428,12 @@ fn check_header(path: &Path, file: &File) -> Result<()> {
         path: path.to_path_buf(),
         detail,
     };
-    if !file.attr_names().map_err(h5err(path, "list root attributes"))?.iter().any(|a| a == "format") {
+    if !file
+        .attr_names()
+        .map_err(h5err(path, "list root attributes"))?
+        .iter()
+        .any(|a| a == "format")
+    {
         return Err(not_ours("no root attribute `format`".to_owned()));
     }
     let format = file
@@ -424,7 +461,7 @@ fn open_checked(path: &Path) -> Result<File> {
             source: std::io::Error::from(std::io::ErrorKind::NotFound),
         });
     }
-    let file = File::open(path).map_err(|err| open_error(path, err))?;
+    let file = builder().open(path).map_err(|err| open_error(path, err))?;
     check_header(path, &file)?;
     Ok(file)
 }
@@ -488,7 +525,9 @@ pub fn read_episode(path: &Path, name: &str) -> Result<EpisodeRecord> {
     };
     let mut rows = None;
     for ((dataset, width), values) in DATASETS.iter().zip(record.arrays_mut()) {
-        let ds = group.dataset(dataset).map_err(h5err(path, format!("{name}/{dataset}: open")))?;
+        let ds = group
+            .dataset(dataset)
+            .map_err(h5err(path, format!("{name}/{dataset}: open")))?;
         let shape = ds.shape();
         let t = *rows.get_or_insert(shape.first().copied().unwrap_or(0));
         let expected = if *width == 1 { vec![t] } else { vec![t, *width] };
@@ -496,7 +535,9 @@ pub fn read_episode(path: &Path, name: &str) -> Result<EpisodeRecord> {
             return Err(invalid(format!("{dataset}: shape {shape:?}, expected {expected:?}")));
         }
         if t > 0 {
-            *values = ds.read_raw::<f64>().map_err(h5err(path, format!("{name}/{dataset}: read")))?;
+            *values = ds
+                .read_raw::<f64>()
+                .map_err(h5err(path, format!("{name}/{dataset}: read")))?;
         }
     }
     Ok(record)

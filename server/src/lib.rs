@@ -7,3 +7,11 @@
 pub mod cli;
 pub mod eval;
 pub mod storage;
+pub mod api;
+pub mod app;
+pub mod catalog;
+pub mod config;
+pub mod gateway;
+pub mod leaderboard;
+pub mod orchestrator;
+pub mod results;

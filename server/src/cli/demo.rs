@@ -1,116 +1,203 @@
-//! `arena demo`: the main job for now — the reference-replay policy on the built-in motions,
-//! with a tracking summary per motion.
+//! `arena demo`: the whole product in one command. Starts an in-process server on embedded
+//! defaults, runs the reference-replay agent through the Rust SDK over a real WebSocket on
+//! loopback, and prints the per-motion metrics, the leaderboard and where the files are.
 
-use crate::cli::sim::BuiltinPolicy;
-use arena_data::NUM_JOINTS;
-use arena_sim::dr::DrLevel;
-use arena_sim::env::{EpisodeAssignment, EpisodeStatus, TrackingEnv, TrackingEnvConfig};
-use arena_sim::motion::MotionLibrary;
-use arena_sim::robot::NUM_BODIES_EXT;
-use arena_sim::{CONTROL_DT, RobotConfig};
-use clap::Args;
-use std::sync::Arc;
+use crate::app::{self, AppState};
+use crate::cli::serve::ConfigArgs;
+use crate::leaderboard;
+use crate::storage::{EpisodeState, hash_token};
+use anyhow::Context;
+use arena_sdk::agents::ReplayAgent;
+use arena_sdk::client::{self, ClientConfig, ClientEvent, Mode};
+use arena_sdk::protocol::Encoding;
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum EncodingArg {
+    Binary,
+    Json,
+}
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Built-in policy to run.
-    #[arg(long, value_enum, default_value_t = BuiltinPolicy::Replay)]
-    policy: BuiltinPolicy,
-    /// Domain randomisation level 0-3.
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=3))]
-    dr_level: u8,
-    /// Print the per-motion summary as JSON.
+    /// Benchmark to run.
+    #[arg(long, default_value = "g1-smoke")]
+    benchmark: String,
+    /// Wire encoding of the agent's session.
+    #[arg(long, value_enum, default_value_t = EncodingArg::Binary)]
+    encoding: EncodingArg,
+    /// Keep the server running after the demo (until Ctrl-C), e.g. to browse the REST API.
+    #[arg(long)]
+    keep_serving: bool,
+    /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    config: ConfigArgs,
 }
 
 pub fn run(a: DemoArgs) -> anyhow::Result<()> {
-    let robot = RobotConfig::default();
-    let clips = MotionLibrary::builtin_clips(&robot)?;
-    let library = Arc::new(MotionLibrary::from_clips(&clips, &robot)?);
-    let n = library.len();
-    let config = TrackingEnvConfig {
-        robot,
-        num_envs: n,
-        ..Default::default()
+    let mut config = a.config.resolve()?;
+    if a.config.bind.is_none() {
+        config.bind = "127.0.0.1:0".parse().expect("valid address");
+    }
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let state = runtime.block_on(AppState::open(config.clone()))?;
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind(config.bind))
+        .with_context(|| format!("listening on {}", config.bind))?;
+    let addr = listener.local_addr()?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = runtime.spawn(app::serve(listener, state.clone(), async {
+        let _ = stop_rx.await;
+    }));
+    if !a.json {
+        println!("server: http://{addr} (database {})", app::redact(&config.database_url()));
+    }
+
+    // A team for this run; the token goes straight to the SDK client.
+    let token = format!("demo_{}", uuid::Uuid::new_v4().simple());
+    let team_name = format!("demo-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    runtime.block_on(state.storage.create_team(&team_name, &hash_token(&token)))?;
+
+    let mut client_config = ClientConfig::new(
+        format!("ws://{addr}/api/v1/agent"),
+        token,
+        Mode::Submission {
+            benchmark: a.benchmark.clone(),
+            submission_id: None,
+        },
+    );
+    client_config.agent_name = "reference-replay (demo)".into();
+    client_config.encoding = match a.encoding {
+        EncodingArg::Binary => Encoding::Binary,
+        EncodingArg::Json => Encoding::Json,
     };
-    let mut env = TrackingEnv::new(config, library.clone())?;
-    let level = DrLevel::try_from(a.dr_level).map_err(anyhow::Error::msg)?;
-    let assignments: Vec<_> = (0..n)
-        .map(|e| {
-            let a = EpisodeAssignment {
-                motion: e,
-                start_time: 0.0,
-                seed: e as u64,
-                dr_level: level,
-            };
-            (e, a)
-        })
-        .collect();
-    env.reset(&assignments)?;
-    let mut policy = a.policy.build();
-    let mut actions = vec![0.0f32; n * NUM_JOINTS];
-    while env.infos().iter().any(|i| i.status == EpisodeStatus::Running) {
-        policy.act(&env, &mut actions);
-        env.step(&actions)?;
-    }
-    let mut rows = Vec::new();
-    for e in 0..n {
-        let t = env.trajectory(e);
-        let motion = &library.motions[e];
-        let frames = t.len();
-        let (mut joint_err, mut body_err) = (0.0, 0.0);
-        for k in 0..frames {
-            for j in 0..NUM_JOINTS {
-                joint_err += (t.qpos[k * 36 + 7 + j] - t.ref_qpos[k * 36 + 7 + j]).abs();
-            }
-            for b in 0..NUM_BODIES_EXT {
-                let i = k * 3 * NUM_BODIES_EXT + 3 * b;
-                let d: f64 = (0..3)
-                    .map(|c| (t.body_pos[i + c] - t.ref_body_pos[i + c]).powi(2))
-                    .sum();
-                body_err += d.sqrt();
-            }
-        }
-        let status = match &env.infos()[e].status {
-            EpisodeStatus::Truncated => "completed".to_string(),
-            EpisodeStatus::Fell => "fell".to_string(),
-            EpisodeStatus::Failed(r) => format!("failed: {r}"),
-            other => format!("{other:?}"),
-        };
-        rows.push(serde_json::json!({
-            "motion": motion.name,
-            "steps": frames.saturating_sub(1),
-            "duration_s": (frames.saturating_sub(1)) as f64 * CONTROL_DT,
-            "joint_error_mrad": 1000.0 * joint_err / (frames * NUM_JOINTS) as f64,
-            "body_position_error_mm": 1000.0 * body_err / (frames * NUM_BODIES_EXT) as f64,
-            "final_root_height_m": t.qpos[(frames - 1) * 36 + 2],
-            "status": status,
-        }));
-    }
+    let bar = if a.json {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(0)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} episodes  {msg}")
+            .expect("valid template"),
+    );
+    // The SDK client runs on a thread of its own, as a participant's program would.
+    let summary = std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let mut agent = ReplayAgent::new();
+                client::run_blocking(&client_config, &mut agent, &mut |event| match event {
+                    ClientEvent::Connected(c) => {
+                        bar.set_length(c.episodes_remaining as u64);
+                        bar.set_message(format!("submission {}", c.submission_id));
+                    }
+                    ClientEvent::EpisodeEnd(e) => {
+                        bar.inc(1);
+                        bar.set_message(format!("episode {} {}", e.episode_id, e.status));
+                    }
+                    _ => {}
+                })
+            })
+            .join()
+            .expect("the client thread does not panic")
+    })?;
+    bar.finish_and_clear();
+
+    let id = summary.submission_id.clone();
+    let (submission, rows, board) = runtime.block_on(async {
+        let s = state
+            .storage
+            .submission(&id)
+            .await?
+            .with_context(|| format!("submission {id} is not in the database"))?;
+        let rows = state.storage.episodes(&id).await?;
+        let spec = state.catalog.spec(&s.benchmark)?;
+        let board = leaderboard::rank(&spec, &state.storage.completed_submissions(&s.benchmark).await?);
+        anyhow::Ok((s, rows, board))
+    })?;
+    let report_path = state.report_path(&id);
+    let trajectory_path = state.trajectory_path(&id);
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
-        return Ok(());
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "submission": submission,
+                "episodes": rows,
+                "leaderboard": board,
+                "report": report_path,
+                "trajectories": trajectory_path,
+            }))?
+        );
+    } else {
+        print_summary(&submission.id, &submission.benchmark, &rows, &board);
+        println!("report:       {}", report_path.display());
+        println!("trajectories: {}", trajectory_path.display());
+    }
+    anyhow::ensure!(
+        submission.status == crate::storage::SubmissionStatus::Completed,
+        "submission {id} ended {}",
+        submission.status.as_str()
+    );
+    if a.keep_serving {
+        println!("serving on http://{addr} until Ctrl-C; try:");
+        println!("  curl http://{addr}/api/v1/leaderboards/{}", submission.benchmark);
+        runtime.block_on(async {
+            let _ = tokio::signal::ctrl_c().await;
+        });
+    }
+    let _ = stop_tx.send(());
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    drop(server);
+    Ok(())
+}
+
+fn print_summary(id: &str, benchmark: &str, rows: &[crate::storage::EpisodeRow], board: &leaderboard::Leaderboard) {
+    println!("submission {id} on {benchmark}: {} episodes", rows.len());
+    println!(
+        "{:<18} {:>9} {:>6} {:>8} {:>10} {:>10} {:>8}",
+        "motion", "status", "steps", "emd", "mpjpe_g", "mpjpe_l", "success"
+    );
+    let metric = |r: &crate::storage::EpisodeRow, m: &str| {
+        r.metrics
+            .get(m)
+            .map_or_else(|| "-".to_string(), |v| format!("{v:.3}"))
+    };
+    for r in rows {
+        let status = match r.status {
+            EpisodeState::Completed => "completed",
+            EpisodeState::Fell => "fell",
+            EpisodeState::Failed => "FAILED",
+            EpisodeState::Timeout => "TIMEOUT",
+            EpisodeState::Pending => "pending",
+            EpisodeState::Running => "running",
+        };
+        println!(
+            "{:<18} {:>9} {:>6} {:>8} {:>10} {:>10} {:>8}",
+            r.motion,
+            status,
+            r.steps,
+            metric(r, "emd"),
+            metric(r, "mpjpe_g"),
+            metric(r, "mpjpe_l"),
+            metric(r, "success")
+        );
+        if let Some(reason) = &r.reason {
+            println!("    reason: {reason}");
+        }
     }
     println!(
-        "MimicArena demo: {:?} policy on {n} built-in motions (DR level {})",
-        a.policy, a.dr_level
+        "\nleaderboard {} (by {} mean, {} is better):",
+        board.benchmark, board.primary, board.direction
     );
-    println!(
-        "{:<15} {:>6} {:>8} {:>16} {:>18} {:>12}  status",
-        "motion", "steps", "secs", "joint err mrad", "body pos err mm", "root z end"
-    );
-    for r in &rows {
+    println!("{:>4}  {:<16} {:<26} {:>10} {:>7}", "rank", "team", "agent", board.primary, "scored");
+    for e in board.entries.iter().take(10) {
+        let score = e.score.map_or_else(|| "-".into(), |v| format!("{v:.4}"));
+        let marker = if e.submission_id == id { "  <- this run" } else { "" };
         println!(
-            "{:<15} {:>6} {:>8.2} {:>16.1} {:>18.1} {:>12.3}  {}",
-            r["motion"].as_str().unwrap_or(""),
-            r["steps"],
-            r["duration_s"].as_f64().unwrap_or(0.0),
-            r["joint_error_mrad"].as_f64().unwrap_or(0.0),
-            r["body_position_error_mm"].as_f64().unwrap_or(0.0),
-            r["final_root_height_m"].as_f64().unwrap_or(0.0),
-            r["status"].as_str().unwrap_or("")
+            "{:>4}  {:<16} {:<26} {:>10} {:>7}{marker}",
+            e.rank, e.team, e.agent_name, score, e.scored_episodes
         );
     }
-    Ok(())
 }

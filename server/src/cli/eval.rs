@@ -42,7 +42,7 @@ pub fn run(a: EvalArgs) -> anyhow::Result<()> {
     let known = metric_names();
     let (path, spec) = spec::find_benchmark(&a.benchmark, &a.dir.dir(), &known)?;
     let robot = RobotConfig::default();
-    let clips = eval::benchmark_clips(&spec, &a.motions_root, &robot)
+    let clips = arena_sdk::episode::benchmark_clips(&spec, &a.motions_root, &robot)
         .with_context(|| format!("loading the motions of {} ({})", spec.name, path.display()))?;
     let threads = if a.threads == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -58,8 +58,8 @@ pub fn run(a: EvalArgs) -> anyhow::Result<()> {
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} episodes  {msg}")
             .expect("valid template"),
     );
-    let mut policy = a.policy.build();
-    let aggregator = eval::run_benchmark(&spec, &clips, policy.as_mut(), &options, &mut |done, total, r| {
+    let mut agent = a.policy.agent();
+    let aggregator = eval::run_benchmark(&spec, &clips, agent.as_mut(), &options, &mut |done, total, r| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
         bar.set_message(format!("{} {:?}", r.motion, r.status));

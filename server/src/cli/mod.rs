@@ -5,6 +5,7 @@ mod demo;
 mod eval;
 mod metrics;
 mod motion;
+pub mod serve;
 pub(crate) mod sim;
 
 use clap::{Parser, Subcommand};
@@ -41,7 +42,10 @@ enum Command {
     /// Run a whole benchmark in-process with a built-in policy; prints per-episode metrics and
     /// aggregates, writes the report JSON.
     Eval(eval::EvalArgs),
-    /// Run the reference-replay policy on the built-in motions and print a tracking summary.
+    /// Run the evaluation server: WebSocket agent endpoint and REST API.
+    Serve(serve::ServeArgs),
+    /// The whole product in one command: an in-process server, the reference-replay agent
+    /// through the SDK over a loopback WebSocket, per-motion metrics and the leaderboard.
     Demo(demo::DemoArgs),
 }
 
@@ -52,6 +56,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(c) => bench::run(c),
         Command::Metrics(c) => metrics::run(c),
         Command::Eval(a) => eval::run(a),
+        Command::Serve(a) => serve::run(a),
         Command::Demo(a) => demo::run(a),
     }
 }

@@ -66,6 +66,14 @@ impl BuiltinPolicy {
             BuiltinPolicy::Zero => Box::new(ZeroPolicy),
         }
     }
+
+    /// The same policy as an SDK agent (observations in, actions out).
+    pub fn agent(self) -> Box<dyn arena_sdk::Agent> {
+        match self {
+            BuiltinPolicy::Replay => Box::new(arena_sdk::agents::ReplayAgent::new()),
+            BuiltinPolicy::Zero => Box::new(arena_sdk::agents::ZeroAgent),
+        }
+    }
 }
 
 #[derive(Debug, Args)]

@@ -1,0 +1,386 @@
+//! Trajectory file (HDF5) round trips, validation, and crash safety.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use arena_data::trajectory_file::{
+    self, ACTION_WIDTH, BODY_WIDTH, DATASETS, EpisodeRecord, FORMAT_NAME, QPOS_WIDTH, QVEL_WIDTH, STATE_WIDTH,
+    TrajectoryFile, TrajectoryFileError, episode_names, read_episode, read_header,
+};
+
+/// Environment variable that turns `crash_helper_writes_forever` into the crash test's child.
+const CRASH_HELPER_ENV: &str = "MIMICARENA_TRAJECTORY_CRASH_HELPER";
+
+/// A fresh, empty directory under cargo's per-target temp dir, unique per test and process.
+fn test_dir(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("trajectory_file-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// SplitMix64: deterministic, distinct values per (episode, salt).
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Full-precision values in [-1000, 1000): every mantissa bit matters for exact equality.
+    fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * 2000.0 - 1000.0
+    }
+
+    fn vec(&mut self, n: usize) -> Vec<f64> {
+        (0..n).map(|_| self.next_f64()).collect()
+    }
+}
+
+/// A deterministic episode of `rows` rows whose content depends on `episode` and `salt`.
+fn sample_record(episode: u32, rows: usize, salt: u64) -> EpisodeRecord {
+    let mut rng = Rng(u64::from(episode) * 1_000_003 + salt);
+    EpisodeRecord {
+        episode,
+        motion: format!("walk_{episode}_{salt}"),
+        category: "locomotion".into(),
+        seed: rng.next_u64(),
+        dr_level: episode % 4,
+        status: if rows == 0 { "failed".into() } else { "completed".into() },
+        reason: if rows == 0 {
+            "policy crashed: ünïcode ✓".into()
+        } else {
+            String::new()
+        },
+        start_s: rng.next_f64().abs(),
+        duration_s: rows as f64 * 0.02,
+        times: (0..rows).map(|i| i as f64 * 0.02).collect(),
+        qpos: rng.vec(rows * QPOS_WIDTH),
+        qvel: rng.vec(rows * QVEL_WIDTH),
+        body_pos: rng.vec(rows * BODY_WIDTH),
+        actions: rng.vec(rows * ACTION_WIDTH),
+        ref_qpos: rng.vec(rows * QPOS_WIDTH),
+        ref_body_pos: rng.vec(rows * BODY_WIDTH),
+        state: rng.vec(rows * STATE_WIDTH),
+        ref_state: rng.vec(rows * STATE_WIDTH),
+    }
+}
+
+/// Rows of the crash helper's episode `i`: varied, some above one 512-row chunk.
+fn crash_rows(i: u32) -> usize {
+    40 + (i as usize * 211) % 700
+}
+
+#[test]
+fn round_trip_two_episodes_with_attributes() {
+    let dir = test_dir("round_trip");
+    let path = dir.join("nested/deeper/sub.h5");
+    let mut file = TrajectoryFile::open_or_create(&path, "sub-123", "g1-test").unwrap();
+    assert_eq!(file.path(), path);
+    let a = sample_record(0, 250, 1);
+    let b = sample_record(7, 600, 2);
+    file.write_episode(&a).unwrap();
+    file.write_episode(&b).unwrap();
+
+    assert_eq!(
+        read_header(&path).unwrap(),
+        ("sub-123".to_owned(), "g1-test".to_owned())
+    );
+    assert_eq!(episode_names(&path).unwrap(), ["episode_00000", "episode_00007"]);
+    assert_eq!(read_episode(&path, "episode_00000").unwrap(), a);
+    assert_eq!(read_episode(&path, "episode_00007").unwrap(), b);
+    assert_ne!(a.qpos[..10], b.qpos[..10]);
+
+    // Attributes as stored, including `steps` and the root header.
+    let h5 = hdf5::File::open(&path).unwrap();
+    let root_str = |n: &str| {
+        h5.attr(n)
+            .unwrap()
+            .read_scalar::<hdf5::types::VarLenUnicode>()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(root_str("format"), FORMAT_NAME);
+    assert_eq!(h5.attr("version").unwrap().read_scalar::<u32>().unwrap(), 1);
+    let g = h5.group("episode_00007").unwrap();
+    assert_eq!(g.attr("steps").unwrap().read_scalar::<u64>().unwrap(), 599);
+    assert_eq!(g.attr("seed").unwrap().read_scalar::<u64>().unwrap(), b.seed);
+    assert_eq!(g.attr("dr_level").unwrap().read_scalar::<u32>().unwrap(), 3);
+    let status = g
+        .attr("status")
+        .unwrap()
+        .read_scalar::<hdf5::types::VarLenUnicode>()
+        .unwrap();
+    assert_eq!(status.as_str(), "completed");
+    assert_eq!(g.dataset("times").unwrap().shape(), [600]);
+    assert_eq!(g.dataset("body_pos").unwrap().shape(), [600, 93]);
+    let mut names = g.member_names().unwrap();
+    names.sort();
+    let mut expected: Vec<&str> = DATASETS.iter().map(|(n, _)| *n).collect();
+    expected.sort();
+    assert_eq!(names, expected);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn datasets_are_chunked_and_compressed() {
+    let dir = test_dir("chunked");
+    let path = dir.join("sub.h5");
+    let mut file = TrajectoryFile::open_or_create(&path, "s", "b").unwrap();
+    file.write_episode(&sample_record(1, 1000, 3)).unwrap();
+    file.write_episode(&sample_record(2, 3, 3)).unwrap();
+    let h5 = hdf5::File::open(&path).unwrap();
+    for (group, rows) in [("episode_00001", 512), ("episode_00002", 3)] {
+        for (name, width) in DATASETS {
+            let ds = h5.group(group).unwrap().dataset(name).unwrap();
+            assert!(ds.is_chunked(), "{group}/{name}");
+            let chunk = if width == 1 { vec![rows] } else { vec![rows, width] };
+            assert_eq!(ds.chunk().unwrap(), chunk, "{group}/{name}");
+            assert_eq!(ds.filters(), [hdf5::filters::Filter::Deflate(4)], "{group}/{name}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn rewriting_an_episode_replaces_it() {
+    let dir = test_dir("replace");
+    let path = dir.join("sub.h5");
+    let mut file = TrajectoryFile::open_or_create(&path, "s", "b").unwrap();
+    file.write_episode(&sample_record(3, 300, 1)).unwrap();
+    file.write_episode(&sample_record(4, 10, 1)).unwrap();
+    let second = sample_record(3, 120, 2);
+    file.write_episode(&second).unwrap();
+    assert_eq!(episode_names(&path).unwrap(), ["episode_00003", "episode_00004"]);
+    assert_eq!(read_episode(&path, "episode_00003").unwrap(), second);
+    assert_eq!(read_episode(&path, "episode_00004").unwrap(), sample_record(4, 10, 1));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn wrong_sized_array_is_refused_and_nothing_written() {
+    let dir = test_dir("wrong_size");
+    let path = dir.join("sub.h5");
+    let mut file = TrajectoryFile::open_or_create(&path, "s", "b").unwrap();
+    file.write_episode(&sample_record(0, 20, 1)).unwrap();
+    let before = std::fs::read(&path).unwrap();
+
+    let mut bad = sample_record(3, 250, 1);
+    bad.qpos.truncate(100);
+    let err = file.write_episode(&bad).unwrap_err();
+    assert!(matches!(err, TrajectoryFileError::WrongLength { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert_eq!(
+        msg,
+        format!(
+            "{}: episode_00003/qpos: expected 250×36 values, got 100",
+            path.display()
+        )
+    );
+
+    let mut bad = sample_record(5, 10, 1);
+    bad.ref_state.push(0.0);
+    let msg = file.write_episode(&bad).unwrap_err().to_string();
+    assert!(
+        msg.contains("episode_00005/ref_state") && msg.contains("expected 10×64 values, got 641"),
+        "{msg}"
+    );
+
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "file changed after a refused write"
+    );
+    assert_eq!(episode_names(&path).unwrap(), ["episode_00000"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn reopening_an_existing_file_appends() {
+    let dir = test_dir("reopen");
+    let path = dir.join("sub.h5");
+    let first = sample_record(0, 50, 1);
+    let second = sample_record(1, 60, 1);
+    TrajectoryFile::open_or_create(&path, "sub-a", "bench-a")
+        .unwrap()
+        .write_episode(&first)
+        .unwrap();
+    // A restarted server reopens the file; the header keeps the original values.
+    let mut again = TrajectoryFile::open_or_create(&path, "sub-a", "bench-a").unwrap();
+    again.write_episode(&second).unwrap();
+    assert_eq!(read_header(&path).unwrap(), ("sub-a".to_owned(), "bench-a".to_owned()));
+    assert_eq!(episode_names(&path).unwrap(), ["episode_00000", "episode_00001"]);
+    assert_eq!(read_episode(&path, "episode_00000").unwrap(), first);
+    assert_eq!(read_episode(&path, "episode_00001").unwrap(), second);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn foreign_hdf5_file_is_refused() {
+    let dir = test_dir("foreign");
+    let path = dir.join("other.h5");
+    {
+        let h5 = hdf5::File::create(&path).unwrap();
+        h5.new_dataset::<f64>().shape(3).create("x").unwrap();
+    }
+    let err = TrajectoryFile::open_or_create(&path, "s", "b").unwrap_err();
+    assert!(matches!(err, TrajectoryFileError::NotTrajectoryFile { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(msg.starts_with(&path.display().to_string()), "{msg}");
+    assert!(
+        msg.contains("not a mimicarena-trajectories file") && msg.contains("format"),
+        "{msg}"
+    );
+    assert!(matches!(
+        episode_names(&path),
+        Err(TrajectoryFileError::NotTrajectoryFile { .. })
+    ));
+
+    // Right attribute name, wrong value.
+    {
+        let h5 = hdf5::File::create(&path).unwrap();
+        let v: hdf5::types::VarLenUnicode = "something-else".parse().unwrap();
+        h5.new_attr::<hdf5::types::VarLenUnicode>()
+            .create("format")
+            .unwrap()
+            .write_scalar(&v)
+            .unwrap();
+    }
+    let msg = TrajectoryFile::open_or_create(&path, "s", "b").unwrap_err().to_string();
+    assert!(msg.contains("something-else"), "{msg}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn non_hdf5_file_is_refused() {
+    let dir = test_dir("not_hdf5");
+    let path = dir.join("notes.h5");
+    std::fs::write(&path, "this is a text file, not HDF5\n").unwrap();
+    let err = TrajectoryFile::open_or_create(&path, "s", "b").unwrap_err();
+    assert!(matches!(err, TrajectoryFileError::NotTrajectoryFile { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "{}: not a mimicarena-trajectories file: not an HDF5 file",
+            path.display()
+        )
+    );
+    assert!(read_header(&path).is_err());
+    // The file is left alone.
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "this is a text file, not HDF5\n"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn zero_row_episode_round_trips() {
+    let dir = test_dir("zero_rows");
+    let path = dir.join("sub.h5");
+    let mut file = TrajectoryFile::open_or_create(&path, "s", "b").unwrap();
+    let empty = sample_record(12, 0, 1);
+    assert!(empty.times.is_empty() && !empty.reason.is_empty());
+    file.write_episode(&empty).unwrap();
+    file.write_episode(&sample_record(13, 5, 1)).unwrap();
+    assert_eq!(read_episode(&path, "episode_00012").unwrap(), empty);
+    assert_eq!(read_episode(&path, "episode_00013").unwrap(), sample_record(13, 5, 1));
+    let h5 = hdf5::File::open(&path).unwrap();
+    let g = h5.group("episode_00012").unwrap();
+    assert_eq!(g.attr("steps").unwrap().read_scalar::<u64>().unwrap(), 0);
+    assert_eq!(g.dataset("qpos").unwrap().shape(), [0, 36]);
+    assert_eq!(g.dataset("times").unwrap().shape(), [0]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn missing_episode_and_missing_file_are_errors() {
+    let dir = test_dir("missing");
+    let path = dir.join("sub.h5");
+    assert!(matches!(read_header(&path), Err(TrajectoryFileError::Io { .. })));
+    TrajectoryFile::open_or_create(&path, "s", "b").unwrap();
+    assert!(episode_names(&path).unwrap().is_empty());
+    let err = read_episode(&path, "episode_00001").unwrap_err();
+    assert!(matches!(err, TrajectoryFileError::MissingEpisode { .. }), "{err:?}");
+    assert!(err.to_string().contains("episode_00001"));
+    assert!(read_episode(&path, "qpos").is_err());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The crash test's child: appends episodes to the file named by `CRASH_HELPER_ENV` forever,
+/// printing `wrote N` after each. A no-op in a normal test run.
+#[test]
+fn crash_helper_writes_forever() {
+    let Some(path) = std::env::var_os(CRASH_HELPER_ENV) else {
+        return;
+    };
+    let path = PathBuf::from(path);
+    let mut file = TrajectoryFile::open_or_create(&path, "crash", "bench").unwrap();
+    let started = Instant::now();
+    // The time cap only matters if the parent died without killing us.
+    for i in 0u32.. {
+        if started.elapsed() > Duration::from_secs(120) {
+            break;
+        }
+        file.write_episode(&sample_record(i, crash_rows(i), 9)).unwrap();
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "wrote {}", i + 1).unwrap();
+        out.flush().unwrap();
+    }
+}
+
+#[test]
+fn sigkill_between_episodes_keeps_completed_episodes() {
+    let dir = test_dir("crash");
+    let path = dir.join("sub.h5");
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "crash_helper_writes_forever",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CRASH_HELPER_ENV, &path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut wrote = 0;
+    for line in BufReader::new(stdout).lines() {
+        let line = line.unwrap();
+        if line.starts_with("wrote ") {
+            wrote += 1;
+            if wrote == 3 {
+                break;
+            }
+        }
+    }
+    // The child is now writing the next episode. Vary the moment of the kill across runs (by
+    // pid) so it lands in different phases of that write: open, replace, datasets, flush, close.
+    std::thread::sleep(Duration::from_millis(u64::from(std::process::id()) % 40));
+    child.kill().unwrap(); // SIGKILL on Unix: no destructors, no HDF5 close.
+    child.wait().unwrap();
+    assert_eq!(wrote, 3, "helper stopped before writing 3 episodes");
+
+    assert_eq!(read_header(&path).unwrap(), ("crash".to_owned(), "bench".to_owned()));
+    let names = episode_names(&path).unwrap();
+    assert!(names.len() >= 3, "{names:?}");
+    for name in &names {
+        let record = read_episode(&path, name).unwrap_or_else(|e| panic!("{e}"));
+        let i = record.episode;
+        assert_eq!(*name, trajectory_file::episode_group_name(i));
+        assert_eq!(record, sample_record(i, crash_rows(i), 9), "{name}");
+    }
+    for (i, name) in names.iter().take(3).enumerate() {
+        assert_eq!(*name, format!("episode_{i:05}"));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,113 @@
+//! The running server: shared state (configuration, storage, benchmark catalog, attached
+//! sessions), start-up recovery, and the HTTP router (REST API + WebSocket agent endpoint).
+
+use crate::api;
+use crate::catalog::Catalog;
+use crate::config::ServerConfig;
+use crate::gateway;
+use crate::storage::Storage;
+use anyhow::Context;
+use axum::Router;
+use axum::extract::State;
+use axum::extract::ws::WebSocketUpgrade;
+use axum::response::Response;
+use axum::routing::get;
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+/// Largest WebSocket frame accepted from an agent (a batch of 4096 actions is ~0.5 MB).
+const MAX_FRAME_BYTES: usize = 16 << 20;
+
+#[derive(Debug)]
+pub struct AppState {
+    pub config: ServerConfig,
+    pub storage: Storage,
+    pub catalog: Arc<Catalog>,
+    /// Submissions with a connected session.
+    pub attached: Mutex<HashSet<String>>,
+}
+
+impl AppState {
+    /// Connects the database (running migrations), creates the data folders and re-queues the
+    /// episodes that were running when the server last stopped.
+    pub async fn open(config: ServerConfig) -> anyhow::Result<Arc<Self>> {
+        config.validate()?;
+        for dir in [config.data_dir.clone(), config.trajectories_dir(), config.reports_dir()] {
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let url = config.database_url();
+        let storage = Storage::connect(&url)
+            .await
+            .with_context(|| format!("opening the database {}", redact(&url)))?;
+        let unfinished = storage.recover_after_restart().await?;
+        if !unfinished.is_empty() {
+            tracing::info!(
+                "{} unfinished submission(s) wait for their agents to reconnect: {}",
+                unfinished.len(),
+                unfinished.join(", ")
+            );
+        }
+        let catalog = Arc::new(Catalog::new(config.benchmarks_dir(), config.motions_root.clone()));
+        Ok(Arc::new(Self {
+            config,
+            storage,
+            catalog,
+            attached: Mutex::new(HashSet::new()),
+        }))
+    }
+
+    pub fn trajectory_path(&self, submission: &str) -> PathBuf {
+        self.config.trajectories_dir().join(format!("{submission}.h5"))
+    }
+
+    pub fn report_path(&self, submission: &str) -> PathBuf {
+        self.config.reports_dir().join(format!("{submission}.json"))
+    }
+}
+
+/// A database URL without its password, for messages.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &url[s + 3..at];
+            match creds.find(':') {
+                Some(c) => format!("{}{}:***{}", &url[..s + 3], &creds[..c], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// A new submission id: short, unguessable, URL-safe.
+pub fn new_submission_id() -> String {
+    let u = uuid::Uuid::new_v4().simple().to_string();
+    format!("sub-{}", &u[..16])
+}
+
+/// The HTTP routes: `/api/v1/...` REST and the `/api/v1/agent` WebSocket.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/api/v1/agent", get(agent_socket))
+        .merge(api::routes())
+        .with_state(state)
+}
+
+async fn agent_socket(ws: WebSocketUpgrade, State(state): State<Arc<AppState>>) -> Response {
+    ws.max_message_size(MAX_FRAME_BYTES)
+        .max_frame_size(MAX_FRAME_BYTES)
+        .on_upgrade(move |socket| gateway::session(socket, state))
+}
+
+/// Serves until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+        .context("serving HTTP")
+}

@@ -1,0 +1,100 @@
+//! The benchmarks a server offers: benchmark files read from the benchmarks folder, each loaded
+//! once (motions, FK, episode list) and shared by every session that runs it.
+
+use arena_bench::metrics::metric_names;
+use arena_bench::spec::{self, BenchmarkSpec, Episode, SpecError};
+use arena_sdk::episode::benchmark_clips;
+use arena_sim::RobotConfig;
+use arena_sim::motion::MotionLibrary;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+/// A benchmark ready to run: its rules, motions and expanded episodes.
+#[derive(Debug)]
+pub struct LoadedBenchmark {
+    pub spec: BenchmarkSpec,
+    pub path: PathBuf,
+    pub library: Arc<MotionLibrary>,
+    pub episodes: Vec<Episode>,
+}
+
+impl LoadedBenchmark {
+    /// The motion's category of an episode.
+    pub fn category(&self, episode: &Episode) -> &str {
+        &self.library.motions[episode.motion].category
+    }
+
+    pub fn motion_name(&self, episode: &Episode) -> &str {
+        &self.library.motions[episode.motion].name
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    #[error("loading the motions of benchmark {name}: {message}")]
+    Motions { name: String, message: String },
+}
+
+#[derive(Debug)]
+pub struct Catalog {
+    dir: PathBuf,
+    motions_root: PathBuf,
+    loaded: Mutex<HashMap<String, Arc<LoadedBenchmark>>>,
+}
+
+impl Catalog {
+    pub fn new(dir: PathBuf, motions_root: PathBuf) -> Self {
+        Self {
+            dir,
+            motions_root,
+            loaded: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Every benchmark file of the folder with its parse result.
+    pub fn list(&self) -> Vec<(PathBuf, Result<BenchmarkSpec, SpecError>)> {
+        spec::list_benchmarks(&self.dir, &metric_names())
+    }
+
+    /// The named benchmark's spec, without loading motions.
+    pub fn spec(&self, name: &str) -> Result<BenchmarkSpec, CatalogError> {
+        if let Some(b) = self.loaded.lock().expect("catalog lock").get(name) {
+            return Ok(b.spec.clone());
+        }
+        Ok(spec::find_benchmark(name, &self.dir, &metric_names())?.1)
+    }
+
+    /// Loads (once) the named benchmark. Blocking: reads motion files and runs FK.
+    pub fn load(&self, name: &str) -> Result<Arc<LoadedBenchmark>, CatalogError> {
+        if let Some(b) = self.loaded.lock().expect("catalog lock").get(name) {
+            return Ok(b.clone());
+        }
+        let (path, spec) = spec::find_benchmark(name, &self.dir, &metric_names())?;
+        let robot = RobotConfig::default();
+        let motions = |e: anyhow::Error| CatalogError::Motions {
+            name: spec.name.clone(),
+            message: format!("{e:#}"),
+        };
+        let clips = benchmark_clips(&spec, &self.motions_root, &robot).map_err(motions)?;
+        let library = MotionLibrary::from_clips(&clips, &robot).map_err(|e| motions(e.into()))?;
+        let lengths: Vec<f64> = library.motions.iter().map(|m| m.length_s).collect();
+        let episodes = spec.expand_episodes(&lengths);
+        if episodes.is_empty() {
+            return Err(motions(anyhow::anyhow!("the benchmark expands to no episodes")));
+        }
+        let loaded = Arc::new(LoadedBenchmark {
+            spec,
+            path,
+            library: Arc::new(library),
+            episodes,
+        });
+        self.loaded
+            .lock()
+            .expect("catalog lock")
+            .insert(name.to_string(), loaded.clone());
+        Ok(loaded)
+    }
+}

@@ -1,0 +1,116 @@
+//! `arena serve`: the evaluation server, and the configuration flags it shares with `arena demo`.
+
+use crate::app::{self, AppState};
+use crate::config::ServerConfig;
+use anyhow::Context;
+use clap::Args;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Server settings: a TOML file (`--config`), overridden by `ARENA_*` variables, overridden by
+/// these flags. Without any, the server runs on embedded defaults (SQLite in ./arena-data).
+#[derive(Debug, Args, Clone, Default)]
+pub struct ConfigArgs {
+    /// TOML configuration file (keys as in docs/server.md).
+    #[arg(long, env = "ARENA_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Address to listen on (port 0 picks a free port) [default: 127.0.0.1:8080].
+    #[arg(long, env = "ARENA_BIND")]
+    pub bind: Option<SocketAddr>,
+    /// Folder for the database, trajectories and reports [default: arena-data].
+    #[arg(long, env = "ARENA_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// sqlite://PATH or postgres://USER@HOST:PORT/DB [default: sqlite://<data-dir>/arena.db].
+    #[arg(long, env = "ARENA_DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// Administrator token (creates teams over the REST API).
+    #[arg(long, env = "ARENA_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// Folder of benchmark files [default: the shipped benchmarks/].
+    #[arg(long, env = "ARENA_BENCHMARKS_DIR")]
+    pub benchmarks_dir: Option<PathBuf>,
+    /// Folder the benchmarks' motion paths are relative to [default: .].
+    #[arg(long, env = "ARENA_MOTIONS_ROOT")]
+    pub motions_root: Option<PathBuf>,
+    /// Episodes per GetAction request [default: 16].
+    #[arg(long, env = "ARENA_MAX_BATCH")]
+    pub max_batch: Option<u32>,
+    /// Batches per session simulated side by side [default: 2].
+    #[arg(long, env = "ARENA_LANES")]
+    pub lanes: Option<u32>,
+    /// Seconds to wait for an Action (0 = the benchmark's limits.step_timeout_ms) [default: 0].
+    #[arg(long, env = "ARENA_STEP_TIMEOUT_S")]
+    pub step_timeout_s: Option<f64>,
+    /// Heartbeat interval, seconds [default: 30].
+    #[arg(long, env = "ARENA_HEARTBEAT_INTERVAL_S")]
+    pub heartbeat_interval_s: Option<f64>,
+    /// Silence that ends a session, seconds [default: 60].
+    #[arg(long, env = "ARENA_HEARTBEAT_TIMEOUT_S")]
+    pub heartbeat_timeout_s: Option<f64>,
+    /// Runs of an episode cut by lost connections before it is FAILED [default: 3].
+    #[arg(long, env = "ARENA_MAX_ATTEMPTS")]
+    pub max_attempts: Option<u32>,
+}
+
+impl ConfigArgs {
+    /// The configuration: file, then environment and flags on top.
+    pub fn resolve(&self) -> anyhow::Result<ServerConfig> {
+        let mut c = match &self.config {
+            Some(path) => ServerConfig::from_file(path)?,
+            None => ServerConfig::default(),
+        };
+        macro_rules! set {
+            ($($field:ident),*) => { $( if let Some(v) = &self.$field { c.$field = v.clone(); } )* };
+        }
+        set!(
+            bind,
+            data_dir,
+            database_url,
+            admin_token,
+            benchmarks_dir,
+            motions_root,
+            max_batch,
+            lanes,
+            step_timeout_s,
+            heartbeat_interval_s,
+            heartbeat_timeout_s,
+            max_attempts
+        );
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+}
+
+pub fn run(a: ServeArgs) -> anyhow::Result<()> {
+    let config = a.config.resolve()?;
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(async move {
+        if config.admin_token.is_empty() {
+            eprintln!("note: no admin token (ARENA_ADMIN_TOKEN / --admin-token): team management is disabled");
+        }
+        let state = AppState::open(config.clone()).await?;
+        let listener = tokio::net::TcpListener::bind(config.bind)
+            .await
+            .with_context(|| format!("listening on {}", config.bind))?;
+        let addr = listener.local_addr()?;
+        // Tests and scripts read this line to find the port.
+        println!("arena serve: listening on http://{addr} (agents: ws://{addr}/api/v1/agent)");
+        println!(
+            "arena serve: database {}, data in {}",
+            app::redact(&config.database_url()),
+            config.data_dir.display()
+        );
+        use std::io::Write;
+        std::io::stdout().flush().ok();
+        app::serve(listener, state, async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+    })
+}

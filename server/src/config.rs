@@ -1,0 +1,169 @@
+//! Server configuration: typed TOML, overridden by `ARENA_*` environment variables and then by
+//! command-line flags; with no file at all it runs on embedded defaults (SQLite in `./arena-data`).
+
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// Everything `arena serve` needs. Every key is optional in the file.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Address the HTTP/WebSocket server listens on (port 0 picks a free port).
+    pub bind: SocketAddr,
+    /// Folder for the SQLite database, trajectory files and reports.
+    pub data_dir: PathBuf,
+    /// `sqlite://PATH` or `postgres://...`; empty = `sqlite://<data_dir>/arena.db`.
+    pub database_url: String,
+    /// Token of the administrator (creates teams); empty = admin endpoints disabled.
+    pub admin_token: String,
+    /// Folder of benchmark files; empty = the shipped `benchmarks/`.
+    pub benchmarks_dir: PathBuf,
+    /// Folder the benchmarks' motion paths are relative to.
+    pub motions_root: PathBuf,
+    /// Episodes per GetAction request.
+    pub max_batch: u32,
+    /// Batches of a session simulated side by side (GetAction requests in flight).
+    pub lanes: u32,
+    /// Seconds to wait for an Action; 0 = the benchmark's `limits.step_timeout_ms`.
+    pub step_timeout_s: f64,
+    pub heartbeat_interval_s: f64,
+    pub heartbeat_timeout_s: f64,
+    /// Runs of an episode cut short by a lost agent connection before it is FAILED.
+    pub max_attempts: u32,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            bind: "127.0.0.1:8080".parse().expect("valid address"),
+            data_dir: PathBuf::from("arena-data"),
+            database_url: String::new(),
+            admin_token: String::new(),
+            benchmarks_dir: PathBuf::new(),
+            motions_root: PathBuf::from("."),
+            max_batch: 16,
+            lanes: 2,
+            step_timeout_s: 0.0,
+            heartbeat_interval_s: 30.0,
+            heartbeat_timeout_s: 60.0,
+            max_attempts: 3,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: {message}")]
+    File { path: PathBuf, message: String },
+    #[error("{key}: {message}")]
+    Value { key: String, message: String },
+}
+
+impl ServerConfig {
+    /// Reads a TOML file; unknown keys and wrong types are errors naming the file and key.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
+            path: path.to_path_buf(),
+            message: format!("cannot read: {e}"),
+        })?;
+        let config: Self = toml::from_str(&text).map_err(|e| ConfigError::File {
+            path: path.to_path_buf(),
+            message: e.to_string().trim_end().replace('\n', " "),
+        })?;
+        config.validate().map_err(|e| ConfigError::File {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        Ok(config)
+    }
+
+    /// Checks ranges that serde cannot.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |key: &str, message: String| {
+            Err(ConfigError::Value {
+                key: key.into(),
+                message,
+            })
+        };
+        if self.max_batch == 0 || self.max_batch > 4096 {
+            return bad("max_batch", format!("expected 1-4096, got {}", self.max_batch));
+        }
+        if self.lanes == 0 || self.lanes > 64 {
+            return bad("lanes", format!("expected 1-64, got {}", self.lanes));
+        }
+        if !(self.step_timeout_s >= 0.0 && self.step_timeout_s.is_finite()) {
+            return bad("step_timeout_s", format!("expected seconds >= 0, got {}", self.step_timeout_s));
+        }
+        if !(self.heartbeat_interval_s > 0.0 && self.heartbeat_timeout_s > self.heartbeat_interval_s) {
+            return bad(
+                "heartbeat_timeout_s",
+                format!(
+                    "expected heartbeat_interval_s > 0 and heartbeat_timeout_s > heartbeat_interval_s, got {} and {}",
+                    self.heartbeat_interval_s, self.heartbeat_timeout_s
+                ),
+            );
+        }
+        if self.max_attempts == 0 {
+            return bad("max_attempts", "expected at least 1".into());
+        }
+        let url = &self.database_url;
+        if !(url.is_empty() || url.starts_with("sqlite:") || url.starts_with("postgres:") || url.starts_with("postgresql:")) {
+            return bad("database_url", format!("expected sqlite://PATH or postgres://..., got {url:?}"));
+        }
+        Ok(())
+    }
+
+    /// The database URL actually used.
+    pub fn database_url(&self) -> String {
+        if self.database_url.is_empty() {
+            format!("sqlite://{}", self.data_dir.join("arena.db").display())
+        } else {
+            self.database_url.clone()
+        }
+    }
+
+    pub fn benchmarks_dir(&self) -> PathBuf {
+        if self.benchmarks_dir.as_os_str().is_empty() {
+            arena_bench::spec::shipped_dir()
+        } else {
+            self.benchmarks_dir.clone()
+        }
+    }
+
+    pub fn trajectories_dir(&self) -> PathBuf {
+        self.data_dir.join("trajectories")
+    }
+
+    pub fn reports_dir(&self) -> PathBuf {
+        self.data_dir.join("reports")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_validate_and_files_name_bad_keys() {
+        ServerConfig::default().validate().unwrap();
+        let dir = std::env::temp_dir().join(format!("arena-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("a.toml");
+        std::fs::write(&path, "max_batch = 8\nlanes = 1\n").unwrap();
+        let c = ServerConfig::from_file(&path).unwrap();
+        assert_eq!((c.max_batch, c.lanes, c.max_attempts), (8, 1, 3));
+        std::fs::write(&path, "max_bach = 8\n").unwrap();
+        let e = ServerConfig::from_file(&path).unwrap_err().to_string();
+        assert!(e.contains("a.toml") && e.contains("max_bach"), "{e}");
+        std::fs::write(&path, "lanes = \"two\"\n").unwrap();
+        let e = ServerConfig::from_file(&path).unwrap_err().to_string();
+        assert!(e.contains("lanes"), "{e}");
+        std::fs::write(&path, "max_batch = 0\n").unwrap();
+        let e = ServerConfig::from_file(&path).unwrap_err().to_string();
+        assert!(e.contains("max_batch") && e.contains("1-4096"), "{e}");
+        std::fs::write(&path, "database_url = \"mysql://x\"\n").unwrap();
+        assert!(ServerConfig::from_file(&path).unwrap_err().to_string().contains("database_url"));
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

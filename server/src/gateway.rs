@@ -1,0 +1,461 @@
+//! The agent gateway: one WebSocket connection is one protocol-v1 session. It authenticates the
+//! Connect, creates or resumes the submission, starts the orchestrator's lanes, routes Actions to
+//! them, keeps heartbeats, and turns every bad frame into an Error without ending the session.
+
+use crate::app::AppState;
+use crate::catalog::LoadedBenchmark;
+use crate::orchestrator::{self, JobSource, RunContext, RunOutcome, Sink, runner};
+use crate::storage::{NewSubmission, Submission, SubmissionStatus, hash_token};
+use arena_bench::spec::Episode;
+use arena_sdk::episode::episode_spec;
+use arena_sdk::protocol::{
+    self, Connect, Connected, DecodeError, Disconnect, Encoding, Heartbeat, Msg, PROTOCOL_VERSION, ResetEpisode, codes,
+};
+use axum::extract::ws::{Message as WsMessage, WebSocket};
+use futures_util::{SinkExt, StreamExt};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+
+/// How long a new connection may take to send Connect.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn error(code: &str, message: impl Into<String>) -> Msg {
+    Msg::Error(protocol::Error {
+        code: code.into(),
+        message: message.into(),
+        step: 0,
+    })
+}
+
+fn to_ws(msg: &Msg, encoding: Encoding) -> WsMessage {
+    match protocol::encode(msg, encoding) {
+        protocol::Frame::Text(t) => WsMessage::Text(t.into()),
+        protocol::Frame::Binary(b) => WsMessage::Binary(b.into()),
+    }
+}
+
+fn now_s() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// A frame from the client, decoded.
+enum Incoming {
+    Msg(Msg),
+    Bad(DecodeError),
+    Closed,
+    Ignore,
+}
+
+fn decode(frame: Option<Result<WsMessage, axum::Error>>) -> Incoming {
+    match frame {
+        None | Some(Err(_)) | Some(Ok(WsMessage::Close(_))) => Incoming::Closed,
+        Some(Ok(WsMessage::Text(t))) => match protocol::decode_json(&t) {
+            Ok(m) => Incoming::Msg(m),
+            Err(e) => Incoming::Bad(e),
+        },
+        Some(Ok(WsMessage::Binary(b))) => match protocol::decode_binary(&b) {
+            Ok(m) => Incoming::Msg(m),
+            Err(e) => Incoming::Bad(e),
+        },
+        Some(Ok(_)) => Incoming::Ignore,
+    }
+}
+
+/// Runs one session on an upgraded socket.
+pub async fn session(socket: WebSocket, state: Arc<AppState>) {
+    let (mut sink, mut stream) = socket.split();
+    // The first frame decides the encoding and must be Connect.
+    let first = match tokio::time::timeout(CONNECT_TIMEOUT, stream.next()).await {
+        Ok(f) => f,
+        Err(_) => {
+            let _ = sink.send(to_ws(&error(codes::UNEXPECTED_MESSAGE, "no Connect within 30 s"), Encoding::Json)).await;
+            return;
+        }
+    };
+    let encoding = match &first {
+        Some(Ok(WsMessage::Binary(_))) => Encoding::Binary,
+        _ => Encoding::Json,
+    };
+    let connect = match decode(first) {
+        Incoming::Msg(Msg::Connect(c)) => c,
+        Incoming::Msg(other) => {
+            let m = format!("the first message must be connect, got {}", protocol::type_name(&other));
+            let _ = sink.send(to_ws(&error(codes::UNEXPECTED_MESSAGE, m), encoding)).await;
+            return;
+        }
+        Incoming::Bad(e) => {
+            let _ = sink.send(to_ws(&e.to_msg(), encoding)).await;
+            return;
+        }
+        Incoming::Closed | Incoming::Ignore => return,
+    };
+    let (out_tx, out_rx) = unbounded_channel();
+    // The writer owns the sink; everything else sends through `out_tx`.
+    let writer = tokio::spawn(write_frames(sink, out_rx, encoding));
+    let result = run_session(&state, connect, &out_tx, &mut stream).await;
+    if let Err(refusal) = result {
+        let _ = out_tx.send(refusal);
+    }
+    drop(out_tx);
+    let _ = writer.await;
+}
+
+async fn write_frames(
+    mut sink: futures_util::stream::SplitSink<WebSocket, WsMessage>,
+    mut rx: UnboundedReceiver<Msg>,
+    encoding: Encoding,
+) {
+    while let Some(msg) = rx.recv().await {
+        let last = matches!(msg, Msg::Disconnect(_));
+        if sink.send(to_ws(&msg, encoding)).await.is_err() {
+            break;
+        }
+        if last {
+            let _ = sink.close().await;
+            break;
+        }
+    }
+}
+
+/// What a Connect resolved to.
+struct Admitted {
+    benchmark: Arc<LoadedBenchmark>,
+    submission: Option<Submission>,
+    queue: VecDeque<Episode>,
+}
+
+/// Validates the Connect and creates or resumes the submission. `Err` is the Error to send.
+async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Msg> {
+    if c.protocol_version != PROTOCOL_VERSION {
+        return Err(error(
+            codes::UNSUPPORTED_VERSION,
+            format!(
+                "protocol version {} is not supported; this server speaks version {PROTOCOL_VERSION}",
+                c.protocol_version
+            ),
+        ));
+    }
+    let team = match state.storage.team_by_token_hash(&hash_token(&c.token)).await {
+        Ok(Some(t)) => t,
+        Ok(None) => return Err(error(codes::UNAUTHORIZED, "unknown team token")),
+        Err(e) => return Err(error(codes::INTERNAL, e.to_string())),
+    };
+    let practice = match c.mode.as_str() {
+        "submission" | "" => false,
+        "practice" => true,
+        other => {
+            return Err(error(
+                codes::INVALID_MESSAGE,
+                format!("connect.mode must be \"submission\" or \"practice\", got {other:?}"),
+            ));
+        }
+    };
+    let mut submission = None;
+    let mut benchmark_name = c.benchmark.clone();
+    if !practice && !c.submission_id.is_empty() {
+        let s = match state.storage.submission(&c.submission_id).await {
+            Ok(Some(s)) if s.team_id == team.id => s,
+            Ok(_) => {
+                return Err(error(
+                    codes::UNKNOWN_SUBMISSION,
+                    format!("no submission {:?} for this team", c.submission_id),
+                ));
+            }
+            Err(e) => return Err(error(codes::INTERNAL, e.to_string())),
+        };
+        if matches!(s.status, SubmissionStatus::Completed | SubmissionStatus::Failed) {
+            return Err(error(
+                codes::SUBMISSION_FINISHED,
+                format!("submission {} is {}", s.id, s.status.as_str()),
+            ));
+        }
+        benchmark_name = s.benchmark.clone();
+        submission = Some(s);
+    }
+    if benchmark_name.is_empty() {
+        return Err(error(codes::INVALID_MESSAGE, "connect.benchmark is required"));
+    }
+    let catalog = state.catalog.clone();
+    let name = benchmark_name.clone();
+    let benchmark = match tokio::task::spawn_blocking(move || catalog.load(&name)).await {
+        Ok(Ok(b)) => b,
+        Ok(Err(e)) => return Err(error(codes::UNKNOWN_BENCHMARK, e.to_string())),
+        Err(e) => return Err(error(codes::INTERNAL, e.to_string())),
+    };
+    if practice {
+        return Ok(Admitted {
+            benchmark,
+            submission: None,
+            queue: VecDeque::new(),
+        });
+    }
+    let submission = match submission {
+        Some(s) => s,
+        None => {
+            let new = NewSubmission {
+                id: crate::app::new_submission_id(),
+                team_id: team.id,
+                benchmark: benchmark.spec.name.clone(),
+                agent_name: c.agent_name.clone(),
+            };
+            state
+                .storage
+                .create_submission(&new, &runner::new_episodes(&benchmark))
+                .await
+                .map_err(|e| error(codes::INTERNAL, e.to_string()))?
+        }
+    };
+    let rows = state
+        .storage
+        .episodes(&submission.id)
+        .await
+        .map_err(|e| error(codes::INTERNAL, e.to_string()))?;
+    Ok(Admitted {
+        queue: runner::pending_queue(&benchmark, &rows),
+        benchmark,
+        submission: Some(submission),
+    })
+}
+
+/// Keeps a submission attached to at most one session; detaches on drop.
+struct Attachment {
+    state: Arc<AppState>,
+    id: String,
+}
+
+impl Drop for Attachment {
+    fn drop(&mut self) {
+        self.state.attached.lock().expect("attached lock").remove(&self.id);
+    }
+}
+
+async fn run_session(
+    state: &Arc<AppState>,
+    connect: Connect,
+    out: &UnboundedSender<Msg>,
+    stream: &mut futures_util::stream::SplitStream<WebSocket>,
+) -> Result<(), Msg> {
+    let admitted = admit(state, &connect).await?;
+    let _attachment = match &admitted.submission {
+        Some(s) => {
+            if !state.attached.lock().expect("attached lock").insert(s.id.clone()) {
+                return Err(error(
+                    codes::SUBMISSION_BUSY,
+                    format!("submission {} is being run by another session; retry shortly", s.id),
+                ));
+            }
+            Some(Attachment {
+                state: state.clone(),
+                id: s.id.clone(),
+            })
+        }
+        None => None,
+    };
+    let config = &state.config;
+    let spec = &admitted.benchmark.spec;
+    let step_timeout = if config.step_timeout_s > 0.0 {
+        Duration::from_secs_f64(config.step_timeout_s)
+    } else {
+        Duration::from_millis(spec.limits.step_timeout_ms)
+    };
+    let mut max_batch = config.max_batch as usize;
+    if connect.max_batch > 0 {
+        max_batch = max_batch.min(connect.max_batch as usize);
+    }
+    let remaining = admitted.queue.len();
+    let practice = admitted.submission.is_none();
+    // Lanes × batch covers at most the episodes left (practice: one lane, batch as asked).
+    let (lanes, batch) = if practice {
+        (1, max_batch)
+    } else {
+        let lanes = (config.lanes as usize).clamp(1, remaining.max(1));
+        (lanes, max_batch.min(remaining.div_ceil(lanes)).max(1))
+    };
+    let session_id = format!("ses-{}", uuid::Uuid::new_v4().simple());
+    let (practice_tx, source) = if practice {
+        let (tx, rx) = mpsc::channel();
+        (Some(tx), JobSource::Practice(Mutex::new(rx)))
+    } else {
+        (None, JobSource::Queue(Mutex::new(admitted.queue)))
+    };
+    let sink = match &admitted.submission {
+        Some(s) => {
+            if let Err(e) = state.storage.mark_submission_running(&s.id).await {
+                return Err(error(codes::INTERNAL, e.to_string()));
+            }
+            Sink::Submission {
+                storage: state.storage.clone(),
+                submission_id: s.id.clone(),
+                trajectory_path: state.trajectory_path(&s.id),
+                report_path: state.report_path(&s.id),
+                max_attempts: config.max_attempts,
+            }
+        }
+        None => Sink::Practice,
+    };
+    let _ = out.send(Msg::Connected(Connected {
+        session_id: session_id.clone(),
+        protocol_version: PROTOCOL_VERSION,
+        heartbeat_interval_s: config.heartbeat_interval_s,
+        heartbeat_timeout_s: config.heartbeat_timeout_s,
+        submission_id: admitted.submission.as_ref().map(|s| s.id.clone()).unwrap_or_default(),
+        benchmark: spec.name.clone(),
+        episodes_total: admitted.submission.as_ref().map_or(0, |s| s.episodes_total as u32),
+        episodes_remaining: remaining as u32,
+        spec: Some(episode_spec(spec, batch as u32, lanes as u32, step_timeout.as_secs_f64())),
+    }));
+    tracing::info!(
+        session = %session_id,
+        submission = admitted.submission.as_ref().map(|s| s.id.as_str()).unwrap_or("practice"),
+        benchmark = %spec.name,
+        remaining,
+        lanes,
+        batch,
+        "session started"
+    );
+    let ctx = Arc::new(RunContext {
+        benchmark: admitted.benchmark.clone(),
+        out: out.clone(),
+        step_timeout,
+        lanes,
+        batch,
+        sink,
+        source,
+        runtime: tokio::runtime::Handle::current(),
+    });
+    let mut handle = orchestrator::start(ctx);
+    let mut inboxes = Some(handle.action_inboxes);
+    let mut practice_tx = practice_tx;
+    // Practice episodes are numbered in the order the client asks for them.
+    let mut practice_count = 0usize;
+    let heartbeat_every = Duration::from_secs_f64(config.heartbeat_interval_s);
+    let silence_limit = Duration::from_secs_f64(config.heartbeat_timeout_s);
+    let mut ticker = tokio::time::interval(heartbeat_every.min(Duration::from_secs(1)));
+    let mut last_heard = Instant::now();
+    let mut last_beat = Instant::now();
+    let outcome = loop {
+        tokio::select! {
+            outcome = &mut handle.outcome => break outcome.unwrap_or(RunOutcome::Error("the run stopped unexpectedly".into())),
+            frame = stream.next(), if inboxes.is_some() => {
+                let incoming = decode(frame);
+                if !matches!(incoming, Incoming::Closed) {
+                    last_heard = Instant::now();
+                }
+                match incoming {
+                    Incoming::Closed => {
+                        tracing::info!(session = %session_id, "agent connection closed");
+                        inboxes = None;
+                        practice_tx = None;
+                    }
+                    Incoming::Ignore => {}
+                    Incoming::Bad(e) => {
+                        let _ = out.send(e.to_msg());
+                    }
+                    Incoming::Msg(Msg::Action(a)) => {
+                        let lanes = inboxes.as_ref().expect("guarded by the select");
+                        let lane = (a.step % lanes.len() as u64) as usize;
+                        let _ = lanes[lane].send(a);
+                    }
+                    Incoming::Msg(Msg::Heartbeat(_)) => {}
+                    Incoming::Msg(Msg::ResetEpisode(r)) => match &practice_tx {
+                        Some(tx) => match practice_episode(&admitted.benchmark, &r, practice_count) {
+                            Ok(e) => {
+                                practice_count += 1;
+                                let _ = tx.send(e);
+                            }
+                            Err(m) => {
+                                let _ = out.send(m);
+                            }
+                        },
+                        None => {
+                            let _ = out.send(error(
+                                codes::UNEXPECTED_MESSAGE,
+                                "reset_episode is only for practice sessions",
+                            ));
+                        }
+                    },
+                    Incoming::Msg(Msg::Disconnect(d)) => {
+                        tracing::info!(session = %session_id, reason = %d.reason, "agent disconnected");
+                        inboxes = None;
+                        practice_tx = None;
+                    }
+                    Incoming::Msg(other) => {
+                        let _ = out.send(error(
+                            codes::UNEXPECTED_MESSAGE,
+                            format!("{} is not expected from a client during a session", protocol::type_name(&other)),
+                        ));
+                    }
+                }
+            }
+            _ = ticker.tick() => {
+                if last_heard.elapsed() > silence_limit && inboxes.is_some() {
+                    tracing::warn!(session = %session_id, "no message for {silence_limit:?}; ending the session");
+                    let _ = out.send(Msg::Disconnect(Disconnect {
+                        reason: "heartbeat_timeout".into(),
+                        submission_status: String::new(),
+                    }));
+                    inboxes = None;
+                    practice_tx = None;
+                }
+                if last_beat.elapsed() >= heartbeat_every {
+                    last_beat = Instant::now();
+                    let _ = out.send(Msg::Heartbeat(Heartbeat { time: now_s() }));
+                }
+            }
+        }
+    };
+    drop(practice_tx);
+    tracing::info!(session = %session_id, ?outcome, "session ended");
+    if let RunOutcome::Error(e) = outcome {
+        tracing::error!(session = %session_id, "{e}");
+        let _ = out.send(error(codes::INTERNAL, e));
+        let _ = out.send(Msg::Disconnect(Disconnect {
+            reason: "error".into(),
+            submission_status: String::new(),
+        }));
+    }
+    Ok(())
+}
+
+/// The episode a practice client asks for.
+fn practice_episode(benchmark: &LoadedBenchmark, r: &ResetEpisode, index: usize) -> Result<Episode, Msg> {
+    let Some(motion) = benchmark.library.motions.iter().position(|m| m.name == r.motion) else {
+        let names: Vec<&str> = benchmark.library.motions.iter().map(|m| m.name.as_str()).collect();
+        return Err(error(
+            codes::UNKNOWN_MOTION,
+            format!(
+                "benchmark {} has no motion {:?} (it has: {})",
+                benchmark.spec.name,
+                r.motion,
+                names.join(", ")
+            ),
+        ));
+    };
+    let length = benchmark.library.motions[motion].length_s;
+    if !(r.start_s.is_finite() && r.start_s >= 0.0 && r.start_s < length) {
+        return Err(error(
+            codes::INVALID_MESSAGE,
+            format!("reset_episode.start_s must be in [0, {length:.3}), got {}", r.start_s),
+        ));
+    }
+    if !(r.duration_s.is_finite() && r.duration_s >= 0.0) {
+        return Err(error(
+            codes::INVALID_MESSAGE,
+            format!("reset_episode.duration_s must be >= 0, got {}", r.duration_s),
+        ));
+    }
+    let rest = length - r.start_s;
+    let duration = if r.duration_s == 0.0 { rest } else { r.duration_s.min(rest) };
+    Ok(Episode {
+        index,
+        motion,
+        start_s: r.start_s,
+        duration_s: duration,
+        repeat: 0,
+        seed: r.seed,
+    })
+}

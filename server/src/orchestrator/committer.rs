@@ -1,0 +1,148 @@
+//! The committer: scores finished episodes, writes their trajectories and results durably, and
+//! only then tells the agent (EpisodeEnd). Runs on its own thread so the simulator never waits
+//! for metrics, HDF5 or the database.
+
+use super::lane::{Finished, LaneEnd};
+use super::{RunContext, RunOutcome, Sink};
+use crate::results;
+use crate::storage::{EpisodeOutcome, SubmissionStatus};
+use arena_bench::aggregate::EpisodeStatus;
+use arena_data::trajectory_file::{EpisodeRecord, TrajectoryFile};
+use arena_sdk::episode;
+use arena_sdk::local::status_name;
+use arena_sdk::protocol::{Disconnect, EpisodeEnd, Msg};
+use std::sync::mpsc;
+
+pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
+    let spec = &ctx.benchmark.spec;
+    let metric_config = episode::metric_config(spec);
+    let mut file: Option<TrajectoryFile> = None;
+    for done in inbox {
+        let (mut status, metrics, mut reason) =
+            episode::score_finished(&done.trajectory, done.status, done.reason.clone(), &spec.metrics.list, &metric_config);
+        let steps = done.trajectory.len().saturating_sub(1);
+        if let Sink::Submission {
+            storage,
+            submission_id,
+            trajectory_path,
+            ..
+        } = &ctx.sink
+        {
+            let record = record_of(ctx, &done, status, reason.as_deref());
+            let written = match &mut file {
+                Some(f) => f.write_episode(&record),
+                None => TrajectoryFile::open_or_create(trajectory_path, submission_id, &spec.name).and_then(|mut f| {
+                    let r = f.write_episode(&record);
+                    file = Some(f);
+                    r
+                }),
+            };
+            if let Err(e) = written {
+                tracing::error!("episode {}: {e}", done.episode.index);
+                status = EpisodeStatus::Failed;
+                reason = Some(format!("server could not store the trajectory: {e}"));
+            }
+            let outcome = EpisodeOutcome {
+                status: results::episode_state(status),
+                steps: steps as i64,
+                metrics: if status.is_scored() { metrics.clone() } else { Default::default() },
+                reason: reason.clone(),
+            };
+            match ctx
+                .runtime
+                .block_on(storage.finish_episode(submission_id, done.episode.index as i64, &outcome))
+            {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::warn!("episode {} was not running any more; result not counted twice", done.episode.index);
+                    continue;
+                }
+                Err(e) => {
+                    tracing::error!("committing episode {}: {e}", done.episode.index);
+                    continue;
+                }
+            }
+        }
+        let _ = ctx.out.send(Msg::EpisodeEnd(EpisodeEnd {
+            episode_id: done.episode.index as u32,
+            status: status_name(status).into(),
+            reason: reason.unwrap_or_default(),
+            steps: steps as u32,
+            metrics: if status.is_scored() { metrics } else { Default::default() },
+        }));
+        tracing::debug!(episode = done.episode.index, attempt = done.attempt, "episode committed");
+    }
+}
+
+fn record_of(ctx: &RunContext, done: &Finished, status: EpisodeStatus, reason: Option<&str>) -> EpisodeRecord {
+    let t = &done.trajectory;
+    EpisodeRecord {
+        episode: done.episode.index as u32,
+        motion: ctx.benchmark.motion_name(&done.episode).to_string(),
+        category: ctx.benchmark.category(&done.episode).to_string(),
+        seed: done.episode.seed,
+        dr_level: ctx.benchmark.spec.episodes.dr_level as u32,
+        status: status_name(status).to_string(),
+        reason: reason.unwrap_or_default().to_string(),
+        start_s: done.episode.start_s,
+        duration_s: done.episode.duration_s,
+        times: t.times.clone(),
+        qpos: t.qpos.clone(),
+        qvel: t.qvel.clone(),
+        body_pos: t.body_pos.clone(),
+        actions: t.actions.clone(),
+        ref_qpos: t.ref_qpos.clone(),
+        ref_body_pos: t.ref_body_pos.clone(),
+        state: t.state.clone(),
+        ref_state: t.ref_state.clone(),
+    }
+}
+
+/// After the lanes and the committer stop: completes the submission when every episode is final
+/// (report from the stored rows, so episodes of earlier sessions count exactly once).
+pub fn finish(ctx: &RunContext, lanes: &[LaneEnd]) -> RunOutcome {
+    if let Some(LaneEnd::Error(e)) = lanes.iter().find(|l| matches!(l, LaneEnd::Error(_))) {
+        return RunOutcome::Error(e.clone());
+    }
+    let Sink::Submission {
+        storage,
+        submission_id,
+        report_path,
+        ..
+    } = &ctx.sink
+    else {
+        return RunOutcome::Stopped;
+    };
+    let complete = ctx.runtime.block_on(async {
+        let (pending, running, _) = storage.episode_counts(submission_id).await?;
+        if pending > 0 || running > 0 {
+            return Ok::<_, anyhow::Error>(false);
+        }
+        let submission = storage
+            .submission(submission_id)
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("submission {submission_id} vanished"))?;
+        if submission.status == SubmissionStatus::Completed {
+            return Ok(true);
+        }
+        let rows = storage.episodes(submission_id).await?;
+        let report = results::report(&ctx.benchmark.spec, &submission, &rows);
+        let json = serde_json::to_string(&report)?;
+        report.write(report_path)?;
+        storage
+            .finish_submission(submission_id, SubmissionStatus::Completed, Some(&json), None)
+            .await?;
+        Ok(true)
+    });
+    match complete {
+        Ok(true) => {
+            let _ = ctx.out.send(Msg::Disconnect(Disconnect {
+                reason: "submission_complete".into(),
+                submission_status: SubmissionStatus::Completed.as_str().into(),
+            }));
+            RunOutcome::SubmissionComplete
+        }
+        Ok(false) => RunOutcome::Stopped,
+        Err(e) => RunOutcome::Error(format!("finishing submission {submission_id}: {e:#}")),
+    }
+}

@@ -1,0 +1,370 @@
+//! A simulator lane: one thread, one batched TrackingEnv. It claims episodes, sends their
+//! observations in one GetAction per control step, waits (with the step deadline) for the Action
+//! answering it, steps the physics and hands finished episodes to the committer.
+
+use super::{JobSource, RunContext, Sink};
+use arena_bench::aggregate::EpisodeStatus;
+use arena_bench::spec::Episode;
+use arena_data::NUM_JOINTS;
+use arena_sdk::episode::{self, ObservationLayout, ReferenceScratch};
+use arena_sdk::local::episode_info;
+use arena_sdk::protocol::{self, Action, EpisodeObservation, EpisodeStart, GetAction, Msg, codes};
+use arena_sim::env::{TrackingEnv, Trajectory};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::Instant;
+
+/// A finished episode on its way to the committer.
+#[derive(Debug)]
+pub struct Finished {
+    pub episode: Episode,
+    pub attempt: u32,
+    pub status: EpisodeStatus,
+    pub reason: Option<String>,
+    pub trajectory: Trajectory,
+}
+
+/// Why a lane stopped.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LaneEnd {
+    /// No episodes left.
+    Drained,
+    /// The agent's connection is gone; running episodes were re-queued.
+    ConnectionLost,
+    Error(String),
+}
+
+/// The episode a slot runs and anything that already decided its end.
+struct Running {
+    episode: Episode,
+    attempt: u32,
+    /// Set when the protocol, not the physics, ends the episode (bad action, timeout).
+    forced: Option<(EpisodeStatus, String)>,
+}
+
+pub fn run_lane(ctx: &RunContext, lane: usize, inbox: mpsc::Receiver<Action>, commit: mpsc::Sender<Finished>) -> LaneEnd {
+    match Lane::new(ctx, lane, inbox, commit) {
+        Ok(mut l) => l.run(),
+        Err(e) => LaneEnd::Error(format!("starting simulator lane {lane}: {e:#}")),
+    }
+}
+
+struct Lane<'a> {
+    ctx: &'a RunContext,
+    lane: usize,
+    env: TrackingEnv,
+    layout: ObservationLayout,
+    slots: Vec<Option<Running>>,
+    inbox: mpsc::Receiver<Action>,
+    commit: mpsc::Sender<Finished>,
+    next_request: u64,
+    scratch: ReferenceScratch,
+    actions: Vec<f32>,
+}
+
+impl<'a> Lane<'a> {
+    fn new(
+        ctx: &'a RunContext,
+        lane: usize,
+        inbox: mpsc::Receiver<Action>,
+        commit: mpsc::Sender<Finished>,
+    ) -> anyhow::Result<Self> {
+        let spec = &ctx.benchmark.spec;
+        let env = TrackingEnv::new(episode::env_config(spec, ctx.batch, 1), ctx.benchmark.library.clone())?;
+        Ok(Self {
+            ctx,
+            lane,
+            env,
+            layout: ObservationLayout::for_benchmark(spec),
+            slots: (0..ctx.batch).map(|_| None).collect(),
+            inbox,
+            commit,
+            next_request: lane as u64,
+            scratch: ReferenceScratch::default(),
+            actions: vec![0.0; ctx.batch * NUM_JOINTS],
+        })
+    }
+
+    fn run(&mut self) -> LaneEnd {
+        loop {
+            let idle = self.slots.iter().all(Option::is_none);
+            let starting = match self.fill_slots(idle) {
+                Ok(s) => s,
+                Err(end) => return end,
+            };
+            if self.slots.iter().all(Option::is_none) {
+                return LaneEnd::Drained;
+            }
+            if !starting.is_empty() && !self.send(Msg::EpisodeStart(EpisodeStart { episodes: starting })) {
+                return self.connection_lost("the session ended");
+            }
+            if self.slots.iter().flatten().all(|r| r.forced.is_some()) {
+                // Nothing to ask the agent: only episodes that already failed to start.
+                self.step_and_collect();
+                continue;
+            }
+            let step = self.next_request;
+            self.next_request += self.ctx.lanes as u64;
+            let request = self.request(step);
+            if !self.send(Msg::GetAction(request)) {
+                return self.connection_lost("the session ended");
+            }
+            match self.wait_for(step) {
+                Wait::Action(action) => self.apply(action),
+                Wait::Timeout => {
+                    let reason = format!(
+                        "no Action for step {step} within the {:.3} s step deadline",
+                        self.ctx.step_timeout.as_secs_f64()
+                    );
+                    for slot in self.slots.iter_mut().flatten() {
+                        slot.forced = Some((EpisodeStatus::Timeout, reason.clone()));
+                    }
+                }
+                Wait::Lost => return self.connection_lost("agent connection lost"),
+            }
+            self.step_and_collect();
+        }
+    }
+
+    fn send(&self, msg: Msg) -> bool {
+        self.ctx.out.send(msg).is_ok()
+    }
+
+    /// Claims episodes for free slots. When `idle` and the source is a practice session, blocks
+    /// until the client asks for one (or the session ends).
+    fn fill_slots(&mut self, idle: bool) -> Result<Vec<arena_sdk::protocol::EpisodeInfo>, LaneEnd> {
+        let mut starting = Vec::new();
+        for slot in 0..self.slots.len() {
+            if self.slots[slot].is_some() {
+                continue;
+            }
+            let block = idle && starting.is_empty() && slot == 0;
+            let Some((episode, attempt)) = self.claim(block)? else {
+                break;
+            };
+            let assignment = episode::assignment(&self.ctx.benchmark.spec, &episode)
+                .and_then(|a| Ok(self.env.reset(&[(slot, a)]).map(|_| ())?));
+            let spec = &self.ctx.benchmark.spec;
+            starting.push(episode_info(spec, &self.ctx.benchmark.library, &episode, attempt));
+            let forced = assignment
+                .err()
+                .map(|e| (EpisodeStatus::Failed, format!("simulator: resetting the episode: {e:#}")));
+            self.slots[slot] = Some(Running {
+                episode,
+                attempt,
+                forced,
+            });
+        }
+        Ok(starting)
+    }
+
+    /// The next episode to run and its attempt number.
+    fn claim(&self, block: bool) -> Result<Option<(Episode, u32)>, LaneEnd> {
+        match &self.ctx.source {
+            JobSource::Practice(rx) => {
+                let rx = rx.lock().expect("practice queue lock");
+                let next = if block {
+                    rx.recv().ok()
+                } else {
+                    rx.try_recv().ok()
+                };
+                Ok(next.map(|e| (e, 1)))
+            }
+            JobSource::Queue(queue) => loop {
+                let Some(episode) = queue.lock().expect("episode queue lock").pop_front() else {
+                    return Ok(None);
+                };
+                let Sink::Submission {
+                    storage, submission_id, ..
+                } = &self.ctx.sink
+                else {
+                    return Ok(Some((episode, 1)));
+                };
+                let claimed = self
+                    .ctx
+                    .runtime
+                    .block_on(storage.start_episode(submission_id, episode.index as i64));
+                match claimed {
+                    Ok(Some(attempt)) => return Ok(Some((episode, attempt as u32))),
+                    // Finished or claimed meanwhile: never run an episode twice.
+                    Ok(None) => continue,
+                    Err(e) => return Err(LaneEnd::Error(format!("claiming episode {}: {e}", episode.index))),
+                }
+            },
+        }
+    }
+
+    fn request(&mut self, step: u64) -> GetAction {
+        let d = self.layout.size();
+        let mut observations = Vec::with_capacity(self.slots.len());
+        for (slot, running) in self.slots.iter().enumerate() {
+            let Some(r) = running else { continue };
+            if r.forced.is_some() {
+                continue;
+            }
+            let mut values = vec![0.0f32; d];
+            self.layout.fill(&self.env, slot, &mut self.scratch, &mut values);
+            observations.push(EpisodeObservation {
+                episode_id: r.episode.index as u32,
+                episode_step: self.env.infos()[slot].step as u32,
+                values,
+            });
+        }
+        GetAction { step, observations }
+    }
+
+    fn wait_for(&self, step: u64) -> Wait {
+        let deadline = Instant::now() + self.ctx.step_timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.inbox.recv_timeout(left) {
+                Ok(a) if a.step == step => return Wait::Action(a),
+                Ok(a) => {
+                    let _ = self.ctx.out.send(Msg::Error(protocol::Error {
+                        code: codes::STALE_STEP.into(),
+                        message: format!(
+                            "step {} is not awaiting an Action (answered already or timed out); waiting for step {step}",
+                            a.step
+                        ),
+                        step: a.step,
+                    }));
+                }
+                Err(RecvTimeoutError::Timeout) => return Wait::Timeout,
+                Err(RecvTimeoutError::Disconnected) => return Wait::Lost,
+            }
+        }
+    }
+
+    /// Copies each episode's action into the env's batch; an episode whose entry is missing,
+    /// wrong-sized or duplicated is failed with the reason (the rest of the batch goes on).
+    fn apply(&mut self, action: Action) {
+        self.actions.fill(0.0);
+        let mut seen = vec![false; self.slots.len()];
+        for entry in &action.actions {
+            let found = self
+                .slots
+                .iter()
+                .position(|r| r.as_ref().is_some_and(|r| r.episode.index as u32 == entry.episode_id && r.forced.is_none()));
+            let Some(slot) = found else {
+                let _ = self.ctx.out.send(Msg::Error(protocol::Error {
+                    code: codes::INVALID_ACTION.into(),
+                    message: format!(
+                        "step {}: episode {} is not in this request; its action is ignored",
+                        action.step, entry.episode_id
+                    ),
+                    step: action.step,
+                }));
+                continue;
+            };
+            let running = self.slots[slot].as_mut().expect("found above");
+            if seen[slot] {
+                running.forced = Some((
+                    EpisodeStatus::Failed,
+                    format!("step {}: two actions for episode {}", action.step, entry.episode_id),
+                ));
+                continue;
+            }
+            seen[slot] = true;
+            if entry.values.len() != NUM_JOINTS {
+                running.forced = Some((
+                    EpisodeStatus::Failed,
+                    format!(
+                        "step {}: action for episode {} has {} values, expected {NUM_JOINTS}",
+                        action.step,
+                        entry.episode_id,
+                        entry.values.len()
+                    ),
+                ));
+                continue;
+            }
+            // Non-finite values are left to the env, which fails only that episode.
+            self.actions[slot * NUM_JOINTS..(slot + 1) * NUM_JOINTS].copy_from_slice(&entry.values);
+        }
+        for (slot, running) in self.slots.iter_mut().enumerate() {
+            if let Some(r) = running
+                && r.forced.is_none()
+                && !seen[slot]
+            {
+                r.forced = Some((
+                    EpisodeStatus::Failed,
+                    format!("step {}: no action for episode {}", action.step, r.episode.index),
+                ));
+            }
+        }
+    }
+
+    /// Stops forced episodes, steps the rest and hands every finished one to the committer.
+    fn step_and_collect(&mut self) {
+        for (slot, running) in self.slots.iter().enumerate() {
+            if running.as_ref().is_some_and(|r| r.forced.is_some()) {
+                self.env.stop(slot);
+            }
+        }
+        if self.slots.iter().flatten().any(|r| r.forced.is_none())
+            && let Err(e) = self.env.step(&self.actions)
+        {
+            let reason = format!("simulator: {e}");
+            for (slot, running) in self.slots.iter_mut().enumerate() {
+                if let Some(r) = running
+                    && r.forced.is_none()
+                {
+                    r.forced = Some((EpisodeStatus::Failed, reason.clone()));
+                    self.env.stop(slot);
+                }
+            }
+        }
+        for slot in 0..self.slots.len() {
+            let Some(running) = &self.slots[slot] else { continue };
+            let ended = episode::finished_status(&mut self.env, slot, &running.episode);
+            let (status, reason) = match (&running.forced, ended) {
+                (Some((s, r)), _) => (*s, Some(r.clone())),
+                (None, Some(end)) => end,
+                (None, None) => continue,
+            };
+            let running = self.slots[slot].take().expect("checked above");
+            let finished = Finished {
+                episode: running.episode,
+                attempt: running.attempt,
+                status,
+                reason,
+                trajectory: self.env.trajectory(slot).clone(),
+            };
+            if self.commit.send(finished).is_err() {
+                tracing::error!(lane = self.lane, "the committer is gone; an episode result is lost");
+            }
+        }
+    }
+
+    /// Re-queues the running episodes (a lost connection re-runs them from the start, up to the
+    /// attempt limit) and ends the lane.
+    fn connection_lost(&mut self, why: &str) -> LaneEnd {
+        let running: Vec<i64> = self.slots.iter_mut().filter_map(Option::take).map(|r| r.episode.index as i64).collect();
+        if let Sink::Submission {
+            storage,
+            submission_id,
+            max_attempts,
+            ..
+        } = &self.ctx.sink
+            && !running.is_empty()
+        {
+            let requeued = self.ctx.runtime.block_on(storage.requeue_episodes(
+                submission_id,
+                &running,
+                *max_attempts as i64,
+                why,
+            ));
+            match requeued {
+                Ok((again, failed)) => {
+                    tracing::info!(lane = self.lane, again, failed, "{why}: running episodes re-queued")
+                }
+                Err(e) => return LaneEnd::Error(format!("re-queueing episodes after {why}: {e}")),
+            }
+        }
+        LaneEnd::ConnectionLost
+    }
+}
+
+enum Wait {
+    Action(Action),
+    Timeout,
+    Lost,
+}

@@ -1,0 +1,132 @@
+//! The orchestrator: runs a session's episodes in the simulator for a connected agent.
+//!
+//! - [`runner`] (BenchmarkRunner): expands a benchmark into a submission's episodes and builds
+//!   the queue of the ones still to run.
+//! - [`lane`] (EpisodeManager's workers): each lane is a thread with a batch of envs; it claims
+//!   episodes, streams GetAction requests, applies Actions, and applies the error policy
+//!   (timeouts, bad actions, lost connections, simulator failures). Several lanes per session
+//!   keep the simulator busy while the agent computes another lane's actions.
+//! - [`committer`]: off the simulation threads, scores each finished episode, writes its
+//!   trajectory (HDF5, flushed), commits the result, and only then reports EpisodeEnd; at the end
+//!   it aggregates the submission into its report (MetricsAggregator).
+
+pub mod committer;
+pub mod lane;
+pub mod runner;
+
+use crate::catalog::LoadedBenchmark;
+use crate::storage::Storage;
+use arena_bench::spec::Episode;
+use arena_sdk::protocol::{Action, Msg};
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc::UnboundedSender;
+
+/// Where finished episodes go.
+#[derive(Debug, Clone)]
+pub enum Sink {
+    /// A stored submission.
+    Submission {
+        storage: Storage,
+        submission_id: String,
+        trajectory_path: PathBuf,
+        report_path: PathBuf,
+        max_attempts: u32,
+    },
+    /// A practice session: scored and reported, nothing stored.
+    Practice,
+}
+
+/// Where lanes get episodes from.
+#[derive(Debug)]
+pub enum JobSource {
+    /// A submission's unfinished episodes; claimed in the database one by one.
+    Queue(Mutex<VecDeque<Episode>>),
+    /// Practice episodes as the client asks for them; closed when the session ends.
+    Practice(Mutex<mpsc::Receiver<Episode>>),
+}
+
+/// Everything the lanes and the committer of one session share.
+#[derive(Debug)]
+pub struct RunContext {
+    pub benchmark: Arc<LoadedBenchmark>,
+    /// Messages to the agent (the gateway encodes and sends them).
+    pub out: UnboundedSender<Msg>,
+    pub step_timeout: Duration,
+    pub lanes: usize,
+    /// Envs per lane (episodes per GetAction).
+    pub batch: usize,
+    pub sink: Sink,
+    pub source: JobSource,
+    /// For database calls from the (blocking) lane and committer threads.
+    pub runtime: tokio::runtime::Handle,
+}
+
+/// How a session's run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunOutcome {
+    /// Every episode of the submission is final and the report is written.
+    SubmissionComplete,
+    /// The connection was lost (episodes re-queued) or the practice session ended.
+    Stopped,
+    /// A server-side error stopped the run.
+    Error(String),
+}
+
+/// A running session's handle: the lanes' action inboxes (the gateway routes Action `step` to
+/// lane `step % lanes`) and the outcome, delivered when every lane and the committer are done.
+#[derive(Debug)]
+pub struct RunHandle {
+    pub action_inboxes: Vec<mpsc::Sender<Action>>,
+    pub outcome: tokio::sync::oneshot::Receiver<RunOutcome>,
+}
+
+/// Starts the lanes and the committer of a session.
+pub fn start(ctx: Arc<RunContext>) -> RunHandle {
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    let (commit_tx, commit_rx) = mpsc::channel();
+    let mut inboxes = Vec::new();
+    let mut lanes = Vec::new();
+    for lane in 0..ctx.lanes {
+        let (tx, rx) = mpsc::channel();
+        inboxes.push(tx);
+        let ctx = ctx.clone();
+        let commit = commit_tx.clone();
+        lanes.push(
+            std::thread::Builder::new()
+                .name(format!("arena-lane-{lane}"))
+                .spawn(move || lane::run_lane(&ctx, lane, rx, commit))
+                .expect("spawning a simulator lane"),
+        );
+    }
+    drop(commit_tx);
+    std::thread::Builder::new()
+        .name("arena-committer".into())
+        .spawn(move || {
+            let committer = std::thread::scope(|scope| {
+                let c = scope.spawn(|| committer::run_committer(&ctx, commit_rx));
+                let lane_results: Vec<lane::LaneEnd> = lanes
+                    .into_iter()
+                    .map(|h| {
+                        h.join()
+                            .unwrap_or_else(|_| lane::LaneEnd::Error("a simulator lane panicked".into()))
+                    })
+                    .collect();
+                (lane_results, c.join())
+            });
+            let (lane_results, committed) = committer;
+            let outcome = match committed {
+                Err(_) => RunOutcome::Error("the committer panicked".into()),
+                Ok(()) => committer::finish(&ctx, &lane_results),
+            };
+            let _ = done_tx.send(outcome);
+        })
+        .expect("spawning the committer");
+    RunHandle {
+        action_inboxes: inboxes,
+        outcome: done_rx,
+    }
+}

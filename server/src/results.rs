@@ -1,0 +1,69 @@
+//! Results of a submission as stored rows become reports, per-episode tables and leaderboard
+//! entries. Failed and timed-out episodes are listed with their reason and excluded from the
+//! statistics; the leaderboard shows how many episodes were scored, so a team cannot gain by
+//! failing hard episodes (ranking puts fewer scored episodes after more, see `leaderboard`).
+
+use crate::storage::{EpisodeRow, EpisodeState, Submission};
+use arena_bench::aggregate::{EpisodeResult, EpisodeStatus, MetricsAggregator, Report};
+use arena_bench::spec::BenchmarkSpec;
+
+/// The stored state of a final episode status.
+pub fn episode_state(status: EpisodeStatus) -> EpisodeState {
+    match status {
+        EpisodeStatus::Completed => EpisodeState::Completed,
+        EpisodeStatus::Fell => EpisodeState::Fell,
+        EpisodeStatus::Failed => EpisodeState::Failed,
+        EpisodeStatus::Timeout => EpisodeState::Timeout,
+    }
+}
+
+/// The report's status of a stored episode; `None` while it is not final.
+pub fn episode_status(state: EpisodeState) -> Option<EpisodeStatus> {
+    match state {
+        EpisodeState::Completed => Some(EpisodeStatus::Completed),
+        EpisodeState::Fell => Some(EpisodeStatus::Fell),
+        EpisodeState::Failed => Some(EpisodeStatus::Failed),
+        EpisodeState::Timeout => Some(EpisodeStatus::Timeout),
+        EpisodeState::Pending | EpisodeState::Running => None,
+    }
+}
+
+/// The aggregator over a submission's final episodes.
+pub fn aggregate(rows: &[EpisodeRow]) -> MetricsAggregator {
+    let mut aggregator = MetricsAggregator::new();
+    for row in rows {
+        let Some(status) = episode_status(row.status) else { continue };
+        aggregator.add_episode(EpisodeResult {
+            episode_id: format!("ep{:04}", row.idx),
+            motion: row.motion.clone(),
+            category: row.category.clone(),
+            status,
+            metrics: row.metrics.clone(),
+            num_steps: row.steps.max(0) as usize,
+            start_s: row.start_s,
+            duration_s: row.duration_s,
+            seed: row.seed,
+            dr_level: row.dr_level.clamp(0, 3) as u8,
+            reason: row.reason.clone(),
+        });
+    }
+    aggregator
+}
+
+/// The submission's report in the seed's format (benchmark, timestamp, config, episodes,
+/// aggregated, groups, failed_episodes).
+pub fn report(spec: &BenchmarkSpec, submission: &Submission, rows: &[EpisodeRow]) -> Report {
+    let config = serde_json::json!({
+        "benchmark": spec,
+        "submission": {
+            "id": submission.id,
+            "team": submission.team_name,
+            "agent_name": submission.agent_name,
+            "created_at_ms": submission.created_at,
+        },
+        "arena_version": env!("CARGO_PKG_VERSION"),
+    });
+    let mut report = aggregate(rows).report(&spec.name, config);
+    report.episodes.sort_by(|a, b| a.episode_id.cmp(&b.episode_id));
+    report
+}

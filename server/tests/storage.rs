@@ -1,0 +1,737 @@
+//! The metadata storage layer on both engines: every scenario runs once on a fresh SQLite file
+//! and once on a fresh PostgreSQL database (created under `ARENA_TEST_DATABASE_URL`, dropped
+//! afterwards). Without that variable the PostgreSQL half is skipped, unless
+//! `ARENA_REQUIRE_POSTGRES=1`, in which case it fails.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use arena_server::storage::{
+    Engine, EpisodeOutcome, EpisodeState, NewEpisode, NewSubmission, Storage, StorageError, SubmissionStatus,
+    hash_token, now_ms,
+};
+use sqlx::Connection;
+
+/// A fresh database for one test; removed when dropped.
+struct TestDb {
+    url: String,
+    cleanup: Cleanup,
+}
+
+enum Cleanup {
+    Dir(PathBuf),
+    Postgres { admin_url: String, name: String },
+}
+
+impl TestDb {
+    fn sqlite(test: &str) -> TestDb {
+        let dir = std::env::temp_dir().join(format!(
+            "arena-storage-{}-{test}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4().simple()
+        ));
+        // The database lives in a directory that does not exist yet: connect creates it.
+        let path = dir.join("nested").join("arena.db");
+        TestDb {
+            url: format!("sqlite://{}", path.display()),
+            cleanup: Cleanup::Dir(dir),
+        }
+    }
+
+    /// None (after saying so) when PostgreSQL is not configured and not required.
+    async fn postgres(test: &str) -> Option<TestDb> {
+        let admin_url = match std::env::var("ARENA_TEST_DATABASE_URL") {
+            Ok(url) if !url.is_empty() => url,
+            _ => {
+                if std::env::var("ARENA_REQUIRE_POSTGRES").is_ok_and(|v| v == "1") {
+                    panic!("ARENA_REQUIRE_POSTGRES=1 but ARENA_TEST_DATABASE_URL is not set ({test})");
+                }
+                eprintln!("skipping PostgreSQL: ARENA_TEST_DATABASE_URL not set ({test})");
+                return None;
+            }
+        };
+        let name = format!("arena_t_{}", uuid::Uuid::new_v4().simple());
+        let mut admin = sqlx::PgConnection::connect(&admin_url)
+            .await
+            .unwrap_or_else(|e| panic!("connecting to ARENA_TEST_DATABASE_URL {admin_url}: {e}"));
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut admin)
+            .await
+            .expect("create test database");
+        admin.close().await.ok();
+        let (base, query) = admin_url
+            .split_once('?')
+            .map_or((admin_url.as_str(), None), |(b, q)| (b, Some(q)));
+        let (server, _db) = base.rsplit_once('/').expect("ARENA_TEST_DATABASE_URL names a database");
+        let url = match query {
+            Some(q) => format!("{server}/{name}?{q}"),
+            None => format!("{server}/{name}"),
+        };
+        Some(TestDb {
+            url,
+            cleanup: Cleanup::Postgres { admin_url, name },
+        })
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        match &self.cleanup {
+            Cleanup::Dir(dir) => {
+                std::fs::remove_dir_all(dir).ok();
+            }
+            Cleanup::Postgres { admin_url, name } => {
+                let (admin_url, name) = (admin_url.clone(), name.clone());
+                // Drop may run inside the test's runtime: drop the database from a thread of its own.
+                std::thread::spawn(move || {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .unwrap();
+                    rt.block_on(async {
+                        if let Ok(mut admin) = sqlx::PgConnection::connect(&admin_url).await {
+                            let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+                            if let Err(e) = sqlx::query(&sql).execute(&mut admin).await {
+                                eprintln!("dropping test database {name}: {e}");
+                            }
+                            admin.close().await.ok();
+                        }
+                    });
+                })
+                .join()
+                .ok();
+            }
+        }
+    }
+}
+
+/// Runs an `async fn(url: String, engine: Engine)` scenario on SQLite and on PostgreSQL.
+macro_rules! on_both_engines {
+    ($($scenario:ident),* $(,)?) => {
+        $(
+            mod $scenario {
+                use super::*;
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    let db = TestDb::sqlite(stringify!($scenario));
+                    super::$scenario(db.url.clone(), Engine::Sqlite).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    let Some(db) = TestDb::postgres(stringify!($scenario)).await else { return };
+                    super::$scenario(db.url.clone(), Engine::Postgres).await;
+                }
+            }
+        )*
+    };
+}
+
+on_both_engines!(
+    teams,
+    submission_lifecycle,
+    episodes_are_counted_once,
+    nan_metrics_round_trip,
+    requeue_until_attempts_run_out,
+    recover_after_restart,
+    reopened_database_keeps_data,
+    concurrent_claims_give_one_winner,
+    bad_arguments_are_refused,
+);
+
+async fn open(url: &str, engine: Engine) -> Storage {
+    let storage = Storage::connect(url)
+        .await
+        .unwrap_or_else(|e| panic!("connect {url}: {e}"));
+    assert_eq!(storage.engine(), engine);
+    storage
+}
+
+fn episode(idx: i64) -> NewEpisode {
+    NewEpisode {
+        idx,
+        motion: format!("motion_{}", idx % 7),
+        category: if idx % 2 == 0 { "walk".into() } else { "dance".into() },
+        start_s: 0.25 * idx as f64,
+        duration_s: 10.0 + 1.0 / 3.0,
+        seed: u64::MAX - idx as u64,
+        dr_level: idx % 3,
+    }
+}
+
+fn new_submission(id: &str, team_id: i64, benchmark: &str) -> NewSubmission {
+    NewSubmission {
+        id: id.into(),
+        team_id,
+        benchmark: benchmark.into(),
+        agent_name: format!("agent-of-{id}"),
+    }
+}
+
+fn outcome(status: EpisodeState, steps: i64) -> EpisodeOutcome {
+    EpisodeOutcome {
+        status,
+        steps,
+        metrics: [("mpjpe_g".to_string(), 0.125), ("success".to_string(), 1.0)]
+            .into_iter()
+            .collect(),
+        reason: None,
+    }
+}
+
+/// A team and a submission with `n` episodes.
+async fn setup(storage: &Storage, team: &str, sub: &str, n: i64) -> i64 {
+    let team = storage
+        .create_team(team, &hash_token(&format!("token-{team}")))
+        .await
+        .unwrap();
+    let episodes: Vec<NewEpisode> = (0..n).map(episode).collect();
+    storage
+        .create_submission(&new_submission(sub, team.id, "bench-a"), &episodes)
+        .await
+        .unwrap();
+    team.id
+}
+
+async fn teams(url: String, engine: Engine) {
+    let storage = open(&url, engine).await;
+    assert!(storage.teams().await.unwrap().is_empty());
+    let before = now_ms();
+    let red = storage.create_team("red", &hash_token("red-secret")).await.unwrap();
+    let blue = storage.create_team("blue", &hash_token("blue-secret")).await.unwrap();
+    assert_eq!(red.name, "red");
+    assert!(red.created_at >= before && red.created_at <= now_ms());
+    assert_ne!(red.id, blue.id);
+
+    let dup = storage
+        .create_team("red", &hash_token("other-secret"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(dup, StorageError::Conflict(ref m) if m.contains("red")),
+        "{dup}"
+    );
+    let dup_token = storage
+        .create_team("green", &hash_token("blue-secret"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(dup_token, StorageError::Conflict(ref m) if m.contains("token")),
+        "{dup_token}"
+    );
+
+    assert_eq!(
+        storage.team_by_token_hash(&hash_token("blue-secret")).await.unwrap(),
+        Some(blue.clone())
+    );
+    assert_eq!(storage.team_by_token_hash(&hash_token("nobody")).await.unwrap(), None);
+    assert_eq!(storage.teams().await.unwrap(), vec![red.clone(), blue]);
+
+    let json = serde_json::to_value(&red).unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!({"id": red.id, "name": "red", "created_at": red.created_at})
+    );
+    assert_eq!(
+        serde_json::to_value(storage.engine()).unwrap(),
+        serde_json::json!(format!("{engine:?}").to_lowercase())
+    );
+}
+
+async fn submission_lifecycle(url: String, engine: Engine) {
+    let storage = open(&url, engine).await;
+    let red = storage.create_team("red", &hash_token("r")).await.unwrap().id;
+    let blue = storage.create_team("blue", &hash_token("b")).await.unwrap().id;
+
+    // 250 episodes: more than one multi-row INSERT.
+    let episodes: Vec<NewEpisode> = (0..250).rev().map(episode).collect();
+    let s1 = storage
+        .create_submission(&new_submission("s-1", red, "bench-a"), &episodes)
+        .await
+        .unwrap();
+    assert_eq!(s1.id, "s-1");
+    assert_eq!((s1.team_id, s1.team_name.as_str()), (red, "red"));
+    assert_eq!(
+        (s1.benchmark.as_str(), s1.agent_name.as_str()),
+        ("bench-a", "agent-of-s-1")
+    );
+    assert_eq!(s1.status, SubmissionStatus::Pending);
+    assert_eq!(s1.episodes_total, 250);
+    assert_eq!(
+        (
+            s1.started_at,
+            s1.finished_at,
+            s1.report_json.as_deref(),
+            s1.error.as_deref()
+        ),
+        (None, None, None, None)
+    );
+    assert_eq!(storage.submission("s-1").await.unwrap(), Some(s1.clone()));
+    assert_eq!(storage.submission("s-404").await.unwrap(), None);
+
+    let rows = storage.episodes("s-1").await.unwrap();
+    assert_eq!(rows.len(), 250);
+    for (i, row) in rows.iter().enumerate() {
+        let want = episode(i as i64);
+        assert_eq!(row.idx, want.idx);
+        assert_eq!(
+            (row.motion.as_str(), row.category.as_str()),
+            (want.motion.as_str(), want.category.as_str())
+        );
+        assert_eq!((row.start_s, row.duration_s), (want.start_s, want.duration_s));
+        assert_eq!((row.seed, row.dr_level), (want.seed, want.dr_level));
+        assert_eq!((row.status, row.attempts, row.steps), (EpisodeState::Pending, 0, 0));
+        assert!(row.metrics.is_empty() && row.reason.is_none());
+    }
+    assert_eq!(rows[0].seed, u64::MAX);
+    assert_eq!(storage.episode_counts("s-1").await.unwrap(), (250, 0, 0));
+    assert!(storage.episodes("s-404").await.unwrap().is_empty());
+
+    let dup = storage
+        .create_submission(&new_submission("s-1", blue, "bench-a"), &[episode(0)])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(dup, StorageError::Conflict(ref m) if m.contains("s-1")),
+        "{dup}"
+    );
+    let no_team = storage
+        .create_submission(&new_submission("s-x", 9999, "bench-a"), &[episode(0)])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(no_team, StorageError::NotFound(ref m) if m.contains("9999")),
+        "{no_team}"
+    );
+    assert_eq!(storage.submission("s-x").await.unwrap(), None);
+    assert!(
+        storage.episodes("s-x").await.unwrap().is_empty(),
+        "the failed transaction left episodes behind"
+    );
+
+    // Distinct creation times so that "newest first" is well defined.
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    storage
+        .create_submission(&new_submission("s-2", blue, "bench-a"), &[episode(0)])
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    storage
+        .create_submission(&new_submission("s-3", red, "bench-b"), &[])
+        .await
+        .unwrap();
+    let ids = |subs: Vec<arena_server::storage::Submission>| subs.into_iter().map(|s| s.id).collect::<Vec<_>>();
+    assert_eq!(ids(storage.submissions(None).await.unwrap()), ["s-3", "s-2", "s-1"]);
+    assert_eq!(ids(storage.submissions(Some(red)).await.unwrap()), ["s-3", "s-1"]);
+    assert_eq!(ids(storage.submissions(Some(blue)).await.unwrap()), ["s-2"]);
+    assert!(storage.submissions(Some(4242)).await.unwrap().is_empty());
+
+    storage.mark_submission_running("s-1").await.unwrap();
+    let running = storage.submission("s-1").await.unwrap().unwrap();
+    assert_eq!(running.status, SubmissionStatus::Running);
+    let started = running.started_at.expect("started_at set");
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    storage.mark_submission_running("s-1").await.unwrap();
+    assert_eq!(
+        storage.submission("s-1").await.unwrap().unwrap().started_at,
+        Some(started),
+        "started_at kept"
+    );
+
+    assert!(storage.completed_submissions("bench-a").await.unwrap().is_empty());
+    let report = r#"{"benchmark":"bench-a","aggregated":{}}"#;
+    storage
+        .finish_submission("s-1", SubmissionStatus::Completed, Some(report), None)
+        .await
+        .unwrap();
+    let done = storage.submission("s-1").await.unwrap().unwrap();
+    assert_eq!(done.status, SubmissionStatus::Completed);
+    assert_eq!(done.report_json.as_deref(), Some(report));
+    assert!(done.finished_at.unwrap() >= started);
+    let json = serde_json::to_value(&done).unwrap();
+    assert_eq!(json["status"], "COMPLETED");
+    assert_eq!(json["team_name"], "red");
+    assert!(
+        json.get("report_json").is_none(),
+        "the report is not part of the submission's JSON"
+    );
+
+    storage
+        .finish_submission("s-2", SubmissionStatus::Failed, None, Some("agent vanished"))
+        .await
+        .unwrap();
+    let failed = storage.submission("s-2").await.unwrap().unwrap();
+    assert_eq!(
+        (failed.status, failed.error.as_deref()),
+        (SubmissionStatus::Failed, Some("agent vanished"))
+    );
+    assert!(failed.finished_at.is_some());
+
+    assert_eq!(ids(storage.completed_submissions("bench-a").await.unwrap()), ["s-1"]);
+    assert!(storage.completed_submissions("bench-b").await.unwrap().is_empty());
+
+    let again = storage
+        .finish_submission("s-1", SubmissionStatus::Failed, None, Some("late"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(again, StorageError::Conflict(ref m) if m.contains("COMPLETED")),
+        "{again}"
+    );
+    let restart = storage.mark_submission_running("s-2").await.unwrap_err();
+    assert!(matches!(restart, StorageError::Conflict(_)), "{restart}");
+    let missing = storage.mark_submission_running("s-404").await.unwrap_err();
+    assert!(
+        matches!(missing, StorageError::NotFound(ref m) if m.contains("s-404")),
+        "{missing}"
+    );
+    let missing = storage
+        .finish_submission("s-404", SubmissionStatus::Completed, None, None)
+        .await
+        .unwrap_err();
+    assert!(matches!(missing, StorageError::NotFound(_)), "{missing}");
+}
+
+async fn episodes_are_counted_once(url: String, engine: Engine) {
+    let storage = open(&url, engine).await;
+    setup(&storage, "red", "s-1", 4).await;
+
+    assert_eq!(storage.start_episode("s-1", 0).await.unwrap(), Some(1));
+    assert_eq!(storage.start_episode("s-1", 0).await.unwrap(), None, "already running");
+    assert_eq!(storage.start_episode("s-1", 1).await.unwrap(), Some(1));
+    assert_eq!(storage.start_episode("s-1", 99).await.unwrap(), None, "no such episode");
+    assert_eq!(
+        storage.start_episode("s-404", 0).await.unwrap(),
+        None,
+        "no such submission"
+    );
+    assert_eq!(storage.episode_counts("s-1").await.unwrap(), (2, 2, 0));
+
+    let mut fell = outcome(EpisodeState::Fell, 321);
+    fell.reason = Some("pelvis below 0.3 m".into());
+    assert!(storage.finish_episode("s-1", 0, &fell).await.unwrap());
+    assert!(
+        !storage
+            .finish_episode("s-1", 0, &outcome(EpisodeState::Completed, 500))
+            .await
+            .unwrap(),
+        "counted twice"
+    );
+    assert!(
+        !storage
+            .finish_episode("s-1", 2, &outcome(EpisodeState::Completed, 500))
+            .await
+            .unwrap(),
+        "not running"
+    );
+    assert_eq!(storage.episode_counts("s-1").await.unwrap(), (2, 1, 1));
+    assert_eq!(
+        storage.start_episode("s-1", 0).await.unwrap(),
+        None,
+        "finished episodes are not restarted"
+    );
+
+    assert!(
+        storage
+            .finish_episode("s-1", 1, &outcome(EpisodeState::Timeout, 7))
+            .await
+            .unwrap()
+    );
+    assert_eq!(storage.episode_counts("s-1").await.unwrap(), (2, 0, 2));
+    assert_eq!(storage.episode_counts("s-404").await.unwrap(), (0, 0, 0));
+
+    let rows = storage.episodes("s-1").await.unwrap();
+    assert_eq!(
+        (rows[0].status, rows[0].steps, rows[0].attempts),
+        (EpisodeState::Fell, 321, 1)
+    );
+    assert_eq!(rows[0].reason.as_deref(), Some("pelvis below 0.3 m"));
+    assert_eq!(rows[0].metrics, fell.metrics);
+    assert_eq!((rows[1].status, rows[1].steps), (EpisodeState::Timeout, 7));
+    assert_eq!(rows[2].status, EpisodeState::Pending);
+    let json = serde_json::to_value(&rows[0]).unwrap();
+    assert_eq!(json["status"], "FELL");
+    assert_eq!(json["seed"], serde_json::json!(u64::MAX));
+
+    for state in [EpisodeState::Completed, EpisodeState::Failed] {
+        let idx = if state == EpisodeState::Completed { 2 } else { 3 };
+        storage.start_episode("s-1", idx).await.unwrap();
+        assert!(storage.finish_episode("s-1", idx, &outcome(state, 1)).await.unwrap());
+    }
+    assert_eq!(storage.episode_counts("s-1").await.unwrap(), (0, 0, 4));
+    assert!(
+        storage
+            .episodes("s-1")
+            .await
+            .unwrap()
+            .iter()
+            .all(|e| e.status.is_final())
+    );
+}
+
+async fn nan_metrics_round_trip(url: String, engine: Engine) {
+    let storage = open(&url, engine).await;
+    setup(&storage, "red", "s-1", 1).await;
+    storage.start_episode("s-1", 0).await.unwrap();
+    let metrics: BTreeMap<String, f64> = [
+        ("nan".to_string(), f64::NAN),
+        ("inf".to_string(), f64::INFINITY),
+        ("neg_inf".to_string(), f64::NEG_INFINITY),
+        ("tiny".to_string(), 1e-300),
+        ("third".to_string(), 1.0 / 3.0),
+        ("negative".to_string(), -2.5),
+    ]
+    .into_iter()
+    .collect();
+    let result = EpisodeOutcome {
+        status: EpisodeState::Completed,
+        steps: 10,
+        metrics,
+        reason: None,
+    };
+    assert!(storage.finish_episode("s-1", 0, &result).await.unwrap());
+    let back = &storage.episodes("s-1").await.unwrap()[0].metrics;
+    assert_eq!(back.len(), 6);
+    assert!(back["nan"].is_nan());
+    assert_eq!(back["inf"], f64::INFINITY);
+    assert_eq!(back["neg_inf"], f64::NEG_INFINITY);
+    assert_eq!(back["tiny"], 1e-300);
+    assert_eq!(back["third"], 1.0 / 3.0);
+    assert_eq!(back["negative"], -2.5);
+}
+
+async fn requeue_until_attempts_run_out(url: String, engine: Engine) {
+    let storage = open(&url, engine).await;
+    setup(&storage, "red", "s-1", 4).await;
+    let reason = "agent connection lost";
+
+    assert_eq!(storage.start_episode("s-1", 0).await.unwrap(), Some(1));
+    assert_eq!(storage.start_episode("s-1", 1).await.unwrap(), Some(1));
+    assert_eq!(storage.start_episode("s-1", 2).await.unwrap(), Some(1));
+    assert!(
+        storage
+            .finish_episode("s-1", 2, &outcome(EpisodeState::Completed, 9))
+            .await
+            .unwrap()
+    );
+    // 2 is finished and 3 is pending: neither is touched.
+    assert_eq!(
+        storage
+            .requeue_episodes("s-1", &[0, 1, 2, 3, 77], 2, reason)
+            .await
+            .unwrap(),
+        (2, 0)
+    );
+    let rows = storage.episodes("s-1").await.unwrap();
+    assert_eq!((rows[0].status, rows[0].attempts), (EpisodeState::Pending, 1));
+    assert_eq!((rows[1].status, rows[1].attempts), (EpisodeState::Pending, 1));
+    assert_eq!((rows[2].status, rows[2].steps), (EpisodeState::Completed, 9));
+    assert_eq!((rows[3].status, rows[3].attempts), (EpisodeState::Pending, 0));
+    assert_eq!(storage.episode_counts("s-1").await.unwrap(), (3, 0, 1));
+
+    // Second attempt: 0 runs out of attempts, 1 is not running this time.
+    assert_eq!(storage.start_episode("s-1", 0).await.unwrap(), Some(2));
+    assert_eq!(
+        storage.requeue_episodes("s-1", &[0, 1], 2, reason).await.unwrap(),
+        (0, 1)
+    );
+    let row = &storage.episodes("s-1").await.unwrap()[0];
+    assert_eq!((row.status, row.attempts), (EpisodeState::Failed, 2));
+    assert_eq!(row.reason.as_deref(), Some("agent connection lost (attempt 2 of 2)"));
+    assert_eq!(
+        storage.start_episode("s-1", 0).await.unwrap(),
+        None,
+        "a failed episode stays failed"
+    );
+    assert_eq!(storage.requeue_episodes("s-1", &[0], 2, reason).await.unwrap(), (0, 0));
+    assert_eq!(storage.episode_counts("s-1").await.unwrap(), (2, 0, 2));
+    assert_eq!(storage.requeue_episodes("s-1", &[], 2, reason).await.unwrap(), (0, 0));
+}
+
+async fn recover_after_restart(url: String, engine: Engine) {
+    let storage = open(&url, engine).await;
+    let team = setup(&storage, "red", "s-running", 3).await;
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    storage
+        .create_submission(&new_submission("s-pending", team, "bench-a"), &[episode(0)])
+        .await
+        .unwrap();
+    storage
+        .create_submission(&new_submission("s-done", team, "bench-a"), &[episode(0)])
+        .await
+        .unwrap();
+
+    storage.mark_submission_running("s-running").await.unwrap();
+    storage.start_episode("s-running", 0).await.unwrap(); // attempt 1, in flight at the crash
+    storage.start_episode("s-running", 1).await.unwrap();
+    storage
+        .finish_episode("s-running", 1, &outcome(EpisodeState::Completed, 5))
+        .await
+        .unwrap();
+    storage.requeue_episodes("s-running", &[1], 3, "x").await.unwrap();
+    storage.start_episode("s-running", 2).await.unwrap();
+    storage.requeue_episodes("s-running", &[2], 3, "lost").await.unwrap();
+    storage.start_episode("s-running", 2).await.unwrap(); // attempt 2, in flight at the crash
+    // A finished submission's stray RUNNING episode is left alone.
+    storage.start_episode("s-done", 0).await.unwrap();
+    storage
+        .finish_submission("s-done", SubmissionStatus::Failed, None, Some("gave up"))
+        .await
+        .unwrap();
+
+    drop(storage);
+    let storage = open(&url, engine).await;
+    let unfinished = storage.recover_after_restart().await.unwrap();
+    assert_eq!(unfinished, ["s-running", "s-pending"]);
+    let rows = storage.episodes("s-running").await.unwrap();
+    assert_eq!((rows[0].status, rows[0].attempts), (EpisodeState::Pending, 0));
+    assert_eq!((rows[1].status, rows[1].attempts), (EpisodeState::Completed, 1));
+    assert_eq!((rows[2].status, rows[2].attempts), (EpisodeState::Pending, 1));
+    assert_eq!(storage.episode_counts("s-running").await.unwrap(), (2, 0, 1));
+    let done = storage.episodes("s-done").await.unwrap();
+    assert_eq!((done[0].status, done[0].attempts), (EpisodeState::Running, 1));
+    assert_eq!(
+        storage.submission("s-running").await.unwrap().unwrap().status,
+        SubmissionStatus::Running
+    );
+
+    // Nothing in flight: a second recovery changes nothing.
+    assert_eq!(
+        storage.recover_after_restart().await.unwrap(),
+        ["s-running", "s-pending"]
+    );
+    assert_eq!(storage.episodes("s-running").await.unwrap(), rows);
+    assert_eq!(storage.start_episode("s-running", 0).await.unwrap(), Some(1));
+}
+
+async fn reopened_database_keeps_data(url: String, engine: Engine) {
+    let storage = open(&url, engine).await;
+    setup(&storage, "red", "s-1", 3).await;
+    storage.start_episode("s-1", 0).await.unwrap();
+    storage
+        .finish_episode("s-1", 0, &outcome(EpisodeState::Completed, 42))
+        .await
+        .unwrap();
+    let before = (
+        storage.teams().await.unwrap(),
+        storage.submissions(None).await.unwrap(),
+        storage.episodes("s-1").await.unwrap(),
+    );
+    if engine == Engine::Sqlite {
+        let path = url.strip_prefix("sqlite://").unwrap();
+        let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(mode.to_lowercase(), "wal", "{path}");
+        conn.close().await.unwrap();
+        assert!(
+            std::path::Path::new(&format!("{path}-wal")).exists(),
+            "WAL file next to {path}"
+        );
+    }
+    drop(storage);
+
+    // Connecting again re-runs the (already applied) migrations and finds everything.
+    let storage = open(&url, engine).await;
+    let after = (
+        storage.teams().await.unwrap(),
+        storage.submissions(None).await.unwrap(),
+        storage.episodes("s-1").await.unwrap(),
+    );
+    assert_eq!(before, after);
+    assert_eq!(after.2[0].steps, 42);
+    let third = open(&url, engine).await;
+    assert_eq!(third.episode_counts("s-1").await.unwrap(), (2, 0, 1));
+}
+
+async fn concurrent_claims_give_one_winner(url: String, engine: Engine) {
+    let storage = open(&url, engine).await;
+    setup(&storage, "red", "s-1", 2).await;
+    let claims: Vec<_> = (0..8)
+        .map(|_| {
+            let storage = storage.clone();
+            tokio::spawn(async move { storage.start_episode("s-1", 1).await.unwrap() })
+        })
+        .collect();
+    let mut won = Vec::new();
+    for claim in claims {
+        won.extend(claim.await.unwrap());
+    }
+    assert_eq!(won, [1], "exactly one claim wins, on its first attempt");
+    let finishes: Vec<_> = (0..8)
+        .map(|_| {
+            let storage = storage.clone();
+            tokio::spawn(async move {
+                storage
+                    .finish_episode("s-1", 1, &outcome(EpisodeState::Completed, 3))
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut changed = 0;
+    for finish in finishes {
+        changed += finish.await.unwrap() as usize;
+    }
+    assert_eq!(changed, 1, "exactly one finish counts");
+    assert_eq!(storage.episode_counts("s-1").await.unwrap(), (1, 0, 1));
+}
+
+async fn bad_arguments_are_refused(url: String, engine: Engine) {
+    let storage = open(&url, engine).await;
+    let team = setup(&storage, "red", "s-1", 2).await;
+    storage.start_episode("s-1", 0).await.unwrap();
+    let e = storage
+        .finish_episode("s-1", 0, &outcome(EpisodeState::Running, 1))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, StorageError::Invalid(_)), "{e}");
+    assert_eq!(storage.episode_counts("s-1").await.unwrap(), (1, 1, 0));
+    let e = storage
+        .finish_submission("s-1", SubmissionStatus::Running, None, None)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, StorageError::Invalid(_)), "{e}");
+    let e = storage
+        .create_submission(
+            &new_submission("s-2", team, "bench-a"),
+            &[episode(0), episode(1), episode(0)],
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, StorageError::Invalid(ref m) if m.contains("index 0")),
+        "{e}"
+    );
+    assert_eq!(storage.submission("s-2").await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn unsupported_urls_are_refused() {
+    for url in ["mysql://localhost/db", "arena.db", ""] {
+        let e = Storage::connect(url).await.unwrap_err();
+        assert!(matches!(e, StorageError::UnsupportedUrl(_)), "{url}: {e}");
+    }
+    let e = Storage::connect("postgres://u:hunter2@127.0.0.1:1/nothing")
+        .await
+        .unwrap_err();
+    let message = e.to_string();
+    assert!(
+        message.contains("connecting to postgres://u:***@127.0.0.1:1/nothing"),
+        "{message}"
+    );
+    assert!(!message.contains("hunter2"), "{message}");
+}
+
+#[tokio::test]
+async fn in_memory_sqlite_is_one_database() {
+    let storage = Storage::connect("sqlite::memory:").await.unwrap();
+    setup(&storage, "red", "s-1", 3).await;
+    for _ in 0..3 {
+        assert_eq!(storage.episode_counts("s-1").await.unwrap(), (3, 0, 0));
+    }
+    assert_eq!(storage.teams().await.unwrap().len(), 1);
+}

@@ -28,6 +28,9 @@ use sqlx::{AnyPool, ConnectOptions, Connection, Executor, Row};
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/sqlite");
 static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/postgres");
 
+/// How long [`Storage::connect`] waits for a database that refuses connections.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Episodes inserted per statement by [`Storage::create_submission`] (9 parameters each).
 const INSERT_CHUNK: usize = 100;
 
@@ -485,6 +488,28 @@ fn episode_from_row(row: &AnyRow, submission: &str) -> Result<EpisodeRow, Storag
     })
 }
 
+/// Opens a pool. A refused connection is retried until [`CONNECT_TIMEOUT`] (the database may be
+/// starting, e.g. next to the server in docker compose); the error then says why the last try failed.
+async fn pool_connect(options: AnyPoolOptions, url: &str, shown: &str) -> Result<AnyPool, StorageError> {
+    match options.connect(url).await {
+        Ok(pool) => Ok(pool),
+        Err(sqlx::Error::PoolTimedOut) => {
+            let last = match sqlx::AnyConnection::connect(url).await {
+                Ok(conn) => {
+                    conn.close().await.ok();
+                    "none (it answers now)".to_string()
+                }
+                Err(e) => e.to_string(),
+            };
+            Err(StorageError::Database {
+                context: format!("connecting to {shown} (gave up after {CONNECT_TIMEOUT:?}; last error: {last})"),
+                source: sqlx::Error::PoolTimedOut,
+            })
+        }
+        Err(e) => Err(e).ctx(|| format!("connecting to {shown}")),
+    }
+}
+
 /// Handle on the metadata database (cheap to clone: it wraps a connection pool).
 #[derive(Debug, Clone)]
 pub struct Storage {
@@ -502,13 +527,10 @@ impl Storage {
         let (engine, pool) = if url.starts_with("sqlite:") {
             (Engine::Sqlite, Self::connect_sqlite(url, &shown).await?)
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            let pool = AnyPoolOptions::new()
+            let options = AnyPoolOptions::new()
                 .max_connections(10)
-                .acquire_timeout(Duration::from_secs(30))
-                .connect(url)
-                .await
-                .ctx(|| format!("connecting to {shown}"))?;
-            (Engine::Postgres, pool)
+                .acquire_timeout(CONNECT_TIMEOUT);
+            (Engine::Postgres, pool_connect(options, url, &shown).await?)
         } else {
             return Err(StorageError::UnsupportedUrl(shown));
         };
@@ -535,7 +557,7 @@ impl Storage {
             .busy_timeout(Duration::from_secs(5))
             .synchronous(SqliteSynchronous::Normal);
         let mut pool_options = AnyPoolOptions::new()
-            .acquire_timeout(Duration::from_secs(30))
+            .acquire_timeout(CONNECT_TIMEOUT)
             .after_connect(|conn, _meta| {
                 Box::pin(async move {
                     conn.execute("PRAGMA synchronous = NORMAL").await?;
@@ -567,7 +589,7 @@ impl Storage {
                 .ctx(|| format!("closing the set-up connection to {shown}"))?;
             pool_options = pool_options.max_connections(8);
         }
-        pool_options.connect(url).await.ctx(|| format!("connecting to {shown}"))
+        pool_connect(pool_options, url, &shown).await
     }
 
     /// The engine behind this storage.

@@ -1,0 +1,97 @@
+//! Command-line flags shared by the example agents.
+
+use arena_sdk::client::{self, ClientConfig, ClientEvent, Mode};
+use arena_sdk::protocol::{Encoding, ResetEpisode};
+use clap::Parser;
+
+#[derive(Debug, Parser)]
+pub struct Flags {
+    /// WebSocket endpoint of the server.
+    #[arg(long, default_value = "ws://127.0.0.1:8080/api/v1/agent")]
+    pub server: String,
+    /// Team token (ask the server's admin).
+    #[arg(long, env = "ARENA_TOKEN", hide_env_values = true)]
+    pub token: String,
+    /// Benchmark to run.
+    #[arg(long, default_value = "g1-smoke")]
+    pub benchmark: String,
+    /// Resume (or attach to) an existing submission instead of starting one.
+    #[arg(long)]
+    pub submission: Option<String>,
+    /// Practice this motion instead of submitting (repeat for several); nothing is stored.
+    #[arg(long)]
+    pub practice: Vec<String>,
+    /// Wire encoding.
+    #[arg(long, default_value = "binary", value_parser = ["binary", "json"])]
+    pub encoding: String,
+    /// Largest batch per request (0 = the server's limit).
+    #[arg(long, default_value_t = 0)]
+    pub max_batch: u32,
+}
+
+/// Runs `agent` as the flags say and prints each finished episode.
+pub fn run(agent: &mut dyn arena_sdk::Agent, name: &str) -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ARENA_LOG").unwrap_or_else(|_| "warn".into()))
+        .init();
+    let flags = Flags::parse();
+    let mode = if flags.practice.is_empty() {
+        Mode::Submission {
+            benchmark: flags.benchmark.clone(),
+            submission_id: flags.submission.clone(),
+        }
+    } else {
+        Mode::Practice {
+            benchmark: flags.benchmark.clone(),
+            episodes: flags
+                .practice
+                .iter()
+                .map(|m| ResetEpisode {
+                    motion: m.clone(),
+                    ..Default::default()
+                })
+                .collect(),
+        }
+    };
+    let mut config = ClientConfig::new(&flags.server, &flags.token, mode);
+    config.agent_name = name.into();
+    config.max_batch = flags.max_batch;
+    config.encoding = if flags.encoding == "json" {
+        Encoding::Json
+    } else {
+        Encoding::Binary
+    };
+    let result = client::run_blocking(&config, agent, &mut |event| match event {
+        ClientEvent::Connected(c) => println!(
+            "connected: session {} submission {:?}, {} episodes to run",
+            c.session_id, c.submission_id, c.episodes_remaining
+        ),
+        ClientEvent::EpisodeEnd(e) => println!(
+            "episode {:>4} {:<9} steps {:>4}  emd {}",
+            e.episode_id,
+            e.status,
+            e.steps,
+            e.metrics.get("emd").map_or("-".into(), |v| format!("{v:.4}"))
+        ),
+        ClientEvent::ServerError(e) => eprintln!("server: {}: {}", e.code, e.message),
+        ClientEvent::Reconnecting { attempt, delay, error } => {
+            eprintln!("connection lost ({error}); retry {attempt} in {delay:?}")
+        }
+        ClientEvent::EpisodeStart(_) => {}
+    });
+    match result {
+        Ok(summary) => {
+            println!(
+                "done: submission {:?} {}, {} episodes",
+                summary.submission_id,
+                summary.submission_status,
+                summary.episodes.len()
+            );
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

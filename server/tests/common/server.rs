@@ -1,0 +1,182 @@
+//! A real `arena serve` process for end-to-end tests, a minimal HTTP/1.1 client, and fresh
+//! PostgreSQL databases.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+pub const ADMIN: &str = "test-admin-token";
+
+pub struct ServerProc {
+    child: Child,
+    pub addr: SocketAddr,
+    pub data_dir: PathBuf,
+}
+
+impl ServerProc {
+    /// Starts `arena serve` on a free loopback port (or `--bind` in `extra`) and waits until it
+    /// listens. Its log goes to `<data_dir>/server-<n>.log`.
+    pub fn start(data_dir: &Path, extra: &[&str]) -> Self {
+        std::fs::create_dir_all(data_dir).unwrap();
+        let n = std::fs::read_dir(data_dir).unwrap().count();
+        let log = std::fs::File::create(data_dir.join(format!("server-{n}.log"))).unwrap();
+        let mut args = vec!["serve", "--data-dir", data_dir.to_str().unwrap(), "--admin-token", ADMIN];
+        if !extra.contains(&"--bind") {
+            args.extend(["--bind", "127.0.0.1:0"]);
+        }
+        args.extend(extra);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_arena"))
+            .args(&args)
+            .env("ARENA_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("arena serve starts");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let addr = loop {
+            let line = lines
+                .next()
+                .unwrap_or_else(|| panic!("arena serve exited early; see {}", data_dir.display()))
+                .unwrap();
+            if let Some(rest) = line.strip_prefix("arena serve: listening on http://") {
+                break rest.split_whitespace().next().unwrap().parse().unwrap();
+            }
+        };
+        // Keep draining stdout so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Self {
+            child,
+            addr,
+            data_dir: data_dir.to_path_buf(),
+        }
+    }
+
+    pub fn ws_url(&self) -> String {
+        format!("ws://{}/api/v1/agent", self.addr)
+    }
+
+    /// SIGKILL, no chance to clean up.
+    pub fn kill9(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
+
+    pub fn get(&self, path: &str, token: Option<&str>) -> (u16, serde_json::Value) {
+        let (status, body) = http(self.addr, "GET", path, token, None);
+        (status, serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null))
+    }
+
+    pub fn post(&self, path: &str, token: Option<&str>, body: &str) -> (u16, serde_json::Value) {
+        let (status, body) = http(self.addr, "POST", path, token, Some(body));
+        (status, serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null))
+    }
+
+    /// Creates a team with the admin token; returns its token.
+    pub fn team(&self, name: &str) -> String {
+        let (status, v) = self.post("/api/v1/teams", Some(ADMIN), &format!("{{\"name\": \"{name}\"}}"));
+        assert_eq!(status, 201, "{v}");
+        v["token"].as_str().unwrap().to_string()
+    }
+}
+
+impl Drop for ServerProc {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// One HTTP/1.1 request with `Connection: close`; returns (status, body).
+pub fn http(addr: SocketAddr, method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> (u16, Vec<u8>) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    if let Some(t) = token {
+        req += &format!("Authorization: Bearer {t}\r\n");
+    }
+    let body = body.unwrap_or("");
+    if !body.is_empty() {
+        req += &format!("Content-Type: application/json\r\nContent-Length: {}\r\n", body.len());
+    }
+    req += "\r\n";
+    req += body;
+    s.write_all(req.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("HTTP header end");
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let status: u16 = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let mut payload = raw[split + 4..].to_vec();
+    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        payload = dechunk(&payload);
+    }
+    (status, payload)
+}
+
+fn dechunk(mut data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let line_end = data.windows(2).position(|w| w == b"\r\n").unwrap();
+        let size = usize::from_str_radix(std::str::from_utf8(&data[..line_end]).unwrap().trim(), 16).unwrap();
+        data = &data[line_end + 2..];
+        if size == 0 {
+            return out;
+        }
+        out.extend_from_slice(&data[..size]);
+        data = &data[size + 2..];
+    }
+}
+
+/// A fresh PostgreSQL database under `ARENA_TEST_DATABASE_URL`, dropped with the guard; `None`
+/// (after saying why) when PostgreSQL is not configured and `ARENA_REQUIRE_POSTGRES` is not 1.
+pub struct PgDb {
+    pub url: String,
+    admin_url: String,
+    name: String,
+}
+
+impl PgDb {
+    pub fn create(test: &str) -> Option<PgDb> {
+        use sqlx::Connection;
+        let admin_url = match std::env::var("ARENA_TEST_DATABASE_URL") {
+            Ok(url) if !url.is_empty() => url,
+            _ => {
+                if std::env::var("ARENA_REQUIRE_POSTGRES").is_ok_and(|v| v == "1") {
+                    panic!("ARENA_REQUIRE_POSTGRES=1 but ARENA_TEST_DATABASE_URL is not set ({test})");
+                }
+                eprintln!("skipping PostgreSQL: ARENA_TEST_DATABASE_URL not set ({test})");
+                return None;
+            }
+        };
+        let name = format!("arena_e2e_{}", uuid::Uuid::new_v4().simple());
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let mut admin = sqlx::PgConnection::connect(&admin_url).await.unwrap();
+            sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut admin).await.unwrap();
+        });
+        let (server, _) = admin_url.rsplit_once('/').unwrap();
+        Some(PgDb {
+            url: format!("{server}/{name}"),
+            admin_url,
+            name,
+        })
+    }
+}
+
+impl Drop for PgDb {
+    fn drop(&mut self) {
+        use sqlx::Connection;
+        let (admin_url, name) = (self.admin_url.clone(), self.name.clone());
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async {
+                if let Ok(mut admin) = sqlx::PgConnection::connect(&admin_url).await {
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .execute(&mut admin)
+                        .await;
+                }
+            });
+        })
+        .join()
+        .ok();
+    }
+}

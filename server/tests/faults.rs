@@ -1,0 +1,216 @@
+//! Misbehaving agents over a raw protocol client (real sockets, no SDK): each fault ends in a
+//! recorded status with a reason, and the rest of the submission is unaffected.
+
+mod common;
+
+use arena_sdk::protocol::{
+    self, Action, Connect, EpisodeAction, Encoding, Frame, Msg, PROTOCOL_VERSION, ResetEpisode, codes,
+};
+use common::server::{ADMIN, ServerProc};
+use common::tmp;
+use futures_util::{SinkExt, StreamExt};
+use std::time::Duration;
+use tokio_tungstenite::tungstenite::Message;
+
+type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+fn frame(msg: &Msg, encoding: Encoding) -> Message {
+    match protocol::encode(msg, encoding) {
+        Frame::Text(t) => Message::Text(t.into()),
+        Frame::Binary(b) => Message::Binary(b.into()),
+    }
+}
+
+async fn recv(ws: &mut Socket) -> Option<Msg> {
+    loop {
+        match tokio::time::timeout(Duration::from_secs(30), ws.next()).await.expect("server answers") {
+            Some(Ok(Message::Binary(b))) => return Some(protocol::decode_binary(&b).unwrap()),
+            Some(Ok(Message::Text(t))) => return Some(protocol::decode_json(&t).unwrap()),
+            Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return None,
+            Some(Ok(_)) => {}
+        }
+    }
+}
+
+fn connect_msg(token: &str, mode: &str, submission: &str) -> Msg {
+    Msg::Connect(Connect {
+        protocol_version: PROTOCOL_VERSION,
+        agent_name: "faulty".into(),
+        token: token.into(),
+        mode: mode.into(),
+        benchmark: "g1-smoke".into(),
+        submission_id: submission.into(),
+        max_batch: 1,
+    })
+}
+
+/// Connects; retries while the previous session of the submission is still being torn down.
+async fn open(url: &str, connect: &Msg, encoding: Encoding) -> (Socket, protocol::Connected) {
+    for _ in 0..100 {
+        let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+        ws.send(frame(connect, encoding)).await.unwrap();
+        match recv(&mut ws).await {
+            Some(Msg::Connected(c)) => return (ws, c),
+            Some(Msg::Error(e)) if e.code == codes::SUBMISSION_BUSY => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => panic!("expected connected, got {other:?}"),
+        }
+    }
+    panic!("submission stayed busy")
+}
+
+fn action(step: u64, episode: u32, values: Vec<f32>) -> Msg {
+    Msg::Action(Action {
+        step,
+        actions: vec![EpisodeAction {
+            episode_id: episode,
+            values,
+        }],
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faults_are_recorded_and_the_rest_continues() {
+    let dir = tmp("faults");
+    let server = ServerProc::start(&dir, &["--lanes", "1", "--step-timeout-s", "0.5"]);
+    let token = server.team("faulty");
+    let url = server.ws_url();
+    let enc = Encoding::Binary;
+    let (mut ws, connected) = open(&url, &connect_msg(&token, "submission", ""), enc).await;
+    let id = connected.submission_id.clone();
+    assert_eq!((connected.episodes_total, connected.spec.unwrap().max_batch), (6, 1));
+    let mut drops = 0;
+    let mut errors: Vec<String> = Vec::new();
+    let mut sent_garbage = false;
+    loop {
+        let Some(msg) = recv(&mut ws).await else {
+            panic!("server closed before the submission completed");
+        };
+        match msg {
+            Msg::GetAction(g) => {
+                let o = &g.observations[0];
+                let (ep, k) = (o.episode_id, o.episode_step);
+                let zeros = vec![0.0f32; 29];
+                let reply = match (ep, k) {
+                    (0, 5) => {
+                        let mut a = zeros;
+                        a[7] = f32::NAN;
+                        action(g.step, ep, a)
+                    }
+                    (1, 3) => action(g.step, ep, vec![0.0; 28]),
+                    (2, 4) => {
+                        // Stall past the 0.5 s deadline, then answer late.
+                        tokio::time::sleep(Duration::from_millis(900)).await;
+                        action(g.step, ep, zeros)
+                    }
+                    (3, 10) => {
+                        // Vanish mid-episode, then come back to the same submission.
+                        drop(ws);
+                        drops += 1;
+                        let (again, c) = open(&url, &connect_msg(&token, "submission", &id), enc).await;
+                        ws = again;
+                        assert_eq!(c.submission_id, id);
+                        continue;
+                    }
+                    (4, 2) if !sent_garbage => {
+                        sent_garbage = true;
+                        ws.send(Message::Binary(vec![0xff, 0x01, 0x02].into())).await.unwrap();
+                        // An Envelope whose only field (99) this version does not know.
+                        ws.send(Message::Binary(vec![0x9a, 0x06, 0x00].into())).await.unwrap();
+                        action(g.step, ep, zeros)
+                    }
+                    _ => action(g.step, ep, zeros),
+                };
+                ws.send(frame(&reply, enc)).await.unwrap();
+            }
+            Msg::Error(e) => errors.push(e.code),
+            Msg::Disconnect(d) => {
+                assert_eq!((d.reason.as_str(), d.submission_status.as_str()), ("submission_complete", "COMPLETED"));
+                break;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(drops, 3, "the disconnecting episode is re-run until its attempts run out");
+    for code in [codes::STALE_STEP, codes::MALFORMED_MESSAGE, codes::UNKNOWN_MESSAGE] {
+        assert!(errors.iter().any(|e| e == code), "expected an Error {code}, got {errors:?}");
+    }
+    let (status, results) = server.get(&format!("/api/v1/submissions/{id}/results"), Some(ADMIN));
+    assert_eq!(status, 200);
+    let eps = results["episodes"].as_array().unwrap();
+    let field = |i: usize, k: &str| eps[i][k].as_str().unwrap_or("").to_string();
+    assert_eq!(field(0, "status"), "FAILED");
+    assert!(field(0, "reason").contains("non-finite action at step 5"), "{}", eps[0]);
+    assert_eq!(field(1, "status"), "FAILED");
+    assert!(field(1, "reason").contains("has 28 values, expected 29"), "{}", eps[1]);
+    assert_eq!(field(2, "status"), "TIMEOUT");
+    assert!(field(2, "reason").contains("step deadline"), "{}", eps[2]);
+    assert_eq!(field(3, "status"), "FAILED");
+    assert!(field(3, "reason").contains("attempt 3 of 3"), "{}", eps[3]);
+    assert_eq!(eps[3]["attempts"], 3);
+    for i in [4, 5] {
+        assert!(["COMPLETED", "FELL"].contains(&field(i, "status").as_str()), "{}", eps[i]);
+        assert_eq!(eps[i]["attempts"], 1);
+        assert!(eps[i]["metrics"]["emd"].as_f64().is_some());
+    }
+    let (_, sub) = server.get(&format!("/api/v1/submissions/{id}"), Some(ADMIN));
+    assert_eq!(sub["status"], "COMPLETED");
+    let (_, report) = server.get(&format!("/api/v1/submissions/{id}/report"), Some(ADMIN));
+    assert_eq!(report["failed_episodes"].as_array().unwrap().len(), 4);
+    assert_eq!(report["episodes"].as_array().unwrap().len(), 6);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_json_gets_an_error_and_the_session_continues() {
+    let dir = tmp("faults-json");
+    let server = ServerProc::start(&dir, &[]);
+    let token = server.team("json");
+    let url = server.ws_url();
+    let enc = Encoding::Json;
+    let (mut ws, _) = open(&url, &connect_msg(&token, "practice", ""), enc).await;
+    let expect_error = async |ws: &mut Socket, text: &str, code: &str| {
+        ws.send(Message::Text(text.to_string().into())).await.unwrap();
+        match recv(ws).await {
+            Some(Msg::Error(e)) => assert_eq!(e.code, code, "{text}: {}", e.message),
+            other => panic!("{text}: expected an Error, got {other:?}"),
+        }
+    };
+    expect_error(&mut ws, "{not json", codes::MALFORMED_MESSAGE).await;
+    expect_error(&mut ws, r#"{"type":"dance","step":1}"#, codes::UNKNOWN_MESSAGE).await;
+    expect_error(&mut ws, r#"{"type":"action","step":"one"}"#, codes::INVALID_MESSAGE).await;
+    expect_error(&mut ws, r#"{"type":"reset_episode","motion":"moonwalk"}"#, codes::UNKNOWN_MOTION).await;
+    expect_error(&mut ws, r#"{"type":"connect","protocol_version":1}"#, codes::UNEXPECTED_MESSAGE).await;
+    // Still alive: a practice episode runs to its end.
+    let reset = Msg::ResetEpisode(ResetEpisode {
+        motion: "stand".into(),
+        start_s: 0.0,
+        duration_s: 0.5,
+        seed: 1,
+    });
+    ws.send(frame(&reset, enc)).await.unwrap();
+    let end = loop {
+        match recv(&mut ws).await.expect("session alive") {
+            Msg::GetAction(g) => {
+                let a = action(g.step, g.observations[0].episode_id, vec![0.0; 29]);
+                ws.send(frame(&a, enc)).await.unwrap();
+            }
+            Msg::EpisodeEnd(e) => break e,
+            _ => {}
+        }
+    };
+    assert_eq!((end.status.as_str(), end.steps), ("completed", 25));
+    // An unknown protocol version is refused with a clear Error.
+    let (mut ws2, _) = tokio_tungstenite::connect_async(url.as_str()).await.unwrap();
+    let text = format!(r#"{{"type":"connect","protocol_version":2,"token":"{token}","benchmark":"g1-smoke"}}"#);
+    ws2.send(Message::Text(text.into())).await.unwrap();
+    match recv(&mut ws2).await {
+        Some(Msg::Error(e)) => {
+            assert_eq!(e.code, codes::UNSUPPORTED_VERSION);
+            assert!(e.message.contains("version 1"), "{}", e.message);
+        }
+        other => panic!("expected an Error, got {other:?}"),
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -1,0 +1,291 @@
+//! End to end over real sockets: a real `arena serve` process, the SDK's WebSocket client (or a
+//! raw protocol client for misbehaviour), results through the REST API, the database and the
+//! HDF5 file.
+
+mod common;
+
+use arena_data::trajectory_file;
+use arena_sdk::agents::ReplayAgent;
+use arena_sdk::client::{self, ClientConfig, ClientEvent, Mode};
+use arena_sdk::local::{LocalOptions, run_local};
+use arena_sdk::protocol::{Encoding, ResetEpisode};
+use common::server::{ADMIN, PgDb, ServerProc};
+use common::tmp;
+use serde_json::Value;
+
+fn submit(server: &ServerProc, token: &str, encoding: Encoding) -> client::RunSummary {
+    let mut config = ClientConfig::new(
+        server.ws_url(),
+        token,
+        Mode::Submission {
+            benchmark: "g1-smoke".into(),
+            submission_id: None,
+        },
+    );
+    config.encoding = encoding;
+    config.agent_name = "replay-test".into();
+    client::run_blocking(&config, &mut ReplayAgent::new(), &mut |_| {}).expect("submission completes")
+}
+
+/// The full path on one database engine; returns nothing, asserts everything.
+fn complete_g1_smoke(server: &ServerProc) {
+    let token = server.team("alpha");
+    let summary = submit(server, &token, Encoding::Binary);
+    assert_eq!(summary.submission_status, "COMPLETED");
+    assert_eq!(summary.episodes.len(), 6);
+    let id = summary.submission_id.clone();
+
+    // Results in the database, through the REST API.
+    let (status, results) = server.get(&format!("/api/v1/submissions/{id}/results"), Some(&token));
+    assert_eq!(status, 200, "{results}");
+    let episodes = results["episodes"].as_array().unwrap();
+    assert_eq!(episodes.len(), 6);
+    for e in episodes {
+        assert_eq!(e["status"], "COMPLETED", "{e}");
+        assert_eq!(e["attempts"], 1);
+        assert!(e["metrics"]["emd"].as_f64().unwrap() > 0.0);
+    }
+    assert_eq!(results["aggregated"]["emd"]["count"], 6);
+
+    // Remote replay scores exactly what the local runner scores.
+    let spec = arena_bench::spec::find_benchmark(
+        "g1-smoke",
+        &arena_bench::spec::shipped_dir(),
+        &arena_bench::metrics::metric_names(),
+    )
+    .unwrap()
+    .1;
+    let clips = arena_sdk::episode::benchmark_clips(&spec, std::path::Path::new("."), &Default::default()).unwrap();
+    let local = run_local(&spec, &clips, &mut ReplayAgent::new(), &LocalOptions::default(), &mut |_, _, _| {}).unwrap();
+    for r in local.episodes() {
+        let idx: usize = r.episode_id[2..].parse().unwrap();
+        let remote = &episodes[idx]["metrics"];
+        for (name, v) in &r.metrics {
+            let got = remote[name].as_f64().unwrap_or(f64::NAN);
+            // Same physics, observations and scoring; stored and served JSON round-trips exactly.
+            assert!(got == *v || (got.is_nan() && v.is_nan()), "{name} of episode {idx}: local {v}, remote {got}");
+        }
+    }
+
+    // Leaderboard lists it.
+    let (status, board) = server.get("/api/v1/leaderboards/g1-smoke", None);
+    assert_eq!(status, 200);
+    assert_eq!(board["entries"][0]["submission_id"], id.as_str(), "{board}");
+    assert_eq!(board["entries"][0]["team"], "alpha");
+    assert_eq!(board["entries"][0]["scored_episodes"], 6);
+
+    // Report JSON with the seed's fields.
+    let (status, report) = server.get(&format!("/api/v1/submissions/{id}/report"), Some(&token));
+    assert_eq!(status, 200);
+    for key in ["benchmark", "timestamp", "config", "episodes", "aggregated", "groups", "failed_episodes"] {
+        assert!(report.get(key).is_some(), "report lacks {key}");
+    }
+    assert_eq!(report["episodes"].as_array().unwrap().len(), 6);
+    let on_disk: Value =
+        serde_json::from_str(&std::fs::read_to_string(server.data_dir.join(format!("reports/{id}.json"))).unwrap())
+            .unwrap();
+    assert_eq!(on_disk["aggregated"], report["aggregated"]);
+
+    // The trajectory download is the HDF5 file with the documented datasets.
+    let (status, bytes) = common::server::http(
+        server.addr,
+        "GET",
+        &format!("/api/v1/submissions/{id}/trajectories"),
+        Some(&token),
+        None,
+    );
+    assert_eq!(status, 200);
+    let file = server.data_dir.join("download.h5");
+    std::fs::write(&file, bytes).unwrap();
+    let (sub, bench) = trajectory_file::read_header(&file).unwrap();
+    assert_eq!((sub.as_str(), bench.as_str()), (id.as_str(), "g1-smoke"));
+    let names = trajectory_file::episode_names(&file).unwrap();
+    assert_eq!(names.len(), 6);
+    let ep = trajectory_file::read_episode(&file, &names[1]).unwrap();
+    assert_eq!(ep.motion, "squat");
+    assert_eq!(ep.status, "completed");
+    let t = ep.times.len();
+    assert_eq!(t, 301);
+    for (name, width) in trajectory_file::DATASETS {
+        let len = match name {
+            "times" => ep.times.len(),
+            "qpos" => ep.qpos.len(),
+            "qvel" => ep.qvel.len(),
+            "body_pos" => ep.body_pos.len(),
+            "actions" => ep.actions.len(),
+            "ref_qpos" => ep.ref_qpos.len(),
+            "ref_body_pos" => ep.ref_body_pos.len(),
+            "state" => ep.state.len(),
+            "ref_state" => ep.ref_state.len(),
+            other => panic!("undocumented dataset {other}"),
+        };
+        assert_eq!(len, t * width, "{name}");
+    }
+
+    // Another team cannot read it; no token is refused.
+    let other = server.team("beta");
+    assert_eq!(server.get(&format!("/api/v1/submissions/{id}"), Some(&other)).0, 404);
+    assert_eq!(server.get(&format!("/api/v1/submissions/{id}"), None).0, 401);
+    assert_eq!(server.get("/api/v1/submissions", Some(&other)).1["submissions"], serde_json::json!([]));
+}
+
+#[test]
+fn sdk_client_completes_g1_smoke_on_sqlite() {
+    let dir = tmp("e2e-sqlite");
+    let server = ServerProc::start(&dir, &[]);
+    let (status, health) = server.get("/api/v1/health", None);
+    assert_eq!((status, health["database"].as_str()), (200, Some("sqlite")));
+    complete_g1_smoke(&server);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn sdk_client_completes_g1_smoke_on_postgres() {
+    let Some(db) = PgDb::create("e2e") else { return };
+    let dir = tmp("e2e-postgres");
+    let server = ServerProc::start(&dir, &["--database-url", &db.url]);
+    let (status, health) = server.get("/api/v1/health", None);
+    assert_eq!((status, health["database"].as_str()), (200, Some("postgres")));
+    complete_g1_smoke(&server);
+    drop(server);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn json_encoding_and_practice_sessions() {
+    let dir = tmp("e2e-json");
+    let server = ServerProc::start(&dir, &[]);
+    let token = server.team("gamma");
+    // A submission over JSON text frames.
+    let summary = submit(&server, &token, Encoding::Json);
+    assert_eq!((summary.submission_status.as_str(), summary.episodes.len()), ("COMPLETED", 6));
+    // A practice session: two requested episodes, nothing stored.
+    let mut config = ClientConfig::new(
+        server.ws_url(),
+        &token,
+        Mode::Practice {
+            benchmark: "g1-smoke".into(),
+            episodes: vec![
+                ResetEpisode {
+                    motion: "squat".into(),
+                    start_s: 1.0,
+                    duration_s: 2.0,
+                    seed: 3,
+                },
+                ResetEpisode {
+                    motion: "stand".into(),
+                    ..Default::default()
+                },
+            ],
+        },
+    );
+    config.encoding = Encoding::Json;
+    let practice = client::run_blocking(&config, &mut ReplayAgent::new(), &mut |_| {}).unwrap();
+    assert_eq!(practice.episodes.len(), 2);
+    let squat = practice.episodes.iter().find(|e| e.episode_id == 0).unwrap();
+    assert_eq!((squat.status.as_str(), squat.steps), ("completed", 100));
+    assert!(squat.metrics.contains_key("emd"));
+    let (_, list) = server.get("/api/v1/submissions", Some(&token));
+    assert_eq!(list["submissions"].as_array().unwrap().len(), 1, "practice is not stored");
+    // A bad token and an unknown benchmark are refused with their codes.
+    let mut bad = ClientConfig::new(
+        server.ws_url(),
+        "nope",
+        Mode::Submission {
+            benchmark: "g1-smoke".into(),
+            submission_id: None,
+        },
+    );
+    let err = client::run_blocking(&bad, &mut ReplayAgent::new(), &mut |_| {}).unwrap_err();
+    assert!(err.to_string().contains("unauthorized"), "{err}");
+    bad.token = token.clone();
+    bad.mode = Mode::Submission {
+        benchmark: "no-such-benchmark".into(),
+        submission_id: None,
+    };
+    let err = client::run_blocking(&bad, &mut ReplayAgent::new(), &mut |_| {}).unwrap_err();
+    assert!(err.to_string().contains("unknown_benchmark"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The server is killed with SIGKILL mid-submission and restarted on the same port; the SDK
+/// client reconnects and resumes; every episode is counted exactly once.
+#[test]
+fn submission_survives_server_sigkill() {
+    let dir = tmp("e2e-kill");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let bind = format!("127.0.0.1:{port}");
+    let args = ["--bind", bind.as_str(), "--lanes", "1", "--max-batch", "1"];
+    let mut server = ServerProc::start(&dir, &args);
+    let token = server.team("delta");
+    let (ends_tx, ends_rx) = std::sync::mpsc::channel::<u32>();
+    let url = server.ws_url();
+    let client = std::thread::spawn(move || {
+        let mut config = ClientConfig::new(
+            url,
+            token,
+            Mode::Submission {
+                benchmark: "g1-smoke".into(),
+                submission_id: None,
+            },
+        );
+        config.max_reconnects = 40;
+        config.initial_backoff = std::time::Duration::from_millis(100);
+        config.max_backoff = std::time::Duration::from_millis(500);
+        let mut agent = SlowReplay(ReplayAgent::new());
+        let summary = client::run_blocking(&config, &mut agent, &mut |e| {
+            if let ClientEvent::EpisodeEnd(e) = e {
+                let _ = ends_tx.send(e.episode_id);
+            }
+        });
+        summary
+    });
+    // Two episodes done, the third running: kill.
+    for _ in 0..2 {
+        ends_rx.recv_timeout(std::time::Duration::from_secs(60)).expect("episodes finish");
+    }
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    server.kill9();
+    let server = ServerProc::start(&dir, &args);
+    let summary = client.join().unwrap();
+    let summary = summary.expect("the client resumes after the restart");
+    assert_eq!(summary.submission_status, "COMPLETED");
+    assert!(summary.reconnects >= 1);
+    let id = summary.submission_id;
+    let (_, results) = server.get(&format!("/api/v1/submissions/{id}/results"), Some(ADMIN));
+    let episodes = results["episodes"].as_array().unwrap();
+    assert_eq!(episodes.len(), 6);
+    for e in episodes {
+        assert_eq!(e["status"], "COMPLETED", "{e}");
+    }
+    let (_, report) = server.get(&format!("/api/v1/submissions/{id}/report"), Some(ADMIN));
+    let mut ids: Vec<&str> = report["episodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["episode_id"].as_str().unwrap())
+        .collect();
+    ids.dedup();
+    assert_eq!(ids.len(), 6, "every episode exactly once: {ids:?}");
+    assert_eq!(report["aggregated"]["emd"]["count"], 6);
+    let file = dir.join(format!("trajectories/{id}.h5"));
+    assert_eq!(trajectory_file::episode_names(&file).unwrap().len(), 6);
+    drop(server);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Replay that takes a little time per step, so a submission lasts long enough to be killed.
+struct SlowReplay(ReplayAgent);
+
+impl arena_sdk::Agent for SlowReplay {
+    fn configure(&mut self, spec: &arena_sdk::protocol::EpisodeSpec) {
+        self.0.configure(spec);
+    }
+    fn reset(&mut self, episodes: &[arena_sdk::protocol::EpisodeInfo]) {
+        self.0.reset(episodes);
+    }
+    fn act(&mut self, batch: &arena_sdk::Batch<'_>, actions: &mut [f32]) {
+        std::thread::sleep(std::time::Duration::from_micros(700));
+        self.0.act(batch, actions);
+    }
+}

@@ -97,13 +97,13 @@ pub enum ClientError {
     Protocol(String),
 }
 
-/// Codes after which reconnecting cannot help.
+/// Codes refusing a Connect after which reconnecting cannot help.
 const FATAL_CODES: [&str; 5] = [
     codes::UNAUTHORIZED,
     codes::UNSUPPORTED_VERSION,
     codes::UNKNOWN_BENCHMARK,
     codes::UNKNOWN_SUBMISSION,
-    codes::UNKNOWN_MOTION,
+    codes::INVALID_MESSAGE,
 ];
 
 enum SessionEnd {
@@ -339,6 +339,15 @@ async fn session(
                     // e.g. submission_busy: the old session is still being torn down.
                     on_event(ClientEvent::ServerError(&e));
                     return Ok(SessionEnd::Lost(format!("{}: {}", e.code, e.message)));
+                }
+                // A refused practice request will never produce its EpisodeEnd.
+                if matches!(config.mode, Mode::Practice { .. })
+                    && [codes::UNKNOWN_MOTION, codes::INVALID_MESSAGE].contains(&e.code.as_str())
+                {
+                    return Err(ClientError::Refused {
+                        code: e.code,
+                        message: e.message,
+                    });
                 }
                 tracing::warn!("server error: {}: {}", e.code, e.message);
                 on_event(ClientEvent::ServerError(&e));

@@ -32,6 +32,8 @@ impl LoadedBenchmark {
 
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
+    #[error("no benchmark named {0:?} (benchmarks are named by their `name` key; see GET /api/v1/benchmarks)")]
+    UnknownName(String),
     #[error(transparent)]
     Spec(#[from] SpecError),
     #[error("loading the motions of benchmark {name}: {message}")]
@@ -59,8 +61,24 @@ impl Catalog {
         spec::list_benchmarks(&self.dir, &metric_names())
     }
 
+    /// Only names of the catalog's folder are served, never paths: a client must not be able
+    /// to make the server read (and echo parse errors of) arbitrary files.
+    fn check_name(name: &str) -> Result<(), CatalogError> {
+        let ok = !name.is_empty()
+            && name.len() <= 128
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            && !name.starts_with('.')
+            && !name.ends_with(".toml");
+        if ok {
+            Ok(())
+        } else {
+            Err(CatalogError::UnknownName(name.to_string()))
+        }
+    }
+
     /// The named benchmark's spec, without loading motions.
     pub fn spec(&self, name: &str) -> Result<BenchmarkSpec, CatalogError> {
+        Self::check_name(name)?;
         if let Some(b) = self.loaded.lock().expect("catalog lock").get(name) {
             return Ok(b.spec.clone());
         }
@@ -69,6 +87,7 @@ impl Catalog {
 
     /// Loads (once) the named benchmark. Blocking: reads motion files and runs FK.
     pub fn load(&self, name: &str) -> Result<Arc<LoadedBenchmark>, CatalogError> {
+        Self::check_name(name)?;
         if let Some(b) = self.loaded.lock().expect("catalog lock").get(name) {
             return Ok(b.clone());
         }

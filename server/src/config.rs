@@ -25,6 +25,8 @@ pub struct ServerConfig {
     pub max_batch: u32,
     /// Batches of a session simulated side by side (GetAction requests in flight).
     pub lanes: u32,
+    /// Simulation threads per lane; 0 = all cores.
+    pub sim_threads: u32,
     /// Seconds to wait for an Action; 0 = the benchmark's `limits.step_timeout_ms`.
     pub step_timeout_s: f64,
     pub heartbeat_interval_s: f64,
@@ -44,6 +46,7 @@ impl Default for ServerConfig {
             motions_root: PathBuf::from("."),
             max_batch: 16,
             lanes: 2,
+            sim_threads: 0,
             step_timeout_s: 0.0,
             heartbeat_interval_s: 30.0,
             heartbeat_timeout_s: 60.0,

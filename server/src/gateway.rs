@@ -29,6 +29,11 @@ fn error(code: &str, message: impl Into<String>) -> Msg {
     })
 }
 
+/// An Error that refuses a request (boxed: `Msg` is large and travels in `Result`s).
+fn refuse(code: &str, message: impl Into<String>) -> Box<Msg> {
+    Box::new(error(code, message))
+}
+
 fn to_ws(msg: &Msg, encoding: Encoding) -> WsMessage {
     match protocol::encode(msg, encoding) {
         protocol::Frame::Text(t) => WsMessage::Text(t.into()),
@@ -69,11 +74,16 @@ fn decode(frame: Option<Result<WsMessage, axum::Error>>) -> Incoming {
 pub async fn session(socket: WebSocket, state: Arc<AppState>) {
     let (mut sink, mut stream) = socket.split();
     // The first frame decides the encoding and must be Connect.
-    let first = match tokio::time::timeout(CONNECT_TIMEOUT, stream.next()).await {
-        Ok(f) => f,
-        Err(_) => {
-            let _ = sink.send(to_ws(&error(codes::UNEXPECTED_MESSAGE, "no Connect within 30 s"), Encoding::Json)).await;
-            return;
+    let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
+    let first = loop {
+        match tokio::time::timeout_at(deadline, stream.next()).await {
+            // WebSocket pings and pongs before Connect are the library's keep-alive, not messages.
+            Ok(Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_)))) => continue,
+            Ok(f) => break f,
+            Err(_) => {
+                let _ = sink.send(to_ws(&error(codes::UNEXPECTED_MESSAGE, "no Connect within 30 s"), Encoding::Json)).await;
+                return;
+            }
         }
     };
     let encoding = match &first {
@@ -98,7 +108,7 @@ pub async fn session(socket: WebSocket, state: Arc<AppState>) {
     let writer = tokio::spawn(write_frames(sink, out_rx, encoding));
     let result = run_session(&state, connect, &out_tx, &mut stream).await;
     if let Err(refusal) = result {
-        let _ = out_tx.send(refusal);
+        let _ = out_tx.send(*refusal);
     }
     drop(out_tx);
     let _ = writer.await;
@@ -129,9 +139,9 @@ struct Admitted {
 }
 
 /// Validates the Connect and creates or resumes the submission. `Err` is the Error to send.
-async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Msg> {
+async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Box<Msg>> {
     if c.protocol_version != PROTOCOL_VERSION {
-        return Err(error(
+        return Err(refuse(
             codes::UNSUPPORTED_VERSION,
             format!(
                 "protocol version {} is not supported; this server speaks version {PROTOCOL_VERSION}",
@@ -141,14 +151,14 @@ async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Msg> {
     }
     let team = match state.storage.team_by_token_hash(&hash_token(&c.token)).await {
         Ok(Some(t)) => t,
-        Ok(None) => return Err(error(codes::UNAUTHORIZED, "unknown team token")),
-        Err(e) => return Err(error(codes::INTERNAL, e.to_string())),
+        Ok(None) => return Err(refuse(codes::UNAUTHORIZED, "unknown team token")),
+        Err(e) => return Err(refuse(codes::INTERNAL, e.to_string())),
     };
     let practice = match c.mode.as_str() {
         "submission" | "" => false,
         "practice" => true,
         other => {
-            return Err(error(
+            return Err(refuse(
                 codes::INVALID_MESSAGE,
                 format!("connect.mode must be \"submission\" or \"practice\", got {other:?}"),
             ));
@@ -160,15 +170,15 @@ async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Msg> {
         let s = match state.storage.submission(&c.submission_id).await {
             Ok(Some(s)) if s.team_id == team.id => s,
             Ok(_) => {
-                return Err(error(
+                return Err(refuse(
                     codes::UNKNOWN_SUBMISSION,
                     format!("no submission {:?} for this team", c.submission_id),
                 ));
             }
-            Err(e) => return Err(error(codes::INTERNAL, e.to_string())),
+            Err(e) => return Err(refuse(codes::INTERNAL, e.to_string())),
         };
         if matches!(s.status, SubmissionStatus::Completed | SubmissionStatus::Failed) {
-            return Err(error(
+            return Err(refuse(
                 codes::SUBMISSION_FINISHED,
                 format!("submission {} is {}", s.id, s.status.as_str()),
             ));
@@ -177,14 +187,14 @@ async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Msg> {
         submission = Some(s);
     }
     if benchmark_name.is_empty() {
-        return Err(error(codes::INVALID_MESSAGE, "connect.benchmark is required"));
+        return Err(refuse(codes::INVALID_MESSAGE, "connect.benchmark is required"));
     }
     let catalog = state.catalog.clone();
     let name = benchmark_name.clone();
     let benchmark = match tokio::task::spawn_blocking(move || catalog.load(&name)).await {
         Ok(Ok(b)) => b,
-        Ok(Err(e)) => return Err(error(codes::UNKNOWN_BENCHMARK, e.to_string())),
-        Err(e) => return Err(error(codes::INTERNAL, e.to_string())),
+        Ok(Err(e)) => return Err(refuse(codes::UNKNOWN_BENCHMARK, e.to_string())),
+        Err(e) => return Err(refuse(codes::INTERNAL, e.to_string())),
     };
     if practice {
         return Ok(Admitted {
@@ -206,14 +216,14 @@ async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Msg> {
                 .storage
                 .create_submission(&new, &runner::new_episodes(&benchmark))
                 .await
-                .map_err(|e| error(codes::INTERNAL, e.to_string()))?
+                .map_err(|e| refuse(codes::INTERNAL, e.to_string()))?
         }
     };
     let rows = state
         .storage
         .episodes(&submission.id)
         .await
-        .map_err(|e| error(codes::INTERNAL, e.to_string()))?;
+        .map_err(|e| refuse(codes::INTERNAL, e.to_string()))?;
     Ok(Admitted {
         queue: runner::pending_queue(&benchmark, &rows),
         benchmark,
@@ -238,12 +248,12 @@ async fn run_session(
     connect: Connect,
     out: &UnboundedSender<Msg>,
     stream: &mut futures_util::stream::SplitStream<WebSocket>,
-) -> Result<(), Msg> {
+) -> Result<(), Box<Msg>> {
     let admitted = admit(state, &connect).await?;
     let _attachment = match &admitted.submission {
         Some(s) => {
             if !state.attached.lock().expect("attached lock").insert(s.id.clone()) {
-                return Err(error(
+                return Err(refuse(
                     codes::SUBMISSION_BUSY,
                     format!("submission {} is being run by another session; retry shortly", s.id),
                 ));
@@ -285,7 +295,7 @@ async fn run_session(
     let sink = match &admitted.submission {
         Some(s) => {
             if let Err(e) = state.storage.mark_submission_running(&s.id).await {
-                return Err(error(codes::INTERNAL, e.to_string()));
+                return Err(refuse(codes::INTERNAL, e.to_string()));
             }
             Sink::Submission {
                 storage: state.storage.clone(),
@@ -323,6 +333,7 @@ async fn run_session(
         step_timeout,
         lanes,
         batch,
+        sim_threads: config.sim_threads as usize,
         sink,
         source,
         runtime: tokio::runtime::Handle::current(),
@@ -368,7 +379,7 @@ async fn run_session(
                                 let _ = tx.send(e);
                             }
                             Err(m) => {
-                                let _ = out.send(m);
+                                let _ = out.send(*m);
                             }
                         },
                         None => {
@@ -422,10 +433,10 @@ async fn run_session(
 }
 
 /// The episode a practice client asks for.
-fn practice_episode(benchmark: &LoadedBenchmark, r: &ResetEpisode, index: usize) -> Result<Episode, Msg> {
+fn practice_episode(benchmark: &LoadedBenchmark, r: &ResetEpisode, index: usize) -> Result<Episode, Box<Msg>> {
     let Some(motion) = benchmark.library.motions.iter().position(|m| m.name == r.motion) else {
         let names: Vec<&str> = benchmark.library.motions.iter().map(|m| m.name.as_str()).collect();
-        return Err(error(
+        return Err(refuse(
             codes::UNKNOWN_MOTION,
             format!(
                 "benchmark {} has no motion {:?} (it has: {})",
@@ -437,13 +448,13 @@ fn practice_episode(benchmark: &LoadedBenchmark, r: &ResetEpisode, index: usize)
     };
     let length = benchmark.library.motions[motion].length_s;
     if !(r.start_s.is_finite() && r.start_s >= 0.0 && r.start_s < length) {
-        return Err(error(
+        return Err(refuse(
             codes::INVALID_MESSAGE,
             format!("reset_episode.start_s must be in [0, {length:.3}), got {}", r.start_s),
         ));
     }
     if !(r.duration_s.is_finite() && r.duration_s >= 0.0) {
-        return Err(error(
+        return Err(refuse(
             codes::INVALID_MESSAGE,
             format!("reset_episode.duration_s must be >= 0, got {}", r.duration_s),
         ));

@@ -25,6 +25,7 @@ use sqlx::migrate::Migrator;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use sqlx::{AnyPool, ConnectOptions, Connection, Executor, Row};
 
+// Cargo notices edits to existing migration files only: after ADDING one, touch this file.
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/sqlite");
 static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/postgres");
 
@@ -589,7 +590,7 @@ impl Storage {
                 .ctx(|| format!("closing the set-up connection to {shown}"))?;
             pool_options = pool_options.max_connections(8);
         }
-        pool_connect(pool_options, url, &shown).await
+        pool_connect(pool_options, url, shown).await
     }
 
     /// The engine behind this storage.

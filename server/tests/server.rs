@@ -187,6 +187,29 @@ fn json_encoding_and_practice_sessions() {
     assert!(squat.metrics.contains_key("emd"));
     let (_, list) = server.get("/api/v1/submissions", Some(&token));
     assert_eq!(list["submissions"].as_array().unwrap().len(), 1, "practice is not stored");
+    // A practice request for a motion the benchmark lacks is refused, not waited on forever.
+    let mut config = ClientConfig::new(
+        server.ws_url(),
+        &token,
+        Mode::Practice {
+            benchmark: "g1-smoke".into(),
+            episodes: vec![ResetEpisode {
+                motion: "moonwalk".into(),
+                ..Default::default()
+            }],
+        },
+    );
+    config.encoding = Encoding::Binary;
+    let err = client::run_blocking(&config, &mut ReplayAgent::new(), &mut |_| {}).unwrap_err();
+    assert!(err.to_string().contains("unknown_motion"), "{err}");
+    // Benchmarks are names, never paths: nothing of another file is read or echoed.
+    let (status, body) = common::server::http(server.addr, "GET", "/api/v1/leaderboards/%2Fetc%2Fpasswd", None, None);
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(status, 404, "{body}");
+    assert!(!body.contains("root:"), "{body}");
+    let (status, v) = server.post("/api/v1/submissions", Some(&token), r#"{"benchmark": "/etc/passwd"}"#);
+    assert_eq!(status, 404);
+    assert!(!v.to_string().contains("root:"), "{v}");
     // A bad token and an unknown benchmark are refused with their codes.
     let mut bad = ClientConfig::new(
         server.ws_url(),
@@ -200,11 +223,12 @@ fn json_encoding_and_practice_sessions() {
     assert!(err.to_string().contains("unauthorized"), "{err}");
     bad.token = token.clone();
     bad.mode = Mode::Submission {
-        benchmark: "no-such-benchmark".into(),
+        benchmark: "../../etc/passwd".into(),
         submission_id: None,
     };
     let err = client::run_blocking(&bad, &mut ReplayAgent::new(), &mut |_| {}).unwrap_err();
     assert!(err.to_string().contains("unknown_benchmark"), "{err}");
+    assert!(!err.to_string().contains("root:"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
 

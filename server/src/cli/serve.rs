@@ -38,6 +38,9 @@ pub struct ConfigArgs {
     /// Batches per session simulated side by side [default: 2].
     #[arg(long, env = "ARENA_LANES")]
     pub lanes: Option<u32>,
+    /// Simulation threads per lane (0 = all cores) [default: 0].
+    #[arg(long, env = "ARENA_SIM_THREADS")]
+    pub sim_threads: Option<u32>,
     /// Seconds to wait for an Action (0 = the benchmark's limits.step_timeout_ms) [default: 0].
     #[arg(long, env = "ARENA_STEP_TIMEOUT_S")]
     pub step_timeout_s: Option<f64>,
@@ -71,6 +74,7 @@ impl ConfigArgs {
             motions_root,
             max_batch,
             lanes,
+            sim_threads,
             step_timeout_s,
             heartbeat_interval_s,
             heartbeat_timeout_s,

@@ -69,7 +69,10 @@ impl<'a> Lane<'a> {
         commit: mpsc::Sender<Finished>,
     ) -> anyhow::Result<Self> {
         let spec = &ctx.benchmark.spec;
-        let env = TrackingEnv::new(episode::env_config(spec, ctx.batch, 1), ctx.benchmark.library.clone())?;
+        let env = TrackingEnv::new(
+            episode::env_config(spec, ctx.batch, ctx.sim_threads),
+            ctx.benchmark.library.clone(),
+        )?;
         Ok(Self {
             ctx,
             lane,

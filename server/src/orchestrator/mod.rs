@@ -59,6 +59,9 @@ pub struct RunContext {
     pub lanes: usize,
     /// Envs per lane (episodes per GetAction).
     pub batch: usize,
+    /// Simulation threads of each lane (0 = all cores): while one lane waits for the agent,
+    /// another uses every core.
+    pub sim_threads: usize,
     pub sink: Sink,
     pub source: JobSource,
     /// For database calls from the (blocking) lane and committer threads.

@@ -1,0 +1,181 @@
+//! Benchmark: the same benchmark with the reference-replay agent in-process (SDK local runner)
+//! and remotely (in-process server, SDK client over a loopback WebSocket), interleaved, best of
+//! N; then the per-control-step round trip of a single-episode session, JSON vs binary.
+//!
+//! `cargo run --release -p arena-server --example remote_vs_local -- --benchmark g1-moves-dance \
+//!     --motions-root ../shared/motions/g1-moves`
+
+use arena_sdk::agents::ReplayAgent;
+use arena_sdk::client::{self, ClientConfig, Mode};
+use arena_sdk::local::{LocalOptions, run_local};
+use arena_sdk::protocol::{Encoding, EpisodeInfo, EpisodeSpec, ResetEpisode};
+use arena_sdk::{Agent, Batch};
+use arena_server::app::{self, AppState};
+use arena_server::config::ServerConfig;
+use arena_server::storage::hash_token;
+use clap::Parser;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Parser)]
+struct Args {
+    #[arg(long, default_value = "g1-smoke")]
+    benchmark: String,
+    #[arg(long, default_value = ".")]
+    motions_root: PathBuf,
+    /// Episodes in flight: the in-process batch, split over the remote lanes.
+    #[arg(long, default_value_t = 16)]
+    batch: u32,
+    /// Remote lanes (requests in flight).
+    #[arg(long, default_value_t = 2)]
+    lanes: u32,
+    /// In-process simulation threads.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+    /// Control steps of the latency session.
+    #[arg(long, default_value_t = 500)]
+    latency_steps: usize,
+}
+
+/// Replay that records when each request was answered.
+struct Timed {
+    inner: ReplayAgent,
+    stamps: Vec<Instant>,
+}
+
+impl Agent for Timed {
+    fn configure(&mut self, spec: &EpisodeSpec) {
+        self.inner.configure(spec);
+    }
+    fn reset(&mut self, episodes: &[EpisodeInfo]) {
+        self.inner.reset(episodes);
+    }
+    fn act(&mut self, batch: &Batch<'_>, actions: &mut [f32]) {
+        self.stamps.push(Instant::now());
+        self.inner.act(batch, actions);
+    }
+}
+
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    let pos = q * (sorted.len() - 1) as f64;
+    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+    sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
+}
+
+fn main() -> anyhow::Result<()> {
+    let a = Args::parse();
+    let data = std::env::temp_dir().join(format!("arena-bench-{}", std::process::id()));
+    let config = ServerConfig {
+        bind: "127.0.0.1:0".parse()?,
+        data_dir: data.clone(),
+        motions_root: a.motions_root.clone(),
+        max_batch: a.batch.div_ceil(a.lanes),
+        lanes: a.lanes,
+        ..Default::default()
+    };
+    let runtime = tokio::runtime::Runtime::new()?;
+    let state = runtime.block_on(AppState::open(config))?;
+    let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
+    let addr = listener.local_addr()?;
+    runtime.spawn(app::serve(listener, state.clone(), std::future::pending()));
+    let token = "bench-token";
+    runtime.block_on(state.storage.create_team("bench", &hash_token(token)))?;
+    let loaded = state.catalog.load(&a.benchmark)?;
+    let clips = arena_sdk::episode::benchmark_clips(&loaded.spec, &a.motions_root, &Default::default())?;
+    let url = format!("ws://{addr}/api/v1/agent");
+    println!(
+        "benchmark {} ({} episodes); in-process batch {} on {} threads; remote {} lanes × {} episodes per request, binary",
+        a.benchmark,
+        loaded.episodes.len(),
+        a.batch,
+        a.threads,
+        a.lanes,
+        a.batch.div_ceil(a.lanes)
+    );
+
+    let (mut best_local, mut best_remote) = (f64::INFINITY, f64::INFINITY);
+    let (mut local_emd, mut remote_emd) = (0.0, 0.0);
+    for rep in 0..a.repeats {
+        let t = Instant::now();
+        let options = LocalOptions {
+            batch: a.batch as usize,
+            threads: a.threads,
+        };
+        let agg = run_local(&loaded.spec, &clips, &mut ReplayAgent::new(), &options, &mut |_, _, _| {})?;
+        let local = t.elapsed().as_secs_f64();
+        local_emd = agg.aggregated().get("emd").map_or(f64::NAN, |s| s.mean);
+
+        let t = Instant::now();
+        let mut cfg = ClientConfig::new(
+            &url,
+            token,
+            Mode::Submission {
+                benchmark: a.benchmark.clone(),
+                submission_id: None,
+            },
+        );
+        cfg.encoding = Encoding::Binary;
+        let summary = client::run_blocking(&cfg, &mut ReplayAgent::new(), &mut |_| {})?;
+        let remote = t.elapsed().as_secs_f64();
+        let emds: Vec<f64> = summary.episodes.iter().filter_map(|e| e.metrics.get("emd").copied()).collect();
+        remote_emd = emds.iter().sum::<f64>() / emds.len() as f64;
+        println!(
+            "  run {}: in-process {local:.3} s, remote {remote:.3} s, ratio {:.3}",
+            rep + 1,
+            remote / local
+        );
+        best_local = best_local.min(local);
+        best_remote = best_remote.min(remote);
+    }
+    println!(
+        "best of {}: in-process {best_local:.3} s, remote {best_remote:.3} s, remote/in-process = {:.3} (emd mean {local_emd:.6} vs {remote_emd:.6})",
+        a.repeats,
+        best_remote / best_local
+    );
+
+    // Round trip per control step: one episode, one lane.
+    let motion = loaded.library.motions.iter().max_by(|x, y| x.length_s.total_cmp(&y.length_s)).unwrap();
+    let duration = (a.latency_steps as f64 * arena_sim::CONTROL_DT).min(motion.length_s);
+    println!(
+        "round trip per control step, one episode ({} of {:.1} s):",
+        motion.name, duration
+    );
+    for (name, encoding) in [("json", Encoding::Json), ("binary", Encoding::Binary)] {
+        let mut cfg = ClientConfig::new(
+            &url,
+            token,
+            Mode::Practice {
+                benchmark: a.benchmark.clone(),
+                episodes: vec![ResetEpisode {
+                    motion: motion.name.clone(),
+                    start_s: 0.0,
+                    duration_s: duration,
+                    seed: 0,
+                }],
+            },
+        );
+        cfg.encoding = encoding;
+        let mut agent = Timed {
+            inner: ReplayAgent::new(),
+            stamps: Vec::new(),
+        };
+        client::run_blocking(&cfg, &mut agent, &mut |_| {})?;
+        let mut gaps: Vec<f64> = agent
+            .stamps
+            .windows(2)
+            .map(|w| (w[1] - w[0]).as_secs_f64() * 1e3)
+            .collect();
+        gaps.sort_by(f64::total_cmp);
+        println!(
+            "  {name:<6} p50 {:.3} ms  p99 {:.3} ms  ({} steps; includes one physics step of 4 substeps)",
+            quantile(&gaps, 0.5),
+            quantile(&gaps, 0.99),
+            gaps.len()
+        );
+    }
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    std::fs::remove_dir_all(&data).ok();
+    Ok(())
+}

@@ -142,7 +142,11 @@ fn datasets_are_chunked_and_compressed() {
             assert!(ds.is_chunked(), "{group}/{name}");
             let chunk = if width == 1 { vec![rows] } else { vec![rows, width] };
             assert_eq!(ds.chunk().unwrap(), chunk, "{group}/{name}");
-            assert_eq!(ds.filters(), [hdf5::filters::Filter::Shuffle, hdf5::filters::Filter::Deflate(1)], "{group}/{name}");
+            assert_eq!(
+                ds.filters(),
+                [hdf5::filters::Filter::Shuffle, hdf5::filters::Filter::Deflate(1)],
+                "{group}/{name}"
+            );
         }
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -69,7 +69,11 @@ pub enum ClientEvent<'a> {
     EpisodeEnd(&'a EpisodeEnd),
     /// An Error the server sent during the session (the session goes on).
     ServerError(&'a protocol::Error),
-    Reconnecting { attempt: u32, delay: Duration, error: &'a str },
+    Reconnecting {
+        attempt: u32,
+        delay: Duration,
+        error: &'a str,
+    },
 }
 
 /// The outcome of [`run`].
@@ -188,7 +192,9 @@ pub fn run_blocking(
 }
 
 fn now_s() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 fn to_ws(msg: &Msg, encoding: Encoding) -> WsMessage {

@@ -22,7 +22,11 @@ use std::path::Path;
 pub const REFERENCE_GROUP: &str = "reference";
 
 /// The clips a benchmark names: generated for `builtin`, read from the motions root otherwise.
-pub fn benchmark_clips(spec: &BenchmarkSpec, motions_root: &Path, robot: &RobotConfig) -> anyhow::Result<Vec<MotionClip>> {
+pub fn benchmark_clips(
+    spec: &BenchmarkSpec,
+    motions_root: &Path,
+    robot: &RobotConfig,
+) -> anyhow::Result<Vec<MotionClip>> {
     match &spec.motions.source {
         MotionSource::Builtin(names) => {
             let all = MotionLibrary::builtin_clips(robot)?;
@@ -243,7 +247,11 @@ pub fn reference_of(motion: &Motion) -> Reference {
 
 /// Ends env `slot`'s episode when its window is over (a window shorter than the rest of the clip
 /// ends by time, not by the motion's end) and reports how it ended, or `None` while it runs.
-pub fn finished_status(env: &mut TrackingEnv, slot: usize, episode: &Episode) -> Option<(EpisodeStatus, Option<String>)> {
+pub fn finished_status(
+    env: &mut TrackingEnv,
+    slot: usize,
+    episode: &Episode,
+) -> Option<(EpisodeStatus, Option<String>)> {
     let info = &env.infos()[slot];
     if info.status == env::EpisodeStatus::Running && info.motion_time >= episode.start_s + episode.duration_s - 1e-9 {
         env.stop(slot);
@@ -289,6 +297,10 @@ pub fn score_finished(
     }
     match score_trajectory(trajectory, names, config) {
         Ok(m) => (status, m, reason),
-        Err(e) => (EpisodeStatus::Failed, BTreeMap::new(), Some(format!("scoring failed: {e}"))),
+        Err(e) => (
+            EpisodeStatus::Failed,
+            BTreeMap::new(),
+            Some(format!("scoring failed: {e}")),
+        ),
     }
 }

@@ -48,7 +48,10 @@ pub fn episode_info(spec: &BenchmarkSpec, library: &MotionLibrary, episode: &Epi
         seed: episode.seed,
         dr_level: spec.episodes.dr_level as u32,
         attempt,
-        reference: spec.observations.reveal_reference.then(|| episode::reference_of(motion)),
+        reference: spec
+            .observations
+            .reveal_reference
+            .then(|| episode::reference_of(motion)),
     }
 }
 

@@ -86,12 +86,7 @@ impl DecodeError {
 pub fn encode(msg: &Msg, encoding: Encoding) -> Frame {
     match encoding {
         Encoding::Json => Frame::Text(serde_json::to_string(msg).expect("protocol messages serialise to JSON")),
-        Encoding::Binary => Frame::Binary(
-            Envelope {
-                msg: Some(msg.clone()),
-            }
-            .encode_to_vec(),
-        ),
+        Encoding::Binary => Frame::Binary(Envelope { msg: Some(msg.clone()) }.encode_to_vec()),
     }
 }
 
@@ -114,10 +109,16 @@ pub fn decode_json(text: &str) -> Result<Msg, DecodeError> {
     let value: serde_json::Value = serde_json::from_str(text)
         .map_err(|e| DecodeError::new(codes::MALFORMED_MESSAGE, format!("not valid JSON: {e}")))?;
     let Some(object) = value.as_object() else {
-        return Err(DecodeError::new(codes::MALFORMED_MESSAGE, "a message must be a JSON object"));
+        return Err(DecodeError::new(
+            codes::MALFORMED_MESSAGE,
+            "a message must be a JSON object",
+        ));
     };
     let Some(kind) = object.get("type") else {
-        return Err(DecodeError::new(codes::MALFORMED_MESSAGE, "a message needs a \"type\" key"));
+        return Err(DecodeError::new(
+            codes::MALFORMED_MESSAGE,
+            "a message needs a \"type\" key",
+        ));
     };
     let Some(kind) = kind.as_str().map(str::to_owned) else {
         return Err(DecodeError::new(codes::MALFORMED_MESSAGE, "\"type\" must be a string"));
@@ -220,7 +221,13 @@ mod tests {
         assert_eq!(t, r#"{"type":"heartbeat","time":2.0}"#);
         // Missing fields take their defaults.
         let m = decode_json(r#"{"type":"action","step":4}"#).unwrap();
-        assert_eq!(m, Msg::Action(Action { step: 4, actions: vec![] }));
+        assert_eq!(
+            m,
+            Msg::Action(Action {
+                step: 4,
+                actions: vec![]
+            })
+        );
     }
 
     #[test]
@@ -228,12 +235,18 @@ mod tests {
         assert_eq!(decode_json("{not json").unwrap_err().code, codes::MALFORMED_MESSAGE);
         assert_eq!(decode_json("[1]").unwrap_err().code, codes::MALFORMED_MESSAGE);
         assert_eq!(decode_json(r#"{"step":1}"#).unwrap_err().code, codes::MALFORMED_MESSAGE);
-        assert_eq!(decode_json(r#"{"type":"dance"}"#).unwrap_err().code, codes::UNKNOWN_MESSAGE);
+        assert_eq!(
+            decode_json(r#"{"type":"dance"}"#).unwrap_err().code,
+            codes::UNKNOWN_MESSAGE
+        );
         assert_eq!(
             decode_json(r#"{"type":"action","step":"x"}"#).unwrap_err().code,
             codes::INVALID_MESSAGE
         );
-        assert_eq!(decode_binary(&[0xff, 0xff, 0xff]).unwrap_err().code, codes::MALFORMED_MESSAGE);
+        assert_eq!(
+            decode_binary(&[0xff, 0xff, 0xff]).unwrap_err().code,
+            codes::MALFORMED_MESSAGE
+        );
         assert_eq!(decode_binary(&[]).unwrap_err().code, codes::UNKNOWN_MESSAGE);
     }
 }

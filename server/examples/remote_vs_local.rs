@@ -103,7 +103,13 @@ fn main() -> anyhow::Result<()> {
             batch: a.batch as usize,
             threads: a.threads,
         };
-        let agg = run_local(&loaded.spec, &clips, &mut ReplayAgent::new(), &options, &mut |_, _, _| {})?;
+        let agg = run_local(
+            &loaded.spec,
+            &clips,
+            &mut ReplayAgent::new(),
+            &options,
+            &mut |_, _, _| {},
+        )?;
         let local = t.elapsed().as_secs_f64();
         local_emd = agg.aggregated().get("emd").map_or(f64::NAN, |s| s.mean);
 
@@ -119,7 +125,11 @@ fn main() -> anyhow::Result<()> {
         cfg.encoding = Encoding::Binary;
         let summary = client::run_blocking(&cfg, &mut ReplayAgent::new(), &mut |_| {})?;
         let remote = t.elapsed().as_secs_f64();
-        let emds: Vec<f64> = summary.episodes.iter().filter_map(|e| e.metrics.get("emd").copied()).collect();
+        let emds: Vec<f64> = summary
+            .episodes
+            .iter()
+            .filter_map(|e| e.metrics.get("emd").copied())
+            .collect();
         remote_emd = emds.iter().sum::<f64>() / emds.len() as f64;
         println!(
             "  run {}: in-process {local:.3} s, remote {remote:.3} s, ratio {:.3}",
@@ -136,7 +146,12 @@ fn main() -> anyhow::Result<()> {
     );
 
     // Round trip per control step: one episode, one lane.
-    let motion = loaded.library.motions.iter().max_by(|x, y| x.length_s.total_cmp(&y.length_s)).unwrap();
+    let motion = loaded
+        .library
+        .motions
+        .iter()
+        .max_by(|x, y| x.length_s.total_cmp(&y.length_s))
+        .unwrap();
     let duration = (a.latency_steps as f64 * arena_sim::CONTROL_DT).min(motion.length_s);
     println!(
         "round trip per control step, one episode ({} of {:.1} s):",

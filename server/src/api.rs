@@ -96,7 +96,11 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 async fn require_admin(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     match caller(state, headers).await? {
         Caller::Admin => Ok(()),
-        Caller::Team(_) => Err(ApiError(StatusCode::FORBIDDEN, "forbidden", "admin token required".into())),
+        Caller::Team(_) => Err(ApiError(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "admin token required".into(),
+        )),
     }
 }
 
@@ -151,11 +155,7 @@ async fn create_team(State(state): State<Arc<AppState>>, headers: HeaderMap, bod
     if name.is_empty() || name.len() > 64 {
         return Err(bad_request("name: expected 1-64 characters".into()));
     }
-    let token = format!(
-        "at_{}{}",
-        uuid::Uuid::new_v4().simple(),
-        uuid::Uuid::new_v4().simple()
-    );
+    let token = format!("at_{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
     match state.storage.create_team(name, &hash_token(&token)).await {
         Ok(team) => Ok((StatusCode::CREATED, Json(json!({"team": team, "token": token}))).into_response()),
         Err(crate::storage::StorageError::Conflict(m)) => Err(ApiError(StatusCode::CONFLICT, "conflict", m)),
@@ -176,7 +176,11 @@ struct NewSubmissionBody {
     agent_name: String,
 }
 
-async fn create_submission(State(state): State<Arc<AppState>>, headers: HeaderMap, body: axum::body::Bytes) -> ApiResult {
+async fn create_submission(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> ApiResult {
     let Caller::Team(team) = caller(&state, &headers).await? else {
         return Err(bad_request("submissions belong to teams: use a team token".into()));
     };

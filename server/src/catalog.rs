@@ -66,7 +66,9 @@ impl Catalog {
     fn check_name(name: &str) -> Result<(), CatalogError> {
         let ok = !name.is_empty()
             && name.len() <= 128
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
             && !name.starts_with('.')
             && !name.ends_with(".toml");
         if ok {

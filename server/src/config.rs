@@ -96,7 +96,10 @@ impl ServerConfig {
             return bad("lanes", format!("expected 1-64, got {}", self.lanes));
         }
         if !(self.step_timeout_s >= 0.0 && self.step_timeout_s.is_finite()) {
-            return bad("step_timeout_s", format!("expected seconds >= 0, got {}", self.step_timeout_s));
+            return bad(
+                "step_timeout_s",
+                format!("expected seconds >= 0, got {}", self.step_timeout_s),
+            );
         }
         if !(self.heartbeat_interval_s > 0.0 && self.heartbeat_timeout_s > self.heartbeat_interval_s) {
             return bad(
@@ -111,8 +114,15 @@ impl ServerConfig {
             return bad("max_attempts", "expected at least 1".into());
         }
         let url = &self.database_url;
-        if !(url.is_empty() || url.starts_with("sqlite:") || url.starts_with("postgres:") || url.starts_with("postgresql:")) {
-            return bad("database_url", format!("expected sqlite://PATH or postgres://..., got {url:?}"));
+        if !(url.is_empty()
+            || url.starts_with("sqlite:")
+            || url.starts_with("postgres:")
+            || url.starts_with("postgresql:"))
+        {
+            return bad(
+                "database_url",
+                format!("expected sqlite://PATH or postgres://..., got {url:?}"),
+            );
         }
         Ok(())
     }
@@ -166,7 +176,12 @@ mod tests {
         let e = ServerConfig::from_file(&path).unwrap_err().to_string();
         assert!(e.contains("max_batch") && e.contains("1-4096"), "{e}");
         std::fs::write(&path, "database_url = \"mysql://x\"\n").unwrap();
-        assert!(ServerConfig::from_file(&path).unwrap_err().to_string().contains("database_url"));
+        assert!(
+            ServerConfig::from_file(&path)
+                .unwrap_err()
+                .to_string()
+                .contains("database_url")
+        );
         std::fs::remove_dir_all(&dir).ok();
     }
 }

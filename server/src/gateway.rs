@@ -81,7 +81,12 @@ pub async fn session(socket: WebSocket, state: Arc<AppState>) {
             Ok(Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_)))) => continue,
             Ok(f) => break f,
             Err(_) => {
-                let _ = sink.send(to_ws(&error(codes::UNEXPECTED_MESSAGE, "no Connect within 30 s"), Encoding::Json)).await;
+                let _ = sink
+                    .send(to_ws(
+                        &error(codes::UNEXPECTED_MESSAGE, "no Connect within 30 s"),
+                        Encoding::Json,
+                    ))
+                    .await;
                 return;
             }
         }
@@ -316,7 +321,12 @@ async fn run_session(
         benchmark: spec.name.clone(),
         episodes_total: admitted.submission.as_ref().map_or(0, |s| s.episodes_total as u32),
         episodes_remaining: remaining as u32,
-        spec: Some(episode_spec(spec, batch as u32, lanes as u32, step_timeout.as_secs_f64())),
+        spec: Some(episode_spec(
+            spec,
+            batch as u32,
+            lanes as u32,
+            step_timeout.as_secs_f64(),
+        )),
     }));
     tracing::info!(
         session = %session_id,
@@ -460,7 +470,11 @@ fn practice_episode(benchmark: &LoadedBenchmark, r: &ResetEpisode, index: usize)
         ));
     }
     let rest = length - r.start_s;
-    let duration = if r.duration_s == 0.0 { rest } else { r.duration_s.min(rest) };
+    let duration = if r.duration_s == 0.0 {
+        rest
+    } else {
+        r.duration_s.min(rest)
+    };
     Ok(Episode {
         index,
         motion,

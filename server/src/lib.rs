@@ -4,14 +4,14 @@
 //! PostgreSQL) and trajectories (HDF5); the command line also drives the simulator, motion,
 //! benchmark and metric tools.
 
-pub mod cli;
-pub mod eval;
-pub mod storage;
 pub mod api;
 pub mod app;
 pub mod catalog;
+pub mod cli;
 pub mod config;
+pub mod eval;
 pub mod gateway;
 pub mod leaderboard;
 pub mod orchestrator;
 pub mod results;
+pub mod storage;

@@ -32,7 +32,9 @@ pub fn episode_status(state: EpisodeState) -> Option<EpisodeStatus> {
 pub fn aggregate(rows: &[EpisodeRow]) -> MetricsAggregator {
     let mut aggregator = MetricsAggregator::new();
     for row in rows {
-        let Some(status) = episode_status(row.status) else { continue };
+        let Some(status) = episode_status(row.status) else {
+            continue;
+        };
         aggregator.add_episode(EpisodeResult {
             episode_id: format!("ep{:04}", row.idx),
             motion: row.motion.clone(),

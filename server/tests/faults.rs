@@ -4,7 +4,7 @@
 mod common;
 
 use arena_sdk::protocol::{
-    self, Action, Connect, EpisodeAction, Encoding, Frame, Msg, PROTOCOL_VERSION, ResetEpisode, codes,
+    self, Action, Connect, Encoding, EpisodeAction, Frame, Msg, PROTOCOL_VERSION, ResetEpisode, codes,
 };
 use common::server::{ADMIN, ServerProc};
 use common::tmp;
@@ -23,7 +23,10 @@ fn frame(msg: &Msg, encoding: Encoding) -> Message {
 
 async fn recv(ws: &mut Socket) -> Option<Msg> {
     loop {
-        match tokio::time::timeout(Duration::from_secs(30), ws.next()).await.expect("server answers") {
+        match tokio::time::timeout(Duration::from_secs(30), ws.next())
+            .await
+            .expect("server answers")
+        {
             Some(Ok(Message::Binary(b))) => return Some(protocol::decode_binary(&b).unwrap()),
             Some(Ok(Message::Text(t))) => return Some(protocol::decode_json(&t).unwrap()),
             Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return None,
@@ -126,15 +129,24 @@ async fn faults_are_recorded_and_the_rest_continues() {
             }
             Msg::Error(e) => errors.push(e.code),
             Msg::Disconnect(d) => {
-                assert_eq!((d.reason.as_str(), d.submission_status.as_str()), ("submission_complete", "COMPLETED"));
+                assert_eq!(
+                    (d.reason.as_str(), d.submission_status.as_str()),
+                    ("submission_complete", "COMPLETED")
+                );
                 break;
             }
             _ => {}
         }
     }
-    assert_eq!(drops, 3, "the disconnecting episode is re-run until its attempts run out");
+    assert_eq!(
+        drops, 3,
+        "the disconnecting episode is re-run until its attempts run out"
+    );
     for code in [codes::STALE_STEP, codes::MALFORMED_MESSAGE, codes::UNKNOWN_MESSAGE] {
-        assert!(errors.iter().any(|e| e == code), "expected an Error {code}, got {errors:?}");
+        assert!(
+            errors.iter().any(|e| e == code),
+            "expected an Error {code}, got {errors:?}"
+        );
     }
     let (status, results) = server.get(&format!("/api/v1/submissions/{id}/results"), Some(ADMIN));
     assert_eq!(status, 200);
@@ -150,7 +162,11 @@ async fn faults_are_recorded_and_the_rest_continues() {
     assert!(field(3, "reason").contains("attempt 3 of 3"), "{}", eps[3]);
     assert_eq!(eps[3]["attempts"], 3);
     for i in [4, 5] {
-        assert!(["COMPLETED", "FELL"].contains(&field(i, "status").as_str()), "{}", eps[i]);
+        assert!(
+            ["COMPLETED", "FELL"].contains(&field(i, "status").as_str()),
+            "{}",
+            eps[i]
+        );
         assert_eq!(eps[i]["attempts"], 1);
         assert!(eps[i]["metrics"]["emd"].as_f64().is_some());
     }
@@ -180,8 +196,18 @@ async fn malformed_json_gets_an_error_and_the_session_continues() {
     expect_error(&mut ws, "{not json", codes::MALFORMED_MESSAGE).await;
     expect_error(&mut ws, r#"{"type":"dance","step":1}"#, codes::UNKNOWN_MESSAGE).await;
     expect_error(&mut ws, r#"{"type":"action","step":"one"}"#, codes::INVALID_MESSAGE).await;
-    expect_error(&mut ws, r#"{"type":"reset_episode","motion":"moonwalk"}"#, codes::UNKNOWN_MOTION).await;
-    expect_error(&mut ws, r#"{"type":"connect","protocol_version":1}"#, codes::UNEXPECTED_MESSAGE).await;
+    expect_error(
+        &mut ws,
+        r#"{"type":"reset_episode","motion":"moonwalk"}"#,
+        codes::UNKNOWN_MOTION,
+    )
+    .await;
+    expect_error(
+        &mut ws,
+        r#"{"type":"connect","protocol_version":1}"#,
+        codes::UNEXPECTED_MESSAGE,
+    )
+    .await;
     // Still alive: a practice episode runs to its end.
     let reset = Msg::ResetEpisode(ResetEpisode {
         motion: "stand".into(),

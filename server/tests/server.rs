@@ -56,14 +56,24 @@ fn complete_g1_smoke(server: &ServerProc) {
     .unwrap()
     .1;
     let clips = arena_sdk::episode::benchmark_clips(&spec, std::path::Path::new("."), &Default::default()).unwrap();
-    let local = run_local(&spec, &clips, &mut ReplayAgent::new(), &LocalOptions::default(), &mut |_, _, _| {}).unwrap();
+    let local = run_local(
+        &spec,
+        &clips,
+        &mut ReplayAgent::new(),
+        &LocalOptions::default(),
+        &mut |_, _, _| {},
+    )
+    .unwrap();
     for r in local.episodes() {
         let idx: usize = r.episode_id[2..].parse().unwrap();
         let remote = &episodes[idx]["metrics"];
         for (name, v) in &r.metrics {
             let got = remote[name].as_f64().unwrap_or(f64::NAN);
             // Same physics, observations and scoring; stored and served JSON round-trips exactly.
-            assert!(got == *v || (got.is_nan() && v.is_nan()), "{name} of episode {idx}: local {v}, remote {got}");
+            assert!(
+                got == *v || (got.is_nan() && v.is_nan()),
+                "{name} of episode {idx}: local {v}, remote {got}"
+            );
         }
     }
 
@@ -77,7 +87,15 @@ fn complete_g1_smoke(server: &ServerProc) {
     // Report JSON with the seed's fields.
     let (status, report) = server.get(&format!("/api/v1/submissions/{id}/report"), Some(&token));
     assert_eq!(status, 200);
-    for key in ["benchmark", "timestamp", "config", "episodes", "aggregated", "groups", "failed_episodes"] {
+    for key in [
+        "benchmark",
+        "timestamp",
+        "config",
+        "episodes",
+        "aggregated",
+        "groups",
+        "failed_episodes",
+    ] {
         assert!(report.get(key).is_some(), "report lacks {key}");
     }
     assert_eq!(report["episodes"].as_array().unwrap().len(), 6);
@@ -126,7 +144,10 @@ fn complete_g1_smoke(server: &ServerProc) {
     let other = server.team("beta");
     assert_eq!(server.get(&format!("/api/v1/submissions/{id}"), Some(&other)).0, 404);
     assert_eq!(server.get(&format!("/api/v1/submissions/{id}"), None).0, 401);
-    assert_eq!(server.get("/api/v1/submissions", Some(&other)).1["submissions"], serde_json::json!([]));
+    assert_eq!(
+        server.get("/api/v1/submissions", Some(&other)).1["submissions"],
+        serde_json::json!([])
+    );
 }
 
 #[test]
@@ -158,7 +179,10 @@ fn json_encoding_and_practice_sessions() {
     let token = server.team("gamma");
     // A submission over JSON text frames.
     let summary = submit(&server, &token, Encoding::Json);
-    assert_eq!((summary.submission_status.as_str(), summary.episodes.len()), ("COMPLETED", 6));
+    assert_eq!(
+        (summary.submission_status.as_str(), summary.episodes.len()),
+        ("COMPLETED", 6)
+    );
     // A practice session: two requested episodes, nothing stored.
     let mut config = ClientConfig::new(
         server.ws_url(),
@@ -186,7 +210,11 @@ fn json_encoding_and_practice_sessions() {
     assert_eq!((squat.status.as_str(), squat.steps), ("completed", 100));
     assert!(squat.metrics.contains_key("emd"));
     let (_, list) = server.get("/api/v1/submissions", Some(&token));
-    assert_eq!(list["submissions"].as_array().unwrap().len(), 1, "practice is not stored");
+    assert_eq!(
+        list["submissions"].as_array().unwrap().len(),
+        1,
+        "practice is not stored"
+    );
     // A practice request for a motion the benchmark lacks is refused, not waited on forever.
     let mut config = ClientConfig::new(
         server.ws_url(),
@@ -237,7 +265,11 @@ fn json_encoding_and_practice_sessions() {
 #[test]
 fn submission_survives_server_sigkill() {
     let dir = tmp("e2e-kill");
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let bind = format!("127.0.0.1:{port}");
     let args = ["--bind", bind.as_str(), "--lanes", "1", "--max-batch", "1"];
     let mut server = ServerProc::start(&dir, &args);
@@ -257,16 +289,17 @@ fn submission_survives_server_sigkill() {
         config.initial_backoff = std::time::Duration::from_millis(100);
         config.max_backoff = std::time::Duration::from_millis(500);
         let mut agent = SlowReplay(ReplayAgent::new());
-        let summary = client::run_blocking(&config, &mut agent, &mut |e| {
+        client::run_blocking(&config, &mut agent, &mut |e| {
             if let ClientEvent::EpisodeEnd(e) = e {
                 let _ = ends_tx.send(e.episode_id);
             }
-        });
-        summary
+        })
     });
     // Two episodes done, the third running: kill.
     for _ in 0..2 {
-        ends_rx.recv_timeout(std::time::Duration::from_secs(60)).expect("episodes finish");
+        ends_rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("episodes finish");
     }
     std::thread::sleep(std::time::Duration::from_millis(150));
     server.kill9();

@@ -53,7 +53,10 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         let _ = stop_rx.await;
     }));
     if !a.json {
-        println!("server: http://{addr} (database {})", app::redact(&config.database_url()));
+        println!(
+            "server: http://{addr} (database {})",
+            app::redact(&config.database_url())
+        );
     }
 
     // A team for this run; the token goes straight to the SDK client.
@@ -160,9 +163,7 @@ fn print_summary(id: &str, benchmark: &str, rows: &[crate::storage::EpisodeRow],
         "motion", "status", "steps", "emd", "mpjpe_g", "mpjpe_l", "success"
     );
     let metric = |r: &crate::storage::EpisodeRow, m: &str| {
-        r.metrics
-            .get(m)
-            .map_or_else(|| "-".to_string(), |v| format!("{v:.3}"))
+        r.metrics.get(m).map_or_else(|| "-".to_string(), |v| format!("{v:.3}"))
     };
     for r in rows {
         let status = match r.status {
@@ -191,7 +192,10 @@ fn print_summary(id: &str, benchmark: &str, rows: &[crate::storage::EpisodeRow],
         "\nleaderboard {} (by {} mean, {} is better):",
         board.benchmark, board.primary, board.direction
     );
-    println!("{:>4}  {:<16} {:<26} {:>10} {:>7}", "rank", "team", "agent", board.primary, "scored");
+    println!(
+        "{:>4}  {:<16} {:<26} {:>10} {:>7}",
+        "rank", "team", "agent", board.primary, "scored"
+    );
     for e in board.entries.iter().take(10) {
         let score = e.score.map_or_else(|| "-".into(), |v| format!("{v:.4}"));
         let marker = if e.submission_id == id { "  <- this run" } else { "" };

@@ -18,8 +18,13 @@ pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
     let metric_config = episode::metric_config(spec);
     let mut file: Option<TrajectoryFile> = None;
     for done in inbox {
-        let (mut status, metrics, mut reason) =
-            episode::score_finished(&done.trajectory, done.status, done.reason.clone(), &spec.metrics.list, &metric_config);
+        let (mut status, metrics, mut reason) = episode::score_finished(
+            &done.trajectory,
+            done.status,
+            done.reason.clone(),
+            &spec.metrics.list,
+            &metric_config,
+        );
         let steps = done.trajectory.len().saturating_sub(1);
         if let Sink::Submission {
             storage,
@@ -45,7 +50,11 @@ pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
             let outcome = EpisodeOutcome {
                 status: results::episode_state(status),
                 steps: steps as i64,
-                metrics: if status.is_scored() { metrics.clone() } else { Default::default() },
+                metrics: if status.is_scored() {
+                    metrics.clone()
+                } else {
+                    Default::default()
+                },
                 reason: reason.clone(),
             };
             match ctx
@@ -54,7 +63,10 @@ pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
             {
                 Ok(true) => {}
                 Ok(false) => {
-                    tracing::warn!("episode {} was not running any more; result not counted twice", done.episode.index);
+                    tracing::warn!(
+                        "episode {} was not running any more; result not counted twice",
+                        done.episode.index
+                    );
                     continue;
                 }
                 Err(e) => {
@@ -68,9 +80,17 @@ pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
             status: status_name(status).into(),
             reason: reason.unwrap_or_default(),
             steps: steps as u32,
-            metrics: if status.is_scored() { metrics } else { Default::default() },
+            metrics: if status.is_scored() {
+                metrics
+            } else {
+                Default::default()
+            },
         }));
-        tracing::debug!(episode = done.episode.index, attempt = done.attempt, "episode committed");
+        tracing::debug!(
+            episode = done.episode.index,
+            attempt = done.attempt,
+            "episode committed"
+        );
     }
 }
 

@@ -41,7 +41,12 @@ struct Running {
     forced: Option<(EpisodeStatus, String)>,
 }
 
-pub fn run_lane(ctx: &RunContext, lane: usize, inbox: mpsc::Receiver<Action>, commit: mpsc::Sender<Finished>) -> LaneEnd {
+pub fn run_lane(
+    ctx: &RunContext,
+    lane: usize,
+    inbox: mpsc::Receiver<Action>,
+    commit: mpsc::Sender<Finished>,
+) -> LaneEnd {
     match Lane::new(ctx, lane, inbox, commit) {
         Ok(mut l) => l.run(),
         Err(e) => LaneEnd::Error(format!("starting simulator lane {lane}: {e:#}")),
@@ -148,9 +153,12 @@ impl<'a> Lane<'a> {
                 .and_then(|a| Ok(self.env.reset(&[(slot, a)]).map(|_| ())?));
             let spec = &self.ctx.benchmark.spec;
             starting.push(episode_info(spec, &self.ctx.benchmark.library, &episode, attempt));
-            let forced = assignment
-                .err()
-                .map(|e| (EpisodeStatus::Failed, format!("simulator: resetting the episode: {e:#}")));
+            let forced = assignment.err().map(|e| {
+                (
+                    EpisodeStatus::Failed,
+                    format!("simulator: resetting the episode: {e:#}"),
+                )
+            });
             self.slots[slot] = Some(Running {
                 episode,
                 attempt,
@@ -165,11 +173,7 @@ impl<'a> Lane<'a> {
         match &self.ctx.source {
             JobSource::Practice(rx) => {
                 let rx = rx.lock().expect("practice queue lock");
-                let next = if block {
-                    rx.recv().ok()
-                } else {
-                    rx.try_recv().ok()
-                };
+                let next = if block { rx.recv().ok() } else { rx.try_recv().ok() };
                 Ok(next.map(|e| (e, 1)))
             }
             JobSource::Queue(queue) => loop {
@@ -243,10 +247,10 @@ impl<'a> Lane<'a> {
         self.actions.fill(0.0);
         let mut seen = vec![false; self.slots.len()];
         for entry in &action.actions {
-            let found = self
-                .slots
-                .iter()
-                .position(|r| r.as_ref().is_some_and(|r| r.episode.index as u32 == entry.episode_id && r.forced.is_none()));
+            let found = self.slots.iter().position(|r| {
+                r.as_ref()
+                    .is_some_and(|r| r.episode.index as u32 == entry.episode_id && r.forced.is_none())
+            });
             let Some(slot) = found else {
                 let _ = self.ctx.out.send(Msg::Error(protocol::Error {
                     code: codes::INVALID_ACTION.into(),
@@ -340,7 +344,12 @@ impl<'a> Lane<'a> {
     /// Re-queues the running episodes (a lost connection re-runs them from the start, up to the
     /// attempt limit) and ends the lane.
     fn connection_lost(&mut self, why: &str) -> LaneEnd {
-        let running: Vec<i64> = self.slots.iter_mut().filter_map(Option::take).map(|r| r.episode.index as i64).collect();
+        let running: Vec<i64> = self
+            .slots
+            .iter_mut()
+            .filter_map(Option::take)
+            .map(|r| r.episode.index as i64)
+            .collect();
         if let Sink::Submission {
             storage,
             submission_id,
@@ -349,12 +358,10 @@ impl<'a> Lane<'a> {
         } = &self.ctx.sink
             && !running.is_empty()
         {
-            let requeued = self.ctx.runtime.block_on(storage.requeue_episodes(
-                submission_id,
-                &running,
-                *max_attempts as i64,
-                why,
-            ));
+            let requeued =
+                self.ctx
+                    .runtime
+                    .block_on(storage.requeue_episodes(submission_id, &running, *max_attempts as i64, why));
             match requeued {
                 Ok((again, failed)) => {
                     tracing::info!(lane = self.lane, again, failed, "{why}: running episodes re-queued")

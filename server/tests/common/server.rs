@@ -21,7 +21,13 @@ impl ServerProc {
         std::fs::create_dir_all(data_dir).unwrap();
         let n = std::fs::read_dir(data_dir).unwrap().count();
         let log = std::fs::File::create(data_dir.join(format!("server-{n}.log"))).unwrap();
-        let mut args = vec!["serve", "--data-dir", data_dir.to_str().unwrap(), "--admin-token", ADMIN];
+        let mut args = vec![
+            "serve",
+            "--data-dir",
+            data_dir.to_str().unwrap(),
+            "--admin-token",
+            ADMIN,
+        ];
         if !extra.contains(&"--bind") {
             args.extend(["--bind", "127.0.0.1:0"]);
         }
@@ -148,10 +154,16 @@ impl PgDb {
             }
         };
         let name = format!("arena_e2e_{}", uuid::Uuid::new_v4().simple());
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         rt.block_on(async {
             let mut admin = sqlx::PgConnection::connect(&admin_url).await.unwrap();
-            sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut admin).await.unwrap();
+            sqlx::query(&format!("CREATE DATABASE {name}"))
+                .execute(&mut admin)
+                .await
+                .unwrap();
         });
         let (server, _) = admin_url.rsplit_once('/').unwrap();
         Some(PgDb {
@@ -167,7 +179,10 @@ impl Drop for PgDb {
         use sqlx::Connection;
         let (admin_url, name) = (self.admin_url.clone(), self.name.clone());
         std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
             rt.block_on(async {
                 if let Ok(mut admin) = sqlx::PgConnection::connect(&admin_url).await {
                     let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))

@@ -37,9 +37,11 @@ test: deps
 
 lint: deps
 	cargo fmt --all --check
-	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy --release --workspace --all-targets -- -D warnings
 
 bench: deps
 	cargo build --release --quiet -p arena-server --bin arena
 	$(PYTHON) bench/sim_vs_mujoco_rollout.py --arena target/release/arena
 	$(PYTHON) python/emd_vs_pot.py --arena target/release/arena --moves ../shared/motions/g1-moves --bench
+	cargo run --release --quiet -p arena-server --example remote_vs_local -- \
+		--benchmark g1-moves-dance --motions-root ../shared/motions/g1-moves --batch 16 --lanes 2 --repeats 3

@@ -16,8 +16,10 @@ fn read_rows(path: &Path) -> Vec<Vec<f64>> {
 }
 
 #[test]
-fn demo_prints_a_tracking_summary_for_every_builtin_motion() {
-    let out = ok(&arena(&["demo"]));
+fn demo_runs_a_submission_and_prints_metrics_leaderboard_and_files() {
+    let dir = tmp("demo");
+    let data = dir.join("data");
+    let out = ok(&arena(&["demo", "--data-dir", data.to_str().unwrap()]));
     for name in [
         "stand",
         "squat",
@@ -26,9 +28,29 @@ fn demo_prints_a_tracking_summary_for_every_builtin_motion() {
         "weight_shift",
         "step_in_place",
     ] {
-        assert!(out.lines().any(|l| l.starts_with(name)), "{name} missing in:\n{out}");
+        assert!(
+            out.lines().any(|l| l.starts_with(name) && l.contains("completed")),
+            "{name} missing in:\n{out}"
+        );
     }
-    assert!(out.contains("joint err mrad"));
+    assert!(out.contains("leaderboard g1-smoke"), "{out}");
+    assert!(out.contains("<- this run"), "{out}");
+    let path_of = |label: &str| {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(label))
+            .unwrap_or_else(|| panic!("{label} in {out}"));
+        std::path::PathBuf::from(line[label.len()..].trim())
+    };
+    assert!(path_of("report:").is_file());
+    assert!(path_of("trajectories:").is_file());
+    // A second run on the same data directory adds a second team to the leaderboard.
+    let json = ok(&arena(&["demo", "--data-dir", data.to_str().unwrap(), "--json"]));
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["submission"]["status"], "COMPLETED");
+    assert_eq!(v["episodes"].as_array().unwrap().len(), 6);
+    assert_eq!(v["leaderboard"]["entries"].as_array().unwrap().len(), 2);
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]

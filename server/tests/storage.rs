@@ -10,17 +10,18 @@ use arena_server::storage::{
     Engine, EpisodeOutcome, EpisodeState, NewEpisode, NewSubmission, Storage, StorageError, SubmissionStatus,
     hash_token, now_ms,
 };
+
+mod common;
+
+use common::server::PgDb;
 use sqlx::Connection;
 
 /// A fresh database for one test; removed when dropped.
 struct TestDb {
     url: String,
-    cleanup: Cleanup,
-}
-
-enum Cleanup {
-    Dir(PathBuf),
-    Postgres { admin_url: String, name: String },
+    /// The SQLite test's folder; a PostgreSQL database is dropped by its `PgDb`.
+    dir: Option<PathBuf>,
+    _postgres: Option<PgDb>,
 }
 
 impl TestDb {
@@ -34,73 +35,26 @@ impl TestDb {
         let path = dir.join("nested").join("arena.db");
         TestDb {
             url: format!("sqlite://{}", path.display()),
-            cleanup: Cleanup::Dir(dir),
+            dir: Some(dir),
+            _postgres: None,
         }
     }
 
     /// None (after saying so) when PostgreSQL is not configured and not required.
     async fn postgres(test: &str) -> Option<TestDb> {
-        let admin_url = match std::env::var("ARENA_TEST_DATABASE_URL") {
-            Ok(url) if !url.is_empty() => url,
-            _ => {
-                if std::env::var("ARENA_REQUIRE_POSTGRES").is_ok_and(|v| v == "1") {
-                    panic!("ARENA_REQUIRE_POSTGRES=1 but ARENA_TEST_DATABASE_URL is not set ({test})");
-                }
-                eprintln!("skipping PostgreSQL: ARENA_TEST_DATABASE_URL not set ({test})");
-                return None;
-            }
-        };
-        let name = format!("arena_t_{}", uuid::Uuid::new_v4().simple());
-        let mut admin = sqlx::PgConnection::connect(&admin_url)
-            .await
-            .unwrap_or_else(|e| panic!("connecting to ARENA_TEST_DATABASE_URL {admin_url}: {e}"));
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&mut admin)
-            .await
-            .expect("create test database");
-        admin.close().await.ok();
-        let (base, query) = admin_url
-            .split_once('?')
-            .map_or((admin_url.as_str(), None), |(b, q)| (b, Some(q)));
-        let (server, _db) = base.rsplit_once('/').expect("ARENA_TEST_DATABASE_URL names a database");
-        let url = match query {
-            Some(q) => format!("{server}/{name}?{q}"),
-            None => format!("{server}/{name}"),
-        };
+        let db = PgDb::create(test)?;
         Some(TestDb {
-            url,
-            cleanup: Cleanup::Postgres { admin_url, name },
+            url: db.url.clone(),
+            dir: None,
+            _postgres: Some(db),
         })
     }
 }
 
 impl Drop for TestDb {
     fn drop(&mut self) {
-        match &self.cleanup {
-            Cleanup::Dir(dir) => {
-                std::fs::remove_dir_all(dir).ok();
-            }
-            Cleanup::Postgres { admin_url, name } => {
-                let (admin_url, name) = (admin_url.clone(), name.clone());
-                // Drop may run inside the test's runtime: drop the database from a thread of its own.
-                std::thread::spawn(move || {
-                    let rt = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .unwrap();
-                    rt.block_on(async {
-                        if let Ok(mut admin) = sqlx::PgConnection::connect(&admin_url).await {
-                            let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
-                            if let Err(e) = sqlx::query(&sql).execute(&mut admin).await {
-                                eprintln!("dropping test database {name}: {e}");
-                            }
-                            admin.close().await.ok();
-                        }
-                    });
-                })
-                .join()
-                .ok();
-            }
+        if let Some(dir) = &self.dir {
+            std::fs::remove_dir_all(dir).ok();
         }
     }
 }

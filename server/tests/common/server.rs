@@ -153,18 +153,26 @@ impl PgDb {
                 return None;
             }
         };
-        let name = format!("arena_e2e_{}", uuid::Uuid::new_v4().simple());
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let mut admin = sqlx::PgConnection::connect(&admin_url).await.unwrap();
-            sqlx::query(&format!("CREATE DATABASE {name}"))
-                .execute(&mut admin)
-                .await
+        let name = format!("arena_t_{}", uuid::Uuid::new_v4().simple());
+        // A runtime on a thread of its own, so async tests can call this too.
+        let (url, db) = (admin_url.clone(), name.clone());
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
                 .unwrap();
-        });
+            rt.block_on(async {
+                let mut admin = sqlx::PgConnection::connect(&url)
+                    .await
+                    .unwrap_or_else(|e| panic!("connecting to ARENA_TEST_DATABASE_URL {url}: {e}"));
+                sqlx::query(&format!("CREATE DATABASE {db}"))
+                    .execute(&mut admin)
+                    .await
+                    .unwrap();
+            });
+        })
+        .join()
+        .expect("creating the test database");
         let (server, _) = admin_url.rsplit_once('/').unwrap();
         Some(PgDb {
             url: format!("{server}/{name}"),

@@ -1,7 +1,7 @@
-//! Generates the protocol types from `proto/arena.proto` with a pure-Rust protobuf compiler
-//! (protox), so no `protoc` is needed. The generated structs also derive serde for the JSON
-//! encoding: every message defaults missing fields, and the `Envelope.msg` oneof becomes an
-//! internally tagged enum (`{"type": "get_action", ...}`).
+//! Generates the protocol types and the gRPC client and server of `proto/arena.proto` with a
+//! pure-Rust protobuf compiler (protox), so no `protoc` is needed. The generated structs also
+//! derive serde for the JSON encoding: every message defaults missing fields, and the
+//! `Envelope.msg` oneof becomes an internally tagged enum (`{"type": "get_action", ...}`).
 fn main() {
     println!("cargo:rerun-if-changed=proto/arena.proto");
     let descriptors = protox::compile(["proto/arena.proto"], ["proto"]).expect("proto/arena.proto must compile");
@@ -12,7 +12,10 @@ fn main() {
         .enum_attribute(
             ".arena.v1.Envelope.msg",
             "#[derive(serde::Serialize, serde::Deserialize)] #[serde(tag = \"type\", rename_all = \"snake_case\")]",
-        )
-        .compile_fds(descriptors)
-        .expect("generating protocol types");
+        );
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds_with_config(descriptors, config)
+        .expect("generating protocol types and gRPC stubs");
 }

@@ -36,6 +36,8 @@ pub struct ClientConfig {
     pub token: String,
     pub agent_name: String,
     pub mode: Mode,
+    /// Challenge phase to run in (empty: none). The phase's benchmark applies.
+    pub phase: String,
     pub encoding: Encoding,
     /// Largest batch the agent wants (0 = the server's limit).
     pub max_batch: u32,
@@ -52,6 +54,7 @@ impl ClientConfig {
             token: token.into(),
             agent_name: "arena-sdk-agent".into(),
             mode,
+            phase: String::new(),
             encoding: Encoding::Binary,
             max_batch: 0,
             max_reconnects: 10,
@@ -236,6 +239,7 @@ async fn session(
         benchmark,
         submission_id: state.summary.submission_id.clone(),
         max_batch: config.max_batch,
+        phase: config.phase.clone(),
     });
     let encoding = config.encoding;
     if let Err(e) = sink.send(to_ws(&connect, encoding)).await {

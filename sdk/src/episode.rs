@@ -8,7 +8,7 @@ use arena_bench::metrics::{self, Frame, MetricConfig};
 use arena_bench::spec::{BenchmarkSpec, Episode, FallSpec, MotionSource};
 use arena_data::{MotionClip, NUM_JOINTS};
 use arena_sim::dr::DrLevel;
-use arena_sim::env::{self, EpisodeAssignment, FallRule, TrackingEnv, TrackingEnvConfig, Trajectory};
+use arena_sim::env::{self, ACTION_CLIP, EpisodeAssignment, FallRule, TrackingEnv, TrackingEnvConfig, Trajectory};
 use arena_sim::handler::NQ;
 use arena_sim::motion::{Motion, MotionLibrary};
 use arena_sim::observation::{HISTORY_ACTOR_DIM, LAST_ACTION_DIM, PRIVILEGED_STATE_DIM, STATE_DIM};
@@ -218,6 +218,7 @@ impl Default for ReferenceScratch {
 
 /// The episode spec a session announces for a benchmark.
 pub fn episode_spec(spec: &BenchmarkSpec, max_batch: u32, max_in_flight: u32, step_timeout_s: f64) -> EpisodeSpec {
+    let robot = RobotConfig::default();
     EpisodeSpec {
         observations: ObservationLayout::for_benchmark(spec).to_protocol(),
         action_size: NUM_JOINTS as u32,
@@ -225,6 +226,8 @@ pub fn episode_spec(spec: &BenchmarkSpec, max_batch: u32, max_in_flight: u32, st
         max_batch,
         max_in_flight,
         step_timeout_s,
+        default_joint_pos: robot.default_pose.to_vec(),
+        action_scale: (0..NUM_JOINTS).map(|j| ACTION_CLIP * robot.action_scale(j)).collect(),
     }
 }
 

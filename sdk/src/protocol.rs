@@ -40,6 +40,17 @@ pub mod codes {
     pub const INTERNAL: &str = "internal";
 }
 
+impl Error {
+    /// An Error with a code of [`codes`] and a message for people.
+    pub fn new(code: &str, message: impl Into<String>) -> Self {
+        Self {
+            code: code.into(),
+            message: message.into(),
+            ..Default::default()
+        }
+    }
+}
+
 /// How a session's frames are encoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Encoding {
@@ -74,11 +85,7 @@ impl DecodeError {
 
     /// The Error message that reports this to the peer.
     pub fn to_msg(&self) -> Msg {
-        Msg::Error(Error {
-            code: self.code.into(),
-            message: self.message.clone(),
-            step: 0,
-        })
+        Msg::Error(Error::new(self.code, self.message.clone()))
     }
 }
 

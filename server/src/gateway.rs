@@ -22,11 +22,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 fn error(code: &str, message: impl Into<String>) -> Msg {
-    Msg::Error(protocol::Error {
-        code: code.into(),
-        message: message.into(),
-        step: 0,
-    })
+    Msg::Error(protocol::Error::new(code, message))
 }
 
 /// An Error that refuses a request (boxed: `Msg` is large and travels in `Result`s).

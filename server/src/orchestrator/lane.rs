@@ -233,6 +233,7 @@ impl<'a> Lane<'a> {
                             a.step
                         ),
                         step: a.step,
+                        ..Default::default()
                     }));
                 }
                 Err(RecvTimeoutError::Timeout) => return Wait::Timeout,
@@ -259,6 +260,7 @@ impl<'a> Lane<'a> {
                         action.step, entry.episode_id
                     ),
                     step: action.step,
+                    ..Default::default()
                 }));
                 continue;
             };

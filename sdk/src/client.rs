@@ -1,6 +1,7 @@
-//! The WebSocket client: connects, runs a submission or a practice session with an [`Agent`],
-//! answers heartbeats, and reconnects with exponential backoff after a lost connection (a
-//! submission resumes where it stopped: the server re-runs only unfinished episodes).
+//! The client: connects over WebSocket or gRPC, runs a submission or a practice session with an
+//! [`Agent`], answers heartbeats, and reconnects with exponential backoff after a lost connection
+//! (a submission resumes where it stopped: the server re-runs only unfinished episodes). The
+//! session logic is the same on both transports; [`Connection`] only moves messages.
 
 use crate::agent::{Agent, Batch};
 use crate::episode::ObservationLayout;
@@ -8,9 +9,12 @@ use crate::protocol::{
     self, Action, Connect, Connected, Disconnect, Encoding, EpisodeAction, EpisodeEnd, EpisodeInfo, GetAction,
     Heartbeat, Msg, PROTOCOL_VERSION, ResetEpisode, codes,
 };
+use crate::protocol::agent_gateway_client::AgentGatewayClient;
 use futures_util::{SinkExt, StreamExt};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 /// What the client asks the server for.
 #[derive(Debug, Clone)]
@@ -31,13 +35,15 @@ pub enum Mode {
 /// Connection settings.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
-    /// WebSocket endpoint, e.g. `ws://127.0.0.1:8080/api/v1/agent`.
+    /// The agent endpoint; its scheme picks the transport: `ws://127.0.0.1:8080/api/v1/agent`
+    /// (WebSocket) or `grpc://127.0.0.1:8080` (gRPC, plaintext HTTP/2 on the same port).
     pub url: String,
     pub token: String,
     pub agent_name: String,
     pub mode: Mode,
     /// Challenge phase to run in (empty: none). The phase's benchmark applies.
     pub phase: String,
+    /// WebSocket frames: binary (protobuf) or text (JSON). gRPC is always protobuf.
     pub encoding: Encoding,
     /// Largest batch the agent wants (0 = the server's limit).
     pub max_batch: u32,
@@ -207,6 +213,98 @@ fn to_ws(msg: &Msg, encoding: Encoding) -> WsMessage {
     }
 }
 
+/// One open session's transport: sends and receives protocol messages.
+enum Connection {
+    WebSocket {
+        socket: Box<WebSocketStream<MaybeTlsStream<TcpStream>>>,
+        encoding: Encoding,
+    },
+    Grpc {
+        requests: tokio::sync::mpsc::UnboundedSender<protocol::Envelope>,
+        responses: tonic::Streaming<protocol::Envelope>,
+    },
+}
+
+/// The gRPC target of a `grpc://host:port` URL (tonic dials `http://host:port`).
+fn grpc_endpoint(url: &str) -> Option<String> {
+    url.strip_prefix("grpc://").map(|rest| format!("http://{}", rest.trim_end_matches('/')))
+}
+
+impl Connection {
+    /// Opens the transport the URL names and sends `connect` as the first message.
+    async fn open(config: &ClientConfig, connect: Msg) -> Result<Self, String> {
+        let url = config.url.as_str();
+        if let Some(endpoint) = grpc_endpoint(url) {
+            let mut client = AgentGatewayClient::connect(endpoint)
+                .await
+                .map_err(|e| format!("connecting to {url}: {e}"))?
+                .max_decoding_message_size(usize::MAX);
+            let (requests, rx) = tokio::sync::mpsc::unbounded_channel();
+            let _ = requests.send(protocol::Envelope { msg: Some(connect) });
+            let outbound = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
+            let responses = client
+                .session(outbound)
+                .await
+                .map_err(|e| format!("opening a gRPC session at {url}: {}", e.message()))?
+                .into_inner();
+            return Ok(Connection::Grpc { requests, responses });
+        }
+        let (socket, _) = tokio_tungstenite::connect_async(url)
+            .await
+            .map_err(|e| format!("connecting to {url}: {e}"))?;
+        let mut connection = Connection::WebSocket {
+            socket: Box::new(socket),
+            encoding: config.encoding,
+        };
+        connection.send(connect).await.map_err(|e| format!("sending Connect: {e}"))?;
+        Ok(connection)
+    }
+
+    async fn send(&mut self, msg: Msg) -> Result<(), String> {
+        match self {
+            Connection::WebSocket { socket, encoding } => {
+                socket.send(to_ws(&msg, *encoding)).await.map_err(|e| e.to_string())
+            }
+            Connection::Grpc { requests, .. } => requests
+                .send(protocol::Envelope { msg: Some(msg) })
+                .map_err(|_| "the gRPC request stream is closed".to_string()),
+        }
+    }
+
+    /// The next message; `Err` when the connection is lost or a frame cannot be decoded
+    /// (`Ok(Err)` is an undecodable frame, which is the server's bug).
+    async fn recv(&mut self) -> Result<Result<Msg, String>, String> {
+        match self {
+            Connection::WebSocket { socket, .. } => loop {
+                let frame = match socket.next().await {
+                    None | Some(Ok(WsMessage::Close(_))) => return Err("server closed the connection".into()),
+                    Some(Err(e)) => return Err(format!("reading from the server: {e}")),
+                    Some(Ok(WsMessage::Text(t))) => protocol::decode_json(&t),
+                    Some(Ok(WsMessage::Binary(b))) => protocol::decode_binary(&b),
+                    Some(Ok(_)) => continue,
+                };
+                return Ok(frame.map_err(|e| e.to_string()));
+            },
+            Connection::Grpc { responses, .. } => match responses.message().await {
+                Ok(Some(protocol::Envelope { msg: Some(m) })) => Ok(Ok(m)),
+                Ok(Some(protocol::Envelope { msg: None })) => Ok(Err("an Envelope with no message".into())),
+                Ok(None) => Err("server closed the connection".into()),
+                Err(status) => Err(format!("reading from the server: {}", status.message())),
+            },
+        }
+    }
+
+    /// Closes after a Disconnect (WebSocket close frame; gRPC: ends the request stream).
+    async fn close(self) {
+        match self {
+            Connection::WebSocket { mut socket, .. } => {
+                let _ = SinkExt::close(&mut socket).await;
+            }
+            Connection::Grpc { requests, .. } => drop(requests),
+        }
+    }
+}
+
 /// Reusable buffers for answering GetAction.
 #[derive(Default)]
 struct ActBuffers {
@@ -222,11 +320,6 @@ async fn session(
     state: &mut RunState,
     on_event: &mut (dyn FnMut(ClientEvent<'_>) + Send),
 ) -> Result<SessionEnd, ClientError> {
-    let (socket, _) = match tokio_tungstenite::connect_async(config.url.as_str()).await {
-        Ok(s) => s,
-        Err(e) => return Ok(SessionEnd::Lost(format!("connecting to {}: {e}", config.url))),
-    };
-    let (mut sink, mut stream) = socket.split();
     let (mode, benchmark) = match &config.mode {
         Mode::Submission { benchmark, .. } => ("submission", benchmark.clone()),
         Mode::Practice { benchmark, .. } => ("practice", benchmark.clone()),
@@ -241,10 +334,10 @@ async fn session(
         max_batch: config.max_batch,
         phase: config.phase.clone(),
     });
-    let encoding = config.encoding;
-    if let Err(e) = sink.send(to_ws(&connect, encoding)).await {
-        return Ok(SessionEnd::Lost(format!("sending Connect: {e}")));
-    }
+    let mut connection = match Connection::open(config, connect).await {
+        Ok(c) => c,
+        Err(e) => return Ok(SessionEnd::Lost(e)),
+    };
     let mut layout: Option<ObservationLayout> = None;
     let mut action_size = 0usize;
     let mut heartbeat_every = Duration::from_secs(30);
@@ -254,8 +347,8 @@ async fn session(
     let mut buffers = ActBuffers::default();
     let mut ticker = tokio::time::interval(Duration::from_millis(500));
     loop {
-        let frame = tokio::select! {
-            frame = stream.next() => frame,
+        let received = tokio::select! {
+            received = connection.recv() => received,
             _ = ticker.tick() => {
                 if last_heard.elapsed() > silence_limit {
                     return Ok(SessionEnd::Lost(format!("server silent for {silence_limit:?}")));
@@ -263,20 +356,16 @@ async fn session(
                 if last_sent.elapsed() >= heartbeat_every {
                     last_sent = Instant::now();
                     let hb = Msg::Heartbeat(Heartbeat { time: now_s() });
-                    if let Err(e) = sink.send(to_ws(&hb, encoding)).await {
+                    if let Err(e) = connection.send(hb).await {
                         return Ok(SessionEnd::Lost(format!("sending Heartbeat: {e}")));
                     }
                 }
                 continue;
             }
         };
-        let msg = match frame {
-            None => return Ok(SessionEnd::Lost("server closed the connection".into())),
-            Some(Err(e)) => return Ok(SessionEnd::Lost(format!("reading from the server: {e}"))),
-            Some(Ok(WsMessage::Text(t))) => protocol::decode_json(&t),
-            Some(Ok(WsMessage::Binary(b))) => protocol::decode_binary(&b),
-            Some(Ok(WsMessage::Close(_))) => return Ok(SessionEnd::Lost("server closed the connection".into())),
-            Some(Ok(_)) => continue,
+        let msg = match received {
+            Err(lost) => return Ok(SessionEnd::Lost(lost)),
+            Ok(msg) => msg,
         };
         last_heard = Instant::now();
         let msg = msg.map_err(|e| ClientError::Protocol(format!("undecodable frame from the server: {e}")))?;
@@ -297,7 +386,7 @@ async fn session(
                 if let Mode::Practice { episodes, .. } = &config.mode {
                     for e in episodes {
                         let m = Msg::ResetEpisode(e.clone());
-                        if let Err(e) = sink.send(to_ws(&m, encoding)).await {
+                        if let Err(e) = connection.send(m).await {
                             return Ok(SessionEnd::Lost(format!("sending ResetEpisode: {e}")));
                         }
                     }
@@ -326,8 +415,8 @@ async fn session(
                             reason: "client_done".into(),
                             submission_status: String::new(),
                         });
-                        let _ = sink.send(to_ws(&bye, encoding)).await;
-                        let _ = sink.close().await;
+                        let _ = connection.send(bye).await;
+                        connection.close().await;
                         return Ok(SessionEnd::Done);
                     }
                 }
@@ -378,9 +467,8 @@ async fn session(
             }
         };
         if let Some(reply) = reply {
-            let frame = to_ws(&reply, encoding);
             last_sent = Instant::now();
-            if let Err(e) = sink.send(frame).await {
+            if let Err(e) = connection.send(reply).await {
                 return Ok(SessionEnd::Lost(format!("sending to the server: {e}")));
             }
         }

@@ -1,5 +1,5 @@
 //! The running server: shared state (configuration, storage, benchmark catalog, attached
-//! sessions), start-up recovery, and the HTTP router (REST API + WebSocket agent endpoint).
+//! sessions), start-up recovery, and the router (REST API, WebSocket and gRPC agent endpoints).
 
 use crate::api;
 use crate::catalog::Catalog;
@@ -86,18 +86,21 @@ pub fn new_submission_id() -> String {
     format!("sub-{}", &u[..16])
 }
 
-/// The HTTP routes: `/api/v1/...` REST and the `/api/v1/agent` WebSocket.
-pub fn router(state: Arc<AppState>) -> Router {
+/// The routes: `/api/v1/...` REST, the `/api/v1/agent` WebSocket, and the gRPC services
+/// (`/arena.v1.AgentGateway/...`, `/grpc.health.v1.Health/...`) on the same port over HTTP/2.
+pub async fn router(state: Arc<AppState>) -> Router {
+    let grpc = gateway::grpc::routes(state.clone()).await;
     Router::new()
         .route("/api/v1/agent", get(agent_socket))
         .merge(api::routes())
         .with_state(state)
+        .merge(grpc)
 }
 
 async fn agent_socket(ws: WebSocketUpgrade, State(state): State<Arc<AppState>>) -> Response {
     ws.max_message_size(MAX_FRAME_BYTES)
         .max_frame_size(MAX_FRAME_BYTES)
-        .on_upgrade(move |socket| gateway::session(socket, state))
+        .on_upgrade(move |socket| gateway::ws::session(socket, state))
 }
 
 /// Serves until `shutdown` resolves.
@@ -106,7 +109,7 @@ pub async fn serve(
     state: Arc<AppState>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    axum::serve(listener, router(state))
+    axum::serve(listener, router(state).await)
         .with_graceful_shutdown(shutdown)
         .await
         .context("serving HTTP")

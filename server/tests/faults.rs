@@ -44,6 +44,7 @@ fn connect_msg(token: &str, mode: &str, submission: &str) -> Msg {
         benchmark: "g1-smoke".into(),
         submission_id: submission.into(),
         max_batch: 1,
+        ..Default::default()
     })
 }
 

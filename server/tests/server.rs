@@ -13,9 +13,9 @@ use common::server::{ADMIN, PgDb, ServerProc};
 use common::tmp;
 use serde_json::Value;
 
-fn submit(server: &ServerProc, token: &str, encoding: Encoding) -> client::RunSummary {
+fn submit(url: &str, token: &str, encoding: Encoding) -> client::RunSummary {
     let mut config = ClientConfig::new(
-        server.ws_url(),
+        url,
         token,
         Mode::Submission {
             benchmark: "g1-smoke".into(),
@@ -27,10 +27,10 @@ fn submit(server: &ServerProc, token: &str, encoding: Encoding) -> client::RunSu
     client::run_blocking(&config, &mut ReplayAgent::new(), &mut |_| {}).expect("submission completes")
 }
 
-/// The full path on one database engine; returns nothing, asserts everything.
-fn complete_g1_smoke(server: &ServerProc) {
+/// The full path on one database engine and transport (`url`); asserts everything.
+fn complete_g1_smoke(server: &ServerProc, url: &str) {
     let token = server.team("alpha");
-    let summary = submit(server, &token, Encoding::Binary);
+    let summary = submit(url, &token, Encoding::Binary);
     assert_eq!(summary.submission_status, "COMPLETED");
     assert_eq!(summary.episodes.len(), 6);
     let id = summary.submission_id.clone();
@@ -156,7 +156,37 @@ fn sdk_client_completes_g1_smoke_on_sqlite() {
     let server = ServerProc::start(&dir, &[]);
     let (status, health) = server.get("/api/v1/health", None);
     assert_eq!((status, health["database"].as_str()), (200, Some("sqlite")));
-    complete_g1_smoke(&server);
+    complete_g1_smoke(&server, &server.ws_url());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The same submission over gRPC (same port, HTTP/2), and the standard gRPC health service.
+#[test]
+fn grpc_transport_completes_g1_smoke() {
+    let dir = tmp("e2e-grpc");
+    let server = ServerProc::start(&dir, &[]);
+    complete_g1_smoke(&server, &server.grpc_url());
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        use tonic_health::pb::health_check_response::ServingStatus;
+        use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.addr))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut health = HealthClient::new(channel);
+        for service in ["", "arena.v1.AgentGateway"] {
+            let answer = health
+                .check(HealthCheckRequest {
+                    service: service.into(),
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            assert_eq!(answer.status(), ServingStatus::Serving, "service {service:?}");
+        }
+    });
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -167,7 +197,7 @@ fn sdk_client_completes_g1_smoke_on_postgres() {
     let server = ServerProc::start(&dir, &["--database-url", &db.url]);
     let (status, health) = server.get("/api/v1/health", None);
     assert_eq!((status, health["database"].as_str()), (200, Some("postgres")));
-    complete_g1_smoke(&server);
+    complete_g1_smoke(&server, &server.ws_url());
     drop(server);
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -178,7 +208,7 @@ fn json_encoding_and_practice_sessions() {
     let server = ServerProc::start(&dir, &[]);
     let token = server.team("gamma");
     // A submission over JSON text frames.
-    let summary = submit(&server, &token, Encoding::Json);
+    let summary = submit(&server.ws_url(), &token, Encoding::Json);
     assert_eq!(
         (summary.submission_status.as_str(), summary.episodes.len()),
         ("COMPLETED", 6)

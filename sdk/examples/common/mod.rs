@@ -6,7 +6,8 @@ use clap::Parser;
 
 #[derive(Debug, Parser)]
 pub struct Flags {
-    /// WebSocket endpoint of the server.
+    /// Agent endpoint of the server: `ws://HOST:PORT/api/v1/agent` (WebSocket) or
+    /// `grpc://HOST:PORT` (gRPC).
     #[arg(long, default_value = "ws://127.0.0.1:8080/api/v1/agent")]
     pub server: String,
     /// Team token (ask the server's admin).
@@ -15,13 +16,16 @@ pub struct Flags {
     /// Benchmark to run.
     #[arg(long, default_value = "g1-smoke")]
     pub benchmark: String,
+    /// Challenge phase to submit to (its benchmark applies).
+    #[arg(long, default_value = "")]
+    pub phase: String,
     /// Resume (or attach to) an existing submission instead of starting one.
     #[arg(long)]
     pub submission: Option<String>,
     /// Practice this motion instead of submitting (repeat for several); nothing is stored.
     #[arg(long)]
     pub practice: Vec<String>,
-    /// Wire encoding.
+    /// WebSocket encoding (gRPC is always protobuf).
     #[arg(long, default_value = "binary", value_parser = ["binary", "json"])]
     pub encoding: String,
     /// Largest batch per request (0 = the server's limit).
@@ -56,6 +60,7 @@ pub fn run(agent: &mut dyn arena_sdk::Agent, name: &str) -> std::process::ExitCo
     let mut config = ClientConfig::new(&flags.server, &flags.token, mode);
     config.agent_name = name.into();
     config.max_batch = flags.max_batch;
+    config.phase = flags.phase.clone();
     config.encoding = if flags.encoding == "json" {
         Encoding::Json
     } else {

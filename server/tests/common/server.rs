@@ -62,6 +62,10 @@ impl ServerProc {
         format!("ws://{}/api/v1/agent", self.addr)
     }
 
+    pub fn grpc_url(&self) -> String {
+        format!("grpc://{}", self.addr)
+    }
+
     /// SIGKILL, no chance to clean up.
     pub fn kill9(&mut self) {
         self.child.kill().ok();

@@ -1,6 +1,11 @@
-//! The agent gateway: one WebSocket connection is one protocol-v1 session. It authenticates the
-//! Connect, creates or resumes the submission, starts the orchestrator's lanes, routes Actions to
-//! them, keeps heartbeats, and turns every bad frame into an Error without ending the session.
+//! The agent gateway: one connection is one protocol-v1 session, whatever the transport
+//! ([`ws`]: WebSocket frames, [`grpc`]: a bidirectional gRPC stream). The session code here is
+//! shared by both: it authenticates the Connect, creates or resumes the submission, starts the
+//! orchestrator's lanes, routes Actions to them, keeps heartbeats, and turns every bad message
+//! into an Error without ending the session. Transports only decode and encode.
+
+pub mod grpc;
+pub mod ws;
 
 use crate::app::AppState;
 use crate::catalog::LoadedBenchmark;
@@ -9,14 +14,13 @@ use crate::storage::{NewSubmission, Submission, SubmissionStatus, hash_token};
 use arena_bench::spec::Episode;
 use arena_sdk::episode::episode_spec;
 use arena_sdk::protocol::{
-    self, Connect, Connected, DecodeError, Disconnect, Encoding, Heartbeat, Msg, PROTOCOL_VERSION, ResetEpisode, codes,
+    self, Connect, Connected, DecodeError, Disconnect, Heartbeat, Msg, PROTOCOL_VERSION, ResetEpisode, codes,
 };
-use axum::extract::ws::{Message as WsMessage, WebSocket};
-use futures_util::{SinkExt, StreamExt};
+use futures_util::{Stream, StreamExt};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tokio::sync::mpsc::UnboundedSender;
 
 /// How long a new connection may take to send Connect.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -30,105 +34,54 @@ fn refuse(code: &str, message: impl Into<String>) -> Box<Msg> {
     Box::new(error(code, message))
 }
 
-fn to_ws(msg: &Msg, encoding: Encoding) -> WsMessage {
-    match protocol::encode(msg, encoding) {
-        protocol::Frame::Text(t) => WsMessage::Text(t.into()),
-        protocol::Frame::Binary(b) => WsMessage::Binary(b.into()),
-    }
-}
-
 fn now_s() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-/// A frame from the client, decoded.
-enum Incoming {
+/// A message from the client, as a transport delivered it.
+pub enum Incoming {
     Msg(Msg),
+    /// A frame that could not be decoded; answered with an Error, the session goes on.
     Bad(DecodeError),
+    /// The connection ended.
     Closed,
+    /// A transport-level frame with no protocol meaning (e.g. a WebSocket ping).
     Ignore,
 }
 
-fn decode(frame: Option<Result<WsMessage, axum::Error>>) -> Incoming {
-    match frame {
-        None | Some(Err(_)) | Some(Ok(WsMessage::Close(_))) => Incoming::Closed,
-        Some(Ok(WsMessage::Text(t))) => match protocol::decode_json(&t) {
-            Ok(m) => Incoming::Msg(m),
-            Err(e) => Incoming::Bad(e),
-        },
-        Some(Ok(WsMessage::Binary(b))) => match protocol::decode_binary(&b) {
-            Ok(m) => Incoming::Msg(m),
-            Err(e) => Incoming::Bad(e),
-        },
-        Some(Ok(_)) => Incoming::Ignore,
-    }
-}
-
-/// Runs one session on an upgraded socket.
-pub async fn session(socket: WebSocket, state: Arc<AppState>) {
-    let (mut sink, mut stream) = socket.split();
-    // The first frame decides the encoding and must be Connect.
-    let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
+/// Runs one session on any transport: `incoming` yields the client's messages, `out` carries
+/// the server's (the transport encodes and sends them, and closes after a Disconnect).
+pub async fn session<S>(state: Arc<AppState>, mut incoming: S, out: UnboundedSender<Msg>)
+where
+    S: Stream<Item = Incoming> + Unpin,
+{
     let first = loop {
-        match tokio::time::timeout_at(deadline, stream.next()).await {
-            // WebSocket pings and pongs before Connect are the library's keep-alive, not messages.
-            Ok(Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_)))) => continue,
-            Ok(f) => break f,
+        match tokio::time::timeout(CONNECT_TIMEOUT, incoming.next()).await {
+            Ok(Some(Incoming::Ignore)) => continue,
+            Ok(first) => break first.unwrap_or(Incoming::Closed),
             Err(_) => {
-                let _ = sink
-                    .send(to_ws(
-                        &error(codes::UNEXPECTED_MESSAGE, "no Connect within 30 s"),
-                        Encoding::Json,
-                    ))
-                    .await;
+                let _ = out.send(error(codes::UNEXPECTED_MESSAGE, "no Connect within 30 s"));
                 return;
             }
         }
     };
-    let encoding = match &first {
-        Some(Ok(WsMessage::Binary(_))) => Encoding::Binary,
-        _ => Encoding::Json,
-    };
-    let connect = match decode(first) {
+    let connect = match first {
         Incoming::Msg(Msg::Connect(c)) => c,
         Incoming::Msg(other) => {
             let m = format!("the first message must be connect, got {}", protocol::type_name(&other));
-            let _ = sink.send(to_ws(&error(codes::UNEXPECTED_MESSAGE, m), encoding)).await;
+            let _ = out.send(error(codes::UNEXPECTED_MESSAGE, m));
             return;
         }
         Incoming::Bad(e) => {
-            let _ = sink.send(to_ws(&e.to_msg(), encoding)).await;
+            let _ = out.send(e.to_msg());
             return;
         }
         Incoming::Closed | Incoming::Ignore => return,
     };
-    let (out_tx, out_rx) = unbounded_channel();
-    // The writer owns the sink; everything else sends through `out_tx`.
-    let writer = tokio::spawn(write_frames(sink, out_rx, encoding));
-    let result = run_session(&state, connect, &out_tx, &mut stream).await;
-    if let Err(refusal) = result {
-        let _ = out_tx.send(*refusal);
-    }
-    drop(out_tx);
-    let _ = writer.await;
-}
-
-async fn write_frames(
-    mut sink: futures_util::stream::SplitSink<WebSocket, WsMessage>,
-    mut rx: UnboundedReceiver<Msg>,
-    encoding: Encoding,
-) {
-    while let Some(msg) = rx.recv().await {
-        let last = matches!(msg, Msg::Disconnect(_));
-        if sink.send(to_ws(&msg, encoding)).await.is_err() {
-            break;
-        }
-        if last {
-            let _ = sink.close().await;
-            break;
-        }
+    if let Err(refusal) = run_session(&state, connect, &out, &mut incoming).await {
+        let _ = out.send(*refusal);
     }
 }
 
@@ -244,12 +197,15 @@ impl Drop for Attachment {
     }
 }
 
-async fn run_session(
+async fn run_session<S>(
     state: &Arc<AppState>,
     connect: Connect,
     out: &UnboundedSender<Msg>,
-    stream: &mut futures_util::stream::SplitStream<WebSocket>,
-) -> Result<(), Box<Msg>> {
+    incoming: &mut S,
+) -> Result<(), Box<Msg>>
+where
+    S: Stream<Item = Incoming> + Unpin,
+{
     let admitted = admit(state, &connect).await?;
     let _attachment = match &admitted.submission {
         Some(s) => {
@@ -357,12 +313,12 @@ async fn run_session(
     let outcome = loop {
         tokio::select! {
             outcome = &mut handle.outcome => break outcome.unwrap_or(RunOutcome::Error("the run stopped unexpectedly".into())),
-            frame = stream.next(), if inboxes.is_some() => {
-                let incoming = decode(frame);
-                if !matches!(incoming, Incoming::Closed) {
+            message = incoming.next(), if inboxes.is_some() => {
+                let message = message.unwrap_or(Incoming::Closed);
+                if !matches!(message, Incoming::Closed) {
                     last_heard = Instant::now();
                 }
-                match incoming {
+                match message {
                     Incoming::Closed => {
                         tracing::info!(session = %session_id, "agent connection closed");
                         inboxes = None;

@@ -1,0 +1,62 @@
+//! The gRPC transport: `arena.v1.AgentGateway/Session` is one bidirectional stream of Envelopes
+//! per session, served on the HTTP port (HTTP/2), next to the standard gRPC health service.
+
+use super::Incoming;
+use crate::app::AppState;
+use arena_sdk::protocol::agent_gateway_server::{AgentGateway, AgentGatewayServer};
+use arena_sdk::protocol::{DecodeError, Envelope, Msg, codes};
+use futures_util::{Stream, StreamExt};
+use std::pin::Pin;
+use std::sync::Arc;
+use tokio::sync::mpsc::unbounded_channel;
+use tonic::{Request, Response, Status, Streaming};
+
+/// Largest message accepted from an agent, as on WebSocket.
+const MAX_MESSAGE_BYTES: usize = 16 << 20;
+
+/// The AgentGateway service.
+pub struct GrpcGateway {
+    state: Arc<AppState>,
+}
+
+type Outgoing = Pin<Box<dyn Stream<Item = Result<Envelope, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl AgentGateway for GrpcGateway {
+    type SessionStream = Outgoing;
+
+    async fn session(&self, request: Request<Streaming<Envelope>>) -> Result<Response<Outgoing>, Status> {
+        let incoming = request.into_inner().map(|item| match item {
+            Ok(Envelope { msg: Some(m) }) => Incoming::Msg(m),
+            Ok(Envelope { msg: None }) => Incoming::Bad(DecodeError {
+                code: codes::UNKNOWN_MESSAGE,
+                message: "an Envelope with no message set (or one this server does not know)".into(),
+            }),
+            Err(_) => Incoming::Closed,
+        });
+        let (out_tx, out_rx) = unbounded_channel();
+        tokio::spawn(super::session(self.state.clone(), Box::pin(incoming), out_tx));
+        // The response stream ends after a Disconnect, or when the session drops its sender.
+        let outgoing = futures_util::stream::unfold((out_rx, false), |(mut rx, done)| async move {
+            if done {
+                return None;
+            }
+            let msg = rx.recv().await?;
+            let last = matches!(msg, Msg::Disconnect(_));
+            Some((Ok(Envelope { msg: Some(msg) }), (rx, last)))
+        });
+        Ok(Response::new(Box::pin(outgoing)))
+    }
+}
+
+/// The gRPC services (AgentGateway and grpc.health.v1.Health) as routes for the HTTP router.
+pub async fn routes(state: Arc<AppState>) -> axum::Router {
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<AgentGatewayServer<GrpcGateway>>().await;
+    let gateway = AgentGatewayServer::new(GrpcGateway { state })
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(usize::MAX);
+    tonic::service::Routes::new(gateway)
+        .add_service(health_service)
+        .into_axum_router()
+}

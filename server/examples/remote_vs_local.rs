@@ -1,6 +1,8 @@
 //! Benchmark: the same benchmark with the reference-replay agent in-process (SDK local runner)
-//! and remotely (in-process server, SDK client over a loopback WebSocket), interleaved, best of
-//! N; then the per-control-step round trip of a single-episode session, JSON vs binary.
+//! and remotely (in-process server, SDK client over loopback WebSocket (binary) and over gRPC),
+//! interleaved with the order rotated each run, best of N: remote/in-process and gRPC/WebSocket
+//! wall-time ratios; then the per-control-step round trip of a single-episode session on each
+//! transport and encoding.
 //!
 //! `cargo run --release -p arena-server --example remote_vs_local -- --benchmark g1-moves-dance \
 //!     --motions-root ../shared/motions/g1-moves`
@@ -84,9 +86,10 @@ fn main() -> anyhow::Result<()> {
     runtime.block_on(state.storage.create_team("bench", &hash_token(token)))?;
     let loaded = state.catalog.load(&a.benchmark)?;
     let clips = arena_sdk::episode::benchmark_clips(&loaded.spec, &a.motions_root, &Default::default())?;
-    let url = format!("ws://{addr}/api/v1/agent");
+    let ws_url = format!("ws://{addr}/api/v1/agent");
+    let grpc_url = format!("grpc://{addr}");
     println!(
-        "benchmark {} ({} episodes); in-process batch {} on {} threads; remote {} lanes × {} episodes per request, binary",
+        "benchmark {} ({} episodes); in-process batch {} on {} threads; remote {} lanes × {} episodes per request, WebSocket (binary) and gRPC",
         a.benchmark,
         loaded.episodes.len(),
         a.batch,
@@ -95,54 +98,79 @@ fn main() -> anyhow::Result<()> {
         a.batch.div_ceil(a.lanes)
     );
 
-    let (mut best_local, mut best_remote) = (f64::INFINITY, f64::INFINITY);
-    let (mut local_emd, mut remote_emd) = (0.0, 0.0);
+    // Sides: 0 in-process, 1 WebSocket, 2 gRPC.
+    let names = ["in-process", "websocket", "grpc"];
+    let mut best = [f64::INFINITY; 3];
+    let mut emd = [f64::NAN; 3];
     for rep in 0..a.repeats {
-        let t = Instant::now();
-        let options = LocalOptions {
-            batch: a.batch as usize,
-            threads: a.threads,
-        };
-        let agg = run_local(
-            &loaded.spec,
-            &clips,
-            &mut ReplayAgent::new(),
-            &options,
-            &mut |_, _, _| {},
-        )?;
-        let local = t.elapsed().as_secs_f64();
-        local_emd = agg.aggregated().get("emd").map_or(f64::NAN, |s| s.mean);
-
-        let t = Instant::now();
-        let mut cfg = ClientConfig::new(
-            &url,
-            token,
-            Mode::Submission {
-                benchmark: a.benchmark.clone(),
-                submission_id: None,
-            },
-        );
-        cfg.encoding = Encoding::Binary;
-        let summary = client::run_blocking(&cfg, &mut ReplayAgent::new(), &mut |_| {})?;
-        let remote = t.elapsed().as_secs_f64();
-        let emds: Vec<f64> = summary
-            .episodes
-            .iter()
-            .filter_map(|e| e.metrics.get("emd").copied())
-            .collect();
-        remote_emd = emds.iter().sum::<f64>() / emds.len() as f64;
+        let mut times = [0.0; 3];
+        for k in 0..3 {
+            let side = (rep + k) % 3;
+            let t = Instant::now();
+            emd[side] = if side == 0 {
+                let options = LocalOptions {
+                    batch: a.batch as usize,
+                    threads: a.threads,
+                };
+                let agg = run_local(
+                    &loaded.spec,
+                    &clips,
+                    &mut ReplayAgent::new(),
+                    &options,
+                    &mut |_, _, _| {},
+                )?;
+                agg.aggregated().get("emd").map_or(f64::NAN, |s| s.mean)
+            } else {
+                let url = if side == 1 { &ws_url } else { &grpc_url };
+                let mut cfg = ClientConfig::new(
+                    url,
+                    token,
+                    Mode::Submission {
+                        benchmark: a.benchmark.clone(),
+                        submission_id: None,
+                    },
+                );
+                cfg.encoding = Encoding::Binary;
+                let summary = client::run_blocking(&cfg, &mut ReplayAgent::new(), &mut |_| {})?;
+                let emds: Vec<f64> = summary
+                    .episodes
+                    .iter()
+                    .filter_map(|e| e.metrics.get("emd").copied())
+                    .collect();
+                emds.iter().sum::<f64>() / emds.len() as f64
+            };
+            times[side] = t.elapsed().as_secs_f64();
+            best[side] = best[side].min(times[side]);
+        }
         println!(
-            "  run {}: in-process {local:.3} s, remote {remote:.3} s, ratio {:.3}",
+            "  run {}: in-process {:.3} s, websocket {:.3} s, grpc {:.3} s; grpc/websocket {:.3}",
             rep + 1,
-            remote / local
+            times[0],
+            times[1],
+            times[2],
+            times[2] / times[1]
         );
-        best_local = best_local.min(local);
-        best_remote = best_remote.min(remote);
     }
     println!(
-        "best of {}: in-process {best_local:.3} s, remote {best_remote:.3} s, remote/in-process = {:.3} (emd mean {local_emd:.6} vs {remote_emd:.6})",
+        "best of {}: {}",
         a.repeats,
-        best_remote / best_local
+        names
+            .iter()
+            .zip(&best)
+            .map(|(n, t)| format!("{n} {t:.3} s"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
+        "ratios (best of {}): websocket/in-process = {:.3}, grpc/in-process = {:.3}, grpc/websocket = {:.3}",
+        a.repeats,
+        best[1] / best[0],
+        best[2] / best[0],
+        best[2] / best[1]
+    );
+    println!(
+        "emd mean: in-process {:.6}, websocket {:.6}, grpc {:.6}",
+        emd[0], emd[1], emd[2]
     );
 
     // Round trip per control step: one episode, one lane.
@@ -157,9 +185,13 @@ fn main() -> anyhow::Result<()> {
         "round trip per control step, one episode ({} of {:.1} s):",
         motion.name, duration
     );
-    for (name, encoding) in [("json", Encoding::Json), ("binary", Encoding::Binary)] {
+    for (name, url, encoding) in [
+        ("ws json", &ws_url, Encoding::Json),
+        ("ws binary", &ws_url, Encoding::Binary),
+        ("grpc", &grpc_url, Encoding::Binary),
+    ] {
         let mut cfg = ClientConfig::new(
-            &url,
+            url,
             token,
             Mode::Practice {
                 benchmark: a.benchmark.clone(),
@@ -184,7 +216,7 @@ fn main() -> anyhow::Result<()> {
             .collect();
         gaps.sort_by(f64::total_cmp);
         println!(
-            "  {name:<6} p50 {:.3} ms  p99 {:.3} ms  ({} steps; includes one physics step of 4 substeps)",
+            "  {name:<9} p50 {:.3} ms  p99 {:.3} ms  ({} steps; includes one physics step of 4 substeps)",
             quantile(&gaps, 0.5),
             quantile(&gaps, 0.99),
             gaps.len()

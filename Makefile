@@ -24,13 +24,15 @@ run: deps
 	cargo run --release --quiet -p arena-server --bin arena -- demo
 
 # A throwaway PostgreSQL (scripts/postgres.sh) serves the storage tests' PostgreSQL half; it is
-# stopped and deleted whatever the tests do, and the recipe keeps cargo test's exit status.
+# stopped and deleted whatever the tests do, and the recipe keeps the tests' exit status. The
+# Python SDK's tests run after cargo test, which builds the arena binary they start.
 test: deps
 	status=0; \
 	bash scripts/postgres.sh start || status=$$?; \
 	if [ $$status -eq 0 ]; then \
 		ARENA_TEST_DATABASE_URL=postgres://postgres@127.0.0.1:54329/arena_test ARENA_REQUIRE_POSTGRES=1 \
 		ARENA_PYTHON=$(CURDIR)/$(PYTHON) cargo test --workspace --release || status=$$?; \
+		ARENA_BIN=$(CURDIR)/target/release/arena $(PYTHON) -m pytest -q sdk/python/tests || status=$$?; \
 	fi; \
 	bash scripts/postgres.sh stop; \
 	exit $$status

@@ -5,8 +5,9 @@ transport or encoding, so an agent never touches protobuf or JSON."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping, Optional, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -47,7 +48,7 @@ class EpisodeSpec:
     action_scale: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
-    def layout(self) -> "ObservationLayout":
+    def layout(self) -> ObservationLayout:
         return ObservationLayout(self.observations)
 
 
@@ -67,7 +68,7 @@ class EpisodeInfo:
     #: 1 on the first run; higher when re-run after a lost connection.
     attempt: int
     #: The whole reference motion (frames x 36, float64) when the benchmark reveals it, else None.
-    reference: Optional[np.ndarray] = None
+    reference: np.ndarray | None = None
     reference_fps: float = 0.0
 
 
@@ -108,7 +109,7 @@ class ObservationLayout:
         except KeyError:
             raise KeyError(f"no observation group {name!r} (the session has: {', '.join(self._slices)})") from None
 
-    def get(self, name: str) -> Optional[slice]:
+    def get(self, name: str) -> slice | None:
         return self._slices.get(name)
 
     def __contains__(self, name: object) -> bool:
@@ -172,6 +173,12 @@ class Agent:
 
     def end(self, result: EpisodeEnd) -> None:
         """An episode is over (status, reason, steps, metrics)."""
+
+
+class SupportsAct(Protocol):
+    """What `run` needs of an agent: `act` (the other hooks of `Agent` are looked up if present)."""
+
+    def act(self, batch: Batch) -> Any: ...
 
 
 def agent_name(agent: object) -> str:

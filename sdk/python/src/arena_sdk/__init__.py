@@ -1,0 +1,67 @@
+"""Python SDK of MimicArena: run a humanoid motion-tracking agent against an arena server.
+
+    import arena_sdk
+
+    class MyAgent(arena_sdk.Agent):
+        def act(self, batch):
+            return numpy.zeros((len(batch), 29), numpy.float32)
+
+    summary = arena_sdk.run(MyAgent(), "http://127.0.0.1:8080", token, benchmark="g1-smoke")
+
+docs/sdk-python.md has the details; docs/protocol.md the protocol underneath.
+"""
+
+from .agent import (
+    REFERENCE_FRAME_SIZE,
+    REFERENCE_GROUP,
+    Agent,
+    Batch,
+    EpisodeEnd,
+    EpisodeInfo,
+    EpisodeSpec,
+    ObservationGroup,
+    ObservationLayout,
+    SupportsAct,
+)
+from .client import (
+    PROTOCOL_VERSION,
+    Connected,
+    EpisodesStarted,
+    Event,
+    PracticeEpisode,
+    Reconnecting,
+    RunSummary,
+    ServerError,
+    run,
+)
+from .errors import FATAL_CODES, AgentError, ArenaError, ProtocolError, RefusedError, UnreachableError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "FATAL_CODES",
+    "PROTOCOL_VERSION",
+    "REFERENCE_FRAME_SIZE",
+    "REFERENCE_GROUP",
+    "Agent",
+    "AgentError",
+    "ArenaError",
+    "Batch",
+    "Connected",
+    "EpisodeEnd",
+    "EpisodeInfo",
+    "EpisodeSpec",
+    "EpisodesStarted",
+    "Event",
+    "ObservationGroup",
+    "ObservationLayout",
+    "PracticeEpisode",
+    "ProtocolError",
+    "Reconnecting",
+    "RefusedError",
+    "RunSummary",
+    "ServerError",
+    "SupportsAct",
+    "UnreachableError",
+    "run",
+]

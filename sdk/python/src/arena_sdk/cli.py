@@ -1,0 +1,257 @@
+"""`arena-agent`: runs an Agent class against a server from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import logging
+import math
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO, cast
+
+from .agent import EpisodeEnd, SupportsAct
+from .client import Connected, Event, Reconnecting, RunSummary, ServerError, run
+from .errors import ArenaError
+from .transports import resolve_endpoint
+
+#: Metrics shown in the progress lines and the summary table when the benchmark computes them.
+KEY_METRICS = ("emd", "mpjpe_l", "success")
+
+DESCRIPTION = """\
+Run a MimicArena agent against an arena server: a scored submission of a benchmark (default),
+or a practice session on chosen motions (--practice). The agent is a class with
+act(batch) -> actions (see arena_sdk.Agent), named as MODULE:CLASS, where MODULE is an
+importable module (the current directory is importable) or a path to a .py file; the class is
+instantiated with no arguments.
+
+Prints one line per finished episode and a summary table; exits 0 when the run ended normally,
+1 on an error (refused session, unreachable server, invalid actions), 2 on bad arguments.
+"""
+
+EPILOG = """\
+examples:
+  arena-agent examples/replay_agent.py:ReplayAgent --server http://127.0.0.1:8080 \\
+      --token "$ARENA_TOKEN" --benchmark g1-smoke
+  arena-agent my_pkg.policy:Policy --transport grpc --practice squat --practice arm_wave
+  arena-agent my_agent.py:MyAgent --submission-id sub-0123456789abcdef   # resume / attach
+
+--server takes the server's base URL (both transports), or an explicit
+ws://HOST:PORT/api/v1/agent or grpc://HOST:PORT.
+"""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # The progress display prints reconnects and server errors itself; the SDK's own log lines
+    # (the same at WARNING level) only with --verbose.
+    logging.getLogger("arena_sdk").setLevel(logging.INFO if args.verbose else logging.ERROR)
+    _check_arguments(parser, args)
+    try:
+        agent = load_agent(args.agent)
+    except Exception as e:
+        print(f"arena-agent: cannot load agent {args.agent!r}: {e}", file=sys.stderr)
+        return 2
+    progress = _Progress(sys.stdout, len(args.practice) if args.practice else 0)
+    try:
+        summary = run(
+            agent,
+            args.server,
+            args.token,
+            benchmark=args.benchmark,
+            transport=args.transport,
+            phase=args.phase,
+            practice=args.practice,
+            submission_id=args.submission_id,
+            agent_name=args.agent_name,
+            max_batch=args.max_batch,
+            encoding=args.encoding,
+            max_reconnects=args.max_reconnects,
+            on_event=progress,
+        )
+    except ArenaError as e:
+        print(f"arena-agent: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("arena-agent: interrupted", file=sys.stderr)
+        return 130
+    print_summary(summary, sys.stdout)
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="arena-agent",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("agent", metavar="MODULE:CLASS", help="the agent class, e.g. my_agent.py:MyAgent or pkg.mod:Agent")
+    p.add_argument(
+        "--server",
+        default=os.environ.get("ARENA_SERVER", "http://127.0.0.1:8080"),
+        help="server URL (default: $ARENA_SERVER or %(default)s)",
+    )
+    p.add_argument("--token", default=os.environ.get("ARENA_TOKEN"), help="team token (default: $ARENA_TOKEN)")
+    p.add_argument("--benchmark", default="", help="benchmark to run, e.g. g1-smoke")
+    p.add_argument("--transport", choices=("ws", "grpc"), default=None, help="default: from the URL's scheme, else ws")
+    p.add_argument("--phase", help="challenge phase to submit to (its benchmark applies)")
+    p.add_argument("--submission-id", help="attach to an existing submission (created over REST, or unfinished)")
+    p.add_argument(
+        "--practice",
+        metavar="MOTION",
+        action="append",
+        help="practise this motion (whole clip) instead of submitting; repeat for several",
+    )
+    p.add_argument("--agent-name", help="name shown on results and leaderboards (default: the class name)")
+    p.add_argument("--max-batch", type=int, default=0, help="largest batch per request (default: the server's)")
+    p.add_argument(
+        "--encoding", choices=("binary", "json"), default="binary", help="WebSocket frames (default: %(default)s)"
+    )
+    p.add_argument(
+        "--max-reconnects", type=int, default=10, help="failed connections in a row before giving up (default: 10)"
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="log the client's progress")
+    return p
+
+
+def _check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Usage errors (exit status 2) before anything is loaded or connected."""
+    if not args.token:
+        parser.error("--token is required (or set ARENA_TOKEN)")
+    try:
+        endpoint = resolve_endpoint(args.server, args.transport)
+    except ValueError as e:
+        parser.error(str(e))
+    if args.encoding == "json" and endpoint.transport == "grpc":
+        parser.error("--encoding json is for WebSocket only; gRPC always carries protobuf")
+    if not (args.benchmark or args.phase or args.submission_id):
+        parser.error("give --benchmark, --phase or --submission-id")
+    if args.practice and args.submission_id:
+        parser.error("--practice and --submission-id exclude each other")
+
+
+def load_agent(spec: str) -> SupportsAct:
+    """Instantiates `MODULE:CLASS`; MODULE is a dotted module name or a path to a .py file."""
+    module_name, sep, attr = spec.rpartition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError("expected MODULE:CLASS, e.g. my_agent.py:MyAgent")
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    path = Path(module_name)
+    if module_name.endswith(".py") or os.sep in module_name:
+        if not path.is_file():
+            raise FileNotFoundError(f"no file {module_name}")
+        # The file's folder is importable too, so the agent can import modules next to it.
+        sys.path.insert(0, str(path.resolve().parent))
+        name = path.stem
+        module_spec = importlib.util.spec_from_file_location(name, path)
+        assert module_spec is not None and module_spec.loader is not None
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[name] = module
+        module_spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(module_name)
+    factory = module
+    for part in attr.split("."):
+        factory = getattr(factory, part)
+    if not callable(factory):
+        raise TypeError(f"{attr} in {module_name} is not a class")
+    agent = factory()
+    if not callable(getattr(agent, "act", None)):
+        raise TypeError(f"{attr}() has no act(batch) method")
+    return cast(SupportsAct, agent)
+
+
+class _Progress:
+    """Prints a line per episode end and notable events."""
+
+    def __init__(self, out: TextIO, practice_total: int) -> None:
+        self.out = out
+        self.total = practice_total
+        self.done = 0
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, Connected):
+            if event.submission_id:
+                self.total = event.episodes_total
+                self.done = event.episodes_total - event.episodes_remaining
+                print(
+                    f"connected: submission {event.submission_id} of {event.benchmark}: "
+                    f"{event.episodes_remaining} of {event.episodes_total} episodes to run",
+                    file=self.out,
+                )
+            else:
+                print(f"connected: practice session on {event.benchmark}", file=self.out)
+        elif isinstance(event, EpisodeEnd):
+            self.done += 1
+            count = f"[{self.done}/{self.total}]" if self.total else f"[{self.done}]"
+            print(f"{count} {_describe(event)}", file=self.out)
+        elif isinstance(event, Reconnecting):
+            print(
+                f"connection lost ({event.error}); reconnecting in {event.delay_s:.1f} s (attempt {event.attempt})",
+                file=sys.stderr,
+            )
+        elif isinstance(event, ServerError):
+            print(f"server error: {event.code}: {event.message}", file=sys.stderr)
+        self.out.flush()
+
+
+def _describe(e: EpisodeEnd) -> str:
+    text = f"episode {e.episode_id}{' ' + e.motion if e.motion else ''}: {e.status}, {e.steps} steps"
+    metrics = [f"{k} {_fmt(e.metrics[k])}" for k in KEY_METRICS if k in e.metrics]
+    if metrics:
+        text += ", " + ", ".join(metrics)
+    if e.reason:
+        text += f" ({e.reason})"
+    return text
+
+
+def _fmt(value: float) -> str:
+    return "nan" if math.isnan(value) else f"{value:.4f}"
+
+
+def print_summary(summary: RunSummary, out: TextIO) -> None:
+    """The episodes as a table (sorted by episode id), then totals."""
+    episodes = sorted(summary.episodes, key=lambda e: e.episode_id)
+    metrics = [k for k in KEY_METRICS if any(k in e.metrics for e in episodes)]
+    header = ["episode", "motion", "status", "steps", *metrics]
+    rows = [
+        [
+            str(e.episode_id),
+            e.motion or "-",
+            e.status,
+            str(e.steps),
+            *(_fmt(e.metrics[k]) if k in e.metrics else "-" for k in metrics),
+        ]
+        for e in episodes
+    ]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    print(file=out)
+    for r in [header, *rows]:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip(), file=out)
+    statuses: dict[str, int] = {}
+    for e in episodes:
+        statuses[e.status] = statuses.get(e.status, 0) + 1
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) or "no episodes"
+    what = (
+        f"submission {summary.submission_id} {summary.submission_status}".rstrip()
+        if summary.submission_id
+        else "practice"
+    )
+    line = f"{what}: {len(episodes)} episodes ({counts})"
+    scored = [e.metrics["emd"] for e in episodes if "emd" in e.metrics and not math.isnan(e.metrics["emd"])]
+    if scored:
+        line += f", mean emd {sum(scored) / len(scored):.4f}"
+    if summary.reconnects:
+        line += f", {summary.reconnects} reconnects"
+    print(line, file=out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,490 @@
+"""The session logic, the same on every transport: `run` connects, runs a submission or a practice
+session with an `Agent`, answers heartbeats, and reconnects with exponential backoff after a lost
+connection (a submission resumes where it stopped: the server re-runs only unfinished episodes).
+Mirrors the Rust SDK's client (sdk/src/client.rs)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ._proto import arena_pb2 as pb
+from .agent import (
+    REFERENCE_FRAME_SIZE,
+    Batch,
+    EpisodeEnd,
+    EpisodeInfo,
+    EpisodeSpec,
+    ObservationGroup,
+    ObservationLayout,
+    SupportsAct,
+    check_actions,
+)
+from .agent import agent_name as _agent_name
+from .errors import FATAL_CODES, ProtocolError, RefusedError, UnreachableError
+from .transports import ConnectionLost, Endpoint, Transport, open_transport, resolve_endpoint
+
+log = logging.getLogger("arena_sdk")
+
+PROTOCOL_VERSION = 1
+
+
+@dataclass(frozen=True)
+class PracticeEpisode:
+    """An episode to request in practice mode (`ResetEpisode`)."""
+
+    motion: str
+    #: Start time within the motion, seconds.
+    start_s: float = 0.0
+    #: Episode length, seconds (0 = to the end of the motion).
+    duration_s: float = 0.0
+    #: Seed of domain randomisation and observation noise.
+    seed: int = 0
+
+
+# Events passed to `run(on_event=...)`, for progress displays and logs.
+
+
+@dataclass(frozen=True)
+class Connected:
+    """A session started (again, after a reconnect)."""
+
+    session_id: str
+    #: Empty in practice mode.
+    submission_id: str
+    benchmark: str
+    episodes_total: int
+    episodes_remaining: int
+    spec: EpisodeSpec
+
+
+@dataclass(frozen=True)
+class EpisodesStarted:
+    episodes: list[EpisodeInfo]
+
+
+@dataclass(frozen=True)
+class ServerError:
+    """An Error the server sent; the session goes on (or is retried, before Connected)."""
+
+    code: str
+    message: str
+    step: int = 0
+
+
+@dataclass(frozen=True)
+class Reconnecting:
+    attempt: int
+    delay_s: float
+    error: str
+
+
+Event = Connected | EpisodesStarted | EpisodeEnd | ServerError | Reconnecting
+
+
+@dataclass
+class RunSummary:
+    """The outcome of `run`."""
+
+    #: Empty in practice mode.
+    submission_id: str = ""
+    #: The submission's status when the last session ended (e.g. "COMPLETED"); "" in practice.
+    submission_status: str = ""
+    benchmark: str = ""
+    #: Every EpisodeEnd received, in arrival order, from every connection.
+    episodes: list[EpisodeEnd] = field(default_factory=list)
+    reconnects: int = 0
+
+
+PracticeSpec = PracticeEpisode | str | Mapping[str, object]
+
+
+def run(
+    agent: SupportsAct,
+    url: str,
+    token: str,
+    *,
+    benchmark: str = "",
+    transport: str | None = None,
+    phase: str | None = None,
+    practice: Iterable[PracticeSpec] | None = None,
+    submission_id: str | None = None,
+    agent_name: str | None = None,
+    max_batch: int = 0,
+    encoding: str = "binary",
+    max_reconnects: int = 10,
+    on_event: Callable[[Event], None] | None = None,
+    initial_backoff_s: float = 0.2,
+    max_backoff_s: float = 5.0,
+    connect_timeout_s: float = 10.0,
+) -> RunSummary:
+    """Runs a submission (or, with `practice`, a practice session) with `agent` until it is over.
+
+    url: the server's base URL `http://host:port` (either transport), or an explicit
+        `ws://host:port/api/v1/agent` / `grpc://host:port`.
+    transport: "ws" or "grpc"; None = the URL's scheme, else "ws".
+    benchmark / phase: what to run (a phase implies its benchmark). submission_id: attach to an
+        existing submission (created over REST, or left unfinished) instead of starting one.
+    practice: episodes to request instead of submitting: `PracticeEpisode`s, motion names, or
+        mappings with the same keys. Nothing is stored or ranked.
+    encoding: WebSocket frames, "binary" (protobuf) or "json"; gRPC is always protobuf.
+    max_reconnects: consecutive failed connections before UnreachableError.
+
+    Returns when the submission is complete or every practice episode has ended. Raises
+    RefusedError (bad token, unknown benchmark, quota, ...), UnreachableError, ProtocolError, or
+    AgentError when the agent returns invalid actions; exceptions of the agent propagate.
+    """
+    endpoint = resolve_endpoint(url, transport)
+    if encoding not in ("binary", "json"):
+        raise ValueError(f"encoding must be 'binary' or 'json', got {encoding!r}")
+    if encoding == "json" and endpoint.transport == "grpc":
+        raise ValueError("encoding='json' is for WebSocket only; gRPC always carries protobuf")
+    episodes = None if practice is None else [_practice_episode(p) for p in practice]
+    if episodes is not None and not episodes:
+        raise ValueError("practice: give at least one episode")
+    if episodes is not None and submission_id:
+        raise ValueError("practice and submission_id exclude each other")
+    if not (benchmark or phase or submission_id):
+        raise ValueError("give a benchmark, a phase or a submission_id")
+    runner = _Runner(
+        agent=agent,
+        endpoint=endpoint,
+        token=token,
+        benchmark=benchmark,
+        phase=phase or "",
+        practice=episodes,
+        submission_id=submission_id or "",
+        agent_name=agent_name or _agent_name(agent),
+        max_batch=max_batch,
+        encoding=encoding,
+        on_event=on_event or (lambda event: None),
+        connect_timeout_s=connect_timeout_s,
+    )
+    failures = 0
+    backoff = initial_backoff_s
+    while True:
+        seen = len(runner.summary.episodes)
+        lost = runner.session()
+        if lost is None:
+            return runner.summary
+        # Progress since the last failure resets the backoff.
+        if len(runner.summary.episodes) > seen:
+            failures = 0
+            backoff = initial_backoff_s
+        failures += 1
+        if failures > max_reconnects:
+            raise UnreachableError(failures, lost)
+        runner.on_event(Reconnecting(failures, backoff, lost))
+        log.warning("connection lost (%s); reconnecting in %.1f s (attempt %d)", lost, backoff, failures)
+        time.sleep(backoff)
+        backoff = min(backoff * 2, max_backoff_s)
+        runner.summary.reconnects += 1
+
+
+def _practice_episode(p: PracticeSpec) -> PracticeEpisode:
+    if isinstance(p, PracticeEpisode):
+        return p
+    if isinstance(p, str):
+        return PracticeEpisode(p)
+    return PracticeEpisode(**p)  # type: ignore[arg-type]
+
+
+class _Runner:
+    """State that survives reconnects, and one session per `session()` call."""
+
+    def __init__(
+        self,
+        *,
+        agent: SupportsAct,
+        endpoint: Endpoint,
+        token: str,
+        benchmark: str,
+        phase: str,
+        practice: list[PracticeEpisode] | None,
+        submission_id: str,
+        agent_name: str,
+        max_batch: int,
+        encoding: str,
+        on_event: Callable[[Event], None],
+        connect_timeout_s: float,
+    ) -> None:
+        self.agent = agent
+        self.endpoint = endpoint
+        self.token = token
+        self.benchmark = benchmark
+        self.phase = phase
+        self.agent_name = agent_name
+        self.max_batch = max_batch
+        self.encoding = encoding
+        self.on_event = on_event
+        self.connect_timeout_s = connect_timeout_s
+        # Practice: the episodes asked for, and the indices of those that ended (the others
+        # are requested again after a reconnect).
+        self.practice = practice
+        self.practice_done: set[int] = set()
+        self.summary = RunSummary(submission_id=submission_id, benchmark=benchmark)
+        # Motion of each episode id, to label EpisodeEnds (ids are stable within a submission).
+        self.motions: dict[int, str] = {}
+
+    def session(self) -> str | None:
+        """One connection: None when the run is over, else why the connection was lost."""
+        connect = pb.Envelope()
+        connect.connect.protocol_version = PROTOCOL_VERSION
+        connect.connect.agent_name = self.agent_name
+        connect.connect.token = self.token
+        connect.connect.mode = "practice" if self.practice is not None else "submission"
+        connect.connect.benchmark = self.benchmark
+        connect.connect.submission_id = self.summary.submission_id
+        connect.connect.max_batch = self.max_batch
+        connect.connect.phase = self.phase
+        try:
+            connection = open_transport(self.endpoint, self.encoding, self.connect_timeout_s)
+        except ConnectionLost as e:
+            return str(e)
+        try:
+            connection.send(connect)
+            return _Session(self, connection).serve()
+        except ConnectionLost as e:
+            return str(e)
+        finally:
+            connection.close()
+
+
+class _Session:
+    """One connection's session: dispatches the server's messages until it ends."""
+
+    def __init__(self, runner: _Runner, connection: Transport) -> None:
+        self.runner = runner
+        self.connection = connection
+        self.layout: ObservationLayout | None = None
+        self.action_size = 0
+        self.heartbeat_every = 30.0
+        self.silence_limit = 60.0
+        now = time.monotonic()
+        self.last_heard = now
+        self.last_sent = now
+        # Practice: indices (in runner.practice) of the episodes requested on this connection,
+        # in order: episode ids count the accepted requests (a refused one ends the run).
+        self.requested: list[int] = []
+
+    def send(self, envelope: pb.Envelope) -> None:
+        self.connection.send(envelope)
+        self.last_sent = time.monotonic()
+
+    def serve(self) -> str | None:
+        while True:
+            now = time.monotonic()
+            if now - self.last_sent >= self.heartbeat_every:
+                self.send(_heartbeat())
+            deadline = min(self.last_sent + self.heartbeat_every, self.last_heard + self.silence_limit)
+            envelope = self.connection.recv(max(0.01, deadline - now))
+            if envelope is None:
+                # Silence counts only when nothing is waiting: a slow `act` is not the server's.
+                if time.monotonic() - self.last_heard > self.silence_limit:
+                    return f"server silent for {self.silence_limit:g} s"
+                continue
+            self.last_heard = time.monotonic()
+            kind = envelope.WhichOneof("msg")
+            handler = getattr(self, f"on_{kind}", None) if kind else None
+            if handler is None:
+                if kind in ("connect", "reset_episode", "action"):
+                    raise ProtocolError(f"the server sent a client message ({kind})")
+                log.warning("ignoring a message this SDK does not know (%s)", kind or "empty Envelope")
+                continue
+            outcome = handler(getattr(envelope, kind))
+            if outcome is not _CONTINUE:
+                return outcome
+
+    def on_connected(self, c: pb.Connected) -> object:
+        spec = _spec(c.spec)
+        self.layout = spec.layout
+        self.action_size = spec.action_size
+        if c.heartbeat_interval_s > 0:
+            self.heartbeat_every = c.heartbeat_interval_s
+        if c.heartbeat_timeout_s > 0:
+            self.silence_limit = c.heartbeat_timeout_s
+        log.info(
+            "session %s: %s, %d of %d episodes to run",
+            c.session_id,
+            f"submission {c.submission_id}" if c.submission_id else "practice",
+            c.episodes_remaining,
+            c.episodes_total,
+        )
+        summary = self.runner.summary
+        summary.submission_id = c.submission_id
+        summary.benchmark = c.benchmark
+        configure = getattr(self.runner.agent, "configure", None)
+        if configure is not None:
+            configure(spec)
+        self.runner.on_event(
+            Connected(c.session_id, c.submission_id, c.benchmark, c.episodes_total, c.episodes_remaining, spec)
+        )
+        for index, episode in enumerate(self.runner.practice or ()):
+            if index in self.runner.practice_done:
+                continue
+            envelope = pb.Envelope()
+            r = envelope.reset_episode
+            r.motion, r.start_s, r.duration_s, r.seed = (
+                episode.motion,
+                episode.start_s,
+                episode.duration_s,
+                episode.seed,
+            )
+            self.send(envelope)
+            self.requested.append(index)
+        return _CONTINUE
+
+    def on_episode_start(self, s: pb.EpisodeStart) -> object:
+        infos = [_episode_info(e) for e in s.episodes]
+        for info in infos:
+            self.runner.motions[info.episode_id] = info.motion
+        reset = getattr(self.runner.agent, "reset", None)
+        if reset is not None:
+            reset(infos)
+        self.runner.on_event(EpisodesStarted(infos))
+        return _CONTINUE
+
+    def on_get_action(self, request: pb.GetAction) -> object:
+        if self.layout is None:
+            raise ProtocolError("GetAction before Connected")
+        observations = request.observations
+        n, d = len(observations), self.layout.size
+        ids = np.empty(n, np.uint32)
+        steps = np.empty(n, np.uint32)
+        values = np.empty((n, d), np.float32)
+        for i, o in enumerate(observations):
+            if len(o.values) != d:
+                raise ProtocolError(
+                    f"GetAction {request.step}: episode {o.episode_id} has {len(o.values)} observation values, "
+                    f"the spec says {d}"
+                )
+            ids[i] = o.episode_id
+            steps[i] = o.episode_step
+            values[i] = o.values
+        envelope = pb.Envelope()
+        answer = envelope.action
+        answer.step = request.step
+        if n:
+            batch = Batch(request.step, ids, steps, values, self.layout)
+            actions = check_actions(self.runner.agent, self.runner.agent.act(batch), batch, self.action_size)
+            for episode_id, row in zip(ids.tolist(), actions.tolist()):
+                answer.actions.add(episode_id=episode_id, values=row)
+        self.send(envelope)
+        return _CONTINUE
+
+    def on_episode_end(self, e: pb.EpisodeEnd) -> object:
+        runner = self.runner
+        end = EpisodeEnd(
+            episode_id=e.episode_id,
+            status=e.status,
+            reason=e.reason,
+            steps=e.steps,
+            metrics=dict(e.metrics),
+            motion=runner.motions.get(e.episode_id, ""),
+        )
+        hook = getattr(runner.agent, "end", None)
+        if hook is not None:
+            hook(end)
+        runner.on_event(end)
+        runner.summary.episodes.append(end)
+        if runner.practice is None:
+            return _CONTINUE
+        if e.episode_id < len(self.requested):
+            runner.practice_done.add(self.requested[e.episode_id])
+        if len(runner.practice_done) < len(runner.practice):
+            return _CONTINUE
+        bye = pb.Envelope()
+        bye.disconnect.reason = "client_done"
+        self.send(bye)
+        return None
+
+    def on_heartbeat(self, _: pb.Heartbeat) -> object:
+        self.send(_heartbeat())
+        return _CONTINUE
+
+    def on_error(self, e: pb.Error) -> object:
+        if self.layout is None:  # a refused Connect: the server closes the connection
+            if e.code in FATAL_CODES:
+                raise RefusedError(e.code, e.message, e.limit, e.resets_at)
+            if e.code == "submission_finished":
+                self.runner.summary.submission_status = "COMPLETED"
+                return None
+            # e.g. submission_busy: the old session is still being torn down.
+            self.runner.on_event(ServerError(e.code, e.message, e.step))
+            return f"{e.code}: {e.message}"
+        # A refused practice request would never produce its EpisodeEnd.
+        if self.runner.practice is not None and e.code in ("unknown_motion", "invalid_message"):
+            raise RefusedError(e.code, e.message, e.limit, e.resets_at)
+        log.warning("server error: %s: %s", e.code, e.message)
+        self.runner.on_event(ServerError(e.code, e.message, e.step))
+        return _CONTINUE
+
+    def on_disconnect(self, d: pb.Disconnect) -> object:
+        self.runner.summary.submission_status = d.submission_status
+        if d.reason in ("submission_complete", "client_done"):
+            return None
+        return f"server ended the session: {d.reason}"
+
+
+# Returned by handlers to keep the session going (None ends it, a string is a lost connection).
+_CONTINUE = object()
+
+
+def _heartbeat() -> pb.Envelope:
+    envelope = pb.Envelope()
+    envelope.heartbeat.time = time.time()
+    return envelope
+
+
+def _spec(s: pb.EpisodeSpec) -> EpisodeSpec:
+    return EpisodeSpec(
+        observations=tuple(ObservationGroup(g.name, g.size) for g in s.observations),
+        action_size=s.action_size,
+        control_hz=s.control_hz,
+        max_batch=s.max_batch,
+        max_in_flight=s.max_in_flight,
+        step_timeout_s=s.step_timeout_s,
+        default_joint_pos=np.array(s.default_joint_pos, dtype=np.float64),
+        action_scale=np.array(s.action_scale, dtype=np.float64),
+    )
+
+
+def _episode_info(e: pb.EpisodeInfo) -> EpisodeInfo:
+    reference = None
+    if e.HasField("reference"):
+        qpos = np.array(e.reference.qpos, dtype=np.float64)
+        frames = e.reference.frames
+        if qpos.size != frames * REFERENCE_FRAME_SIZE:
+            raise ProtocolError(
+                f"episode {e.episode_id}: reference of {frames} frames has {qpos.size} values, "
+                f"expected {frames * REFERENCE_FRAME_SIZE}"
+            )
+        reference = qpos.reshape(frames, REFERENCE_FRAME_SIZE)
+    return EpisodeInfo(
+        episode_id=e.episode_id,
+        motion=e.motion,
+        start_s=e.start_s,
+        duration_s=e.duration_s,
+        steps=e.steps,
+        seed=e.seed,
+        dr_level=e.dr_level,
+        attempt=e.attempt,
+        reference=reference,
+        reference_fps=e.reference.fps if reference is not None else 0.0,
+    )
+
+
+__all__ = [
+    "Connected",
+    "EpisodesStarted",
+    "Event",
+    "PracticeEpisode",
+    "Reconnecting",
+    "RunSummary",
+    "ServerError",
+    "run",
+]

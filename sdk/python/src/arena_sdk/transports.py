@@ -1,0 +1,300 @@
+"""Transports: move protocol `Envelope`s over WebSocket (binary protobuf or JSON text frames) or
+a gRPC bidirectional stream. They know nothing of the session; `client` does that. Both are
+synchronous: WebSocket through `websockets.sync`, gRPC through grpcio's blocking stream fed by a
+queue-backed request iterator and drained by a reader thread (grpcio's response iterator has no
+receive timeout, which heartbeats need)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import queue
+import threading
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from google.protobuf.message import DecodeError, Message
+
+from ._proto import arena_pb2 as pb
+from .errors import ProtocolError
+
+#: The WebSocket endpoint's path on the server.
+AGENT_PATH = "/api/v1/agent"
+
+
+class ConnectionLost(Exception):
+    """The connection failed or ended; the session may be resumed on a new one."""
+
+
+class Transport(Protocol):
+    def send(self, envelope: pb.Envelope) -> None:
+        """Sends one message; ConnectionLost when the connection is gone."""
+
+    def recv(self, timeout: float) -> pb.Envelope | None:
+        """The next message, or None after `timeout` seconds without one. ConnectionLost when
+        the connection ends; ProtocolError for a frame that cannot be decoded."""
+
+    def close(self) -> None:
+        """Ends the connection politely (idempotent)."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where and how to connect: `transport` is "ws" or "grpc"; `address` is a WebSocket URL or
+    a gRPC target (host:port)."""
+
+    transport: str
+    address: str
+    tls: bool = False
+
+
+def resolve_endpoint(url: str, transport: str | None = None) -> Endpoint:
+    """Maps a server URL to an endpoint.
+
+    `http://host:port` (the server's base URL, as `arena serve` prints it) serves both
+    transports: WebSocket at `ws://host:port/api/v1/agent`, gRPC at `host:port`. `ws://` and
+    `wss://` URLs are used as given; `grpc://host:port` (and `grpcs://` for TLS) name a gRPC
+    target. `transport` (None: from the URL, else "ws") must agree with an explicit scheme.
+    """
+    if transport not in (None, "ws", "grpc"):
+        raise ValueError(f"transport must be 'ws' or 'grpc', got {transport!r}")
+    if "://" not in url:
+        url = "http://" + url
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if not parts.netloc:
+        raise ValueError(f"no host in server URL {url!r}")
+    if scheme in ("ws", "wss", "grpc", "grpcs"):
+        implied = "ws" if scheme.startswith("ws") else "grpc"
+        if transport is not None and transport != implied:
+            raise ValueError(f"URL {url!r} is a {implied} endpoint but transport={transport!r} was asked for")
+        transport = implied
+    elif scheme not in ("http", "https"):
+        raise ValueError(f"unsupported URL scheme {scheme!r} in {url!r} (use http://, ws:// or grpc://)")
+    transport = transport or "ws"
+    tls = scheme in ("https", "wss", "grpcs")
+    if transport == "grpc":
+        if parts.path not in ("", "/"):
+            raise ValueError(f"a gRPC endpoint has no path: {url!r} (use grpc://host:port)")
+        return Endpoint("grpc", parts.netloc, tls)
+    if scheme in ("ws", "wss"):
+        return Endpoint("ws", url, tls)
+    path = parts.path.rstrip("/") + AGENT_PATH
+    return Endpoint("ws", f"{'wss' if tls else 'ws'}://{parts.netloc}{path}", tls)
+
+
+def open_transport(endpoint: Endpoint, encoding: str, open_timeout: float) -> Transport:
+    """Opens a connection; ConnectionLost if it cannot be made (worth retrying)."""
+    if endpoint.transport == "grpc":
+        return GrpcTransport(endpoint.address, endpoint.tls, open_timeout)
+    return WebSocketTransport(endpoint.address, encoding, open_timeout)
+
+
+class WebSocketTransport:
+    """One WebSocket connection; the encoding of the first frame (Connect) is the session's."""
+
+    def __init__(self, url: str, encoding: str, open_timeout: float) -> None:
+        from websockets.exceptions import InvalidHandshake, InvalidURI
+        from websockets.sync.client import connect
+
+        self._binary = encoding == "binary"
+        # Entered as a context manager, as websockets >= 17 asks (closed by close()).
+        self._stack = contextlib.ExitStack()
+        try:
+            self._ws = self._stack.enter_context(
+                connect(
+                    url,
+                    open_timeout=open_timeout,
+                    close_timeout=2,
+                    max_size=None,  # revealed references and large batches exceed websockets' 1 MiB
+                    compression=None,  # the server does not negotiate it
+                    ping_interval=None,  # liveness is the protocol's heartbeats
+                )
+            )
+        except InvalidURI as e:
+            raise ValueError(str(e)) from e
+        except (OSError, TimeoutError, InvalidHandshake) as e:  # refused, DNS, HTTP status
+            raise ConnectionLost(f"connecting to {url}: {e}") from e
+
+    def send(self, envelope: pb.Envelope) -> None:
+        from websockets.exceptions import ConnectionClosed
+
+        frame: Any = envelope.SerializeToString() if self._binary else envelope_to_json(envelope)
+        try:
+            self._ws.send(frame)
+        except ConnectionClosed as e:
+            raise ConnectionLost(f"sending to the server: {e}") from e
+
+    def recv(self, timeout: float) -> pb.Envelope | None:
+        from websockets.exceptions import ConnectionClosed
+
+        try:
+            frame = self._ws.recv(timeout=timeout)
+        except TimeoutError:
+            return None
+        except ConnectionClosed as e:
+            raise ConnectionLost(f"server closed the connection ({e})") from e
+        if isinstance(frame, str):
+            return envelope_from_json(frame)
+        envelope = pb.Envelope()
+        try:
+            envelope.ParseFromString(frame)
+        except DecodeError as e:
+            raise ProtocolError(f"undecodable binary frame from the server: {e}") from e
+        return envelope
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+class _Closed:
+    """Queue marker: the response stream ended."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+class GrpcTransport:
+    """One `arena.v1.AgentGateway/Session` call on its own channel."""
+
+    def __init__(self, target: str, tls: bool, open_timeout: float) -> None:
+        import grpc
+
+        from ._proto.arena_pb2_grpc import AgentGatewayStub
+
+        self._grpc = grpc
+        options = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+        if tls:
+            self._channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(), options=options)
+        else:
+            self._channel = grpc.insecure_channel(target, options=options)
+        try:
+            grpc.channel_ready_future(self._channel).result(timeout=open_timeout)
+        except grpc.FutureTimeoutError as e:
+            self._channel.close()
+            raise ConnectionLost(f"connecting to {target}: no gRPC connection within {open_timeout:g} s") from e
+        self._requests: queue.SimpleQueue[pb.Envelope | None] = queue.SimpleQueue()
+        self._responses: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._closed = False
+        self._call = AgentGatewayStub(self._channel).Session(self._outgoing())
+        self._reader = threading.Thread(target=self._read, name="arena-grpc-reader", daemon=True)
+        self._reader.start()
+
+    def _outgoing(self):  # the request stream; None ends it (half-close)
+        while True:
+            envelope = self._requests.get()
+            if envelope is None:
+                return
+            yield envelope
+
+    def _read(self) -> None:
+        try:
+            for envelope in self._call:
+                self._responses.put(envelope)
+            self._responses.put(_Closed("server closed the stream"))
+        except self._grpc.RpcError as e:
+            code = e.code() if hasattr(e, "code") else None
+            details = e.details() if hasattr(e, "details") else str(e)
+            self._responses.put(_Closed(f"gRPC stream failed: {getattr(code, 'name', code)}: {details}"))
+
+    def send(self, envelope: pb.Envelope) -> None:
+        if self._closed:
+            raise ConnectionLost("the gRPC stream is closed")
+        self._requests.put(envelope)
+
+    def recv(self, timeout: float) -> pb.Envelope | None:
+        try:
+            item = self._responses.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if isinstance(item, _Closed):
+            self._closed = True
+            raise ConnectionLost(item.reason)
+        return item
+
+    def close(self) -> None:
+        if getattr(self, "_call", None) is None:
+            return
+        self._requests.put(None)  # ends the request stream; the server then ends the session
+        self._reader.join(timeout=2)
+        self._call.cancel()
+        self._channel.close()
+        self._call = None
+
+
+# JSON text frames: the message's fields by their schema names plus "type" (docs/protocol.md §4).
+# Not protobuf's canonical JSON mapping, so json_format does not apply; the schema's descriptors
+# drive a small converter instead.
+
+
+def envelope_to_json(envelope: pb.Envelope) -> str:
+    kind = envelope.WhichOneof("msg")
+    if kind is None:
+        raise ValueError("an Envelope with no message set")
+    body = {"type": kind}
+    body.update(_message_to_dict(getattr(envelope, kind)))
+    return json.dumps(body, allow_nan=False, separators=(",", ":"))
+
+
+def envelope_from_json(text: str) -> pb.Envelope:
+    try:
+        body = json.loads(text)
+    except ValueError as e:
+        raise ProtocolError(f"undecodable JSON frame from the server: {e}") from e
+    if not isinstance(body, dict) or not isinstance(body.get("type"), str):
+        raise ProtocolError(f'a JSON frame from the server without a "type": {text[:200]}')
+    envelope = pb.Envelope()
+    kind = body.pop("type")
+    if kind not in pb.Envelope.DESCRIPTOR.fields_by_name:
+        return envelope  # a message this SDK does not know: left empty, the client skips it
+    message = getattr(envelope, kind)
+    message.SetInParent()
+    try:
+        _fill(message, body)
+    except (TypeError, ValueError, AttributeError) as e:
+        raise ProtocolError(f"invalid {kind} from the server: {e}") from e
+    return envelope
+
+
+def _message_to_dict(message: Message) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for field in message.DESCRIPTOR.fields:
+        value = getattr(message, field.name)
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            out[field.name] = dict(value)
+        elif field.is_repeated:
+            if field.message_type is not None:
+                out[field.name] = [_message_to_dict(m) for m in value]
+            else:
+                out[field.name] = list(value)
+        elif field.message_type is not None:
+            if message.HasField(field.name):  # never null: the server rejects it
+                out[field.name] = _message_to_dict(value)
+        else:
+            out[field.name] = value
+    return out
+
+
+def _fill(message: Message, body: dict[str, Any]) -> None:
+    fields = message.DESCRIPTOR.fields_by_name
+    for name, value in body.items():
+        field = fields.get(name)
+        if field is None or value is None:  # unknown fields are ignored; null means absent
+            continue
+        target = getattr(message, name)
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            for key, item in value.items():  # metric maps: a non-finite value is written null
+                target[key] = math.nan if item is None else item
+        elif field.is_repeated:
+            if field.message_type is not None:
+                for item in value:
+                    _fill(target.add(), item)
+            else:
+                target.extend(value)
+        elif field.message_type is not None:
+            target.SetInParent()
+            _fill(target, value)
+        else:
+            setattr(message, name, value)

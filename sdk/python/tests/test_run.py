@@ -1,0 +1,441 @@
+"""`arena_sdk.run` in-process against a real server: practice over both transports, JSON over
+WebSocket, refusals, invalid agent output, reconnecting; plus the pieces that need no server."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+from conftest import EXAMPLES, Server, start_server
+
+import arena_sdk
+from arena_sdk import (
+    Agent,
+    AgentError,
+    Batch,
+    EpisodeSpec,
+    PracticeEpisode,
+    RefusedError,
+    UnreachableError,
+    run,
+)
+from arena_sdk._proto import arena_pb2 as pb
+from arena_sdk.cli import load_agent
+from arena_sdk.transports import Endpoint, envelope_from_json, envelope_to_json, resolve_endpoint
+
+
+def replay_agent() -> Agent:
+    return load_agent(f"{EXAMPLES / 'replay_agent.py'}:ReplayAgent")  # type: ignore[return-value]
+
+
+class RecordingAgent(Agent):
+    """Zero actions; records what the client gave it."""
+
+    def __init__(self) -> None:
+        self.spec: EpisodeSpec | None = None
+        self.started: list[int] = []
+        self.ended: list[int] = []
+        self.batches = 0
+
+    def configure(self, spec: EpisodeSpec) -> None:
+        self.spec = spec
+
+    def reset(self, episodes) -> None:
+        self.started += [e.episode_id for e in episodes]
+
+    def act(self, batch: Batch) -> np.ndarray:
+        self.batches += 1
+        assert batch.observations.shape == (len(batch), batch.layout.size)
+        assert batch.observations.dtype == np.float32
+        assert set(batch.episode_ids.tolist()) <= set(self.started)
+        return np.zeros((len(batch), 29), np.float32)
+
+    def end(self, result) -> None:
+        self.ended.append(result.episode_id)
+
+
+# --- practice sessions ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("transport", ["ws", "grpc"])
+def test_practice_both_transports(server: Server, team_token: str, transport: str) -> None:
+    agent = replay_agent()
+    events: list[object] = []
+    episodes = [
+        PracticeEpisode("squat", start_s=1.0, duration_s=0.1, seed=7),
+        "stand",
+        {"motion": "arm_wave", "duration_s": 0.5},
+    ]
+    summary = run(
+        agent,
+        server.http_url,
+        team_token,
+        benchmark="g1-smoke",
+        transport=transport,
+        practice=episodes,
+        on_event=events.append,
+    )
+    assert summary.submission_id == ""
+    by_motion = {e.motion: e for e in summary.episodes}
+    assert sorted(by_motion) == ["arm_wave", "squat", "stand"]
+    assert by_motion["squat"].steps == 5
+    assert by_motion["arm_wave"].steps == 25
+    assert by_motion["stand"].steps == 200
+    assert all(e.status == "completed" and "emd" in e.metrics for e in summary.episodes)
+    connected = [e for e in events if isinstance(e, arena_sdk.Connected)]
+    assert len(connected) == 1 and connected[0].benchmark == "g1-smoke"
+    spec = connected[0].spec
+    assert [g.name for g in spec.observations] == ["state", "last_action", "history_actor", "reference"]
+    assert spec.layout["reference"] == slice(465, 501)
+    assert spec.default_joint_pos.shape == (29,) and spec.action_scale.shape == (29,)
+
+
+def test_practice_explicit_urls(server: Server, team_token: str) -> None:
+    for url in (server.ws_url, server.grpc_url):
+        summary = run(
+            RecordingAgent(), url, team_token, benchmark="g1-smoke", practice=[PracticeEpisode("squat", duration_s=0.1)]
+        )
+        assert [e.status for e in summary.episodes] == ["completed"], url
+
+
+def test_json_encoding_submission(server: Server, team_token: str) -> None:
+    agent = RecordingAgent()
+    summary = run(agent, server.http_url, team_token, benchmark="g1-smoke", encoding="json", agent_name="py-json")
+    assert summary.submission_status == "COMPLETED"
+    assert sorted(e.episode_id for e in summary.episodes) == list(range(6))
+    assert sorted(agent.started) == sorted(agent.ended) == list(range(6))
+    status, body = server.request("GET", f"/api/v1/submissions/{summary.submission_id}", team_token)
+    assert status == 200 and body["status"] == "COMPLETED" and body["agent_name"] == "py-json"
+
+
+def test_replay_scores_match_over_both_encodings(server: Server, team_token: str) -> None:
+    """The same deterministic agent gets the same metrics whatever the wire format."""
+    emd = {}
+    for encoding in ("binary", "json"):
+        summary = run(
+            replay_agent(), server.http_url, team_token, benchmark="g1-smoke", encoding=encoding, practice=["squat"]
+        )
+        emd[encoding] = summary.episodes[0].metrics["emd"]
+    assert emd["binary"] == pytest.approx(emd["json"], rel=1e-9)
+
+
+def test_attach_to_a_submission_created_over_rest(server: Server, team_token: str) -> None:
+    status, created = server.request("POST", "/api/v1/submissions", team_token, {"benchmark": "g1-smoke"})
+    assert status == 201, created
+    summary = run(RecordingAgent(), server.http_url, team_token, submission_id=created["id"], transport="grpc")
+    assert (summary.submission_id, summary.submission_status) == (created["id"], "COMPLETED")
+    assert len(summary.episodes) == 6
+    # Attaching again: nothing left to run, the run ends at once.
+    again = run(RecordingAgent(), server.http_url, team_token, submission_id=created["id"])
+    assert (again.submission_status, again.episodes) == ("COMPLETED", [])
+
+
+def test_torch_template(server: Server, team_token: str) -> None:
+    """examples/torch_policy.py imports without torch, and runs when torch is installed."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("torch_policy_example", EXAMPLES / "torch_policy.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed (optional: pip install ./sdk/python[torch])")
+    summary = run(module.TorchPolicyAgent(), server.http_url, team_token, benchmark="g1-smoke", practice=["squat"])
+    assert [(e.status, e.steps) for e in summary.episodes] == [("completed", 300)]
+
+
+# --- refusals ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("transport", ["ws", "grpc"])
+def test_bad_token_is_refused(server: Server, transport: str) -> None:
+    with pytest.raises(RefusedError) as info:
+        run(RecordingAgent(), server.http_url, "at_not-a-token", benchmark="g1-smoke", transport=transport)
+    assert info.value.code == "unauthorized"
+    assert "unauthorized" in str(info.value)
+
+
+@pytest.mark.parametrize("transport", ["ws", "grpc"])
+def test_unknown_benchmark_is_refused(server: Server, team_token: str, transport: str) -> None:
+    with pytest.raises(RefusedError) as info:
+        run(RecordingAgent(), server.http_url, team_token, benchmark="no-such-benchmark", transport=transport)
+    assert info.value.code == "unknown_benchmark"
+    assert "g1-smoke" in info.value.message  # the server lists what it has
+
+
+def test_unknown_practice_motion_is_refused(server: Server, team_token: str) -> None:
+    with pytest.raises(RefusedError) as info:
+        run(RecordingAgent(), server.http_url, team_token, benchmark="g1-smoke", practice=["moonwalk"])
+    assert info.value.code == "unknown_motion"
+
+
+def test_unreachable_server() -> None:
+    started = time.monotonic()
+    with pytest.raises(UnreachableError) as info:
+        run(
+            RecordingAgent(),
+            "http://127.0.0.1:9",
+            "t",
+            benchmark="g1-smoke",
+            max_reconnects=2,
+            initial_backoff_s=0.01,
+            connect_timeout_s=1,
+        )
+    assert info.value.attempts == 3
+    assert time.monotonic() - started < 10
+
+
+# --- invalid agent output ---------------------------------------------------------------------
+
+
+class WrongShapeAgent(Agent):
+    def act(self, batch: Batch) -> np.ndarray:
+        return np.zeros((len(batch), 28), np.float32)
+
+
+class NanAgent(Agent):
+    name = "nan-agent"
+
+    def act(self, batch: Batch) -> np.ndarray:
+        actions = np.zeros((len(batch), 29))
+        actions[0, 3] = math.nan
+        return actions
+
+
+@pytest.mark.parametrize("transport", ["ws", "grpc"])
+def test_wrong_shape_actions_raise(server: Server, team_token: str, transport: str) -> None:
+    with pytest.raises(
+        AgentError, match=r"agent WrongShapeAgent: act\(\) returned shape \(1, 28\); expected \(1, 29\)"
+    ):
+        run(
+            WrongShapeAgent(),
+            server.http_url,
+            team_token,
+            benchmark="g1-smoke",
+            transport=transport,
+            practice=["squat"],
+        )
+
+
+def test_nan_actions_raise(server: Server, team_token: str) -> None:
+    with pytest.raises(AgentError, match=r"agent nan-agent: act\(\) returned a non-finite action \(episode 0, value 3"):
+        run(NanAgent(), server.http_url, team_token, benchmark="g1-smoke", practice=["squat"], encoding="json")
+
+
+def test_agent_exceptions_propagate(server: Server, team_token: str) -> None:
+    class Broken(Agent):
+        def act(self, batch: Batch) -> np.ndarray:
+            raise KeyError("my bug")
+
+    with pytest.raises(KeyError, match="my bug"):
+        run(Broken(), server.http_url, team_token, benchmark="g1-smoke", practice=["squat"])
+
+
+# --- lost connections -------------------------------------------------------------------------
+
+
+class StallOnceAgent(RecordingAgent):
+    """Stalls longer than the server's silence limit once, so the server drops the session."""
+
+    def __init__(self, stall_s: float) -> None:
+        super().__init__()
+        self.stall_s = stall_s
+
+    def act(self, batch: Batch) -> np.ndarray:
+        if self.batches == 20:
+            time.sleep(self.stall_s)
+        return super().act(batch)
+
+
+@pytest.mark.parametrize("transport", ["ws", "grpc"])
+def test_reconnect_resumes_the_submission(tmp_path, transport: str) -> None:
+    # Heartbeats every 0.2 s (the client answers them); 1 s of silence ends the session; a step
+    # deadline long enough that the stall is a lost connection, not a timed-out episode.
+    settings = ["--heartbeat-interval-s", "0.2", "--heartbeat-timeout-s", "1", "--step-timeout-s", "30"]
+    with start_server(tmp_path, *settings) as server:
+        token = server.create_team("reconnect")
+        agent = StallOnceAgent(stall_s=2.0)
+        events: list[object] = []
+        summary = run(
+            agent,
+            server.http_url,
+            token,
+            benchmark="g1-smoke",
+            transport=transport,
+            on_event=events.append,
+            initial_backoff_s=0.05,
+        )
+        assert summary.reconnects >= 1
+        assert any(isinstance(e, arena_sdk.Reconnecting) for e in events)
+        assert summary.submission_status == "COMPLETED"
+        assert sorted(e.episode_id for e in summary.episodes) == list(range(6))
+        # The interrupted episodes ran again on the new connection.
+        assert len(agent.started) > 6
+        status, body = server.request("GET", f"/api/v1/submissions/{summary.submission_id}", token)
+        assert status == 200 and body["status"] == "COMPLETED", body
+
+
+def test_phase_access_codes(tmp_path) -> None:
+    """A submission through a challenge phase, then the phase's refusals: quota (with its limit
+    and reset time), unknown phase, and its benchmark run without the phase."""
+    with start_server(tmp_path) as server:
+        status, body = server.request(
+            "POST", "/api/v1/challenges", server.admin_token, {"id": "py-sdk", "title": "SDK"}
+        )
+        if status in (404, 405):
+            pytest.skip(f"this arena binary has no challenges API (POST /api/v1/challenges: {status})")
+        assert status == 201, body
+        phase = {
+            "id": "py-dev",
+            "benchmark": "g1-smoke",
+            "starts_at": 0,
+            "ends_at": int(time.time() * 1000) + 3_600_000,
+            "max_submissions_per_day": 1,
+        }
+        status, body = server.request("POST", "/api/v1/challenges/py-sdk/phases", server.admin_token, phase)
+        assert status == 201, body
+        token = server.create_team("phased")
+        summary = run(RecordingAgent(), server.http_url, token, phase="py-dev")
+        assert summary.submission_status == "COMPLETED" and summary.benchmark == "g1-smoke"
+        with pytest.raises(RefusedError) as info:
+            run(RecordingAgent(), server.http_url, token, phase="py-dev", transport="grpc")
+        assert (info.value.code, info.value.limit) == ("quota_exceeded", 1)
+        assert info.value.resets_at.endswith("Z"), info.value.resets_at  # daily: the next UTC midnight
+        with pytest.raises(RefusedError) as info:
+            run(RecordingAgent(), server.http_url, token, phase="no-such-phase")
+        assert info.value.code == "unknown_phase"
+        with pytest.raises(RefusedError) as info:
+            run(RecordingAgent(), server.http_url, token, benchmark="g1-smoke")
+        assert info.value.code == "forbidden"
+
+
+class SilentServer:
+    """A transport whose server says Connected and then nothing at all."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+        connected = pb.Envelope()
+        connected.connected.heartbeat_interval_s = 0.05
+        connected.connected.heartbeat_timeout_s = 0.3
+        connected.connected.spec.action_size = 29
+        self.inbox = [connected]
+
+    def send(self, envelope: pb.Envelope) -> None:
+        self.sent.append(envelope.WhichOneof("msg"))
+
+    def recv(self, timeout: float) -> pb.Envelope | None:
+        if self.inbox:
+            return self.inbox.pop(0)
+        time.sleep(timeout)
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+def test_heartbeats_and_silence(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client sends a heartbeat when it has sent nothing for heartbeat_interval_s, and a server
+    silent for heartbeat_timeout_s is a lost connection (here: no reconnect allowed)."""
+    fake = SilentServer()
+    monkeypatch.setattr(arena_sdk.client, "open_transport", lambda *args: fake)
+    started = time.monotonic()
+    with pytest.raises(UnreachableError, match="server silent for 0.3 s"):
+        run(RecordingAgent(), "http://127.0.0.1:1", "t", benchmark="b", max_reconnects=0)
+    assert 0.3 <= time.monotonic() - started < 2
+    assert fake.sent[0] == "connect"
+    assert 4 <= fake.sent.count("heartbeat") <= 7, fake.sent
+
+
+def test_grpc_health_service(server: Server) -> None:
+    """The standard grpc.health.v1.Health/Check answers SERVING for the gateway (raw bytes: the
+    request is HealthCheckRequest{service}, the answer HealthCheckResponse{status = 1})."""
+    import grpc
+
+    with grpc.insecure_channel(server.addr) as channel:
+        check = channel.unary_unary("/grpc.health.v1.Health/Check")
+        service = b"arena.v1.AgentGateway"
+        for request in (b"", b"\x0a" + bytes([len(service)]) + service):
+            assert check(request, timeout=10) == b"\x08\x01"
+
+
+# --- no server needed -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url, transport, expected",
+    [
+        ("http://h:8080", None, Endpoint("ws", "ws://h:8080/api/v1/agent")),
+        ("http://h:8080/", "ws", Endpoint("ws", "ws://h:8080/api/v1/agent")),
+        ("h:8080", "grpc", Endpoint("grpc", "h:8080")),
+        ("http://h:8080", "grpc", Endpoint("grpc", "h:8080")),
+        ("https://h", None, Endpoint("ws", "wss://h/api/v1/agent", tls=True)),
+        ("ws://h:1/api/v1/agent", None, Endpoint("ws", "ws://h:1/api/v1/agent")),
+        ("grpc://h:1", None, Endpoint("grpc", "h:1")),
+        ("grpc://h:1/", "grpc", Endpoint("grpc", "h:1")),
+    ],
+)
+def test_resolve_endpoint(url: str, transport, expected: Endpoint) -> None:
+    assert resolve_endpoint(url, transport) == expected
+
+
+@pytest.mark.parametrize(
+    "url, transport",
+    [("ws://h:1/x", "grpc"), ("grpc://h:1", "ws"), ("ftp://h", None), ("http://h:1/x", "grpc"), ("http://h", "udp")],
+)
+def test_resolve_endpoint_rejects(url: str, transport) -> None:
+    with pytest.raises(ValueError):
+        resolve_endpoint(url, transport)
+
+
+def test_run_rejects_bad_arguments() -> None:
+    agent = RecordingAgent()
+    with pytest.raises(ValueError, match="json"):
+        run(agent, "grpc://h:1", "t", benchmark="b", encoding="json")
+    with pytest.raises(ValueError, match="benchmark"):
+        run(agent, "http://h:1", "t")
+    with pytest.raises(ValueError, match="practice"):
+        run(agent, "http://h:1", "t", benchmark="b", practice=[])
+
+
+def test_json_codec_round_trip() -> None:
+    text = (
+        '{"type":"episode_start","episodes":[{"episode_id":2,"motion":"squat","start_s":0.0,"duration_s":6.0,'
+        '"steps":300,"seed":16481712997681181849,"dr_level":0,"attempt":1,"reference":null,"future":1}]}'
+    )
+    envelope = envelope_from_json(text)
+    info = envelope.episode_start.episodes[0]
+    assert (info.episode_id, info.motion, info.seed, info.HasField("reference")) == (
+        2,
+        "squat",
+        16481712997681181849,
+        False,
+    )
+    end = envelope_from_json('{"type":"episode_end","episode_id":1,"status":"fell","metrics":{"emd":1.5,"x":null}}')
+    assert end.episode_end.metrics["emd"] == 1.5 and math.isnan(end.episode_end.metrics["x"])
+    action = pb.Envelope()
+    action.action.step = 3
+    action.action.actions.add(episode_id=1, values=[0.5, -1.0])
+    assert envelope_to_json(action) == '{"type":"action","step":3,"actions":[{"episode_id":1,"values":[0.5,-1.0]}]}'
+    assert envelope_from_json(envelope_to_json(action)) == action
+    # A message type this SDK does not know decodes to an empty Envelope (skipped by the client).
+    assert envelope_from_json('{"type":"something_new","x":1}').WhichOneof("msg") is None
+
+
+def test_check_actions_accepts_array_likes() -> None:
+    from arena_sdk.agent import ObservationLayout, check_actions
+
+    layout = ObservationLayout([arena_sdk.ObservationGroup("state", 2)])
+    batch = Batch(0, np.array([4, 9], np.uint32), np.zeros(2, np.uint32), np.zeros((2, 2), np.float32), layout)
+    out = check_actions(RecordingAgent(), [[0.0] * 3, [1] * 3], batch, 3)
+    assert out.dtype == np.float32 and out.flags.c_contiguous and out.shape == (2, 3)
+    with pytest.raises(AgentError, match="returned None"):
+        check_actions(RecordingAgent(), None, batch, 3)
+    with pytest.raises(AgentError, match="dtype"):
+        check_actions(RecordingAgent(), np.array([["a"] * 3] * 2), batch, 3)
+    with pytest.raises(AgentError, match=r"non-finite action \(episode 9, value 1"):
+        check_actions(RecordingAgent(), np.array([[0, 0, 0], [0, 1e300, 0]]), batch, 3)
+    assert batch.group("state").shape == (2, 2)
+    with pytest.raises(KeyError, match="state"):
+        batch.group("reference")

@@ -5,11 +5,11 @@
 
 use crate::agent::{Agent, Batch};
 use crate::episode::ObservationLayout;
+use crate::protocol::agent_gateway_client::AgentGatewayClient;
 use crate::protocol::{
     self, Action, Connect, Connected, Disconnect, Encoding, EpisodeAction, EpisodeEnd, EpisodeInfo, GetAction,
     Heartbeat, Msg, PROTOCOL_VERSION, ResetEpisode, codes,
 };
-use crate::protocol::agent_gateway_client::AgentGatewayClient;
 use futures_util::{SinkExt, StreamExt};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::net::TcpStream;
@@ -99,9 +99,15 @@ pub struct RunSummary {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    /// The server refused the session (bad token, unknown benchmark, ...): not retried.
+    /// The server refused the session (bad token, unknown benchmark, closed phase, quota
+    /// reached, ...): not retried. `limit` and `resets_at` are set for `quota_exceeded`.
     #[error("server refused the session: {code}: {message}")]
-    Refused { code: String, message: String },
+    Refused {
+        code: String,
+        message: String,
+        limit: u32,
+        resets_at: String,
+    },
     /// No connection after `max_reconnects` attempts.
     #[error("gave up after {attempts} connection attempts: {last_error}")]
     Unreachable { attempts: u32, last_error: String },
@@ -110,13 +116,28 @@ pub enum ClientError {
     Protocol(String),
 }
 
+impl ClientError {
+    fn refused(e: protocol::Error) -> Self {
+        ClientError::Refused {
+            code: e.code,
+            message: e.message,
+            limit: e.limit,
+            resets_at: e.resets_at,
+        }
+    }
+}
+
 /// Codes refusing a Connect after which reconnecting cannot help.
-const FATAL_CODES: [&str; 5] = [
+const FATAL_CODES: [&str; 9] = [
     codes::UNAUTHORIZED,
     codes::UNSUPPORTED_VERSION,
     codes::UNKNOWN_BENCHMARK,
     codes::UNKNOWN_SUBMISSION,
     codes::INVALID_MESSAGE,
+    codes::UNKNOWN_PHASE,
+    codes::PHASE_CLOSED,
+    codes::FORBIDDEN,
+    codes::QUOTA_EXCEEDED,
 ];
 
 enum SessionEnd {
@@ -221,13 +242,14 @@ enum Connection {
     },
     Grpc {
         requests: tokio::sync::mpsc::UnboundedSender<protocol::Envelope>,
-        responses: tonic::Streaming<protocol::Envelope>,
+        responses: Box<tonic::Streaming<protocol::Envelope>>,
     },
 }
 
 /// The gRPC target of a `grpc://host:port` URL (tonic dials `http://host:port`).
 fn grpc_endpoint(url: &str) -> Option<String> {
-    url.strip_prefix("grpc://").map(|rest| format!("http://{}", rest.trim_end_matches('/')))
+    url.strip_prefix("grpc://")
+        .map(|rest| format!("http://{}", rest.trim_end_matches('/')))
 }
 
 impl Connection {
@@ -247,7 +269,10 @@ impl Connection {
                 .await
                 .map_err(|e| format!("opening a gRPC session at {url}: {}", e.message()))?
                 .into_inner();
-            return Ok(Connection::Grpc { requests, responses });
+            return Ok(Connection::Grpc {
+                requests,
+                responses: Box::new(responses),
+            });
         }
         let (socket, _) = tokio_tungstenite::connect_async(url)
             .await
@@ -256,7 +281,10 @@ impl Connection {
             socket: Box::new(socket),
             encoding: config.encoding,
         };
-        connection.send(connect).await.map_err(|e| format!("sending Connect: {e}"))?;
+        connection
+            .send(connect)
+            .await
+            .map_err(|e| format!("sending Connect: {e}"))?;
         Ok(connection)
     }
 
@@ -426,10 +454,7 @@ async fn session(
             Msg::Error(e) => {
                 if layout.is_none() {
                     if FATAL_CODES.contains(&e.code.as_str()) {
-                        return Err(ClientError::Refused {
-                            code: e.code,
-                            message: e.message,
-                        });
+                        return Err(ClientError::refused(e));
                     }
                     if e.code == codes::SUBMISSION_FINISHED {
                         state.summary.submission_status = "COMPLETED".into();
@@ -443,10 +468,7 @@ async fn session(
                 if matches!(config.mode, Mode::Practice { .. })
                     && [codes::UNKNOWN_MOTION, codes::INVALID_MESSAGE].contains(&e.code.as_str())
                 {
-                    return Err(ClientError::Refused {
-                        code: e.code,
-                        message: e.message,
-                    });
+                    return Err(ClientError::refused(e));
                 }
                 tracing::warn!("server error: {}: {}", e.code, e.message);
                 on_event(ClientEvent::ServerError(&e));

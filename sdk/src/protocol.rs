@@ -28,6 +28,15 @@ pub mod codes {
     pub const UNAUTHORIZED: &str = "unauthorized";
     pub const UNKNOWN_BENCHMARK: &str = "unknown_benchmark";
     pub const UNKNOWN_SUBMISSION: &str = "unknown_submission";
+    /// `connect.phase` names no phase.
+    pub const UNKNOWN_PHASE: &str = "unknown_phase";
+    /// The phase is not open now (not started yet, or ended); the message says when.
+    pub const PHASE_CLOSED: &str = "phase_closed";
+    /// The team may not run this (e.g. a phase's benchmark without the phase, or practice in a
+    /// private phase).
+    pub const FORBIDDEN: &str = "forbidden";
+    /// A submission quota of the phase is used up; `limit` and `resets_at` say which and until when.
+    pub const QUOTA_EXCEEDED: &str = "quota_exceeded";
     /// The submission already has a connected session.
     pub const SUBMISSION_BUSY: &str = "submission_busy";
     /// The submission has no episodes left to run.
@@ -190,6 +199,7 @@ mod tests {
                 benchmark: "g1-smoke".into(),
                 submission_id: String::new(),
                 max_batch: 8,
+                phase: "spring-val".into(),
             }),
             Msg::GetAction(GetAction {
                 step: 7,

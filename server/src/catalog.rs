@@ -10,8 +10,9 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-/// A benchmark ready to run: its rules, motions and expanded episodes.
-#[derive(Debug)]
+/// A benchmark ready to run: its rules, motions and expanded episodes. Cloning is cheap enough
+/// for a per-session variant (a phase's view): the motion library is shared.
+#[derive(Debug, Clone)]
 pub struct LoadedBenchmark {
     pub spec: BenchmarkSpec,
     pub path: PathBuf,

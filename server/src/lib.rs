@@ -4,6 +4,7 @@
 //! PostgreSQL) and trajectories (HDF5); the command line also drives the simulator, motion,
 //! benchmark and metric tools.
 
+pub mod access;
 pub mod api;
 pub mod app;
 pub mod catalog;

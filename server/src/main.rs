@@ -1,11 +1,21 @@
 //! The `arena` binary: see `arena --help`.
 
 use clap::Parser;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 fn main() -> std::process::ExitCode {
+    // The WebSocket library's TRACE events print whole frames, and a Connect frame carries the
+    // team's token: those are dropped whatever ARENA_LOG asks for (tokens never reach the log).
+    let no_frame_dumps = tracing_subscriber::filter::filter_fn(|meta| {
+        !(*meta.level() == tracing::Level::TRACE
+            && (meta.target().starts_with("tungstenite") || meta.target().starts_with("tokio_tungstenite")))
+    });
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ARENA_LOG").unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
+        .finish()
+        .with(no_frame_dumps)
         .init();
     let args = arena_server::cli::Cli::parse();
     match arena_server::cli::run(args) {

@@ -1,5 +1,5 @@
-//! Metadata storage: teams, submissions and their episodes in SQL, on embedded SQLite or on
-//! PostgreSQL, behind one API.
+//! Metadata storage: teams (members, hashed tokens), challenges and their phases, submissions
+//! and their episodes in SQL, on embedded SQLite or on PostgreSQL, behind one API.
 //!
 //! One set of SQL strings (with `$1, $2, ...` placeholders, which both engines accept) runs through
 //! sqlx's `Any` driver; the schema lives in `migrations/sqlite` and `migrations/postgres` (same
@@ -11,7 +11,8 @@
 //!
 //! Episode state changes are guarded by the state they leave (`PENDING → RUNNING`,
 //! `RUNNING → final`), so an episode is never claimed or counted twice, even with several
-//! writers.
+//! writers. A phase's submission quota is checked in the transaction that inserts the
+//! submission, after locking the team's row, so concurrent requests cannot exceed it.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -75,6 +76,19 @@ pub enum StorageError {
     /// A stored value could not be read back (unknown status, bad seed or metrics JSON).
     #[error("corrupt data: {0}")]
     Corrupt(String),
+    /// A new submission would exceed a phase's quota ([`Quota`]); nothing was stored.
+    #[error(
+        "quota exceeded: {used} of {limit} submission(s) {}",
+        if *.daily { "today (UTC)" } else { "in total" }
+    )]
+    QuotaExceeded {
+        /// The limit that was reached.
+        limit: u32,
+        /// Submissions already counted against it.
+        used: i64,
+        /// The per-day limit (true) or the total one (false).
+        daily: bool,
+    },
 }
 
 /// Attaches "what was being done" to a sqlx error.
@@ -186,6 +200,8 @@ pub struct NewSubmission {
     pub benchmark: String,
     /// The agent's self-reported name.
     pub agent_name: String,
+    /// The challenge phase it is submitted to, if any.
+    pub phase_id: Option<String>,
 }
 
 /// A stored submission.
@@ -216,6 +232,9 @@ pub struct Submission {
     pub report_json: Option<String>,
     /// Why it FAILED.
     pub error: Option<String>,
+    /// The challenge phase it belongs to, if any.
+    #[serde(rename = "phase")]
+    pub phase_id: Option<String>,
 }
 
 /// One episode of a new submission, as the benchmark defines it.
@@ -344,7 +363,111 @@ pub struct EpisodeOutcome {
     pub reason: Option<String>,
 }
 
-/// Hex SHA-256 of a bearer token: what the `teams` table stores instead of the token.
+/// A challenge: a competition made of phases.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Challenge {
+    /// Slug, unique.
+    pub id: String,
+    pub title: String,
+    pub description: String,
+    /// Creation time, unix milliseconds.
+    pub created_at: i64,
+}
+
+/// Who may see a phase's leaderboard and per-episode results before the phase ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Visibility {
+    /// Everyone, at any time.
+    Public,
+    /// Only the administrator until the phase ends; everyone afterwards.
+    Private,
+}
+
+impl Visibility {
+    /// The stored (and serialised) form: "public" or "private".
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Public => "public",
+            Self::Private => "private",
+        }
+    }
+}
+
+impl FromStr for Visibility {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "public" => Ok(Self::Public),
+            "private" => Ok(Self::Private),
+            _ => Err(format!("expected \"public\" or \"private\", got {s:?}")),
+        }
+    }
+}
+
+/// A phase of a challenge: one benchmark, a time window, a leaderboard visibility, submission
+/// quotas and the observation groups agents get.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Phase {
+    /// Slug, unique across challenges.
+    pub id: String,
+    pub challenge_id: String,
+    /// Benchmark name.
+    pub benchmark: String,
+    /// Open for submissions in `[starts_at, ends_at)`, unix milliseconds.
+    pub starts_at: i64,
+    pub ends_at: i64,
+    pub leaderboard: Visibility,
+    /// Submissions per team per UTC day; `None` = no limit.
+    #[serde(rename = "max_submissions_per_day")]
+    pub max_per_day: Option<u32>,
+    /// Submissions per team in the whole phase; `None` = no limit.
+    #[serde(rename = "max_submissions_total")]
+    pub max_total: Option<u32>,
+    /// Observation groups agents may receive (`reference` for reference frames); `None` = the
+    /// benchmark's own.
+    pub observation_groups: Option<Vec<String>>,
+    /// Creation time, unix milliseconds.
+    pub created_at: i64,
+}
+
+/// A member of a team (contact information; members do not authenticate).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    pub name: String,
+    pub email: String,
+    /// When added, unix milliseconds.
+    pub created_at: i64,
+}
+
+/// A team token's metadata; the token itself is never stored, only its hash (never shown).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TeamToken {
+    /// "tok-…": names the token in lists, logs and messages without revealing it.
+    pub id: String,
+    pub team_id: i64,
+    pub label: String,
+    /// Unix milliseconds.
+    pub created_at: i64,
+    /// The token stops working at this time; `None` = never.
+    pub expires_at: Option<i64>,
+    /// When it was revoked; `None` = not revoked.
+    pub revoked_at: Option<i64>,
+}
+
+/// A phase's submission limits for one new submission (see [`Storage::create_submission_within`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota<'a> {
+    /// The phase the submission counts against.
+    pub phase_id: &'a str,
+    pub max_per_day: Option<u32>,
+    pub max_total: Option<u32>,
+    /// Start of the current day (UTC), unix milliseconds: submissions from then on count as today's.
+    pub day_start: i64,
+}
+
+/// Hex SHA-256 of a bearer token: what the `team_tokens` table stores instead of the token.
 pub fn hash_token(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))
 }
@@ -419,7 +542,12 @@ fn redact_url(url: &str) -> String {
 }
 
 const SUBMISSION_COLUMNS: &str = "s.id, s.team_id, t.name AS team_name, s.benchmark, s.agent_name, s.status, \
-     s.episodes_total, s.created_at, s.started_at, s.finished_at, s.report_json, s.error";
+     s.episodes_total, s.created_at, s.started_at, s.finished_at, s.report_json, s.error, s.phase_id";
+
+const PHASE_COLUMNS: &str = "id, challenge_id, benchmark, starts_at, ends_at, leaderboard, max_per_day, max_total, \
+     observation_groups, created_at";
+
+const TOKEN_COLUMNS: &str = "id, team_id, label, created_at, expires_at, revoked_at";
 
 const EPISODE_COLUMNS: &str = "idx, motion, category, start_s, duration_s, seed, dr_level, status, attempts, steps, \
      metrics_json, reason, updated_at";
@@ -458,8 +586,71 @@ fn submission_from_row(row: &AnyRow) -> Result<Submission, StorageError> {
         finished_at: get(row, "finished_at", &what)?,
         report_json: get(row, "report_json", &what)?,
         error: get(row, "error", &what)?,
+        phase_id: get(row, "phase_id", &what)?,
         id,
     })
+}
+
+fn challenge_from_row(row: &AnyRow) -> Result<Challenge, StorageError> {
+    Ok(Challenge {
+        id: get(row, "id", "a challenge")?,
+        title: get(row, "title", "a challenge")?,
+        description: get(row, "description", "a challenge")?,
+        created_at: get(row, "created_at", "a challenge")?,
+    })
+}
+
+fn phase_from_row(row: &AnyRow) -> Result<Phase, StorageError> {
+    let id: String = get(row, "id", "a phase")?;
+    let what = format!("phase {id}");
+    let corrupt = |msg: String| StorageError::Corrupt(format!("{what}: {msg}"));
+    let leaderboard: String = get(row, "leaderboard", &what)?;
+    let limit = |column: &str| -> Result<Option<u32>, StorageError> {
+        get::<Option<i64>>(row, column, &what)?
+            .map(|n| u32::try_from(n).map_err(|_| corrupt(format!("{column} = {n} is out of range"))))
+            .transpose()
+    };
+    let groups: Option<String> = get(row, "observation_groups", &what)?;
+    Ok(Phase {
+        challenge_id: get(row, "challenge_id", &what)?,
+        benchmark: get(row, "benchmark", &what)?,
+        starts_at: get(row, "starts_at", &what)?,
+        ends_at: get(row, "ends_at", &what)?,
+        leaderboard: leaderboard.parse().map_err(|e| corrupt(format!("leaderboard: {e}")))?,
+        max_per_day: limit("max_per_day")?,
+        max_total: limit("max_total")?,
+        observation_groups: groups
+            .map(|g| serde_json::from_str(&g).map_err(|e| corrupt(format!("observation_groups {g:?}: {e}"))))
+            .transpose()?,
+        created_at: get(row, "created_at", &what)?,
+        id,
+    })
+}
+
+fn token_from_row(row: &AnyRow) -> Result<TeamToken, StorageError> {
+    Ok(TeamToken {
+        id: get(row, "id", "a team token")?,
+        team_id: get(row, "team_id", "a team token")?,
+        label: get(row, "label", "a team token")?,
+        created_at: get(row, "created_at", "a team token")?,
+        expires_at: get(row, "expires_at", "a team token")?,
+        revoked_at: get(row, "revoked_at", "a team token")?,
+    })
+}
+
+/// A new token id: names a token without revealing anything about it.
+fn new_token_id() -> String {
+    let u = uuid::Uuid::new_v4().simple().to_string();
+    format!("tok-{}", &u[..16])
+}
+
+/// Maps a unique violation on `team_tokens.token_hash` or `teams.token_hash` to a conflict.
+fn is_token_conflict(e: &sqlx::Error) -> bool {
+    let Some(d) = e.as_database_error() else {
+        return false;
+    };
+    d.is_unique_violation()
+        && (d.message().contains("token_hash") || d.constraint().is_some_and(|c| c.contains("token_hash")))
 }
 
 fn episode_from_row(row: &AnyRow, submission: &str) -> Result<EpisodeRow, StorageError> {
@@ -598,45 +789,172 @@ impl Storage {
         self.engine
     }
 
-    /// Creates a team; a duplicate name (or token) is [`StorageError::Conflict`].
+    /// Creates a team and its first token (label "initial", no expiry); a duplicate name (or
+    /// token) is [`StorageError::Conflict`].
     pub async fn create_team(&self, name: &str, token_hash: &str) -> Result<Team, StorageError> {
+        Ok(self.create_team_with(name, &[], token_hash).await?.0)
+    }
+
+    /// Creates a team with its members (name, email) and its first token (label "initial", no
+    /// expiry), in one transaction; a duplicate name (or token) is [`StorageError::Conflict`].
+    pub async fn create_team_with(
+        &self,
+        name: &str,
+        members: &[(String, String)],
+        token_hash: &str,
+    ) -> Result<(Team, TeamToken), StorageError> {
+        let context = || format!("creating team {name:?}");
+        let now = now_ms();
+        let mut tx = self.pool.begin().await.ctx(context)?;
+        // teams.token_hash (schema 0001) is NOT NULL UNIQUE: it keeps the first token's hash,
+        // but authentication reads team_tokens only.
         let row = sqlx::query(
             "INSERT INTO teams (name, token_hash, created_at) VALUES ($1, $2, $3) RETURNING id, name, created_at",
         )
         .bind(name)
         .bind(token_hash)
-        .bind(now_ms())
-        .fetch_one(&self.pool)
+        .bind(now)
+        .fetch_one(&mut *tx)
         .await
         .map_err(|e| {
-            if is_unique_violation(&e) {
-                let what = e
-                    .as_database_error()
-                    .map(|d| d.message().to_string())
-                    .unwrap_or_default();
-                let constraint = e.as_database_error().and_then(|d| d.constraint().map(str::to_string));
-                if what.contains("token_hash") || constraint.is_some_and(|c| c.contains("token_hash")) {
-                    StorageError::Conflict("a team with this token already exists".to_string())
-                } else {
-                    StorageError::Conflict(format!("team {name:?} already exists"))
-                }
+            if is_token_conflict(&e) {
+                StorageError::Conflict("a team with this token already exists".to_string())
+            } else if is_unique_violation(&e) {
+                StorageError::Conflict(format!("team {name:?} already exists"))
             } else {
                 StorageError::Database {
-                    context: format!("creating team {name:?}"),
+                    context: context(),
                     source: e,
                 }
             }
         })?;
-        team_from_row(&row)
+        let team = team_from_row(&row)?;
+        for (member, email) in members {
+            sqlx::query("INSERT INTO team_members (team_id, name, email, created_at) VALUES ($1, $2, $3, $4)")
+                .bind(team.id)
+                .bind(member)
+                .bind(email)
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .ctx(|| format!("adding member {member:?} to team {name:?}"))?;
+        }
+        let token = Self::insert_token(&mut tx, team.id, token_hash, "initial", None, now).await?;
+        tx.commit().await.ctx(context)?;
+        Ok((team, token))
     }
 
-    /// The team whose token hashes to `token_hash`, if any.
-    pub async fn team_by_token_hash(&self, token_hash: &str) -> Result<Option<Team>, StorageError> {
-        let row = sqlx::query("SELECT id, name, created_at FROM teams WHERE token_hash = $1")
-            .bind(token_hash)
+    async fn insert_token(
+        conn: &mut sqlx::AnyConnection,
+        team_id: i64,
+        token_hash: &str,
+        label: &str,
+        expires_at: Option<i64>,
+        now: i64,
+    ) -> Result<TeamToken, StorageError> {
+        let row = sqlx::query(&format!(
+            "INSERT INTO team_tokens (id, team_id, token_hash, label, created_at, expires_at) \
+             VALUES ($1, $2, $3, $4, $5, $6) RETURNING {TOKEN_COLUMNS}"
+        ))
+        .bind(new_token_id())
+        .bind(team_id)
+        .bind(token_hash)
+        .bind(label)
+        .bind(now)
+        .bind(expires_at)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(|e| {
+            if is_token_conflict(&e) {
+                StorageError::Conflict("a token with this hash already exists".to_string())
+            } else if is_foreign_key_violation(&e) {
+                StorageError::NotFound(format!("team {team_id}"))
+            } else {
+                StorageError::Database {
+                    context: format!("creating a token for team {team_id}"),
+                    source: e,
+                }
+            }
+        })?;
+        token_from_row(&row)
+    }
+
+    /// The token whose hash is `token_hash` and its team, whatever the token's state (revoked,
+    /// expired): the caller decides, so that it can say why a token is refused.
+    pub async fn token_by_hash(&self, token_hash: &str) -> Result<Option<(Team, TeamToken)>, StorageError> {
+        let row = sqlx::query(
+            "SELECT k.id, k.team_id, k.label, k.created_at, k.expires_at, k.revoked_at, \
+             t.name AS team_name, t.created_at AS team_created_at \
+             FROM team_tokens k JOIN teams t ON t.id = k.team_id WHERE k.token_hash = $1",
+        )
+        .bind(token_hash)
+        .fetch_optional(&self.pool)
+        .await
+        .ctx(|| "looking up a team token".to_string())?;
+        let Some(row) = row else { return Ok(None) };
+        let token = token_from_row(&row)?;
+        let team = Team {
+            id: token.team_id,
+            name: get(&row, "team_name", "a team")?,
+            created_at: get(&row, "team_created_at", "a team")?,
+        };
+        Ok(Some((team, token)))
+    }
+
+    /// Adds a token to a team; an unknown team is [`StorageError::NotFound`].
+    pub async fn create_token(
+        &self,
+        team_id: i64,
+        token_hash: &str,
+        label: &str,
+        expires_at: Option<i64>,
+    ) -> Result<TeamToken, StorageError> {
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .ctx(|| format!("creating a token for team {team_id}"))?;
+        Self::insert_token(&mut conn, team_id, token_hash, label, expires_at, now_ms()).await
+    }
+
+    /// A team's tokens (metadata only), oldest first.
+    pub async fn tokens(&self, team_id: i64) -> Result<Vec<TeamToken>, StorageError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {TOKEN_COLUMNS} FROM team_tokens WHERE team_id = $1 ORDER BY created_at, id"
+        ))
+        .bind(team_id)
+        .fetch_all(&self.pool)
+        .await
+        .ctx(|| format!("listing the tokens of team {team_id}"))?;
+        rows.iter().map(token_from_row).collect()
+    }
+
+    /// Revokes a team's token at `now` (a token revoked earlier keeps its first time); a token
+    /// that is not this team's is [`StorageError::NotFound`].
+    pub async fn revoke_token(&self, team_id: i64, token_id: &str, now: i64) -> Result<TeamToken, StorageError> {
+        let row = sqlx::query(&format!(
+            "UPDATE team_tokens SET revoked_at = COALESCE(revoked_at, $3) WHERE id = $1 AND team_id = $2 \
+             RETURNING {TOKEN_COLUMNS}"
+        ))
+        .bind(token_id)
+        .bind(team_id)
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await
+        .ctx(|| format!("revoking token {token_id} of team {team_id}"))?;
+        match row {
+            Some(row) => token_from_row(&row),
+            None => Err(StorageError::NotFound(format!("token {token_id:?} of team {team_id}"))),
+        }
+    }
+
+    /// One team, if it exists.
+    pub async fn team(&self, id: i64) -> Result<Option<Team>, StorageError> {
+        let row = sqlx::query("SELECT id, name, created_at FROM teams WHERE id = $1")
+            .bind(id)
             .fetch_optional(&self.pool)
             .await
-            .ctx(|| "looking up a team by token".to_string())?;
+            .ctx(|| format!("reading team {id}"))?;
         row.as_ref().map(team_from_row).transpose()
     }
 
@@ -649,6 +967,200 @@ impl Storage {
         rows.iter().map(team_from_row).collect()
     }
 
+    /// Adds a member to a team; an unknown team is [`StorageError::NotFound`].
+    pub async fn add_member(&self, team_id: i64, name: &str, email: &str) -> Result<Member, StorageError> {
+        let now = now_ms();
+        sqlx::query("INSERT INTO team_members (team_id, name, email, created_at) VALUES ($1, $2, $3, $4)")
+            .bind(team_id)
+            .bind(name)
+            .bind(email)
+            .bind(now)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| {
+                if is_foreign_key_violation(&e) {
+                    StorageError::NotFound(format!("team {team_id}"))
+                } else {
+                    StorageError::Database {
+                        context: format!("adding member {name:?} to team {team_id}"),
+                        source: e,
+                    }
+                }
+            })?;
+        Ok(Member {
+            name: name.to_string(),
+            email: email.to_string(),
+            created_at: now,
+        })
+    }
+
+    /// A team's members, in the order they were added.
+    pub async fn members(&self, team_id: i64) -> Result<Vec<Member>, StorageError> {
+        let rows = sqlx::query(
+            "SELECT name, email, created_at FROM team_members WHERE team_id = $1 ORDER BY created_at, name",
+        )
+        .bind(team_id)
+        .fetch_all(&self.pool)
+        .await
+        .ctx(|| format!("listing the members of team {team_id}"))?;
+        let what = format!("a member of team {team_id}");
+        rows.iter()
+            .map(|row| {
+                Ok(Member {
+                    name: get(row, "name", &what)?,
+                    email: get(row, "email", &what)?,
+                    created_at: get(row, "created_at", &what)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Creates a challenge; a duplicate id is [`StorageError::Conflict`].
+    pub async fn create_challenge(&self, id: &str, title: &str, description: &str) -> Result<Challenge, StorageError> {
+        let row = sqlx::query(
+            "INSERT INTO challenges (id, title, description, created_at) VALUES ($1, $2, $3, $4) \
+             RETURNING id, title, description, created_at",
+        )
+        .bind(id)
+        .bind(title)
+        .bind(description)
+        .bind(now_ms())
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| {
+            if is_unique_violation(&e) {
+                StorageError::Conflict(format!("challenge {id:?} already exists"))
+            } else {
+                StorageError::Database {
+                    context: format!("creating challenge {id:?}"),
+                    source: e,
+                }
+            }
+        })?;
+        challenge_from_row(&row)
+    }
+
+    /// One challenge, if it exists.
+    pub async fn challenge(&self, id: &str) -> Result<Option<Challenge>, StorageError> {
+        let row = sqlx::query("SELECT id, title, description, created_at FROM challenges WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .ctx(|| format!("reading challenge {id:?}"))?;
+        row.as_ref().map(challenge_from_row).transpose()
+    }
+
+    /// All challenges, oldest first.
+    pub async fn challenges(&self) -> Result<Vec<Challenge>, StorageError> {
+        let rows = sqlx::query("SELECT id, title, description, created_at FROM challenges ORDER BY created_at, id")
+            .fetch_all(&self.pool)
+            .await
+            .ctx(|| "listing challenges".to_string())?;
+        rows.iter().map(challenge_from_row).collect()
+    }
+
+    /// Stores a new phase as given; a duplicate id is [`StorageError::Conflict`], an unknown
+    /// challenge [`StorageError::NotFound`]. Validation is the caller's (see `access`).
+    pub async fn create_phase(&self, phase: &Phase) -> Result<Phase, StorageError> {
+        let id = &phase.id;
+        let groups = phase
+            .observation_groups
+            .as_ref()
+            .map(|g| serde_json::Value::from(g.clone()).to_string());
+        sqlx::query(&format!(
+            "INSERT INTO phases ({PHASE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+        ))
+        .bind(id)
+        .bind(&phase.challenge_id)
+        .bind(&phase.benchmark)
+        .bind(phase.starts_at)
+        .bind(phase.ends_at)
+        .bind(phase.leaderboard.as_str())
+        .bind(phase.max_per_day.map(i64::from))
+        .bind(phase.max_total.map(i64::from))
+        .bind(groups)
+        .bind(phase.created_at)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| {
+            if is_unique_violation(&e) {
+                StorageError::Conflict(format!("phase {id:?} already exists"))
+            } else if is_foreign_key_violation(&e) {
+                StorageError::NotFound(format!("challenge {:?} (for phase {id:?})", phase.challenge_id))
+            } else {
+                StorageError::Database {
+                    context: format!("creating phase {id:?}"),
+                    source: e,
+                }
+            }
+        })?;
+        Ok(phase.clone())
+    }
+
+    /// Changes a phase's window, visibility, quotas and observation groups (its id, challenge,
+    /// benchmark and creation time stay); a missing phase is [`StorageError::NotFound`].
+    pub async fn update_phase(&self, phase: &Phase) -> Result<Phase, StorageError> {
+        let id = &phase.id;
+        let groups = phase
+            .observation_groups
+            .as_ref()
+            .map(|g| serde_json::Value::from(g.clone()).to_string());
+        let done = sqlx::query(
+            "UPDATE phases SET starts_at = $2, ends_at = $3, leaderboard = $4, max_per_day = $5, max_total = $6, \
+             observation_groups = $7 WHERE id = $1",
+        )
+        .bind(id)
+        .bind(phase.starts_at)
+        .bind(phase.ends_at)
+        .bind(phase.leaderboard.as_str())
+        .bind(phase.max_per_day.map(i64::from))
+        .bind(phase.max_total.map(i64::from))
+        .bind(groups)
+        .execute(&self.pool)
+        .await
+        .ctx(|| format!("updating phase {id:?}"))?;
+        if done.rows_affected() == 0 {
+            return Err(StorageError::NotFound(format!("phase {id:?}")));
+        }
+        self.phase(id)
+            .await?
+            .ok_or_else(|| StorageError::NotFound(format!("phase {id:?}")))
+    }
+
+    /// One phase, if it exists.
+    pub async fn phase(&self, id: &str) -> Result<Option<Phase>, StorageError> {
+        let row = sqlx::query(&format!("SELECT {PHASE_COLUMNS} FROM phases WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .ctx(|| format!("reading phase {id:?}"))?;
+        row.as_ref().map(phase_from_row).transpose()
+    }
+
+    /// The phases of a challenge, by start time.
+    pub async fn phases_of_challenge(&self, challenge_id: &str) -> Result<Vec<Phase>, StorageError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {PHASE_COLUMNS} FROM phases WHERE challenge_id = $1 ORDER BY starts_at, id"
+        ))
+        .bind(challenge_id)
+        .fetch_all(&self.pool)
+        .await
+        .ctx(|| format!("listing the phases of challenge {challenge_id:?}"))?;
+        rows.iter().map(phase_from_row).collect()
+    }
+
+    /// The phases that run a benchmark, by start time.
+    pub async fn phases_of_benchmark(&self, benchmark: &str) -> Result<Vec<Phase>, StorageError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {PHASE_COLUMNS} FROM phases WHERE benchmark = $1 ORDER BY starts_at, id"
+        ))
+        .bind(benchmark)
+        .fetch_all(&self.pool)
+        .await
+        .ctx(|| format!("listing the phases of benchmark {benchmark:?}"))?;
+        rows.iter().map(phase_from_row).collect()
+    }
+
     /// Inserts the submission (status PENDING) and all its episodes (PENDING, attempts 0) in ONE
     /// transaction; a duplicate id is [`StorageError::Conflict`], an unknown team
     /// [`StorageError::NotFound`], duplicate episode indices [`StorageError::Invalid`].
@@ -656,6 +1168,21 @@ impl Storage {
         &self,
         sub: &NewSubmission,
         episodes: &[NewEpisode],
+    ) -> Result<Submission, StorageError> {
+        self.create_submission_within(sub, episodes, None).await
+    }
+
+    /// [`Storage::create_submission`], refused with [`StorageError::QuotaExceeded`] (nothing
+    /// stored) when the team already has `quota.max_total` submissions in the phase, or
+    /// `quota.max_per_day` created since `quota.day_start`. The total limit is checked first
+    /// (it never resets). The count and the insert share one transaction that first locks the
+    /// team's row (PostgreSQL: a row lock; SQLite: the database write lock), so concurrent
+    /// requests of one team are counted one after the other and cannot exceed the quota.
+    pub async fn create_submission_within(
+        &self,
+        sub: &NewSubmission,
+        episodes: &[NewEpisode],
+        quota: Option<&Quota<'_>>,
     ) -> Result<Submission, StorageError> {
         let id = &sub.id;
         let mut seen = HashSet::with_capacity(episodes.len());
@@ -668,9 +1195,50 @@ impl Storage {
         let context = || format!("creating submission {id}");
         let now = now_ms();
         let mut tx = self.pool.begin().await.ctx(context)?;
+        if let Some(quota) = quota {
+            // A write first: it serialises this team's submissions until the commit.
+            sqlx::query("UPDATE teams SET name = name WHERE id = $1")
+                .bind(sub.team_id)
+                .execute(&mut *tx)
+                .await
+                .ctx(context)?;
+            let row = sqlx::query(
+                "SELECT COUNT(*) AS total, COALESCE(SUM(CASE WHEN created_at >= $3 THEN 1 ELSE 0 END), 0) AS today \
+                 FROM submissions WHERE team_id = $1 AND phase_id = $2",
+            )
+            .bind(sub.team_id)
+            .bind(quota.phase_id)
+            .bind(quota.day_start)
+            .fetch_one(&mut *tx)
+            .await
+            .ctx(|| {
+                format!(
+                    "counting the submissions of team {} in phase {}",
+                    sub.team_id, quota.phase_id
+                )
+            })?;
+            let what = format!("submission counts of team {}", sub.team_id);
+            let total: i64 = get(&row, "total", &what)?;
+            let today: i64 = get(&row, "today", &what)?;
+            let over = |limit: Option<u32>, used: i64| limit.filter(|&l| used >= i64::from(l));
+            if let Some(limit) = over(quota.max_total, total) {
+                return Err(StorageError::QuotaExceeded {
+                    limit,
+                    used: total,
+                    daily: false,
+                });
+            }
+            if let Some(limit) = over(quota.max_per_day, today) {
+                return Err(StorageError::QuotaExceeded {
+                    limit,
+                    used: today,
+                    daily: true,
+                });
+            }
+        }
         sqlx::query(
-            "INSERT INTO submissions (id, team_id, benchmark, agent_name, status, episodes_total, created_at) \
-             VALUES ($1, $2, $3, $4, 'PENDING', $5, $6)",
+            "INSERT INTO submissions (id, team_id, benchmark, agent_name, status, episodes_total, created_at, phase_id) \
+             VALUES ($1, $2, $3, $4, 'PENDING', $5, $6, $7)",
         )
         .bind(id)
         .bind(sub.team_id)
@@ -678,13 +1246,15 @@ impl Storage {
         .bind(&sub.agent_name)
         .bind(episodes.len() as i64)
         .bind(now)
+        .bind(sub.phase_id.as_deref())
         .execute(&mut *tx)
         .await
         .map_err(|e| {
             if is_unique_violation(&e) {
                 StorageError::Conflict(format!("submission {id} already exists"))
             } else if is_foreign_key_violation(&e) {
-                StorageError::NotFound(format!("team {} (for submission {id})", sub.team_id))
+                let phase = sub.phase_id.as_deref().map(|p| format!(" or phase {p:?}")).unwrap_or_default();
+                StorageError::NotFound(format!("team {}{phase} (for submission {id})", sub.team_id))
             } else {
                 StorageError::Database {
                     context: context(),
@@ -783,6 +1353,19 @@ impl Storage {
         .fetch_all(&self.pool)
         .await
         .ctx(|| format!("listing the completed submissions of benchmark {benchmark:?}"))?;
+        rows.iter().map(submission_from_row).collect()
+    }
+
+    /// COMPLETED submissions of a phase (for its leaderboard), oldest first.
+    pub async fn completed_submissions_of_phase(&self, phase_id: &str) -> Result<Vec<Submission>, StorageError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {SUBMISSION_COLUMNS} FROM submissions s JOIN teams t ON t.id = s.team_id \
+             WHERE s.phase_id = $1 AND s.status = 'COMPLETED' ORDER BY s.finished_at, s.id"
+        ))
+        .bind(phase_id)
+        .fetch_all(&self.pool)
+        .await
+        .ctx(|| format!("listing the completed submissions of phase {phase_id:?}"))?;
         rows.iter().map(submission_from_row).collect()
     }
 

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use arena_server::storage::{
-    Engine, EpisodeOutcome, EpisodeState, NewEpisode, NewSubmission, Storage, StorageError, SubmissionStatus,
-    hash_token, now_ms,
+    Engine, EpisodeOutcome, EpisodeState, NewEpisode, NewSubmission, Phase, Quota, Storage, StorageError,
+    SubmissionStatus, Visibility, hash_token, now_ms,
 };
 
 mod common;
@@ -92,6 +92,11 @@ on_both_engines!(
     reopened_database_keeps_data,
     concurrent_claims_give_one_winner,
     bad_arguments_are_refused,
+    tokens_and_members,
+    challenges_and_phases,
+    quotas_per_day_and_in_total,
+    concurrent_submissions_respect_the_quota,
+    legacy_team_tokens_survive_the_migration,
 );
 
 async fn open(url: &str, engine: Engine) -> Storage {
@@ -120,6 +125,7 @@ fn new_submission(id: &str, team_id: i64, benchmark: &str) -> NewSubmission {
         team_id,
         benchmark: benchmark.into(),
         agent_name: format!("agent-of-{id}"),
+        phase_id: None,
     }
 }
 
@@ -175,11 +181,15 @@ async fn teams(url: String, engine: Engine) {
         "{dup_token}"
     );
 
-    assert_eq!(
-        storage.team_by_token_hash(&hash_token("blue-secret")).await.unwrap(),
-        Some(blue.clone())
-    );
-    assert_eq!(storage.team_by_token_hash(&hash_token("nobody")).await.unwrap(), None);
+    let (owner, token) = storage
+        .token_by_hash(&hash_token("blue-secret"))
+        .await
+        .unwrap()
+        .expect("the first token is stored");
+    assert_eq!(owner, blue);
+    assert_eq!((token.team_id, token.label.as_str()), (blue.id, "initial"));
+    assert_eq!((token.expires_at, token.revoked_at), (None, None));
+    assert_eq!(storage.token_by_hash(&hash_token("nobody")).await.unwrap(), None);
     assert_eq!(storage.teams().await.unwrap(), vec![red.clone(), blue]);
 
     let json = serde_json::to_value(&red).unwrap();
@@ -689,4 +699,352 @@ async fn in_memory_sqlite_is_one_database() {
         assert_eq!(storage.episode_counts("s-1").await.unwrap(), (3, 0, 0));
     }
     assert_eq!(storage.teams().await.unwrap().len(), 1);
+}
+
+async fn tokens_and_members(url: String, engine: Engine) {
+    let storage = open(&url, engine).await;
+    let members = [
+        ("Ada".to_string(), "ada@example.org".to_string()),
+        ("Grace".to_string(), "grace@example.org".to_string()),
+    ];
+    let (red, first) = storage
+        .create_team_with("red", &members, &hash_token("red-1"))
+        .await
+        .unwrap();
+    assert!(first.id.starts_with("tok-") && first.id.len() == 20, "{}", first.id);
+    assert_eq!((first.team_id, first.label.as_str()), (red.id, "initial"));
+    assert_eq!(storage.team(red.id).await.unwrap(), Some(red.clone()));
+    assert_eq!(storage.team(red.id + 1000).await.unwrap(), None);
+    let listed = storage.members(red.id).await.unwrap();
+    assert_eq!(
+        listed
+            .iter()
+            .map(|m| (m.name.clone(), m.email.clone()))
+            .collect::<Vec<_>>(),
+        members
+    );
+    let added = storage.add_member(red.id, "Linus", "linus@example.org").await.unwrap();
+    assert_eq!(storage.members(red.id).await.unwrap().last(), Some(&added));
+    let e = storage.add_member(4242, "Nobody", "n@example.org").await.unwrap_err();
+    assert!(matches!(e, StorageError::NotFound(ref m) if m.contains("4242")), "{e}");
+
+    let expires = now_ms() + 60_000;
+    let second = storage
+        .create_token(red.id, &hash_token("red-2"), "laptop", Some(expires))
+        .await
+        .unwrap();
+    assert_eq!((second.label.as_str(), second.expires_at), ("laptop", Some(expires)));
+    assert_ne!(second.id, first.id);
+    let (owner, found) = storage.token_by_hash(&hash_token("red-2")).await.unwrap().unwrap();
+    assert_eq!((owner, found.clone()), (red.clone(), second.clone()));
+    assert_eq!(
+        storage.tokens(red.id).await.unwrap(),
+        vec![first.clone(), second.clone()]
+    );
+    let json = serde_json::to_value(&second).unwrap();
+    assert!(json.get("token_hash").is_none(), "{json}");
+
+    let e = storage
+        .create_token(red.id, &hash_token("red-1"), "copy", None)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, StorageError::Conflict(_)), "{e}");
+    let e = storage
+        .create_token(4242, &hash_token("x"), "", None)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, StorageError::NotFound(ref m) if m.contains("4242")), "{e}");
+
+    // Revoking keeps the first revocation time; another team's token is not found.
+    let revoked = storage.revoke_token(red.id, &first.id, 1_000).await.unwrap();
+    assert_eq!(revoked.revoked_at, Some(1_000));
+    let again = storage.revoke_token(red.id, &first.id, 2_000).await.unwrap();
+    assert_eq!(again.revoked_at, Some(1_000));
+    let (_, looked_up) = storage.token_by_hash(&hash_token("red-1")).await.unwrap().unwrap();
+    assert_eq!(
+        looked_up.revoked_at,
+        Some(1_000),
+        "lookups see revoked tokens (the caller says why)"
+    );
+    let blue = storage.create_team("blue", &hash_token("blue-1")).await.unwrap();
+    let e = storage.revoke_token(blue.id, &second.id, 3_000).await.unwrap_err();
+    assert!(matches!(e, StorageError::NotFound(_)), "{e}");
+    assert_eq!(storage.tokens(red.id).await.unwrap()[1].revoked_at, None);
+    assert!(storage.members(blue.id).await.unwrap().is_empty());
+}
+
+fn phase(id: &str, challenge: &str, benchmark: &str) -> Phase {
+    Phase {
+        id: id.into(),
+        challenge_id: challenge.into(),
+        benchmark: benchmark.into(),
+        starts_at: 1_000,
+        ends_at: 4_000_000_000_000,
+        leaderboard: Visibility::Public,
+        max_per_day: None,
+        max_total: None,
+        observation_groups: None,
+        created_at: now_ms(),
+    }
+}
+
+async fn challenges_and_phases(url: String, engine: Engine) {
+    let storage = open(&url, engine).await;
+    assert!(storage.challenges().await.unwrap().is_empty());
+    let cup = storage
+        .create_challenge("cup", "The Cup", "track everything")
+        .await
+        .unwrap();
+    assert_eq!((cup.id.as_str(), cup.title.as_str()), ("cup", "The Cup"));
+    let e = storage.create_challenge("cup", "Again", "").await.unwrap_err();
+    assert!(matches!(e, StorageError::Conflict(ref m) if m.contains("cup")), "{e}");
+    assert_eq!(storage.challenge("cup").await.unwrap(), Some(cup.clone()));
+    assert_eq!(storage.challenge("nope").await.unwrap(), None);
+
+    let mut dev = phase("dev", "cup", "bench-a");
+    dev.max_per_day = Some(5);
+    dev.observation_groups = Some(vec!["state".into(), "reference".into()]);
+    let mut test = phase("test", "cup", "bench-b");
+    test.starts_at = 2_000;
+    test.leaderboard = Visibility::Private;
+    test.max_total = Some(u32::MAX);
+    assert_eq!(storage.create_phase(&dev).await.unwrap(), dev);
+    storage.create_phase(&test).await.unwrap();
+    assert_eq!(storage.phase("dev").await.unwrap(), Some(dev.clone()));
+    assert_eq!(storage.phase("test").await.unwrap(), Some(test.clone()));
+    assert_eq!(storage.phase("nope").await.unwrap(), None);
+    let e = storage.create_phase(&dev).await.unwrap_err();
+    assert!(matches!(e, StorageError::Conflict(ref m) if m.contains("dev")), "{e}");
+    let e = storage
+        .create_phase(&phase("lost", "no-such-cup", "bench-a"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, StorageError::NotFound(ref m) if m.contains("no-such-cup")),
+        "{e}"
+    );
+    let ids = |phases: Vec<Phase>| phases.into_iter().map(|p| p.id).collect::<Vec<_>>();
+    assert_eq!(ids(storage.phases_of_challenge("cup").await.unwrap()), ["dev", "test"]);
+    assert_eq!(ids(storage.phases_of_benchmark("bench-b").await.unwrap()), ["test"]);
+    assert!(storage.phases_of_benchmark("bench-z").await.unwrap().is_empty());
+    let json = serde_json::to_value(&dev).unwrap();
+    assert_eq!(json["max_submissions_per_day"], 5);
+    assert_eq!(json["leaderboard"], "public");
+
+    // Window, visibility, limits and groups change; identity stays.
+    let mut changed = test.clone();
+    changed.ends_at = 3_000;
+    changed.leaderboard = Visibility::Public;
+    changed.max_total = None;
+    changed.max_per_day = Some(1);
+    changed.observation_groups = Some(vec!["state".into()]);
+    changed.benchmark = "ignored".into();
+    let stored = storage.update_phase(&changed).await.unwrap();
+    changed.benchmark = "bench-b".into();
+    assert_eq!(stored, changed);
+    let e = storage.update_phase(&phase("nope", "cup", "x")).await.unwrap_err();
+    assert!(matches!(e, StorageError::NotFound(_)), "{e}");
+
+    // Submissions record their phase; a phase leaderboard sees only its own.
+    let team = storage.create_team("red", &hash_token("r")).await.unwrap().id;
+    let mut in_dev = new_submission("s-dev", team, "bench-a");
+    in_dev.phase_id = Some("dev".into());
+    let s = storage.create_submission(&in_dev, &[episode(0)]).await.unwrap();
+    assert_eq!(s.phase_id.as_deref(), Some("dev"));
+    assert_eq!(serde_json::to_value(&s).unwrap()["phase"], "dev");
+    storage
+        .create_submission(&new_submission("s-free", team, "bench-a"), &[episode(0)])
+        .await
+        .unwrap();
+    for id in ["s-dev", "s-free"] {
+        storage
+            .finish_submission(id, SubmissionStatus::Completed, Some("{}"), None)
+            .await
+            .unwrap();
+    }
+    let subs = storage.completed_submissions_of_phase("dev").await.unwrap();
+    assert_eq!(subs.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), ["s-dev"]);
+    assert!(storage.completed_submissions_of_phase("test").await.unwrap().is_empty());
+    let mut lost = new_submission("s-lost", team, "bench-a");
+    lost.phase_id = Some("no-phase".into());
+    let e = storage.create_submission(&lost, &[]).await.unwrap_err();
+    assert!(
+        matches!(e, StorageError::NotFound(ref m) if m.contains("no-phase")),
+        "{e}"
+    );
+}
+
+/// A challenge with one phase and a team; returns the team id.
+async fn quota_setup(storage: &Storage, team: &str) -> i64 {
+    if storage.challenge("cup").await.unwrap().is_none() {
+        storage.create_challenge("cup", "Cup", "").await.unwrap();
+        storage.create_phase(&phase("p", "cup", "bench-a")).await.unwrap();
+    }
+    storage.create_team(team, &hash_token(team)).await.unwrap().id
+}
+
+fn in_phase(id: &str, team: i64) -> NewSubmission {
+    let mut s = new_submission(id, team, "bench-a");
+    s.phase_id = Some("p".into());
+    s
+}
+
+async fn quotas_per_day_and_in_total(url: String, engine: Engine) {
+    let storage = open(&url, engine).await;
+    let red = quota_setup(&storage, "red").await;
+    let blue = quota_setup(&storage, "blue").await;
+    let today = now_ms() - 1_000;
+    let quota = |day_start| Quota {
+        phase_id: "p",
+        max_per_day: Some(2),
+        max_total: Some(3),
+        day_start,
+    };
+    for i in 0..2 {
+        storage
+            .create_submission_within(&in_phase(&format!("r-{i}"), red), &[episode(0)], Some(&quota(today)))
+            .await
+            .unwrap();
+    }
+    let e = storage
+        .create_submission_within(&in_phase("r-2", red), &[episode(0)], Some(&quota(today)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            StorageError::QuotaExceeded {
+                limit: 2,
+                used: 2,
+                daily: true
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("today"), "{e}");
+    assert_eq!(storage.submission("r-2").await.unwrap(), None, "nothing stored");
+    // Another team, and the same team outside the phase, are not limited by red's count.
+    storage
+        .create_submission_within(&in_phase("b-0", blue), &[episode(0)], Some(&quota(today)))
+        .await
+        .unwrap();
+    storage
+        .create_submission(&new_submission("r-free", red, "bench-a"), &[episode(0)])
+        .await
+        .unwrap();
+    // The next day: the daily count starts again, the total does not.
+    let tomorrow = now_ms() + 1;
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    storage
+        .create_submission_within(&in_phase("r-3", red), &[episode(0)], Some(&quota(tomorrow)))
+        .await
+        .unwrap();
+    let e = storage
+        .create_submission_within(&in_phase("r-4", red), &[episode(0)], Some(&quota(tomorrow)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            StorageError::QuotaExceeded {
+                limit: 3,
+                used: 3,
+                daily: false
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("in total"), "{e}");
+    // No quota: nothing is counted.
+    storage
+        .create_submission_within(&in_phase("r-5", red), &[episode(0)], None)
+        .await
+        .unwrap();
+}
+
+async fn concurrent_submissions_respect_the_quota(url: String, engine: Engine) {
+    let storage = open(&url, engine).await;
+    let red = quota_setup(&storage, "red").await;
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let storage = storage.clone();
+            tokio::spawn(async move {
+                let quota = Quota {
+                    phase_id: "p",
+                    max_per_day: None,
+                    max_total: Some(3),
+                    day_start: 0,
+                };
+                let episodes: Vec<NewEpisode> = (0..20).map(episode).collect();
+                storage
+                    .create_submission_within(&in_phase(&format!("c-{i}"), red), &episodes, Some(&quota))
+                    .await
+            })
+        })
+        .collect();
+    let (mut created, mut refused) = (0, 0);
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(_) => created += 1,
+            Err(StorageError::QuotaExceeded { limit: 3, .. }) => refused += 1,
+            Err(e) => panic!("neither created nor refused by the quota: {e}"),
+        }
+    }
+    assert_eq!((created, refused), (3, 5));
+    assert_eq!(storage.submissions(Some(red)).await.unwrap().len(), 3);
+}
+
+/// A database made by the first schema version keeps its teams' tokens working after the
+/// migration to team_tokens.
+async fn legacy_team_tokens_survive_the_migration(url: String, engine: Engine) {
+    sqlx::any::install_default_drivers();
+    let dir = std::env::temp_dir().join(format!("arena-mig-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let folder = match engine {
+        Engine::Sqlite => "sqlite",
+        Engine::Postgres => "postgres",
+    };
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../migrations/{folder}/0001_init.sql"));
+    std::fs::copy(&source, dir.join("0001_init.sql")).unwrap();
+    {
+        let first = sqlx::migrate::Migrator::new(dir.as_path()).await.unwrap();
+        let conn_url = match engine {
+            Engine::Sqlite => {
+                let path = url.trim_start_matches("sqlite://");
+                std::fs::create_dir_all(std::path::Path::new(path).parent().unwrap()).unwrap();
+                format!("{url}?mode=rwc")
+            }
+            Engine::Postgres => url.clone(),
+        };
+        let pool = sqlx::any::AnyPoolOptions::new()
+            .max_connections(1)
+            .connect(&conn_url)
+            .await
+            .unwrap();
+        first.run(&pool).await.unwrap();
+        sqlx::query("INSERT INTO teams (name, token_hash, created_at) VALUES ('old', $1, 5)")
+            .bind(hash_token("old-secret"))
+            .execute(&pool)
+            .await
+            .unwrap();
+        pool.close().await;
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    let storage = open(&url, engine).await;
+    let (team, token) = storage
+        .token_by_hash(&hash_token("old-secret"))
+        .await
+        .unwrap()
+        .expect("the old token still works");
+    assert_eq!(
+        (team.name.as_str(), token.label.as_str(), token.created_at),
+        ("old", "initial", 5)
+    );
+    assert_eq!(storage.tokens(team.id).await.unwrap(), vec![token.clone()]);
+    // New tokens of the migrated team get ids unlike the migrated one.
+    let new = storage
+        .create_token(team.id, &hash_token("old-2"), "", None)
+        .await
+        .unwrap();
+    assert_ne!(new.id, token.id);
 }

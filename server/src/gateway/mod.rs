@@ -1,16 +1,18 @@
 //! The agent gateway: one connection is one protocol-v1 session, whatever the transport
 //! ([`ws`]: WebSocket frames, [`grpc`]: a bidirectional gRPC stream). The session code here is
-//! shared by both: it authenticates the Connect, creates or resumes the submission, starts the
-//! orchestrator's lanes, routes Actions to them, keeps heartbeats, and turns every bad message
-//! into an Error without ending the session. Transports only decode and encode.
+//! shared by both: it admits the Connect (token, phase and quota rules of [`crate::access`]),
+//! creates or resumes the submission, starts the orchestrator's lanes, routes Actions to them,
+//! keeps heartbeats, and turns every bad message into an Error without ending the session.
+//! Transports only decode and encode.
 
 pub mod grpc;
 pub mod ws;
 
+use crate::access::{self, AccessError, RunRequest};
 use crate::app::AppState;
 use crate::catalog::LoadedBenchmark;
 use crate::orchestrator::{self, JobSource, RunContext, RunOutcome, Sink, runner};
-use crate::storage::{NewSubmission, Submission, SubmissionStatus, hash_token};
+use crate::storage::{NewSubmission, Submission, SubmissionStatus, now_ms};
 use arena_bench::spec::Episode;
 use arena_sdk::episode::episode_spec;
 use arena_sdk::protocol::{
@@ -81,18 +83,30 @@ where
         Incoming::Closed | Incoming::Ignore => return,
     };
     if let Err(refusal) = run_session(&state, connect, &out, &mut incoming).await {
+        // Messages name tokens by id only, so refusals can be logged as they are.
+        if let Msg::Error(e) = refusal.as_ref() {
+            tracing::info!(code = %e.code, "connect refused: {}", e.message);
+        }
         let _ = out.send(*refusal);
     }
 }
 
 /// What a Connect resolved to.
 struct Admitted {
+    /// The benchmark as this session runs it (a phase's view: its groups, hidden names).
     benchmark: Arc<LoadedBenchmark>,
     submission: Option<Submission>,
     queue: VecDeque<Episode>,
+    /// False in a private phase before it ends: EpisodeEnd carries no metrics and no reason.
+    reveal_results: bool,
 }
 
-/// Validates the Connect and creates or resumes the submission. `Err` is the Error to send.
+fn refusal(e: AccessError) -> Box<Msg> {
+    Box::new(Msg::Error(e.to_protocol()))
+}
+
+/// Validates the Connect (version, token, mode, phase and benchmark rules, quota) and creates or
+/// resumes the submission. `Err` is the Error to send.
 async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Box<Msg>> {
     if c.protocol_version != PROTOCOL_VERSION {
         return Err(refuse(
@@ -103,11 +117,10 @@ async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Box<Msg>>
             ),
         ));
     }
-    let team = match state.storage.team_by_token_hash(&hash_token(&c.token)).await {
-        Ok(Some(t)) => t,
-        Ok(None) => return Err(refuse(codes::UNAUTHORIZED, "unknown team token")),
-        Err(e) => return Err(refuse(codes::INTERNAL, e.to_string())),
-    };
+    let now = now_ms();
+    let team = access::authenticate(&state.storage, &c.token, now)
+        .await
+        .map_err(refusal)?;
     let practice = match c.mode.as_str() {
         "submission" | "" => false,
         "practice" => true,
@@ -119,7 +132,11 @@ async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Box<Msg>>
         }
     };
     let mut submission = None;
-    let mut benchmark_name = c.benchmark.clone();
+    let mut request = RunRequest {
+        benchmark: &c.benchmark,
+        phase: &c.phase,
+        practice,
+    };
     if !practice && !c.submission_id.is_empty() {
         let s = match state.storage.submission(&c.submission_id).await {
             Ok(Some(s)) if s.team_id == team.id => s,
@@ -137,24 +154,57 @@ async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Box<Msg>>
                 format!("submission {} is {}", s.id, s.status.as_str()),
             ));
         }
-        benchmark_name = s.benchmark.clone();
+        let own_phase = s.phase_id.as_deref().unwrap_or("");
+        if !c.phase.is_empty() && c.phase != own_phase {
+            return Err(refuse(
+                codes::INVALID_MESSAGE,
+                format!(
+                    "submission {} belongs to {}, not to phase {}",
+                    s.id,
+                    if own_phase.is_empty() {
+                        "no phase".to_string()
+                    } else {
+                        format!("phase {own_phase}")
+                    },
+                    c.phase
+                ),
+            ));
+        }
         submission = Some(s);
     }
-    if benchmark_name.is_empty() {
-        return Err(refuse(codes::INVALID_MESSAGE, "connect.benchmark is required"));
+    // A resumed submission runs under its own phase's rules, checked again now (the window may
+    // have closed, the benchmark may have been bound to a phase since).
+    if let Some(s) = &submission {
+        request.benchmark = &s.benchmark;
+        request.phase = s.phase_id.as_deref().unwrap_or("");
     }
+    if request.benchmark.is_empty() && request.phase.is_empty() {
+        return Err(refuse(
+            codes::INVALID_MESSAGE,
+            "connect.benchmark (or connect.phase) is required",
+        ));
+    }
+    let plan = access::resolve_run(&state.storage, request, now)
+        .await
+        .map_err(refusal)?;
     let catalog = state.catalog.clone();
-    let name = benchmark_name.clone();
-    let benchmark = match tokio::task::spawn_blocking(move || catalog.load(&name)).await {
+    let name = plan.benchmark.clone();
+    let mut benchmark = match tokio::task::spawn_blocking(move || catalog.load(&name)).await {
         Ok(Ok(b)) => b,
         Ok(Err(e)) => return Err(refuse(codes::UNKNOWN_BENCHMARK, e.to_string())),
         Err(e) => return Err(refuse(codes::INTERNAL, e.to_string())),
     };
+    let mut reveal_results = true;
+    if let Some(phase) = &plan.phase {
+        benchmark = Arc::new(access::phase_benchmark(&benchmark, phase));
+        reveal_results = !access::results_hidden(phase, now);
+    }
     if practice {
         return Ok(Admitted {
             benchmark,
             submission: None,
             queue: VecDeque::new(),
+            reveal_results,
         });
     }
     let submission = match submission {
@@ -165,12 +215,18 @@ async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Box<Msg>>
                 team_id: team.id,
                 benchmark: benchmark.spec.name.clone(),
                 agent_name: c.agent_name.clone(),
+                phase_id: plan.phase.as_ref().map(|p| p.id.clone()),
             };
-            state
-                .storage
-                .create_submission(&new, &runner::new_episodes(&benchmark))
-                .await
-                .map_err(|e| refuse(codes::INTERNAL, e.to_string()))?
+            access::create_submission(
+                &state.storage,
+                &team,
+                &new,
+                &runner::new_episodes(&benchmark),
+                plan.phase.as_ref(),
+                now,
+            )
+            .await
+            .map_err(refusal)?
         }
     };
     let rows = state
@@ -182,6 +238,7 @@ async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Box<Msg>>
         queue: runner::pending_queue(&benchmark, &rows),
         benchmark,
         submission: Some(submission),
+        reveal_results,
     })
 }
 
@@ -298,6 +355,7 @@ where
         sim_threads: config.sim_threads as usize,
         sink,
         source,
+        reveal_results: admitted.reveal_results,
         runtime: tokio::runtime::Handle::current(),
     });
     let mut handle = orchestrator::start(ctx);

@@ -75,12 +75,17 @@ pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
                 }
             }
         }
+        let reveal = ctx.reveal_results;
         let _ = ctx.out.send(Msg::EpisodeEnd(EpisodeEnd {
             episode_id: done.episode.index as u32,
             status: status_name(status).into(),
-            reason: reason.unwrap_or_default(),
+            reason: if reveal {
+                reason.unwrap_or_default()
+            } else {
+                String::new()
+            },
             steps: steps as u32,
-            metrics: if status.is_scored() {
+            metrics: if reveal && status.is_scored() {
                 metrics
             } else {
                 Default::default()

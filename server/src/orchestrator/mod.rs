@@ -64,6 +64,9 @@ pub struct RunContext {
     pub sim_threads: usize,
     pub sink: Sink,
     pub source: JobSource,
+    /// Whether EpisodeEnd carries metrics and the reason. False in a private phase before it
+    /// ends: the agent learns each episode's status and length only (results stay stored).
+    pub reveal_results: bool,
     /// For database calls from the (blocking) lane and committer threads.
     pub runtime: tokio::runtime::Handle,
 }

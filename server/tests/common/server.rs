@@ -12,15 +12,23 @@ pub struct ServerProc {
     child: Child,
     pub addr: SocketAddr,
     pub data_dir: PathBuf,
+    /// The server's stderr (its log).
+    pub log: PathBuf,
 }
 
 impl ServerProc {
     /// Starts `arena serve` on a free loopback port (or `--bind` in `extra`) and waits until it
-    /// listens. Its log goes to `<data_dir>/server-<n>.log`.
+    /// listens. Its log (`ARENA_LOG=info`) goes to `<data_dir>/server-<n>.log`.
     pub fn start(data_dir: &Path, extra: &[&str]) -> Self {
+        Self::start_with_env(data_dir, extra, &[])
+    }
+
+    /// [`ServerProc::start`] with extra environment variables (e.g. `ARENA_LOG=debug`).
+    pub fn start_with_env(data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Self {
         std::fs::create_dir_all(data_dir).unwrap();
         let n = std::fs::read_dir(data_dir).unwrap().count();
-        let log = std::fs::File::create(data_dir.join(format!("server-{n}.log"))).unwrap();
+        let log_path = data_dir.join(format!("server-{n}.log"));
+        let log = std::fs::File::create(&log_path).unwrap();
         let mut args = vec![
             "serve",
             "--data-dir",
@@ -35,6 +43,7 @@ impl ServerProc {
         let mut child = Command::new(env!("CARGO_BIN_EXE_arena"))
             .args(&args)
             .env("ARENA_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log))
             .spawn()
@@ -55,7 +64,13 @@ impl ServerProc {
             child,
             addr,
             data_dir: data_dir.to_path_buf(),
+            log: log_path,
         }
+    }
+
+    /// The server's log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     pub fn ws_url(&self) -> String {
@@ -82,6 +97,22 @@ impl ServerProc {
         (status, serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null))
     }
 
+    /// Any method; returns (status, response head, JSON body).
+    pub fn call(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&str>,
+    ) -> (u16, String, serde_json::Value) {
+        let (status, head, body) = request(self.addr, method, path, token, body);
+        (
+            status,
+            head,
+            serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
+        )
+    }
+
     /// Creates a team with the admin token; returns its token.
     pub fn team(&self, name: &str) -> String {
         let (status, v) = self.post("/api/v1/teams", Some(ADMIN), &format!("{{\"name\": \"{name}\"}}"));
@@ -98,6 +129,18 @@ impl Drop for ServerProc {
 
 /// One HTTP/1.1 request with `Connection: close`; returns (status, body).
 pub fn http(addr: SocketAddr, method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> (u16, Vec<u8>) {
+    let (status, _, body) = request(addr, method, path, token, body);
+    (status, body)
+}
+
+/// [`http`], also returning the response head (status line and headers).
+pub fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&str>,
+) -> (u16, String, Vec<u8>) {
     let mut s = TcpStream::connect(addr).unwrap();
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
     if let Some(t) = token {
@@ -119,7 +162,7 @@ pub fn http(addr: SocketAddr, method: &str, path: &str, token: Option<&str>, bod
     if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
         payload = dechunk(&payload);
     }
-    (status, payload)
+    (status, head, payload)
 }
 
 fn dechunk(mut data: &[u8]) -> Vec<u8> {

@@ -1,0 +1,582 @@
+//! Access policy, shared by the REST API and the agent gateway: which team a token belongs to
+//! (and why a token is refused), what a team may run (a phase's window, its benchmark, practice),
+//! submission quotas, and who may see results. Every refusal is an [`AccessError`]: an HTTP
+//! status, a stable code (the same in REST bodies and protocol Errors) and a message that says
+//! what was wrong and, where it applies, when that changes. Tokens are never part of a message;
+//! a token is named by its id (`tok-…`).
+
+use crate::catalog::LoadedBenchmark;
+use crate::storage::{NewEpisode, NewSubmission, Phase, Quota, Storage, StorageError, Submission, Team, Visibility};
+use arena_bench::spec::BenchmarkSpec;
+use arena_sdk::episode::REFERENCE_GROUP;
+use arena_sdk::protocol::{self, codes};
+use axum::http::StatusCode;
+use std::fmt;
+use std::time::{Duration, UNIX_EPOCH};
+
+/// One UTC day in milliseconds: per-day quotas reset at UTC midnight.
+pub const DAY_MS: i64 = 86_400_000;
+
+/// REST-only code: results or a leaderboard of a private phase before it ends.
+pub const HIDDEN: &str = "hidden";
+
+/// A refused request. `code` is one of the protocol's [`codes`] (or [`HIDDEN`], or the REST
+/// API's `bad_request` / `not_found`); `limit` and `resets_at_ms` are set for `quota_exceeded`
+/// (`resets_at_ms` is `None` for a limit that never resets).
+///
+/// Deliberately not a `std::error::Error`: it is an answer to send, not a failure to propagate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccessError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    pub limit: Option<u32>,
+    pub resets_at_ms: Option<i64>,
+}
+
+impl fmt::Display for AccessError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl AccessError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+            limit: None,
+            resets_at_ms: None,
+        }
+    }
+
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, codes::UNAUTHORIZED, message)
+    }
+
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, codes::FORBIDDEN, message)
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    pub fn hidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, HIDDEN, message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, codes::INTERNAL, message)
+    }
+
+    /// The protocol Error carrying this refusal. REST-only codes become their protocol
+    /// equivalents (`bad_request` → `invalid_message`).
+    pub fn to_protocol(&self) -> protocol::Error {
+        let code = match self.code {
+            "bad_request" => codes::INVALID_MESSAGE,
+            other => other,
+        };
+        protocol::Error {
+            code: code.into(),
+            message: self.message.clone(),
+            step: 0,
+            limit: self.limit.unwrap_or(0),
+            resets_at: self.resets_at_ms.map(rfc3339).unwrap_or_default(),
+        }
+    }
+}
+
+impl From<StorageError> for AccessError {
+    fn from(e: StorageError) -> Self {
+        tracing::error!("storage: {e}");
+        Self::internal(e.to_string())
+    }
+}
+
+/// Unix milliseconds as RFC 3339 UTC, to the second (e.g. `2026-05-01T00:00:00Z`).
+pub fn rfc3339(ms: i64) -> String {
+    let t = if ms >= 0 {
+        UNIX_EPOCH + Duration::from_millis(ms as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_millis(ms.unsigned_abs())
+    };
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+/// Parses an RFC 3339 UTC time (`2026-05-01T00:00:00Z`, fractional seconds allowed) into unix
+/// milliseconds.
+pub fn parse_rfc3339(text: &str) -> Result<i64, String> {
+    let t = humantime::parse_rfc3339(text.trim())
+        .map_err(|e| format!("expected an RFC 3339 UTC time such as \"2026-05-01T00:00:00Z\", got {text:?} ({e})"))?;
+    let ms = t
+        .duration_since(UNIX_EPOCH)
+        .map_err(|_| format!("{text:?} is before 1970"))?
+        .as_millis();
+    i64::try_from(ms).map_err(|_| format!("{text:?} is too far in the future"))
+}
+
+/// Start of the UTC day containing `now_ms`.
+pub fn day_start(now_ms: i64) -> i64 {
+    now_ms - now_ms.rem_euclid(DAY_MS)
+}
+
+/// The team a token belongs to, if the token is valid now. Unknown, revoked and expired tokens
+/// are `unauthorized`, each with its own message (naming the token's id, never the token).
+pub async fn authenticate(storage: &Storage, token: &str, now_ms: i64) -> Result<Team, AccessError> {
+    if token.is_empty() {
+        return Err(AccessError::unauthorized("a team token is required"));
+    }
+    let Some((team, info)) = storage.token_by_hash(&crate::storage::hash_token(token)).await? else {
+        return Err(AccessError::unauthorized("unknown token"));
+    };
+    let name = || match info.label.as_str() {
+        "" => format!("token {} of team {:?}", info.id, team.name),
+        label => format!("token {} ({label:?}) of team {:?}", info.id, team.name),
+    };
+    if let Some(at) = info.revoked_at {
+        return Err(AccessError::unauthorized(format!(
+            "{} was revoked at {}",
+            name(),
+            rfc3339(at)
+        )));
+    }
+    if let Some(at) = info.expires_at.filter(|&at| at <= now_ms) {
+        return Err(AccessError::unauthorized(format!(
+            "{} expired at {}",
+            name(),
+            rfc3339(at)
+        )));
+    }
+    Ok(team)
+}
+
+/// Where a phase stands at a given time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PhaseState {
+    Upcoming,
+    Open,
+    Closed,
+}
+
+impl PhaseState {
+    pub fn of(phase: &Phase, now_ms: i64) -> Self {
+        if now_ms < phase.starts_at {
+            Self::Upcoming
+        } else if now_ms < phase.ends_at {
+            Self::Open
+        } else {
+            Self::Closed
+        }
+    }
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Upcoming => "upcoming",
+            Self::Open => "open",
+            Self::Closed => "closed",
+        }
+    }
+}
+
+/// Whether a phase's results (leaderboard, per-episode results, reports, trajectories) are
+/// hidden from teams now: a private phase until it ends. The administrator always sees them.
+pub fn results_hidden(phase: &Phase, now_ms: i64) -> bool {
+    phase.leaderboard == Visibility::Private && now_ms < phase.ends_at
+}
+
+/// What a Connect or a REST submission asks to run.
+#[derive(Debug, Clone, Copy)]
+pub struct RunRequest<'a> {
+    /// Benchmark name; may be empty when a phase is given.
+    pub benchmark: &'a str,
+    /// Phase id; empty for none.
+    pub phase: &'a str,
+    pub practice: bool,
+}
+
+/// What a request may run: the benchmark and, when it runs in a phase, the phase.
+#[derive(Debug, Clone)]
+pub struct RunPlan {
+    pub benchmark: String,
+    pub phase: Option<Phase>,
+}
+
+/// Decides what a request may run. With a phase: the phase must exist (`unknown_phase`), a
+/// benchmark, if given, must be the phase's, the phase must be open now (`phase_closed`, saying
+/// when it opens or closed), and practice is refused in private phases (`forbidden`). Without a
+/// phase: a benchmark that a phase uses is refused (`forbidden`), so that phase rules (window,
+/// quotas, observation groups, hidden results) cannot be bypassed.
+pub async fn resolve_run(storage: &Storage, request: RunRequest<'_>, now_ms: i64) -> Result<RunPlan, AccessError> {
+    if request.phase.is_empty() {
+        if request.benchmark.is_empty() {
+            return Err(AccessError::bad_request("a benchmark or a phase is required"));
+        }
+        let phases = storage.phases_of_benchmark(request.benchmark).await?;
+        if !phases.is_empty() {
+            let suggested = phases
+                .iter()
+                .find(|p| PhaseState::of(p, now_ms) == PhaseState::Open)
+                .unwrap_or(&phases[0]);
+            let ids: Vec<&str> = phases.iter().map(|p| p.id.as_str()).collect();
+            return Err(AccessError::forbidden(format!(
+                "benchmark {} belongs to challenge phase(s) {}; run it through its phase (phase={})",
+                request.benchmark,
+                ids.join(", "),
+                suggested.id
+            )));
+        }
+        return Ok(RunPlan {
+            benchmark: request.benchmark.to_string(),
+            phase: None,
+        });
+    }
+    let Some(phase) = storage.phase(request.phase).await? else {
+        return Err(AccessError::new(
+            StatusCode::NOT_FOUND,
+            codes::UNKNOWN_PHASE,
+            format!(
+                "no phase {:?} (a challenge's phases are listed by GET /api/v1/challenges/{{id}})",
+                request.phase
+            ),
+        ));
+    };
+    if !request.benchmark.is_empty() && request.benchmark != phase.benchmark {
+        return Err(AccessError::bad_request(format!(
+            "phase {} runs benchmark {}, not {} (leave the benchmark empty or name {})",
+            phase.id, phase.benchmark, request.benchmark, phase.benchmark
+        )));
+    }
+    if request.practice && phase.leaderboard == Visibility::Private {
+        return Err(AccessError::forbidden(format!(
+            "practice is not available in phase {}: its results are private until {}",
+            phase.id,
+            rfc3339(phase.ends_at)
+        )));
+    }
+    check_open(&phase, now_ms)?;
+    Ok(RunPlan {
+        benchmark: phase.benchmark.clone(),
+        phase: Some(phase),
+    })
+}
+
+/// `phase_closed` unless the phase accepts runs now.
+pub fn check_open(phase: &Phase, now_ms: i64) -> Result<(), AccessError> {
+    let closed = |message: String| AccessError::new(StatusCode::FORBIDDEN, codes::PHASE_CLOSED, message);
+    match PhaseState::of(phase, now_ms) {
+        PhaseState::Open => Ok(()),
+        PhaseState::Upcoming => Err(closed(format!(
+            "phase {} is not open yet: it opens at {}",
+            phase.id,
+            rfc3339(phase.starts_at)
+        ))),
+        PhaseState::Closed => Err(closed(format!(
+            "phase {} is closed: it closed at {}",
+            phase.id,
+            rfc3339(phase.ends_at)
+        ))),
+    }
+}
+
+/// Creates a submission, counted against the phase's quotas (if it has any) in the same
+/// transaction. A used-up quota is `quota_exceeded` (HTTP 429) with the limit and, for the
+/// per-day limit, the next UTC midnight as `resets_at_ms`.
+pub async fn create_submission(
+    storage: &Storage,
+    team: &Team,
+    new: &NewSubmission,
+    episodes: &[NewEpisode],
+    phase: Option<&Phase>,
+    now_ms: i64,
+) -> Result<Submission, AccessError> {
+    let today = day_start(now_ms);
+    let quota = phase
+        .filter(|p| p.max_per_day.is_some() || p.max_total.is_some())
+        .map(|p| Quota {
+            phase_id: &p.id,
+            max_per_day: p.max_per_day,
+            max_total: p.max_total,
+            day_start: today,
+        });
+    match storage.create_submission_within(new, episodes, quota.as_ref()).await {
+        Ok(s) => Ok(s),
+        Err(StorageError::QuotaExceeded { limit, used, daily }) => {
+            let phase = phase.map_or("", |p| p.id.as_str());
+            let (message, resets_at_ms) = if daily {
+                let resets = today + DAY_MS;
+                (
+                    format!(
+                        "team {:?} has used {used} of its {limit} submission(s) per day in phase {phase}; \
+                         the daily quota resets at {}",
+                        team.name,
+                        rfc3339(resets)
+                    ),
+                    Some(resets),
+                )
+            } else {
+                (
+                    format!(
+                        "team {:?} has used {used} of its {limit} submission(s) in phase {phase}; \
+                         this limit does not reset",
+                        team.name
+                    ),
+                    None,
+                )
+            };
+            Err(AccessError {
+                status: StatusCode::TOO_MANY_REQUESTS,
+                code: codes::QUOTA_EXCEEDED,
+                message,
+                limit: Some(limit),
+                resets_at_ms,
+            })
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The observation groups a phase may allow on a benchmark: the benchmark's own groups, plus
+/// `reference` when the benchmark sends reference frames (a horizon or the whole motion).
+pub fn allowed_groups(spec: &BenchmarkSpec) -> Vec<String> {
+    let mut groups = spec.observations.groups.clone();
+    if spec.observations.reference_horizon > 0 || spec.observations.reveal_reference {
+        groups.push(REFERENCE_GROUP.to_string());
+    }
+    groups
+}
+
+/// Checks a phase's fields against its benchmark: the window, the quotas and the observation
+/// groups. Each message names the field.
+pub fn validate_phase(phase: &Phase, spec: &BenchmarkSpec) -> Result<(), AccessError> {
+    if phase.starts_at < 0 {
+        return Err(AccessError::bad_request("starts_at: must not be before 1970"));
+    }
+    if phase.starts_at >= phase.ends_at {
+        return Err(AccessError::bad_request(format!(
+            "ends_at ({}) must be after starts_at ({})",
+            rfc3339(phase.ends_at),
+            rfc3339(phase.starts_at)
+        )));
+    }
+    for (field, value) in [
+        ("max_submissions_per_day", phase.max_per_day),
+        ("max_submissions_total", phase.max_total),
+    ] {
+        if value == Some(0) {
+            return Err(AccessError::bad_request(format!(
+                "{field}: expected at least 1, or null for no limit"
+            )));
+        }
+    }
+    if let Some(groups) = &phase.observation_groups {
+        let allowed = allowed_groups(spec);
+        if groups.is_empty() {
+            return Err(AccessError::bad_request(
+                "observation_groups: expected at least one group, or null for the benchmark's",
+            ));
+        }
+        for (i, g) in groups.iter().enumerate() {
+            if !allowed.contains(g) {
+                return Err(AccessError::bad_request(format!(
+                    "observation_groups: benchmark {} does not offer {g:?} (it offers: {})",
+                    spec.name,
+                    allowed.join(", ")
+                )));
+            }
+            if groups[..i].contains(g) {
+                return Err(AccessError::bad_request(format!(
+                    "observation_groups: {g:?} is listed twice"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The benchmark as a phase runs it: only the phase's observation groups (no reference frames,
+/// neither the horizon nor the revealed motion, unless `reference` is allowed), and, in a private
+/// phase, no motion names in EpisodeStart (opaque episode ids only).
+pub fn phase_benchmark(benchmark: &LoadedBenchmark, phase: &Phase) -> LoadedBenchmark {
+    let mut view = benchmark.clone();
+    view.spec = phase_spec(&benchmark.spec, phase);
+    view
+}
+
+/// The spec part of [`phase_benchmark`].
+pub fn phase_spec(spec: &BenchmarkSpec, phase: &Phase) -> BenchmarkSpec {
+    let mut spec = spec.clone();
+    let observations = &mut spec.observations;
+    if let Some(groups) = &phase.observation_groups {
+        observations.groups.retain(|g| groups.contains(g));
+        if !groups.iter().any(|g| g == REFERENCE_GROUP) {
+            observations.reference_horizon = 0;
+            observations.reveal_reference = false;
+        }
+    }
+    if phase.leaderboard == Visibility::Private {
+        observations.hide_motion_names = true;
+    }
+    spec
+}
+
+/// A slug for challenge and phase ids: 1-64 characters, lowercase letters, digits, `-` and `_`,
+/// starting with a letter or digit.
+pub fn check_slug(field: &str, id: &str) -> Result<(), AccessError> {
+    let ok = (1..=64).contains(&id.len())
+        && id.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && id
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(AccessError::bad_request(format!(
+            "{field}: expected 1-64 characters of a-z, 0-9, '-' and '_', starting with a letter or digit, got {id:?}"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_round_trip() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        let t = parse_rfc3339("2026-05-01T12:30:00Z").unwrap();
+        assert_eq!(rfc3339(t), "2026-05-01T12:30:00Z");
+        assert_eq!(parse_rfc3339("2026-05-01T12:30:00.250Z").unwrap(), t + 250);
+        let e = parse_rfc3339("May 1st").unwrap_err();
+        assert!(e.contains("RFC 3339") && e.contains("May 1st"), "{e}");
+        assert!(parse_rfc3339("1969-12-31T23:59:59Z").is_err());
+    }
+
+    #[test]
+    fn days_start_at_utc_midnight() {
+        let noon = parse_rfc3339("2026-05-01T12:00:00Z").unwrap();
+        assert_eq!(rfc3339(day_start(noon)), "2026-05-01T00:00:00Z");
+        assert_eq!(day_start(day_start(noon)), day_start(noon));
+        assert_eq!(rfc3339(day_start(noon) + DAY_MS), "2026-05-02T00:00:00Z");
+    }
+
+    #[test]
+    fn slugs() {
+        for ok in ["a", "g1-cup-2026", "dev_phase", "0"] {
+            assert!(check_slug("id", ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "-a", "A", "a b", "a/b", &"x".repeat(65)] {
+            let e = check_slug("id", bad).unwrap_err();
+            assert_eq!((e.status, e.code), (StatusCode::BAD_REQUEST, "bad_request"), "{bad}");
+        }
+    }
+
+    fn smoke() -> BenchmarkSpec {
+        let names = arena_bench::metrics::metric_names();
+        arena_bench::spec::find_benchmark("g1-smoke", &arena_bench::spec::shipped_dir(), &names)
+            .unwrap()
+            .1
+    }
+
+    fn phase(groups: Option<&[&str]>, leaderboard: Visibility) -> Phase {
+        Phase {
+            id: "p".into(),
+            challenge_id: "c".into(),
+            benchmark: "g1-smoke".into(),
+            starts_at: 0,
+            ends_at: DAY_MS,
+            leaderboard,
+            max_per_day: None,
+            max_total: None,
+            observation_groups: groups.map(|g| g.iter().map(|s| s.to_string()).collect()),
+            created_at: 0,
+        }
+    }
+
+    #[test]
+    fn phases_restrict_what_agents_see() {
+        let spec = smoke();
+        assert_eq!(
+            allowed_groups(&spec),
+            ["state", "last_action", "history_actor", "reference"]
+        );
+        let public = phase_spec(&spec, &phase(None, Visibility::Public));
+        assert_eq!(
+            public, spec,
+            "a public phase without groups runs the benchmark as it is"
+        );
+        let view = phase_spec(&spec, &phase(Some(&["history_actor", "state"]), Visibility::Private));
+        let o = &view.observations;
+        assert_eq!(o.groups, ["state", "history_actor"], "the benchmark's order");
+        assert_eq!(
+            (o.reference_horizon, o.reveal_reference, o.hide_motion_names),
+            (0, false, true)
+        );
+        let view = phase_spec(&spec, &phase(Some(&["reference"]), Visibility::Public));
+        assert!(view.observations.groups.is_empty());
+        assert_eq!(view.observations.reference_horizon, spec.observations.reference_horizon);
+    }
+
+    #[test]
+    fn phases_are_validated_against_their_benchmark() {
+        let spec = smoke();
+        assert!(validate_phase(&phase(Some(&["state", "reference"]), Visibility::Public), &spec).is_ok());
+        let refused = |p: &Phase, part: &str| {
+            let e = validate_phase(p, &spec).unwrap_err();
+            assert_eq!((e.status, e.code), (StatusCode::BAD_REQUEST, "bad_request"));
+            assert!(e.message.contains(part), "{:?} lacks {part:?}", e.message);
+        };
+        refused(
+            &phase(Some(&["privileged_state"]), Visibility::Public),
+            "does not offer \"privileged_state\"",
+        );
+        refused(&phase(Some(&["state", "state"]), Visibility::Public), "listed twice");
+        refused(&phase(Some(&[]), Visibility::Public), "at least one group");
+        let mut p = phase(None, Visibility::Public);
+        p.ends_at = p.starts_at;
+        refused(&p, "must be after starts_at");
+        let mut p = phase(None, Visibility::Public);
+        p.max_per_day = Some(0);
+        refused(&p, "max_submissions_per_day");
+    }
+
+    #[test]
+    fn private_results_are_hidden_until_the_end() {
+        let p = phase(None, Visibility::Private);
+        assert!(results_hidden(&p, 0) && results_hidden(&p, DAY_MS - 1));
+        assert!(!results_hidden(&p, DAY_MS));
+        assert!(!results_hidden(&phase(None, Visibility::Public), 0));
+        assert_eq!(PhaseState::of(&p, -1), PhaseState::Upcoming);
+        assert_eq!(PhaseState::of(&p, 0), PhaseState::Open);
+        assert_eq!(PhaseState::of(&p, DAY_MS), PhaseState::Closed);
+        let e = check_open(&p, DAY_MS).unwrap_err();
+        assert_eq!((e.code, e.status), (codes::PHASE_CLOSED, StatusCode::FORBIDDEN));
+        assert!(e.message.contains("closed at 1970-01-02T00:00:00Z"), "{}", e.message);
+    }
+
+    #[test]
+    fn protocol_errors_carry_the_quota() {
+        let e = AccessError {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            code: codes::QUOTA_EXCEEDED,
+            message: "used".into(),
+            limit: Some(3),
+            resets_at_ms: Some(DAY_MS),
+        };
+        let p = e.to_protocol();
+        assert_eq!(
+            (p.code.as_str(), p.limit, p.resets_at.as_str()),
+            ("quota_exceeded", 3, "1970-01-02T00:00:00Z")
+        );
+        let p = AccessError::bad_request("x").to_protocol();
+        assert_eq!(
+            (p.code.as_str(), p.limit, p.resets_at.as_str()),
+            ("invalid_message", 0, "")
+        );
+    }
+}

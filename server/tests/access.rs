@@ -1,0 +1,810 @@
+//! Access control end to end, on a real `arena serve` (SQLite) with debug logging: the admin
+//! API (challenges, phases, teams, members, tokens), the refusal matrix over REST and over the
+//! protocol (no / unknown / revoked / expired token, another team's data, phase rules, quotas),
+//! private phases (hidden results, opaque episodes, no metrics in EpisodeEnd until the phase
+//! ends), and no token ever written to the server's log.
+
+mod common;
+
+use arena_sdk::agents::ReplayAgent;
+use arena_sdk::client::{self, ClientConfig, ClientEvent, Mode};
+use arena_sdk::protocol::{self, Connect, Encoding, EpisodeEnd, Frame, Msg, PROTOCOL_VERSION, codes};
+use arena_server::access::{DAY_MS, day_start, rfc3339};
+use common::server::{ADMIN, ServerProc};
+use common::tmp;
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use std::time::Duration;
+use tokio_tungstenite::tungstenite::Message;
+
+fn now_ms() -> i64 {
+    arena_server::storage::now_ms()
+}
+
+/// Asserts a REST refusal: status, error code, and a part of the message.
+#[track_caller]
+fn refused(answer: (u16, Value), status: u16, code: &str, message_part: &str) -> Value {
+    let (got, body) = answer;
+    assert_eq!(got, status, "{body}");
+    assert_eq!(body["error"]["code"], code, "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains(message_part), "{message:?} lacks {message_part:?}");
+    body
+}
+
+#[track_caller]
+fn ok(answer: (u16, Value), status: u16) -> Value {
+    assert_eq!(answer.0, status, "{}", answer.1);
+    answer.1
+}
+
+fn patch(server: &ServerProc, path: &str, token: Option<&str>, body: &str) -> (u16, Value) {
+    let (status, _, v) = server.call("PATCH", path, token, Some(body));
+    (status, v)
+}
+
+fn delete(server: &ServerProc, path: &str, token: Option<&str>) -> (u16, Value) {
+    let (status, _, v) = server.call("DELETE", path, token, None);
+    (status, v)
+}
+
+/// An RFC 3339 time `offset_ms` from now.
+fn at(offset_ms: i64) -> String {
+    rfc3339(now_ms() + offset_ms)
+}
+
+const HOUR: i64 = 3_600_000;
+
+fn create_phase(server: &ServerProc, body: Value) -> Value {
+    ok(
+        server.post("/api/v1/challenges/cup/phases", Some(ADMIN), &body.to_string()),
+        201,
+    )
+}
+
+/// Creates a team (with members) through the admin API: (team id, token).
+fn team(server: &ServerProc, name: &str) -> (i64, String) {
+    let body =
+        json!({"name": name, "members": [{"name": format!("{name} lead"), "email": format!("lead@{name}.org")}]});
+    let v = ok(server.post("/api/v1/teams", Some(ADMIN), &body.to_string()), 201);
+    assert_eq!(v["members"][0]["email"], format!("lead@{name}.org"), "{v}");
+    assert!(v["token_info"]["id"].as_str().unwrap().starts_with("tok-"), "{v}");
+    (
+        v["team"]["id"].as_i64().unwrap(),
+        v["token"].as_str().unwrap().to_string(),
+    )
+}
+
+/// No token used in the test appears in the server's log (which must have debug lines).
+#[track_caller]
+fn assert_no_tokens_in_log(server: &ServerProc, tokens: &[&str]) {
+    let log = server.log_text();
+    assert!(log.contains("DEBUG"), "the server did not log at debug level:\n{log}");
+    for token in tokens {
+        assert!(!token.is_empty());
+        assert!(!log.contains(token), "a token appears in {}", server.log.display());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Raw protocol client: a refusal is one Error, then the end of the session.
+
+fn connect(token: &str, mode: &str, benchmark: &str, phase: &str) -> Connect {
+    Connect {
+        protocol_version: PROTOCOL_VERSION,
+        agent_name: "raw".into(),
+        token: token.into(),
+        mode: mode.into(),
+        benchmark: benchmark.into(),
+        phase: phase.into(),
+        ..Default::default()
+    }
+}
+
+fn connect_refused(server: &ServerProc, connect: Connect) -> protocol::Error {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let (mut ws, _) = tokio_tungstenite::connect_async(server.ws_url()).await.unwrap();
+        let Frame::Binary(bytes) = protocol::encode(&Msg::Connect(connect), Encoding::Binary) else {
+            unreachable!("binary encoding")
+        };
+        ws.send(Message::Binary(bytes.into())).await.unwrap();
+        let mut messages = Vec::new();
+        loop {
+            let frame = tokio::time::timeout(Duration::from_secs(30), ws.next())
+                .await
+                .expect("the server answers");
+            match frame {
+                Some(Ok(Message::Binary(b))) => messages.push(protocol::decode_binary(&b).unwrap()),
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
+                Some(Ok(_)) => {}
+            }
+        }
+        match messages.as_slice() {
+            [Msg::Error(e)] => e.clone(),
+            other => panic!("expected one Error and the end of the session, got {other:?}"),
+        }
+    })
+}
+
+#[track_caller]
+fn protocol_refused(e: &protocol::Error, code: &str, message_part: &str) {
+    assert_eq!(e.code, code, "{e:?}");
+    assert!(
+        e.message.contains(message_part),
+        "{:?} lacks {message_part:?}",
+        e.message
+    );
+}
+
+/// What an SDK client saw during a submission.
+#[derive(Default)]
+struct Seen {
+    groups: Vec<String>,
+    motions: Vec<String>,
+    ends: Vec<EpisodeEnd>,
+}
+
+fn run_in_phase(server: &ServerProc, token: &str, phase: &str) -> (client::RunSummary, Seen) {
+    let mut config = ClientConfig::new(
+        server.ws_url(),
+        token,
+        Mode::Submission {
+            benchmark: String::new(),
+            submission_id: None,
+        },
+    );
+    config.phase = phase.into();
+    config.max_reconnects = 0;
+    let mut seen = Seen::default();
+    let summary = client::run_blocking(&config, &mut ReplayAgent::new(), &mut |event| match event {
+        ClientEvent::Connected(c) => {
+            seen.groups = c
+                .spec
+                .as_ref()
+                .unwrap()
+                .observations
+                .iter()
+                .map(|g| g.name.clone())
+                .collect()
+        }
+        ClientEvent::EpisodeStart(infos) => seen.motions.extend(infos.iter().map(|i| i.motion.clone())),
+        ClientEvent::EpisodeEnd(end) => seen.ends.push(end.clone()),
+        _ => {}
+    })
+    .unwrap_or_else(|e| panic!("submission in phase {phase}: {e}"));
+    (summary, seen)
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// The admin API: validation of challenges and phases, teams, members, tokens; the token matrix
+/// (none, malformed, unknown, revoked, expired); quotas over REST and the protocol.
+#[test]
+fn admin_api_tokens_and_quotas() {
+    let dir = tmp("access-admin");
+    let server = ServerProc::start_with_env(&dir, &[], &[("ARENA_LOG", "debug")]);
+    let (alpha_id, alpha) = team(&server, "alpha");
+    let (_, beta) = team(&server, "beta");
+
+    // Challenges: admin only, validated.
+    let body = r#"{"id": "cup", "title": "The Cup", "description": "track it all"}"#;
+    refused(
+        server.post("/api/v1/challenges", None, body),
+        401,
+        "unauthorized",
+        "missing Authorization",
+    );
+    refused(
+        server.post("/api/v1/challenges", Some(&alpha), body),
+        403,
+        "forbidden",
+        "admin token required",
+    );
+    refused(
+        server.post("/api/v1/challenges", Some(ADMIN), r#"{"id": "Cup!", "title": "x"}"#),
+        400,
+        "bad_request",
+        "id: expected",
+    );
+    ok(server.post("/api/v1/challenges", Some(ADMIN), body), 201);
+    refused(
+        server.post("/api/v1/challenges", Some(ADMIN), body),
+        409,
+        "conflict",
+        "already exists",
+    );
+    let list = ok(server.get("/api/v1/challenges", None), 200);
+    assert_eq!(list["challenges"][0]["id"], "cup", "{list}");
+
+    // Phases: validated against the benchmark; listed with their state.
+    let phase = |id: &str| json!({"id": id, "benchmark": "g1-smoke", "starts_at": at(-HOUR), "ends_at": at(HOUR)});
+    let post_phase = |body: Value| server.post("/api/v1/challenges/cup/phases", Some(ADMIN), &body.to_string());
+    let mut bad = phase("p");
+    bad["benchmark"] = json!("nope");
+    refused(
+        post_phase(bad),
+        400,
+        "bad_request",
+        "benchmark: no benchmark named \"nope\"",
+    );
+    let mut bad = phase("p");
+    bad["observation_groups"] = json!(["state", "privileged_state"]);
+    refused(
+        post_phase(bad),
+        400,
+        "bad_request",
+        "does not offer \"privileged_state\"",
+    );
+    let mut bad = phase("p");
+    bad["ends_at"] = json!(at(-2 * HOUR));
+    refused(post_phase(bad), 400, "bad_request", "must be after starts_at");
+    let mut bad = phase("p");
+    bad["starts_at"] = json!("tomorrow");
+    refused(post_phase(bad), 400, "bad_request", "starts_at: expected an RFC 3339");
+    let mut bad = phase("p");
+    bad["max_submissions_total"] = json!(0);
+    refused(
+        post_phase(bad),
+        400,
+        "bad_request",
+        "max_submissions_total: expected a positive integer",
+    );
+    let mut bad = phase("p");
+    bad["leaderboard"] = json!("secret");
+    refused(
+        post_phase(bad),
+        400,
+        "bad_request",
+        "leaderboard: expected \"public\" or \"private\"",
+    );
+    refused(
+        server.post("/api/v1/challenges/nope/phases", Some(ADMIN), &phase("p").to_string()),
+        404,
+        "not_found",
+        "no challenge \"nope\"",
+    );
+    refused(
+        server.post("/api/v1/challenges/cup/phases", Some(&alpha), &phase("p").to_string()),
+        403,
+        "forbidden",
+        "admin token required",
+    );
+    let mut daily = phase("daily");
+    daily["max_submissions_per_day"] = json!(1);
+    daily["starts_at"] = json!(now_ms() - HOUR); // unix milliseconds work too
+    let created = create_phase(&server, daily);
+    assert_eq!(
+        (created["state"].as_str(), created["max_submissions_per_day"].as_u64()),
+        (Some("open"), Some(1)),
+        "{created}"
+    );
+    refused(post_phase(phase("daily")), 409, "conflict", "already exists");
+    let mut total = phase("total");
+    total["max_submissions_total"] = json!(1);
+    create_phase(&server, total);
+    let mut future = phase("future");
+    future["starts_at"] = json!(at(HOUR));
+    future["ends_at"] = json!(at(2 * HOUR));
+    create_phase(&server, future);
+    let mut past = phase("past");
+    past["starts_at"] = json!(at(-2 * HOUR));
+    past["ends_at"] = json!(at(-HOUR));
+    create_phase(&server, past);
+    let cup = ok(server.get("/api/v1/challenges/cup", None), 200);
+    let states: Vec<(String, String)> = cup["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["id"].as_str().unwrap().into(), p["state"].as_str().unwrap().into()))
+        .collect();
+    for (id, state) in [
+        ("daily", "open"),
+        ("total", "open"),
+        ("future", "upcoming"),
+        ("past", "closed"),
+    ] {
+        assert!(states.contains(&(id.into(), state.into())), "{states:?}");
+    }
+    refused(server.get("/api/v1/phases/nope", None), 404, "not_found", "no phase");
+    // PATCH: only known keys; null clears a limit.
+    refused(
+        patch(&server, "/api/v1/phases/total", Some(ADMIN), r#"{"benchmark": "x"}"#),
+        400,
+        "bad_request",
+        "unknown field `benchmark`",
+    );
+    refused(
+        patch(&server, "/api/v1/phases/total", Some(&alpha), "{}"),
+        403,
+        "forbidden",
+        "admin",
+    );
+    let v = ok(
+        patch(
+            &server,
+            "/api/v1/phases/daily",
+            Some(ADMIN),
+            r#"{"max_submissions_total": 5}"#,
+        ),
+        200,
+    );
+    assert_eq!(
+        (
+            v["max_submissions_total"].as_u64(),
+            v["max_submissions_per_day"].as_u64()
+        ),
+        (Some(5), Some(1))
+    );
+    let v = ok(
+        patch(
+            &server,
+            "/api/v1/phases/daily",
+            Some(ADMIN),
+            r#"{"max_submissions_total": null}"#,
+        ),
+        200,
+    );
+    assert!(v["max_submissions_total"].is_null(), "{v}");
+
+    // Teams: members and token metadata for the admin; never a token or its hash.
+    let alpha_path = format!("/api/v1/teams/{alpha_id}");
+    let member = ok(
+        server.post(
+            &format!("{alpha_path}/members"),
+            Some(ADMIN),
+            r#"{"name": "Bo", "email": "bo@alpha.org"}"#,
+        ),
+        201,
+    );
+    assert_eq!(member["name"], "Bo");
+    refused(
+        server.post(
+            &format!("{alpha_path}/members"),
+            Some(ADMIN),
+            r#"{"name": "Bo", "email": "bo"}"#,
+        ),
+        400,
+        "bad_request",
+        "email: expected an address",
+    );
+    refused(
+        server.get("/api/v1/teams/999", Some(ADMIN)),
+        404,
+        "not_found",
+        "no team \"999\"",
+    );
+    refused(
+        server.get(&alpha_path, Some(&alpha)),
+        403,
+        "forbidden",
+        "admin token required",
+    );
+    refused(
+        server.post(
+            &format!("{alpha_path}/tokens"),
+            Some(ADMIN),
+            &json!({"expires_at": at(-1000)}).to_string(),
+        ),
+        400,
+        "bad_request",
+        "expires_at",
+    );
+    let short = ok(
+        server.post(
+            &format!("{alpha_path}/tokens"),
+            Some(ADMIN),
+            &json!({"label": "ci", "expires_at": now_ms() + 1500}).to_string(),
+        ),
+        201,
+    );
+    let expiring = short["token"].as_str().unwrap().to_string();
+    let revocable = ok(
+        server.post(&format!("{alpha_path}/tokens"), Some(ADMIN), r#"{"label": "laptop"}"#),
+        201,
+    );
+    let revoked = revocable["token"].as_str().unwrap().to_string();
+    let revoked_id = revocable["token_info"]["id"].as_str().unwrap().to_string();
+    // Both work until expiry / revocation.
+    for token in [&expiring, &revoked] {
+        ok(server.get("/api/v1/submissions", Some(token)), 200);
+    }
+    let v = ok(
+        delete(&server, &format!("{alpha_path}/tokens/{revoked_id}"), Some(ADMIN)),
+        200,
+    );
+    assert!(v["token_info"]["revoked_at"].as_i64().is_some(), "{v}");
+    refused(
+        delete(&server, &format!("{alpha_path}/tokens/tok-0000"), Some(ADMIN)),
+        404,
+        "not_found",
+        "tok-0000",
+    );
+    let details = ok(server.get(&alpha_path, Some(ADMIN)), 200);
+    assert_eq!(details["members"].as_array().unwrap().len(), 2, "{details}");
+    assert_eq!(details["tokens"].as_array().unwrap().len(), 3, "{details}");
+    let text = details.to_string();
+    for secret in [&alpha, &expiring, &revoked] {
+        assert!(!text.contains(secret.as_str()), "a token is listed");
+        assert!(
+            !text.contains(&arena_server::storage::hash_token(secret)),
+            "a token hash is listed"
+        );
+    }
+    let listed = ok(server.get(&format!("{alpha_path}/tokens"), Some(ADMIN)), 200);
+    assert_eq!(listed["tokens"], details["tokens"]);
+
+    // The token matrix over REST.
+    refused(
+        server.get("/api/v1/submissions", None),
+        401,
+        "unauthorized",
+        "missing Authorization",
+    );
+    refused(
+        server.get("/api/v1/submissions", Some("at_nope")),
+        401,
+        "unauthorized",
+        "unknown token",
+    );
+    let body = refused(
+        server.get("/api/v1/submissions", Some(&revoked)),
+        401,
+        "unauthorized",
+        "was revoked at",
+    );
+    assert!(
+        body.to_string().contains(&revoked_id),
+        "the message names the token id: {body}"
+    );
+    {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(server.addr).unwrap();
+        let req = format!(
+            "GET /api/v1/submissions HTTP/1.1\r\nHost: {}\r\nAuthorization: Basic {alpha}\r\nConnection: close\r\n\r\n",
+            server.addr
+        );
+        s.write_all(req.as_bytes()).unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+        assert!(answer.contains("must be \\\"Bearer <token>\\\""), "{answer}");
+    }
+    std::thread::sleep(Duration::from_millis(1600));
+    refused(
+        server.get("/api/v1/submissions", Some(&expiring)),
+        401,
+        "unauthorized",
+        "(\"ci\") of team \"alpha\" expired at",
+    );
+
+    // ... and over the protocol.
+    let e = connect_refused(&server, connect("at_nope", "submission", "g1-smoke", ""));
+    protocol_refused(&e, codes::UNAUTHORIZED, "unknown token");
+    let e = connect_refused(&server, connect(&revoked, "submission", "", "daily"));
+    protocol_refused(&e, codes::UNAUTHORIZED, "was revoked at");
+    let e = connect_refused(&server, connect(&expiring, "submission", "", "daily"));
+    protocol_refused(&e, codes::UNAUTHORIZED, "expired at");
+    let e = connect_refused(&server, connect("", "submission", "", "daily"));
+    protocol_refused(&e, codes::UNAUTHORIZED, "token is required");
+
+    // Phase rules over REST and the protocol.
+    let submit = |token: &str, body: Value| server.post("/api/v1/submissions", Some(token), &body.to_string());
+    refused(
+        submit(&alpha, json!({"phase": "nope"})),
+        404,
+        "unknown_phase",
+        "no phase \"nope\"",
+    );
+    refused(
+        submit(&alpha, json!({"phase": "future"})),
+        403,
+        "phase_closed",
+        "opens at",
+    );
+    refused(
+        submit(&alpha, json!({"phase": "past"})),
+        403,
+        "phase_closed",
+        "closed at",
+    );
+    refused(
+        submit(&alpha, json!({"phase": "daily", "benchmark": "g1-other"})),
+        400,
+        "bad_request",
+        "runs benchmark g1-smoke",
+    );
+    refused(
+        submit(&alpha, json!({"benchmark": "g1-smoke"})),
+        403,
+        "forbidden",
+        "benchmark g1-smoke belongs to challenge phase(s)",
+    );
+    refused(
+        submit(&alpha, json!({})),
+        400,
+        "bad_request",
+        "a benchmark or a phase is required",
+    );
+    let e = connect_refused(&server, connect(&alpha, "submission", "", "nope"));
+    protocol_refused(&e, codes::UNKNOWN_PHASE, "no phase \"nope\"");
+    let e = connect_refused(&server, connect(&alpha, "submission", "", "future"));
+    protocol_refused(&e, codes::PHASE_CLOSED, "opens at");
+    let e = connect_refused(&server, connect(&alpha, "practice", "", "past"));
+    protocol_refused(&e, codes::PHASE_CLOSED, "closed at");
+    let e = connect_refused(&server, connect(&alpha, "submission", "g1-smoke", ""));
+    protocol_refused(&e, codes::FORBIDDEN, "belongs to challenge phase(s) past, ");
+    assert!(e.message.contains("(phase="), "{}", e.message);
+
+    // Quotas: per day (resets at the next UTC midnight, Retry-After) and in total (never).
+    let midnights = || day_start(now_ms()) + DAY_MS;
+    let before = midnights();
+    let first = ok(submit(&alpha, json!({"phase": "daily", "agent_name": "one"})), 201);
+    assert_eq!(first["phase"], "daily", "{first}");
+    let (status, head, body) = server.call(
+        "POST",
+        "/api/v1/submissions",
+        Some(&alpha),
+        Some(&json!({"phase": "daily"}).to_string()),
+    );
+    let body = refused(
+        (status, body),
+        429,
+        "quota_exceeded",
+        "1 submission(s) per day in phase daily",
+    );
+    let after = midnights();
+    assert_eq!(body["error"]["limit"], 1, "{body}");
+    let resets = body["error"]["resets_at"].as_str().unwrap().to_string();
+    assert!([rfc3339(before), rfc3339(after)].contains(&resets), "{resets}");
+    assert!(body["error"]["message"].as_str().unwrap().contains(&resets), "{body}");
+    let retry: i64 = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("retry-after:")
+                .map(|v| v.trim().parse().unwrap())
+        })
+        .expect("a Retry-After header");
+    assert!((0..=DAY_MS / 1000).contains(&retry), "{retry}");
+    let e = connect_refused(&server, connect(&alpha, "submission", "", "daily"));
+    protocol_refused(&e, codes::QUOTA_EXCEEDED, "per day");
+    assert_eq!(e.limit, 1);
+    assert!(
+        [rfc3339(before), rfc3339(after)].contains(&e.resets_at),
+        "{}",
+        e.resets_at
+    );
+    // The quota is per team: beta still may.
+    ok(submit(&beta, json!({"phase": "daily"})), 201);
+    ok(submit(&alpha, json!({"phase": "total"})), 201);
+    let (status, head, body) = server.call(
+        "POST",
+        "/api/v1/submissions",
+        Some(&alpha),
+        Some(&json!({"phase": "total"}).to_string()),
+    );
+    let body = refused((status, body), 429, "quota_exceeded", "does not reset");
+    assert_eq!(
+        (body["error"]["limit"].as_u64(), body["error"]["resets_at"].is_null()),
+        (Some(1), true)
+    );
+    assert!(!head.to_ascii_lowercase().contains("retry-after"), "{head}");
+    let e = connect_refused(&server, connect(&alpha, "submission", "g1-smoke", "total"));
+    protocol_refused(&e, codes::QUOTA_EXCEEDED, "does not reset");
+    assert_eq!((e.limit, e.resets_at.as_str()), (1, ""));
+    // Raising the limit lifts the refusal.
+    ok(
+        patch(
+            &server,
+            "/api/v1/phases/total",
+            Some(ADMIN),
+            r#"{"max_submissions_total": 2}"#,
+        ),
+        200,
+    );
+    ok(submit(&alpha, json!({"phase": "total"})), 201);
+    // A team sees only its own submissions.
+    let mine = ok(server.get("/api/v1/submissions", Some(&beta)), 200);
+    assert_eq!(mine["submissions"].as_array().unwrap().len(), 1, "{mine}");
+    let id = first["id"].as_str().unwrap();
+    refused(
+        server.get(&format!("/api/v1/submissions/{id}"), Some(&beta)),
+        404,
+        "not_found",
+        id,
+    );
+
+    assert_no_tokens_in_log(&server, &[&alpha, &beta, &expiring, &revoked, ADMIN]);
+    drop(server);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Public and private phases with real runs: what each team, the public and the admin see,
+/// before and after the private phase ends.
+#[test]
+fn public_and_private_phases() {
+    let dir = tmp("access-phases");
+    // TRACE: even the transports' frame-level logs must not carry a token.
+    let server = ServerProc::start_with_env(&dir, &[], &[("ARENA_LOG", "trace")]);
+    ok(
+        server.post(
+            "/api/v1/challenges",
+            Some(ADMIN),
+            r#"{"id": "cup", "title": "The Cup"}"#,
+        ),
+        201,
+    );
+    create_phase(
+        &server,
+        json!({"id": "dev", "benchmark": "g1-smoke", "starts_at": at(-HOUR), "ends_at": at(HOUR),
+               "leaderboard": "public", "max_submissions_per_day": 5}),
+    );
+    create_phase(
+        &server,
+        json!({"id": "final", "benchmark": "g1-smoke", "starts_at": at(-HOUR), "ends_at": at(HOUR),
+               "leaderboard": "private", "observation_groups": ["state", "reference"]}),
+    );
+    let (_, alpha) = team(&server, "alpha");
+    let (_, beta) = team(&server, "beta");
+
+    // Alpha in the public phase: names, metrics and results as usual.
+    let (summary, seen) = run_in_phase(&server, &alpha, "dev");
+    assert_eq!(summary.submission_status, "COMPLETED");
+    assert_eq!(seen.groups, ["state", "last_action", "history_actor", "reference"]);
+    assert!(seen.motions.contains(&"squat".to_string()), "{:?}", seen.motions);
+    assert!(seen.ends.iter().all(|e| e.metrics.contains_key("emd")));
+    let public_id = summary.submission_id.clone();
+    let results = ok(
+        server.get(&format!("/api/v1/submissions/{public_id}/results"), Some(&alpha)),
+        200,
+    );
+    assert_eq!(results["aggregated"]["emd"]["count"], 6, "{results}");
+    assert_eq!(results["submission"]["phase"], "dev");
+    let board = ok(server.get("/api/v1/phases/dev/leaderboard", None), 200);
+    assert_eq!(board["entries"][0]["submission_id"], public_id.as_str(), "{board}");
+    assert_eq!(board["phase"], "dev");
+
+    // Practice is allowed in a public phase (here over gRPC).
+    let mut config = ClientConfig::new(
+        server.grpc_url(),
+        &alpha,
+        Mode::Practice {
+            benchmark: String::new(),
+            episodes: vec![protocol::ResetEpisode {
+                motion: "stand".into(),
+                duration_s: 0.5,
+                ..Default::default()
+            }],
+        },
+    );
+    config.phase = "dev".into();
+    config.max_reconnects = 0;
+    let practice = client::run_blocking(&config, &mut ReplayAgent::new(), &mut |_| {}).unwrap();
+    assert!(
+        practice.episodes[0].metrics.contains_key("emd"),
+        "{:?}",
+        practice.episodes
+    );
+
+    // Beta in the private phase: opaque episodes, only its groups, no metrics or reasons.
+    let e = connect_refused(&server, connect(&beta, "practice", "", "final"));
+    protocol_refused(&e, codes::FORBIDDEN, "practice is not available in phase final");
+    let (summary, seen) = run_in_phase(&server, &beta, "final");
+    assert_eq!(summary.submission_status, "COMPLETED");
+    assert_eq!(seen.groups, ["state", "reference"]);
+    assert_eq!(seen.motions.len(), 6);
+    assert!(seen.motions.iter().all(String::is_empty), "{:?}", seen.motions);
+    assert_eq!(seen.ends.len(), 6);
+    for end in &seen.ends {
+        assert_eq!(end.status, "completed", "{end:?}");
+        assert!(
+            end.steps > 0 && end.metrics.is_empty() && end.reason.is_empty(),
+            "{end:?}"
+        );
+    }
+    let private_id = summary.submission_id.clone();
+
+    // Before the end: beta sees status only; alpha not even that; the admin sees everything.
+    let sub = ok(
+        server.get(&format!("/api/v1/submissions/{private_id}"), Some(&beta)),
+        200,
+    );
+    assert_eq!(
+        (sub["status"].as_str(), sub["phase"].as_str()),
+        (Some("COMPLETED"), Some("final"))
+    );
+    assert!(!sub.to_string().contains("emd"), "{sub}");
+    for what in ["results", "report", "trajectories"] {
+        let path = format!("/api/v1/submissions/{private_id}/{what}");
+        refused(
+            server.get(&path, Some(&beta)),
+            403,
+            "hidden",
+            "hidden until private phase final ends at",
+        );
+        refused(server.get(&path, Some(&alpha)), 404, "not_found", &private_id);
+        refused(server.get(&path, None), 401, "unauthorized", "missing");
+        let public = format!("/api/v1/submissions/{public_id}/{what}");
+        refused(server.get(&public, Some(&beta)), 404, "not_found", &public_id);
+    }
+    let admin_view = ok(
+        server.get(&format!("/api/v1/submissions/{private_id}/results"), Some(ADMIN)),
+        200,
+    );
+    assert_eq!(admin_view["aggregated"]["emd"]["count"], 6);
+    assert_eq!(
+        admin_view["episodes"][1]["motion"], "squat",
+        "stored results keep the names"
+    );
+    for token in [None, Some(alpha.as_str()), Some(beta.as_str())] {
+        refused(
+            server.get("/api/v1/phases/final/leaderboard", token),
+            403,
+            "hidden",
+            "leaderboard of private phase final is hidden until",
+        );
+    }
+    let board = ok(server.get("/api/v1/phases/final/leaderboard", Some(ADMIN)), 200);
+    assert_eq!(board["entries"][0]["team"], "beta", "{board}");
+    // The benchmark's leaderboard leaves the hidden submission out (the admin sees it).
+    let teams_on = |token: Option<&str>| -> Vec<String> {
+        ok(server.get("/api/v1/leaderboards/g1-smoke", token), 200)["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["team"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(teams_on(None), ["alpha"]);
+    let mut all = teams_on(Some(ADMIN));
+    all.sort();
+    assert_eq!(all, ["alpha", "beta"]);
+    refused(
+        server.get("/api/v1/leaderboards/g1-smoke", Some("at_nope")),
+        401,
+        "unauthorized",
+        "unknown token",
+    );
+
+    // The admin ends the phase: results and leaderboard open to everyone.
+    ok(
+        patch(
+            &server,
+            "/api/v1/phases/final",
+            Some(ADMIN),
+            &json!({"ends_at": at(-1000)}).to_string(),
+        ),
+        200,
+    );
+    let results = ok(
+        server.get(&format!("/api/v1/submissions/{private_id}/results"), Some(&beta)),
+        200,
+    );
+    assert_eq!(results["aggregated"]["emd"]["count"], 6, "{results}");
+    ok(
+        server.get(&format!("/api/v1/submissions/{private_id}/report"), Some(&beta)),
+        200,
+    );
+    let (status, bytes) = common::server::http(
+        server.addr,
+        "GET",
+        &format!("/api/v1/submissions/{private_id}/trajectories"),
+        Some(&beta),
+        None,
+    );
+    assert_eq!((status, &bytes[1..4]), (200, &b"HDF"[..]));
+    let board = ok(server.get("/api/v1/phases/final/leaderboard", None), 200);
+    assert_eq!(board["entries"][0]["submission_id"], private_id.as_str(), "{board}");
+    assert_eq!(teams_on(None).len(), 2);
+    // ... and it takes no more submissions.
+    let e = connect_refused(&server, connect(&beta, "submission", "", "final"));
+    protocol_refused(&e, codes::PHASE_CLOSED, "closed at");
+
+    assert_no_tokens_in_log(&server, &[&alpha, &beta, ADMIN]);
+    drop(server);
+    std::fs::remove_dir_all(&dir).ok();
+}

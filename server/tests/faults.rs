@@ -97,6 +97,13 @@ async fn faults_are_recorded_and_the_rest_continues() {
                 let (ep, k) = (o.episode_id, o.episode_step);
                 let zeros = vec![0.0f32; 29];
                 let reply = match (ep, k) {
+                    (0, 0) if g.step == 0 => {
+                        // The session's first request waits for the agent's set-up: a stall
+                        // longer than the step deadline is no timeout here (episode 0 goes on
+                        // to fail at step 5 below, not to time out).
+                        tokio::time::sleep(Duration::from_millis(900)).await;
+                        action(g.step, ep, zeros)
+                    }
                     (0, 5) => {
                         let mut a = zeros;
                         a[7] = f32::NAN;

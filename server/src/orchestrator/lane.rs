@@ -11,7 +11,7 @@ use arena_sdk::local::episode_info;
 use arena_sdk::protocol::{self, Action, EpisodeObservation, EpisodeStart, GetAction, Msg, codes};
 use arena_sim::env::{TrackingEnv, Trajectory};
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// A finished episode on its way to the committer.
 #[derive(Debug)]
@@ -40,6 +40,9 @@ struct Running {
     /// Set when the protocol, not the physics, ends the episode (bad action, timeout).
     forced: Option<(EpisodeStatus, String)>,
 }
+
+/// Deadline of each lane's first request of a session, when the step deadline is shorter.
+pub const FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub fn run_lane(
     ctx: &RunContext,
@@ -116,12 +119,19 @@ impl<'a> Lane<'a> {
             if !self.send(Msg::GetAction(request)) {
                 return self.connection_lost("the session ended");
             }
-            match self.wait_for(step) {
+            // A lane's first request may also wait for the agent's set-up (a model loading in
+            // `configure`), so it gets at least FIRST_REQUEST_TIMEOUT.
+            let timeout = if step == self.lane as u64 {
+                self.ctx.step_timeout.max(FIRST_REQUEST_TIMEOUT)
+            } else {
+                self.ctx.step_timeout
+            };
+            match self.wait_for(step, timeout) {
                 Wait::Action(action) => self.apply(action),
                 Wait::Timeout => {
                     let reason = format!(
                         "no Action for step {step} within the {:.3} s step deadline",
-                        self.ctx.step_timeout.as_secs_f64()
+                        timeout.as_secs_f64()
                     );
                     for slot in self.slots.iter_mut().flatten() {
                         slot.forced = Some((EpisodeStatus::Timeout, reason.clone()));
@@ -219,8 +229,8 @@ impl<'a> Lane<'a> {
         GetAction { step, observations }
     }
 
-    fn wait_for(&self, step: u64) -> Wait {
-        let deadline = Instant::now() + self.ctx.step_timeout;
+    fn wait_for(&self, step: u64, timeout: Duration) -> Wait {
+        let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.inbox.recv_timeout(left) {

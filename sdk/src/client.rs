@@ -143,6 +143,9 @@ const FATAL_CODES: [&str; 9] = [
 enum SessionEnd {
     /// The server or the client ended the session on purpose.
     Done,
+    /// The server refused the Connect for the team's request rate: wait this long and retry
+    /// (not a failure: it does not count against `max_reconnects`).
+    Throttled(Duration),
     /// The connection was lost (or never made); worth another attempt.
     Lost(String),
 }
@@ -181,6 +184,10 @@ pub async fn run(
         let connected_before = state.summary.episodes.len();
         match session(config, agent, &mut state, on_event).await? {
             SessionEnd::Done => return Ok(state.summary),
+            SessionEnd::Throttled(delay) => {
+                tracing::warn!("rate limited by the server; retrying in {delay:?}");
+                tokio::time::sleep(delay).await;
+            }
             SessionEnd::Lost(error) => {
                 // Progress since the last failure resets the backoff.
                 if state.summary.episodes.len() > connected_before {
@@ -333,6 +340,16 @@ impl Connection {
     }
 }
 
+/// How long to wait after `rate_limited`: until `resets_at` (RFC 3339), plus a little, or a
+/// few seconds when it cannot be read.
+fn throttle_delay(resets_at: &str) -> Duration {
+    let margin = Duration::from_millis(250);
+    humantime::parse_rfc3339_weak(resets_at)
+        .ok()
+        .and_then(|t| t.duration_since(SystemTime::now()).ok())
+        .map_or(Duration::from_secs(5), |d| d.min(Duration::from_secs(60)) + margin)
+}
+
 /// Reusable buffers for answering GetAction.
 #[derive(Default)]
 struct ActBuffers {
@@ -456,6 +473,10 @@ async fn session(
                     if FATAL_CODES.contains(&e.code.as_str()) {
                         return Err(ClientError::refused(e));
                     }
+                    if e.code == codes::RATE_LIMITED {
+                        on_event(ClientEvent::ServerError(&e));
+                        return Ok(SessionEnd::Throttled(throttle_delay(&e.resets_at)));
+                    }
                     if e.code == codes::SUBMISSION_FINISHED {
                         state.summary.submission_status = "COMPLETED".into();
                         return Ok(SessionEnd::Done);
@@ -540,4 +561,25 @@ fn answer(
             })
             .collect(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn throttle_waits_until_the_window_resets() {
+        let in_ten = SystemTime::now() + Duration::from_secs(10);
+        let at = humantime::format_rfc3339_seconds(in_ten).to_string();
+        let wait = throttle_delay(&at);
+        assert!(
+            wait > Duration::from_secs(8) && wait <= Duration::from_secs(11),
+            "{wait:?}"
+        );
+        // Past, unreadable or far-future times: a retry soon, never a long sleep.
+        assert!(throttle_delay("2000-01-01T00:00:00Z") == Duration::from_secs(5));
+        assert_eq!(throttle_delay("soon"), Duration::from_secs(5));
+        let next_year = humantime::format_rfc3339_seconds(SystemTime::now() + Duration::from_secs(3e7 as u64));
+        assert!(throttle_delay(&next_year.to_string()) <= Duration::from_secs(61));
+    }
 }

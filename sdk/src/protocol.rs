@@ -37,6 +37,9 @@ pub mod codes {
     pub const FORBIDDEN: &str = "forbidden";
     /// A submission quota of the phase is used up; `limit` and `resets_at` say which and until when.
     pub const QUOTA_EXCEEDED: &str = "quota_exceeded";
+    /// Too many requests (REST calls and Connects) from the team this minute; retry after
+    /// `Error.resets_at`.
+    pub const RATE_LIMITED: &str = "rate_limited";
     /// The submission already has a connected session.
     pub const SUBMISSION_BUSY: &str = "submission_busy";
     /// The submission has no episodes left to run.

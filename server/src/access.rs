@@ -11,7 +11,9 @@ use arena_bench::spec::BenchmarkSpec;
 use arena_sdk::episode::REFERENCE_GROUP;
 use arena_sdk::protocol::{self, codes};
 use axum::http::StatusCode;
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::Mutex;
 use std::time::{Duration, UNIX_EPOCH};
 
 /// One UTC day in milliseconds: per-day quotas reset at UTC midnight.
@@ -341,6 +343,63 @@ pub async fn create_submission(
     }
 }
 
+/// Length of a rate-limit window.
+pub const RATE_WINDOW_MS: i64 = 60_000;
+
+/// Requests per team per minute (REST calls and agent Connects together), counted in fixed
+/// one-minute windows. Keeps one team from flooding the API; submission quotas are separate.
+#[derive(Debug)]
+pub struct RateLimiter {
+    per_minute: u32,
+    /// Team id → (window start, requests in it).
+    windows: Mutex<HashMap<i64, (i64, u32)>>,
+}
+
+impl RateLimiter {
+    /// `per_minute` = 0 turns the limit off.
+    pub fn new(per_minute: u32) -> Self {
+        Self {
+            per_minute,
+            windows: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Counts one request of `team`; refuses it with `rate_limited` (HTTP 429, the limit and
+    /// when the window ends) once the team has used this minute's requests.
+    pub fn check(&self, team: &Team, now_ms: i64) -> Result<(), AccessError> {
+        if self.per_minute == 0 {
+            return Ok(());
+        }
+        let start = now_ms - now_ms.rem_euclid(RATE_WINDOW_MS);
+        let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        // Old windows are dropped now and then, so the map holds only active teams.
+        if windows.len() > 1024 {
+            windows.retain(|_, (s, _)| *s == start);
+        }
+        let entry = windows.entry(team.id).or_insert((start, 0));
+        if entry.0 != start {
+            *entry = (start, 0);
+        }
+        if entry.1 >= self.per_minute {
+            let resets = start + RATE_WINDOW_MS;
+            return Err(AccessError {
+                status: StatusCode::TOO_MANY_REQUESTS,
+                code: codes::RATE_LIMITED,
+                message: format!(
+                    "team {:?} has made {} requests this minute, the limit; retry after {}",
+                    team.name,
+                    self.per_minute,
+                    rfc3339(resets)
+                ),
+                limit: Some(self.per_minute),
+                resets_at_ms: Some(resets),
+            });
+        }
+        entry.1 += 1;
+        Ok(())
+    }
+}
+
 /// The observation groups a phase may allow on a benchmark: the benchmark's own groups, plus
 /// `reference` when the benchmark sends reference frames (a horizon or the whole motion).
 pub fn allowed_groups(spec: &BenchmarkSpec) -> Vec<String> {
@@ -557,6 +616,31 @@ mod tests {
         let e = check_open(&p, DAY_MS).unwrap_err();
         assert_eq!((e.code, e.status), (codes::PHASE_CLOSED, StatusCode::FORBIDDEN));
         assert!(e.message.contains("closed at 1970-01-02T00:00:00Z"), "{}", e.message);
+    }
+
+    #[test]
+    fn rate_limit_counts_per_team_and_minute() {
+        let team = |id| Team {
+            id,
+            name: format!("t{id}"),
+            created_at: 0,
+        };
+        let limiter = RateLimiter::new(2);
+        let t0 = 5 * RATE_WINDOW_MS + 10;
+        assert!(limiter.check(&team(1), t0).is_ok());
+        assert!(limiter.check(&team(1), t0 + 1).is_ok());
+        let e = limiter.check(&team(1), t0 + 2).unwrap_err();
+        assert_eq!(
+            (e.status, e.code, e.limit),
+            (StatusCode::TOO_MANY_REQUESTS, codes::RATE_LIMITED, Some(2))
+        );
+        assert_eq!(e.resets_at_ms, Some(6 * RATE_WINDOW_MS));
+        // Another team has its own count; the next window starts afresh.
+        assert!(limiter.check(&team(2), t0 + 3).is_ok());
+        assert!(limiter.check(&team(1), 6 * RATE_WINDOW_MS).is_ok());
+        // 0 = no limit.
+        let off = RateLimiter::new(0);
+        assert!((0..1000).all(|i| off.check(&team(1), i).is_ok()));
     }
 
     #[test]

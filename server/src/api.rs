@@ -159,9 +159,10 @@ async fn optional_caller(state: &AppState, headers: &HeaderMap) -> Result<Option
     if !admin.is_empty() && constant_time_eq(token.as_bytes(), admin.as_bytes()) {
         return Ok(Some(Caller::Admin));
     }
-    Ok(Some(Caller::Team(
-        access::authenticate(&state.storage, token, now_ms()).await?,
-    )))
+    let now = now_ms();
+    let team = access::authenticate(&state.storage, token, now).await?;
+    state.rate_limiter.check(&team, now)?;
+    Ok(Some(Caller::Team(team)))
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

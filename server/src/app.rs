@@ -1,6 +1,7 @@
 //! The running server: shared state (configuration, storage, benchmark catalog, attached
 //! sessions), start-up recovery, and the router (REST API, WebSocket and gRPC agent endpoints).
 
+use crate::access::RateLimiter;
 use crate::api;
 use crate::catalog::Catalog;
 use crate::config::ServerConfig;
@@ -26,6 +27,8 @@ pub struct AppState {
     pub catalog: Arc<Catalog>,
     /// Submissions with a connected session.
     pub attached: Mutex<HashSet<String>>,
+    /// Requests per team per minute (REST and Connects).
+    pub rate_limiter: RateLimiter,
 }
 
 impl AppState {
@@ -49,11 +52,13 @@ impl AppState {
             );
         }
         let catalog = Arc::new(Catalog::new(config.benchmarks_dir(), config.motions_root.clone()));
+        let rate_limiter = RateLimiter::new(config.requests_per_minute);
         Ok(Arc::new(Self {
             config,
             storage,
             catalog,
             attached: Mutex::new(HashSet::new()),
+            rate_limiter,
         }))
     }
 

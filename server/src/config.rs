@@ -33,6 +33,8 @@ pub struct ServerConfig {
     pub heartbeat_timeout_s: f64,
     /// Runs of an episode cut short by a lost agent connection before it is FAILED.
     pub max_attempts: u32,
+    /// Requests per team per minute (REST calls and agent Connects); 0 = no limit.
+    pub requests_per_minute: u32,
 }
 
 impl Default for ServerConfig {
@@ -51,6 +53,7 @@ impl Default for ServerConfig {
             heartbeat_interval_s: 30.0,
             heartbeat_timeout_s: 60.0,
             max_attempts: 3,
+            requests_per_minute: 600,
         }
     }
 }

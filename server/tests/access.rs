@@ -2,7 +2,7 @@
 //! API (challenges, phases, teams, members, tokens), the refusal matrix over REST and over the
 //! protocol (no / unknown / revoked / expired token, another team's data, phase rules, quotas),
 //! private phases (hidden results, opaque episodes, no metrics in EpisodeEnd until the phase
-//! ends), and no token ever written to the server's log.
+//! ends), the per-team rate limit, and no token ever written to the server's log.
 
 mod common;
 
@@ -806,5 +806,64 @@ fn public_and_private_phases() {
 
     assert_no_tokens_in_log(&server, &[&alpha, &beta, ADMIN]);
     drop(server);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Requests per team per minute: REST calls and Connects share the count; past it, 429 /
+/// `rate_limited` with the limit and when the minute ends; other teams and the admin go on.
+#[test]
+fn rate_limit_per_team_and_minute() {
+    let dir = tmp("access-rate");
+    let server = ServerProc::start(&dir, &["--requests-per-minute", "3"]);
+    let (_, alpha) = team(&server, "alpha");
+    let (_, beta) = team(&server, "beta");
+    // Counts are per wall-clock minute: start well inside one so the test cannot straddle two.
+    let into_minute = now_ms().rem_euclid(60_000);
+    if into_minute > 50_000 {
+        std::thread::sleep(Duration::from_millis((60_000 - into_minute + 200) as u64));
+    }
+    for _ in 0..2 {
+        ok(server.get("/api/v1/submissions", Some(&alpha)), 200);
+    }
+    // The third request is a Connect (practice on g1-smoke): allowed, it completes.
+    let mut config = ClientConfig::new(
+        server.ws_url(),
+        &alpha,
+        Mode::Practice {
+            benchmark: "g1-smoke".into(),
+            episodes: vec![protocol::ResetEpisode {
+                motion: "stand".into(),
+                duration_s: 0.2,
+                ..Default::default()
+            }],
+        },
+    );
+    config.max_reconnects = 0;
+    let practice = client::run_blocking(&config, &mut arena_sdk::agents::ZeroAgent, &mut |_| {}).unwrap();
+    assert_eq!(practice.episodes.len(), 1);
+    // The fourth: refused over REST with the limit, the end of the minute and Retry-After...
+    let (status, head, body) = server.call("GET", "/api/v1/submissions", Some(&alpha), None);
+    let body = refused((status, body), 429, "rate_limited", "3 requests this minute");
+    assert_eq!(body["error"]["limit"], 3);
+    let resets = body["error"]["resets_at"].as_str().unwrap().to_string();
+    assert!(resets.ends_with(":00Z"), "{resets}");
+    let retry: i64 = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("retry-after:")
+                .map(|v| v.trim().to_string())
+        })
+        .expect("a Retry-After header")
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&retry), "{retry}");
+    // ... and over the protocol.
+    let e = connect_refused(&server, connect(&alpha, "submission", "g1-smoke", ""));
+    protocol_refused(&e, "rate_limited", "retry after");
+    assert_eq!((e.limit, e.resets_at.as_str()), (3, resets.as_str()));
+    // Another team and the admin are not affected.
+    ok(server.get("/api/v1/submissions", Some(&beta)), 200);
+    ok(server.get("/api/v1/teams", Some(ADMIN)), 200);
     std::fs::remove_dir_all(&dir).ok();
 }

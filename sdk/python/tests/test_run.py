@@ -439,3 +439,11 @@ def test_check_actions_accepts_array_likes() -> None:
     assert batch.group("state").shape == (2, 2)
     with pytest.raises(KeyError, match="state"):
         batch.group("reference")
+
+
+def test_rate_limit_reset_time_is_read() -> None:
+    from arena_sdk.client import _unix_time
+
+    assert _unix_time("2026-05-01T00:00:00Z") == 1777593600.0
+    # Unreadable: retry a few seconds from now.
+    assert 0 < _unix_time("soon") - time.time() <= 5.0

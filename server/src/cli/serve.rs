@@ -53,6 +53,9 @@ pub struct ConfigArgs {
     /// Runs of an episode cut by lost connections before it is FAILED [default: 3].
     #[arg(long, env = "ARENA_MAX_ATTEMPTS")]
     pub max_attempts: Option<u32>,
+    /// Requests per team per minute, REST calls and agent connects (0 = no limit) [default: 600].
+    #[arg(long, env = "ARENA_REQUESTS_PER_MINUTE")]
+    pub requests_per_minute: Option<u32>,
 }
 
 impl ConfigArgs {
@@ -78,7 +81,8 @@ impl ConfigArgs {
             step_timeout_s,
             heartbeat_interval_s,
             heartbeat_timeout_s,
-            max_attempts
+            max_attempts,
+            requests_per_minute
         );
         c.validate()?;
         Ok(c)

@@ -121,6 +121,7 @@ async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Box<Msg>>
     let team = access::authenticate(&state.storage, &c.token, now)
         .await
         .map_err(refusal)?;
+    state.rate_limiter.check(&team, now).map_err(refusal)?;
     let practice = match c.mode.as_str() {
         "submission" | "" => false,
         "practice" => true,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import datetime
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -168,9 +169,16 @@ def run(
     backoff = initial_backoff_s
     while True:
         seen = len(runner.summary.episodes)
+        runner.throttled_until = None
         lost = runner.session()
         if lost is None:
             return runner.summary
+        if runner.throttled_until is not None:
+            # Refused for the team's request rate: wait for the next window; not a failure.
+            delay = min(max(runner.throttled_until - time.time(), 0.0), 60.0) + 0.25
+            log.warning("%s; retrying in %.1f s", lost, delay)
+            time.sleep(delay)
+            continue
         # Progress since the last failure resets the backoff.
         if len(runner.summary.episodes) > seen:
             failures = 0
@@ -183,6 +191,14 @@ def run(
         time.sleep(backoff)
         backoff = min(backoff * 2, max_backoff_s)
         runner.summary.reconnects += 1
+
+
+def _unix_time(rfc3339: str) -> float:
+    """An RFC 3339 time as seconds since the epoch; a few seconds from now if unreadable."""
+    try:
+        return datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return time.time() + 5.0
 
 
 def _practice_episode(p: PracticeSpec) -> PracticeEpisode:
@@ -229,6 +245,8 @@ class _Runner:
         self.summary = RunSummary(submission_id=submission_id, benchmark=benchmark)
         # Motion of each episode id, to label EpisodeEnds (ids are stable within a submission).
         self.motions: dict[int, str] = {}
+        # Set when the server refused the Connect as rate-limited: when to try again.
+        self.throttled_until: float | None = None
 
     def session(self) -> str | None:
         """One connection: None when the run is over, else why the connection was lost."""
@@ -410,6 +428,10 @@ class _Session:
         if self.layout is None:  # a refused Connect: the server closes the connection
             if e.code in FATAL_CODES:
                 raise RefusedError(e.code, e.message, e.limit, e.resets_at)
+            if e.code == "rate_limited":
+                self.runner.on_event(ServerError(e.code, e.message, e.step))
+                self.runner.throttled_until = _unix_time(e.resets_at)
+                return f"{e.code}: {e.message}"
             if e.code == "submission_finished":
                 self.runner.summary.submission_status = "COMPLETED"
                 return None

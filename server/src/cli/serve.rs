@@ -108,7 +108,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             .with_context(|| format!("listening on {}", config.bind))?;
         let addr = listener.local_addr()?;
         // Tests and scripts read this line to find the port.
-        println!("arena serve: listening on http://{addr} (agents: ws://{addr}/api/v1/agent)");
+        println!("arena serve: listening on http://{addr} (agents: ws://{addr}/api/v1/agent or gRPC at {addr})");
         println!(
             "arena serve: database {}, data in {}",
             app::redact(&config.database_url()),

@@ -171,20 +171,25 @@ def test_unknown_practice_motion_is_refused(server: Server, team_token: str) -> 
     assert info.value.code == "unknown_motion"
 
 
-def test_unreachable_server() -> None:
-    started = time.monotonic()
+@pytest.mark.parametrize("transport", ["ws", "grpc"])
+def test_unreachable_server(transport: str) -> None:
+    # Port 9 (discard) is closed here: the refusal itself must be the reason, on both transports,
+    # not a connect timeout (connect_timeout_s is long so that a timeout would show as such).
     with pytest.raises(UnreachableError) as info:
         run(
             RecordingAgent(),
             "http://127.0.0.1:9",
             "t",
             benchmark="g1-smoke",
+            transport=transport,
             max_reconnects=2,
             initial_backoff_s=0.01,
-            connect_timeout_s=1,
+            connect_timeout_s=30,
         )
     assert info.value.attempts == 3
-    assert time.monotonic() - started < 10
+    message = str(info.value)
+    assert "refused" in message, message
+    assert "within" not in message, message
 
 
 # --- invalid agent output ---------------------------------------------------------------------
@@ -343,9 +348,11 @@ def test_heartbeats_and_silence(monkeypatch: pytest.MonkeyPatch) -> None:
     started = time.monotonic()
     with pytest.raises(UnreachableError, match="server silent for 0.3 s"):
         run(RecordingAgent(), "http://127.0.0.1:1", "t", benchmark="b", max_reconnects=0)
-    assert 0.3 <= time.monotonic() - started < 2
+    # It waited out the silence (no upper bound: a loaded machine only makes it later) ...
+    assert time.monotonic() - started >= 0.3
     assert fake.sent[0] == "connect"
-    assert 4 <= fake.sent.count("heartbeat") <= 7, fake.sent
+    # ... and kept heartbeating meanwhile, at most once per interval (load can only mean fewer).
+    assert 2 <= fake.sent.count("heartbeat") <= 7, fake.sent
 
 
 def test_grpc_health_service(server: Server) -> None:

@@ -170,17 +170,41 @@ class GrpcTransport:
             self._channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(), options=options)
         else:
             self._channel = grpc.insecure_channel(target, options=options)
-        try:
-            grpc.channel_ready_future(self._channel).result(timeout=open_timeout)
-        except grpc.FutureTimeoutError as e:
-            self._channel.close()
-            raise ConnectionLost(f"connecting to {target}: no gRPC connection within {open_timeout:g} s") from e
+        self._wait_ready(target, open_timeout)
         self._requests: queue.SimpleQueue[pb.Envelope | None] = queue.SimpleQueue()
         self._responses: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._closed = False
         self._call = AgentGatewayStub(self._channel).Session(self._outgoing())
         self._reader = threading.Thread(target=self._read, name="arena-grpc-reader", daemon=True)
         self._reader.start()
+
+    def _wait_ready(self, target: str, open_timeout: float) -> None:
+        # Not `channel_ready_future`: it keeps retrying a refused port until the timeout, while
+        # the first TRANSIENT_FAILURE already says the server is not there (the caller's
+        # reconnect loop owns the retrying).
+        grpc = self._grpc
+        settled = threading.Event()
+        seen: list[Any] = []
+
+        def watch(state: Any) -> None:
+            seen.append(state)
+            if state in (
+                grpc.ChannelConnectivity.READY,
+                grpc.ChannelConnectivity.TRANSIENT_FAILURE,
+                grpc.ChannelConnectivity.SHUTDOWN,
+            ):
+                settled.set()
+
+        self._channel.subscribe(watch, try_to_connect=True)
+        settled.wait(open_timeout)
+        self._channel.unsubscribe(watch)
+        state = seen[-1] if seen else None
+        if state == grpc.ChannelConnectivity.READY:
+            return
+        self._channel.close()
+        if state == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+            raise ConnectionLost(f"connecting to {target}: unreachable or refused (gRPC TRANSIENT_FAILURE)")
+        raise ConnectionLost(f"connecting to {target}: no gRPC connection within {open_timeout:g} s")
 
     def _outgoing(self):  # the request stream; None ends it (half-close)
         while True:

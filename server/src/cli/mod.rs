@@ -42,7 +42,7 @@ enum Command {
     /// Run a whole benchmark in-process with a built-in policy; prints per-episode metrics and
     /// aggregates, writes the report JSON.
     Eval(eval::EvalArgs),
-    /// Run the evaluation server: WebSocket agent endpoint and REST API.
+    /// Run the evaluation server: agent endpoints (WebSocket and gRPC on one port) and the REST API.
     Serve(serve::ServeArgs),
     /// The whole product in one command: an in-process server, the reference-replay agent
     /// through the SDK over a loopback WebSocket, per-motion metrics and the leaderboard.

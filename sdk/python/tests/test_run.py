@@ -4,7 +4,11 @@ WebSocket, refusals, invalid agent output, reconnecting; plus the pieces that ne
 from __future__ import annotations
 
 import math
+import threading
 import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -316,43 +320,79 @@ def test_phase_access_codes(tmp_path) -> None:
         assert info.value.code == "forbidden"
 
 
-class SilentServer:
-    """A transport whose server says Connected and then nothing at all."""
-
-    def __init__(self) -> None:
-        self.sent: list[str] = []
-        connected = pb.Envelope()
-        connected.connected.heartbeat_interval_s = 0.05
-        connected.connected.heartbeat_timeout_s = 0.3
-        connected.connected.spec.action_size = 29
-        self.inbox = [connected]
-
-    def send(self, envelope: pb.Envelope) -> None:
-        self.sent.append(envelope.WhichOneof("msg"))
-
-    def recv(self, timeout: float) -> pb.Envelope | None:
-        if self.inbox:
-            return self.inbox.pop(0)
-        time.sleep(timeout)
-        return None
-
-    def close(self) -> None:
-        pass
+def _silent_connected() -> pb.Envelope:
+    """Connected with short heartbeat settings; the silent servers below say nothing after it."""
+    connected = pb.Envelope()
+    connected.connected.heartbeat_interval_s = 0.05
+    connected.connected.heartbeat_timeout_s = 0.3
+    connected.connected.spec.action_size = 29
+    return connected
 
 
-def test_heartbeats_and_silence(monkeypatch: pytest.MonkeyPatch) -> None:
+@contextmanager
+def silent_server(transport: str) -> Iterator[tuple[str, list[str], threading.Event]]:
+    """A real server on a loopback port that answers Connect with Connected and then never speaks
+    again, recording the kind of every message the client sends. Yields (url, kinds received, set
+    once the client has ended the connection)."""
+    received: list[str] = []
+    ended = threading.Event()
+    if transport == "ws":
+        from websockets.sync.server import serve
+
+        def handler(ws) -> None:  # type: ignore[no-untyped-def]
+            for frame in ws:
+                envelope = pb.Envelope()
+                envelope.ParseFromString(frame)
+                received.append(envelope.WhichOneof("msg"))
+                if envelope.HasField("connect"):
+                    ws.send(_silent_connected().SerializeToString())
+            ended.set()
+
+        with serve(handler, "127.0.0.1", 0) as ws_server:
+            thread = threading.Thread(target=ws_server.serve_forever, daemon=True)
+            thread.start()
+            yield f"http://127.0.0.1:{ws_server.socket.getsockname()[1]}", received, ended
+            ws_server.shutdown()
+        return
+
+    import grpc
+
+    from arena_sdk._proto import arena_pb2_grpc
+
+    class Silent(arena_pb2_grpc.AgentGatewayServicer):
+        def Session(self, requests, context):  # type: ignore[no-untyped-def]  # noqa: N802
+            for envelope in requests:
+                received.append(envelope.WhichOneof("msg"))
+                if envelope.HasField("connect"):
+                    yield _silent_connected()
+            ended.set()
+
+    grpc_server = grpc.server(ThreadPoolExecutor(max_workers=2))
+    arena_pb2_grpc.add_AgentGatewayServicer_to_server(Silent(), grpc_server)
+    port = grpc_server.add_insecure_port("127.0.0.1:0")
+    grpc_server.start()
+    try:
+        yield f"http://127.0.0.1:{port}", received, ended
+    finally:
+        grpc_server.stop(grace=None)
+
+
+@pytest.mark.parametrize("transport", ["ws", "grpc"])
+def test_heartbeats_and_silence(transport: str) -> None:
     """The client sends a heartbeat when it has sent nothing for heartbeat_interval_s, and a server
-    silent for heartbeat_timeout_s is a lost connection (here: no reconnect allowed)."""
-    fake = SilentServer()
-    monkeypatch.setattr(arena_sdk.client, "open_transport", lambda *args: fake)
-    started = time.monotonic()
-    with pytest.raises(UnreachableError, match="server silent for 0.3 s"):
-        run(RecordingAgent(), "http://127.0.0.1:1", "t", benchmark="b", max_reconnects=0)
-    # It waited out the silence (no upper bound: a loaded machine only makes it later) ...
-    assert time.monotonic() - started >= 0.3
-    assert fake.sent[0] == "connect"
-    # ... and kept heartbeating meanwhile, at most once per interval (load can only mean fewer).
-    assert 2 <= fake.sent.count("heartbeat") <= 7, fake.sent
+    silent for heartbeat_timeout_s is a lost connection (here: no reconnect allowed). The server is
+    real (a socket that goes quiet after Connected), since `arena serve` cannot be made silent."""
+    with silent_server(transport) as (url, received, ended):
+        started = time.monotonic()
+        with pytest.raises(UnreachableError, match="server silent for 0.3 s"):
+            run(RecordingAgent(), url, "t", benchmark="b", transport=transport, max_reconnects=0)
+        # It waited out the silence (no upper bound: a loaded machine only makes it later) ...
+        assert time.monotonic() - started >= 0.3
+        # ... and closed the connection; the server saw the Connect first, then heartbeats, at most
+        # once per interval (load can only mean fewer) and at least a couple in 0.3 s of silence.
+        assert ended.wait(10), "the client never closed the connection"
+        assert received[0] == "connect", received
+        assert 2 <= received.count("heartbeat") <= 7, received
 
 
 def test_grpc_health_service(server: Server) -> None:

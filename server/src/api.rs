@@ -219,7 +219,8 @@ async fn health(State(state): State<Arc<AppState>>) -> ApiResult {
     .into_response())
 }
 
-async fn list_benchmarks(State(state): State<Arc<AppState>>) -> ApiResult {
+async fn list_benchmarks(State(state): State<Arc<AppState>>, headers: HeaderMap) -> ApiResult {
+    optional_caller(&state, &headers).await?;
     let rows: Vec<Value> = state
         .catalog
         .list()
@@ -230,7 +231,8 @@ async fn list_benchmarks(State(state): State<Arc<AppState>>) -> ApiResult {
     Ok(Json(json!({ "benchmarks": rows })).into_response())
 }
 
-async fn get_benchmark(State(state): State<Arc<AppState>>, Path(name): Path<String>) -> ApiResult {
+async fn get_benchmark(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(name): Path<String>) -> ApiResult {
+    optional_caller(&state, &headers).await?;
     match state.catalog.spec(&name) {
         Ok(spec) => Ok(Json(spec).into_response()),
         Err(e) => Err(not_found(e.to_string())),
@@ -333,11 +335,13 @@ async fn create_challenge(
     Ok((StatusCode::CREATED, Json(challenge)).into_response())
 }
 
-async fn list_challenges(State(state): State<Arc<AppState>>) -> ApiResult {
+async fn list_challenges(State(state): State<Arc<AppState>>, headers: HeaderMap) -> ApiResult {
+    optional_caller(&state, &headers).await?;
     Ok(Json(json!({"challenges": state.storage.challenges().await?})).into_response())
 }
 
-async fn get_challenge(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> ApiResult {
+async fn get_challenge(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult {
+    optional_caller(&state, &headers).await?;
     let Some(challenge) = state.storage.challenge(&id).await? else {
         return Err(not_found(format!("no challenge {id:?}")));
     };
@@ -414,7 +418,8 @@ async fn create_phase(
     Ok((StatusCode::CREATED, Json(phase_json(&phase, now_ms()))).into_response())
 }
 
-async fn get_phase(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> ApiResult {
+async fn get_phase(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult {
+    optional_caller(&state, &headers).await?;
     match state.storage.phase(&id).await? {
         Some(p) => Ok(Json(phase_json(&p, now_ms())).into_response()),
         None => Err(not_found(format!("no phase {id:?}"))),
@@ -589,7 +594,11 @@ async fn team_by_path(state: &AppState, id: &str) -> Result<Team, ApiError> {
         Ok(n) => state.storage.team(n).await?,
         Err(_) => None,
     };
-    team.ok_or_else(|| not_found(format!("no team {id:?}")))
+    team.ok_or_else(|| {
+        not_found(format!(
+            "no team with id {id:?} (teams are addressed by their numeric id; GET /api/v1/teams lists them)"
+        ))
+    })
 }
 
 async fn get_team(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult {

@@ -375,7 +375,7 @@ fn admin_api_tokens_and_quotas() {
         server.get("/api/v1/teams/999", Some(ADMIN)),
         404,
         "not_found",
-        "no team \"999\"",
+        "no team with id \"999\"",
     );
     refused(
         server.get(&alpha_path, Some(&alpha)),
@@ -763,12 +763,23 @@ fn public_and_private_phases() {
     let mut all = teams_on(Some(ADMIN));
     all.sort();
     assert_eq!(all, ["alpha", "beta"]);
-    refused(
-        server.get("/api/v1/leaderboards/g1-smoke", Some("at_nope")),
-        401,
-        "unauthorized",
-        "unknown token",
-    );
+    // Public endpoints need no token, but one that is sent must be valid (never silently ignored).
+    for public in [
+        "/api/v1/leaderboards/g1-smoke",
+        "/api/v1/benchmarks",
+        "/api/v1/benchmarks/g1-smoke",
+        "/api/v1/challenges",
+        "/api/v1/challenges/cup",
+        "/api/v1/phases/final",
+    ] {
+        ok(server.get(public, None), 200);
+        refused(
+            server.get(public, Some("at_nope")),
+            401,
+            "unauthorized",
+            "unknown token",
+        );
+    }
 
     // The admin ends the phase: results and leaderboard open to everyone.
     ok(

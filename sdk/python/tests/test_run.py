@@ -4,6 +4,7 @@ WebSocket, refusals, invalid agent output, reconnecting; plus the pieces that ne
 from __future__ import annotations
 
 import math
+import queue
 import threading
 import time
 from collections.abc import Iterator
@@ -405,6 +406,58 @@ def test_grpc_health_service(server: Server) -> None:
         service = b"arena.v1.AgentGateway"
         for request in (b"", b"\x0a" + bytes([len(service)]) + service):
             assert check(request, timeout=10) == b"\x08\x01"
+
+
+def test_grpc_undecodable_message_is_answered(server: Server, team_token: str) -> None:
+    """Bytes that are no Envelope, on a raw gRPC stream: first, and in the middle of a submission.
+    The server answers malformed_message with the reason and ends the stream (gRPC cannot go on
+    after a bad message); the interrupted submission is resumed and completes."""
+    import grpc
+
+    garbage = b"\xff\x01\x02"
+
+    def session(channel: grpc.Channel, outgoing: queue.SimpleQueue) -> Iterator[pb.Envelope]:
+        call = channel.stream_stream(
+            "/arena.v1.AgentGateway/Session",
+            request_serializer=lambda m: m if isinstance(m, bytes) else m.SerializeToString(),
+            response_deserializer=pb.Envelope.FromString,
+        )
+        return call(iter(outgoing.get, None), timeout=60)
+
+    with grpc.insecure_channel(server.addr) as channel:
+        outgoing: queue.SimpleQueue = queue.SimpleQueue()
+        outgoing.put(garbage)
+        answers = list(session(channel, outgoing))
+        assert [a.WhichOneof("msg") for a in answers] == ["error"], answers
+        assert answers[0].error.code == "malformed_message", answers[0]
+        assert "undecodable gRPC message" in answers[0].error.message, answers[0]
+
+        outgoing = queue.SimpleQueue()
+        connect = pb.Envelope()
+        connect.connect.protocol_version = 1
+        connect.connect.token = team_token
+        connect.connect.mode = "submission"
+        connect.connect.benchmark = "g1-smoke"
+        connect.connect.max_batch = 1
+        outgoing.put(connect)
+        seen: list[str] = []
+        submission = ""
+        for answer in session(channel, outgoing):
+            kind = answer.WhichOneof("msg")
+            seen.append(kind)
+            if kind == "connected":
+                submission = answer.connected.submission_id
+            elif kind == "get_action" and seen.count("get_action") == 1:
+                outgoing.put(garbage)
+            elif kind == "error":
+                assert answer.error.code == "malformed_message", answer
+                outgoing.put(None)  # the request stream is over anyway
+        outgoing.put(None)
+        # The server ended the stream right after its Error, and ran nothing more for this session.
+        assert submission and seen[-1] == "error" and seen.count("error") == 1, seen
+
+    summary = run(RecordingAgent(), server.http_url, team_token, submission_id=submission, transport="grpc")
+    assert (summary.submission_id, summary.submission_status) == (submission, "COMPLETED")
 
 
 # --- no server needed -------------------------------------------------------------------------

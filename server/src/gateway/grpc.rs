@@ -9,7 +9,7 @@ use futures_util::{Stream, StreamExt};
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio::sync::mpsc::unbounded_channel;
-use tonic::{Request, Response, Status, Streaming};
+use tonic::{Code, Request, Response, Status, Streaming};
 
 /// Largest message accepted from an agent, as on WebSocket.
 const MAX_MESSAGE_BYTES: usize = 16 << 20;
@@ -26,13 +26,22 @@ impl AgentGateway for GrpcGateway {
     type SessionStream = Outgoing;
 
     async fn session(&self, request: Request<Streaming<Envelope>>) -> Result<Response<Outgoing>, Status> {
-        let incoming = request.into_inner().map(|item| match item {
-            Ok(Envelope { msg: Some(m) }) => Incoming::Msg(m),
-            Ok(Envelope { msg: None }) => Incoming::Bad(DecodeError {
-                code: codes::UNKNOWN_MESSAGE,
-                message: "an Envelope with no message set (or one this server does not know)".into(),
-            }),
-            Err(_) => Incoming::Closed,
+        // The request stream ends at its first error: tonic would go on decoding after an
+        // undecodable message, but from a byte position that no longer means anything.
+        let incoming = request.into_inner().scan(false, |failed, item| {
+            let next = match item {
+                _ if *failed => None,
+                Ok(Envelope { msg: Some(m) }) => Some(Incoming::Msg(m)),
+                Ok(Envelope { msg: None }) => Some(Incoming::Bad(DecodeError {
+                    code: codes::UNKNOWN_MESSAGE,
+                    message: "an Envelope with no message set (or one this server does not know)".into(),
+                })),
+                Err(status) => {
+                    *failed = true;
+                    Some(from_stream_error(&status))
+                }
+            };
+            std::future::ready(next)
         });
         let (out_tx, out_rx) = unbounded_channel();
         tokio::spawn(super::session(self.state.clone(), Box::pin(incoming), out_tx));
@@ -46,6 +55,22 @@ impl AgentGateway for GrpcGateway {
             Some((Ok(Envelope { msg: Some(msg) }), (rx, last)))
         });
         Ok(Response::new(Box::pin(outgoing)))
+    }
+}
+
+/// The last thing the session hears from a failed request stream: an undecodable or oversized
+/// message is answered with a `malformed_message` Error (the agent learns why its session ends);
+/// anything else (a cancelled call, a reset connection) is the connection ending.
+fn from_stream_error(status: &Status) -> Incoming {
+    match status.code() {
+        Code::Internal | Code::OutOfRange | Code::InvalidArgument => Incoming::Bad(DecodeError {
+            code: codes::MALFORMED_MESSAGE,
+            message: format!(
+                "undecodable gRPC message ({}); the server reads no more of this stream, so the session ends",
+                status.message()
+            ),
+        }),
+        _ => Incoming::Closed,
     }
 }
 

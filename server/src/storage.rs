@@ -1139,25 +1139,23 @@ impl Storage {
 
     /// The phases of a challenge, by start time.
     pub async fn phases_of_challenge(&self, challenge_id: &str) -> Result<Vec<Phase>, StorageError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {PHASE_COLUMNS} FROM phases WHERE challenge_id = $1 ORDER BY starts_at, id"
-        ))
-        .bind(challenge_id)
-        .fetch_all(&self.pool)
-        .await
-        .ctx(|| format!("listing the phases of challenge {challenge_id:?}"))?;
-        rows.iter().map(phase_from_row).collect()
+        self.phases_where("challenge_id", challenge_id).await
     }
 
     /// The phases that run a benchmark, by start time.
     pub async fn phases_of_benchmark(&self, benchmark: &str) -> Result<Vec<Phase>, StorageError> {
+        self.phases_where("benchmark", benchmark).await
+    }
+
+    /// The phases whose `column` (a fixed column name, never user input) equals `value`.
+    async fn phases_where(&self, column: &'static str, value: &str) -> Result<Vec<Phase>, StorageError> {
         let rows = sqlx::query(&format!(
-            "SELECT {PHASE_COLUMNS} FROM phases WHERE benchmark = $1 ORDER BY starts_at, id"
+            "SELECT {PHASE_COLUMNS} FROM phases WHERE {column} = $1 ORDER BY starts_at, id"
         ))
-        .bind(benchmark)
+        .bind(value)
         .fetch_all(&self.pool)
         .await
-        .ctx(|| format!("listing the phases of benchmark {benchmark:?}"))?;
+        .ctx(|| format!("listing the phases with {column} {value:?}"))?;
         rows.iter().map(phase_from_row).collect()
     }
 

@@ -6,11 +6,19 @@
 SHELL := /bin/bash
 MUJOCO_LIB := third_party/mujoco/lib/libmujoco.so.3.17.0
 VENV_STAMP := .venv/.installed
+TORCH_STAMP := third_party/pytorch/.installed-2.11.0
 PYTHON := .venv/bin/python
 
-.PHONY: run test deps bench lint
+.PHONY: run test deps deps-torch bench lint
 
 deps: $(MUJOCO_LIB) $(VENV_STAMP)
+
+# libtorch for the baseline (arena-bfm) and torch for its Python test oracle; `make run` needs
+# neither, since the server does not link libtorch.
+deps-torch: $(TORCH_STAMP)
+
+$(TORCH_STAMP):
+	bash scripts/bootstrap-torch.sh
 
 $(MUJOCO_LIB):
 	bash scripts/bootstrap-mujoco.sh
@@ -26,18 +34,18 @@ run: deps
 # A throwaway PostgreSQL (scripts/postgres.sh) serves the storage tests' PostgreSQL half; it is
 # stopped and deleted whatever the tests do, and the recipe keeps the tests' exit status. The
 # Python SDK's tests run after cargo test, which builds the arena binary they start.
-test: deps
+test: deps deps-torch
 	status=0; \
 	bash scripts/postgres.sh start || status=$$?; \
 	if [ $$status -eq 0 ]; then \
 		ARENA_TEST_DATABASE_URL=postgres://postgres@127.0.0.1:54329/arena_test ARENA_REQUIRE_POSTGRES=1 \
-		ARENA_PYTHON=$(CURDIR)/$(PYTHON) cargo test --workspace --release || status=$$?; \
+		ARENA_PYTHON=$(CURDIR)/$(PYTHON) ARENA_REQUIRE_TORCH_ORACLE=1 cargo test --workspace --release || status=$$?; \
 		ARENA_BIN=$(CURDIR)/target/release/arena $(PYTHON) -m pytest -q sdk/python/tests || status=$$?; \
 	fi; \
 	bash scripts/postgres.sh stop; \
 	exit $$status
 
-lint: deps
+lint: deps deps-torch
 	cargo fmt --all --check
 	cargo clippy --release --workspace --all-targets -- -D warnings
 

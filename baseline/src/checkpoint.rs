@@ -1,0 +1,143 @@
+//! Checkpoints in the released BFM-Zero layout (BFM_ZERO_FACTS §8):
+//! ```text
+//! DIR/model/model.safetensors   every tensor of the model under its §5.2 name
+//! DIR/model/config.json         the model configuration (sizes, z, actor std, normaliser rates)
+//! DIR/model/init_kwargs.json    {"obs_space": {group: [dim]}, "action_dim": A}
+//! DIR/optimizers.safetensors    Adam moments, `<optimizer>.<parameter>.exp_avg|exp_avg_sq`
+//! DIR/train_status.json         counters of the run (written by the trainer)
+//! ```
+//! Loading checks every name and shape and says which one is wrong; a file without target
+//! copies (an inference export) gets targets equal to the online networks.
+
+use crate::config::{AgentConfig, ModelConfig};
+use crate::model::{FbCprAuxModel, TARGET_PAIRS};
+use crate::update::Learner;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use tch::{Device, Tensor};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("{path}: {message}")]
+    File { path: PathBuf, message: String },
+    #[error("{path}: tensor {name}: {message}")]
+    Tensor { path: PathBuf, name: String, message: String },
+}
+
+fn file_err(path: &Path, message: impl std::fmt::Display) -> CheckpointError {
+    CheckpointError::File { path: path.to_path_buf(), message: message.to_string() }
+}
+
+/// `model/config.json`: what fixes the shapes, plus the normaliser rates.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SavedModelConfig {
+    pub model: ModelConfig,
+    pub obs_norm_momentum: f64,
+    pub aux_reward_ema: f64,
+}
+
+fn write_json(path: &Path, value: &impl Serialize) -> Result<(), CheckpointError> {
+    let text = serde_json::to_string_pretty(value).map_err(|e| file_err(path, e))?;
+    std::fs::write(path, text + "\n").map_err(|e| file_err(path, e))
+}
+
+fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, CheckpointError> {
+    let text = std::fs::read_to_string(path).map_err(|e| file_err(path, e))?;
+    serde_json::from_str(&text).map_err(|e| file_err(path, e))
+}
+
+fn to_cpu(tensors: Vec<(String, Tensor)>) -> Vec<(String, Tensor)> {
+    tensors.into_iter().map(|(n, t)| (n, t.to_device(Device::Cpu).contiguous())).collect()
+}
+
+/// Writes `model/` (weights, config, init kwargs).
+pub fn save_model(model: &FbCprAuxModel, agent: &AgentConfig, dir: &Path) -> Result<(), CheckpointError> {
+    let model_dir = dir.join("model");
+    std::fs::create_dir_all(&model_dir).map_err(|e| file_err(&model_dir, e))?;
+    let tensors = to_cpu(model.store.iter().map(|(n, e)| (n.clone(), e.tensor.detach())).collect());
+    let path = model_dir.join("model.safetensors");
+    Tensor::write_safetensors(&tensors, &path).map_err(|e| file_err(&path, e))?;
+    let saved = SavedModelConfig {
+        model: model.config.clone(),
+        obs_norm_momentum: agent.obs_norm_momentum,
+        aux_reward_ema: agent.aux_reward_ema,
+    };
+    write_json(&model_dir.join("config.json"), &saved)?;
+    let o = &model.config.obs;
+    let kwargs = serde_json::json!({
+        "obs_space": {
+            "state": [o.state],
+            "privileged_state": [o.privileged_state],
+            "last_action": [o.last_action],
+            "history_actor": [o.history_actor],
+        },
+        "action_dim": model.config.action_dim,
+    });
+    write_json(&model_dir.join("init_kwargs.json"), &kwargs)
+}
+
+/// Reads `model/` into a new model on `device`.
+pub fn load_model(dir: &Path, device: Device) -> Result<(FbCprAuxModel, SavedModelConfig), CheckpointError> {
+    let model_dir = dir.join("model");
+    let saved: SavedModelConfig = read_json(&model_dir.join("config.json"))?;
+    saved.model.validate().map_err(|e| file_err(&model_dir.join("config.json"), e))?;
+    let model = FbCprAuxModel::new(&saved.model, saved.obs_norm_momentum, saved.aux_reward_ema, device);
+    let path = model_dir.join("model.safetensors");
+    let tensors: HashMap<String, Tensor> =
+        Tensor::read_safetensors(&path).map_err(|e| file_err(&path, e))?.into_iter().collect();
+    let mut missing_targets = false;
+    let _guard = tch::no_grad_guard();
+    for (name, entry) in model.store.iter() {
+        let Some(t) = tensors.get(name) else {
+            if TARGET_PAIRS.iter().any(|(_, target)| name.starts_with(target)) {
+                missing_targets = true;
+                continue;
+            }
+            return Err(CheckpointError::Tensor { path, name: name.clone(), message: "missing".into() });
+        };
+        if t.size() != entry.tensor.size() {
+            return Err(CheckpointError::Tensor {
+                path,
+                name: name.clone(),
+                message: format!("shape {:?}, the configuration needs {:?}", t.size(), entry.tensor.size()),
+            });
+        }
+        entry.tensor.shallow_clone().copy_(t);
+    }
+    if let Some(extra) = tensors.keys().find(|n| model.store.get(n).is_none()) {
+        return Err(CheckpointError::Tensor { path, name: extra.clone(), message: "not part of this model".into() });
+    }
+    if missing_targets {
+        model.copy_targets();
+    }
+    Ok((model, saved))
+}
+
+/// Writes `optimizers.safetensors`; returns the step count of each optimiser (for the status).
+pub fn save_optimizers(learner: &Learner, dir: &Path) -> Result<BTreeMap<String, i64>, CheckpointError> {
+    let mut tensors = Vec::new();
+    let mut steps = BTreeMap::new();
+    for (name, opt) in learner.optimizers() {
+        tensors.extend(opt.state_tensors(&format!("{name}.")));
+        steps.insert(name.to_string(), opt.step);
+    }
+    let path = dir.join("optimizers.safetensors");
+    Tensor::write_safetensors(&to_cpu(tensors), &path).map_err(|e| file_err(&path, e))?;
+    Ok(steps)
+}
+
+/// Restores the Adam moments written by [`save_optimizers`].
+pub fn load_optimizers(learner: &mut Learner, dir: &Path, steps: &BTreeMap<String, i64>) -> Result<(), CheckpointError> {
+    let path = dir.join("optimizers.safetensors");
+    let device = learner.model.device;
+    let tensors: HashMap<String, Tensor> =
+        Tensor::read_safetensors(&path).map_err(|e| file_err(&path, e))?.into_iter().collect();
+    let lookup = |k: &str| tensors.get(k).map(|t| t.to_device(device));
+    for (name, opt) in learner.optimizers_mut() {
+        let step = *steps.get(name).ok_or_else(|| file_err(&path, format!("no step count for optimizer {name}")))?;
+        opt.load_state(&format!("{name}."), step, &lookup).map_err(|e| file_err(&path, e))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,166 @@
+//! Parity with an independent PyTorch oracle (`baseline/oracle/fb_cpr_aux_oracle.py`, written
+//! from BFM_ZERO_FACTS.md alone): at the `tiny` size and a fixed batch, the forward outputs,
+//! every loss term, every gradient and every tensor after one complete update agree within
+//! 1e-5 (normwise relative error).
+//!
+//! Needs Python with torch (third_party/pytorch, installed by `make`); without it the test says
+//! so and skips, unless ARENA_REQUIRE_TORCH_ORACLE=1 (set by `make test`) makes that a failure.
+
+use arena_bfm::config::{AgentConfig, ModelConfig};
+use arena_bfm::model::{FbCprAuxModel, Obs};
+use arena_bfm::update::{ExpertBatch, Learner, TrainBatch, UpdateNoise};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use tch::{Device, Kind, Tensor};
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn raw_obs(cfg: &ModelConfig, n: i64, offset: f64) -> Obs {
+    let f = (Kind::Float, Device::Cpu);
+    let o = cfg.obs;
+    Obs {
+        state: Tensor::randn([n, o.state], f) * 1.5 + offset,
+        privileged_state: Tensor::randn([n, o.privileged_state], f) * 0.7 - offset,
+        last_action: Tensor::rand([n, o.last_action], f) * 10.0 - 5.0,
+        history_actor: Tensor::randn([n, o.history_actor], f) * 2.0,
+    }
+}
+
+fn obs_tensors(prefix: &str, o: &Obs) -> Vec<(String, Tensor)> {
+    vec![
+        (format!("{prefix}.state"), o.state.shallow_clone()),
+        (format!("{prefix}.privileged_state"), o.privileged_state.shallow_clone()),
+        (format!("{prefix}.last_action"), o.last_action.shallow_clone()),
+        (format!("{prefix}.history_actor"), o.history_actor.shallow_clone()),
+    ]
+}
+
+fn store_tensors(model: &FbCprAuxModel) -> Vec<(String, Tensor)> {
+    model.store.iter().map(|(n, e)| (n.clone(), e.tensor.detach().copy())).collect()
+}
+
+/// Python able to import torch, or None with the reason.
+fn python_with_torch() -> Result<(String, String), String> {
+    let python = std::env::var("ARENA_PYTHON").unwrap_or_else(|_| "python3".to_string());
+    let pythonpath = repo_root().join("third_party/pytorch").display().to_string();
+    let probe = Command::new(&python)
+        .args(["-c", "import torch, safetensors, numpy"])
+        .env("PYTHONPATH", &pythonpath)
+        .output()
+        .map_err(|e| format!("cannot run {python}: {e}"))?;
+    if !probe.status.success() {
+        return Err(format!("{python} cannot import torch/safetensors/numpy: {}", String::from_utf8_lossy(&probe.stderr)));
+    }
+    Ok((python, pythonpath))
+}
+
+#[test]
+fn one_update_matches_the_pytorch_oracle() {
+    let (python, pythonpath) = match python_with_torch() {
+        Ok(p) => p,
+        Err(why) if std::env::var("ARENA_REQUIRE_TORCH_ORACLE").is_err() => {
+            eprintln!("skipped: {why} (run `make test`, which installs it)");
+            return;
+        }
+        Err(why) => panic!("{why}"),
+    };
+    tch::manual_seed(20261123);
+    let cfg = ModelConfig::tiny();
+    let agent = AgentConfig { batch_size: 64, seq_length: 8, ..AgentConfig::default() };
+    let mut model = FbCprAuxModel::new(&cfg, agent.obs_norm_momentum, agent.aux_reward_ema, Device::Cpu);
+    // Non-trivial running statistics and aux-reward history before the update under test.
+    model.update_normalizer(&raw_obs(&cfg, 256, 0.3));
+    let _ = model.aux_reward_normalizer.update_and_normalize(&(Tensor::randn([64, 1], (Kind::Float, Device::Cpu)) - 1.0));
+
+    let n = agent.batch_size;
+    let f = (Kind::Float, Device::Cpu);
+    let train = TrainBatch {
+        obs: raw_obs(&cfg, n, 0.2),
+        action: Tensor::rand([n, cfg.action_dim], f) * 2.0 - 1.0,
+        next_obs: raw_obs(&cfg, n, 0.25),
+        terminated: Tensor::rand([n, 1], f).lt(0.2).to_kind(Kind::Float),
+        z: model.project_z(&Tensor::randn([n, cfg.z_dim], f)),
+        aux_reward: Tensor::randn([n, 1], f) * 0.3 - 0.8,
+    };
+    let expert_obs = raw_obs(&cfg, n, -0.1);
+    let expert_next = raw_obs(&cfg, n, -0.05);
+    let expert = ExpertBatch {
+        state: expert_obs.state,
+        privileged_state: expert_obs.privileged_state,
+        next_state: expert_next.state,
+        next_privileged_state: expert_next.privileged_state,
+    };
+    let noise = UpdateNoise::draw(&agent, &cfg, Device::Cpu);
+
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("config.json"),
+        serde_json::to_string_pretty(&serde_json::json!({"model": cfg, "agent": agent})).unwrap(),
+    )
+    .unwrap();
+    Tensor::write_safetensors(&store_tensors(&model), d.join("init.safetensors")).unwrap();
+    let mut batch = obs_tensors("train.obs", &train.obs);
+    batch.extend(obs_tensors("train.next_obs", &train.next_obs));
+    for (name, t) in [
+        ("train.action", &train.action),
+        ("train.terminated", &train.terminated),
+        ("train.z", &train.z),
+        ("train.aux_reward", &train.aux_reward),
+        ("expert.state", &expert.state),
+        ("expert.privileged_state", &expert.privileged_state),
+        ("expert.next_state", &expert.next_state),
+        ("expert.next_privileged_state", &expert.next_privileged_state),
+    ] {
+        batch.push((name.to_string(), t.shallow_clone()));
+    }
+    for (name, t) in noise.named() {
+        batch.push((format!("noise.{name}"), t.shallow_clone()));
+    }
+    Tensor::write_safetensors(&batch, d.join("batch.safetensors")).unwrap();
+
+    let outputs = tch::no_grad(|| {
+        let obs = model.normalize(&train.obs);
+        let next_obs = model.normalize(&train.next_obs);
+        vec![
+            ("out.forward", model.forward_map.forward(&obs.critic_input(), &train.z, &train.action)),
+            ("out.backward", model.backward_map.forward(&next_obs.goal_input())),
+            ("out.actor_mean", model.actor.mean(&obs.actor_input(), &train.z)),
+            ("out.critic", model.critic.forward(&obs.critic_input(), &train.z, &train.action)),
+            ("out.aux_critic", model.aux_critic.forward(&obs.critic_input(), &train.z, &train.action)),
+            ("out.disc_logits", model.discriminator.logits(&obs.goal_input(), &train.z)),
+        ]
+    });
+    Tensor::write_safetensors(&outputs, d.join("outputs.safetensors")).unwrap();
+
+    let mut learner = Learner::new(model, agent);
+    learner.capture_grads = true;
+    let (metrics, _) = learner.update_with_noise(&train, &expert, &noise);
+    for (name, v) in &metrics {
+        assert!(v.is_finite(), "{name} = {v}");
+    }
+    let grads: Vec<(String, Tensor)> = learner.last_grads.iter().map(|(n, g)| (format!("grad.{n}"), g.shallow_clone())).collect();
+    let trainable = learner.model.store.iter().filter(|(_, e)| e.trainable).count();
+    assert_eq!(grads.len(), trainable, "a gradient for every trainable tensor");
+    Tensor::write_safetensors(&grads, d.join("grads.safetensors")).unwrap();
+    Tensor::write_safetensors(&store_tensors(&learner.model), d.join("after.safetensors")).unwrap();
+    std::fs::write(d.join("metrics.json"), serde_json::to_string_pretty(&metrics).unwrap()).unwrap();
+
+    let oracle = repo_root().join("baseline/oracle/fb_cpr_aux_oracle.py");
+    let out = Command::new(&python)
+        .arg(&oracle)
+        .arg(d)
+        .args(["--tol", "1e-5", "--json"])
+        .env("PYTHONPATH", &pythonpath)
+        .output()
+        .expect("run the oracle");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("report.json")).expect("the oracle writes report.json")).unwrap();
+    let compared = report["compared"].as_u64().unwrap();
+    assert!(compared as usize > 2 * trainable, "the oracle compared only {compared} tensors");
+    assert!(out.status.success(), "oracle parity failed: worst {} on {}", report["worst"], report["worst_name"]);
+}

@@ -625,6 +625,31 @@ def run_oracle(config, init, batch):
     return results
 
 
+LR_KEYS = {"_forward_map": "lr_f", "_backward_map": "lr_b", "_discriminator": "lr_discriminator",
+           "_critic": "lr_critic", "_aux_critic": "lr_aux_critic", "_actor": "lr_actor"}
+TAU_KEYS = {"_forward_map": "fb_target_tau", "_backward_map": "fb_target_tau",
+            "_critic": "critic_target_tau", "_aux_critic": "critic_target_tau"}
+
+
+def after_from_their_grads(ours, init, their_grads, ac):
+    """--after-from-their-grads: expected online parameters = one fresh-Adam step from init with
+    the Rust gradients (grads.safetensors), targets = Polyak of those.  This isolates the
+    optimiser/Polyak check from gradient round-off: Adam's first step is ~lr*sign(g), so an
+    element whose gradient is at round-off level can legitimately flip by 2*lr."""
+    for name in [n for n in ours if n.startswith("grad.")]:
+        pname = name[len("grad."):]
+        net = pname.split(".")[0]
+        p = nn.Parameter(init[pname].to(torch.float32).clone())
+        opt = torch.optim.Adam([p], lr=float(ac[LR_KEYS[net]]), betas=(0.9, 0.999), eps=1e-8)
+        p.grad = their_grads[name].to(torch.float32).clone()
+        opt.step()
+        ours["after." + pname] = p.detach()
+        if net in TAU_KEYS:
+            tname = "_target_" + pname[1:]
+            tau = float(ac[TAU_KEYS[net]])
+            ours["after." + tname] = init[tname].to(torch.float32).clone().mul_(1.0 - tau).add_(p.detach(), alpha=tau)
+
+
 # --------------------------------------------------------------------------
 # Comparison / command line
 # --------------------------------------------------------------------------
@@ -667,8 +692,13 @@ def main(argv=None):
     ap.add_argument("dir")
     ap.add_argument("--tol", type=float, default=1e-5)
     ap.add_argument("--json", action="store_true", help="also write DIR/report.json")
+    ap.add_argument("--after-from-their-grads", action="store_true",
+                    help="check after.* of the online nets (and their targets) by applying the "
+                         "Adam step / Polyak to the Rust gradients instead of the oracle's own")
     args = ap.parse_args(argv)
     try:
+        if not os.path.isdir(args.dir):
+            raise BadInput(f"{args.dir} is not a directory")
         files = ("config.json", "init.safetensors", "batch.safetensors", "outputs.safetensors",
                  "grads.safetensors", "after.safetensors", "metrics.json")
         missing = [f for f in files if not os.path.isfile(os.path.join(args.dir, f))]
@@ -689,6 +719,11 @@ def main(argv=None):
             ours = run_oracle(config, init, batch)
         except KeyError as e:
             raise BadInput(f"config.json: missing key {e}")
+        for name, t in ours.items():
+            if name.startswith("grad."):
+                need(grads, name, "grads.safetensors", t.shape)
+        if args.after_from_their_grads:
+            after_from_their_grads(ours, init, grads, config["agent"])
 
         # pair every oracle tensor with the Rust one
         pairs = []
@@ -728,6 +763,12 @@ def main(argv=None):
     n_fail = sum(1 for e in errors.values() if not e <= args.tol)
     if n_fail:
         print(f"oracle: {n_fail} tensor(s) above tol {args.tol:g}")
+        fragile = [n for n in errors if errors[n] > args.tol and n.startswith("after.")
+                   and not n.startswith("after._obs_") and not n.startswith("after._aux_reward")]
+        if fragile and not args.after_from_their_grads:
+            print("oracle: hint: after.* parameter mismatches can come from Adam's first step "
+                  "(~lr*sign(g)) on round-off-sized gradients; rerun with --after-from-their-grads "
+                  "to check the optimiser step on the Rust gradients")
     print(f"oracle parity: {len(errors)} tensors compared, worst relative error {worst:.3e} ({worst_name})")
     if args.json:
         with open(os.path.join(args.dir, "report.json"), "w") as fh:

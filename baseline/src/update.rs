@@ -142,6 +142,14 @@ fn off_diag_loss(m: &Tensor) -> (Tensor, Tensor) {
     (off, -diag.mean(Kind::Float) * lead)
 }
 
+/// A well-mixed 63-bit seed from a run seed and a counter (SplitMix64 finaliser).
+pub fn derive_seed(seed: u64, counter: u64) -> u64 {
+    let mut x = seed ^ counter.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    (x ^ (x >> 31)) >> 1
+}
+
 fn scalar(t: &Tensor) -> f64 {
     t.double_value(&[])
 }
@@ -184,6 +192,19 @@ impl Learner {
             ("aux_critic", &mut self.aux_critic_opt),
             ("discriminator", &mut self.discriminator_opt),
         ]
+    }
+
+    /// Updates done so far (the actor's optimiser steps).
+    pub fn updates(&self) -> u64 {
+        self.actor_opt.step as u64
+    }
+
+    /// One update with noise drawn from torch's generator seeded by (`seed`, update count), so
+    /// that a resumed run draws the same numbers without saving generator state.
+    pub fn update(&mut self, train: &TrainBatch, expert: &ExpertBatch, seed: u64) -> (UpdateMetrics, Tensor) {
+        tch::manual_seed(derive_seed(seed, self.updates()) as i64);
+        let noise = UpdateNoise::draw(&self.agent, &self.model.config, self.model.device);
+        self.update_with_noise(train, expert, &noise)
     }
 
     /// Gradients of `loss` w.r.t. the optimiser's parameters, then one Adam step.

@@ -28,6 +28,30 @@ compares everything with the normwise relative error
 
 Exit status: 0 if every error <= tol, 1 otherwise, 2 on bad input (missing
 file, missing/unexpected tensor, wrong shape).
+
+--after-from-their-grads: the first step of a fresh Adam is ~lr*sign(g), so an
+element whose true gradient is at fp32 round-off level can legitimately move by
+2*lr (relative error ~1e-3 on that parameter tensor).  With this flag the
+after.* values of the six online nets (and their targets) are recomputed from
+the Rust gradients, which checks the optimiser/Polyak step on its own while the
+grad.* comparison still checks the gradients.
+
+Readings taken where the fact sheet leaves room:
+- metric fb_loss = the whole F/B loss L_fb + ortho_coef*L_ortho; fb_diag =
+  -sum_p mean_i D_p[i,i]; fb_offdiag = sum_p 0.5*sum_{i!=j} D_p^2/(N(N-1));
+  orth_loss = L_ortho without ortho_coef (orth_loss_diag / orth_loss_offdiag
+  are also compared when metrics.json has them).
+- disc_loss includes grad_penalty*GP; disc_wgan_gp_loss is GP unscaled;
+  disc_expert_loss = mean(-log sigmoid(l_E)); disc_train_loss = mean(softplus(l_T)).
+- Q_fb / Q_discriminator / Q_aux = batch means of the pessimistic values used
+  in the actor loss (actor_pessimism for all three, updated F and critics).
+- Expert z and the goal z of the mix are computed without gradient from the
+  online B before the FB step; the discriminator sees z_E as a constant.
+- The discriminator is trained on expert *current* obs with z_E and train
+  *current* obs with the stored train.z; GP interpolates normalised goals and z.
+- B ends in SphereNorm only when norm_z is true (always true here).
+- The three next actions a' come from the online actor before its update.
+- The aux-reward debias uses 1 - tau**counter with the incremented counter.
 """
 
 import argparse

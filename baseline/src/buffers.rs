@@ -234,6 +234,10 @@ impl ExpertBuffer {
         (self.state.narrow(0, first as i64, rows as i64), self.privileged_state.narrow(0, first as i64, rows as i64))
     }
 
+    pub fn priorities(&self) -> &[f64] {
+        &self.priorities
+    }
+
     /// Replaces the motion sampling weights (§7.4); they need not sum to 1.
     pub fn set_priorities(&mut self, priorities: &[f64]) -> Result<(), String> {
         if priorities.len() != self.spans.len() || priorities.iter().any(|p| !(p.is_finite() && *p >= 0.0)) {
@@ -312,5 +316,76 @@ impl ZBuffer {
         }
         let idx: Vec<i64> = (0..n).map(|_| rng.random_range(0..self.len) as i64).collect();
         Some(self.data.index_select(0, &index_tensor(&idx, self.data.device())))
+    }
+}
+
+/// Host bookkeeping of an [`OnlineBuffer`], saved next to its tensors.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct OnlineBufferState {
+    pub rows: usize,
+    pub envs: usize,
+    pub written: u64,
+    pub open_start: Vec<u64>,
+    pub closed: Vec<(usize, u64, u64)>,
+}
+
+impl OnlineBuffer {
+    /// Tensors (`online.*`) and bookkeeping for a checkpoint.
+    pub fn state(&self) -> (Vec<(String, Tensor)>, OnlineBufferState) {
+        let names = ["state", "privileged_state", "last_action", "history_actor"];
+        let mut tensors: Vec<(String, Tensor)> =
+            names.iter().zip(&self.groups).map(|(n, t)| (format!("online.observation-{n}"), t.shallow_clone())).collect();
+        tensors.push(("online.action".into(), self.action.shallow_clone()));
+        tensors.push(("online.z".into(), self.z.shallow_clone()));
+        tensors.push(("online.aux_reward".into(), self.aux_reward.shallow_clone()));
+        tensors.push(("online.terminated".into(), self.terminated.shallow_clone()));
+        let state = OnlineBufferState {
+            rows: self.rows,
+            envs: self.envs,
+            written: self.written,
+            open_start: self.open_start.clone(),
+            closed: self.closed.iter().copied().collect(),
+        };
+        (tensors, state)
+    }
+
+    /// Restores what [`OnlineBuffer::state`] saved; shapes must match this buffer's.
+    pub fn restore(&mut self, lookup: &dyn Fn(&str) -> Option<Tensor>, state: OnlineBufferState) -> Result<(), String> {
+        if state.rows != self.rows || state.envs != self.envs {
+            return Err(format!(
+                "saved buffer is {} rows × {} envs, this run's is {} × {}",
+                state.rows, state.envs, self.rows, self.envs
+            ));
+        }
+        let _guard = tch::no_grad_guard();
+        let (tensors, _) = self.state();
+        for (name, mut t) in tensors {
+            let saved = lookup(&name).ok_or_else(|| format!("buffer tensor {name} is missing"))?;
+            if saved.size() != t.size() {
+                return Err(format!("buffer tensor {name}: shape {:?}, expected {:?}", saved.size(), t.size()));
+            }
+            t.copy_(&saved);
+        }
+        self.written = state.written;
+        self.open_start = state.open_start;
+        self.closed = state.closed.into();
+        Ok(())
+    }
+}
+
+impl ZBuffer {
+    pub fn state(&self) -> (Tensor, usize, usize) {
+        (self.data.shallow_clone(), self.len, self.cursor)
+    }
+
+    pub fn restore(&mut self, data: &Tensor, len: usize, cursor: usize) -> Result<(), String> {
+        if data.size() != self.data.size() || len > self.data.size()[0] as usize || cursor >= self.data.size()[0] as usize {
+            return Err("saved z buffer does not match this run's size".into());
+        }
+        let _guard = tch::no_grad_guard();
+        self.data.copy_(data);
+        self.len = len;
+        self.cursor = cursor;
+        Ok(())
     }
 }

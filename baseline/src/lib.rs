@@ -6,8 +6,13 @@
 //! - [`params`], [`nn`]: named parameters and the networks of BFM_ZERO_FACTS §5.1-5.2;
 //! - [`normalizer`], [`model`]: observation/aux-reward normalisers and the whole model;
 //! - [`optim`], [`update`]: Adam and one agent update (§5.5-5.6);
+//! - [`buffers`]: online, expert and z replay buffers; [`aux_rewards`]: the §4.2 terms;
+//! - [`train_config`], [`train`]: the training loop on the project's `TrackingEnv`;
+//! - [`agent`]: the tracking agent behind the SDK's `Agent` trait;
 //! - [`checkpoint`]: the released BFM-Zero checkpoint layout.
 
+pub mod agent;
+pub mod aux_rewards;
 pub mod buffers;
 pub mod checkpoint;
 pub mod config;
@@ -16,4 +21,6 @@ pub mod nn;
 pub mod normalizer;
 pub mod optim;
 pub mod params;
+pub mod train;
+pub mod train_config;
 pub mod update;

@@ -68,6 +68,8 @@ pub fn goal_input(state: &Tensor, privileged_state: &Tensor) -> Tensor {
 #[derive(Debug)]
 pub struct FbCprAuxModel {
     pub config: ModelConfig,
+    pub obs_norm_momentum: f64,
+    pub aux_reward_ema: f64,
     pub device: Device,
     pub store: ParamStore,
     pub actor: Actor,
@@ -88,20 +90,38 @@ impl FbCprAuxModel {
     /// A freshly initialised model (orthogonal weights from torch's generator: seed it first
     /// with `tch::manual_seed` for a reproducible init); targets start as copies.
     pub fn new(config: &ModelConfig, obs_norm_momentum: f64, aux_reward_ema: f64, device: Device) -> Self {
+        let model = Self::build(config, obs_norm_momentum, aux_reward_ema, device, None);
+        model.copy_targets();
+        model
+    }
+
+    /// A second handle on this model: every tensor shared, nothing copied. It can move to
+    /// another thread (an agent) while this one stays put.
+    pub fn share(&self) -> Self {
+        Self::build(&self.config, self.obs_norm_momentum, self.aux_reward_ema, self.device, Some(&self.store))
+    }
+
+    fn build(
+        config: &ModelConfig,
+        obs_norm_momentum: f64,
+        aux_reward_ema: f64,
+        device: Device,
+        source: Option<&ParamStore>,
+    ) -> Self {
         let c = config;
         let (obs, z, a) = (c.obs.critic(), c.z_dim, c.action_dim);
         let mut store = ParamStore::new();
-        let actor = Actor::new(&mut Scope::root(&mut store, prefix(ACTOR), device, true), c.obs.actor(), z, a, c.actor);
-        let forward_map = ForwardMap::new(&mut Scope::root(&mut store, prefix(FORWARD), device, true), obs, z, a, z, c.forward);
-        let backward_map = BackwardMap::new(&mut Scope::root(&mut store, prefix(BACKWARD), device, true), c.obs.goal(), z, c.backward);
-        let critic = ForwardMap::new(&mut Scope::root(&mut store, prefix(CRITIC), device, true), obs, z, a, 1, c.critic);
-        let aux_critic = ForwardMap::new(&mut Scope::root(&mut store, prefix(AUX_CRITIC), device, true), obs, z, a, 1, c.aux_critic);
-        let discriminator = Discriminator::new(&mut Scope::root(&mut store, prefix(DISCRIMINATOR), device, true), c.obs.goal(), z, c.discriminator);
-        let target_forward_map = ForwardMap::new(&mut Scope::root(&mut store, prefix(TARGET_FORWARD), device, false), obs, z, a, z, c.forward);
-        let target_backward_map = BackwardMap::new(&mut Scope::root(&mut store, prefix(TARGET_BACKWARD), device, false), c.obs.goal(), z, c.backward);
-        let target_critic = ForwardMap::new(&mut Scope::root(&mut store, prefix(TARGET_CRITIC), device, false), obs, z, a, 1, c.critic);
-        let target_aux_critic = ForwardMap::new(&mut Scope::root(&mut store, prefix(TARGET_AUX_CRITIC), device, false), obs, z, a, 1, c.aux_critic);
-        let mut norms = Scope::root(&mut store, "_obs_normalizer._normalizers", device, false);
+        let actor = Actor::new(&mut Scope::shared(&mut store, source, prefix(ACTOR), device, true), c.obs.actor(), z, a, c.actor);
+        let forward_map = ForwardMap::new(&mut Scope::shared(&mut store, source, prefix(FORWARD), device, true), obs, z, a, z, c.forward);
+        let backward_map = BackwardMap::new(&mut Scope::shared(&mut store, source, prefix(BACKWARD), device, true), c.obs.goal(), z, c.backward);
+        let critic = ForwardMap::new(&mut Scope::shared(&mut store, source, prefix(CRITIC), device, true), obs, z, a, 1, c.critic);
+        let aux_critic = ForwardMap::new(&mut Scope::shared(&mut store, source, prefix(AUX_CRITIC), device, true), obs, z, a, 1, c.aux_critic);
+        let discriminator = Discriminator::new(&mut Scope::shared(&mut store, source, prefix(DISCRIMINATOR), device, true), c.obs.goal(), z, c.discriminator);
+        let target_forward_map = ForwardMap::new(&mut Scope::shared(&mut store, source, prefix(TARGET_FORWARD), device, false), obs, z, a, z, c.forward);
+        let target_backward_map = BackwardMap::new(&mut Scope::shared(&mut store, source, prefix(TARGET_BACKWARD), device, false), c.obs.goal(), z, c.backward);
+        let target_critic = ForwardMap::new(&mut Scope::shared(&mut store, source, prefix(TARGET_CRITIC), device, false), obs, z, a, 1, c.critic);
+        let target_aux_critic = ForwardMap::new(&mut Scope::shared(&mut store, source, prefix(TARGET_AUX_CRITIC), device, false), obs, z, a, 1, c.aux_critic);
+        let mut norms = Scope::shared(&mut store, source, "_obs_normalizer._normalizers", device, false);
         let obs_normalizer = ObsNormalizer {
             state: RunningNorm::new(&mut norms.sub("state"), c.obs.state, obs_norm_momentum),
             privileged_state: RunningNorm::new(&mut norms.sub("privileged_state"), c.obs.privileged_state, obs_norm_momentum),
@@ -109,9 +129,11 @@ impl FbCprAuxModel {
             history_actor: RunningNorm::new(&mut norms.sub("history_actor"), c.obs.history_actor, obs_norm_momentum),
         };
         let aux_reward_normalizer =
-            AuxRewardNormalizer::new(&mut Scope::root(&mut store, "_aux_reward_normalizer", device, false), aux_reward_ema);
-        let model = FbCprAuxModel {
+            AuxRewardNormalizer::new(&mut Scope::shared(&mut store, source, "_aux_reward_normalizer", device, false), aux_reward_ema);
+        FbCprAuxModel {
             config: config.clone(),
+            obs_norm_momentum,
+            aux_reward_ema,
             device,
             store,
             actor,
@@ -126,9 +148,7 @@ impl FbCprAuxModel {
             target_aux_critic,
             obs_normalizer,
             aux_reward_normalizer,
-        };
-        model.copy_targets();
-        model
+        }
     }
 
     /// Sets every target network equal to its online network.

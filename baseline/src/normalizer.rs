@@ -19,9 +19,10 @@ pub struct RunningNorm {
 impl RunningNorm {
     pub fn new(s: &mut Scope, dim: i64, momentum: f64) -> Self {
         let mut inner = s.sub("_normalizer");
-        let mean = inner.buffer("running_mean", inner.zeros(&[dim]));
-        let var = inner.buffer("running_var", inner.ones(&[dim]));
-        let count = inner.buffer("num_batches_tracked", Tensor::zeros([], (Kind::Int64, inner.device())));
+        let device = inner.device();
+        let mean = inner.buffer("running_mean", || Tensor::zeros([dim], (Kind::Float, device)));
+        let var = inner.buffer("running_var", || Tensor::ones([dim], (Kind::Float, device)));
+        let count = inner.buffer("num_batches_tracked", || Tensor::zeros([], (Kind::Int64, device)));
         RunningNorm { mean, var, count, momentum }
     }
 
@@ -61,9 +62,10 @@ pub struct AuxRewardNormalizer {
 
 impl AuxRewardNormalizer {
     pub fn new(s: &mut Scope, tau: f64) -> Self {
-        let mean = s.buffer("mean", s.zeros(&[1]));
-        let mean_square = s.buffer("mean_square", s.zeros(&[1]));
-        let counter = s.buffer("counter", Tensor::zeros([], (Kind::Int64, s.device())));
+        let device = s.device();
+        let mean = s.buffer("mean", || Tensor::zeros([1], (Kind::Float, device)));
+        let mean_square = s.buffer("mean_square", || Tensor::zeros([1], (Kind::Float, device)));
+        let counter = s.buffer("counter", || Tensor::zeros([], (Kind::Int64, device)));
         AuxRewardNormalizer { mean, mean_square, counter, tau }
     }
 

@@ -81,6 +81,9 @@ impl ParamStore {
 #[derive(Debug)]
 pub struct Scope<'a> {
     store: &'a mut ParamStore,
+    /// When set, tensors are taken (sharing storage) from this store instead of initialised:
+    /// a second handle on an existing model.
+    source: Option<&'a ParamStore>,
     prefix: String,
     device: Device,
     /// False for target copies: their tensors are buffers that no optimiser sees.
@@ -89,13 +92,18 @@ pub struct Scope<'a> {
 
 impl<'a> Scope<'a> {
     pub fn root(store: &'a mut ParamStore, prefix: &str, device: Device, trainable: bool) -> Self {
-        Scope { store, prefix: prefix.to_string(), device, trainable }
+        Scope { store, source: None, prefix: prefix.to_string(), device, trainable }
+    }
+
+    /// A root whose tensors are shared with `source` (same names) rather than initialised.
+    pub fn shared(store: &'a mut ParamStore, source: Option<&'a ParamStore>, prefix: &str, device: Device, trainable: bool) -> Self {
+        Scope { store, source, prefix: prefix.to_string(), device, trainable }
     }
 
     /// A child scope `prefix.name`.
     pub fn sub(&mut self, name: impl std::fmt::Display) -> Scope<'_> {
         let prefix = if self.prefix.is_empty() { name.to_string() } else { format!("{}.{}", self.prefix, name) };
-        Scope { store: self.store, prefix, device: self.device, trainable: self.trainable }
+        Scope { store: self.store, source: self.source, prefix, device: self.device, trainable: self.trainable }
     }
 
     pub fn device(&self) -> Device {
@@ -106,15 +114,26 @@ impl<'a> Scope<'a> {
         if self.prefix.is_empty() { leaf.to_string() } else { format!("{}.{}", self.prefix, leaf) }
     }
 
-    pub fn param(&mut self, leaf: &str, tensor: Tensor) -> Tensor {
-        let name = self.name(leaf);
+    /// A trainable tensor initialised by `init` (or shared from the source store).
+    pub fn param(&mut self, leaf: &str, init: impl FnOnce() -> Tensor) -> Tensor {
         let trainable = self.trainable;
-        self.store.insert(name, tensor.to_device(self.device), trainable)
+        self.register(leaf, init, trainable)
     }
 
-    pub fn buffer(&mut self, leaf: &str, tensor: Tensor) -> Tensor {
+    /// A buffer (never trained) initialised by `init` (or shared from the source store).
+    pub fn buffer(&mut self, leaf: &str, init: impl FnOnce() -> Tensor) -> Tensor {
+        self.register(leaf, init, false)
+    }
+
+    fn register(&mut self, leaf: &str, init: impl FnOnce() -> Tensor, trainable: bool) -> Tensor {
         let name = self.name(leaf);
-        self.store.insert(name, tensor.to_device(self.device), false)
+        let tensor = match self.source {
+            Some(src) => src.get(&name).unwrap_or_else(|| panic!("shared store lacks {name}")).shallow_clone(),
+            None => init().to_device(self.device),
+        };
+        // A shared tensor already carries requires_grad from its owner.
+        let trainable = trainable && self.source.is_none();
+        self.store.insert(name, tensor, trainable)
     }
 
     pub fn zeros(&self, dims: &[i64]) -> Tensor {

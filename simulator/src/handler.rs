@@ -107,6 +107,10 @@ pub enum Field {
     BodyRot,
     BodyVel,
     BodyAngVel,
+    /// 31 bodies × 3: net world-frame contact force on each body from the last physics
+    /// substep's contacts (the virtual head's is 0). Auxiliary rewards read the feet and the
+    /// penalised bodies (BFM_ZERO_FACTS §4.2).
+    BodyContactForce,
 }
 
 /// The widest [`Field`] row (31 body quaternions).
@@ -120,7 +124,7 @@ impl Field {
             Field::DofPos | Field::DofVel | Field::DofTorque | Field::DofPosTarget => NUM_JOINTS,
             Field::RootPos | Field::RootVel | Field::RootAngVel => 3,
             Field::RootRot => 4,
-            Field::BodyPos | Field::BodyVel | Field::BodyAngVel => 3 * NUM_BODIES_EXT,
+            Field::BodyPos | Field::BodyVel | Field::BodyAngVel | Field::BodyContactForce => 3 * NUM_BODIES_EXT,
             Field::BodyRot => 4 * NUM_BODIES_EXT,
         }
     }
@@ -500,7 +504,44 @@ impl MujocoHandler {
                 let head_v = math::add(&v, &math::cross3(&w, &HEAD_OFFSET));
                 out[3 * NUM_BODIES..].copy_from_slice(if want_lin { &head_v } else { &w });
             }
+            Field::BodyContactForce => {
+                out.fill(0.0);
+                let geom_body = data.model().geom_bodyid();
+                for (i, contact) in data.contact().iter().enumerate() {
+                    let f = data.contact_force(i);
+                    // Contact frame rows: normal (geom1 → geom2), tangent 1, tangent 2; the
+                    // force acts on geom2 and, opposite, on geom1.
+                    let fr = &contact.frame;
+                    let world: Vec3 = std::array::from_fn(|k| fr[k] * f[0] + fr[3 + k] * f[1] + fr[6 + k] * f[2]);
+                    for (geom, sign) in [(contact.geom[0], -1.0), (contact.geom[1], 1.0)] {
+                        let body = geom_body[geom as usize] as usize;
+                        if (1..=NUM_BODIES).contains(&body) {
+                            for k in 0..3 {
+                                out[3 * (body - 1) + k] += sign * world[k];
+                            }
+                        }
+                    }
+                }
+            }
         }
+    }
+
+    /// Total mass of the robot (nominal model, kg).
+    pub fn total_mass(&self) -> f64 {
+        self.nominal.body_mass.iter().sum()
+    }
+
+    /// Position range (lower, upper) of each of the 29 joints, from the compiled model.
+    pub fn joint_ranges(&self) -> [(f64, f64); NUM_JOINTS] {
+        let model = self.envs.first().map(|slot| slot.data.model());
+        let mut out = [(f64::NEG_INFINITY, f64::INFINITY); NUM_JOINTS];
+        if let Some(model) = model {
+            let range = model.jnt_range();
+            for (j, r) in out.iter_mut().enumerate() {
+                *r = (range[j + 1][0], range[j + 1][1]);
+            }
+        }
+        out
     }
 }
 

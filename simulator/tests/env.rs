@@ -379,3 +379,34 @@ fn bad_assignments_are_rejected_before_anything_resets() {
     let err = e.reset(&[(0, assignment(42, 0, DrLevel::L0))]).unwrap_err().to_string();
     assert!(err.contains("motion 42 out of range"), "{err}");
 }
+
+#[test]
+fn contact_forces_carry_the_robot_on_its_feet() {
+    // Reference replay of the built-in `stand` motion: the robot stands on its feet, so the
+    // ground's vertical push on the two ankle-roll links balances the weight, other bodies touch
+    // nothing, and every contact force has a partner of opposite sign on the ground.
+    let lib = library();
+    let stand = lib.motions.iter().position(|m| m.name == "stand").expect("built-in stand motion");
+    let mut env = env(&lib, 1, 1);
+    let a = EpisodeAssignment { motion: stand, start_time: 0.0, seed: 1, dr_level: DrLevel::L0 };
+    env.reset(&[(0, a)]).unwrap();
+    let mut policy = ReplayPolicy::default();
+    let mut actions = vec![0.0f32; NUM_JOINTS];
+    let mut force = vec![0.0; Field::BodyContactForce.width()];
+    let (mut feet_z, mut others, mut steps) = (0.0, 0.0f64, 0);
+    for _ in 0..25 {
+        policy.act(&env, &mut actions);
+        env.step(&actions).unwrap();
+        env.handler().read_batch(Field::BodyContactForce, &mut force).unwrap();
+        let (left, right) = (6, 12); // the ankle-roll links in BFM-Zero's body order
+        feet_z += force[3 * left + 2] + force[3 * right + 2];
+        for b in (0..31).filter(|&b| b != left && b != right) {
+            others = others.max(force[3 * b..3 * b + 3].iter().map(|v| v.abs()).fold(0.0, f64::max));
+        }
+        steps += 1;
+    }
+    let weight = 9.81 * env.handler().total_mass();
+    let mean_feet_z = feet_z / steps as f64;
+    assert!((mean_feet_z - weight).abs() < 0.15 * weight, "feet carry {mean_feet_z:.1} N of {weight:.1} N");
+    assert!(others < 1.0, "a non-foot body touches something: {others} N");
+}

@@ -22,15 +22,20 @@ impl Dense {
     pub fn new(s: &mut Scope, input: i64, output: i64, ensemble: Option<i64>) -> Self {
         match ensemble {
             None => {
-                let weight = s.param("weight", orthogonal(output, input, 1.0));
-                let bias = s.param("bias", s.zeros(&[output]));
+                let weight = s.param("weight", || orthogonal(output, input, 1.0));
+                let zeros = s.zeros(&[output]);
+                let bias = s.param("bias", || zeros);
                 Dense::Plain { weight, bias }
             }
             Some(p) => {
-                let members: Vec<Tensor> =
-                    (0..p).map(|_| orthogonal(input, output, std::f64::consts::SQRT_2)).collect();
-                let weight = s.param("weight", Tensor::stack(&members, 0));
-                let bias = s.param("bias", s.zeros(&[p, 1, output]));
+                let init = || {
+                    let members: Vec<Tensor> =
+                        (0..p).map(|_| orthogonal(input, output, std::f64::consts::SQRT_2)).collect();
+                    Tensor::stack(&members, 0)
+                };
+                let weight = s.param("weight", init);
+                let zeros = s.zeros(&[p, 1, output]);
+                let bias = s.param("bias", || zeros);
                 Dense::Parallel { weight, bias }
             }
         }
@@ -59,8 +64,9 @@ impl Norm {
             None => vec![dim],
             Some(p) => vec![p, 1, dim],
         };
-        let weight = s.param("weight", s.ones(&shape));
-        let bias = s.param("bias", s.zeros(&shape));
+        let (ones, zeros) = (s.ones(&shape), s.zeros(&shape));
+        let weight = s.param("weight", || ones);
+        let bias = s.param("bias", || zeros);
         Norm { weight, bias, dim, parallel: ensemble.is_some() }
     }
 

@@ -1,0 +1,140 @@
+//! The tracking agent (BFM_ZERO_FACTS §6.1) behind the SDK's [`Agent`] trait: for every step,
+//! z = project(mean of B over the next `window` reference rows), then the deterministic actor.
+//! It reads the `reference_goal` observation group (the reference's state | privileged_state
+//! rows t+1 … t+H, built by the server with the simulator's own code), so it needs no
+//! simulator of its own and no state between steps.
+
+use crate::model::{FbCprAuxModel, Obs};
+use arena_sdk::agent::{Agent, Batch};
+use arena_sdk::episode::ObservationLayout;
+use arena_sdk::protocol::{EpisodeInfo, EpisodeSpec};
+use std::ops::Range;
+use tch::{Kind, Tensor};
+
+/// Groups the agent reads, in the actor's order, then the reference rows for B.
+pub const REQUIRED_GROUPS: [&str; 4] = ["state", "last_action", "history_actor", "reference_goal"];
+
+#[derive(Debug)]
+struct Ranges {
+    state: Range<usize>,
+    last_action: Range<usize>,
+    history_actor: Range<usize>,
+    reference_goal: Range<usize>,
+    row: usize,
+}
+
+/// Why a layout cannot be served, naming the missing group.
+pub fn check_layout(layout: &ObservationLayout) -> Result<(), String> {
+    for g in REQUIRED_GROUPS {
+        if layout.group(g).is_none() {
+            return Err(format!(
+                "the benchmark does not send the `{g}` observation group, which the BFM-Zero agent needs \
+                 (groups sent: {}); `reference_goal` is enabled by `reference_goal_horizon` in the benchmark's [observations]",
+                layout.groups().map(|(n, _)| n).collect::<Vec<_>>().join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[derive(Debug)]
+pub struct TrackingAgent {
+    model: FbCprAuxModel,
+    /// Future reference rows averaged into z (1 = the next row only; 8 as BFM-Zero's model method).
+    window: usize,
+    ranges: Option<Ranges>,
+    /// Why the session's layout cannot be served (the agent then answers zeros).
+    pub error: Option<String>,
+}
+
+impl TrackingAgent {
+    pub fn new(model: FbCprAuxModel, window: usize) -> Self {
+        TrackingAgent { model, window: window.max(1), ranges: None, error: None }
+    }
+
+    fn configure_layout(&mut self, layout: &ObservationLayout) {
+        if let Err(e) = check_layout(layout) {
+            tracing::error!("{e}");
+            self.error = Some(e);
+            self.ranges = None;
+            return;
+        }
+        let o = self.model.config.obs;
+        let get = |g: &str| layout.group(g).expect("checked");
+        let ranges = Ranges {
+            state: get("state"),
+            last_action: get("last_action"),
+            history_actor: get("history_actor"),
+            reference_goal: get("reference_goal"),
+            row: layout.size(),
+        };
+        let goal = (o.state + o.privileged_state) as usize;
+        let sizes = [
+            ("state", ranges.state.len(), o.state as usize),
+            ("last_action", ranges.last_action.len(), o.last_action as usize),
+            ("history_actor", ranges.history_actor.len(), o.history_actor as usize),
+        ];
+        for (g, got, want) in sizes {
+            if got != want {
+                let e = format!("observation group `{g}` has {got} values, the model reads {want}");
+                tracing::error!("{e}");
+                self.error = Some(e);
+                return;
+            }
+        }
+        if ranges.reference_goal.is_empty() || ranges.reference_goal.len() % goal != 0 {
+            let e = format!("`reference_goal` has {} values, not a multiple of {goal}", ranges.reference_goal.len());
+            tracing::error!("{e}");
+            self.error = Some(e);
+            return;
+        }
+        self.error = None;
+        self.ranges = Some(ranges);
+    }
+
+    /// Actions for `n` observation rows (row-major, `row` values each) into `actions`.
+    fn act_rows(&self, rows: &[f32], n: usize, actions: &mut [f32]) {
+        let r = self.ranges.as_ref().expect("configured");
+        let o = self.model.config.obs;
+        let all = Tensor::from_slice(rows).view([n as i64, r.row as i64]);
+        let cols = |range: &Range<usize>| all.narrow(1, range.start as i64, range.len() as i64);
+        let goal = (o.state + o.privileged_state) as usize;
+        let horizon = r.reference_goal.len() / goal;
+        let w = self.window.min(horizon) as i64;
+        let reference = cols(&r.reference_goal).view([n as i64, horizon as i64, goal as i64]).narrow(1, 0, w);
+        let flat = reference.reshape([n as i64 * w, goal as i64]);
+        let device = self.model.device;
+        let b = self
+            .model
+            .backward_z(&flat.narrow(1, 0, o.state).to_device(device), &flat.narrow(1, o.state, o.privileged_state).to_device(device))
+            .view([n as i64, w, -1]);
+        let z = self.model.project_z(&b.mean_dim(Some(&[1i64][..]), false, Kind::Float));
+        let obs = Obs {
+            state: cols(&r.state).to_device(device),
+            privileged_state: Tensor::zeros([n as i64, o.privileged_state], (Kind::Float, device)),
+            last_action: cols(&r.last_action).to_device(device),
+            history_actor: cols(&r.history_actor).to_device(device),
+        };
+        let a = self.model.act_mean(&obs, &z).to_device(tch::Device::Cpu).contiguous();
+        a.copy_data(actions, actions.len());
+    }
+}
+
+impl Agent for TrackingAgent {
+    fn configure(&mut self, spec: &EpisodeSpec) {
+        self.configure_layout(&ObservationLayout::from_spec(spec));
+    }
+
+    fn reset(&mut self, _episodes: &[EpisodeInfo]) {}
+
+    fn act(&mut self, batch: &Batch<'_>, actions: &mut [f32]) {
+        if self.ranges.is_none() && self.error.is_none() {
+            self.configure_layout(batch.layout);
+        }
+        if self.ranges.is_none() {
+            actions.fill(0.0);
+            return;
+        }
+        self.act_rows(batch.observations, batch.len(), actions);
+    }
+}

@@ -1,0 +1,651 @@
+//! The training loop (BFM_ZERO_FACTS §8) on the project's own batched `TrackingEnv`: rollouts
+//! with the z schedule of §5.4, the online, expert and z buffers, 16 updates per 1024 env steps,
+//! periodic evaluation with the arena's metrics (through the SDK's local runner, exactly as a
+//! submission is scored) and EMD-prioritised motion sampling, checkpoints and exact resume.
+//!
+//! Exact resume: every random number is derived from the run seed and a saved counter, and at
+//! each checkpoint boundary every env starts a new episode (after the optional evaluation, as
+//! BFM-Zero resets its envs after evaluating). A run resumed from a checkpoint at step N, with
+//! its buffers saved, continues exactly as the uninterrupted run does.
+
+use crate::agent::TrackingAgent;
+use crate::aux_rewards::{AuxRewards, TERMS};
+use crate::buffers::{ExpertBuffer, OnlineBuffer, OnlineBufferState, StepRecord, ZBuffer};
+use crate::checkpoint;
+use crate::model::{FbCprAuxModel, Obs};
+use crate::train_config::TrainConfig;
+use crate::update::{ExpertBatch, Learner, TrainBatch, derive_seed};
+use anyhow::{Context, bail};
+use arena_bench::priority::{PriorityConfig, priorities};
+use arena_bench::spec::BenchmarkSpec;
+use arena_data::{MotionClip, NUM_JOINTS};
+use arena_sdk::local::{LocalOptions, run_local};
+use arena_sim::RobotConfig;
+use arena_sim::dr::DrLevel;
+use arena_sim::env::{EpisodeAssignment, EpisodeStatus, ObservationBatch, TrackingEnv, TrackingEnvConfig};
+use arena_sim::motion::MotionLibrary;
+use arena_sim::observation::reference_observations;
+use rand::distr::{Distribution, weighted::WeightedIndex};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rand_distr::StandardNormal;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+use tch::{Device, Kind, Tensor};
+
+/// Streams of the per-iteration random generator.
+const ROLLOUT_STREAM: u64 = 0x524f_4c4c;
+const RESET_STREAM: u64 = 0x5245_5345;
+const BATCH_STREAM: u64 = 0x4241_5443;
+
+/// Counters saved in `train_status.json`; with the checkpoint they fix the rest of the run.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TrainStatus {
+    /// Env steps taken (BFM-Zero's "time").
+    pub time: u64,
+    /// Env steps of every env (iterations of the loop).
+    pub iterations: u64,
+    pub updates: u64,
+    pub episodes_started: u64,
+    pub optimizer_steps: BTreeMap<String, i64>,
+    pub wall_time_s: f64,
+    /// Motion sampling priorities (from the last evaluation).
+    pub priorities: Vec<f64>,
+    pub zbuffer_len: usize,
+    pub zbuffer_cursor: usize,
+    pub online_buffer: Option<OnlineBufferState>,
+}
+
+/// Where the run writes: checkpoints, the train log and the evaluation log.
+#[derive(Debug, Clone)]
+pub struct RunPaths {
+    pub dir: PathBuf,
+}
+
+impl RunPaths {
+    pub fn checkpoint(&self) -> PathBuf {
+        self.dir.join("checkpoint")
+    }
+    pub fn train_log(&self) -> PathBuf {
+        self.dir.join("train_log.csv")
+    }
+    pub fn eval_log(&self) -> PathBuf {
+        self.dir.join("eval_log.csv")
+    }
+}
+
+/// A report hook for progress (env steps done, total, last log row).
+pub type ProgressFn<'a> = dyn FnMut(u64, u64, Option<&BTreeMap<String, f64>>) + 'a;
+
+/// The benchmark the run trains and evaluates on, with its clips.
+pub struct Motions {
+    pub spec: BenchmarkSpec,
+    pub clips: Vec<MotionClip>,
+}
+
+impl std::fmt::Debug for Motions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Motions").field("benchmark", &self.spec.name).field("clips", &self.clips.len()).finish()
+    }
+}
+
+struct EnvState {
+    /// Steps since the episode started.
+    counter: u64,
+    /// This episode's tracking z rows (expert-tracking rollouts), `[L, d]` host values.
+    expert_z: Option<Vec<f32>>,
+    prev_a5: [f64; NUM_JOINTS],
+}
+
+/// Everything the loop owns.
+pub struct Trainer {
+    pub config: TrainConfig,
+    pub learner: Learner,
+    pub status: TrainStatus,
+    paths: RunPaths,
+    device: Device,
+    env: TrackingEnv,
+    library: Arc<MotionLibrary>,
+    motions: Motions,
+    online: OnlineBuffer,
+    expert: ExpertBuffer,
+    zbuffer: ZBuffer,
+    aux: AuxRewards,
+    envs: Vec<EnvState>,
+    z: Vec<f32>,
+    episode_start: Vec<bool>,
+    episode_steps: u64,
+    log: LogAccumulator,
+}
+
+impl std::fmt::Debug for Trainer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trainer").field("time", &self.status.time).finish()
+    }
+}
+
+fn to_tensor(values: &[f32], cols: i64, device: Device) -> Tensor {
+    Tensor::from_slice(values).view([-1, cols]).to_device(device)
+}
+
+fn obs_tensors(batch: &ObservationBatch, dims: [i64; 4], device: Device) -> Obs {
+    Obs {
+        state: to_tensor(&batch.state, dims[0], device),
+        privileged_state: to_tensor(&batch.privileged_state, dims[1], device),
+        last_action: to_tensor(&batch.last_action, dims[2], device),
+        history_actor: to_tensor(&batch.history_actor, dims[3], device),
+    }
+}
+
+impl Trainer {
+    /// A new run, or the continuation of the one checkpointed under `paths` when `resume`.
+    pub fn new(config: TrainConfig, motions: Motions, paths: RunPaths, device: Device, resume: bool) -> anyhow::Result<Self> {
+        let model_config = config.model_config().map_err(anyhow::Error::msg)?;
+        let t = config.train.clone();
+        let robot = RobotConfig::default();
+        let library = Arc::new(MotionLibrary::from_clips(&motions.clips, &robot).context("building the motion library")?);
+        let env_config = TrackingEnvConfig {
+            robot: robot.clone(),
+            num_envs: t.num_envs,
+            threads: t.threads,
+            fall_rule: None,
+            record: false,
+            ..Default::default()
+        };
+        let env = TrackingEnv::new(env_config, library.clone()).context("creating the training envs")?;
+        let aux = AuxRewards::new(env.handler(), &config.agent.aux_reward_coefs);
+        let o = model_config.obs;
+        let references: Vec<(Vec<f32>, Vec<f32>)> = library
+            .motions
+            .iter()
+            .map(|m| {
+                let r = reference_observations(m, &robot);
+                (r.state, r.privileged_state)
+            })
+            .collect();
+        let mut expert = ExpertBuffer::new(&references, (o.state, o.privileged_state), device).map_err(anyhow::Error::msg)?;
+        let rows = (t.buffer_size / t.num_envs as u64) as usize;
+        let dims = [o.state, o.privileged_state, o.last_action, o.history_actor];
+        let mut online = OnlineBuffer::new(rows, t.num_envs, dims, model_config.action_dim, model_config.z_dim, device);
+        let mut zbuffer = ZBuffer::new(config.agent.z_buffer_size, model_config.z_dim, device);
+
+        let ckpt = paths.checkpoint();
+        let (learner, status) = if resume {
+            let (model, saved) = checkpoint::load_model(&ckpt, device).context("loading the checkpoint's model")?;
+            if saved.model != model_config {
+                bail!("{}: the checkpoint's model sizes differ from the configuration's", ckpt.display());
+            }
+            let status: TrainStatus = serde_json::from_str(
+                &std::fs::read_to_string(ckpt.join("train_status.json")).context("reading train_status.json")?,
+            )
+            .context("parsing train_status.json")?;
+            let mut learner = Learner::new(model, config.agent.clone());
+            checkpoint::load_optimizers(&mut learner, &ckpt, &status.optimizer_steps)?;
+            let buffers_path = ckpt.join("buffers.safetensors");
+            if let Some(state) = status.online_buffer.as_ref() {
+                let saved: HashMap<String, Tensor> = Tensor::read_safetensors(&buffers_path)
+                    .with_context(|| format!("reading {}", buffers_path.display()))?
+                    .into_iter()
+                    .collect();
+                let lookup = |k: &str| saved.get(k).map(|t| t.to_device(device));
+                online
+                    .restore(&lookup, state.clone())
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", buffers_path.display()))?;
+                let z = lookup("zbuffer").context("buffers.safetensors has no zbuffer")?;
+                zbuffer.restore(&z, status.zbuffer_len, status.zbuffer_cursor).map_err(anyhow::Error::msg)?;
+            } else {
+                tracing::warn!("the checkpoint has no buffers: the run continues with empty buffers (not an exact resume)");
+            }
+            if !status.priorities.is_empty() {
+                expert.set_priorities(&status.priorities).map_err(anyhow::Error::msg)?;
+            }
+            (learner, status)
+        } else {
+            tch::manual_seed(derive_seed(t.seed, u64::MAX) as i64);
+            let model = FbCprAuxModel::new(&model_config, config.agent.obs_norm_momentum, config.agent.aux_reward_ema, device);
+            (Learner::new(model, config.agent.clone()), TrainStatus::default())
+        };
+        std::fs::create_dir_all(&paths.dir).with_context(|| format!("creating {}", paths.dir.display()))?;
+        let n = t.num_envs;
+        let envs = (0..n).map(|_| EnvState { counter: 0, expert_z: None, prev_a5: [0.0; NUM_JOINTS] }).collect();
+        let episode_steps = (t.episode_length_s / arena_sim::CONTROL_DT).round().max(1.0) as u64;
+        Ok(Trainer {
+            z: vec![0.0; n * model_config.z_dim as usize],
+            episode_start: vec![true; n],
+            config,
+            learner,
+            status,
+            paths,
+            device,
+            env,
+            library,
+            motions,
+            online,
+            expert,
+            zbuffer,
+            aux,
+            envs,
+            episode_steps,
+            log: LogAccumulator::default(),
+        })
+    }
+
+    fn rng(&self, stream: u64) -> ChaCha8Rng {
+        ChaCha8Rng::seed_from_u64(derive_seed(self.config.train.seed ^ stream, self.status.iterations))
+    }
+
+    /// Starts a new episode in each of `envs`: motion by priority, start uniformly in the clip.
+    fn reset_envs(&mut self, envs: &[usize], rng: &mut ChaCha8Rng) -> anyhow::Result<()> {
+        let weights: Vec<f64> = self.expert.priorities().to_vec();
+        let pick = WeightedIndex::new(&weights).context("motion priorities")?;
+        let level = DrLevel::try_from(self.config.train.dr_level).map_err(anyhow::Error::msg)?;
+        let mut assignments = Vec::with_capacity(envs.len());
+        for &e in envs {
+            let motion = pick.sample(rng);
+            let length = self.library.motions[motion].length_s;
+            let start_time = rng.random_range(0.0..length.max(1e-6)).min((length - 1e-6).max(0.0));
+            let seed = derive_seed(self.config.train.seed ^ RESET_STREAM, self.status.episodes_started);
+            self.status.episodes_started += 1;
+            assignments.push((e, EpisodeAssignment { motion, start_time, seed, dr_level: level }));
+            let s = &mut self.envs[e];
+            s.counter = 0;
+            s.expert_z = None;
+            s.prev_a5 = [0.0; NUM_JOINTS];
+            self.episode_start[e] = true;
+        }
+        self.env.reset(&assignments).context("resetting training envs")?;
+        Ok(())
+    }
+
+    /// The z of every env for this step (BFM_ZERO_FACTS §5.4, per env: see docs/baseline.md).
+    fn schedule_z(&mut self, rng: &mut ChaCha8Rng) -> anyhow::Result<()> {
+        let t = &self.config.train;
+        let d = self.learner.model.config.z_dim as usize;
+        let len = t.rollout_expert_length;
+        let mut need_expert = Vec::new();
+        let mut need_random = Vec::new();
+        for (e, s) in self.envs.iter_mut().enumerate() {
+            if t.rollout_expert_trajectories && s.counter % len as u64 == 0 {
+                s.expert_z = None;
+                if rng.random::<f64>() < t.rollout_expert_fraction {
+                    need_expert.push(e);
+                    continue;
+                }
+            }
+            if s.expert_z.is_none() && s.counter % t.update_z_every_step == 0 {
+                need_random.push(e);
+            }
+        }
+        if !need_expert.is_empty() {
+            let slices = self.expert.sample(need_expert.len(), len, rng).map_err(anyhow::Error::msg);
+            match slices {
+                Ok(slices) => {
+                    let zt = self.tracking_z(&slices.next_state, &slices.next_privileged_state, need_expert.len(), len);
+                    for (k, &e) in need_expert.iter().enumerate() {
+                        self.envs[e].expert_z = Some(zt[k * len * d..(k + 1) * len * d].to_vec());
+                    }
+                }
+                // No motion is long enough for a tracking slice: random z instead.
+                Err(_) => need_random.extend(need_expert.iter().copied()),
+            }
+        }
+        if !need_random.is_empty() {
+            let k = need_random.len();
+            let z = match self.zbuffer.sample(k, rng) {
+                Some(z) => z,
+                None => {
+                    let g: Vec<f32> = (0..k * d).map(|_| rng.sample::<f32, _>(StandardNormal)).collect();
+                    self.learner.model.prior_z(&to_tensor(&g, d as i64, self.device))
+                }
+            };
+            let host: Vec<f32> = Vec::try_from(z.to_device(Device::Cpu).contiguous().view([-1])).context("z to host")?;
+            for (i, &e) in need_random.iter().enumerate() {
+                self.z[e * d..(e + 1) * d].copy_from_slice(&host[i * d..(i + 1) * d]);
+            }
+        }
+        for (e, s) in self.envs.iter().enumerate() {
+            if let Some(zt) = &s.expert_z {
+                let i = (s.counter % len as u64) as usize;
+                self.z[e * d..(e + 1) * d].copy_from_slice(&zt[i * d..(i + 1) * d]);
+            }
+        }
+        Ok(())
+    }
+
+    /// z rows of tracking slices: row i = project(mean B(next rows i … min(i + w, L) − 1)).
+    fn tracking_z(&self, state: &Tensor, privileged: &Tensor, slices: usize, len: usize) -> Vec<f32> {
+        let w = self.config.train.tracking_window as i64;
+        let model = &self.learner.model;
+        let b = model.backward_z(state, privileged); // projected per row; re-projected after averaging
+        let d = b.size()[1];
+        let b = b.view([slices as i64, len as i64, d]);
+        let zero = Tensor::zeros([slices as i64, 1, d], (Kind::Float, self.device));
+        let cs = Tensor::cat(&[zero, b.cumsum(1, Kind::Float)], 1);
+        let l = len as i64;
+        let ends: Vec<i64> = (0..l).map(|i| (i + w).min(l)).collect();
+        let counts: Vec<f32> = (0..l).map(|i| ((i + w).min(l) - i) as f32).collect();
+        let ends = Tensor::from_slice(&ends).to_device(self.device);
+        let starts = Tensor::arange(l, (Kind::Int64, self.device));
+        let sums = cs.index_select(1, &ends) - cs.index_select(1, &starts);
+        let means = sums / Tensor::from_slice(&counts).to_device(self.device).view([1, l, 1]);
+        let z = tch::no_grad(|| model.project_z(&means));
+        Vec::try_from(z.to_device(Device::Cpu).contiguous().view([-1])).expect("f32 z")
+    }
+
+    /// Runs until `train.num_env_steps`, reporting progress.
+    pub fn run(&mut self, progress: &mut ProgressFn<'_>) -> anyhow::Result<()> {
+        let t = self.config.train.clone();
+        let n = t.num_envs;
+        let a_dim = NUM_JOINTS;
+        let d = self.learner.model.config.z_dim as usize;
+        let o = self.learner.model.config.obs;
+        let dims = [o.state, o.privileged_state, o.last_action, o.history_actor];
+        let start_time = self.status.time;
+        let mut clock = Instant::now();
+        let mut first = true;
+        let mut actions = vec![0.0f32; n * a_dim];
+        let mut a5 = vec![0.0f64; n * a_dim];
+        let mut prev = vec![0.0f64; n * a_dim];
+        let mut aux_weighted = vec![0.0f32; n];
+        while self.status.time < t.num_env_steps {
+            let time = self.status.time;
+            let boundary = first || time % t.checkpoint_every_steps < n as u64 || time % t.eval_every_steps < n as u64;
+            if boundary && !(first && time == 0 && start_time > 0) {
+                if !first && time % t.checkpoint_every_steps < n as u64 {
+                    self.status.wall_time_s += clock.elapsed().as_secs_f64();
+                    clock = Instant::now();
+                    self.save_checkpoint()?;
+                }
+                if time % t.eval_every_steps < n as u64 {
+                    self.evaluate()?;
+                }
+                let mut rng = self.rng(RESET_STREAM);
+                let all: Vec<usize> = (0..n).collect();
+                self.reset_envs(&all, &mut rng)?;
+            }
+            first = false;
+            let mut rng = self.rng(ROLLOUT_STREAM);
+            let sim_start = Instant::now();
+            self.schedule_z(&mut rng)?;
+            let obs = obs_tensors(self.env.observations(), dims, self.device);
+            let z = to_tensor(&self.z, d as i64, self.device);
+            if time < t.num_seed_steps {
+                actions.iter_mut().for_each(|a| *a = rng.random_range(-1.0..1.0));
+            } else {
+                let mean = self.learner.model.act_mean(&obs, &z).to_device(Device::Cpu).contiguous();
+                let len = actions.len();
+                mean.copy_data(&mut actions, len);
+                let std = self.learner.model.config.actor_std as f32;
+                for a in actions.iter_mut() {
+                    *a = (*a + std * rng.sample::<f32, _>(StandardNormal)).clamp(-1.0, 1.0);
+                }
+            }
+            for (e, s) in self.envs.iter().enumerate() {
+                prev[e * a_dim..(e + 1) * a_dim].copy_from_slice(&s.prev_a5);
+            }
+            for (x, a) in a5.iter_mut().zip(&actions) {
+                *x = (5.0 * *a as f64).clamp(-5.0, 5.0);
+            }
+            self.env.step(&actions).context("stepping the training envs")?;
+            self.aux.compute(self.env.handler(), &a5, &prev).context("auxiliary rewards")?;
+            for e in 0..n {
+                aux_weighted[e] = self.aux.weighted(e) as f32;
+                self.envs[e].prev_a5.copy_from_slice(&a5[e * a_dim..(e + 1) * a_dim]);
+                self.envs[e].counter += 1;
+            }
+            self.log.rollout(&self.aux.terms, n);
+            let record = StepRecord {
+                obs: &obs,
+                action: &to_tensor(&actions, a_dim as i64, self.device),
+                z: &z,
+                aux_reward: &to_tensor(&aux_weighted, 1, self.device),
+                episode_start: &self.episode_start,
+                terminated: &vec![false; n],
+            };
+            self.online.push(&record);
+            self.episode_start.iter_mut().for_each(|f| *f = false);
+            let mut done = Vec::new();
+            for e in 0..n {
+                let status = &self.env.infos()[e].status;
+                if let EpisodeStatus::Failed(reason) = status {
+                    tracing::debug!("training env {e}: {reason}");
+                    self.log.failed += 1;
+                }
+                if status.is_done() || self.envs[e].counter >= self.episode_steps {
+                    done.push(e);
+                }
+            }
+            if !done.is_empty() {
+                let mut rng = self.rng(RESET_STREAM ^ 1);
+                self.reset_envs(&done, &mut rng)?;
+            }
+            self.log.sim_s += sim_start.elapsed().as_secs_f64();
+            self.status.time += n as u64;
+            self.status.iterations += 1;
+
+            let now = self.status.time;
+            if now > t.num_seed_steps && (now / t.update_agent_every) > ((now - n as u64) / t.update_agent_every) {
+                let update_start = Instant::now();
+                let mut rng = self.rng(BATCH_STREAM);
+                for _ in 0..t.num_agent_updates {
+                    self.update_once(&mut rng)?;
+                }
+                self.log.update_s += update_start.elapsed().as_secs_f64();
+            }
+            let row = if now / t.log_every_steps > (now - n as u64) / t.log_every_steps || now >= t.num_env_steps {
+                let elapsed = self.status.wall_time_s + clock.elapsed().as_secs_f64();
+                let row = self.log.row(now, elapsed);
+                append_csv(&self.paths.train_log(), &row)?;
+                Some(row)
+            } else {
+                None
+            };
+            progress(now, t.num_env_steps, row.as_ref());
+        }
+        self.status.wall_time_s += clock.elapsed().as_secs_f64();
+        self.save_checkpoint()?;
+        Ok(())
+    }
+
+    fn update_once(&mut self, rng: &mut ChaCha8Rng) -> anyhow::Result<()> {
+        let a = &self.config.agent;
+        let batch = a.batch_size as usize;
+        let Some(train) = self.online.sample(batch, rng) else { return Ok(()) };
+        let slices = self.expert.sample(batch / a.seq_length as usize, a.seq_length as usize, rng).map_err(anyhow::Error::msg)?;
+        let train = TrainBatch {
+            obs: train.obs,
+            action: train.action,
+            next_obs: train.next_obs,
+            terminated: train.terminated,
+            z: train.z,
+            aux_reward: train.aux_reward,
+        };
+        let expert = ExpertBatch {
+            state: slices.state,
+            privileged_state: slices.privileged_state,
+            next_state: slices.next_state,
+            next_privileged_state: slices.next_privileged_state,
+        };
+        let (metrics, mixed_z) = self.learner.update(&train, &expert, self.config.train.seed);
+        self.zbuffer.add(&mixed_z);
+        self.status.updates = self.learner.updates();
+        self.log.update(&metrics);
+        Ok(())
+    }
+
+    /// Tracking evaluation on the run's benchmark through the SDK's local runner (the same
+    /// episodes and metrics a submission gets); updates motion priorities from the EMDs.
+    pub fn evaluate(&mut self) -> anyhow::Result<BTreeMap<String, f64>> {
+        let t = &self.config.train;
+        let mut agent = TrackingAgent::new(self.learner.model.share(), t.tracking_window);
+        let options = LocalOptions { batch: t.eval_batch, threads: t.threads };
+        let aggregator = run_local(&self.motions.spec, &self.motions.clips, &mut agent, &options, &mut |_, _, _| {})
+            .context("evaluation run")?;
+        if let Some(e) = agent.error {
+            bail!("evaluation: {e}");
+        }
+        let mut per_motion: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        let mut summary: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        for ep in aggregator.episodes() {
+            if let Some(v) = ep.metrics.get("emd") {
+                per_motion.entry(ep.motion.clone()).or_default().push(*v);
+            }
+            for (k, v) in &ep.metrics {
+                summary.entry(k.clone()).or_default().push(*v);
+            }
+            let mut row = BTreeMap::new();
+            row.insert("timestep".to_string(), CsvValue::Num(self.status.time as f64));
+            row.insert("motion".to_string(), CsvValue::Text(ep.motion.clone()));
+            for k in ["emd", "mpjpe_l", "success", "failure_time_s"] {
+                if let Some(v) = ep.metrics.get(k) {
+                    row.insert(k.to_string(), CsvValue::Num(*v));
+                }
+            }
+            append_csv_values(&self.paths.eval_log(), &row)?;
+        }
+        if t.prioritization {
+            let emd: Vec<f64> = self
+                .library
+                .motions
+                .iter()
+                .map(|m| per_motion.get(&m.name).map_or(f64::NAN, |v| v.iter().sum::<f64>() / v.len() as f64))
+                .collect();
+            let p = priorities(&emd, &PriorityConfig::TRAINING);
+            self.expert.set_priorities(&p).map_err(anyhow::Error::msg)?;
+            self.status.priorities = p;
+        }
+        let means: BTreeMap<String, f64> =
+            summary.into_iter().map(|(k, v)| (k, v.iter().sum::<f64>() / v.len().max(1) as f64)).collect();
+        tracing::info!(
+            "evaluation at {} env steps: emd {:.4}, success {:.3}",
+            self.status.time,
+            means.get("emd").copied().unwrap_or(f64::NAN),
+            means.get("success").copied().unwrap_or(f64::NAN)
+        );
+        Ok(means)
+    }
+
+    /// Writes the checkpoint folder (model, optimisers, buffers, status).
+    pub fn save_checkpoint(&mut self) -> anyhow::Result<()> {
+        let dir = self.paths.checkpoint();
+        let tmp = self.paths.dir.join("checkpoint.tmp");
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        checkpoint::save_model(&self.learner.model, &self.config.agent, &tmp)?;
+        self.status.optimizer_steps = checkpoint::save_optimizers(&self.learner, &tmp)?;
+        self.status.updates = self.learner.updates();
+        if self.config.train.save_buffer {
+            let (mut tensors, state) = self.online.state();
+            let (z, len, cursor) = self.zbuffer.state();
+            tensors.push(("zbuffer".into(), z));
+            let tensors: Vec<(String, Tensor)> = tensors.into_iter().map(|(k, t)| (k, t.to_device(Device::Cpu))).collect();
+            let path = tmp.join("buffers.safetensors");
+            Tensor::write_safetensors(&tensors, &path).with_context(|| format!("writing {}", path.display()))?;
+            self.status.online_buffer = Some(state);
+            self.status.zbuffer_len = len;
+            self.status.zbuffer_cursor = cursor;
+        } else {
+            self.status.online_buffer = None;
+        }
+        std::fs::write(tmp.join("train_status.json"), serde_json::to_string_pretty(&self.status)? + "\n")?;
+        std::fs::write(tmp.join("config.json"), serde_json::to_string_pretty(&self.config)? + "\n")?;
+        // Replace the previous checkpoint only once the new one is complete.
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::rename(&tmp, &dir).with_context(|| format!("moving the checkpoint to {}", dir.display()))?;
+        tracing::info!("checkpoint at {} env steps: {}", self.status.time, dir.display());
+        Ok(())
+    }
+}
+
+/// Means of the update metrics and rollout aux terms since the last log row.
+#[derive(Debug, Default)]
+struct LogAccumulator {
+    sums: BTreeMap<String, f64>,
+    updates: u64,
+    aux_sums: [f64; TERMS.len()],
+    aux_count: u64,
+    failed: u64,
+    sim_s: f64,
+    update_s: f64,
+    last_time: u64,
+    last_elapsed: f64,
+}
+
+impl LogAccumulator {
+    fn update(&mut self, metrics: &BTreeMap<&'static str, f64>) {
+        for (k, v) in metrics {
+            *self.sums.entry(k.to_string()).or_default() += v;
+        }
+        self.updates += 1;
+    }
+
+    fn rollout(&mut self, terms: &[f64], n: usize) {
+        let k = TERMS.len();
+        for e in 0..n {
+            for i in 0..k {
+                self.aux_sums[i] += terms[e * k + i];
+            }
+        }
+        self.aux_count += n as u64;
+    }
+
+    fn row(&mut self, time: u64, elapsed_s: f64) -> BTreeMap<String, f64> {
+        let mut row: BTreeMap<String, f64> = self.sums.iter().map(|(k, v)| (k.clone(), v / self.updates.max(1) as f64)).collect();
+        for (i, t) in TERMS.iter().enumerate() {
+            row.insert(format!("aux_rew/{t}"), self.aux_sums[i] / self.aux_count.max(1) as f64);
+        }
+        let dt = (elapsed_s - self.last_elapsed).max(1e-9);
+        row.insert("timestep".into(), time as f64);
+        row.insert("duration [minutes]".into(), elapsed_s / 60.0);
+        row.insert("FPS".into(), (time - self.last_time) as f64 / dt);
+        row.insert("failed_episodes".into(), self.failed as f64);
+        let busy = (self.sim_s + self.update_s).max(1e-9);
+        row.insert("sim_share".into(), self.sim_s / busy);
+        row.insert("update_share".into(), self.update_s / busy);
+        row.insert("updates".into(), self.updates as f64);
+        *self = LogAccumulator { last_time: time, last_elapsed: elapsed_s, ..Default::default() };
+        row
+    }
+}
+
+/// One CSV cell.
+#[derive(Debug, Clone)]
+enum CsvValue {
+    Num(f64),
+    Text(String),
+}
+
+fn append_csv(path: &Path, row: &BTreeMap<String, f64>) -> anyhow::Result<()> {
+    let values: BTreeMap<String, CsvValue> = row.iter().map(|(k, v)| (k.clone(), CsvValue::Num(*v))).collect();
+    append_csv_values(path, &values)
+}
+
+/// Appends a row; the header (the row's keys, `timestep` first) is written with the first row,
+/// and a row whose keys differ from the header gets its known columns (blanks elsewhere).
+fn append_csv_values(path: &Path, row: &BTreeMap<String, CsvValue>) -> anyhow::Result<()> {
+    let header: Vec<String> = if path.exists() {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        text.lines().next().unwrap_or_default().split(',').map(str::to_string).collect()
+    } else {
+        let mut keys: Vec<String> = row.keys().filter(|k| *k != "timestep").cloned().collect();
+        keys.insert(0, "timestep".into());
+        let mut f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        writeln!(f, "{}", keys.join(","))?;
+        keys
+    };
+    let cells: Vec<String> = header
+        .iter()
+        .map(|k| match row.get(k) {
+            Some(CsvValue::Num(v)) => format!("{v}"),
+            Some(CsvValue::Text(s)) => s.replace(',', ";"),
+            None => String::new(),
+        })
+        .collect();
+    let mut f = std::fs::OpenOptions::new().append(true).open(path).with_context(|| format!("opening {}", path.display()))?;
+    writeln!(f, "{}", cells.join(","))?;
+    Ok(())
+}

@@ -344,7 +344,6 @@ impl Trainer {
         let d = self.learner.model.config.z_dim as usize;
         let o = self.learner.model.config.obs;
         let dims = [o.state, o.privileged_state, o.last_action, o.history_actor];
-        let start_time = self.status.time;
         let mut clock = Instant::now();
         let mut first = true;
         let mut actions = vec![0.0f32; n * a_dim];
@@ -354,7 +353,9 @@ impl Trainer {
         while self.status.time < t.num_env_steps {
             let time = self.status.time;
             let boundary = first || time % t.checkpoint_every_steps < n as u64 || time % t.eval_every_steps < n as u64;
-            if boundary && !(first && time == 0 && start_time > 0) {
+            // A boundary: checkpoint (not at the run's first iteration, which a resumed run
+            // has already saved), evaluation if due, then every env starts a new episode.
+            if boundary {
                 if !first && time % t.checkpoint_every_steps < n as u64 {
                     self.status.wall_time_s += clock.elapsed().as_secs_f64();
                     clock = Instant::now();
@@ -439,7 +440,7 @@ impl Trainer {
             let row = if now / t.log_every_steps > (now - n as u64) / t.log_every_steps || now >= t.num_env_steps {
                 let elapsed = self.status.wall_time_s + clock.elapsed().as_secs_f64();
                 let row = self.log.row(now, elapsed);
-                append_csv(&self.paths.train_log(), &row)?;
+                append_csv(&self.paths.train_log(), &train_log_columns(), &row)?;
                 Some(row)
             } else {
                 None
@@ -505,7 +506,7 @@ impl Trainer {
                     row.insert(k.to_string(), CsvValue::Num(*v));
                 }
             }
-            append_csv_values(&self.paths.eval_log(), &row)?;
+            append_csv_values(&self.paths.eval_log(), &EVAL_COLUMNS.map(String::from), &row)?;
         }
         if t.prioritization {
             let emd: Vec<f64> = self
@@ -612,6 +613,19 @@ impl LogAccumulator {
     }
 }
 
+/// Columns of `eval_log.csv`: one row per evaluation episode.
+const EVAL_COLUMNS: [&str; 6] = ["timestep", "motion", "emd", "mpjpe_l", "success", "failure_time_s"];
+
+/// Columns of `train_log.csv` (docs/baseline.md explains each).
+pub fn train_log_columns() -> Vec<String> {
+    let mut cols: Vec<String> = ["timestep", "duration [minutes]", "FPS", "updates", "sim_share", "update_share", "failed_episodes"]
+        .map(String::from)
+        .to_vec();
+    cols.extend(crate::update::METRIC_NAMES.iter().map(|s| s.to_string()));
+    cols.extend(TERMS.iter().map(|t| format!("aux_rew/{t}")));
+    cols
+}
+
 /// One CSV cell.
 #[derive(Debug, Clone)]
 enum CsvValue {
@@ -619,23 +633,21 @@ enum CsvValue {
     Text(String),
 }
 
-fn append_csv(path: &Path, row: &BTreeMap<String, f64>) -> anyhow::Result<()> {
+fn append_csv(path: &Path, columns: &[String], row: &BTreeMap<String, f64>) -> anyhow::Result<()> {
     let values: BTreeMap<String, CsvValue> = row.iter().map(|(k, v)| (k.clone(), CsvValue::Num(*v))).collect();
-    append_csv_values(path, &values)
+    append_csv_values(path, columns, &values)
 }
 
-/// Appends a row; the header (the row's keys, `timestep` first) is written with the first row,
-/// and a row whose keys differ from the header gets its known columns (blanks elsewhere).
-fn append_csv_values(path: &Path, row: &BTreeMap<String, CsvValue>) -> anyhow::Result<()> {
+/// Appends a row under a fixed header (written with the first row; an existing file keeps its
+/// own, e.g. a resumed run's); cells the row lacks stay empty.
+fn append_csv_values(path: &Path, columns: &[String], row: &BTreeMap<String, CsvValue>) -> anyhow::Result<()> {
     let header: Vec<String> = if path.exists() {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         text.lines().next().unwrap_or_default().split(',').map(str::to_string).collect()
     } else {
-        let mut keys: Vec<String> = row.keys().filter(|k| *k != "timestep").cloned().collect();
-        keys.insert(0, "timestep".into());
         let mut f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-        writeln!(f, "{}", keys.join(","))?;
-        keys
+        writeln!(f, "{}", columns.join(","))?;
+        columns.to_vec()
     };
     let cells: Vec<String> = header
         .iter()

@@ -105,6 +105,14 @@ impl UpdateNoise {
 /// Scalars logged by one update (the §8 columns).
 pub type UpdateMetrics = BTreeMap<&'static str, f64>;
 
+/// Every key of [`UpdateMetrics`], in the order of the train log's columns.
+pub const METRIC_NAMES: [&str; 32] = [
+    "fb_loss", "fb_diag", "fb_offdiag", "orth_loss", "orth_loss_diag", "orth_loss_offdiag", "target_M", "M1", "F1",
+    "B", "B_norm", "z_norm", "disc_loss", "disc_expert_loss", "disc_train_loss", "disc_wgan_gp_loss", "target_Q",
+    "Q1", "mean_next_Q", "unc_Q", "critic_loss", "mean_disc_reward", "target_auxQ", "auxQ1", "mean_next_auxQ",
+    "unc_auxQ", "aux_critic_loss", "mean_aux_reward", "actor_loss", "Q_discriminator", "Q_aux", "Q_fb",
+];
+
 /// The model, its six optimisers and the z buffer's producer side: everything an update touches.
 #[derive(Debug)]
 pub struct Learner {

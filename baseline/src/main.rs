@@ -1,0 +1,327 @@
+//! `arena-bfm`: train the BFM-Zero baseline, evaluate a checkpoint locally, or serve it to an
+//! arena server as a participant's agent.
+
+use anyhow::{Context, bail};
+use arena_bench::metrics::metric_names;
+use arena_bench::spec::{self, MOTIONS_ROOT_ENV};
+use arena_bfm::agent::{TrackingAgent, check_layout};
+use arena_bfm::checkpoint;
+use arena_bfm::config::{ModelConfig, PRESETS, ParameterCounts};
+use arena_bfm::train::{Motions, RunPaths, Trainer};
+use arena_bfm::train_config::TrainConfig;
+use arena_sdk::client::{self, ClientConfig, ClientEvent, Mode};
+use arena_sdk::episode::ObservationLayout;
+use arena_sdk::local::{LocalOptions, run_local};
+use arena_sim::RobotConfig;
+use clap::{Parser, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use tch::Device;
+
+/// The BFM-Zero (FB-CPR-Aux) baseline of MimicArena: trainer, local evaluation, and agent.
+///
+/// Training runs on the arena's own simulator (the TrackingEnv that scores participants);
+/// checkpoints use BFM-Zero's released layout (model/model.safetensors, config.json,
+/// init_kwargs.json). See docs/baseline.md.
+#[derive(Debug, Parser)]
+#[command(name = "arena-bfm", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Train from a TOML config (baseline/configs/*.toml), or resume a run in --out.
+    Train(TrainArgs),
+    /// Run a checkpoint through a whole benchmark locally and print its scores.
+    Eval(EvalArgs),
+    /// Serve a checkpoint as a participant's agent: one scored submission on a server.
+    Agent(AgentArgs),
+    /// List the model presets with their parameter counts.
+    Presets {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum DeviceArg {
+    Cpu,
+    Cuda,
+}
+
+impl DeviceArg {
+    fn device(self) -> anyhow::Result<Device> {
+        match self {
+            DeviceArg::Cpu => Ok(Device::Cpu),
+            DeviceArg::Cuda if tch::Cuda::is_available() => Ok(Device::Cuda(0)),
+            DeviceArg::Cuda => bail!("--device cuda: libtorch finds no CUDA device on this machine"),
+        }
+    }
+}
+
+#[derive(Debug, clap::Args)]
+struct TrainArgs {
+    /// Training configuration (TOML: preset, [model], [agent], [train]).
+    #[arg(long)]
+    config: PathBuf,
+    /// Run folder: checkpoint/, train_log.csv, eval_log.csv.
+    #[arg(long)]
+    out: PathBuf,
+    /// Override a config value, e.g. `--set train.num_env_steps=20000` (repeatable).
+    #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
+    overrides: Vec<String>,
+    /// Continue the run checkpointed in --out (its config.json is used; --set still applies).
+    #[arg(long)]
+    resume: bool,
+    #[arg(long, value_enum, default_value = "cpu")]
+    device: DeviceArg,
+    /// Folder that file-based motion sets resolve against (overrides train.motions_root).
+    #[arg(long, env = MOTIONS_ROOT_ENV)]
+    motions_root: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+struct EvalArgs {
+    /// Checkpoint folder (the one holding model/).
+    #[arg(long)]
+    checkpoint: PathBuf,
+    /// Benchmark name or file.
+    #[arg(long, default_value = "g1-smoke")]
+    benchmark: String,
+    /// Folder of benchmark files (default: the shipped benchmarks/).
+    #[arg(long, env = "ARENA_BENCHMARKS_DIR")]
+    benchmarks_dir: Option<PathBuf>,
+    #[arg(long, env = MOTIONS_ROOT_ENV, default_value = ".")]
+    motions_root: PathBuf,
+    /// Episodes simulated together.
+    #[arg(long, default_value_t = 16)]
+    batch: usize,
+    /// Future reference rows averaged into z.
+    #[arg(long, default_value_t = 8)]
+    window: usize,
+    #[arg(long, value_enum, default_value = "cpu")]
+    device: DeviceArg,
+    /// Print the report JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq)]
+enum Transport {
+    Ws,
+    Grpc,
+}
+
+#[derive(Debug, clap::Args)]
+struct AgentArgs {
+    #[arg(long)]
+    checkpoint: PathBuf,
+    /// Server URL: http://HOST:PORT, ws://HOST:PORT/api/v1/agent or grpc://HOST:PORT.
+    #[arg(long)]
+    server: String,
+    /// Team token.
+    #[arg(long, env = "ARENA_TOKEN", hide_env_values = true)]
+    token: String,
+    #[arg(long, default_value = "g1-smoke")]
+    benchmark: String,
+    /// Challenge phase to submit to.
+    #[arg(long, default_value = "")]
+    phase: String,
+    #[arg(long, value_enum, default_value = "ws")]
+    transport: Transport,
+    /// Name shown on the leaderboard.
+    #[arg(long, default_value = "bfm-zero-baseline")]
+    name: String,
+    #[arg(long, default_value_t = 8)]
+    window: usize,
+    #[arg(long, value_enum, default_value = "cpu")]
+    device: DeviceArg,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ARENA_LOG").unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Train(a) => train(a),
+        Command::Eval(a) => eval(a),
+        Command::Agent(a) => agent(a),
+        Command::Presets { json } => presets(json),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn load_benchmark(name: &str, dir: Option<&Path>, motions_root: &Path) -> anyhow::Result<Motions> {
+    let dir = dir.map(Path::to_path_buf).unwrap_or_else(spec::shipped_dir);
+    let (path, spec) = spec::find_benchmark(name, &dir, &metric_names())?;
+    let clips = arena_sdk::episode::benchmark_clips(&spec, motions_root, &RobotConfig::default())
+        .with_context(|| format!("loading the motions of {} ({})", spec.name, path.display()))?;
+    Ok(Motions { spec, clips })
+}
+
+fn train(a: TrainArgs) -> anyhow::Result<()> {
+    let paths = RunPaths { dir: a.out.clone() };
+    let mut config = if a.resume {
+        let saved = paths.checkpoint().join("config.json");
+        let text = std::fs::read_to_string(&saved)
+            .with_context(|| format!("--resume: no checkpoint in {} ({})", a.out.display(), saved.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", saved.display()))?
+    } else {
+        TrainConfig::load(&a.config).map_err(anyhow::Error::msg)?
+    };
+    for o in &a.overrides {
+        config.set(o).map_err(anyhow::Error::msg)?;
+    }
+    if let Some(root) = &a.motions_root {
+        config.train.motions_root = Some(root.clone());
+    }
+    if !a.resume && paths.checkpoint().exists() {
+        bail!("{} already holds a run; pass --resume to continue it or choose another --out", a.out.display());
+    }
+    let root = config.train.motions_root.clone().unwrap_or_else(|| PathBuf::from("."));
+    let motions = load_benchmark(&config.train.benchmark, config.train.benchmarks_dir.as_deref(), &root)?;
+    let device = a.device.device()?;
+    let mut trainer = Trainer::new(config, motions, paths, device, a.resume)?;
+    let bar = ProgressBar::new(trainer.config.train.num_env_steps);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} env steps ({per_sec}, eta {eta})  {msg}")
+            .expect("valid template"),
+    );
+    bar.set_position(trainer.status.time);
+    trainer.run(&mut |done, _total, row| {
+        bar.set_position(done);
+        if let Some(row) = row {
+            let get = |k: &str| row.get(k).copied().unwrap_or(f64::NAN);
+            bar.set_message(format!("fb_loss {:.3}  actor_loss {:.3}  FPS {:.0}", get("fb_loss"), get("actor_loss"), get("FPS")));
+        }
+    })?;
+    bar.finish_and_clear();
+    println!(
+        "trained {} env steps ({} updates) in {:.1} min; checkpoint: {}",
+        trainer.status.time,
+        trainer.status.updates,
+        trainer.status.wall_time_s / 60.0,
+        a.out.join("checkpoint").display()
+    );
+    Ok(())
+}
+
+fn eval(a: EvalArgs) -> anyhow::Result<()> {
+    let device = a.device.device()?;
+    let (model, _) = checkpoint::load_model(&a.checkpoint, device)?;
+    let motions = load_benchmark(&a.benchmark, a.benchmarks_dir.as_deref(), &a.motions_root)?;
+    check_layout(&ObservationLayout::for_benchmark(&motions.spec)).map_err(|e| anyhow::anyhow!("{}: {e}", motions.spec.name))?;
+    let mut agent = TrackingAgent::new(model, a.window);
+    let options = LocalOptions { batch: a.batch.max(1), threads: 0 };
+    let bar = ProgressBar::new(0);
+    let aggregator = run_local(&motions.spec, &motions.clips, &mut agent, &options, &mut |done, total, r| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+        bar.set_message(format!("{} {:?}", r.motion, r.status));
+    })?;
+    bar.finish_and_clear();
+    let report = aggregator.report(&motions.spec.name, serde_json::json!({"checkpoint": a.checkpoint, "window": a.window}));
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    println!("{:<28} {:>9} {:>6} {:>9} {:>9}", "motion", "status", "steps", "emd", "success");
+    for e in aggregator.episodes() {
+        let m = |k: &str| e.metrics.get(k).map_or("-".to_string(), |v| format!("{v:.4}"));
+        println!("{:<28} {:>9} {:>6} {:>9} {:>9}", e.motion, format!("{:?}", e.status), e.num_steps, m("emd"), m("success"));
+    }
+    for key in ["emd", "success", "failure_time_s", "mpjpe_l"] {
+        if let Some(s) = report.aggregated.get(key) {
+            println!("mean {key}: {:.4} (std {:.4}, {} episodes)", s.mean, s.std, s.count);
+        }
+    }
+    Ok(())
+}
+
+fn agent(a: AgentArgs) -> anyhow::Result<()> {
+    let device = a.device.device()?;
+    let (model, _) = checkpoint::load_model(&a.checkpoint, device)?;
+    let mut agent = TrackingAgent::new(model, a.window);
+    let server = endpoint(&a.server, a.transport);
+    let mode = Mode::Submission { benchmark: a.benchmark.clone(), submission_id: None };
+    let mut config = ClientConfig::new(&server, &a.token, mode);
+    config.agent_name = a.name.clone();
+    config.phase = a.phase.clone();
+    let summary = client::run_blocking(&config, &mut agent, &mut |event| match event {
+        ClientEvent::Connected(c) => {
+            println!("connected: submission {:?}, {} episodes to run", c.submission_id, c.episodes_remaining)
+        }
+        ClientEvent::EpisodeEnd(e) => println!(
+            "episode {:>4} {:<9} steps {:>4}  emd {}",
+            e.episode_id,
+            e.status,
+            e.steps,
+            e.metrics.get("emd").map_or("-".into(), |v| format!("{v:.4}"))
+        ),
+        ClientEvent::ServerError(e) => eprintln!("server: {}: {}", e.code, e.message),
+        ClientEvent::Reconnecting { attempt, delay, error } => eprintln!("connection lost ({error}); retry {attempt} in {delay:?}"),
+        ClientEvent::EpisodeStart(_) => {}
+    })?;
+    if let Some(e) = &agent.error {
+        bail!("{e}");
+    }
+    println!("done: submission {:?} {}, {} episodes", summary.submission_id, summary.submission_status, summary.episodes.len());
+    Ok(())
+}
+
+/// The agent endpoint for a server URL and transport (an http:// base URL is accepted).
+fn endpoint(server: &str, transport: Transport) -> String {
+    let base = server
+        .trim_end_matches('/')
+        .trim_start_matches("http://")
+        .trim_start_matches("ws://")
+        .trim_start_matches("grpc://");
+    let host = base.split('/').next().unwrap_or(base);
+    match transport {
+        Transport::Ws if server.starts_with("ws://") => server.to_string(),
+        Transport::Ws => format!("ws://{host}/api/v1/agent"),
+        Transport::Grpc => format!("grpc://{host}"),
+    }
+}
+
+fn presets(json: bool) -> anyhow::Result<()> {
+    let rows: Vec<(String, ParameterCounts)> = PRESETS
+        .iter()
+        .map(|p| (p.to_string(), ParameterCounts::of(&ModelConfig::preset(p).expect("listed preset"))))
+        .collect();
+    if json {
+        let map: serde_json::Map<String, serde_json::Value> = rows
+            .iter()
+            .map(|(p, c)| (p.clone(), serde_json::json!({"counts": c, "total": c.total(), "model": ModelConfig::preset(p)})))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&map)?);
+        return Ok(());
+    }
+    println!("{:<6} {:>12} {:>12} {:>12} {:>12} {:>10} {:>10} {:>13}", "preset", "F", "Q_D", "Q_aux", "actor", "B", "D", "total");
+    for (p, c) in rows {
+        println!(
+            "{:<6} {:>12} {:>12} {:>12} {:>12} {:>10} {:>10} {:>13}",
+            p,
+            c.forward,
+            c.critic,
+            c.aux_critic,
+            c.actor,
+            c.backward,
+            c.discriminator,
+            c.total()
+        );
+    }
+    Ok(())
+}

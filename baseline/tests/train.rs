@@ -1,0 +1,210 @@
+//! The trainer end to end on the real simulator, at the `tiny` size:
+//! - a resumed run equals the uninterrupted one bit for bit (N env steps, checkpoint, M more);
+//! - a short training run writes finite losses, logs and a checkpoint; `arena-bfm agent` loads
+//!   it and completes a scored submission on a real `arena serve` over WebSocket and gRPC, and
+//!   the submissions appear on the leaderboard.
+
+use arena_bfm::train::{Motions, RunPaths, Trainer};
+use arena_bfm::train_config::TrainConfig;
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use tch::{Device, Tensor};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn tiny(steps: u64) -> TrainConfig {
+    let mut c = TrainConfig::load(&repo().join("baseline/configs/tiny.toml")).unwrap();
+    c.train.num_env_steps = steps;
+    c.train.checkpoint_every_steps = 800;
+    c.train.eval_every_steps = 800;
+    c.train.num_seed_steps = 200;
+    c.train.log_every_steps = 400;
+    c
+}
+
+fn motions(c: &TrainConfig) -> Motions {
+    let (_, spec) = arena_bench::spec::find_benchmark(
+        &c.train.benchmark,
+        &arena_bench::spec::shipped_dir(),
+        &arena_bench::metrics::metric_names(),
+    )
+    .unwrap();
+    let clips = arena_sdk::episode::benchmark_clips(&spec, Path::new("."), &Default::default()).unwrap();
+    Motions { spec, clips }
+}
+
+fn train(c: TrainConfig, dir: &Path, resume: bool) -> Trainer {
+    let m = motions(&c);
+    let mut t = Trainer::new(c, m, RunPaths { dir: dir.to_path_buf() }, Device::Cpu, resume).unwrap();
+    t.run(&mut |_, _, _| {}).unwrap();
+    t
+}
+
+fn weights(dir: &Path) -> HashMap<String, Tensor> {
+    let mut all: HashMap<String, Tensor> =
+        Tensor::read_safetensors(dir.join("checkpoint/model/model.safetensors")).unwrap().into_iter().collect();
+    for (k, v) in Tensor::read_safetensors(dir.join("checkpoint/optimizers.safetensors")).unwrap() {
+        all.insert(format!("opt.{k}"), v);
+    }
+    all
+}
+
+#[test]
+fn resumed_run_equals_the_uninterrupted_run() {
+    let root = tempfile::tempdir().unwrap();
+    let (straight, split) = (root.path().join("straight"), root.path().join("split"));
+    let a = train(tiny(1600), &straight, false);
+    let first = train(tiny(800), &split, false);
+    assert_eq!(first.status.time, 800);
+    drop(first);
+    let b = train(tiny(1600), &split, true);
+    assert_eq!(a.status.time, b.status.time);
+    assert_eq!(a.status.updates, b.status.updates);
+    assert!(a.status.updates > 0, "the run must have trained");
+    let (wa, wb) = (weights(&straight), weights(&split));
+    assert_eq!(wa.len(), wb.len());
+    for (name, t) in &wa {
+        assert!(t.equal(&wb[name]), "{name} differs between the straight and the resumed run");
+    }
+    // Both logs recorded finite losses.
+    let log = std::fs::read_to_string(straight.join("train_log.csv")).unwrap();
+    let header: Vec<&str> = log.lines().next().unwrap().split(',').collect();
+    let col = header.iter().position(|h| *h == "fb_loss").unwrap();
+    let last: Vec<&str> = log.lines().last().unwrap().split(',').collect();
+    assert!(last[col].parse::<f64>().unwrap().is_finite(), "{}", log.lines().last().unwrap());
+}
+
+#[test]
+fn bad_configs_name_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    for (text, needle) in [
+        ("preset = \"huge\"", "unknown preset `huge`"),
+        ("preset = \"tiny\"\n[train]\nnum_envs = 0", "train.num_envs must be > 0"),
+        ("preset = \"tiny\"\n[agent]\nbatch_size = 60\nseq_length = 8", "multiple of agent.seq_length"),
+        ("preset = \"tiny\"\n[train]\nnum_envz = 3", "unknown field `num_envz`"),
+        ("preset = \"tiny\"\n[agent.aux_reward_coefs]\npenalty_typo = 1.0", "penalty_typo: unknown term"),
+    ] {
+        std::fs::write(&path, text).unwrap();
+        let err = TrainConfig::load(&path).unwrap_err();
+        assert!(err.contains(needle) && err.contains("c.toml"), "{text:?}: {err}");
+    }
+    let mut c = tiny(100);
+    assert!(c.set("train.dr_level=7").unwrap_err().contains("train.dr_level"));
+    c.set("train.seed=9").unwrap();
+    assert_eq!(c.train.seed, 9);
+}
+
+// --- end to end through a real server ---------------------------------------------------------
+
+const ADMIN: &str = "bfm-test-admin";
+
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
+}
+
+/// The `arena` binary: $ARENA_BIN, else next to `arena-bfm` (built by `cargo test --workspace`).
+fn arena_bin() -> Option<PathBuf> {
+    if let Ok(p) = std::env::var("ARENA_BIN") {
+        return Some(PathBuf::from(p));
+    }
+    let sibling = Path::new(env!("CARGO_BIN_EXE_arena-bfm")).with_file_name("arena");
+    sibling.exists().then_some(sibling)
+}
+
+fn start_server(bin: &Path, data: &Path) -> Server {
+    let mut child = Command::new(bin)
+        .args(["serve", "--data-dir", data.to_str().unwrap(), "--admin-token", ADMIN, "--bind", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("arena serve starts");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let addr = loop {
+        let line = lines.next().expect("arena serve exited early").unwrap();
+        if let Some(rest) = line.strip_prefix("arena serve: listening on http://") {
+            break rest.split_whitespace().next().unwrap().parse().unwrap();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    Server { child, addr }
+}
+
+fn http(addr: SocketAddr, method: &str, path: &str, token: Option<&str>, body: &str) -> (u16, serde_json::Value) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8_lossy(&raw);
+    let status = text[9..12].parse().unwrap();
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status, serde_json::from_str(body).unwrap_or(serde_json::Value::Null))
+}
+
+#[test]
+fn trained_checkpoint_submits_over_both_transports_and_reaches_the_leaderboard() {
+    let Some(arena) = arena_bin() else {
+        eprintln!("skipped: no `arena` binary next to arena-bfm (run `cargo test --workspace` or set ARENA_BIN)");
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    let run = root.path().join("run");
+    let out = Command::new(env!("CARGO_BIN_EXE_arena-bfm"))
+        .args(["train", "--config", repo().join("baseline/configs/tiny.toml").to_str().unwrap(), "--out", run.to_str().unwrap()])
+        .args(["--set", "train.num_env_steps=3000", "--set", "train.eval_every_steps=100000"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "train failed: {}", String::from_utf8_lossy(&out.stderr));
+    let log = std::fs::read_to_string(run.join("train_log.csv")).unwrap();
+    assert!(log.lines().count() >= 3, "{log}");
+    assert!(!log.contains("NaN") && !log.contains("inf"), "{log}");
+    assert!(run.join("checkpoint/model/model.safetensors").exists());
+
+    let server = start_server(&arena, &root.path().join("data"));
+    let (status, team) = http(server.addr, "POST", "/api/v1/teams", Some(ADMIN), "{\"name\": \"baseline\"}");
+    assert_eq!(status, 201, "{team}");
+    let token = team["token"].as_str().unwrap().to_string();
+    for transport in ["ws", "grpc"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_arena-bfm"))
+            .args(["agent", "--checkpoint", run.join("checkpoint").to_str().unwrap()])
+            .args(["--server", &format!("http://{}", server.addr), "--benchmark", "g1-smoke", "--transport", transport])
+            .args(["--name", &format!("bfm-{transport}")])
+            .env("ARENA_TOKEN", &token)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "agent over {transport}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.contains("COMPLETED, 6 episodes"), "{transport}: {stdout}");
+    }
+    let (status, board) = http(server.addr, "GET", "/api/v1/leaderboards/g1-smoke", None, "");
+    assert_eq!(status, 200, "{board}");
+    // The board ranks a team by its best submission: ours, with all six episodes scored.
+    let entries = board["entries"].as_array().unwrap();
+    let ours = entries.iter().find(|e| e["team"] == "baseline").unwrap_or_else(|| panic!("{board}"));
+    assert_eq!(ours["scored_episodes"], 6, "{board}");
+    assert!(ours["agent_name"].as_str().unwrap().starts_with("bfm-"), "{board}");
+    assert!(ours["score"].as_f64().unwrap().is_finite());
+    let (status, subs) = http(server.addr, "GET", "/api/v1/submissions", Some(&token), "");
+    assert_eq!(status, 200, "{subs}");
+    let completed = subs.to_string().matches("COMPLETED").count();
+    assert!(completed >= 2, "both submissions completed: {subs}");
+}

@@ -49,7 +49,12 @@ pub struct TrackingAgent {
 
 impl TrackingAgent {
     pub fn new(model: FbCprAuxModel, window: usize) -> Self {
-        TrackingAgent { model, window: window.max(1), ranges: None, error: None }
+        TrackingAgent {
+            model,
+            window: window.max(1),
+            ranges: None,
+            error: None,
+        }
     }
 
     fn configure_layout(&mut self, layout: &ObservationLayout) {
@@ -82,8 +87,11 @@ impl TrackingAgent {
                 return;
             }
         }
-        if ranges.reference_goal.is_empty() || ranges.reference_goal.len() % goal != 0 {
-            let e = format!("`reference_goal` has {} values, not a multiple of {goal}", ranges.reference_goal.len());
+        if ranges.reference_goal.is_empty() || !ranges.reference_goal.len().is_multiple_of(goal) {
+            let e = format!(
+                "`reference_goal` has {} values, not a multiple of {goal}",
+                ranges.reference_goal.len()
+            );
             tracing::error!("{e}");
             self.error = Some(e);
             return;
@@ -101,12 +109,17 @@ impl TrackingAgent {
         let goal = (o.state + o.privileged_state) as usize;
         let horizon = r.reference_goal.len() / goal;
         let w = self.window.min(horizon) as i64;
-        let reference = cols(&r.reference_goal).view([n as i64, horizon as i64, goal as i64]).narrow(1, 0, w);
+        let reference = cols(&r.reference_goal)
+            .view([n as i64, horizon as i64, goal as i64])
+            .narrow(1, 0, w);
         let flat = reference.reshape([n as i64 * w, goal as i64]);
         let device = self.model.device;
         let b = self
             .model
-            .backward_z(&flat.narrow(1, 0, o.state).to_device(device), &flat.narrow(1, o.state, o.privileged_state).to_device(device))
+            .backward_z(
+                &flat.narrow(1, 0, o.state).to_device(device),
+                &flat.narrow(1, o.state, o.privileged_state).to_device(device),
+            )
             .view([n as i64, w, -1]);
         let z = self.model.project_z(&b.mean_dim(Some(&[1i64][..]), false, Kind::Float));
         let obs = Obs {

@@ -102,7 +102,9 @@ impl AuxRewards {
                     slippage += (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt();
                 }
             }
-            let undesired = PENALISED.iter().any(|&b| force(b).iter().any(|c| c.abs() > CONTACT_THRESHOLD_N));
+            let undesired = PENALISED
+                .iter()
+                .any(|&b| force(b).iter().any(|c| c.abs() > CONTACT_THRESHOLD_N));
             let row = &mut self.terms[e * k..(e + 1) * k];
             row[0] = a.iter().zip(pa).map(|(x, y)| (y - x) * (y - x)).sum();
             row[1] = feet_ori;
@@ -113,7 +115,11 @@ impl AuxRewards {
             row[4] = slippage;
             row[5] = if undesired { 1.0 } else { 0.0 };
             row[6] = tau.iter().map(|t| t * t).sum();
-            row[7] = tau.iter().zip(&self.effort).map(|(t, lim)| (t.abs() - 0.95 * lim).max(0.0)).sum();
+            row[7] = tau
+                .iter()
+                .zip(&self.effort)
+                .map(|(t, lim)| (t.abs() - 0.95 * lim).max(0.0))
+                .sum();
         }
         Ok(())
     }
@@ -121,7 +127,11 @@ impl AuxRewards {
     /// Σ_k c_k r_k of env `e`.
     pub fn weighted(&self, e: usize) -> f64 {
         let k = TERMS.len();
-        self.terms[e * k..(e + 1) * k].iter().zip(&self.weights).map(|(r, c)| r * c).sum()
+        self.terms[e * k..(e + 1) * k]
+            .iter()
+            .zip(&self.weights)
+            .map(|(r, c)| r * c)
+            .sum()
     }
 }
 

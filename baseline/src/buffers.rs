@@ -110,7 +110,12 @@ impl OnlineBuffer {
         }
         let row = (t % self.rows as u64) as i64;
         let (a, b) = (row * self.envs as i64, (row + 1) * self.envs as i64);
-        let obs = [&step.obs.state, &step.obs.privileged_state, &step.obs.last_action, &step.obs.history_actor];
+        let obs = [
+            &step.obs.state,
+            &step.obs.privileged_state,
+            &step.obs.last_action,
+            &step.obs.history_actor,
+        ];
         for (dst, src) in self.groups.iter_mut().zip(obs) {
             dst.narrow(0, a, b - a).copy_(src);
         }
@@ -118,7 +123,9 @@ impl OnlineBuffer {
         self.z.narrow(0, a, b - a).copy_(step.z);
         self.aux_reward.narrow(0, a, b - a).copy_(step.aux_reward);
         let term: Vec<f32> = step.terminated.iter().map(|&x| if x { 1.0 } else { 0.0 }).collect();
-        self.terminated.narrow(0, a, b - a).copy_(&Tensor::from_slice(&term).view([-1, 1]).to_device(self.device));
+        self.terminated
+            .narrow(0, a, b - a)
+            .copy_(&Tensor::from_slice(&term).view([-1, 1]).to_device(self.device));
         self.written += 1;
         let oldest = self.written.saturating_sub(self.rows as u64);
         while self.closed.front().is_some_and(|&(_, _, end)| end <= oldest + 1) {
@@ -231,7 +238,10 @@ impl ExpertBuffer {
     /// Rows of one motion (all of it): the reference observations of a tracking episode.
     pub fn motion_rows(&self, motion: usize) -> (Tensor, Tensor) {
         let (first, rows) = self.spans[motion];
-        (self.state.narrow(0, first as i64, rows as i64), self.privileged_state.narrow(0, first as i64, rows as i64))
+        (
+            self.state.narrow(0, first as i64, rows as i64),
+            self.privileged_state.narrow(0, first as i64, rows as i64),
+        )
     }
 
     pub fn priorities(&self) -> &[f64] {
@@ -250,9 +260,14 @@ impl ExpertBuffer {
     /// `slices` slices of `len` consecutive rows: a motion by priority (among those with at
     /// least `len + 1` rows), a start uniformly in [0, rows − len − 1].
     pub fn sample(&self, slices: usize, len: usize, rng: &mut impl Rng) -> Result<ExpertSlices, String> {
-        let weights: Vec<f64> =
-            self.spans.iter().zip(&self.priorities).map(|(&(_, rows), &p)| if rows > len { p } else { 0.0 }).collect();
-        let pick = WeightedIndex::new(&weights).map_err(|_| format!("no motion has more than {len} rows (or all priorities are 0)"))?;
+        let weights: Vec<f64> = self
+            .spans
+            .iter()
+            .zip(&self.priorities)
+            .map(|(&(_, rows), &p)| if rows > len { p } else { 0.0 })
+            .collect();
+        let pick = WeightedIndex::new(&weights)
+            .map_err(|_| format!("no motion has more than {len} rows (or all priorities are 0)"))?;
         let mut now = Vec::with_capacity(slices * len);
         let mut motions = Vec::with_capacity(slices);
         for _ in 0..slices {
@@ -284,7 +299,11 @@ pub struct ZBuffer {
 
 impl ZBuffer {
     pub fn new(capacity: usize, z_dim: i64, device: Device) -> Self {
-        ZBuffer { data: Tensor::zeros([capacity as i64, z_dim], (Kind::Float, device)), len: 0, cursor: 0 }
+        ZBuffer {
+            data: Tensor::zeros([capacity as i64, z_dim], (Kind::Float, device)),
+            len: 0,
+            cursor: 0,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -302,7 +321,9 @@ impl ZBuffer {
         let mut k = 0;
         while k < n {
             let take = (cap - self.cursor).min(n - k);
-            self.data.narrow(0, self.cursor as i64, take as i64).copy_(&z.narrow(0, k as i64, take as i64));
+            self.data
+                .narrow(0, self.cursor as i64, take as i64)
+                .copy_(&z.narrow(0, k as i64, take as i64));
             self.cursor = (self.cursor + take) % cap;
             k += take;
         }
@@ -333,8 +354,11 @@ impl OnlineBuffer {
     /// Tensors (`online.*`) and bookkeeping for a checkpoint.
     pub fn state(&self) -> (Vec<(String, Tensor)>, OnlineBufferState) {
         let names = ["state", "privileged_state", "last_action", "history_actor"];
-        let mut tensors: Vec<(String, Tensor)> =
-            names.iter().zip(&self.groups).map(|(n, t)| (format!("online.observation-{n}"), t.shallow_clone())).collect();
+        let mut tensors: Vec<(String, Tensor)> = names
+            .iter()
+            .zip(&self.groups)
+            .map(|(n, t)| (format!("online.observation-{n}"), t.shallow_clone()))
+            .collect();
         tensors.push(("online.action".into(), self.action.shallow_clone()));
         tensors.push(("online.z".into(), self.z.shallow_clone()));
         tensors.push(("online.aux_reward".into(), self.aux_reward.shallow_clone()));
@@ -362,7 +386,11 @@ impl OnlineBuffer {
         for (name, mut t) in tensors {
             let saved = lookup(&name).ok_or_else(|| format!("buffer tensor {name} is missing"))?;
             if saved.size() != t.size() {
-                return Err(format!("buffer tensor {name}: shape {:?}, expected {:?}", saved.size(), t.size()));
+                return Err(format!(
+                    "buffer tensor {name}: shape {:?}, expected {:?}",
+                    saved.size(),
+                    t.size()
+                ));
             }
             t.copy_(&saved);
         }
@@ -379,7 +407,10 @@ impl ZBuffer {
     }
 
     pub fn restore(&mut self, data: &Tensor, len: usize, cursor: usize) -> Result<(), String> {
-        if data.size() != self.data.size() || len > self.data.size()[0] as usize || cursor >= self.data.size()[0] as usize {
+        if data.size() != self.data.size()
+            || len > self.data.size()[0] as usize
+            || cursor >= self.data.size()[0] as usize
+        {
             return Err("saved z buffer does not match this run's size".into());
         }
         let _guard = tch::no_grad_guard();

@@ -22,11 +22,18 @@ pub enum CheckpointError {
     #[error("{path}: {message}")]
     File { path: PathBuf, message: String },
     #[error("{path}: tensor {name}: {message}")]
-    Tensor { path: PathBuf, name: String, message: String },
+    Tensor {
+        path: PathBuf,
+        name: String,
+        message: String,
+    },
 }
 
 fn file_err(path: &Path, message: impl std::fmt::Display) -> CheckpointError {
-    CheckpointError::File { path: path.to_path_buf(), message: message.to_string() }
+    CheckpointError::File {
+        path: path.to_path_buf(),
+        message: message.to_string(),
+    }
 }
 
 /// `model/config.json`: what fixes the shapes, plus the normaliser rates.
@@ -49,14 +56,23 @@ fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, CheckpointE
 }
 
 fn to_cpu(tensors: Vec<(String, Tensor)>) -> Vec<(String, Tensor)> {
-    tensors.into_iter().map(|(n, t)| (n, t.to_device(Device::Cpu).contiguous())).collect()
+    tensors
+        .into_iter()
+        .map(|(n, t)| (n, t.to_device(Device::Cpu).contiguous()))
+        .collect()
 }
 
 /// Writes `model/` (weights, config, init kwargs).
 pub fn save_model(model: &FbCprAuxModel, agent: &AgentConfig, dir: &Path) -> Result<(), CheckpointError> {
     let model_dir = dir.join("model");
     std::fs::create_dir_all(&model_dir).map_err(|e| file_err(&model_dir, e))?;
-    let tensors = to_cpu(model.store.iter().map(|(n, e)| (n.clone(), e.tensor.detach())).collect());
+    let tensors = to_cpu(
+        model
+            .store
+            .iter()
+            .map(|(n, e)| (n.clone(), e.tensor.detach()))
+            .collect(),
+    );
     let path = model_dir.join("model.safetensors");
     Tensor::write_safetensors(&tensors, &path).map_err(|e| file_err(&path, e))?;
     let saved = SavedModelConfig {
@@ -82,11 +98,16 @@ pub fn save_model(model: &FbCprAuxModel, agent: &AgentConfig, dir: &Path) -> Res
 pub fn load_model(dir: &Path, device: Device) -> Result<(FbCprAuxModel, SavedModelConfig), CheckpointError> {
     let model_dir = dir.join("model");
     let saved: SavedModelConfig = read_json(&model_dir.join("config.json"))?;
-    saved.model.validate().map_err(|e| file_err(&model_dir.join("config.json"), e))?;
+    saved
+        .model
+        .validate()
+        .map_err(|e| file_err(&model_dir.join("config.json"), e))?;
     let model = FbCprAuxModel::new(&saved.model, saved.obs_norm_momentum, saved.aux_reward_ema, device);
     let path = model_dir.join("model.safetensors");
-    let tensors: HashMap<String, Tensor> =
-        Tensor::read_safetensors(&path).map_err(|e| file_err(&path, e))?.into_iter().collect();
+    let tensors: HashMap<String, Tensor> = Tensor::read_safetensors(&path)
+        .map_err(|e| file_err(&path, e))?
+        .into_iter()
+        .collect();
     let mut missing_targets = false;
     let _guard = tch::no_grad_guard();
     for (name, entry) in model.store.iter() {
@@ -95,19 +116,31 @@ pub fn load_model(dir: &Path, device: Device) -> Result<(FbCprAuxModel, SavedMod
                 missing_targets = true;
                 continue;
             }
-            return Err(CheckpointError::Tensor { path, name: name.clone(), message: "missing".into() });
+            return Err(CheckpointError::Tensor {
+                path,
+                name: name.clone(),
+                message: "missing".into(),
+            });
         };
         if t.size() != entry.tensor.size() {
             return Err(CheckpointError::Tensor {
                 path,
                 name: name.clone(),
-                message: format!("shape {:?}, the configuration needs {:?}", t.size(), entry.tensor.size()),
+                message: format!(
+                    "shape {:?}, the configuration needs {:?}",
+                    t.size(),
+                    entry.tensor.size()
+                ),
             });
         }
         entry.tensor.shallow_clone().copy_(t);
     }
     if let Some(extra) = tensors.keys().find(|n| model.store.get(n).is_none()) {
-        return Err(CheckpointError::Tensor { path, name: extra.clone(), message: "not part of this model".into() });
+        return Err(CheckpointError::Tensor {
+            path,
+            name: extra.clone(),
+            message: "not part of this model".into(),
+        });
     }
     if missing_targets {
         model.copy_targets();
@@ -129,15 +162,24 @@ pub fn save_optimizers(learner: &Learner, dir: &Path) -> Result<BTreeMap<String,
 }
 
 /// Restores the Adam moments written by [`save_optimizers`].
-pub fn load_optimizers(learner: &mut Learner, dir: &Path, steps: &BTreeMap<String, i64>) -> Result<(), CheckpointError> {
+pub fn load_optimizers(
+    learner: &mut Learner,
+    dir: &Path,
+    steps: &BTreeMap<String, i64>,
+) -> Result<(), CheckpointError> {
     let path = dir.join("optimizers.safetensors");
     let device = learner.model.device;
-    let tensors: HashMap<String, Tensor> =
-        Tensor::read_safetensors(&path).map_err(|e| file_err(&path, e))?.into_iter().collect();
+    let tensors: HashMap<String, Tensor> = Tensor::read_safetensors(&path)
+        .map_err(|e| file_err(&path, e))?
+        .into_iter()
+        .collect();
     let lookup = |k: &str| tensors.get(k).map(|t| t.to_device(device));
     for (name, opt) in learner.optimizers_mut() {
-        let step = *steps.get(name).ok_or_else(|| file_err(&path, format!("no step count for optimizer {name}")))?;
-        opt.load_state(&format!("{name}."), step, &lookup).map_err(|e| file_err(&path, e))?;
+        let step = *steps
+            .get(name)
+            .ok_or_else(|| file_err(&path, format!("no step count for optimizer {name}")))?;
+        opt.load_state(&format!("{name}."), step, &lookup)
+            .map_err(|e| file_err(&path, e))?;
     }
     Ok(())
 }

@@ -18,7 +18,12 @@ pub struct ObsDims {
 
 impl Default for ObsDims {
     fn default() -> Self {
-        ObsDims { state: 64, privileged_state: 463, last_action: 29, history_actor: 372 }
+        ObsDims {
+            state: 64,
+            privileged_state: 463,
+            last_action: 29,
+            history_actor: 372,
+        }
     }
 }
 
@@ -93,7 +98,11 @@ pub const PRESETS: [&str; 3] = ["paper", "small", "tiny"];
 impl ModelConfig {
     /// The published sizes (BFM_ZERO_FACTS §5.2).
     pub fn paper() -> Self {
-        let residual = ResidualArch { hidden_dim: 2048, hidden_layers: 6, ensemble: 2 };
+        let residual = ResidualArch {
+            hidden_dim: 2048,
+            hidden_layers: 6,
+            ensemble: 2,
+        };
         ModelConfig {
             obs: ObsDims::default(),
             action_dim: 29,
@@ -102,39 +111,68 @@ impl ModelConfig {
             forward: residual,
             critic: residual,
             aux_critic: residual,
-            actor: ActorArch { hidden_dim: 2048, hidden_layers: 6, embedding_layers: 2 },
+            actor: ActorArch {
+                hidden_dim: 2048,
+                hidden_layers: 6,
+                embedding_layers: 2,
+            },
             backward: BackwardArch { hidden_dim: 256 },
-            discriminator: DiscriminatorArch { hidden_dim: 1024, hidden_layers: 2 },
+            discriminator: DiscriminatorArch {
+                hidden_dim: 1024,
+                hidden_layers: 2,
+            },
             actor_std: 0.05,
         }
     }
 
     /// About 1/60 of the paper's parameters: CPU training runs of hours.
     pub fn small() -> Self {
-        let residual = ResidualArch { hidden_dim: 512, hidden_layers: 3, ensemble: 2 };
+        let residual = ResidualArch {
+            hidden_dim: 512,
+            hidden_layers: 3,
+            ensemble: 2,
+        };
         ModelConfig {
             z_dim: 128,
             forward: residual,
             critic: residual,
             aux_critic: residual,
-            actor: ActorArch { hidden_dim: 512, hidden_layers: 3, embedding_layers: 2 },
+            actor: ActorArch {
+                hidden_dim: 512,
+                hidden_layers: 3,
+                embedding_layers: 2,
+            },
             backward: BackwardArch { hidden_dim: 256 },
-            discriminator: DiscriminatorArch { hidden_dim: 512, hidden_layers: 2 },
+            discriminator: DiscriminatorArch {
+                hidden_dim: 512,
+                hidden_layers: 2,
+            },
             ..Self::paper()
         }
     }
 
     /// Tests and smoke runs: every structure present, seconds per thousand updates.
     pub fn tiny() -> Self {
-        let residual = ResidualArch { hidden_dim: 64, hidden_layers: 3, ensemble: 2 };
+        let residual = ResidualArch {
+            hidden_dim: 64,
+            hidden_layers: 3,
+            ensemble: 2,
+        };
         ModelConfig {
             z_dim: 16,
             forward: residual,
             critic: residual,
             aux_critic: residual,
-            actor: ActorArch { hidden_dim: 64, hidden_layers: 2, embedding_layers: 2 },
+            actor: ActorArch {
+                hidden_dim: 64,
+                hidden_layers: 2,
+                embedding_layers: 2,
+            },
             backward: BackwardArch { hidden_dim: 32 },
-            discriminator: DiscriminatorArch { hidden_dim: 64, hidden_layers: 2 },
+            discriminator: DiscriminatorArch {
+                hidden_dim: 64,
+                hidden_layers: 2,
+            },
             ..Self::paper()
         }
     }
@@ -150,31 +188,55 @@ impl ModelConfig {
 
     /// Shape rules the networks rely on, with a message naming the key.
     pub fn validate(&self) -> Result<(), String> {
-        let residuals = [("forward", self.forward), ("critic", self.critic), ("aux_critic", self.aux_critic)];
+        let residuals = [
+            ("forward", self.forward),
+            ("critic", self.critic),
+            ("aux_critic", self.aux_critic),
+        ];
         for (key, arch) in residuals {
             if arch.hidden_layers < 2 {
-                return Err(format!("model.{key}.hidden_layers must be >= 2 (its embeddings use it), got {}", arch.hidden_layers));
+                return Err(format!(
+                    "model.{key}.hidden_layers must be >= 2 (its embeddings use it), got {}",
+                    arch.hidden_layers
+                ));
             }
             if arch.ensemble < 1 {
                 return Err(format!("model.{key}.ensemble must be >= 1, got {}", arch.ensemble));
             }
             if arch.hidden_dim < 2 || arch.hidden_dim % 2 != 0 {
-                return Err(format!("model.{key}.hidden_dim must be even and >= 2, got {}", arch.hidden_dim));
+                return Err(format!(
+                    "model.{key}.hidden_dim must be even and >= 2, got {}",
+                    arch.hidden_dim
+                ));
             }
         }
         if self.actor.embedding_layers < 2 {
-            return Err(format!("model.actor.embedding_layers must be >= 2, got {}", self.actor.embedding_layers));
+            return Err(format!(
+                "model.actor.embedding_layers must be >= 2, got {}",
+                self.actor.embedding_layers
+            ));
         }
         if self.actor.hidden_dim < 2 || self.actor.hidden_dim % 2 != 0 {
-            return Err(format!("model.actor.hidden_dim must be even and >= 2, got {}", self.actor.hidden_dim));
+            return Err(format!(
+                "model.actor.hidden_dim must be even and >= 2, got {}",
+                self.actor.hidden_dim
+            ));
         }
-        for (key, v) in [("z_dim", self.z_dim), ("action_dim", self.action_dim), ("backward.hidden_dim", self.backward.hidden_dim), ("discriminator.hidden_dim", self.discriminator.hidden_dim)] {
+        for (key, v) in [
+            ("z_dim", self.z_dim),
+            ("action_dim", self.action_dim),
+            ("backward.hidden_dim", self.backward.hidden_dim),
+            ("discriminator.hidden_dim", self.discriminator.hidden_dim),
+        ] {
             if v < 1 {
                 return Err(format!("model.{key} must be >= 1, got {v}"));
             }
         }
         if !(self.actor_std > 0.0 && self.actor_std.is_finite()) {
-            return Err(format!("model.actor_std must be a positive number, got {}", self.actor_std));
+            return Err(format!(
+                "model.actor_std must be a positive number, got {}",
+                self.actor_std
+            ));
         }
         Ok(())
     }
@@ -279,7 +341,11 @@ impl AgentConfig {
                 self.batch_size, self.seq_length
             ));
         }
-        let ratios = [("train_goal_ratio", self.train_goal_ratio), ("expert_asm_ratio", self.expert_asm_ratio), ("relabel_ratio", self.relabel_ratio)];
+        let ratios = [
+            ("train_goal_ratio", self.train_goal_ratio),
+            ("expert_asm_ratio", self.expert_asm_ratio),
+            ("relabel_ratio", self.relabel_ratio),
+        ];
         for (key, v) in ratios {
             if !(0.0..=1.0).contains(&v) {
                 return Err(format!("agent.{key} must lie in [0, 1], got {v}"));
@@ -291,7 +357,14 @@ impl AgentConfig {
         if !(0.0..1.0).contains(&self.discount) {
             return Err(format!("agent.discount must lie in [0, 1), got {}", self.discount));
         }
-        for (key, lr) in [("lr_f", self.lr_f), ("lr_b", self.lr_b), ("lr_actor", self.lr_actor), ("lr_critic", self.lr_critic), ("lr_aux_critic", self.lr_aux_critic), ("lr_discriminator", self.lr_discriminator)] {
+        for (key, lr) in [
+            ("lr_f", self.lr_f),
+            ("lr_b", self.lr_b),
+            ("lr_actor", self.lr_actor),
+            ("lr_critic", self.lr_critic),
+            ("lr_aux_critic", self.lr_aux_critic),
+            ("lr_discriminator", self.lr_discriminator),
+        ] {
             if !(lr >= 0.0 && lr.is_finite()) {
                 return Err(format!("agent.{key} must be a finite number >= 0, got {lr}"));
             }
@@ -300,7 +373,10 @@ impl AgentConfig {
         for key in self.aux_reward_coefs.keys() {
             if !known.contains_key(key) {
                 let names: Vec<&str> = known.keys().map(String::as_str).collect();
-                return Err(format!("agent.aux_reward_coefs.{key}: unknown term (known: {})", names.join(", ")));
+                return Err(format!(
+                    "agent.aux_reward_coefs.{key}: unknown term (known: {})",
+                    names.join(", ")
+                ));
             }
         }
         Ok(())
@@ -341,7 +417,9 @@ impl ParameterCounts {
             actor: embed(c.obs.actor() + c.z_dim, a.hidden_dim, a.embedding_layers)
                 + embed(c.obs.actor(), a.hidden_dim, a.embedding_layers)
                 + trunk(a.hidden_dim, a.hidden_layers, c.action_dim),
-            backward: linear(goal, c.backward.hidden_dim) + 2 * c.backward.hidden_dim + linear(c.backward.hidden_dim, c.z_dim),
+            backward: linear(goal, c.backward.hidden_dim)
+                + 2 * c.backward.hidden_dim
+                + linear(c.backward.hidden_dim, c.z_dim),
             discriminator: linear(c.z_dim + goal, d.hidden_dim)
                 + 2 * d.hidden_dim
                 + d.hidden_layers as i64 * linear(d.hidden_dim, d.hidden_dim)

@@ -188,7 +188,10 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
         config.train.motions_root = Some(root.clone());
     }
     if !a.resume && paths.checkpoint().exists() {
-        bail!("{} already holds a run; pass --resume to continue it or choose another --out", a.out.display());
+        bail!(
+            "{} already holds a run; pass --resume to continue it or choose another --out",
+            a.out.display()
+        );
     }
     let root = config.train.motions_root.clone().unwrap_or_else(|| PathBuf::from("."));
     let motions = load_benchmark(&config.train.benchmark, config.train.benchmarks_dir.as_deref(), &root)?;
@@ -196,15 +199,22 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
     let mut trainer = Trainer::new(config, motions, paths, device, a.resume)?;
     let bar = ProgressBar::new(trainer.config.train.num_env_steps);
     bar.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} env steps ({per_sec}, eta {eta})  {msg}")
-            .expect("valid template"),
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} env steps ({per_sec}, eta {eta})  {msg}",
+        )
+        .expect("valid template"),
     );
     bar.set_position(trainer.status.time);
     trainer.run(&mut |done, _total, row| {
         bar.set_position(done);
         if let Some(row) = row {
             let get = |k: &str| row.get(k).copied().unwrap_or(f64::NAN);
-            bar.set_message(format!("fb_loss {:.3}  actor_loss {:.3}  FPS {:.0}", get("fb_loss"), get("actor_loss"), get("FPS")));
+            bar.set_message(format!(
+                "fb_loss {:.3}  actor_loss {:.3}  FPS {:.0}",
+                get("fb_loss"),
+                get("actor_loss"),
+                get("FPS")
+            ));
         }
     })?;
     bar.finish_and_clear();
@@ -222,25 +232,48 @@ fn eval(a: EvalArgs) -> anyhow::Result<()> {
     let device = a.device.device()?;
     let (model, _) = checkpoint::load_model(&a.checkpoint, device)?;
     let motions = load_benchmark(&a.benchmark, a.benchmarks_dir.as_deref(), &a.motions_root)?;
-    check_layout(&ObservationLayout::for_benchmark(&motions.spec)).map_err(|e| anyhow::anyhow!("{}: {e}", motions.spec.name))?;
+    check_layout(&ObservationLayout::for_benchmark(&motions.spec))
+        .map_err(|e| anyhow::anyhow!("{}: {e}", motions.spec.name))?;
     let mut agent = TrackingAgent::new(model, a.window);
-    let options = LocalOptions { batch: a.batch.max(1), threads: 0 };
+    let options = LocalOptions {
+        batch: a.batch.max(1),
+        threads: 0,
+    };
     let bar = ProgressBar::new(0);
-    let aggregator = run_local(&motions.spec, &motions.clips, &mut agent, &options, &mut |done, total, r| {
-        bar.set_length(total as u64);
-        bar.set_position(done as u64);
-        bar.set_message(format!("{} {:?}", r.motion, r.status));
-    })?;
+    let aggregator = run_local(
+        &motions.spec,
+        &motions.clips,
+        &mut agent,
+        &options,
+        &mut |done, total, r| {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+            bar.set_message(format!("{} {:?}", r.motion, r.status));
+        },
+    )?;
     bar.finish_and_clear();
-    let report = aggregator.report(&motions.spec.name, serde_json::json!({"checkpoint": a.checkpoint, "window": a.window}));
+    let report = aggregator.report(
+        &motions.spec.name,
+        serde_json::json!({"checkpoint": a.checkpoint, "window": a.window}),
+    );
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
     }
-    println!("{:<28} {:>9} {:>6} {:>9} {:>9}", "motion", "status", "steps", "emd", "success");
+    println!(
+        "{:<28} {:>9} {:>6} {:>9} {:>9}",
+        "motion", "status", "steps", "emd", "success"
+    );
     for e in aggregator.episodes() {
         let m = |k: &str| e.metrics.get(k).map_or("-".to_string(), |v| format!("{v:.4}"));
-        println!("{:<28} {:>9} {:>6} {:>9} {:>9}", e.motion, format!("{:?}", e.status), e.num_steps, m("emd"), m("success"));
+        println!(
+            "{:<28} {:>9} {:>6} {:>9} {:>9}",
+            e.motion,
+            format!("{:?}", e.status),
+            e.num_steps,
+            m("emd"),
+            m("success")
+        );
     }
     for key in ["emd", "success", "failure_time_s", "mpjpe_l"] {
         if let Some(s) = report.aggregated.get(key) {
@@ -255,13 +288,19 @@ fn agent(a: AgentArgs) -> anyhow::Result<()> {
     let (model, _) = checkpoint::load_model(&a.checkpoint, device)?;
     let mut agent = TrackingAgent::new(model, a.window);
     let server = endpoint(&a.server, a.transport);
-    let mode = Mode::Submission { benchmark: a.benchmark.clone(), submission_id: None };
+    let mode = Mode::Submission {
+        benchmark: a.benchmark.clone(),
+        submission_id: None,
+    };
     let mut config = ClientConfig::new(&server, &a.token, mode);
     config.agent_name = a.name.clone();
     config.phase = a.phase.clone();
     let summary = client::run_blocking(&config, &mut agent, &mut |event| match event {
         ClientEvent::Connected(c) => {
-            println!("connected: submission {:?}, {} episodes to run", c.submission_id, c.episodes_remaining)
+            println!(
+                "connected: submission {:?}, {} episodes to run",
+                c.submission_id, c.episodes_remaining
+            )
         }
         ClientEvent::EpisodeEnd(e) => println!(
             "episode {:>4} {:<9} steps {:>4}  emd {}",
@@ -271,13 +310,20 @@ fn agent(a: AgentArgs) -> anyhow::Result<()> {
             e.metrics.get("emd").map_or("-".into(), |v| format!("{v:.4}"))
         ),
         ClientEvent::ServerError(e) => eprintln!("server: {}: {}", e.code, e.message),
-        ClientEvent::Reconnecting { attempt, delay, error } => eprintln!("connection lost ({error}); retry {attempt} in {delay:?}"),
+        ClientEvent::Reconnecting { attempt, delay, error } => {
+            eprintln!("connection lost ({error}); retry {attempt} in {delay:?}")
+        }
         ClientEvent::EpisodeStart(_) => {}
     })?;
     if let Some(e) = &agent.error {
         bail!("{e}");
     }
-    println!("done: submission {:?} {}, {} episodes", summary.submission_id, summary.submission_status, summary.episodes.len());
+    println!(
+        "done: submission {:?} {}, {} episodes",
+        summary.submission_id,
+        summary.submission_status,
+        summary.episodes.len()
+    );
     Ok(())
 }
 
@@ -299,17 +345,30 @@ fn endpoint(server: &str, transport: Transport) -> String {
 fn presets(json: bool) -> anyhow::Result<()> {
     let rows: Vec<(String, ParameterCounts)> = PRESETS
         .iter()
-        .map(|p| (p.to_string(), ParameterCounts::of(&ModelConfig::preset(p).expect("listed preset"))))
+        .map(|p| {
+            (
+                p.to_string(),
+                ParameterCounts::of(&ModelConfig::preset(p).expect("listed preset")),
+            )
+        })
         .collect();
     if json {
         let map: serde_json::Map<String, serde_json::Value> = rows
             .iter()
-            .map(|(p, c)| (p.clone(), serde_json::json!({"counts": c, "total": c.total(), "model": ModelConfig::preset(p)})))
+            .map(|(p, c)| {
+                (
+                    p.clone(),
+                    serde_json::json!({"counts": c, "total": c.total(), "model": ModelConfig::preset(p)}),
+                )
+            })
             .collect();
         println!("{}", serde_json::to_string_pretty(&map)?);
         return Ok(());
     }
-    println!("{:<6} {:>12} {:>12} {:>12} {:>12} {:>10} {:>10} {:>13}", "preset", "F", "Q_D", "Q_aux", "actor", "B", "D", "total");
+    println!(
+        "{:<6} {:>12} {:>12} {:>12} {:>12} {:>10} {:>10} {:>13}",
+        "preset", "F", "Q_D", "Q_aux", "actor", "B", "D", "total"
+    );
     for (p, c) in rows {
         println!(
             "{:<6} {:>12} {:>12} {:>12} {:>12} {:>10} {:>10} {:>13}",

@@ -40,7 +40,15 @@ impl Obs {
         Tensor::cat(&[&self.state, &self.last_action, &self.history_actor], -1)
     }
     pub fn critic_input(&self) -> Tensor {
-        Tensor::cat(&[&self.state, &self.privileged_state, &self.last_action, &self.history_actor], -1)
+        Tensor::cat(
+            &[
+                &self.state,
+                &self.privileged_state,
+                &self.last_action,
+                &self.history_actor,
+            ],
+            -1,
+        )
     }
     pub fn goal_input(&self) -> Tensor {
         goal_input(&self.state, &self.privileged_state)
@@ -98,7 +106,13 @@ impl FbCprAuxModel {
     /// A second handle on this model: every tensor shared, nothing copied. It can move to
     /// another thread (an agent) while this one stays put.
     pub fn share(&self) -> Self {
-        Self::build(&self.config, self.obs_norm_momentum, self.aux_reward_ema, self.device, Some(&self.store))
+        Self::build(
+            &self.config,
+            self.obs_norm_momentum,
+            self.aux_reward_ema,
+            self.device,
+            Some(&self.store),
+        )
     }
 
     fn build(
@@ -111,25 +125,94 @@ impl FbCprAuxModel {
         let c = config;
         let (obs, z, a) = (c.obs.critic(), c.z_dim, c.action_dim);
         let mut store = ParamStore::new();
-        let actor = Actor::new(&mut Scope::shared(&mut store, source, prefix(ACTOR), device, true), c.obs.actor(), z, a, c.actor);
-        let forward_map = ForwardMap::new(&mut Scope::shared(&mut store, source, prefix(FORWARD), device, true), obs, z, a, z, c.forward);
-        let backward_map = BackwardMap::new(&mut Scope::shared(&mut store, source, prefix(BACKWARD), device, true), c.obs.goal(), z, c.backward);
-        let critic = ForwardMap::new(&mut Scope::shared(&mut store, source, prefix(CRITIC), device, true), obs, z, a, 1, c.critic);
-        let aux_critic = ForwardMap::new(&mut Scope::shared(&mut store, source, prefix(AUX_CRITIC), device, true), obs, z, a, 1, c.aux_critic);
-        let discriminator = Discriminator::new(&mut Scope::shared(&mut store, source, prefix(DISCRIMINATOR), device, true), c.obs.goal(), z, c.discriminator);
-        let target_forward_map = ForwardMap::new(&mut Scope::shared(&mut store, source, prefix(TARGET_FORWARD), device, false), obs, z, a, z, c.forward);
-        let target_backward_map = BackwardMap::new(&mut Scope::shared(&mut store, source, prefix(TARGET_BACKWARD), device, false), c.obs.goal(), z, c.backward);
-        let target_critic = ForwardMap::new(&mut Scope::shared(&mut store, source, prefix(TARGET_CRITIC), device, false), obs, z, a, 1, c.critic);
-        let target_aux_critic = ForwardMap::new(&mut Scope::shared(&mut store, source, prefix(TARGET_AUX_CRITIC), device, false), obs, z, a, 1, c.aux_critic);
+        let actor = Actor::new(
+            &mut Scope::shared(&mut store, source, prefix(ACTOR), device, true),
+            c.obs.actor(),
+            z,
+            a,
+            c.actor,
+        );
+        let forward_map = ForwardMap::new(
+            &mut Scope::shared(&mut store, source, prefix(FORWARD), device, true),
+            obs,
+            z,
+            a,
+            z,
+            c.forward,
+        );
+        let backward_map = BackwardMap::new(
+            &mut Scope::shared(&mut store, source, prefix(BACKWARD), device, true),
+            c.obs.goal(),
+            z,
+            c.backward,
+        );
+        let critic = ForwardMap::new(
+            &mut Scope::shared(&mut store, source, prefix(CRITIC), device, true),
+            obs,
+            z,
+            a,
+            1,
+            c.critic,
+        );
+        let aux_critic = ForwardMap::new(
+            &mut Scope::shared(&mut store, source, prefix(AUX_CRITIC), device, true),
+            obs,
+            z,
+            a,
+            1,
+            c.aux_critic,
+        );
+        let discriminator = Discriminator::new(
+            &mut Scope::shared(&mut store, source, prefix(DISCRIMINATOR), device, true),
+            c.obs.goal(),
+            z,
+            c.discriminator,
+        );
+        let target_forward_map = ForwardMap::new(
+            &mut Scope::shared(&mut store, source, prefix(TARGET_FORWARD), device, false),
+            obs,
+            z,
+            a,
+            z,
+            c.forward,
+        );
+        let target_backward_map = BackwardMap::new(
+            &mut Scope::shared(&mut store, source, prefix(TARGET_BACKWARD), device, false),
+            c.obs.goal(),
+            z,
+            c.backward,
+        );
+        let target_critic = ForwardMap::new(
+            &mut Scope::shared(&mut store, source, prefix(TARGET_CRITIC), device, false),
+            obs,
+            z,
+            a,
+            1,
+            c.critic,
+        );
+        let target_aux_critic = ForwardMap::new(
+            &mut Scope::shared(&mut store, source, prefix(TARGET_AUX_CRITIC), device, false),
+            obs,
+            z,
+            a,
+            1,
+            c.aux_critic,
+        );
         let mut norms = Scope::shared(&mut store, source, "_obs_normalizer._normalizers", device, false);
         let obs_normalizer = ObsNormalizer {
             state: RunningNorm::new(&mut norms.sub("state"), c.obs.state, obs_norm_momentum),
-            privileged_state: RunningNorm::new(&mut norms.sub("privileged_state"), c.obs.privileged_state, obs_norm_momentum),
+            privileged_state: RunningNorm::new(
+                &mut norms.sub("privileged_state"),
+                c.obs.privileged_state,
+                obs_norm_momentum,
+            ),
             last_action: RunningNorm::new(&mut norms.sub("last_action"), c.obs.last_action, obs_norm_momentum),
             history_actor: RunningNorm::new(&mut norms.sub("history_actor"), c.obs.history_actor, obs_norm_momentum),
         };
-        let aux_reward_normalizer =
-            AuxRewardNormalizer::new(&mut Scope::shared(&mut store, source, "_aux_reward_normalizer", device, false), aux_reward_ema);
+        let aux_reward_normalizer = AuxRewardNormalizer::new(
+            &mut Scope::shared(&mut store, source, "_aux_reward_normalizer", device, false),
+            aux_reward_ema,
+        );
         FbCprAuxModel {
             config: config.clone(),
             obs_norm_momentum,
@@ -157,7 +240,11 @@ impl FbCprAuxModel {
         for (online, target) in TARGET_PAIRS {
             for (name, tensor) in self.store.all_under(online) {
                 let target_name = format!("{target}{}", &name[online.len()..]);
-                let mut t = self.store.get(&target_name).expect("target has the online names").shallow_clone();
+                let mut t = self
+                    .store
+                    .get(&target_name)
+                    .expect("target has the online names")
+                    .shallow_clone();
                 t.copy_(&tensor);
             }
         }
@@ -168,7 +255,11 @@ impl FbCprAuxModel {
         let _guard = tch::no_grad_guard();
         for (name, tensor) in self.store.all_under(online) {
             let target_name = format!("{target}{}", &name[online.len()..]);
-            let mut t = self.store.get(&target_name).expect("target has the online names").shallow_clone();
+            let mut t = self
+                .store
+                .get(&target_name)
+                .expect("target has the online names")
+                .shallow_clone();
             let _ = t.g_mul_scalar_(1.0 - tau);
             let _ = t.g_add_(&(tensor * tau));
         }
@@ -196,7 +287,11 @@ impl FbCprAuxModel {
 
     /// Projects z onto the sphere of radius √d when `norm_z` is on.
     pub fn project_z(&self, z: &Tensor) -> Tensor {
-        if self.config.norm_z { sphere_norm(z) } else { z.shallow_clone() }
+        if self.config.norm_z {
+            sphere_norm(z)
+        } else {
+            z.shallow_clone()
+        }
     }
 
     /// z from the uniform prior: projected standard normal draws `[n, d]` supplied by the caller.
@@ -214,7 +309,10 @@ impl FbCprAuxModel {
     pub fn backward_z(&self, state: &Tensor, privileged_state: &Tensor) -> Tensor {
         let _guard = tch::no_grad_guard();
         let n = &self.obs_normalizer;
-        let goal = goal_input(&n.state.normalize(state), &n.privileged_state.normalize(privileged_state));
+        let goal = goal_input(
+            &n.state.normalize(state),
+            &n.privileged_state.normalize(privileged_state),
+        );
         self.project_z(&self.backward_map.forward(&goal))
     }
 }

@@ -23,7 +23,12 @@ impl RunningNorm {
         let mean = inner.buffer("running_mean", || Tensor::zeros([dim], (Kind::Float, device)));
         let var = inner.buffer("running_var", || Tensor::ones([dim], (Kind::Float, device)));
         let count = inner.buffer("num_batches_tracked", || Tensor::zeros([], (Kind::Int64, device)));
-        RunningNorm { mean, var, count, momentum }
+        RunningNorm {
+            mean,
+            var,
+            count,
+            momentum,
+        }
     }
 
     /// Folds a batch `[N, dim]` into the running stats.
@@ -66,15 +71,22 @@ impl AuxRewardNormalizer {
         let mean = s.buffer("mean", || Tensor::zeros([1], (Kind::Float, device)));
         let mean_square = s.buffer("mean_square", || Tensor::zeros([1], (Kind::Float, device)));
         let counter = s.buffer("counter", || Tensor::zeros([], (Kind::Int64, device)));
-        AuxRewardNormalizer { mean, mean_square, counter, tau }
+        AuxRewardNormalizer {
+            mean,
+            mean_square,
+            counter,
+            tau,
+        }
     }
 
     /// Updates the EMA with the batch `[N, 1]` and returns it scaled by 1/std.
     pub fn update_and_normalize(&mut self, reward: &Tensor) -> Tensor {
         let _guard = tch::no_grad_guard();
         let tau = self.tau;
-        self.mean.copy_(&(&self.mean * tau + reward.mean(Kind::Float) * (1.0 - tau)));
-        self.mean_square.copy_(&(&self.mean_square * tau + reward.square().mean(Kind::Float) * (1.0 - tau)));
+        self.mean
+            .copy_(&(&self.mean * tau + reward.mean(Kind::Float) * (1.0 - tau)));
+        self.mean_square
+            .copy_(&(&self.mean_square * tau + reward.square().mean(Kind::Float) * (1.0 - tau)));
         let _ = self.counter.g_add_scalar_(1);
         let n = self.counter.int64_value(&[]) as i32;
         let debias = 1.0 - tau.powi(n);

@@ -23,7 +23,17 @@ impl Adam {
         let exp_avg = params.iter().map(|(_, p)| p.zeros_like()).collect();
         let exp_avg_sq = params.iter().map(|(_, p)| p.zeros_like()).collect();
         let (names, params) = params.into_iter().unzip();
-        Adam { lr, beta1: 0.9, beta2: 0.999, eps: 1e-8, step: 0, names, params, exp_avg, exp_avg_sq }
+        Adam {
+            lr,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            step: 0,
+            names,
+            params,
+            exp_avg,
+            exp_avg_sq,
+        }
     }
 
     pub fn params(&self) -> &[Tensor] {
@@ -68,11 +78,18 @@ impl Adam {
     ) -> Result<(), String> {
         let _guard = tch::no_grad_guard();
         for (i, name) in self.names.iter().enumerate() {
-            for (which, slot) in [("exp_avg", &mut self.exp_avg[i]), ("exp_avg_sq", &mut self.exp_avg_sq[i])] {
+            for (which, slot) in [
+                ("exp_avg", &mut self.exp_avg[i]),
+                ("exp_avg_sq", &mut self.exp_avg_sq[i]),
+            ] {
                 let key = format!("{prefix}{name}.{which}");
                 let t = lookup(&key).ok_or_else(|| format!("optimizer state {key} is missing"))?;
                 if t.size() != slot.size() {
-                    return Err(format!("optimizer state {key}: shape {:?}, expected {:?}", t.size(), slot.size()));
+                    return Err(format!(
+                        "optimizer state {key}: shape {:?}, expected {:?}",
+                        t.size(),
+                        slot.size()
+                    ));
                 }
                 slot.copy_(&t);
             }

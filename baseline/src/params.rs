@@ -26,7 +26,11 @@ impl ParamStore {
     /// Registers `tensor` under `name`; a trainable one gets `requires_grad`.
     /// Panics on a duplicate name: names are fixed by the code, never by user input.
     pub fn insert(&mut self, name: String, tensor: Tensor, trainable: bool) -> Tensor {
-        let tensor = if trainable { tensor.set_requires_grad(true) } else { tensor };
+        let tensor = if trainable {
+            tensor.set_requires_grad(true)
+        } else {
+            tensor
+        };
         let handle = tensor.shallow_clone();
         let previous = self.entries.insert(name.clone(), Entry { tensor, trainable });
         assert!(previous.is_none(), "parameter {name} registered twice");
@@ -92,18 +96,46 @@ pub struct Scope<'a> {
 
 impl<'a> Scope<'a> {
     pub fn root(store: &'a mut ParamStore, prefix: &str, device: Device, trainable: bool) -> Self {
-        Scope { store, source: None, prefix: prefix.to_string(), device, trainable }
+        Scope {
+            store,
+            source: None,
+            prefix: prefix.to_string(),
+            device,
+            trainable,
+        }
     }
 
     /// A root whose tensors are shared with `source` (same names) rather than initialised.
-    pub fn shared(store: &'a mut ParamStore, source: Option<&'a ParamStore>, prefix: &str, device: Device, trainable: bool) -> Self {
-        Scope { store, source, prefix: prefix.to_string(), device, trainable }
+    pub fn shared(
+        store: &'a mut ParamStore,
+        source: Option<&'a ParamStore>,
+        prefix: &str,
+        device: Device,
+        trainable: bool,
+    ) -> Self {
+        Scope {
+            store,
+            source,
+            prefix: prefix.to_string(),
+            device,
+            trainable,
+        }
     }
 
     /// A child scope `prefix.name`.
     pub fn sub(&mut self, name: impl std::fmt::Display) -> Scope<'_> {
-        let prefix = if self.prefix.is_empty() { name.to_string() } else { format!("{}.{}", self.prefix, name) };
-        Scope { store: self.store, source: self.source, prefix, device: self.device, trainable: self.trainable }
+        let prefix = if self.prefix.is_empty() {
+            name.to_string()
+        } else {
+            format!("{}.{}", self.prefix, name)
+        };
+        Scope {
+            store: self.store,
+            source: self.source,
+            prefix,
+            device: self.device,
+            trainable: self.trainable,
+        }
     }
 
     pub fn device(&self) -> Device {
@@ -111,7 +143,11 @@ impl<'a> Scope<'a> {
     }
 
     fn name(&self, leaf: &str) -> String {
-        if self.prefix.is_empty() { leaf.to_string() } else { format!("{}.{}", self.prefix, leaf) }
+        if self.prefix.is_empty() {
+            leaf.to_string()
+        } else {
+            format!("{}.{}", self.prefix, leaf)
+        }
     }
 
     /// A trainable tensor initialised by `init` (or shared from the source store).
@@ -128,7 +164,10 @@ impl<'a> Scope<'a> {
     fn register(&mut self, leaf: &str, init: impl FnOnce() -> Tensor, trainable: bool) -> Tensor {
         let name = self.name(leaf);
         let tensor = match self.source {
-            Some(src) => src.get(&name).unwrap_or_else(|| panic!("shared store lacks {name}")).shallow_clone(),
+            Some(src) => src
+                .get(&name)
+                .unwrap_or_else(|| panic!("shared store lacks {name}"))
+                .shallow_clone(),
             None => init().to_device(self.device),
         };
         // A shared tensor already carries requires_grad from its owner.

@@ -89,7 +89,10 @@ pub struct Motions {
 
 impl std::fmt::Debug for Motions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Motions").field("benchmark", &self.spec.name).field("clips", &self.clips.len()).finish()
+        f.debug_struct("Motions")
+            .field("benchmark", &self.spec.name)
+            .field("clips", &self.clips.len())
+            .finish()
     }
 }
 
@@ -143,11 +146,18 @@ fn obs_tensors(batch: &ObservationBatch, dims: [i64; 4], device: Device) -> Obs 
 
 impl Trainer {
     /// A new run, or the continuation of the one checkpointed under `paths` when `resume`.
-    pub fn new(config: TrainConfig, motions: Motions, paths: RunPaths, device: Device, resume: bool) -> anyhow::Result<Self> {
+    pub fn new(
+        config: TrainConfig,
+        motions: Motions,
+        paths: RunPaths,
+        device: Device,
+        resume: bool,
+    ) -> anyhow::Result<Self> {
         let model_config = config.model_config().map_err(anyhow::Error::msg)?;
         let t = config.train.clone();
         let robot = RobotConfig::default();
-        let library = Arc::new(MotionLibrary::from_clips(&motions.clips, &robot).context("building the motion library")?);
+        let library =
+            Arc::new(MotionLibrary::from_clips(&motions.clips, &robot).context("building the motion library")?);
         let env_config = TrackingEnvConfig {
             robot: robot.clone(),
             num_envs: t.num_envs,
@@ -167,17 +177,28 @@ impl Trainer {
                 (r.state, r.privileged_state)
             })
             .collect();
-        let mut expert = ExpertBuffer::new(&references, (o.state, o.privileged_state), device).map_err(anyhow::Error::msg)?;
+        let mut expert =
+            ExpertBuffer::new(&references, (o.state, o.privileged_state), device).map_err(anyhow::Error::msg)?;
         let rows = (t.buffer_size / t.num_envs as u64) as usize;
         let dims = [o.state, o.privileged_state, o.last_action, o.history_actor];
-        let mut online = OnlineBuffer::new(rows, t.num_envs, dims, model_config.action_dim, model_config.z_dim, device);
+        let mut online = OnlineBuffer::new(
+            rows,
+            t.num_envs,
+            dims,
+            model_config.action_dim,
+            model_config.z_dim,
+            device,
+        );
         let mut zbuffer = ZBuffer::new(config.agent.z_buffer_size, model_config.z_dim, device);
 
         let ckpt = paths.checkpoint();
         let (learner, status) = if resume {
             let (model, saved) = checkpoint::load_model(&ckpt, device).context("loading the checkpoint's model")?;
             if saved.model != model_config {
-                bail!("{}: the checkpoint's model sizes differ from the configuration's", ckpt.display());
+                bail!(
+                    "{}: the checkpoint's model sizes differ from the configuration's",
+                    ckpt.display()
+                );
             }
             let status: TrainStatus = serde_json::from_str(
                 &std::fs::read_to_string(ckpt.join("train_status.json")).context("reading train_status.json")?,
@@ -196,9 +217,13 @@ impl Trainer {
                     .restore(&lookup, state.clone())
                     .map_err(|e| anyhow::anyhow!("{}: {e}", buffers_path.display()))?;
                 let z = lookup("zbuffer").context("buffers.safetensors has no zbuffer")?;
-                zbuffer.restore(&z, status.zbuffer_len, status.zbuffer_cursor).map_err(anyhow::Error::msg)?;
+                zbuffer
+                    .restore(&z, status.zbuffer_len, status.zbuffer_cursor)
+                    .map_err(anyhow::Error::msg)?;
             } else {
-                tracing::warn!("the checkpoint has no buffers: the run continues with empty buffers (not an exact resume)");
+                tracing::warn!(
+                    "the checkpoint has no buffers: the run continues with empty buffers (not an exact resume)"
+                );
             }
             if !status.priorities.is_empty() {
                 expert.set_priorities(&status.priorities).map_err(anyhow::Error::msg)?;
@@ -206,12 +231,23 @@ impl Trainer {
             (learner, status)
         } else {
             tch::manual_seed(derive_seed(t.seed, u64::MAX) as i64);
-            let model = FbCprAuxModel::new(&model_config, config.agent.obs_norm_momentum, config.agent.aux_reward_ema, device);
+            let model = FbCprAuxModel::new(
+                &model_config,
+                config.agent.obs_norm_momentum,
+                config.agent.aux_reward_ema,
+                device,
+            );
             (Learner::new(model, config.agent.clone()), TrainStatus::default())
         };
         std::fs::create_dir_all(&paths.dir).with_context(|| format!("creating {}", paths.dir.display()))?;
         let n = t.num_envs;
-        let envs = (0..n).map(|_| EnvState { counter: 0, expert_z: None, prev_a5: [0.0; NUM_JOINTS] }).collect();
+        let envs = (0..n)
+            .map(|_| EnvState {
+                counter: 0,
+                expert_z: None,
+                prev_a5: [0.0; NUM_JOINTS],
+            })
+            .collect();
         let episode_steps = (t.episode_length_s / arena_sim::CONTROL_DT).round().max(1.0) as u64;
         Ok(Trainer {
             z: vec![0.0; n * model_config.z_dim as usize],
@@ -250,7 +286,15 @@ impl Trainer {
             let start_time = rng.random_range(0.0..length.max(1e-6)).min((length - 1e-6).max(0.0));
             let seed = derive_seed(self.config.train.seed ^ RESET_STREAM, self.status.episodes_started);
             self.status.episodes_started += 1;
-            assignments.push((e, EpisodeAssignment { motion, start_time, seed, dr_level: level }));
+            assignments.push((
+                e,
+                EpisodeAssignment {
+                    motion,
+                    start_time,
+                    seed,
+                    dr_level: level,
+                },
+            ));
             let s = &mut self.envs[e];
             s.counter = 0;
             s.expert_z = None;
@@ -281,10 +325,18 @@ impl Trainer {
             }
         }
         if !need_expert.is_empty() {
-            let slices = self.expert.sample(need_expert.len(), len, rng).map_err(anyhow::Error::msg);
+            let slices = self
+                .expert
+                .sample(need_expert.len(), len, rng)
+                .map_err(anyhow::Error::msg);
             match slices {
                 Ok(slices) => {
-                    let zt = self.tracking_z(&slices.next_state, &slices.next_privileged_state, need_expert.len(), len);
+                    let zt = self.tracking_z(
+                        &slices.next_state,
+                        &slices.next_privileged_state,
+                        need_expert.len(),
+                        len,
+                    );
                     for (k, &e) in need_expert.iter().enumerate() {
                         self.envs[e].expert_z = Some(zt[k * len * d..(k + 1) * len * d].to_vec());
                     }
@@ -302,7 +354,8 @@ impl Trainer {
                     self.learner.model.prior_z(&to_tensor(&g, d as i64, self.device))
                 }
             };
-            let host: Vec<f32> = Vec::try_from(z.to_device(Device::Cpu).contiguous().view([-1])).context("z to host")?;
+            let host: Vec<f32> =
+                Vec::try_from(z.to_device(Device::Cpu).contiguous().view([-1])).context("z to host")?;
             for (i, &e) in need_random.iter().enumerate() {
                 self.z[e * d..(e + 1) * d].copy_from_slice(&host[i * d..(i + 1) * d]);
             }
@@ -377,7 +430,12 @@ impl Trainer {
             if time < t.num_seed_steps {
                 actions.iter_mut().for_each(|a| *a = rng.random_range(-1.0..1.0));
             } else {
-                let mean = self.learner.model.act_mean(&obs, &z).to_device(Device::Cpu).contiguous();
+                let mean = self
+                    .learner
+                    .model
+                    .act_mean(&obs, &z)
+                    .to_device(Device::Cpu)
+                    .contiguous();
                 let len = actions.len();
                 mean.copy_data(&mut actions, len);
                 let std = self.learner.model.config.actor_std as f32;
@@ -392,7 +450,9 @@ impl Trainer {
                 *x = (5.0 * *a as f64).clamp(-5.0, 5.0);
             }
             self.env.step(&actions).context("stepping the training envs")?;
-            self.aux.compute(self.env.handler(), &a5, &prev).context("auxiliary rewards")?;
+            self.aux
+                .compute(self.env.handler(), &a5, &prev)
+                .context("auxiliary rewards")?;
             for e in 0..n {
                 aux_weighted[e] = self.aux.weighted(e) as f32;
                 self.envs[e].prev_a5.copy_from_slice(&a5[e * a_dim..(e + 1) * a_dim]);
@@ -455,8 +515,13 @@ impl Trainer {
     fn update_once(&mut self, rng: &mut ChaCha8Rng) -> anyhow::Result<()> {
         let a = &self.config.agent;
         let batch = a.batch_size as usize;
-        let Some(train) = self.online.sample(batch, rng) else { return Ok(()) };
-        let slices = self.expert.sample(batch / a.seq_length as usize, a.seq_length as usize, rng).map_err(anyhow::Error::msg)?;
+        let Some(train) = self.online.sample(batch, rng) else {
+            return Ok(());
+        };
+        let slices = self
+            .expert
+            .sample(batch / a.seq_length as usize, a.seq_length as usize, rng)
+            .map_err(anyhow::Error::msg)?;
         let train = TrainBatch {
             obs: train.obs,
             action: train.action,
@@ -483,9 +548,18 @@ impl Trainer {
     pub fn evaluate(&mut self) -> anyhow::Result<BTreeMap<String, f64>> {
         let t = &self.config.train;
         let mut agent = TrackingAgent::new(self.learner.model.share(), t.tracking_window);
-        let options = LocalOptions { batch: t.eval_batch, threads: t.threads };
-        let aggregator = run_local(&self.motions.spec, &self.motions.clips, &mut agent, &options, &mut |_, _, _| {})
-            .context("evaluation run")?;
+        let options = LocalOptions {
+            batch: t.eval_batch,
+            threads: t.threads,
+        };
+        let aggregator = run_local(
+            &self.motions.spec,
+            &self.motions.clips,
+            &mut agent,
+            &options,
+            &mut |_, _, _| {},
+        )
+        .context("evaluation run")?;
         if let Some(e) = agent.error {
             bail!("evaluation: {e}");
         }
@@ -513,14 +587,20 @@ impl Trainer {
                 .library
                 .motions
                 .iter()
-                .map(|m| per_motion.get(&m.name).map_or(f64::NAN, |v| v.iter().sum::<f64>() / v.len() as f64))
+                .map(|m| {
+                    per_motion
+                        .get(&m.name)
+                        .map_or(f64::NAN, |v| v.iter().sum::<f64>() / v.len() as f64)
+                })
                 .collect();
             let p = priorities(&emd, &PriorityConfig::TRAINING);
             self.expert.set_priorities(&p).map_err(anyhow::Error::msg)?;
             self.status.priorities = p;
         }
-        let means: BTreeMap<String, f64> =
-            summary.into_iter().map(|(k, v)| (k, v.iter().sum::<f64>() / v.len().max(1) as f64)).collect();
+        let means: BTreeMap<String, f64> = summary
+            .into_iter()
+            .map(|(k, v)| (k, v.iter().sum::<f64>() / v.len().max(1) as f64))
+            .collect();
         tracing::info!(
             "evaluation at {} env steps: emd {:.4}, success {:.3}",
             self.status.time,
@@ -543,7 +623,10 @@ impl Trainer {
             let (mut tensors, state) = self.online.state();
             let (z, len, cursor) = self.zbuffer.state();
             tensors.push(("zbuffer".into(), z));
-            let tensors: Vec<(String, Tensor)> = tensors.into_iter().map(|(k, t)| (k, t.to_device(Device::Cpu))).collect();
+            let tensors: Vec<(String, Tensor)> = tensors
+                .into_iter()
+                .map(|(k, t)| (k, t.to_device(Device::Cpu)))
+                .collect();
             let path = tmp.join("buffers.safetensors");
             Tensor::write_safetensors(&tensors, &path).with_context(|| format!("writing {}", path.display()))?;
             self.status.online_buffer = Some(state);
@@ -552,8 +635,14 @@ impl Trainer {
         } else {
             self.status.online_buffer = None;
         }
-        std::fs::write(tmp.join("train_status.json"), serde_json::to_string_pretty(&self.status)? + "\n")?;
-        std::fs::write(tmp.join("config.json"), serde_json::to_string_pretty(&self.config)? + "\n")?;
+        std::fs::write(
+            tmp.join("train_status.json"),
+            serde_json::to_string_pretty(&self.status)? + "\n",
+        )?;
+        std::fs::write(
+            tmp.join("config.json"),
+            serde_json::to_string_pretty(&self.config)? + "\n",
+        )?;
         // Replace the previous checkpoint only once the new one is complete.
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::rename(&tmp, &dir).with_context(|| format!("moving the checkpoint to {}", dir.display()))?;
@@ -595,7 +684,11 @@ impl LogAccumulator {
     }
 
     fn row(&mut self, time: u64, elapsed_s: f64) -> BTreeMap<String, f64> {
-        let mut row: BTreeMap<String, f64> = self.sums.iter().map(|(k, v)| (k.clone(), v / self.updates.max(1) as f64)).collect();
+        let mut row: BTreeMap<String, f64> = self
+            .sums
+            .iter()
+            .map(|(k, v)| (k.clone(), v / self.updates.max(1) as f64))
+            .collect();
         for (i, t) in TERMS.iter().enumerate() {
             row.insert(format!("aux_rew/{t}"), self.aux_sums[i] / self.aux_count.max(1) as f64);
         }
@@ -608,7 +701,11 @@ impl LogAccumulator {
         row.insert("sim_share".into(), self.sim_s / busy);
         row.insert("update_share".into(), self.update_s / busy);
         row.insert("updates".into(), self.updates as f64);
-        *self = LogAccumulator { last_time: time, last_elapsed: elapsed_s, ..Default::default() };
+        *self = LogAccumulator {
+            last_time: time,
+            last_elapsed: elapsed_s,
+            ..Default::default()
+        };
         row
     }
 }
@@ -618,9 +715,17 @@ const EVAL_COLUMNS: [&str; 6] = ["timestep", "motion", "emd", "mpjpe_l", "succes
 
 /// Columns of `train_log.csv` (docs/baseline.md explains each).
 pub fn train_log_columns() -> Vec<String> {
-    let mut cols: Vec<String> = ["timestep", "duration [minutes]", "FPS", "updates", "sim_share", "update_share", "failed_episodes"]
-        .map(String::from)
-        .to_vec();
+    let mut cols: Vec<String> = [
+        "timestep",
+        "duration [minutes]",
+        "FPS",
+        "updates",
+        "sim_share",
+        "update_share",
+        "failed_episodes",
+    ]
+    .map(String::from)
+    .to_vec();
     cols.extend(crate::update::METRIC_NAMES.iter().map(|s| s.to_string()));
     cols.extend(TERMS.iter().map(|t| format!("aux_rew/{t}")));
     cols
@@ -643,7 +748,12 @@ fn append_csv(path: &Path, columns: &[String], row: &BTreeMap<String, f64>) -> a
 fn append_csv_values(path: &Path, columns: &[String], row: &BTreeMap<String, CsvValue>) -> anyhow::Result<()> {
     let header: Vec<String> = if path.exists() {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        text.lines().next().unwrap_or_default().split(',').map(str::to_string).collect()
+        text.lines()
+            .next()
+            .unwrap_or_default()
+            .split(',')
+            .map(str::to_string)
+            .collect()
     } else {
         let mut f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
         writeln!(f, "{}", columns.join(","))?;
@@ -657,7 +767,10 @@ fn append_csv_values(path: &Path, columns: &[String], row: &BTreeMap<String, Csv
             None => String::new(),
         })
         .collect();
-    let mut f = std::fs::OpenOptions::new().append(true).open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
     writeln!(f, "{}", cells.join(","))?;
     Ok(())
 }

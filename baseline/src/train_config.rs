@@ -109,8 +109,13 @@ impl TrainConfig {
     pub fn model_config(&self) -> Result<ModelConfig, String> {
         match &self.model {
             Some(m) => Ok(m.clone()),
-            None => ModelConfig::preset(&self.preset)
-                .ok_or_else(|| format!("preset: unknown preset `{}` (known: {})", self.preset, PRESETS.join(", "))),
+            None => ModelConfig::preset(&self.preset).ok_or_else(|| {
+                format!(
+                    "preset: unknown preset `{}` (known: {})",
+                    self.preset,
+                    PRESETS.join(", ")
+                )
+            }),
         }
     }
 
@@ -119,7 +124,8 @@ impl TrainConfig {
         let (key, value) = assignment
             .split_once('=')
             .ok_or_else(|| format!("override `{assignment}`: expected section.key=value"))?;
-        let mut doc: toml::Table = toml::from_str(&toml::to_string(self).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+        let mut doc: toml::Table =
+            toml::from_str(&toml::to_string(self).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
         let parsed: toml::Value = toml::from_str::<toml::Table>(&format!("v = {value}"))
             .or_else(|_| toml::from_str::<toml::Table>(&format!("v = \"{value}\"")))
             .map_err(|e| format!("override `{assignment}`: {e}"))?
@@ -135,8 +141,12 @@ impl TrainConfig {
                 .ok_or_else(|| format!("override `{assignment}`: `{part}` is not a section"))?;
         }
         table.insert(parts[parts.len() - 1].to_string(), parsed);
-        let updated: TrainConfig = toml::Value::Table(doc).try_into().map_err(|e| format!("override `{assignment}`: {e}"))?;
-        updated.validate().map_err(|e| format!("override `{assignment}`: {e}"))?;
+        let updated: TrainConfig = toml::Value::Table(doc)
+            .try_into()
+            .map_err(|e| format!("override `{assignment}`: {e}"))?;
+        updated
+            .validate()
+            .map_err(|e| format!("override `{assignment}`: {e}"))?;
         *self = updated;
         Ok(())
     }
@@ -163,16 +173,25 @@ impl TrainConfig {
             }
         }
         if t.buffer_size < 2 * t.num_envs as u64 {
-            return Err(format!("train.buffer_size ({}) must hold at least 2 steps of train.num_envs ({})", t.buffer_size, t.num_envs));
+            return Err(format!(
+                "train.buffer_size ({}) must hold at least 2 steps of train.num_envs ({})",
+                t.buffer_size, t.num_envs
+            ));
         }
         if t.dr_level > 3 {
             return Err(format!("train.dr_level must be 0-3, got {}", t.dr_level));
         }
         if !(t.episode_length_s > 0.0 && t.episode_length_s.is_finite()) {
-            return Err(format!("train.episode_length_s must be > 0, got {}", t.episode_length_s));
+            return Err(format!(
+                "train.episode_length_s must be > 0, got {}",
+                t.episode_length_s
+            ));
         }
         if !(0.0..=1.0).contains(&t.rollout_expert_fraction) {
-            return Err(format!("train.rollout_expert_fraction must lie in [0, 1], got {}", t.rollout_expert_fraction));
+            return Err(format!(
+                "train.rollout_expert_fraction must lie in [0, 1], got {}",
+                t.rollout_expert_fraction
+            ));
         }
         Ok(())
     }

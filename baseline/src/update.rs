@@ -70,7 +70,8 @@ impl UpdateNoise {
         ])
         .to_kind(Kind::Float)
         .to_device(device);
-        let eps = || (Tensor::randn([n, model.action_dim], f) * model.actor_std).clamp(-agent.stddev_clip, agent.stddev_clip);
+        let eps =
+            || (Tensor::randn([n, model.action_dim], f) * model.actor_std).clamp(-agent.stddev_clip, agent.stddev_clip);
         UpdateNoise {
             mix_choice: probs.multinomial(n, true),
             goal_perm: Tensor::randperm(n, (Kind::Int64, device)),
@@ -107,10 +108,38 @@ pub type UpdateMetrics = BTreeMap<&'static str, f64>;
 
 /// Every key of [`UpdateMetrics`], in the order of the train log's columns.
 pub const METRIC_NAMES: [&str; 32] = [
-    "fb_loss", "fb_diag", "fb_offdiag", "orth_loss", "orth_loss_diag", "orth_loss_offdiag", "target_M", "M1", "F1",
-    "B", "B_norm", "z_norm", "disc_loss", "disc_expert_loss", "disc_train_loss", "disc_wgan_gp_loss", "target_Q",
-    "Q1", "mean_next_Q", "unc_Q", "critic_loss", "mean_disc_reward", "target_auxQ", "auxQ1", "mean_next_auxQ",
-    "unc_auxQ", "aux_critic_loss", "mean_aux_reward", "actor_loss", "Q_discriminator", "Q_aux", "Q_fb",
+    "fb_loss",
+    "fb_diag",
+    "fb_offdiag",
+    "orth_loss",
+    "orth_loss_diag",
+    "orth_loss_offdiag",
+    "target_M",
+    "M1",
+    "F1",
+    "B",
+    "B_norm",
+    "z_norm",
+    "disc_loss",
+    "disc_expert_loss",
+    "disc_train_loss",
+    "disc_wgan_gp_loss",
+    "target_Q",
+    "Q1",
+    "mean_next_Q",
+    "unc_Q",
+    "critic_loss",
+    "mean_disc_reward",
+    "target_auxQ",
+    "auxQ1",
+    "mean_next_auxQ",
+    "unc_auxQ",
+    "aux_critic_loss",
+    "mean_aux_reward",
+    "actor_loss",
+    "Q_discriminator",
+    "Q_aux",
+    "Q_fb",
 ];
 
 /// The model, its six optimisers and the z buffer's producer side: everything an update touches.
@@ -136,7 +165,10 @@ pub fn pessimistic(x: &Tensor, lambda: f64) -> Tensor {
     if p < 2 || lambda == 0.0 {
         return mean;
     }
-    let unc = (x.unsqueeze(0) - x.unsqueeze(1)).abs().sum_dim_intlist(Some(&[0i64, 1i64][..]), false, Kind::Float) / ((p * p - p) as f64);
+    let unc = (x.unsqueeze(0) - x.unsqueeze(1))
+        .abs()
+        .sum_dim_intlist(Some(&[0i64, 1i64][..]), false, Kind::Float)
+        / ((p * p - p) as f64);
     mean - unc * lambda
 }
 
@@ -245,9 +277,14 @@ impl Learner {
         let obs = self.model.normalize(&train.obs);
         let next_obs = self.model.normalize(&train.next_obs);
         let norms = &self.model.obs_normalizer;
-        let expert_goal = goal_input(&norms.state.normalize(&expert.state), &norms.privileged_state.normalize(&expert.privileged_state));
-        let expert_next_goal =
-            goal_input(&norms.state.normalize(&expert.next_state), &norms.privileged_state.normalize(&expert.next_privileged_state));
+        let expert_goal = goal_input(
+            &norms.state.normalize(&expert.state),
+            &norms.privileged_state.normalize(&expert.privileged_state),
+        );
+        let expert_next_goal = goal_input(
+            &norms.state.normalize(&expert.next_state),
+            &norms.privileged_state.normalize(&expert.next_privileged_state),
+        );
         let (obs_c, next_obs_c) = (obs.critic_input(), next_obs.critic_input());
         let (obs_a, next_obs_a) = (obs.actor_input(), next_obs.actor_input());
         let (obs_g, next_obs_g) = (obs.goal_input(), next_obs.goal_input());
@@ -258,7 +295,13 @@ impl Learner {
         let expert_z = tch::no_grad(|| {
             let b = self.model.backward_map.forward(&expert_next_goal);
             let d = b.size()[1];
-            let z = self.model.project_z(&b.view([n / a.seq_length, a.seq_length, d]).mean_dim(Some(&[1i64][..]), false, Kind::Float));
+            let z = self
+                .model
+                .project_z(&b.view([n / a.seq_length, a.seq_length, d]).mean_dim(
+                    Some(&[1i64][..]),
+                    false,
+                    Kind::Float,
+                ));
             z.repeat_interleave_self_int(a.seq_length, 0, None)
         });
 
@@ -269,8 +312,12 @@ impl Learner {
         let expert_loss = -expert_logits.log_sigmoid().mean(Kind::Float);
         let train_loss = train_logits.softplus().mean(Kind::Float);
         let alpha = &noise.gp_alpha;
-        let inter_goal = (alpha * &expert_goal + (-alpha + 1.0) * &obs_g).detach().set_requires_grad(true);
-        let inter_z = (alpha * &expert_z + (-alpha + 1.0) * &train.z).detach().set_requires_grad(true);
+        let inter_goal = (alpha * &expert_goal + (-alpha + 1.0) * &obs_g)
+            .detach()
+            .set_requires_grad(true);
+        let inter_z = (alpha * &expert_z + (-alpha + 1.0) * &train.z)
+            .detach()
+            .set_requires_grad(true);
         let inter_logits = d.logits(&inter_goal, &inter_z);
         let g = Tensor::run_backward(&[inter_logits.sum(Kind::Float)], &[&inter_goal, &inter_z], true, true);
         let grad_norm = Tensor::cat(&g, 1).norm_scalaropt_dim(2.0, [1], false);
@@ -285,7 +332,12 @@ impl Learner {
         // Mixed z: goal / expert / prior per row; then relabel 80 % of the transitions.
         let mixed_z = tch::no_grad(|| {
             let prior = self.model.prior_z(&noise.prior);
-            let goals = self.model.project_z(&self.model.backward_map.forward(&next_obs_g.index_select(0, &noise.goal_perm)));
+            let goals = self.model.project_z(
+                &self
+                    .model
+                    .backward_map
+                    .forward(&next_obs_g.index_select(0, &noise.goal_perm)),
+            );
             let experts = expert_z.index_select(0, &noise.expert_perm);
             let choice = noise.mix_choice.unsqueeze(1);
             let z = prior.where_self(&choice.ne(0), &goals);
@@ -315,7 +367,13 @@ impl Learner {
         let fb_grads = Tensor::run_backward(&[&fb_loss], &fb_params, false, false);
         let (f_grads, b_grads) = fb_grads.split_at(self.forward_opt.params().len());
         if capture {
-            for (name, g) in self.forward_opt.names.iter().chain(&self.backward_opt.names).zip(&fb_grads) {
+            for (name, g) in self
+                .forward_opt
+                .names
+                .iter()
+                .chain(&self.backward_opt.names)
+                .zip(&fb_grads)
+            {
                 grads.insert(name.clone(), g.copy());
             }
         }
@@ -331,8 +389,14 @@ impl Learner {
         metrics.insert("M1", scalar(&m.get(0).mean(Kind::Float)));
         metrics.insert("F1", scalar(&f.get(0).mean(Kind::Float)));
         metrics.insert("B", scalar(&b.mean(Kind::Float)));
-        metrics.insert("B_norm", scalar(&b.norm_scalaropt_dim(2.0, [-1], false).mean(Kind::Float)));
-        metrics.insert("z_norm", scalar(&z.norm_scalaropt_dim(2.0, [-1], false).mean(Kind::Float)));
+        metrics.insert(
+            "B_norm",
+            scalar(&b.norm_scalaropt_dim(2.0, [-1], false).mean(Kind::Float)),
+        );
+        metrics.insert(
+            "z_norm",
+            scalar(&z.norm_scalaropt_dim(2.0, [-1], false).mean(Kind::Float)),
+        );
 
         // Discriminator-reward critic Q_D (reward from the updated discriminator, relabelled z).
         let (critic_target, disc_reward, next_q_mean, next_q_unc) = tch::no_grad(|| {
@@ -341,10 +405,19 @@ impl Learner {
             let next_q = self.model.target_critic.forward(&next_obs_c, &z, &next_action);
             let next_v = pessimistic(&next_q, a.critic_pessimism);
             let target = &reward + &discount * &next_v;
-            (target, reward, next_q.mean(Kind::Float), pessimistic(&next_q, 1.0) - next_q.mean_dim(Some(&[0i64][..]), false, Kind::Float))
+            (
+                target,
+                reward,
+                next_q.mean(Kind::Float),
+                pessimistic(&next_q, 1.0) - next_q.mean_dim(Some(&[0i64][..]), false, Kind::Float),
+            )
         });
         let q = self.model.critic.forward(&obs_c, &z, &train.action);
-        let critic_loss = (&q - &critic_target).square().mean_dim(Some(&[1i64, 2i64][..]), false, Kind::Float).sum(Kind::Float) * 0.5;
+        let critic_loss = (&q - &critic_target)
+            .square()
+            .mean_dim(Some(&[1i64, 2i64][..]), false, Kind::Float)
+            .sum(Kind::Float)
+            * 0.5;
         Self::step(capture, &mut grads, &mut self.critic_opt, &critic_loss, false);
         metrics.insert("critic_loss", scalar(&critic_loss));
         metrics.insert("target_Q", scalar(&critic_target.mean(Kind::Float)));
@@ -360,10 +433,18 @@ impl Learner {
             let next_q = self.model.target_aux_critic.forward(&next_obs_c, &z, &next_action);
             let next_v = pessimistic(&next_q, a.aux_critic_pessimism);
             let target = &aux_reward + &discount * &next_v;
-            (target, next_q.mean(Kind::Float), pessimistic(&next_q, 1.0) - next_q.mean_dim(Some(&[0i64][..]), false, Kind::Float))
+            (
+                target,
+                next_q.mean(Kind::Float),
+                pessimistic(&next_q, 1.0) - next_q.mean_dim(Some(&[0i64][..]), false, Kind::Float),
+            )
         });
         let q_aux = self.model.aux_critic.forward(&obs_c, &z, &train.action);
-        let aux_loss = (&q_aux - &aux_target).square().mean_dim(Some(&[1i64, 2i64][..]), false, Kind::Float).sum(Kind::Float) * 0.5;
+        let aux_loss = (&q_aux - &aux_target)
+            .square()
+            .mean_dim(Some(&[1i64, 2i64][..]), false, Kind::Float)
+            .sum(Kind::Float)
+            * 0.5;
         Self::step(capture, &mut grads, &mut self.aux_critic_opt, &aux_loss, false);
         metrics.insert("aux_critic_loss", scalar(&aux_loss));
         metrics.insert("target_auxQ", scalar(&aux_target.mean(Kind::Float)));
@@ -374,11 +455,19 @@ impl Learner {
 
         // Actor: maximise F·z, regularised by the two critics scaled by |Q_fb|.
         let action = sample_action(&self.model.actor.mean(&obs_a, &z), &noise.actor_eps);
-        let fz = (self.model.forward_map.forward(&obs_c, &z, &action) * &z).sum_dim_intlist(Some(&[-1i64][..]), false, Kind::Float);
+        let fz = (self.model.forward_map.forward(&obs_c, &z, &action) * &z).sum_dim_intlist(
+            Some(&[-1i64][..]),
+            false,
+            Kind::Float,
+        );
         let q_fb = pessimistic(&fz, a.actor_pessimism);
         let q_d = pessimistic(&self.model.critic.forward(&obs_c, &z, &action), a.actor_pessimism);
         let q_x = pessimistic(&self.model.aux_critic.forward(&obs_c, &z, &action), a.actor_pessimism);
-        let weight = if a.scale_reg { q_fb.abs().mean(Kind::Float).detach() } else { Tensor::from(1.0f32).to_device(q_fb.device()) };
+        let weight = if a.scale_reg {
+            q_fb.abs().mean(Kind::Float).detach()
+        } else {
+            Tensor::from(1.0f32).to_device(q_fb.device())
+        };
         let actor_loss = -q_fb.mean(Kind::Float)
             - &weight * q_d.mean(Kind::Float) * a.reg_coeff
             - &weight * q_x.mean(Kind::Float) * a.reg_coeff_aux;

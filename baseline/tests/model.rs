@@ -3,7 +3,7 @@
 //! blocks behave as §5.1 says (unit-sphere B, clamped actions with a straight-through gradient,
 //! orthogonal init, targets equal to the online networks at start).
 
-use arena_bfm::config::{ModelConfig, ParameterCounts, PRESETS};
+use arena_bfm::config::{ModelConfig, PRESETS, ParameterCounts};
 use arena_bfm::model::{self, FbCprAuxModel};
 use arena_bfm::nn::sample_action;
 use arena_bfm::update::pessimistic;
@@ -99,7 +99,13 @@ fn init_is_orthogonal_and_targets_start_equal() {
             assert!(t.equal(other), "{name}");
         }
     }
-    assert!(m.store.all_under(model::TARGET_FORWARD).iter().all(|(n, _)| !m.store.trainable_under("").iter().any(|(t, _)| t == n)));
+    assert!(
+        m.store.all_under(model::TARGET_FORWARD).iter().all(|(n, _)| !m
+            .store
+            .trainable_under("")
+            .iter()
+            .any(|(t, _)| t == n))
+    );
 }
 
 trait EyeLike {

@@ -38,7 +38,11 @@ fn obs_tensors(prefix: &str, o: &Obs) -> Vec<(String, Tensor)> {
 }
 
 fn store_tensors(model: &FbCprAuxModel) -> Vec<(String, Tensor)> {
-    model.store.iter().map(|(n, e)| (n.clone(), e.tensor.detach().copy())).collect()
+    model
+        .store
+        .iter()
+        .map(|(n, e)| (n.clone(), e.tensor.detach().copy()))
+        .collect()
 }
 
 /// Python able to import torch, or None with the reason.
@@ -51,7 +55,10 @@ fn python_with_torch() -> Result<(String, String), String> {
         .output()
         .map_err(|e| format!("cannot run {python}: {e}"))?;
     if !probe.status.success() {
-        return Err(format!("{python} cannot import torch/safetensors/numpy: {}", String::from_utf8_lossy(&probe.stderr)));
+        return Err(format!(
+            "{python} cannot import torch/safetensors/numpy: {}",
+            String::from_utf8_lossy(&probe.stderr)
+        ));
     }
     Ok((python, pythonpath))
 }
@@ -68,11 +75,17 @@ fn one_update_matches_the_pytorch_oracle() {
     };
     tch::manual_seed(20261123);
     let cfg = ModelConfig::tiny();
-    let agent = AgentConfig { batch_size: 64, seq_length: 8, ..AgentConfig::default() };
+    let agent = AgentConfig {
+        batch_size: 64,
+        seq_length: 8,
+        ..AgentConfig::default()
+    };
     let mut model = FbCprAuxModel::new(&cfg, agent.obs_norm_momentum, agent.aux_reward_ema, Device::Cpu);
     // Non-trivial running statistics and aux-reward history before the update under test.
     model.update_normalizer(&raw_obs(&cfg, 256, 0.3));
-    let _ = model.aux_reward_normalizer.update_and_normalize(&(Tensor::randn([64, 1], (Kind::Float, Device::Cpu)) - 1.0));
+    let _ = model
+        .aux_reward_normalizer
+        .update_and_normalize(&(Tensor::randn([64, 1], (Kind::Float, Device::Cpu)) - 1.0));
 
     let n = agent.batch_size;
     let f = (Kind::Float, Device::Cpu);
@@ -125,12 +138,24 @@ fn one_update_matches_the_pytorch_oracle() {
         let obs = model.normalize(&train.obs);
         let next_obs = model.normalize(&train.next_obs);
         vec![
-            ("out.forward", model.forward_map.forward(&obs.critic_input(), &train.z, &train.action)),
+            (
+                "out.forward",
+                model.forward_map.forward(&obs.critic_input(), &train.z, &train.action),
+            ),
             ("out.backward", model.backward_map.forward(&next_obs.goal_input())),
             ("out.actor_mean", model.actor.mean(&obs.actor_input(), &train.z)),
-            ("out.critic", model.critic.forward(&obs.critic_input(), &train.z, &train.action)),
-            ("out.aux_critic", model.aux_critic.forward(&obs.critic_input(), &train.z, &train.action)),
-            ("out.disc_logits", model.discriminator.logits(&obs.goal_input(), &train.z)),
+            (
+                "out.critic",
+                model.critic.forward(&obs.critic_input(), &train.z, &train.action),
+            ),
+            (
+                "out.aux_critic",
+                model.aux_critic.forward(&obs.critic_input(), &train.z, &train.action),
+            ),
+            (
+                "out.disc_logits",
+                model.discriminator.logits(&obs.goal_input(), &train.z),
+            ),
         ]
     });
     Tensor::write_safetensors(&outputs, d.join("outputs.safetensors")).unwrap();
@@ -141,7 +166,11 @@ fn one_update_matches_the_pytorch_oracle() {
     for (name, v) in &metrics {
         assert!(v.is_finite(), "{name} = {v}");
     }
-    let grads: Vec<(String, Tensor)> = learner.last_grads.iter().map(|(n, g)| (format!("grad.{n}"), g.shallow_clone())).collect();
+    let grads: Vec<(String, Tensor)> = learner
+        .last_grads
+        .iter()
+        .map(|(n, g)| (format!("grad.{n}"), g.shallow_clone()))
+        .collect();
     let trainable = learner.model.store.iter().filter(|(_, e)| e.trainable).count();
     assert_eq!(grads.len(), trainable, "a gradient for every trainable tensor");
     Tensor::write_safetensors(&grads, d.join("grads.safetensors")).unwrap();
@@ -159,8 +188,17 @@ fn one_update_matches_the_pytorch_oracle() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
     let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(d.join("report.json")).expect("the oracle writes report.json")).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(d.join("report.json")).expect("the oracle writes report.json"))
+            .unwrap();
     let compared = report["compared"].as_u64().unwrap();
-    assert!(compared as usize > 2 * trainable, "the oracle compared only {compared} tensors");
-    assert!(out.status.success(), "oracle parity failed: worst {} on {}", report["worst"], report["worst_name"]);
+    assert!(
+        compared as usize > 2 * trainable,
+        "the oracle compared only {compared} tensors"
+    );
+    assert!(
+        out.status.success(),
+        "oracle parity failed: worst {} on {}",
+        report["worst"],
+        report["worst_name"]
+    );
 }

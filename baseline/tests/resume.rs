@@ -12,7 +12,11 @@ use tch::{Device, Kind, Tensor};
 static TORCH_RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn agent() -> AgentConfig {
-    AgentConfig { batch_size: 32, seq_length: 8, ..AgentConfig::default() }
+    AgentConfig {
+        batch_size: 32,
+        seq_length: 8,
+        ..AgentConfig::default()
+    }
 }
 
 fn obs(cfg: &ModelConfig, n: i64) -> Obs {
@@ -58,7 +62,12 @@ fn run(learner: &mut Learner, from: i64, to: i64) {
 }
 
 fn snapshot(learner: &Learner) -> BTreeMap<String, Tensor> {
-    learner.model.store.iter().map(|(n, e)| (n.clone(), e.tensor.detach().copy())).collect()
+    learner
+        .model
+        .store
+        .iter()
+        .map(|(n, e)| (n.clone(), e.tensor.detach().copy()))
+        .collect()
 }
 
 #[test]
@@ -91,7 +100,13 @@ fn resumed_training_equals_straight_training_bit_for_bit() {
     // Not vacuous: training moved the parameters.
     tch::manual_seed(3);
     let fresh = FbCprAuxModel::new(&cfg, 0.01, 0.99, Device::Cpu);
-    assert!(!fresh.store.get("_actor.policy.0.mlp.1.weight").unwrap().equal(&a["_actor.policy.0.mlp.1.weight"]));
+    assert!(
+        !fresh
+            .store
+            .get("_actor.policy.0.mlp.1.weight")
+            .unwrap()
+            .equal(&a["_actor.policy.0.mlp.1.weight"])
+    );
 }
 
 #[test]
@@ -112,17 +127,25 @@ fn bad_checkpoints_are_refused_with_the_tensor_named() {
     }
     Tensor::write_safetensors(&tensors, &weights).unwrap();
     let err = checkpoint::load_model(dir.path(), Device::Cpu).unwrap_err();
-    assert!(matches!(&err, CheckpointError::Tensor { name, .. } if name == "_backward_map.net.0.weight"), "{err}");
+    assert!(
+        matches!(&err, CheckpointError::Tensor { name, .. } if name == "_backward_map.net.0.weight"),
+        "{err}"
+    );
     assert!(err.to_string().contains("shape [3, 3]"), "{err}");
 
     // A missing online tensor; missing targets are rebuilt from the online networks.
     let kept: Vec<(String, Tensor)> = tensors
         .into_iter()
-        .filter(|(n, _)| !n.starts_with("_target_") && n != "_actor.policy.0.mlp.1.bias" && n != "_backward_map.net.0.weight")
+        .filter(|(n, _)| {
+            !n.starts_with("_target_") && n != "_actor.policy.0.mlp.1.bias" && n != "_backward_map.net.0.weight"
+        })
         .collect();
     Tensor::write_safetensors(&kept, &weights).unwrap();
     let err = checkpoint::load_model(dir.path(), Device::Cpu).unwrap_err();
-    assert!(err.to_string().contains("_actor.policy.0.mlp.1.bias: missing") || err.to_string().contains("missing"), "{err}");
+    assert!(
+        err.to_string().contains("_actor.policy.0.mlp.1.bias: missing") || err.to_string().contains("missing"),
+        "{err}"
+    );
 
     // A config that is not JSON.
     std::fs::write(dir.path().join("model/config.json"), "{ not json").unwrap();
@@ -138,8 +161,11 @@ fn an_inference_export_without_targets_loads() {
     let dir = tempfile::tempdir().unwrap();
     checkpoint::save_model(&model, &agent(), dir.path()).unwrap();
     let weights = dir.path().join("model/model.safetensors");
-    let kept: Vec<(String, Tensor)> =
-        Tensor::read_safetensors(&weights).unwrap().into_iter().filter(|(n, _)| !n.starts_with("_target_")).collect();
+    let kept: Vec<(String, Tensor)> = Tensor::read_safetensors(&weights)
+        .unwrap()
+        .into_iter()
+        .filter(|(n, _)| !n.starts_with("_target_"))
+        .collect();
     Tensor::write_safetensors(&kept, &weights).unwrap();
     let (loaded, _) = checkpoint::load_model(dir.path(), Device::Cpu).unwrap();
     let a = loaded.store.get("_forward_map.Fs.0.mlp.1.weight").unwrap();

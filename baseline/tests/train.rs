@@ -46,8 +46,10 @@ fn train(c: TrainConfig, dir: &Path, resume: bool) -> Trainer {
 }
 
 fn weights(dir: &Path) -> HashMap<String, Tensor> {
-    let mut all: HashMap<String, Tensor> =
-        Tensor::read_safetensors(dir.join("checkpoint/model/model.safetensors")).unwrap().into_iter().collect();
+    let mut all: HashMap<String, Tensor> = Tensor::read_safetensors(dir.join("checkpoint/model/model.safetensors"))
+        .unwrap()
+        .into_iter()
+        .collect();
     for (k, v) in Tensor::read_safetensors(dir.join("checkpoint/optimizers.safetensors")).unwrap() {
         all.insert(format!("opt.{k}"), v);
     }
@@ -69,14 +71,21 @@ fn resumed_run_equals_the_uninterrupted_run() {
     let (wa, wb) = (weights(&straight), weights(&split));
     assert_eq!(wa.len(), wb.len());
     for (name, t) in &wa {
-        assert!(t.equal(&wb[name]), "{name} differs between the straight and the resumed run");
+        assert!(
+            t.equal(&wb[name]),
+            "{name} differs between the straight and the resumed run"
+        );
     }
     // Both logs recorded finite losses.
     let log = std::fs::read_to_string(straight.join("train_log.csv")).unwrap();
     let header: Vec<&str> = log.lines().next().unwrap().split(',').collect();
     let col = header.iter().position(|h| *h == "fb_loss").unwrap();
     let last: Vec<&str> = log.lines().last().unwrap().split(',').collect();
-    assert!(last[col].parse::<f64>().unwrap().is_finite(), "{}", log.lines().last().unwrap());
+    assert!(
+        last[col].parse::<f64>().unwrap().is_finite(),
+        "{}",
+        log.lines().last().unwrap()
+    );
 }
 
 #[test]
@@ -86,9 +95,15 @@ fn bad_configs_name_the_key() {
     for (text, needle) in [
         ("preset = \"huge\"", "unknown preset `huge`"),
         ("preset = \"tiny\"\n[train]\nnum_envs = 0", "train.num_envs must be > 0"),
-        ("preset = \"tiny\"\n[agent]\nbatch_size = 60\nseq_length = 8", "multiple of agent.seq_length"),
+        (
+            "preset = \"tiny\"\n[agent]\nbatch_size = 60\nseq_length = 8",
+            "multiple of agent.seq_length",
+        ),
         ("preset = \"tiny\"\n[train]\nnum_envz = 3", "unknown field `num_envz`"),
-        ("preset = \"tiny\"\n[agent.aux_reward_coefs]\npenalty_typo = 1.0", "penalty_typo: unknown term"),
+        (
+            "preset = \"tiny\"\n[agent.aux_reward_coefs]\npenalty_typo = 1.0",
+            "penalty_typo: unknown term",
+        ),
     ] {
         std::fs::write(&path, text).unwrap();
         let err = TrainConfig::load(&path).unwrap_err();
@@ -127,7 +142,15 @@ fn arena_bin() -> Option<PathBuf> {
 
 fn start_server(bin: &Path, data: &Path) -> Server {
     let mut child = Command::new(bin)
-        .args(["serve", "--data-dir", data.to_str().unwrap(), "--admin-token", ADMIN, "--bind", "127.0.0.1:0"])
+        .args([
+            "serve",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--admin-token",
+            ADMIN,
+            "--bind",
+            "127.0.0.1:0",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -145,7 +168,9 @@ fn start_server(bin: &Path, data: &Path) -> Server {
 
 fn http(addr: SocketAddr, method: &str, path: &str, token: Option<&str>, body: &str) -> (u16, serde_json::Value) {
     let mut s = TcpStream::connect(addr).unwrap();
-    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
     write!(
         s,
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -169,37 +194,72 @@ fn trained_checkpoint_submits_over_both_transports_and_reaches_the_leaderboard()
     let root = tempfile::tempdir().unwrap();
     let run = root.path().join("run");
     let out = Command::new(env!("CARGO_BIN_EXE_arena-bfm"))
-        .args(["train", "--config", repo().join("baseline/configs/tiny.toml").to_str().unwrap(), "--out", run.to_str().unwrap()])
-        .args(["--set", "train.num_env_steps=3000", "--set", "train.eval_every_steps=100000"])
+        .args([
+            "train",
+            "--config",
+            repo().join("baseline/configs/tiny.toml").to_str().unwrap(),
+            "--out",
+            run.to_str().unwrap(),
+        ])
+        .args([
+            "--set",
+            "train.num_env_steps=3000",
+            "--set",
+            "train.eval_every_steps=100000",
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "train failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "train failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let log = std::fs::read_to_string(run.join("train_log.csv")).unwrap();
     assert!(log.lines().count() >= 3, "{log}");
     assert!(!log.contains("NaN") && !log.contains("inf"), "{log}");
     assert!(run.join("checkpoint/model/model.safetensors").exists());
 
     let server = start_server(&arena, &root.path().join("data"));
-    let (status, team) = http(server.addr, "POST", "/api/v1/teams", Some(ADMIN), "{\"name\": \"baseline\"}");
+    let (status, team) = http(
+        server.addr,
+        "POST",
+        "/api/v1/teams",
+        Some(ADMIN),
+        "{\"name\": \"baseline\"}",
+    );
     assert_eq!(status, 201, "{team}");
     let token = team["token"].as_str().unwrap().to_string();
     for transport in ["ws", "grpc"] {
         let out = Command::new(env!("CARGO_BIN_EXE_arena-bfm"))
             .args(["agent", "--checkpoint", run.join("checkpoint").to_str().unwrap()])
-            .args(["--server", &format!("http://{}", server.addr), "--benchmark", "g1-smoke", "--transport", transport])
+            .args([
+                "--server",
+                &format!("http://{}", server.addr),
+                "--benchmark",
+                "g1-smoke",
+                "--transport",
+                transport,
+            ])
             .args(["--name", &format!("bfm-{transport}")])
             .env("ARENA_TOKEN", &token)
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "agent over {transport}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "agent over {transport}: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         assert!(stdout.contains("COMPLETED, 6 episodes"), "{transport}: {stdout}");
     }
     let (status, board) = http(server.addr, "GET", "/api/v1/leaderboards/g1-smoke", None, "");
     assert_eq!(status, 200, "{board}");
     // The board ranks a team by its best submission: ours, with all six episodes scored.
     let entries = board["entries"].as_array().unwrap();
-    let ours = entries.iter().find(|e| e["team"] == "baseline").unwrap_or_else(|| panic!("{board}"));
+    let ours = entries
+        .iter()
+        .find(|e| e["team"] == "baseline")
+        .unwrap_or_else(|| panic!("{board}"));
     assert_eq!(ours["scored_episodes"], 6, "{board}");
     assert!(ours["agent_name"].as_str().unwrap().starts_with("bfm-"), "{board}");
     assert!(ours["score"].as_f64().unwrap().is_finite());

@@ -29,8 +29,9 @@ impl Dense {
             }
             Some(p) => {
                 let init = || {
-                    let members: Vec<Tensor> =
-                        (0..p).map(|_| orthogonal(input, output, std::f64::consts::SQRT_2)).collect();
+                    let members: Vec<Tensor> = (0..p)
+                        .map(|_| orthogonal(input, output, std::f64::consts::SQRT_2))
+                        .collect();
                     Tensor::stack(&members, 0)
                 };
                 let weight = s.param("weight", init);
@@ -67,7 +68,12 @@ impl Norm {
         let (ones, zeros) = (s.ones(&shape), s.zeros(&shape));
         let weight = s.param("weight", || ones);
         let bias = s.param("bias", || zeros);
-        Norm { weight, bias, dim, parallel: ensemble.is_some() }
+        Norm {
+            weight,
+            bias,
+            dim,
+            parallel: ensemble.is_some(),
+        }
     }
 
     pub fn forward(&self, x: &Tensor) -> Tensor {
@@ -134,14 +140,28 @@ impl Sequence {
         for k in 1..layers - 1 {
             seq.push(Layer::Res(ResBlock::new(&mut s.sub(k), hidden, ensemble)));
         }
-        seq.push(Layer::Block(Block::new(&mut s.sub(layers - 1), hidden, hidden / 2, true, ensemble)));
+        seq.push(Layer::Block(Block::new(
+            &mut s.sub(layers - 1),
+            hidden,
+            hidden / 2,
+            true,
+            ensemble,
+        )));
         Sequence(seq)
     }
 
     /// The residual trunk: L×ResBlock(h), then Block(h→out) without activation.
     pub fn res_trunk(s: &mut Scope, hidden: i64, layers: usize, output: i64, ensemble: Option<i64>) -> Self {
-        let mut seq: Vec<Layer> = (0..layers).map(|k| Layer::Res(ResBlock::new(&mut s.sub(k), hidden, ensemble))).collect();
-        seq.push(Layer::Block(Block::new(&mut s.sub(layers), hidden, output, false, ensemble)));
+        let mut seq: Vec<Layer> = (0..layers)
+            .map(|k| Layer::Res(ResBlock::new(&mut s.sub(k), hidden, ensemble)))
+            .collect();
+        seq.push(Layer::Block(Block::new(
+            &mut s.sub(layers),
+            hidden,
+            output,
+            false,
+            ensemble,
+        )));
         Sequence(seq)
     }
 

@@ -24,7 +24,12 @@ impl ForwardMap {
         let embed_z = Sequence::res_embed(&mut s.sub("embed_z"), obs_dim + z_dim, h, arch.hidden_layers, p);
         let embed_sa = Sequence::res_embed(&mut s.sub("embed_sa"), obs_dim + action_dim, h, arch.hidden_layers, p);
         let trunk = Sequence::res_trunk(&mut s.sub("Fs"), h, arch.hidden_layers, output, p);
-        ForwardMap { embed_z, embed_sa, trunk, ensemble: arch.ensemble }
+        ForwardMap {
+            embed_z,
+            embed_sa,
+            trunk,
+            ensemble: arch.ensemble,
+        }
     }
 
     /// `obs` `[N, obs]`, `z` `[N, d]`, `action` `[N, A]` → `[P, N, out]`.
@@ -75,7 +80,11 @@ impl Actor {
         let embed_z = Sequence::res_embed(&mut s.sub("embed_z"), obs_dim + z_dim, h, arch.embedding_layers, None);
         let embed_s = Sequence::res_embed(&mut s.sub("embed_s"), obs_dim, h, arch.embedding_layers, None);
         let policy = Sequence::res_trunk(&mut s.sub("policy"), h, arch.hidden_layers, action_dim, None);
-        Actor { embed_z, embed_s, policy }
+        Actor {
+            embed_z,
+            embed_s,
+            policy,
+        }
     }
 
     /// The mean action μ ∈ (−1, 1)^A.
@@ -110,13 +119,23 @@ impl Discriminator {
         let h = arch.hidden_dim;
         let first = Dense::new(&mut trunk.sub(0), z_dim + goal_dim, h, None);
         let norm = Norm::new(&mut trunk.sub(1), h, None);
-        let hidden = (0..arch.hidden_layers).map(|k| Dense::new(&mut trunk.sub(3 + 2 * k), h, h, None)).collect();
+        let hidden = (0..arch.hidden_layers)
+            .map(|k| Dense::new(&mut trunk.sub(3 + 2 * k), h, h, None))
+            .collect();
         let last = Dense::new(&mut trunk.sub(3 + 2 * arch.hidden_layers), h, 1, None);
-        Discriminator { first, norm, hidden, last }
+        Discriminator {
+            first,
+            norm,
+            hidden,
+            last,
+        }
     }
 
     pub fn logits(&self, goal: &Tensor, z: &Tensor) -> Tensor {
-        let mut y = self.norm.forward(&self.first.forward(&Tensor::cat(&[z, goal], -1))).tanh();
+        let mut y = self
+            .norm
+            .forward(&self.first.forward(&Tensor::cat(&[z, goal], -1)))
+            .tanh();
         for layer in &self.hidden {
             y = layer.forward(&y).relu();
         }

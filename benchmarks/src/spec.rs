@@ -21,6 +21,8 @@ pub const OBSERVATION_GROUPS: [&str; 4] = ["state", "privileged_state", "last_ac
 pub const DEFAULT_OBSERVATION_GROUPS: [&str; 3] = ["state", "last_action", "history_actor"];
 /// Largest `reference_horizon` (5 s of future frames at the control rate).
 pub const MAX_REFERENCE_HORIZON: u32 = 250;
+/// Largest `reference_goal_horizon` (5 s of future reference rows at the control rate).
+pub const MAX_REFERENCE_GOAL_HORIZON: u32 = 250;
 /// Environment variable naming the motions root (the command line's `--motions-root`).
 pub const MOTIONS_ROOT_ENV: &str = "ARENA_MOTIONS_ROOT";
 
@@ -143,6 +145,10 @@ pub enum FallSpec {
 pub struct ObservationAccess {
     pub groups: Vec<String>,
     pub reference_horizon: u32,
+    /// Future reference rows (state | privileged_state of the reference, BFM-Zero's backward
+    /// observation) sent each step as the `reference_goal` group; 0 = not sent.
+    #[serde(default)]
+    pub reference_goal_horizon: u32,
     pub reveal_reference: bool,
     pub hide_motion_names: bool,
 }
@@ -381,6 +387,7 @@ enum FallRule {
 struct RawObservations {
     groups: Option<Vec<String>>,
     reference_horizon: Option<i64>,
+    reference_goal_horizon: Option<i64>,
     reveal_reference: Option<bool>,
     hide_motion_names: Option<bool>,
 }
@@ -724,6 +731,13 @@ impl Check<'_> {
                 1,
                 (0, MAX_REFERENCE_HORIZON as i64),
                 &format!("an integer 0-{MAX_REFERENCE_HORIZON}"),
+            )? as u32,
+            reference_goal_horizon: self.int(
+                "observations.reference_goal_horizon",
+                raw.reference_goal_horizon,
+                0,
+                (0, MAX_REFERENCE_GOAL_HORIZON as i64),
+                &format!("an integer 0-{MAX_REFERENCE_GOAL_HORIZON} (future reference rows of 527 values each)"),
             )? as u32,
             reveal_reference: raw.reveal_reference.unwrap_or(false),
             hide_motion_names: raw.hide_motion_names.unwrap_or(false),
@@ -1138,6 +1152,8 @@ primary = "emd"
         assert_eq!(smoke.motions.source, MotionSource::Builtin(builtin));
         assert_eq!(smoke.metrics.list.len(), KNOWN.len());
         assert_eq!(smoke.ranking.tie_breakers, ["mpjpe_g", "success"]);
+        // Both shipped benchmarks send 8 future reference rows for the BFM-Zero agent's window.
+        assert_eq!(smoke.observations.reference_goal_horizon, 8);
         let (_, dance) = find_benchmark("g1-moves-dance", &shipped_dir(), &KNOWN).unwrap();
         assert_eq!(
             dance.motions.source,
@@ -1148,6 +1164,7 @@ primary = "emd"
         );
         assert_eq!(dance.motions.fps, Some(60.0));
         assert!(dance.description.contains("CC-BY-4.0"));
+        assert_eq!(dance.observations.reference_goal_horizon, 8);
         // The JSON form (`arena bench show --json`) round-trips.
         let json = serde_json::to_string(&dance).unwrap();
         assert_eq!(serde_json::from_str::<BenchmarkSpec>(&json).unwrap(), dance);
@@ -1178,6 +1195,7 @@ primary = "emd"
         assert_eq!(spec.fall, FallSpec::None);
         assert_eq!(spec.observations.groups, DEFAULT_OBSERVATION_GROUPS);
         assert_eq!(spec.observations.reference_horizon, 1);
+        assert_eq!(spec.observations.reference_goal_horizon, 0, "off unless asked for");
         assert!(!spec.observations.reveal_reference && !spec.observations.hide_motion_names);
         assert_eq!(spec.metrics.state_slice, [0, 23]);
         assert_eq!(spec.metrics.success_threshold_m, 0.5);
@@ -1193,7 +1211,7 @@ primary = "emd"
              [episodes]\nwindow = {{ length_s = 10, stride_s = 5.0 }}\nrepeats = 3\ndr_level = 2\nseed = 7\n\
              [limits]\nmax_episode_s = 20\nstep_timeout_ms = 200\n\
              [fall]\nrule = \"min_root_height\"\nthreshold_m = 0.3\n\
-             [observations]\ngroups = [\"privileged_state\"]\nreference_horizon = 0\nreveal_reference = true\n"
+             [observations]\ngroups = [\"privileged_state\"]\nreference_horizon = 0\nreference_goal_horizon = 8\nreveal_reference = true\n"
         );
         let spec = parse(&text).unwrap();
         assert_eq!(spec.ranking.direction, Some(Direction::Higher));
@@ -1212,6 +1230,7 @@ primary = "emd"
         assert_eq!(spec.limits.step_timeout_ms, 200);
         assert_eq!(spec.fall, FallSpec::MinRootHeight(0.3));
         assert_eq!(spec.observations.groups, ["privileged_state"]);
+        assert_eq!(spec.observations.reference_goal_horizon, 8);
         assert!(spec.observations.reveal_reference);
         let text = variant(
             "builtin = [\"stand\", \"squat\"]",
@@ -1382,6 +1401,16 @@ primary = "emd"
             &format!("{MINIMAL}[observations]\nreference_horizon = 251\n"),
             "observations.reference_horizon",
             "0-250",
+        );
+        expect_err(
+            &format!("{MINIMAL}[observations]\nreference_goal_horizon = 251\n"),
+            "observations.reference_goal_horizon",
+            "0-250",
+        );
+        expect_err(
+            &format!("{MINIMAL}[observations]\nreference_goal_horizon = -1\n"),
+            "observations.reference_goal_horizon",
+            "got -1",
         );
         expect_err(
             &format!("{MINIMAL}tie_breakers = [\"emd\"]\n"),

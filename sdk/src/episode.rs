@@ -10,8 +10,8 @@ use arena_data::{MotionClip, NUM_JOINTS};
 use arena_sim::dr::DrLevel;
 use arena_sim::env::{self, ACTION_CLIP, EpisodeAssignment, FallRule, TrackingEnv, TrackingEnvConfig, Trajectory};
 use arena_sim::handler::NQ;
-use arena_sim::motion::{Motion, MotionLibrary};
-use arena_sim::observation::{HISTORY_ACTOR_DIM, LAST_ACTION_DIM, PRIVILEGED_STATE_DIM, STATE_DIM};
+use arena_sim::motion::{Motion, MotionLibrary, MotionState};
+use arena_sim::observation::{self, HISTORY_ACTOR_DIM, LAST_ACTION_DIM, PRIVILEGED_STATE_DIM, STATE_DIM};
 use arena_sim::robot::NUM_BODIES_EXT;
 use arena_sim::{CONTROL_DT, RobotConfig};
 use std::collections::BTreeMap;
@@ -20,6 +20,11 @@ use std::path::Path;
 
 /// Name of the observation group carrying the next `reference_horizon` reference frames.
 pub const REFERENCE_GROUP: &str = "reference";
+/// Name of the observation group carrying the next `reference_goal_horizon` reference rows as
+/// BFM-Zero's backward network reads them (`state` | `privileged_state` of the reference).
+pub const REFERENCE_GOAL_GROUP: &str = "reference_goal";
+/// Values per `reference_goal` row: the reference `state` (64) then its `privileged_state` (463).
+pub const REFERENCE_GOAL_ROW: usize = STATE_DIM + PRIVILEGED_STATE_DIM;
 
 /// The clips a benchmark names: generated for `builtin`, read from the motions root otherwise.
 pub fn benchmark_clips(
@@ -89,10 +94,12 @@ pub fn metric_config(spec: &BenchmarkSpec) -> MetricConfig {
 pub struct ObservationLayout {
     groups: Vec<(String, Range<usize>)>,
     reference_horizon: usize,
+    reference_goal_horizon: usize,
 }
 
 impl ObservationLayout {
-    /// The benchmark's groups in its order, then `reference` when `reference_horizon` > 0.
+    /// The benchmark's groups in its order, then `reference` when `reference_horizon` > 0, then
+    /// `reference_goal` when `reference_goal_horizon` > 0.
     pub fn for_benchmark(spec: &BenchmarkSpec) -> Self {
         let mut groups = Vec::new();
         let mut offset = 0;
@@ -107,9 +114,14 @@ impl ObservationLayout {
         if horizon > 0 {
             push(REFERENCE_GROUP, horizon * NQ);
         }
+        let goal_horizon = spec.observations.reference_goal_horizon as usize;
+        if goal_horizon > 0 {
+            push(REFERENCE_GOAL_GROUP, goal_horizon * REFERENCE_GOAL_ROW);
+        }
         Self {
             groups,
             reference_horizon: horizon,
+            reference_goal_horizon: goal_horizon,
         }
     }
 
@@ -117,11 +129,13 @@ impl ObservationLayout {
     pub fn from_spec(spec: &EpisodeSpec) -> Self {
         let mut groups = Vec::new();
         let mut offset = 0;
-        let mut horizon = 0;
+        let (mut horizon, mut goal_horizon) = (0, 0);
         for g in &spec.observations {
             let size = g.size as usize;
-            if g.name == REFERENCE_GROUP {
-                horizon = size / NQ;
+            match g.name.as_str() {
+                REFERENCE_GROUP => horizon = size / NQ,
+                REFERENCE_GOAL_GROUP => goal_horizon = size / REFERENCE_GOAL_ROW,
+                _ => {}
             }
             groups.push((g.name.clone(), offset..offset + size));
             offset += size;
@@ -129,7 +143,18 @@ impl ObservationLayout {
         Self {
             groups,
             reference_horizon: horizon,
+            reference_goal_horizon: goal_horizon,
         }
+    }
+
+    /// Future reference frames in the `reference` group (0 without it).
+    pub fn reference_horizon(&self) -> usize {
+        self.reference_horizon
+    }
+
+    /// Future reference rows in the `reference_goal` group (0 without it).
+    pub fn reference_goal_horizon(&self) -> usize {
+        self.reference_goal_horizon
     }
 
     /// Values per episode.
@@ -158,7 +183,8 @@ impl ObservationLayout {
     }
 
     /// Writes env `slot`'s observation into `out` (`size()` values): the benchmark's groups from
-    /// the env's observation batch, then the reference frames at t + dt, ..., t + H·dt.
+    /// the env's observation batch, then the reference frames at t + dt, ..., t + H·dt, then the
+    /// reference rows (state | privileged_state) at t + dt, ..., t + H_goal·dt.
     pub fn fill(&self, env: &TrackingEnv, slot: usize, scratch: &mut ReferenceScratch, out: &mut [f32]) {
         let obs = env.observations();
         for (name, range) in &self.groups {
@@ -183,6 +209,29 @@ impl ObservationLayout {
                         }
                     }
                 }
+                REFERENCE_GOAL_GROUP => {
+                    let (Some(a), info) = (env.assignment(slot), &env.infos()[slot]) else {
+                        dst.fill(0.0);
+                        continue;
+                    };
+                    let motion = &env.library().motions[a.motion];
+                    let state = &mut scratch.state;
+                    for (k, row) in dst.chunks_exact_mut(REFERENCE_GOAL_ROW).enumerate() {
+                        // The env's own time formula (start + step·dt) one to H steps ahead, so
+                        // row k is exactly the reference observation of episode step t + k + 1.
+                        let t = a.start_time + (info.step + k + 1) as f64 * CONTROL_DT;
+                        motion.state_at(t, state);
+                        let (s, p) = row.split_at_mut(STATE_DIM);
+                        observation::reference_state_row(state, env.robot(), s);
+                        observation::privileged_state(
+                            &state.body_pos,
+                            &state.body_rot,
+                            &state.body_vel,
+                            &state.body_ang_vel,
+                            p,
+                        );
+                    }
+                }
                 other => unreachable!("observation group {other:?} passed benchmark validation"),
             }
         }
@@ -200,11 +249,12 @@ fn group_size(name: &str) -> usize {
     }
 }
 
-/// Buffers for sampling reference poses without allocating per step.
+/// Buffers for sampling reference poses and states without allocating per step.
 #[derive(Debug)]
 pub struct ReferenceScratch {
     qpos: [f64; NQ],
     body_pos: Vec<f64>,
+    state: Box<MotionState>,
 }
 
 impl Default for ReferenceScratch {
@@ -212,6 +262,7 @@ impl Default for ReferenceScratch {
         Self {
             qpos: [0.0; NQ],
             body_pos: vec![0.0; 3 * NUM_BODIES_EXT],
+            state: Box::default(),
         }
     }
 }
@@ -305,5 +356,74 @@ pub fn score_finished(
             BTreeMap::new(),
             Some(format!("scoring failed: {e}")),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn smoke() -> BenchmarkSpec {
+        let names = arena_bench::metrics::metric_names();
+        arena_bench::spec::find_benchmark("g1-smoke", &arena_bench::spec::shipped_dir(), &names)
+            .unwrap()
+            .1
+    }
+
+    fn layout_of(groups: &[&str], horizon: u32, goal_horizon: u32) -> ObservationLayout {
+        let mut spec = smoke();
+        spec.observations.groups = groups.iter().map(|g| g.to_string()).collect();
+        spec.observations.reference_horizon = horizon;
+        spec.observations.reference_goal_horizon = goal_horizon;
+        ObservationLayout::for_benchmark(&spec)
+    }
+
+    #[test]
+    fn g1_smoke_layout_ends_with_the_reference_rows() {
+        let spec = smoke();
+        let layout = ObservationLayout::for_benchmark(&spec);
+        let groups: Vec<(&str, Range<usize>)> = layout.groups().collect();
+        assert_eq!(
+            groups,
+            [
+                ("state", 0..64),
+                ("last_action", 64..93),
+                ("history_actor", 93..465),
+                ("reference", 465..501),
+                ("reference_goal", 501..501 + 8 * 527),
+            ]
+        );
+        assert_eq!(layout.size(), 4717);
+        assert_eq!((layout.reference_horizon(), layout.reference_goal_horizon()), (1, 8));
+        // What Connected announces reads back as the same layout (the client's side).
+        let announced = episode_spec(&spec, 4, 2, 1.0);
+        assert_eq!(
+            announced.observations.last().map(|g| (g.name.as_str(), g.size)),
+            Some((REFERENCE_GOAL_GROUP, 8 * 527))
+        );
+        assert_eq!(ObservationLayout::from_spec(&announced), layout);
+    }
+
+    #[test]
+    fn reference_goal_follows_whatever_comes_before_it() {
+        let layout = layout_of(&["privileged_state"], 0, 2);
+        assert_eq!(layout.group("privileged_state"), Some(0..463));
+        assert_eq!(layout.group(REFERENCE_GROUP), None);
+        assert_eq!(
+            layout.group(REFERENCE_GOAL_GROUP),
+            Some(463..463 + 2 * REFERENCE_GOAL_ROW)
+        );
+        assert_eq!(layout.size(), 463 + 1054);
+        let layout = layout_of(&["state"], 3, 0);
+        assert_eq!(layout.group(REFERENCE_GOAL_GROUP), None, "0 = not sent");
+        assert_eq!(layout.reference_goal_horizon(), 0);
+        assert_eq!(layout.size(), 64 + 3 * NQ);
+        let layout = layout_of(&[], 0, 1);
+        assert_eq!(layout.group(REFERENCE_GOAL_GROUP), Some(0..527));
+        let spec = EpisodeSpec {
+            observations: layout.to_protocol(),
+            ..Default::default()
+        };
+        assert_eq!(ObservationLayout::from_spec(&spec).reference_goal_horizon(), 1);
     }
 }

@@ -8,7 +8,7 @@
 use crate::catalog::LoadedBenchmark;
 use crate::storage::{NewEpisode, NewSubmission, Phase, Quota, Storage, StorageError, Submission, Team, Visibility};
 use arena_bench::spec::BenchmarkSpec;
-use arena_sdk::episode::REFERENCE_GROUP;
+use arena_sdk::episode::{REFERENCE_GOAL_GROUP, REFERENCE_GROUP};
 use arena_sdk::protocol::{self, codes};
 use axum::http::StatusCode;
 use std::collections::HashMap;
@@ -401,11 +401,15 @@ impl RateLimiter {
 }
 
 /// The observation groups a phase may allow on a benchmark: the benchmark's own groups, plus
-/// `reference` when the benchmark sends reference frames (a horizon or the whole motion).
+/// `reference` when the benchmark sends reference frames (a horizon or the whole motion), plus
+/// `reference_goal` when it sends reference rows (`reference_goal_horizon`).
 pub fn allowed_groups(spec: &BenchmarkSpec) -> Vec<String> {
     let mut groups = spec.observations.groups.clone();
     if spec.observations.reference_horizon > 0 || spec.observations.reveal_reference {
         groups.push(REFERENCE_GROUP.to_string());
+    }
+    if spec.observations.reference_goal_horizon > 0 {
+        groups.push(REFERENCE_GOAL_GROUP.to_string());
     }
     groups
 }
@@ -459,8 +463,9 @@ pub fn validate_phase(phase: &Phase, spec: &BenchmarkSpec) -> Result<(), AccessE
 }
 
 /// The benchmark as a phase runs it: only the phase's observation groups (no reference frames,
-/// neither the horizon nor the revealed motion, unless `reference` is allowed), and, in a private
-/// phase, no motion names in EpisodeStart (opaque episode ids only).
+/// neither the horizon nor the revealed motion, unless `reference` is allowed; no reference rows
+/// unless `reference_goal` is), and, in a private phase, no motion names in EpisodeStart (opaque
+/// episode ids only).
 pub fn phase_benchmark(benchmark: &LoadedBenchmark, phase: &Phase) -> LoadedBenchmark {
     let mut view = benchmark.clone();
     view.spec = phase_spec(&benchmark.spec, phase);
@@ -476,6 +481,9 @@ pub fn phase_spec(spec: &BenchmarkSpec, phase: &Phase) -> BenchmarkSpec {
         if !groups.iter().any(|g| g == REFERENCE_GROUP) {
             observations.reference_horizon = 0;
             observations.reveal_reference = false;
+        }
+        if !groups.iter().any(|g| g == REFERENCE_GOAL_GROUP) {
+            observations.reference_goal_horizon = 0;
         }
     }
     if phase.leaderboard == Visibility::Private {
@@ -562,7 +570,7 @@ mod tests {
         let spec = smoke();
         assert_eq!(
             allowed_groups(&spec),
-            ["state", "last_action", "history_actor", "reference"]
+            ["state", "last_action", "history_actor", "reference", "reference_goal"]
         );
         let public = phase_spec(&spec, &phase(None, Visibility::Public));
         assert_eq!(
@@ -576,9 +584,19 @@ mod tests {
             (o.reference_horizon, o.reveal_reference, o.hide_motion_names),
             (0, false, true)
         );
+        assert_eq!(o.reference_goal_horizon, 0, "reference rows only when allowed");
         let view = phase_spec(&spec, &phase(Some(&["reference"]), Visibility::Public));
         assert!(view.observations.groups.is_empty());
         assert_eq!(view.observations.reference_horizon, spec.observations.reference_horizon);
+        assert_eq!(view.observations.reference_goal_horizon, 0);
+        let view = phase_spec(&spec, &phase(Some(&["reference_goal"]), Visibility::Public));
+        assert_eq!(
+            (
+                view.observations.reference_horizon,
+                view.observations.reference_goal_horizon
+            ),
+            (0, 8)
+        );
     }
 
     #[test]
@@ -595,6 +613,11 @@ mod tests {
             "does not offer \"privileged_state\"",
         );
         refused(&phase(Some(&["state", "state"]), Visibility::Public), "listed twice");
+        assert!(validate_phase(&phase(Some(&["state", "reference_goal"]), Visibility::Public), &spec).is_ok());
+        let mut no_goal = spec.clone();
+        no_goal.observations.reference_goal_horizon = 0;
+        let e = validate_phase(&phase(Some(&["reference_goal"]), Visibility::Public), &no_goal).unwrap_err();
+        assert!(e.message.contains("does not offer \"reference_goal\""), "{}", e.message);
         refused(&phase(Some(&[]), Visibility::Public), "at least one group");
         let mut p = phase(None, Visibility::Public);
         p.ends_at = p.starts_at;

@@ -654,7 +654,10 @@ fn public_and_private_phases() {
     // Alpha in the public phase: names, metrics and results as usual.
     let (summary, seen) = run_in_phase(&server, &alpha, "dev");
     assert_eq!(summary.submission_status, "COMPLETED");
-    assert_eq!(seen.groups, ["state", "last_action", "history_actor", "reference"]);
+    assert_eq!(
+        seen.groups,
+        ["state", "last_action", "history_actor", "reference", "reference_goal"]
+    );
     assert!(seen.motions.contains(&"squat".to_string()), "{:?}", seen.motions);
     assert!(seen.ends.iter().all(|e| e.metrics.contains_key("emd")));
     let public_id = summary.submission_id.clone();

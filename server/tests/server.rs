@@ -290,6 +290,138 @@ fn json_encoding_and_practice_sessions() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// Checks the `reference_goal` rows an agent receives against the simulator's reference
+/// observations of the episode's motion (row k of step t = reference row start/dt + t + k).
+struct GoalChecker {
+    references: std::collections::HashMap<String, arena_sim::observation::ReferenceObservations>,
+    episodes: std::collections::HashMap<u32, (String, f64)>,
+    group_size: usize,
+    rows_checked: usize,
+}
+
+impl GoalChecker {
+    fn new() -> Self {
+        let names = arena_bench::metrics::metric_names();
+        let spec = arena_bench::spec::find_benchmark("g1-smoke", &arena_bench::spec::shipped_dir(), &names)
+            .unwrap()
+            .1;
+        let robot = arena_sim::RobotConfig::default();
+        let clips = arena_sdk::episode::benchmark_clips(&spec, std::path::Path::new("."), &robot).unwrap();
+        let library = arena_sim::motion::MotionLibrary::from_clips(&clips, &robot).unwrap();
+        let references = library
+            .motions
+            .iter()
+            .map(|m| {
+                (
+                    m.name.clone(),
+                    arena_sim::observation::reference_observations(m, &robot),
+                )
+            })
+            .collect();
+        Self {
+            references,
+            episodes: Default::default(),
+            group_size: 0,
+            rows_checked: 0,
+        }
+    }
+}
+
+impl arena_sdk::Agent for GoalChecker {
+    fn configure(&mut self, spec: &arena_sdk::protocol::EpisodeSpec) {
+        let g = spec.observations.iter().find(|g| g.name == "reference_goal");
+        self.group_size = g.map_or(0, |g| g.size as usize);
+    }
+    fn reset(&mut self, episodes: &[arena_sdk::protocol::EpisodeInfo]) {
+        for e in episodes {
+            self.episodes.insert(e.episode_id, (e.motion.clone(), e.start_s));
+        }
+    }
+    fn act(&mut self, batch: &arena_sdk::Batch<'_>, actions: &mut [f32]) {
+        use arena_sdk::episode::REFERENCE_GOAL_ROW;
+        use arena_sim::observation::{PRIVILEGED_STATE_DIM, STATE_DIM};
+        actions.fill(0.0);
+        let range = batch.layout.group("reference_goal").expect("the group is sent");
+        assert_eq!(range.len(), 8 * REFERENCE_GOAL_ROW);
+        for i in 0..batch.len() {
+            let (motion, start_s) = &self.episodes[&batch.episodes[i]];
+            let reference = &self.references[motion];
+            let step = batch.episode_steps[i] as usize;
+            let goal = &batch.observation(i)[range.clone()];
+            for (k, row) in goal.chunks_exact(REFERENCE_GOAL_ROW).enumerate() {
+                let index = (start_s / arena_sim::CONTROL_DT).round() as usize + step + k + 1;
+                if index >= reference.rows {
+                    continue;
+                }
+                let want = reference.state[index * STATE_DIM..(index + 1) * STATE_DIM]
+                    .iter()
+                    .chain(
+                        &reference.privileged_state[index * PRIVILEGED_STATE_DIM..(index + 1) * PRIVILEGED_STATE_DIM],
+                    );
+                for (j, (got, want)) in row.iter().zip(want).enumerate() {
+                    // Exact from a start at 0 (every encoding carries f32 exactly); from a later
+                    // start the time sum may differ in its last bit.
+                    let tol = if *start_s == 0.0 {
+                        0.0
+                    } else {
+                        1e-5 * want.abs().max(1.0)
+                    };
+                    assert!(
+                        (got - want).abs() <= tol,
+                        "{motion} step {step} row {} value {j}: {got} vs {want}",
+                        k + 1
+                    );
+                }
+                self.rows_checked += 1;
+            }
+        }
+    }
+}
+
+/// The `reference_goal` group (8 × 527 values in g1-smoke) arrives intact over WebSocket binary,
+/// WebSocket JSON and gRPC.
+#[test]
+fn reference_goal_rows_arrive_over_every_transport() {
+    let dir = tmp("e2e-goal");
+    let server = ServerProc::start(&dir, &[]);
+    let token = server.team("epsilon");
+    for (url, encoding) in [
+        (server.ws_url(), Encoding::Binary),
+        (server.ws_url(), Encoding::Json),
+        (server.grpc_url(), Encoding::Binary),
+    ] {
+        let mut config = ClientConfig::new(
+            url.clone(),
+            &token,
+            Mode::Practice {
+                benchmark: "g1-smoke".into(),
+                episodes: vec![
+                    ResetEpisode {
+                        motion: "squat".into(),
+                        duration_s: 0.5,
+                        ..Default::default()
+                    },
+                    ResetEpisode {
+                        motion: "arm_wave".into(),
+                        start_s: 1.0,
+                        duration_s: 0.3,
+                        seed: 1,
+                    },
+                ],
+            },
+        );
+        config.encoding = encoding;
+        config.max_reconnects = 0;
+        let mut agent = GoalChecker::new();
+        let summary = client::run_blocking(&config, &mut agent, &mut |_| {}).unwrap();
+        assert_eq!(summary.episodes.len(), 2, "{url} {encoding:?}");
+        assert_eq!(agent.group_size, 8 * 527, "{url} {encoding:?}: announced size");
+        // (25 + 15) steps × 8 rows, all inside the motions.
+        assert_eq!(agent.rows_checked, 40 * 8, "{url} {encoding:?}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// The server is killed with SIGKILL mid-submission and restarted on the same port; the SDK
 /// client reconnects and resumes; every episode is counted exactly once.
 #[test]

@@ -295,6 +295,11 @@ impl TrackingEnv {
         &self.library
     }
 
+    /// The robot the envs simulate (its default pose is the `q0` of every `state` row).
+    pub fn robot(&self) -> &RobotConfig {
+        &self.config.robot
+    }
+
     /// Logs every physics substep's torques per env (see [`MujocoHandler::set_torque_logging`]).
     pub fn set_torque_logging(&mut self, on: bool) {
         self.handler.set_torque_logging(on);

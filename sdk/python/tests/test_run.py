@@ -43,6 +43,7 @@ class RecordingAgent(Agent):
         self.started: list[int] = []
         self.ended: list[int] = []
         self.batches = 0
+        self.goal_rows = 0
 
     def configure(self, spec: EpisodeSpec) -> None:
         self.spec = spec
@@ -55,6 +56,13 @@ class RecordingAgent(Agent):
         assert batch.observations.shape == (len(batch), batch.layout.size)
         assert batch.observations.dtype == np.float32
         assert set(batch.episode_ids.tolist()) <= set(self.started)
+        if arena_sdk.REFERENCE_GOAL_GROUP in batch.layout:
+            rows = batch.group(arena_sdk.REFERENCE_GOAL_GROUP).reshape(len(batch), -1, arena_sdk.REFERENCE_GOAL_ROW_SIZE)
+            # Each row is the reference's state (projected gravity at 58:61, a unit vector) then
+            # its privileged_state (root height first): the offsets line up.
+            assert np.allclose(np.linalg.norm(rows[:, :, 58:61], axis=2), 1.0, atol=1e-5)
+            assert (rows[:, :, 64] > 0.3).all()
+            self.goal_rows += rows.shape[0] * rows.shape[1]
         return np.zeros((len(batch), 29), np.float32)
 
     def end(self, result) -> None:
@@ -92,8 +100,16 @@ def test_practice_both_transports(server: Server, team_token: str, transport: st
     connected = [e for e in events if isinstance(e, arena_sdk.Connected)]
     assert len(connected) == 1 and connected[0].benchmark == "g1-smoke"
     spec = connected[0].spec
-    assert [g.name for g in spec.observations] == ["state", "last_action", "history_actor", "reference"]
+    assert [g.name for g in spec.observations] == [
+        "state",
+        "last_action",
+        "history_actor",
+        "reference",
+        "reference_goal",
+    ]
     assert spec.layout["reference"] == slice(465, 501)
+    assert spec.layout[arena_sdk.REFERENCE_GOAL_GROUP] == slice(501, 501 + 8 * 527)
+    assert spec.layout.size == 4717
     assert spec.default_joint_pos.shape == (29,) and spec.action_scale.shape == (29,)
 
 
@@ -109,6 +125,7 @@ def test_json_encoding_submission(server: Server, team_token: str) -> None:
     agent = RecordingAgent()
     summary = run(agent, server.http_url, team_token, benchmark="g1-smoke", encoding="json", agent_name="py-json")
     assert summary.submission_status == "COMPLETED"
+    assert agent.goal_rows > 0, "g1-smoke sends reference_goal rows"
     assert sorted(e.episode_id for e in summary.episodes) == list(range(6))
     assert sorted(agent.started) == sorted(agent.ended) == list(range(6))
     status, body = server.request("GET", f"/api/v1/submissions/{summary.submission_id}", team_token)
@@ -521,6 +538,25 @@ def test_json_codec_round_trip() -> None:
     assert envelope_from_json(envelope_to_json(action)) == action
     # A message type this SDK does not know decodes to an empty Envelope (skipped by the client).
     assert envelope_from_json('{"type":"something_new","x":1}').WhichOneof("msg") is None
+
+
+def test_layout_from_connected_exposes_reference_goal() -> None:
+    from arena_sdk.client import _spec
+
+    text = (
+        '{"type":"connected","spec":{"observations":[{"name":"state","size":64},'
+        '{"name":"reference","size":36},{"name":"reference_goal","size":1054}],"action_size":29}}'
+    )
+    spec = _spec(envelope_from_json(text).connected.spec)
+    layout = spec.layout
+    assert [name for name, _ in layout] == ["state", "reference", "reference_goal"]
+    assert layout[arena_sdk.REFERENCE_GOAL_GROUP] == slice(100, 100 + 2 * arena_sdk.REFERENCE_GOAL_ROW_SIZE)
+    assert layout.size == 1154
+    values = np.arange(2 * layout.size, dtype=np.float32).reshape(2, layout.size)
+    batch = Batch(0, np.array([1, 2], np.uint32), np.zeros(2, np.uint32), values, layout)
+    rows = batch.group("reference_goal").reshape(2, -1, arena_sdk.REFERENCE_GOAL_ROW_SIZE)
+    assert rows.shape == (2, 2, 527)
+    assert rows[1, 1, 0] == values[1, 100 + 527]
 
 
 def test_check_actions_accepts_array_likes() -> None:

@@ -144,9 +144,10 @@ pub fn run(c: BenchCommand) -> anyhow::Result<()> {
             println!("fall rule:    {fall}");
             let o = &s.observations;
             println!(
-                "observations: {} (reference horizon {} frames, whole reference revealed: {}, motion names hidden: {})",
+                "observations: {} (reference horizon {} frames, reference goal horizon {} rows, whole reference revealed: {}, motion names hidden: {})",
                 o.groups.join(", "),
                 o.reference_horizon,
+                o.reference_goal_horizon,
                 o.reveal_reference,
                 o.hide_motion_names
             );

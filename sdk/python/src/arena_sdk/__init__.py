@@ -13,6 +13,8 @@ docs/sdk-python.md has the details; docs/protocol.md the protocol underneath.
 
 from .agent import (
     REFERENCE_FRAME_SIZE,
+    REFERENCE_GOAL_GROUP,
+    REFERENCE_GOAL_ROW_SIZE,
     REFERENCE_GROUP,
     Agent,
     Batch,
@@ -42,6 +44,8 @@ __all__ = [
     "FATAL_CODES",
     "PROTOCOL_VERSION",
     "REFERENCE_FRAME_SIZE",
+    "REFERENCE_GOAL_GROUP",
+    "REFERENCE_GOAL_ROW_SIZE",
     "REFERENCE_GROUP",
     "Agent",
     "AgentError",

@@ -17,6 +17,13 @@ from .errors import AgentError
 REFERENCE_GROUP = "reference"
 #: Values per reference frame: root position xyz (3), root quaternion wxyz (4), 29 joint angles.
 REFERENCE_FRAME_SIZE = 36
+#: Name of the observation group holding the next reference rows as BFM-Zero's backward network
+#: reads them (527 values per row; row 1 is the target of the current step).
+REFERENCE_GOAL_GROUP = "reference_goal"
+#: Values per reference-goal row: the reference's `state` (64: joint angles - q0, joint
+#: velocities, projected gravity, WORLD-frame unscaled root angular velocity) then its
+#: `privileged_state` (463).
+REFERENCE_GOAL_ROW_SIZE = 527
 
 
 @dataclass(frozen=True)
@@ -91,7 +98,10 @@ class EpisodeEnd:
 
 
 class ObservationLayout:
-    """Where each observation group sits in a row: `layout["reference"]` is a slice."""
+    """Where each observation group sits in a row: `layout["reference"]` is a slice.
+
+    `batch.group("reference_goal").reshape(len(batch), -1, REFERENCE_GOAL_ROW_SIZE)` gives the
+    reference rows as (episodes, H, 527)."""
 
     def __init__(self, groups: Sequence[ObservationGroup]) -> None:
         self._slices: dict[str, slice] = {}

@@ -20,6 +20,7 @@ pub mod model;
 pub mod nn;
 pub mod normalizer;
 pub mod optim;
+pub mod oracle_io;
 pub mod params;
 pub mod train;
 pub mod train_config;

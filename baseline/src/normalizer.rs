@@ -88,10 +88,13 @@ impl AuxRewardNormalizer {
         self.mean_square
             .copy_(&(&self.mean_square * tau + reward.square().mean(Kind::Float) * (1.0 - tau)));
         let _ = self.counter.g_add_scalar_(1);
-        let n = self.counter.int64_value(&[]) as i32;
-        let debias = 1.0 - tau.powi(n);
-        let mean = &self.mean / debias;
-        let mean_square = &self.mean_square / debias;
+        // 1 − τⁿ on the device: no host round trip for the counter.
+        let debias = -Tensor::full([1], tau, (Kind::Double, reward.device()))
+            .pow(&self.counter)
+            .to_kind(Kind::Float)
+            + 1.0;
+        let mean = &self.mean / &debias;
+        let mean_square = &self.mean_square / &debias;
         let var = (mean_square - mean.square()).clamp_min(1e-8);
         reward / var.sqrt()
     }

@@ -190,8 +190,24 @@ pub fn derive_seed(seed: u64, counter: u64) -> u64 {
     (x ^ (x >> 31)) >> 1
 }
 
-fn scalar(t: &Tensor) -> f64 {
-    t.double_value(&[])
+/// Logged scalars, kept on the device until the update ends (one transfer, no per-value sync).
+#[derive(Default)]
+struct Logged(Vec<(&'static str, Tensor)>);
+
+impl Logged {
+    fn insert(&mut self, name: &'static str, value: Tensor) {
+        self.0.push((name, value.detach().to_kind(Kind::Float).reshape([1])));
+    }
+
+    fn into_metrics(self) -> UpdateMetrics {
+        let values: Vec<Tensor> = self.0.iter().map(|(_, t)| t.shallow_clone()).collect();
+        let host = Vec::<f32>::try_from(Tensor::cat(&values, 0).to_device(tch::Device::Cpu)).expect("f32 metrics");
+        self.0
+            .iter()
+            .zip(host)
+            .map(|((name, _), v)| (*name, v as f64))
+            .collect()
+    }
 }
 
 impl Learner {
@@ -268,7 +284,7 @@ impl Learner {
         let a = self.agent.clone();
         let capture = self.capture_grads;
         let mut grads = BTreeMap::new();
-        let mut metrics = UpdateMetrics::new();
+        let mut metrics = Logged::default();
         let n = a.batch_size;
 
         // Normaliser statistics: train obs, then train next obs; then normalise everything.
@@ -324,10 +340,10 @@ impl Learner {
         let gp = (grad_norm - 1.0).square().mean(Kind::Float);
         let disc_loss = &expert_loss + &train_loss + &gp * a.grad_penalty_discriminator;
         Self::step(capture, &mut grads, &mut self.discriminator_opt, &disc_loss, false);
-        metrics.insert("disc_loss", scalar(&disc_loss));
-        metrics.insert("disc_expert_loss", scalar(&expert_loss));
-        metrics.insert("disc_train_loss", scalar(&train_loss));
-        metrics.insert("disc_wgan_gp_loss", scalar(&gp));
+        metrics.insert("disc_loss", disc_loss);
+        metrics.insert("disc_expert_loss", expert_loss);
+        metrics.insert("disc_train_loss", train_loss);
+        metrics.insert("disc_wgan_gp_loss", gp);
 
         // Mixed z: goal / expert / prior per row; then relabel 80 % of the transitions.
         let mixed_z = tch::no_grad(|| {
@@ -345,9 +361,12 @@ impl Learner {
         });
         let z = mixed_z.where_self(&noise.relabel.le(a.relabel_ratio), &train.z);
 
+        // The three targets sample a' around the same μ(s', z): the actor changes only at the end.
+        let next_mean = tch::no_grad(|| self.model.actor.mean(&next_obs_a, &z));
+
         // FB loss and orthonormality of B.
         let (target_m, next_action_fb) = tch::no_grad(|| {
-            let next_action = sample_action(&self.model.actor.mean(&next_obs_a, &z), &noise.fb_next_eps);
+            let next_action = sample_action(&next_mean, &noise.fb_next_eps);
             let tf = self.model.target_forward_map.forward(&next_obs_c, &z, &next_action);
             let tb = self.model.target_backward_map.forward(&next_obs_g);
             let tm = tf.matmul(&tb.tr());
@@ -379,29 +398,23 @@ impl Learner {
         }
         self.forward_opt.step(f_grads);
         self.backward_opt.step(b_grads);
-        metrics.insert("fb_loss", scalar(&fb_loss));
-        metrics.insert("fb_diag", scalar(&fb_diag));
-        metrics.insert("fb_offdiag", scalar(&fb_offdiag));
-        metrics.insert("orth_loss", scalar(&(&orth_offdiag + &orth_diag)));
-        metrics.insert("orth_loss_diag", scalar(&orth_diag));
-        metrics.insert("orth_loss_offdiag", scalar(&orth_offdiag));
-        metrics.insert("target_M", scalar(&target_m.mean(Kind::Float)));
-        metrics.insert("M1", scalar(&m.get(0).mean(Kind::Float)));
-        metrics.insert("F1", scalar(&f.get(0).mean(Kind::Float)));
-        metrics.insert("B", scalar(&b.mean(Kind::Float)));
-        metrics.insert(
-            "B_norm",
-            scalar(&b.norm_scalaropt_dim(2.0, [-1], false).mean(Kind::Float)),
-        );
-        metrics.insert(
-            "z_norm",
-            scalar(&z.norm_scalaropt_dim(2.0, [-1], false).mean(Kind::Float)),
-        );
+        metrics.insert("fb_loss", fb_loss);
+        metrics.insert("fb_diag", fb_diag);
+        metrics.insert("fb_offdiag", fb_offdiag);
+        metrics.insert("orth_loss", &orth_offdiag + &orth_diag);
+        metrics.insert("orth_loss_diag", orth_diag);
+        metrics.insert("orth_loss_offdiag", orth_offdiag);
+        metrics.insert("target_M", target_m.mean(Kind::Float));
+        metrics.insert("M1", m.get(0).mean(Kind::Float));
+        metrics.insert("F1", f.get(0).mean(Kind::Float));
+        metrics.insert("B", b.mean(Kind::Float));
+        metrics.insert("B_norm", b.norm_scalaropt_dim(2.0, [-1], false).mean(Kind::Float));
+        metrics.insert("z_norm", z.norm_scalaropt_dim(2.0, [-1], false).mean(Kind::Float));
 
         // Discriminator-reward critic Q_D (reward from the updated discriminator, relabelled z).
         let (critic_target, disc_reward, next_q_mean, next_q_unc) = tch::no_grad(|| {
             let reward = self.model.discriminator.reward(&obs_g, &z);
-            let next_action = sample_action(&self.model.actor.mean(&next_obs_a, &z), &noise.critic_next_eps);
+            let next_action = sample_action(&next_mean, &noise.critic_next_eps);
             let next_q = self.model.target_critic.forward(&next_obs_c, &z, &next_action);
             let next_v = pessimistic(&next_q, a.critic_pessimism);
             let target = &reward + &discount * &next_v;
@@ -419,17 +432,17 @@ impl Learner {
             .sum(Kind::Float)
             * 0.5;
         Self::step(capture, &mut grads, &mut self.critic_opt, &critic_loss, false);
-        metrics.insert("critic_loss", scalar(&critic_loss));
-        metrics.insert("target_Q", scalar(&critic_target.mean(Kind::Float)));
-        metrics.insert("Q1", scalar(&q.get(0).mean(Kind::Float)));
-        metrics.insert("mean_next_Q", scalar(&next_q_mean));
-        metrics.insert("unc_Q", scalar(&(-next_q_unc).mean(Kind::Float)));
-        metrics.insert("mean_disc_reward", scalar(&disc_reward.mean(Kind::Float)));
+        metrics.insert("critic_loss", critic_loss);
+        metrics.insert("target_Q", critic_target.mean(Kind::Float));
+        metrics.insert("Q1", q.get(0).mean(Kind::Float));
+        metrics.insert("mean_next_Q", next_q_mean);
+        metrics.insert("unc_Q", (-next_q_unc).mean(Kind::Float));
+        metrics.insert("mean_disc_reward", disc_reward.mean(Kind::Float));
 
         // Aux critic on the scale-normalised aux reward.
         let aux_reward = self.model.aux_reward_normalizer.update_and_normalize(&train.aux_reward);
         let (aux_target, next_aux_mean, next_aux_unc) = tch::no_grad(|| {
-            let next_action = sample_action(&self.model.actor.mean(&next_obs_a, &z), &noise.aux_next_eps);
+            let next_action = sample_action(&next_mean, &noise.aux_next_eps);
             let next_q = self.model.target_aux_critic.forward(&next_obs_c, &z, &next_action);
             let next_v = pessimistic(&next_q, a.aux_critic_pessimism);
             let target = &aux_reward + &discount * &next_v;
@@ -446,12 +459,12 @@ impl Learner {
             .sum(Kind::Float)
             * 0.5;
         Self::step(capture, &mut grads, &mut self.aux_critic_opt, &aux_loss, false);
-        metrics.insert("aux_critic_loss", scalar(&aux_loss));
-        metrics.insert("target_auxQ", scalar(&aux_target.mean(Kind::Float)));
-        metrics.insert("auxQ1", scalar(&q_aux.get(0).mean(Kind::Float)));
-        metrics.insert("mean_next_auxQ", scalar(&next_aux_mean));
-        metrics.insert("unc_auxQ", scalar(&(-next_aux_unc).mean(Kind::Float)));
-        metrics.insert("mean_aux_reward", scalar(&train.aux_reward.mean(Kind::Float)));
+        metrics.insert("aux_critic_loss", aux_loss);
+        metrics.insert("target_auxQ", aux_target.mean(Kind::Float));
+        metrics.insert("auxQ1", q_aux.get(0).mean(Kind::Float));
+        metrics.insert("mean_next_auxQ", next_aux_mean);
+        metrics.insert("unc_auxQ", (-next_aux_unc).mean(Kind::Float));
+        metrics.insert("mean_aux_reward", train.aux_reward.mean(Kind::Float));
 
         // Actor: maximise F·z, regularised by the two critics scaled by |Q_fb|.
         let action = sample_action(&self.model.actor.mean(&obs_a, &z), &noise.actor_eps);
@@ -472,10 +485,10 @@ impl Learner {
             - &weight * q_d.mean(Kind::Float) * a.reg_coeff
             - &weight * q_x.mean(Kind::Float) * a.reg_coeff_aux;
         Self::step(capture, &mut grads, &mut self.actor_opt, &actor_loss, false);
-        metrics.insert("actor_loss", scalar(&actor_loss));
-        metrics.insert("Q_fb", scalar(&q_fb.mean(Kind::Float)));
-        metrics.insert("Q_discriminator", scalar(&q_d.mean(Kind::Float)));
-        metrics.insert("Q_aux", scalar(&q_x.mean(Kind::Float)));
+        metrics.insert("actor_loss", actor_loss);
+        metrics.insert("Q_fb", q_fb.mean(Kind::Float));
+        metrics.insert("Q_discriminator", q_d.mean(Kind::Float));
+        metrics.insert("Q_aux", q_x.mean(Kind::Float));
 
         // Targets.
         self.model.polyak(FORWARD, TARGET_FORWARD, a.fb_target_tau);
@@ -486,6 +499,6 @@ impl Learner {
         if capture {
             self.last_grads = grads;
         }
-        (metrics, mixed_z)
+        (metrics.into_metrics(), mixed_z)
     }
 }

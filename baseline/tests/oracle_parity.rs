@@ -7,42 +7,15 @@
 //! so and skips, unless ARENA_REQUIRE_TORCH_ORACLE=1 (set by `make test`) makes that a failure.
 
 use arena_bfm::config::{AgentConfig, ModelConfig};
-use arena_bfm::model::{FbCprAuxModel, Obs};
-use arena_bfm::update::{ExpertBatch, Learner, TrainBatch, UpdateNoise};
+use arena_bfm::model::FbCprAuxModel;
+use arena_bfm::oracle_io::{model_tensors, random_batches, random_obs, write_update_inputs};
+use arena_bfm::update::{Learner, UpdateNoise};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use tch::{Device, Kind, Tensor};
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
-fn raw_obs(cfg: &ModelConfig, n: i64, offset: f64) -> Obs {
-    let f = (Kind::Float, Device::Cpu);
-    let o = cfg.obs;
-    Obs {
-        state: Tensor::randn([n, o.state], f) * 1.5 + offset,
-        privileged_state: Tensor::randn([n, o.privileged_state], f) * 0.7 - offset,
-        last_action: Tensor::rand([n, o.last_action], f) * 10.0 - 5.0,
-        history_actor: Tensor::randn([n, o.history_actor], f) * 2.0,
-    }
-}
-
-fn obs_tensors(prefix: &str, o: &Obs) -> Vec<(String, Tensor)> {
-    vec![
-        (format!("{prefix}.state"), o.state.shallow_clone()),
-        (format!("{prefix}.privileged_state"), o.privileged_state.shallow_clone()),
-        (format!("{prefix}.last_action"), o.last_action.shallow_clone()),
-        (format!("{prefix}.history_actor"), o.history_actor.shallow_clone()),
-    ]
-}
-
-fn store_tensors(model: &FbCprAuxModel) -> Vec<(String, Tensor)> {
-    model
-        .store
-        .iter()
-        .map(|(n, e)| (n.clone(), e.tensor.detach().copy()))
-        .collect()
 }
 
 /// Python able to import torch, or None with the reason.
@@ -82,57 +55,15 @@ fn one_update_matches_the_pytorch_oracle() {
     };
     let mut model = FbCprAuxModel::new(&cfg, agent.obs_norm_momentum, agent.aux_reward_ema, Device::Cpu);
     // Non-trivial running statistics and aux-reward history before the update under test.
-    model.update_normalizer(&raw_obs(&cfg, 256, 0.3));
+    model.update_normalizer(&random_obs(&cfg, 256, 0.3, Device::Cpu));
     let _ = model
         .aux_reward_normalizer
         .update_and_normalize(&(Tensor::randn([64, 1], (Kind::Float, Device::Cpu)) - 1.0));
-
-    let n = agent.batch_size;
-    let f = (Kind::Float, Device::Cpu);
-    let train = TrainBatch {
-        obs: raw_obs(&cfg, n, 0.2),
-        action: Tensor::rand([n, cfg.action_dim], f) * 2.0 - 1.0,
-        next_obs: raw_obs(&cfg, n, 0.25),
-        terminated: Tensor::rand([n, 1], f).lt(0.2).to_kind(Kind::Float),
-        z: model.project_z(&Tensor::randn([n, cfg.z_dim], f)),
-        aux_reward: Tensor::randn([n, 1], f) * 0.3 - 0.8,
-    };
-    let expert_obs = raw_obs(&cfg, n, -0.1);
-    let expert_next = raw_obs(&cfg, n, -0.05);
-    let expert = ExpertBatch {
-        state: expert_obs.state,
-        privileged_state: expert_obs.privileged_state,
-        next_state: expert_next.state,
-        next_privileged_state: expert_next.privileged_state,
-    };
+    let (train, expert) = random_batches(&model, &agent);
     let noise = UpdateNoise::draw(&agent, &cfg, Device::Cpu);
-
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    std::fs::write(
-        d.join("config.json"),
-        serde_json::to_string_pretty(&serde_json::json!({"model": cfg, "agent": agent})).unwrap(),
-    )
-    .unwrap();
-    Tensor::write_safetensors(&store_tensors(&model), d.join("init.safetensors")).unwrap();
-    let mut batch = obs_tensors("train.obs", &train.obs);
-    batch.extend(obs_tensors("train.next_obs", &train.next_obs));
-    for (name, t) in [
-        ("train.action", &train.action),
-        ("train.terminated", &train.terminated),
-        ("train.z", &train.z),
-        ("train.aux_reward", &train.aux_reward),
-        ("expert.state", &expert.state),
-        ("expert.privileged_state", &expert.privileged_state),
-        ("expert.next_state", &expert.next_state),
-        ("expert.next_privileged_state", &expert.next_privileged_state),
-    ] {
-        batch.push((name.to_string(), t.shallow_clone()));
-    }
-    for (name, t) in noise.named() {
-        batch.push((format!("noise.{name}"), t.shallow_clone()));
-    }
-    Tensor::write_safetensors(&batch, d.join("batch.safetensors")).unwrap();
+    write_update_inputs(d, &model, &agent, &train, &expert, &noise).unwrap();
 
     let outputs = tch::no_grad(|| {
         let obs = model.normalize(&train.obs);
@@ -174,7 +105,7 @@ fn one_update_matches_the_pytorch_oracle() {
     let trainable = learner.model.store.iter().filter(|(_, e)| e.trainable).count();
     assert_eq!(grads.len(), trainable, "a gradient for every trainable tensor");
     Tensor::write_safetensors(&grads, d.join("grads.safetensors")).unwrap();
-    Tensor::write_safetensors(&store_tensors(&learner.model), d.join("after.safetensors")).unwrap();
+    Tensor::write_safetensors(&model_tensors(&learner.model), d.join("after.safetensors")).unwrap();
     std::fs::write(d.join("metrics.json"), serde_json::to_string_pretty(&metrics).unwrap()).unwrap();
 
     let oracle = repo_root().join("baseline/oracle/fb_cpr_aux_oracle.py");

@@ -33,14 +33,16 @@ impl ForwardMap {
     }
 
     /// `obs` `[N, obs]`, `z` `[N, d]`, `action` `[N, A]` → `[P, N, out]`.
+    ///
+    /// The inputs stay `[N, ·]`: the first LayerNorm normalises them once and its per-member
+    /// affine parameters `[P, 1, ·]` broadcast the result to `[P, N, ·]` (the same values as
+    /// normalising P copies, at 1/P of the cost on the widest layer).
     pub fn forward(&self, obs: &Tensor, z: &Tensor, action: &Tensor) -> Tensor {
-        let expand = |x: Tensor| {
-            let size = x.size();
-            x.unsqueeze(0).expand([self.ensemble, size[0], size[1]], false)
-        };
-        let e_z = self.embed_z.forward(&expand(Tensor::cat(&[obs, z], -1)));
-        let e_sa = self.embed_sa.forward(&expand(Tensor::cat(&[obs, action], -1)));
-        self.trunk.forward(&Tensor::cat(&[e_sa, e_z], -1))
+        let e_z = self.embed_z.forward(&Tensor::cat(&[obs, z], -1));
+        let e_sa = self.embed_sa.forward(&Tensor::cat(&[obs, action], -1));
+        let out = self.trunk.forward(&Tensor::cat(&[e_sa, e_z], -1));
+        debug_assert_eq!(out.size()[0], self.ensemble);
+        out
     }
 }
 

@@ -49,9 +49,14 @@ lint: deps deps-torch
 	cargo fmt --all --check
 	cargo clippy --release --workspace --all-targets -- -D warnings
 
-bench: deps
+bench: deps deps-torch
 	cargo build --release --quiet -p arena-server --bin arena
 	$(PYTHON) bench/sim_vs_mujoco_rollout.py --arena target/release/arena
 	$(PYTHON) python/emd_vs_pot.py --arena target/release/arena --moves ../shared/motions/g1-moves --bench
 	cargo run --release --quiet -p arena-server --example remote_vs_local -- \
 		--benchmark g1-moves-dance --motions-root ../shared/motions/g1-moves --batch 16 --lanes 2 --repeats 3
+	cargo build --release --quiet -p arena-bfm --example update_throughput
+	PYTHONPATH=third_party/pytorch $(PYTHON) baseline/bench/update_throughput.py \
+		--example target/release/examples/update_throughput --preset tiny --batch 1024 --updates 5 --repeats 3
+	PYTHONPATH=third_party/pytorch $(PYTHON) baseline/bench/update_throughput.py \
+		--example target/release/examples/update_throughput --preset small --batch 1024 --updates 3 --repeats 3

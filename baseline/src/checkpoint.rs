@@ -94,20 +94,33 @@ pub fn save_model(model: &FbCprAuxModel, agent: &AgentConfig, dir: &Path) -> Res
     write_json(&model_dir.join("init_kwargs.json"), &kwargs)
 }
 
-/// Reads `model/` into a new model on `device`.
+/// Reads `model/` into a new model on `device`. When `model/config.json` is not ours (a
+/// checkpoint released by BFM-Zero's own code), the sizes are read off the tensors' shapes.
 pub fn load_model(dir: &Path, device: Device) -> Result<(FbCprAuxModel, SavedModelConfig), CheckpointError> {
     let model_dir = dir.join("model");
-    let saved: SavedModelConfig = read_json(&model_dir.join("config.json"))?;
-    saved
-        .model
-        .validate()
-        .map_err(|e| file_err(&model_dir.join("config.json"), e))?;
-    let model = FbCprAuxModel::new(&saved.model, saved.obs_norm_momentum, saved.aux_reward_ema, device);
     let path = model_dir.join("model.safetensors");
     let tensors: HashMap<String, Tensor> = Tensor::read_safetensors(&path)
         .map_err(|e| file_err(&path, e))?
         .into_iter()
         .collect();
+    let config_path = model_dir.join("config.json");
+    let saved: SavedModelConfig = match read_json(&config_path) {
+        Ok(saved) => saved,
+        Err(ours) => {
+            let model = infer_model_config(&tensors).map_err(|e| file_err(&path, format!("{e}; and {ours}")))?;
+            tracing::info!(
+                "{}: not an arena-bfm config; model sizes read from the tensors",
+                config_path.display()
+            );
+            SavedModelConfig {
+                model,
+                obs_norm_momentum: 0.01,
+                aux_reward_ema: 0.99,
+            }
+        }
+    };
+    saved.model.validate().map_err(|e| file_err(&config_path, e))?;
+    let model = FbCprAuxModel::new(&saved.model, saved.obs_norm_momentum, saved.aux_reward_ema, device);
     let mut missing_targets = false;
     let _guard = tch::no_grad_guard();
     for (name, entry) in model.store.iter() {
@@ -146,6 +159,75 @@ pub fn load_model(dir: &Path, device: Device) -> Result<(FbCprAuxModel, SavedMod
         model.copy_targets();
     }
     Ok((model, saved))
+}
+
+/// The model sizes implied by the tensors of a checkpoint in the released naming (§5.2).
+pub fn infer_model_config(tensors: &HashMap<String, Tensor>) -> Result<ModelConfig, String> {
+    let shape = |name: &str| {
+        tensors
+            .get(name)
+            .map(Tensor::size)
+            .ok_or_else(|| format!("tensor {name} is missing"))
+    };
+    // Number of numbered children `prefix.K.` (K = 0, 1, ...).
+    let count = |prefix: &str| {
+        (0..)
+            .take_while(|k| tensors.keys().any(|n| n.starts_with(&format!("{prefix}.{k}."))))
+            .count()
+    };
+    let norm = |key: &str| -> Result<i64, String> {
+        Ok(shape(&format!("_obs_normalizer._normalizers.{key}._normalizer.running_mean"))?[0])
+    };
+    let obs = crate::config::ObsDims {
+        state: norm("state")?,
+        privileged_state: norm("privileged_state")?,
+        last_action: norm("last_action")?,
+        history_actor: norm("history_actor")?,
+    };
+    let b_out = shape("_backward_map.net.3.weight")?;
+    let residual = |net: &str| -> Result<crate::config::ResidualArch, String> {
+        let w = shape(&format!("{net}.embed_z.0.mlp.1.weight"))?;
+        if w.len() != 3 {
+            return Err(format!(
+                "{net}.embed_z.0.mlp.1.weight: expected an ensemble weight [P, in, out], got {w:?}"
+            ));
+        }
+        Ok(crate::config::ResidualArch {
+            hidden_dim: w[2],
+            hidden_layers: count(&format!("{net}.embed_z")),
+            ensemble: w[0],
+        })
+    };
+    let actor_w = shape("_actor.embed_z.0.mlp.1.weight")?;
+    let policy_layers = count("_actor.policy");
+    if policy_layers < 2 {
+        return Err("the actor's policy trunk has fewer than 2 layers".into());
+    }
+    let action = shape(&format!("_actor.policy.{}.mlp.1.weight", policy_layers - 1))?;
+    let disc = shape("_discriminator.trunk.0.weight")?;
+    let disc_linears = (0..)
+        .take_while(|k| tensors.contains_key(&format!("_discriminator.trunk.{}.weight", 3 + 2 * k)))
+        .count();
+    Ok(ModelConfig {
+        obs,
+        action_dim: action[0],
+        z_dim: b_out[0],
+        norm_z: true,
+        forward: residual("_forward_map")?,
+        critic: residual("_critic")?,
+        aux_critic: residual("_aux_critic")?,
+        actor: crate::config::ActorArch {
+            hidden_dim: actor_w[0],
+            hidden_layers: policy_layers - 1,
+            embedding_layers: count("_actor.embed_z"),
+        },
+        backward: crate::config::BackwardArch { hidden_dim: b_out[1] },
+        discriminator: crate::config::DiscriminatorArch {
+            hidden_dim: disc[0],
+            hidden_layers: disc_linears.saturating_sub(1),
+        },
+        actor_std: 0.05,
+    })
 }
 
 /// Writes `optimizers.safetensors`; returns the step count of each optimiser (for the status).

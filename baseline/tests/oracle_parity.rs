@@ -3,7 +3,7 @@
 //! every loss term, every gradient and every tensor after one complete update agree within
 //! 1e-5 (normwise relative error).
 //!
-//! Needs Python with torch (third_party/pytorch, installed by `make`); without it the test says
+//! Needs Python with torch (third_party/pytorch, installed by `make deps-torch`); without it the test says
 //! so and skips, unless ARENA_REQUIRE_TORCH_ORACLE=1 (set by `make test`) makes that a failure.
 
 use arena_bfm::config::{AgentConfig, ModelConfig};

@@ -147,10 +147,24 @@ fn bad_checkpoints_are_refused_with_the_tensor_named() {
         "{err}"
     );
 
-    // A config that is not JSON.
-    std::fs::write(dir.path().join("model/config.json"), "{ not json").unwrap();
+    // A config of ours with an impossible value is refused, naming the file and the key.
+    checkpoint::save_model(&model, &agent(), dir.path()).unwrap();
+    let config_path = dir.path().join("model/config.json");
+    let text =
+        std::fs::read_to_string(&config_path)
+            .unwrap()
+            .replacen("\"hidden_layers\": 3", "\"hidden_layers\": 1", 1);
+    std::fs::write(&config_path, text).unwrap();
     let err = checkpoint::load_model(dir.path(), Device::Cpu).unwrap_err();
-    assert!(err.to_string().contains("config.json"), "{err}");
+    assert!(
+        err.to_string().contains("config.json") && err.to_string().contains("hidden_layers must be >= 2"),
+        "{err}"
+    );
+
+    // Not JSON at all: the sizes come from the tensors (as for a foreign config).
+    std::fs::write(&config_path, "{ not json").unwrap();
+    let (_, saved) = checkpoint::load_model(dir.path(), Device::Cpu).unwrap();
+    assert_eq!(saved.model, cfg);
 }
 
 #[test]
@@ -172,4 +186,25 @@ fn an_inference_export_without_targets_loads() {
     let b = loaded.store.get("_target_forward_map.Fs.0.mlp.1.weight").unwrap();
     assert!(a.equal(b));
     assert!(a.equal(model.store.get("_forward_map.Fs.0.mlp.1.weight").unwrap()));
+}
+
+#[test]
+fn a_checkpoint_with_a_foreign_config_loads_by_its_tensor_shapes() {
+    let _serial = TORCH_RNG.lock().unwrap_or_else(|e| e.into_inner());
+    // A checkpoint written by BFM-Zero's own code has the same tensor names but its own
+    // config.json: the sizes must come from the shapes.
+    for cfg in [ModelConfig::tiny(), ModelConfig::small()] {
+        let model = FbCprAuxModel::new(&cfg, 0.01, 0.99, Device::Cpu);
+        let dir = tempfile::tempdir().unwrap();
+        checkpoint::save_model(&model, &agent(), dir.path()).unwrap();
+        std::fs::write(
+            dir.path().join("model/config.json"),
+            r#"{"archi": {"z_dim": 16}, "obs_normalizer": {}}"#,
+        )
+        .unwrap();
+        let (loaded, saved) = checkpoint::load_model(dir.path(), Device::Cpu).unwrap();
+        assert_eq!(saved.model, cfg);
+        let a = model.store.get("_actor.policy.0.mlp.1.weight").unwrap();
+        assert!(a.equal(loaded.store.get("_actor.policy.0.mlp.1.weight").unwrap()));
+    }
 }

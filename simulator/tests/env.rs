@@ -386,9 +386,18 @@ fn contact_forces_carry_the_robot_on_its_feet() {
     // ground's vertical push on the two ankle-roll links balances the weight, other bodies touch
     // nothing, and every contact force has a partner of opposite sign on the ground.
     let lib = library();
-    let stand = lib.motions.iter().position(|m| m.name == "stand").expect("built-in stand motion");
+    let stand = lib
+        .motions
+        .iter()
+        .position(|m| m.name == "stand")
+        .expect("built-in stand motion");
     let mut env = env(&lib, 1, 1);
-    let a = EpisodeAssignment { motion: stand, start_time: 0.0, seed: 1, dr_level: DrLevel::L0 };
+    let a = EpisodeAssignment {
+        motion: stand,
+        start_time: 0.0,
+        seed: 1,
+        dr_level: DrLevel::L0,
+    };
     env.reset(&[(0, a)]).unwrap();
     let mut policy = ReplayPolicy::default();
     let mut actions = vec![0.0f32; NUM_JOINTS];
@@ -407,6 +416,9 @@ fn contact_forces_carry_the_robot_on_its_feet() {
     }
     let weight = 9.81 * env.handler().total_mass();
     let mean_feet_z = feet_z / steps as f64;
-    assert!((mean_feet_z - weight).abs() < 0.15 * weight, "feet carry {mean_feet_z:.1} N of {weight:.1} N");
+    assert!(
+        (mean_feet_z - weight).abs() < 0.15 * weight,
+        "feet carry {mean_feet_z:.1} N of {weight:.1} N"
+    );
     assert!(others < 1.0, "a non-foot body touches something: {others} N");
 }

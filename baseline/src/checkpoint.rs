@@ -4,7 +4,9 @@
 //! DIR/model/config.json         the model configuration (sizes, z, actor std, normaliser rates)
 //! DIR/model/init_kwargs.json    {"obs_space": {group: [dim]}, "action_dim": A}
 //! DIR/optimizers.safetensors    Adam moments, `<optimizer>.<parameter>.exp_avg|exp_avg_sq`
+//! DIR/buffers.safetensors       online and z buffers (trainer, when train.save_buffer)
 //! DIR/train_status.json         counters of the run (written by the trainer)
+//! DIR/config.json               the whole training configuration (trainer)
 //! ```
 //! Loading checks every name and shape and says which one is wrong; a file without target
 //! copies (an inference export) gets targets equal to the online networks.
@@ -48,11 +50,6 @@ pub struct SavedModelConfig {
 fn write_json(path: &Path, value: &impl Serialize) -> Result<(), CheckpointError> {
     let text = serde_json::to_string_pretty(value).map_err(|e| file_err(path, e))?;
     std::fs::write(path, text + "\n").map_err(|e| file_err(path, e))
-}
-
-fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, CheckpointError> {
-    let text = std::fs::read_to_string(path).map_err(|e| file_err(path, e))?;
-    serde_json::from_str(&text).map_err(|e| file_err(path, e))
 }
 
 fn to_cpu(tensors: Vec<(String, Tensor)>) -> Vec<(String, Tensor)> {
@@ -104,19 +101,21 @@ pub fn load_model(dir: &Path, device: Device) -> Result<(FbCprAuxModel, SavedMod
         .into_iter()
         .collect();
     let config_path = model_dir.join("config.json");
-    let saved: SavedModelConfig = match read_json(&config_path) {
-        Ok(saved) => saved,
-        Err(ours) => {
-            let model = infer_model_config(&tensors).map_err(|e| file_err(&path, format!("{e}; and {ours}")))?;
-            tracing::info!(
-                "{}: not an arena-bfm config; model sizes read from the tensors",
-                config_path.display()
-            );
-            SavedModelConfig {
-                model,
-                obs_norm_momentum: 0.01,
-                aux_reward_ema: 0.99,
-            }
+    let text = std::fs::read_to_string(&config_path).map_err(|e| file_err(&config_path, e))?;
+    let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| file_err(&config_path, e))?;
+    let saved: SavedModelConfig = if json.get("model").is_some() {
+        serde_json::from_value(json).map_err(|e| file_err(&config_path, e))?
+    } else {
+        // Not our schema (no `model` key): a checkpoint of BFM-Zero's own code.
+        let model = infer_model_config(&tensors).map_err(|e| file_err(&path, e))?;
+        tracing::warn!(
+            "{}: not an arena-bfm model config; the sizes are read from the tensors",
+            config_path.display()
+        );
+        SavedModelConfig {
+            model,
+            obs_norm_momentum: 0.01,
+            aux_reward_ema: 0.99,
         }
     };
     saved.model.validate().map_err(|e| file_err(&config_path, e))?;

@@ -292,7 +292,16 @@ pub struct AgentConfig {
     pub obs_norm_momentum: f64,
     /// EMA rate τ of the aux-reward scale normaliser.
     pub aux_reward_ema: f64,
+    /// Overrides of the §4.2 coefficients; terms left out keep their defaults (0 turns one off).
+    #[serde(deserialize_with = "coefs_over_defaults")]
     pub aux_reward_coefs: BTreeMap<String, f64>,
+}
+
+fn coefs_over_defaults<'de, D: serde::Deserializer<'de>>(d: D) -> Result<BTreeMap<String, f64>, D::Error> {
+    let given = BTreeMap::<String, f64>::deserialize(d)?;
+    let mut coefs = default_aux_reward_coefs();
+    coefs.extend(given);
+    Ok(coefs)
 }
 
 impl Default for AgentConfig {

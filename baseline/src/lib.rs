@@ -9,6 +9,7 @@
 //! - [`buffers`]: online, expert and z replay buffers; [`aux_rewards`]: the §4.2 terms;
 //! - [`train_config`], [`train`]: the training loop on the project's `TrackingEnv`;
 //! - [`agent`]: the tracking agent behind the SDK's `Agent` trait;
+//! - [`oracle_io`]: the update's inputs as files, for the PyTorch oracle and the benchmark;
 //! - [`checkpoint`]: the released BFM-Zero checkpoint layout.
 
 pub mod agent;

@@ -65,9 +65,10 @@ impl DeviceArg {
 
 #[derive(Debug, clap::Args)]
 struct TrainArgs {
-    /// Training configuration (TOML: preset, [model], [agent], [train]).
-    #[arg(long)]
-    config: PathBuf,
+    /// Training configuration (TOML: preset, [model], [agent], [train]); not with --resume,
+    /// which continues with the configuration saved in the checkpoint.
+    #[arg(long, required_unless_present = "resume", conflicts_with = "resume")]
+    config: Option<PathBuf>,
     /// Run folder: checkpoint/, train_log.csv, eval_log.csv.
     #[arg(long)]
     out: PathBuf,
@@ -179,7 +180,8 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
             .with_context(|| format!("--resume: no checkpoint in {} ({})", a.out.display(), saved.display()))?;
         serde_json::from_str(&text).with_context(|| format!("parsing {}", saved.display()))?
     } else {
-        TrainConfig::load(&a.config).map_err(anyhow::Error::msg)?
+        TrainConfig::load(a.config.as_deref().expect("clap requires --config without --resume"))
+            .map_err(anyhow::Error::msg)?
     };
     for o in &a.overrides {
         config.set(o).map_err(anyhow::Error::msg)?;
@@ -252,6 +254,9 @@ fn eval(a: EvalArgs) -> anyhow::Result<()> {
         },
     )?;
     bar.finish_and_clear();
+    if let Some(e) = &agent.error {
+        bail!("{}: {e}", motions.spec.name);
+    }
     let report = aggregator.report(
         &motions.spec.name,
         serde_json::json!({"checkpoint": a.checkpoint, "window": a.window}),

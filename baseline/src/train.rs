@@ -240,6 +240,12 @@ impl Trainer {
             (Learner::new(model, config.agent.clone()), TrainStatus::default())
         };
         std::fs::create_dir_all(&paths.dir).with_context(|| format!("creating {}", paths.dir.display()))?;
+        if resume {
+            // Rows written after the checkpoint are written again by the resumed run; the
+            // evaluation at the checkpoint's step too (it runs again, identically).
+            truncate_log(&paths.train_log(), |t| t <= status.time as f64)?;
+            truncate_log(&paths.eval_log(), |t| t < status.time as f64)?;
+        }
         let n = t.num_envs;
         let envs = (0..n)
             .map(|_| EnvState {
@@ -314,9 +320,14 @@ impl Trainer {
         let mut need_random = Vec::new();
         for (e, s) in self.envs.iter_mut().enumerate() {
             if t.rollout_expert_trajectories && s.counter % len as u64 == 0 {
-                s.expert_z = None;
+                let was_tracking = s.expert_z.take().is_some();
                 if rng.random::<f64>() < t.rollout_expert_fraction {
                     need_expert.push(e);
+                    continue;
+                }
+                if was_tracking {
+                    // A finished slice's last z must not linger until the next z change.
+                    need_random.push(e);
                     continue;
                 }
             }
@@ -489,10 +500,12 @@ impl Trainer {
             self.status.iterations += 1;
 
             let now = self.status.time;
-            if now > t.num_seed_steps && (now / t.update_agent_every) > ((now - n as u64) / t.update_agent_every) {
+            // Rounds due in this iteration's n env steps (several when update_agent_every < n).
+            let rounds = now / t.update_agent_every - (now - n as u64) / t.update_agent_every;
+            if now > t.num_seed_steps && rounds > 0 {
                 let update_start = Instant::now();
                 let mut rng = self.rng(BATCH_STREAM);
-                for _ in 0..t.num_agent_updates {
+                for _ in 0..rounds as usize * t.num_agent_updates {
                     self.update_once(&mut rng)?;
                 }
                 self.log.update_s += update_start.elapsed().as_secs_f64();
@@ -708,6 +721,22 @@ impl LogAccumulator {
         };
         row
     }
+}
+
+/// Keeps the header and the rows whose first cell (the timestep) satisfies `keep`.
+fn truncate_log(path: &Path, keep: impl Fn(f64) -> bool) -> anyhow::Result<()> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Ok(());
+    };
+    let mut lines = text.lines();
+    let mut out: Vec<&str> = lines.next().into_iter().collect();
+    out.extend(lines.filter(|l| {
+        l.split(',')
+            .next()
+            .and_then(|c| c.parse::<f64>().ok())
+            .is_some_and(&keep)
+    }));
+    std::fs::write(path, out.join("\n") + "\n").with_context(|| format!("rewriting {}", path.display()))
 }
 
 /// Columns of `eval_log.csv`: one row per evaluation episode.

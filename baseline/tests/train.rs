@@ -76,6 +76,20 @@ fn resumed_run_equals_the_uninterrupted_run() {
             "{name} differs between the straight and the resumed run"
         );
     }
+    // The resumed run's logs continue the first part's without repeating rows.
+    for log in ["train_log.csv", "eval_log.csv"] {
+        let (a, b) = (
+            std::fs::read_to_string(straight.join(log)).unwrap(),
+            std::fs::read_to_string(split.join(log)).unwrap(),
+        );
+        let steps = |t: &str| {
+            t.lines()
+                .skip(1)
+                .map(|l| l.split(',').next().unwrap().to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(steps(&a), steps(&b), "{log}");
+    }
     // Both logs recorded finite losses.
     let log = std::fs::read_to_string(straight.join("train_log.csv")).unwrap();
     let header: Vec<&str> = log.lines().next().unwrap().split(',').collect();
@@ -109,6 +123,15 @@ fn bad_configs_name_the_key() {
         let err = TrainConfig::load(&path).unwrap_err();
         assert!(err.contains(needle) && err.contains("c.toml"), "{text:?}: {err}");
     }
+    // A partial coefficient table overrides only the terms it names.
+    std::fs::write(
+        &path,
+        "preset = \"tiny\"\n[agent.aux_reward_coefs]\npenalty_torques = -1e-6",
+    )
+    .unwrap();
+    let c = TrainConfig::load(&path).unwrap();
+    assert_eq!(c.agent.aux_reward_coefs["penalty_torques"], -1e-6);
+    assert_eq!(c.agent.aux_reward_coefs["penalty_ankle_roll"], -4.0);
     let mut c = tiny(100);
     assert!(c.set("train.dr_level=7").unwrap_err().contains("train.dr_level"));
     c.set("train.seed=9").unwrap();

@@ -22,7 +22,7 @@ use arena_data::{MotionClip, NUM_JOINTS};
 use arena_sdk::local::{LocalOptions, run_local};
 use arena_sim::RobotConfig;
 use arena_sim::dr::DrLevel;
-use arena_sim::env::{EpisodeAssignment, EpisodeStatus, ObservationBatch, TrackingEnv, TrackingEnvConfig};
+use arena_sim::env::{EpisodeAssignment, EpisodeStatus, LieDown, ObservationBatch, TrackingEnv, TrackingEnvConfig};
 use arena_sim::motion::MotionLibrary;
 use arena_sim::observation::reference_observations;
 use rand::distr::{Distribution, weighted::WeightedIndex};
@@ -285,6 +285,13 @@ impl Trainer {
         let weights: Vec<f64> = self.expert.priorities().to_vec();
         let pick = WeightedIndex::new(&weights).context("motion priorities")?;
         let level = DrLevel::try_from(self.config.train.dr_level).map_err(anyhow::Error::msg)?;
+        // One side for every lying-down start of this reset call, as BFM-Zero draws it.
+        let side = if rng.random::<bool>() {
+            LieDown::Plus
+        } else {
+            LieDown::Minus
+        };
+        let lie_p = self.config.train.lie_down_probability;
         let mut assignments = Vec::with_capacity(envs.len());
         for &e in envs {
             let motion = pick.sample(rng);
@@ -292,22 +299,23 @@ impl Trainer {
             let start_time = rng.random_range(0.0..length.max(1e-6)).min((length - 1e-6).max(0.0));
             let seed = derive_seed(self.config.train.seed ^ RESET_STREAM, self.status.episodes_started);
             self.status.episodes_started += 1;
-            assignments.push((
-                e,
-                EpisodeAssignment {
-                    motion,
-                    start_time,
-                    seed,
-                    dr_level: level,
-                },
-            ));
+            let lie = (rng.random::<f64>() < lie_p).then_some(side);
+            let assignment = EpisodeAssignment {
+                motion,
+                start_time,
+                seed,
+                dr_level: level,
+            };
+            assignments.push((e, assignment, lie));
             let s = &mut self.envs[e];
             s.counter = 0;
             s.expert_z = None;
             s.prev_a5 = [0.0; NUM_JOINTS];
             self.episode_start[e] = true;
         }
-        self.env.reset(&assignments).context("resetting training envs")?;
+        self.env
+            .reset_with_starts(&assignments)
+            .context("resetting training envs")?;
         Ok(())
     }
 

@@ -28,6 +28,8 @@ pub struct RunConfig {
     /// Online buffer capacity in transitions (rounded down to whole env steps).
     pub buffer_size: u64,
     pub episode_length_s: f64,
+    /// Share of episode starts lying down (root at 0.5 m turned ±90° about world x, §4.4).
+    pub lie_down_probability: f64,
     /// Domain-randomisation level 0-3 of training episodes.
     pub dr_level: u8,
     pub update_z_every_step: u64,
@@ -62,6 +64,7 @@ impl Default for RunConfig {
             num_agent_updates: 16,
             buffer_size: 5_120_000,
             episode_length_s: 10.0,
+            lie_down_probability: 0.3,
             dr_level: 3,
             update_z_every_step: 100,
             rollout_expert_trajectories: true,
@@ -185,6 +188,12 @@ impl TrainConfig {
             return Err(format!(
                 "train.episode_length_s must be > 0, got {}",
                 t.episode_length_s
+            ));
+        }
+        if !(0.0..=1.0).contains(&t.lie_down_probability) {
+            return Err(format!(
+                "train.lie_down_probability must lie in [0, 1], got {}",
+                t.lie_down_probability
             ));
         }
         if !(0.0..=1.0).contains(&t.rollout_expert_fraction) {

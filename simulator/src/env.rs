@@ -36,6 +36,25 @@ pub struct EpisodeAssignment {
     pub dr_level: DrLevel,
 }
 
+/// A lying-down start: on which side of ±90° about world x the root is turned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LieDown {
+    Plus,
+    Minus,
+}
+
+impl LieDown {
+    /// Root height of a lying-down start (m).
+    pub const HEIGHT: f64 = 0.5;
+
+    fn sign(self) -> f64 {
+        match self {
+            LieDown::Plus => 1.0,
+            LieDown::Minus => -1.0,
+        }
+    }
+}
+
 /// Optional early termination: the episode ends ("fell") when the robot leaves the reference.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum FallRule {
@@ -325,15 +344,27 @@ impl TrackingEnv {
     /// velocities, joint positions and velocities), with their DR draw. Other envs keep going.
     /// Every assignment is validated before any env changes, so a bad one resets nothing.
     pub fn reset(&mut self, assignments: &[(usize, EpisodeAssignment)]) -> Result<&ObservationBatch, SimError> {
-        for &(env, a) in assignments {
-            self.validate(env, &a)?;
+        let starts: Vec<(usize, EpisodeAssignment, Option<LieDown>)> =
+            assignments.iter().map(|&(e, a)| (e, a, None)).collect();
+        self.reset_with_starts(&starts)
+    }
+
+    /// [`TrackingEnv::reset`] where some envs start lying down instead of in the reference
+    /// pose (BFM-Zero's training resets, §4.4): the reference state with the root at
+    /// [`LieDown::HEIGHT`] and its rotation turned by ±90° about world x.
+    pub fn reset_with_starts(
+        &mut self,
+        starts: &[(usize, EpisodeAssignment, Option<LieDown>)],
+    ) -> Result<&ObservationBatch, SimError> {
+        for (env, a, _) in starts {
+            self.validate(*env, a)?;
         }
-        for &(env, a) in assignments {
-            self.reset_one(env, a)?;
+        for &(env, a, lie) in starts {
+            self.reset_one(env, a, lie)?;
         }
         self.selected.fill(false);
-        for &(env, _) in assignments {
-            self.selected[env] = true;
+        for (env, _, _) in starts {
+            self.selected[*env] = true;
         }
         self.refresh(true);
         Ok(&self.obs)
@@ -362,14 +393,21 @@ impl TrackingEnv {
         Ok(())
     }
 
-    fn reset_one(&mut self, env: usize, a: EpisodeAssignment) -> Result<(), SimError> {
+    fn reset_one(&mut self, env: usize, a: EpisodeAssignment, lie: Option<LieDown>) -> Result<(), SimError> {
         let motion = &self.library.motions[a.motion];
         let draw = dr::draw(a.dr_level, a.seed);
         self.handler.set_physics_params(env, &draw.physics)?;
         let slot = &mut self.slots[env];
         let mut reference = MotionState::default();
         motion.state_at(a.start_time, &mut reference);
-        self.handler.set_qpos_qvel(env, &reference.qpos, &reference.qvel())?;
+        let mut qpos = reference.qpos;
+        if let Some(lie) = lie {
+            let turn = crate::math::quat_from_axis_angle(&[1.0, 0.0, 0.0], lie.sign() * std::f64::consts::FRAC_PI_2);
+            let rot: crate::math::Quat = qpos[3..7].try_into().expect("4");
+            qpos[2] = LieDown::HEIGHT;
+            qpos[3..7].copy_from_slice(&crate::math::quat_normalize(&crate::math::quat_mul(&turn, &rot)));
+        }
+        self.handler.set_qpos_qvel(env, &qpos, &reference.qvel())?;
         let mut rng = ChaCha8Rng::seed_from_u64(a.seed ^ RUNTIME_STREAM);
         slot.next_push_step = if draw.pushes {
             (dr::next_push_interval_s(&mut rng) / CONTROL_DT).round() as usize

@@ -5,7 +5,7 @@ mod common;
 
 use arena_data::NUM_JOINTS;
 use arena_sim::dr::DrLevel;
-use arena_sim::env::{EpisodeAssignment, EpisodeStatus, FallRule, TrackingEnv, TrackingEnvConfig, Trajectory};
+use arena_sim::env::{EpisodeAssignment, EpisodeStatus, FallRule, LieDown, TrackingEnv, TrackingEnvConfig, Trajectory};
 use arena_sim::handler::{Field, Handler, NQ, NV};
 use arena_sim::motion::{MotionLibrary, MotionState};
 use arena_sim::observation::{self, HistoryTiming, PRIVILEGED_STATE_DIM, STATE_DIM};
@@ -421,4 +421,35 @@ fn contact_forces_carry_the_robot_on_its_feet() {
         "feet carry {mean_feet_z:.1} N of {weight:.1} N"
     );
     assert!(others < 1.0, "a non-foot body touches something: {others} N");
+}
+
+#[test]
+fn lying_down_starts_turn_the_reference_root_about_world_x() {
+    let lib = library();
+    let mut env = env(&lib, 3, 1);
+    let a = assignment(0, 5, DrLevel::L0);
+    env.reset_with_starts(&[(0, a, None), (1, a, Some(LieDown::Plus)), (2, a, Some(LieDown::Minus))])
+        .unwrap();
+    let mut qpos = vec![0.0; 3 * NQ];
+    env.handler().read_batch(Field::Qpos, &mut qpos).unwrap();
+    let (upright, plus, minus) = (&qpos[..NQ], &qpos[NQ..2 * NQ], &qpos[2 * NQ..]);
+    assert!(upright[2] > 0.7, "reference start stands: root z {}", upright[2]);
+    assert_eq!((plus[2], minus[2]), (0.5, 0.5));
+    // Joints are the reference's; the root's up axis now lies in the ground plane.
+    assert_eq!(&plus[7..], &upright[7..]);
+    let up = |q: &[f64]| arena_sim::math::rotate(&q[3..7].try_into().unwrap(), &[0.0, 0.0, 1.0]);
+    assert!(
+        up(plus)[2].abs() < 0.2 && up(minus)[2].abs() < 0.2,
+        "{:?} {:?}",
+        up(plus),
+        up(minus)
+    );
+    assert!(
+        (up(plus)[1] + up(minus)[1]).abs() < 1e-9 && up(plus)[1].abs() > 0.9,
+        "opposite sides"
+    );
+    // Gravity seen by the robot follows: mostly sideways in its own frame.
+    let obs = env.observations();
+    let g = |e: usize| obs.state[e * STATE_DIM + 58..e * STATE_DIM + 61].to_vec();
+    assert!(g(0)[2] < -0.9 && g(1)[2].abs() < 0.2, "{:?} {:?}", g(0), g(1));
 }

@@ -138,6 +138,10 @@ impl Agent for TrackingAgent {
         self.configure_layout(&ObservationLayout::from_spec(spec));
     }
 
+    fn check(&self, _spec: &EpisodeSpec) -> Result<(), String> {
+        self.error.clone().map_or(Ok(()), Err)
+    }
+
     fn reset(&mut self, _episodes: &[EpisodeInfo]) {}
 
     fn act(&mut self, batch: &Batch<'_>, actions: &mut [f32]) {

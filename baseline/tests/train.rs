@@ -163,7 +163,7 @@ fn arena_bin() -> Option<PathBuf> {
     sibling.exists().then_some(sibling)
 }
 
-fn start_server(bin: &Path, data: &Path) -> Server {
+fn start_server(bin: &Path, data: &Path, benchmarks: &Path) -> Server {
     let mut child = Command::new(bin)
         .args([
             "serve",
@@ -173,6 +173,8 @@ fn start_server(bin: &Path, data: &Path) -> Server {
             ADMIN,
             "--bind",
             "127.0.0.1:0",
+            "--benchmarks-dir",
+            benchmarks.to_str().unwrap(),
         ])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -242,7 +244,17 @@ fn trained_checkpoint_submits_over_both_transports_and_reaches_the_leaderboard()
     assert!(!log.contains("NaN") && !log.contains("inf"), "{log}");
     assert!(run.join("checkpoint/model/model.safetensors").exists());
 
-    let server = start_server(&arena, &root.path().join("data"));
+    // The shipped g1-smoke, and a copy that does not send `reference_goal`.
+    let benchmarks = root.path().join("benchmarks");
+    std::fs::create_dir_all(&benchmarks).unwrap();
+    let smoke = std::fs::read_to_string(repo().join("benchmarks/g1-smoke.toml")).unwrap();
+    std::fs::write(benchmarks.join("g1-smoke.toml"), &smoke).unwrap();
+    let blind = smoke
+        .replace("name = \"g1-smoke\"", "name = \"g1-smoke-blind\"")
+        .replace("reference_goal_horizon = 8", "reference_goal_horizon = 0");
+    assert!(blind.contains("g1-smoke-blind") && blind.contains("reference_goal_horizon = 0"));
+    std::fs::write(benchmarks.join("g1-smoke-blind.toml"), blind).unwrap();
+    let server = start_server(&arena, &root.path().join("data"), &benchmarks);
     let (status, team) = http(
         server.addr,
         "POST",
@@ -275,6 +287,26 @@ fn trained_checkpoint_submits_over_both_transports_and_reaches_the_leaderboard()
         );
         assert!(stdout.contains("COMPLETED, 6 episodes"), "{transport}: {stdout}");
     }
+    // A benchmark that does not send the reference rows: refused before any episode is played.
+    let out = Command::new(env!("CARGO_BIN_EXE_arena-bfm"))
+        .args(["agent", "--checkpoint", run.join("checkpoint").to_str().unwrap()])
+        .args([
+            "--server",
+            &format!("http://{}", server.addr),
+            "--benchmark",
+            "g1-smoke-blind",
+        ])
+        .env("ARENA_TOKEN", &token)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(!out.status.success(), "{stdout}");
+    assert!(stderr.contains("reference_goal"), "{stderr}");
+    assert!(!stdout.contains("episode "), "no episode may be played: {stdout}");
+
     let (status, board) = http(server.addr, "GET", "/api/v1/leaderboards/g1-smoke", None, "");
     assert_eq!(status, 200, "{board}");
     // The board ranks a team by its best submission: ours, with all six episodes scored.

@@ -37,6 +37,12 @@ impl Batch<'_> {
 pub trait Agent: Send {
     /// The session's episode layout (observation groups, action size, limits).
     fn configure(&mut self, _spec: &EpisodeSpec) {}
+    /// Whether the agent can serve this layout, checked right after `configure`. An error ends
+    /// the session before any episode runs (the client disconnects and returns
+    /// [`ClientError::Agent`](crate::ClientError::Agent)) instead of playing episodes it cannot act in.
+    fn check(&self, _spec: &EpisodeSpec) -> Result<(), String> {
+        Ok(())
+    }
     /// Episodes that start now; their first observations follow.
     fn reset(&mut self, episodes: &[EpisodeInfo]);
     /// Writes `batch.len() × action_size` actions (row i answers `batch.episodes[i]`).

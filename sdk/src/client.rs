@@ -114,6 +114,9 @@ pub enum ClientError {
     /// The server broke the protocol.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// The agent cannot serve the session's layout ([`Agent::check`]); nothing was played.
+    #[error("the agent cannot serve this session: {0}")]
+    Agent(String),
 }
 
 impl ClientError {
@@ -427,6 +430,15 @@ async fn session(
                 }
                 state.summary.submission_id = c.submission_id.clone();
                 agent.configure(&spec);
+                if let Err(reason) = agent.check(&spec) {
+                    let bye = Msg::Disconnect(Disconnect {
+                        reason: format!("agent cannot serve this session: {reason}"),
+                        submission_status: String::new(),
+                    });
+                    let _ = connection.send(bye).await;
+                    connection.close().await;
+                    return Err(ClientError::Agent(reason));
+                }
                 on_event(ClientEvent::Connected(&c));
                 if let Mode::Practice { episodes, .. } = &config.mode {
                     for e in episodes {

@@ -6,6 +6,7 @@
 //! is reproducible from its seed and counters alone.
 
 use crate::model::Obs;
+use crate::update::TrainBatch;
 use rand::Rng;
 use rand::distr::{Distribution, weighted::WeightedIndex};
 use std::collections::VecDeque;
@@ -35,17 +36,6 @@ pub struct StepRecord<'a> {
     pub episode_start: &'a [bool],
     /// Per env: this observation is terminal (never true in BFM-Zero's configuration).
     pub terminated: &'a [bool],
-}
-
-/// A sampled batch of transitions (raw observations).
-#[derive(Debug)]
-pub struct TransitionBatch {
-    pub obs: Obs,
-    pub action: Tensor,
-    pub next_obs: Obs,
-    pub terminated: Tensor,
-    pub z: Tensor,
-    pub aux_reward: Tensor,
 }
 
 /// Time-major ring buffer of `rows` × `envs` transitions.
@@ -147,7 +137,7 @@ impl OnlineBuffer {
 
     /// `n` transitions (row → next row of the same episode): an episode uniformly, then a
     /// start uniformly among its transitions. None until one episode has two rows.
-    pub fn sample(&self, n: usize, rng: &mut impl Rng) -> Option<TransitionBatch> {
+    pub fn sample(&self, n: usize, rng: &mut impl Rng) -> Option<TrainBatch> {
         let segments: Vec<(usize, u64, u64)> = self.segments().collect();
         if segments.is_empty() {
             return None;
@@ -168,7 +158,7 @@ impl OnlineBuffer {
             last_action: gather(&self.groups[2], idx),
             history_actor: gather(&self.groups[3], idx),
         };
-        Some(TransitionBatch {
+        Some(TrainBatch {
             obs: obs_at(&i),
             action: gather(&self.action, &i),
             next_obs: obs_at(&j),

@@ -9,7 +9,7 @@ use arena_bfm::checkpoint;
 use arena_bfm::config::{ModelConfig, PRESETS, ParameterCounts};
 use arena_bfm::train::{Motions, RunPaths, Trainer};
 use arena_bfm::train_config::TrainConfig;
-use arena_sdk::client::{self, ClientConfig, ClientEvent, Mode};
+use arena_sdk::client::{self, ClientConfig, Mode};
 use arena_sdk::episode::ObservationLayout;
 use arena_sdk::local::{LocalOptions, run_local};
 use arena_sim::RobotConfig;
@@ -300,26 +300,7 @@ fn agent(a: AgentArgs) -> anyhow::Result<()> {
     let mut config = ClientConfig::new(&server, &a.token, mode);
     config.agent_name = a.name.clone();
     config.phase = a.phase.clone();
-    let summary = client::run_blocking(&config, &mut agent, &mut |event| match event {
-        ClientEvent::Connected(c) => {
-            println!(
-                "connected: submission {:?}, {} episodes to run",
-                c.submission_id, c.episodes_remaining
-            )
-        }
-        ClientEvent::EpisodeEnd(e) => println!(
-            "episode {:>4} {:<9} steps {:>4}  emd {}",
-            e.episode_id,
-            e.status,
-            e.steps,
-            e.metrics.get("emd").map_or("-".into(), |v| format!("{v:.4}"))
-        ),
-        ClientEvent::ServerError(e) => eprintln!("server: {}: {}", e.code, e.message),
-        ClientEvent::Reconnecting { attempt, delay, error } => {
-            eprintln!("connection lost ({error}); retry {attempt} in {delay:?}")
-        }
-        ClientEvent::EpisodeStart(_) => {}
-    })?;
+    let summary = client::run_blocking(&config, &mut agent, &mut client::print_event)?;
     if let Some(e) = &agent.error {
         bail!("{e}");
     }

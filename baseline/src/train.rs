@@ -14,7 +14,7 @@ use crate::buffers::{ExpertBuffer, OnlineBuffer, OnlineBufferState, StepRecord, 
 use crate::checkpoint;
 use crate::model::{FbCprAuxModel, Obs};
 use crate::train_config::TrainConfig;
-use crate::update::{ExpertBatch, Learner, TrainBatch, derive_seed};
+use crate::update::{ExpertBatch, Learner, derive_seed};
 use anyhow::{Context, bail};
 use arena_bench::priority::{PriorityConfig, priorities};
 use arena_bench::spec::BenchmarkSpec;
@@ -543,14 +543,6 @@ impl Trainer {
             .expert
             .sample(batch / a.seq_length as usize, a.seq_length as usize, rng)
             .map_err(anyhow::Error::msg)?;
-        let train = TrainBatch {
-            obs: train.obs,
-            action: train.action,
-            next_obs: train.next_obs,
-            terminated: train.terminated,
-            z: train.z,
-            aux_reward: train.aux_reward,
-        };
         let expert = ExpertBatch {
             state: slices.state,
             privileged_state: slices.privileged_state,

@@ -3,7 +3,8 @@
 
 use arena_bfm::checkpoint::{self, CheckpointError};
 use arena_bfm::config::{AgentConfig, ModelConfig};
-use arena_bfm::model::{FbCprAuxModel, Obs};
+use arena_bfm::model::FbCprAuxModel;
+use arena_bfm::oracle_io::random_obs;
 use arena_bfm::update::{ExpertBatch, Learner, TrainBatch};
 use std::collections::BTreeMap;
 use tch::{Device, Kind, Tensor};
@@ -19,30 +20,23 @@ fn agent() -> AgentConfig {
     }
 }
 
-fn obs(cfg: &ModelConfig, n: i64) -> Obs {
-    let f = (Kind::Float, Device::Cpu);
-    Obs {
-        state: Tensor::randn([n, cfg.obs.state], f),
-        privileged_state: Tensor::randn([n, cfg.obs.privileged_state], f),
-        last_action: Tensor::randn([n, cfg.obs.last_action], f),
-        history_actor: Tensor::randn([n, cfg.obs.history_actor], f),
-    }
-}
-
 /// The k-th batch, the same whenever it is asked for.
 fn batch(cfg: &ModelConfig, k: i64) -> (TrainBatch, ExpertBatch) {
     tch::manual_seed(1000 + k);
     let n = agent().batch_size;
     let f = (Kind::Float, Device::Cpu);
     let train = TrainBatch {
-        obs: obs(cfg, n),
+        obs: random_obs(cfg, n, 0.0, Device::Cpu),
         action: Tensor::rand([n, cfg.action_dim], f) * 2.0 - 1.0,
-        next_obs: obs(cfg, n),
+        next_obs: random_obs(cfg, n, 0.0, Device::Cpu),
         terminated: Tensor::zeros([n, 1], f),
         z: Tensor::randn([n, cfg.z_dim], f),
         aux_reward: Tensor::randn([n, 1], f),
     };
-    let (e, e2) = (obs(cfg, n), obs(cfg, n));
+    let (e, e2) = (
+        random_obs(cfg, n, 0.0, Device::Cpu),
+        random_obs(cfg, n, 0.0, Device::Cpu),
+    );
     let expert = ExpertBatch {
         state: e.state,
         privileged_state: e.privileged_state,

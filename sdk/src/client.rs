@@ -160,6 +160,29 @@ struct RunState {
     practice_left: usize,
 }
 
+/// The console lines of a command-line agent: the session, one line per finished episode,
+/// server errors and reconnects (stdout for progress, stderr for trouble).
+pub fn print_event(event: ClientEvent<'_>) {
+    match event {
+        ClientEvent::Connected(c) => println!(
+            "connected: session {} submission {:?}, {} episodes to run",
+            c.session_id, c.submission_id, c.episodes_remaining
+        ),
+        ClientEvent::EpisodeEnd(e) => println!(
+            "episode {:>4} {:<9} steps {:>4}  emd {}",
+            e.episode_id,
+            e.status,
+            e.steps,
+            e.metrics.get("emd").map_or("-".into(), |v| format!("{v:.4}"))
+        ),
+        ClientEvent::ServerError(e) => eprintln!("server: {}: {}", e.code, e.message),
+        ClientEvent::Reconnecting { attempt, delay, error } => {
+            eprintln!("connection lost ({error}); retry {attempt} in {delay:?}")
+        }
+        ClientEvent::EpisodeStart(_) => {}
+    }
+}
+
 /// Runs the session described by `config` with `agent` until the submission completes (or the
 /// practice episodes are done), reconnecting after lost connections.
 pub async fn run(

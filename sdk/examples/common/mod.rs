@@ -1,6 +1,6 @@
 //! Command-line flags shared by the example agents.
 
-use arena_sdk::client::{self, ClientConfig, ClientEvent, Mode};
+use arena_sdk::client::{self, ClientConfig, Mode};
 use arena_sdk::protocol::{Encoding, ResetEpisode};
 use clap::Parser;
 
@@ -66,24 +66,7 @@ pub fn run(agent: &mut dyn arena_sdk::Agent, name: &str) -> std::process::ExitCo
     } else {
         Encoding::Binary
     };
-    let result = client::run_blocking(&config, agent, &mut |event| match event {
-        ClientEvent::Connected(c) => println!(
-            "connected: session {} submission {:?}, {} episodes to run",
-            c.session_id, c.submission_id, c.episodes_remaining
-        ),
-        ClientEvent::EpisodeEnd(e) => println!(
-            "episode {:>4} {:<9} steps {:>4}  emd {}",
-            e.episode_id,
-            e.status,
-            e.steps,
-            e.metrics.get("emd").map_or("-".into(), |v| format!("{v:.4}"))
-        ),
-        ClientEvent::ServerError(e) => eprintln!("server: {}: {}", e.code, e.message),
-        ClientEvent::Reconnecting { attempt, delay, error } => {
-            eprintln!("connection lost ({error}); retry {attempt} in {delay:?}")
-        }
-        ClientEvent::EpisodeStart(_) => {}
-    });
+    let result = client::run_blocking(&config, agent, &mut client::print_event);
     match result {
         Ok(summary) => {
             println!(

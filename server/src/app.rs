@@ -100,6 +100,26 @@ pub async fn router(state: Arc<AppState>) -> Router {
         .merge(api::routes())
         .with_state(state)
         .merge(grpc)
+        .fallback(no_route)
+}
+
+/// A path no route serves: a gRPC call (content type `application/grpc…`) gets gRPC's
+/// `unimplemented`; any other request a JSON 404 naming the method and path.
+async fn no_route(request: axum::extract::Request) -> Response {
+    let path = request.uri().path().to_string();
+    let grpc = request
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/grpc"));
+    if grpc {
+        return tonic::Status::unimplemented(format!("no gRPC method {path}")).into_http::<axum::body::Body>();
+    }
+    let message = format!(
+        "no route for {} {path}; the REST API lives under /api/v1 (docs/server.md)",
+        request.method()
+    );
+    axum::response::IntoResponse::into_response(api::ApiError(crate::access::AccessError::not_found(message)))
 }
 
 async fn agent_socket(ws: WebSocketUpgrade, State(state): State<Arc<AppState>>) -> Response {

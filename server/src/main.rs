@@ -18,11 +18,25 @@ fn main() -> std::process::ExitCode {
         .with(no_frame_dumps)
         .init();
     let args = arena_server::cli::Cli::parse();
+    if args.is_one_shot() {
+        quiet_on_closed_pipe();
+    }
     match arena_server::cli::run(args) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// `arena … | head`: when the reader goes away, end quietly as Unix tools do (killed by SIGPIPE)
+/// instead of panicking in `println!` (Rust ignores SIGPIPE, so a write fails with EPIPE). Only
+/// for one-shot commands: a server keeps ignoring it, so a client that disconnects mid-write is
+/// an error on that socket, not the end of the process.
+fn quiet_on_closed_pipe() {
+    // SAFETY: resets one signal's disposition to its default before any thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }

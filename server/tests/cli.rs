@@ -237,3 +237,40 @@ fn replay_rollout_on_every_g1_moves_clip() {
     }
     std::fs::remove_dir_all(dir).ok();
 }
+
+#[test]
+fn a_closed_pipe_ends_a_command_quietly() {
+    // `arena bench list | head -0`: the reader is gone before the first line is written.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_arena"))
+        .args(["bench", "list"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_ne!(out.status.code(), Some(101), "{stderr}");
+    use std::os::unix::process::ExitStatusExt;
+    assert!(
+        out.status.success() || out.status.signal() == Some(13),
+        "{:?}: {stderr}",
+        out.status
+    );
+}
+
+#[test]
+fn an_unwritable_report_path_is_refused_before_the_run() {
+    for bad in ["/nonexistent-dir/r.json", "/proc/r.json"] {
+        let out = arena(&["eval", "--benchmark", "g1-smoke", "--policy", "replay", "--report", bad]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{bad}: {stderr}");
+        assert!(
+            stderr.contains("cannot write") && stderr.contains(bad),
+            "{bad}: {stderr}"
+        );
+        // Refused up front: no episode ran (the whole benchmark takes seconds).
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("stand"), "{bad}");
+    }
+}

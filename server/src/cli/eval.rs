@@ -39,6 +39,10 @@ pub struct EvalArgs {
 }
 
 pub fn run(a: EvalArgs) -> anyhow::Result<()> {
+    // Refuse an unwritable report path now, not after the whole benchmark has run.
+    if let Some(out) = &a.report {
+        crate::cli::check_writable(out)?;
+    }
     let known = metric_names();
     let (path, spec) = spec::find_benchmark(&a.benchmark, &a.dir.dir(), &known)?;
     let robot = RobotConfig::default();

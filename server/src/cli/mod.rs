@@ -49,6 +49,31 @@ enum Command {
     Demo(demo::DemoArgs),
 }
 
+/// Fails now if `path` cannot be written later (its folder is missing or read-only), so long
+/// work does not end with its results lost. Leaves nothing behind.
+pub fn check_writable(path: &std::path::Path) -> anyhow::Result<()> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    if path.is_dir() {
+        anyhow::bail!("{} is a folder, not a file", path.display());
+    }
+    let probe = dir.join(format!(".arena-write-check-{}", std::process::id()));
+    std::fs::write(&probe, b"")
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e} (in {})", path.display(), dir.display()))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
+impl Cli {
+    /// Whether the command only prints and exits (its output may be piped into `head`), as
+    /// opposed to the commands that run a server.
+    pub fn is_one_shot(&self) -> bool {
+        !matches!(self.command, Command::Serve(_) | Command::Demo(_))
+    }
+}
+
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Sim(c) => sim::run(c),

@@ -1,0 +1,57 @@
+//! Requests no route serves: a JSON 404 for HTTP clients (a browser opening the server's URL, a
+//! mistyped REST path), gRPC's `unimplemented` for gRPC callers; known routes are unaffected.
+
+mod common;
+
+use common::server::ServerProc;
+
+#[test]
+fn unknown_paths_are_json_404s_and_unknown_grpc_methods_stay_grpc() {
+    let dir = common::tmp("routes");
+    let server = ServerProc::start(&dir, &[]);
+    for (method, path) in [
+        ("GET", "/"),
+        ("GET", "/index.html"),
+        ("GET", "/api/v1/nothing"),
+        ("POST", "/api/v2/teams"),
+    ] {
+        let (status, head, body) = server.call(method, path, None, None);
+        assert_eq!(status, 404, "{method} {path}: {head}");
+        assert!(
+            head.to_ascii_lowercase().contains("content-type: application/json"),
+            "{method} {path}: {head}"
+        );
+        assert!(
+            !head.to_ascii_lowercase().contains("grpc-status"),
+            "{method} {path}: {head}"
+        );
+        assert_eq!(body["error"]["code"], "not_found", "{body}");
+        assert!(body["error"]["message"].as_str().unwrap().contains(path), "{body}");
+    }
+    let (status, _, body) = server.call("GET", "/api/v1/health", None, None);
+    assert_eq!(status, 200, "{body}");
+
+    // A gRPC client calling a method that does not exist still gets a gRPC answer.
+    let out = std::process::Command::new(std::env::var("ARENA_PYTHON").unwrap_or_else(|_| "python3".into()))
+        .args([
+            "-c",
+            "import grpc,sys\n\
+             ch = grpc.insecure_channel(sys.argv[1])\n\
+             f = ch.unary_unary('/arena.v1.Nope/Missing', request_serializer=lambda x: x, response_deserializer=lambda x: x)\n\
+             try:\n    f(b'', timeout=10)\nexcept grpc.RpcError as e:\n    print(e.code().name)\n",
+            &server.addr.to_string(),
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if String::from_utf8_lossy(&out.stderr).contains("No module named 'grpc'") {
+        eprintln!("skipped the gRPC half: no grpcio in ARENA_PYTHON");
+        return;
+    }
+    assert_eq!(
+        stdout.trim(),
+        "UNIMPLEMENTED",
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

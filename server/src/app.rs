@@ -29,6 +29,54 @@ pub struct AppState {
     pub attached: Mutex<HashSet<String>>,
     /// Requests per team per minute (REST and Connects).
     pub rate_limiter: RateLimiter,
+    /// Held for the server's life: one server per data directory.
+    _data_dir_lock: DataDirLock,
+}
+
+/// An exclusive lock on `<data dir>/arena.lock` (released when the process ends, however it
+/// ends). A second server on the same folder would re-queue the first one's running episodes
+/// and write the same files, so it is refused.
+#[derive(Debug)]
+struct DataDirLock {
+    _file: std::fs::File,
+}
+
+impl DataDirLock {
+    fn acquire(dir: &std::path::Path) -> anyhow::Result<Self> {
+        use std::io::{Read, Seek, Write};
+        let path = dir.join("arena.lock");
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                let holder = holder.trim();
+                let who = if holder.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (pid {holder})")
+                };
+                anyhow::bail!(
+                    "the data directory {} is in use by another arena server{who}; stop it or choose another --data-dir",
+                    dir.display()
+                );
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("locking {}", path.display()));
+            }
+        }
+        file.set_len(0)?;
+        file.rewind()?;
+        write!(file, "{}", std::process::id())?;
+        Ok(DataDirLock { _file: file })
+    }
 }
 
 impl AppState {
@@ -39,6 +87,8 @@ impl AppState {
         for dir in [config.data_dir.clone(), config.trajectories_dir(), config.reports_dir()] {
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         }
+        // Before the database: recovery would re-queue another live server's episodes.
+        let data_dir_lock = DataDirLock::acquire(&config.data_dir)?;
         let url = config.database_url();
         let storage = Storage::connect(&url)
             .await
@@ -59,6 +109,7 @@ impl AppState {
             catalog,
             attached: Mutex::new(HashSet::new()),
             rate_limiter,
+            _data_dir_lock: data_dir_lock,
         }))
     }
 

@@ -55,3 +55,23 @@ fn unknown_paths_are_json_404s_and_unknown_grpc_methods_stay_grpc() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn a_second_server_on_the_same_data_directory_is_refused() {
+    let dir = common::tmp("two-servers");
+    let first = ServerProc::start(&dir, &[]);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_arena"))
+        .args(["serve", "--data-dir", dir.to_str().unwrap(), "--bind", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("is in use by another arena server"), "{stderr}");
+    // The first one is untouched and still serves.
+    let (status, _, _) = first.call("GET", "/api/v1/health", None, None);
+    assert_eq!(status, 200);
+    drop(first);
+    // Once it is gone (even killed), the folder can be served again.
+    let again = ServerProc::start(&dir, &[]);
+    assert_eq!(again.call("GET", "/api/v1/health", None, None).0, 200);
+}

@@ -250,7 +250,7 @@ fn eval(a: EvalArgs) -> anyhow::Result<()> {
         &mut |done, total, r| {
             bar.set_length(total as u64);
             bar.set_position(done as u64);
-            bar.set_message(format!("{} {:?}", r.motion, r.status));
+            bar.set_message(format!("{} {}", r.motion, r.status));
         },
     )?;
     bar.finish_and_clear();
@@ -274,7 +274,7 @@ fn eval(a: EvalArgs) -> anyhow::Result<()> {
         println!(
             "{:<28} {:>9} {:>6} {:>9} {:>9}",
             e.motion,
-            format!("{:?}", e.status),
+            e.status.to_string(),
             e.num_steps,
             m("emd"),
             m("success")

@@ -24,6 +24,18 @@ pub enum EpisodeStatus {
     Timeout,
 }
 
+/// The same lower-case word as in reports: `completed`, `fell`, `failed`, `timeout`.
+impl std::fmt::Display for EpisodeStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            EpisodeStatus::Completed => "completed",
+            EpisodeStatus::Fell => "fell",
+            EpisodeStatus::Failed => "failed",
+            EpisodeStatus::Timeout => "timeout",
+        })
+    }
+}
+
 impl EpisodeStatus {
     /// Scored episodes enter the statistics; the others are listed as failed.
     pub fn is_scored(self) -> bool {

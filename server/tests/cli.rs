@@ -274,3 +274,61 @@ fn an_unwritable_report_path_is_refused_before_the_run() {
         assert!(!String::from_utf8_lossy(&out.stdout).contains("stand"), "{bad}");
     }
 }
+
+#[test]
+fn rollout_outputs_never_clobber_inputs_or_earlier_results() {
+    let dir = tmp("rollout-safe");
+    ok(&arena(&["motion", "generate", "--out", dir.to_str().unwrap()]));
+    let stand = dir.join("builtin__stand.csv");
+    let original = std::fs::read(&stand).unwrap();
+    let rollout = |out: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "sim",
+            "rollout",
+            "--motion",
+            stand.to_str().unwrap(),
+            "--fps",
+            "50",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend(extra);
+        arena(&args)
+    };
+    // Its own input as output: refused, the motion file untouched.
+    let out = rollout(&stand, &["--policy", "replay"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is an input of this rollout"));
+    assert_eq!(std::fs::read(&stand).unwrap(), original);
+
+    // A good rollout, then a failing one to the same file: the good rows stay, the partial
+    // rows go beside them, and nothing temporary is left behind.
+    let result = dir.join("result.csv");
+    ok(&rollout(&result, &["--policy", "replay"]));
+    let good = std::fs::read(&result).unwrap();
+    let actions = dir.join("nan.csv");
+    let row = vec!["0"; 29].join(",");
+    std::fs::write(&actions, format!("{row}\n{row}\n{}\n", row.replacen('0', "NaN", 1))).unwrap();
+    let out = rollout(&result, &["--actions", actions.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("left unchanged") && stderr.contains("result.csv.partial"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read(&result).unwrap(), good);
+    assert_eq!(
+        read_rows(&dir.join("result.csv.partial")).len(),
+        3,
+        "reset row and two steps"
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().contains(".tmp-"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    // Devices are written in place.
+    ok(&rollout(Path::new("/dev/null"), &["--policy", "replay"]));
+    std::fs::remove_dir_all(dir).ok();
+}

@@ -103,6 +103,19 @@ pub enum EpisodeStatus {
     Failed(String),
 }
 
+/// Lower-case words for people: `running`, `truncated`, `fell`, `failed: <reason>`.
+impl std::fmt::Display for EpisodeStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EpisodeStatus::Idle => f.write_str("idle"),
+            EpisodeStatus::Running => f.write_str("running"),
+            EpisodeStatus::Truncated => f.write_str("truncated"),
+            EpisodeStatus::Fell => f.write_str("fell"),
+            EpisodeStatus::Failed(reason) => write!(f, "failed: {reason}"),
+        }
+    }
+}
+
 impl EpisodeStatus {
     pub fn is_done(&self) -> bool {
         !matches!(self, EpisodeStatus::Running)

@@ -66,7 +66,7 @@ pub fn run(a: EvalArgs) -> anyhow::Result<()> {
     let aggregator = eval::run_benchmark(&spec, &clips, agent.as_mut(), &options, &mut |done, total, r| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
-        bar.set_message(format!("{} {:?}", r.motion, r.status));
+        bar.set_message(format!("{} {}", r.motion, r.status));
     })?;
     bar.finish_and_clear();
     let run = serde_json::json!({
@@ -112,7 +112,7 @@ pub fn run(a: EvalArgs) -> anyhow::Result<()> {
             e.episode_id,
             e.motion,
             e.num_steps,
-            format!("{:?}", e.status).to_lowercase()
+            e.status.to_string()
         );
         for m in &shown {
             match e.metrics.get(*m) {

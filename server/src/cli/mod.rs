@@ -59,6 +59,14 @@ pub fn check_writable(path: &std::path::Path) -> anyhow::Result<()> {
     if path.is_dir() {
         anyhow::bail!("{} is a folder, not a file", path.display());
     }
+    if path.exists() && !path.is_file() {
+        // A device or pipe: it must open for writing; nothing is created beside it.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+        return Ok(());
+    }
     let probe = dir.join(format!(".arena-write-check-{}", std::process::id()));
     std::fs::write(&probe, b"")
         .map_err(|e| anyhow::anyhow!("cannot write {}: {e} (in {})", path.display(), dir.display()))?;

@@ -183,7 +183,26 @@ fn read_actions(path: &Path) -> anyhow::Result<Vec<[f32; NUM_JOINTS]>> {
 pub const ROLLOUT_HEADER: &str = "# arena rollout: time, qpos (root xyz, quaternion wxyz, 29 joint angles)";
 const QVEL_HEADER: &str = "# arena rollout: time, qvel (root linear xyz, root angular xyz, 29 joint velocities)";
 
+/// Writes the rows beside `path` and renames the file into place, so a reader never sees a
+/// half-written file and an existing one is replaced only by a complete one.
 fn write_rows(path: &Path, header: &str, times: &[f64], values: &[f64], width: usize) -> anyhow::Result<()> {
+    // A device or pipe (`/dev/null`, `/dev/stdout`) is written in place, never replaced.
+    if path.exists() && !path.is_file() {
+        return write_rows_to(path, header, times, values, width);
+    }
+    let tmp = path.with_file_name(format!(
+        ".{}.tmp-{}",
+        path.file_name().map_or("out".into(), |n| n.to_string_lossy()),
+        std::process::id()
+    ));
+    write_rows_to(&tmp, header, times, values, width)
+        .and_then(|()| std::fs::rename(&tmp, path).with_context(|| format!("moving the rows to {}", path.display())))
+        .inspect_err(|_| {
+            let _ = std::fs::remove_file(&tmp);
+        })
+}
+
+fn write_rows_to(path: &Path, header: &str, times: &[f64], values: &[f64], width: usize) -> anyhow::Result<()> {
     let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
     let mut out = std::io::BufWriter::new(file);
     writeln!(out, "{header}")?;
@@ -198,7 +217,29 @@ fn write_rows(path: &Path, header: &str, times: &[f64], values: &[f64], width: u
     Ok(())
 }
 
+/// Whether two paths name the same file (an output must never overwrite an input).
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => false,
+    }
+}
+
 fn rollout(a: RolloutArgs) -> anyhow::Result<()> {
+    let outputs = std::iter::once(&a.out).chain(a.qvel_out.as_ref());
+    for out in outputs {
+        let inputs = std::iter::once(&a.motion).chain(a.actions.as_ref());
+        if let Some(input) = inputs.into_iter().find(|i| same_file(i, out)) {
+            bail!(
+                "{} is an input of this rollout; write the rollout to another file",
+                input.display()
+            );
+        }
+        crate::cli::check_writable(out)?;
+    }
+    if a.qvel_out.as_ref().is_some_and(|q| q == &a.out || same_file(q, &a.out)) {
+        bail!("--out and --qvel-out name the same file");
+    }
     let robot = RobotConfig::new(a.gains.into());
     let clip = arena_data::read_g1_csv(&a.motion, a.fps)?;
     let library = Arc::new(MotionLibrary::from_clips(std::slice::from_ref(&clip), &robot)?);
@@ -233,22 +274,39 @@ fn rollout(a: RolloutArgs) -> anyhow::Result<()> {
         k += 1;
     }
     let traj = env.trajectory(0);
+    let status = &env.infos()[0].status;
+    if let EpisodeStatus::Failed(reason) = status {
+        // The partial rows go beside the output; an existing output stays as it was.
+        let partial = a.out.with_file_name(format!(
+            "{}.partial",
+            a.out.file_name().map_or("rollout".into(), |n| n.to_string_lossy())
+        ));
+        write_rows(
+            &partial,
+            ROLLOUT_HEADER,
+            &traj.times,
+            &traj.qpos,
+            arena_sim::handler::NQ,
+        )?;
+        bail!(
+            "episode failed after {} control steps: {reason}; {} left unchanged, the rows so far are in {}",
+            traj.len().saturating_sub(1),
+            a.out.display(),
+            partial.display()
+        );
+    }
     write_rows(&a.out, ROLLOUT_HEADER, &traj.times, &traj.qpos, arena_sim::handler::NQ)?;
     if let Some(p) = &a.qvel_out {
         write_rows(p, QVEL_HEADER, &traj.times, &traj.qvel, arena_sim::handler::NV)?;
     }
-    let status = &env.infos()[0].status;
     eprintln!(
-        "{}: {} control steps, {:.2} s of motion, status {:?} -> {}",
+        "{}: {} control steps, {:.2} s of motion, status {} -> {}",
         clip.name,
         traj.len() - 1,
         traj.times.last().copied().unwrap_or(0.0),
         status,
         a.out.display()
     );
-    if let EpisodeStatus::Failed(reason) = status {
-        bail!("episode failed: {reason}");
-    }
     Ok(())
 }
 

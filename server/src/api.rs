@@ -325,7 +325,7 @@ async fn create_challenge(
     access::check_slug("id", &new.id)?;
     let title = new.title.trim();
     if title.is_empty() || title.len() > 200 {
-        return Err(bad_request("title: expected 1-200 characters".into()));
+        return Err(bad_request("title: expected 1-200 bytes of UTF-8 text".into()));
     }
     let challenge = state
         .storage
@@ -525,7 +525,7 @@ impl MemberBody {
     fn checked(&self, field: &str) -> Result<(String, String), ApiError> {
         let name = self.name.trim();
         if name.is_empty() || name.len() > 128 {
-            return Err(bad_request(format!("{field}.name: expected 1-128 characters")));
+            return Err(bad_request(format!("{field}.name: expected 1-128 bytes of UTF-8 text")));
         }
         let email = self.email.trim();
         let valid = email.len() <= 254
@@ -560,7 +560,7 @@ async fn create_team(State(state): State<Arc<AppState>>, headers: HeaderMap, bod
     let new: NewTeamBody = parse_body(&body)?;
     let name = new.name.trim();
     if name.is_empty() || name.len() > 64 {
-        return Err(bad_request("name: expected 1-64 characters".into()));
+        return Err(bad_request("name: expected 1-64 bytes of UTF-8 text".into()));
     }
     let members = new
         .members

@@ -75,3 +75,25 @@ fn a_second_server_on_the_same_data_directory_is_refused() {
     let again = ServerProc::start(&dir, &[]);
     assert_eq!(again.call("GET", "/api/v1/health", None, None).0, 200);
 }
+
+#[test]
+fn name_limits_are_stated_in_bytes() {
+    let dir = common::tmp("name-bytes");
+    let server = ServerProc::start(&dir, &[]);
+    // 40 characters, 80 bytes: over the 64-byte limit, and the message says bytes.
+    let name = "é".repeat(40);
+    let (status, body) = server.post(
+        "/api/v1/teams",
+        Some(common::server::ADMIN),
+        &format!("{{\"name\": \"{name}\"}}"),
+    );
+    assert_eq!(status, 400, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("1-64 bytes"), "{message}");
+    let (status, body) = server.post(
+        "/api/v1/teams",
+        Some(common::server::ADMIN),
+        &format!("{{\"name\": \"{}\"}}", "é".repeat(32)),
+    );
+    assert_eq!(status, 201, "64 bytes fit: {body}");
+}

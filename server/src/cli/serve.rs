@@ -14,7 +14,8 @@ pub struct ConfigArgs {
     /// TOML configuration file (keys as in docs/server.md).
     #[arg(long, env = "ARENA_CONFIG")]
     pub config: Option<PathBuf>,
-    /// Address to listen on (port 0 picks a free port) [default: 127.0.0.1:8080].
+    /// Address to listen on (port 0 picks a free port) [default: 127.0.0.1:8080 for `serve`,
+    /// a free loopback port for `demo`].
     #[arg(long, env = "ARENA_BIND")]
     pub bind: Option<SocketAddr>,
     /// Folder for the database, trajectories and reports [default: arena-data].

@@ -683,6 +683,12 @@ fn episode_from_row(row: &AnyRow, submission: &str) -> Result<EpisodeRow, Storag
 /// Opens a pool. A refused connection is retried until [`CONNECT_TIMEOUT`] (the database may be
 /// starting, e.g. next to the server in docker compose); the error then says why the last try failed.
 async fn pool_connect(options: AnyPoolOptions, url: &str, shown: &str) -> Result<AnyPool, StorageError> {
+    // Say at once when nothing listens, rather than waiting out the timeout in silence.
+    if let Err(sqlx::Error::Io(e)) = sqlx::AnyConnection::connect(url).await
+        && e.kind() == std::io::ErrorKind::ConnectionRefused
+    {
+        eprintln!("note: {shown} refused the connection ({e}); waiting up to {CONNECT_TIMEOUT:?} for it to start");
+    }
     match options.connect(url).await {
         Ok(pool) => Ok(pool),
         Err(sqlx::Error::PoolTimedOut) => {
@@ -741,6 +747,11 @@ impl Storage {
     /// setting); the pooled `Any` connections then get sqlx's defaults (foreign_keys=ON,
     /// busy_timeout 5 s) plus synchronous=NORMAL, which is per connection.
     async fn connect_sqlite(url: &str, shown: &str) -> Result<AnyPool, StorageError> {
+        let path = url.trim_start_matches("sqlite:").trim_start_matches("//");
+        if path.split('?').next().unwrap_or_default().is_empty() {
+            // sqlx would open a private temporary database per connection: no shared schema.
+            return Err(StorageError::UnsupportedUrl(format!("{shown} (no file path)")));
+        }
         let in_memory = url.contains(":memory:") || url.contains("mode=memory");
         let options = SqliteConnectOptions::from_str(url)
             .ctx(|| format!("parsing the SQLite URL {shown}"))?

@@ -97,3 +97,27 @@ fn name_limits_are_stated_in_bytes() {
     );
     assert_eq!(status, 201, "64 bytes fit: {body}");
 }
+
+#[test]
+fn database_urls_without_a_database_fail_at_once_with_a_clear_error() {
+    let dir = common::tmp("bad-db");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_arena"))
+        .args([
+            "serve",
+            "--data-dir",
+            dir.to_str().unwrap(),
+            "--bind",
+            "127.0.0.1:0",
+            "--database-url",
+            "sqlite://",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("sqlite://") && stderr.contains("no file path"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("no such table"), "{stderr}");
+}

@@ -7,7 +7,8 @@
 //! - [`normalizer`], [`model`]: observation/aux-reward normalisers and the whole model;
 //! - [`optim`], [`update`]: Adam and one agent update (§5.5-5.6);
 //! - [`buffers`]: online, expert and z replay buffers; [`aux_rewards`]: the §4.2 terms;
-//! - [`train_config`], [`train`]: the training loop on the project's `TrackingEnv`;
+//! - [`train_config`], [`train`], [`train_log`]: the training loop on the project's
+//!   `TrackingEnv` and its CSV logs;
 //! - [`agent`]: the tracking agent behind the SDK's `Agent` trait;
 //! - [`oracle_io`]: the update's inputs as files, for the PyTorch oracle and the benchmark;
 //! - [`checkpoint`]: the released BFM-Zero checkpoint layout.
@@ -25,4 +26,5 @@ pub mod oracle_io;
 pub mod params;
 pub mod train;
 pub mod train_config;
+pub mod train_log;
 pub mod update;

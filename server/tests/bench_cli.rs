@@ -284,3 +284,17 @@ fn eval_g1_moves_dance_with_replay() {
     assert!(report["failed_episodes"].as_array().unwrap().is_empty());
     std::fs::remove_dir_all(dir).ok();
 }
+
+#[test]
+fn validate_takes_names_as_well_as_files() {
+    let out = common::arena(&["bench", "validate", "g1-smoke", "g1-moves-dance"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        stdout.contains("g1-smoke.toml: ok (g1-smoke v") && stdout.contains("g1-moves-dance.toml: ok"),
+        "{stdout}"
+    );
+    let out = common::arena(&["bench", "validate", "no-such-benchmark"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no-such-benchmark"));
+}

@@ -41,9 +41,11 @@ pub struct ListArgs {
 
 #[derive(Debug, Args)]
 pub struct ValidateArgs {
-    /// Benchmark files to check.
-    #[arg(required = true)]
+    /// Benchmarks to check: files, or names looked up in the benchmarks folder.
+    #[arg(required = true, value_name = "FILE_OR_NAME")]
     files: Vec<PathBuf>,
+    #[command(flatten)]
+    dir: BenchDirArg,
 }
 
 #[derive(Debug, Args)]
@@ -96,8 +98,14 @@ pub fn run(c: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Validate(a) => {
             let mut bad = 0;
             for f in &a.files {
-                match BenchmarkSpec::read(f, &known) {
-                    Ok(s) => println!("{}: ok ({} v{})", f.display(), s.name, s.version),
+                // A path that exists is a file to check; anything else is a benchmark name.
+                let checked = if f.exists() {
+                    BenchmarkSpec::read(f, &known).map(|s| (f.clone(), s))
+                } else {
+                    spec::find_benchmark(&f.to_string_lossy(), &a.dir.dir(), &known)
+                };
+                match checked {
+                    Ok((path, s)) => println!("{}: ok ({} v{})", path.display(), s.name, s.version),
                     Err(e) => {
                         bad += 1;
                         eprintln!("{e}");

@@ -24,7 +24,7 @@ fn main() -> std::process::ExitCode {
     match arena_server::cli::run(args) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", arena_server::cli::error_report(&e));
             std::process::ExitCode::FAILURE
         }
     }

@@ -49,6 +49,23 @@ enum Command {
     Demo(demo::DemoArgs),
 }
 
+/// An error and its causes on one line, each cause once: libraries often repeat their source in
+/// their own message, and anyhow's `{:#}` would print the same text again for every level.
+pub fn error_report(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
 /// Fails now if `path` cannot be written later (its folder is missing or read-only), so long
 /// work does not end with its results lost. Leaves nothing behind.
 pub fn check_writable(path: &std::path::Path) -> anyhow::Result<()> {
@@ -91,5 +108,29 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Eval(a) => eval::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Demo(a) => demo::run(a),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_report;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("database: opening x: {source}")]
+    struct Wrapping {
+        #[source]
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        let io = std::io::Error::other("no such table: episodes");
+        let e = anyhow::Error::new(Wrapping { source: io }).context("starting the server");
+        assert_eq!(
+            error_report(&e),
+            "starting the server: database: opening x: no such table: episodes"
+        );
+        let plain = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(error_report(&plain), "outer: inner");
     }
 }

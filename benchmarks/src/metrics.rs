@@ -293,6 +293,24 @@ const fn info(
     }
 }
 
+/// The 0/1 success metrics: the ones a benchmark may rank by (`ranking.success`) and the ones a
+/// fall sets to 0.
+pub const SUCCESS_METRICS: [&str; 3] = ["success", "success_phc_linf", "success_phc_mean"];
+
+/// The defined penalty of a fall: an episode that the benchmark's fall rule ended is never a
+/// success, whatever its frames up to the fall show, and it failed no later than `fell_at_s`
+/// (seconds from the episode's start). Metrics not computed for the episode stay absent.
+pub fn apply_fall_penalty(metrics: &mut BTreeMap<String, f64>, fell_at_s: f64) {
+    for name in SUCCESS_METRICS {
+        if let Some(v) = metrics.get_mut(name) {
+            *v = 0.0;
+        }
+    }
+    if let Some(t) = metrics.get_mut("failure_time_s") {
+        *t = t.min(fell_at_s);
+    }
+}
+
 /// Names of every registered metric.
 pub fn metric_names() -> Vec<&'static str> {
     METRICS.iter().map(|m| m.name).collect()

@@ -75,6 +75,9 @@ pub struct MotionSet {
     /// Frame rate of files/dir clips; for a manifest, overrides the manifest's rates when set.
     pub fps: Option<f64>,
     pub split: SplitFilter,
+    /// Where the clips come from and their licence, as dataset cards and pages quote it.
+    #[serde(default)]
+    pub attribution: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
@@ -172,10 +175,44 @@ pub enum Direction {
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Ranking {
+    /// A 0/1 success metric whose rate over all of a submission's episodes ranks first (a
+    /// fall, failure or timeout counts as not successful); `None` ranks by `primary` alone.
+    #[serde(default)]
+    pub success: Option<String>,
     pub primary: String,
     /// `None`: the metric's own direction.
     pub direction: Option<Direction>,
     pub tie_breakers: Vec<String>,
+}
+
+impl Ranking {
+    /// The primary metric's direction: `direction`, else the metric's own, else lower.
+    pub fn primary_direction(&self) -> Direction {
+        self.direction
+            .or_else(|| crate::metrics::metric_info(&self.primary).map(|m| m.direction))
+            .unwrap_or(Direction::Lower)
+    }
+
+    /// The ranking rule in one sentence, for people (`arena bench show`, the benchmark page).
+    pub fn describe(&self) -> String {
+        let mut s = String::new();
+        if let Some(success) = &self.success {
+            s.push_str(&format!(
+                "highest {success} rate over all episodes first (a fall, failure or timeout is not a success), then "
+            ));
+        }
+        s.push_str("most scored episodes, then ");
+        let word = match self.primary_direction() {
+            Direction::Lower => "lowest",
+            Direction::Higher => "highest",
+        };
+        s.push_str(&format!("{word} mean {}", self.primary));
+        for t in &self.tie_breakers {
+            s.push_str(&format!(", then mean {t}"));
+        }
+        s.push_str(", then the earlier finish");
+        s
+    }
 }
 
 /// One episode of a benchmark run: a window of one motion, one repeat.
@@ -347,6 +384,7 @@ struct RawMotions {
     pattern: Option<String>,
     fps: Option<f64>,
     split: Option<SplitFilter>,
+    attribution: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -404,6 +442,7 @@ struct RawMetrics {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawRanking {
+    success: Option<String>,
     primary: Option<String>,
     direction: Option<Direction>,
     tie_breakers: Option<Vec<String>>,
@@ -605,6 +644,7 @@ impl Check<'_> {
             source,
             fps: m.fps,
             split,
+            attribution: m.attribution,
         })
     }
 
@@ -799,11 +839,30 @@ impl Check<'_> {
             if *t == primary {
                 return Err(self.err("ranking.tie_breakers", format!("{t:?} is already the primary metric")));
             }
+            if raw.success.as_deref() == Some(t.as_str()) {
+                return Err(self.err(
+                    "ranking.tie_breakers",
+                    format!("{t:?} already ranks first (ranking.success)"),
+                ));
+            }
             if tie_breakers[..i].contains(t) {
                 return Err(self.err("ranking.tie_breakers", format!("{t:?} is listed twice")));
             }
         }
+        if let Some(success) = &raw.success {
+            in_list("ranking.success", success)?;
+            if !crate::metrics::SUCCESS_METRICS.contains(&success.as_str()) {
+                return Err(self.err(
+                    "ranking.success",
+                    format!(
+                        "expected a 0/1 success metric ({}), got {success:?}",
+                        crate::metrics::SUCCESS_METRICS.join(", ")
+                    ),
+                ));
+            }
+        }
         Ok(Ranking {
+            success: raw.success,
             primary,
             direction: raw.direction,
             tie_breakers,

@@ -4,6 +4,7 @@
 //! (G1 CSV, clip directories, TOML manifests), and generate the project's built-in motions.
 //! Nothing here knows about physics; kinematics needed by the generator is passed in.
 
+pub mod buffer_export;
 pub mod clip;
 pub mod g1_csv;
 pub mod generate;

@@ -338,7 +338,8 @@ pub fn score_trajectory(
     metrics::evaluate(names, config, frames)
 }
 
-/// Scores a finished episode if its status is scored; a scoring error fails the episode.
+/// Scores a finished episode if its status is scored; a scoring error fails the episode. A fell
+/// episode gets the fall penalty ([`metrics::apply_fall_penalty`]): never a success.
 pub fn score_finished(
     trajectory: &Trajectory,
     status: EpisodeStatus,
@@ -350,7 +351,14 @@ pub fn score_finished(
         return (status, BTreeMap::new(), reason);
     }
     match score_trajectory(trajectory, names, config) {
-        Ok(m) => (status, m, reason),
+        Ok(mut m) => {
+            if status == EpisodeStatus::Fell {
+                let t0 = trajectory.times.first().copied().unwrap_or(0.0);
+                let fell_at = trajectory.times.last().copied().unwrap_or(t0) - t0;
+                metrics::apply_fall_penalty(&mut m, fell_at);
+            }
+            (status, m, reason)
+        }
         Err(e) => (
             EpisodeStatus::Failed,
             BTreeMap::new(),

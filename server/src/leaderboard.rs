@@ -1,9 +1,12 @@
 //! Leaderboards: a benchmark's completed submissions ranked by its primary metric and
 //! tie-breakers, best submission per team.
 //!
-//! Order: more scored episodes first (a failed or timed-out episode has no metrics, so skipping
-//! hard episodes must not pay), then the primary metric's mean in its direction, then each
-//! tie-breaker's mean, then the earlier finish.
+//! Order (docs/server.md, "Leaderboard ranking"): the success rate first when the benchmark
+//! names a success metric (`ranking.success`; over every episode, so a fall, a failure or a
+//! timeout counts as not successful: a robot on the floor cannot outrank one that stands, even
+//! where its joint angles happen to match better), then more scored episodes (a failed or
+//! timed-out episode has no metrics, so skipping hard episodes must not pay), then the primary
+//! metric's mean in its direction, then each tie-breaker's mean, then the earlier finish.
 
 use crate::storage::Submission;
 use arena_bench::aggregate::Report;
@@ -19,6 +22,9 @@ pub struct Entry {
     pub team: String,
     pub agent_name: String,
     pub finished_at: Option<i64>,
+    /// Share of all the submission's episodes that succeeded by `ranking.success` (`None` when
+    /// the benchmark ranks by the primary metric alone).
+    pub success_rate: Option<f64>,
     /// Mean of the primary metric over scored episodes.
     pub score: Option<f64>,
     /// (metric, mean) of each tie-breaker.
@@ -30,16 +36,16 @@ pub struct Entry {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Leaderboard {
     pub benchmark: String,
+    /// The success metric ranked first, if any (`ranking.success`).
+    pub success_metric: Option<String>,
     pub primary: String,
     /// "lower" or "higher" is better.
     pub direction: String,
     pub entries: Vec<Entry>,
 }
 
-fn direction_of(metric: &str, explicit: Option<Direction>) -> Direction {
-    explicit
-        .or_else(|| metric_info(metric).map(|m| m.direction))
-        .unwrap_or(Direction::Lower)
+fn direction_of(metric: &str) -> Direction {
+    metric_info(metric).map(|m| m.direction).unwrap_or(Direction::Lower)
 }
 
 /// Compares two optional means; a missing or NaN value ranks last whatever the direction.
@@ -57,21 +63,37 @@ fn compare(a: Option<f64>, b: Option<f64>, direction: Direction) -> Ordering {
     }
 }
 
+/// Successful episodes / all episodes of the report. An episode counts as successful when its
+/// `metric` is 1; unscored (failed, timed-out) episodes and episodes without the metric do not.
+pub fn success_rate(report: &Report, metric: &str) -> f64 {
+    if report.episodes.is_empty() {
+        return 0.0;
+    }
+    let successes = report
+        .episodes
+        .iter()
+        .filter(|e| e.status.is_scored() && e.metrics.get(metric).is_some_and(|v| *v >= 0.5))
+        .count();
+    successes as f64 / report.episodes.len() as f64
+}
+
 /// Ranks the completed submissions of `spec`'s benchmark.
 pub fn rank(spec: &BenchmarkSpec, submissions: &[Submission]) -> Leaderboard {
     let primary = &spec.ranking.primary;
-    let primary_direction = direction_of(primary, spec.ranking.direction);
+    let primary_direction = spec.ranking.primary_direction();
     let mean = |report: &Report, metric: &str| report.aggregated.get(metric).map(|s| s.mean);
     let mut entries: Vec<Entry> = submissions
         .iter()
         .filter_map(|s| {
             let report: Report = serde_json::from_str(s.report_json.as_deref()?).ok()?;
+            let success_rate = spec.ranking.success.as_deref().map(|m| success_rate(&report, m));
             Some(Entry {
                 rank: 0,
                 submission_id: s.id.clone(),
                 team: s.team_name.clone(),
                 agent_name: s.agent_name.clone(),
                 finished_at: s.finished_at,
+                success_rate,
                 score: mean(&report, primary),
                 tie_breakers: spec
                     .ranking
@@ -85,14 +107,14 @@ pub fn rank(spec: &BenchmarkSpec, submissions: &[Submission]) -> Leaderboard {
         })
         .collect();
     entries.sort_by(|a, b| {
-        b.scored_episodes
-            .cmp(&a.scored_episodes)
+        compare(a.success_rate, b.success_rate, Direction::Higher)
+            .then_with(|| b.scored_episodes.cmp(&a.scored_episodes))
             .then_with(|| compare(a.score, b.score, primary_direction))
             .then_with(|| {
                 a.tie_breakers
                     .iter()
                     .zip(&b.tie_breakers)
-                    .map(|((name, x), (_, y))| compare(*x, *y, direction_of(name, None)))
+                    .map(|((name, x), (_, y))| compare(*x, *y, direction_of(name)))
                     .find(|o| o.is_ne())
                     .unwrap_or(Ordering::Equal)
             })
@@ -106,6 +128,7 @@ pub fn rank(spec: &BenchmarkSpec, submissions: &[Submission]) -> Leaderboard {
     }
     Leaderboard {
         benchmark: spec.name.clone(),
+        success_metric: spec.ranking.success.clone(),
         primary: primary.clone(),
         direction: match primary_direction {
             Direction::Lower => "lower".into(),

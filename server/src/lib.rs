@@ -10,6 +10,7 @@ pub mod app;
 pub mod catalog;
 pub mod cli;
 pub mod config;
+pub mod datasets;
 pub mod eval;
 pub mod gateway;
 pub mod leaderboard;

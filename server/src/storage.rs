@@ -287,6 +287,18 @@ impl EpisodeState {
         }
     }
 
+    /// The lower-case word of reports and exports: "pending", …, "completed", "fell", "failed", "timeout".
+    pub fn word(&self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Running => "running",
+            Self::Completed => "completed",
+            Self::Fell => "fell",
+            Self::Failed => "failed",
+            Self::Timeout => "timeout",
+        }
+    }
+
     /// Whether the episode is done (COMPLETED, FELL, FAILED or TIMEOUT).
     pub fn is_final(&self) -> bool {
         !matches!(self, Self::Pending | Self::Running)

@@ -434,7 +434,8 @@ impl MujocoHandler {
         Ok(())
     }
 
-    /// World-frame velocity of body `b` (1-based MuJoCo id): (linear at the body origin, angular).
+    /// World-frame velocity of body `b` (1-based MuJoCo id): (linear at the body's centre of mass,
+    /// as `mj_objectVelocity` reports it, angular).
     fn body_velocity(data: &MjData<Box<MjModel>>, body_id: usize) -> (Vec3, Vec3) {
         let v = data.object_velocity(MjtObjBase::mjOBJ_BODY, body_id, false);
         ([v[3], v[4], v[5]], [v[0], v[1], v[2]])

@@ -5,7 +5,8 @@
 //! - [`handler`] (Layer 1): batched MuJoCo, PD control, state get/set, SoA accessors;
 //! - [`motion`]: the motion library (resampling, FK, velocities, `state_at`);
 //! - [`observation`], [`dr`], [`env`] (Layer 2): observation terms, domain randomisation and the
-//!   batched [`env::TrackingEnv`] with trajectory recording.
+//!   batched [`env::TrackingEnv`] with trajectory recording;
+//! - [`recorded`]: observations recomputed from recorded states (dataset exports).
 
 pub mod dr;
 pub mod env;
@@ -15,6 +16,7 @@ pub mod math;
 pub mod motion;
 pub mod observation;
 pub mod policy;
+pub mod recorded;
 pub mod robot;
 
 pub use handler::{CONTROL_DT, DECIMATION, Field, Handler, MujocoHandler, PHYSICS_DT, RobotState};

@@ -453,3 +453,42 @@ fn lying_down_starts_turn_the_reference_root_about_world_x() {
     let g = |e: usize| obs.state[e * STATE_DIM + 58..e * STATE_DIM + 61].to_vec();
     assert!(g(0)[2] < -0.9 && g(1)[2].abs() < 0.2, "{:?} {:?}", g(0), g(1));
 }
+
+/// Dataset exports hand out `privileged_state` recomputed from a trajectory's qpos and qvel
+/// (`arena_sim::recorded`): it must be the row the env produced during the episode, under DR
+/// level 3 too (the episode's own draw moves the torso's centre of mass, where MuJoCo reports
+/// its velocity).
+#[test]
+fn privileged_state_recomputed_from_recorded_states_matches_the_episode() {
+    use arena_sim::recorded::RecordedObserver;
+    let lib = library();
+    let mut e = env(&lib, 2, 1);
+    e.reset(&[(0, assignment(1, 7, DrLevel::L0)), (1, assignment(3, 9, DrLevel::L3))])
+        .unwrap();
+    let mut policy = ReplayPolicy::default();
+    let mut actions = vec![0.0f32; 2 * NUM_JOINTS];
+    let mut seen: Vec<Vec<f32>> = vec![e.observations().privileged_state.clone()];
+    for _ in 0..60 {
+        policy.act(&e, &mut actions);
+        e.step(&actions).unwrap();
+        seen.push(e.observations().privileged_state.clone());
+    }
+    let mut observer = RecordedObserver::new(RobotConfig::default()).unwrap();
+    let mut worst = 0.0f32;
+    for slot in 0..2 {
+        let t = e.trajectory(slot);
+        assert_eq!(t.len(), seen.len());
+        let mut out = vec![0.0f32; t.len() * PRIVILEGED_STATE_DIM];
+        observer
+            .privileged_states(t.dr_level, t.seed, &t.qpos, &t.qvel, &mut out)
+            .unwrap();
+        for (k, row) in out.chunks_exact(PRIVILEGED_STATE_DIM).enumerate() {
+            let want = &seen[k][slot * PRIVILEGED_STATE_DIM..(slot + 1) * PRIVILEGED_STATE_DIM];
+            for (a, b) in row.iter().zip(want) {
+                worst = worst.max((a - b).abs() / b.abs().max(1.0));
+            }
+        }
+    }
+    println!("largest relative difference of recomputed privileged_state: {worst:e}");
+    assert!(worst <= 1e-6, "recomputed privileged_state differs by {worst}");
+}

@@ -160,20 +160,7 @@ pub fn run(c: BenchCommand) -> anyhow::Result<()> {
                 o.hide_motion_names
             );
             println!("metrics:      {}", s.metrics.list.join(", "));
-            let direction = s
-                .ranking
-                .direction
-                .or_else(|| arena_bench::metrics::metric_info(&s.ranking.primary).map(|m| m.direction));
-            println!(
-                "ranking:      {} ({:?} is better), tie-breakers: {}",
-                s.ranking.primary,
-                direction.unwrap_or(arena_bench::spec::Direction::Lower),
-                if s.ranking.tie_breakers.is_empty() {
-                    "none".into()
-                } else {
-                    s.ranking.tie_breakers.join(", ")
-                }
-            );
+            println!("ranking:      {}", s.ranking.describe());
             Ok(())
         }
     }

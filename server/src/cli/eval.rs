@@ -87,7 +87,8 @@ pub fn run(a: EvalArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     // The table shows the ranking metrics first, then the most read ones.
-    let mut shown: Vec<&str> = vec![spec.ranking.primary.as_str()];
+    let mut shown: Vec<&str> = spec.ranking.success.as_deref().into_iter().collect();
+    shown.push(spec.ranking.primary.as_str());
     shown.extend(spec.ranking.tie_breakers.iter().map(String::as_str));
     for extra in ["mpjpe_l", "mpjpe_g", "success", "failure_time_s"] {
         if spec.metrics.list.iter().any(|m| m == extra) && !shown.contains(&extra) {

@@ -1,6 +1,7 @@
 //! Command-line interface of the `arena` binary.
 
 mod bench;
+mod dataset;
 mod demo;
 mod eval;
 mod metrics;
@@ -39,6 +40,9 @@ enum Command {
     /// Metrics on files: EMD between two frame sets, every tracking metric of a rollout.
     #[command(subcommand)]
     Metrics(metrics::MetricsCommand),
+    /// Trajectory datasets: export a benchmark's or a phase's episodes (HDF5, jsonl.gz, card).
+    #[command(subcommand)]
+    Dataset(dataset::DatasetCommand),
     /// Run a whole benchmark in-process with a built-in policy; prints per-episode metrics and
     /// aggregates, writes the report JSON.
     Eval(eval::EvalArgs),
@@ -105,6 +109,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Motion(c) => motion::run(c),
         Command::Bench(c) => bench::run(c),
         Command::Metrics(c) => metrics::run(c),
+        Command::Dataset(c) => dataset::run(c),
         Command::Eval(a) => eval::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Demo(a) => demo::run(a),

@@ -5,6 +5,8 @@
 //! submissions; health, benchmarks, challenges, phases and public leaderboards need no token.
 //! The rules themselves live in [`crate::access`].
 
+mod datasets;
+
 use crate::access::{self, AccessError, PhaseState, RunRequest};
 use crate::app::AppState;
 use crate::leaderboard;
@@ -43,6 +45,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/api/v1/submissions/{id}/report", get(get_report))
         .route("/api/v1/submissions/{id}/trajectories", get(get_trajectories))
         .route("/api/v1/leaderboards/{benchmark}", get(get_leaderboard))
+        .merge(datasets::routes())
 }
 
 /// An API error: an [`AccessError`] rendered as the JSON error body.

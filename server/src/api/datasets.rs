@@ -1,0 +1,237 @@
+//! `GET /api/v1/datasets/{benchmarks|phases}/{name}/{card|hdf5|jsonl.gz}?filters`: trajectory
+//! datasets over HTTP. Access is as for results: a token is needed; the admin reads every
+//! completed submission, a team its own whose results are visible now. Downloads stream: the
+//! `jsonl.gz` body is compressed while episodes are read, and the HDF5 file (HDF5 needs a
+//! seekable file) is written to the data directory, unlinked once open, and streamed from there.
+
+use super::{ApiError, ApiResult, Caller, bad_request, caller, not_found};
+use crate::access;
+use crate::app::AppState;
+use crate::datasets::{self, DatasetError, DatasetFilter, ExportFormat, Scope, Selection};
+use crate::storage::{Submission, now_ms};
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, header};
+use axum::response::IntoResponse;
+use axum::{Json, Router, routing::get};
+use std::collections::HashSet;
+use std::io::Write;
+use std::sync::Arc;
+
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/api/v1/datasets/benchmarks/{name}/{format}", get(benchmark_dataset))
+        .route("/api/v1/datasets/phases/{id}/{format}", get(phase_dataset))
+}
+
+type Pairs = Query<Vec<(String, String)>>;
+
+async fn benchmark_dataset(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path((name, format)): Path<(String, String)>,
+    Query(pairs): Pairs,
+) -> ApiResult {
+    let spec = state.catalog.spec(&name).map_err(|e| not_found(e.to_string()))?;
+    dataset(&state, &headers, Scope::Benchmark(spec.name), &format, &pairs).await
+}
+
+async fn phase_dataset(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path((id, format)): Path<(String, String)>,
+    Query(pairs): Pairs,
+) -> ApiResult {
+    let phase = state
+        .storage
+        .phase(&id)
+        .await?
+        .ok_or_else(|| not_found(format!("no phase {id:?}")))?;
+    dataset(
+        &state,
+        &headers,
+        Scope::Phase {
+            id: phase.id,
+            benchmark: phase.benchmark,
+        },
+        &format,
+        &pairs,
+    )
+    .await
+}
+
+/// Phases whose results the caller may not read now (private phases that have not ended, for
+/// teams).
+async fn hidden_phases(state: &AppState, who: &Caller, benchmark: &str) -> Result<HashSet<String>, ApiError> {
+    if who.is_admin() {
+        return Ok(HashSet::new());
+    }
+    let now = now_ms();
+    Ok(state
+        .storage
+        .phases_of_benchmark(benchmark)
+        .await?
+        .into_iter()
+        .filter(|p| access::results_hidden(p, now))
+        .map(|p| p.id)
+        .collect())
+}
+
+async fn dataset(
+    state: &Arc<AppState>,
+    headers: &HeaderMap,
+    scope: Scope,
+    format: &str,
+    pairs: &[(String, String)],
+) -> ApiResult {
+    let who = caller(state, headers).await?;
+    let format = match format {
+        "card" => None,
+        other => Some(ExportFormat::parse(other).map_err(|e| not_found(format!("{e} (or card)")))?),
+    };
+    let filter = DatasetFilter::from_pairs(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()))).map_err(bad_request)?;
+    let spec = state
+        .catalog
+        .spec(scope.benchmark())
+        .map_err(|e| not_found(e.to_string()))?;
+    let hidden = hidden_phases(state, &who, &spec.name).await?;
+    let readable = |s: &Submission| match &who {
+        Caller::Admin => true,
+        Caller::Team(t) => s.team_id == t.id && s.phase_id.as_ref().is_none_or(|p| !hidden.contains(p)),
+    };
+    let selection = datasets::select(&state.storage, &spec, scope, filter, readable)
+        .await
+        .map_err(|e| match e {
+            DatasetError::BadFilter(m) => bad_request(m),
+            DatasetError::Storage(e) => ApiError::from(e),
+        })?;
+    let card = datasets::card(&selection, &spec, now_ms());
+    let Some(format) = format else {
+        return Ok(Json(card).into_response());
+    };
+    let filename = format!("{}.{}", dataset_name(&selection), format.extension());
+    let disposition = format!("attachment; filename=\"{filename}\"");
+    match format {
+        ExportFormat::JsonlGz => Ok((
+            [
+                (header::CONTENT_TYPE, "application/gzip".to_string()),
+                (header::CONTENT_DISPOSITION, disposition),
+            ],
+            stream_jsonl(state.clone(), selection),
+        )
+            .into_response()),
+        ExportFormat::Hdf5 => {
+            let (file, len) = write_hdf5(state.clone(), selection, card).await?;
+            Ok((
+                [
+                    (header::CONTENT_TYPE, "application/x-hdf5".to_string()),
+                    (header::CONTENT_DISPOSITION, disposition),
+                    (header::CONTENT_LENGTH, len.to_string()),
+                ],
+                stream_file(file),
+            )
+                .into_response())
+        }
+    }
+}
+
+/// `g1-smoke` or `phase-<id>`, for file names.
+fn dataset_name(selection: &Selection) -> String {
+    match &selection.scope {
+        Scope::Benchmark(b) => b.clone(),
+        Scope::Phase { id, .. } => format!("phase-{id}"),
+    }
+}
+
+/// Compressed bytes go to the response as they are made; an error mid-way aborts the body (the
+/// client sees a truncated download, never a complete-looking wrong one) and is logged.
+fn stream_jsonl(state: Arc<AppState>, selection: Selection) -> Body {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(8);
+    tokio::task::spawn_blocking(move || {
+        let writer = ChannelWriter {
+            tx: tx.clone(),
+            buf: Vec::with_capacity(CHUNK),
+        };
+        let path = |s: &str| state.trajectory_path(s);
+        if let Err(e) = datasets::export_jsonl_gz(&selection, &path, writer) {
+            tracing::warn!("dataset export ({}) failed: {e:#}", dataset_name(&selection));
+            let _ = tx.blocking_send(Err(std::io::Error::other(format!("{e:#}"))));
+        }
+    });
+    Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    }))
+}
+
+const CHUNK: usize = 64 << 10;
+
+/// A `Write` that sends 64 KiB pieces down a channel (blocking: a slow client slows the export).
+struct ChannelWriter {
+    tx: tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
+    buf: Vec<u8>,
+}
+
+impl ChannelWriter {
+    fn send(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let piece = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
+        self.tx
+            .blocking_send(Ok(piece))
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the client went away"))
+    }
+}
+
+impl Write for ChannelWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        if self.buf.len() >= CHUNK {
+            self.send()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.send()
+    }
+}
+
+/// Writes the HDF5 export under `<data dir>/exports/`, opens it and unlinks it (the open file
+/// is all that remains, and it goes when the response ends, however it ends).
+async fn write_hdf5(
+    state: Arc<AppState>,
+    selection: Selection,
+    card: serde_json::Value,
+) -> Result<(tokio::fs::File, u64), ApiError> {
+    let dir = state.config.data_dir.join("exports");
+    let result = tokio::task::spawn_blocking(move || -> anyhow::Result<std::fs::File> {
+        std::fs::create_dir_all(&dir)?;
+        let path = dir.join(format!(".export-{}.h5", uuid::Uuid::new_v4()));
+        let trajectory_path = |s: &str| state.trajectory_path(s);
+        let written = datasets::export_hdf5(&selection, &trajectory_path, &path, &card);
+        let opened = written.and_then(|_| Ok(std::fs::File::open(&path)?));
+        let _ = std::fs::remove_file(&path);
+        opened
+    })
+    .await
+    .map_err(|e| ApiError(access::AccessError::internal(e.to_string())))?;
+    let file = result.map_err(|e| ApiError(access::AccessError::internal(format!("dataset export failed: {e:#}"))))?;
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    Ok((tokio::fs::File::from_std(file), len))
+}
+
+fn stream_file(file: tokio::fs::File) -> Body {
+    use tokio::io::AsyncReadExt;
+    Body::from_stream(futures_util::stream::unfold(file, |mut file| async move {
+        let mut buf = vec![0u8; CHUNK];
+        match file.read(&mut buf).await {
+            Ok(0) => None,
+            Ok(n) => {
+                buf.truncate(n);
+                Some((Ok::<_, std::io::Error>(Bytes::from(buf)), file))
+            }
+            Err(e) => Some((Err(e), file)),
+        }
+    }))
+}

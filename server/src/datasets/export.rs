@@ -1,0 +1,216 @@
+//! Writing a [`Selection`]: HDF5 in BFM-Zero's buffer layout (`arena_data::buffer_export`) or
+//! gzip-compressed JSON lines, reading one episode at a time from the submissions' trajectory
+//! files and recomputing `privileged_state` from the recorded states
+//! (`arena_sim::recorded`). Blocking code: call it from a blocking thread.
+
+use super::{Selected, Selection};
+use crate::storage::{EpisodeRow, EpisodeState};
+use anyhow::Context;
+use arena_data::buffer_export::{BufferExportWriter, EpisodeRows, ExportCounts, ExportedEpisode};
+use arena_data::trajectory_file::{self, EpisodeRecord};
+use arena_sim::RobotConfig;
+use arena_sim::observation::PRIVILEGED_STATE_DIM;
+use arena_sim::recorded::RecordedObserver;
+use serde_json::{Value, json};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The two download formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExportFormat {
+    Hdf5,
+    JsonlGz,
+}
+
+impl ExportFormat {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text {
+            "hdf5" | "h5" => Ok(Self::Hdf5),
+            "jsonl.gz" | "jsonl" => Ok(Self::JsonlGz),
+            other => Err(format!("format: expected hdf5 or jsonl.gz, got {other:?}")),
+        }
+    }
+
+    pub fn extension(self) -> &'static str {
+        match self {
+            Self::Hdf5 => "h5",
+            Self::JsonlGz => "jsonl.gz",
+        }
+    }
+}
+
+/// The keys of an export and what they hold, for the card and the docs.
+pub fn layout_description() -> Value {
+    json!({
+        "hdf5": {
+            "observation-state": "f32 (N, 64): the state observation the agent saw",
+            "observation-privileged_state": "f32 (N, 463): privileged_state of the simulated robot",
+            "action": "f32 (N, 29): the normalised action that produced the row (zeros on an episode's first row)",
+            "qpos": "f32 (N, 36): root xyz, root quaternion wxyz, 29 joint angles",
+            "qvel": "f32 (N, 35): root linear velocity (world), root angular velocity (body), 29 joint velocities",
+            "terminated": "bool (N): true on the last row of an episode the fall rule ended",
+            "truncated": "bool (N): true on the last row of every other episode",
+            "episodes/start, episodes/stop": "i64 (E): rows [start, stop) of each episode",
+            "episodes/id, submission, team, motion, status": "str (E)",
+        },
+        "jsonl.gz": "one JSON object per episode: ids, status, metrics, and per-row arrays under the same keys",
+        "rows": "one row per control step at 50 Hz; row 0 is the reset state",
+    })
+}
+
+/// Where a submission's trajectory file lies.
+pub type TrajectoryPath<'a> = dyn Fn(&str) -> PathBuf + 'a;
+
+/// One episode loaded for export: the stored record and its recomputed privileged_state.
+struct Loaded {
+    record: EpisodeRecord,
+    privileged: Vec<f32>,
+}
+
+fn load(observer: &mut RecordedObserver, path: &Path, row: &EpisodeRow) -> anyhow::Result<Loaded> {
+    let name = trajectory_file::episode_group_name(row.idx as u32);
+    let record = trajectory_file::read_episode(path, &name)?;
+    let mut privileged = vec![0.0f32; record.num_rows() * PRIVILEGED_STATE_DIM];
+    let level = arena_sim::dr::DrLevel::try_from(record.dr_level.min(255) as u8)
+        .map_err(|e| anyhow::anyhow!("{}: {name}: dr_level {}: {e}", path.display(), record.dr_level))?;
+    observer
+        .privileged_states(level, record.seed, &record.qpos, &record.qvel, &mut privileged)
+        .with_context(|| format!("{}: {name}", path.display()))?;
+    Ok(Loaded { record, privileged })
+}
+
+fn f32s(v: &[f64]) -> Vec<f32> {
+    v.iter().map(|x| *x as f32).collect()
+}
+
+/// Every (submission, episode) of the selection, loaded in order; `each` gets them one by one.
+fn for_each_episode(
+    selection: &Selection,
+    trajectory_path: &TrajectoryPath<'_>,
+    mut each: impl FnMut(&Selected, &EpisodeRow, Loaded) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let mut observer = RecordedObserver::new(RobotConfig::default())?;
+    for part in &selection.parts {
+        let path = trajectory_path(&part.submission.id);
+        for row in &part.episodes {
+            let loaded = load(&mut observer, &path, row)
+                .with_context(|| format!("submission {} episode {}", part.submission.id, row.idx))?;
+            each(part, row, loaded)?;
+        }
+    }
+    Ok(())
+}
+
+fn episode_id(part: &Selected, row: &EpisodeRow) -> String {
+    format!("{}/{}", part.submission.id, row.idx)
+}
+
+/// Writes the selection to `path` as HDF5 (buffer layout) with `card` as its `card` attribute.
+pub fn export_hdf5(
+    selection: &Selection,
+    trajectory_path: &TrajectoryPath<'_>,
+    path: &Path,
+    card: &Value,
+) -> anyhow::Result<ExportCounts> {
+    let mut writer = BufferExportWriter::create(path)?;
+    for_each_episode(selection, trajectory_path, |part, row, loaded| {
+        let r = &loaded.record;
+        let (state, action, qpos, qvel) = (f32s(&r.state), f32s(&r.actions), f32s(&r.qpos), f32s(&r.qvel));
+        writer.append(
+            &ExportedEpisode {
+                id: episode_id(part, row),
+                submission: part.submission.id.clone(),
+                team: part.submission.team_name.clone(),
+                motion: row.motion.clone(),
+                status: row.status.word().to_string(),
+            },
+            &EpisodeRows {
+                rows: r.num_rows(),
+                state: &state,
+                privileged_state: &loaded.privileged,
+                action: &action,
+                qpos: &qpos,
+                qvel: &qvel,
+                terminated: row.status == EpisodeState::Fell,
+            },
+        )?;
+        Ok(())
+    })?;
+    Ok(writer.finish(&serde_json::to_string(card)?)?)
+}
+
+/// Rows of a `width`-wide array as nested JSON lists.
+fn rows_json(values: &[f64], width: usize) -> Value {
+    Value::Array(
+        values
+            .chunks_exact(width)
+            .map(|r| Value::Array(r.iter().map(|v| json!(*v as f32)).collect()))
+            .collect(),
+    )
+}
+
+fn rows_json_f32(values: &[f32], width: usize) -> Value {
+    Value::Array(
+        values
+            .chunks_exact(width)
+            .map(|r| Value::Array(r.iter().map(|v| json!(v)).collect()))
+            .collect(),
+    )
+}
+
+/// Writes the selection as gzip-compressed JSON lines to `out`, one episode per line, and
+/// returns the counts. `out` receives compressed bytes as they are made.
+pub fn export_jsonl_gz(
+    selection: &Selection,
+    trajectory_path: &TrajectoryPath<'_>,
+    out: impl Write,
+) -> anyhow::Result<ExportCounts> {
+    let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::fast());
+    let mut counts = ExportCounts::default();
+    for_each_episode(selection, trajectory_path, |part, row, loaded| {
+        let r = &loaded.record;
+        let n = r.num_rows();
+        let mut terminated = vec![false; n];
+        let mut truncated = vec![false; n];
+        if n > 0 {
+            if row.status == EpisodeState::Fell {
+                terminated[n - 1] = true;
+            } else {
+                truncated[n - 1] = true;
+            }
+        }
+        let line = json!({
+            "id": episode_id(part, row),
+            "submission": part.submission.id,
+            "team": part.submission.team_name,
+            "agent": part.submission.agent_name,
+            "motion": row.motion,
+            "category": row.category,
+            "status": row.status.word(),
+            "reason": row.reason,
+            "seed": row.seed,
+            "dr_level": row.dr_level,
+            "start_s": row.start_s,
+            "duration_s": row.duration_s,
+            "metrics": row.metrics.iter().filter(|(_, v)| v.is_finite()).collect::<std::collections::BTreeMap<_, _>>(),
+            "control_hz": 1.0 / arena_sim::CONTROL_DT,
+            "rows": n,
+            "observation": {
+                "state": rows_json(&r.state, 64),
+                "privileged_state": rows_json_f32(&loaded.privileged, PRIVILEGED_STATE_DIM),
+            },
+            "action": rows_json(&r.actions, 29),
+            "qpos": rows_json(&r.qpos, 36),
+            "qvel": rows_json(&r.qvel, 35),
+            "terminated": terminated,
+            "truncated": truncated,
+        });
+        serde_json::to_writer(&mut gz, &line)?;
+        gz.write_all(b"\n")?;
+        counts.episodes += 1;
+        counts.rows += n;
+        Ok(())
+    })?;
+    gz.finish()?.flush()?;
+    Ok(counts)
+}

@@ -1,0 +1,274 @@
+//! Which episodes a trajectory dataset holds: the filters of `GET /api/v1/datasets/...` and of
+//! `arena dataset export`, parsed from `key=value` pairs with errors that name the key.
+
+use crate::access;
+use crate::storage::{EpisodeRow, EpisodeState, Submission};
+use serde::Serialize;
+
+/// A comparison of a metric with a number: `emd<=0.9`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MetricBound {
+    pub metric: String,
+    /// One of `<`, `<=`, `>`, `>=`, `=`.
+    pub op: String,
+    pub value: f64,
+}
+
+impl MetricBound {
+    /// Parses `NAME OP NUMBER` (`emd<=0.9`, `mpjpe_g > 120`).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let at = text.find(['<', '>', '=']).ok_or_else(|| {
+            format!("metric: expected NAME OP NUMBER such as emd<=0.9 (OP one of < <= > >= =), got {text:?}")
+        })?;
+        let metric = text[..at].trim();
+        let rest = &text[at..];
+        let op = ["<=", ">=", "<", ">", "="]
+            .into_iter()
+            .find(|op| rest.starts_with(op))
+            .expect("starts with < > or =");
+        let number = rest[op.len()..].trim();
+        if metric.is_empty() {
+            return Err(format!("metric: no metric name before {op:?} in {text:?}"));
+        }
+        let value: f64 = number
+            .parse()
+            .ok()
+            .filter(|v: &f64| v.is_finite())
+            .ok_or_else(|| format!("metric: expected a finite number after {op:?} in {text:?}, got {number:?}"))?;
+        Ok(Self {
+            metric: metric.to_string(),
+            op: op.to_string(),
+            value,
+        })
+    }
+
+    /// Whether `v` satisfies the bound; an absent or NaN metric never does.
+    pub fn holds(&self, v: Option<f64>) -> bool {
+        let Some(v) = v.filter(|v| !v.is_nan()) else {
+            return false;
+        };
+        match self.op.as_str() {
+            "<" => v < self.value,
+            "<=" => v <= self.value,
+            ">" => v > self.value,
+            ">=" => v >= self.value,
+            _ => v == self.value,
+        }
+    }
+}
+
+/// The filters of one export. Every set filter must hold for an episode to be included.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DatasetFilter {
+    /// Episode states; default: the scored ones, COMPLETED and FELL.
+    pub status: Vec<EpisodeState>,
+    /// Whether the episode succeeded by the benchmark's success metric (`ranking.success`, else
+    /// `success`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub success: Option<bool>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub metrics: Vec<MetricBound>,
+    /// Team names.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub team: Vec<String>,
+    /// Submission ids.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub submission: Vec<String>,
+    /// Motion names.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub motion: Vec<String>,
+    /// Submissions created at or after this time (unix milliseconds; RFC 3339 in the card).
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "opt_time")]
+    pub since: Option<i64>,
+    /// Submissions created before this time.
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "opt_time")]
+    pub until: Option<i64>,
+}
+
+fn opt_time<S: serde::Serializer>(t: &Option<i64>, s: S) -> Result<S::Ok, S::Error> {
+    match t {
+        Some(ms) => s.serialize_str(&access::rfc3339(*ms)),
+        None => s.serialize_none(),
+    }
+}
+
+impl Default for DatasetFilter {
+    fn default() -> Self {
+        Self {
+            status: vec![EpisodeState::Completed, EpisodeState::Fell],
+            success: None,
+            metrics: Vec::new(),
+            team: Vec::new(),
+            submission: Vec::new(),
+            motion: Vec::new(),
+            since: None,
+            until: None,
+        }
+    }
+}
+
+/// The filter keys, for errors and `--help`.
+pub const FILTER_KEYS: [&str; 8] = [
+    "status",
+    "success",
+    "metric",
+    "team",
+    "submission",
+    "motion",
+    "since",
+    "until",
+];
+
+impl DatasetFilter {
+    /// Builds a filter from `key=value` pairs (query parameters or command-line flags). List
+    /// keys take comma-separated values and may repeat; `metric` repeats.
+    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Self, String> {
+        let mut f = Self::default();
+        let mut status_given = false;
+        let list = |v: &str| -> Vec<String> {
+            v.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect()
+        };
+        for (key, value) in pairs {
+            match key {
+                "status" => {
+                    if !status_given {
+                        f.status.clear();
+                        status_given = true;
+                    }
+                    for word in list(value) {
+                        let state = parse_state(&word)?;
+                        if !f.status.contains(&state) {
+                            f.status.push(state);
+                        }
+                    }
+                }
+                "success" => {
+                    f.success = Some(match value {
+                        "true" | "1" | "yes" => true,
+                        "false" | "0" | "no" => false,
+                        other => return Err(format!("success: expected true or false, got {other:?}")),
+                    })
+                }
+                "metric" => f.metrics.push(MetricBound::parse(value)?),
+                "team" => f.team.extend(list(value)),
+                "submission" => f.submission.extend(list(value)),
+                "motion" => f.motion.extend(list(value)),
+                "since" => f.since = Some(parse_time("since", value)?),
+                "until" => f.until = Some(parse_time("until", value)?),
+                other => {
+                    return Err(format!(
+                        "unknown filter {other:?}; filters are {}",
+                        FILTER_KEYS.join(", ")
+                    ));
+                }
+            }
+        }
+        if f.status.is_empty() {
+            return Err("status: expected one or more of completed, fell, failed, timeout".into());
+        }
+        Ok(f)
+    }
+
+    /// Whether the submission can contribute episodes (team, id and date filters).
+    pub fn admits_submission(&self, s: &Submission) -> bool {
+        (self.team.is_empty() || self.team.contains(&s.team_name))
+            && (self.submission.is_empty() || self.submission.contains(&s.id))
+            && self.since.is_none_or(|t| s.created_at >= t)
+            && self.until.is_none_or(|t| s.created_at < t)
+    }
+
+    /// Whether the episode is included (status, motion, success and metric filters).
+    pub fn admits_episode(&self, e: &EpisodeRow, success_metric: &str) -> bool {
+        self.status.contains(&e.status)
+            && (self.motion.is_empty() || self.motion.contains(&e.motion))
+            && self
+                .success
+                .is_none_or(|want| e.metrics.get(success_metric).is_some_and(|v| *v >= 0.5) == want)
+            && self.metrics.iter().all(|b| b.holds(e.metrics.get(&b.metric).copied()))
+    }
+
+    /// Metric names the filter uses, for checking them against the benchmark's list.
+    pub fn metric_names(&self) -> impl Iterator<Item = &str> {
+        self.metrics.iter().map(|b| b.metric.as_str())
+    }
+}
+
+fn parse_state(word: &str) -> Result<EpisodeState, String> {
+    match word.to_ascii_lowercase().as_str() {
+        "completed" => Ok(EpisodeState::Completed),
+        "fell" => Ok(EpisodeState::Fell),
+        "failed" => Ok(EpisodeState::Failed),
+        "timeout" => Ok(EpisodeState::Timeout),
+        _ => Err(format!(
+            "status: expected completed, fell, failed or timeout (finished episodes), got {word:?}"
+        )),
+    }
+}
+
+/// RFC 3339 (`2026-11-24T00:00:00Z`), a date (`2026-11-24`, midnight UTC) or unix milliseconds.
+fn parse_time(key: &str, text: &str) -> Result<i64, String> {
+    if let Ok(ms) = text.parse::<i64>() {
+        return Ok(ms);
+    }
+    let full = if text.len() == 10 {
+        format!("{text}T00:00:00Z")
+    } else {
+        text.to_string()
+    };
+    access::parse_rfc3339(&full)
+        .map_err(|e| format!("{key}: expected an RFC 3339 time, a date YYYY-MM-DD or unix milliseconds: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pairs_parse_into_filters() {
+        let f = DatasetFilter::from_pairs([
+            ("status", "completed"),
+            ("status", "fell,completed"),
+            ("success", "true"),
+            ("metric", "emd<=0.9"),
+            ("metric", "mpjpe_g > 120"),
+            ("team", "a,b"),
+            ("since", "2026-11-01"),
+        ])
+        .unwrap();
+        assert_eq!(f.status, [EpisodeState::Completed, EpisodeState::Fell]);
+        assert_eq!(f.success, Some(true));
+        assert_eq!(
+            f.metrics[1],
+            MetricBound {
+                metric: "mpjpe_g".into(),
+                op: ">".into(),
+                value: 120.0
+            }
+        );
+        assert_eq!(f.team, ["a", "b"]);
+        assert_eq!(f.since, Some(1_793_491_200_000));
+        assert!(f.metrics[0].holds(Some(0.9)) && !f.metrics[0].holds(Some(0.91)) && !f.metrics[0].holds(None));
+        assert!(!f.metrics[0].holds(Some(f64::NAN)));
+        assert_eq!(DatasetFilter::from_pairs([]).unwrap(), DatasetFilter::default());
+    }
+
+    #[test]
+    fn bad_filters_name_the_key() {
+        for (pair, want) in [
+            (("status", "running"), "status: expected completed"),
+            (("success", "maybe"), "success: expected true or false"),
+            (("metric", "emd"), "metric: expected NAME OP NUMBER"),
+            (("metric", "<=3"), "no metric name"),
+            (("metric", "emd<=abc"), "expected a finite number"),
+            (("since", "yesterday"), "since: expected an RFC 3339 time"),
+            (("colour", "red"), "unknown filter \"colour\""),
+        ] {
+            let err = DatasetFilter::from_pairs([pair]).unwrap_err();
+            assert!(err.contains(want), "{pair:?}: {err}");
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! Trajectory datasets: the episodes of a benchmark or a phase, filtered, exported as HDF5 in
+//! BFM-Zero's replay-buffer layout or as `jsonl.gz` (one episode per line), with a dataset card
+//! that says where every row came from.
+//!
+//! This module knows nothing of HTTP: [`select`] picks the episodes from the database (the
+//! caller decides whose submissions may be read), [`card`] describes them, and [`export`]
+//! writes them to any `Write` (`jsonl.gz`) or a file (HDF5), one episode in memory at a time.
+//! The REST API (`api.rs`) and `arena dataset export` both call it.
+
+pub mod export;
+pub mod filter;
+
+pub use export::{ExportFormat, export_hdf5, export_jsonl_gz};
+pub use filter::{DatasetFilter, MetricBound};
+
+use crate::access;
+use crate::storage::{EpisodeRow, Storage, StorageError, Submission, SubmissionStatus};
+use arena_bench::spec::BenchmarkSpec;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+/// What a dataset is drawn from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// Every completed submission of a benchmark.
+    Benchmark(String),
+    /// The completed submissions of one challenge phase (its benchmark is the phase's).
+    Phase { id: String, benchmark: String },
+}
+
+impl Scope {
+    pub fn benchmark(&self) -> &str {
+        match self {
+            Scope::Benchmark(b) | Scope::Phase { benchmark: b, .. } => b,
+        }
+    }
+}
+
+/// One submission's part of a dataset: the submission and its included episodes.
+#[derive(Debug, Clone)]
+pub struct Selected {
+    pub submission: Submission,
+    pub episodes: Vec<EpisodeRow>,
+}
+
+/// The episodes of a dataset, in export order (submissions by creation time, episodes by index).
+#[derive(Debug, Clone)]
+pub struct Selection {
+    pub scope: Scope,
+    pub filter: DatasetFilter,
+    /// The metric `success` filters on.
+    pub success_metric: String,
+    pub parts: Vec<Selected>,
+}
+
+impl Selection {
+    pub fn episodes(&self) -> usize {
+        self.parts.iter().map(|p| p.episodes.len()).sum()
+    }
+
+    /// Rows of the export: each episode's recorded rows (steps + the reset row).
+    pub fn rows(&self) -> usize {
+        self.parts
+            .iter()
+            .flat_map(|p| &p.episodes)
+            .map(|e| e.steps.max(0) as usize + 1)
+            .sum()
+    }
+}
+
+/// Errors of a dataset request that are the caller's to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum DatasetError {
+    #[error("{0}")]
+    BadFilter(String),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+/// Picks the episodes of `scope` that pass `filter`, from the COMPLETED submissions for which
+/// `readable` holds (the caller's access rule: an admin reads all, a team its own visible ones).
+pub async fn select(
+    storage: &Storage,
+    spec: &BenchmarkSpec,
+    scope: Scope,
+    filter: DatasetFilter,
+    readable: impl Fn(&Submission) -> bool,
+) -> Result<Selection, DatasetError> {
+    for name in filter.metric_names() {
+        if !spec.metrics.list.iter().any(|m| m == name) {
+            return Err(DatasetError::BadFilter(format!(
+                "metric: benchmark {} computes no metric {name:?}; it computes {}",
+                spec.name,
+                spec.metrics.list.join(", ")
+            )));
+        }
+    }
+    let success_metric = spec.ranking.success.clone().unwrap_or_else(|| "success".into());
+    let submissions = match &scope {
+        Scope::Benchmark(b) => storage.completed_submissions(b).await?,
+        Scope::Phase { id, .. } => storage.completed_submissions_of_phase(id).await?,
+    };
+    let mut submissions: Vec<Submission> = submissions
+        .into_iter()
+        .filter(|s| s.status == SubmissionStatus::Completed && filter.admits_submission(s) && readable(s))
+        .collect();
+    submissions.sort_by(|a, b| a.created_at.cmp(&b.created_at).then_with(|| a.id.cmp(&b.id)));
+    let mut parts = Vec::new();
+    for s in submissions {
+        let mut episodes = storage.episodes(&s.id).await?;
+        episodes.retain(|e| filter.admits_episode(e, &success_metric));
+        episodes.sort_by_key(|e| e.idx);
+        if !episodes.is_empty() {
+            parts.push(Selected {
+                submission: s,
+                episodes,
+            });
+        }
+    }
+    Ok(Selection {
+        scope,
+        filter,
+        success_metric,
+        parts,
+    })
+}
+
+/// Everything the card says about the simulator an episode ran in.
+fn simulator_settings(spec: &BenchmarkSpec) -> Value {
+    json!({
+        "engine": "MuJoCo 3.17.0 (CPU)",
+        "robot": "Unitree G1, 29 DOF (the project's MJCF: arena sim export-model --robot g1)",
+        "physics_dt_s": arena_sim::PHYSICS_DT,
+        "decimation": arena_sim::DECIMATION,
+        "control_hz": 1.0 / arena_sim::CONTROL_DT,
+        "dr_level": spec.episodes.dr_level,
+        "fall_rule": spec.fall,
+        "observation_groups": spec.observations.groups,
+    })
+}
+
+/// One submission as the card lists it.
+#[derive(Debug, Serialize)]
+struct CardSubmission<'a> {
+    id: &'a str,
+    team: &'a str,
+    agent: &'a str,
+    created_at: String,
+    finished_at: Option<String>,
+    episodes: usize,
+}
+
+/// The dataset card: provenance, filters, counts, simulator settings, motion licences.
+pub fn card(selection: &Selection, spec: &BenchmarkSpec, now_ms: i64) -> Value {
+    let mut teams: Vec<&str> = selection
+        .parts
+        .iter()
+        .map(|p| p.submission.team_name.as_str())
+        .collect();
+    teams.sort_unstable();
+    teams.dedup();
+    let mut motions: Vec<&str> = selection
+        .parts
+        .iter()
+        .flat_map(|p| p.episodes.iter().map(|e| e.motion.as_str()))
+        .collect();
+    motions.sort_unstable();
+    motions.dedup();
+    let steps: i64 = selection
+        .parts
+        .iter()
+        .flat_map(|p| &p.episodes)
+        .map(|e| e.steps.max(0))
+        .sum();
+    let submissions: Vec<CardSubmission> = selection
+        .parts
+        .iter()
+        .map(|p| CardSubmission {
+            id: &p.submission.id,
+            team: &p.submission.team_name,
+            agent: &p.submission.agent_name,
+            created_at: access::rfc3339(p.submission.created_at),
+            finished_at: p.submission.finished_at.map(access::rfc3339),
+            episodes: p.episodes.len(),
+        })
+        .collect();
+    let scope = match &selection.scope {
+        Scope::Benchmark(b) => json!({"benchmark": b}),
+        Scope::Phase { id, benchmark } => json!({"phase": id, "benchmark": benchmark}),
+    };
+    json!({
+        "format": "mimicarena-dataset-card",
+        "version": 1,
+        "created_at": access::rfc3339(now_ms),
+        "server": {"name": "MimicArena", "version": env!("CARGO_PKG_VERSION")},
+        "scope": scope,
+        "benchmark": {
+            "name": spec.name,
+            "version": spec.version,
+            "description": spec.description,
+        },
+        "filters": selection.filter,
+        "success_metric": selection.success_metric,
+        "counts": {
+            "submissions": selection.parts.len(),
+            "teams": teams.len(),
+            "episodes": selection.episodes(),
+            "rows": selection.rows(),
+            "steps": steps,
+            "duration_s": steps as f64 * arena_sim::CONTROL_DT,
+        },
+        "teams": teams,
+        "submissions": submissions,
+        "simulator": simulator_settings(spec),
+        "motions": {
+            "names": motions,
+            "attribution": spec.motions.attribution,
+        },
+        "layout": export::layout_description(),
+    })
+}

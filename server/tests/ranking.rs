@@ -1,0 +1,191 @@
+//! The board cannot reward falling (issue 16, item 4).
+//!
+//! EMD compares joint angles only, so open-loop replay, which lies on the floor after about a
+//! second, can score a lower (better) EMD on `stand` than a robot that really stands with its
+//! knees bent differently. The shipped benchmarks rank by success rate first, so the robot that
+//! stays up ranks above the one that falls.
+//!
+//! The fall is real: replay run through the SDK's local runner on the simulator. The standing
+//! robot is the reference itself with bent knees, hips, ankles and shoulders and the body 5 cm
+//! lower (no agent of the project stands yet), scored by the same metric code as every episode.
+
+use arena_bench::aggregate::{EpisodeResult, EpisodeStatus, MetricsAggregator, Report};
+use arena_bench::spec::{BenchmarkSpec, find_benchmark, shipped_dir};
+use arena_sdk::agents::ReplayAgent;
+use arena_sdk::episode;
+use arena_sdk::local::{LocalOptions, run_local};
+use arena_server::leaderboard;
+use arena_server::storage::{Submission, SubmissionStatus};
+use arena_sim::env::Trajectory;
+use arena_sim::handler::NQ;
+use arena_sim::motion::MotionLibrary;
+use arena_sim::robot::NUM_BODIES_EXT;
+use arena_sim::{CONTROL_DT, RobotConfig};
+use std::path::Path;
+
+/// g1-smoke narrowed to its `stand` motion, ranking rules as shipped.
+fn stand_benchmark() -> BenchmarkSpec {
+    let (path, _) = find_benchmark("g1-smoke", &shipped_dir(), &arena_bench::metrics::metric_names()).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let start = text.find("builtin = [").unwrap();
+    let end = start + text[start..].find(']').unwrap() + 1;
+    let text = format!("{}builtin = [\"stand\"]{}", &text[..start], &text[end..]);
+    BenchmarkSpec::parse(&text, &path, &arena_bench::metrics::metric_names()).unwrap()
+}
+
+/// The reference of `stand` held with bent legs and arms, 5 cm lower: a robot that stays up.
+fn standing_report(spec: &BenchmarkSpec) -> Report {
+    let robot = RobotConfig::default();
+    let clips = episode::benchmark_clips(spec, Path::new("."), &robot).unwrap();
+    let library = MotionLibrary::from_clips(&clips, &robot).unwrap();
+    let motion = &library.motions[0];
+    let episodes = spec.expand_episodes(&[motion.length_s]);
+    let ep = &episodes[0];
+    let steps = episode::episode_steps(ep) as usize;
+    let w = 3 * NUM_BODIES_EXT;
+    let mut t = Trajectory::default();
+    let (mut qpos, mut body) = ([0.0; NQ], vec![0.0; w]);
+    for k in 0..=steps {
+        let time = ep.start_s + k as f64 * CONTROL_DT;
+        motion.pose_at(time, &mut qpos, &mut body);
+        t.times.push(time);
+        t.ref_qpos.extend_from_slice(&qpos);
+        t.ref_body_pos.extend_from_slice(&body);
+        // Joints 0/6 hip pitch, 3/9 knee, 4/10 ankle pitch, 15/22 shoulder pitch.
+        for (j, offset) in [
+            (0, -0.3),
+            (6, -0.3),
+            (3, 0.55),
+            (9, 0.55),
+            (4, -0.3),
+            (10, -0.3),
+            (15, 0.2),
+            (22, 0.2),
+        ] {
+            qpos[7 + j] += offset;
+        }
+        qpos[2] -= 0.05;
+        for b in body.chunks_exact_mut(3) {
+            b[2] -= 0.05;
+        }
+        t.qpos.extend_from_slice(&qpos);
+        t.body_pos.extend_from_slice(&body);
+        t.qvel.extend_from_slice(&[0.0; 35]);
+        t.actions.extend_from_slice(&[0.0; 29]);
+        t.state.extend_from_slice(&[0.0; 64]);
+        t.ref_state.extend_from_slice(&[0.0; 64]);
+    }
+    let (status, metrics, reason) = episode::score_finished(
+        &t,
+        EpisodeStatus::Completed,
+        None,
+        &spec.metrics.list,
+        &episode::metric_config(spec),
+    );
+    let mut aggregator = MetricsAggregator::new();
+    aggregator.add_episode(EpisodeResult {
+        episode_id: "0".into(),
+        motion: motion.name.clone(),
+        category: "builtin".into(),
+        status,
+        metrics,
+        num_steps: steps,
+        start_s: ep.start_s,
+        duration_s: ep.duration_s,
+        seed: ep.seed,
+        dr_level: 0,
+        reason,
+    });
+    aggregator.report(&spec.name, serde_json::json!({}))
+}
+
+/// Open-loop replay on the simulator: it falls.
+fn replay_report(spec: &BenchmarkSpec) -> Report {
+    let clips = episode::benchmark_clips(spec, Path::new("."), &RobotConfig::default()).unwrap();
+    run_local(
+        spec,
+        &clips,
+        &mut ReplayAgent::new(),
+        &LocalOptions { batch: 1, threads: 1 },
+        &mut |_, _, _| {},
+    )
+    .unwrap()
+    .report(&spec.name, serde_json::json!({}))
+}
+
+fn submission(id: &str, team: &str, finished_at: i64, report: &Report) -> Submission {
+    Submission {
+        id: id.into(),
+        team_id: 0,
+        team_name: team.into(),
+        benchmark: "g1-smoke".into(),
+        agent_name: team.into(),
+        status: SubmissionStatus::Completed,
+        episodes_total: report.episodes.len() as i64,
+        created_at: 0,
+        started_at: Some(0),
+        finished_at: Some(finished_at),
+        report_json: Some(serde_json::to_string(report).unwrap()),
+        error: None,
+        phase_id: None,
+    }
+}
+
+#[test]
+fn a_robot_that_stays_up_ranks_above_one_that_falls() {
+    let spec = stand_benchmark();
+    assert_eq!(
+        spec.ranking.success.as_deref(),
+        Some("success"),
+        "g1-smoke ranks by success first"
+    );
+    let fallen = replay_report(&spec);
+    let standing = standing_report(&spec);
+    let emd = |r: &Report| r.aggregated["emd"].mean;
+    let success = |r: &Report| r.aggregated["success"].mean;
+    println!(
+        "replay: emd {:.3} success {}; standing: emd {:.3} success {}",
+        emd(&fallen),
+        success(&fallen),
+        emd(&standing),
+        success(&standing)
+    );
+    // The flaw this ranking answers: the fallen robot's joint angles match better.
+    assert!(
+        emd(&fallen) < emd(&standing),
+        "precondition: replay's EMD is the lower one"
+    );
+    assert_eq!(success(&fallen), 0.0, "replay falls");
+    assert_eq!(success(&standing), 1.0);
+
+    // The faller finished first, so on an equal footing it would win the tie.
+    let subs = [
+        submission("s-fall", "fallers", 1, &fallen),
+        submission("s-up", "standers", 2, &standing),
+    ];
+    let board = leaderboard::rank(&spec, &subs);
+    let order: Vec<&str> = board.entries.iter().map(|e| e.team.as_str()).collect();
+    assert_eq!(order, ["standers", "fallers"]);
+    assert_eq!(board.entries[0].success_rate, Some(1.0));
+    assert_eq!(board.entries[1].success_rate, Some(0.0));
+    assert_eq!(board.success_metric.as_deref(), Some("success"));
+
+    // Ranked by EMD alone (the old rule), the faller would be first: the test can fail.
+    let mut emd_only = spec.clone();
+    emd_only.ranking.success = None;
+    let board = leaderboard::rank(&emd_only, &subs);
+    assert_eq!(board.entries[0].team, "fallers");
+}
+
+#[test]
+fn every_shipped_benchmark_ranks_by_success_first() {
+    let names = arena_bench::metrics::metric_names();
+    for (path, spec) in arena_bench::spec::list_benchmarks(&shipped_dir(), &names) {
+        let spec = spec.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(
+            spec.ranking.success.is_some(),
+            "{} must rank by a success rate first",
+            path.display()
+        );
+    }
+}

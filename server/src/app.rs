@@ -142,13 +142,15 @@ pub fn new_submission_id() -> String {
     format!("sub-{}", &u[..16])
 }
 
-/// The routes: `/api/v1/...` REST, the `/api/v1/agent` WebSocket, and the gRPC services
+/// The routes: the web pages (`/`, `/static/...`, `/vendor/three/...`), `/api/v1/...` REST, the
+/// `/api/v1/agent` WebSocket, and the gRPC services
 /// (`/arena.v1.AgentGateway/...`, `/grpc.health.v1.Health/...`) on the same port over HTTP/2.
 pub async fn router(state: Arc<AppState>) -> Router {
     let grpc = gateway::grpc::routes(state.clone()).await;
     Router::new()
         .route("/api/v1/agent", get(agent_socket))
         .merge(api::routes())
+        .merge(crate::web::routes())
         .with_state(state)
         .merge(grpc)
         .fallback(no_route)

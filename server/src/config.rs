@@ -35,6 +35,9 @@ pub struct ServerConfig {
     pub max_attempts: u32,
     /// Requests per team per minute (REST calls and agent Connects); 0 = no limit.
     pub requests_per_minute: u32,
+    /// Folder of the web pages (`index.html`, `static/`, `node_modules/three`); empty = the
+    /// shipped `web/`.
+    pub web_dir: PathBuf,
 }
 
 impl Default for ServerConfig {
@@ -54,6 +57,7 @@ impl Default for ServerConfig {
             heartbeat_timeout_s: 60.0,
             max_attempts: 3,
             requests_per_minute: 600,
+            web_dir: PathBuf::new(),
         }
     }
 }
@@ -144,6 +148,14 @@ impl ServerConfig {
             arena_bench::spec::shipped_dir()
         } else {
             self.benchmarks_dir.clone()
+        }
+    }
+
+    pub fn web_dir(&self) -> PathBuf {
+        if self.web_dir.as_os_str().is_empty() {
+            PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../web"))
+        } else {
+            self.web_dir.clone()
         }
     }
 

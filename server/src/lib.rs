@@ -17,3 +17,4 @@ pub mod leaderboard;
 pub mod orchestrator;
 pub mod results;
 pub mod storage;
+pub mod web;

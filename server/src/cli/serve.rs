@@ -57,6 +57,9 @@ pub struct ConfigArgs {
     /// Requests per team per minute, REST calls and agent connects (0 = no limit) [default: 600].
     #[arg(long, env = "ARENA_REQUESTS_PER_MINUTE")]
     pub requests_per_minute: Option<u32>,
+    /// Folder of the web pages served at / [default: the shipped web/].
+    #[arg(long, env = "ARENA_WEB_DIR")]
+    pub web_dir: Option<PathBuf>,
 }
 
 impl ConfigArgs {
@@ -83,7 +86,8 @@ impl ConfigArgs {
             heartbeat_interval_s,
             heartbeat_timeout_s,
             max_attempts,
-            requests_per_minute
+            requests_per_minute,
+            web_dir
         );
         c.validate()?;
         Ok(c)

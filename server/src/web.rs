@@ -1,0 +1,84 @@
+//! The web pages: static files from the web folder (`config.web_dir`), served at `/` on the API's
+//! port. The pages are a small front end (`web/index.html`, `web/static/*.js`) that reads the REST
+//! API; three.js comes from the npm registry into `web/node_modules/three` (installed by `make`)
+//! and is served from here too, so a page never asks another host for anything.
+
+use crate::access::AccessError;
+use crate::api::ApiError;
+use crate::app::AppState;
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use std::path::{Component, PathBuf};
+use std::sync::Arc;
+
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/", get(index))
+        .route("/index.html", get(index))
+        .route("/static/{*path}", get(static_file))
+        .route("/vendor/three/{*path}", get(three_file))
+}
+
+async fn index(State(state): State<Arc<AppState>>) -> Response {
+    serve(state.config.web_dir().join("index.html"), "the web pages").await
+}
+
+async fn static_file(State(state): State<Arc<AppState>>, Path(path): Path<String>) -> Response {
+    match safe_join(state.config.web_dir().join("static"), &path) {
+        Some(file) => serve(file, "this page asset").await,
+        None => not_found(format!("no asset /static/{path}")),
+    }
+}
+
+async fn three_file(State(state): State<Arc<AppState>>, Path(path): Path<String>) -> Response {
+    match safe_join(state.config.web_dir().join("node_modules/three"), &path) {
+        Some(file) => serve(file, "three.js (run `make`, which runs `npm ci` in web/)").await,
+        None => not_found(format!("no file /vendor/three/{path}")),
+    }
+}
+
+/// `base/rel` when `rel` only descends (no `..`, no root, no prefix).
+fn safe_join(base: PathBuf, rel: &str) -> Option<PathBuf> {
+    let rel = std::path::Path::new(rel);
+    rel.components()
+        .all(|c| matches!(c, Component::Normal(_)))
+        .then(|| base.join(rel))
+}
+
+fn not_found(message: String) -> Response {
+    ApiError(AccessError::not_found(message)).into_response()
+}
+
+fn content_type(path: &std::path::Path) -> &'static str {
+    match path.extension().and_then(|e| e.to_str()).unwrap_or("") {
+        "html" => "text/html; charset=utf-8",
+        "js" | "mjs" => "text/javascript; charset=utf-8",
+        "css" => "text/css; charset=utf-8",
+        "json" | "map" => "application/json",
+        "svg" => "image/svg+xml",
+        "png" => "image/png",
+        "ico" => "image/x-icon",
+        "woff2" => "font/woff2",
+        _ => "application/octet-stream",
+    }
+}
+
+async fn serve(path: PathBuf, what: &str) -> Response {
+    match tokio::fs::read(&path).await {
+        Ok(bytes) => (
+            [
+                (header::CONTENT_TYPE, content_type(&path)),
+                (header::CACHE_CONTROL, "no-cache"),
+            ],
+            bytes,
+        )
+            .into_response(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            not_found(format!("{what} is not installed: {} is missing", path.display()))
+        }
+        Err(e) => ApiError(AccessError::internal(format!("reading {}: {e}", path.display()))).into_response(),
+    }
+}

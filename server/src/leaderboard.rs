@@ -31,6 +31,8 @@ pub struct Entry {
     pub tie_breakers: Vec<(String, Option<f64>)>,
     pub scored_episodes: usize,
     pub failed_episodes: usize,
+    /// Marked by an organiser as a baseline.
+    pub baseline: bool,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -103,6 +105,7 @@ pub fn rank(spec: &BenchmarkSpec, submissions: &[Submission]) -> Leaderboard {
                     .collect(),
                 scored_episodes: report.episodes.len() - report.failed_episodes.len(),
                 failed_episodes: report.failed_episodes.len(),
+                baseline: s.baseline,
             })
         })
         .collect();

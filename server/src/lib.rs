@@ -11,6 +11,7 @@ pub mod catalog;
 pub mod cli;
 pub mod config;
 pub mod datasets;
+pub mod episode_views;
 pub mod eval;
 pub mod gateway;
 pub mod leaderboard;

@@ -235,6 +235,8 @@ pub struct Submission {
     /// The challenge phase it belongs to, if any.
     #[serde(rename = "phase")]
     pub phase_id: Option<String>,
+    /// Marked by an organiser as a baseline (a badge on leaderboards).
+    pub baseline: bool,
 }
 
 /// One episode of a new submission, as the benchmark defines it.
@@ -554,7 +556,7 @@ fn redact_url(url: &str) -> String {
 }
 
 const SUBMISSION_COLUMNS: &str = "s.id, s.team_id, t.name AS team_name, s.benchmark, s.agent_name, s.status, \
-     s.episodes_total, s.created_at, s.started_at, s.finished_at, s.report_json, s.error, s.phase_id";
+     s.episodes_total, s.created_at, s.started_at, s.finished_at, s.report_json, s.error, s.phase_id, s.baseline";
 
 const PHASE_COLUMNS: &str = "id, challenge_id, benchmark, starts_at, ends_at, leaderboard, max_per_day, max_total, \
      observation_groups, created_at";
@@ -599,6 +601,7 @@ fn submission_from_row(row: &AnyRow) -> Result<Submission, StorageError> {
         report_json: get(row, "report_json", &what)?,
         error: get(row, "error", &what)?,
         phase_id: get(row, "phase_id", &what)?,
+        baseline: get::<i64>(row, "baseline", &what)? != 0,
         id,
     })
 }
@@ -1447,6 +1450,87 @@ impl Storage {
         .ctx(|| format!("finishing submission {id} as {status}"))?;
         if done.rows_affected() == 0 {
             return Err(self.submission_not_open(id, "finish").await);
+        }
+        Ok(())
+    }
+
+    /// Marks (or unmarks) a submission as a baseline; false if it does not exist.
+    pub async fn set_baseline(&self, id: &str, baseline: bool) -> Result<bool, StorageError> {
+        let done = sqlx::query("UPDATE submissions SET baseline = $2 WHERE id = $1")
+            .bind(id)
+            .bind(i64::from(baseline))
+            .execute(&self.pool)
+            .await
+            .ctx(|| format!("marking submission {id} as baseline = {baseline}"))?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// An organiser's cancel: a PENDING or RUNNING submission becomes FAILED with `reason`, and
+    /// its unfinished episodes FAILED with the same reason (results still in flight are then not
+    /// counted: `finish_episode` only moves RUNNING episodes). One transaction;
+    /// [`StorageError::Conflict`] for a finished submission, [`StorageError::NotFound`] for none.
+    pub async fn cancel_submission(&self, id: &str, reason: &str) -> Result<(), StorageError> {
+        let context = || format!("cancelling submission {id}");
+        let mut tx = self.pool.begin().await.ctx(context)?;
+        let now = now_ms();
+        let done = sqlx::query(
+            "UPDATE submissions SET status = 'FAILED', finished_at = $2, error = $3 \
+             WHERE id = $1 AND status IN ('PENDING', 'RUNNING')",
+        )
+        .bind(id)
+        .bind(now)
+        .bind(reason)
+        .execute(&mut *tx)
+        .await
+        .ctx(context)?;
+        if done.rows_affected() == 0 {
+            drop(tx);
+            return Err(self.submission_not_open(id, "cancel").await);
+        }
+        sqlx::query(
+            "UPDATE episodes SET status = 'FAILED', reason = $2, updated_at = $3 \
+             WHERE submission_id = $1 AND status IN ('PENDING', 'RUNNING')",
+        )
+        .bind(id)
+        .bind(reason)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .ctx(context)?;
+        tx.commit().await.ctx(context)
+    }
+
+    /// Replaces the metrics of a final episode (a re-score from its stored trajectory).
+    pub async fn set_episode_metrics(
+        &self,
+        submission: &str,
+        idx: i64,
+        metrics: &BTreeMap<String, f64>,
+    ) -> Result<bool, StorageError> {
+        let done = sqlx::query(
+            "UPDATE episodes SET metrics_json = $3, updated_at = $4 \
+             WHERE submission_id = $1 AND idx = $2 AND status IN ('COMPLETED', 'FELL')",
+        )
+        .bind(submission)
+        .bind(idx)
+        .bind(metrics_to_json(metrics))
+        .bind(now_ms())
+        .execute(&self.pool)
+        .await
+        .ctx(|| format!("re-scoring episode {idx} of submission {submission}"))?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// Replaces the report of a COMPLETED submission (after a re-score).
+    pub async fn replace_report(&self, id: &str, report_json: &str) -> Result<(), StorageError> {
+        let done = sqlx::query("UPDATE submissions SET report_json = $2 WHERE id = $1 AND status = 'COMPLETED'")
+            .bind(id)
+            .bind(report_json)
+            .execute(&self.pool)
+            .await
+            .ctx(|| format!("replacing the report of submission {id}"))?;
+        if done.rows_affected() == 0 {
+            return Err(StorageError::Conflict(format!("submission {id} is not COMPLETED")));
         }
         Ok(())
     }

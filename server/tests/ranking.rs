@@ -128,6 +128,7 @@ fn submission(id: &str, team: &str, finished_at: i64, report: &Report) -> Submis
         report_json: Some(serde_json::to_string(report).unwrap()),
         error: None,
         phase_id: None,
+        baseline: false,
     }
 }
 

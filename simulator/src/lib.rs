@@ -10,6 +10,7 @@
 
 pub mod dr;
 pub mod env;
+pub mod geometry;
 pub mod handler;
 pub mod kinematics;
 pub mod math;

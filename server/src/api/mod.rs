@@ -6,6 +6,7 @@
 //! The rules themselves live in [`crate::access`].
 
 mod datasets;
+mod pages;
 
 use crate::access::{self, AccessError, PhaseState, RunRequest};
 use crate::app::AppState;
@@ -40,12 +41,16 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/api/v1/teams/{id}/tokens", post(create_token).get(list_tokens))
         .route("/api/v1/teams/{id}/tokens/{token_id}", delete(revoke_token))
         .route("/api/v1/submissions", post(create_submission).get(list_submissions))
-        .route("/api/v1/submissions/{id}", get(get_submission))
+        .route(
+            "/api/v1/submissions/{id}",
+            get(get_submission).patch(pages::patch_submission),
+        )
         .route("/api/v1/submissions/{id}/results", get(get_results))
         .route("/api/v1/submissions/{id}/report", get(get_report))
         .route("/api/v1/submissions/{id}/trajectories", get(get_trajectories))
         .route("/api/v1/leaderboards/{benchmark}", get(get_leaderboard))
         .merge(datasets::routes())
+        .merge(pages::routes())
 }
 
 /// An API error: an [`AccessError`] rendered as the JSON error body.
@@ -234,12 +239,45 @@ async fn list_benchmarks(State(state): State<Arc<AppState>>, headers: HeaderMap)
     Ok(Json(json!({ "benchmarks": rows })).into_response())
 }
 
+/// The benchmark file as JSON, plus what a page shows of it: the ranking rule in words, each
+/// metric's description, units and direction, and the motions (`motion_list`; `null` with
+/// `motions_error` when the clips cannot be loaded here).
 async fn get_benchmark(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(name): Path<String>) -> ApiResult {
     optional_caller(&state, &headers).await?;
-    match state.catalog.spec(&name) {
-        Ok(spec) => Ok(Json(spec).into_response()),
-        Err(e) => Err(not_found(e.to_string())),
+    let spec = state.catalog.spec(&name).map_err(|e| not_found(e.to_string()))?;
+    let mut v = json!(spec);
+    v["ranking_rule"] = spec.ranking.describe().into();
+    v["metric_info"] = spec
+        .metrics
+        .list
+        .iter()
+        .filter_map(|m| arena_bench::metrics::metric_info(m))
+        .map(|m| {
+            json!({"name": m.name, "description": m.description, "formula": m.formula, "units": m.units,
+                   "direction": m.direction})
+        })
+        .collect::<Vec<_>>()
+        .into();
+    let catalog = state.catalog.clone();
+    let loaded = tokio::task::spawn_blocking(move || catalog.load(&name))
+        .await
+        .map_err(|e| ApiError(AccessError::internal(e.to_string())))?;
+    match loaded {
+        Ok(b) => {
+            v["motion_list"] = b
+                .library
+                .motions
+                .iter()
+                .map(|m| json!({"name": m.name, "category": m.category, "duration_s": m.length_s}))
+                .collect::<Vec<_>>()
+                .into();
+        }
+        Err(e) => {
+            v["motion_list"] = Value::Null;
+            v["motions_error"] = e.to_string().into();
+        }
     }
+    Ok(Json(v).into_response())
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -141,14 +141,15 @@ pub fn finish(ctx: &RunContext, lanes: &[LaneEnd]) -> RunOutcome {
     let complete = ctx.runtime.block_on(async {
         let (pending, running, _) = storage.episode_counts(submission_id).await?;
         if pending > 0 || running > 0 {
-            return Ok::<_, anyhow::Error>(false);
+            return Ok::<_, anyhow::Error>(None);
         }
         let submission = storage
             .submission(submission_id)
             .await?
             .ok_or_else(|| anyhow::anyhow!("submission {submission_id} vanished"))?;
-        if submission.status == SubmissionStatus::Completed {
-            return Ok(true);
+        // Already final: completed by an earlier session, or cancelled by the organiser.
+        if submission.status.is_final() {
+            return Ok(Some(submission.status));
         }
         let rows = storage.episodes(submission_id).await?;
         let report = results::report(&ctx.benchmark.spec, &submission, &rows);
@@ -157,17 +158,22 @@ pub fn finish(ctx: &RunContext, lanes: &[LaneEnd]) -> RunOutcome {
         storage
             .finish_submission(submission_id, SubmissionStatus::Completed, Some(&json), None)
             .await?;
-        Ok(true)
+        Ok(Some(SubmissionStatus::Completed))
     });
     match complete {
-        Ok(true) => {
+        Ok(Some(status)) => {
+            let reason = if status == SubmissionStatus::Completed {
+                "submission_complete"
+            } else {
+                "submission_cancelled"
+            };
             let _ = ctx.out.send(Msg::Disconnect(Disconnect {
-                reason: "submission_complete".into(),
-                submission_status: SubmissionStatus::Completed.as_str().into(),
+                reason: reason.into(),
+                submission_status: status.as_str().into(),
             }));
             RunOutcome::SubmissionComplete
         }
-        Ok(false) => RunOutcome::Stopped,
+        Ok(None) => RunOutcome::Stopped,
         Err(e) => RunOutcome::Error(format!("finishing submission {submission_id}: {e:#}")),
     }
 }

@@ -1,0 +1,346 @@
+//! The REST calls the web pages need beyond the core API (docs/server.md lists them): the robot's
+//! geometry, an episode's error series and replay, the episodes table and one's submissions as
+//! CSV, and the organiser's actions on a submission (baseline flag, re-score, cancel).
+
+use super::{
+    ApiError, ApiResult, Caller, bad_request, caller, check_results_visible, conflict, not_found, parse_body,
+    require_admin, storage_error, visible_submission,
+};
+use crate::app::AppState;
+use crate::episode_views::{self, csv_field};
+use crate::results;
+use crate::storage::{EpisodeState, SubmissionStatus};
+use arena_data::trajectory_file::{self, EpisodeRecord};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, header};
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use std::sync::{Arc, OnceLock};
+
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/api/v1/robot", get(robot))
+        .route("/api/v1/submissions.csv", get(submissions_csv))
+        .route("/api/v1/submissions/{id}/episodes.csv", get(episodes_csv))
+        .route("/api/v1/submissions/{id}/episodes/{idx}/series", get(series))
+        .route("/api/v1/submissions/{id}/episodes/{idx}/replay", get(replay))
+        .route("/api/v1/submissions/{id}/rescore", post(rescore))
+        .route("/api/v1/submissions/{id}/cancel", post(cancel))
+}
+
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError(crate::access::AccessError::internal(e.to_string()))
+}
+
+/// The geometry is the same for every request: computed once.
+fn geometry() -> Result<&'static arena_sim::geometry::RobotGeometry, ApiError> {
+    static GEOMETRY: OnceLock<Result<arena_sim::geometry::RobotGeometry, String>> = OnceLock::new();
+    GEOMETRY
+        .get_or_init(|| {
+            arena_sim::geometry::robot_geometry(&arena_sim::RobotConfig::default()).map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(internal)
+}
+
+async fn robot() -> ApiResult {
+    Ok(Json(geometry()?).into_response())
+}
+
+/// One stored episode of a submission the caller may read.
+async fn stored_episode(
+    state: &Arc<AppState>,
+    headers: &HeaderMap,
+    id: &str,
+    idx: i64,
+) -> Result<EpisodeRecord, ApiError> {
+    let (who, s) = visible_submission(state, headers, id).await?;
+    check_results_visible(state, &who, &s).await?;
+    if idx < 0 || idx >= s.episodes_total {
+        return Err(not_found(format!(
+            "submission {id} has episodes 0 to {}, not {idx}",
+            s.episodes_total - 1
+        )));
+    }
+    let path = state.trajectory_path(id);
+    let name = trajectory_file::episode_group_name(idx as u32);
+    let read = tokio::task::spawn_blocking(move || trajectory_file::read_episode(&path, &name))
+        .await
+        .map_err(internal)?;
+    read.map_err(|e| match e {
+        trajectory_file::TrajectoryFileError::MissingEpisode { .. }
+        | trajectory_file::TrajectoryFileError::Io { .. } => {
+            not_found(format!("episode {idx} of submission {id} has no stored trajectory yet"))
+        }
+        other => internal(other),
+    })
+}
+
+#[derive(Deserialize)]
+struct SeriesQuery {
+    points: Option<usize>,
+}
+
+async fn series(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path((id, idx)): Path<(String, i64)>,
+    Query(q): Query<SeriesQuery>,
+) -> ApiResult {
+    let points = q.points.unwrap_or(500);
+    if !(2..=100_000).contains(&points) {
+        return Err(bad_request(format!("points: expected 2 to 100000, got {points}")));
+    }
+    let record = stored_episode(&state, &headers, &id, idx).await?;
+    let mut v = serde_json::to_value(episode_views::series(&record, points)).map_err(internal)?;
+    v["episode"] = idx.into();
+    v["motion"] = record.motion.clone().into();
+    v["status"] = record.status.clone().into();
+    Ok(Json(v).into_response())
+}
+
+async fn replay(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path((id, idx)): Path<(String, i64)>,
+) -> ApiResult {
+    let record = stored_episode(&state, &headers, &id, idx).await?;
+    let names = geometry()?.bodies.iter().map(|b| b.name.clone()).collect();
+    let (motion, status, reason) = (record.motion.clone(), record.status.clone(), record.reason.clone());
+    let replay = tokio::task::spawn_blocking(move || episode_views::replay(&record, names))
+        .await
+        .map_err(internal)?
+        .map_err(internal)?;
+    let mut v = serde_json::to_value(replay).map_err(internal)?;
+    v["episode"] = idx.into();
+    v["motion"] = motion.into();
+    v["status"] = status.into();
+    v["reason"] = reason.into();
+    Ok(Json(v).into_response())
+}
+
+fn csv_response(filename: &str, body: String) -> axum::response::Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_string()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{filename}\""),
+            ),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+fn number(v: Option<f64>) -> String {
+    v.filter(|x| x.is_finite()).map(|x| x.to_string()).unwrap_or_default()
+}
+
+async fn episodes_csv(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult {
+    let (who, s) = visible_submission(&state, &headers, &id).await?;
+    check_results_visible(&state, &who, &s).await?;
+    let rows = state.storage.episodes(&id).await?;
+    let mut metrics: Vec<&String> = rows.iter().flat_map(|r| r.metrics.keys()).collect();
+    metrics.sort();
+    metrics.dedup();
+    let mut out = String::from("idx,motion,category,start_s,duration_s,seed,dr_level,status,attempts,steps,reason");
+    for m in &metrics {
+        out.push(',');
+        out.push_str(&csv_field(m));
+    }
+    out.push('\n');
+    for r in &rows {
+        let fields = [
+            r.idx.to_string(),
+            csv_field(&r.motion),
+            csv_field(&r.category),
+            r.start_s.to_string(),
+            r.duration_s.to_string(),
+            r.seed.to_string(),
+            r.dr_level.to_string(),
+            r.status.word().to_string(),
+            r.attempts.to_string(),
+            r.steps.to_string(),
+            csv_field(r.reason.as_deref().unwrap_or("")),
+        ];
+        out.push_str(&fields.join(","));
+        for m in &metrics {
+            out.push(',');
+            out.push_str(&number(r.metrics.get(*m).copied()));
+        }
+        out.push('\n');
+    }
+    Ok(csv_response(&format!("{id}-episodes.csv"), out))
+}
+
+/// The caller's submissions (a team's own; the admin's: all) as CSV, with each finished one's
+/// success rate and primary metric mean (empty while results are hidden).
+async fn submissions_csv(State(state): State<Arc<AppState>>, headers: HeaderMap) -> ApiResult {
+    let who = caller(&state, &headers).await?;
+    let team = match &who {
+        Caller::Admin => None,
+        Caller::Team(t) => Some(t.id),
+    };
+    let mut out = String::from(
+        "id,team,benchmark,phase,agent_name,status,episodes_total,created_at,finished_at,baseline,success_rate,primary_metric,primary_mean,error\n",
+    );
+    for s in state.storage.submissions(team).await? {
+        let visible = check_results_visible(&state, &who, &s).await.is_ok();
+        let (mut rate, mut primary, mut mean) = (None, String::new(), None);
+        if let (true, Some(json), Ok(spec)) = (visible, &s.report_json, state.catalog.spec(&s.benchmark))
+            && let Ok(report) = serde_json::from_str::<arena_bench::aggregate::Report>(json)
+        {
+            rate = spec
+                .ranking
+                .success
+                .as_deref()
+                .map(|m| crate::leaderboard::success_rate(&report, m));
+            mean = report.aggregated.get(&spec.ranking.primary).map(|st| st.mean);
+            primary = spec.ranking.primary.clone();
+        }
+        let fields = [
+            csv_field(&s.id),
+            csv_field(&s.team_name),
+            csv_field(&s.benchmark),
+            csv_field(s.phase_id.as_deref().unwrap_or("")),
+            csv_field(&s.agent_name),
+            s.status.to_string(),
+            s.episodes_total.to_string(),
+            crate::access::rfc3339(s.created_at),
+            s.finished_at.map(crate::access::rfc3339).unwrap_or_default(),
+            s.baseline.to_string(),
+            number(rate),
+            csv_field(&primary),
+            number(mean),
+            csv_field(s.error.as_deref().unwrap_or("")),
+        ];
+        out.push_str(&fields.join(","));
+        out.push('\n');
+    }
+    Ok(csv_response("submissions.csv", out))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SubmissionPatch {
+    baseline: bool,
+}
+
+/// `PATCH /api/v1/submissions/{id}` (admin): `{"baseline": true|false}`.
+pub(super) async fn patch_submission(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> ApiResult {
+    require_admin(&state, &headers).await?;
+    let patch: SubmissionPatch = parse_body(&body)?;
+    if !state.storage.set_baseline(&id, patch.baseline).await? {
+        return Err(not_found(format!("no submission {id:?}")));
+    }
+    let s = state
+        .storage
+        .submission(&id)
+        .await?
+        .ok_or_else(|| not_found(format!("no submission {id:?}")))?;
+    Ok(Json(s).into_response())
+}
+
+/// `POST /api/v1/submissions/{id}/cancel` (admin): a PENDING or RUNNING submission becomes FAILED
+/// ("cancelled by the organiser"), its unfinished episodes too; a connected agent is told when its
+/// lanes run dry.
+async fn cancel(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult {
+    require_admin(&state, &headers).await?;
+    state
+        .storage
+        .cancel_submission(&id, "cancelled by the organiser")
+        .await
+        .map_err(|e| match e {
+            crate::storage::StorageError::NotFound(_) => not_found(format!("no submission {id:?}")),
+            crate::storage::StorageError::Conflict(m) => conflict(m),
+            other => storage_error(other),
+        })?;
+    let s = state
+        .storage
+        .submission(&id)
+        .await?
+        .ok_or_else(|| not_found(format!("no submission {id:?}")))?;
+    Ok(Json(s).into_response())
+}
+
+/// `POST /api/v1/submissions/{id}/rescore` (admin): scores every stored COMPLETED / FELL episode
+/// of a COMPLETED submission again from its trajectory with the current metric code, then
+/// rebuilds the report. The host's "re-run": the agent is the participant's, so what the server
+/// can run again is the scoring.
+async fn rescore(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult {
+    require_admin(&state, &headers).await?;
+    let s = state
+        .storage
+        .submission(&id)
+        .await?
+        .ok_or_else(|| not_found(format!("no submission {id:?}")))?;
+    if s.status != SubmissionStatus::Completed {
+        return Err(conflict(format!(
+            "submission {id} is {}; only a COMPLETED one can be re-scored",
+            s.status
+        )));
+    }
+    let spec = state.catalog.spec(&s.benchmark).map_err(|e| not_found(e.to_string()))?;
+    let rows = state.storage.episodes(&id).await?;
+    let path = state.trajectory_path(&id);
+    let scored: Vec<(i64, EpisodeState)> = rows
+        .iter()
+        .filter(|r| matches!(r.status, EpisodeState::Completed | EpisodeState::Fell))
+        .map(|r| (r.idx, r.status))
+        .collect();
+    let spec_for_scoring = spec.clone();
+    let rescored = tokio::task::spawn_blocking(
+        move || -> anyhow::Result<Vec<(i64, std::collections::BTreeMap<String, f64>)>> {
+            let config = arena_sdk::episode::metric_config(&spec_for_scoring);
+            let mut out = Vec::new();
+            for (idx, status) in scored {
+                let record = trajectory_file::read_episode(&path, &trajectory_file::episode_group_name(idx as u32))?;
+                let trajectory = episode_views::trajectory_of(&record);
+                let status = if status == EpisodeState::Fell {
+                    arena_bench::aggregate::EpisodeStatus::Fell
+                } else {
+                    arena_bench::aggregate::EpisodeStatus::Completed
+                };
+                let (_, metrics, reason) = arena_sdk::episode::score_finished(
+                    &trajectory,
+                    status,
+                    None,
+                    &spec_for_scoring.metrics.list,
+                    &config,
+                );
+                if let Some(reason) = reason {
+                    anyhow::bail!("episode {idx}: {reason}");
+                }
+                out.push((idx, metrics));
+            }
+            Ok(out)
+        },
+    )
+    .await
+    .map_err(internal)?
+    .map_err(|e| internal(format!("re-scoring submission {id}: {e:#}")))?;
+    for (idx, metrics) in &rescored {
+        state.storage.set_episode_metrics(&id, *idx, metrics).await?;
+    }
+    let rows = state.storage.episodes(&id).await?;
+    let report = results::report(&spec, &s, &rows);
+    let json = serde_json::to_string(&report).map_err(internal)?;
+    report.write(&state.report_path(&id)).map_err(internal)?;
+    state.storage.replace_report(&id, &json).await?;
+    let s = state
+        .storage
+        .submission(&id)
+        .await?
+        .ok_or_else(|| not_found(format!("no submission {id:?}")))?;
+    let mut v = serde_json::to_value(s).map_err(internal)?;
+    v["rescored_episodes"] = rescored.len().into();
+    Ok(Json(v).into_response())
+}

@@ -1,0 +1,180 @@
+//! What the pages show of one stored episode, computed from its trajectory file: tracking errors
+//! over time (downsampled for plots) and the replay (simulated and reference body poses at 50 Hz,
+//! by the simulator's own forward kinematics). Also the episodes table as CSV, and a re-score of
+//! stored episodes with the current metric code. No HTTP here.
+
+use arena_bench::metrics::NON_WRIST_BODIES;
+use arena_data::trajectory_file::EpisodeRecord;
+use arena_sim::SimError;
+use arena_sim::kinematics::Kinematics;
+use arena_sim::robot::{NUM_BODIES, RobotConfig};
+use serde::Serialize;
+
+const NQ: usize = 36;
+const BODY_W: usize = 93;
+
+/// Mean distance (mm) between simulated and reference positions of the 24 non-wrist bodies in
+/// row `k`: the per-frame term of `mpjpe_g`.
+fn body_error_mm(r: &EpisodeRecord, k: usize) -> f64 {
+    let (sim, reference) = (&r.body_pos[k * BODY_W..], &r.ref_body_pos[k * BODY_W..]);
+    let sum: f64 = NON_WRIST_BODIES
+        .iter()
+        .map(|&b| {
+            (0..3)
+                .map(|i| (sim[3 * b + i] - reference[3 * b + i]).powi(2))
+                .sum::<f64>()
+                .sqrt()
+        })
+        .sum();
+    1000.0 * sum / NON_WRIST_BODIES.len() as f64
+}
+
+/// Mean absolute joint-angle difference (rad) in row `k`.
+fn joint_error_rad(r: &EpisodeRecord, k: usize) -> f64 {
+    let (q, q_ref) = (&r.qpos[k * NQ + 7..(k + 1) * NQ], &r.ref_qpos[k * NQ + 7..(k + 1) * NQ]);
+    q.iter().zip(q_ref).map(|(a, b)| (a - b).abs()).sum::<f64>() / q.len() as f64
+}
+
+fn round4(v: f64) -> f64 {
+    (v * 1e4).round() / 1e4
+}
+
+/// Tracking errors over time, at most `max_points` rows (every k-th row, the last always kept).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct EpisodeSeries {
+    /// Seconds from the episode's start.
+    pub times: Vec<f64>,
+    pub body_error_mm: Vec<f64>,
+    pub joint_error_rad: Vec<f64>,
+    pub root_height_m: Vec<f64>,
+    pub ref_root_height_m: Vec<f64>,
+}
+
+/// Row indices for at most `max_points` points.
+fn sampled_rows(rows: usize, max_points: usize) -> Vec<usize> {
+    if rows == 0 {
+        return Vec::new();
+    }
+    let every = rows.div_ceil(max_points.max(2)).max(1);
+    let mut out: Vec<usize> = (0..rows).step_by(every).collect();
+    if out.last() != Some(&(rows - 1)) {
+        out.push(rows - 1);
+    }
+    out
+}
+
+pub fn series(r: &EpisodeRecord, max_points: usize) -> EpisodeSeries {
+    let rows = sampled_rows(r.num_rows(), max_points);
+    let t0 = r.times.first().copied().unwrap_or(0.0);
+    EpisodeSeries {
+        times: rows.iter().map(|&k| round4(r.times[k] - t0)).collect(),
+        body_error_mm: rows.iter().map(|&k| round4(body_error_mm(r, k))).collect(),
+        joint_error_rad: rows.iter().map(|&k| round4(joint_error_rad(r, k))).collect(),
+        root_height_m: rows.iter().map(|&k| round4(r.qpos[k * NQ + 2])).collect(),
+        ref_root_height_m: rows.iter().map(|&k| round4(r.ref_qpos[k * NQ + 2])).collect(),
+    }
+}
+
+/// Body poses of every row (the model's 30 bodies, MuJoCo order), frame-major.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Poses {
+    /// rows × 30 × 3
+    pub pos: Vec<f64>,
+    /// rows × 30 × 4 (wxyz)
+    pub quat: Vec<f64>,
+}
+
+/// The replay of an episode: the simulated robot and its reference, 50 rows per second.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Replay {
+    pub fps: f64,
+    pub frames: usize,
+    /// Names of the 30 bodies, in the order of `/api/v1/robot`.
+    pub bodies: Vec<String>,
+    pub times: Vec<f64>,
+    pub sim: Poses,
+    #[serde(rename = "ref")]
+    pub reference: Poses,
+    pub body_error_mm: Vec<f64>,
+    pub joint_error_rad: Vec<f64>,
+}
+
+fn poses(kinematics: &mut Kinematics, qpos: &[f64]) -> Poses {
+    let rows = qpos.len() / NQ;
+    let mut out = Poses {
+        pos: Vec::with_capacity(rows * NUM_BODIES * 3),
+        quat: Vec::with_capacity(rows * NUM_BODIES * 4),
+    };
+    for row in qpos.chunks_exact(NQ) {
+        let p = kinematics.body_poses(row);
+        for b in 0..NUM_BODIES {
+            out.pos.extend(p.pos[b].iter().map(|v| round4(*v)));
+            out.quat.extend(p.rot[b].iter().map(|v| round4(*v)));
+        }
+    }
+    out
+}
+
+/// The replay of `r`, with body names from `geometry` (`arena_sim::geometry`).
+pub fn replay(r: &EpisodeRecord, bodies: Vec<String>) -> Result<Replay, SimError> {
+    let mut kinematics = Kinematics::new(&RobotConfig::default())?;
+    let t0 = r.times.first().copied().unwrap_or(0.0);
+    let rows = r.num_rows();
+    Ok(Replay {
+        fps: 1.0 / arena_sim::CONTROL_DT,
+        frames: rows,
+        bodies,
+        times: r.times.iter().map(|t| round4(t - t0)).collect(),
+        sim: poses(&mut kinematics, &r.qpos),
+        reference: poses(&mut kinematics, &r.ref_qpos),
+        body_error_mm: (0..rows).map(|k| round4(body_error_mm(r, k))).collect(),
+        joint_error_rad: (0..rows).map(|k| round4(joint_error_rad(r, k))).collect(),
+    })
+}
+
+/// A CSV field: quoted when it holds a comma, quote or line break.
+pub fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// The stored episode as the simulator's `Trajectory`, for scoring again.
+pub fn trajectory_of(r: &EpisodeRecord) -> arena_sim::env::Trajectory {
+    arena_sim::env::Trajectory {
+        times: r.times.clone(),
+        qpos: r.qpos.clone(),
+        qvel: r.qvel.clone(),
+        body_pos: r.body_pos.clone(),
+        actions: r.actions.clone(),
+        ref_qpos: r.ref_qpos.clone(),
+        ref_body_pos: r.ref_body_pos.clone(),
+        state: r.state.clone(),
+        ref_state: r.ref_state.clone(),
+        seed: r.seed,
+        start_time: r.start_s,
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sampling_keeps_the_ends_and_the_limit() {
+        assert_eq!(sampled_rows(0, 10), Vec::<usize>::new());
+        assert_eq!(sampled_rows(5, 10), [0, 1, 2, 3, 4]);
+        let s = sampled_rows(1001, 100);
+        assert!(s.len() <= 101 && s[0] == 0 && *s.last().unwrap() == 1000, "{s:?}");
+    }
+
+    #[test]
+    fn csv_fields_are_quoted_when_needed() {
+        assert_eq!(csv_field("stand"), "stand");
+        assert_eq!(csv_field("step 3: a, b"), "\"step 3: a, b\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+    }
+}

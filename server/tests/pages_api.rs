@@ -1,0 +1,197 @@
+//! The REST calls the web pages use (issue 16, item 2), against a real `arena serve` with a
+//! real submission: benchmark details, the robot geometry, an episode's series and replay, CSV
+//! exports, the baseline flag on the leaderboard, re-score and cancel, and who may do what.
+
+mod common;
+
+use arena_data::trajectory_file;
+use arena_sdk::agents::ReplayAgent;
+use arena_sdk::client::{self, ClientConfig, Mode};
+use arena_sdk::protocol::Encoding;
+use common::server::{ADMIN, ServerProc, http};
+use common::tmp;
+
+fn submit(server: &ServerProc, token: &str) -> String {
+    let mut config = ClientConfig::new(
+        &server.ws_url(),
+        token,
+        Mode::Submission {
+            benchmark: "g1-smoke".into(),
+            submission_id: None,
+        },
+    );
+    config.encoding = Encoding::Binary;
+    config.agent_name = "replay".into();
+    let summary = client::run_blocking(&config, &mut ReplayAgent::new(), &mut |_| {}).expect("completes");
+    assert_eq!(summary.submission_status, "COMPLETED");
+    summary.submission_id
+}
+
+#[test]
+fn page_endpoints_on_a_real_submission() {
+    let dir = tmp("pages-api");
+    let server = ServerProc::start(&dir.join("data"), &[]);
+    let alpha = server.team("alpha");
+    let beta = server.team("beta");
+    let id = submit(&server, &alpha);
+
+    // Benchmark details for its page.
+    let (status, b) = server.get("/api/v1/benchmarks/g1-smoke", None);
+    assert_eq!(status, 200, "{b}");
+    assert!(
+        b["ranking_rule"].as_str().unwrap().starts_with("highest success rate"),
+        "{b}"
+    );
+    let stand = b["motion_list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "stand")
+        .unwrap();
+    assert!(stand["duration_s"].as_f64().unwrap() > 1.0);
+    let emd = b["metric_info"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "emd")
+        .unwrap();
+    assert_eq!(emd["direction"], "lower");
+    assert_eq!(
+        b["metric_info"].as_array().unwrap().len(),
+        b["metrics"]["list"].as_array().unwrap().len()
+    );
+
+    // Robot geometry.
+    let (status, robot) = server.get("/api/v1/robot", None);
+    assert_eq!(status, 200);
+    assert_eq!(robot["bodies"].as_array().unwrap().len(), 30);
+    assert_eq!(robot["bodies"][0]["name"], "pelvis");
+    assert!(
+        robot["geoms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["type"] == "capsule")
+    );
+
+    // Series and replay of episode 0, against the stored trajectory.
+    let record = trajectory_file::read_episode(
+        &dir.join("data/trajectories").join(format!("{id}.h5")),
+        &trajectory_file::episode_group_name(0),
+    )
+    .unwrap();
+    let rows = record.num_rows();
+    let (status, series) = server.get(
+        &format!("/api/v1/submissions/{id}/episodes/0/series?points=50"),
+        Some(&alpha),
+    );
+    assert_eq!(status, 200, "{series}");
+    let times = series["times"].as_array().unwrap();
+    assert!(times.len() <= 51 && times.len() >= 25, "{}", times.len());
+    assert_eq!(times[0], 0.0);
+    // Replay falls: the root ends far below the reference's.
+    let last = series["root_height_m"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .as_f64()
+        .unwrap();
+    let ref_last = series["ref_root_height_m"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .as_f64()
+        .unwrap();
+    assert!(last < ref_last - 0.3, "{last} vs {ref_last}");
+    let (status, replay) = server.get(&format!("/api/v1/submissions/{id}/episodes/0/replay"), Some(&alpha));
+    assert_eq!(status, 200);
+    assert_eq!(replay["frames"], rows);
+    assert_eq!(replay["sim"]["pos"].as_array().unwrap().len(), rows * 30 * 3);
+    assert_eq!(replay["ref"]["quat"].as_array().unwrap().len(), rows * 30 * 4);
+    // The pelvis is the free root: its replayed position is the stored qpos root, per frame.
+    for k in [0, rows / 2, rows - 1] {
+        for i in 0..3 {
+            let got = replay["sim"]["pos"][k * 90 + i].as_f64().unwrap();
+            assert!((got - record.qpos[k * 36 + i]).abs() < 1e-4, "frame {k} axis {i}");
+        }
+    }
+    for (path, want) in [
+        (format!("/api/v1/submissions/{id}/episodes/99/replay"), 404),
+        (format!("/api/v1/submissions/{id}/episodes/0/series?points=1"), 400),
+    ] {
+        let (status, v) = server.get(&path, Some(&alpha));
+        assert_eq!(status, want, "{path}: {v}");
+    }
+    // Another team does not see it.
+    let (status, _) = server.get(&format!("/api/v1/submissions/{id}/episodes/0/replay"), Some(&beta));
+    assert_eq!(status, 404);
+
+    // CSV exports.
+    let (status, csv) = http(
+        server.addr,
+        "GET",
+        &format!("/api/v1/submissions/{id}/episodes.csv"),
+        Some(&alpha),
+        None,
+    );
+    assert_eq!(status, 200);
+    let csv = String::from_utf8(csv).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    assert_eq!(&header[..3], ["idx", "motion", "category"]);
+    assert!(header.contains(&"emd"));
+    assert_eq!(lines.count(), 6);
+    let (status, mine) = http(server.addr, "GET", "/api/v1/submissions.csv", Some(&alpha), None);
+    assert_eq!(status, 200);
+    let mine = String::from_utf8(mine).unwrap();
+    assert_eq!(mine.lines().count(), 2, "{mine}");
+    assert!(mine.contains(&id) && mine.contains(",emd,"), "{mine}");
+    let (_, theirs) = http(server.addr, "GET", "/api/v1/submissions.csv", Some(&beta), None);
+    assert_eq!(String::from_utf8(theirs).unwrap().lines().count(), 1);
+
+    // Baseline: admin only, shown on the leaderboard.
+    let path = format!("/api/v1/submissions/{id}");
+    let (status, _, _) = server.call("PATCH", &path, Some(&alpha), Some("{\"baseline\": true}"));
+    assert_eq!(status, 403);
+    let (status, _, v) = server.call("PATCH", &path, Some(ADMIN), Some("{\"baseline\": \"yes\"}"));
+    assert_eq!(status, 400, "{v}");
+    let (status, _, v) = server.call("PATCH", &path, Some(ADMIN), Some("{\"baseline\": true}"));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["baseline"], true);
+    let (_, board) = server.get("/api/v1/leaderboards/g1-smoke", None);
+    assert_eq!(board["entries"][0]["baseline"], true, "{board}");
+    assert_eq!(board["success_metric"], "success");
+
+    // Re-score: the same metrics again (scoring is deterministic), the report rebuilt.
+    let (_, before) = server.get(&format!("{path}/results"), Some(ADMIN));
+    let (status, _, v) = server.call("POST", &format!("{path}/rescore"), Some(ADMIN), None);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["rescored_episodes"], 6);
+    let (_, after) = server.get(&format!("{path}/results"), Some(ADMIN));
+    assert_eq!(before["aggregated"], after["aggregated"]);
+    let (status, _, _) = server.call("POST", &format!("{path}/rescore"), Some(&alpha), None);
+    assert_eq!(status, 403);
+
+    // Cancel: a finished submission cannot be; a PENDING one becomes FAILED with its episodes.
+    let (status, _, v) = server.call("POST", &format!("{path}/cancel"), Some(ADMIN), None);
+    assert_eq!(status, 409, "{v}");
+    let (status, pending) = server.post("/api/v1/submissions", Some(&beta), "{\"benchmark\": \"g1-smoke\"}");
+    assert_eq!(status, 201, "{pending}");
+    let pid = pending["id"].as_str().unwrap();
+    let (status, _, v) = server.call("POST", &format!("/api/v1/submissions/{pid}/cancel"), Some(ADMIN), None);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["status"], "FAILED");
+    assert_eq!(v["error"], "cancelled by the organiser");
+    let (_, r) = server.get(&format!("/api/v1/submissions/{pid}/results"), Some(&beta));
+    let eps = r["episodes"].as_array().unwrap();
+    assert_eq!(eps.len(), 6);
+    assert!(
+        eps.iter()
+            .all(|e| e["status"] == "FAILED" && e["reason"] == "cancelled by the organiser"),
+        "{r}"
+    );
+    let (status, _, _) = server.call("POST", "/api/v1/submissions/sub-nope/cancel", Some(ADMIN), None);
+    assert_eq!(status, 404);
+}

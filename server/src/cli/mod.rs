@@ -1,5 +1,6 @@
 //! Command-line interface of the `arena` binary.
 
+mod admin;
 mod bench;
 mod dataset;
 mod demo;
@@ -40,6 +41,9 @@ enum Command {
     /// Metrics on files: EMD between two frame sets, every tracking metric of a rollout.
     #[command(subcommand)]
     Metrics(metrics::MetricsCommand),
+    /// The organiser's terminal: challenges, phases, teams, tokens and submissions of a running
+    /// server, over its REST API (--server, --admin-token; --json prints the API's JSON).
+    Admin(admin::AdminArgs),
     /// Trajectory datasets: export a benchmark's or a phase's episodes (HDF5, jsonl.gz, card).
     #[command(subcommand)]
     Dataset(dataset::DatasetCommand),
@@ -109,6 +113,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Motion(c) => motion::run(c),
         Command::Bench(c) => bench::run(c),
         Command::Metrics(c) => metrics::run(c),
+        Command::Admin(a) => admin::run(a),
         Command::Dataset(c) => dataset::run(c),
         Command::Eval(a) => eval::run(a),
         Command::Serve(a) => serve::run(a),

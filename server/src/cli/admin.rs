@@ -1,0 +1,573 @@
+//! `arena admin`: the organiser's terminal over a running server's REST API (challenges, phases,
+//! teams, tokens, submissions: cancel, re-score, baseline). Every command takes `--server` and
+//! `--admin-token` and prints a short table, or the API's JSON with `--json`.
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use serde_json::{Value, json};
+
+#[derive(Debug, Args)]
+pub struct AdminArgs {
+    /// The server's base URL.
+    #[arg(long, env = "ARENA_SERVER", default_value = "http://127.0.0.1:8080", global = true)]
+    server: String,
+    /// The administrator token (the server's --admin-token).
+    #[arg(long, env = "ARENA_ADMIN_TOKEN", hide_env_values = true, global = true)]
+    admin_token: Option<String>,
+    /// Print the API's JSON instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: AdminCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum AdminCommand {
+    /// Challenges: list, create.
+    #[command(subcommand)]
+    Challenges(ChallengeCommand),
+    /// Phases of a challenge: list, create, update.
+    #[command(subcommand)]
+    Phases(PhaseCommand),
+    /// Teams: list, create (prints the team's first token once), show.
+    #[command(subcommand)]
+    Teams(TeamCommand),
+    /// A team's tokens: list, create (printed once), revoke.
+    #[command(subcommand)]
+    Tokens(TokenCommand),
+    /// Submissions: list, show, cancel, re-score, mark or unmark as baseline.
+    #[command(subcommand)]
+    Submissions(SubmissionCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum ChallengeCommand {
+    List,
+    Create {
+        /// Slug: 1-64 of a-z 0-9 - _.
+        #[arg(long)]
+        id: String,
+        #[arg(long)]
+        title: String,
+        #[arg(long, default_value = "")]
+        description: String,
+    },
+}
+
+#[derive(Debug, Args)]
+struct PhaseFields {
+    /// Opens at (RFC 3339, e.g. 2026-12-01T00:00:00Z).
+    #[arg(long)]
+    starts_at: Option<String>,
+    /// Closes at (RFC 3339).
+    #[arg(long)]
+    ends_at: Option<String>,
+    /// public or private (results hidden from teams until the phase ends).
+    #[arg(long)]
+    leaderboard: Option<String>,
+    /// Submissions per team per UTC day (0 = no limit).
+    #[arg(long)]
+    max_per_day: Option<u32>,
+    /// Submissions per team in the whole phase (0 = no limit).
+    #[arg(long)]
+    max_total: Option<u32>,
+    /// Observation groups agents may receive, comma-separated.
+    #[arg(long)]
+    groups: Option<String>,
+}
+
+impl PhaseFields {
+    fn body(&self, body: &mut serde_json::Map<String, Value>) {
+        let limit = |v: u32| if v == 0 { Value::Null } else { json!(v) };
+        if let Some(v) = &self.starts_at {
+            body.insert("starts_at".into(), json!(v));
+        }
+        if let Some(v) = &self.ends_at {
+            body.insert("ends_at".into(), json!(v));
+        }
+        if let Some(v) = &self.leaderboard {
+            body.insert("leaderboard".into(), json!(v));
+        }
+        if let Some(v) = self.max_per_day {
+            body.insert("max_submissions_per_day".into(), limit(v));
+        }
+        if let Some(v) = self.max_total {
+            body.insert("max_submissions_total".into(), limit(v));
+        }
+        if let Some(v) = &self.groups {
+            let groups: Vec<&str> = v.split(',').map(str::trim).filter(|g| !g.is_empty()).collect();
+            body.insert("observation_groups".into(), json!(groups));
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+enum PhaseCommand {
+    /// The phases of a challenge.
+    List {
+        #[arg(long)]
+        challenge: String,
+    },
+    Create {
+        #[arg(long)]
+        challenge: String,
+        /// Slug, unique across challenges.
+        #[arg(long)]
+        id: String,
+        #[arg(long)]
+        benchmark: String,
+        #[command(flatten)]
+        fields: PhaseFields,
+    },
+    /// Change times, visibility, quotas or groups of a phase.
+    Update {
+        id: String,
+        #[command(flatten)]
+        fields: PhaseFields,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum TeamCommand {
+    List,
+    Create {
+        name: String,
+        /// A member as "Name <email>" (repeatable).
+        #[arg(long = "member")]
+        members: Vec<String>,
+    },
+    Show {
+        /// The numeric team id.
+        id: i64,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum TokenCommand {
+    List {
+        team: i64,
+    },
+    Create {
+        team: i64,
+        #[arg(long)]
+        label: Option<String>,
+        /// RFC 3339.
+        #[arg(long)]
+        expires_at: Option<String>,
+    },
+    Revoke {
+        team: i64,
+        token_id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum SubmissionCommand {
+    List,
+    Show {
+        id: String,
+    },
+    /// A PENDING or RUNNING submission becomes FAILED ("cancelled by the organiser").
+    Cancel {
+        id: String,
+    },
+    /// Score a COMPLETED submission's stored episodes again and rebuild its report.
+    Rescore {
+        id: String,
+    },
+    /// Mark (or with --off unmark) a submission as a baseline.
+    Baseline {
+        id: String,
+        #[arg(long)]
+        off: bool,
+    },
+}
+
+/// A blocking REST client over plain HTTP (hyper, already in the tree for the server).
+struct Api {
+    base: String,
+    token: String,
+    runtime: tokio::runtime::Runtime,
+    client: hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
+}
+
+impl Api {
+    fn new(server: &str, token: Option<String>) -> anyhow::Result<Self> {
+        let base = server.trim_end_matches('/').to_string();
+        if base.starts_with("https://") {
+            bail!(
+                "--server {server}: this client speaks plain HTTP; reach an HTTPS server through a local tunnel or its internal address"
+            );
+        }
+        if !base.starts_with("http://") {
+            bail!("--server {server}: expected http://HOST:PORT");
+        }
+        let token = token
+            .filter(|t| !t.is_empty())
+            .context("no admin token: give --admin-token or set ARENA_ADMIN_TOKEN")?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?;
+        let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
+        Ok(Self {
+            base,
+            token,
+            runtime,
+            client,
+        })
+    }
+
+    /// Sends a request; a non-2xx answer is an error carrying the API's message.
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
+        let url = format!("{}{path}", self.base);
+        let mut request = hyper::Request::builder()
+            .method(method)
+            .uri(&url)
+            .header("authorization", format!("Bearer {}", self.token));
+        let payload = match body {
+            Some(b) => {
+                request = request.header("content-type", "application/json");
+                Bytes::from(serde_json::to_vec(&b)?)
+            }
+            None => Bytes::new(),
+        };
+        let request = request
+            .body(Full::new(payload))
+            .with_context(|| format!("{method} {url}"))?;
+        let (status, bytes) = self
+            .runtime
+            .block_on(async {
+                let response = tokio::time::timeout(std::time::Duration::from_secs(60), self.client.request(request))
+                    .await
+                    .map_err(|_| anyhow::anyhow!("no answer in 60 s"))??;
+                let status = response.status();
+                let bytes = response.into_body().collect().await?.to_bytes();
+                anyhow::Ok((status, bytes))
+            })
+            .with_context(|| format!("{method} {url}: is `arena serve` running there?"))?;
+        let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        if !status.is_success() {
+            let message = value["error"]["message"].as_str().unwrap_or("(no message)");
+            bail!("{method} {path}: {status}: {message}");
+        }
+        Ok(value)
+    }
+}
+
+fn time(v: &Value) -> String {
+    v.as_i64().map(crate::access::rfc3339).unwrap_or_else(|| "-".into())
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+/// Prints rows as an aligned table.
+fn table(header: &[&str], rows: Vec<Vec<String>>) {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in &rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let parts: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        println!("{}", parts.join("  ").trim_end());
+    };
+    line(header.iter().map(|h| h.to_string()).collect());
+    for r in rows {
+        line(r);
+    }
+}
+
+fn submission_rows(list: &[Value]) -> Vec<Vec<String>> {
+    list.iter()
+        .map(|s| {
+            vec![
+                text(&s["id"]),
+                text(&s["team_name"]),
+                text(&s["benchmark"]),
+                text(&s["phase"]),
+                text(&s["status"]),
+                if s["baseline"] == true { "yes".into() } else { "".into() },
+                time(&s["created_at"]),
+                text(&s["error"]),
+            ]
+        })
+        .collect()
+}
+
+const SUBMISSION_HEADER: [&str; 8] = [
+    "id",
+    "team",
+    "benchmark",
+    "phase",
+    "status",
+    "baseline",
+    "created",
+    "error",
+];
+
+fn phase_rows(list: &[Value]) -> Vec<Vec<String>> {
+    list.iter()
+        .map(|p| {
+            vec![
+                text(&p["id"]),
+                text(&p["benchmark"]),
+                text(&p["state"]),
+                text(&p["leaderboard"]),
+                time(&p["starts_at"]),
+                time(&p["ends_at"]),
+                text(&p["max_submissions_per_day"]),
+                text(&p["max_submissions_total"]),
+            ]
+        })
+        .collect()
+}
+
+const PHASE_HEADER: [&str; 8] = [
+    "id",
+    "benchmark",
+    "state",
+    "leaderboard",
+    "starts",
+    "ends",
+    "per day",
+    "total",
+];
+
+fn parse_member(text: &str) -> anyhow::Result<Value> {
+    let (name, rest) = text
+        .split_once('<')
+        .with_context(|| format!("--member {text:?}: expected \"Name <email>\""))?;
+    let email = rest
+        .strip_suffix('>')
+        .with_context(|| format!("--member {text:?}: expected \"Name <email>\""))?;
+    Ok(json!({"name": name.trim(), "email": email.trim()}))
+}
+
+pub fn run(a: AdminArgs) -> anyhow::Result<()> {
+    let api = Api::new(&a.server, a.admin_token.clone())?;
+    let (value, print): (Value, Box<dyn FnOnce(&Value)>) = match a.command {
+        AdminCommand::Challenges(ChallengeCommand::List) => (
+            api.call("GET", "/api/v1/challenges", None)?,
+            Box::new(|v| {
+                let rows = v["challenges"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|c| vec![text(&c["id"]), text(&c["title"]), time(&c["created_at"])])
+                    .collect();
+                table(&["id", "title", "created"], rows);
+            }),
+        ),
+        AdminCommand::Challenges(ChallengeCommand::Create { id, title, description }) => (
+            api.call(
+                "POST",
+                "/api/v1/challenges",
+                Some(json!({"id": id, "title": title, "description": description})),
+            )?,
+            Box::new(|v| println!("created challenge {}", text(&v["id"]))),
+        ),
+        AdminCommand::Phases(PhaseCommand::List { challenge }) => (
+            api.call("GET", &format!("/api/v1/challenges/{challenge}"), None)?,
+            Box::new(|v| table(&PHASE_HEADER, phase_rows(v["phases"].as_array().map_or(&[], |a| a)))),
+        ),
+        AdminCommand::Phases(PhaseCommand::Create {
+            challenge,
+            id,
+            benchmark,
+            fields,
+        }) => {
+            let mut body = serde_json::Map::new();
+            body.insert("id".into(), json!(id));
+            body.insert("benchmark".into(), json!(benchmark));
+            fields.body(&mut body);
+            (
+                api.call(
+                    "POST",
+                    &format!("/api/v1/challenges/{challenge}/phases"),
+                    Some(Value::Object(body)),
+                )?,
+                Box::new(|v| table(&PHASE_HEADER, phase_rows(std::slice::from_ref(v)))),
+            )
+        }
+        AdminCommand::Phases(PhaseCommand::Update { id, fields }) => {
+            let mut body = serde_json::Map::new();
+            fields.body(&mut body);
+            if body.is_empty() {
+                bail!(
+                    "phases update {id}: nothing to change (give --starts-at, --ends-at, --leaderboard, --max-per-day, --max-total or --groups)"
+                );
+            }
+            (
+                api.call("PATCH", &format!("/api/v1/phases/{id}"), Some(Value::Object(body)))?,
+                Box::new(|v| table(&PHASE_HEADER, phase_rows(std::slice::from_ref(v)))),
+            )
+        }
+        AdminCommand::Teams(TeamCommand::List) => (
+            api.call("GET", "/api/v1/teams", None)?,
+            Box::new(|v| {
+                let rows = v["teams"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|t| vec![text(&t["id"]), text(&t["name"]), time(&t["created_at"])])
+                    .collect();
+                table(&["id", "name", "created"], rows);
+            }),
+        ),
+        AdminCommand::Teams(TeamCommand::Create { name, members }) => {
+            let members = members
+                .iter()
+                .map(|m| parse_member(m))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            (
+                api.call("POST", "/api/v1/teams", Some(json!({"name": name, "members": members})))?,
+                Box::new(|v| {
+                    println!(
+                        "created team {} (id {})",
+                        text(&v["team"]["name"]),
+                        text(&v["team"]["id"])
+                    );
+                    println!("token (shown once, store it now): {}", text(&v["token"]));
+                }),
+            )
+        }
+        AdminCommand::Teams(TeamCommand::Show { id }) => (
+            api.call("GET", &format!("/api/v1/teams/{id}"), None)?,
+            Box::new(|v| {
+                println!("team {} (id {})", text(&v["team"]["name"]), text(&v["team"]["id"]));
+                for m in v["members"].as_array().into_iter().flatten() {
+                    println!("member: {} <{}>", text(&m["name"]), text(&m["email"]));
+                }
+                for t in v["tokens"].as_array().into_iter().flatten() {
+                    println!(
+                        "token {} {} revoked: {}",
+                        text(&t["id"]),
+                        text(&t["label"]),
+                        time(&t["revoked_at"])
+                    );
+                }
+            }),
+        ),
+        AdminCommand::Tokens(TokenCommand::List { team }) => (
+            api.call("GET", &format!("/api/v1/teams/{team}/tokens"), None)?,
+            Box::new(|v| {
+                let rows = v["tokens"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|t| {
+                        vec![
+                            text(&t["id"]),
+                            text(&t["label"]),
+                            time(&t["created_at"]),
+                            time(&t["expires_at"]),
+                            time(&t["revoked_at"]),
+                        ]
+                    })
+                    .collect();
+                table(&["id", "label", "created", "expires", "revoked"], rows);
+            }),
+        ),
+        AdminCommand::Tokens(TokenCommand::Create {
+            team,
+            label,
+            expires_at,
+        }) => {
+            let mut body = serde_json::Map::new();
+            if let Some(l) = label {
+                body.insert("label".into(), json!(l));
+            }
+            if let Some(e) = expires_at {
+                body.insert("expires_at".into(), json!(e));
+            }
+            (
+                api.call(
+                    "POST",
+                    &format!("/api/v1/teams/{team}/tokens"),
+                    Some(Value::Object(body)),
+                )?,
+                Box::new(|v| {
+                    println!(
+                        "token {} (shown once, store it now): {}",
+                        text(&v["token_info"]["id"]),
+                        text(&v["token"])
+                    )
+                }),
+            )
+        }
+        AdminCommand::Tokens(TokenCommand::Revoke { team, token_id }) => (
+            api.call("DELETE", &format!("/api/v1/teams/{team}/tokens/{token_id}"), None)?,
+            Box::new(|v| {
+                println!(
+                    "revoked {} at {}",
+                    text(&v["token_info"]["id"]),
+                    time(&v["token_info"]["revoked_at"])
+                )
+            }),
+        ),
+        AdminCommand::Submissions(SubmissionCommand::List) => (
+            api.call("GET", "/api/v1/submissions", None)?,
+            Box::new(|v| {
+                table(
+                    &SUBMISSION_HEADER,
+                    submission_rows(v["submissions"].as_array().map_or(&[], |a| a)),
+                )
+            }),
+        ),
+        AdminCommand::Submissions(SubmissionCommand::Show { id }) => (
+            api.call("GET", &format!("/api/v1/submissions/{id}"), None)?,
+            Box::new(|v| {
+                table(&SUBMISSION_HEADER, submission_rows(std::slice::from_ref(v)));
+                let p = &v["progress"];
+                println!(
+                    "episodes: {} finished, {} running, {} pending of {}",
+                    text(&p["finished"]),
+                    text(&p["running"]),
+                    text(&p["pending"]),
+                    text(&v["episodes_total"])
+                );
+            }),
+        ),
+        AdminCommand::Submissions(SubmissionCommand::Cancel { id }) => (
+            api.call("POST", &format!("/api/v1/submissions/{id}/cancel"), None)?,
+            Box::new(|v| println!("cancelled {}: {}", text(&v["id"]), text(&v["status"]))),
+        ),
+        AdminCommand::Submissions(SubmissionCommand::Rescore { id }) => (
+            api.call("POST", &format!("/api/v1/submissions/{id}/rescore"), None)?,
+            Box::new(|v| {
+                println!(
+                    "re-scored {} episodes of {}",
+                    text(&v["rescored_episodes"]),
+                    text(&v["id"])
+                )
+            }),
+        ),
+        AdminCommand::Submissions(SubmissionCommand::Baseline { id, off }) => (
+            api.call(
+                "PATCH",
+                &format!("/api/v1/submissions/{id}"),
+                Some(json!({"baseline": !off})),
+            )?,
+            Box::new(|v| {
+                let word = if v["baseline"] == true { "is" } else { "is not" };
+                println!("{} {word} a baseline", text(&v["id"]))
+            }),
+        ),
+    };
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    } else {
+        print(&value);
+    }
+    Ok(())
+}

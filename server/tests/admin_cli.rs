@@ -1,0 +1,129 @@
+//! `arena admin` against a real `arena serve` (issue 16, item 5): an organiser's whole round from
+//! a terminal, with `--json` output, and clear errors for a bad token, a bad flag value and a
+//! server that is not there.
+
+mod common;
+
+use arena_sdk::agents::ReplayAgent;
+use arena_sdk::client::{self, ClientConfig, Mode};
+use common::server::{ADMIN, ServerProc};
+use common::{arena, ok, tmp};
+use serde_json::Value;
+
+fn admin(server: &ServerProc, args: &[&str]) -> std::process::Output {
+    let url = format!("http://{}", server.addr);
+    let mut all = vec!["admin", "--server", &url, "--admin-token", ADMIN];
+    all.extend_from_slice(args);
+    arena(&all)
+}
+
+fn admin_json(server: &ServerProc, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    serde_json::from_str(&ok(&admin(server, &all))).unwrap()
+}
+
+#[test]
+fn an_organiser_runs_a_challenge_from_the_terminal() {
+    let dir = tmp("admin-cli");
+    let server = ServerProc::start(&dir.join("data"), &[]);
+
+    let c = admin_json(&server, &["challenges", "create", "--id", "cup", "--title", "G1 Cup"]);
+    assert_eq!(c["id"], "cup");
+    let p = admin_json(
+        &server,
+        &[
+            "phases",
+            "create",
+            "--challenge",
+            "cup",
+            "--id",
+            "dev",
+            "--benchmark",
+            "g1-smoke",
+            "--starts-at",
+            "2026-01-01T00:00:00Z",
+            "--ends-at",
+            "2099-01-01T00:00:00Z",
+            "--leaderboard",
+            "public",
+            "--max-per-day",
+            "5",
+        ],
+    );
+    assert_eq!(p["state"], "open");
+    assert_eq!(p["max_submissions_per_day"], 5);
+    let updated = admin_json(&server, &["phases", "update", "dev", "--max-per-day", "0"]);
+    assert_eq!(updated["max_submissions_per_day"], Value::Null);
+    let listed = ok(&admin(&server, &["phases", "list", "--challenge", "cup"]));
+    assert!(listed.lines().next().unwrap().starts_with("id"), "{listed}");
+    assert!(
+        listed.contains("dev") && listed.contains("g1-smoke") && listed.contains("open"),
+        "{listed}"
+    );
+
+    let team = admin_json(
+        &server,
+        &["teams", "create", "alpha", "--member", "Ada <ada@example.org>"],
+    );
+    let token = team["token"].as_str().unwrap().to_string();
+    let team_id = team["team"]["id"].to_string();
+    assert_eq!(team["members"][0]["email"], "ada@example.org");
+    let extra = admin_json(&server, &["tokens", "create", &team_id, "--label", "laptop"]);
+    let token_id = extra["token_info"]["id"].as_str().unwrap().to_string();
+    let revoked = admin_json(&server, &["tokens", "revoke", &team_id, &token_id]);
+    assert!(revoked["token_info"]["revoked_at"].is_i64());
+    let tokens = ok(&admin(&server, &["tokens", "list", &team_id]));
+    assert_eq!(tokens.lines().count(), 3, "{tokens}");
+
+    // The team submits in the phase; the organiser marks it a baseline and re-scores it.
+    let mut config = ClientConfig::new(
+        &server.ws_url(),
+        &token,
+        Mode::Submission {
+            benchmark: "g1-smoke".into(),
+            submission_id: None,
+        },
+    );
+    config.phase = "dev".into();
+    let summary = client::run_blocking(&config, &mut ReplayAgent::new(), &mut |_| {}).unwrap();
+    let id = summary.submission_id;
+    let listed = ok(&admin(&server, &["submissions", "list"]));
+    assert!(listed.contains(&id) && listed.contains("COMPLETED"), "{listed}");
+    let b = admin_json(&server, &["submissions", "baseline", &id]);
+    assert_eq!(b["baseline"], true);
+    let r = admin_json(&server, &["submissions", "rescore", &id]);
+    assert_eq!(r["rescored_episodes"], 6);
+    let shown = ok(&admin(&server, &["submissions", "show", &id]));
+    assert!(shown.contains("6 finished"), "{shown}");
+    let unmarked = ok(&admin(&server, &["submissions", "baseline", &id, "--off"]));
+    assert!(unmarked.contains("is not a baseline"), "{unmarked}");
+
+    // Errors say what was wrong.
+    let out = admin(&server, &["submissions", "cancel", &id]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("409") && err.contains("already COMPLETED"), "{err}");
+    let url = format!("http://{}", server.addr);
+    let out = arena(&["admin", "--server", &url, "--admin-token", "wrong", "teams", "list"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("401"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = admin(&server, &["teams", "create", "beta", "--member", "no email"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("expected \"Name <email>\""));
+    let out = arena(&[
+        "admin",
+        "--server",
+        "http://127.0.0.1:1",
+        "--admin-token",
+        "x",
+        "teams",
+        "list",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is `arena serve` running there?"));
+    let out = arena(&["admin", "--server", &url, "teams", "list"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no admin token"));
+}

@@ -248,6 +248,9 @@ pub enum SpecError {
     },
     #[error(transparent)]
     Data(#[from] DataError),
+    /// More than one section of a file is wrong: each problem on its own line.
+    #[error("{}", .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n"))]
+    Several(Vec<SpecError>),
     #[error(
         "benchmark {name}: its motions are built in; the simulator generates them (it has the kinematics), \
          they are not read from the motions root"
@@ -517,35 +520,37 @@ impl Check<'_> {
         Ok(list)
     }
 
+    /// Checks every section and reports every section's problem at once (one per section: a
+    /// section's later keys may depend on its first bad one).
     fn spec(&self, raw: RawSpec, known_metrics: &[&str]) -> Result<BenchmarkSpec, SpecError> {
-        let name = self.required("name", raw.name, "a name of lowercase letters, digits and '-'")?;
-        if name.is_empty()
-            || !name
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        {
-            return Err(self.err(
-                "name",
-                format!("expected lowercase letters, digits and '-' ([a-z0-9-]+), got {name:?}"),
-            ));
+        let mut problems = Vec::new();
+        fn keep<T>(problems: &mut Vec<SpecError>, r: Result<T, SpecError>) -> Option<T> {
+            r.map_err(|e| problems.push(e)).ok()
         }
-        let version = self.required("version", raw.version, "an integer >= 1")?;
-        let version = self.int("version", Some(version), 1, (1, u32::MAX as i64), "an integer >= 1")? as u32;
-        let description = self.required("description", raw.description, "a non-empty string")?;
-        if description.trim().is_empty() {
-            return Err(self.err("description", "expected a non-empty string"));
+        macro_rules! take {
+            ($e:expr) => {
+                keep(&mut problems, $e)
+            };
         }
-        let task = self.required("task", raw.task, "\"tracking\"")?;
-        let motions = self.motions(raw.motions)?;
-        let episodes = self.episodes(raw.episodes)?;
-        let limits = self.limits(raw.limits)?;
-        let fall = self.fall(raw.fall)?;
-        let observations = self.observations(raw.observations)?;
-        let raw_metrics = self.required("metrics", raw.metrics, "a [metrics] table with `list`")?;
-        let metrics = self.metrics(raw_metrics, known_metrics)?;
-        let raw_ranking = self.required("ranking", raw.ranking, "a [ranking] table with `primary`")?;
-        let ranking = self.ranking(raw_ranking, &metrics.list)?;
-        Ok(BenchmarkSpec {
+        let name = take!(self.name(raw.name));
+        let version = take!(self.version(raw.version));
+        let description = take!(self.description(raw.description));
+        let task = take!(self.required("task", raw.task, "\"tracking\""));
+        let motions = take!(self.motions(raw.motions));
+        let episodes = take!(self.episodes(raw.episodes));
+        let limits = take!(self.limits(raw.limits));
+        let fall = take!(self.fall(raw.fall));
+        let observations = take!(self.observations(raw.observations));
+        let metrics = take!(
+            self.required("metrics", raw.metrics, "a [metrics] table with `list`")
+                .and_then(|m| self.metrics(m, known_metrics))
+        );
+        let raw_ranking = take!(self.required("ranking", raw.ranking, "a [ranking] table with `primary`"));
+        let ranking = match (&metrics, raw_ranking) {
+            (Some(m), Some(r)) => take!(self.ranking(r, &m.list)),
+            _ => None,
+        };
+        match (
             name,
             version,
             description,
@@ -557,7 +562,63 @@ impl Check<'_> {
             observations,
             metrics,
             ranking,
-        })
+        ) {
+            (
+                Some(name),
+                Some(version),
+                Some(description),
+                Some(task),
+                Some(motions),
+                Some(episodes),
+                Some(limits),
+                Some(fall),
+                Some(observations),
+                Some(metrics),
+                Some(ranking),
+            ) => Ok(BenchmarkSpec {
+                name,
+                version,
+                description,
+                task,
+                motions,
+                episodes,
+                limits,
+                fall,
+                observations,
+                metrics,
+                ranking,
+            }),
+            _ if problems.len() == 1 => Err(problems.remove(0)),
+            _ => Err(SpecError::Several(problems)),
+        }
+    }
+
+    fn name(&self, raw: Option<String>) -> Result<String, SpecError> {
+        let name = self.required("name", raw, "a name of lowercase letters, digits and '-'")?;
+        if name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        {
+            return Err(self.err(
+                "name",
+                format!("expected lowercase letters, digits and '-' ([a-z0-9-]+), got {name:?}"),
+            ));
+        }
+        Ok(name)
+    }
+
+    fn version(&self, raw: Option<i64>) -> Result<u32, SpecError> {
+        let version = self.required("version", raw, "an integer >= 1")?;
+        Ok(self.int("version", Some(version), 1, (1, u32::MAX as i64), "an integer >= 1")? as u32)
+    }
+
+    fn description(&self, raw: Option<String>) -> Result<String, SpecError> {
+        let description = self.required("description", raw, "a non-empty string")?;
+        if description.trim().is_empty() {
+            return Err(self.err("description", "expected a non-empty string"));
+        }
+        Ok(description)
     }
 
     fn motions(&self, raw: Option<RawMotions>) -> Result<MotionSet, SpecError> {
@@ -1184,6 +1245,22 @@ primary = "emd"
         MINIMAL.replacen(from, to, 1)
     }
 
+    #[test]
+    fn every_wrong_section_is_reported_at_once() {
+        let text = variant("version = 1", "version = 0")
+            .replace("[ranking]\nprimary = \"emd\"", "[ranking]\nprimary = \"nope\"")
+            + "[episodes]\ndr_level = 7\n";
+        let err = parse(&text).unwrap_err().to_string();
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(lines.len(), 3, "{err}");
+        assert!(lines.iter().all(|l| l.starts_with("bad.toml: ")), "{err}");
+        assert!(
+            lines[0].contains(" version: ") && lines[1].contains(" episodes.dr_level: "),
+            "{err}"
+        );
+        assert!(lines[2].contains(" ranking.primary: "), "{err}");
+    }
+
     /// Parses `text`, expects an error naming bad.toml and `key` (and `also`).
     fn expect_err(text: &str, key: &str, also: &str) {
         let err = parse(text).expect_err(text).to_string();
@@ -1210,7 +1287,8 @@ primary = "emd"
         let builtin: Vec<String> = builtin_motion_names().iter().map(|s| s.to_string()).collect();
         assert_eq!(smoke.motions.source, MotionSource::Builtin(builtin));
         assert_eq!(smoke.metrics.list.len(), KNOWN.len());
-        assert_eq!(smoke.ranking.tie_breakers, ["mpjpe_g", "success"]);
+        assert_eq!(smoke.ranking.success.as_deref(), Some("success"));
+        assert_eq!(smoke.ranking.tie_breakers, ["mpjpe_g", "failure_time_s"]);
         // Both shipped benchmarks send 8 future reference rows for the BFM-Zero agent's window.
         assert_eq!(smoke.observations.reference_goal_horizon, 8);
         let (_, dance) = find_benchmark("g1-moves-dance", &shipped_dir(), &KNOWN).unwrap();

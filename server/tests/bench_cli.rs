@@ -53,6 +53,17 @@ fn bad_benchmark_files_name_file_key_and_expectation() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("bad.toml") && err.contains(key), "{key}: {err}");
     }
+    // Several wrong sections: every one is reported, not only the first.
+    let several = good
+        .replacen("dr_level = 0", "dr_level = 9", 1)
+        .replacen("primary = \"emd\"", "primary = \"speed\"", 1)
+        .replacen("version = 1", "version = 0", 1);
+    std::fs::write(&bad, several).unwrap();
+    let out = arena(&["bench", "validate", bad.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    for key in ["version", "episodes.dr_level", "ranking.primary"] {
+        assert!(err.contains(&format!(" {key}: ")), "{key}: {err}");
+    }
     let out = arena(&["bench", "show", "no-such-benchmark"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("g1-smoke"), "{err}");

@@ -36,30 +36,23 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Episodes inserted per statement by [`Storage::create_submission`] (9 parameters each).
 const INSERT_CHUNK: usize = 100;
 
-/// Everything that can go wrong in the storage layer; each message says what was being done.
+/// Everything that can go wrong in the storage layer; each message says what was being done and
+/// includes the underlying error's text, so the underlying error is kept as a field (`cause`),
+/// not exposed as `source()`: printers that walk the chain would print it twice.
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
     /// A database operation failed.
-    #[error("database: {context}: {source}")]
-    Database {
-        context: String,
-        #[source]
-        source: sqlx::Error,
-    },
+    #[error("database: {context}: {cause}")]
+    Database { context: String, cause: sqlx::Error },
     /// Applying the schema migrations failed.
-    #[error("database: migrating the {engine:?} schema: {source}")]
+    #[error("database: migrating the {engine:?} schema: {cause}")]
     Migrate {
         engine: Engine,
-        #[source]
-        source: sqlx::migrate::MigrateError,
+        cause: sqlx::migrate::MigrateError,
     },
     /// A file system operation (creating the SQLite file's directory) failed.
-    #[error("storage: {context}: {source}")]
-    Io {
-        context: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("storage: {context}: {cause}")]
+    Io { context: String, cause: std::io::Error },
     /// The database URL names no supported engine.
     #[error("storage: unsupported database URL {0:?} (expected sqlite://PATH or postgres://...)")]
     UnsupportedUrl(String),
@@ -98,9 +91,9 @@ trait Context<T> {
 
 impl<T> Context<T> for Result<T, sqlx::Error> {
     fn ctx(self, context: impl FnOnce() -> String) -> Result<T, StorageError> {
-        self.map_err(|source| StorageError::Database {
+        self.map_err(|cause| StorageError::Database {
             context: context(),
-            source,
+            cause,
         })
     }
 }
@@ -716,7 +709,7 @@ async fn pool_connect(options: AnyPoolOptions, url: &str, shown: &str) -> Result
             };
             Err(StorageError::Database {
                 context: format!("connecting to {shown} (gave up after {CONNECT_TIMEOUT:?}; last error: {last})"),
-                source: sqlx::Error::PoolTimedOut,
+                cause: sqlx::Error::PoolTimedOut,
             })
         }
         Err(e) => Err(e).ctx(|| format!("connecting to {shown}")),
@@ -754,7 +747,7 @@ impl Storage {
         migrator
             .run(&pool)
             .await
-            .map_err(|source| StorageError::Migrate { engine, source })?;
+            .map_err(|cause| StorageError::Migrate { engine, cause })?;
         Ok(Storage { pool, engine })
     }
 
@@ -792,9 +785,9 @@ impl Storage {
         } else {
             let path = options.get_filename();
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir).map_err(|source| StorageError::Io {
+                std::fs::create_dir_all(dir).map_err(|cause| StorageError::Io {
                     context: format!("creating the directory {} for the SQLite database", dir.display()),
-                    source,
+                    cause,
                 })?;
             }
             let conn = options
@@ -850,7 +843,7 @@ impl Storage {
             } else {
                 StorageError::Database {
                     context: context(),
-                    source: e,
+                    cause: e,
                 }
             }
         })?;
@@ -898,7 +891,7 @@ impl Storage {
             } else {
                 StorageError::Database {
                     context: format!("creating a token for team {team_id}"),
-                    source: e,
+                    cause: e,
                 }
             }
         })?;
@@ -1009,7 +1002,7 @@ impl Storage {
                 } else {
                     StorageError::Database {
                         context: format!("adding member {name:?} to team {team_id}"),
-                        source: e,
+                        cause: e,
                     }
                 }
             })?;
@@ -1059,7 +1052,7 @@ impl Storage {
             } else {
                 StorageError::Database {
                     context: format!("creating challenge {id:?}"),
-                    source: e,
+                    cause: e,
                 }
             }
         })?;
@@ -1116,7 +1109,7 @@ impl Storage {
             } else {
                 StorageError::Database {
                     context: format!("creating phase {id:?}"),
-                    source: e,
+                    cause: e,
                 }
             }
         })?;
@@ -1282,7 +1275,7 @@ impl Storage {
             } else {
                 StorageError::Database {
                     context: context(),
-                    source: e,
+                    cause: e,
                 }
             }
         })?;
@@ -1763,5 +1756,18 @@ mod tests {
         }
         assert_eq!(serde_json::to_string(&Engine::Postgres).unwrap(), "\"postgres\"");
         assert_eq!(hash_token("abc").len(), 64);
+    }
+
+    #[test]
+    fn a_database_error_reads_once_whoever_prints_it() {
+        let e = StorageError::Database {
+            context: "reading the teams".into(),
+            cause: sqlx::Error::PoolTimedOut,
+        };
+        let cause = sqlx::Error::PoolTimedOut.to_string();
+        for text in [e.to_string(), format!("{:#}", anyhow::Error::from(e))] {
+            assert_eq!(text.matches(&cause).count(), 1, "{text}");
+            assert!(text.starts_with("database: reading the teams: "), "{text}");
+        }
     }
 }

@@ -161,7 +161,11 @@ async fn faults_are_recorded_and_the_rest_continues() {
     let eps = results["episodes"].as_array().unwrap();
     let field = |i: usize, k: &str| eps[i][k].as_str().unwrap_or("").to_string();
     assert_eq!(field(0, "status"), "FAILED");
-    assert!(field(0, "reason").contains("non-finite action at step 5"), "{}", eps[0]);
+    assert!(
+        field(0, "reason").contains("non-finite action for episode 0 (at its step 5; joint"),
+        "{}",
+        eps[0]
+    );
     assert_eq!(field(1, "status"), "FAILED");
     assert!(field(1, "reason").contains("has 28 values, expected 29"), "{}", eps[1]);
     assert_eq!(field(2, "status"), "TIMEOUT");
@@ -246,5 +250,53 @@ async fn malformed_json_gets_an_error_and_the_session_continues() {
         }
         other => panic!("expected an Error, got {other:?}"),
     }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// An action for a step of a lane that has finished its episodes is answered `stale_step`, as a
+/// late action for a live lane is. Two lanes run one episode at a time; the lane whose last
+/// episode ends first stops while the other still runs, and from then on an action for the
+/// stopped lane's steps (its parity) must be refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_action_for_a_finished_lane_is_a_stale_step() {
+    let dir = tmp("faults-finished-lane");
+    let server = ServerProc::start(&dir, &["--lanes", "2"]);
+    let token = server.team("late");
+    let (mut ws, _) = open(&server.ws_url(), &connect_msg(&token, "submission", ""), Encoding::Json).await;
+    let mut finished_lane_errors = Vec::new();
+    while let Some(msg) = recv(&mut ws).await {
+        match msg {
+            Msg::GetAction(g) => {
+                let answer = Msg::Action(Action {
+                    step: g.step,
+                    actions: g
+                        .observations
+                        .iter()
+                        .map(|o| EpisodeAction {
+                            episode_id: o.episode_id,
+                            values: vec![0.0; 29],
+                        })
+                        .collect(),
+                });
+                ws.send(frame(&answer, Encoding::Json)).await.unwrap();
+                // A step of the other lane that it has not asked for (yet, or ever).
+                let other = Msg::Action(Action {
+                    step: g.step + 1 + 2 * 100_000,
+                    actions: vec![],
+                });
+                ws.send(frame(&other, Encoding::Json)).await.unwrap();
+            }
+            Msg::Error(e) if e.code == codes::STALE_STEP && e.message.contains("its lane has finished") => {
+                finished_lane_errors.push(e)
+            }
+            Msg::Disconnect(d) => {
+                assert_eq!(d.reason, "submission_complete");
+                break;
+            }
+            _ => {}
+        }
+    }
+    assert!(!finished_lane_errors.is_empty(), "no stale_step naming a finished lane");
+    assert!(finished_lane_errors.iter().all(|e| e.step > 200_000));
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -427,8 +427,9 @@ def test_grpc_health_service(server: Server) -> None:
 
 def test_grpc_undecodable_message_is_answered(server: Server, team_token: str) -> None:
     """Bytes that are no Envelope, on a raw gRPC stream: first, and in the middle of a submission.
-    The server answers malformed_message with the reason and ends the stream (gRPC cannot go on
-    after a bad message); the interrupted submission is resumed and completes."""
+    The server answers malformed_message with the reason, then (during a session) a Disconnect
+    naming it, and ends the stream (gRPC cannot go on after a bad message); the interrupted
+    submission is resumed and completes."""
     import grpc
 
     garbage = b"\xff\x01\x02"
@@ -469,9 +470,11 @@ def test_grpc_undecodable_message_is_answered(server: Server, team_token: str) -
             elif kind == "error":
                 assert answer.error.code == "malformed_message", answer
                 outgoing.put(None)  # the request stream is over anyway
+            elif kind == "disconnect":
+                assert answer.disconnect.reason == "malformed_message", answer
         outgoing.put(None)
-        # The server ended the stream right after its Error, and ran nothing more for this session.
-        assert submission and seen[-1] == "error" and seen.count("error") == 1, seen
+        # The server ended the stream right after its Error and Disconnect, and ran nothing more.
+        assert submission and seen[-2:] == ["error", "disconnect"] and seen.count("error") == 1, seen
 
     summary = run(RecordingAgent(), server.http_url, team_token, submission_id=submission, transport="grpc")
     assert (summary.submission_id, summary.submission_status) == (submission, "COMPLETED")

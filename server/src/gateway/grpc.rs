@@ -59,11 +59,12 @@ impl AgentGateway for GrpcGateway {
 }
 
 /// The last thing the session hears from a failed request stream: an undecodable or oversized
-/// message is answered with a `malformed_message` Error (the agent learns why its session ends);
-/// anything else (a cancelled call, a reset connection) is the connection ending.
+/// message is answered with a `malformed_message` Error and a Disconnect (the agent learns why
+/// its session ends); anything else (a cancelled call, a reset connection) is the connection
+/// ending.
 fn from_stream_error(status: &Status) -> Incoming {
     match status.code() {
-        Code::Internal | Code::OutOfRange | Code::InvalidArgument => Incoming::Bad(DecodeError {
+        Code::Internal | Code::OutOfRange | Code::InvalidArgument => Incoming::Fatal(DecodeError {
             code: codes::MALFORMED_MESSAGE,
             message: format!(
                 "undecodable gRPC message ({}); the server reads no more of this stream, so the session ends",

@@ -47,6 +47,10 @@ pub enum Incoming {
     Msg(Msg),
     /// A frame that could not be decoded; answered with an Error, the session goes on.
     Bad(DecodeError),
+    /// A frame after which the transport can read nothing more (gRPC: an undecodable message
+    /// leaves the stream at a meaningless byte offset): answered with the Error, then
+    /// Disconnect {reason: the error's code}; the session ends as for a lost connection.
+    Fatal(DecodeError),
     /// The connection ended.
     Closed,
     /// A transport-level frame with no protocol meaning (e.g. a WebSocket ping).
@@ -76,7 +80,7 @@ where
             let _ = out.send(error(codes::UNEXPECTED_MESSAGE, m));
             return;
         }
-        Incoming::Bad(e) => {
+        Incoming::Bad(e) | Incoming::Fatal(e) => {
             let _ = out.send(e.to_msg());
             return;
         }
@@ -366,9 +370,13 @@ where
     let mut practice_count = 0usize;
     let heartbeat_every = Duration::from_secs_f64(config.heartbeat_interval_s);
     let silence_limit = Duration::from_secs_f64(config.heartbeat_timeout_s);
-    let mut ticker = tokio::time::interval(heartbeat_every.min(Duration::from_secs(1)));
+    // Beats on their own timer, so each comes on time (a shared 1 s ticker compared against the
+    // interval made a 1 s beat slip to 2 s whenever the tick landed a hair early); silence is
+    // checked every second.
+    let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + heartbeat_every, heartbeat_every);
+    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticker = tokio::time::interval(silence_limit.min(Duration::from_secs(1)));
     let mut last_heard = Instant::now();
-    let mut last_beat = Instant::now();
     let outcome = loop {
         tokio::select! {
             outcome = &mut handle.outcome => break outcome.unwrap_or(RunOutcome::Error("the run stopped unexpectedly".into())),
@@ -387,10 +395,31 @@ where
                     Incoming::Bad(e) => {
                         let _ = out.send(e.to_msg());
                     }
+                    Incoming::Fatal(e) => {
+                        tracing::info!(session = %session_id, "{}: {}; ending the session", e.code, e.message);
+                        let _ = out.send(e.to_msg());
+                        let _ = out.send(Msg::Disconnect(Disconnect {
+                            reason: e.code.into(),
+                            submission_status: String::new(),
+                        }));
+                        inboxes = None;
+                        practice_tx = None;
+                    }
                     Incoming::Msg(Msg::Action(a)) => {
                         let lanes = inboxes.as_ref().expect("guarded by the select");
                         let lane = (a.step % lanes.len() as u64) as usize;
-                        let _ = lanes[lane].send(a);
+                        if let Err(mpsc::SendError(a)) = lanes[lane].send(a) {
+                            // That lane has run out of episodes: nothing awaits this step.
+                            let _ = out.send(Msg::Error(protocol::Error {
+                                code: codes::STALE_STEP.into(),
+                                message: format!(
+                                    "step {} is not awaiting an Action: its lane has finished its episodes",
+                                    a.step
+                                ),
+                                step: a.step,
+                                ..Default::default()
+                            }));
+                        }
                     }
                     Incoming::Msg(Msg::Heartbeat(_)) => {}
                     Incoming::Msg(Msg::ResetEpisode(r)) => match &practice_tx {
@@ -433,10 +462,9 @@ where
                     inboxes = None;
                     practice_tx = None;
                 }
-                if last_beat.elapsed() >= heartbeat_every {
-                    last_beat = Instant::now();
-                    let _ = out.send(Msg::Heartbeat(Heartbeat { time: now_s() }));
-                }
+            }
+            _ = beat.tick() => {
+                let _ = out.send(Msg::Heartbeat(Heartbeat { time: now_s() }));
             }
         }
     };

@@ -253,7 +253,8 @@ impl<'a> Lane<'a> {
     }
 
     /// Copies each episode's action into the env's batch; an episode whose entry is missing,
-    /// wrong-sized or duplicated is failed with the reason (the rest of the batch goes on).
+    /// wrong-sized, duplicated or not finite is failed with the reason (the rest of the batch
+    /// goes on).
     fn apply(&mut self, action: Action) {
         self.actions.fill(0.0);
         let mut seen = vec![false; self.slots.len()];
@@ -274,28 +275,34 @@ impl<'a> Lane<'a> {
                 }));
                 continue;
             };
+            // Every reason has one form: "step N" is the request's step (the `step` of
+            // get_action and action), the episode's own step follows in parentheses.
+            let at = self.env.infos()[slot].step;
             let running = self.slots[slot].as_mut().expect("found above");
+            let fail = |what: String| Some((EpisodeStatus::Failed, format!("step {}: {what}", action.step)));
             if seen[slot] {
-                running.forced = Some((
-                    EpisodeStatus::Failed,
-                    format!("step {}: two actions for episode {}", action.step, entry.episode_id),
+                running.forced = fail(format!(
+                    "two actions for episode {} (at its step {at})",
+                    entry.episode_id
                 ));
                 continue;
             }
             seen[slot] = true;
             if entry.values.len() != NUM_JOINTS {
-                running.forced = Some((
-                    EpisodeStatus::Failed,
-                    format!(
-                        "step {}: action for episode {} has {} values, expected {NUM_JOINTS}",
-                        action.step,
-                        entry.episode_id,
-                        entry.values.len()
-                    ),
+                running.forced = fail(format!(
+                    "action for episode {} has {} values, expected {NUM_JOINTS} (at its step {at})",
+                    entry.episode_id,
+                    entry.values.len()
                 ));
                 continue;
             }
-            // Non-finite values are left to the env, which fails only that episode.
+            if let Some(j) = entry.values.iter().position(|v| !v.is_finite()) {
+                running.forced = fail(format!(
+                    "non-finite action for episode {} (at its step {at}; joint {j}: {})",
+                    entry.episode_id, entry.values[j]
+                ));
+                continue;
+            }
             self.actions[slot * NUM_JOINTS..(slot + 1) * NUM_JOINTS].copy_from_slice(&entry.values);
         }
         for (slot, running) in self.slots.iter_mut().enumerate() {
@@ -303,9 +310,13 @@ impl<'a> Lane<'a> {
                 && r.forced.is_none()
                 && !seen[slot]
             {
+                let at = self.env.infos()[slot].step;
                 r.forced = Some((
                     EpisodeStatus::Failed,
-                    format!("step {}: no action for episode {}", action.step, r.episode.index),
+                    format!(
+                        "step {}: no action for episode {} (at its step {at})",
+                        action.step, r.episode.index
+                    ),
                 ));
             }
         }

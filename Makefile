@@ -6,12 +6,21 @@
 SHELL := /bin/bash
 MUJOCO_LIB := third_party/mujoco/lib/libmujoco.so.3.17.0
 VENV_STAMP := .venv/.installed
+WEB_STAMP := web/node_modules/.installed
 TORCH_STAMP := third_party/pytorch/.installed-2.11.0
 PYTHON := .venv/bin/python
 
-.PHONY: run test deps deps-torch bench lint
+.PHONY: run test deps deps-torch deps-browser bench lint
 
-deps: $(MUJOCO_LIB) $(VENV_STAMP)
+deps: $(MUJOCO_LIB) $(VENV_STAMP) $(WEB_STAMP)
+
+# The web pages' npm packages (three.js for the 3-D replay; playwright-core for the browser test).
+$(WEB_STAMP): web/package-lock.json
+	bash scripts/browser.sh npm
+
+# Chromium for the browser test (Debian's package, installed when missing).
+deps-browser: $(WEB_STAMP)
+	bash scripts/browser.sh
 
 # libtorch for the baseline (arena-bfm) and torch for its Python test oracle; `make run` needs
 # neither, since the server does not link libtorch.
@@ -34,12 +43,13 @@ run: deps
 # A throwaway PostgreSQL (scripts/postgres.sh) serves the storage tests' PostgreSQL half; it is
 # stopped and deleted whatever the tests do, and the recipe keeps the tests' exit status. The
 # Python SDK's tests run after cargo test, which builds the arena binary they start.
-test: deps deps-torch
+test: deps deps-torch deps-browser
 	status=0; \
 	bash scripts/postgres.sh start || status=$$?; \
 	if [ $$status -eq 0 ]; then \
 		ARENA_TEST_DATABASE_URL=postgres://postgres@127.0.0.1:54329/arena_test ARENA_REQUIRE_POSTGRES=1 \
-		ARENA_PYTHON=$(CURDIR)/$(PYTHON) ARENA_REQUIRE_TORCH_ORACLE=1 cargo test --workspace --release || status=$$?; \
+		ARENA_PYTHON=$(CURDIR)/$(PYTHON) ARENA_REQUIRE_TORCH_ORACLE=1 ARENA_REQUIRE_BROWSER=1 \
+		cargo test --workspace --release || status=$$?; \
 		ARENA_BIN=$(CURDIR)/target/release/arena $(PYTHON) -m pytest -q sdk/python/tests || status=$$?; \
 	fi; \
 	bash scripts/postgres.sh stop; \

@@ -61,6 +61,16 @@ fn page_endpoints_on_a_real_submission() {
         b["metrics"]["list"].as_array().unwrap().len()
     );
 
+    // Who a token is.
+    assert_eq!(server.get("/api/v1/whoami", None).1["role"], "anonymous");
+    assert_eq!(server.get("/api/v1/whoami", Some(ADMIN)).1["role"], "admin");
+    let (_, me) = server.get("/api/v1/whoami", Some(&alpha));
+    assert_eq!(
+        (me["role"].as_str(), me["team"]["name"].as_str()),
+        (Some("team"), Some("alpha"))
+    );
+    assert_eq!(server.get("/api/v1/whoami", Some("at_nope")).0, 401);
+
     // Robot geometry.
     let (status, robot) = server.get("/api/v1/robot", None);
     assert_eq!(status, 200);

@@ -28,6 +28,7 @@ use std::sync::Arc;
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/api/v1/health", get(health))
+        .route("/api/v1/whoami", get(whoami))
         .route("/api/v1/benchmarks", get(list_benchmarks))
         .route("/api/v1/benchmarks/{name}", get(get_benchmark))
         .route("/api/v1/challenges", post(create_challenge).get(list_challenges))
@@ -224,6 +225,18 @@ async fn health(State(state): State<Arc<AppState>>) -> ApiResult {
         "protocol_version": arena_sdk::protocol::PROTOCOL_VERSION,
         "database": state.storage.engine(),
     }))
+    .into_response())
+}
+
+/// Who the Authorization header names: `{"role": "anonymous"}` without one, `{"role": "admin"}`,
+/// or `{"role": "team", "team": Team}`; a refused token is 401 as everywhere (the pages use this
+/// to choose what to show, without provoking a 403 from an admin endpoint).
+async fn whoami(State(state): State<Arc<AppState>>, headers: HeaderMap) -> ApiResult {
+    Ok(Json(match optional_caller(&state, &headers).await? {
+        None => json!({"role": "anonymous"}),
+        Some(Caller::Admin) => json!({"role": "admin"}),
+        Some(Caller::Team(t)) => json!({"role": "team", "team": t}),
+    })
     .into_response())
 }
 

@@ -1,0 +1,438 @@
+// #/submissions/{id}: status, progress (polled), statistics, episodes, plots, downloads,
+// organiser actions.
+
+import { api, download, getToken, whoami } from './api.js';
+import { barChart, lineChart } from './charts.js';
+import { loadBenchmarkInfo, metricInfoMap } from './leaderboard.js';
+import {
+  actionButton,
+  badge,
+  clear,
+  defList,
+  enc,
+  errorBox,
+  fmtBytes,
+  fmtNum,
+  h,
+  loading,
+  metricLabel,
+  notice,
+  sortableTable,
+  timeEl,
+} from './ui.js';
+
+const POLL_MS = 2000;
+const ACTIVE = new Set(['PENDING', 'RUNNING']);
+
+export function tokenPrompt(what) {
+  return notice(
+    `${what} needs the owning team's token or the admin token: paste it in the token box at the top right (it is kept for this browser tab only).`,
+    'warn',
+    'need-token',
+  );
+}
+
+/** Ranking metrics first (success, primary, tie-breakers), then the rest as listed. */
+export function orderedMetrics(bench, present) {
+  const r = (bench && bench.ranking) || {};
+  const ranking = [r.primary, ...(r.tie_breakers || []), r.success].filter(Boolean);
+  const listed = (bench && bench.metrics && bench.metrics.list) || [];
+  const out = [];
+  for (const m of [...ranking, ...listed, ...present]) if (!out.includes(m) && present.includes(m)) out.push(m);
+  return { all: out, ranking: ranking.filter((m) => present.includes(m)) };
+}
+
+export async function submissionPage(root, { id }, ctx) {
+  root.append(
+    h('p.crumbs', h('a', { href: '#/' }, 'Home'), ' / ', h('a', { href: '#/team' }, 'submissions'), ' / ', h('span.mono', id)),
+    h('h1', 'Submission ', h('span.mono', id)),
+  );
+  if (!getToken()) {
+    root.append(tokenPrompt('A submission page'));
+    return;
+  }
+  const head = h('section.card#sub-summary', loading());
+  root.append(head);
+  let sub;
+  try {
+    sub = await api(`submissions/${enc(id)}`, { signal: ctx.signal });
+  } catch (e) {
+    if (e && e.name === 'AbortError') throw e;
+    clear(head).append(errorBox(e));
+    return;
+  }
+  if (!ctx.live()) return;
+
+  const [bench, who] = await Promise.all([loadBenchmarkInfo(sub.benchmark, ctx.signal), whoami()]);
+  if (!ctx.live()) return;
+  const info = metricInfoMap(bench);
+  const isAdmin = who && who.role === 'admin';
+
+  const actions = h('section.card#sub-actions');
+  const results = h('div#sub-results');
+  root.append(actions, results);
+
+  let lastKey = null;
+  let timer = null;
+  const state = { metric: null, episode: null, allMetrics: false };
+
+  function renderHead() {
+    clear(head);
+    const p = sub.progress || {};
+    const total = sub.episodes_total || 0;
+    const done = p.finished ?? 0;
+    const pct = total ? Math.round((100 * done) / total) : 0;
+    head.append(
+      h(
+        'div.head-row',
+        badge(sub.status, null, 'sub-status'),
+        sub.baseline ? [' ', badge('baseline', 'teal', 'baseline-badge')] : null,
+        h('span.muted', ` ${sub.team_name || `team ${sub.team_id}`} · ${sub.agent_name || 'unnamed agent'}`),
+      ),
+      defList(
+        [
+          ['Team', sub.team_name || String(sub.team_id)],
+          ['Benchmark', h('a', { href: `#/benchmarks/${enc(sub.benchmark)}` }, sub.benchmark)],
+          ['Phase', sub.phase ? h('a', { href: `#/phases/${enc(sub.phase)}` }, sub.phase) : h('span.muted', 'none (practice)')],
+          ['Agent', sub.agent_name || '—'],
+          ['Created', timeEl(sub.created_at)],
+          ['Started', timeEl(sub.started_at)],
+          ['Finished', timeEl(sub.finished_at)],
+          ['Episodes', `${done} of ${total} finished${p.running ? `, ${p.running} running` : ''}${p.pending ? `, ${p.pending} pending` : ''}`],
+        ],
+        'sub-props',
+      ),
+      sub.error ? errorBox({ message: sub.error }, 'Submission error') : '',
+      h(
+        'div.progress',
+        { role: 'progressbar', 'aria-valuemin': '0', 'aria-valuemax': String(total), 'aria-valuenow': String(done), 'data-testid': 'progress' },
+        h('div.progress-bar', { style: { width: `${pct}%` }, class: ACTIVE.has(sub.status) ? 'active' : '' }),
+        h('span.progress-label', `${done} / ${total} (${pct}%)`),
+      ),
+      ACTIVE.has(sub.status) ? h('p.muted.small', 'Updating every 2 s while the submission runs.') : '',
+    );
+  }
+
+  let actionsKey = null;
+  function renderActions() {
+    actionsKey = `${sub.status}/${!!sub.baseline}`;
+    clear(actions);
+    const err = h('div.inline-error');
+    const dl = (label, path, file, testid) =>
+      actionButton(label, { 'data-testid': testid, class: 'secondary' }, async (btn) => {
+        const r = await download(path, file);
+        btn.title = `${r.filename}, ${fmtBytes(r.size)}`;
+      }, err);
+    actions.append(
+      h('h2', 'Downloads'),
+      h(
+        'div.button-row',
+        dl('Report (JSON)', `/api/v1/submissions/${enc(id)}/report`, `${id}.json`, 'dl-report'),
+        dl('Episodes (CSV)', `/api/v1/submissions/${enc(id)}/episodes.csv`, `${id}-episodes.csv`, 'dl-csv'),
+        dl('Trajectories (HDF5)', `/api/v1/submissions/${enc(id)}/trajectories`, `${id}.h5`, 'dl-hdf5'),
+      ),
+    );
+    if (isAdmin) {
+      actions.append(h('h2', 'Organiser actions'), adminButtons(sub, err, refresh, { cancelConfirm: true }));
+    }
+    actions.append(err);
+  }
+
+  async function refresh() {
+    try {
+      sub = await api(`submissions/${enc(id)}`, { signal: ctx.signal });
+    } catch (e) {
+      if (e && e.name === 'AbortError') return;
+      if (!ctx.live()) return;
+      head.querySelector('.poll-error')?.remove();
+      head.append(h('div.poll-error', errorBox(e, 'Update failed')));
+      return;
+    }
+    if (!ctx.live()) return;
+    renderHead();
+    if (`${sub.status}/${!!sub.baseline}` !== actionsKey) renderActions();
+    const key = `${sub.status}/${(sub.progress || {}).finished}`;
+    if (key !== lastKey) {
+      lastKey = key;
+      await loadResults();
+    }
+    schedule();
+  }
+
+  function schedule() {
+    clearTimeout(timer);
+    if (ACTIVE.has(sub.status) && ctx.live()) timer = setTimeout(refresh, POLL_MS);
+  }
+  ctx.onCleanup(() => clearTimeout(timer));
+
+  async function loadResults() {
+    let res;
+    try {
+      res = await api(`submissions/${enc(id)}/results`, { signal: ctx.signal });
+    } catch (e) {
+      if (e && e.name === 'AbortError') return;
+      if (!ctx.live()) return;
+      clear(results).append(
+        e.code === 'hidden' ? notice(e.message, 'warn', 'results-hidden') : h('section.card', h('h2', 'Results'), errorBox(e)),
+      );
+      return;
+    }
+    if (!ctx.live()) return;
+    clear(results);
+    renderResults(results, res, { id, bench, info, state });
+  }
+
+  renderHead();
+  renderActions();
+  lastKey = `${sub.status}/${(sub.progress || {}).finished}`;
+  await loadResults();
+  schedule();
+}
+
+/** Baseline / re-score / cancel buttons (admin token). `after` runs after a success. */
+export function adminButtons(sub, errEl, after, { cancelConfirm = true } = {}) {
+  const row = h('div.button-row');
+  row.append(
+    actionButton(
+      sub.baseline ? 'Unmark baseline' : 'Mark as baseline',
+      { 'data-testid': 'btn-baseline', class: 'secondary' },
+      async () => {
+        await api(`submissions/${enc(sub.id)}`, { method: 'PATCH', body: { baseline: !sub.baseline } });
+        await after();
+      },
+      errEl,
+    ),
+    actionButton(
+      'Re-score from stored trajectories',
+      { 'data-testid': 'btn-rescore', class: 'secondary', disabled: sub.status !== 'COMPLETED' && sub.status !== 'FAILED' },
+      async () => {
+        await api(`submissions/${enc(sub.id)}/rescore`, { method: 'POST' });
+        await after();
+      },
+      errEl,
+    ),
+  );
+  if (ACTIVE.has(sub.status)) {
+    row.append(
+      actionButton(
+        'Cancel',
+        { 'data-testid': 'btn-cancel', class: 'danger' },
+        async () => {
+          if (cancelConfirm && !window.confirm(`Cancel submission ${sub.id}? Its unfinished episodes will not run.`)) return;
+          await api(`submissions/${enc(sub.id)}/cancel`, { method: 'POST' });
+          await after();
+        },
+        errEl,
+      ),
+    );
+  }
+  return row;
+}
+
+function renderResults(root, res, { id, bench, info, state }) {
+  const episodes = res.episodes || [];
+  const agg = res.aggregated || {};
+  const present = [...new Set([...Object.keys(agg), ...episodes.flatMap((e) => Object.keys(e.metrics || {}))])];
+  const { all, ranking } = orderedMetrics(bench, present);
+
+  // Failed / timed-out episodes first: they matter most.
+  const bad = episodes.filter((e) => e.status === 'FAILED' || e.status === 'TIMEOUT');
+  const fell = episodes.filter((e) => e.status === 'FELL');
+  const failedList = res.failed_episodes || [];
+  if (bad.length || failedList.length || fell.length) {
+    const box = h('section.card.alert-card#failed', { 'data-testid': 'failed-episodes' }, h('h2', 'Failed, timed-out and fallen episodes'));
+    const rows = bad.length
+      ? bad.map((e) => ({ idx: e.idx, motion: e.motion, status: e.status, reason: e.reason }))
+      : failedList.map((f) => ({ idx: null, id: f.episode_id, motion: f.motion, status: 'FAILED', reason: f.reason }));
+    for (const e of fell) rows.push({ idx: e.idx, motion: e.motion, status: e.status, reason: e.reason || 'fell (the fall rule ended the episode)' });
+    box.append(
+      h(
+        'ul.failures',
+        rows.map((r) =>
+          h(
+            'li',
+            badge(r.status),
+            ' ',
+            r.idx !== null ? h('a', { href: `#/submissions/${enc(id)}/episodes/${r.idx}` }, `episode ${r.idx}`) : h('span.mono', r.id),
+            ` (${r.motion}): `,
+            h('span.reason', r.reason || 'no reason given'),
+          ),
+        ),
+      ),
+    );
+    root.append(box);
+  }
+
+  // Aggregated statistics
+  const stats = h('section.card#stats', h('h2', 'Aggregated statistics'));
+  const aggRows = all.filter((m) => agg[m]).map((m) => ({ metric: m, ...agg[m] }));
+  if (!aggRows.length) stats.append(h('p.muted', 'No scored episode yet.'));
+  else {
+    const q = (k, label) => ({ key: k, label, numeric: true, render: (r) => fmtNum(r[k]) });
+    stats.append(
+      sortableTable(
+        [
+          {
+            key: 'metric',
+            label: 'Metric',
+            value: (r) => all.indexOf(r.metric),
+            render: (r) => [metricLabel(r.metric, info[r.metric]), ranking.includes(r.metric) ? h('span.rank-dot', { title: 'used for ranking' }, ' ●') : null],
+          },
+          q('mean', 'Mean'),
+          q('std', 'Std'),
+          q('p10', 'p10'),
+          q('p50', 'p50'),
+          q('p90', 'p90'),
+          q('min', 'Min'),
+          q('max', 'Max'),
+          q('count', 'n'),
+        ],
+        aggRows,
+        { testid: 'stats-table' },
+      ),
+    );
+  }
+  root.append(stats);
+
+  // Per-episode table
+  const epSec = h('section.card#episodes', h('h2', 'Episodes'));
+  const toggle = h('label.inline', h('input', { type: 'checkbox', checked: state.allMetrics }), ' show every metric');
+  const tableHolder = h('div');
+  const drawTable = () => {
+    clear(tableHolder);
+    const shown = state.allMetrics ? all : all.slice(0, Math.max(ranking.length, Math.min(6, all.length)));
+    const cols = [
+      { key: 'idx', label: '#', numeric: true },
+      { key: 'motion', label: 'Motion', render: (e) => h('a', { href: `#/submissions/${enc(id)}/episodes/${e.idx}`, 'data-testid': 'episode-link' }, e.motion) },
+      { key: 'category', label: 'Category' },
+      { key: 'status', label: 'Status', render: (e) => badge(e.status) },
+      { key: 'steps', label: 'Steps', numeric: true },
+      { key: 'duration_s', label: 'Clip (s)', numeric: true, render: (e) => fmtNum(e.duration_s) },
+      ...shown.map((m) => ({
+        key: `m:${m}`,
+        label: metricLabel(m, info[m]),
+        numeric: true,
+        value: (e) => (e.metrics || {})[m] ?? null,
+        render: (e) => fmtNum((e.metrics || {})[m]),
+      })),
+      { key: 'attempts', label: 'Attempts', numeric: true },
+      { key: 'replay', label: '', sortable: false, render: (e) => h('a.nowrap', { href: `#/submissions/${enc(id)}/episodes/${e.idx}` }, 'replay →') },
+    ];
+    tableHolder.append(sortableTable(cols, episodes, { testid: 'episode-table', sortKey: 'idx', rowAttrs: (e) => ({ dataset: { idx: String(e.idx) }, class: `st-${String(e.status).toLowerCase()}` }) }));
+  };
+  toggle.querySelector('input').addEventListener('change', (ev) => {
+    state.allMetrics = ev.target.checked;
+    drawTable();
+  });
+  drawTable();
+  epSec.append(toggle, tableHolder);
+  root.append(epSec);
+
+  // Plot (a): a metric per motion
+  const plots = h('section.card#plots', h('h2', 'Plots'));
+  if (!all.length && !episodes.some((e) => (e.steps || 0) > 0)) {
+    plots.append(h('p.muted', 'Nothing to plot yet: no episode has been scored or recorded.'));
+    root.append(plots);
+    return;
+  }
+  if (!state.metric || !all.includes(state.metric)) state.metric = ranking[0] || all[0] || null;
+  const barHolder = h('div.chart-holder');
+  const metricSel = h(
+    'select#bar-metric',
+    { 'data-testid': 'bar-metric' },
+    all.map((m) => h('option', { value: m, selected: m === state.metric }, m)),
+  );
+  const drawBars = () => {
+    clear(barHolder);
+    const m = state.metric;
+    if (!m) {
+      barHolder.append(h('p.muted', 'No metric yet.'));
+      return;
+    }
+    const mi = info[m] || {};
+    barHolder.append(
+      barChart(
+        episodes.map((e) => ({
+          label: `${e.idx} ${e.motion}`,
+          title: `episode ${e.idx}, ${e.motion} (${e.status})`,
+          value: (e.metrics || {})[m] ?? null,
+          status: e.status,
+        })),
+        { yLabel: `${m}${mi.units ? ` (${mi.units})` : ''}${mi.direction ? (mi.direction === 'lower' ? ' ↓' : ' ↑') : ''}`, testid: 'bar-chart', title: `${m} per episode` },
+      ),
+    );
+  };
+  metricSel.addEventListener('change', () => {
+    state.metric = metricSel.value;
+    drawBars();
+  });
+  drawBars();
+  plots.append(h('h3', 'Per-motion ', h('label', 'metric: ', metricSel)), barHolder);
+
+  // Plot (b): tracking error over time for one episode
+  const withSteps = episodes.filter((e) => (e.steps || 0) > 0);
+  const lineHolder = h('div.chart-holder', { 'data-testid': 'series-holder' });
+  if (state.episode === null || !withSteps.some((e) => e.idx === state.episode)) state.episode = withSteps.length ? withSteps[0].idx : null;
+  const epSel = h(
+    'select#series-episode',
+    { 'data-testid': 'series-episode' },
+    withSteps.map((e) => h('option', { value: String(e.idx), selected: e.idx === state.episode }, `${e.idx}: ${e.motion} (${e.status})`)),
+  );
+  const kindSel = h(
+    'select#series-kind',
+    { 'data-testid': 'series-kind' },
+    h('option', { value: 'body' }, 'body position error (mm)'),
+    h('option', { value: 'joint' }, 'joint error (rad)'),
+    h('option', { value: 'height' }, 'root height (m)'),
+  );
+  if (state.kind) kindSel.value = state.kind;
+  const cache = new Map();
+  let seq = 0;
+  const drawLine = async () => {
+    const my = ++seq;
+    clear(lineHolder);
+    if (state.episode === null) {
+      lineHolder.append(h('p.muted', 'No episode with recorded steps yet.'));
+      return;
+    }
+    lineHolder.append(loading('Loading the time series…'));
+    let sr = cache.get(state.episode);
+    try {
+      if (!sr) {
+        sr = await api(`submissions/${enc(id)}/episodes/${state.episode}/series`);
+        cache.set(state.episode, sr);
+      }
+    } catch (e) {
+      if (my !== seq) return;
+      clear(lineHolder).append(errorBox(e));
+      return;
+    }
+    if (my !== seq) return;
+    clear(lineHolder);
+    const t = sr.times || [];
+    let chart;
+    if (kindSel.value === 'joint') chart = lineChart(t, [{ name: 'joint error (rad)', values: sr.joint_error_rad || [] }], { xLabel: 'time (s)', yLabel: 'rad', testid: 'series-chart' });
+    else if (kindSel.value === 'height')
+      chart = lineChart(
+        t,
+        [
+          { name: 'simulated root height', values: sr.root_height_m || [] },
+          { name: 'reference root height', values: sr.ref_root_height_m || [], className: 'series-ref' },
+        ],
+        { xLabel: 'time (s)', yLabel: 'm', testid: 'series-chart' },
+      );
+    else chart = lineChart(t, [{ name: 'mean body position error (mm)', values: sr.body_error_mm || [] }], { xLabel: 'time (s)', yLabel: 'mm', testid: 'series-chart' });
+    lineHolder.append(chart);
+  };
+  epSel.addEventListener('change', () => {
+    state.episode = Number(epSel.value);
+    drawLine();
+  });
+  kindSel.addEventListener('change', () => {
+    state.kind = kindSel.value;
+    drawLine();
+  });
+  plots.append(h('h3', 'Tracking error over time ', h('label', 'episode: ', epSel), ' ', h('label', 'series: ', kindSel)), lineHolder);
+  root.append(plots);
+  drawLine();
+}

@@ -1,0 +1,675 @@
+#!/usr/bin/env node
+// Browser test of MimicArena's pages against a running server, with playwright-core and the
+// system's Chromium (no browser download).
+//
+//   node web/tests/pages.mjs --base http://127.0.0.1:PORT --admin ADMIN_TOKEN \
+//       [--team TEAM_TOKEN] --submission SUBMISSION_ID [--benchmark g1-smoke] [--out DIR]
+//
+// Visits every page (home, benchmark, leaderboard, phase, submission, episode, team, admin),
+// fails on any console error, page error, failed request or unexpected HTTP error (4xx
+// responses the test provokes on purpose are allowed), checks what each page must show, and
+// saves a full-page screenshot of each as DIR/<page>.png. Without --team, a token for the
+// submission's team is issued through the admin API. Prints one JSON line; exit code 0 only if
+// every check passed.
+//
+// Environment: CHROMIUM (default /usr/bin/chromium), HEADED=1 to watch.
+
+import { mkdirSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { chromium } from 'playwright-core';
+
+// ---------------- arguments ----------------
+function parseArgs(argv) {
+  const out = { benchmark: 'g1-smoke', out: 'web-test-out' };
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i];
+    if (!a.startsWith('--')) continue;
+    const key = a.slice(2);
+    const val = argv[i + 1] && !argv[i + 1].startsWith('--') ? argv[++i] : 'true';
+    out[key] = val;
+  }
+  return out;
+}
+const args = parseArgs(process.argv.slice(2));
+if (!args.base || !args.admin || !args.submission) {
+  console.error('usage: node web/tests/pages.mjs --base URL --admin TOKEN [--team TOKEN] --submission ID [--benchmark NAME] [--out DIR]');
+  process.exit(2);
+}
+const BASE = args.base.replace(/\/+$/, '');
+const OUT = path.resolve(args.out);
+mkdirSync(OUT, { recursive: true });
+const T = Number(process.env.PAGES_TIMEOUT_MS || 30000);
+
+// ---------------- results ----------------
+const checks = [];
+const problems = []; // console errors, page errors, failed requests, unexpected HTTP errors
+const warnings = [];
+const screenshots = [];
+let currentStep = 'start';
+
+function check(name, ok, detail) {
+  checks.push({ name, ok: !!ok, ...(detail !== undefined ? { detail } : {}) });
+  if (!process.env.QUIET) process.stderr.write(`${ok ? 'ok  ' : 'FAIL'} ${name}${detail !== undefined ? `: ${typeof detail === 'string' ? detail : JSON.stringify(detail)}` : ''}\n`);
+  return !!ok;
+}
+
+const timings = {};
+async function step(name, fn) {
+  currentStep = name;
+  const t0 = Date.now();
+  try {
+    await fn();
+    timings[name] = Date.now() - t0;
+  } catch (e) {
+    timings[name] = Date.now() - t0;
+    check(`${name}: completed without exception`, false, String(e && e.stack ? e.stack.split('\n').slice(0, 3).join(' | ') : e));
+  }
+}
+
+// Expected HTTP errors: [{method, re, status}] active for the current step.
+let allowed = [];
+function allow(list) {
+  allowed = list;
+}
+function isAllowed(method, url, status) {
+  const p = new URL(url).pathname;
+  return allowed.some((a) => (a.method || 'GET') === method && a.re.test(p) && (a.status === undefined || a.status === status));
+}
+const seenAllowed = []; // URLs of allowed error responses (their console lines are expected)
+
+// ---------------- browser ----------------
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+  headless: !process.env.HEADED,
+  args: [
+    '--no-sandbox',
+    '--disable-gpu',
+    '--disable-quic',
+    '--no-first-run',
+    '--disable-background-networking',
+    '--disable-component-update',
+    '--disable-sync',
+    '--disable-extensions',
+    '--disable-default-apps',
+    '--use-angle=swiftshader',
+    '--enable-unsafe-swiftshader',
+    '--ignore-gpu-blocklist',
+  ],
+});
+const context = await browser.newContext({ viewport: { width: 1280, height: 900 }, acceptDownloads: true, deviceScaleFactor: 1 });
+const page = await context.newPage();
+page.setDefaultTimeout(T);
+
+const baseHost = new URL(BASE).host;
+page.on('console', (msg) => {
+  const type = msg.type();
+  const text = msg.text();
+  const loc = msg.location() || {};
+  if (type === 'error') {
+    // Chromium logs every HTTP error response as "Failed to load resource"; those the test
+    // provoked on purpose are fine.
+    if (/^Failed to load resource: the server responded with a status of 4\d\d/.test(text) && loc.url && seenAllowed.includes(loc.url)) return;
+    problems.push({ kind: 'console.error', step: currentStep, text, url: loc.url });
+  } else if (type === 'warning') {
+    warnings.push({ step: currentStep, text: text.slice(0, 300), url: loc.url });
+  }
+});
+page.on('pageerror', (err) => problems.push({ kind: 'pageerror', step: currentStep, text: String(err && err.stack ? err.stack : err).slice(0, 800) }));
+page.on('requestfailed', (req) => {
+  const f = req.failure();
+  const why = f ? f.errorText : '?';
+  // Navigating away aborts the previous page's pending API calls on purpose.
+  if (why === 'net::ERR_ABORTED' && req.url().includes('/api/v1/') && req.method() === 'GET') {
+    warnings.push({ step: currentStep, text: `aborted ${req.method()} ${req.url()}` });
+    return;
+  }
+  problems.push({ kind: 'requestfailed', step: currentStep, text: `${req.method()} ${req.url()}: ${why}` });
+});
+page.on('request', (req) => {
+  const u = new URL(req.url());
+  if (!['data:', 'blob:'].includes(u.protocol) && u.host !== baseHost) {
+    problems.push({ kind: 'foreign-host', step: currentStep, text: `${req.method()} ${req.url()}` });
+  }
+});
+page.on('response', (res) => {
+  const st = res.status();
+  if (st < 400) return;
+  const req = res.request();
+  if (isAllowed(req.method(), res.url(), st)) {
+    seenAllowed.push(res.url());
+    return;
+  }
+  problems.push({ kind: 'http', step: currentStep, text: `${req.method()} ${res.url()} -> ${st}` });
+});
+
+// ---------------- helpers ----------------
+async function go(hash) {
+  const before = await page.evaluate(() => document.getElementById('app')?.dataset.ready || '').catch(() => '');
+  if (page.url().startsWith(BASE)) {
+    await page.evaluate((h) => {
+      location.hash = h;
+    }, hash);
+  } else {
+    await page.goto(`${BASE}/${hash}`, { waitUntil: 'domcontentloaded' });
+  }
+  // The router marks #app with data-ready=<seq> once a page finished rendering.
+  await page.waitForFunction((b) => {
+    const el = document.getElementById('app');
+    return el && el.dataset.ready && el.dataset.ready !== b && !el.hasAttribute('aria-busy');
+  }, before);
+}
+
+async function shot(name) {
+  // No placeholder text leaked into the page (a null, undefined or NaN rendered as text).
+  const text = await page.evaluate(() => document.getElementById('app').innerText);
+  const leak = /\b(null|undefined|NaN)\b|\[object Object\]/.exec(text);
+  check(`${name}: no null/undefined/NaN text`, !leak, leak ? text.slice(Math.max(0, leak.index - 60), leak.index + 20) : undefined);
+  const file = path.join(OUT, `${name}.png`);
+  await page.screenshot({ path: file, fullPage: true });
+  screenshots.push(file);
+}
+
+async function setToken(token) {
+  if (!token) {
+    if (await page.locator('#token-clear').isVisible()) await page.click('#token-clear');
+    await page.waitForFunction(() => document.getElementById('whoami')?.dataset.role === 'anonymous');
+    return 'anonymous';
+  }
+  await page.fill('#token-input', token);
+  await page.click('#token-set');
+  await page.waitForFunction(() => {
+    const r = document.getElementById('whoami')?.dataset.role;
+    return r && r !== 'anonymous' && document.getElementById('whoami').textContent !== 'checking…';
+  });
+  await page.waitForFunction(() => !document.getElementById('app').hasAttribute('aria-busy'));
+  return page.evaluate(() => document.getElementById('whoami').dataset.role);
+}
+
+/** fetch() inside the page (same origin) with a token; returns status, content type, first bytes. */
+async function pageFetch(url, token, { method = 'GET', body } = {}) {
+  return page.evaluate(
+    async ({ url, token, method, body }) => {
+      const headers = {};
+      if (token) headers.Authorization = `Bearer ${token}`;
+      if (body !== undefined) headers['Content-Type'] = 'application/json';
+      const r = await fetch(url, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+      const buf = new Uint8Array(await r.arrayBuffer());
+      let json = null;
+      try {
+        json = JSON.parse(new TextDecoder().decode(buf));
+      } catch {
+        /* binary */
+      }
+      return { status: r.status, type: r.headers.get('content-type'), size: buf.length, head: Array.from(buf.slice(0, 8)), json };
+    },
+    { url, token, method, body },
+  );
+}
+
+async function rowCount(sel) {
+  return page.locator(`${sel} tbody tr:not(.empty)`).count();
+}
+
+/** Counts the replay canvas' pixels that are neither background nor floor grid (the grid alone
+ * leaves none; the two robots give some 20000-30000 at 1193x630). */
+async function canvasPixels() {
+  return page.evaluate(async () => {
+    const c = document.querySelector('[data-testid=replay-canvas]');
+    if (!c) return { error: 'no canvas' };
+    const img = new Image();
+    img.src = c.toDataURL('image/png');
+    await img.decode();
+    const cv = document.createElement('canvas');
+    cv.width = img.width;
+    cv.height = img.height;
+    const ctx = cv.getContext('2d', { willReadFrequently: true });
+    ctx.drawImage(img, 0, 0);
+    const d = ctx.getImageData(0, 0, cv.width, cv.height).data;
+    const bg = [245, 247, 250];
+    const greys = [
+      [200, 208, 216],
+      [154, 167, 180],
+    ];
+    // distance from the colour segment bg->grid colour (anti-aliased grid lines lie on it)
+    const segDist = (p, a, b) => {
+      const ab = [b[0] - a[0], b[1] - a[1], b[2] - a[2]];
+      const ap = [p[0] - a[0], p[1] - a[1], p[2] - a[2]];
+      let t = (ab[0] * ap[0] + ab[1] * ap[1] + ab[2] * ap[2]) / (ab[0] ** 2 + ab[1] ** 2 + ab[2] ** 2);
+      t = Math.max(0, Math.min(1, t));
+      return Math.hypot(ap[0] - t * ab[0], ap[1] - t * ab[1], ap[2] - t * ab[2]);
+    };
+    let background = 0;
+    let robot = 0;
+    let orange = 0;
+    for (let i = 0; i < d.length; i += 4) {
+      const p = [d[i], d[i + 1], d[i + 2]];
+      if (Math.hypot(p[0] - bg[0], p[1] - bg[1], p[2] - bg[2]) < 6) {
+        background++;
+        continue;
+      }
+      if (Math.min(segDist(p, bg, greys[0]), segDist(p, bg, greys[1]), segDist(p, greys[0], greys[1])) < 7) continue;
+      robot++;
+      if (p[0] - p[2] > 40) orange++;
+    }
+    return { width: cv.width, height: cv.height, total: d.length / 4, background, robot, orange };
+  });
+}
+
+// ---------------- the run ----------------
+const stamp = Date.now().toString(36);
+const challengeId = `ui-test-${stamp}`;
+const phaseId = `ui-test-${stamp}-open`;
+const privatePhaseId = `ui-test-${stamp}-hidden`;
+const SID = args.submission;
+let teamToken = args.team && args.team !== 'true' ? args.team : null;
+let submission = null;
+let phaseBenchmark = args.benchmark;
+let episodeIdx = 0;
+
+await step('home (anonymous)', async () => {
+  allow([]);
+  await page.goto(`${BASE}/`, { waitUntil: 'domcontentloaded' });
+  await page.waitForFunction(() => document.getElementById('app')?.dataset.ready);
+  await page.waitForSelector('[data-testid=benchmark-card]');
+  const names = await page.$$eval('[data-testid=benchmark-card]', (els) => els.map((e) => e.dataset.benchmark));
+  check('home lists the benchmark', names.includes(args.benchmark), names);
+  check('nav bar and token box present', (await page.locator('[data-testid=nav-home]').count()) === 1 && (await page.locator('#token-input').count()) === 1);
+  check('anonymous identity shown', (await page.textContent('#whoami')) === 'anonymous');
+  const others = names.filter((n) => n !== args.benchmark);
+  // Phases made by this test go on another benchmark when there is one, so practice runs of
+  // the tested benchmark stay allowed.
+  if (others.length) phaseBenchmark = others[0];
+});
+
+await step('admin token', async () => {
+  allow([]);
+  const role = await setToken(args.admin);
+  check('admin token recognised', role === 'admin', await page.textContent('#whoami'));
+  const r = await pageFetch(`/api/v1/submissions/${encodeURIComponent(SID)}`, args.admin);
+  check('submission exists (API)', r.status === 200, r.status);
+  submission = r.json;
+  if (!teamToken && submission) {
+    const t = await pageFetch(`/api/v1/teams/${submission.team_id}/tokens`, args.admin, { method: 'POST', body: { label: 'pages.mjs' } });
+    check('team token issued for the submission team (API)', t.status === 201, t.status);
+    teamToken = t.json && t.json.token;
+  }
+});
+
+await step('admin page', async () => {
+  allow([]);
+  await go('#/admin');
+  await page.waitForSelector('[data-testid=form-challenge]');
+  await page.fill('[data-testid=challenge-id]', challengeId);
+  await page.fill('[data-testid=challenge-title]', `UI test ${stamp}`);
+  await page.fill('[data-testid=challenge-description]', 'Made by web/tests/pages.mjs');
+  await page.click('[data-testid=form-challenge-submit]');
+  await page.waitForSelector('[data-testid=challenge-created], [data-testid=form-challenge-out] .error');
+  check('challenge created through the form', (await page.locator('[data-testid=challenge-created]').count()) === 1, await page.textContent('[data-testid=form-challenge-out]'));
+
+  await page.selectOption('[data-testid=phase-challenge]', challengeId);
+  await page.fill('[data-testid=phase-id]', phaseId);
+  await page.selectOption('[data-testid=phase-benchmark]', phaseBenchmark);
+  const now = Date.now();
+  await page.fill('[data-testid=phase-starts]', new Date(now - 86400000).toISOString().replace(/\.\d+Z$/, 'Z'));
+  await page.fill('[data-testid=phase-ends]', new Date(now + 30 * 86400000).toISOString().replace(/\.\d+Z$/, 'Z'));
+  await page.selectOption('[data-testid=phase-leaderboard]', 'public');
+  await page.fill('[data-testid=phase-max-day]', '5');
+  await page.click('[data-testid=form-phase-submit]');
+  await page.waitForSelector('[data-testid=phase-created], [data-testid=form-phase-out] .error');
+  check('phase created through the form', (await page.locator('[data-testid=phase-created]').count()) === 1, await page.textContent('[data-testid=form-phase-out]'));
+
+  // An error from the API shows inline next to the form (duplicate id -> 409).
+  allow([{ method: 'POST', re: /^\/api\/v1\/challenges$/, status: 409 }]);
+  await page.fill('[data-testid=challenge-id]', challengeId);
+  await page.fill('[data-testid=challenge-title]', 'duplicate');
+  await page.click('[data-testid=form-challenge-submit]');
+  await page.waitForSelector('[data-testid=form-challenge-out] .error');
+  check('API error shown inline (duplicate challenge)', true, (await page.textContent('[data-testid=form-challenge-out] .error')).slice(0, 120));
+  allow([]);
+
+  const teamName = `ui-team-${stamp}`;
+  await page.fill('[data-testid=team-name]', teamName);
+  await page.click('[data-testid=form-team-submit]');
+  await page.waitForSelector('[data-testid=form-team-out] [data-testid=new-token], [data-testid=form-team-out] .error');
+  const tok = (await page.textContent('[data-testid=form-team-out]')) || '';
+  check('team created, token shown once', /at_/.test(tok), tok.slice(0, 80));
+  await page.waitForSelector(`[data-testid=teams-table] >> text=${teamName}`);
+  check('team listed', true);
+  check('all submissions listed for the organiser', (await page.locator(`[data-testid=submissions-table] tr[data-submission-id="${SID}"]`).count()) === 1);
+  check('organiser actions present', (await page.locator(`tr[data-submission-id="${SID}"] [data-testid=btn-baseline]`).count()) === 1);
+  await shot('admin');
+
+  // A private phase (through the API) to check the hidden leaderboard later with a team token.
+  const r = await pageFetch(`/api/v1/challenges/${challengeId}/phases`, args.admin, {
+    method: 'POST',
+    body: { id: privatePhaseId, benchmark: phaseBenchmark, starts_at: new Date(now - 86400000).toISOString(), ends_at: new Date(now + 86400000).toISOString(), leaderboard: 'private' },
+  });
+  check('private phase created (API)', r.status === 201, r.status);
+});
+
+await step('home shows the new challenge and phase', async () => {
+  allow([]);
+  await go('#/');
+  await page.waitForSelector(`[data-challenge-id="${challengeId}"]`);
+  const row = page.locator(`[data-challenge-id="${challengeId}"] tr[data-phase-id="${phaseId}"]`);
+  check('new phase on the home page', (await row.count()) === 1);
+  const st = await row.locator('[data-testid=phase-state]').textContent();
+  check('phase state badge', st === 'open', st);
+  check('private phase shown as private', (await page.locator(`tr[data-phase-id="${privatePhaseId}"] >> text=private`).count()) >= 1);
+  await shot('home');
+});
+
+await step('phase page', async () => {
+  allow([]);
+  await go(`#/phases/${phaseId}`);
+  await page.waitForSelector('[data-testid=phase-title]');
+  check('phase page title', ((await page.textContent('[data-testid=phase-title]')) || '').includes(phaseId));
+  await page.waitForSelector('#leaderboard [data-testid=leaderboard-table], #leaderboard .error, #leaderboard [data-testid=leaderboard-hidden]');
+  check('phase leaderboard table', (await page.locator('#leaderboard [data-testid=leaderboard-table]').count()) === 1);
+  await shot('phase');
+});
+
+await step('benchmark page', async () => {
+  allow([]);
+  await go(`#/benchmarks/${args.benchmark}`);
+  await page.waitForSelector('[data-testid=benchmark-title]');
+  const motions = await rowCount('[data-testid=motion-table]');
+  const motionsErr = await page.locator('[data-testid=motions-error]').count();
+  check('motions listed (or why not)', motions > 0 || motionsErr > 0, { motions });
+  const metricRows = await rowCount('[data-testid=metric-table]');
+  check('metrics listed', metricRows > 0, metricRows);
+  const arrows = await page.locator('[data-testid=metric-table] .arrow').count();
+  check('metric direction arrows', arrows > 0, arrows);
+  check('ranking rule shown', ((await page.textContent('[data-testid=ranking-rule]')) || '').length > 10);
+  check('rules shown', (await page.locator('[data-testid=rules] dt').count()) >= 8);
+  await page.waitForSelector('#sec-leaderboard [data-testid=leaderboard-table]');
+  check('benchmark leaderboard has the submission', (await page.locator(`#sec-leaderboard tr[data-submission-id="${SID}"]`).count()) === 1);
+
+  // Dataset card with the default filters
+  await page.click('[data-testid=dataset-card-btn]');
+  await page.waitForSelector('[data-testid=dataset-card], [data-testid=dataset-out] .error');
+  const counts = {};
+  for (const k of ['submissions', 'teams', 'episodes', 'rows', 'duration_s']) {
+    const t = await page.locator(`[data-testid=dataset-count-${k}] .count-value`).textContent({ timeout: 3000 }).catch(() => null);
+    counts[k] = t;
+  }
+  check('dataset card counts shown', Object.values(counts).every((v) => v !== null && v !== '—') && Number(counts.episodes) > 0, counts);
+  check('dataset attribution shown', ((await page.textContent('[data-testid=dataset-attribution]', { timeout: 3000 }).catch(() => '')) || '').length > 3);
+
+  // A filter narrows the card (one motion)
+  const firstMotion = await page.locator('[data-testid=motion-table] tbody tr td code').first().textContent({ timeout: 3000 }).catch(() => null);
+  if (firstMotion) {
+    await page.fill('[data-testid=dataset-motion]', firstMotion);
+    await page.fill('[data-testid=dataset-metric]', 'emd<=1000000');
+    await page.click('[data-testid=dataset-card-btn]');
+    await page.waitForSelector('[data-testid=dataset-card], [data-testid=dataset-out] .error');
+    const ep = await page.locator('[data-testid=dataset-count-episodes] .count-value').textContent({ timeout: 3000 }).catch(() => null);
+    check('filtered dataset card (motion, metric bound)', ep !== null && Number(ep) >= 1 && Number(ep) <= Number(counts.episodes), { motion: firstMotion, episodes: ep });
+    await page.fill('[data-testid=dataset-motion]', '');
+    await page.fill('[data-testid=dataset-metric]', '');
+  }
+  // A bad filter: the server's message shows in the page.
+  allow([{ re: /\/api\/v1\/datasets\/benchmarks\/[^/]+\/card$/, status: 400 }]);
+  await page.fill('[data-testid=dataset-metric]', 'no_such_metric<=1');
+  await page.click('[data-testid=dataset-card-btn]');
+  await page.waitForSelector('[data-testid=dataset-out] .error');
+  check('bad filter: API message shown', true, ((await page.textContent('[data-testid=dataset-out] .error')) || '').slice(0, 120));
+  await page.fill('[data-testid=dataset-metric]', '');
+  allow([]);
+  await page.click('[data-testid=dataset-card-btn]');
+  await page.waitForSelector('[data-testid=dataset-card]');
+
+  // HDF5 download: the link's URL fetched with the token gives an HDF5 file.
+  const url = await page.getAttribute('[data-testid=dataset-hdf5]', 'data-url');
+  const r = await pageFetch(url, args.admin);
+  const sig = [0x89, 0x48, 0x44, 0x46, 0x0d, 0x0a, 0x1a, 0x0a];
+  check('dataset HDF5 download: 200 and HDF5 signature', r.status === 200 && sig.every((b, i) => r.head[i] === b), { url, status: r.status, type: r.type, size: r.size, head: r.head });
+  // And through the page's own button (fetch -> blob -> <a download>).
+  const [dl] = await Promise.all([page.waitForEvent('download'), page.click('[data-testid=dataset-hdf5]')]);
+  const saved = path.join(OUT, 'dataset.h5');
+  await dl.saveAs(saved);
+  const fs = await import('node:fs');
+  const head = Array.from(fs.readFileSync(saved).subarray(0, 8));
+  check('dataset HDF5 via the page button', sig.every((b, i) => head[i] === b), { file: dl.suggestedFilename() });
+  await shot('benchmark');
+});
+
+await step('leaderboard page', async () => {
+  allow([]);
+  await go(`#/leaderboards/${args.benchmark}`);
+  await page.waitForSelector('[data-testid=leaderboard-table]');
+  const row = page.locator(`[data-testid=leaderboard-table] tr[data-submission-id="${SID}"]`);
+  check('leaderboard shows the submission row', (await row.count()) === 1);
+  const cells = await row.locator('td').allTextContents();
+  check('leaderboard row: success rate as %, score', cells.some((c) => /%$/.test(c)) && cells.length >= 8, cells);
+  const headers = await page.locator('[data-testid=leaderboard-table] th').allTextContents();
+  check('leaderboard headers carry units and arrows', headers.some((t) => /[↓↑]/.test(t)), headers);
+  // Sorting by clicking a header
+  const th = page.locator('[data-testid=leaderboard-table] th[data-key="team"]');
+  await th.click();
+  check('sortable header (ascending)', (await th.getAttribute('aria-sort')) === 'ascending');
+  await th.click();
+  check('sortable header (descending)', (await th.getAttribute('aria-sort')) === 'descending');
+  await shot('leaderboard');
+});
+
+await step('submission page', async () => {
+  allow([]);
+  await go(`#/submissions/${SID}`);
+  await page.waitForSelector('[data-testid=sub-status]');
+  const status = await page.textContent('[data-testid=sub-status]');
+  check('submission status badge', ['PENDING', 'RUNNING', 'COMPLETED', 'FAILED'].includes(status), status);
+  await page.waitForSelector('[data-testid=episode-table]');
+  const eps = await rowCount('[data-testid=episode-table]');
+  check('one row per episode', submission ? eps === submission.episodes_total : eps > 0, { rows: eps, total: submission && submission.episodes_total });
+  const statsRows = await rowCount('[data-testid=stats-table]');
+  check('aggregated statistics with quantiles', statsRows > 0 && (await page.locator('[data-testid=stats-table] th[data-key=p90]').count()) === 1, statsRows);
+  const bars = await page.locator('[data-testid=bar-chart] .bar').count();
+  check('per-motion bar chart', bars === eps, bars);
+  const opts = await page.$$eval('[data-testid=bar-metric] option', (o) => o.map((x) => x.value));
+  if (opts.length > 1) {
+    await page.selectOption('[data-testid=bar-metric]', opts[1]);
+    check('bar chart metric select redraws', (await page.locator('[data-testid=bar-chart] .bar').count()) === eps);
+  }
+  await page.waitForSelector('[data-testid=series-chart], [data-testid=series-holder] .error');
+  const pathD = await page.getAttribute('[data-testid=series-chart] path.line', 'd', { timeout: 3000 }).catch(() => null);
+  check('tracking error over time (line chart)', !!pathD && pathD.length > 50, pathD ? pathD.length : null);
+  await page.selectOption('[data-testid=series-kind]', 'height');
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid=series-chart] path.line').length === 2);
+  check('root height series (sim and reference)', true);
+  // Downloads through the page (fetch + blob with the token)
+  for (const [tid, ext] of [
+    ['dl-report', '.json'],
+    ['dl-csv', '.csv'],
+    ['dl-hdf5', '.h5'],
+  ]) {
+    const [d] = await Promise.all([page.waitForEvent('download'), page.click(`[data-testid=${tid}]`)]);
+    const f = path.join(OUT, `submission-${tid}${ext}`);
+    await d.saveAs(f);
+    const fs = await import('node:fs');
+    const size = fs.statSync(f).size;
+    check(`download ${tid}`, size > 0, { file: d.suggestedFilename(), size });
+  }
+  check('organiser buttons on the submission page', (await page.locator('#sub-actions [data-testid=btn-rescore]').count()) === 1);
+  // Mark as baseline, see the badge (here and on the leaderboard), then restore.
+  const wasBaseline = !!(submission && submission.baseline);
+  await page.click('#sub-actions [data-testid=btn-baseline]');
+  await page.waitForFunction((b) => (document.querySelector('#sub-summary [data-testid=baseline-badge]') !== null) !== b, wasBaseline);
+  check('baseline toggled through the page', true);
+  const lb = await pageFetch(`/api/v1/leaderboards/${args.benchmark}`, null);
+  const entry = (lb.json.entries || []).find((e) => e.submission_id === SID);
+  check('leaderboard reports the baseline flag', entry && entry.baseline === !wasBaseline, entry && entry.baseline);
+  await page.click('#sub-actions [data-testid=btn-baseline]');
+  await page.waitForFunction((b) => (document.querySelector('#sub-summary [data-testid=baseline-badge]') !== null) === b, wasBaseline);
+  check('baseline restored', true);
+  await page.click('#sub-actions [data-testid=btn-rescore]');
+  await page.waitForFunction(() => {
+    const b = document.querySelector('#sub-actions [data-testid=btn-rescore]');
+    return b && !b.disabled;
+  });
+  const rescoreErr = page.locator('#sub-actions .error');
+  check('re-score from stored trajectories: no error', (await rescoreErr.count()) === 0, (await rescoreErr.count()) ? await rescoreErr.first().textContent() : undefined);
+  const firstScored = await page.$$eval('[data-testid=episode-table] tbody tr', (rows) => {
+    for (const r of rows) {
+      const steps = Number(r.children[4]?.textContent);
+      if (steps > 0) return Number(r.dataset.idx);
+    }
+    return 0;
+  });
+  episodeIdx = firstScored;
+  await shot('submission');
+});
+
+await step('pending submission (polling, cancel)', async () => {
+  allow([]);
+  const r = await pageFetch('/api/v1/submissions', teamToken, { method: 'POST', body: { benchmark: args.benchmark, agent_name: 'pages.mjs (never runs)' } });
+  if (r.status !== 201) {
+    check('pending submission created (API)', false, { status: r.status, body: r.json });
+    return;
+  }
+  const pid = r.json.id;
+  let polls = 0;
+  const onRes = (res) => {
+    if (new URL(res.url()).pathname === `/api/v1/submissions/${pid}`) polls++;
+  };
+  page.on('response', onRes);
+  await go(`#/submissions/${pid}`);
+  await page.waitForSelector('[data-testid=sub-status]');
+  check('pending submission shows PENDING', (await page.textContent('[data-testid=sub-status]')) === 'PENDING');
+  check('progress bar shown', (await page.locator('[data-testid=progress]').count()) === 1);
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid=episode-table] tbody tr').length > 0);
+  const start = polls;
+  await page.waitForTimeout(4500);
+  check('page polls while PENDING (every 2 s)', polls - start >= 2, polls - start);
+  page.once('dialog', (d) => d.accept());
+  await page.click('#sub-actions [data-testid=btn-cancel]');
+  await page.waitForFunction(() => document.querySelector('[data-testid=sub-status]')?.textContent === 'FAILED');
+  check('cancelled through the page (confirmed)', true);
+  await page.waitForSelector('[data-testid=failed-episodes]');
+  const reasons = await page.textContent('[data-testid=failed-episodes]');
+  check('failed episodes listed with their reasons', /cancel/i.test(reasons), reasons.slice(0, 120));
+  const after = polls;
+  await page.waitForTimeout(2500);
+  check('polling stops once finished', polls === after, polls - after);
+  page.off('response', onRes);
+  await shot('submission-cancelled');
+});
+
+await step('episode page (3-D replay)', async () => {
+  allow([]);
+  await go(`#/submissions/${SID}/episodes/${episodeIdx}`);
+  await page.waitForSelector('[data-testid=episode-status]');
+  await page.waitForSelector('[data-testid=replay][data-drawn], #replay-section .error', { timeout: 60000 });
+  const drawn = await page.getAttribute('[data-testid=replay]', 'data-drawn');
+  check('replay drawn (meshes per robot)', Number(drawn) > 10, drawn);
+  const px = await canvasPixels();
+  check('canvas shows the robots (pixels off the background and grid)', px.robot >= 2000, px);
+  check('reference robot drawn (orange pixels)', px.orange >= 500, px.orange);
+  const f0 = await page.textContent('[data-testid=replay-frame]');
+  const t0 = await page.textContent('[data-testid=replay-time]');
+  const max = Number(await page.getAttribute('[data-testid=replay-slider]', 'max'));
+  await page.evaluate((v) => {
+    const s = document.querySelector('[data-testid=replay-slider]');
+    s.value = String(v);
+    s.dispatchEvent(new Event('input', { bubbles: true }));
+  }, Math.floor(max / 2));
+  await page.waitForFunction((f) => document.querySelector('[data-testid=replay-frame]').textContent !== f, f0);
+  const f1 = await page.textContent('[data-testid=replay-frame]');
+  const t1 = await page.textContent('[data-testid=replay-time]');
+  check('scrubbing changes the frame and time', f1 !== f0 && t1 !== t0, { before: [f0, t0], after: [f1, t1] });
+  check('body and joint error readouts', /mm$/.test(await page.textContent('[data-testid=replay-body-error]')) && /rad$/.test(await page.textContent('[data-testid=replay-joint-error]')));
+  await page.waitForTimeout(200);
+  const px1 = await canvasPixels();
+  check('canvas still drawn after scrubbing', px1.robot >= 2000, px1.robot);
+  // Play for a moment at 2x
+  await page.selectOption('[data-testid=replay-speed]', '2');
+  await page.click('[data-testid=replay-play]');
+  await page.waitForFunction((f) => document.querySelector('[data-testid=replay-frame]').textContent !== f, f1, { timeout: 10000 });
+  await page.click('[data-testid=replay-play]');
+  check('playing advances frames', true);
+  await page.check('[data-testid=replay-overlay]');
+  await page.uncheck('[data-testid=replay-follow]');
+  await page.waitForTimeout(200);
+  const px2 = await canvasPixels();
+  check('overlay mode drawn', px2.robot >= 2000, px2.robot);
+  await page.uncheck('[data-testid=replay-overlay]');
+  await page.check('[data-testid=replay-follow]');
+  await page.waitForTimeout(200);
+  check('episode metrics table', (await rowCount('[data-testid=episode-metrics]')) > 0);
+  await page.locator('[data-testid=replay-canvas]').screenshot({ path: path.join(OUT, 'episode-canvas.png') });
+  await shot('episode');
+});
+
+await step('team token', async () => {
+  const role = await setToken(teamToken);
+  check('team token recognised', role === 'team', await page.textContent('#whoami'));
+});
+
+await step('team page', async () => {
+  await go('#/team');
+  await page.waitForSelector('[data-testid=submissions-table]');
+  check('my submissions list the submission', (await page.locator(`[data-testid=submissions-table] tr[data-submission-id="${SID}"]`).count()) === 1);
+  const [d] = await Promise.all([page.waitForEvent('download'), page.click('[data-testid=export-csv]')]);
+  const f = path.join(OUT, 'submissions.csv');
+  await d.saveAs(f);
+  const fs = await import('node:fs');
+  const csv = fs.readFileSync(f, 'utf8');
+  check('Export CSV downloads the submissions', csv.includes(SID), { file: d.suggestedFilename(), bytes: csv.length });
+  await shot('team');
+});
+
+await step('team views (owner, hidden phase, organiser page)', async () => {
+  allow([
+    { re: /^\/api\/v1\/teams$/, status: 403 },
+    { re: new RegExp(`^/api/v1/phases/${privatePhaseId}/leaderboard$`), status: 403 },
+  ]);
+  await go(`#/submissions/${SID}`);
+  await page.waitForSelector('[data-testid=episode-table]');
+  check('owner sees the submission', true);
+  check('no organiser buttons for a team', (await page.locator('[data-testid=btn-rescore]').count()) === 0);
+  await go(`#/phases/${privatePhaseId}`);
+  await page.waitForSelector('[data-testid=leaderboard-hidden], #leaderboard .error, #leaderboard [data-testid=leaderboard-table]');
+  const hidden = await page.locator('[data-testid=leaderboard-hidden]').textContent({ timeout: 3000 }).catch(() => null);
+  check('private phase leaderboard hidden from a team, message shown', !!hidden, hidden);
+  await shot('phase-private');
+  await go('#/admin');
+  check('organiser page refuses a team token politely', (await page.locator('[data-testid=need-admin]').count()) === 1);
+});
+
+await step('anonymous views', async () => {
+  allow([]);
+  await setToken('');
+  await go(`#/submissions/${SID}`);
+  check('submission page asks for a token', (await page.locator('[data-testid=need-token]').count()) === 1);
+  allow([{ re: /^\/api\/v1\/submissions\/[^/]+$/, status: 404 }]);
+  await setToken(args.admin);
+  await go('#/submissions/sub-does-not-exist');
+  await page.waitForSelector('[data-testid=error]');
+  check('unknown submission: API message shown', ((await page.textContent('[data-testid=error]')) || '').length > 5);
+  allow([]);
+  await go('#/no/such/page');
+  check('unknown route handled', ((await page.textContent('#app')) || '').includes('not found'));
+  await setToken('');
+});
+
+currentStep = 'end';
+await browser.close();
+
+const failed = checks.filter((c) => !c.ok);
+const ok = failed.length === 0 && problems.length === 0;
+const summary = {
+  ok,
+  checks: checks.length,
+  passed: checks.length - failed.length,
+  failed: failed.map((c) => c.name),
+  problems,
+  expected_http_errors: seenAllowed.length,
+  warnings: warnings.length,
+  warning_samples: warnings.slice(0, 5),
+  screenshots: screenshots.map((f) => path.basename(f)),
+  step_ms: timings,
+  out: OUT,
+};
+writeFileSync(path.join(OUT, 'summary.json'), JSON.stringify({ ...summary, details: checks, warnings }, null, 2));
+console.log(JSON.stringify(summary));
+process.exit(ok ? 0 : 1);

@@ -114,6 +114,9 @@ pub struct EpisodeRows<'a> {
     pub terminated: bool,
 }
 
+/// Reads one text column of the episode index.
+type TextColumn = fn(&ExportedEpisode) -> &str;
+
 /// Counts of a finished export.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ExportCounts {
@@ -270,7 +273,7 @@ impl BufferExportWriter {
                 .create(key)
                 .map_err(h5err(&path, format!("episodes/{key}: write")))?;
         }
-        let columns: [(&str, fn(&ExportedEpisode) -> &str); 5] = [
+        let columns: [(&str, TextColumn); 5] = [
             ("id", |e| &e.id),
             ("submission", |e| &e.submission),
             ("team", |e| &e.team),

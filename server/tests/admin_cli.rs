@@ -78,7 +78,7 @@ fn an_organiser_runs_a_challenge_from_the_terminal() {
 
     // The team submits in the phase; the organiser marks it a baseline and re-scores it.
     let mut config = ClientConfig::new(
-        &server.ws_url(),
+        server.ws_url(),
         &token,
         Mode::Submission {
             benchmark: "g1-smoke".into(),

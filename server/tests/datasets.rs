@@ -17,7 +17,7 @@ use std::io::Read;
 
 fn submit(server: &ServerProc, token: &str, agent: &mut dyn Agent, name: &str) -> String {
     let mut config = ClientConfig::new(
-        &server.ws_url(),
+        server.ws_url(),
         token,
         Mode::Submission {
             benchmark: "g1-smoke".into(),

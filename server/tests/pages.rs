@@ -50,7 +50,7 @@ fn every_page_loads_and_works_in_chromium() {
     let server = ServerProc::start(&dir.join("data"), &[]);
     let token = server.team("walkers");
     let mut config = ClientConfig::new(
-        &server.ws_url(),
+        server.ws_url(),
         &token,
         Mode::Submission {
             benchmark: "g1-smoke".into(),

@@ -13,7 +13,7 @@ use common::tmp;
 
 fn submit(server: &ServerProc, token: &str) -> String {
     let mut config = ClientConfig::new(
-        &server.ws_url(),
+        server.ws_url(),
         token,
         Mode::Submission {
             benchmark: "g1-smoke".into(),

@@ -353,9 +353,12 @@ fn parse_member(text: &str) -> anyhow::Result<Value> {
     Ok(json!({"name": name.trim(), "email": email.trim()}))
 }
 
+/// How a command shows the API's answer without `--json`.
+type Printer = Box<dyn FnOnce(&Value)>;
+
 pub fn run(a: AdminArgs) -> anyhow::Result<()> {
     let api = Api::new(&a.server, a.admin_token.clone())?;
-    let (value, print): (Value, Box<dyn FnOnce(&Value)>) = match a.command {
+    let (value, print): (Value, Printer) = match a.command {
         AdminCommand::Challenges(ChallengeCommand::List) => (
             api.call("GET", "/api/v1/challenges", None)?,
             Box::new(|v| {

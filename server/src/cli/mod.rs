@@ -46,7 +46,7 @@ enum Command {
     Admin(admin::AdminArgs),
     /// Trajectory datasets: export a benchmark's or a phase's episodes (HDF5, jsonl.gz, card).
     #[command(subcommand)]
-    Dataset(dataset::DatasetCommand),
+    Dataset(Box<dataset::DatasetCommand>),
     /// Run a whole benchmark in-process with a built-in policy; prints per-episode metrics and
     /// aggregates, writes the report JSON.
     Eval(eval::EvalArgs),
@@ -114,7 +114,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(c) => bench::run(c),
         Command::Metrics(c) => metrics::run(c),
         Command::Admin(a) => admin::run(a),
-        Command::Dataset(c) => dataset::run(c),
+        Command::Dataset(c) => dataset::run(*c),
         Command::Eval(a) => eval::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Demo(a) => demo::run(a),

@@ -145,6 +145,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     );
     if a.keep_serving {
         println!("serving on http://{addr} until Ctrl-C; try:");
+        println!("  the web pages: http://{addr}/ (this run: http://{addr}/#/submissions/{id})");
         println!("  curl http://{addr}/api/v1/leaderboards/{}", submission.benchmark);
         runtime.block_on(async {
             let _ = tokio::signal::ctrl_c().await;
@@ -188,20 +189,24 @@ fn print_summary(id: &str, benchmark: &str, rows: &[crate::storage::EpisodeRow],
             println!("    reason: {reason}");
         }
     }
+    let rule = match &board.success_metric {
+        Some(m) => format!("{m} rate first, then {} mean, {} is better", board.primary, board.direction),
+        None => format!("by {} mean, {} is better", board.primary, board.direction),
+    };
+    println!("\nleaderboard {} ({rule}):", board.benchmark);
     println!(
-        "\nleaderboard {} (by {} mean, {} is better):",
-        board.benchmark, board.primary, board.direction
-    );
-    println!(
-        "{:>4}  {:<16} {:<26} {:>10} {:>7}",
-        "rank", "team", "agent", board.primary, "scored"
+        "{:>4}  {:<16} {:<26} {:>8} {:>10} {:>7}",
+        "rank", "team", "agent", "success", board.primary, "scored"
     );
     for e in board.entries.iter().take(10) {
         let score = e.score.map_or_else(|| "-".into(), |v| format!("{v:.4}"));
+        let success = e
+            .success_rate
+            .map_or_else(|| "-".into(), |v| format!("{:.0}%", 100.0 * v));
         let marker = if e.submission_id == id { "  <- this run" } else { "" };
         println!(
-            "{:>4}  {:<16} {:<26} {:>10} {:>7}{marker}",
-            e.rank, e.team, e.agent_name, score, e.scored_episodes
+            "{:>4}  {:<16} {:<26} {:>8} {:>10} {:>7}{marker}",
+            e.rank, e.team, e.agent_name, success, score, e.scored_episodes
         );
     }
 }

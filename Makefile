@@ -65,6 +65,12 @@ bench: deps deps-torch
 	$(PYTHON) python/emd_vs_pot.py --arena target/release/arena --moves ../shared/motions/g1-moves --bench
 	cargo run --release --quiet -p arena-server --example remote_vs_local -- \
 		--benchmark g1-moves-dance --motions-root ../shared/motions/g1-moves --batch 16 --lanes 2 --repeats 3
+	cargo build --release --quiet -p arena-server --example pages_latency
+	target/release/examples/pages_latency --submissions 10000 --episodes 30 --requests 50
+	PGURL=$$(bash scripts/postgres.sh start) && target/release/examples/pages_latency \
+		--submissions 10000 --episodes 30 --requests 50 --database-url "$$PGURL"; \
+		status=$$?; bash scripts/postgres.sh stop; exit $$status
+	$(PYTHON) bench/dataset_export_vs_h5py.py --arena target/release/arena --runs 5 --repeats 3
 	cargo build --release --quiet -p arena-bfm --example update_throughput
 	PYTHONPATH=third_party/pytorch $(PYTHON) baseline/bench/update_throughput.py \
 		--example target/release/examples/update_throughput --preset tiny --batch 1024 --updates 5 --repeats 3

@@ -29,6 +29,8 @@ pub struct AppState {
     pub attached: Mutex<HashSet<String>>,
     /// Requests per team per minute (REST and Connects).
     pub rate_limiter: RateLimiter,
+    /// Ranked leaderboards, until the storage's leaderboard generation moves.
+    pub leaderboards: crate::leaderboard::LeaderboardCache,
     /// Held for the server's life: one server per data directory.
     _data_dir_lock: DataDirLock,
 }
@@ -101,6 +103,7 @@ impl AppState {
                 unfinished.join(", ")
             );
         }
+        backfill_summaries(&storage).await?;
         let catalog = Arc::new(Catalog::new(config.benchmarks_dir(), config.motions_root.clone()));
         let rate_limiter = RateLimiter::new(config.requests_per_minute);
         Ok(Arc::new(Self {
@@ -109,6 +112,7 @@ impl AppState {
             catalog,
             attached: Mutex::new(HashSet::new()),
             rate_limiter,
+            leaderboards: Default::default(),
             _data_dir_lock: data_dir_lock,
         }))
     }
@@ -120,6 +124,23 @@ impl AppState {
     pub fn report_path(&self, submission: &str) -> PathBuf {
         self.config.reports_dir().join(format!("{submission}.json"))
     }
+}
+
+/// Leaderboard summaries for COMPLETED submissions stored before summaries existed (or whose
+/// summary was not written): computed once from their reports. An unreadable report is logged
+/// and left alone (that submission stays off the leaderboard, as before).
+async fn backfill_summaries(storage: &Storage) -> anyhow::Result<()> {
+    let missing = storage.reports_without_summary().await?;
+    if !missing.is_empty() {
+        tracing::info!("computing the leaderboard summaries of {} submissions", missing.len());
+    }
+    for (id, report) in missing {
+        match crate::leaderboard::ReportSummary::of_json(&report) {
+            Ok(summary) => storage.set_summary(&id, &serde_json::to_string(&summary)?).await?,
+            Err(e) => tracing::warn!("submission {id}: unreadable report, no leaderboard summary: {e}"),
+        }
+    }
+    Ok(())
 }
 
 /// A database URL without its password, for messages.

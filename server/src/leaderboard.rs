@@ -10,10 +10,48 @@
 
 use crate::storage::Submission;
 use arena_bench::aggregate::Report;
-use arena_bench::metrics::metric_info;
+use arena_bench::metrics::{SUCCESS_METRICS, metric_info};
 use arena_bench::spec::{BenchmarkSpec, Direction};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
+use std::collections::BTreeMap;
+
+/// What a leaderboard needs of a report, stored with it (`summary_json`), so ranking thousands
+/// of submissions reads a few hundred bytes each instead of whole reports.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReportSummary {
+    pub episodes: usize,
+    pub scored: usize,
+    pub failed: usize,
+    /// Mean of every metric over scored episodes (`None`: NaN).
+    pub means: BTreeMap<String, Option<f64>>,
+    /// Rate of each 0/1 success metric over all episodes ([`success_rate`]).
+    pub success_rates: BTreeMap<String, f64>,
+}
+
+impl ReportSummary {
+    pub fn of(report: &Report) -> Self {
+        Self {
+            episodes: report.episodes.len(),
+            scored: report.episodes.len() - report.failed_episodes.len(),
+            failed: report.failed_episodes.len(),
+            means: report
+                .aggregated
+                .iter()
+                .map(|(m, s)| (m.clone(), Some(s.mean).filter(|v| !v.is_nan())))
+                .collect(),
+            success_rates: SUCCESS_METRICS
+                .iter()
+                .map(|m| (m.to_string(), success_rate(report, m)))
+                .collect(),
+        }
+    }
+
+    /// The summary of a report given as JSON text.
+    pub fn of_json(report_json: &str) -> Result<Self, serde_json::Error> {
+        Ok(Self::of(&serde_json::from_str(report_json)?))
+    }
+}
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Entry {
@@ -79,33 +117,72 @@ pub fn success_rate(report: &Report, metric: &str) -> f64 {
     successes as f64 / report.episodes.len() as f64
 }
 
+/// What ranking reads of one COMPLETED submission ([`crate::storage::Storage::leaderboard_json`]).
+#[derive(Debug, Clone, Deserialize)]
+pub struct RankRow {
+    pub id: String,
+    pub team_name: String,
+    pub agent_name: String,
+    pub finished_at: Option<i64>,
+    /// 0 or 1.
+    pub baseline: i64,
+    pub phase_id: Option<String>,
+    /// Absent until stored (an older submission before the server's start-up backfill).
+    pub summary: Option<ReportSummary>,
+}
+
+impl RankRow {
+    /// The row of a stored submission (its `summary_json` parsed; unreadable = absent).
+    pub fn of(s: &Submission) -> Self {
+        Self {
+            id: s.id.clone(),
+            team_name: s.team_name.clone(),
+            agent_name: s.agent_name.clone(),
+            finished_at: s.finished_at,
+            baseline: i64::from(s.baseline),
+            phase_id: s.phase_id.clone(),
+            summary: s.summary_json.as_deref().and_then(|j| serde_json::from_str(j).ok()),
+        }
+    }
+}
+
 /// Ranks the completed submissions of `spec`'s benchmark.
 pub fn rank(spec: &BenchmarkSpec, submissions: &[Submission]) -> Leaderboard {
+    rank_rows(spec, submissions.iter().map(RankRow::of).collect())
+}
+
+/// Ranks `rows` (a benchmark's or a phase's completed submissions) by `spec`'s rule.
+pub fn rank_rows(spec: &BenchmarkSpec, rows: Vec<RankRow>) -> Leaderboard {
     let primary = &spec.ranking.primary;
     let primary_direction = spec.ranking.primary_direction();
-    let mean = |report: &Report, metric: &str| report.aggregated.get(metric).map(|s| s.mean);
-    let mut entries: Vec<Entry> = submissions
-        .iter()
+    let mean = |summary: &ReportSummary, metric: &str| summary.means.get(metric).copied().flatten();
+    let mut entries: Vec<Entry> = rows
+        .into_iter()
         .filter_map(|s| {
-            let report: Report = serde_json::from_str(s.report_json.as_deref()?).ok()?;
-            let success_rate = spec.ranking.success.as_deref().map(|m| success_rate(&report, m));
+            // A submission without a summary (none stored yet) is left off, not guessed.
+            let summary = s.summary?;
+            let success_rate = spec
+                .ranking
+                .success
+                .as_deref()
+                .map(|m| summary.success_rates.get(m).copied().unwrap_or(0.0));
             Some(Entry {
                 rank: 0,
-                submission_id: s.id.clone(),
-                team: s.team_name.clone(),
-                agent_name: s.agent_name.clone(),
+                submission_id: s.id,
+                team: s.team_name,
+                agent_name: s.agent_name,
                 finished_at: s.finished_at,
                 success_rate,
-                score: mean(&report, primary),
+                score: mean(&summary, primary),
                 tie_breakers: spec
                     .ranking
                     .tie_breakers
                     .iter()
-                    .map(|t| (t.clone(), mean(&report, t)))
+                    .map(|t| (t.clone(), mean(&summary, t)))
                     .collect(),
-                scored_episodes: report.episodes.len() - report.failed_episodes.len(),
-                failed_episodes: report.failed_episodes.len(),
-                baseline: s.baseline,
+                scored_episodes: summary.scored,
+                failed_episodes: summary.failed,
+                baseline: s.baseline != 0,
             })
         })
         .collect();
@@ -122,6 +199,7 @@ pub fn rank(spec: &BenchmarkSpec, submissions: &[Submission]) -> Leaderboard {
                     .unwrap_or(Ordering::Equal)
             })
             .then_with(|| a.finished_at.cmp(&b.finished_at))
+            .then_with(|| a.submission_id.cmp(&b.submission_id))
     });
     // Best submission per team.
     let mut seen = std::collections::HashSet::new();
@@ -138,5 +216,34 @@ pub fn rank(spec: &BenchmarkSpec, submissions: &[Submission]) -> Leaderboard {
             Direction::Higher => "higher".into(),
         },
         entries,
+    }
+}
+
+/// Ranked leaderboards kept until the storage's leaderboard generation moves, keyed by what
+/// they were ranked from (scope, ranking rule, hidden phases). Ranking thousands of submissions
+/// reads thousands of rows; a page asks for the same board again and again.
+#[derive(Debug, Default)]
+pub struct LeaderboardCache {
+    boards: std::sync::Mutex<std::collections::HashMap<String, (u64, std::sync::Arc<Leaderboard>)>>,
+}
+
+impl LeaderboardCache {
+    /// The board cached under `key` at `generation`, if any.
+    pub fn get(&self, key: &str, generation: u64) -> Option<std::sync::Arc<Leaderboard>> {
+        let boards = self.boards.lock().expect("leaderboard cache lock");
+        boards
+            .get(key)
+            .filter(|(g, _)| *g == generation)
+            .map(|(_, b)| b.clone())
+    }
+
+    /// Keeps `board`, ranked from rows read after `generation` was read.
+    pub fn put(&self, key: String, generation: u64, board: Leaderboard) -> std::sync::Arc<Leaderboard> {
+        let board = std::sync::Arc::new(board);
+        let mut boards = self.boards.lock().expect("leaderboard cache lock");
+        // A board of an older generation is never useful again.
+        boards.retain(|_, (g, _)| *g == generation);
+        boards.insert(key, (generation, board.clone()));
+        board
     }
 }

@@ -17,6 +17,8 @@
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -220,7 +222,8 @@ pub struct Submission {
     pub started_at: Option<i64>,
     /// When it became COMPLETED or FAILED, unix milliseconds.
     pub finished_at: Option<i64>,
-    /// The report (JSON text), once COMPLETED; served separately, so not serialised here.
+    /// The report (JSON text), once COMPLETED; served separately, so not serialised here. Lists
+    /// (`submissions`, `completed_submissions*`) leave it out.
     #[serde(skip)]
     pub report_json: Option<String>,
     /// Why it FAILED.
@@ -230,6 +233,10 @@ pub struct Submission {
     pub phase_id: Option<String>,
     /// Marked by an organiser as a baseline (a badge on leaderboards).
     pub baseline: bool,
+    /// The leaderboard summary of a COMPLETED submission (JSON, `leaderboard::ReportSummary`);
+    /// not serialised.
+    #[serde(skip)]
+    pub summary_json: Option<String>,
 }
 
 /// One episode of a new submission, as the benchmark defines it.
@@ -549,7 +556,13 @@ fn redact_url(url: &str) -> String {
 }
 
 const SUBMISSION_COLUMNS: &str = "s.id, s.team_id, t.name AS team_name, s.benchmark, s.agent_name, s.status, \
-     s.episodes_total, s.created_at, s.started_at, s.finished_at, s.report_json, s.error, s.phase_id, s.baseline";
+     s.episodes_total, s.created_at, s.started_at, s.finished_at, s.report_json, s.error, s.phase_id, s.baseline, \
+     s.summary_json";
+
+/// [`SUBMISSION_COLUMNS`] without the report (lists and leaderboards: a report is tens of KB).
+const SUBMISSION_LIST_COLUMNS: &str = "s.id, s.team_id, t.name AS team_name, s.benchmark, s.agent_name, s.status, \
+     s.episodes_total, s.created_at, s.started_at, s.finished_at, CAST(NULL AS TEXT) AS report_json, s.error, \
+     s.phase_id, s.baseline, s.summary_json";
 
 const PHASE_COLUMNS: &str = "id, challenge_id, benchmark, starts_at, ends_at, leaderboard, max_per_day, max_total, \
      observation_groups, created_at";
@@ -595,6 +608,7 @@ fn submission_from_row(row: &AnyRow) -> Result<Submission, StorageError> {
         error: get(row, "error", &what)?,
         phase_id: get(row, "phase_id", &what)?,
         baseline: get::<i64>(row, "baseline", &what)? != 0,
+        summary_json: get(row, "summary_json", &what)?,
         id,
     })
 }
@@ -716,14 +730,40 @@ async fn pool_connect(options: AnyPoolOptions, url: &str, shown: &str) -> Result
     }
 }
 
+/// Bumps a leaderboard generation when dropped ([`Storage::leaderboard_generation`]).
+struct GenerationBump<'a>(&'a AtomicU64);
+
+impl Drop for GenerationBump<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
 /// Handle on the metadata database (cheap to clone: it wraps a connection pool).
 #[derive(Debug, Clone)]
 pub struct Storage {
     pool: AnyPool,
     engine: Engine,
+    /// Bumped by every write that can change a leaderboard (a submission finishing, its summary,
+    /// report or baseline flag), so derived views can be cached until it moves. Counts this
+    /// process's writes: one server per data directory (several replicas on one database would
+    /// need a counter in the database).
+    leaderboard_generation: Arc<AtomicU64>,
 }
 
 impl Storage {
+    /// The current leaderboard generation ([`Storage`]'s field): read it before reading the rows
+    /// a cached view is built from.
+    pub fn leaderboard_generation(&self) -> u64 {
+        self.leaderboard_generation.load(Ordering::SeqCst)
+    }
+
+    /// Bumps the generation when the returned guard drops, at the end of the write: a reader
+    /// that read the old generation and then the new rows only caches them under the old one.
+    fn leaderboards_changed(&self) -> GenerationBump<'_> {
+        GenerationBump(&self.leaderboard_generation)
+    }
+
     /// Opens the database and applies the migrations. `url`: "sqlite://PATH" (file and directory
     /// created if missing; journal_mode=WAL, synchronous=NORMAL, foreign_keys=ON, busy_timeout
     /// 5 s; "sqlite::memory:" keeps one private in-memory database) or "postgres://...".
@@ -748,7 +788,11 @@ impl Storage {
             .run(&pool)
             .await
             .map_err(|cause| StorageError::Migrate { engine, cause })?;
-        Ok(Storage { pool, engine })
+        Ok(Storage {
+            pool,
+            engine,
+            leaderboard_generation: Arc::new(AtomicU64::new(0)),
+        })
     }
 
     /// SQLite: one native connection creates the file and switches it to WAL (a persistent
@@ -1347,7 +1391,7 @@ impl Storage {
     /// Submissions, newest first; `team` keeps only that team's.
     pub async fn submissions(&self, team: Option<i64>) -> Result<Vec<Submission>, StorageError> {
         let rows = sqlx::query(&format!(
-            "SELECT {SUBMISSION_COLUMNS} FROM submissions s JOIN teams t ON t.id = s.team_id \
+            "SELECT {SUBMISSION_LIST_COLUMNS} FROM submissions s JOIN teams t ON t.id = s.team_id \
              WHERE ($1 IS NULL OR s.team_id = $1) ORDER BY s.created_at DESC, s.id DESC"
         ))
         .bind(team)
@@ -1363,7 +1407,7 @@ impl Storage {
     /// COMPLETED submissions of a benchmark (for leaderboards), oldest first.
     pub async fn completed_submissions(&self, benchmark: &str) -> Result<Vec<Submission>, StorageError> {
         let rows = sqlx::query(&format!(
-            "SELECT {SUBMISSION_COLUMNS} FROM submissions s JOIN teams t ON t.id = s.team_id \
+            "SELECT {SUBMISSION_LIST_COLUMNS} FROM submissions s JOIN teams t ON t.id = s.team_id \
              WHERE s.benchmark = $1 AND s.status = 'COMPLETED' ORDER BY s.finished_at, s.id"
         ))
         .bind(benchmark)
@@ -1373,10 +1417,41 @@ impl Storage {
         rows.iter().map(submission_from_row).collect()
     }
 
+    /// What a leaderboard reads of each COMPLETED submission of a benchmark (`phase`: of that
+    /// phase), as one JSON array built by the database: `[{"id", "team_name", "agent_name",
+    /// "finished_at", "baseline" (0/1), "phase_id", "summary" (object or null)}]`, in no
+    /// particular order. One row instead of thousands: decoding rows one by one through the
+    /// driver costs far more than the JSON.
+    pub async fn leaderboard_json(&self, benchmark: &str, phase: Option<&str>) -> Result<String, StorageError> {
+        let sql = match self.engine {
+            Engine::Sqlite => {
+                "SELECT COALESCE(json_group_array(json_object('id', s.id, 'team_name', t.name, \
+                 'agent_name', s.agent_name, 'finished_at', s.finished_at, 'baseline', s.baseline, \
+                 'phase_id', s.phase_id, 'summary', json(s.summary_json))), '[]') AS board \
+                 FROM submissions s JOIN teams t ON t.id = s.team_id \
+                 WHERE s.benchmark = $1 AND s.status = 'COMPLETED' AND ($2 IS NULL OR s.phase_id = $2)"
+            }
+            Engine::Postgres => {
+                "SELECT COALESCE(json_agg(json_build_object('id', s.id, 'team_name', t.name, \
+                 'agent_name', s.agent_name, 'finished_at', s.finished_at, 'baseline', s.baseline, \
+                 'phase_id', s.phase_id, 'summary', s.summary_json::json)), '[]'::json)::text AS board \
+                 FROM submissions s JOIN teams t ON t.id = s.team_id \
+                 WHERE s.benchmark = $1 AND s.status = 'COMPLETED' AND ($2::text IS NULL OR s.phase_id = $2)"
+            }
+        };
+        let row = sqlx::query(sql)
+            .bind(benchmark)
+            .bind(phase)
+            .fetch_one(&self.pool)
+            .await
+            .ctx(|| format!("reading the leaderboard rows of benchmark {benchmark:?}"))?;
+        get(&row, "board", "a leaderboard")
+    }
+
     /// COMPLETED submissions of a phase (for its leaderboard), oldest first.
     pub async fn completed_submissions_of_phase(&self, phase_id: &str) -> Result<Vec<Submission>, StorageError> {
         let rows = sqlx::query(&format!(
-            "SELECT {SUBMISSION_COLUMNS} FROM submissions s JOIN teams t ON t.id = s.team_id \
+            "SELECT {SUBMISSION_LIST_COLUMNS} FROM submissions s JOIN teams t ON t.id = s.team_id \
              WHERE s.phase_id = $1 AND s.status = 'COMPLETED' ORDER BY s.finished_at, s.id"
         ))
         .bind(phase_id)
@@ -1424,6 +1499,7 @@ impl Storage {
         report_json: Option<&str>,
         error: Option<&str>,
     ) -> Result<(), StorageError> {
+        let _changed = self.leaderboards_changed();
         if !status.is_final() {
             return Err(StorageError::Invalid(format!(
                 "finishing submission {id} with status {status} (expected COMPLETED or FAILED)"
@@ -1449,6 +1525,7 @@ impl Storage {
 
     /// Marks (or unmarks) a submission as a baseline; false if it does not exist.
     pub async fn set_baseline(&self, id: &str, baseline: bool) -> Result<bool, StorageError> {
+        let _changed = self.leaderboards_changed();
         let done = sqlx::query("UPDATE submissions SET baseline = $2 WHERE id = $1")
             .bind(id)
             .bind(i64::from(baseline))
@@ -1463,6 +1540,7 @@ impl Storage {
     /// counted: `finish_episode` only moves RUNNING episodes). One transaction;
     /// [`StorageError::Conflict`] for a finished submission, [`StorageError::NotFound`] for none.
     pub async fn cancel_submission(&self, id: &str, reason: &str) -> Result<(), StorageError> {
+        let _changed = self.leaderboards_changed();
         let context = || format!("cancelling submission {id}");
         let mut tx = self.pool.begin().await.ctx(context)?;
         let now = now_ms();
@@ -1514,8 +1592,36 @@ impl Storage {
         Ok(done.rows_affected() > 0)
     }
 
+    /// Sets the leaderboard summary of a submission (with its report, or filled in later).
+    pub async fn set_summary(&self, id: &str, summary_json: &str) -> Result<(), StorageError> {
+        let _changed = self.leaderboards_changed();
+        sqlx::query("UPDATE submissions SET summary_json = $2 WHERE id = $1")
+            .bind(id)
+            .bind(summary_json)
+            .execute(&self.pool)
+            .await
+            .ctx(|| format!("storing the summary of submission {id}"))?;
+        Ok(())
+    }
+
+    /// COMPLETED submissions that have a report but no summary yet (stored by an older version),
+    /// as (id, report JSON).
+    pub async fn reports_without_summary(&self) -> Result<Vec<(String, String)>, StorageError> {
+        let rows = sqlx::query(
+            "SELECT id, report_json FROM submissions \
+             WHERE status = 'COMPLETED' AND summary_json IS NULL AND report_json IS NOT NULL",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .ctx(|| "listing the reports without a summary".to_string())?;
+        rows.iter()
+            .map(|r| Ok((get(r, "id", "a submission")?, get(r, "report_json", "a submission")?)))
+            .collect()
+    }
+
     /// Replaces the report of a COMPLETED submission (after a re-score).
     pub async fn replace_report(&self, id: &str, report_json: &str) -> Result<(), StorageError> {
+        let _changed = self.leaderboards_changed();
         let done = sqlx::query("UPDATE submissions SET report_json = $2 WHERE id = $1 AND status = 'COMPLETED'")
             .bind(id)
             .bind(report_json)

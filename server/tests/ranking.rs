@@ -129,6 +129,7 @@ fn submission(id: &str, team: &str, finished_at: i64, report: &Report) -> Submis
         error: None,
         phase_id: None,
         baseline: false,
+        summary_json: Some(serde_json::to_string(&leaderboard::ReportSummary::of(report)).unwrap()),
     }
 }
 
@@ -189,4 +190,56 @@ fn every_shipped_benchmark_ranks_by_success_first() {
             path.display()
         );
     }
+}
+
+/// A COMPLETED submission stored before summaries existed (report, no summary) is summarised
+/// when the server starts, and then ranks; the database's leaderboard rows carry the summary.
+#[test]
+fn older_reports_get_their_summary_when_the_server_starts() {
+    use arena_server::app::AppState;
+    use arena_server::config::ServerConfig;
+    use arena_server::storage::{NewSubmission, Storage};
+    let spec = stand_benchmark();
+    let report = serde_json::to_string(&standing_report(&spec)).unwrap();
+    let dir = std::env::temp_dir().join(format!("arena-summary-backfill-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = format!("sqlite://{}", dir.join("arena.db").display());
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let storage = Storage::connect(&url).await.unwrap();
+        let team = storage.create_team("old-timers", "hash-old").await.unwrap();
+        let new = NewSubmission {
+            id: "sub-old".into(),
+            team_id: team.id,
+            benchmark: "g1-smoke".into(),
+            agent_name: "v1".into(),
+            phase_id: None,
+        };
+        storage.create_submission(&new, &[]).await.unwrap();
+        storage
+            .finish_submission("sub-old", SubmissionStatus::Completed, Some(&report), None)
+            .await
+            .unwrap();
+        let rows: Vec<leaderboard::RankRow> =
+            serde_json::from_str(&storage.leaderboard_json("g1-smoke", None).await.unwrap()).unwrap();
+        assert_eq!(rows.len(), 1);
+        assert!(rows[0].summary.is_none(), "no summary stored yet");
+        drop(storage);
+
+        let config = ServerConfig {
+            data_dir: dir.clone(),
+            database_url: url.clone(),
+            ..Default::default()
+        };
+        let state = AppState::open(config).await.unwrap();
+        let rows: Vec<leaderboard::RankRow> =
+            serde_json::from_str(&state.storage.leaderboard_json("g1-smoke", None).await.unwrap()).unwrap();
+        let summary = rows[0].summary.as_ref().expect("summarised at start-up");
+        assert_eq!(summary.success_rates["success"], 1.0);
+        let board = leaderboard::rank_rows(&spec, rows);
+        assert_eq!(board.entries.len(), 1);
+        assert_eq!(board.entries[0].team, "old-timers");
+    });
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -558,8 +558,23 @@ async fn get_phase_leaderboard(
         .catalog
         .spec(&phase.benchmark)
         .map_err(|e| not_found(e.to_string()))?;
-    let submissions = state.storage.completed_submissions_of_phase(&phase.id).await?;
-    let mut v = json!(leaderboard::rank(&spec, &submissions));
+    let generation = state.storage.leaderboard_generation();
+    let key = format!("phase {} {:?}", phase.id, spec.ranking);
+    let board = match state.leaderboards.get(&key, generation) {
+        Some(board) => board,
+        None => {
+            let json = state
+                .storage
+                .leaderboard_json(&phase.benchmark, Some(&phase.id))
+                .await?;
+            let rows: Vec<leaderboard::RankRow> = serde_json::from_str(&json)
+                .map_err(|e| ApiError(AccessError::internal(format!("leaderboard rows: {e}"))))?;
+            state
+                .leaderboards
+                .put(key, generation, leaderboard::rank_rows(&spec, rows))
+        }
+    };
+    let mut v = json!(board.as_ref());
     v["phase"] = json!(phase.id);
     Ok(Json(v).into_response())
 }
@@ -881,10 +896,11 @@ async fn get_leaderboard(
 ) -> ApiResult {
     let who = optional_caller(&state, &headers).await?;
     let spec = state.catalog.spec(&benchmark).map_err(|e| not_found(e.to_string()))?;
-    let mut submissions = state.storage.completed_submissions(&spec.name).await?;
+    let generation = state.storage.leaderboard_generation();
+    let mut hidden: Vec<String> = Vec::new();
     if !who.as_ref().is_some_and(Caller::is_admin) {
         let now = now_ms();
-        let hidden: HashSet<String> = state
+        hidden = state
             .storage
             .phases_of_benchmark(&spec.name)
             .await?
@@ -892,7 +908,21 @@ async fn get_leaderboard(
             .filter(|p| access::results_hidden(p, now))
             .map(|p| p.id)
             .collect();
-        submissions.retain(|s| !s.phase_id.as_ref().is_some_and(|p| hidden.contains(p)));
+        hidden.sort();
     }
-    Ok(Json(leaderboard::rank(&spec, &submissions)).into_response())
+    let key = format!("benchmark {} {:?} hiding {hidden:?}", spec.name, spec.ranking);
+    if let Some(board) = state.leaderboards.get(&key, generation) {
+        return Ok(Json(board.as_ref()).into_response());
+    }
+    let hidden: HashSet<String> = hidden.into_iter().collect();
+    let rows: Vec<leaderboard::RankRow> =
+        serde_json::from_str(&state.storage.leaderboard_json(&spec.name, None).await?)
+            .map_err(|e| ApiError(AccessError::internal(format!("leaderboard rows: {e}"))))?;
+    let rows = rows
+        .into_iter()
+        .filter(|s| !s.phase_id.as_ref().is_some_and(|p| hidden.contains(p)))
+        .collect();
+    let ranked = leaderboard::rank_rows(&spec, rows);
+    let board = state.leaderboards.put(key, generation, ranked);
+    Ok(Json(board.as_ref()).into_response())
 }

@@ -190,15 +190,15 @@ async fn submissions_csv(State(state): State<Arc<AppState>>, headers: HeaderMap)
     for s in state.storage.submissions(team).await? {
         let visible = check_results_visible(&state, &who, &s).await.is_ok();
         let (mut rate, mut primary, mut mean) = (None, String::new(), None);
-        if let (true, Some(json), Ok(spec)) = (visible, &s.report_json, state.catalog.spec(&s.benchmark))
-            && let Ok(report) = serde_json::from_str::<arena_bench::aggregate::Report>(json)
+        if let (true, Some(json), Ok(spec)) = (visible, &s.summary_json, state.catalog.spec(&s.benchmark))
+            && let Ok(summary) = serde_json::from_str::<crate::leaderboard::ReportSummary>(json)
         {
             rate = spec
                 .ranking
                 .success
                 .as_deref()
-                .map(|m| crate::leaderboard::success_rate(&report, m));
-            mean = report.aggregated.get(&spec.ranking.primary).map(|st| st.mean);
+                .and_then(|m| summary.success_rates.get(m).copied());
+            mean = summary.means.get(&spec.ranking.primary).copied().flatten();
             primary = spec.ranking.primary.clone();
         }
         let fields = [
@@ -335,6 +335,8 @@ async fn rescore(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(id
     let json = serde_json::to_string(&report).map_err(internal)?;
     report.write(&state.report_path(&id)).map_err(internal)?;
     state.storage.replace_report(&id, &json).await?;
+    let summary = serde_json::to_string(&crate::leaderboard::ReportSummary::of(&report)).map_err(internal)?;
+    state.storage.set_summary(&id, &summary).await?;
     let s = state
         .storage
         .submission(&id)

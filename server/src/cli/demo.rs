@@ -190,7 +190,10 @@ fn print_summary(id: &str, benchmark: &str, rows: &[crate::storage::EpisodeRow],
         }
     }
     let rule = match &board.success_metric {
-        Some(m) => format!("{m} rate first, then {} mean, {} is better", board.primary, board.direction),
+        Some(m) => format!(
+            "{m} rate first, then {} mean, {} is better",
+            board.primary, board.direction
+        ),
         None => format!("by {} mean, {} is better", board.primary, board.direction),
     };
     println!("\nleaderboard {} ({rule}):", board.benchmark);

@@ -158,6 +158,8 @@ pub fn finish(ctx: &RunContext, lanes: &[LaneEnd]) -> RunOutcome {
         storage
             .finish_submission(submission_id, SubmissionStatus::Completed, Some(&json), None)
             .await?;
+        let summary = serde_json::to_string(&crate::leaderboard::ReportSummary::of(&report))?;
+        storage.set_summary(submission_id, &summary).await?;
         Ok(Some(SubmissionStatus::Completed))
     });
     match complete {

@@ -310,6 +310,31 @@ impl MujocoHandler {
         Ok(())
     }
 
+    /// Sets one env's qpos and qvel and computes only what body poses and velocities need
+    /// (kinematics, centres of mass, com-based velocities): a recorded state's observation terms
+    /// read this way equal the ones read after a step. Forces, contacts, time and the env's
+    /// health are left as they are, so the env must not be stepped from such a state.
+    pub fn set_kinematic_state(&mut self, env: usize, qpos: &[f64], qvel: &[f64]) -> Result<(), SimError> {
+        self.check_env(env)?;
+        if qpos.len() != NQ || qvel.len() != NV {
+            return Err(SimError::Config(format!(
+                "state needs qpos of {NQ} and qvel of {NV} values, got {} and {}",
+                qpos.len(),
+                qvel.len()
+            )));
+        }
+        if qpos.iter().chain(qvel).any(|v| !v.is_finite()) {
+            return Err(SimError::Config("state contains non-finite values".into()));
+        }
+        let data = &mut self.envs[env].data;
+        data.qpos_mut().copy_from_slice(qpos);
+        data.qvel_mut().copy_from_slice(qvel);
+        data.kinematics();
+        data.com_pos();
+        data.com_vel();
+        Ok(())
+    }
+
     /// Applies domain-randomised physical parameters to one env (from the nominal model).
     pub fn set_physics_params(&mut self, env: usize, p: &PhysicsParams) -> Result<(), SimError> {
         self.check_env(env)?;

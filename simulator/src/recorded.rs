@@ -62,7 +62,7 @@ impl RecordedObserver {
         self.handler.set_physics_params(0, &dr::draw(dr_level, seed).physics)?;
         for k in 0..rows {
             self.handler
-                .set_qpos_qvel(0, &qpos[k * NQ..(k + 1) * NQ], &qvel[k * NV..(k + 1) * NV])
+                .set_kinematic_state(0, &qpos[k * NQ..(k + 1) * NQ], &qvel[k * NV..(k + 1) * NV])
                 .map_err(|e| SimError::Config(format!("recorded state row {k}: {e}")))?;
             self.handler.read_env_into(0, Field::BodyPos, &mut self.pos);
             self.handler.read_env_into(0, Field::BodyRot, &mut self.rot);

@@ -59,7 +59,10 @@ pub fn layout_description() -> Value {
 }
 
 /// Where a submission's trajectory file lies.
-pub type TrajectoryPath<'a> = dyn Fn(&str) -> PathBuf + 'a;
+pub type TrajectoryPath<'a> = dyn Fn(&str) -> PathBuf + Sync + 'a;
+
+/// Episodes loaded ahead of the writer (bounds the memory of an export).
+const LOAD_AHEAD: usize = 4;
 
 /// One episode loaded for export: the stored record and its recomputed privileged_state.
 struct Loaded {
@@ -84,21 +87,43 @@ fn f32s(v: &[f64]) -> Vec<f32> {
 }
 
 /// Every (submission, episode) of the selection, loaded in order; `each` gets them one by one.
+/// A loader thread reads and recomputes up to [`LOAD_AHEAD`] episodes ahead while `each` writes,
+/// so reading, MuJoCo and compression overlap.
 fn for_each_episode(
     selection: &Selection,
     trajectory_path: &TrajectoryPath<'_>,
     mut each: impl FnMut(&Selected, &EpisodeRow, Loaded) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
-    let mut observer = RecordedObserver::new(RobotConfig::default())?;
-    for part in &selection.parts {
-        let path = trajectory_path(&part.submission.id);
-        for row in &part.episodes {
-            let loaded = load(&mut observer, &path, row)
-                .with_context(|| format!("submission {} episode {}", part.submission.id, row.idx))?;
-            each(part, row, loaded)?;
+    let (tx, rx) = std::sync::mpsc::sync_channel::<anyhow::Result<(usize, usize, Loaded)>>(LOAD_AHEAD);
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            let mut observer = match RecordedObserver::new(RobotConfig::default()) {
+                Ok(o) => o,
+                Err(e) => {
+                    let _ = tx.send(Err(e.into()));
+                    return;
+                }
+            };
+            for (p, part) in selection.parts.iter().enumerate() {
+                let path = trajectory_path(&part.submission.id);
+                for (e, row) in part.episodes.iter().enumerate() {
+                    let loaded = load(&mut observer, &path, row)
+                        .with_context(|| format!("submission {} episode {}", part.submission.id, row.idx));
+                    let failed = loaded.is_err();
+                    // A closed channel: the writer stopped (its own error); stop too.
+                    if tx.send(loaded.map(|l| (p, e, l))).is_err() || failed {
+                        return;
+                    }
+                }
+            }
+        });
+        for item in rx {
+            let (p, e, loaded) = item?;
+            let part = &selection.parts[p];
+            each(part, &part.episodes[e], loaded)?;
         }
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 fn episode_id(part: &Selected, row: &EpisodeRow) -> String {

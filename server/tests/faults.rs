@@ -300,3 +300,30 @@ async fn an_action_for_a_finished_lane_is_a_stale_step() {
     assert!(finished_lane_errors.iter().all(|e| e.step > 200_000));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Heartbeats come at the configured interval: over 3 s at 0.25 s, twelve beats. (The server
+/// used to compare a shared one-second ticker against the interval, so a tick landing a hair
+/// early skipped its beat: half the beats were missing at this interval.) The bounds leave room
+/// for a loaded machine; they only fail if beats are skipped systematically.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_come_at_the_configured_interval() {
+    let dir = tmp("faults-heartbeat");
+    let server = ServerProc::start(&dir, &["--heartbeat-interval-s", "0.25"]);
+    let token = server.team("beats");
+    let (mut ws, connected) = open(&server.ws_url(), &connect_msg(&token, "practice", ""), Encoding::Json).await;
+    assert_eq!(connected.heartbeat_interval_s, 0.25);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    let mut beats = 0;
+    while let Ok(Some(Ok(m))) = tokio::time::timeout_at(deadline, ws.next()).await {
+        if let Message::Text(t) = m
+            && let Ok(Msg::Heartbeat(_)) = protocol::decode_json(&t)
+        {
+            beats += 1;
+        }
+    }
+    assert!(
+        (9..=13).contains(&beats),
+        "{beats} heartbeats in 3 s at a 0.25 s interval (12 expected)"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

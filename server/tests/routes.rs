@@ -141,4 +141,28 @@ fn database_urls_without_a_database_fail_at_once_with_a_clear_error() {
         "{stderr}"
     );
     assert!(!stderr.contains("no such table"), "{stderr}");
+
+    // A SQLite file whose folder cannot exist (a file stands in the way): a clear error at once.
+    // A folder that is merely missing is created.
+    std::fs::write(dir.join("a-file"), "").unwrap();
+    let url = format!("sqlite://{}", dir.join("a-file/sub/x.db").display());
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_arena"))
+        .args([
+            "serve",
+            "--data-dir",
+            dir.join("d").to_str().unwrap(),
+            "--bind",
+            "127.0.0.1:0",
+        ])
+        .args(["--database-url", &url])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("creating the directory")
+            && stderr.contains("a-file/sub")
+            && stderr.contains("Not a directory"),
+        "{stderr}"
+    );
 }

@@ -85,6 +85,21 @@ pub struct RobotState {
     pub bodies: BTreeMap<String, BodyState>,
 }
 
+/// A generalised state must be whole (qpos 36, qvel 35) and finite.
+fn check_state(qpos: &[f64], qvel: &[f64]) -> Result<(), SimError> {
+    if qpos.len() != NQ || qvel.len() != NV {
+        return Err(SimError::Config(format!(
+            "state needs qpos of {NQ} and qvel of {NV} values, got {} and {}",
+            qpos.len(),
+            qvel.len()
+        )));
+    }
+    if qpos.iter().chain(qvel).any(|v| !v.is_finite()) {
+        return Err(SimError::Config("state contains non-finite values".into()));
+    }
+    Ok(())
+}
+
 /// Batched quantities, each read for all N environments into one contiguous array
 /// (structure of arrays; row `env` holds `Field::width()` values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -286,16 +301,7 @@ impl MujocoHandler {
     /// clears its failure and MuJoCo's warning counters. Time restarts at 0.
     pub fn set_qpos_qvel(&mut self, env: usize, qpos: &[f64], qvel: &[f64]) -> Result<(), SimError> {
         self.check_env(env)?;
-        if qpos.len() != NQ || qvel.len() != NV {
-            return Err(SimError::Config(format!(
-                "state needs qpos of {NQ} and qvel of {NV} values, got {} and {}",
-                qpos.len(),
-                qvel.len()
-            )));
-        }
-        if qpos.iter().chain(qvel).any(|v| !v.is_finite()) {
-            return Err(SimError::Config("state contains non-finite values".into()));
-        }
+        check_state(qpos, qvel)?;
         let slot = &mut self.envs[env];
         slot.data.reset();
         slot.data.qpos_mut().copy_from_slice(qpos);
@@ -316,16 +322,7 @@ impl MujocoHandler {
     /// health are left as they are, so the env must not be stepped from such a state.
     pub fn set_kinematic_state(&mut self, env: usize, qpos: &[f64], qvel: &[f64]) -> Result<(), SimError> {
         self.check_env(env)?;
-        if qpos.len() != NQ || qvel.len() != NV {
-            return Err(SimError::Config(format!(
-                "state needs qpos of {NQ} and qvel of {NV} values, got {} and {}",
-                qpos.len(),
-                qvel.len()
-            )));
-        }
-        if qpos.iter().chain(qvel).any(|v| !v.is_finite()) {
-            return Err(SimError::Config("state contains non-finite values".into()));
-        }
+        check_state(qpos, qvel)?;
         let data = &mut self.envs[env].data;
         data.qpos_mut().copy_from_slice(qpos);
         data.qvel_mut().copy_from_slice(qvel);

@@ -121,6 +121,15 @@ async fn replay(
     Ok(Json(v).into_response())
 }
 
+/// A submission by id, for the organiser's actions (no visibility rule: admin only).
+async fn submission_or_404(state: &AppState, id: &str) -> Result<crate::storage::Submission, ApiError> {
+    state
+        .storage
+        .submission(id)
+        .await?
+        .ok_or_else(|| not_found(format!("no submission {id:?}")))
+}
+
 fn csv_response(filename: &str, body: String) -> axum::response::Response {
     (
         [
@@ -241,11 +250,7 @@ pub(super) async fn patch_submission(
     if !state.storage.set_baseline(&id, patch.baseline).await? {
         return Err(not_found(format!("no submission {id:?}")));
     }
-    let s = state
-        .storage
-        .submission(&id)
-        .await?
-        .ok_or_else(|| not_found(format!("no submission {id:?}")))?;
+    let s = submission_or_404(&state, &id).await?;
     Ok(Json(s).into_response())
 }
 
@@ -263,11 +268,7 @@ async fn cancel(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(id)
             crate::storage::StorageError::Conflict(m) => conflict(m),
             other => storage_error(other),
         })?;
-    let s = state
-        .storage
-        .submission(&id)
-        .await?
-        .ok_or_else(|| not_found(format!("no submission {id:?}")))?;
+    let s = submission_or_404(&state, &id).await?;
     Ok(Json(s).into_response())
 }
 
@@ -277,11 +278,7 @@ async fn cancel(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(id)
 /// can run again is the scoring.
 async fn rescore(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult {
     require_admin(&state, &headers).await?;
-    let s = state
-        .storage
-        .submission(&id)
-        .await?
-        .ok_or_else(|| not_found(format!("no submission {id:?}")))?;
+    let s = submission_or_404(&state, &id).await?;
     if s.status != SubmissionStatus::Completed {
         return Err(conflict(format!(
             "submission {id} is {}; only a COMPLETED one can be re-scored",
@@ -337,11 +334,7 @@ async fn rescore(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(id
     state.storage.replace_report(&id, &json).await?;
     let summary = serde_json::to_string(&crate::leaderboard::ReportSummary::of(&report)).map_err(internal)?;
     state.storage.set_summary(&id, &summary).await?;
-    let s = state
-        .storage
-        .submission(&id)
-        .await?
-        .ok_or_else(|| not_found(format!("no submission {id:?}")))?;
+    let s = submission_or_404(&state, &id).await?;
     let mut v = serde_json::to_value(s).map_err(internal)?;
     v["rescored_episodes"] = rescored.len().into();
     Ok(Json(v).into_response())

@@ -5,7 +5,6 @@
 mod common;
 
 use arena_sdk::agents::ReplayAgent;
-use arena_sdk::client::{self, ClientConfig, Mode};
 use common::server::{ADMIN, ServerProc};
 use common::{arena, ok, tmp};
 use serde_json::Value;
@@ -77,17 +76,7 @@ fn an_organiser_runs_a_challenge_from_the_terminal() {
     assert_eq!(tokens.lines().count(), 3, "{tokens}");
 
     // The team submits in the phase; the organiser marks it a baseline and re-scores it.
-    let mut config = ClientConfig::new(
-        server.ws_url(),
-        &token,
-        Mode::Submission {
-            benchmark: "g1-smoke".into(),
-            submission_id: None,
-        },
-    );
-    config.phase = "dev".into();
-    let summary = client::run_blocking(&config, &mut ReplayAgent::new(), &mut |_| {}).unwrap();
-    let id = summary.submission_id;
+    let id = server.submit(&token, &mut ReplayAgent::new(), "replay", Some("dev"));
     let listed = ok(&admin(&server, &["submissions", "list"]));
     assert!(listed.contains(&id) && listed.contains("COMPLETED"), "{listed}");
     let b = admin_json(&server, &["submissions", "baseline", &id]);

@@ -8,28 +8,10 @@ mod common;
 
 use arena_data::trajectory_file;
 use arena_sdk::agents::{ReplayAgent, ZeroAgent};
-use arena_sdk::client::{self, ClientConfig, Mode};
-use arena_sdk::{Agent, protocol::Encoding};
 use common::server::{ADMIN, ServerProc, http};
 use common::{arena, ok, tmp};
 use serde_json::Value;
 use std::io::Read;
-
-fn submit(server: &ServerProc, token: &str, agent: &mut dyn Agent, name: &str) -> String {
-    let mut config = ClientConfig::new(
-        server.ws_url(),
-        token,
-        Mode::Submission {
-            benchmark: "g1-smoke".into(),
-            submission_id: None,
-        },
-    );
-    config.encoding = Encoding::Binary;
-    config.agent_name = name.into();
-    let summary = client::run_blocking(&config, agent, &mut |_| {}).expect("submission completes");
-    assert_eq!(summary.submission_status, "COMPLETED");
-    summary.submission_id
-}
 
 /// (episode index, steps, emd, status) of a submission's episodes, from the results API.
 fn episodes(server: &ServerProc, id: &str) -> Vec<(i64, i64, f64, String)> {
@@ -90,8 +72,8 @@ fn datasets_filter_export_and_load_into_a_buffer() {
     let server = ServerProc::start(&dir.join("data"), &[]);
     let alpha = server.team("alpha");
     let beta = server.team("beta");
-    let a = submit(&server, &alpha, &mut ReplayAgent::new(), "replay");
-    let b = submit(&server, &beta, &mut ZeroAgent, "zero");
+    let a = server.submit(&alpha, &mut ReplayAgent::new(), "replay", None);
+    let b = server.submit(&beta, &mut ZeroAgent, "zero", None);
     let (ea, eb) = (episodes(&server, &a), episodes(&server, &b));
     let rows_of = |eps: &[(i64, i64, f64, String)]| eps.iter().map(|e| e.1 + 1).sum::<i64>();
 

@@ -11,7 +11,6 @@
 mod common;
 
 use arena_sdk::agents::ReplayAgent;
-use arena_sdk::client::{self, ClientConfig, Mode};
 use common::server::{ADMIN, ServerProc};
 use common::tmp;
 use std::path::{Path, PathBuf};
@@ -49,24 +48,14 @@ fn every_page_loads_and_works_in_chromium() {
     let dir = tmp("pages");
     let server = ServerProc::start(&dir.join("data"), &[]);
     let token = server.team("walkers");
-    let mut config = ClientConfig::new(
-        server.ws_url(),
-        &token,
-        Mode::Submission {
-            benchmark: "g1-smoke".into(),
-            submission_id: None,
-        },
-    );
-    config.agent_name = "replay".into();
-    let summary = client::run_blocking(&config, &mut ReplayAgent::new(), &mut |_| {}).expect("submission completes");
-    assert_eq!(summary.submission_status, "COMPLETED");
+    let submission = server.submit(&token, &mut ReplayAgent::new(), "replay", None);
 
     let shots = repo().join("target/web-screenshots");
     let out = std::process::Command::new("node")
         .arg(repo().join("web/tests/pages.mjs"))
         .args(["--base", &format!("http://{}", server.addr)])
         .args(["--admin", ADMIN, "--team", &token])
-        .args(["--submission", &summary.submission_id, "--benchmark", "g1-smoke"])
+        .args(["--submission", &submission, "--benchmark", "g1-smoke"])
         .arg("--out")
         .arg(&shots)
         .env("QUIET", "1")

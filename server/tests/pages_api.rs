@@ -6,26 +6,8 @@ mod common;
 
 use arena_data::trajectory_file;
 use arena_sdk::agents::ReplayAgent;
-use arena_sdk::client::{self, ClientConfig, Mode};
-use arena_sdk::protocol::Encoding;
 use common::server::{ADMIN, ServerProc, http};
 use common::tmp;
-
-fn submit(server: &ServerProc, token: &str) -> String {
-    let mut config = ClientConfig::new(
-        server.ws_url(),
-        token,
-        Mode::Submission {
-            benchmark: "g1-smoke".into(),
-            submission_id: None,
-        },
-    );
-    config.encoding = Encoding::Binary;
-    config.agent_name = "replay".into();
-    let summary = client::run_blocking(&config, &mut ReplayAgent::new(), &mut |_| {}).expect("completes");
-    assert_eq!(summary.submission_status, "COMPLETED");
-    summary.submission_id
-}
 
 #[test]
 fn page_endpoints_on_a_real_submission() {
@@ -33,7 +15,7 @@ fn page_endpoints_on_a_real_submission() {
     let server = ServerProc::start(&dir.join("data"), &[]);
     let alpha = server.team("alpha");
     let beta = server.team("beta");
-    let id = submit(&server, &alpha);
+    let id = server.submit(&alpha, &mut ReplayAgent::new(), "replay", None);
 
     // Benchmark details for its page.
     let (status, b) = server.get("/api/v1/benchmarks/g1-smoke", None);

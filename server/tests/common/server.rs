@@ -113,6 +113,34 @@ impl ServerProc {
         )
     }
 
+    /// Runs a whole g1-smoke submission with `agent` over WebSocket (binary), in `phase` if
+    /// given, checks it COMPLETED, and returns its id.
+    pub fn submit(
+        &self,
+        token: &str,
+        agent: &mut dyn arena_sdk::Agent,
+        agent_name: &str,
+        phase: Option<&str>,
+    ) -> String {
+        let mut config = arena_sdk::ClientConfig::new(
+            self.ws_url(),
+            token,
+            arena_sdk::Mode::Submission {
+                benchmark: "g1-smoke".into(),
+                submission_id: None,
+            },
+        );
+        config.encoding = arena_sdk::protocol::Encoding::Binary;
+        config.agent_name = agent_name.into();
+        if let Some(phase) = phase {
+            config.phase = phase.into();
+        }
+        let summary =
+            arena_sdk::client::run_blocking(&config, agent, &mut |_| {}).expect("the submission runs to its end");
+        assert_eq!(summary.submission_status, "COMPLETED");
+        summary.submission_id
+    }
+
     /// Creates a team with the admin token; returns its token.
     pub fn team(&self, name: &str) -> String {
         let (status, v) = self.post("/api/v1/teams", Some(ADMIN), &format!("{{\"name\": \"{name}\"}}"));

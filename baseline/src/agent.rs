@@ -5,8 +5,8 @@
 //! simulator of its own and no state between steps.
 
 use crate::model::{FbCprAuxModel, Obs};
+use arena_sdk::ObservationLayout;
 use arena_sdk::agent::{Agent, Batch};
-use arena_sdk::episode::ObservationLayout;
 use arena_sdk::protocol::{EpisodeInfo, EpisodeSpec};
 use std::ops::Range;
 use tch::{Kind, Tensor};

@@ -9,9 +9,8 @@ use arena_bfm::checkpoint;
 use arena_bfm::config::{ModelConfig, PRESETS, ParameterCounts};
 use arena_bfm::train::{Motions, RunPaths, Trainer};
 use arena_bfm::train_config::TrainConfig;
+use arena_runner::local::{LocalOptions, run_local};
 use arena_sdk::client::{self, ClientConfig, Mode};
-use arena_sdk::episode::ObservationLayout;
-use arena_sdk::local::{LocalOptions, run_local};
 use arena_sim::RobotConfig;
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -167,7 +166,7 @@ fn main() -> ExitCode {
 fn load_benchmark(name: &str, dir: Option<&Path>, motions_root: &Path) -> anyhow::Result<Motions> {
     let dir = dir.map(Path::to_path_buf).unwrap_or_else(spec::shipped_dir);
     let (path, spec) = spec::find_benchmark(name, &dir, &metric_names())?;
-    let clips = arena_sdk::episode::benchmark_clips(&spec, motions_root, &RobotConfig::default())
+    let clips = arena_runner::episode::benchmark_clips(&spec, motions_root, &RobotConfig::default())
         .with_context(|| format!("loading the motions of {} ({})", spec.name, path.display()))?;
     Ok(Motions { spec, clips })
 }
@@ -234,7 +233,7 @@ fn eval(a: EvalArgs) -> anyhow::Result<()> {
     let device = a.device.device()?;
     let (model, _) = checkpoint::load_model(&a.checkpoint, device)?;
     let motions = load_benchmark(&a.benchmark, a.benchmarks_dir.as_deref(), &a.motions_root)?;
-    check_layout(&ObservationLayout::for_benchmark(&motions.spec))
+    check_layout(&arena_runner::episode::observation_layout(&motions.spec))
         .map_err(|e| anyhow::anyhow!("{}: {e}", motions.spec.name))?;
     let mut agent = TrackingAgent::new(model, a.window);
     let options = LocalOptions {

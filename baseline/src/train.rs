@@ -22,7 +22,7 @@ use anyhow::{Context, bail};
 use arena_bench::priority::{PriorityConfig, priorities};
 use arena_bench::spec::BenchmarkSpec;
 use arena_data::{MotionClip, NUM_JOINTS};
-use arena_sdk::local::{LocalOptions, run_local};
+use arena_runner::local::{LocalOptions, run_local};
 use arena_sim::RobotConfig;
 use arena_sim::dr::DrLevel;
 use arena_sim::env::{EpisodeAssignment, EpisodeStatus, LieDown, ObservationBatch, TrackingEnv, TrackingEnvConfig};

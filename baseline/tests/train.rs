@@ -34,7 +34,7 @@ fn motions(c: &TrainConfig) -> Motions {
         &arena_bench::metrics::metric_names(),
     )
     .unwrap();
-    let clips = arena_sdk::episode::benchmark_clips(&spec, Path::new("."), &Default::default()).unwrap();
+    let clips = arena_runner::episode::benchmark_clips(&spec, Path::new("."), &Default::default()).unwrap();
     Motions { spec, clips }
 }
 

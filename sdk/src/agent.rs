@@ -1,6 +1,6 @@
 //! The [`Agent`] trait: what a participant implements, whatever the transport.
 
-use crate::episode::ObservationLayout;
+use crate::layout::ObservationLayout;
 use crate::protocol::{EpisodeEnd, EpisodeInfo, EpisodeSpec};
 
 /// One control step's observations for every running episode of a batch, contiguous

@@ -1,11 +1,8 @@
 //! Example agents: the all-zero floor and open-loop reference replay.
 
 use crate::agent::{Agent, Batch};
-use crate::episode::REFERENCE_GROUP;
+use crate::layout::REFERENCE_GROUP;
 use crate::protocol::{EpisodeInfo, EpisodeSpec};
-use arena_data::NUM_JOINTS;
-use arena_sim::RobotConfig;
-use arena_sim::policy::ReplayPolicy;
 
 /// All-zero actions: PD targets at the default pose.
 #[derive(Debug, Default)]
@@ -20,33 +17,39 @@ impl Agent for ZeroAgent {
 }
 
 /// Open-loop replay: targets the next reference frame (the first frame of the `reference`
-/// observation group), the same action as the simulator's built-in replay policy.
-#[derive(Debug)]
+/// observation group) through the session's announced action mapping,
+/// a = clip((q_ref − default_joint_pos) / action_scale, −1, 1).
+#[derive(Debug, Default)]
 pub struct ReplayAgent {
-    robot: RobotConfig,
-    q_ref: Vec<f64>,
+    default_joint_pos: Vec<f64>,
+    action_scale: Vec<f64>,
 }
 
 impl ReplayAgent {
     pub fn new() -> Self {
-        Self {
-            robot: RobotConfig::default(),
-            q_ref: vec![0.0; NUM_JOINTS],
-        }
-    }
-}
-
-impl Default for ReplayAgent {
-    fn default() -> Self {
-        Self::new()
+        Self::default()
     }
 }
 
 impl Agent for ReplayAgent {
     fn configure(&mut self, spec: &EpisodeSpec) {
+        self.default_joint_pos = spec.default_joint_pos.clone();
+        self.action_scale = spec.action_scale.clone();
+    }
+
+    fn check(&self, spec: &EpisodeSpec) -> Result<(), String> {
+        let n = spec.action_size as usize;
+        if spec.default_joint_pos.len() != n || spec.action_scale.len() != n {
+            return Err(format!(
+                "replay needs the action mapping for {n} joints; the server sent {} default positions and {} scales",
+                spec.default_joint_pos.len(),
+                spec.action_scale.len()
+            ));
+        }
         if !spec.observations.iter().any(|g| g.name == REFERENCE_GROUP) {
             tracing::warn!("the benchmark sends no `reference` observation; replay falls back to zero actions");
         }
+        Ok(())
     }
 
     fn reset(&mut self, _episodes: &[EpisodeInfo]) {}
@@ -56,13 +59,14 @@ impl Agent for ReplayAgent {
             actions.fill(0.0);
             return;
         };
-        for (i, out) in actions.chunks_exact_mut(NUM_JOINTS).enumerate() {
-            // Frame 1 of the horizon: root position (3), quaternion (4), then the 29 joints.
-            let joints = &batch.observation(i)[reference.start + 7..reference.start + 7 + NUM_JOINTS];
-            for (q, v) in self.q_ref.iter_mut().zip(joints) {
-                *q = *v as f64;
+        let n = self.action_scale.len();
+        for (i, out) in actions.chunks_exact_mut(n).enumerate() {
+            // Frame 1 of the horizon: root position (3), quaternion (4), then the joints.
+            let joints = &batch.observation(i)[reference.start + 7..reference.start + 7 + n];
+            for (j, a) in out.iter_mut().enumerate() {
+                let q = joints[j] as f64;
+                *a = ((q - self.default_joint_pos[j]) / self.action_scale[j]).clamp(-1.0, 1.0) as f32;
             }
-            ReplayPolicy::action_for(&self.q_ref, &self.robot, out);
         }
     }
 }

@@ -4,7 +4,7 @@
 //! session logic is the same on both transports; [`Connection`] only moves messages.
 
 use crate::agent::{Agent, Batch};
-use crate::episode::ObservationLayout;
+use crate::layout::ObservationLayout;
 use crate::protocol::agent_gateway_client::AgentGatewayClient;
 use crate::protocol::{
     self, Action, Connect, Connected, Disconnect, Encoding, EpisodeAction, EpisodeEnd, EpisodeInfo, GetAction,

@@ -7,9 +7,9 @@
 //! `cargo run --release -p arena-server --example remote_vs_local -- --benchmark g1-moves-dance \
 //!     --motions-root ../shared/motions/g1-moves`
 
+use arena_runner::local::{LocalOptions, run_local};
 use arena_sdk::agents::ReplayAgent;
 use arena_sdk::client::{self, ClientConfig, Mode};
-use arena_sdk::local::{LocalOptions, run_local};
 use arena_sdk::protocol::{Encoding, EpisodeInfo, EpisodeSpec, ResetEpisode};
 use arena_sdk::{Agent, Batch};
 use arena_server::app::{self, AppState};
@@ -86,7 +86,7 @@ fn main() -> anyhow::Result<()> {
     let token = "bench-token";
     runtime.block_on(state.storage.create_team("bench", &hash_token(token)))?;
     let loaded = state.catalog.load(&a.benchmark)?;
-    let clips = arena_sdk::episode::benchmark_clips(&loaded.spec, &a.motions_root, &Default::default())?;
+    let clips = arena_runner::episode::benchmark_clips(&loaded.spec, &a.motions_root, &Default::default())?;
     let ws_url = format!("ws://{addr}/api/v1/agent");
     let grpc_url = format!("grpc://{addr}");
     println!(

@@ -8,7 +8,7 @@
 use crate::catalog::LoadedBenchmark;
 use crate::storage::{NewEpisode, NewSubmission, Phase, Quota, Storage, StorageError, Submission, Team, Visibility};
 use arena_bench::spec::BenchmarkSpec;
-use arena_sdk::episode::{REFERENCE_GOAL_GROUP, REFERENCE_GROUP};
+use arena_sdk::layout::{REFERENCE_GOAL_GROUP, REFERENCE_GROUP};
 use arena_sdk::protocol::{self, codes};
 use axum::http::StatusCode;
 use std::collections::HashMap;

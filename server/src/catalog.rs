@@ -3,7 +3,7 @@
 
 use arena_bench::metrics::metric_names;
 use arena_bench::spec::{self, BenchmarkSpec, Episode, SpecError};
-use arena_sdk::episode::benchmark_clips;
+use arena_runner::episode::benchmark_clips;
 use arena_sim::RobotConfig;
 use arena_sim::motion::MotionLibrary;
 use std::collections::HashMap;

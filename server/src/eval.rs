@@ -5,15 +5,15 @@ use arena_bench::aggregate::{MetricsAggregator, Report};
 use arena_bench::metrics::{self, Frame, MetricConfig};
 use arena_bench::spec::BenchmarkSpec;
 use arena_data::MotionClip;
+use arena_runner::local::{Progress, run_local};
 use arena_sdk::Agent;
-use arena_sdk::local::{Progress, run_local};
 use arena_sim::CONTROL_DT;
 use arena_sim::observation::STATE_DIM;
 use arena_sim::{RobotConfig, kinematics::Kinematics};
 use std::collections::BTreeMap;
 
 /// Options of one evaluation run.
-pub use arena_sdk::local::LocalOptions as EvalOptions;
+pub use arena_runner::local::LocalOptions as EvalOptions;
 
 /// Runs every episode of `spec` with a built-in agent through the SDK's local runner (the same
 /// observations, episode ends and scoring as a server session).

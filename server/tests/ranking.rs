@@ -11,9 +11,9 @@
 
 use arena_bench::aggregate::{EpisodeResult, EpisodeStatus, MetricsAggregator, Report};
 use arena_bench::spec::{BenchmarkSpec, find_benchmark, shipped_dir};
+use arena_runner::episode;
+use arena_runner::local::{LocalOptions, run_local};
 use arena_sdk::agents::ReplayAgent;
-use arena_sdk::episode;
-use arena_sdk::local::{LocalOptions, run_local};
 use arena_server::leaderboard;
 use arena_server::storage::{Submission, SubmissionStatus};
 use arena_sim::env::Trajectory;

@@ -5,10 +5,11 @@
 
 use arena_bench::spec::{BenchmarkSpec, MotionSource, Window, find_benchmark, shipped_dir};
 use arena_data::MotionClip;
+use arena_runner::episode;
+use arena_runner::local::{LocalOptions, run_local};
 use arena_sdk::Agent;
 use arena_sdk::agent::Batch;
-use arena_sdk::episode::{self, REFERENCE_GOAL_GROUP, REFERENCE_GOAL_ROW};
-use arena_sdk::local::{LocalOptions, run_local};
+use arena_sdk::layout::{REFERENCE_GOAL_GROUP, REFERENCE_GOAL_ROW};
 use arena_sdk::protocol::{EpisodeInfo, EpisodeSpec};
 use arena_sim::motion::MotionLibrary;
 use arena_sim::observation::{PRIVILEGED_STATE_DIM, ReferenceObservations, STATE_DIM, reference_observations};

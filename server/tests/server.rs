@@ -5,9 +5,9 @@
 mod common;
 
 use arena_data::trajectory_file;
+use arena_runner::local::{LocalOptions, run_local};
 use arena_sdk::agents::ReplayAgent;
 use arena_sdk::client::{self, ClientConfig, ClientEvent, Mode};
-use arena_sdk::local::{LocalOptions, run_local};
 use arena_sdk::protocol::{Encoding, ResetEpisode};
 use common::server::{ADMIN, PgDb, ServerProc};
 use common::tmp;
@@ -55,7 +55,7 @@ fn complete_g1_smoke(server: &ServerProc, url: &str) {
     )
     .unwrap()
     .1;
-    let clips = arena_sdk::episode::benchmark_clips(&spec, std::path::Path::new("."), &Default::default()).unwrap();
+    let clips = arena_runner::episode::benchmark_clips(&spec, std::path::Path::new("."), &Default::default()).unwrap();
     let local = run_local(
         &spec,
         &clips,
@@ -306,7 +306,7 @@ impl GoalChecker {
             .unwrap()
             .1;
         let robot = arena_sim::RobotConfig::default();
-        let clips = arena_sdk::episode::benchmark_clips(&spec, std::path::Path::new("."), &robot).unwrap();
+        let clips = arena_runner::episode::benchmark_clips(&spec, std::path::Path::new("."), &robot).unwrap();
         let library = arena_sim::motion::MotionLibrary::from_clips(&clips, &robot).unwrap();
         let references = library
             .motions
@@ -338,7 +338,7 @@ impl arena_sdk::Agent for GoalChecker {
         }
     }
     fn act(&mut self, batch: &arena_sdk::Batch<'_>, actions: &mut [f32]) {
-        use arena_sdk::episode::REFERENCE_GOAL_ROW;
+        use arena_sdk::layout::REFERENCE_GOAL_ROW;
         use arena_sim::observation::{PRIVILEGED_STATE_DIM, STATE_DIM};
         actions.fill(0.0);
         let range = batch.layout.group("reference_goal").expect("the group is sent");

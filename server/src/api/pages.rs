@@ -296,7 +296,7 @@ async fn rescore(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(id
     let spec_for_scoring = spec.clone();
     let rescored = tokio::task::spawn_blocking(
         move || -> anyhow::Result<Vec<(i64, std::collections::BTreeMap<String, f64>)>> {
-            let config = arena_sdk::episode::metric_config(&spec_for_scoring);
+            let config = arena_runner::episode::metric_config(&spec_for_scoring);
             let mut out = Vec::new();
             for (idx, status) in scored {
                 let record = trajectory_file::read_episode(&path, &trajectory_file::episode_group_name(idx as u32))?;
@@ -306,7 +306,7 @@ async fn rescore(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(id
                 } else {
                     arena_bench::aggregate::EpisodeStatus::Completed
                 };
-                let (_, metrics, reason) = arena_sdk::episode::score_finished(
+                let (_, metrics, reason) = arena_runner::episode::score_finished(
                     &trajectory,
                     status,
                     None,

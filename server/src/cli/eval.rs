@@ -46,7 +46,7 @@ pub fn run(a: EvalArgs) -> anyhow::Result<()> {
     let known = metric_names();
     let (path, spec) = spec::find_benchmark(&a.benchmark, &a.dir.dir(), &known)?;
     let robot = RobotConfig::default();
-    let clips = arena_sdk::episode::benchmark_clips(&spec, &a.motions_root, &robot)
+    let clips = arena_runner::episode::benchmark_clips(&spec, &a.motions_root, &robot)
         .with_context(|| format!("loading the motions of {} ({})", spec.name, path.display()))?;
     let threads = if a.threads == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())

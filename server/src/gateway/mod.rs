@@ -14,7 +14,7 @@ use crate::catalog::LoadedBenchmark;
 use crate::orchestrator::{self, JobSource, RunContext, RunOutcome, Sink, runner};
 use crate::storage::{NewSubmission, Submission, SubmissionStatus, now_ms};
 use arena_bench::spec::Episode;
-use arena_sdk::episode::episode_spec;
+use arena_runner::episode::episode_spec;
 use arena_sdk::protocol::{
     self, Connect, Connected, DecodeError, Disconnect, Heartbeat, Msg, PROTOCOL_VERSION, ResetEpisode, codes,
 };

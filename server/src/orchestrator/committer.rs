@@ -8,8 +8,8 @@ use crate::results;
 use crate::storage::{EpisodeOutcome, SubmissionStatus};
 use arena_bench::aggregate::EpisodeStatus;
 use arena_data::trajectory_file::{EpisodeRecord, TrajectoryFile};
-use arena_sdk::episode;
-use arena_sdk::local::status_name;
+use arena_runner::episode;
+use arena_runner::local::status_name;
 use arena_sdk::protocol::{Disconnect, EpisodeEnd, Msg};
 use std::sync::mpsc;
 

@@ -6,8 +6,9 @@ use super::{JobSource, RunContext, Sink};
 use arena_bench::aggregate::EpisodeStatus;
 use arena_bench::spec::Episode;
 use arena_data::NUM_JOINTS;
-use arena_sdk::episode::{self, ObservationLayout, ReferenceScratch};
-use arena_sdk::local::episode_info;
+use arena_runner::episode::{self, ReferenceScratch};
+use arena_runner::local::episode_info;
+use arena_sdk::ObservationLayout;
 use arena_sdk::protocol::{self, Action, EpisodeObservation, EpisodeStart, GetAction, Msg, codes};
 use arena_sim::env::{TrackingEnv, Trajectory};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -85,7 +86,7 @@ impl<'a> Lane<'a> {
             ctx,
             lane,
             env,
-            layout: ObservationLayout::for_benchmark(spec),
+            layout: episode::observation_layout(spec),
             slots: (0..ctx.batch).map(|_| None).collect(),
             inbox,
             commit,
@@ -219,7 +220,7 @@ impl<'a> Lane<'a> {
                 continue;
             }
             let mut values = vec![0.0f32; d];
-            self.layout.fill(&self.env, slot, &mut self.scratch, &mut values);
+            episode::fill_observation(&self.layout, &self.env, slot, &mut self.scratch, &mut values);
             observations.push(EpisodeObservation {
                 episode_id: r.episode.index as u32,
                 episode_step: self.env.infos()[slot].step as u32,

@@ -1,14 +1,14 @@
-//! The local runner: drives an [`Agent`] through a whole benchmark against an in-process
+//! The local runner: drives an [`Agent`](arena_sdk::Agent) through a whole benchmark against an in-process
 //! simulator, with no server and no network. Observations, episode ends and scores come from the
 //! same code the server uses, so a local score is what a submission would get.
 
-use crate::agent::{Agent, Batch};
-use crate::episode::{self, ObservationLayout, ReferenceScratch};
-use crate::protocol::{EpisodeEnd, EpisodeInfo};
+use crate::episode::{self, ReferenceScratch};
 use anyhow::Context;
 use arena_bench::aggregate::{EpisodeResult, MetricsAggregator};
 use arena_bench::spec::{BenchmarkSpec, Episode};
 use arena_data::{MotionClip, NUM_JOINTS};
+use arena_sdk::protocol::{EpisodeEnd, EpisodeInfo};
+use arena_sdk::{Agent, Batch};
 use arena_sim::RobotConfig;
 use arena_sim::env::TrackingEnv;
 use arena_sim::motion::MotionLibrary;
@@ -70,8 +70,12 @@ pub fn run_local(
     anyhow::ensure!(!episodes.is_empty(), "benchmark {} expands to no episodes", spec.name);
     let batch = options.batch.clamp(1, episodes.len());
     let mut env = TrackingEnv::new(episode::env_config(spec, batch, options.threads), library.clone())?;
-    let layout = ObservationLayout::for_benchmark(spec);
-    agent.configure(&episode::episode_spec(spec, batch as u32, 1, 0.0));
+    let layout = episode::observation_layout(spec);
+    let session = episode::episode_spec(spec, batch as u32, 1, 0.0);
+    agent.configure(&session);
+    agent
+        .check(&session)
+        .map_err(|reason| anyhow::anyhow!("the agent cannot serve benchmark {}: {reason}", spec.name))?;
     let metric_config = episode::metric_config(spec);
     let mut aggregator = MetricsAggregator::new();
     let mut running: Vec<Option<&Episode>> = vec![None; batch];
@@ -109,7 +113,13 @@ pub fn run_local(
         for (slot, ep) in running.iter().enumerate() {
             let Some(ep) = ep else { continue };
             let row = slots.len();
-            layout.fill(&env, slot, &mut scratch, &mut observations[row * d..(row + 1) * d]);
+            episode::fill_observation(
+                &layout,
+                &env,
+                slot,
+                &mut scratch,
+                &mut observations[row * d..(row + 1) * d],
+            );
             ids.push(ep.index as u32);
             steps.push(env.infos()[slot].step as u32);
             slots.push(slot);

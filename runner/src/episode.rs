@@ -1,12 +1,14 @@
-//! Episode mechanics shared by the server's simulator workers and the SDK's local runner, so a
-//! local run and a remote run of the same benchmark see the same observations, end episodes by
-//! the same rules and are scored by the same code.
+//! Episode mechanics shared by the server's simulator workers and the local runner, so a local
+//! run and a remote run of the same benchmark see the same observations, end episodes by the
+//! same rules and are scored by the same code.
 
-use crate::protocol::{EpisodeSpec, ObservationGroup, Reference};
 use arena_bench::aggregate::EpisodeStatus;
 use arena_bench::metrics::{self, Frame, MetricConfig};
 use arena_bench::spec::{BenchmarkSpec, Episode, FallSpec, MotionSource};
 use arena_data::{MotionClip, NUM_JOINTS};
+use arena_sdk::ObservationLayout;
+use arena_sdk::layout::{REFERENCE_FRAME_SIZE, REFERENCE_GOAL_GROUP, REFERENCE_GOAL_ROW, REFERENCE_GROUP};
+use arena_sdk::protocol::{EpisodeSpec, Reference};
 use arena_sim::dr::DrLevel;
 use arena_sim::env::{self, ACTION_CLIP, EpisodeAssignment, FallRule, TrackingEnv, TrackingEnvConfig, Trajectory};
 use arena_sim::handler::NQ;
@@ -15,16 +17,10 @@ use arena_sim::observation::{self, HISTORY_ACTOR_DIM, LAST_ACTION_DIM, PRIVILEGE
 use arena_sim::robot::NUM_BODIES_EXT;
 use arena_sim::{CONTROL_DT, RobotConfig};
 use std::collections::BTreeMap;
-use std::ops::Range;
 use std::path::Path;
 
-/// Name of the observation group carrying the next `reference_horizon` reference frames.
-pub const REFERENCE_GROUP: &str = "reference";
-/// Name of the observation group carrying the next `reference_goal_horizon` reference rows as
-/// BFM-Zero's backward network reads them (`state` | `privileged_state` of the reference).
-pub const REFERENCE_GOAL_GROUP: &str = "reference_goal";
-/// Values per `reference_goal` row: the reference `state` (64) then its `privileged_state` (463).
-pub const REFERENCE_GOAL_ROW: usize = STATE_DIM + PRIVILEGED_STATE_DIM;
+// The SDK states the reference groups' row sizes without the simulator; they are the simulator's.
+const _: () = assert!(REFERENCE_FRAME_SIZE == NQ && REFERENCE_GOAL_ROW == STATE_DIM + PRIVILEGED_STATE_DIM);
 
 /// The clips a benchmark names: generated for `builtin`, read from the motions root otherwise.
 pub fn benchmark_clips(
@@ -89,151 +85,84 @@ pub fn metric_config(spec: &BenchmarkSpec) -> MetricConfig {
     }
 }
 
-/// Which observation groups an agent receives and where each sits in its concatenated values.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ObservationLayout {
-    groups: Vec<(String, Range<usize>)>,
-    reference_horizon: usize,
-    reference_goal_horizon: usize,
+/// The layout a benchmark's sessions announce: the benchmark's groups in its order, then
+/// `reference` when `reference_horizon` > 0, then `reference_goal` when
+/// `reference_goal_horizon` > 0.
+pub fn observation_layout(spec: &BenchmarkSpec) -> ObservationLayout {
+    let mut groups: Vec<(&str, usize)> = spec
+        .observations
+        .groups
+        .iter()
+        .map(|g| (g.as_str(), group_size(g)))
+        .collect();
+    let horizon = spec.observations.reference_horizon as usize;
+    if horizon > 0 {
+        groups.push((REFERENCE_GROUP, horizon * NQ));
+    }
+    let goal_horizon = spec.observations.reference_goal_horizon as usize;
+    if goal_horizon > 0 {
+        groups.push((REFERENCE_GOAL_GROUP, goal_horizon * REFERENCE_GOAL_ROW));
+    }
+    ObservationLayout::from_groups(groups)
 }
 
-impl ObservationLayout {
-    /// The benchmark's groups in its order, then `reference` when `reference_horizon` > 0, then
-    /// `reference_goal` when `reference_goal_horizon` > 0.
-    pub fn for_benchmark(spec: &BenchmarkSpec) -> Self {
-        let mut groups = Vec::new();
-        let mut offset = 0;
-        let mut push = |name: &str, size: usize| {
-            groups.push((name.to_string(), offset..offset + size));
-            offset += size;
-        };
-        for g in &spec.observations.groups {
-            push(g, group_size(g));
-        }
-        let horizon = spec.observations.reference_horizon as usize;
-        if horizon > 0 {
-            push(REFERENCE_GROUP, horizon * NQ);
-        }
-        let goal_horizon = spec.observations.reference_goal_horizon as usize;
-        if goal_horizon > 0 {
-            push(REFERENCE_GOAL_GROUP, goal_horizon * REFERENCE_GOAL_ROW);
-        }
-        Self {
-            groups,
-            reference_horizon: horizon,
-            reference_goal_horizon: goal_horizon,
-        }
-    }
-
-    /// The layout announced in a Connected message.
-    pub fn from_spec(spec: &EpisodeSpec) -> Self {
-        let mut groups = Vec::new();
-        let mut offset = 0;
-        let (mut horizon, mut goal_horizon) = (0, 0);
-        for g in &spec.observations {
-            let size = g.size as usize;
-            match g.name.as_str() {
-                REFERENCE_GROUP => horizon = size / NQ,
-                REFERENCE_GOAL_GROUP => goal_horizon = size / REFERENCE_GOAL_ROW,
-                _ => {}
-            }
-            groups.push((g.name.clone(), offset..offset + size));
-            offset += size;
-        }
-        Self {
-            groups,
-            reference_horizon: horizon,
-            reference_goal_horizon: goal_horizon,
-        }
-    }
-
-    /// Future reference frames in the `reference` group (0 without it).
-    pub fn reference_horizon(&self) -> usize {
-        self.reference_horizon
-    }
-
-    /// Future reference rows in the `reference_goal` group (0 without it).
-    pub fn reference_goal_horizon(&self) -> usize {
-        self.reference_goal_horizon
-    }
-
-    /// Values per episode.
-    pub fn size(&self) -> usize {
-        self.groups.last().map_or(0, |(_, r)| r.end)
-    }
-
-    /// Where group `name` sits in an episode's values.
-    pub fn group(&self, name: &str) -> Option<Range<usize>> {
-        self.groups.iter().find(|(n, _)| n == name).map(|(_, r)| r.clone())
-    }
-
-    pub fn groups(&self) -> impl Iterator<Item = (&str, Range<usize>)> {
-        self.groups.iter().map(|(n, r)| (n.as_str(), r.clone()))
-    }
-
-    /// The protocol's description of the groups.
-    pub fn to_protocol(&self) -> Vec<ObservationGroup> {
-        self.groups
-            .iter()
-            .map(|(n, r)| ObservationGroup {
-                name: n.clone(),
-                size: r.len() as u32,
-            })
-            .collect()
-    }
-
-    /// Writes env `slot`'s observation into `out` (`size()` values): the benchmark's groups from
-    /// the env's observation batch, then the reference frames at t + dt, ..., t + H·dt, then the
-    /// reference rows (state | privileged_state) at t + dt, ..., t + H_goal·dt.
-    pub fn fill(&self, env: &TrackingEnv, slot: usize, scratch: &mut ReferenceScratch, out: &mut [f32]) {
-        let obs = env.observations();
-        for (name, range) in &self.groups {
-            let dst = &mut out[range.clone()];
-            let n = range.len();
-            match name.as_str() {
-                "state" => dst.copy_from_slice(&obs.state[slot * n..(slot + 1) * n]),
-                "privileged_state" => dst.copy_from_slice(&obs.privileged_state[slot * n..(slot + 1) * n]),
-                "last_action" => dst.copy_from_slice(&obs.last_action[slot * n..(slot + 1) * n]),
-                "history_actor" => dst.copy_from_slice(&obs.history_actor[slot * n..(slot + 1) * n]),
-                REFERENCE_GROUP => {
-                    let (Some(a), info) = (env.assignment(slot), &env.infos()[slot]) else {
-                        dst.fill(0.0);
-                        continue;
-                    };
-                    let motion = &env.library().motions[a.motion];
-                    for k in 0..self.reference_horizon {
-                        let t = info.motion_time + (k + 1) as f64 * CONTROL_DT;
-                        motion.pose_at(t, &mut scratch.qpos, &mut scratch.body_pos);
-                        for (d, s) in dst[k * NQ..(k + 1) * NQ].iter_mut().zip(&scratch.qpos) {
-                            *d = *s as f32;
-                        }
+/// Writes env `slot`'s observation into `out` (`size()` values): the benchmark's groups from
+/// the env's observation batch, then the reference frames at t + dt, ..., t + H·dt, then the
+/// reference rows (state | privileged_state) at t + dt, ..., t + H_goal·dt.
+pub fn fill_observation(
+    layout: &ObservationLayout,
+    env: &TrackingEnv,
+    slot: usize,
+    scratch: &mut ReferenceScratch,
+    out: &mut [f32],
+) {
+    let obs = env.observations();
+    for (name, range) in layout.groups() {
+        let dst = &mut out[range.clone()];
+        let n = range.len();
+        match name {
+            "state" => dst.copy_from_slice(&obs.state[slot * n..(slot + 1) * n]),
+            "privileged_state" => dst.copy_from_slice(&obs.privileged_state[slot * n..(slot + 1) * n]),
+            "last_action" => dst.copy_from_slice(&obs.last_action[slot * n..(slot + 1) * n]),
+            "history_actor" => dst.copy_from_slice(&obs.history_actor[slot * n..(slot + 1) * n]),
+            REFERENCE_GROUP => {
+                let (Some(a), info) = (env.assignment(slot), &env.infos()[slot]) else {
+                    dst.fill(0.0);
+                    continue;
+                };
+                let motion = &env.library().motions[a.motion];
+                for k in 0..layout.reference_horizon() {
+                    let t = info.motion_time + (k + 1) as f64 * CONTROL_DT;
+                    motion.pose_at(t, &mut scratch.qpos, &mut scratch.body_pos);
+                    for (d, s) in dst[k * NQ..(k + 1) * NQ].iter_mut().zip(&scratch.qpos) {
+                        *d = *s as f32;
                     }
                 }
-                REFERENCE_GOAL_GROUP => {
-                    let (Some(a), info) = (env.assignment(slot), &env.infos()[slot]) else {
-                        dst.fill(0.0);
-                        continue;
-                    };
-                    let motion = &env.library().motions[a.motion];
-                    let state = &mut scratch.state;
-                    for (k, row) in dst.chunks_exact_mut(REFERENCE_GOAL_ROW).enumerate() {
-                        // The env's own time formula (start + step·dt) one to H steps ahead, so
-                        // row k is exactly the reference observation of episode step t + k + 1.
-                        let t = a.start_time + (info.step + k + 1) as f64 * CONTROL_DT;
-                        motion.state_at(t, state);
-                        let (s, p) = row.split_at_mut(STATE_DIM);
-                        observation::reference_state_row(state, env.robot(), s);
-                        observation::privileged_state(
-                            &state.body_pos,
-                            &state.body_rot,
-                            &state.body_vel,
-                            &state.body_ang_vel,
-                            p,
-                        );
-                    }
-                }
-                other => unreachable!("observation group {other:?} passed benchmark validation"),
             }
+            REFERENCE_GOAL_GROUP => {
+                let (Some(a), info) = (env.assignment(slot), &env.infos()[slot]) else {
+                    dst.fill(0.0);
+                    continue;
+                };
+                let motion = &env.library().motions[a.motion];
+                let state = &mut scratch.state;
+                for (k, row) in dst.chunks_exact_mut(REFERENCE_GOAL_ROW).enumerate() {
+                    // The env's own time formula (start + step·dt) one to H steps ahead, so
+                    // row k is exactly the reference observation of episode step t + k + 1.
+                    let t = a.start_time + (info.step + k + 1) as f64 * CONTROL_DT;
+                    motion.state_at(t, state);
+                    let (s, p) = row.split_at_mut(STATE_DIM);
+                    observation::reference_state_row(state, env.robot(), s);
+                    observation::privileged_state(
+                        &state.body_pos,
+                        &state.body_rot,
+                        &state.body_vel,
+                        &state.body_ang_vel,
+                        p,
+                    );
+                }
+            }
+            other => unreachable!("observation group {other:?} passed benchmark validation"),
         }
     }
 }
@@ -271,7 +200,7 @@ impl Default for ReferenceScratch {
 pub fn episode_spec(spec: &BenchmarkSpec, max_batch: u32, max_in_flight: u32, step_timeout_s: f64) -> EpisodeSpec {
     let robot = RobotConfig::default();
     EpisodeSpec {
-        observations: ObservationLayout::for_benchmark(spec).to_protocol(),
+        observations: observation_layout(spec).to_protocol(),
         action_size: NUM_JOINTS as u32,
         control_hz: spec.limits.control_hz as f64,
         max_batch,
@@ -370,6 +299,7 @@ pub fn score_finished(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ops::Range;
 
     fn smoke() -> BenchmarkSpec {
         let names = arena_bench::metrics::metric_names();
@@ -383,13 +313,13 @@ mod tests {
         spec.observations.groups = groups.iter().map(|g| g.to_string()).collect();
         spec.observations.reference_horizon = horizon;
         spec.observations.reference_goal_horizon = goal_horizon;
-        ObservationLayout::for_benchmark(&spec)
+        observation_layout(&spec)
     }
 
     #[test]
     fn g1_smoke_layout_ends_with_the_reference_rows() {
         let spec = smoke();
-        let layout = ObservationLayout::for_benchmark(&spec);
+        let layout = observation_layout(&spec);
         let groups: Vec<(&str, Range<usize>)> = layout.groups().collect();
         assert_eq!(
             groups,

@@ -2,7 +2,7 @@
 //! control step. Only the raw terms are computed here; the weights c_k come from the config.
 
 use arena_data::NUM_JOINTS;
-use arena_sim::handler::{Field, Handler, MujocoHandler};
+use arena_sim::handler::{Field, Handler};
 use arena_sim::math;
 use arena_sim::robot::NUM_BODIES_EXT;
 use std::collections::BTreeMap;
@@ -45,7 +45,7 @@ pub struct AuxRewards {
 
 impl AuxRewards {
     /// `coefs`: c_k by term name (missing terms weigh 0).
-    pub fn new(handler: &MujocoHandler, coefs: &BTreeMap<String, f64>) -> Self {
+    pub fn new(handler: &dyn Handler, coefs: &BTreeMap<String, f64>) -> Self {
         let n = handler.num_envs();
         let mut soft_lower = [0.0; NUM_JOINTS];
         let mut soft_upper = [0.0; NUM_JOINTS];
@@ -71,7 +71,7 @@ impl AuxRewards {
 
     /// Evaluates the terms after a step; `a5` and `prev_a5` are the clipped ×5 actions of this
     /// and the previous step (N × 29; zeros before an episode's first action).
-    pub fn compute(&mut self, handler: &MujocoHandler, a5: &[f64], prev_a5: &[f64]) -> Result<(), arena_sim::SimError> {
+    pub fn compute(&mut self, handler: &dyn Handler, a5: &[f64], prev_a5: &[f64]) -> Result<(), arena_sim::SimError> {
         handler.read_batch(Field::DofPos, &mut self.dof_pos)?;
         handler.read_batch(Field::DofTorque, &mut self.torque)?;
         handler.read_batch(Field::BodyRot, &mut self.body_rot)?;

@@ -4,7 +4,7 @@
 //! at reset.
 
 use crate::dr::{self, DrDraw, DrLevel};
-use crate::handler::{EnvHealth, Field, Handler, MujocoHandler, NQ, NV};
+use crate::handler::{EnvHealth, Field, Handler, NQ, NV, SimBackend};
 use crate::motion::{MotionLibrary, MotionState};
 use crate::observation::{
     self, HISTORY_ACTOR_DIM, History, HistoryTiming, LAST_ACTION_DIM, PRIVILEGED_STATE_DIM, ProprioFrame, STATE_DIM,
@@ -74,6 +74,8 @@ pub struct TrackingEnvConfig {
     pub fall_rule: Option<FallRule>,
     /// Record trajectories (qpos, qvel, bodies, actions, reference) per env.
     pub record: bool,
+    /// Which physics backend simulates the envs.
+    pub backend: SimBackend,
 }
 
 impl Default for TrackingEnvConfig {
@@ -85,6 +87,7 @@ impl Default for TrackingEnvConfig {
             history: HistoryTiming::default(),
             fall_rule: None,
             record: true,
+            backend: SimBackend::Cpu,
         }
     }
 }
@@ -233,7 +236,7 @@ struct Readout {
 }
 
 impl Readout {
-    fn read(handler: &MujocoHandler, env: usize) -> Self {
+    fn read(handler: &dyn Handler, env: usize) -> Self {
         let mut r = Readout {
             qpos: [0.0; NQ],
             qvel: [0.0; NV],
@@ -256,7 +259,7 @@ impl Readout {
 
 pub struct TrackingEnv {
     config: TrackingEnvConfig,
-    handler: MujocoHandler,
+    handler: Box<dyn Handler>,
     library: Arc<MotionLibrary>,
     slots: Vec<Slot>,
     obs: ObservationBatch,
@@ -280,7 +283,7 @@ impl TrackingEnv {
             return Err(SimError::Config("num_envs must be at least 1".into()));
         }
         let n = config.num_envs;
-        let handler = MujocoHandler::new(config.robot.clone(), n, config.threads)?;
+        let handler = config.backend.create(config.robot.clone(), n, config.threads)?;
         let slots = (0..n)
             .map(|_| Slot {
                 assignment: None,
@@ -332,13 +335,13 @@ impl TrackingEnv {
         &self.config.robot
     }
 
-    /// Logs every physics substep's torques per env (see [`MujocoHandler::set_torque_logging`]).
-    pub fn set_torque_logging(&mut self, on: bool) {
-        self.handler.set_torque_logging(on);
+    /// Logs every physics substep's torques per env (see [`Handler::set_torque_logging`]).
+    pub fn set_torque_logging(&mut self, on: bool) -> Result<(), SimError> {
+        self.handler.set_torque_logging(on)
     }
 
-    pub fn handler(&self) -> &MujocoHandler {
-        &self.handler
+    pub fn handler(&self) -> &dyn Handler {
+        self.handler.as_ref()
     }
 
     pub fn observations(&self) -> &ObservationBatch {
@@ -375,6 +378,7 @@ impl TrackingEnv {
         for &(env, a, lie) in starts {
             self.reset_one(env, a, lie)?;
         }
+        self.handler.sync()?;
         self.selected.fill(false);
         for (env, _, _) in starts {
             self.selected[*env] = true;
@@ -521,7 +525,7 @@ impl TrackingEnv {
         let ctx = RefreshContext {
             library: &self.library,
             config: &self.config,
-            handler: &self.handler,
+            handler: self.handler.as_ref(),
             after_reset,
         };
         let obs = &mut self.obs;
@@ -606,7 +610,7 @@ struct ObsRows<'a> {
 struct RefreshContext<'a> {
     library: &'a MotionLibrary,
     config: &'a TrackingEnvConfig,
-    handler: &'a MujocoHandler,
+    handler: &'a dyn Handler,
     after_reset: bool,
 }
 

@@ -2,7 +2,8 @@
 //!
 //! One responsibility: simulate the Unitree G1 tracking reference motions. Layers (DESIGN.md §2):
 //! - [`robot`]: the project's G1 model (MJCF), joint/body orders, gains, action mapping;
-//! - [`handler`] (Layer 1): batched MuJoCo, PD control, state get/set, SoA accessors;
+//! - [`handler`] (Layer 1): batched physics with PD control, state get/set, SoA accessors, on
+//!   MuJoCo (CPU threads) or MuJoCo MJX (a supervised worker process, GPU);
 //! - [`motion`]: the motion library (resampling, FK, velocities, `state_at`);
 //! - [`observation`], [`dr`], [`env`] (Layer 2): observation terms, domain randomisation and the
 //!   batched [`env::TrackingEnv`] with trajectory recording;
@@ -20,7 +21,9 @@ pub mod policy;
 pub mod recorded;
 pub mod robot;
 
-pub use handler::{CONTROL_DT, DECIMATION, Field, Handler, MujocoHandler, PHYSICS_DT, RobotState};
+pub use handler::{
+    CONTROL_DT, DECIMATION, Field, GpuHandler, Handler, MujocoHandler, PHYSICS_DT, RobotState, SimBackend,
+};
 pub use robot::{GainSet, RobotConfig};
 
 /// Errors of the simulator crate.
@@ -30,6 +33,9 @@ pub enum SimError {
     Model(String),
     #[error("{0}")]
     Config(String),
+    /// The GPU backend's worker could not start or answer.
+    #[error("GPU backend: {0}")]
+    Backend(String),
     #[error("motion {motion}: {message}")]
     Motion { motion: String, message: String },
 }

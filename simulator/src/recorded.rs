@@ -9,7 +9,7 @@
 
 use crate::SimError;
 use crate::dr::{self, DrLevel};
-use crate::handler::{Field, MujocoHandler, NQ, NV};
+use crate::handler::{Field, Handler, MujocoHandler, NQ, NV};
 use crate::observation::{self, PRIVILEGED_STATE_DIM};
 use crate::robot::{NUM_BODIES_EXT, RobotConfig};
 

@@ -398,7 +398,7 @@ fn dump_replay(
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let n = env.num_envs();
-    env.set_torque_logging(true);
+    env.set_torque_logging(true)?;
     env.reset(all)?;
     let mut initial_qpos = Vec::new();
     let mut initial_qvel = Vec::new();

@@ -1,0 +1,683 @@
+//! The GPU backend: the same G1 model stepped by MuJoCo MJX (MuJoCo 3.17.0's JAX port, which
+//! can also run MuJoCo Warp underneath) in a Python worker process that this handler starts
+//! and supervises. No libpython is linked: the worker is `gpu_worker.py`, embedded in the binary
+//! and run with the configured interpreter (`python -c`). Batched inputs and outputs live in a
+//! shared-memory file ([`super::gpu_layout`]); commands and answers are lines on the worker's
+//! stdin and stdout.
+//!
+//! A worker that dies, hangs past its deadline or answers nonsense fails the episodes it was
+//! running, with the reason, and is started again at the next reset: never a server crash.
+
+use super::gpu_layout::{Array, PARAMS_WIDTH, ShmLayout};
+use super::mujoco::{check_layout, mujoco_version};
+use super::{
+    DECIMATION, EnvHealth, Field, Handler, NQ, NV, PHYSICS_DT, PhysicsParams, check_state, head_pos, head_vel,
+};
+use crate::SimError;
+use crate::math::{self, Quat, Vec3};
+use crate::robot::{NUM_BODIES, RobotConfig, TORSO_INDEX};
+use arena_data::NUM_JOINTS;
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The worker's source, run as `python -c`.
+const WORKER_SOURCE: &str = include_str!("../../python/gpu_worker.py");
+/// Lines of the worker's stderr kept for error messages.
+const STDERR_TAIL: usize = 20;
+
+/// Where JAX runs the worker's physics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum GpuDevice {
+    /// JAX's default device: the GPU when there is one, else the CPU.
+    #[default]
+    Auto,
+    /// JAX's CPU backend (tests and CI: the same code, slowly).
+    Cpu,
+    /// A GPU; starting fails without one.
+    Gpu,
+}
+
+impl GpuDevice {
+    fn wire(self) -> &'static str {
+        match self {
+            GpuDevice::Auto => "auto",
+            GpuDevice::Cpu => "cpu",
+            GpuDevice::Gpu => "gpu",
+        }
+    }
+}
+
+impl std::str::FromStr for GpuDevice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(GpuDevice::Auto),
+            "cpu" => Ok(GpuDevice::Cpu),
+            "gpu" | "cuda" => Ok(GpuDevice::Gpu),
+            other => Err(format!("unknown GPU backend device {other:?} (auto, cpu or gpu)")),
+        }
+    }
+}
+
+/// Which MJX implementation steps the physics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum GpuImpl {
+    /// MJX's own JAX implementation.
+    #[default]
+    Jax,
+    /// MuJoCo Warp under MJX (needs `mujoco-warp` and `warp-lang` in the worker's Python).
+    Warp,
+}
+
+impl GpuImpl {
+    fn wire(self) -> &'static str {
+        match self {
+            GpuImpl::Jax => "jax",
+            GpuImpl::Warp => "warp",
+        }
+    }
+}
+
+impl std::str::FromStr for GpuImpl {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "jax" => Ok(GpuImpl::Jax),
+            "warp" => Ok(GpuImpl::Warp),
+            other => Err(format!("unknown MJX implementation {other:?} (jax or warp)")),
+        }
+    }
+}
+
+/// How to start the GPU worker.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuOptions {
+    /// Python interpreter with `jax`, `mujoco` and `mujoco-mjx` (`python/requirements-gpu.txt`).
+    pub python: PathBuf,
+    pub device: GpuDevice,
+    pub implementation: GpuImpl,
+    /// Double precision in JAX (slower; for sim-to-sim comparisons).
+    pub x64: bool,
+    /// Compute per-body contact forces (the baseline's auxiliary rewards read them).
+    pub contact_forces: bool,
+    /// Deadline of start-up (JIT compilation included).
+    pub startup_timeout: Duration,
+    /// Deadline of one command (sync or step).
+    pub step_timeout: Duration,
+}
+
+impl Default for GpuOptions {
+    fn default() -> Self {
+        Self {
+            python: std::env::var_os("ARENA_GPU_PYTHON").map_or_else(|| PathBuf::from("python3"), PathBuf::from),
+            device: GpuDevice::Auto,
+            implementation: GpuImpl::Jax,
+            x64: false,
+            contact_forces: true,
+            startup_timeout: Duration::from_secs(900),
+            step_timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+/// A running worker process.
+struct Worker {
+    child: Child,
+    stdin: ChildStdin,
+    /// Answer lines from the stdout reader thread (a Mutex only to make the handler `Sync`).
+    replies: Mutex<Receiver<String>>,
+    stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    /// The worker's own description (`mjx jax on cuda:0`).
+    device: String,
+}
+
+impl Worker {
+    fn stderr_tail(&self) -> String {
+        let tail = self.stderr_tail.lock().map(|t| t.iter().cloned().collect::<Vec<_>>());
+        tail.map(|t| t.join(" | ")).unwrap_or_default()
+    }
+
+    /// Sends one command line and waits for its answer.
+    fn command(&mut self, line: &str, timeout: Duration) -> Result<String, String> {
+        writeln!(self.stdin, "{line}")
+            .and_then(|_| self.stdin.flush())
+            .map_err(|e| format!("could not write to the worker ({e})"))?;
+        let replies = self
+            .replies
+            .get_mut()
+            .map_err(|_| "the answer channel was poisoned".to_string())?;
+        match replies.recv_timeout(timeout) {
+            Ok(reply) => Ok(reply),
+            Err(RecvTimeoutError::Timeout) => {
+                Err(format!("no answer to `{line}` within {:.0} s", timeout.as_secs_f64()))
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                let status = self.child.wait().map(|s| s.to_string()).unwrap_or_default();
+                Err(format!("the worker exited ({status}): {}", self.stderr_tail()))
+            }
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin, "close");
+        let _ = self.stdin.flush();
+        // A worker that does not close promptly is killed; its reader threads end with it.
+        for _ in 0..50 {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The batched handler over the MJX worker.
+pub struct GpuHandler {
+    config: RobotConfig,
+    options: GpuOptions,
+    layout: ShmLayout,
+    shm: memmap2::MmapMut,
+    shm_path: PathBuf,
+    worker: Option<Worker>,
+    health: Vec<EnvHealth>,
+    total_mass: f64,
+    joint_ranges: [(f64, f64); NUM_JOINTS],
+    pool: Option<rayon::ThreadPool>,
+    /// Per-env inputs changed since the last command.
+    dirty: bool,
+}
+
+impl std::fmt::Debug for GpuHandler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuHandler")
+            .field("num_envs", &self.health.len())
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+fn backend_error(message: impl Into<String>) -> SimError {
+    SimError::Backend(message.into())
+}
+
+impl GpuHandler {
+    /// Starts the worker for `num_envs` envs of `config` and waits until it has compiled its
+    /// step (minutes on a CPU). `threads` is for the per-env observation work on this side.
+    pub fn new(config: RobotConfig, num_envs: usize, threads: usize, options: GpuOptions) -> Result<Self, SimError> {
+        if num_envs == 0 {
+            return Err(SimError::Config("num_envs must be at least 1".into()));
+        }
+        // The nominal model, compiled here as the CPU backend compiles it: the same layout
+        // checks, and the constants (mass, joint ranges) the worker need not be asked for.
+        let model = config.compile()?;
+        check_layout(&model)?;
+        let total_mass = model.body_mass().iter().sum();
+        let mut joint_ranges = [(f64::NEG_INFINITY, f64::INFINITY); NUM_JOINTS];
+        for (j, r) in joint_ranges.iter_mut().enumerate() {
+            let range = model.jnt_range()[j + 1];
+            *r = (range[0], range[1]);
+        }
+        let layout = ShmLayout::new(num_envs);
+        let shm_path = shared_file_path();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&shm_path)
+            .map_err(|e| backend_error(format!("creating the shared file {}: {e}", shm_path.display())))?;
+        file.set_len(layout.bytes() as u64)
+            .map_err(|e| backend_error(format!("sizing the shared file: {e}")))?;
+        // SAFETY: the file is ours (created above, unique name); only this handler and its
+        // worker map it, and the worker writes only while we wait for its answer.
+        let shm = unsafe { memmap2::MmapMut::map_mut(&file) }
+            .map_err(|e| backend_error(format!("mapping the shared file: {e}")))?;
+        let threads = if threads == 0 {
+            rayon::current_num_threads()
+        } else {
+            threads
+        };
+        let pool = if threads > 1 {
+            Some(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .map_err(|e| SimError::Config(format!("thread pool: {e}")))?,
+            )
+        } else {
+            None
+        };
+        let mut handler = Self {
+            config,
+            options,
+            layout,
+            shm,
+            shm_path,
+            worker: None,
+            health: vec![EnvHealth::Idle; num_envs],
+            total_mass,
+            joint_ranges,
+            pool,
+            dirty: false,
+        };
+        handler.fill(Array::Params, 0.0);
+        for env in 0..num_envs {
+            handler.write_params(env, &PhysicsParams::default());
+        }
+        handler.worker = Some(handler.spawn()?);
+        Ok(handler)
+    }
+
+    fn values(&self) -> &[f64] {
+        // SAFETY: the map is page-aligned and `layout.bytes()` long, a whole number of f64s.
+        unsafe { std::slice::from_raw_parts(self.shm.as_ptr().cast::<f64>(), self.shm.len() / 8) }
+    }
+
+    fn values_mut(&mut self) -> &mut [f64] {
+        // SAFETY: as in `values`; `&mut self` makes this the only view on our side.
+        unsafe { std::slice::from_raw_parts_mut(self.shm.as_mut_ptr().cast::<f64>(), self.shm.len() / 8) }
+    }
+
+    fn row(&self, array: Array, env: usize) -> &[f64] {
+        &self.values()[self.layout.row(array, env)]
+    }
+
+    fn row_mut(&mut self, array: Array, env: usize) -> &mut [f64] {
+        let range = self.layout.row(array, env);
+        &mut self.values_mut()[range]
+    }
+
+    fn fill(&mut self, array: Array, value: f64) {
+        let range = self.layout.range(array);
+        self.values_mut()[range].fill(value);
+    }
+
+    fn write_params(&mut self, env: usize, p: &PhysicsParams) {
+        let row = self.row_mut(Array::Params, env);
+        row[..NUM_BODIES].copy_from_slice(&p.mass_scale);
+        row[NUM_BODIES..NUM_BODIES + 3].copy_from_slice(&p.torso_com_offset);
+        row[NUM_BODIES + 3] = p.friction.unwrap_or(f64::NAN);
+        row[NUM_BODIES + 4] = p.kp_scale;
+        row[NUM_BODIES + 5] = p.kd_scale;
+        debug_assert_eq!(NUM_BODIES + 6, PARAMS_WIDTH);
+        self.row_mut(Array::ParamsFlag, env)[0] = 1.0;
+    }
+
+    /// Starts a worker on the shared file and waits for it to be ready.
+    fn spawn(&mut self) -> Result<Worker, SimError> {
+        let python = &self.options.python;
+        let mjcf_path = self.shm_path.with_extension("xml");
+        std::fs::write(&mjcf_path, self.config.mjcf())
+            .map_err(|e| backend_error(format!("writing the model for the worker: {e}")))?;
+        let started = Command::new(python)
+            .arg("-c")
+            .arg(WORKER_SOURCE)
+            .arg("--shm")
+            .arg(&self.shm_path)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn();
+        let mut child = match started {
+            Ok(child) => child,
+            Err(e) => {
+                let _ = std::fs::remove_file(&mjcf_path);
+                return Err(backend_error(format!(
+                    "could not start the GPU worker with {} ({e}); set ARENA_GPU_PYTHON (or `gpu_python`) to a Python with python/requirements-gpu.txt installed (`make deps-gpu`)",
+                    python.display()
+                )));
+            }
+        };
+        let stdin = child.stdin.take().expect("piped");
+        let stdout = child.stdout.take().expect("piped");
+        let stderr = child.stderr.take().expect("piped");
+        let (tx, replies) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
+        let tail = stderr_tail.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                tracing::debug!(target: "arena_sim::gpu_worker", "{line}");
+                if let Ok(mut t) = tail.lock() {
+                    if t.len() == STDERR_TAIL {
+                        t.pop_front();
+                    }
+                    t.push_back(line);
+                }
+            }
+        });
+        let mut worker = Worker {
+            child,
+            stdin,
+            replies: Mutex::new(replies),
+            stderr_tail,
+            device: String::new(),
+        };
+        let c = &self.config;
+        let init = serde_json::json!({
+            "mjcf": mjcf_path,
+            "num_envs": self.health.len(),
+            "kp": c.kp,
+            "kd": c.kd,
+            "effort": c.effort,
+            "decimation": DECIMATION,
+            "timestep": PHYSICS_DT,
+            "torso_body": TORSO_INDEX + 1,
+            "device": self.options.device.wire(),
+            "impl": self.options.implementation.wire(),
+            "x64": self.options.x64,
+            "contact_forces": self.options.contact_forces,
+        });
+        tracing::info!(
+            "starting the GPU simulator worker ({} envs, {} on {}); the first start compiles for minutes",
+            self.health.len(),
+            self.options.implementation.wire(),
+            self.options.device.wire()
+        );
+        let reply = worker.command(&init.to_string(), self.options.startup_timeout);
+        let _ = std::fs::remove_file(&mjcf_path);
+        let reply = reply.map_err(|e| backend_error(format!("the GPU worker did not start: {e}")))?;
+        let ready: serde_json::Value = serde_json::from_str(&reply)
+            .map_err(|_| backend_error(format!("the GPU worker answered {reply:?} instead of its ready line")))?;
+        if let Some(error) = ready.get("error").and_then(|e| e.as_str()) {
+            return Err(backend_error(format!("the GPU worker could not start: {error}")));
+        }
+        let field = |k: &str| ready.get(k).and_then(|v| v.as_str()).unwrap_or("?").to_string();
+        worker.device = format!(
+            "mjx {} on {} (jax {}, mujoco {})",
+            field("impl"),
+            field("device"),
+            field("jax"),
+            field("mujoco")
+        );
+        tracing::info!(
+            "GPU simulator worker ready: {} after {:.1} s of compilation",
+            worker.device,
+            ready.get("compile_s").and_then(|v| v.as_f64()).unwrap_or(f64::NAN)
+        );
+        Ok(worker)
+    }
+
+    /// Runs `sync` or `step` on the worker. A worker failure fails every env that was running
+    /// (with the reason) and drops the worker; the next reset starts a new one.
+    fn run(&mut self, op: &str) -> Result<(), SimError> {
+        let pending_reset = self.values()[self.layout.range(Array::ResetFlag)]
+            .iter()
+            .any(|f| *f != 0.0);
+        if self.worker.is_none() {
+            if !pending_reset {
+                return Ok(());
+            }
+            // Every env not being reset was failed when the old worker went.
+            let worker = self.spawn()?;
+            self.worker = Some(worker);
+            for env in 0..self.health.len() {
+                self.row_mut(Array::ParamsFlag, env)[0] = 1.0;
+            }
+        }
+        let timeout = self.options.step_timeout;
+        let worker = self.worker.as_mut().expect("started above");
+        let outcome = match worker.command(op, timeout) {
+            Ok(reply) if reply == "ok" => Ok(()),
+            Ok(reply) => Err(match reply.strip_prefix("error ") {
+                Some(message) => message.to_string(),
+                None => format!("unexpected answer {reply:?}"),
+            }),
+            Err(e) => Err(e),
+        };
+        self.dirty = false;
+        if let Err(why) = outcome {
+            let reason = format!("GPU simulator worker failed: {why}");
+            tracing::error!("{reason}");
+            self.worker = None;
+            for h in &mut self.health {
+                if *h == EnvHealth::Ok {
+                    *h = EnvHealth::Failed(reason.clone());
+                }
+            }
+            self.fill(Array::Active, 0.0);
+        }
+        Ok(())
+    }
+
+    /// Reads the worker's failure codes into env health.
+    fn collect_failures(&mut self) {
+        for env in 0..self.health.len() {
+            let code = self.row(Array::Failed, env)[0];
+            if code == 0.0 || self.health[env] != EnvHealth::Ok {
+                continue;
+            }
+            let label = match code as i64 {
+                1 => "bad qpos",
+                2 => "bad qvel",
+                _ => "bad qacc",
+            };
+            let t = self.row(Array::FailedTime, env)[0].max(0.0);
+            self.health[env] = EnvHealth::Failed(format!("MuJoCo instability ({label}) at t = {t:.3} s"));
+            self.row_mut(Array::Active, env)[0] = 0.0;
+        }
+    }
+
+    fn check_env(&self, env: usize) -> Result<(), SimError> {
+        if env >= self.health.len() {
+            return Err(SimError::Config(format!(
+                "env {env} out of range (have {})",
+                self.health.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for GpuHandler {
+    fn drop(&mut self) {
+        self.worker = None;
+        let _ = std::fs::remove_file(&self.shm_path);
+    }
+}
+
+/// A fresh name for the shared file: in /dev/shm where it exists (memory, not disk).
+fn shared_file_path() -> PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let dir = PathBuf::from("/dev/shm");
+    let dir = if dir.is_dir() { dir } else { std::env::temp_dir() };
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    dir.join(format!("arena-gpu-{}-{n}.f64", std::process::id()))
+}
+
+impl Handler for GpuHandler {
+    fn describe(&self) -> String {
+        match &self.worker {
+            Some(w) => format!("gpu ({}; MuJoCo {} model)", w.device, mujoco_version()),
+            None => "gpu (worker stopped)".into(),
+        }
+    }
+
+    fn num_envs(&self) -> usize {
+        self.health.len()
+    }
+
+    fn config(&self) -> &RobotConfig {
+        &self.config
+    }
+
+    fn pool(&self) -> Option<&rayon::ThreadPool> {
+        self.pool.as_ref()
+    }
+
+    fn set_qpos_qvel(&mut self, env: usize, qpos: &[f64], qvel: &[f64]) -> Result<(), SimError> {
+        self.check_env(env)?;
+        check_state(qpos, qvel)?;
+        self.row_mut(Array::ResetQpos, env).copy_from_slice(qpos);
+        self.row_mut(Array::ResetQvel, env).copy_from_slice(qvel);
+        self.row_mut(Array::ResetFlag, env)[0] = 1.0;
+        self.row_mut(Array::PushFlag, env)[0] = 0.0;
+        self.row_mut(Array::Push, env).fill(0.0);
+        self.row_mut(Array::Targets, env).copy_from_slice(&qpos[7..]);
+        self.row_mut(Array::Active, env)[0] = 1.0;
+        self.health[env] = EnvHealth::Ok;
+        self.dirty = true;
+        Ok(())
+    }
+
+    fn set_joint_targets(&mut self, env: usize, targets: &[f64]) -> Result<(), SimError> {
+        self.check_env(env)?;
+        if targets.len() != NUM_JOINTS {
+            return Err(SimError::Config(format!(
+                "targets need {NUM_JOINTS} values, got {}",
+                targets.len()
+            )));
+        }
+        self.row_mut(Array::Targets, env).copy_from_slice(targets);
+        Ok(())
+    }
+
+    fn set_physics_params(&mut self, env: usize, params: &PhysicsParams) -> Result<(), SimError> {
+        self.check_env(env)?;
+        self.write_params(env, params);
+        self.dirty = true;
+        Ok(())
+    }
+
+    fn push_root(&mut self, env: usize, dv: Vec3, dw_world: Vec3) -> Result<(), SimError> {
+        self.check_env(env)?;
+        let row = self.row_mut(Array::Push, env);
+        for k in 0..3 {
+            row[k] += dv[k];
+            row[3 + k] += dw_world[k];
+        }
+        self.row_mut(Array::PushFlag, env)[0] = 1.0;
+        self.dirty = true;
+        Ok(())
+    }
+
+    fn mark_failed(&mut self, env: usize, reason: String) {
+        if env < self.health.len() {
+            self.health[env] = EnvHealth::Failed(reason);
+            self.row_mut(Array::Active, env)[0] = 0.0;
+        }
+    }
+
+    fn mark_idle(&mut self, env: usize) {
+        if env < self.health.len() {
+            self.health[env] = EnvHealth::Idle;
+            self.row_mut(Array::Active, env)[0] = 0.0;
+        }
+    }
+
+    fn health(&self, env: usize) -> &EnvHealth {
+        &self.health[env]
+    }
+
+    fn sync(&mut self) -> Result<(), SimError> {
+        if !self.dirty {
+            return Ok(());
+        }
+        self.run("sync")?;
+        self.collect_failures();
+        Ok(())
+    }
+
+    fn step(&mut self, targets: &[f64]) -> Result<(), SimError> {
+        let n = self.health.len();
+        if targets.len() != n * NUM_JOINTS {
+            return Err(SimError::Config(format!(
+                "targets must be N×{NUM_JOINTS} = {} values, got {}",
+                n * NUM_JOINTS,
+                targets.len()
+            )));
+        }
+        let range = self.layout.range(Array::Targets);
+        self.values_mut()[range].copy_from_slice(targets);
+        for env in 0..n {
+            let active = if self.health[env] == EnvHealth::Ok { 1.0 } else { 0.0 };
+            self.row_mut(Array::Active, env)[0] = active;
+        }
+        self.run("step")?;
+        self.collect_failures();
+        Ok(())
+    }
+
+    fn read_env_into(&self, env: usize, field: Field, out: &mut [f64]) {
+        let qpos = self.row(Array::Qpos, env);
+        let qvel = self.row(Array::Qvel, env);
+        let root_rot: Quat = qpos[3..7].try_into().expect("4");
+        let bodies3 = |array: Array, out: &mut [f64], head: Vec3| {
+            out[..3 * NUM_BODIES].copy_from_slice(self.row(array, env));
+            out[3 * NUM_BODIES..].copy_from_slice(&head);
+        };
+        let torso = |array: Array, width: usize| -> &[f64] {
+            &self.row(array, env)[width * TORSO_INDEX..width * (TORSO_INDEX + 1)]
+        };
+        let v3 = |s: &[f64]| -> Vec3 { [s[0], s[1], s[2]] };
+        match field {
+            Field::Qpos => out.copy_from_slice(qpos),
+            Field::Qvel => out.copy_from_slice(qvel),
+            Field::DofPos => out.copy_from_slice(&qpos[7..]),
+            Field::DofVel => out.copy_from_slice(&qvel[6..]),
+            Field::DofTorque => out.copy_from_slice(self.row(Array::Torque, env)),
+            Field::DofPosTarget => out.copy_from_slice(self.row(Array::Targets, env)),
+            Field::RootPos => out.copy_from_slice(&qpos[..3]),
+            Field::RootRot => out.copy_from_slice(&root_rot),
+            Field::RootVel => out.copy_from_slice(&qvel[..3]),
+            Field::RootAngVel => out.copy_from_slice(&math::rotate(&root_rot, &[qvel[3], qvel[4], qvel[5]])),
+            Field::BodyPos => {
+                let rot: Quat = torso(Array::BodyQuat, 4).try_into().expect("4");
+                bodies3(Array::BodyPos, out, head_pos(&v3(torso(Array::BodyPos, 3)), &rot));
+            }
+            Field::BodyRot => {
+                out[..4 * NUM_BODIES].copy_from_slice(self.row(Array::BodyQuat, env));
+                out[4 * NUM_BODIES..].copy_from_slice(torso(Array::BodyQuat, 4));
+            }
+            Field::BodyVel => {
+                let head = head_vel(&v3(torso(Array::BodyLinVel, 3)), &v3(torso(Array::BodyAngVel, 3)));
+                bodies3(Array::BodyLinVel, out, head);
+            }
+            Field::BodyAngVel => bodies3(Array::BodyAngVel, out, v3(torso(Array::BodyAngVel, 3))),
+            Field::BodyContactForce => bodies3(Array::ContactForce, out, [0.0; 3]),
+        }
+    }
+
+    fn total_mass(&self) -> f64 {
+        self.total_mass
+    }
+
+    fn joint_ranges(&self) -> [(f64, f64); NUM_JOINTS] {
+        self.joint_ranges
+    }
+
+    fn set_torque_logging(&mut self, on: bool) -> Result<(), SimError> {
+        if on {
+            return Err(SimError::Config(
+                "torque logging (replays in other simulators) needs the cpu backend".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn torque_log(&self, _env: usize) -> Option<&[f64]> {
+        None
+    }
+}
+
+// The shared rows are sized for the model's layout.
+const _: () = assert!(NQ == 36 && NV == 35);

@@ -79,6 +79,9 @@ struct TrainArgs {
     resume: bool,
     #[arg(long, value_enum, default_value = "cpu")]
     device: DeviceArg,
+    /// Physics backend of the training envs, cpu or gpu (MuJoCo MJX; sets train.sim_backend).
+    #[arg(long, value_parser = ["cpu", "gpu"])]
+    backend: Option<String>,
     /// Folder that file-based motion sets resolve against (overrides train.motions_root).
     #[arg(long, env = MOTIONS_ROOT_ENV)]
     motions_root: Option<PathBuf>,
@@ -188,6 +191,9 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
     if let Some(root) = &a.motions_root {
         config.train.motions_root = Some(root.clone());
     }
+    if let Some(backend) = &a.backend {
+        config.train.sim_backend = backend.clone();
+    }
     if !a.resume && paths.checkpoint().exists() {
         bail!(
             "{} already holds a run; pass --resume to continue it or choose another --out",
@@ -239,6 +245,7 @@ fn eval(a: EvalArgs) -> anyhow::Result<()> {
     let options = LocalOptions {
         batch: a.batch.max(1),
         threads: 0,
+        ..Default::default()
     };
     let bar = ProgressBar::new(0);
     let aggregator = run_local(

@@ -1,6 +1,6 @@
 //! The training loop (BFM_ZERO_FACTS §8) on the project's own batched `TrackingEnv`: rollouts
 //! with the z schedule of §5.4, the online, expert and z buffers, 16 updates per 1024 env steps,
-//! periodic evaluation with the arena's metrics (through the SDK's local runner, exactly as a
+//! periodic evaluation with the arena's metrics (through the local runner, exactly as a
 //! submission is scored) and EMD-prioritised motion sampling, checkpoints and exact resume.
 //!
 //! Exact resume: every random number is derived from the run seed and a saved counter, and at
@@ -166,6 +166,7 @@ impl Trainer {
             threads: t.threads,
             fall_rule: None,
             record: false,
+            backend: t.backend(),
             ..Default::default()
         };
         let env = TrackingEnv::new(env_config, library.clone()).context("creating the training envs")?;
@@ -566,6 +567,7 @@ impl Trainer {
         let options = LocalOptions {
             batch: t.eval_batch,
             threads: t.threads,
+            backend: t.backend(),
         };
         let aggregator = run_local(
             &self.motions.spec,

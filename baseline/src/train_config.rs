@@ -19,6 +19,9 @@ pub struct RunConfig {
     pub num_envs: usize,
     /// Simulation threads (0 = one per core).
     pub threads: usize,
+    /// Physics backend: `cpu` (MuJoCo) or `gpu` (MuJoCo MJX worker; `ARENA_GPU_PYTHON`,
+    /// docs/gpu-backend.md). Exact resume holds on `cpu`.
+    pub sim_backend: String,
     pub num_env_steps: u64,
     /// Uniform random actions and no updates for the first steps.
     pub num_seed_steps: u64,
@@ -49,6 +52,16 @@ pub struct RunConfig {
     pub eval_batch: usize,
 }
 
+impl RunConfig {
+    /// The physics backend `sim_backend` names (GPU options from the environment).
+    pub fn backend(&self) -> arena_sim::SimBackend {
+        match self.sim_backend.as_str() {
+            "gpu" => arena_sim::SimBackend::Gpu(arena_sim::handler::GpuOptions::default()),
+            _ => arena_sim::SimBackend::Cpu,
+        }
+    }
+}
+
 impl Default for RunConfig {
     fn default() -> Self {
         RunConfig {
@@ -58,6 +71,7 @@ impl Default for RunConfig {
             motions_root: None,
             num_envs: 1024,
             threads: 0,
+            sim_backend: "cpu".into(),
             num_env_steps: 384_000_000,
             num_seed_steps: 10_240,
             update_agent_every: 1024,
@@ -179,6 +193,12 @@ impl TrainConfig {
             return Err(format!(
                 "train.buffer_size ({}) must hold at least 2 steps of train.num_envs ({})",
                 t.buffer_size, t.num_envs
+            ));
+        }
+        if !matches!(t.sim_backend.as_str(), "cpu" | "gpu") {
+            return Err(format!(
+                "train.sim_backend must be \"cpu\" or \"gpu\", got {:?}",
+                t.sim_backend
             ));
         }
         if t.dr_level > 3 {

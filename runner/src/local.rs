@@ -10,7 +10,8 @@ use arena_data::{MotionClip, NUM_JOINTS};
 use arena_sdk::protocol::{EpisodeEnd, EpisodeInfo};
 use arena_sdk::{Agent, Batch};
 use arena_sim::RobotConfig;
-use arena_sim::env::TrackingEnv;
+use arena_sim::SimBackend;
+use arena_sim::env::{TrackingEnv, TrackingEnvConfig};
 use arena_sim::motion::MotionLibrary;
 use std::sync::Arc;
 
@@ -21,11 +22,17 @@ pub struct LocalOptions {
     pub batch: usize,
     /// Simulation threads (0 = rayon's default).
     pub threads: usize,
+    /// Physics backend.
+    pub backend: SimBackend,
 }
 
 impl Default for LocalOptions {
     fn default() -> Self {
-        Self { batch: 16, threads: 0 }
+        Self {
+            batch: 16,
+            threads: 0,
+            backend: SimBackend::Cpu,
+        }
     }
 }
 
@@ -69,7 +76,11 @@ pub fn run_local(
     let episodes = spec.expand_episodes(&lengths);
     anyhow::ensure!(!episodes.is_empty(), "benchmark {} expands to no episodes", spec.name);
     let batch = options.batch.clamp(1, episodes.len());
-    let mut env = TrackingEnv::new(episode::env_config(spec, batch, options.threads), library.clone())?;
+    let env_config = TrackingEnvConfig {
+        backend: options.backend.clone(),
+        ..episode::env_config(spec, batch, options.threads)
+    };
+    let mut env = TrackingEnv::new(env_config, library.clone())?;
     let layout = episode::observation_layout(spec);
     let session = episode::episode_spec(spec, batch as u32, 1, 0.0);
     agent.configure(&session);

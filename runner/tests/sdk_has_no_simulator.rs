@@ -8,7 +8,16 @@ use std::process::Command;
 fn arena_sdk_depends_on_neither_mujoco_nor_hdf5() {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
-        .args(["tree", "-p", "arena-sdk", "-e", "normal,build", "--prefix", "none", "--offline"])
+        .args([
+            "tree",
+            "-p",
+            "arena-sdk",
+            "-e",
+            "normal,build",
+            "--prefix",
+            "none",
+            "--offline",
+        ])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("cargo runs");
@@ -19,8 +28,18 @@ fn arena_sdk_depends_on_neither_mujoco_nor_hdf5() {
     );
     let tree = String::from_utf8_lossy(&out.stdout);
     let crates: Vec<&str> = tree.lines().filter_map(|l| l.split_whitespace().next()).collect();
-    assert!(crates.contains(&"tonic"), "the tree lists the SDK's own dependencies:\n{tree}");
-    for banned in ["mujoco-rs", "hdf5-metno", "hdf5-metno-sys", "arena-sim", "arena-data", "arena-bench"] {
+    assert!(
+        crates.contains(&"tonic"),
+        "the tree lists the SDK's own dependencies:\n{tree}"
+    );
+    for banned in [
+        "mujoco-rs",
+        "hdf5-metno",
+        "hdf5-metno-sys",
+        "arena-sim",
+        "arena-data",
+        "arena-bench",
+    ] {
         assert!(!crates.contains(&banned), "arena-sdk pulls in {banned}:\n{tree}");
     }
 }

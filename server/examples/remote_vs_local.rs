@@ -115,6 +115,7 @@ fn main() -> anyhow::Result<()> {
                 let options = LocalOptions {
                     batch: a.batch as usize,
                     threads: a.threads,
+                    ..Default::default()
                 };
                 let agg = run_local(
                     &loaded.spec,

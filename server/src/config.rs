@@ -1,6 +1,8 @@
 //! Server configuration: typed TOML, overridden by `ARENA_*` environment variables and then by
 //! command-line flags; with no file at all it runs on embedded defaults (SQLite in `./arena-data`).
 
+use arena_sim::SimBackend;
+use arena_sim::handler::GpuOptions;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -27,6 +29,16 @@ pub struct ServerConfig {
     pub lanes: u32,
     /// Simulation threads per lane; 0 = all cores.
     pub sim_threads: u32,
+    /// Physics backend of the lanes: `cpu` (MuJoCo on CPU threads) or `gpu` (MuJoCo MJX in a
+    /// supervised Python worker per lane; docs/gpu-backend.md).
+    pub sim_backend: String,
+    /// GPU backend: where JAX runs (`auto`, `cpu`, `gpu`).
+    pub gpu_device: String,
+    /// GPU backend: MJX implementation (`jax`, `warp`).
+    pub gpu_impl: String,
+    /// GPU backend: the Python with python/requirements-gpu.txt; empty = `ARENA_GPU_PYTHON`,
+    /// else `python3`.
+    pub gpu_python: PathBuf,
     /// Seconds to wait for an Action; 0 = the benchmark's `limits.step_timeout_ms`.
     pub step_timeout_s: f64,
     pub heartbeat_interval_s: f64,
@@ -52,6 +64,10 @@ impl Default for ServerConfig {
             max_batch: 16,
             lanes: 2,
             sim_threads: 0,
+            sim_backend: "cpu".into(),
+            gpu_device: "auto".into(),
+            gpu_impl: "jax".into(),
+            gpu_python: PathBuf::new(),
             step_timeout_s: 0.0,
             heartbeat_interval_s: 30.0,
             heartbeat_timeout_s: 60.0,
@@ -71,6 +87,25 @@ pub enum ConfigError {
 }
 
 impl ServerConfig {
+    /// The physics backend the keys `sim_backend` and `gpu_*` name.
+    pub fn backend(&self) -> Result<SimBackend, String> {
+        match self.sim_backend.as_str() {
+            "cpu" => Ok(SimBackend::Cpu),
+            "gpu" => {
+                let mut options = GpuOptions {
+                    device: self.gpu_device.parse()?,
+                    implementation: self.gpu_impl.parse()?,
+                    ..GpuOptions::default()
+                };
+                if !self.gpu_python.as_os_str().is_empty() {
+                    options.python = self.gpu_python.clone();
+                }
+                Ok(SimBackend::Gpu(options))
+            }
+            other => Err(format!("expected \"cpu\" or \"gpu\", got {other:?}")),
+        }
+    }
+
     /// Reads a TOML file; unknown keys and wrong types are errors naming the file and key.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
@@ -116,6 +151,18 @@ impl ServerConfig {
                     self.heartbeat_interval_s, self.heartbeat_timeout_s
                 ),
             );
+        }
+        if let Err(message) = self.backend() {
+            let key = if matches!(self.sim_backend.as_str(), "cpu" | "gpu") {
+                if message.contains("device") {
+                    "gpu_device"
+                } else {
+                    "gpu_impl"
+                }
+            } else {
+                "sim_backend"
+            };
+            return bad(key, message);
         }
         if self.max_attempts == 0 {
             return bad("max_attempts", "expected at least 1".into());

@@ -106,7 +106,11 @@ fn replay_report(spec: &BenchmarkSpec) -> Report {
         spec,
         &clips,
         &mut ReplayAgent::new(),
-        &LocalOptions { batch: 1, threads: 1 },
+        &LocalOptions {
+            batch: 1,
+            threads: 1,
+            ..Default::default()
+        },
         &mut |_, _, _| {},
     )
     .unwrap()

@@ -157,7 +157,11 @@ fn local_runner_sends_reference_rows_of_the_backward_observation() {
     spec.motions.source = MotionSource::Builtin(vec!["squat".into(), "arm_wave".into()]);
     let clips = clips(&spec);
     let mut agent = GoalChecker::new(&spec, &clips);
-    let options = LocalOptions { batch: 2, threads: 1 };
+    let options = LocalOptions {
+        batch: 2,
+        threads: 1,
+        ..Default::default()
+    };
     let aggregator = run_local(&spec, &clips, &mut agent, &options, &mut |_, _, _| {}).unwrap();
     assert_eq!(aggregator.episodes().len(), 2);
     // 6 s clips: 300 steps × 8 rows, of which those inside the 300 reference rows compare.
@@ -176,7 +180,11 @@ fn reference_rows_follow_a_window_that_starts_late() {
     };
     let clips = clips(&spec);
     let mut agent = GoalChecker::new(&spec, &clips);
-    let options = LocalOptions { batch: 3, threads: 1 };
+    let options = LocalOptions {
+        batch: 3,
+        threads: 1,
+        ..Default::default()
+    };
     let aggregator = run_local(&spec, &clips, &mut agent, &options, &mut |_, _, _| {}).unwrap();
     // Windows start at 0, 2.5 and 5 s.
     let starts: Vec<f64> = aggregator.episodes().iter().map(|e| e.start_s).collect();

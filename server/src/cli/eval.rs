@@ -1,5 +1,6 @@
 //! `arena eval`: run a whole benchmark in-process with a built-in policy.
 
+use crate::cli::backend::BackendArgs;
 use crate::cli::bench::BenchDirArg;
 use crate::cli::sim::BuiltinPolicy;
 use crate::eval::{self, EvalOptions};
@@ -30,6 +31,8 @@ pub struct EvalArgs {
     /// Simulation threads (0 = one per core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
+    #[command(flatten)]
+    backend: BackendArgs,
     /// Write the report JSON here (gzip-compressed when the name ends in .gz).
     #[arg(long)]
     report: Option<PathBuf>,
@@ -56,6 +59,7 @@ pub fn run(a: EvalArgs) -> anyhow::Result<()> {
     let options = EvalOptions {
         batch: a.batch.max(1),
         threads,
+        backend: a.backend.backend(),
     };
     let bar = ProgressBar::new(0);
     bar.set_style(
@@ -75,6 +79,7 @@ pub fn run(a: EvalArgs) -> anyhow::Result<()> {
         "benchmark_file": path,
         "threads": threads,
         "batch": options.batch,
+        "backend": options.backend.name(),
     });
     let report = eval::report(&spec, &aggregator, run);
     if let Some(out) = &a.report {

@@ -1,6 +1,7 @@
 //! Command-line interface of the `arena` binary.
 
 mod admin;
+pub(crate) mod backend;
 mod bench;
 mod dataset;
 mod demo;

@@ -42,6 +42,18 @@ pub struct ConfigArgs {
     /// Simulation threads per lane (0 = all cores) [default: 0].
     #[arg(long, env = "ARENA_SIM_THREADS")]
     pub sim_threads: Option<u32>,
+    /// Physics backend of the lanes: cpu or gpu (MuJoCo MJX) [default: cpu].
+    #[arg(long = "backend", env = "ARENA_SIM_BACKEND")]
+    pub sim_backend: Option<String>,
+    /// GPU backend: auto, cpu (JAX's CPU backend) or gpu [default: auto].
+    #[arg(long, env = "ARENA_GPU_DEVICE")]
+    pub gpu_device: Option<String>,
+    /// GPU backend: MJX implementation, jax or warp [default: jax].
+    #[arg(long, env = "ARENA_GPU_IMPL")]
+    pub gpu_impl: Option<String>,
+    /// GPU backend: Python with python/requirements-gpu.txt [default: $ARENA_GPU_PYTHON, else python3].
+    #[arg(long, env = "ARENA_GPU_PYTHON")]
+    pub gpu_python: Option<PathBuf>,
     /// Seconds to wait for an Action (0 = the benchmark's limits.step_timeout_ms) [default: 0].
     #[arg(long, env = "ARENA_STEP_TIMEOUT_S")]
     pub step_timeout_s: Option<f64>,
@@ -82,6 +94,10 @@ impl ConfigArgs {
             max_batch,
             lanes,
             sim_threads,
+            sim_backend,
+            gpu_device,
+            gpu_impl,
+            gpu_python,
             step_timeout_s,
             heartbeat_interval_s,
             heartbeat_timeout_s,

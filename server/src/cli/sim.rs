@@ -1,7 +1,9 @@
 //! `arena sim export-model|rollout|bench`.
 
+use crate::cli::backend::BackendArgs;
 use anyhow::{Context, bail};
 use arena_data::NUM_JOINTS;
+use arena_sim::SimBackend;
 use arena_sim::dr::DrLevel;
 use arena_sim::env::{EpisodeAssignment, EpisodeStatus, TrackingEnv, TrackingEnvConfig};
 use arena_sim::motion::MotionLibrary;
@@ -118,6 +120,8 @@ pub struct BenchArgs {
     /// Worker threads (0 = all cores).
     #[arg(long, default_value_t = 0)]
     threads: usize,
+    #[command(flatten)]
+    backend: BackendArgs,
     /// Print one JSON object instead of a sentence.
     #[arg(long)]
     json: bool,
@@ -317,11 +321,13 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
     let robot = RobotConfig::default();
     let clips = MotionLibrary::builtin_clips(&robot)?;
     let library = Arc::new(MotionLibrary::from_clips(&clips, &robot)?);
+    let backend = a.backend.backend();
+    if a.dump.is_some() && backend != SimBackend::Cpu {
+        bail!("--dump replays per-substep torques, which only the cpu backend logs");
+    }
     let config = TrackingEnvConfig {
-        robot: robot.clone(),
-        num_envs: a.envs,
-        threads: a.threads,
-        ..Default::default()
+        backend,
+        ..env_config(&robot, a.envs, a.threads)
     };
     let assignment = |e: usize| EpisodeAssignment {
         motion: e % library.len(),
@@ -357,15 +363,17 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
     let secs = start.elapsed().as_secs_f64();
     let control = (a.envs * a.steps) as f64 / secs;
     let threads = env.handler().num_threads();
+    let backend = env.handler().describe();
     if a.json {
         let v = serde_json::json!({
+            "backend": backend,
             "envs": a.envs, "steps": a.steps, "threads": threads, "seconds": secs,
             "control_steps_per_s": control, "physics_steps_per_s": control * arena_sim::DECIMATION as f64,
         });
         println!("{v}");
     } else {
         println!(
-            "{} envs × {} steps on {threads} threads: {:.0} control steps/s, {:.0} physics steps/s ({:.3} s)",
+            "{} envs × {} steps on {backend}, {threads} threads: {:.0} control steps/s, {:.0} physics steps/s ({:.3} s)",
             a.envs,
             a.steps,
             control,

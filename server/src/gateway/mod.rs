@@ -358,6 +358,8 @@ where
         lanes,
         batch,
         sim_threads: config.sim_threads as usize,
+        // The configuration was validated at start-up, the backend keys included.
+        backend: config.backend().unwrap_or_default(),
         sink,
         source,
         reveal_results: admitted.reveal_results,

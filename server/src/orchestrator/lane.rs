@@ -78,10 +78,9 @@ impl<'a> Lane<'a> {
         commit: mpsc::Sender<Finished>,
     ) -> anyhow::Result<Self> {
         let spec = &ctx.benchmark.spec;
-        let env = TrackingEnv::new(
-            episode::env_config(spec, ctx.batch, ctx.sim_threads),
-            ctx.benchmark.library.clone(),
-        )?;
+        let mut env_config = episode::env_config(spec, ctx.batch, ctx.sim_threads);
+        env_config.backend = ctx.backend.clone();
+        let env = TrackingEnv::new(env_config, ctx.benchmark.library.clone())?;
         Ok(Self {
             ctx,
             lane,

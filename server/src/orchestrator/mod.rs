@@ -62,6 +62,8 @@ pub struct RunContext {
     /// Simulation threads of each lane (0 = all cores): while one lane waits for the agent,
     /// another uses every core.
     pub sim_threads: usize,
+    /// Physics backend of every lane.
+    pub backend: arena_sim::SimBackend,
     pub sink: Sink,
     pub source: JobSource,
     /// Whether EpisodeEnd carries metrics and the reason. False in a private phase before it

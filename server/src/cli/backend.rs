@@ -1,0 +1,54 @@
+//! `--backend` and the GPU backend's flags, shared by the commands that simulate
+//! (`arena eval`, `arena sim bench`, `arena audit`).
+
+use arena_sim::SimBackend;
+use arena_sim::handler::{GpuDevice, GpuImpl, GpuOptions};
+use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendKind {
+    /// MuJoCo on CPU threads.
+    Cpu,
+    /// MuJoCo MJX in a supervised Python worker (a GPU, or JAX's CPU backend without one).
+    Gpu,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BackendArgs {
+    /// Physics backend (docs/gpu-backend.md).
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub backend: BackendKind,
+    /// GPU backend: where JAX runs: auto (the GPU if there is one), cpu or gpu.
+    #[arg(long, default_value = "auto", value_parser = clap::builder::ValueParser::new(str::parse::<GpuDevice>))]
+    pub gpu_device: GpuDevice,
+    /// GPU backend: MJX implementation, jax or warp.
+    #[arg(long, default_value = "jax", value_parser = clap::builder::ValueParser::new(str::parse::<GpuImpl>))]
+    pub gpu_impl: GpuImpl,
+    /// GPU backend: a Python with python/requirements-gpu.txt [default: python3].
+    #[arg(long, env = "ARENA_GPU_PYTHON")]
+    pub gpu_python: Option<PathBuf>,
+    /// GPU backend: double precision in JAX (slower; for comparisons with the CPU backend).
+    #[arg(long)]
+    pub gpu_x64: bool,
+}
+
+impl BackendArgs {
+    pub fn backend(&self) -> SimBackend {
+        match self.backend {
+            BackendKind::Cpu => SimBackend::Cpu,
+            BackendKind::Gpu => {
+                let mut options = GpuOptions {
+                    device: self.gpu_device,
+                    implementation: self.gpu_impl,
+                    x64: self.gpu_x64,
+                    ..GpuOptions::default()
+                };
+                if let Some(python) = &self.gpu_python {
+                    options.python = python.clone();
+                }
+                SimBackend::Gpu(options)
+            }
+        }
+    }
+}

@@ -393,13 +393,18 @@ class Worker:
         qpos0 = np.repeat(self.model.qpos0[None], n, axis=0)
         reset_args = (self.model_b, self.state, self.put(qpos0), self.put(np.zeros((n, NV))),
                       self.put(np.ones(n, bool), bool))
+        t0 = time.perf_counter()
         self.reset_fn = jax.jit(self._reset, donate_argnums=1).lower(*reset_args).compile()
         self.state = self.reset_fn(*reset_args)
         inp = self.put(np.zeros((n, NJ + 7)))
+        t1 = time.perf_counter()
         self.sync_fn = jax.jit(self._sync, donate_argnums=1).lower(
             self.model_b, self.state, inp).compile()
+        t2 = time.perf_counter()
         self.step_fn = jax.jit(self._step, donate_argnums=1).lower(
             self.model_b, self.state, inp, self.kp, self.kd).compile()
+        t3 = time.perf_counter()
+        log(f"compiled reset {t1 - t0:.1f} s, sync {t2 - t1:.1f} s, step {t3 - t2:.1f} s")
         # Inactive envs: the step leaves the state as it is; then publish the initial outputs.
         self.state, _, _ = self.step_fn(self.model_b, self.state, inp, self.kp, self.kd)
         self.state, flat, ints = self.sync_fn(self.model_b, self.state, inp)

@@ -319,7 +319,13 @@ impl GpuHandler {
         let mjcf_path = self.shm_path.with_extension("xml");
         std::fs::write(&mjcf_path, self.config.mjcf())
             .map_err(|e| backend_error(format!("writing the model for the worker: {e}")))?;
-        let started = Command::new(python)
+        let mut command = Command::new(python);
+        // JAX keeps compiled steps on disk, so a restarted worker (or the next lane of the same
+        // size) loads them instead of compiling again.
+        if std::env::var_os("JAX_COMPILATION_CACHE_DIR").is_none() {
+            command.env("JAX_COMPILATION_CACHE_DIR", compilation_cache_dir());
+        }
+        let started = command
             .arg("-c")
             .arg(WORKER_SOURCE)
             .arg("--shm")
@@ -492,6 +498,16 @@ impl Drop for GpuHandler {
         self.worker = None;
         let _ = std::fs::remove_file(&self.shm_path);
     }
+}
+
+/// Where the worker's JAX keeps compiled code: `$XDG_CACHE_HOME/arena/jax`, else
+/// `~/.cache/arena/jax`, else the temporary folder.
+fn compilation_cache_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("arena").join("jax")
 }
 
 /// A fresh name for the shared file: in /dev/shm where it exists (memory, not disk).
@@ -676,6 +692,10 @@ impl Handler for GpuHandler {
 
     fn torque_log(&self, _env: usize) -> Option<&[f64]> {
         None
+    }
+
+    fn worker_pid(&self) -> Option<u32> {
+        self.worker.as_ref().map(|w| w.child.id())
     }
 }
 

@@ -222,6 +222,11 @@ pub trait Handler: Send + Sync {
     fn set_torque_logging(&mut self, on: bool) -> Result<(), SimError>;
     /// The torques logged for one env since its last reset (substeps × 29).
     fn torque_log(&self, env: usize) -> Option<&[f64]>;
+    /// The process that runs the physics when it is not this one (the GPU worker), for
+    /// monitoring and fault tests.
+    fn worker_pid(&self) -> Option<u32> {
+        None
+    }
 
     /// Reads `field` for all envs into `out` (N × field.width()).
     fn read_batch(&self, field: Field, out: &mut [f64]) -> Result<(), SimError> {

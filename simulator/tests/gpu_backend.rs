@@ -1,0 +1,203 @@
+//! The GPU backend (MuJoCo MJX in a supervised worker) run on JAX's CPU backend: the same
+//! episodes through both backends agree within the documented tolerances, domain
+//! randomisation and instability reach the worker, and a worker that dies fails its episodes
+//! with the reason and is replaced at the next reset.
+//!
+//! Needs a Python with python/requirements-gpu.txt (`ARENA_GPU_PYTHON`, set by `make test`);
+//! without one the tests print why and pass, unless `ARENA_REQUIRE_GPU_BACKEND=1`.
+
+use arena_data::NUM_JOINTS;
+use arena_sim::dr::DrLevel;
+use arena_sim::env::{EpisodeAssignment, EpisodeStatus, TrackingEnv, TrackingEnvConfig};
+use arena_sim::handler::{GpuDevice, GpuOptions, NQ};
+use arena_sim::motion::MotionLibrary;
+use arena_sim::policy::{Policy, ReplayPolicy};
+use arena_sim::robot::NUM_BODIES_EXT;
+use arena_sim::{RobotConfig, SimBackend};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Largest qpos difference allowed after 1 and 10 control steps in double precision (measured:
+/// about 1e-15 at both, 1e-9 after 50 steps). The two
+/// backends run the same model and PD loop but different contact and constraint code (MJX
+/// re-implements collision and the solver in JAX), so they agree closely at first and drift
+/// apart as contacts come and go; see docs/gpu-backend.md for the measured table.
+const QPOS_TOL_1: f64 = 1e-9;
+const QPOS_TOL_10: f64 = 1e-7;
+
+fn gpu_python() -> Option<PathBuf> {
+    let required = std::env::var("ARENA_REQUIRE_GPU_BACKEND").is_ok_and(|v| v == "1");
+    let python = std::env::var_os("ARENA_GPU_PYTHON").map(PathBuf::from);
+    let usable = python.as_ref().is_some_and(|p| {
+        std::process::Command::new(p)
+            .args(["-c", "import jax, mujoco.mjx"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    if usable {
+        return python;
+    }
+    let why = "skipping: ARENA_GPU_PYTHON does not name a Python with jax and mujoco-mjx (make deps-gpu)";
+    assert!(!required, "ARENA_REQUIRE_GPU_BACKEND=1 but {why}");
+    eprintln!("{why}");
+    None
+}
+
+fn library() -> Arc<MotionLibrary> {
+    let robot = RobotConfig::default();
+    Arc::new(MotionLibrary::from_clips(&MotionLibrary::builtin_clips(&robot).unwrap(), &robot).unwrap())
+}
+
+fn env(lib: &Arc<MotionLibrary>, n: usize, backend: SimBackend) -> TrackingEnv {
+    let config = TrackingEnvConfig {
+        num_envs: n,
+        threads: 1,
+        backend,
+        ..Default::default()
+    };
+    TrackingEnv::new(config, lib.clone()).unwrap()
+}
+
+fn gpu(python: PathBuf) -> SimBackend {
+    SimBackend::Gpu(GpuOptions {
+        python,
+        device: GpuDevice::Cpu,
+        x64: true,
+        ..GpuOptions::default()
+    })
+}
+
+fn max_diff(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
+}
+
+#[test]
+fn gpu_backend_tracks_mujoco_and_survives_a_worker_crash() {
+    let Some(python) = gpu_python() else { return };
+    let lib = library();
+    // Two episodes: the nominal robot, and one with DR level 3 (masses, friction, CoM, gains,
+    // joint offsets, pushes), which must reach the worker as it reaches MuJoCo.
+    let assignments = [
+        (
+            0,
+            EpisodeAssignment {
+                motion: 0,
+                start_time: 0.5,
+                seed: 1,
+                dr_level: DrLevel::L0,
+            },
+        ),
+        (
+            1,
+            EpisodeAssignment {
+                motion: 2,
+                start_time: 0.2,
+                seed: 7,
+                dr_level: DrLevel::L3,
+            },
+        ),
+    ];
+    let mut cpu = env(&lib, 2, SimBackend::Cpu);
+    let mut gpu = env(&lib, 2, gpu(python));
+    assert!(
+        gpu.handler().describe().starts_with("gpu (mjx jax on cpu"),
+        "{}",
+        gpu.handler().describe()
+    );
+    cpu.reset(&assignments).unwrap();
+    gpu.reset(&assignments).unwrap();
+    assert_eq!(
+        cpu.observations().state,
+        gpu.observations().state,
+        "same reset observation"
+    );
+    let mut policy = ReplayPolicy::default();
+    let mut actions = vec![0.0f32; 2 * NUM_JOINTS];
+    let mut worst = Vec::new();
+    for step in 1..=50 {
+        policy.act(&cpu, &mut actions);
+        cpu.step(&actions).unwrap();
+        gpu.step(&actions).unwrap();
+        for e in 0..2 {
+            assert_eq!(
+                cpu.infos()[e].status,
+                EpisodeStatus::Running,
+                "cpu env {e} at step {step}"
+            );
+            assert_eq!(
+                gpu.infos()[e].status,
+                EpisodeStatus::Running,
+                "gpu env {e} at step {step}"
+            );
+        }
+        let (a, b) = (cpu.trajectory(0), gpu.trajectory(0));
+        let qpos = max_diff(&a.qpos[step * NQ..], &b.qpos[step * NQ..]);
+        let w = 3 * NUM_BODIES_EXT;
+        let body = max_diff(&a.body_pos[step * w..], &b.body_pos[step * w..]);
+        let (c, d) = (cpu.trajectory(1), gpu.trajectory(1));
+        let qpos_dr = max_diff(&c.qpos[step * NQ..], &d.qpos[step * NQ..]);
+        worst.push((step, qpos, body, qpos_dr));
+    }
+    for (step, qpos, body, qpos_dr) in &worst {
+        if [1, 10, 50].contains(step) {
+            eprintln!("step {step}: max |Δqpos| {qpos:.3e}, max |Δbody pos| {body:.3e} m; DR level 3: {qpos_dr:.3e}");
+        }
+    }
+    let at = |s: usize| worst[s - 1];
+    assert!(
+        at(1).1 < QPOS_TOL_1 && at(1).3 < QPOS_TOL_1,
+        "after 1 step: {:?}",
+        at(1)
+    );
+    assert!(
+        at(10).1 < QPOS_TOL_10 && at(10).3 < QPOS_TOL_10,
+        "after 10 steps: {:?}",
+        at(10)
+    );
+
+    // The worker dies: the running episodes fail with the reason, nothing panics.
+    let pid = gpu.handler().worker_pid().expect("a worker runs");
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    gpu.step(&actions).unwrap();
+    for e in 0..2 {
+        let EpisodeStatus::Failed(reason) = &gpu.infos()[e].status else {
+            panic!("env {e} after the worker died: {:?}", gpu.infos()[e].status);
+        };
+        assert!(reason.contains("GPU simulator worker failed"), "{reason}");
+    }
+    assert_eq!(gpu.handler().worker_pid(), None);
+    // The next reset starts a new worker and the episode runs again, as on the CPU.
+    gpu.reset(&assignments[..1]).unwrap();
+    cpu.reset(&assignments[..1]).unwrap();
+    assert_ne!(gpu.handler().worker_pid(), Some(pid));
+    policy.act(&cpu, &mut actions);
+    cpu.step(&actions).unwrap();
+    gpu.step(&actions).unwrap();
+    assert_eq!(gpu.infos()[0].status, EpisodeStatus::Running);
+    let q = max_diff(&cpu.trajectory(0).qpos[NQ..], &gpu.trajectory(0).qpos[NQ..]);
+    assert!(q < QPOS_TOL_1, "after the restart: {q:.3e}");
+}
+
+#[test]
+fn a_python_that_cannot_start_the_worker_is_a_clear_error() {
+    let lib = library();
+    let backend = SimBackend::Gpu(GpuOptions {
+        python: PathBuf::from("/nonexistent/python3"),
+        ..GpuOptions::default()
+    });
+    let config = TrackingEnvConfig {
+        num_envs: 1,
+        backend,
+        ..Default::default()
+    };
+    let err = TrackingEnv::new(config, lib).unwrap_err().to_string();
+    assert!(
+        err.contains("could not start the GPU worker with /nonexistent/python3"),
+        "{err}"
+    );
+    assert!(err.contains("ARENA_GPU_PYTHON"), "{err}");
+}

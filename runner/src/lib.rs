@@ -1,6 +1,8 @@
 //! arena-runner: what runs episodes on the simulator for an [`arena_sdk::Agent`]. The server's
 //! simulator workers and the local runner share [`episode`], so a local score is what a
-//! submission would get; [`local`] drives an agent through a whole benchmark in process.
+//! submission would get; [`local`] drives an agent through a whole benchmark in process;
+//! [`audit`] re-runs stored episodes with their recorded actions on either physics backend.
 
+pub mod audit;
 pub mod episode;
 pub mod local;

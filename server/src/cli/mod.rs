@@ -1,6 +1,7 @@
 //! Command-line interface of the `arena` binary.
 
 mod admin;
+mod audit;
 pub(crate) mod backend;
 mod bench;
 mod dataset;
@@ -48,6 +49,9 @@ enum Command {
     /// Trajectory datasets: export a benchmark's or a phase's episodes (HDF5, jsonl.gz, card).
     #[command(subcommand)]
     Dataset(Box<dataset::DatasetCommand>),
+    /// Re-run a submission's stored episodes (seeds, DR draws, recorded actions) on the cpu or
+    /// gpu backend and report how each trajectory and its metrics differ from the stored ones.
+    Audit(Box<audit::AuditArgs>),
     /// Run a whole benchmark in-process with a built-in policy; prints per-episode metrics and
     /// aggregates, writes the report JSON.
     Eval(eval::EvalArgs),
@@ -116,6 +120,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Metrics(c) => metrics::run(c),
         Command::Admin(a) => admin::run(a),
         Command::Dataset(c) => dataset::run(*c),
+        Command::Audit(a) => audit::run(*a),
         Command::Eval(a) => eval::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Demo(a) => demo::run(a),

@@ -37,3 +37,25 @@ pub fn shared_moves() -> Option<PathBuf> {
         None
     }
 }
+
+/// A Python that can run the GPU backend's worker (`ARENA_GPU_PYTHON` with jax and
+/// mujoco-mjx), or `None` with the reason printed; `ARENA_REQUIRE_GPU_BACKEND=1` (make test)
+/// turns its absence into a failure.
+pub fn gpu_python() -> Option<String> {
+    let required = std::env::var("ARENA_REQUIRE_GPU_BACKEND").is_ok_and(|v| v == "1");
+    let python = std::env::var("ARENA_GPU_PYTHON").ok();
+    let usable = python.as_ref().is_some_and(|p| {
+        Command::new(p)
+            .args(["-c", "import jax, mujoco.mjx"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    if usable {
+        return python;
+    }
+    let why =
+        "skipped the GPU backend part: ARENA_GPU_PYTHON does not name a Python with jax and mujoco-mjx (make deps-gpu)";
+    assert!(!required, "ARENA_REQUIRE_GPU_BACKEND=1 but {why}");
+    eprintln!("{why}");
+    None
+}

@@ -1,0 +1,253 @@
+//! Audits of stored episodes: each recorded episode is run again from its own start (motion,
+//! start time, seed, DR level) with its recorded actions, open loop, on a chosen backend, and
+//! the new trajectory is compared with the stored one row by row and re-scored. On the backend
+//! that recorded it the re-run is bit-exact (the CPU backend is deterministic); on the other it
+//! measures how far the two physics implementations drift apart on real submissions.
+
+use crate::episode;
+use arena_bench::aggregate::EpisodeStatus;
+use arena_bench::spec::BenchmarkSpec;
+use arena_data::NUM_JOINTS;
+use arena_data::trajectory_file::EpisodeRecord;
+use arena_sim::SimBackend;
+use arena_sim::dr::DrLevel;
+use arena_sim::env::{self, EpisodeAssignment, TrackingEnv, TrackingEnvConfig, Trajectory};
+use arena_sim::handler::NQ;
+use arena_sim::motion::MotionLibrary;
+use arena_sim::robot::NUM_BODIES_EXT;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Control steps after which divergence is reported (when the episode is that long).
+pub const CHECKPOINTS: [usize; 4] = [1, 10, 50, 250];
+
+/// One episode's audit.
+#[derive(Debug, Clone, Serialize)]
+pub struct EpisodeAudit {
+    pub episode: u32,
+    pub motion: String,
+    pub recorded_status: String,
+    pub rerun_status: String,
+    /// Rows of the recording and of the re-run (row 0 is the reset state).
+    pub recorded_rows: usize,
+    pub rerun_rows: usize,
+    /// Every qpos, qvel and body position of every row equal to the bit.
+    pub bit_exact: bool,
+    /// Largest |Δqpos| in the rows up to each checkpoint step that both runs reached.
+    pub qpos_divergence: BTreeMap<usize, f64>,
+    /// Largest |Δqpos| and |Δbody position| (m) over all rows both runs reached.
+    pub max_qpos: f64,
+    pub max_body_pos: f64,
+    /// Metric → (recorded, re-run), both scored by the benchmark's metric code.
+    pub metrics: BTreeMap<String, (f64, f64)>,
+    /// Why the episode could not be re-run (unknown motion, bad record).
+    pub error: Option<String>,
+}
+
+/// Re-runs `records` (episodes of one submission of `spec`) on `backend`, `batch` at a time.
+/// `progress` gets (episodes done, episodes in all).
+pub fn audit(
+    spec: &BenchmarkSpec,
+    library: &Arc<MotionLibrary>,
+    records: &[EpisodeRecord],
+    backend: &SimBackend,
+    batch: usize,
+    threads: usize,
+    progress: &mut dyn FnMut(usize, usize),
+) -> anyhow::Result<Vec<EpisodeAudit>> {
+    let metric_config = episode::metric_config(spec);
+    let mut out = Vec::with_capacity(records.len());
+    let mut runnable = Vec::new();
+    for record in records {
+        match assignment_of(library, record) {
+            Ok(a) => runnable.push((record, a)),
+            Err(e) => out.push(failed_audit(record, e)),
+        }
+    }
+    let batch = batch.clamp(1, runnable.len().max(1));
+    let config = TrackingEnvConfig {
+        backend: backend.clone(),
+        ..episode::env_config(spec, batch, threads)
+    };
+    let mut env = TrackingEnv::new(config, library.clone())?;
+    let mut done = out.len();
+    progress(done, records.len());
+    for chunk in runnable.chunks(batch) {
+        let starts: Vec<(usize, EpisodeAssignment)> = chunk.iter().enumerate().map(|(s, (_, a))| (s, *a)).collect();
+        for slot in chunk.len()..batch {
+            env.stop(slot);
+        }
+        env.reset(&starts)?;
+        let longest = chunk.iter().map(|(r, _)| r.num_rows()).max().unwrap_or(0);
+        let mut actions = vec![0.0f32; batch * NUM_JOINTS];
+        for row in 1..longest {
+            actions.fill(0.0);
+            for (slot, (record, _)) in chunk.iter().enumerate() {
+                if row < record.num_rows() {
+                    let recorded = &record.actions[row * NUM_JOINTS..(row + 1) * NUM_JOINTS];
+                    for (a, r) in actions[slot * NUM_JOINTS..].iter_mut().zip(recorded) {
+                        *a = *r as f32;
+                    }
+                }
+            }
+            env.step(&actions)?;
+            // A recording that ends here (its window, its fall, its timeout) ends the re-run.
+            for (slot, (record, _)) in chunk.iter().enumerate() {
+                if row + 1 == record.num_rows() {
+                    env.stop(slot);
+                }
+            }
+        }
+        for (slot, (record, _)) in chunk.iter().enumerate() {
+            out.push(compare(
+                record,
+                env.trajectory(slot),
+                rerun_status(&env, slot),
+                spec,
+                &metric_config,
+            ));
+        }
+        done += chunk.len();
+        progress(done, records.len());
+    }
+    out.sort_by_key(|a| a.episode);
+    Ok(out)
+}
+
+fn assignment_of(library: &MotionLibrary, record: &EpisodeRecord) -> Result<EpisodeAssignment, String> {
+    let motion = library
+        .motions
+        .iter()
+        .position(|m| m.name == record.motion)
+        .ok_or_else(|| format!("motion {:?} is not in the benchmark's library", record.motion))?;
+    let dr_level = u8::try_from(record.dr_level)
+        .ok()
+        .and_then(|l| DrLevel::try_from(l).ok())
+        .ok_or_else(|| format!("DR level {} is not 0-3", record.dr_level))?;
+    let rows = record.num_rows();
+    if rows == 0 || record.actions.len() != rows * NUM_JOINTS || record.qpos.len() != rows * NQ {
+        return Err(format!(
+            "the record's arrays do not have {rows} rows of actions (29) and qpos ({NQ})"
+        ));
+    }
+    Ok(EpisodeAssignment {
+        motion,
+        start_time: record.start_s,
+        seed: record.seed,
+        dr_level,
+    })
+}
+
+fn failed_audit(record: &EpisodeRecord, error: String) -> EpisodeAudit {
+    EpisodeAudit {
+        episode: record.episode,
+        motion: record.motion.clone(),
+        recorded_status: record.status.clone(),
+        rerun_status: String::new(),
+        recorded_rows: record.num_rows(),
+        rerun_rows: 0,
+        bit_exact: false,
+        qpos_divergence: BTreeMap::new(),
+        max_qpos: f64::NAN,
+        max_body_pos: f64::NAN,
+        metrics: BTreeMap::new(),
+        error: Some(error),
+    }
+}
+
+/// The re-run's status in the protocol's words (a re-run stopped where its recording ended
+/// counts as completed; `failed: reason` keeps the reason).
+fn rerun_status(env: &TrackingEnv, slot: usize) -> String {
+    match &env.infos()[slot].status {
+        env::EpisodeStatus::Fell => "fell".into(),
+        env::EpisodeStatus::Failed(reason) => format!("failed: {reason}"),
+        _ => "completed".into(),
+    }
+}
+
+fn scored_status(word: &str) -> EpisodeStatus {
+    match word.split(':').next().unwrap_or_default() {
+        "fell" => EpisodeStatus::Fell,
+        "failed" => EpisodeStatus::Failed,
+        "timeout" => EpisodeStatus::Timeout,
+        _ => EpisodeStatus::Completed,
+    }
+}
+
+fn as_trajectory(record: &EpisodeRecord) -> Trajectory {
+    Trajectory {
+        times: record.times.clone(),
+        qpos: record.qpos.clone(),
+        qvel: record.qvel.clone(),
+        body_pos: record.body_pos.clone(),
+        actions: record.actions.clone(),
+        ref_qpos: record.ref_qpos.clone(),
+        ref_body_pos: record.ref_body_pos.clone(),
+        state: record.state.clone(),
+        ref_state: record.ref_state.clone(),
+        ..Default::default()
+    }
+}
+
+fn compare(
+    record: &EpisodeRecord,
+    rerun: &Trajectory,
+    rerun_status: String,
+    spec: &BenchmarkSpec,
+    metric_config: &arena_bench::metrics::MetricConfig,
+) -> EpisodeAudit {
+    let rows = record.num_rows().min(rerun.len());
+    let w = 3 * NUM_BODIES_EXT;
+    let bits = |a: &[f64], b: &[f64]| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+    let bit_exact = record.num_rows() == rerun.len()
+        && bits(&record.qpos, &rerun.qpos)
+        && bits(&record.qvel, &rerun.qvel)
+        && bits(&record.body_pos, &rerun.body_pos);
+    let row_diff = |a: &[f64], b: &[f64], width: usize, k: usize| {
+        a[k * width..(k + 1) * width]
+            .iter()
+            .zip(&b[k * width..(k + 1) * width])
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f64::max)
+    };
+    let mut qpos_divergence = BTreeMap::new();
+    let (mut max_qpos, mut max_body_pos) = (0.0f64, 0.0f64);
+    for k in 0..rows {
+        max_qpos = max_qpos.max(row_diff(&record.qpos, &rerun.qpos, NQ, k));
+        max_body_pos = max_body_pos.max(row_diff(&record.body_pos, &rerun.body_pos, w, k));
+        if CHECKPOINTS.contains(&k) {
+            qpos_divergence.insert(k, max_qpos);
+        }
+    }
+    let names = &spec.metrics.list;
+    let (_, recorded, _) = episode::score_finished(
+        &as_trajectory(record),
+        scored_status(&record.status),
+        None,
+        names,
+        metric_config,
+    );
+    let (_, again, _) = episode::score_finished(rerun, scored_status(&rerun_status), None, names, metric_config);
+    let metrics = names
+        .iter()
+        .map(|n| {
+            let get = |m: &BTreeMap<String, f64>| m.get(n).copied().unwrap_or(f64::NAN);
+            (n.clone(), (get(&recorded), get(&again)))
+        })
+        .collect();
+    EpisodeAudit {
+        episode: record.episode,
+        motion: record.motion.clone(),
+        recorded_status: record.status.clone(),
+        rerun_status,
+        recorded_rows: record.num_rows(),
+        rerun_rows: rerun.len(),
+        bit_exact,
+        qpos_divergence,
+        max_qpos,
+        max_body_pos,
+        metrics,
+        error: None,
+    }
+}

@@ -8,9 +8,10 @@ MUJOCO_LIB := third_party/mujoco/lib/libmujoco.so.3.17.0
 VENV_STAMP := .venv/.installed
 WEB_STAMP := web/node_modules/.installed
 TORCH_STAMP := third_party/pytorch/.installed-2.11.0
+GPU_STAMP := .venv/.installed-gpu-backend
 PYTHON := .venv/bin/python
 
-.PHONY: run test deps deps-torch deps-browser bench lint
+.PHONY: run test deps deps-torch deps-browser deps-gpu bench lint
 
 deps: $(MUJOCO_LIB) $(VENV_STAMP) $(WEB_STAMP)
 
@@ -32,6 +33,14 @@ $(TORCH_STAMP):
 $(MUJOCO_LIB):
 	bash scripts/bootstrap-mujoco.sh
 
+# JAX and MuJoCo MJX for the GPU simulation backend's worker (CPU wheels: the tests run it on
+# JAX's CPU backend); `make run` does not need them.
+deps-gpu: $(GPU_STAMP)
+
+$(GPU_STAMP): python/requirements-gpu.txt $(VENV_STAMP)
+	.venv/bin/pip install --quiet --disable-pip-version-check -r python/requirements-gpu.txt
+	touch $@
+
 $(VENV_STAMP): python/requirements-dev.txt
 	python3 -m venv .venv
 	.venv/bin/pip install --quiet --disable-pip-version-check -r python/requirements-dev.txt
@@ -43,12 +52,13 @@ run: deps
 # A throwaway PostgreSQL (scripts/postgres.sh) serves the storage tests' PostgreSQL half; it is
 # stopped and deleted whatever the tests do, and the recipe keeps the tests' exit status. The
 # Python SDK's tests run after cargo test, which builds the arena binary they start.
-test: deps deps-torch deps-browser
+test: deps deps-torch deps-browser deps-gpu
 	status=0; \
 	bash scripts/postgres.sh start || status=$$?; \
 	if [ $$status -eq 0 ]; then \
 		ARENA_TEST_DATABASE_URL=postgres://postgres@127.0.0.1:54329/arena_test ARENA_REQUIRE_POSTGRES=1 \
 		ARENA_PYTHON=$(CURDIR)/$(PYTHON) ARENA_REQUIRE_TORCH_ORACLE=1 ARENA_REQUIRE_BROWSER=1 \
+		ARENA_GPU_PYTHON=$(CURDIR)/$(PYTHON) ARENA_REQUIRE_GPU_BACKEND=1 \
 		cargo test --workspace --release || status=$$?; \
 		ARENA_BIN=$(CURDIR)/target/release/arena $(PYTHON) -m pytest -q sdk/python/tests || status=$$?; \
 	fi; \

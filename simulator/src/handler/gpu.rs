@@ -9,7 +9,7 @@
 //! running, with the reason, and is started again at the next reset: never a server crash.
 
 use super::gpu_layout::{Array, PARAMS_WIDTH, ShmLayout};
-use super::mujoco::{check_layout, mujoco_version};
+use super::mujoco::check_layout;
 use super::{
     DECIMATION, EnvHealth, Field, Handler, NQ, NV, PHYSICS_DT, PhysicsParams, check_state, head_pos, head_vel,
 };
@@ -408,7 +408,7 @@ impl GpuHandler {
         }
         let field = |k: &str| ready.get(k).and_then(|v| v.as_str()).unwrap_or("?").to_string();
         worker.device = format!(
-            "mjx {} on {} (jax {}, mujoco {})",
+            "mjx {} on {}, jax {}, mujoco {}",
             field("impl"),
             field("device"),
             field("jax"),
@@ -523,7 +523,7 @@ fn shared_file_path() -> PathBuf {
 impl Handler for GpuHandler {
     fn describe(&self) -> String {
         match &self.worker {
-            Some(w) => format!("gpu ({}; MuJoCo {} model)", w.device, mujoco_version()),
+            Some(w) => format!("gpu ({})", w.device),
             None => "gpu (worker stopped)".into(),
         }
     }

@@ -304,7 +304,7 @@ fn instability(data: &MjData<Box<MjModel>>) -> Option<String> {
 
 impl Handler for MujocoHandler {
     fn describe(&self) -> String {
-        format!("cpu (MuJoCo {}, {} threads)", mujoco_version(), self.num_threads())
+        format!("cpu (MuJoCo {})", mujoco_version())
     }
 
     fn num_envs(&self) -> usize {
@@ -501,7 +501,7 @@ impl Handler for MujocoHandler {
 }
 
 /// MuJoCo's version string ("3.17.0").
-pub(crate) fn mujoco_version() -> String {
+fn mujoco_version() -> String {
     // SAFETY: mj_versionString returns a static NUL-terminated string.
     unsafe { std::ffi::CStr::from_ptr(mujoco_rs::mujoco_c::mj_versionString()) }
         .to_string_lossy()

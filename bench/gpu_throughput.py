@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""GPU backend throughput, side by side in one run (docs/gpu-backend.md).
+
+For each env count it measures, interleaved and repeated:
+  raw    MJX alone: the same G1 model (exported by `arena sim export-model`) and the same PD loop
+         (4 substeps per control step), jit(vmap(...)) on the device, no host copies, no
+         observations: what the library can do;
+  gpu    `arena sim bench --backend gpu`: the whole TrackingEnv on the GPU backend (worker,
+         shared memory, observations, episode bookkeeping, replay policy);
+  cpu    `arena sim bench --backend cpu` on every CPU core of the machine.
+and prints control steps/s with the ratios gpu/raw (goal >= 0.8) and gpu/cpu.
+
+  python bench/gpu_throughput.py --arena target/release/arena --envs 1024 4096 8192
+Needs jax (with CUDA on a GPU machine), mujoco==3.17.0 and mujoco-mjx==3.17.0 in this Python;
+the arena binary runs the worker with the same interpreter (ARENA_GPU_PYTHON).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def raw_mjx(xml_path, envs, steps, impl):
+    """Control steps/s of jit(vmap(4 PD substeps of mjx.step)) from a standing start."""
+    import jax
+    import jax.numpy as jnp
+    import mujoco
+    import numpy as np
+    from mujoco import mjx
+
+    model = mujoco.MjModel.from_xml_path(xml_path)
+    mx = mjx.put_model(model, impl=impl)
+    data = mjx.make_data(mx, impl=impl)
+    qpos0 = np.array(model.qpos0)
+    qpos0[2] = 0.8
+    data = data.replace(qpos=jnp.asarray(qpos0, dtype=data.qpos.dtype))
+    batch = jax.tree_util.tree_map(lambda x: jnp.repeat(x[None], envs, axis=0), data)
+    kp = jnp.full(model.nu, 100.0, dtype=data.qpos.dtype)
+    kd = jnp.full(model.nu, 2.0, dtype=data.qpos.dtype)
+    effort = jnp.asarray(model.jnt_actfrcrange[1:, 1], dtype=data.qpos.dtype)
+    target = jnp.asarray(qpos0[7:], dtype=data.qpos.dtype)
+
+    def control_step(d):
+        def substep(d, _):
+            tau = jnp.clip(kp * (target - d.qpos[7:]) - kd * d.qvel[6:], -effort, effort)
+            return mjx.step(mx, d.replace(ctrl=tau)), None
+
+        return jax.lax.scan(substep, d, None, length=4)[0]
+
+    step = jax.jit(jax.vmap(control_step), donate_argnums=0)
+    # Compile: the first output's leaves may be typed differently from the input (weak types),
+    # which compiles once more, so two warm-up calls.
+    for _ in range(2):
+        batch = step(batch)
+    jax.block_until_ready(batch)
+    start = time.perf_counter()
+    for _ in range(steps):
+        batch = step(batch)
+    jax.block_until_ready(batch)
+    return envs * steps / (time.perf_counter() - start)
+
+
+def arena_bench(arena, envs, steps, backend, extra):
+    cmd = [arena, "sim", "bench", "--envs", str(envs), "--steps", str(steps), "--backend", backend,
+           "--json"] + extra
+    env = dict(os.environ, ARENA_GPU_PYTHON=os.environ.get("ARENA_GPU_PYTHON", sys.executable))
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed:\n{out.stderr}")
+    return json.loads(out.stdout.strip().splitlines()[-1])["control_steps_per_s"]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--arena", required=True)
+    p.add_argument("--envs", type=int, nargs="+", default=[1024, 4096, 8192])
+    p.add_argument("--steps", type=int, default=200, help="control steps per measurement")
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--impl", default="jax", choices=["jax", "warp"])
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"])
+    p.add_argument("--cpu-threads", type=int, default=0, help="CPU backend threads (0 = all cores)")
+    a = p.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        xml = os.path.join(tmp, "g1.xml")
+        subprocess.run([a.arena, "sim", "export-model", "--robot", "g1", "--out", xml], check=True,
+                       capture_output=True)
+        rows = []
+        for n in a.envs:
+            results = {"raw": [], "gpu": [], "cpu": []}
+            for _ in range(a.repeats):
+                results["raw"].append(raw_mjx(xml, n, a.steps, a.impl))
+                results["gpu"].append(arena_bench(a.arena, n, a.steps, "gpu",
+                                                  ["--gpu-device", a.device, "--gpu-impl", a.impl]))
+                results["cpu"].append(arena_bench(a.arena, n, a.steps, "cpu",
+                                                  ["--threads", str(a.cpu_threads)]))
+            med = {k: statistics.median(v) for k, v in results.items()}
+            rows.append((n, med, results))
+        print(f"| envs | raw MJX ({a.impl}) | arena gpu | arena cpu ({a.cpu_threads or os.cpu_count()} threads) "
+              "| gpu / raw | gpu / cpu |")
+        print("|---|---|---|---|---|---|")
+        for n, med, _ in rows:
+            print(f"| {n} | {med['raw']:.0f} | {med['gpu']:.0f} | {med['cpu']:.0f} "
+                  f"| {med['gpu'] / med['raw']:.2f} | {med['gpu'] / med['cpu']:.2f} |")
+        print(json.dumps({str(n): r for n, _, r in rows}))
+
+
+if __name__ == "__main__":
+    main()

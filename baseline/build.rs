@@ -5,6 +5,8 @@
 /// With ARENA_BFM_CUDA=1 the binary also links libtorch_cuda (the linker drops it otherwise, as
 /// nothing references it by name): the build for the GPU machine, run there against its own
 /// torch 2.11.0 libraries (LD_LIBRARY_PATH=<site-packages>/torch/lib).
+include!("../simulator/build_rpath.rs");
+
 fn main() {
     println!("cargo::rerun-if-env-changed=MUJOCO_DYNAMIC_LINK_DIR");
     println!("cargo::rerun-if-env-changed=ARENA_BFM_CUDA");
@@ -15,7 +17,7 @@ fn main() {
     }
     for var in ["DEP_TCH_LIBTORCH_LIB", "MUJOCO_DYNAMIC_LINK_DIR"] {
         if let Ok(dir) = std::env::var(var) {
-            println!("cargo::rustc-link-arg=-Wl,-rpath,{dir}");
+            emit_rpath(&dir);
         }
     }
 }

@@ -13,6 +13,7 @@
 
 pub mod aggregate;
 pub mod emd;
+pub mod install;
 pub mod metrics;
 pub mod priority;
 pub mod spec;

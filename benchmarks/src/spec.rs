@@ -1104,9 +1104,13 @@ impl BenchmarkSpec {
 // ---------------------------------------------------------------------------------------------
 // Registry of benchmark files
 
-/// The folder of the shipped benchmark files (this crate's folder).
+/// The folder of the shipped benchmark files, found beside the running binary
+/// ([`crate::install::beside_binary`]: `share/mimicarena/benchmarks` when installed, the
+/// checkout's `benchmarks/` otherwise); `benchmarks` in the working folder when neither is
+/// there (a missing folder is then reported by whoever lists it). `ARENA_BENCHMARKS_DIR` and
+/// `--benchmarks-dir` name another folder.
 pub fn shipped_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    crate::install::beside_binary("benchmarks", "g1-smoke.toml").unwrap_or_else(|| PathBuf::from("benchmarks"))
 }
 
 /// Every `*.toml` in `dir` (sorted by path) with its parse result. The crate's own

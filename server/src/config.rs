@@ -200,7 +200,7 @@ impl ServerConfig {
 
     pub fn web_dir(&self) -> PathBuf {
         if self.web_dir.as_os_str().is_empty() {
-            PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../web"))
+            arena_bench::install::beside_binary("web", "index.html").unwrap_or_else(|| PathBuf::from("web"))
         } else {
             self.web_dir.clone()
         }

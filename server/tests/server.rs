@@ -12,6 +12,7 @@ use arena_sdk::protocol::{Encoding, ResetEpisode};
 use common::server::{ADMIN, PgDb, ServerProc};
 use common::tmp;
 use serde_json::Value;
+use std::path::Path;
 
 fn submit(url: &str, token: &str, encoding: Encoding) -> client::RunSummary {
     let mut config = ClientConfig::new(
@@ -507,4 +508,40 @@ impl arena_sdk::Agent for SlowReplay {
         std::thread::sleep(std::time::Duration::from_micros(700));
         self.0.act(batch, actions);
     }
+}
+
+#[test]
+fn a_benchmark_that_cannot_load_is_refused_without_server_paths() {
+    let dir = common::tmp("broken-benchmark");
+    let benchmarks = dir.join("benchmarks");
+    std::fs::create_dir_all(&benchmarks).unwrap();
+    let smoke =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../benchmarks/g1-smoke.toml")).unwrap();
+    let broken = smoke.replace("name = \"g1-smoke\"", "name = \"broken\"").replace(
+        "builtin = [\"stand\", \"squat\", \"arm_wave\", \"torso_twist\", \"weight_shift\", \"step_in_place\"]",
+        "dir = \"no-such-folder\"\nfps = 30",
+    );
+    std::fs::write(benchmarks.join("broken.toml"), broken).unwrap();
+    let server = ServerProc::start(&dir.join("data"), &["--benchmarks-dir", benchmarks.to_str().unwrap()]);
+    let token = server.team("alpha");
+    let mut config = ClientConfig::new(
+        server.ws_url(),
+        &token,
+        Mode::Submission {
+            benchmark: "broken".into(),
+            submission_id: None,
+        },
+    );
+    // An internal refusal is worth retrying in general (an organiser may fix the file); not here.
+    config.max_reconnects = 0;
+    let err = client::run_blocking(&config, &mut ReplayAgent::new(), &mut |_| {})
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("benchmark broken cannot be loaded on the server"), "{err}");
+    assert!(
+        !err.contains(dir.to_str().unwrap()) && !err.contains("no-such-folder"),
+        "{err}"
+    );
+    assert!(server.log_text().contains("no-such-folder"), "the log has the details");
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -196,7 +196,18 @@ async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Box<Msg>>
     let name = plan.benchmark.clone();
     let mut benchmark = match tokio::task::spawn_blocking(move || catalog.load(&name)).await {
         Ok(Ok(b)) => b,
-        Ok(Err(e)) => return Err(refuse(codes::UNKNOWN_BENCHMARK, e.to_string())),
+        Ok(Err(e @ crate::catalog::CatalogError::UnknownName(_))) => {
+            return Err(refuse(codes::UNKNOWN_BENCHMARK, e.to_string()));
+        }
+        Ok(Err(e)) => {
+            // The details name server files: they go to the log, not to the agent.
+            tracing::error!(benchmark = %plan.benchmark, "cannot load the benchmark: {e}");
+            let message = format!(
+                "benchmark {} cannot be loaded on the server (a configuration problem; the organisers have the details in the server log)",
+                plan.benchmark
+            );
+            return Err(refuse(codes::INTERNAL, message));
+        }
         Err(e) => return Err(refuse(codes::INTERNAL, e.to_string())),
     };
     let mut reveal_results = true;

@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""An evaluation of thousands of concurrent episodes through the server on a chosen backend
+(issue 17: at least 4096 on the GPU backend): `arena serve` with one lane of --episodes envs,
+the SDK's replay example as the participant over a loopback WebSocket, and the figures:
+wall time, episodes and control steps per second, mean step round trip, peak memory of the
+server and of its GPU worker (and GPU memory from nvidia-smi when there is one).
+
+  python bench/gpu_eval_scale.py --arena target/release/arena \
+      --agent target/release/examples/replay --episodes 4096 --backend gpu
+The benchmark (written to a temporary folder) is the six built-in motions repeated to reach
+--episodes, whole clips (4-6 s), DR level 3, observations `state` + one reference frame.
+"""
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+BENCHMARK = """name = "g1-scale"
+version = 1
+description = "Scale test: the six built-in motions repeated, DR level 3."
+task = "tracking"
+[motions]
+builtin = ["stand", "squat", "arm_wave", "torso_twist", "weight_shift", "step_in_place"]
+[episodes]
+window = "whole"
+repeats = {repeats}
+dr_level = 3
+seed = 0
+[limits]
+control_hz = 50
+max_episode_s = 0.0
+step_timeout_ms = 60000
+[fall]
+rule = "none"
+[observations]
+groups = ["state"]
+reference_horizon = 1
+[metrics]
+list = ["emd", "mpjpe_g", "success"]
+state_slice = [0, 23]
+success_threshold_m = 0.5
+ndtw_window_s = 1.0
+[ranking]
+success = "success"
+primary = "emd"
+"""
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rss_mb(pid):
+    """Resident memory of a process and its children, MiB."""
+    total = 0
+    pids = [pid]
+    try:
+        out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
+        pids += [int(p) for p in out.stdout.split()]
+    except OSError:
+        pass
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
+
+
+def gpu_mem_mb():
+    if not shutil.which("nvidia-smi"):
+        return None
+    out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True)
+    return float(out.stdout.split()[0]) if out.returncode == 0 and out.stdout.strip() else None
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--arena", required=True)
+    p.add_argument("--agent", required=True, help="the SDK's replay example binary")
+    p.add_argument("--episodes", type=int, default=4096)
+    p.add_argument("--backend", default="gpu", choices=["cpu", "gpu"])
+    p.add_argument("--gpu-device", default="auto")
+    a = p.parse_args()
+
+    repeats = -(-a.episodes // 6)
+    tmp = tempfile.mkdtemp(prefix="arena-scale-")
+    bench_dir = os.path.join(tmp, "benchmarks")
+    os.makedirs(bench_dir)
+    with open(os.path.join(bench_dir, "g1-scale.toml"), "w") as f:
+        f.write(BENCHMARK.replace("{repeats}", str(repeats)))
+    port = free_port()
+    admin = "scale-admin"
+    env = dict(os.environ, ARENA_GPU_PYTHON=os.environ.get("ARENA_GPU_PYTHON", sys.executable))
+    server = subprocess.Popen(
+        [a.arena, "serve", "--bind", f"127.0.0.1:{port}", "--data-dir", os.path.join(tmp, "data"),
+         "--benchmarks-dir", bench_dir, "--admin-token", admin, "--max-batch", str(min(6 * repeats, 4096)),
+         "--lanes", "1", "--backend", a.backend, "--gpu-device", a.gpu_device,
+         "--step-timeout-s", "600"],
+        stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "server.log"), "w"), env=env)
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            urllib.request.urlopen(base + "/api/v1/health", timeout=1)
+            break
+        except OSError:
+            time.sleep(0.1)
+    req = urllib.request.Request(base + "/api/v1/teams", data=b'{"name": "scale"}', method="POST",
+                                 headers={"Authorization": f"Bearer {admin}",
+                                          "Content-Type": "application/json"})
+    token = json.load(urllib.request.urlopen(req))["token"]
+
+    peak = {"server": 0.0, "gpu": None}
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak["server"] = max(peak["server"], rss_mb(server.pid))
+            g = gpu_mem_mb()
+            if g is not None:
+                peak["gpu"] = max(peak["gpu"] or 0.0, g)
+            time.sleep(0.5)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    start = time.perf_counter()
+    agent = subprocess.run([a.agent, "--server", f"ws://127.0.0.1:{port}/api/v1/agent", "--token", token,
+                            "--benchmark", "g1-scale"], capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    done.set()
+    sampler.join()
+    if agent.returncode != 0:
+        server.terminate()
+        sys.exit(f"the agent failed:\n{agent.stderr[-3000:]}\n(server log: {tmp}/server.log)")
+    subs = json.load(urllib.request.urlopen(urllib.request.Request(
+        base + "/api/v1/submissions", headers={"Authorization": f"Bearer {token}"})))["submissions"]
+    sub = subs[0]
+    results = json.load(urllib.request.urlopen(urllib.request.Request(
+        base + f"/api/v1/submissions/{sub['id']}/results", headers={"Authorization": f"Bearer {token}"})))
+    rows = results["episodes"]
+    steps = sum(e.get("steps", 0) for e in rows)
+    rounds = max(e.get("steps", 0) for e in rows) if rows else 0
+    server.terminate()
+    server.wait(timeout=30)
+    result = {
+        "backend": a.backend, "episodes": len(rows), "status": sub["status"], "wall_s": round(wall, 2),
+        "episodes_per_s": round(len(rows) / wall, 2), "control_steps": steps,
+        "control_steps_per_s": round(steps / wall), "mean_step_round_trip_ms": round(1000 * wall / max(rounds, 1), 2),
+        "peak_rss_server_and_worker_mb": round(peak["server"]), "peak_gpu_memory_mb": peak["gpu"],
+    }
+    print(json.dumps(result, indent=2))
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

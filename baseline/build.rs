@@ -1,12 +1,11 @@
 //! Embeds the run-time search paths of libtorch (torch-sys exports its folder as
 //! DEP_TCH_LIBTORCH_LIB) and of the repo-local MuJoCo, so `arena-bfm` and its tests run without
 //! LD_LIBRARY_PATH (shared/notes/DEPENDENCIES.md).
-///
+include!("../simulator/build_rpath.rs");
+
 /// With ARENA_BFM_CUDA=1 the binary also links libtorch_cuda (the linker drops it otherwise, as
 /// nothing references it by name): the build for the GPU machine, run there against its own
 /// torch 2.11.0 libraries (LD_LIBRARY_PATH=<site-packages>/torch/lib).
-include!("../simulator/build_rpath.rs");
-
 fn main() {
     println!("cargo::rerun-if-env-changed=MUJOCO_DYNAMIC_LINK_DIR");
     println!("cargo::rerun-if-env-changed=ARENA_BFM_CUDA");

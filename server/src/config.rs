@@ -34,7 +34,7 @@ pub struct ServerConfig {
     pub sim_backend: String,
     /// GPU backend: where JAX runs (`auto`, `cpu`, `gpu`).
     pub gpu_device: String,
-    /// GPU backend: MJX implementation (`jax`, `warp`).
+    /// GPU backend: MJX implementation (`jax`; `warp` is refused by the worker for now).
     pub gpu_impl: String,
     /// GPU backend: the Python with python/requirements-gpu.txt; empty = `ARENA_GPU_PYTHON`,
     /// else `python3`.

@@ -9,10 +9,10 @@ library output lands in the log. EOF on stdin ends the worker (exit 0).
 
 Init (one line):
   {"mjcf": PATH, "num_envs": N, "kp": [29], "kd": [29], "effort": [29], "decimation": 4,
-   "torso_body": 16, "device": "cpu"|"gpu", "impl": "jax"|"warp", "x64": false,
+   "torso_body": 16, "device": "auto"|"cpu"|"gpu", "impl": "jax"|"warp", "x64": false,
    "contact_forces": true}
 Reply: {"ready": true, "backend": "mjx", "impl", "device", "jax", "mujoco", "compile_s"}
-or {"error": MESSAGE} and exit code 1.
+or {"error": MESSAGE} and exit code 1. Only impl "jax" runs for now; "warp" gets an error.
 
 Shared memory: PATH holds float64 little-endian arrays in C order, back to back; offsets are in
 float64 elements (bytes = 8 x offset), N = num_envs, total 729 N elements = 5832 N bytes.
@@ -120,7 +120,7 @@ def map_shm(path, num_envs):
     if actual != expected:
         raise InitError(
             f"shared memory file {path} has {actual} bytes, expected {expected} "
-            f"(num_envs={num_envs}, {expected // (8 * num_envs)} bytes per env)")
+            f"(num_envs={num_envs}, {expected // num_envs} bytes per env)")
     mem = np.memmap(path, dtype="<f8", mode="r+", shape=(expected // 8,))
     views, offset = {}, 0
     for name, shape in LAYOUT:
@@ -168,15 +168,17 @@ def parse_init(line):
         if not np.all(np.isfinite(arr)) or np.any(arr < 0):
             raise InitError(f"{key} must be finite and non-negative")
         cfg[key] = arr
-    if cfg["device"] not in ("cpu", "gpu"):
-        raise InitError(f"unknown device {cfg['device']!r} (expected cpu or gpu)")
-    if cfg["impl"] not in ("jax", "warp"):
+    if cfg["device"] not in ("auto", "cpu", "gpu"):
+        raise InitError(f"unknown device {cfg['device']!r} (expected auto, cpu or gpu)")
+    if cfg["impl"] == "warp":
+        # MJX-Warp batches worlds itself (leading world axis, contacts pooled across worlds)
+        # instead of through jax.vmap, so it needs its own state layout and contact decoding.
+        raise InitError("impl warp is not supported by this worker yet (use impl jax)")
+    if cfg["impl"] != "jax":
         raise InitError(f"unknown impl {cfg['impl']!r} (expected jax or warp)")
     for key in ("x64", "contact_forces"):
         if not isinstance(cfg[key], bool):
             raise InitError(f"{key} must be true or false")
-    if cfg["impl"] == "warp" and cfg["x64"]:
-        raise InitError("impl warp is single precision only (x64 must be false)")
     return cfg
 
 
@@ -195,7 +197,8 @@ class Worker:
         self.cfg, self.views = cfg, views
         n = self.n = cfg["num_envs"]
         try:
-            self.device = jax.devices(cfg["device"])[0]
+            # auto: JAX's default backend, the GPU when it sees one, else its CPU.
+            self.device = jax.devices()[0] if cfg["device"] == "auto" else jax.devices(cfg["device"])[0]
         except RuntimeError as e:
             raise InitError(f"no JAX {cfg['device']} device: {e}") from None
 
@@ -380,11 +383,9 @@ class Worker:
 
     def upload_params(self):
         """Device copies of the batched model fields and gains (after a params update)."""
-        jnp = self.jnp
-        put = lambda a: self.jax.device_put(jnp.asarray(a, dtype=self.dtype), self.device)
-        self.model_b = self.mx.tree_replace({k: put(self.dr_host[k]) for k in self.dr_fields})
-        self.kp = put(self.kp_host)
-        self.kd = put(self.kd_host)
+        self.model_b = self.mx.tree_replace({k: self.put(self.dr_host[k]) for k in self.dr_fields})
+        self.kp = self.put(self.kp_host)
+        self.kd = self.put(self.kd_host)
 
     def compile(self):
         """Compiles reset, sync and step once (ahead of time) and sets every env to qpos0 at
@@ -411,6 +412,7 @@ class Worker:
         self.write_outputs(flat, ints)
 
     def put(self, a, dtype=None):
+        """Host array -> device array (the worker's float type unless `dtype` says otherwise)."""
         return self.jax.device_put(self.jnp.asarray(a, dtype=dtype or self.dtype), self.device)
 
     def apply_params(self, envs):
@@ -523,9 +525,16 @@ def main():
     try:
         cfg = parse_init(line)
         mem, views = map_shm(args.shm, cfg["num_envs"])
-        if cfg["device"] == "cpu":
-            os.environ.setdefault("JAX_PLATFORMS", "cpu")
-        else:
+        if cfg["device"] != "gpu":
+            if cfg["device"] == "cpu":
+                os.environ.setdefault("JAX_PLATFORMS", "cpu")
+            # jaxlib 0.10's batched LAPACK kernels (the Cholesky factorisations of MJX's solver
+            # and integrator) block a thread of XLA's CPU pool while their sub-batches queue in
+            # the same pool: two at once deadlock a two-thread pool (N >= 64 on 2 cores hangs
+            # within a few steps). XLA sizes that pool from NPROC when it is set.
+            # The pool serves only the CPU backend, so `auto` sets it too (harmless on a GPU).
+            os.environ.setdefault("NPROC", str(max(4, len(os.sched_getaffinity(0)))))
+        if cfg["device"] != "cpu":
             # Leave GPU memory to the rest of the process tree unless the user said otherwise.
             os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
         import jax

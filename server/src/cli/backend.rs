@@ -22,7 +22,8 @@ pub struct BackendArgs {
     /// GPU backend: where JAX runs: auto (the GPU if there is one), cpu or gpu.
     #[arg(long, default_value = "auto", value_parser = clap::builder::ValueParser::new(str::parse::<GpuDevice>))]
     pub gpu_device: GpuDevice,
-    /// GPU backend: MJX implementation, jax or warp.
+    /// GPU backend: MJX implementation, jax (warp, MuJoCo Warp under MJX, is not supported by
+    /// the worker yet).
     #[arg(long, default_value = "jax", value_parser = clap::builder::ValueParser::new(str::parse::<GpuImpl>))]
     pub gpu_impl: GpuImpl,
     /// GPU backend: a Python with python/requirements-gpu.txt [default: python3].

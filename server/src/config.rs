@@ -246,4 +246,39 @@ mod tests {
         );
         std::fs::remove_dir_all(&dir).ok();
     }
+
+    #[test]
+    fn the_backend_keys_name_what_is_wrong() {
+        let with = |f: &dyn Fn(&mut ServerConfig)| {
+            let mut c = ServerConfig::default();
+            f(&mut c);
+            c.validate().map(|_| c.backend().unwrap()).map_err(|e| e.to_string())
+        };
+        assert_eq!(with(&|_| {}), Ok(SimBackend::Cpu));
+        let gpu = with(&|c| {
+            c.sim_backend = "gpu".into();
+            c.gpu_device = "cpu".into();
+            c.gpu_python = "/opt/py/bin/python".into();
+        })
+        .unwrap();
+        let SimBackend::Gpu(options) = gpu else {
+            panic!("{gpu:?}")
+        };
+        assert_eq!(options.device, arena_sim::handler::GpuDevice::Cpu);
+        assert_eq!(options.python, PathBuf::from("/opt/py/bin/python"));
+        let e = with(&|c| c.sim_backend = "tpu".into()).unwrap_err();
+        assert!(e.starts_with("sim_backend:") && e.contains("\"tpu\""), "{e}");
+        let e = with(&|c| {
+            c.sim_backend = "gpu".into();
+            c.gpu_device = "npu".into();
+        })
+        .unwrap_err();
+        assert!(e.starts_with("gpu_device:") && e.contains("npu"), "{e}");
+        let e = with(&|c| {
+            c.sim_backend = "gpu".into();
+            c.gpu_impl = "cuda".into();
+        })
+        .unwrap_err();
+        assert!(e.starts_with("gpu_impl:") && e.contains("cuda"), "{e}");
+    }
 }

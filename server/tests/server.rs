@@ -543,5 +543,18 @@ fn a_benchmark_that_cannot_load_is_refused_without_server_paths() {
         "{err}"
     );
     assert!(server.log_text().contains("no-such-folder"), "the log has the details");
+    // An unknown name is the agent's mistake: its code, the names there are, no folder.
+    config.mode = Mode::Submission {
+        benchmark: "nope".into(),
+        submission_id: None,
+    };
+    let err = client::run_blocking(&config, &mut ReplayAgent::new(), &mut |_| {})
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("unknown_benchmark") && err.contains("available: broken"),
+        "{err}"
+    );
+    assert!(!err.contains(dir.to_str().unwrap()), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -199,6 +199,15 @@ async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Box<Msg>>
         Ok(Err(e @ crate::catalog::CatalogError::UnknownName(_))) => {
             return Err(refuse(codes::UNKNOWN_BENCHMARK, e.to_string()));
         }
+        Ok(Err(crate::catalog::CatalogError::Spec(arena_bench::spec::SpecError::UnknownBenchmark {
+            name,
+            available,
+            ..
+        }))) => {
+            // The spec error names the server's folder; the agent gets the names only.
+            let message = format!("no benchmark named {name:?}; available: {}", available.join(", "));
+            return Err(refuse(codes::UNKNOWN_BENCHMARK, message));
+        }
         Ok(Err(e)) => {
             // The details name server files: they go to the log, not to the agent.
             tracing::error!(benchmark = %plan.benchmark, "cannot load the benchmark: {e}");

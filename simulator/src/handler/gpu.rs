@@ -11,7 +11,8 @@
 use super::gpu_layout::{Array, PARAMS_WIDTH, ShmLayout};
 use super::mujoco::check_layout;
 use super::{
-    DECIMATION, EnvHealth, Field, Handler, NQ, NV, PHYSICS_DT, PhysicsParams, check_state, head_pos, head_vel,
+    DECIMATION, EnvHealth, Field, Handler, NQ, NV, PHYSICS_DT, PhysicsParams, check_env, check_state, head_pos,
+    head_vel, worker_pool,
 };
 use crate::SimError;
 use crate::math::{self, Quat, Vec3};
@@ -242,21 +243,7 @@ impl GpuHandler {
         // worker map it, and the worker writes only while we wait for its answer.
         let shm = unsafe { memmap2::MmapMut::map_mut(&file) }
             .map_err(|e| backend_error(format!("mapping the shared file: {e}")))?;
-        let threads = if threads == 0 {
-            rayon::current_num_threads()
-        } else {
-            threads
-        };
-        let pool = if threads > 1 {
-            Some(
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .build()
-                    .map_err(|e| SimError::Config(format!("thread pool: {e}")))?,
-            )
-        } else {
-            None
-        };
+        let pool = worker_pool(threads)?;
         let mut handler = Self {
             config,
             options,
@@ -483,13 +470,7 @@ impl GpuHandler {
     }
 
     fn check_env(&self, env: usize) -> Result<(), SimError> {
-        if env >= self.health.len() {
-            return Err(SimError::Config(format!(
-                "env {env} out of range (have {})",
-                self.health.len()
-            )));
-        }
-        Ok(())
+        check_env(env, self.health.len())
     }
 }
 

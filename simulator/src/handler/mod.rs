@@ -294,6 +294,32 @@ pub trait Handler: Send + Sync {
     }
 }
 
+/// The worker pool for `threads` threads (0 = rayon's default); `None` for one thread, where
+/// work runs inline (handing every step to a single pool thread costs two context switches).
+pub(crate) fn worker_pool(threads: usize) -> Result<Option<rayon::ThreadPool>, SimError> {
+    let threads = if threads == 0 {
+        rayon::current_num_threads()
+    } else {
+        threads
+    };
+    if threads <= 1 {
+        return Ok(None);
+    }
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map(Some)
+        .map_err(|e| SimError::Config(format!("thread pool: {e}")))
+}
+
+/// An env index must name one of `num_envs` envs.
+pub(crate) fn check_env(env: usize, num_envs: usize) -> Result<(), SimError> {
+    if env >= num_envs {
+        return Err(SimError::Config(format!("env {env} out of range (have {num_envs})")));
+    }
+    Ok(())
+}
+
 /// Row width of `field`, after checking that a batch buffer of `len` values fits `num_envs` envs.
 pub(crate) fn batch_width(num_envs: usize, field: Field, len: usize) -> Result<usize, SimError> {
     let w = field.width();

@@ -6,8 +6,8 @@
 //! count and across runs.
 
 use super::{
-    DECIMATION, EnvHealth, Field, Handler, MAX_FIELD_WIDTH, NQ, NV, PhysicsParams, batch_width, check_state, head_pos,
-    head_vel,
+    DECIMATION, EnvHealth, Field, Handler, MAX_FIELD_WIDTH, NQ, NV, PhysicsParams, batch_width, check_env, check_state,
+    head_pos, head_vel, worker_pool,
 };
 use crate::SimError;
 use crate::math::{self, Quat, Vec3};
@@ -108,20 +108,7 @@ impl MujocoHandler {
                 torque_log: None,
             });
         }
-        let threads = if threads == 0 {
-            rayon::current_num_threads()
-        } else {
-            threads
-        };
-        let pool = if threads > 1 {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .map_err(|e| SimError::Config(format!("thread pool: {e}")))?;
-            Some(pool)
-        } else {
-            None
-        };
+        let pool = worker_pool(threads)?;
         Ok(Self {
             config,
             envs,
@@ -131,13 +118,7 @@ impl MujocoHandler {
     }
 
     fn check_env(&self, env: usize) -> Result<(), SimError> {
-        if env >= self.envs.len() {
-            return Err(SimError::Config(format!(
-                "env {env} out of range (have {})",
-                self.envs.len()
-            )));
-        }
-        Ok(())
+        check_env(env, self.envs.len())
     }
 
     /// Sets one env's qpos and qvel and computes only what body poses and velocities need

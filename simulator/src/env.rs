@@ -624,6 +624,12 @@ impl RefreshContext<'_> {
         if let EnvHealth::Failed(reason) = self.handler.health(e) {
             if slot.status == EpisodeStatus::Running {
                 slot.status = EpisodeStatus::Failed(reason.clone());
+                // The step that failed produced no row: its action goes too, so the recording
+                // keeps one action per row.
+                if self.config.record {
+                    let rows = slot.trajectory.times.len();
+                    slot.trajectory.actions.truncate(rows * NUM_JOINTS);
+                }
             }
             info.status = slot.status.clone();
             return;

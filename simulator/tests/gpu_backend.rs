@@ -168,6 +168,9 @@ fn gpu_backend_tracks_mujoco_and_survives_a_worker_crash() {
             panic!("env {e} after the worker died: {:?}", gpu.infos()[e].status);
         };
         assert!(reason.contains("GPU simulator worker failed"), "{reason}");
+        // The failed step made no row, so it keeps no action either.
+        let t = gpu.trajectory(e);
+        assert_eq!(t.actions.len(), t.len() * NUM_JOINTS, "env {e}");
     }
     assert_eq!(gpu.handler().worker_pid(), None);
     // The next reset starts a new worker and the episode runs again, as on the CPU.

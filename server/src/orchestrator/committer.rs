@@ -43,9 +43,10 @@ pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
                 }),
             };
             if let Err(e) = written {
-                tracing::error!("episode {}: {e}", done.episode.index);
+                // The error names server files: the log has it, the team gets the fact.
+                tracing::error!("episode {}: could not store the trajectory: {e}", done.episode.index);
                 status = EpisodeStatus::Failed;
-                reason = Some(format!("server could not store the trajectory: {e}"));
+                reason = Some("the server could not store the trajectory (details in the server log)".into());
             }
             let outcome = EpisodeOutcome {
                 status: results::episode_state(status),

@@ -69,6 +69,11 @@ impl ServerProc {
     }
 
     /// The server's log so far.
+    /// The server process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }

@@ -1,0 +1,97 @@
+//! The server's lanes on the GPU backend (MJX on JAX's CPU backend here): a submission runs
+//! through it, and a worker killed mid-run fails the episodes it was simulating, with the
+//! reason, while the server and the rest of the submission carry on.
+
+mod common;
+
+use arena_sdk::agents::ReplayAgent;
+use arena_sdk::protocol::{EpisodeInfo, EpisodeSpec};
+use arena_sdk::{Agent, Batch};
+use common::server::{ADMIN, ServerProc};
+
+/// The pids of the GPU workers a server started (their shared file names the server's pid).
+fn workers_of(server_pid: u32) -> Vec<u32> {
+    let tag = format!("arena-gpu-{server_pid}-");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains(&tag))
+        })
+        .collect()
+}
+
+/// Replay that kills the server's GPU worker when its episodes reach step 10.
+struct KillsTheWorker {
+    inner: ReplayAgent,
+    server_pid: u32,
+    killed: bool,
+}
+
+impl Agent for KillsTheWorker {
+    fn configure(&mut self, spec: &EpisodeSpec) {
+        self.inner.configure(spec);
+    }
+
+    fn reset(&mut self, episodes: &[EpisodeInfo]) {
+        self.inner.reset(episodes);
+    }
+
+    fn act(&mut self, batch: &Batch<'_>, actions: &mut [f32]) {
+        if !self.killed && batch.episode_steps.iter().any(|s| *s == 10) {
+            for pid in workers_of(self.server_pid) {
+                std::process::Command::new("kill")
+                    .args(["-9", &pid.to_string()])
+                    .status()
+                    .unwrap();
+                self.killed = true;
+            }
+        }
+        self.inner.act(batch, actions);
+    }
+}
+
+#[test]
+fn a_killed_gpu_worker_fails_its_episodes_not_the_server() {
+    let Some(python) = common::gpu_python() else { return };
+    let dir = common::tmp("gpu-lanes");
+    let server = ServerProc::start_with_env(
+        &dir.join("data"),
+        &[
+            "--backend",
+            "gpu",
+            "--gpu-device",
+            "cpu",
+            "--lanes",
+            "1",
+            "--max-batch",
+            "3",
+        ],
+        &[("ARENA_GPU_PYTHON", python.as_str())],
+    );
+    let token = server.team("alpha");
+    let mut agent = KillsTheWorker {
+        inner: ReplayAgent::new(),
+        server_pid: server.pid(),
+        killed: false,
+    };
+    let id = server.submit(&token, &mut agent, "replay-killer", None);
+    assert!(agent.killed, "the agent found the server's worker");
+    let (_, results) = server.get(&format!("/api/v1/submissions/{id}/results"), Some(ADMIN));
+    let episodes = results["episodes"].as_array().unwrap();
+    assert_eq!(episodes.len(), 6);
+    // The first batch of three was running when the worker died; a new worker ran the rest.
+    let failed: Vec<_> = episodes.iter().filter(|e| e["status"] == "FAILED").collect();
+    assert_eq!(failed.len(), 3, "{results}");
+    for e in &failed {
+        assert!(
+            e["reason"].as_str().unwrap().contains("GPU simulator worker failed"),
+            "{e}"
+        );
+    }
+    assert!(
+        episodes.iter().filter(|e| e["status"] == "COMPLETED").count() == 3,
+        "{results}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -38,7 +38,7 @@ impl Agent for KillsTheWorker {
     }
 
     fn act(&mut self, batch: &Batch<'_>, actions: &mut [f32]) {
-        if !self.killed && batch.episode_steps.iter().any(|s| *s == 10) {
+        if !self.killed && batch.episode_steps.contains(&10) {
             for pid in workers_of(self.server_pid) {
                 std::process::Command::new("kill")
                     .args(["-9", &pid.to_string()])

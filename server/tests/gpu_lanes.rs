@@ -1,6 +1,7 @@
 //! The server's lanes on the GPU backend (MJX on JAX's CPU backend here): a submission runs
 //! through it, and a worker killed mid-run fails the episodes it was simulating, with the
-//! reason, while the server and the rest of the submission carry on.
+//! reason, while the server and the rest of the submission carry on; and `arena sim bench
+//! --backend gpu` measures it.
 
 mod common;
 
@@ -94,4 +95,30 @@ fn a_killed_gpu_worker_fails_its_episodes_not_the_server() {
         "{results}"
     );
     std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn sim_bench_runs_on_the_gpu_backend_without_a_gpu() {
+    let Some(python) = common::gpu_python() else { return };
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_arena"))
+        .args([
+            "sim",
+            "bench",
+            "--envs",
+            "2",
+            "--steps",
+            "5",
+            "--backend",
+            "gpu",
+            "--gpu-device",
+            "cpu",
+            "--json",
+        ])
+        .env("ARENA_GPU_PYTHON", &python)
+        .output()
+        .unwrap();
+    let text = common::ok(&out);
+    let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    assert!(v["backend"].as_str().unwrap().starts_with("gpu (mjx jax on cpu"), "{v}");
+    assert!(v["control_steps_per_s"].as_f64().unwrap() > 0.0, "{v}");
 }

@@ -94,7 +94,8 @@ impl AppState {
         let url = config.database_url();
         let storage = Storage::connect(&url)
             .await
-            .with_context(|| format!("opening the database {}", redact(&url)))?;
+            .with_context(|| format!("opening the database {}", redact(&url)))?
+            .with_lease(config.replica_id(), config.lease());
         let unfinished = storage.recover_after_restart().await?;
         if !unfinished.is_empty() {
             tracing::info!(
@@ -104,6 +105,7 @@ impl AppState {
             );
         }
         backfill_summaries(&storage).await?;
+        tokio::spawn(renew_leases(storage.clone()));
         let catalog = Arc::new(Catalog::new(config.benchmarks_dir(), config.motions_root.clone()));
         let rate_limiter = RateLimiter::new(config.requests_per_minute);
         Ok(Arc::new(Self {
@@ -123,6 +125,32 @@ impl AppState {
 
     pub fn report_path(&self, submission: &str) -> PathBuf {
         self.config.reports_dir().join(format!("{submission}.json"))
+    }
+}
+
+/// Renews this server's episode claims three times per lease, for the life of the process. A
+/// failed renewal is logged and retried at the next tick: a database outage shorter than two
+/// thirds of a lease loses no claim.
+async fn renew_leases(storage: Storage) {
+    let period = storage.lease().duration / 3;
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failing = false;
+    loop {
+        tick.tick().await;
+        match storage.renew_leases().await {
+            Ok(_) if failing => {
+                tracing::info!("episode claims renewed again");
+                failing = false;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                if !failing {
+                    tracing::warn!("cannot renew this server's episode claims (retrying): {e}");
+                }
+                failing = true;
+            }
+        }
     }
 }
 

@@ -47,6 +47,14 @@ pub struct ServerConfig {
     pub max_attempts: u32,
     /// Requests per team per minute (REST calls and agent Connects); 0 = no limit.
     pub requests_per_minute: u32,
+    /// This server's name in episode claims: replicas sharing a PostgreSQL database need
+    /// distinct ids, and a restarted replica should keep its id (it then takes back its own
+    /// unfinished episodes at once instead of waiting for their leases). Empty = host name and
+    /// data directory.
+    pub replica_id: String,
+    /// Seconds an episode claim holds without renewal; a live server renews its claims three
+    /// times per lease. When a replica dies, its episodes are claimed again after this long.
+    pub lease_s: f64,
     /// Folder of the web pages (`index.html`, `static/`, `node_modules/three`); empty = the
     /// shipped `web/`.
     pub web_dir: PathBuf,
@@ -73,6 +81,8 @@ impl Default for ServerConfig {
             heartbeat_timeout_s: 60.0,
             max_attempts: 3,
             requests_per_minute: 600,
+            replica_id: String::new(),
+            lease_s: 30.0,
             web_dir: PathBuf::new(),
         }
     }
@@ -164,6 +174,15 @@ impl ServerConfig {
             };
             return bad(key, message);
         }
+        if !(self.lease_s >= 0.5 && self.lease_s <= 3600.0) {
+            return bad("lease_s", format!("expected 0.5-3600 seconds, got {}", self.lease_s));
+        }
+        if self.replica_id.len() > 200 || self.replica_id.chars().any(char::is_control) {
+            return bad(
+                "replica_id",
+                "expected at most 200 printable characters".to_string(),
+            );
+        }
         if self.max_attempts == 0 {
             return bad("max_attempts", "expected at least 1".into());
         }
@@ -204,6 +223,27 @@ impl ServerConfig {
         } else {
             self.web_dir.clone()
         }
+    }
+
+    /// The replica id actually used: `replica_id`, else "HOST:DATA_DIR" (stable across restarts
+    /// of one server on one data directory, and unique: the data directory lock allows one
+    /// server per folder).
+    pub fn replica_id(&self) -> String {
+        if !self.replica_id.is_empty() {
+            return self.replica_id.clone();
+        }
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "localhost".into());
+        let dir = std::fs::canonicalize(&self.data_dir).unwrap_or_else(|_| self.data_dir.clone());
+        format!("{host}:{}", dir.display())
+    }
+
+    /// How long an episode claim holds without renewal.
+    pub fn lease(&self) -> std::time::Duration {
+        std::time::Duration::from_secs_f64(self.lease_s)
     }
 
     pub fn trajectories_dir(&self) -> PathBuf {

@@ -558,7 +558,7 @@ async fn get_phase_leaderboard(
         .catalog
         .spec(&phase.benchmark)
         .map_err(|e| not_found(e.to_string()))?;
-    let generation = state.storage.leaderboard_generation();
+    let generation = state.storage.leaderboard_generation().await?;
     let key = format!("phase {} {:?}", phase.id, spec.ranking);
     let board = match state.leaderboards.get(&key, generation) {
         Some(board) => board,
@@ -896,7 +896,7 @@ async fn get_leaderboard(
 ) -> ApiResult {
     let who = optional_caller(&state, &headers).await?;
     let spec = state.catalog.spec(&benchmark).map_err(|e| not_found(e.to_string()))?;
-    let generation = state.storage.leaderboard_generation();
+    let generation = state.storage.leaderboard_generation().await?;
     let mut hidden: Vec<String> = Vec::new();
     if !who.as_ref().is_some_and(Caller::is_admin) {
         let now = now_ms();

@@ -69,6 +69,14 @@ pub struct ConfigArgs {
     /// Requests per team per minute, REST calls and agent connects (0 = no limit) [default: 600].
     #[arg(long, env = "ARENA_REQUESTS_PER_MINUTE")]
     pub requests_per_minute: Option<u32>,
+    /// This server's id in episode claims; replicas on one PostgreSQL need distinct ids
+    /// [default: HOST:DATA_DIR].
+    #[arg(long, env = "ARENA_REPLICA_ID")]
+    pub replica_id: Option<String>,
+    /// Seconds an episode claim holds without renewal; a dead replica's episodes are claimed
+    /// again after this long [default: 30].
+    #[arg(long, env = "ARENA_LEASE_S")]
+    pub lease_s: Option<f64>,
     /// Folder of the web pages served at / [default: the shipped web/].
     #[arg(long, env = "ARENA_WEB_DIR")]
     pub web_dir: Option<PathBuf>,
@@ -103,6 +111,8 @@ impl ConfigArgs {
             heartbeat_timeout_s,
             max_attempts,
             requests_per_minute,
+            replica_id,
+            lease_s,
             web_dir
         );
         c.validate()?;
@@ -131,9 +141,10 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         // Tests and scripts read this line to find the port.
         println!("arena serve: listening on http://{addr} (agents: ws://{addr}/api/v1/agent or gRPC at {addr})");
         println!(
-            "arena serve: database {}, data in {}",
+            "arena serve: database {}, data in {}, replica {}",
             app::redact(&config.database_url()),
-            config.data_dir.display()
+            config.data_dir.display(),
+            state.storage.lease().owner
         );
         use std::io::Write;
         std::io::stdout().flush().ok();

@@ -19,7 +19,6 @@ use arena_sdk::protocol::{
     self, Connect, Connected, DecodeError, Disconnect, Heartbeat, Msg, PROTOCOL_VERSION, ResetEpisode, codes,
 };
 use futures_util::{Stream, StreamExt};
-use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
@@ -100,7 +99,8 @@ struct Admitted {
     /// The benchmark as this session runs it (a phase's view: its groups, hidden names).
     benchmark: Arc<LoadedBenchmark>,
     submission: Option<Submission>,
-    queue: VecDeque<Episode>,
+    /// Episodes not final yet (PENDING, or RUNNING elsewhere: a replica may hold some).
+    remaining: usize,
     /// False in a private phase before it ends: EpisodeEnd carries no metrics and no reason.
     reveal_results: bool,
 }
@@ -228,7 +228,7 @@ async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Box<Msg>>
         return Ok(Admitted {
             benchmark,
             submission: None,
-            queue: VecDeque::new(),
+            remaining: 0,
             reveal_results,
         });
     }
@@ -260,7 +260,7 @@ async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Box<Msg>>
         .await
         .map_err(|e| refuse(codes::INTERNAL, e.to_string()))?;
     Ok(Admitted {
-        queue: runner::pending_queue(&benchmark, &rows),
+        remaining: runner::unfinished(&rows),
         benchmark,
         submission: Some(submission),
         reveal_results,
@@ -315,7 +315,7 @@ where
     if connect.max_batch > 0 {
         max_batch = max_batch.min(connect.max_batch as usize);
     }
-    let remaining = admitted.queue.len();
+    let remaining = admitted.remaining;
     let practice = admitted.submission.is_none();
     // Lanes × batch covers at most the episodes left (practice: one lane, batch as asked).
     let (lanes, batch) = if practice {
@@ -329,7 +329,7 @@ where
         let (tx, rx) = mpsc::channel();
         (Some(tx), JobSource::Practice(Mutex::new(rx)))
     } else {
-        (None, JobSource::Queue(Mutex::new(admitted.queue)))
+        (None, JobSource::Claims)
     };
     let sink = match &admitted.submission {
         Some(s) => {

@@ -186,27 +186,52 @@ impl<'a> Lane<'a> {
                 let next = if block { rx.recv().ok() } else { rx.try_recv().ok() };
                 Ok(next.map(|e| (e, 1)))
             }
-            JobSource::Queue(queue) => loop {
-                let Some(episode) = queue.lock().expect("episode queue lock").pop_front() else {
-                    return Ok(None);
-                };
+            JobSource::Claims => {
                 let Sink::Submission {
-                    storage, submission_id, ..
+                    storage,
+                    submission_id,
+                    max_attempts,
+                    ..
                 } = &self.ctx.sink
                 else {
-                    return Ok(Some((episode, 1)));
+                    return Err(LaneEnd::Error("a claimed episode source needs a stored submission".into()));
                 };
-                let claimed = self
-                    .ctx
-                    .runtime
-                    .block_on(storage.start_episode(submission_id, episode.index as i64));
-                match claimed {
-                    Ok(Some(attempt)) => return Ok(Some((episode, attempt as u32))),
-                    // Finished or claimed meanwhile: never run an episode twice.
-                    Ok(None) => continue,
-                    Err(e) => return Err(LaneEnd::Error(format!("claiming episode {}: {e}", episode.index))),
+                loop {
+                    let claimed = self
+                        .ctx
+                        .runtime
+                        .block_on(storage.claim_next_episode(submission_id, *max_attempts as i64));
+                    match claimed {
+                        Ok(Some((idx, attempt))) => match self.ctx.benchmark.episodes.iter().find(|e| e.index as i64 == idx) {
+                            Some(episode) => return Ok(Some((episode.clone(), attempt as u32))),
+                            None => {
+                                return Err(LaneEnd::Error(format!(
+                                    "claimed episode {idx} of submission {submission_id}, which benchmark {} does not have",
+                                    self.ctx.benchmark.spec.name
+                                )));
+                            }
+                        },
+                        Ok(None) => {}
+                        Err(e) => return Err(LaneEnd::Error(format!("claiming an episode: {e}"))),
+                    }
+                    // Nothing to claim. An idle lane waits while another server holds some of
+                    // this submission's episodes: they finish there, or their lease runs out
+                    // and one of them is claimed here.
+                    if !block {
+                        return Ok(None);
+                    }
+                    let expiry = self.ctx.runtime.block_on(storage.others_lease_expiry(submission_id));
+                    match expiry {
+                        Ok(None) => return Ok(None),
+                        Ok(Some(_)) if self.ctx.out.is_closed() => return Err(LaneEnd::ConnectionLost),
+                        Ok(Some(at)) => {
+                            let left = (at - crate::storage::now_ms()).max(0) as u64;
+                            std::thread::sleep(Duration::from_millis(left.clamp(100, 1000)));
+                        }
+                        Err(e) => return Err(LaneEnd::Error(format!("waiting for claimed episodes: {e}"))),
+                    }
                 }
-            },
+            }
         }
     }
 

@@ -18,7 +18,6 @@ use crate::catalog::LoadedBenchmark;
 use crate::storage::Storage;
 use arena_bench::spec::Episode;
 use arena_sdk::protocol::{Action, Msg};
-use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -43,8 +42,10 @@ pub enum Sink {
 /// Where lanes get episodes from.
 #[derive(Debug)]
 pub enum JobSource {
-    /// A submission's unfinished episodes; claimed in the database one by one.
-    Queue(Mutex<VecDeque<Episode>>),
+    /// A stored submission's episodes, claimed in the database one by one under this server's
+    /// lease ([`crate::storage::Storage::claim_next_episode`]): several sessions, on this server
+    /// or on other replicas, can share one submission.
+    Claims,
     /// Practice episodes as the client asks for them; closed when the session ends.
     Practice(Mutex<mpsc::Receiver<Episode>>),
 }

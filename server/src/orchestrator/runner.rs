@@ -1,10 +1,8 @@
-//! BenchmarkRunner: turns a benchmark into a submission's stored episodes, and a stored
-//! submission back into the queue of episodes still to run.
+//! BenchmarkRunner: turns a benchmark into a submission's stored episodes, and counts what a
+//! stored submission still has to run.
 
 use crate::catalog::LoadedBenchmark;
-use crate::storage::{EpisodeRow, EpisodeState, NewEpisode};
-use arena_bench::spec::Episode;
-use std::collections::VecDeque;
+use crate::storage::{EpisodeRow, NewEpisode};
 
 /// The rows a new submission of `benchmark` starts with (all PENDING).
 pub fn new_episodes(benchmark: &LoadedBenchmark) -> Vec<NewEpisode> {
@@ -23,10 +21,8 @@ pub fn new_episodes(benchmark: &LoadedBenchmark) -> Vec<NewEpisode> {
         .collect()
 }
 
-/// The episodes of a stored submission that are PENDING, in benchmark order.
-pub fn pending_queue(benchmark: &LoadedBenchmark, rows: &[EpisodeRow]) -> VecDeque<Episode> {
-    rows.iter()
-        .filter(|r| r.status == EpisodeState::Pending)
-        .filter_map(|r| benchmark.episodes.iter().find(|e| e.index as i64 == r.idx).cloned())
-        .collect()
+/// How many episodes of a stored submission are not final yet (PENDING, or RUNNING: on another
+/// replica, or on a server that died and whose claims will expire).
+pub fn unfinished(rows: &[EpisodeRow]) -> usize {
+    rows.iter().filter(|r| !r.status.is_final()).count()
 }

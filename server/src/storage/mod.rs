@@ -28,6 +28,9 @@ use sqlx::migrate::Migrator;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use sqlx::{AnyPool, ConnectOptions, Connection, Executor, Row};
 
+mod episodes;
+pub use episodes::{Expired, LEASE_EXPIRED, Lease};
+
 // Cargo notices edits to existing migration files only: after ADDING one, touch this file.
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/sqlite");
 static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/postgres");
@@ -746,16 +749,55 @@ pub struct Storage {
     engine: Engine,
     /// Bumped by every write that can change a leaderboard (a submission finishing, its summary,
     /// report or baseline flag), so derived views can be cached until it moves. Counts this
-    /// process's writes: one server per data directory (several replicas on one database would
-    /// need a counter in the database).
+    /// process's writes; on PostgreSQL, where replicas share the database, the same writes also
+    /// move the `counters` row that [`Storage::leaderboard_generation`] adds in.
     leaderboard_generation: Arc<AtomicU64>,
+    /// The claims this handle makes (all clones share it).
+    lease: Arc<Lease>,
 }
 
 impl Storage {
-    /// The current leaderboard generation ([`Storage`]'s field): read it before reading the rows
-    /// a cached view is built from.
-    pub fn leaderboard_generation(&self) -> u64 {
-        self.leaderboard_generation.load(Ordering::SeqCst)
+    /// The current leaderboard generation ([`Storage`]'s field, plus the shared counter on
+    /// PostgreSQL, where other replicas write): read it before reading the rows a cached view is
+    /// built from.
+    pub async fn leaderboard_generation(&self) -> Result<u64, StorageError> {
+        let local = self.leaderboard_generation.load(Ordering::SeqCst);
+        if self.engine == Engine::Sqlite {
+            return Ok(local);
+        }
+        let row = sqlx::query("SELECT value FROM counters WHERE name = 'leaderboard'")
+            .fetch_one(&self.pool)
+            .await
+            .ctx(|| "reading the leaderboard generation".to_string())?;
+        let shared: i64 = get(&row, "value", "the leaderboard generation")?;
+        Ok(local.wrapping_add(shared as u64))
+    }
+
+    /// After a write that can change a leaderboard, on PostgreSQL: moves the shared counter so
+    /// that other replicas drop their cached boards (SQLite has one server per database).
+    async fn bump_shared_generation(&self) -> Result<(), StorageError> {
+        if self.engine == Engine::Postgres {
+            sqlx::query("UPDATE counters SET value = value + 1 WHERE name = 'leaderboard'")
+                .execute(&self.pool)
+                .await
+                .ctx(|| "moving the leaderboard generation".to_string())?;
+        }
+        Ok(())
+    }
+
+    /// This handle's claims: who holds them and for how long without renewal.
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// The same database, claiming as `owner` with leases of `duration` (a server sets its replica
+    /// id here; tests make two "replicas" on one database this way).
+    pub fn with_lease(mut self, owner: impl Into<String>, duration: Duration) -> Self {
+        self.lease = Arc::new(Lease {
+            owner: owner.into(),
+            duration,
+        });
+        self
     }
 
     /// Bumps the generation when the returned guard drops, at the end of the write: a reader
@@ -792,6 +834,7 @@ impl Storage {
             pool,
             engine,
             leaderboard_generation: Arc::new(AtomicU64::new(0)),
+            lease: Arc::new(Lease::for_this_process()),
         })
     }
 
@@ -1520,7 +1563,7 @@ impl Storage {
         if done.rows_affected() == 0 {
             return Err(self.submission_not_open(id, "finish").await);
         }
-        Ok(())
+        self.bump_shared_generation().await
     }
 
     /// Marks (or unmarks) a submission as a baseline; false if it does not exist.
@@ -1532,6 +1575,7 @@ impl Storage {
             .execute(&self.pool)
             .await
             .ctx(|| format!("marking submission {id} as baseline = {baseline}"))?;
+        self.bump_shared_generation().await?;
         Ok(done.rows_affected() > 0)
     }
 
@@ -1568,7 +1612,8 @@ impl Storage {
         .execute(&mut *tx)
         .await
         .ctx(context)?;
-        tx.commit().await.ctx(context)
+        tx.commit().await.ctx(context)?;
+        self.bump_shared_generation().await
     }
 
     /// Replaces the metrics of a final episode (a re-score from its stored trajectory).
@@ -1601,7 +1646,7 @@ impl Storage {
             .execute(&self.pool)
             .await
             .ctx(|| format!("storing the summary of submission {id}"))?;
-        Ok(())
+        self.bump_shared_generation().await
     }
 
     /// COMPLETED submissions that have a report but no summary yet (stored by an older version),
@@ -1631,177 +1676,7 @@ impl Storage {
         if done.rows_affected() == 0 {
             return Err(StorageError::Conflict(format!("submission {id} is not COMPLETED")));
         }
-        Ok(())
-    }
-
-    /// The episodes of a submission, ordered by idx (empty if the submission does not exist).
-    pub async fn episodes(&self, submission: &str) -> Result<Vec<EpisodeRow>, StorageError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {EPISODE_COLUMNS} FROM episodes WHERE submission_id = $1 ORDER BY idx"
-        ))
-        .bind(submission)
-        .fetch_all(&self.pool)
-        .await
-        .ctx(|| format!("reading the episodes of submission {submission}"))?;
-        rows.iter().map(|row| episode_from_row(row, submission)).collect()
-    }
-
-    /// PENDING → RUNNING, attempts += 1; returns the new attempt number, or None if the episode
-    /// was not PENDING (already claimed or finished) or does not exist.
-    pub async fn start_episode(&self, submission: &str, idx: i64) -> Result<Option<i64>, StorageError> {
-        let row = sqlx::query(
-            "UPDATE episodes SET status = 'RUNNING', attempts = attempts + 1, updated_at = $3 \
-             WHERE submission_id = $1 AND idx = $2 AND status = 'PENDING' RETURNING attempts",
-        )
-        .bind(submission)
-        .bind(idx)
-        .bind(now_ms())
-        .fetch_optional(&self.pool)
-        .await
-        .ctx(|| format!("starting episode {idx} of submission {submission}"))?;
-        row.map(|row| get(&row, "attempts", &format!("episode {idx} of submission {submission}")))
-            .transpose()
-    }
-
-    /// RUNNING → a final status (COMPLETED, FELL, FAILED, TIMEOUT) with steps, metrics and reason,
-    /// ONLY if the row is RUNNING (so an episode is never counted twice); returns whether it changed.
-    pub async fn finish_episode(
-        &self,
-        submission: &str,
-        idx: i64,
-        result: &EpisodeOutcome,
-    ) -> Result<bool, StorageError> {
-        if !result.status.is_final() {
-            return Err(StorageError::Invalid(format!(
-                "finishing episode {idx} of submission {submission} with status {} \
-                 (expected COMPLETED, FELL, FAILED or TIMEOUT)",
-                result.status
-            )));
-        }
-        let done = sqlx::query(
-            "UPDATE episodes SET status = $3, steps = $4, metrics_json = $5, reason = $6, updated_at = $7 \
-             WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING'",
-        )
-        .bind(submission)
-        .bind(idx)
-        .bind(result.status.as_str())
-        .bind(result.steps)
-        .bind(metrics_to_json(&result.metrics))
-        .bind(result.reason.as_deref())
-        .bind(now_ms())
-        .execute(&self.pool)
-        .await
-        .ctx(|| {
-            format!(
-                "finishing episode {idx} of submission {submission} as {}",
-                result.status
-            )
-        })?;
-        Ok(done.rows_affected() > 0)
-    }
-
-    /// After a lost agent connection: the given RUNNING episodes go back to PENDING if attempts <
-    /// max_attempts (keeping `reason` as the last failure), else FAILED with reason
-    /// "{reason} (attempt {n} of {max})". Returns (requeued, failed) counts. Only touches rows that
-    /// are RUNNING; all in one transaction.
-    pub async fn requeue_episodes(
-        &self,
-        submission: &str,
-        idxs: &[i64],
-        max_attempts: i64,
-        reason: &str,
-    ) -> Result<(usize, usize), StorageError> {
-        let context = || format!("requeueing episodes {idxs:?} of submission {submission}");
-        let now = now_ms();
-        let failed_reason = format!("{reason} (attempt ");
-        let of_max = format!(" of {max_attempts})");
-        let (mut requeued, mut failed) = (0, 0);
-        let mut tx = self.pool.begin().await.ctx(context)?;
-        for &idx in idxs {
-            // Every statement here writes, so SQLite takes the write lock at the first one.
-            let back = sqlx::query(
-                "UPDATE episodes SET status = 'PENDING', reason = $4, updated_at = $5 \
-                 WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING' AND attempts < $3",
-            )
-            .bind(submission)
-            .bind(idx)
-            .bind(max_attempts)
-            .bind(reason)
-            .bind(now)
-            .execute(&mut *tx)
-            .await
-            .ctx(context)?;
-            if back.rows_affected() > 0 {
-                requeued += 1;
-                continue;
-            }
-            let gave_up = sqlx::query(
-                "UPDATE episodes SET status = 'FAILED', reason = $3 || CAST(attempts AS TEXT) || $4, updated_at = $5 \
-                 WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING'",
-            )
-            .bind(submission)
-            .bind(idx)
-            .bind(&failed_reason)
-            .bind(&of_max)
-            .bind(now)
-            .execute(&mut *tx)
-            .await
-            .ctx(context)?;
-            failed += gave_up.rows_affected() as usize;
-        }
-        tx.commit().await.ctx(context)?;
-        Ok((requeued, failed))
-    }
-
-    /// At server start: every RUNNING episode of a PENDING/RUNNING submission goes back to PENDING
-    /// WITHOUT counting an attempt (attempts -= 1: the crash was the server's fault). Returns the
-    /// ids of the unfinished (PENDING or RUNNING) submissions, oldest first.
-    pub async fn recover_after_restart(&self) -> Result<Vec<String>, StorageError> {
-        let context = || "recovering unfinished episodes after a restart".to_string();
-        let mut tx = self.pool.begin().await.ctx(context)?;
-        sqlx::query(
-            "UPDATE episodes SET status = 'PENDING', \
-             attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END, updated_at = $1 \
-             WHERE status = 'RUNNING' AND submission_id IN \
-             (SELECT id FROM submissions WHERE status IN ('PENDING', 'RUNNING'))",
-        )
-        .bind(now_ms())
-        .execute(&mut *tx)
-        .await
-        .ctx(context)?;
-        let rows =
-            sqlx::query("SELECT id FROM submissions WHERE status IN ('PENDING', 'RUNNING') ORDER BY created_at, id")
-                .fetch_all(&mut *tx)
-                .await
-                .ctx(context)?;
-        tx.commit().await.ctx(context)?;
-        rows.iter()
-            .map(|row| get(row, "id", "an unfinished submission"))
-            .collect()
-    }
-
-    /// (pending, running, finished) episode counts of a submission.
-    pub async fn episode_counts(&self, submission: &str) -> Result<(i64, i64, i64), StorageError> {
-        let rows = sqlx::query("SELECT status, COUNT(*) AS n FROM episodes WHERE submission_id = $1 GROUP BY status")
-            .bind(submission)
-            .fetch_all(&self.pool)
-            .await
-            .ctx(|| format!("counting the episodes of submission {submission}"))?;
-        let what = format!("episode counts of submission {submission}");
-        let (mut pending, mut running, mut finished) = (0, 0, 0);
-        for row in &rows {
-            let status: String = get(row, "status", &what)?;
-            let n: i64 = get(row, "n", &what)?;
-            match status
-                .parse::<EpisodeState>()
-                .map_err(|e| StorageError::Corrupt(format!("{what}: {e}")))?
-            {
-                EpisodeState::Pending => pending += n,
-                EpisodeState::Running => running += n,
-                _ => finished += n,
-            }
-        }
-        Ok((pending, running, finished))
+        self.bump_shared_generation().await
     }
 }
 

@@ -1,0 +1,353 @@
+//! The episode lifecycle in the database: claims under a lease, lease renewal and expiry,
+//! results committed exactly once, re-queueing after a lost connection and recovery at start-up.
+//!
+//! Every claim is a lease held by one server process (its [`Lease::owner`]) until
+//! [`Lease::expires_at`]; a live server renews its leases ([`Storage::renew_leases`]) while the
+//! episodes run. A result is committed only by the lease's holder, so an episode whose server
+//! died, and which another replica claimed again after the lease ran out, is counted once: by
+//! whichever run still holds the lease when it finishes.
+
+use super::*;
+
+/// Who holds the claims a [`Storage`] handle makes, and for how long each holds without renewal.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lease {
+    /// The replica's id (server key `replica_id`): stable across restarts of one replica, so a
+    /// restarted server knows which RUNNING episodes were its own.
+    pub owner: String,
+    pub duration: Duration,
+}
+
+impl Lease {
+    /// How long a claim holds without renewal unless configured (`lease_s`).
+    pub const DEFAULT_DURATION: Duration = Duration::from_secs(30);
+
+    /// A lease owner unique to this process (a handle nobody named).
+    pub(super) fn for_this_process() -> Lease {
+        let nonce = uuid::Uuid::new_v4().simple().to_string();
+        Lease {
+            owner: format!("process-{}-{}", std::process::id(), &nonce[..8]),
+            duration: Self::DEFAULT_DURATION,
+        }
+    }
+
+    fn expires_at(&self, now: i64) -> i64 {
+        now.saturating_add(self.duration.as_millis().min(i64::MAX as u128) as i64)
+    }
+}
+
+/// What [`Storage::expire_leases`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Expired {
+    /// Back to PENDING, to be claimed again (the lost run counts as an attempt).
+    pub requeued: u64,
+    /// FAILED: that was the last attempt.
+    pub failed: u64,
+}
+
+/// The reason an expired episode is given (the attempt count follows when it gives up).
+pub const LEASE_EXPIRED: &str = "the server running it stopped renewing its claim (lease expired)";
+
+impl Storage {
+    /// The episodes of a submission, ordered by idx (empty if the submission does not exist).
+    pub async fn episodes(&self, submission: &str) -> Result<Vec<EpisodeRow>, StorageError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {EPISODE_COLUMNS} FROM episodes WHERE submission_id = $1 ORDER BY idx"
+        ))
+        .bind(submission)
+        .fetch_all(&self.pool)
+        .await
+        .ctx(|| format!("reading the episodes of submission {submission}"))?;
+        rows.iter().map(|row| episode_from_row(row, submission)).collect()
+    }
+
+    /// PENDING → RUNNING under this handle's lease, attempts += 1; returns the new attempt
+    /// number, or None if the episode was not PENDING (already claimed or finished) or does not
+    /// exist.
+    pub async fn start_episode(&self, submission: &str, idx: i64) -> Result<Option<i64>, StorageError> {
+        let now = now_ms();
+        let row = sqlx::query(
+            "UPDATE episodes SET status = 'RUNNING', attempts = attempts + 1, updated_at = $3, \
+             lease_owner = $4, lease_expires_at = $5 \
+             WHERE submission_id = $1 AND idx = $2 AND status = 'PENDING' RETURNING attempts",
+        )
+        .bind(submission)
+        .bind(idx)
+        .bind(now)
+        .bind(&self.lease.owner)
+        .bind(self.lease.expires_at(now))
+        .fetch_optional(&self.pool)
+        .await
+        .ctx(|| format!("starting episode {idx} of submission {submission}"))?;
+        row.map(|row| get(&row, "attempts", &format!("episode {idx} of submission {submission}")))
+            .transpose()
+    }
+
+    /// RUNNING → a final status (COMPLETED, FELL, FAILED, TIMEOUT) with steps, metrics and reason,
+    /// ONLY if the row is RUNNING under this handle's lease (so an episode is never counted
+    /// twice, even when another replica claimed it again after the lease ran out); returns
+    /// whether it changed.
+    pub async fn finish_episode(
+        &self,
+        submission: &str,
+        idx: i64,
+        result: &EpisodeOutcome,
+    ) -> Result<bool, StorageError> {
+        if !result.status.is_final() {
+            return Err(StorageError::Invalid(format!(
+                "finishing episode {idx} of submission {submission} with status {} \
+                 (expected COMPLETED, FELL, FAILED or TIMEOUT)",
+                result.status
+            )));
+        }
+        let done = sqlx::query(
+            "UPDATE episodes SET status = $3, steps = $4, metrics_json = $5, reason = $6, updated_at = $7, \
+             lease_owner = NULL, lease_expires_at = NULL \
+             WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING' AND lease_owner = $8",
+        )
+        .bind(submission)
+        .bind(idx)
+        .bind(result.status.as_str())
+        .bind(result.steps)
+        .bind(metrics_to_json(&result.metrics))
+        .bind(result.reason.as_deref())
+        .bind(now_ms())
+        .bind(&self.lease.owner)
+        .execute(&self.pool)
+        .await
+        .ctx(|| {
+            format!(
+                "finishing episode {idx} of submission {submission} as {}",
+                result.status
+            )
+        })?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// After a lost agent connection: the given RUNNING episodes go back to PENDING if attempts <
+    /// max_attempts (keeping `reason` as the last failure), else FAILED with reason
+    /// "{reason} (attempt {n} of {max})". Returns (requeued, failed) counts. Only touches rows that
+    /// are RUNNING under this handle's lease; all in one transaction.
+    pub async fn requeue_episodes(
+        &self,
+        submission: &str,
+        idxs: &[i64],
+        max_attempts: i64,
+        reason: &str,
+    ) -> Result<(usize, usize), StorageError> {
+        let context = || format!("requeueing episodes {idxs:?} of submission {submission}");
+        let now = now_ms();
+        let failed_reason = format!("{reason} (attempt ");
+        let of_max = format!(" of {max_attempts})");
+        let (mut requeued, mut failed) = (0, 0);
+        let mut tx = self.pool.begin().await.ctx(context)?;
+        for &idx in idxs {
+            // Every statement here writes, so SQLite takes the write lock at the first one.
+            let back = sqlx::query(
+                "UPDATE episodes SET status = 'PENDING', reason = $4, updated_at = $5, \
+                 lease_owner = NULL, lease_expires_at = NULL \
+                 WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING' AND attempts < $3 \
+                 AND lease_owner = $6",
+            )
+            .bind(submission)
+            .bind(idx)
+            .bind(max_attempts)
+            .bind(reason)
+            .bind(now)
+            .bind(&self.lease.owner)
+            .execute(&mut *tx)
+            .await
+            .ctx(context)?;
+            if back.rows_affected() > 0 {
+                requeued += 1;
+                continue;
+            }
+            let gave_up = sqlx::query(
+                "UPDATE episodes SET status = 'FAILED', reason = $3 || CAST(attempts AS TEXT) || $4, updated_at = $5, \
+                 lease_owner = NULL, lease_expires_at = NULL \
+                 WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING' AND lease_owner = $6",
+            )
+            .bind(submission)
+            .bind(idx)
+            .bind(&failed_reason)
+            .bind(&of_max)
+            .bind(now)
+            .bind(&self.lease.owner)
+            .execute(&mut *tx)
+            .await
+            .ctx(context)?;
+            failed += gave_up.rows_affected() as usize;
+        }
+        tx.commit().await.ctx(context)?;
+        Ok((requeued, failed))
+    }
+
+    /// At server start: the RUNNING episodes of PENDING/RUNNING submissions that no live server
+    /// runs go back to PENDING WITHOUT counting an attempt (attempts -= 1: the crash was the
+    /// server's fault). On SQLite that is all of them (one server per database, the data
+    /// directory lock says so); on PostgreSQL, where other replicas may be running theirs, only
+    /// those claimed under this handle's own lease owner (the same replica before its restart)
+    /// or under none; other replicas' episodes go back when their leases expire
+    /// ([`Storage::expire_leases`]). Returns the ids of the unfinished (PENDING or RUNNING)
+    /// submissions, oldest first.
+    pub async fn recover_after_restart(&self) -> Result<Vec<String>, StorageError> {
+        let context = || "recovering unfinished episodes after a restart".to_string();
+        let mut tx = self.pool.begin().await.ctx(context)?;
+        let whose = match self.engine {
+            Engine::Sqlite => "",
+            Engine::Postgres => " AND (lease_owner = $2 OR lease_owner IS NULL)",
+        };
+        let sql = format!(
+            "UPDATE episodes SET status = 'PENDING', \
+             attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END, updated_at = $1, \
+             lease_owner = NULL, lease_expires_at = NULL \
+             WHERE status = 'RUNNING'{whose} AND submission_id IN \
+             (SELECT id FROM submissions WHERE status IN ('PENDING', 'RUNNING'))"
+        );
+        let mut recover = sqlx::query(&sql).bind(now_ms());
+        if self.engine == Engine::Postgres {
+            recover = recover.bind(&self.lease.owner);
+        }
+        recover.execute(&mut *tx).await.ctx(context)?;
+        let rows =
+            sqlx::query("SELECT id FROM submissions WHERE status IN ('PENDING', 'RUNNING') ORDER BY created_at, id")
+                .fetch_all(&mut *tx)
+                .await
+                .ctx(context)?;
+        tx.commit().await.ctx(context)?;
+        rows.iter()
+            .map(|row| get(row, "id", "an unfinished submission"))
+            .collect()
+    }
+
+    /// Claims the next episode of a submission to run, under this handle's lease: first the
+    /// submission's expired leases are settled ([`Storage::expire_leases`]), then the PENDING
+    /// episode with the lowest idx becomes RUNNING (attempts += 1). Returns (idx, attempt), or
+    /// None when nothing is PENDING. Concurrent claimers on PostgreSQL skip each other's locked
+    /// rows (`FOR UPDATE SKIP LOCKED`) instead of queueing behind them.
+    pub async fn claim_next_episode(
+        &self,
+        submission: &str,
+        max_attempts: i64,
+    ) -> Result<Option<(i64, i64)>, StorageError> {
+        self.expire_leases(submission, max_attempts).await?;
+        let skip_locked = match self.engine {
+            Engine::Sqlite => "",
+            Engine::Postgres => " FOR UPDATE SKIP LOCKED",
+        };
+        let now = now_ms();
+        let row = sqlx::query(&format!(
+            "UPDATE episodes SET status = 'RUNNING', attempts = attempts + 1, updated_at = $2, \
+             lease_owner = $3, lease_expires_at = $4 \
+             WHERE submission_id = $1 AND status = 'PENDING' AND idx = \
+             (SELECT idx FROM episodes WHERE submission_id = $1 AND status = 'PENDING' \
+              ORDER BY idx LIMIT 1{skip_locked}) \
+             RETURNING idx, attempts"
+        ))
+        .bind(submission)
+        .bind(now)
+        .bind(&self.lease.owner)
+        .bind(self.lease.expires_at(now))
+        .fetch_optional(&self.pool)
+        .await
+        .ctx(|| format!("claiming an episode of submission {submission}"))?;
+        let what = format!("the claimed episode of submission {submission}");
+        row.map(|row| Ok((get(&row, "idx", &what)?, get(&row, "attempts", &what)?)))
+            .transpose()
+    }
+
+    /// The RUNNING episodes of a submission whose lease ran out (their server died or lost the
+    /// database for longer than a lease): back to PENDING with reason [`LEASE_EXPIRED`] while
+    /// attempts < `max_attempts`, else FAILED with "… (attempt n of max)". Whoever held them can
+    /// no longer commit them.
+    pub async fn expire_leases(&self, submission: &str, max_attempts: i64) -> Result<Expired, StorageError> {
+        let context = || format!("settling the expired claims of submission {submission}");
+        let now = now_ms();
+        let mut tx = self.pool.begin().await.ctx(context)?;
+        let requeued = sqlx::query(
+            "UPDATE episodes SET status = 'PENDING', reason = $4, updated_at = $2, \
+             lease_owner = NULL, lease_expires_at = NULL \
+             WHERE submission_id = $1 AND status = 'RUNNING' AND lease_expires_at < $2 AND attempts < $3",
+        )
+        .bind(submission)
+        .bind(now)
+        .bind(max_attempts)
+        .bind(LEASE_EXPIRED)
+        .execute(&mut *tx)
+        .await
+        .ctx(context)?
+        .rows_affected();
+        let failed = sqlx::query(
+            "UPDATE episodes SET status = 'FAILED', reason = $3 || CAST(attempts AS TEXT) || $4, updated_at = $2, \
+             lease_owner = NULL, lease_expires_at = NULL \
+             WHERE submission_id = $1 AND status = 'RUNNING' AND lease_expires_at < $2",
+        )
+        .bind(submission)
+        .bind(now)
+        .bind(format!("{LEASE_EXPIRED} (attempt "))
+        .bind(format!(" of {max_attempts})"))
+        .execute(&mut *tx)
+        .await
+        .ctx(context)?
+        .rows_affected();
+        tx.commit().await.ctx(context)?;
+        if requeued + failed > 0 {
+            tracing::warn!(submission, requeued, failed, "claims of a stopped server expired");
+        }
+        Ok(Expired { requeued, failed })
+    }
+
+    /// Extends every lease this handle holds by its duration; returns how many. A server calls
+    /// it several times per lease while it runs.
+    pub async fn renew_leases(&self) -> Result<u64, StorageError> {
+        let now = now_ms();
+        let done = sqlx::query(
+            "UPDATE episodes SET lease_expires_at = $2 WHERE lease_owner = $1 AND status = 'RUNNING'",
+        )
+        .bind(&self.lease.owner)
+        .bind(self.lease.expires_at(now))
+        .execute(&self.pool)
+        .await
+        .ctx(|| format!("renewing the claims of {}", self.lease.owner))?;
+        Ok(done.rows_affected())
+    }
+
+    /// When the earliest claim on this submission held by another server expires (unix ms), if
+    /// any is RUNNING: a lane with nothing to claim waits for those rather than ending.
+    pub async fn others_lease_expiry(&self, submission: &str) -> Result<Option<i64>, StorageError> {
+        let row = sqlx::query(
+            "SELECT MIN(lease_expires_at) AS expiry FROM episodes \
+             WHERE submission_id = $1 AND status = 'RUNNING' AND lease_owner <> $2",
+        )
+        .bind(submission)
+        .bind(&self.lease.owner)
+        .fetch_one(&self.pool)
+        .await
+        .ctx(|| format!("reading the claims on submission {submission}"))?;
+        get(&row, "expiry", &format!("the claims on submission {submission}"))
+    }
+
+    /// (pending, running, finished) episode counts of a submission.
+    pub async fn episode_counts(&self, submission: &str) -> Result<(i64, i64, i64), StorageError> {
+        let rows = sqlx::query("SELECT status, COUNT(*) AS n FROM episodes WHERE submission_id = $1 GROUP BY status")
+            .bind(submission)
+            .fetch_all(&self.pool)
+            .await
+            .ctx(|| format!("counting the episodes of submission {submission}"))?;
+        let what = format!("episode counts of submission {submission}");
+        let (mut pending, mut running, mut finished) = (0, 0, 0);
+        for row in &rows {
+            let status: String = get(row, "status", &what)?;
+            let n: i64 = get(row, "n", &what)?;
+            match status
+                .parse::<EpisodeState>()
+                .map_err(|e| StorageError::Corrupt(format!("{what}: {e}")))?
+            {
+                EpisodeState::Pending => pending += n,
+                EpisodeState::Running => running += n,
+                _ => finished += n,
+            }
+        }
+        Ok((pending, running, finished))
+    }
+}

@@ -25,6 +25,8 @@ pub struct AppState {
     pub config: ServerConfig,
     pub storage: Storage,
     pub catalog: Arc<Catalog>,
+    /// Trajectories, reports and exports ([`crate::objects`]).
+    pub objects: crate::objects::Objects,
     /// Submissions with a connected session.
     pub attached: Mutex<HashSet<String>>,
     /// Requests per team per minute (REST and Connects).
@@ -86,9 +88,8 @@ impl AppState {
     /// episodes that were running when the server last stopped.
     pub async fn open(config: ServerConfig) -> anyhow::Result<Arc<Self>> {
         config.validate()?;
-        for dir in [config.data_dir.clone(), config.trajectories_dir(), config.reports_dir()] {
-            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        }
+        std::fs::create_dir_all(&config.data_dir)
+            .with_context(|| format!("creating {}", config.data_dir.display()))?;
         // Before the database: recovery would re-queue another live server's episodes.
         let data_dir_lock = DataDirLock::acquire(&config.data_dir)?;
         let url = config.database_url();
@@ -106,12 +107,14 @@ impl AppState {
         }
         backfill_summaries(&storage).await?;
         tokio::spawn(renew_leases(storage.clone()));
+        let objects = config.objects()?;
         let catalog = Arc::new(Catalog::new(config.benchmarks_dir(), config.motions_root.clone()));
         let rate_limiter = RateLimiter::new(config.requests_per_minute);
         Ok(Arc::new(Self {
             config,
             storage,
             catalog,
+            objects,
             attached: Mutex::new(HashSet::new()),
             rate_limiter,
             leaderboards: Default::default(),
@@ -119,12 +122,10 @@ impl AppState {
         }))
     }
 
-    pub fn trajectory_path(&self, submission: &str) -> PathBuf {
-        self.config.trajectories_dir().join(format!("{submission}.h5"))
-    }
-
-    pub fn report_path(&self, submission: &str) -> PathBuf {
-        self.config.reports_dir().join(format!("{submission}.json"))
+    /// A local HDF5 file with a submission's trajectories once it is complete (None before, or
+    /// when it has none).
+    pub async fn trajectory_file(&self, submission: &str) -> Result<Option<PathBuf>, crate::objects::ObjectError> {
+        crate::trajectory_store::submission_file(&self.objects, submission).await
     }
 }
 

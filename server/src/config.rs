@@ -47,6 +47,12 @@ pub struct ServerConfig {
     pub max_attempts: u32,
     /// Requests per team per minute (REST calls and agent Connects); 0 = no limit.
     pub requests_per_minute: u32,
+    /// Where trajectories, reports and dataset exports go: empty = the data directory,
+    /// `file:///ABS/PATH` = a (shared) folder, `s3://BUCKET[/PREFIX]` = an S3-compatible store
+    /// (credentials, region and endpoint from the `AWS_*` variables; docs/server.md).
+    pub object_store: String,
+    /// Seconds a write to the object store keeps retrying before the episode is re-queued.
+    pub object_store_retry_s: f64,
     /// This server's name in episode claims: replicas sharing a PostgreSQL database need
     /// distinct ids, and a restarted replica should keep its id (it then takes back its own
     /// unfinished episodes at once instead of waiting for their leases). Empty = host name and
@@ -81,6 +87,8 @@ impl Default for ServerConfig {
             heartbeat_timeout_s: 60.0,
             max_attempts: 3,
             requests_per_minute: 600,
+            object_store: String::new(),
+            object_store_retry_s: 120.0,
             replica_id: String::new(),
             lease_s: 30.0,
             web_dir: PathBuf::new(),
@@ -174,6 +182,19 @@ impl ServerConfig {
             };
             return bad(key, message);
         }
+        let store = &self.object_store;
+        if !(store.is_empty() || store.starts_with("file:///") || store.starts_with("s3://")) {
+            return bad(
+                "object_store",
+                format!("expected file:///ABSOLUTE/PATH or s3://BUCKET[/PREFIX], got {store:?}"),
+            );
+        }
+        if !(self.object_store_retry_s >= 0.0 && self.object_store_retry_s <= 3600.0) {
+            return bad(
+                "object_store_retry_s",
+                format!("expected 0-3600 seconds, got {}", self.object_store_retry_s),
+            );
+        }
         if !(self.lease_s >= 0.5 && self.lease_s <= 3600.0) {
             return bad("lease_s", format!("expected 0.5-3600 seconds, got {}", self.lease_s));
         }
@@ -246,12 +267,13 @@ impl ServerConfig {
         std::time::Duration::from_secs_f64(self.lease_s)
     }
 
-    pub fn trajectories_dir(&self) -> PathBuf {
-        self.data_dir.join("trajectories")
-    }
-
-    pub fn reports_dir(&self) -> PathBuf {
-        self.data_dir.join("reports")
+    /// The object store the keys `object_store` and `object_store_retry_s` name.
+    pub fn objects(&self) -> anyhow::Result<crate::objects::Objects> {
+        crate::objects::Objects::open(
+            &self.object_store,
+            &self.data_dir,
+            std::time::Duration::from_secs_f64(self.object_store_retry_s),
+        )
     }
 }
 

@@ -1,7 +1,7 @@
 //! arena-server: the evaluation server behind the `arena` binary. The orchestrator runs a
 //! benchmark's episodes for a connected agent, the gateway speaks protocol v1 over WebSocket,
 //! the REST API serves submissions, results and leaderboards, storage keeps metadata (SQLite or
-//! PostgreSQL) and trajectories (HDF5); the command line also drives the simulator, motion,
+//! PostgreSQL), objects keeps trajectories (HDF5) and reports (a folder or an S3 bucket); the command line also drives the simulator, motion,
 //! benchmark and metric tools.
 
 pub mod access;
@@ -15,7 +15,9 @@ pub mod episode_views;
 pub mod eval;
 pub mod gateway;
 pub mod leaderboard;
+pub mod objects;
 pub mod orchestrator;
 pub mod results;
 pub mod storage;
+pub mod trajectory_store;
 pub mod web;

@@ -152,7 +152,7 @@ fn stream_jsonl(state: Arc<AppState>, selection: Selection) -> Body {
             tx: tx.clone(),
             buf: Vec::with_capacity(CHUNK),
         };
-        let path = |s: &str| state.trajectory_path(s);
+        let path = |s: &str| crate::trajectory_store::submission_path_blocking(&state.objects, s);
         if let Err(e) = datasets::export_jsonl_gz(&selection, &path, writer) {
             tracing::warn!("dataset export ({}) failed: {e:#}", dataset_name(&selection));
             let _ = tx.blocking_send(Err(std::io::Error::other(format!("{e:#}"))));
@@ -208,7 +208,7 @@ async fn write_hdf5(
     let result = tokio::task::spawn_blocking(move || -> anyhow::Result<std::fs::File> {
         std::fs::create_dir_all(&dir)?;
         let path = dir.join(format!(".export-{}.h5", uuid::Uuid::new_v4()));
-        let trajectory_path = |s: &str| state.trajectory_path(s);
+        let trajectory_path = |s: &str| crate::trajectory_store::submission_path_blocking(&state.objects, s);
         let written = datasets::export_hdf5(&selection, &trajectory_path, &path, &card);
         let opened = written.and_then(|_| Ok(std::fs::File::open(&path)?));
         let _ = std::fs::remove_file(&path);

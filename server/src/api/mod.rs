@@ -869,20 +869,27 @@ async fn get_report(State(state): State<Arc<AppState>>, headers: HeaderMap, Path
 async fn get_trajectories(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult {
     let (who, s) = visible_submission(&state, &headers, &id).await?;
     check_results_visible(&state, &who, &s).await?;
-    let path = state.trajectory_path(&s.id);
-    let bytes = match tokio::fs::read(&path).await {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(not_found(format!("submission {id} has no trajectories yet")));
-        }
-        Err(e) => return Err(e.into()),
+    // Streamed from the object store as it is read (a completed submission's merged file).
+    let found = state
+        .objects
+        .stream(&crate::objects::trajectory_key(&s.id))
+        .await
+        .map_err(|e| ApiError(AccessError::internal(e.to_string())))?;
+    let Some((size, chunks)) = found else {
+        let why = if s.status.is_final() {
+            "has no trajectories"
+        } else {
+            "has no trajectory file yet (it is written when the submission completes)"
+        };
+        return Err(not_found(format!("submission {id} {why}")));
     };
     Ok((
         [
             (header::CONTENT_TYPE, "application/x-hdf5".to_string()),
             (header::CONTENT_DISPOSITION, format!("attachment; filename=\"{id}.h5\"")),
+            (header::CONTENT_LENGTH, size.to_string()),
         ],
-        bytes,
+        axum::body::Body::from_stream(futures_util::StreamExt::map(chunks, |c| c.map_err(std::io::Error::other))),
     )
         .into_response())
 }

@@ -64,7 +64,19 @@ async fn stored_episode(
             s.episodes_total - 1
         )));
     }
-    let path = state.trajectory_path(id);
+    let attempts = state
+        .storage
+        .episodes(id)
+        .await?
+        .iter()
+        .find(|r| r.idx == idx)
+        .map_or(0, |r| r.attempts);
+    let stored = crate::trajectory_store::episode_file(&state.objects, id, idx, attempts)
+        .await
+        .map_err(internal)?;
+    let Some(path) = stored else {
+        return Err(not_found(format!("episode {idx} of submission {id} has no stored trajectory yet")));
+    };
     let name = trajectory_file::episode_group_name(idx as u32);
     let read = tokio::task::spawn_blocking(move || trajectory_file::read_episode(&path, &name))
         .await
@@ -287,7 +299,11 @@ async fn rescore(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(id
     }
     let spec = state.catalog.spec(&s.benchmark).map_err(|e| not_found(e.to_string()))?;
     let rows = state.storage.episodes(&id).await?;
-    let path = state.trajectory_path(&id);
+    let path = state
+        .trajectory_file(&id)
+        .await
+        .map_err(internal)?
+        .ok_or_else(|| internal(format!("submission {id} is COMPLETED but its trajectory file is missing")))?;
     let scored: Vec<(i64, EpisodeState)> = rows
         .iter()
         .filter(|r| matches!(r.status, EpisodeState::Completed | EpisodeState::Fell))
@@ -330,7 +346,12 @@ async fn rescore(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(id
     let rows = state.storage.episodes(&id).await?;
     let report = results::report(&spec, &s, &rows);
     let json = serde_json::to_string(&report).map_err(internal)?;
-    report.write(&state.report_path(&id)).map_err(internal)?;
+    let pretty = serde_json::to_vec_pretty(&report).map_err(internal)?;
+    state
+        .objects
+        .put(&crate::objects::report_key(&id), pretty)
+        .await
+        .map_err(internal)?;
     state.storage.replace_report(&id, &json).await?;
     let summary = serde_json::to_string(&crate::leaderboard::ReportSummary::of(&report)).map_err(internal)?;
     state.storage.set_summary(&id, &summary).await?;

@@ -54,10 +54,11 @@ pub fn run(a: AuditArgs) -> anyhow::Result<()> {
     let benchmark = catalog
         .load(&submission.benchmark)
         .with_context(|| format!("loading benchmark {} of the submission", submission.benchmark))?;
-    let path = config.trajectories_dir().join(format!("{}.h5", submission.id));
+    let objects = config.objects()?;
+    let path = crate::trajectory_store::submission_path_blocking(&objects, &submission.id);
     if !path.exists() {
         bail!(
-            "submission {} has no stored trajectories ({} is missing)",
+            "submission {} has no merged trajectory file ({} is missing; it is written when the submission completes)",
             submission.id,
             path.display()
         );

@@ -147,8 +147,8 @@ fn export(a: ExportArgs) -> anyhow::Result<()> {
         selection.rows()
     ));
     bar.enable_steady_tick(std::time::Duration::from_millis(200));
-    let trajectories = config.trajectories_dir();
-    let trajectory_path = |s: &str| trajectories.join(format!("{s}.h5"));
+    let objects = config.objects()?;
+    let trajectory_path = |s: &str| crate::trajectory_store::submission_path_blocking(&objects, s);
     let counts = match format {
         None => {
             let text = serde_json::to_string_pretty(&card)?;

@@ -120,8 +120,14 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         let board = leaderboard::rank(&spec, &state.storage.completed_submissions(&s.benchmark).await?);
         anyhow::Ok((s, rows, board))
     })?;
-    let report_path = state.report_path(&id);
-    let trajectory_path = state.trajectory_path(&id);
+    let located = |key: String| {
+        state
+            .objects
+            .local_path(&key)
+            .unwrap_or_else(|| format!("{}/{key}", state.objects.shown()).into())
+    };
+    let report_path = located(crate::objects::report_key(&id));
+    let trajectory_path = located(crate::objects::trajectory_key(&id));
     if a.json {
         println!(
             "{}",

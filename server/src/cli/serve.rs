@@ -69,6 +69,13 @@ pub struct ConfigArgs {
     /// Requests per team per minute, REST calls and agent connects (0 = no limit) [default: 600].
     #[arg(long, env = "ARENA_REQUESTS_PER_MINUTE")]
     pub requests_per_minute: Option<u32>,
+    /// Where trajectories, reports and exports go: file:///PATH or s3://BUCKET[/PREFIX]
+    /// (credentials from AWS_*) [default: the data directory].
+    #[arg(long, env = "ARENA_OBJECT_STORE")]
+    pub object_store: Option<String>,
+    /// Seconds a failing object store write keeps retrying [default: 120].
+    #[arg(long, env = "ARENA_OBJECT_STORE_RETRY_S")]
+    pub object_store_retry_s: Option<f64>,
     /// This server's id in episode claims; replicas on one PostgreSQL need distinct ids
     /// [default: HOST:DATA_DIR].
     #[arg(long, env = "ARENA_REPLICA_ID")]
@@ -111,6 +118,8 @@ impl ConfigArgs {
             heartbeat_timeout_s,
             max_attempts,
             requests_per_minute,
+            object_store,
+            object_store_retry_s,
             replica_id,
             lease_s,
             web_dir
@@ -141,9 +150,10 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         // Tests and scripts read this line to find the port.
         println!("arena serve: listening on http://{addr} (agents: ws://{addr}/api/v1/agent or gRPC at {addr})");
         println!(
-            "arena serve: database {}, data in {}, replica {}",
+            "arena serve: database {}, data in {}, objects in {}, replica {}",
             app::redact(&config.database_url()),
             config.data_dir.display(),
+            state.objects.shown(),
             state.storage.lease().owner
         );
         use std::io::Write;

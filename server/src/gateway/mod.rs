@@ -339,8 +339,7 @@ where
             Sink::Submission {
                 storage: state.storage.clone(),
                 submission_id: s.id.clone(),
-                trajectory_path: state.trajectory_path(&s.id),
-                report_path: state.report_path(&s.id),
+                objects: state.objects.clone(),
                 max_attempts: config.max_attempts,
             }
         }

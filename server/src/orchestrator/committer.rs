@@ -7,7 +7,8 @@ use super::{RunContext, RunOutcome, Sink};
 use crate::results;
 use crate::storage::{EpisodeOutcome, SubmissionStatus};
 use arena_bench::aggregate::EpisodeStatus;
-use arena_data::trajectory_file::{EpisodeRecord, TrajectoryFile};
+use crate::trajectory_store;
+use arena_data::trajectory_file::EpisodeRecord;
 use arena_runner::episode;
 use arena_runner::local::status_name;
 use arena_sdk::protocol::{Disconnect, EpisodeEnd, Msg};
@@ -16,9 +17,8 @@ use std::sync::mpsc;
 pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
     let spec = &ctx.benchmark.spec;
     let metric_config = episode::metric_config(spec);
-    let mut file: Option<TrajectoryFile> = None;
     for done in inbox {
-        let (mut status, metrics, mut reason) = episode::score_finished(
+        let (status, metrics, reason) = episode::score_finished(
             &done.trajectory,
             done.status,
             done.reason.clone(),
@@ -29,24 +29,37 @@ pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
         if let Sink::Submission {
             storage,
             submission_id,
-            trajectory_path,
+            objects,
+            max_attempts,
             ..
         } = &ctx.sink
         {
+            let idx = done.episode.index as i64;
+            let attempt = done.attempt as i64;
             let record = record_of(ctx, &done, status, reason.as_deref());
-            let written = match &mut file {
-                Some(f) => f.write_episode(&record),
-                None => TrajectoryFile::open_or_create(trajectory_path, submission_id, &spec.name).and_then(|mut f| {
-                    let r = f.write_episode(&record);
-                    file = Some(f);
-                    r
-                }),
-            };
-            if let Err(e) = written {
-                // The error names server files: the log has it, the team gets the fact.
-                tracing::error!("episode {}: could not store the trajectory: {e}", done.episode.index);
-                status = EpisodeStatus::Failed;
-                reason = Some("the server could not store the trajectory (details in the server log)".into());
+            let stored = ctx.runtime.block_on(trajectory_store::store_episode(
+                objects,
+                submission_id,
+                &spec.name,
+                attempt,
+                record,
+            ));
+            if let Err(e) = stored {
+                // Nothing is lost: the run goes back to the queue (FAILED after its last
+                // attempt) with the reason. The error names server files and the store: the log
+                // has it, the team gets the fact.
+                tracing::error!("episode {idx}: could not store the trajectory: {e:#}");
+                let why = "the server could not store the trajectory (details in the server log)";
+                match ctx
+                    .runtime
+                    .block_on(storage.requeue_episodes(submission_id, &[idx], *max_attempts as i64, why))
+                {
+                    Ok((again, _)) => {
+                        tracing::warn!(episode = idx, requeued = again == 1, "episode not committed: {why}")
+                    }
+                    Err(e) => tracing::error!("re-queueing episode {idx}: {e}"),
+                }
+                continue;
             }
             let outcome = EpisodeOutcome {
                 status: results::episode_state(status),
@@ -60,18 +73,19 @@ pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
             };
             match ctx
                 .runtime
-                .block_on(storage.finish_episode(submission_id, done.episode.index as i64, &outcome))
+                .block_on(storage.finish_episode(submission_id, idx, &outcome))
             {
                 Ok(true) => {}
                 Ok(false) => {
                     tracing::warn!(
-                        "episode {} was not running any more; result not counted twice",
-                        done.episode.index
+                        "episode {idx} is not this server's to commit any more (finished, cancelled or claimed again after its lease expired); result not counted"
                     );
+                    ctx.runtime
+                        .block_on(trajectory_store::discard_episode(objects, submission_id, idx, attempt));
                     continue;
                 }
                 Err(e) => {
-                    tracing::error!("committing episode {}: {e}", done.episode.index);
+                    tracing::error!("committing episode {idx}: {e}");
                     continue;
                 }
             }
@@ -133,7 +147,7 @@ pub fn finish(ctx: &RunContext, lanes: &[LaneEnd]) -> RunOutcome {
     let Sink::Submission {
         storage,
         submission_id,
-        report_path,
+        objects,
         ..
     } = &ctx.sink
     else {
@@ -155,12 +169,26 @@ pub fn finish(ctx: &RunContext, lanes: &[LaneEnd]) -> RunOutcome {
         let rows = storage.episodes(submission_id).await?;
         let report = results::report(&ctx.benchmark.spec, &submission, &rows);
         let json = serde_json::to_string(&report)?;
-        report.write(report_path)?;
-        storage
-            .finish_submission(submission_id, SubmissionStatus::Completed, Some(&json), None)
+        // Files first, then the status: a replica that dies in between leaves the submission
+        // open, and whichever session ends it next does this again (every step is idempotent).
+        trajectory_store::merge(objects, submission_id, &ctx.benchmark.spec.name, &rows).await?;
+        objects
+            .put(&crate::objects::report_key(submission_id), serde_json::to_vec_pretty(&report)?)
             .await?;
+        match storage
+            .finish_submission(submission_id, SubmissionStatus::Completed, Some(&json), None)
+            .await
+        {
+            Ok(()) => {}
+            // Another session (another replica) completed it meanwhile.
+            Err(crate::storage::StorageError::Conflict(_)) => return Ok(Some(SubmissionStatus::Completed)),
+            Err(e) => return Err(e.into()),
+        }
         let summary = serde_json::to_string(&crate::leaderboard::ReportSummary::of(&report))?;
         storage.set_summary(submission_id, &summary).await?;
+        if let Err(e) = trajectory_store::delete_parts(objects, submission_id).await {
+            tracing::warn!("submission {submission_id}: per-episode files left behind: {e}");
+        }
         Ok(Some(SubmissionStatus::Completed))
     });
     match complete {

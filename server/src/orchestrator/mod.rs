@@ -18,7 +18,6 @@ use crate::catalog::LoadedBenchmark;
 use crate::storage::Storage;
 use arena_bench::spec::Episode;
 use arena_sdk::protocol::{Action, Msg};
-use std::path::PathBuf;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -31,8 +30,8 @@ pub enum Sink {
     Submission {
         storage: Storage,
         submission_id: String,
-        trajectory_path: PathBuf,
-        report_path: PathBuf,
+        /// Where trajectories and the report go.
+        objects: crate::objects::Objects,
         max_attempts: u32,
     },
     /// A practice session: scored and reported, nothing stored.

@@ -1,0 +1,283 @@
+//! Object storage for everything a server writes besides the database: trajectory files,
+//! reports and dataset exports, through the `object_store` crate. The embedded default is the
+//! data directory on the local filesystem (`file://`), so a single server keeps its files where
+//! they always were; replicas share one S3-compatible bucket (`s3://BUCKET/PREFIX`) or one shared
+//! folder.
+//!
+//! Keys (relative to the store's root):
+//! - `trajectories/{submission}.h5`: a completed submission's trajectories, one file;
+//! - `trajectories/{submission}/ep{idx:05}-a{attempt}.h5`: one episode's trajectory while the
+//!   submission runs (written by whichever replica ran it, merged when it completes);
+//! - `reports/{submission}.json`: the report.
+//!
+//! HDF5 needs a file: readers get one through [`Objects::local_copy`] (the object itself on a
+//! `file://` store, else a cached download of an immutable object). Writes retry with backoff
+//! for up to `object_store_retry_s`, so a store that is down for a while delays work but loses
+//! nothing.
+
+use anyhow::Context;
+use futures_util::StreamExt;
+use object_store::aws::AmazonS3Builder;
+use object_store::local::LocalFileSystem;
+use object_store::path::Path as Key;
+use object_store::prefix::PrefixStore;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload, RetryConfig};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A store and the local folders that go with it.
+#[derive(Debug, Clone)]
+pub struct Objects {
+    store: Arc<dyn ObjectStore>,
+    /// The store's root folder when it is the local filesystem (objects are readable in place).
+    local_root: Option<PathBuf>,
+    /// Downloads of remote objects, and files on their way up.
+    scratch: PathBuf,
+    /// For messages: the store's URL without credentials.
+    shown: String,
+    /// How long a write keeps retrying before it gives up.
+    retry_for: Duration,
+}
+
+/// A failed store operation: what was being done, and why (after the retries).
+#[derive(Debug, thiserror::Error)]
+#[error("object store {store}: {context}: {cause}")]
+pub struct ObjectError {
+    pub store: String,
+    pub context: String,
+    pub cause: String,
+}
+
+impl Objects {
+    /// Opens the store named by `url`: empty or `file:///ABS/PATH` (created if missing), or
+    /// `s3://BUCKET[/PREFIX]` with credentials, region and endpoint from the usual `AWS_*`
+    /// variables (`AWS_ENDPOINT` for MinIO or another S3-compatible server, `AWS_ALLOW_HTTP=true`
+    /// for plain HTTP). `data_dir` holds the scratch folder (and is the store when `url` is empty).
+    pub fn open(url: &str, data_dir: &Path, retry_for: Duration) -> anyhow::Result<Self> {
+        let scratch = data_dir.join("scratch");
+        std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
+        if url.is_empty() || url.starts_with("file://") {
+            let root = if url.is_empty() {
+                data_dir.to_path_buf()
+            } else {
+                PathBuf::from(url.trim_start_matches("file://"))
+            };
+            if !root.is_absolute() && !url.is_empty() {
+                anyhow::bail!("object_store: expected file:///ABSOLUTE/PATH, got {url:?}");
+            }
+            std::fs::create_dir_all(&root).with_context(|| format!("creating the object store folder {}", root.display()))?;
+            let root = std::fs::canonicalize(&root).with_context(|| format!("resolving {}", root.display()))?;
+            let store = LocalFileSystem::new_with_prefix(&root)
+                .with_context(|| format!("opening the object store folder {}", root.display()))?
+                .with_automatic_cleanup(true);
+            return Ok(Self {
+                store: Arc::new(store),
+                shown: format!("file://{}", root.display()),
+                local_root: Some(root),
+                scratch,
+                retry_for,
+            });
+        }
+        let Some(rest) = url.strip_prefix("s3://") else {
+            anyhow::bail!("object_store: expected file:///PATH or s3://BUCKET[/PREFIX], got {url:?}");
+        };
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            anyhow::bail!("object_store: no bucket in {url:?}");
+        }
+        // The store's own retries cover short blips; `retry_for` (here) covers outages.
+        let retry = RetryConfig {
+            max_retries: 3,
+            retry_timeout: Duration::from_secs(10),
+            ..RetryConfig::default()
+        };
+        let s3 = AmazonS3Builder::from_env()
+            .with_bucket_name(bucket)
+            .with_retry(retry)
+            .build()
+            .with_context(|| format!("object_store: configuring {url}"))?;
+        let store: Arc<dyn ObjectStore> = if prefix.trim_matches('/').is_empty() {
+            Arc::new(s3)
+        } else {
+            Arc::new(PrefixStore::new(s3, prefix.trim_matches('/')))
+        };
+        Ok(Self {
+            store,
+            local_root: None,
+            scratch,
+            shown: format!("s3://{bucket}/{}", prefix.trim_matches('/')),
+            retry_for,
+        })
+    }
+
+    /// The store's URL, for messages.
+    pub fn shown(&self) -> &str {
+        &self.shown
+    }
+
+    fn error(&self, context: String, cause: impl std::fmt::Display) -> ObjectError {
+        ObjectError {
+            store: self.shown.clone(),
+            context,
+            cause: cause.to_string(),
+        }
+    }
+
+    /// A fresh path in the scratch folder (the caller removes it).
+    pub fn scratch_file(&self, suffix: &str) -> PathBuf {
+        self.scratch
+            .join(format!("{}{suffix}", uuid::Uuid::new_v4().simple()))
+    }
+
+    /// Writes `bytes` under `key`, retrying with backoff for up to the configured time.
+    pub async fn put(&self, key: &str, bytes: Vec<u8>) -> Result<(), ObjectError> {
+        let location = Key::from(key);
+        let payload = PutPayload::from(bytes);
+        let started = Instant::now();
+        let mut wait = Duration::from_millis(250);
+        loop {
+            match self.store.put(&location, payload.clone()).await {
+                Ok(_) => return Ok(()),
+                Err(e) if started.elapsed() + wait < self.retry_for => {
+                    tracing::warn!("object store {}: writing {key} failed, retrying in {wait:?}: {e}", self.shown);
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(5));
+                }
+                Err(e) => {
+                    return Err(self.error(
+                        format!("writing {key} (gave up after {:.0} s)", started.elapsed().as_secs_f64()),
+                        e,
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Writes a local file under `key`.
+    pub async fn put_file(&self, key: &str, file: &Path) -> Result<(), ObjectError> {
+        let bytes = tokio::fs::read(file)
+            .await
+            .map_err(|e| self.error(format!("reading {} to store it as {key}", file.display()), e))?;
+        self.put(key, bytes).await
+    }
+
+    /// The object's bytes, or None if there is no such object.
+    pub async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, ObjectError> {
+        match self.store.get(&Key::from(key)).await {
+            Ok(found) => {
+                let bytes = found.bytes().await.map_err(|e| self.error(format!("reading {key}"), e))?;
+                Ok(Some(bytes.to_vec()))
+            }
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.error(format!("reading {key}"), e)),
+        }
+    }
+
+    /// The object as a stream of chunks and its size, for downloads; None if there is none.
+    pub async fn stream(
+        &self,
+        key: &str,
+    ) -> Result<Option<(u64, futures_util::stream::BoxStream<'static, Result<bytes::Bytes, ObjectError>>)>, ObjectError>
+    {
+        match self.store.get(&Key::from(key)).await {
+            Ok(found) => {
+                let size = found.meta.size;
+                let this = self.clone();
+                let key = key.to_string();
+                let chunks = found
+                    .into_stream()
+                    .map(move |chunk| chunk.map_err(|e| this.error(format!("streaming {key}"), e)))
+                    .boxed();
+                Ok(Some((size, chunks)))
+            }
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.error(format!("opening {key}"), e)),
+        }
+    }
+
+    /// Whether the object exists.
+    pub async fn exists(&self, key: &str) -> Result<bool, ObjectError> {
+        match self.store.head(&Key::from(key)).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(self.error(format!("looking up {key}"), e)),
+        }
+    }
+
+    /// Deletes an object (absent is fine).
+    pub async fn delete(&self, key: &str) -> Result<(), ObjectError> {
+        match self.store.delete(&Key::from(key)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.error(format!("deleting {key}"), e)),
+        }
+    }
+
+    /// The keys under `prefix` (a folder: `trajectories/sub-1`).
+    pub async fn list(&self, prefix: &str) -> Result<Vec<String>, ObjectError> {
+        let mut keys = Vec::new();
+        let mut listing = self.store.list(Some(&Key::from(prefix)));
+        while let Some(meta) = listing.next().await {
+            let meta = meta.map_err(|e| self.error(format!("listing {prefix}/"), e))?;
+            keys.push(meta.location.to_string());
+        }
+        keys.sort();
+        Ok(keys)
+    }
+
+    /// A local file with the object's contents, or None if there is no such object: the object
+    /// itself on a `file://` store, else a download into the scratch cache. Only for objects that
+    /// never change once written (completed trajectories, episode parts): a cached copy is
+    /// reused.
+    pub async fn local_copy(&self, key: &str) -> Result<Option<PathBuf>, ObjectError> {
+        if let Some(root) = &self.local_root {
+            let path = root.join(key);
+            return Ok(path.is_file().then_some(path));
+        }
+        let cached = self.scratch.join("cache").join(key);
+        if cached.is_file() {
+            return Ok(Some(cached));
+        }
+        let Some(bytes) = self.get(key).await? else {
+            return Ok(None);
+        };
+        let dir = cached.parent().expect("a key has a folder");
+        let partial = self.scratch_file(".part");
+        let written = async {
+            tokio::fs::create_dir_all(dir).await?;
+            tokio::fs::write(&partial, &bytes).await?;
+            tokio::fs::rename(&partial, &cached).await
+        }
+        .await;
+        if let Err(e) = written {
+            let _ = tokio::fs::remove_file(&partial).await;
+            return Err(self.error(format!("caching {key} in {}", cached.display()), e));
+        }
+        Ok(Some(cached))
+    }
+
+    /// Where the object lives on disk, for a `file://` store (None for a remote store).
+    pub fn local_path(&self, key: &str) -> Option<PathBuf> {
+        self.local_root.as_ref().map(|root| root.join(key))
+    }
+}
+
+/// The key of a completed submission's trajectory file.
+pub fn trajectory_key(submission: &str) -> String {
+    format!("trajectories/{submission}.h5")
+}
+
+/// The folder of a running submission's per-episode trajectory files.
+pub fn episode_parts_prefix(submission: &str) -> String {
+    format!("trajectories/{submission}")
+}
+
+/// The key of one run (attempt) of one episode's trajectory.
+pub fn episode_part_key(submission: &str, idx: i64, attempt: i64) -> String {
+    format!("trajectories/{submission}/ep{idx:05}-a{attempt}.h5")
+}
+
+/// The key of a submission's report.
+pub fn report_key(submission: &str) -> String {
+    format!("reports/{submission}.json")
+}

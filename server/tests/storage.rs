@@ -91,6 +91,8 @@ on_both_engines!(
     recover_after_restart,
     reopened_database_keeps_data,
     concurrent_claims_give_one_winner,
+    leases_between_replicas,
+    claimers_on_many_connections_share_a_submission,
     bad_arguments_are_refused,
     tokens_and_members,
     challenges_and_phases,
@@ -526,6 +528,9 @@ async fn recover_after_restart(url: String, engine: Engine) {
         .await
         .unwrap();
 
+    // A server claims under its replica id, which a restart keeps.
+    let replica = |s: Storage| s.with_lease("replica-a", std::time::Duration::from_secs(30));
+    let storage = replica(storage);
     storage.mark_submission_running("s-running").await.unwrap();
     storage.start_episode("s-running", 0).await.unwrap(); // attempt 1, in flight at the crash
     storage.start_episode("s-running", 1).await.unwrap();
@@ -545,7 +550,15 @@ async fn recover_after_restart(url: String, engine: Engine) {
         .unwrap();
 
     drop(storage);
-    let storage = open(&url, engine).await;
+    // Another replica's start-up leaves replica-a's episodes alone on PostgreSQL (replica-a may
+    // be alive); on SQLite there is one server per database, so every RUNNING episode is dead.
+    if engine == Engine::Postgres {
+        let other = open(&url, engine).await.with_lease("replica-b", std::time::Duration::from_secs(30));
+        other.recover_after_restart().await.unwrap();
+        let rows = other.episodes("s-running").await.unwrap();
+        assert_eq!((rows[0].status, rows[0].attempts), (EpisodeState::Running, 1));
+    }
+    let storage = replica(open(&url, engine).await);
     let unfinished = storage.recover_after_restart().await.unwrap();
     assert_eq!(unfinished, ["s-running", "s-pending"]);
     let rows = storage.episodes("s-running").await.unwrap();
@@ -567,6 +580,105 @@ async fn recover_after_restart(url: String, engine: Engine) {
     );
     assert_eq!(storage.episodes("s-running").await.unwrap(), rows);
     assert_eq!(storage.start_episode("s-running", 0).await.unwrap(), Some(1));
+}
+
+/// Two servers ("replicas") on one database: claims are leases, results commit only under the
+/// lease, an expired lease puts the episode back with the lost run counted.
+async fn leases_between_replicas(url: String, engine: Engine) {
+    use std::time::Duration;
+    let a = open(&url, engine).await.with_lease("replica-a", Duration::from_millis(600));
+    let b = open(&url, engine).await.with_lease("replica-b", Duration::from_secs(30));
+    setup(&a, "red", "s-1", 3).await;
+    assert_eq!(a.claim_next_episode("s-1", 2).await.unwrap(), Some((0, 1)));
+    assert_eq!(b.claim_next_episode("s-1", 2).await.unwrap(), Some((1, 1)));
+    assert_eq!(a.claim_next_episode("s-1", 2).await.unwrap(), Some((2, 1)));
+    assert_eq!(b.claim_next_episode("s-1", 2).await.unwrap(), None, "all claimed");
+    // Only the holder commits.
+    assert!(!b.finish_episode("s-1", 0, &outcome(EpisodeState::Completed, 5)).await.unwrap());
+    assert!(b.finish_episode("s-1", 1, &outcome(EpisodeState::Completed, 5)).await.unwrap());
+    assert_eq!(b.requeue_episodes("s-1", &[0], 2, "not mine").await.unwrap(), (0, 0));
+    // b waits for a's claims; a renews both of its own.
+    let expiry = b.others_lease_expiry("s-1").await.unwrap().expect("a holds two");
+    assert!(expiry > now_ms() && expiry <= now_ms() + 600, "{expiry}");
+    assert_eq!(a.others_lease_expiry("s-1").await.unwrap(), None);
+    assert_eq!(a.renew_leases().await.unwrap(), 2);
+    assert!(a.finish_episode("s-1", 2, &outcome(EpisodeState::Fell, 3)).await.unwrap());
+    // a dies holding episode 0: once its lease runs out, b settles it and runs it again.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(b.claim_next_episode("s-1", 2).await.unwrap(), Some((0, 2)));
+    let rows = b.episodes("s-1").await.unwrap();
+    assert_eq!(rows[0].reason.as_deref(), Some(arena_server::storage::LEASE_EXPIRED));
+    // The late result of a's run is not counted; b's is, once.
+    assert!(!a.finish_episode("s-1", 0, &outcome(EpisodeState::Completed, 9)).await.unwrap());
+    assert!(b.finish_episode("s-1", 0, &outcome(EpisodeState::Completed, 7)).await.unwrap());
+    assert!(!b.finish_episode("s-1", 0, &outcome(EpisodeState::Completed, 7)).await.unwrap());
+    let rows = b.episodes("s-1").await.unwrap();
+    assert_eq!((rows[0].status, rows[0].attempts, rows[0].steps), (EpisodeState::Completed, 2, 7));
+    assert_eq!(b.episode_counts("s-1").await.unwrap(), (0, 0, 3));
+
+    // The last attempt lost to an expired lease: FAILED, with the count.
+    let team = a.teams().await.unwrap()[0].id;
+    a.create_submission(&new_submission("s-2", team, "bench-a"), &[episode(0)])
+        .await
+        .unwrap();
+    assert_eq!(a.claim_next_episode("s-2", 2).await.unwrap(), Some((0, 1)));
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(a.claim_next_episode("s-2", 2).await.unwrap(), Some((0, 2)));
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let expired = b.expire_leases("s-2", 2).await.unwrap();
+    assert_eq!((expired.requeued, expired.failed), (0, 1));
+    let row = &b.episodes("s-2").await.unwrap()[0];
+    assert_eq!(row.status, EpisodeState::Failed);
+    assert_eq!(
+        row.reason.as_deref(),
+        Some(format!("{} (attempt 2 of 2)", arena_server::storage::LEASE_EXPIRED).as_str())
+    );
+    assert_eq!(b.claim_next_episode("s-2", 2).await.unwrap(), None);
+
+    // A leaderboard write on one replica moves the generation every replica reads (PostgreSQL;
+    // SQLite has one server per database).
+    let before = b.leaderboard_generation().await.unwrap();
+    a.finish_submission("s-1", SubmissionStatus::Completed, Some("{}"), None)
+        .await
+        .unwrap();
+    if engine == Engine::Postgres {
+        assert_ne!(b.leaderboard_generation().await.unwrap(), before);
+    }
+    assert!(matches!(
+        b.finish_submission("s-1", SubmissionStatus::Completed, Some("{}"), None).await,
+        Err(StorageError::Conflict(_))
+    ));
+}
+
+/// Eight claimers, each with its own lease owner, drain one submission concurrently: every
+/// episode is claimed exactly once.
+async fn claimers_on_many_connections_share_a_submission(url: String, engine: Engine) {
+    let storage = open(&url, engine).await;
+    setup(&storage, "red", "s-1", 60).await;
+    let claimers: Vec<_> = (0..8)
+        .map(|i| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let me = open(&url, engine)
+                    .await
+                    .with_lease(format!("replica-{i}"), std::time::Duration::from_secs(30));
+                let mut mine = Vec::new();
+                while let Some((idx, attempt)) = me.claim_next_episode("s-1", 3).await.unwrap() {
+                    assert_eq!(attempt, 1);
+                    assert!(me.finish_episode("s-1", idx, &outcome(EpisodeState::Completed, 1)).await.unwrap());
+                    mine.push(idx);
+                }
+                mine
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for c in claimers {
+        all.extend(c.await.unwrap());
+    }
+    all.sort();
+    assert_eq!(all, (0..60).collect::<Vec<i64>>());
+    assert_eq!(storage.episode_counts("s-1").await.unwrap(), (0, 0, 60));
 }
 
 async fn reopened_database_keeps_data(url: String, engine: Engine) {

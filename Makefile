@@ -9,9 +9,10 @@ VENV_STAMP := .venv/.installed
 WEB_STAMP := web/node_modules/.installed
 TORCH_STAMP := third_party/pytorch/.installed-2.11.0
 GPU_STAMP := .venv/.installed-gpu-backend
+S3S_BIN := third_party/s3s/bin/s3s-fs
 PYTHON := .venv/bin/python
 
-.PHONY: run test deps deps-torch deps-browser deps-gpu bench lint
+.PHONY: run test deps deps-torch deps-browser deps-gpu deps-s3 bench lint
 
 deps: $(MUJOCO_LIB) $(VENV_STAMP) $(WEB_STAMP)
 
@@ -41,6 +42,13 @@ $(GPU_STAMP): python/requirements-gpu.txt $(VENV_STAMP)
 	.venv/bin/pip install --quiet --disable-pip-version-check -r python/requirements-gpu.txt
 	touch $@
 
+# An S3-compatible server (s3s-fs, built from crates.io) for the object-store and replica tests;
+# `make run` does not need it.
+deps-s3: $(S3S_BIN)
+
+$(S3S_BIN): scripts/bootstrap-s3.sh
+	bash scripts/bootstrap-s3.sh
+
 $(VENV_STAMP): python/requirements-dev.txt
 	python3 -m venv .venv
 	.venv/bin/pip install --quiet --disable-pip-version-check -r python/requirements-dev.txt
@@ -52,13 +60,14 @@ run: deps
 # A throwaway PostgreSQL (scripts/postgres.sh) serves the storage tests' PostgreSQL half; it is
 # stopped and deleted whatever the tests do, and the recipe keeps the tests' exit status. The
 # Python SDK's tests run after cargo test, which builds the arena binary they start.
-test: deps deps-torch deps-browser deps-gpu
+test: deps deps-torch deps-browser deps-gpu deps-s3
 	status=0; \
 	bash scripts/postgres.sh start || status=$$?; \
 	if [ $$status -eq 0 ]; then \
 		ARENA_TEST_DATABASE_URL=postgres://postgres@127.0.0.1:54329/arena_test ARENA_REQUIRE_POSTGRES=1 \
 		ARENA_PYTHON=$(CURDIR)/$(PYTHON) ARENA_REQUIRE_TORCH_ORACLE=1 ARENA_REQUIRE_BROWSER=1 \
 		ARENA_GPU_PYTHON=$(CURDIR)/$(PYTHON) ARENA_REQUIRE_GPU_BACKEND=1 \
+		ARENA_S3S_BIN=$(CURDIR)/$(S3S_BIN) ARENA_REQUIRE_S3=1 \
 		cargo test --workspace --release || status=$$?; \
 		ARENA_BIN=$(CURDIR)/target/release/arena $(PYTHON) -m pytest -q sdk/python/tests || status=$$?; \
 	fi; \

@@ -1,5 +1,6 @@
 //! Helpers shared by the `arena` binary's end-to-end tests.
 #![allow(dead_code)]
+pub mod cluster;
 pub mod server;
 
 use std::path::{Path, PathBuf};

@@ -11,7 +11,8 @@
 mod common;
 
 use arena_sdk::protocol::{EpisodeEnd, EpisodeInfo};
-use arena_sdk::{Agent, Batch, ClientConfig, Mode, ZeroAgent};
+use arena_sdk::agents::ZeroAgent;
+use arena_sdk::{Agent, Batch, ClientConfig, Mode};
 use common::cluster::{Proxy, S3Server, S3_BUCKET, s3s_binary};
 use common::server::{ADMIN, PgDb, ServerProc};
 use std::time::{Duration, Instant};

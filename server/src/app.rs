@@ -88,8 +88,7 @@ impl AppState {
     /// episodes that were running when the server last stopped.
     pub async fn open(config: ServerConfig) -> anyhow::Result<Arc<Self>> {
         config.validate()?;
-        std::fs::create_dir_all(&config.data_dir)
-            .with_context(|| format!("creating {}", config.data_dir.display()))?;
+        std::fs::create_dir_all(&config.data_dir).with_context(|| format!("creating {}", config.data_dir.display()))?;
         // Before the database: recovery would re-queue another live server's episodes.
         let data_dir_lock = DataDirLock::acquire(&config.data_dir)?;
         let url = config.database_url();

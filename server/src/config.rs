@@ -199,10 +199,7 @@ impl ServerConfig {
             return bad("lease_s", format!("expected 0.5-3600 seconds, got {}", self.lease_s));
         }
         if self.replica_id.len() > 200 || self.replica_id.chars().any(char::is_control) {
-            return bad(
-                "replica_id",
-                "expected at most 200 printable characters".to_string(),
-            );
+            return bad("replica_id", "expected at most 200 printable characters".to_string());
         }
         if self.max_attempts == 0 {
             return bad("max_attempts", "expected at least 1".into());

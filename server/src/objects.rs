@@ -66,7 +66,8 @@ impl Objects {
             if !root.is_absolute() && !url.is_empty() {
                 anyhow::bail!("object_store: expected file:///ABSOLUTE/PATH, got {url:?}");
             }
-            std::fs::create_dir_all(&root).with_context(|| format!("creating the object store folder {}", root.display()))?;
+            std::fs::create_dir_all(&root)
+                .with_context(|| format!("creating the object store folder {}", root.display()))?;
             let root = std::fs::canonicalize(&root).with_context(|| format!("resolving {}", root.display()))?;
             let store = LocalFileSystem::new_with_prefix(&root)
                 .with_context(|| format!("opening the object store folder {}", root.display()))?
@@ -126,8 +127,7 @@ impl Objects {
 
     /// A fresh path in the scratch folder (the caller removes it).
     pub fn scratch_file(&self, suffix: &str) -> PathBuf {
-        self.scratch
-            .join(format!("{}{suffix}", uuid::Uuid::new_v4().simple()))
+        self.scratch.join(format!("{}{suffix}", uuid::Uuid::new_v4().simple()))
     }
 
     /// Writes `bytes` under `key`, retrying with backoff for up to the configured time.
@@ -140,7 +140,10 @@ impl Objects {
             match self.store.put(&location, payload.clone()).await {
                 Ok(_) => return Ok(()),
                 Err(e) if started.elapsed() + wait < self.retry_for => {
-                    tracing::warn!("object store {}: writing {key} failed, retrying in {wait:?}: {e}", self.shown);
+                    tracing::warn!(
+                        "object store {}: writing {key} failed, retrying in {wait:?}: {e}",
+                        self.shown
+                    );
                     tokio::time::sleep(wait).await;
                     wait = (wait * 2).min(Duration::from_secs(5));
                 }
@@ -166,7 +169,10 @@ impl Objects {
     pub async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, ObjectError> {
         match self.store.get(&Key::from(key)).await {
             Ok(found) => {
-                let bytes = found.bytes().await.map_err(|e| self.error(format!("reading {key}"), e))?;
+                let bytes = found
+                    .bytes()
+                    .await
+                    .map_err(|e| self.error(format!("reading {key}"), e))?;
                 Ok(Some(bytes.to_vec()))
             }
             Err(object_store::Error::NotFound { .. }) => Ok(None),
@@ -178,8 +184,13 @@ impl Objects {
     pub async fn stream(
         &self,
         key: &str,
-    ) -> Result<Option<(u64, futures_util::stream::BoxStream<'static, Result<bytes::Bytes, ObjectError>>)>, ObjectError>
-    {
+    ) -> Result<
+        Option<(
+            u64,
+            futures_util::stream::BoxStream<'static, Result<bytes::Bytes, ObjectError>>,
+        )>,
+        ObjectError,
+    > {
         match self.store.get(&Key::from(key)).await {
             Ok(found) => {
                 let size = found.meta.size;

@@ -41,7 +41,10 @@ pub async fn store_episode(
 
 /// Deletes a stored run that will not be counted (its result could not be committed).
 pub async fn discard_episode(objects: &Objects, submission: &str, idx: i64, attempt: i64) {
-    if let Err(e) = objects.delete(&objects::episode_part_key(submission, idx, attempt)).await {
+    if let Err(e) = objects
+        .delete(&objects::episode_part_key(submission, idx, attempt))
+        .await
+    {
         tracing::warn!("discarding an uncounted trajectory: {e}");
     }
 }

@@ -10,10 +10,10 @@
 
 mod common;
 
-use arena_sdk::protocol::{EpisodeEnd, EpisodeInfo};
 use arena_sdk::agents::ZeroAgent;
+use arena_sdk::protocol::{EpisodeEnd, EpisodeInfo};
 use arena_sdk::{Agent, Batch, ClientConfig, Mode};
-use common::cluster::{Proxy, S3Server, S3_BUCKET, s3s_binary};
+use common::cluster::{Proxy, S3_BUCKET, S3Server, s3s_binary};
 use common::server::{ADMIN, PgDb, ServerProc};
 use std::time::{Duration, Instant};
 
@@ -61,17 +61,19 @@ fn replica(name: &str, dir: &std::path::Path, db: &str, s3: &S3Server) -> Server
 fn running_on(db: &str, replica: &str) -> i64 {
     let (db, replica) = (db.to_string(), replica.to_string());
     std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         rt.block_on(async {
             use sqlx::Connection;
             let mut c = sqlx::PgConnection::connect(&db).await.unwrap();
-            let n: i64 = sqlx::query_scalar(
-                "SELECT COUNT(*) FROM episodes WHERE status = 'RUNNING' AND lease_owner = $1",
-            )
-            .bind(&replica)
-            .fetch_one(&mut c)
-            .await
-            .unwrap();
+            let n: i64 =
+                sqlx::query_scalar("SELECT COUNT(*) FROM episodes WHERE status = 'RUNNING' AND lease_owner = $1")
+                    .bind(&replica)
+                    .fetch_one(&mut c)
+                    .await
+                    .unwrap();
             n
         })
     })
@@ -81,8 +83,12 @@ fn running_on(db: &str, replica: &str) -> i64 {
 
 #[test]
 fn a_killed_replica_loses_nothing() {
-    let Some(s3s) = s3s_binary("a_killed_replica_loses_nothing") else { return };
-    let Some(pg) = PgDb::create("a_killed_replica_loses_nothing") else { return };
+    let Some(s3s) = s3s_binary("a_killed_replica_loses_nothing") else {
+        return;
+    };
+    let Some(pg) = PgDb::create("a_killed_replica_loses_nothing") else {
+        return;
+    };
     let dir = common::tmp("replicas");
     let s3 = S3Server::start(&s3s, &dir.join("s3"));
     let mut r1 = replica("r1", &dir, &pg.url, &s3);
@@ -120,11 +126,17 @@ fn a_killed_replica_loses_nothing() {
     }
     let cut = running_on(&pg.url, "r1");
     r1.kill9();
-    eprintln!("killed r1 with {cut} episodes running; routed per replica: {:?}", proxy.routed.lock().unwrap());
+    eprintln!(
+        "killed r1 with {cut} episodes running; routed per replica: {:?}",
+        proxy.routed.lock().unwrap()
+    );
 
     let mut ids = Vec::new();
     for agent in agents {
-        let summary = agent.join().unwrap().unwrap_or_else(|e| panic!("an agent failed: {e}\n{}", r2.log_text()));
+        let summary = agent
+            .join()
+            .unwrap()
+            .unwrap_or_else(|e| panic!("an agent failed: {e}\n{}", r2.log_text()));
         assert_eq!(summary.submission_status, "COMPLETED", "{summary:?}");
         ids.push(summary.submission_id);
     }
@@ -148,11 +160,13 @@ fn a_killed_replica_loses_nothing() {
             }
         }
         let merged = s3.object_path(&format!("run/trajectories/{id}.h5"));
-        let names = arena_data::trajectory_file::episode_names(&merged)
-            .unwrap_or_else(|e| panic!("{}: {e}", merged.display()));
+        let names =
+            arena_data::trajectory_file::episode_names(&merged).unwrap_or_else(|e| panic!("{}: {e}", merged.display()));
         assert_eq!(names.len(), 6, "{names:?}");
         let parts = s3.object_path(&format!("run/trajectories/{id}"));
-        let left: Vec<_> = std::fs::read_dir(&parts).map(|d| d.flatten().collect()).unwrap_or_default();
+        let left: Vec<_> = std::fs::read_dir(&parts)
+            .map(|d| d.flatten().collect())
+            .unwrap_or_default();
         assert!(left.is_empty(), "per-episode files left: {left:?}");
         assert!(s3.object_path(&format!("run/reports/{id}.json")).is_file());
     }

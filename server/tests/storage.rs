@@ -553,7 +553,9 @@ async fn recover_after_restart(url: String, engine: Engine) {
     // Another replica's start-up leaves replica-a's episodes alone on PostgreSQL (replica-a may
     // be alive); on SQLite there is one server per database, so every RUNNING episode is dead.
     if engine == Engine::Postgres {
-        let other = open(&url, engine).await.with_lease("replica-b", std::time::Duration::from_secs(30));
+        let other = open(&url, engine)
+            .await
+            .with_lease("replica-b", std::time::Duration::from_secs(30));
         other.recover_after_restart().await.unwrap();
         let rows = other.episodes("s-running").await.unwrap();
         assert_eq!((rows[0].status, rows[0].attempts), (EpisodeState::Running, 1));
@@ -586,34 +588,65 @@ async fn recover_after_restart(url: String, engine: Engine) {
 /// lease, an expired lease puts the episode back with the lost run counted.
 async fn leases_between_replicas(url: String, engine: Engine) {
     use std::time::Duration;
-    let a = open(&url, engine).await.with_lease("replica-a", Duration::from_millis(600));
-    let b = open(&url, engine).await.with_lease("replica-b", Duration::from_secs(30));
+    let a = open(&url, engine)
+        .await
+        .with_lease("replica-a", Duration::from_millis(600));
+    let b = open(&url, engine)
+        .await
+        .with_lease("replica-b", Duration::from_secs(30));
     setup(&a, "red", "s-1", 3).await;
     assert_eq!(a.claim_next_episode("s-1", 2).await.unwrap(), Some((0, 1)));
     assert_eq!(b.claim_next_episode("s-1", 2).await.unwrap(), Some((1, 1)));
     assert_eq!(a.claim_next_episode("s-1", 2).await.unwrap(), Some((2, 1)));
     assert_eq!(b.claim_next_episode("s-1", 2).await.unwrap(), None, "all claimed");
     // Only the holder commits.
-    assert!(!b.finish_episode("s-1", 0, &outcome(EpisodeState::Completed, 5)).await.unwrap());
-    assert!(b.finish_episode("s-1", 1, &outcome(EpisodeState::Completed, 5)).await.unwrap());
+    assert!(
+        !b.finish_episode("s-1", 0, &outcome(EpisodeState::Completed, 5))
+            .await
+            .unwrap()
+    );
+    assert!(
+        b.finish_episode("s-1", 1, &outcome(EpisodeState::Completed, 5))
+            .await
+            .unwrap()
+    );
     assert_eq!(b.requeue_episodes("s-1", &[0], 2, "not mine").await.unwrap(), (0, 0));
     // b waits for a's claims; a renews both of its own.
     let expiry = b.others_lease_expiry("s-1").await.unwrap().expect("a holds two");
     assert!(expiry > now_ms() && expiry <= now_ms() + 600, "{expiry}");
     assert_eq!(a.others_lease_expiry("s-1").await.unwrap(), None);
     assert_eq!(a.renew_leases().await.unwrap(), 2);
-    assert!(a.finish_episode("s-1", 2, &outcome(EpisodeState::Fell, 3)).await.unwrap());
+    assert!(
+        a.finish_episode("s-1", 2, &outcome(EpisodeState::Fell, 3))
+            .await
+            .unwrap()
+    );
     // a dies holding episode 0: once its lease runs out, b settles it and runs it again.
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert_eq!(b.claim_next_episode("s-1", 2).await.unwrap(), Some((0, 2)));
     let rows = b.episodes("s-1").await.unwrap();
     assert_eq!(rows[0].reason.as_deref(), Some(arena_server::storage::LEASE_EXPIRED));
     // The late result of a's run is not counted; b's is, once.
-    assert!(!a.finish_episode("s-1", 0, &outcome(EpisodeState::Completed, 9)).await.unwrap());
-    assert!(b.finish_episode("s-1", 0, &outcome(EpisodeState::Completed, 7)).await.unwrap());
-    assert!(!b.finish_episode("s-1", 0, &outcome(EpisodeState::Completed, 7)).await.unwrap());
+    assert!(
+        !a.finish_episode("s-1", 0, &outcome(EpisodeState::Completed, 9))
+            .await
+            .unwrap()
+    );
+    assert!(
+        b.finish_episode("s-1", 0, &outcome(EpisodeState::Completed, 7))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !b.finish_episode("s-1", 0, &outcome(EpisodeState::Completed, 7))
+            .await
+            .unwrap()
+    );
     let rows = b.episodes("s-1").await.unwrap();
-    assert_eq!((rows[0].status, rows[0].attempts, rows[0].steps), (EpisodeState::Completed, 2, 7));
+    assert_eq!(
+        (rows[0].status, rows[0].attempts, rows[0].steps),
+        (EpisodeState::Completed, 2, 7)
+    );
     assert_eq!(b.episode_counts("s-1").await.unwrap(), (0, 0, 3));
 
     // The last attempt lost to an expired lease: FAILED, with the count.
@@ -645,7 +678,8 @@ async fn leases_between_replicas(url: String, engine: Engine) {
         assert_ne!(b.leaderboard_generation().await.unwrap(), before);
     }
     assert!(matches!(
-        b.finish_submission("s-1", SubmissionStatus::Completed, Some("{}"), None).await,
+        b.finish_submission("s-1", SubmissionStatus::Completed, Some("{}"), None)
+            .await,
         Err(StorageError::Conflict(_))
     ));
 }
@@ -665,7 +699,11 @@ async fn claimers_on_many_connections_share_a_submission(url: String, engine: En
                 let mut mine = Vec::new();
                 while let Some((idx, attempt)) = me.claim_next_episode("s-1", 3).await.unwrap() {
                     assert_eq!(attempt, 1);
-                    assert!(me.finish_episode("s-1", idx, &outcome(EpisodeState::Completed, 1)).await.unwrap());
+                    assert!(
+                        me.finish_episode("s-1", idx, &outcome(EpisodeState::Completed, 1))
+                            .await
+                            .unwrap()
+                    );
                     mine.push(idx);
                 }
                 mine

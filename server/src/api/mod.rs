@@ -889,7 +889,9 @@ async fn get_trajectories(State(state): State<Arc<AppState>>, headers: HeaderMap
             (header::CONTENT_DISPOSITION, format!("attachment; filename=\"{id}.h5\"")),
             (header::CONTENT_LENGTH, size.to_string()),
         ],
-        axum::body::Body::from_stream(futures_util::StreamExt::map(chunks, |c| c.map_err(std::io::Error::other))),
+        axum::body::Body::from_stream(futures_util::StreamExt::map(chunks, |c| {
+            c.map_err(std::io::Error::other)
+        })),
     )
         .into_response())
 }

@@ -75,7 +75,9 @@ async fn stored_episode(
         .await
         .map_err(internal)?;
     let Some(path) = stored else {
-        return Err(not_found(format!("episode {idx} of submission {id} has no stored trajectory yet")));
+        return Err(not_found(format!(
+            "episode {idx} of submission {id} has no stored trajectory yet"
+        )));
     };
     let name = trajectory_file::episode_group_name(idx as u32);
     let read = tokio::task::spawn_blocking(move || trajectory_file::read_episode(&path, &name))
@@ -299,11 +301,11 @@ async fn rescore(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(id
     }
     let spec = state.catalog.spec(&s.benchmark).map_err(|e| not_found(e.to_string()))?;
     let rows = state.storage.episodes(&id).await?;
-    let path = state
-        .trajectory_file(&id)
-        .await
-        .map_err(internal)?
-        .ok_or_else(|| internal(format!("submission {id} is COMPLETED but its trajectory file is missing")))?;
+    let path = state.trajectory_file(&id).await.map_err(internal)?.ok_or_else(|| {
+        internal(format!(
+            "submission {id} is COMPLETED but its trajectory file is missing"
+        ))
+    })?;
     let scored: Vec<(i64, EpisodeState)> = rows
         .iter()
         .filter(|r| matches!(r.status, EpisodeState::Completed | EpisodeState::Fell))

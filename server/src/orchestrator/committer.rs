@@ -6,8 +6,8 @@ use super::lane::{Finished, LaneEnd};
 use super::{RunContext, RunOutcome, Sink};
 use crate::results;
 use crate::storage::{EpisodeOutcome, SubmissionStatus};
-use arena_bench::aggregate::EpisodeStatus;
 use crate::trajectory_store;
+use arena_bench::aggregate::EpisodeStatus;
 use arena_data::trajectory_file::EpisodeRecord;
 use arena_runner::episode;
 use arena_runner::local::status_name;
@@ -173,7 +173,10 @@ pub fn finish(ctx: &RunContext, lanes: &[LaneEnd]) -> RunOutcome {
         // open, and whichever session ends it next does this again (every step is idempotent).
         trajectory_store::merge(objects, submission_id, &ctx.benchmark.spec.name, &rows).await?;
         objects
-            .put(&crate::objects::report_key(submission_id), serde_json::to_vec_pretty(&report)?)
+            .put(
+                &crate::objects::report_key(submission_id),
+                serde_json::to_vec_pretty(&report)?,
+            )
             .await?;
         match storage
             .finish_submission(submission_id, SubmissionStatus::Completed, Some(&json), None)

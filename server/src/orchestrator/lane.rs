@@ -194,7 +194,9 @@ impl<'a> Lane<'a> {
                     ..
                 } = &self.ctx.sink
                 else {
-                    return Err(LaneEnd::Error("a claimed episode source needs a stored submission".into()));
+                    return Err(LaneEnd::Error(
+                        "a claimed episode source needs a stored submission".into(),
+                    ));
                 };
                 loop {
                     let claimed = self
@@ -202,15 +204,17 @@ impl<'a> Lane<'a> {
                         .runtime
                         .block_on(storage.claim_next_episode(submission_id, *max_attempts as i64));
                     match claimed {
-                        Ok(Some((idx, attempt))) => match self.ctx.benchmark.episodes.iter().find(|e| e.index as i64 == idx) {
-                            Some(episode) => return Ok(Some((episode.clone(), attempt as u32))),
-                            None => {
-                                return Err(LaneEnd::Error(format!(
-                                    "claimed episode {idx} of submission {submission_id}, which benchmark {} does not have",
-                                    self.ctx.benchmark.spec.name
-                                )));
+                        Ok(Some((idx, attempt))) => {
+                            match self.ctx.benchmark.episodes.iter().find(|e| e.index as i64 == idx) {
+                                Some(episode) => return Ok(Some((*episode, attempt as u32))),
+                                None => {
+                                    return Err(LaneEnd::Error(format!(
+                                        "claimed episode {idx} of submission {submission_id}, which benchmark {} does not have",
+                                        self.ctx.benchmark.spec.name
+                                    )));
+                                }
                             }
-                        },
+                        }
                         Ok(None) => {}
                         Err(e) => return Err(LaneEnd::Error(format!("claiming an episode: {e}"))),
                     }

@@ -301,14 +301,13 @@ impl Storage {
     /// it several times per lease while it runs.
     pub async fn renew_leases(&self) -> Result<u64, StorageError> {
         let now = now_ms();
-        let done = sqlx::query(
-            "UPDATE episodes SET lease_expires_at = $2 WHERE lease_owner = $1 AND status = 'RUNNING'",
-        )
-        .bind(&self.lease.owner)
-        .bind(self.lease.expires_at(now))
-        .execute(&self.pool)
-        .await
-        .ctx(|| format!("renewing the claims of {}", self.lease.owner))?;
+        let done =
+            sqlx::query("UPDATE episodes SET lease_expires_at = $2 WHERE lease_owner = $1 AND status = 'RUNNING'")
+                .bind(&self.lease.owner)
+                .bind(self.lease.expires_at(now))
+                .execute(&self.pool)
+                .await
+                .ctx(|| format!("renewing the claims of {}", self.lease.owner))?;
         Ok(done.rows_affected())
     }
 

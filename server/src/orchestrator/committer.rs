@@ -3,9 +3,9 @@
 //! for metrics, HDF5 or the database.
 
 use super::lane::{Finished, LaneEnd};
-use super::{RunContext, RunOutcome, Sink};
+use super::{RunContext, RunOutcome, Sink, db_call};
 use crate::results;
-use crate::storage::{EpisodeOutcome, SubmissionStatus};
+use crate::storage::{EpisodeOutcome, StorageError, SubmissionStatus};
 use crate::trajectory_store;
 use arena_bench::aggregate::EpisodeStatus;
 use arena_data::trajectory_file::EpisodeRecord;
@@ -50,14 +50,19 @@ pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
                 // has it, the team gets the fact.
                 tracing::error!("episode {idx}: could not store the trajectory: {e:#}");
                 let why = "the server could not store the trajectory (details in the server log)";
-                match ctx
-                    .runtime
-                    .block_on(storage.requeue_episodes(submission_id, &[idx], *max_attempts as i64, why))
-                {
+                let just_this = [idx];
+                let requeued = db_call(&ctx.runtime, "re-queueing an episode", || {
+                    storage.requeue_episodes(submission_id, &just_this, *max_attempts as i64, why)
+                });
+                match requeued {
                     Ok((again, _)) => {
                         tracing::warn!(episode = idx, requeued = again == 1, "episode not committed: {why}")
                     }
-                    Err(e) => tracing::error!("re-queueing episode {idx}: {e}"),
+                    Err(e) => {
+                        // Its lease runs out and it is claimed again.
+                        tracing::error!("re-queueing episode {idx}: {e}");
+                        storage.forget_claim(submission_id, idx);
+                    }
                 }
                 continue;
             }
@@ -71,10 +76,10 @@ pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
                 },
                 reason: reason.clone(),
             };
-            match ctx
-                .runtime
-                .block_on(storage.finish_episode(submission_id, idx, &outcome))
-            {
+            let committed = db_call(&ctx.runtime, "committing an episode", || {
+                storage.finish_episode(submission_id, idx, &outcome)
+            });
+            match committed {
                 Ok(true) => {}
                 Ok(false) => {
                     tracing::warn!(
@@ -85,7 +90,9 @@ pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
                     continue;
                 }
                 Err(e) => {
+                    // Not counted, not lost: its lease runs out and it is claimed again.
                     tracing::error!("committing episode {idx}: {e}");
+                    storage.forget_claim(submission_id, idx);
                     continue;
                 }
             }
@@ -153,47 +160,23 @@ pub fn finish(ctx: &RunContext, lanes: &[LaneEnd]) -> RunOutcome {
     else {
         return RunOutcome::Stopped;
     };
-    let complete = ctx.runtime.block_on(async {
-        let (pending, running, _) = storage.episode_counts(submission_id).await?;
-        if pending > 0 || running > 0 {
-            return Ok::<_, anyhow::Error>(None);
+    // A database restarting meanwhile is waited for (every step below is idempotent).
+    let started = std::time::Instant::now();
+    let complete = loop {
+        let attempt = ctx
+            .runtime
+            .block_on(complete_submission(ctx, storage, submission_id, objects));
+        match attempt {
+            Err(e)
+                if e.downcast_ref::<StorageError>().is_some_and(StorageError::is_transient)
+                    && started.elapsed() < super::DB_RETRY_FOR =>
+            {
+                tracing::warn!("completing submission {submission_id}: {e:#}; retrying");
+                std::thread::sleep(std::time::Duration::from_secs(1));
+            }
+            other => break other,
         }
-        let submission = storage
-            .submission(submission_id)
-            .await?
-            .ok_or_else(|| anyhow::anyhow!("submission {submission_id} vanished"))?;
-        // Already final: completed by an earlier session, or cancelled by the organiser.
-        if submission.status.is_final() {
-            return Ok(Some(submission.status));
-        }
-        let rows = storage.episodes(submission_id).await?;
-        let report = results::report(&ctx.benchmark.spec, &submission, &rows);
-        let json = serde_json::to_string(&report)?;
-        // Files first, then the status: a replica that dies in between leaves the submission
-        // open, and whichever session ends it next does this again (every step is idempotent).
-        trajectory_store::merge(objects, submission_id, &ctx.benchmark.spec.name, &rows).await?;
-        objects
-            .put(
-                &crate::objects::report_key(submission_id),
-                serde_json::to_vec_pretty(&report)?,
-            )
-            .await?;
-        match storage
-            .finish_submission(submission_id, SubmissionStatus::Completed, Some(&json), None)
-            .await
-        {
-            Ok(()) => {}
-            // Another session (another replica) completed it meanwhile.
-            Err(crate::storage::StorageError::Conflict(_)) => return Ok(Some(SubmissionStatus::Completed)),
-            Err(e) => return Err(e.into()),
-        }
-        let summary = serde_json::to_string(&crate::leaderboard::ReportSummary::of(&report))?;
-        storage.set_summary(submission_id, &summary).await?;
-        if let Err(e) = trajectory_store::delete_parts(objects, submission_id).await {
-            tracing::warn!("submission {submission_id}: per-episode files left behind: {e}");
-        }
-        Ok(Some(SubmissionStatus::Completed))
-    });
+    };
     match complete {
         Ok(Some(status)) => {
             let reason = if status == SubmissionStatus::Completed {
@@ -210,4 +193,53 @@ pub fn finish(ctx: &RunContext, lanes: &[LaneEnd]) -> RunOutcome {
         Ok(None) => RunOutcome::Stopped,
         Err(e) => RunOutcome::Error(format!("finishing submission {submission_id}: {e:#}")),
     }
+}
+
+/// Completes a submission whose episodes are all final: merged trajectories and report into the
+/// store, then COMPLETED with the report and leaderboard summary. None while episodes are left.
+async fn complete_submission(
+    ctx: &RunContext,
+    storage: &crate::storage::Storage,
+    submission_id: &str,
+    objects: &crate::objects::Objects,
+) -> anyhow::Result<Option<SubmissionStatus>> {
+    let (pending, running, _) = storage.episode_counts(submission_id).await?;
+    if pending > 0 || running > 0 {
+        return Ok::<_, anyhow::Error>(None);
+    }
+    let submission = storage
+        .submission(submission_id)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("submission {submission_id} vanished"))?;
+    // Already final: completed by an earlier session, or cancelled by the organiser.
+    if submission.status.is_final() {
+        return Ok(Some(submission.status));
+    }
+    let rows = storage.episodes(submission_id).await?;
+    let report = results::report(&ctx.benchmark.spec, &submission, &rows);
+    let json = serde_json::to_string(&report)?;
+    // Files first, then the status: a replica that dies in between leaves the submission
+    // open, and whichever session ends it next does this again (every step is idempotent).
+    trajectory_store::merge(objects, submission_id, &ctx.benchmark.spec.name, &rows).await?;
+    objects
+        .put(
+            &crate::objects::report_key(submission_id),
+            serde_json::to_vec_pretty(&report)?,
+        )
+        .await?;
+    match storage
+        .finish_submission(submission_id, SubmissionStatus::Completed, Some(&json), None)
+        .await
+    {
+        Ok(()) => {}
+        // Another session (another replica) completed it meanwhile.
+        Err(StorageError::Conflict(_)) => return Ok(Some(SubmissionStatus::Completed)),
+        Err(e) => return Err(e.into()),
+    }
+    let summary = serde_json::to_string(&crate::leaderboard::ReportSummary::of(&report))?;
+    storage.set_summary(submission_id, &summary).await?;
+    if let Err(e) = trajectory_store::delete_parts(objects, submission_id).await {
+        tracing::warn!("submission {submission_id}: per-episode files left behind: {e}");
+    }
+    Ok(Some(SubmissionStatus::Completed))
 }

@@ -2,7 +2,7 @@
 //! observations in one GetAction per control step, waits (with the step deadline) for the Action
 //! answering it, steps the physics and hands finished episodes to the committer.
 
-use super::{JobSource, RunContext, Sink};
+use super::{JobSource, RunContext, Sink, db_call};
 use arena_bench::aggregate::EpisodeStatus;
 use arena_bench::spec::Episode;
 use arena_data::NUM_JOINTS;
@@ -199,10 +199,9 @@ impl<'a> Lane<'a> {
                     ));
                 };
                 loop {
-                    let claimed = self
-                        .ctx
-                        .runtime
-                        .block_on(storage.claim_next_episode(submission_id, *max_attempts as i64));
+                    let claimed = db_call(&self.ctx.runtime, "claiming an episode", || {
+                        storage.claim_next_episode(submission_id, *max_attempts as i64)
+                    });
                     match claimed {
                         Ok(Some((idx, attempt))) => {
                             match self.ctx.benchmark.episodes.iter().find(|e| e.index as i64 == idx) {
@@ -224,7 +223,9 @@ impl<'a> Lane<'a> {
                     if !block {
                         return Ok(None);
                     }
-                    let expiry = self.ctx.runtime.block_on(storage.others_lease_expiry(submission_id));
+                    let expiry = db_call(&self.ctx.runtime, "reading the claims", || {
+                        storage.others_lease_expiry(submission_id)
+                    });
                     match expiry {
                         Ok(None) => return Ok(None),
                         Ok(Some(_)) if self.ctx.out.is_closed() => return Err(LaneEnd::ConnectionLost),
@@ -410,10 +411,9 @@ impl<'a> Lane<'a> {
         } = &self.ctx.sink
             && !running.is_empty()
         {
-            let requeued =
-                self.ctx
-                    .runtime
-                    .block_on(storage.requeue_episodes(submission_id, &running, *max_attempts as i64, why));
+            let requeued = db_call(&self.ctx.runtime, "re-queueing episodes", || {
+                storage.requeue_episodes(submission_id, &running, *max_attempts as i64, why)
+            });
             match requeued {
                 Ok((again, failed)) => {
                     tracing::info!(lane = self.lane, again, failed, "{why}: running episodes re-queued")

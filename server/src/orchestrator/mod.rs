@@ -15,13 +15,48 @@ pub mod lane;
 pub mod runner;
 
 use crate::catalog::LoadedBenchmark;
-use crate::storage::Storage;
+use crate::storage::{Storage, StorageError};
 use arena_bench::spec::Episode;
 use arena_sdk::protocol::{Action, Msg};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
+
+/// How long lanes and the committer keep retrying a database call that failed for a reason
+/// that may pass (the database restarting, a failover) before they give up on it.
+pub const DB_RETRY_FOR: Duration = Duration::from_secs(120);
+
+/// Runs a database call from a lane or committer thread, retrying transient failures
+/// ([`StorageError::is_transient`]) with backoff for up to [`DB_RETRY_FOR`].
+pub fn db_call<T, F, Fut>(runtime: &tokio::runtime::Handle, what: &str, call: F) -> Result<T, StorageError>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StorageError>>,
+{
+    let started = std::time::Instant::now();
+    let mut wait = Duration::from_millis(200);
+    let mut warned = false;
+    loop {
+        match runtime.block_on(call()) {
+            Err(e) if e.is_transient() && started.elapsed() + wait < DB_RETRY_FOR => {
+                if !warned {
+                    tracing::warn!("{what}: {e}; retrying for up to {DB_RETRY_FOR:?}");
+                    warned = true;
+                }
+                std::thread::sleep(wait);
+                wait = (wait * 2).min(Duration::from_secs(5));
+            }
+            Ok(v) => {
+                if warned {
+                    tracing::info!("{what}: the database answers again");
+                }
+                return Ok(v);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
 
 /// Where finished episodes go.
 #[derive(Debug, Clone)]

@@ -79,8 +79,13 @@ impl Storage {
         .fetch_optional(&self.pool)
         .await
         .ctx(|| format!("starting episode {idx} of submission {submission}"))?;
-        row.map(|row| get(&row, "attempts", &format!("episode {idx} of submission {submission}")))
-            .transpose()
+        let attempt = row
+            .map(|row| get(&row, "attempts", &format!("episode {idx} of submission {submission}")))
+            .transpose()?;
+        if attempt.is_some() {
+            self.hold(submission, idx);
+        }
+        Ok(attempt)
     }
 
     /// RUNNING → a final status (COMPLETED, FELL, FAILED, TIMEOUT) with steps, metrics and reason,
@@ -121,6 +126,7 @@ impl Storage {
                 result.status
             )
         })?;
+        self.release(submission, idx);
         Ok(done.rows_affected() > 0)
     }
 
@@ -179,6 +185,9 @@ impl Storage {
             failed += gave_up.rows_affected() as usize;
         }
         tx.commit().await.ctx(context)?;
+        for &idx in idxs {
+            self.release(submission, idx);
+        }
         Ok((requeued, failed))
     }
 
@@ -252,8 +261,13 @@ impl Storage {
         .await
         .ctx(|| format!("claiming an episode of submission {submission}"))?;
         let what = format!("the claimed episode of submission {submission}");
-        row.map(|row| Ok((get(&row, "idx", &what)?, get(&row, "attempts", &what)?)))
-            .transpose()
+        let claimed = row
+            .map(|row| Ok::<_, StorageError>((get(&row, "idx", &what)?, get(&row, "attempts", &what)?)))
+            .transpose()?;
+        if let Some((idx, _)) = claimed {
+            self.hold(submission, idx);
+        }
+        Ok(claimed)
     }
 
     /// The RUNNING episodes of a submission whose lease ran out (their server died or lost the
@@ -267,7 +281,7 @@ impl Storage {
         let requeued = sqlx::query(
             "UPDATE episodes SET status = 'PENDING', reason = $4, updated_at = $2, \
              lease_owner = NULL, lease_expires_at = NULL \
-             WHERE submission_id = $1 AND status = 'RUNNING' AND lease_expires_at < $2 AND attempts < $3",
+             WHERE submission_id = $1 AND status = 'RUNNING' AND (lease_expires_at IS NULL OR lease_expires_at < $2) AND attempts < $3",
         )
         .bind(submission)
         .bind(now)
@@ -280,7 +294,7 @@ impl Storage {
         let failed = sqlx::query(
             "UPDATE episodes SET status = 'FAILED', reason = $3 || CAST(attempts AS TEXT) || $4, updated_at = $2, \
              lease_owner = NULL, lease_expires_at = NULL \
-             WHERE submission_id = $1 AND status = 'RUNNING' AND lease_expires_at < $2",
+             WHERE submission_id = $1 AND status = 'RUNNING' AND (lease_expires_at IS NULL OR lease_expires_at < $2)",
         )
         .bind(submission)
         .bind(now)
@@ -297,33 +311,83 @@ impl Storage {
         Ok(Expired { requeued, failed })
     }
 
-    /// Extends every lease this handle holds by its duration; returns how many. A server calls
-    /// it several times per lease while it runs.
+    /// Extends the leases of the episodes this handle holds (claimed, not yet committed or given
+    /// back) by its duration; returns how many rows moved. A server calls it several times per
+    /// lease while it runs.
     pub async fn renew_leases(&self) -> Result<u64, StorageError> {
-        let now = now_ms();
-        let done =
-            sqlx::query("UPDATE episodes SET lease_expires_at = $2 WHERE lease_owner = $1 AND status = 'RUNNING'")
-                .bind(&self.lease.owner)
-                .bind(self.lease.expires_at(now))
-                .execute(&self.pool)
-                .await
-                .ctx(|| format!("renewing the claims of {}", self.lease.owner))?;
-        Ok(done.rows_affected())
+        let held: Vec<(String, Vec<i64>)> = {
+            let held = self.held.lock().expect("held claims lock");
+            held.iter()
+                .filter(|(_, idxs)| !idxs.is_empty())
+                .map(|(sub, idxs)| (sub.clone(), idxs.iter().copied().collect()))
+                .collect()
+        };
+        let expires_at = self.lease.expires_at(now_ms());
+        let mut renewed = 0;
+        for (submission, idxs) in held {
+            // Integers only: the list is safe to splice into the statement.
+            let list = idxs.iter().map(i64::to_string).collect::<Vec<_>>().join(", ");
+            let done = sqlx::query(&format!(
+                "UPDATE episodes SET lease_expires_at = $3 \
+                 WHERE submission_id = $1 AND lease_owner = $2 AND status = 'RUNNING' AND idx IN ({list})"
+            ))
+            .bind(&submission)
+            .bind(&self.lease.owner)
+            .bind(expires_at)
+            .execute(&self.pool)
+            .await
+            .ctx(|| format!("renewing the claims of {} on submission {submission}", self.lease.owner))?;
+            renewed += done.rows_affected();
+        }
+        Ok(renewed)
     }
 
-    /// When the earliest claim on this submission held by another server expires (unix ms), if
-    /// any is RUNNING: a lane with nothing to claim waits for those rather than ending.
+    /// Stops renewing an episode's claim without touching its row (its commit was given up on):
+    /// the lease runs out and the episode is claimed again, here or elsewhere.
+    pub fn forget_claim(&self, submission: &str, idx: i64) {
+        self.release(submission, idx);
+    }
+
+    fn hold(&self, submission: &str, idx: i64) {
+        let mut held = self.held.lock().expect("held claims lock");
+        held.entry(submission.to_string()).or_default().insert(idx);
+    }
+
+    fn release(&self, submission: &str, idx: i64) {
+        let mut held = self.held.lock().expect("held claims lock");
+        if let Some(idxs) = held.get_mut(submission) {
+            idxs.remove(&idx);
+            if idxs.is_empty() {
+                held.remove(submission);
+            }
+        }
+    }
+
+    /// When the earliest claim on this submission that this handle does not hold expires (unix
+    /// ms), if any is RUNNING: another replica's, or one of ours given up on. A lane with
+    /// nothing to claim waits for those rather than ending.
     pub async fn others_lease_expiry(&self, submission: &str) -> Result<Option<i64>, StorageError> {
-        let row = sqlx::query(
-            "SELECT MIN(lease_expires_at) AS expiry FROM episodes \
-             WHERE submission_id = $1 AND status = 'RUNNING' AND lease_owner <> $2",
+        let rows = sqlx::query(
+            "SELECT idx, lease_expires_at FROM episodes WHERE submission_id = $1 AND status = 'RUNNING'",
         )
         .bind(submission)
-        .bind(&self.lease.owner)
-        .fetch_one(&self.pool)
+        .fetch_all(&self.pool)
         .await
         .ctx(|| format!("reading the claims on submission {submission}"))?;
-        get(&row, "expiry", &format!("the claims on submission {submission}"))
+        let what = format!("the claims on submission {submission}");
+        let held = self.held.lock().expect("held claims lock").get(submission).cloned().unwrap_or_default();
+        let mut earliest: Option<i64> = None;
+        for row in &rows {
+            let idx: i64 = get(row, "idx", &what)?;
+            if held.contains(&idx) {
+                continue;
+            }
+            // A row without a lease (written before leases existed) counts as expired now.
+            let expiry: Option<i64> = get(row, "lease_expires_at", &what)?;
+            let expiry = expiry.unwrap_or(0);
+            earliest = Some(earliest.map_or(expiry, |e| e.min(expiry)));
+        }
+        Ok(earliest)
     }
 
     /// (pending, running, finished) episode counts of a submission.

@@ -89,6 +89,26 @@ pub enum StorageError {
     },
 }
 
+impl StorageError {
+    /// Whether trying again later may succeed: the database could not be reached, dropped the
+    /// connection, or is shutting down or starting up (a PostgreSQL restart, a failover).
+    pub fn is_transient(&self) -> bool {
+        let StorageError::Database { cause, .. } = self else {
+            return false;
+        };
+        match cause {
+            sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => true,
+            sqlx::Error::Protocol(_) | sqlx::Error::WorkerCrashed => true,
+            // SQLSTATE 08 (connection exception), 57P01-57P03 (admin shutdown, crash shutdown,
+            // cannot connect now); SQLite's busy/locked come back as 5 and 6.
+            sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+                code.starts_with("08") || code.starts_with("57P") || code == "5" || code == "6"
+            }),
+            _ => false,
+        }
+    }
+}
+
 /// Attaches "what was being done" to a sqlx error.
 trait Context<T> {
     fn ctx(self, context: impl FnOnce() -> String) -> Result<T, StorageError>;
@@ -754,6 +774,10 @@ pub struct Storage {
     leaderboard_generation: Arc<AtomicU64>,
     /// The claims this handle makes (all clones share it).
     lease: Arc<Lease>,
+    /// The episodes this handle claimed and has not committed or given back, by submission:
+    /// the ones [`Storage::renew_leases`] renews. An episode dropped from here (a commit given
+    /// up on) is no longer renewed, so its lease runs out and it is claimed again.
+    held: Arc<std::sync::Mutex<std::collections::HashMap<String, std::collections::BTreeSet<i64>>>>,
 }
 
 impl Storage {
@@ -797,6 +821,7 @@ impl Storage {
             owner: owner.into(),
             duration,
         });
+        self.held = Default::default();
         self
     }
 
@@ -835,6 +860,7 @@ impl Storage {
             engine,
             leaderboard_generation: Arc::new(AtomicU64::new(0)),
             lease: Arc::new(Lease::for_this_process()),
+            held: Default::default(),
         })
     }
 

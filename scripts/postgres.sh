@@ -4,6 +4,8 @@
 #   bash scripts/postgres.sh start   install PostgreSQL if missing (Debian, as root), create a fresh
 #                                    cluster, start it on 127.0.0.1:$ARENA_PG_PORT (54329) with
 #                                    trust authentication, create the database arena_test, print its URL
+#   bash scripts/postgres.sh halt    stop that server, keeping its data (fault tests)
+#   bash scripts/postgres.sh resume  start it again on the same data
 #   bash scripts/postgres.sh stop    stop that server and delete its data directory
 #
 # Idempotent: `start` with a server already answering on the port only makes sure arena_test exists;
@@ -107,14 +109,19 @@ start() {
     chmod 700 "$data"
     as_pg "$bin/initdb" -D "$data" -A trust -U postgres -E UTF8 --no-locale --no-sync >/dev/null \
         || die "initdb failed in $data"
+    launch "$bin" "$data"
+    ensure_db "$bin"
+    echo "$URL"
+}
+
+launch() {
+    local bin="$1" data="$2"
     as_pg "$bin/pg_ctl" -D "$data" -l "$data/server.log" -w -t 60 \
         -o "-p $PORT -k /tmp -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
         start >/dev/null || {
         cat "$data/server.log" >&2 || true
         die "the server did not start (data directory $data, port $PORT)"
     }
-    ensure_db "$bin"
-    echo "$URL"
 }
 
 stop() {
@@ -127,8 +134,27 @@ stop() {
     rm -rf "$data"
 }
 
+# Fault tests: `halt` stops the server keeping its data, `resume` starts it again.
+halt() {
+    local bin data
+    data="$(data_dir)"
+    bin="$(pg_bin)" || die "PostgreSQL is not installed"
+    [[ -f "$data/postmaster.pid" ]] || die "no server running from $data"
+    as_pg "$bin/pg_ctl" -D "$data" stop -m fast -w >/dev/null || die "pg_ctl stop failed ($data)"
+}
+
+resume() {
+    local bin data
+    data="$(data_dir)"
+    bin="$(pg_bin)" || die "PostgreSQL is not installed"
+    [[ -d "$data" ]] || die "no data directory $data to resume"
+    launch "$bin" "$data"
+}
+
 case "${1:-}" in
     start) start ;;
+    halt) halt ;;
+    resume) resume ;;
     stop) stop ;;
-    *) die "usage: bash scripts/postgres.sh start|stop" ;;
+    *) die "usage: bash scripts/postgres.sh start|halt|resume|stop" ;;
 esac

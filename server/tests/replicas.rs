@@ -5,6 +5,11 @@
 //! Every submission completes, each episode is counted exactly once (with the lost run counted
 //! as an attempt), and every trajectory is in the store.
 //!
+//!
+//! The faults of a deployment, each with the same checks: the object store down for 10 s while
+//! episodes finish, and PostgreSQL down for 3 s while two replicas (sharing a `file://` folder)
+//! run episodes.
+//!
 //! Needs `ARENA_TEST_DATABASE_URL` (PostgreSQL) and s3s-fs (`ARENA_S3S_BIN`); skipped with the
 //! reason printed without them, unless `ARENA_REQUIRE_POSTGRES=1` / `ARENA_REQUIRE_S3=1`.
 
@@ -13,7 +18,7 @@ mod common;
 use arena_sdk::agents::ZeroAgent;
 use arena_sdk::protocol::{EpisodeEnd, EpisodeInfo};
 use arena_sdk::{Agent, Batch, ClientConfig, Mode};
-use common::cluster::{Proxy, S3_BUCKET, S3Server, s3s_binary};
+use common::cluster::{PrivatePg, Proxy, S3_BUCKET, S3Server, s3s_binary};
 use common::server::{ADMIN, PgDb, ServerProc};
 use std::time::{Duration, Instant};
 
@@ -35,8 +40,9 @@ impl Agent for SlowAgent {
 
 const LEASE_S: &str = "2";
 
-fn replica(name: &str, dir: &std::path::Path, db: &str, s3: &S3Server) -> ServerProc {
-    let env = s3.env();
+/// A replica with short leases, one lane of two episodes per session, on `db`, storing objects
+/// in `store` (with `env`, the S3 settings, if any).
+fn replica(name: &str, dir: &std::path::Path, db: &str, store: &str, env: &[(&'static str, String)]) -> ServerProc {
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     ServerProc::start_with_env(
         &dir.join(name),
@@ -44,7 +50,7 @@ fn replica(name: &str, dir: &std::path::Path, db: &str, s3: &S3Server) -> Server
             "--database-url",
             db,
             "--object-store",
-            &format!("s3://{S3_BUCKET}/run"),
+            store,
             "--replica-id",
             name,
             "--lease-s",
@@ -56,6 +62,87 @@ fn replica(name: &str, dir: &std::path::Path, db: &str, s3: &S3Server) -> Server
         ],
         &env,
     )
+}
+
+/// Runs `teams` g1-smoke submissions with slow zero-action agents through `url`, each on a
+/// thread; join them with [`finish_agents`].
+fn start_agents(
+    url: &str,
+    teams: &[String],
+) -> Vec<std::thread::JoinHandle<Result<arena_sdk::RunSummary, arena_sdk::ClientError>>> {
+    teams
+        .iter()
+        .enumerate()
+        .map(|(i, token)| {
+            let mut config = ClientConfig::new(
+                url,
+                token.clone(),
+                Mode::Submission {
+                    benchmark: "g1-smoke".into(),
+                    submission_id: None,
+                },
+            );
+            config.agent_name = format!("slow-{i}");
+            config.max_reconnects = 30;
+            config.max_backoff = Duration::from_millis(500);
+            std::thread::spawn(move || {
+                let mut agent = SlowAgent(ZeroAgent);
+                arena_sdk::client::run_blocking(&config, &mut agent, &mut |_| {})
+            })
+        })
+        .collect()
+}
+
+/// Waits for every agent; each submission must be COMPLETED. Returns the submission ids.
+fn finish_agents(
+    agents: Vec<std::thread::JoinHandle<Result<arena_sdk::RunSummary, arena_sdk::ClientError>>>,
+    log: &dyn Fn() -> String,
+) -> Vec<String> {
+    agents
+        .into_iter()
+        .map(|agent| {
+            let summary = agent
+                .join()
+                .unwrap()
+                .unwrap_or_else(|e| panic!("an agent failed: {e}\n{}", log()));
+            assert_eq!(summary.submission_status, "COMPLETED", "{summary:?}");
+            summary.submission_id
+        })
+        .collect()
+}
+
+/// Every submission: COMPLETED, 6 final scored episodes, one merged trajectory file (found with
+/// `object`: key → local path) holding all 6, no per-episode files left, a stored report.
+/// Returns how many episodes ran more than once.
+fn check_submissions(server: &ServerProc, ids: &[String], object: &dyn Fn(&str) -> std::path::PathBuf) -> usize {
+    let mut rerun = 0;
+    for id in ids {
+        let (status, sub) = server.get(&format!("/api/v1/submissions/{id}"), Some(ADMIN));
+        assert_eq!(status, 200, "{sub}");
+        assert_eq!(sub["status"], "COMPLETED", "{sub}");
+        let (status, results) = server.get(&format!("/api/v1/submissions/{id}/results"), Some(ADMIN));
+        assert_eq!(status, 200, "{results}");
+        let episodes = results["episodes"].as_array().unwrap();
+        assert_eq!(episodes.len(), 6);
+        for e in episodes {
+            let state = e["status"].as_str().unwrap();
+            assert!(["COMPLETED", "FELL"].contains(&state), "{e}");
+            if e["attempts"].as_i64().unwrap() > 1 {
+                rerun += 1;
+            }
+        }
+        let merged = object(&format!("trajectories/{id}.h5"));
+        let names =
+            arena_data::trajectory_file::episode_names(&merged).unwrap_or_else(|e| panic!("{}: {e}", merged.display()));
+        assert_eq!(names.len(), 6, "{names:?}");
+        let parts = object(&format!("trajectories/{id}"));
+        let left: Vec<_> = std::fs::read_dir(&parts)
+            .map(|d| d.flatten().collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "per-episode files left: {left:?}");
+        assert!(object(&format!("reports/{id}.json")).is_file());
+    }
+    rerun
 }
 
 fn running_on(db: &str, replica: &str) -> i64 {
@@ -91,32 +178,13 @@ fn a_killed_replica_loses_nothing() {
     };
     let dir = common::tmp("replicas");
     let s3 = S3Server::start(&s3s, &dir.join("s3"));
-    let mut r1 = replica("r1", &dir, &pg.url, &s3);
-    let r2 = replica("r2", &dir, &pg.url, &s3);
+    let store = format!("s3://{S3_BUCKET}/run");
+    let mut r1 = replica("r1", &dir, &pg.url, &store, &s3.env());
+    let r2 = replica("r2", &dir, &pg.url, &store, &s3.env());
     let proxy = Proxy::start(vec![r1.addr, r2.addr]);
 
     let teams: Vec<String> = (0..4).map(|i| r1.team(&format!("team-{i}"))).collect();
-    let agents: Vec<_> = teams
-        .iter()
-        .enumerate()
-        .map(|(i, token)| {
-            let mut config = ClientConfig::new(
-                proxy.ws_url(),
-                token.clone(),
-                Mode::Submission {
-                    benchmark: "g1-smoke".into(),
-                    submission_id: None,
-                },
-            );
-            config.agent_name = format!("slow-{i}");
-            config.max_reconnects = 30;
-            config.max_backoff = Duration::from_millis(500);
-            std::thread::spawn(move || {
-                let mut agent = SlowAgent(ZeroAgent);
-                arena_sdk::client::run_blocking(&config, &mut agent, &mut |_| {})
-            })
-        })
-        .collect();
+    let agents = start_agents(&proxy.ws_url(), &teams);
 
     // Kill r1 while it runs episodes.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -127,49 +195,12 @@ fn a_killed_replica_loses_nothing() {
     let cut = running_on(&pg.url, "r1");
     r1.kill9();
     eprintln!(
-        "killed r1 with {cut} episodes running; routed per replica: {:?}",
+        "killed r1 with {cut} episodes running; connections per replica: {:?}",
         proxy.routed.lock().unwrap()
     );
 
-    let mut ids = Vec::new();
-    for agent in agents {
-        let summary = agent
-            .join()
-            .unwrap()
-            .unwrap_or_else(|e| panic!("an agent failed: {e}\n{}", r2.log_text()));
-        assert_eq!(summary.submission_status, "COMPLETED", "{summary:?}");
-        ids.push(summary.submission_id);
-    }
-
-    // Every submission: 6 final episodes, the cut runs counted as attempts, one merged file in
-    // the store with every episode's trajectory, no per-episode files left.
-    let mut rerun = 0;
-    for id in &ids {
-        let (status, sub) = r2.get(&format!("/api/v1/submissions/{id}"), Some(ADMIN));
-        assert_eq!(status, 200, "{sub}");
-        assert_eq!(sub["status"], "COMPLETED", "{sub}");
-        let (status, results) = r2.get(&format!("/api/v1/submissions/{id}/results"), Some(ADMIN));
-        assert_eq!(status, 200, "{results}");
-        let episodes = results["episodes"].as_array().unwrap();
-        assert_eq!(episodes.len(), 6);
-        for e in episodes {
-            let state = e["status"].as_str().unwrap();
-            assert!(["COMPLETED", "FELL"].contains(&state), "{e}");
-            if e["attempts"].as_i64().unwrap() > 1 {
-                rerun += 1;
-            }
-        }
-        let merged = s3.object_path(&format!("run/trajectories/{id}.h5"));
-        let names =
-            arena_data::trajectory_file::episode_names(&merged).unwrap_or_else(|e| panic!("{}: {e}", merged.display()));
-        assert_eq!(names.len(), 6, "{names:?}");
-        let parts = s3.object_path(&format!("run/trajectories/{id}"));
-        let left: Vec<_> = std::fs::read_dir(&parts)
-            .map(|d| d.flatten().collect())
-            .unwrap_or_default();
-        assert!(left.is_empty(), "per-episode files left: {left:?}");
-        assert!(s3.object_path(&format!("run/reports/{id}.json")).is_file());
-    }
+    let ids = finish_agents(agents, &|| r2.log_text());
+    let rerun = check_submissions(&r2, &ids, &|key| s3.object_path(&format!("run/{key}")));
     assert!(rerun >= cut as usize, "{rerun} episodes re-run, {cut} were cut");
     assert!(
         r2.log_text().contains("claims of a stopped server expired"),
@@ -183,5 +214,68 @@ fn a_killed_replica_loses_nothing() {
     for id in &ids {
         assert!(text.contains(id.as_str()), "{id} missing from {text}");
     }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The S3 store stops for 10 s while episodes finish: their writes retry, the runs wait, and
+/// every submission completes with every trajectory.
+#[test]
+fn the_object_store_down_for_ten_seconds_loses_nothing() {
+    let Some(s3s) = s3s_binary("the_object_store_down_for_ten_seconds_loses_nothing") else {
+        return;
+    };
+    let dir = common::tmp("store-down");
+    let mut s3 = S3Server::start(&s3s, &dir.join("s3"));
+    let store = format!("s3://{S3_BUCKET}/run");
+    let db = format!("sqlite://{}/arena.db", dir.join("r1").display());
+    let server = replica("r1", &dir, &db, &store, &s3.env());
+    let teams: Vec<String> = (0..2).map(|i| server.team(&format!("team-{i}"))).collect();
+    let agents = start_agents(&server.ws_url(), &teams);
+    // Stop the store as the first episodes end.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !server.log_text().contains("session started") {
+        assert!(Instant::now() < deadline, "no session started:\n{}", server.log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(800));
+    s3.stop();
+    std::thread::sleep(Duration::from_secs(10));
+    s3.restart();
+    let ids = finish_agents(agents, &|| server.log_text());
+    check_submissions(&server, &ids, &|key| s3.object_path(&format!("run/{key}")));
+    assert!(server.log_text().contains("failed, retrying"), "{}", server.log_text());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// PostgreSQL stops for 3 s (longer than a lease) while two replicas (sharing a folder as their object store) run
+/// episodes: they reconnect, and every submission completes with every trajectory.
+#[test]
+fn postgres_restarted_mid_run_loses_nothing() {
+    let Some(pg) = PrivatePg::start("postgres_restarted_mid_run_loses_nothing") else {
+        return;
+    };
+    let dir = common::tmp("pg-restart");
+    let shared = dir.join("objects");
+    let store = format!("file://{}", shared.display());
+    let r1 = replica("r1", &dir, &pg.url, &store, &[]);
+    let r2 = replica("r2", &dir, &pg.url, &store, &[]);
+    let proxy = Proxy::start(vec![r1.addr, r2.addr]);
+    let teams: Vec<String> = (0..4).map(|i| r1.team(&format!("team-{i}"))).collect();
+    let agents = start_agents(&proxy.ws_url(), &teams);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while running_on(&pg.url, "r1") + running_on(&pg.url, "r2") == 0 {
+        assert!(Instant::now() < deadline, "no episode ran:\n{}", r1.log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    pg.restart_after(Duration::from_secs(3));
+    eprintln!("PostgreSQL was down for 3 s");
+    let logs = || format!("r1:\n{}\nr2:\n{}", r1.log_text(), r2.log_text());
+    let ids = finish_agents(agents, &logs);
+    check_submissions(&r2, &ids, &|key| shared.join(key));
+    // Calls made while it was down mostly wait in the pool for a new connection (up to 30 s);
+    // the ones cut mid-query are retried (logged).
+    let retried = logs().matches("retrying").count();
+    eprintln!("database retries logged across the restart: {retried}");
     std::fs::remove_dir_all(&dir).ok();
 }

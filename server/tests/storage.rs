@@ -632,16 +632,12 @@ async fn leases_between_replicas(url: String, engine: Engine) {
             .await
             .unwrap()
     );
-    assert!(
-        b.finish_episode("s-1", 0, &outcome(EpisodeState::Completed, 7))
-            .await
-            .unwrap()
-    );
-    assert!(
-        !b.finish_episode("s-1", 0, &outcome(EpisodeState::Completed, 7))
-            .await
-            .unwrap()
-    );
+    let done = outcome(EpisodeState::Completed, 7);
+    assert!(b.commit_episode("s-1", 0, Some(2), &done).await.unwrap());
+    // A retry after an unknown outcome (the connection lost mid-commit): the commit stands.
+    assert!(b.commit_episode("s-1", 0, Some(2), &done).await.unwrap());
+    assert!(!b.commit_episode("s-1", 0, Some(1), &done).await.unwrap());
+    assert!(!b.finish_episode("s-1", 0, &done).await.unwrap());
     let rows = b.episodes("s-1").await.unwrap();
     assert_eq!(
         (rows[0].status, rows[0].attempts, rows[0].steps),
@@ -656,7 +652,13 @@ async fn leases_between_replicas(url: String, engine: Engine) {
         .unwrap();
     assert_eq!(a.claim_next_episode("s-2", 2).await.unwrap(), Some((0, 1)));
     tokio::time::sleep(Duration::from_millis(700)).await;
+    // A claim a still holds is alive on a, whatever its lease says (renewals may have failed):
+    // a does not settle it; a commit given up on (forgotten) is settled like any other.
+    assert_eq!(a.claim_next_episode("s-2", 2).await.unwrap(), None);
+    a.forget_claim("s-2", 0);
     assert_eq!(a.claim_next_episode("s-2", 2).await.unwrap(), Some((0, 2)));
+    // The old run cannot commit over the new one, though both are a's.
+    assert!(!a.commit_episode("s-2", 0, Some(1), &done).await.unwrap());
     tokio::time::sleep(Duration::from_millis(700)).await;
     let expired = b.expire_leases("s-2", 2).await.unwrap();
     assert_eq!((expired.requeued, expired.failed), (0, 1));

@@ -77,7 +77,7 @@ pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
                 reason: reason.clone(),
             };
             let committed = db_call(&ctx.runtime, "committing an episode", || {
-                storage.finish_episode(submission_id, idx, &outcome)
+                storage.commit_episode(submission_id, idx, Some(attempt), &outcome)
             });
             match committed {
                 Ok(true) => {}

@@ -91,11 +91,26 @@ impl Storage {
     /// RUNNING → a final status (COMPLETED, FELL, FAILED, TIMEOUT) with steps, metrics and reason,
     /// ONLY if the row is RUNNING under this handle's lease (so an episode is never counted
     /// twice, even when another replica claimed it again after the lease ran out); returns
-    /// whether it changed.
+    /// whether it changed. [`Storage::commit_episode`] also checks the attempt.
     pub async fn finish_episode(
         &self,
         submission: &str,
         idx: i64,
+        result: &EpisodeOutcome,
+    ) -> Result<bool, StorageError> {
+        self.commit_episode(submission, idx, None, result).await
+    }
+
+    /// [`Storage::finish_episode`] for one claim: this handle's lease AND `attempt` (when given),
+    /// so that a run whose lease ran out, and which this same server then claimed again, cannot
+    /// commit over the newer run. Safe to retry after an error that left the outcome unknown (a
+    /// connection lost during the commit): a row that this claim already finalised answers true
+    /// again (a final row keeps the lease owner that committed it).
+    pub async fn commit_episode(
+        &self,
+        submission: &str,
+        idx: i64,
+        attempt: Option<i64>,
         result: &EpisodeOutcome,
     ) -> Result<bool, StorageError> {
         if !result.status.is_final() {
@@ -105,10 +120,17 @@ impl Storage {
                 result.status
             )));
         }
+        let context = || {
+            format!(
+                "finishing episode {idx} of submission {submission} as {}",
+                result.status
+            )
+        };
         let done = sqlx::query(
             "UPDATE episodes SET status = $3, steps = $4, metrics_json = $5, reason = $6, updated_at = $7, \
-             lease_owner = NULL, lease_expires_at = NULL \
-             WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING' AND lease_owner = $8",
+             lease_expires_at = NULL \
+             WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING' AND lease_owner = $8 \
+             AND ($9 < 0 OR attempts = $9)",
         )
         .bind(submission)
         .bind(idx)
@@ -118,16 +140,34 @@ impl Storage {
         .bind(result.reason.as_deref())
         .bind(now_ms())
         .bind(&self.lease.owner)
+        .bind(attempt.unwrap_or(-1))
         .execute(&self.pool)
         .await
-        .ctx(|| {
-            format!(
-                "finishing episode {idx} of submission {submission} as {}",
-                result.status
-            )
-        })?;
+        .ctx(context)?;
+        if done.rows_affected() > 0 {
+            self.release(submission, idx);
+            return Ok(true);
+        }
+        let Some(attempt) = attempt else {
+            self.release(submission, idx);
+            return Ok(false);
+        };
+        // Already committed by this very claim (a retry after an unknown outcome)?
+        let row =
+            sqlx::query("SELECT status, attempts, lease_owner FROM episodes WHERE submission_id = $1 AND idx = $2")
+                .bind(submission)
+                .bind(idx)
+                .fetch_optional(&self.pool)
+                .await
+                .ctx(context)?;
         self.release(submission, idx);
-        Ok(done.rows_affected() > 0)
+        let Some(row) = row else { return Ok(false) };
+        let what = format!("episode {idx} of submission {submission}");
+        let status: String = get(&row, "status", &what)?;
+        let attempts: i64 = get(&row, "attempts", &what)?;
+        let owner: Option<String> = get(&row, "lease_owner", &what)?;
+        let final_state = status.parse::<EpisodeState>().is_ok_and(|s| s.is_final());
+        Ok(final_state && attempts == attempt && owner.as_deref() == Some(self.lease.owner.as_str()))
     }
 
     /// After a lost agent connection: the given RUNNING episodes go back to PENDING if attempts <
@@ -271,18 +311,38 @@ impl Storage {
     }
 
     /// The RUNNING episodes of a submission whose lease ran out (their server died or lost the
-    /// database for longer than a lease): back to PENDING with reason [`LEASE_EXPIRED`] while
+    /// database for longer than a lease), except those this handle holds: back to PENDING with reason [`LEASE_EXPIRED`] while
     /// attempts < `max_attempts`, else FAILED with "… (attempt n of max)". Whoever held them can
     /// no longer commit them.
     pub async fn expire_leases(&self, submission: &str, max_attempts: i64) -> Result<Expired, StorageError> {
         let context = || format!("settling the expired claims of submission {submission}");
         let now = now_ms();
+        // Claims this handle still holds are alive here, whatever their lease says (the
+        // database may have been unreachable for renewals): only other servers settle them.
+        let held = self
+            .held
+            .lock()
+            .expect("held claims lock")
+            .get(submission)
+            .cloned()
+            .unwrap_or_default();
+        let not_held = if held.is_empty() {
+            String::new()
+        } else {
+            // Integers and this handle's own id: safe to splice into the statement.
+            let list = held.iter().map(i64::to_string).collect::<Vec<_>>().join(", ");
+            format!(
+                " AND NOT (lease_owner = '{}' AND idx IN ({list}))",
+                self.lease.owner.replace('\'', "''")
+            )
+        };
         let mut tx = self.pool.begin().await.ctx(context)?;
-        let requeued = sqlx::query(
+        let requeued = sqlx::query(&format!(
             "UPDATE episodes SET status = 'PENDING', reason = $4, updated_at = $2, \
              lease_owner = NULL, lease_expires_at = NULL \
-             WHERE submission_id = $1 AND status = 'RUNNING' AND (lease_expires_at IS NULL OR lease_expires_at < $2) AND attempts < $3",
-        )
+             WHERE submission_id = $1 AND status = 'RUNNING' AND (lease_expires_at IS NULL OR lease_expires_at < $2) \
+             AND attempts < $3{not_held}"
+        ))
         .bind(submission)
         .bind(now)
         .bind(max_attempts)
@@ -291,11 +351,11 @@ impl Storage {
         .await
         .ctx(context)?
         .rows_affected();
-        let failed = sqlx::query(
+        let failed = sqlx::query(&format!(
             "UPDATE episodes SET status = 'FAILED', reason = $3 || CAST(attempts AS TEXT) || $4, updated_at = $2, \
              lease_owner = NULL, lease_expires_at = NULL \
-             WHERE submission_id = $1 AND status = 'RUNNING' AND (lease_expires_at IS NULL OR lease_expires_at < $2)",
-        )
+             WHERE submission_id = $1 AND status = 'RUNNING' AND (lease_expires_at IS NULL OR lease_expires_at < $2){not_held}"
+        ))
         .bind(submission)
         .bind(now)
         .bind(format!("{LEASE_EXPIRED} (attempt "))
@@ -367,15 +427,20 @@ impl Storage {
     /// ms), if any is RUNNING: another replica's, or one of ours given up on. A lane with
     /// nothing to claim waits for those rather than ending.
     pub async fn others_lease_expiry(&self, submission: &str) -> Result<Option<i64>, StorageError> {
-        let rows = sqlx::query(
-            "SELECT idx, lease_expires_at FROM episodes WHERE submission_id = $1 AND status = 'RUNNING'",
-        )
-        .bind(submission)
-        .fetch_all(&self.pool)
-        .await
-        .ctx(|| format!("reading the claims on submission {submission}"))?;
+        let rows =
+            sqlx::query("SELECT idx, lease_expires_at FROM episodes WHERE submission_id = $1 AND status = 'RUNNING'")
+                .bind(submission)
+                .fetch_all(&self.pool)
+                .await
+                .ctx(|| format!("reading the claims on submission {submission}"))?;
         let what = format!("the claims on submission {submission}");
-        let held = self.held.lock().expect("held claims lock").get(submission).cloned().unwrap_or_default();
+        let held = self
+            .held
+            .lock()
+            .expect("held claims lock")
+            .get(submission)
+            .cloned()
+            .unwrap_or_default();
         let mut earliest: Option<i64> = None;
         for row in &rows {
             let idx: i64 = get(row, "idx", &what)?;

@@ -101,9 +101,9 @@ impl StorageError {
             sqlx::Error::Protocol(_) | sqlx::Error::WorkerCrashed => true,
             // SQLSTATE 08 (connection exception), 57P01-57P03 (admin shutdown, crash shutdown,
             // cannot connect now); SQLite's busy/locked come back as 5 and 6.
-            sqlx::Error::Database(db) => db.code().is_some_and(|code| {
-                code.starts_with("08") || code.starts_with("57P") || code == "5" || code == "6"
-            }),
+            sqlx::Error::Database(db) => db
+                .code()
+                .is_some_and(|code| code.starts_with("08") || code.starts_with("57P") || code == "5" || code == "6"),
             _ => false,
         }
     }

@@ -188,3 +188,70 @@ fn pipe(a: TcpStream, b: TcpStream) {
     copy(a.try_clone().unwrap(), b.try_clone().unwrap());
     copy(b, a);
 }
+
+/// A PostgreSQL server of one test's own (scripts/postgres.sh with its own port and data
+/// directory), so that the test can restart it. Stopped and deleted when dropped.
+pub struct PrivatePg {
+    pub url: String,
+    port: u16,
+    data: PathBuf,
+}
+
+impl PrivatePg {
+    /// None (with the reason printed) where the suite has no PostgreSQL
+    /// (`ARENA_TEST_DATABASE_URL` unset), unless `ARENA_REQUIRE_POSTGRES=1`.
+    pub fn start(test: &str) -> Option<Self> {
+        if std::env::var("ARENA_TEST_DATABASE_URL").map_or(true, |u| u.is_empty()) {
+            if std::env::var("ARENA_REQUIRE_POSTGRES").is_ok_and(|v| v == "1") {
+                panic!("ARENA_REQUIRE_POSTGRES=1 but ARENA_TEST_DATABASE_URL is not set ({test})");
+            }
+            eprintln!("skipping {test}: no PostgreSQL (ARENA_TEST_DATABASE_URL not set)");
+            return None;
+        }
+        let port = free_port();
+        let data = std::env::temp_dir().join(format!("arena-pg-{}-{port}", std::process::id()));
+        let mut pg = Self {
+            url: String::new(),
+            port,
+            data,
+        };
+        pg.url = pg.script("start").trim().to_string();
+        Some(pg)
+    }
+
+    /// Stops the server for `down`, then starts it again on the same data.
+    pub fn restart_after(&self, down: Duration) {
+        self.script("halt");
+        std::thread::sleep(down);
+        self.script("resume");
+    }
+
+    fn script(&self, verb: &str) -> String {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/postgres.sh");
+        let out = Command::new("bash")
+            .arg(script)
+            .arg(verb)
+            .env("ARENA_PG_PORT", self.port.to_string())
+            .env("PGDATA_DIR", &self.data)
+            .output()
+            .expect("bash runs scripts/postgres.sh");
+        assert!(
+            out.status.success(),
+            "postgres.sh {verb}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for PrivatePg {
+    fn drop(&mut self) {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/postgres.sh");
+        let _ = Command::new("bash")
+            .arg(script)
+            .arg("stop")
+            .env("ARENA_PG_PORT", self.port.to_string())
+            .env("PGDATA_DIR", &self.data)
+            .output();
+    }
+}

@@ -12,7 +12,7 @@ GPU_STAMP := .venv/.installed-gpu-backend
 S3S_BIN := third_party/s3s/bin/s3s-fs
 PYTHON := .venv/bin/python
 
-.PHONY: run test deps deps-torch deps-browser deps-gpu deps-s3 bench lint
+.PHONY: run test deps deps-torch deps-browser deps-gpu deps-s3 bench bench-load lint
 
 deps: $(MUJOCO_LIB) $(VENV_STAMP) $(WEB_STAMP)
 
@@ -95,3 +95,13 @@ bench: deps deps-torch
 		--example target/release/examples/update_throughput --preset tiny --batch 1024 --updates 5 --repeats 3
 	PYTHONPATH=third_party/pytorch $(PYTHON) baseline/bench/update_throughput.py \
 		--example target/release/examples/update_throughput --preset small --batch 1024 --updates 3 --repeats 3
+	$(MAKE) --no-print-directory bench-load
+
+# Load: 64 teams' sessions at once against one server (SQLite), then against two replicas on
+# PostgreSQL (server/examples/load_sessions.rs; throughput, step round trip, memory, fairness).
+bench-load: deps
+	cargo build --release --quiet -p arena-server --bin arena --example load_sessions
+	target/release/examples/load_sessions --sessions 64 --seconds 20
+	PGURL=$$(bash scripts/postgres.sh start) && target/release/examples/load_sessions \
+		--sessions 64 --seconds 20 --replicas 2 --database-url "$$PGURL"; \
+		status=$$?; bash scripts/postgres.sh stop; exit $$status

@@ -249,10 +249,7 @@ fn main() -> anyhow::Result<()> {
         .collect();
     rtts.sort_by(f64::total_cmp);
     let total: u64 = steps.iter().sum();
-    let (min, max) = (
-        *steps.iter().min().unwrap_or(&0),
-        *steps.iter().max().unwrap_or(&0),
-    );
+    let (min, max) = (*steps.iter().min().unwrap_or(&0), *steps.iter().max().unwrap_or(&0));
     let sum_sq: f64 = steps.iter().map(|&x| (x as f64).powi(2)).sum();
     let jain = (total as f64).powi(2) / (steps.len() as f64 * sum_sq.max(1.0));
     let per_session_mib: Vec<f64> = peak

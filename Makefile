@@ -77,6 +77,7 @@ test: deps deps-torch deps-browser deps-gpu deps-s3
 lint: deps deps-torch
 	cargo fmt --all --check
 	cargo clippy --release --workspace --all-targets -- -D warnings
+	bash docker/validate.sh
 
 bench: deps deps-torch
 	cargo build --release --quiet -p arena-server --bin arena

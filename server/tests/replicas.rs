@@ -279,3 +279,56 @@ fn postgres_restarted_mid_run_loses_nothing() {
     eprintln!("database retries logged across the restart: {retried}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// One submission, two sessions at once: one on each replica. Both claim its episodes from the
+/// database; every episode runs once, and the submission completes once.
+#[test]
+fn one_submission_runs_on_both_replicas_at_once() {
+    let Some(pg) = PgDb::create("one_submission_runs_on_both_replicas_at_once") else {
+        return;
+    };
+    let dir = common::tmp("shared-submission");
+    let shared = dir.join("objects");
+    let store = format!("file://{}", shared.display());
+    let r1 = replica("r1", &dir, &pg.url, &store, &[]);
+    let r2 = replica("r2", &dir, &pg.url, &store, &[]);
+    let token = r1.team("both-replicas");
+    let (status, created) = r1.post("/api/v1/submissions", Some(&token), r#"{"benchmark": "g1-smoke"}"#);
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().expect("an id").to_string();
+    let sessions: Vec<_> = [&r1, &r2]
+        .iter()
+        .map(|server| {
+            let mut config = ClientConfig::new(
+                server.ws_url(),
+                token.clone(),
+                Mode::Submission {
+                    benchmark: String::new(),
+                    submission_id: Some(id.clone()),
+                },
+            );
+            config.max_reconnects = 30;
+            std::thread::spawn(move || {
+                let mut agent = SlowAgent(ZeroAgent);
+                arena_sdk::client::run_blocking(&config, &mut agent, &mut |_| {})
+            })
+        })
+        .collect();
+    let mut ended = Vec::new();
+    for session in sessions {
+        let summary = session
+            .join()
+            .unwrap()
+            .unwrap_or_else(|e| panic!("a session failed: {e}"));
+        assert_eq!(summary.submission_status, "COMPLETED", "{summary:?}");
+        ended.push(summary.episodes.len());
+    }
+    // Each replica ran some of the six, and none twice.
+    assert_eq!(ended.iter().sum::<usize>(), 6, "episode ends per session: {ended:?}");
+    assert!(ended.iter().all(|&n| n > 0), "one replica ran nothing: {ended:?}");
+    assert_eq!(
+        check_submissions(&r2, std::slice::from_ref(&id), &|key| shared.join(key)),
+        0
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

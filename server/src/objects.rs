@@ -157,12 +157,45 @@ impl Objects {
         }
     }
 
-    /// Writes a local file under `key`.
+    /// Writes a local file under `key`, streaming it (multipart uploads for large files on S3),
+    /// retrying with backoff for up to the configured time.
     pub async fn put_file(&self, key: &str, file: &Path) -> Result<(), ObjectError> {
-        let bytes = tokio::fs::read(file)
-            .await
-            .map_err(|e| self.error(format!("reading {} to store it as {key}", file.display()), e))?;
-        self.put(key, bytes).await
+        let started = Instant::now();
+        let mut wait = Duration::from_millis(250);
+        loop {
+            match self.upload(key, file).await {
+                Ok(()) => return Ok(()),
+                Err(e) if started.elapsed() + wait < self.retry_for => {
+                    tracing::warn!("object store {}: writing {key} failed, retrying in {wait:?}: {e}", self.shown);
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(5));
+                }
+                Err(e) => {
+                    return Err(self.error(
+                        format!(
+                            "writing {key} from {} (gave up after {:.0} s)",
+                            file.display(),
+                            started.elapsed().as_secs_f64()
+                        ),
+                        e,
+                    ));
+                }
+            }
+        }
+    }
+
+    async fn upload(&self, key: &str, file: &Path) -> std::io::Result<()> {
+        use tokio::io::AsyncWriteExt;
+        let mut source = tokio::fs::File::open(file).await?;
+        let mut sink = object_store::buffered::BufWriter::new(self.store.clone(), Key::from(key));
+        let copied = tokio::io::copy(&mut source, &mut sink).await;
+        match copied {
+            Ok(_) => sink.shutdown().await,
+            Err(e) => {
+                let _ = sink.abort().await;
+                Err(e)
+            }
+        }
     }
 
     /// The object's bytes, or None if there is no such object.
@@ -249,14 +282,22 @@ impl Objects {
         if cached.is_file() {
             return Ok(Some(cached));
         }
-        let Some(bytes) = self.get(key).await? else {
-            return Ok(None);
+        let found = match self.store.get(&Key::from(key)).await {
+            Ok(found) => found,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(self.error(format!("reading {key}"), e)),
         };
         let dir = cached.parent().expect("a key has a folder");
         let partial = self.scratch_file(".part");
         let written = async {
+            use tokio::io::AsyncWriteExt;
             tokio::fs::create_dir_all(dir).await?;
-            tokio::fs::write(&partial, &bytes).await?;
+            let mut out = tokio::fs::File::create(&partial).await?;
+            let mut chunks = found.into_stream();
+            while let Some(chunk) = chunks.next().await {
+                out.write_all(&chunk.map_err(std::io::Error::other)?).await?;
+            }
+            out.sync_all().await?;
             tokio::fs::rename(&partial, &cached).await
         }
         .await;
@@ -265,6 +306,13 @@ impl Objects {
             return Err(self.error(format!("caching {key} in {}", cached.display()), e));
         }
         Ok(Some(cached))
+    }
+
+    /// Drops the cached downloads under `prefix` (a folder of keys whose objects were deleted).
+    pub async fn forget_cached(&self, prefix: &str) {
+        if self.local_root.is_none() {
+            let _ = tokio::fs::remove_dir_all(self.scratch.join("cache").join(prefix)).await;
+        }
     }
 
     /// Where the object lives on disk, for a `file://` store (None for a remote store).

@@ -92,9 +92,11 @@ async fn merge_into(
 /// Deletes every per-episode file of a submission (after the merge is stored and the submission
 /// is final; orphans of uncounted runs go too).
 pub async fn delete_parts(objects: &Objects, submission: &str) -> Result<(), ObjectError> {
-    for key in objects.list(&objects::episode_parts_prefix(submission)).await? {
+    let prefix = objects::episode_parts_prefix(submission);
+    for key in objects.list(&prefix).await? {
         objects.delete(&key).await?;
     }
+    objects.forget_cached(&prefix).await;
     Ok(())
 }
 

@@ -1,8 +1,9 @@
 //! `GET /api/v1/datasets/{benchmarks|phases}/{name}/{card|hdf5|jsonl.gz}?filters`: trajectory
 //! datasets over HTTP. Access is as for results: a token is needed; the admin reads every
 //! completed submission, a team its own whose results are visible now. Downloads stream: the
-//! `jsonl.gz` body is compressed while episodes are read, and the HDF5 file (HDF5 needs a
-//! seekable file) is written to the data directory, unlinked once open, and streamed from there.
+//! `jsonl.gz` body is compressed while episodes are read; the HDF5 file (HDF5 needs a seekable
+//! file) is written once per set of episodes into the object store (`exports/`) and streamed
+//! from there.
 
 use super::{ApiError, ApiResult, Caller, bad_request, caller, not_found};
 use crate::access;
@@ -121,14 +122,28 @@ async fn dataset(
         )
             .into_response()),
         ExportFormat::Hdf5 => {
-            let (file, len) = write_hdf5(state.clone(), selection, card).await?;
+            // The same episodes give the same file: kept in the object store under a key made
+            // from them, written once (by whichever replica is asked first) and streamed from
+            // there.
+            let key = export_key(&selection);
+            let store_error = |e: crate::objects::ObjectError| ApiError(access::AccessError::internal(e.to_string()));
+            let stored = state.objects.exists(&key).await.map_err(store_error)?;
+            if !stored {
+                write_hdf5(state.clone(), selection, card, &key).await?;
+            }
+            let (len, chunks) = state
+                .objects
+                .stream(&key)
+                .await
+                .map_err(store_error)?
+                .ok_or_else(|| ApiError(access::AccessError::internal(format!("the export {key} vanished"))))?;
             Ok((
                 [
                     (header::CONTENT_TYPE, "application/x-hdf5".to_string()),
                     (header::CONTENT_DISPOSITION, disposition),
                     (header::CONTENT_LENGTH, len.to_string()),
                 ],
-                stream_file(file),
+                Body::from_stream(futures_util::StreamExt::map(chunks, |c| c.map_err(std::io::Error::other))),
             )
                 .into_response())
         }
@@ -197,41 +212,56 @@ impl Write for ChannelWriter {
     }
 }
 
-/// Writes the HDF5 export under `<data dir>/exports/`, opens it and unlinks it (the open file
-/// is all that remains, and it goes when the response ends, however it ends).
+/// The object-store key of an HDF5 export: a hash of what decides its contents (the export
+/// format's version, the scope, the filter, and every selected episode with its stored state).
+/// Completed submissions do not change, so a key names one file for good.
+fn export_key(selection: &Selection) -> String {
+    use sha2::Digest;
+    let episodes: Vec<serde_json::Value> = selection
+        .parts
+        .iter()
+        .map(|p| {
+            let rows: Vec<(i64, i64, i64)> = p.episodes.iter().map(|e| (e.idx, e.attempts, e.updated_at)).collect();
+            serde_json::json!([p.submission.id, rows])
+        })
+        .collect();
+    let what = serde_json::json!({
+        "arena": env!("CARGO_PKG_VERSION"),
+        "scope": dataset_name(selection),
+        "filter": selection.filter,
+        "success_metric": selection.success_metric,
+        "episodes": episodes,
+    });
+    let digest = sha2::Sha256::digest(what.to_string().as_bytes());
+    format!("exports/{}-{}.h5", dataset_name(selection), &hex::encode(digest)[..32])
+}
+
+/// Writes the HDF5 export in the scratch folder and stores it under `key`.
 async fn write_hdf5(
     state: Arc<AppState>,
     selection: Selection,
     card: serde_json::Value,
-) -> Result<(tokio::fs::File, u64), ApiError> {
-    let dir = state.config.data_dir.join("exports");
-    let result = tokio::task::spawn_blocking(move || -> anyhow::Result<std::fs::File> {
-        std::fs::create_dir_all(&dir)?;
-        let path = dir.join(format!(".export-{}.h5", uuid::Uuid::new_v4()));
-        let trajectory_path = |s: &str| crate::trajectory_store::submission_path_blocking(&state.objects, s);
-        let written = datasets::export_hdf5(&selection, &trajectory_path, &path, &card);
-        let opened = written.and_then(|_| Ok(std::fs::File::open(&path)?));
-        let _ = std::fs::remove_file(&path);
-        opened
+    key: &str,
+) -> Result<(), ApiError> {
+    let path = state.objects.scratch_file(".h5");
+    let (state2, file) = (state.clone(), path.clone());
+    let written = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        let trajectory_path = |s: &str| crate::trajectory_store::submission_path_blocking(&state2.objects, s);
+        datasets::export_hdf5(&selection, &trajectory_path, &file, &card)?;
+        Ok(())
     })
     .await
-    .map_err(|e| ApiError(access::AccessError::internal(e.to_string())))?;
-    let file = result.map_err(|e| ApiError(access::AccessError::internal(format!("dataset export failed: {e:#}"))))?;
-    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-    Ok((tokio::fs::File::from_std(file), len))
+    .map_err(|e| ApiError(access::AccessError::internal(e.to_string())));
+    let stored = match written {
+        Ok(Ok(())) => state
+            .objects
+            .put_file(key, &path)
+            .await
+            .map_err(|e| ApiError(access::AccessError::internal(format!("storing the dataset export: {e}")))),
+        Ok(Err(e)) => Err(ApiError(access::AccessError::internal(format!("dataset export failed: {e:#}")))),
+        Err(e) => Err(e),
+    };
+    let _ = tokio::fs::remove_file(&path).await;
+    stored
 }
 
-fn stream_file(file: tokio::fs::File) -> Body {
-    use tokio::io::AsyncReadExt;
-    Body::from_stream(futures_util::stream::unfold(file, |mut file| async move {
-        let mut buf = vec![0u8; CHUNK];
-        match file.read(&mut buf).await {
-            Ok(0) => None,
-            Ok(n) => {
-                buf.truncate(n);
-                Some((Ok::<_, std::io::Error>(Bytes::from(buf)), file))
-            }
-            Err(e) => Some((Err(e), file)),
-        }
-    }))
-}

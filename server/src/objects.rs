@@ -166,7 +166,10 @@ impl Objects {
             match self.upload(key, file).await {
                 Ok(()) => return Ok(()),
                 Err(e) if started.elapsed() + wait < self.retry_for => {
-                    tracing::warn!("object store {}: writing {key} failed, retrying in {wait:?}: {e}", self.shown);
+                    tracing::warn!(
+                        "object store {}: writing {key} failed, retrying in {wait:?}: {e}",
+                        self.shown
+                    );
                     tokio::time::sleep(wait).await;
                     wait = (wait * 2).min(Duration::from_secs(5));
                 }

@@ -168,6 +168,24 @@ fn datasets_filter_export_and_load_into_a_buffer() {
     assert_eq!(status, 200);
     let downloaded = dir.join("download.h5");
     std::fs::write(&downloaded, &h5).unwrap();
+    // Kept in the object store (here the data directory) and served again from there: the same
+    // request gives the same bytes without a second export.
+    let exports = || -> Vec<_> {
+        std::fs::read_dir(dir.join("data").join("exports"))
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(exports().len(), 1, "{:?}", exports());
+    let (status, again) = http(
+        server.addr,
+        "GET",
+        &format!("/api/v1/datasets/benchmarks/g1-smoke/hdf5{query}"),
+        Some(ADMIN),
+        None,
+    );
+    assert_eq!(status, 200);
+    assert!(again == h5, "a second download differs");
+    assert_eq!(exports().len(), 1, "{:?}", exports());
     let exported = dir.join("cli.h5");
     let card_path = dir.join("cli-card.json");
     let data_dir = dir.join("data");

@@ -143,7 +143,9 @@ async fn dataset(
                     (header::CONTENT_DISPOSITION, disposition),
                     (header::CONTENT_LENGTH, len.to_string()),
                 ],
-                Body::from_stream(futures_util::StreamExt::map(chunks, |c| c.map_err(std::io::Error::other))),
+                Body::from_stream(futures_util::StreamExt::map(chunks, |c| {
+                    c.map_err(std::io::Error::other)
+                })),
             )
                 .into_response())
         }
@@ -253,15 +255,16 @@ async fn write_hdf5(
     .await
     .map_err(|e| ApiError(access::AccessError::internal(e.to_string())));
     let stored = match written {
-        Ok(Ok(())) => state
-            .objects
-            .put_file(key, &path)
-            .await
-            .map_err(|e| ApiError(access::AccessError::internal(format!("storing the dataset export: {e}")))),
-        Ok(Err(e)) => Err(ApiError(access::AccessError::internal(format!("dataset export failed: {e:#}")))),
+        Ok(Ok(())) => state.objects.put_file(key, &path).await.map_err(|e| {
+            ApiError(access::AccessError::internal(format!(
+                "storing the dataset export: {e}"
+            )))
+        }),
+        Ok(Err(e)) => Err(ApiError(access::AccessError::internal(format!(
+            "dataset export failed: {e:#}"
+        )))),
         Err(e) => Err(e),
     };
     let _ = tokio::fs::remove_file(&path).await;
     stored
 }
-

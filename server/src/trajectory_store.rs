@@ -71,15 +71,22 @@ async fn merge_into(
         let (path, sub, bench) = (merged.to_path_buf(), submission.to_string(), benchmark.to_string());
         tokio::task::spawn_blocking(move || TrajectoryFile::open_or_create(&path, &sub, &bench)).await??;
     }
+    // A submission that was running when the server was upgraded from the one-file layout has
+    // its earlier episodes in that file (same key as the merged one): they are carried over.
+    let legacy = objects.local_copy(&objects::trajectory_key(submission)).await?;
     for row in rows.iter().filter(|r| r.status.is_final() && r.attempts > 0) {
         let key = objects::episode_part_key(submission, row.idx, row.attempts);
-        let Some(part) = objects.local_copy(&key).await? else {
-            continue;
+        let name = trajectory_file::episode_group_name(row.idx as u32);
+        let source = match objects.local_copy(&key).await? {
+            Some(part) => part,
+            None => match &legacy {
+                Some(file) if trajectory_file::episode_names(file).is_ok_and(|n| n.contains(&name)) => file.clone(),
+                _ => continue,
+            },
         };
         let path = merged.to_path_buf();
-        let name = trajectory_file::episode_group_name(row.idx as u32);
         tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-            let record = trajectory_file::read_episode(&part, &name)?;
+            let record = trajectory_file::read_episode(&source, &name)?;
             TrajectoryFile::open_or_create(&path, "", "")?.write_episode(&record)?;
             Ok(())
         })

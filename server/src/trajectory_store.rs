@@ -156,3 +156,89 @@ pub fn submission_path_blocking(objects: &Objects, submission: &str) -> PathBuf 
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::EpisodeState;
+
+    fn record(episode: u32, rows: usize) -> EpisodeRecord {
+        let fill = |width: usize| (0..rows * width).map(|i| (i + episode as usize) as f64).collect();
+        EpisodeRecord {
+            episode,
+            motion: "stand".into(),
+            category: "builtin".into(),
+            status: "fell".into(),
+            times: (0..rows).map(|r| r as f64 * 0.02).collect(),
+            qpos: fill(36),
+            qvel: fill(35),
+            body_pos: fill(93),
+            actions: fill(29),
+            ref_qpos: fill(36),
+            ref_body_pos: fill(93),
+            state: fill(64),
+            ref_state: fill(64),
+            ..Default::default()
+        }
+    }
+
+    fn row(idx: i64, status: EpisodeState, attempts: i64) -> EpisodeRow {
+        EpisodeRow {
+            idx,
+            motion: "stand".into(),
+            category: "builtin".into(),
+            start_s: 0.0,
+            duration_s: 1.0,
+            seed: 1,
+            dr_level: 0,
+            status,
+            attempts,
+            steps: 2,
+            metrics: Default::default(),
+            reason: None,
+            updated_at: 0,
+        }
+    }
+
+    /// The merge takes each final episode's committed run (not an uncounted one), carries over
+    /// episodes of a file in the one-file layout, skips episodes with no stored run, and the
+    /// parts go afterwards.
+    #[tokio::test]
+    async fn merging_takes_the_committed_runs() {
+        let dir = std::env::temp_dir().join(format!("arena-merge-{}", std::process::id()));
+        let objects = Objects::open("", &dir, std::time::Duration::from_secs(1)).unwrap();
+        // Episode 0 in the old one-file layout; 1 with an uncounted attempt 1 and committed
+        // attempt 2; 2 FAILED with no run stored; 3 still running.
+        let legacy = objects.local_path(&objects::trajectory_key("sub")).unwrap();
+        TrajectoryFile::open_or_create(&legacy, "sub", "bench")
+            .unwrap()
+            .write_episode(&record(0, 3))
+            .unwrap();
+        store_episode(&objects, "sub", "bench", 1, record(1, 5)).await.unwrap();
+        store_episode(&objects, "sub", "bench", 2, record(1, 4)).await.unwrap();
+        store_episode(&objects, "sub", "bench", 1, record(3, 2)).await.unwrap();
+        let rows = [
+            row(0, EpisodeState::Fell, 1),
+            row(1, EpisodeState::Completed, 2),
+            row(2, EpisodeState::Failed, 1),
+            row(3, EpisodeState::Running, 1),
+        ];
+        merge(&objects, "sub", "bench", &rows).await.unwrap();
+        let merged = submission_file(&objects, "sub").await.unwrap().unwrap();
+        assert_eq!(
+            trajectory_file::episode_names(&merged).unwrap(),
+            ["episode_00000", "episode_00001"]
+        );
+        let one = trajectory_file::read_episode(&merged, "episode_00001").unwrap();
+        assert_eq!(one, record(1, 4), "the committed attempt's run");
+        assert_eq!(
+            trajectory_file::read_episode(&merged, "episode_00000").unwrap(),
+            record(0, 3)
+        );
+        assert_eq!(objects.list("trajectories/sub").await.unwrap().len(), 3);
+        delete_parts(&objects, "sub").await.unwrap();
+        assert!(objects.list("trajectories/sub").await.unwrap().is_empty());
+        assert!(objects.exists(&objects::trajectory_key("sub")).await.unwrap());
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

@@ -134,54 +134,40 @@ impl Objects {
     pub async fn put(&self, key: &str, bytes: Vec<u8>) -> Result<(), ObjectError> {
         let location = Key::from(key);
         let payload = PutPayload::from(bytes);
-        let started = Instant::now();
-        let mut wait = Duration::from_millis(250);
-        loop {
-            match self.store.put(&location, payload.clone()).await {
-                Ok(_) => return Ok(()),
-                Err(e) if started.elapsed() + wait < self.retry_for => {
-                    tracing::warn!(
-                        "object store {}: writing {key} failed, retrying in {wait:?}: {e}",
-                        self.shown
-                    );
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(Duration::from_secs(5));
-                }
-                Err(e) => {
-                    return Err(self.error(
-                        format!("writing {key} (gave up after {:.0} s)", started.elapsed().as_secs_f64()),
-                        e,
-                    ));
-                }
-            }
-        }
+        self.retrying(format!("writing {key}"), || async {
+            self.store.put(&location, payload.clone()).await.map(|_| ())
+        })
+        .await
     }
 
     /// Writes a local file under `key`, streaming it (multipart uploads for large files on S3),
     /// retrying with backoff for up to the configured time.
     pub async fn put_file(&self, key: &str, file: &Path) -> Result<(), ObjectError> {
+        self.retrying(format!("writing {key} from {}", file.display()), || self.upload(key, file))
+            .await
+    }
+
+    /// Runs a write until it succeeds, waiting 0.25 s, 0.5 s, … (at most 5 s) between tries,
+    /// for up to `retry_for`; the error then says for how long it was tried.
+    async fn retrying<F, Fut, E>(&self, what: String, write: F) -> Result<(), ObjectError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<(), E>>,
+        E: std::fmt::Display,
+    {
         let started = Instant::now();
         let mut wait = Duration::from_millis(250);
         loop {
-            match self.upload(key, file).await {
+            match write().await {
                 Ok(()) => return Ok(()),
                 Err(e) if started.elapsed() + wait < self.retry_for => {
-                    tracing::warn!(
-                        "object store {}: writing {key} failed, retrying in {wait:?}: {e}",
-                        self.shown
-                    );
+                    tracing::warn!("object store {}: {what} failed, retrying in {wait:?}: {e}", self.shown);
                     tokio::time::sleep(wait).await;
                     wait = (wait * 2).min(Duration::from_secs(5));
                 }
                 Err(e) => {
-                    return Err(self.error(
-                        format!(
-                            "writing {key} from {} (gave up after {:.0} s)",
-                            file.display(),
-                            started.elapsed().as_secs_f64()
-                        ),
-                        e,
-                    ));
+                    let gave_up = format!("{what} (gave up after {:.0} s)", started.elapsed().as_secs_f64());
+                    return Err(self.error(gave_up, e));
                 }
             }
         }

@@ -143,8 +143,10 @@ impl Objects {
     /// Writes a local file under `key`, streaming it (multipart uploads for large files on S3),
     /// retrying with backoff for up to the configured time.
     pub async fn put_file(&self, key: &str, file: &Path) -> Result<(), ObjectError> {
-        self.retrying(format!("writing {key} from {}", file.display()), || self.upload(key, file))
-            .await
+        self.retrying(format!("writing {key} from {}", file.display()), || {
+            self.upload(key, file)
+        })
+        .await
     }
 
     /// Runs a write until it succeeds, waiting 0.25 s, 0.5 s, … (at most 5 s) between tries,

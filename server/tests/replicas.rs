@@ -192,8 +192,9 @@ fn a_killed_replica_loses_nothing() {
         assert!(Instant::now() < deadline, "r1 never ran an episode:\n{}", r1.log_text());
         std::thread::sleep(Duration::from_millis(50));
     }
-    let cut = running_on(&pg.url, "r1");
     r1.kill9();
+    // Counted after the kill: what r1 held then is cut for good (its leases run 2 s more).
+    let cut = running_on(&pg.url, "r1");
     eprintln!(
         "killed r1 with {cut} episodes running; connections per replica: {:?}",
         proxy.routed.lock().unwrap()

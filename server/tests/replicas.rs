@@ -204,7 +204,7 @@ fn a_killed_replica_loses_nothing() {
     let rerun = check_submissions(&r2, &ids, &|key| s3.object_path(&format!("run/{key}")));
     assert!(rerun >= cut as usize, "{rerun} episodes re-run, {cut} were cut");
     assert!(
-        r2.log_text().contains("claims of a stopped server expired"),
+        cut == 0 || r2.log_text().contains("claims of a stopped server expired"),
         "{}",
         r2.log_text()
     );

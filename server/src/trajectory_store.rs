@@ -50,9 +50,10 @@ pub async fn discard_episode(objects: &Objects, submission: &str, idx: i64, atte
 }
 
 /// Merges the committed runs of a completed submission's final episodes into
-/// `trajectories/{submission}.h5`. Episodes without a stored run (failed before their first
-/// step was stored, or given up after lost connections) are skipped. Idempotent: two replicas
-/// finishing the same submission write the same file.
+/// `trajectories/{submission}.h5`. Episodes given up on without a stored run (lost connections,
+/// an expired lease) are skipped; a committed episode whose run is missing is an error (another
+/// session completed the submission and deleted the runs meanwhile), so an incomplete file is
+/// never stored. Two sessions that both read every run write the same file.
 pub async fn merge(objects: &Objects, submission: &str, benchmark: &str, rows: &[EpisodeRow]) -> anyhow::Result<()> {
     let merged = objects.scratch_file(".h5");
     let result = merge_into(objects, submission, benchmark, rows, &merged).await;
@@ -79,6 +80,15 @@ async fn merge_into(
         let name = trajectory_file::episode_group_name(row.idx as u32);
         let source = match objects.local_copy(&key).await? {
             Some(part) => part,
+            // A committed result always has its stored run: when the run is gone, another
+            // session completed the submission and deleted the runs while this one read them.
+            None if row.committed_by.is_some() => {
+                anyhow::bail!(
+                    "the stored run of episode {} (attempt {}) is gone ({key})",
+                    row.idx,
+                    row.attempts
+                );
+            }
             None => match &legacy {
                 Some(file) if trajectory_file::episode_names(file).is_ok_and(|n| n.contains(&name)) => file.clone(),
                 _ => continue,
@@ -197,6 +207,7 @@ mod tests {
             metrics: Default::default(),
             reason: None,
             updated_at: 0,
+            committed_by: None,
         }
     }
 
@@ -217,9 +228,14 @@ mod tests {
         store_episode(&objects, "sub", "bench", 1, record(1, 5)).await.unwrap();
         store_episode(&objects, "sub", "bench", 2, record(1, 4)).await.unwrap();
         store_episode(&objects, "sub", "bench", 1, record(3, 2)).await.unwrap();
+        // Episode 0 was committed before leases existed (no owner recorded).
+        let committed = EpisodeRow {
+            committed_by: Some("r1".into()),
+            ..row(1, EpisodeState::Completed, 2)
+        };
         let rows = [
             row(0, EpisodeState::Fell, 1),
-            row(1, EpisodeState::Completed, 2),
+            committed,
             row(2, EpisodeState::Failed, 1),
             row(3, EpisodeState::Running, 1),
         ];
@@ -239,6 +255,12 @@ mod tests {
         delete_parts(&objects, "sub").await.unwrap();
         assert!(objects.list("trajectories/sub").await.unwrap().is_empty());
         assert!(objects.exists(&objects::trajectory_key("sub")).await.unwrap());
+        // A second merge after the runs were deleted (a concurrent completion) refuses to
+        // store a file without them.
+        let e = merge(&objects, "sub", "bench", &rows).await.unwrap_err().to_string();
+        assert!(e.contains("episode 1 (attempt 2) is gone"), "{e}");
+        let kept = submission_file(&objects, "sub").await.unwrap().unwrap();
+        assert_eq!(trajectory_file::episode_names(&kept).unwrap().len(), 2);
         std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -220,7 +220,14 @@ async fn complete_submission(
     let json = serde_json::to_string(&report)?;
     // Files first, then the status: a replica that dies in between leaves the submission
     // open, and whichever session ends it next does this again (every step is idempotent).
-    trajectory_store::merge(objects, submission_id, &ctx.benchmark.spec.name, &rows).await?;
+    if let Err(e) = trajectory_store::merge(objects, submission_id, &ctx.benchmark.spec.name, &rows).await {
+        // Another session (another replica) may have completed it meanwhile, deleting the
+        // runs this merge was reading.
+        match storage.submission(submission_id).await? {
+            Some(s) if s.status.is_final() => return Ok(Some(s.status)),
+            _ => return Err(e),
+        }
+    }
     objects
         .put(
             &crate::objects::report_key(submission_id),

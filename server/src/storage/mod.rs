@@ -385,6 +385,12 @@ pub struct EpisodeRow {
     pub reason: Option<String>,
     /// Last change, unix milliseconds.
     pub updated_at: i64,
+    /// The server (replica id) that committed this final episode's result, and so stored its
+    /// run's trajectory; None for an episode that is not final, or that was given up on
+    /// (lost connections, an expired lease, a cancel) without a stored run. Internal: not in
+    /// the API's JSON.
+    #[serde(skip)]
+    pub committed_by: Option<String>,
 }
 
 /// The result of a finished episode, for [`Storage::finish_episode`].
@@ -593,7 +599,7 @@ const PHASE_COLUMNS: &str = "id, challenge_id, benchmark, starts_at, ends_at, le
 const TOKEN_COLUMNS: &str = "id, team_id, label, created_at, expires_at, revoked_at";
 
 const EPISODE_COLUMNS: &str = "idx, motion, category, start_s, duration_s, seed, dr_level, status, attempts, steps, \
-     metrics_json, reason, updated_at";
+     metrics_json, reason, updated_at, lease_owner";
 
 fn get<'r, T>(row: &'r AnyRow, column: &str, what: &str) -> Result<T, StorageError>
 where
@@ -722,7 +728,16 @@ fn episode_from_row(row: &AnyRow, submission: &str) -> Result<EpisodeRow, Storag
         },
         reason: get(row, "reason", &what)?,
         updated_at: get(row, "updated_at", &what)?,
+        committed_by: if status_is_final(&status) {
+            get(row, "lease_owner", &what)?
+        } else {
+            None
+        },
     })
+}
+
+fn status_is_final(status: &str) -> bool {
+    status.parse::<EpisodeState>().is_ok_and(|s| s.is_final())
 }
 
 /// Opens a pool. A refused connection is retried until [`CONNECT_TIMEOUT`] (the database may be
@@ -1629,7 +1644,8 @@ impl Storage {
             return Err(self.submission_not_open(id, "cancel").await);
         }
         sqlx::query(
-            "UPDATE episodes SET status = 'FAILED', reason = $2, updated_at = $3 \
+            "UPDATE episodes SET status = 'FAILED', reason = $2, updated_at = $3, \
+             lease_owner = NULL, lease_expires_at = NULL \
              WHERE submission_id = $1 AND status IN ('PENDING', 'RUNNING')",
         )
         .bind(id)

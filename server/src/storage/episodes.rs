@@ -269,17 +269,29 @@ impl Storage {
             .collect()
     }
 
-    /// Claims the next episode of a submission to run, under this handle's lease: first the
-    /// submission's expired leases are settled ([`Storage::expire_leases`]), then the PENDING
-    /// episode with the lowest idx becomes RUNNING (attempts += 1). Returns (idx, attempt), or
-    /// None when nothing is PENDING. Concurrent claimers on PostgreSQL skip each other's locked
-    /// rows (`FOR UPDATE SKIP LOCKED`) instead of queueing behind them.
+    /// Claims the next episode of a submission to run, under this handle's lease: the PENDING
+    /// episode with the lowest idx becomes RUNNING (attempts += 1). Only when none is PENDING are
+    /// the submission's expired leases settled ([`Storage::expire_leases`]) and the claim tried
+    /// again, so the common claim is one statement and a dead replica's episodes run once the
+    /// queue is drained. Returns (idx, attempt), or None when nothing is PENDING. Concurrent
+    /// claimers on PostgreSQL skip each other's locked rows (`FOR UPDATE SKIP LOCKED`) instead
+    /// of queueing behind them.
     pub async fn claim_next_episode(
         &self,
         submission: &str,
         max_attempts: i64,
     ) -> Result<Option<(i64, i64)>, StorageError> {
-        self.expire_leases(submission, max_attempts).await?;
+        if let Some(claimed) = self.claim_pending(submission).await? {
+            return Ok(Some(claimed));
+        }
+        if self.expire_leases(submission, max_attempts).await?.requeued == 0 {
+            return Ok(None);
+        }
+        self.claim_pending(submission).await
+    }
+
+    /// The PENDING episode with the lowest idx → RUNNING under this handle's lease.
+    async fn claim_pending(&self, submission: &str) -> Result<Option<(i64, i64)>, StorageError> {
         let skip_locked = match self.engine {
             Engine::Sqlite => "",
             Engine::Postgres => " FOR UPDATE SKIP LOCKED",

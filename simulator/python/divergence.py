@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""MJX worker vs MuJoCo C: divergence of the same PD rollout.
+"""GPU worker (MJX or MuJoCo Warp) vs MuJoCo C: divergence of the same PD rollout.
 
 Spawns gpu_worker.py exactly as the Rust supervisor does (shared-memory file, one JSON init
 line, then `sync` / `step` commands on stdin) and replays the same control loop with the
@@ -12,7 +12,8 @@ default pose plus a small per-joint sinusoid. Odd envs run with domain-randomise
 (masses, torso CoM, friction, gains); env 2 (mod 4) is pushed at control step 5. The table
 gives, per control step, the largest absolute difference over all envs and elements.
 
-Usage: divergence.py [--x64] [--steps 250] [--envs 4] [--bench STEPS] [--python PYTHON]
+Usage: divergence.py [--impl jax|warp] [--x64] [--steps 250] [--envs 4] [--bench STEPS]
+                     [--python PYTHON]
 """
 import argparse
 import json
@@ -148,16 +149,19 @@ class Reference:
             mujoco.mj_comVel(m, d)
 
     def read(self):
-        out = {k: [] for k in ("qpos", "qvel", "torque", "body_pos", "body_lin_vel", "contact_force")}
+        out = {k: [] for k in ("qpos", "qvel", "torque", "body_pos", "body_quat", "body_lin_vel",
+                               "body_ang_vel", "contact_force")}
         for m, d, _, _ in self.envs:
             out["qpos"].append(d.qpos.copy())
             out["qvel"].append(d.qvel.copy())
             out["torque"].append(d.ctrl.copy())
             out["body_pos"].append(d.xpos[1:].copy())
+            out["body_quat"].append(d.xquat[1:].copy())
             vel = np.zeros((NB, 6))
             for b in range(NB):
                 mujoco.mj_objectVelocity(m, d, mujoco.mjtObj.mjOBJ_BODY, b + 1, vel[b], 0)
             out["body_lin_vel"].append(vel[:, 3:])
+            out["body_ang_vel"].append(vel[:, :3])
             cf = np.zeros((NB + 1, 3))
             f6 = np.zeros(6)
             for i in range(d.ncon):
@@ -171,7 +175,9 @@ class Reference:
 
 
 def main():
-    ap = argparse.ArgumentParser(description="MJX worker vs MuJoCo C divergence")
+    ap = argparse.ArgumentParser(description="GPU worker vs MuJoCo C divergence")
+    ap.add_argument("--impl", default="jax", choices=["jax", "warp"],
+                    help="MJX's JAX implementation or MuJoCo Warp (float32 only)")
     ap.add_argument("--x64", action="store_true", help="float64 in JAX")
     ap.add_argument("--steps", type=int, default=250, help="control steps (default 250)")
     ap.add_argument("--envs", type=int, default=4, help="environments (default 4)")
@@ -188,7 +194,7 @@ def main():
     v = map_shm(shm, n)
     init = {"mjcf": os.path.abspath(MJCF), "num_envs": n, "kp": KP.tolist(), "kd": KD.tolist(),
             "effort": EFFORT.tolist(), "decimation": DECIMATION, "torso_body": TORSO_BODY,
-            "device": "cpu", "impl": "jax", "x64": args.x64,
+            "device": "cpu", "impl": args.impl, "x64": args.x64,
             "contact_forces": not args.no_contact_forces}
     t0 = time.perf_counter()
     worker = Worker(args.python, shm, init)
@@ -202,7 +208,8 @@ def main():
     assert not v["params_flag"].any() and not v["reset_flag"].any(), "flags not cleared"
     ref = Reference(qpos, qvel, params)
 
-    fields = ("qpos", "qvel", "body_pos", "body_lin_vel", "contact_force", "torque")
+    fields = ("qpos", "qvel", "body_pos", "body_quat", "body_lin_vel", "body_ang_vel",
+              "contact_force", "torque")
     checkpoints = sorted({0, *(k for k in (1, 10, 50, 250) if k <= args.steps), args.steps})
     rows = []
 
@@ -228,9 +235,11 @@ def main():
     assert np.allclose(v["time"], args.steps * DECIMATION * 0.005), v["time"]
 
     prec = "float64" if args.x64 else "float32"
-    print(f"\nmax |MJX ({prec}) - MuJoCo C (float64)| over {n} envs\n")
-    print("| step | qpos | qvel | body_pos (m) | body_lin_vel (m/s) | contact_force (N) | torque (N m) | min root z (C) | failed |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    name = "MJX" if args.impl == "jax" else "MuJoCo Warp"
+    print(f"\nmax |{name} ({prec}) - MuJoCo C (float64)| over {n} envs\n")
+    print("| step | qpos | qvel | body_pos (m) | body_quat | body_lin_vel (m/s) | body_ang_vel (rad/s) "
+          "| contact_force (N) | torque (N m) | min root z (C) | failed |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for k, *d, h, f in rows:
         print(f"| {k} | " + " | ".join(f"{x:.2e}" for x in d) + f" | {h} | {f} |")
 

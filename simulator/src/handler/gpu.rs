@@ -1,9 +1,9 @@
-//! The GPU backend: the same G1 model stepped by MuJoCo MJX (MuJoCo 3.17.0's JAX port, which
-//! can also run MuJoCo Warp underneath) in a Python worker process that this handler starts
-//! and supervises. No libpython is linked: the worker is `gpu_worker.py`, embedded in the binary
-//! and run with the configured interpreter (`python -c`). Batched inputs and outputs live in a
-//! shared-memory file ([`super::gpu_layout`]); commands and answers are lines on the worker's
-//! stdin and stdout.
+//! The GPU backend: the same G1 model stepped by MuJoCo MJX (MuJoCo 3.17.0's JAX port) or by
+//! MuJoCo Warp 3.17.0 in a Python worker process that this handler starts and supervises. No
+//! libpython is linked: the worker's Python files (`simulator/python/`) are embedded in the
+//! binary, written once to a per-user cache folder and run with the configured interpreter.
+//! Batched inputs and outputs live in a shared-memory file ([`super::gpu_layout`]); commands and
+//! answers are lines on the worker's stdin and stdout.
 //!
 //! A worker that dies, hangs past its deadline or answers nonsense fails the episodes it was
 //! running, with the reason, and is started again at the next reset: never a server crash.
@@ -26,8 +26,13 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// The worker's source, run as `python -c`.
-const WORKER_SOURCE: &str = include_str!("../../python/gpu_worker.py");
+/// The worker's files (name, source): `gpu_worker.py` is the script, the others its modules.
+const WORKER_FILES: [(&str, &str); 4] = [
+    ("gpu_worker.py", include_str!("../../python/gpu_worker.py")),
+    ("worker_common.py", include_str!("../../python/worker_common.py")),
+    ("mjx_physics.py", include_str!("../../python/mjx_physics.py")),
+    ("warp_physics.py", include_str!("../../python/warp_physics.py")),
+];
 /// Lines of the worker's stderr kept for error messages.
 const STDERR_TAIL: usize = 20;
 
@@ -66,13 +71,14 @@ impl std::str::FromStr for GpuDevice {
     }
 }
 
-/// Which MJX implementation steps the physics.
+/// Which GPU MuJoCo steps the physics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum GpuImpl {
     /// MJX's own JAX implementation.
     #[default]
     Jax,
-    /// MuJoCo Warp under MJX (needs `mujoco-warp` and `warp-lang` in the worker's Python).
+    /// MuJoCo Warp, worlds batched by the library (needs `mujoco-warp` and `warp-lang` in the
+    /// worker's Python; float32 only).
     Warp,
 }
 
@@ -92,7 +98,7 @@ impl std::str::FromStr for GpuImpl {
         match s {
             "jax" => Ok(GpuImpl::Jax),
             "warp" => Ok(GpuImpl::Warp),
-            other => Err(format!("unknown MJX implementation {other:?} (jax or warp)")),
+            other => Err(format!("unknown GPU physics implementation {other:?} (jax or warp)")),
         }
     }
 }
@@ -135,7 +141,7 @@ struct Worker {
     /// Answer lines from the stdout reader thread (a Mutex only to make the handler `Sync`).
     replies: Mutex<Receiver<String>>,
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
-    /// The worker's own description (`mjx jax on cuda:0`).
+    /// The worker's own description (`mujoco_warp on cuda:0 (mujoco-warp 3.17.0, warp 1.18.0, mujoco 3.17.0)`).
     device: String,
 }
 
@@ -312,9 +318,15 @@ impl GpuHandler {
         if std::env::var_os("JAX_COMPILATION_CACHE_DIR").is_none() {
             command.env("JAX_COMPILATION_CACHE_DIR", compilation_cache_dir());
         }
+        let script = match worker_script() {
+            Ok(script) => script,
+            Err(e) => {
+                let _ = std::fs::remove_file(&mjcf_path);
+                return Err(backend_error(e));
+            }
+        };
         let started = command
-            .arg("-c")
-            .arg(WORKER_SOURCE)
+            .arg(script)
             .arg("--shm")
             .arg(&self.shm_path)
             .stdin(Stdio::piped())
@@ -395,10 +407,10 @@ impl GpuHandler {
         }
         let field = |k: &str| ready.get(k).and_then(|v| v.as_str()).unwrap_or("?").to_string();
         worker.device = format!(
-            "mjx {} on {}, jax {}, mujoco {}",
-            field("impl"),
+            "{} on {} ({}, mujoco {})",
+            field("backend"),
             field("device"),
-            field("jax"),
+            field("library"),
             field("mujoco")
         );
         tracing::info!(
@@ -484,11 +496,48 @@ impl Drop for GpuHandler {
 /// Where the worker's JAX keeps compiled code: `$XDG_CACHE_HOME/arena/jax`, else
 /// `~/.cache/arena/jax`, else the temporary folder.
 fn compilation_cache_dir() -> PathBuf {
-    let base = std::env::var_os("XDG_CACHE_HOME")
+    cache_base().join("arena").join("jax")
+}
+
+/// `$XDG_CACHE_HOME`, else `~/.cache`, else the temporary folder.
+fn cache_base() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(std::env::temp_dir);
-    base.join("arena").join("jax")
+        .unwrap_or_else(std::env::temp_dir)
+}
+
+/// The worker script, written with its modules (once per process) to
+/// `<cache>/arena/gpu-worker-<hash of the sources>/`: per user, and a binary with other sources
+/// gets another folder. Each file is written beside its final name and renamed into place, so
+/// processes starting workers at the same time never see a partial file.
+fn worker_script() -> Result<&'static PathBuf, String> {
+    static SCRIPT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    SCRIPT
+        .get_or_init(|| {
+            // FNV-1a: stable across builds and Rust versions (std's hasher is not).
+            let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+            for (name, source) in WORKER_FILES {
+                for byte in name.bytes().chain(source.bytes()) {
+                    hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+                }
+            }
+            let dir = cache_base().join("arena").join(format!("gpu-worker-{hash:016x}"));
+            let fail = |e: std::io::Error| format!("writing the GPU worker's files to {}: {e}", dir.display());
+            std::fs::create_dir_all(&dir).map_err(fail)?;
+            for (name, source) in WORKER_FILES {
+                let path = dir.join(name);
+                if std::fs::read_to_string(&path).is_ok_and(|existing| existing == source) {
+                    continue;
+                }
+                let partial = dir.join(format!(".{name}.{}", std::process::id()));
+                std::fs::write(&partial, source).map_err(fail)?;
+                std::fs::rename(&partial, &path).map_err(fail)?;
+            }
+            Ok(dir.join(WORKER_FILES[0].0))
+        })
+        .as_ref()
+        .map_err(String::clone)
 }
 
 /// A fresh name for the shared file: in /dev/shm where it exists (memory, not disk).

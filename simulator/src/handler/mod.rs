@@ -180,7 +180,7 @@ impl SimBackend {
 /// be buffered by a backend until [`Handler::sync`] or [`Handler::step`]; reads see the state
 /// as of the last of those.
 pub trait Handler: Send + Sync {
-    /// Which backend this is, for reports (`cpu`, `gpu (mjx jax on cuda:0)`, ...).
+    /// Which backend this is, for reports (`cpu`, `gpu (mjx on cuda:0 (mujoco-mjx 3.17.0, jax 0.10.2, mujoco 3.17.0))`, ...).
     fn describe(&self) -> String;
     fn num_envs(&self) -> usize;
     fn config(&self) -> &RobotConfig;

@@ -1,0 +1,363 @@
+"""The GPU worker's physics on MuJoCo Warp (``impl = "warp"``).
+
+MuJoCo Warp batches worlds itself: one ``Data`` holds N worlds (a leading world axis, contacts
+pooled across worlds with a world id), and every call steps all of them. This module therefore
+keeps the per-env semantics of the JAX path with its own kernels:
+
+- a control step is ``decimation`` substeps of: PD torques into ``ctrl``, a copy of the state,
+  ``mujoco_warp.step`` for all worlds, then a check that puts back the state of every world that
+  was not running or whose substep produced a bad qpos / qvel / qacc (and fails the latter), so
+  inactive and failed envs stay exactly where they were, as on the CPU backend;
+- domain randomisation is MuJoCo Warp's batched model fields (leading world axis) for
+  ``DR_FIELDS``, computed on the host with the C library's ``mj_setConst`` like the JAX path;
+- outputs are packed on the device into one float64 block (one device-to-host copy per command);
+  per-body contact forces decode each pooled contact with MuJoCo Warp's ``contact_force_fn`` and
+  add it to its world's bodies.
+
+On a CUDA device the step and the sync are each captured once as a CUDA graph, so a command is
+two copies in, one graph launch and one copy out. MuJoCo Warp computes in float32 only.
+"""
+import time
+
+import numpy as np
+import warp as wp
+
+import mujoco_warp as mjw
+from mujoco_warp._src.support import contact_force_fn
+from mujoco_warp._src.types import vec5
+
+from worker_common import DEVICE_OUTPUTS, DR_FIELDS, MAXVAL, NB, NJ, NQ, NV, InitError, log
+
+_NJ = wp.constant(NJ)
+_NB = wp.constant(NB)
+_MAXVAL = wp.constant(float(MAXVAL))
+
+# Element offsets of each output block in the packed array, per env (multiply by N).
+_BLOCK = {}
+_offset = 0
+for _name, _shape in DEVICE_OUTPUTS:
+    _BLOCK[_name] = _offset
+    _offset += int(np.prod(_shape))
+OUTPUTS_PER_ENV = _offset
+_O_QVEL, _O_TORQUE = wp.constant(_BLOCK["qvel"]), wp.constant(_BLOCK["torque"])
+_O_XPOS, _O_XQUAT = wp.constant(_BLOCK["body_pos"]), wp.constant(_BLOCK["body_quat"])
+_O_LIN, _O_ANG = wp.constant(_BLOCK["body_lin_vel"]), wp.constant(_BLOCK["body_ang_vel"])
+_O_CF = wp.constant(_BLOCK["contact_force"])
+
+# Contacts and constraint rows allocated per world. A standing G1 has 8 foot contacts (32 rows
+# with pyramidal condim 3); a fallen one touches the floor with more geoms. Rows beyond njmax
+# would be dropped by MuJoCo Warp (an overflow warning), so both are generous.
+NCONMAX = 64
+NJMAX = 4 * NCONMAX + 2 * NJ
+
+
+@wp.func
+def _bad(x: float):
+    return (not wp.isfinite(x)) or wp.abs(x) > _MAXVAL
+
+
+@wp.kernel
+def _push_kernel(push: wp.array2d(dtype=float), qpos: wp.array2d(dtype=float),
+                 qvel: wp.array2d(dtype=float)):
+    """qvel[0:3] += dv (world); qvel[3:6] += R(q)^T dw (the root's angular velocity is local)."""
+    w = wp.tid()
+    qvel[w, 0] += push[w, 0]
+    qvel[w, 1] += push[w, 1]
+    qvel[w, 2] += push[w, 2]
+    qw = qpos[w, 3]
+    u = wp.vec3(-qpos[w, 4], -qpos[w, 5], -qpos[w, 6])  # conjugate: rotate by R^T
+    dw = wp.vec3(push[w, 3], push[w, 4], push[w, 5])
+    t = 2.0 * wp.cross(u, dw)
+    local = dw + qw * t + wp.cross(u, t)
+    qvel[w, 3] += local[0]
+    qvel[w, 4] += local[1]
+    qvel[w, 5] += local[2]
+
+
+@wp.kernel
+def _pd_kernel(qpos: wp.array2d(dtype=float), qvel: wp.array2d(dtype=float),
+               target: wp.array2d(dtype=float), kp: wp.array2d(dtype=float),
+               kd: wp.array2d(dtype=float), effort: wp.array(dtype=float),
+               ctrl: wp.array2d(dtype=float)):
+    """tau = clip(kp (target - q) - kd qdot, -effort, effort), per world and joint."""
+    w, j = wp.tid()
+    tau = kp[w, j] * (target[w, j] - qpos[w, 7 + j]) - kd[w, j] * qvel[w, 6 + j]
+    ctrl[w, j] = wp.clamp(tau, -effort[j], effort[j])
+
+
+@wp.kernel
+def _check_kernel(go: wp.array(dtype=int), qpos: wp.array2d(dtype=float),
+                  qvel: wp.array2d(dtype=float), qacc: wp.array2d(dtype=float),
+                  ctrl: wp.array2d(dtype=float), code: wp.array(dtype=int),
+                  nsub: wp.array(dtype=int), fail_nsub: wp.array(dtype=int),
+                  torque: wp.array2d(dtype=float), restore: wp.array(dtype=int)):
+    """After one substep: keep it (count it, record its torques) for running worlds with a good
+    state; fail running worlds with a bad one (code 1 qpos, 2 qvel, 3 qacc); every world not
+    kept gets its saved state back."""
+    w = wp.tid()
+    c = int(0)
+    for i in range(qpos.shape[1]):
+        if _bad(qpos[w, i]):
+            c = 1
+    if c == 0:
+        for i in range(qvel.shape[1]):
+            if _bad(qvel[w, i]):
+                c = 2
+    if c == 0:
+        for i in range(qacc.shape[1]):
+            if _bad(qacc[w, i]):
+                c = 3
+    run = go[w] != 0 and code[w] == 0
+    if run and c == 0:
+        nsub[w] = nsub[w] + 1
+        for j in range(_NJ):
+            torque[w, j] = ctrl[w, j]
+        restore[w] = 0
+    else:
+        if run:
+            code[w] = c
+            fail_nsub[w] = nsub[w] + 1
+        restore[w] = 1
+
+
+@wp.kernel
+def _restore_kernel(restore: wp.array(dtype=int), saved_qpos: wp.array2d(dtype=float),
+                    saved_qvel: wp.array2d(dtype=float), saved_warm: wp.array2d(dtype=float),
+                    saved_time: wp.array(dtype=float), qpos: wp.array2d(dtype=float),
+                    qvel: wp.array2d(dtype=float), warm: wp.array2d(dtype=float),
+                    sim_time: wp.array(dtype=float)):
+    w = wp.tid()
+    if restore[w] == 0:
+        return
+    for i in range(qpos.shape[1]):
+        qpos[w, i] = saved_qpos[w, i]
+    for i in range(qvel.shape[1]):
+        qvel[w, i] = saved_qvel[w, i]
+        warm[w, i] = saved_warm[w, i]
+    sim_time[w] = saved_time[w]
+
+
+@wp.kernel
+def _clear_kernel(mask: wp.array(dtype=int), code: wp.array(dtype=int), nsub: wp.array(dtype=int),
+                  fail_nsub: wp.array(dtype=int), torque: wp.array2d(dtype=float)):
+    w = wp.tid()
+    if mask[w] == 0:
+        return
+    code[w] = 0
+    nsub[w] = 0
+    fail_nsub[w] = 0
+    for j in range(_NJ):
+        torque[w, j] = 0.0
+
+
+@wp.kernel
+def _contact_force_kernel(opt_cone: int, geom_bodyid: wp.array(dtype=int),
+                          frame: wp.array(dtype=wp.mat33), friction: wp.array(dtype=vec5),
+                          dim: wp.array(dtype=int), efc_address: wp.array2d(dtype=int),
+                          adhesion: wp.array(dtype=float), geom: wp.array(dtype=wp.vec2i),
+                          worldid: wp.array(dtype=int), efc_force: wp.array2d(dtype=float),
+                          njmax: int, nacon: wp.array(dtype=int),
+                          body_force: wp.array2d(dtype=wp.vec3)):
+    """Adds each active contact's world-frame force to its second geom's body and subtracts it
+    from its first's (the frame's normal points from geom 0 to geom 1)."""
+    c = wp.tid()
+    if c >= nacon[0]:
+        return
+    w = worldid[c]
+    f = contact_force_fn(opt_cone, frame, friction, dim, efc_address, adhesion, efc_force, njmax,
+                         nacon, w, c, True)
+    force = wp.spatial_top(f)
+    g = geom[c]
+    wp.atomic_add(body_force, w, geom_bodyid[g[1]], force)
+    wp.atomic_sub(body_force, w, geom_bodyid[g[0]], force)
+
+
+@wp.kernel
+def _pack_env_kernel(n: int, qpos: wp.array2d(dtype=float), qvel: wp.array2d(dtype=float),
+                     torque: wp.array2d(dtype=float), out: wp.array(dtype=wp.float64)):
+    w = wp.tid()
+    for i in range(qpos.shape[1]):
+        out[w * qpos.shape[1] + i] = wp.float64(qpos[w, i])
+    for i in range(qvel.shape[1]):
+        out[_O_QVEL * n + w * qvel.shape[1] + i] = wp.float64(qvel[w, i])
+    for j in range(_NJ):
+        out[_O_TORQUE * n + w * _NJ + j] = wp.float64(torque[w, j])
+
+
+@wp.kernel
+def _pack_body_kernel(n: int, body_rootid: wp.array(dtype=int), xpos: wp.array2d(dtype=wp.vec3),
+                      xquat: wp.array2d(dtype=wp.quat), xipos: wp.array2d(dtype=wp.vec3),
+                      subtree_com: wp.array2d(dtype=wp.vec3),
+                      cvel: wp.array2d(dtype=wp.spatial_vector),
+                      body_force: wp.array2d(dtype=wp.vec3), out: wp.array(dtype=wp.float64)):
+    """Bodies 1..30: xpos, xquat, the velocity at the body's CoM in the world frame
+    (mj_objectVelocity: cvel moved from the subtree CoM of the body's root), contact force."""
+    w, k = wp.tid()
+    b = k + 1
+    e = w * _NB + k
+    ang = wp.spatial_top(cvel[w, b])
+    lin = wp.spatial_bottom(cvel[w, b]) + wp.cross(ang, xipos[w, b] - subtree_com[w, body_rootid[b]])
+    p = xpos[w, b]
+    q = xquat[w, b]
+    f = body_force[w, b]
+    for i in range(3):
+        out[_O_XPOS * n + e * 3 + i] = wp.float64(p[i])
+        out[_O_LIN * n + e * 3 + i] = wp.float64(lin[i])
+        out[_O_ANG * n + e * 3 + i] = wp.float64(ang[i])
+        out[_O_CF * n + e * 3 + i] = wp.float64(f[i])
+    for i in range(4):
+        out[_O_XQUAT * n + e * 4 + i] = wp.float64(q[i])
+
+
+def _device(cfg):
+    """Warp device for the init's `device`: auto = the first CUDA device when there is one."""
+    cuda = wp.get_cuda_device_count() > 0
+    if cfg["device"] == "gpu" and not cuda:
+        raise InitError("no CUDA device for Warp (device gpu); use device cpu or auto")
+    return wp.get_device("cuda:0" if cuda and cfg["device"] != "cpu" else "cpu")
+
+
+class WarpPhysics:
+    """N worlds of one MuJoCo Warp ``Data`` and the launches that advance them."""
+
+    backend = "mujoco_warp"
+
+    def __init__(self, cfg, model, dr_host, kp_host, kd_host):
+        if cfg["x64"]:
+            raise InitError("MuJoCo Warp computes in float32 only; x64 needs impl jax")
+        wp.config.quiet = True
+        self.cfg, self.model = cfg, model
+        n = self.n = cfg["num_envs"]
+        self.device = _device(cfg)
+        self.library = f"mujoco-warp {mjw.__version__}, warp {wp.__version__}"
+        t0 = time.perf_counter()
+        with wp.ScopedDevice(self.device):
+            try:
+                self.m = mjw.put_model(model, batch_sizes={k: n for k in DR_FIELDS})
+                self.d = mjw.make_data(model, nworld=n, nconmax=NCONMAX, njmax=NJMAX)
+            except (NotImplementedError, ValueError) as e:
+                raise InitError(f"MuJoCo Warp cannot run this model: {e}") from None
+            f32 = wp.float32
+            self.targets = wp.zeros((n, NJ), dtype=f32)
+            self.push = wp.zeros((n, 6), dtype=f32)
+            self.go = wp.zeros(n, dtype=int)
+            self.kp = wp.zeros((n, NJ), dtype=f32)
+            self.kd = wp.zeros((n, NJ), dtype=f32)
+            self.effort = wp.array(cfg["effort"].astype(np.float32), dtype=f32)
+            self.torque = wp.zeros((n, NJ), dtype=f32)
+            self.code = wp.zeros(n, dtype=int)
+            self.nsub = wp.zeros(n, dtype=int)
+            self.fail_nsub = wp.zeros(n, dtype=int)
+            self.restore = wp.zeros(n, dtype=int)
+            self.mask = wp.zeros(n, dtype=int)
+            self.saved = {k: wp.zeros_like(getattr(self.d, k))
+                          for k in ("qpos", "qvel", "qacc_warmstart", "time")}
+            self.reset_qpos = wp.zeros((n, NQ), dtype=f32)
+            self.reset_qvel = wp.zeros((n, NV), dtype=f32)
+            self.body_force = wp.zeros((n, NB + 1), dtype=wp.vec3)
+            self.out = wp.zeros(n * OUTPUTS_PER_ENV, dtype=wp.float64)
+            self.ints = wp.zeros((3, n), dtype=int)
+        self.set_params(dr_host, kp_host, kd_host)
+        qpos0 = np.repeat(model.qpos0[None], n, axis=0)
+        self.reset(np.ones(n, bool), qpos0, np.zeros((n, NV)))
+        # The first launches load (compile) every kernel; graphs can only be captured after.
+        self.step_graph = self.sync_graph = None
+        self._launch(step=True)
+        self._launch(step=False)
+        if self.device.is_cuda:
+            with wp.ScopedDevice(self.device):
+                with wp.ScopedCapture() as capture:
+                    self._launch(step=True)
+                self.step_graph = capture.graph
+                with wp.ScopedCapture() as capture:
+                    self._launch(step=False)
+                self.sync_graph = capture.graph
+        log(f"MuJoCo Warp on {self.device}: kernels loaded in {time.perf_counter() - t0:.1f} s"
+            f"{', step and sync captured as CUDA graphs' if self.device.is_cuda else ''}")
+
+    def set_params(self, dr_host, kp_host, kd_host):
+        """Copies the per-env model fields and gains to the device."""
+        for k in DR_FIELDS:
+            field = getattr(self.m, k)
+            field.assign(wp.array(dr_host[k].astype(np.float32), dtype=field.dtype,
+                                  device=self.device))
+        self.kp.assign(kp_host.astype(np.float32))
+        self.kd.assign(kd_host.astype(np.float32))
+
+    def reset(self, mask, qpos, qvel):
+        """mj_resetData, then qpos/qvel, for the masked worlds; mj_forward for all (the others'
+        state is left as it is); clears the masked worlds' failure, counters and torques."""
+        with wp.ScopedDevice(self.device):
+            mask_wp = wp.array(mask.astype(np.int32), dtype=int)
+            mjw.reset_data(self.m, self.d, reset=mask_wp)
+            self.mask.assign(mask.astype(np.int32))
+            self.restore.assign((~mask).astype(np.int32))
+            # Unmasked worlds: save their state so the generic copy below keeps it.
+            for k, v in self.saved.items():
+                wp.copy(v, getattr(self.d, k))
+            self.reset_qpos.assign(qpos.astype(np.float32))
+            self.reset_qvel.assign(qvel.astype(np.float32))
+            wp.copy(self.d.qpos, self.reset_qpos)
+            wp.copy(self.d.qvel, self.reset_qvel)
+            wp.launch(_restore_kernel, dim=self.n, inputs=[
+                self.restore, self.saved["qpos"], self.saved["qvel"], self.saved["qacc_warmstart"],
+                self.saved["time"], self.d.qpos, self.d.qvel, self.d.qacc_warmstart, self.d.time])
+            mjw.forward(self.m, self.d)
+            wp.launch(_clear_kernel, dim=self.n,
+                      inputs=[self.mask, self.code, self.nsub, self.fail_nsub, self.torque])
+
+    def _control_step(self):
+        d, n = self.d, self.n
+        for _ in range(self.cfg["decimation"]):
+            wp.launch(_pd_kernel, dim=(n, NJ), inputs=[
+                d.qpos, d.qvel, self.targets, self.kp, self.kd, self.effort, d.ctrl])
+            for k, v in self.saved.items():
+                wp.copy(v, getattr(d, k))
+            mjw.step(self.m, d)
+            wp.launch(_check_kernel, dim=n, inputs=[
+                self.go, d.qpos, d.qvel, d.qacc, d.ctrl, self.code, self.nsub, self.fail_nsub,
+                self.torque, self.restore])
+            wp.launch(_restore_kernel, dim=n, inputs=[
+                self.restore, self.saved["qpos"], self.saved["qvel"], self.saved["qacc_warmstart"],
+                self.saved["time"], d.qpos, d.qvel, d.qacc_warmstart, d.time])
+
+    def _observe(self):
+        m, d, n = self.m, self.d, self.n
+        mjw.kinematics(m, d)
+        mjw.com_pos(m, d)
+        mjw.com_vel(m, d)
+        self.body_force.zero_()
+        if self.cfg["contact_forces"]:
+            wp.launch(_contact_force_kernel, dim=d.naconmax, inputs=[
+                m.opt.cone, m.geom_bodyid, d.contact.frame, d.contact.friction, d.contact.dim,
+                d.contact.efc_address, d.contact.adhesion, d.contact.geom, d.contact.worldid,
+                d.efc.force, d.njmax, d.nacon, self.body_force])
+        wp.launch(_pack_env_kernel, dim=n, inputs=[n, d.qpos, d.qvel, self.torque, self.out])
+        wp.launch(_pack_body_kernel, dim=(n, NB), inputs=[
+            n, m.body_rootid, d.xpos, d.xquat, d.xipos, d.subtree_com, d.cvel, self.body_force,
+            self.out])
+        wp.copy(self.ints[0], self.code)
+        wp.copy(self.ints[1], self.nsub)
+        wp.copy(self.ints[2], self.fail_nsub)
+
+    def _launch(self, step):
+        with wp.ScopedDevice(self.device):
+            graph = self.step_graph if step else self.sync_graph
+            if graph is not None:
+                wp.capture_launch(graph)
+                return
+            wp.launch(_push_kernel, dim=self.n, inputs=[self.push, self.d.qpos, self.d.qvel])
+            if step:
+                self._control_step()
+            self._observe()
+
+    def advance(self, inp, step):
+        """Pushes, then (for `step`) one control step; returns (flat outputs, ints [N, 3])."""
+        self.push.assign(inp[:, NJ:NJ + 6].astype(np.float32))
+        if step:
+            self.targets.assign(inp[:, :NJ].astype(np.float32))
+            self.go.assign((inp[:, NJ + 6] > 0.5).astype(np.int32))
+        else:
+            self.go.zero_()
+        self._launch(step)
+        return self.out.numpy(), self.ints.numpy().T

@@ -1,0 +1,28 @@
+"""Constants and helpers shared by the GPU worker (gpu_worker.py) and its physics
+implementations (mjx_physics.py, warp_physics.py)."""
+import sys
+
+NQ, NV, NJ, NB = 36, 35, 29, 30
+# mjMAXVAL: MuJoCo's threshold for bad qpos / qvel / qacc (mj_checkPos, mj_checkVel, mj_checkAcc).
+MAXVAL = 1e10
+# Per-env model fields: what domain randomisation changes (body_mass, body_ipos, geom_friction)
+# and what MuJoCo's mj_setConst derives from them.
+DR_FIELDS = ("body_mass", "body_ipos", "geom_friction", "body_subtreemass", "body_invweight0",
+             "dof_invweight0")
+# Outputs a physics implementation returns as one flat float64 block, in this order (each array
+# whole, [N, ...] in C order), contiguous in shared memory, with their per-env shapes.
+DEVICE_OUTPUTS = (("qpos", (NQ,)), ("qvel", (NV,)), ("torque", (NJ,)), ("body_pos", (NB, 3)),
+                  ("body_quat", (NB, 4)), ("body_lin_vel", (NB, 3)), ("body_ang_vel", (NB, 3)),
+                  ("contact_force", (NB, 3)))
+
+
+class InitError(Exception):
+    """A bad init message or environment; reported as {"error": ...}."""
+
+
+class CommandError(Exception):
+    """A command that cannot be applied; reported as `error <message>`."""
+
+
+def log(msg):
+    print(f"[gpu_worker] {msg}", file=sys.stderr, flush=True)

@@ -2,17 +2,19 @@
 """GPU backend throughput, side by side in one run (docs/gpu-backend.md).
 
 For each env count it measures, interleaved and repeated:
-  raw    MJX alone: the same G1 model (exported by `arena sim export-model`) and the same PD loop
-         (4 substeps per control step), jit(vmap(...)) on the device, no host copies, no
-         observations: what the library can do;
+  raw    the library alone: the same G1 model (exported by `arena sim export-model`) and the same
+         PD loop (4 substeps per control step) on the device, no host copies, no observations:
+         what the library can do. --impl jax: MJX's jit(vmap(...)); --impl warp: MuJoCo Warp's
+         world-batched step with the PD kernel, one CUDA graph per control step on a GPU;
   gpu    `arena sim bench --backend gpu`: the whole TrackingEnv on the GPU backend (worker,
          shared memory, observations, episode bookkeeping, replay policy);
   cpu    `arena sim bench --backend cpu` on every CPU core of the machine.
 and prints control steps/s with the ratios gpu/raw (goal >= 0.8) and gpu/cpu.
 
   python bench/gpu_throughput.py --arena target/release/arena --envs 1024 4096 8192
-Needs jax (with CUDA on a GPU machine), mujoco==3.17.0 and mujoco-mjx==3.17.0 in this Python;
-the arena binary runs the worker with the same interpreter (ARENA_GPU_PYTHON).
+Needs jax (with CUDA on a GPU machine), mujoco==3.17.0 and mujoco-mjx==3.17.0 in this Python
+(and mujoco-warp==3.17.0, warp-lang==1.18.0 for --impl warp); the arena binary runs the worker
+with the same interpreter (ARENA_GPU_PYTHON).
 """
 import argparse
 import json
@@ -24,7 +26,7 @@ import tempfile
 import time
 
 
-def raw_mjx(xml_path, envs, steps, impl):
+def raw_mjx(xml_path, envs, steps):
     """Control steps/s of jit(vmap(4 PD substeps of mjx.step)) from a standing start."""
     import jax
     import jax.numpy as jnp
@@ -33,8 +35,8 @@ def raw_mjx(xml_path, envs, steps, impl):
     from mujoco import mjx
 
     model = mujoco.MjModel.from_xml_path(xml_path)
-    mx = mjx.put_model(model, impl=impl)
-    data = mjx.make_data(mx, impl=impl)
+    mx = mjx.put_model(model, impl="jax")
+    data = mjx.make_data(mx, impl="jax")
     qpos0 = np.array(model.qpos0)
     qpos0[2] = 0.8
     data = data.replace(qpos=jnp.asarray(qpos0, dtype=data.qpos.dtype))
@@ -64,6 +66,57 @@ def raw_mjx(xml_path, envs, steps, impl):
     return envs * steps / (time.perf_counter() - start)
 
 
+def raw_warp(xml_path, envs, steps, device):
+    """Control steps/s of MuJoCo Warp: 4 x (PD kernel, mujoco_warp.step) over `envs` worlds from a
+    standing start, captured once as a CUDA graph on a GPU."""
+    import mujoco
+    import mujoco_warp as mjw
+    import numpy as np
+    import warp as wp
+
+    wp.config.quiet = True
+
+    @wp.kernel
+    def pd(qpos: wp.array2d(dtype=float), qvel: wp.array2d(dtype=float),
+           target: wp.array(dtype=float), effort: wp.array(dtype=float),
+           ctrl: wp.array2d(dtype=float)):
+        w, j = wp.tid()
+        tau = 100.0 * (target[j] - qpos[w, 7 + j]) - 2.0 * qvel[w, 6 + j]
+        ctrl[w, j] = wp.clamp(tau, -effort[j], effort[j])
+
+    model = mujoco.MjModel.from_xml_path(xml_path)
+    data = mujoco.MjData(model)
+    data.qpos[2] = 0.8
+    mujoco.mj_forward(model, data)
+    cuda = wp.get_cuda_device_count() > 0 and device != "cpu"
+    with wp.ScopedDevice("cuda:0" if cuda else "cpu"):
+        m = mjw.put_model(model)
+        d = mjw.put_data(model, data, nworld=envs, nconmax=64, njmax=4 * 64 + 58)
+        target = wp.array(np.asarray(model.qpos0[7:], np.float32), dtype=float)
+        effort = wp.array(np.asarray(model.jnt_actfrcrange[1:, 1], np.float32), dtype=float)
+
+        def control_step():
+            for _ in range(4):
+                wp.launch(pd, dim=(envs, model.nu), inputs=[d.qpos, d.qvel, target, effort, d.ctrl])
+                mjw.step(m, d)
+
+        control_step()  # loads (compiles) every kernel
+        graph = None
+        if cuda:
+            with wp.ScopedCapture() as capture:
+                control_step()
+            graph = capture.graph
+        wp.synchronize()
+        start = time.perf_counter()
+        for _ in range(steps):
+            if graph is not None:
+                wp.capture_launch(graph)
+            else:
+                control_step()
+        wp.synchronize()
+        return envs * steps / (time.perf_counter() - start)
+
+
 def arena_bench(arena, envs, steps, backend, extra):
     cmd = [arena, "sim", "bench", "--envs", str(envs), "--steps", str(steps), "--backend", backend,
            "--json"] + extra
@@ -80,7 +133,8 @@ def main():
     p.add_argument("--envs", type=int, nargs="+", default=[1024, 4096, 8192])
     p.add_argument("--steps", type=int, default=200, help="control steps per measurement")
     p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--impl", default="jax", choices=["jax", "warp"])
+    p.add_argument("--impl", default="jax", choices=["jax", "warp"],
+                   help="MJX's JAX implementation or MuJoCo Warp, for raw and gpu alike")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"])
     p.add_argument("--cpu-threads", type=int, default=0, help="CPU backend threads (0 = all cores)")
     a = p.parse_args()
@@ -93,14 +147,18 @@ def main():
         for n in a.envs:
             results = {"raw": [], "gpu": [], "cpu": []}
             for _ in range(a.repeats):
-                results["raw"].append(raw_mjx(xml, n, a.steps, a.impl))
+                if a.impl == "warp":
+                    results["raw"].append(raw_warp(xml, n, a.steps, a.device))
+                else:
+                    results["raw"].append(raw_mjx(xml, n, a.steps))
                 results["gpu"].append(arena_bench(a.arena, n, a.steps, "gpu",
                                                   ["--gpu-device", a.device, "--gpu-impl", a.impl]))
                 results["cpu"].append(arena_bench(a.arena, n, a.steps, "cpu",
                                                   ["--threads", str(a.cpu_threads)]))
             med = {k: statistics.median(v) for k, v in results.items()}
             rows.append((n, med, results))
-        print(f"| envs | raw MJX ({a.impl}) | arena gpu | arena cpu ({a.cpu_threads or os.cpu_count()} threads) "
+        raw = "raw MJX" if a.impl == "jax" else "raw MuJoCo Warp"
+        print(f"| envs | {raw} | arena gpu ({a.impl}) | arena cpu ({a.cpu_threads or os.cpu_count()} threads) "
               "| gpu / raw | gpu / cpu |")
         print("|---|---|---|---|---|---|")
         for n, med, _ in rows:

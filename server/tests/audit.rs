@@ -1,6 +1,7 @@
 //! `arena audit` on a real submission: its stored episodes re-run with their recorded actions
 //! are bit-exact on the backend that recorded them (the CPU), and on the GPU backend (MJX on
-//! JAX's CPU backend, double precision) they stay within the documented sim-to-sim tolerance.
+//! JAX's CPU backend in double precision; MuJoCo Warp on Warp's CPU device in single precision)
+//! they stay within the documented sim-to-sim tolerances.
 
 mod common;
 
@@ -64,16 +65,7 @@ fn stored_episodes_rerun_bit_exact_on_the_cpu_and_close_on_the_gpu_backend() {
         ],
     );
     for e in gpu["episodes"].as_array().unwrap() {
-        eprintln!(
-            "episode {} {}: {} → {}, Δqpos {}, Δbody max {:.3e}, emd {}",
-            e["episode"],
-            e["motion"],
-            e["recorded_status"],
-            e["rerun_status"],
-            e["qpos_divergence"],
-            e["max_body_pos"].as_f64().unwrap(),
-            e["metrics"]["emd"]
-        );
+        print_episode(e);
         // The tolerances of docs/gpu-backend.md: the first steps agree to rounding; contacts
         // that open or close a step apart then amplify differences, so episode metrics agree
         // to a few percent and every episode ends the same way.
@@ -85,4 +77,44 @@ fn stored_episodes_rerun_bit_exact_on_the_cpu_and_close_on_the_gpu_backend() {
         let (stored, again) = (emd[0].as_f64().unwrap(), emd[1].as_f64().unwrap());
         assert!((again - stored).abs() < 0.05 * stored, "emd {stored} vs {again}: {e}");
     }
+
+    let warp = audit(
+        &server,
+        &id,
+        &[
+            "--backend",
+            "gpu",
+            "--gpu-device",
+            "cpu",
+            "--gpu-impl",
+            "warp",
+            "--gpu-python",
+            &python,
+        ],
+    );
+    for e in warp["episodes"].as_array().unwrap() {
+        print_episode(e);
+        // Single precision from the first step (7e-4 after one step, as MJX's JAX path in
+        // float32 gives too): the same end status and EMD within 5 %, as above.
+        assert!(e["error"].is_null(), "{e}");
+        assert_eq!(e["recorded_status"], e["rerun_status"], "{e}");
+        assert!(e["qpos_divergence"]["1"].as_f64().unwrap() < 5e-3, "{e}");
+        assert!(e["qpos_divergence"]["10"].as_f64().unwrap() < 5e-3, "{e}");
+        let emd = &e["metrics"]["emd"];
+        let (stored, again) = (emd[0].as_f64().unwrap(), emd[1].as_f64().unwrap());
+        assert!((again - stored).abs() < 0.05 * stored, "emd {stored} vs {again}: {e}");
+    }
+}
+
+fn print_episode(e: &Value) {
+    eprintln!(
+        "episode {} {}: {} → {}, Δqpos {}, Δbody max {:.3e}, emd {}",
+        e["episode"],
+        e["motion"],
+        e["recorded_status"],
+        e["rerun_status"],
+        e["qpos_divergence"],
+        e["max_body_pos"].as_f64().unwrap(),
+        e["metrics"]["emd"]
+    );
 }

@@ -30,14 +30,14 @@ fn gpu_python() -> Option<PathBuf> {
     let python = std::env::var_os("ARENA_GPU_PYTHON").map(PathBuf::from);
     let usable = python.as_ref().is_some_and(|p| {
         std::process::Command::new(p)
-            .args(["-c", "import jax, mujoco.mjx"])
+            .args(["-c", "import jax, mujoco.mjx, warp, mujoco_warp"])
             .output()
             .is_ok_and(|o| o.status.success())
     });
     if usable {
         return python;
     }
-    let why = "skipping: ARENA_GPU_PYTHON does not name a Python with jax and mujoco-mjx (make deps-gpu)";
+    let why = "skipping: ARENA_GPU_PYTHON does not name a Python with python/requirements-gpu.txt (make deps-gpu)";
     assert!(!required, "ARENA_REQUIRE_GPU_BACKEND=1 but {why}");
     eprintln!("{why}");
     None
@@ -221,19 +221,6 @@ const WARP_QPOS_TOL_10: f64 = 5e-3;
 #[test]
 fn warp_backend_tracks_mujoco_in_float32() {
     let Some(python) = gpu_python() else { return };
-    let warp = std::process::Command::new(&python)
-        .args(["-c", "import warp, mujoco_warp"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !warp {
-        let why = "ARENA_GPU_PYTHON has no mujoco-warp / warp-lang (make deps-gpu)";
-        assert!(
-            !std::env::var("ARENA_REQUIRE_GPU_BACKEND").is_ok_and(|v| v == "1"),
-            "ARENA_REQUIRE_GPU_BACKEND=1 but {why}"
-        );
-        eprintln!("skipping: {why}");
-        return;
-    }
     let lib = library();
     let backend = SimBackend::Gpu(GpuOptions {
         python: python.clone(),

@@ -47,15 +47,14 @@ pub fn gpu_python() -> Option<String> {
     let python = std::env::var("ARENA_GPU_PYTHON").ok();
     let usable = python.as_ref().is_some_and(|p| {
         Command::new(p)
-            .args(["-c", "import jax, mujoco.mjx"])
+            .args(["-c", "import jax, mujoco.mjx, warp, mujoco_warp"])
             .output()
             .is_ok_and(|o| o.status.success())
     });
     if usable {
         return python;
     }
-    let why =
-        "skipped the GPU backend part: ARENA_GPU_PYTHON does not name a Python with jax and mujoco-mjx (make deps-gpu)";
+    let why = "skipped the GPU backend part: ARENA_GPU_PYTHON does not name a Python with python/requirements-gpu.txt (make deps-gpu)";
     assert!(!required, "ARENA_REQUIRE_GPU_BACKEND=1 but {why}");
     eprintln!("{why}");
     None

@@ -9,7 +9,7 @@
 use arena_data::NUM_JOINTS;
 use arena_sim::dr::DrLevel;
 use arena_sim::env::{EpisodeAssignment, EpisodeStatus, TrackingEnv, TrackingEnvConfig};
-use arena_sim::handler::{GpuDevice, GpuImpl, GpuOptions, NQ};
+use arena_sim::handler::{EnvHealth, Field, GpuDevice, GpuImpl, GpuOptions, Handler, NQ, NV};
 use arena_sim::motion::MotionLibrary;
 use arena_sim::policy::{Policy, ReplayPolicy};
 use arena_sim::robot::NUM_BODIES_EXT;
@@ -281,4 +281,61 @@ fn a_python_that_cannot_start_the_worker_is_a_clear_error() {
         "{err}"
     );
     assert!(err.contains("ARENA_GPU_PYTHON"), "{err}");
+}
+
+/// Per-env mechanics of MuJoCo Warp, which steps every world at once: a world whose substep
+/// blows up fails with MuJoCo's instability reason and keeps its last good state, an idle world
+/// does not move, the others run on; a reset makes the failed world usable again. The CPU
+/// backend is held to the same expectations in the same test, as the reference.
+#[test]
+fn warp_worlds_fail_idle_and_reset_one_by_one() {
+    let Some(python) = gpu_python() else { return };
+    let warp = SimBackend::Gpu(GpuOptions {
+        python,
+        device: GpuDevice::Cpu,
+        implementation: GpuImpl::Warp,
+        ..GpuOptions::default()
+    });
+    for backend in [SimBackend::Cpu, warp] {
+        let mut h = backend.create(RobotConfig::default(), 3, 1).unwrap();
+        let name = h.describe();
+        let mut qpos = [0.0; NQ];
+        qpos[2] = 0.8;
+        qpos[3] = 1.0;
+        let mut wild = [0.0; NV];
+        // An absurd joint velocity makes the accelerations blow up.
+        wild[10] = 1e30;
+        h.set_qpos_qvel(0, &qpos, &[0.0; NV]).unwrap();
+        h.set_qpos_qvel(1, &qpos, &wild).unwrap();
+        h.set_qpos_qvel(2, &qpos, &[0.0; NV]).unwrap();
+        h.mark_idle(2);
+        h.sync().unwrap();
+        let read = |h: &dyn Handler, env: usize| {
+            let mut q = vec![0.0; NQ];
+            h.read_env_into(env, Field::Qpos, &mut q);
+            q
+        };
+        let idle_before = read(h.as_ref(), 2);
+        let failed_before = read(h.as_ref(), 1);
+        let targets = vec![0.0; 3 * NUM_JOINTS];
+        h.step(&targets).unwrap();
+        assert_eq!(*h.health(0), EnvHealth::Ok, "{name}");
+        match h.health(1) {
+            EnvHealth::Failed(reason) => assert!(reason.contains("MuJoCo instability"), "{name}: {reason}"),
+            other => panic!("{name}: expected a failure, got {other:?}"),
+        }
+        assert_eq!(read(h.as_ref(), 2), idle_before, "{name}: the idle env moved");
+        assert_ne!(read(h.as_ref(), 0), idle_before, "{name}: the running env did not move");
+        if name.starts_with("gpu") {
+            // The failed world keeps the state before its bad substep (the CPU backend stops
+            // at the bad state itself, which MuJoCo has already reset).
+            assert_eq!(read(h.as_ref(), 1), failed_before, "{name}: the failed env moved");
+        }
+        h.step(&targets).unwrap();
+        assert_eq!(read(h.as_ref(), 2), idle_before, "{name}: the idle env moved");
+        h.set_qpos_qvel(1, &qpos, &[0.0; NV]).unwrap();
+        h.step(&targets).unwrap();
+        assert_eq!(*h.health(1), EnvHealth::Ok, "{name}");
+        assert_eq!(*h.health(0), EnvHealth::Ok, "{name}");
+    }
 }

@@ -94,6 +94,8 @@ def main():
     p.add_argument("--episodes", type=int, default=4096)
     p.add_argument("--backend", default="gpu", choices=["cpu", "gpu"])
     p.add_argument("--gpu-device", default="auto")
+    p.add_argument("--gpu-impl", default="jax", choices=["jax", "warp"],
+                   help="MuJoCo MJX on JAX or MuJoCo Warp")
     a = p.parse_args()
 
     repeats = -(-a.episodes // 6)
@@ -108,7 +110,7 @@ def main():
     server = subprocess.Popen(
         [a.arena, "serve", "--bind", f"127.0.0.1:{port}", "--data-dir", os.path.join(tmp, "data"),
          "--benchmarks-dir", bench_dir, "--admin-token", admin, "--max-batch", str(min(6 * repeats, 4096)),
-         "--lanes", "1", "--backend", a.backend, "--gpu-device", a.gpu_device,
+         "--lanes", "1", "--backend", a.backend, "--gpu-device", a.gpu_device, "--gpu-impl", a.gpu_impl,
          "--step-timeout-s", "600"],
         stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "server.log"), "w"), env=env)
     base = f"http://127.0.0.1:{port}"

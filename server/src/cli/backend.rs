@@ -19,17 +19,18 @@ pub struct BackendArgs {
     /// Physics backend (docs/gpu-backend.md).
     #[arg(long, value_enum, default_value = "cpu")]
     pub backend: BackendKind,
-    /// GPU backend: where JAX runs: auto (the GPU if there is one), cpu or gpu.
+    /// GPU backend: where the physics runs: auto (the GPU if there is one), cpu or gpu.
     #[arg(long, default_value = "auto", value_parser = clap::builder::ValueParser::new(str::parse::<GpuDevice>))]
     pub gpu_device: GpuDevice,
-    /// GPU backend: MJX implementation, jax (warp, MuJoCo Warp under MJX, is not supported by
-    /// the worker yet).
+    /// GPU backend: physics implementation, jax (MuJoCo MJX on JAX) or warp (MuJoCo Warp,
+    /// float32 only).
     #[arg(long, default_value = "jax", value_parser = clap::builder::ValueParser::new(str::parse::<GpuImpl>))]
     pub gpu_impl: GpuImpl,
     /// GPU backend: a Python with python/requirements-gpu.txt [default: python3].
     #[arg(long, env = "ARENA_GPU_PYTHON")]
     pub gpu_python: Option<PathBuf>,
-    /// GPU backend: double precision in JAX (slower; for comparisons with the CPU backend).
+    /// GPU backend: double precision in JAX (slower; for comparisons with the CPU backend; not
+    /// with warp).
     #[arg(long)]
     pub gpu_x64: bool,
 }

@@ -42,13 +42,13 @@ pub struct ConfigArgs {
     /// Simulation threads per lane (0 = all cores) [default: 0].
     #[arg(long, env = "ARENA_SIM_THREADS")]
     pub sim_threads: Option<u32>,
-    /// Physics backend of the lanes: cpu or gpu (MuJoCo MJX) [default: cpu].
+    /// Physics backend of the lanes: cpu or gpu (MuJoCo MJX or MuJoCo Warp) [default: cpu].
     #[arg(long = "backend", env = "ARENA_SIM_BACKEND")]
     pub sim_backend: Option<String>,
-    /// GPU backend: auto, cpu (JAX's CPU backend) or gpu [default: auto].
+    /// GPU backend: auto, cpu (JAX's or Warp's CPU device) or gpu [default: auto].
     #[arg(long, env = "ARENA_GPU_DEVICE")]
     pub gpu_device: Option<String>,
-    /// GPU backend: MJX implementation, jax or warp [default: jax].
+    /// GPU backend: physics implementation, jax (MuJoCo MJX) or warp (MuJoCo Warp) [default: jax].
     #[arg(long, env = "ARENA_GPU_IMPL")]
     pub gpu_impl: Option<String>,
     /// GPU backend: Python with python/requirements-gpu.txt [default: $ARENA_GPU_PYTHON, else python3].

@@ -153,7 +153,7 @@ pub enum SimBackend {
     /// MuJoCo on CPU threads.
     #[default]
     Cpu,
-    /// MuJoCo MJX in a supervised Python worker.
+    /// MuJoCo MJX or MuJoCo Warp in a supervised Python worker.
     Gpu(GpuOptions),
 }
 

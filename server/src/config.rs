@@ -29,12 +29,12 @@ pub struct ServerConfig {
     pub lanes: u32,
     /// Simulation threads per lane; 0 = all cores.
     pub sim_threads: u32,
-    /// Physics backend of the lanes: `cpu` (MuJoCo on CPU threads) or `gpu` (MuJoCo MJX in a
-    /// supervised Python worker per lane; docs/gpu-backend.md).
+    /// Physics backend of the lanes: `cpu` (MuJoCo on CPU threads) or `gpu` (MuJoCo MJX or MuJoCo
+    /// Warp in a supervised Python worker per lane; docs/gpu-backend.md).
     pub sim_backend: String,
-    /// GPU backend: where JAX runs (`auto`, `cpu`, `gpu`).
+    /// GPU backend: where the physics runs (`auto`, `cpu`, `gpu`).
     pub gpu_device: String,
-    /// GPU backend: MJX implementation (`jax`; `warp` is refused by the worker for now).
+    /// GPU backend: physics implementation (`jax`: MuJoCo MJX; `warp`: MuJoCo Warp, float32).
     pub gpu_impl: String,
     /// GPU backend: the Python with python/requirements-gpu.txt; empty = `ARENA_GPU_PYTHON`,
     /// else `python3`.

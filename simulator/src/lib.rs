@@ -3,7 +3,7 @@
 //! One responsibility: simulate the Unitree G1 tracking reference motions. Layers (DESIGN.md §2):
 //! - [`robot`]: the project's G1 model (MJCF), joint/body orders, gains, action mapping;
 //! - [`handler`] (Layer 1): batched physics with PD control, state get/set, SoA accessors, on
-//!   MuJoCo (CPU threads) or MuJoCo MJX (a supervised worker process, GPU);
+//!   MuJoCo (CPU threads) or MuJoCo MJX / MuJoCo Warp (a supervised worker process, GPU);
 //! - [`motion`]: the motion library (resampling, FK, velocities, `state_at`);
 //! - [`observation`], [`dr`], [`env`] (Layer 2): observation terms, domain randomisation and the
 //!   batched [`env::TrackingEnv`] with trajectory recording;

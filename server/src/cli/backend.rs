@@ -10,7 +10,8 @@ use std::path::PathBuf;
 pub enum BackendKind {
     /// MuJoCo on CPU threads.
     Cpu,
-    /// MuJoCo MJX in a supervised Python worker (a GPU, or JAX's CPU backend without one).
+    /// MuJoCo MJX or MuJoCo Warp in a supervised Python worker (a GPU, or the library's CPU
+    /// device without one).
     Gpu,
 }
 

@@ -1,6 +1,7 @@
 //! Layer 1: batched physics of the G1 behind one trait, [`Handler`], with two backends:
-//! [`MujocoHandler`] (MuJoCo on CPU threads, the reference) and [`GpuHandler`] (MuJoCo MJX in a
-//! supervised Python worker, on a GPU or, for tests, on JAX's CPU backend).
+//! [`MujocoHandler`] (MuJoCo on CPU threads, the reference) and [`GpuHandler`] (MuJoCo MJX or
+//! MuJoCo Warp in a supervised Python worker, on a GPU or, for tests, on the library's CPU
+//! device).
 //!
 //! Consumers read state through the MetaSim-style [`RobotState`] dict (general, by name) or
 //! through per-env and batched structure-of-arrays accessors ([`Field`], the hot path).

@@ -10,9 +10,14 @@
 //! ```
 //! Loading checks every name and shape and says which one is wrong; a file without target
 //! copies (an inference export) gets targets equal to the online networks.
+//!
+//! An export ([`save_export`]) holds only some networks (by default what the agent needs: the
+//! actor, B and the observation normaliser); its `config.json` lists them under `networks`. It
+//! is small enough to bring back from a GPU machine, it is what `arena-bfm eval` and `agent`
+//! load, and it can initialise a new training run ([`init_from`]).
 
 use crate::config::{AgentConfig, ModelConfig};
-use crate::model::{FbCprAuxModel, TARGET_PAIRS};
+use crate::model::{ACTOR, AUX_CRITIC, BACKWARD, CRITIC, DISCRIMINATOR, FORWARD, FbCprAuxModel, TARGET_PAIRS};
 use crate::update::Learner;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -45,6 +50,68 @@ pub struct SavedModelConfig {
     pub model: ModelConfig,
     pub obs_norm_momentum: f64,
     pub aux_reward_ema: f64,
+    /// The networks an export holds ([`NETWORKS`] names); absent in a whole checkpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub networks: Option<Vec<String>>,
+}
+
+/// The networks of a checkpoint by name, with their tensor prefixes (target copies are not
+/// networks of their own: they follow their online network).
+pub const NETWORKS: [(&str, &str); 8] = [
+    ("actor", ACTOR),
+    ("forward", FORWARD),
+    ("backward", BACKWARD),
+    ("critic", CRITIC),
+    ("aux_critic", AUX_CRITIC),
+    ("discriminator", DISCRIMINATOR),
+    ("obs_normalizer", "_obs_normalizer."),
+    ("aux_reward_normalizer", "_aux_reward_normalizer."),
+];
+
+/// What the tracking agent needs (§6.1): the actor, B for z, and the observation normaliser.
+pub const AGENT_NETWORKS: [&str; 3] = ["actor", "backward", "obs_normalizer"];
+
+/// The tensor prefix of a network name, or an error listing the names.
+fn network_prefix(name: &str) -> Result<&'static str, String> {
+    NETWORKS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, p)| *p)
+        .ok_or_else(|| {
+            let names: Vec<&str> = NETWORKS.iter().map(|(n, _)| *n).collect();
+            format!("unknown network {name:?} (one of {})", names.join(", "))
+        })
+}
+
+/// The network a tensor belongs to (target copies belong to their online network).
+fn network_of(tensor: &str) -> Option<&'static str> {
+    let online = TARGET_PAIRS
+        .iter()
+        .find(|(_, target)| tensor.starts_with(target))
+        .map_or(tensor.to_string(), |(online, target)| {
+            format!("{online}{}", &tensor[target.len()..])
+        });
+    NETWORKS.iter().find(|(_, p)| online.starts_with(p)).map(|(n, _)| *n)
+}
+
+impl SavedModelConfig {
+    /// Whether every network of `needed` is in this checkpoint.
+    pub fn require(&self, needed: &[&str], what: &str) -> Result<(), String> {
+        let Some(held) = &self.networks else { return Ok(()) };
+        let missing: Vec<&str> = needed
+            .iter()
+            .copied()
+            .filter(|n| !held.iter().any(|h| h == n))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(format!(
+            "this export holds {} but {what} also needs {}",
+            held.join(", "),
+            missing.join(", ")
+        ))
+    }
 }
 
 fn write_json(path: &Path, value: &impl Serialize) -> Result<(), CheckpointError> {
@@ -61,8 +128,6 @@ fn to_cpu(tensors: Vec<(String, Tensor)>) -> Vec<(String, Tensor)> {
 
 /// Writes `model/` (weights, config, init kwargs).
 pub fn save_model(model: &FbCprAuxModel, agent: &AgentConfig, dir: &Path) -> Result<(), CheckpointError> {
-    let model_dir = dir.join("model");
-    std::fs::create_dir_all(&model_dir).map_err(|e| file_err(&model_dir, e))?;
     let tensors = to_cpu(
         model
             .store
@@ -70,14 +135,55 @@ pub fn save_model(model: &FbCprAuxModel, agent: &AgentConfig, dir: &Path) -> Res
             .map(|(n, e)| (n.clone(), e.tensor.detach()))
             .collect(),
     );
-    let path = model_dir.join("model.safetensors");
-    Tensor::write_safetensors(&tensors, &path).map_err(|e| file_err(&path, e))?;
     let saved = SavedModelConfig {
         model: model.config.clone(),
         obs_norm_momentum: agent.obs_norm_momentum,
         aux_reward_ema: agent.aux_reward_ema,
+        networks: None,
     };
-    write_json(&model_dir.join("config.json"), &saved)?;
+    write_model_files(model, &saved, &tensors, dir)
+}
+
+/// Writes an export of `networks` (names of [`NETWORKS`]) of `model` to `dir/model/`: their
+/// tensors (no target copies), `config.json` listing them, `init_kwargs.json`.
+pub fn save_export(
+    model: &FbCprAuxModel,
+    saved: &SavedModelConfig,
+    networks: &[String],
+    dir: &Path,
+) -> Result<(), CheckpointError> {
+    let model_dir = dir.join("model");
+    let prefixes = networks
+        .iter()
+        .map(|n| network_prefix(n))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| file_err(&model_dir, e))?;
+    let tensors = to_cpu(
+        model
+            .store
+            .iter()
+            .filter(|(n, _)| prefixes.iter().any(|p| n.starts_with(p)))
+            .map(|(n, e)| (n.clone(), e.tensor.detach()))
+            .collect(),
+    );
+    let saved = SavedModelConfig {
+        networks: Some(networks.to_vec()),
+        ..saved.clone()
+    };
+    write_model_files(model, &saved, &tensors, dir)
+}
+
+fn write_model_files(
+    model: &FbCprAuxModel,
+    saved: &SavedModelConfig,
+    tensors: &[(String, Tensor)],
+    dir: &Path,
+) -> Result<(), CheckpointError> {
+    let model_dir = dir.join("model");
+    std::fs::create_dir_all(&model_dir).map_err(|e| file_err(&model_dir, e))?;
+    let path = model_dir.join("model.safetensors");
+    Tensor::write_safetensors(tensors, &path).map_err(|e| file_err(&path, e))?;
+    write_json(&model_dir.join("config.json"), saved)?;
     let o = &model.config.obs;
     let kwargs = serde_json::json!({
         "obs_space": {
@@ -91,9 +197,9 @@ pub fn save_model(model: &FbCprAuxModel, agent: &AgentConfig, dir: &Path) -> Res
     write_json(&model_dir.join("init_kwargs.json"), &kwargs)
 }
 
-/// Reads `model/` into a new model on `device`. When `model/config.json` is not ours (a
+/// The tensors and configuration of `dir/model/`. When `model/config.json` is not ours (a
 /// checkpoint released by BFM-Zero's own code), the sizes are read off the tensors' shapes.
-pub fn load_model(dir: &Path, device: Device) -> Result<(FbCprAuxModel, SavedModelConfig), CheckpointError> {
+fn read_model_files(dir: &Path) -> Result<(HashMap<String, Tensor>, SavedModelConfig, PathBuf), CheckpointError> {
     let model_dir = dir.join("model");
     let path = model_dir.join("model.safetensors");
     let tensors: HashMap<String, Tensor> = Tensor::read_safetensors(&path)
@@ -116,48 +222,110 @@ pub fn load_model(dir: &Path, device: Device) -> Result<(FbCprAuxModel, SavedMod
             model,
             obs_norm_momentum: 0.01,
             aux_reward_ema: 0.99,
+            networks: None,
         }
     };
     saved.model.validate().map_err(|e| file_err(&config_path, e))?;
-    let model = FbCprAuxModel::new(&saved.model, saved.obs_norm_momentum, saved.aux_reward_ema, device);
-    let mut missing_targets = false;
+    if let Some(networks) = &saved.networks {
+        for n in networks {
+            network_prefix(n).map_err(|e| file_err(&config_path, e))?;
+        }
+    }
+    Ok((tensors, saved, path))
+}
+
+/// Copies the checkpoint's tensors into `model`: every tensor of the networks the checkpoint
+/// holds (all of them, or an export's `networks`) must be there with the model's shape, and no
+/// tensor may be foreign to the model. Target copies the file lacks are left alone. Returns
+/// the online networks that were loaded.
+fn copy_into(
+    model: &FbCprAuxModel,
+    tensors: &HashMap<String, Tensor>,
+    saved: &SavedModelConfig,
+    path: &Path,
+) -> Result<Vec<&'static str>, CheckpointError> {
+    let tensor_err = |name: &str, message: String| CheckpointError::Tensor {
+        path: path.to_path_buf(),
+        name: name.to_string(),
+        message,
+    };
+    if let Some(extra) = tensors.keys().find(|n| model.store.get(n).is_none()) {
+        return Err(tensor_err(extra, "not part of this model".into()));
+    }
+    let held = |network: &str| {
+        saved
+            .networks
+            .as_ref()
+            .is_none_or(|list| list.iter().any(|n| n == network))
+    };
     let _guard = tch::no_grad_guard();
+    let mut loaded = Vec::new();
     for (name, entry) in model.store.iter() {
+        let network = network_of(name);
         let Some(t) = tensors.get(name) else {
-            if TARGET_PAIRS.iter().any(|(_, target)| name.starts_with(target)) {
-                missing_targets = true;
+            let target = TARGET_PAIRS.iter().any(|(_, target)| name.starts_with(target));
+            if target || network.is_some_and(|n| !held(n)) {
                 continue;
             }
-            return Err(CheckpointError::Tensor {
-                path,
-                name: name.clone(),
-                message: "missing".into(),
-            });
+            return Err(tensor_err(name, "missing".into()));
         };
         if t.size() != entry.tensor.size() {
-            return Err(CheckpointError::Tensor {
-                path,
-                name: name.clone(),
-                message: format!(
+            return Err(tensor_err(
+                name,
+                format!(
                     "shape {:?}, the configuration needs {:?}",
                     t.size(),
                     entry.tensor.size()
                 ),
-            });
+            ));
         }
         entry.tensor.shallow_clone().copy_(t);
+        if let Some(n) = network
+            && !loaded.contains(&n)
+        {
+            loaded.push(n);
+        }
     }
-    if let Some(extra) = tensors.keys().find(|n| model.store.get(n).is_none()) {
-        return Err(CheckpointError::Tensor {
-            path,
-            name: extra.clone(),
-            message: "not part of this model".into(),
-        });
+    Ok(loaded)
+}
+
+/// Sets the target copy of each loaded online network that the file did not hold to the online
+/// network itself.
+fn fill_targets(model: &FbCprAuxModel, tensors: &HashMap<String, Tensor>) {
+    for (online, target) in TARGET_PAIRS {
+        let has_online = tensors.keys().any(|n| n.starts_with(online));
+        let has_target = tensors.keys().any(|n| n.starts_with(target));
+        if has_online && !has_target {
+            model.copy_target(online, target);
+        }
     }
-    if missing_targets {
-        model.copy_targets();
-    }
+}
+
+/// Reads `model/` into a new model on `device`. An export loads too: the networks it does not
+/// hold keep their initial values (callers check what they need with
+/// [`SavedModelConfig::require`]).
+pub fn load_model(dir: &Path, device: Device) -> Result<(FbCprAuxModel, SavedModelConfig), CheckpointError> {
+    let (tensors, saved, path) = read_model_files(dir)?;
+    let model = FbCprAuxModel::new(&saved.model, saved.obs_norm_momentum, saved.aux_reward_ema, device);
+    copy_into(&model, &tensors, &saved, &path)?;
+    fill_targets(&model, &tensors);
     Ok((model, saved))
+}
+
+/// Initialises `model` (a new run's) from the checkpoint or export in `dir`: the networks it
+/// holds are copied in (their targets set equal to them), the others keep their initial
+/// values. The model sizes must be the same. Returns the networks loaded.
+pub fn init_from(model: &FbCprAuxModel, dir: &Path) -> Result<Vec<&'static str>, CheckpointError> {
+    let (tensors, saved, path) = read_model_files(dir)?;
+    if saved.model != model.config {
+        return Err(file_err(
+            &dir.join("model").join("config.json"),
+            "its model sizes differ from this run's configuration",
+        ));
+    }
+    let loaded = copy_into(model, &tensors, &saved, &path)?;
+    fill_targets(model, &tensors);
+    Ok(loaded)
 }
 
 /// The model sizes implied by the tensors of a checkpoint in the released naming (§5.2).

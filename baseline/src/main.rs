@@ -38,6 +38,10 @@ enum Command {
     Eval(EvalArgs),
     /// Serve a checkpoint as a participant's agent: one scored submission on a server.
     Agent(AgentArgs),
+    /// Write some networks of a checkpoint (by default what the agent needs) to a new folder:
+    /// small enough to bring back from a GPU machine, loadable by eval, agent and
+    /// train --init-from.
+    Export(ExportArgs),
     /// List the model presets with their parameter counts.
     Presets {
         /// Print JSON.
@@ -79,9 +83,14 @@ struct TrainArgs {
     resume: bool,
     #[arg(long, value_enum, default_value = "cpu")]
     device: DeviceArg,
-    /// Physics backend of the training envs, cpu or gpu (MuJoCo MJX; sets train.sim_backend).
+    /// Physics backend of the training envs, cpu or gpu (MuJoCo MJX or MuJoCo Warp; sets
+    /// train.sim_backend).
     #[arg(long, value_parser = ["cpu", "gpu"])]
     backend: Option<String>,
+    /// Start a new run with the networks of this checkpoint or export folder (sets
+    /// train.init_from); the networks it lacks start from the seed.
+    #[arg(long, conflicts_with = "resume")]
+    init_from: Option<PathBuf>,
     /// Folder that file-based motion sets resolve against (overrides train.motions_root).
     #[arg(long, env = MOTIONS_ROOT_ENV)]
     motions_root: Option<PathBuf>,
@@ -111,6 +120,20 @@ struct EvalArgs {
     /// Print the report JSON instead of a table.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct ExportArgs {
+    /// Checkpoint folder (the one holding model/), e.g. RUN/checkpoint.
+    #[arg(long)]
+    checkpoint: PathBuf,
+    /// New folder for the export (its model/ is written).
+    #[arg(long)]
+    out: PathBuf,
+    /// Networks to keep, comma-separated: actor, forward, backward, critic, aux_critic,
+    /// discriminator, obs_normalizer, aux_reward_normalizer.
+    #[arg(long, value_delimiter = ',', default_value = "actor,backward,obs_normalizer")]
+    networks: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq)]
@@ -155,6 +178,7 @@ fn main() -> ExitCode {
         Command::Train(a) => train(a),
         Command::Eval(a) => eval(a),
         Command::Agent(a) => agent(a),
+        Command::Export(a) => export(a),
         Command::Presets { json } => presets(json),
     };
     match result {
@@ -193,6 +217,9 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
     }
     if let Some(backend) = &a.backend {
         config.train.sim_backend = backend.clone();
+    }
+    if let Some(dir) = &a.init_from {
+        config.train.init_from = Some(dir.clone());
     }
     if !a.resume && paths.checkpoint().exists() {
         bail!(
@@ -235,9 +262,18 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Loads a checkpoint or export for the tracking agent.
+fn load_agent_model(dir: &Path, device: Device) -> anyhow::Result<arena_bfm::model::FbCprAuxModel> {
+    let (model, saved) = checkpoint::load_model(dir, device)?;
+    saved
+        .require(&checkpoint::AGENT_NETWORKS, "the agent")
+        .map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
+    Ok(model)
+}
+
 fn eval(a: EvalArgs) -> anyhow::Result<()> {
     let device = a.device.device()?;
-    let (model, _) = checkpoint::load_model(&a.checkpoint, device)?;
+    let model = load_agent_model(&a.checkpoint, device)?;
     let motions = load_benchmark(&a.benchmark, a.benchmarks_dir.as_deref(), &a.motions_root)?;
     check_layout(&arena_runner::episode::observation_layout(&motions.spec))
         .map_err(|e| anyhow::anyhow!("{}: {e}", motions.spec.name))?;
@@ -296,7 +332,7 @@ fn eval(a: EvalArgs) -> anyhow::Result<()> {
 
 fn agent(a: AgentArgs) -> anyhow::Result<()> {
     let device = a.device.device()?;
-    let (model, _) = checkpoint::load_model(&a.checkpoint, device)?;
+    let model = load_agent_model(&a.checkpoint, device)?;
     let mut agent = TrackingAgent::new(model, a.window);
     let server = endpoint(&a.server, a.transport);
     let mode = Mode::Submission {
@@ -315,6 +351,27 @@ fn agent(a: AgentArgs) -> anyhow::Result<()> {
         summary.submission_id,
         summary.submission_status,
         summary.episodes.len()
+    );
+    Ok(())
+}
+
+fn export(a: ExportArgs) -> anyhow::Result<()> {
+    if a.out.join("model").exists() {
+        bail!("{} already holds a model/; choose another --out", a.out.display());
+    }
+    let (model, saved) = checkpoint::load_model(&a.checkpoint, Device::Cpu)?;
+    let wanted: Vec<&str> = a.networks.iter().map(String::as_str).collect();
+    saved
+        .require(&wanted, "this export")
+        .map_err(|e| anyhow::anyhow!("{}: {e}", a.checkpoint.display()))?;
+    checkpoint::save_export(&model, &saved, &a.networks, &a.out)?;
+    let path = a.out.join("model").join("model.safetensors");
+    let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    println!(
+        "exported {} to {} ({:.1} MB)",
+        a.networks.join(", "),
+        path.display(),
+        bytes as f64 / 1e6
     );
     Ok(())
 }

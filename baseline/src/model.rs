@@ -236,17 +236,22 @@ impl FbCprAuxModel {
 
     /// Sets every target network equal to its online network.
     pub fn copy_targets(&self) {
-        let _guard = tch::no_grad_guard();
         for (online, target) in TARGET_PAIRS {
-            for (name, tensor) in self.store.all_under(online) {
-                let target_name = format!("{target}{}", &name[online.len()..]);
-                let mut t = self
-                    .store
-                    .get(&target_name)
-                    .expect("target has the online names")
-                    .shallow_clone();
-                t.copy_(&tensor);
-            }
+            self.copy_target(online, target);
+        }
+    }
+
+    /// Sets one target network equal to its online network.
+    pub fn copy_target(&self, online: &str, target: &str) {
+        let _guard = tch::no_grad_guard();
+        for (name, tensor) in self.store.all_under(online) {
+            let target_name = format!("{target}{}", &name[online.len()..]);
+            let mut t = self
+                .store
+                .get(&target_name)
+                .expect("target has the online names")
+                .shallow_clone();
+            t.copy_(&tensor);
         }
     }
 

@@ -197,6 +197,12 @@ impl Trainer {
         let ckpt = paths.checkpoint();
         let (learner, status) = if resume {
             let (model, saved) = checkpoint::load_model(&ckpt, device).context("loading the checkpoint's model")?;
+            if saved.networks.is_some() {
+                bail!(
+                    "{}: an export, not a run's checkpoint; start a run from it with train.init_from",
+                    ckpt.display()
+                );
+            }
             if saved.model != model_config {
                 bail!(
                     "{}: the checkpoint's model sizes differ from the configuration's",
@@ -240,6 +246,15 @@ impl Trainer {
                 config.agent.aux_reward_ema,
                 device,
             );
+            if let Some(dir) = &t.init_from {
+                let loaded =
+                    checkpoint::init_from(&model, dir).with_context(|| format!("train.init_from {}", dir.display()))?;
+                tracing::info!(
+                    "initialised {} from {}; the other networks start from the seed",
+                    loaded.join(", "),
+                    dir.display()
+                );
+            }
             (Learner::new(model, config.agent.clone()), TrainStatus::default())
         };
         std::fs::create_dir_all(&paths.dir).with_context(|| format!("creating {}", paths.dir.display()))?;

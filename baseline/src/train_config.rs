@@ -50,6 +50,10 @@ pub struct RunConfig {
     pub save_buffer: bool,
     /// Envs of the evaluation runs.
     pub eval_batch: usize,
+    /// A checkpoint or export folder (holding `model/`) whose networks initialise a new run; the
+    /// networks it lacks start from the seed (`arena-bfm export` makes one small enough to bring
+    /// back from a GPU machine). Not used when resuming: the run's checkpoint has everything.
+    pub init_from: Option<PathBuf>,
 }
 
 impl RunConfig {
@@ -91,6 +95,7 @@ impl Default for RunConfig {
             prioritization: true,
             save_buffer: true,
             eval_batch: 16,
+            init_from: None,
         }
     }
 }

@@ -2,7 +2,9 @@
 //! - a resumed run equals the uninterrupted one bit for bit (N env steps, checkpoint, M more);
 //! - a short training run writes finite losses, logs and a checkpoint; `arena-bfm agent` loads
 //!   it and completes a scored submission on a real `arena serve` over WebSocket and gRPC, and
-//!   the submissions appear on the leaderboard.
+//!   the submissions appear on the leaderboard;
+//! - `arena-bfm export` keeps what the agent needs, scores exactly as the whole checkpoint,
+//!   and initialises a new run (`train.init_from`).
 
 use arena_bfm::train::{Motions, RunPaths, Trainer};
 use arena_bfm::train_config::TrainConfig;
@@ -12,6 +14,10 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use tch::{Device, Tensor};
+
+/// Trainers in this process draw their initial weights from torch's global generator (seeded
+/// per run): tests that build one hold this lock, or a parallel test would draw from it too.
+static TORCH_RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
@@ -58,6 +64,7 @@ fn weights(dir: &Path) -> HashMap<String, Tensor> {
 
 #[test]
 fn resumed_run_equals_the_uninterrupted_run() {
+    let _serial = TORCH_RNG.lock().unwrap_or_else(|e| e.into_inner());
     let root = tempfile::tempdir().unwrap();
     let (straight, split) = (root.path().join("straight"), root.path().join("split"));
     let a = train(tiny(1600), &straight, false);
@@ -322,4 +329,167 @@ fn trained_checkpoint_submits_over_both_transports_and_reaches_the_leaderboard()
     assert_eq!(status, 200, "{subs}");
     let completed = subs.to_string().matches("COMPLETED").count();
     assert!(completed >= 2, "both submissions completed: {subs}");
+}
+
+fn bfm(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_arena-bfm"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn eval_emd(checkpoint: &Path) -> f64 {
+    let out = bfm(&["eval", "--checkpoint", checkpoint.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    report["aggregated"]["emd"]["mean"].as_f64().unwrap()
+}
+
+#[test]
+fn an_agent_export_scores_like_its_checkpoint_and_starts_a_new_run() {
+    let root = tempfile::tempdir().unwrap();
+    let _serial = TORCH_RNG.lock().unwrap_or_else(|e| e.into_inner());
+    let run = root.path().join("run");
+    train(tiny(800), &run, false);
+    let checkpoint = run.join("checkpoint");
+
+    let export = root.path().join("export");
+    let out = bfm(&[
+        "export",
+        "--checkpoint",
+        checkpoint.to_str().unwrap(),
+        "--out",
+        export.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let size = |dir: &Path| std::fs::metadata(dir.join("model/model.safetensors")).unwrap().len();
+    assert!(
+        size(&export) * 3 < size(&checkpoint),
+        "{} vs {}",
+        size(&export),
+        size(&checkpoint)
+    );
+    let tensors: HashMap<String, Tensor> = Tensor::read_safetensors(export.join("model/model.safetensors"))
+        .unwrap()
+        .into_iter()
+        .collect();
+    assert!(
+        tensors
+            .keys()
+            .all(|n| n.starts_with("_actor.") || n.starts_with("_backward_map.") || n.starts_with("_obs_normalizer."))
+    );
+    // The agent reads only the exported networks: the same scores, to the last bit.
+    assert_eq!(eval_emd(&checkpoint), eval_emd(&export));
+    // Writing over an export, and exporting what the export does not hold, are refused.
+    let out = bfm(&[
+        "export",
+        "--checkpoint",
+        checkpoint.to_str().unwrap(),
+        "--out",
+        export.to_str().unwrap(),
+    ]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already holds a model/"));
+    let partial = root.path().join("critic-only");
+    let out = bfm(&[
+        "export",
+        "--checkpoint",
+        export.to_str().unwrap(),
+        "--out",
+        partial.to_str().unwrap(),
+        "--networks",
+        "critic",
+    ]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("also needs critic"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = bfm(&[
+        "export",
+        "--checkpoint",
+        checkpoint.to_str().unwrap(),
+        "--out",
+        partial.to_str().unwrap(),
+        "--networks",
+        "wings",
+    ]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("unknown network \"wings\""),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // An export without the actor cannot be an agent.
+    let forward = root.path().join("forward");
+    let out = bfm(&[
+        "export",
+        "--checkpoint",
+        checkpoint.to_str().unwrap(),
+        "--out",
+        forward.to_str().unwrap(),
+        "--networks",
+        "forward",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = bfm(&["eval", "--checkpoint", forward.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("the agent also needs actor, backward, obs_normalizer"),
+        "{stderr}"
+    );
+
+    // A new run starts from the export: its actor, B and normaliser are the export's, its
+    // other networks the seed's (a different seed than the exported run's, so they differ).
+    let mut c = tiny(800);
+    c.train.seed = 11;
+    c.train.init_from = Some(export.clone());
+    let m = motions(&c);
+    let second = root.path().join("second");
+    let trainer = Trainer::new(c.clone(), m, RunPaths { dir: second.clone() }, Device::Cpu, false).unwrap();
+    let store = &trainer.learner.model.store;
+    for (name, t) in &tensors {
+        assert!(
+            store.get(name).unwrap().equal(t),
+            "{name} was not initialised from the export"
+        );
+    }
+    let full: HashMap<String, Tensor> = Tensor::read_safetensors(checkpoint.join("model/model.safetensors"))
+        .unwrap()
+        .into_iter()
+        .collect();
+    let f = "_forward_map.embed_z.0.mlp.1.weight";
+    assert!(!store.get(f).unwrap().equal(&full[f]), "F must start from the seed");
+    // B's target copy follows the loaded B.
+    let b = "_backward_map.net.3.weight";
+    assert!(store.get(&format!("_target{b}")).unwrap().equal(&tensors[b]));
+    drop(trainer);
+    // An export is not a run to resume.
+    std::fs::create_dir_all(second.join("checkpoint")).unwrap();
+    for entry in std::fs::read_dir(export.join("model")).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::create_dir_all(second.join("checkpoint/model")).unwrap();
+        std::fs::copy(entry.path(), second.join("checkpoint/model").join(entry.file_name())).unwrap();
+    }
+    let err = Trainer::new(c.clone(), motions(&c), RunPaths { dir: second }, Device::Cpu, true)
+        .err()
+        .unwrap();
+    assert!(
+        format!("{err:#}").contains("an export, not a run's checkpoint"),
+        "{err:#}"
+    );
+    // Sizes that differ from the run's are refused with the reason.
+    let mut other = tiny(800);
+    other.preset = "small".into();
+    other.train.init_from = Some(export);
+    let err = Trainer::new(
+        other.clone(),
+        motions(&other),
+        RunPaths {
+            dir: root.path().join("third"),
+        },
+        Device::Cpu,
+        false,
+    )
+    .err()
+    .unwrap();
+    assert!(format!("{err:#}").contains("model sizes differ"), "{err:#}");
 }

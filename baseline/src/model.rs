@@ -243,20 +243,22 @@ impl FbCprAuxModel {
 
     /// Sets one target network equal to its online network.
     pub fn copy_target(&self, online: &str, target: &str) {
-        let _guard = tch::no_grad_guard();
-        for (name, tensor) in self.store.all_under(online) {
-            let target_name = format!("{target}{}", &name[online.len()..]);
-            let mut t = self
-                .store
-                .get(&target_name)
-                .expect("target has the online names")
-                .shallow_clone();
-            t.copy_(&tensor);
-        }
+        self.for_each_target(online, target, |t, online| {
+            t.copy_(online);
+        });
     }
 
     /// θ̄ ← (1 − τ)θ̄ + τθ for one (online, target) pair.
     pub fn polyak(&self, online: &str, target: &str, tau: f64) {
+        self.for_each_target(online, target, |t, online| {
+            let _ = t.g_mul_scalar_(1.0 - tau);
+            let _ = t.g_add_(&(online * tau));
+        });
+    }
+
+    /// Calls `f(target tensor, online tensor)` for every tensor of one (online, target) pair,
+    /// without gradient tracking.
+    fn for_each_target(&self, online: &str, target: &str, mut f: impl FnMut(&mut Tensor, &Tensor)) {
         let _guard = tch::no_grad_guard();
         for (name, tensor) in self.store.all_under(online) {
             let target_name = format!("{target}{}", &name[online.len()..]);
@@ -265,8 +267,7 @@ impl FbCprAuxModel {
                 .get(&target_name)
                 .expect("target has the online names")
                 .shallow_clone();
-            let _ = t.g_mul_scalar_(1.0 - tau);
-            let _ = t.g_add_(&(tensor * tau));
+            f(&mut t, &tensor);
         }
     }
 

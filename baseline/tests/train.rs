@@ -338,6 +338,25 @@ fn bfm(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// `arena-bfm export` of `networks` (comma-separated; the default set when `None`).
+fn export_networks(checkpoint: &Path, out: &Path, networks: Option<&str>) -> std::process::Output {
+    let mut args = vec![
+        "export",
+        "--checkpoint",
+        checkpoint.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    if let Some(n) = networks {
+        args.extend(["--networks", n]);
+    }
+    bfm(&args)
+}
+
 fn eval_emd(checkpoint: &Path) -> f64 {
     let out = bfm(&["eval", "--checkpoint", checkpoint.to_str().unwrap(), "--json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -354,14 +373,8 @@ fn an_agent_export_scores_like_its_checkpoint_and_starts_a_new_run() {
     let checkpoint = run.join("checkpoint");
 
     let export = root.path().join("export");
-    let out = bfm(&[
-        "export",
-        "--checkpoint",
-        checkpoint.to_str().unwrap(),
-        "--out",
-        export.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = export_networks(&checkpoint, &export, None);
+    assert!(out.status.success(), "{}", stderr(&out));
     let size = |dir: &Path| std::fs::metadata(dir.join("model/model.safetensors")).unwrap().len();
     assert!(
         size(&export) * 3 < size(&checkpoint),
@@ -380,61 +393,35 @@ fn an_agent_export_scores_like_its_checkpoint_and_starts_a_new_run() {
     );
     // The agent reads only the exported networks: the same scores, to the last bit.
     assert_eq!(eval_emd(&checkpoint), eval_emd(&export));
-    // Writing over an export, and exporting what the export does not hold, are refused.
-    let out = bfm(&[
-        "export",
-        "--checkpoint",
-        checkpoint.to_str().unwrap(),
-        "--out",
-        export.to_str().unwrap(),
-    ]);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("already holds a model/"));
-    let partial = root.path().join("critic-only");
-    let out = bfm(&[
-        "export",
-        "--checkpoint",
-        export.to_str().unwrap(),
-        "--out",
-        partial.to_str().unwrap(),
-        "--networks",
-        "critic",
-    ]);
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("also needs critic"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = bfm(&[
-        "export",
-        "--checkpoint",
-        checkpoint.to_str().unwrap(),
-        "--out",
-        partial.to_str().unwrap(),
-        "--networks",
-        "wings",
-    ]);
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("unknown network \"wings\""),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // Writing over an export, exporting what the export does not hold, and unknown names are
+    // refused.
+    let refusals = [
+        (&checkpoint, &export, None, "already holds a model/"),
+        (&export, &root.path().join("a"), Some("critic"), "also needs critic"),
+        (
+            &checkpoint,
+            &root.path().join("b"),
+            Some("wings"),
+            "unknown network \"wings\"",
+        ),
+    ];
+    for (from, to, networks, message) in refusals {
+        let out = export_networks(from, to, networks);
+        assert!(
+            !out.status.success() && stderr(&out).contains(message),
+            "{}",
+            stderr(&out)
+        );
+    }
     // An export without the actor cannot be an agent.
     let forward = root.path().join("forward");
-    let out = bfm(&[
-        "export",
-        "--checkpoint",
-        checkpoint.to_str().unwrap(),
-        "--out",
-        forward.to_str().unwrap(),
-        "--networks",
-        "forward",
-    ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = export_networks(&checkpoint, &forward, Some("forward"));
+    assert!(out.status.success(), "{}", stderr(&out));
     let out = bfm(&["eval", "--checkpoint", forward.to_str().unwrap()]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let message = stderr(&out);
     assert!(
-        !out.status.success() && stderr.contains("the agent also needs actor, backward, obs_normalizer"),
-        "{stderr}"
+        !out.status.success() && message.contains("the agent also needs actor, backward, obs_normalizer"),
+        "{message}"
     );
 
     // A new run starts from the export: its actor, B and normaliser are the export's, its

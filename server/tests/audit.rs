@@ -51,55 +51,32 @@ fn stored_episodes_rerun_bit_exact_on_the_cpu_and_close_on_the_gpu_backend() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no submission \"nope\""));
 
     let Some(python) = common::gpu_python() else { return };
-    let gpu = audit(
-        &server,
-        &id,
-        &[
-            "--backend",
-            "gpu",
-            "--gpu-device",
-            "cpu",
-            "--gpu-x64",
-            "--gpu-python",
-            &python,
-        ],
-    );
-    for e in gpu["episodes"].as_array().unwrap() {
-        print_episode(e);
-        // The tolerances of docs/gpu-backend.md: the first steps agree to rounding; contacts
-        // that open or close a step apart then amplify differences, so episode metrics agree
-        // to a few percent and every episode ends the same way.
-        assert!(e["error"].is_null(), "{e}");
-        assert_eq!(e["recorded_status"], e["rerun_status"], "{e}");
-        assert!(e["qpos_divergence"]["1"].as_f64().unwrap() < 1e-9, "{e}");
-        assert!(e["qpos_divergence"]["10"].as_f64().unwrap() < 1e-5, "{e}");
-        let emd = &e["metrics"]["emd"];
-        let (stored, again) = (emd[0].as_f64().unwrap(), emd[1].as_f64().unwrap());
-        assert!((again - stored).abs() < 0.05 * stored, "emd {stored} vs {again}: {e}");
-    }
+    let on_cpu_device = |extra: &[&str]| {
+        let mut args = vec!["--backend", "gpu", "--gpu-device", "cpu", "--gpu-python", &python];
+        args.extend_from_slice(extra);
+        audit(&server, &id, &args)
+    };
+    let gpu = on_cpu_device(&["--gpu-x64"]);
+    // The tolerances of docs/gpu-backend.md: the first steps agree to rounding; contacts that
+    // open or close a step apart then amplify differences, so episode metrics agree to a few
+    // percent and every episode ends the same way.
+    assert_close(&gpu, 1e-9, 1e-5);
 
-    let warp = audit(
-        &server,
-        &id,
-        &[
-            "--backend",
-            "gpu",
-            "--gpu-device",
-            "cpu",
-            "--gpu-impl",
-            "warp",
-            "--gpu-python",
-            &python,
-        ],
-    );
-    for e in warp["episodes"].as_array().unwrap() {
+    let warp = on_cpu_device(&["--gpu-impl", "warp"]);
+    // Single precision from the first step (7e-4 after one step, as MJX's JAX path in float32
+    // gives too); the same end status and EMD within 5 %, as above.
+    assert_close(&warp, 5e-3, 5e-3);
+}
+
+/// Every re-run episode of an audit: no error, the stored end status, |Δqpos| below `tol_1`
+/// after 1 step and `tol_10` after 10, and EMD within 5 % of the stored value.
+fn assert_close(audit: &Value, tol_1: f64, tol_10: f64) {
+    for e in audit["episodes"].as_array().unwrap() {
         print_episode(e);
-        // Single precision from the first step (7e-4 after one step, as MJX's JAX path in
-        // float32 gives too): the same end status and EMD within 5 %, as above.
         assert!(e["error"].is_null(), "{e}");
         assert_eq!(e["recorded_status"], e["rerun_status"], "{e}");
-        assert!(e["qpos_divergence"]["1"].as_f64().unwrap() < 5e-3, "{e}");
-        assert!(e["qpos_divergence"]["10"].as_f64().unwrap() < 5e-3, "{e}");
+        assert!(e["qpos_divergence"]["1"].as_f64().unwrap() < tol_1, "{e}");
+        assert!(e["qpos_divergence"]["10"].as_f64().unwrap() < tol_10, "{e}");
         let emd = &e["metrics"]["emd"];
         let (stored, again) = (emd[0].as_f64().unwrap(), emd[1].as_f64().unwrap());
         assert!((again - stored).abs() < 0.05 * stored, "emd {stored} vs {again}: {e}");

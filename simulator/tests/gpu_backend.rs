@@ -99,6 +99,18 @@ type Divergence = Vec<(usize, f64, f64, f64)>;
 
 /// The same replay episodes through the CPU backend and `gpu` for `steps` control steps; both
 /// must keep running. Returns both envs and the per-step divergence, printed at 1, 10 and 50.
+/// Both episodes' max |Δqpos| below `tol_1` after 1 step and `tol_10` after 10.
+fn assert_within(worst: &Divergence, tol_1: f64, tol_10: f64) {
+    for (step, tol) in [(1, tol_1), (10, tol_10)] {
+        let (_, nominal, _, randomised) = worst[step - 1];
+        assert!(
+            nominal < tol && randomised < tol,
+            "after {step} steps: {:?}",
+            worst[step - 1]
+        );
+    }
+}
+
 /// The reset observations must agree within `reset_tol`.
 fn track_side_by_side(
     lib: &Arc<MotionLibrary>,
@@ -163,17 +175,7 @@ fn gpu_backend_tracks_mujoco_and_survives_a_worker_crash() {
         "{}",
         gpu.handler().describe()
     );
-    let at = |s: usize| worst[s - 1];
-    assert!(
-        at(1).1 < QPOS_TOL_1 && at(1).3 < QPOS_TOL_1,
-        "after 1 step: {:?}",
-        at(1)
-    );
-    assert!(
-        at(10).1 < QPOS_TOL_10 && at(10).3 < QPOS_TOL_10,
-        "after 10 steps: {:?}",
-        at(10)
-    );
+    assert_within(&worst, QPOS_TOL_1, QPOS_TOL_10);
     let assignments = ASSIGNMENTS;
     let mut policy = ReplayPolicy::default();
     let mut actions = vec![0.0f32; 2 * NUM_JOINTS];
@@ -234,17 +236,7 @@ fn warp_backend_tracks_mujoco_in_float32() {
         describe.starts_with("gpu (mujoco_warp on cpu (mujoco-warp 3.17.0"),
         "{describe}"
     );
-    let at = |s: usize| worst[s - 1];
-    assert!(
-        at(1).1 < WARP_QPOS_TOL_1 && at(1).3 < WARP_QPOS_TOL_1,
-        "after 1 step: {:?}",
-        at(1)
-    );
-    assert!(
-        at(10).1 < WARP_QPOS_TOL_10 && at(10).3 < WARP_QPOS_TOL_10,
-        "after 10 steps: {:?}",
-        at(10)
-    );
+    assert_within(&worst, WARP_QPOS_TOL_1, WARP_QPOS_TOL_10);
 
     // Double precision is refused with the reason when the env is made.
     let x64 = SimBackend::Gpu(GpuOptions {

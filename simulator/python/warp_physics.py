@@ -22,7 +22,11 @@ import time
 import numpy as np
 import warp as wp
 
-import mujoco_warp as mjw
+# Before anything initialises Warp or loads a module: its banner and one line per kernel module
+# would otherwise fill the worker's stderr, whose last lines are what a failure reports.
+wp.config.quiet = True
+wp.config.log_level = wp.LOG_WARNING
+import mujoco_warp as mjw  # noqa: E402
 from mujoco_warp._src.support import contact_force_fn
 from mujoco_warp._src.types import vec5
 
@@ -225,7 +229,6 @@ class WarpPhysics:
     def __init__(self, cfg, model, dr_host, kp_host, kd_host):
         if cfg["x64"]:
             raise InitError("MuJoCo Warp computes in float32 only; x64 needs impl jax")
-        wp.config.quiet = True
         self.cfg, self.model = cfg, model
         n = self.n = cfg["num_envs"]
         self.device = _device(cfg)

@@ -3,8 +3,8 @@
 # "Measuring on a GPU machine"): the Python 3.12 wheels of MuJoCo 3.17.0, MJX and MuJoCo Warp in
 # .whl/ (JAX with CUDA is installed there), warp-lang's wheel (149 MB, above one call's 64 MiB)
 # cut into three parts in .warp1/ .warp2/ .warp3/, and the stripped `arena` binary and the SDK's
-# replay example in .gpu/. All are ignored by git and travel with the device tool's `carry`, one
-# folder per call while the machine stays warm.
+# replay example with MuJoCo's library in .gpu/. All are ignored by git and travel with the device
+# tool's `carry`, one folder per call while the machine stays warm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .whl .warp1 .warp2 .warp3
@@ -22,5 +22,7 @@ split -b 50M -d -a 1 "$wheel" ".warp1/$(basename "$wheel").part"
 mv .warp1/*.part1 .warp2/ && mv .warp1/*.part2 .warp3/ && rm "$wheel"
 cargo build --release -p arena-server --bin arena -p arena-sdk --example replay
 cp target/release/arena target/release/examples/replay .gpu/
+# Beside the binaries, where their $ORIGIN run path finds it wherever they are copied.
+cp third_party/mujoco/lib/libmujoco.so.3.17.0 .gpu/
 strip .gpu/arena .gpu/replay
 du -sh .whl .warp1 .warp2 .warp3 .gpu

@@ -91,6 +91,10 @@ struct TrainArgs {
     /// train.init_from); the networks it lacks start from the seed.
     #[arg(long, conflicts_with = "resume")]
     init_from: Option<PathBuf>,
+    /// Stop after this many minutes of training (at the end of an iteration) and write the
+    /// checkpoint, even before train.num_env_steps; --resume continues the run later.
+    #[arg(long, value_name = "MINUTES", value_parser = parse_minutes)]
+    time_limit: Option<f64>,
     /// Folder that file-based motion sets resolve against (overrides train.motions_root).
     #[arg(long, env = MOTIONS_ROOT_ENV)]
     motions_root: Option<PathBuf>,
@@ -231,6 +235,7 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
     let motions = load_benchmark(&config.train.benchmark, config.train.benchmarks_dir.as_deref(), &root)?;
     let device = a.device.device()?;
     let mut trainer = Trainer::new(config, motions, paths, device, a.resume)?;
+    trainer.time_limit = a.time_limit.map(|m| std::time::Duration::from_secs_f64(m * 60.0));
     let bar = ProgressBar::new(trainer.config.train.num_env_steps);
     bar.set_style(
         ProgressStyle::with_template(
@@ -252,14 +257,24 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
         }
     })?;
     bar.finish_and_clear();
+    let early = trainer.status.time < trainer.config.train.num_env_steps;
     println!(
-        "trained {} env steps ({} updates) in {:.1} min; checkpoint: {}",
+        "trained {} env steps ({} updates) in {:.1} min{}; checkpoint: {}",
         trainer.status.time,
         trainer.status.updates,
         trainer.status.wall_time_s / 60.0,
+        if early { ", stopped by --time-limit" } else { "" },
         a.out.join("checkpoint").display()
     );
     Ok(())
+}
+
+/// `--time-limit`: a positive, finite number of minutes.
+fn parse_minutes(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(m) if m.is_finite() && m > 0.0 => Ok(m),
+        _ => Err(format!("expected a positive number of minutes, got {text:?}")),
+    }
 }
 
 /// Loads a checkpoint or export for the tracking agent.

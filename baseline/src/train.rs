@@ -125,6 +125,9 @@ pub struct Trainer {
     episode_start: Vec<bool>,
     episode_steps: u64,
     log: LogAccumulator,
+    /// Wall time after which [`Trainer::run`] stops early (at the end of an iteration) and
+    /// writes its checkpoint: a run that must end inside a time budget (a GPU session).
+    pub time_limit: Option<std::time::Duration>,
 }
 
 impl std::fmt::Debug for Trainer {
@@ -291,6 +294,7 @@ impl Trainer {
             envs,
             episode_steps,
             log: LogAccumulator::default(),
+            time_limit: None,
         })
     }
 
@@ -435,12 +439,21 @@ impl Trainer {
         let o = self.learner.model.config.obs;
         let dims = [o.state, o.privileged_state, o.last_action, o.history_actor];
         let mut clock = Instant::now();
+        let started = Instant::now();
         let mut first = true;
         let mut actions = vec![0.0f32; n * a_dim];
         let mut a5 = vec![0.0f64; n * a_dim];
         let mut prev = vec![0.0f64; n * a_dim];
         let mut aux_weighted = vec![0.0f32; n];
         while self.status.time < t.num_env_steps {
+            if self.time_limit.is_some_and(|limit| started.elapsed() >= limit) {
+                tracing::info!(
+                    "stopping at {} of {} env steps: the time limit is reached",
+                    self.status.time,
+                    t.num_env_steps
+                );
+                break;
+            }
             let time = self.status.time;
             let boundary = first || time % t.checkpoint_every_steps < n as u64 || time % t.eval_every_steps < n as u64;
             // A boundary: checkpoint (not at the run's first iteration, which a resumed run

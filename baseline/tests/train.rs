@@ -480,3 +480,51 @@ fn an_agent_export_scores_like_its_checkpoint_and_starts_a_new_run() {
     .unwrap();
     assert!(format!("{err:#}").contains("model sizes differ"), "{err:#}");
 }
+
+#[test]
+fn a_time_limit_stops_early_with_a_checkpoint_that_resumes() {
+    let root = tempfile::tempdir().unwrap();
+    let run = root.path().join("run");
+    let status = |run: &Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(run.join("checkpoint/train_status.json")).unwrap()).unwrap()
+    };
+    let config = repo().join("baseline/configs/tiny.toml");
+    let mut args = vec![
+        "train",
+        "--config",
+        config.to_str().unwrap(),
+        "--out",
+        run.to_str().unwrap(),
+    ];
+    args.extend([
+        "--set",
+        "train.num_env_steps=100000000",
+        "--set",
+        "train.eval_every_steps=100000000",
+    ]);
+    let out = bfm(&[args.as_slice(), &["--time-limit", "0"]].concat());
+    assert!(
+        !out.status.success() && stderr(&out).contains("expected a positive number of minutes"),
+        "{}",
+        stderr(&out)
+    );
+    let out = bfm(&[args.as_slice(), &["--time-limit", "0.05"]].concat());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout.contains("stopped by --time-limit"), "{stdout}");
+    let stopped = status(&run)["time"].as_u64().unwrap();
+    assert!(stopped > 0 && stopped < 100_000_000, "{stopped}");
+    // The checkpoint resumes: the run goes on to a step count set now.
+    let target = stopped + 64;
+    let out = bfm(&[
+        "train",
+        "--out",
+        run.to_str().unwrap(),
+        "--resume",
+        "--set",
+        &format!("train.num_env_steps={target}"),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("stopped by"));
+    assert_eq!(status(&run)["time"].as_u64().unwrap(), target);
+}

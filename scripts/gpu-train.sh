@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Runs on a GPU machine, from the checkout's root, with .gpu-bfm/ carried there
+# (scripts/gpu-carry-bfm.sh; docs/baseline.md, "Training on a GPU machine"): the baseline's GPU
+# work of issue 15, one step after the other, meant to be started detached (a device command may
+# run 10 minutes at most):
+#
+#   mkdir -p /tmp/bfm && setsid nohup bash scripts/gpu-train.sh > /tmp/bfm/log 2>&1 < /dev/null &
+#
+# 1. update throughput of arena-bfm against the PyTorch oracle at each of THROUGHPUT_PRESETS;
+# 2. a training run of CONFIG for at most TRAIN_MINUTES (arena-bfm train --time-limit), started
+#    from INIT_FROM when set (an export committed under baseline/checkpoints/);
+# 3. an export of the agent's networks to OUT_DIR/agent, and the run's logs beside it.
+# Each step writes OUT_DIR/<name>.txt when it ends; OUT_DIR/DONE marks the end. Bring back
+# OUT_DIR (the export of `small` is about 7 MB).
+#
+# Settings (environment): OUT_DIR (/tmp/bfm/out), RUN_DIR (/tmp/bfm/run), CONFIG
+# (baseline/configs/small.toml), TRAIN_MINUTES (12), INIT_FROM (none), DEVICE (cuda),
+# THROUGHPUT_PRESETS ("paper small"), BATCH (1024), PYTHON (python3), BFM_DIR (.gpu-bfm),
+# EXTRA (more arena-bfm train arguments, e.g. "--set train.eval_every_steps=100000").
+set -u
+cd "$(dirname "$0")/.."
+out=${OUT_DIR:-/tmp/bfm/out}
+run_dir=${RUN_DIR:-/tmp/bfm/run}
+device=${DEVICE:-cuda}
+python=${PYTHON:-python3}
+bin=/tmp/arena-bfm-bin
+mkdir -p "$out" "$bin"
+cp "${BFM_DIR:-.gpu-bfm}"/* "$bin"/ || exit 1
+torch_lib=$("$python" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))') || exit 1
+export LD_LIBRARY_PATH="$torch_lib:$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+step() {  # step NAME COMMAND...: output to OUT_DIR/NAME.txt, its status and time in the log
+    local name=$1 start=$SECONDS
+    shift
+    echo "$(date -u +%T) start $name: $*"
+    "$@" > "$out/$name.partial" 2>&1
+    local status=$?
+    mv "$out/$name.partial" "$out/$name.txt"
+    echo "$(date -u +%T) end $name: exit $status after $((SECONDS - start)) s"
+    return $status
+}
+
+{ nvidia-smi; "$python" -c 'import torch; print("torch", torch.__version__, torch.cuda.is_available())'; } > "$out/machine.txt" 2>&1
+for preset in ${THROUGHPUT_PRESETS:-paper small}; do
+    step "throughput-$preset" "$python" baseline/bench/update_throughput.py --example "$bin/update_throughput" \
+        --preset "$preset" --batch "${BATCH:-1024}" --device "$device"
+done
+init=()
+if [ -n "${INIT_FROM:-}" ]; then
+    init=(--init-from "$INIT_FROM")
+fi
+# shellcheck disable=SC2086 # EXTRA is a list of arguments
+step train "$bin/arena-bfm" train --config "${CONFIG:-baseline/configs/small.toml}" --out "$run_dir" \
+    --device "$device" --time-limit "${TRAIN_MINUTES:-12}" "${init[@]}" ${EXTRA:-}
+if [ -d "$run_dir/checkpoint" ]; then
+    rm -rf "$out/agent"
+    step export "$bin/arena-bfm" export --checkpoint "$run_dir/checkpoint" --out "$out/agent"
+    cp "$run_dir/train_log.csv" "$run_dir/eval_log.csv" "$run_dir/checkpoint/train_status.json" \
+        "$run_dir/checkpoint/config.json" "$out"/ 2>/dev/null
+fi
+touch "$out/DONE"

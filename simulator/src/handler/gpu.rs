@@ -141,7 +141,8 @@ struct Worker {
     /// Answer lines from the stdout reader thread (a Mutex only to make the handler `Sync`).
     replies: Mutex<Receiver<String>>,
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
-    /// The worker's own description (`mujoco_warp on cuda:0 (mujoco-warp 3.17.0, warp 1.18.0, mujoco 3.17.0)`).
+    /// The worker's own description, e.g. `mujoco_warp on cuda:0 (mujoco-warp 3.17.0, warp
+    /// 1.18.0, mujoco 3.17.0)`.
     device: String,
 }
 
@@ -326,7 +327,7 @@ impl GpuHandler {
             }
         };
         let started = command
-            .arg(script)
+            .arg(&script)
             .arg("--shm")
             .arg(&self.shm_path)
             .stdin(Stdio::piped())
@@ -507,37 +508,32 @@ fn cache_base() -> PathBuf {
         .unwrap_or_else(std::env::temp_dir)
 }
 
-/// The worker script, written with its modules (once per process) to
-/// `<cache>/arena/gpu-worker-<hash of the sources>/`: per user, and a binary with other sources
-/// gets another folder. Each file is written beside its final name and renamed into place, so
+/// The worker script, written with its modules to `<cache>/arena/gpu-worker-<hash of the
+/// sources>/`: per user, and a binary with other sources gets another folder. Checked at each
+/// start (files read and compared, rewritten when missing or different), so a cleaned cache only
+/// costs a rewrite. Each file is written beside its final name and renamed into place, so
 /// processes starting workers at the same time never see a partial file.
-fn worker_script() -> Result<&'static PathBuf, String> {
-    static SCRIPT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
-    SCRIPT
-        .get_or_init(|| {
-            // FNV-1a: stable across builds and Rust versions (std's hasher is not).
-            let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-            for (name, source) in WORKER_FILES {
-                for byte in name.bytes().chain(source.bytes()) {
-                    hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
-                }
-            }
-            let dir = cache_base().join("arena").join(format!("gpu-worker-{hash:016x}"));
-            let fail = |e: std::io::Error| format!("writing the GPU worker's files to {}: {e}", dir.display());
-            std::fs::create_dir_all(&dir).map_err(fail)?;
-            for (name, source) in WORKER_FILES {
-                let path = dir.join(name);
-                if std::fs::read_to_string(&path).is_ok_and(|existing| existing == source) {
-                    continue;
-                }
-                let partial = dir.join(format!(".{name}.{}", std::process::id()));
-                std::fs::write(&partial, source).map_err(fail)?;
-                std::fs::rename(&partial, &path).map_err(fail)?;
-            }
-            Ok(dir.join(WORKER_FILES[0].0))
-        })
-        .as_ref()
-        .map_err(String::clone)
+fn worker_script() -> Result<PathBuf, String> {
+    // FNV-1a: stable across builds and Rust versions (std's hasher is not).
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for (name, source) in WORKER_FILES {
+        for byte in name.bytes().chain(source.bytes()) {
+            hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    let dir = cache_base().join("arena").join(format!("gpu-worker-{hash:016x}"));
+    let fail = |e: std::io::Error| format!("writing the GPU worker's files to {}: {e}", dir.display());
+    std::fs::create_dir_all(&dir).map_err(fail)?;
+    for (name, source) in WORKER_FILES {
+        let path = dir.join(name);
+        if std::fs::read_to_string(&path).is_ok_and(|existing| existing == source) {
+            continue;
+        }
+        let partial = dir.join(format!(".{name}.{}", std::process::id()));
+        std::fs::write(&partial, source).map_err(fail)?;
+        std::fs::rename(&partial, &path).map_err(fail)?;
+    }
+    Ok(dir.join(WORKER_FILES[0].0))
 }
 
 /// A fresh name for the shared file: in /dev/shm where it exists (memory, not disk).

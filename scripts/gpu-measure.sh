@@ -32,24 +32,17 @@ if [ -d "$site" ]; then
 fi
 export ARENA_GPU_PYTHON=${ARENA_GPU_PYTHON:-$python}
 
-run() {  # run NAME COMMAND...: output to RESULTS/NAME.txt, its status and time in the log
-    local name=$1 start=$SECONDS
-    shift
-    echo "$(date -u +%T) start $name: $*"
-    "$@" > "$results/$name.partial" 2>&1
-    local status=$?
-    mv "$results/$name.partial" "$results/$name.txt"
-    echo "$(date -u +%T) end $name: exit $status after $((SECONDS - start)) s"
-}
+# shellcheck source=scripts/gpu-steps.sh
+source scripts/gpu-steps.sh
 
 { nvidia-smi; "$python" -c 'import jax; print("jax", jax.__version__, jax.devices())'; } > "$results/machine.txt" 2>&1
 for impl in $impls; do
     # shellcheck disable=SC2086 # ENVS is a list
-    run "throughput-$impl" "$python" bench/gpu_throughput.py --arena /tmp/arena-gpu-bin/arena \
+    step "$results" "throughput-$impl" "$python" bench/gpu_throughput.py --arena /tmp/arena-gpu-bin/arena \
         --envs $envs --cpu-threads "${CPU_THREADS:-16}" --device "$device" --impl "$impl"
 done
 for impl in $impls; do
-    run "eval-$impl" "$python" bench/gpu_eval_scale.py --arena /tmp/arena-gpu-bin/arena \
+    step "$results" "eval-$impl" "$python" bench/gpu_eval_scale.py --arena /tmp/arena-gpu-bin/arena \
         --agent /tmp/arena-gpu-bin/replay --episodes "$episodes" --backend gpu \
         --gpu-device "$device" --gpu-impl "$impl"
 done

@@ -29,20 +29,12 @@ cp "${BFM_DIR:-.gpu-bfm}"/* "$bin"/ || exit 1
 torch_lib=$("$python" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))') || exit 1
 export LD_LIBRARY_PATH="$torch_lib:$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
-step() {  # step NAME COMMAND...: output to OUT_DIR/NAME.txt, its status and time in the log
-    local name=$1 start=$SECONDS
-    shift
-    echo "$(date -u +%T) start $name: $*"
-    "$@" > "$out/$name.partial" 2>&1
-    local status=$?
-    mv "$out/$name.partial" "$out/$name.txt"
-    echo "$(date -u +%T) end $name: exit $status after $((SECONDS - start)) s"
-    return $status
-}
+# shellcheck source=scripts/gpu-steps.sh
+source scripts/gpu-steps.sh
 
 { nvidia-smi; "$python" -c 'import torch; print("torch", torch.__version__, torch.cuda.is_available())'; } > "$out/machine.txt" 2>&1
 for preset in ${THROUGHPUT_PRESETS:-paper small}; do
-    step "throughput-$preset" "$python" baseline/bench/update_throughput.py --example "$bin/update_throughput" \
+    step "$out" "throughput-$preset" "$python" baseline/bench/update_throughput.py --example "$bin/update_throughput" \
         --preset "$preset" --batch "${BATCH:-1024}" --device "$device"
 done
 init=()
@@ -50,11 +42,11 @@ if [ -n "${INIT_FROM:-}" ]; then
     init=(--init-from "$INIT_FROM")
 fi
 # shellcheck disable=SC2086 # EXTRA is a list of arguments
-step train "$bin/arena-bfm" train --config "${CONFIG:-baseline/configs/small.toml}" --out "$run_dir" \
+step "$out" train "$bin/arena-bfm" train --config "${CONFIG:-baseline/configs/small.toml}" --out "$run_dir" \
     --device "$device" --time-limit "${TRAIN_MINUTES:-12}" "${init[@]}" ${EXTRA:-}
 if [ -d "$run_dir/checkpoint" ]; then
     rm -rf "$out/agent"
-    step export "$bin/arena-bfm" export --checkpoint "$run_dir/checkpoint" --out "$out/agent"
+    step "$out" export "$bin/arena-bfm" export --checkpoint "$run_dir/checkpoint" --out "$out/agent"
     cp "$run_dir/train_log.csv" "$run_dir/eval_log.csv" "$run_dir/checkpoint/train_status.json" \
         "$run_dir/checkpoint/config.json" "$out"/ 2>/dev/null
 fi

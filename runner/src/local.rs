@@ -103,15 +103,24 @@ pub fn run_local(
     let mut starting = Vec::new();
     let mut step_counter = 0u64;
 
-    let start = |env: &mut TrackingEnv, slot: usize, ep: &Episode, starting: &mut Vec<EpisodeInfo>| {
-        env.reset(&[(slot, episode::assignment(spec, ep)?)])?;
-        starting.push(episode_info(spec, &library, ep, 1));
+    // Episodes starting together are reset in one call: on the GPU backend each reset call is
+    // a round trip to the worker.
+    let mut refills: Vec<(usize, &Episode)> = Vec::with_capacity(batch);
+    let start = |env: &mut TrackingEnv, refills: &[(usize, &Episode)], starting: &mut Vec<EpisodeInfo>| {
+        let assignments = refills
+            .iter()
+            .map(|&(slot, ep)| Ok((slot, episode::assignment(spec, ep)?)))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        env.reset(&assignments)?;
+        starting.extend(refills.iter().map(|&(_, ep)| episode_info(spec, &library, ep, 1)));
         anyhow::Ok(())
     };
-    for (slot, ep) in queue.by_ref().take(batch).enumerate() {
-        start(&mut env, slot, ep, &mut starting)?;
+    refills.extend(queue.by_ref().take(batch).enumerate());
+    start(&mut env, &refills, &mut starting)?;
+    for &(slot, ep) in &refills {
         running[slot] = Some(ep);
     }
+    refills.clear();
     while running.iter().any(Option::is_some) {
         if !starting.is_empty() {
             agent.reset(&starting);
@@ -185,9 +194,13 @@ pub fn run_local(
             aggregator.add_episode(result);
             running[slot] = None;
             if let Some(next) = queue.next() {
-                start(&mut env, slot, next, &mut starting)?;
+                refills.push((slot, next));
                 running[slot] = Some(next);
             }
+        }
+        if !refills.is_empty() {
+            start(&mut env, &refills, &mut starting)?;
+            refills.clear();
         }
     }
     Ok(aggregator)

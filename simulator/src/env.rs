@@ -251,8 +251,7 @@ impl Readout {
         handler.read_env_into(env, Field::RootAngVel, &mut r.root_ang_vel);
         handler.read_env_into(env, Field::BodyPos, &mut r.body_pos);
         handler.read_env_into(env, Field::BodyRot, &mut r.body_rot);
-        handler.read_env_into(env, Field::BodyVel, &mut r.body_vel);
-        handler.read_env_into(env, Field::BodyAngVel, &mut r.body_ang_vel);
+        handler.read_body_velocities_into(env, &mut r.body_vel, &mut r.body_ang_vel);
         r
     }
 }

@@ -147,10 +147,11 @@ impl<'a> Lane<'a> {
         self.ctx.out.send(msg).is_ok()
     }
 
-    /// Claims episodes for free slots. When `idle` and the source is a practice session, blocks
-    /// until the client asks for one (or the session ends).
+    /// Claims episodes for free slots and resets their envs together. When `idle` and the
+    /// source is a practice session, blocks until the client asks for one (or the session ends).
     fn fill_slots(&mut self, idle: bool) -> Result<Vec<arena_sdk::protocol::EpisodeInfo>, LaneEnd> {
         let mut starting = Vec::new();
+        let mut resets = Vec::new();
         for slot in 0..self.slots.len() {
             if self.slots[slot].is_some() {
                 continue;
@@ -159,21 +160,32 @@ impl<'a> Lane<'a> {
             let Some((episode, attempt)) = self.claim(block)? else {
                 break;
             };
-            let assignment = episode::assignment(&self.ctx.benchmark.spec, &episode)
-                .and_then(|a| Ok(self.env.reset(&[(slot, a)]).map(|_| ())?));
             let spec = &self.ctx.benchmark.spec;
             starting.push(episode_info(spec, &self.ctx.benchmark.library, &episode, attempt));
-            let forced = assignment.err().map(|e| {
-                (
-                    EpisodeStatus::Failed,
-                    format!("simulator: resetting the episode: {e:#}"),
-                )
-            });
+            let forced = match episode::assignment(spec, &episode) {
+                Ok(a) => {
+                    resets.push((slot, a));
+                    None
+                }
+                Err(e) => Some(reset_failure(&e)),
+            };
             self.slots[slot] = Some(Running {
                 episode,
                 attempt,
                 forced,
             });
+        }
+        // One batched reset: on the GPU backend every reset call is a round trip to the worker,
+        // so thousands of slots filled one by one would take thousands of them.
+        if !resets.is_empty() && self.env.reset(&resets).is_err() {
+            // Find which episodes cannot start; the others start as usual.
+            for (slot, a) in resets {
+                if let Err(e) = self.env.reset(&[(slot, a)]) {
+                    if let Some(running) = self.slots[slot].as_mut() {
+                        running.forced = Some(reset_failure(&e.into()));
+                    }
+                }
+            }
         }
         Ok(starting)
     }
@@ -429,4 +441,12 @@ enum Wait {
     Action(Action),
     Timeout,
     Lost,
+}
+
+/// How an episode whose env could not be reset ends.
+fn reset_failure(e: &anyhow::Error) -> (EpisodeStatus, String) {
+    (
+        EpisodeStatus::Failed,
+        format!("simulator: resetting the episode: {e:#}"),
+    )
 }

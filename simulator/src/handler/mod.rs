@@ -214,6 +214,12 @@ pub trait Handler: Send + Sync {
     fn step(&mut self, targets: &[f64]) -> Result<(), SimError>;
     /// Reads `field` of one env into `out` (`field.width()` values).
     fn read_env_into(&self, env: usize, field: Field, out: &mut [f64]);
+    /// Reads one env's [`Field::BodyVel`] and [`Field::BodyAngVel`] together; a backend that
+    /// derives both from one computation per body overrides this to do it once.
+    fn read_body_velocities_into(&self, env: usize, linear: &mut [f64], angular: &mut [f64]) {
+        self.read_env_into(env, Field::BodyVel, linear);
+        self.read_env_into(env, Field::BodyAngVel, angular);
+    }
     /// Total mass of the robot (nominal model, kg).
     fn total_mass(&self) -> f64;
     /// Position range (lower, upper) of each of the 29 joints, from the compiled model.

@@ -6,6 +6,13 @@
 //!
 //! Every environment is independent, so results are bit-for-bit identical whatever the thread
 //! count and across runs.
+//!
+//! Each substep is MuJoCo's `mj_step` cut in its two documented halves: `mj_step2` (actuation,
+//! constraint solve, integration) and then `mj_step1` (position and velocity stages of the new
+//! state). Together they do exactly `mj_step`'s work, and the second half leaves the body poses
+//! and velocities of the state the robot is in now, which observations read, so a control step
+//! needs no separate kinematics refresh (that refresh cost about 2 % of a step). Contact forces
+//! belong to the solve of the last substep: they are kept per body before its `mj_step1`.
 
 use super::{
     DECIMATION, EnvHealth, Field, Handler, MAX_FIELD_WIDTH, NQ, NV, PhysicsParams, batch_width, check_env, check_state,
@@ -13,7 +20,7 @@ use super::{
 };
 use crate::SimError;
 use crate::math::{self, Quat, Vec3};
-use crate::robot::{BODY_NAMES, JOINT_NAMES, NUM_BODIES, RobotConfig, TORSO_INDEX};
+use crate::robot::{BODY_NAMES, JOINT_NAMES, NUM_BODIES, NUM_BODIES_EXT, RobotConfig, TORSO_INDEX};
 use arena_data::NUM_JOINTS;
 use mujoco_rs::mujoco_c::mjtWarning;
 use mujoco_rs::prelude::{MjData, MjModel, MjtObjBase};
@@ -28,6 +35,12 @@ struct EnvSlot {
     kp: [f64; NUM_JOINTS],
     kd: [f64; NUM_JOINTS],
     health: EnvHealth,
+    /// Whether `data` holds the position and velocity stages (`mj_step1`) of its current
+    /// qpos/qvel, checked for divergence, so that the next substep can start at `mj_step2`.
+    /// Anything that edits the state or the model clears it.
+    stages_current: bool,
+    /// Per-body contact forces of the last constraint solve (world frame, N), head row last.
+    contact_force: [f64; 3 * NUM_BODIES_EXT],
     /// Per-substep torques since the last reset, when logging is on (benchmark replays).
     torque_log: Option<Vec<f64>>,
 }
@@ -108,6 +121,7 @@ impl MujocoHandler {
         for _ in 0..num_envs {
             let mut data = MjData::try_new(nominal_model.clone()).map_err(|e| SimError::Model(e.to_string()))?;
             data.forward();
+            let contact_force = body_contact_forces(&data);
             envs.push(EnvSlot {
                 data,
                 target: config.default_pose,
@@ -115,6 +129,8 @@ impl MujocoHandler {
                 kp: config.kp,
                 kd: config.kd,
                 health: EnvHealth::Ok,
+                stages_current: false,
+                contact_force,
                 torque_log: None,
             });
         }
@@ -166,7 +182,9 @@ impl MujocoHandler {
     pub fn set_kinematic_state(&mut self, env: usize, qpos: &[f64], qvel: &[f64]) -> Result<(), SimError> {
         self.check_env(env)?;
         check_state(qpos, qvel)?;
-        let data = &mut self.envs[env].data;
+        let slot = &mut self.envs[env];
+        slot.stages_current = false;
+        let data = &mut slot.data;
         data.qpos_mut().copy_from_slice(qpos);
         data.qvel_mut().copy_from_slice(qvel);
         data.kinematics();
@@ -186,7 +204,14 @@ impl MujocoHandler {
         if slot.health != EnvHealth::Ok {
             return;
         }
-        for _ in 0..DECIMATION {
+        if !slot.stages_current {
+            slot.data.step1();
+            if let Some(reason) = instability(&slot.data) {
+                slot.health = EnvHealth::Failed(reason);
+                return;
+            }
+        }
+        for substep in 0..DECIMATION {
             {
                 let (qpos, qvel) = (slot.data.qpos(), slot.data.qvel());
                 for j in 0..NUM_JOINTS {
@@ -198,17 +223,20 @@ impl MujocoHandler {
             if let Some(log) = &mut slot.torque_log {
                 log.extend_from_slice(&slot.torque);
             }
-            slot.data.step();
+            slot.data.step2();
+            if substep + 1 == DECIMATION {
+                slot.contact_force = body_contact_forces(&slot.data);
+            }
+            // The next substep's first half, which also brings body poses and velocities up to
+            // the new state and checks it for divergence.
+            slot.data.step1();
+            slot.stages_current = true;
             if let Some(reason) = instability(&slot.data) {
                 slot.health = EnvHealth::Failed(reason);
+                slot.stages_current = false;
                 return;
             }
         }
-        // mj_step leaves body poses and velocities at the pre-integration state; refresh the
-        // cheap kinematic stages so observations read the state the robot is in now.
-        slot.data.kinematics();
-        slot.data.com_pos();
-        slot.data.com_vel();
     }
 
     fn set_targets(&mut self, targets: &[f64]) -> Result<(), SimError> {
@@ -230,6 +258,29 @@ impl MujocoHandler {
     fn body_velocity(data: &MjData<Arc<MjModel>>, body_id: usize) -> (Vec3, Vec3) {
         let v = data.object_velocity(MjtObjBase::mjOBJ_BODY, body_id, false);
         ([v[3], v[4], v[5]], [v[0], v[1], v[2]])
+    }
+
+    /// Linear and/or angular world-frame velocities of every body, head row last, from one
+    /// `mj_objectVelocity` per body.
+    fn body_velocities(data: &MjData<Arc<MjModel>>, mut linear: Option<&mut [f64]>, mut angular: Option<&mut [f64]>) {
+        let mut put = |row: usize, v: &Vec3, w: &Vec3| {
+            if let Some(out) = linear.as_deref_mut() {
+                out[3 * row..3 * row + 3].copy_from_slice(v);
+            }
+            if let Some(out) = angular.as_deref_mut() {
+                out[3 * row..3 * row + 3].copy_from_slice(w);
+            }
+        };
+        let mut torso = ([0.0; 3], [0.0; 3]);
+        for b in 0..NUM_BODIES {
+            let (v, w) = Self::body_velocity(data, b + 1);
+            put(b, &v, &w);
+            if b == TORSO_INDEX {
+                torso = (v, w);
+            }
+        }
+        let (v, w) = torso;
+        put(NUM_BODIES, &head_vel(&v, &w), &w);
     }
 
     fn read_env(slot: &EnvSlot, field: Field, out: &mut [f64]) {
@@ -267,37 +318,34 @@ impl MujocoHandler {
                 }
                 out[4 * NUM_BODIES..].copy_from_slice(&xquat[TORSO_INDEX + 1]);
             }
-            Field::BodyVel | Field::BodyAngVel => {
-                let want_lin = field == Field::BodyVel;
-                for b in 0..NUM_BODIES {
-                    let (v, w) = Self::body_velocity(data, b + 1);
-                    out[3 * b..3 * b + 3].copy_from_slice(if want_lin { &v } else { &w });
-                }
-                let (v, w) = Self::body_velocity(data, TORSO_INDEX + 1);
-                let head_v = head_vel(&v, &w);
-                out[3 * NUM_BODIES..].copy_from_slice(if want_lin { &head_v } else { &w });
-            }
-            Field::BodyContactForce => {
-                out.fill(0.0);
-                let geom_body = data.model().geom_bodyid();
-                for (i, contact) in data.contact().iter().enumerate() {
-                    let f = data.contact_force(i);
-                    // Contact frame rows: normal (geom1 → geom2), tangent 1, tangent 2; the
-                    // force acts on geom2 and, opposite, on geom1.
-                    let fr = &contact.frame;
-                    let world: Vec3 = std::array::from_fn(|k| fr[k] * f[0] + fr[3 + k] * f[1] + fr[6 + k] * f[2]);
-                    for (geom, sign) in [(contact.geom[0], -1.0), (contact.geom[1], 1.0)] {
-                        let body = geom_body[geom as usize] as usize;
-                        if (1..=NUM_BODIES).contains(&body) {
-                            for k in 0..3 {
-                                out[3 * (body - 1) + k] += sign * world[k];
-                            }
-                        }
-                    }
+            Field::BodyVel => Self::body_velocities(data, Some(out), None),
+            Field::BodyAngVel => Self::body_velocities(data, None, Some(out)),
+            Field::BodyContactForce => out.copy_from_slice(&slot.contact_force),
+        }
+    }
+}
+
+/// Per-body sums of the contact forces of `data`'s last constraint solve (world frame), in the
+/// layout of [`Field::BodyContactForce`]; the head row stays zero (it is not a body).
+fn body_contact_forces(data: &MjData<Arc<MjModel>>) -> [f64; 3 * NUM_BODIES_EXT] {
+    let mut out = [0.0; 3 * NUM_BODIES_EXT];
+    let geom_body = data.model().geom_bodyid();
+    for (i, contact) in data.contact().iter().enumerate() {
+        let f = data.contact_force(i);
+        // Contact frame rows: normal (geom1 → geom2), tangent 1, tangent 2; the force acts on
+        // geom2 and, opposite, on geom1.
+        let fr = &contact.frame;
+        let world: Vec3 = std::array::from_fn(|k| fr[k] * f[0] + fr[3 + k] * f[1] + fr[6 + k] * f[2]);
+        for (geom, sign) in [(contact.geom[0], -1.0), (contact.geom[1], 1.0)] {
+            let body = geom_body[geom as usize] as usize;
+            if (1..=NUM_BODIES).contains(&body) {
+                for k in 0..3 {
+                    out[3 * (body - 1) + k] += sign * world[k];
                 }
             }
         }
     }
+    out
 }
 
 /// MuJoCo resets a diverged `MjData` and counts a warning; report that, or non-finite state.
@@ -356,6 +404,9 @@ impl Handler for MujocoHandler {
             log.clear();
         }
         slot.data.forward();
+        slot.contact_force = body_contact_forces(&slot.data);
+        // `mj_forward` skips the divergence checks that open `mj_step1`: the first step runs it.
+        slot.stages_current = false;
         Ok(())
     }
 
@@ -386,6 +437,7 @@ impl Handler for MujocoHandler {
         } else {
             Arc::new(Self::randomised_model(&mut self.randomiser, &self.nominal, p))
         };
+        slot.stages_current = false;
         // The new model is a copy of the one the data was made for: same sizes and addresses.
         slot.data
             .try_swap_model(model)
@@ -396,7 +448,9 @@ impl Handler for MujocoHandler {
     /// Adds a velocity impulse to the root (world-frame linear, world-frame angular): a push.
     fn push_root(&mut self, env: usize, dv: Vec3, dw_world: Vec3) -> Result<(), SimError> {
         self.check_env(env)?;
-        let data = &mut self.envs[env].data;
+        let slot = &mut self.envs[env];
+        slot.stages_current = false;
+        let data = &mut slot.data;
         let rot: Quat = data.qpos()[3..7].try_into().expect("4 values");
         let dw_local = math::rotate_inv(&rot, &dw_world);
         let qvel = data.qvel_mut();
@@ -440,6 +494,10 @@ impl Handler for MujocoHandler {
     /// [`Handler::read_batch`] for callers that process envs in their own parallel loop.
     fn read_env_into(&self, env: usize, field: Field, out: &mut [f64]) {
         Self::read_env(&self.envs[env], field, out)
+    }
+
+    fn read_body_velocities_into(&self, env: usize, linear: &mut [f64], angular: &mut [f64]) {
+        Self::body_velocities(&self.envs[env].data, Some(linear), Some(angular))
     }
 
     /// Total mass of the robot (nominal model, kg).

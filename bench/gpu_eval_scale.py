@@ -7,8 +7,11 @@ server and of its GPU worker (and GPU memory from nvidia-smi when there is one).
 
   python bench/gpu_eval_scale.py --arena target/release/arena \
       --agent target/release/examples/replay --episodes 4096 --backend gpu
-The benchmark (written to a temporary folder) is the six built-in motions repeated to reach
---episodes, whole clips (4-6 s), DR level 3, observations `state` + one reference frame.
+The benchmark (written to a temporary folder) is k of the six built-in motions, k the largest
+that divides --episodes, each repeated --episodes/k times (so one batch holds every episode and
+no straggler runs alone in a batch of idle envs afterwards), whole clips (4-6 s) or their first --window-s seconds, DR level 3, observations
+`state` + one reference frame. On a CPU device, `--window-s 1` keeps a 4096-episode run to
+about a quarter of an hour.
 """
 import argparse
 import json
@@ -24,12 +27,12 @@ import urllib.request
 
 BENCHMARK = """name = "g1-scale"
 version = 1
-description = "Scale test: the six built-in motions repeated, DR level 3."
+description = "Scale test: built-in motions repeated, DR level 3."
 task = "tracking"
 [motions]
-builtin = ["stand", "squat", "arm_wave", "torso_twist", "weight_shift", "step_in_place"]
+builtin = {motions}
 [episodes]
-window = "whole"
+window = {window}
 repeats = {repeats}
 dr_level = 3
 seed = 0
@@ -94,22 +97,31 @@ def main():
     p.add_argument("--episodes", type=int, default=4096)
     p.add_argument("--backend", default="gpu", choices=["cpu", "gpu"])
     p.add_argument("--gpu-device", default="auto")
+    p.add_argument("--window-s", type=float, default=0.0,
+                   help="episode length in seconds from each clip's start (0: whole clips)")
     p.add_argument("--gpu-impl", default="jax", choices=["jax", "warp"],
                    help="MuJoCo MJX on JAX or MuJoCo Warp")
     a = p.parse_args()
 
-    repeats = -(-a.episodes // 6)
+    if not 1 <= a.episodes <= 4096:
+        sys.exit("--episodes must be 1-4096 (one lane's batch)")
+    k = max(k for k in range(1, 7) if a.episodes % k == 0)
+    motions = ["stand", "squat", "arm_wave", "torso_twist", "weight_shift", "step_in_place"][:k]
+    repeats = a.episodes // k
     tmp = tempfile.mkdtemp(prefix="arena-scale-")
     bench_dir = os.path.join(tmp, "benchmarks")
     os.makedirs(bench_dir)
     with open(os.path.join(bench_dir, "g1-scale.toml"), "w") as f:
-        f.write(BENCHMARK.replace("{repeats}", str(repeats)))
+        # One window per clip: the stride is longer than any built-in clip.
+        window = f"{{ length_s = {a.window_s}, stride_s = 100.0 }}" if a.window_s > 0 else '"whole"'
+        f.write(BENCHMARK.replace("{repeats}", str(repeats)).replace("{window}", window)
+                .replace("{motions}", json.dumps(motions)))
     port = free_port()
     admin = "scale-admin"
     env = dict(os.environ, ARENA_GPU_PYTHON=os.environ.get("ARENA_GPU_PYTHON", sys.executable))
     server = subprocess.Popen(
         [a.arena, "serve", "--bind", f"127.0.0.1:{port}", "--data-dir", os.path.join(tmp, "data"),
-         "--benchmarks-dir", bench_dir, "--admin-token", admin, "--max-batch", str(min(6 * repeats, 4096)),
+         "--benchmarks-dir", bench_dir, "--admin-token", admin, "--max-batch", str(a.episodes),
          "--lanes", "1", "--backend", a.backend, "--gpu-device", a.gpu_device, "--gpu-impl", a.gpu_impl,
          "--step-timeout-s", "600"],
         stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "server.log"), "w"), env=env)
@@ -158,7 +170,8 @@ def main():
     server.terminate()
     server.wait(timeout=30)
     result = {
-        "backend": a.backend, "episodes": len(rows), "status": sub["status"], "wall_s": round(wall, 2),
+        "backend": a.backend, "gpu_impl": a.gpu_impl if a.backend == "gpu" else None,
+        "gpu_device": a.gpu_device if a.backend == "gpu" else None, "episodes": len(rows), "status": sub["status"], "wall_s": round(wall, 2),
         "episodes_per_s": round(len(rows) / wall, 2), "control_steps": steps,
         "control_steps_per_s": round(steps / wall), "mean_step_round_trip_ms": round(1000 * wall / max(rounds, 1), 2),
         "peak_rss_server_and_worker_mb": round(peak["server"]), "peak_gpu_memory_mb": peak["gpu"],

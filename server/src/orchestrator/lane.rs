@@ -180,10 +180,10 @@ impl<'a> Lane<'a> {
         if !resets.is_empty() && self.env.reset(&resets).is_err() {
             // Find which episodes cannot start; the others start as usual.
             for (slot, a) in resets {
-                if let Err(e) = self.env.reset(&[(slot, a)]) {
-                    if let Some(running) = self.slots[slot].as_mut() {
-                        running.forced = Some(reset_failure(&e.into()));
-                    }
+                if let Err(e) = self.env.reset(&[(slot, a)])
+                    && let Some(running) = self.slots[slot].as_mut()
+                {
+                    running.forced = Some(reset_failure(&e.into()));
                 }
             }
         }

@@ -364,6 +364,29 @@ impl TrackingEnv {
         self.reset_with_starts(&starts)
     }
 
+    /// [`TrackingEnv::reset`] for episodes that must fail alone: the envs that cannot start are
+    /// returned with the reason, and the others start. It tries one batched reset first (on the
+    /// GPU backend every reset is a round trip to the worker). When that is refused, each
+    /// assignment is retried on its own to find the bad ones — except when the simulator itself
+    /// failed ([`SimError::Backend`]: a GPU worker that cannot start), which fails every env of
+    /// the call, since retrying one by one would start the worker once per env.
+    pub fn reset_isolating_failures(&mut self, assignments: &[(usize, EpisodeAssignment)]) -> Vec<(usize, SimError)> {
+        if assignments.is_empty() {
+            return Vec::new();
+        }
+        match self.reset(assignments) {
+            Ok(_) => Vec::new(),
+            Err(SimError::Backend(why)) => assignments
+                .iter()
+                .map(|&(env, _)| (env, SimError::Backend(why.clone())))
+                .collect(),
+            Err(_) => assignments
+                .iter()
+                .filter_map(|&(env, a)| self.reset(&[(env, a)]).err().map(|e| (env, e)))
+                .collect(),
+        }
+    }
+
     /// [`TrackingEnv::reset`] where some envs start lying down instead of in the reference
     /// pose (BFM-Zero's training resets, §4.4): the reference state with the root at
     /// [`LieDown::HEIGHT`] and its rotation turned by ±90° about world x.

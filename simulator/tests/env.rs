@@ -381,6 +381,41 @@ fn bad_assignments_are_rejected_before_anything_resets() {
 }
 
 #[test]
+fn a_bad_assignment_fails_alone_in_a_batched_start() {
+    let lib = library();
+    let good = [(0, assignment(0, 3, DrLevel::L3)), (2, assignment(2, 4, DrLevel::L3))];
+    let bad = EpisodeAssignment {
+        start_time: 99.0,
+        ..assignment(1, 0, DrLevel::L0)
+    };
+    let mut e = env(&lib, 3, 1);
+    e.reset(&[(1, assignment(1, 0, DrLevel::L0))]).unwrap();
+    e.step(&[0.0; 3 * NUM_JOINTS]).unwrap();
+    let env1_len = e.trajectory(1).len();
+    let failed = e.reset_isolating_failures(&[good[0], (1, bad), good[1]]);
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0].0, 1);
+    let why = failed[0].1.to_string();
+    assert!(why.contains("start time 99 outside motion squat"), "{why}");
+    assert_eq!(e.trajectory(1).len(), env1_len, "the refused env was left as it was");
+    // The envs that started are exactly as a reset of them alone makes them.
+    let mut alone = env(&lib, 3, 1);
+    alone.reset(&good).unwrap();
+    let mut policy = ReplayPolicy::default();
+    let mut actions = vec![0.0f32; 3 * NUM_JOINTS];
+    for _ in 0..5 {
+        policy.act(&alone, &mut actions);
+        alone.step(&actions).unwrap();
+        e.step(&actions).unwrap();
+    }
+    for (env, _) in good {
+        assert_eq!(e.infos()[env].status, EpisodeStatus::Running, "env {env}");
+        assert!(same(e.trajectory(env), alone.trajectory(env)), "env {env}");
+    }
+    assert!(e.reset_isolating_failures(&[]).is_empty());
+}
+
+#[test]
 fn contact_forces_carry_the_robot_on_its_feet() {
     // Reference replay of the built-in `stand` motion: the robot stands on its feet, so the
     // ground's vertical push on the two ankle-roll links balances the weight, other bodies touch

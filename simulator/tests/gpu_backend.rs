@@ -331,3 +331,54 @@ fn warp_worlds_fail_idle_and_reset_one_by_one() {
         assert_eq!(*h.health(0), EnvHealth::Ok, "{name}");
     }
 }
+
+/// A worker that dies and cannot be started again fails every env of the next batched start
+/// with the reason, after a single attempt to start it: the server's lanes start their
+/// episodes this way, and retrying them one by one would start the worker once per episode.
+#[test]
+fn a_worker_that_cannot_restart_fails_a_batched_start_once() {
+    let Some(python) = gpu_python() else { return };
+    let dir = std::env::temp_dir().join(format!("arena-restart-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let starts = dir.join("starts");
+    let wrapper = dir.join("python-once");
+    // An interpreter that runs the worker once, then refuses.
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\necho started >> '{starts}'\n[ \"$(wc -l < '{starts}')\" -le 1 ] || {{ echo 'this interpreter starts once' >&2; exit 3; }}\nexec '{python}' \"$@\"\n",
+            starts = starts.display(),
+            python = python.display()
+        ),
+    )
+    .unwrap();
+    std::process::Command::new("chmod")
+        .args(["+x", wrapper.to_str().unwrap()])
+        .status()
+        .unwrap();
+    let count = || std::fs::read_to_string(&starts).map_or(0, |s| s.lines().count());
+
+    let lib = library();
+    let mut e = env(&lib, 2, gpu(wrapper.clone()));
+    e.reset(&ASSIGNMENTS).unwrap();
+    e.step(&[0.0; 2 * NUM_JOINTS]).unwrap();
+    assert_eq!(count(), 1);
+    let pid = e.handler().worker_pid().expect("a worker runs");
+    std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    e.step(&[0.0; 2 * NUM_JOINTS]).unwrap();
+
+    let failed = e.reset_isolating_failures(&ASSIGNMENTS);
+    assert_eq!(failed.iter().map(|f| f.0).collect::<Vec<_>>(), [0, 1]);
+    for (env, why) in &failed {
+        let why = why.to_string();
+        assert!(
+            why.starts_with("GPU backend: the GPU worker did not start"),
+            "env {env}: {why}"
+        );
+    }
+    assert_eq!(count(), 2, "one attempt to start the worker again, not one per env");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -10,7 +10,6 @@ use arena_runner::episode::{self, ReferenceScratch};
 use arena_runner::local::episode_info;
 use arena_sdk::ObservationLayout;
 use arena_sdk::protocol::{self, Action, EpisodeObservation, EpisodeStart, GetAction, Msg, codes};
-use arena_sim::SimError;
 use arena_sim::env::{TrackingEnv, Trajectory};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
@@ -176,33 +175,9 @@ impl<'a> Lane<'a> {
                 forced,
             });
         }
-        // One batched reset: on the GPU backend every reset call is a round trip to the worker,
-        // so thousands of slots filled one by one would take thousands of them.
-        if resets.is_empty() {
-            return Ok(starting);
-        }
-        match self.env.reset(&resets) {
-            Ok(_) => {}
-            // The simulator itself failed (a GPU worker that cannot start): every episode of the
-            // batch fails with that reason. Retrying them one by one would start the worker
-            // once per episode.
-            Err(e @ SimError::Backend(_)) => {
-                let failure = reset_failure(&e.into());
-                for &(slot, _) in &resets {
-                    if let Some(running) = self.slots[slot].as_mut() {
-                        running.forced = Some(failure.clone());
-                    }
-                }
-            }
-            // An episode the env refuses: find which, the others start as usual.
-            Err(_) => {
-                for (slot, a) in resets {
-                    if let Err(e) = self.env.reset(&[(slot, a)])
-                        && let Some(running) = self.slots[slot].as_mut()
-                    {
-                        running.forced = Some(reset_failure(&e.into()));
-                    }
-                }
+        for (slot, e) in self.env.reset_isolating_failures(&resets) {
+            if let Some(running) = self.slots[slot].as_mut() {
+                running.forced = Some(reset_failure(&e.into()));
             }
         }
         Ok(starting)

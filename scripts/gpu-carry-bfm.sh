@@ -3,7 +3,7 @@
 # (docs/baseline.md, "Training on a GPU machine"): `arena-bfm` and its `update_throughput`
 # example linked against libtorch_cuda (ARENA_BFM_CUDA=1; they run there against that machine's
 # own torch 2.11.0 through LD_LIBRARY_PATH), stripped, with MuJoCo's library beside them, in
-# .gpu-bfm/ (ignored by git; one device call's `carry`, about 25 MiB).
+# .gpu-bfm/ (ignored by git; one device call's `carry`, about 18 MiB).
 #
 # Afterwards target/release holds the ordinary CPU build again, so tests and `make` here are not
 # affected.

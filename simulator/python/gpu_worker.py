@@ -16,7 +16,7 @@ Init (one line):
    "contact_forces": true}
 Reply: {"ready": true, "backend": "mjx"|"mujoco_warp", "impl", "device", "library", "mujoco",
 "compile_s"} or {"error": MESSAGE} and exit code 1. impl "warp" computes in float32 only (x64
-is refused) and needs mujoco-warp and warp-lang (python/requirements-warp.txt).
+is refused) and needs mujoco-warp and warp-lang (python/requirements-gpu.txt).
 
 Shared memory: PATH holds float64 little-endian arrays in C order, back to back; offsets are in
 float64 elements (bytes = 8 x offset), N = num_envs, total 729 N elements = 5832 N bytes.

@@ -273,6 +273,31 @@ fn a_python_that_cannot_start_the_worker_is_a_clear_error() {
         "{err}"
     );
     assert!(err.contains("ARENA_GPU_PYTHON"), "{err}");
+
+    // A Python that starts but cannot run the worker (here: no site-packages, so no numpy):
+    // the worker's own reason, and the interpreter to change.
+    let dir = std::env::temp_dir().join(format!("arena-bare-python-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bare = dir.join("python-without-packages");
+    std::fs::write(&bare, "#!/bin/sh\nexec python3 -S \"$@\"\n").unwrap();
+    std::process::Command::new("chmod")
+        .args(["+x", bare.to_str().unwrap()])
+        .status()
+        .unwrap();
+    let config = TrackingEnvConfig {
+        num_envs: 1,
+        backend: SimBackend::Gpu(GpuOptions {
+            python: bare.clone(),
+            ..GpuOptions::default()
+        }),
+        ..Default::default()
+    };
+    let err = TrackingEnv::new(config, library()).unwrap_err().to_string();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(err.contains("the GPU worker did not start"), "{err}");
+    assert!(err.contains("No module named 'numpy'"), "{err}");
+    assert!(err.contains(&format!("worker Python: {}", bare.display())), "{err}");
+    assert!(err.contains("ARENA_GPU_PYTHON"), "{err}");
 }
 
 /// Per-env mechanics of MuJoCo Warp, which steps every world at once: a world whose substep

@@ -3,7 +3,7 @@
 //! loopback, and prints the per-motion metrics, the leaderboard and where the files are.
 
 use crate::app::{self, AppState};
-use crate::cli::serve::ConfigArgs;
+use crate::cli::serve::{ConfigArgs, LaneBackendArgs};
 use crate::leaderboard;
 use crate::storage::{EpisodeState, hash_token};
 use anyhow::Context;
@@ -35,10 +35,12 @@ pub struct DemoArgs {
     json: bool,
     #[command(flatten)]
     config: ConfigArgs,
+    #[command(flatten)]
+    lanes: LaneBackendArgs,
 }
 
 pub fn run(a: DemoArgs) -> anyhow::Result<()> {
-    let mut config = a.config.resolve()?;
+    let mut config = a.config.resolve_with(&a.lanes)?;
     if a.config.bind.is_none() {
         config.bind = "127.0.0.1:0".parse().expect("valid address");
     }

@@ -129,7 +129,35 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::error_report;
+    use super::{Cli, error_report};
+    use clap::CommandFactory;
+
+    /// Every argument of every command has its own id, long flag and short flag. clap checks
+    /// this only in debug builds and the tests run in release, where two flattened argument
+    /// groups defining the same flag would go unnoticed and one of them would be ignored.
+    #[test]
+    fn no_command_defines_a_flag_twice() {
+        fn check(cmd: &clap::Command, path: &str) {
+            let (mut ids, mut longs, mut shorts) = (Vec::new(), Vec::new(), Vec::new());
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                assert!(!ids.contains(&id), "`{path}`: argument `{id}` is defined twice");
+                ids.push(id);
+                if let Some(long) = arg.get_long() {
+                    assert!(!longs.contains(&long), "`{path}`: --{long} is defined twice");
+                    longs.push(long);
+                }
+                if let Some(short) = arg.get_short() {
+                    assert!(!shorts.contains(&short), "`{path}`: -{short} is defined twice");
+                    shorts.push(short);
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                check(sub, &format!("{path} {}", sub.get_name()));
+            }
+        }
+        check(&Cli::command(), "arena");
+    }
 
     #[derive(Debug, thiserror::Error)]
     #[error("database: opening x: {source}")]

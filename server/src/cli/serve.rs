@@ -9,6 +9,8 @@ use std::path::PathBuf;
 
 /// Server settings: a TOML file (`--config`), overridden by `ARENA_*` variables, overridden by
 /// these flags. Without any, the server runs on embedded defaults (SQLite in ./arena-data).
+/// The lanes' physics backend is in [`LaneBackendArgs`], apart, because `arena audit` takes
+/// these settings with a `--backend` of its own.
 #[derive(Debug, Args, Clone, Default)]
 pub struct ConfigArgs {
     /// TOML configuration file (keys as in docs/server.md).
@@ -42,18 +44,6 @@ pub struct ConfigArgs {
     /// Simulation threads per lane (0 = all cores) [default: 0].
     #[arg(long, env = "ARENA_SIM_THREADS")]
     pub sim_threads: Option<u32>,
-    /// Physics backend of the lanes: cpu or gpu (MuJoCo MJX or MuJoCo Warp) [default: cpu].
-    #[arg(long = "backend", env = "ARENA_SIM_BACKEND")]
-    pub sim_backend: Option<String>,
-    /// GPU backend: auto, cpu (JAX's or Warp's CPU device) or gpu [default: auto].
-    #[arg(long, env = "ARENA_GPU_DEVICE")]
-    pub gpu_device: Option<String>,
-    /// GPU backend: physics implementation, jax (MuJoCo MJX) or warp (MuJoCo Warp) [default: jax].
-    #[arg(long, env = "ARENA_GPU_IMPL")]
-    pub gpu_impl: Option<String>,
-    /// GPU backend: Python with python/requirements-gpu.txt [default: $ARENA_GPU_PYTHON, else python3].
-    #[arg(long, env = "ARENA_GPU_PYTHON")]
-    pub gpu_python: Option<PathBuf>,
     /// Seconds to wait for an Action (0 = the benchmark's limits.step_timeout_ms) [default: 0].
     #[arg(long, env = "ARENA_STEP_TIMEOUT_S")]
     pub step_timeout_s: Option<f64>,
@@ -89,9 +79,33 @@ pub struct ConfigArgs {
     pub web_dir: Option<PathBuf>,
 }
 
+/// The physics backend of a running server's lanes (`sim_backend` and the `gpu_*` keys).
+#[derive(Debug, Args, Clone, Default)]
+pub struct LaneBackendArgs {
+    /// Physics backend of the lanes: cpu or gpu (MuJoCo MJX or MuJoCo Warp) [default: cpu].
+    #[arg(long = "backend", env = "ARENA_SIM_BACKEND")]
+    pub sim_backend: Option<String>,
+    /// GPU backend: auto, cpu (JAX's or Warp's CPU device) or gpu [default: auto].
+    #[arg(long, env = "ARENA_GPU_DEVICE")]
+    pub gpu_device: Option<String>,
+    /// GPU backend: physics implementation, jax (MuJoCo MJX) or warp (MuJoCo Warp) [default: jax].
+    #[arg(long, env = "ARENA_GPU_IMPL")]
+    pub gpu_impl: Option<String>,
+    /// GPU backend: Python with python/requirements-gpu.txt [default: $ARENA_GPU_PYTHON, else python3].
+    #[arg(long, env = "ARENA_GPU_PYTHON")]
+    pub gpu_python: Option<PathBuf>,
+}
+
 impl ConfigArgs {
-    /// The configuration: file, then environment and flags on top.
+    /// The configuration of a command that runs no lanes: file, then environment and flags on
+    /// top; the backend keys are the file's.
     pub fn resolve(&self) -> anyhow::Result<ServerConfig> {
+        self.resolve_with(&LaneBackendArgs::default())
+    }
+
+    /// The configuration of a server: file, then environment and flags (these and the lanes'
+    /// backend) on top.
+    pub fn resolve_with(&self, lanes: &LaneBackendArgs) -> anyhow::Result<ServerConfig> {
         let mut c = match &self.config {
             Some(path) => ServerConfig::from_file(path)?,
             None => ServerConfig::default(),
@@ -109,10 +123,6 @@ impl ConfigArgs {
             max_batch,
             lanes,
             sim_threads,
-            sim_backend,
-            gpu_device,
-            gpu_impl,
-            gpu_python,
             step_timeout_s,
             heartbeat_interval_s,
             heartbeat_timeout_s,
@@ -124,6 +134,10 @@ impl ConfigArgs {
             lease_s,
             web_dir
         );
+        macro_rules! set_lane {
+            ($($field:ident),*) => { $( if let Some(v) = &lanes.$field { c.$field = v.clone(); } )* };
+        }
+        set_lane!(sim_backend, gpu_device, gpu_impl, gpu_python);
         c.validate()?;
         Ok(c)
     }
@@ -133,10 +147,12 @@ impl ConfigArgs {
 pub struct ServeArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
+    #[command(flatten)]
+    pub lanes: LaneBackendArgs,
 }
 
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
-    let config = a.config.resolve()?;
+    let config = a.config.resolve_with(&a.lanes)?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async move {
         if config.admin_token.is_empty() {

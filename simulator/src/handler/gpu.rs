@@ -400,11 +400,19 @@ impl GpuHandler {
         );
         let reply = worker.command(&init.to_string(), self.options.startup_timeout);
         let _ = std::fs::remove_file(&mjcf_path);
-        let reply = reply.map_err(|e| backend_error(format!("the GPU worker did not start: {e}")))?;
+        // A start that fails inside Python (a missing package, no GPU) names the interpreter
+        // too: the usual fix is another ARENA_GPU_PYTHON.
+        let with_python = |what: String| {
+            backend_error(format!(
+                "{what} (worker Python: {}; set ARENA_GPU_PYTHON or `gpu_python` to one with python/requirements-gpu.txt)",
+                python.display()
+            ))
+        };
+        let reply = reply.map_err(|e| with_python(format!("the GPU worker did not start: {e}")))?;
         let ready: serde_json::Value = serde_json::from_str(&reply)
             .map_err(|_| backend_error(format!("the GPU worker answered {reply:?} instead of its ready line")))?;
         if let Some(error) = ready.get("error").and_then(|e| e.as_str()) {
-            return Err(backend_error(format!("the GPU worker could not start: {error}")));
+            return Err(with_python(format!("the GPU worker could not start: {error}")));
         }
         let field = |k: &str| ready.get(k).and_then(|v| v.as_str()).unwrap_or("?").to_string();
         worker.device = format!(

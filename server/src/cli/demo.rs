@@ -36,11 +36,11 @@ pub struct DemoArgs {
     #[command(flatten)]
     config: ConfigArgs,
     #[command(flatten)]
-    lanes: LaneBackendArgs,
+    lane_backend: LaneBackendArgs,
 }
 
 pub fn run(a: DemoArgs) -> anyhow::Result<()> {
-    let mut config = a.config.resolve_with(&a.lanes)?;
+    let mut config = a.config.resolve_with(&a.lane_backend)?;
     if a.config.bind.is_none() {
         config.bind = "127.0.0.1:0".parse().expect("valid address");
     }

@@ -105,7 +105,7 @@ impl ConfigArgs {
 
     /// The configuration of a server: file, then environment and flags (these and the lanes'
     /// backend) on top.
-    pub fn resolve_with(&self, lanes: &LaneBackendArgs) -> anyhow::Result<ServerConfig> {
+    pub fn resolve_with(&self, lane_backend: &LaneBackendArgs) -> anyhow::Result<ServerConfig> {
         let mut c = match &self.config {
             Some(path) => ServerConfig::from_file(path)?,
             None => ServerConfig::default(),
@@ -135,7 +135,7 @@ impl ConfigArgs {
             web_dir
         );
         macro_rules! set_lane {
-            ($($field:ident),*) => { $( if let Some(v) = &lanes.$field { c.$field = v.clone(); } )* };
+            ($($field:ident),*) => { $( if let Some(v) = &lane_backend.$field { c.$field = v.clone(); } )* };
         }
         set_lane!(sim_backend, gpu_device, gpu_impl, gpu_python);
         c.validate()?;
@@ -148,11 +148,11 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
     #[command(flatten)]
-    pub lanes: LaneBackendArgs,
+    pub lane_backend: LaneBackendArgs,
 }
 
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
-    let config = a.config.resolve_with(&a.lanes)?;
+    let config = a.config.resolve_with(&a.lane_backend)?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async move {
         if config.admin_token.is_empty() {

@@ -14,6 +14,49 @@ use tch::{Kind, Tensor};
 /// Groups the agent reads, in the actor's order, then the reference rows for B.
 pub const REQUIRED_GROUPS: [&str; 4] = ["state", "last_action", "history_actor", "reference_goal"];
 
+/// Actions beyond this magnitude count as saturated: the actor's tanh is flat there, so such
+/// a component is a bang-bang command (±5 after the env's scaling), not a tracked pose.
+pub const SATURATED_ABOVE: f32 = 0.95;
+
+/// What the agent has commanded so far: how hard it pushes its actions, the first thing to look
+/// at when a checkpoint drives the joints far from the reference.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ActionStats {
+    /// Action components seen (rows × 29).
+    pub components: u64,
+    sum_abs: f64,
+    saturated: u64,
+}
+
+impl ActionStats {
+    /// Counts a batch of actions.
+    pub fn add(&mut self, actions: &[f32]) {
+        self.components += actions.len() as u64;
+        for a in actions {
+            self.sum_abs += a.abs() as f64;
+            self.saturated += u64::from(a.abs() > SATURATED_ABOVE);
+        }
+    }
+
+    /// Mean |a| over every component (0 before any action).
+    pub fn mean_abs(&self) -> f64 {
+        if self.components == 0 {
+            0.0
+        } else {
+            self.sum_abs / self.components as f64
+        }
+    }
+
+    /// Share of components with |a| > [`SATURATED_ABOVE`] (0 before any action).
+    pub fn saturated_share(&self) -> f64 {
+        if self.components == 0 {
+            0.0
+        } else {
+            self.saturated as f64 / self.components as f64
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Ranges {
     state: Range<usize>,
@@ -45,6 +88,8 @@ pub struct TrackingAgent {
     ranges: Option<Ranges>,
     /// Why the session's layout cannot be served (the agent then answers zeros).
     pub error: Option<String>,
+    /// The actions the actor has produced (the zeros answered on an error are not counted).
+    pub stats: ActionStats,
 }
 
 impl TrackingAgent {
@@ -54,6 +99,7 @@ impl TrackingAgent {
             window: window.max(1),
             ranges: None,
             error: None,
+            stats: ActionStats::default(),
         }
     }
 
@@ -101,7 +147,7 @@ impl TrackingAgent {
     }
 
     /// Actions for `n` observation rows (row-major, `row` values each) into `actions`.
-    fn act_rows(&self, rows: &[f32], n: usize, actions: &mut [f32]) {
+    fn act_rows(&mut self, rows: &[f32], n: usize, actions: &mut [f32]) {
         let r = self.ranges.as_ref().expect("configured");
         let o = self.model.config.obs;
         let all = Tensor::from_slice(rows).view([n as i64, r.row as i64]);
@@ -130,6 +176,7 @@ impl TrackingAgent {
         };
         let a = self.model.act_mean(&obs, &z).to_device(tch::Device::Cpu).contiguous();
         a.copy_data(actions, actions.len());
+        self.stats.add(actions);
     }
 }
 
@@ -153,5 +200,22 @@ impl Agent for TrackingAgent {
             return;
         }
         self.act_rows(batch.observations, batch.len(), actions);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn action_stats_count_magnitude_and_saturation() {
+        let mut stats = ActionStats::default();
+        assert_eq!((stats.mean_abs(), stats.saturated_share()), (0.0, 0.0));
+        stats.add(&[0.5, -1.0, 0.96, -0.95]);
+        stats.add(&[0.0, 0.0, 0.0, 0.0]);
+        assert_eq!(stats.components, 8);
+        assert!((stats.mean_abs() - 3.41 / 8.0).abs() < 1e-6, "{}", stats.mean_abs());
+        // -1.0 and 0.96 are beyond 0.95; -0.95 itself is not.
+        assert_eq!(stats.saturated_share(), 0.25);
     }
 }

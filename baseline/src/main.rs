@@ -4,7 +4,7 @@
 use anyhow::{Context, bail};
 use arena_bench::metrics::metric_names;
 use arena_bench::spec::{self, MOTIONS_ROOT_ENV};
-use arena_bfm::agent::{TrackingAgent, check_layout};
+use arena_bfm::agent::{SATURATED_ABOVE, TrackingAgent, check_layout};
 use arena_bfm::checkpoint;
 use arena_bfm::config::{ModelConfig, PRESETS, ParameterCounts};
 use arena_bfm::train::{Motions, RunPaths, Trainer};
@@ -314,9 +314,15 @@ fn eval(a: EvalArgs) -> anyhow::Result<()> {
     if let Some(e) = &agent.error {
         bail!("{}: {e}", motions.spec.name);
     }
+    let stats = agent.stats;
     let report = aggregator.report(
         &motions.spec.name,
-        serde_json::json!({"checkpoint": a.checkpoint, "window": a.window}),
+        serde_json::json!({
+            "checkpoint": a.checkpoint,
+            "window": a.window,
+            "action_mean_abs": stats.mean_abs(),
+            "action_saturated_share": stats.saturated_share(),
+        }),
     );
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -342,6 +348,12 @@ fn eval(a: EvalArgs) -> anyhow::Result<()> {
             println!("mean {key}: {:.4} (std {:.4}, {} episodes)", s.mean, s.std, s.count);
         }
     }
+    println!(
+        "actions: mean |a| {:.3}, {:.1} % of {} components beyond ±{SATURATED_ABOVE} (saturated)",
+        stats.mean_abs(),
+        100.0 * stats.saturated_share(),
+        stats.components
+    );
     Ok(())
 }
 

@@ -361,6 +361,11 @@ fn eval_emd(checkpoint: &Path) -> f64 {
     let out = bfm(&["eval", "--checkpoint", checkpoint.to_str().unwrap(), "--json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The actor's tanh bounds |a| by 1; the report says how hard the agent pushed.
+    let mean_abs = report["config"]["action_mean_abs"].as_f64().unwrap();
+    let saturated = report["config"]["action_saturated_share"].as_f64().unwrap();
+    assert!(mean_abs > 0.0 && mean_abs <= 1.0, "{mean_abs}");
+    assert!((0.0..=1.0).contains(&saturated), "{saturated}");
     report["aggregated"]["emd"]["mean"].as_f64().unwrap()
 }
 

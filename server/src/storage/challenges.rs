@@ -1,0 +1,149 @@
+//! Challenges and their phases (time windows, leaderboard visibility, quotas, observation groups).
+
+use super::*;
+
+impl Storage {
+    /// Creates a challenge; a duplicate id is [`StorageError::Conflict`].
+    pub async fn create_challenge(&self, id: &str, title: &str, description: &str) -> Result<Challenge, StorageError> {
+        let row = sqlx::query(
+            "INSERT INTO challenges (id, title, description, created_at) VALUES ($1, $2, $3, $4) \
+             RETURNING id, title, description, created_at",
+        )
+        .bind(id)
+        .bind(title)
+        .bind(description)
+        .bind(now_ms())
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| {
+            if is_unique_violation(&e) {
+                StorageError::Conflict(format!("challenge {id:?} already exists"))
+            } else {
+                StorageError::Database {
+                    context: format!("creating challenge {id:?}"),
+                    cause: e,
+                }
+            }
+        })?;
+        challenge_from_row(&row)
+    }
+
+    /// One challenge, if it exists.
+    pub async fn challenge(&self, id: &str) -> Result<Option<Challenge>, StorageError> {
+        let row = sqlx::query("SELECT id, title, description, created_at FROM challenges WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .ctx(|| format!("reading challenge {id:?}"))?;
+        row.as_ref().map(challenge_from_row).transpose()
+    }
+
+    /// All challenges, oldest first.
+    pub async fn challenges(&self) -> Result<Vec<Challenge>, StorageError> {
+        let rows = sqlx::query("SELECT id, title, description, created_at FROM challenges ORDER BY created_at, id")
+            .fetch_all(&self.pool)
+            .await
+            .ctx(|| "listing challenges".to_string())?;
+        rows.iter().map(challenge_from_row).collect()
+    }
+
+    /// Stores a new phase as given; a duplicate id is [`StorageError::Conflict`], an unknown
+    /// challenge [`StorageError::NotFound`]. Validation is the caller's (see `access`).
+    pub async fn create_phase(&self, phase: &Phase) -> Result<Phase, StorageError> {
+        let id = &phase.id;
+        let groups = phase
+            .observation_groups
+            .as_ref()
+            .map(|g| serde_json::Value::from(g.clone()).to_string());
+        sqlx::query(&format!(
+            "INSERT INTO phases ({PHASE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+        ))
+        .bind(id)
+        .bind(&phase.challenge_id)
+        .bind(&phase.benchmark)
+        .bind(phase.starts_at)
+        .bind(phase.ends_at)
+        .bind(phase.leaderboard.as_str())
+        .bind(phase.max_per_day.map(i64::from))
+        .bind(phase.max_total.map(i64::from))
+        .bind(groups)
+        .bind(phase.created_at)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| {
+            if is_unique_violation(&e) {
+                StorageError::Conflict(format!("phase {id:?} already exists"))
+            } else if is_foreign_key_violation(&e) {
+                StorageError::NotFound(format!("challenge {:?} (for phase {id:?})", phase.challenge_id))
+            } else {
+                StorageError::Database {
+                    context: format!("creating phase {id:?}"),
+                    cause: e,
+                }
+            }
+        })?;
+        Ok(phase.clone())
+    }
+
+    /// Changes a phase's window, visibility, quotas and observation groups (its id, challenge,
+    /// benchmark and creation time stay); a missing phase is [`StorageError::NotFound`].
+    pub async fn update_phase(&self, phase: &Phase) -> Result<Phase, StorageError> {
+        let id = &phase.id;
+        let groups = phase
+            .observation_groups
+            .as_ref()
+            .map(|g| serde_json::Value::from(g.clone()).to_string());
+        let done = sqlx::query(
+            "UPDATE phases SET starts_at = $2, ends_at = $3, leaderboard = $4, max_per_day = $5, max_total = $6, \
+             observation_groups = $7 WHERE id = $1",
+        )
+        .bind(id)
+        .bind(phase.starts_at)
+        .bind(phase.ends_at)
+        .bind(phase.leaderboard.as_str())
+        .bind(phase.max_per_day.map(i64::from))
+        .bind(phase.max_total.map(i64::from))
+        .bind(groups)
+        .execute(&self.pool)
+        .await
+        .ctx(|| format!("updating phase {id:?}"))?;
+        if done.rows_affected() == 0 {
+            return Err(StorageError::NotFound(format!("phase {id:?}")));
+        }
+        self.phase(id)
+            .await?
+            .ok_or_else(|| StorageError::NotFound(format!("phase {id:?}")))
+    }
+
+    /// One phase, if it exists.
+    pub async fn phase(&self, id: &str) -> Result<Option<Phase>, StorageError> {
+        let row = sqlx::query(&format!("SELECT {PHASE_COLUMNS} FROM phases WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .ctx(|| format!("reading phase {id:?}"))?;
+        row.as_ref().map(phase_from_row).transpose()
+    }
+
+    /// The phases of a challenge, by start time.
+    pub async fn phases_of_challenge(&self, challenge_id: &str) -> Result<Vec<Phase>, StorageError> {
+        self.phases_where("challenge_id", challenge_id).await
+    }
+
+    /// The phases that run a benchmark, by start time.
+    pub async fn phases_of_benchmark(&self, benchmark: &str) -> Result<Vec<Phase>, StorageError> {
+        self.phases_where("benchmark", benchmark).await
+    }
+
+    /// The phases whose `column` (a fixed column name, never user input) equals `value`.
+    pub(super) async fn phases_where(&self, column: &'static str, value: &str) -> Result<Vec<Phase>, StorageError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {PHASE_COLUMNS} FROM phases WHERE {column} = $1 ORDER BY starts_at, id"
+        ))
+        .bind(value)
+        .fetch_all(&self.pool)
+        .await
+        .ctx(|| format!("listing the phases with {column} {value:?}"))?;
+        rows.iter().map(phase_from_row).collect()
+    }
+}

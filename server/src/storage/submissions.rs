@@ -1,0 +1,421 @@
+//! Submissions: creation with their episodes under a phase's quota, status changes, leaderboard
+//! reads, baseline flags, cancellation, metrics, summaries and reports.
+
+use super::*;
+
+impl Storage {
+    /// Inserts the submission (status PENDING) and all its episodes (PENDING, attempts 0) in ONE
+    /// transaction; a duplicate id is [`StorageError::Conflict`], an unknown team
+    /// [`StorageError::NotFound`], duplicate episode indices [`StorageError::Invalid`].
+    pub async fn create_submission(
+        &self,
+        sub: &NewSubmission,
+        episodes: &[NewEpisode],
+    ) -> Result<Submission, StorageError> {
+        self.create_submission_within(sub, episodes, None).await
+    }
+
+    /// [`Storage::create_submission`], refused with [`StorageError::QuotaExceeded`] (nothing
+    /// stored) when the team already has `quota.max_total` submissions in the phase, or
+    /// `quota.max_per_day` created since `quota.day_start`. The total limit is checked first
+    /// (it never resets). The count and the insert share one transaction that first locks the
+    /// team's row (PostgreSQL: a row lock; SQLite: the database write lock), so concurrent
+    /// requests of one team are counted one after the other and cannot exceed the quota.
+    pub async fn create_submission_within(
+        &self,
+        sub: &NewSubmission,
+        episodes: &[NewEpisode],
+        quota: Option<&Quota<'_>>,
+    ) -> Result<Submission, StorageError> {
+        let id = &sub.id;
+        let mut seen = HashSet::with_capacity(episodes.len());
+        if let Some(e) = episodes.iter().find(|e| !seen.insert(e.idx)) {
+            return Err(StorageError::Invalid(format!(
+                "submission {id}: episode index {} appears twice",
+                e.idx
+            )));
+        }
+        let context = || format!("creating submission {id}");
+        let now = now_ms();
+        let mut tx = self.pool.begin().await.ctx(context)?;
+        if let Some(quota) = quota {
+            // A write first: it serialises this team's submissions until the commit.
+            sqlx::query("UPDATE teams SET name = name WHERE id = $1")
+                .bind(sub.team_id)
+                .execute(&mut *tx)
+                .await
+                .ctx(context)?;
+            let row = sqlx::query(
+                "SELECT COUNT(*) AS total, COALESCE(SUM(CASE WHEN created_at >= $3 THEN 1 ELSE 0 END), 0) AS today \
+                 FROM submissions WHERE team_id = $1 AND phase_id = $2",
+            )
+            .bind(sub.team_id)
+            .bind(quota.phase_id)
+            .bind(quota.day_start)
+            .fetch_one(&mut *tx)
+            .await
+            .ctx(|| {
+                format!(
+                    "counting the submissions of team {} in phase {}",
+                    sub.team_id, quota.phase_id
+                )
+            })?;
+            let what = format!("submission counts of team {}", sub.team_id);
+            let total: i64 = get(&row, "total", &what)?;
+            let today: i64 = get(&row, "today", &what)?;
+            let over = |limit: Option<u32>, used: i64| limit.filter(|&l| used >= i64::from(l));
+            if let Some(limit) = over(quota.max_total, total) {
+                return Err(StorageError::QuotaExceeded {
+                    limit,
+                    used: total,
+                    daily: false,
+                });
+            }
+            if let Some(limit) = over(quota.max_per_day, today) {
+                return Err(StorageError::QuotaExceeded {
+                    limit,
+                    used: today,
+                    daily: true,
+                });
+            }
+        }
+        sqlx::query(
+            "INSERT INTO submissions (id, team_id, benchmark, agent_name, status, episodes_total, created_at, phase_id) \
+             VALUES ($1, $2, $3, $4, 'PENDING', $5, $6, $7)",
+        )
+        .bind(id)
+        .bind(sub.team_id)
+        .bind(&sub.benchmark)
+        .bind(&sub.agent_name)
+        .bind(episodes.len() as i64)
+        .bind(now)
+        .bind(sub.phase_id.as_deref())
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| {
+            if is_unique_violation(&e) {
+                StorageError::Conflict(format!("submission {id} already exists"))
+            } else if is_foreign_key_violation(&e) {
+                let phase = sub.phase_id.as_deref().map(|p| format!(" or phase {p:?}")).unwrap_or_default();
+                StorageError::NotFound(format!("team {}{phase} (for submission {id})", sub.team_id))
+            } else {
+                StorageError::Database {
+                    context: context(),
+                    cause: e,
+                }
+            }
+        })?;
+        for chunk in episodes.chunks(INSERT_CHUNK) {
+            let mut sql = String::from(
+                "INSERT INTO episodes (submission_id, idx, motion, category, start_s, duration_s, seed, dr_level, \
+                 status, attempts, steps, updated_at) VALUES ",
+            );
+            for i in 0..chunk.len() {
+                let p = i * 9;
+                if i > 0 {
+                    sql.push_str(", ");
+                }
+                sql.push_str(&format!(
+                    "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, 'PENDING', 0, 0, ${})",
+                    p + 1,
+                    p + 2,
+                    p + 3,
+                    p + 4,
+                    p + 5,
+                    p + 6,
+                    p + 7,
+                    p + 8,
+                    p + 9
+                ));
+            }
+            let mut query = sqlx::query(&sql);
+            for e in chunk {
+                query = query
+                    .bind(id)
+                    .bind(e.idx)
+                    .bind(&e.motion)
+                    .bind(&e.category)
+                    .bind(e.start_s)
+                    .bind(e.duration_s)
+                    .bind(e.seed.to_string())
+                    .bind(e.dr_level)
+                    .bind(now);
+            }
+            query
+                .execute(&mut *tx)
+                .await
+                .ctx(|| format!("creating the episodes of submission {id}"))?;
+        }
+        let row = sqlx::query(&format!(
+            "SELECT {SUBMISSION_COLUMNS} FROM submissions s JOIN teams t ON t.id = s.team_id WHERE s.id = $1"
+        ))
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await
+        .ctx(context)?;
+        let submission = submission_from_row(&row)?;
+        tx.commit().await.ctx(context)?;
+        Ok(submission)
+    }
+
+    /// One submission, if it exists.
+    pub async fn submission(&self, id: &str) -> Result<Option<Submission>, StorageError> {
+        let row = sqlx::query(&format!(
+            "SELECT {SUBMISSION_COLUMNS} FROM submissions s JOIN teams t ON t.id = s.team_id WHERE s.id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .ctx(|| format!("reading submission {id}"))?;
+        row.as_ref().map(submission_from_row).transpose()
+    }
+
+    /// Submissions, newest first; `team` keeps only that team's.
+    pub async fn submissions(&self, team: Option<i64>) -> Result<Vec<Submission>, StorageError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {SUBMISSION_LIST_COLUMNS} FROM submissions s JOIN teams t ON t.id = s.team_id \
+             WHERE ($1 IS NULL OR s.team_id = $1) ORDER BY s.created_at DESC, s.id DESC"
+        ))
+        .bind(team)
+        .fetch_all(&self.pool)
+        .await
+        .ctx(|| match team {
+            Some(team) => format!("listing the submissions of team {team}"),
+            None => "listing submissions".to_string(),
+        })?;
+        rows.iter().map(submission_from_row).collect()
+    }
+
+    /// COMPLETED submissions of a benchmark (for leaderboards), oldest first.
+    pub async fn completed_submissions(&self, benchmark: &str) -> Result<Vec<Submission>, StorageError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {SUBMISSION_LIST_COLUMNS} FROM submissions s JOIN teams t ON t.id = s.team_id \
+             WHERE s.benchmark = $1 AND s.status = 'COMPLETED' ORDER BY s.finished_at, s.id"
+        ))
+        .bind(benchmark)
+        .fetch_all(&self.pool)
+        .await
+        .ctx(|| format!("listing the completed submissions of benchmark {benchmark:?}"))?;
+        rows.iter().map(submission_from_row).collect()
+    }
+
+    /// What a leaderboard reads of each COMPLETED submission of a benchmark (`phase`: of that
+    /// phase), as one JSON array built by the database: `[{"id", "team_name", "agent_name",
+    /// "finished_at", "baseline" (0/1), "phase_id", "summary" (object or null)}]`, in no
+    /// particular order. One row instead of thousands: decoding rows one by one through the
+    /// driver costs far more than the JSON.
+    pub async fn leaderboard_json(&self, benchmark: &str, phase: Option<&str>) -> Result<String, StorageError> {
+        let sql = match self.engine {
+            Engine::Sqlite => {
+                "SELECT COALESCE(json_group_array(json_object('id', s.id, 'team_name', t.name, \
+                 'agent_name', s.agent_name, 'finished_at', s.finished_at, 'baseline', s.baseline, \
+                 'phase_id', s.phase_id, 'summary', json(s.summary_json))), '[]') AS board \
+                 FROM submissions s JOIN teams t ON t.id = s.team_id \
+                 WHERE s.benchmark = $1 AND s.status = 'COMPLETED' AND ($2 IS NULL OR s.phase_id = $2)"
+            }
+            Engine::Postgres => {
+                "SELECT COALESCE(json_agg(json_build_object('id', s.id, 'team_name', t.name, \
+                 'agent_name', s.agent_name, 'finished_at', s.finished_at, 'baseline', s.baseline, \
+                 'phase_id', s.phase_id, 'summary', s.summary_json::json)), '[]'::json)::text AS board \
+                 FROM submissions s JOIN teams t ON t.id = s.team_id \
+                 WHERE s.benchmark = $1 AND s.status = 'COMPLETED' AND ($2::text IS NULL OR s.phase_id = $2)"
+            }
+        };
+        let row = sqlx::query(sql)
+            .bind(benchmark)
+            .bind(phase)
+            .fetch_one(&self.pool)
+            .await
+            .ctx(|| format!("reading the leaderboard rows of benchmark {benchmark:?}"))?;
+        get(&row, "board", "a leaderboard")
+    }
+
+    /// COMPLETED submissions of a phase (for its leaderboard), oldest first.
+    pub async fn completed_submissions_of_phase(&self, phase_id: &str) -> Result<Vec<Submission>, StorageError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {SUBMISSION_LIST_COLUMNS} FROM submissions s JOIN teams t ON t.id = s.team_id \
+             WHERE s.phase_id = $1 AND s.status = 'COMPLETED' ORDER BY s.finished_at, s.id"
+        ))
+        .bind(phase_id)
+        .fetch_all(&self.pool)
+        .await
+        .ctx(|| format!("listing the completed submissions of phase {phase_id:?}"))?;
+        rows.iter().map(submission_from_row).collect()
+    }
+
+    /// Explains why a guarded submission update changed nothing: missing, or already final.
+    pub(super) async fn submission_not_open(&self, id: &str, action: &str) -> StorageError {
+        match self.submission(id).await {
+            Ok(Some(s)) => {
+                StorageError::Conflict(format!("cannot {action} submission {id}: it is already {}", s.status))
+            }
+            Ok(None) => StorageError::NotFound(format!("submission {id}")),
+            Err(e) => e,
+        }
+    }
+
+    /// Sets RUNNING (and started_at if unset); a COMPLETED or FAILED submission is a
+    /// [`StorageError::Conflict`], a missing one [`StorageError::NotFound`].
+    pub async fn mark_submission_running(&self, id: &str) -> Result<(), StorageError> {
+        let done = sqlx::query(
+            "UPDATE submissions SET status = 'RUNNING', started_at = COALESCE(started_at, $2) \
+             WHERE id = $1 AND status IN ('PENDING', 'RUNNING')",
+        )
+        .bind(id)
+        .bind(now_ms())
+        .execute(&self.pool)
+        .await
+        .ctx(|| format!("marking submission {id} running"))?;
+        if done.rows_affected() == 0 {
+            return Err(self.submission_not_open(id, "start").await);
+        }
+        Ok(())
+    }
+
+    /// Sets COMPLETED (or FAILED with `error`), finished_at, and the report JSON. Only a PENDING or
+    /// RUNNING submission can finish ([`StorageError::Conflict`] otherwise).
+    pub async fn finish_submission(
+        &self,
+        id: &str,
+        status: SubmissionStatus,
+        report_json: Option<&str>,
+        error: Option<&str>,
+    ) -> Result<(), StorageError> {
+        let _changed = self.leaderboards_changed();
+        if !status.is_final() {
+            return Err(StorageError::Invalid(format!(
+                "finishing submission {id} with status {status} (expected COMPLETED or FAILED)"
+            )));
+        }
+        let done = sqlx::query(
+            "UPDATE submissions SET status = $2, finished_at = $3, report_json = $4, error = $5 \
+             WHERE id = $1 AND status IN ('PENDING', 'RUNNING')",
+        )
+        .bind(id)
+        .bind(status.as_str())
+        .bind(now_ms())
+        .bind(report_json)
+        .bind(error)
+        .execute(&self.pool)
+        .await
+        .ctx(|| format!("finishing submission {id} as {status}"))?;
+        if done.rows_affected() == 0 {
+            return Err(self.submission_not_open(id, "finish").await);
+        }
+        self.bump_shared_generation().await
+    }
+
+    /// Marks (or unmarks) a submission as a baseline; false if it does not exist.
+    pub async fn set_baseline(&self, id: &str, baseline: bool) -> Result<bool, StorageError> {
+        let _changed = self.leaderboards_changed();
+        let done = sqlx::query("UPDATE submissions SET baseline = $2 WHERE id = $1")
+            .bind(id)
+            .bind(i64::from(baseline))
+            .execute(&self.pool)
+            .await
+            .ctx(|| format!("marking submission {id} as baseline = {baseline}"))?;
+        self.bump_shared_generation().await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// An organiser's cancel: a PENDING or RUNNING submission becomes FAILED with `reason`, and
+    /// its unfinished episodes FAILED with the same reason (results still in flight are then not
+    /// counted: `finish_episode` only moves RUNNING episodes). One transaction;
+    /// [`StorageError::Conflict`] for a finished submission, [`StorageError::NotFound`] for none.
+    pub async fn cancel_submission(&self, id: &str, reason: &str) -> Result<(), StorageError> {
+        let _changed = self.leaderboards_changed();
+        let context = || format!("cancelling submission {id}");
+        let mut tx = self.pool.begin().await.ctx(context)?;
+        let now = now_ms();
+        let done = sqlx::query(
+            "UPDATE submissions SET status = 'FAILED', finished_at = $2, error = $3 \
+             WHERE id = $1 AND status IN ('PENDING', 'RUNNING')",
+        )
+        .bind(id)
+        .bind(now)
+        .bind(reason)
+        .execute(&mut *tx)
+        .await
+        .ctx(context)?;
+        if done.rows_affected() == 0 {
+            drop(tx);
+            return Err(self.submission_not_open(id, "cancel").await);
+        }
+        sqlx::query(
+            "UPDATE episodes SET status = 'FAILED', reason = $2, updated_at = $3, \
+             lease_owner = NULL, lease_expires_at = NULL \
+             WHERE submission_id = $1 AND status IN ('PENDING', 'RUNNING')",
+        )
+        .bind(id)
+        .bind(reason)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .ctx(context)?;
+        tx.commit().await.ctx(context)?;
+        self.bump_shared_generation().await
+    }
+
+    /// Replaces the metrics of a final episode (a re-score from its stored trajectory).
+    pub async fn set_episode_metrics(
+        &self,
+        submission: &str,
+        idx: i64,
+        metrics: &BTreeMap<String, f64>,
+    ) -> Result<bool, StorageError> {
+        let done = sqlx::query(
+            "UPDATE episodes SET metrics_json = $3, updated_at = $4 \
+             WHERE submission_id = $1 AND idx = $2 AND status IN ('COMPLETED', 'FELL')",
+        )
+        .bind(submission)
+        .bind(idx)
+        .bind(metrics_to_json(metrics))
+        .bind(now_ms())
+        .execute(&self.pool)
+        .await
+        .ctx(|| format!("re-scoring episode {idx} of submission {submission}"))?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// Sets the leaderboard summary of a submission (with its report, or filled in later).
+    pub async fn set_summary(&self, id: &str, summary_json: &str) -> Result<(), StorageError> {
+        let _changed = self.leaderboards_changed();
+        sqlx::query("UPDATE submissions SET summary_json = $2 WHERE id = $1")
+            .bind(id)
+            .bind(summary_json)
+            .execute(&self.pool)
+            .await
+            .ctx(|| format!("storing the summary of submission {id}"))?;
+        self.bump_shared_generation().await
+    }
+
+    /// COMPLETED submissions that have a report but no summary yet (stored by an older version),
+    /// as (id, report JSON).
+    pub async fn reports_without_summary(&self) -> Result<Vec<(String, String)>, StorageError> {
+        let rows = sqlx::query(
+            "SELECT id, report_json FROM submissions \
+             WHERE status = 'COMPLETED' AND summary_json IS NULL AND report_json IS NOT NULL",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .ctx(|| "listing the reports without a summary".to_string())?;
+        rows.iter()
+            .map(|r| Ok((get(r, "id", "a submission")?, get(r, "report_json", "a submission")?)))
+            .collect()
+    }
+
+    /// Replaces the report of a COMPLETED submission (after a re-score).
+    pub async fn replace_report(&self, id: &str, report_json: &str) -> Result<(), StorageError> {
+        let _changed = self.leaderboards_changed();
+        let done = sqlx::query("UPDATE submissions SET report_json = $2 WHERE id = $1 AND status = 'COMPLETED'")
+            .bind(id)
+            .bind(report_json)
+            .execute(&self.pool)
+            .await
+            .ctx(|| format!("replacing the report of submission {id}"))?;
+        if done.rows_affected() == 0 {
+            return Err(StorageError::Conflict(format!("submission {id} is not COMPLETED")));
+        }
+        self.bump_shared_generation().await
+    }
+}

@@ -1,0 +1,584 @@
+use super::*;
+use arena_data::{NUM_COLUMNS, write_g1_csv};
+
+const KNOWN: [&str; 23] = [
+    "emd",
+    "mpjpe_l",
+    "distance",
+    "proximity",
+    "vel_dist",
+    "accel_dist",
+    "bfm_vel_dist",
+    "bfm_accel_dist",
+    "obs_state_emd",
+    "obs_state_distance",
+    "obs_state_proximity",
+    "emd_xpos",
+    "mpjpe_g",
+    "mpjpe_g_all",
+    "mpjpe_rr",
+    "mpjpe_rr_all",
+    "body_vel_dist",
+    "body_accel_dist",
+    "success",
+    "success_phc_linf",
+    "success_phc_mean",
+    "failure_time_s",
+    "ndtw",
+];
+
+const MINIMAL: &str = r#"
+name = "t"
+version = 1
+description = "test"
+task = "tracking"
+[motions]
+builtin = ["stand", "squat"]
+[metrics]
+list = ["emd", "mpjpe_g"]
+[ranking]
+primary = "emd"
+"#;
+
+fn parse(text: &str) -> Result<BenchmarkSpec, SpecError> {
+    BenchmarkSpec::parse(text, Path::new("bad.toml"), &KNOWN)
+}
+
+/// MINIMAL with `from` replaced by `to` (which must occur).
+fn variant(from: &str, to: &str) -> String {
+    assert!(MINIMAL.contains(from), "{from}");
+    MINIMAL.replacen(from, to, 1)
+}
+
+#[test]
+fn every_wrong_section_is_reported_at_once() {
+    let text = variant("version = 1", "version = 0")
+        .replace("[ranking]\nprimary = \"emd\"", "[ranking]\nprimary = \"nope\"")
+        + "[episodes]\ndr_level = 7\n";
+    let err = parse(&text).unwrap_err().to_string();
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 3, "{err}");
+    assert!(lines.iter().all(|l| l.starts_with("bad.toml: ")), "{err}");
+    assert!(
+        lines[0].contains(" version: ") && lines[1].contains(" episodes.dr_level: "),
+        "{err}"
+    );
+    assert!(lines[2].contains(" ranking.primary: "), "{err}");
+}
+
+/// Parses `text`, expects an error naming bad.toml and `key` (and `also`).
+fn expect_err(text: &str, key: &str, also: &str) {
+    let err = parse(text).expect_err(text).to_string();
+    assert!(err.starts_with("bad.toml: "), "{err}");
+    assert!(err.contains(&format!(" {key}: ")), "wanted key {key}: {err}");
+    assert!(err.contains(also), "wanted {also:?}: {err}");
+}
+
+#[test]
+fn shipped_files_parse() {
+    let listed = list_benchmarks(&shipped_dir(), &KNOWN);
+    let names: Vec<&str> = listed
+        .iter()
+        .map(|(p, r)| match r {
+            Ok(spec) => spec.name.as_str(),
+            Err(e) => panic!("{}: {e}", p.display()),
+        })
+        .collect();
+    assert!(
+        names.contains(&"g1-smoke") && names.contains(&"g1-moves-dance"),
+        "{names:?}"
+    );
+    let (_, smoke) = find_benchmark("g1-smoke", &shipped_dir(), &KNOWN).unwrap();
+    let builtin: Vec<String> = builtin_motion_names().iter().map(|s| s.to_string()).collect();
+    assert_eq!(smoke.motions.source, MotionSource::Builtin(builtin));
+    assert_eq!(smoke.metrics.list.len(), KNOWN.len());
+    assert_eq!(smoke.ranking.success.as_deref(), Some("success"));
+    assert_eq!(smoke.ranking.tie_breakers, ["mpjpe_g", "failure_time_s"]);
+    // Both shipped benchmarks send 8 future reference rows for the BFM-Zero agent's window.
+    assert_eq!(smoke.observations.reference_goal_horizon, 8);
+    let (_, dance) = find_benchmark("g1-moves-dance", &shipped_dir(), &KNOWN).unwrap();
+    assert_eq!(
+        dance.motions.source,
+        MotionSource::Dir {
+            dir: PathBuf::from("."),
+            pattern: Some("dance__*.csv".into())
+        }
+    );
+    assert_eq!(dance.motions.fps, Some(60.0));
+    assert!(dance.description.contains("CC-BY-4.0"));
+    assert_eq!(dance.observations.reference_goal_horizon, 8);
+    // The JSON form (`arena bench show --json`) round-trips.
+    let json = serde_json::to_string(&dance).unwrap();
+    assert_eq!(serde_json::from_str::<BenchmarkSpec>(&json).unwrap(), dance);
+}
+
+#[test]
+fn defaults_apply() {
+    let spec = parse(MINIMAL).unwrap();
+    assert_eq!(spec.task, Task::Tracking);
+    assert_eq!(spec.motions.split, SplitFilter::All);
+    assert_eq!(
+        spec.episodes,
+        EpisodeRules {
+            window: Window::Whole,
+            repeats: 1,
+            dr_level: 0,
+            seed: 0
+        }
+    );
+    assert_eq!(
+        spec.limits,
+        Limits {
+            control_hz: 50,
+            max_episode_s: 0.0,
+            step_timeout_ms: 1000
+        }
+    );
+    assert_eq!(spec.fall, FallSpec::None);
+    assert_eq!(spec.observations.groups, DEFAULT_OBSERVATION_GROUPS);
+    assert_eq!(spec.observations.reference_horizon, 1);
+    assert_eq!(spec.observations.reference_goal_horizon, 0, "off unless asked for");
+    assert!(!spec.observations.reveal_reference && !spec.observations.hide_motion_names);
+    assert_eq!(spec.metrics.state_slice, [0, 23]);
+    assert_eq!(spec.metrics.success_threshold_m, 0.5);
+    assert_eq!(spec.metrics.ndtw_window_s, 1.0);
+    assert_eq!(spec.ranking.direction, None);
+    assert!(spec.ranking.tie_breakers.is_empty());
+}
+
+#[test]
+fn full_sections_parse() {
+    let text = format!(
+        "{MINIMAL}direction = \"higher\"\ntie_breakers = [\"mpjpe_g\"]\n\
+         [episodes]\nwindow = {{ length_s = 10, stride_s = 5.0 }}\nrepeats = 3\ndr_level = 2\nseed = 7\n\
+         [limits]\nmax_episode_s = 20\nstep_timeout_ms = 200\n\
+         [fall]\nrule = \"min_root_height\"\nthreshold_m = 0.3\n\
+         [observations]\ngroups = [\"privileged_state\"]\nreference_horizon = 0\nreference_goal_horizon = 8\nreveal_reference = true\n"
+    );
+    let spec = parse(&text).unwrap();
+    assert_eq!(spec.ranking.direction, Some(Direction::Higher));
+    assert_eq!(
+        spec.episodes.window,
+        Window::Sliding {
+            length_s: 10.0,
+            stride_s: 5.0
+        }
+    );
+    assert_eq!(
+        (spec.episodes.repeats, spec.episodes.dr_level, spec.episodes.seed),
+        (3, 2, 7)
+    );
+    assert_eq!(spec.limits.max_episode_s, 20.0);
+    assert_eq!(spec.limits.step_timeout_ms, 200);
+    assert_eq!(spec.fall, FallSpec::MinRootHeight(0.3));
+    assert_eq!(spec.observations.groups, ["privileged_state"]);
+    assert_eq!(spec.observations.reference_goal_horizon, 8);
+    assert!(spec.observations.reveal_reference);
+    let text = variant(
+        "builtin = [\"stand\", \"squat\"]",
+        "manifest = \"m.toml\"\nsplit = \"test\"",
+    );
+    let spec = parse(&text).unwrap();
+    assert_eq!(spec.motions.source, MotionSource::Manifest("m.toml".into()));
+    assert_eq!(spec.motions.split, SplitFilter::Test);
+}
+
+#[test]
+fn bad_files_name_the_key() {
+    expect_err(&format!("{MINIMAL}\n[extra]\n"), "extra", "unknown field");
+    expect_err(
+        &variant("version = 1", "version = 1\nnmae = \"x\""),
+        "nmae",
+        "unknown field",
+    );
+    expect_err(
+        &format!("{MINIMAL}[episodes]\ndr_levl = 1\n"),
+        "episodes.dr_levl",
+        "line 13",
+    );
+    expect_err(
+        &format!("{MINIMAL}[episodes]\ndr_level = 7\n"),
+        "episodes.dr_level",
+        "expected an integer 0-3, got 7",
+    );
+    expect_err(
+        &format!("{MINIMAL}[episodes]\ndr_level = \"x\"\n"),
+        "episodes.dr_level",
+        "string \"x\", expected an integer (line 13)",
+    );
+    expect_err(
+        &format!("{MINIMAL}[limits]\ncontrol_hz = 30\n"),
+        "limits.control_hz",
+        "fixed",
+    );
+    expect_err(
+        &variant("primary = \"emd\"", "primary = \"ndtw\""),
+        "ranking.primary",
+        "\"ndtw\"",
+    );
+    expect_err(&variant("\"mpjpe_g\"]", "\"mpjpe_x\"]"), "metrics.list", "emd, mpjpe_l");
+    expect_err(
+        &variant("[\"emd\", \"mpjpe_g\"]", "[\"emd\", \"emd\"]"),
+        "metrics.list",
+        "twice",
+    );
+    expect_err(
+        &variant("builtin = [\"stand\", \"squat\"]", "builtin = []"),
+        "motions.builtin",
+        "non-empty",
+    );
+    expect_err(&variant("\"squat\"]", "\"jump\"]"), "motions.builtin", "step_in_place");
+    expect_err(
+        &variant("builtin = [\"stand\", \"squat\"]", "files = [\"a.csv\"]\ndir = \".\""),
+        "motions",
+        "files and dir",
+    );
+    expect_err(
+        &variant("builtin = [\"stand\", \"squat\"]", "fps = 60"),
+        "motions",
+        "found none",
+    );
+    expect_err(
+        &variant("[motions]\nbuiltin = [\"stand\", \"squat\"]", ""),
+        "motions",
+        "missing",
+    );
+    expect_err(
+        &variant("builtin = [\"stand\", \"squat\"]", "files = [\"a.csv\"]"),
+        "motions.fps",
+        "required",
+    );
+    expect_err(
+        &variant("\"squat\"]", "\"squat\"]\nfps = 50"),
+        "motions.fps",
+        "not allowed",
+    );
+    expect_err(
+        &variant("\"squat\"]", "\"squat\"]\nsplit = \"val\""),
+        "motions.split",
+        "manifest",
+    );
+    expect_err(
+        &variant("\"squat\"]", "\"squat\"]\nsplit = \"dev\""),
+        "motions.split",
+        "unknown variant",
+    );
+    expect_err(
+        &variant(
+            "builtin = [\"stand\", \"squat\"]",
+            "dir = \".\"\nfps = 60\npattern = \"a*b*\"",
+        ),
+        "motions.pattern",
+        "at most one",
+    );
+    expect_err(
+        &format!("{MINIMAL}[episodes]\nwindow = {{ length_s = 10.0, stride_s = 0 }}\n"),
+        "episodes.window.stride_s",
+        "got 0",
+    );
+    expect_err(
+        &format!("{MINIMAL}[episodes]\nwindow = \"half\"\n"),
+        "episodes.window",
+        "\"whole\"",
+    );
+    expect_err(
+        &format!("{MINIMAL}[episodes]\nwindow = {{ length_s = 10.0 }}\n"),
+        "episodes.window.stride_s",
+        "missing",
+    );
+    expect_err(
+        &format!("{MINIMAL}[episodes]\nrepeats = 0\n"),
+        "episodes.repeats",
+        ">= 1",
+    );
+    expect_err(
+        &variant("[\"emd\", \"mpjpe_g\"]", "[\"emd\"]\nstate_slice = [10, 5]"),
+        "metrics.state_slice",
+        "[10, 5]",
+    );
+    expect_err(
+        &variant("[\"emd\", \"mpjpe_g\"]", "[\"emd\"]\nstate_slice = [0, 65]"),
+        "metrics.state_slice",
+        "<= 64",
+    );
+    expect_err(
+        &format!("{MINIMAL}[fall]\nrule = \"min_root_height\"\n"),
+        "fall.threshold_m",
+        "missing",
+    );
+    expect_err(
+        &format!("{MINIMAL}[fall]\nthreshold_m = 0.3\n"),
+        "fall.threshold_m",
+        "not allowed",
+    );
+    expect_err(
+        &format!("{MINIMAL}[fall]\nrule = \"max_body_deviation\"\nthreshold_m = -1\n"),
+        "fall.threshold_m",
+        "positive",
+    );
+    expect_err(&variant("name = \"t\"\n", ""), "name", "missing");
+    expect_err(&variant("name = \"t\"", "name = \"G1 Smoke\""), "name", "[a-z0-9-]+");
+    expect_err(&variant("version = 1", "version = 0"), "version", ">= 1");
+    expect_err(
+        &variant("description = \"test\"", "description = \" \""),
+        "description",
+        "non-empty",
+    );
+    expect_err(
+        &variant("task = \"tracking\"", "task = \"walking\""),
+        "task",
+        "tracking",
+    );
+    expect_err(
+        &format!("{MINIMAL}[observations]\ngroups = [\"state\", \"state\"]\n"),
+        "observations.groups",
+        "twice",
+    );
+    expect_err(
+        &format!("{MINIMAL}[observations]\ngroups = [\"secret\"]\n"),
+        "observations.groups",
+        "history_actor",
+    );
+    expect_err(
+        &format!("{MINIMAL}[observations]\nreference_horizon = 251\n"),
+        "observations.reference_horizon",
+        "0-250",
+    );
+    expect_err(
+        &format!("{MINIMAL}[observations]\nreference_goal_horizon = 251\n"),
+        "observations.reference_goal_horizon",
+        "0-250",
+    );
+    expect_err(
+        &format!("{MINIMAL}[observations]\nreference_goal_horizon = -1\n"),
+        "observations.reference_goal_horizon",
+        "got -1",
+    );
+    expect_err(
+        &format!("{MINIMAL}tie_breakers = [\"emd\"]\n"),
+        "ranking.tie_breakers",
+        "primary",
+    );
+    expect_err(
+        &format!("{MINIMAL}tie_breakers = [\"ndtw\"]\n"),
+        "ranking.tie_breakers",
+        "metrics.list",
+    );
+    expect_err(&format!("{MINIMAL}direction = \"up\"\n"), "ranking.direction", "lower");
+    expect_err(&variant("[ranking]\nprimary = \"emd\"\n", ""), "ranking", "missing");
+    // Syntax errors carry toml's position.
+    let err = parse("name = \n").unwrap_err().to_string();
+    assert!(err.starts_with("bad.toml: ") && err.contains("line 1"), "{err}");
+}
+
+fn spec_with(window: Window, repeats: u32, max_episode_s: f64, seed: u64) -> BenchmarkSpec {
+    let mut spec = parse(MINIMAL).unwrap();
+    spec.episodes.window = window;
+    spec.episodes.repeats = repeats;
+    spec.episodes.seed = seed;
+    spec.limits.max_episode_s = max_episode_s;
+    spec
+}
+
+fn starts(episodes: &[Episode]) -> Vec<(usize, f64, f64)> {
+    episodes.iter().map(|e| (e.motion, e.start_s, e.duration_s)).collect()
+}
+
+#[test]
+fn expand_whole_and_sliding() {
+    let whole = spec_with(Window::Whole, 1, 0.0, 0).expand_episodes(&[4.0, 2.5]);
+    assert_eq!(starts(&whole), [(0, 0.0, 4.0), (1, 0.0, 2.5)]);
+    let sliding = Window::Sliding {
+        length_s: 4.0,
+        stride_s: 3.0,
+    };
+    // 10 s clip: windows at 0, 3, 6 (6 + 4 = 10 fits exactly); 3 s clip: one whole window.
+    let eps = spec_with(sliding, 1, 0.0, 0).expand_episodes(&[10.0, 3.0]);
+    assert_eq!(
+        starts(&eps),
+        [(0, 0.0, 4.0), (0, 3.0, 4.0), (0, 6.0, 4.0), (1, 0.0, 3.0)]
+    );
+    // Float strides still keep a window that ends exactly at the clip's end.
+    let fine = Window::Sliding {
+        length_s: 0.3,
+        stride_s: 0.1,
+    };
+    assert_eq!(spec_with(fine, 1, 0.0, 0).expand_episodes(&[1.0]).len(), 8);
+    assert!(spec_with(Window::Whole, 1, 0.0, 0).expand_episodes(&[]).is_empty());
+}
+
+#[test]
+fn expand_repeats_cap_and_seeds() {
+    let eps = spec_with(Window::Whole, 3, 5.0, 11).expand_episodes(&[8.0, 2.0]);
+    assert_eq!(eps.len(), 6);
+    for (i, e) in eps.iter().enumerate() {
+        assert_eq!(e.index, i);
+        assert_eq!(e.motion, i / 3);
+        assert_eq!(e.repeat, (i % 3) as u32);
+        assert_eq!(e.seed, episode_seed(11, i));
+    }
+    assert_eq!(eps[0].duration_s, 5.0, "capped by max_episode_s");
+    assert_eq!(eps[3].duration_s, 2.0, "shorter than the cap");
+    let mut seeds: Vec<u64> = eps.iter().map(|e| e.seed).collect();
+    seeds.sort_unstable();
+    seeds.dedup();
+    assert_eq!(seeds.len(), 6, "distinct");
+    let again = spec_with(Window::Whole, 3, 5.0, 11).expand_episodes(&[8.0, 2.0]);
+    assert_eq!(again, eps, "deterministic");
+    let other = spec_with(Window::Whole, 3, 5.0, 12).expand_episodes(&[8.0, 2.0]);
+    assert!(other.iter().zip(&eps).all(|(a, b)| a.seed != b.seed));
+    assert_ne!(episode_seed(1, 0), episode_seed(0, 1));
+}
+
+/// A fresh folder under the system temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let dir = std::env::temp_dir().join(format!("arena-bench-spec-{tag}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        std::fs::remove_dir_all(&self.0).ok();
+    }
+}
+
+fn write_clip(dir: &Path, file: &str, frames: usize) {
+    let mut qpos = Vec::new();
+    for i in 0..frames {
+        let mut f = vec![0.01 * i as f64; NUM_COLUMNS];
+        f[3..7].copy_from_slice(&[1.0, 0.0, 0.0, 0.0]);
+        qpos.extend(f);
+    }
+    let clip = MotionClip {
+        name: file.into(),
+        category: "cat".into(),
+        fps: 30.0,
+        qpos,
+    };
+    write_g1_csv(&dir.join(file), &clip).unwrap();
+}
+
+fn source_spec(source: &str) -> BenchmarkSpec {
+    parse(&variant("builtin = [\"stand\", \"squat\"]", source)).unwrap()
+}
+
+#[test]
+fn load_clips_from_dir_files_and_manifest() {
+    let tmp = TempDir::new("load");
+    let root = &tmp.0;
+    write_clip(root, "cat__y.csv", 4);
+    write_clip(root, "cat__x.csv", 3);
+    write_clip(root, "other__z.csv", 2);
+    std::fs::write(root.join("README.md"), "not a motion").unwrap();
+
+    let clips = source_spec("dir = \".\"\npattern = \"cat__*.csv\"\nfps = 30")
+        .load_clips(root)
+        .unwrap();
+    let names: Vec<&str> = clips.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["x", "y"], "sorted by file name, filtered");
+    assert_eq!(clips[0].num_frames(), 3);
+    assert_eq!(clips[0].fps, 30.0);
+
+    let all = source_spec("dir = \".\"\nfps = 30").load_clips(root).unwrap();
+    assert_eq!(all.len(), 3, "every *.csv without a pattern");
+
+    let err = source_spec("dir = \".\"\npattern = \"dance__*.csv\"\nfps = 30")
+        .load_clips(root)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&root.display().to_string()) && err.contains("dance__*.csv"),
+        "{err}"
+    );
+
+    let files = source_spec("files = [\"other__z.csv\", \"cat__x.csv\"]\nfps = 60")
+        .load_clips(root)
+        .unwrap();
+    let names: Vec<&str> = files.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["z", "x"], "in the listed order");
+    assert_eq!(files[0].fps, 60.0);
+
+    let err = source_spec("files = [\"cat__missing.csv\"]\nfps = 60")
+        .load_clips(root)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("cat__missing.csv"), "{err}");
+
+    std::fs::create_dir_all(root.join("sets")).unwrap();
+    std::fs::write(
+        root.join("sets/m.toml"),
+        "fps = 30\n[[clip]]\nfile = \"../cat__x.csv\"\nsplit = \"test\"\n[[clip]]\nfile = \"../cat__y.csv\"\n",
+    )
+    .unwrap();
+    let test = source_spec("manifest = \"sets/m.toml\"\nsplit = \"test\"")
+        .load_clips(root)
+        .unwrap();
+    assert_eq!(test.len(), 1);
+    assert_eq!(test[0].name, "x");
+    let every = source_spec("manifest = \"sets/m.toml\"\nfps = 25")
+        .load_clips(root)
+        .unwrap();
+    assert_eq!(every.len(), 2);
+    assert!(every.iter().all(|c| c.fps == 25.0), "fps overrides the manifest's");
+    let err = source_spec("manifest = \"sets/m.toml\"\nsplit = \"val\"")
+        .load_clips(root)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("m.toml") && err.contains("\"val\""), "{err}");
+}
+
+#[test]
+fn load_clips_errors() {
+    let tmp = TempDir::new("missing");
+    let missing = tmp.0.join("no-such-root");
+    let err = source_spec("dir = \".\"\nfps = 30").load_clips(&missing).unwrap_err();
+    assert!(matches!(err, SpecError::MissingMotionsRoot { .. }));
+    let err = err.to_string();
+    assert!(err.contains(&missing.display().to_string()), "{err}");
+    assert!(
+        err.contains("--motions-root") && err.contains(MOTIONS_ROOT_ENV),
+        "{err}"
+    );
+    let err = parse(MINIMAL).unwrap().load_clips(&tmp.0).unwrap_err();
+    assert!(matches!(err, SpecError::BuiltinMotions { .. }), "{err}");
+}
+
+#[test]
+fn registry_lookup() {
+    let tmp = TempDir::new("registry");
+    std::fs::write(tmp.0.join("a.toml"), MINIMAL).unwrap();
+    std::fs::write(tmp.0.join("broken.toml"), "name = \"broken\"\n").unwrap();
+    std::fs::write(tmp.0.join("Cargo.toml"), "[package]\n").unwrap();
+    std::fs::write(tmp.0.join("notes.txt"), "x").unwrap();
+    let listed = list_benchmarks(&tmp.0, &KNOWN);
+    let files: Vec<String> = listed
+        .iter()
+        .map(|(p, _)| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(files, ["a.toml", "broken.toml"]);
+    let (path, spec) = find_benchmark("t", &tmp.0, &KNOWN).unwrap();
+    assert_eq!(
+        (path.file_name().unwrap().to_str(), spec.name.as_str()),
+        (Some("a.toml"), "t")
+    );
+    let by_path = tmp.0.join("a.toml");
+    assert_eq!(
+        find_benchmark(by_path.to_str().unwrap(), &tmp.0, &KNOWN).unwrap().1,
+        spec
+    );
+    let err = find_benchmark("broken", &tmp.0, &KNOWN).unwrap_err().to_string();
+    assert!(err.contains("broken.toml") && err.contains("version"), "{err}");
+    let err = find_benchmark("nope", &tmp.0, &KNOWN).unwrap_err().to_string();
+    assert!(err.contains("\"nope\"") && err.contains("available: t"), "{err}");
+    std::fs::write(tmp.0.join("b.toml"), MINIMAL).unwrap();
+    let err = find_benchmark("t", &tmp.0, &KNOWN).unwrap_err().to_string();
+    assert!(err.contains("b.toml: name:") && err.contains("a.toml"), "{err}");
+}

@@ -1,0 +1,283 @@
+//! Challenges and their phases: creation and updates (admin), reads, a phase's leaderboard.
+
+use super::*;
+
+/// A JSON value that is present in the body, even as `null` (absent keys stay `None`), so a
+/// PATCH can tell "clear this limit" from "leave it".
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+/// A submission limit: a positive integer, or `null` for none.
+fn limit_field(field: &str, v: &Value) -> Result<Option<u32>, ApiError> {
+    match v {
+        Value::Null => Ok(None),
+        Value::Number(n) if n.as_u64().is_some_and(|x| (1..=u64::from(u32::MAX)).contains(&x)) => {
+            Ok(n.as_u64().map(|x| x as u32))
+        }
+        other => Err(bad_request(format!(
+            "{field}: expected a positive integer, or null for no limit, got {other}"
+        ))),
+    }
+}
+
+fn visibility_field(v: &Value) -> Result<Visibility, ApiError> {
+    match v {
+        Value::String(s) => s.parse().map_err(|e| bad_request(format!("leaderboard: {e}"))),
+        other => Err(bad_request(format!(
+            "leaderboard: expected \"public\" or \"private\", got {other}"
+        ))),
+    }
+}
+
+fn groups_field(v: &Value) -> Result<Option<Vec<String>>, ApiError> {
+    match v {
+        Value::Null => Ok(None),
+        Value::Array(items) => items
+            .iter()
+            .map(|g| {
+                g.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| bad_request(format!("observation_groups: expected group names, got {g}")))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some),
+        other => Err(bad_request(format!(
+            "observation_groups: expected a list of group names, or null for the benchmark's, got {other}"
+        ))),
+    }
+}
+
+/// A phase as served: its stored fields plus `state` (upcoming, open, closed) now.
+fn phase_json(phase: &Phase, now: i64) -> Value {
+    let mut v = json!(phase);
+    v["state"] = json!(PhaseState::of(phase, now).as_str());
+    v
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewChallengeBody {
+    id: String,
+    title: String,
+    #[serde(default)]
+    description: String,
+}
+
+pub(super) async fn create_challenge(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> ApiResult {
+    require_admin(&state, &headers).await?;
+    let new: NewChallengeBody = parse_body(&body)?;
+    access::check_slug("id", &new.id)?;
+    let title = new.title.trim();
+    if title.is_empty() || title.len() > 200 {
+        return Err(bad_request("title: expected 1-200 bytes of UTF-8 text".into()));
+    }
+    let challenge = state
+        .storage
+        .create_challenge(&new.id, title, &new.description)
+        .await
+        .map_err(storage_error)?;
+    Ok((StatusCode::CREATED, Json(challenge)).into_response())
+}
+
+pub(super) async fn list_challenges(State(state): State<Arc<AppState>>, headers: HeaderMap) -> ApiResult {
+    optional_caller(&state, &headers).await?;
+    Ok(Json(json!({"challenges": state.storage.challenges().await?})).into_response())
+}
+
+pub(super) async fn get_challenge(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult {
+    optional_caller(&state, &headers).await?;
+    let Some(challenge) = state.storage.challenge(&id).await? else {
+        return Err(not_found(format!("no challenge {id:?}")));
+    };
+    let now = now_ms();
+    let phases: Vec<Value> = state
+        .storage
+        .phases_of_challenge(&id)
+        .await?
+        .iter()
+        .map(|p| phase_json(p, now))
+        .collect();
+    let mut v = json!(challenge);
+    v["phases"] = json!(phases);
+    Ok(Json(v).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewPhaseBody {
+    id: String,
+    benchmark: String,
+    starts_at: Value,
+    ends_at: Value,
+    #[serde(default)]
+    leaderboard: Option<Value>,
+    #[serde(default)]
+    max_submissions_per_day: Option<Value>,
+    #[serde(default)]
+    max_submissions_total: Option<Value>,
+    #[serde(default)]
+    observation_groups: Option<Value>,
+}
+
+pub(super) async fn create_phase(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(challenge): Path<String>,
+    body: axum::body::Bytes,
+) -> ApiResult {
+    require_admin(&state, &headers).await?;
+    let new: NewPhaseBody = parse_body(&body)?;
+    access::check_slug("id", &new.id)?;
+    if state.storage.challenge(&challenge).await?.is_none() {
+        return Err(not_found(format!("no challenge {challenge:?}")));
+    }
+    let spec = state
+        .catalog
+        .spec(&new.benchmark)
+        .map_err(|e| bad_request(format!("benchmark: {e}")))?;
+    let null = Value::Null;
+    let phase = Phase {
+        id: new.id,
+        challenge_id: challenge,
+        benchmark: spec.name.clone(),
+        starts_at: time_field("starts_at", &new.starts_at)?,
+        ends_at: time_field("ends_at", &new.ends_at)?,
+        leaderboard: match &new.leaderboard {
+            Some(v) => visibility_field(v)?,
+            None => Visibility::Public,
+        },
+        max_per_day: limit_field(
+            "max_submissions_per_day",
+            new.max_submissions_per_day.as_ref().unwrap_or(&null),
+        )?,
+        max_total: limit_field(
+            "max_submissions_total",
+            new.max_submissions_total.as_ref().unwrap_or(&null),
+        )?,
+        observation_groups: groups_field(new.observation_groups.as_ref().unwrap_or(&null))?,
+        created_at: now_ms(),
+    };
+    access::validate_phase(&phase, &spec)?;
+    let phase = state.storage.create_phase(&phase).await.map_err(storage_error)?;
+    Ok((StatusCode::CREATED, Json(phase_json(&phase, now_ms()))).into_response())
+}
+
+pub(super) async fn get_phase(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult {
+    optional_caller(&state, &headers).await?;
+    match state.storage.phase(&id).await? {
+        Some(p) => Ok(Json(phase_json(&p, now_ms())).into_response()),
+        None => Err(not_found(format!("no phase {id:?}"))),
+    }
+}
+
+/// PATCH body: every key optional; `null` clears a limit or the group restriction.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PhasePatch {
+    #[serde(default, deserialize_with = "present")]
+    starts_at: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    ends_at: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    leaderboard: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    max_submissions_per_day: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    max_submissions_total: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    observation_groups: Option<Value>,
+}
+
+pub(super) async fn update_phase(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> ApiResult {
+    require_admin(&state, &headers).await?;
+    let patch: PhasePatch = parse_body(&body)?;
+    let Some(mut phase) = state.storage.phase(&id).await? else {
+        return Err(not_found(format!("no phase {id:?}")));
+    };
+    if let Some(v) = &patch.starts_at {
+        phase.starts_at = time_field("starts_at", v)?;
+    }
+    if let Some(v) = &patch.ends_at {
+        phase.ends_at = time_field("ends_at", v)?;
+    }
+    if let Some(v) = &patch.leaderboard {
+        phase.leaderboard = visibility_field(v)?;
+    }
+    if let Some(v) = &patch.max_submissions_per_day {
+        phase.max_per_day = limit_field("max_submissions_per_day", v)?;
+    }
+    if let Some(v) = &patch.max_submissions_total {
+        phase.max_total = limit_field("max_submissions_total", v)?;
+    }
+    if let Some(v) = &patch.observation_groups {
+        phase.observation_groups = groups_field(v)?;
+    }
+    let spec = state
+        .catalog
+        .spec(&phase.benchmark)
+        .map_err(|e| ApiError(AccessError::internal(format!("phase {id}: {e}"))))?;
+    access::validate_phase(&phase, &spec)?;
+    let phase = state.storage.update_phase(&phase).await.map_err(storage_error)?;
+    tracing::info!(phase = %phase.id, "phase updated");
+    Ok(Json(phase_json(&phase, now_ms())).into_response())
+}
+
+pub(super) async fn get_phase_leaderboard(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult {
+    let who = optional_caller(&state, &headers).await?;
+    let Some(phase) = state.storage.phase(&id).await? else {
+        return Err(not_found(format!("no phase {id:?}")));
+    };
+    let admin = who.as_ref().is_some_and(Caller::is_admin);
+    if !admin && access::results_hidden(&phase, now_ms()) {
+        return Err(ApiError(AccessError::hidden(format!(
+            "the leaderboard of private phase {} is hidden until the phase ends at {}",
+            phase.id,
+            access::rfc3339(phase.ends_at)
+        ))));
+    }
+    let spec = state
+        .catalog
+        .spec(&phase.benchmark)
+        .map_err(|e| not_found(e.to_string()))?;
+    let generation = state.storage.leaderboard_generation().await?;
+    let key = format!("phase {} {:?}", phase.id, spec.ranking);
+    let board = match state.leaderboards.get(&key, generation) {
+        Some(board) => board,
+        None => {
+            let json = state
+                .storage
+                .leaderboard_json(&phase.benchmark, Some(&phase.id))
+                .await?;
+            let rows: Vec<leaderboard::RankRow> = serde_json::from_str(&json)
+                .map_err(|e| ApiError(AccessError::internal(format!("leaderboard rows: {e}"))))?;
+            state
+                .leaderboards
+                .put(key, generation, leaderboard::rank_rows(&spec, rows))
+        }
+    };
+    let mut v = json!(board.as_ref());
+    v["phase"] = json!(phase.id);
+    Ok(Json(v).into_response())
+}

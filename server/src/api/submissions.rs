@@ -1,0 +1,183 @@
+//! Submissions (create, list, read, results, report, trajectories) and benchmark leaderboards.
+
+use super::*;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewSubmissionBody {
+    #[serde(default)]
+    benchmark: String,
+    #[serde(default)]
+    phase: String,
+    #[serde(default)]
+    agent_name: String,
+}
+
+pub(super) async fn create_submission(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> ApiResult {
+    let Caller::Team(team) = caller(&state, &headers).await? else {
+        return Err(bad_request("submissions belong to teams: use a team token".into()));
+    };
+    let new: NewSubmissionBody = parse_body(&body)?;
+    let now = now_ms();
+    let request = RunRequest {
+        benchmark: &new.benchmark,
+        phase: &new.phase,
+        practice: false,
+    };
+    let plan = access::resolve_run(&state.storage, request, now).await?;
+    let catalog = state.catalog.clone();
+    let name = plan.benchmark.clone();
+    let benchmark = tokio::task::spawn_blocking(move || catalog.load(&name))
+        .await?
+        .map_err(|e| not_found(e.to_string()))?;
+    let submission = access::create_submission(
+        &state.storage,
+        &team,
+        &NewSubmission {
+            id: crate::app::new_submission_id(),
+            team_id: team.id,
+            benchmark: benchmark.spec.name.clone(),
+            agent_name: new.agent_name,
+            phase_id: plan.phase.as_ref().map(|p| p.id.clone()),
+        },
+        &runner::new_episodes(&benchmark),
+        plan.phase.as_ref(),
+        now,
+    )
+    .await?;
+    Ok((StatusCode::CREATED, Json(submission)).into_response())
+}
+
+pub(super) async fn list_submissions(State(state): State<Arc<AppState>>, headers: HeaderMap) -> ApiResult {
+    let team = match caller(&state, &headers).await? {
+        Caller::Admin => None,
+        Caller::Team(t) => Some(t.id),
+    };
+    Ok(Json(json!({"submissions": state.storage.submissions(team).await?})).into_response())
+}
+
+pub(super) async fn get_submission(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult {
+    // Status and progress counts only: no metrics, so this is safe for hidden results too.
+    let (_, s) = visible_submission(&state, &headers, &id).await?;
+    let (pending, running, finished) = state.storage.episode_counts(&id).await?;
+    let mut v = serde_json::to_value(&s)?;
+    v["progress"] = json!({"pending": pending, "running": running, "finished": finished});
+    Ok(Json(v).into_response())
+}
+
+pub(super) async fn get_results(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult {
+    let (who, s) = visible_submission(&state, &headers, &id).await?;
+    check_results_visible(&state, &who, &s).await?;
+    let rows = state.storage.episodes(&id).await?;
+    let aggregator = results::aggregate(&rows);
+    Ok(Json(json!({
+        "submission": s,
+        "aggregated": aggregator.aggregated(),
+        "groups": aggregator.by_category(),
+        "episodes": rows,
+        "failed_episodes": aggregator.failed(),
+    }))
+    .into_response())
+}
+
+pub(super) async fn get_report(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult {
+    let (who, s) = visible_submission(&state, &headers, &id).await?;
+    check_results_visible(&state, &who, &s).await?;
+    if let Some(json) = &s.report_json {
+        return Ok(([(header::CONTENT_TYPE, "application/json")], json.clone()).into_response());
+    }
+    // Not finished yet: the report so far.
+    let spec = state.catalog.spec(&s.benchmark).map_err(|e| not_found(e.to_string()))?;
+    let rows = state.storage.episodes(&id).await?;
+    Ok(Json(results::report(&spec, &s, &rows)).into_response())
+}
+
+pub(super) async fn get_trajectories(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult {
+    let (who, s) = visible_submission(&state, &headers, &id).await?;
+    check_results_visible(&state, &who, &s).await?;
+    // Streamed from the object store as it is read (a completed submission's merged file).
+    let found = state
+        .objects
+        .stream(&crate::objects::trajectory_key(&s.id))
+        .await
+        .map_err(|e| ApiError(AccessError::internal(e.to_string())))?;
+    let Some((size, chunks)) = found else {
+        let why = if s.status.is_final() {
+            "has no trajectories"
+        } else {
+            "has no trajectory file yet (it is written when the submission completes)"
+        };
+        return Err(not_found(format!("submission {id} {why}")));
+    };
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/x-hdf5".to_string()),
+            (header::CONTENT_DISPOSITION, format!("attachment; filename=\"{id}.h5\"")),
+            (header::CONTENT_LENGTH, size.to_string()),
+        ],
+        axum::body::Body::from_stream(futures_util::StreamExt::map(chunks, |c| {
+            c.map_err(std::io::Error::other)
+        })),
+    )
+        .into_response())
+}
+
+/// A benchmark's leaderboard over all its completed submissions, except (for everyone but the
+/// admin) those of private phases that have not ended: they appear once their phase ends.
+pub(super) async fn get_leaderboard(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(benchmark): Path<String>,
+) -> ApiResult {
+    let who = optional_caller(&state, &headers).await?;
+    let spec = state.catalog.spec(&benchmark).map_err(|e| not_found(e.to_string()))?;
+    let generation = state.storage.leaderboard_generation().await?;
+    let mut hidden: Vec<String> = Vec::new();
+    if !who.as_ref().is_some_and(Caller::is_admin) {
+        let now = now_ms();
+        hidden = state
+            .storage
+            .phases_of_benchmark(&spec.name)
+            .await?
+            .into_iter()
+            .filter(|p| access::results_hidden(p, now))
+            .map(|p| p.id)
+            .collect();
+        hidden.sort();
+    }
+    let key = format!("benchmark {} {:?} hiding {hidden:?}", spec.name, spec.ranking);
+    if let Some(board) = state.leaderboards.get(&key, generation) {
+        return Ok(Json(board.as_ref()).into_response());
+    }
+    let hidden: HashSet<String> = hidden.into_iter().collect();
+    let rows: Vec<leaderboard::RankRow> =
+        serde_json::from_str(&state.storage.leaderboard_json(&spec.name, None).await?)
+            .map_err(|e| ApiError(AccessError::internal(format!("leaderboard rows: {e}"))))?;
+    let rows = rows
+        .into_iter()
+        .filter(|s| !s.phase_id.as_ref().is_some_and(|p| hidden.contains(p)))
+        .collect();
+    let ranked = leaderboard::rank_rows(&spec, rows);
+    let board = state.leaderboards.put(key, generation, ranked);
+    Ok(Json(board.as_ref()).into_response())
+}

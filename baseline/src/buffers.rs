@@ -135,18 +135,30 @@ impl OnlineBuffer {
             .filter(|&(_, a, b)| b >= a + 2)
     }
 
-    /// `n` transitions (row → next row of the same episode): an episode uniformly, then a
-    /// start uniformly among its transitions. None until one episode has two rows.
+    /// `n` transitions (row → next row of the same episode), uniform over every transition in
+    /// the ring. BFM-Zero draws an episode segment uniformly, then a start in it (§5.8); its
+    /// episodes all run 501 steps, so that is uniform over transitions too. Here episodes end
+    /// with their motion and so vary in length, and a segment-uniform draw would over-sample
+    /// the few steps after each reset of the short ones. None until one episode has two rows.
     pub fn sample(&self, n: usize, rng: &mut impl Rng) -> Option<TrainBatch> {
+        // Cumulative transition counts: segment k holds transitions [ends[k-1], ends[k]).
         let segments: Vec<(usize, u64, u64)> = self.segments().collect();
-        if segments.is_empty() {
-            return None;
-        }
+        let ends: Vec<u64> = segments
+            .iter()
+            .scan(0u64, |total, &(_, a, b)| {
+                *total += b - a - 1;
+                Some(*total)
+            })
+            .collect();
+        let total = *ends.last()?;
         let mut now = Vec::with_capacity(n);
         let mut next = Vec::with_capacity(n);
         for _ in 0..n {
-            let (e, a, b) = segments[rng.random_range(0..segments.len())];
-            let t = rng.random_range(a..b - 1);
+            let u = rng.random_range(0..total);
+            let k = ends.partition_point(|&end| end <= u);
+            let (e, a, b) = segments[k];
+            let first = ends[k] - (b - a - 1);
+            let t = a + (u - first);
             let flat = |t: u64| ((t % self.rows as u64) * self.envs as u64 + e as u64) as i64;
             now.push(flat(t));
             next.push(flat(t + 1));
@@ -408,5 +420,67 @@ impl ZBuffer {
         self.len = len;
         self.cursor = cursor;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha8Rng;
+
+    /// Env 0 restarts every 3 rows, env 1 runs one long episode; `state` holds 10·row + env.
+    fn two_envs(rows_written: u64) -> OnlineBuffer {
+        let mut buffer = OnlineBuffer::new(200, 2, [1; 4], 1, 1, Device::Cpu);
+        let zeros = Tensor::zeros([2, 1], (Kind::Float, Device::Cpu));
+        for t in 0..rows_written {
+            let obs = Obs {
+                state: Tensor::from_slice(&[10.0 * t as f32, 10.0 * t as f32 + 1.0]).view([2, 1]),
+                privileged_state: zeros.shallow_clone(),
+                last_action: zeros.shallow_clone(),
+                history_actor: zeros.shallow_clone(),
+            };
+            buffer.push(&StepRecord {
+                obs: &obs,
+                action: &zeros,
+                z: &zeros,
+                aux_reward: &zeros,
+                episode_start: &[t % 3 == 0, t == 0],
+                terminated: &[false, false],
+            });
+        }
+        buffer
+    }
+
+    #[test]
+    fn sampling_is_uniform_over_transitions_not_episodes() {
+        let buffer = two_envs(101);
+        // Env 0: 33 episodes of 3 rows (2 transitions each) and an open one of 2 rows (1);
+        // env 1: one episode of 101 rows (100).
+        assert_eq!(buffer.transitions(), 66 + 1 + 100);
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        let batch = buffer.sample(20_000, &mut rng).unwrap();
+        let now: Vec<f32> = Vec::try_from(batch.obs.state.flatten(0, -1)).unwrap();
+        let next: Vec<f32> = Vec::try_from(batch.next_obs.state.flatten(0, -1)).unwrap();
+        let mut long = 0;
+        for (a, b) in now.iter().zip(&next) {
+            let (row, env) = ((*a as u64) / 10, (*a as u64) % 10);
+            assert_eq!(*b, a + 10.0, "the next row of the same env");
+            if env == 1 {
+                long += 1;
+            } else {
+                assert_ne!(row % 3, 2, "row {row} ends its episode: no transition starts there");
+            }
+        }
+        // Transition-uniform: 100/167 = 0.60 from the long episode (episode-uniform: 1/35).
+        let share = long as f64 / now.len() as f64;
+        assert!((share - 100.0 / 167.0).abs() < 0.02, "{share}");
+    }
+
+    #[test]
+    fn nothing_to_sample_before_an_episode_has_two_rows() {
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        assert!(two_envs(1).sample(4, &mut rng).is_none());
+        assert!(two_envs(2).sample(4, &mut rng).is_some());
     }
 }

@@ -170,6 +170,7 @@ impl Trainer {
             fall_rule: None,
             record: false,
             backend: t.backend(),
+            dr_gains_and_delay: t.dr_gains_and_delay,
             ..Default::default()
         };
         let env = TrackingEnv::new(env_config, library.clone()).context("creating the training envs")?;

@@ -35,6 +35,9 @@ pub struct RunConfig {
     pub lie_down_probability: f64,
     /// Domain-randomisation level 0-3 of training episodes.
     pub dr_level: u8,
+    /// Keep the PD-gain randomisation (levels 2, 3) and the control delay (level 3) of the
+    /// arena's levels; off by default, as in BFM-Zero's training.
+    pub dr_gains_and_delay: bool,
     pub update_z_every_step: u64,
     pub rollout_expert_trajectories: bool,
     pub rollout_expert_length: usize,
@@ -84,6 +87,7 @@ impl Default for RunConfig {
             episode_length_s: 10.0,
             lie_down_probability: 0.3,
             dr_level: 3,
+            dr_gains_and_delay: false,
             update_z_every_step: 100,
             rollout_expert_trajectories: true,
             rollout_expert_length: 250,

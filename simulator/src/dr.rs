@@ -86,6 +86,17 @@ pub fn draw(level: DrLevel, seed: u64) -> DrDraw {
     }
 }
 
+impl DrDraw {
+    /// The same draw with nominal PD gains and no control delay: BFM-Zero's training set
+    /// (friction, masses, CoM, joint offsets, observation noise, pushes) at level 3.
+    pub fn without_gains_and_delay(mut self) -> DrDraw {
+        self.physics.kp_scale = 1.0;
+        self.physics.kd_scale = 1.0;
+        self.control_delay = 0;
+        self
+    }
+}
+
 /// Seconds until the next push: an integer drawn from [1, 3) (§4.5).
 pub fn next_push_interval_s(rng: &mut ChaCha8Rng) -> f64 {
     rng.random_range(1..3u32) as f64
@@ -117,5 +128,22 @@ mod tests {
         let f = l1.physics.friction.unwrap();
         assert!((0.5..1.25).contains(&f));
         assert!(DrLevel::try_from(4).is_err());
+    }
+
+    #[test]
+    fn bfm_zero_set_drops_only_gains_and_delay() {
+        let seed = (0..64).find(|&s| draw(DrLevel::L3, s).control_delay == 1).unwrap();
+        let full = draw(DrLevel::L3, seed);
+        assert!(full.physics.kp_scale != 1.0 && full.physics.kd_scale != 1.0);
+        let bfm = full.clone().without_gains_and_delay();
+        assert_eq!(
+            (bfm.physics.kp_scale, bfm.physics.kd_scale, bfm.control_delay),
+            (1.0, 1.0, 0)
+        );
+        assert_eq!(bfm.physics.friction, full.physics.friction);
+        assert_eq!(bfm.physics.mass_scale, full.physics.mass_scale);
+        assert_eq!(bfm.physics.torso_com_offset, full.physics.torso_com_offset);
+        assert_eq!(bfm.joint_offset, full.joint_offset);
+        assert!(bfm.obs_noise && bfm.pushes);
     }
 }

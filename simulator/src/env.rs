@@ -76,6 +76,9 @@ pub struct TrackingEnvConfig {
     pub record: bool,
     /// Which physics backend simulates the envs.
     pub backend: SimBackend,
+    /// Whether the DR levels that randomise PD gains (2, 3) and add a control delay (3) do so.
+    /// Scoring keeps the levels whole; the BFM-Zero trainer turns both off, as BFM-Zero does.
+    pub dr_gains_and_delay: bool,
 }
 
 impl Default for TrackingEnvConfig {
@@ -88,6 +91,7 @@ impl Default for TrackingEnvConfig {
             fall_rule: None,
             record: true,
             backend: SimBackend::Cpu,
+            dr_gains_and_delay: true,
         }
     }
 }
@@ -434,7 +438,10 @@ impl TrackingEnv {
 
     fn reset_one(&mut self, env: usize, a: EpisodeAssignment, lie: Option<LieDown>) -> Result<(), SimError> {
         let motion = &self.library.motions[a.motion];
-        let draw = dr::draw(a.dr_level, a.seed);
+        let mut draw = dr::draw(a.dr_level, a.seed);
+        if !self.config.dr_gains_and_delay {
+            draw = draw.without_gains_and_delay();
+        }
         self.handler.set_physics_params(env, &draw.physics)?;
         let slot = &mut self.slots[env];
         let mut reference = MotionState::default();

@@ -527,3 +527,26 @@ fn privileged_state_recomputed_from_recorded_states_matches_the_episode() {
     println!("largest relative difference of recomputed privileged_state: {worst:e}");
     assert!(worst <= 1e-6, "recomputed privileged_state differs by {worst}");
 }
+
+#[test]
+fn without_gains_and_delay_an_action_acts_at_once() {
+    let lib = library();
+    // A seed whose level-3 draw delays the control by one step.
+    let seed = (0..64)
+        .find(|&s| arena_sim::dr::draw(DrLevel::L3, s).control_delay == 1)
+        .unwrap();
+    let first_step = |gains_and_delay: bool, action: f32| {
+        let config = TrackingEnvConfig {
+            dr_gains_and_delay: gains_and_delay,
+            ..Default::default()
+        };
+        let mut e = TrackingEnv::new(config, lib.clone()).unwrap();
+        e.reset(&[(0, assignment(1, seed, DrLevel::L3))]).unwrap();
+        e.step(&[action; NUM_JOINTS]).unwrap();
+        e.trajectory(0).qpos[NQ..].to_vec()
+    };
+    // The arena's level 3 executes the previous (zero) action first ...
+    assert_eq!(first_step(true, 0.5), first_step(true, 0.0));
+    // ... BFM-Zero's set executes the action of the step itself.
+    assert_ne!(first_step(false, 0.5), first_step(false, 0.0));
+}

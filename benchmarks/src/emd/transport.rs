@@ -1,252 +1,18 @@
-//! Exact earth mover's distance between two sets of frames.
-//!
-//! EMD here is the optimal-transport cost between the uniform distributions on the rows of
-//! `A` (n × d) and `B` (m × d) with the Euclidean distance between rows as ground cost — the
-//! quantity POT's `ot.emd2(ones(n)/n, ones(m)/m, cdist(A, B))` computes.
-//!
-//! ## Algorithm
-//! With g = gcd(n, m), giving each row of `A` a supply of m/g units and each row of `B` a
-//! demand of n/g units makes every mass an integer (total N = n·m/g), so the problem is an
-//! integer transportation problem (an assignment problem when n = m) and
-//! EMD = (optimal integer cost) / N exactly.
-//!
-//! The optimal plan uses few of the n·m pairs, so we solve on a sparse candidate graph and then
-//! *prove* optimality on the dense problem:
-//! 1. Candidate edges, multiscale: the problem on every other row is solved first (recursively;
-//!    below [`DIRECT_PAIRS`] pairs the candidates are simply each row's k nearest rows both
-//!    ways). Its potentials, extended to all rows by c-transforms, are dual-feasible for the
-//!    dense problem and nearly optimal, so each source's k pairs of least *reduced* cost are
-//!    very likely to hold the optimal plan. The north-west-corner staircase is added too: it
-//!    alone admits a feasible plan, so the sparse problem is never infeasible.
-//! 2. Successive shortest paths with potentials (primal-dual; Dijkstra from one source with
-//!    excess, stopping at the first sink with deficit, JV-style), which keeps complementary
-//!    slackness: every residual edge has a non-negative reduced cost.
-//! 3. Certificate: the potentials π are a feasible dual for the *dense* problem iff every pair
-//!    (i, j) has c_ij + π_i − π_j ≥ 0. A parallel pass over the pairs checks this (only rows
-//!    whose potential fell since the last pass can have turned violating). If some
-//!    pairs violate it, they join the graph, the affected sources are re-priced (their flow is
-//!    released) and step 2 resumes from the current plan. When no pair violates, the plan is
-//!    optimal for the dense problem (LP duality), so the returned value is exact.
-//!
-//! The loop adds at least one edge per round, so it ends; if it ever ran past [`MAX_ROUNDS`]
-//! it returns [`EmdError::NotConverged`] rather than an approximation.
+//! The transportation solver behind [`super::emd`]: the candidate graph, successive shortest
+//! paths with potentials, and the dense certificate pass (steps 1-3 of the module docs).
 
+use super::distance::{ColumnBlocks, euclidean};
+use super::{Emd, EmdError, EmdStats, MAX_ROUNDS, Points};
 use rayon::prelude::*;
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-/// Candidate pairs per row in the initial graph (measured: 16 is a good trade-off
-/// between the cost of the sparse solve and the number of certificate rounds).
-pub const DEFAULT_NEIGHBOURS: usize = 16;
-/// Upper bound on certificate rounds; never reached in practice (see the module docs).
-pub const MAX_ROUNDS: usize = 10_000;
 /// Violating pairs added per source and round (the most violating first).
 const MAX_ADDED_PER_ROW: usize = 64;
 /// Rows per block in the neighbour pass (bounds the scratch matrix to block × m values).
 const BLOCK_ROWS: usize = 256;
 
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum EmdError {
-    #[error("EMD needs at least one frame in each set (got {n} and {m})")]
-    Empty { n: usize, m: usize },
-    #[error("EMD needs the same feature size in both sets (got {a} and {b})")]
-    DimensionMismatch { a: usize, b: usize },
-    #[error("EMD feature size must be positive")]
-    ZeroDimension,
-    #[error("set {set} has {len} values, which is not a whole number of {dim}-value rows")]
-    Ragged { set: char, len: usize, dim: usize },
-    #[error("set {set}, row {row}, column {column}: non-finite value {value}")]
-    NonFinite {
-        set: char,
-        row: usize,
-        column: usize,
-        value: f64,
-    },
-    #[error("EMD solver did not prove optimality after {rounds} rounds (this is a bug; please report it)")]
-    NotConverged { rounds: usize },
-}
-
-/// Solver statistics, for benchmarks and diagnostics.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct EmdStats {
-    /// Certificate passes over all n·m pairs (1 when the first sparse solve was optimal).
-    pub rounds: usize,
-    /// Edges in the final candidate graph.
-    pub edges: usize,
-    /// Shortest-path augmentations.
-    pub augmentations: usize,
-    /// Certificate rounds spent on the coarser problems.
-    pub coarse_rounds: usize,
-}
-
-/// A solved EMD: the value and, for diagnostics, how the solver got there.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Emd {
-    pub value: f64,
-    pub stats: EmdStats,
-}
-
-/// Rows of a point set: `data` holds `len / dim` rows of `dim` values, row-major.
-#[derive(Debug, Clone, Copy)]
-pub struct Points<'a> {
-    data: &'a [f64],
-    dim: usize,
-}
-
-impl<'a> Points<'a> {
-    pub fn new(data: &'a [f64], dim: usize) -> Self {
-        Points { data, dim }
-    }
-
-    fn rows(&self) -> usize {
-        self.data.len() / self.dim
-    }
-
-    fn row(&self, i: usize) -> &'a [f64] {
-        &self.data[i * self.dim..(i + 1) * self.dim]
-    }
-}
-
-/// Exact EMD between the rows of `a` and `b` (row-major, `dim` values per row).
-pub fn emd(a: &[f64], b: &[f64], dim: usize) -> Result<f64, EmdError> {
-    emd_with(a, b, dim, DEFAULT_NEIGHBOURS).map(|e| e.value)
-}
-
-/// [`emd`] with a chosen neighbour count, returning solver statistics too.
-pub fn emd_with(a: &[f64], b: &[f64], dim: usize, neighbours: usize) -> Result<Emd, EmdError> {
-    if dim == 0 {
-        return Err(EmdError::ZeroDimension);
-    }
-    for (set, data) in [('A', a), ('B', b)] {
-        if data.len() % dim != 0 {
-            return Err(EmdError::Ragged {
-                set,
-                len: data.len(),
-                dim,
-            });
-        }
-        if let Some(k) = data.iter().position(|v| !v.is_finite()) {
-            return Err(EmdError::NonFinite {
-                set,
-                row: k / dim,
-                column: k % dim,
-                value: data[k],
-            });
-        }
-    }
-    let (pa, pb) = (Points::new(a, dim), Points::new(b, dim));
-    let (n, m) = (pa.rows(), pb.rows());
-    if n == 0 || m == 0 {
-        return Err(EmdError::Empty { n, m });
-    }
-    let (emd, _) = solve_multiscale(pa, pb, neighbours.max(1))?;
-    Ok(emd)
-}
-
-/// Problems with fewer pairs than this are solved directly from nearest-neighbour candidates.
-pub const DIRECT_PAIRS: usize = 300 * 300;
-
-/// Solves on every other row first and uses those potentials to pick the candidate edges
-/// (see the module docs); returns the value and the final potentials.
-fn solve_multiscale(a: Points<'_>, b: Points<'_>, k: usize) -> Result<(Emd, Vec<f64>), EmdError> {
-    let (n, m) = (a.rows(), b.rows());
-    let mut t = Transport::new(a, b, k);
-    if n * m <= DIRECT_PAIRS || n < 4 || m < 4 {
-        let max_cost = t.build_candidates();
-        t.set_tolerance(max_cost);
-        t.initial_plan();
-    } else {
-        let every_other = |p: Points<'_>| -> Vec<f64> { p.data.chunks(p.dim).step_by(2).flatten().copied().collect() };
-        let (ca, cb) = (every_other(a), every_other(b));
-        let (coarse, coarse_pi) = solve_multiscale(Points::new(&ca, a.dim), Points::new(&cb, b.dim), k)?;
-        let nc = ca.len() / a.dim;
-        t.stats.coarse_rounds = coarse.stats.rounds + coarse.stats.coarse_rounds;
-        t.seed_from_coarse(Points::new(&ca, a.dim), &coarse_pi[..nc]);
-    }
-    let emd = t.run()?;
-    Ok((emd, std::mem::take(&mut t.pi)))
-}
-
-/// Euclidean distance between two rows, summing squares in feature order (the same order as
-/// [`ColumnBlocks`], so a pair gets the same cost whichever way it is computed).
-#[inline]
-pub fn euclidean(x: &[f64], y: &[f64]) -> f64 {
-    let mut s = 0.0;
-    for (p, q) in x.iter().zip(y) {
-        let d = p - q;
-        s += d * d;
-    }
-    s.sqrt()
-}
-
-/// Rows per block in [`ColumnBlocks`]: one SIMD-friendly group of lanes.
-const LANES: usize = 8;
-
-/// A point set stored feature-major in blocks of [`LANES`] rows, so that the distances from one
-/// row to all of them vectorise across rows (no horizontal sums). The last block is padded.
-struct ColumnBlocks {
-    rows: usize,
-    dim: usize,
-    data: Vec<f64>,
-}
-
-impl ColumnBlocks {
-    fn new(p: Points<'_>) -> Self {
-        let rows = p.rows();
-        let blocks = rows.div_ceil(LANES);
-        let mut data = vec![0.0; blocks * p.dim * LANES];
-        for r in 0..rows {
-            let (blk, lane) = (r / LANES, r % LANES);
-            for (d, v) in p.row(r).iter().enumerate() {
-                data[(blk * p.dim + d) * LANES + lane] = *v;
-            }
-        }
-        ColumnBlocks { rows, dim: p.dim, data }
-    }
-
-    /// Distances from `x` to every row, written to `out` (length ≥ rows).
-    fn distances(&self, x: &[f64], out: &mut [f64]) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx2") {
-                // SAFETY: the CPU supports AVX2 (checked just above).
-                unsafe { self.distances_avx2(x, out) };
-                return;
-            }
-        }
-        self.distances_generic(x, out);
-    }
-
-    /// Same arithmetic as the generic path, compiled for 4-wide vectors. No FMA, so results
-    /// are bit-identical on every x86-64 machine.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn distances_avx2(&self, x: &[f64], out: &mut [f64]) {
-        self.distances_generic(x, out);
-    }
-
-    #[inline(always)]
-    fn distances_generic(&self, x: &[f64], out: &mut [f64]) {
-        let dim = self.dim;
-        for (blk, chunk) in self.data.chunks_exact(dim * LANES).enumerate() {
-            let mut acc = [0.0f64; LANES];
-            for (d, lanes) in chunk.chunks_exact(LANES).enumerate() {
-                let xd = x[d];
-                for l in 0..LANES {
-                    let t = xd - lanes[l];
-                    acc[l] += t * t;
-                }
-            }
-            let start = blk * LANES;
-            let take = LANES.min(self.rows - start);
-            for l in 0..take {
-                out[start + l] = acc[l].sqrt();
-            }
-        }
-    }
-}
-
-fn gcd(mut a: usize, mut b: usize) -> usize {
+pub(super) fn gcd(mut a: usize, mut b: usize) -> usize {
     while b != 0 {
         (a, b) = (b, a % b);
     }
@@ -311,7 +77,7 @@ impl Search {
     }
 }
 
-struct Transport<'a> {
+pub(super) struct Transport<'a> {
     a: Points<'a>,
     b: Points<'a>,
     /// The sinks again, laid out for fast one-to-all distances.
@@ -326,7 +92,7 @@ struct Transport<'a> {
     excess: Vec<u32>,
     deficit: Vec<u32>,
     /// Potentials: sources 0..n, sinks n..n+m; reduced cost c_ij + π_i − π_{n+j}.
-    pi: Vec<f64>,
+    pub(super) pi: Vec<f64>,
     /// Reduced costs below −tolerance violate dual feasibility; |rc| ≤ tolerance is "tight".
     tolerance: f64,
     /// Sources whose potential fell since the last certificate pass. Potentials of sources only
@@ -335,11 +101,11 @@ struct Transport<'a> {
     /// the next pass.
     dirty: Vec<bool>,
     search: Search,
-    stats: EmdStats,
+    pub(super) stats: EmdStats,
 }
 
 impl<'a> Transport<'a> {
-    fn new(a: Points<'a>, b: Points<'a>, neighbours: usize) -> Self {
+    pub(super) fn new(a: Points<'a>, b: Points<'a>, neighbours: usize) -> Self {
         let (n, m) = (a.rows(), b.rows());
         let g = gcd(n, m);
         Transport {
@@ -370,12 +136,12 @@ impl<'a> Transport<'a> {
 
     /// Potentials are sums of O(n) costs; 1e-12 of the cost scale is far above their rounding
     /// and far below the 1e-9 agreement the metric promises.
-    fn set_tolerance(&mut self, max_cost: f64) {
+    pub(super) fn set_tolerance(&mut self, max_cost: f64) {
         self.tolerance = 1e-12 * max_cost.max(f64::MIN_POSITIVE);
     }
 
     /// Successive shortest paths and certificate rounds until the plan is proven optimal.
-    fn run(&mut self) -> Result<Emd, EmdError> {
+    pub(super) fn run(&mut self) -> Result<Emd, EmdError> {
         loop {
             self.augment_all();
             self.stats.rounds += 1;
@@ -411,7 +177,7 @@ impl<'a> Transport<'a> {
     /// all sinks, so the start is dual-feasible on the dense problem and close to optimal. Each
     /// source's candidates are its k pairs of least reduced cost (not least distance), plus the
     /// pair that priced each sink, plus the staircase; then greedy flow on tight pairs.
-    fn seed_from_coarse(&mut self, coarse: Points<'_>, coarse_pi: &[f64]) {
+    pub(super) fn seed_from_coarse(&mut self, coarse: Points<'_>, coarse_pi: &[f64]) {
         let (n, m, k) = (self.n, self.m, self.neighbours.min(self.m));
         let (a, b) = (self.a, self.b);
         let coarse_blocks = ColumnBlocks::new(coarse);
@@ -495,7 +261,7 @@ impl<'a> Transport<'a> {
 
     /// k nearest rows both ways plus the north-west-corner staircase; returns the largest
     /// distance seen (the cost scale).
-    fn build_candidates(&mut self) -> f64 {
+    pub(super) fn build_candidates(&mut self) -> f64 {
         let (n, m, k) = (self.n, self.m, self.neighbours);
         let a = self.a;
         let blocks = &self.b_blocks;
@@ -593,7 +359,7 @@ impl<'a> Transport<'a> {
 
     /// Dual-feasible start: sink potentials = cheapest incoming edge, then greedy flow on the
     /// edges that are tight.
-    fn initial_plan(&mut self) {
+    pub(super) fn initial_plan(&mut self) {
         let n = self.n;
         let mut cheapest = vec![(f64::INFINITY, u32::MAX, u32::MAX); self.m];
         for (i, list) in self.edges.iter().enumerate() {
@@ -873,159 +639,4 @@ fn insert_smallest<T: Copy>(list: &mut Vec<(f64, T)>, k: usize, item: (f64, T)) 
     }
     let at = list.partition_point(|x| x.0 <= item.0);
     list.insert(at, item);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use rand::{Rng, SeedableRng};
-    use rand_chacha::ChaCha8Rng;
-
-    fn random_points(rng: &mut ChaCha8Rng, rows: usize, dim: usize) -> Vec<f64> {
-        (0..rows * dim).map(|_| rng.random_range(-1.0..1.0)).collect()
-    }
-
-    /// Minimum over all permutations of the mean matched cost (rows n = m). Partial sums that
-    /// already exceed the best complete one are cut (costs are non-negative).
-    fn brute_force_assignment(cost: &[Vec<f64>]) -> f64 {
-        fn go(cost: &[Vec<f64>], row: usize, used: &mut Vec<bool>, acc: f64, best: &mut f64) {
-            if acc >= *best {
-                return;
-            }
-            if row == cost.len() {
-                *best = best.min(acc);
-                return;
-            }
-            for j in 0..cost.len() {
-                if !used[j] {
-                    used[j] = true;
-                    go(cost, row + 1, used, acc + cost[row][j], best);
-                    used[j] = false;
-                }
-            }
-        }
-        let mut best = f64::INFINITY;
-        go(cost, 0, &mut vec![false; cost.len()], 0.0, &mut best);
-        best / cost.len() as f64
-    }
-
-    /// Minimum mean assignment cost by dynamic programming over subsets of columns: best[mask]
-    /// is the cheapest way to give the first popcount(mask) rows the columns in mask. Exhaustive
-    /// like the permutation search, but fast enough for the replicated unequal cases (N ≤ 12).
-    fn subset_dp_assignment(cost: &[Vec<f64>]) -> f64 {
-        let n = cost.len();
-        let mut best = vec![f64::INFINITY; 1 << n];
-        best[0] = 0.0;
-        for mask in 0usize..(1 << n) {
-            let row = mask.count_ones() as usize;
-            if row == n || best[mask].is_infinite() {
-                continue;
-            }
-            for j in (0..n).filter(|j| mask & (1 << j) == 0) {
-                let next = mask | (1 << j);
-                best[next] = best[next].min(best[mask] + cost[row][j]);
-            }
-        }
-        best[(1 << n) - 1] / n as f64
-    }
-
-    /// Brute force for any sizes: replicate rows of A m/g times and of B n/g times, so the
-    /// transportation problem becomes an assignment problem of size n·m/g.
-    fn brute_force(a: &[f64], b: &[f64], dim: usize) -> f64 {
-        let (n, m) = (a.len() / dim, b.len() / dim);
-        let g = gcd(n, m);
-        let ra: Vec<usize> = (0..n).flat_map(|i| std::iter::repeat_n(i, m / g)).collect();
-        let rb: Vec<usize> = (0..m).flat_map(|j| std::iter::repeat_n(j, n / g)).collect();
-        let cost: Vec<Vec<f64>> = ra
-            .iter()
-            .map(|&i| {
-                rb.iter()
-                    .map(|&j| euclidean(&a[i * dim..(i + 1) * dim], &b[j * dim..(j + 1) * dim]))
-                    .collect()
-            })
-            .collect();
-        if n == m {
-            brute_force_assignment(&cost)
-        } else {
-            subset_dp_assignment(&cost)
-        }
-    }
-
-    #[test]
-    fn matches_brute_force_on_small_sets() {
-        let mut rng = ChaCha8Rng::seed_from_u64(7);
-        for (n, m) in [
-            (1, 1),
-            (1, 4),
-            (4, 1),
-            (2, 3),
-            (3, 2),
-            (5, 5),
-            (6, 6),
-            (7, 7),
-            (4, 6),
-            (6, 4),
-            (3, 4),
-            (3, 6),
-            (2, 5),
-        ] {
-            for trial in 0..20 {
-                let dim = 1 + trial % 4;
-                let a = random_points(&mut rng, n, dim);
-                let b = random_points(&mut rng, m, dim);
-                let want = brute_force(&a, &b, dim);
-                for k in [1, 2, DEFAULT_NEIGHBOURS] {
-                    let got = emd_with(&a, &b, dim, k).unwrap().value;
-                    assert!(
-                        (got - want).abs() <= 1e-12 * want.max(1.0),
-                        "n={n} m={m} dim={dim} k={k}: {got} vs brute force {want}"
-                    );
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn hand_computed_cases() {
-        // Identical sets: zero. Shifted by (3, 4): every unit moves 5.
-        let a = [0.0, 0.0, 1.0, 0.0, 0.0, 2.0];
-        assert_eq!(emd(&a, &a, 2).unwrap(), 0.0);
-        let b: Vec<f64> = a.chunks(2).flat_map(|p| [p[0] + 3.0, p[1] + 4.0]).collect();
-        assert!((emd(&a, &b, 2).unwrap() - 5.0).abs() < 1e-12);
-        // One point against two: mean of the two distances.
-        let got = emd(&[0.0], &[1.0, 3.0], 1).unwrap();
-        assert!((got - 2.0).abs() < 1e-12);
-        // {0, 1} vs {0.5}: 0.5 each way. Order of the rows never matters.
-        assert!((emd(&[1.0, 0.0], &[0.5], 1).unwrap() - 0.5).abs() < 1e-12);
-        // Crossing is never optimal: {0, 10} vs {1, 11} = 1, not 10.
-        assert!((emd(&[0.0, 10.0], &[11.0, 1.0], 1).unwrap() - 1.0).abs() < 1e-12);
-    }
-
-    #[test]
-    fn certificate_rounds_recover_from_a_poor_graph() {
-        // With one neighbour the sparse graph misses optimal pairs; the dense certificate must
-        // add them and the answer must equal the one found with many neighbours.
-        let mut rng = ChaCha8Rng::seed_from_u64(3);
-        let a = random_points(&mut rng, 300, 5);
-        let b = random_points(&mut rng, 240, 5);
-        let poor = emd_with(&a, &b, 5, 1).unwrap();
-        let rich = emd_with(&a, &b, 5, 64).unwrap();
-        assert!(poor.stats.rounds > 1, "{:?}", poor.stats);
-        assert!(
-            (poor.value - rich.value).abs() <= 1e-12 * rich.value,
-            "{poor:?} {rich:?}"
-        );
-    }
-
-    #[test]
-    fn bad_input_is_an_error() {
-        assert_eq!(emd(&[], &[1.0], 1), Err(EmdError::Empty { n: 0, m: 1 }));
-        assert_eq!(emd(&[1.0], &[1.0], 0), Err(EmdError::ZeroDimension));
-        assert!(matches!(
-            emd(&[1.0, 2.0, 3.0], &[1.0, 2.0], 2),
-            Err(EmdError::Ragged { set: 'A', .. })
-        ));
-        let err = emd(&[1.0, 2.0], &[1.0, f64::NAN], 2).unwrap_err();
-        assert_eq!(err.to_string(), "set B, row 0, column 1: non-finite value NaN");
-    }
 }

@@ -1,0 +1,106 @@
+//! PHC success (all bodies within the threshold at every frame, in L∞ and in mean), the time
+//! of the first failing frame, and what a fall does to them.
+
+use super::{Frame, Metric, MetricConfig, MetricError, MetricInfo, NON_WRIST_BODIES, body_error, check_frame};
+use std::collections::BTreeMap;
+
+/// The 0/1 success metrics: the ones a benchmark may rank by (`ranking.success`) and the ones a
+/// fall sets to 0.
+pub const SUCCESS_METRICS: [&str; 3] = ["success", "success_phc_linf", "success_phc_mean"];
+
+/// The defined penalty of a fall: an episode that the benchmark's fall rule ended is never a
+/// success, whatever its frames up to the fall show, and it failed no later than `fell_at_s`
+/// (seconds from the episode's start). Metrics not computed for the episode stay absent.
+pub fn apply_fall_penalty(metrics: &mut BTreeMap<String, f64>, fell_at_s: f64) {
+    for name in SUCCESS_METRICS {
+        if let Some(v) = metrics.get_mut(name) {
+            *v = 0.0;
+        }
+    }
+    if let Some(t) = metrics.get_mut("failure_time_s") {
+        *t = t.min(fell_at_s);
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum SuccessKind {
+    Both,
+    Linf,
+    Mean,
+    FailureTime,
+}
+
+/// PHC success criteria on the non-wrist bodies, and the time of the first failing frame.
+pub(super) struct Success {
+    info: &'static MetricInfo,
+    threshold: f64,
+    kind: SuccessKind,
+    frames: usize,
+    linf_ok: bool,
+    mean_ok: bool,
+    first_failure: Option<f64>,
+    last_time: f64,
+}
+
+impl Success {
+    pub(super) fn new(info: &'static MetricInfo, config: MetricConfig, kind: SuccessKind) -> Self {
+        Success {
+            info,
+            threshold: config.success_threshold_m,
+            kind,
+            frames: 0,
+            linf_ok: true,
+            mean_ok: true,
+            first_failure: None,
+            last_time: 0.0,
+        }
+    }
+}
+
+impl Metric for Success {
+    fn info(&self) -> &'static MetricInfo {
+        self.info
+    }
+
+    fn reset(&mut self) {
+        self.frames = 0;
+        self.linf_ok = true;
+        self.mean_ok = true;
+        self.first_failure = None;
+        self.last_time = 0.0;
+    }
+
+    fn update(&mut self, f: &Frame<'_>) -> Result<(), MetricError> {
+        check_frame(self.info.name, f)?;
+        let (mut max, mut sum) = (0.0f64, 0.0);
+        for &b in &NON_WRIST_BODIES {
+            let e = body_error(f, b, false);
+            max = max.max(e);
+            sum += e;
+        }
+        let mean = sum / NON_WRIST_BODIES.len() as f64;
+        let linf = max <= self.threshold;
+        let mean_ok = mean <= self.threshold;
+        self.linf_ok &= linf;
+        self.mean_ok &= mean_ok;
+        if !(linf && mean_ok) && self.first_failure.is_none() {
+            self.first_failure = Some(f.time);
+        }
+        self.frames += 1;
+        self.last_time = f.time;
+        Ok(())
+    }
+
+    fn compute(&self) -> Result<f64, MetricError> {
+        if self.frames == 0 {
+            return Err(MetricError::NoFrames { metric: self.info.name });
+        }
+        let flag = |b: bool| if b { 1.0 } else { 0.0 };
+        Ok(match self.kind {
+            SuccessKind::Both => flag(self.linf_ok && self.mean_ok),
+            SuccessKind::Linf => flag(self.linf_ok),
+            SuccessKind::Mean => flag(self.mean_ok),
+            SuccessKind::FailureTime => self.first_failure.unwrap_or(self.last_time),
+        })
+    }
+}

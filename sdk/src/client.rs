@@ -417,6 +417,9 @@ async fn session(
     let mut last_sent = Instant::now();
     let mut buffers = ActBuffers::default();
     let mut ticker = tokio::time::interval(Duration::from_millis(500));
+    // Set when a send failed: the server may have closed the session while the agent was
+    // acting, and what it sent before closing (EpisodeEnds, Disconnect) is still to be read.
+    let mut send_failed: Option<String> = None;
     loop {
         let received = tokio::select! {
             received = connection.recv() => received,
@@ -424,18 +427,18 @@ async fn session(
                 if last_heard.elapsed() > silence_limit {
                     return Ok(SessionEnd::Lost(format!("server silent for {silence_limit:?}")));
                 }
-                if last_sent.elapsed() >= heartbeat_every {
+                if last_sent.elapsed() >= heartbeat_every && send_failed.is_none() {
                     last_sent = Instant::now();
                     let hb = Msg::Heartbeat(Heartbeat { time: now_s() });
                     if let Err(e) = connection.send(hb).await {
-                        return Ok(SessionEnd::Lost(format!("sending Heartbeat: {e}")));
+                        send_failed = Some(format!("sending Heartbeat: {e}"));
                     }
                 }
                 continue;
             }
         };
         let msg = match received {
-            Err(lost) => return Ok(SessionEnd::Lost(lost)),
+            Err(lost) => return Ok(SessionEnd::Lost(send_failed.unwrap_or(lost))),
             Ok(msg) => msg,
         };
         last_heard = Instant::now();
@@ -513,7 +516,10 @@ async fn session(
                         return Ok(SessionEnd::Throttled(throttle_delay(&e.resets_at)));
                     }
                     if e.code == codes::SUBMISSION_FINISHED {
-                        state.summary.submission_status = "COMPLETED".into();
+                        // COMPLETED, or FAILED (cancelled by the organiser).
+                        if !e.submission_status.is_empty() {
+                            state.summary.submission_status = e.submission_status.clone();
+                        }
                         return Ok(SessionEnd::Done);
                     }
                     // e.g. submission_busy: the old session is still being torn down.
@@ -532,7 +538,7 @@ async fn session(
             }
             Msg::Disconnect(d) => {
                 state.summary.submission_status = d.submission_status.clone();
-                if d.reason == "submission_complete" || d.reason == "client_done" {
+                if ["submission_complete", "submission_cancelled", "client_done"].contains(&d.reason.as_str()) {
                     return Ok(SessionEnd::Done);
                 }
                 return Ok(SessionEnd::Lost(format!("server ended the session: {}", d.reason)));
@@ -544,10 +550,12 @@ async fn session(
                 )));
             }
         };
-        if let Some(reply) = reply {
+        if let Some(reply) = reply
+            && send_failed.is_none()
+        {
             last_sent = Instant::now();
             if let Err(e) = connection.send(reply).await {
-                return Ok(SessionEnd::Lost(format!("sending to the server: {e}")));
+                send_failed = Some(format!("sending to the server: {e}"));
             }
         }
     }

@@ -90,6 +90,7 @@ impl AccessError {
             step: 0,
             limit: self.limit.unwrap_or(0),
             resets_at: self.resets_at_ms.map(rfc3339).unwrap_or_default(),
+            ..Default::default()
         }
     }
 }

@@ -41,6 +41,35 @@ pub enum CatalogError {
     Motions { name: String, message: String },
 }
 
+/// A load failure as an agent or a REST caller sees it: spec and motion errors name the
+/// server's files, so a client gets benchmark names only and the details go to the log.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClientLoadError {
+    /// No benchmark of that name (the message lists the names there are).
+    Unknown(String),
+    /// The benchmark exists but cannot be loaded here: the organisers' problem.
+    Unavailable(String),
+}
+
+impl CatalogError {
+    /// What a client is told when loading `requested` failed; logs the details of a benchmark
+    /// that exists but cannot be loaded.
+    pub fn for_client(&self, requested: &str) -> ClientLoadError {
+        match self {
+            CatalogError::UnknownName(_) => ClientLoadError::Unknown(self.to_string()),
+            CatalogError::Spec(SpecError::UnknownBenchmark { name, available, .. }) => ClientLoadError::Unknown(
+                format!("no benchmark named {name:?}; available: {}", available.join(", ")),
+            ),
+            other => {
+                tracing::error!(benchmark = %requested, "cannot load the benchmark: {other}");
+                ClientLoadError::Unavailable(format!(
+                    "benchmark {requested} cannot be loaded on the server (a configuration problem; the organisers have the details in the server log)"
+                ))
+            }
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct Catalog {
     dir: PathBuf,

@@ -50,17 +50,17 @@ pub struct EpisodeSeries {
     pub ref_root_height_m: Vec<f64>,
 }
 
-/// Row indices for at most `max_points` points.
+/// Row indices for at most `max_points` (≥ 2) points, evenly spread, the first and last rows
+/// always among them.
 fn sampled_rows(rows: usize, max_points: usize) -> Vec<usize> {
-    if rows == 0 {
-        return Vec::new();
+    let points = max_points.max(2);
+    if rows <= points {
+        return (0..rows).collect();
     }
-    let every = rows.div_ceil(max_points.max(2)).max(1);
-    let mut out: Vec<usize> = (0..rows).step_by(every).collect();
-    if out.last() != Some(&(rows - 1)) {
-        out.push(rows - 1);
-    }
-    out
+    // Strictly increasing: consecutive targets are (rows − 1)/(points − 1) > 1 rows apart.
+    (0..points)
+        .map(|k| ((k * (rows - 1)) as f64 / (points - 1) as f64).round() as usize)
+        .collect()
 }
 
 pub fn series(r: &EpisodeRecord, max_points: usize) -> EpisodeSeries {
@@ -167,8 +167,16 @@ mod tests {
     fn sampling_keeps_the_ends_and_the_limit() {
         assert_eq!(sampled_rows(0, 10), Vec::<usize>::new());
         assert_eq!(sampled_rows(5, 10), [0, 1, 2, 3, 4]);
-        let s = sampled_rows(1001, 100);
-        assert!(s.len() <= 101 && s[0] == 0 && *s.last().unwrap() == 1000, "{s:?}");
+        for rows in 1..300 {
+            for points in [2, 3, 7, 50, 100] {
+                let s = sampled_rows(rows, points);
+                assert_eq!(s.len(), rows.min(points), "{rows} rows, {points} points");
+                assert!(s[0] == 0 && *s.last().unwrap() == rows - 1, "{s:?}");
+                assert!(s.windows(2).all(|w| w[0] < w[1]), "{s:?}");
+            }
+        }
+        assert_eq!(sampled_rows(5, 2), [0, 4]);
+        assert_eq!(sampled_rows(1001, 5), [0, 250, 500, 750, 1000]);
     }
 
     #[test]

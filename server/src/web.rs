@@ -23,25 +23,28 @@ pub fn routes() -> Router<Arc<AppState>> {
 }
 
 async fn index(State(state): State<Arc<AppState>>) -> Response {
-    serve(state.config.web_dir().join("index.html"), "the web pages").await
+    let web = state.config.web_dir();
+    serve(web.join("index.html"), "/", &web, "the web pages").await
 }
 
 async fn static_file(State(state): State<Arc<AppState>>, Path(path): Path<String>) -> Response {
-    match safe_join(state.config.web_dir().join("static"), &path) {
-        Some(file) => serve(file, "this page asset").await,
+    let root = state.config.web_dir().join("static");
+    match safe_join(&root, &path) {
+        Some(file) => serve(file, &format!("/static/{path}"), &root, "the web pages").await,
         None => not_found(format!("no asset /static/{path}")),
     }
 }
 
 async fn three_file(State(state): State<Arc<AppState>>, Path(path): Path<String>) -> Response {
-    match safe_join(state.config.web_dir().join("node_modules/three"), &path) {
-        Some(file) => serve(file, "three.js (run `make`, which runs `npm ci` in web/)").await,
+    let root = state.config.web_dir().join("node_modules/three");
+    match safe_join(&root, &path) {
+        Some(file) => serve(file, &format!("/vendor/three/{path}"), &root, "three.js").await,
         None => not_found(format!("no file /vendor/three/{path}")),
     }
 }
 
 /// `base/rel` when `rel` only descends (no `..`, no root, no prefix).
-fn safe_join(base: PathBuf, rel: &str) -> Option<PathBuf> {
+fn safe_join(base: &std::path::Path, rel: &str) -> Option<PathBuf> {
     let rel = std::path::Path::new(rel);
     rel.components()
         .all(|c| matches!(c, Component::Normal(_)))
@@ -66,19 +69,38 @@ fn content_type(path: &std::path::Path) -> &'static str {
     }
 }
 
-async fn serve(path: PathBuf, what: &str) -> Response {
-    match tokio::fs::read(&path).await {
+/// Serves `file`, asked for as `url`. Answers name the URL, never a server path: a missing file
+/// is "no file URL", or, when its whole `root` folder is missing, "`what`: not installed" (the
+/// log says where it was looked for).
+async fn serve(file: PathBuf, url: &str, root: &std::path::Path, what: &str) -> Response {
+    match tokio::fs::read(&file).await {
         Ok(bytes) => (
             [
-                (header::CONTENT_TYPE, content_type(&path)),
+                (header::CONTENT_TYPE, content_type(&file)),
                 (header::CACHE_CONTROL, "no-cache"),
             ],
             bytes,
         )
             .into_response(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            not_found(format!("{what} is not installed: {} is missing", path.display()))
+            if root.is_dir() {
+                not_found(format!("no file {url}"))
+            } else {
+                tracing::warn!(
+                    "{what}: not installed, {} is missing (run `make`, which runs `npm ci` in web/)",
+                    root.display()
+                );
+                not_found(format!(
+                    "{what}: not installed on this server (the organisers have the details in the server log)"
+                ))
+            }
         }
-        Err(e) => ApiError(AccessError::internal(format!("reading {}: {e}", path.display()))).into_response(),
+        Err(e) => {
+            tracing::error!("reading {}: {e}", file.display());
+            ApiError(AccessError::internal(format!(
+                "cannot read {url} (details in the server log)"
+            )))
+            .into_response()
+        }
     }
 }

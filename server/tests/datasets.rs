@@ -274,4 +274,26 @@ fn dataset_export_refuses_bad_arguments_before_work() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // A data folder that holds no server's database (a typo) is an error, not "0 episodes";
+    // nothing is created there. `audit` reads the same way.
+    let missing = dir.join("no-such-data");
+    for args in [
+        vec!["dataset", "export", "--benchmark", "g1-smoke", "--out"],
+        vec!["audit", "some-submission"],
+    ] {
+        let out_file = dir.join("y.h5");
+        let mut args = args;
+        if args[0] == "dataset" {
+            args.push(out_file.to_str().unwrap());
+        }
+        args.extend(["--data-dir", missing.to_str().unwrap()]);
+        let out = arena(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("no database at") && stderr.contains("--data-dir"),
+            "{stderr}"
+        );
+        assert!(!missing.exists() && !out_file.exists(), "{args:?}");
+    }
 }

@@ -79,7 +79,7 @@ fn page_endpoints_on_a_real_submission() {
     );
     assert_eq!(status, 200, "{series}");
     let times = series["times"].as_array().unwrap();
-    assert!(times.len() <= 51 && times.len() >= 25, "{}", times.len());
+    assert_eq!(times.len(), rows.min(50));
     assert_eq!(times[0], 0.0);
     // Replay falls: the root ends far below the reference's.
     let last = series["root_height_m"]
@@ -184,6 +184,18 @@ fn page_endpoints_on_a_real_submission() {
             .all(|e| e["status"] == "FAILED" && e["reason"] == "cancelled by the organiser"),
         "{r}"
     );
+    // An agent attaching to it hears that it is FAILED, not COMPLETED, and runs nothing.
+    let config = arena_sdk::ClientConfig::new(
+        server.ws_url(),
+        &beta,
+        arena_sdk::Mode::Submission {
+            benchmark: String::new(),
+            submission_id: Some(pid.to_string()),
+        },
+    );
+    let summary = arena_sdk::client::run_blocking(&config, &mut ReplayAgent::new(), &mut |_| {}).unwrap();
+    assert_eq!(summary.submission_status, "FAILED");
+    assert!(summary.episodes.is_empty());
     let (status, _, _) = server.call("POST", "/api/v1/submissions/sub-nope/cancel", Some(ADMIN), None);
     assert_eq!(status, 404);
 }

@@ -543,6 +543,38 @@ fn a_benchmark_that_cannot_load_is_refused_without_server_paths() {
         "{err}"
     );
     assert!(server.log_text().contains("no-such-folder"), "the log has the details");
+    // REST says the same, without server paths: a broken benchmark is a 500, an unknown one a
+    // 404 with the names there are, a missing web asset a 404 naming its URL.
+    let (status, v) = server.post("/api/v1/submissions", Some(&token), "{\"benchmark\": \"broken\"}");
+    assert_eq!(status, 500, "{v}");
+    let (status, details) = server.get("/api/v1/benchmarks/broken", None);
+    assert_eq!(status, 200, "{details}");
+    assert!(details["motion_list"].is_null(), "{details}");
+    let (status, unknown) = server.get("/api/v1/benchmarks/nope", None);
+    assert_eq!(status, 404, "{unknown}");
+    assert!(unknown.to_string().contains("available: broken"), "{unknown}");
+    let (status, asset) = server.get("/static/nope.js", None);
+    assert_eq!(status, 404, "{asset}");
+    assert!(asset.to_string().contains("no file /static/nope.js"), "{asset}");
+    // (The benchmark file's own `dir = "no-such-folder"` is part of its public details.)
+    assert!(
+        details["motions_error"]
+            .as_str()
+            .unwrap()
+            .contains("cannot be loaded on the server")
+    );
+    for answer in [&v, &details, &unknown, &asset] {
+        let text = answer.to_string();
+        assert!(
+            !text.contains(dir.to_str().unwrap()) && !text.contains("/web/"),
+            "{text}"
+        );
+    }
+    assert!(
+        v.to_string()
+            .contains("benchmark broken cannot be loaded on the server"),
+        "{v}"
+    );
     // An unknown name is the agent's mistake: its code, the names there are, no folder.
     config.mode = Mode::Submission {
         benchmark: "nope".into(),
@@ -556,5 +588,68 @@ fn a_benchmark_that_cannot_load_is_refused_without_server_paths() {
         "{err}"
     );
     assert!(!err.contains(dir.to_str().unwrap()), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Answers its third request two seconds late (each lane's first request has a 30 s set-up
+/// grace, so the third is the first that can miss the deadline).
+struct LateOnce {
+    inner: ReplayAgent,
+    requests: usize,
+}
+
+impl arena_sdk::Agent for LateOnce {
+    fn configure(&mut self, spec: &arena_sdk::protocol::EpisodeSpec) {
+        self.inner.configure(spec);
+    }
+    fn reset(&mut self, episodes: &[arena_sdk::protocol::EpisodeInfo]) {
+        self.inner.reset(episodes);
+    }
+    fn act(&mut self, batch: &arena_sdk::Batch<'_>, actions: &mut [f32]) {
+        self.requests += 1;
+        if self.requests == 3 {
+            std::thread::sleep(std::time::Duration::from_secs(2));
+        }
+        self.inner.act(batch, actions);
+    }
+}
+
+#[test]
+fn a_late_answer_loses_nothing_the_server_sent() {
+    // Every episode times out while the agent sleeps; the server ends them, completes the
+    // submission and closes before the late answer goes out. The EpisodeEnds and the Disconnect
+    // it sent first still reach the summary, over both transports, with no reconnect.
+    let dir = tmp("late-answer");
+    let server = ServerProc::start(&dir.join("data"), &["--step-timeout-s", "0.3"]);
+    let token = server.team("late");
+    for url in [server.ws_url(), server.grpc_url()] {
+        let mut config = ClientConfig::new(
+            url.clone(),
+            &token,
+            Mode::Submission {
+                benchmark: "g1-smoke".into(),
+                submission_id: None,
+            },
+        );
+        config.max_batch = 6;
+        let mut agent = LateOnce {
+            inner: ReplayAgent::new(),
+            requests: 0,
+        };
+        let summary = client::run_blocking(&config, &mut agent, &mut |_| {}).unwrap();
+        assert_eq!(summary.submission_status, "COMPLETED", "{url}");
+        assert_eq!(summary.reconnects, 0, "{url}");
+        let mut ends: Vec<(u32, String)> = summary
+            .episodes
+            .iter()
+            .map(|e| (e.episode_id, e.status.clone()))
+            .collect();
+        ends.sort();
+        assert_eq!(
+            ends,
+            (0..6).map(|i| (i, "timeout".to_string())).collect::<Vec<_>>(),
+            "{url}"
+        );
+    }
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -304,6 +304,79 @@ def test_reconnect_resumes_the_submission(tmp_path, transport: str) -> None:
         assert status == 200 and body["status"] == "COMPLETED", body
 
 
+class SlowOnceAgent(RecordingAgent):
+    """Answers its third request after `delay_s`: later than the server's step deadline (each
+    lane's first request has a set-up grace of 30 s, so the third is the first that can miss)."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+
+    def act(self, batch: Batch) -> np.ndarray:
+        if self.batches == 2:
+            time.sleep(self.delay_s)
+        return super().act(batch)
+
+
+@pytest.mark.parametrize("transport", ["ws", "grpc"])
+def test_a_late_answer_loses_nothing_the_server_sent(tmp_path, transport: str) -> None:
+    # Every episode times out while the agent sleeps, so the server ends them, completes the
+    # submission and closes before the late answer goes out: sending it fails, yet the episode
+    # ends and the disconnect sent before the close still reach the summary.
+    with start_server(tmp_path, "--step-timeout-s", "0.3") as server:
+        token = server.create_team("late")
+        summary = run(
+            SlowOnceAgent(delay_s=2.0),
+            server.http_url,
+            token,
+            benchmark="g1-smoke",
+            transport=transport,
+            max_batch=6,
+            initial_backoff_s=0.05,
+        )
+        status, body = server.request("GET", f"/api/v1/submissions/{summary.submission_id}/results", token)
+        assert status == 200, body
+        stored = sorted((e["idx"], e["status"].lower()) for e in body["episodes"])
+        assert [status for _, status in stored] == ["timeout"] * 6, stored
+        assert summary.submission_status == "COMPLETED", summary
+        assert sorted((e.episode_id, e.status) for e in summary.episodes) == stored, (summary, stored)
+        assert summary.reconnects == 0
+
+
+class CancelOnceAgent(RecordingAgent):
+    """Has the organiser cancel its own submission at its fifth request."""
+
+    def __init__(self, server: Server) -> None:
+        super().__init__()
+        self.server = server
+        self.submission_id = ""
+
+    def act(self, batch: Batch) -> np.ndarray:
+        if self.batches == 4:
+            status, body = self.server.request(
+                "POST", f"/api/v1/submissions/{self.submission_id}/cancel", self.server.admin_token
+            )
+            assert status == 200, body
+        return super().act(batch)
+
+
+@pytest.mark.parametrize("transport", ["ws", "grpc"])
+def test_a_cancelled_submission_ends_the_run_as_failed(tmp_path, transport: str) -> None:
+    with start_server(tmp_path) as server:
+        token = server.create_team("cancelled")
+        agent = CancelOnceAgent(server)
+
+        def on_event(event: object) -> None:
+            if isinstance(event, arena_sdk.Connected):
+                agent.submission_id = event.submission_id
+
+        summary = run(agent, server.http_url, token, benchmark="g1-smoke", transport=transport, on_event=on_event)
+        assert summary.submission_status == "FAILED" and summary.reconnects == 0, summary
+        # Attaching to it later says the same, at once.
+        again = run(RecordingAgent(), server.http_url, token, submission_id=summary.submission_id, transport=transport)
+        assert again.submission_status == "FAILED" and not again.episodes, again
+
+
 def test_phase_access_codes(tmp_path) -> None:
     """A submission through a challenge phase, then the phase's refusals: quota (with its limit
     and reset time), unknown phase, and its benchmark run without the phase."""

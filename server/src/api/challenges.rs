@@ -260,7 +260,7 @@ pub(super) async fn get_phase_leaderboard(
     let spec = state
         .catalog
         .spec(&phase.benchmark)
-        .map_err(|e| not_found(e.to_string()))?;
+        .map_err(|e| benchmark_error(&phase.benchmark, &e))?;
     let generation = state.storage.leaderboard_generation().await?;
     let key = format!("phase {} {:?}", phase.id, spec.ranking);
     let board = match state.leaderboards.get(&key, generation) {

@@ -5,7 +5,7 @@
 //! file) is written once per set of episodes into the object store (`exports/`) and streamed
 //! from there.
 
-use super::{ApiError, ApiResult, Caller, bad_request, caller, not_found};
+use super::{ApiError, ApiResult, Caller, bad_request, benchmark_error, caller, not_found};
 use crate::access;
 use crate::app::AppState;
 use crate::datasets::{self, DatasetError, DatasetFilter, ExportFormat, Scope, Selection};
@@ -33,7 +33,7 @@ async fn benchmark_dataset(
     Path((name, format)): Path<(String, String)>,
     Query(pairs): Pairs,
 ) -> ApiResult {
-    let spec = state.catalog.spec(&name).map_err(|e| not_found(e.to_string()))?;
+    let spec = state.catalog.spec(&name).map_err(|e| benchmark_error(&name, &e))?;
     dataset(&state, &headers, Scope::Benchmark(spec.name), &format, &pairs).await
 }
 
@@ -94,7 +94,7 @@ async fn dataset(
     let spec = state
         .catalog
         .spec(scope.benchmark())
-        .map_err(|e| not_found(e.to_string()))?;
+        .map_err(|e| benchmark_error(scope.benchmark(), &e))?;
     let hidden = hidden_phases(state, &who, &spec.name).await?;
     let readable = |s: &Submission| match &who {
         Caller::Admin => true,

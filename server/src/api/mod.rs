@@ -13,6 +13,7 @@ mod teams;
 
 use crate::access::{self, AccessError, PhaseState, RunRequest};
 use crate::app::AppState;
+use crate::catalog::{CatalogError, ClientLoadError};
 use crate::leaderboard;
 use crate::orchestrator::runner;
 use crate::results;
@@ -112,6 +113,15 @@ type ApiResult = Result<Response, ApiError>;
 
 fn not_found(what: String) -> ApiError {
     ApiError(AccessError::not_found(what))
+}
+
+/// A benchmark that cannot be read or loaded: 404 when there is none of that name, 500 when it
+/// exists but is broken (the details are logged; the answer names no server file).
+fn benchmark_error(requested: &str, e: &CatalogError) -> ApiError {
+    match e.for_client(requested) {
+        ClientLoadError::Unknown(message) => not_found(message),
+        ClientLoadError::Unavailable(message) => ApiError(AccessError::internal(message)),
+    }
 }
 
 fn bad_request(what: String) -> ApiError {
@@ -275,7 +285,7 @@ async fn list_benchmarks(State(state): State<Arc<AppState>>, headers: HeaderMap)
 /// `motions_error` when the clips cannot be loaded here).
 async fn get_benchmark(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(name): Path<String>) -> ApiResult {
     optional_caller(&state, &headers).await?;
-    let spec = state.catalog.spec(&name).map_err(|e| not_found(e.to_string()))?;
+    let spec = state.catalog.spec(&name).map_err(|e| benchmark_error(&name, &e))?;
     let mut v = json!(spec);
     v["ranking_rule"] = spec.ranking.describe().into();
     v["metric_info"] = spec
@@ -304,8 +314,9 @@ async fn get_benchmark(State(state): State<Arc<AppState>>, headers: HeaderMap, P
                 .into();
         }
         Err(e) => {
+            let (ClientLoadError::Unknown(message) | ClientLoadError::Unavailable(message)) = e.for_client(&spec.name);
             v["motion_list"] = Value::Null;
-            v["motions_error"] = e.to_string().into();
+            v["motions_error"] = message.into();
         }
     }
     Ok(Json(v).into_response())

@@ -3,8 +3,8 @@
 //! CSV, and the organiser's actions on a submission (baseline flag, re-score, cancel).
 
 use super::{
-    ApiError, ApiResult, Caller, bad_request, caller, check_results_visible, conflict, not_found, parse_body,
-    require_admin, storage_error, visible_submission,
+    ApiError, ApiResult, Caller, bad_request, benchmark_error, caller, check_results_visible, conflict, not_found,
+    parse_body, require_admin, storage_error, visible_submission,
 };
 use crate::app::AppState;
 use crate::episode_views::{self, csv_field};
@@ -299,7 +299,10 @@ async fn rescore(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(id
             s.status
         )));
     }
-    let spec = state.catalog.spec(&s.benchmark).map_err(|e| not_found(e.to_string()))?;
+    let spec = state
+        .catalog
+        .spec(&s.benchmark)
+        .map_err(|e| benchmark_error(&s.benchmark, &e))?;
     let rows = state.storage.episodes(&id).await?;
     let path = state.trajectory_file(&id).await.map_err(internal)?.ok_or_else(|| {
         internal(format!(

@@ -33,7 +33,7 @@ pub(super) async fn create_submission(
     let name = plan.benchmark.clone();
     let benchmark = tokio::task::spawn_blocking(move || catalog.load(&name))
         .await?
-        .map_err(|e| not_found(e.to_string()))?;
+        .map_err(|e| benchmark_error(&plan.benchmark, &e))?;
     let submission = access::create_submission(
         &state.storage,
         &team,
@@ -103,7 +103,10 @@ pub(super) async fn get_report(
         return Ok(([(header::CONTENT_TYPE, "application/json")], json.clone()).into_response());
     }
     // Not finished yet: the report so far.
-    let spec = state.catalog.spec(&s.benchmark).map_err(|e| not_found(e.to_string()))?;
+    let spec = state
+        .catalog
+        .spec(&s.benchmark)
+        .map_err(|e| benchmark_error(&s.benchmark, &e))?;
     let rows = state.storage.episodes(&id).await?;
     Ok(Json(results::report(&spec, &s, &rows)).into_response())
 }
@@ -150,7 +153,10 @@ pub(super) async fn get_leaderboard(
     Path(benchmark): Path<String>,
 ) -> ApiResult {
     let who = optional_caller(&state, &headers).await?;
-    let spec = state.catalog.spec(&benchmark).map_err(|e| not_found(e.to_string()))?;
+    let spec = state
+        .catalog
+        .spec(&benchmark)
+        .map_err(|e| benchmark_error(&benchmark, &e))?;
     let generation = state.storage.leaderboard_generation().await?;
     let mut hidden: Vec<String> = Vec::new();
     if !who.as_ref().is_some_and(Caller::is_admin) {

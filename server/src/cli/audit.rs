@@ -6,7 +6,6 @@
 use super::backend::BackendArgs;
 use super::serve::ConfigArgs;
 use crate::catalog::Catalog;
-use crate::storage::Storage;
 use anyhow::{Context, bail};
 use arena_data::trajectory_file;
 use arena_runner::audit::{self, CHECKPOINTS, EpisodeAudit};
@@ -39,12 +38,9 @@ pub struct AuditArgs {
 
 pub fn run(a: AuditArgs) -> anyhow::Result<()> {
     let config = a.server.resolve()?;
-    let url = config.database_url();
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let submission = runtime.block_on(async {
-        let storage = Storage::connect(&url)
-            .await
-            .with_context(|| format!("opening the database {}", crate::app::redact(&url)))?;
+        let storage = super::open_existing_storage(&config).await?;
         storage
             .submission(&a.submission)
             .await?

@@ -5,7 +5,7 @@
 use super::serve::ConfigArgs;
 use crate::catalog::Catalog;
 use crate::datasets::{self, DatasetFilter, ExportFormat, Scope};
-use crate::storage::{Storage, now_ms};
+use crate::storage::now_ms;
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
@@ -113,11 +113,8 @@ fn export(a: ExportArgs) -> anyhow::Result<()> {
     let config = a.server.resolve()?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let catalog = Catalog::new(config.benchmarks_dir(), config.motions_root.clone());
-    let url = config.database_url();
     let (selection, spec) = runtime.block_on(async {
-        let storage = Storage::connect(&url)
-            .await
-            .with_context(|| format!("opening the database {}", crate::app::redact(&url)))?;
+        let storage = super::open_existing_storage(&config).await?;
         let scope = match (&a.benchmark, &a.phase) {
             (Some(b), _) => Scope::Benchmark(catalog.spec(b)?.name),
             (None, Some(id)) => {

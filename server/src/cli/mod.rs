@@ -104,6 +104,26 @@ pub fn check_writable(path: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Opens the database of a server that has run, for the commands that read one (`dataset
+/// export`, `audit`): unlike `serve`, a missing SQLite file is an error rather than a new empty
+/// database, so a mistyped `--data-dir` does not report "0 episodes" as a success.
+pub async fn open_existing_storage(config: &crate::config::ServerConfig) -> anyhow::Result<crate::storage::Storage> {
+    let url = config.database_url();
+    if config.database_url.is_empty() {
+        let file = config.data_dir.join("arena.db");
+        if !file.is_file() {
+            anyhow::bail!(
+                "no database at {}: --data-dir (ARENA_DATA_DIR, now {}) must be the data folder of a server that has run, or give --database-url",
+                file.display(),
+                config.data_dir.display()
+            );
+        }
+    }
+    crate::storage::Storage::connect(&url)
+        .await
+        .map_err(|e| anyhow::anyhow!("opening the database {}: {e}", crate::app::redact(&url)))
+}
+
 impl Cli {
     /// Whether the command only prints and exits (its output may be piped into `head`), as
     /// opposed to the commands that run a server.

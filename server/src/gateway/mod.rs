@@ -10,7 +10,7 @@ pub mod ws;
 
 use crate::access::{self, AccessError, RunRequest};
 use crate::app::AppState;
-use crate::catalog::LoadedBenchmark;
+use crate::catalog::{ClientLoadError, LoadedBenchmark};
 use crate::orchestrator::{self, JobSource, RunContext, RunOutcome, Sink, runner};
 use crate::storage::{NewSubmission, Submission, SubmissionStatus, now_ms};
 use arena_bench::spec::Episode;
@@ -154,10 +154,12 @@ async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Box<Msg>>
             Err(e) => return Err(refuse(codes::INTERNAL, e.to_string())),
         };
         if matches!(s.status, SubmissionStatus::Completed | SubmissionStatus::Failed) {
-            return Err(refuse(
-                codes::SUBMISSION_FINISHED,
-                format!("submission {} is {}", s.id, s.status.as_str()),
-            ));
+            return Err(Box::new(Msg::Error(protocol::Error {
+                code: codes::SUBMISSION_FINISHED.into(),
+                message: format!("submission {} is {}", s.id, s.status.as_str()),
+                submission_status: s.status.as_str().into(),
+                ..Default::default()
+            })));
         }
         let own_phase = s.phase_id.as_deref().unwrap_or("");
         if !c.phase.is_empty() && c.phase != own_phase {
@@ -196,26 +198,11 @@ async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Box<Msg>>
     let name = plan.benchmark.clone();
     let mut benchmark = match tokio::task::spawn_blocking(move || catalog.load(&name)).await {
         Ok(Ok(b)) => b,
-        Ok(Err(e @ crate::catalog::CatalogError::UnknownName(_))) => {
-            return Err(refuse(codes::UNKNOWN_BENCHMARK, e.to_string()));
-        }
-        Ok(Err(crate::catalog::CatalogError::Spec(arena_bench::spec::SpecError::UnknownBenchmark {
-            name,
-            available,
-            ..
-        }))) => {
-            // The spec error names the server's folder; the agent gets the names only.
-            let message = format!("no benchmark named {name:?}; available: {}", available.join(", "));
-            return Err(refuse(codes::UNKNOWN_BENCHMARK, message));
-        }
         Ok(Err(e)) => {
-            // The details name server files: they go to the log, not to the agent.
-            tracing::error!(benchmark = %plan.benchmark, "cannot load the benchmark: {e}");
-            let message = format!(
-                "benchmark {} cannot be loaded on the server (a configuration problem; the organisers have the details in the server log)",
-                plan.benchmark
-            );
-            return Err(refuse(codes::INTERNAL, message));
+            return Err(match e.for_client(&plan.benchmark) {
+                ClientLoadError::Unknown(message) => refuse(codes::UNKNOWN_BENCHMARK, message),
+                ClientLoadError::Unavailable(message) => refuse(codes::INTERNAL, message),
+            });
         }
         Err(e) => return Err(refuse(codes::INTERNAL, e.to_string())),
     };

@@ -285,12 +285,21 @@ class _Session:
         now = time.monotonic()
         self.last_heard = now
         self.last_sent = now
+        self.send_failed: ConnectionLost | None = None
         # Practice: indices (in runner.practice) of the episodes requested on this connection,
         # in order: episode ids count the accepted requests (a refused one ends the run).
         self.requested: list[int] = []
 
     def send(self, envelope: pb.Envelope) -> None:
-        self.connection.send(envelope)
+        if self.send_failed is not None:
+            return
+        try:
+            self.connection.send(envelope)
+        except ConnectionLost as e:
+            # The server may have closed the session while the agent was acting: what it sent
+            # before closing (episode ends, disconnect) is still to be read, so keep reading.
+            self.send_failed = e
+            return
         self.last_sent = time.monotonic()
 
     def serve(self) -> str | None:
@@ -299,7 +308,12 @@ class _Session:
             if now - self.last_sent >= self.heartbeat_every:
                 self.send(_heartbeat())
             deadline = min(self.last_sent + self.heartbeat_every, self.last_heard + self.silence_limit)
-            envelope = self.connection.recv(max(0.01, deadline - now))
+            try:
+                envelope = self.connection.recv(max(0.01, deadline - now))
+            except ConnectionLost as lost:
+                if self.send_failed is not None:
+                    raise self.send_failed from lost
+                raise
             if envelope is None:
                 # Silence counts only when nothing is waiting: a slow `act` is not the server's.
                 if time.monotonic() - self.last_heard > self.silence_limit:
@@ -433,7 +447,9 @@ class _Session:
                 self.runner.throttled_until = _unix_time(e.resets_at)
                 return f"{e.code}: {e.message}"
             if e.code == "submission_finished":
-                self.runner.summary.submission_status = "COMPLETED"
+                # COMPLETED, or FAILED (cancelled by the organiser).
+                if e.submission_status:
+                    self.runner.summary.submission_status = e.submission_status
                 return None
             # e.g. submission_busy: the old session is still being torn down.
             self.runner.on_event(ServerError(e.code, e.message, e.step))
@@ -447,7 +463,7 @@ class _Session:
 
     def on_disconnect(self, d: pb.Disconnect) -> object:
         self.runner.summary.submission_status = d.submission_status
-        if d.reason in ("submission_complete", "client_done"):
+        if d.reason in ("submission_complete", "submission_cancelled", "client_done"):
             return None
         return f"server ended the session: {d.reason}"
 

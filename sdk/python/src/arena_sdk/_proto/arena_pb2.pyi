@@ -212,18 +212,20 @@ class Heartbeat(_message.Message):
     def __init__(self, time: _Optional[float] = ...) -> None: ...
 
 class Error(_message.Message):
-    __slots__ = ("code", "message", "step", "limit", "resets_at")
+    __slots__ = ("code", "message", "step", "limit", "resets_at", "submission_status")
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     RESETS_AT_FIELD_NUMBER: _ClassVar[int]
+    SUBMISSION_STATUS_FIELD_NUMBER: _ClassVar[int]
     code: str
     message: str
     step: int
     limit: int
     resets_at: str
-    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., step: _Optional[int] = ..., limit: _Optional[int] = ..., resets_at: _Optional[str] = ...) -> None: ...
+    submission_status: str
+    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., step: _Optional[int] = ..., limit: _Optional[int] = ..., resets_at: _Optional[str] = ..., submission_status: _Optional[str] = ...) -> None: ...
 
 class Disconnect(_message.Message):
     __slots__ = ("reason", "submission_status")

@@ -176,6 +176,7 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ARENA_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
@@ -258,11 +259,16 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
     })?;
     bar.finish_and_clear();
     let early = trainer.status.time < trainer.config.train.num_env_steps;
+    let wall = trainer.status.wall_time_s;
     println!(
-        "trained {} env steps ({} updates) in {:.1} min{}; checkpoint: {}",
+        "trained {} env steps ({} updates) in {}{}; checkpoint: {}",
         trainer.status.time,
         trainer.status.updates,
-        trainer.status.wall_time_s / 60.0,
+        if wall < 60.0 {
+            format!("{wall:.1} s")
+        } else {
+            format!("{:.1} min", wall / 60.0)
+        },
         if early { ", stopped by --time-limit" } else { "" },
         a.out.join("checkpoint").display()
     );

@@ -132,7 +132,8 @@ impl ServerConfig {
         })?;
         let config: Self = toml::from_str(&text).map_err(|e| ConfigError::File {
             path: path.to_path_buf(),
-            message: e.to_string().trim_end().replace('\n', " "),
+            // Kept on several lines: toml points at the column under a copy of the line.
+            message: e.to_string().trim_end().to_string(),
         })?;
         config.validate().map_err(|e| ConfigError::File {
             path: path.to_path_buf(),
@@ -293,6 +294,13 @@ mod tests {
         std::fs::write(&path, "lanes = \"two\"\n").unwrap();
         let e = ServerConfig::from_file(&path).unwrap_err().to_string();
         assert!(e.contains("lanes"), "{e}");
+        // A syntax error keeps toml's picture of the line, caret under the column.
+        std::fs::write(&path, "bind = 127.0.0.1:0\n").unwrap();
+        let e = ServerConfig::from_file(&path).unwrap_err().to_string();
+        assert!(
+            e.contains("line 1, column 13\n") && e.contains("\n1 | bind = 127.0.0.1:0\n"),
+            "{e}"
+        );
         std::fs::write(&path, "max_batch = 0\n").unwrap();
         let e = ServerConfig::from_file(&path).unwrap_err().to_string();
         assert!(e.contains("max_batch") && e.contains("1-4096"), "{e}");

@@ -102,6 +102,25 @@ fn an_organiser_runs_a_challenge_from_the_terminal() {
     );
     let out = admin(&server, &["teams", "create", "beta", "--member", "no email"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("expected \"Name <email>\""));
+    let out = admin(
+        &server,
+        &[
+            "phases",
+            "create",
+            "--challenge",
+            "cup",
+            "--id",
+            "late",
+            "--benchmark",
+            "g1-smoke",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("needs --starts-at and --ends-at"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = arena(&[
         "admin",
         "--server",

@@ -140,6 +140,20 @@ fn bad_inputs_get_clear_errors() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("non-finite action at step 1"), "{err}");
+    // A server whose benchmarks folder is missing offers nothing: refused at start, not later.
+    let missing = dir.join("no-benchmarks");
+    let out = arena(&[
+        "serve",
+        "--bind",
+        "127.0.0.1:0",
+        "--data-dir",
+        dir.join("data").to_str().unwrap(),
+        "--benchmarks-dir",
+        missing.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("benchmarks_dir") && err.contains("no-benchmarks"), "{err}");
     std::fs::remove_dir_all(dir).ok();
 }
 

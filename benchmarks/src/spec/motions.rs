@@ -72,7 +72,10 @@ impl BenchmarkSpec {
                     };
                     return Err(SpecError::NoClips {
                         path: folder,
-                        message: format!("no motion files match {filter}"),
+                        message: format!(
+                            "no motion files match {filter} (the benchmark's motion paths are relative to the motions root, {}: set it with --motions-root or ARENA_MOTIONS_ROOT)",
+                            motions_root.display()
+                        ),
                     });
                 }
                 paths.sort();

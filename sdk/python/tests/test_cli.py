@@ -70,6 +70,43 @@ def test_cli_reports_errors(server: Server, fresh_venv: Path, tmp_path: Path) ->
     )
     assert result.returncode == 1
     assert "arena-agent: error: server refused the session: unauthorized" in result.stderr
+    assert "left RUNNING" not in result.stderr  # nothing was started
+
+
+def test_cli_says_how_to_resume_after_a_broken_agent(
+    server: Server, team_token: str, fresh_venv: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "short.py").write_text(
+        "import numpy as np\n"
+        "class Short:\n"
+        "    def act(self, batch):\n"
+        "        return np.zeros((len(batch), 28), np.float32)\n"
+    )
+    result = subprocess.run(
+        [
+            str(fresh_venv / "arena-agent"),
+            "short.py:Short",
+            "--server",
+            server.http_url,
+            "--token",
+            team_token,
+            "--benchmark",
+            "g1-smoke",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert result.returncode == 1, result.stderr
+    match = re.search(r"^connected: submission (sub-\S+) of g1-smoke", result.stdout, re.MULTILINE)
+    assert match, result.stdout
+    submission_id = match.group(1)
+    assert "arena-agent: error: agent " in result.stderr, result.stderr
+    assert f"submission {submission_id} is left RUNNING" in result.stderr, result.stderr
+    assert f"--submission-id {submission_id}" in result.stderr, result.stderr
+    status, body = server.request("GET", f"/api/v1/submissions/{submission_id}", team_token)
+    assert status == 200 and body["status"] == "RUNNING", body
 
 
 def test_cli_help_and_bad_agent(fresh_venv: Path, tmp_path: Path) -> None:

@@ -58,10 +58,10 @@ enum ChallengeCommand {
 
 #[derive(Debug, Args)]
 struct PhaseFields {
-    /// Opens at (RFC 3339, e.g. 2026-12-01T00:00:00Z).
+    /// Opens at (RFC 3339, e.g. 2026-12-01T00:00:00Z); required by `create`.
     #[arg(long)]
     starts_at: Option<String>,
-    /// Closes at (RFC 3339).
+    /// Closes at (RFC 3339); required by `create`.
     #[arg(long)]
     ends_at: Option<String>,
     /// public or private (results hidden from teams until the phase ends).
@@ -389,6 +389,10 @@ pub fn run(a: AdminArgs) -> anyhow::Result<()> {
             benchmark,
             fields,
         }) => {
+            // Optional for `update` (the same flags), required here.
+            if fields.starts_at.is_none() || fields.ends_at.is_none() {
+                bail!("phases create needs --starts-at and --ends-at (RFC 3339, e.g. 2026-12-01T00:00:00Z)");
+            }
             let mut body = serde_json::Map::new();
             body.insert("id".into(), json!(id));
             body.insert("benchmark".into(), json!(benchmark));

@@ -4,7 +4,7 @@
 //! the re-run is bit-exact; on the other it measures sim-to-sim divergence on real episodes.
 
 use super::backend::BackendArgs;
-use super::serve::ConfigArgs;
+use super::serve::StorageArgs;
 use crate::catalog::Catalog;
 use anyhow::{Context, bail};
 use arena_data::trajectory_file;
@@ -33,7 +33,7 @@ pub struct AuditArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
-    pub server: ConfigArgs,
+    pub server: StorageArgs,
 }
 
 pub fn run(a: AuditArgs) -> anyhow::Result<()> {

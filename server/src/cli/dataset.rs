@@ -2,7 +2,7 @@
 //! database, with the same filters and formats as `GET /api/v1/datasets/...` (the organiser's
 //! view: every completed submission is readable).
 
-use super::serve::ConfigArgs;
+use super::serve::StorageArgs;
 use crate::catalog::Catalog;
 use crate::datasets::{self, DatasetFilter, ExportFormat, Scope};
 use crate::storage::now_ms;
@@ -66,7 +66,7 @@ pub struct ExportArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
-    pub server: ConfigArgs,
+    pub server: StorageArgs,
 }
 
 impl ExportArgs {

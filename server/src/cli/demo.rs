@@ -41,7 +41,7 @@ pub struct DemoArgs {
 
 pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     let mut config = a.config.resolve_with(&a.lane_backend)?;
-    if a.config.bind.is_none() {
+    if a.config.serving.bind.is_none() {
         config.bind = "127.0.0.1:0".parse().expect("valid address");
     }
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;

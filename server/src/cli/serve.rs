@@ -9,32 +9,54 @@ use std::path::PathBuf;
 
 /// Server settings: a TOML file (`--config`), overridden by `ARENA_*` variables, overridden by
 /// these flags. Without any, the server runs on embedded defaults (SQLite in ./arena-data).
-/// The lanes' physics backend is in [`LaneBackendArgs`], apart, because `arena audit` takes
-/// these settings with a `--backend` of its own.
+/// Two groups: where the data lives ([`StorageArgs`], all that `arena dataset` and `arena
+/// audit` take) and how a running server serves ([`ServingArgs`]). The lanes' physics backend is
+/// in [`LaneBackendArgs`], apart, because `arena audit` has a `--backend` of its own.
 #[derive(Debug, Args, Clone, Default)]
 pub struct ConfigArgs {
+    #[command(flatten)]
+    pub storage: StorageArgs,
+    #[command(flatten)]
+    pub serving: ServingArgs,
+}
+
+/// The configuration file, the data, the benchmarks and the object store.
+#[derive(Debug, Args, Clone, Default)]
+pub struct StorageArgs {
     /// TOML configuration file (keys as in docs/server.md).
     #[arg(long, env = "ARENA_CONFIG")]
     pub config: Option<PathBuf>,
-    /// Address to listen on (port 0 picks a free port) [default: 127.0.0.1:8080 for `serve`,
-    /// a free loopback port for `demo`].
-    #[arg(long, env = "ARENA_BIND")]
-    pub bind: Option<SocketAddr>,
     /// Folder for the database, trajectories and reports [default: arena-data].
     #[arg(long, env = "ARENA_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
     /// sqlite://PATH or postgres://USER@HOST:PORT/DB [default: sqlite://<data-dir>/arena.db].
     #[arg(long, env = "ARENA_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
-    /// Administrator token (creates teams over the REST API).
-    #[arg(long, env = "ARENA_ADMIN_TOKEN", hide_env_values = true)]
-    pub admin_token: Option<String>,
     /// Folder of benchmark files [default: the shipped benchmarks/].
     #[arg(long, env = "ARENA_BENCHMARKS_DIR")]
     pub benchmarks_dir: Option<PathBuf>,
     /// Folder the benchmarks' motion paths are relative to [default: .].
     #[arg(long, env = "ARENA_MOTIONS_ROOT")]
     pub motions_root: Option<PathBuf>,
+    /// Where trajectories, reports and exports go: file:///PATH or s3://BUCKET[/PREFIX]
+    /// (credentials from AWS_*) [default: the data directory].
+    #[arg(long, env = "ARENA_OBJECT_STORE")]
+    pub object_store: Option<String>,
+    /// Seconds a failing object store write keeps retrying [default: 120].
+    #[arg(long, env = "ARENA_OBJECT_STORE_RETRY_S")]
+    pub object_store_retry_s: Option<f64>,
+}
+
+/// What only a running server uses: address, admin token, batching, timing, replicas, pages.
+#[derive(Debug, Args, Clone, Default)]
+pub struct ServingArgs {
+    /// Address to listen on (port 0 picks a free port) [default: 127.0.0.1:8080 for `serve`,
+    /// a free loopback port for `demo`].
+    #[arg(long, env = "ARENA_BIND")]
+    pub bind: Option<SocketAddr>,
+    /// Administrator token (creates teams over the REST API).
+    #[arg(long, env = "ARENA_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
     /// Episodes per GetAction request [default: 16].
     #[arg(long, env = "ARENA_MAX_BATCH")]
     pub max_batch: Option<u32>,
@@ -59,13 +81,6 @@ pub struct ConfigArgs {
     /// Requests per team per minute, REST calls and agent connects (0 = no limit) [default: 600].
     #[arg(long, env = "ARENA_REQUESTS_PER_MINUTE")]
     pub requests_per_minute: Option<u32>,
-    /// Where trajectories, reports and exports go: file:///PATH or s3://BUCKET[/PREFIX]
-    /// (credentials from AWS_*) [default: the data directory].
-    #[arg(long, env = "ARENA_OBJECT_STORE")]
-    pub object_store: Option<String>,
-    /// Seconds a failing object store write keeps retrying [default: 120].
-    #[arg(long, env = "ARENA_OBJECT_STORE_RETRY_S")]
-    pub object_store_retry_s: Option<f64>,
     /// This server's id in episode claims; replicas on one PostgreSQL need distinct ids
     /// [default: HOST:DATA_DIR].
     #[arg(long, env = "ARENA_REPLICA_ID")]
@@ -96,30 +111,34 @@ pub struct LaneBackendArgs {
     pub gpu_python: Option<PathBuf>,
 }
 
-impl ConfigArgs {
-    /// The configuration of a command that runs no lanes: file, then environment and flags on
-    /// top; the backend keys are the file's.
+impl StorageArgs {
+    /// The configuration of a command that reads a server's data and runs no server: the file,
+    /// then environment and these flags on top; every other key is the file's.
     pub fn resolve(&self) -> anyhow::Result<ServerConfig> {
-        self.resolve_with(&LaneBackendArgs::default())
+        ConfigArgs {
+            storage: self.clone(),
+            serving: ServingArgs::default(),
+        }
+        .resolve_with(&LaneBackendArgs::default())
     }
+}
 
+impl ConfigArgs {
     /// The configuration of a server: file, then environment and flags (these and the lanes'
     /// backend) on top.
     pub fn resolve_with(&self, lane_backend: &LaneBackendArgs) -> anyhow::Result<ServerConfig> {
-        let mut c = match &self.config {
+        let mut c = match &self.storage.config {
             Some(path) => ServerConfig::from_file(path)?,
             None => ServerConfig::default(),
         };
         macro_rules! set {
-            ($($field:ident),*) => { $( if let Some(v) = &self.$field { c.$field = v.clone(); } )* };
+            ($group:ident: $($field:ident),*) => { $( if let Some(v) = &$group.$field { c.$field = v.clone(); } )* };
         }
+        let (storage, serving) = (&self.storage, &self.serving);
+        set!(storage: data_dir, database_url, benchmarks_dir, motions_root, object_store, object_store_retry_s);
         set!(
-            bind,
-            data_dir,
-            database_url,
+            serving: bind,
             admin_token,
-            benchmarks_dir,
-            motions_root,
             max_batch,
             lanes,
             sim_threads,
@@ -128,16 +147,11 @@ impl ConfigArgs {
             heartbeat_timeout_s,
             max_attempts,
             requests_per_minute,
-            object_store,
-            object_store_retry_s,
             replica_id,
             lease_s,
             web_dir
         );
-        macro_rules! set_lane {
-            ($($field:ident),*) => { $( if let Some(v) = &lane_backend.$field { c.$field = v.clone(); } )* };
-        }
-        set_lane!(sim_backend, gpu_device, gpu_impl, gpu_python);
+        set!(lane_backend: sim_backend, gpu_device, gpu_impl, gpu_python);
         c.validate()?;
         Ok(c)
     }
@@ -153,6 +167,14 @@ pub struct ServeArgs {
 
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let config = a.config.resolve_with(&a.lane_backend)?;
+    let benchmarks = config.benchmarks_dir();
+    if !benchmarks.is_dir() {
+        // A server offering no benchmark at all is a mistyped path, not a choice.
+        anyhow::bail!(
+            "benchmarks_dir: {} is not a folder (--benchmarks-dir / ARENA_BENCHMARKS_DIR)",
+            benchmarks.display()
+        );
+    }
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async move {
         if config.admin_token.is_empty() {

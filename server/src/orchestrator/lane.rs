@@ -332,9 +332,16 @@ impl<'a> Lane<'a> {
                 continue;
             }
             if let Some(j) = entry.values.iter().position(|v| !v.is_finite()) {
+                let v = entry.values[j];
+                // ±inf may be a finite number sent as text that overflows a 32-bit float.
+                let hint = if v.is_infinite() {
+                    " (actions are 32-bit floats: |a| < 3.4e38)"
+                } else {
+                    ""
+                };
                 running.forced = fail(format!(
-                    "non-finite action for episode {} (at its step {at}; joint {j}: {})",
-                    entry.episode_id, entry.values[j]
+                    "non-finite action for episode {} (at its step {at}; joint {j}: {v}{hint})",
+                    entry.episode_id
                 ));
                 continue;
             }

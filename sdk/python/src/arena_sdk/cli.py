@@ -15,7 +15,7 @@ from typing import TextIO, cast
 
 from .agent import EpisodeEnd, SupportsAct
 from .client import Connected, Event, Reconnecting, RunSummary, ServerError, run
-from .errors import ArenaError
+from .errors import ArenaError, RefusedError
 from .transports import resolve_endpoint
 
 #: Metrics shown in the progress lines and the summary table when the benchmark computes them.
@@ -76,6 +76,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except ArenaError as e:
         print(f"arena-agent: error: {e}", file=sys.stderr)
+        if progress.submission_id and not isinstance(e, RefusedError):
+            print(
+                f"arena-agent: submission {progress.submission_id} is left RUNNING (it counts towards quotas); "
+                f"its unfinished episodes wait: resume it with --submission-id {progress.submission_id}",
+                file=sys.stderr,
+            )
         return 1
     except KeyboardInterrupt:
         print("arena-agent: interrupted", file=sys.stderr)
@@ -175,10 +181,13 @@ class _Progress:
         self.out = out
         self.total = practice_total
         self.done = 0
+        #: The submission being run, once connected ("" in practice).
+        self.submission_id = ""
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, Connected):
             if event.submission_id:
+                self.submission_id = event.submission_id
                 self.total = event.episodes_total
                 self.done = event.episodes_total - event.episodes_remaining
                 print(

@@ -9,14 +9,18 @@
 # 1. update throughput of arena-bfm against the PyTorch oracle at each of THROUGHPUT_PRESETS;
 # 2. a training run of CONFIG for at most TRAIN_MINUTES (arena-bfm train --time-limit), started
 #    from INIT_FROM when set (an export committed under baseline/checkpoints/);
-# 3. an export of the agent's networks to OUT_DIR/agent, and the run's logs beside it.
+# 3. an export of the agent's networks to OUT_DIR/agent, and the run's logs beside it;
+# 4. `arena-bfm eval --json` of the final checkpoint on g1-smoke, and on g1-moves-dance when
+#    MOTIONS_ROOT holds its clips (copy ../shared/motions/g1-moves into an ignored folder such
+#    as .motions/g1-moves and carry it), for the learning curve against replay.
 # Each step writes OUT_DIR/<name>.txt when it ends; OUT_DIR/DONE marks the end. Bring back
 # OUT_DIR (the export of `small` is about 7 MB).
 #
 # Settings (environment): OUT_DIR (/tmp/bfm/out), RUN_DIR (/tmp/bfm/run), CONFIG
-# (baseline/configs/small.toml), TRAIN_MINUTES (12), INIT_FROM (none), DEVICE (cuda),
+# (baseline/configs/gpu-small.toml), TRAIN_MINUTES (12), INIT_FROM (none), DEVICE (cuda),
 # THROUGHPUT_PRESETS ("paper small"), BATCH (1024), PYTHON (python3), BFM_DIR (.gpu-bfm),
-# EXTRA (more arena-bfm train arguments, e.g. "--set train.eval_every_steps=100000").
+# MOTIONS_ROOT (.motions/g1-moves), EXTRA (more arena-bfm train arguments, e.g.
+# "--set train.eval_every_steps=100000").
 set -u
 cd "$(dirname "$0")/.."
 out=${OUT_DIR:-/tmp/bfm/out}
@@ -42,12 +46,19 @@ if [ -n "${INIT_FROM:-}" ]; then
     init=(--init-from "$INIT_FROM")
 fi
 # shellcheck disable=SC2086 # EXTRA is a list of arguments
-step "$out" train "$bin/arena-bfm" train --config "${CONFIG:-baseline/configs/small.toml}" --out "$run_dir" \
+step "$out" train "$bin/arena-bfm" train --config "${CONFIG:-baseline/configs/gpu-small.toml}" --out "$run_dir" \
     --device "$device" --time-limit "${TRAIN_MINUTES:-12}" "${init[@]}" ${EXTRA:-}
 if [ -d "$run_dir/checkpoint" ]; then
     rm -rf "$out/agent"
     step "$out" export "$bin/arena-bfm" export --checkpoint "$run_dir/checkpoint" --out "$out/agent"
     cp "$run_dir/train_log.csv" "$run_dir/eval_log.csv" "$run_dir/checkpoint/train_status.json" \
         "$run_dir/checkpoint/config.json" "$out"/ 2>/dev/null
+    step "$out" eval-g1-smoke "$bin/arena-bfm" eval --checkpoint "$run_dir/checkpoint" \
+        --benchmark g1-smoke --device "$device" --json
+    motions=${MOTIONS_ROOT:-.motions/g1-moves}
+    if [ -d "$motions" ]; then
+        step "$out" eval-g1-moves-dance "$bin/arena-bfm" eval --checkpoint "$run_dir/checkpoint" \
+            --benchmark g1-moves-dance --motions-root "$motions" --batch 32 --device "$device" --json
+    fi
 fi
 touch "$out/DONE"

@@ -533,3 +533,18 @@ fn a_time_limit_stops_early_with_a_checkpoint_that_resumes() {
     assert!(!String::from_utf8_lossy(&out.stdout).contains("stopped by"));
     assert_eq!(status(&run)["time"].as_u64().unwrap(), target);
 }
+
+#[test]
+fn every_shipped_config_loads_and_names_a_known_preset() {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(repo().join("baseline/configs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let c = TrainConfig::load(&path).unwrap_or_else(|e| panic!("{e}"));
+            c.model_config().unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            names.push(path.file_name().unwrap().to_string_lossy().into_owned());
+        }
+    }
+    names.sort();
+    assert_eq!(names, ["gpu-small.toml", "paper.toml", "small.toml", "tiny.toml"]);
+}

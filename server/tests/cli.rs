@@ -154,6 +154,36 @@ fn bad_inputs_get_clear_errors() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("benchmarks_dir") && err.contains("no-benchmarks"), "{err}");
+    // A GPU worker whose Python lacks the packages is an error naming it. One-shot commands
+    // restore SIGPIPE's default (for `| head`); writing to the dead worker must not kill them.
+    let python = dir.join("python-without-packages.sh");
+    std::fs::write(&python, "#!/bin/sh\nexec python3 -S \"$@\"\n").unwrap();
+    std::fs::set_permissions(&python, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = arena(&[
+        "sim",
+        "bench",
+        "--envs",
+        "2",
+        "--steps",
+        "5",
+        "--backend",
+        "gpu",
+        "--gpu-device",
+        "cpu",
+        "--gpu-python",
+        python.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "killed by a signal? {:?}: {err}",
+        out.status
+    );
+    assert!(
+        err.contains("No module named") && err.contains("ARENA_GPU_PYTHON"),
+        "{err}"
+    );
     std::fs::remove_dir_all(dir).ok();
 }
 

@@ -154,8 +154,7 @@ impl Worker {
 
     /// Sends one command line and waits for its answer.
     fn command(&mut self, line: &str, timeout: Duration) -> Result<String, String> {
-        writeln!(self.stdin, "{line}")
-            .and_then(|_| self.stdin.flush())
+        write_line_without_sigpipe(&mut self.stdin, line)
             .map_err(|e| format!("could not write to the worker ({e})"))?;
         let replies = self
             .replies
@@ -174,10 +173,32 @@ impl Worker {
     }
 }
 
+/// Writes `line` and a newline to the worker. A worker that has died makes this an `EPIPE`
+/// error, never a SIGPIPE: the one-shot commands (`arena eval`, `sim bench`, `audit`) restore
+/// SIGPIPE's default so that `arena … | head` ends quietly, and there it would kill the process
+/// before the worker's own error could be reported. SIGPIPE is blocked in this thread for the
+/// write, and the one the write raised is taken off the pending set before unblocking.
+fn write_line_without_sigpipe(stdin: &mut ChildStdin, line: &str) -> std::io::Result<()> {
+    // SAFETY: signal-mask calls on this thread only, with sets initialised by sigemptyset.
+    unsafe {
+        let mut pipe: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut pipe);
+        libc::sigaddset(&mut pipe, libc::SIGPIPE);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &pipe, &mut old);
+        let result = writeln!(stdin, "{line}").and_then(|_| stdin.flush());
+        if matches!(&result, Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe) {
+            let now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            libc::sigtimedwait(&pipe, std::ptr::null_mut(), &now);
+        }
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        result
+    }
+}
+
 impl Drop for Worker {
     fn drop(&mut self) {
-        let _ = writeln!(self.stdin, "close");
-        let _ = self.stdin.flush();
+        let _ = write_line_without_sigpipe(&mut self.stdin, "close");
         // A worker that does not close promptly is killed; its reader threads end with it.
         for _ in 0..50 {
             if matches!(self.child.try_wait(), Ok(Some(_))) {

@@ -35,8 +35,38 @@ fn stored_episodes_rerun_bit_exact_on_the_cpu_and_close_on_the_gpu_backend() {
             assert_eq!(pair[0], pair[1], "{name} of episode {}", e["episode"]);
         }
     }
+    assert_eq!(cpu["benchmark_changed_episodes"], serde_json::json!([]));
     let one = audit(&server, &id, &["--backend", "cpu", "--episodes", "1"]);
     assert_eq!(one["episodes"].as_array().unwrap().len(), 1);
+    // A benchmark file edited since the run (DR level and seed): the audit still re-runs the
+    // stored episodes bit-exact, and says which ones today's file defines otherwise.
+    let edited = dir.join("edited-benchmarks");
+    std::fs::create_dir_all(&edited).unwrap();
+    let smoke =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../benchmarks/g1-smoke.toml"))
+            .unwrap();
+    let smoke = smoke
+        .replace("dr_level = 0", "dr_level = 2")
+        .replace("seed = 0", "seed = 8");
+    std::fs::write(edited.join("g1-smoke.toml"), smoke).unwrap();
+    let data = server.data_dir.to_str().unwrap();
+    let args = [
+        "audit",
+        &id,
+        "--data-dir",
+        data,
+        "--benchmarks-dir",
+        edited.to_str().unwrap(),
+    ];
+    let out = arena(&[&args[..], &["--episodes", "0,1", "--json"]].concat());
+    let report: Value = serde_json::from_str(&ok(&out)).unwrap();
+    assert_eq!(report["bit_exact"], 2);
+    assert_eq!(report["benchmark_changed_episodes"], serde_json::json!([0, 1]));
+    let note = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        note.contains("now defines episode 0 differently") && note.contains("DR level 0 → 2") && note.contains("seed"),
+        "{note}"
+    );
     let out = arena(&[
         "audit",
         &id,

@@ -75,6 +75,18 @@ pub fn run(a: AuditArgs) -> anyhow::Result<()> {
         .iter()
         .map(|n| trajectory_file::read_episode(&path, n).with_context(|| format!("reading {n} of {}", path.display())))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let changed = changed_since_run(&benchmark, &records);
+    for (episode, what) in changed.iter().take(5) {
+        eprintln!(
+            "note: the benchmark file now defines episode {episode} differently ({what}); the audit re-runs the stored episode"
+        );
+    }
+    if changed.len() > 5 {
+        eprintln!(
+            "note: and {} more episodes differ from the benchmark file",
+            changed.len() - 5
+        );
+    }
     let backend = a.backend.backend();
     let bar = indicatif::ProgressBar::new(records.len() as u64);
     bar.set_style(
@@ -99,6 +111,7 @@ pub fn run(a: AuditArgs) -> anyhow::Result<()> {
             "backend": backend.name(),
             "episodes": audits,
             "bit_exact": exact,
+            "benchmark_changed_episodes": changed.iter().map(|(e, _)| e).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
@@ -118,6 +131,42 @@ pub fn run(a: AuditArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Stored episodes whose motion, window, seed or DR level the benchmark file no longer gives
+/// them (the file was edited after the run), with what differs. The audit re-runs what was
+/// stored either way; this says why a re-score under today's file would differ.
+fn changed_since_run(
+    benchmark: &crate::catalog::LoadedBenchmark,
+    records: &[trajectory_file::EpisodeRecord],
+) -> Vec<(u32, String)> {
+    let dr_level = u32::from(benchmark.spec.episodes.dr_level);
+    records
+        .iter()
+        .filter_map(|r| {
+            let Some(now) = benchmark.episodes.get(r.episode as usize) else {
+                return Some((r.episode, "it is no longer in the list".to_string()));
+            };
+            let mut diffs = Vec::new();
+            let motion = benchmark.motion_name(now);
+            if motion != r.motion {
+                diffs.push(format!("motion {} → {motion}", r.motion));
+            }
+            if (now.start_s - r.start_s).abs() > 1e-9 || (now.duration_s - r.duration_s).abs() > 1e-9 {
+                diffs.push(format!(
+                    "window {:.3}+{:.3} s → {:.3}+{:.3} s",
+                    r.start_s, r.duration_s, now.start_s, now.duration_s
+                ));
+            }
+            if now.seed != r.seed {
+                diffs.push(format!("seed {} → {}", r.seed, now.seed));
+            }
+            if dr_level != r.dr_level {
+                diffs.push(format!("DR level {} → {dr_level}", r.dr_level));
+            }
+            (!diffs.is_empty()).then(|| (r.episode, diffs.join(", ")))
+        })
+        .collect()
 }
 
 fn print_table(audits: &[EpisodeAudit]) {

@@ -91,6 +91,43 @@ impl Catalog {
         spec::list_benchmarks(&self.dir, &metric_names())
     }
 
+    /// The benchmarks a client can run: the files that parse and whose name no other file uses
+    /// (a shared name is refused when loading, so it is not offered either).
+    pub fn offered(&self) -> Vec<BenchmarkSpec> {
+        let (specs, _) = self.survey();
+        specs
+    }
+
+    /// The offered benchmarks, and a line per problem of the folder: a file that does not parse,
+    /// a name that several files use. A server prints the problems at start, so an organiser
+    /// hears of them before a team does.
+    pub fn survey(&self) -> (Vec<BenchmarkSpec>, Vec<String>) {
+        let mut problems = Vec::new();
+        let mut by_name: HashMap<String, Vec<(PathBuf, BenchmarkSpec)>> = HashMap::new();
+        for (path, spec) in self.list() {
+            match spec {
+                Ok(spec) => by_name.entry(spec.name.clone()).or_default().push((path, spec)),
+                Err(e) => problems.push(format!("{e} (not offered)")),
+            }
+        }
+        let mut offered = Vec::new();
+        for (name, mut files) in by_name {
+            if files.len() == 1 {
+                offered.push(files.pop().expect("one").1);
+            } else {
+                let paths: Vec<String> = files.iter().map(|(p, _)| p.display().to_string()).collect();
+                problems.push(format!(
+                    "benchmark name {name:?} is used by {} files ({}): none of them is offered",
+                    files.len(),
+                    paths.join(", ")
+                ));
+            }
+        }
+        offered.sort_by(|a, b| a.name.cmp(&b.name));
+        problems.sort();
+        (offered, problems)
+    }
+
     /// Only names of the catalog's folder are served, never paths: a client must not be able
     /// to make the server read (and echo parse errors of) arbitrary files.
     fn check_name(name: &str) -> Result<(), CatalogError> {

@@ -653,3 +653,42 @@ fn a_late_answer_loses_nothing_the_server_sent() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn a_server_names_the_problems_of_its_benchmarks_folder_at_start() {
+    let dir = common::tmp("benchmark-problems");
+    let benchmarks = dir.join("benchmarks");
+    std::fs::create_dir_all(&benchmarks).unwrap();
+    let smoke =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../benchmarks/g1-smoke.toml")).unwrap();
+    std::fs::write(benchmarks.join("g1-smoke.toml"), &smoke).unwrap();
+    std::fs::write(
+        benchmarks.join("copy.toml"),
+        smoke.replace("name = \"g1-smoke\"", "name = \"twin\""),
+    )
+    .unwrap();
+    std::fs::write(
+        benchmarks.join("copy2.toml"),
+        smoke.replace("name = \"g1-smoke\"", "name = \"twin\""),
+    )
+    .unwrap();
+    std::fs::write(benchmarks.join("typo.toml"), "name = \"typo\"\nversoin = 1\n").unwrap();
+    let server = ServerProc::start(&dir.join("data"), &["--benchmarks-dir", benchmarks.to_str().unwrap()]);
+    let log = server.log_text();
+    assert!(log.contains("warning: ") && log.contains("typo.toml"), "{log}");
+    assert!(
+        log.contains("benchmark name \"twin\" is used by 2 files") && log.contains("none of them is offered"),
+        "{log}"
+    );
+    // Only the benchmark a team can run is listed.
+    let (status, list) = server.get("/api/v1/benchmarks", None);
+    assert_eq!(status, 200, "{list}");
+    let names: Vec<&str> = list["benchmarks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["g1-smoke"]);
+    std::fs::remove_dir_all(&dir).ok();
+}

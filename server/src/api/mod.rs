@@ -272,9 +272,8 @@ async fn list_benchmarks(State(state): State<Arc<AppState>>, headers: HeaderMap)
     optional_caller(&state, &headers).await?;
     let rows: Vec<Value> = state
         .catalog
-        .list()
+        .offered()
         .into_iter()
-        .filter_map(|(_, r)| r.ok())
         .map(|s| json!({"name": s.name, "version": s.version, "description": s.description, "primary_metric": s.ranking.primary}))
         .collect();
     Ok(Json(json!({ "benchmarks": rows })).into_response())

@@ -175,6 +175,13 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             benchmarks.display()
         );
     }
+    let (offered, problems) = crate::catalog::Catalog::new(benchmarks.clone(), config.motions_root.clone()).survey();
+    for problem in &problems {
+        eprintln!("warning: {problem}");
+    }
+    if offered.is_empty() {
+        eprintln!("warning: {} offers no benchmark", benchmarks.display());
+    }
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async move {
         if config.admin_token.is_empty() {

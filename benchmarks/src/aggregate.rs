@@ -88,11 +88,13 @@ impl Statistics {
         if values.is_empty() {
             return None;
         }
-        let n = values.len() as f64;
-        let mean = values.iter().sum::<f64>() / n;
-        let var = values.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
+        // Sums over the sorted values: the same bits whatever order the episodes arrived in
+        // (which depends on batching and threads).
         let mut sorted = values.to_vec();
         sorted.sort_by(f64::total_cmp);
+        let n = values.len() as f64;
+        let mean = sorted.iter().sum::<f64>() / n;
+        let var = sorted.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
         Some(Statistics {
             mean,
             std: var.sqrt(),
@@ -292,6 +294,22 @@ mod tests {
         assert!((s.mean - 2.5).abs() < 1e-12);
         // Population std of 1..4 = sqrt(1.25).
         assert!((s.std - 1.25f64.sqrt()).abs() < 1e-12);
+        // The same bits whatever the arrival order (these six sum to different doubles left to
+        // right and right to left).
+        let values = [
+            0.13436424411240122,
+            0.8474337369372327,
+            0.763774618976614,
+            0.2550690257394217,
+            0.49543508709194095,
+            0.4494910647887381,
+        ];
+        let reversed: Vec<f64> = values.iter().rev().copied().collect();
+        assert_ne!(values.iter().sum::<f64>(), reversed.iter().sum::<f64>());
+        let forward = Statistics::of(&values).unwrap();
+        let backward = Statistics::of(&reversed).unwrap();
+        assert_eq!(forward.mean.to_bits(), backward.mean.to_bits());
+        assert_eq!(forward.std.to_bits(), backward.std.to_bits());
         let one = Statistics::of(&[7.0]).unwrap();
         assert_eq!((one.p10, one.p90, one.std), (7.0, 7.0, 0.0));
         assert!(Statistics::of(&[]).is_none());

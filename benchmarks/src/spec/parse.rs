@@ -457,7 +457,7 @@ impl Check<'_> {
             Some(other) => {
                 let got = match &other {
                     toml::Value::String(s) => format!("{s:?}"),
-                    v => format!("a {}", v.type_str()),
+                    v => a_type(v),
                 };
                 return Err(self.err(
                     KEY,
@@ -477,7 +477,7 @@ impl Check<'_> {
                 None => return Err(self.err(&key, format!("missing; expected {expected}"))),
                 Some(toml::Value::Float(f)) => *f,
                 Some(toml::Value::Integer(i)) => *i as f64,
-                Some(other) => return Err(self.err(&key, format!("expected {expected}, got a {}", other.type_str()))),
+                Some(other) => return Err(self.err(&key, format!("expected {expected}, got {}", a_type(other)))),
             };
             self.float(&key, Some(v), 0.0, |v| v >= MIN_S - WINDOW_EPS, &expected)
         };
@@ -650,4 +650,15 @@ impl Check<'_> {
             tie_breakers,
         })
     }
+}
+
+/// "a string", "an integer", ...: a TOML value's type with its article, for messages.
+fn a_type(v: &toml::Value) -> String {
+    let t = v.type_str();
+    let article = if t.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "an"
+    } else {
+        "a"
+    };
+    format!("{article} {t}")
 }

@@ -125,7 +125,13 @@ pub fn run(c: BenchCommand) -> anyhow::Result<()> {
             }
             println!("{} v{} ({})", s.name, s.version, path.display());
             println!("  {}", s.description.trim().replace('\n', "\n  "));
-            println!("task:         {:?}", s.task);
+            println!(
+                "task:         {}",
+                serde_json::to_value(s.task)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default()
+            );
             println!("motions:      {}", motions_summary(&s));
             let window = match s.episodes.window {
                 Window::Whole => "whole clip".to_string(),

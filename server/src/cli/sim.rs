@@ -373,9 +373,10 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
         println!("{v}");
     } else {
         println!(
-            "{} envs × {} steps on {backend}, {threads} threads: {:.0} control steps/s, {:.0} physics steps/s ({:.3} s)",
+            "{} envs × {} steps on {backend}, {threads} thread{}: {:.0} control steps/s, {:.0} physics steps/s ({:.3} s)",
             a.envs,
             a.steps,
+            if threads == 1 { "" } else { "s" },
             control,
             control * arena_sim::DECIMATION as f64,
             secs

@@ -172,7 +172,7 @@ fn changed_since_run(
 fn print_table(audits: &[EpisodeAudit]) {
     let metric_names: Vec<&String> = audits.first().map(|a| a.metrics.keys().collect()).unwrap_or_default();
     let mut header = format!(
-        "{:>7} {:<16} {:<22} {:>5} {:>5}",
+        "{:>7} {:<16} {:<22} {:>9} {:>5}",
         "episode", "motion", "status (stored→re-run)", "rows", "exact"
     );
     for c in CHECKPOINTS {
@@ -193,12 +193,18 @@ fn print_table(audits: &[EpisodeAudit]) {
             e.recorded_status,
             e.rerun_status.split(':').next().unwrap_or_default()
         );
+        // One number when both runs have as many rows, else stored→re-run.
+        let rows = if e.recorded_rows == e.rerun_rows {
+            e.rerun_rows.to_string()
+        } else {
+            format!("{}→{}", e.recorded_rows, e.rerun_rows)
+        };
         let mut line = format!(
-            "{:>7} {:<16} {:<22} {:>5} {:>5}",
+            "{:>7} {:<16} {:<22} {:>9} {:>5}",
             e.episode,
             e.motion,
             status,
-            e.rerun_rows,
+            rows,
             if e.bit_exact { "yes" } else { "no" }
         );
         for c in CHECKPOINTS {

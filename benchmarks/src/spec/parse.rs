@@ -545,6 +545,16 @@ impl Check<'_> {
         let groups = raw
             .groups
             .unwrap_or_else(|| DEFAULT_OBSERVATION_GROUPS.iter().map(|s| s.to_string()).collect());
+        // The reference groups are sent by their horizons, not listed: say so.
+        if let Some(g) = groups.iter().find(|g| *g == "reference" || *g == "reference_goal") {
+            return Err(self.err(
+                "observations.groups",
+                format!(
+                    "{g:?} is not listed in groups: set observations.{g}_horizon (> 0 sends it); groups are the robot's own: {}",
+                    OBSERVATION_GROUPS.join(", ")
+                ),
+            ));
+        }
         Ok(ObservationAccess {
             groups: self.names("observations.groups", groups, &OBSERVATION_GROUPS, "observation group")?,
             reference_horizon: self.int(
@@ -615,6 +625,19 @@ impl Check<'_> {
         };
         let primary = self.required("ranking.primary", raw.primary, "a metric from metrics.list")?;
         in_list("ranking.primary", &primary)?;
+        // Checked before the tie-breakers, whose messages assume a valid success metric.
+        if let Some(success) = &raw.success {
+            in_list("ranking.success", success)?;
+            if !crate::metrics::SUCCESS_METRICS.contains(&success.as_str()) {
+                return Err(self.err(
+                    "ranking.success",
+                    format!(
+                        "expected a 0/1 success metric ({}), got {success:?}",
+                        crate::metrics::SUCCESS_METRICS.join(", ")
+                    ),
+                ));
+            }
+        }
         let tie_breakers = raw.tie_breakers.unwrap_or_default();
         for (i, t) in tie_breakers.iter().enumerate() {
             in_list("ranking.tie_breakers", t)?;
@@ -629,18 +652,6 @@ impl Check<'_> {
             }
             if tie_breakers[..i].contains(t) {
                 return Err(self.err("ranking.tie_breakers", format!("{t:?} is listed twice")));
-            }
-        }
-        if let Some(success) = &raw.success {
-            in_list("ranking.success", success)?;
-            if !crate::metrics::SUCCESS_METRICS.contains(&success.as_str()) {
-                return Err(self.err(
-                    "ranking.success",
-                    format!(
-                        "expected a 0/1 success metric ({}), got {success:?}",
-                        crate::metrics::SUCCESS_METRICS.join(", ")
-                    ),
-                ));
             }
         }
         Ok(Ranking {

@@ -364,6 +364,17 @@ fn bad_files_name_the_key() {
         "ranking.tie_breakers",
         "metrics.list",
     );
+    expect_err(
+        &format!("{MINIMAL}[observations]\ngroups = [\"state\", \"reference\"]\n"),
+        "observations.groups",
+        "observations.reference_horizon",
+    );
+    // A success metric that is not 0/1 is named as such, even when a tie-breaker repeats it.
+    expect_err(
+        &format!("{MINIMAL}success = \"mpjpe_g\"\ntie_breakers = [\"mpjpe_g\"]\n"),
+        "ranking.success",
+        "0/1 success metric",
+    );
     expect_err(&format!("{MINIMAL}direction = \"up\"\n"), "ranking.direction", "lower");
     expect_err(&variant("[ranking]\nprimary = \"emd\"\n", ""), "ranking", "missing");
     // Syntax errors carry toml's position.

@@ -67,6 +67,19 @@ fn bad_benchmark_files_name_file_key_and_expectation() {
     let out = arena(&["bench", "show", "no-such-benchmark"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("g1-smoke"), "{err}");
+    // With --motions-root the clips are loaded too: a folder without them is caught now.
+    let empty = dir.join("no-motions");
+    std::fs::create_dir_all(&empty).unwrap();
+    let root = empty.to_str().unwrap();
+    let out = arena(&["bench", "validate", "g1-moves-dance", "--motions-root", root]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("motions: ") && err.contains("dance__*.csv") && err.contains("--motions-root"),
+        "{err}"
+    );
+    let out = ok(&arena(&["bench", "validate", "g1-smoke", "--motions-root", root]));
+    assert!(out.contains("ok (g1-smoke v1; 6 motions, 6 episodes)"), "{out}");
     std::fs::remove_dir_all(dir).ok();
 }
 

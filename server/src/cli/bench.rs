@@ -46,6 +46,10 @@ pub struct ValidateArgs {
     files: Vec<PathBuf>,
     #[command(flatten)]
     dir: BenchDirArg,
+    /// Also load each benchmark's motion clips from this folder (the motions root its paths are
+    /// relative to), so a pattern that matches nothing or a missing file is caught now.
+    #[arg(long)]
+    motions_root: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -104,8 +108,25 @@ pub fn run(c: BenchCommand) -> anyhow::Result<()> {
                 } else {
                     spec::find_benchmark(&f.to_string_lossy(), &a.dir.dir(), &known)
                 };
+                let checked = checked.map_err(anyhow::Error::from).and_then(|(path, s)| {
+                    let Some(root) = &a.motions_root else {
+                        return Ok(format!("{}: ok ({} v{})", path.display(), s.name, s.version));
+                    };
+                    let robot = arena_sim::RobotConfig::default();
+                    let clips = arena_runner::episode::benchmark_clips(&s, root, &robot)
+                        .map_err(|e| anyhow::anyhow!("{}: motions: {e:#}", path.display()))?;
+                    let episodes = s.expand_episodes(&clips.iter().map(|c| c.duration_s()).collect::<Vec<_>>());
+                    Ok(format!(
+                        "{}: ok ({} v{}; {} motions, {} episodes)",
+                        path.display(),
+                        s.name,
+                        s.version,
+                        clips.len(),
+                        episodes.len()
+                    ))
+                });
                 match checked {
-                    Ok((path, s)) => println!("{}: ok ({} v{})", path.display(), s.name, s.version),
+                    Ok(line) => println!("{line}"),
                     Err(e) => {
                         bad += 1;
                         eprintln!("{e}");

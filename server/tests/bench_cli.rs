@@ -229,6 +229,26 @@ fn metrics_emd_and_track_on_files() {
     let m: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(m.as_object().unwrap().len(), 23);
     assert!(m["mpjpe_g"].as_f64().unwrap() > 100.0, "the replayed robot falls: {m}");
+    // The wrong --fps makes the reference shorter than the rollout: scored, with a warning.
+    let track = |fps: &str| {
+        let args = [
+            "metrics",
+            "track",
+            "--sim",
+            rollout.to_str().unwrap(),
+            "--ref",
+            squat.to_str().unwrap(),
+        ];
+        arena(&[&args[..], &["--fps", fps, "--json"]].concat())
+    };
+    let warned = track("100");
+    assert!(warned.status.success());
+    let err = String::from_utf8_lossy(&warned.stderr);
+    assert!(
+        err.contains("warning: the rollout runs to") && err.contains("--fps 100"),
+        "{err}"
+    );
+    assert!(String::from_utf8_lossy(&track("50").stderr).is_empty());
     // The default columns follow the file kind: joints of the rollout (8:37) vs the motion (7:36).
     let out = ok(&arena(&[
         "metrics",

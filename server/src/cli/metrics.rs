@@ -194,6 +194,15 @@ pub fn run(c: MetricsCommand) -> anyhow::Result<()> {
                 .flat_map(|r| r[1..].iter().copied())
                 .collect();
             let reference = arena_data::read_g1_csv(&a.reference, a.fps)?;
+            // The reference is held at its last frame past its end: say so, since a wrong --fps
+            // or a rollout of another clip would otherwise score silently.
+            let (last, length) = (times.last().copied().unwrap_or(0.0), reference.duration_s());
+            if last > length + 0.02 + 1e-9 {
+                eprintln!(
+                    "warning: the rollout runs to {last:.2} s, past the reference's {length:.2} s at --fps {}: its later frames are compared with the reference's last frame",
+                    a.fps
+                );
+            }
             let names: Vec<String> = metrics::metric_names().iter().map(|s| s.to_string()).collect();
             let values = eval::track_metrics(&times, &qpos, &reference, &names, &MetricConfig::default())?;
             if a.json {

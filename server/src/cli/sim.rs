@@ -303,12 +303,18 @@ fn rollout(a: RolloutArgs) -> anyhow::Result<()> {
     if let Some(p) = &a.qvel_out {
         write_rows(p, QVEL_HEADER, &traj.times, &traj.qvel, arena_sim::handler::NV)?;
     }
+    // In the words of `arena eval`'s episodes.
+    let ended = match status {
+        EpisodeStatus::Truncated => "completed (the motion's end)".to_string(),
+        EpisodeStatus::Fell => "fell".to_string(),
+        EpisodeStatus::Running => format!("stopped: the action file ends after {k} rows, before the motion does"),
+        other => other.to_string(),
+    };
     eprintln!(
-        "{}: {} control steps, {:.2} s of motion, status {} -> {}",
+        "{}: {} control steps, {:.2} s of motion, {ended} -> {}",
         clip.name,
         traj.len() - 1,
         traj.times.last().copied().unwrap_or(0.0),
-        status,
         a.out.display()
     );
     Ok(())

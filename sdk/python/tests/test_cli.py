@@ -107,6 +107,20 @@ def test_cli_says_how_to_resume_after_a_broken_agent(
     assert f"--submission-id {submission_id}" in result.stderr, result.stderr
     status, body = server.request("GET", f"/api/v1/submissions/{submission_id}", team_token)
     assert status == 200 and body["status"] == "RUNNING", body
+    # An exception in the agent's own code: its traceback, then the same advice.
+    (tmp_path / "raises.py").write_text(
+        "class Raises:\n    def act(self, batch):\n        raise ValueError('model not loaded')\n"
+    )
+    result = subprocess.run(
+        [str(fresh_venv / "arena-agent"), "raises.py:Raises", "--server", server.http_url, "--token", team_token,
+         "--benchmark", "g1-smoke"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "ValueError: model not loaded" in result.stderr and "is left RUNNING" in result.stderr, result.stderr
 
 
 def test_cli_help_and_bad_agent(fresh_venv: Path, tmp_path: Path) -> None:

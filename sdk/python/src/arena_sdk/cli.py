@@ -9,6 +9,7 @@ import logging
 import math
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO, cast
@@ -76,18 +77,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except ArenaError as e:
         print(f"arena-agent: error: {e}", file=sys.stderr)
-        if progress.submission_id and not isinstance(e, RefusedError):
-            print(
-                f"arena-agent: submission {progress.submission_id} is left RUNNING (it counts towards quotas); "
-                f"its unfinished episodes wait: resume it with --submission-id {progress.submission_id}",
-                file=sys.stderr,
-            )
+        if not isinstance(e, RefusedError):
+            _say_how_to_resume(progress.submission_id)
         return 1
     except KeyboardInterrupt:
         print("arena-agent: interrupted", file=sys.stderr)
+        _say_how_to_resume(progress.submission_id)
         return 130
+    except Exception:  # the agent's own code raised: its traceback, then what became of the run
+        traceback.print_exc()
+        print("arena-agent: error: the agent raised (traceback above)", file=sys.stderr)
+        _say_how_to_resume(progress.submission_id)
+        return 1
     print_summary(summary, sys.stdout)
     return 0
+
+
+def _say_how_to_resume(submission_id: str) -> None:
+    if submission_id:
+        print(
+            f"arena-agent: submission {submission_id} is left RUNNING (it counts towards quotas); "
+            f"its unfinished episodes wait: resume it with --submission-id {submission_id}",
+            file=sys.stderr,
+        )
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -620,7 +620,9 @@ fn a_late_answer_loses_nothing_the_server_sent() {
     // submission and closes before the late answer goes out. The EpisodeEnds and the Disconnect
     // it sent first still reach the summary, over both transports, with no reconnect.
     let dir = tmp("late-answer");
-    let server = ServerProc::start(&dir.join("data"), &["--step-timeout-s", "0.3"]);
+    // One lane, so the missed request holds every episode (with two, the other lane's could
+    // finish while the agent sleeps, and the server would not close).
+    let server = ServerProc::start(&dir.join("data"), &["--step-timeout-s", "0.3", "--lanes", "1"]);
     let token = server.team("late");
     for url in [server.ws_url(), server.grpc_url()] {
         let mut config = ClientConfig::new(

@@ -323,7 +323,9 @@ def test_a_late_answer_loses_nothing_the_server_sent(tmp_path, transport: str) -
     # Every episode times out while the agent sleeps, so the server ends them, completes the
     # submission and closes before the late answer goes out: sending it fails, yet the episode
     # ends and the disconnect sent before the close still reach the summary.
-    with start_server(tmp_path, "--step-timeout-s", "0.3") as server:
+    # One lane, so the missed request holds every episode (with two, the other lane's could
+    # finish while the agent sleeps, and the server would not close).
+    with start_server(tmp_path, "--step-timeout-s", "0.3", "--lanes", "1") as server:
         token = server.create_team("late")
         summary = run(
             SlowOnceAgent(delay_s=2.0),

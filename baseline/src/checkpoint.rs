@@ -43,6 +43,16 @@ fn file_err(path: &Path, message: impl std::fmt::Display) -> CheckpointError {
     }
 }
 
+/// Reads a safetensors file; a missing one is said in words, not as libtorch's debug text.
+pub fn read_tensors(path: &Path, missing: &str) -> Result<HashMap<String, Tensor>, CheckpointError> {
+    if !path.is_file() {
+        return Err(file_err(path, missing));
+    }
+    Tensor::read_safetensors(path)
+        .map(|tensors| tensors.into_iter().collect())
+        .map_err(|e| file_err(path, format!("not a readable safetensors file ({e})")))
+}
+
 /// `model/config.json`: what fixes the shapes, plus the normaliser rates.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -202,10 +212,21 @@ fn write_model_files(
 fn read_model_files(dir: &Path) -> Result<(HashMap<String, Tensor>, SavedModelConfig, PathBuf), CheckpointError> {
     let model_dir = dir.join("model");
     let path = model_dir.join("model.safetensors");
-    let tensors: HashMap<String, Tensor> = Tensor::read_safetensors(&path)
-        .map_err(|e| file_err(&path, e))?
-        .into_iter()
-        .collect();
+    if !path.is_file() {
+        let hint = if dir.join("checkpoint").join("model").is_dir() {
+            format!(
+                " (a run folder? its checkpoint is {})",
+                dir.join("checkpoint").display()
+            )
+        } else {
+            String::new()
+        };
+        return Err(file_err(
+            dir,
+            format!("not a checkpoint or export: there is no model/model.safetensors{hint}"),
+        ));
+    }
+    let tensors = read_tensors(&path, "missing")?;
     let config_path = model_dir.join("config.json");
     let text = std::fs::read_to_string(&config_path).map_err(|e| file_err(&config_path, e))?;
     let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| file_err(&config_path, e))?;
@@ -418,10 +439,10 @@ pub fn load_optimizers(
 ) -> Result<(), CheckpointError> {
     let path = dir.join("optimizers.safetensors");
     let device = learner.model.device;
-    let tensors: HashMap<String, Tensor> = Tensor::read_safetensors(&path)
-        .map_err(|e| file_err(&path, e))?
-        .into_iter()
-        .collect();
+    let tensors = read_tensors(
+        &path,
+        "missing: the checkpoint lacks its optimiser state (an export? start a run from it with train.init_from)",
+    )?;
     let lookup = |k: &str| tensors.get(k).map(|t| t.to_device(device));
     for (name, opt) in learner.optimizers_mut() {
         let step = *steps

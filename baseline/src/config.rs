@@ -378,7 +378,48 @@ impl AgentConfig {
                 return Err(format!("agent.{key} must be a finite number >= 0, got {lr}"));
             }
         }
+        let within = |key: &str, v: f64, lo: f64, hi: f64, open_hi: bool| {
+            let ok = v >= lo && if open_hi { v < hi } else { v <= hi };
+            if ok {
+                Ok(())
+            } else {
+                let close = if open_hi { ")" } else { "]" };
+                Err(format!("agent.{key} must lie in [{lo}, {hi}{close}, got {v}"))
+            }
+        };
+        within("fb_target_tau", self.fb_target_tau, 0.0, 1.0, false)?;
+        within("critic_target_tau", self.critic_target_tau, 0.0, 1.0, false)?;
+        within("aux_reward_ema", self.aux_reward_ema, 0.0, 1.0, true)?;
+        if !(self.obs_norm_momentum > 0.0 && self.obs_norm_momentum <= 1.0) {
+            return Err(format!(
+                "agent.obs_norm_momentum must lie in (0, 1], got {}",
+                self.obs_norm_momentum
+            ));
+        }
+        for (key, v) in [
+            ("ortho_coef", self.ortho_coef),
+            ("fb_pessimism", self.fb_pessimism),
+            ("actor_pessimism", self.actor_pessimism),
+            ("critic_pessimism", self.critic_pessimism),
+            ("aux_critic_pessimism", self.aux_critic_pessimism),
+            ("stddev_clip", self.stddev_clip),
+            ("reg_coeff", self.reg_coeff),
+            ("reg_coeff_aux", self.reg_coeff_aux),
+            ("grad_penalty_discriminator", self.grad_penalty_discriminator),
+        ] {
+            if !(v >= 0.0 && v.is_finite()) {
+                return Err(format!("agent.{key} must be a finite number >= 0, got {v}"));
+            }
+        }
+        if self.z_buffer_size < 1 {
+            return Err("agent.z_buffer_size must be >= 1, got 0".into());
+        }
         let known = default_aux_reward_coefs();
+        for (key, v) in &self.aux_reward_coefs {
+            if !v.is_finite() {
+                return Err(format!("agent.aux_reward_coefs.{key} must be a finite number, got {v}"));
+            }
+        }
         for key in self.aux_reward_coefs.keys() {
             if !known.contains_key(key) {
                 let names: Vec<&str> = known.keys().map(String::as_str).collect();

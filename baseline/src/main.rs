@@ -111,14 +111,16 @@ struct EvalArgs {
     /// Folder of benchmark files (default: the shipped benchmarks/).
     #[arg(long, env = "ARENA_BENCHMARKS_DIR")]
     benchmarks_dir: Option<PathBuf>,
+    /// Folder the benchmark's motion paths are relative to (g1-moves clips live outside the repo).
     #[arg(long, env = MOTIONS_ROOT_ENV, default_value = ".")]
     motions_root: PathBuf,
-    /// Episodes simulated together.
-    #[arg(long, default_value_t = 16)]
-    batch: usize,
-    /// Future reference rows averaged into z.
-    #[arg(long, default_value_t = 8)]
-    window: usize,
+    /// Episodes simulated together (scores depend slightly on it: compare at one --batch).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+    batch: u32,
+    /// Future reference rows averaged into z (capped by the benchmark's reference_goal_horizon).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
+    window: u32,
+    /// Where the networks run: cpu, or cuda with a CUDA libtorch and GPU.
     #[arg(long, value_enum, default_value = "cpu")]
     device: DeviceArg,
     /// Print the report JSON instead of a table.
@@ -148,26 +150,31 @@ enum Transport {
 
 #[derive(Debug, clap::Args)]
 struct AgentArgs {
+    /// Checkpoint or export folder (the one holding model/), e.g. RUN/checkpoint.
     #[arg(long)]
     checkpoint: PathBuf,
-    /// Server URL: http://HOST:PORT, ws://HOST:PORT/api/v1/agent or grpc://HOST:PORT.
+    /// Server URL: http://HOST:PORT, ws://HOST:PORT/api/v1/agent or grpc://HOST:PORT (no TLS).
     #[arg(long)]
     server: String,
     /// Team token.
     #[arg(long, env = "ARENA_TOKEN", hide_env_values = true)]
     token: String,
-    #[arg(long, default_value = "g1-smoke")]
-    benchmark: String,
-    /// Challenge phase to submit to.
+    /// Benchmark to run [default: g1-smoke, or with --phase the phase's].
+    #[arg(long)]
+    benchmark: Option<String>,
+    /// Challenge phase to submit to (its benchmark applies).
     #[arg(long, default_value = "")]
     phase: String,
+    /// Protocol: WebSocket (binary protobuf frames) or gRPC.
     #[arg(long, value_enum, default_value = "ws")]
     transport: Transport,
     /// Name shown on the leaderboard.
     #[arg(long, default_value = "bfm-zero-baseline")]
     name: String,
-    #[arg(long, default_value_t = 8)]
-    window: usize,
+    /// Future reference rows averaged into z (capped by the benchmark's reference_goal_horizon).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
+    window: u32,
+    /// Where the networks run: cpu, or cuda with a CUDA libtorch and GPU.
     #[arg(long, value_enum, default_value = "cpu")]
     device: DeviceArg,
 }
@@ -205,6 +212,9 @@ fn load_benchmark(name: &str, dir: Option<&Path>, motions_root: &Path) -> anyhow
 
 fn train(a: TrainArgs) -> anyhow::Result<()> {
     let paths = RunPaths { dir: a.out.clone() };
+    if let Some(what) = paths.recover_interrupted_save()? {
+        eprintln!("note: {what}");
+    }
     let mut config = if a.resume {
         let saved = paths.checkpoint().join("config.json");
         let text = std::fs::read_to_string(&saved)
@@ -231,6 +241,17 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
             "{} already holds a run; pass --resume to continue it or choose another --out",
             a.out.display()
         );
+    }
+    if !a.resume {
+        // A run stopped before its first checkpoint leaves logs that a new run would append to.
+        if let Some(log) = [paths.train_log(), paths.eval_log()].into_iter().find(|p| p.exists()) {
+            bail!(
+                "{} holds {} of an earlier run that stopped before its first checkpoint; \
+                 remove it (or choose another --out) to start a new run there",
+                a.out.display(),
+                log.file_name().and_then(|n| n.to_str()).unwrap_or("a log")
+            );
+        }
     }
     let root = config.train.motions_root.clone().unwrap_or_else(|| PathBuf::from("."));
     let motions = load_benchmark(&config.train.benchmark, config.train.benchmarks_dir.as_deref(), &root)?;
@@ -298,9 +319,9 @@ fn eval(a: EvalArgs) -> anyhow::Result<()> {
     let motions = load_benchmark(&a.benchmark, a.benchmarks_dir.as_deref(), &a.motions_root)?;
     check_layout(&arena_runner::episode::observation_layout(&motions.spec))
         .map_err(|e| anyhow::anyhow!("{}: {e}", motions.spec.name))?;
-    let mut agent = TrackingAgent::new(model, a.window);
+    let mut agent = TrackingAgent::new(model, a.window as usize);
     let options = LocalOptions {
-        batch: a.batch.max(1),
+        batch: a.batch as usize,
         threads: 0,
         ..Default::default()
     };
@@ -325,7 +346,8 @@ fn eval(a: EvalArgs) -> anyhow::Result<()> {
         &motions.spec.name,
         serde_json::json!({
             "checkpoint": a.checkpoint,
-            "window": a.window,
+            // The window the agent used: the requested one, capped by the benchmark's horizon.
+            "window": a.window.min(motions.spec.observations.reference_goal_horizon),
             "action_mean_abs": stats.mean_abs(),
             "action_saturated_share": stats.saturated_share(),
         }),
@@ -366,10 +388,18 @@ fn eval(a: EvalArgs) -> anyhow::Result<()> {
 fn agent(a: AgentArgs) -> anyhow::Result<()> {
     let device = a.device.device()?;
     let model = load_agent_model(&a.checkpoint, device)?;
-    let mut agent = TrackingAgent::new(model, a.window);
-    let server = endpoint(&a.server, a.transport);
+    let mut agent = TrackingAgent::new(model, a.window as usize);
+    let server = endpoint(&a.server, a.transport)?;
+    // A phase names its own benchmark: the default applies only without one.
+    let benchmark = a.benchmark.clone().unwrap_or_else(|| {
+        if a.phase.is_empty() {
+            "g1-smoke".into()
+        } else {
+            String::new()
+        }
+    });
     let mode = Mode::Submission {
-        benchmark: a.benchmark.clone(),
+        benchmark,
         submission_id: None,
     };
     let mut config = ClientConfig::new(&server, &a.token, mode);
@@ -409,19 +439,30 @@ fn export(a: ExportArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The agent endpoint for a server URL and transport (an http:// base URL is accepted).
-fn endpoint(server: &str, transport: Transport) -> String {
-    let base = server
-        .trim_end_matches('/')
-        .trim_start_matches("http://")
-        .trim_start_matches("ws://")
-        .trim_start_matches("grpc://");
-    let host = base.split('/').next().unwrap_or(base);
-    match transport {
-        Transport::Ws if server.starts_with("ws://") => server.to_string(),
+/// The agent endpoint for a server URL and transport: `http://HOST:PORT` (the server's base URL),
+/// `HOST:PORT`, `ws://HOST:PORT[/path]` or `grpc://HOST:PORT`. A WebSocket URL without a path
+/// gets the server's agent path. The SDK client speaks no TLS, so `https://` and `wss://` are
+/// refused here rather than retried.
+fn endpoint(server: &str, transport: Transport) -> anyhow::Result<String> {
+    let (scheme, rest) = server.split_once("://").unwrap_or(("", server));
+    if !matches!(scheme, "" | "http" | "ws" | "grpc") {
+        bail!(
+            "--server {server}: {scheme}:// is not supported (the SDK client connects without TLS); \
+             give http://HOST:PORT, ws://HOST:PORT/api/v1/agent or grpc://HOST:PORT"
+        );
+    }
+    let rest = rest.trim_end_matches('/');
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    if host.is_empty() {
+        bail!(
+            "--server {server}: no HOST:PORT in it; give http://HOST:PORT, ws://HOST:PORT/api/v1/agent or grpc://HOST:PORT"
+        );
+    }
+    Ok(match transport {
+        Transport::Ws if scheme == "ws" && !path.is_empty() => format!("ws://{host}/{path}"),
         Transport::Ws => format!("ws://{host}/api/v1/agent"),
         Transport::Grpc => format!("grpc://{host}"),
-    }
+    })
 }
 
 fn presets(json: bool) -> anyhow::Result<()> {
@@ -465,4 +506,26 @@ fn presets(json: bool) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_accepts_the_documented_urls_and_refuses_tls() {
+        let ws = |s: &str| endpoint(s, Transport::Ws);
+        let grpc = |s: &str| endpoint(s, Transport::Grpc);
+        assert_eq!(ws("http://h:1").unwrap(), "ws://h:1/api/v1/agent");
+        assert_eq!(ws("h:1/").unwrap(), "ws://h:1/api/v1/agent");
+        assert_eq!(ws("ws://h:1").unwrap(), "ws://h:1/api/v1/agent");
+        assert_eq!(ws("ws://h:1/api/v1/agent").unwrap(), "ws://h:1/api/v1/agent");
+        assert_eq!(ws("grpc://h:1").unwrap(), "ws://h:1/api/v1/agent");
+        assert_eq!(grpc("ws://h:1/api/v1/agent").unwrap(), "grpc://h:1");
+        assert_eq!(grpc("http://h:1").unwrap(), "grpc://h:1");
+        for bad in ["https://h:1", "wss://h:1/api/v1/agent", "http://", "ftp://h:1"] {
+            let e = ws(bad).unwrap_err().to_string();
+            assert!(e.contains(bad), "{bad}: {e}");
+        }
+    }
 }

@@ -33,7 +33,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::StandardNormal;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -77,6 +77,38 @@ impl RunPaths {
     }
     pub fn eval_log(&self) -> PathBuf {
         self.dir.join("eval_log.csv")
+    }
+    /// Where a checkpoint is written before it replaces the last one.
+    fn checkpoint_tmp(&self) -> PathBuf {
+        self.dir.join("checkpoint.tmp")
+    }
+    /// Where the last checkpoint waits while the new one takes its place.
+    fn checkpoint_old(&self) -> PathBuf {
+        self.dir.join("checkpoint.old")
+    }
+
+    /// Finishes a checkpoint replacement that a kill interrupted (see `Trainer::save_checkpoint`):
+    /// with `checkpoint.old` present, `checkpoint.tmp` is complete, so it becomes the checkpoint.
+    /// Returns what it did, for the log.
+    pub fn recover_interrupted_save(&self) -> anyhow::Result<Option<String>> {
+        let (ckpt, tmp, old) = (self.checkpoint(), self.checkpoint_tmp(), self.checkpoint_old());
+        if !old.exists() {
+            return Ok(None);
+        }
+        let what = if !ckpt.exists() && tmp.exists() {
+            std::fs::rename(&tmp, &ckpt).with_context(|| format!("moving {} to {}", tmp.display(), ckpt.display()))?;
+            format!(
+                "finished replacing the checkpoint that a stop interrupted ({})",
+                ckpt.display()
+            )
+        } else {
+            format!(
+                "removed the previous checkpoint left by an interrupted save ({})",
+                old.display()
+            )
+        };
+        std::fs::remove_dir_all(&old).with_context(|| format!("removing {}", old.display()))?;
+        Ok(Some(what))
     }
 }
 
@@ -209,22 +241,29 @@ impl Trainer {
             }
             if saved.model != model_config {
                 bail!(
-                    "{}: the checkpoint's model sizes differ from the configuration's",
-                    ckpt.display()
+                    "{}: the checkpoint's model sizes differ from the configuration's: {}",
+                    ckpt.display(),
+                    differences(
+                        &serde_json::to_value(&saved.model)?,
+                        &serde_json::to_value(&model_config)?,
+                        "model"
+                    )
+                    .join("; ")
                 );
             }
             let status: TrainStatus = serde_json::from_str(
-                &std::fs::read_to_string(ckpt.join("train_status.json")).context("reading train_status.json")?,
+                &std::fs::read_to_string(ckpt.join("train_status.json"))
+                    .with_context(|| format!("reading {}", ckpt.join("train_status.json").display()))?,
             )
             .context("parsing train_status.json")?;
             let mut learner = Learner::new(model, config.agent.clone());
             checkpoint::load_optimizers(&mut learner, &ckpt, &status.optimizer_steps)?;
             let buffers_path = ckpt.join("buffers.safetensors");
             if let Some(state) = status.online_buffer.as_ref() {
-                let saved: HashMap<String, Tensor> = Tensor::read_safetensors(&buffers_path)
-                    .with_context(|| format!("reading {}", buffers_path.display()))?
-                    .into_iter()
-                    .collect();
+                let saved = checkpoint::read_tensors(
+                    &buffers_path,
+                    "missing, though train_status.json says the run saved its buffers",
+                )?;
                 let lookup = |k: &str| saved.get(k).map(|t| t.to_device(device));
                 online
                     .restore(&lookup, state.clone())
@@ -453,6 +492,13 @@ impl Trainer {
                     self.status.time,
                     t.num_env_steps
                 );
+                // The last row covers the steps since the previous one, as at a normal end.
+                if !self.log.is_empty() {
+                    let elapsed = self.status.wall_time_s + clock.elapsed().as_secs_f64();
+                    let row = self.log.row(self.status.time, elapsed);
+                    append_csv(&self.paths.train_log(), &train_log_columns(), &row)?;
+                    progress(self.status.time, t.num_env_steps, Some(&row));
+                }
                 break;
             }
             let time = self.status.time;
@@ -659,7 +705,7 @@ impl Trainer {
     /// Writes the checkpoint folder (model, optimisers, buffers, status).
     pub fn save_checkpoint(&mut self) -> anyhow::Result<()> {
         let dir = self.paths.checkpoint();
-        let tmp = self.paths.dir.join("checkpoint.tmp");
+        let tmp = self.paths.checkpoint_tmp();
         let _ = std::fs::remove_dir_all(&tmp);
         std::fs::create_dir_all(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
         checkpoint::save_model(&self.learner.model, &self.config.agent, &tmp)?;
@@ -689,10 +735,38 @@ impl Trainer {
             tmp.join("config.json"),
             serde_json::to_string_pretty(&self.config)? + "\n",
         )?;
-        // Replace the previous checkpoint only once the new one is complete.
-        let _ = std::fs::remove_dir_all(&dir);
+        // Replace the previous checkpoint only once the new one is complete, and never leave the
+        // folder without one: at every instant either `checkpoint` or (`checkpoint.old` and the
+        // complete `checkpoint.tmp`) exists, which `RunPaths::recover_interrupted_save` finishes.
+        let old = self.paths.checkpoint_old();
+        let _ = std::fs::remove_dir_all(&old);
+        if dir.exists() {
+            std::fs::rename(&dir, &old).with_context(|| format!("moving {} aside", dir.display()))?;
+        }
         std::fs::rename(&tmp, &dir).with_context(|| format!("moving the checkpoint to {}", dir.display()))?;
+        let _ = std::fs::remove_dir_all(&old);
         tracing::info!("checkpoint at {} env steps: {}", self.status.time, dir.display());
         Ok(())
+    }
+}
+
+/// `key: checkpoint → configuration` for every leaf where two JSON values differ.
+fn differences(saved: &serde_json::Value, wanted: &serde_json::Value, key: &str) -> Vec<String> {
+    match (saved, wanted) {
+        (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+            let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+            let null = serde_json::Value::Null;
+            keys.into_iter()
+                .flat_map(|k| {
+                    differences(
+                        a.get(k).unwrap_or(&null),
+                        b.get(k).unwrap_or(&null),
+                        &format!("{key}.{k}"),
+                    )
+                })
+                .collect()
+        }
+        (a, b) if a != b => vec![format!("{key}: {a} in the checkpoint, {b} in the configuration")],
+        _ => Vec::new(),
     }
 }

@@ -40,6 +40,11 @@ impl LogAccumulator {
         self.aux_count += n as u64;
     }
 
+    /// Nothing happened since the last row (no env step, no update).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.updates == 0 && self.aux_count == 0
+    }
+
     pub(crate) fn row(&mut self, time: u64, elapsed_s: f64) -> BTreeMap<String, f64> {
         let mut row: BTreeMap<String, f64> = self
             .sums

@@ -159,6 +159,18 @@ fn bad_checkpoints_are_refused_with_the_tensor_named() {
     std::fs::write(&config_path, "{ not json").unwrap();
     let err = checkpoint::load_model(dir.path(), Device::Cpu).unwrap_err();
     assert!(err.to_string().contains("config.json"), "{err}");
+
+    // A folder that is not a checkpoint says so in words; a run folder gets a pointer to its
+    // checkpoint.
+    let run = tempfile::tempdir().unwrap();
+    let err = checkpoint::load_model(run.path(), Device::Cpu).unwrap_err().to_string();
+    assert!(
+        err.contains("not a checkpoint or export") && !err.contains("IoError"),
+        "{err}"
+    );
+    checkpoint::save_model(&model, &agent(), &run.path().join("checkpoint")).unwrap();
+    let err = checkpoint::load_model(run.path(), Device::Cpu).unwrap_err().to_string();
+    assert!(err.contains("its checkpoint is"), "{err}");
 }
 
 #[test]

@@ -141,6 +141,24 @@ fn bad_configs_name_the_key() {
     assert_eq!(c.agent.aux_reward_coefs["penalty_ankle_roll"], -4.0);
     let mut c = tiny(100);
     assert!(c.set("train.dr_level=7").unwrap_err().contains("train.dr_level"));
+    // Values that would divide by zero or train to NaN are refused before the run starts.
+    for (set, needle) in [
+        ("agent.z_buffer_size=0", "agent.z_buffer_size must be >= 1"),
+        ("agent.fb_target_tau=5", "agent.fb_target_tau must lie in [0, 1]"),
+        (
+            "agent.actor_pessimism=nan",
+            "agent.actor_pessimism must be a finite number",
+        ),
+        (
+            "agent.obs_norm_momentum=-1",
+            "agent.obs_norm_momentum must lie in (0, 1]",
+        ),
+        ("agent.aux_reward_ema=2", "agent.aux_reward_ema must lie in [0, 1)"),
+        ("agent.stddev_clip=-1", "agent.stddev_clip must be a finite number >= 0"),
+    ] {
+        let err = c.set(set).unwrap_err();
+        assert!(err.contains(needle), "{set}: {err}");
+    }
     c.set("train.seed=9").unwrap();
     assert_eq!(c.train.seed, 9);
 }
@@ -519,6 +537,25 @@ fn a_time_limit_stops_early_with_a_checkpoint_that_resumes() {
     assert!(stdout.contains("stopped by --time-limit"), "{stdout}");
     let stopped = status(&run)["time"].as_u64().unwrap();
     assert!(stopped > 0 && stopped < 100_000_000, "{stopped}");
+    // The log ends with a row at the stop, so its update counts add up to the checkpoint's.
+    let logged = |run: &Path| -> (f64, f64) {
+        let text = std::fs::read_to_string(run.join("train_log.csv")).unwrap();
+        let mut lines = text.lines();
+        let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+        let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+        let (t, u) = (col("timestep"), col("updates"));
+        let rows: Vec<Vec<f64>> = lines
+            .map(|l| l.split(',').map(|v| v.parse().unwrap_or(f64::NAN)).collect())
+            .collect();
+        (rows.last().unwrap()[t], rows.iter().map(|r| r[u]).sum())
+    };
+    let (last, updates) = logged(&run);
+    assert_eq!(last, stopped as f64);
+    assert_eq!(updates, status(&run)["updates"].as_f64().unwrap());
+    // A kill between moving the last checkpoint aside and moving the new one in leaves
+    // checkpoint.old and a complete checkpoint.tmp: the next start finishes the swap.
+    std::fs::rename(run.join("checkpoint"), run.join("checkpoint.tmp")).unwrap();
+    std::fs::create_dir(run.join("checkpoint.old")).unwrap();
     // The checkpoint resumes: the run goes on to a step count set now.
     let target = stopped + 64;
     let out = bfm(&[
@@ -530,8 +567,23 @@ fn a_time_limit_stops_early_with_a_checkpoint_that_resumes() {
         &format!("train.num_env_steps={target}"),
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("finished replacing the checkpoint"),
+        "{}",
+        stderr(&out)
+    );
     assert!(!String::from_utf8_lossy(&out.stdout).contains("stopped by"));
     assert_eq!(status(&run)["time"].as_u64().unwrap(), target);
+    assert!(!run.join("checkpoint.old").exists() && !run.join("checkpoint.tmp").exists());
+    assert_eq!(logged(&run).1, status(&run)["updates"].as_f64().unwrap());
+    // A new run does not append to the logs of a run whose checkpoint is gone.
+    std::fs::remove_dir_all(run.join("checkpoint")).unwrap();
+    let out = bfm(&[args.as_slice(), &["--time-limit", "0.05"]].concat());
+    assert!(
+        !out.status.success() && stderr(&out).contains("stopped before its first checkpoint"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]

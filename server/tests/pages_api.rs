@@ -109,12 +109,31 @@ fn page_endpoints_on_a_real_submission() {
             assert!((got - record.qpos[k * 36 + i]).abs() < 1e-4, "frame {k} axis {i}");
         }
     }
-    for (path, want) in [
-        (format!("/api/v1/submissions/{id}/episodes/99/replay"), 404),
-        (format!("/api/v1/submissions/{id}/episodes/0/series?points=1"), 400),
+    // Bad URLs get the API's JSON error body, naming what was wrong (axum's own answer is
+    // plain text).
+    for (path, want, names) in [
+        (format!("/api/v1/submissions/{id}/episodes/99/replay"), 404, "not 99"),
+        (
+            format!("/api/v1/submissions/{id}/episodes/0/series?points=1"),
+            400,
+            "points",
+        ),
+        (
+            format!("/api/v1/submissions/{id}/episodes/0/series?points=abc"),
+            400,
+            "\"abc\"",
+        ),
+        (
+            format!("/api/v1/submissions/{id}/episodes/abc/replay"),
+            400,
+            "episode index",
+        ),
+        (format!("/api/v1/submissions/{id}/episodes/-1/series"), 404, "not -1"),
     ] {
         let (status, v) = server.get(&path, Some(&alpha));
         assert_eq!(status, want, "{path}: {v}");
+        let message = v["error"]["message"].as_str().unwrap_or_else(|| panic!("{path}: {v}"));
+        assert!(message.contains(names), "{path}: {message}");
     }
     // Another team does not see it.
     let (status, _) = server.get(&format!("/api/v1/submissions/{id}/episodes/0/replay"), Some(&beta));

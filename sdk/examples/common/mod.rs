@@ -13,9 +13,9 @@ pub struct Flags {
     /// Team token (ask the server's admin).
     #[arg(long, env = "ARENA_TOKEN", hide_env_values = true)]
     pub token: String,
-    /// Benchmark to run.
-    #[arg(long, default_value = "g1-smoke")]
-    pub benchmark: String,
+    /// Benchmark to run [default: g1-smoke, or with --phase the phase's].
+    #[arg(long)]
+    pub benchmark: Option<String>,
     /// Challenge phase to submit to (its benchmark applies).
     #[arg(long, default_value = "")]
     pub phase: String,
@@ -39,14 +39,22 @@ pub fn run(agent: &mut dyn arena_sdk::Agent, name: &str) -> std::process::ExitCo
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ARENA_LOG").unwrap_or_else(|_| "warn".into()))
         .init();
     let flags = Flags::parse();
+    // A phase names its own benchmark: the default applies only without one.
+    let benchmark = flags.benchmark.clone().unwrap_or_else(|| {
+        if flags.phase.is_empty() {
+            "g1-smoke".into()
+        } else {
+            String::new()
+        }
+    });
     let mode = if flags.practice.is_empty() {
         Mode::Submission {
-            benchmark: flags.benchmark.clone(),
+            benchmark: benchmark.clone(),
             submission_id: flags.submission.clone(),
         }
     } else {
         Mode::Practice {
-            benchmark: flags.benchmark.clone(),
+            benchmark: benchmark.clone(),
             episodes: flags
                 .practice
                 .iter()

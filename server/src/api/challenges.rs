@@ -92,7 +92,7 @@ pub(super) async fn list_challenges(State(state): State<Arc<AppState>>, headers:
 pub(super) async fn get_challenge(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult {
     optional_caller(&state, &headers).await?;
     let Some(challenge) = state.storage.challenge(&id).await? else {
@@ -131,7 +131,7 @@ struct NewPhaseBody {
 pub(super) async fn create_phase(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path(challenge): Path<String>,
+    ApiPath(challenge): ApiPath<String>,
     body: axum::body::Bytes,
 ) -> ApiResult {
     require_admin(&state, &headers).await?;
@@ -174,7 +174,7 @@ pub(super) async fn create_phase(
 pub(super) async fn get_phase(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult {
     optional_caller(&state, &headers).await?;
     match state.storage.phase(&id).await? {
@@ -204,7 +204,7 @@ struct PhasePatch {
 pub(super) async fn update_phase(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     body: axum::body::Bytes,
 ) -> ApiResult {
     require_admin(&state, &headers).await?;
@@ -243,7 +243,7 @@ pub(super) async fn update_phase(
 pub(super) async fn get_phase_leaderboard(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult {
     let who = optional_caller(&state, &headers).await?;
     let Some(phase) = state.storage.phase(&id).await? else {

@@ -5,13 +5,13 @@
 //! file) is written once per set of episodes into the object store (`exports/`) and streamed
 //! from there.
 
-use super::{ApiError, ApiResult, Caller, bad_request, benchmark_error, caller, not_found};
+use super::{ApiError, ApiPath, ApiQuery, ApiResult, Caller, bad_request, benchmark_error, caller, not_found};
 use crate::access;
 use crate::app::AppState;
 use crate::datasets::{self, DatasetError, DatasetFilter, ExportFormat, Scope, Selection};
 use crate::storage::{Submission, now_ms};
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, header};
 use axum::response::IntoResponse;
 use axum::{Json, Router, routing::get};
@@ -25,13 +25,13 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/api/v1/datasets/phases/{id}/{format}", get(phase_dataset))
 }
 
-type Pairs = Query<Vec<(String, String)>>;
+type Pairs = ApiQuery<Vec<(String, String)>>;
 
 async fn benchmark_dataset(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path((name, format)): Path<(String, String)>,
-    Query(pairs): Pairs,
+    ApiPath((name, format)): ApiPath<(String, String)>,
+    ApiQuery(pairs): Pairs,
 ) -> ApiResult {
     let spec = state.catalog.spec(&name).map_err(|e| benchmark_error(&name, &e))?;
     dataset(&state, &headers, Scope::Benchmark(spec.name), &format, &pairs).await
@@ -40,8 +40,8 @@ async fn benchmark_dataset(
 async fn phase_dataset(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path((id, format)): Path<(String, String)>,
-    Query(pairs): Pairs,
+    ApiPath((id, format)): ApiPath<(String, String)>,
+    ApiQuery(pairs): Pairs,
 ) -> ApiResult {
     let phase = state
         .storage

@@ -7,6 +7,7 @@
 
 mod challenges;
 mod datasets;
+mod extract;
 mod pages;
 mod submissions;
 mod teams;
@@ -20,7 +21,7 @@ use crate::results;
 use crate::storage::{NewSubmission, Phase, StorageError, Submission, Team, Visibility, hash_token, now_ms};
 use axum::Json;
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
@@ -30,6 +31,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use challenges::*;
+use extract::{ApiPath, ApiQuery};
 use submissions::*;
 use teams::*;
 
@@ -282,7 +284,11 @@ async fn list_benchmarks(State(state): State<Arc<AppState>>, headers: HeaderMap)
 /// The benchmark file as JSON, plus what a page shows of it: the ranking rule in words, each
 /// metric's description, units and direction, and the motions (`motion_list`; `null` with
 /// `motions_error` when the clips cannot be loaded here).
-async fn get_benchmark(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(name): Path<String>) -> ApiResult {
+async fn get_benchmark(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    ApiPath(name): ApiPath<String>,
+) -> ApiResult {
     optional_caller(&state, &headers).await?;
     let spec = state.catalog.spec(&name).map_err(|e| benchmark_error(&name, &e))?;
     let mut v = json!(spec);

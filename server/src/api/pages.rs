@@ -2,16 +2,17 @@
 //! geometry, an episode's error series and replay, the episodes table and one's submissions as
 //! CSV, and the organiser's actions on a submission (baseline flag, re-score, cancel).
 
+use super::extract::episode_index;
 use super::{
-    ApiError, ApiResult, Caller, bad_request, benchmark_error, caller, check_results_visible, conflict, not_found,
-    parse_body, require_admin, storage_error, visible_submission,
+    ApiError, ApiPath, ApiQuery, ApiResult, Caller, bad_request, benchmark_error, caller, check_results_visible,
+    conflict, not_found, parse_body, require_admin, storage_error, visible_submission,
 };
 use crate::app::AppState;
 use crate::episode_views::{self, csv_field};
 use crate::results;
 use crate::storage::{EpisodeState, SubmissionStatus};
 use arena_data::trajectory_file::{self, EpisodeRecord};
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, header};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
@@ -94,19 +95,24 @@ async fn stored_episode(
 
 #[derive(Deserialize)]
 struct SeriesQuery {
-    points: Option<usize>,
+    points: Option<String>,
 }
 
 async fn series(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path((id, idx)): Path<(String, i64)>,
-    Query(q): Query<SeriesQuery>,
+    ApiPath((id, idx)): ApiPath<(String, String)>,
+    ApiQuery(q): ApiQuery<SeriesQuery>,
 ) -> ApiResult {
-    let points = q.points.unwrap_or(500);
-    if !(2..=100_000).contains(&points) {
-        return Err(bad_request(format!("points: expected 2 to 100000, got {points}")));
-    }
+    let points = match q.points.as_deref() {
+        None => 500,
+        Some(raw) => raw
+            .parse::<usize>()
+            .ok()
+            .filter(|p| (2..=100_000).contains(p))
+            .ok_or_else(|| bad_request(format!("points: expected a whole number from 2 to 100000, got {raw:?}")))?,
+    };
+    let idx = episode_index(&idx)?;
     let record = stored_episode(&state, &headers, &id, idx).await?;
     let mut v = serde_json::to_value(episode_views::series(&record, points)).map_err(internal)?;
     v["episode"] = idx.into();
@@ -118,8 +124,9 @@ async fn series(
 async fn replay(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path((id, idx)): Path<(String, i64)>,
+    ApiPath((id, idx)): ApiPath<(String, String)>,
 ) -> ApiResult {
+    let idx = episode_index(&idx)?;
     let record = stored_episode(&state, &headers, &id, idx).await?;
     let names = geometry()?.bodies.iter().map(|b| b.name.clone()).collect();
     let (motion, status, reason) = (record.motion.clone(), record.status.clone(), record.reason.clone());
@@ -162,7 +169,11 @@ fn number(v: Option<f64>) -> String {
     v.filter(|x| x.is_finite()).map(|x| x.to_string()).unwrap_or_default()
 }
 
-async fn episodes_csv(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult {
+async fn episodes_csv(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult {
     let (who, s) = visible_submission(&state, &headers, &id).await?;
     check_results_visible(&state, &who, &s).await?;
     let rows = state.storage.episodes(&id).await?;
@@ -256,7 +267,7 @@ struct SubmissionPatch {
 pub(super) async fn patch_submission(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     body: axum::body::Bytes,
 ) -> ApiResult {
     require_admin(&state, &headers).await?;
@@ -271,7 +282,7 @@ pub(super) async fn patch_submission(
 /// `POST /api/v1/submissions/{id}/cancel` (admin): a PENDING or RUNNING submission becomes FAILED
 /// ("cancelled by the organiser"), its unfinished episodes too; a connected agent is told when its
 /// lanes run dry.
-async fn cancel(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult {
+async fn cancel(State(state): State<Arc<AppState>>, headers: HeaderMap, ApiPath(id): ApiPath<String>) -> ApiResult {
     require_admin(&state, &headers).await?;
     state
         .storage
@@ -290,7 +301,7 @@ async fn cancel(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(id)
 /// of a COMPLETED submission again from its trajectory with the current metric code, then
 /// rebuilds the report. The host's "re-run": the agent is the participant's, so what the server
 /// can run again is the scoring.
-async fn rescore(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(id): Path<String>) -> ApiResult {
+async fn rescore(State(state): State<Arc<AppState>>, headers: HeaderMap, ApiPath(id): ApiPath<String>) -> ApiResult {
     require_admin(&state, &headers).await?;
     let s = submission_or_404(&state, &id).await?;
     if s.status != SubmissionStatus::Completed {

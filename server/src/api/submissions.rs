@@ -63,7 +63,7 @@ pub(super) async fn list_submissions(State(state): State<Arc<AppState>>, headers
 pub(super) async fn get_submission(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult {
     // Status and progress counts only: no metrics, so this is safe for hidden results too.
     let (_, s) = visible_submission(&state, &headers, &id).await?;
@@ -76,7 +76,7 @@ pub(super) async fn get_submission(
 pub(super) async fn get_results(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult {
     let (who, s) = visible_submission(&state, &headers, &id).await?;
     check_results_visible(&state, &who, &s).await?;
@@ -95,7 +95,7 @@ pub(super) async fn get_results(
 pub(super) async fn get_report(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult {
     let (who, s) = visible_submission(&state, &headers, &id).await?;
     check_results_visible(&state, &who, &s).await?;
@@ -114,7 +114,7 @@ pub(super) async fn get_report(
 pub(super) async fn get_trajectories(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult {
     let (who, s) = visible_submission(&state, &headers, &id).await?;
     check_results_visible(&state, &who, &s).await?;
@@ -150,7 +150,7 @@ pub(super) async fn get_trajectories(
 pub(super) async fn get_leaderboard(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path(benchmark): Path<String>,
+    ApiPath(benchmark): ApiPath<String>,
 ) -> ApiResult {
     let who = optional_caller(&state, &headers).await?;
     let spec = state

@@ -97,7 +97,7 @@ async fn team_by_path(state: &AppState, id: &str) -> Result<Team, ApiError> {
 pub(super) async fn get_team(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult {
     require_admin(&state, &headers).await?;
     let team = team_by_path(&state, &id).await?;
@@ -109,7 +109,7 @@ pub(super) async fn get_team(
 pub(super) async fn add_member(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     body: axum::body::Bytes,
 ) -> ApiResult {
     require_admin(&state, &headers).await?;
@@ -136,7 +136,7 @@ struct NewTokenBody {
 pub(super) async fn create_token(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     body: axum::body::Bytes,
 ) -> ApiResult {
     require_admin(&state, &headers).await?;
@@ -178,7 +178,7 @@ pub(super) async fn create_token(
 pub(super) async fn list_tokens(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult {
     require_admin(&state, &headers).await?;
     let team = team_by_path(&state, &id).await?;
@@ -188,7 +188,7 @@ pub(super) async fn list_tokens(
 pub(super) async fn revoke_token(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Path((id, token_id)): Path<(String, String)>,
+    ApiPath((id, token_id)): ApiPath<(String, String)>,
 ) -> ApiResult {
     require_admin(&state, &headers).await?;
     let team = team_by_path(&state, &id).await?;

@@ -112,16 +112,45 @@ pub fn rfc3339(ms: i64) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
-/// Parses an RFC 3339 UTC time (`2026-05-01T00:00:00Z`, fractional seconds allowed) into unix
-/// milliseconds.
+/// Parses an RFC 3339 time (`2026-05-01T00:00:00Z`, fractional seconds allowed; a numeric
+/// offset such as `+02:00` is converted to UTC) into unix milliseconds.
 pub fn parse_rfc3339(text: &str) -> Result<i64, String> {
-    let t = humantime::parse_rfc3339(text.trim())
-        .map_err(|e| format!("expected an RFC 3339 UTC time such as \"2026-05-01T00:00:00Z\", got {text:?} ({e})"))?;
+    let trimmed = text.trim();
+    let (utc_text, offset_ms) = match split_utc_offset(trimmed) {
+        Some((local, offset_ms)) => (format!("{local}Z"), offset_ms),
+        None => (trimmed.to_string(), 0),
+    };
+    let t = humantime::parse_rfc3339(&utc_text)
+        .map_err(|e| format!("expected an RFC 3339 time such as \"2026-05-01T00:00:00Z\", got {text:?} ({e})"))?;
     let ms = t
         .duration_since(UNIX_EPOCH)
         .map_err(|_| format!("{text:?} is before 1970"))?
         .as_millis();
-    i64::try_from(ms).map_err(|_| format!("{text:?} is too far in the future"))
+    let ms = i64::try_from(ms).map_err(|_| format!("{text:?} is too far in the future"))? - offset_ms;
+    if ms < 0 {
+        return Err(format!("{text:?} is before 1970"));
+    }
+    Ok(ms)
+}
+
+/// `2026-05-01T14:00:00+02:00` → (`2026-05-01T14:00:00`, +2 h in ms); None without an offset.
+fn split_utc_offset(text: &str) -> Option<(&str, i64)> {
+    let (local, offset) = text.split_at_checked(text.len().checked_sub(6)?)?;
+    let bytes = offset.as_bytes();
+    let sign = match bytes[0] {
+        b'+' => 1,
+        b'-' => -1,
+        _ => return None,
+    };
+    if !local.contains('T') || bytes[3] != b':' {
+        return None;
+    }
+    let hours: i64 = offset.get(1..3)?.parse().ok()?;
+    let minutes: i64 = offset.get(4..6)?.parse().ok()?;
+    if hours > 23 || minutes > 59 {
+        return None;
+    }
+    Some((local, sign * (hours * 60 + minutes) * 60_000))
 }
 
 /// Start of the UTC day containing `now_ms`.
@@ -520,6 +549,9 @@ mod tests {
         let t = parse_rfc3339("2026-05-01T12:30:00Z").unwrap();
         assert_eq!(rfc3339(t), "2026-05-01T12:30:00Z");
         assert_eq!(parse_rfc3339("2026-05-01T12:30:00.250Z").unwrap(), t + 250);
+        assert_eq!(parse_rfc3339("2026-05-01T14:30:00+02:00").unwrap(), t);
+        assert_eq!(parse_rfc3339("2026-05-01T11:00:00.250-01:30").unwrap(), t + 250);
+        assert!(parse_rfc3339("2026-05-01T12:30:00+25:00").is_err());
         let e = parse_rfc3339("May 1st").unwrap_err();
         assert!(e.contains("RFC 3339") && e.contains("May 1st"), "{e}");
         assert!(parse_rfc3339("1969-12-31T23:59:59Z").is_err());

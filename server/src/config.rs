@@ -171,6 +171,14 @@ impl ServerConfig {
                 ),
             );
         }
+        // A typo in a gpu_* key is an error even while the CPU backend runs: otherwise it would
+        // surface only on the day someone switches to the GPU.
+        if let Err(message) = self.gpu_device.parse::<arena_sim::handler::GpuDevice>() {
+            return bad("gpu_device", message);
+        }
+        if let Err(message) = self.gpu_impl.parse::<arena_sim::handler::GpuImpl>() {
+            return bad("gpu_impl", message);
+        }
         if let Err(message) = self.backend() {
             let key = if matches!(self.sim_backend.as_str(), "cpu" | "gpu") {
                 if message.contains("device") {
@@ -347,5 +355,7 @@ mod tests {
         })
         .unwrap_err();
         assert!(e.starts_with("gpu_impl:") && e.contains("cuda"), "{e}");
+        let e = with(&|c| c.gpu_device = "x".into()).unwrap_err();
+        assert!(e.starts_with("gpu_device:"), "the CPU backend checks it too: {e}");
     }
 }

@@ -591,6 +591,49 @@ fn a_benchmark_that_cannot_load_is_refused_without_server_paths() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+#[test]
+fn a_store_failure_at_the_end_reaches_the_agent_without_server_paths() {
+    // The merged trajectory file cannot be written (a folder holds its name), so the run ends on
+    // a server error after every episode is stored. The agent is told that, and where the
+    // details are; the log has them; nothing is lost: the submission stays resumable.
+    let dir = tmp("store-failure-at-end");
+    let data = dir.join("data");
+    let server = ServerProc::start(&data, &["--object-store-retry-s", "1"]);
+    let token = server.team("alpha");
+    let (status, created) = server.post("/api/v1/submissions", Some(&token), "{\"benchmark\": \"g1-smoke\"}");
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_string();
+    let blocker = data.join("trajectories").join(format!("{id}.h5"));
+    std::fs::create_dir_all(&blocker).unwrap();
+    std::fs::write(blocker.join("keep"), b"x").unwrap();
+    let mut config = ClientConfig::new(
+        server.ws_url(),
+        &token,
+        Mode::Submission {
+            benchmark: "g1-smoke".into(),
+            submission_id: Some(id.clone()),
+        },
+    );
+    config.max_reconnects = 0;
+    let mut told = Vec::new();
+    let ended = client::run_blocking(&config, &mut ReplayAgent::new(), &mut |event| {
+        if let ClientEvent::ServerError(e) = event {
+            told.push(format!("{}: {}", e.code, e.message));
+        }
+    });
+    assert!(ended.is_err(), "the session ends on the error");
+    let err = told.join("\n");
+    assert!(err.contains("server error") && err.contains("server's log"), "{err}");
+    assert!(!err.contains(data.to_str().unwrap()) && !err.contains(".h5"), "{err}");
+    assert!(
+        server.log_text().contains(&format!("{id}.h5")),
+        "the log has the details"
+    );
+    let (_, s) = server.get(&format!("/api/v1/submissions/{id}"), Some(&token));
+    assert_eq!(s["status"], "RUNNING", "{s}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// Answers its third request two seconds late (each lane's first request has a 30 s set-up
 /// grace, so the third is the first that can miss the deadline).
 struct LateOnce {

@@ -73,9 +73,10 @@ async function errorFrom(res) {
 
 /**
  * Calls the API and returns the parsed JSON. `path` is relative to /api/v1
- * ("benchmarks") or absolute ("/api/v1/benchmarks").
+ * ("benchmarks") or absolute ("/api/v1/benchmarks"). A GET whose token is refused is tried
+ * once more without it (`publicFallback`), so public pages stay readable.
  */
-export async function api(path, { method = 'GET', body, signal } = {}) {
+export async function api(path, { method = 'GET', body, signal, publicFallback = true } = {}) {
   const opts = { method, headers: headers(), signal };
   if (body !== undefined) {
     opts.headers['Content-Type'] = 'application/json';
@@ -87,6 +88,20 @@ export async function api(path, { method = 'GET', body, signal } = {}) {
   } catch (e) {
     if (e && e.name === 'AbortError') throw e;
     throw new ApiError(0, 'network', `cannot reach the server (${e && e.message ? e.message : e})`);
+  }
+  if (res.status === 401 && method === 'GET' && publicFallback && opts.headers.Authorization) {
+    // A refused token (unknown, revoked, expired) must not hide what anyone may read: the
+    // header already says the token is refused, so public data is fetched without it. When
+    // the data needs a token after all, the refusal of the token is the better message.
+    const refused = await errorFrom(res);
+    const anonymous = { ...opts.headers };
+    delete anonymous.Authorization;
+    try {
+      res = await fetch(url(path), { ...opts, headers: anonymous });
+    } catch {
+      throw refused;
+    }
+    if (!res.ok) throw refused;
   }
   if (!res.ok) throw await errorFrom(res);
   if (res.status === 204) return null;
@@ -175,7 +190,7 @@ async function probeIdentity() {
   }
   let who;
   try {
-    const me = await api('whoami');
+    const me = await api('whoami', { publicFallback: false });
     who = me.role === 'team' ? { role: 'team', team: me.team ? me.team.name : null } : { role: me.role };
   } catch (e) {
     if (e.status === 401 || e.status === 403) {

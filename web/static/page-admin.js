@@ -141,7 +141,7 @@ export async function adminPage(root, _params, ctx) {
       field('Challenge', chSelect),
       field('Phase id', h('input', { name: 'id', required: true, pattern: '[a-z0-9_\\-]{1,64}', placeholder: 'final', 'data-testid': 'phase-id' }), 'unique across challenges'),
       field('Benchmark', h('select', { name: 'benchmark', required: true, 'data-testid': 'phase-benchmark' }, benchmarks.map((b) => h('option', { value: b }, b)))),
-      field('Starts at', h('input', { name: 'starts_at', required: true, value: rfc3339(now), 'data-testid': 'phase-starts' }), 'RFC 3339 UTC, e.g. 2026-12-01T00:00:00Z'),
+      field('Starts at', h('input', { name: 'starts_at', required: true, value: rfc3339(now), 'data-testid': 'phase-starts' }), 'RFC 3339, e.g. 2026-12-01T00:00:00Z (an offset such as +02:00 is converted to UTC)'),
       field('Ends at', h('input', { name: 'ends_at', required: true, value: rfc3339(later), 'data-testid': 'phase-ends' })),
       field('Leaderboard', h('select', { name: 'leaderboard', 'data-testid': 'phase-leaderboard' }, h('option', { value: 'public' }, 'public'), h('option', { value: 'private' }, 'private (hidden until the end)'))),
       field('Max submissions per day', h('input', { name: 'max_submissions_per_day', type: 'number', min: '1', placeholder: 'no limit', 'data-testid': 'phase-max-day' })),

@@ -93,7 +93,7 @@ export async function submissionPage(root, { id }, ctx) {
         [
           ['Team', sub.team_name || String(sub.team_id)],
           ['Benchmark', h('a', { href: `#/benchmarks/${enc(sub.benchmark)}` }, sub.benchmark)],
-          ['Phase', sub.phase ? h('a', { href: `#/phases/${enc(sub.phase)}` }, sub.phase) : h('span.muted', 'none (practice)')],
+          ['Phase', sub.phase ? h('a', { href: `#/phases/${enc(sub.phase)}` }, sub.phase) : h('span.muted', 'none (open benchmark submission)')],
           ['Agent', sub.agent_name || '—'],
           ['Created', timeEl(sub.created_at)],
           ['Started', timeEl(sub.started_at)],
@@ -204,10 +204,18 @@ export function adminButtons(sub, errEl, after, { cancelConfirm = true } = {}) {
     ),
     actionButton(
       'Re-score from stored trajectories',
-      { 'data-testid': 'btn-rescore', class: 'secondary', disabled: sub.status !== 'COMPLETED' && sub.status !== 'FAILED' },
+      {
+        'data-testid': 'btn-rescore',
+        class: 'secondary',
+        // The server re-scores only a COMPLETED submission (409 otherwise).
+        disabled: sub.status !== 'COMPLETED',
+        title: sub.status === 'COMPLETED' ? 'Recompute every metric from the stored trajectories' : 'Only a COMPLETED submission can be re-scored',
+      },
       async () => {
-        await api(`submissions/${enc(sub.id)}/rescore`, { method: 'POST' });
+        const done = await api(`submissions/${enc(sub.id)}/rescore`, { method: 'POST' });
         await after();
+        const n = done && done.rescored_episodes;
+        errEl.appendChild(h('div.notice', { 'data-testid': 'rescore-done' }, `Re-scored ${n ?? 'the'} episodes from the stored trajectories.`));
       },
       errEl,
     ),

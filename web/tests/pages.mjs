@@ -509,6 +509,8 @@ await step('submission page', async () => {
   });
   const rescoreErr = page.locator('#sub-actions .error');
   check('re-score from stored trajectories: no error', (await rescoreErr.count()) === 0, (await rescoreErr.count()) ? await rescoreErr.first().textContent() : undefined);
+  const rescored = await page.locator('#sub-actions [data-testid=rescore-done]').textContent({ timeout: 10000 }).catch(() => '');
+  check('re-score says how many episodes it re-scored', /Re-scored \d+ episodes/.test(rescored), rescored);
   const firstScored = await page.$$eval('[data-testid=episode-table] tbody tr', (rows) => {
     for (const r of rows) {
       const steps = Number(r.children[4]?.textContent);
@@ -634,6 +636,20 @@ await step('team views (owner, hidden phase, organiser page)', async () => {
   await shot('phase-private');
   await go('#/admin');
   check('organiser page refuses a team token politely', (await page.locator('[data-testid=need-admin]').count()) === 1);
+});
+
+await step('a refused token keeps the public pages', async () => {
+  // The whoami probe and each public read are refused once with the token, then read without.
+  allow([{ re: /^\/api\/v1\//, status: 401 }]);
+  const role = await setToken('at_not_a_real_token');
+  check('refused token shown in the header', role === 'invalid', await page.textContent('#whoami'));
+  await go('#/');
+  await page.waitForSelector('[data-testid=benchmark-card]');
+  check('home still lists the challenges and benchmarks', (await page.locator(`[data-challenge-id="${challengeId}"]`).count()) === 1);
+  await go(`#/leaderboards/${args.benchmark}`);
+  await page.waitForSelector('[data-testid=leaderboard-table]');
+  check('public leaderboard still shown', (await rowCount('[data-testid=leaderboard-table]')) > 0);
+  await setToken('');
 });
 
 await step('anonymous views', async () => {

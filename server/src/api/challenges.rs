@@ -140,10 +140,10 @@ pub(super) async fn create_phase(
     if state.storage.challenge(&challenge).await?.is_none() {
         return Err(not_found(format!("no challenge {challenge:?}")));
     }
-    let spec = state
-        .catalog
-        .spec(&new.benchmark)
-        .map_err(|e| bad_request(format!("benchmark: {e}")))?;
+    let spec = state.catalog.spec(&new.benchmark).map_err(|e| {
+        let (ClientLoadError::Unknown(message) | ClientLoadError::Unavailable(message)) = e.for_client(&new.benchmark);
+        bad_request(format!("benchmark: {message}"))
+    })?;
     let null = Value::Null;
     let phase = Phase {
         id: new.id,

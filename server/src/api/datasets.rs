@@ -5,7 +5,9 @@
 //! file) is written once per set of episodes into the object store (`exports/`) and streamed
 //! from there.
 
-use super::{ApiError, ApiPath, ApiQuery, ApiResult, Caller, bad_request, benchmark_error, caller, not_found};
+use super::{
+    ApiError, ApiPath, ApiQuery, ApiResult, Caller, bad_request, benchmark_error, caller, internal_error, not_found,
+};
 use crate::access;
 use crate::app::AppState;
 use crate::datasets::{self, DatasetError, DatasetFilter, ExportFormat, Scope, Selection};
@@ -126,17 +128,15 @@ async fn dataset(
             // from them, written once (by whichever replica is asked first) and streamed from
             // there.
             let key = export_key(&selection);
-            let store_error = |e: crate::objects::ObjectError| ApiError(access::AccessError::internal(e.to_string()));
+            let store_error = |e: crate::objects::ObjectError| internal_error("reading the dataset export", e);
             let stored = state.objects.exists(&key).await.map_err(store_error)?;
             if !stored {
                 write_hdf5(state.clone(), selection, card, &key).await?;
             }
-            let (len, chunks) = state
-                .objects
-                .stream(&key)
-                .await
-                .map_err(store_error)?
-                .ok_or_else(|| ApiError(access::AccessError::internal(format!("the export {key} vanished"))))?;
+            let (len, chunks) =
+                state.objects.stream(&key).await.map_err(store_error)?.ok_or_else(|| {
+                    internal_error("reading the dataset export", format!("the export {key} vanished"))
+                })?;
             Ok((
                 [
                     (header::CONTENT_TYPE, "application/x-hdf5".to_string()),
@@ -253,16 +253,14 @@ async fn write_hdf5(
         Ok(())
     })
     .await
-    .map_err(|e| ApiError(access::AccessError::internal(e.to_string())));
+    .map_err(|e| internal_error("writing the dataset export", e));
     let stored = match written {
-        Ok(Ok(())) => state.objects.put_file(key, &path).await.map_err(|e| {
-            ApiError(access::AccessError::internal(format!(
-                "storing the dataset export: {e}"
-            )))
-        }),
-        Ok(Err(e)) => Err(ApiError(access::AccessError::internal(format!(
-            "dataset export failed: {e:#}"
-        )))),
+        Ok(Ok(())) => state
+            .objects
+            .put_file(key, &path)
+            .await
+            .map_err(|e| internal_error("storing the dataset export", e)),
+        Ok(Err(e)) => Err(internal_error("writing the dataset export", format!("{e:#}"))),
         Err(e) => Err(e),
     };
     let _ = tokio::fs::remove_file(&path).await;

@@ -106,9 +106,17 @@ where
     E: Into<anyhow::Error>,
 {
     fn from(e: E) -> Self {
-        tracing::error!("internal error: {e}");
-        ApiError(AccessError::internal(e.to_string()))
+        internal_error("the request", e)
     }
+}
+
+/// An internal failure: the details, which may name server files or the object store's
+/// location, go to the log; the caller is told what failed and where to look.
+fn internal_error(doing: &str, e: impl std::fmt::Display) -> ApiError {
+    tracing::error!("{doing}: {e}");
+    ApiError(AccessError::internal(format!(
+        "{doing} failed on the server (its log has the details)"
+    )))
 }
 
 type ApiResult = Result<Response, ApiError>;
@@ -149,13 +157,13 @@ fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError
     serde_json::from_slice(body).map_err(|e| bad_request(format!("body: {e}")))
 }
 
-/// A time field: an RFC 3339 UTC string or unix milliseconds.
+/// A time field: an RFC 3339 string (an offset is converted to UTC) or unix milliseconds.
 fn time_field(field: &str, v: &Value) -> Result<i64, ApiError> {
     match v {
         Value::String(s) => access::parse_rfc3339(s).map_err(|e| bad_request(format!("{field}: {e}"))),
         Value::Number(n) if n.as_i64().is_some_and(|ms| ms >= 0) => Ok(n.as_i64().unwrap_or_default()),
         other => Err(bad_request(format!(
-            "{field}: expected an RFC 3339 UTC time such as \"2026-05-01T00:00:00Z\" or unix milliseconds, got {other}"
+            "{field}: expected an RFC 3339 time such as \"2026-05-01T00:00:00Z\" or unix milliseconds, got {other}"
         ))),
     }
 }
@@ -307,7 +315,7 @@ async fn get_benchmark(
     let catalog = state.catalog.clone();
     let loaded = tokio::task::spawn_blocking(move || catalog.load(&name))
         .await
-        .map_err(|e| ApiError(AccessError::internal(e.to_string())))?;
+        .map_err(|e| internal_error("loading the benchmark", e))?;
     match loaded {
         Ok(b) => {
             v["motion_list"] = b

@@ -32,7 +32,7 @@ pub fn routes() -> Router<Arc<AppState>> {
 }
 
 fn internal(e: impl std::fmt::Display) -> ApiError {
-    ApiError(crate::access::AccessError::internal(e.to_string()))
+    super::internal_error("the request", e)
 }
 
 /// The geometry is the same for every request: computed once.
@@ -316,9 +316,9 @@ async fn rescore(State(state): State<Arc<AppState>>, headers: HeaderMap, ApiPath
         .map_err(|e| benchmark_error(&s.benchmark, &e))?;
     let rows = state.storage.episodes(&id).await?;
     let path = state.trajectory_file(&id).await.map_err(internal)?.ok_or_else(|| {
-        internal(format!(
+        ApiError(crate::access::AccessError::internal(format!(
             "submission {id} is COMPLETED but its trajectory file is missing"
-        ))
+        )))
     })?;
     let scored: Vec<(i64, EpisodeState)> = rows
         .iter()
@@ -355,7 +355,7 @@ async fn rescore(State(state): State<Arc<AppState>>, headers: HeaderMap, ApiPath
     )
     .await
     .map_err(internal)?
-    .map_err(|e| internal(format!("re-scoring submission {id}: {e:#}")))?;
+    .map_err(|e| super::internal_error(&format!("re-scoring submission {id}"), format!("{e:#}")))?;
     for (idx, metrics) in &rescored {
         state.storage.set_episode_metrics(&id, *idx, metrics).await?;
     }

@@ -123,7 +123,7 @@ pub(super) async fn get_trajectories(
         .objects
         .stream(&crate::objects::trajectory_key(&s.id))
         .await
-        .map_err(|e| ApiError(AccessError::internal(e.to_string())))?;
+        .map_err(|e| internal_error("reading the trajectory file", e))?;
     let Some((size, chunks)) = found else {
         let why = if s.status.is_final() {
             "has no trajectories"

@@ -183,7 +183,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         eprintln!("warning: {} offers no benchmark", benchmarks.display());
     }
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    runtime.block_on(async move {
+    let result = runtime.block_on(async move {
         if config.admin_token.is_empty() {
             eprintln!("note: no admin token (ARENA_ADMIN_TOKEN / --admin-token): team management is disabled");
         }
@@ -204,8 +204,30 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         use std::io::Write;
         std::io::stdout().flush().ok();
         app::serve(listener, state, async {
-            let _ = tokio::signal::ctrl_c().await;
+            let signal = stop_signal().await;
+            eprintln!("arena serve: {signal}: stopping; running episodes are re-queued at the next start");
         })
         .await
-    })
+    });
+    // Lane and committer threads may still be inside `block_on` on this runtime: dropping it
+    // now would make their timers panic ("the runtime is being shut down"). The process ends
+    // right after this, which stops them like any kill, so the runtime is left running.
+    std::mem::forget(runtime);
+    result
+}
+
+/// Waits for Ctrl-C (SIGINT) or SIGTERM (what `docker stop` and systemd send); returns its name.
+async fn stop_signal() -> &'static str {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => "SIGINT",
+        _ = async {
+            match terminate.as_mut() {
+                Some(t) => {
+                    t.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        } => "SIGTERM",
+    }
 }

@@ -35,6 +35,16 @@ fn refuse(code: &str, message: impl Into<String>) -> Box<Msg> {
     Box::new(error(code, message))
 }
 
+/// An internal failure while admitting a session: the details (which may name server files) go
+/// to the log, the agent gets what it was doing and where to look.
+fn refuse_internal(doing: &str, e: impl std::fmt::Display) -> Box<Msg> {
+    tracing::error!("{doing}: {e}");
+    refuse(
+        codes::INTERNAL,
+        format!("{doing}: internal server error (the server's log has the details)"),
+    )
+}
+
 fn now_s() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -151,7 +161,7 @@ async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Box<Msg>>
                     format!("no submission {:?} for this team", c.submission_id),
                 ));
             }
-            Err(e) => return Err(refuse(codes::INTERNAL, e.to_string())),
+            Err(e) => return Err(refuse_internal("reading the submission", e)),
         };
         if matches!(s.status, SubmissionStatus::Completed | SubmissionStatus::Failed) {
             return Err(Box::new(Msg::Error(protocol::Error {
@@ -204,7 +214,7 @@ async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Box<Msg>>
                 ClientLoadError::Unavailable(message) => refuse(codes::INTERNAL, message),
             });
         }
-        Err(e) => return Err(refuse(codes::INTERNAL, e.to_string())),
+        Err(e) => return Err(refuse_internal("loading the benchmark", e)),
     };
     let mut reveal_results = true;
     if let Some(phase) = &plan.phase {
@@ -245,7 +255,7 @@ async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Box<Msg>>
         .storage
         .episodes(&submission.id)
         .await
-        .map_err(|e| refuse(codes::INTERNAL, e.to_string()))?;
+        .map_err(|e| refuse_internal("reading the submission's episodes", e))?;
     Ok(Admitted {
         remaining: runner::unfinished(&rows),
         benchmark,
@@ -321,7 +331,7 @@ where
     let sink = match &admitted.submission {
         Some(s) => {
             if let Err(e) = state.storage.mark_submission_running(&s.id).await {
-                return Err(refuse(codes::INTERNAL, e.to_string()));
+                return Err(refuse_internal("starting the submission", e));
             }
             Sink::Submission {
                 storage: state.storage.clone(),
@@ -480,7 +490,11 @@ where
     tracing::info!(session = %session_id, ?outcome, "session ended");
     if let RunOutcome::Error(e) = outcome {
         tracing::error!(session = %session_id, "{e}");
-        let _ = out.send(error(codes::INTERNAL, e));
+        // The details may name server files: they stay in the log.
+        let _ = out.send(error(
+            codes::INTERNAL,
+            "the run stopped on a server error (the server's log has the details); reconnecting resumes the submission",
+        ));
         let _ = out.send(Msg::Disconnect(Disconnect {
             reason: "error".into(),
             submission_status: String::new(),

@@ -70,9 +70,14 @@ struct Ranges {
 pub fn check_layout(layout: &ObservationLayout) -> Result<(), String> {
     for g in REQUIRED_GROUPS {
         if layout.group(g).is_none() {
+            let how = if g == "reference_goal" {
+                "`reference_goal` is enabled by `reference_goal_horizon` in the benchmark's [observations]"
+            } else {
+                "the benchmark's [observations] groups (or the phase's observation_groups) must include it"
+            };
             return Err(format!(
                 "the benchmark does not send the `{g}` observation group, which the BFM-Zero agent needs \
-                 (groups sent: {}); `reference_goal` is enabled by `reference_goal_horizon` in the benchmark's [observations]",
+                 (groups sent: {}); {how}",
                 layout.groups().map(|(n, _)| n).collect::<Vec<_>>().join(", ")
             ));
         }
@@ -105,7 +110,7 @@ impl TrackingAgent {
 
     fn configure_layout(&mut self, layout: &ObservationLayout) {
         if let Err(e) = check_layout(layout) {
-            tracing::error!("{e}");
+            tracing::debug!("{e}");
             self.error = Some(e);
             self.ranges = None;
             return;
@@ -128,7 +133,7 @@ impl TrackingAgent {
         for (g, got, want) in sizes {
             if got != want {
                 let e = format!("observation group `{g}` has {got} values, the model reads {want}");
-                tracing::error!("{e}");
+                tracing::debug!("{e}");
                 self.error = Some(e);
                 return;
             }
@@ -138,7 +143,7 @@ impl TrackingAgent {
                 "`reference_goal` has {} values, not a multiple of {goal}",
                 ranges.reference_goal.len()
             );
-            tracing::error!("{e}");
+            tracing::debug!("{e}");
             self.error = Some(e);
             return;
         }

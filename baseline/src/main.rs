@@ -410,11 +410,17 @@ fn agent(a: AgentArgs) -> anyhow::Result<()> {
         bail!("{e}");
     }
     println!(
-        "done: submission {:?} {}, {} episodes",
+        "done: submission {:?} {}, {} episodes in this session",
         summary.submission_id,
         summary.submission_status,
         summary.episodes.len()
     );
+    if summary.submission_status == "FAILED" {
+        bail!(
+            "submission {} ended FAILED (cancelled by the organiser)",
+            summary.submission_id
+        );
+    }
     Ok(())
 }
 

@@ -310,7 +310,10 @@ fn trained_checkpoint_submits_over_both_transports_and_reaches_the_leaderboard()
             "agent over {transport}: {stdout}{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        assert!(stdout.contains("COMPLETED, 6 episodes"), "{transport}: {stdout}");
+        assert!(
+            stdout.contains("COMPLETED, 6 episodes in this session"),
+            "{transport}: {stdout}"
+        );
     }
     // A benchmark that does not send the reference rows: refused before any episode is played.
     let out = Command::new(env!("CARGO_BIN_EXE_arena-bfm"))

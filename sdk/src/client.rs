@@ -232,7 +232,7 @@ pub async fn run(
                     delay: backoff,
                     error: &error,
                 });
-                tracing::warn!("connection lost ({error}); reconnecting in {backoff:?} (attempt {failures})");
+                tracing::info!("connection lost ({error}); reconnecting in {backoff:?} (attempt {failures})");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(config.max_backoff);
                 state.summary.reconnects += 1;
@@ -292,7 +292,7 @@ impl Connection {
         if let Some(endpoint) = grpc_endpoint(url) {
             let mut client = AgentGatewayClient::connect(endpoint)
                 .await
-                .map_err(|e| format!("connecting to {url}: {e}"))?
+                .map_err(|e| format!("connecting to {url}: {}", error_chain(&e)))?
                 .max_decoding_message_size(usize::MAX);
             let (requests, rx) = tokio::sync::mpsc::unbounded_channel();
             let _ = requests.send(protocol::Envelope { msg: Some(connect) });
@@ -532,7 +532,7 @@ async fn session(
                 {
                     return Err(ClientError::refused(e));
                 }
-                tracing::warn!("server error: {}: {}", e.code, e.message);
+                tracing::info!("server error: {}: {}", e.code, e.message);
                 on_event(ClientEvent::ServerError(&e));
                 None
             }
@@ -604,6 +604,22 @@ fn answer(
             })
             .collect(),
     })
+}
+
+/// An error with its causes (`transport error: tcp connect error: Connection refused`): tonic's
+/// own message alone says only "transport error".
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let next = c.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 #[cfg(test)]

@@ -83,6 +83,9 @@ impl DataDirLock {
     }
 }
 
+/// How long a scratch file goes unwritten before a starting server treats it as abandoned.
+const SCRATCH_IDLE: std::time::Duration = std::time::Duration::from_secs(600);
+
 impl AppState {
     /// Connects the database (running migrations), creates the data folders and re-queues the
     /// episodes that were running when the server last stopped.
@@ -107,6 +110,11 @@ impl AppState {
         backfill_summaries(&storage).await?;
         tokio::spawn(renew_leases(storage.clone()));
         let objects = config.objects()?;
+        // Partial files of a killed run; a command still writing one (an export) keeps it fresh.
+        let removed = objects.remove_abandoned_scratch(SCRATCH_IDLE);
+        if removed > 0 {
+            tracing::info!("removed {removed} abandoned file(s) from the scratch folder");
+        }
         let catalog = Arc::new(Catalog::new(config.benchmarks_dir(), config.motions_root.clone()));
         let rate_limiter = RateLimiter::new(config.requests_per_minute);
         Ok(Arc::new(Self {

@@ -125,6 +125,26 @@ impl Objects {
         }
     }
 
+    /// Removes the files a killed process left in the scratch folder (partial trajectory files,
+    /// exports, downloads): those not written to for `idle` (a live writer keeps its file's
+    /// modification time fresh). The download cache below it is kept. Returns how many went.
+    pub fn remove_abandoned_scratch(&self, idle: std::time::Duration) -> usize {
+        let Ok(entries) = std::fs::read_dir(&self.scratch) else {
+            return 0;
+        };
+        let now = std::time::SystemTime::now();
+        entries
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+            .filter(|e| {
+                e.metadata()
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|t| now.duration_since(t).is_ok_and(|age| age >= idle))
+            })
+            .filter(|e| std::fs::remove_file(e.path()).is_ok())
+            .count()
+    }
+
     /// A fresh path in the scratch folder (the caller removes it).
     pub fn scratch_file(&self, suffix: &str) -> PathBuf {
         self.scratch.join(format!("{}{suffix}", uuid::Uuid::new_v4().simple()))
@@ -330,4 +350,29 @@ pub fn episode_part_key(submission: &str, idx: i64, attempt: i64) -> String {
 /// The key of a submission's report.
 pub fn report_key(submission: &str) -> String {
     format!("reports/{submission}.json")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_starting_server_removes_only_abandoned_scratch_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let objects = Objects::open("", dir.path(), Duration::from_secs(1)).unwrap();
+        let scratch = dir.path().join("scratch");
+        let write = |name: &str, age_s: u64| {
+            let path = scratch.join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            let file = std::fs::File::create(&path).unwrap();
+            file.set_modified(std::time::SystemTime::now() - Duration::from_secs(age_s))
+                .unwrap();
+            path
+        };
+        let abandoned = write("a.h5", 3600);
+        let live = write("b.h5", 0);
+        let cached = write("cache/trajectories/s.h5", 3600);
+        assert_eq!(objects.remove_abandoned_scratch(Duration::from_secs(600)), 1);
+        assert!(!abandoned.exists() && live.exists() && cached.exists());
+    }
 }

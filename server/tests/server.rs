@@ -718,9 +718,20 @@ fn a_server_names_the_problems_of_its_benchmarks_folder_at_start() {
     )
     .unwrap();
     std::fs::write(benchmarks.join("typo.toml"), "name = \"typo\"\nversoin = 1\n").unwrap();
-    let server = ServerProc::start(&dir.join("data"), &["--benchmarks-dir", benchmarks.to_str().unwrap()]);
+    let no_pages = dir.join("no-pages");
+    let server = ServerProc::start(
+        &dir.join("data"),
+        &[
+            "--benchmarks-dir",
+            benchmarks.to_str().unwrap(),
+            "--web-dir",
+            no_pages.to_str().unwrap(),
+        ],
+    );
     let log = server.log_text();
     assert!(log.contains("warning: ") && log.contains("typo.toml"), "{log}");
+    // A mistyped pages folder is said at start, not at the first page request.
+    assert!(log.contains("no-pages has no index.html"), "{log}");
     assert!(
         log.contains("benchmark name \"twin\" is used by 2 files") && log.contains("none of them is offered"),
         "{log}"

@@ -174,7 +174,7 @@ function datasetSection(b) {
   const form = h(
     'form.filters#dataset-form',
     { 'data-testid': 'dataset-form', autocomplete: 'off' },
-    h('fieldset', h('legend', 'Episode status'), statusBoxes),
+    h('fieldset', h('legend', 'Episode status (none ticked: any)'), statusBoxes),
     h(
       'div.row',
       h(
@@ -219,7 +219,8 @@ function datasetSection(b) {
       .map((s) => s.replace(/\s+/g, ''))
       .filter(Boolean);
     return {
-      status: statuses.length ? statuses.join(',') : '',
+      // No box ticked means no filter on status (the API's own default is completed + fell).
+      status: statuses.length ? statuses.join(',') : 'completed,fell,failed,timeout',
       success: fd.get('success') || '',
       metric: metrics,
       team: String(fd.get('team') || '').trim(),

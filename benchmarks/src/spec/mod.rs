@@ -231,12 +231,9 @@ pub struct Episode {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    // The cause is part of the message, not a `source`: error chains would print it twice.
+    #[error("{path}: {cause}")]
+    Io { path: PathBuf, cause: std::io::Error },
     /// TOML syntax, or a schema error toml could not attribute to a key.
     #[error("{path}: {message}")]
     Parse { path: PathBuf, message: String },
@@ -263,12 +260,24 @@ pub enum SpecError {
     MissingMotionsRoot { root: PathBuf },
     #[error("{path}: {message}")]
     NoClips { path: PathBuf, message: String },
-    #[error("no benchmark named {name:?} in {dir}; available: {}", list_or_none(available))]
+    #[error(
+        "no benchmark named {name:?} in {}; available: {}",
+        folder_or_missing(dir),
+        list_or_none(available)
+    )]
     UnknownBenchmark {
         name: String,
         dir: PathBuf,
         available: Vec<String>,
     },
+}
+
+fn folder_or_missing(dir: &std::path::Path) -> String {
+    if dir.is_dir() {
+        dir.display().to_string()
+    } else {
+        format!("{} (no such folder)", dir.display())
+    }
 }
 
 fn list_or_none(names: &[String]) -> String {

@@ -49,9 +49,9 @@ impl BenchmarkSpec {
             MotionSource::Dir { dir, pattern } => {
                 let fps = fps()?;
                 let folder = motions_root.join(dir);
-                let entries = std::fs::read_dir(&folder).map_err(|source| SpecError::Io {
+                let entries = std::fs::read_dir(&folder).map_err(|cause| SpecError::Io {
                     path: folder.clone(),
-                    source,
+                    cause,
                 })?;
                 let mut paths: Vec<PathBuf> = entries
                     .filter_map(|e| e.ok().map(|e| e.path()))

@@ -6,9 +6,9 @@ use super::*;
 impl BenchmarkSpec {
     /// Reads and validates a benchmark file; see [`BenchmarkSpec::parse`].
     pub fn read(path: &Path, known_metrics: &[&str]) -> Result<Self, SpecError> {
-        let text = std::fs::read_to_string(path).map_err(|source| SpecError::Io {
+        let text = std::fs::read_to_string(path).map_err(|cause| SpecError::Io {
             path: path.to_path_buf(),
-            source,
+            cause,
         })?;
         Self::parse(&text, path, known_metrics)
     }

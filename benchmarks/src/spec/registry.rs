@@ -17,12 +17,12 @@ pub fn shipped_dir() -> PathBuf {
 pub fn list_benchmarks(dir: &Path, known: &[&str]) -> Vec<(PathBuf, Result<BenchmarkSpec, SpecError>)> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
-        Err(source) => {
+        Err(cause) => {
             return vec![(
                 dir.to_path_buf(),
                 Err(SpecError::Io {
                     path: dir.to_path_buf(),
-                    source,
+                    cause,
                 }),
             )];
         }
@@ -55,7 +55,7 @@ pub fn find_benchmark(name_or_path: &str, dir: &Path, known: &[&str]) -> Result<
     if name_or_path.ends_with(".toml") || name_or_path.contains(['/', '\\']) {
         return Err(SpecError::Io {
             path: as_path.to_path_buf(),
-            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such benchmark file"),
+            cause: std::io::Error::new(std::io::ErrorKind::NotFound, "no such benchmark file"),
         });
     }
     let mut found: Option<(PathBuf, BenchmarkSpec)> = None;

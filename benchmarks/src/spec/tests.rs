@@ -592,4 +592,13 @@ fn registry_lookup() {
     std::fs::write(tmp.0.join("b.toml"), MINIMAL).unwrap();
     let err = find_benchmark("t", &tmp.0, &KNOWN).unwrap_err().to_string();
     assert!(err.contains("b.toml: name:") && err.contains("a.toml"), "{err}");
+    // A missing folder or file is said once, in words (error chains print the cause too).
+    let err = find_benchmark("t", &tmp.0.join("nowhere"), &KNOWN).unwrap_err();
+    assert!(err.to_string().contains("nowhere (no such folder)"), "{err}");
+    let err = find_benchmark("./nope.toml", &tmp.0, &KNOWN).unwrap_err();
+    assert!(err.to_string().contains("no such benchmark file"), "{err}");
+    assert!(
+        std::error::Error::source(&err).is_none(),
+        "the cause is in the message only"
+    );
 }

@@ -35,8 +35,11 @@ pub struct Flags {
 
 /// Runs `agent` as the flags say and prints each finished episode.
 pub fn run(agent: &mut dyn arena_sdk::Agent, name: &str) -> std::process::ExitCode {
+    // Reconnects and server errors are printed as events (`print_event`); the log adds the rest.
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ARENA_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let flags = Flags::parse();
     // A phase names its own benchmark: the default applies only without one.
@@ -78,12 +81,17 @@ pub fn run(agent: &mut dyn arena_sdk::Agent, name: &str) -> std::process::ExitCo
     match result {
         Ok(summary) => {
             println!(
-                "done: submission {:?} {}, {} episodes",
+                "done: submission {:?} {}, {} episodes in this session",
                 summary.submission_id,
                 summary.submission_status,
                 summary.episodes.len()
             );
-            std::process::ExitCode::SUCCESS
+            // A submission that ended FAILED (cancelled by the organiser) is not a success.
+            if summary.submission_status == "FAILED" {
+                std::process::ExitCode::FAILURE
+            } else {
+                std::process::ExitCode::SUCCESS
+            }
         }
         Err(e) => {
             eprintln!("error: {e}");

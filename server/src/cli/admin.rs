@@ -44,13 +44,17 @@ enum AdminCommand {
 
 #[derive(Debug, Subcommand)]
 enum ChallengeCommand {
+    /// Every challenge with its phases.
     List,
+    /// A new challenge (add phases with `phases create`).
     Create {
         /// Slug: 1-64 of a-z 0-9 - _.
         #[arg(long)]
         id: String,
+        /// The title shown on the pages.
         #[arg(long)]
         title: String,
+        /// A longer description (plain text).
         #[arg(long, default_value = "")]
         description: String,
     },
@@ -58,10 +62,11 @@ enum ChallengeCommand {
 
 #[derive(Debug, Args)]
 struct PhaseFields {
-    /// Opens at (RFC 3339, e.g. 2026-12-01T00:00:00Z); required by `create`.
+    /// Opens at (RFC 3339, e.g. 2026-12-01T00:00:00Z; an offset is converted to UTC); `create`
+    /// needs it, `update` changes it.
     #[arg(long)]
     starts_at: Option<String>,
-    /// Closes at (RFC 3339); required by `create`.
+    /// Closes at (RFC 3339); `create` needs it, `update` changes it.
     #[arg(long)]
     ends_at: Option<String>,
     /// public or private (results hidden from teams until the phase ends).
@@ -107,15 +112,19 @@ impl PhaseFields {
 enum PhaseCommand {
     /// The phases of a challenge.
     List {
+        /// The challenge's id.
         #[arg(long)]
         challenge: String,
     },
+    /// A new phase of a challenge, on one benchmark.
     Create {
+        /// The challenge's id.
         #[arg(long)]
         challenge: String,
         /// Slug, unique across challenges.
         #[arg(long)]
         id: String,
+        /// The benchmark the phase runs (its name, as `arena bench list` shows).
         #[arg(long)]
         benchmark: String,
         #[command(flatten)]
@@ -123,6 +132,7 @@ enum PhaseCommand {
     },
     /// Change times, visibility, quotas or groups of a phase.
     Update {
+        /// The phase's id.
         id: String,
         #[command(flatten)]
         fields: PhaseFields,
@@ -131,13 +141,17 @@ enum PhaseCommand {
 
 #[derive(Debug, Subcommand)]
 enum TeamCommand {
+    /// Every team with its id.
     List,
+    /// A new team; its first token is printed once.
     Create {
+        /// The team's name, shown on the leaderboards.
         name: String,
         /// A member as "Name <email>" (repeatable).
         #[arg(long = "member")]
         members: Vec<String>,
     },
+    /// A team's members and tokens (never a token itself).
     Show {
         /// The numeric team id.
         id: i64,
@@ -146,37 +160,44 @@ enum TeamCommand {
 
 #[derive(Debug, Subcommand)]
 enum TokenCommand {
+    /// A team's tokens (ids, labels, expiry, revocation).
     List {
+        /// The numeric team id.
         team: i64,
     },
+    /// A new token for a team, printed once.
     Create {
+        /// The numeric team id.
         team: i64,
+        /// A note to tell tokens apart (e.g. "laptop").
         #[arg(long)]
         label: Option<String>,
-        /// RFC 3339.
+        /// When it stops working (RFC 3339); never without it.
         #[arg(long)]
         expires_at: Option<String>,
     },
+    /// Revoke a token at once (a session already connected with it runs on).
     Revoke {
+        /// The numeric team id.
         team: i64,
+        /// The token's id (`tok-…`, from `tokens list`).
         token_id: String,
     },
 }
 
 #[derive(Debug, Subcommand)]
 enum SubmissionCommand {
+    /// Every submission, newest first.
     List,
+    /// One submission with its progress.
     Show {
+        /// The submission's id (`sub-…`).
         id: String,
     },
     /// A PENDING or RUNNING submission becomes FAILED ("cancelled by the organiser").
-    Cancel {
-        id: String,
-    },
+    Cancel { id: String },
     /// Score a COMPLETED submission's stored episodes again and rebuild its report.
-    Rescore {
-        id: String,
-    },
+    Rescore { id: String },
     /// Mark (or with --off unmark) a submission as a baseline.
     Baseline {
         id: String,

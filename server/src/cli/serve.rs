@@ -182,6 +182,19 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     if offered.is_empty() {
         eprintln!("warning: {} offers no benchmark", benchmarks.display());
     }
+    let web = config.web_dir();
+    if !web.join("index.html").is_file() {
+        // Said now, not at the first page request; the API and agents work without the pages.
+        eprintln!(
+            "warning: web_dir {} has no index.html: the web pages will not load (--web-dir / ARENA_WEB_DIR)",
+            web.display()
+        );
+    } else if !web.join("node_modules/three").is_dir() {
+        eprintln!(
+            "warning: web_dir {} lacks node_modules/three: the 3-D replay will not draw (run `make`, which runs npm ci in web/)",
+            web.display()
+        );
+    }
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let result = runtime.block_on(async move {
         if config.admin_token.is_empty() {

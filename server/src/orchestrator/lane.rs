@@ -130,7 +130,7 @@ impl<'a> Lane<'a> {
                 Wait::Action(action) => self.apply(action),
                 Wait::Timeout => {
                     let reason = format!(
-                        "no Action for step {step} within the {:.3} s step deadline",
+                        "no Action for GetAction step {step} (a session-wide request counter) within the {:.3} s step deadline",
                         timeout.as_secs_f64()
                     );
                     for slot in self.slots.iter_mut().flatten() {

@@ -18,6 +18,9 @@ function jsonForm(id, title, fields, submitLabel, onSubmit) {
   const out = h('div.form-out', { 'data-testid': `${id}-out`, 'aria-live': 'polite' });
   const btn = h('button', { type: 'submit', 'data-testid': `${id}-submit` }, submitLabel);
   const form = h(`form.admin-form#${id}`, { 'data-testid': id, autocomplete: 'off' }, h('h3', title), fields, h('div.row', btn), out);
+  // When the browser's own check blocks a submit, an earlier server error no longer applies
+  // (a token shown once stays).
+  form.addEventListener('invalid', () => out.querySelectorAll('.error').forEach((e) => e.remove()), true);
   form.addEventListener('submit', async (ev) => {
     ev.preventDefault();
     clear(out);

@@ -325,6 +325,11 @@ await step('admin page', async () => {
   await page.click('[data-testid=form-challenge-submit]');
   await page.waitForSelector('[data-testid=form-challenge-out] .error');
   check('API error shown inline (duplicate challenge)', true, (await page.textContent('[data-testid=form-challenge-out] .error')).slice(0, 120));
+  // When the browser's own check then blocks a submit (empty required title), that error goes.
+  await page.fill('[data-testid=challenge-title]', '');
+  await page.click('[data-testid=form-challenge-submit]');
+  await page.waitForFunction(() => document.querySelector('[data-testid=form-challenge-out] .error') === null, null, { timeout: 5000 }).catch(() => {});
+  check('a stale API error goes when the browser blocks the next submit', (await page.locator('[data-testid=form-challenge-out] .error').count()) === 0);
   allow([]);
 
   const teamName = `ui-team-${stamp}`;

@@ -131,10 +131,11 @@ impl ClientError {
 }
 
 /// Codes refusing a Connect after which reconnecting cannot help.
-const FATAL_CODES: [&str; 9] = [
+const FATAL_CODES: [&str; 10] = [
     codes::UNAUTHORIZED,
     codes::UNSUPPORTED_VERSION,
     codes::UNKNOWN_BENCHMARK,
+    codes::BENCHMARK_UNAVAILABLE,
     codes::UNKNOWN_SUBMISSION,
     codes::INVALID_MESSAGE,
     codes::UNKNOWN_PHASE,
@@ -285,15 +286,25 @@ fn grpc_endpoint(url: &str) -> Option<String> {
         .map(|rest| format!("http://{}", rest.trim_end_matches('/')))
 }
 
+/// How the gRPC client dials: TCP_NODELAY set explicitly (tonic's default today), since a
+/// session is a stream of small messages each waiting for an answer, and Nagle's algorithm
+/// against the peer's delayed ACK costs about 40 ms a step (issue 30).
+fn grpc_channel(target: String) -> Result<tonic::transport::Endpoint, String> {
+    tonic::transport::Endpoint::from_shared(target.clone())
+        .map(|e| e.tcp_nodelay(true))
+        .map_err(|e| format!("not a gRPC address: {target}: {e}"))
+}
+
 impl Connection {
     /// Opens the transport the URL names and sends `connect` as the first message.
     async fn open(config: &ClientConfig, connect: Msg) -> Result<Self, String> {
         let url = config.url.as_str();
         if let Some(endpoint) = grpc_endpoint(url) {
-            let mut client = AgentGatewayClient::connect(endpoint)
+            let channel = grpc_channel(endpoint)?
+                .connect()
                 .await
-                .map_err(|e| format!("connecting to {url}: {}", error_chain(&e)))?
-                .max_decoding_message_size(usize::MAX);
+                .map_err(|e| format!("connecting to {url}: {}", error_chain(&e)))?;
+            let mut client = AgentGatewayClient::new(channel).max_decoding_message_size(usize::MAX);
             let (requests, rx) = tokio::sync::mpsc::unbounded_channel();
             let _ = requests.send(protocol::Envelope { msg: Some(connect) });
             let outbound = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
@@ -307,7 +318,8 @@ impl Connection {
                 responses: Box::new(responses),
             });
         }
-        let (socket, _) = tokio_tungstenite::connect_async(url)
+        // TCP_NODELAY for the same reason as gRPC's (the last argument).
+        let (socket, _) = tokio_tungstenite::connect_async_with_config(url, None, true)
             .await
             .map_err(|e| format!("connecting to {url}: {e}"))?;
         let mut connection = Connection::WebSocket {
@@ -640,5 +652,19 @@ mod tests {
         assert_eq!(throttle_delay("soon"), Duration::from_secs(5));
         let next_year = humantime::format_rfc3339_seconds(SystemTime::now() + Duration::from_secs(3e7 as u64));
         assert!(throttle_delay(&next_year.to_string()) <= Duration::from_secs(61));
+    }
+
+    /// The guard of issue 30's 44 ms gRPC steps: the client dials with TCP_NODELAY (the
+    /// server's half is `arena_server::app::no_delay_listener`, tested there).
+    #[test]
+    fn grpc_dials_without_nagle() {
+        let target = grpc_endpoint("grpc://127.0.0.1:8080/").unwrap();
+        assert_eq!(target, "http://127.0.0.1:8080");
+        assert!(grpc_channel(target).unwrap().get_tcp_nodelay());
+        assert!(
+            grpc_channel("not a url".into())
+                .unwrap_err()
+                .contains("not a gRPC address")
+        );
     }
 }

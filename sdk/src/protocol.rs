@@ -27,6 +27,9 @@ pub mod codes {
     pub const UNSUPPORTED_VERSION: &str = "unsupported_version";
     pub const UNAUTHORIZED: &str = "unauthorized";
     pub const UNKNOWN_BENCHMARK: &str = "unknown_benchmark";
+    /// The benchmark exists but cannot be loaded on the server (e.g. its motion files are
+    /// missing there): the organisers must fix the server, so reconnecting cannot help.
+    pub const BENCHMARK_UNAVAILABLE: &str = "benchmark_unavailable";
     pub const UNKNOWN_SUBMISSION: &str = "unknown_submission";
     /// `connect.phase` names no phase.
     pub const UNKNOWN_PHASE: &str = "unknown_phase";

@@ -117,6 +117,7 @@ async fn seed(url: &str, args: &Args, spec: &BenchmarkSpec) -> anyhow::Result<(S
                     metrics: metrics(spec, s, e),
                     reason: None,
                     updated_at: created + 500,
+                    agent_name: None,
                     committed_by: None,
                 })
                 .collect();

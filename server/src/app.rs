@@ -33,28 +33,31 @@ pub struct AppState {
     pub rate_limiter: RateLimiter,
     /// Ranked leaderboards, until the storage's leaderboard generation moves.
     pub leaderboards: crate::leaderboard::LeaderboardCache,
-    /// Held for the server's life: one server per data directory.
-    _data_dir_lock: DataDirLock,
+    /// Held for the server's life: one server per data directory, and per SQLite database.
+    _locks: (ServerLock, Option<ServerLock>),
 }
 
-/// An exclusive lock on `<data dir>/arena.lock` (released when the process ends, however it
-/// ends). A second server on the same folder would re-queue the first one's running episodes
-/// and write the same files, so it is refused.
+/// An exclusive lock on a file, held for the server's life (released when the process ends,
+/// however it ends); the file holds the holder's pid. Two locks guard a server's state:
+/// `<data dir>/arena.lock` (a second server on the same folder would re-queue the first one's
+/// running episodes and write the same files) and, for SQLite, `<database>.lock` (a second
+/// server on the same database file from another data directory would re-queue and run the
+/// first one's episodes again, issue 30). Replicas share a PostgreSQL database under leases.
 #[derive(Debug)]
-struct DataDirLock {
+struct ServerLock {
     _file: std::fs::File,
 }
 
-impl DataDirLock {
-    fn acquire(dir: &std::path::Path) -> anyhow::Result<Self> {
+impl ServerLock {
+    /// Locks `path`; when another process holds it, `in_use(" (pid N)")` is the error.
+    fn acquire(path: &std::path::Path, in_use: impl FnOnce(&str) -> String) -> anyhow::Result<Self> {
         use std::io::{Read, Seek, Write};
-        let path = dir.join("arena.lock");
         let mut file = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .read(true)
             .write(true)
-            .open(&path)
+            .open(path)
             .with_context(|| format!("opening {}", path.display()))?;
         match file.try_lock() {
             Ok(()) => {}
@@ -67,10 +70,7 @@ impl DataDirLock {
                 } else {
                     format!(" (pid {holder})")
                 };
-                anyhow::bail!(
-                    "the data directory {} is in use by another arena server{who}; stop it or choose another --data-dir",
-                    dir.display()
-                );
+                anyhow::bail!(in_use(&who));
             }
             Err(std::fs::TryLockError::Error(e)) => {
                 return Err(e).with_context(|| format!("locking {}", path.display()));
@@ -79,8 +79,43 @@ impl DataDirLock {
         file.set_len(0)?;
         file.rewind()?;
         write!(file, "{}", std::process::id())?;
-        Ok(DataDirLock { _file: file })
+        Ok(ServerLock { _file: file })
     }
+
+    fn data_dir(dir: &std::path::Path) -> anyhow::Result<Self> {
+        Self::acquire(&dir.join("arena.lock"), |who| {
+            format!(
+                "the data directory {} is in use by another arena server{who}; stop it or choose another --data-dir",
+                dir.display()
+            )
+        })
+    }
+
+    /// The lock of a SQLite database file (None for PostgreSQL and in-memory SQLite).
+    fn sqlite_database(url: &str) -> anyhow::Result<Option<Self>> {
+        let Some(path) = sqlite_file(url) else {
+            return Ok(None);
+        };
+        let mut lock = path.clone().into_os_string();
+        lock.push(".lock");
+        Self::acquire(std::path::Path::new(&lock), |who| {
+            format!(
+                "the SQLite database {} is in use by another arena server{who}; two servers on one SQLite file would run the same episodes twice (stop it, or share a PostgreSQL database between replicas: docs/server.md)",
+                path.display()
+            )
+        })
+        .map(Some)
+    }
+}
+
+/// The file of a `sqlite://PATH[?options]` URL; None for other engines and in-memory databases.
+fn sqlite_file(url: &str) -> Option<PathBuf> {
+    let rest = url.strip_prefix("sqlite:")?;
+    let path = rest.trim_start_matches("//").split('?').next().unwrap_or_default();
+    if path.is_empty() || path == ":memory:" || url.contains("mode=memory") {
+        return None;
+    }
+    Some(PathBuf::from(path))
 }
 
 /// How long a scratch file goes unwritten before a starting server treats it as abandoned.
@@ -93,8 +128,16 @@ impl AppState {
         config.validate()?;
         std::fs::create_dir_all(&config.data_dir).with_context(|| format!("creating {}", config.data_dir.display()))?;
         // Before the database: recovery would re-queue another live server's episodes.
-        let data_dir_lock = DataDirLock::acquire(&config.data_dir)?;
+        let data_dir_lock = ServerLock::data_dir(&config.data_dir)?;
         let url = config.database_url();
+        if let Some(parent) = sqlite_file(&url).as_deref().and_then(std::path::Path::parent) {
+            // The lock file lies beside the database, whose folder SQLite would create.
+            if !parent.as_os_str().is_empty() {
+                std::fs::create_dir_all(parent)
+                    .with_context(|| format!("creating the directory {} of the SQLite database", parent.display()))?;
+            }
+        }
+        let database_lock = ServerLock::sqlite_database(&url)?;
         let storage = Storage::connect(&url)
             .await
             .with_context(|| format!("opening the database {}", redact(&url)))?
@@ -116,8 +159,9 @@ impl AppState {
             tracing::info!("removed {removed} abandoned file(s) from the scratch folder");
         }
         let catalog = Arc::new(Catalog::new(config.benchmarks_dir(), config.motions_root.clone()));
+        complete_finished_runs(&storage, &objects, &catalog, &unfinished).await;
         let rate_limiter = RateLimiter::new(config.requests_per_minute);
-        Ok(Arc::new(Self {
+        let state = Arc::new(Self {
             config,
             storage,
             catalog,
@@ -125,14 +169,93 @@ impl AppState {
             attached: Mutex::new(HashSet::new()),
             rate_limiter,
             leaderboards: Default::default(),
-            _data_dir_lock: data_dir_lock,
-        }))
+            _locks: (data_dir_lock, database_lock),
+        });
+        if state.config.idle_submission_expiry_s > 0.0 {
+            tokio::spawn(expire_idle_submissions(Arc::downgrade(&state)));
+        }
+        Ok(state)
     }
 
     /// A local HDF5 file with a submission's trajectories once it is complete (None before, or
     /// when it has none).
     pub async fn trajectory_file(&self, submission: &str) -> Result<Option<PathBuf>, crate::objects::ObjectError> {
         crate::trajectory_store::submission_file(&self.objects, submission).await
+    }
+}
+
+/// Completes the unfinished submissions whose episodes are all final: a server stopped after the
+/// last episode was committed and before the submission was (issue 30), which left it RUNNING
+/// until an agent reconnected. Failures are logged; the next session's end completes it then.
+async fn complete_finished_runs(
+    storage: &Storage,
+    objects: &crate::objects::Objects,
+    catalog: &Catalog,
+    ids: &[String],
+) {
+    for id in ids {
+        let done = async {
+            let (pending, running, _) = storage.episode_counts(id).await?;
+            if pending > 0 || running > 0 {
+                return Ok::<_, anyhow::Error>(None);
+            }
+            let Some(submission) = storage.submission(id).await? else {
+                return Ok(None);
+            };
+            let spec = catalog.spec(&submission.benchmark)?;
+            crate::orchestrator::committer::complete_submission(storage, objects, &spec, id).await
+        };
+        match done.await {
+            Ok(Some(status)) => tracing::info!(
+                "submission {id}: every episode was final when the server stopped; now {}",
+                status.as_str()
+            ),
+            Ok(None) => {}
+            Err(e) => tracing::warn!("submission {id}: completing it at start failed (its next session will): {e:#}"),
+        }
+    }
+}
+
+/// Ends the submissions that nobody has run for `idle_submission_expiry_s` (an agent that
+/// crashed or refused its session, and never came back) as FAILED with the reason, so they stop
+/// looking like a stalled server; their unfinished episodes fail with the same reason. Checks a
+/// few times per expiry period (at most once a minute), while the server lives.
+async fn expire_idle_submissions(state: std::sync::Weak<AppState>) {
+    let expiry = match state.upgrade() {
+        Some(s) => std::time::Duration::from_secs_f64(s.config.idle_submission_expiry_s),
+        None => return,
+    };
+    let period = (expiry / 4).clamp(
+        std::time::Duration::from_millis(250),
+        std::time::Duration::from_secs(60),
+    );
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(state) = state.upgrade() else { return };
+        let idle_since = crate::storage::now_ms() - expiry.as_millis() as i64;
+        let idle = match state.storage.idle_submissions(idle_since).await {
+            Ok(ids) => ids,
+            Err(e) => {
+                tracing::warn!("looking for idle submissions: {e}");
+                continue;
+            }
+        };
+        for id in idle {
+            if state.attached.lock().expect("attached lock").contains(&id) {
+                continue; // connected here, between two episodes
+            }
+            let reason = format!(
+                "abandoned: no agent ran it for {} (the server's idle_submission_expiry_s); resuming is no longer possible",
+                humantime::format_duration(std::time::Duration::from_secs(expiry.as_secs()))
+            );
+            match state.storage.cancel_submission(&id, &reason).await {
+                Ok(()) => tracing::info!("submission {id}: {reason}"),
+                Err(crate::storage::StorageError::Conflict(_)) => {} // finished meanwhile
+                Err(e) => tracing::warn!("ending idle submission {id}: {e}"),
+            }
+        }
     }
 }
 
@@ -238,14 +361,89 @@ async fn agent_socket(ws: WebSocketUpgrade, State(state): State<Arc<AppState>>) 
         .on_upgrade(move |socket| gateway::ws::session(socket, state))
 }
 
+/// A line for each phase that has not ended whose benchmark this server cannot load (motions
+/// missing under the motions root, a broken file): `arena serve` prints them at start, so the
+/// organiser hears of it before the participants are refused. Loading also warms the catalog.
+pub async fn unloadable_phases(state: &Arc<AppState>) -> anyhow::Result<Vec<String>> {
+    let phases = state.storage.phases_not_ended(crate::storage::now_ms()).await?;
+    let mut warnings = Vec::new();
+    let mut checked: std::collections::HashMap<String, Option<String>> = std::collections::HashMap::new();
+    for phase in phases {
+        if !checked.contains_key(&phase.benchmark) {
+            let catalog = state.catalog.clone();
+            let name = phase.benchmark.clone();
+            let problem = match tokio::task::spawn_blocking(move || catalog.load(&name)).await? {
+                Ok(_) => None,
+                Err(e) => Some(state.catalog.organiser_message(&e)),
+            };
+            checked.insert(phase.benchmark.clone(), problem);
+        }
+        if let Some(Some(problem)) = checked.get(&phase.benchmark) {
+            warnings.push(format!(
+                "phase {} (challenge {}) runs benchmark {}, which cannot be loaded here, so its participants are refused (benchmark_unavailable): {problem}",
+                phase.id, phase.challenge_id, phase.benchmark
+            ));
+        }
+    }
+    Ok(warnings)
+}
+
+/// The accepted connections of `listener` with TCP_NODELAY set. An agent's session is a
+/// stream of small messages each answered by the other side: with Nagle's algorithm a small write
+/// that follows another unacknowledged one (HTTP/2 sends frames such as WINDOW_UPDATE beside each
+/// gRPC message) waits for the peer's delayed ACK, about 40 ms a control step (issue 30).
+pub fn no_delay_listener(
+    listener: tokio::net::TcpListener,
+) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr> {
+    axum::serve::ListenerExt::tap_io(listener, |stream: &mut tokio::net::TcpStream| {
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::warn!("cannot set TCP_NODELAY on an accepted connection: {e}");
+        }
+    })
+}
+
 /// Serves until `shutdown` resolves.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: Arc<AppState>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    axum::serve(listener, router(state).await)
+    axum::serve(no_delay_listener(listener), router(state).await)
         .with_graceful_shutdown(shutdown)
         .await
         .context("serving HTTP")
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::serve::Listener;
+
+    #[test]
+    fn sqlite_files_of_urls() {
+        use std::path::PathBuf;
+        assert_eq!(
+            super::sqlite_file("sqlite:///d/arena.db"),
+            Some(PathBuf::from("/d/arena.db"))
+        );
+        assert_eq!(
+            super::sqlite_file("sqlite://rel/a.db?mode=rwc"),
+            Some(PathBuf::from("rel/a.db"))
+        );
+        assert_eq!(super::sqlite_file("sqlite::memory:"), None);
+        assert_eq!(super::sqlite_file("sqlite://x.db?mode=memory"), None);
+        assert_eq!(super::sqlite_file("postgres://u@h/db"), None);
+    }
+
+    /// The server half of the guard against issue 30's 44 ms gRPC steps: every connection the
+    /// server accepts has TCP_NODELAY set (the client half is in `arena_sdk::client`).
+    #[tokio::test]
+    async fn accepted_connections_have_nagle_off() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut listener = super::no_delay_listener(listener);
+        let client = tokio::net::TcpStream::connect(addr);
+        let ((accepted, _), client) = tokio::join!(listener.accept(), client);
+        client.unwrap();
+        assert!(accepted.nodelay().unwrap(), "the server must set TCP_NODELAY");
+    }
 }

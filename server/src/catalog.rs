@@ -154,6 +154,23 @@ impl Catalog {
         Ok(spec::find_benchmark(name, &self.dir, &metric_names())?.1)
     }
 
+    /// Why a benchmark cannot be loaded, for an organiser (REST admin calls, the start-up log's
+    /// neighbours): the details (which clips are missing, which key is wrong) with the server's
+    /// folders written as `<motions root>` and `<benchmarks folder>`, so no absolute path leaves.
+    pub fn organiser_message(&self, e: &CatalogError) -> String {
+        let mut message = e.to_string();
+        for (folder, name) in [
+            (&self.motions_root, "<motions root>"),
+            (&self.dir, "<benchmarks folder>"),
+        ] {
+            let folder = folder.display().to_string();
+            if !folder.is_empty() && folder != "." {
+                message = message.replace(&folder, name);
+            }
+        }
+        message
+    }
+
     /// Loads (once) the named benchmark. Blocking: reads motion files and runs FK.
     pub fn load(&self, name: &str) -> Result<Arc<LoadedBenchmark>, CatalogError> {
         Self::check_name(name)?;

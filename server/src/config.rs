@@ -61,6 +61,10 @@ pub struct ServerConfig {
     /// Seconds an episode claim holds without renewal; a live server renews its claims three
     /// times per lease. When a replica dies, its episodes are claimed again after this long.
     pub lease_s: f64,
+    /// Seconds an unfinished submission may go without an agent (no episode running, nothing
+    /// finished) before it is ended as FAILED with the reason; 0 = never. Such a submission
+    /// counts against its team's quota while it waits.
+    pub idle_submission_expiry_s: f64,
     /// Folder of the web pages (`index.html`, `static/`, `node_modules/three`); empty = the
     /// shipped `web/`.
     pub web_dir: PathBuf,
@@ -91,6 +95,7 @@ impl Default for ServerConfig {
             object_store_retry_s: 120.0,
             replica_id: String::new(),
             lease_s: 30.0,
+            idle_submission_expiry_s: 86_400.0,
             web_dir: PathBuf::new(),
         }
     }
@@ -202,6 +207,15 @@ impl ServerConfig {
             return bad(
                 "object_store_retry_s",
                 format!("expected 0-3600 seconds, got {}", self.object_store_retry_s),
+            );
+        }
+        if !(self.idle_submission_expiry_s.is_finite() && self.idle_submission_expiry_s >= 0.0) {
+            return bad(
+                "idle_submission_expiry_s",
+                format!(
+                    "expected seconds >= 0 (0 = never), got {}",
+                    self.idle_submission_expiry_s
+                ),
             );
         }
         if !(self.lease_s >= 0.5 && self.lease_s <= 3600.0) {

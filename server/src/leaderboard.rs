@@ -5,8 +5,14 @@
 //! names a success metric (`ranking.success`; over every episode, so a fall, a failure or a
 //! timeout counts as not successful: a robot on the floor cannot outrank one that stands, even
 //! where its joint angles happen to match better), then more scored episodes (a failed or
-//! timed-out episode has no metrics, so skipping hard episodes must not pay), then the primary
-//! metric's mean in its direction, then each tie-breaker's mean, then the earlier finish.
+//! timed-out episode has no metrics, so skipping hard episodes must not pay), then the mean time
+//! to failure when the benchmark names it (`ranking.survival`: among agents that fall, the one
+//! that stays up longer ranks higher), then the primary metric's mean in its direction, then
+//! each tie-breaker's mean, then the earlier finish.
+//!
+//! Baselines (marked by an organiser) are rows of their own, placed by the same order but not
+//! numbered and never a team's best; a submission with no scored episode is not ranked at all
+//! (listed apart, `unranked`), unless the team has nothing better.
 
 use crate::storage::Submission;
 use arena_bench::aggregate::Report;
@@ -55,7 +61,8 @@ impl ReportSummary {
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Entry {
-    pub rank: usize,
+    /// 1, 2, ... for the teams' best submissions; `None` for baselines and unranked rows.
+    pub rank: Option<usize>,
     pub submission_id: String,
     pub team: String,
     pub agent_name: String,
@@ -63,6 +70,9 @@ pub struct Entry {
     /// Share of all the submission's episodes that succeeded by `ranking.success` (`None` when
     /// the benchmark ranks by the primary metric alone).
     pub success_rate: Option<f64>,
+    /// Mean time to failure over scored episodes (`ranking.survival`; `None` when the benchmark
+    /// does not rank by it).
+    pub survival: Option<f64>,
     /// Mean of the primary metric over scored episodes.
     pub score: Option<f64>,
     /// (metric, mean) of each tie-breaker.
@@ -78,10 +88,16 @@ pub struct Leaderboard {
     pub benchmark: String,
     /// The success metric ranked first, if any (`ranking.success`).
     pub success_metric: Option<String>,
+    /// The time-to-failure metric ranked after the success rate, if any (`ranking.survival`).
+    pub survival_metric: Option<String>,
     pub primary: String,
     /// "lower" or "higher" is better.
     pub direction: String,
+    /// Each team's best submission (numbered) and every baseline (not numbered), in order.
     pub entries: Vec<Entry>,
+    /// The teams' submissions with no scored episode (every episode failed or timed out), for
+    /// teams with nothing ranked: shown apart, never numbered.
+    pub unranked: Vec<Entry>,
 }
 
 fn direction_of(metric: &str) -> Direction {
@@ -167,12 +183,13 @@ pub fn rank_rows(spec: &BenchmarkSpec, rows: Vec<RankRow>) -> Leaderboard {
                 .as_deref()
                 .map(|m| summary.success_rates.get(m).copied().unwrap_or(0.0));
             Some(Entry {
-                rank: 0,
+                rank: None,
                 submission_id: s.id,
                 team: s.team_name,
                 agent_name: s.agent_name,
                 finished_at: s.finished_at,
                 success_rate,
+                survival: spec.ranking.survival.as_deref().and_then(|m| mean(&summary, m)),
                 score: mean(&summary, primary),
                 tie_breakers: spec
                     .ranking
@@ -189,6 +206,7 @@ pub fn rank_rows(spec: &BenchmarkSpec, rows: Vec<RankRow>) -> Leaderboard {
     entries.sort_by(|a, b| {
         compare(a.success_rate, b.success_rate, Direction::Higher)
             .then_with(|| b.scored_episodes.cmp(&a.scored_episodes))
+            .then_with(|| compare(a.survival, b.survival, Direction::Higher))
             .then_with(|| compare(a.score, b.score, primary_direction))
             .then_with(|| {
                 a.tie_breakers
@@ -201,21 +219,35 @@ pub fn rank_rows(spec: &BenchmarkSpec, rows: Vec<RankRow>) -> Leaderboard {
             .then_with(|| a.finished_at.cmp(&b.finished_at))
             .then_with(|| a.submission_id.cmp(&b.submission_id))
     });
-    // Best submission per team.
-    let mut seen = std::collections::HashSet::new();
-    entries.retain(|e| seen.insert(e.team.clone()));
-    for (i, e) in entries.iter_mut().enumerate() {
-        e.rank = i + 1;
+    // Best ranked submission per team; every baseline; unranked rows of teams with none ranked.
+    let mut ranked_teams = std::collections::HashSet::new();
+    let mut unranked_teams = std::collections::HashSet::new();
+    let (mut board, mut unranked) = (Vec::new(), Vec::new());
+    let mut next_rank = 1;
+    for mut e in entries {
+        if e.baseline {
+            board.push(e);
+        } else if e.scored_episodes == 0 {
+            unranked.push(e);
+        } else if ranked_teams.insert(e.team.clone()) {
+            e.rank = Some(next_rank);
+            next_rank += 1;
+            board.push(e);
+        }
     }
+    // Sorted by finish among themselves (no scored episode: nothing else to order them by).
+    unranked.retain(|e| !ranked_teams.contains(&e.team) && unranked_teams.insert(e.team.clone()));
     Leaderboard {
         benchmark: spec.name.clone(),
         success_metric: spec.ranking.success.clone(),
+        survival_metric: spec.ranking.survival.clone(),
         primary: primary.clone(),
         direction: match primary_direction {
             Direction::Lower => "lower".into(),
             Direction::Higher => "higher".into(),
         },
-        entries,
+        entries: board,
+        unranked,
     }
 }
 

@@ -50,10 +50,12 @@ pub async fn discard_episode(objects: &Objects, submission: &str, idx: i64, atte
 }
 
 /// Merges the committed runs of a completed submission's final episodes into
-/// `trajectories/{submission}.h5`. Episodes given up on without a stored run (lost connections,
-/// an expired lease) are skipped; a committed episode whose run is missing is an error (another
-/// session completed the submission and deleted the runs meanwhile), so an incomplete file is
-/// never stored. Two sessions that both read every run write the same file.
+/// `trajectories/{submission}.h5`. Every final episode gets a group: an episode given up on
+/// without a stored run (lost connections, an expired lease, never started) gets an empty one
+/// (0 rows) with its status and reason, so the file lists what REST and the report list. A
+/// committed episode whose run is missing is an error (another session completed the submission
+/// and deleted the runs meanwhile), so an incomplete file is never stored. Two sessions that
+/// both read every run write the same file.
 pub async fn merge(objects: &Objects, submission: &str, benchmark: &str, rows: &[EpisodeRow]) -> anyhow::Result<()> {
     let merged = objects.scratch_file(".h5");
     let result = merge_into(objects, submission, benchmark, rows, &merged).await;
@@ -75,10 +77,14 @@ async fn merge_into(
     // A submission that was running when the server was upgraded from the one-file layout has
     // its earlier episodes in that file (same key as the merged one): they are carried over.
     let legacy = objects.local_copy(&objects::trajectory_key(submission)).await?;
-    for row in rows.iter().filter(|r| r.status.is_final() && r.attempts > 0) {
+    for row in rows.iter().filter(|r| r.status.is_final()) {
         let key = objects::episode_part_key(submission, row.idx, row.attempts);
         let name = trajectory_file::episode_group_name(row.idx as u32);
-        let source = match objects.local_copy(&key).await? {
+        let stored = match row.attempts {
+            0 => None,
+            _ => objects.local_copy(&key).await?,
+        };
+        let source = match stored {
             Some(part) => part,
             // A committed result always has its stored run: when the run is gone, another
             // session completed the submission and deleted the runs while this one read them.
@@ -91,7 +97,14 @@ async fn merge_into(
             }
             None => match &legacy {
                 Some(file) if trajectory_file::episode_names(file).is_ok_and(|n| n.contains(&name)) => file.clone(),
-                _ => continue,
+                _ => {
+                    let (path, record) = (merged.to_path_buf(), unplayed_record(row));
+                    tokio::task::spawn_blocking(move || {
+                        TrajectoryFile::open_or_create(&path, "", "")?.write_episode(&record)
+                    })
+                    .await??;
+                    continue;
+                }
             },
         };
         let path = merged.to_path_buf();
@@ -104,6 +117,23 @@ async fn merge_into(
     }
     objects.put_file(&objects::trajectory_key(submission), merged).await?;
     Ok(())
+}
+
+/// The group of a final episode with no stored run: its description, status and reason, and no
+/// rows.
+fn unplayed_record(row: &EpisodeRow) -> EpisodeRecord {
+    EpisodeRecord {
+        episode: row.idx as u32,
+        motion: row.motion.clone(),
+        category: row.category.clone(),
+        seed: row.seed,
+        dr_level: row.dr_level as u32,
+        status: row.status.as_str().to_ascii_lowercase(),
+        reason: row.reason.clone().unwrap_or_default(),
+        start_s: row.start_s,
+        duration_s: row.duration_s,
+        ..Default::default()
+    }
 }
 
 /// Deletes every per-episode file of a submission (after the merge is stored and the submission
@@ -207,13 +237,15 @@ mod tests {
             metrics: Default::default(),
             reason: None,
             updated_at: 0,
+            agent_name: None,
             committed_by: None,
         }
     }
 
     /// The merge takes each final episode's committed run (not an uncounted one), carries over
-    /// episodes of a file in the one-file layout, skips episodes with no stored run, and the
-    /// parts go afterwards.
+    /// episodes of a file in the one-file layout, gives episodes with no stored run an empty
+    /// group with their status and reason, skips episodes that are not final, and the parts go
+    /// afterwards.
     #[tokio::test]
     async fn merging_takes_the_committed_runs() {
         let dir = std::env::temp_dir().join(format!("arena-merge-{}", std::process::id()));
@@ -233,17 +265,33 @@ mod tests {
             committed_by: Some("r1".into()),
             ..row(1, EpisodeState::Completed, 2)
         };
+        let lost = EpisodeRow {
+            reason: Some("agent connection lost (attempt 3 of 3)".into()),
+            ..row(2, EpisodeState::Failed, 1)
+        };
         let rows = [
             row(0, EpisodeState::Fell, 1),
             committed,
-            row(2, EpisodeState::Failed, 1),
+            lost,
             row(3, EpisodeState::Running, 1),
+            row(4, EpisodeState::Failed, 0),
         ];
         merge(&objects, "sub", "bench", &rows).await.unwrap();
         let merged = submission_file(&objects, "sub").await.unwrap().unwrap();
         assert_eq!(
             trajectory_file::episode_names(&merged).unwrap(),
-            ["episode_00000", "episode_00001"]
+            ["episode_00000", "episode_00001", "episode_00002", "episode_00004"]
+        );
+        let unplayed = trajectory_file::read_episode(&merged, "episode_00002").unwrap();
+        assert_eq!(
+            (unplayed.num_rows(), unplayed.status.as_str(), unplayed.reason.as_str()),
+            (0, "failed", "agent connection lost (attempt 3 of 3)")
+        );
+        assert_eq!(
+            trajectory_file::read_episode(&merged, "episode_00004")
+                .unwrap()
+                .num_rows(),
+            0
         );
         let one = trajectory_file::read_episode(&merged, "episode_00001").unwrap();
         assert_eq!(one, record(1, 4), "the committed attempt's run");
@@ -260,7 +308,7 @@ mod tests {
         let e = merge(&objects, "sub", "bench", &rows).await.unwrap_err().to_string();
         assert!(e.contains("episode 1 (attempt 2) is gone"), "{e}");
         let kept = submission_file(&objects, "sub").await.unwrap().unwrap();
-        assert_eq!(trajectory_file::episode_names(&kept).unwrap().len(), 2);
+        assert_eq!(trajectory_file::episode_names(&kept).unwrap().len(), 4);
         std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -301,6 +301,111 @@ async fn an_action_for_a_finished_lane_is_a_stale_step() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A late action for a step whose episode has ended, sent while the lane is idle (issue 30 §7:
+/// it sat in the lane's inbox with no answer), is answered `stale_step`. One lane, a practice
+/// episode whose second request is not answered in time: the episode times out, the lane waits
+/// for the next practice request, and then the late answer comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_action_after_its_episode_ended_is_a_stale_step() {
+    let dir = tmp("faults-late-after-end");
+    let server = ServerProc::start(&dir, &["--lanes", "1", "--step-timeout-s", "0.3"]);
+    let token = server.team("late");
+    let enc = Encoding::Json;
+    let (mut ws, _) = open(&server.ws_url(), &connect_msg(&token, "practice", ""), enc).await;
+    let reset = Msg::ResetEpisode(ResetEpisode {
+        motion: "stand".into(),
+        start_s: 0.0,
+        duration_s: 1.0,
+        seed: 1,
+    });
+    ws.send(frame(&reset, enc)).await.unwrap();
+    let mut withheld = None;
+    let end = loop {
+        match recv(&mut ws).await.expect("session alive") {
+            Msg::GetAction(g) if withheld.is_none() && g.step > 0 => withheld = Some(g),
+            Msg::GetAction(g) => {
+                let a = action(g.step, g.observations[0].episode_id, vec![0.0; 29]);
+                ws.send(frame(&a, enc)).await.unwrap();
+            }
+            Msg::EpisodeEnd(e) => break e,
+            _ => {}
+        }
+    };
+    assert_eq!(end.status, "timeout", "{end:?}");
+    let late = withheld.expect("a request was withheld");
+    let a = action(late.step, late.observations[0].episode_id, vec![0.0; 29]);
+    ws.send(frame(&a, enc)).await.unwrap();
+    loop {
+        match recv(&mut ws).await {
+            Some(Msg::Heartbeat(_)) => {}
+            Some(Msg::Error(e)) => {
+                assert_eq!(
+                    (e.code.as_str(), e.step),
+                    (codes::STALE_STEP, late.step),
+                    "{}",
+                    e.message
+                );
+                break;
+            }
+            other => panic!("expected stale_step for step {}, got {other:?}", late.step),
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Issue 30 §2: a submission resumed by another agent shows the last session's agent, and each
+/// episode keeps the agent that ran it. The first agent ("faulty", a raw client) plays one
+/// episode and drops the connection; the SDK's replay agent ("second") finishes the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_by_another_agent_is_recorded_per_episode() {
+    let dir = tmp("faults-resume-agent");
+    let server = ServerProc::start(&dir, &["--lanes", "1"]);
+    let token = server.team("switchers");
+    let (mut ws, connected) = open(&server.ws_url(), &connect_msg(&token, "submission", ""), Encoding::Json).await;
+    let id = connected.submission_id.clone();
+    loop {
+        match recv(&mut ws).await.expect("session alive") {
+            Msg::GetAction(g) => {
+                let a = action(g.step, g.observations[0].episode_id, vec![0.0; 29]);
+                ws.send(frame(&a, Encoding::Json)).await.unwrap();
+            }
+            Msg::EpisodeEnd(_) => break,
+            _ => {}
+        }
+    }
+    drop(ws);
+    let url = server.ws_url();
+    let (token2, id2) = (token.clone(), id.clone());
+    let summary = tokio::task::spawn_blocking(move || {
+        let mut config = arena_sdk::ClientConfig::new(
+            url,
+            &token2,
+            arena_sdk::Mode::Submission {
+                benchmark: "g1-smoke".into(),
+                submission_id: Some(id2),
+            },
+        );
+        config.agent_name = "second".into();
+        arena_sdk::client::run_blocking(&config, &mut arena_sdk::agents::ReplayAgent::new(), &mut |_| {})
+    })
+    .await
+    .unwrap()
+    .expect("the resume completes");
+    assert_eq!(summary.submission_status, "COMPLETED");
+    let (_, s) = server.get(&format!("/api/v1/submissions/{id}"), Some(&token));
+    assert_eq!(s["agent_name"], "second", "the last session's agent: {s}");
+    let (_, results) = server.get(&format!("/api/v1/submissions/{id}/results"), Some(&token));
+    let agents: Vec<&str> = results["episodes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{results}"))
+        .iter()
+        .map(|e| e["agent_name"].as_str().unwrap_or("-"))
+        .collect();
+    assert_eq!(agents[0], "faulty", "{agents:?}");
+    assert!(agents[1..].iter().all(|a| *a == "second"), "{agents:?}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// Heartbeats come at the configured interval: over 3 s at 0.25 s, twelve beats. (The server
 /// used to compare a shared one-second ticker against the interval, so a tick landing a hair
 /// early skipped its beat: half the beats were missing at this interval.) The bounds leave room

@@ -135,6 +135,12 @@ fn page_endpoints_on_a_real_submission() {
         let message = v["error"]["message"].as_str().unwrap_or_else(|| panic!("{path}: {v}"));
         assert!(message.contains(names), "{path}: {message}");
     }
+    // A body over the limit (50 MiB announced, issue 30 §7) gets the JSON error body too.
+    let (status, body) = oversized_post(server.addr, "/api/v1/submissions", &alpha, 50 << 20);
+    assert_eq!(status, 413, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"));
+    assert_eq!(v["error"]["code"], "payload_too_large", "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("2 MiB"), "{v}");
     // Another team does not see it.
     let (status, _) = server.get(&format!("/api/v1/submissions/{id}/episodes/0/replay"), Some(&beta));
     assert_eq!(status, 404);
@@ -217,4 +223,29 @@ fn page_endpoints_on_a_real_submission() {
     assert!(summary.episodes.is_empty());
     let (status, _, _) = server.call("POST", "/api/v1/submissions/sub-nope/cancel", Some(ADMIN), None);
     assert_eq!(status, 404);
+}
+
+/// POSTs a body of `size` bytes (written in chunks until the server stops reading) and returns
+/// the status and the response body.
+fn oversized_post(addr: std::net::SocketAddr, path: &str, token: &str, size: usize) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {size}\r\n\r\n"
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    let chunk = vec![b' '; 1 << 20];
+    for _ in 0..size / chunk.len() {
+        if s.write_all(&chunk).is_err() {
+            break; // the server answered and closed without reading the rest
+        }
+    }
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw).to_string();
+    let status = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or(String::new(), |(_, b)| b.to_string());
+    (status, body)
 }

@@ -13,7 +13,8 @@ use arena_bench::aggregate::{EpisodeResult, EpisodeStatus, MetricsAggregator, Re
 use arena_bench::spec::{BenchmarkSpec, find_benchmark, shipped_dir};
 use arena_runner::episode;
 use arena_runner::local::{LocalOptions, run_local};
-use arena_sdk::agents::ReplayAgent;
+use arena_sdk::agent::Agent;
+use arena_sdk::agents::{ReplayAgent, ZeroAgent};
 use arena_server::leaderboard;
 use arena_server::storage::{Submission, SubmissionStatus};
 use arena_sim::env::Trajectory;
@@ -101,13 +102,18 @@ fn standing_report(spec: &BenchmarkSpec) -> Report {
 
 /// Open-loop replay on the simulator: it falls.
 fn replay_report(spec: &BenchmarkSpec) -> Report {
+    agent_report(spec, &mut ReplayAgent::new(), 1)
+}
+
+/// `agent` through the local runner on the simulator, `batch` episodes at a time.
+fn agent_report(spec: &BenchmarkSpec, agent: &mut dyn Agent, batch: usize) -> Report {
     let clips = episode::benchmark_clips(spec, Path::new("."), &RobotConfig::default()).unwrap();
     run_local(
         spec,
         &clips,
-        &mut ReplayAgent::new(),
+        agent,
         &LocalOptions {
-            batch: 1,
+            batch,
             threads: 1,
             ..Default::default()
         },
@@ -179,8 +185,125 @@ fn a_robot_that_stays_up_ranks_above_one_that_falls() {
     // Ranked by EMD alone (the old rule), the faller would be first: the test can fail.
     let mut emd_only = spec.clone();
     emd_only.ranking.success = None;
+    emd_only.ranking.survival = None;
     let board = leaderboard::rank(&emd_only, &subs);
     assert_eq!(board.entries[0].team, "fallers");
+}
+
+/// Issue 30 §3: on the whole g1-smoke every agent falls (success 0 for all), and holding the
+/// default pose matches the joint angles better (lower EMD) than replay. Among agents that fail,
+/// the one that stays up longer must rank higher: the shipped rule ranks the mean time to
+/// failure before EMD.
+#[test]
+fn among_agents_that_fall_the_one_that_stays_up_longer_ranks_higher() {
+    let (path, spec) = find_benchmark("g1-smoke", &shipped_dir(), &arena_bench::metrics::metric_names()).unwrap();
+    assert_eq!(
+        spec.ranking.survival.as_deref(),
+        Some("failure_time_s"),
+        "{} ranks by time to failure after success",
+        path.display()
+    );
+    let replay = agent_report(&spec, &mut ReplayAgent::new(), 6);
+    let zero = agent_report(&spec, &mut ZeroAgent, 6);
+    let mean = |r: &Report, m: &str| r.aggregated[m].mean;
+    println!(
+        "replay: success {} failure_time_s {:.3} emd {:.3}; zero: success {} failure_time_s {:.3} emd {:.3}",
+        mean(&replay, "success"),
+        mean(&replay, "failure_time_s"),
+        mean(&replay, "emd"),
+        mean(&zero, "success"),
+        mean(&zero, "failure_time_s"),
+        mean(&zero, "emd"),
+    );
+    assert_eq!(
+        (mean(&replay, "success"), mean(&zero, "success")),
+        (0.0, 0.0),
+        "both fall"
+    );
+    let (longer, shorter) = if mean(&replay, "failure_time_s") > mean(&zero, "failure_time_s") {
+        ("replay", "zero")
+    } else {
+        ("zero", "replay")
+    };
+    // The one that falls sooner finished first, so it would win any tie.
+    let report_of = |name: &str| if name == "replay" { &replay } else { &zero };
+    let subs = [
+        submission("s-short", shorter, 1, report_of(shorter)),
+        submission("s-long", longer, 2, report_of(longer)),
+    ];
+    let board = leaderboard::rank(&spec, &subs);
+    let order: Vec<&str> = board.entries.iter().map(|e| e.team.as_str()).collect();
+    assert_eq!(order, [longer, shorter], "the one that stays up longer ranks first");
+    assert_eq!(board.survival_metric.as_deref(), Some("failure_time_s"));
+    assert_eq!(
+        board.entries[0].survival,
+        Some(mean(report_of(longer), "failure_time_s"))
+    );
+    assert_eq!(board.entries[0].rank, Some(1));
+
+    // The old rule (success, then EMD) ranks the pose that matches better first: the test can
+    // fail, as long as the better EMD is the one that falls sooner, as measured (issue 30).
+    assert!(
+        mean(report_of(shorter), "emd") < mean(report_of(longer), "emd"),
+        "precondition: the agent that falls sooner has the lower EMD"
+    );
+    let mut emd_rule = spec.clone();
+    emd_rule.ranking.survival = None;
+    let board = leaderboard::rank(&emd_rule, &subs);
+    assert_eq!(board.entries[0].team, shorter);
+}
+
+/// Issue 30 §2: a submission whose every episode failed is not ranked (listed apart unless its
+/// team has a ranked one), and every baseline is a row of its own, never a team's best.
+#[test]
+fn failed_submissions_are_unranked_and_baselines_are_rows_of_their_own() {
+    let spec = stand_benchmark();
+    let standing = standing_report(&spec);
+    let fallen = replay_report(&spec);
+    let mut failed = standing.clone();
+    for e in &mut failed.episodes {
+        e.status = EpisodeStatus::Failed;
+        e.metrics.clear();
+    }
+    let failed = {
+        let mut aggregator = MetricsAggregator::new();
+        for e in failed.episodes {
+            aggregator.add_episode(e);
+        }
+        aggregator.report(&spec.name, serde_json::json!({}))
+    };
+    let mut base_good = submission("s-base-good", "organisers", 1, &standing);
+    base_good.baseline = true;
+    let mut base_fallen = submission("s-base-fallen", "organisers", 2, &fallen);
+    base_fallen.baseline = true;
+    let subs = [
+        base_good,
+        base_fallen,
+        submission("s-org", "organisers", 3, &fallen),
+        submission("s-team", "walkers", 4, &fallen),
+        submission("s-broken", "crashers", 5, &failed),
+        submission("s-broken-too", "walkers", 6, &failed),
+    ];
+    let board = leaderboard::rank(&spec, &subs);
+    let rows: Vec<(&str, Option<usize>)> = board
+        .entries
+        .iter()
+        .map(|e| (e.submission_id.as_str(), e.rank))
+        .collect();
+    // Both baselines show, in order, unnumbered; the organisers' own best is ranked apart from them.
+    assert_eq!(
+        rows,
+        [
+            ("s-base-good", None),
+            ("s-base-fallen", None),
+            ("s-org", Some(1)),
+            ("s-team", Some(2)),
+        ]
+    );
+    let unranked: Vec<&str> = board.unranked.iter().map(|e| e.submission_id.as_str()).collect();
+    assert_eq!(unranked, ["s-broken"], "walkers have a ranked submission");
+    assert_eq!(board.unranked[0].rank, None);
+    assert_eq!(board.unranked[0].scored_episodes, 0);
 }
 
 #[test]

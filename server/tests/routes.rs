@@ -168,3 +168,31 @@ fn database_urls_without_a_database_fail_at_once_with_a_clear_error() {
         "{stderr}"
     );
 }
+
+/// Issue 30 §7: a second server on another data directory but the first one's SQLite database
+/// started, re-queued the live server's running episodes and ran them twice. The lock covers the
+/// database file too (for PostgreSQL, replicas share the database under leases).
+#[test]
+fn a_second_server_on_the_same_sqlite_database_is_refused() {
+    let dir = common::tmp("two-servers-one-db");
+    let first = ServerProc::start(&dir.join("first"), &[]);
+    let url = format!("sqlite://{}", dir.join("first").join("arena.db").display());
+    let other = dir.join("other");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_arena"))
+        .args(["serve", "--data-dir", other.to_str().unwrap(), "--bind", "127.0.0.1:0"])
+        .args(["--database-url", &url])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("the SQLite database") && stderr.contains("is in use by another arena server"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("PostgreSQL"), "says what to do instead: {stderr}");
+    assert_eq!(first.call("GET", "/api/v1/health", None, None).0, 200);
+    drop(first);
+    // Once the first is gone, the database can be served from the other folder.
+    let again = ServerProc::start(&other, &["--database-url", &url]);
+    assert_eq!(again.call("GET", "/api/v1/health", None, None).0, 200);
+}

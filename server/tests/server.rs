@@ -532,11 +532,19 @@ fn a_benchmark_that_cannot_load_is_refused_without_server_paths() {
             submission_id: None,
         },
     );
-    // An internal refusal is worth retrying in general (an organiser may fix the file); not here.
-    config.max_reconnects = 0;
-    let err = client::run_blocking(&config, &mut ReplayAgent::new(), &mut |_| {})
-        .unwrap_err()
-        .to_string();
+    // A benchmark the server cannot load is a permanent refusal: the client stops at once
+    // instead of reconnecting (issue 30: it retried 11 times over about 30 s).
+    let mut reconnects = 0;
+    let err = client::run_blocking(&config, &mut ReplayAgent::new(), &mut |e| {
+        reconnects += u32::from(matches!(e, client::ClientEvent::Reconnecting { .. }))
+    })
+    .unwrap_err();
+    assert!(
+        matches!(&err, client::ClientError::Refused { code, .. } if code == "benchmark_unavailable"),
+        "{err}"
+    );
+    assert_eq!(reconnects, 0, "no reconnect after a permanent refusal");
+    let err = err.to_string();
     assert!(err.contains("benchmark broken cannot be loaded on the server"), "{err}");
     assert!(
         !err.contains(dir.to_str().unwrap()) && !err.contains("no-such-folder"),
@@ -591,6 +599,77 @@ fn a_benchmark_that_cannot_load_is_refused_without_server_paths() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// Issue 30 §2: a phase cannot open on a benchmark whose motions the server lacks, and a server
+/// that starts with such a phase (its clips removed since) warns about it at start.
+#[test]
+fn a_phase_cannot_open_on_a_benchmark_the_server_cannot_load() {
+    let dir = common::tmp("unloadable-phase");
+    let benchmarks = dir.join("benchmarks");
+    let motions = dir.join("motions");
+    std::fs::create_dir_all(&benchmarks).unwrap();
+    let generated = std::process::Command::new(env!("CARGO_BIN_EXE_arena"))
+        .args(["motion", "generate", "--out"])
+        .arg(motions.join("clips"))
+        .output()
+        .unwrap();
+    assert!(generated.status.success(), "{generated:?}");
+    let smoke =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../benchmarks/g1-smoke.toml")).unwrap();
+    let builtin =
+        "builtin = [\"stand\", \"squat\", \"arm_wave\", \"torso_twist\", \"weight_shift\", \"step_in_place\"]";
+    let on_disk = smoke
+        .replace("name = \"g1-smoke\"", "name = \"on-disk\"")
+        .replace(builtin, "dir = \"clips\"\nfps = 50");
+    std::fs::write(benchmarks.join("on-disk.toml"), &on_disk).unwrap();
+    let missing = on_disk
+        .replace("name = \"on-disk\"", "name = \"missing\"")
+        .replace("dir = \"clips\"", "dir = \"not-installed\"");
+    std::fs::write(benchmarks.join("missing.toml"), missing).unwrap();
+    let args = [
+        "--benchmarks-dir",
+        benchmarks.to_str().unwrap(),
+        "--motions-root",
+        motions.to_str().unwrap(),
+    ];
+    let mut server = ServerProc::start(&dir.join("data"), &args);
+    let (status, v) = server.post(
+        "/api/v1/challenges",
+        Some(ADMIN),
+        "{\"id\": \"cup\", \"title\": \"Cup\"}",
+    );
+    assert_eq!(status, 201, "{v}");
+    let phase = |id: &str, benchmark: &str| {
+        format!(
+            "{{\"id\": \"{id}\", \"benchmark\": \"{benchmark}\", \"starts_at\": \"2020-01-01T00:00:00Z\", \"ends_at\": \"2100-01-01T00:00:00Z\"}}"
+        )
+    };
+    let (status, v) = server.post("/api/v1/challenges/cup/phases", Some(ADMIN), &phase("dance", "missing"));
+    assert_eq!(status, 400, "{v}");
+    let message = v["error"]["message"].as_str().unwrap_or_default().to_string();
+    assert!(
+        message.contains("missing cannot be run on this server") && message.contains("not-installed"),
+        "names the benchmark and what is missing: {v}"
+    );
+    assert!(!message.contains(dir.to_str().unwrap()), "no server path: {message}");
+    let (status, _) = server.get("/api/v1/phases/dance", Some(ADMIN));
+    assert_eq!(status, 404, "no phase was created");
+    let (status, v) = server.post("/api/v1/challenges/cup/phases", Some(ADMIN), &phase("ok", "on-disk"));
+    assert_eq!(status, 201, "a loadable benchmark opens: {v}");
+    assert!(!server.log_text().contains("cannot be loaded here"));
+
+    // The clips go; the next start says which phase is affected.
+    server.kill9();
+    std::fs::remove_dir_all(motions.join("clips")).unwrap();
+    let server = ServerProc::start(&dir.join("data"), &args);
+    let log = server.log_text();
+    assert!(
+        log.contains("warning: phase ok (challenge cup) runs benchmark on-disk, which cannot be loaded here"),
+        "{log}"
+    );
+    assert!(log.contains("<motions root>"), "{log}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn a_store_failure_at_the_end_reaches_the_agent_without_server_paths() {
     // The merged trajectory file cannot be written (a folder holds its name), so the run ends on
@@ -631,6 +710,18 @@ fn a_store_failure_at_the_end_reaches_the_agent_without_server_paths() {
     );
     let (_, s) = server.get(&format!("/api/v1/submissions/{id}"), Some(&token));
     assert_eq!(s["status"], "RUNNING", "{s}");
+    // Every episode is final: a restart completes it without waiting for an agent (issue 30
+    // §7: a server killed between the last episode and the completion left it RUNNING).
+    let mut server = server;
+    server.kill9();
+    std::fs::remove_dir_all(&blocker).unwrap();
+    let server = ServerProc::start(&data, &["--object-store-retry-s", "1"]);
+    let (_, s) = server.get(&format!("/api/v1/submissions/{id}"), Some(&token));
+    assert_eq!(s["status"], "COMPLETED", "{s}\n{}", server.log_text());
+    let (status, _) = server.get(&format!("/api/v1/submissions/{id}/report"), Some(&token));
+    assert_eq!(status, 200);
+    let merged = trajectory_file::episode_names(&blocker).unwrap();
+    assert_eq!(merged.len() as i64, s["episodes_total"].as_i64().unwrap());
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -746,5 +837,47 @@ fn a_server_names_the_problems_of_its_benchmarks_folder_at_start() {
         .map(|b| b["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["g1-smoke"]);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Issue 30 §2: a submission nobody runs (its agent crashed, or never came) says it waits for
+/// its agent, and after the organiser's `idle_submission_expiry_s` it ends FAILED with the
+/// reason; a submission that an agent runs is not touched.
+#[test]
+fn an_abandoned_submission_waits_for_its_agent_then_expires() {
+    let dir = tmp("idle-expiry");
+    let server = ServerProc::start(&dir.join("data"), &["--idle-submission-expiry-s", "2"]);
+    let token = server.team("gone");
+    let (status, created) = server.post("/api/v1/submissions", Some(&token), "{\"benchmark\": \"g1-smoke\"}");
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_string();
+    let (_, s) = server.get(&format!("/api/v1/submissions/{id}"), Some(&token));
+    assert_eq!(
+        (s["status"].as_str(), s["awaiting_agent"].as_bool()),
+        (Some("PENDING"), Some(true)),
+        "{s}"
+    );
+    assert_eq!(s["idle_expiry_s"], 2.0, "{s}");
+    // Meanwhile another team's agent runs a whole submission: it completes.
+    let other = server.team("busy");
+    let ran = submit(&server.ws_url(), &other, Encoding::Binary);
+    assert_eq!(ran.submission_status, "COMPLETED");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let s = loop {
+        let (_, s) = server.get(&format!("/api/v1/submissions/{id}"), Some(&token));
+        if s["status"] == "FAILED" || std::time::Instant::now() > deadline {
+            break s;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert_eq!(s["status"], "FAILED", "{s}");
+    assert_eq!(s["awaiting_agent"], false, "{s}");
+    let reason = s["error"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("abandoned") && reason.contains("idle_submission_expiry_s"),
+        "{s}"
+    );
+    let (_, done) = server.get(&format!("/api/v1/submissions/{}", ran.submission_id), Some(&other));
+    assert_eq!(done["status"], "COMPLETED", "{done}");
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -1,7 +1,7 @@
 // The leaderboard table (benchmark pages, #/leaderboards/{b}, #/phases/{id}).
 
-import { api } from './api.js';
-import { badge, enc, errorBox, fmtNum, fmtPct, h, metricLabel, notice, sortableTable, timeEl } from './ui.js';
+import { api, whoami } from './api.js';
+import { badge, enc, errorBox, fmtNum, fmtPct, h, metricLabel, notice, plural, sortableTable, timeEl } from './ui.js';
 
 /** metric name -> {description, formula, units, direction} from a benchmark's metric_info. */
 export function metricInfoMap(bench) {
@@ -21,10 +21,21 @@ export async function loadBenchmarkInfo(name, signal) {
 }
 
 /**
- * Renders a Leaderboard JSON as a sortable table.
- * lb: {benchmark, success_metric, primary, direction, entries: [...]}; info: metricInfoMap.
+ * Which leaderboard entries this visitor may open (a submission page needs the owning team's
+ * token or the admin token): the admin every one, a team its own, an anonymous visitor none.
  */
-export function leaderboardTable(lb, info = {}) {
+export function entryOpener(who) {
+  if (who && who.role === 'admin') return () => true;
+  if (who && who.role === 'team' && who.team) return (e) => e.team === who.team;
+  return () => false;
+}
+
+/**
+ * Renders a Leaderboard JSON as a sortable table.
+ * lb: {benchmark, success_metric, primary, direction, entries: [...]}; info: metricInfoMap;
+ * canOpen(entry): whether to link the entry's submission page (default: never).
+ */
+export function leaderboardTable(lb, info = {}, { canOpen = () => false } = {}) {
   const primaryInfo = { ...(info[lb.primary] || {}) };
   if (!primaryInfo.direction && lb.direction) primaryInfo.direction = lb.direction;
   const tieNames = [];
@@ -46,7 +57,10 @@ export function leaderboardTable(lb, info = {}) {
     {
       key: 'submission_id',
       label: 'Submission',
-      render: (e) => h('a.mono', { href: `#/submissions/${enc(e.submission_id)}`, 'data-testid': 'submission-link' }, e.submission_id),
+      render: (e) =>
+        canOpen(e)
+          ? h('a.mono', { href: `#/submissions/${enc(e.submission_id)}`, 'data-testid': 'submission-link' }, e.submission_id)
+          : h('span.mono', { title: "its page needs the team's token or the admin token", 'data-testid': 'submission-id' }, e.submission_id),
     },
     { key: 'finished_at', label: 'Date', render: (e) => timeEl(e.finished_at), defaultDir: 'desc' },
   ];
@@ -99,8 +113,9 @@ function tieValue(e, name) {
 /** Fetches a leaderboard and renders it (or the server's reason why not) into `el`. */
 export async function renderLeaderboard(el, path, info, ctx) {
   let lb;
+  let who;
   try {
-    lb = await api(path, { signal: ctx && ctx.signal });
+    [lb, who] = await Promise.all([api(path, { signal: ctx && ctx.signal }), whoami()]);
   } catch (e) {
     if (e && e.name === 'AbortError') throw e;
     if (e.code === 'hidden') {
@@ -115,9 +130,9 @@ export async function renderLeaderboard(el, path, info, ctx) {
   el.appendChild(
     h(
       'p.muted.lb-caption',
-      `${count} ${count === 1 ? 'entry' : 'entries'} ranked by ${lb.success_metric ? 'success rate first, then ' : ''}mean ${lb.primary} (${lb.direction === 'higher' ? 'higher' : 'lower'} is better)${(lb.entries || []).some((e) => e.baseline) ? '; baseline rows are the organisers\' reference agents' : ''}. Click a column header to sort.`,
+      `${plural(count, 'entry', 'entries')} ranked by ${lb.success_metric ? 'success rate first, then ' : ''}mean ${lb.primary} (${lb.direction === 'higher' ? 'higher' : 'lower'} is better)${(lb.entries || []).some((e) => e.baseline) ? '; baseline rows are the organisers\' reference agents' : ''}. Click a column header to sort.`,
     ),
   );
-  el.appendChild(leaderboardTable(lb, info || {}));
+  el.appendChild(leaderboardTable(lb, info || {}, { canOpen: entryOpener(who) }));
   return lb;
 }

@@ -3,10 +3,41 @@
 import { api, getToken, whoami } from './api.js';
 import { adminButtons } from './page-submission.js';
 import { submissionsTable, tokenForm } from './page-team.js';
-import { clear, enc, errorBox, h, loading, notice, sortableTable, timeEl } from './ui.js';
+import { quotaText } from './page-home.js';
+import { actionButton, badge, clear, enc, errorBox, h, loading, notice, sortableTable, timeEl } from './ui.js';
 
 function rfc3339(d) {
   return `${d.toISOString().slice(0, 19)}Z`;
+}
+
+/** Unix ms -> RFC 3339 UTC for a form field (milliseconds only when there are some). */
+function rfc3339Ms(ms) {
+  if (ms === null || ms === undefined) return '';
+  return new Date(ms).toISOString().replace(/\.000Z$/, 'Z');
+}
+
+/** An empty field is null (no limit); otherwise a whole number. */
+function numOrNull(v) {
+  const s = String(v ?? '').trim();
+  if (!s) return null;
+  const n = Number(s);
+  if (!Number.isInteger(n)) throw new Error(`"${s}" is not a whole number`);
+  return n;
+}
+
+/** "state, reference" -> ["state", "reference"]; empty -> null (the benchmark's own groups). */
+function groupsOrNull(v) {
+  const list = String(v ?? '')
+    .split(/[\s,]+/)
+    .filter(Boolean);
+  return list.length ? list : null;
+}
+
+/** A token's state now: revoked, expired or active. */
+function tokenState(t, now = Date.now()) {
+  if (t.revoked_at != null) return 'revoked';
+  if (t.expires_at != null && t.expires_at <= now) return 'expired';
+  return 'active';
 }
 
 function field(label, input, hint) {
@@ -114,6 +145,7 @@ export async function adminPage(root, _params, ctx) {
       const c = await api('challenges', { method: 'POST', body });
       challenges = [...challenges, c];
       fillChallengeSelect(c.id);
+      await loadPhases();
       form.reset();
       return h('div.notice.success', { 'data-testid': 'challenge-created' }, 'Created challenge ', h('code', c.id), '.');
     },
@@ -130,13 +162,6 @@ export async function adminPage(root, _params, ctx) {
     for (const c of challenges) chSelect.append(h('option', { value: c.id, selected: c.id === selected }, `${c.id} — ${c.title}`));
   }
   fillChallengeSelect(challenges.length ? challenges[challenges.length - 1].id : null);
-  const numOrNull = (v) => {
-    const s = String(v ?? '').trim();
-    if (!s) return null;
-    const n = Number(s);
-    if (!Number.isInteger(n)) throw new Error(`"${s}" is not a whole number`);
-    return n;
-  };
   const phaseForm = jsonForm(
     'form-phase',
     'New phase',
@@ -164,6 +189,7 @@ export async function adminPage(root, _params, ctx) {
         max_submissions_total: numOrNull(fd.get('max_submissions_total')),
       };
       const p = await api(`challenges/${enc(challenge)}/phases`, { method: 'POST', body });
+      await loadPhases();
       return h(
         'div.notice.success',
         { 'data-testid': 'phase-created' },
@@ -173,6 +199,144 @@ export async function adminPage(root, _params, ctx) {
       );
     },
   );
+
+  // ---- phases: list and edit ----
+  let phases = [];
+  const phasesSec = h('div#phases-list');
+  const editSelect = h('select', { name: 'phase', required: true, 'data-testid': 'edit-phase-id' });
+  const edit = {
+    starts: h('input', { name: 'starts_at', required: true, 'data-testid': 'edit-starts' }),
+    ends: h('input', { name: 'ends_at', required: true, 'data-testid': 'edit-ends' }),
+    leaderboard: h(
+      'select',
+      { name: 'leaderboard', 'data-testid': 'edit-leaderboard' },
+      h('option', { value: 'public' }, 'public'),
+      h('option', { value: 'private' }, 'private (hidden until the end)'),
+    ),
+    maxDay: h('input', { name: 'max_submissions_per_day', type: 'number', min: '1', placeholder: 'no limit', 'data-testid': 'edit-max-day' }),
+    maxTotal: h('input', { name: 'max_submissions_total', type: 'number', min: '1', placeholder: 'no limit', 'data-testid': 'edit-max-total' }),
+    groups: h('input', { name: 'observation_groups', placeholder: "the benchmark's own", 'data-testid': 'edit-groups' }),
+  };
+  const phaseById = (id) => phases.find((p) => p.id === id) || null;
+  /** Fills the edit form with a phase's current values. */
+  function fillEdit(id) {
+    const p = phaseById(id);
+    if (!p) return;
+    editSelect.value = p.id;
+    edit.starts.value = rfc3339Ms(p.starts_at);
+    edit.ends.value = rfc3339Ms(p.ends_at);
+    edit.leaderboard.value = p.leaderboard || 'public';
+    edit.maxDay.value = p.max_submissions_per_day ?? '';
+    edit.maxTotal.value = p.max_submissions_total ?? '';
+    edit.groups.value = (p.observation_groups || []).join(', ');
+  }
+  editSelect.addEventListener('change', () => {
+    fillEdit(editSelect.value);
+    clear(editForm.querySelector('.form-out'));
+  });
+  async function loadPhases() {
+    clear(phasesSec).append(loading());
+    try {
+      const details = await Promise.all(challenges.map((c) => api(`challenges/${enc(c.id)}`, { signal: ctx.signal })));
+      if (!ctx.live()) return;
+      phases = details.flatMap((c) => (c.phases || []).map((p) => ({ ...p, challenge_id: p.challenge_id || c.id })));
+    } catch (e) {
+      if (e && e.name === 'AbortError') return;
+      clear(phasesSec).append(errorBox(e, 'Phases'));
+      return;
+    }
+    clear(phasesSec).append(
+      sortableTable(
+        [
+          { key: 'id', label: 'Phase', render: (p) => h('a.nowrap', { href: `#/phases/${enc(p.id)}` }, p.id) },
+          { key: 'challenge_id', label: 'Challenge' },
+          { key: 'benchmark', label: 'Benchmark' },
+          { key: 'state', label: 'State', render: (p) => badge(p.state || '?', null, 'phase-state') },
+          { key: 'starts_at', label: 'Opens', render: (p) => timeEl(p.starts_at) },
+          { key: 'ends_at', label: 'Closes', render: (p) => timeEl(p.ends_at) },
+          { key: 'leaderboard', label: 'Leaderboard', render: (p) => badge(p.leaderboard || 'public', null, 'phase-visibility') },
+          { key: 'quotas', label: 'Quotas', sortable: false, render: (p) => quotaText(p) },
+          { key: 'groups', label: 'Groups', sortable: false, render: (p) => (p.observation_groups ? p.observation_groups.join(', ') : h('span.muted', "benchmark's")) },
+          {
+            key: 'edit',
+            label: '',
+            sortable: false,
+            render: (p) =>
+              h(
+                'button.secondary',
+                {
+                  type: 'button',
+                  'data-testid': 'phase-edit',
+                  onclick: () => {
+                    fillEdit(p.id);
+                    clear(editForm.querySelector('.form-out'));
+                    editForm.scrollIntoView({ block: 'nearest' });
+                    edit.starts.focus();
+                  },
+                },
+                'Edit',
+              ),
+          },
+        ],
+        phases,
+        { testid: 'admin-phase-table', sortKey: 'starts_at', empty: 'No phase yet.', rowAttrs: (p) => ({ dataset: { phaseId: p.id } }) },
+      ),
+    );
+    const sel = editSelect.value;
+    clear(editSelect);
+    if (!phases.length) editSelect.append(h('option', { value: '' }, '(create a phase first)'));
+    for (const p of phases) editSelect.append(h('option', { value: p.id }, `${p.id} (${p.challenge_id}, ${p.benchmark})`));
+    fillEdit(phaseById(sel) ? sel : phases.length ? phases[phases.length - 1].id : null);
+  }
+  const editForm = jsonForm(
+    'form-phase-edit',
+    'Edit a phase',
+    [
+      field('Phase', editSelect, 'the id, challenge and benchmark cannot change'),
+      field('Opens at', edit.starts, 'starts_at, RFC 3339'),
+      field('Closes at', edit.ends, 'ends_at: moving it into the past ends the phase (and shows a private leaderboard)'),
+      field('Leaderboard', edit.leaderboard),
+      field('Max submissions per day', edit.maxDay, 'empty: no limit'),
+      field('Max submissions in total', edit.maxTotal, 'empty: no limit'),
+      field('Observation groups', edit.groups, "comma-separated; empty: the benchmark's own"),
+    ],
+    'Save phase',
+    async (fd) => {
+      const p = phaseById(String(fd.get('phase') || ''));
+      if (!p) throw new Error('choose a phase (create one first)');
+      // Only what changed goes in the PATCH; what the form shows is the phase's current state.
+      const body = {};
+      const starts = String(fd.get('starts_at')).trim();
+      const ends = String(fd.get('ends_at')).trim();
+      if (starts !== rfc3339Ms(p.starts_at)) body.starts_at = starts;
+      if (ends !== rfc3339Ms(p.ends_at)) body.ends_at = ends;
+      const lb = String(fd.get('leaderboard') || 'public');
+      if (lb !== (p.leaderboard || 'public')) body.leaderboard = lb;
+      const day = numOrNull(fd.get('max_submissions_per_day'));
+      if (day !== (p.max_submissions_per_day ?? null)) body.max_submissions_per_day = day;
+      const total = numOrNull(fd.get('max_submissions_total'));
+      if (total !== (p.max_submissions_total ?? null)) body.max_submissions_total = total;
+      const groups = groupsOrNull(fd.get('observation_groups'));
+      if (JSON.stringify(groups) !== JSON.stringify(p.observation_groups ?? null)) body.observation_groups = groups;
+      const changed = Object.keys(body);
+      if (!changed.length) return notice(`Nothing to save: the form holds phase ${p.id}'s current values.`, 'info', 'phase-unchanged');
+      const updated = await api(`phases/${enc(p.id)}`, { method: 'PATCH', body });
+      await loadPhases();
+      fillEdit(updated.id);
+      return h(
+        'div.notice.success',
+        { 'data-testid': 'phase-updated' },
+        'Saved phase ',
+        h('a', { href: `#/phases/${enc(updated.id)}` }, updated.id),
+        ` (${changed.join(', ')}): now ${updated.state || '?'}, ${updated.leaderboard || 'public'} leaderboard, opens `,
+        timeEl(updated.starts_at),
+        ', closes ',
+        timeEl(updated.ends_at),
+        '.',
+      );
+    },
+  );
+  editForm.classList.add('narrow');
 
   // ---- teams ----
   const teamsSec = h('div#teams-list');
@@ -188,14 +352,35 @@ export async function adminPage(root, _params, ctx) {
             { key: 'id', label: 'Id', numeric: true },
             { key: 'name', label: 'Name' },
             { key: 'created_at', label: 'Created', render: (t) => timeEl(t.created_at) },
+            {
+              key: 'tokens',
+              label: '',
+              sortable: false,
+              render: (t) =>
+                h(
+                  'button.secondary',
+                  {
+                    type: 'button',
+                    'data-testid': 'team-tokens',
+                    onclick: () => {
+                      tokensTeam.value = String(t.id);
+                      loadTokens();
+                      tokensBox.scrollIntoView({ block: 'nearest' });
+                    },
+                  },
+                  'Tokens',
+                ),
+            },
           ],
           teams || [],
           { testid: 'teams-table', sortKey: 'id', empty: 'No team yet.' },
         ),
       );
-      const sel = teamSelect.value;
-      clear(teamSelect);
-      for (const t of teams || []) teamSelect.append(h('option', { value: String(t.id), selected: String(t.id) === sel }, `${t.id}: ${t.name}`));
+      for (const select of [teamSelect, tokensTeam]) {
+        const sel = select.value;
+        clear(select);
+        for (const t of teams || []) select.append(h('option', { value: String(t.id), selected: String(t.id) === sel }, `${t.id}: ${t.name}`));
+      }
     } catch (e) {
       if (e && e.name === 'AbortError') return;
       clear(teamsSec).append(errorBox(e));
@@ -223,9 +408,99 @@ export async function adminPage(root, _params, ctx) {
       if (!team) throw new Error('choose a team');
       const label = String(fd.get('label') || '').trim();
       const r = await api(`teams/${enc(team)}/tokens`, { method: 'POST', body: label ? { label } : {} });
+      if (tokensTeam.value === team) await loadTokens();
       return tokenReveal(r.token, `Issued a token for team ${team}${label ? ` (${label})` : ''}`);
     },
   );
+
+  // ---- a team's tokens: list and revoke ----
+  const tokensTeam = h('select', { 'data-testid': 'tokens-team', 'aria-label': 'team' });
+  const tokensList = h('div#tokens-list');
+  const tokensOut = h('div.form-out', { 'data-testid': 'tokens-out', 'aria-live': 'polite' });
+  const tokensBox = h(
+    'div.admin-form#team-tokens',
+    { 'data-testid': 'team-tokens-box' },
+    h('h3', 'Tokens of a team'),
+    h('div.row', h('label', h('span.field-label', 'Team '), tokensTeam)),
+    tokensList,
+    tokensOut,
+  );
+  tokensTeam.addEventListener('change', () => {
+    clear(tokensOut);
+    loadTokens();
+  });
+  let tokensSeq = 0;
+  async function loadTokens() {
+    const team = tokensTeam.value;
+    const my = ++tokensSeq;
+    if (!team) {
+      clear(tokensList).append(h('p.muted', 'No team yet.'));
+      return;
+    }
+    clear(tokensList).append(loading());
+    let tokens;
+    try {
+      ({ tokens } = await api(`teams/${enc(team)}/tokens`, { signal: ctx.signal }));
+    } catch (e) {
+      if (e && e.name === 'AbortError') return;
+      if (my === tokensSeq) clear(tokensList).append(errorBox(e));
+      return;
+    }
+    if (!ctx.live() || my !== tokensSeq) return;
+    const now = Date.now();
+    clear(tokensList).append(
+      sortableTable(
+        [
+          { key: 'id', label: 'Token id', render: (t) => h('span.mono.nowrap', t.id) },
+          { key: 'label', label: 'Label', render: (t) => t.label || h('span.muted', '—') },
+          { key: 'created_at', label: 'Created', render: (t) => timeEl(t.created_at) },
+          { key: 'expires_at', label: 'Expires', render: (t) => (t.expires_at == null ? h('span.muted', 'never') : timeEl(t.expires_at)) },
+          {
+            key: 'state',
+            label: 'State',
+            value: (t) => tokenState(t, now),
+            render: (t) => {
+              const st = tokenState(t, now);
+              return [badge(st, st === 'active' ? 'green' : st === 'revoked' ? 'red' : 'dark', 'token-state'), st === 'revoked' ? [' ', timeEl(t.revoked_at)] : null];
+            },
+          },
+          {
+            key: 'revoke',
+            label: '',
+            sortable: false,
+            render: (t) =>
+              t.revoked_at != null
+                ? ''
+                : actionButton(
+                    'Revoke',
+                    { 'data-testid': 'btn-revoke', class: 'danger' },
+                    async () => {
+                      if (!window.confirm(`Revoke token ${t.id}${t.label ? ` ("${t.label}")` : ''} of team ${team}? Every later request with it is refused.`)) return;
+                      const r = await api(`teams/${enc(team)}/tokens/${enc(t.id)}`, { method: 'DELETE' });
+                      await loadTokens();
+                      const info = (r && r.token_info) || t;
+                      tokensOut.append(
+                        h(
+                          'div.notice.success',
+                          { 'data-testid': 'token-revoked' },
+                          'Revoked token ',
+                          h('code', info.id),
+                          info.label ? ` ("${info.label}")` : '',
+                          ` of team ${team} at `,
+                          timeEl(info.revoked_at),
+                          ': requests and connects with it are refused from now on (a session already connected runs to its end; cancel its submission to stop it).',
+                        ),
+                      );
+                    },
+                    tokensOut,
+                  ),
+          },
+        ],
+        tokens || [],
+        { testid: 'tokens-table', sortKey: 'created_at', empty: 'This team has no token.', rowAttrs: (t) => ({ dataset: { tokenId: t.id } }) },
+      ),
+    );
+  }
 
   // ---- submissions ----
   const subsSec = h('div#all-submissions');
@@ -237,7 +512,7 @@ export async function adminPage(root, _params, ctx) {
       const err = h('div.inline-error');
       clear(subsSec).append(
         err,
-        submissionsTable(submissions || [], { actions: (s) => adminButtons(s, err, loadSubs, { cancelConfirm: true }) }),
+        submissionsTable(submissions || [], { actions: (s) => adminButtons(s, err, loadSubs, { cancelConfirm: true, compact: true }) }),
       );
     } catch (e) {
       if (e && e.name === 'AbortError') return;
@@ -248,9 +523,9 @@ export async function adminPage(root, _params, ctx) {
   root.append(
     benchRes.error ? errorBox(benchRes.error, 'Benchmarks') : '',
     chRes.error ? errorBox(chRes.error, 'Challenges') : '',
-    h('section.card', h('h2', 'Challenges and phases'), h('div.form-grid', challengeForm, phaseForm)),
-    h('section.card', h('h2', 'Teams'), h('div.form-grid', teamForm, tokenIssueForm), teamsSec),
+    h('section.card', h('h2', 'Challenges and phases'), h('div.form-grid', challengeForm, phaseForm), h('h3', 'Phases'), phasesSec, editForm),
+    h('section.card', h('h2', 'Teams'), h('div.form-grid', teamForm, tokenIssueForm), teamsSec, tokensBox),
     h('section.card', h('h2', 'All submissions'), subsSec),
   );
-  await Promise.all([loadTeams(), loadSubs()]);
+  await Promise.all([loadPhases(), loadTeams().then(loadTokens), loadSubs()]);
 }

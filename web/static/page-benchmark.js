@@ -12,9 +12,11 @@ import {
   fmtBytes,
   fmtDuration,
   fmtNum,
+  fmtSeed,
   h,
   loading,
   notice,
+  plural,
   sortableTable,
 } from './ui.js';
 
@@ -64,7 +66,7 @@ function motionsSection(b) {
   if (Array.isArray(list)) {
     const total = list.reduce((a, m) => a + (Number.isFinite(m.duration_s) ? m.duration_s : 0), 0);
     sec.append(
-      h('p.muted', `${list.length} clip${list.length === 1 ? '' : 's'}, ${fmtDuration(total)} in all.`),
+      h('p.muted', `${plural(list.length, 'clip')}, ${fmtDuration(total)} in all.`),
       sortableTable(
         [
           { key: 'name', label: 'Motion', render: (m) => h('code', m.name) },
@@ -100,7 +102,7 @@ function rulesSection(b) {
         ['Episode window', ep.window === 'whole' ? 'whole clips' : JSON.stringify(ep.window ?? '—')],
         ['Repeats per motion', ep.repeats ?? '—'],
         ['Domain randomisation level', ep.dr_level ?? '—'],
-        ['Seed', ep.seed ?? '—'],
+        ['Seed', fmtSeed(ep.seed)],
         ['Fall rule', fall === 'none' ? 'none (episodes never end early)' : fall],
         ['Control rate', lim.control_hz ? `${lim.control_hz} Hz` : '—'],
         ['Max episode length', lim.max_episode_s ? `${lim.max_episode_s} s` : 'the whole clip'],
@@ -311,7 +313,8 @@ function cardView(card) {
           'div.count',
           { 'data-testid': `dataset-count-${k}` },
           h('div.count-value', k === 'duration_s' ? fmtDuration(v) : fmtNum(v)),
-          h('div.count-label', k === 'duration_s' ? 'duration' : k),
+          // "1 submission", "2 submissions": the label follows the count.
+          h('div.count-label', k === 'duration_s' ? 'duration' : v === 1 ? k.replace(/s$/, '') : k),
         ),
       ),
     ),

@@ -2,19 +2,10 @@
 
 import { api, getToken } from './api.js';
 import { loadBenchmarkInfo, metricInfoMap } from './leaderboard.js';
-import { orderedMetrics, tokenPrompt } from './page-submission.js';
-import { badge, clear, defList, enc, errorBox, fmtNum, h, loading, metricLabel, notice, sortableTable } from './ui.js';
+import { hasTrajectory, orderedMetrics, tokenPrompt } from './page-submission.js';
+import { badge, clear, defList, enc, errorBox, fmtNum, fmtSeed, h, loading, metricLabel, notice, sortableTable } from './ui.js';
 
 let robotCache = null;
-
-/** Seeds are u64: above 2^53 JSON.parse rounds them, so say so instead of showing wrong digits. */
-export function fmtSeed(seed) {
-  if (seed === null || seed === undefined) return '—';
-  if (typeof seed === 'number' && !Number.isSafeInteger(seed)) {
-    return h('span', { title: 'this seed is above 2^53, which JavaScript numbers cannot hold exactly; the report JSON and episodes CSV have the exact value' }, `≈${seed.toExponential(9)}`);
-  }
-  return String(seed);
-}
 
 async function loadRobot(signal) {
   if (!robotCache) {
@@ -50,14 +41,15 @@ export async function episodePage(root, { id, idx }, ctx) {
 
   const resultsP = api(`submissions/${enc(id)}/results`, { signal: ctx.signal });
   const robotP = loadRobot(ctx.signal);
-  const replayP = api(`submissions/${enc(id)}/episodes/${enc(idx)}/replay`, { signal: ctx.signal });
   // Keep rejections handled even if an earlier await throws.
-  for (const p of [resultsP, robotP, replayP]) p.catch(() => {});
+  for (const p of [resultsP, robotP]) p.catch(() => {});
 
   // --- info ---
   let ep = null;
+  let resultsOk = false;
   try {
     const res = await resultsP;
+    resultsOk = true;
     if (!ctx.live()) return;
     ep = (res.episodes || []).find((e) => e.idx === n) || null;
     const sub = res.submission || {};
@@ -117,10 +109,32 @@ export async function episodePage(root, { id, idx }, ctx) {
   }
 
   // --- replay ---
+  if (!ctx.live()) return;
+  if (!resultsOk) {
+    // The replay is refused for the same reason as the results (shown above).
+    viewSec.remove();
+    return;
+  }
+  if (!ep || !hasTrajectory(ep)) {
+    // Nothing to ask the server for: a pending or running episode has no stored trajectory yet.
+    viewSec.querySelector('.loading')?.remove();
+    viewSec.append(
+      notice(
+        !ep
+          ? 'No such episode.'
+          : ep.status === 'PENDING' || ep.status === 'RUNNING'
+            ? `No replay yet: the episode is ${ep.status.toLowerCase()}; its trajectory is stored when it ends.`
+            : 'No replay: this episode recorded no step.',
+        'info',
+        'replay-empty',
+      ),
+    );
+    return;
+  }
   let robot;
   let replay;
   try {
-    [robot, replay] = await Promise.all([robotP, replayP]);
+    [robot, replay] = await Promise.all([robotP, api(`submissions/${enc(id)}/episodes/${enc(idx)}/replay`, { signal: ctx.signal })]);
   } catch (e) {
     if (e && e.name === 'AbortError') throw e;
     if (!ctx.live()) return;

@@ -17,12 +17,18 @@ import {
   loading,
   metricLabel,
   notice,
+  plural,
   sortableTable,
   timeEl,
 } from './ui.js';
 
 const POLL_MS = 2000;
 const ACTIVE = new Set(['PENDING', 'RUNNING']);
+
+/** Whether an episode has a stored trajectory to replay or plot: it ended and recorded steps. */
+export function hasTrajectory(e) {
+  return !!e && !ACTIVE.has(e.status) && (e.steps || 0) > 0;
+}
 
 export function tokenPrompt(what) {
   return notice(
@@ -113,9 +119,13 @@ export async function submissionPage(root, { id }, ctx) {
     );
   }
 
+  // Whether the results (and so every download) are hidden from this token: a private phase
+  // that has not ended, as GET …/results answered.
+  let resultsHidden = false;
+  const actionsKeyNow = () => `${sub.status}/${!!sub.baseline}/${resultsHidden}`;
   let actionsKey = null;
   function renderActions() {
-    actionsKey = `${sub.status}/${!!sub.baseline}`;
+    actionsKey = actionsKeyNow();
     clear(actions);
     const err = h('div.inline-error');
     const dl = (label, path, file, testid) =>
@@ -123,15 +133,22 @@ export async function submissionPage(root, { id }, ctx) {
         const r = await download(path, file);
         btn.title = `${r.filename}, ${fmtBytes(r.size)}`;
       }, err);
-    actions.append(
-      h('h2', 'Downloads'),
-      h(
-        'div.button-row',
-        dl('Report (JSON)', `/api/v1/submissions/${enc(id)}/report`, `${id}.json`, 'dl-report'),
-        dl('Episodes (CSV)', `/api/v1/submissions/${enc(id)}/episodes.csv`, `${id}-episodes.csv`, 'dl-csv'),
-        dl('Trajectories (HDF5)', `/api/v1/submissions/${enc(id)}/trajectories`, `${id}.h5`, 'dl-hdf5'),
-      ),
-    );
+    actions.append(h('h2', 'Downloads'));
+    if (resultsHidden) {
+      actions.append(h('p.muted', { 'data-testid': 'downloads-hidden' }, 'No downloads while the results are hidden (a private phase that has not ended).'));
+    } else if (ACTIVE.has(sub.status)) {
+      actions.append(h('p.muted', { 'data-testid': 'downloads-pending' }, `Downloads appear once the submission has finished (it is ${sub.status.toLowerCase()}).`));
+    } else {
+      actions.append(
+        h(
+          'div.button-row',
+          dl('Report (JSON)', `/api/v1/submissions/${enc(id)}/report`, `${id}.json`, 'dl-report'),
+          dl('Episodes (CSV)', `/api/v1/submissions/${enc(id)}/episodes.csv`, `${id}-episodes.csv`, 'dl-csv'),
+          // The merged HDF5 file is written only when the submission completes.
+          sub.status === 'COMPLETED' ? dl('Trajectories (HDF5)', `/api/v1/submissions/${enc(id)}/trajectories`, `${id}.h5`, 'dl-hdf5') : null,
+        ),
+      );
+    }
     if (isAdmin) {
       actions.append(h('h2', 'Organiser actions'), adminButtons(sub, err, refresh, { cancelConfirm: true }));
     }
@@ -150,12 +167,13 @@ export async function submissionPage(root, { id }, ctx) {
     }
     if (!ctx.live()) return;
     renderHead();
-    if (`${sub.status}/${!!sub.baseline}` !== actionsKey) renderActions();
     const key = `${sub.status}/${(sub.progress || {}).finished}`;
     if (key !== lastKey) {
       lastKey = key;
       await loadResults();
+      if (!ctx.live()) return;
     }
+    if (actionsKeyNow() !== actionsKey) renderActions();
     schedule();
   }
 
@@ -172,30 +190,40 @@ export async function submissionPage(root, { id }, ctx) {
     } catch (e) {
       if (e && e.name === 'AbortError') return;
       if (!ctx.live()) return;
+      resultsHidden = e.code === 'hidden';
       clear(results).append(
         e.code === 'hidden' ? notice(e.message, 'warn', 'results-hidden') : h('section.card', h('h2', 'Results'), errorBox(e)),
       );
       return;
     }
     if (!ctx.live()) return;
+    resultsHidden = false;
     clear(results);
     renderResults(results, res, { id, bench, info, state });
   }
 
   renderHead();
-  renderActions();
   lastKey = `${sub.status}/${(sub.progress || {}).finished}`;
   await loadResults();
+  if (!ctx.live()) return;
+  renderActions();
   schedule();
 }
 
-/** Baseline / re-score / cancel buttons (admin token). `after` runs after a success. */
-export function adminButtons(sub, errEl, after, { cancelConfirm = true } = {}) {
-  const row = h('div.button-row');
+/**
+ * Baseline / re-score / cancel buttons (admin token). `after` runs after a success; `compact`
+ * gives short labels (the full ones as tooltips) for a table cell.
+ */
+export function adminButtons(sub, errEl, after, { cancelConfirm = true, compact = false } = {}) {
+  const row = h(compact ? 'div.button-row.compact' : 'div.button-row');
   row.append(
     actionButton(
-      sub.baseline ? 'Unmark baseline' : 'Mark as baseline',
-      { 'data-testid': 'btn-baseline', class: 'secondary' },
+      sub.baseline ? 'Unmark baseline' : compact ? 'Mark baseline' : 'Mark as baseline',
+      {
+        'data-testid': 'btn-baseline',
+        class: 'secondary',
+        title: sub.baseline ? 'Remove the baseline badge' : "Mark as a baseline: a badge on the leaderboards (the organisers' reference agent)",
+      },
       async () => {
         await api(`submissions/${enc(sub.id)}`, { method: 'PATCH', body: { baseline: !sub.baseline } });
         await after();
@@ -203,19 +231,19 @@ export function adminButtons(sub, errEl, after, { cancelConfirm = true } = {}) {
       errEl,
     ),
     actionButton(
-      'Re-score from stored trajectories',
+      compact ? 'Re-score' : 'Re-score from stored trajectories',
       {
         'data-testid': 'btn-rescore',
         class: 'secondary',
         // The server re-scores only a COMPLETED submission (409 otherwise).
         disabled: sub.status !== 'COMPLETED',
-        title: sub.status === 'COMPLETED' ? 'Recompute every metric from the stored trajectories' : 'Only a COMPLETED submission can be re-scored',
+        title: sub.status === 'COMPLETED' ? 'Re-score: recompute every metric from the stored trajectories' : 'Only a COMPLETED submission can be re-scored',
       },
       async () => {
         const done = await api(`submissions/${enc(sub.id)}/rescore`, { method: 'POST' });
         await after();
         const n = done && done.rescored_episodes;
-        errEl.appendChild(h('div.notice', { 'data-testid': 'rescore-done' }, `Re-scored ${n ?? 'the'} episodes from the stored trajectories.`));
+        errEl.appendChild(h('div.notice', { 'data-testid': 'rescore-done' }, `Re-scored ${n == null ? 'the episodes' : plural(n, 'episode')} from the stored trajectories.`));
       },
       errEl,
     ),
@@ -224,7 +252,7 @@ export function adminButtons(sub, errEl, after, { cancelConfirm = true } = {}) {
     row.append(
       actionButton(
         'Cancel',
-        { 'data-testid': 'btn-cancel', class: 'danger' },
+        { 'data-testid': 'btn-cancel', class: 'danger', title: 'Cancel: its unfinished episodes will not run' },
         async () => {
           if (cancelConfirm && !window.confirm(`Cancel submission ${sub.id}? Its unfinished episodes will not run.`)) return;
           await api(`submissions/${enc(sub.id)}/cancel`, { method: 'POST' });
@@ -324,7 +352,13 @@ function renderResults(root, res, { id, bench, info, state }) {
         render: (e) => fmtNum((e.metrics || {})[m]),
       })),
       { key: 'attempts', label: 'Attempts', numeric: true },
-      { key: 'replay', label: '', sortable: false, render: (e) => h('a.nowrap', { href: `#/submissions/${enc(id)}/episodes/${e.idx}` }, 'replay →') },
+      {
+        key: 'replay',
+        label: '',
+        sortable: false,
+        // A pending or running episode (or one that recorded no step) has nothing to replay yet.
+        render: (e) => (hasTrajectory(e) ? h('a.nowrap', { href: `#/submissions/${enc(id)}/episodes/${e.idx}`, 'data-testid': 'replay-link' }, 'replay →') : ''),
+      },
     ];
     tableHolder.append(sortableTable(cols, episodes, { testid: 'episode-table', sortKey: 'idx', rowAttrs: (e) => ({ dataset: { idx: String(e.idx) }, class: `st-${String(e.status).toLowerCase()}` }) }));
   };
@@ -338,7 +372,7 @@ function renderResults(root, res, { id, bench, info, state }) {
 
   // Plot (a): a metric per motion
   const plots = h('section.card#plots', h('h2', 'Plots'));
-  if (!all.length && !episodes.some((e) => (e.steps || 0) > 0)) {
+  if (!all.length && !episodes.some(hasTrajectory)) {
     plots.append(h('p.muted', 'Nothing to plot yet: no episode has been scored or recorded.'));
     root.append(plots);
     return;
@@ -378,7 +412,7 @@ function renderResults(root, res, { id, bench, info, state }) {
   plots.append(h('h3', 'Per-motion ', h('label', 'metric: ', metricSel)), barHolder);
 
   // Plot (b): tracking error over time for one episode
-  const withSteps = episodes.filter((e) => (e.steps || 0) > 0);
+  const withSteps = episodes.filter(hasTrajectory);
   const lineHolder = h('div.chart-holder', { 'data-testid': 'series-holder' });
   if (state.episode === null || !withSteps.some((e) => e.idx === state.episode)) state.episode = withSteps.length ? withSteps[0].idx : null;
   const epSel = h(

@@ -1,7 +1,7 @@
 // #/team: the token box and the team's submissions.
 
 import { api, download, getToken, setToken, whoami } from './api.js';
-import { actionButton, badge, enc, errorBox, fmtBytes, h, loading, notice, sortableTable, timeEl } from './ui.js';
+import { actionButton, badge, enc, errorBox, fmtBytes, h, loading, notice, plural, sortableTable, timeEl } from './ui.js';
 
 /** The submissions list as a sortable table (team page and organiser page). */
 export function submissionsTable(subs, { actions } = {}) {
@@ -88,7 +88,7 @@ export async function teamPage(root, _params, ctx) {
         },
         err,
       ),
-      h('span.muted', ` ${subs.length} submission${subs.length === 1 ? '' : 's'}, newest first`),
+      h('span.muted', ` ${plural(subs.length, 'submission')}, newest first`),
     ),
     err,
     submissionsTable(subs || []),

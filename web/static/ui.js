@@ -96,16 +96,43 @@ export function fmtDate(ms) {
   return dateFmt.format(d);
 }
 
+// The same date in two halves, so that a narrow table column can break between them.
+const dayFmt = new Intl.DateTimeFormat(undefined, { year: 'numeric', month: 'short', day: 'numeric', timeZone: 'UTC' });
+const clockFmt = new Intl.DateTimeFormat(undefined, { hour: '2-digit', minute: '2-digit', hourCycle: 'h23', timeZone: 'UTC', timeZoneName: 'short' });
+
 export function isoDate(ms) {
   if (ms === null || ms === undefined) return '';
   const d = new Date(ms);
   return Number.isNaN(d.getTime()) ? '' : d.toISOString();
 }
 
-/** A <time> element with the readable date and the ISO date as a tooltip. */
+/**
+ * A <time> element with the readable date and the ISO date as a tooltip: "Nov 24, 2026," and
+ * "01:53 UTC" in two spans that each stay whole (tables may wrap between them).
+ */
 export function timeEl(ms) {
   if (ms === null || ms === undefined) return h('span.muted', '—');
-  return h('time', { datetime: isoDate(ms), title: isoDate(ms) }, fmtDate(ms));
+  const d = new Date(ms);
+  if (Number.isNaN(d.getTime())) return h('span', String(ms));
+  return h('time', { datetime: isoDate(ms), title: isoDate(ms) }, h('span', `${dayFmt.format(d)},`), ' ', h('span', clockFmt.format(d)));
+}
+
+/** "1 submission", "2 submissions" (`many` defaults to `one` + "s"). */
+export function plural(n, one, many) {
+  return `${n} ${n === 1 ? one : many || `${one}s`}`;
+}
+
+/**
+ * An episode seed. Seeds are u64, beyond JavaScript's exact integers (2^53), so the server sends
+ * them as decimal strings, shown verbatim; an older server's number is shown as it is when exact,
+ * else approximately, with a note.
+ */
+export function fmtSeed(seed) {
+  if (seed === null || seed === undefined || seed === '') return '—';
+  if (typeof seed === 'number' && !Number.isSafeInteger(seed)) {
+    return h('span', { title: 'this seed is above 2^53, which JavaScript numbers cannot hold exactly; the report JSON and episodes CSV have the exact value' }, `≈${seed.toExponential(9)}`);
+  }
+  return String(seed);
 }
 
 export function fmtNum(v, digits = 4) {

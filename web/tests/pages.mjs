@@ -8,7 +8,8 @@
 // Visits every page (home, benchmark, leaderboard, phase, submission, episode, team, admin),
 // fails on any console error, page error, failed request or unexpected HTTP error (4xx
 // responses the test provokes on purpose are allowed), checks what each page must show, and
-// saves a full-page screenshot of each as DIR/<page>.png. Without --team, a token for the
+// saves a full-page screenshot of each as DIR/<page>.png (and admin-1600.png, leaderboard-1600.png
+// at 1600 px, where nothing may be clipped either). Without --team, a token for the
 // submission's team is issued through the admin API. Prints one JSON line; exit code 0 only if
 // every check passed.
 //
@@ -164,6 +165,8 @@ async function shot(name) {
   const text = await page.evaluate(() => document.getElementById('app').innerText);
   const leak = /\b(null|undefined|NaN)\b|\[object Object\]/.exec(text);
   check(`${name}: no null/undefined/NaN text`, !leak, leak ? text.slice(Math.max(0, leak.index - 60), leak.index + 20) : undefined);
+  const one = /\b1\s+(submissions|episodes|entries|clips|teams|rows|tokens)\b/.exec(text);
+  check(`${name}: counts of one are singular`, !one, one ? text.slice(Math.max(0, one.index - 40), one.index + 30) : undefined);
   const file = path.join(OUT, `${name}.png`);
   await page.screenshot({ path: file, fullPage: true });
   screenshots.push(file);
@@ -195,15 +198,54 @@ async function pageFetch(url, token, { method = 'GET', body } = {}) {
       const r = await fetch(url, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
       const buf = new Uint8Array(await r.arrayBuffer());
       let json = null;
+      let text = null;
       try {
-        json = JSON.parse(new TextDecoder().decode(buf));
+        text = new TextDecoder().decode(buf);
+        json = JSON.parse(text);
       } catch {
         /* binary */
+        text = null;
       }
-      return { status: r.status, type: r.headers.get('content-type'), size: buf.length, head: Array.from(buf.slice(0, 8)), json };
+      return { status: r.status, type: r.headers.get('content-type'), size: buf.length, head: Array.from(buf.slice(0, 8)), json, text };
     },
     { url, token, method, body },
   );
+}
+
+/** Buttons whose text is cut (scrollWidth > clientWidth) or that lie beyond the visible part of
+ * their table's scrolling box, and tables wider than their box (a hidden last column). */
+async function clipping() {
+  return page.evaluate(() => {
+    const out = { buttons: [], hidden: [], wide: [] };
+    for (const b of document.querySelectorAll('#app button')) {
+      if (!b.offsetParent) continue;
+      if (b.scrollWidth > b.clientWidth) out.buttons.push(`${b.textContent} (${b.scrollWidth} > ${b.clientWidth})`);
+      const wrap = b.closest('.table-wrap');
+      if (wrap) {
+        const r = b.getBoundingClientRect();
+        const w = wrap.getBoundingClientRect();
+        if (r.right > w.right + 0.5 || r.left < w.left - 0.5) out.hidden.push(b.textContent);
+      }
+    }
+    for (const w of document.querySelectorAll('#app .table-wrap')) {
+      if (w.scrollWidth > w.clientWidth) out.wide.push(`${w.querySelector('table')?.dataset.testid} (${w.scrollWidth} > ${w.clientWidth})`);
+    }
+    return out;
+  });
+}
+
+/** Checks clipping() at the current viewport, and again at 1600x900 (with a screenshot). */
+async function checkNoClipping(name) {
+  const c = await clipping();
+  check(`${name}: no clipped button or hidden column at 1280 px`, !c.buttons.length && !c.hidden.length && !c.wide.length, c);
+  await page.setViewportSize({ width: 1600, height: 900 });
+  await page.waitForTimeout(100);
+  const w = await clipping();
+  check(`${name}: no clipped button or hidden column at 1600 px`, !w.buttons.length && !w.hidden.length && !w.wide.length, w);
+  await page.screenshot({ path: path.join(OUT, `${name}-1600.png`), fullPage: true });
+  screenshots.push(path.join(OUT, `${name}-1600.png`));
+  await page.setViewportSize({ width: 1280, height: 900 });
+  await page.waitForTimeout(100);
 }
 
 async function rowCount(sel) {
@@ -276,9 +318,16 @@ await step('home (anonymous)', async () => {
   check('nav bar and token box present', (await page.locator('[data-testid=nav-home]').count()) === 1 && (await page.locator('#token-input').count()) === 1);
   check('anonymous identity shown', (await page.textContent('#whoami')) === 'anonymous');
   const others = names.filter((n) => n !== args.benchmark);
-  // Phases made by this test go on another benchmark when there is one, so practice runs of
-  // the tested benchmark stay allowed.
-  if (others.length) phaseBenchmark = others[0];
+  // Phases made by this test go on another benchmark when there is one that this server can
+  // run (a phase on one whose motions are missing is refused), so practice runs of the tested
+  // benchmark stay allowed.
+  for (const name of others) {
+    const b = await pageFetch(`/api/v1/benchmarks/${encodeURIComponent(name)}`, null);
+    if (b.status === 200 && b.json && Array.isArray(b.json.motion_list)) {
+      phaseBenchmark = name;
+      break;
+    }
+  }
 });
 
 await step('admin token', async () => {
@@ -318,6 +367,50 @@ await step('admin page', async () => {
   await page.waitForSelector('[data-testid=phase-created], [data-testid=form-phase-out] .error');
   check('phase created through the form', (await page.locator('[data-testid=phase-created]').count()) === 1, await page.textContent('[data-testid=form-phase-out]'));
 
+  // The organiser's phase list shows it; the edit form changes it (PATCH) and says so.
+  const phaseRow = page.locator(`[data-testid=admin-phase-table] tr[data-phase-id="${phaseId}"]`);
+  await phaseRow.waitFor();
+  check('phase listed on the organiser page', (await phaseRow.count()) === 1, await phaseRow.textContent());
+  await phaseRow.locator('[data-testid=phase-edit]').click();
+  check('Edit fills the phase form', (await page.inputValue('[data-testid=edit-phase-id]')) === phaseId && (await page.inputValue('[data-testid=edit-max-day]')) === '5', {
+    phase: await page.inputValue('[data-testid=edit-phase-id]'),
+    starts: await page.inputValue('[data-testid=edit-starts]'),
+    maxDay: await page.inputValue('[data-testid=edit-max-day]'),
+  });
+  await page.click('[data-testid=form-phase-edit-submit]');
+  await page.waitForSelector('[data-testid=phase-unchanged]');
+  check('unchanged phase form: nothing sent, says so', true);
+  const newEnd = new Date(now + 45 * 86400000).toISOString().replace(/\.\d+Z$/, 'Z');
+  await page.fill('[data-testid=edit-ends]', newEnd);
+  await page.fill('[data-testid=edit-max-day]', '');
+  await page.fill('[data-testid=edit-max-total]', '7');
+  await page.selectOption('[data-testid=edit-leaderboard]', 'private');
+  await page.click('[data-testid=form-phase-edit-submit]');
+  await page.waitForSelector('[data-testid=phase-updated], [data-testid=form-phase-edit-out] .error');
+  check('phase saved through the edit form', (await page.locator('[data-testid=phase-updated]').count()) === 1, await page.textContent('[data-testid=form-phase-edit-out]'));
+  const pr = await pageFetch(`/api/v1/phases/${phaseId}`, null);
+  const pj = pr.json || {};
+  check(
+    'phase edit round trip (API: ends_at, quotas, leaderboard)',
+    pj.ends_at === Date.parse(newEnd) && pj.max_submissions_per_day === null && pj.max_submissions_total === 7 && pj.leaderboard === 'private',
+    { ends_at: pj.ends_at, want: Date.parse(newEnd), max_submissions_per_day: pj.max_submissions_per_day, max_submissions_total: pj.max_submissions_total, leaderboard: pj.leaderboard },
+  );
+  check('phase list shows the new values', /7 total/.test(await phaseRow.textContent()) && (await phaseRow.locator('[data-testid=phase-visibility]').textContent()) === 'private', await phaseRow.textContent());
+  // The API's refusal shows inline: a phase that would close before it opens.
+  allow([{ method: 'PATCH', re: /^\/api\/v1\/phases\/[^/]+$/, status: 400 }]);
+  await page.fill('[data-testid=edit-ends]', new Date(now - 2 * 86400000).toISOString().replace(/\.\d+Z$/, 'Z'));
+  await page.click('[data-testid=form-phase-edit-submit]');
+  await page.waitForSelector('[data-testid=form-phase-edit-out] .error');
+  const editErr = (await page.textContent('[data-testid=form-phase-edit-out] .error')) || '';
+  check('phase edit: the API error shown inline', /ends_at/.test(editErr), editErr.slice(0, 160));
+  allow([]);
+  // Back to public (the later steps read its leaderboard as a public one).
+  await phaseRow.locator('[data-testid=phase-edit]').click();
+  await page.selectOption('[data-testid=edit-leaderboard]', 'public');
+  await page.click('[data-testid=form-phase-edit-submit]');
+  await page.waitForSelector('[data-testid=phase-updated], [data-testid=form-phase-edit-out] .error');
+  check('phase back to public', (await pageFetch(`/api/v1/phases/${phaseId}`, null)).json?.leaderboard === 'public');
+
   // An error from the API shows inline next to the form (duplicate id -> 409).
   allow([{ method: 'POST', re: /^\/api\/v1\/challenges$/, status: 409 }]);
   await page.fill('[data-testid=challenge-id]', challengeId);
@@ -340,8 +433,36 @@ await step('admin page', async () => {
   check('team created, token shown once', /at_/.test(tok), tok.slice(0, 80));
   await page.waitForSelector(`[data-testid=teams-table] >> text=${teamName}`);
   check('team listed', true);
+
+  // The team's tokens: listed (the one made with the team), a second issued, then revoked.
+  await page.locator(`[data-testid=teams-table] tr:has-text("${teamName}") [data-testid=team-tokens]`).click();
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid=tokens-table] tbody tr:not(.empty)').length >= 1);
+  check('team tokens listed (Tokens button)', (await rowCount('[data-testid=tokens-table]')) === 1);
+  const teamOpt = await page.$eval('[data-testid=tokens-team]', (el) => el.value);
+  await page.selectOption('[data-testid=token-team]', teamOpt);
+  await page.fill('[data-testid=token-label]', 'pages-revoke');
+  await page.click('[data-testid=form-token-submit]');
+  await page.waitForSelector('[data-testid=form-token-out] [data-testid=new-token], [data-testid=form-token-out] .error');
+  const revokeMe = ((await page.textContent('[data-testid=form-token-out] [data-testid=new-token]').catch(() => '')) || '').trim();
+  const tokRow = page.locator('[data-testid=tokens-table] tbody tr:has-text("pages-revoke")');
+  await tokRow.waitFor();
+  check('issued token appears in the list, active', (await rowCount('[data-testid=tokens-table]')) === 2 && (await tokRow.locator('[data-testid=token-state]').textContent()) === 'active');
+  const before = await pageFetch('/api/v1/whoami', revokeMe);
+  check('the new token works (API)', before.status === 200 && before.json && before.json.role === 'team', before.status);
+  page.once('dialog', (d) => d.accept());
+  await tokRow.locator('[data-testid=btn-revoke]').click();
+  await page.waitForSelector('[data-testid=token-revoked], [data-testid=tokens-out] .error');
+  check('token revoked through the page, with feedback', (await page.locator('[data-testid=token-revoked]').count()) === 1, await page.textContent('[data-testid=tokens-out]'));
+  const revokedRow = page.locator('[data-testid=tokens-table] tbody tr:has-text("pages-revoke")');
+  check('revoked token shown as revoked, without a Revoke button', (await revokedRow.locator('[data-testid=token-state]').textContent()) === 'revoked' && (await revokedRow.locator('[data-testid=btn-revoke]').count()) === 0);
+  allow([{ re: /^\/api\/v1\/whoami$/, status: 401 }]);
+  const after = await pageFetch('/api/v1/whoami', revokeMe);
+  check('the revoked token is refused (API 401)', after.status === 401, { status: after.status, body: after.json });
+  allow([]);
+
   check('all submissions listed for the organiser', (await page.locator(`[data-testid=submissions-table] tr[data-submission-id="${SID}"]`).count()) === 1);
   check('organiser actions present', (await page.locator(`tr[data-submission-id="${SID}"] [data-testid=btn-baseline]`).count()) === 1);
+  await checkNoClipping('admin');
   await shot('admin');
 
   // A private phase (through the API) to check the hidden leaderboard later with a team token.
@@ -455,6 +576,8 @@ await step('leaderboard page', async () => {
   check('sortable header (ascending)', (await th.getAttribute('aria-sort')) === 'ascending');
   await th.click();
   check('sortable header (descending)', (await th.getAttribute('aria-sort')) === 'descending');
+  check('admin: every leaderboard submission links to its page', (await row.locator('[data-testid=submission-link]').count()) === 1);
+  await checkNoClipping('leaderboard');
   await shot('leaderboard');
 });
 
@@ -515,7 +638,7 @@ await step('submission page', async () => {
   const rescoreErr = page.locator('#sub-actions .error');
   check('re-score from stored trajectories: no error', (await rescoreErr.count()) === 0, (await rescoreErr.count()) ? await rescoreErr.first().textContent() : undefined);
   const rescored = await page.locator('#sub-actions [data-testid=rescore-done]').textContent({ timeout: 10000 }).catch(() => '');
-  check('re-score says how many episodes it re-scored', /Re-scored \d+ episodes/.test(rescored), rescored);
+  check('re-score says how many episodes it re-scored', /Re-scored (1 episode|\d+ episodes) /.test(rescored), rescored);
   const firstScored = await page.$$eval('[data-testid=episode-table] tbody tr', (rows) => {
     for (const r of rows) {
       const steps = Number(r.children[4]?.textContent);
@@ -548,6 +671,14 @@ await step('pending submission (polling, cancel)', async () => {
   const start = polls;
   await page.waitForTimeout(4500);
   check('page polls while PENDING (every 2 s)', polls - start >= 2, polls - start);
+  check('no downloads while PENDING', (await page.locator('#sub-actions [data-testid^=dl-]').count()) === 0 && (await page.locator('[data-testid=downloads-pending]').count()) === 1);
+  check('no replay link on pending episodes', (await page.locator('[data-testid=episode-table] [data-testid=replay-link]').count()) === 0);
+  // A pending episode's page says there is nothing to replay yet (and asks for no replay).
+  await go(`#/submissions/${pid}/episodes/0`);
+  await page.waitForSelector('[data-testid=replay-empty], #replay-section .error');
+  check('pending episode: no replay requested, says why', (await page.locator('[data-testid=replay-empty]').count()) === 1, await page.textContent('#replay-section'));
+  await go(`#/submissions/${pid}`);
+  await page.waitForSelector('#sub-actions [data-testid=btn-cancel]');
   page.once('dialog', (d) => d.accept());
   await page.click('#sub-actions [data-testid=btn-cancel]');
   await page.waitForFunction(() => document.querySelector('[data-testid=sub-status]')?.textContent === 'FAILED');
@@ -558,6 +689,10 @@ await step('pending submission (polling, cancel)', async () => {
   const after = polls;
   await page.waitForTimeout(2500);
   check('polling stops once finished', polls === after, polls - after);
+  check(
+    'cancelled (FAILED): report and CSV downloads, no HDF5 (written only on completion)',
+    (await page.locator('#sub-actions [data-testid=dl-report]').count()) === 1 && (await page.locator('#sub-actions [data-testid=dl-csv]').count()) === 1 && (await page.locator('#sub-actions [data-testid=dl-hdf5]').count()) === 0,
+  );
   page.off('response', onRes);
   await shot('submission-cancelled');
 });
@@ -603,6 +738,13 @@ await step('episode page (3-D replay)', async () => {
   await page.check('[data-testid=replay-follow]');
   await page.waitForTimeout(200);
   check('episode metrics table', (await rowCount('[data-testid=episode-metrics]')) > 0);
+  // The seed (a u64: a decimal string from the server, a number from older ones) verbatim.
+  const res = await pageFetch(`/api/v1/submissions/${encodeURIComponent(SID)}/results`, args.admin);
+  const seeds = [...(res.text || '').matchAll(/"seed":\s*("?)(\d+)\1/g)].map((m) => ({ quoted: m[1] === '"', digits: m[2] }));
+  const seed = seeds[episodeIdx];
+  const props = (await page.textContent('[data-testid=episode-props]')) || '';
+  if (seed && (seed.quoted || Number.isSafeInteger(Number(seed.digits)))) check('episode seed shown verbatim', props.includes(seed.digits), { seed, props: props.slice(0, 300) });
+  else check('episode seed above 2^53 sent as a number: shown as approximate', !!seed && props.includes('≈'), { seed });
   await page.locator('[data-testid=replay-canvas]').screenshot({ path: path.join(OUT, 'episode-canvas.png') });
   await shot('episode');
 });
@@ -634,6 +776,26 @@ await step('team views (owner, hidden phase, organiser page)', async () => {
   await page.waitForSelector('[data-testid=episode-table]');
   check('owner sees the submission', true);
   check('no organiser buttons for a team', (await page.locator('[data-testid=btn-rescore]').count()) === 0);
+  await go(`#/leaderboards/${args.benchmark}`);
+  await page.waitForSelector('[data-testid=leaderboard-table]');
+  const own = page.locator(`[data-testid=leaderboard-table] tr[data-submission-id="${SID}"]`);
+  check("team: its own leaderboard entry links to its page", (await own.locator('[data-testid=submission-link]').count()) === 1);
+  const others = await page.$$eval('[data-testid=leaderboard-table] tbody tr', (rows, team) => rows.filter((r) => r.children[1]?.textContent !== team && r.querySelector('[data-testid=submission-link]')).length, submission && submission.team_name);
+  check("team: other teams' entries are not links", others === 0, others);
+  // A submission in a private phase: its owner sees the status, no results and no downloads.
+  allow([
+    { re: /^\/api\/v1\/submissions\/[^/]+\/results$/, status: 403 },
+    { re: /^\/api\/v1\/teams$/, status: 403 },
+    { re: new RegExp(`^/api/v1/phases/${privatePhaseId}/leaderboard$`), status: 403 },
+  ]);
+  const hs = await pageFetch('/api/v1/submissions', teamToken, { method: 'POST', body: { phase: privatePhaseId, agent_name: 'pages.mjs (hidden, never runs)' } });
+  if (check('submission in the private phase created (API)', hs.status === 201, { status: hs.status, body: hs.json })) {
+    await go(`#/submissions/${hs.json.id}`);
+    await page.waitForSelector('[data-testid=results-hidden]');
+    check('hidden results: no download buttons, says why', (await page.locator('#sub-actions [data-testid^=dl-]').count()) === 0 && (await page.locator('[data-testid=downloads-hidden]').count()) === 1);
+    await shot('submission-hidden');
+    await pageFetch(`/api/v1/submissions/${hs.json.id}/cancel`, args.admin, { method: 'POST' });
+  }
   await go(`#/phases/${privatePhaseId}`);
   await page.waitForSelector('[data-testid=leaderboard-hidden], #leaderboard .error, #leaderboard [data-testid=leaderboard-table]');
   const hidden = await page.locator('[data-testid=leaderboard-hidden]').textContent({ timeout: 3000 }).catch(() => null);
@@ -662,6 +824,14 @@ await step('anonymous views', async () => {
   await setToken('');
   await go(`#/submissions/${SID}`);
   check('submission page asks for a token', (await page.locator('[data-testid=need-token]').count()) === 1);
+  await go(`#/leaderboards/${args.benchmark}`);
+  await page.waitForSelector('[data-testid=leaderboard-table]');
+  check(
+    'anonymous: leaderboard shows submission ids without links to token-only pages',
+    (await page.locator('[data-testid=leaderboard-table] [data-testid=submission-link]').count()) === 0 &&
+      (await page.locator(`[data-testid=leaderboard-table] tr[data-submission-id="${SID}"] [data-testid=submission-id]`).count()) === 1,
+  );
+  await shot('leaderboard-anonymous');
   allow([{ re: /^\/api\/v1\/submissions\/[^/]+$/, status: 404 }]);
   await setToken(args.admin);
   await go('#/submissions/sub-does-not-exist');

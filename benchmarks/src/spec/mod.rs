@@ -179,6 +179,11 @@ pub struct Ranking {
     /// fall, failure or timeout counts as not successful); `None` ranks by `primary` alone.
     #[serde(default)]
     pub success: Option<String>,
+    /// The time-to-failure metric (`failure_time_s`) whose mean ranks right after the success
+    /// rate and the count of scored episodes, before `primary`: among agents that fail, the one
+    /// that stays up longer ranks higher, whatever its joint angles. `None`: not ranked by it.
+    #[serde(default)]
+    pub survival: Option<String>,
     pub primary: String,
     /// `None`: the metric's own direction.
     pub direction: Option<Direction>,
@@ -202,6 +207,9 @@ impl Ranking {
             ));
         }
         s.push_str("most scored episodes, then ");
+        if let Some(survival) = &self.survival {
+            s.push_str(&format!("highest mean {survival} (staying up longer), then "));
+        }
         let word = match self.primary_direction() {
             Direction::Lower => "lowest",
             Direction::Higher => "highest",

@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// The only metric `ranking.survival` accepts: the time of the first failing frame.
+const SURVIVAL_METRIC: &str = "failure_time_s";
+
 impl BenchmarkSpec {
     /// Reads and validates a benchmark file; see [`BenchmarkSpec::parse`].
     pub fn read(path: &Path, known_metrics: &[&str]) -> Result<Self, SpecError> {
@@ -167,6 +170,7 @@ struct RawMetrics {
 #[serde(deny_unknown_fields)]
 struct RawRanking {
     success: Option<String>,
+    survival: Option<String>,
     primary: Option<String>,
     direction: Option<Direction>,
     tie_breakers: Option<Vec<String>>,
@@ -638,6 +642,21 @@ impl Check<'_> {
                 ));
             }
         }
+        if let Some(survival) = &raw.survival {
+            in_list("ranking.survival", survival)?;
+            if survival != SURVIVAL_METRIC {
+                return Err(self.err(
+                    "ranking.survival",
+                    format!("expected {SURVIVAL_METRIC:?} (the time-to-failure metric), got {survival:?}"),
+                ));
+            }
+            if *survival == primary {
+                return Err(self.err(
+                    "ranking.survival",
+                    format!("{survival:?} is already the primary metric"),
+                ));
+            }
+        }
         let tie_breakers = raw.tie_breakers.unwrap_or_default();
         for (i, t) in tie_breakers.iter().enumerate() {
             in_list("ranking.tie_breakers", t)?;
@@ -650,12 +669,19 @@ impl Check<'_> {
                     format!("{t:?} already ranks first (ranking.success)"),
                 ));
             }
+            if raw.survival.as_deref() == Some(t.as_str()) {
+                return Err(self.err(
+                    "ranking.tie_breakers",
+                    format!("{t:?} already ranks before the primary metric (ranking.survival)"),
+                ));
+            }
             if tie_breakers[..i].contains(t) {
                 return Err(self.err("ranking.tie_breakers", format!("{t:?} is listed twice")));
             }
         }
         Ok(Ranking {
             success: raw.success,
+            survival: raw.survival,
             primary,
             direction: raw.direction,
             tie_breakers,

@@ -93,7 +93,8 @@ fn shipped_files_parse() {
     assert_eq!(smoke.motions.source, MotionSource::Builtin(builtin));
     assert_eq!(smoke.metrics.list.len(), KNOWN.len());
     assert_eq!(smoke.ranking.success.as_deref(), Some("success"));
-    assert_eq!(smoke.ranking.tie_breakers, ["mpjpe_g", "failure_time_s"]);
+    assert_eq!(smoke.ranking.survival.as_deref(), Some("failure_time_s"));
+    assert_eq!(smoke.ranking.tie_breakers, ["mpjpe_g"]);
     // Both shipped benchmarks send 8 future reference rows for the BFM-Zero agent's window.
     assert_eq!(smoke.observations.reference_goal_horizon, 8);
     let (_, dance) = find_benchmark("g1-moves-dance", &shipped_dir(), &KNOWN).unwrap();
@@ -376,6 +377,30 @@ fn bad_files_name_the_key() {
         "0/1 success metric",
     );
     expect_err(&format!("{MINIMAL}direction = \"up\"\n"), "ranking.direction", "lower");
+    // ranking.survival: failure_time_s from metrics.list, and only there.
+    expect_err(
+        &format!("{MINIMAL}survival = \"failure_time_s\"\n"),
+        "ranking.survival",
+        "metrics.list",
+    );
+    expect_err(
+        &format!("{MINIMAL}survival = \"mpjpe_g\"\n"),
+        "ranking.survival",
+        "time-to-failure",
+    );
+    let with_failure_time = MINIMAL.replace("[\"emd\", \"mpjpe_g\"]", "[\"emd\", \"mpjpe_g\", \"failure_time_s\"]");
+    expect_err(
+        &format!("{with_failure_time}survival = \"failure_time_s\"\ntie_breakers = [\"failure_time_s\"]\n"),
+        "ranking.tie_breakers",
+        "ranking.survival",
+    );
+    let spec = parse(&format!("{with_failure_time}survival = \"failure_time_s\"\n")).unwrap();
+    assert_eq!(spec.ranking.survival.as_deref(), Some("failure_time_s"));
+    assert!(
+        spec.ranking.describe().contains("then highest mean failure_time_s"),
+        "{}",
+        spec.ranking.describe()
+    );
     expect_err(&variant("[ranking]\nprimary = \"emd\"\n", ""), "ranking", "missing");
     // Syntax errors carry toml's position.
     let err = parse("name = \n").unwrap_err().to_string();

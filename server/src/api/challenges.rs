@@ -67,7 +67,7 @@ struct NewChallengeBody {
 pub(super) async fn create_challenge(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    body: axum::body::Bytes,
+    ApiBody(body): ApiBody,
 ) -> ApiResult {
     require_admin(&state, &headers).await?;
     let new: NewChallengeBody = parse_body(&body)?;
@@ -132,7 +132,7 @@ pub(super) async fn create_phase(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     ApiPath(challenge): ApiPath<String>,
-    body: axum::body::Bytes,
+    ApiBody(body): ApiBody,
 ) -> ApiResult {
     require_admin(&state, &headers).await?;
     let new: NewPhaseBody = parse_body(&body)?;
@@ -167,6 +167,26 @@ pub(super) async fn create_phase(
         created_at: now_ms(),
     };
     access::validate_phase(&phase, &spec)?;
+    // A phase on a benchmark this server cannot run would be listed as open while every
+    // participant is refused (issue 30): its motions are loaded (and cached) first.
+    let catalog = state.catalog.clone();
+    let name = spec.name.clone();
+    match tokio::task::spawn_blocking(move || catalog.load(&name)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => {
+            return Err(bad_request(format!(
+                "benchmark: {} cannot be run on this server, so no phase can open on it: {} (install the motions under the server's motions root, or choose another benchmark)",
+                spec.name,
+                state.catalog.organiser_message(&e)
+            )));
+        }
+        Err(e) => {
+            return Err(ApiError(AccessError::internal(format!(
+                "loading benchmark {}: {e}",
+                spec.name
+            ))));
+        }
+    }
     let phase = state.storage.create_phase(&phase).await.map_err(storage_error)?;
     Ok((StatusCode::CREATED, Json(phase_json(&phase, now_ms()))).into_response())
 }
@@ -205,7 +225,7 @@ pub(super) async fn update_phase(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     ApiPath(id): ApiPath<String>,
-    body: axum::body::Bytes,
+    ApiBody(body): ApiBody,
 ) -> ApiResult {
     require_admin(&state, &headers).await?;
     let patch: PhasePatch = parse_body(&body)?;

@@ -43,3 +43,28 @@ pub fn episode_index(raw: &str) -> Result<i64, ApiError> {
     raw.parse()
         .map_err(|_| bad_request(format!("episode index: expected a whole number, got {raw:?}")))
 }
+
+/// The largest REST request body (axum's default limit, said here so the message can name it).
+pub const MAX_BODY_BYTES: usize = 2 << 20;
+
+/// A request body as bytes, with the JSON error body when it cannot be read: 413
+/// `payload_too_large` naming the limit (axum answers plain text), 400 otherwise.
+pub struct ApiBody(pub axum::body::Bytes);
+
+impl<S: Send + Sync> axum::extract::FromRequest<S> for ApiBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::body::Bytes::from_request(req, state).await {
+            Ok(bytes) => Ok(ApiBody(bytes)),
+            Err(e) if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE => {
+                Err(ApiError(crate::access::AccessError::new(
+                    axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+                    "payload_too_large",
+                    format!("request body: larger than the limit of {} MiB", MAX_BODY_BYTES >> 20),
+                )))
+            }
+            Err(e) => Err(bad_request(format!("request body: {}", e.body_text()))),
+        }
+    }
+}

@@ -31,7 +31,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use challenges::*;
-use extract::{ApiPath, ApiQuery};
+use extract::{ApiBody, ApiPath, ApiQuery};
 use submissions::*;
 use teams::*;
 
@@ -62,6 +62,8 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/api/v1/leaderboards/{benchmark}", get(get_leaderboard))
         .merge(datasets::routes())
         .merge(pages::routes())
+        // Said explicitly (axum's default) so that `ApiBody`'s 413 message names the limit.
+        .layer(axum::extract::DefaultBodyLimit::max(extract::MAX_BODY_BYTES))
 }
 
 /// An API error: an [`AccessError`] rendered as the JSON error body.

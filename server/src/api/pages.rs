@@ -2,7 +2,7 @@
 //! geometry, an episode's error series and replay, the episodes table and one's submissions as
 //! CSV, and the organiser's actions on a submission (baseline flag, re-score, cancel).
 
-use super::extract::episode_index;
+use super::extract::{ApiBody, episode_index};
 use super::{
     ApiError, ApiPath, ApiQuery, ApiResult, Caller, bad_request, benchmark_error, caller, check_results_visible,
     conflict, not_found, parse_body, require_admin, storage_error, visible_submission,
@@ -84,13 +84,20 @@ async fn stored_episode(
     let read = tokio::task::spawn_blocking(move || trajectory_file::read_episode(&path, &name))
         .await
         .map_err(internal)?;
-    read.map_err(|e| match e {
+    let record = read.map_err(|e| match e {
         trajectory_file::TrajectoryFileError::MissingEpisode { .. }
         | trajectory_file::TrajectoryFileError::Io { .. } => {
             not_found(format!("episode {idx} of submission {id} has no stored trajectory yet"))
         }
         other => internal(other),
-    })
+    })?;
+    if record.num_rows() == 0 {
+        // A final episode given up on before its first step has an empty group.
+        return Err(not_found(format!(
+            "episode {idx} of submission {id} never ran a step: its trajectory is empty"
+        )));
+    }
+    Ok(record)
 }
 
 #[derive(Deserialize)]
@@ -268,7 +275,7 @@ pub(super) async fn patch_submission(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     ApiPath(id): ApiPath<String>,
-    body: axum::body::Bytes,
+    ApiBody(body): ApiBody,
 ) -> ApiResult {
     require_admin(&state, &headers).await?;
     let patch: SubmissionPatch = parse_body(&body)?;

@@ -16,7 +16,7 @@ struct NewSubmissionBody {
 pub(super) async fn create_submission(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    body: axum::body::Bytes,
+    ApiBody(body): ApiBody,
 ) -> ApiResult {
     let Caller::Team(team) = caller(&state, &headers).await? else {
         return Err(bad_request("submissions belong to teams: use a team token".into()));
@@ -70,6 +70,13 @@ pub(super) async fn get_submission(
     let (pending, running, finished) = state.storage.episode_counts(&id).await?;
     let mut v = serde_json::to_value(&s)?;
     v["progress"] = json!({"pending": pending, "running": running, "finished": finished});
+    // An unfinished submission with no session here and no episode running anywhere waits for
+    // its agent to reconnect (the pages say so, not "updating").
+    let attached = state.attached.lock().expect("attached lock").contains(&id);
+    v["awaiting_agent"] = json!(!s.status.is_final() && !attached && running == 0);
+    if state.config.idle_submission_expiry_s > 0.0 {
+        v["idle_expiry_s"] = json!(state.config.idle_submission_expiry_s);
+    }
     Ok(Json(v).into_response())
 }
 

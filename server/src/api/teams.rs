@@ -47,7 +47,7 @@ fn new_token() -> String {
 pub(super) async fn create_team(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    body: axum::body::Bytes,
+    ApiBody(body): ApiBody,
 ) -> ApiResult {
     require_admin(&state, &headers).await?;
     let new: NewTeamBody = parse_body(&body)?;
@@ -110,7 +110,7 @@ pub(super) async fn add_member(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     ApiPath(id): ApiPath<String>,
-    body: axum::body::Bytes,
+    ApiBody(body): ApiBody,
 ) -> ApiResult {
     require_admin(&state, &headers).await?;
     let team = team_by_path(&state, &id).await?;
@@ -137,7 +137,7 @@ pub(super) async fn create_token(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     ApiPath(id): ApiPath<String>,
-    body: axum::body::Bytes,
+    ApiBody(body): ApiBody,
 ) -> ApiResult {
     require_admin(&state, &headers).await?;
     let team = team_by_path(&state, &id).await?;

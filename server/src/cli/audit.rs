@@ -71,10 +71,17 @@ pub fn run(a: AuditArgs) -> anyhow::Result<()> {
         }
         names = wanted;
     }
-    let records = names
+    let mut records = names
         .iter()
         .map(|n| trajectory_file::read_episode(&path, n).with_context(|| format!("reading {n} of {}", path.display())))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    // Episodes that never ran a step (given up on before their first action) have empty groups:
+    // there is nothing to re-run.
+    let unplayed = records.iter().filter(|r| r.num_rows() == 0).count();
+    if unplayed > 0 {
+        eprintln!("note: {unplayed} stored episodes never ran a step (empty groups): not re-run");
+        records.retain(|r| r.num_rows() > 0);
+    }
     let changed = changed_since_run(&benchmark, &records);
     for (episode, what) in changed.iter().take(5) {
         eprintln!(

@@ -197,27 +197,47 @@ fn print_summary(id: &str, benchmark: &str, rows: &[crate::storage::EpisodeRow],
             println!("    reason: {reason}");
         }
     }
-    let rule = match &board.success_metric {
-        Some(m) => format!(
-            "{m} rate first, then {} mean, {} is better",
-            board.primary, board.direction
-        ),
-        None => format!("by {} mean, {} is better", board.primary, board.direction),
-    };
+    let mut rule = String::new();
+    if let Some(m) = &board.success_metric {
+        rule.push_str(&format!("{m} rate first, then "));
+    }
+    if let Some(m) = &board.survival_metric {
+        rule.push_str(&format!("longest mean {m}, then "));
+    }
+    rule.push_str(&format!("{} mean, {} is better", board.primary, board.direction));
     println!("\nleaderboard {} ({rule}):", board.benchmark);
+    let survival_label = board.survival_metric.as_deref().unwrap_or("-");
     println!(
-        "{:>4}  {:<16} {:<26} {:>8} {:>10} {:>7}",
-        "rank", "team", "agent", "success", board.primary, "scored"
+        "{:>4}  {:<16} {:<26} {:>8} {:>14} {:>10} {:>7}",
+        "rank", "team", "agent", "success", survival_label, board.primary, "scored"
     );
-    for e in board.entries.iter().take(10) {
+    let unranked = board.unranked.iter().map(|e| (e, "unranked: no episode scored"));
+    let rows = board.entries.iter().map(|e| (e, "")).chain(unranked);
+    for (e, note) in rows.take(10) {
         let score = e.score.map_or_else(|| "-".into(), |v| format!("{v:.4}"));
+        let survival = e.survival.map_or_else(|| "-".into(), |v| format!("{v:.2} s"));
         let success = e
             .success_rate
             .map_or_else(|| "-".into(), |v| format!("{:.0}%", 100.0 * v));
+        let rank = match e.rank {
+            Some(r) => r.to_string(),
+            None if e.baseline => "base".into(),
+            None => "-".into(),
+        };
         let marker = if e.submission_id == id { "  <- this run" } else { "" };
         println!(
-            "{:>4}  {:<16} {:<26} {:>8} {:>10} {:>7}{marker}",
-            e.rank, e.team, e.agent_name, success, score, e.scored_episodes
+            "{rank:>4}  {:<16} {:<26} {:>8} {:>14} {:>10} {:>7}{marker}{}",
+            e.team,
+            e.agent_name,
+            success,
+            survival,
+            score,
+            e.scored_episodes,
+            if note.is_empty() {
+                String::new()
+            } else {
+                format!("  ({note})")
+            }
         );
     }
 }

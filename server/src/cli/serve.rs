@@ -89,6 +89,10 @@ pub struct ServingArgs {
     /// again after this long [default: 30].
     #[arg(long, env = "ARENA_LEASE_S")]
     pub lease_s: Option<f64>,
+    /// Seconds an unfinished submission may wait without an agent before it ends as FAILED
+    /// with the reason (0 = never) [default: 86400].
+    #[arg(long, env = "ARENA_IDLE_SUBMISSION_EXPIRY_S")]
+    pub idle_submission_expiry_s: Option<f64>,
     /// Folder of the web pages served at / [default: the shipped web/].
     #[arg(long, env = "ARENA_WEB_DIR")]
     pub web_dir: Option<PathBuf>,
@@ -149,6 +153,7 @@ impl ConfigArgs {
             requests_per_minute,
             replica_id,
             lease_s,
+            idle_submission_expiry_s,
             web_dir
         );
         set!(lane_backend: sim_backend, gpu_device, gpu_impl, gpu_python);
@@ -201,6 +206,9 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             eprintln!("note: no admin token (ARENA_ADMIN_TOKEN / --admin-token): team management is disabled");
         }
         let state = AppState::open(config.clone()).await?;
+        for warning in app::unloadable_phases(&state).await? {
+            eprintln!("warning: {warning}");
+        }
         let listener = tokio::net::TcpListener::bind(config.bind)
             .await
             .with_context(|| format!("listening on {}", config.bind))?;

@@ -211,7 +211,7 @@ async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Box<Msg>>
         Ok(Err(e)) => {
             return Err(match e.for_client(&plan.benchmark) {
                 ClientLoadError::Unknown(message) => refuse(codes::UNKNOWN_BENCHMARK, message),
-                ClientLoadError::Unavailable(message) => refuse(codes::INTERNAL, message),
+                ClientLoadError::Unavailable(message) => refuse(codes::BENCHMARK_UNAVAILABLE, message),
             });
         }
         Err(e) => return Err(refuse_internal("loading the benchmark", e)),
@@ -230,7 +230,17 @@ async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Box<Msg>>
         });
     }
     let submission = match submission {
-        Some(s) => s,
+        Some(mut s) => {
+            if !c.agent_name.is_empty() && c.agent_name != s.agent_name {
+                state
+                    .storage
+                    .set_agent_name(&s.id, &c.agent_name)
+                    .await
+                    .map_err(|e| refuse_internal("recording the resuming agent", e))?;
+                s.agent_name = c.agent_name.clone();
+            }
+            s
+        }
         None => {
             let new = NewSubmission {
                 id: crate::app::new_submission_id(),

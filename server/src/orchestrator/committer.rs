@@ -163,9 +163,12 @@ pub fn finish(ctx: &RunContext, lanes: &[LaneEnd]) -> RunOutcome {
     // A database restarting meanwhile is waited for (every step below is idempotent).
     let started = std::time::Instant::now();
     let complete = loop {
-        let attempt = ctx
-            .runtime
-            .block_on(complete_submission(ctx, storage, submission_id, objects));
+        let attempt = ctx.runtime.block_on(complete_submission(
+            storage,
+            objects,
+            &ctx.benchmark.spec,
+            submission_id,
+        ));
         match attempt {
             Err(e)
                 if e.downcast_ref::<StorageError>().is_some_and(StorageError::is_transient)
@@ -197,11 +200,13 @@ pub fn finish(ctx: &RunContext, lanes: &[LaneEnd]) -> RunOutcome {
 
 /// Completes a submission whose episodes are all final: merged trajectories and report into the
 /// store, then COMPLETED with the report and leaderboard summary. None while episodes are left.
-async fn complete_submission(
-    ctx: &RunContext,
+/// Run at the end of a session, and by a starting server for submissions whose server stopped
+/// between the last episode and this ([`crate::app::AppState::open`]).
+pub async fn complete_submission(
     storage: &crate::storage::Storage,
-    submission_id: &str,
     objects: &crate::objects::Objects,
+    spec: &arena_bench::spec::BenchmarkSpec,
+    submission_id: &str,
 ) -> anyhow::Result<Option<SubmissionStatus>> {
     let (pending, running, _) = storage.episode_counts(submission_id).await?;
     if pending > 0 || running > 0 {
@@ -216,11 +221,11 @@ async fn complete_submission(
         return Ok(Some(submission.status));
     }
     let rows = storage.episodes(submission_id).await?;
-    let report = results::report(&ctx.benchmark.spec, &submission, &rows);
+    let report = results::report(spec, &submission, &rows);
     let json = serde_json::to_string(&report)?;
     // Files first, then the status: a replica that dies in between leaves the submission
     // open, and whichever session ends it next does this again (every step is idempotent).
-    if let Err(e) = trajectory_store::merge(objects, submission_id, &ctx.benchmark.spec.name, &rows).await {
+    if let Err(e) = trajectory_store::merge(objects, submission_id, &spec.name, &rows).await {
         // Another session (another replica) may have completed it meanwhile, deleting the
         // runs this merge was reading.
         match storage.submission(submission_id).await? {

@@ -45,6 +45,19 @@ struct Running {
 /// Deadline of each lane's first request of a session, when the step deadline is shorter.
 pub const FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How often an idle practice lane looks at its inbox for late actions.
+const IDLE_POLL: Duration = Duration::from_millis(50);
+
+/// The `stale_step` error for an Action whose step is not outstanding, and why.
+fn stale_step(a: &Action, why: &str) -> Msg {
+    Msg::Error(protocol::Error {
+        code: codes::STALE_STEP.into(),
+        message: format!("step {} is not awaiting an Action ({why})", a.step),
+        step: a.step,
+        ..Default::default()
+    })
+}
+
 pub fn run_lane(
     ctx: &RunContext,
     lane: usize,
@@ -52,7 +65,13 @@ pub fn run_lane(
     commit: mpsc::Sender<Finished>,
 ) -> LaneEnd {
     match Lane::new(ctx, lane, inbox, commit) {
-        Ok(mut l) => l.run(),
+        Ok(mut l) => {
+            let end = l.run();
+            // Actions that came in since the last request are answered before the inbox goes
+            // (the gateway answers those that come after it).
+            l.refuse_late_actions();
+            end
+        }
         Err(e) => LaneEnd::Error(format!("starting simulator lane {lane}: {e:#}")),
     }
 }
@@ -97,6 +116,8 @@ impl<'a> Lane<'a> {
 
     fn run(&mut self) -> LaneEnd {
         loop {
+            // No request is outstanding here: whatever the inbox holds answers an old one.
+            self.refuse_late_actions();
             let idle = self.slots.iter().all(Option::is_none);
             let starting = match self.fill_slots(idle) {
                 Ok(s) => s,
@@ -147,6 +168,17 @@ impl<'a> Lane<'a> {
         self.ctx.out.send(msg).is_ok()
     }
 
+    /// Answers `stale_step` to every Action waiting in the inbox. Called only while no request
+    /// of this lane is outstanding, so each of them is late (its step timed out or was answered).
+    fn refuse_late_actions(&self) {
+        while let Ok(a) = self.inbox.try_recv() {
+            self.send(stale_step(
+                &a,
+                "its episodes have ended (answered already or timed out)",
+            ));
+        }
+    }
+
     /// Claims episodes for free slots and resets their envs together. When `idle` and the
     /// source is a practice session, blocks until the client asks for one (or the session ends).
     fn fill_slots(&mut self, idle: bool) -> Result<Vec<arena_sdk::protocol::EpisodeInfo>, LaneEnd> {
@@ -188,8 +220,18 @@ impl<'a> Lane<'a> {
         match &self.ctx.source {
             JobSource::Practice(rx) => {
                 let rx = rx.lock().expect("practice queue lock");
-                let next = if block { rx.recv().ok() } else { rx.try_recv().ok() };
-                Ok(next.map(|e| (e, 1)))
+                if !block {
+                    return Ok(rx.try_recv().ok().map(|e| (e, 1)));
+                }
+                // Idle until the client asks for an episode; a late action meanwhile is
+                // answered within a poll, not when the next episode starts.
+                loop {
+                    match rx.recv_timeout(IDLE_POLL) {
+                        Ok(e) => return Ok(Some((e, 1))),
+                        Err(RecvTimeoutError::Timeout) => self.refuse_late_actions(),
+                        Err(RecvTimeoutError::Disconnected) => return Ok(None),
+                    }
+                }
             }
             JobSource::Claims => {
                 let Sink::Submission {
@@ -237,6 +279,7 @@ impl<'a> Lane<'a> {
                         Ok(Some(at)) => {
                             let left = (at - crate::storage::now_ms()).max(0) as u64;
                             std::thread::sleep(Duration::from_millis(left.clamp(100, 1000)));
+                            self.refuse_late_actions();
                         }
                         Err(e) => return Err(LaneEnd::Error(format!("waiting for claimed episodes: {e}"))),
                     }
@@ -271,15 +314,10 @@ impl<'a> Lane<'a> {
             match self.inbox.recv_timeout(left) {
                 Ok(a) if a.step == step => return Wait::Action(a),
                 Ok(a) => {
-                    let _ = self.ctx.out.send(Msg::Error(protocol::Error {
-                        code: codes::STALE_STEP.into(),
-                        message: format!(
-                            "step {} is not awaiting an Action (answered already or timed out); waiting for step {step}",
-                            a.step
-                        ),
-                        step: a.step,
-                        ..Default::default()
-                    }));
+                    self.send(stale_step(
+                        &a,
+                        &format!("answered already or timed out; waiting for step {step}"),
+                    ));
                 }
                 Err(RecvTimeoutError::Timeout) => return Wait::Timeout,
                 Err(RecvTimeoutError::Disconnected) => return Wait::Lost,

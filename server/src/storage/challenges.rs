@@ -135,6 +135,18 @@ impl Storage {
         self.phases_where("benchmark", benchmark).await
     }
 
+    /// The phases that have not ended at `now` (ms), by start time.
+    pub async fn phases_not_ended(&self, now: i64) -> Result<Vec<Phase>, StorageError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {PHASE_COLUMNS} FROM phases WHERE ends_at > $1 ORDER BY starts_at, id"
+        ))
+        .bind(now)
+        .fetch_all(&self.pool)
+        .await
+        .ctx(|| "listing the phases that have not ended".to_string())?;
+        rows.iter().map(phase_from_row).collect()
+    }
+
     /// The phases whose `column` (a fixed column name, never user input) equals `value`.
     pub(super) async fn phases_where(&self, column: &'static str, value: &str) -> Result<Vec<Phase>, StorageError> {
         let rows = sqlx::query(&format!(

@@ -299,7 +299,8 @@ impl Storage {
         let now = now_ms();
         let row = sqlx::query(&format!(
             "UPDATE episodes SET status = 'RUNNING', attempts = attempts + 1, updated_at = $2, \
-             lease_owner = $3, lease_expires_at = $4 \
+             lease_owner = $3, lease_expires_at = $4, \
+             agent_name = (SELECT agent_name FROM submissions WHERE id = $1) \
              WHERE submission_id = $1 AND status = 'PENDING' AND idx = \
              (SELECT idx FROM episodes WHERE submission_id = $1 AND status = 'PENDING' \
               ORDER BY idx LIMIT 1{skip_locked}) \

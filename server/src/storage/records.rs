@@ -257,6 +257,8 @@ pub struct EpisodeRow {
     pub reason: Option<String>,
     /// Last change, unix milliseconds.
     pub updated_at: i64,
+    /// The agent (`connect.agent_name`) of the session that last ran it; None if never run.
+    pub agent_name: Option<String>,
     /// The server (replica id) that committed this final episode's result, and so stored its
     /// run's trajectory; None for an episode that is not final, or that was given up on
     /// (lost connections, an expired lease, a cancel) without a stored run. Internal: not in

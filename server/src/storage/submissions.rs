@@ -305,6 +305,18 @@ impl Storage {
         self.bump_shared_generation().await
     }
 
+    /// The agent of the session now running an unfinished submission (a resume may come from
+    /// another agent): pages show the last session's agent, each episode keeps its own.
+    pub async fn set_agent_name(&self, id: &str, agent_name: &str) -> Result<(), StorageError> {
+        sqlx::query("UPDATE submissions SET agent_name = $2 WHERE id = $1 AND status IN ('PENDING', 'RUNNING')")
+            .bind(id)
+            .bind(agent_name)
+            .execute(&self.pool)
+            .await
+            .ctx(|| format!("recording the agent of submission {id}"))?;
+        Ok(())
+    }
+
     /// Marks (or unmarks) a submission as a baseline; false if it does not exist.
     pub async fn set_baseline(&self, id: &str, baseline: bool) -> Result<bool, StorageError> {
         let _changed = self.leaderboards_changed();
@@ -354,6 +366,23 @@ impl Storage {
         .ctx(context)?;
         tx.commit().await.ctx(context)?;
         self.bump_shared_generation().await
+    }
+
+    /// The unfinished (PENDING or RUNNING) submissions with no RUNNING episode whose last change
+    /// (an episode's, else the submission's creation) is before `idle_since` (unix ms): nobody
+    /// is running them anywhere, and nobody has for a while.
+    pub async fn idle_submissions(&self, idle_since: i64) -> Result<Vec<String>, StorageError> {
+        let rows = sqlx::query(
+            "SELECT s.id FROM submissions s WHERE s.status IN ('PENDING', 'RUNNING') \
+             AND NOT EXISTS (SELECT 1 FROM episodes e WHERE e.submission_id = s.id AND e.status = 'RUNNING') \
+             AND COALESCE((SELECT MAX(e.updated_at) FROM episodes e WHERE e.submission_id = s.id), s.created_at) < $1 \
+             AND s.created_at < $1 ORDER BY s.created_at, s.id",
+        )
+        .bind(idle_since)
+        .fetch_all(&self.pool)
+        .await
+        .ctx(|| "listing idle submissions".to_string())?;
+        rows.iter().map(|row| get(row, "id", "an idle submission")).collect()
     }
 
     /// Replaces the metrics of a final episode (a re-score from its stored trajectory).

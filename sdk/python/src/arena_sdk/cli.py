@@ -21,6 +21,12 @@ from .transports import resolve_endpoint
 
 #: Metrics shown in the progress lines and the summary table when the benchmark computes them.
 KEY_METRICS = ("emd", "mpjpe_l", "success")
+#: Their units (docs/metrics.md): EMD of joint-angle frames in radians, mpjpe_l in milliradians,
+#: success 0 or 1 (no unit).
+METRIC_UNITS = {"emd": "rad", "mpjpe_l": "mrad", "success": ""}
+
+#: Why a motion shows as "-": the server withholds the names of hidden motions.
+HIDDEN_MOTIONS_NOTE = "motions show as '-': this benchmark or phase keeps its motion names hidden"
 
 DESCRIPTION = """\
 Run a MimicArena agent against an arena server: a scored submission of a benchmark (default),
@@ -225,7 +231,7 @@ class _Progress:
 
 def _describe(e: EpisodeEnd) -> str:
     text = f"episode {e.episode_id}{' ' + e.motion if e.motion else ''}: {e.status}, {e.steps} steps"
-    metrics = [f"{k} {_fmt(e.metrics[k])}" for k in KEY_METRICS if k in e.metrics]
+    metrics = [f"{k} {_fmt(e.metrics[k])}{_unit(k, ' ')}" for k in KEY_METRICS if k in e.metrics]
     if metrics:
         text += ", " + ", ".join(metrics)
     if e.reason:
@@ -237,11 +243,16 @@ def _fmt(value: float) -> str:
     return "nan" if math.isnan(value) else f"{value:.4f}"
 
 
+def _unit(metric: str, sep: str) -> str:
+    unit = METRIC_UNITS.get(metric, "")
+    return f"{sep}{unit}" if unit else ""
+
+
 def print_summary(summary: RunSummary, out: TextIO) -> None:
     """The episodes as a table (sorted by episode id), then totals."""
     episodes = sorted(summary.episodes, key=lambda e: e.episode_id)
     metrics = [k for k in KEY_METRICS if any(k in e.metrics for e in episodes)]
-    header = ["episode", "motion", "status", "steps", *metrics]
+    header = ["episode", "motion", "status", "steps", *(f"{k}{_unit(k, ' ')}" for k in metrics)]
     rows = [
         [
             str(e.episode_id),
@@ -268,10 +279,12 @@ def print_summary(summary: RunSummary, out: TextIO) -> None:
     line = f"{what}: {len(episodes)} episodes ({counts})"
     scored = [e.metrics["emd"] for e in episodes if "emd" in e.metrics and not math.isnan(e.metrics["emd"])]
     if scored:
-        line += f", mean emd {sum(scored) / len(scored):.4f}"
+        line += f", mean emd {sum(scored) / len(scored):.4f} rad"
     if summary.reconnects:
         line += f", {summary.reconnects} reconnects"
     print(line, file=out)
+    if episodes and all(not e.motion for e in episodes):
+        print(HIDDEN_MOTIONS_NOTE, file=out)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ FATAL_CODES = frozenset(
         "unauthorized",
         "unsupported_version",
         "unknown_benchmark",
+        "benchmark_unavailable",
         "unknown_submission",
         "invalid_message",
         "unknown_phase",

@@ -264,8 +264,11 @@ impl BufferExportWriter {
             .file
             .create_group("episodes")
             .map_err(h5err(&path, "episodes: create group"))?;
+        // Each episode ends where the next starts; the last at the end. No episode: no stop.
         let mut stops: Vec<i64> = self.starts.iter().skip(1).copied().collect();
-        stops.push(self.rows as i64);
+        if !self.starts.is_empty() {
+            stops.push(self.rows as i64);
+        }
         for (key, values) in [("start", &self.starts), ("stop", &stops)] {
             group
                 .new_dataset_builder()
@@ -396,6 +399,22 @@ mod tests {
             f.dataset("episodes/stop").unwrap().read_raw::<i64>().unwrap(),
             [3, 3, 5]
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// An export with no episode has empty `episodes/start` and `episodes/stop` (issue 30: stop
+    /// was [0] against an empty start).
+    #[test]
+    fn an_empty_export_has_no_episode_bounds() {
+        let dir = std::env::temp_dir().join(format!("arena-buffer-export-empty-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("empty.h5");
+        let counts = BufferExportWriter::create(&path).unwrap().finish("{}").unwrap();
+        assert_eq!(counts, ExportCounts { episodes: 0, rows: 0 });
+        let f = File::open(&path).unwrap();
+        for key in ["episodes/start", "episodes/stop"] {
+            assert!(f.dataset(key).unwrap().read_raw::<i64>().unwrap().is_empty(), "{key}");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -39,19 +39,18 @@ impl Default for LocalOptions {
 /// Progress callback: (episodes finished, episodes in all, the result just finished).
 pub type Progress<'a> = dyn FnMut(usize, usize, &EpisodeResult) + 'a;
 
-/// The protocol's description of a starting episode.
+/// The protocol's description of a starting episode. A benchmark that hides motion names sends
+/// neither the name nor where the window lies or how long it lasts (0), which would tell the
+/// clip apart just as well.
 pub fn episode_info(spec: &BenchmarkSpec, library: &MotionLibrary, episode: &Episode, attempt: u32) -> EpisodeInfo {
     let motion = &library.motions[episode.motion];
+    let hidden = spec.observations.hide_motion_names;
     EpisodeInfo {
         episode_id: episode.index as u32,
-        motion: if spec.observations.hide_motion_names {
-            String::new()
-        } else {
-            motion.name.clone()
-        },
-        start_s: episode.start_s,
-        duration_s: episode.duration_s,
-        steps: episode::episode_steps(episode),
+        motion: if hidden { String::new() } else { motion.name.clone() },
+        start_s: if hidden { 0.0 } else { episode.start_s },
+        duration_s: if hidden { 0.0 } else { episode.duration_s },
+        steps: if hidden { 0 } else { episode::episode_steps(episode) },
         seed: episode.seed,
         dr_level: spec.episodes.dr_level as u32,
         attempt,

@@ -492,6 +492,31 @@ pub fn validate_phase(phase: &Phase, spec: &BenchmarkSpec) -> Result<(), AccessE
     Ok(())
 }
 
+/// Why a benchmark's motions are hidden from teams now, if they are: its own `motions.hidden`
+/// flag, or a private phase that runs it and has not ended (its test set). Hidden motions never
+/// reach teams: no names, durations or sources on the benchmark's page, no practice, no names
+/// and no revealed reference in `episode_start`; the episodes run as usual (issue 30).
+pub async fn motions_hidden(storage: &Storage, spec: &BenchmarkSpec, now_ms: i64) -> Result<Option<String>, AccessError> {
+    if spec.motions.hidden {
+        return Ok(Some(format!("benchmark {} keeps its motions hidden (a test set)", spec.name)));
+    }
+    let phases = storage.phases_of_benchmark(&spec.name).await?;
+    Ok(phases.iter().find(|p| results_hidden(p, now_ms)).map(|p| {
+        format!(
+            "benchmark {} is the test set of private phase {} until {}",
+            spec.name,
+            p.id,
+            rfc3339(p.ends_at)
+        )
+    }))
+}
+
+/// A benchmark's view with its motions hidden: no names in `episode_start`, no whole reference.
+pub fn hide_motions(spec: &mut BenchmarkSpec) {
+    spec.observations.hide_motion_names = true;
+    spec.observations.reveal_reference = false;
+}
+
 /// The benchmark as a phase runs it: only the phase's observation groups (no reference frames,
 /// neither the horizon nor the revealed motion, unless `reference` is allowed; no reference rows
 /// unless `reference_goal` is), and, in a private phase, no motion names in EpisodeStart (opaque

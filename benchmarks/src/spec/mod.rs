@@ -78,6 +78,12 @@ pub struct MotionSet {
     /// Where the clips come from and their licence, as dataset cards and pages quote it.
     #[serde(default)]
     pub attribution: Option<String>,
+    /// A hidden test set: the motions' names, durations and references never reach teams
+    /// (pages, REST, practice, `episode_start`), while the episodes run as usual. A benchmark
+    /// used by a private phase is hidden the same way until the phase ends (the server decides
+    /// that; this is the benchmark's own flag).
+    #[serde(default)]
+    pub hidden: bool,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]

@@ -112,6 +112,7 @@ struct RawMotions {
     fps: Option<f64>,
     split: Option<SplitFilter>,
     attribution: Option<String>,
+    hidden: Option<bool>,
 }
 
 #[derive(Deserialize, Default)]
@@ -431,6 +432,7 @@ impl Check<'_> {
             fps: m.fps,
             split,
             attribution: m.attribution,
+            hidden: m.hidden.unwrap_or(false),
         })
     }
 

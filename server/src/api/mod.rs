@@ -258,6 +258,31 @@ async fn check_results_visible(state: &AppState, who: &Caller, s: &Submission) -
     Ok(())
 }
 
+/// Why the submission's benchmark hides its motions from this caller now, if it does
+/// ([`access::motions_hidden`]; admins see everything).
+async fn motions_hidden_from(state: &AppState, who: &Caller, s: &Submission) -> Result<Option<String>, ApiError> {
+    if who.is_admin() {
+        return Ok(None);
+    }
+    let spec = state
+        .catalog
+        .spec(&s.benchmark)
+        .map_err(|e| benchmark_error(&s.benchmark, &e))?;
+    Ok(access::motions_hidden(&state.storage, &spec, now_ms()).await?)
+}
+
+/// 403 `hidden` when the submission's per-episode details (its motions: reports, trajectories,
+/// replays, episode CSV) are hidden from this caller: its benchmark is a hidden test set.
+async fn check_motions_visible(state: &AppState, who: &Caller, s: &Submission) -> Result<(), ApiError> {
+    match motions_hidden_from(state, who, s).await? {
+        Some(why) => Err(ApiError(AccessError::hidden(format!(
+            "the episodes of submission {} name hidden motions: {why} (its scores are in /results)",
+            s.id
+        )))),
+        None => Ok(()),
+    }
+}
+
 async fn health(State(state): State<Arc<AppState>>) -> ApiResult {
     Ok(Json(json!({
         "status": "ok",
@@ -299,7 +324,7 @@ async fn get_benchmark(
     headers: HeaderMap,
     ApiPath(name): ApiPath<String>,
 ) -> ApiResult {
-    optional_caller(&state, &headers).await?;
+    let who = optional_caller(&state, &headers).await?;
     let spec = state.catalog.spec(&name).map_err(|e| benchmark_error(&name, &e))?;
     let mut v = json!(spec);
     v["ranking_rule"] = spec.ranking.describe().into();
@@ -314,6 +339,15 @@ async fn get_benchmark(
         })
         .collect::<Vec<_>>()
         .into();
+    // A hidden test set shows teams and visitors no motion: no names, durations or sources.
+    if !who.as_ref().is_some_and(Caller::is_admin) {
+        if let Some(why) = access::motions_hidden(&state.storage, &spec, now_ms()).await? {
+            v["motions"] = json!({"hidden": true, "attribution": spec.motions.attribution});
+            v["motion_list"] = Value::Null;
+            v["motions_hidden"] = why.into();
+            return Ok(Json(v).into_response());
+        }
+    }
     let catalog = state.catalog.clone();
     let loaded = tokio::task::spawn_blocking(move || catalog.load(&name))
         .await

@@ -4,8 +4,8 @@
 
 use super::extract::{ApiBody, episode_index};
 use super::{
-    ApiError, ApiPath, ApiQuery, ApiResult, Caller, bad_request, benchmark_error, caller, check_results_visible,
-    conflict, not_found, parse_body, require_admin, storage_error, visible_submission,
+    ApiError, ApiPath, ApiQuery, ApiResult, Caller, bad_request, benchmark_error, caller, check_motions_visible,
+    check_results_visible, conflict, not_found, parse_body, require_admin, storage_error, visible_submission,
 };
 use crate::app::AppState;
 use crate::episode_views::{self, csv_field};
@@ -59,6 +59,7 @@ async fn stored_episode(
 ) -> Result<EpisodeRecord, ApiError> {
     let (who, s) = visible_submission(state, headers, id).await?;
     check_results_visible(state, &who, &s).await?;
+    check_motions_visible(state, &who, &s).await?;
     if idx < 0 || idx >= s.episodes_total {
         return Err(not_found(format!(
             "submission {id} has episodes 0 to {}, not {idx}",
@@ -183,6 +184,7 @@ async fn episodes_csv(
 ) -> ApiResult {
     let (who, s) = visible_submission(&state, &headers, &id).await?;
     check_results_visible(&state, &who, &s).await?;
+    check_motions_visible(&state, &who, &s).await?;
     let rows = state.storage.episodes(&id).await?;
     let mut metrics: Vec<&String> = rows.iter().flat_map(|r| r.metrics.keys()).collect();
     metrics.sort();

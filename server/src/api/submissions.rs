@@ -87,8 +87,15 @@ pub(super) async fn get_results(
 ) -> ApiResult {
     let (who, s) = visible_submission(&state, &headers, &id).await?;
     check_results_visible(&state, &who, &s).await?;
-    let rows = state.storage.episodes(&id).await?;
+    let mut rows = state.storage.episodes(&id).await?;
     let aggregator = results::aggregate(&rows);
+    if motions_hidden_from(&state, &who, &s).await?.is_some() {
+        // A hidden test set: scores, but no motion or window of any episode.
+        for r in &mut rows {
+            r.motion.clear();
+            (r.start_s, r.duration_s) = (0.0, 0.0);
+        }
+    }
     Ok(Json(json!({
         "submission": s,
         "aggregated": aggregator.aggregated(),
@@ -106,6 +113,7 @@ pub(super) async fn get_report(
 ) -> ApiResult {
     let (who, s) = visible_submission(&state, &headers, &id).await?;
     check_results_visible(&state, &who, &s).await?;
+    check_motions_visible(&state, &who, &s).await?;
     if let Some(json) = &s.report_json {
         return Ok(([(header::CONTENT_TYPE, "application/json")], json.clone()).into_response());
     }
@@ -125,6 +133,7 @@ pub(super) async fn get_trajectories(
 ) -> ApiResult {
     let (who, s) = visible_submission(&state, &headers, &id).await?;
     check_results_visible(&state, &who, &s).await?;
+    check_motions_visible(&state, &who, &s).await?;
     // Streamed from the object store as it is read (a completed submission's merged file).
     let found = state
         .objects

@@ -221,6 +221,20 @@ async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Box<Msg>>
         benchmark = Arc::new(access::phase_benchmark(&benchmark, phase));
         reveal_results = !access::results_hidden(phase, now);
     }
+    let hidden = access::motions_hidden(&state.storage, &benchmark.spec, now)
+        .await
+        .map_err(refusal)?;
+    if let Some(why) = hidden {
+        if practice {
+            return Err(refusal(AccessError::forbidden(format!(
+                "practice is not offered on benchmark {}: {why}",
+                benchmark.spec.name
+            ))));
+        }
+        let mut view = (*benchmark).clone();
+        access::hide_motions(&mut view.spec);
+        benchmark = Arc::new(view);
+    }
     if practice {
         return Ok(Admitted {
             benchmark,

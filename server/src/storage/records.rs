@@ -228,6 +228,10 @@ impl FromStr for EpisodeState {
     }
 }
 
+fn seed_as_string<S: serde::Serializer>(seed: &u64, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(seed)
+}
+
 /// A stored episode.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EpisodeRow {
@@ -241,7 +245,9 @@ pub struct EpisodeRow {
     pub start_s: f64,
     /// Episode length, seconds.
     pub duration_s: f64,
-    /// Simulation seed.
+    /// Simulation seed. In JSON a decimal string: a u64 exceeds the 2^53 that JavaScript
+    /// numbers (the pages) hold exactly.
+    #[serde(serialize_with = "seed_as_string")]
     pub seed: u64,
     /// Domain-randomisation level.
     pub dr_level: i64,

@@ -169,12 +169,13 @@ pub fn print_event(event: ClientEvent<'_>) {
             "connected: session {} submission {:?}, {} episodes to run",
             c.session_id, c.submission_id, c.episodes_remaining
         ),
+        // EMD of joint-angle frames is in radians (docs/metrics.md).
         ClientEvent::EpisodeEnd(e) => println!(
             "episode {:>4} {:<9} steps {:>4}  emd {}",
             e.episode_id,
             e.status,
             e.steps,
-            e.metrics.get("emd").map_or("-".into(), |v| format!("{v:.4}"))
+            e.metrics.get("emd").map_or("-".into(), |v| format!("{v:.4} rad"))
         ),
         ClientEvent::ServerError(e) => eprintln!("server: {}: {}", e.code, e.message),
         ClientEvent::Reconnecting { attempt, delay, error } => {

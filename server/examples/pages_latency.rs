@@ -14,8 +14,9 @@
 
 use anyhow::Context;
 use arena_bench::spec::BenchmarkSpec;
-use arena_server::app::{self, AppState};
+use arena_server::app;
 use arena_server::config::ServerConfig;
+use arena_server::state::AppState;
 use arena_server::storage::{EpisodeRow, EpisodeState, Storage, Submission, SubmissionStatus, hash_token};
 use arena_server::{leaderboard, results};
 use clap::Parser;

@@ -496,9 +496,16 @@ pub fn validate_phase(phase: &Phase, spec: &BenchmarkSpec) -> Result<(), AccessE
 /// flag, or a private phase that runs it and has not ended (its test set). Hidden motions never
 /// reach teams: no names, durations or sources on the benchmark's page, no practice, no names
 /// and no revealed reference in `episode_start`; the episodes run as usual (issue 30).
-pub async fn motions_hidden(storage: &Storage, spec: &BenchmarkSpec, now_ms: i64) -> Result<Option<String>, AccessError> {
+pub async fn motions_hidden(
+    storage: &Storage,
+    spec: &BenchmarkSpec,
+    now_ms: i64,
+) -> Result<Option<String>, AccessError> {
     if spec.motions.hidden {
-        return Ok(Some(format!("benchmark {} keeps its motions hidden (a test set)", spec.name)));
+        return Ok(Some(format!(
+            "benchmark {} keeps its motions hidden (a test set)",
+            spec.name
+        )));
     }
     let phases = storage.phases_of_benchmark(&spec.name).await?;
     Ok(phases.iter().find(|p| results_hidden(p, now_ms)).map(|p| {

@@ -18,6 +18,7 @@ pub mod leaderboard;
 pub mod objects;
 pub mod orchestrator;
 pub mod results;
+pub mod state;
 pub mod storage;
 pub mod trajectory_store;
 pub mod web;

@@ -5,7 +5,7 @@
 
 use crate::access::AccessError;
 use crate::api::ApiError;
-use crate::app::AppState;
+use crate::state::AppState;
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::header;

@@ -652,14 +652,16 @@ fn public_and_private_phases() {
     let (_, alpha) = team(&server, "alpha");
     let (_, beta) = team(&server, "beta");
 
-    // Alpha in the public phase: names, metrics and results as usual.
+    // Alpha in the public phase: metrics and results as usual, but g1-smoke is the private
+    // phase's test set until it ends, so no motion reaches any team (issue 30): no names or
+    // windows in episode_start or the results, none on the benchmark page, no practice.
     let (summary, seen) = run_in_phase(&server, &alpha, "dev");
     assert_eq!(summary.submission_status, "COMPLETED");
     assert_eq!(
         seen.groups,
         ["state", "last_action", "history_actor", "reference", "reference_goal"]
     );
-    assert!(seen.motions.contains(&"squat".to_string()), "{:?}", seen.motions);
+    assert!(seen.motions.iter().all(String::is_empty), "{:?}", seen.motions);
     assert!(seen.ends.iter().all(|e| e.metrics.contains_key("emd")));
     let public_id = summary.submission_id.clone();
     let results = ok(
@@ -668,31 +670,42 @@ fn public_and_private_phases() {
     );
     assert_eq!(results["aggregated"]["emd"]["count"], 6, "{results}");
     assert_eq!(results["submission"]["phase"], "dev");
+    for e in results["episodes"].as_array().unwrap() {
+        assert_eq!(
+            (e["motion"].as_str(), e["duration_s"].as_f64()),
+            (Some(""), Some(0.0)),
+            "{e}"
+        );
+    }
+    refused(
+        server.get(&format!("/api/v1/submissions/{public_id}/report"), Some(&alpha)),
+        403,
+        "hidden",
+        "test set of private phase final",
+    );
+    for token in [None, Some(alpha.as_str())] {
+        let page = ok(server.get("/api/v1/benchmarks/g1-smoke", token), 200);
+        assert!(page["motion_list"].is_null(), "{page}");
+        assert_eq!(page["motions"]["hidden"], true, "{page}");
+        assert!(!page.to_string().contains("squat"), "no name anywhere: {page}");
+        assert!(
+            page["motions_hidden"].as_str().unwrap().contains("private phase final"),
+            "{page}"
+        );
+    }
+    let page = ok(server.get("/api/v1/benchmarks/g1-smoke", Some(ADMIN)), 200);
+    assert_eq!(
+        page["motion_list"].as_array().unwrap().len(),
+        6,
+        "the admin sees the motions"
+    );
     let board = ok(server.get("/api/v1/phases/dev/leaderboard", None), 200);
     assert_eq!(board["entries"][0]["submission_id"], public_id.as_str(), "{board}");
     assert_eq!(board["phase"], "dev");
 
-    // Practice is allowed in a public phase (here over gRPC).
-    let mut config = ClientConfig::new(
-        server.grpc_url(),
-        &alpha,
-        Mode::Practice {
-            benchmark: String::new(),
-            episodes: vec![protocol::ResetEpisode {
-                motion: "stand".into(),
-                duration_s: 0.5,
-                ..Default::default()
-            }],
-        },
-    );
-    config.phase = "dev".into();
-    config.max_reconnects = 0;
-    let practice = client::run_blocking(&config, &mut ReplayAgent::new(), &mut |_| {}).unwrap();
-    assert!(
-        practice.episodes[0].metrics.contains_key("emd"),
-        "{:?}",
-        practice.episodes
-    );
+    // Practice in the public phase would run the test set's motions: refused, saying why.
+    let e = connect_refused(&server, connect(&alpha, "practice", "", "dev"));
+    protocol_refused(&e, codes::FORBIDDEN, "test set of private phase final");
 
     // Beta in the private phase: opaque episodes, only its groups, no metrics or reasons.
     let e = connect_refused(&server, connect(&beta, "practice", "", "final"));
@@ -815,6 +828,31 @@ fn public_and_private_phases() {
     let board = ok(server.get("/api/v1/phases/final/leaderboard", None), 200);
     assert_eq!(board["entries"][0]["submission_id"], private_id.as_str(), "{board}");
     assert_eq!(teams_on(None).len(), 2);
+    // The private phase over, the public phase is an ordinary one again: practice is allowed
+    // (here over gRPC) and motion names show.
+    let mut config = ClientConfig::new(
+        server.grpc_url(),
+        &alpha,
+        Mode::Practice {
+            benchmark: String::new(),
+            episodes: vec![protocol::ResetEpisode {
+                motion: "stand".into(),
+                duration_s: 0.5,
+                ..Default::default()
+            }],
+        },
+    );
+    config.phase = "dev".into();
+    config.max_reconnects = 0;
+    let practice = client::run_blocking(&config, &mut ReplayAgent::new(), &mut |_| {}).unwrap();
+    assert!(
+        practice.episodes[0].metrics.contains_key("emd"),
+        "{:?}",
+        practice.episodes
+    );
+    let page = ok(server.get("/api/v1/benchmarks/g1-smoke", None), 200);
+    assert_eq!(page["motion_list"].as_array().unwrap().len(), 6, "{page}");
+
     // ... and it takes no more submissions.
     let e = connect_refused(&server, connect(&beta, "submission", "", "final"));
     protocol_refused(&e, codes::PHASE_CLOSED, "closed at");

@@ -323,8 +323,8 @@ fn every_shipped_benchmark_ranks_by_success_first() {
 /// when the server starts, and then ranks; the database's leaderboard rows carry the summary.
 #[test]
 fn older_reports_get_their_summary_when_the_server_starts() {
-    use arena_server::app::AppState;
     use arena_server::config::ServerConfig;
+    use arena_server::state::AppState;
     use arena_server::storage::{NewSubmission, Storage};
     let spec = stand_benchmark();
     let report = serde_json::to_string(&standing_report(&spec)).unwrap();

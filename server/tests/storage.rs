@@ -418,7 +418,11 @@ async fn episodes_are_counted_once(url: String, engine: Engine) {
     assert_eq!(rows[2].status, EpisodeState::Pending);
     let json = serde_json::to_value(&rows[0]).unwrap();
     assert_eq!(json["status"], "FELL");
-    assert_eq!(json["seed"], serde_json::json!(u64::MAX.to_string()), "exact, as a string");
+    assert_eq!(
+        json["seed"],
+        serde_json::json!(u64::MAX.to_string()),
+        "exact, as a string"
+    );
 
     for state in [EpisodeState::Completed, EpisodeState::Failed] {
         let idx = if state == EpisodeState::Completed { 2 } else { 3 };

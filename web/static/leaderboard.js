@@ -32,10 +32,12 @@ export function entryOpener(who) {
 
 /**
  * Renders a Leaderboard JSON as a sortable table.
- * lb: {benchmark, success_metric, primary, direction, entries: [...]}; info: metricInfoMap;
- * canOpen(entry): whether to link the entry's submission page (default: never).
+ * lb: {benchmark, success_metric, survival_metric, primary, direction, entries: [...]}; info:
+ * metricInfoMap; canOpen(entry): whether to link the entry's submission page (default: never).
+ * Entries come in ranking order; baselines have no rank number (`rank` null) and keep their place.
  */
-export function leaderboardTable(lb, info = {}, { canOpen = () => false } = {}) {
+export function leaderboardTable(lb, info = {}, { canOpen = () => false, testid = 'leaderboard-table', empty = 'No completed submission yet.' } = {}) {
+  const rows = (lb.entries || []).map((e, i) => ({ ...e, order: i + 1 }));
   const primaryInfo = { ...(info[lb.primary] || {}) };
   if (!primaryInfo.direction && lb.direction) primaryInfo.direction = lb.direction;
   const tieNames = [];
@@ -43,7 +45,12 @@ export function leaderboardTable(lb, info = {}, { canOpen = () => false } = {}) 
     for (const [name] of e.tie_breakers || []) if (!tieNames.includes(name)) tieNames.push(name);
   }
   const cols = [
-    { key: 'rank', label: 'Rank', numeric: true },
+    {
+      key: 'order',
+      label: 'Rank',
+      numeric: true,
+      render: (e) => (e.rank != null ? String(e.rank) : h('span.muted', { title: e.baseline ? 'baselines are shown at their place, without a rank' : 'not ranked' }, '—')),
+    },
     {
       key: 'team',
       label: 'Team',
@@ -73,6 +80,16 @@ export function leaderboardTable(lb, info = {}, { canOpen = () => false } = {}) 
       render: (e) => fmtPct(e.success_rate),
     });
   }
+  if (lb.survival_metric) {
+    const mi = info[lb.survival_metric] || {};
+    cols.push({
+      key: 'survival',
+      label: h('span', { title: `mean ${lb.survival_metric} over scored episodes: how long the robot keeps to the reference (ranked after the success rate)` }, 'Time to failure (s) ', h('span.arrow', { title: 'higher is better' }, '↑')),
+      numeric: true,
+      defaultDir: mi.direction === 'lower' ? 'asc' : 'desc',
+      render: (e) => fmtNum(e.survival),
+    });
+  }
   cols.push({
     key: 'score',
     label: metricLabel(lb.primary, primaryInfo),
@@ -97,11 +114,11 @@ export function leaderboardTable(lb, info = {}, { canOpen = () => false } = {}) 
     numeric: true,
     render: (e) => [String(e.scored_episodes ?? '—'), e.failed_episodes ? h('span.muted', ` (+${e.failed_episodes} failed)`) : null],
   });
-  return sortableTable(cols, lb.entries || [], {
-    testid: 'leaderboard-table',
-    sortKey: 'rank',
-    empty: 'No completed submission yet.',
-    rowAttrs: (e) => ({ class: e.baseline ? 'baseline-row' : '', dataset: { submissionId: e.submission_id, rank: String(e.rank) } }),
+  return sortableTable(cols, rows, {
+    testid,
+    sortKey: 'order',
+    empty,
+    rowAttrs: (e) => ({ class: e.baseline ? 'baseline-row' : '', dataset: { submissionId: e.submission_id, rank: e.rank != null ? String(e.rank) : '' } }),
   });
 }
 
@@ -127,12 +144,29 @@ export async function renderLeaderboard(el, path, info, ctx) {
   }
   if (ctx && !ctx.live()) return null;
   const count = (lb.entries || []).length;
+  const rule = [
+    lb.success_metric ? 'success rate first' : null,
+    lb.survival_metric ? 'then the longest time to failure' : null,
+    `then mean ${lb.primary} (${lb.direction === 'higher' ? 'higher' : 'lower'} is better)`,
+  ]
+    .filter(Boolean)
+    .join(', ')
+    .replace(/^then /, '');
   el.appendChild(
     h(
       'p.muted.lb-caption',
-      `${plural(count, 'entry', 'entries')} ranked by ${lb.success_metric ? 'success rate first, then ' : ''}mean ${lb.primary} (${lb.direction === 'higher' ? 'higher' : 'lower'} is better)${(lb.entries || []).some((e) => e.baseline) ? '; baseline rows are the organisers\' reference agents' : ''}. Click a column header to sort.`,
+      `${plural(count, 'entry', 'entries')} ranked by ${rule}${(lb.entries || []).some((e) => e.baseline) ? '; baseline rows are the organisers\' reference agents, shown at their place without a rank' : ''}. Click a column header to sort.`,
     ),
   );
   el.appendChild(leaderboardTable(lb, info || {}, { canOpen: entryOpener(who) }));
+  const unranked = lb.unranked || [];
+  if (unranked.length) {
+    const sec = h('div.unranked', { 'data-testid': 'leaderboard-unranked' },
+      h('h3', 'Not ranked ', badge('no scored episode', 'red', 'unranked-badge')),
+      h('p.muted', `${plural(unranked.length, 'submission', 'submissions')} whose every episode failed or timed out: nothing to rank them by.`),
+      leaderboardTable({ ...lb, entries: unranked }, info || {}, { canOpen: entryOpener(who), testid: 'unranked-table', empty: '' }),
+    );
+    el.appendChild(sec);
+  }
   return lb;
 }

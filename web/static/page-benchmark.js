@@ -63,7 +63,10 @@ function jump(ev, id) {
 function motionsSection(b) {
   const sec = h('section.card#sec-motions', h('h2', 'Motions'));
   const list = b.motion_list;
-  if (Array.isArray(list)) {
+  if (b.motions_hidden) {
+    // A hidden test set: the server sends no name, duration or source of any motion.
+    sec.append(notice(`The motions are hidden: ${b.motions_hidden}. The episodes run as usual; their motions are not shown.`, 'info', 'motions-hidden'));
+  } else if (Array.isArray(list)) {
     const total = list.reduce((a, m) => a + (Number.isFinite(m.duration_s) ? m.duration_s : 0), 0);
     sec.append(
       h('p.muted', `${plural(list.length, 'clip')}, ${fmtDuration(total)} in all.`),

@@ -115,7 +115,22 @@ export async function submissionPage(root, { id }, ctx) {
         h('div.progress-bar', { style: { width: `${pct}%` }, class: ACTIVE.has(sub.status) ? 'active' : '' }),
         h('span.progress-label', `${done} / ${total} (${pct}%)`),
       ),
-      ACTIVE.has(sub.status) ? h('p.muted.small', 'Updating every 2 s while the submission runs.') : '',
+      ACTIVE.has(sub.status) && sub.awaiting_agent
+        ? notice(
+            [
+              'Waiting for the agent to reconnect: no agent is running this submission now. Resume it with the same submission id ',
+              h('code', `--submission-id ${sub.id}`),
+              ' (arena-agent) or ',
+              h('code', `submission_id = "${sub.id}"`),
+              ' (SDKs); only its unfinished episodes run.',
+              sub.idle_expiry_s ? ` Unless an agent runs it, it ends as FAILED (abandoned) ${fmtNum(sub.idle_expiry_s / 3600)} h after its last activity.` : '',
+            ],
+            'warn',
+            'awaiting-agent',
+          )
+        : ACTIVE.has(sub.status)
+          ? h('p.muted.small', 'Updating every 2 s while the submission runs.')
+          : '',
     );
   }
 
@@ -339,7 +354,15 @@ function renderResults(root, res, { id, bench, info, state }) {
     const shown = state.allMetrics ? all : all.slice(0, Math.max(ranking.length, Math.min(6, all.length)));
     const cols = [
       { key: 'idx', label: '#', numeric: true },
-      { key: 'motion', label: 'Motion', render: (e) => h('a', { href: `#/submissions/${enc(id)}/episodes/${e.idx}`, 'data-testid': 'episode-link' }, e.motion) },
+      {
+        key: 'motion',
+        label: 'Motion',
+        render: (e) =>
+          e.motion
+            ? h('a', { href: `#/submissions/${enc(id)}/episodes/${e.idx}`, 'data-testid': 'episode-link' }, e.motion)
+            : h('span.muted', { title: 'hidden: this benchmark is a hidden test set' }, '—'),
+      },
+      { key: 'agent_name', label: 'Agent', render: (e) => e.agent_name || '—' },
       { key: 'category', label: 'Category' },
       { key: 'status', label: 'Status', render: (e) => badge(e.status) },
       { key: 'steps', label: 'Steps', numeric: true },

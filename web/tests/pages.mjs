@@ -570,6 +570,8 @@ await step('leaderboard page', async () => {
   check('leaderboard row: success rate as %, score', cells.some((c) => /%$/.test(c)) && cells.length >= 8, cells);
   const headers = await page.locator('[data-testid=leaderboard-table] th').allTextContents();
   check('leaderboard headers carry units and arrows', headers.some((t) => /[↓↑]/.test(t)), headers);
+  check('leaderboard shows the time to failure it ranks by', headers.some((t) => /Time to failure/.test(t)), headers);
+  check('leaderboard caption states the rule', /time to failure/.test((await page.textContent('.lb-caption')) || ''));
   // Sorting by clicking a header
   const th = page.locator('[data-testid=leaderboard-table] th[data-key="team"]');
   await th.click();
@@ -674,6 +676,7 @@ await step('pending submission (polling, cancel)', async () => {
   const start = polls;
   await page.waitForTimeout(4500);
   check('page polls while PENDING (every 2 s)', polls - start >= 2, polls - start);
+  check('a submission no agent runs says it waits for its agent', (await page.locator('[data-testid=awaiting-agent]').count()) === 1);
   check('no downloads while PENDING', (await page.locator('#sub-actions [data-testid^=dl-]').count()) === 0 && (await page.locator('[data-testid=downloads-pending]').count()) === 1);
   check('no replay link on pending episodes', (await page.locator('[data-testid=episode-table] [data-testid=replay-link]').count()) === 0);
   // A pending episode's page says there is nothing to replay yet (and asks for no replay).

@@ -9,8 +9,8 @@ use super::{
     ApiError, ApiPath, ApiQuery, ApiResult, Caller, bad_request, benchmark_error, caller, internal_error, not_found,
 };
 use crate::access;
-use crate::app::AppState;
 use crate::datasets::{self, DatasetError, DatasetFilter, ExportFormat, Scope, Selection};
+use crate::state::AppState;
 use crate::storage::{Submission, now_ms};
 use axum::body::{Body, Bytes};
 use axum::extract::State;

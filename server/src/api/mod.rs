@@ -13,11 +13,11 @@ mod submissions;
 mod teams;
 
 use crate::access::{self, AccessError, PhaseState, RunRequest};
-use crate::app::AppState;
 use crate::catalog::{CatalogError, ClientLoadError};
 use crate::leaderboard;
 use crate::orchestrator::runner;
 use crate::results;
+use crate::state::AppState;
 use crate::storage::{NewSubmission, Phase, StorageError, Submission, Team, Visibility, hash_token, now_ms};
 use axum::Json;
 use axum::Router;

@@ -7,9 +7,9 @@ use super::{
     ApiError, ApiPath, ApiQuery, ApiResult, Caller, bad_request, benchmark_error, caller, check_motions_visible,
     check_results_visible, conflict, not_found, parse_body, require_admin, storage_error, visible_submission,
 };
-use crate::app::AppState;
 use crate::episode_views::{self, csv_field};
 use crate::results;
+use crate::state::AppState;
 use crate::storage::{EpisodeState, SubmissionStatus};
 use arena_data::trajectory_file::{self, EpisodeRecord};
 use axum::extract::State;

@@ -38,7 +38,7 @@ pub(super) async fn create_submission(
         &state.storage,
         &team,
         &NewSubmission {
-            id: crate::app::new_submission_id(),
+            id: crate::state::new_submission_id(),
             team_id: team.id,
             benchmark: benchmark.spec.name.clone(),
             agent_name: new.agent_name,

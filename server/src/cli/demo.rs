@@ -2,9 +2,10 @@
 //! defaults, runs the reference-replay agent through the Rust SDK over a real WebSocket on
 //! loopback, and prints the per-motion metrics, the leaderboard and where the files are.
 
-use crate::app::{self, AppState};
+use crate::app;
 use crate::cli::serve::{ConfigArgs, LaneBackendArgs};
 use crate::leaderboard;
+use crate::state::{self, AppState};
 use crate::storage::{EpisodeState, hash_token};
 use anyhow::Context;
 use arena_sdk::agents::ReplayAgent;
@@ -57,7 +58,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     if !a.json {
         println!(
             "server: http://{addr} (database {})",
-            app::redact(&config.database_url())
+            state::redact(&config.database_url())
         );
     }
 

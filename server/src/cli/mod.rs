@@ -121,7 +121,7 @@ pub async fn open_existing_storage(config: &crate::config::ServerConfig) -> anyh
     }
     crate::storage::Storage::connect(&url)
         .await
-        .map_err(|e| anyhow::anyhow!("opening the database {}: {e}", crate::app::redact(&url)))
+        .map_err(|e| anyhow::anyhow!("opening the database {}: {e}", crate::state::redact(&url)))
 }
 
 impl Cli {

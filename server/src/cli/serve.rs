@@ -1,7 +1,8 @@
 //! `arena serve`: the evaluation server, and the configuration flags it shares with `arena demo`.
 
-use crate::app::{self, AppState};
+use crate::app;
 use crate::config::ServerConfig;
+use crate::state::{self, AppState};
 use anyhow::Context;
 use clap::Args;
 use std::net::SocketAddr;
@@ -206,7 +207,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             eprintln!("note: no admin token (ARENA_ADMIN_TOKEN / --admin-token): team management is disabled");
         }
         let state = AppState::open(config.clone()).await?;
-        for warning in app::unloadable_phases(&state).await? {
+        for warning in state::unloadable_phases(&state).await? {
             eprintln!("warning: {warning}");
         }
         let listener = tokio::net::TcpListener::bind(config.bind)
@@ -217,7 +218,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         println!("arena serve: listening on http://{addr} (agents: ws://{addr}/api/v1/agent or gRPC at {addr})");
         println!(
             "arena serve: database {}, data in {}, objects in {}, replica {}",
-            app::redact(&config.database_url()),
+            state::redact(&config.database_url()),
             config.data_dir.display(),
             state.objects.shown(),
             state.storage.lease().owner

@@ -2,7 +2,7 @@
 //! per session, served on the HTTP port (HTTP/2), next to the standard gRPC health service.
 
 use super::Incoming;
-use crate::app::AppState;
+use crate::state::AppState;
 use arena_sdk::protocol::agent_gateway_server::{AgentGateway, AgentGatewayServer};
 use arena_sdk::protocol::{DecodeError, Envelope, Msg, codes};
 use futures_util::{Stream, StreamExt};

@@ -9,9 +9,9 @@ pub mod grpc;
 pub mod ws;
 
 use crate::access::{self, AccessError, RunRequest};
-use crate::app::AppState;
 use crate::catalog::{ClientLoadError, LoadedBenchmark};
 use crate::orchestrator::{self, JobSource, RunContext, RunOutcome, Sink, runner};
+use crate::state::AppState;
 use crate::storage::{NewSubmission, Submission, SubmissionStatus, now_ms};
 use arena_bench::spec::Episode;
 use arena_runner::episode::episode_spec;
@@ -257,7 +257,7 @@ async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Box<Msg>>
         }
         None => {
             let new = NewSubmission {
-                id: crate::app::new_submission_id(),
+                id: crate::state::new_submission_id(),
                 team_id: team.id,
                 benchmark: benchmark.spec.name.clone(),
                 agent_name: c.agent_name.clone(),

@@ -3,7 +3,7 @@
 //! answers in it.
 
 use super::Incoming;
-use crate::app::AppState;
+use crate::state::AppState;
 use arena_sdk::protocol::{self, Encoding, Msg};
 use axum::extract::ws::{Message as WsMessage, WebSocket};
 use futures_util::{SinkExt, StreamExt};

@@ -201,7 +201,7 @@ pub fn finish(ctx: &RunContext, lanes: &[LaneEnd]) -> RunOutcome {
 /// Completes a submission whose episodes are all final: merged trajectories and report into the
 /// store, then COMPLETED with the report and leaderboard summary. None while episodes are left.
 /// Run at the end of a session, and by a starting server for submissions whose server stopped
-/// between the last episode and this ([`crate::app::AppState::open`]).
+/// between the last episode and this ([`crate::state::AppState::open`]).
 pub async fn complete_submission(
     storage: &crate::storage::Storage,
     objects: &crate::objects::Objects,

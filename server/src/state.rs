@@ -1,0 +1,362 @@
+//! The server's shared state, which the router, the REST API and the gateway all depend on (and
+//! not on each other): configuration, storage, benchmark catalog, object store, attached
+//! sessions, rate limits and cached leaderboards; how a server opens it (locks on the data
+//! directory and the SQLite file, start-up recovery, completion of finished runs) and the
+//! background tasks that live with it (lease renewal, expiry of abandoned submissions).
+
+use crate::access::RateLimiter;
+use crate::catalog::Catalog;
+use crate::config::ServerConfig;
+use crate::storage::Storage;
+use anyhow::Context;
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+#[derive(Debug)]
+pub struct AppState {
+    pub config: ServerConfig,
+    pub storage: Storage,
+    pub catalog: Arc<Catalog>,
+    /// Trajectories, reports and exports ([`crate::objects`]).
+    pub objects: crate::objects::Objects,
+    /// Submissions with a connected session.
+    pub attached: Mutex<HashSet<String>>,
+    /// Requests per team per minute (REST and Connects).
+    pub rate_limiter: RateLimiter,
+    /// Ranked leaderboards, until the storage's leaderboard generation moves.
+    pub leaderboards: crate::leaderboard::LeaderboardCache,
+    /// Held for the server's life: one server per data directory, and per SQLite database.
+    _locks: (ServerLock, Option<ServerLock>),
+}
+
+/// An exclusive lock on a file, held for the server's life (released when the process ends,
+/// however it ends); the file holds the holder's pid. Two locks guard a server's state:
+/// `<data dir>/arena.lock` (a second server on the same folder would re-queue the first one's
+/// running episodes and write the same files) and, for SQLite, `<database>.lock` (a second
+/// server on the same database file from another data directory would re-queue and run the
+/// first one's episodes again, issue 30). Replicas share a PostgreSQL database under leases.
+#[derive(Debug)]
+struct ServerLock {
+    _file: std::fs::File,
+}
+
+impl ServerLock {
+    /// Locks `path`; when another process holds it, `in_use(" (pid N)")` is the error.
+    fn acquire(path: &std::path::Path, in_use: impl FnOnce(&str) -> String) -> anyhow::Result<Self> {
+        use std::io::{Read, Seek, Write};
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                let holder = holder.trim();
+                let who = if holder.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (pid {holder})")
+                };
+                anyhow::bail!(in_use(&who));
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("locking {}", path.display()));
+            }
+        }
+        file.set_len(0)?;
+        file.rewind()?;
+        write!(file, "{}", std::process::id())?;
+        Ok(ServerLock { _file: file })
+    }
+
+    fn data_dir(dir: &std::path::Path) -> anyhow::Result<Self> {
+        Self::acquire(&dir.join("arena.lock"), |who| {
+            format!(
+                "the data directory {} is in use by another arena server{who}; stop it or choose another --data-dir",
+                dir.display()
+            )
+        })
+    }
+
+    /// The lock of a SQLite database file (None for PostgreSQL and in-memory SQLite).
+    fn sqlite_database(url: &str) -> anyhow::Result<Option<Self>> {
+        let Some(path) = sqlite_file(url) else {
+            return Ok(None);
+        };
+        let mut lock = path.clone().into_os_string();
+        lock.push(".lock");
+        Self::acquire(std::path::Path::new(&lock), |who| {
+            format!(
+                "the SQLite database {} is in use by another arena server{who}; two servers on one SQLite file would run the same episodes twice (stop it, or share a PostgreSQL database between replicas: docs/server.md)",
+                path.display()
+            )
+        })
+        .map(Some)
+    }
+}
+
+/// The file of a `sqlite://PATH[?options]` URL; None for other engines and in-memory databases.
+fn sqlite_file(url: &str) -> Option<PathBuf> {
+    let rest = url.strip_prefix("sqlite:")?;
+    let path = rest.trim_start_matches("//").split('?').next().unwrap_or_default();
+    if path.is_empty() || path == ":memory:" || url.contains("mode=memory") {
+        return None;
+    }
+    Some(PathBuf::from(path))
+}
+
+/// How long a scratch file goes unwritten before a starting server treats it as abandoned.
+const SCRATCH_IDLE: std::time::Duration = std::time::Duration::from_secs(600);
+
+impl AppState {
+    /// Connects the database (running migrations), creates the data folders and re-queues the
+    /// episodes that were running when the server last stopped.
+    pub async fn open(config: ServerConfig) -> anyhow::Result<Arc<Self>> {
+        config.validate()?;
+        std::fs::create_dir_all(&config.data_dir).with_context(|| format!("creating {}", config.data_dir.display()))?;
+        // Before the database: recovery would re-queue another live server's episodes.
+        let data_dir_lock = ServerLock::data_dir(&config.data_dir)?;
+        let url = config.database_url();
+        if let Some(parent) = sqlite_file(&url).as_deref().and_then(std::path::Path::parent) {
+            // The lock file lies beside the database, whose folder SQLite would create.
+            if !parent.as_os_str().is_empty() {
+                std::fs::create_dir_all(parent)
+                    .with_context(|| format!("creating the directory {} of the SQLite database", parent.display()))?;
+            }
+        }
+        let database_lock = ServerLock::sqlite_database(&url)?;
+        let storage = Storage::connect(&url)
+            .await
+            .with_context(|| format!("opening the database {}", redact(&url)))?
+            .with_lease(config.replica_id(), config.lease());
+        let unfinished = storage.recover_after_restart().await?;
+        if !unfinished.is_empty() {
+            tracing::info!(
+                "{} unfinished submission(s) wait for their agents to reconnect: {}",
+                unfinished.len(),
+                unfinished.join(", ")
+            );
+        }
+        backfill_summaries(&storage).await?;
+        tokio::spawn(renew_leases(storage.clone()));
+        let objects = config.objects()?;
+        // Partial files of a killed run; a command still writing one (an export) keeps it fresh.
+        let removed = objects.remove_abandoned_scratch(SCRATCH_IDLE);
+        if removed > 0 {
+            tracing::info!("removed {removed} abandoned file(s) from the scratch folder");
+        }
+        let catalog = Arc::new(Catalog::new(config.benchmarks_dir(), config.motions_root.clone()));
+        complete_finished_runs(&storage, &objects, &catalog, &unfinished).await;
+        let rate_limiter = RateLimiter::new(config.requests_per_minute);
+        let state = Arc::new(Self {
+            config,
+            storage,
+            catalog,
+            objects,
+            attached: Mutex::new(HashSet::new()),
+            rate_limiter,
+            leaderboards: Default::default(),
+            _locks: (data_dir_lock, database_lock),
+        });
+        if state.config.idle_submission_expiry_s > 0.0 {
+            tokio::spawn(expire_idle_submissions(Arc::downgrade(&state)));
+        }
+        Ok(state)
+    }
+
+    /// A local HDF5 file with a submission's trajectories once it is complete (None before, or
+    /// when it has none).
+    pub async fn trajectory_file(&self, submission: &str) -> Result<Option<PathBuf>, crate::objects::ObjectError> {
+        crate::trajectory_store::submission_file(&self.objects, submission).await
+    }
+}
+
+/// Completes the unfinished submissions whose episodes are all final: a server stopped after the
+/// last episode was committed and before the submission was (issue 30), which left it RUNNING
+/// until an agent reconnected. Failures are logged; the next session's end completes it then.
+async fn complete_finished_runs(
+    storage: &Storage,
+    objects: &crate::objects::Objects,
+    catalog: &Catalog,
+    ids: &[String],
+) {
+    for id in ids {
+        let done = async {
+            let (pending, running, _) = storage.episode_counts(id).await?;
+            if pending > 0 || running > 0 {
+                return Ok::<_, anyhow::Error>(None);
+            }
+            let Some(submission) = storage.submission(id).await? else {
+                return Ok(None);
+            };
+            let spec = catalog.spec(&submission.benchmark)?;
+            crate::orchestrator::committer::complete_submission(storage, objects, &spec, id).await
+        };
+        match done.await {
+            Ok(Some(status)) => tracing::info!(
+                "submission {id}: every episode was final when the server stopped; now {}",
+                status.as_str()
+            ),
+            Ok(None) => {}
+            Err(e) => tracing::warn!("submission {id}: completing it at start failed (its next session will): {e:#}"),
+        }
+    }
+}
+
+/// Ends the submissions that nobody has run for `idle_submission_expiry_s` (an agent that
+/// crashed or refused its session, and never came back) as FAILED with the reason, so they stop
+/// looking like a stalled server; their unfinished episodes fail with the same reason. Checks a
+/// few times per expiry period (at most once a minute), while the server lives.
+async fn expire_idle_submissions(state: std::sync::Weak<AppState>) {
+    let expiry = match state.upgrade() {
+        Some(s) => std::time::Duration::from_secs_f64(s.config.idle_submission_expiry_s),
+        None => return,
+    };
+    let period = (expiry / 4).clamp(
+        std::time::Duration::from_millis(250),
+        std::time::Duration::from_secs(60),
+    );
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(state) = state.upgrade() else { return };
+        let idle_since = crate::storage::now_ms() - expiry.as_millis() as i64;
+        let idle = match state.storage.idle_submissions(idle_since).await {
+            Ok(ids) => ids,
+            Err(e) => {
+                tracing::warn!("looking for idle submissions: {e}");
+                continue;
+            }
+        };
+        for id in idle {
+            if state.attached.lock().expect("attached lock").contains(&id) {
+                continue; // connected here, between two episodes
+            }
+            let reason = format!(
+                "abandoned: no agent ran it for {} (the server's idle_submission_expiry_s); resuming is no longer possible",
+                humantime::format_duration(std::time::Duration::from_secs(expiry.as_secs()))
+            );
+            match state.storage.cancel_submission(&id, &reason).await {
+                Ok(()) => tracing::info!("submission {id}: {reason}"),
+                Err(crate::storage::StorageError::Conflict(_)) => {} // finished meanwhile
+                Err(e) => tracing::warn!("ending idle submission {id}: {e}"),
+            }
+        }
+    }
+}
+
+/// Renews this server's episode claims three times per lease, for the life of the process. A
+/// failed renewal is logged and retried at the next tick: a database outage shorter than two
+/// thirds of a lease loses no claim.
+async fn renew_leases(storage: Storage) {
+    let period = storage.lease().duration / 3;
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failing = false;
+    loop {
+        tick.tick().await;
+        match storage.renew_leases().await {
+            Ok(_) if failing => {
+                tracing::info!("episode claims renewed again");
+                failing = false;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                if !failing {
+                    tracing::warn!("cannot renew this server's episode claims (retrying): {e}");
+                }
+                failing = true;
+            }
+        }
+    }
+}
+
+/// Leaderboard summaries for COMPLETED submissions stored before summaries existed (or whose
+/// summary was not written): computed once from their reports. An unreadable report is logged
+/// and left alone (that submission stays off the leaderboard, as before).
+async fn backfill_summaries(storage: &Storage) -> anyhow::Result<()> {
+    let missing = storage.reports_without_summary().await?;
+    if !missing.is_empty() {
+        tracing::info!("computing the leaderboard summaries of {} submissions", missing.len());
+    }
+    for (id, report) in missing {
+        match crate::leaderboard::ReportSummary::of_json(&report) {
+            Ok(summary) => storage.set_summary(&id, &serde_json::to_string(&summary)?).await?,
+            Err(e) => tracing::warn!("submission {id}: unreadable report, no leaderboard summary: {e}"),
+        }
+    }
+    Ok(())
+}
+
+/// A database URL without its password, for messages.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &url[s + 3..at];
+            match creds.find(':') {
+                Some(c) => format!("{}{}:***{}", &url[..s + 3], &creds[..c], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// A new submission id: short, unguessable, URL-safe.
+pub fn new_submission_id() -> String {
+    let u = uuid::Uuid::new_v4().simple().to_string();
+    format!("sub-{}", &u[..16])
+}
+
+/// A line for each phase that has not ended whose benchmark this server cannot load (motions
+/// missing under the motions root, a broken file): `arena serve` prints them at start, so the
+/// organiser hears of it before the participants are refused. Loading also warms the catalog.
+pub async fn unloadable_phases(state: &Arc<AppState>) -> anyhow::Result<Vec<String>> {
+    let phases = state.storage.phases_not_ended(crate::storage::now_ms()).await?;
+    let mut warnings = Vec::new();
+    let mut checked: std::collections::HashMap<String, Option<String>> = std::collections::HashMap::new();
+    for phase in phases {
+        if !checked.contains_key(&phase.benchmark) {
+            let catalog = state.catalog.clone();
+            let name = phase.benchmark.clone();
+            let problem = match tokio::task::spawn_blocking(move || catalog.load(&name)).await? {
+                Ok(_) => None,
+                Err(e) => Some(state.catalog.organiser_message(&e)),
+            };
+            checked.insert(phase.benchmark.clone(), problem);
+        }
+        if let Some(Some(problem)) = checked.get(&phase.benchmark) {
+            warnings.push(format!(
+                "phase {} (challenge {}) runs benchmark {}, which cannot be loaded here, so its participants are refused (benchmark_unavailable): {problem}",
+                phase.id, phase.challenge_id, phase.benchmark
+            ));
+        }
+    }
+    Ok(warnings)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sqlite_files_of_urls() {
+        use std::path::PathBuf;
+        assert_eq!(
+            super::sqlite_file("sqlite:///d/arena.db"),
+            Some(PathBuf::from("/d/arena.db"))
+        );
+        assert_eq!(
+            super::sqlite_file("sqlite://rel/a.db?mode=rwc"),
+            Some(PathBuf::from("rel/a.db"))
+        );
+        assert_eq!(super::sqlite_file("sqlite::memory:"), None);
+        assert_eq!(super::sqlite_file("sqlite://x.db?mode=memory"), None);
+        assert_eq!(super::sqlite_file("postgres://u@h/db"), None);
+    }
+}

@@ -14,7 +14,7 @@
 //! numbered and never a team's best; a submission with no scored episode is not ranked at all
 //! (listed apart, `unranked`), unless the team has nothing better.
 
-use crate::storage::Submission;
+use crate::storage::{Storage, StorageError, Submission};
 use arena_bench::aggregate::Report;
 use arena_bench::metrics::{SUCCESS_METRICS, metric_info};
 use arena_bench::spec::{BenchmarkSpec, Direction};
@@ -145,6 +145,10 @@ pub struct RankRow {
     pub phase_id: Option<String>,
     /// Absent until stored (an older submission before the server's start-up backfill).
     pub summary: Option<ReportSummary>,
+    /// The submission's status, when read by [`Storage::leaderboard_json_since`] (which also
+    /// returns rows that left the board); absent means COMPLETED.
+    #[serde(default)]
+    pub status: Option<String>,
 }
 
 impl RankRow {
@@ -158,25 +162,30 @@ impl RankRow {
             baseline: i64::from(s.baseline),
             phase_id: s.phase_id.clone(),
             summary: s.summary_json.as_deref().and_then(|j| serde_json::from_str(j).ok()),
+            status: Some(s.status.as_str().to_string()),
         }
     }
 }
 
 /// Ranks the completed submissions of `spec`'s benchmark.
 pub fn rank(spec: &BenchmarkSpec, submissions: &[Submission]) -> Leaderboard {
-    rank_rows(spec, submissions.iter().map(RankRow::of).collect())
+    rank_rows(spec, submissions.iter().map(RankRow::of))
 }
 
 /// Ranks `rows` (a benchmark's or a phase's completed submissions) by `spec`'s rule.
-pub fn rank_rows(spec: &BenchmarkSpec, rows: Vec<RankRow>) -> Leaderboard {
+pub fn rank_rows<R: std::borrow::Borrow<RankRow>>(
+    spec: &BenchmarkSpec,
+    rows: impl IntoIterator<Item = R>,
+) -> Leaderboard {
     let primary = &spec.ranking.primary;
     let primary_direction = spec.ranking.primary_direction();
     let mean = |summary: &ReportSummary, metric: &str| summary.means.get(metric).copied().flatten();
     let mut entries: Vec<Entry> = rows
         .into_iter()
-        .filter_map(|s| {
+        .filter_map(|row| {
+            let s = row.borrow();
             // A submission without a summary (none stored yet) is left off, not guessed.
-            let summary = s.summary?;
+            let summary = s.summary.as_ref()?;
             let success_rate = spec
                 .ranking
                 .success
@@ -184,18 +193,18 @@ pub fn rank_rows(spec: &BenchmarkSpec, rows: Vec<RankRow>) -> Leaderboard {
                 .map(|m| summary.success_rates.get(m).copied().unwrap_or(0.0));
             Some(Entry {
                 rank: None,
-                submission_id: s.id,
-                team: s.team_name,
-                agent_name: s.agent_name,
+                submission_id: s.id.clone(),
+                team: s.team_name.clone(),
+                agent_name: s.agent_name.clone(),
                 finished_at: s.finished_at,
                 success_rate,
-                survival: spec.ranking.survival.as_deref().and_then(|m| mean(&summary, m)),
-                score: mean(&summary, primary),
+                survival: spec.ranking.survival.as_deref().and_then(|m| mean(summary, m)),
+                score: mean(summary, primary),
                 tie_breakers: spec
                     .ranking
                     .tie_breakers
                     .iter()
-                    .map(|t| (t.clone(), mean(&summary, t)))
+                    .map(|t| (t.clone(), mean(summary, t)))
                     .collect(),
                 scored_episodes: summary.scored,
                 failed_episodes: summary.failed,
@@ -257,9 +266,53 @@ pub fn rank_rows(spec: &BenchmarkSpec, rows: Vec<RankRow>) -> Leaderboard {
 #[derive(Debug, Default)]
 pub struct LeaderboardCache {
     boards: std::sync::Mutex<std::collections::HashMap<String, (u64, std::sync::Arc<Leaderboard>)>>,
+    /// The rows of each scope (a benchmark, or a phase), kept up to date incrementally: after a
+    /// write, only the submissions stamped since are read (one or a few rows, not thousands).
+    /// Refreshes of all scopes take turns (the lock is held across the read), so an older read
+    /// never overwrites a newer one.
+    rows: tokio::sync::Mutex<std::collections::HashMap<String, ScopeRows>>,
+}
+
+/// A scope's leaderboard rows as of the board counter `seq`, by submission id.
+#[derive(Debug, Default)]
+struct ScopeRows {
+    seq: i64,
+    rows: std::collections::HashMap<String, std::sync::Arc<RankRow>>,
 }
 
 impl LeaderboardCache {
+    /// The COMPLETED submissions' rows of `benchmark` (or of its `phase`), as of now: the first
+    /// call reads them all, later ones only what was stamped since
+    /// ([`Storage::leaderboard_json_since`]).
+    pub async fn rows(
+        &self,
+        storage: &Storage,
+        benchmark: &str,
+        phase: Option<&str>,
+    ) -> Result<Vec<std::sync::Arc<RankRow>>, RowsError> {
+        let key = format!("{benchmark}\u{0}{}", phase.unwrap_or(""));
+        let mut scopes = self.rows.lock().await;
+        let scope = scopes.entry(key).or_insert_with(|| ScopeRows {
+            seq: -1,
+            rows: Default::default(),
+        });
+        // The counter first: every stamp up to it is committed, so the read below has them all.
+        let seq = storage.board_counter().await?;
+        if seq != scope.seq {
+            let json = storage.leaderboard_json_since(benchmark, phase, scope.seq).await?;
+            let changed: Vec<RankRow> = serde_json::from_str(&json).map_err(RowsError::Decode)?;
+            for row in changed {
+                if row.status.as_deref().is_none_or(|s| s == "COMPLETED") {
+                    scope.rows.insert(row.id.clone(), std::sync::Arc::new(row));
+                } else {
+                    scope.rows.remove(&row.id);
+                }
+            }
+            scope.seq = seq;
+        }
+        Ok(scope.rows.values().cloned().collect())
+    }
+
     /// The board cached under `key` at `generation`, if any.
     pub fn get(&self, key: &str, generation: u64) -> Option<std::sync::Arc<Leaderboard>> {
         let boards = self.boards.lock().expect("leaderboard cache lock");
@@ -278,4 +331,13 @@ impl LeaderboardCache {
         boards.insert(key, (generation, board.clone()));
         board
     }
+}
+
+/// Why a scope's rows could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum RowsError {
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error("leaderboard rows: {0}")]
+    Decode(serde_json::Error),
 }

@@ -286,12 +286,10 @@ pub(super) async fn get_phase_leaderboard(
     let board = match state.leaderboards.get(&key, generation) {
         Some(board) => board,
         None => {
-            let json = state
-                .storage
-                .leaderboard_json(&phase.benchmark, Some(&phase.id))
+            let rows = state
+                .leaderboards
+                .rows(&state.storage, &phase.benchmark, Some(&phase.id))
                 .await?;
-            let rows: Vec<leaderboard::RankRow> = serde_json::from_str(&json)
-                .map_err(|e| ApiError(AccessError::internal(format!("leaderboard rows: {e}"))))?;
             state
                 .leaderboards
                 .put(key, generation, leaderboard::rank_rows(&spec, rows))

@@ -192,13 +192,10 @@ pub(super) async fn get_leaderboard(
         return Ok(Json(board.as_ref()).into_response());
     }
     let hidden: HashSet<String> = hidden.into_iter().collect();
-    let rows: Vec<leaderboard::RankRow> =
-        serde_json::from_str(&state.storage.leaderboard_json(&spec.name, None).await?)
-            .map_err(|e| ApiError(AccessError::internal(format!("leaderboard rows: {e}"))))?;
+    let rows = state.leaderboards.rows(&state.storage, &spec.name, None).await?;
     let rows = rows
         .into_iter()
-        .filter(|s| !s.phase_id.as_ref().is_some_and(|p| hidden.contains(p)))
-        .collect();
+        .filter(|s| !s.phase_id.as_ref().is_some_and(|p| hidden.contains(p)));
     let ranked = leaderboard::rank_rows(&spec, rows);
     let board = state.leaderboards.put(key, generation, ranked);
     Ok(Json(board.as_ref()).into_response())

@@ -133,30 +133,56 @@ pub struct Storage {
 }
 
 impl Storage {
-    /// The current leaderboard generation ([`Storage`]'s field, plus the shared counter on
-    /// PostgreSQL, where other replicas write): read it before reading the rows a cached view is
-    /// built from.
+    /// The current leaderboard generation ([`Storage`]'s field, plus the shared counter, which
+    /// other replicas move too): read it before reading the rows a cached view is built from.
     pub async fn leaderboard_generation(&self) -> Result<u64, StorageError> {
         let local = self.leaderboard_generation.load(Ordering::SeqCst);
-        if self.engine == Engine::Sqlite {
-            return Ok(local);
-        }
+        let shared = self.board_counter().await?;
+        Ok(local.wrapping_add(shared as u64))
+    }
+
+    /// The shared leaderboard counter: the last stamp of [`Storage::stamp_board_change`].
+    pub async fn board_counter(&self) -> Result<i64, StorageError> {
         let row = sqlx::query("SELECT value FROM counters WHERE name = 'leaderboard'")
             .fetch_one(&self.pool)
             .await
             .ctx(|| "reading the leaderboard generation".to_string())?;
-        let shared: i64 = get(&row, "value", "the leaderboard generation")?;
-        Ok(local.wrapping_add(shared as u64))
+        get(&row, "value", "the leaderboard generation")
     }
 
-    /// After a write that can change a leaderboard, on PostgreSQL: moves the shared counter so
-    /// that other replicas drop their cached boards (SQLite has one server per database).
-    async fn bump_shared_generation(&self) -> Result<(), StorageError> {
-        if self.engine == Engine::Postgres {
-            sqlx::query("UPDATE counters SET value = value + 1 WHERE name = 'leaderboard'")
+    /// After a write that can change a leaderboard (submission `id` finished, its summary,
+    /// report or baseline flag): moves the shared counter, so every replica's cached boards
+    /// go stale, and stamps the submission with the new value (`board_seq`), so a cached board
+    /// re-reads only the submissions stamped since it was read. One transaction: the counter's
+    /// row lock orders the stamps as their commits.
+    async fn stamp_board_change(&self, id: &str) -> Result<(), StorageError> {
+        let context = || format!("stamping a leaderboard change of submission {id}");
+        match self.engine {
+            Engine::Postgres => {
+                sqlx::query(
+                    "WITH c AS (UPDATE counters SET value = value + 1 WHERE name = 'leaderboard' RETURNING value) \
+                     UPDATE submissions SET board_seq = (SELECT value FROM c) WHERE id = $1",
+                )
+                .bind(id)
                 .execute(&self.pool)
                 .await
-                .ctx(|| "moving the leaderboard generation".to_string())?;
+                .ctx(context)?;
+            }
+            Engine::Sqlite => {
+                let mut tx = self.pool.begin().await.ctx(context)?;
+                sqlx::query("UPDATE counters SET value = value + 1 WHERE name = 'leaderboard'")
+                    .execute(&mut *tx)
+                    .await
+                    .ctx(context)?;
+                sqlx::query(
+                    "UPDATE submissions SET board_seq = (SELECT value FROM counters WHERE name = 'leaderboard') WHERE id = $1",
+                )
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .ctx(context)?;
+                tx.commit().await.ctx(context)?;
+            }
         }
         Ok(())
     }

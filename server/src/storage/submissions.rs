@@ -230,6 +230,45 @@ impl Storage {
         get(&row, "board", "a leaderboard")
     }
 
+    /// The leaderboard rows of a benchmark's submissions (`phase`: of that phase) stamped after
+    /// `since` by [`Storage::stamp_board_change`], whatever their status now (`status`: a row
+    /// that is no longer COMPLETED leaves the board), in the form of [`Storage::leaderboard_json`].
+    /// With `since` = -1: every submission's row. Read the counter ([`Storage::board_counter`])
+    /// first: stamps follow commit order, so rows stamped up to it are all there.
+    pub async fn leaderboard_json_since(
+        &self,
+        benchmark: &str,
+        phase: Option<&str>,
+        since: i64,
+    ) -> Result<String, StorageError> {
+        let sql = match self.engine {
+            Engine::Sqlite => {
+                "SELECT COALESCE(json_group_array(json_object('id', s.id, 'team_name', t.name, \
+                 'agent_name', s.agent_name, 'finished_at', s.finished_at, 'baseline', s.baseline, \
+                 'phase_id', s.phase_id, 'status', s.status, \
+                 'summary', CASE WHEN s.status = 'COMPLETED' THEN json(s.summary_json) END)), '[]') AS board \
+                 FROM submissions s JOIN teams t ON t.id = s.team_id \
+                 WHERE s.benchmark = $1 AND s.board_seq > $3 AND ($2 IS NULL OR s.phase_id = $2)"
+            }
+            Engine::Postgres => {
+                "SELECT COALESCE(json_agg(json_build_object('id', s.id, 'team_name', t.name, \
+                 'agent_name', s.agent_name, 'finished_at', s.finished_at, 'baseline', s.baseline, \
+                 'phase_id', s.phase_id, 'status', s.status, \
+                 'summary', CASE WHEN s.status = 'COMPLETED' THEN s.summary_json::json END)), '[]'::json)::text AS board \
+                 FROM submissions s JOIN teams t ON t.id = s.team_id \
+                 WHERE s.benchmark = $1 AND s.board_seq > $3 AND ($2::text IS NULL OR s.phase_id = $2)"
+            }
+        };
+        let row = sqlx::query(sql)
+            .bind(benchmark)
+            .bind(phase)
+            .bind(since)
+            .fetch_one(&self.pool)
+            .await
+            .ctx(|| format!("reading the changed leaderboard rows of benchmark {benchmark:?}"))?;
+        get(&row, "board", "a leaderboard")
+    }
+
     /// COMPLETED submissions of a phase (for its leaderboard), oldest first.
     pub async fn completed_submissions_of_phase(&self, phase_id: &str) -> Result<Vec<Submission>, StorageError> {
         let rows = sqlx::query(&format!(
@@ -302,7 +341,7 @@ impl Storage {
         if done.rows_affected() == 0 {
             return Err(self.submission_not_open(id, "finish").await);
         }
-        self.bump_shared_generation().await
+        self.stamp_board_change(id).await
     }
 
     /// The agent of the session now running an unfinished submission (a resume may come from
@@ -326,7 +365,7 @@ impl Storage {
             .execute(&self.pool)
             .await
             .ctx(|| format!("marking submission {id} as baseline = {baseline}"))?;
-        self.bump_shared_generation().await?;
+        self.stamp_board_change(id).await?;
         Ok(done.rows_affected() > 0)
     }
 
@@ -365,7 +404,7 @@ impl Storage {
         .await
         .ctx(context)?;
         tx.commit().await.ctx(context)?;
-        self.bump_shared_generation().await
+        self.stamp_board_change(id).await
     }
 
     /// The unfinished (PENDING or RUNNING) submissions with no RUNNING episode whose last change
@@ -415,7 +454,7 @@ impl Storage {
             .execute(&self.pool)
             .await
             .ctx(|| format!("storing the summary of submission {id}"))?;
-        self.bump_shared_generation().await
+        self.stamp_board_change(id).await
     }
 
     /// COMPLETED submissions that have a report but no summary yet (stored by an older version),
@@ -445,6 +484,6 @@ impl Storage {
         if done.rows_affected() == 0 {
             return Err(StorageError::Conflict(format!("submission {id} is not COMPLETED")));
         }
-        self.bump_shared_generation().await
+        self.stamp_board_change(id).await
     }
 }

@@ -370,3 +370,68 @@ fn older_reports_get_their_summary_when_the_server_starts() {
     });
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Issue 30 §5: after a write, a cached leaderboard re-reads only the submissions stamped since
+/// (one row, not the whole benchmark), and what it ranks is what a full read gives.
+#[test]
+fn a_cached_board_rereads_only_what_changed() {
+    use arena_server::leaderboard::LeaderboardCache;
+    use arena_server::storage::{NewSubmission, Storage};
+    let spec = stand_benchmark();
+    let report = standing_report(&spec);
+    let report_json = serde_json::to_string(&report).unwrap();
+    let summary = serde_json::to_string(&leaderboard::ReportSummary::of(&report)).unwrap();
+    let dir = std::env::temp_dir().join(format!("arena-board-seq-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = format!("sqlite://{}", dir.join("arena.db").display());
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let storage = Storage::connect(&url).await.unwrap();
+        let team = storage.create_team("stampers", "hash-s").await.unwrap();
+        let complete = async |id: &str| {
+            let new = NewSubmission {
+                id: id.into(),
+                team_id: team.id,
+                benchmark: "g1-smoke".into(),
+                agent_name: "v1".into(),
+                phase_id: None,
+            };
+            storage.create_submission(&new, &[]).await.unwrap();
+            storage
+                .finish_submission(id, SubmissionStatus::Completed, Some(&report_json), None)
+                .await
+                .unwrap();
+            storage.set_summary(id, &summary).await.unwrap();
+        };
+        for i in 0..5 {
+            complete(&format!("sub-{i}")).await;
+        }
+        let cache = LeaderboardCache::default();
+        let ids = |rows: &[std::sync::Arc<leaderboard::RankRow>]| {
+            let mut v: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
+            v.sort();
+            v
+        };
+        let rows = cache.rows(&storage, "g1-smoke", None).await.unwrap();
+        assert_eq!(ids(&rows), ["sub-0", "sub-1", "sub-2", "sub-3", "sub-4"]);
+        let before = storage.board_counter().await.unwrap();
+        storage.set_baseline("sub-3", true).await.unwrap();
+        let changed: Vec<leaderboard::RankRow> =
+            serde_json::from_str(&storage.leaderboard_json_since("g1-smoke", None, before).await.unwrap()).unwrap();
+        assert_eq!(changed.len(), 1, "only the stamped row is read again");
+        assert_eq!((changed[0].id.as_str(), changed[0].baseline), ("sub-3", 1));
+        complete("sub-5").await;
+        let rows = cache.rows(&storage, "g1-smoke", None).await.unwrap();
+        assert_eq!(ids(&rows).len(), 6);
+        assert!(
+            rows.iter().any(|r| r.id == "sub-3" && r.baseline == 1),
+            "the change is seen"
+        );
+        // The incrementally kept rows rank exactly as a full read does.
+        let full: Vec<leaderboard::RankRow> =
+            serde_json::from_str(&storage.leaderboard_json("g1-smoke", None).await.unwrap()).unwrap();
+        let board = leaderboard::rank_rows(&spec, rows.iter().map(|r| r.as_ref()));
+        assert_eq!(board, leaderboard::rank_rows(&spec, full), "incremental = full read");
+    });
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -99,21 +99,21 @@ async fn dataset(
         .map_err(|e| benchmark_error(scope.benchmark(), &e))?;
     let hidden = hidden_phases(state, &who, &spec.name).await?;
     // As every other endpoint of a private phase says: hidden until it ends (not an empty set).
-    if let Scope::Phase { id, .. } = &scope {
-        if hidden.contains(id) {
-            return Err(ApiError(access::AccessError::hidden(format!(
-                "the datasets of private phase {id} are hidden until the phase ends"
-            ))));
-        }
+    if let Scope::Phase { id, .. } = &scope
+        && hidden.contains(id)
+    {
+        return Err(ApiError(access::AccessError::hidden(format!(
+            "the datasets of private phase {id} are hidden until the phase ends"
+        ))));
     }
     // A hidden test set: its trajectories carry the reference motions.
-    if !who.is_admin() {
-        if let Some(why) = access::motions_hidden(&state.storage, &spec, now_ms()).await? {
-            return Err(ApiError(access::AccessError::hidden(format!(
-                "the datasets of benchmark {} are hidden: {why}",
-                spec.name
-            ))));
-        }
+    if !who.is_admin()
+        && let Some(why) = access::motions_hidden(&state.storage, &spec, now_ms()).await?
+    {
+        return Err(ApiError(access::AccessError::hidden(format!(
+            "the datasets of benchmark {} are hidden: {why}",
+            spec.name
+        ))));
     }
     let readable = |s: &Submission| match &who {
         Caller::Admin => true,

@@ -340,13 +340,13 @@ async fn get_benchmark(
         .collect::<Vec<_>>()
         .into();
     // A hidden test set shows teams and visitors no motion: no names, durations or sources.
-    if !who.as_ref().is_some_and(Caller::is_admin) {
-        if let Some(why) = access::motions_hidden(&state.storage, &spec, now_ms()).await? {
-            v["motions"] = json!({"hidden": true, "attribution": spec.motions.attribution});
-            v["motion_list"] = Value::Null;
-            v["motions_hidden"] = why.into();
-            return Ok(Json(v).into_response());
-        }
+    if !who.as_ref().is_some_and(Caller::is_admin)
+        && let Some(why) = access::motions_hidden(&state.storage, &spec, now_ms()).await?
+    {
+        v["motions"] = json!({"hidden": true, "attribution": spec.motions.attribution});
+        v["motion_list"] = Value::Null;
+        v["motions_hidden"] = why.into();
+        return Ok(Json(v).into_response());
     }
     let catalog = state.catalog.clone();
     let loaded = tokio::task::spawn_blocking(move || catalog.load(&name))

@@ -199,35 +199,13 @@ impl Storage {
         rows.iter().map(submission_from_row).collect()
     }
 
-    /// What a leaderboard reads of each COMPLETED submission of a benchmark (`phase`: of that
-    /// phase), as one JSON array built by the database: `[{"id", "team_name", "agent_name",
-    /// "finished_at", "baseline" (0/1), "phase_id", "summary" (object or null)}]`, in no
-    /// particular order. One row instead of thousands: decoding rows one by one through the
-    /// driver costs far more than the JSON.
+    /// What a leaderboard reads of each submission of a benchmark (`phase`: of that phase), as
+    /// one JSON array built by the database: `[{"id", "team_name", "agent_name", "finished_at",
+    /// "baseline" (0/1), "phase_id", "status", "summary" (object, null unless COMPLETED)}]`, in
+    /// no particular order (ranking leaves rows without a summary off). One row instead of
+    /// thousands: decoding rows one by one through the driver costs far more than the JSON.
     pub async fn leaderboard_json(&self, benchmark: &str, phase: Option<&str>) -> Result<String, StorageError> {
-        let sql = match self.engine {
-            Engine::Sqlite => {
-                "SELECT COALESCE(json_group_array(json_object('id', s.id, 'team_name', t.name, \
-                 'agent_name', s.agent_name, 'finished_at', s.finished_at, 'baseline', s.baseline, \
-                 'phase_id', s.phase_id, 'summary', json(s.summary_json))), '[]') AS board \
-                 FROM submissions s JOIN teams t ON t.id = s.team_id \
-                 WHERE s.benchmark = $1 AND s.status = 'COMPLETED' AND ($2 IS NULL OR s.phase_id = $2)"
-            }
-            Engine::Postgres => {
-                "SELECT COALESCE(json_agg(json_build_object('id', s.id, 'team_name', t.name, \
-                 'agent_name', s.agent_name, 'finished_at', s.finished_at, 'baseline', s.baseline, \
-                 'phase_id', s.phase_id, 'summary', s.summary_json::json)), '[]'::json)::text AS board \
-                 FROM submissions s JOIN teams t ON t.id = s.team_id \
-                 WHERE s.benchmark = $1 AND s.status = 'COMPLETED' AND ($2::text IS NULL OR s.phase_id = $2)"
-            }
-        };
-        let row = sqlx::query(sql)
-            .bind(benchmark)
-            .bind(phase)
-            .fetch_one(&self.pool)
-            .await
-            .ctx(|| format!("reading the leaderboard rows of benchmark {benchmark:?}"))?;
-        get(&row, "board", "a leaderboard")
+        self.leaderboard_json_since(benchmark, phase, -1).await
     }
 
     /// The leaderboard rows of a benchmark's submissions (`phase`: of that phase) stamped after

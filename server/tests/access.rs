@@ -748,6 +748,21 @@ fn public_and_private_phases() {
         let public = format!("/api/v1/submissions/{public_id}/{what}");
         refused(server.get(&public, Some(&beta)), 404, "not_found", &public_id);
     }
+    // Its datasets say so too (issue 30: an empty, malformed file came back), and the
+    // benchmark's, whose motions are the phase's test set.
+    refused(
+        server.get("/api/v1/datasets/phases/final/card", Some(&beta)),
+        403,
+        "hidden",
+        "datasets of private phase final are hidden",
+    );
+    refused(
+        server.get("/api/v1/datasets/benchmarks/g1-smoke/card", Some(&alpha)),
+        403,
+        "hidden",
+        "test set of private phase final",
+    );
+    ok(server.get("/api/v1/datasets/phases/final/card", Some(ADMIN)), 200);
     let admin_view = ok(
         server.get(&format!("/api/v1/submissions/{private_id}/results"), Some(ADMIN)),
         200,

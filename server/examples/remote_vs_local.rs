@@ -29,6 +29,9 @@ struct Args {
     /// Episodes in flight: the in-process batch, split over the remote lanes.
     #[arg(long, default_value_t = 16)]
     batch: u32,
+    /// Simulation threads of each remote lane (the server's `sim_threads`; 0 = all cores).
+    #[arg(long, default_value_t = 0)]
+    sim_threads: u32,
     /// Remote lanes (requests in flight).
     #[arg(long, default_value_t = 2)]
     lanes: u32,
@@ -77,6 +80,7 @@ fn main() -> anyhow::Result<()> {
         motions_root: a.motions_root.clone(),
         max_batch: a.batch.div_ceil(a.lanes),
         lanes: a.lanes,
+        sim_threads: a.sim_threads,
         ..Default::default()
     };
     let runtime = tokio::runtime::Runtime::new()?;

@@ -56,6 +56,12 @@ pub fn audit(
     threads: usize,
     progress: &mut dyn FnMut(usize, usize),
 ) -> anyhow::Result<Vec<EpisodeAudit>> {
+    anyhow::ensure!(
+        spec.action.mode == arena_bench::spec::ActionMode::Normalized,
+        "benchmark {} uses the joint-position action mode, which audits cannot replay yet (the \
+         session's gains and feed-forward torques are not stored with its episodes)",
+        spec.name
+    );
     let metric_config = episode::metric_config(spec);
     let mut out = Vec::with_capacity(records.len());
     let mut runnable = Vec::new();
@@ -68,7 +74,7 @@ pub fn audit(
     let batch = batch.clamp(1, runnable.len().max(1));
     let config = TrackingEnvConfig {
         backend: backend.clone(),
-        ..episode::env_config(spec, batch, threads)
+        ..episode::env_config(spec, None, batch, threads)
     };
     let mut env = TrackingEnv::new(config, library.clone())?;
     let mut done = out.len();

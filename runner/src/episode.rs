@@ -6,18 +6,20 @@ use arena_bench::aggregate::EpisodeStatus;
 use arena_bench::metrics::{self, Frame, MetricConfig};
 use arena_bench::spec::{BenchmarkSpec, Episode, FallSpec, MotionSource};
 use arena_data::{MotionClip, NUM_JOINTS};
-use arena_sdk::ObservationLayout;
-use arena_sdk::layout::{REFERENCE_FRAME_SIZE, REFERENCE_GOAL_GROUP, REFERENCE_GOAL_ROW, REFERENCE_GROUP};
+use arena_sdk::layout::{REFERENCE_FRAME_SIZE, REFERENCE_GOAL_ROW};
 use arena_sdk::protocol::{EpisodeSpec, Reference};
 use arena_sim::dr::DrLevel;
 use arena_sim::env::{self, ACTION_CLIP, EpisodeAssignment, FallRule, TrackingEnv, TrackingEnvConfig, Trajectory};
 use arena_sim::handler::NQ;
-use arena_sim::motion::{Motion, MotionLibrary, MotionState};
-use arena_sim::observation::{self, HISTORY_ACTOR_DIM, LAST_ACTION_DIM, PRIVILEGED_STATE_DIM, STATE_DIM};
+use arena_sim::motion::{Motion, MotionLibrary};
+use arena_sim::observation::{PRIVILEGED_STATE_DIM, STATE_DIM};
 use arena_sim::robot::NUM_BODIES_EXT;
 use arena_sim::{CONTROL_DT, RobotConfig};
+use crate::gains::{self, SessionGains};
 use std::collections::BTreeMap;
 use std::path::Path;
+
+pub use crate::observations::{ReferenceScratch, fill_observation, needs_imu, observation_layout};
 
 // The SDK states the reference groups' row sizes without the simulator; they are the simulator's.
 const _: () = assert!(REFERENCE_FRAME_SIZE == NQ && REFERENCE_GOAL_ROW == STATE_DIM + PRIVILEGED_STATE_DIM);
@@ -45,10 +47,17 @@ pub fn benchmark_clips(
     }
 }
 
-/// The TrackingEnv settings a benchmark implies, for `num_envs` envs on `threads` threads.
-pub fn env_config(spec: &BenchmarkSpec, num_envs: usize, threads: usize) -> TrackingEnvConfig {
+/// The TrackingEnv settings a benchmark implies, for `num_envs` envs on `threads` threads, with
+/// the session's gains in the joint-position mode (`None`: the benchmark's default preset).
+pub fn env_config(
+    spec: &BenchmarkSpec,
+    gains: Option<&SessionGains>,
+    num_envs: usize,
+    threads: usize,
+) -> TrackingEnvConfig {
     TrackingEnvConfig {
-        robot: RobotConfig::default(),
+        robot: gains::robot_config(&spec.action, gains, needs_imu(spec)),
+        action_mode: gains::env_action_mode(&spec.action),
         num_envs,
         threads,
         fall_rule: match spec.fall {
@@ -85,120 +94,17 @@ pub fn metric_config(spec: &BenchmarkSpec) -> MetricConfig {
     }
 }
 
-/// The layout a benchmark's sessions announce: the benchmark's groups in its order, then
-/// `reference` when `reference_horizon` > 0, then `reference_goal` when
-/// `reference_goal_horizon` > 0.
-pub fn observation_layout(spec: &BenchmarkSpec) -> ObservationLayout {
-    let mut groups: Vec<(&str, usize)> = spec
-        .observations
-        .groups
-        .iter()
-        .map(|g| (g.as_str(), group_size(g)))
-        .collect();
-    let horizon = spec.observations.reference_horizon as usize;
-    if horizon > 0 {
-        groups.push((REFERENCE_GROUP, horizon * NQ));
-    }
-    let goal_horizon = spec.observations.reference_goal_horizon as usize;
-    if goal_horizon > 0 {
-        groups.push((REFERENCE_GOAL_GROUP, goal_horizon * REFERENCE_GOAL_ROW));
-    }
-    ObservationLayout::from_groups(groups)
-}
-
-/// Writes env `slot`'s observation into `out` (`size()` values): the benchmark's groups from
-/// the env's observation batch, then the reference frames at t + dt, ..., t + H·dt, then the
-/// reference rows (state | privileged_state) at t + dt, ..., t + H_goal·dt.
-pub fn fill_observation(
-    layout: &ObservationLayout,
-    env: &TrackingEnv,
-    slot: usize,
-    scratch: &mut ReferenceScratch,
-    out: &mut [f32],
-) {
-    let obs = env.observations();
-    for (name, range) in layout.groups() {
-        let dst = &mut out[range.clone()];
-        let n = range.len();
-        match name {
-            "state" => dst.copy_from_slice(&obs.state[slot * n..(slot + 1) * n]),
-            "privileged_state" => dst.copy_from_slice(&obs.privileged_state[slot * n..(slot + 1) * n]),
-            "last_action" => dst.copy_from_slice(&obs.last_action[slot * n..(slot + 1) * n]),
-            "history_actor" => dst.copy_from_slice(&obs.history_actor[slot * n..(slot + 1) * n]),
-            REFERENCE_GROUP => {
-                let (Some(a), info) = (env.assignment(slot), &env.infos()[slot]) else {
-                    dst.fill(0.0);
-                    continue;
-                };
-                let motion = &env.library().motions[a.motion];
-                for k in 0..layout.reference_horizon() {
-                    let t = info.motion_time + (k + 1) as f64 * CONTROL_DT;
-                    motion.pose_at(t, &mut scratch.qpos, &mut scratch.body_pos);
-                    for (d, s) in dst[k * NQ..(k + 1) * NQ].iter_mut().zip(&scratch.qpos) {
-                        *d = *s as f32;
-                    }
-                }
-            }
-            REFERENCE_GOAL_GROUP => {
-                let (Some(a), info) = (env.assignment(slot), &env.infos()[slot]) else {
-                    dst.fill(0.0);
-                    continue;
-                };
-                let motion = &env.library().motions[a.motion];
-                let state = &mut scratch.state;
-                for (k, row) in dst.chunks_exact_mut(REFERENCE_GOAL_ROW).enumerate() {
-                    // The env's own time formula (start + step·dt) one to H steps ahead, so
-                    // row k is exactly the reference observation of episode step t + k + 1.
-                    let t = a.start_time + (info.step + k + 1) as f64 * CONTROL_DT;
-                    motion.state_at(t, state);
-                    let (s, p) = row.split_at_mut(STATE_DIM);
-                    observation::reference_state_row(state, env.robot(), s);
-                    observation::privileged_state(
-                        &state.body_pos,
-                        &state.body_rot,
-                        &state.body_vel,
-                        &state.body_ang_vel,
-                        p,
-                    );
-                }
-            }
-            other => unreachable!("observation group {other:?} passed benchmark validation"),
-        }
-    }
-}
-
-/// Values per episode of a simulator observation group.
-fn group_size(name: &str) -> usize {
-    match name {
-        "state" => STATE_DIM,
-        "privileged_state" => PRIVILEGED_STATE_DIM,
-        "last_action" => LAST_ACTION_DIM,
-        "history_actor" => HISTORY_ACTOR_DIM,
-        other => unreachable!("observation group {other:?} passed benchmark validation"),
-    }
-}
-
-/// Buffers for sampling reference poses and states without allocating per step.
-#[derive(Debug)]
-pub struct ReferenceScratch {
-    qpos: [f64; NQ],
-    body_pos: Vec<f64>,
-    state: Box<MotionState>,
-}
-
-impl Default for ReferenceScratch {
-    fn default() -> Self {
-        Self {
-            qpos: [0.0; NQ],
-            body_pos: vec![0.0; 3 * NUM_BODIES_EXT],
-            state: Box::default(),
-        }
-    }
-}
-
-/// The episode spec a session announces for a benchmark.
-pub fn episode_spec(spec: &BenchmarkSpec, max_batch: u32, max_in_flight: u32, step_timeout_s: f64) -> EpisodeSpec {
+/// The episode spec a session announces for a benchmark (with the session's gains in the
+/// joint-position mode).
+pub fn episode_spec(
+    spec: &BenchmarkSpec,
+    gains: Option<&SessionGains>,
+    max_batch: u32,
+    max_in_flight: u32,
+    step_timeout_s: f64,
+) -> EpisodeSpec {
     let robot = RobotConfig::default();
+    let driven = gains::robot_config(&spec.action, gains, false);
     EpisodeSpec {
         observations: observation_layout(spec).to_protocol(),
         action_size: NUM_JOINTS as u32,
@@ -208,6 +114,10 @@ pub fn episode_spec(spec: &BenchmarkSpec, max_batch: u32, max_in_flight: u32, st
         step_timeout_s,
         default_joint_pos: robot.default_pose.to_vec(),
         action_scale: (0..NUM_JOINTS).map(|j| ACTION_CLIP * robot.action_scale(j)).collect(),
+        action_mode: gains::env_action_mode(&spec.action).name().to_string(),
+        joint_stiffness: driven.kp.to_vec(),
+        joint_damping: driven.kd.to_vec(),
+        effort_limit: driven.effort.to_vec(),
     }
 }
 

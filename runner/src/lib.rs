@@ -5,4 +5,6 @@
 
 pub mod audit;
 pub mod episode;
+pub mod gains;
 pub mod local;
+pub mod observations;

@@ -77,11 +77,11 @@ pub fn run_local(
     let batch = options.batch.clamp(1, episodes.len());
     let env_config = TrackingEnvConfig {
         backend: options.backend.clone(),
-        ..episode::env_config(spec, batch, options.threads)
+        ..episode::env_config(spec, None, batch, options.threads)
     };
     let mut env = TrackingEnv::new(env_config, library.clone())?;
     let layout = episode::observation_layout(spec);
-    let session = episode::episode_spec(spec, batch as u32, 1, 0.0);
+    let session = episode::episode_spec(spec, None, batch as u32, 1, 0.0);
     agent.configure(&session);
     agent
         .check(&session)
@@ -98,7 +98,9 @@ pub fn run_local(
     let mut slots: Vec<usize> = Vec::with_capacity(batch);
     let mut observations = vec![0.0f32; batch * layout.size()];
     let mut agent_actions = vec![0.0f32; batch * NUM_JOINTS];
-    let mut env_actions = vec![0.0f32; batch * NUM_JOINTS];
+    // The env's rows may be wider (joint-position mode: targets, then feed-forward torques, 0 here).
+    let width = env.action_width();
+    let mut env_actions = vec![0.0f32; batch * width];
     let mut starting = Vec::new();
     let mut step_counter = 0u64;
 
@@ -155,7 +157,7 @@ pub fn run_local(
         agent.act(&batch_view, &mut agent_actions[..n * NUM_JOINTS]);
         env_actions.fill(0.0);
         for (row, &slot) in slots.iter().enumerate() {
-            env_actions[slot * NUM_JOINTS..(slot + 1) * NUM_JOINTS]
+            env_actions[slot * width..slot * width + NUM_JOINTS]
                 .copy_from_slice(&agent_actions[row * NUM_JOINTS..(row + 1) * NUM_JOINTS]);
         }
         env.step(&env_actions)?;

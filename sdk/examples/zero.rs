@@ -4,5 +4,5 @@
 mod common;
 
 fn main() -> std::process::ExitCode {
-    common::run(&mut arena_sdk::agents::ZeroAgent, "zero")
+    common::run(&mut arena_sdk::agents::ZeroAgent::default(), "zero")
 }

@@ -47,6 +47,11 @@ pub struct ClientConfig {
     pub encoding: Encoding,
     /// Largest batch the agent wants (0 = the server's limit).
     pub max_batch: u32,
+    /// Joint-position benchmarks: the PD gains the agent was trained with (29 each, G1 joint
+    /// order; empty = the benchmark's default), or the name of one of the benchmark's presets.
+    pub joint_stiffness: Vec<f64>,
+    pub joint_damping: Vec<f64>,
+    pub gain_preset: String,
     /// Connection attempts after a lost connection before giving up.
     pub max_reconnects: u32,
     pub initial_backoff: Duration,
@@ -63,6 +68,9 @@ impl ClientConfig {
             phase: String::new(),
             encoding: Encoding::Binary,
             max_batch: 0,
+            joint_stiffness: Vec::new(),
+            joint_damping: Vec::new(),
+            gain_preset: String::new(),
             max_reconnects: 10,
             initial_backoff: Duration::from_millis(200),
             max_backoff: Duration::from_secs(5),
@@ -131,8 +139,9 @@ impl ClientError {
 }
 
 /// Codes refusing a Connect after which reconnecting cannot help.
-const FATAL_CODES: [&str; 10] = [
+const FATAL_CODES: [&str; 11] = [
     codes::UNAUTHORIZED,
+    codes::INVALID_GAINS,
     codes::UNSUPPORTED_VERSION,
     codes::UNKNOWN_BENCHMARK,
     codes::BENCHMARK_UNAVAILABLE,
@@ -417,6 +426,9 @@ async fn session(
         submission_id: state.summary.submission_id.clone(),
         max_batch: config.max_batch,
         phase: config.phase.clone(),
+        joint_stiffness: config.joint_stiffness.clone(),
+        joint_damping: config.joint_damping.clone(),
+        gain_preset: config.gain_preset.clone(),
     });
     let mut connection = match Connection::open(config, connect).await {
         Ok(c) => c,

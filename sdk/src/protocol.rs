@@ -30,6 +30,9 @@ pub mod codes {
     /// The benchmark exists but cannot be loaded on the server (e.g. its motion files are
     /// missing there): the organisers must fix the server, so reconnecting cannot help.
     pub const BENCHMARK_UNAVAILABLE: &str = "benchmark_unavailable";
+    /// Joint-position benchmarks: the gains declared in Connect are not allowed (the message
+    /// names the joint and the rule).
+    pub const INVALID_GAINS: &str = "invalid_gains";
     pub const UNKNOWN_SUBMISSION: &str = "unknown_submission";
     /// `connect.phase` names no phase.
     pub const UNKNOWN_PHASE: &str = "unknown_phase";

@@ -136,7 +136,7 @@ struct Seen {
 
 /// Zero actions; times the gap between answering a request and receiving the next.
 struct Timed {
-    inner: ZeroAgent,
+    inner: ZeroAgent::default(),
     answered: Option<Instant>,
     window: (Instant, Instant),
     seen: Arc<Mutex<Seen>>,
@@ -214,7 +214,7 @@ fn main() -> anyhow::Result<()> {
             let (stop, seen, failures) = (stop.clone(), seen[i].clone(), failures.clone());
             std::thread::spawn(move || {
                 let mut agent = Timed {
-                    inner: ZeroAgent,
+                    inner: ZeroAgent::default(),
                     answered: None,
                     window,
                     seen,

@@ -907,7 +907,7 @@ fn rate_limit_per_team_and_minute() {
         },
     );
     config.max_reconnects = 0;
-    let practice = client::run_blocking(&config, &mut arena_sdk::agents::ZeroAgent, &mut |_| {}).unwrap();
+    let practice = client::run_blocking(&config, &mut arena_sdk::agents::ZeroAgent::default(), &mut |_| {}).unwrap();
     assert_eq!(practice.episodes.len(), 1);
     // The fourth: refused over REST with the limit, the end of the minute and Retry-After...
     let (status, head, body) = server.call("GET", "/api/v1/submissions", Some(&alpha), None);

@@ -73,7 +73,7 @@ fn datasets_filter_export_and_load_into_a_buffer() {
     let alpha = server.team("alpha");
     let beta = server.team("beta");
     let a = server.submit(&alpha, &mut ReplayAgent::new(), "replay", None);
-    let b = server.submit(&beta, &mut ZeroAgent, "zero", None);
+    let b = server.submit(&beta, &mut ZeroAgent::default(), "zero", None);
     let (ea, eb) = (episodes(&server, &a), episodes(&server, &b));
     let rows_of = |eps: &[(i64, i64, f64, String)]| eps.iter().map(|e| e.1 + 1).sum::<i64>();
 

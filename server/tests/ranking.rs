@@ -204,7 +204,7 @@ fn among_agents_that_fall_the_one_that_stays_up_longer_ranks_higher() {
         path.display()
     );
     let replay = agent_report(&spec, &mut ReplayAgent::new(), 6);
-    let zero = agent_report(&spec, &mut ZeroAgent, 6);
+    let zero = agent_report(&spec, &mut ZeroAgent::default(), 6);
     let mean = |r: &Report, m: &str| r.aggregated[m].mean;
     println!(
         "replay: success {} failure_time_s {:.3} emd {:.3}; zero: success {} failure_time_s {:.3} emd {:.3}",

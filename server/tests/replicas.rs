@@ -86,7 +86,7 @@ fn start_agents(
             config.max_reconnects = 30;
             config.max_backoff = Duration::from_millis(500);
             std::thread::spawn(move || {
-                let mut agent = SlowAgent(ZeroAgent);
+                let mut agent = SlowAgent(ZeroAgent::default());
                 arena_sdk::client::run_blocking(&config, &mut agent, &mut |_| {})
             })
         })
@@ -310,7 +310,7 @@ fn one_submission_runs_on_both_replicas_at_once() {
             );
             config.max_reconnects = 30;
             std::thread::spawn(move || {
-                let mut agent = SlowAgent(ZeroAgent);
+                let mut agent = SlowAgent(ZeroAgent::default());
                 arena_sdk::client::run_blocking(&config, &mut agent, &mut |_| {})
             })
         })

@@ -16,6 +16,7 @@ use arena_data::NUM_JOINTS;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 /// Actions are clipped to this range after ×5 (BFM_ZERO_FACTS §1.3).
@@ -64,6 +65,39 @@ pub enum FallRule {
     MaxBodyDeviation(f64),
 }
 
+/// How [`TrackingEnv::step`] reads an env's action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionMode {
+    /// 29 normalised values a: target = default + offset + clip(5a, ±5)·0.25·effort/kp (BFM-Zero).
+    #[default]
+    Normalized,
+    /// 29 absolute joint position targets (rad), then 29 feed-forward torques (N·m): the
+    /// LowCmd semantics, τ = clip(kp·(q* − q) − kd·q̇ + τ_ff, ±effort) at every substep.
+    JointPosition,
+}
+
+impl ActionMode {
+    /// Values per env in the action batch `step` takes.
+    pub fn width(self) -> usize {
+        match self {
+            ActionMode::Normalized => NUM_JOINTS,
+            ActionMode::JointPosition => 2 * NUM_JOINTS,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ActionMode::Normalized => "normalized",
+            ActionMode::JointPosition => "joint_position",
+        }
+    }
+}
+
+/// How far outside a joint's range a joint-position target may lie (rad): farther is a broken
+/// action, not a policy's overshoot.
+pub const TARGET_RANGE_MARGIN: f64 = std::f64::consts::PI;
+
 #[derive(Debug, Clone)]
 pub struct TrackingEnvConfig {
     pub robot: RobotConfig,
@@ -79,6 +113,8 @@ pub struct TrackingEnvConfig {
     /// Whether the DR levels that randomise PD gains (2, 3) and add a control delay (3) do so.
     /// Scoring keeps the levels whole; the BFM-Zero trainer turns both off, as BFM-Zero does.
     pub dr_gains_and_delay: bool,
+    /// How actions become PD targets (and feed-forward torques).
+    pub action_mode: ActionMode,
 }
 
 impl Default for TrackingEnvConfig {
@@ -92,6 +128,7 @@ impl Default for TrackingEnvConfig {
             record: true,
             backend: SimBackend::Cpu,
             dr_gains_and_delay: true,
+            action_mode: ActionMode::Normalized,
         }
     }
 }
@@ -162,7 +199,8 @@ impl ObservationBatch {
 }
 
 /// One env's recorded episode. Row k is the state at motion time start + k·dt (row 0 is the
-/// reset state); `actions` row k is the normalised action that produced row k (zeros in row 0).
+/// reset state); `actions` row k is the action that produced row k (zeros in row 0): the
+/// normalised values, or in the joint-position mode the 29 targets (rad).
 #[derive(Debug, Clone, Default)]
 pub struct Trajectory {
     pub motion: usize,
@@ -176,6 +214,9 @@ pub struct Trajectory {
     pub actions: Vec<f64>,
     pub ref_qpos: Vec<f64>,
     pub ref_body_pos: Vec<f64>,
+    /// Joint-position mode: the feed-forward torques of each row's action (29 per row, zeros in
+    /// row 0); empty in the normalized mode.
+    pub feedforward: Vec<f64>,
     /// The `state` observation the agent received (64 per row, noise included).
     pub state: Vec<f64>,
     /// The reference motion's `state` row at the same time (64 per row).
@@ -204,6 +245,7 @@ impl Trajectory {
             (&mut self.actions, NUM_JOINTS),
             (&mut self.ref_qpos, NQ),
             (&mut self.ref_body_pos, BODY_W),
+            (&mut self.feedforward, 0),
             (&mut self.state, STATE_DIM),
             (&mut self.ref_state, STATE_DIM),
         ] {
@@ -223,7 +265,8 @@ struct Slot {
     next_push_step: usize,
     defaults: [f64; NUM_JOINTS],
     last_a5: [f64; NUM_JOINTS],
-    pending_action: [f64; NUM_JOINTS],
+    /// The command (PD targets, then feed-forward torques) waiting one step under a control delay.
+    pending_command: [f64; 2 * NUM_JOINTS],
     history: History,
     trajectory: Trajectory,
 }
@@ -297,7 +340,7 @@ impl TrackingEnv {
                 next_push_step: usize::MAX,
                 defaults: config.robot.default_pose,
                 last_a5: [0.0; NUM_JOINTS],
-                pending_action: [0.0; NUM_JOINTS],
+                pending_command: [0.0; 2 * NUM_JOINTS],
                 history: History::default(),
                 trajectory: Trajectory::default(),
             })
@@ -469,7 +512,13 @@ impl TrackingEnv {
         slot.status = EpisodeStatus::Running;
         slot.step = 0;
         slot.last_a5 = [0.0; NUM_JOINTS];
-        slot.pending_action = [0.0; NUM_JOINTS];
+        // What a delayed first step executes: a = 0 (the default pose) in the normalized mode,
+        // holding the start pose in the joint-position mode; no feed-forward torque.
+        slot.pending_command = [0.0; 2 * NUM_JOINTS];
+        match self.config.action_mode {
+            ActionMode::Normalized => slot.pending_command[..NUM_JOINTS].copy_from_slice(&slot.defaults),
+            ActionMode::JointPosition => slot.pending_command[..NUM_JOINTS].copy_from_slice(&qpos[7..]),
+        }
         slot.history.clear();
         let rows = ((motion.length_s - a.start_time) / CONTROL_DT).ceil() as usize + 1;
         if self.config.record {
@@ -478,57 +527,100 @@ impl TrackingEnv {
         Ok(())
     }
 
-    /// Applies one normalised action per env (N×29, in [-1, 1]; values outside are clipped by
-    /// the ×5 clip) and advances every running env by one control step.
+    /// Values per env in the action batch [`TrackingEnv::step`] takes (29 normalised values, or
+    /// 29 targets and 29 feed-forward torques in the joint-position mode).
+    pub fn action_width(&self) -> usize {
+        self.config.action_mode.width()
+    }
+
+    /// Applies one action per env (N × [`TrackingEnv::action_width`]) and advances every running
+    /// env by one control step. Normalized mode: values in [-1, 1] (beyond, the ×5 clip
+    /// saturates). Joint-position mode: absolute targets (rad) within [`TARGET_RANGE_MARGIN`] of
+    /// the joint's range and feed-forward torques within the effort limits.
     ///
-    /// A wrong-sized action batch is an error (nothing is stepped). A non-finite action fails
-    /// only its env ("non-finite action at step k"); nothing of it enters MuJoCo.
+    /// A wrong-sized action batch is an error (nothing is stepped). A non-finite or
+    /// out-of-range action fails only its env ("non-finite action at step k", "action out of
+    /// range at step k: ..."); nothing of it enters MuJoCo.
     pub fn step(&mut self, actions: &[f32]) -> Result<(&ObservationBatch, &[StepInfo]), SimError> {
         let n = self.slots.len();
-        if actions.len() != n * NUM_JOINTS {
+        let width = self.action_width();
+        if actions.len() != n * width {
             return Err(SimError::Config(format!(
-                "actions must be {n}×{NUM_JOINTS} = {} values, got {}",
-                n * NUM_JOINTS,
+                "actions must be {n}×{width} = {} values, got {}",
+                n * width,
                 actions.len()
             )));
         }
         let robot = &self.config.robot;
+        let mode = self.config.action_mode;
+        let ranges = match mode {
+            ActionMode::JointPosition => Some(self.handler.joint_ranges()),
+            ActionMode::Normalized => None,
+        };
         // Envs running before this step: they get stepped, refreshed and their info updated.
         for (flag, slot) in self.selected.iter_mut().zip(&self.slots) {
             *flag = slot.status == EpisodeStatus::Running;
         }
-        for (env, (slot, a)) in self.slots.iter_mut().zip(actions.chunks_exact(NUM_JOINTS)).enumerate() {
+        for (env, (slot, a)) in self.slots.iter_mut().zip(actions.chunks_exact(width)).enumerate() {
             let targets = &mut self.targets[env * NUM_JOINTS..(env + 1) * NUM_JOINTS];
             if slot.status != EpisodeStatus::Running {
                 continue;
             }
             if let Some(j) = a.iter().position(|v| !v.is_finite()) {
-                let reason = format!("non-finite action at step {} (joint {j}: {})", slot.step, a[j]);
+                let what = match j.checked_sub(NUM_JOINTS) {
+                    None => format!("joint {j}"),
+                    Some(k) => format!("feed-forward torque of joint {k}"),
+                };
+                let reason = format!("non-finite action at step {} ({what}: {})", slot.step, a[j]);
                 self.handler.mark_failed(env, reason.clone());
                 slot.status = EpisodeStatus::Failed(reason);
                 continue;
             }
-            let mut a5 = [0.0; NUM_JOINTS];
-            for j in 0..NUM_JOINTS {
-                a5[j] = (ACTION_CLIP * a[j] as f64).clamp(-ACTION_CLIP, ACTION_CLIP);
+            let mut command = [0.0; 2 * NUM_JOINTS];
+            match (mode, &ranges) {
+                (ActionMode::JointPosition, Some(ranges)) => {
+                    if let Some(why) = joint_command_error(a, ranges, &robot.effort) {
+                        let reason = format!("action out of range at step {}: {why}", slot.step);
+                        self.handler.mark_failed(env, reason.clone());
+                        slot.status = EpisodeStatus::Failed(reason);
+                        continue;
+                    }
+                    for j in 0..NUM_JOINTS {
+                        // A randomised default-joint offset acts as an encoder calibration error.
+                        let offset = slot.defaults[j] - robot.default_pose[j];
+                        command[j] = a[j] as f64 + offset;
+                        command[NUM_JOINTS + j] = a[NUM_JOINTS + j] as f64;
+                    }
+                }
+                _ => {
+                    let mut a5 = [0.0; NUM_JOINTS];
+                    for j in 0..NUM_JOINTS {
+                        a5[j] = (ACTION_CLIP * a[j] as f64).clamp(-ACTION_CLIP, ACTION_CLIP);
+                        command[j] = slot.defaults[j] + a5[j] * ACTION_SCALE * robot.effort[j] / robot.kp[j];
+                    }
+                    slot.last_a5 = a5;
+                }
             }
-            // With a one-step control delay the robot executes the previous action.
+            // With a one-step control delay the robot executes the previous command.
             let applied = if slot.draw.control_delay > 0 {
-                std::mem::replace(&mut slot.pending_action, a5)
+                std::mem::replace(&mut slot.pending_command, command)
             } else {
-                a5
+                command
             };
-            for j in 0..NUM_JOINTS {
-                targets[j] = slot.defaults[j] + applied[j] * ACTION_SCALE * robot.effort[j] / robot.kp[j];
+            targets.copy_from_slice(&applied[..NUM_JOINTS]);
+            if mode == ActionMode::JointPosition {
+                self.handler.set_feedforward(env, &applied[NUM_JOINTS..])?;
             }
-            slot.last_a5 = a5;
             if slot.step + 1 == slot.next_push_step {
                 let (dv, dw) = dr::push_velocity(&mut slot.rng);
                 self.handler.push_root(env, dv, dw)?;
                 slot.next_push_step += (dr::next_push_interval_s(&mut slot.rng) / CONTROL_DT).round() as usize;
             }
             if self.config.record {
-                slot.trajectory.actions.extend(a.iter().map(|v| *v as f64));
+                slot.trajectory.actions.extend(a[..NUM_JOINTS].iter().map(|v| *v as f64));
+                if mode == ActionMode::JointPosition {
+                    slot.trajectory.feedforward.extend(a[NUM_JOINTS..].iter().map(|v| *v as f64));
+                }
             }
         }
         self.handler.step(&self.targets)?;
@@ -617,6 +709,30 @@ impl TrackingEnv {
     }
 }
 
+/// Why a joint-position command (29 targets, 29 feed-forward torques) cannot be applied, naming
+/// the joint, or `None` when it can.
+fn joint_command_error(a: &[f32], ranges: &[(f64, f64); NUM_JOINTS], effort: &[f64; NUM_JOINTS]) -> Option<String> {
+    let names = &crate::robot::JOINT_NAMES;
+    for j in 0..NUM_JOINTS {
+        let (lo, hi) = (ranges[j].0 - TARGET_RANGE_MARGIN, ranges[j].1 + TARGET_RANGE_MARGIN);
+        let q = a[j] as f64;
+        if !(lo..=hi).contains(&q) {
+            return Some(format!(
+                "{} target {q} rad is outside [{lo:.4}, {hi:.4}] (the joint's range widened by π)",
+                names[j]
+            ));
+        }
+        let tau = a[NUM_JOINTS + j] as f64;
+        if tau.abs() > effort[j] {
+            return Some(format!(
+                "{} feed-forward torque {tau} N·m exceeds its effort limit {} N·m",
+                names[j], effort[j]
+            ));
+        }
+    }
+    None
+}
+
 /// One env's mutable pieces in the refresh loop: (index, slot, info and its observation rows).
 type EnvItem<'a> = (
     usize,
@@ -658,6 +774,9 @@ impl RefreshContext<'_> {
                 if self.config.record {
                     let rows = slot.trajectory.times.len();
                     slot.trajectory.actions.truncate(rows * NUM_JOINTS);
+                    if !slot.trajectory.feedforward.is_empty() {
+                        slot.trajectory.feedforward.truncate(rows * NUM_JOINTS);
+                    }
                 }
             }
             info.status = slot.status.clone();
@@ -716,6 +835,9 @@ impl RefreshContext<'_> {
             let t = &mut slot.trajectory;
             if self.after_reset {
                 t.actions.extend_from_slice(&[0.0; NUM_JOINTS]);
+                if self.config.action_mode == ActionMode::JointPosition {
+                    t.feedforward.extend_from_slice(&[0.0; NUM_JOINTS]);
+                }
             }
             t.times.push(motion_time);
             t.qpos.extend_from_slice(qpos);

@@ -20,6 +20,7 @@ pub mod observation;
 pub mod policy;
 pub mod recorded;
 pub mod robot;
+pub mod robot_interface;
 
 pub use handler::{
     CONTROL_DT, DECIMATION, Field, GpuHandler, Handler, MujocoHandler, PHYSICS_DT, RobotState, SimBackend,

@@ -94,6 +94,60 @@ const EFFORT_BASE: [f64; NUM_JOINTS] = [
     25.0, 25.0, 25.0, 25.0, 25.0, 5.0, 5.0,
 ];
 
+/// The G1's motors by joint (G1 order): Unitree's published motor types, as mjlab's G1 model
+/// groups them. Hip roll and knee are the 139 N·m 7520-22; hip pitch, hip yaw and waist yaw the
+/// 88 N·m 7520-14; ankles and waist roll / pitch a pair of 5020 (2 × 25 N·m) through a linkage;
+/// shoulders, elbows and wrist roll a 5020; wrist pitch / yaw a 4010.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Motor {
+    M7520_14,
+    M7520_22,
+    Dual5020,
+    M5020,
+    M4010,
+}
+
+impl Motor {
+    /// Reflected rotor inertia (kg·m²), the joint armature mjlab's gains derive from.
+    pub fn armature(self) -> f64 {
+        match self {
+            Motor::M7520_14 => 0.010_177_520,
+            Motor::M7520_22 => 0.025_101_925,
+            Motor::Dual5020 => 2.0 * 0.003_609_725,
+            Motor::M5020 => 0.003_609_725,
+            Motor::M4010 => 0.004_25,
+        }
+    }
+
+    /// Peak torque (N·m) of the published motor specs.
+    pub fn effort_limit(self) -> f64 {
+        match self {
+            Motor::M7520_14 => 88.0,
+            Motor::M7520_22 => 139.0,
+            Motor::Dual5020 => 50.0,
+            Motor::M5020 => 25.0,
+            Motor::M4010 => 5.0,
+        }
+    }
+}
+
+/// The motor of each joint, G1 order.
+pub const MOTORS: [Motor; NUM_JOINTS] = {
+    use Motor::*;
+    [
+        M7520_14, M7520_22, M7520_14, M7520_22, Dual5020, Dual5020, //
+        M7520_14, M7520_22, M7520_14, M7520_22, Dual5020, Dual5020, //
+        M7520_14, Dual5020, Dual5020, //
+        M5020, M5020, M5020, M5020, M5020, M4010, M4010, //
+        M5020, M5020, M5020, M5020, M5020, M4010, M4010,
+    ]
+};
+
+/// Natural frequency (rad/s) and damping ratio of the armature-based gains: kp = J·ω²,
+/// kd = 2·ζ·J·ω (BeyondMimic / mjlab).
+pub const ARMATURE_GAIN_OMEGA: f64 = 10.0 * 2.0 * std::f64::consts::PI;
+pub const ARMATURE_GAIN_ZETA: f64 = 2.0;
+
 /// Which PD gain set drives the robot (BFM_ZERO_FACTS §10.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -103,6 +157,10 @@ pub enum GainSet {
     Base,
     /// `g1_29dof_hard_waist.yaml`: waist kp 300 / kd 5, hip pitch/roll effort 139.
     HardWaist,
+    /// The armature-based gains of BeyondMimic / mjlab (kp = J·ω², kd = 2ζJω, ω = 2π·10 rad/s,
+    /// ζ = 2, J per [`MOTORS`]) with the motors' published effort limits: the robot of the
+    /// joint-position action mode.
+    Armature,
 }
 
 /// Robot configuration: gain set plus the derived per-joint PD constants.
@@ -113,6 +171,9 @@ pub struct RobotConfig {
     pub kd: [f64; NUM_JOINTS],
     pub effort: [f64; NUM_JOINTS],
     pub default_pose: [f64; NUM_JOINTS],
+    /// Compile the model with accelerometer sensors at the two IMU sites (`imu` groups): off by
+    /// default, since MuJoCo then runs its post-constraint pass every substep.
+    pub imu_sensors: bool,
 }
 
 impl Default for RobotConfig {
@@ -124,13 +185,24 @@ impl Default for RobotConfig {
 impl RobotConfig {
     pub fn new(gains: GainSet) -> Self {
         let (mut kp, mut kd, mut effort) = (KP_BASE, KD_BASE, EFFORT_BASE);
-        if gains == GainSet::HardWaist {
-            for j in 12..15 {
-                kp[j] = 300.0;
-                kd[j] = 5.0;
+        match gains {
+            GainSet::Base => {}
+            GainSet::HardWaist => {
+                for j in 12..15 {
+                    kp[j] = 300.0;
+                    kd[j] = 5.0;
+                }
+                for j in [0, 1, 6, 7] {
+                    effort[j] = 139.0;
+                }
             }
-            for j in [0, 1, 6, 7] {
-                effort[j] = 139.0;
+            GainSet::Armature => {
+                let (w, z) = (ARMATURE_GAIN_OMEGA, ARMATURE_GAIN_ZETA);
+                for (j, m) in MOTORS.iter().enumerate() {
+                    kp[j] = m.armature() * w * w;
+                    kd[j] = 2.0 * z * m.armature() * w;
+                    effort[j] = m.effort_limit();
+                }
             }
         }
         Self {
@@ -139,8 +211,12 @@ impl RobotConfig {
             kd,
             effort,
             default_pose: DEFAULT_POSE,
+            imu_sensors: false,
         }
     }
+
+    /// Sites of the G1's two IMUs (pelvis, torso_link), whose accelerometers the `imu` groups read.
+    pub const IMU_SITES: [&'static str; 2] = ["imu_in_pelvis", "imu_in_torso"];
 
     /// Per-joint action scale 0.25·effort/kp: a normalised action of 1 (a5 = 5) moves the
     /// target by 5× this many radians.
@@ -165,6 +241,15 @@ impl RobotConfig {
                     format!("{}actuatorfrcrange=\"-{e} {e}\"{}", &line[..start], &rest[end + 1..])
                 })
             });
+            if self.imu_sensors && line.trim() == "</actuator>" {
+                xml.push_str(line);
+                xml.push_str("\n  <sensor>\n");
+                for site in Self::IMU_SITES {
+                    xml.push_str(&format!("    <accelerometer name=\"{site}_accelerometer\" site=\"{site}\"/>\n"));
+                }
+                xml.push_str("  </sensor>\n");
+                continue;
+            }
             xml.push_str(patched.as_deref().unwrap_or(line));
             xml.push('\n');
         }
@@ -194,5 +279,24 @@ mod tests {
         assert_eq!(hw.effort[0], 139.0);
         assert!(hw.mjcf().contains("name=\"left_hip_pitch_joint\" class=\"leg_motor\" axis=\"0 1 0\" range=\"-2.5307 2.8798\" actuatorfrcrange=\"-139 139\""));
         assert_eq!(c.mjcf(), format!("{G1_MJCF}"));
+    }
+
+    #[test]
+    fn armature_gains_follow_the_motor_specs() {
+        let a = RobotConfig::new(GainSet::Armature);
+        // Hip roll and knee: 7520-22, J = 0.025101925 → kp ≈ 99.098, kd ≈ 6.309, 139 N·m.
+        for j in [1, 3, 7, 9] {
+            assert!((a.kp[j] - 99.0984).abs() < 1e-3, "joint {j}: {}", a.kp[j]);
+            assert!((a.kd[j] - 6.3088).abs() < 1e-3);
+            assert_eq!(a.effort[j], 139.0);
+        }
+        // Hip pitch: 7520-14, kp ≈ 40.179 (the base set drives it with 99.1).
+        assert!((a.kp[0] - 40.1792).abs() < 1e-3);
+        assert_eq!(a.effort[0], 88.0);
+        assert_eq!((a.effort[4], a.effort[13], a.effort[15], a.effort[20]), (50.0, 50.0, 25.0, 5.0));
+        assert!((a.kp[20] - 16.7783).abs() < 1e-3);
+        let xml = RobotConfig { imu_sensors: true, ..a }.mjcf();
+        assert!(xml.contains("<accelerometer name=\"imu_in_pelvis_accelerometer\" site=\"imu_in_pelvis\"/>"));
+        RobotConfig { imu_sensors: true, ..RobotConfig::default() }.compile().unwrap();
     }
 }

@@ -15,8 +15,58 @@ use std::path::{Path, PathBuf};
 
 /// The simulator's control rate; benchmarks cannot change it.
 pub const CONTROL_HZ: u32 = 50;
-/// Observation groups an agent may be granted.
-pub const OBSERVATION_GROUPS: [&str; 4] = ["state", "privileged_state", "last_action", "history_actor"];
+/// Observation groups an agent may be granted: BFM-Zero's, then the robot's own interface (the
+/// IMUs, the motors, the pelvis velocity) and the tracking command in mjlab's convention.
+pub const OBSERVATION_GROUPS: [&str; 12] = [
+    "state",
+    "privileged_state",
+    "last_action",
+    "history_actor",
+    "imu",
+    "imu_torso",
+    "motors",
+    "base_lin_vel",
+    "motion_command",
+    "motion_anchor_pos_b",
+    "motion_anchor_ori_b",
+    "motion_anchor_pose_w",
+];
+/// The G1's bodies that can anchor the tracking command (MuJoCo body order, pelvis first).
+pub const ANCHOR_BODIES: [&str; 30] = [
+    "pelvis",
+    "left_hip_pitch_link",
+    "left_hip_roll_link",
+    "left_hip_yaw_link",
+    "left_knee_link",
+    "left_ankle_pitch_link",
+    "left_ankle_roll_link",
+    "right_hip_pitch_link",
+    "right_hip_roll_link",
+    "right_hip_yaw_link",
+    "right_knee_link",
+    "right_ankle_pitch_link",
+    "right_ankle_roll_link",
+    "waist_yaw_link",
+    "waist_roll_link",
+    "torso_link",
+    "left_shoulder_pitch_link",
+    "left_shoulder_roll_link",
+    "left_shoulder_yaw_link",
+    "left_elbow_link",
+    "left_wrist_roll_link",
+    "left_wrist_pitch_link",
+    "left_wrist_yaw_link",
+    "right_shoulder_pitch_link",
+    "right_shoulder_roll_link",
+    "right_shoulder_yaw_link",
+    "right_elbow_link",
+    "right_wrist_roll_link",
+    "right_wrist_pitch_link",
+    "right_wrist_yaw_link",
+];
+/// Named PD gain sets a joint-position benchmark may offer: `armature` (BeyondMimic / mjlab)
+/// and `arena` (the normalized mode's, BFM-Zero's).
+pub const GAIN_PRESETS: [&str; 2] = ["armature", "arena"];
 /// Groups granted when `[observations] groups` is absent.
 pub const DEFAULT_OBSERVATION_GROUPS: [&str; 3] = ["state", "last_action", "history_actor"];
 /// Largest `reference_horizon` (5 s of future frames at the control rate).
@@ -47,6 +97,33 @@ pub struct BenchmarkSpec {
     pub observations: ObservationAccess,
     pub metrics: MetricSelection,
     pub ranking: Ranking,
+    /// How actions drive the robot (`[action]`; normalized when absent).
+    #[serde(default)]
+    pub action: ActionRules,
+}
+
+/// `[action]`: the action mode and, in the joint-position mode, which PD gains agents may use.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct ActionRules {
+    pub mode: ActionMode,
+    /// The preset a session gets when its agent declares no gains (joint-position mode).
+    pub gains: String,
+    /// Presets an agent may pick by name or by declaring their values (includes `gains`).
+    pub presets: Vec<String>,
+    /// Per-joint bounds on declared gains (29 each, G1 order); `None`: only the presets.
+    pub kp_max: Option<Vec<f64>>,
+    pub kd_max: Option<Vec<f64>>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionMode {
+    /// BFM-Zero's normalised actions with the arena's gains.
+    #[default]
+    Normalized,
+    /// Absolute joint position targets (and optional feed-forward torques) with the agent's
+    /// declared gains: unitree_sdk2's LowCmd semantics.
+    JointPosition,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -160,6 +237,13 @@ pub struct ObservationAccess {
     pub reference_goal_horizon: u32,
     pub reveal_reference: bool,
     pub hide_motion_names: bool,
+    /// The body whose pose the `motion_anchor_*` groups relate (BeyondMimic's anchor).
+    #[serde(default = "default_anchor_body")]
+    pub anchor_body: String,
+}
+
+fn default_anchor_body() -> String {
+    "torso_link".to_string()
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -99,6 +99,19 @@ struct RawSpec {
     observations: RawObservations,
     metrics: Option<RawMetrics>,
     ranking: Option<RawRanking>,
+    #[serde(default)]
+    action: RawAction,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawAction {
+    mode: Option<ActionMode>,
+    gains: Option<String>,
+    presets: Option<Vec<String>>,
+    // A number (every joint) or 29 numbers; checked by hand to name the key.
+    kp_max: Option<toml::Value>,
+    kd_max: Option<toml::Value>,
 }
 
 #[derive(Deserialize)]
@@ -156,6 +169,7 @@ struct RawObservations {
     reference_goal_horizon: Option<i64>,
     reveal_reference: Option<bool>,
     hide_motion_names: Option<bool>,
+    anchor_body: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -276,6 +290,7 @@ impl Check<'_> {
             (Some(m), Some(r)) => take!(self.ranking(r, &m.list)),
             _ => None,
         };
+        let action = take!(self.action(raw.action));
         match (
             name,
             version,
@@ -288,6 +303,7 @@ impl Check<'_> {
             observations,
             metrics,
             ranking,
+            action,
         ) {
             (
                 Some(name),
@@ -301,6 +317,7 @@ impl Check<'_> {
                 Some(observations),
                 Some(metrics),
                 Some(ranking),
+                Some(action),
             ) => Ok(BenchmarkSpec {
                 name,
                 version,
@@ -313,6 +330,7 @@ impl Check<'_> {
                 observations,
                 metrics,
                 ranking,
+                action,
             }),
             _ if problems.len() == 1 => Err(problems.remove(0)),
             _ => Err(SpecError::Several(problems)),
@@ -579,7 +597,85 @@ impl Check<'_> {
             )? as u32,
             reveal_reference: raw.reveal_reference.unwrap_or(false),
             hide_motion_names: raw.hide_motion_names.unwrap_or(false),
+            anchor_body: match raw.anchor_body {
+                None => "torso_link".to_string(),
+                Some(b) if ANCHOR_BODIES.contains(&b.as_str()) => b,
+                Some(b) => {
+                    return Err(self.err(
+                        "observations.anchor_body",
+                        format!("unknown body {b:?}; expected one of: {}", ANCHOR_BODIES.join(", ")),
+                    ));
+                }
+            },
         })
+    }
+
+    fn action(&self, raw: RawAction) -> Result<ActionRules, SpecError> {
+        let mode = raw.mode.unwrap_or_default();
+        if mode == ActionMode::Normalized {
+            if raw.gains.is_some() || raw.presets.is_some() || raw.kp_max.is_some() || raw.kd_max.is_some() {
+                return Err(self.err(
+                    "action",
+                    "gains, presets, kp_max and kd_max apply to mode = \"joint_position\" only (the normalized mode uses the arena's gains)",
+                ));
+            }
+            return Ok(ActionRules::default());
+        }
+        let preset = |key: &str, name: String| -> Result<String, SpecError> {
+            if GAIN_PRESETS.contains(&name.as_str()) {
+                Ok(name)
+            } else {
+                Err(self.err(key, format!("unknown gain preset {name:?}; expected one of: {}", GAIN_PRESETS.join(", "))))
+            }
+        };
+        let gains = preset("action.gains", raw.gains.unwrap_or_else(|| "armature".to_string()))?;
+        let mut presets = Vec::new();
+        for name in raw.presets.unwrap_or_default() {
+            let name = preset("action.presets", name)?;
+            if !presets.contains(&name) {
+                presets.push(name);
+            }
+        }
+        if !presets.contains(&gains) {
+            presets.insert(0, gains.clone());
+        }
+        let kp_max = self.per_joint("action.kp_max", raw.kp_max)?;
+        let kd_max = self.per_joint("action.kd_max", raw.kd_max)?;
+        if kp_max.is_some() != kd_max.is_some() {
+            return Err(self.err(
+                "action",
+                "set both kp_max and kd_max (bounded gains) or neither (the presets only)",
+            ));
+        }
+        Ok(ActionRules {
+            mode,
+            gains,
+            presets,
+            kp_max,
+            kd_max,
+        })
+    }
+
+    /// A positive bound for every joint: one number, or 29 (G1 joint order).
+    fn per_joint(&self, key: &str, raw: Option<toml::Value>) -> Result<Option<Vec<f64>>, SpecError> {
+        const EXPECTED: &str = "a positive number or a list of 29 positive numbers (G1 joint order)";
+        let number = |v: &toml::Value| match v {
+            toml::Value::Float(f) => Some(*f),
+            toml::Value::Integer(i) => Some(*i as f64),
+            _ => None,
+        };
+        let values = match raw {
+            None => return Ok(None),
+            Some(toml::Value::Array(items)) => items.iter().map(number).collect::<Option<Vec<f64>>>(),
+            Some(v) => number(&v).map(|x| vec![x; arena_data::NUM_JOINTS]),
+        };
+        match values {
+            Some(v) if v.len() == arena_data::NUM_JOINTS && v.iter().all(|x| x.is_finite() && *x > 0.0) => Ok(Some(v)),
+            Some(v) if v.len() != arena_data::NUM_JOINTS => {
+                Err(self.err(key, format!("expected {EXPECTED}, got a list of {}", v.len())))
+            }
+            _ => Err(self.err(key, format!("expected {EXPECTED}"))),
+        }
     }
 
     fn metrics(&self, raw: RawMetrics, known: &[&str]) -> Result<MetricSelection, SpecError> {

@@ -73,7 +73,7 @@ impl BuiltinPolicy {
     pub fn agent(self) -> Box<dyn arena_sdk::Agent> {
         match self {
             BuiltinPolicy::Replay => Box::new(arena_sdk::agents::ReplayAgent::new()),
-            BuiltinPolicy::Zero => Box::new(arena_sdk::agents::ZeroAgent),
+            BuiltinPolicy::Zero => Box::new(arena_sdk::agents::ZeroAgent::default()),
         }
     }
 }

@@ -14,7 +14,9 @@ use crate::orchestrator::{self, JobSource, RunContext, RunOutcome, Sink, runner}
 use crate::state::AppState;
 use crate::storage::{NewSubmission, Submission, SubmissionStatus, now_ms};
 use arena_bench::spec::Episode;
+use arena_bench::spec::ActionMode;
 use arena_runner::episode::episode_spec;
+use arena_runner::gains::{DeclaredGains, SessionGains};
 use arena_sdk::protocol::{
     self, Connect, Connected, DecodeError, Disconnect, Heartbeat, Msg, PROTOCOL_VERSION, ResetEpisode, codes,
 };
@@ -113,6 +115,9 @@ struct Admitted {
     remaining: usize,
     /// False in a private phase before it ends: EpisodeEnd carries no metrics and no reason.
     reveal_results: bool,
+    /// Joint-position benchmarks: the gains the session runs with (checked before anything is
+    /// created, so a refusal costs no quota).
+    gains: Option<SessionGains>,
 }
 
 fn refusal(e: AccessError) -> Box<Msg> {
@@ -235,12 +240,26 @@ async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Box<Msg>>
         access::hide_motions(&mut view.spec);
         benchmark = Arc::new(view);
     }
+    let gains = match benchmark.spec.action.mode {
+        ActionMode::Normalized => None,
+        ActionMode::JointPosition => {
+            let declared = DeclaredGains {
+                kp: c.joint_stiffness.clone(),
+                kd: c.joint_damping.clone(),
+                preset: c.gain_preset.clone(),
+            };
+            let resolved = arena_runner::gains::resolve(&benchmark.spec.action, &declared)
+                .map_err(|why| refuse(codes::INVALID_GAINS, format!("benchmark {}: {why}", benchmark.spec.name)))?;
+            Some(resolved)
+        }
+    };
     if practice {
         return Ok(Admitted {
             benchmark,
             submission: None,
             remaining: 0,
             reveal_results,
+            gains,
         });
     }
     let submission = match submission {
@@ -285,6 +304,7 @@ async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Box<Msg>>
         benchmark,
         submission: Some(submission),
         reveal_results,
+        gains,
     })
 }
 
@@ -377,6 +397,7 @@ where
         episodes_remaining: remaining as u32,
         spec: Some(episode_spec(
             spec,
+            admitted.gains.as_ref(),
             batch as u32,
             lanes as u32,
             step_timeout.as_secs_f64(),
@@ -393,6 +414,7 @@ where
     );
     let ctx = Arc::new(RunContext {
         benchmark: admitted.benchmark.clone(),
+        gains: admitted.gains.clone(),
         out: out.clone(),
         step_timeout,
         lanes,

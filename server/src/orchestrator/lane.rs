@@ -97,20 +97,20 @@ impl<'a> Lane<'a> {
         commit: mpsc::Sender<Finished>,
     ) -> anyhow::Result<Self> {
         let spec = &ctx.benchmark.spec;
-        let mut env_config = episode::env_config(spec, ctx.batch, ctx.sim_threads);
+        let mut env_config = episode::env_config(spec, ctx.gains.as_ref(), ctx.batch, ctx.sim_threads);
         env_config.backend = ctx.backend.clone();
         let env = TrackingEnv::new(env_config, ctx.benchmark.library.clone())?;
         Ok(Self {
             ctx,
             lane,
+            actions: vec![0.0; ctx.batch * env.action_width()],
             env,
             layout: episode::observation_layout(spec),
             slots: (0..ctx.batch).map(|_| None).collect(),
             inbox,
             commit,
             next_request: lane as u64,
-            scratch: ReferenceScratch::default(),
-            actions: vec![0.0; ctx.batch * NUM_JOINTS],
+            scratch: ReferenceScratch::for_spec(spec),
         })
     }
 
@@ -361,9 +361,17 @@ impl<'a> Lane<'a> {
                 continue;
             }
             seen[slot] = true;
-            if entry.values.len() != NUM_JOINTS {
+            // Joint-position mode: 29 targets, optionally followed by 29 feed-forward torques.
+            let width = self.env.action_width();
+            let sizes_ok = entry.values.len() == NUM_JOINTS || entry.values.len() == width;
+            if !sizes_ok {
+                let expected = if width == NUM_JOINTS {
+                    format!("{NUM_JOINTS}")
+                } else {
+                    format!("{NUM_JOINTS} (targets) or {width} (targets, then feed-forward torques)")
+                };
                 running.forced = fail(format!(
-                    "action for episode {} has {} values, expected {NUM_JOINTS} (at its step {at})",
+                    "action for episode {} has {} values, expected {expected} (at its step {at})",
                     entry.episode_id,
                     entry.values.len()
                 ));
@@ -383,7 +391,7 @@ impl<'a> Lane<'a> {
                 ));
                 continue;
             }
-            self.actions[slot * NUM_JOINTS..(slot + 1) * NUM_JOINTS].copy_from_slice(&entry.values);
+            self.actions[slot * width..slot * width + entry.values.len()].copy_from_slice(&entry.values);
         }
         for (slot, running) in self.slots.iter_mut().enumerate() {
             if let Some(r) = running

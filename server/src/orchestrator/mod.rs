@@ -88,6 +88,8 @@ pub enum JobSource {
 #[derive(Debug)]
 pub struct RunContext {
     pub benchmark: Arc<LoadedBenchmark>,
+    /// Joint-position benchmarks: the session's PD gains.
+    pub gains: Option<arena_runner::gains::SessionGains>,
     /// Messages to the agent (the gateway encodes and sends them).
     pub out: UnboundedSender<Msg>,
     pub step_timeout: Duration,

@@ -247,6 +247,13 @@ impl GpuHandler {
         if num_envs == 0 {
             return Err(SimError::Config("num_envs must be at least 1".into()));
         }
+        if config.imu_sensors {
+            return Err(SimError::Config(
+                "the GPU backend does not simulate the IMU accelerometers yet (the `imu` and `imu_torso` \
+                 observation groups): run such benchmarks on the cpu backend"
+                    .into(),
+            ));
+        }
         // The nominal model, compiled here as the CPU backend compiles it: the same layout
         // checks, and the constants (mass, joint ranges) the worker need not be asked for.
         let model = config.compile()?;
@@ -725,6 +732,8 @@ impl Handler for GpuHandler {
             }
             Field::BodyAngVel => bodies3(Array::BodyAngVel, out, v3(torso(Array::BodyAngVel, 3))),
             Field::BodyContactForce => bodies3(Array::ContactForce, out, [0.0; 3]),
+            // Refused at construction: the worker simulates no IMU sensors.
+            Field::ImuAccelerometer => out.fill(f64::NAN),
         }
     }
 

@@ -129,6 +129,11 @@ pub enum Field {
     /// substep's contacts (the virtual head's is 0). Auxiliary rewards read the feet and the
     /// penalised bodies (BFM_ZERO_FACTS §4.2).
     BodyContactForce,
+    /// The accelerometers of the two IMU sites (pelvis xyz, then torso xyz; m/s², site frame,
+    /// specific force: +9.81 on z at rest), as MuJoCo's `accelerometer` sensor computed them in
+    /// the last physics substep. Only models compiled with [`RobotConfig::imu_sensors`] have
+    /// them (NaN otherwise).
+    ImuAccelerometer,
 }
 
 /// The widest [`Field`] row (31 body quaternions).
@@ -144,6 +149,7 @@ impl Field {
             Field::RootRot => 4,
             Field::BodyPos | Field::BodyVel | Field::BodyAngVel | Field::BodyContactForce => 3 * NUM_BODIES_EXT,
             Field::BodyRot => 4 * NUM_BODIES_EXT,
+            Field::ImuAccelerometer => 6,
         }
     }
 }
@@ -198,6 +204,15 @@ pub trait Handler: Send + Sync {
     fn set_joint_targets(&mut self, env: usize, targets: &[f64]) -> Result<(), SimError>;
     /// Applies domain-randomised physical parameters to one env (from the nominal model).
     fn set_physics_params(&mut self, env: usize, params: &PhysicsParams) -> Result<(), SimError>;
+    /// Sets one env's feed-forward torques (29, N·m), added to the PD torque before the effort
+    /// clip at every substep until changed; a reset sets them to 0 (the joint-position action
+    /// mode's τ_ff). Not every backend has them.
+    fn set_feedforward(&mut self, env: usize, _torques: &[f64]) -> Result<(), SimError> {
+        Err(SimError::Config(format!(
+            "env {env}: feed-forward torques are not supported by the {} backend",
+            self.describe()
+        )))
+    }
     /// Adds a velocity impulse to the root (world-frame linear, world-frame angular): a push.
     fn push_root(&mut self, env: usize, dv: Vec3, dw_world: Vec3) -> Result<(), SimError>;
     /// Marks an env failed (e.g. a non-finite action): it is not stepped until reset.

@@ -32,6 +32,8 @@ struct EnvSlot {
     data: MjData<Arc<MjModel>>,
     target: [f64; NUM_JOINTS],
     torque: [f64; NUM_JOINTS],
+    /// Feed-forward torques added before the effort clip (joint-position action mode).
+    feedforward: [f64; NUM_JOINTS],
     kp: [f64; NUM_JOINTS],
     kd: [f64; NUM_JOINTS],
     health: EnvHealth,
@@ -126,6 +128,7 @@ impl MujocoHandler {
                 data,
                 target: config.default_pose,
                 torque: [0.0; NUM_JOINTS],
+                feedforward: [0.0; NUM_JOINTS],
                 kp: config.kp,
                 kd: config.kd,
                 health: EnvHealth::Ok,
@@ -199,7 +202,7 @@ impl MujocoHandler {
     }
 
     /// Steps one env by one control step: DECIMATION substeps of the PD loop
-    /// τ = kp(q_tgt − q) − kd·q̇, clipped to the effort limit, written to the motors.
+    /// τ = kp(q_tgt − q) − kd·q̇ + τ_ff, clipped to the effort limit, written to the motors.
     fn step_slot(slot: &mut EnvSlot, effort: &[f64; NUM_JOINTS]) {
         if slot.health != EnvHealth::Ok {
             return;
@@ -215,7 +218,8 @@ impl MujocoHandler {
             {
                 let (qpos, qvel) = (slot.data.qpos(), slot.data.qvel());
                 for j in 0..NUM_JOINTS {
-                    let tau = slot.kp[j] * (slot.target[j] - qpos[7 + j]) - slot.kd[j] * qvel[6 + j];
+                    let tau = slot.kp[j] * (slot.target[j] - qpos[7 + j]) - slot.kd[j] * qvel[6 + j]
+                        + slot.feedforward[j];
                     slot.torque[j] = tau.clamp(-effort[j], effort[j]);
                 }
             }
@@ -321,6 +325,14 @@ impl MujocoHandler {
             Field::BodyVel => Self::body_velocities(data, Some(out), None),
             Field::BodyAngVel => Self::body_velocities(data, None, Some(out)),
             Field::BodyContactForce => out.copy_from_slice(&slot.contact_force),
+            Field::ImuAccelerometer => {
+                let sensors = data.sensordata();
+                if sensors.len() >= 6 {
+                    out.copy_from_slice(&sensors[..6]);
+                } else {
+                    out.fill(f64::NAN);
+                }
+            }
         }
     }
 }
@@ -398,6 +410,7 @@ impl Handler for MujocoHandler {
         slot.data.qpos_mut().copy_from_slice(qpos);
         slot.data.qvel_mut().copy_from_slice(qvel);
         slot.torque = [0.0; NUM_JOINTS];
+        slot.feedforward = [0.0; NUM_JOINTS];
         slot.target.copy_from_slice(&qpos[7..]);
         slot.health = EnvHealth::Ok;
         if let Some(log) = &mut slot.torque_log {
@@ -419,6 +432,18 @@ impl Handler for MujocoHandler {
             )));
         }
         self.envs[env].target.copy_from_slice(targets);
+        Ok(())
+    }
+
+    fn set_feedforward(&mut self, env: usize, torques: &[f64]) -> Result<(), SimError> {
+        self.check_env(env)?;
+        if torques.len() != NUM_JOINTS {
+            return Err(SimError::Config(format!(
+                "feed-forward torques need {NUM_JOINTS} values, got {}",
+                torques.len()
+            )));
+        }
+        self.envs[env].feedforward.copy_from_slice(torques);
         Ok(())
     }
 

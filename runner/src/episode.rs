@@ -209,6 +209,8 @@ pub fn score_finished(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arena_sdk::ObservationLayout;
+    use arena_sdk::layout::{REFERENCE_GOAL_GROUP, REFERENCE_GROUP};
     use std::ops::Range;
 
     fn smoke() -> BenchmarkSpec {
@@ -244,7 +246,7 @@ mod tests {
         assert_eq!(layout.size(), 4717);
         assert_eq!((layout.reference_horizon(), layout.reference_goal_horizon()), (1, 8));
         // What Connected announces reads back as the same layout (the client's side).
-        let announced = episode_spec(&spec, 4, 2, 1.0);
+        let announced = episode_spec(&spec, None, 4, 2, 1.0);
         assert_eq!(
             announced.observations.last().map(|g| (g.name.as_str(), g.size)),
             Some((REFERENCE_GOAL_GROUP, 8 * 527))
@@ -273,5 +275,40 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(ObservationLayout::from_spec(&spec).reference_goal_horizon(), 1);
+    }
+
+    #[test]
+    fn robot_benchmark_announces_its_groups_and_gains() {
+        let names = arena_bench::metrics::metric_names();
+        let (_, spec) =
+            arena_bench::spec::find_benchmark("g1-smoke-robot", &arena_bench::spec::shipped_dir(), &names).unwrap();
+        let layout = observation_layout(&spec);
+        let groups: Vec<(&str, Range<usize>)> = layout.groups().collect();
+        assert_eq!(
+            groups,
+            [
+                ("imu", 0..10),
+                ("imu_torso", 10..20),
+                ("motors", 20..107),
+                ("base_lin_vel", 107..110),
+                ("motion_command", 110..168),
+                ("motion_anchor_pos_b", 168..171),
+                ("motion_anchor_ori_b", 171..177),
+                ("motion_anchor_pose_w", 177..184),
+            ]
+        );
+        let announced = episode_spec(&spec, None, 4, 2, 1.0);
+        assert_eq!(announced.action_mode, "joint_position");
+        let armature = arena_sim::RobotConfig::new(arena_sim::GainSet::Armature);
+        assert_eq!(announced.joint_stiffness, armature.kp.to_vec());
+        assert_eq!(announced.effort_limit[1], 139.0, "hip roll is the 7520-22 motor");
+        let config = env_config(&spec, None, 2, 1);
+        assert!(config.robot.imu_sensors);
+        assert_eq!(config.action_mode.width(), 58);
+        // The normalized benchmarks keep the arena's gains and no IMU sensors.
+        let smoke = smoke();
+        let config = env_config(&smoke, None, 2, 1);
+        assert_eq!((config.robot.kp, config.robot.imu_sensors), (RobotConfig::default().kp, false));
+        assert_eq!(episode_spec(&smoke, None, 4, 2, 1.0).action_mode, "normalized");
     }
 }

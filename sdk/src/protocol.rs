@@ -209,6 +209,9 @@ mod tests {
                 submission_id: String::new(),
                 max_batch: 8,
                 phase: "spring-val".into(),
+                joint_stiffness: vec![40.0; 29],
+                joint_damping: vec![2.5; 29],
+                gain_preset: String::new(),
             }),
             Msg::GetAction(GetAction {
                 step: 7,

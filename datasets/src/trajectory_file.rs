@@ -22,7 +22,13 @@
 //!     ref_body_pos       f64 (T, 93)
 //!     state              f64 (T, 64)   the observation the agent saw
 //!     ref_state          f64 (T, 64)
+//!     targets            f64 (T, 29)   optional: the PD targets tracked to reach each row (rad)
+//!     torques            f64 (T, 29)   optional: the last substep's applied torques (N·m)
+//!     feedforward        f64 (T, 29)   optional: joint-position actions' feed-forward torques
 //! ```
+//!
+//! The optional datasets are written when recorded (files of earlier versions lack them; a
+//! reader gets them empty).
 //!
 //! Non-empty datasets are chunked by `min(T, 512)` rows, byte-shuffled and deflate-compressed
 //! (level 1: a whole benchmark's trajectories are compressed while it runs, so speed matters
@@ -68,6 +74,13 @@ pub const DATASETS: [(&str, usize); 9] = [
     ("ref_state", STATE_WIDTH),
 ];
 
+/// Datasets written only when the episode recorded them, in file order.
+pub const OPTIONAL_DATASETS: [(&str, usize); 3] = [
+    ("targets", ACTION_WIDTH),
+    ("torques", ACTION_WIDTH),
+    ("feedforward", ACTION_WIDTH),
+];
+
 /// One recorded episode. Every array is row-major with `times.len()` rows.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct EpisodeRecord {
@@ -101,6 +114,12 @@ pub struct EpisodeRecord {
     pub state: Vec<f64>,
     /// T × 64
     pub ref_state: Vec<f64>,
+    /// T × 29 or empty: the PD targets tracked to reach each row.
+    pub targets: Vec<f64>,
+    /// T × 29 or empty: the torques of the last physics substep before each row.
+    pub torques: Vec<f64>,
+    /// T × 29 or empty: joint-position actions' feed-forward torques.
+    pub feedforward: Vec<f64>,
 }
 
 impl EpisodeRecord {
@@ -122,6 +141,24 @@ impl EpisodeRecord {
             &self.state,
             &self.ref_state,
         ]
+    }
+
+    /// The optional arrays in [`OPTIONAL_DATASETS`] order.
+    fn optional_arrays(&self) -> [&[f64]; 3] {
+        [&self.targets, &self.torques, &self.feedforward]
+    }
+
+    fn optional_arrays_mut(&mut self) -> [&mut Vec<f64>; 3] {
+        [&mut self.targets, &mut self.torques, &mut self.feedforward]
+    }
+
+    /// Every dataset to write: the required ones, then the recorded optional ones.
+    fn written(&self) -> impl Iterator<Item = (&(&'static str, usize), &[f64])> {
+        let optional = OPTIONAL_DATASETS
+            .iter()
+            .zip(self.optional_arrays())
+            .filter(|(_, v)| !v.is_empty());
+        DATASETS.iter().zip(self.arrays()).chain(optional)
     }
 
     /// Mutable arrays in [`DATASETS`] order.
@@ -253,7 +290,7 @@ impl TrajectoryFile {
         let path = self.path.as_path();
         let name = episode_group_name(record.episode);
         let rows = record.num_rows();
-        for ((dataset, width), values) in DATASETS.iter().zip(record.arrays()) {
+        for ((dataset, width), values) in record.written() {
             if values.len() != rows * width {
                 return Err(TrajectoryFileError::WrongLength {
                     path: path.to_path_buf(),
@@ -328,7 +365,7 @@ fn write_group(
     write_scalar_attr(path, &group, name, "steps", &steps)?;
 
     let rows = record.num_rows();
-    for ((dataset, width), values) in DATASETS.iter().zip(record.arrays()) {
+    for ((dataset, width), values) in record.written() {
         let context = || format!("{name}/{dataset}: create");
         let builder = group.new_dataset::<f64>();
         let chunk_rows = rows.min(MAX_CHUNK_ROWS);
@@ -537,6 +574,23 @@ pub fn read_episode(path: &Path, name: &str) -> Result<EpisodeRecord> {
         let expected = if *width == 1 { vec![t] } else { vec![t, *width] };
         if shape != expected {
             return Err(invalid(format!("{dataset}: shape {shape:?}, expected {expected:?}")));
+        }
+        if t > 0 {
+            *values = ds
+                .read_raw::<f64>()
+                .map_err(h5err(path, format!("{name}/{dataset}: read")))?;
+        }
+    }
+    let t = rows.unwrap_or(0);
+    for ((dataset, width), values) in OPTIONAL_DATASETS.iter().zip(record.optional_arrays_mut()) {
+        if !group.link_exists(dataset) {
+            continue;
+        }
+        let ds = group
+            .dataset(dataset)
+            .map_err(h5err(path, format!("{name}/{dataset}: open")))?;
+        if ds.shape() != [t, *width] {
+            return Err(invalid(format!("{dataset}: shape {:?}, expected [{t}, {width}]", ds.shape())));
         }
         if t > 0 {
             *values = ds

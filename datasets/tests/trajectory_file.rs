@@ -69,6 +69,10 @@ fn sample_record(episode: u32, rows: usize, salt: u64) -> EpisodeRecord {
         ref_body_pos: rng.vec(rows * BODY_WIDTH),
         state: rng.vec(rows * STATE_WIDTH),
         ref_state: rng.vec(rows * STATE_WIDTH),
+        // Optional datasets: recorded on even episodes only (files without them still read).
+        targets: if episode % 2 == 0 { rng.vec(rows * ACTION_WIDTH) } else { Vec::new() },
+        torques: if episode % 2 == 0 { rng.vec(rows * ACTION_WIDTH) } else { Vec::new() },
+        feedforward: if episode % 4 == 0 { rng.vec(rows * ACTION_WIDTH) } else { Vec::new() },
     }
 }
 

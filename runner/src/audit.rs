@@ -192,6 +192,9 @@ fn as_trajectory(record: &EpisodeRecord) -> Trajectory {
         ref_body_pos: record.ref_body_pos.clone(),
         state: record.state.clone(),
         ref_state: record.ref_state.clone(),
+        targets: record.targets.clone(),
+        torques: record.torques.clone(),
+        feedforward: record.feedforward.clone(),
         ..Default::default()
     }
 }

@@ -118,6 +118,7 @@ pub fn episode_spec(
         joint_stiffness: driven.kp.to_vec(),
         joint_damping: driven.kd.to_vec(),
         effort_limit: driven.effort.to_vec(),
+        anchor_body: spec.observations.anchor_body.clone(),
     }
 }
 

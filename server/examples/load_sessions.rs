@@ -136,7 +136,7 @@ struct Seen {
 
 /// Zero actions; times the gap between answering a request and receiving the next.
 struct Timed {
-    inner: ZeroAgent::default(),
+    inner: ZeroAgent,
     answered: Option<Instant>,
     window: (Instant, Instant),
     seen: Arc<Mutex<Seen>>,

@@ -97,6 +97,10 @@ pub struct Replay {
     pub reference: Poses,
     pub body_error_mm: Vec<f64>,
     pub joint_error_rad: Vec<f64>,
+    /// Per frame, 29 values each (G1 joint order): the PD targets the motors tracked (rad) and
+    /// the torques they applied (N·m); empty for trajectories recorded before they were stored.
+    pub joint_targets: Vec<f64>,
+    pub joint_torques: Vec<f64>,
 }
 
 fn poses(kinematics: &mut Kinematics, qpos: &[f64]) -> Poses {
@@ -129,6 +133,8 @@ pub fn replay(r: &EpisodeRecord, bodies: Vec<String>) -> Result<Replay, SimError
         reference: poses(&mut kinematics, &r.ref_qpos),
         body_error_mm: (0..rows).map(|k| round4(body_error_mm(r, k))).collect(),
         joint_error_rad: (0..rows).map(|k| round4(joint_error_rad(r, k))).collect(),
+        joint_targets: r.targets.iter().map(|v| round4(*v)).collect(),
+        joint_torques: r.torques.iter().map(|v| round4(*v)).collect(),
     })
 }
 
@@ -153,6 +159,9 @@ pub fn trajectory_of(r: &EpisodeRecord) -> arena_sim::env::Trajectory {
         ref_body_pos: r.ref_body_pos.clone(),
         state: r.state.clone(),
         ref_state: r.ref_state.clone(),
+        targets: r.targets.clone(),
+        torques: r.torques.clone(),
+        feedforward: r.feedforward.clone(),
         seed: r.seed,
         start_time: r.start_s,
         ..Default::default()

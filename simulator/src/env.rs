@@ -217,6 +217,12 @@ pub struct Trajectory {
     /// Joint-position mode: the feed-forward torques of each row's action (29 per row, zeros in
     /// row 0); empty in the normalized mode.
     pub feedforward: Vec<f64>,
+    /// The PD targets the motors tracked to reach each row (29 per row, rad; row 0: the reset
+    /// pose), after the action mapping, the default-joint offset and any control delay.
+    pub targets: Vec<f64>,
+    /// The torque each motor applied in the last physics substep before each row (29 per row,
+    /// N·m, after the effort clip; zeros in row 0).
+    pub torques: Vec<f64>,
     /// The `state` observation the agent received (64 per row, noise included).
     pub state: Vec<f64>,
     /// The reference motion's `state` row at the same time (64 per row).
@@ -246,6 +252,8 @@ impl Trajectory {
             (&mut self.ref_qpos, NQ),
             (&mut self.ref_body_pos, BODY_W),
             (&mut self.feedforward, 0),
+            (&mut self.targets, NUM_JOINTS),
+            (&mut self.torques, NUM_JOINTS),
             (&mut self.state, STATE_DIM),
             (&mut self.ref_state, STATE_DIM),
         ] {
@@ -845,6 +853,11 @@ impl RefreshContext<'_> {
             t.body_pos.extend_from_slice(bp);
             t.ref_qpos.extend_from_slice(&ref_qpos);
             t.ref_body_pos.extend_from_slice(&ref_body_pos);
+            let mut joints = [0.0; NUM_JOINTS];
+            self.handler.read_env_into(e, Field::DofPosTarget, &mut joints);
+            t.targets.extend_from_slice(&joints);
+            self.handler.read_env_into(e, Field::DofTorque, &mut joints);
+            t.torques.extend_from_slice(&joints);
             t.state.extend(rows.state.iter().map(|v| *v as f64));
             let (mut dof_vel, mut root_ang_vel) = ([0.0; NUM_JOINTS], [0.0; 3]);
             motion.velocities_at(motion_time, &mut dof_vel, &mut root_ang_vel);

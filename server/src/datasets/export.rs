@@ -225,6 +225,9 @@ pub fn export_jsonl_gz(
                 "privileged_state": rows_json_f32(&loaded.privileged, PRIVILEGED_STATE_DIM),
             },
             "action": rows_json(&r.actions, 29),
+            // Recorded since the joint-position mode (empty lists in older trajectory files).
+            "pd_target": rows_json(&r.targets, 29),
+            "torque": rows_json(&r.torques, 29),
             "qpos": rows_json(&r.qpos, 36),
             "qvel": rows_json(&r.qvel, 35),
             "terminated": terminated,

@@ -142,6 +142,9 @@ fn record_of(ctx: &RunContext, done: &Finished, status: EpisodeStatus, reason: O
         ref_body_pos: t.ref_body_pos.clone(),
         state: t.state.clone(),
         ref_state: t.ref_state.clone(),
+        targets: t.targets.clone(),
+        torques: t.torques.clone(),
+        feedforward: t.feedforward.clone(),
     }
 }
 

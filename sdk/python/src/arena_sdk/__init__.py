@@ -8,6 +8,9 @@
 
     summary = arena_sdk.run(MyAgent(), "http://127.0.0.1:8080", token, benchmark="g1-smoke")
 
+Exported mjlab / BeyondMimic / holosoma policies run with `arena_sdk.OnnxPolicy` (needs
+onnxruntime: the `onnx` extra) or `arena-agent onnx`; docs/bring-your-policy.md.
+
 docs/sdk-python.md has the details; docs/protocol.md the protocol underneath.
 """
 
@@ -34,9 +37,13 @@ from .client import (
     Reconnecting,
     RunSummary,
     ServerError,
+    fetch_spec,
     run,
 )
 from .errors import FATAL_CODES, AgentError, ArenaError, ProtocolError, RefusedError, UnreachableError
+from .onnx_policy import OnnxPolicy
+from .policy_config import PolicyConfig, PolicyOverrides, UnsupportedPolicyError
+from .tracking_agent import TrackingPolicyAgent
 
 __version__ = "0.1.0"
 
@@ -59,6 +66,9 @@ __all__ = [
     "Event",
     "ObservationGroup",
     "ObservationLayout",
+    "OnnxPolicy",
+    "PolicyConfig",
+    "PolicyOverrides",
     "PracticeEpisode",
     "ProtocolError",
     "Reconnecting",
@@ -66,6 +76,9 @@ __all__ = [
     "RunSummary",
     "ServerError",
     "SupportsAct",
+    "TrackingPolicyAgent",
     "UnreachableError",
+    "UnsupportedPolicyError",
+    "fetch_spec",
     "run",
 ]

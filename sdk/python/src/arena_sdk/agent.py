@@ -12,6 +12,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .errors import AgentError
+from .g1 import ANCHOR_BODY
 
 #: Name of the observation group holding the next reference frames (36 values per frame).
 REFERENCE_GROUP = "reference"
@@ -39,7 +40,7 @@ class EpisodeSpec:
 
     #: Groups in the order their values are concatenated in each observation row.
     observations: tuple[ObservationGroup, ...]
-    #: Values per action (29 normalised joint targets).
+    #: Values per action: 29 joint targets (normalised, or radians in the joint-position mode).
     action_size: int
     #: Control steps per simulated second (50).
     control_hz: float
@@ -53,6 +54,17 @@ class EpisodeSpec:
     #: float64 arrays of `action_size` values (empty if the server does not send them).
     default_joint_pos: np.ndarray = field(default_factory=lambda: np.zeros(0))
     action_scale: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    #: "normalized" (also "": the mapping above) or "joint_position": an action is 29 absolute
+    #: joint position targets (rad), the server's PD loop applying the gains below.
+    action_mode: str = ""
+    #: The PD gains the server applies in this session (G1 order; kp N·m/rad, kd N·m·s/rad) and
+    #: each motor's effort limit (N·m): float64 arrays, empty if the server does not send them.
+    joint_stiffness: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    joint_damping: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    effort_limit: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    #: The body the motion_anchor_* groups relate (the robot's and the reference's anchor):
+    #: "torso_link" unless the benchmark names another (also when the server does not say).
+    anchor_body: str = ANCHOR_BODY
 
     @property
     def layout(self) -> ObservationLayout:

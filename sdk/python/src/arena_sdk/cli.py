@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import TextIO, cast
 
 from .agent import EpisodeEnd, SupportsAct
-from .client import Connected, Event, Reconnecting, RunSummary, ServerError, run
+from .client import Connected, Event, Reconnecting, RunSummary, ServerError, check_gains, run
 from .errors import ArenaError, RefusedError
+from .policy_config import UnsupportedPolicyError
 from .transports import resolve_endpoint
 
 #: Metrics shown in the progress lines and the summary table when the benchmark computes them.
@@ -37,6 +38,9 @@ instantiated with no arguments.
 
 Prints one line per finished episode and a summary table; exits 0 when the run ended normally,
 1 on an error (refused session, unreachable server, invalid actions), 2 on bad arguments.
+
+`arena-agent onnx POLICY.onnx ...` runs an exported mjlab / BeyondMimic / holosoma policy instead
+of a class (`arena-agent onnx --help`).
 """
 
 EPILOG = """\
@@ -45,6 +49,7 @@ examples:
       --token "$ARENA_TOKEN" --benchmark g1-smoke
   arena-agent my_pkg.policy:Policy --transport grpc --practice squat --practice arm_wave
   arena-agent my_agent.py:MyAgent --submission-id sub-0123456789abcdef   # resume / attach
+  arena-agent onnx policy.onnx --benchmark g1-smoke-robot                 # an exported policy
 
 --server takes the server's base URL (both transports), or an explicit
 ws://HOST:PORT/api/v1/agent or grpc://HOST:PORT.
@@ -52,18 +57,52 @@ ws://HOST:PORT/api/v1/agent or grpc://HOST:PORT.
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["onnx"]:  # a MODULE:CLASS always has a colon, so "onnx" is unambiguous
+        from .onnx_cli import main as onnx_main
+
+        return onnx_main(argv[1:])
     parser = _parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    # The progress display prints reconnects and server errors itself; the SDK's own log lines
-    # (the same at WARNING level) only with --verbose.
-    logging.getLogger("arena_sdk").setLevel(logging.INFO if args.verbose else logging.ERROR)
-    _check_arguments(parser, args)
+    args = parser.parse_args(attach_number_lists(argv, ("--joint-stiffness", "--joint-damping")))
+    setup_logging(args.verbose)
+    check_session_arguments(parser, args)
+    try:
+        check_gains(args.joint_stiffness, args.joint_damping, args.gain_preset)
+    except ValueError as e:
+        parser.error(str(e).replace("joint_", "--joint-").replace("gain_preset", "--gain-preset"))
     try:
         agent = load_agent(args.agent)
     except Exception as e:
         print(f"arena-agent: cannot load agent {args.agent!r}: {e}", file=sys.stderr)
         return 2
+    return run_agent(
+        agent,
+        args,
+        agent_name=args.agent_name,
+        joint_stiffness=args.joint_stiffness,
+        joint_damping=args.joint_damping,
+        gain_preset=args.gain_preset,
+    )
+
+
+def setup_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # The progress display prints reconnects and server errors itself; the SDK's own log lines
+    # (the same at WARNING level) only with --verbose.
+    logging.getLogger("arena_sdk").setLevel(logging.INFO if verbose else logging.ERROR)
+
+
+def run_agent(
+    agent: SupportsAct,
+    args: argparse.Namespace,
+    *,
+    agent_name: str | None,
+    joint_stiffness: Sequence[float] | None = None,
+    joint_damping: Sequence[float] | None = None,
+    gain_preset: str | None = None,
+    prog: str = "arena-agent",
+) -> int:
+    """Runs with the session options of `args`, printing progress and the summary; the exit status."""
     progress = _Progress(sys.stdout, len(args.practice) if args.practice else 0)
     try:
         summary = run(
@@ -75,24 +114,31 @@ def main(argv: Sequence[str] | None = None) -> int:
             phase=args.phase,
             practice=args.practice,
             submission_id=args.submission_id,
-            agent_name=args.agent_name,
+            agent_name=agent_name,
             max_batch=args.max_batch,
             encoding=args.encoding,
             max_reconnects=args.max_reconnects,
             on_event=progress,
+            joint_stiffness=joint_stiffness,
+            joint_damping=joint_damping,
+            gain_preset=gain_preset,
         )
+    except UnsupportedPolicyError as e:  # the session's spec does not fit the policy
+        print(f"{prog}: {e}", file=sys.stderr)
+        _say_how_to_resume(progress.submission_id)
+        return 2
     except ArenaError as e:
-        print(f"arena-agent: error: {e}", file=sys.stderr)
+        print(f"{prog}: error: {e}", file=sys.stderr)
         if not isinstance(e, RefusedError):
             _say_how_to_resume(progress.submission_id)
         return 1
     except KeyboardInterrupt:
-        print("arena-agent: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
         _say_how_to_resume(progress.submission_id)
         return 130
     except Exception:  # the agent's own code raised: its traceback, then what became of the run
         traceback.print_exc()
-        print("arena-agent: error: the agent raised (traceback above)", file=sys.stderr)
+        print(f"{prog}: error: the agent raised (traceback above)", file=sys.stderr)
         _say_how_to_resume(progress.submission_id)
         return 1
     print_summary(summary, sys.stdout)
@@ -116,6 +162,50 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("agent", metavar="MODULE:CLASS", help="the agent class, e.g. my_agent.py:MyAgent or pkg.mod:Agent")
+    add_session_options(p)
+    p.add_argument("--agent-name", help="name shown on results and leaderboards (default: the class name)")
+    p.add_argument(
+        "--joint-stiffness",
+        type=float_list,
+        metavar="KP,...",
+        help="joint-position benchmarks: the PD stiffness the agent was trained with, 29 values in the G1 joint "
+        "order (default: the benchmark's)",
+    )
+    p.add_argument("--joint-damping", type=float_list, metavar="KD,...", help="the same for the damping")
+    p.add_argument("--gain-preset", metavar="NAME", help="one of the benchmark's named gain presets instead")
+    return p
+
+
+def attach_number_lists(argv: Sequence[str], options: Sequence[str]) -> list[str]:
+    """`--opt -0.1,0.3` as `--opt=-0.1,0.3`: argparse takes a value starting with '-' for an
+    option, and default poses usually start with a negative angle."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] in options and i + 1 < len(argv) and argv[i + 1].startswith("-"):
+            try:
+                float_list(argv[i + 1])
+            except argparse.ArgumentTypeError:
+                pass
+            else:
+                out.append(f"{argv[i]}={argv[i + 1]}")
+                i += 2
+                continue
+        out.append(argv[i])
+        i += 1
+    return out
+
+
+def float_list(text: str) -> list[float]:
+    """argparse type: numbers separated by commas (or spaces)."""
+    try:
+        return [float(v) for v in text.replace(",", " ").split()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
+
+
+def add_session_options(p: argparse.ArgumentParser) -> None:
+    """Where and what to run: the options every arena-agent command shares."""
     p.add_argument(
         "--server",
         default=os.environ.get("ARENA_SERVER", "http://127.0.0.1:8080"),
@@ -132,7 +222,6 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         help="practise this motion (whole clip) instead of submitting; repeat for several",
     )
-    p.add_argument("--agent-name", help="name shown on results and leaderboards (default: the class name)")
     p.add_argument("--max-batch", type=int, default=0, help="largest batch per request (default: the server's)")
     p.add_argument(
         "--encoding", choices=("binary", "json"), default="binary", help="WebSocket frames (default: %(default)s)"
@@ -141,10 +230,9 @@ def _parser() -> argparse.ArgumentParser:
         "--max-reconnects", type=int, default=10, help="failed connections in a row before giving up (default: 10)"
     )
     p.add_argument("-v", "--verbose", action="store_true", help="log the client's progress")
-    return p
 
 
-def _check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+def check_session_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Usage errors (exit status 2) before anything is loaded or connected."""
     if not args.token:
         parser.error("--token is required (or set ARENA_TOKEN)")
@@ -158,6 +246,8 @@ def _check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) 
         parser.error("give --benchmark, --phase or --submission-id")
     if args.practice and args.submission_id:
         parser.error("--practice and --submission-id exclude each other")
+    if args.gain_preset and (args.joint_stiffness or args.joint_damping):
+        parser.error("--gain-preset excludes --joint-stiffness / --joint-damping")
 
 
 def load_agent(spec: str) -> SupportsAct:

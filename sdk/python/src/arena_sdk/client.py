@@ -6,9 +6,10 @@ Mirrors the Rust SDK's client (sdk/src/client.rs)."""
 from __future__ import annotations
 
 import logging
+import math
 import time
 from datetime import datetime
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,6 +28,7 @@ from .agent import (
 )
 from .agent import agent_name as _agent_name
 from .errors import FATAL_CODES, ProtocolError, RefusedError, UnreachableError
+from .g1 import ANCHOR_BODY, NUM_JOINTS
 from .transports import ConnectionLost, Endpoint, Transport, open_transport, resolve_endpoint
 
 log = logging.getLogger("arena_sdk")
@@ -104,6 +106,33 @@ class RunSummary:
 PracticeSpec = PracticeEpisode | str | Mapping[str, object]
 
 
+@dataclass(frozen=True)
+class _Gains:
+    """What Connect says about PD gains (joint-position benchmarks; ignored in the normalized mode)."""
+
+    stiffness: tuple[float, ...] = ()
+    damping: tuple[float, ...] = ()
+    preset: str = ""
+
+
+def check_gains(
+    joint_stiffness: Sequence[float] | None, joint_damping: Sequence[float] | None, gain_preset: str | None
+) -> _Gains:
+    """ValueError for gains the server would refuse for their shape alone (it checks the values)."""
+    stiffness = tuple(float(v) for v in joint_stiffness or ())
+    damping = tuple(float(v) for v in joint_damping or ())
+    if gain_preset and (stiffness or damping):
+        raise ValueError("gain_preset excludes joint_stiffness / joint_damping (the preset names both)")
+    if bool(stiffness) != bool(damping):
+        raise ValueError("give joint_stiffness and joint_damping together (or neither: the benchmark's defaults)")
+    for name, values in (("joint_stiffness", stiffness), ("joint_damping", damping)):
+        if values and len(values) != NUM_JOINTS:
+            raise ValueError(f"{name} needs {NUM_JOINTS} values (G1 joint order), got {len(values)}")
+        if not all(math.isfinite(v) and v >= 0 for v in values):
+            raise ValueError(f"{name} must be finite and >= 0")
+    return _Gains(stiffness, damping, gain_preset or "")
+
+
 def run(
     agent: SupportsAct,
     url: str,
@@ -122,6 +151,9 @@ def run(
     initial_backoff_s: float = 0.2,
     max_backoff_s: float = 5.0,
     connect_timeout_s: float = 10.0,
+    joint_stiffness: Sequence[float] | None = None,
+    joint_damping: Sequence[float] | None = None,
+    gain_preset: str | None = None,
 ) -> RunSummary:
     """Runs a submission (or, with `practice`, a practice session) with `agent` until it is over.
 
@@ -134,6 +166,10 @@ def run(
         mappings with the same keys. Nothing is stored or ranked.
     encoding: WebSocket frames, "binary" (protobuf) or "json"; gRPC is always protobuf.
     max_reconnects: consecutive failed connections before UnreachableError.
+    joint_stiffness / joint_damping: the PD gains the agent was trained with (29 values each, G1
+        joint order), for benchmarks in the joint-position action mode; None = the benchmark's
+        defaults. gain_preset: one of the benchmark's named presets instead. Gains the benchmark
+        does not allow raise RefusedError("invalid_gains").
 
     Returns when the submission is complete or every practice episode has ended. Raises
     RefusedError (bad token, unknown benchmark, quota, ...), UnreachableError, ProtocolError, or
@@ -151,6 +187,7 @@ def run(
         raise ValueError("practice and submission_id exclude each other")
     if not (benchmark or phase or submission_id):
         raise ValueError("give a benchmark, a phase or a submission_id")
+    gains = check_gains(joint_stiffness, joint_damping, gain_preset)
     runner = _Runner(
         agent=agent,
         endpoint=endpoint,
@@ -164,6 +201,7 @@ def run(
         encoding=encoding,
         on_event=on_event or (lambda event: None),
         connect_timeout_s=connect_timeout_s,
+        gains=gains,
     )
     failures = 0
     backoff = initial_backoff_s
@@ -227,6 +265,7 @@ class _Runner:
         encoding: str,
         on_event: Callable[[Event], None],
         connect_timeout_s: float,
+        gains: _Gains,
     ) -> None:
         self.agent = agent
         self.endpoint = endpoint
@@ -238,6 +277,7 @@ class _Runner:
         self.encoding = encoding
         self.on_event = on_event
         self.connect_timeout_s = connect_timeout_s
+        self.gains = gains
         # Practice: the episodes asked for, and the indices of those that ended (the others
         # are requested again after a reconnect).
         self.practice = practice
@@ -250,15 +290,16 @@ class _Runner:
 
     def session(self) -> str | None:
         """One connection: None when the run is over, else why the connection was lost."""
-        connect = pb.Envelope()
-        connect.connect.protocol_version = PROTOCOL_VERSION
-        connect.connect.agent_name = self.agent_name
-        connect.connect.token = self.token
-        connect.connect.mode = "practice" if self.practice is not None else "submission"
-        connect.connect.benchmark = self.benchmark
-        connect.connect.submission_id = self.summary.submission_id
-        connect.connect.max_batch = self.max_batch
-        connect.connect.phase = self.phase
+        connect = _connect_envelope(
+            agent_name=self.agent_name,
+            token=self.token,
+            mode="practice" if self.practice is not None else "submission",
+            benchmark=self.benchmark,
+            submission_id=self.summary.submission_id,
+            max_batch=self.max_batch,
+            phase=self.phase,
+            gains=self.gains,
+        )
         try:
             connection = open_transport(self.endpoint, self.encoding, self.connect_timeout_s)
         except ConnectionLost as e:
@@ -472,6 +513,103 @@ class _Session:
 _CONTINUE = object()
 
 
+def _connect_envelope(
+    *,
+    agent_name: str,
+    token: str,
+    mode: str,
+    benchmark: str,
+    submission_id: str,
+    max_batch: int,
+    phase: str,
+    gains: _Gains,
+) -> pb.Envelope:
+    envelope = pb.Envelope()
+    c = envelope.connect
+    c.protocol_version = PROTOCOL_VERSION
+    c.agent_name = agent_name
+    c.token = token
+    c.mode = mode
+    c.benchmark = benchmark
+    c.submission_id = submission_id
+    c.max_batch = max_batch
+    c.phase = phase
+    c.joint_stiffness.extend(gains.stiffness)
+    c.joint_damping.extend(gains.damping)
+    c.gain_preset = gains.preset
+    return envelope
+
+
+def fetch_spec(
+    url: str,
+    token: str,
+    *,
+    benchmark: str = "",
+    phase: str | None = None,
+    transport: str | None = None,
+    joint_stiffness: Sequence[float] | None = None,
+    joint_damping: Sequence[float] | None = None,
+    gain_preset: str | None = None,
+    agent_name: str = "spec-check",
+    timeout_s: float = 30.0,
+) -> EpisodeSpec | None:
+    """The EpisodeSpec a session of `benchmark` (or `phase`) gets with these gains, read from a
+    practice connection that runs no episode and stores nothing; for checking an agent against a
+    benchmark before a submission exists.
+
+    Raises RefusedError where the submission would be refused too (bad token, unknown benchmark,
+    invalid_gains, phase closed, ...). Returns None when the server allows no practice there
+    (`forbidden`: a private phase) or the check could not be made (unreachable, rate-limited):
+    the caller then learns the spec from `run`'s Connected, as usual.
+    """
+    if not (benchmark or phase):
+        raise ValueError("give a benchmark or a phase")
+    endpoint = resolve_endpoint(url, transport)
+    connect = _connect_envelope(
+        agent_name=agent_name,
+        token=token,
+        mode="practice",
+        benchmark=benchmark,
+        submission_id="",
+        max_batch=0,
+        phase=phase or "",
+        gains=check_gains(joint_stiffness, joint_damping, gain_preset),
+    )
+    try:
+        connection = open_transport(endpoint, "binary", timeout_s)
+    except ConnectionLost as e:
+        log.warning("could not check the benchmark's spec: %s", e)
+        return None
+    try:
+        connection.send(connect)
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            envelope = connection.recv(left)
+            if envelope is None:
+                continue
+            kind = envelope.WhichOneof("msg")
+            if kind == "connected":
+                bye = pb.Envelope()
+                bye.disconnect.reason = "client_done"
+                connection.send(bye)
+                return _spec(envelope.connected.spec)
+            if kind == "error":
+                refusal = envelope.error
+                if refusal.code in FATAL_CODES and refusal.code != "forbidden":
+                    raise RefusedError(refusal.code, refusal.message, refusal.limit, refusal.resets_at)
+                log.warning("could not check the benchmark's spec: %s: %s", refusal.code, refusal.message)
+                return None
+            if kind == "heartbeat":
+                connection.send(_heartbeat())
+        log.warning("could not check the benchmark's spec: no answer within %g s", timeout_s)
+        return None
+    except ConnectionLost as e:
+        log.warning("could not check the benchmark's spec: %s", e)
+        return None
+    finally:
+        connection.close()
+
+
 def _heartbeat() -> pb.Envelope:
     envelope = pb.Envelope()
     envelope.heartbeat.time = time.time()
@@ -488,6 +626,11 @@ def _spec(s: pb.EpisodeSpec) -> EpisodeSpec:
         step_timeout_s=s.step_timeout_s,
         default_joint_pos=np.array(s.default_joint_pos, dtype=np.float64),
         action_scale=np.array(s.action_scale, dtype=np.float64),
+        action_mode=s.action_mode,
+        joint_stiffness=np.array(s.joint_stiffness, dtype=np.float64),
+        joint_damping=np.array(s.joint_damping, dtype=np.float64),
+        effort_limit=np.array(s.effort_limit, dtype=np.float64),
+        anchor_body=s.anchor_body or ANCHOR_BODY,
     )
 
 
@@ -524,5 +667,6 @@ __all__ = [
     "Reconnecting",
     "RunSummary",
     "ServerError",
+    "fetch_spec",
     "run",
 ]

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-# Codes refusing a Connect after which reconnecting cannot help (docs/protocol.md §8), plus the
-# access codes of challenge phases. Any other refusal (e.g. submission_busy) is retried.
+# Codes refusing a Connect after which reconnecting cannot help (docs/protocol.md §8; invalid_gains:
+# gains or a gain preset the benchmark does not allow), plus the access codes of challenge phases.
+# Any other refusal (e.g. submission_busy) is retried.
 FATAL_CODES = frozenset(
     {
         "unauthorized",
         "unsupported_version",
         "unknown_benchmark",
         "benchmark_unavailable",
+        "invalid_gains",
         "unknown_submission",
         "invalid_message",
         "unknown_phase",

@@ -27,6 +27,23 @@ pub struct MotionClip {
     pub fps: f64,
     /// Row-major, `num_frames() * NUM_COLUMNS` values.
     pub qpos: Vec<f64>,
+    /// Body positions the file carried beside its joint angles (NPZ `body_pos_w`), checked by
+    /// the simulator against forward kinematics of `qpos`; `None` for formats without them.
+    pub witness: Option<Box<BodyWitness>>,
+}
+
+/// Body positions a motion file stores beside its joint angles. Forward kinematics of the
+/// clip must reproduce them: that establishes the joint order of a file that names no joints,
+/// and catches a file made for another robot model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BodyWitness {
+    /// The file's body names, or `None`: MuJoCo's body order of the G1, pelvis first.
+    pub body_names: Option<Vec<String>>,
+    pub num_bodies: usize,
+    /// frames × num_bodies × 3 (m, world frame).
+    pub positions: Vec<f64>,
+    /// Whether the joint order came from the file's `joint_names` (else it was assumed).
+    pub joint_names_given: bool,
 }
 
 impl MotionClip {

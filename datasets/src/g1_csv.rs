@@ -88,6 +88,7 @@ pub fn parse_g1_csv(text: &str, path: &Path, name: &str, category: &str, fps: f6
         category: category.to_string(),
         fps,
         qpos,
+        witness: None,
     };
     if clip.num_frames() < 2 {
         return Err(DataError::Invalid {
@@ -213,6 +214,7 @@ mod tests {
             category: "cat".into(),
             fps: 50.0,
             qpos,
+            witness: None,
         };
         let path = dir.join("cat__x.csv");
         write_g1_csv(&path, &clip).unwrap();

@@ -222,6 +222,7 @@ fn generate_one(p: &Pattern, stand_pose: &[f64; NUM_JOINTS], kin: &mut dyn FootK
         category: "builtin".to_string(),
         fps: GENERATED_FPS,
         qpos,
+        witness: None,
     }
 }
 

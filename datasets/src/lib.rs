@@ -1,7 +1,8 @@
 //! arena-data: motion file formats and data sets.
 //!
 //! One responsibility: turn motion files on disk into validated in-memory clips and back
-//! (G1 CSV, clip directories, TOML manifests), and generate the project's built-in motions.
+//! (G1 CSV, NPZ in the mjlab / BeyondMimic / holosoma layouts, clip directories, TOML
+//! manifests), and generate the project's built-in motions.
 //! Nothing here knows about physics; kinematics needed by the generator is passed in.
 
 pub mod buffer_export;
@@ -9,12 +10,15 @@ pub mod clip;
 pub mod g1_csv;
 pub mod generate;
 pub mod manifest;
+pub mod motion_npz;
+pub mod npz;
 pub mod trajectory_file;
 
-pub use clip::{MotionClip, NUM_COLUMNS, NUM_JOINTS, Split};
+pub use clip::{BodyWitness, MotionClip, NUM_COLUMNS, NUM_JOINTS, Split};
 pub use g1_csv::{read_clip_dir, read_g1_csv, write_g1_csv};
 pub use generate::{FeetPlacement, FootKinematics, G1_JOINT_NAMES, builtin_motion_names, generate_builtin_motions};
 pub use manifest::{Manifest, ManifestEntry};
+pub use motion_npz::{NpzMotionOut, read_npz_motion, write_npz_motion};
 pub use trajectory_file::{EpisodeRecord, TrajectoryFile, TrajectoryFileError};
 
 use std::path::PathBuf;

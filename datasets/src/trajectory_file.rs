@@ -590,7 +590,10 @@ pub fn read_episode(path: &Path, name: &str) -> Result<EpisodeRecord> {
             .dataset(dataset)
             .map_err(h5err(path, format!("{name}/{dataset}: open")))?;
         if ds.shape() != [t, *width] {
-            return Err(invalid(format!("{dataset}: shape {:?}, expected [{t}, {width}]", ds.shape())));
+            return Err(invalid(format!(
+                "{dataset}: shape {:?}, expected [{t}, {width}]",
+                ds.shape()
+            )));
         }
         if t > 0 {
             *values = ds

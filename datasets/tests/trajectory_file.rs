@@ -70,9 +70,21 @@ fn sample_record(episode: u32, rows: usize, salt: u64) -> EpisodeRecord {
         state: rng.vec(rows * STATE_WIDTH),
         ref_state: rng.vec(rows * STATE_WIDTH),
         // Optional datasets: recorded on even episodes only (files without them still read).
-        targets: if episode % 2 == 0 { rng.vec(rows * ACTION_WIDTH) } else { Vec::new() },
-        torques: if episode % 2 == 0 { rng.vec(rows * ACTION_WIDTH) } else { Vec::new() },
-        feedforward: if episode % 4 == 0 { rng.vec(rows * ACTION_WIDTH) } else { Vec::new() },
+        targets: if episode % 2 == 0 {
+            rng.vec(rows * ACTION_WIDTH)
+        } else {
+            Vec::new()
+        },
+        torques: if episode % 2 == 0 {
+            rng.vec(rows * ACTION_WIDTH)
+        } else {
+            Vec::new()
+        },
+        feedforward: if episode % 4 == 0 {
+            rng.vec(rows * ACTION_WIDTH)
+        } else {
+            Vec::new()
+        },
     }
 }
 

@@ -2,6 +2,7 @@
 //! run and a remote run of the same benchmark see the same observations, end episodes by the
 //! same rules and are scored by the same code.
 
+use crate::gains::{self, SessionGains};
 use arena_bench::aggregate::EpisodeStatus;
 use arena_bench::metrics::{self, Frame, MetricConfig};
 use arena_bench::spec::{BenchmarkSpec, Episode, FallSpec, MotionSource};
@@ -15,7 +16,6 @@ use arena_sim::motion::{Motion, MotionLibrary};
 use arena_sim::observation::{PRIVILEGED_STATE_DIM, STATE_DIM};
 use arena_sim::robot::NUM_BODIES_EXT;
 use arena_sim::{CONTROL_DT, RobotConfig};
-use crate::gains::{self, SessionGains};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -309,7 +309,10 @@ mod tests {
         // The normalized benchmarks keep the arena's gains and no IMU sensors.
         let smoke = smoke();
         let config = env_config(&smoke, None, 2, 1);
-        assert_eq!((config.robot.kp, config.robot.imu_sensors), (RobotConfig::default().kp, false));
+        assert_eq!(
+            (config.robot.kp, config.robot.imu_sensors),
+            (RobotConfig::default().kp, false)
+        );
         assert_eq!(episode_spec(&smoke, None, 4, 2, 1.0).action_mode, "normalized");
     }
 }

@@ -199,7 +199,10 @@ mod tests {
             kd: kd.iter().map(|v| *v as f32 as f64).collect(),
             preset: String::new(),
         };
-        assert_eq!(resolve(&rules(false), &f32ish).unwrap().preset.as_deref(), Some("armature"));
+        assert_eq!(
+            resolve(&rules(false), &f32ish).unwrap().preset.as_deref(),
+            Some("armature")
+        );
         // Other gains: refused when fixed, bounded otherwise; the message names the joint.
         let mut own = f32ish.clone();
         own.kp[3] = 150.0;
@@ -210,12 +213,20 @@ mod tests {
         let e = resolve(&rules(true), &own).unwrap_err();
         assert!(e.contains("left_knee_joint") && e.contains("kp_max 200"), "{e}");
         own.kd.pop();
-        assert!(resolve(&rules(true), &own).unwrap_err().contains("joint_damping needs 29"));
+        assert!(
+            resolve(&rules(true), &own)
+                .unwrap_err()
+                .contains("joint_damping needs 29")
+        );
         let unknown = DeclaredGains {
             preset: "stiff".into(),
             ..Default::default()
         };
-        assert!(resolve(&rules(true), &unknown).unwrap_err().contains("offers: armature, arena"));
+        assert!(
+            resolve(&rules(true), &unknown)
+                .unwrap_err()
+                .contains("offers: armature, arena")
+        );
         // The joint-position robot: the session's gains, the motors' effort limits.
         let robot = robot_config(&rules(true), None, true);
         assert_eq!((robot.kp, robot.effort[1], robot.imu_sensors), (kp, 139.0, true));

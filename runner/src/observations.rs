@@ -110,7 +110,12 @@ pub fn fill_observation(
                     continue;
                 };
                 let r = readout.get_or_insert_with(|| {
-                    RobotReadout::read(env.handler(), slot, true, layout.group("imu").is_some() || layout.group("imu_torso").is_some())
+                    RobotReadout::read(
+                        env.handler(),
+                        slot,
+                        true,
+                        layout.group("imu").is_some() || layout.group("imu_torso").is_some(),
+                    )
                 });
                 if robot_group.starts_with("motion_") && !reference_ready {
                     env.library().motions[a.motion].state_at(info.motion_time, &mut scratch.state);
@@ -178,4 +183,3 @@ impl ReferenceScratch {
         }
     }
 }
-

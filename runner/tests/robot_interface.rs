@@ -95,7 +95,11 @@ fn robot_groups_and_torque_law_match_an_independent_mujoco_computation() {
             command[NUM_JOINTS + j] = (3.0 * (step as f64 * 0.3).cos()) as f32;
         }
         env.step(&command).unwrap();
-        assert!(!env.infos()[0].status.is_done(), "step {step}: {:?}", env.infos()[0].status);
+        assert!(
+            !env.infos()[0].status.is_done(),
+            "step {step}: {:?}",
+            env.infos()[0].status
+        );
         commands.push(command);
     }
     let torques = env.handler().torque_log(0).unwrap().to_vec();

@@ -60,6 +60,7 @@ pub fn track_metrics(
         category: "rollout".into(),
         fps: 1.0 / CONTROL_DT,
         qpos: rollout_qpos.to_vec(),
+        witness: None,
     };
     let simulated = Motion::from_clip(&sim_clip, &mut kin)?;
     let rows = rollout_times.len();

@@ -625,9 +625,13 @@ impl TrackingEnv {
                 slot.next_push_step += (dr::next_push_interval_s(&mut slot.rng) / CONTROL_DT).round() as usize;
             }
             if self.config.record {
-                slot.trajectory.actions.extend(a[..NUM_JOINTS].iter().map(|v| *v as f64));
+                slot.trajectory
+                    .actions
+                    .extend(a[..NUM_JOINTS].iter().map(|v| *v as f64));
                 if mode == ActionMode::JointPosition {
-                    slot.trajectory.feedforward.extend(a[NUM_JOINTS..].iter().map(|v| *v as f64));
+                    slot.trajectory
+                        .feedforward
+                        .extend(a[NUM_JOINTS..].iter().map(|v| *v as f64));
                 }
             }
         }

@@ -8,7 +8,7 @@ use crate::SimError;
 use crate::handler::{CONTROL_DT, NQ, NV};
 use crate::kinematics::Kinematics;
 use crate::math::{self, Quat};
-use crate::robot::{NUM_BODIES_EXT, RobotConfig};
+use crate::robot::{BODY_NAMES, NUM_BODIES, NUM_BODIES_EXT, RobotConfig};
 use arena_data::{MotionClip, NUM_COLUMNS, NUM_JOINTS};
 
 /// Standard deviation (frames) of the Gaussian smoothing of body velocities (§3.2).
@@ -134,6 +134,9 @@ impl Motion {
         };
         if clip.num_frames() < 2 || clip.qpos.len() != clip.num_frames() * NUM_COLUMNS {
             return Err(err(format!("needs at least 2 frames of {NUM_COLUMNS} values")));
+        }
+        if let Some(witness) = &clip.witness {
+            check_witness(clip, witness, kin).map_err(err)?;
         }
         let fps = 1.0 / CONTROL_DT;
         // Rows at k·dt that lie within the clip (with a tolerance for rounding).
@@ -316,6 +319,92 @@ impl MotionLibrary {
     }
 }
 
+impl Motion {
+    /// The motion as mjlab-layout NPZ content at the control rate (50 fps): joint angles and
+    /// velocities, and the 30 real bodies' world poses and velocities from this library's
+    /// forward kinematics (MuJoCo body order, pelvis first).
+    pub fn to_npz(&self) -> arena_data::NpzMotionOut {
+        let frames = (self.length_s / CONTROL_DT + 1e-9).floor() as usize + 1;
+        let mut out = arena_data::NpzMotionOut {
+            fps: 1.0 / CONTROL_DT,
+            frames,
+            joint_pos: Vec::with_capacity(frames * NUM_JOINTS),
+            joint_vel: Vec::with_capacity(frames * NUM_JOINTS),
+            body_names: BODY_NAMES.iter().map(|b| b.to_string()).collect(),
+            body_pos_w: Vec::with_capacity(frames * NUM_BODIES * 3),
+            body_quat_w: Vec::with_capacity(frames * NUM_BODIES * 4),
+            body_lin_vel_w: Vec::with_capacity(frames * NUM_BODIES * 3),
+            body_ang_vel_w: Vec::with_capacity(frames * NUM_BODIES * 3),
+        };
+        let mut state = MotionState::default();
+        for k in 0..frames {
+            self.state_at(k as f64 * CONTROL_DT, &mut state);
+            out.joint_pos.extend_from_slice(&state.qpos[7..]);
+            out.joint_vel.extend_from_slice(&state.dof_vel);
+            for b in 0..NUM_BODIES {
+                out.body_pos_w.extend_from_slice(&state.body_pos[b]);
+                out.body_quat_w.extend_from_slice(&state.body_rot[b]);
+                out.body_lin_vel_w.extend_from_slice(&state.body_vel[b]);
+                out.body_ang_vel_w.extend_from_slice(&state.body_ang_vel[b]);
+            }
+        }
+        out
+    }
+}
+
+/// Largest distance (m) between a file's body positions and forward kinematics of its joints
+/// for the file to count as this robot in this joint order: float32 storage and small model
+/// differences stay far below it, a permuted joint order of a moving clip does not.
+pub const WITNESS_TOLERANCE_M: f64 = 5e-3;
+
+/// Checks that forward kinematics of a clip's frames reproduces the body positions its file
+/// stored (matched by name, or in the G1's MuJoCo body order when the file names none).
+fn check_witness(clip: &MotionClip, w: &arena_data::BodyWitness, kin: &mut Kinematics) -> Result<(), String> {
+    let pairs: Vec<(usize, usize)> = match &w.body_names {
+        Some(names) => names
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| BODY_NAMES.iter().position(|b| b == n).map(|b| (i, b)))
+            .collect(),
+        None if w.num_bodies == NUM_BODIES => (0..NUM_BODIES).map(|b| (b, b)).collect(),
+        None => {
+            return Err(format!(
+                "the file has {} bodies and no body_names; the G1 in MuJoCo's body order has {NUM_BODIES}, so its bodies cannot be matched",
+                w.num_bodies
+            ));
+        }
+    };
+    if pairs.len() < 2 {
+        return Err("body_names matches fewer than 2 bodies of the G1".into());
+    }
+    let mut worst = (0.0f64, 0usize, 0usize);
+    for k in 0..clip.num_frames() {
+        let poses = kin.body_poses(clip.frame(k));
+        for &(i, b) in &pairs {
+            let stored = &w.positions[(k * w.num_bodies + i) * 3..(k * w.num_bodies + i) * 3 + 3];
+            let d = (0..3)
+                .map(|c| (stored[c] - poses.pos[b][c]).powi(2))
+                .sum::<f64>()
+                .sqrt();
+            if d > worst.0 {
+                worst = (d, k, b);
+            }
+        }
+    }
+    if worst.0 > WITNESS_TOLERANCE_M {
+        let why = if w.joint_names_given {
+            "the file was made for another robot model"
+        } else {
+            "its joints are in another order than the G1's (e.g. Isaac Lab's: add joint_names) or it was made for another model"
+        };
+        return Err(format!(
+            "forward kinematics of joint_pos does not reproduce body_pos_w: {} is {:.4} m off at frame {} (tolerance {WITNESS_TOLERANCE_M} m), so {why}",
+            BODY_NAMES[worst.2], worst.0, worst.1
+        ));
+    }
+    Ok(())
+}
+
 /// What `arena motion inspect` reports about a clip.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct MotionReport {
@@ -437,6 +526,7 @@ mod tests {
             category: "test".into(),
             fps,
             qpos,
+            witness: None,
         }
     }
 

@@ -245,7 +245,9 @@ impl RobotConfig {
                 xml.push_str(line);
                 xml.push_str("\n  <sensor>\n");
                 for site in Self::IMU_SITES {
-                    xml.push_str(&format!("    <accelerometer name=\"{site}_accelerometer\" site=\"{site}\"/>\n"));
+                    xml.push_str(&format!(
+                        "    <accelerometer name=\"{site}_accelerometer\" site=\"{site}\"/>\n"
+                    ));
                 }
                 xml.push_str("  </sensor>\n");
                 continue;
@@ -293,10 +295,18 @@ mod tests {
         // Hip pitch: 7520-14, kp ≈ 40.179 (the base set drives it with 99.1).
         assert!((a.kp[0] - 40.1792).abs() < 1e-3);
         assert_eq!(a.effort[0], 88.0);
-        assert_eq!((a.effort[4], a.effort[13], a.effort[15], a.effort[20]), (50.0, 50.0, 25.0, 5.0));
+        assert_eq!(
+            (a.effort[4], a.effort[13], a.effort[15], a.effort[20]),
+            (50.0, 50.0, 25.0, 5.0)
+        );
         assert!((a.kp[20] - 16.7783).abs() < 1e-3);
         let xml = RobotConfig { imu_sensors: true, ..a }.mjcf();
         assert!(xml.contains("<accelerometer name=\"imu_in_pelvis_accelerometer\" site=\"imu_in_pelvis\"/>"));
-        RobotConfig { imu_sensors: true, ..RobotConfig::default() }.compile().unwrap();
+        RobotConfig {
+            imu_sensors: true,
+            ..RobotConfig::default()
+        }
+        .compile()
+        .unwrap();
     }
 }

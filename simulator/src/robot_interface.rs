@@ -113,7 +113,9 @@ pub fn imu_pelvis(r: &RobotReadout, out: &mut [f32]) {
 /// accelerometer. Needs a readout with bodies.
 pub fn imu_torso(r: &RobotReadout, out: &mut [f32]) {
     let rot = r.body_rot(TORSO_INDEX);
-    let w_world: Vec3 = r.body_ang_vel[3 * TORSO_INDEX..3 * TORSO_INDEX + 3].try_into().expect("3");
+    let w_world: Vec3 = r.body_ang_vel[3 * TORSO_INDEX..3 * TORSO_INDEX + 3]
+        .try_into()
+        .expect("3");
     write(&mut out[..4], &rot);
     write(&mut out[4..7], &math::rotate_inv(&rot, &w_world));
     write(&mut out[7..10], &r.accelerometer[3..]);
@@ -185,7 +187,10 @@ mod tests {
         let mut pos = [0.0f32; 3];
         motion_anchor_pos_b(&r, &reference, a, &mut pos);
         // One metre along world +y is along the robot's +x once it faces +y.
-        assert!((pos[0] - 1.0).abs() < 1e-6 && pos[1].abs() < 1e-6 && pos[2].abs() < 1e-6, "{pos:?}");
+        assert!(
+            (pos[0] - 1.0).abs() < 1e-6 && pos[1].abs() < 1e-6 && pos[2].abs() < 1e-6,
+            "{pos:?}"
+        );
         let mut ori = [0.0f32; 6];
         motion_anchor_ori_b(&r, &reference, a, &mut ori);
         // R_robotᵀ = yaw(−90°): columns (0,−1,0) and (1,0,0), row by row.

@@ -28,26 +28,27 @@ impl BenchmarkSpec {
                 root: motions_root.to_path_buf(),
             });
         }
-        // Validated at parse; a spec built in code may still lack it.
-        let fps = || {
-            self.motions.fps.ok_or_else(|| SpecError::NoClips {
-                path: motions_root.to_path_buf(),
-                message: format!(
-                    "benchmark {}: motions.fps is required for files and dir sources",
-                    self.name
-                ),
-            })
+        // NPZ motions carry their frame rate; G1 CSV files take the benchmark's (validated at
+        // parse; a spec built in code may still lack it).
+        let fps = self.motions.fps;
+        let read_one = |p: &PathBuf| -> Result<MotionClip, SpecError> {
+            if super::parse::is_npz(p) {
+                return Ok(arena_data::read_npz_motion(p)?);
+            }
+            let fps = fps.ok_or_else(|| SpecError::NoClips {
+                path: p.clone(),
+                message: format!("benchmark {}: motions.fps is required for G1 CSV files", self.name),
+            })?;
+            Ok(read_g1_csv(p, fps)?)
         };
-        let read_all = |paths: Vec<PathBuf>, fps: f64| -> Result<Vec<MotionClip>, SpecError> {
-            paths.par_iter().map(|p| Ok(read_g1_csv(p, fps)?)).collect()
-        };
+        let read_all =
+            |paths: Vec<PathBuf>| -> Result<Vec<MotionClip>, SpecError> { paths.par_iter().map(read_one).collect() };
         match &self.motions.source {
             MotionSource::Builtin(_) => Err(SpecError::BuiltinMotions {
                 name: self.name.clone(),
             }),
-            MotionSource::Files(files) => read_all(files.iter().map(|f| motions_root.join(f)).collect(), fps()?),
+            MotionSource::Files(files) => read_all(files.iter().map(|f| motions_root.join(f)).collect()),
             MotionSource::Dir { dir, pattern } => {
-                let fps = fps()?;
                 let folder = motions_root.join(dir);
                 let entries = std::fs::read_dir(&folder).map_err(|cause| SpecError::Io {
                     path: folder.clone(),
@@ -60,7 +61,10 @@ impl BenchmarkSpec {
                         let name = p.file_name().and_then(|n| n.to_str());
                         match (name, pattern) {
                             (Some(n), Some(pat)) => matches_pattern(pat, n),
-                            (Some(n), None) => n.to_ascii_lowercase().ends_with(".csv"),
+                            (Some(n), None) => {
+                                let n = n.to_ascii_lowercase();
+                                n.ends_with(".csv") || n.ends_with(".npz")
+                            }
                             (None, _) => false,
                         }
                     })
@@ -68,7 +72,7 @@ impl BenchmarkSpec {
                 if paths.is_empty() {
                     let filter = match pattern {
                         Some(p) => format!("the pattern {p:?}"),
-                        None => "*.csv (no pattern set)".to_string(),
+                        None => "*.csv or *.npz (no pattern set)".to_string(),
                     };
                     return Err(SpecError::NoClips {
                         path: folder,
@@ -79,7 +83,7 @@ impl BenchmarkSpec {
                     });
                 }
                 paths.sort();
-                read_all(paths, fps)
+                read_all(paths)
             }
             MotionSource::Manifest(file) => {
                 let path = motions_root.join(file);

@@ -191,6 +191,13 @@ struct RawRanking {
     tie_breakers: Option<Vec<String>>,
 }
 
+/// Whether a motion path names an NPZ file (which carries its own frame rate).
+pub(super) fn is_npz(path: &Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("npz"))
+}
+
 /// Validation of the raw file against the schema; every error names `path` and the key.
 struct Check<'a> {
     path: &'a Path,
@@ -402,7 +409,9 @@ impl Check<'_> {
             if m.fps.is_none() {
                 Err(self.err(
                     "motions.fps",
-                    format!("required with `{source}` (G1 CSV files do not store their frame rate), e.g. fps = 60"),
+                    format!(
+                        "required with `{source}` of G1 CSV files (they do not store their frame rate), e.g. fps = 60; NPZ motions carry their own"
+                    ),
                 ))
             } else {
                 Ok(())
@@ -423,10 +432,14 @@ impl Check<'_> {
             if files.iter().any(|f| f.as_os_str().is_empty()) {
                 return Err(self.err("motions.files", "expected file paths, got an empty string"));
             }
-            need_fps("files")?;
+            if !files.iter().all(|f| is_npz(f)) {
+                need_fps("files")?;
+            }
             MotionSource::Files(files)
         } else if let Some(dir) = m.dir {
-            need_fps("dir")?;
+            if !m.pattern.as_deref().is_some_and(|p| is_npz(Path::new(p))) {
+                need_fps("dir")?;
+            }
             if let Some(p) = &m.pattern {
                 let stars = p.matches('*').count();
                 if p.is_empty() || stars > 1 || p.contains(['/', '\\']) {
@@ -625,7 +638,13 @@ impl Check<'_> {
             if GAIN_PRESETS.contains(&name.as_str()) {
                 Ok(name)
             } else {
-                Err(self.err(key, format!("unknown gain preset {name:?}; expected one of: {}", GAIN_PRESETS.join(", "))))
+                Err(self.err(
+                    key,
+                    format!(
+                        "unknown gain preset {name:?}; expected one of: {}",
+                        GAIN_PRESETS.join(", ")
+                    ),
+                ))
             }
         };
         let gains = preset("action.gains", raw.gains.unwrap_or_else(|| "armature".to_string()))?;

@@ -498,6 +498,7 @@ fn write_clip(dir: &Path, file: &str, frames: usize) {
         category: "cat".into(),
         fps: 30.0,
         qpos,
+        witness: None,
     };
     write_g1_csv(&dir.join(file), &clip).unwrap();
 }
@@ -633,18 +634,50 @@ fn action_rules_and_anchor_body() {
     let spec = parse(MINIMAL).unwrap();
     assert_eq!(spec.action, ActionRules::default());
     assert_eq!(spec.observations.anchor_body, "torso_link");
-    let jp = parse(&(MINIMAL.to_string() + "[action]\nmode = \"joint_position\"\nkp_max = 300\nkd_max = 20.0\n")).unwrap();
+    let jp =
+        parse(&(MINIMAL.to_string() + "[action]\nmode = \"joint_position\"\nkp_max = 300\nkd_max = 20.0\n")).unwrap();
     assert_eq!(jp.action.mode, ActionMode::JointPosition);
-    assert_eq!((jp.action.gains.as_str(), jp.action.presets.clone()), ("armature", vec!["armature".to_string()]));
+    assert_eq!(
+        (jp.action.gains.as_str(), jp.action.presets.clone()),
+        ("armature", vec!["armature".to_string()])
+    );
     assert_eq!(jp.action.kp_max, Some(vec![300.0; 29]));
     let with = |extra: &str| MINIMAL.to_string() + extra;
-    expect_err(&with("[action]\nmode = \"joint_position\"\ngains = \"stiff\"\n"), "action.gains", "armature, arena");
-    expect_err(&with("[action]\nmode = \"joint_position\"\nkp_max = [1.0, 2.0]\nkd_max = 1\n"), "action.kp_max", "a list of 2");
-    expect_err(&with("[action]\nmode = \"joint_position\"\nkp_max = 100\n"), "action", "both kp_max and kd_max");
-    expect_err(&with("[action]\nkp_max = 100\nkd_max = 5\n"), "action", "joint_position");
-    expect_err(&with("[action]\nmode = \"joint_position\"\nkd_max = -1\nkp_max = 1\n"), "action.kd_max", "positive");
-    expect_err(&with("[observations]\nanchor_body = \"head_link\"\n"), "observations.anchor_body", "torso_link");
-    expect_err(&with("[observations]\ngroups = [\"imu\", \"gps\"]\n"), "observations.groups", "motion_anchor_ori_b");
+    expect_err(
+        &with("[action]\nmode = \"joint_position\"\ngains = \"stiff\"\n"),
+        "action.gains",
+        "armature, arena",
+    );
+    expect_err(
+        &with("[action]\nmode = \"joint_position\"\nkp_max = [1.0, 2.0]\nkd_max = 1\n"),
+        "action.kp_max",
+        "a list of 2",
+    );
+    expect_err(
+        &with("[action]\nmode = \"joint_position\"\nkp_max = 100\n"),
+        "action",
+        "both kp_max and kd_max",
+    );
+    expect_err(
+        &with("[action]\nkp_max = 100\nkd_max = 5\n"),
+        "action",
+        "joint_position",
+    );
+    expect_err(
+        &with("[action]\nmode = \"joint_position\"\nkd_max = -1\nkp_max = 1\n"),
+        "action.kd_max",
+        "positive",
+    );
+    expect_err(
+        &with("[observations]\nanchor_body = \"head_link\"\n"),
+        "observations.anchor_body",
+        "torso_link",
+    );
+    expect_err(
+        &with("[observations]\ngroups = [\"imu\", \"gps\"]\n"),
+        "observations.groups",
+        "motion_anchor_ori_b",
+    );
     let (_, robot) = find_benchmark("g1-smoke-robot", &shipped_dir(), &KNOWN).unwrap();
     assert_eq!(robot.action.presets, ["armature", "arena"]);
     assert_eq!(robot.observations.groups.len(), 8);

@@ -17,6 +17,26 @@ pub enum MotionCommand {
     },
     /// Report frames, duration, root height and joint ranges, limit violations and problems.
     Inspect(InspectArgs),
+    /// Write a benchmark's motions as mjlab / BeyondMimic NPZ (50 fps; fps, joint_pos, joint_vel,
+    /// body_pos_w, body_quat_w w-first, body_lin_vel_w, body_ang_vel_w, plus joint_names and
+    /// body_names; bodies from the arena's forward kinematics), one `<category>__<name>.npz` per
+    /// clip, so that a policy can be trained in mjlab on exactly a benchmark's clips.
+    Export(ExportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// Benchmark name (see `arena bench list`) or path to a benchmark file.
+    #[arg(long)]
+    benchmark: String,
+    /// Folder that the benchmark's motion paths are relative to.
+    #[arg(long, env = arena_bench::spec::MOTIONS_ROOT_ENV, default_value = ".")]
+    motions_root: PathBuf,
+    #[command(flatten)]
+    dir: crate::cli::bench::BenchDirArg,
+    /// Output folder (created if missing).
+    #[arg(long)]
+    out: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -48,6 +68,7 @@ pub fn run(cmd: MotionCommand) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        MotionCommand::Export(a) => export(a),
         MotionCommand::Inspect(a) => {
             let clip = arena_data::read_g1_csv(&a.file, a.fps)?;
             let kin = Kinematics::new(&RobotConfig::default())?;
@@ -60,6 +81,40 @@ pub fn run(cmd: MotionCommand) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+fn export(a: ExportArgs) -> anyhow::Result<()> {
+    let known = arena_bench::metrics::metric_names();
+    let (path, spec) = arena_bench::spec::find_benchmark(&a.benchmark, &a.dir.dir(), &known)?;
+    let robot = RobotConfig::default();
+    let clips = arena_runner::episode::benchmark_clips(&spec, &a.motions_root, &robot)
+        .with_context(|| format!("loading the motions of {} ({})", spec.name, path.display()))?;
+    if spec.motions.hidden {
+        eprintln!(
+            "note: benchmark {} keeps its motions hidden from teams; do not hand these files out",
+            spec.name
+        );
+    }
+    let library = MotionLibrary::from_clips(&clips, &robot)?;
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    for motion in &library.motions {
+        let file = a.out.join(format!("{}__{}.npz", motion.category, motion.name));
+        let npz = motion.to_npz();
+        arena_data::write_npz_motion(&file, &npz)?;
+        println!(
+            "{}  {} frames at 50 fps, {:.2} s",
+            file.display(),
+            npz.frames,
+            motion.length_s
+        );
+    }
+    println!(
+        "{} motions of {} written to {}",
+        library.len(),
+        spec.name,
+        a.out.display()
+    );
+    Ok(())
 }
 
 fn print_report(r: &MotionReport) {

@@ -13,8 +13,8 @@ use crate::catalog::{ClientLoadError, LoadedBenchmark};
 use crate::orchestrator::{self, JobSource, RunContext, RunOutcome, Sink, runner};
 use crate::state::AppState;
 use crate::storage::{NewSubmission, Submission, SubmissionStatus, now_ms};
-use arena_bench::spec::Episode;
 use arena_bench::spec::ActionMode;
+use arena_bench::spec::Episode;
 use arena_runner::episode::episode_spec;
 use arena_runner::gains::{DeclaredGains, SessionGains};
 use arena_sdk::protocol::{
@@ -248,8 +248,12 @@ async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Box<Msg>>
                 kd: c.joint_damping.clone(),
                 preset: c.gain_preset.clone(),
             };
-            let resolved = arena_runner::gains::resolve(&benchmark.spec.action, &declared)
-                .map_err(|why| refuse(codes::INVALID_GAINS, format!("benchmark {}: {why}", benchmark.spec.name)))?;
+            let resolved = arena_runner::gains::resolve(&benchmark.spec.action, &declared).map_err(|why| {
+                refuse(
+                    codes::INVALID_GAINS,
+                    format!("benchmark {}: {why}", benchmark.spec.name),
+                )
+            })?;
             Some(resolved)
         }
     };

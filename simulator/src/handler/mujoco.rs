@@ -218,8 +218,8 @@ impl MujocoHandler {
             {
                 let (qpos, qvel) = (slot.data.qpos(), slot.data.qvel());
                 for j in 0..NUM_JOINTS {
-                    let tau = slot.kp[j] * (slot.target[j] - qpos[7 + j]) - slot.kd[j] * qvel[6 + j]
-                        + slot.feedforward[j];
+                    let tau =
+                        slot.kp[j] * (slot.target[j] - qpos[7 + j]) - slot.kd[j] * qvel[6 + j] + slot.feedforward[j];
                     slot.torque[j] = tau.clamp(-effort[j], effort[j]);
                 }
             }

@@ -1,0 +1,140 @@
+//! Motions as NPZ: a benchmark's reference exported in the mjlab layout imports back within
+//! 1e-6 (float32 storage), and files written independently (MuJoCo's Python bindings: FK of
+//! joint angles chosen there) import in the mjlab layout and holosoma's variant, while a file
+//! whose unnamed joints are in another order is refused with the reason.
+
+use arena_data::{NUM_COLUMNS, read_npz_motion, write_npz_motion};
+use arena_sim::CONTROL_DT;
+use arena_sim::RobotConfig;
+use arena_sim::motion::{MotionLibrary, MotionState};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("arena-npz-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn export_then_import_reproduces_the_reference() {
+    let robot = RobotConfig::default();
+    let clips = MotionLibrary::builtin_clips(&robot).unwrap();
+    let library = MotionLibrary::from_clips(&clips, &robot).unwrap();
+    let dir = temp_dir("roundtrip");
+    let (mut a, mut b) = (MotionState::default(), MotionState::default());
+    for motion in &library.motions {
+        let path = dir.join(format!("{}__{}.npz", motion.category, motion.name));
+        write_npz_motion(&path, &motion.to_npz()).unwrap();
+        let clip = read_npz_motion(&path).unwrap();
+        assert_eq!((clip.name.as_str(), clip.fps), (motion.name.as_str(), 50.0));
+        // The import passes the forward-kinematics check of its stored bodies.
+        let back = MotionLibrary::from_clips(&[clip], &robot).unwrap();
+        let again = &back.motions[0];
+        assert_eq!(again.num_frames, motion.num_frames);
+        let mut worst = 0.0f64;
+        for k in 0..motion.num_frames {
+            let t = k as f64 * CONTROL_DT;
+            motion.state_at(t, &mut a);
+            again.state_at(t, &mut b);
+            for (x, y) in a.qpos.iter().zip(&b.qpos) {
+                worst = worst.max((x - y).abs());
+            }
+            for (p, q) in a.body_pos.iter().zip(&b.body_pos) {
+                for c in 0..3 {
+                    worst = worst.max((p[c] - q[c]).abs());
+                }
+            }
+        }
+        assert!(
+            worst < 1e-6,
+            "{}: reference differs by {worst:e} after export and import",
+            motion.name
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn python() -> Option<PathBuf> {
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
+    let ok = venv.exists()
+        && Command::new(&venv)
+            .args(["-c", "import mujoco, numpy"])
+            .status()
+            .is_ok_and(|s| s.success());
+    ok.then_some(venv)
+}
+
+#[test]
+fn files_written_by_an_independent_script_import() {
+    let Some(python) = python() else {
+        eprintln!("skipped: .venv with mujoco and numpy missing (run `make deps`)");
+        return;
+    };
+    let robot = RobotConfig::default();
+    let dir = temp_dir("independent");
+    let model = dir.join("g1.xml");
+    std::fs::write(&model, robot.mjcf()).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../python/write_npz_motions.py");
+    let out = Command::new(python)
+        .arg(&script)
+        .arg(&model)
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let truth: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("truth.json")).unwrap()).unwrap();
+    let truth: Vec<f64> = truth["qpos"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|row| row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap()))
+        .collect();
+    for name in ["mjlab", "holosoma"] {
+        let clip = read_npz_motion(&dir.join(format!("{name}.npz"))).unwrap();
+        assert_eq!(
+            (clip.fps, clip.num_frames()),
+            (30.0, truth.len() / NUM_COLUMNS),
+            "{name}"
+        );
+        let worst = clip
+            .qpos
+            .iter()
+            .zip(&truth)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f64::max);
+        // float32 storage of angles up to a few radians.
+        assert!(worst < 1e-6, "{name}: qpos differs by {worst:e}");
+        MotionLibrary::from_clips(&[clip], &robot).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    // Unnamed joints in another order read, then fail the forward-kinematics check.
+    let clip = read_npz_motion(&dir.join("isaac_order.npz")).unwrap();
+    let err = MotionLibrary::from_clips(&[clip], &robot).unwrap_err().to_string();
+    assert!(
+        err.contains("does not reproduce body_pos_w") && err.contains("another order"),
+        "{err}"
+    );
+    // Files whose joint order cannot be established are refused when read.
+    let arrays = arena_data::npz::read_npz(&dir.join("mjlab.npz")).unwrap();
+    let mut cut = Vec::new();
+    for (key, array) in &arrays {
+        let mut array = array.clone();
+        if key == "joint_pos" {
+            let t = array.shape[0];
+            let values = array.numbers().unwrap();
+            let kept: Vec<f64> = values.chunks(29).flat_map(|row| row[..28].to_vec()).collect();
+            array = arena_data::npz::NpyArray::f32(vec![t, 28], kept);
+        }
+        cut.push((key.as_str(), array));
+    }
+    let bad = dir.join("cut.npz");
+    arena_data::npz::write_npz(&bad, &cut).unwrap();
+    let err = read_npz_motion(&bad).unwrap_err().to_string();
+    assert!(
+        err.contains("joint order cannot be established") && err.contains("28 columns"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -85,6 +85,7 @@ bench: deps deps-torch
 	$(PYTHON) python/emd_vs_pot.py --arena target/release/arena --moves ../shared/motions/g1-moves --bench
 	cargo run --release --quiet -p arena-server --example remote_vs_local -- \
 		--benchmark g1-moves-dance --motions-root ../shared/motions/g1-moves --batch 16 --lanes 2 --repeats 3
+	cargo run --release --quiet -p arena-server --example robot_groups_cost -- --repeats 8 --runs 3
 	cargo build --release --quiet -p arena-server --example pages_latency
 	target/release/examples/pages_latency --submissions 10000 --episodes 30 --requests 50
 	PGURL=$$(bash scripts/postgres.sh start) && target/release/examples/pages_latency \

@@ -14,8 +14,8 @@ pub struct ZeroAgent {
 
 impl Agent for ZeroAgent {
     fn configure(&mut self, spec: &EpisodeSpec) {
-        self.hold = (spec.action_mode == "joint_position")
-            .then(|| spec.default_joint_pos.iter().map(|q| *q as f32).collect());
+        self.hold =
+            (spec.action_mode == "joint_position").then(|| spec.default_joint_pos.iter().map(|q| *q as f32).collect());
     }
 
     fn reset(&mut self, _episodes: &[EpisodeInfo]) {}

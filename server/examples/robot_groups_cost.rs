@@ -40,7 +40,9 @@ fn steps_per_s(spec: &BenchmarkSpec, a: &Args) -> anyhow::Result<f64> {
     };
     let mut steps = 0usize;
     let start = Instant::now();
-    run_local(spec, &clips, &mut ReplayAgent::new(), &options, &mut |_, _, r| steps += r.num_steps)?;
+    run_local(spec, &clips, &mut ReplayAgent::new(), &options, &mut |_, _, r| {
+        steps += r.num_steps
+    })?;
     Ok(steps as f64 / start.elapsed().as_secs_f64())
 }
 

@@ -70,17 +70,17 @@ fn sample_record(episode: u32, rows: usize, salt: u64) -> EpisodeRecord {
         state: rng.vec(rows * STATE_WIDTH),
         ref_state: rng.vec(rows * STATE_WIDTH),
         // Optional datasets: recorded on even episodes only (files without them still read).
-        targets: if episode % 2 == 0 {
+        targets: if episode.is_multiple_of(2) {
             rng.vec(rows * ACTION_WIDTH)
         } else {
             Vec::new()
         },
-        torques: if episode % 2 == 0 {
+        torques: if episode.is_multiple_of(2) {
             rng.vec(rows * ACTION_WIDTH)
         } else {
             Vec::new()
         },
-        feedforward: if episode % 4 == 0 {
+        feedforward: if episode.is_multiple_of(4) {
             rng.vec(rows * ACTION_WIDTH)
         } else {
             Vec::new()

@@ -54,6 +54,9 @@ fn now_s() -> f64 {
 }
 
 /// A message from the client, as a transport delivered it.
+// One value per received frame, moved once into the session: boxing the large `Msg` (a
+// Connect with its gains) would add an allocation to every action instead.
+#[allow(clippy::large_enum_variant)]
 pub enum Incoming {
     Msg(Msg),
     /// A frame that could not be decoded; answered with an Error, the session goes on.

@@ -5,6 +5,7 @@
 //! measures how far the two physics implementations drift apart on real submissions.
 
 use crate::episode;
+use crate::gains::SessionGains;
 use arena_bench::aggregate::EpisodeStatus;
 use arena_bench::spec::BenchmarkSpec;
 use arena_data::NUM_JOINTS;
@@ -45,10 +46,13 @@ pub struct EpisodeAudit {
     pub error: Option<String>,
 }
 
-/// Re-runs `records` (episodes of one submission of `spec`) on `backend`, `batch` at a time.
-/// `progress` gets (episodes done, episodes in all).
+/// Re-runs `records` (episodes of one submission of `spec`, run with `gains` in the
+/// joint-position mode) on `backend`, `batch` at a time. `progress` gets (episodes done,
+/// episodes in all).
+#[allow(clippy::too_many_arguments)]
 pub fn audit(
     spec: &BenchmarkSpec,
+    gains: Option<&SessionGains>,
     library: &Arc<MotionLibrary>,
     records: &[EpisodeRecord],
     backend: &SimBackend,
@@ -56,10 +60,11 @@ pub fn audit(
     threads: usize,
     progress: &mut dyn FnMut(usize, usize),
 ) -> anyhow::Result<Vec<EpisodeAudit>> {
+    let joint_position = spec.action.mode == arena_bench::spec::ActionMode::JointPosition;
     anyhow::ensure!(
-        spec.action.mode == arena_bench::spec::ActionMode::Normalized,
-        "benchmark {} uses the joint-position action mode, which audits cannot replay yet (the \
-         session's gains and feed-forward torques are not stored with its episodes)",
+        !joint_position || gains.is_some(),
+        "benchmark {} uses the joint-position action mode and the submission has no stored gains \
+         (submissions run before the gains were stored cannot be re-run)",
         spec.name
     );
     let metric_config = episode::metric_config(spec);
@@ -74,7 +79,7 @@ pub fn audit(
     let batch = batch.clamp(1, runnable.len().max(1));
     let config = TrackingEnvConfig {
         backend: backend.clone(),
-        ..episode::env_config(spec, None, batch, threads)
+        ..episode::env_config(spec, gains, batch, threads)
     };
     let mut env = TrackingEnv::new(config, library.clone())?;
     let mut done = out.len();
@@ -86,14 +91,21 @@ pub fn audit(
         }
         env.reset(&starts)?;
         let longest = chunk.iter().map(|(r, _)| r.num_rows()).max().unwrap_or(0);
-        let mut actions = vec![0.0f32; batch * NUM_JOINTS];
+        // Joint-position rows: the recorded targets, then the recorded feed-forward torques.
+        let width = env.action_width();
+        let mut actions = vec![0.0f32; batch * width];
         for row in 1..longest {
             actions.fill(0.0);
             for (slot, (record, _)) in chunk.iter().enumerate() {
                 if row < record.num_rows() {
                     let recorded = &record.actions[row * NUM_JOINTS..(row + 1) * NUM_JOINTS];
-                    for (a, r) in actions[slot * NUM_JOINTS..].iter_mut().zip(recorded) {
+                    for (a, r) in actions[slot * width..].iter_mut().zip(recorded) {
                         *a = *r as f32;
+                    }
+                    if let Some(ff) = record.feedforward.get(row * NUM_JOINTS..(row + 1) * NUM_JOINTS) {
+                        for (a, r) in actions[slot * width + NUM_JOINTS..].iter_mut().zip(ff) {
+                            *a = *r as f32;
+                        }
                     }
                 }
             }

@@ -19,13 +19,33 @@ pub struct DeclaredGains {
     pub preset: String,
 }
 
-/// The gains a session runs with, and where they came from.
-#[derive(Debug, Clone, PartialEq)]
+/// The gains a session runs with, and where they came from (stored with a submission as JSON).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SessionGains {
     pub kp: [f64; NUM_JOINTS],
     pub kd: [f64; NUM_JOINTS],
     /// The preset they equal, if any (`armature`, `arena`).
     pub preset: Option<String>,
+}
+
+impl SessionGains {
+    /// Whether nothing was declared (then a resumed submission keeps its stored gains).
+    pub fn declared_nothing(declared: &DeclaredGains) -> bool {
+        declared.kp.is_empty() && declared.kd.is_empty() && declared.preset.is_empty()
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("gains serialise")
+    }
+
+    pub fn from_json(text: &str) -> Result<Self, String> {
+        serde_json::from_str(text).map_err(|e| format!("stored gains are unreadable: {e}"))
+    }
+
+    /// Same gains (the preset name aside).
+    pub fn same_values(&self, other: &SessionGains) -> bool {
+        self.kp == other.kp && self.kd == other.kd
+    }
 }
 
 /// The gain values of a named preset.

@@ -1,13 +1,15 @@
 //! The joint-position action mode over a raw protocol client against a real `arena serve`:
 //! gains declared in `connect` are checked (refused ones cost no submission), the session
 //! announces the gains it applies, actions of 29 targets or 58 values (targets and feed-forward
-//! torques) are applied, and an out-of-range target fails its episode with the joint named.
+//! torques) are applied, an out-of-range target fails its episode with the joint named, the
+//! submission keeps the gains of its first session (a resume with others is refused), and
+//! `arena audit` re-runs its episodes bit-exactly with them.
 
 mod common;
 
 use arena_sdk::protocol::{self, Action, Connect, Encoding, EpisodeAction, Frame, Msg, PROTOCOL_VERSION, codes};
 use common::server::ServerProc;
-use common::tmp;
+use common::{arena, ok, tmp};
 use futures_util::{SinkExt, StreamExt};
 use std::time::Duration;
 use tokio_tungstenite::tungstenite::Message;
@@ -92,6 +94,7 @@ async fn joint_position_sessions_apply_declared_gains_and_lowcmd_actions() {
     let Some(Msg::Connected(connected)) = recv(&mut ws).await else {
         panic!("expected connected");
     };
+    let id = connected.submission_id.clone();
     let spec = connected.spec.unwrap();
     assert_eq!(spec.action_mode, "joint_position");
     assert_eq!((spec.joint_stiffness.clone(), spec.joint_damping.clone()), (kp, kd));
@@ -150,4 +153,60 @@ async fn joint_position_sessions_apply_declared_gains_and_lowcmd_actions() {
     for e in [&ends[1], &ends[3], &ends[4], &ends[5]] {
         assert_eq!(e.1, "completed", "{ends:?}");
     }
+
+    // The stored episodes re-run bit-exactly with the submission's stored gains, feed-forward
+    // torques included.
+    let data = server.data_dir.to_str().unwrap().to_string();
+    let audit: serde_json::Value = serde_json::from_str(&ok(&arena(&[
+        "audit",
+        &id,
+        "--data-dir",
+        &data,
+        "--json",
+        "--require-exact",
+    ])))
+    .unwrap();
+    assert_eq!(audit["bit_exact"], 6, "{audit}");
+
+    // A submission keeps the gains of its first session: a resume declaring others is refused.
+    let (_, created) = server.post(
+        "/api/v1/submissions",
+        Some(&token),
+        r#"{"benchmark": "g1-smoke-robot", "agent_name": "rest"}"#,
+    );
+    let fresh = created["id"].as_str().expect("created over REST").to_string();
+    let resume = |kp: Vec<f64>| {
+        let mut m = connect(&token, kp, armature.kd.to_vec(), "");
+        if let Msg::Connect(c) = &mut m {
+            c.submission_id = fresh.clone();
+        }
+        m
+    };
+    let (mut ws, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+    ws.send(frame(&resume(armature.kp.to_vec()))).await.unwrap();
+    assert!(matches!(recv(&mut ws).await, Some(Msg::Connected(_))));
+    ws.send(frame(&Msg::Disconnect(protocol::Disconnect {
+        reason: "client_done".into(),
+        ..Default::default()
+    })))
+    .await
+    .unwrap();
+    drop(ws);
+    let other: Vec<f64> = armature.kp.iter().map(|k| k * 1.1).collect();
+    for _ in 0..100 {
+        let (mut ws, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+        ws.send(frame(&resume(other.clone()))).await.unwrap();
+        match recv(&mut ws).await {
+            Some(Msg::Error(e)) if e.code == codes::SUBMISSION_BUSY => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Some(Msg::Error(e)) => {
+                assert_eq!(e.code, codes::INVALID_GAINS, "{}", e.message);
+                assert!(e.message.contains("preset armature"), "{}", e.message);
+                return;
+            }
+            other => panic!("expected invalid_gains, got {other:?}"),
+        }
+    }
+    panic!("the submission stayed busy");
 }

@@ -338,6 +338,12 @@ impl TrackingEnv {
         }
         let n = config.num_envs;
         let handler = config.backend.create(config.robot.clone(), n, config.threads)?;
+        if config.action_mode == ActionMode::JointPosition && !handler.supports_feedforward() {
+            return Err(SimError::Config(format!(
+                "the {} backend has no feed-forward torques: joint-position benchmarks run on the cpu backend",
+                config.backend.name()
+            )));
+        }
         let slots = (0..n)
             .map(|_| Slot {
                 assignment: None,

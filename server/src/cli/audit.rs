@@ -39,13 +39,18 @@ pub struct AuditArgs {
 pub fn run(a: AuditArgs) -> anyhow::Result<()> {
     let config = a.server.resolve()?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    let submission = runtime.block_on(async {
+    let (submission, gains) = runtime.block_on(async {
         let storage = super::open_existing_storage(&config).await?;
-        storage
+        let submission = storage
             .submission(&a.submission)
             .await?
-            .with_context(|| format!("no submission {:?}", a.submission))
+            .with_context(|| format!("no submission {:?}", a.submission))?;
+        let gains = storage.joint_gains(&submission.id).await?;
+        anyhow::Ok((submission, gains))
     })?;
+    let gains = gains
+        .map(|g| arena_runner::gains::SessionGains::from_json(&g).map_err(anyhow::Error::msg))
+        .transpose()?;
     let catalog = Catalog::new(config.benchmarks_dir(), config.motions_root.clone());
     let benchmark = catalog
         .load(&submission.benchmark)
@@ -102,6 +107,7 @@ pub fn run(a: AuditArgs) -> anyhow::Result<()> {
     );
     let audits = audit::audit(
         &benchmark.spec,
+        gains.as_ref(),
         &benchmark.library,
         &records,
         &backend,

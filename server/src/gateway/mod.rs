@@ -257,7 +257,7 @@ async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Box<Msg>>
                     format!("benchmark {}: {why}", benchmark.spec.name),
                 )
             })?;
-            Some(resolved)
+            Some((resolved, SessionGains::declared_nothing(&declared)))
         }
     };
     if practice {
@@ -266,7 +266,7 @@ async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Box<Msg>>
             submission: None,
             remaining: 0,
             reveal_results,
-            gains,
+            gains: gains.map(|(g, _)| g),
         });
     }
     let submission = match submission {
@@ -301,6 +301,12 @@ async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Box<Msg>>
             .map_err(refusal)?
         }
     };
+    let gains = match gains {
+        Some((resolved, declared_nothing)) => {
+            Some(submission_gains(state, &submission.id, resolved, declared_nothing).await?)
+        }
+        None => None,
+    };
     let rows = state
         .storage
         .episodes(&submission.id)
@@ -313,6 +319,36 @@ async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Box<Msg>>
         reveal_results,
         gains,
     })
+}
+
+/// The gains a submission runs with: fixed by its first session, kept by every resume. A resume
+/// that declares nothing gets them; one that declares other gains is refused, so that every
+/// episode of a submission runs with the same gains.
+async fn submission_gains(
+    state: &Arc<AppState>,
+    id: &str,
+    resolved: SessionGains,
+    declared_nothing: bool,
+) -> Result<SessionGains, Box<Msg>> {
+    let stored = state
+        .storage
+        .fix_joint_gains(id, &resolved.to_json())
+        .await
+        .map_err(|e| refuse_internal("recording the submission's gains", e))?;
+    let stored = SessionGains::from_json(&stored).map_err(|e| refuse_internal("reading the submission's gains", e))?;
+    if declared_nothing || stored.same_values(&resolved) {
+        return Ok(stored);
+    }
+    Err(refuse(
+        codes::INVALID_GAINS,
+        format!(
+            "submission {id} runs with the gains its first session declared ({}); resume it with the same gains or declare none",
+            stored
+                .preset
+                .as_deref()
+                .map_or("its own values".to_string(), |p| format!("preset {p}"))
+        ),
+    ))
 }
 
 /// Keeps a submission attached to at most one session; detaches on drop.

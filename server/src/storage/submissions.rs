@@ -334,6 +334,28 @@ impl Storage {
         Ok(())
     }
 
+    /// Joint-position benchmarks: the gains (JSON) a submission's first session fixed, if any.
+    pub async fn joint_gains(&self, id: &str) -> Result<Option<String>, StorageError> {
+        let row: Option<(Option<String>,)> = sqlx::query_as("SELECT joint_gains FROM submissions WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .ctx(|| format!("reading the gains of submission {id}"))?;
+        Ok(row.and_then(|(g,)| g))
+    }
+
+    /// Fixes a submission's gains (JSON) unless they are fixed already; returns the stored ones
+    /// (the caller's, or those of a session that got there first).
+    pub async fn fix_joint_gains(&self, id: &str, gains: &str) -> Result<String, StorageError> {
+        sqlx::query("UPDATE submissions SET joint_gains = $2 WHERE id = $1 AND joint_gains IS NULL")
+            .bind(id)
+            .bind(gains)
+            .execute(&self.pool)
+            .await
+            .ctx(|| format!("recording the gains of submission {id}"))?;
+        Ok(self.joint_gains(id).await?.unwrap_or_else(|| gains.to_string()))
+    }
+
     /// Marks (or unmarks) a submission as a baseline; false if it does not exist.
     pub async fn set_baseline(&self, id: &str, baseline: bool) -> Result<bool, StorageError> {
         let _changed = self.leaderboards_changed();

@@ -207,6 +207,9 @@ pub trait Handler: Send + Sync {
     /// Sets one env's feed-forward torques (29, N·m), added to the PD torque before the effort
     /// clip at every substep until changed; a reset sets them to 0 (the joint-position action
     /// mode's τ_ff). Not every backend has them.
+    fn supports_feedforward(&self) -> bool {
+        false
+    }
     fn set_feedforward(&mut self, env: usize, _torques: &[f64]) -> Result<(), SimError> {
         Err(SimError::Config(format!(
             "env {env}: feed-forward torques are not supported by the {} backend",

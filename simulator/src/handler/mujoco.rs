@@ -435,6 +435,10 @@ impl Handler for MujocoHandler {
         Ok(())
     }
 
+    fn supports_feedforward(&self) -> bool {
+        true
+    }
+
     fn set_feedforward(&mut self, env: usize, torques: &[f64]) -> Result<(), SimError> {
         self.check_env(env)?;
         if torques.len() != NUM_JOINTS {

@@ -118,7 +118,11 @@ pub fn fill_observation(
                     )
                 });
                 if robot_group.starts_with("motion_") && !reference_ready {
-                    env.library().motions[a.motion].state_at(info.motion_time, &mut scratch.state);
+                    // The command is the frame this step's action must reach (mjlab / BeyondMimic:
+                    // the command advances before the observation), at the env's own time formula
+                    // for the next row, the reference that row is scored against.
+                    let target = a.start_time + (info.step + 1) as f64 * CONTROL_DT;
+                    env.library().motions[a.motion].state_at(target, &mut scratch.state);
                     reference_ready = true;
                 }
                 let (reference, anchor) = (&*scratch.state, scratch.anchor);

@@ -79,14 +79,14 @@ fn robot_groups_and_torque_law_match_an_independent_mujoco_computation() {
     for step in 0..=STEPS {
         episode::fill_observation(&layout, &env, 0, &mut scratch, &mut row);
         rows.push(row.clone());
-        let t = env.infos()[0].motion_time;
+        // The command is the reference of the next control step (the frame the action must reach).
+        let t = (env.infos()[0].step + 1) as f64 * CONTROL_DT;
         library.motions[motion].state_at(t, &mut state);
         references.push((state.qpos.to_vec(), state.dof_vel.to_vec()));
         if step == STEPS {
             break;
         }
-        // Targets: the reference one step ahead plus a wobble; feed-forward on a few joints.
-        library.motions[motion].state_at(t + CONTROL_DT, &mut state);
+        // Targets: that reference plus a wobble; feed-forward on a few joints.
         let mut command = vec![0.0f32; 2 * NUM_JOINTS];
         for j in 0..NUM_JOINTS {
             command[j] = (state.qpos[7 + j] + 0.05 * ((step + j) as f64 * 0.7).sin()) as f32;

@@ -2,7 +2,10 @@
 worked out by hand) with metadata in the mjlab / BeyondMimic and the holosoma conventions. Checks
 the metadata reading, the joint reordering, the observation vector assembled from the arena's
 robot-interface groups, the targets and gains sent (against a small fake server speaking the
-protocol), the refusals, and, when the server has it, a real `g1-smoke-robot` submission."""
+protocol), the refusals, and, when the server has it, real `g1-smoke-robot` submissions: through
+the CLI with the benchmark's preset gains, and through `run` with gains of the policy's own (each
+convention, each transport), checking the gains the session announced and the observation vector
+the model was fed at every request."""
 
 from __future__ import annotations
 
@@ -12,8 +15,9 @@ import re
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -114,7 +118,17 @@ def mjlab_metadata(**changes: str | None) -> dict[str, str]:
 EFFORT = 50.0 + 2.0 * np.arange(J)  # holosoma's dof_effort_limit_list, policy order
 
 
-def holosoma_metadata(history: int = 1, terms: Mapping[str, dict] | None = None, ref_body: str = "torso_link") -> dict:
+def holosoma_metadata(
+    history: int = 1,
+    terms: Mapping[str, dict] | None = None,
+    ref_body: str = "torso_link",
+    *,
+    kp: np.ndarray = KP,
+    kd: np.ndarray = KD,
+    default: np.ndarray = DEFAULT,
+    effort: np.ndarray = EFFORT,
+) -> dict:
+    """holosoma's metadata; kp, kd, default and effort per joint in the POLICY's order."""
     terms = terms or {
         "motion_command": {"scale": 1.0, "noise": 0.0, "clip": None},
         "motion_ref_ori_b": {"scale": 1.0, "noise": 0.05, "clip": None},
@@ -126,8 +140,8 @@ def holosoma_metadata(history: int = 1, terms: Mapping[str, dict] | None = None,
     experiment = {
         "robot": {
             "dof_names": POLICY_JOINTS,
-            "dof_effort_limit_list": EFFORT.tolist(),
-            "init_state": {"default_joint_angles": {n: float(d) for n, d in zip(POLICY_JOINTS, DEFAULT)}},
+            "dof_effort_limit_list": np.asarray(effort, float).tolist(),
+            "init_state": {"default_joint_angles": {n: float(d) for n, d in zip(POLICY_JOINTS, default)}},
             "control": {
                 "control_type": "P",
                 "action_scale": 0.25,
@@ -144,8 +158,8 @@ def holosoma_metadata(history: int = 1, terms: Mapping[str, dict] | None = None,
     }
     values = {
         "dof_names": POLICY_JOINTS,
-        "kp": KP.tolist(),
-        "kd": KD.tolist(),
+        "kp": np.asarray(kp, float).tolist(),
+        "kd": np.asarray(kd, float).tolist(),
         "command_ranges": None,
         "robot_urdf": "<robot name='g1'/>",
         "experiment_config": experiment,
@@ -381,15 +395,16 @@ def test_onnx_agent_targets_time_step_and_previous_action(tmp_path: Path) -> Non
     agent.configure(spec)
     agent.reset([arena_sdk.EpisodeInfo(3, "m", 0, 1, 5, 0, 0, 1), arena_sdk.EpisodeInfo(7, "m", 0, 1, 5, 0, 0, 1)])
     targets = agent.act(batch_of(spec, [7, 3], [0, 0], [0.0, 0.0]))
-    raw = np.ones(J)  # step 0: previous 0, time 0
+    # time_step is the episode step + 1 (the command's frame, as mjlab feeds it).
+    raw = np.full(J, 1.0 + 10.0)  # step 0: previous 0, time_step 1
     np.testing.assert_allclose(targets, np.tile(to_g1(DEFAULT + SCALE * raw), (2, 1)), rtol=1e-6)
     targets = agent.act(batch_of(spec, [3, 7], [1, 1], [0.0, 0.0], step=1))
-    raw = np.full(J, 1.0 + 1.0 + 10.0)  # previous 1, time_step 1
+    raw = np.full(J, 11.0 + 1.0 + 20.0)  # previous 11, time_step 2
     np.testing.assert_allclose(targets[0], to_g1(DEFAULT + SCALE * raw), rtol=1e-6)
     # A new episode in the same batch starts from zeros; the others go on.
     targets = agent.act(batch_of(spec, [3, 9], [2, 0], [0.0, 0.0], step=2))
-    np.testing.assert_allclose(targets[0], to_g1(DEFAULT + SCALE * (12 + 1 + 20)), rtol=1e-6)
-    np.testing.assert_allclose(targets[1], to_g1(DEFAULT + SCALE * 1.0), rtol=1e-6)
+    np.testing.assert_allclose(targets[0], to_g1(DEFAULT + SCALE * (32 + 1 + 30)), rtol=1e-6)
+    np.testing.assert_allclose(targets[1], to_g1(DEFAULT + SCALE * 11.0), rtol=1e-6)
 
 
 def to_g1(policy_values) -> np.ndarray:
@@ -848,6 +863,265 @@ def test_onnx_policy_completes_g1_smoke_robot(server: Server, team_token: str, t
     assert match, result.stdout
     status, body = server.request("GET", f"/api/v1/submissions/{match.group(1)}", team_token)
     assert status == 200 and body["status"] == "COMPLETED" and body["agent_name"] == f"onnx-{transport}", body
+
+
+# --- a real submission: the gains the server applied, the observation vector the model was fed ----
+
+
+class RecordingPolicy(OnnxPolicy):
+    """The file's policy (loaded by `from_file`, run by `agent()` as usual); keeps every model call:
+    the observation rows and time steps the runner passed to onnxruntime, and the raw actions back."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.calls: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def infer(self, obs: np.ndarray, time_step: np.ndarray) -> np.ndarray:
+        raw = super().infer(obs, time_step)
+        self.calls.append((np.array(obs, copy=True), np.array(time_step, copy=True), np.array(raw, copy=True)))
+        return raw
+
+
+@dataclass(frozen=True)
+class Request:
+    """One GetAction as the agent saw it, the model call it made and the targets it answered."""
+
+    episode_ids: np.ndarray
+    episode_steps: np.ndarray
+    rows: np.ndarray  # the EpisodeObservation values, one row per episode
+    obs: np.ndarray  # what the runner fed the model
+    time_step: np.ndarray
+    raw: np.ndarray  # what the model returned
+    targets: np.ndarray  # what went to the server (G1 order)
+
+
+class RecordingAgent(arena_sdk.Agent):
+    """Passes every hook on to the policy's agent, keeping the spec each connection announced,
+    each request and each EpisodeEnd."""
+
+    def __init__(self, inner: arena_sdk.TrackingPolicyAgent, policy: RecordingPolicy) -> None:
+        self.inner, self.policy = inner, policy
+        self.name = inner.name
+        self.specs: list[EpisodeSpec] = []
+        self.requests: list[Request] = []
+        self.ends: list[arena_sdk.EpisodeEnd] = []
+
+    def configure(self, spec: EpisodeSpec) -> None:
+        self.specs.append(spec)
+        self.inner.configure(spec)
+
+    def reset(self, episodes: list[arena_sdk.EpisodeInfo]) -> None:
+        self.inner.reset(episodes)
+
+    def act(self, batch: Batch) -> np.ndarray:
+        before = len(self.policy.calls)
+        targets = self.inner.act(batch)
+        assert len(self.policy.calls) == before + 1, "one model call per request"
+        obs, time_step, raw = self.policy.calls[-1]
+        self.requests.append(
+            Request(
+                batch.episode_ids.copy(),
+                batch.episode_steps.copy(),
+                batch.observations.copy(),
+                obs,
+                time_step,
+                raw,
+                np.array(targets, dtype=np.float64),
+            )
+        )
+        return targets
+
+    def end(self, result: arena_sdk.EpisodeEnd) -> None:
+        self.ends.append(result)
+        self.inner.end(result)
+
+
+@dataclass(frozen=True)
+class HandPolicy:
+    """A policy file whose actions are worked out by hand: raw = obs @ weights + bias +
+    time_coef * episode step, targets (policy order) = default + scale * raw."""
+
+    path: Path
+    weights: np.ndarray
+    bias: np.ndarray
+    time_coef: float
+    default: np.ndarray  # policy order
+    scale: np.ndarray  # policy order
+    actions: slice  # the columns of the `actions` term (the previous raw output)
+    #: The observation vector from one request's groups (name -> values) and the previous raw action.
+    expected_obs: Callable[[dict[str, np.ndarray], np.ndarray], np.ndarray]
+
+
+def hand_policy(
+    convention: str, tmp_path: Path, kp_g1: np.ndarray, kd_g1: np.ndarray, default_g1: np.ndarray
+) -> HandPolicy:
+    """A tracking policy in `convention` declaring these gains (G1 order; written in the shuffled
+    policy order). It pulls toward the current pose (0.5 joint_pos + 0.25 previous action) plus
+    a small dense part over every observation value, and a small time_step term."""
+    kp, kd = kp_g1[PERM], kd_g1[PERM]
+    default = np.round(default_g1[PERM], 3)
+    rng = np.random.default_rng(7)
+    if convention == "mjlab":
+        n, joint_pos, actions = MJLAB_SIZE, 58 + 3 + 6 + 3 + 3, MJLAB_SIZE - J
+        metadata = mjlab_metadata(joint_stiffness=csv(kp), joint_damping=csv(kd), default_joint_pos=csv(default))
+        scale = SCALE
+
+        def expected_obs(g: dict[str, np.ndarray], previous: np.ndarray) -> np.ndarray:
+            command, motors = g["motion_command"], g["motors"]
+            return np.concatenate(
+                [
+                    command[:J][PERM],  # command: reference joint positions then velocities
+                    command[J:][PERM],
+                    g["motion_anchor_pos_b"],
+                    g["motion_anchor_ori_b"],
+                    g["base_lin_vel"],
+                    g["imu"][4:7],  # base_ang_vel: the pelvis gyro
+                    motors[:J][PERM] - default,  # joint_pos
+                    motors[J : 2 * J][PERM],  # joint_vel
+                    previous,  # actions
+                ]
+            )
+
+        batch: str | int = "batch"
+        time_type = TensorProto.FLOAT
+    else:
+        # Alphabetical: actions, base_ang_vel, dof_pos, dof_vel (x 0.5), motion_command, motion_ref_ori_b.
+        n, joint_pos, actions = 154, 29 + 3, 0
+        effort = np.round(1.2 * kp, 3)  # action scale 0.25 * effort / kp: about 0.3
+        metadata = holosoma_metadata(kp=kp, kd=kd, default=default, effort=effort)
+        scale = 0.25 * effort / kp
+
+        def expected_obs(g: dict[str, np.ndarray], previous: np.ndarray) -> np.ndarray:
+            command, motors = g["motion_command"], g["motors"]
+            return np.concatenate(
+                [
+                    previous,
+                    g["imu"][4:7],
+                    motors[:J][PERM] - default,
+                    0.5 * motors[J : 2 * J][PERM],
+                    command[:J][PERM],
+                    command[J:][PERM],
+                    g["motion_anchor_ori_b"],
+                ]
+            )
+
+        batch = 1  # fixed batch: one model run per episode
+        time_type = TensorProto.INT64
+    weights = 0.001 * rng.standard_normal((n, J)) + 0.5 * selector(n, joint_pos) + 0.25 * selector(n, actions)
+    bias = 0.01 * rng.standard_normal(J)
+    time_coef = 1e-4
+    path = build_policy(
+        tmp_path / f"{convention}.onnx", metadata, weights, bias, batch=batch, time_type=time_type, time_coef=time_coef
+    )
+    return HandPolicy(path, weights, bias, time_coef, default, scale, slice(actions, actions + J), expected_obs)
+
+
+@pytest.mark.parametrize("convention", ["mjlab", "holosoma"])
+@pytest.mark.parametrize("transport", ["ws", "grpc"])
+def test_onnx_policy_submission_applies_its_gains_and_feeds_the_expected_observations(
+    server: Server, team_token: str, tmp_path: Path, transport: str, convention: str
+) -> None:
+    """A policy file declaring gains of its own (no preset, within the benchmark's bounds) in a
+    shuffled joint order completes a g1-smoke-robot submission through `run`: the session's
+    EpisodeSpec announces those gains in the G1 order, and at every request the model was fed the
+    observation vector recomputed here from that request's raw groups."""
+    require_benchmark(server)
+    status, body = server.request("GET", f"/api/v1/benchmarks/{BENCHMARK}")
+    assert status == 200 and body["action"]["mode"] == "joint_position", body.get("action")
+    bounds = body["action"]
+    # Declared gains: the benchmark's default preset x 1.2 (kp), x 0.9 (kd), at mjlab's 3 decimals.
+    default_spec = fetch_spec(server.http_url, team_token, benchmark=BENCHMARK, transport=transport)
+    assert default_spec is not None
+    kp_g1 = np.round(default_spec.joint_stiffness * 1.2, 3)
+    kd_g1 = np.round(default_spec.joint_damping * 0.9, 3)
+    assert (kp_g1 <= np.asarray(bounds["kp_max"])).all() and (kd_g1 <= np.asarray(bounds["kd_max"])).all()
+    assert bounds["presets"]
+    for preset in bounds["presets"]:
+        announced = fetch_spec(
+            server.http_url, team_token, benchmark=BENCHMARK, transport=transport, gain_preset=preset
+        )
+        assert announced is not None and len(announced.joint_stiffness) == J
+        assert not np.allclose(announced.joint_stiffness, kp_g1, rtol=1e-3), f"{preset} is the declared kp"
+        assert not np.allclose(announced.joint_damping, kd_g1, rtol=1e-3), f"{preset} is the declared kd"
+
+    hand = hand_policy(convention, tmp_path, kp_g1, kd_g1, default_spec.default_joint_pos)
+    policy = RecordingPolicy.from_file(hand.path)
+    assert isinstance(policy, RecordingPolicy) and policy.config.convention == convention
+    assert policy.config.joint_names == tuple(POLICY_JOINTS)
+    np.testing.assert_allclose(policy.config.action_scale, hand.scale, rtol=1e-12)
+    gains = policy.config.gains_g1()
+    assert gains is not None
+    stiffness, damping = gains
+    agent = RecordingAgent(policy.agent(), policy)
+    events: list[object] = []
+    name = f"onnx-{convention}-{transport}"
+    summary = run(
+        agent,
+        server.http_url,
+        team_token,
+        benchmark=BENCHMARK,
+        transport=transport,
+        agent_name=name,
+        joint_stiffness=stiffness,
+        joint_damping=damping,
+        on_event=events.append,
+    )
+    context = f"server log:\n{server.log_tail()}"
+    assert summary.submission_status == "COMPLETED" and summary.reconnects == 0, (summary, context)
+    status, submission = server.request("GET", f"/api/v1/submissions/{summary.submission_id}", team_token)
+    assert status == 200 and submission["status"] == "COMPLETED", submission
+    assert submission["agent_name"] == name, submission
+
+    # The gains the server applied: those of the spec announced in this submission's session.
+    connected = [e for e in events if isinstance(e, arena_sdk.Connected)]
+    assert [c.submission_id for c in connected] == [summary.submission_id]
+    assert len(agent.specs) == 1
+    spec = agent.specs[0]
+    assert spec.action_mode == "joint_position"
+    np.testing.assert_array_equal(spec.joint_stiffness, kp_g1)
+    np.testing.assert_array_equal(spec.joint_damping, kd_g1)
+    for p, joint in enumerate(POLICY_JOINTS):  # by name: the file's p-th joint is the G1's joint of that name
+        g1 = JOINT_NAMES.index(joint)
+        assert spec.joint_stiffness[g1] == kp_g1[PERM][p] and spec.joint_damping[g1] == kd_g1[PERM][p]
+
+    # The observation vector of every request, recomputed from its groups (split by the spec's layout).
+    assert {g.name: g.size for g in spec.observations} == ROBOT_GROUPS
+
+    def groups_of(row: np.ndarray) -> dict[str, np.ndarray]:
+        out, offset = {}, 0
+        for g in spec.observations:
+            out[g.name] = row[offset : offset + g.size].astype(np.float64)
+            offset += g.size
+        assert offset == len(row)
+        return out
+
+    last: dict[int, tuple[int, np.ndarray]] = {}  # episode -> (its step, the model's raw output)
+    first_requests: list[int] = []
+    for r in agent.requests:
+        np.testing.assert_array_equal(r.time_step.reshape(-1), r.episode_steps + 1)
+        for i, (episode, step) in enumerate(zip(r.episode_ids.tolist(), r.episode_steps.tolist())):
+            where = f"{convention} over {transport}: episode {episode}, step {step}"
+            if step == 0:
+                assert episode not in last, where
+                first_requests.append(episode)
+                previous = np.zeros(J)
+                assert not r.obs[i, hand.actions].any(), where  # the actions term starts at zeros
+            else:
+                seen, previous = last[episode]
+                assert seen == step - 1, where
+            expected = hand.expected_obs(groups_of(r.rows[i]), previous)
+            assert r.obs[i].shape == expected.shape, where
+            np.testing.assert_allclose(r.obs[i], expected, rtol=1e-6, atol=1e-6, err_msg=where)
+            raw = expected @ hand.weights + hand.bias + hand.time_coef * (step + 1)  # time_step = step + 1
+            np.testing.assert_allclose(r.raw[i], raw, rtol=1e-4, atol=1e-5, err_msg=where)
+            targets = to_g1(hand.default + hand.scale * raw)
+            np.testing.assert_allclose(r.targets[i], targets, rtol=1e-5, atol=1e-5, err_msg=where)
+            last[episode] = (step, r.raw[i].astype(np.float64))
+    ends = agent.ends
+    assert len(ends) == len(body["motion_list"]) and all(e.status == "completed" for e in ends), ends
+    assert sorted(first_requests) == sorted(e.episode_id for e in ends)
+    assert len(agent.requests) > 1 and any(step > 0 for step, _ in last.values())
+    assert max(np.abs(raw).max() for _, raw in last.values()) > 0  # later steps fed non-zero previous actions
 
 
 def test_a_normalized_benchmark_is_refused_before_a_submission_exists(

@@ -25,7 +25,7 @@ DESCRIPTION = """\
 Run an exported tracking policy (mjlab / BeyondMimic or holosoma ONNX file) against an arena
 server. The file's metadata gives the joint order, default pose, action scale, PD gains and
 observation terms; the runner builds each observation from the benchmark's robot-interface
-groups, feeds time_step with the episode step, declares the policy's gains in Connect and sends
+groups, feeds time_step with the episode step + 1 (the command's frame, as mjlab does), declares the policy's gains in Connect and sends
 q* = default_joint_pos + action_scale * action (joint_position action mode). The benchmark must
 be in that mode, send the groups the terms read and relate its motion_anchor groups to the
 policy's anchor body.

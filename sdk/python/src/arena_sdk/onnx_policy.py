@@ -75,7 +75,7 @@ class OnnxPolicy:
         return cls(path, session, config, io)
 
     def infer(self, obs: np.ndarray, time_step: np.ndarray) -> np.ndarray:
-        """(n, N) observations and (n, 1) episode steps -> (n, 29) raw actions (policy order)."""
+        """(n, N) observations and (n, 1) time steps (episode step + 1) -> (n, 29) raw actions (policy order)."""
         io = self.io
         obs = np.ascontiguousarray(obs, dtype=io.obs_dtype)
         feed: dict[str, np.ndarray] = {}
@@ -101,7 +101,7 @@ class OnnxPolicy:
         batch = "dynamic (one call per batch)" if io.batched else "1 (one call per episode)"
         inputs = f"{io.obs_name} [batch, {self.config.observation_size}]"
         if io.time_name:
-            inputs += f", {io.time_name} [batch, 1] (the episode step)"
+            inputs += f", {io.time_name} [batch, 1] (the episode step + 1: the command's frame)"
         return f"{self.path}\nmodel: inputs {inputs}; output {io.action_name}; batch {batch}\n{self.config.describe()}"
 
 

@@ -18,7 +18,7 @@ from .policy_config import PolicyConfig, UnsupportedPolicyError
 
 log = logging.getLogger("arena_sdk")
 
-#: The model: (obs (n, N) float32, time_step (n, 1) int64 episode steps) -> (n, 29) raw actions,
+#: The model: (obs (n, N) float32, time_step (n, 1) int64: episode step + 1) -> (n, 29) raw actions,
 #: in the policy's joint order.
 InferFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
@@ -85,7 +85,10 @@ class TrackingPolicyAgent(Agent):
             if step and episode in self._previous:  # zeros at an episode's start, as in training
                 previous[i] = self._previous[episode]
         obs = self.builder.build(batch.observations, previous)
-        time_step = batch.episode_steps.astype(np.int64).reshape(n, 1)
+        # mjlab's time_step is the command's frame, one ahead of the robot (the command advances
+        # before each observation): the episode step + 1, the motion frame of the command when
+        # the episode starts at the motion's beginning.
+        time_step = (batch.episode_steps.astype(np.int64) + 1).reshape(n, 1)
         raw = np.asarray(self.infer(obs, time_step), dtype=np.float32)
         if raw.shape != (n, NUM_JOINTS):
             raise AgentError(self.name, f"the model returned actions of shape {raw.shape}, expected {(n, NUM_JOINTS)}")

@@ -221,7 +221,8 @@ pub fn write_npz_motion(path: &Path, m: &NpzMotionOut) -> Result<()> {
     write_npz(
         path,
         &[
-            ("fps", NpyArray::f32(vec![], vec![m.fps])),
+            // Shape (1,), as mjlab's converter writes it.
+            ("fps", NpyArray::f32(vec![1], vec![m.fps])),
             ("joint_pos", NpyArray::f32(vec![t, NUM_JOINTS], m.joint_pos.clone())),
             ("joint_vel", NpyArray::f32(vec![t, NUM_JOINTS], m.joint_vel.clone())),
             ("body_pos_w", NpyArray::f32(vec![t, b, 3], m.body_pos_w.clone())),

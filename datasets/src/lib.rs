@@ -14,7 +14,7 @@ pub mod motion_npz;
 pub mod npz;
 pub mod trajectory_file;
 
-pub use clip::{BodyWitness, MotionClip, NUM_COLUMNS, NUM_JOINTS, Split};
+pub use clip::{BodyWitness, G1_BODY_NAMES, MotionClip, NUM_COLUMNS, NUM_JOINTS, Split};
 pub use g1_csv::{read_clip_dir, read_g1_csv, write_g1_csv};
 pub use generate::{FeetPlacement, FootKinematics, G1_JOINT_NAMES, builtin_motion_names, generate_builtin_motions};
 pub use manifest::{Manifest, ManifestEntry};

@@ -11,39 +11,10 @@ pub use arena_data::G1_JOINT_NAMES as JOINT_NAMES;
 /// The project's G1 model as authored (base gain set's force limits).
 pub const G1_MJCF: &str = include_str!("../assets/g1/g1_29dof.xml");
 
-/// Real bodies in the order of BFM-Zero's body tensors (DFS order of the MJCF tree).
-pub const BODY_NAMES: [&str; 30] = [
-    "pelvis",
-    "left_hip_pitch_link",
-    "left_hip_roll_link",
-    "left_hip_yaw_link",
-    "left_knee_link",
-    "left_ankle_pitch_link",
-    "left_ankle_roll_link",
-    "right_hip_pitch_link",
-    "right_hip_roll_link",
-    "right_hip_yaw_link",
-    "right_knee_link",
-    "right_ankle_pitch_link",
-    "right_ankle_roll_link",
-    "waist_yaw_link",
-    "waist_roll_link",
-    "torso_link",
-    "left_shoulder_pitch_link",
-    "left_shoulder_roll_link",
-    "left_shoulder_yaw_link",
-    "left_elbow_link",
-    "left_wrist_roll_link",
-    "left_wrist_pitch_link",
-    "left_wrist_yaw_link",
-    "right_shoulder_pitch_link",
-    "right_shoulder_roll_link",
-    "right_shoulder_yaw_link",
-    "right_elbow_link",
-    "right_wrist_roll_link",
-    "right_wrist_pitch_link",
-    "right_wrist_yaw_link",
-];
+/// Real bodies in the order of BFM-Zero's body tensors (DFS order of the MJCF tree, MuJoCo's
+/// body order): the list lives in arena-data, beside the joint order, for the crates that do
+/// not link the simulator.
+pub use arena_data::G1_BODY_NAMES as BODY_NAMES;
 /// Bodies including the virtual head (index 30).
 pub const NUM_BODIES_EXT: usize = 31;
 pub const NUM_BODIES: usize = 30;

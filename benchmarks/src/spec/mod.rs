@@ -32,38 +32,7 @@ pub const OBSERVATION_GROUPS: [&str; 12] = [
     "motion_anchor_pose_w",
 ];
 /// The G1's bodies that can anchor the tracking command (MuJoCo body order, pelvis first).
-pub const ANCHOR_BODIES: [&str; 30] = [
-    "pelvis",
-    "left_hip_pitch_link",
-    "left_hip_roll_link",
-    "left_hip_yaw_link",
-    "left_knee_link",
-    "left_ankle_pitch_link",
-    "left_ankle_roll_link",
-    "right_hip_pitch_link",
-    "right_hip_roll_link",
-    "right_hip_yaw_link",
-    "right_knee_link",
-    "right_ankle_pitch_link",
-    "right_ankle_roll_link",
-    "waist_yaw_link",
-    "waist_roll_link",
-    "torso_link",
-    "left_shoulder_pitch_link",
-    "left_shoulder_roll_link",
-    "left_shoulder_yaw_link",
-    "left_elbow_link",
-    "left_wrist_roll_link",
-    "left_wrist_pitch_link",
-    "left_wrist_yaw_link",
-    "right_shoulder_pitch_link",
-    "right_shoulder_roll_link",
-    "right_shoulder_yaw_link",
-    "right_elbow_link",
-    "right_wrist_roll_link",
-    "right_wrist_pitch_link",
-    "right_wrist_yaw_link",
-];
+pub const ANCHOR_BODIES: [&str; 30] = arena_data::G1_BODY_NAMES;
 /// Named PD gain sets a joint-position benchmark may offer: `armature` (BeyondMimic / mjlab)
 /// and `arena` (the normalized mode's, BFM-Zero's).
 pub const GAIN_PRESETS: [&str; 2] = ["armature", "arena"];

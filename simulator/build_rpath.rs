@@ -1,4 +1,4 @@
-// Shared by the build scripts that link MuJoCo (simulator/build.rs, baseline/build.rs): the
+// Shared by the build scripts that link MuJoCo (simulator/build.rs, baseline/build.rs, ppo/build.rs): the
 // run-time search path of a library folder, relative to the binary ($ORIGIN), so a binary finds
 // the library wherever the checkout is, and an installed binary finds it in `../lib` or beside
 // itself. No absolute build path is baked in.

@@ -24,34 +24,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use tch::{Device, Tensor};
 
-#[derive(Debug, thiserror::Error)]
-pub enum CheckpointError {
-    #[error("{path}: {message}")]
-    File { path: PathBuf, message: String },
-    #[error("{path}: tensor {name}: {message}")]
-    Tensor {
-        path: PathBuf,
-        name: String,
-        message: String,
-    },
-}
-
-fn file_err(path: &Path, message: impl std::fmt::Display) -> CheckpointError {
-    CheckpointError::File {
-        path: path.to_path_buf(),
-        message: message.to_string(),
-    }
-}
-
-/// Reads a safetensors file; a missing one is said in words, not as libtorch's debug text.
-pub fn read_tensors(path: &Path, missing: &str) -> Result<HashMap<String, Tensor>, CheckpointError> {
-    if !path.is_file() {
-        return Err(file_err(path, missing));
-    }
-    Tensor::read_safetensors(path)
-        .map(|tensors| tensors.into_iter().collect())
-        .map_err(|e| file_err(path, format!("not a readable safetensors file ({e})")))
-}
+pub use arena_torch::tensors::{CheckpointError, file_err, read_tensors};
 
 /// `model/config.json`: what fixes the shapes, plus the normaliser rates.
 #[derive(Debug, Clone, Serialize, Deserialize)]

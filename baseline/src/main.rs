@@ -12,6 +12,7 @@ use arena_bfm::train_config::TrainConfig;
 use arena_runner::local::{LocalOptions, run_local};
 use arena_sdk::client::{self, ClientConfig, Mode};
 use arena_sim::RobotConfig;
+use arena_torch::cli::parse_minutes;
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
@@ -296,14 +297,6 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `--time-limit`: a positive, finite number of minutes.
-fn parse_minutes(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(m) if m.is_finite() && m > 0.0 => Ok(m),
-        _ => Err(format!("expected a positive number of minutes, got {text:?}")),
-    }
-}
-
 /// Loads a checkpoint or export for the tracking agent.
 fn load_agent_model(dir: &Path, device: Device) -> anyhow::Result<arena_bfm::model::FbCprAuxModel> {
     let (model, saved) = checkpoint::load_model(dir, device)?;
@@ -450,25 +443,7 @@ fn export(a: ExportArgs) -> anyhow::Result<()> {
 /// gets the server's agent path. The SDK client speaks no TLS, so `https://` and `wss://` are
 /// refused here rather than retried.
 fn endpoint(server: &str, transport: Transport) -> anyhow::Result<String> {
-    let (scheme, rest) = server.split_once("://").unwrap_or(("", server));
-    if !matches!(scheme, "" | "http" | "ws" | "grpc") {
-        bail!(
-            "--server {server}: {scheme}:// is not supported (the SDK client connects without TLS); \
-             give http://HOST:PORT, ws://HOST:PORT/api/v1/agent or grpc://HOST:PORT"
-        );
-    }
-    let rest = rest.trim_end_matches('/');
-    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
-    if host.is_empty() {
-        bail!(
-            "--server {server}: no HOST:PORT in it; give http://HOST:PORT, ws://HOST:PORT/api/v1/agent or grpc://HOST:PORT"
-        );
-    }
-    Ok(match transport {
-        Transport::Ws if scheme == "ws" && !path.is_empty() => format!("ws://{host}/{path}"),
-        Transport::Ws => format!("ws://{host}/api/v1/agent"),
-        Transport::Grpc => format!("grpc://{host}"),
-    })
+    client::endpoint(server, matches!(transport, Transport::Grpc)).map_err(anyhow::Error::msg)
 }
 
 fn presets(json: bool) -> anyhow::Result<()> {
@@ -512,26 +487,4 @@ fn presets(json: bool) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn endpoint_accepts_the_documented_urls_and_refuses_tls() {
-        let ws = |s: &str| endpoint(s, Transport::Ws);
-        let grpc = |s: &str| endpoint(s, Transport::Grpc);
-        assert_eq!(ws("http://h:1").unwrap(), "ws://h:1/api/v1/agent");
-        assert_eq!(ws("h:1/").unwrap(), "ws://h:1/api/v1/agent");
-        assert_eq!(ws("ws://h:1").unwrap(), "ws://h:1/api/v1/agent");
-        assert_eq!(ws("ws://h:1/api/v1/agent").unwrap(), "ws://h:1/api/v1/agent");
-        assert_eq!(ws("grpc://h:1").unwrap(), "ws://h:1/api/v1/agent");
-        assert_eq!(grpc("ws://h:1/api/v1/agent").unwrap(), "grpc://h:1");
-        assert_eq!(grpc("http://h:1").unwrap(), "grpc://h:1");
-        for bad in ["https://h:1", "wss://h:1/api/v1/agent", "http://", "ftp://h:1"] {
-            let e = ws(bad).unwrap_err().to_string();
-            assert!(e.contains(bad), "{bad}: {e}");
-        }
-    }
 }

@@ -1,6 +1,6 @@
 //! The observation normaliser (BFM_ZERO_FACTS §2.5) and the aux-reward scale normaliser (§5.5.4).
 
-use crate::params::Scope;
+use arena_torch::params::Scope;
 use tch::{Kind, Tensor};
 
 const BN_EPS: f64 = 1e-5;

@@ -14,10 +14,8 @@ use crate::buffers::{ExpertBuffer, OnlineBuffer, OnlineBufferState, StepRecord, 
 use crate::checkpoint;
 use crate::model::{FbCprAuxModel, Obs};
 use crate::train_config::TrainConfig;
-use crate::train_log::{
-    CsvValue, EVAL_COLUMNS, LogAccumulator, append_csv, append_csv_values, train_log_columns, truncate_log,
-};
-use crate::update::{ExpertBatch, Learner, derive_seed};
+use crate::train_log::{EVAL_COLUMNS, LogAccumulator, train_log_columns};
+use crate::update::{ExpertBatch, Learner};
 use anyhow::{Context, bail};
 use arena_bench::priority::{PriorityConfig, priorities};
 use arena_bench::spec::BenchmarkSpec;
@@ -28,13 +26,16 @@ use arena_sim::dr::DrLevel;
 use arena_sim::env::{EpisodeAssignment, EpisodeStatus, LieDown, ObservationBatch, TrackingEnv, TrackingEnvConfig};
 use arena_sim::motion::MotionLibrary;
 use arena_sim::observation::reference_observations;
+use arena_torch::cli::json_differences as differences;
+use arena_torch::csv_log::{CsvValue, append_csv, append_csv_values, truncate_log};
+pub use arena_torch::run_dir::RunPaths;
+use arena_torch::seed::derive_seed;
 use rand::distr::{Distribution, weighted::WeightedIndex};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::StandardNormal;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 use tch::{Device, Kind, Tensor};
@@ -60,56 +61,6 @@ pub struct TrainStatus {
     pub zbuffer_len: usize,
     pub zbuffer_cursor: usize,
     pub online_buffer: Option<OnlineBufferState>,
-}
-
-/// Where the run writes: checkpoints, the train log and the evaluation log.
-#[derive(Debug, Clone)]
-pub struct RunPaths {
-    pub dir: PathBuf,
-}
-
-impl RunPaths {
-    pub fn checkpoint(&self) -> PathBuf {
-        self.dir.join("checkpoint")
-    }
-    pub fn train_log(&self) -> PathBuf {
-        self.dir.join("train_log.csv")
-    }
-    pub fn eval_log(&self) -> PathBuf {
-        self.dir.join("eval_log.csv")
-    }
-    /// Where a checkpoint is written before it replaces the last one.
-    fn checkpoint_tmp(&self) -> PathBuf {
-        self.dir.join("checkpoint.tmp")
-    }
-    /// Where the last checkpoint waits while the new one takes its place.
-    fn checkpoint_old(&self) -> PathBuf {
-        self.dir.join("checkpoint.old")
-    }
-
-    /// Finishes a checkpoint replacement that a kill interrupted (see `Trainer::save_checkpoint`):
-    /// with `checkpoint.old` present, `checkpoint.tmp` is complete, so it becomes the checkpoint.
-    /// Returns what it did, for the log.
-    pub fn recover_interrupted_save(&self) -> anyhow::Result<Option<String>> {
-        let (ckpt, tmp, old) = (self.checkpoint(), self.checkpoint_tmp(), self.checkpoint_old());
-        if !old.exists() {
-            return Ok(None);
-        }
-        let what = if !ckpt.exists() && tmp.exists() {
-            std::fs::rename(&tmp, &ckpt).with_context(|| format!("moving {} to {}", tmp.display(), ckpt.display()))?;
-            format!(
-                "finished replacing the checkpoint that a stop interrupted ({})",
-                ckpt.display()
-            )
-        } else {
-            format!(
-                "removed the previous checkpoint left by an interrupted save ({})",
-                old.display()
-            )
-        };
-        std::fs::remove_dir_all(&old).with_context(|| format!("removing {}", old.display()))?;
-        Ok(Some(what))
-    }
 }
 
 /// A report hook for progress (env steps done, total, last log row).
@@ -704,10 +655,7 @@ impl Trainer {
 
     /// Writes the checkpoint folder (model, optimisers, buffers, status).
     pub fn save_checkpoint(&mut self) -> anyhow::Result<()> {
-        let dir = self.paths.checkpoint();
-        let tmp = self.paths.checkpoint_tmp();
-        let _ = std::fs::remove_dir_all(&tmp);
-        std::fs::create_dir_all(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        let tmp = self.paths.begin_checkpoint()?;
         checkpoint::save_model(&self.learner.model, &self.config.agent, &tmp)?;
         self.status.optimizer_steps = checkpoint::save_optimizers(&self.learner, &tmp)?;
         self.status.updates = self.learner.updates();
@@ -735,38 +683,8 @@ impl Trainer {
             tmp.join("config.json"),
             serde_json::to_string_pretty(&self.config)? + "\n",
         )?;
-        // Replace the previous checkpoint only once the new one is complete, and never leave the
-        // folder without one: at every instant either `checkpoint` or (`checkpoint.old` and the
-        // complete `checkpoint.tmp`) exists, which `RunPaths::recover_interrupted_save` finishes.
-        let old = self.paths.checkpoint_old();
-        let _ = std::fs::remove_dir_all(&old);
-        if dir.exists() {
-            std::fs::rename(&dir, &old).with_context(|| format!("moving {} aside", dir.display()))?;
-        }
-        std::fs::rename(&tmp, &dir).with_context(|| format!("moving the checkpoint to {}", dir.display()))?;
-        let _ = std::fs::remove_dir_all(&old);
+        let dir = self.paths.commit_checkpoint()?;
         tracing::info!("checkpoint at {} env steps: {}", self.status.time, dir.display());
         Ok(())
-    }
-}
-
-/// `key: checkpoint → configuration` for every leaf where two JSON values differ.
-fn differences(saved: &serde_json::Value, wanted: &serde_json::Value, key: &str) -> Vec<String> {
-    match (saved, wanted) {
-        (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
-            let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
-            let null = serde_json::Value::Null;
-            keys.into_iter()
-                .flat_map(|k| {
-                    differences(
-                        a.get(k).unwrap_or(&null),
-                        b.get(k).unwrap_or(&null),
-                        &format!("{key}.{k}"),
-                    )
-                })
-                .collect()
-        }
-        (a, b) if a != b => vec![format!("{key}: {a} in the checkpoint, {b} in the configuration")],
-        _ => Vec::new(),
     }
 }

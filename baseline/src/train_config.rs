@@ -147,29 +147,7 @@ impl TrainConfig {
 
     /// Applies one `section.key=value` override (the value in TOML syntax).
     pub fn set(&mut self, assignment: &str) -> Result<(), String> {
-        let (key, value) = assignment
-            .split_once('=')
-            .ok_or_else(|| format!("override `{assignment}`: expected section.key=value"))?;
-        let mut doc: toml::Table =
-            toml::from_str(&toml::to_string(self).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
-        let parsed: toml::Value = toml::from_str::<toml::Table>(&format!("v = {value}"))
-            .or_else(|_| toml::from_str::<toml::Table>(&format!("v = \"{value}\"")))
-            .map_err(|e| format!("override `{assignment}`: {e}"))?
-            .remove("v")
-            .expect("v");
-        let mut table = &mut doc;
-        let parts: Vec<&str> = key.trim().split('.').collect();
-        for part in &parts[..parts.len() - 1] {
-            table = table
-                .entry(part.to_string())
-                .or_insert_with(|| toml::Value::Table(toml::Table::new()))
-                .as_table_mut()
-                .ok_or_else(|| format!("override `{assignment}`: `{part}` is not a section"))?;
-        }
-        table.insert(parts[parts.len() - 1].to_string(), parsed);
-        let updated: TrainConfig = toml::Value::Table(doc)
-            .try_into()
-            .map_err(|e| format!("override `{assignment}`: {e}"))?;
+        let updated: TrainConfig = arena_torch::cli::apply_override(self, assignment)?;
         updated
             .validate()
             .map_err(|e| format!("override `{assignment}`: {e}"))?;

@@ -3,10 +3,7 @@
 //! episode), with fixed headers so rows before the first update keep every column.
 
 use crate::aux_rewards::TERMS;
-use anyhow::Context;
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::Path;
 
 /// Means of the update metrics and rollout aux terms since the last log row.
 #[derive(Debug, Default)]
@@ -72,22 +69,6 @@ impl LogAccumulator {
     }
 }
 
-/// Keeps the header and the rows whose first cell (the timestep) satisfies `keep`.
-pub(crate) fn truncate_log(path: &Path, keep: impl Fn(f64) -> bool) -> anyhow::Result<()> {
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return Ok(());
-    };
-    let mut lines = text.lines();
-    let mut out: Vec<&str> = lines.next().into_iter().collect();
-    out.extend(lines.filter(|l| {
-        l.split(',')
-            .next()
-            .and_then(|c| c.parse::<f64>().ok())
-            .is_some_and(&keep)
-    }));
-    std::fs::write(path, out.join("\n") + "\n").with_context(|| format!("rewriting {}", path.display()))
-}
-
 /// Columns of `eval_log.csv`: one row per evaluation episode.
 pub(crate) const EVAL_COLUMNS: [&str; 6] = ["timestep", "motion", "emd", "mpjpe_l", "success", "failure_time_s"];
 
@@ -107,52 +88,4 @@ pub fn train_log_columns() -> Vec<String> {
     cols.extend(crate::update::METRIC_NAMES.iter().map(|s| s.to_string()));
     cols.extend(TERMS.iter().map(|t| format!("aux_rew/{t}")));
     cols
-}
-
-/// One CSV cell.
-#[derive(Debug, Clone)]
-pub(crate) enum CsvValue {
-    Num(f64),
-    Text(String),
-}
-
-pub(crate) fn append_csv(path: &Path, columns: &[String], row: &BTreeMap<String, f64>) -> anyhow::Result<()> {
-    let values: BTreeMap<String, CsvValue> = row.iter().map(|(k, v)| (k.clone(), CsvValue::Num(*v))).collect();
-    append_csv_values(path, columns, &values)
-}
-
-/// Appends a row under a fixed header (written with the first row; an existing file keeps its
-/// own, e.g. a resumed run's); cells the row lacks stay empty.
-pub(crate) fn append_csv_values(
-    path: &Path,
-    columns: &[String],
-    row: &BTreeMap<String, CsvValue>,
-) -> anyhow::Result<()> {
-    let header: Vec<String> = if path.exists() {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        text.lines()
-            .next()
-            .unwrap_or_default()
-            .split(',')
-            .map(str::to_string)
-            .collect()
-    } else {
-        let mut f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-        writeln!(f, "{}", columns.join(","))?;
-        columns.to_vec()
-    };
-    let cells: Vec<String> = header
-        .iter()
-        .map(|k| match row.get(k) {
-            Some(CsvValue::Num(v)) => format!("{v}"),
-            Some(CsvValue::Text(s)) => s.replace(',', ";"),
-            None => String::new(),
-        })
-        .collect();
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .open(path)
-        .with_context(|| format!("opening {}", path.display()))?;
-    writeln!(f, "{}", cells.join(","))?;
-    Ok(())
 }

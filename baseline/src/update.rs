@@ -182,13 +182,7 @@ fn off_diag_loss(m: &Tensor) -> (Tensor, Tensor) {
     (off, -diag.mean(Kind::Float) * lead)
 }
 
-/// A well-mixed 63-bit seed from a run seed and a counter (SplitMix64 finaliser).
-pub fn derive_seed(seed: u64, counter: u64) -> u64 {
-    let mut x = seed ^ counter.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    (x ^ (x >> 31)) >> 1
-}
+pub use arena_torch::seed::derive_seed;
 
 /// Logged scalars, kept on the device until the update ends (one transfer, no per-value sync).
 #[derive(Default)]

@@ -172,6 +172,34 @@ struct RunState {
 
 /// The console lines of a command-line agent: the session, one line per finished episode,
 /// server errors and reconnects (stdout for progress, stderr for trouble).
+/// The URL the client dials for a server address (`HOST:PORT`, `http://HOST:PORT`,
+/// `ws://HOST:PORT[/path]` or `grpc://HOST:PORT`): `ws://HOST:PORT/api/v1/agent` (or the given
+/// ws path) for WebSocket, `grpc://HOST:PORT` for gRPC. TLS schemes are refused (the client
+/// connects without TLS), with the reason.
+pub fn endpoint(server: &str, grpc: bool) -> Result<String, String> {
+    let (scheme, rest) = server.split_once("://").unwrap_or(("", server));
+    if !matches!(scheme, "" | "http" | "ws" | "grpc") {
+        return Err(format!(
+            "--server {server}: {scheme}:// is not supported (the SDK client connects without TLS); \
+             give http://HOST:PORT, ws://HOST:PORT/api/v1/agent or grpc://HOST:PORT"
+        ));
+    }
+    let rest = rest.trim_end_matches('/');
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    if host.is_empty() {
+        return Err(format!(
+            "--server {server}: no HOST:PORT in it; give http://HOST:PORT, ws://HOST:PORT/api/v1/agent or grpc://HOST:PORT"
+        ));
+    }
+    Ok(if grpc {
+        format!("grpc://{host}")
+    } else if scheme == "ws" && !path.is_empty() {
+        format!("ws://{host}/{path}")
+    } else {
+        format!("ws://{host}/api/v1/agent")
+    })
+}
+
 pub fn print_event(event: ClientEvent<'_>) {
     match event {
         ClientEvent::Connected(c) => println!(
@@ -650,6 +678,23 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn endpoint_accepts_the_documented_urls_and_refuses_tls() {
+        let ws = |s: &str| endpoint(s, false);
+        let grpc = |s: &str| endpoint(s, true);
+        assert_eq!(ws("http://h:1").unwrap(), "ws://h:1/api/v1/agent");
+        assert_eq!(ws("h:1/").unwrap(), "ws://h:1/api/v1/agent");
+        assert_eq!(ws("ws://h:1").unwrap(), "ws://h:1/api/v1/agent");
+        assert_eq!(ws("ws://h:1/api/v1/agent").unwrap(), "ws://h:1/api/v1/agent");
+        assert_eq!(ws("grpc://h:1").unwrap(), "ws://h:1/api/v1/agent");
+        assert_eq!(grpc("ws://h:1/api/v1/agent").unwrap(), "grpc://h:1");
+        assert_eq!(grpc("http://h:1").unwrap(), "grpc://h:1");
+        for bad in ["https://h:1", "wss://h:1/api/v1/agent", "http://", "ftp://h:1"] {
+            let e = ws(bad).unwrap_err();
+            assert!(e.contains(bad), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn throttle_waits_until_the_window_resets() {

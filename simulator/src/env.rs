@@ -470,6 +470,47 @@ impl TrackingEnv {
         Ok(&self.obs)
     }
 
+    /// Replaces the start state of envs that were just reset and have not stepped yet (a
+    /// trainer's perturbed reference-state initialisation: pose and velocity noise around the
+    /// reference). Every state is checked before any env changes; the observations are rebuilt.
+    pub fn set_start_states(
+        &mut self,
+        states: &[(usize, [f64; NQ], [f64; NV])],
+    ) -> Result<&ObservationBatch, SimError> {
+        for (env, qpos, qvel) in states {
+            let slot = self
+                .slots
+                .get(*env)
+                .ok_or_else(|| SimError::Config(format!("env {env} out of range (have {})", self.slots.len())))?;
+            if slot.status != EpisodeStatus::Running || slot.step != 0 {
+                return Err(SimError::Config(format!(
+                    "env {env}: a start state can replace only a reset that has not stepped"
+                )));
+            }
+            crate::handler::check_state(qpos, qvel)?;
+        }
+        self.selected.fill(false);
+        for (env, qpos, qvel) in states {
+            self.handler.set_qpos_qvel(*env, qpos, qvel)?;
+            let slot = &mut self.slots[*env];
+            if self.config.action_mode == ActionMode::JointPosition {
+                slot.pending_command[..NUM_JOINTS].copy_from_slice(&qpos[7..]);
+            }
+            slot.history.clear();
+            if self.config.record
+                && let Some(a) = slot.assignment
+            {
+                let length = self.library.motions[a.motion].length_s;
+                slot.trajectory
+                    .reset(&a, ((length - a.start_time) / CONTROL_DT).ceil() as usize + 1);
+            }
+            self.selected[*env] = true;
+        }
+        self.handler.sync()?;
+        self.refresh(true);
+        Ok(&self.obs)
+    }
+
     fn validate(&self, env: usize, a: &EpisodeAssignment) -> Result<(), SimError> {
         if env >= self.slots.len() {
             return Err(SimError::Config(format!(

@@ -5,7 +5,7 @@
 //! `[out, in]` layout. Names follow the checkpoint: in every Block/ResBlock `mlp.0` is the
 //! LayerNorm and `mlp.1` the Linear.
 
-use crate::params::{Scope, orthogonal};
+use arena_torch::params::{Scope, orthogonal};
 use tch::Tensor;
 
 const LN_EPS: f64 = 1e-5;

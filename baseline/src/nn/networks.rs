@@ -3,7 +3,7 @@
 
 use super::layers::{Dense, Norm, Sequence, sphere_norm};
 use crate::config::{ActorArch, BackwardArch, DiscriminatorArch, ResidualArch};
-use crate::params::Scope;
+use arena_torch::params::Scope;
 use tch::Tensor;
 
 /// Forward map F(s, a, z) → R^out, and with out = 1 the critics Q_D and Q_aux (same class,

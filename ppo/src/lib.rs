@@ -1,0 +1,24 @@
+//! arena-ppo: a PPO motion tracker in the BeyondMimic recipe (as mjlab reimplements it), trained
+//! on the project's own simulator and served through the arena's robot interface.
+//! - [`config`]: the training configuration (TOML, validated naming the key);
+//! - [`mdp`]: observations, rewards and terminations, term by term (docs/ppo-tracker.md §2-5);
+//! - [`sampler`]: adaptive sampling of start frames by failure rate (§6.2);
+//! - [`envs`]: the tracking MDP on `TrackingEnv` in the joint-position action mode;
+//! - [`policy`]: the actor-critic with empirical normalisers (rsl_rl's);
+//! - [`ppo`]: rollout storage, GAE and the PPO update (rsl_rl 3.0.0's);
+//! - [`train`]: the loop, logs, evaluation, checkpoints and exact resume;
+//! - [`agent`]: the trained policy behind the SDK's `Agent` trait;
+//! - [`onnx`]: the actor as ONNX in the mjlab convention.
+//!
+//! The libtorch pieces shared with the BFM-Zero baseline (parameters, Adam, run folders, logs)
+//! come from `arena-torch`.
+
+pub mod agent;
+pub mod config;
+pub mod envs;
+pub mod mdp;
+pub mod onnx;
+pub mod policy;
+pub mod ppo;
+pub mod sampler;
+pub mod train;

@@ -1,0 +1,304 @@
+//! `arena-ppo`: train the PPO motion tracker, evaluate it, serve it to an arena server, export it
+//! as ONNX. docs/ppo-tracker.md explains the MDP, the configuration and the costs.
+
+use anyhow::{Context, bail};
+use arena_bench::metrics::metric_names;
+use arena_bench::spec::{self, BenchmarkSpec, MOTIONS_ROOT_ENV};
+use arena_data::MotionClip;
+use arena_ppo::agent::PolicyAgent;
+use arena_ppo::config::PpoTrainConfig;
+use arena_ppo::envs::ActionInterface;
+use arena_ppo::train::{Trainer, evaluate_policy, load_model};
+use arena_sdk::client::{self, ClientConfig, Mode};
+use arena_sim::RobotConfig;
+use arena_torch::cli::parse_minutes;
+use arena_torch::run_dir::RunPaths;
+use clap::{Parser, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "arena-ppo",
+    version,
+    about = "PPO motion tracker (BeyondMimic recipe, as mjlab reimplements it) for MimicArena",
+    long_about = "Trains a PPO policy that tracks the G1 reference motions of a joint-position \
+benchmark (g1-smoke-robot by default) on the arena's own simulator, with the robot-interface \
+observations the server sends, so the trained policy is served with no extra code. \
+`train` writes a run folder (checkpoint/, train_log.csv, eval_log.csv); `eval` scores a \
+checkpoint exactly as a submission is scored; `agent` connects it to a server; `export` writes \
+the actor as ONNX in the mjlab convention (for `arena-agent onnx` and the field's deploy tools). \
+docs/ppo-tracker.md has the details."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Train a tracker (or resume a run with --resume).
+    Train(TrainArgs),
+    /// Score a checkpoint on a benchmark with the arena's metrics (no server needed).
+    Eval(EvalArgs),
+    /// Connect a checkpoint to an arena server as a participant's agent.
+    Agent(AgentArgs),
+    /// Write a checkpoint's actor as ONNX (mjlab's inputs, outputs and metadata).
+    Export(ExportArgs),
+}
+
+#[derive(clap::Args)]
+struct TrainArgs {
+    /// Training configuration (TOML; ppo/configs/ has examples). Not needed with --resume,
+    /// which takes the checkpoint's own.
+    #[arg(long, required_unless_present = "resume")]
+    config: Option<PathBuf>,
+    /// Run folder: checkpoint/, train_log.csv, eval_log.csv.
+    #[arg(long)]
+    out: PathBuf,
+    /// Continue the run in --out from its checkpoint (exactly, see docs/ppo-tracker.md).
+    #[arg(long)]
+    resume: bool,
+    /// `section.key=value` overrides of the configuration (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    overrides: Vec<String>,
+    /// Stop at the first checkpoint boundary after this many minutes, with a checkpoint.
+    #[arg(long, value_name = "MINUTES", value_parser = parse_minutes)]
+    time_limit: Option<f64>,
+    /// Folder that file-based motion sets resolve against.
+    #[arg(long, env = MOTIONS_ROOT_ENV, default_value = ".")]
+    motions_root: PathBuf,
+    /// No progress bar (logs only).
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(clap::Args)]
+struct EvalArgs {
+    /// Checkpoint folder (a run's checkpoint/ or a committed one).
+    checkpoint: PathBuf,
+    /// Benchmark to score on (default: the one the policy was trained on).
+    #[arg(long)]
+    benchmark: Option<String>,
+    #[arg(long, env = MOTIONS_ROOT_ENV, default_value = ".")]
+    motions_root: PathBuf,
+    /// Simulator threads.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Print the means as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Transport {
+    Ws,
+    Grpc,
+}
+
+#[derive(clap::Args)]
+struct AgentArgs {
+    checkpoint: PathBuf,
+    /// Server address: HOST:PORT, http://HOST:PORT, ws://HOST:PORT/api/v1/agent or grpc://HOST:PORT.
+    #[arg(long, default_value = "127.0.0.1:8000")]
+    server: String,
+    #[arg(long, value_enum, default_value = "ws")]
+    transport: Transport,
+    /// Team token (or ARENA_TOKEN).
+    #[arg(long, env = "ARENA_TOKEN", hide_env_values = true)]
+    token: String,
+    /// Benchmark (default: the one the policy was trained on; a phase names its own).
+    #[arg(long)]
+    benchmark: Option<String>,
+    /// Phase to submit to (its benchmark is used).
+    #[arg(long, default_value = "")]
+    phase: String,
+    /// Agent name shown on the leaderboard.
+    #[arg(long, default_value = "arena-ppo")]
+    name: String,
+}
+
+#[derive(clap::Args)]
+struct ExportArgs {
+    checkpoint: PathBuf,
+    /// Output file (.onnx).
+    #[arg(long)]
+    out: PathBuf,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Train(a) => train(a),
+        Command::Eval(a) => eval(a),
+        Command::Agent(a) => agent(a),
+        Command::Export(a) => export(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn load_benchmark(
+    name: &str,
+    dir: Option<&Path>,
+    motions_root: &Path,
+) -> anyhow::Result<(BenchmarkSpec, Vec<MotionClip>)> {
+    let dir = dir.map(Path::to_path_buf).unwrap_or_else(spec::shipped_dir);
+    let (path, spec) = spec::find_benchmark(name, &dir, &metric_names())?;
+    let clips = arena_runner::episode::benchmark_clips(&spec, motions_root, &RobotConfig::default())
+        .with_context(|| format!("loading the motions of {} ({})", spec.name, path.display()))?;
+    Ok((spec, clips))
+}
+
+fn train(a: TrainArgs) -> anyhow::Result<()> {
+    let paths = RunPaths { dir: a.out.clone() };
+    let mut config = if a.resume {
+        let path = paths.checkpoint().join("config.json");
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?
+    } else {
+        PpoTrainConfig::load(a.config.as_deref().expect("clap requires --config without --resume"))
+            .map_err(anyhow::Error::msg)?
+    };
+    for o in &a.overrides {
+        config.set(o).map_err(anyhow::Error::msg)?;
+    }
+    if !a.resume && paths.checkpoint().exists() {
+        bail!(
+            "{} already holds a run; pass --resume to continue it or choose another --out",
+            a.out.display()
+        );
+    }
+    let motions_root = config.env.motions_root.clone().unwrap_or(a.motions_root.clone());
+    let (spec, clips) = load_benchmark(
+        &config.env.benchmark,
+        config.env.benchmarks_dir.as_deref(),
+        &motions_root,
+    )?;
+    let mut trainer = Trainer::new(config, spec, clips, paths, a.resume)?;
+    let max = trainer.config.run.max_iterations;
+    let bar = if a.quiet {
+        ProgressBar::hidden()
+    } else if max > 0 {
+        ProgressBar::new(max)
+    } else {
+        ProgressBar::new_spinner()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {pos}/{len} iterations {msg}").expect("template"),
+    );
+    bar.set_position(trainer.status.iteration);
+    let started = std::time::Instant::now();
+    let early = trainer.run(a.time_limit.map(|m| m * 60.0), &mut |it, _, row| {
+        bar.set_position(it);
+        if let Some(r) = row {
+            bar.set_message(format!(
+                "| {:.0} steps/s | episode {:.0} steps | reward {:.4}",
+                r.get("FPS").copied().unwrap_or(0.0),
+                r.get("episode_length").copied().unwrap_or(0.0),
+                r.get("mean_reward").copied().unwrap_or(0.0)
+            ));
+        }
+    })?;
+    bar.finish_and_clear();
+    eprintln!(
+        "trained to iteration {} ({} env steps) in {:.1} min{}; checkpoint: {}",
+        trainer.status.iteration,
+        trainer.status.env_steps,
+        started.elapsed().as_secs_f64() / 60.0,
+        if early { ", stopped by --time-limit" } else { "" },
+        trainer.paths.checkpoint().display()
+    );
+    Ok(())
+}
+
+/// The model and its action interface from a checkpoint, for `benchmark` (default: its own).
+fn load_policy(
+    dir: &Path,
+    benchmark: Option<&str>,
+    motions_root: &Path,
+) -> anyhow::Result<(
+    arena_ppo::policy::ActorCritic,
+    ActionInterface,
+    BenchmarkSpec,
+    Vec<MotionClip>,
+)> {
+    let (model, card) = load_model(dir)?;
+    let config_path = dir.join("config.json");
+    let config: PpoTrainConfig = serde_json::from_str(
+        &std::fs::read_to_string(&config_path).with_context(|| format!("reading {}", config_path.display()))?,
+    )
+    .with_context(|| format!("parsing {}", config_path.display()))?;
+    let name = benchmark.unwrap_or(&card.benchmark);
+    let (spec, clips) = load_benchmark(name, None, motions_root)?;
+    let ranges = arena_ppo::envs::joint_ranges()?;
+    let interface = ActionInterface::new(&spec, &config, &ranges)?;
+    Ok((model, interface, spec, clips))
+}
+
+fn eval(a: EvalArgs) -> anyhow::Result<()> {
+    let (model, interface, spec, clips) = load_policy(&a.checkpoint, a.benchmark.as_deref(), &a.motions_root)?;
+    let means = evaluate_policy(model, interface, &spec, &clips, a.threads)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&means)?);
+    } else {
+        println!("{} ({} metrics, means over its episodes):", spec.name, means.len());
+        for (k, v) in &means {
+            println!("  {k:24} {v:.4}");
+        }
+    }
+    Ok(())
+}
+
+fn agent(a: AgentArgs) -> anyhow::Result<()> {
+    let root = PathBuf::from(".");
+    let (model, interface, spec, _) = load_policy(&a.checkpoint, a.benchmark.as_deref(), &root)?;
+    let server = client::endpoint(&a.server, matches!(a.transport, Transport::Grpc)).map_err(anyhow::Error::msg)?;
+    let mode = Mode::Submission {
+        benchmark: if a.phase.is_empty() {
+            spec.name.clone()
+        } else {
+            a.benchmark.clone().unwrap_or_default()
+        },
+        submission_id: None,
+    };
+    let mut config = ClientConfig::new(&server, &a.token, mode);
+    config.agent_name = a.name.clone();
+    config.phase = a.phase.clone();
+    match &interface.gains.preset {
+        Some(preset) => config.gain_preset = preset.clone(),
+        None => {
+            config.joint_stiffness = interface.gains.kp.to_vec();
+            config.joint_damping = interface.gains.kd.to_vec();
+        }
+    }
+    let mut agent = PolicyAgent::new(model, interface);
+    let summary = client::run_blocking(&config, &mut agent, &mut client::print_event)?;
+    println!(
+        "done: submission {:?} {}, {} episodes in this session",
+        summary.submission_id,
+        summary.submission_status,
+        summary.episodes.len()
+    );
+    if summary.submission_status == "FAILED" {
+        bail!("submission {} ended FAILED", summary.submission_id);
+    }
+    Ok(())
+}
+
+fn export(a: ExportArgs) -> anyhow::Result<()> {
+    let (model, card) = load_model(&a.checkpoint)?;
+    arena_ppo::onnx::export(&model, &card, &a.out)?;
+    eprintln!("wrote {}", a.out.display());
+    Ok(())
+}

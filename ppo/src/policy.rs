@@ -1,0 +1,227 @@
+//! The actor-critic of rsl_rl (docs/ppo-tracker.md §9): two ELU MLPs with PyTorch's default
+//! `nn.Linear` initialisation, a learned per-action std used directly ("scalar" noise), and an
+//! empirical normaliser in front of each network. Tensor names follow rsl_rl's state dict
+//! (`actor.0.weight`, `std`, `actor_obs_normalizer._mean`, ...).
+
+use arena_torch::params::{ParamStore, Scope};
+use tch::{Device, Kind, Tensor};
+
+/// rsl_rl's normaliser epsilon: y = (x − μ)/(σ + 0.01).
+pub const NORMALIZER_EPS: f64 = 1e-2;
+/// The floor of the std in the action distribution (rsl_rl has none; a std driven to 0 would
+/// make log-probabilities infinite).
+pub const MIN_STD: f64 = 1e-6;
+
+/// A linear layer with PyTorch's default init: weight and bias ~ U(±1/√in).
+#[derive(Debug)]
+struct Linear {
+    weight: Tensor,
+    bias: Tensor,
+}
+
+impl Linear {
+    fn new(s: &mut Scope, input: i64, output: i64) -> Self {
+        let bound = 1.0 / (input as f64).sqrt();
+        let weight = s.param("weight", || {
+            Tensor::empty([output, input], (Kind::Float, Device::Cpu)).uniform_(-bound, bound)
+        });
+        let bias = s.param("bias", || {
+            Tensor::empty([output], (Kind::Float, Device::Cpu)).uniform_(-bound, bound)
+        });
+        Linear { weight, bias }
+    }
+
+    fn forward(&self, x: &Tensor) -> Tensor {
+        x.linear(&self.weight, Some(&self.bias))
+    }
+}
+
+/// Linear layers with ELU between them, numbered as `nn.Sequential` numbers them (0, 2, 4, ...).
+#[derive(Debug)]
+pub struct Mlp {
+    layers: Vec<Linear>,
+}
+
+impl Mlp {
+    pub fn new(s: &mut Scope, input: i64, hidden: &[i64], output: i64) -> Self {
+        let mut sizes = vec![input];
+        sizes.extend_from_slice(hidden);
+        sizes.push(output);
+        let layers = sizes
+            .windows(2)
+            .enumerate()
+            .map(|(k, w)| Linear::new(&mut s.sub(2 * k), w[0], w[1]))
+            .collect();
+        Mlp { layers }
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        let mut y = x.shallow_clone();
+        let last = self.layers.len() - 1;
+        for (k, layer) in self.layers.iter().enumerate() {
+            y = layer.forward(&y);
+            if k < last {
+                y = y.elu();
+            }
+        }
+        y
+    }
+
+    /// (weight, bias) of each layer, for the ONNX export.
+    pub fn layers(&self) -> Vec<(&Tensor, &Tensor)> {
+        self.layers.iter().map(|l| (&l.weight, &l.bias)).collect()
+    }
+}
+
+/// rsl_rl's `EmpiricalNormalization`: running mean and (population) variance merged batch by
+/// batch with count weights.
+#[derive(Debug)]
+pub struct EmpiricalNormalizer {
+    pub mean: Tensor,
+    pub var: Tensor,
+    pub std: Tensor,
+    pub count: Tensor,
+}
+
+impl EmpiricalNormalizer {
+    pub fn new(s: &mut Scope, dim: i64) -> Self {
+        let mean = s.buffer("_mean", || Tensor::zeros([1, dim], (Kind::Float, Device::Cpu)));
+        let var = s.buffer("_var", || Tensor::ones([1, dim], (Kind::Float, Device::Cpu)));
+        let std = s.buffer("_std", || Tensor::ones([1, dim], (Kind::Float, Device::Cpu)));
+        let count = s.buffer("count", || Tensor::zeros([], (Kind::Int64, Device::Cpu)));
+        EmpiricalNormalizer { mean, var, std, count }
+    }
+
+    pub fn normalize(&self, x: &Tensor) -> Tensor {
+        (x - &self.mean) / (&self.std + NORMALIZER_EPS)
+    }
+
+    /// Merges a batch `[N, dim]`: rate = N/(count+N); μ += rate·δ; σ² += rate·(σ²_x − σ² + δ·(μ_x − μ_new)).
+    pub fn update(&mut self, x: &Tensor) {
+        let _guard = tch::no_grad_guard();
+        let n = x.size()[0];
+        let _ = self.count.g_add_scalar_(n);
+        let rate = n as f64 / self.count.int64_value(&[]) as f64;
+        let var_x = x.var_correction(Some(&[0i64][..]), 0, true);
+        let mean_x = x.mean_dim(Some(&[0i64][..]), true, Kind::Float);
+        let delta = &mean_x - &self.mean;
+        let _ = self.mean.g_add_(&(&delta * rate));
+        let new_var = &self.var + (var_x - &self.var + &delta * (&mean_x - &self.mean)) * rate;
+        self.var.copy_(&new_var);
+        self.std.copy_(&self.var.sqrt());
+    }
+}
+
+/// Actor, critic, std and the two normalisers.
+#[derive(Debug)]
+pub struct ActorCritic {
+    pub store: ParamStore,
+    pub actor: Mlp,
+    pub critic: Mlp,
+    pub std: Tensor,
+    pub actor_norm: EmpiricalNormalizer,
+    pub critic_norm: EmpiricalNormalizer,
+}
+
+/// The Gaussian of a batch of actor inputs.
+#[derive(Debug)]
+pub struct Gaussian {
+    pub mean: Tensor,
+    pub std: Tensor,
+}
+
+impl Gaussian {
+    /// Σ over actions of log N(a; μ, σ), per row `[N]`.
+    pub fn log_prob(&self, actions: &Tensor) -> Tensor {
+        let z = (actions - &self.mean) / &self.std;
+        (z.square() * -0.5 - self.std.log() - 0.5 * (2.0 * std::f64::consts::PI).ln()).sum_dim_intlist(
+            Some(&[-1i64][..]),
+            false,
+            Kind::Float,
+        )
+    }
+
+    /// Σ over actions of the entropy, per row `[N]`.
+    pub fn entropy(&self) -> Tensor {
+        (self.std.log() + 0.5 + 0.5 * (2.0 * std::f64::consts::PI).ln())
+            .expand_as(&self.mean)
+            .sum_dim_intlist(Some(&[-1i64][..]), false, Kind::Float)
+    }
+
+    pub fn sample(&self) -> Tensor {
+        &self.mean + self.mean.randn_like() * &self.std
+    }
+}
+
+impl ActorCritic {
+    pub fn new(
+        actor_in: i64,
+        critic_in: i64,
+        actions: i64,
+        actor_hidden: &[i64],
+        critic_hidden: &[i64],
+        init_std: f64,
+    ) -> Self {
+        let mut store = ParamStore::new();
+        let mut root = Scope::root(&mut store, "", Device::Cpu, true);
+        let actor = Mlp::new(&mut root.sub("actor"), actor_in, actor_hidden, actions);
+        let critic = Mlp::new(&mut root.sub("critic"), critic_in, critic_hidden, 1);
+        let std = root.param("std", || Tensor::full([actions], init_std, (Kind::Float, Device::Cpu)));
+        let actor_norm = EmpiricalNormalizer::new(&mut root.sub("actor_obs_normalizer"), actor_in);
+        let critic_norm = EmpiricalNormalizer::new(&mut root.sub("critic_obs_normalizer"), critic_in);
+        ActorCritic {
+            store,
+            actor,
+            critic,
+            std,
+            actor_norm,
+            critic_norm,
+        }
+    }
+
+    /// The action distribution of raw actor inputs.
+    pub fn distribution(&self, obs: &Tensor) -> Gaussian {
+        let mean = self.actor.forward(&self.actor_norm.normalize(obs));
+        let std = self.std.clamp_min(MIN_STD).expand_as(&mean);
+        Gaussian { mean, std }
+    }
+
+    /// The deterministic action (the mean), as deployed.
+    pub fn act_inference(&self, obs: &Tensor) -> Tensor {
+        self.actor.forward(&self.actor_norm.normalize(obs))
+    }
+
+    /// V of raw critic inputs, `[N]`.
+    pub fn value(&self, critic_obs: &Tensor) -> Tensor {
+        self.critic
+            .forward(&self.critic_norm.normalize(critic_obs))
+            .squeeze_dim(-1)
+    }
+
+    /// The trainable tensors in name order (the optimiser's order).
+    pub fn parameters(&self) -> Vec<(String, Tensor)> {
+        self.store.trainable_under("")
+    }
+
+    /// Every tensor (parameters and normaliser buffers), for a checkpoint.
+    pub fn tensors(&self) -> Vec<(String, Tensor)> {
+        self.store.all_under("")
+    }
+
+    /// Copies saved tensors into this model, naming any missing or mis-shaped one.
+    pub fn load(&self, lookup: &dyn Fn(&str) -> Option<Tensor>) -> Result<(), String> {
+        let _guard = tch::no_grad_guard();
+        for (name, entry) in self.store.iter() {
+            let t = lookup(name).ok_or_else(|| format!("tensor {name} is missing"))?;
+            if t.size() != entry.tensor.size() {
+                return Err(format!(
+                    "tensor {name}: shape {:?}, expected {:?}",
+                    t.size(),
+                    entry.tensor.size()
+                ));
+            }
+            entry.tensor.shallow_clone().copy_(&t);
+        }
+        Ok(())
+    }
+}

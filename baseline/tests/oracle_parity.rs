@@ -18,33 +18,10 @@ fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
-/// Python able to import torch, or None with the reason.
-fn python_with_torch() -> Result<(String, String), String> {
-    let python = std::env::var("ARENA_PYTHON").unwrap_or_else(|_| "python3".to_string());
-    let pythonpath = repo_root().join("third_party/pytorch").display().to_string();
-    let probe = Command::new(&python)
-        .args(["-c", "import torch, safetensors, numpy"])
-        .env("PYTHONPATH", &pythonpath)
-        .output()
-        .map_err(|e| format!("cannot run {python}: {e}"))?;
-    if !probe.status.success() {
-        return Err(format!(
-            "{python} cannot import torch/safetensors/numpy: {}",
-            String::from_utf8_lossy(&probe.stderr)
-        ));
-    }
-    Ok((python, pythonpath))
-}
-
 #[test]
 fn one_update_matches_the_pytorch_oracle() {
-    let (python, pythonpath) = match python_with_torch() {
-        Ok(p) => p,
-        Err(why) if std::env::var("ARENA_REQUIRE_TORCH_ORACLE").is_err() => {
-            eprintln!("skipped: {why} (run `make test`, which installs it)");
-            return;
-        }
-        Err(why) => panic!("{why}"),
+    let Some((python, pythonpath)) = arena_torch::python::oracle_python_or_skip(&repo_root()) else {
+        return;
     };
     tch::manual_seed(20261123);
     let cfg = ModelConfig::tiny();

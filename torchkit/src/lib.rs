@@ -7,11 +7,13 @@
 //! - [`tensors`]: safetensors reading with errors in words;
 //! - [`seed`]: per-counter seeds, so every random draw of a run is reproducible from a counter;
 //! - [`cli`]: argument parsers the trainers' command lines share.
+//! - [`python`]: the Python with PyTorch that the oracle tests run.
 
 pub mod cli;
 pub mod csv_log;
 pub mod optim;
 pub mod params;
+pub mod python;
 pub mod run_dir;
 pub mod seed;
 pub mod tensors;

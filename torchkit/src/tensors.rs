@@ -38,7 +38,7 @@ pub fn read_tensors(path: &Path, missing: &str) -> Result<HashMap<String, Tensor
 pub fn write_tensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<(), CheckpointError> {
     let cpu: Vec<(String, Tensor)> = tensors
         .iter()
-        .map(|(k, t)| (k.clone(), t.detach().to_device(tch::Device::Cpu)))
+        .map(|(k, t)| (k.clone(), t.detach().to_device(tch::Device::Cpu).contiguous()))
         .collect();
     Tensor::write_safetensors(&cpu, path).map_err(|e| file_err(path, e))
 }

@@ -59,7 +59,7 @@ run: deps
 
 # A throwaway PostgreSQL (scripts/postgres.sh) serves the storage tests' PostgreSQL half; it is
 # stopped and deleted whatever the tests do, and the recipe keeps the tests' exit status. The
-# Python SDK's tests run after cargo test, which builds the arena binary they start.
+# Python SDK's tests run after cargo test, which builds the arena and arena-ppo binaries they start.
 test: deps deps-torch deps-browser deps-gpu deps-s3
 	status=0; \
 	bash scripts/postgres.sh start || status=$$?; \
@@ -69,7 +69,8 @@ test: deps deps-torch deps-browser deps-gpu deps-s3
 		ARENA_GPU_PYTHON=$(CURDIR)/$(PYTHON) ARENA_REQUIRE_GPU_BACKEND=1 \
 		ARENA_S3S_BIN=$(CURDIR)/$(S3S_BIN) ARENA_REQUIRE_S3=1 \
 		cargo test --workspace --release || status=$$?; \
-		ARENA_BIN=$(CURDIR)/target/release/arena $(PYTHON) -m pytest -q sdk/python/tests || status=$$?; \
+		ARENA_BIN=$(CURDIR)/target/release/arena ARENA_PPO_BIN=$(CURDIR)/target/release/arena-ppo \
+			$(PYTHON) -m pytest -q sdk/python/tests || status=$$?; \
 	fi; \
 	bash scripts/postgres.sh stop; \
 	exit $$status

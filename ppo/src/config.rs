@@ -270,6 +270,9 @@ pub struct RunConfig {
     /// Evaluate (every episode of the benchmark) every this many iterations (0 = never during
     /// training).
     pub eval_every: u64,
+    /// Start from the weights and normaliser statistics of this checkpoint (same network sizes;
+    /// the optimiser starts fresh), e.g. a g1-smoke tracker for a dance run.
+    pub init_from: Option<PathBuf>,
 }
 
 impl Default for RunConfig {
@@ -280,6 +283,7 @@ impl Default for RunConfig {
             log_every: 1,
             checkpoint_every: 50,
             eval_every: 200,
+            init_from: None,
         }
     }
 }

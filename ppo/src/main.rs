@@ -125,6 +125,10 @@ struct ExportArgs {
     /// Output file (.onnx).
     #[arg(long)]
     out: PathBuf,
+    /// Also write a JSON of random actor inputs and the actions the trained (libtorch) actor
+    /// gives them, to check the ONNX file's actions against (e.g. with onnxruntime).
+    #[arg(long, value_name = "FILE")]
+    probe: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -300,5 +304,18 @@ fn export(a: ExportArgs) -> anyhow::Result<()> {
     let (model, card) = load_model(&a.checkpoint)?;
     arena_ppo::onnx::export(&model, &card, &a.out)?;
     eprintln!("wrote {}", a.out.display());
+    if let Some(path) = &a.probe {
+        tch::manual_seed(0);
+        let _guard = tch::no_grad_guard();
+        // Rows around the normaliser's statistics, where the policy's inputs live.
+        let noise = tch::Tensor::randn([16, arena_ppo::mdp::ACTOR_DIM as i64], tch::kind::FLOAT_CPU);
+        let obs = &model.actor_norm.mean + noise * (&model.actor_norm.std * 2.0 + 0.1);
+        let actions = model.act_inference(&obs);
+        let rows =
+            |t: &tch::Tensor| -> anyhow::Result<Vec<Vec<f32>>> { Ok(Vec::<Vec<f32>>::try_from(t.contiguous())?) };
+        let probe = serde_json::json!({"obs": rows(&obs)?, "actions": rows(&actions)?});
+        std::fs::write(path, probe.to_string()).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {} (16 inputs and the libtorch actor's actions)", path.display());
+    }
     Ok(())
 }

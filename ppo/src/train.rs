@@ -198,6 +198,29 @@ impl Trainer {
             (model, adam, status)
         } else {
             let model = new_model(&config, config.run.seed);
+            if let Some(dir) = &config.run.init_from {
+                let (init, card) = load_model(dir).with_context(|| format!("run.init_from {}", dir.display()))?;
+                if (&card.actor_hidden, &card.critic_hidden)
+                    != (&config.network.actor_hidden, &config.network.critic_hidden)
+                {
+                    bail!(
+                        "run.init_from {}: its networks are {:?} / {:?}, the configuration's {:?} / {:?}",
+                        dir.display(),
+                        card.actor_hidden,
+                        card.critic_hidden,
+                        config.network.actor_hidden,
+                        config.network.critic_hidden
+                    );
+                }
+                let tensors: BTreeMap<String, Tensor> = init.tensors().into_iter().collect();
+                model
+                    .load(&|k| tensors.get(k).map(Tensor::shallow_clone))
+                    .map_err(anyhow::Error::msg)?;
+                tracing::info!(
+                    "initialised the actor, critic, std and normalisers from {}",
+                    dir.display()
+                );
+            }
             let adam = Adam::new(model.parameters(), config.ppo.learning_rate);
             let status = TrainStatus {
                 iteration: 0,

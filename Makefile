@@ -98,6 +98,7 @@ bench: deps deps-torch
 		--example target/release/examples/update_throughput --preset tiny --batch 1024 --updates 5 --repeats 3
 	PYTHONPATH=third_party/pytorch $(PYTHON) baseline/bench/update_throughput.py \
 		--example target/release/examples/update_throughput --preset small --batch 1024 --updates 3 --repeats 3
+	cargo run --release --quiet -p arena-ppo --example training_throughput -- --iterations 20 --runs 3
 	$(MAKE) --no-print-directory bench-load
 
 # Load: 64 teams' sessions at once against one server (SQLite), then against two replicas on

@@ -1,0 +1,121 @@
+//! The cost of learning: env steps per second of whole training iterations (rollout with the
+//! policy, rewards, resets, PPO update) against the simulator stepping the same envs alone
+//! (`TrackingEnv` in the joint-position mode, default-pose targets, resets at the motion's end),
+//! interleaved run by run in one process. Prints both rates and their ratio.
+//!
+//! `cargo run --release -p arena-ppo --example training_throughput -- --iterations 20 --runs 3`
+
+use arena_bench::metrics::metric_names;
+use arena_bench::spec;
+use arena_ppo::config::PpoTrainConfig;
+use arena_ppo::mdp::POLICY_DEFAULT_POSE;
+use arena_ppo::train::Trainer;
+use arena_sim::RobotConfig;
+use arena_sim::dr::DrLevel;
+use arena_sim::env::{ActionMode, EpisodeAssignment, EpisodeStatus, TrackingEnv, TrackingEnvConfig};
+use arena_sim::motion::MotionLibrary;
+use arena_torch::run_dir::RunPaths;
+use clap::Parser;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+#[derive(Parser)]
+struct Args {
+    /// Training configuration (its env and PPO sizes are measured).
+    #[arg(long, default_value = "ppo/configs/g1-smoke.toml")]
+    config: PathBuf,
+    /// PPO iterations per run.
+    #[arg(long, default_value_t = 20)]
+    iterations: u64,
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+}
+
+fn main() -> anyhow::Result<()> {
+    let a = Args::parse();
+    let mut config = PpoTrainConfig::load(&a.config).map_err(anyhow::Error::msg)?;
+    config.run.eval_every = 0;
+    config.run.checkpoint_every = a.iterations * 1000;
+    let (_, spec) = spec::find_benchmark(&config.env.benchmark, &spec::shipped_dir(), &metric_names())?;
+    let clips = arena_runner::episode::benchmark_clips(&spec, Path::new("."), &RobotConfig::default())?;
+    let n = config.env.num_envs;
+    let steps = a.iterations * (n * config.env.steps_per_env) as u64;
+    let (mut train_rates, mut sim_rates) = (Vec::new(), Vec::new());
+    for run in 0..a.runs {
+        let dir = tempfile::tempdir()?;
+        let mut trainer = Trainer::new(
+            config.clone(),
+            spec.clone(),
+            clips.clone(),
+            RunPaths {
+                dir: dir.path().to_path_buf(),
+            },
+            false,
+        )?;
+        trainer.iteration()?; // warm-up (and the first reset)
+        let t0 = Instant::now();
+        for _ in 0..a.iterations {
+            trainer.iteration()?;
+        }
+        let train = steps as f64 / t0.elapsed().as_secs_f64();
+
+        let robot = trainer.envs.interface.robot.clone();
+        let library = Arc::new(MotionLibrary::from_clips(&clips, &robot)?);
+        let mut env = TrackingEnv::new(
+            TrackingEnvConfig {
+                robot,
+                num_envs: n,
+                threads: config.env.threads,
+                record: false,
+                action_mode: ActionMode::JointPosition,
+                ..Default::default()
+            },
+            library.clone(),
+        )?;
+        let start = |e: usize| EpisodeAssignment {
+            motion: e % library.len(),
+            start_time: 0.0,
+            seed: e as u64,
+            dr_level: DrLevel::L0,
+        };
+        env.reset(&(0..n).map(|e| (e, start(e))).collect::<Vec<_>>())?;
+        let mut actions = vec![0.0f32; n * 58];
+        for e in 0..n {
+            for j in 0..29 {
+                actions[e * 58 + j] = POLICY_DEFAULT_POSE[j] as f32;
+            }
+        }
+        let t0 = Instant::now();
+        for _ in 0..steps / n as u64 {
+            env.step(&actions)?;
+            let done: Vec<(usize, EpisodeAssignment)> = env
+                .infos()
+                .iter()
+                .enumerate()
+                .filter(|(_, i)| i.status != EpisodeStatus::Running)
+                .map(|(e, _)| (e, start(e)))
+                .collect();
+            if !done.is_empty() {
+                env.reset(&done)?;
+            }
+        }
+        let sim = steps as f64 / t0.elapsed().as_secs_f64();
+        println!(
+            "run {run}: training {train:.0} env steps/s, simulator alone {sim:.0} steps/s ({n} envs, {} threads)",
+            config.env.threads
+        );
+        train_rates.push(train);
+        sim_rates.push(sim);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (train, sim) = (median(&mut train_rates), median(&mut sim_rates));
+    println!(
+        "median: training {train:.0} env steps/s, simulator alone {sim:.0} steps/s, ratio {:.2} (the share of a training step's time the simulator takes)",
+        train / sim
+    );
+    Ok(())
+}

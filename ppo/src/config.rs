@@ -97,6 +97,8 @@ impl Default for RewardConfig {
             body_lin_vel: 1.0,
             body_lin_vel_std: 1.0,
             body_ang_vel: 1.0,
+            // The recipe's literal value, not π.
+            #[allow(clippy::approx_constant)]
             body_ang_vel_std: 3.14,
             // The recipe's −0.1 with std 1 makes falling pay early (§11.1 pitfall 1).
             action_rate: -0.01,

@@ -6,14 +6,13 @@
 //! - [`envs`]: the tracking MDP on `TrackingEnv` in the joint-position action mode;
 //! - [`policy`]: the actor-critic with empirical normalisers (rsl_rl's);
 //! - [`ppo`]: rollout storage, GAE and the PPO update (rsl_rl 3.0.0's);
-//! - [`train`]: the loop, logs, evaluation, checkpoints and exact resume;
-//! - [`agent`]: the trained policy behind the SDK's `Agent` trait;
+//! - [`train`]: the loop, logs, evaluation, checkpoints and exact resume; the trained actor is
+//!   served by the SDK's plain-Rust `arena_sdk::tracker::TrackerAgent`;
 //! - [`onnx`]: the actor as ONNX in the mjlab convention.
 //!
 //! The libtorch pieces shared with the BFM-Zero baseline (parameters, Adam, run folders, logs)
 //! come from `arena-torch`.
 
-pub mod agent;
 pub mod config;
 pub mod envs;
 pub mod mdp;

@@ -5,11 +5,10 @@ use anyhow::{Context, bail};
 use arena_bench::metrics::metric_names;
 use arena_bench::spec::{self, BenchmarkSpec, MOTIONS_ROOT_ENV};
 use arena_data::MotionClip;
-use arena_ppo::agent::PolicyAgent;
 use arena_ppo::config::PpoTrainConfig;
-use arena_ppo::envs::ActionInterface;
 use arena_ppo::train::{Trainer, evaluate_policy, load_model};
 use arena_sdk::client::{self, ClientConfig, Mode};
+use arena_sdk::tracker::{TrackerAgent, TrackerPolicy};
 use arena_sim::RobotConfig;
 use arena_torch::cli::parse_minutes;
 use arena_torch::run_dir::RunPaths;
@@ -226,33 +225,21 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The model and its action interface from a checkpoint, for `benchmark` (default: its own).
+/// The tracker of a checkpoint and the benchmark to run it on (default: its own).
 fn load_policy(
     dir: &Path,
     benchmark: Option<&str>,
     motions_root: &Path,
-) -> anyhow::Result<(
-    arena_ppo::policy::ActorCritic,
-    ActionInterface,
-    BenchmarkSpec,
-    Vec<MotionClip>,
-)> {
-    let (model, card) = load_model(dir)?;
-    let config_path = dir.join("config.json");
-    let config: PpoTrainConfig = serde_json::from_str(
-        &std::fs::read_to_string(&config_path).with_context(|| format!("reading {}", config_path.display()))?,
-    )
-    .with_context(|| format!("parsing {}", config_path.display()))?;
-    let name = benchmark.unwrap_or(&card.benchmark);
-    let (spec, clips) = load_benchmark(name, None, motions_root)?;
-    let ranges = arena_ppo::envs::joint_ranges()?;
-    let interface = ActionInterface::new(&spec, &config, &ranges)?;
-    Ok((model, interface, spec, clips))
+) -> anyhow::Result<(TrackerPolicy, BenchmarkSpec, Vec<MotionClip>)> {
+    let policy = TrackerPolicy::load(dir).map_err(anyhow::Error::msg)?;
+    let name = benchmark.unwrap_or(&policy.card.benchmark).to_string();
+    let (spec, clips) = load_benchmark(&name, None, motions_root)?;
+    Ok((policy, spec, clips))
 }
 
 fn eval(a: EvalArgs) -> anyhow::Result<()> {
-    let (model, interface, spec, clips) = load_policy(&a.checkpoint, a.benchmark.as_deref(), &a.motions_root)?;
-    let means = evaluate_policy(model, interface, &spec, &clips, a.threads)?;
+    let (policy, spec, clips) = load_policy(&a.checkpoint, a.benchmark.as_deref(), &a.motions_root)?;
+    let means = evaluate_policy(policy, &spec, &clips, a.threads)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&means)?);
     } else {
@@ -266,7 +253,7 @@ fn eval(a: EvalArgs) -> anyhow::Result<()> {
 
 fn agent(a: AgentArgs) -> anyhow::Result<()> {
     let root = PathBuf::from(".");
-    let (model, interface, spec, _) = load_policy(&a.checkpoint, a.benchmark.as_deref(), &root)?;
+    let (policy, spec, _) = load_policy(&a.checkpoint, a.benchmark.as_deref(), &root)?;
     let server = client::endpoint(&a.server, matches!(a.transport, Transport::Grpc)).map_err(anyhow::Error::msg)?;
     let mode = Mode::Submission {
         benchmark: if a.phase.is_empty() {
@@ -279,14 +266,13 @@ fn agent(a: AgentArgs) -> anyhow::Result<()> {
     let mut config = ClientConfig::new(&server, &a.token, mode);
     config.agent_name = a.name.clone();
     config.phase = a.phase.clone();
-    match &interface.gains.preset {
-        Some(preset) => config.gain_preset = preset.clone(),
-        None => {
-            config.joint_stiffness = interface.gains.kp.to_vec();
-            config.joint_damping = interface.gains.kd.to_vec();
-        }
+    if policy.card.gain_preset.is_empty() {
+        config.joint_stiffness = policy.card.joint_stiffness.clone();
+        config.joint_damping = policy.card.joint_damping.clone();
+    } else {
+        config.gain_preset = policy.card.gain_preset.clone();
     }
-    let mut agent = PolicyAgent::new(model, interface);
+    let mut agent = TrackerAgent::new(policy);
     let summary = client::run_blocking(&config, &mut agent, &mut client::print_event)?;
     println!(
         "done: submission {:?} {}, {} episodes in this session",

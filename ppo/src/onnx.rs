@@ -8,9 +8,9 @@
 
 use crate::mdp::{ACTOR_DIM, TRACKED_BODY_NAMES};
 use crate::policy::{ActorCritic, NORMALIZER_EPS};
-use crate::train::PolicyCard;
 use anyhow::Context;
 use arena_data::NUM_JOINTS;
+use arena_sdk::tracker::TrackerCard;
 use prost::Message;
 use std::path::Path;
 use tch::Tensor;
@@ -190,7 +190,7 @@ fn node(op: &str, inputs: &[&str], output: &str, attribute: Vec<AttributeProto>)
 }
 
 /// mjlab's metadata (every value a string; lists comma-joined).
-pub fn metadata(card: &PolicyCard) -> Vec<(String, String)> {
+pub fn metadata(card: &TrackerCard) -> Vec<(String, String)> {
     let nums = |v: &[f64]| v.iter().map(|x| format!("{x}")).collect::<Vec<_>>().join(",");
     vec![
         ("run_path".into(), format!("arena-ppo/{}", card.benchmark)),
@@ -207,7 +207,7 @@ pub fn metadata(card: &PolicyCard) -> Vec<(String, String)> {
 }
 
 /// Writes the actor (normaliser included, mean action) as ONNX.
-pub fn export(model: &ActorCritic, card: &PolicyCard, out: &Path) -> anyhow::Result<()> {
+pub fn export(model: &ActorCritic, card: &TrackerCard, out: &Path) -> anyhow::Result<()> {
     let _guard = tch::no_grad_guard();
     let mut inits = vec![
         initializer("obs_mean", &model.actor_norm.mean)?,

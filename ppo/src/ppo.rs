@@ -68,19 +68,19 @@ impl Act {
     }
 }
 
+/// What the envs returned for one step, `[N]` each (dones and time-outs as 0/1).
+#[derive(Debug)]
+pub struct StepTensors {
+    pub rewards: Tensor,
+    pub dones: Tensor,
+    pub timeouts: Tensor,
+}
+
 impl RolloutBuilder {
-    /// Stores one step. `timeouts`: episodes that ended by time-out get r += γ·V(s_t).
-    pub fn push(
-        &mut self,
-        obs: Tensor,
-        critic_obs: Tensor,
-        act: Act,
-        rewards: &Tensor,
-        dones: &Tensor,
-        timeouts: &Tensor,
-        gamma: f64,
-    ) {
-        let rewards = rewards + &act.values * timeouts * gamma;
+    /// Stores one step. Episodes that ended by time-out get r += γ·V(s_t).
+    pub fn push(&mut self, obs: Tensor, critic_obs: Tensor, act: Act, step: &StepTensors, gamma: f64) {
+        let rewards = &step.rewards + &act.values * &step.timeouts * gamma;
+        let dones = &step.dones;
         self.obs.push(obs);
         self.critic_obs.push(critic_obs);
         self.actions.push(act.actions);
@@ -144,18 +144,26 @@ pub struct UpdateTrace {
     pub first_grads: Vec<(String, Tensor)>,
 }
 
-/// One PPO update over a rollout: `epochs` passes over the minibatches cut from `permutation`
-/// (one random permutation of the T·N samples, reused by every epoch, as rsl_rl does).
+/// What one update learns from: the rollout, its returns and advantages ([`compute_returns`])
+/// and one random permutation of its T·N samples, cut into the minibatches of every epoch (as
+/// rsl_rl does).
+#[derive(Debug)]
+pub struct UpdateBatch<'a> {
+    pub rollout: &'a Rollout,
+    pub returns: &'a Tensor,
+    pub advantages: &'a Tensor,
+    pub permutation: &'a Tensor,
+}
+
+/// One PPO update: `num_learning_epochs` passes over the minibatches.
 pub fn update(
     model: &ActorCritic,
     adam: &mut Adam,
-    rollout: &Rollout,
-    returns: &Tensor,
-    advantages: &Tensor,
-    permutation: &Tensor,
+    b: &UpdateBatch<'_>,
     c: &PpoConfig,
     mut trace: Option<&mut UpdateTrace>,
 ) -> UpdateMetrics {
+    let (rollout, returns, advantages, permutation) = (b.rollout, b.returns, b.advantages, b.permutation);
     let flat = |t: &Tensor| t.flatten(0, 1);
     let (obs, critic_obs, actions) = (flat(&rollout.obs), flat(&rollout.critic_obs), flat(&rollout.actions));
     let (old_values, old_log_probs) = (flat(&rollout.values), flat(&rollout.log_probs));

@@ -7,17 +7,17 @@
 //! episode. A run stops only at a boundary (`--time-limit` finishes the interval it is in), so
 //! resuming from its checkpoint continues exactly as the uninterrupted run does.
 
-use crate::agent::PolicyAgent;
 use crate::config::PpoTrainConfig;
 use crate::envs::{ActionInterface, EnvStats, TrackerEnvs};
 use crate::mdp::{ACTOR_DIM, CRITIC_DIM, REWARD_TERMS, TERMINATION_TERMS};
 use crate::policy::ActorCritic;
-use crate::ppo::{self, Act, RolloutBuilder, UpdateMetrics};
+use crate::ppo::{self, Act, RolloutBuilder, StepTensors, UpdateBatch, UpdateMetrics};
 use crate::sampler::StartSampler;
 use anyhow::{Context, bail};
 use arena_bench::spec::BenchmarkSpec;
 use arena_data::{MotionClip, NUM_JOINTS};
 use arena_runner::local::{LocalOptions, run_local};
+use arena_sdk::tracker::{Dense, TrackerAgent, TrackerCard, TrackerPolicy};
 use arena_torch::cli::json_differences;
 use arena_torch::csv_log::{CsvValue, append_csv, append_csv_values, truncate_log};
 use arena_torch::optim::Adam;
@@ -49,38 +49,51 @@ pub struct TrainStatus {
     pub sampler: StartSampler,
 }
 
-/// What a checkpoint's `policy.json` records: enough to serve and export the actor.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct PolicyCard {
-    pub benchmark: String,
-    pub gain_preset: String,
-    pub joint_names: Vec<String>,
-    pub joint_stiffness: Vec<f64>,
-    pub joint_damping: Vec<f64>,
-    pub default_joint_pos: Vec<f64>,
-    pub action_scale: Vec<f64>,
-    pub observation_names: Vec<String>,
-    pub anchor_body_name: String,
-    pub actor_hidden: Vec<i64>,
-    pub critic_hidden: Vec<i64>,
+/// What a checkpoint's `policy.json` records (the SDK's [`TrackerCard`]) for this run.
+pub fn policy_card(config: &PpoTrainConfig, interface: &ActionInterface) -> TrackerCard {
+    TrackerCard {
+        benchmark: config.env.benchmark.clone(),
+        gain_preset: config.env.gains.clone(),
+        joint_names: arena_sim::robot::JOINT_NAMES.iter().map(|s| s.to_string()).collect(),
+        joint_stiffness: interface.gains.kp.to_vec(),
+        joint_damping: interface.gains.kd.to_vec(),
+        default_joint_pos: interface.default_pose.to_vec(),
+        action_scale: interface.scale.to_vec(),
+        observation_names: crate::mdp::ACTOR_TERMS.iter().map(|t| t.0.to_string()).collect(),
+        anchor_body_name: "torso_link".into(),
+        actor_hidden: config.network.actor_hidden.clone(),
+        critic_hidden: config.network.critic_hidden.clone(),
+    }
 }
 
-impl PolicyCard {
-    pub fn new(config: &PpoTrainConfig, interface: &ActionInterface) -> Self {
-        PolicyCard {
-            benchmark: config.env.benchmark.clone(),
-            gain_preset: config.env.gains.clone(),
-            joint_names: arena_sim::robot::JOINT_NAMES.iter().map(|s| s.to_string()).collect(),
-            joint_stiffness: interface.gains.kp.to_vec(),
-            joint_damping: interface.gains.kd.to_vec(),
-            default_joint_pos: interface.default_pose.to_vec(),
-            action_scale: interface.scale.to_vec(),
-            observation_names: crate::mdp::ACTOR_TERMS.iter().map(|t| t.0.to_string()).collect(),
-            anchor_body_name: "torso_link".into(),
-            actor_hidden: config.network.actor_hidden.clone(),
-            critic_hidden: config.network.critic_hidden.clone(),
-        }
-    }
+/// The actor of `model` as the SDK's plain-Rust policy (what evaluation and serving run).
+pub fn tracker_policy(model: &ActorCritic, card: TrackerCard) -> anyhow::Result<TrackerPolicy> {
+    let values = |t: &Tensor| -> anyhow::Result<Vec<f32>> {
+        Ok(Vec::<f32>::try_from(
+            t.detach().to_kind(Kind::Float).contiguous().view([-1]),
+        )?)
+    };
+    let layers = model
+        .actor
+        .layers()
+        .into_iter()
+        .map(|(w, b)| {
+            let size = w.size();
+            Ok(Dense {
+                weight: values(w)?,
+                bias: values(b)?,
+                input: size[1] as usize,
+                output: size[0] as usize,
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    TrackerPolicy::new(
+        card,
+        values(&model.actor_norm.mean)?,
+        values(&model.actor_norm.std)?,
+        layers,
+    )
+    .map_err(anyhow::Error::msg)
 }
 
 /// A fresh model of the configured sizes, initialised from `seed`.
@@ -97,9 +110,9 @@ pub fn new_model(config: &PpoTrainConfig, seed: u64) -> ActorCritic {
 }
 
 /// Loads `model.safetensors` of a checkpoint folder into a model of `card`'s sizes.
-pub fn load_model(dir: &Path) -> anyhow::Result<(ActorCritic, PolicyCard)> {
+pub fn load_model(dir: &Path) -> anyhow::Result<(ActorCritic, TrackerCard)> {
     let card_path = dir.join("policy.json");
-    let card: PolicyCard = serde_json::from_str(
+    let card: TrackerCard = serde_json::from_str(
         &std::fs::read_to_string(&card_path).with_context(|| format!("reading {}", card_path.display()))?,
     )
     .with_context(|| format!("parsing {}", card_path.display()))?;
@@ -252,7 +265,7 @@ impl Trainer {
     }
 
     fn at_boundary(&self) -> bool {
-        self.status.iteration % self.config.run.checkpoint_every == 0
+        self.status.iteration.is_multiple_of(self.config.run.checkpoint_every)
     }
 
     /// One iteration: a rollout of `steps_per_env` steps and one PPO update.
@@ -278,15 +291,12 @@ impl Trainer {
             let out = self.envs.step(&actions, &mut rng)?;
             let rewards = Tensor::from_slice(&out.rewards);
             let as_f32 = |v: &[bool]| Tensor::from_slice(&v.iter().map(|b| *b as u8 as f32).collect::<Vec<f32>>());
-            rollout.push(
-                obs,
-                critic_obs,
-                act,
-                &rewards,
-                &as_f32(&out.dones),
-                &as_f32(&out.timeouts),
-                c.ppo.gamma,
-            );
+            let outcome = StepTensors {
+                rewards,
+                dones: as_f32(&out.dones),
+                timeouts: as_f32(&out.timeouts),
+            };
+            rollout.push(obs, critic_obs, act, &outcome, c.ppo.gamma);
         }
         let rollout = rollout.finish();
         let last_values = {
@@ -299,16 +309,13 @@ impl Trainer {
         tch::manual_seed(derive_seed(c.run.seed ^ PERMUTATION_STREAM, it) as i64);
         let batch = c.batch_size() as i64;
         let permutation = Tensor::randperm(batch, (Kind::Int64, tch::Device::Cpu));
-        self.last_metrics = ppo::update(
-            &self.model,
-            &mut self.adam,
-            &rollout,
-            &returns,
-            &advantages,
-            &permutation,
-            &c.ppo,
-            None,
-        );
+        let update_batch = UpdateBatch {
+            rollout: &rollout,
+            returns: &returns,
+            advantages: &advantages,
+            permutation: &permutation,
+        };
+        self.last_metrics = ppo::update(&self.model, &mut self.adam, &update_batch, &c.ppo, None);
         self.sim_s += (sim_done - started).as_secs_f64() - policy_s;
         self.update_s += sim_done.elapsed().as_secs_f64() + policy_s;
         self.status.iteration += 1;
@@ -336,7 +343,7 @@ impl Trainer {
             self.iteration()?;
             self.status.wall_time_s = wall_before + started.elapsed().as_secs_f64();
             let mut row = None;
-            if self.status.iteration % self.config.run.log_every == 0 {
+            if self.status.iteration.is_multiple_of(self.config.run.log_every) {
                 let r = self.log_row();
                 append_csv(&self.paths.train_log(), &train_log_columns(), &r)?;
                 row = Some(r);
@@ -345,7 +352,7 @@ impl Trainer {
                 self.save_checkpoint()?;
             }
             let e = self.config.run.eval_every;
-            if e > 0 && self.status.iteration % e == 0 {
+            if e > 0 && self.status.iteration.is_multiple_of(e) {
                 self.evaluate()?;
             }
             progress(self.status.iteration, max, row.as_ref());
@@ -383,18 +390,9 @@ impl Trainer {
 
     /// Runs the benchmark as it is scored, with the deterministic policy, and logs the means.
     pub fn evaluate(&mut self) -> anyhow::Result<BTreeMap<String, f64>> {
-        let card = PolicyCard::new(&self.config, &self.envs.interface);
-        let copy = new_model(&self.config, 0);
-        let tensors: BTreeMap<String, Tensor> = self.model.tensors().into_iter().collect();
-        copy.load(&|k| tensors.get(k).map(Tensor::shallow_clone))
-            .map_err(anyhow::Error::msg)?;
-        let means = evaluate_policy(
-            copy,
-            self.envs.interface.clone(),
-            &self.spec,
-            &self.clips,
-            self.config.env.threads,
-        )?;
+        let card = policy_card(&self.config, &self.envs.interface);
+        let policy = tracker_policy(&self.model, card.clone())?;
+        let means = evaluate_policy(policy, &self.spec, &self.clips, self.config.env.threads)?;
         let mut row: BTreeMap<String, CsvValue> = means.iter().map(|(k, v)| (k.clone(), CsvValue::Num(*v))).collect();
         row.insert("timestep".into(), CsvValue::Num(self.status.env_steps as f64));
         append_csv_values(&self.paths.eval_log(), &eval_log_columns(), &row)?;
@@ -424,7 +422,7 @@ impl Trainer {
         std::fs::write(tmp.join("config.json"), json(&self.config))?;
         std::fs::write(
             tmp.join("policy.json"),
-            json(&PolicyCard::new(&self.config, &self.envs.interface)),
+            json(&policy_card(&self.config, &self.envs.interface)),
         )?;
         let dir = self.paths.commit_checkpoint()?;
         tracing::info!(
@@ -452,13 +450,12 @@ mod erased {
 /// Means of the benchmark's metrics over an evaluation of `model` on every episode, run by the
 /// local runner exactly as a submission is scored.
 pub fn evaluate_policy(
-    model: ActorCritic,
-    interface: ActionInterface,
+    policy: TrackerPolicy,
     spec: &BenchmarkSpec,
     clips: &[MotionClip],
     threads: usize,
 ) -> anyhow::Result<BTreeMap<String, f64>> {
-    let mut agent = PolicyAgent::new(model, interface);
+    let mut agent = TrackerAgent::new(policy);
     let options = LocalOptions {
         batch: 16,
         threads,

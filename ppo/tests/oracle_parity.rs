@@ -46,7 +46,7 @@ fn one_update_matches_the_pytorch_oracle() {
     {
         let _g = tch::no_grad_guard();
         let mut std = model.std.shallow_clone();
-        let _ = std.copy_(&(Tensor::rand([act_dim], tch::kind::FLOAT_CPU) * 0.5 + 0.6));
+        std.copy_(&(Tensor::rand([act_dim], tch::kind::FLOAT_CPU) * 0.5 + 0.6));
     }
     let obs = Tensor::randn([t, n, obs_dim], tch::kind::FLOAT_CPU);
     let critic_obs = Tensor::randn([t, n, critic_dim], tch::kind::FLOAT_CPU);
@@ -113,16 +113,13 @@ fn one_update_matches_the_pytorch_oracle() {
     let (returns, advantages) = ppo::compute_returns(&rollout, &last_values, config.gamma, config.lam);
     let mut adam = Adam::new(model.parameters(), config.learning_rate);
     let mut trace = UpdateTrace::default();
-    let metrics = ppo::update(
-        &model,
-        &mut adam,
-        &rollout,
-        &returns,
-        &advantages,
-        &permutation,
-        &config,
-        Some(&mut trace),
-    );
+    let batch = ppo::UpdateBatch {
+        rollout: &rollout,
+        returns: &returns,
+        advantages: &advantages,
+        permutation: &permutation,
+    };
+    let metrics = ppo::update(&model, &mut adam, &batch, &config, Some(&mut trace));
     assert_eq!(trace.losses.len(), 20);
 
     let script = repo_root().join("ppo/oracle/ppo_oracle.py");
@@ -158,7 +155,7 @@ fn one_update_matches_the_pytorch_oracle() {
         (metrics["learning_rate"] - config.learning_rate).abs() > 1e-9,
         "the adaptive rule never moved the learning rate: the test does not exercise it"
     );
-    let bad: Vec<&(String, f64)> = worst.iter().filter(|(_, e)| !(*e < 1e-5)).collect();
+    let bad: Vec<&(String, f64)> = worst.iter().filter(|(_, e)| e.is_nan() || *e >= 1e-5).collect();
     let max = worst.iter().map(|w| w.1).fold(0.0, f64::max);
     eprintln!(
         "{} quantities compared, largest relative error {max:.2e}; learning rate {} → {}",

@@ -9,6 +9,7 @@ pub mod agents;
 pub mod client;
 pub mod layout;
 pub mod protocol;
+pub mod tracker;
 
 pub use agent::{Agent, Batch};
 pub use client::{ClientConfig, ClientError, ClientEvent, Mode, RunSummary};

@@ -34,6 +34,8 @@ fn demo_runs_a_submission_and_prints_metrics_leaderboard_and_files() {
         );
     }
     assert!(out.contains("leaderboard g1-smoke"), "{out}");
+    assert!(out.contains("leaderboard g1-smoke-robot"), "{out}");
+    assert!(out.contains("arena-ppo tracker (demo)"), "{out}");
     assert!(out.contains("<- this run"), "{out}");
     let path_of = |label: &str| {
         let line = out
@@ -50,6 +52,23 @@ fn demo_runs_a_submission_and_prints_metrics_leaderboard_and_files() {
     assert_eq!(v["submission"]["status"], "COMPLETED");
     assert_eq!(v["episodes"].as_array().unwrap().len(), 6);
     assert_eq!(v["leaderboard"]["entries"].as_array().unwrap().len(), 2);
+    // The committed PPO tracker beside replay on g1-smoke-robot (both demo runs of this data
+    // directory): the trackers rank first, completing every motion; replay falls.
+    let board = v["tracker"]["leaderboard"]["entries"].as_array().unwrap().clone();
+    let agents: Vec<&str> = board.iter().map(|e| e["agent_name"].as_str().unwrap()).collect();
+    assert_eq!(
+        agents,
+        [
+            "arena-ppo tracker (demo)",
+            "arena-ppo tracker (demo)",
+            "reference-replay (demo)",
+            "reference-replay (demo)"
+        ],
+        "{}",
+        v["tracker"]
+    );
+    assert_eq!(board[0]["success_rate"], 1.0, "{}", board[0]);
+    assert_eq!(board[3]["success_rate"], 0.0, "{}", board[3]);
     std::fs::remove_dir_all(&dir).ok();
 }
 

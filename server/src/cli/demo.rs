@@ -1,6 +1,8 @@
 //! `arena demo`: the whole product in one command. Starts an in-process server on embedded
 //! defaults, runs the reference-replay agent through the Rust SDK over a real WebSocket on
-//! loopback, and prints the per-motion metrics, the leaderboard and where the files are.
+//! loopback, and prints the per-motion metrics, the leaderboard and where the files are. Then
+//! the arena's trained baseline, the PPO tracker committed in `ppo/checkpoints/g1-smoke`, and
+//! replay play `g1-smoke-robot` as two teams, beside each other on its leaderboard.
 
 use crate::app;
 use crate::cli::serve::{ConfigArgs, LaneBackendArgs};
@@ -8,11 +10,20 @@ use crate::leaderboard;
 use crate::state::{self, AppState};
 use crate::storage::{EpisodeState, hash_token};
 use anyhow::Context;
+use arena_sdk::Agent;
 use arena_sdk::agents::ReplayAgent;
-use arena_sdk::client::{self, ClientConfig, ClientEvent, Mode};
+use arena_sdk::client::{self, ClientConfig, ClientEvent, Mode, RunSummary};
 use arena_sdk::protocol::Encoding;
+use arena_sdk::tracker::{TrackerAgent, TrackerPolicy};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// The benchmark the tracker and replay are compared on (the tracker's own).
+const TRACKER_BENCHMARK: &str = "g1-smoke-robot";
+/// The committed tracker, relative to the repository root.
+const TRACKER_DIR: &str = "ppo/checkpoints/g1-smoke";
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum EncodingArg {
@@ -34,6 +45,13 @@ pub struct DemoArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
+    /// The PPO tracker to show beside replay on g1-smoke-robot (an `arena-ppo` checkpoint;
+    /// default: the committed ppo/checkpoints/g1-smoke).
+    #[arg(long, value_name = "DIR")]
+    tracker: Option<PathBuf>,
+    /// Skip the tracker part.
+    #[arg(long)]
+    no_tracker: bool,
     #[command(flatten)]
     config: ConfigArgs,
     #[command(flatten)]
@@ -62,55 +80,20 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         );
     }
 
-    // A team for this run; the token goes straight to the SDK client.
-    let token = format!("demo_{}", uuid::Uuid::new_v4().simple());
-    let team_name = format!("demo-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-    runtime.block_on(state.storage.create_team(&team_name, &hash_token(&token)))?;
-
-    let mut client_config = ClientConfig::new(
-        format!("ws://{addr}/api/v1/agent"),
-        token,
-        Mode::Submission {
-            benchmark: a.benchmark.clone(),
-            submission_id: None,
-        },
-    );
-    client_config.agent_name = "reference-replay (demo)".into();
-    client_config.encoding = match a.encoding {
+    let encoding = match a.encoding {
         EncodingArg::Binary => Encoding::Binary,
         EncodingArg::Json => Encoding::Json,
     };
-    let bar = if a.json {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(0)
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} episodes  {msg}")
-            .expect("valid template"),
-    );
-    // The SDK client runs on a thread of its own, as a participant's program would.
-    let summary = std::thread::scope(|scope| {
-        scope
-            .spawn(|| {
-                let mut agent = ReplayAgent::new();
-                client::run_blocking(&client_config, &mut agent, &mut |event| match event {
-                    ClientEvent::Connected(c) => {
-                        bar.set_length(c.episodes_remaining as u64);
-                        bar.set_message(format!("submission {}", c.submission_id));
-                    }
-                    ClientEvent::EpisodeEnd(e) => {
-                        bar.inc(1);
-                        bar.set_message(format!("episode {} {}", e.episode_id, e.status));
-                    }
-                    _ => {}
-                })
-            })
-            .join()
-            .expect("the client thread does not panic")
-    })?;
-    bar.finish_and_clear();
-
+    let summary = submit(
+        &runtime,
+        &state,
+        addr,
+        &a.benchmark,
+        &mut ReplayAgent::new(),
+        "reference-replay (demo)",
+        encoding,
+        a.json,
+    )?;
     let id = summary.submission_id.clone();
     let (submission, rows, board) = runtime.block_on(async {
         let s = state
@@ -131,18 +114,15 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     };
     let report_path = located(crate::objects::report_key(&id));
     let trajectory_path = located(crate::objects::trajectory_key(&id));
-    if a.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({
-                "submission": submission,
-                "episodes": rows,
-                "leaderboard": board,
-                "report": report_path,
-                "trajectories": trajectory_path,
-            }))?
-        );
-    } else {
+    // --json prints one document at the end, with the tracker part under "tracker".
+    let mut document = serde_json::json!({
+        "submission": submission,
+        "episodes": rows,
+        "leaderboard": board,
+        "report": report_path,
+        "trajectories": trajectory_path,
+    });
+    if !a.json {
         print_summary(&submission.id, &submission.benchmark, &rows, &board);
         println!("report:       {}", report_path.display());
         println!("trajectories: {}", trajectory_path.display());
@@ -152,6 +132,63 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         "submission {id} ended {}",
         submission.status.as_str()
     );
+    if !a.no_tracker {
+        match tracker_dir(a.tracker.clone()) {
+            None => {
+                if !a.json {
+                    println!("\n(no trained tracker at {TRACKER_DIR}: pass --tracker DIR to show one beside replay)");
+                }
+            }
+            Some(dir) => {
+                let policy = TrackerPolicy::load(&dir).map_err(anyhow::Error::msg)?;
+                if !a.json {
+                    println!(
+                        "\nthe arena's PPO tracker ({}) beside replay on {TRACKER_BENCHMARK}:",
+                        dir.display()
+                    );
+                }
+                let name = "arena-ppo tracker (demo)";
+                let mut tracker = TrackerAgent::new(policy);
+                let replay = submit(
+                    &runtime,
+                    &state,
+                    addr,
+                    TRACKER_BENCHMARK,
+                    &mut ReplayAgent::new(),
+                    "reference-replay (demo)",
+                    encoding,
+                    a.json,
+                )?;
+                let trained = submit(
+                    &runtime,
+                    &state,
+                    addr,
+                    TRACKER_BENCHMARK,
+                    &mut tracker,
+                    name,
+                    encoding,
+                    a.json,
+                )?;
+                let (rows, board) = runtime.block_on(async {
+                    let rows = state.storage.episodes(&trained.submission_id).await?;
+                    let spec = state.catalog.spec(TRACKER_BENCHMARK)?;
+                    let board =
+                        leaderboard::rank(&spec, &state.storage.completed_submissions(TRACKER_BENCHMARK).await?);
+                    anyhow::Ok((rows, board))
+                })?;
+                document["tracker"] = serde_json::json!({
+                    "checkpoint": dir, "submission": trained.submission_id,
+                    "replay_submission": replay.submission_id, "episodes": rows, "leaderboard": board,
+                });
+                if !a.json {
+                    print_summary(&trained.submission_id, TRACKER_BENCHMARK, &rows, &board);
+                }
+            }
+        }
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&document)?);
+    }
     if a.keep_serving {
         println!("serving on http://{addr} until Ctrl-C; try:");
         println!("  the web pages: http://{addr}/ (this run: http://{addr}/#/submissions/{id})");
@@ -164,6 +201,78 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
     drop(server);
     Ok(())
+}
+
+/// The tracker to show: `--tracker`, else the committed one (from the working directory, or
+/// from the checkout this binary was built in).
+fn tracker_dir(given: Option<PathBuf>) -> Option<PathBuf> {
+    if given.is_some() {
+        return given;
+    }
+    let built_in = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(TRACKER_DIR);
+    [PathBuf::from(TRACKER_DIR), built_in]
+        .into_iter()
+        .find(|d| d.join("policy.json").is_file())
+}
+
+/// One submission by `agent` on `benchmark`, as a team of its own (so that each agent has its
+/// row on the leaderboard), through the SDK client over a loopback WebSocket, with a progress
+/// bar unless `quiet`.
+#[allow(clippy::too_many_arguments)]
+fn submit(
+    runtime: &tokio::runtime::Runtime,
+    state: &std::sync::Arc<AppState>,
+    addr: SocketAddr,
+    benchmark: &str,
+    agent: &mut dyn Agent,
+    agent_name: &str,
+    encoding: Encoding,
+    quiet: bool,
+) -> anyhow::Result<RunSummary> {
+    // A team for this run; the token goes straight to the SDK client.
+    let token = format!("demo_{}", uuid::Uuid::new_v4().simple());
+    let team_name = format!("demo-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    runtime.block_on(state.storage.create_team(&team_name, &hash_token(&token)))?;
+    let mut client_config = ClientConfig::new(
+        format!("ws://{addr}/api/v1/agent"),
+        token,
+        Mode::Submission {
+            benchmark: benchmark.to_string(),
+            submission_id: None,
+        },
+    );
+    client_config.agent_name = agent_name.into();
+    client_config.encoding = encoding;
+    let bar = if quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(0)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} episodes  {msg}")
+            .expect("valid template"),
+    );
+    // The SDK client runs on a thread of its own, as a participant's program would.
+    let summary = std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                client::run_blocking(&client_config, agent, &mut |event| match event {
+                    ClientEvent::Connected(c) => {
+                        bar.set_length(c.episodes_remaining as u64);
+                        bar.set_message(format!("{agent_name}: submission {}", c.submission_id));
+                    }
+                    ClientEvent::EpisodeEnd(e) => {
+                        bar.inc(1);
+                        bar.set_message(format!("episode {} {}", e.episode_id, e.status));
+                    }
+                    _ => {}
+                })
+            })
+            .join()
+            .expect("the client thread does not panic")
+    })?;
+    bar.finish_and_clear();
+    Ok(summary)
 }
 
 fn print_summary(id: &str, benchmark: &str, rows: &[crate::storage::EpisodeRow], board: &leaderboard::Leaderboard) {

@@ -1,0 +1,312 @@
+//! The arena's PPO motion tracker as a plain-Rust agent (no libtorch): the actor of an
+//! `arena-ppo` checkpoint (`policy.json` + `model.safetensors`) evaluated as the MLP it is, and
+//! the agent that builds its 160 inputs from the robot-interface groups a joint-position
+//! benchmark sends (docs/ppo-tracker.md §2, docs/protocol.md §5) and answers absolute joint
+//! targets. `arena-ppo` evaluates and serves with it, and `arena demo` runs the committed tracker.
+
+use crate::agent::{Agent, Batch};
+use crate::layout::ObservationLayout;
+use crate::protocol::{EpisodeEnd, EpisodeInfo, EpisodeSpec};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::ops::Range;
+use std::path::Path;
+
+/// Joints of the G1.
+pub const JOINTS: usize = 29;
+/// The actor's input size and terms (mjlab's `policy` group, in order).
+pub const ACTOR_DIM: usize = 160;
+pub const OBSERVATION_NAMES: [&str; 8] = [
+    "command",
+    "motion_anchor_pos_b",
+    "motion_anchor_ori_b",
+    "base_lin_vel",
+    "base_ang_vel",
+    "joint_pos",
+    "joint_vel",
+    "actions",
+];
+/// The robot-interface groups the inputs are built from.
+pub const REQUIRED_GROUPS: [&str; 6] = [
+    "motion_command",
+    "motion_anchor_pos_b",
+    "motion_anchor_ori_b",
+    "base_lin_vel",
+    "imu",
+    "motors",
+];
+/// rsl_rl's normaliser epsilon: y = (x − μ)/(σ + 0.01).
+pub const NORMALIZER_EPS: f32 = 1e-2;
+
+/// `policy.json` of an `arena-ppo` checkpoint: what serving and exporting the actor need.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TrackerCard {
+    pub benchmark: String,
+    pub gain_preset: String,
+    pub joint_names: Vec<String>,
+    pub joint_stiffness: Vec<f64>,
+    pub joint_damping: Vec<f64>,
+    pub default_joint_pos: Vec<f64>,
+    pub action_scale: Vec<f64>,
+    pub observation_names: Vec<String>,
+    pub anchor_body_name: String,
+    pub actor_hidden: Vec<i64>,
+    pub critic_hidden: Vec<i64>,
+}
+
+/// One dense layer, row-major weight `[out, in]`.
+#[derive(Debug, Clone)]
+pub struct Dense {
+    pub weight: Vec<f32>,
+    pub bias: Vec<f32>,
+    pub input: usize,
+    pub output: usize,
+}
+
+/// The actor: normaliser, then linear layers with ELU between them; the output is the mean
+/// action (what the policy deploys).
+#[derive(Debug, Clone)]
+pub struct TrackerPolicy {
+    pub card: TrackerCard,
+    pub mean: Vec<f32>,
+    pub std: Vec<f32>,
+    pub layers: Vec<Dense>,
+}
+
+fn elu(x: f32) -> f32 {
+    if x > 0.0 { x } else { x.exp_m1() }
+}
+
+impl TrackerPolicy {
+    /// Checks the sizes against the card; names what is wrong.
+    pub fn new(card: TrackerCard, mean: Vec<f32>, std: Vec<f32>, layers: Vec<Dense>) -> Result<Self, String> {
+        if card.observation_names != OBSERVATION_NAMES {
+            return Err(format!(
+                "observation terms {:?}, expected {:?}",
+                card.observation_names, OBSERVATION_NAMES
+            ));
+        }
+        for (key, v) in [
+            ("joint_stiffness", &card.joint_stiffness),
+            ("joint_damping", &card.joint_damping),
+            ("default_joint_pos", &card.default_joint_pos),
+            ("action_scale", &card.action_scale),
+        ] {
+            if v.len() != JOINTS {
+                return Err(format!("{key} has {} values, expected {JOINTS}", v.len()));
+            }
+        }
+        if mean.len() != ACTOR_DIM || std.len() != ACTOR_DIM {
+            return Err(format!(
+                "normaliser of {} / {} values, expected {ACTOR_DIM}",
+                mean.len(),
+                std.len()
+            ));
+        }
+        let mut width = ACTOR_DIM;
+        for (k, l) in layers.iter().enumerate() {
+            if l.input != width || l.weight.len() != l.input * l.output || l.bias.len() != l.output {
+                return Err(format!("layer {k}: shapes do not chain (input {width})"));
+            }
+            width = l.output;
+        }
+        if width != JOINTS || layers.is_empty() {
+            return Err(format!("the actor ends with {width} outputs, expected {JOINTS}"));
+        }
+        Ok(TrackerPolicy {
+            card,
+            mean,
+            std,
+            layers,
+        })
+    }
+
+    /// Loads `policy.json` and the actor of `model.safetensors` from a checkpoint folder.
+    pub fn load(dir: &Path) -> Result<Self, String> {
+        let card_path = dir.join("policy.json");
+        let text = std::fs::read_to_string(&card_path).map_err(|e| format!("{}: {e}", card_path.display()))?;
+        let card: TrackerCard = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", card_path.display()))?;
+        let path = dir.join("model.safetensors");
+        let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let tensors = safetensors::SafeTensors::deserialize(&bytes)
+            .map_err(|e| format!("{}: not a safetensors file ({e:?})", path.display()))?;
+        let read = |name: &str| -> Result<(Vec<f32>, Vec<usize>), String> {
+            let t = tensors
+                .tensor(name)
+                .map_err(|_| format!("{}: tensor {name} is missing", path.display()))?;
+            if t.dtype() != safetensors::Dtype::F32 {
+                return Err(format!(
+                    "{}: tensor {name} is {:?}, expected F32",
+                    path.display(),
+                    t.dtype()
+                ));
+            }
+            let values = t
+                .data()
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            Ok((values, t.shape().to_vec()))
+        };
+        let (mean, _) = read("actor_obs_normalizer._mean")?;
+        let (std, _) = read("actor_obs_normalizer._std")?;
+        let mut layers = Vec::new();
+        for k in 0..=card.actor_hidden.len() {
+            let (weight, shape) = read(&format!("actor.{}.weight", 2 * k))?;
+            let (bias, _) = read(&format!("actor.{}.bias", 2 * k))?;
+            if shape.len() != 2 {
+                return Err(format!("{}: actor.{}.weight is not a matrix", path.display(), 2 * k));
+            }
+            layers.push(Dense {
+                weight,
+                bias,
+                input: shape[1],
+                output: shape[0],
+            });
+        }
+        Self::new(card, mean, std, layers).map_err(|e| format!("{}: {e}", dir.display()))
+    }
+
+    /// The mean action of one input row.
+    pub fn act(&self, input: &[f32]) -> [f32; JOINTS] {
+        let mut x: Vec<f32> = input
+            .iter()
+            .zip(self.mean.iter().zip(&self.std))
+            .map(|(v, (m, s))| (v - m) / (s + NORMALIZER_EPS))
+            .collect();
+        let last = self.layers.len() - 1;
+        for (k, l) in self.layers.iter().enumerate() {
+            let mut y = l.bias.clone();
+            for (o, yo) in y.iter_mut().enumerate() {
+                let row = &l.weight[o * l.input..(o + 1) * l.input];
+                *yo += row.iter().zip(&x).map(|(w, v)| w * v).sum::<f32>();
+            }
+            if k < last {
+                y.iter_mut().for_each(|v| *v = elu(*v));
+            }
+            x = y;
+        }
+        x.try_into().expect("the last layer has 29 outputs")
+    }
+}
+
+/// The tracker behind the SDK's [`Agent`] trait.
+#[derive(Debug)]
+pub struct TrackerAgent {
+    policy: TrackerPolicy,
+    ranges: HashMap<&'static str, Range<usize>>,
+    action_size: usize,
+    last_action: HashMap<u32, [f32; JOINTS]>,
+}
+
+impl TrackerAgent {
+    pub fn new(policy: TrackerPolicy) -> Self {
+        TrackerAgent {
+            policy,
+            ranges: HashMap::new(),
+            action_size: JOINTS,
+            last_action: HashMap::new(),
+        }
+    }
+
+    pub fn policy(&self) -> &TrackerPolicy {
+        &self.policy
+    }
+
+    /// The actor's input for one observation row of the session's layout.
+    pub fn actor_input(&self, row: &[f32], last: &[f32; JOINTS], out: &mut [f32]) {
+        let g = |name: &str| &row[self.ranges[name].clone()];
+        let j = JOINTS;
+        out[..2 * j].copy_from_slice(g("motion_command"));
+        out[2 * j..2 * j + 3].copy_from_slice(g("motion_anchor_pos_b"));
+        out[2 * j + 3..2 * j + 9].copy_from_slice(g("motion_anchor_ori_b"));
+        out[2 * j + 9..2 * j + 12].copy_from_slice(g("base_lin_vel"));
+        out[2 * j + 12..2 * j + 15].copy_from_slice(&g("imu")[4..7]);
+        let motors = g("motors");
+        let o = 2 * j + 15;
+        for k in 0..j {
+            out[o + k] = motors[k] - self.policy.card.default_joint_pos[k] as f32;
+        }
+        out[o + j..o + 2 * j].copy_from_slice(&motors[j..2 * j]);
+        out[o + 2 * j..o + 3 * j].copy_from_slice(last);
+    }
+}
+
+impl Agent for TrackerAgent {
+    fn configure(&mut self, spec: &EpisodeSpec) {
+        let layout = ObservationLayout::from_spec(spec);
+        self.ranges = REQUIRED_GROUPS
+            .iter()
+            .filter_map(|g| layout.group(g).map(|r| (*g, r)))
+            .collect();
+        self.action_size = spec.action_size as usize;
+    }
+
+    fn check(&self, spec: &EpisodeSpec) -> Result<(), String> {
+        if spec.action_mode != "joint_position" {
+            return Err(format!(
+                "the tracker answers joint_position actions; this benchmark takes {:?}",
+                spec.action_mode
+            ));
+        }
+        let missing: Vec<&str> = REQUIRED_GROUPS
+            .iter()
+            .filter(|g| !self.ranges.contains_key(**g))
+            .copied()
+            .collect();
+        if !missing.is_empty() {
+            return Err(format!("the benchmark does not send {}", missing.join(", ")));
+        }
+        if self.action_size != JOINTS && self.action_size != 2 * JOINTS {
+            return Err(format!("action size {} (expected 29 or 58)", self.action_size));
+        }
+        let card = &self.policy.card;
+        for (what, announced, trained) in [
+            ("stiffness", &spec.joint_stiffness, &card.joint_stiffness),
+            ("damping", &spec.joint_damping, &card.joint_damping),
+        ] {
+            if announced.len() != JOINTS {
+                return Err(format!("the server announced {} joint {what} values", announced.len()));
+            }
+            for j in 0..JOINTS {
+                if (announced[j] - trained[j]).abs() > 1e-6 * trained[j].abs().max(1.0) {
+                    return Err(format!(
+                        "{}: the session's {what} is {}, the policy was trained with {}",
+                        card.joint_names.get(j).map_or("?", String::as_str),
+                        announced[j],
+                        trained[j]
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn reset(&mut self, episodes: &[EpisodeInfo]) {
+        for e in episodes {
+            self.last_action.insert(e.episode_id, [0.0; JOINTS]);
+        }
+    }
+
+    fn act(&mut self, batch: &Batch<'_>, actions: &mut [f32]) {
+        let card = &self.policy.card;
+        let w = self.action_size;
+        let mut input = [0.0f32; ACTOR_DIM];
+        for i in 0..batch.len() {
+            let id = batch.episodes[i];
+            let last = self.last_action.get(&id).copied().unwrap_or([0.0; JOINTS]);
+            self.actor_input(batch.observation(i), &last, &mut input);
+            let a = self.policy.act(&input);
+            let row = &mut actions[i * w..(i + 1) * w];
+            row.fill(0.0);
+            for j in 0..JOINTS {
+                row[j] = (card.default_joint_pos[j] + card.action_scale[j] * a[j] as f64) as f32;
+            }
+            self.last_action.insert(id, a);
+        }
+    }
+
+    fn end(&mut self, end: &EpisodeEnd) {
+        self.last_action.remove(&end.episode_id);
+    }
+}

@@ -402,19 +402,7 @@ fn agent(a: AgentArgs) -> anyhow::Result<()> {
     if let Some(e) = &agent.error {
         bail!("{e}");
     }
-    println!(
-        "done: submission {:?} {}, {} episodes in this session",
-        summary.submission_id,
-        summary.submission_status,
-        summary.episodes.len()
-    );
-    if summary.submission_status == "FAILED" {
-        bail!(
-            "submission {} ended FAILED (cancelled by the organiser)",
-            summary.submission_id
-        );
-    }
-    Ok(())
+    client::report_done(&summary).map_err(anyhow::Error::msg)
 }
 
 fn export(a: ExportArgs) -> anyhow::Result<()> {

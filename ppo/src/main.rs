@@ -274,16 +274,7 @@ fn agent(a: AgentArgs) -> anyhow::Result<()> {
     }
     let mut agent = TrackerAgent::new(policy);
     let summary = client::run_blocking(&config, &mut agent, &mut client::print_event)?;
-    println!(
-        "done: submission {:?} {}, {} episodes in this session",
-        summary.submission_id,
-        summary.submission_status,
-        summary.episodes.len()
-    );
-    if summary.submission_status == "FAILED" {
-        bail!("submission {} ended FAILED", summary.submission_id);
-    }
-    Ok(())
+    client::report_done(&summary).map_err(anyhow::Error::msg)
 }
 
 fn export(a: ExportArgs) -> anyhow::Result<()> {

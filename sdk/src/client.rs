@@ -200,6 +200,24 @@ pub fn endpoint(server: &str, grpc: bool) -> Result<String, String> {
     })
 }
 
+/// Prints the end of a submission session ("done: submission ... STATUS, N episodes") and says
+/// whether it ended well: a submission that ended FAILED (cancelled by the organiser) is an error.
+pub fn report_done(summary: &RunSummary) -> Result<(), String> {
+    println!(
+        "done: submission {:?} {}, {} episodes in this session",
+        summary.submission_id,
+        summary.submission_status,
+        summary.episodes.len()
+    );
+    if summary.submission_status == "FAILED" {
+        return Err(format!(
+            "submission {} ended FAILED (cancelled by the organiser)",
+            summary.submission_id
+        ));
+    }
+    Ok(())
+}
+
 pub fn print_event(event: ClientEvent<'_>) {
     match event {
         ClientEvent::Connected(c) => println!(

@@ -79,20 +79,13 @@ pub fn run(agent: &mut dyn arena_sdk::Agent, name: &str) -> std::process::ExitCo
     };
     let result = client::run_blocking(&config, agent, &mut client::print_event);
     match result {
-        Ok(summary) => {
-            println!(
-                "done: submission {:?} {}, {} episodes in this session",
-                summary.submission_id,
-                summary.submission_status,
-                summary.episodes.len()
-            );
-            // A submission that ended FAILED (cancelled by the organiser) is not a success.
-            if summary.submission_status == "FAILED" {
+        Ok(summary) => match client::report_done(&summary) {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
                 std::process::ExitCode::FAILURE
-            } else {
-                std::process::ExitCode::SUCCESS
             }
-        }
+        },
         Err(e) => {
             eprintln!("error: {e}");
             std::process::ExitCode::FAILURE

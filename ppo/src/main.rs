@@ -252,12 +252,13 @@ fn eval(a: EvalArgs) -> anyhow::Result<()> {
 }
 
 fn agent(a: AgentArgs) -> anyhow::Result<()> {
-    let root = PathBuf::from(".");
-    let (policy, spec, _) = load_policy(&a.checkpoint, a.benchmark.as_deref(), &root)?;
+    let policy = TrackerPolicy::load(&a.checkpoint).map_err(anyhow::Error::msg)?;
+    // The server has the motions: only the benchmark's name is needed here.
+    let name = a.benchmark.clone().unwrap_or_else(|| policy.card.benchmark.clone());
     let server = client::endpoint(&a.server, matches!(a.transport, Transport::Grpc)).map_err(anyhow::Error::msg)?;
     let mode = Mode::Submission {
         benchmark: if a.phase.is_empty() {
-            spec.name.clone()
+            name
         } else {
             a.benchmark.clone().unwrap_or_default()
         },

@@ -137,3 +137,28 @@ def test_the_committed_tracker_completes_a_scored_submission(server: Server, tea
     # The model card's numbers (ppo/checkpoints/g1-smoke/MODEL_CARD.md) come from this scoring;
     # the physics is deterministic, so a policy that regressed to falling would show here.
     assert means["failure_time_s"] > 3.0, means
+
+
+def test_arena_ppo_agent_and_eval_on_the_committed_checkpoint(server: Server, team_token: str) -> None:
+    """`arena-ppo agent` submits the committed checkpoint (the SDK's plain-Rust tracker over
+    WebSocket); `arena-ppo eval` scores it in process: both give the same scores."""
+    binary = ppo_bin()
+    checkpoint = COMMITTED.parent
+    served = subprocess.run(
+        [str(binary), "agent", str(checkpoint), "--server", server.http_url, "--token", team_token, "--name", "arena-ppo-cli"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert served.returncode == 0, f"{served.stdout}\n{served.stderr}\nserver log:\n{server.log_tail()}"
+    match = re.search(r'done: submission "(sub-\S+)" COMPLETED, 6 episodes', served.stdout)
+    assert match, served.stdout
+    means = aggregated_means(server, team_token, {"id": match.group(1)})
+    evaluated = subprocess.run(
+        [str(binary), "eval", str(checkpoint), "--json"], capture_output=True, text=True, timeout=900
+    )
+    assert evaluated.returncode == 0, evaluated.stderr
+    local = json.loads(evaluated.stdout)
+    print(f"\narena-ppo agent through the server: {means}; arena-ppo eval: emd {local['emd']:.6f}")
+    assert local["success"] == means["success"] == 1.0, (local, means)
+    assert abs(local["emd"] - means["emd"]) < 1e-9, (local["emd"], means["emd"])

@@ -31,8 +31,11 @@
 //! reader gets them empty).
 //!
 //! Non-empty datasets are chunked by `min(T, 512)` rows, byte-shuffled and deflate-compressed
-//! (level 1: a whole benchmark's trajectories are compressed while it runs, so speed matters
-//! more than the last few percent of size).
+//! at level 1: a whole benchmark's trajectories are compressed while it runs, on the cores that
+//! simulate it, and simulated doubles compress little whatever the level. zlib is zlib-ng (the
+//! `libz-sys` features in Cargo.toml), whose level 1 is about 2.5× faster than stock zlib's
+//! for a 9 % larger file (g1-moves-dance, one submission: 5.5 s of CPU and 146 MB before, 2.1 s
+//! and 159 MB after; `remote_vs_local` under `perf`). The stream is standard deflate.
 //! Zero-row datasets (an episode that failed before its first step) are stored contiguous and
 //! uncompressed, because HDF5 refuses chunks larger than a fixed dimension of size zero.
 
@@ -318,6 +321,30 @@ impl TrajectoryFile {
         written.and(flushed).and(closed)
     }
 
+    /// Copies episode group `name` of the trajectory file `source` into this file, replacing a
+    /// group of that name if present. The group's shapes are checked first (metadata only). HDF5's
+    /// object copy moves numeric chunks as stored, without decompressing them, so merging
+    /// episode files costs no compression: the server compresses each episode once.
+    pub fn copy_episode_from(&mut self, source: &Path, name: &str) -> Result<()> {
+        let path = self.path.as_path();
+        let from = open_checked(source)?;
+        let group = open_episode_group(source, &from, name)?;
+        check_episode_shapes(source, &group, name)?;
+        let file = builder().open_rw(path).map_err(|err| open_error(path, err))?;
+        let copied = (|| {
+            if file.link_exists(name) {
+                file.unlink(name)
+                    .map_err(h5err(path, format!("{name}: remove old group")))?;
+            }
+            group
+                .copy_to(&file, name)
+                .map_err(h5err(path, format!("{name}: copy from {}", source.display())))
+        })();
+        let flushed = file.flush().map_err(h5err(path, "flush"));
+        let closed = file.close().map_err(h5err(path, "close"));
+        copied.and(flushed).and(closed)
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -536,6 +563,51 @@ fn parse_episode_name(name: &str) -> Option<u32> {
     digits.parse().ok()
 }
 
+/// Opens episode group `name` of an opened trajectory file.
+fn open_episode_group(path: &Path, file: &File, name: &str) -> Result<Group> {
+    if parse_episode_name(name).is_none() {
+        return Err(TrajectoryFileError::InvalidEpisode {
+            path: path.to_path_buf(),
+            episode: name.to_owned(),
+            message: "not an episode group name".to_owned(),
+        });
+    }
+    if !file.link_exists(name) {
+        return Err(TrajectoryFileError::MissingEpisode {
+            path: path.to_path_buf(),
+            episode: name.to_owned(),
+        });
+    }
+    file.group(name).map_err(h5err(path, format!("{name}: open group")))
+}
+
+/// Checks that every dataset of episode group `name` has its width and that all have the same
+/// number of rows (optional ones may be absent), reading no data.
+fn check_episode_shapes(path: &Path, group: &Group, name: &str) -> Result<()> {
+    let mut rows = None;
+    let required = DATASETS.iter().map(|d| (d, true));
+    let optional = OPTIONAL_DATASETS.iter().map(|d| (d, false));
+    for ((dataset, width), needed) in required.chain(optional) {
+        if !needed && !group.link_exists(dataset) {
+            continue;
+        }
+        let ds = group
+            .dataset(dataset)
+            .map_err(h5err(path, format!("{name}/{dataset}: open")))?;
+        let shape = ds.shape();
+        let t = *rows.get_or_insert(shape.first().copied().unwrap_or(0));
+        let expected = if *width == 1 { vec![t] } else { vec![t, *width] };
+        if shape != expected {
+            return Err(TrajectoryFileError::InvalidEpisode {
+                path: path.to_path_buf(),
+                episode: name.to_owned(),
+                message: format!("{dataset}: shape {shape:?}, expected {expected:?}"),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Reads episode group `name` (as listed by [`episode_names`]).
 pub fn read_episode(path: &Path, name: &str) -> Result<EpisodeRecord> {
     let invalid = |message: String| TrajectoryFileError::InvalidEpisode {
@@ -545,13 +617,7 @@ pub fn read_episode(path: &Path, name: &str) -> Result<EpisodeRecord> {
     };
     let episode = parse_episode_name(name).ok_or_else(|| invalid("not an episode group name".to_owned()))?;
     let file = open_checked(path)?;
-    if !file.link_exists(name) {
-        return Err(TrajectoryFileError::MissingEpisode {
-            path: path.to_path_buf(),
-            episode: name.to_owned(),
-        });
-    }
-    let group = file.group(name).map_err(h5err(path, format!("{name}: open group")))?;
+    let group = open_episode_group(path, &file, name)?;
     let mut record = EpisodeRecord {
         episode,
         motion: read_str_attr(path, &group, name, "motion")?,

@@ -333,6 +333,56 @@ fn missing_episode_and_missing_file_are_errors() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn copying_an_episode_moves_its_stored_chunks() {
+    let dir = test_dir("copy");
+    let (part, merged) = (dir.join("part.h5"), dir.join("merged.h5"));
+    let mut source = TrajectoryFile::open_or_create(&part, "s", "b").unwrap();
+    // 1200 rows: three chunks; episode 4 carries every optional dataset; 6 has no rows.
+    let records = [
+        sample_record(4, 1200, 1),
+        sample_record(5, 7, 1),
+        sample_record(6, 0, 1),
+    ];
+    for r in &records {
+        source.write_episode(r).unwrap();
+    }
+    let mut target = TrajectoryFile::open_or_create(&merged, "s", "b").unwrap();
+    // A stale group of the same name is replaced.
+    target.write_episode(&sample_record(4, 3, 9)).unwrap();
+    for r in &records {
+        let name = trajectory_file::episode_group_name(r.episode);
+        target.copy_episode_from(&part, &name).unwrap();
+        assert_eq!(&read_episode(&merged, &name).unwrap(), r, "{name}");
+    }
+    assert_eq!(
+        episode_names(&merged).unwrap(),
+        ["episode_00004", "episode_00005", "episode_00006"]
+    );
+    let (from, to) = (hdf5::File::open(&part).unwrap(), hdf5::File::open(&merged).unwrap());
+    for (name, _) in DATASETS {
+        let (a, b) = (
+            from.dataset(&format!("episode_00004/{name}")).unwrap(),
+            to.dataset(&format!("episode_00004/{name}")).unwrap(),
+        );
+        assert_eq!(b.filters(), a.filters(), "{name}");
+        assert_eq!(b.chunk(), a.chunk(), "{name}");
+        assert_eq!(b.storage_size(), a.storage_size(), "{name}");
+    }
+    // HDF5 shares an open file between handles, and these were opened with other options.
+    drop((from, to));
+    // Errors name what is wrong and leave the target as it was.
+    let err = target.copy_episode_from(&part, "episode_00009").unwrap_err();
+    assert!(matches!(err, TrajectoryFileError::MissingEpisode { .. }), "{err:?}");
+    let err = target
+        .copy_episode_from(&dir.join("none.h5"), "episode_00004")
+        .unwrap_err();
+    assert!(matches!(err, TrajectoryFileError::Io { .. }), "{err:?}");
+    assert!(target.copy_episode_from(&part, "qpos").is_err());
+    assert_eq!(episode_names(&merged).unwrap().len(), 3);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The crash test's child: appends episodes to the file named by `CRASH_HELPER_ENV` forever,
 /// printing `wrote N` after each. A no-op in a normal test run.
 #[test]

@@ -40,9 +40,22 @@ struct Args {
     threads: usize,
     #[arg(long, default_value_t = 3)]
     repeats: usize,
-    /// Control steps of the latency session.
+    /// Run only this side (`in-process`, `websocket` or `grpc`), e.g. under a profiler.
+    #[arg(long)]
+    only: Option<String>,
+    /// Control steps of the latency session (0 skips it).
     #[arg(long, default_value_t = 500)]
     latency_steps: usize,
+}
+
+/// CPU seconds (user + system) this process has used, all threads: the server's lanes and
+/// the client run in it alike, so a side's share shows whether it waited or worked.
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage only writes the struct it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
 }
 
 /// Replay that records when each request was answered.
@@ -62,6 +75,23 @@ impl Agent for Timed {
         self.stamps.push(Instant::now());
         self.inner.act(batch, actions);
     }
+}
+
+/// Size of the largest `.h5` file under `dir`: one submission's merged trajectories.
+fn largest_h5(dir: &std::path::Path) -> Option<u64> {
+    let mut largest = None;
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        let size = if path.is_dir() {
+            largest_h5(&path)
+        } else if path.extension().is_some_and(|e| e == "h5") {
+            entry.metadata().ok().map(|m| m.len())
+        } else {
+            None
+        };
+        largest = largest.max(size);
+    }
+    largest
 }
 
 fn quantile(sorted: &[f64], q: f64) -> f64 {
@@ -106,6 +136,16 @@ fn main() -> anyhow::Result<()> {
 
     // Sides: 0 in-process, 1 WebSocket, 2 gRPC.
     let names = ["in-process", "websocket", "grpc"];
+    let only = match &a.only {
+        None => None,
+        Some(side) => Some(
+            names
+                .iter()
+                .position(|n| n == side)
+                .ok_or_else(|| anyhow::anyhow!("--only {side}: expected one of {}", names.join(", ")))?,
+        ),
+    };
+    let mut cpu_best = [f64::NAN; 3];
     let mut best = [f64::INFINITY; 3];
     let mut emd = [f64::NAN; 3];
     // Paired per-run ratios: both sides ran back to back, so a noisy stretch of the machine
@@ -115,7 +155,11 @@ fn main() -> anyhow::Result<()> {
         let mut times = [0.0; 3];
         for k in 0..3 {
             let side = (rep + k) % 3;
+            if only.is_some_and(|o| o != side) {
+                continue;
+            }
             let t = Instant::now();
+            let cpu = cpu_seconds();
             emd[side] = if side == 0 {
                 let options = LocalOptions {
                     batch: a.batch as usize,
@@ -150,7 +194,10 @@ fn main() -> anyhow::Result<()> {
                 emds.iter().sum::<f64>() / emds.len() as f64
             };
             times[side] = t.elapsed().as_secs_f64();
-            best[side] = best[side].min(times[side]);
+            if times[side] < best[side] {
+                best[side] = times[side];
+                cpu_best[side] = cpu_seconds() - cpu;
+            }
         }
         paired_grpc_ws.push(times[2] / times[1]);
         println!(
@@ -173,6 +220,15 @@ fn main() -> anyhow::Result<()> {
             .join(", ")
     );
     println!(
+        "cpu of those runs (user + system, all threads): {}",
+        names
+            .iter()
+            .zip(cpu_best.iter().zip(&best))
+            .map(|(n, (c, t))| format!("{n} {c:.1} s ({:.2} cores busy)", c / t))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
         "ratios (best of {}): websocket/in-process = {:.3}, grpc/in-process = {:.3}, grpc/websocket = {:.3}",
         a.repeats,
         best[1] / best[0],
@@ -191,6 +247,17 @@ fn main() -> anyhow::Result<()> {
         emd[0], emd[1], emd[2]
     );
 
+    if let Some(bytes) = largest_h5(&data) {
+        println!(
+            "trajectory file of one submission (HDF5, shuffle + deflate): {:.1} MB",
+            bytes as f64 / 1e6
+        );
+    }
+    if a.latency_steps == 0 {
+        runtime.shutdown_timeout(Duration::from_secs(1));
+        std::fs::remove_dir_all(&data).ok();
+        return Ok(());
+    }
     // Round trip per control step: one episode, one lane.
     let motion = loaded
         .library

@@ -108,9 +108,10 @@ async fn merge_into(
             },
         };
         let path = merged.to_path_buf();
+        // A raw copy: the run's compressed chunks move as stored, so they are not
+        // decompressed and compressed again (half the HDF5 cost of a submission).
         tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-            let record = trajectory_file::read_episode(&source, &name)?;
-            TrajectoryFile::open_or_create(&path, "", "")?.write_episode(&record)?;
+            TrajectoryFile::open_or_create(&path, "", "")?.copy_episode_from(&source, &name)?;
             Ok(())
         })
         .await??;

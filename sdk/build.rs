@@ -16,6 +16,8 @@ fn main() {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
+        // Same bytes as tonic's prost codec, through contiguous buffers (see src/grpc_codec.rs).
+        .codec_path("crate::grpc_codec::EnvelopeCodec")
         .compile_fds_with_config(descriptors, config)
         .expect("generating protocol types and gRPC stubs");
 }

@@ -454,3 +454,14 @@ fn sigkill_between_episodes_keeps_completed_episodes() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// HDF5's deflate filter runs on zlib-ng (the features of `libz-sys` in Cargo.toml): a
+/// dependency change that brings stock zlib back would make every submission's compression about
+/// 2.5× slower without failing anything else.
+#[test]
+fn the_deflate_filter_links_zlib_ng() {
+    // SAFETY: zlibVersion returns a static NUL-terminated string.
+    let version = unsafe { std::ffi::CStr::from_ptr(libz_sys::zlibVersion()) };
+    let version = version.to_string_lossy();
+    assert!(version.contains("zlib-ng"), "zlib is {version}");
+}

@@ -7,6 +7,7 @@
 pub mod agent;
 pub mod agents;
 pub mod client;
+pub mod grpc_codec;
 pub mod layout;
 pub mod protocol;
 pub mod tracker;

@@ -146,6 +146,9 @@ fn main() -> anyhow::Result<()> {
         ),
     };
     let mut cpu_best = [f64::NAN; 3];
+    // Of the best runs: how long the last episode ran alone (the longest clip, at one episode
+    // per request), and how long completing took after its end (remote: merge, report).
+    let mut tail_best = [[f64::NAN; 2]; 3];
     let mut best = [f64::INFINITY; 3];
     let mut emd = [f64::NAN; 3];
     // Paired per-run ratios: both sides ran back to back, so a noisy stretch of the machine
@@ -160,6 +163,7 @@ fn main() -> anyhow::Result<()> {
             }
             let t = Instant::now();
             let cpu = cpu_seconds();
+            let mut ends: Vec<f64> = Vec::new();
             emd[side] = if side == 0 {
                 let options = LocalOptions {
                     batch: a.batch as usize,
@@ -171,7 +175,7 @@ fn main() -> anyhow::Result<()> {
                     &clips,
                     &mut ReplayAgent::new(),
                     &options,
-                    &mut |_, _, _| {},
+                    &mut |_, _, _| ends.push(t.elapsed().as_secs_f64()),
                 )?;
                 agg.aggregated().get("emd").map_or(f64::NAN, |s| s.mean)
             } else {
@@ -185,7 +189,11 @@ fn main() -> anyhow::Result<()> {
                     },
                 );
                 cfg.encoding = Encoding::Binary;
-                let summary = client::run_blocking(&cfg, &mut ReplayAgent::new(), &mut |_| {})?;
+                let summary = client::run_blocking(&cfg, &mut ReplayAgent::new(), &mut |event| {
+                    if let client::ClientEvent::EpisodeEnd(_) = event {
+                        ends.push(t.elapsed().as_secs_f64());
+                    }
+                })?;
                 let emds: Vec<f64> = summary
                     .episodes
                     .iter()
@@ -197,6 +205,11 @@ fn main() -> anyhow::Result<()> {
             if times[side] < best[side] {
                 best[side] = times[side];
                 cpu_best[side] = cpu_seconds() - cpu;
+                ends.sort_by(f64::total_cmp);
+                tail_best[side] = match ends.as_slice() {
+                    [.., before, last] => [last - before, times[side] - last],
+                    _ => [f64::NAN; 2],
+                };
             }
         }
         paired_grpc_ws.push(times[2] / times[1]);
@@ -225,6 +238,15 @@ fn main() -> anyhow::Result<()> {
             .iter()
             .zip(cpu_best.iter().zip(&best))
             .map(|(n, (c, t))| format!("{n} {c:.1} s ({:.2} cores busy)", c / t))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
+        "their tails (last episode alone / after its end): {}",
+        names
+            .iter()
+            .zip(&tail_best)
+            .map(|(n, [alone, after])| format!("{n} {alone:.2} s / {after:.2} s"))
             .collect::<Vec<_>>()
             .join(", ")
     );

@@ -26,6 +26,8 @@ pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
             &metric_config,
         );
         let steps = done.trajectory.len().saturating_sub(1);
+        // `done` moves into the stored record below.
+        let (episode, run_attempt) = (done.episode, done.attempt);
         if let Sink::Submission {
             storage,
             submission_id,
@@ -36,7 +38,7 @@ pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
         {
             let idx = done.episode.index as i64;
             let attempt = done.attempt as i64;
-            let record = record_of(ctx, &done, status, reason.as_deref());
+            let record = record_of(ctx, done, status, reason.as_deref());
             let stored = ctx.runtime.block_on(trajectory_store::store_episode(
                 objects,
                 submission_id,
@@ -99,7 +101,7 @@ pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
         }
         let reveal = ctx.reveal_results;
         let _ = ctx.out.send(Msg::EpisodeEnd(EpisodeEnd {
-            episode_id: done.episode.index as u32,
+            episode_id: episode.index as u32,
             status: status_name(status).into(),
             reason: if reveal {
                 reason.unwrap_or_default()
@@ -113,16 +115,13 @@ pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
                 Default::default()
             },
         }));
-        tracing::debug!(
-            episode = done.episode.index,
-            attempt = done.attempt,
-            "episode committed"
-        );
+        tracing::debug!(episode = episode.index, attempt = run_attempt, "episode committed");
     }
 }
 
-fn record_of(ctx: &RunContext, done: &Finished, status: EpisodeStatus, reason: Option<&str>) -> EpisodeRecord {
-    let t = &done.trajectory;
+/// The episode's HDF5 record; takes the trajectory's arrays rather than copying them.
+fn record_of(ctx: &RunContext, done: Finished, status: EpisodeStatus, reason: Option<&str>) -> EpisodeRecord {
+    let t = done.trajectory;
     EpisodeRecord {
         episode: done.episode.index as u32,
         motion: ctx.benchmark.motion_name(&done.episode).to_string(),
@@ -133,18 +132,18 @@ fn record_of(ctx: &RunContext, done: &Finished, status: EpisodeStatus, reason: O
         reason: reason.unwrap_or_default().to_string(),
         start_s: done.episode.start_s,
         duration_s: done.episode.duration_s,
-        times: t.times.clone(),
-        qpos: t.qpos.clone(),
-        qvel: t.qvel.clone(),
-        body_pos: t.body_pos.clone(),
-        actions: t.actions.clone(),
-        ref_qpos: t.ref_qpos.clone(),
-        ref_body_pos: t.ref_body_pos.clone(),
-        state: t.state.clone(),
-        ref_state: t.ref_state.clone(),
-        targets: t.targets.clone(),
-        torques: t.torques.clone(),
-        feedforward: t.feedforward.clone(),
+        times: t.times,
+        qpos: t.qpos,
+        qvel: t.qvel,
+        body_pos: t.body_pos,
+        actions: t.actions,
+        ref_qpos: t.ref_qpos,
+        ref_body_pos: t.ref_body_pos,
+        state: t.state,
+        ref_state: t.ref_state,
+        targets: t.targets,
+        torques: t.torques,
+        feedforward: t.feedforward,
     }
 }
 

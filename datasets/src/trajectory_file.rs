@@ -30,12 +30,20 @@
 //! The optional datasets are written when recorded (files of earlier versions lack them; a
 //! reader gets them empty).
 //!
-//! Non-empty datasets are chunked by `min(T, 512)` rows, byte-shuffled and deflate-compressed
-//! at level 1: a whole benchmark's trajectories are compressed while it runs, on the cores that
-//! simulate it, and simulated doubles compress little whatever the level. zlib is zlib-ng (the
-//! `libz-sys` features in Cargo.toml), whose level 1 is about 2.5× faster than stock zlib's
-//! for a 9 % larger file (g1-moves-dance, one submission: 5.5 s of CPU and 146 MB before, 2.1 s
-//! and 159 MB after; `remote_vs_local` under `perf`). The stream is standard deflate.
+//! The datasets in [`COMPRESSED_DATASETS`] (`times`, `actions`, `state`, `ref_state`,
+//! `feedforward`) are chunked by `min(T, 512)` rows, byte-shuffled and deflate-compressed at
+//! level 1; the others are stored raw and contiguous. A whole benchmark's trajectories are
+//! written while it runs, on the cores that simulate it, and simulated doubles barely compress.
+//! Measured on g1-moves-dance (one submission, 201 MB raw; `remote_vs_local` under `perf`):
+//! - everything deflated with stock zlib: 146 MB, 5.5 s of CPU;
+//! - everything deflated with zlib-ng (level 1 is its fast `deflate_quick`): 159 MB, 2.1 s;
+//! - only these five deflated (zlib-ng), the rest raw and contiguous: 172 MB, about 0.5 s;
+//! - per dataset, raw → deflated: `actions` 2.0×, `state` and `ref_state` 1.9×, `times` 6.5×;
+//!   `body_pos` 1.17×, `ref_body_pos` 1.11×, `qpos` 1.10×, `ref_qpos` 1.08×, `targets` 1.08×,
+//!   `torques` 1.05×, `qvel` 1.03×, hence the split.
+//!
+//! zlib is zlib-ng (the `libz-sys` features in Cargo.toml); the stream is standard deflate, which
+//! every HDF5 reader opens.
 //! Zero-row datasets (an episode that failed before its first step) are stored contiguous and
 //! uncompressed, because HDF5 refuses chunks larger than a fixed dimension of size zero.
 
@@ -59,8 +67,14 @@ pub const STATE_WIDTH: usize = 64;
 
 /// Largest number of rows per chunk.
 const MAX_CHUNK_ROWS: usize = 512;
-/// Deflate (gzip) level of every non-empty dataset.
+/// Deflate (gzip) level of the compressed datasets.
 const DEFLATE_LEVEL: u8 = 1;
+/// The datasets worth compressing: values that were 32-bit floats (the agent's actions, the
+/// observations) or regular (`times`), about 2× smaller deflated (`times` 6.5×). The simulated
+/// doubles (positions, velocities, PD targets, torques) deflate by 3–17 % only, so they are
+/// stored as they are: that saves three quarters of the compression work for a file 8 % larger
+/// (measurements in the module comment).
+pub const COMPRESSED_DATASETS: [&str; 5] = ["times", "actions", "state", "ref_state", "feedforward"];
 /// Prefix of episode group names; the full name is `episode_{:05}`.
 const EPISODE_PREFIX: &str = "episode_";
 
@@ -396,9 +410,11 @@ fn write_group(
         let context = || format!("{name}/{dataset}: create");
         let builder = group.new_dataset::<f64>();
         let chunk_rows = rows.min(MAX_CHUNK_ROWS);
+        let compressed = COMPRESSED_DATASETS.contains(dataset);
+        // Raw datasets are contiguous: a chunked one would fill its last chunk whole (512 rows).
         let ds = match (*width, rows) {
-            (1, 0) => builder.shape(0).create(*dataset),
-            (w, 0) => builder.shape((0, w)).create(*dataset),
+            (1, _) if !compressed || rows == 0 => builder.shape(rows).create(*dataset),
+            (w, _) if !compressed || rows == 0 => builder.shape((rows, w)).create(*dataset),
             (1, _) => builder
                 .chunk(chunk_rows)
                 .shuffle()

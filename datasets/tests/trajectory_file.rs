@@ -6,8 +6,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use arena_data::trajectory_file::{
-    self, ACTION_WIDTH, BODY_WIDTH, DATASETS, EpisodeRecord, FORMAT_NAME, QPOS_WIDTH, QVEL_WIDTH, STATE_WIDTH,
-    TrajectoryFile, TrajectoryFileError, episode_names, read_episode, read_header,
+    self, ACTION_WIDTH, BODY_WIDTH, DATASETS, EpisodeRecord, FORMAT_NAME, OPTIONAL_DATASETS, QPOS_WIDTH, QVEL_WIDTH,
+    STATE_WIDTH, TrajectoryFile, TrajectoryFileError, episode_names, read_episode, read_header,
 };
 
 /// Environment variable that turns `crash_helper_writes_forever` into the crash test's child.
@@ -145,24 +145,35 @@ fn round_trip_two_episodes_with_attributes() {
 }
 
 #[test]
-fn datasets_are_chunked_and_compressed() {
+fn datasets_are_chunked_and_the_32_bit_ones_compressed() {
     let dir = test_dir("chunked");
     let path = dir.join("sub.h5");
     let mut file = TrajectoryFile::open_or_create(&path, "s", "b").unwrap();
-    file.write_episode(&sample_record(1, 1000, 3)).unwrap();
+    // Episode 4 records every optional dataset.
+    file.write_episode(&sample_record(4, 1000, 3)).unwrap();
     file.write_episode(&sample_record(2, 3, 3)).unwrap();
     let h5 = hdf5::File::open(&path).unwrap();
-    for (group, rows) in [("episode_00001", 512), ("episode_00002", 3)] {
-        for (name, width) in DATASETS {
-            let ds = h5.group(group).unwrap().dataset(name).unwrap();
-            assert!(ds.is_chunked(), "{group}/{name}");
-            let chunk = if width == 1 { vec![rows] } else { vec![rows, width] };
-            assert_eq!(ds.chunk().unwrap(), chunk, "{group}/{name}");
-            assert_eq!(
-                ds.filters(),
-                [hdf5::filters::Filter::Shuffle, hdf5::filters::Filter::Deflate(1)],
-                "{group}/{name}"
-            );
+    for (group, rows) in [("episode_00004", 1000), ("episode_00002", 3)] {
+        for (name, width) in DATASETS.iter().chain(&OPTIONAL_DATASETS) {
+            let g = h5.group(group).unwrap();
+            if !g.link_exists(name) {
+                assert_eq!((group, *name), ("episode_00002", "feedforward"));
+                continue;
+            }
+            let ds = g.dataset(name).unwrap();
+            let rows_of = |r: usize| if *width == 1 { vec![r] } else { vec![r, *width] };
+            if trajectory_file::COMPRESSED_DATASETS.contains(name) {
+                assert_eq!(ds.chunk(), Some(rows_of(rows.min(512))), "{group}/{name}");
+                assert_eq!(
+                    ds.filters(),
+                    [hdf5::filters::Filter::Shuffle, hdf5::filters::Filter::Deflate(1)],
+                    "{group}/{name}"
+                );
+            } else {
+                // Raw and contiguous: exactly its bytes, no partly filled last chunk.
+                assert!(!ds.is_chunked() && ds.filters().is_empty(), "{group}/{name}");
+                assert_eq!(ds.storage_size(), (rows * width * 8) as u64, "{group}/{name}");
+            }
         }
     }
     let _ = std::fs::remove_dir_all(&dir);

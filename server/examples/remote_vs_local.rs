@@ -40,6 +40,9 @@ struct Args {
     threads: usize,
     #[arg(long, default_value_t = 3)]
     repeats: usize,
+    /// Keep the server's data folder (trajectory files, database) and print where it is.
+    #[arg(long)]
+    keep_data: bool,
     /// Run only this side (`in-process`, `websocket` or `grpc`), e.g. under a profiler.
     #[arg(long)]
     only: Option<String>,
@@ -74,6 +77,14 @@ impl Agent for Timed {
     fn act(&mut self, batch: &Batch<'_>, actions: &mut [f32]) {
         self.stamps.push(Instant::now());
         self.inner.act(batch, actions);
+    }
+}
+
+fn remove_data(data: &std::path::Path, keep: bool) {
+    if keep {
+        println!("server data kept in {}", data.display());
+    } else {
+        std::fs::remove_dir_all(data).ok();
     }
 }
 
@@ -271,13 +282,13 @@ fn main() -> anyhow::Result<()> {
 
     if let Some(bytes) = largest_h5(&data) {
         println!(
-            "trajectory file of one submission (HDF5, shuffle + deflate): {:.1} MB",
+            "trajectory file of one submission (HDF5): {:.1} MB",
             bytes as f64 / 1e6
         );
     }
     if a.latency_steps == 0 {
         runtime.shutdown_timeout(Duration::from_secs(1));
-        std::fs::remove_dir_all(&data).ok();
+        remove_data(&data, a.keep_data);
         return Ok(());
     }
     // Round trip per control step: one episode, one lane.
@@ -330,6 +341,6 @@ fn main() -> anyhow::Result<()> {
         );
     }
     runtime.shutdown_timeout(Duration::from_secs(1));
-    std::fs::remove_dir_all(&data).ok();
+    remove_data(&data, a.keep_data);
     Ok(())
 }

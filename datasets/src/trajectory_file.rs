@@ -598,8 +598,8 @@ fn open_episode_group(path: &Path, file: &File, name: &str) -> Result<Group> {
 }
 
 /// Checks that every dataset of episode group `name` has its width and that all have the same
-/// number of rows (optional ones may be absent), reading no data.
-fn check_episode_shapes(path: &Path, group: &Group, name: &str) -> Result<()> {
+/// number of rows (optional ones may be absent), reading no data. Returns the rows.
+fn check_episode_shapes(path: &Path, group: &Group, name: &str) -> Result<usize> {
     let mut rows = None;
     let required = DATASETS.iter().map(|d| (d, true));
     let optional = OPTIONAL_DATASETS.iter().map(|d| (d, false));
@@ -621,17 +621,16 @@ fn check_episode_shapes(path: &Path, group: &Group, name: &str) -> Result<()> {
             });
         }
     }
-    Ok(())
+    Ok(rows.unwrap_or(0))
 }
 
 /// Reads episode group `name` (as listed by [`episode_names`]).
 pub fn read_episode(path: &Path, name: &str) -> Result<EpisodeRecord> {
-    let invalid = |message: String| TrajectoryFileError::InvalidEpisode {
+    let episode = parse_episode_name(name).ok_or_else(|| TrajectoryFileError::InvalidEpisode {
         path: path.to_path_buf(),
         episode: name.to_owned(),
-        message,
-    };
-    let episode = parse_episode_name(name).ok_or_else(|| invalid("not an episode group name".to_owned()))?;
+        message: "not an episode group name".to_owned(),
+    })?;
     let file = open_checked(path)?;
     let group = open_episode_group(path, &file, name)?;
     let mut record = EpisodeRecord {
@@ -646,42 +645,21 @@ pub fn read_episode(path: &Path, name: &str) -> Result<EpisodeRecord> {
         duration_s: read_scalar_attr(path, &group, name, "duration_s")?,
         ..EpisodeRecord::default()
     };
-    let mut rows = None;
-    for ((dataset, width), values) in DATASETS.iter().zip(record.arrays_mut()) {
-        let ds = group
-            .dataset(dataset)
-            .map_err(h5err(path, format!("{name}/{dataset}: open")))?;
-        let shape = ds.shape();
-        let t = *rows.get_or_insert(shape.first().copied().unwrap_or(0));
-        let expected = if *width == 1 { vec![t] } else { vec![t, *width] };
-        if shape != expected {
-            return Err(invalid(format!("{dataset}: shape {shape:?}, expected {expected:?}")));
-        }
-        if t > 0 {
-            *values = ds
-                .read_raw::<f64>()
+    let rows = check_episode_shapes(path, &group, name)?;
+    let read = |dataset: &str, values: &mut Vec<f64>| {
+        if rows > 0 && group.link_exists(dataset) {
+            *values = group
+                .dataset(dataset)
+                .and_then(|ds| ds.read_raw::<f64>())
                 .map_err(h5err(path, format!("{name}/{dataset}: read")))?;
         }
+        Ok(())
+    };
+    for ((dataset, _), values) in DATASETS.iter().zip(record.arrays_mut()) {
+        read(dataset, values)?;
     }
-    let t = rows.unwrap_or(0);
-    for ((dataset, width), values) in OPTIONAL_DATASETS.iter().zip(record.optional_arrays_mut()) {
-        if !group.link_exists(dataset) {
-            continue;
-        }
-        let ds = group
-            .dataset(dataset)
-            .map_err(h5err(path, format!("{name}/{dataset}: open")))?;
-        if ds.shape() != [t, *width] {
-            return Err(invalid(format!(
-                "{dataset}: shape {:?}, expected [{t}, {width}]",
-                ds.shape()
-            )));
-        }
-        if t > 0 {
-            *values = ds
-                .read_raw::<f64>()
-                .map_err(h5err(path, format!("{name}/{dataset}: read")))?;
-        }
+    for ((dataset, _), values) in OPTIONAL_DATASETS.iter().zip(record.optional_arrays_mut()) {
+        read(dataset, values)?;
     }
     Ok(record)
 }

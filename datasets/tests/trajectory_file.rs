@@ -466,6 +466,34 @@ fn sigkill_between_episodes_keeps_completed_episodes() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn a_group_with_a_wrong_shape_is_refused_by_readers_and_copies() {
+    let dir = test_dir("wrong_shape");
+    let (path, merged) = (dir.join("sub.h5"), dir.join("merged.h5"));
+    TrajectoryFile::open_or_create(&path, "s", "b")
+        .unwrap()
+        .write_episode(&sample_record(2, 10, 1))
+        .unwrap();
+    {
+        // `torques` (optional) with 9 rows where the episode has 10.
+        let h5 = hdf5::File::open_rw(&path).unwrap();
+        let g = h5.group("episode_00002").unwrap();
+        g.unlink("torques").unwrap();
+        g.new_dataset::<f64>()
+            .shape((9, ACTION_WIDTH))
+            .create("torques")
+            .unwrap();
+    }
+    let err = read_episode(&path, "episode_00002").unwrap_err();
+    assert!(matches!(err, TrajectoryFileError::InvalidEpisode { .. }), "{err:?}");
+    assert!(err.to_string().contains("torques"), "{err}");
+    let mut target = TrajectoryFile::open_or_create(&merged, "s", "b").unwrap();
+    let err = target.copy_episode_from(&path, "episode_00002").unwrap_err();
+    assert!(err.to_string().contains("torques"), "{err}");
+    assert!(episode_names(&merged).unwrap().is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// HDF5's deflate filter runs on zlib-ng (the features of `libz-sys` in Cargo.toml): a
 /// dependency change that brings stock zlib back would make every submission's compression about
 /// 2.5× slower without failing anything else.

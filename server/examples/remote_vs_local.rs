@@ -281,10 +281,7 @@ fn main() -> anyhow::Result<()> {
     );
 
     if let Some(bytes) = largest_h5(&data) {
-        println!(
-            "trajectory file of one submission (HDF5): {:.1} MB",
-            bytes as f64 / 1e6
-        );
+        println!("trajectory file of one submission (HDF5): {:.1} MB", bytes as f64 / 1e6);
     }
     if a.latency_steps == 0 {
         runtime.shutdown_timeout(Duration::from_secs(1));

@@ -4,10 +4,10 @@
 //! prost writes a packed `repeated float` one value at a time. Into tonic's frame buffer each
 //! value is a call through `BufMut` with its own bookkeeping, and reading one back from tonic's
 //! `DecodeBuf` is a call plus an `advance`; a GetAction carries about 150 KB of floats (8
-//! episodes of g1-moves-dance), so these calls cost the gRPC path a second of CPU per benchmark
-//! run that the WebSocket path does not pay (`remote_vs_local` under `perf`). Here a message is
-//! encoded into a reused `Vec` and copied into the frame once, and decoded from the frame's
-//! contiguous bytes as a slice.
+//! episodes of g1-moves-dance), so these calls cost the gRPC path about 3 s of CPU per benchmark
+//! run (1.4 s server, 1.7 s client) that WebSocket does not pay (`remote_vs_local` under `perf`).
+//! Here a message is encoded into a reused `Vec` and copied into the frame once, and decoded
+//! from the frame's contiguous bytes as a slice.
 
 use crate::protocol::Envelope;
 use prost::Message as _;

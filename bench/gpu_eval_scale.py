@@ -3,7 +3,12 @@
 (issue 17: at least 4096 on the GPU backend): `arena serve` with one lane of --episodes envs,
 the SDK's replay example as the participant over a loopback WebSocket, and the figures:
 wall time, episodes and control steps per second, mean step round trip, peak memory of the
-server and of its GPU worker (and GPU memory from nvidia-smi when there is one).
+server and of its GPU worker (and GPU memory from nvidia-smi when there is one), memory per
+concurrent episode; the breakdown of the wall time the server logs (target `arena_timings`:
+the lane's start-up, claims and resets, observations, the agent's round trips, physics,
+refresh, hand-over; the committer's scoring, storing and database commits; the final merge);
+and, beside it, the in-process `arena eval` of the same benchmark and batch (`--no-in-process`
+leaves it out) with the ratio in-process time / served time (goal >= 0.9).
 
   python bench/gpu_eval_scale.py --arena target/release/arena \
       --agent target/release/examples/replay --episodes 4096 --backend gpu
@@ -99,9 +104,14 @@ def main():
     p.add_argument("--gpu-device", default="auto")
     p.add_argument("--window-s", type=float, default=0.0,
                    help="episode length in seconds from each clip's start (0: whole clips)")
-    p.add_argument("--gpu-impl", default="jax", choices=["jax", "warp"],
-                   help="MuJoCo MJX on JAX or MuJoCo Warp")
+    p.add_argument("--gpu-impl", default="auto", choices=["auto", "jax", "warp"],
+                   help="MuJoCo MJX on JAX or MuJoCo Warp (auto: Warp on a CUDA device)")
+    p.add_argument("--no-in-process", action="store_true",
+                   help="skip the in-process `arena eval` of the same benchmark")
+    p.add_argument("--repeats", type=int, default=1, help="runs of each side; best of them")
     a = p.parse_args()
+    if a.repeats < 1:
+        p.error("--repeats must be >= 1")
 
     if not 1 <= a.episodes <= 4096:
         sys.exit("--episodes must be 1-4096 (one lane's batch)")
@@ -116,15 +126,61 @@ def main():
         window = f"{{ length_s = {a.window_s}, stride_s = 100.0 }}" if a.window_s > 0 else '"whole"'
         f.write(BENCHMARK.replace("{repeats}", str(repeats)).replace("{window}", window)
                 .replace("{motions}", json.dumps(motions)))
+    runs = [served(a, tmp, bench_dir) for _ in range(a.repeats)]
+    best = min(runs, key=lambda r: r["wall_s"])
+    result = dict(best, served_wall_s_runs=[r["wall_s"] for r in runs])
+    if not a.no_in_process:
+        local = [in_process(a, bench_dir) for _ in range(a.repeats)]
+        result["in_process_wall_s_runs"] = local
+        result["in_process_wall_s"] = min(local)
+        result["in_process_over_served"] = round(min(local) / best["wall_s"], 3)
+    print(json.dumps(result, indent=2))
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def in_process(a, bench_dir):
+    """Wall seconds of `arena eval` of the same benchmark, batch and backend, in one process."""
+    env = dict(os.environ, ARENA_GPU_PYTHON=os.environ.get("ARENA_GPU_PYTHON", sys.executable))
+    cmd = [a.arena, "eval", "--benchmark", "g1-scale", "--benchmarks-dir", bench_dir, "--policy", "replay",
+           "--batch", str(a.episodes), "--backend", a.backend, "--gpu-device", a.gpu_device,
+           "--gpu-impl", a.gpu_impl, "--json"]
+    start = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - start
+    if out.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
+    return round(wall, 2)
+
+
+def timings_from_log(path):
+    """The `arena_timings` lines of a server log: {"lane": [...], "committer": [...], "merge": [...]}."""
+    found = {"lane": [], "committer": [], "merge": []}
+    with open(path, errors="replace") as f:
+        for line in f:
+            if "arena_timings" not in line:
+                continue
+            for kind in found:
+                marker = f" {kind} {{"
+                if marker in line:
+                    found[kind].append(json.loads(line[line.index(marker) + len(kind) + 2:].strip()))
+    return found
+
+
+def served(a, tmp, bench_dir):
+    """One evaluation through `arena serve` and the replay agent; its figures and breakdown."""
     port = free_port()
     admin = "scale-admin"
-    env = dict(os.environ, ARENA_GPU_PYTHON=os.environ.get("ARENA_GPU_PYTHON", sys.executable))
+    data_dir = tempfile.mkdtemp(prefix="data-", dir=tmp)
+    log_path = os.path.join(data_dir, "server.log")
+    env = dict(os.environ, ARENA_GPU_PYTHON=os.environ.get("ARENA_GPU_PYTHON", sys.executable),
+               ARENA_LOG="warn,arena_timings=info")
+    started = time.perf_counter()
     server = subprocess.Popen(
-        [a.arena, "serve", "--bind", f"127.0.0.1:{port}", "--data-dir", os.path.join(tmp, "data"),
+        [a.arena, "serve", "--bind", f"127.0.0.1:{port}", "--data-dir", data_dir,
          "--benchmarks-dir", bench_dir, "--admin-token", admin, "--max-batch", str(a.episodes),
          "--lanes", "1", "--backend", a.backend, "--gpu-device", a.gpu_device, "--gpu-impl", a.gpu_impl,
          "--step-timeout-s", "600"],
-        stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "server.log"), "w"), env=env)
+        stdout=subprocess.DEVNULL, stderr=open(log_path, "w"), env=env)
     base = f"http://127.0.0.1:{port}"
     for _ in range(300):
         try:
@@ -132,6 +188,7 @@ def main():
             break
         except OSError:
             time.sleep(0.1)
+    server_up_s = time.perf_counter() - started
     req = urllib.request.Request(base + "/api/v1/teams", data=b'{"name": "scale"}', method="POST",
                                  headers={"Authorization": f"Bearer {admin}",
                                           "Content-Type": "application/json"})
@@ -158,7 +215,7 @@ def main():
     sampler.join()
     if agent.returncode != 0:
         server.terminate()
-        sys.exit(f"the agent failed:\n{agent.stderr[-3000:]}\n(server log: {tmp}/server.log)")
+        sys.exit(f"the agent failed:\n{agent.stderr[-3000:]}\n(server log: {log_path})")
     subs = json.load(urllib.request.urlopen(urllib.request.Request(
         base + "/api/v1/submissions", headers={"Authorization": f"Bearer {token}"})))["submissions"]
     sub = subs[0]
@@ -169,15 +226,18 @@ def main():
     rounds = max(e.get("steps", 0) for e in rows) if rows else 0
     server.terminate()
     server.wait(timeout=30)
+    breakdown = timings_from_log(log_path)
     result = {
         "backend": a.backend, "gpu_impl": a.gpu_impl if a.backend == "gpu" else None,
         "gpu_device": a.gpu_device if a.backend == "gpu" else None, "episodes": len(rows), "status": sub["status"], "wall_s": round(wall, 2),
         "episodes_per_s": round(len(rows) / wall, 2), "control_steps": steps,
         "control_steps_per_s": round(steps / wall), "mean_step_round_trip_ms": round(1000 * wall / max(rounds, 1), 2),
         "peak_rss_server_and_worker_mb": round(peak["server"]), "peak_gpu_memory_mb": peak["gpu"],
+        "rss_per_episode_mb": round(peak["server"] / max(len(rows), 1), 3),
+        "server_start_s": round(server_up_s, 2), "breakdown": breakdown,
     }
-    print(json.dumps(result, indent=2))
-    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(data_dir, ignore_errors=True)
+    return result
 
 
 if __name__ == "__main__":

@@ -8,8 +8,12 @@ For each env count it measures, interleaved and repeated:
          world-batched step with the PD kernel, one CUDA graph per control step on a GPU;
   gpu    `arena sim bench --backend gpu`: the whole TrackingEnv on the GPU backend (worker,
          shared memory, observations, episode bookkeeping, replay policy);
-  cpu    `arena sim bench --backend cpu` on every CPU core of the machine.
-and prints control steps/s with the ratios gpu/raw (goal >= 0.8) and gpu/cpu.
+  cpu    `arena sim bench --backend cpu` on every CPU core of the machine;
+  stub   `arena sim bench --backend gpu --gpu-impl stub`: the same path with the physics stubbed
+         out, i.e. what the worker's host side and the Rust side cost per control step alone;
+and prints control steps/s with the ratios gpu/raw (goal >= 0.8) and gpu/cpu, then the
+arena's own split of a control step (ms: the backend's step, observations, resets, policy) for
+gpu and stub.
 
   python bench/gpu_throughput.py --arena target/release/arena --envs 1024 4096 8192
 Needs jax (with CUDA on a GPU machine), mujoco==3.17.0 and mujoco-mjx==3.17.0 in this Python
@@ -124,7 +128,7 @@ def arena_bench(arena, envs, steps, backend, extra):
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed:\n{out.stderr}")
-    return json.loads(out.stdout.strip().splitlines()[-1])["control_steps_per_s"]
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main():
@@ -137,6 +141,8 @@ def main():
                    help="MJX's JAX implementation or MuJoCo Warp, for raw and gpu alike")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"])
     p.add_argument("--cpu-threads", type=int, default=0, help="CPU backend threads (0 = all cores)")
+    p.add_argument("--no-cpu", action="store_true", help="leave out the CPU backend column")
+    p.add_argument("--no-stub", action="store_true", help="leave out the stubbed-physics column")
     a = p.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -145,18 +151,26 @@ def main():
                        capture_output=True)
         rows = []
         for n in a.envs:
-            results = {"raw": [], "gpu": [], "cpu": []}
+            results = {"raw": [], "gpu": [], "cpu": [], "stub": []}
+            splits = {"gpu": [], "stub": []}
             for _ in range(a.repeats):
                 if a.impl == "warp":
                     results["raw"].append(raw_warp(xml, n, a.steps, a.device))
                 else:
                     results["raw"].append(raw_mjx(xml, n, a.steps))
-                results["gpu"].append(arena_bench(a.arena, n, a.steps, "gpu",
-                                                  ["--gpu-device", a.device, "--gpu-impl", a.impl]))
-                results["cpu"].append(arena_bench(a.arena, n, a.steps, "cpu",
-                                                  ["--threads", str(a.cpu_threads)]))
-            med = {k: statistics.median(v) for k, v in results.items()}
-            rows.append((n, med, results))
+                for side, extra in (("gpu", ["--gpu-device", a.device, "--gpu-impl", a.impl]),
+                                    ("stub", ["--gpu-impl", "stub"])):
+                    if side == "stub" and a.no_stub:
+                        continue
+                    out = arena_bench(a.arena, n, a.steps, "gpu", extra)
+                    results[side].append(out["control_steps_per_s"])
+                    splits[side].append(out.get("ms_per_step"))
+                if not a.no_cpu:
+                    results["cpu"].append(arena_bench(a.arena, n, a.steps, "cpu",
+                                                      ["--threads", str(a.cpu_threads)])["control_steps_per_s"])
+            med = {k: statistics.median(v) if v else float("nan") for k, v in results.items()}
+            rows.append((n, med, dict(results, ms_per_step=splits)))
+            print(f"{n} envs: " + ", ".join(f"{k} {v:.0f}" for k, v in med.items()), file=sys.stderr, flush=True)
         raw = "raw MJX" if a.impl == "jax" else "raw MuJoCo Warp"
         print(f"| envs | {raw} | arena gpu ({a.impl}) | arena cpu ({a.cpu_threads or os.cpu_count()} threads) "
               "| gpu / raw | gpu / cpu |")
@@ -164,6 +178,14 @@ def main():
         for n, med, _ in rows:
             print(f"| {n} | {med['raw']:.0f} | {med['gpu']:.0f} | {med['cpu']:.0f} "
                   f"| {med['gpu'] / med['raw']:.2f} | {med['gpu'] / med['cpu']:.2f} |")
+        print("\nms per control step (median run): the backend's step | observations | resets | policy | all")
+        for n, _, r in rows:
+            for side in ("gpu", "stub"):
+                runs = [s for s in r["ms_per_step"][side] if s]
+                if runs:
+                    s = sorted(runs, key=lambda x: x["total"])[len(runs) // 2]
+                    print(f"  {n} envs, {side}: {s['physics']:.3f} | {s['observations']:.3f} | "
+                          f"{s['resets']:.3f} | {s['policy']:.3f} | {s['total']:.3f}")
         print(json.dumps({str(n): r for n, _, r in rows}))
 
 

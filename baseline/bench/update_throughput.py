@@ -41,18 +41,24 @@ def rust_run(example, preset, batch, updates, device, dump=None):
 
 
 def python_run(directory, updates, device):
+    """The oracle's updates/s on `device` (cpu, or cuda: every tensor and parameter made there,
+    the clock read after the device has finished)."""
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit(f"--device {device}: this torch ({torch.__version__}) sees no CUDA device")
+    torch.set_default_device(device)
     config = json.load(open(os.path.join(directory, "config.json")))
-    init = load_file(os.path.join(directory, "init.safetensors"))
-    batch = load_file(os.path.join(directory, "batch.safetensors"))
+    init = load_file(os.path.join(directory, "init.safetensors"), device=device)
+    batch = load_file(os.path.join(directory, "batch.safetensors"), device=device)
     model = oracle.Model(config["model"])
     obs_norm, aux = oracle.load_init(model, init)
     b = oracle.load_batch(batch, model, config["agent"])
-    if device != "cpu":
-        raise SystemExit("the oracle runs on the CPU only")
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     oracle.agent_update(model, obs_norm, aux, b, config["agent"])  # warm-up
+    sync()
     start = time.perf_counter()
     for _ in range(updates):
         oracle.agent_update(model, obs_norm, aux, b, config["agent"])
+    sync()
     seconds = time.perf_counter() - start
     return {"impl": "pytorch-oracle", "seconds": seconds, "updates_per_s": updates / seconds,
             "threads": torch.get_num_threads()}

@@ -2,7 +2,7 @@
 //! command-line flags; with no file at all it runs on embedded defaults (SQLite in `./arena-data`).
 
 use arena_sim::SimBackend;
-use arena_sim::handler::GpuOptions;
+use arena_sim::handler::{GpuImpl, GpuOptions};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -34,7 +34,8 @@ pub struct ServerConfig {
     pub sim_backend: String,
     /// GPU backend: where the physics runs (`auto`, `cpu`, `gpu`).
     pub gpu_device: String,
-    /// GPU backend: physics implementation (`jax`: MuJoCo MJX; `warp`: MuJoCo Warp, float32).
+    /// GPU backend: physics implementation (`auto`: MuJoCo Warp where a CUDA device is present,
+    /// else MuJoCo MJX; `jax`: MuJoCo MJX; `warp`: MuJoCo Warp, float32).
     pub gpu_impl: String,
     /// GPU backend: the Python with python/requirements-gpu.txt; empty = `ARENA_GPU_PYTHON`,
     /// else `python3`.
@@ -84,7 +85,7 @@ impl Default for ServerConfig {
             sim_threads: 0,
             sim_backend: "cpu".into(),
             gpu_device: "auto".into(),
-            gpu_impl: "jax".into(),
+            gpu_impl: "auto".into(),
             gpu_python: PathBuf::new(),
             step_timeout_s: 0.0,
             heartbeat_interval_s: 30.0,
@@ -115,9 +116,13 @@ impl ServerConfig {
         match self.sim_backend.as_str() {
             "cpu" => Ok(SimBackend::Cpu),
             "gpu" => {
+                let implementation: GpuImpl = self.gpu_impl.parse()?;
+                if implementation == GpuImpl::Stub {
+                    return Err("\"stub\" has no physics (a benchmark of `arena sim bench`); a server needs auto, jax or warp".into());
+                }
                 let mut options = GpuOptions {
                     device: self.gpu_device.parse()?,
-                    implementation: self.gpu_impl.parse()?,
+                    implementation,
                     ..GpuOptions::default()
                 };
                 if !self.gpu_python.as_os_str().is_empty() {

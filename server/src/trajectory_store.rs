@@ -57,9 +57,13 @@ pub async fn discard_episode(objects: &Objects, submission: &str, idx: i64, atte
 /// and deleted the runs meanwhile), so an incomplete file is never stored. Two sessions that
 /// both read every run write the same file.
 pub async fn merge(objects: &Objects, submission: &str, benchmark: &str, rows: &[EpisodeRow]) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
     let merged = objects.scratch_file(".h5");
     let result = merge_into(objects, submission, benchmark, rows, &merged).await;
     let _ = tokio::fs::remove_file(&merged).await;
+    let merge_s = (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0;
+    let breakdown = serde_json::json!({"episodes": rows.len(), "merge_s": merge_s});
+    tracing::info!(target: "arena_timings", "merge {breakdown}");
     result
 }
 

@@ -12,11 +12,12 @@ library output lands in the log. EOF on stdin ends the worker (exit 0).
 
 Init (one line):
   {"mjcf": PATH, "num_envs": N, "kp": [29], "kd": [29], "effort": [29], "decimation": 4,
-   "torso_body": 16, "device": "auto"|"cpu"|"gpu", "impl": "jax"|"warp", "x64": false,
+   "torso_body": 16, "device": "auto"|"cpu"|"gpu", "impl": "jax"|"warp"|"stub", "x64": false,
    "contact_forces": true}
-Reply: {"ready": true, "backend": "mjx"|"mujoco_warp", "impl", "device", "library", "mujoco",
-"compile_s"} or {"error": MESSAGE} and exit code 1. impl "warp" computes in float32 only (x64
-is refused) and needs mujoco-warp and warp-lang (python/requirements-gpu.txt).
+Reply: {"ready": true, "backend": "mjx"|"mujoco_warp"|"stub", "impl", "device", "library",
+"mujoco", "compile_s"} or {"error": MESSAGE} and exit code 1. impl "warp" computes in float32
+only (x64 is refused) and needs mujoco-warp and warp-lang (python/requirements-gpu.txt); impl
+"stub" (stub_physics.py) is no physics at all, a benchmark of the host side.
 
 Shared memory: PATH holds float64 little-endian arrays in C order, back to back; offsets are in
 float64 elements (bytes = 8 x offset), N = num_envs, total 729 N elements = 5832 N bytes.
@@ -99,6 +100,16 @@ def shm_size(num_envs):
     return 8 * num_envs * sum(math.prod(shape) for _, shape in LAYOUT)
 
 
+def output_span(num_envs):
+    """(start, end) in float64 elements of the device outputs, which LAYOUT keeps back to back
+    in DEVICE_OUTPUTS order."""
+    names = [name for name, _ in LAYOUT]
+    first = names.index(DEVICE_OUTPUTS[0][0])
+    assert tuple(LAYOUT[first:first + len(DEVICE_OUTPUTS)]) == DEVICE_OUTPUTS
+    start = num_envs * sum(math.prod(shape) for _, shape in LAYOUT[:first])
+    return start, start + num_envs * sum(math.prod(shape) for _, shape in DEVICE_OUTPUTS)
+
+
 def map_shm(path, num_envs):
     """Maps the shared-memory file and returns {name: [N, ...] view}."""
     expected = shm_size(num_envs)
@@ -111,7 +122,7 @@ def map_shm(path, num_envs):
             f"shared memory file {path} has {actual} bytes, expected {expected} "
             f"(num_envs={num_envs}, {expected // num_envs} bytes per env)")
     mem = np.memmap(path, dtype="<f8", mode="r+", shape=(expected // 8,))
-    views, offset = {}, 0
+    views, offset = {"_mem": mem}, 0
     for name, shape in LAYOUT:
         size = num_envs * math.prod(shape)
         views[name] = mem[offset:offset + size].reshape((num_envs,) + shape)
@@ -159,8 +170,8 @@ def parse_init(line):
         cfg[key] = arr
     if cfg["device"] not in ("auto", "cpu", "gpu"):
         raise InitError(f"unknown device {cfg['device']!r} (expected auto, cpu or gpu)")
-    if cfg["impl"] not in ("jax", "warp"):
-        raise InitError(f"unknown impl {cfg['impl']!r} (expected jax or warp)")
+    if cfg["impl"] not in ("jax", "warp", "stub"):
+        raise InitError(f"unknown impl {cfg['impl']!r} (expected jax, warp or stub)")
     for key in ("x64", "contact_forces"):
         if not isinstance(cfg[key], bool):
             raise InitError(f"{key} must be true or false")
@@ -201,14 +212,19 @@ class Worker:
                 from warp_physics import WarpPhysics as Physics
             except ImportError as e:
                 raise InitError(f"impl warp needs mujoco-warp and warp-lang in this Python: {e}") from None
+        elif cfg["impl"] == "stub":
+            from stub_physics import StubPhysics as Physics
         else:
             from mjx_physics import MjxPhysics as Physics
+        # The device outputs are back to back in shared memory (LAYOUT): the physics writes
+        # them there in one copy.
+        self.outputs = views["_mem"][slice(*output_span(n))]
         self.physics = Physics(cfg, model, self.dr_host, self.kp_host, self.kd_host)
+        self.inp = np.zeros((n, NJ + 7))
         # Every env is at qpos0 at rest: one inactive step and a sync exercise both paths before
         # the first command and publish the initial outputs.
-        inp = np.zeros((n, NJ + 7))
-        self.physics.advance(inp, step=True)
-        self.write_outputs(*self.physics.advance(inp, step=False))
+        self.physics.advance(self.inp, True, self.outputs)
+        self.write_ints(self.physics.advance(self.inp, False, self.outputs))
 
     def apply_params(self, envs):
         """Domain randomisation from the nominal model for `envs` (C library's mj_setConst)."""
@@ -252,13 +268,17 @@ class Worker:
                 raise CommandError(f"non-finite reset state for env(s) {resets.tolist()}")
         if pushes.any() and not np.all(np.isfinite(v["push"][pushes])):
             raise CommandError("non-finite push")
-        inp = np.zeros((self.n, NJ + 7))
+        inp = self.inp
+        inp[:, NJ:] = 0.0
         if name == "step":
             inp[:, :NJ] = v["targets"]
-            inp[:, NJ + 6] = v["active"] != 0
-            if not np.all(np.isfinite(inp[:, :NJ][inp[:, NJ + 6] > 0])):
+            active = v["active"] != 0
+            inp[:, NJ + 6] = active
+            # A row's sum is finite when its values are (one pass, no temporaries per value).
+            if not np.all(np.isfinite(inp[:, :NJ].sum(axis=1))[active]):
                 raise CommandError("non-finite targets for an active env")
-        inp[pushes, NJ:NJ + 6] = v["push"][pushes]
+        if pushes.any():
+            inp[pushes, NJ:NJ + 6] = v["push"][pushes]
 
         if params.size:
             self.apply_params(params)
@@ -273,16 +293,12 @@ class Worker:
             v["reset_flag"][:] = 0
         if pushes.any():
             v["push_flag"][:] = 0
-        self.write_outputs(*self.physics.advance(inp, step=name == "step"))
+        self.write_ints(self.physics.advance(inp, name == "step", self.outputs))
 
-    def write_outputs(self, flat, ints):
-        """The physics' packed outputs (one device-to-host copy each), into shared memory."""
+    def write_ints(self, ints):
+        """Failure codes and substep counts [N, 3] (code, nsub, fail_nsub), into shared memory;
+        the physics has written the packed outputs there itself."""
         v = self.views
-        offset = 0
-        for name, _ in DEVICE_OUTPUTS:
-            dst = v[name]
-            dst[...] = flat[offset:offset + dst.size].reshape(dst.shape)
-            offset += dst.size
         v["failed"][:] = ints[:, 0]
         v["time"][:] = ints[:, 1] * self.dt
         v["failed_time"][:] = np.where(ints[:, 0] != 0, ints[:, 2] * self.dt, 0.0)

@@ -244,10 +244,12 @@ class MjxPhysics:
         self.state = self.reset_fn(self.model_b, self.state, self.put(qpos), self.put(qvel),
                                    self.put(mask, bool))
 
-    def advance(self, inp, step):
-        """Pushes, then (for `step`) one control step; returns (flat outputs, ints [N, 3])."""
+    def advance(self, inp, step, dest):
+        """Pushes, then (for `step`) one control step; writes the packed outputs into `dest`
+        (float64, shared memory) and returns the ints [N, 3] (code, nsub, fail_nsub)."""
         if step:
             self.state, flat, ints = self.step_fn(self.model_b, self.state, self.put(inp), self.kp, self.kd)
         else:
             self.state, flat, ints = self.sync_fn(self.model_b, self.state, self.put(inp))
-        return np.asarray(flat), np.asarray(ints)
+        np.copyto(dest, np.asarray(flat), casting="same_kind")
+        return np.asarray(ints)

@@ -10,13 +10,16 @@ keeps the per-env semantics of the JAX path with its own kernels:
   inactive and failed envs stay exactly where they were, as on the CPU backend;
 - domain randomisation is MuJoCo Warp's batched model fields (leading world axis) for
   ``DR_FIELDS``, computed on the host with the C library's ``mj_setConst`` like the JAX path;
-- outputs are packed on the device into one float64 block (one device-to-host copy per command);
+- outputs are packed on the device into one float64 block, copied by one device-to-host copy
+  straight into the shared memory the caller passes (page-locked with ``cuMemHostRegister`` on
+  a CUDA device, so the copy is a DMA at the link's speed rather than a staged pageable copy);
   per-body contact forces decode each pooled contact with MuJoCo Warp's ``contact_force_fn`` and
   add it to its world's bodies.
 
 On a CUDA device the step and the sync are each captured once as a CUDA graph, so a command is
-two copies in, one graph launch and one copy out. MuJoCo Warp computes in float32 only.
+three small copies in, one graph launch and one copy out. MuJoCo Warp computes in float32 only.
 """
+import ctypes
 import time
 
 import numpy as np
@@ -213,6 +216,25 @@ def _pack_body_kernel(n: int, body_rootid: wp.array(dtype=int), xpos: wp.array2d
         out[_O_XQUAT * n + e * 4 + i] = wp.float64(q[i])
 
 
+_PAGE = 4096
+
+
+def _page_lock(ptr, nbytes):
+    """Page-locks [ptr, ptr + nbytes) for every CUDA context (cuMemHostRegister, PORTABLE), so
+    device-to-host copies into it are direct DMA. Returns an error message, or None."""
+    start = ptr & ~(_PAGE - 1)
+    end = (ptr + nbytes + _PAGE - 1) & ~(_PAGE - 1)
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError as e:
+        return f"libcuda.so.1: {e}"
+    register = cuda.cuMemHostRegister_v2
+    register.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
+    register.restype = ctypes.c_int
+    code = register(ctypes.c_void_p(start), ctypes.c_size_t(end - start), ctypes.c_uint(1))
+    return None if code == 0 else f"cuMemHostRegister returned CUresult {code}"
+
+
 def _device(cfg):
     """Warp device for the init's `device`: auto = the first CUDA device when there is one."""
     cuda = wp.get_cuda_device_count() > 0
@@ -260,6 +282,8 @@ class WarpPhysics:
             self.body_force = wp.zeros((n, NB + 1), dtype=wp.vec3)
             self.out = wp.zeros(n * OUTPUTS_PER_ENV, dtype=wp.float64)
             self.ints = wp.zeros((3, n), dtype=int)
+        # The host destination of `out` (shared memory), wrapped once per address.
+        self.host_out, self.host_key = None, None
         self.set_params(dr_host, kp_host, kd_host)
         qpos0 = np.repeat(model.qpos0[None], n, axis=0)
         self.reset(np.ones(n, bool), qpos0, np.zeros((n, NV)))
@@ -354,8 +378,28 @@ class WarpPhysics:
                 self._control_step()
             self._observe()
 
-    def advance(self, inp, step):
-        """Pushes, then (for `step`) one control step; returns (flat outputs, ints [N, 3])."""
+    def _host_destination(self, dest):
+        """A Warp CPU array over `dest` (float64, contiguous), page-locked on a CUDA device."""
+        key = (dest.ctypes.data, dest.size)
+        if self.host_key != key:
+            if dest.size != self.out.size or not dest.flags.c_contiguous or dest.dtype != np.float64:
+                raise ValueError(f"output destination must be {self.out.size} contiguous float64 values")
+            if self.device.is_cuda:
+                with wp.ScopedDevice(self.device):
+                    why = _page_lock(dest.ctypes.data, dest.nbytes)
+                if why is None:
+                    log(f"outputs: {dest.nbytes / 1e6:.1f} MB of shared memory page-locked for direct copies")
+                else:
+                    log(f"outputs: shared memory not page-locked ({why}); copies go through pageable memory")
+            self.host_out = wp.array(ptr=dest.ctypes.data, dtype=wp.float64, shape=(dest.size,),
+                                     device="cpu")
+            self.host_key = key
+        return self.host_out
+
+    def advance(self, inp, step, dest):
+        """Pushes, then (for `step`) one control step; writes the packed outputs into `dest`
+        (float64, shared memory) and returns the ints [N, 3] (code, nsub, fail_nsub)."""
+        host_out = self._host_destination(dest)
         self.push.assign(inp[:, NJ:NJ + 6].astype(np.float32))
         if step:
             self.targets.assign(inp[:, :NJ].astype(np.float32))
@@ -363,4 +407,7 @@ class WarpPhysics:
         else:
             self.go.zero_()
         self._launch(step)
-        return self.out.numpy(), self.ints.numpy().T
+        with wp.ScopedDevice(self.device):
+            wp.copy(host_out, self.out)
+            ints = self.ints.numpy().T  # synchronises the device: both copies have landed
+        return ints

@@ -18,6 +18,7 @@ use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Actions are clipped to this range after ×5 (BFM_ZERO_FACTS §1.3).
 pub const ACTION_CLIP: f64 = 5.0;
@@ -311,7 +312,24 @@ impl Readout {
     }
 }
 
+/// Wall time a [`TrackingEnv`] has spent in each part of its work since it was made: the
+/// breakdown of an evaluation's stepping (`arena serve` logs it per lane, bench/gpu_eval_scale.py
+/// prints it).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct EnvTimings {
+    /// Resets: DR draws and reference states written to the backend, then its sync (on the GPU
+    /// backend: the worker's params, `mj_setConst` per env and reset).
+    pub reset_s: f64,
+    /// The backend's control step (for the GPU backend, the round trip to the worker).
+    pub physics_s: f64,
+    /// Observations, infos and trajectory recording after steps and resets.
+    pub refresh_s: f64,
+    pub steps: u64,
+    pub resets: u64,
+}
+
 pub struct TrackingEnv {
+    timings: EnvTimings,
     config: TrackingEnvConfig,
     handler: Box<dyn Handler>,
     library: Arc<MotionLibrary>,
@@ -360,6 +378,7 @@ impl TrackingEnv {
             })
             .collect();
         let mut env = Self {
+            timings: EnvTimings::default(),
             handler,
             library,
             slots,
@@ -402,6 +421,11 @@ impl TrackingEnv {
 
     pub fn handler(&self) -> &dyn Handler {
         self.handler.as_ref()
+    }
+
+    /// Where this env's time went so far.
+    pub fn timings(&self) -> EnvTimings {
+        self.timings
     }
 
     pub fn observations(&self) -> &ObservationBatch {
@@ -458,10 +482,13 @@ impl TrackingEnv {
         for (env, a, _) in starts {
             self.validate(*env, a)?;
         }
+        let started = Instant::now();
         for &(env, a, lie) in starts {
             self.reset_one(env, a, lie)?;
         }
         self.handler.sync()?;
+        self.timings.reset_s += started.elapsed().as_secs_f64();
+        self.timings.resets += starts.len() as u64;
         self.selected.fill(false);
         for (env, _, _) in starts {
             self.selected[*env] = true;
@@ -682,7 +709,10 @@ impl TrackingEnv {
                 }
             }
         }
+        let started = Instant::now();
         self.handler.step(&self.targets)?;
+        self.timings.physics_s += started.elapsed().as_secs_f64();
+        self.timings.steps += 1;
         for (slot, _) in self.slots.iter_mut().zip(&self.selected).filter(|(_, s)| **s) {
             if slot.status == EpisodeStatus::Running {
                 slot.step += 1;
@@ -701,6 +731,12 @@ impl TrackingEnv {
     /// Rebuilds observations, info and recordings of the envs flagged in `selected` (just reset
     /// when `after_reset`), reading each from the handler.
     fn refresh(&mut self, after_reset: bool) {
+        let started = Instant::now();
+        self.refresh_envs(after_reset);
+        self.timings.refresh_s += started.elapsed().as_secs_f64();
+    }
+
+    fn refresh_envs(&mut self, after_reset: bool) {
         let selected = &self.selected;
         let ctx = RefreshContext {
             library: &self.library,

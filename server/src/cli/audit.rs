@@ -99,7 +99,7 @@ pub fn run(a: AuditArgs) -> anyhow::Result<()> {
             changed.len() - 5
         );
     }
-    let backend = a.backend.backend();
+    let backend = a.backend.scoring_backend()?;
     let bar = indicatif::ProgressBar::new(records.len() as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} episodes re-run")

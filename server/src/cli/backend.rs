@@ -23,9 +23,10 @@ pub struct BackendArgs {
     /// GPU backend: where the physics runs: auto (the GPU if there is one), cpu or gpu.
     #[arg(long, default_value = "auto", value_parser = clap::builder::ValueParser::new(str::parse::<GpuDevice>))]
     pub gpu_device: GpuDevice,
-    /// GPU backend: physics implementation, jax (MuJoCo MJX on JAX) or warp (MuJoCo Warp,
-    /// float32 only).
-    #[arg(long, default_value = "jax", value_parser = clap::builder::ValueParser::new(str::parse::<GpuImpl>))]
+    /// GPU backend: physics implementation: auto (MuJoCo Warp where a CUDA device is present and
+    /// --gpu-x64 is not asked for, else MJX), jax (MuJoCo MJX on JAX) or warp (MuJoCo Warp,
+    /// float32 only). `arena sim bench` also takes stub: no physics, the host side's cost alone.
+    #[arg(long, default_value = "auto", value_parser = clap::builder::ValueParser::new(str::parse::<GpuImpl>))]
     pub gpu_impl: GpuImpl,
     /// GPU backend: a Python with python/requirements-gpu.txt [default: python3].
     #[arg(long, env = "ARENA_GPU_PYTHON")]
@@ -37,6 +38,14 @@ pub struct BackendArgs {
 }
 
 impl BackendArgs {
+    /// The backend of a command that scores: the stub's outputs are no physics.
+    pub fn scoring_backend(&self) -> anyhow::Result<SimBackend> {
+        if self.backend == BackendKind::Gpu && self.gpu_impl == GpuImpl::Stub {
+            anyhow::bail!("--gpu-impl stub has no physics: it is for `arena sim bench` only");
+        }
+        Ok(self.backend())
+    }
+
     pub fn backend(&self) -> SimBackend {
         match self.backend {
             BackendKind::Cpu => SimBackend::Cpu,

@@ -59,7 +59,7 @@ pub fn run(a: EvalArgs) -> anyhow::Result<()> {
     let options = EvalOptions {
         batch: a.batch.max(1),
         threads,
-        backend: a.backend.backend(),
+        backend: a.backend.scoring_backend()?,
     };
     let bar = ProgressBar::new(0);
     bar.set_style(

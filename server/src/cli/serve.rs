@@ -108,7 +108,8 @@ pub struct LaneBackendArgs {
     /// GPU backend: auto, cpu (JAX's or Warp's CPU device) or gpu [default: auto].
     #[arg(long, env = "ARENA_GPU_DEVICE")]
     pub gpu_device: Option<String>,
-    /// GPU backend: physics implementation, jax (MuJoCo MJX) or warp (MuJoCo Warp) [default: jax].
+    /// GPU backend: physics implementation, auto (MuJoCo Warp on a CUDA device, else MuJoCo MJX),
+    /// jax (MuJoCo MJX) or warp (MuJoCo Warp) [default: auto].
     #[arg(long, env = "ARENA_GPU_IMPL")]
     pub gpu_impl: Option<String>,
     /// GPU backend: Python with python/requirements-gpu.txt [default: $ARENA_GPU_PYTHON, else python3].

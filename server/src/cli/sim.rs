@@ -354,9 +354,13 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
         env = TrackingEnv::new(env_config(&robot, a.envs, a.threads), library.clone())?;
     }
     env.reset(&all)?;
+    let before = env.timings();
+    let mut policy_s = 0.0;
     let start = Instant::now();
     for _ in 0..a.steps {
+        let started = Instant::now();
         policy.act(&env, &mut actions);
+        policy_s += started.elapsed().as_secs_f64();
         env.step(&actions)?;
         let done: Vec<_> = (0..a.envs)
             .filter(|&e| env.infos()[e].status.is_done())
@@ -370,11 +374,22 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
     let control = (a.envs * a.steps) as f64 / secs;
     let threads = env.handler().num_threads();
     let backend = env.handler().describe();
+    let after = env.timings();
+    // Per control step, milliseconds: where the loop's time went.
+    let per_step = |s: f64| 1000.0 * s / a.steps as f64;
+    let split = serde_json::json!({
+        "physics": per_step(after.physics_s - before.physics_s),
+        "observations": per_step(after.refresh_s - before.refresh_s),
+        "resets": per_step(after.reset_s - before.reset_s),
+        "policy": per_step(policy_s),
+        "total": per_step(secs),
+    });
     if a.json {
         let v = serde_json::json!({
             "backend": backend,
             "envs": a.envs, "steps": a.steps, "threads": threads, "seconds": secs,
             "control_steps_per_s": control, "physics_steps_per_s": control * arena_sim::DECIMATION as f64,
+            "ms_per_step": split,
         });
         println!("{v}");
     } else {
@@ -386,6 +401,14 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
             control,
             control * arena_sim::DECIMATION as f64,
             secs
+        );
+        println!(
+            "  ms per control step: {:.3} physics (the backend's step), {:.3} observations, {:.3} resets, {:.3} policy, {:.3} in all",
+            split["physics"].as_f64().unwrap_or(f64::NAN),
+            split["observations"].as_f64().unwrap_or(f64::NAN),
+            split["resets"].as_f64().unwrap_or(f64::NAN),
+            split["policy"].as_f64().unwrap_or(f64::NAN),
+            split["total"].as_f64().unwrap_or(f64::NAN),
         );
     }
     Ok(())

@@ -17,7 +17,12 @@ use std::sync::mpsc;
 pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
     let spec = &ctx.benchmark.spec;
     let metric_config = episode::metric_config(spec);
+    // Wall time of scoring, storing trajectories and database commits, logged at the end (the
+    // committer's half of an evaluation's breakdown; the lanes log theirs).
+    let (mut score_s, mut store_s, mut commit_s, mut episodes) = (0.0, 0.0, 0.0, 0u64);
+    let begun = std::time::Instant::now();
     for done in inbox {
+        let started = std::time::Instant::now();
         let (status, metrics, reason) = episode::score_finished(
             &done.trajectory,
             done.status,
@@ -25,6 +30,8 @@ pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
             &spec.metrics.list,
             &metric_config,
         );
+        score_s += started.elapsed().as_secs_f64();
+        episodes += 1;
         let steps = done.trajectory.len().saturating_sub(1);
         // `done` moves into the stored record below.
         let (episode, run_attempt) = (done.episode, done.attempt);
@@ -39,6 +46,7 @@ pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
             let idx = done.episode.index as i64;
             let attempt = done.attempt as i64;
             let record = record_of(ctx, done, status, reason.as_deref());
+            let started = std::time::Instant::now();
             let stored = ctx.runtime.block_on(trajectory_store::store_episode(
                 objects,
                 submission_id,
@@ -46,6 +54,7 @@ pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
                 attempt,
                 record,
             ));
+            store_s += started.elapsed().as_secs_f64();
             if let Err(e) = stored {
                 // Nothing is lost: the run goes back to the queue (FAILED after its last
                 // attempt) with the reason. The error names server files and the store: the log
@@ -78,9 +87,11 @@ pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
                 },
                 reason: reason.clone(),
             };
+            let started = std::time::Instant::now();
             let committed = db_call(&ctx.runtime, "committing an episode", || {
                 storage.commit_episode(submission_id, idx, Some(attempt), &outcome)
             });
+            commit_s += started.elapsed().as_secs_f64();
             match committed {
                 Ok(true) => {}
                 Ok(false) => {
@@ -117,6 +128,12 @@ pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
         }));
         tracing::debug!(episode = episode.index, attempt = run_attempt, "episode committed");
     }
+    let round = |s: f64| (s * 1000.0).round() / 1000.0;
+    let breakdown = serde_json::json!({
+        "episodes": episodes, "wall_s": round(begun.elapsed().as_secs_f64()), "score_s": round(score_s),
+        "store_s": round(store_s), "commit_s": round(commit_s),
+    });
+    tracing::info!(target: "arena_timings", "committer {breakdown}");
 }
 
 /// The episode's HDF5 record; takes the trajectory's arrays rather than copying them.

@@ -11,6 +11,7 @@ use arena_runner::local::episode_info;
 use arena_sdk::ObservationLayout;
 use arena_sdk::protocol::{self, Action, EpisodeObservation, EpisodeStart, GetAction, Msg, codes};
 use arena_sim::env::{TrackingEnv, Trajectory};
+use rayon::prelude::*;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
@@ -58,18 +59,41 @@ fn stale_step(a: &Action, why: &str) -> Msg {
     })
 }
 
+/// Wall time of a lane's parts, logged once when the lane ends (target `arena_timings`, level
+/// info: `ARENA_LOG=warn,arena_timings=info`) as the breakdown of an evaluation.
+#[derive(Debug, Default)]
+struct LaneTimings {
+    /// Making the batched env (for the GPU backend: starting the worker, compiling).
+    startup_s: f64,
+    /// Claiming episodes (database) and resetting their envs.
+    claim_and_reset_s: f64,
+    /// Building each GetAction's observations.
+    observe_s: f64,
+    /// From a GetAction handed to the connection until its Action is back: transport both ways
+    /// and the agent's own time.
+    agent_s: f64,
+    /// Checking actions into the batch.
+    apply_s: f64,
+    /// Handing finished episodes to the committer (their trajectories move).
+    collect_s: f64,
+    requests: u64,
+}
+
 pub fn run_lane(
     ctx: &RunContext,
     lane: usize,
     inbox: mpsc::Receiver<Action>,
     commit: mpsc::Sender<Finished>,
 ) -> LaneEnd {
+    let started = Instant::now();
     match Lane::new(ctx, lane, inbox, commit) {
         Ok(mut l) => {
+            l.timings.startup_s = started.elapsed().as_secs_f64();
             let end = l.run();
             // Actions that came in since the last request are answered before the inbox goes
             // (the gateway answers those that come after it).
             l.refuse_late_actions();
+            l.log_timings(started.elapsed().as_secs_f64());
             end
         }
         Err(e) => LaneEnd::Error(format!("starting simulator lane {lane}: {e:#}")),
@@ -87,6 +111,7 @@ struct Lane<'a> {
     next_request: u64,
     scratch: ReferenceScratch,
     actions: Vec<f32>,
+    timings: LaneTimings,
 }
 
 impl<'a> Lane<'a> {
@@ -111,7 +136,24 @@ impl<'a> Lane<'a> {
             commit,
             next_request: lane as u64,
             scratch: ReferenceScratch::for_spec(spec),
+            timings: LaneTimings::default(),
         })
+    }
+
+    fn log_timings(&self, wall_s: f64) {
+        let t = &self.timings;
+        let env = self.env.timings();
+        let round = |s: f64| (s * 1000.0).round() / 1000.0;
+        let breakdown = serde_json::json!({
+            "lane": self.lane, "batch": self.slots.len(), "backend": self.env.handler().describe(),
+            "wall_s": round(wall_s), "startup_s": round(t.startup_s),
+            "claim_and_reset_s": round(t.claim_and_reset_s), "reset_s": round(env.reset_s),
+            "resets": env.resets, "observe_s": round(t.observe_s), "agent_s": round(t.agent_s),
+            "apply_s": round(t.apply_s), "physics_s": round(env.physics_s),
+            "refresh_s": round(env.refresh_s), "collect_s": round(t.collect_s),
+            "requests": t.requests, "steps": env.steps,
+        });
+        tracing::info!(target: "arena_timings", "lane {breakdown}");
     }
 
     fn run(&mut self) -> LaneEnd {
@@ -119,7 +161,10 @@ impl<'a> Lane<'a> {
             // No request is outstanding here: whatever the inbox holds answers an old one.
             self.refuse_late_actions();
             let idle = self.slots.iter().all(Option::is_none);
-            let starting = match self.fill_slots(idle) {
+            let started = Instant::now();
+            let filled = self.fill_slots(idle);
+            self.timings.claim_and_reset_s += started.elapsed().as_secs_f64();
+            let starting = match filled {
                 Ok(s) => s,
                 Err(end) => return end,
             };
@@ -136,7 +181,11 @@ impl<'a> Lane<'a> {
             }
             let step = self.next_request;
             self.next_request += self.ctx.lanes as u64;
+            let started = Instant::now();
             let request = self.request(step);
+            self.timings.observe_s += started.elapsed().as_secs_f64();
+            self.timings.requests += 1;
+            let started = Instant::now();
             if !self.send(Msg::GetAction(request)) {
                 return self.connection_lost("the session ended");
             }
@@ -147,8 +196,14 @@ impl<'a> Lane<'a> {
             } else {
                 self.ctx.step_timeout
             };
-            match self.wait_for(step, timeout) {
-                Wait::Action(action) => self.apply(action),
+            let answer = self.wait_for(step, timeout);
+            self.timings.agent_s += started.elapsed().as_secs_f64();
+            let started = Instant::now();
+            match answer {
+                Wait::Action(action) => {
+                    self.apply(action);
+                    self.timings.apply_s += started.elapsed().as_secs_f64();
+                }
                 Wait::Timeout => {
                     let reason = format!(
                         "no Action for GetAction step {step} (a session-wide request counter) within the {:.3} s step deadline",
@@ -288,22 +343,42 @@ impl<'a> Lane<'a> {
         }
     }
 
+    /// The GetAction of `step`: every running episode's observation, built on the env's worker
+    /// threads when the batch is large enough to pay for the hand-off.
     fn request(&mut self, step: u64) -> GetAction {
-        let d = self.layout.size();
-        let mut observations = Vec::with_capacity(self.slots.len());
-        for (slot, running) in self.slots.iter().enumerate() {
-            let Some(r) = running else { continue };
-            if r.forced.is_some() {
-                continue;
-            }
-            let mut values = vec![0.0f32; d];
-            episode::fill_observation(&self.layout, &self.env, slot, &mut self.scratch, &mut values);
-            observations.push(EpisodeObservation {
-                episode_id: r.episode.index as u32,
-                episode_step: self.env.infos()[slot].step as u32,
+        /// Below this many episodes one thread builds them (a few microseconds each).
+        const PARALLEL_FROM: usize = 64;
+        let (layout, env) = (&self.layout, &self.env);
+        let wanted: Vec<(usize, u32)> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, r)| match r {
+                Some(r) if r.forced.is_none() => Some((slot, r.episode.index as u32)),
+                _ => None,
+            })
+            .collect();
+        let build = |scratch: &mut ReferenceScratch, &(slot, episode_id): &(usize, u32)| {
+            let mut values = vec![0.0f32; layout.size()];
+            episode::fill_observation(layout, env, slot, scratch, &mut values);
+            EpisodeObservation {
+                episode_id,
+                episode_step: env.infos()[slot].step as u32,
                 values,
-            });
-        }
+            }
+        };
+        let observations = match env.handler().pool() {
+            Some(pool) if wanted.len() >= PARALLEL_FROM => {
+                let spec = &self.ctx.benchmark.spec;
+                pool.install(|| {
+                    wanted
+                        .par_iter()
+                        .map_init(|| ReferenceScratch::for_spec(spec), build)
+                        .collect()
+                })
+            }
+            _ => wanted.iter().map(|w| build(&mut self.scratch, w)).collect(),
+        };
         GetAction { step, observations }
     }
 
@@ -430,6 +505,7 @@ impl<'a> Lane<'a> {
                 }
             }
         }
+        let started = Instant::now();
         for slot in 0..self.slots.len() {
             let Some(running) = &self.slots[slot] else { continue };
             let ended = episode::finished_status(&mut self.env, slot, &running.episode);
@@ -450,6 +526,7 @@ impl<'a> Lane<'a> {
                 tracing::error!(lane = self.lane, "the committer is gone; an episode result is lost");
             }
         }
+        self.timings.collect_s += started.elapsed().as_secs_f64();
     }
 
     /// Re-queues the running episodes (a lost connection re-runs them from the start, up to the

@@ -27,11 +27,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The worker's files (name, source): `gpu_worker.py` is the script, the others its modules.
-const WORKER_FILES: [(&str, &str); 4] = [
+const WORKER_FILES: [(&str, &str); 5] = [
     ("gpu_worker.py", include_str!("../../python/gpu_worker.py")),
     ("worker_common.py", include_str!("../../python/worker_common.py")),
     ("mjx_physics.py", include_str!("../../python/mjx_physics.py")),
     ("warp_physics.py", include_str!("../../python/warp_physics.py")),
+    ("stub_physics.py", include_str!("../../python/stub_physics.py")),
 ];
 /// Lines of the worker's stderr kept for error messages.
 const STDERR_TAIL: usize = 20;
@@ -74,21 +75,47 @@ impl std::str::FromStr for GpuDevice {
 /// Which GPU MuJoCo steps the physics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum GpuImpl {
-    /// MJX's own JAX implementation.
+    /// MuJoCo Warp where a CUDA device is present and the run is float32, else MJX's JAX
+    /// implementation ([`GpuImpl::resolve`]).
     #[default]
+    Auto,
+    /// MJX's own JAX implementation.
     Jax,
     /// MuJoCo Warp, worlds batched by the library (needs `mujoco-warp` and `warp-lang` in the
     /// worker's Python; float32 only).
     Warp,
+    /// No physics: the worker's host side and the Rust side alone (`arena sim bench`); joints
+    /// jump to their targets, bodies stay at the rest pose. Never for scoring.
+    Stub,
 }
 
 impl GpuImpl {
     fn wire(self) -> &'static str {
         match self {
+            GpuImpl::Auto => "auto",
             GpuImpl::Jax => "jax",
             GpuImpl::Warp => "warp",
+            GpuImpl::Stub => "stub",
         }
     }
+
+    /// The implementation `Auto` stands for: MuJoCo Warp on a CUDA device (about 4.7× MJX's
+    /// JAX path in the arena on an H100, `shared/notes/GPU_FACTS.md`), MJX where double
+    /// precision is asked for (Warp computes in float32 only) or where the physics runs on a
+    /// CPU device (the tests' and CI's configuration). Other values stand for themselves.
+    pub fn resolve(self, device: GpuDevice, x64: bool, cuda_present: bool) -> GpuImpl {
+        match self {
+            GpuImpl::Auto if !x64 && device != GpuDevice::Cpu && cuda_present => GpuImpl::Warp,
+            GpuImpl::Auto => GpuImpl::Jax,
+            other => other,
+        }
+    }
+}
+
+/// Whether this machine has an NVIDIA CUDA device (the driver's control node), without loading
+/// any GPU library.
+pub fn cuda_device_present() -> bool {
+    std::path::Path::new("/dev/nvidiactl").exists() || std::path::Path::new("/proc/driver/nvidia/version").exists()
 }
 
 impl std::str::FromStr for GpuImpl {
@@ -96,9 +123,13 @@ impl std::str::FromStr for GpuImpl {
 
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
+            "auto" => Ok(GpuImpl::Auto),
             "jax" => Ok(GpuImpl::Jax),
             "warp" => Ok(GpuImpl::Warp),
-            other => Err(format!("unknown GPU physics implementation {other:?} (jax or warp)")),
+            "stub" => Ok(GpuImpl::Stub),
+            other => Err(format!(
+                "unknown GPU physics implementation {other:?} (auto, jax, warp, or stub for benchmarks)"
+            )),
         }
     }
 }
@@ -254,6 +285,10 @@ impl GpuHandler {
                     .into(),
             ));
         }
+        let mut options = options;
+        options.implementation = options
+            .implementation
+            .resolve(options.device, options.x64, cuda_device_present());
         // The nominal model, compiled here as the CPU backend compiles it: the same layout
         // checks, and the constants (mass, joint ranges) the worker need not be asked for.
         let model = config.compile()?;

@@ -6,10 +6,12 @@
 #            dependencies (JAX with CUDA is installed there);
 #   .warp1/  .warp2/  warp-lang 1.18.0 for that machine: the wheel's files without the CPU
 #            compiler (warp-clang.so, only for Warp's CPU device) and the examples, as one
-#            tar.xz (about 82 MB, above one call's 64 MiB) cut into two parts, the first
-#            carried alone by a first call, the second with everything else;
-#   .gpu/    the stripped `arena` and the SDK's replay example, with MuJoCo's library, xz'd.
-# scripts/gpu-measure.sh joins and installs them there.
+#            tar.xz (83 MB, above one call's 64 MiB with the working tree) cut into two parts;
+#   .gpu/    the stripped `arena` and the SDK's replay example, with MuJoCo's library, xz'd
+#            (bin.tar.xz), and, when scripts/gpu-carry-bfm.sh has filled .gpu-bfm/, the CUDA
+#            build of arena-bfm's update_throughput and arena-bfm (bfm.tar.xz).
+# Three calls carry them (.warp1; .warp2 and .gpu; .whl): docs/gpu-backend.md, "Measuring on a
+# GPU machine". scripts/gpu-measure.sh joins and installs them there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .whl .warp1 .warp2 .warp3 .gpu
@@ -26,11 +28,14 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
 (cd "$scratch" && unzip -q warp_lang-*.whl && rm warp_lang-*.whl \
     && rm -rf warp/bin/warp-clang.so warp/examples \
     && tar cf - warp warp_lang-*.dist-info | xz -T0 -6 > warp.tar.xz)
-split -b 60M -d -a 1 "$scratch/warp.tar.xz" "$scratch/warp.tar.xz.part"
+split -b 50M -d -a 1 "$scratch/warp.tar.xz" "$scratch/warp.tar.xz.part"
 mv "$scratch/warp.tar.xz.part0" .warp1/ && mv "$scratch/warp.tar.xz.part1" .warp2/
 cargo build --release -p arena-server --bin arena -p arena-sdk --example replay
 cp target/release/arena target/release/examples/replay third_party/mujoco/lib/libmujoco.so.3.17.0 "$scratch"/
 strip "$scratch/arena" "$scratch/replay"
 # Beside the binaries, where their $ORIGIN run path finds it wherever they are unpacked.
 tar cf - -C "$scratch" arena replay libmujoco.so.3.17.0 | xz -T0 -6 > .gpu/bin.tar.xz
+if [ -d .gpu-bfm ]; then
+    tar cf - -C .gpu-bfm . | xz -T0 -6 > .gpu/bfm.tar.xz
+fi
 du -sh .whl .warp1 .warp2 .gpu

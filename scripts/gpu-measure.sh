@@ -1,49 +1,108 @@
 #!/usr/bin/env bash
-# Runs on a GPU machine, from the checkout's root, after the wheels are installed into /tmp/site
-# (docs/gpu-backend.md, "Measuring on a GPU machine"): every GPU-backend measurement of issue 17,
-# one after the other, for MJX's JAX path and for MuJoCo Warp. Meant to be started detached (a
-# device command may run 10 minutes at most):
+# Runs on a GPU machine, from the checkout's root: every GPU figure of issue 41 (the backend's
+# throughput against its raw library and with the physics stubbed out, the 4096-episode
+# evaluation with its breakdown beside the in-process one) and the BFM-Zero update throughput
+# against the PyTorch oracle on CUDA (issue 42 §3), one after the other within BUDGET_S seconds.
+# docs/gpu-backend.md, "Measuring on a GPU machine", has the three device calls that bring what
+# scripts/gpu-carry-bfm.sh, then scripts/gpu-carry.sh prepared:
+#   1. carry .warp1:        mkdir -p /tmp/arena-carry && cp .warp1/* /tmp/arena-carry/
+#   2. carry .warp2 .gpu:   cp .warp2/* .gpu/* /tmp/arena-carry/
+#   3. carry .whl:          RESULTS=$OUT bash scripts/gpu-measure.sh
+# Each step writes RESULTS/<name>.txt when it ends, so a run cut short keeps what finished; a
+# step that would start with less than its share of the budget left is skipped (and says so).
 #
-#   mkdir -p /tmp/gpu-results && setsid nohup bash scripts/gpu-measure.sh \
-#       > /tmp/gpu-results/log 2>&1 < /dev/null &
-#
-# Each measurement writes RESULTS/<name>.txt when it ends, so partial results survive a session
-# that runs out of time; RESULTS/DONE marks the end. The binaries are copied out of .gpu/ first,
-# so later device calls may carry other folders.
-#
-# Settings (environment): RESULTS (/tmp/gpu-results), ENVS ("1024 4096 8192"), EPISODES (4096),
-# DEVICE (auto), IMPLS ("jax warp"), CPU_THREADS (16), PYTHON (python3), SITE (/tmp/site, prepended
-# to PYTHONPATH when it exists), GPU_DIR (.gpu: the `arena` and `replay` binaries and
-# libmujoco, as scripts/gpu-carry.sh leaves them).
+# Settings (environment): RESULTS (/tmp/gpu-results), BUDGET_S (480), ENVS ("1024 4096 8192"),
+# EPISODES (4096), WINDOW_S (2), BFM_UPDATES (20), IMPLS ("warp"; add jax for MJX, whose compilation takes
+# minutes), JAX_ENVS (1024), BFM_PRESETS ("small paper"), CARRY_DIR (/tmp/arena-carry, where
+# calls 1 and 2 left their files; files in ./.warp1, ./.warp2 and ./.gpu are found too), PYTHON (python3), DEVICE (gpu; cpu for a toy run on a machine
+# without one), SITE (/tmp/site; empty: use PYTHON's own packages, nothing installed).
 set -u
 cd "$(dirname "$0")/.."
 results=${RESULTS:-/tmp/gpu-results}
-envs=${ENVS:-1024 4096 8192}
-episodes=${EPISODES:-4096}
-device=${DEVICE:-auto}
-impls=${IMPLS:-jax warp}
+budget=${BUDGET_S:-480}
 python=${PYTHON:-python3}
-site=${SITE:-/tmp/site}
-mkdir -p "$results" /tmp/arena-gpu-bin
-cp "${GPU_DIR:-.gpu}"/* /tmp/arena-gpu-bin/ || exit 1
-if [ -d "$site" ]; then
-    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
-    export LD_LIBRARY_PATH="$site/mujoco${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
-export ARENA_GPU_PYTHON=${ARENA_GPU_PYTHON:-$python}
+carry=${CARRY_DIR:-/tmp/arena-carry}
+site=${SITE-/tmp/site}
+device=${DEVICE:-gpu}
+bin=/tmp/arena-gpu-bin
+mkdir -p "$results" "$bin"
+began=$SECONDS
 
 # shellcheck source=scripts/gpu-steps.sh
 source scripts/gpu-steps.sh
 
-{ nvidia-smi; "$python" -c 'import jax; print("jax", jax.__version__, jax.devices())'; } > "$results/machine.txt" 2>&1
-for impl in $impls; do
-    # shellcheck disable=SC2086 # ENVS is a list
-    step "$results" "throughput-$impl" "$python" bench/gpu_throughput.py --arena /tmp/arena-gpu-bin/arena \
-        --envs $envs --cpu-threads "${CPU_THREADS:-16}" --device "$device" --impl "$impl"
+# `timed NEED NAME COMMAND...`: runs step NAME when at least NEED seconds of the budget are
+# left, with what is left as its time limit.
+timed() {
+    local need=$1 name=$2 left=$((budget - (SECONDS - began)))
+    shift 2
+    if [ "$left" -lt "$need" ]; then
+        echo "skipped: $left s of the budget left, $name needs about $need" > "$results/$name.txt"
+        echo "$(date -u +%T) skip $name ($left s left)"
+        return 0
+    fi
+    step "$results" "$name" timeout "$left" "$@"
+}
+
+# A carried file: in CARRY_DIR, or still in the folder a call carried it in.
+carried() {
+    local f
+    for f in "$carry/$1" ".warp1/$1" ".warp2/$1" ".gpu/$1"; do
+        if [ -f "$f" ]; then
+            echo "$f"
+            return 0
+        fi
+    done
+    echo "missing carried file $1 (in $carry or .warp1/.warp2/.gpu)" >&2
+    return 1
+}
+
+# Install what the calls carried (idempotent on a warm machine).
+if [ -n "$site" ] && [ ! -f "$site/.installed" ]; then
+    mkdir -p "$site"
+    part0=$(carried warp.tar.xz.part0) && part1=$(carried warp.tar.xz.part1) || exit 1
+    cat "$part0" "$part1" | xz -d | tar xf - -C "$site" || exit 1
+    "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" .whl/*.whl || exit 1
+    touch "$site/.installed"
+fi
+binaries=$(carried bin.tar.xz) || exit 1
+xz -d < "$binaries" | tar xf - -C "$bin" || exit 1
+if bfm=$(carried bfm.tar.xz 2>/dev/null); then
+    mkdir -p /tmp/arena-bfm-bin && xz -d < "$bfm" | tar xf - -C /tmp/arena-bfm-bin
+fi
+if [ -n "$site" ]; then
+    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export ARENA_GPU_PYTHON=$python
+echo "$(date -u +%T) installed after $((SECONDS - began)) s"
+
+{
+    nvidia-smi
+    nproc
+    "$python" -c 'import warp as wp, mujoco_warp, mujoco, jax; wp.init(); print("warp", wp.__version__, "cuda devices", wp.get_cuda_device_count()); print("mujoco_warp", mujoco_warp.__version__, "mujoco", mujoco.__version__, "jax", jax.__version__, jax.devices())'
+} > "$results/machine.txt" 2>&1
+
+# shellcheck disable=SC2086 # ENVS is a list
+for impl in ${IMPLS:-warp}; do
+    envs=${ENVS:-1024 4096 8192}
+    [ "$impl" = jax ] && envs=${JAX_ENVS:-1024}
+    timed 60 "throughput-$impl" "$python" bench/gpu_throughput.py --arena "$bin/arena" \
+        --envs $envs --repeats 1 --no-cpu --device "$device" --impl "$impl"
 done
-for impl in $impls; do
-    step "$results" "eval-$impl" "$python" bench/gpu_eval_scale.py --arena /tmp/arena-gpu-bin/arena \
-        --agent /tmp/arena-gpu-bin/replay --episodes "$episodes" --backend gpu \
-        --gpu-device "$device" --gpu-impl "$impl"
-done
+timed 60 eval-4096 "$python" bench/gpu_eval_scale.py --arena "$bin/arena" --agent "$bin/replay" \
+    --episodes "${EPISODES:-4096}" --window-s "${WINDOW_S:-2}" --backend gpu --gpu-device "$device" --gpu-impl warp
+if [ -x /tmp/arena-bfm-bin/update_throughput ]; then
+    torch_lib=$("$python" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
+    bfm_device=cuda
+    [ "$device" = cpu ] && bfm_device=cpu
+    for preset in ${BFM_PRESETS:-small paper}; do
+        (
+            export LD_LIBRARY_PATH="$torch_lib:/tmp/arena-bfm-bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+            timed 40 "bfm-update-$preset" "$python" baseline/bench/update_throughput.py \
+                --example /tmp/arena-bfm-bin/update_throughput --preset "$preset" --batch 1024 \
+                --updates "${BFM_UPDATES:-20}" --repeats 2 --device "$bfm_device"
+        )
+    done
+fi
+echo "$(date -u +%T) done after $((SECONDS - began)) s"
 touch "$results/DONE"

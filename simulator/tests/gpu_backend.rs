@@ -407,3 +407,62 @@ fn a_worker_that_cannot_restart_fails_a_batched_start_once() {
     assert_eq!(count(), 2, "one attempt to start the worker again, not one per env");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The stubbed physics (`--gpu-impl stub`, the host-side benchmark) writes exactly the layout
+/// of a real worker: at start-up both publish the model's rest state, and every field a
+/// consumer reads has the same values there (MuJoCo Warp computes in float32); after a step the
+/// stub's joints sit on their targets and every field is still finite.
+#[test]
+fn stubbed_physics_keeps_the_real_workers_layout() {
+    let Some(python) = gpu_python() else { return };
+    let make = |implementation| {
+        SimBackend::Gpu(GpuOptions {
+            python: python.clone(),
+            device: GpuDevice::Cpu,
+            implementation,
+            ..GpuOptions::default()
+        })
+        .create(RobotConfig::default(), 2, 1)
+        .unwrap()
+    };
+    let (stub, warp) = (make(GpuImpl::Stub), make(GpuImpl::Warp));
+    assert!(stub.describe().contains("stub"), "{}", stub.describe());
+    let fields = [
+        Field::Qpos,
+        Field::Qvel,
+        Field::DofPos,
+        Field::DofVel,
+        Field::DofTorque,
+        Field::RootPos,
+        Field::RootRot,
+        Field::RootVel,
+        Field::RootAngVel,
+        Field::BodyPos,
+        Field::BodyRot,
+        Field::BodyVel,
+        Field::BodyAngVel,
+    ];
+    let read = |h: &dyn Handler, field: Field| {
+        let mut v = vec![f64::NAN; field.width()];
+        h.read_env_into(1, field, &mut v);
+        v
+    };
+    for field in fields {
+        let (s, w) = (read(stub.as_ref(), field), read(warp.as_ref(), field));
+        let worst = max_diff(&s, &w);
+        eprintln!("{field:?}: stub vs warp at rest, largest difference {worst:.2e}");
+        assert!(worst < 1e-5, "{field:?}: stub {s:?} vs warp {w:?}");
+    }
+    let mut stub = stub;
+    let qpos = read(stub.as_ref(), Field::Qpos);
+    stub.set_qpos_qvel(0, &qpos, &[0.0; NV]).unwrap();
+    stub.set_qpos_qvel(1, &qpos, &[0.0; NV]).unwrap();
+    stub.sync().unwrap();
+    let targets: Vec<f64> = (0..2 * NUM_JOINTS).map(|k| 0.01 * (k % NUM_JOINTS) as f64).collect();
+    stub.step(&targets).unwrap();
+    assert_eq!(read(stub.as_ref(), Field::DofPos), targets[NUM_JOINTS..]);
+    for field in fields.into_iter().chain([Field::BodyContactForce, Field::DofPosTarget]) {
+        let v = read(stub.as_ref(), field);
+        assert!(v.iter().all(|x| x.is_finite()), "{field:?}: {v:?}");
+    }
+}

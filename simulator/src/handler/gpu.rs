@@ -800,3 +800,29 @@ impl Handler for GpuHandler {
 
 // The shared rows are sized for the model's layout.
 const _: () = assert!(NQ == 36 && NV == 35);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_is_warp_only_on_a_cuda_device_in_float32() {
+        use GpuDevice::{Auto, Cpu, Gpu};
+        for (device, x64, cuda, expected) in [
+            (Auto, false, true, GpuImpl::Warp),
+            (Gpu, false, true, GpuImpl::Warp),
+            (Auto, true, true, GpuImpl::Jax),
+            (Cpu, false, true, GpuImpl::Jax),
+            (Auto, false, false, GpuImpl::Jax),
+            (Gpu, false, false, GpuImpl::Jax),
+        ] {
+            assert_eq!(GpuImpl::Auto.resolve(device, x64, cuda), expected, "{device:?} x64={x64} cuda={cuda}");
+        }
+        for explicit in [GpuImpl::Jax, GpuImpl::Warp, GpuImpl::Stub] {
+            assert_eq!(explicit.resolve(Auto, true, true), explicit);
+        }
+        assert_eq!(GpuImpl::default(), GpuImpl::Auto);
+        assert_eq!("stub".parse::<GpuImpl>(), Ok(GpuImpl::Stub));
+        assert!("cuda".parse::<GpuImpl>().unwrap_err().contains("auto, jax, warp"));
+    }
+}

@@ -13,6 +13,7 @@ use arena_sim::RobotConfig;
 use arena_sim::SimBackend;
 use arena_sim::env::{TrackingEnv, TrackingEnvConfig};
 use arena_sim::motion::MotionLibrary;
+use rayon::prelude::*;
 use std::sync::Arc;
 
 /// Options of a local run.
@@ -60,6 +61,9 @@ pub fn episode_info(spec: &BenchmarkSpec, library: &MotionLibrary, episode: &Epi
             .then(|| episode::reference_of(motion)),
     }
 }
+
+/// Below this many episodes one thread builds the observations (a few microseconds each).
+const PARALLEL_FROM: usize = 64;
 
 /// Runs every episode of `spec` with `agent` and returns the aggregator holding the results.
 pub fn run_local(
@@ -133,19 +137,29 @@ pub fn run_local(
         let d = layout.size();
         for (slot, ep) in running.iter().enumerate() {
             let Some(ep) = ep else { continue };
-            let row = slots.len();
-            episode::fill_observation(
-                &layout,
-                &env,
-                slot,
-                &mut scratch,
-                &mut observations[row * d..(row + 1) * d],
-            );
             ids.push(ep.index as u32);
             steps.push(env.infos()[slot].step as u32);
             slots.push(slot);
         }
         let n = slots.len();
+        let rows = observations[..n * d].chunks_mut(d.max(1)).zip(&slots);
+        match env.handler().pool() {
+            // Thousands of rows: built on the env's threads, as the server's lanes do.
+            Some(pool) if n >= PARALLEL_FROM && d > 0 => {
+                let env = &env;
+                let rows = observations[..n * d].par_chunks_mut(d).zip(slots.par_iter());
+                pool.install(|| {
+                    rows.for_each_init(ReferenceScratch::default, |scratch, (row, &slot)| {
+                        episode::fill_observation(&layout, env, slot, scratch, row)
+                    })
+                });
+            }
+            _ => {
+                for (row, &slot) in rows {
+                    episode::fill_observation(&layout, &env, slot, &mut scratch, row);
+                }
+            }
+        }
         let batch_view = Batch {
             step: step_counter,
             episodes: &ids,
@@ -161,14 +175,30 @@ pub fn run_local(
                 .copy_from_slice(&agent_actions[row * NUM_JOINTS..(row + 1) * NUM_JOINTS]);
         }
         env.step(&env_actions)?;
+        let mut ended = Vec::new();
         for slot in 0..batch {
             let Some(ep) = running[slot] else { continue };
-            let Some((status, reason)) = episode::finished_status(&mut env, slot, ep) else {
-                continue;
-            };
+            if let Some((status, reason)) = episode::finished_status(&mut env, slot, ep) {
+                ended.push((slot, ep, status, reason));
+            }
+        }
+        // Episodes that end together are scored together, on every core.
+        let score = |&(slot, _, status, ref reason): &(usize, &Episode, _, Option<String>)| {
+            episode::score_finished(
+                env.trajectory(slot),
+                status,
+                reason.clone(),
+                &spec.metrics.list,
+                &metric_config,
+            )
+        };
+        let scored: Vec<_> = if ended.len() > 1 {
+            ended.par_iter().map(score).collect()
+        } else {
+            ended.iter().map(score).collect()
+        };
+        for ((slot, ep, _, _), (status, metrics, reason)) in ended.into_iter().zip(scored) {
             let trajectory = env.trajectory(slot);
-            let (status, metrics, reason) =
-                episode::score_finished(trajectory, status, reason, &spec.metrics.list, &metric_config);
             let motion = &library.motions[ep.motion];
             let result = EpisodeResult {
                 episode_id: format!("ep{:04}", ep.index),

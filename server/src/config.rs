@@ -118,7 +118,10 @@ impl ServerConfig {
             "gpu" => {
                 let implementation: GpuImpl = self.gpu_impl.parse()?;
                 if implementation == GpuImpl::Stub {
-                    return Err("\"stub\" has no physics (a benchmark of `arena sim bench`); a server needs auto, jax or warp".into());
+                    return Err(
+                        "\"stub\" has no physics (a benchmark of `arena sim bench`); a server needs auto, jax or warp"
+                            .into(),
+                    );
                 }
                 let mut options = GpuOptions {
                     device: self.gpu_device.parse()?,

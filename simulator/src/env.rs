@@ -440,6 +440,12 @@ impl TrackingEnv {
         &self.slots[env].trajectory
     }
 
+    /// Moves a finished episode's recording out (the env's next reset records into a new one):
+    /// cheaper than cloning thousands of them when a batch ends together.
+    pub fn take_trajectory(&mut self, env: usize) -> Trajectory {
+        std::mem::take(&mut self.slots[env].trajectory)
+    }
+
     /// Resets the listed envs to the reference state at their start time (root pose and
     /// velocities, joint positions and velocities), with their DR draw. Other envs keep going.
     /// Every assignment is validated before any env changes, so a bad one resets nothing.

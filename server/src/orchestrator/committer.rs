@@ -12,7 +12,11 @@ use arena_data::trajectory_file::EpisodeRecord;
 use arena_runner::episode;
 use arena_runner::local::status_name;
 use arena_sdk::protocol::{Disconnect, EpisodeEnd, Msg};
+use rayon::prelude::*;
 use std::sync::mpsc;
+
+/// Most finished episodes scored in one parallel batch.
+const SCORE_BATCH: usize = 256;
 
 pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
     let spec = &ctx.benchmark.spec;
@@ -21,112 +25,129 @@ pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
     // committer's half of an evaluation's breakdown; the lanes log theirs).
     let (mut score_s, mut store_s, mut commit_s, mut episodes) = (0.0, 0.0, 0.0, 0u64);
     let begun = std::time::Instant::now();
-    for done in inbox {
+    // Episodes that finished together are scored together on every core (scoring 4096 2-second
+    // episodes one by one took 17.6 s on an H100 machine's 16 cores); storing and committing
+    // stay in order on this thread.
+    while let Ok(first) = inbox.recv() {
+        let mut batch = vec![first];
+        while batch.len() < SCORE_BATCH {
+            match inbox.try_recv() {
+                Ok(done) => batch.push(done),
+                Err(_) => break,
+            }
+        }
         let started = std::time::Instant::now();
-        let (status, metrics, reason) = episode::score_finished(
-            &done.trajectory,
-            done.status,
-            done.reason.clone(),
-            &spec.metrics.list,
-            &metric_config,
-        );
+        let scored: Vec<_> = batch
+            .par_iter()
+            .map(|done| {
+                episode::score_finished(
+                    &done.trajectory,
+                    done.status,
+                    done.reason.clone(),
+                    &spec.metrics.list,
+                    &metric_config,
+                )
+            })
+            .collect();
         score_s += started.elapsed().as_secs_f64();
-        episodes += 1;
-        let steps = done.trajectory.len().saturating_sub(1);
-        // `done` moves into the stored record below.
-        let (episode, run_attempt) = (done.episode, done.attempt);
-        if let Sink::Submission {
-            storage,
-            submission_id,
-            objects,
-            max_attempts,
-            ..
-        } = &ctx.sink
-        {
-            let idx = done.episode.index as i64;
-            let attempt = done.attempt as i64;
-            let record = record_of(ctx, done, status, reason.as_deref());
-            let started = std::time::Instant::now();
-            let stored = ctx.runtime.block_on(trajectory_store::store_episode(
-                objects,
+        for (done, (status, metrics, reason)) in batch.into_iter().zip(scored) {
+            episodes += 1;
+            let steps = done.trajectory.len().saturating_sub(1);
+            // `done` moves into the stored record below.
+            let (episode, run_attempt) = (done.episode, done.attempt);
+            if let Sink::Submission {
+                storage,
                 submission_id,
-                &spec.name,
-                attempt,
-                record,
-            ));
-            store_s += started.elapsed().as_secs_f64();
-            if let Err(e) = stored {
-                // Nothing is lost: the run goes back to the queue (FAILED after its last
-                // attempt) with the reason. The error names server files and the store: the log
-                // has it, the team gets the fact.
-                tracing::error!("episode {idx}: could not store the trajectory: {e:#}");
-                let why = "the server could not store the trajectory (details in the server log)";
-                let just_this = [idx];
-                let requeued = db_call(&ctx.runtime, "re-queueing an episode", || {
-                    storage.requeue_episodes(submission_id, &just_this, *max_attempts as i64, why)
+                objects,
+                max_attempts,
+                ..
+            } = &ctx.sink
+            {
+                let idx = done.episode.index as i64;
+                let attempt = done.attempt as i64;
+                let record = record_of(ctx, done, status, reason.as_deref());
+                let started = std::time::Instant::now();
+                let stored = ctx.runtime.block_on(trajectory_store::store_episode(
+                    objects,
+                    submission_id,
+                    &spec.name,
+                    attempt,
+                    record,
+                ));
+                store_s += started.elapsed().as_secs_f64();
+                if let Err(e) = stored {
+                    // Nothing is lost: the run goes back to the queue (FAILED after its last
+                    // attempt) with the reason. The error names server files and the store: the log
+                    // has it, the team gets the fact.
+                    tracing::error!("episode {idx}: could not store the trajectory: {e:#}");
+                    let why = "the server could not store the trajectory (details in the server log)";
+                    let just_this = [idx];
+                    let requeued = db_call(&ctx.runtime, "re-queueing an episode", || {
+                        storage.requeue_episodes(submission_id, &just_this, *max_attempts as i64, why)
+                    });
+                    match requeued {
+                        Ok((again, _)) => {
+                            tracing::warn!(episode = idx, requeued = again == 1, "episode not committed: {why}")
+                        }
+                        Err(e) => {
+                            // Its lease runs out and it is claimed again.
+                            tracing::error!("re-queueing episode {idx}: {e}");
+                            storage.forget_claim(submission_id, idx);
+                        }
+                    }
+                    continue;
+                }
+                let outcome = EpisodeOutcome {
+                    status: results::episode_state(status),
+                    steps: steps as i64,
+                    metrics: if status.is_scored() {
+                        metrics.clone()
+                    } else {
+                        Default::default()
+                    },
+                    reason: reason.clone(),
+                };
+                let started = std::time::Instant::now();
+                let committed = db_call(&ctx.runtime, "committing an episode", || {
+                    storage.commit_episode(submission_id, idx, Some(attempt), &outcome)
                 });
-                match requeued {
-                    Ok((again, _)) => {
-                        tracing::warn!(episode = idx, requeued = again == 1, "episode not committed: {why}")
+                commit_s += started.elapsed().as_secs_f64();
+                match committed {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        tracing::warn!(
+                            "episode {idx} is not this server's to commit any more (finished, cancelled or claimed again after its lease expired); result not counted"
+                        );
+                        ctx.runtime
+                            .block_on(trajectory_store::discard_episode(objects, submission_id, idx, attempt));
+                        continue;
                     }
                     Err(e) => {
-                        // Its lease runs out and it is claimed again.
-                        tracing::error!("re-queueing episode {idx}: {e}");
+                        // Not counted, not lost: its lease runs out and it is claimed again.
+                        tracing::error!("committing episode {idx}: {e}");
                         storage.forget_claim(submission_id, idx);
+                        continue;
                     }
                 }
-                continue;
             }
-            let outcome = EpisodeOutcome {
-                status: results::episode_state(status),
-                steps: steps as i64,
-                metrics: if status.is_scored() {
-                    metrics.clone()
+            let reveal = ctx.reveal_results;
+            let _ = ctx.out.send(Msg::EpisodeEnd(EpisodeEnd {
+                episode_id: episode.index as u32,
+                status: status_name(status).into(),
+                reason: if reveal {
+                    reason.unwrap_or_default()
+                } else {
+                    String::new()
+                },
+                steps: steps as u32,
+                metrics: if reveal && status.is_scored() {
+                    metrics
                 } else {
                     Default::default()
                 },
-                reason: reason.clone(),
-            };
-            let started = std::time::Instant::now();
-            let committed = db_call(&ctx.runtime, "committing an episode", || {
-                storage.commit_episode(submission_id, idx, Some(attempt), &outcome)
-            });
-            commit_s += started.elapsed().as_secs_f64();
-            match committed {
-                Ok(true) => {}
-                Ok(false) => {
-                    tracing::warn!(
-                        "episode {idx} is not this server's to commit any more (finished, cancelled or claimed again after its lease expired); result not counted"
-                    );
-                    ctx.runtime
-                        .block_on(trajectory_store::discard_episode(objects, submission_id, idx, attempt));
-                    continue;
-                }
-                Err(e) => {
-                    // Not counted, not lost: its lease runs out and it is claimed again.
-                    tracing::error!("committing episode {idx}: {e}");
-                    storage.forget_claim(submission_id, idx);
-                    continue;
-                }
-            }
+            }));
+            tracing::debug!(episode = episode.index, attempt = run_attempt, "episode committed");
         }
-        let reveal = ctx.reveal_results;
-        let _ = ctx.out.send(Msg::EpisodeEnd(EpisodeEnd {
-            episode_id: episode.index as u32,
-            status: status_name(status).into(),
-            reason: if reveal {
-                reason.unwrap_or_default()
-            } else {
-                String::new()
-            },
-            steps: steps as u32,
-            metrics: if reveal && status.is_scored() {
-                metrics
-            } else {
-                Default::default()
-            },
-        }));
-        tracing::debug!(episode = episode.index, attempt = run_attempt, "episode committed");
     }
     let round = |s: f64| (s * 1000.0).round() / 1000.0;
     let breakdown = serde_json::json!({

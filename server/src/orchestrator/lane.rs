@@ -239,14 +239,9 @@ impl<'a> Lane<'a> {
     fn fill_slots(&mut self, idle: bool) -> Result<Vec<arena_sdk::protocol::EpisodeInfo>, LaneEnd> {
         let mut starting = Vec::new();
         let mut resets = Vec::new();
-        for slot in 0..self.slots.len() {
-            if self.slots[slot].is_some() {
-                continue;
-            }
-            let block = idle && starting.is_empty() && slot == 0;
-            let Some((episode, attempt)) = self.claim(block)? else {
-                break;
-            };
+        let free: Vec<usize> = (0..self.slots.len()).filter(|&s| self.slots[s].is_none()).collect();
+        let claimed = self.claim(idle, free.len())?;
+        for ((episode, attempt), slot) in claimed.into_iter().zip(free) {
             let spec = &self.ctx.benchmark.spec;
             starting.push(episode_info(spec, &self.ctx.benchmark.library, &episode, attempt));
             let forced = match episode::assignment(spec, &episode) {
@@ -270,23 +265,35 @@ impl<'a> Lane<'a> {
         Ok(starting)
     }
 
-    /// The next episode to run and its attempt number.
-    fn claim(&self, block: bool) -> Result<Option<(Episode, u32)>, LaneEnd> {
+    /// Up to `max` episodes to run, with their attempt numbers, in one claim. When `block`,
+    /// waits until there is at least one or there will be none.
+    fn claim(&self, block: bool, max: usize) -> Result<Vec<(Episode, u32)>, LaneEnd> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
         match &self.ctx.source {
             JobSource::Practice(rx) => {
                 let rx = rx.lock().expect("practice queue lock");
-                if !block {
-                    return Ok(rx.try_recv().ok().map(|e| (e, 1)));
-                }
-                // Idle until the client asks for an episode; a late action meanwhile is
-                // answered within a poll, not when the next episode starts.
-                loop {
-                    match rx.recv_timeout(IDLE_POLL) {
-                        Ok(e) => return Ok(Some((e, 1))),
-                        Err(RecvTimeoutError::Timeout) => self.refuse_late_actions(),
-                        Err(RecvTimeoutError::Disconnected) => return Ok(None),
+                let mut claimed = Vec::new();
+                if block {
+                    // Idle until the client asks for an episode; a late action meanwhile is
+                    // answered within a poll, not when the next episode starts.
+                    loop {
+                        match rx.recv_timeout(IDLE_POLL) {
+                            Ok(e) => {
+                                claimed.push((e, 1));
+                                break;
+                            }
+                            Err(RecvTimeoutError::Timeout) => self.refuse_late_actions(),
+                            Err(RecvTimeoutError::Disconnected) => return Ok(claimed),
+                        }
                     }
                 }
+                while claimed.len() < max {
+                    let Ok(e) = rx.try_recv() else { break };
+                    claimed.push((e, 1));
+                }
+                Ok(claimed)
             }
             JobSource::Claims => {
                 let Sink::Submission {
@@ -301,35 +308,42 @@ impl<'a> Lane<'a> {
                     ));
                 };
                 loop {
-                    let claimed = db_call(&self.ctx.runtime, "claiming an episode", || {
-                        storage.claim_next_episode(submission_id, *max_attempts as i64)
+                    let claimed = db_call(&self.ctx.runtime, "claiming episodes", || {
+                        storage.claim_next_episodes(submission_id, *max_attempts as i64, max)
                     });
-                    match claimed {
-                        Ok(Some((idx, attempt))) => {
-                            match self.ctx.benchmark.episodes.iter().find(|e| e.index as i64 == idx) {
-                                Some(episode) => return Ok(Some((*episode, attempt as u32))),
-                                None => {
-                                    return Err(LaneEnd::Error(format!(
-                                        "claimed episode {idx} of submission {submission_id}, which benchmark {} does not have",
-                                        self.ctx.benchmark.spec.name
-                                    )));
-                                }
-                            }
-                        }
-                        Ok(None) => {}
-                        Err(e) => return Err(LaneEnd::Error(format!("claiming an episode: {e}"))),
+                    let claimed = match claimed {
+                        Ok(claimed) => claimed,
+                        Err(e) => return Err(LaneEnd::Error(format!("claiming episodes: {e}"))),
+                    };
+                    if !claimed.is_empty() {
+                        let episodes = &self.ctx.benchmark.episodes;
+                        return claimed
+                            .into_iter()
+                            .map(|(idx, attempt)| {
+                                // Episodes are listed in index order; the search is the fallback.
+                                let at = usize::try_from(idx).ok().and_then(|i| episodes.get(i));
+                                (at.filter(|e| e.index as i64 == idx), idx, attempt)
+                            })
+                            .map(|(at, idx, attempt)| match at.or_else(|| episodes.iter().find(|e| e.index as i64 == idx)) {
+                                Some(episode) => Ok((*episode, attempt as u32)),
+                                None => Err(LaneEnd::Error(format!(
+                                    "claimed episode {idx} of submission {submission_id}, which benchmark {} does not have",
+                                    self.ctx.benchmark.spec.name
+                                ))),
+                            })
+                            .collect();
                     }
                     // Nothing to claim. An idle lane waits while another server holds some of
                     // this submission's episodes: they finish there, or their lease runs out
                     // and one of them is claimed here.
                     if !block {
-                        return Ok(None);
+                        return Ok(Vec::new());
                     }
                     let expiry = db_call(&self.ctx.runtime, "reading the claims", || {
                         storage.others_lease_expiry(submission_id)
                     });
                     match expiry {
-                        Ok(None) => return Ok(None),
+                        Ok(None) => return Ok(Vec::new()),
                         Ok(Some(_)) if self.ctx.out.is_closed() => return Err(LaneEnd::ConnectionLost),
                         Ok(Some(at)) => {
                             let left = (at - crate::storage::now_ms()).max(0) as u64;
@@ -520,7 +534,7 @@ impl<'a> Lane<'a> {
                 attempt: running.attempt,
                 status,
                 reason,
-                trajectory: self.env.trajectory(slot).clone(),
+                trajectory: self.env.take_trajectory(slot),
             };
             if self.commit.send(finished).is_err() {
                 tracing::error!(lane = self.lane, "the committer is gone; an episode result is lost");

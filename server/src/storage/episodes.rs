@@ -281,44 +281,69 @@ impl Storage {
         submission: &str,
         max_attempts: i64,
     ) -> Result<Option<(i64, i64)>, StorageError> {
-        if let Some(claimed) = self.claim_pending(submission).await? {
-            return Ok(Some(claimed));
-        }
-        if self.expire_leases(submission, max_attempts).await?.requeued == 0 {
-            return Ok(None);
-        }
-        self.claim_pending(submission).await
+        Ok(self
+            .claim_next_episodes(submission, max_attempts, 1)
+            .await?
+            .into_iter()
+            .next())
     }
 
-    /// The PENDING episode with the lowest idx → RUNNING under this handle's lease.
-    async fn claim_pending(&self, submission: &str) -> Result<Option<(i64, i64)>, StorageError> {
+    /// [`Storage::claim_next_episode`] for up to `limit` episodes in one statement (a lane
+    /// filling thousands of slots would otherwise pay one database commit per episode: 25 s
+    /// for 4096 on SQLite, measured on an H100 machine). Returns (idx, attempt) pairs in idx
+    /// order; empty when nothing is PENDING.
+    pub async fn claim_next_episodes(
+        &self,
+        submission: &str,
+        max_attempts: i64,
+        limit: usize,
+    ) -> Result<Vec<(i64, i64)>, StorageError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let claimed = self.claim_pending(submission, limit).await?;
+        if !claimed.is_empty() {
+            return Ok(claimed);
+        }
+        if self.expire_leases(submission, max_attempts).await?.requeued == 0 {
+            return Ok(Vec::new());
+        }
+        self.claim_pending(submission, limit).await
+    }
+
+    /// The `limit` PENDING episodes with the lowest idx → RUNNING under this handle's lease.
+    async fn claim_pending(&self, submission: &str, limit: usize) -> Result<Vec<(i64, i64)>, StorageError> {
         let skip_locked = match self.engine {
             Engine::Sqlite => "",
             Engine::Postgres => " FOR UPDATE SKIP LOCKED",
         };
         let now = now_ms();
-        let row = sqlx::query(&format!(
+        let rows = sqlx::query(&format!(
             "UPDATE episodes SET status = 'RUNNING', attempts = attempts + 1, updated_at = $2, \
              lease_owner = $3, lease_expires_at = $4, \
              agent_name = (SELECT agent_name FROM submissions WHERE id = $1) \
-             WHERE submission_id = $1 AND status = 'PENDING' AND idx = \
+             WHERE submission_id = $1 AND status = 'PENDING' AND idx IN \
              (SELECT idx FROM episodes WHERE submission_id = $1 AND status = 'PENDING' \
-              ORDER BY idx LIMIT 1{skip_locked}) \
+              ORDER BY idx LIMIT $5{skip_locked}) \
              RETURNING idx, attempts"
         ))
         .bind(submission)
         .bind(now)
         .bind(&self.lease.owner)
         .bind(self.lease.expires_at(now))
-        .fetch_optional(&self.pool)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&self.pool)
         .await
-        .ctx(|| format!("claiming an episode of submission {submission}"))?;
-        let what = format!("the claimed episode of submission {submission}");
-        let claimed = row
-            .map(|row| Ok::<_, StorageError>((get(&row, "idx", &what)?, get(&row, "attempts", &what)?)))
-            .transpose()?;
-        if let Some((idx, _)) = claimed {
-            self.hold(submission, idx);
+        .ctx(|| format!("claiming episodes of submission {submission}"))?;
+        let what = format!("a claimed episode of submission {submission}");
+        let mut claimed = rows
+            .iter()
+            .map(|row| Ok::<_, StorageError>((get(row, "idx", &what)?, get(row, "attempts", &what)?)))
+            .collect::<Result<Vec<_>, _>>()?;
+        // RETURNING follows no particular order.
+        claimed.sort_unstable();
+        for (idx, _) in &claimed {
+            self.hold(submission, *idx);
         }
         Ok(claimed)
     }

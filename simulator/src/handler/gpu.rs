@@ -816,7 +816,11 @@ mod tests {
             (Auto, false, false, GpuImpl::Jax),
             (Gpu, false, false, GpuImpl::Jax),
         ] {
-            assert_eq!(GpuImpl::Auto.resolve(device, x64, cuda), expected, "{device:?} x64={x64} cuda={cuda}");
+            assert_eq!(
+                GpuImpl::Auto.resolve(device, x64, cuda),
+                expected,
+                "{device:?} x64={x64} cuda={cuda}"
+            );
         }
         for explicit in [GpuImpl::Jax, GpuImpl::Warp, GpuImpl::Stub] {
             assert_eq!(explicit.resolve(Auto, true, true), explicit);

@@ -92,6 +92,7 @@ on_both_engines!(
     reopened_database_keeps_data,
     concurrent_claims_give_one_winner,
     leases_between_replicas,
+    batched_claims_take_the_lowest_pending_in_order,
     claimers_on_many_connections_share_a_submission,
     bad_arguments_are_refused,
     tokens_and_members,
@@ -586,6 +587,49 @@ async fn recover_after_restart(url: String, engine: Engine) {
     );
     assert_eq!(storage.episodes("s-running").await.unwrap(), rows);
     assert_eq!(storage.start_episode("s-running", 0).await.unwrap(), Some(1));
+}
+
+/// A lane fills its free slots with one claim: the lowest PENDING indices, in order, each
+/// counted as an attempt under this handle's lease; two replicas' batches never overlap; an
+/// expired lease's episodes come back in a later batch.
+async fn batched_claims_take_the_lowest_pending_in_order(url: String, engine: Engine) {
+    use std::time::Duration;
+    let a = open(&url, engine)
+        .await
+        .with_lease("replica-a", Duration::from_millis(600));
+    let b = open(&url, engine)
+        .await
+        .with_lease("replica-b", Duration::from_secs(30));
+    setup(&a, "red", "s-1", 7).await;
+    assert_eq!(a.claim_next_episodes("s-1", 2, 0).await.unwrap(), vec![]);
+    assert_eq!(
+        a.claim_next_episodes("s-1", 2, 3).await.unwrap(),
+        vec![(0, 1), (1, 1), (2, 1)]
+    );
+    assert_eq!(
+        b.claim_next_episodes("s-1", 2, 100).await.unwrap(),
+        vec![(3, 1), (4, 1), (5, 1), (6, 1)]
+    );
+    assert_eq!(
+        b.claim_next_episodes("s-1", 2, 100).await.unwrap(),
+        vec![],
+        "all claimed"
+    );
+    let rows = a.episodes("s-1").await.unwrap();
+    assert!(
+        rows.iter()
+            .all(|r| r.status == EpisodeState::Running && r.attempts == 1),
+        "{rows:?}"
+    );
+    // a stops renewing: its three come back to b, as second attempts, once the lease is over.
+    a.forget_claim("s-1", 0);
+    a.forget_claim("s-1", 1);
+    a.forget_claim("s-1", 2);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(
+        b.claim_next_episodes("s-1", 2, 100).await.unwrap(),
+        vec![(0, 2), (1, 2), (2, 2)]
+    );
 }
 
 /// Two servers ("replicas") on one database: claims are leases, results commit only under the

@@ -313,28 +313,34 @@ impl Storage {
 
     /// The `limit` PENDING episodes with the lowest idx → RUNNING under this handle's lease.
     async fn claim_pending(&self, submission: &str, limit: usize) -> Result<Vec<(i64, i64)>, StorageError> {
-        let skip_locked = match self.engine {
-            Engine::Sqlite => "",
-            Engine::Postgres => " FOR UPDATE SKIP LOCKED",
+        let set = "SET status = 'RUNNING', attempts = attempts + 1, updated_at = $2, lease_owner = $3, \
+                   lease_expires_at = $4, agent_name = (SELECT agent_name FROM submissions WHERE id = $1)";
+        let pick = "SELECT idx FROM episodes WHERE submission_id = $1 AND status = 'PENDING' ORDER BY idx LIMIT $5";
+        let sql = match self.engine {
+            // SQLite evaluates the uncorrelated subquery once; one writer at a time.
+            Engine::Sqlite => format!(
+                "UPDATE episodes {set} WHERE submission_id = $1 AND status = 'PENDING' AND idx IN ({pick}) \
+                 RETURNING idx, attempts"
+            ),
+            // PostgreSQL may run an `IN (… LIMIT n FOR UPDATE SKIP LOCKED)` subquery once per
+            // row, each run locking the next rows (measured: LIMIT 1 claimed all three): the
+            // locking CTE runs once.
+            Engine::Postgres => format!(
+                "WITH picked AS ({pick} FOR UPDATE SKIP LOCKED) UPDATE episodes {set} FROM picked \
+                 WHERE episodes.submission_id = $1 AND episodes.idx = picked.idx \
+                 RETURNING episodes.idx AS idx, episodes.attempts AS attempts"
+            ),
         };
         let now = now_ms();
-        let rows = sqlx::query(&format!(
-            "UPDATE episodes SET status = 'RUNNING', attempts = attempts + 1, updated_at = $2, \
-             lease_owner = $3, lease_expires_at = $4, \
-             agent_name = (SELECT agent_name FROM submissions WHERE id = $1) \
-             WHERE submission_id = $1 AND status = 'PENDING' AND idx IN \
-             (SELECT idx FROM episodes WHERE submission_id = $1 AND status = 'PENDING' \
-              ORDER BY idx LIMIT $5{skip_locked}) \
-             RETURNING idx, attempts"
-        ))
-        .bind(submission)
-        .bind(now)
-        .bind(&self.lease.owner)
-        .bind(self.lease.expires_at(now))
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&self.pool)
-        .await
-        .ctx(|| format!("claiming episodes of submission {submission}"))?;
+        let rows = sqlx::query(&sql)
+            .bind(submission)
+            .bind(now)
+            .bind(&self.lease.owner)
+            .bind(self.lease.expires_at(now))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await
+            .ctx(|| format!("claiming episodes of submission {submission}"))?;
         let what = format!("a claimed episode of submission {submission}");
         let mut claimed = rows
             .iter()

@@ -12,11 +12,14 @@ use arena_data::trajectory_file::EpisodeRecord;
 use arena_runner::episode;
 use arena_runner::local::status_name;
 use arena_sdk::protocol::{Disconnect, EpisodeEnd, Msg};
+use futures_util::StreamExt;
 use rayon::prelude::*;
 use std::sync::mpsc;
 
 /// Most finished episodes scored in one parallel batch.
 const SCORE_BATCH: usize = 256;
+/// Trajectory files being written and placed at once.
+const STORE_CONCURRENCY: usize = 8;
 
 pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
     let spec = &ctx.benchmark.spec;
@@ -50,11 +53,39 @@ pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
             })
             .collect();
         score_s += started.elapsed().as_secs_f64();
+        // The trajectories move into their records; a submission's are stored several at a
+        // time (HDF5 writes take turns in the library, the scratch files and the store's
+        // placement overlap with them), in the batch's order.
+        let submission = matches!(ctx.sink, Sink::Submission { .. });
+        let mut ended = Vec::with_capacity(batch.len());
+        let mut records = Vec::with_capacity(batch.len());
         for (done, (status, metrics, reason)) in batch.into_iter().zip(scored) {
-            episodes += 1;
             let steps = done.trajectory.len().saturating_sub(1);
-            // `done` moves into the stored record below.
-            let (episode, run_attempt) = (done.episode, done.attempt);
+            ended.push((done.episode, done.attempt, steps, status, metrics, reason.clone()));
+            if submission {
+                records.push((done.attempt as i64, record_of(ctx, done, status, reason.as_deref())));
+            }
+        }
+        let started = std::time::Instant::now();
+        let mut stored = match &ctx.sink {
+            Sink::Submission {
+                submission_id, objects, ..
+            } => {
+                let stores = records.into_iter().map(|(attempt, record)| {
+                    trajectory_store::store_episode(objects, submission_id, &spec.name, attempt, record)
+                });
+                ctx.runtime.block_on(
+                    futures_util::stream::iter(stores)
+                        .buffered(STORE_CONCURRENCY)
+                        .collect::<Vec<_>>(),
+                )
+            }
+            Sink::Practice => Vec::new(),
+        }
+        .into_iter();
+        store_s += started.elapsed().as_secs_f64();
+        for (episode, run_attempt, steps, status, metrics, reason) in ended {
+            episodes += 1;
             if let Sink::Submission {
                 storage,
                 submission_id,
@@ -63,18 +94,9 @@ pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
                 ..
             } = &ctx.sink
             {
-                let idx = done.episode.index as i64;
-                let attempt = done.attempt as i64;
-                let record = record_of(ctx, done, status, reason.as_deref());
-                let started = std::time::Instant::now();
-                let stored = ctx.runtime.block_on(trajectory_store::store_episode(
-                    objects,
-                    submission_id,
-                    &spec.name,
-                    attempt,
-                    record,
-                ));
-                store_s += started.elapsed().as_secs_f64();
+                let idx = episode.index as i64;
+                let attempt = run_attempt as i64;
+                let stored = stored.next().expect("one store per episode of a submission");
                 if let Err(e) = stored {
                     // Nothing is lost: the run goes back to the queue (FAILED after its last
                     // attempt) with the reason. The error names server files and the store: the log

@@ -76,8 +76,8 @@ pub enum Sink {
 /// Where lanes get episodes from.
 #[derive(Debug)]
 pub enum JobSource {
-    /// A stored submission's episodes, claimed in the database one by one under this server's
-    /// lease ([`crate::storage::Storage::claim_next_episode`]): several sessions, on this server
+    /// A stored submission's episodes, claimed in the database a lane's free slots at a time
+    /// under this server's lease ([`crate::storage::Storage::claim_next_episodes`]): several sessions, on this server
     /// or on other replicas, can share one submission.
     Claims,
     /// Practice episodes as the client asks for them; closed when the session ends.

@@ -12,8 +12,8 @@
 # step that would start with less than its share of the budget left is skipped (and says so).
 #
 # Settings (environment): RESULTS (/tmp/gpu-results), BUDGET_S (480), ENVS ("1024 4096 8192"),
-# EPISODES (4096), WINDOW_S (2), BFM_UPDATES (20), IMPLS ("warp"; add jax for MJX, whose compilation takes
-# minutes), JAX_ENVS (1024), BFM_PRESETS ("small paper"), CARRY_DIR (/tmp/arena-carry, where
+# EPISODES (4096), WINDOW_S (2), EVAL_REPEATS (1), BFM_UPDATES (20), IMPLS ("warp"; add jax for MJX, whose compilation takes
+# minutes; empty: none), JAX_ENVS (1024), BFM_PRESETS ("small paper"; empty: none), CARRY_DIR (/tmp/arena-carry, where
 # calls 1 and 2 left their files; files in ./.warp1, ./.warp2 and ./.gpu are found too), PYTHON (python3), DEVICE (gpu; cpu for a toy run on a machine
 # without one), SITE (/tmp/site; empty: use PYTHON's own packages, nothing installed).
 set -u
@@ -83,19 +83,20 @@ echo "$(date -u +%T) installed after $((SECONDS - began)) s"
 } > "$results/machine.txt" 2>&1
 
 # shellcheck disable=SC2086 # ENVS is a list
-for impl in ${IMPLS:-warp}; do
+for impl in ${IMPLS-warp}; do
     envs=${ENVS:-1024 4096 8192}
     [ "$impl" = jax ] && envs=${JAX_ENVS:-1024}
     timed 60 "throughput-$impl" "$python" bench/gpu_throughput.py --arena "$bin/arena" \
         --envs $envs --repeats 1 --no-cpu --device "$device" --impl "$impl"
 done
 timed 60 eval-4096 "$python" bench/gpu_eval_scale.py --arena "$bin/arena" --agent "$bin/replay" \
-    --episodes "${EPISODES:-4096}" --window-s "${WINDOW_S:-2}" --backend gpu --gpu-device "$device" --gpu-impl warp
+    --episodes "${EPISODES:-4096}" --window-s "${WINDOW_S:-2}" --backend gpu --gpu-device "$device" --gpu-impl warp \
+    --repeats "${EVAL_REPEATS:-1}"
 if [ -x /tmp/arena-bfm-bin/update_throughput ]; then
     torch_lib=$("$python" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
     bfm_device=cuda
     [ "$device" = cpu ] && bfm_device=cpu
-    for preset in ${BFM_PRESETS:-small paper}; do
+    for preset in ${BFM_PRESETS-small paper}; do
         (
             export LD_LIBRARY_PATH="$torch_lib:/tmp/arena-bfm-bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
             timed 40 "bfm-update-$preset" "$python" baseline/bench/update_throughput.py \

@@ -20,7 +20,7 @@ only (x64 is refused) and needs mujoco-warp and warp-lang (python/requirements-g
 "stub" (stub_physics.py) is no physics at all, a benchmark of the host side.
 
 Shared memory: PATH holds float64 little-endian arrays in C order, back to back; offsets are in
-float64 elements (bytes = 8 x offset), N = num_envs, total 729 N elements = 5832 N bytes.
+float64 elements (bytes = 8 x offset), N = num_envs, total 758 N elements = 6064 N bytes.
 
   | #  | array         | shape     | offset | dir | meaning                                   |
   |----|---------------|-----------|--------|-----|-------------------------------------------|
@@ -35,23 +35,24 @@ float64 elements (bytes = 8 x offset), N = num_envs, total 729 N elements = 5832
   |    |               |           |        |     | kd_scale                                  |
   | 8  | push_flag     | [N]       | 139N   | in  | 1 = apply push                            |
   | 9  | push          | [N,6]     | 140N   | in  | dv world xyz, dw world xyz                |
-  | 10 | qpos          | [N,36]    | 146N   | out |                                           |
-  | 11 | qvel          | [N,35]    | 182N   | out |                                           |
-  | 12 | torque        | [N,29]    | 217N   | out | clamped torques of the last substep       |
-  | 13 | body_pos      | [N,30,3]  | 246N   | out | xpos of bodies 1..30                      |
-  | 14 | body_quat     | [N,30,4]  | 336N   | out | xquat (wxyz)                              |
-  | 15 | body_lin_vel  | [N,30,3]  | 456N   | out | world, at each body's CoM                 |
-  | 16 | body_ang_vel  | [N,30,3]  | 546N   | out | world                                     |
-  | 17 | contact_force | [N,30,3]  | 636N   | out | net world contact force, last substep     |
-  | 18 | failed        | [N]       | 726N   | out | 0 ok, 1 bad qpos, 2 bad qvel, 3 bad qacc  |
-  | 19 | failed_time   | [N]       | 727N   | out | sim time at which the bad state appeared  |
-  | 20 | time          | [N]       | 728N   | out | sim time since reset                      |
+  | 10 | feedforward   | [N,29]    | 146N   | in  | feed-forward torques (N m), added to PD   |
+  | 11 | qpos          | [N,36]    | 175N   | out |                                           |
+  | 12 | qvel          | [N,35]    | 211N   | out |                                           |
+  | 13 | torque        | [N,29]    | 246N   | out | clamped torques of the last substep       |
+  | 14 | body_pos      | [N,30,3]  | 275N   | out | xpos of bodies 1..30                      |
+  | 15 | body_quat     | [N,30,4]  | 365N   | out | xquat (wxyz)                              |
+  | 16 | body_lin_vel  | [N,30,3]  | 485N   | out | world, at each body's CoM                 |
+  | 17 | body_ang_vel  | [N,30,3]  | 575N   | out | world                                     |
+  | 18 | contact_force | [N,30,3]  | 665N   | out | net world contact force, last substep     |
+  | 19 | failed        | [N]       | 755N   | out | 0 ok, 1 bad qpos, 2 bad qvel, 3 bad qacc  |
+  | 20 | failed_time   | [N]       | 756N   | out | sim time at which the bad state appeared  |
+  | 21 | time          | [N]       | 757N   | out | sim time since reset                      |
 
 Within a command the worker applies params, then resets, then pushes (then, for `step`, the
 control step), writes every output array, and clears the flags it consumed.
 
 Physics equals MimicArena's CPU backend (simulator/src/handler/mujoco.rs): one control step is
-`decimation` substeps of tau = clip(kp (target - q) - kd qdot, -effort, effort) followed by
+`decimation` substeps of tau = clip(kp (target - q) - kd qdot + ff, -effort, effort) followed by
 mj_step; afterwards kinematics, com_pos and com_vel refresh the body quantities (contacts and
 contact forces stay those of the last substep, as after MuJoCo's mj_step). Domain
 randomisation starts from the nominal model each time; the MuJoCo C library's mj_setConst
@@ -72,8 +73,8 @@ import numpy as np
 # The physics modules sit beside this script (also under PYTHONSAFEPATH, which would leave the
 # script's folder off sys.path).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from worker_common import (DEVICE_OUTPUTS, DR_FIELDS, NB, NJ, NQ, NV, CommandError, InitError,
-                           log)
+from worker_common import (DEVICE_OUTPUTS, DR_FIELDS, FF0, INP_WIDTH, NB, NJ, NQ, NV, CommandError,
+                           InitError, log)
 
 NPARAMS = NB + 3 + 1 + 1 + 1
 
@@ -88,6 +89,7 @@ LAYOUT = (
     ("params", (NPARAMS,)),
     ("push_flag", ()),
     ("push", (6,)),
+    ("feedforward", (NJ,)),
 ) + DEVICE_OUTPUTS + (
     ("failed", ()),
     ("failed_time", ()),
@@ -220,7 +222,7 @@ class Worker:
         # them there in one copy.
         self.outputs = views["_mem"][slice(*output_span(n))]
         self.physics = Physics(cfg, model, self.dr_host, self.kp_host, self.kd_host)
-        self.inp = np.zeros((n, NJ + 7))
+        self.inp = np.zeros((n, INP_WIDTH))
         # Every env is at qpos0 at rest: one inactive step and a sync exercise both paths before
         # the first command and publish the initial outputs.
         self.physics.advance(self.inp, True, self.outputs)
@@ -272,11 +274,14 @@ class Worker:
         inp[:, NJ:] = 0.0
         if name == "step":
             inp[:, :NJ] = v["targets"]
+            inp[:, FF0:] = v["feedforward"]
             active = v["active"] != 0
             inp[:, NJ + 6] = active
             # A row's sum is finite when its values are (one pass, no temporaries per value).
             if not np.all(np.isfinite(inp[:, :NJ].sum(axis=1))[active]):
                 raise CommandError("non-finite targets for an active env")
+            if not np.all(np.isfinite(inp[:, FF0:].sum(axis=1))[active]):
+                raise CommandError("non-finite feed-forward torques for an active env")
         if pushes.any():
             inp[pushes, NJ:NJ + 6] = v["push"][pushes]
 

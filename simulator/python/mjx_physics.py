@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from worker_common import DR_FIELDS, MAXVAL, NB, NJ, NV, InitError, log
+from worker_common import DR_FIELDS, FF0, INP_WIDTH, MAXVAL, NB, NJ, NV, InitError, log
 
 
 def prepare_environment(cfg):
@@ -104,7 +104,7 @@ class MjxPhysics:
         qvel = d.qvel.at[:, 0:3].add(push[:, :3]).at[:, 3:6].add(dw_local)
         return dict(state, d=d.replace(qvel=qvel))
 
-    def _control_step(self, model_b, state, targets, kp, kd, go):
+    def _control_step(self, model_b, state, targets, ff, kp, kd, go):
         """`decimation` PD substeps for every env with go; a substep that produces a bad state
         is discarded and fails the env (code 1 qpos, 2 qvel, 3 qacc)."""
         jax, jnp, mjx = self.jax, self.jnp, self.mjx
@@ -113,11 +113,11 @@ class MjxPhysics:
         def bad(x):
             return jnp.any(~jnp.isfinite(x) | (jnp.abs(x) > MAXVAL))
 
-        def env(m, d, torque, code, nsub, fail_nsub, target, kp, kd, go):
+        def env(m, d, torque, code, nsub, fail_nsub, target, ff, kp, kd, go):
             def substep(carry, _):
                 d, torque, code, nsub, fail_nsub = carry
                 run = go & (code == 0)
-                tau = jnp.clip(kp * (target - d.qpos[7:]) - kd * d.qvel[6:], -effort, effort)
+                tau = jnp.clip(kp * (target - d.qpos[7:]) - kd * d.qvel[6:] + ff, -effort, effort)
                 nd = mjx.step(m, d.replace(ctrl=tau))
                 c = jnp.where(bad(nd.qpos), 1, jnp.where(bad(nd.qvel), 2, jnp.where(bad(nd.qacc), 3, 0)))
                 ok = run & (c == 0)
@@ -131,8 +131,8 @@ class MjxPhysics:
             return carry
 
         s = state
-        d, torque, code, nsub, fail_nsub = jax.vmap(env, in_axes=(self.model_axes,) + (0,) * 9)(
-            model_b, s["d"], s["torque"], s["code"], s["nsub"], s["fail_nsub"], targets, kp, kd, go)
+        d, torque, code, nsub, fail_nsub = jax.vmap(env, in_axes=(self.model_axes,) + (0,) * 10)(
+            model_b, s["d"], s["torque"], s["code"], s["nsub"], s["fail_nsub"], targets, ff, kp, kd, go)
         return {"d": d, "torque": torque, "code": code, "nsub": nsub, "fail_nsub": fail_nsub}
 
     def _contact_force(self, d):
@@ -197,7 +197,7 @@ class MjxPhysics:
     def _step(self, model_b, state, inp, kp, kd):
         state = self._push(state, inp[:, NJ:NJ + 6])
         go = (inp[:, NJ + 6] > 0.5) & (state["code"] == 0)
-        state = self._control_step(model_b, state, inp[:, :NJ], kp, kd, go)
+        state = self._control_step(model_b, state, inp[:, :NJ], inp[:, FF0:FF0 + NJ], kp, kd, go)
         return self._observe(model_b, state)
 
     # ----- host side -----
@@ -226,7 +226,7 @@ class MjxPhysics:
         t0 = time.perf_counter()
         self.reset_fn = jax.jit(self._reset, donate_argnums=1).lower(*reset_args).compile()
         self.state = self.reset_fn(*reset_args)
-        inp = self.put(np.zeros((n, NJ + 7)))
+        inp = self.put(np.zeros((n, INP_WIDTH)))
         t1 = time.perf_counter()
         self.sync_fn = jax.jit(self._sync, donate_argnums=1).lower(
             self.model_b, self.state, inp).compile()

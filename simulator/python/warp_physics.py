@@ -33,7 +33,7 @@ import mujoco_warp as mjw  # noqa: E402
 from mujoco_warp._src.support import contact_force_fn
 from mujoco_warp._src.types import vec5
 
-from worker_common import DEVICE_OUTPUTS, DR_FIELDS, MAXVAL, NB, NJ, NQ, NV, InitError, log
+from worker_common import DEVICE_OUTPUTS, DR_FIELDS, FF0, MAXVAL, NB, NJ, NQ, NV, InitError, log
 
 _NJ = wp.constant(NJ)
 _NB = wp.constant(NB)
@@ -83,12 +83,12 @@ def _push_kernel(push: wp.array2d(dtype=float), qpos: wp.array2d(dtype=float),
 
 @wp.kernel
 def _pd_kernel(qpos: wp.array2d(dtype=float), qvel: wp.array2d(dtype=float),
-               target: wp.array2d(dtype=float), kp: wp.array2d(dtype=float),
-               kd: wp.array2d(dtype=float), effort: wp.array(dtype=float),
-               ctrl: wp.array2d(dtype=float)):
-    """tau = clip(kp (target - q) - kd qdot, -effort, effort), per world and joint."""
+               target: wp.array2d(dtype=float), ff: wp.array2d(dtype=float),
+               kp: wp.array2d(dtype=float), kd: wp.array2d(dtype=float),
+               effort: wp.array(dtype=float), ctrl: wp.array2d(dtype=float)):
+    """tau = clip(kp (target - q) - kd qdot + ff, -effort, effort), per world and joint."""
     w, j = wp.tid()
-    tau = kp[w, j] * (target[w, j] - qpos[w, 7 + j]) - kd[w, j] * qvel[w, 6 + j]
+    tau = kp[w, j] * (target[w, j] - qpos[w, 7 + j]) - kd[w, j] * qvel[w, 6 + j] + ff[w, j]
     ctrl[w, j] = wp.clamp(tau, -effort[j], effort[j])
 
 
@@ -264,6 +264,7 @@ class WarpPhysics:
                 raise InitError(f"MuJoCo Warp cannot run this model: {e}") from None
             f32 = wp.float32
             self.targets = wp.zeros((n, NJ), dtype=f32)
+            self.ff = wp.zeros((n, NJ), dtype=f32)
             self.push = wp.zeros((n, 6), dtype=f32)
             self.go = wp.zeros(n, dtype=int)
             self.kp = wp.zeros((n, NJ), dtype=f32)
@@ -337,7 +338,7 @@ class WarpPhysics:
         d, n = self.d, self.n
         for _ in range(self.cfg["decimation"]):
             wp.launch(_pd_kernel, dim=(n, NJ), inputs=[
-                d.qpos, d.qvel, self.targets, self.kp, self.kd, self.effort, d.ctrl])
+                d.qpos, d.qvel, self.targets, self.ff, self.kp, self.kd, self.effort, d.ctrl])
             for k, v in self.saved.items():
                 wp.copy(v, getattr(d, k))
             mjw.step(self.m, d)
@@ -403,6 +404,7 @@ class WarpPhysics:
         self.push.assign(inp[:, NJ:NJ + 6].astype(np.float32))
         if step:
             self.targets.assign(inp[:, :NJ].astype(np.float32))
+            self.ff.assign(inp[:, FF0:FF0 + NJ].astype(np.float32))
             self.go.assign((inp[:, NJ + 6] > 0.5).astype(np.int32))
         else:
             self.go.zero_()

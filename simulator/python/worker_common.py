@@ -3,6 +3,11 @@ implementations (mjx_physics.py, warp_physics.py)."""
 import sys
 
 NQ, NV, NJ, NB = 36, 35, 29, 30
+# Columns of the per-command input block the worker hands its physics ([N, INP_WIDTH]): PD
+# targets [0, NJ), push dv dw [NJ, NJ + 6), go (1 = advance) at NJ + 6, feed-forward torques
+# [FF0, FF0 + NJ).
+FF0 = NJ + 7
+INP_WIDTH = FF0 + NJ
 # mjMAXVAL: MuJoCo's threshold for bad qpos / qvel / qacc (mj_checkPos, mj_checkVel, mj_checkAcc).
 MAXVAL = 1e10
 # Per-env model fields: what domain randomisation changes (body_mass, body_ipos, geom_friction)

@@ -466,3 +466,73 @@ fn stubbed_physics_keeps_the_real_workers_layout() {
         assert!(v.iter().all(|x| x.is_finite()), "{field:?}: {v:?}");
     }
 }
+
+/// The joint-position mode's torque law on the GPU backend: feed-forward torques add to the PD
+/// torque as on the CPU backend, per env, and a reset clears them. MJX in double precision is
+/// held to the CPU backend's rounding; MuJoCo Warp (float32) to float32's.
+#[test]
+fn feedforward_torques_follow_the_cpu_backend() {
+    let Some(python) = gpu_python() else { return };
+    let warp = SimBackend::Gpu(GpuOptions {
+        python: python.clone(),
+        device: GpuDevice::Cpu,
+        implementation: GpuImpl::Warp,
+        ..GpuOptions::default()
+    });
+    let mut qpos = [0.0; NQ];
+    qpos[2] = 0.8;
+    qpos[3] = 1.0;
+    let ff: Vec<f64> = (0..NUM_JOINTS).map(|j| 3.0 * ((j % 5) as f64 - 2.0)).collect();
+    // The same targets for both envs.
+    let targets: Vec<f64> = (0..2 * NUM_JOINTS)
+        .map(|k| 0.02 * (k % NUM_JOINTS % 7) as f64)
+        .collect();
+    let run = |backend: SimBackend| {
+        let mut h = backend.create(RobotConfig::default(), 2, 1).unwrap();
+        assert!(h.supports_feedforward(), "{}", h.describe());
+        for env in 0..2 {
+            h.set_qpos_qvel(env, &qpos, &[0.0; NV]).unwrap();
+        }
+        h.sync().unwrap();
+        // Env 0 gets feed-forward torques, env 1 none.
+        h.set_feedforward(0, &ff).unwrap();
+        let mut torques = Vec::new();
+        for _ in 0..3 {
+            h.step(&targets).unwrap();
+            for env in 0..2 {
+                let mut t = vec![0.0; NUM_JOINTS];
+                h.read_env_into(env, Field::DofTorque, &mut t);
+                torques.push(t);
+            }
+        }
+        let mut q = vec![0.0; NQ];
+        h.read_env_into(0, Field::Qpos, &mut q);
+        // A reset clears them: env 0 then steps like env 1.
+        for env in 0..2 {
+            h.set_qpos_qvel(env, &qpos, &[0.0; NV]).unwrap();
+        }
+        h.step(&targets).unwrap();
+        let (mut t0, mut t1) = (vec![0.0; NUM_JOINTS], vec![0.0; NUM_JOINTS]);
+        h.read_env_into(0, Field::DofTorque, &mut t0);
+        h.read_env_into(1, Field::DofTorque, &mut t1);
+        assert_eq!(t0, t1, "{}: feed-forward torques survived a reset", h.describe());
+        (torques, q, h.describe())
+    };
+    let (cpu, cpu_q, _) = run(SimBackend::Cpu);
+    // The feed-forward torques reached the physics: env 0's torques differ from env 1's.
+    assert!(max_diff(&cpu[0], &cpu[1]) > 1.0, "{:?} vs {:?}", cpu[0], cpu[1]);
+    let python_x64 = gpu(python);
+    // Measured: MJX 2e-13 N m and 2e-15 in qpos; Warp 4e-5 N m and 1e-7.
+    for (backend, torque_tol, qpos_tol) in [(python_x64, 1e-9, QPOS_TOL_1), (warp, 1e-3, 1e-5)] {
+        let (torques, q, name) = run(backend);
+        let worst = cpu
+            .iter()
+            .zip(&torques)
+            .map(|(a, b)| max_diff(a, b))
+            .fold(0.0, f64::max);
+        let worst_q = max_diff(&cpu_q, &q);
+        eprintln!("{name}: largest torque difference {worst:.2e} N m, qpos {worst_q:.2e} after 3 steps");
+        assert!(worst < torque_tol, "{name}: torques differ by {worst}");
+        assert!(worst_q < qpos_tol, "{name}: qpos differs by {worst_q}");
+    }
+}

@@ -646,6 +646,7 @@ impl Handler for GpuHandler {
         self.row_mut(Array::PushFlag, env)[0] = 0.0;
         self.row_mut(Array::Push, env).fill(0.0);
         self.row_mut(Array::Targets, env).copy_from_slice(&qpos[7..]);
+        self.row_mut(Array::Feedforward, env).fill(0.0);
         self.row_mut(Array::Active, env)[0] = 1.0;
         self.health[env] = EnvHealth::Ok;
         self.dirty = true;
@@ -661,6 +662,22 @@ impl Handler for GpuHandler {
             )));
         }
         self.row_mut(Array::Targets, env).copy_from_slice(targets);
+        Ok(())
+    }
+
+    fn supports_feedforward(&self) -> bool {
+        true
+    }
+
+    fn set_feedforward(&mut self, env: usize, torques: &[f64]) -> Result<(), SimError> {
+        self.check_env(env)?;
+        if torques.len() != NUM_JOINTS {
+            return Err(SimError::Config(format!(
+                "feed-forward torques need {NUM_JOINTS} values, got {}",
+                torques.len()
+            )));
+        }
+        self.row_mut(Array::Feedforward, env).copy_from_slice(torques);
         Ok(())
     }
 

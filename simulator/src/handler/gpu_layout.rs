@@ -22,6 +22,8 @@ pub(crate) enum Array {
     PushFlag,
     /// dv (world, 3), dω (world, 3).
     Push,
+    /// Feed-forward torques added to the PD law (29; the joint-position mode's second half).
+    Feedforward,
     Qpos,
     Qvel,
     /// Clamped torques of the last substep (29).
@@ -45,7 +47,7 @@ pub(crate) enum Array {
 pub(crate) const PARAMS_WIDTH: usize = 36;
 
 impl Array {
-    pub(crate) const ALL: [Array; 20] = [
+    pub(crate) const ALL: [Array; 21] = [
         Array::Targets,
         Array::Active,
         Array::ResetFlag,
@@ -55,6 +57,7 @@ impl Array {
         Array::Params,
         Array::PushFlag,
         Array::Push,
+        Array::Feedforward,
         Array::Qpos,
         Array::Qvel,
         Array::Torque,
@@ -71,7 +74,7 @@ impl Array {
     /// Values per env.
     pub(crate) fn width(self) -> usize {
         match self {
-            Array::Targets | Array::Torque => 29,
+            Array::Targets | Array::Torque | Array::Feedforward => 29,
             Array::Active
             | Array::ResetFlag
             | Array::ParamsFlag
@@ -93,13 +96,13 @@ impl Array {
 #[derive(Debug, Clone)]
 pub(crate) struct ShmLayout {
     num_envs: usize,
-    offsets: [usize; 20],
+    offsets: [usize; 21],
     total: usize,
 }
 
 impl ShmLayout {
     pub(crate) fn new(num_envs: usize) -> Self {
-        let mut offsets = [0; 20];
+        let mut offsets = [0; 21];
         let mut total = 0;
         for (k, a) in Array::ALL.iter().enumerate() {
             offsets[k] = total;
@@ -145,7 +148,7 @@ mod tests {
         let per_env: usize = Array::ALL.iter().map(|a| a.width()).sum();
         assert_eq!(
             per_env,
-            29 + 1 + 1 + 36 + 35 + 1 + 36 + 1 + 6 + 36 + 35 + 29 + 90 + 120 + 90 + 90 + 90 + 3
+            29 + 1 + 1 + 36 + 35 + 1 + 36 + 1 + 6 + 29 + 36 + 35 + 29 + 90 + 120 + 90 + 90 + 90 + 3
         );
         assert_eq!(l.bytes(), 8 * 3 * per_env);
         assert_eq!(l.range(Array::Time).end, 3 * per_env);

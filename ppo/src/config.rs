@@ -34,6 +34,14 @@ pub struct EnvConfig {
     pub num_envs: usize,
     /// Simulator worker threads (0 = all cores).
     pub threads: usize,
+    /// Physics backend of the envs: `cpu` (MuJoCo on CPU threads; runs resume exactly) or `gpu`
+    /// (the GPU worker: MuJoCo Warp or MJX, docs/gpu-backend.md; its Python from
+    /// `ARENA_GPU_PYTHON`; not bit-deterministic on a GPU).
+    pub sim_backend: String,
+    /// GPU backend only: `auto` (MuJoCo Warp on a CUDA device, else MJX), `jax` or `warp`.
+    pub gpu_impl: String,
+    /// GPU backend only: where the physics runs, `auto`, `cpu` or `gpu`.
+    pub gpu_device: String,
     /// Control steps per env in one rollout.
     pub steps_per_env: usize,
     /// Episode cap (s): the recipe's 10 s time-out.
@@ -53,6 +61,9 @@ impl Default for EnvConfig {
             motions_root: None,
             num_envs: 128,
             threads: 2,
+            sim_backend: "cpu".into(),
+            gpu_impl: "auto".into(),
+            gpu_device: "auto".into(),
             steps_per_env: 24,
             episode_length_s: 10.0,
             gains: "armature".into(),
@@ -308,6 +319,28 @@ impl PpoTrainConfig {
         Ok(())
     }
 
+    /// The envs' physics backend (`env.sim_backend`, `env.gpu_impl`, `env.gpu_device`).
+    pub fn sim_backend(&self) -> Result<arena_sim::SimBackend, String> {
+        use arena_sim::handler::{GpuDevice, GpuImpl, GpuOptions};
+        let e = &self.env;
+        match e.sim_backend.as_str() {
+            "cpu" => Ok(arena_sim::SimBackend::Cpu),
+            "gpu" => {
+                let implementation: GpuImpl = e.gpu_impl.parse().map_err(|m| format!("env.gpu_impl: {m}"))?;
+                if implementation == GpuImpl::Stub {
+                    return Err("env.gpu_impl: \"stub\" has no physics; use auto, jax or warp".into());
+                }
+                let device: GpuDevice = e.gpu_device.parse().map_err(|m| format!("env.gpu_device: {m}"))?;
+                Ok(arena_sim::SimBackend::Gpu(GpuOptions {
+                    implementation,
+                    device,
+                    ..GpuOptions::default()
+                }))
+            }
+            other => Err(format!("env.sim_backend must be \"cpu\" or \"gpu\", got {other:?}")),
+        }
+    }
+
     /// Samples per rollout.
     pub fn batch_size(&self) -> usize {
         self.env.num_envs * self.env.steps_per_env
@@ -340,6 +373,7 @@ impl PpoTrainConfig {
                 self.batch_size()
             ));
         }
+        self.sim_backend()?;
         if !matches!(e.gains.as_str(), "armature" | "arena") {
             return Err(format!(
                 "env.gains must be \"armature\" or \"arena\", got {:?}",

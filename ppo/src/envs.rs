@@ -152,6 +152,7 @@ impl TrackerEnvs {
                 record: false,
                 dr_gains_and_delay: true,
                 action_mode: ActionMode::JointPosition,
+                backend: config.sim_backend().map_err(|e| anyhow::anyhow!(e))?,
                 ..Default::default()
             },
             library.clone(),

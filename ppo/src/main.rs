@@ -62,6 +62,11 @@ struct TrainArgs {
     /// `section.key=value` overrides of the configuration (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     overrides: Vec<String>,
+    /// Physics backend of the envs (sets `env.sim_backend`): cpu (MuJoCo on CPU threads, exact
+    /// resume) or gpu (the GPU worker: MuJoCo Warp on a CUDA device, else MJX;
+    /// docs/gpu-backend.md).
+    #[arg(long, value_parser = ["cpu", "gpu"])]
+    backend: Option<String>,
     /// Stop at the first checkpoint boundary after this many minutes, with a checkpoint.
     #[arg(long, value_name = "MINUTES", value_parser = parse_minutes)]
     time_limit: Option<f64>,
@@ -175,6 +180,11 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
     };
     for o in &a.overrides {
         config.set(o).map_err(anyhow::Error::msg)?;
+    }
+    if let Some(backend) = &a.backend {
+        config
+            .set(&format!("env.sim_backend={backend}"))
+            .map_err(anyhow::Error::msg)?;
     }
     if !a.resume && paths.checkpoint().exists() {
         bail!(

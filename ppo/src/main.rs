@@ -10,7 +10,7 @@ use arena_ppo::train::{Trainer, evaluate_policy, load_model};
 use arena_sdk::client::{self, ClientConfig, Mode};
 use arena_sdk::tracker::{TrackerAgent, TrackerPolicy};
 use arena_sim::RobotConfig;
-use arena_torch::cli::parse_minutes;
+use arena_torch::cli::{parse_device, parse_minutes};
 use arena_torch::run_dir::RunPaths;
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -67,6 +67,10 @@ struct TrainArgs {
     /// docs/gpu-backend.md).
     #[arg(long, value_parser = ["cpu", "gpu"])]
     backend: Option<String>,
+    /// Where the networks and the PPO update run: cpu, or cuda (a CUDA build of arena-ppo,
+    /// `ARENA_PPO_CUDA=1`, on a machine with a GPU). Exact resume holds on the CPU.
+    #[arg(long, default_value = "cpu", value_parser = parse_device)]
+    device: tch::Device,
     /// Stop at the first checkpoint boundary after this many minutes, with a checkpoint.
     #[arg(long, value_name = "MINUTES", value_parser = parse_minutes)]
     time_limit: Option<f64>,
@@ -198,7 +202,7 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
         config.env.benchmarks_dir.as_deref(),
         &motions_root,
     )?;
-    let mut trainer = Trainer::new(config, spec, clips, paths, a.resume)?;
+    let mut trainer = Trainer::new_on(config, spec, clips, paths, a.resume, a.device)?;
     let max = trainer.config.run.max_iterations;
     let bar = if a.quiet {
         ProgressBar::hidden()

@@ -22,11 +22,12 @@ struct Linear {
 impl Linear {
     fn new(s: &mut Scope, input: i64, output: i64) -> Self {
         let bound = 1.0 / (input as f64).sqrt();
+        let device = s.device();
         let weight = s.param("weight", || {
-            Tensor::empty([output, input], (Kind::Float, Device::Cpu)).uniform_(-bound, bound)
+            Tensor::empty([output, input], (Kind::Float, device)).uniform_(-bound, bound)
         });
         let bias = s.param("bias", || {
-            Tensor::empty([output], (Kind::Float, Device::Cpu)).uniform_(-bound, bound)
+            Tensor::empty([output], (Kind::Float, device)).uniform_(-bound, bound)
         });
         Linear { weight, bias }
     }
@@ -85,10 +86,11 @@ pub struct EmpiricalNormalizer {
 
 impl EmpiricalNormalizer {
     pub fn new(s: &mut Scope, dim: i64) -> Self {
-        let mean = s.buffer("_mean", || Tensor::zeros([1, dim], (Kind::Float, Device::Cpu)));
-        let var = s.buffer("_var", || Tensor::ones([1, dim], (Kind::Float, Device::Cpu)));
-        let std = s.buffer("_std", || Tensor::ones([1, dim], (Kind::Float, Device::Cpu)));
-        let count = s.buffer("count", || Tensor::zeros([], (Kind::Int64, Device::Cpu)));
+        let device = s.device();
+        let mean = s.buffer("_mean", || Tensor::zeros([1, dim], (Kind::Float, device)));
+        let var = s.buffer("_var", || Tensor::ones([1, dim], (Kind::Float, device)));
+        let std = s.buffer("_std", || Tensor::ones([1, dim], (Kind::Float, device)));
+        let count = s.buffer("count", || Tensor::zeros([], (Kind::Int64, device)));
         EmpiricalNormalizer { mean, var, std, count }
     }
 
@@ -112,10 +114,22 @@ impl EmpiricalNormalizer {
     }
 }
 
+/// The sizes a model is built with (kept to build it again on another device).
+#[derive(Debug, Clone)]
+struct Sizes {
+    actor_in: i64,
+    critic_in: i64,
+    actions: i64,
+    actor_hidden: Vec<i64>,
+    critic_hidden: Vec<i64>,
+    init_std: f64,
+}
+
 /// Actor, critic, std and the two normalisers.
 #[derive(Debug)]
 pub struct ActorCritic {
     pub store: ParamStore,
+    sizes: Sizes,
     pub actor: Mlp,
     pub critic: Mlp,
     pub std: Tensor,
@@ -154,6 +168,7 @@ impl Gaussian {
 }
 
 impl ActorCritic {
+    /// A new model on the CPU, initialised from libtorch's CPU generator.
     pub fn new(
         actor_in: i64,
         critic_in: i64,
@@ -162,21 +177,57 @@ impl ActorCritic {
         critic_hidden: &[i64],
         init_std: f64,
     ) -> Self {
+        let sizes = Sizes {
+            actor_in,
+            critic_in,
+            actions,
+            actor_hidden: actor_hidden.to_vec(),
+            critic_hidden: critic_hidden.to_vec(),
+            init_std,
+        };
+        Self::build(sizes, Device::Cpu)
+    }
+
+    fn build(sizes: Sizes, device: Device) -> Self {
         let mut store = ParamStore::new();
-        let mut root = Scope::root(&mut store, "", Device::Cpu, true);
-        let actor = Mlp::new(&mut root.sub("actor"), actor_in, actor_hidden, actions);
-        let critic = Mlp::new(&mut root.sub("critic"), critic_in, critic_hidden, 1);
-        let std = root.param("std", || Tensor::full([actions], init_std, (Kind::Float, Device::Cpu)));
-        let actor_norm = EmpiricalNormalizer::new(&mut root.sub("actor_obs_normalizer"), actor_in);
-        let critic_norm = EmpiricalNormalizer::new(&mut root.sub("critic_obs_normalizer"), critic_in);
+        let mut root = Scope::root(&mut store, "", device, true);
+        let actor = Mlp::new(
+            &mut root.sub("actor"),
+            sizes.actor_in,
+            &sizes.actor_hidden,
+            sizes.actions,
+        );
+        let critic = Mlp::new(&mut root.sub("critic"), sizes.critic_in, &sizes.critic_hidden, 1);
+        let std = root.param("std", || {
+            Tensor::full([sizes.actions], sizes.init_std, (Kind::Float, device))
+        });
+        let actor_norm = EmpiricalNormalizer::new(&mut root.sub("actor_obs_normalizer"), sizes.actor_in);
+        let critic_norm = EmpiricalNormalizer::new(&mut root.sub("critic_obs_normalizer"), sizes.critic_in);
         ActorCritic {
             store,
+            sizes,
             actor,
             critic,
             std,
             actor_norm,
             critic_norm,
         }
+    }
+
+    /// The same model (every parameter and normaliser buffer) on `device`: a model is made and
+    /// initialised on the CPU, so a seed gives the same start on every device.
+    pub fn to_device(&self, device: Device) -> Self {
+        let moved = Self::build(self.sizes.clone(), device);
+        let tensors: std::collections::BTreeMap<String, Tensor> = self.store.all_under("").into_iter().collect();
+        moved
+            .load(&|k| tensors.get(k).map(Tensor::shallow_clone))
+            .expect("the same sizes");
+        moved
+    }
+
+    /// Where the model's tensors live.
+    pub fn device(&self) -> Device {
+        self.std.device()
     }
 
     /// The action distribution of raw actor inputs.
@@ -203,9 +254,14 @@ impl ActorCritic {
         self.store.trainable_under("")
     }
 
-    /// Every tensor (parameters and normaliser buffers), for a checkpoint.
+    /// Every tensor (parameters and normaliser buffers), on the CPU, for a checkpoint or an
+    /// export (the model's own where it lives on the CPU, copies otherwise).
     pub fn tensors(&self) -> Vec<(String, Tensor)> {
-        self.store.all_under("")
+        self.store
+            .all_under("")
+            .into_iter()
+            .map(|(name, t)| (name, t.to_device(Device::Cpu)))
+            .collect()
     }
 
     /// Copies saved tensors into this model, naming any missing or mis-shaped one.
@@ -223,5 +279,35 @@ impl ActorCritic {
             entry.tensor.shallow_clone().copy_(&t);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A model moved to a device is the same model: every parameter and normaliser buffer, and
+    /// the same outputs (here the CPU, the one device a test machine has; the CUDA route is
+    /// the same code with another device).
+    #[test]
+    fn a_moved_model_keeps_every_tensor() {
+        tch::manual_seed(3);
+        let mut model = ActorCritic::new(5, 7, 3, &[8, 4], &[6], 0.7);
+        model
+            .actor_norm
+            .update(&Tensor::randn([10, 5], (Kind::Float, Device::Cpu)));
+        let moved = model.to_device(Device::Cpu);
+        assert_eq!(moved.device(), Device::Cpu);
+        let (a, b) = (model.tensors(), moved.tensors());
+        assert_eq!(a.len(), b.len());
+        for ((na, ta), (nb, tb)) in a.iter().zip(&b) {
+            assert_eq!(na, nb);
+            assert!(ta.equal(tb), "{na} differs");
+        }
+        // Distinct storage: training the moved one leaves the original alone.
+        let _ = tch::no_grad(|| moved.std.shallow_clone().fill_(0.1));
+        assert!(!model.std.equal(&moved.std));
+        let obs = Tensor::randn([2, 5], (Kind::Float, Device::Cpu));
+        assert!(model.act_inference(&obs).equal(&moved.act_inference(&obs)));
     }
 }

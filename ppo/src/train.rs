@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
-use tch::{Kind, Tensor};
+use tch::{Device, Kind, Tensor};
 
 const ENV_STREAM: u64 = 0x454e_5653;
 const ACTION_STREAM: u64 = 0x4143_5453;
@@ -70,7 +70,11 @@ pub fn policy_card(config: &PpoTrainConfig, interface: &ActionInterface) -> Trac
 pub fn tracker_policy(model: &ActorCritic, card: TrackerCard) -> anyhow::Result<TrackerPolicy> {
     let values = |t: &Tensor| -> anyhow::Result<Vec<f32>> {
         Ok(Vec::<f32>::try_from(
-            t.detach().to_kind(Kind::Float).contiguous().view([-1]),
+            t.detach()
+                .to_device(Device::Cpu)
+                .to_kind(Kind::Float)
+                .contiguous()
+                .view([-1]),
         )?)
     };
     let layers = model
@@ -139,6 +143,8 @@ pub struct Trainer {
     pub paths: RunPaths,
     pub model: ActorCritic,
     adam: Adam,
+    /// Where the model and the update live (the envs are the backend's).
+    device: Device,
     pub envs: TrackerEnvs,
     pub status: TrainStatus,
     sim_s: f64,
@@ -160,13 +166,28 @@ impl std::fmt::Debug for Trainer {
 pub type ProgressFn<'a> = dyn FnMut(u64, u64, Option<&BTreeMap<String, f64>>) + 'a;
 
 impl Trainer {
-    /// A new run in `paths`, or the continuation of the one checkpointed there when `resume`.
+    /// A new run in `paths`, or the continuation of the one checkpointed there when `resume`,
+    /// with the model and its update on the CPU.
     pub fn new(
         config: PpoTrainConfig,
         spec: BenchmarkSpec,
         clips: Vec<MotionClip>,
         paths: RunPaths,
         resume: bool,
+    ) -> anyhow::Result<Self> {
+        Self::new_on(config, spec, clips, paths, resume, Device::Cpu)
+    }
+
+    /// [`Trainer::new`] with the model, the rollout's tensors and the update on `device` (a
+    /// CUDA device: the arena-bfm route, docs/baseline.md). The model is made, or loaded, on
+    /// the CPU and moved, with the optimiser's moments. Exact resume holds on the CPU only.
+    pub fn new_on(
+        config: PpoTrainConfig,
+        spec: BenchmarkSpec,
+        clips: Vec<MotionClip>,
+        paths: RunPaths,
+        resume: bool,
+        device: Device,
     ) -> anyhow::Result<Self> {
         config.validate().map_err(anyhow::Error::msg)?;
         let mut envs = TrackerEnvs::new(&config, &spec, &clips)?;
@@ -246,6 +267,17 @@ impl Trainer {
             };
             (model, adam, status)
         };
+        let (model, adam) = if device == Device::Cpu {
+            (model, adam)
+        } else {
+            let moved = model.to_device(device);
+            let mut moved_adam = Adam::new(moved.parameters(), adam.lr);
+            let state: BTreeMap<String, Tensor> = adam.state_tensors("").into_iter().collect();
+            moved_adam
+                .load_state("", adam.step, &|k| state.get(k).map(Tensor::shallow_clone))
+                .map_err(anyhow::Error::msg)?;
+            (moved, moved_adam)
+        };
         std::fs::create_dir_all(&paths.dir).with_context(|| format!("creating {}", paths.dir.display()))?;
         Ok(Trainer {
             config,
@@ -254,6 +286,7 @@ impl Trainer {
             paths,
             model,
             adam,
+            device,
             envs,
             status,
             sim_s: 0.0,
@@ -283,14 +316,22 @@ impl Trainer {
         let mut policy_s = 0.0;
         for _ in 0..c.env.steps_per_env {
             let t0 = Instant::now();
-            let obs = Tensor::from_slice(&self.envs.actor_obs).view([n, ACTOR_DIM as i64]);
-            let critic_obs = Tensor::from_slice(&self.envs.critic_obs).view([n, CRITIC_DIM as i64]);
+            let device = self.device;
+            let obs = Tensor::from_slice(&self.envs.actor_obs)
+                .view([n, ACTOR_DIM as i64])
+                .to_device(device);
+            let critic_obs = Tensor::from_slice(&self.envs.critic_obs)
+                .view([n, CRITIC_DIM as i64])
+                .to_device(device);
             let act = Act::sample(&mut self.model, &obs, &critic_obs);
-            let actions = Vec::<f32>::try_from(act.actions.contiguous().view([-1])).expect("f32");
+            let actions =
+                Vec::<f32>::try_from(act.actions.to_device(Device::Cpu).contiguous().view([-1])).expect("f32");
             policy_s += t0.elapsed().as_secs_f64();
             let out = self.envs.step(&actions, &mut rng)?;
-            let rewards = Tensor::from_slice(&out.rewards);
-            let as_f32 = |v: &[bool]| Tensor::from_slice(&v.iter().map(|b| *b as u8 as f32).collect::<Vec<f32>>());
+            let rewards = Tensor::from_slice(&out.rewards).to_device(device);
+            let as_f32 = |v: &[bool]| {
+                Tensor::from_slice(&v.iter().map(|b| *b as u8 as f32).collect::<Vec<f32>>()).to_device(device)
+            };
             let outcome = StepTensors {
                 rewards,
                 dones: as_f32(&out.dones),
@@ -301,14 +342,17 @@ impl Trainer {
         let rollout = rollout.finish();
         let last_values = {
             let _guard = tch::no_grad_guard();
-            let critic_obs = Tensor::from_slice(&self.envs.critic_obs).view([n, CRITIC_DIM as i64]);
+            let critic_obs = Tensor::from_slice(&self.envs.critic_obs)
+                .view([n, CRITIC_DIM as i64])
+                .to_device(self.device);
             self.model.value(&critic_obs)
         };
         let sim_done = Instant::now();
         let (returns, advantages) = ppo::compute_returns(&rollout, &last_values, c.ppo.gamma, c.ppo.lam);
         tch::manual_seed(derive_seed(c.run.seed ^ PERMUTATION_STREAM, it) as i64);
         let batch = c.batch_size() as i64;
-        let permutation = Tensor::randperm(batch, (Kind::Int64, tch::Device::Cpu));
+        // Drawn on the CPU's generator whatever the device: the same stream everywhere.
+        let permutation = Tensor::randperm(batch, (Kind::Int64, Device::Cpu)).to_device(self.device);
         let update_batch = UpdateBatch {
             rollout: &rollout,
             returns: &returns,
@@ -412,7 +456,13 @@ impl Trainer {
     pub fn save_checkpoint(&mut self) -> anyhow::Result<()> {
         let tmp = self.paths.begin_checkpoint()?;
         write_tensors(&tmp.join("model.safetensors"), &self.model.tensors())?;
-        write_tensors(&tmp.join("optimizer.safetensors"), &self.adam.state_tensors(""))?;
+        let moments: Vec<(String, Tensor)> = self
+            .adam
+            .state_tensors("")
+            .into_iter()
+            .map(|(name, t)| (name, t.to_device(Device::Cpu)))
+            .collect();
+        write_tensors(&tmp.join("optimizer.safetensors"), &moments)?;
         self.status.learning_rate = self.adam.lr;
         self.status.adam_step = self.adam.step;
         self.status.sampler = self.envs.sampler.clone();

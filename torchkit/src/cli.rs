@@ -1,5 +1,20 @@
 //! Command-line values the trainers share.
 
+/// `--device`: `cpu`, or `cuda` where libtorch sees a CUDA device (a binary built against a
+/// CUDA libtorch with libtorch_cuda linked: `ARENA_PPO_CUDA=1` / `ARENA_BFM_CUDA=1`).
+pub fn parse_device(text: &str) -> Result<tch::Device, String> {
+    match text {
+        "cpu" => Ok(tch::Device::Cpu),
+        "cuda" if tch::Cuda::is_available() => Ok(tch::Device::Cuda(0)),
+        "cuda" => Err(
+            "libtorch finds no CUDA device on this machine (a CUDA build of libtorch with \
+                       libtorch_cuda linked, and a GPU, are needed)"
+                .into(),
+        ),
+        other => Err(format!("expected cpu or cuda, got {other:?}")),
+    }
+}
+
 /// `--time-limit`: a positive, finite number of minutes.
 pub fn parse_minutes(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {

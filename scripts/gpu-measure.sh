@@ -21,7 +21,6 @@ cd "$(dirname "$0")/.."
 results=${RESULTS:-/tmp/gpu-results}
 budget=${BUDGET_S:-480}
 python=${PYTHON:-python3}
-carry=${CARRY_DIR:-/tmp/arena-carry}
 site=${SITE-/tmp/site}
 device=${DEVICE:-gpu}
 bin=/tmp/arena-gpu-bin
@@ -31,40 +30,8 @@ began=$SECONDS
 # shellcheck source=scripts/gpu-steps.sh
 source scripts/gpu-steps.sh
 
-# `timed NEED NAME COMMAND...`: runs step NAME when at least NEED seconds of the budget are
-# left, with what is left as its time limit.
-timed() {
-    local need=$1 name=$2 left=$((budget - (SECONDS - began)))
-    shift 2
-    if [ "$left" -lt "$need" ]; then
-        echo "skipped: $left s of the budget left, $name needs about $need" > "$results/$name.txt"
-        echo "$(date -u +%T) skip $name ($left s left)"
-        return 0
-    fi
-    step "$results" "$name" timeout "$left" "$@"
-}
-
-# A carried file: in CARRY_DIR, or still in the folder a call carried it in.
-carried() {
-    local f
-    for f in "$carry/$1" ".warp1/$1" ".warp2/$1" ".gpu/$1"; do
-        if [ -f "$f" ]; then
-            echo "$f"
-            return 0
-        fi
-    done
-    echo "missing carried file $1 (in $carry or .warp1/.warp2/.gpu)" >&2
-    return 1
-}
-
-# Install what the calls carried (idempotent on a warm machine).
-if [ -n "$site" ] && [ ! -f "$site/.installed" ]; then
-    mkdir -p "$site"
-    part0=$(carried warp.tar.xz.part0) && part1=$(carried warp.tar.xz.part1) || exit 1
-    cat "$part0" "$part1" | xz -d | tar xf - -C "$site" || exit 1
-    "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" .whl/*.whl || exit 1
-    touch "$site/.installed"
-fi
+# Warp, MuJoCo and MJX into SITE (idempotent on a warm machine).
+install_python_packages "$site" "$python" || exit 1
 binaries=$(carried bin.tar.xz) || exit 1
 xz -d < "$binaries" | tar xf - -C "$bin" || exit 1
 if bfm=$(carried bfm.tar.xz 2>/dev/null); then
@@ -86,10 +53,10 @@ echo "$(date -u +%T) installed after $((SECONDS - began)) s"
 for impl in ${IMPLS-warp}; do
     envs=${ENVS:-1024 4096 8192}
     [ "$impl" = jax ] && envs=${JAX_ENVS:-1024}
-    timed 60 "throughput-$impl" "$python" bench/gpu_throughput.py --arena "$bin/arena" \
+    timed "$results" 60 "throughput-$impl" "$python" bench/gpu_throughput.py --arena "$bin/arena" \
         --envs $envs --repeats 1 --no-cpu --device "$device" --impl "$impl"
 done
-timed 60 eval-4096 "$python" bench/gpu_eval_scale.py --arena "$bin/arena" --agent "$bin/replay" \
+timed "$results" 60 eval-4096 "$python" bench/gpu_eval_scale.py --arena "$bin/arena" --agent "$bin/replay" \
     --episodes "${EPISODES:-4096}" --window-s "${WINDOW_S:-2}" --backend gpu --gpu-device "$device" --gpu-impl warp \
     --repeats "${EVAL_REPEATS:-1}"
 if [ -x /tmp/arena-bfm-bin/update_throughput ]; then
@@ -99,7 +66,7 @@ if [ -x /tmp/arena-bfm-bin/update_throughput ]; then
     for preset in ${BFM_PRESETS-small paper}; do
         (
             export LD_LIBRARY_PATH="$torch_lib:/tmp/arena-bfm-bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-            timed 40 "bfm-update-$preset" "$python" baseline/bench/update_throughput.py \
+            timed "$results" 40 "bfm-update-$preset" "$python" baseline/bench/update_throughput.py \
                 --example /tmp/arena-bfm-bin/update_throughput --preset "$preset" --batch 1024 \
                 --updates "${BFM_UPDATES:-20}" --repeats 2 --device "$bfm_device"
         )

@@ -589,17 +589,23 @@ async fn recover_after_restart(url: String, engine: Engine) {
     assert_eq!(storage.start_episode("s-running", 0).await.unwrap(), Some(1));
 }
 
+/// Two handles on one database as two replicas: `replica-a` with a 0.6 s lease (it expires
+/// within a test), `replica-b` with 30 s.
+async fn two_replicas(url: &str, engine: Engine) -> (Storage, Storage) {
+    use std::time::Duration;
+    let a = open(url, engine)
+        .await
+        .with_lease("replica-a", Duration::from_millis(600));
+    let b = open(url, engine).await.with_lease("replica-b", Duration::from_secs(30));
+    (a, b)
+}
+
 /// A lane fills its free slots with one claim: the lowest PENDING indices, in order, each
 /// counted as an attempt under this handle's lease; two replicas' batches never overlap; an
 /// expired lease's episodes come back in a later batch.
 async fn batched_claims_take_the_lowest_pending_in_order(url: String, engine: Engine) {
     use std::time::Duration;
-    let a = open(&url, engine)
-        .await
-        .with_lease("replica-a", Duration::from_millis(600));
-    let b = open(&url, engine)
-        .await
-        .with_lease("replica-b", Duration::from_secs(30));
+    let (a, b) = two_replicas(&url, engine).await;
     setup(&a, "red", "s-1", 7).await;
     assert_eq!(a.claim_next_episodes("s-1", 2, 0).await.unwrap(), vec![]);
     assert_eq!(
@@ -636,12 +642,7 @@ async fn batched_claims_take_the_lowest_pending_in_order(url: String, engine: En
 /// lease, an expired lease puts the episode back with the lost run counted.
 async fn leases_between_replicas(url: String, engine: Engine) {
     use std::time::Duration;
-    let a = open(&url, engine)
-        .await
-        .with_lease("replica-a", Duration::from_millis(600));
-    let b = open(&url, engine)
-        .await
-        .with_lease("replica-b", Duration::from_secs(30));
+    let (a, b) = two_replicas(&url, engine).await;
     setup(&a, "red", "s-1", 3).await;
     assert_eq!(a.claim_next_episode("s-1", 2).await.unwrap(), Some((0, 1)));
     assert_eq!(b.claim_next_episode("s-1", 2).await.unwrap(), Some((1, 1)));

@@ -19,14 +19,8 @@ memory.
 """
 import numpy as np
 
-from worker_common import DEVICE_OUTPUTS, NB, NJ, NQ, NV, InitError, log
+from worker_common import DEVICE_OUTPUTS, NB, NJ, NQ, NV, OUTPUT_OFFSETS, OUTPUTS_PER_ENV, InitError, log
 
-_OFFSETS = {}
-_offset = 0
-for _name, _shape in DEVICE_OUTPUTS:
-    _OFFSETS[_name] = _offset
-    _offset += int(np.prod(_shape))
-OUTPUTS_PER_ENV = _offset
 
 
 class StubPhysics:
@@ -47,7 +41,7 @@ class StubPhysics:
         self.out = np.zeros(n * OUTPUTS_PER_ENV)
         self.blocks = {}
         for name, shape in DEVICE_OUTPUTS:
-            start = _OFFSETS[name] * n
+            start = OUTPUT_OFFSETS[name] * n
             self.blocks[name] = self.out[start:start + n * int(np.prod(shape))].reshape((n,) + shape)
         data = mujoco.MjData(model)
         mujoco.mj_forward(model, data)

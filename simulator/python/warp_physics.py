@@ -33,19 +33,15 @@ import mujoco_warp as mjw  # noqa: E402
 from mujoco_warp._src.support import contact_force_fn
 from mujoco_warp._src.types import vec5
 
-from worker_common import DEVICE_OUTPUTS, DR_FIELDS, FF0, MAXVAL, NB, NJ, NQ, NV, InitError, log
+from worker_common import (DR_FIELDS, FF0, MAXVAL, NB, NJ, NQ, NV, OUTPUT_OFFSETS, OUTPUTS_PER_ENV,
+                           InitError, log)
 
 _NJ = wp.constant(NJ)
 _NB = wp.constant(NB)
 _MAXVAL = wp.constant(float(MAXVAL))
 
 # Element offsets of each output block in the packed array, per env (multiply by N).
-_BLOCK = {}
-_offset = 0
-for _name, _shape in DEVICE_OUTPUTS:
-    _BLOCK[_name] = _offset
-    _offset += int(np.prod(_shape))
-OUTPUTS_PER_ENV = _offset
+_BLOCK = OUTPUT_OFFSETS
 _O_QVEL, _O_TORQUE = wp.constant(_BLOCK["qvel"]), wp.constant(_BLOCK["torque"])
 _O_XPOS, _O_XQUAT = wp.constant(_BLOCK["body_pos"]), wp.constant(_BLOCK["body_quat"])
 _O_LIN, _O_ANG = wp.constant(_BLOCK["body_lin_vel"]), wp.constant(_BLOCK["body_ang_vel"])

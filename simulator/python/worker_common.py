@@ -1,5 +1,6 @@
 """Constants and helpers shared by the GPU worker (gpu_worker.py) and its physics
 implementations (mjx_physics.py, warp_physics.py)."""
+import math
 import sys
 
 NQ, NV, NJ, NB = 36, 35, 29, 30
@@ -19,6 +20,18 @@ DR_FIELDS = ("body_mass", "body_ipos", "geom_friction", "body_subtreemass", "bod
 DEVICE_OUTPUTS = (("qpos", (NQ,)), ("qvel", (NV,)), ("torque", (NJ,)), ("body_pos", (NB, 3)),
                   ("body_quat", (NB, 4)), ("body_lin_vel", (NB, 3)), ("body_ang_vel", (NB, 3)),
                   ("contact_force", (NB, 3)))
+
+
+def _output_offsets():
+    offsets, offset = {}, 0
+    for name, shape in DEVICE_OUTPUTS:
+        offsets[name] = offset
+        offset += math.prod(shape)
+    return offsets, offset
+
+
+# Where each output starts in the packed block, per env (multiply by N), and its length per env.
+OUTPUT_OFFSETS, OUTPUTS_PER_ENV = _output_offsets()
 
 
 class InitError(Exception):

@@ -11,8 +11,8 @@
 use super::gpu_layout::{Array, PARAMS_WIDTH, ShmLayout};
 use super::mujoco::check_layout;
 use super::{
-    DECIMATION, EnvHealth, Field, Handler, NQ, NV, PHYSICS_DT, PhysicsParams, check_env, check_state, head_pos,
-    head_vel, worker_pool,
+    DECIMATION, EnvHealth, Field, Handler, NQ, NV, PHYSICS_DT, PhysicsParams, check_env, check_feedforward,
+    check_state, head_pos, head_vel, worker_pool,
 };
 use crate::SimError;
 use crate::math::{self, Quat, Vec3};
@@ -671,12 +671,7 @@ impl Handler for GpuHandler {
 
     fn set_feedforward(&mut self, env: usize, torques: &[f64]) -> Result<(), SimError> {
         self.check_env(env)?;
-        if torques.len() != NUM_JOINTS {
-            return Err(SimError::Config(format!(
-                "feed-forward torques need {NUM_JOINTS} values, got {}",
-                torques.len()
-            )));
-        }
+        check_feedforward(torques)?;
         self.row_mut(Array::Feedforward, env).copy_from_slice(torques);
         Ok(())
     }

@@ -88,6 +88,17 @@ pub struct RobotState {
     pub bodies: BTreeMap<String, BodyState>,
 }
 
+/// Feed-forward torques come one per joint.
+pub(crate) fn check_feedforward(torques: &[f64]) -> Result<(), SimError> {
+    if torques.len() != NUM_JOINTS {
+        return Err(SimError::Config(format!(
+            "feed-forward torques need {NUM_JOINTS} values, got {}",
+            torques.len()
+        )));
+    }
+    Ok(())
+}
+
 /// A generalised state must be whole (qpos 36, qvel 35) and finite.
 pub(crate) fn check_state(qpos: &[f64], qvel: &[f64]) -> Result<(), SimError> {
     if qpos.len() != NQ || qvel.len() != NV {

@@ -15,8 +15,8 @@
 //! belong to the solve of the last substep: they are kept per body before its `mj_step1`.
 
 use super::{
-    DECIMATION, EnvHealth, Field, Handler, MAX_FIELD_WIDTH, NQ, NV, PhysicsParams, batch_width, check_env, check_state,
-    head_pos, head_vel, worker_pool,
+    DECIMATION, EnvHealth, Field, Handler, MAX_FIELD_WIDTH, NQ, NV, PhysicsParams, batch_width, check_env,
+    check_feedforward, check_state, head_pos, head_vel, worker_pool,
 };
 use crate::SimError;
 use crate::math::{self, Quat, Vec3};
@@ -441,12 +441,7 @@ impl Handler for MujocoHandler {
 
     fn set_feedforward(&mut self, env: usize, torques: &[f64]) -> Result<(), SimError> {
         self.check_env(env)?;
-        if torques.len() != NUM_JOINTS {
-            return Err(SimError::Config(format!(
-                "feed-forward torques need {NUM_JOINTS} values, got {}",
-                torques.len()
-            )));
-        }
+        check_feedforward(torques)?;
         self.envs[env].feedforward.copy_from_slice(torques);
         Ok(())
     }

@@ -69,6 +69,9 @@ fn main() -> anyhow::Result<()> {
                 threads: config.env.threads,
                 record: false,
                 action_mode: ActionMode::JointPosition,
+                // The trainer's envs compute no BFM-Zero observation groups either.
+                compute_privileged_state: false,
+                compute_history: false,
                 ..Default::default()
             },
             library.clone(),

@@ -153,6 +153,9 @@ impl TrackerEnvs {
                 dr_gains_and_delay: true,
                 action_mode: ActionMode::JointPosition,
                 backend: config.sim_backend().map_err(|e| anyhow::anyhow!(e))?,
+                // The MDP reads the handler itself (mdp.rs), not the env's observation groups.
+                compute_privileged_state: false,
+                compute_history: false,
                 ..Default::default()
             },
             library.clone(),

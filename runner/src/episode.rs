@@ -65,8 +65,15 @@ pub fn env_config(
             FallSpec::MinRootHeight(h) => Some(FallRule::MinRootHeight(h)),
             FallSpec::MaxBodyDeviation(d) => Some(FallRule::MaxBodyDeviation(d)),
         },
+        // Only the groups the benchmark sends are worth their work each step.
+        compute_privileged_state: sends(spec, "privileged_state"),
+        compute_history: sends(spec, "history_actor"),
         ..Default::default()
     }
+}
+
+fn sends(spec: &BenchmarkSpec, group: &str) -> bool {
+    spec.observations.groups.iter().any(|g| g == group)
 }
 
 /// The simulator assignment of a benchmark episode.

@@ -116,6 +116,11 @@ pub struct TrackingEnvConfig {
     pub dr_gains_and_delay: bool,
     /// How actions become PD targets (and feed-forward torques).
     pub action_mode: ActionMode,
+    /// Whether the `privileged_state` rows are computed (left at zero otherwise): a benchmark
+    /// that sends no such group, or a trainer that reads the handler itself, saves the work.
+    pub compute_privileged_state: bool,
+    /// Whether the `history_actor` rows are kept (the history ring pushed and written).
+    pub compute_history: bool,
 }
 
 impl Default for TrackingEnvConfig {
@@ -130,6 +135,8 @@ impl Default for TrackingEnvConfig {
             backend: SimBackend::Cpu,
             dr_gains_and_delay: true,
             action_mode: ActionMode::Normalized,
+            compute_privileged_state: true,
+            compute_history: true,
         }
     }
 }
@@ -913,23 +920,27 @@ impl RefreshContext<'_> {
         for j in 0..NUM_JOINTS {
             rows.last_action[j] = slot.last_a5[j] as f32;
         }
-        let include_current = self.config.history == HistoryTiming::IncludeCurrent;
-        if include_current {
-            slot.history.push(&frame, &slot.last_a5);
-        }
-        slot.history.write(rows.history);
-        if !include_current && !self.after_reset {
-            // Training convention: history at t holds t−1…t−4; an explicit reset pushes nothing.
-            slot.history.push(&frame, &slot.last_a5);
+        if self.config.compute_history {
+            let include_current = self.config.history == HistoryTiming::IncludeCurrent;
+            if include_current {
+                slot.history.push(&frame, &slot.last_a5);
+            }
+            slot.history.write(rows.history);
+            if !include_current && !self.after_reset {
+                // Training convention: history at t holds t−1…t−4; an explicit reset pushes nothing.
+                slot.history.push(&frame, &slot.last_a5);
+            }
         }
         let bp = &r.body_pos;
-        observation::privileged_state(
-            &observation::bodies3(bp),
-            &observation::bodies4(&r.body_rot),
-            &observation::bodies3(&r.body_vel),
-            &observation::bodies3(&r.body_ang_vel),
-            rows.privileged,
-        );
+        if self.config.compute_privileged_state {
+            observation::privileged_state(
+                &observation::bodies3(bp),
+                &observation::bodies4(&r.body_rot),
+                &observation::bodies3(&r.body_vel),
+                &observation::bodies3(&r.body_ang_vel),
+                rows.privileged,
+            );
+        }
         let (mut ref_qpos, mut ref_body_pos) = ([0.0; NQ], [0.0; BODY_W]);
         motion.pose_at(motion_time, &mut ref_qpos, &mut ref_body_pos);
         if self.config.record {

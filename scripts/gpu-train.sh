@@ -6,6 +6,8 @@
 #
 #   mkdir -p /tmp/bfm && setsid nohup bash scripts/gpu-train.sh > /tmp/bfm/log 2>&1 < /dev/null &
 #
+# It works from the checkout's root (it changes there first), where the binaries find the shipped
+# `benchmarks/` folder: a copy of the script elsewhere needs the checkout beside it.
 # 1. update throughput of arena-bfm against the PyTorch oracle at each of THROUGHPUT_PRESETS;
 # 2. a training run of CONFIG for at most TRAIN_MINUTES (arena-bfm train --time-limit), started
 #    from INIT_FROM when set (an export committed under baseline/checkpoints/);
@@ -18,7 +20,7 @@
 #
 # Settings (environment): OUT_DIR (/tmp/bfm/out), RUN_DIR (/tmp/bfm/run), CONFIG
 # (baseline/configs/gpu-small.toml), TRAIN_MINUTES (12), INIT_FROM (none), DEVICE (cuda),
-# THROUGHPUT_PRESETS ("paper small"), BATCH (1024), PYTHON (python3), BFM_DIR (.gpu-bfm),
+# THROUGHPUT_PRESETS ("paper small"; empty: none), BATCH (1024), PYTHON (python3), BFM_DIR (.gpu-bfm),
 # MOTIONS_ROOT (.motions/g1-moves), EXTRA (more arena-bfm train arguments, e.g.
 # "--set train.eval_every_steps=100000").
 set -u
@@ -37,7 +39,7 @@ export LD_LIBRARY_PATH="$torch_lib:$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 source scripts/gpu-steps.sh
 
 { nvidia-smi; "$python" -c 'import torch; print("torch", torch.__version__, torch.cuda.is_available())'; } > "$out/machine.txt" 2>&1
-for preset in ${THROUGHPUT_PRESETS:-paper small}; do
+for preset in ${THROUGHPUT_PRESETS-paper small}; do
     step "$out" "throughput-$preset" "$python" baseline/bench/update_throughput.py --example "$bin/update_throughput" \
         --preset "$preset" --batch "${BATCH:-1024}" --device "$device"
 done

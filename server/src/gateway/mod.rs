@@ -77,15 +77,9 @@ pub async fn session<S>(state: Arc<AppState>, mut incoming: S, out: UnboundedSen
 where
     S: Stream<Item = Incoming> + Unpin,
 {
-    let first = loop {
-        match tokio::time::timeout(CONNECT_TIMEOUT, incoming.next()).await {
-            Ok(Some(Incoming::Ignore)) => continue,
-            Ok(first) => break first.unwrap_or(Incoming::Closed),
-            Err(_) => {
-                let _ = out.send(error(codes::UNEXPECTED_MESSAGE, "no Connect within 30 s"));
-                return;
-            }
-        }
+    let Some(first) = first_message(&mut incoming, CONNECT_TIMEOUT).await else {
+        let _ = out.send(error(codes::UNEXPECTED_MESSAGE, "no Connect within 30 s"));
+        return;
     };
     let connect = match first {
         Incoming::Msg(Msg::Connect(c)) => c,
@@ -106,6 +100,23 @@ where
             tracing::info!(code = %e.code, "connect refused: {}", e.message);
         }
         let _ = out.send(*refusal);
+    }
+}
+
+/// The client's first message with protocol meaning, or None when `limit` has passed since the
+/// connection opened. The deadline is the connection's, not each message's: transport frames
+/// with no meaning (pings) do not extend it.
+async fn first_message<S>(incoming: &mut S, limit: Duration) -> Option<Incoming>
+where
+    S: Stream<Item = Incoming> + Unpin,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, incoming.next()).await {
+            Ok(Some(Incoming::Ignore)) => continue,
+            Ok(first) => return Some(first.unwrap_or(Incoming::Closed)),
+            Err(_) => return None,
+        }
     }
 }
 
@@ -633,4 +644,24 @@ fn practice_episode(benchmark: &LoadedBenchmark, r: &ResetEpisode, index: usize)
         repeat: 0,
         seed: r.seed,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client that pings and never connects is dropped at the connection's deadline: pings
+    /// do not restart it (they did: such a connection stayed open past 100 s).
+    #[tokio::test]
+    async fn pings_do_not_extend_the_connect_deadline() {
+        let limit = Duration::from_millis(300);
+        let mut pings = Box::pin(futures_util::stream::unfold((), |()| async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Some((Incoming::Ignore, ()))
+        }));
+        let outcome = tokio::time::timeout(Duration::from_secs(10), first_message(&mut pings, limit)).await;
+        assert!(matches!(outcome, Ok(None)), "the deadline was extended by pings");
+        let mut one = Box::pin(futures_util::stream::iter([Incoming::Ignore, Incoming::Closed]));
+        assert!(matches!(first_message(&mut one, limit).await, Some(Incoming::Closed)));
+    }
 }

@@ -59,6 +59,16 @@ pub fn preset_gains(name: &str) -> Option<([f64; NUM_JOINTS], [f64; NUM_JOINTS])
     Some((r.kp, r.kd))
 }
 
+/// A declared number as an error message shows it: scientific notation when it is very large
+/// or very small (`{}` would print 1e308 as 309 digits).
+fn shown(v: f64) -> String {
+    if v != 0.0 && v.is_finite() && !(1e-4..1e6).contains(&v.abs()) {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
+}
+
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= PRESET_MATCH_TOLERANCE * a.abs().max(b.abs()).max(1e-9)
 }
@@ -101,7 +111,8 @@ pub fn resolve(rules: &ActionRules, declared: &DeclaredGains) -> Result<SessionG
         if let Some(j) = values.iter().position(|v| !v.is_finite() || *v < 0.0) {
             return Err(format!(
                 "{what} of {} is {}: gains must be finite and not negative",
-                JOINT_NAMES[j], values[j]
+                JOINT_NAMES[j],
+                shown(values[j])
             ));
         }
     }
@@ -125,13 +136,17 @@ pub fn resolve(rules: &ActionRules, declared: &DeclaredGains) -> Result<SessionG
                 if kp[j] > kp_max[j] {
                     return Err(format!(
                         "joint_stiffness of {} is {} N·m/rad, above this benchmark's kp_max {}",
-                        JOINT_NAMES[j], kp[j], kp_max[j]
+                        JOINT_NAMES[j],
+                        shown(kp[j]),
+                        kp_max[j]
                     ));
                 }
                 if kd[j] > kd_max[j] {
                     return Err(format!(
                         "joint_damping of {} is {} N·m·s/rad, above this benchmark's kd_max {}",
-                        JOINT_NAMES[j], kd[j], kd_max[j]
+                        JOINT_NAMES[j],
+                        shown(kd[j]),
+                        kd_max[j]
                     ));
                 }
             }
@@ -250,5 +265,23 @@ mod tests {
         // The joint-position robot: the session's gains, the motors' effort limits.
         let robot = robot_config(&rules(true), None, true);
         assert_eq!((robot.kp, robot.effort[1], robot.imu_sensors), (kp, 139.0, true));
+    }
+
+    /// An absurd gain is named in a readable number (it printed as 309 digits).
+    #[test]
+    fn huge_gains_are_shown_in_scientific_notation() {
+        let mut kp = vec![50.0; NUM_JOINTS];
+        kp[3] = 1e308;
+        let declared = DeclaredGains {
+            kp,
+            kd: vec![1.0; NUM_JOINTS],
+            preset: String::new(),
+        };
+        let e = resolve(&rules(true), &declared).unwrap_err();
+        assert!(e.contains("is 1e308 N·m/rad"), "{e}");
+        assert!(e.len() < 200, "{e}");
+        assert_eq!(shown(30.5), "30.5");
+        assert_eq!(shown(2e-5), "2e-5");
+        assert_eq!(shown(0.0), "0");
     }
 }

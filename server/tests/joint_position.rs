@@ -149,7 +149,12 @@ async fn joint_position_sessions_apply_declared_gains_and_lowcmd_actions() {
     );
     let (_, status, reason, steps) = &ends[2];
     assert_eq!((status.as_str(), *steps), ("failed", 3), "{ends:?}");
-    assert!(reason.contains("left_knee_joint target 9 rad is outside"), "{reason}");
+    // In the protocol's form (docs/protocol.md §8): the request's step, then the episode's.
+    assert!(reason.starts_with("step "), "{reason}");
+    assert!(
+        reason.contains("action out of range for episode 2 (at its step 3; left_knee_joint target 9 rad is outside"),
+        "{reason}"
+    );
     for e in [&ends[1], &ends[3], &ends[4], &ends[5]] {
         assert_eq!(e.1, "completed", "{ends:?}");
     }

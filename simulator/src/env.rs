@@ -430,6 +430,20 @@ impl TrackingEnv {
         self.handler.as_ref()
     }
 
+    /// Why one env's action row (29 targets, then 29 feed-forward torques; missing torques are
+    /// zero) cannot be applied in the joint-position mode, naming the joint, or `None` when it
+    /// can (and always in the normalized mode). `step` fails such an env with this reason; a
+    /// server checks first to report it in the protocol's form.
+    pub fn joint_command_error(&self, action: &[f32]) -> Option<String> {
+        if self.config.action_mode != ActionMode::JointPosition {
+            return None;
+        }
+        let mut row = [0.0f32; 2 * NUM_JOINTS];
+        let n = action.len().min(row.len());
+        row[..n].copy_from_slice(&action[..n]);
+        joint_command_error(&row, &self.handler.joint_ranges(), &self.config.robot.effort)
+    }
+
     /// Where this env's time went so far.
     pub fn timings(&self) -> EnvTimings {
         self.timings

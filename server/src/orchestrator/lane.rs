@@ -480,6 +480,14 @@ impl<'a> Lane<'a> {
                 ));
                 continue;
             }
+            // Checked here as the environment would, to say it in the protocol's form.
+            if let Some(why) = self.env.joint_command_error(&entry.values) {
+                running.forced = fail(format!(
+                    "action out of range for episode {} (at its step {at}; {why})",
+                    entry.episode_id
+                ));
+                continue;
+            }
             self.actions[slot * width..slot * width + entry.values.len()].copy_from_slice(&entry.values);
         }
         for (slot, running) in self.slots.iter_mut().enumerate() {

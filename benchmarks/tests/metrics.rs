@@ -12,6 +12,10 @@ struct Episode {
     ref_bodies: Vec<Vec<f64>>,
     sim_state: Vec<Vec<f64>>,
     ref_state: Vec<Vec<f64>>,
+    sim_quat: Vec<Vec<f64>>,
+    ref_quat: Vec<Vec<f64>>,
+    sim_vel: Vec<Vec<f64>>,
+    ref_vel: Vec<Vec<f64>>,
 }
 
 impl Episode {
@@ -26,6 +30,11 @@ impl Episode {
             e.ref_bodies.push(bodies.clone());
             e.sim_state.push(vec![0.0; STATE_DIM]);
             e.ref_state.push(vec![0.0; STATE_DIM]);
+            let upright: Vec<f64> = (0..NUM_BODIES).flat_map(|_| [1.0, 0.0, 0.0, 0.0]).collect();
+            e.sim_quat.push(upright.clone());
+            e.ref_quat.push(upright);
+            e.sim_vel.push(vec![0.0; NUM_JOINTS]);
+            e.ref_vel.push(vec![0.0; NUM_JOINTS]);
         }
         e
     }
@@ -39,6 +48,10 @@ impl Episode {
             ref_bodies: &self.ref_bodies[k],
             sim_state: &self.sim_state[k],
             ref_state: &self.ref_state[k],
+            sim_body_quat: &self.sim_quat[k],
+            ref_body_quat: &self.ref_quat[k],
+            sim_joint_vel: &self.sim_vel[k],
+            ref_joint_vel: &self.ref_vel[k],
         })
     }
 
@@ -60,7 +73,7 @@ fn perfect_tracking_scores_perfectly() {
     for name in all {
         let want = match metrics::metric_info(name).unwrap().direction {
             arena_bench::spec::Direction::Lower => 0.0,
-            arena_bench::spec::Direction::Higher if name == "failure_time_s" => 0.18,
+            arena_bench::spec::Direction::Higher if name.ends_with("failure_time_s") => 0.18,
             arena_bench::spec::Direction::Higher => 1.0,
         };
         assert!(close(v[name], want), "{name} = {}, expected {want}", v[name]);
@@ -303,4 +316,63 @@ fn docs_describe_every_metric() {
             "docs/metrics.md does not describe {name}"
         );
     }
+}
+
+#[test]
+fn mjlab_metrics_by_hand() {
+    // The robot stands 1 m beside the reference (x + 1) and its joint 0 turns at 2.9 rad/s
+    // the reference does not; from row 5 it is also 0.3 m lower, which the anchor-height
+    // termination (0.25 m) ends at row 5 (t = 0.1 s).
+    let mut e = Episode::still(10);
+    for (k, bodies) in e.sim_bodies.iter_mut().enumerate() {
+        for b in 0..NUM_BODIES {
+            bodies[3 * b] += 1.0;
+            if k >= 5 {
+                bodies[3 * b + 2] -= 0.3;
+            }
+        }
+    }
+    for v in &mut e.sim_vel {
+        v[0] = 2.9;
+    }
+    let all = [
+        "mjlab_success",
+        "mjlab_failure_time_s",
+        "mpkpe",
+        "r_mpkpe",
+        "joint_vel_error",
+        "ee_pos_error",
+        "ee_ori_error",
+    ];
+    let v = e.eval(&all);
+    // Steps 1..=5 count (row 0 is the reset pose; the terminating step is the last).
+    let expected = [
+        ("mjlab_success", 0.0),
+        ("mjlab_failure_time_s", 0.1),
+        ("mpkpe", (4.0 + 1.09f64.sqrt()) / 5.0),
+        // Re-anchored on the robot's previous anchor: the horizontal offset is gone, the drop is not.
+        ("r_mpkpe", 0.3 / 5.0),
+        ("joint_vel_error", 2.9 / 29f64.sqrt()),
+        ("ee_pos_error", 0.3 / 5.0),
+        ("ee_ori_error", 0.0),
+    ];
+    for (name, want) in expected {
+        assert!(close(v[name], want), "{name} = {}, expected {want}", v[name]);
+    }
+    // Without the drop: success, and the failure time is the episode's length.
+    let mut e2 = Episode::still(10);
+    for bodies in &mut e2.sim_bodies {
+        for b in 0..NUM_BODIES {
+            bodies[3 * b] += 1.0;
+        }
+    }
+    let v = e2.eval(&all);
+    assert_eq!((v["mjlab_success"], v["mpkpe"], v["r_mpkpe"]), (1.0, 1.0, 0.0));
+    assert!(close(v["mjlab_failure_time_s"], 0.18));
+    // Frames without orientations are refused with what is missing.
+    let mut bare = Episode::still(3);
+    bare.sim_quat = vec![Vec::new(); 3];
+    let names = vec!["mpkpe".to_string()];
+    let err = metrics::evaluate(&names, &MetricConfig::default(), bare.frames()).unwrap_err();
+    assert!(err.to_string().contains("simulated body orientations"), "{err}");
 }

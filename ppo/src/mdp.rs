@@ -5,6 +5,7 @@
 //! trains on is what `arena serve` sends.
 
 use crate::config::{RewardConfig, TerminationConfig};
+use arena_bench::metrics::mjlab;
 use arena_data::NUM_JOINTS;
 use arena_sim::handler::{Field, Handler};
 use arena_sim::math::{self, Quat, Vec3};
@@ -12,31 +13,12 @@ use arena_sim::motion::MotionState;
 use arena_sim::robot::{NUM_BODIES_EXT, TORSO_INDEX};
 use arena_sim::robot_interface::{self as ri, RobotReadout};
 
-/// The 14 tracked bodies (mjlab's `body_names`), as indices of the arena's body order.
-pub const TRACKED_BODIES: [usize; 14] = [0, 2, 4, 6, 8, 10, 12, 15, 17, 19, 22, 24, 26, 29];
-/// Their names, in the same order (checked against the arena's body order in the tests).
-pub const TRACKED_BODY_NAMES: [&str; 14] = [
-    "pelvis",
-    "left_hip_roll_link",
-    "left_knee_link",
-    "left_ankle_roll_link",
-    "right_hip_roll_link",
-    "right_knee_link",
-    "right_ankle_roll_link",
-    "torso_link",
-    "left_shoulder_roll_link",
-    "left_elbow_link",
-    "left_wrist_yaw_link",
-    "right_shoulder_roll_link",
-    "right_elbow_link",
-    "right_wrist_yaw_link",
-];
-/// The end effectors of the `ee_body_pos` termination (ankle rolls, wrist yaws).
-pub const END_EFFECTORS: [usize; 4] = [6, 12, 22, 29];
+/// The 14 tracked bodies, their names, the end effectors and the anchor: mjlab's, as the
+/// arena's scoring defines them.
+pub use arena_bench::metrics::mjlab::{ANCHOR, END_EFFECTORS, TERMINATION_TERMS, TRACKED_BODIES, TRACKED_BODY_NAMES};
+const _: () = assert!(ANCHOR == TORSO_INDEX, "mjlab's anchor is the arena's torso_link");
 /// The bodies whose contacts are not penalised (the end effectors).
 pub const CONTACT_ALLOWED: [usize; 4] = END_EFFECTORS;
-/// The anchor body (`torso_link`).
-pub const ANCHOR: usize = TORSO_INDEX;
 
 /// The actor's input terms, in order, with their sizes (the ONNX `observation_names`).
 pub const ACTOR_TERMS: [(&str, usize); 8] = [
@@ -69,8 +51,6 @@ pub const REWARD_TERMS: [&str; 9] = [
     "undesired_contacts",
 ];
 
-/// The failure terminations, in the order of [`Terminations::flags`].
-pub const TERMINATION_TERMS: [&str; 3] = ["anchor_pos", "anchor_ori", "ee_body_pos"];
 
 /// The mjlab G1 default pose (`KNEES_BENT_KEYFRAME`), G1 order: the zero of `joint_pos` and the
 /// offset of the action.
@@ -349,19 +329,24 @@ impl Terminations {
     }
 }
 
-/// The failure terminations of the state after an action, against the same reference frame.
+/// The failure terminations of the state after an action, against the same reference frame:
+/// the definition the arena scores by ([`arena_bench::metrics::mjlab::terminations`]), with
+/// the training config's thresholds.
 pub fn terminations(frame: &RobotFrame, reference: &MotionState, t: &TerminationConfig) -> Terminations {
-    let (p_ma, q_ma) = (reference.body_pos[ANCHOR], reference.body_rot[ANCHOR]);
+    let thresholds = mjlab::Thresholds {
+        anchor_height: t.anchor_height,
+        anchor_ori: t.anchor_ori,
+        end_effector_height: t.end_effector_height,
+    };
     let (p_ra, q_ra) = frame.anchor_pose();
-    // Projected gravity z = −R[2][2].
-    let gz = |q: &Quat| -math::quat_to_matrix(q)[2][2];
-    let anchor_pos = (p_ma[2] - p_ra[2]).abs() > t.anchor_height;
-    let anchor_ori = (gz(&q_ma) - gz(&q_ra)).abs() > t.anchor_ori;
-    let ee = END_EFFECTORS
-        .iter()
-        .any(|&b| (reference.body_pos[b][2] - frame.pos(b)[2]).abs() > t.end_effector_height);
     Terminations {
-        flags: [anchor_pos, anchor_ori, ee],
+        flags: mjlab::terminations(
+            &thresholds,
+            (&reference.body_pos[ANCHOR], &reference.body_rot[ANCHOR]),
+            (&p_ra, &q_ra),
+            &END_EFFECTORS.map(|b| reference.body_pos[b][2]),
+            &END_EFFECTORS.map(|b| frame.pos(b)[2]),
+        ),
     }
 }
 

@@ -11,7 +11,8 @@ use arena_sdk::layout::{REFERENCE_FRAME_SIZE, REFERENCE_GOAL_ROW};
 use arena_sdk::protocol::{EpisodeSpec, Reference};
 use arena_sim::dr::DrLevel;
 use arena_sim::env::{self, ACTION_CLIP, EpisodeAssignment, FallRule, TrackingEnv, TrackingEnvConfig, Trajectory};
-use arena_sim::handler::NQ;
+use arena_sim::handler::{NQ, NV};
+use arena_sim::kinematics::Kinematics;
 use arena_sim::motion::{Motion, MotionLibrary};
 use arena_sim::observation::{PRIVILEGED_STATE_DIM, STATE_DIM};
 use arena_sim::robot::NUM_BODIES_EXT;
@@ -166,6 +167,11 @@ pub fn finished_status(
 }
 
 /// Scores one recorded episode with the named metrics.
+///
+/// Metrics that need body orientations and joint velocities (mjlab's) get them from what a
+/// trajectory file stores too, so a live score and a rescore of the file agree: orientations by
+/// forward kinematics of `qpos` and `ref_qpos`, the robot's joint velocities from `qvel`, the
+/// reference's from its `state` row (the motion library's velocities, as recorded).
 pub fn score_trajectory(
     trajectory: &Trajectory,
     names: &[String],
@@ -173,6 +179,13 @@ pub fn score_trajectory(
 ) -> Result<BTreeMap<String, f64>, metrics::MetricError> {
     let w = 3 * NUM_BODIES_EXT;
     let t0 = trajectory.times.first().copied().unwrap_or(0.0);
+    let orientations = names.iter().any(|n| metrics::mjlab::needs_orientations(n));
+    let (sim_quat, ref_quat) = if orientations {
+        body_orientations(trajectory)?
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    let q = 4 * NUM_BODIES_EXT;
     let frames = (0..trajectory.len()).map(|k| Frame {
         time: trajectory.times[k] - t0,
         sim_joints: &trajectory.qpos[k * NQ + 7..(k + 1) * NQ],
@@ -181,8 +194,42 @@ pub fn score_trajectory(
         ref_bodies: &trajectory.ref_body_pos[k * w..(k + 1) * w],
         sim_state: &trajectory.state[k * STATE_DIM..(k + 1) * STATE_DIM],
         ref_state: &trajectory.ref_state[k * STATE_DIM..(k + 1) * STATE_DIM],
+        sim_body_quat: if orientations { &sim_quat[k * q..(k + 1) * q] } else { &[] },
+        ref_body_quat: if orientations { &ref_quat[k * q..(k + 1) * q] } else { &[] },
+        sim_joint_vel: if orientations { &trajectory.qvel[k * NV + 6..(k + 1) * NV] } else { &[] },
+        ref_joint_vel: if orientations {
+            &trajectory.ref_state[k * STATE_DIM + NUM_JOINTS..k * STATE_DIM + 2 * NUM_JOINTS]
+        } else {
+            &[]
+        },
     });
     metrics::evaluate(names, config, frames)
+}
+
+thread_local! {
+    /// One forward-kinematics model per scoring thread (compiling it takes milliseconds).
+    static KINEMATICS: std::cell::RefCell<Option<Kinematics>> = const { std::cell::RefCell::new(None) };
+}
+
+/// World orientations of the 31 extended bodies of every row, robot and reference (31 × 4 per
+/// row, (w, x, y, z)), by forward kinematics of the rows' qpos.
+fn body_orientations(trajectory: &Trajectory) -> Result<(Vec<f64>, Vec<f64>), metrics::MetricError> {
+    KINEMATICS.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(
+                Kinematics::new(&RobotConfig::default())
+                    .map_err(|e| metrics::MetricError::Kinematics(e.to_string()))?,
+            );
+        }
+        let kin = slot.as_mut().expect("just built");
+        let mut of = |qpos: &[f64]| -> Vec<f64> {
+            (0..qpos.len() / NQ)
+                .flat_map(|k| kin.body_poses(&qpos[k * NQ..(k + 1) * NQ]).rot.into_iter().flatten())
+                .collect()
+        };
+        Ok((of(&trajectory.qpos), of(&trajectory.ref_qpos)))
+    })
 }
 
 /// Scores a finished episode if its status is scored; a scoring error fails the episode. A fell

@@ -66,7 +66,7 @@ pub fn track_metrics(
     let rows = rollout_times.len();
     let t0 = rollout_times[0];
     let (mut s, mut r) = (MotionState::default(), MotionState::default());
-    let mut per_frame: Vec<[Vec<f64>; 6]> = Vec::with_capacity(rows);
+    let mut per_frame: Vec<[Vec<f64>; 10]> = Vec::with_capacity(rows);
     for (k, &t) in rollout_times.iter().enumerate() {
         simulated.state_at(k as f64 * CONTROL_DT, &mut s);
         reference.state_at(t.min(reference.length_s), &mut r);
@@ -80,6 +80,10 @@ pub fn track_metrics(
             r.body_pos.iter().flatten().copied().collect(),
             ss.iter().map(|v| *v as f64).collect(),
             rs.iter().map(|v| *v as f64).collect(),
+            s.body_rot.iter().flatten().copied().collect(),
+            r.body_rot.iter().flatten().copied().collect(),
+            s.dof_vel.to_vec(),
+            r.dof_vel.to_vec(),
         ]);
     }
     let frames = per_frame.iter().enumerate().map(|(k, f)| Frame {
@@ -90,6 +94,10 @@ pub fn track_metrics(
         ref_bodies: &f[3],
         sim_state: &f[4],
         ref_state: &f[5],
+        sim_body_quat: &f[6],
+        ref_body_quat: &f[7],
+        sim_joint_vel: &f[8],
+        ref_joint_vel: &f[9],
     });
     Ok(metrics::evaluate(names, config, frames)?)
 }

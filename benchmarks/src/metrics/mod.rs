@@ -6,8 +6,10 @@
 //! Files: this one holds the frame, the trait, the errors, `create` and `evaluate` and the
 //! helpers the metrics share; `registry.rs` the table of metrics; `trajectory.rs` the
 //! whole-trajectory metrics (EMD, nDTW); `per_frame.rs` the means of per-frame values;
-//! `time_diff.rs` velocity and acceleration errors; `success.rs` PHC success and failure time.
+//! `time_diff.rs` velocity and acceleration errors; `success.rs` PHC success and failure time;
+//! `mjlab.rs` mjlab's tracking evaluation (its success rule, terminations and metrics).
 
+pub mod mjlab;
 mod per_frame;
 mod registry;
 mod success;
@@ -15,11 +17,12 @@ mod time_diff;
 mod trajectory;
 
 pub use registry::{METRICS, metric_info, metric_names};
-pub use success::{SUCCESS_METRICS, apply_fall_penalty};
+pub use success::{SUCCESS_METRICS, SUCCESS_RULE_METRICS, SURVIVAL_METRICS, apply_fall_penalty, survival_metric_for};
 pub use trajectory::dtw;
 
 use crate::emd::EmdError;
 use crate::spec::Direction;
+use mjlab::{MjlabKind, MjlabMetric};
 use per_frame::{FrameKind, PerFrame};
 use std::collections::BTreeMap;
 use success::{Success, SuccessKind};
@@ -57,6 +60,14 @@ pub struct Frame<'a> {
     /// `state` observation rows (64); the simulated one is what the agent saw (noise included).
     pub sim_state: &'a [f64],
     pub ref_state: &'a [f64],
+    /// World body orientations (31 × 4, (w, x, y, z)), for the metrics that need them
+    /// ([`mjlab::needs_orientations`]); empty where no such metric is asked for.
+    pub sim_body_quat: &'a [f64],
+    pub ref_body_quat: &'a [f64],
+    /// Joint velocities (29, rad/s): the robot's (qvel) and the reference motion's; empty where
+    /// no metric needs them.
+    pub sim_joint_vel: &'a [f64],
+    pub ref_joint_vel: &'a [f64],
 }
 
 /// Parameters metrics may need; the benchmark file's `[metrics]` section sets them.
@@ -97,6 +108,8 @@ pub enum MetricError {
         #[source]
         source: EmdError,
     },
+    #[error("forward kinematics for body orientations: {0}")]
+    Kinematics(String),
     #[error("state slice {lo}..{hi} is outside the {STATE_DIM}-value state")]
     BadStateSlice { lo: usize, hi: usize },
 }
@@ -166,6 +179,13 @@ pub fn create(name: &str, config: &MetricConfig) -> Result<Box<dyn Metric>, Metr
         "success_phc_mean" => Box::new(Success::new(info, c, SuccessKind::Mean)),
         "failure_time_s" => Box::new(Success::new(info, c, SuccessKind::FailureTime)),
         "ndtw" => Box::new(Ndtw::new(info, c)),
+        "mjlab_success" => Box::new(MjlabMetric::new(info, c, MjlabKind::Success)),
+        "mjlab_failure_time_s" => Box::new(MjlabMetric::new(info, c, MjlabKind::FailureTime)),
+        "mpkpe" => Box::new(MjlabMetric::new(info, c, MjlabKind::Mpkpe)),
+        "r_mpkpe" => Box::new(MjlabMetric::new(info, c, MjlabKind::RMpkpe)),
+        "joint_vel_error" => Box::new(MjlabMetric::new(info, c, MjlabKind::JointVelError)),
+        "ee_pos_error" => Box::new(MjlabMetric::new(info, c, MjlabKind::EePosError)),
+        "ee_ori_error" => Box::new(MjlabMetric::new(info, c, MjlabKind::EeOriError)),
         _ => unreachable!("every registered metric has a constructor"),
     })
 }

@@ -167,6 +167,55 @@ pub const METRICS: &[MetricInfo] = &[
         "similarity (0-1]",
         Direction::Higher,
     ),
+    info(
+        "mjlab_success",
+        "mjlab's success (mjlab 1.6.0 tracking evaluation): the episode ends without a BeyondMimic termination (anchor height, anchor tilt, end-effector height)",
+        "1 if no step t ≥ 1 has |z_a − z*_a| > 0.25 or |g_z(q_a) − g_z(q*_a)| > 0.8 or max_e |z_e − z*_e| > 0.25, else 0 (a = torso_link, e = ankle rolls and wrist yaws)",
+        "0 or 1",
+        Direction::Higher,
+    ),
+    info(
+        "mjlab_failure_time_s",
+        "Time of the first step that breaks mjlab's success (a BeyondMimic termination); the episode's length if none does",
+        "min { t : a termination holds at t }, else the last frame's time",
+        "s",
+        Direction::Higher,
+    ),
+    info(
+        "mpkpe",
+        "mjlab `mpkpe`: world-frame position error of the tracking task's 14 bodies, up to the first termination",
+        "mean_t mean_b ‖p*_{t,b} − p_{t,b}‖₂ over mjlab's 14 bodies, t = 1..first termination",
+        "m",
+        Direction::Lower,
+    ),
+    info(
+        "r_mpkpe",
+        "mjlab `r_mpkpe`: 14-body position error against the reference re-anchored on the robot's anchor (yaw and horizontal position of the previous step's torso_link, reference heights)",
+        "mean_t mean_b ‖p̂*_{t,b} − p_{t,b}‖₂, p̂* = Δp + R(Δψ)(p* − p*_a), t = 1..first termination",
+        "m",
+        Direction::Lower,
+    ),
+    info(
+        "joint_vel_error",
+        "mjlab `joint_vel_error`: root-mean-square joint velocity error, up to the first termination",
+        "mean_t sqrt(mean_j (q̇*_{t,j} − q̇_{t,j})²)",
+        "rad/s",
+        Direction::Lower,
+    ),
+    info(
+        "ee_pos_error",
+        "mjlab `ee_pos_error`: position error of the four end effectors (ankle rolls, wrist yaws) against the re-anchored reference",
+        "mean_t mean_e ‖p̂*_{t,e} − p_{t,e}‖₂, t = 1..first termination",
+        "m",
+        Direction::Lower,
+    ),
+    info(
+        "ee_ori_error",
+        "mjlab `ee_ori_error`: orientation error of the four end effectors against the re-anchored reference",
+        "mean_t mean_e angle(Δq ⊗ q*_{t,e}, q_{t,e}), angle = 2·atan2(‖v‖, |w|) of the quotient, t = 1..first termination",
+        "rad",
+        Direction::Lower,
+    ),
 ];
 
 const fn info(

@@ -6,7 +6,23 @@ use std::collections::BTreeMap;
 
 /// The 0/1 success metrics: the ones a benchmark may rank by (`ranking.success`) and the ones a
 /// fall sets to 0.
-pub const SUCCESS_METRICS: [&str; 3] = ["success", "success_phc_linf", "success_phc_mean"];
+pub const SUCCESS_METRICS: [&str; 4] = ["success", "success_phc_linf", "success_phc_mean", "mjlab_success"];
+/// The failure-time metrics: PHC's and mjlab's (a benchmark's `ranking.survival` is the one of
+/// its success rule, [`survival_metric_for`]).
+pub const SURVIVAL_METRICS: [&str; 2] = ["failure_time_s", "mjlab_failure_time_s"];
+/// The metrics of both success rules, which a benchmark that ranks by one of them always
+/// computes, so the other is shown beside it.
+pub const SUCCESS_RULE_METRICS: [&str; 4] = ["success", "failure_time_s", "mjlab_success", "mjlab_failure_time_s"];
+
+/// The failure time that belongs to success metric `success`: mjlab's for `mjlab_success`,
+/// PHC's for the PHC criteria.
+pub fn survival_metric_for(success: &str) -> &'static str {
+    if success == "mjlab_success" {
+        "mjlab_failure_time_s"
+    } else {
+        "failure_time_s"
+    }
+}
 
 /// The defined penalty of a fall: an episode that the benchmark's fall rule ended is never a
 /// success, whatever its frames up to the fall show, and it failed no later than `fell_at_s`
@@ -17,8 +33,10 @@ pub fn apply_fall_penalty(metrics: &mut BTreeMap<String, f64>, fell_at_s: f64) {
             *v = 0.0;
         }
     }
-    if let Some(t) = metrics.get_mut("failure_time_s") {
-        *t = t.min(fell_at_s);
+    for name in SURVIVAL_METRICS {
+        if let Some(t) = metrics.get_mut(name) {
+            *t = t.min(fell_at_s);
+        }
     }
 }
 

@@ -3,9 +3,6 @@
 
 use super::*;
 
-/// The only metric `ranking.survival` accepts: the time of the first failing frame.
-const SURVIVAL_METRIC: &str = "failure_time_s";
-
 impl BenchmarkSpec {
     /// Reads and validates a benchmark file; see [`BenchmarkSpec::parse`].
     pub fn read(path: &Path, known_metrics: &[&str]) -> Result<Self, SpecError> {
@@ -288,7 +285,7 @@ impl Check<'_> {
         let limits = take!(self.limits(raw.limits));
         let fall = take!(self.fall(raw.fall));
         let observations = take!(self.observations(raw.observations));
-        let metrics = take!(
+        let mut metrics = take!(
             self.required("metrics", raw.metrics, "a [metrics] table with `list`")
                 .and_then(|m| self.metrics(m, known_metrics))
         );
@@ -297,6 +294,15 @@ impl Check<'_> {
             (Some(m), Some(r)) => take!(self.ranking(r, &m.list)),
             _ => None,
         };
+        // A benchmark that ranks by one success rule shows the other beside it: both rules'
+        // success and failure-time metrics are computed whatever the list says.
+        if let (Some(m), Some(Ranking { success: Some(_), .. })) = (&mut metrics, &ranking) {
+            for name in crate::metrics::SUCCESS_RULE_METRICS {
+                if !m.list.iter().any(|l| l == name) {
+                    m.list.push(name.to_string());
+                }
+            }
+        }
         let action = take!(self.action(raw.action));
         match (
             name,
@@ -761,11 +767,15 @@ impl Check<'_> {
         }
         if let Some(survival) = &raw.survival {
             in_list("ranking.survival", survival)?;
-            if survival != SURVIVAL_METRIC {
-                return Err(self.err(
-                    "ranking.survival",
-                    format!("expected {SURVIVAL_METRIC:?} (the time-to-failure metric), got {survival:?}"),
-                ));
+            let expected = raw.success.as_deref().map(crate::metrics::survival_metric_for);
+            if !crate::metrics::SURVIVAL_METRICS.contains(&survival.as_str())
+                || expected.is_some_and(|e| e != survival)
+            {
+                let wanted = match (expected, &raw.success) {
+                    (Some(e), Some(s)) => format!("{e:?} (the failure time of {s:?}, ranking.success)"),
+                    _ => format!("a time-to-failure metric ({})", crate::metrics::SURVIVAL_METRICS.join(", ")),
+                };
+                return Err(self.err("ranking.survival", format!("expected {wanted}, got {survival:?}")));
             }
             if *survival == primary {
                 return Err(self.err(

@@ -1,7 +1,7 @@
 use super::*;
 use arena_data::{NUM_COLUMNS, write_g1_csv};
 
-const KNOWN: [&str; 23] = [
+const KNOWN: [&str; 30] = [
     "emd",
     "mpjpe_l",
     "distance",
@@ -25,6 +25,13 @@ const KNOWN: [&str; 23] = [
     "success_phc_mean",
     "failure_time_s",
     "ndtw",
+    "mjlab_success",
+    "mjlab_failure_time_s",
+    "mpkpe",
+    "r_mpkpe",
+    "joint_vel_error",
+    "ee_pos_error",
+    "ee_ori_error",
 ];
 
 const MINIMAL: &str = r#"

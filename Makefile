@@ -8,11 +8,12 @@ MUJOCO_LIB := third_party/mujoco/lib/libmujoco.so.3.17.0
 VENV_STAMP := .venv/.installed
 WEB_STAMP := web/node_modules/.installed
 TORCH_STAMP := third_party/pytorch/.installed-2.11.0
+MJLAB_STAMP := third_party/mjlab-1.6.0/.installed
 GPU_STAMP := .venv/.installed-gpu-backend
 S3S_BIN := third_party/s3s/bin/s3s-fs
 PYTHON := .venv/bin/python
 
-.PHONY: run test deps deps-torch deps-browser deps-gpu deps-s3 bench bench-load lint
+.PHONY: run test deps deps-torch deps-mjlab deps-browser deps-gpu deps-s3 bench bench-load lint
 
 deps: $(MUJOCO_LIB) $(VENV_STAMP) $(WEB_STAMP)
 
@@ -30,6 +31,13 @@ deps-torch: $(TORCH_STAMP)
 
 $(TORCH_STAMP):
 	bash scripts/bootstrap-torch.sh
+
+# mjlab 1.6.0's sources (its PyPI wheel, unpacked, not installed) for the test that runs mjlab's
+# own tracking metrics on the arena's episodes (docs/metrics.md); `make run` does not need them.
+deps-mjlab: $(MJLAB_STAMP)
+
+$(MJLAB_STAMP): scripts/bootstrap-mjlab.sh
+	bash scripts/bootstrap-mjlab.sh
 
 $(MUJOCO_LIB):
 	bash scripts/bootstrap-mujoco.sh
@@ -60,7 +68,7 @@ run: deps
 # A throwaway PostgreSQL (scripts/postgres.sh) serves the storage tests' PostgreSQL half; it is
 # stopped and deleted whatever the tests do, and the recipe keeps the tests' exit status. The
 # Python SDK's tests run after cargo test, which builds the arena and arena-ppo binaries they start.
-test: deps deps-torch deps-browser deps-gpu deps-s3
+test: deps deps-torch deps-mjlab deps-browser deps-gpu deps-s3
 	status=0; \
 	bash scripts/postgres.sh start || status=$$?; \
 	if [ $$status -eq 0 ]; then \

@@ -691,3 +691,41 @@ fn action_rules_and_anchor_body() {
     let (_, dance) = find_benchmark("g1-moves-dance-robot", &shipped_dir(), &KNOWN).unwrap();
     assert_eq!(dance.action.mode, ActionMode::JointPosition);
 }
+
+#[test]
+fn a_success_rule_computes_both_rules_and_ranks_by_its_own_failure_time() {
+    let text = variant(
+        "list = [\"emd\", \"mpjpe_g\"]",
+        "list = [\"emd\", \"mpjpe_g\", \"mjlab_success\", \"mjlab_failure_time_s\", \"failure_time_s\"]",
+    ) + "success = \"mjlab_success\"\nsurvival = \"mjlab_failure_time_s\"\n";
+    let spec = parse(&text).unwrap();
+    for name in crate::metrics::SUCCESS_RULE_METRICS {
+        assert!(spec.metrics.list.iter().any(|m| m == name), "{name} computed: {:?}", spec.metrics.list);
+    }
+    // Without a success rule nothing is added.
+    assert_eq!(parse(MINIMAL).unwrap().metrics.list, ["emd", "mpjpe_g"]);
+    // PHC's failure time does not rank mjlab's rule, nor mjlab's PHC's.
+    expect_err(
+        &text.replace("survival = \"mjlab_failure_time_s\"", "survival = \"failure_time_s\""),
+        "ranking.survival",
+        "\"mjlab_failure_time_s\" (the failure time of \"mjlab_success\"",
+    );
+    let phc = text
+        .replace("success = \"mjlab_success\"", "success = \"success\"")
+        .replace("\"mpjpe_g\", ", "\"mpjpe_g\", \"success\", ");
+    expect_err(&phc, "ranking.survival", "expected \"failure_time_s\"");
+    // The shipped benchmarks: the -robot ones rank by mjlab's rule, the others by PHC's.
+    for (name, rule, survival) in [
+        ("g1-smoke", "success", "failure_time_s"),
+        ("g1-moves-dance", "success", "failure_time_s"),
+        ("g1-smoke-robot", "mjlab_success", "mjlab_failure_time_s"),
+        ("g1-moves-dance-robot", "mjlab_success", "mjlab_failure_time_s"),
+    ] {
+        let (_, spec) = find_benchmark(name, &shipped_dir(), &KNOWN).unwrap();
+        assert_eq!(
+            (spec.ranking.success.as_deref(), spec.ranking.survival.as_deref()),
+            (Some(rule), Some(survival)),
+            "{name}"
+        );
+    }
+}

@@ -99,6 +99,11 @@ pub fn metric_config(spec: &BenchmarkSpec) -> MetricConfig {
         success_threshold_m: spec.metrics.success_threshold_m,
         ndtw_window_s: spec.metrics.ndtw_window_s,
         frame_dt: CONTROL_DT,
+        success_rule: spec
+            .ranking
+            .success
+            .as_deref()
+            .and_then(|s| metrics::SUCCESS_METRICS.iter().copied().find(|m| *m == s)),
     }
 }
 
@@ -166,44 +171,75 @@ pub fn finished_status(
     }
 }
 
-/// Scores one recorded episode with the named metrics.
-///
-/// Metrics that need body orientations and joint velocities (mjlab's) get them from what a
-/// trajectory file stores too, so a live score and a rescore of the file agree: orientations by
-/// forward kinematics of `qpos` and `ref_qpos`, the robot's joint velocities from `qvel`, the
-/// reference's from its `state` row (the motion library's velocities, as recorded).
+/// Scores one recorded episode with the named metrics, over all its rows.
 pub fn score_trajectory(
     trajectory: &Trajectory,
     names: &[String],
     config: &MetricConfig,
 ) -> Result<BTreeMap<String, f64>, metrics::MetricError> {
-    let w = 3 * NUM_BODIES_EXT;
-    let t0 = trajectory.times.first().copied().unwrap_or(0.0);
-    let orientations = names.iter().any(|n| metrics::mjlab::needs_orientations(n));
-    let (sim_quat, ref_quat) = if orientations {
-        body_orientations(trajectory)?
-    } else {
-        (Vec::new(), Vec::new())
-    };
-    let q = 4 * NUM_BODIES_EXT;
-    let frames = (0..trajectory.len()).map(|k| Frame {
-        time: trajectory.times[k] - t0,
-        sim_joints: &trajectory.qpos[k * NQ + 7..(k + 1) * NQ],
-        ref_joints: &trajectory.ref_qpos[k * NQ + 7..(k + 1) * NQ],
-        sim_bodies: &trajectory.body_pos[k * w..(k + 1) * w],
-        ref_bodies: &trajectory.ref_body_pos[k * w..(k + 1) * w],
-        sim_state: &trajectory.state[k * STATE_DIM..(k + 1) * STATE_DIM],
-        ref_state: &trajectory.ref_state[k * STATE_DIM..(k + 1) * STATE_DIM],
-        sim_body_quat: if orientations { &sim_quat[k * q..(k + 1) * q] } else { &[] },
-        ref_body_quat: if orientations { &ref_quat[k * q..(k + 1) * q] } else { &[] },
-        sim_joint_vel: if orientations { &trajectory.qvel[k * NV + 6..(k + 1) * NV] } else { &[] },
-        ref_joint_vel: if orientations {
-            &trajectory.ref_state[k * STATE_DIM + NUM_JOINTS..k * STATE_DIM + 2 * NUM_JOINTS]
+    let inputs = ScoringInputs::new(trajectory, names.iter().any(|n| metrics::mjlab::needs_orientations(n)))?;
+    metrics::evaluate(names, config, inputs.frames(trajectory.len()))
+}
+
+/// A recorded episode as metric frames.
+///
+/// Metrics that need body orientations and joint velocities (mjlab's) get them from what a
+/// trajectory file stores too, so a live score and a rescore of the file agree: orientations by
+/// forward kinematics of `qpos` and `ref_qpos`, the robot's joint velocities from `qvel`, the
+/// reference's from its `state` row (the motion library's velocities, as recorded).
+struct ScoringInputs<'t> {
+    trajectory: &'t Trajectory,
+    orientations: bool,
+    sim_quat: Vec<f64>,
+    ref_quat: Vec<f64>,
+}
+
+impl<'t> ScoringInputs<'t> {
+    fn new(trajectory: &'t Trajectory, orientations: bool) -> Result<Self, metrics::MetricError> {
+        let (sim_quat, ref_quat) = if orientations {
+            body_orientations(trajectory)?
         } else {
-            &[]
-        },
-    });
-    metrics::evaluate(names, config, frames)
+            (Vec::new(), Vec::new())
+        };
+        Ok(ScoringInputs {
+            trajectory,
+            orientations,
+            sim_quat,
+            ref_quat,
+        })
+    }
+
+    /// The first `rows` rows as frames.
+    fn frames(&self, rows: usize) -> impl Iterator<Item = Frame<'_>> {
+        let t = self.trajectory;
+        let (w, q) = (3 * NUM_BODIES_EXT, 4 * NUM_BODIES_EXT);
+        let t0 = t.times.first().copied().unwrap_or(0.0);
+        let with = |on: bool, s: &'t [f64]| if on { s } else { &[] };
+        (0..rows.min(t.len())).map(move |k| Frame {
+            time: t.times[k] - t0,
+            sim_joints: &t.qpos[k * NQ + 7..(k + 1) * NQ],
+            ref_joints: &t.ref_qpos[k * NQ + 7..(k + 1) * NQ],
+            sim_bodies: &t.body_pos[k * w..(k + 1) * w],
+            ref_bodies: &t.ref_body_pos[k * w..(k + 1) * w],
+            sim_state: &t.state[k * STATE_DIM..(k + 1) * STATE_DIM],
+            ref_state: &t.ref_state[k * STATE_DIM..(k + 1) * STATE_DIM],
+            sim_body_quat: if self.orientations {
+                &self.sim_quat[k * q..(k + 1) * q]
+            } else {
+                &[]
+            },
+            ref_body_quat: if self.orientations {
+                &self.ref_quat[k * q..(k + 1) * q]
+            } else {
+                &[]
+            },
+            sim_joint_vel: with(self.orientations, &t.qvel[k * NV + 6..(k + 1) * NV]),
+            ref_joint_vel: with(
+                self.orientations,
+                &t.ref_state[k * STATE_DIM + NUM_JOINTS..k * STATE_DIM + 2 * NUM_JOINTS],
+            ),
+        })
+    }
 }
 
 thread_local! {
@@ -232,8 +268,17 @@ fn body_orientations(trajectory: &Trajectory) -> Result<(Vec<f64>, Vec<f64>), me
     })
 }
 
-/// Scores a finished episode if its status is scored; a scoring error fails the episode. A fell
-/// episode gets the fall penalty ([`metrics::apply_fall_penalty`]): never a success.
+/// Scores a finished episode by its benchmark's rules (docs/metrics.md, "Where scoring stops").
+///
+/// - Scoring stops at the first frame that breaks the benchmark's success rule
+///   (`config.success_rule`): every metric is computed on the frames up to and including it,
+///   so nothing the agent does after the break changes the score.
+/// - An episode that ended unscored (agent error, timeout, simulator failure) after such a
+///   break is a scored fall at the break: a robot on the floor whose policy then sends NaN
+///   scores what one that kept trying scores. One that erred while still tracking stays
+///   unscored.
+/// - A fell episode gets the fall penalty ([`metrics::apply_fall_penalty`]): never a success.
+/// - A scoring error fails the episode.
 pub fn score_finished(
     trajectory: &Trajectory,
     status: EpisodeStatus,
@@ -241,23 +286,59 @@ pub fn score_finished(
     names: &[String],
     config: &MetricConfig,
 ) -> (EpisodeStatus, BTreeMap<String, f64>, Option<String>) {
-    if !status.is_scored() {
+    let scoring_failed = |e: metrics::MetricError| {
+        (
+            EpisodeStatus::Failed,
+            BTreeMap::new(),
+            Some(format!("scoring failed: {e}")),
+        )
+    };
+    if !status.is_scored() && (config.success_rule.is_none() || trajectory.is_empty()) {
         return (status, BTreeMap::new(), reason);
     }
-    match score_trajectory(trajectory, names, config) {
+    let orientations = names
+        .iter()
+        .map(String::as_str)
+        .chain(config.success_rule)
+        .any(metrics::mjlab::needs_orientations);
+    let inputs = match ScoringInputs::new(trajectory, orientations) {
+        Ok(i) => i,
+        Err(e) if status.is_scored() => return scoring_failed(e),
+        Err(_) => return (status, BTreeMap::new(), reason),
+    };
+    let broken_at = match config.success_rule {
+        Some(rule) => match metrics::break_time(rule, config, inputs.frames(trajectory.len())) {
+            Ok(t) => t.map(|t| (rule, t)),
+            Err(e) if status.is_scored() => return scoring_failed(e),
+            Err(_) => return (status, BTreeMap::new(), reason),
+        },
+        None => None,
+    };
+    let (status, reason) = match (status.is_scored(), broken_at) {
+        (true, _) => (status, reason),
+        (false, Some((rule, t))) => (
+            EpisodeStatus::Fell,
+            Some(format!(
+                "{} after the episode had broken {rule} at {t:.2} s: scored as a fall up to there",
+                reason.as_deref().unwrap_or(&status.to_string())
+            )),
+        ),
+        (false, None) => return (status, BTreeMap::new(), reason),
+    };
+    let t0 = trajectory.times.first().copied().unwrap_or(0.0);
+    let rows = match broken_at {
+        Some((_, t)) => trajectory.times.iter().take_while(|&&s| s - t0 <= t + 1e-9).count(),
+        None => trajectory.len(),
+    };
+    match metrics::evaluate(names, config, inputs.frames(rows)) {
         Ok(mut m) => {
             if status == EpisodeStatus::Fell {
-                let t0 = trajectory.times.first().copied().unwrap_or(0.0);
-                let fell_at = trajectory.times.last().copied().unwrap_or(t0) - t0;
+                let fell_at = trajectory.times[..rows].last().copied().unwrap_or(t0) - t0;
                 metrics::apply_fall_penalty(&mut m, fell_at);
             }
             (status, m, reason)
         }
-        Err(e) => (
-            EpisodeStatus::Failed,
-            BTreeMap::new(),
-            Some(format!("scoring failed: {e}")),
-        ),
+        Err(e) => scoring_failed(e),
     }
 }
 

@@ -170,7 +170,11 @@ impl Reanchoring {
             p[2] - self.ref_anchor_pos[2],
         ];
         let r = rotate(&self.delta_rot, &d);
-        [self.delta_pos[0] + r[0], self.delta_pos[1] + r[1], self.delta_pos[2] + r[2]]
+        [
+            self.delta_pos[0] + r[0],
+            self.delta_pos[1] + r[1],
+            self.delta_pos[2] + r[2],
+        ]
     }
 
     pub fn orientation(&self, q: &Quat) -> Quat {
@@ -218,6 +222,11 @@ impl MjlabMetric {
         }
     }
 
+    /// Whether a termination has held at some step so far.
+    pub(super) fn terminated(&self) -> bool {
+        self.terminated_at.is_some()
+    }
+
     fn check(&self, f: &Frame<'_>) -> Result<(), MetricError> {
         super::check_frame(self.info.name, f)?;
         let sizes = [
@@ -238,17 +247,27 @@ impl MjlabMetric {
     }
 
     fn step_value(&self, f: &Frame<'_>, anchored: &Reanchoring) -> f64 {
-        let distance = |a: &Vec3, b: &[f64]| ((a[0] - b[0]).powi(2) + (a[1] - b[1]).powi(2) + (a[2] - b[2]).powi(2)).sqrt();
+        let distance =
+            |a: &Vec3, b: &[f64]| ((a[0] - b[0]).powi(2) + (a[1] - b[1]).powi(2) + (a[2] - b[2]).powi(2)).sqrt();
         match self.kind {
             MjlabKind::Success | MjlabKind::FailureTime => 0.0,
-            MjlabKind::Mpkpe => mean(TRACKED_BODIES.iter().map(|&b| distance(&pos(f.ref_bodies, b), &f.sim_bodies[3 * b..]))),
+            MjlabKind::Mpkpe => mean(
+                TRACKED_BODIES
+                    .iter()
+                    .map(|&b| distance(&pos(f.ref_bodies, b), &f.sim_bodies[3 * b..])),
+            ),
             MjlabKind::RMpkpe => mean(
                 TRACKED_BODIES
                     .iter()
                     .map(|&b| distance(&anchored.position(&pos(f.ref_bodies, b)), &f.sim_bodies[3 * b..])),
             ),
             MjlabKind::JointVelError => {
-                let sq: f64 = f.ref_joint_vel.iter().zip(f.sim_joint_vel).map(|(r, s)| (r - s) * (r - s)).sum();
+                let sq: f64 = f
+                    .ref_joint_vel
+                    .iter()
+                    .zip(f.sim_joint_vel)
+                    .map(|(r, s)| (r - s) * (r - s))
+                    .sum();
                 (sq / NUM_JOINTS as f64).sqrt()
             }
             MjlabKind::EePosError => mean(
@@ -256,11 +275,12 @@ impl MjlabMetric {
                     .iter()
                     .map(|&b| distance(&anchored.position(&pos(f.ref_bodies, b)), &f.sim_bodies[3 * b..])),
             ),
-            MjlabKind::EeOriError => mean(
-                END_EFFECTORS
-                    .iter()
-                    .map(|&b| quat_angle(&anchored.orientation(&quat(f.ref_body_quat, b)), &quat(f.sim_body_quat, b))),
-            ),
+            MjlabKind::EeOriError => mean(END_EFFECTORS.iter().map(|&b| {
+                quat_angle(
+                    &anchored.orientation(&quat(f.ref_body_quat, b)),
+                    &quat(f.sim_body_quat, b),
+                )
+            })),
         }
     }
 }
@@ -368,7 +388,10 @@ mod tests {
         assert_eq!(projected_gravity_z(&[1.0, 0.0, 0.0, 0.0]), -1.0);
         let b = std::f64::consts::FRAC_PI_2;
         let pitched = [(b / 2.0).cos(), 0.0, (b / 2.0).sin(), 0.0];
-        assert!(projected_gravity_z(&pitched).abs() < 1e-15, "lying on its side sees no z gravity");
+        assert!(
+            projected_gravity_z(&pitched).abs() < 1e-15,
+            "lying on its side sees no z gravity"
+        );
     }
 
     #[test]
@@ -391,20 +414,50 @@ mod tests {
     fn terminations_fire_on_each_threshold() {
         let up = [1.0, 0.0, 0.0, 0.0];
         let t = Thresholds::MJLAB_G1;
-        let none = terminations(&t, (&[0.0, 0.0, 1.0], &up), (&[5.0, 5.0, 0.8], &up), &[0.1; 4], &[0.3; 4]);
+        let none = terminations(
+            &t,
+            (&[0.0, 0.0, 1.0], &up),
+            (&[5.0, 5.0, 0.8], &up),
+            &[0.1; 4],
+            &[0.3; 4],
+        );
         assert_eq!(none, [false; 3], "horizontal drift and 0.2 m are no failure");
-        let low = terminations(&t, (&[0.0, 0.0, 1.0], &up), (&[0.0, 0.0, 0.7], &up), &[0.1; 4], &[0.1; 4]);
+        let low = terminations(
+            &t,
+            (&[0.0, 0.0, 1.0], &up),
+            (&[0.0, 0.0, 0.7], &up),
+            &[0.1; 4],
+            &[0.1; 4],
+        );
         assert_eq!(low, [true, false, false]);
         // g_z goes from −1 to −cos b: a tilt of 1.5 rad differs by 0.93 > 0.8, one of 1.2 by 0.64.
         let b = 1.5f64;
         let tilted = [(b / 2.0).cos(), (b / 2.0).sin(), 0.0, 0.0];
-        let fallen = terminations(&t, (&[0.0, 0.0, 1.0], &up), (&[0.0, 0.0, 1.0], &tilted), &[0.1; 4], &[0.1; 4]);
+        let fallen = terminations(
+            &t,
+            (&[0.0, 0.0, 1.0], &up),
+            (&[0.0, 0.0, 1.0], &tilted),
+            &[0.1; 4],
+            &[0.1; 4],
+        );
         assert_eq!(fallen, [false, true, false]);
         let b = 1.2f64;
         let leaning = [(b / 2.0).cos(), (b / 2.0).sin(), 0.0, 0.0];
-        let leaning = terminations(&t, (&[0.0, 0.0, 1.0], &up), (&[0.0, 0.0, 1.0], &leaning), &[0.1; 4], &[0.1; 4]);
+        let leaning = terminations(
+            &t,
+            (&[0.0, 0.0, 1.0], &up),
+            (&[0.0, 0.0, 1.0], &leaning),
+            &[0.1; 4],
+            &[0.1; 4],
+        );
         assert_eq!(leaning, [false; 3]);
-        let foot = terminations(&t, (&[0.0, 0.0, 1.0], &up), (&[0.0, 0.0, 1.0], &up), &[0.1; 4], &[0.1, 0.1, 0.4, 0.1]);
+        let foot = terminations(
+            &t,
+            (&[0.0, 0.0, 1.0], &up),
+            (&[0.0, 0.0, 1.0], &up),
+            &[0.1; 4],
+            &[0.1, 0.1, 0.4, 0.1],
+        );
         assert_eq!(foot, [false, false, true]);
     }
 }

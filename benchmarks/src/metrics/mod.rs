@@ -81,6 +81,9 @@ pub struct MetricConfig {
     pub ndtw_window_s: f64,
     /// Time between frames (seconds).
     pub frame_dt: f64,
+    /// The benchmark's success rule (`ranking.success`, a name of [`SUCCESS_METRICS`]): scoring
+    /// stops at the first frame that breaks it ([`break_time`]); `None` scores whole episodes.
+    pub success_rule: Option<&'static str>,
 }
 
 impl Default for MetricConfig {
@@ -90,6 +93,7 @@ impl Default for MetricConfig {
             success_threshold_m: 0.5,
             ndtw_window_s: 1.0,
             frame_dt: 0.02,
+            success_rule: None,
         }
     }
 }
@@ -206,6 +210,53 @@ pub fn evaluate<'a>(
         .iter()
         .map(|m| Ok((m.info().name.to_string(), m.compute()?)))
         .collect()
+}
+
+/// The time (from the episode's start) of the first frame that breaks success rule `rule` (a
+/// name of [`SUCCESS_METRICS`]), or `None` if the rule holds in every frame. Once a rule is
+/// broken nothing later can mend it, so a benchmark's scoring stops there.
+pub fn break_time<'a>(
+    rule: &str,
+    config: &MetricConfig,
+    frames: impl IntoIterator<Item = Frame<'a>>,
+) -> Result<Option<f64>, MetricError> {
+    let not_a_rule = || MetricError::Unknown {
+        name: rule.to_string(),
+        known: SUCCESS_METRICS.iter().map(|s| s.to_string()).collect(),
+    };
+    let info = metric_info(rule).ok_or_else(not_a_rule)?;
+    let c = *config;
+    let mut rule: Box<dyn SuccessRule> = match rule {
+        "mjlab_success" => Box::new(MjlabMetric::new(info, c, MjlabKind::Success)),
+        "success" => Box::new(Success::new(info, c, SuccessKind::Both)),
+        "success_phc_linf" => Box::new(Success::new(info, c, SuccessKind::Linf)),
+        "success_phc_mean" => Box::new(Success::new(info, c, SuccessKind::Mean)),
+        _ => return Err(not_a_rule()),
+    };
+    for f in frames {
+        rule.update(&f)?;
+        if rule.broken() {
+            return Ok(Some(f.time));
+        }
+    }
+    Ok(None)
+}
+
+/// A 0/1 success metric that can say, frame by frame, whether it is already lost.
+trait SuccessRule: Metric {
+    fn broken(&self) -> bool;
+}
+
+impl SuccessRule for Success {
+    fn broken(&self) -> bool {
+        !self.holds()
+    }
+}
+
+impl SuccessRule for MjlabMetric {
+    fn broken(&self) -> bool {
+        self.terminated()
+    }
 }
 
 pub(super) fn check_frame(metric: &'static str, f: &Frame<'_>) -> Result<(), MetricError> {

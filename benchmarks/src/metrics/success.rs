@@ -75,6 +75,17 @@ impl Success {
     }
 }
 
+impl Success {
+    /// Whether this metric's criterion has held in every frame so far.
+    pub(super) fn holds(&self) -> bool {
+        match self.kind {
+            SuccessKind::Both | SuccessKind::FailureTime => self.linf_ok && self.mean_ok,
+            SuccessKind::Linf => self.linf_ok,
+            SuccessKind::Mean => self.mean_ok,
+        }
+    }
+}
+
 impl Metric for Success {
     fn info(&self) -> &'static MetricInfo {
         self.info

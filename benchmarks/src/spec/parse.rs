@@ -768,12 +768,14 @@ impl Check<'_> {
         if let Some(survival) = &raw.survival {
             in_list("ranking.survival", survival)?;
             let expected = raw.success.as_deref().map(crate::metrics::survival_metric_for);
-            if !crate::metrics::SURVIVAL_METRICS.contains(&survival.as_str())
-                || expected.is_some_and(|e| e != survival)
+            if !crate::metrics::SURVIVAL_METRICS.contains(&survival.as_str()) || expected.is_some_and(|e| e != survival)
             {
                 let wanted = match (expected, &raw.success) {
                     (Some(e), Some(s)) => format!("{e:?} (the failure time of {s:?}, ranking.success)"),
-                    _ => format!("a time-to-failure metric ({})", crate::metrics::SURVIVAL_METRICS.join(", ")),
+                    _ => format!(
+                        "a time-to-failure metric ({})",
+                        crate::metrics::SURVIVAL_METRICS.join(", ")
+                    ),
                 };
                 return Err(self.err("ranking.survival", format!("expected {wanted}, got {survival:?}")));
             }

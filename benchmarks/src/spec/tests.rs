@@ -700,7 +700,11 @@ fn a_success_rule_computes_both_rules_and_ranks_by_its_own_failure_time() {
     ) + "success = \"mjlab_success\"\nsurvival = \"mjlab_failure_time_s\"\n";
     let spec = parse(&text).unwrap();
     for name in crate::metrics::SUCCESS_RULE_METRICS {
-        assert!(spec.metrics.list.iter().any(|m| m == name), "{name} computed: {:?}", spec.metrics.list);
+        assert!(
+            spec.metrics.list.iter().any(|m| m == name),
+            "{name} computed: {:?}",
+            spec.metrics.list
+        );
     }
     // Without a success rule nothing is added.
     assert_eq!(parse(MINIMAL).unwrap().metrics.list, ["emd", "mpjpe_g"]);

@@ -1,0 +1,128 @@
+//! A fall is scored (issue 38 §3): once an episode breaks its benchmark's success rule, its
+//! score is fixed at the break. Three orders, under both success rules: an agent that keeps
+//! trying after the break, one that sends NaN right after it (it must score exactly the same,
+//! as a fall), and one that sends NaN while still tracking (unscored failure, as before).
+
+use arena_bench::aggregate::EpisodeStatus;
+use arena_bench::metrics::{self, MetricConfig, NUM_JOINTS};
+use arena_runner::episode::score_finished;
+use arena_sim::env::{self, EpisodeAssignment, TrackingEnv, TrackingEnvConfig, Trajectory};
+use arena_sim::motion::MotionLibrary;
+use arena_sim::{CONTROL_DT, RobotConfig};
+use std::sync::Arc;
+
+/// Runs the built-in squat with every joint pushed to the end of its range (the robot folds
+/// and falls), switching to NaN actions from step `nan_from` on; stops after `steps` steps or
+/// when the env fails. Returns the trajectory and how the env ended.
+fn collapse(steps: usize, nan_from: Option<usize>) -> (Trajectory, EpisodeStatus, Option<String>) {
+    let robot = RobotConfig::default();
+    let library = Arc::new(MotionLibrary::from_clips(&MotionLibrary::builtin_clips(&robot).unwrap(), &robot).unwrap());
+    let motion = library.motions.iter().position(|m| m.name == "squat").unwrap();
+    let mut env = TrackingEnv::new(
+        TrackingEnvConfig {
+            threads: 1,
+            ..Default::default()
+        },
+        library,
+    )
+    .unwrap();
+    let assignment = EpisodeAssignment {
+        motion,
+        start_time: 0.0,
+        seed: 3,
+        dr_level: Default::default(),
+    };
+    env.reset(&[(0, assignment)]).unwrap();
+    let push: Vec<f32> = (0..NUM_JOINTS).map(|j| if j % 2 == 0 { 1.0 } else { -1.0 }).collect();
+    for k in 0..steps {
+        if env.infos()[0].status != env::EpisodeStatus::Running {
+            break;
+        }
+        let action = if nan_from.is_some_and(|n| k >= n) {
+            vec![f32::NAN; NUM_JOINTS]
+        } else {
+            push.clone()
+        };
+        env.step(&action).unwrap();
+    }
+    env.stop(0);
+    let (status, reason) = match env.infos()[0].status.clone() {
+        env::EpisodeStatus::Failed(r) => (EpisodeStatus::Failed, Some(r)),
+        _ => (EpisodeStatus::Completed, None),
+    };
+    (env.take_trajectory(0), status, reason)
+}
+
+fn config(rule: &'static str) -> MetricConfig {
+    MetricConfig {
+        success_rule: Some(rule),
+        ..MetricConfig::default()
+    }
+}
+
+#[test]
+fn a_fall_stays_a_scored_fall_whatever_the_agent_does_next() {
+    let names: Vec<String> = metrics::metric_names().iter().map(|s| s.to_string()).collect();
+    let steps = (2.0 / CONTROL_DT) as usize;
+    for rule in ["success", "mjlab_success"] {
+        let config = config(rule);
+        let (kept_trying, status, _) = collapse(steps, None);
+        assert_eq!(status, EpisodeStatus::Completed);
+        // Where the rule breaks: the row the score stops at.
+        let (status_a, scores_a, _) = score_finished(&kept_trying, status, None, &names, &config);
+        assert_eq!(status_a, EpisodeStatus::Completed, "{rule}: ran its window");
+        assert_eq!(scores_a[rule], 0.0, "{rule}: the collapse breaks the rule");
+        let survival = metrics::survival_metric_for(rule);
+        let break_s = scores_a[survival];
+        let break_row = (break_s / CONTROL_DT).round() as usize;
+        assert!(
+            break_row >= 1 && break_row + 10 < kept_trying.len(),
+            "{rule}: breaks at {break_s} s"
+        );
+        println!(
+            "{rule}: broken at row {break_row} ({break_s:.2} s) of {}",
+            kept_trying.len()
+        );
+
+        // NaN right after the break: a fall, scored exactly as the agent that kept trying.
+        let (nan_after, status, reason) = collapse(steps, Some(break_row));
+        assert_eq!(status, EpisodeStatus::Failed, "{rule}: the env fails the NaN");
+        assert!(reason.as_deref().unwrap().contains("non-finite"), "{reason:?}");
+        let (status_b, scores_b, reason_b) = score_finished(&nan_after, status, reason, &names, &config);
+        assert_eq!(status_b, EpisodeStatus::Fell, "{rule}: {reason_b:?}");
+        let reason_b = reason_b.unwrap();
+        assert!(
+            reason_b.contains("non-finite") && reason_b.contains(&format!("after the episode had broken {rule}")),
+            "{reason_b}"
+        );
+        // The fall penalty changes nothing a broken rule had not already set.
+        assert_eq!(scores_a.keys().collect::<Vec<_>>(), scores_b.keys().collect::<Vec<_>>());
+        for (name, a) in &scores_a {
+            let b = scores_b[name];
+            let same = a.to_bits() == b.to_bits()
+                || (name.as_str() != rule && metrics::SUCCESS_METRICS.contains(&name.as_str()) && b == 0.0);
+            assert!(same, "{rule}: {name}: kept trying {a}, NaN after the break {b}");
+        }
+
+        // NaN while still tracking: an unscored failure, as before.
+        let (nan_early, status, reason) = collapse(steps, Some(1));
+        let (status_c, scores_c, reason_c) = score_finished(&nan_early, status, reason, &names, &config);
+        assert_eq!(status_c, EpisodeStatus::Failed, "{rule}: {reason_c:?}");
+        assert!(scores_c.is_empty());
+        assert!(reason_c.unwrap().starts_with("non-finite action"));
+    }
+}
+
+#[test]
+fn without_a_success_rule_whole_episodes_are_scored_and_errors_stay_unscored() {
+    let names: Vec<String> = ["emd", "mpjpe_g", "success"].iter().map(|s| s.to_string()).collect();
+    let steps = (2.0 / CONTROL_DT) as usize;
+    let (whole, status, _) = collapse(steps, None);
+    let none = MetricConfig::default();
+    let (_, all_rows, _) = score_finished(&whole, status, None, &names, &none);
+    let (_, to_break, _) = score_finished(&whole, status, None, &names, &config("success"));
+    assert_ne!(all_rows["emd"], to_break["emd"], "the rule stops scoring at the break");
+    let (nan_after, status, reason) = collapse(steps, Some(60));
+    let (status, scores, _) = score_finished(&nan_after, status, reason, &names, &none);
+    assert_eq!((status, scores.len()), (EpisodeStatus::Failed, 0));
+}

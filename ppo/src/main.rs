@@ -257,9 +257,21 @@ fn eval(a: EvalArgs) -> anyhow::Result<()> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&means)?);
     } else {
-        println!("{} ({} metrics, means over its episodes):", spec.name, means.len());
-        for (k, v) in &means {
-            println!("  {k:24} {v:.4}");
+        let count = |k: &str| means.get(k).copied().unwrap_or(0.0) as usize;
+        println!(
+            "{}: {} episodes, {} scored, {} failed unscored (left out of the means; success rates are over all {})",
+            spec.name,
+            count("episodes"),
+            count("scored"),
+            count("failed_unscored"),
+            count("episodes")
+        );
+        for (k, v) in means
+            .iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "episodes" | "scored" | "failed_unscored"))
+        {
+            let unit = arena_bench::metrics::metric_info(k).map_or("", |i| i.units);
+            println!("  {k:24} {v:>12.4} {unit}");
         }
     }
     Ok(())

@@ -51,7 +51,6 @@ pub const REWARD_TERMS: [&str; 9] = [
     "undesired_contacts",
 ];
 
-
 /// The mjlab G1 default pose (`KNEES_BENT_KEYFRAME`), G1 order: the zero of `joint_pos` and the
 /// offset of the action.
 pub const POLICY_DEFAULT_POSE: [f64; NUM_JOINTS] = {

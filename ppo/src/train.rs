@@ -512,16 +512,38 @@ pub fn evaluate_policy(
         ..Default::default()
     };
     let aggregator = run_local(spec, clips, &mut agent, &options, &mut |_, _, _| {}).context("evaluation run")?;
-    let mut sums: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    for ep in aggregator.episodes() {
+    Ok(honest_means(aggregator.episodes()))
+}
+
+/// The means a summary prints, with the counts they are over: `episodes`, `scored` and
+/// `failed_unscored` (an agent or simulator error before any fall, left out of the means).
+/// Success rates are over **all** episodes (an unscored failure is not a success, as the
+/// leaderboard counts it); every other metric is a mean over the scored episodes.
+pub fn honest_means(episodes: &[arena_bench::aggregate::EpisodeResult]) -> BTreeMap<String, f64> {
+    let mut sums: BTreeMap<String, (f64, usize)> = BTreeMap::new();
+    let scored: Vec<_> = episodes.iter().filter(|e| e.status.is_scored()).collect();
+    for ep in &scored {
         for (k, v) in &ep.metrics {
-            sums.entry(k.clone()).or_default().push(*v);
+            let s = sums.entry(k.clone()).or_default();
+            s.0 += *v;
+            s.1 += 1;
         }
     }
-    Ok(sums
+    let mut means: BTreeMap<String, f64> = sums
         .into_iter()
-        .map(|(k, v)| (k, v.iter().sum::<f64>() / v.len().max(1) as f64))
-        .collect())
+        .map(|(k, (sum, n))| {
+            let over = if arena_bench::metrics::SUCCESS_METRICS.contains(&k.as_str()) {
+                episodes.len()
+            } else {
+                n
+            };
+            (k, sum / over.max(1) as f64)
+        })
+        .collect();
+    means.insert("episodes".into(), episodes.len() as f64);
+    means.insert("scored".into(), scored.len() as f64);
+    means.insert("failed_unscored".into(), (episodes.len() - scored.len()) as f64);
+    means
 }
 
 fn fill_env_stats(s: &EnvStats, row: &mut BTreeMap<String, f64>) {

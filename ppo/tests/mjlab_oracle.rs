@@ -142,14 +142,20 @@ fn exchange(name: &str, t: &Trajectory, kin: &mut Kinematics, arena: &serde_json
         let mut q = Vec::new();
         for k in 0..t.len() {
             let poses = kin.body_poses(&qpos[k * NQ..(k + 1) * NQ]);
-            p.push(TRACKED_BODIES.map(|b| pos[k * w + 3 * b..k * w + 3 * b + 3].to_vec()).to_vec());
+            p.push(
+                TRACKED_BODIES
+                    .map(|b| pos[k * w + 3 * b..k * w + 3 * b + 3].to_vec())
+                    .to_vec(),
+            );
             q.push(TRACKED_BODIES.map(|b| poses.rot[b].to_vec()).to_vec());
         }
         (p, q)
     };
     let (robot_pos, robot_quat) = bodies(&t.body_pos, &t.qpos, kin);
     let (ref_pos, ref_quat) = bodies(&t.ref_body_pos, &t.ref_qpos, kin);
-    let robot_vel: Vec<Vec<f64>> = (0..t.len()).map(|k| t.qvel[k * NV + 6..(k + 1) * NV].to_vec()).collect();
+    let robot_vel: Vec<Vec<f64>> = (0..t.len())
+        .map(|k| t.qvel[k * NV + 6..(k + 1) * NV].to_vec())
+        .collect();
     let ref_vel: Vec<Vec<f64>> = (0..t.len())
         .map(|k| t.ref_state[k * STATE_DIM + NUM_JOINTS..k * STATE_DIM + 2 * NUM_JOINTS].to_vec())
         .collect();
@@ -188,9 +194,11 @@ fn mjlab_metrics_match_mjlabs_own_functions() {
     let clean_steps = close_tracker(&stepping, &mut kin);
     let fall = record(&library, "squat", 0.0, steps, &mut Collapse);
     // Drift: 0.3 rad of yaw and 0.6 m sideways over three seconds, on the close tracker.
-    let drifting = drift(&clean_steps, |k| 0.1 * k as f64 * CONTROL_DT, |k| {
-        [0.05 * k as f64 * CONTROL_DT, 0.2 * k as f64 * CONTROL_DT]
-    });
+    let drifting = drift(
+        &clean_steps,
+        |k| 0.1 * k as f64 * CONTROL_DT,
+        |k| [0.05 * k as f64 * CONTROL_DT, 0.2 * k as f64 * CONTROL_DT],
+    );
     // Sinking: the robot lowered 5 cm more every 10 rows, so a height termination fires late.
     let mut sinking = clean_wave.clone();
     for k in 0..sinking.len() {
@@ -242,7 +250,11 @@ fn mjlab_metrics_match_mjlabs_own_functions() {
         .env("PYTHONPATH", &pythonpath)
         .output()
         .expect("run the mjlab oracle");
-    eprintln!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    eprintln!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(out.status.success(), "the arena and mjlab 1.6.0 disagree (table above)");
     let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
     assert_eq!(report["episodes"], 6);

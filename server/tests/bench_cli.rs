@@ -106,7 +106,10 @@ fn eval_g1_smoke_end_to_end() {
     ] {
         assert!(out.contains(motion), "{motion} missing:\n{out}");
     }
-    assert!(out.contains("aggregates over 6 scored episodes"), "{out}");
+    assert!(
+        out.contains("aggregates over the 6 scored of 6 episodes (0 failed unscored"),
+        "{out}"
+    );
     // The gzip report has the seed's fields, one entry per episode and every metric.
     let file = std::fs::File::open(&report_path).unwrap();
     let report: serde_json::Value = serde_json::from_reader(flate2::read::GzDecoder::new(file)).unwrap();
@@ -126,7 +129,10 @@ fn eval_g1_smoke_end_to_end() {
     assert_eq!(report["aggregated"]["emd"]["count"], 6);
     for e in episodes {
         assert_eq!(e["status"], "completed");
-        assert_eq!(e["metrics"].as_object().unwrap().len(), 23);
+        assert_eq!(
+            e["metrics"].as_object().unwrap().len(),
+            arena_bench::metrics::metric_names().len()
+        );
         // Replay cannot balance: the robot falls, so PHC success fails within the first second.
         assert_eq!(e["metrics"]["success"], 0.0);
         assert!(e["metrics"]["failure_time_s"].as_f64().unwrap() < 2.0);
@@ -227,7 +233,7 @@ fn metrics_emd_and_track_on_files() {
         "--json",
     ]));
     let m: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(m.as_object().unwrap().len(), 23);
+    assert_eq!(m.as_object().unwrap().len(), arena_bench::metrics::metric_names().len());
     assert!(m["mpjpe_g"].as_f64().unwrap() > 100.0, "the replayed robot falls: {m}");
     // The wrong --fps makes the reference shorter than the rollout: scored, with a warning.
     let track = |fps: &str| {
@@ -319,7 +325,7 @@ fn eval_g1_moves_dance_with_replay() {
         report_path.to_str().unwrap(),
     ]));
     assert!(
-        out.contains("J_Dance0_StepTouch") && out.contains("aggregates over 28 scored episodes"),
+        out.contains("J_Dance0_StepTouch") && out.contains("aggregates over the 28 scored of 28 episodes"),
         "{out}"
     );
     let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report_path).unwrap()).unwrap();

@@ -91,15 +91,19 @@ pub fn run(a: EvalArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
     }
-    // The table shows the ranking metrics first, then the most read ones.
+    // The table shows the ranking metrics first (success rule, survival, primary, tie
+    // breakers), then the other success rule and the body-position errors in mm. Each column
+    // says its unit on the second header line.
     let mut shown: Vec<&str> = spec.ranking.success.as_deref().into_iter().collect();
+    shown.extend(spec.ranking.survival.as_deref());
     shown.push(spec.ranking.primary.as_str());
     shown.extend(spec.ranking.tie_breakers.iter().map(String::as_str));
-    for extra in ["mpjpe_l", "mpjpe_g", "success", "failure_time_s"] {
+    for extra in ["success", "mjlab_success", "mpjpe_g", "mpjpe_rr"] {
         if spec.metrics.list.iter().any(|m| m == extra) && !shown.contains(&extra) {
             shown.push(extra);
         }
     }
+    let unit = |m: &str| arena_bench::metrics::metric_info(m).map_or("", |i| i.units);
     println!(
         "{} v{}: {:?} policy, {} episodes",
         spec.name,
@@ -110,6 +114,11 @@ pub fn run(a: EvalArgs) -> anyhow::Result<()> {
     print!("{:<8} {:<28} {:>6} {:<10}", "episode", "motion", "steps", "status");
     for m in &shown {
         print!(" {m:>14}");
+    }
+    println!();
+    print!("{:<8} {:<28} {:>6} {:<10}", "", "", "", "");
+    for m in &shown {
+        print!(" {:>14}", unit(m));
     }
     println!();
     for e in &report.episodes {
@@ -128,18 +137,27 @@ pub fn run(a: EvalArgs) -> anyhow::Result<()> {
         }
         println!();
     }
+    let scored = report.episodes.iter().filter(|e| e.status.is_scored()).count();
     println!(
-        "\naggregates over {} scored episodes:",
-        report.aggregated.values().map(|s| s.count).max().unwrap_or(0)
+        "\naggregates over the {scored} scored of {} episodes ({} failed unscored, left out; \
+         the leaderboard's success rate counts them as failures):",
+        report.episodes.len(),
+        report.episodes.len() - scored
     );
     println!(
-        "{:<20} {:>12} {:>12} {:>12} {:>12} {:>12}",
+        "{:<20} {:>12} {:>12} {:>12} {:>12} {:>12}  unit",
         "metric", "mean", "std", "p10", "p50", "p90"
     );
     for (name, s) in &report.aggregated {
         println!(
-            "{:<20} {:>12.4} {:>12.4} {:>12.4} {:>12.4} {:>12.4}",
-            name, s.mean, s.std, s.p10, s.p50, s.p90
+            "{:<20} {:>12.4} {:>12.4} {:>12.4} {:>12.4} {:>12.4}  {}",
+            name,
+            s.mean,
+            s.std,
+            s.p10,
+            s.p50,
+            s.p90,
+            unit(name)
         );
     }
     if !report.failed_episodes.is_empty() {

@@ -335,15 +335,7 @@ fn mjlab_metrics_by_hand() {
     for v in &mut e.sim_vel {
         v[0] = 2.9;
     }
-    let all = [
-        "mjlab_success",
-        "mjlab_failure_time_s",
-        "mpkpe",
-        "r_mpkpe",
-        "joint_vel_error",
-        "ee_pos_error",
-        "ee_ori_error",
-    ];
+    let all = metrics::mjlab::MJLAB_METRICS;
     let v = e.eval(&all);
     // Steps 1..=5 count (row 0 is the reset pose; the terminating step is the last).
     let expected = [

@@ -235,15 +235,7 @@ impl MjlabMetric {
             ("simulated joint velocities", f.sim_joint_vel.len(), NUM_JOINTS),
             ("reference joint velocities", f.ref_joint_vel.len(), NUM_JOINTS),
         ];
-        for (what, got, want) in sizes {
-            if got != want {
-                return Err(MetricError::BadFrame {
-                    metric: self.info.name,
-                    message: format!("{what} at t = {:.3} s: {got} values, expected {want}", f.time),
-                });
-            }
-        }
-        Ok(())
+        super::check_sizes(self.info.name, f, &sizes)
     }
 
     fn step_value(&self, f: &Frame<'_>, anchored: &Reanchoring) -> f64 {

@@ -268,7 +268,16 @@ pub(super) fn check_frame(metric: &'static str, f: &Frame<'_>) -> Result<(), Met
         ("simulated state", f.sim_state.len(), STATE_DIM),
         ("reference state", f.ref_state.len(), STATE_DIM),
     ];
-    for (what, got, want) in sizes {
+    check_sizes(metric, f, &sizes)
+}
+
+/// Each (what, got, expected) of a frame: the first mismatch as an error naming the field.
+pub(super) fn check_sizes(
+    metric: &'static str,
+    f: &Frame<'_>,
+    sizes: &[(&str, usize, usize)],
+) -> Result<(), MetricError> {
+    for &(what, got, want) in sizes {
         if got != want {
             return Err(MetricError::BadFrame {
                 metric,

@@ -43,6 +43,15 @@ impl EpisodeStatus {
     }
 }
 
+/// The version of the report format. 2: scoring stops at the break of the benchmark's success
+/// rule (episodes carry `scored_until_s`), errors after a break are scored falls, and the
+/// mjlab metrics exist.
+pub const REPORT_FORMAT_VERSION: u32 = 2;
+
+fn report_format_v1() -> u32 {
+    1
+}
+
 /// One episode's result, as it appears in the report's `episodes` list.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EpisodeResult {
@@ -58,6 +67,11 @@ pub struct EpisodeResult {
     pub dr_level: u8,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Where scoring stopped, seconds from the episode's start: the first frame that broke the
+    /// benchmark's success rule (or the fall), when that came before the episode's end
+    /// ([`crate::metrics::scored_until`]); absent when the whole episode was scored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scored_until_s: Option<f64>,
 }
 
 /// An entry of `failed_episodes`.
@@ -119,6 +133,9 @@ pub fn quantile(sorted: &[f64], q: f64) -> f64 {
 /// The report, in the seed's format plus per-category groups.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
+    /// [`REPORT_FORMAT_VERSION`] of the writer (1 when absent: reports before it was added).
+    #[serde(default = "report_format_v1")]
+    pub format_version: u32,
     pub benchmark: String,
     /// RFC 3339, UTC.
     pub timestamp: String,
@@ -254,6 +271,7 @@ impl MetricsAggregator {
     /// The report, stamped with the current time.
     pub fn report(&self, benchmark: &str, config: serde_json::Value) -> Report {
         Report {
+            format_version: REPORT_FORMAT_VERSION,
             benchmark: benchmark.to_string(),
             timestamp: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
             config,
@@ -282,6 +300,7 @@ mod tests {
             seed: 1,
             dr_level: 0,
             reason: (status == EpisodeStatus::Failed).then(|| "simulator unstable at step 3".into()),
+            scored_until_s: None,
         }
     }
 

@@ -12,7 +12,9 @@
 //! /                      attributes: format = "mimicarena-trajectories", version = 1 (u32),
 //!                                    submission, benchmark
 //! /episode_00007/        attributes: motion, category, seed (u64), dr_level (u32), status, reason,
-//!                                    start_s, duration_s (f64), steps (u64, = T - 1, 0 when T = 0)
+//!                                    start_s, duration_s (f64), steps (u64, = T - 1, 0 when T = 0),
+//!                                    scored_until_s (f64, optional: where scoring stopped, seconds
+//!                                    from the episode's start, when before its end)
 //!     times              f64 (T)
 //!     qpos               f64 (T, 36)   root xyz, root quat wxyz, 29 joints
 //!     qvel               f64 (T, 35)
@@ -113,6 +115,10 @@ pub struct EpisodeRecord {
     pub reason: String,
     pub start_s: f64,
     pub duration_s: f64,
+    /// Where scoring stopped (seconds from the episode's start) when that was before the
+    /// episode's end: the break of the benchmark's success rule. Files written before it have
+    /// none.
+    pub scored_until_s: Option<f64>,
     /// T
     pub times: Vec<f64>,
     /// T × 36
@@ -404,6 +410,9 @@ fn write_group(
     write_scalar_attr(path, &group, name, "duration_s", &record.duration_s)?;
     let steps = record.num_rows().saturating_sub(1) as u64;
     write_scalar_attr(path, &group, name, "steps", &steps)?;
+    if let Some(t) = &record.scored_until_s {
+        write_scalar_attr(path, &group, name, "scored_until_s", t)?;
+    }
 
     let rows = record.num_rows();
     for ((dataset, width), values) in record.written() {
@@ -643,6 +652,13 @@ pub fn read_episode(path: &Path, name: &str) -> Result<EpisodeRecord> {
         reason: read_str_attr(path, &group, name, "reason")?,
         start_s: read_scalar_attr(path, &group, name, "start_s")?,
         duration_s: read_scalar_attr(path, &group, name, "duration_s")?,
+        scored_until_s: match group.attr_names() {
+            Ok(names) if names.iter().any(|n| n == "scored_until_s") => {
+                Some(read_scalar_attr(path, &group, name, "scored_until_s")?)
+            }
+            Ok(_) => None,
+            Err(e) => return Err(h5err(path, format!("{name}: list attributes"))(e)),
+        },
         ..EpisodeRecord::default()
     };
     let rows = check_episode_shapes(path, &group, name)?;

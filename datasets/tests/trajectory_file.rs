@@ -60,6 +60,8 @@ fn sample_record(episode: u32, rows: usize, salt: u64) -> EpisodeRecord {
         },
         start_s: rng.next_f64().abs(),
         duration_s: rows as f64 * 0.02,
+        // Where scoring stopped, on odd episodes only: the attribute is optional.
+        scored_until_s: (rows > 1 && episode % 2 == 1).then_some(0.02 * (rows / 2) as f64),
         times: (0..rows).map(|i| i as f64 * 0.02).collect(),
         qpos: rng.vec(rows * QPOS_WIDTH),
         qvel: rng.vec(rows * QVEL_WIDTH),

@@ -200,6 +200,7 @@ pub fn run_local(
         for ((slot, ep, _, _), (status, metrics, reason)) in ended.into_iter().zip(scored) {
             let trajectory = env.trajectory(slot);
             let motion = &library.motions[ep.motion];
+            let scored_until_s = arena_bench::metrics::scored_until(metric_config.success_rule, &metrics);
             let result = EpisodeResult {
                 episode_id: format!("ep{:04}", ep.index),
                 motion: motion.name.clone(),
@@ -212,6 +213,7 @@ pub fn run_local(
                 seed: ep.seed,
                 dr_level: spec.episodes.dr_level,
                 reason,
+                scored_until_s,
             };
             agent.end(&EpisodeEnd {
                 episode_id: ep.index as u32,

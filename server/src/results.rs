@@ -28,8 +28,9 @@ pub fn episode_status(state: EpisodeState) -> Option<EpisodeStatus> {
     }
 }
 
-/// The aggregator over a submission's final episodes.
-pub fn aggregate(rows: &[EpisodeRow]) -> MetricsAggregator {
+/// The aggregator over a submission's final episodes; `success_rule` (the benchmark's
+/// `ranking.success`) says where each episode's scoring stopped.
+pub fn aggregate(rows: &[EpisodeRow], success_rule: Option<&str>) -> MetricsAggregator {
     let mut aggregator = MetricsAggregator::new();
     for row in rows {
         let Some(status) = episode_status(row.status) else {
@@ -47,6 +48,7 @@ pub fn aggregate(rows: &[EpisodeRow]) -> MetricsAggregator {
             seed: row.seed,
             dr_level: row.dr_level.clamp(0, 3) as u8,
             reason: row.reason.clone(),
+            scored_until_s: arena_bench::metrics::scored_until(success_rule, &row.metrics),
         });
     }
     aggregator
@@ -65,7 +67,7 @@ pub fn report(spec: &BenchmarkSpec, submission: &Submission, rows: &[EpisodeRow]
         },
         "arena_version": env!("CARGO_PKG_VERSION"),
     });
-    let mut report = aggregate(rows).report(&spec.name, config);
+    let mut report = aggregate(rows, spec.ranking.success.as_deref()).report(&spec.name, config);
     report.episodes.sort_by(|a, b| a.episode_id.cmp(&b.episode_id));
     report
 }

@@ -127,8 +127,11 @@ fn eval_g1_smoke_end_to_end() {
     let episodes = report["episodes"].as_array().unwrap();
     assert_eq!(episodes.len(), 6);
     assert_eq!(report["aggregated"]["emd"]["count"], 6);
+    assert_eq!(report["format_version"], 2);
     for e in episodes {
         assert_eq!(e["status"], "completed");
+        // Scoring stopped where the fall broke PHC's rule, and the report says where.
+        assert_eq!(e["scored_until_s"], e["metrics"]["failure_time_s"]);
         assert_eq!(
             e["metrics"].as_object().unwrap().len(),
             arena_bench::metrics::metric_names().len()

@@ -96,6 +96,7 @@ fn standing_report(spec: &BenchmarkSpec) -> Report {
         seed: ep.seed,
         dr_level: 0,
         reason,
+        scored_until_s: None,
     });
     aggregator.report(&spec.name, serde_json::json!({}))
 }

@@ -100,6 +100,16 @@ fn complete_g1_smoke(server: &ServerProc, url: &str) {
         assert!(report.get(key).is_some(), "report lacks {key}");
     }
     assert_eq!(report["episodes"].as_array().unwrap().len(), 6);
+    // Replay falls: scoring stopped where PHC's rule broke, and the report says where, as the
+    // local run does (the trajectory file too, below).
+    assert_eq!(report["format_version"], 2);
+    assert_eq!(report["episodes"][1]["episode_id"], "ep0001");
+    let stopped = report["episodes"][1]["scored_until_s"]
+        .as_f64()
+        .expect("replay breaks the success rule");
+    let local_stop = local.episodes().iter().find(|e| e.episode_id == "ep0001").unwrap().scored_until_s;
+    assert_eq!(Some(stopped), local_stop);
+    assert!(stopped > 0.0 && stopped < 2.0, "{stopped}");
     let on_disk: Value =
         serde_json::from_str(&std::fs::read_to_string(server.data_dir.join(format!("reports/{id}.json"))).unwrap())
             .unwrap();
@@ -123,6 +133,7 @@ fn complete_g1_smoke(server: &ServerProc, url: &str) {
     let ep = trajectory_file::read_episode(&file, &names[1]).unwrap();
     assert_eq!(ep.motion, "squat");
     assert_eq!(ep.status, "completed");
+    assert_eq!(ep.scored_until_s, Some(stopped));
     let t = ep.times.len();
     assert_eq!(t, 301);
     for (name, width) in trajectory_file::DATASETS {

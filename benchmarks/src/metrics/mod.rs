@@ -17,7 +17,9 @@ mod time_diff;
 mod trajectory;
 
 pub use registry::{METRICS, metric_info, metric_names};
-pub use success::{SUCCESS_METRICS, SUCCESS_RULE_METRICS, SURVIVAL_METRICS, apply_fall_penalty, survival_metric_for};
+pub use success::{
+    SUCCESS_METRICS, SUCCESS_RULE_METRICS, SURVIVAL_METRICS, apply_fall_penalty, scored_until, survival_metric_for,
+};
 pub use trajectory::dtw;
 
 use crate::emd::EmdError;

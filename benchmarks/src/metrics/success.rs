@@ -14,6 +14,16 @@ pub const SURVIVAL_METRICS: [&str; 2] = ["failure_time_s", "mjlab_failure_time_s
 /// computes, so the other is shown beside it.
 pub const SUCCESS_RULE_METRICS: [&str; 4] = ["success", "failure_time_s", "mjlab_success", "mjlab_failure_time_s"];
 
+/// Where scoring stopped (seconds from the episode's start), from an episode's metrics: the
+/// failure time of the benchmark's success rule `rule` when the episode broke it (or fell),
+/// `None` when the rule held throughout or the benchmark has none (whole episode scored).
+pub fn scored_until(rule: Option<&str>, metrics: &BTreeMap<String, f64>) -> Option<f64> {
+    let rule = rule?;
+    (metrics.get(rule) == Some(&0.0))
+        .then(|| metrics.get(survival_metric_for(rule)).copied())
+        .flatten()
+}
+
 /// The failure time that belongs to success metric `success`: mjlab's for `mjlab_success`,
 /// PHC's for the PHC criteria.
 pub fn survival_metric_for(success: &str) -> &'static str {

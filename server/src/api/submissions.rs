@@ -88,7 +88,8 @@ pub(super) async fn get_results(
     let (who, s) = visible_submission(&state, &headers, &id).await?;
     check_results_visible(&state, &who, &s).await?;
     let mut rows = state.storage.episodes(&id).await?;
-    let aggregator = results::aggregate(&rows);
+    // The means only: where each episode's scoring stopped is in its report.
+    let aggregator = results::aggregate(&rows, None);
     if motions_hidden_from(&state, &who, &s).await?.is_some() {
         // A hidden test set: scores, but no motion or window of any episode.
         for r in &mut rows {

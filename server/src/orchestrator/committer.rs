@@ -58,9 +58,13 @@ pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
         let mut records = Vec::with_capacity(batch.len());
         for (done, (status, metrics, reason)) in batch.into_iter().zip(scored) {
             let steps = done.trajectory.len().saturating_sub(1);
+            let scored_until = arena_bench::metrics::scored_until(metric_config.success_rule, &metrics);
             ended.push((done.episode, done.attempt, steps, status, metrics, reason.clone()));
             if submission {
-                records.push((done.attempt as i64, record_of(ctx, done, status, reason.as_deref())));
+                records.push((
+                    done.attempt as i64,
+                    record_of(ctx, done, status, reason.as_deref(), scored_until),
+                ));
             }
         }
         let started = std::time::Instant::now();
@@ -179,7 +183,13 @@ pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
 }
 
 /// The episode's HDF5 record; takes the trajectory's arrays rather than copying them.
-fn record_of(ctx: &RunContext, done: Finished, status: EpisodeStatus, reason: Option<&str>) -> EpisodeRecord {
+fn record_of(
+    ctx: &RunContext,
+    done: Finished,
+    status: EpisodeStatus,
+    reason: Option<&str>,
+    scored_until_s: Option<f64>,
+) -> EpisodeRecord {
     let t = done.trajectory;
     EpisodeRecord {
         episode: done.episode.index as u32,
@@ -191,6 +201,7 @@ fn record_of(ctx: &RunContext, done: Finished, status: EpisodeStatus, reason: Op
         reason: reason.unwrap_or_default().to_string(),
         start_s: done.episode.start_s,
         duration_s: done.episode.duration_s,
+        scored_until_s,
         times: t.times,
         qpos: t.qpos,
         qvel: t.qvel,

@@ -20,11 +20,14 @@ from .errors import ArenaError, RefusedError
 from .policy_config import UnsupportedPolicyError
 from .transports import resolve_endpoint
 
-#: Metrics shown in the progress lines and the summary table when the benchmark computes them.
-KEY_METRICS = ("emd", "mpjpe_l", "success")
-#: Their units (docs/metrics.md): EMD of joint-angle frames in radians, mpjpe_l in milliradians,
-#: success 0 or 1 (no unit).
-METRIC_UNITS = {"emd": "rad", "mpjpe_l": "mrad", "success": ""}
+#: Metrics shown in the progress lines and the summary table when the benchmark computes them:
+#: both success rules (PHC's and mjlab's), EMD, and the body-position errors.
+KEY_METRICS = ("success", "mjlab_success", "emd", "mpjpe_g", "mpjpe_rr", "r_mpkpe")
+#: Their units (docs/metrics.md): success 0 or 1 (no unit), EMD of joint-angle frames in
+#: radians, MPJPE in millimetres, mjlab's r_mpkpe in metres (mjlab's unit).
+METRIC_UNITS = {"success": "", "mjlab_success": "", "emd": "rad", "mpjpe_g": "mm", "mpjpe_rr": "mm", "r_mpkpe": "m"}
+#: The 0/1 success metrics: their rates are over every episode (an unscored failure is no success).
+SUCCESS_METRICS = ("success", "mjlab_success")
 
 #: Why a motion shows as "-": the server withholds the names of hidden motions.
 HIDDEN_MOTIONS_NOTE = "motions show as '-': this benchmark or phase keeps its motion names hidden"
@@ -367,9 +370,17 @@ def print_summary(summary: RunSummary, out: TextIO) -> None:
         else "practice"
     )
     line = f"{what}: {len(episodes)} episodes ({counts})"
-    scored = [e.metrics["emd"] for e in episodes if "emd" in e.metrics and not math.isnan(e.metrics["emd"])]
-    if scored:
-        line += f", mean emd {sum(scored) / len(scored):.4f} rad"
+    scored = [e for e in episodes if e.status in ("completed", "fell")]
+    for k in SUCCESS_METRICS:
+        if any(k in e.metrics for e in scored):
+            rate = sum(e.metrics.get(k, 0.0) for e in scored) / len(episodes)
+            line += f", {k} {rate:.3f} over all {len(episodes)}"
+    values = [e.metrics["emd"] for e in scored if "emd" in e.metrics and not math.isnan(e.metrics["emd"])]
+    if values:
+        unscored = len(episodes) - len(scored)
+        line += f", mean emd {sum(values) / len(values):.4f} rad over the {len(values)} scored"
+        if unscored:
+            line += f" ({unscored} failed unscored, left out)"
     if summary.reconnects:
         line += f", {summary.reconnects} reconnects"
     print(line, file=out)

@@ -272,7 +272,8 @@ fn body_orientations(trajectory: &Trajectory) -> Result<(Vec<f64>, Vec<f64>), me
 ///
 /// - Scoring stops at the first frame that breaks the benchmark's success rule
 ///   (`config.success_rule`): every metric is computed on the frames up to and including it,
-///   so nothing the agent does after the break changes the score.
+///   so nothing the agent does after the break changes the score. The success rules and their
+///   failure times judge all recorded frames (each as a benchmark ranked by it would).
 /// - An episode that ended unscored (agent error, timeout, simulator failure) after such a
 ///   break is a scored fall at the break: a robot on the floor whose policy then sends NaN
 ///   scores what one that kept trying scores. One that erred while still tracking stays
@@ -330,7 +331,17 @@ pub fn score_finished(
         Some((_, t)) => trajectory.times.iter().take_while(|&&s| s - t0 <= t + 1e-9).count(),
         None => trajectory.len(),
     };
-    match metrics::evaluate(names, config, inputs.frames(rows)) {
+    // The success rules themselves (both, and PHC's two criteria) judge every recorded row, so
+    // each reads as it would on a benchmark ranked by it: stopping PHC's rule where mjlab's broke
+    // would call a robot on the floor a PHC success. Their own break needs no stop.
+    let is_rule =
+        |n: &String| metrics::SUCCESS_METRICS.contains(&n.as_str()) || metrics::SURVIVAL_METRICS.contains(&n.as_str());
+    let (rule_names, others): (Vec<String>, Vec<String>) = names.iter().cloned().partition(is_rule);
+    let scored = metrics::evaluate(&others, config, inputs.frames(rows)).and_then(|mut m| {
+        m.extend(metrics::evaluate(&rule_names, config, inputs.frames(trajectory.len()))?);
+        Ok(m)
+    });
+    match scored {
         Ok(mut m) => {
             if status == EpisodeStatus::Fell {
                 let fell_at = trajectory.times[..rows].last().copied().unwrap_or(t0) - t0;

@@ -95,12 +95,15 @@ fn a_fall_stays_a_scored_fall_whatever_the_agent_does_next() {
             reason_b.contains("non-finite") && reason_b.contains(&format!("after the episode had broken {rule}")),
             "{reason_b}"
         );
-        // The fall penalty changes nothing a broken rule had not already set.
+        // Every metric is the same to the bit, except what the fall penalty sets for the other
+        // success rule (which judges all frames): a fall is no success, and failed by the break.
         assert_eq!(scores_a.keys().collect::<Vec<_>>(), scores_b.keys().collect::<Vec<_>>());
         for (name, a) in &scores_a {
             let b = scores_b[name];
+            let other_rule = name.as_str() != rule && name.as_str() != survival;
             let same = a.to_bits() == b.to_bits()
-                || (name.as_str() != rule && metrics::SUCCESS_METRICS.contains(&name.as_str()) && b == 0.0);
+                || (other_rule && metrics::SUCCESS_METRICS.contains(&name.as_str()) && b == 0.0)
+                || (other_rule && metrics::SURVIVAL_METRICS.contains(&name.as_str()) && b == a.min(break_s));
             assert!(same, "{rule}: {name}: kept trying {a}, NaN after the break {b}");
         }
 
@@ -122,6 +125,23 @@ fn without_a_success_rule_whole_episodes_are_scored_and_errors_stay_unscored() {
     let (_, all_rows, _) = score_finished(&whole, status, None, &names, &none);
     let (_, to_break, _) = score_finished(&whole, status, None, &names, &config("success"));
     assert_ne!(all_rows["emd"], to_break["emd"], "the rule stops scoring at the break");
+    // Each success rule judges every frame: ranked by mjlab's rule, PHC's success is what a
+    // PHC-ranked benchmark gives, not a pass on the frames before mjlab's break.
+    let both: Vec<String> = [
+        "emd",
+        "success",
+        "failure_time_s",
+        "mjlab_success",
+        "mjlab_failure_time_s",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let (_, by_phc, _) = score_finished(&whole, status, None, &both, &config("success"));
+    let (_, by_mjlab, _) = score_finished(&whole, status, None, &both, &config("mjlab_success"));
+    for name in ["success", "failure_time_s", "mjlab_success", "mjlab_failure_time_s"] {
+        assert_eq!(by_phc[name], by_mjlab[name], "{name}");
+    }
     let (nan_after, status, reason) = collapse(steps, Some(60));
     let (status, scores, _) = score_finished(&nan_after, status, reason, &names, &none);
     assert_eq!((status, scores.len()), (EpisodeStatus::Failed, 0));

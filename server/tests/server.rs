@@ -107,7 +107,12 @@ fn complete_g1_smoke(server: &ServerProc, url: &str) {
     let stopped = report["episodes"][1]["scored_until_s"]
         .as_f64()
         .expect("replay breaks the success rule");
-    let local_stop = local.episodes().iter().find(|e| e.episode_id == "ep0001").unwrap().scored_until_s;
+    let local_stop = local
+        .episodes()
+        .iter()
+        .find(|e| e.episode_id == "ep0001")
+        .unwrap()
+        .scored_until_s;
     assert_eq!(Some(stopped), local_stop);
     assert!(stopped > 0.0 && stopped < 2.0, "{stopped}");
     let on_disk: Value =

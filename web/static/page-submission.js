@@ -317,6 +317,20 @@ function renderResults(root, res, { id, bench, info, state }) {
   // Aggregated statistics
   const stats = h('section.card#stats', h('h2', 'Aggregated statistics'));
   const aggRows = all.filter((m) => agg[m]).map((m) => ({ metric: m, ...agg[m] }));
+  const scored = episodes.filter((e) => e.status === 'COMPLETED' || e.status === 'FELL').length;
+  const unscored = episodes.filter((e) => e.status === 'FAILED' || e.status === 'TIMEOUT').length;
+  if (episodes.length) {
+    // Every mean says what it is over (docs/metrics.md): the scored episodes, not the failed ones.
+    stats.append(
+      h(
+        'p.muted',
+        { 'data-testid': 'stats-over' },
+        `Over the ${scored} scored of ${plural(episodes.length, 'episode')}` +
+          (unscored ? `; ${unscored} failed unscored ${unscored === 1 ? 'is' : 'are'} left out (the leaderboard counts them as failures).` : '.') +
+          ' Scoring stops where the success rule breaks.',
+      ),
+    );
+  }
   if (!aggRows.length) stats.append(h('p.muted', 'No scored episode yet.'));
   else {
     const q = (k, label) => ({ key: k, label, numeric: true, render: (r) => fmtNum(r[k]) });

@@ -594,6 +594,8 @@ await step('submission page', async () => {
   check('one row per episode', submission ? eps === submission.episodes_total : eps > 0, { rows: eps, total: submission && submission.episodes_total });
   const statsRows = await rowCount('[data-testid=stats-table]');
   check('aggregated statistics with quantiles', statsRows > 0 && (await page.locator('[data-testid=stats-table] th[data-key=p90]').count()) === 1, statsRows);
+  const over = await page.textContent('[data-testid=stats-over]');
+  check('the statistics say how many episodes they are over', /^Over the \d+ scored of \d+ episodes?/.test(over), over);
   const bars = await page.locator('[data-testid=bar-chart] .bar').count();
   check('per-motion bar chart', bars === eps, bars);
   const opts = await page.$$eval('[data-testid=bar-metric] option', (o) => o.map((x) => x.value));

@@ -276,11 +276,30 @@ fn submit(
 }
 
 fn print_summary(id: &str, benchmark: &str, rows: &[crate::storage::EpisodeRow], board: &leaderboard::Leaderboard) {
-    println!("submission {id} on {benchmark}: {} episodes", rows.len());
+    let scored = rows
+        .iter()
+        .filter(|r| matches!(r.status, EpisodeState::Completed | EpisodeState::Fell))
+        .count();
+    let unscored = rows
+        .iter()
+        .filter(|r| matches!(r.status, EpisodeState::Failed | EpisodeState::Timeout))
+        .count();
     println!(
-        "{:<18} {:>9} {:>6} {:>8} {:>10} {:>10} {:>8}",
-        "motion", "status", "steps", "emd", "mpjpe_g", "mpjpe_l", "success"
+        "submission {id} on {benchmark}: {} episodes, {scored} scored, {unscored} failed unscored",
+        rows.len()
     );
+    // Both success rules, then EMD and the body-position errors, each with its unit.
+    let columns = ["success", "mjlab_success", "emd", "mpjpe_g", "mpjpe_rr"];
+    print!("{:<18} {:>9} {:>6}", "motion", "status", "steps");
+    for c in columns {
+        print!(" {c:>13}");
+    }
+    println!();
+    print!("{:<18} {:>9} {:>6}", "", "", "");
+    for c in columns {
+        print!(" {:>13}", arena_bench::metrics::metric_info(c).map_or("", |i| i.units));
+    }
+    println!();
     let metric = |r: &crate::storage::EpisodeRow, m: &str| {
         r.metrics.get(m).map_or_else(|| "-".to_string(), |v| format!("{v:.3}"))
     };
@@ -293,16 +312,11 @@ fn print_summary(id: &str, benchmark: &str, rows: &[crate::storage::EpisodeRow],
             EpisodeState::Pending => "pending",
             EpisodeState::Running => "running",
         };
-        println!(
-            "{:<18} {:>9} {:>6} {:>8} {:>10} {:>10} {:>8}",
-            r.motion,
-            status,
-            r.steps,
-            metric(r, "emd"),
-            metric(r, "mpjpe_g"),
-            metric(r, "mpjpe_l"),
-            metric(r, "success")
-        );
+        print!("{:<18} {:>9} {:>6}", r.motion, status, r.steps);
+        for c in columns {
+            print!(" {:>13}", metric(r, c));
+        }
+        println!();
         if let Some(reason) = &r.reason {
             println!("    reason: {reason}");
         }

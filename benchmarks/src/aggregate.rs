@@ -142,6 +142,9 @@ pub struct Report {
     pub config: serde_json::Value,
     pub episodes: Vec<EpisodeResult>,
     pub aggregated: BTreeMap<String, Statistics>,
+    /// The unit of each aggregated metric (the registry's, docs/metrics.md).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub units: BTreeMap<String, String>,
     /// category → metric → statistics.
     pub groups: BTreeMap<String, BTreeMap<String, Statistics>>,
     pub failed_episodes: Vec<FailedEpisode>,
@@ -277,6 +280,11 @@ impl MetricsAggregator {
             config,
             episodes: self.episodes.clone(),
             aggregated: self.aggregated(),
+            units: self
+                .values
+                .keys()
+                .filter_map(|m| crate::metrics::metric_info(m).map(|i| (m.clone(), i.units.to_string())))
+                .collect(),
             groups: self.by_category(),
             failed_episodes: self.failed.clone(),
         }

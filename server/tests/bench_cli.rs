@@ -128,6 +128,8 @@ fn eval_g1_smoke_end_to_end() {
     assert_eq!(episodes.len(), 6);
     assert_eq!(report["aggregated"]["emd"]["count"], 6);
     assert_eq!(report["format_version"], 2);
+    assert_eq!(report["units"]["mpjpe_g"], "mm");
+    assert_eq!(report["units"]["r_mpkpe"], "m");
     for e in episodes {
         assert_eq!(e["status"], "completed");
         // Scoring stopped where the fall broke PHC's rule, and the report says where.

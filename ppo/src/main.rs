@@ -266,13 +266,27 @@ fn eval(a: EvalArgs) -> anyhow::Result<()> {
             count("failed_unscored"),
             count("episodes")
         );
-        for (k, v) in means
+        // The benchmark's ranking metrics first, then the rest by name.
+        let ranking: Vec<&str> = spec
+            .ranking
+            .success
             .iter()
-            .filter(|(k, _)| !matches!(k.as_str(), "episodes" | "scored" | "failed_unscored"))
-        {
+            .chain(&spec.ranking.survival)
+            .chain([&spec.ranking.primary])
+            .chain(&spec.ranking.tie_breakers)
+            .map(String::as_str)
+            .collect();
+        let rest = means
+            .keys()
+            .map(String::as_str)
+            .filter(|k| !ranking.contains(k) && !matches!(*k, "episodes" | "scored" | "failed_unscored"));
+        for k in ranking.iter().copied().chain(rest) {
+            let Some(v) = means.get(k) else { continue };
             let unit = arena_bench::metrics::metric_info(k).map_or("", |i| i.units);
-            println!("  {k:24} {v:>12.4} {unit}");
+            let mark = if ranking.contains(&k) { "*" } else { " " };
+            println!("{mark} {k:24} {v:>12.4} {unit}");
         }
+        println!("(* ranks the leaderboard, in this order)");
     }
     Ok(())
 }

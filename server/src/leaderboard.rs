@@ -70,6 +70,10 @@ pub struct Entry {
     /// Share of all the submission's episodes that succeeded by `ranking.success` (`None` when
     /// the benchmark ranks by the primary metric alone).
     pub success_rate: Option<f64>,
+    /// Share of all episodes that succeeded by the other success rule
+    /// ([`Leaderboard::other_success_metric`]), shown beside the ranked one, not ranked (`None`
+    /// when the submission's report does not have that metric).
+    pub other_success_rate: Option<f64>,
     /// Mean time to failure over scored episodes (`ranking.survival`; `None` when the benchmark
     /// does not rank by it).
     pub survival: Option<f64>,
@@ -88,6 +92,9 @@ pub struct Leaderboard {
     pub benchmark: String,
     /// The success metric ranked first, if any (`ranking.success`).
     pub success_metric: Option<String>,
+    /// The other success rule (PHC's `success` beside mjlab's `mjlab_success`, or the reverse),
+    /// shown beside the ranked one and not ranked.
+    pub other_success_metric: Option<String>,
     /// The time-to-failure metric ranked after the success rate, if any (`ranking.survival`).
     pub survival_metric: Option<String>,
     pub primary: String,
@@ -98,6 +105,14 @@ pub struct Leaderboard {
     /// The teams' submissions with no scored episode (every episode failed or timed out), for
     /// teams with nothing ranked: shown apart, never numbered.
     pub unranked: Vec<Entry>,
+}
+
+/// The success rule a benchmark does not rank by, shown beside the one it does.
+fn other_success_metric(spec: &BenchmarkSpec) -> Option<&'static str> {
+    match spec.ranking.success.as_deref()? {
+        "mjlab_success" => Some("success"),
+        _ => Some("mjlab_success"),
+    }
 }
 
 fn direction_of(metric: &str) -> Direction {
@@ -180,6 +195,7 @@ pub fn rank_rows<R: std::borrow::Borrow<RankRow>>(
     let primary = &spec.ranking.primary;
     let primary_direction = spec.ranking.primary_direction();
     let mean = |summary: &ReportSummary, metric: &str| summary.means.get(metric).copied().flatten();
+    let other_rule = other_success_metric(spec);
     let mut entries: Vec<Entry> = rows
         .into_iter()
         .filter_map(|row| {
@@ -198,6 +214,12 @@ pub fn rank_rows<R: std::borrow::Borrow<RankRow>>(
                 agent_name: s.agent_name.clone(),
                 finished_at: s.finished_at,
                 success_rate,
+                other_success_rate: other_rule.and_then(|m| {
+                    summary
+                        .means
+                        .contains_key(m)
+                        .then(|| summary.success_rates.get(m).copied().unwrap_or(0.0))
+                }),
                 survival: spec.ranking.survival.as_deref().and_then(|m| mean(summary, m)),
                 score: mean(summary, primary),
                 tie_breakers: spec
@@ -249,6 +271,7 @@ pub fn rank_rows<R: std::borrow::Borrow<RankRow>>(
     Leaderboard {
         benchmark: spec.name.clone(),
         success_metric: spec.ranking.success.clone(),
+        other_success_metric: other_rule.map(str::to_string),
         survival_metric: spec.ranking.survival.clone(),
         primary: primary.clone(),
         direction: match primary_direction {

@@ -236,6 +236,9 @@ fn among_agents_that_fall_the_one_that_stays_up_longer_ranks_higher() {
     let order: Vec<&str> = board.entries.iter().map(|e| e.team.as_str()).collect();
     assert_eq!(order, [longer, shorter], "the one that stays up longer ranks first");
     assert_eq!(board.survival_metric.as_deref(), Some("failure_time_s"));
+    // mjlab's rule is shown beside PHC's (both agents fall: 0 by both).
+    assert_eq!(board.other_success_metric.as_deref(), Some("mjlab_success"));
+    assert!(board.entries.iter().all(|e| e.other_success_rate == Some(0.0)));
     assert_eq!(
         board.entries[0].survival,
         Some(mean(report_of(longer), "failure_time_s"))

@@ -80,6 +80,16 @@ export function leaderboardTable(lb, info = {}, { canOpen = () => false, testid 
       render: (e) => fmtPct(e.success_rate),
     });
   }
+  if (lb.other_success_metric && (lb.entries || []).some((e) => e.other_success_rate !== null && e.other_success_rate !== undefined)) {
+    const other = lb.other_success_metric === 'mjlab_success' ? "mjlab's rule" : "PHC's rule";
+    cols.push({
+      key: 'other_success_rate',
+      label: h('span.muted', { title: `share of all episodes with ${lb.other_success_metric} = 1: the other success rule, shown, not ranked (docs/metrics.md)` }, `Success, ${other}`),
+      numeric: true,
+      defaultDir: 'desc',
+      render: (e) => h('span.muted', { 'data-testid': 'other-success' }, fmtPct(e.other_success_rate)),
+    });
+  }
   if (lb.survival_metric) {
     const mi = info[lb.survival_metric] || {};
     cols.push({

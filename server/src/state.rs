@@ -27,7 +27,7 @@ pub struct AppState {
     /// Ranked leaderboards, until the storage's leaderboard generation moves.
     pub leaderboards: crate::leaderboard::LeaderboardCache,
     /// Held for the server's life: one server per data directory, and per SQLite database.
-    _locks: (ServerLock, Option<ServerLock>),
+    _locks: (ServerLock, Option<DatabaseLock>),
 }
 
 /// An exclusive lock on a file, held for the server's life (released when the process ends,
@@ -83,21 +83,59 @@ impl ServerLock {
             )
         })
     }
+}
 
-    /// The lock of a SQLite database file (None for PostgreSQL and in-memory SQLite).
-    fn sqlite_database(url: &str) -> anyhow::Result<Option<Self>> {
+/// The lock of a SQLite database, held for the server's life: on the database file's identity
+/// (device and inode), so no other spelling of it (a symbolic link, a hard link, `..` in the
+/// path) gets a second server in (issue 39). Two locks:
+/// - `flock` on the database file itself, which every name of the file shares. SQLite locks
+///   with POSIX `fcntl` locks, which on Linux neither see nor release an `flock`: SQLite closing
+///   its own descriptors cannot drop this one.
+/// - `<resolved path>.lock` holding the holder's pid, for the message (symbolic links resolve to
+///   the same file; a hard link is caught by the first lock, without a pid).
+#[derive(Debug)]
+struct DatabaseLock {
+    _database: std::fs::File,
+    _pid_file: ServerLock,
+}
+
+impl DatabaseLock {
+    /// The lock of a SQLite database file (None for PostgreSQL and in-memory SQLite). Creates
+    /// the (empty) database file when missing: SQLite takes an empty file as a new database.
+    fn acquire(url: &str) -> anyhow::Result<Option<Self>> {
         let Some(path) = sqlite_file(url) else {
             return Ok(None);
         };
-        let mut lock = path.clone().into_os_string();
-        lock.push(".lock");
-        Self::acquire(std::path::Path::new(&lock), |who| {
+        let in_use = |who: &str| {
             format!(
                 "the SQLite database {} is in use by another arena server{who}; two servers on one SQLite file would run the same episodes twice (stop it, or share a PostgreSQL database between replicas: docs/server.md)",
                 path.display()
             )
-        })
-        .map(Some)
+        };
+        let database = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("opening the SQLite database {}", path.display()))?;
+        let resolved = std::fs::canonicalize(&path).with_context(|| format!("resolving {}", path.display()))?;
+        let mut pid_file = resolved.clone().into_os_string();
+        pid_file.push(".lock");
+        let pid_file = ServerLock::acquire(std::path::Path::new(&pid_file), in_use)?;
+        match database.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                anyhow::bail!(in_use(" (under another name of the same file: a hard link)"))
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("locking {}", path.display()));
+            }
+        }
+        Ok(Some(DatabaseLock {
+            _database: database,
+            _pid_file: pid_file,
+        }))
     }
 }
 
@@ -130,7 +168,7 @@ impl AppState {
                     .with_context(|| format!("creating the directory {} of the SQLite database", parent.display()))?;
             }
         }
-        let database_lock = ServerLock::sqlite_database(&url)?;
+        let database_lock = DatabaseLock::acquire(&url)?;
         let storage = Storage::connect(&url)
             .await
             .with_context(|| format!("opening the database {}", redact(&url)))?

@@ -190,6 +190,31 @@ fn a_second_server_on_the_same_sqlite_database_is_refused() {
         "{stderr}"
     );
     assert!(stderr.contains("PostgreSQL"), "says what to do instead: {stderr}");
+    // Issue 39: the lock follows the file, not the path's spelling: a symbolic link and a hard
+    // link to the first server's database are refused too.
+    let links = dir.join("links");
+    std::fs::create_dir_all(&links).unwrap();
+    std::os::unix::fs::symlink(dir.join("first").join("arena.db"), links.join("symlink.db")).unwrap();
+    std::fs::hard_link(dir.join("first").join("arena.db"), links.join("hardlink.db")).unwrap();
+    for (name, how) in [("symlink.db", "pid"), ("hardlink.db", "hard link")] {
+        let url = format!("sqlite://{}", links.join(name).display());
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_arena"))
+            .args([
+                "serve",
+                "--data-dir",
+                dir.join(format!("other-{name}")).to_str().unwrap(),
+            ])
+            .args(["--bind", "127.0.0.1:0", "--database-url", &url])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{name}: {stderr}");
+        assert!(
+            stderr.contains("is in use by another arena server") && stderr.contains(how),
+            "{name}: {stderr}"
+        );
+    }
+    std::fs::remove_file(links.join("hardlink.db")).unwrap();
     assert_eq!(first.call("GET", "/api/v1/health", None, None).0, 200);
     drop(first);
     // Once the first is gone, the database can be served from the other folder.

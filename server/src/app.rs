@@ -5,7 +5,6 @@
 use crate::api;
 use crate::gateway;
 use crate::state::AppState;
-use anyhow::Context;
 use axum::Router;
 use axum::extract::State;
 use axum::extract::ws::WebSocketUpgrade;
@@ -55,46 +54,107 @@ async fn agent_socket(ws: WebSocketUpgrade, State(state): State<Arc<AppState>>) 
         .on_upgrade(move |socket| gateway::ws::session(socket, state))
 }
 
-/// The accepted connections of `listener` with TCP_NODELAY set. An agent's session is a
-/// stream of small messages each answered by the other side: with Nagle's algorithm a small write
-/// that follows another unacknowledged one (HTTP/2 sends frames such as WINDOW_UPDATE beside each
-/// gRPC message) waits for the peer's delayed ACK, about 40 ms a control step (issue 30).
-pub fn no_delay_listener(
-    listener: tokio::net::TcpListener,
-) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr> {
-    axum::serve::ListenerExt::tap_io(listener, |stream: &mut tokio::net::TcpStream| {
-        if let Err(e) = stream.set_nodelay(true) {
-            tracing::warn!("cannot set TCP_NODELAY on an accepted connection: {e}");
-        }
-    })
+/// Sets TCP_NODELAY on an accepted connection. An agent's session is a stream of small
+/// messages each answered by the other side: with Nagle's algorithm a small write that follows
+/// another unacknowledged one (HTTP/2 sends frames such as WINDOW_UPDATE beside each gRPC
+/// message) waits for the peer's delayed ACK, about 40 ms a control step (issue 30).
+fn no_delay(stream: &tokio::net::TcpStream) {
+    if let Err(e) = stream.set_nodelay(true) {
+        tracing::warn!("cannot set TCP_NODELAY on an accepted connection: {e}");
+    }
 }
 
-/// Serves until `shutdown` resolves.
+/// Serves until `shutdown` resolves, then stops accepting and lets the open requests finish.
+/// Each connection is admitted under the configured caps and watched for its deadlines
+/// ([`crate::connections`]).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: Arc<AppState>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    axum::serve(no_delay_listener(listener), router(state).await)
-        .with_graceful_shutdown(shutdown)
-        .await
-        .context("serving HTTP")
+    use crate::connections::{Gate, REFUSED_RESPONSE, RefusalLog, Watched};
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    let limits = state.config.connection_limits();
+    let app = router(state).await;
+    let gate = Gate::new(limits);
+    let mut refusals = RefusalLog::default();
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of descriptors or a connection reset before accept: the listener
+                    // itself is fine; pause a little rather than spin.
+                    tracing::warn!("accept error: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let admission = match gate.admit(peer.ip()) {
+            Ok(a) => a,
+            Err(refusal) => {
+                refusals.record(refusal, peer, &gate);
+                let _ = stream.try_write(REFUSED_RESPONSE);
+                continue;
+            }
+        };
+        no_delay(&stream);
+        let (io, activity) = Watched::new(stream);
+        let app = app.clone();
+        let served = activity.clone();
+        let service = hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+            let guard = served.request();
+            let app = app.clone();
+            async move {
+                let response = tower::ServiceExt::oneshot(app, request).await;
+                drop(guard);
+                response
+            }
+        });
+        let connection = graceful.watch(
+            builder
+                .serve_connection_with_upgrades(TokioIo::new(io), service)
+                .into_owned(),
+        );
+        tokio::spawn(async move {
+            tokio::select! {
+                result = connection => {
+                    if let Err(e) = result {
+                        tracing::debug!("connection from {peer}: {e}");
+                    }
+                }
+                why = activity.expired(limits) => tracing::debug!("closing the connection from {peer}: {why}"),
+            }
+            // The place is freed with the HTTP connection (an upgraded WebSocket has moved on).
+            drop(admission);
+        });
+    }
+    graceful.shutdown().await;
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
-    use axum::serve::Listener;
-
     /// The server half of the guard against issue 30's 44 ms gRPC steps: every connection the
     /// server accepts has TCP_NODELAY set (the client half is in `arena_sdk::client`).
     #[tokio::test]
     async fn accepted_connections_have_nagle_off() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let mut listener = super::no_delay_listener(listener);
         let client = tokio::net::TcpStream::connect(addr);
-        let ((accepted, _), client) = tokio::join!(listener.accept(), client);
+        let (accepted, client) = tokio::join!(listener.accept(), client);
         client.unwrap();
+        let (accepted, _) = accepted.unwrap();
+        super::no_delay(&accepted);
         assert!(accepted.nodelay().unwrap(), "the server must set TCP_NODELAY");
     }
 }

@@ -69,6 +69,19 @@ pub struct ServerConfig {
     /// Folder of the web pages (`index.html`, `static/`, `node_modules/three`); empty = the
     /// shipped `web/`.
     pub web_dir: PathBuf,
+    /// Open connections in total; further ones are answered 503 and closed. Also kept below the
+    /// process's file-descriptor limit (less 256 for files and the database), so the server
+    /// never runs out of descriptors and stops answering.
+    pub max_connections: u32,
+    /// Open connections from one client address (a lab behind one NAT holds several teams, each
+    /// with a few agent connections and browsers).
+    pub max_connections_per_address: u32,
+    /// Seconds a new connection has to send its first request, and any request to send its
+    /// headers (no longer than the agent protocol's 30 s connect deadline by default).
+    pub header_timeout_s: f64,
+    /// Seconds a connection may go with no request in flight and no byte either way before it
+    /// is closed (an upgraded agent WebSocket has the protocol's heartbeats instead).
+    pub idle_timeout_s: f64,
 }
 
 impl Default for ServerConfig {
@@ -98,6 +111,10 @@ impl Default for ServerConfig {
             lease_s: 30.0,
             idle_submission_expiry_s: 86_400.0,
             web_dir: PathBuf::new(),
+            max_connections: 4096,
+            max_connections_per_address: 256,
+            header_timeout_s: 30.0,
+            idle_timeout_s: 120.0,
         }
     }
 }
@@ -111,6 +128,28 @@ pub enum ConfigError {
 }
 
 impl ServerConfig {
+    /// The listener's limits ([`crate::connections`]), with the total kept below the file
+    /// descriptors this process may open.
+    pub fn connection_limits(&self) -> crate::connections::ConnectionLimits {
+        let descriptors = crate::connections::raise_descriptor_limit();
+        let mut max_connections = self.max_connections as usize;
+        if let Some(n) = descriptors {
+            let usable = (n as usize).saturating_sub(256).max(16);
+            if usable < max_connections {
+                tracing::warn!(
+                    "max_connections {max_connections} exceeds what {n} file descriptors allow: serving at most {usable} connections (raise the limit, e.g. `ulimit -n`)"
+                );
+                max_connections = usable;
+            }
+        }
+        crate::connections::ConnectionLimits {
+            max_connections,
+            max_per_address: (self.max_connections_per_address as usize).min(max_connections),
+            header_timeout: std::time::Duration::from_secs_f64(self.header_timeout_s),
+            idle_timeout: std::time::Duration::from_secs_f64(self.idle_timeout_s),
+        }
+    }
+
     /// The physics backend the keys `sim_backend` and `gpu_*` name.
     pub fn backend(&self) -> Result<SimBackend, String> {
         match self.sim_backend.as_str() {
@@ -165,6 +204,23 @@ impl ServerConfig {
         };
         if self.max_batch == 0 || self.max_batch > 4096 {
             return bad("max_batch", format!("expected 1-4096, got {}", self.max_batch));
+        }
+        if self.max_connections == 0 || self.max_connections_per_address == 0 {
+            return bad(
+                "max_connections",
+                format!(
+                    "expected max_connections and max_connections_per_address >= 1, got {} and {}",
+                    self.max_connections, self.max_connections_per_address
+                ),
+            );
+        }
+        for (key, v) in [
+            ("header_timeout_s", self.header_timeout_s),
+            ("idle_timeout_s", self.idle_timeout_s),
+        ] {
+            if !(v > 0.0 && v <= 86_400.0) {
+                return bad(key, format!("expected seconds in (0, 86400], got {v}"));
+            }
         }
         if self.lanes == 0 || self.lanes > 64 {
             return bad("lanes", format!("expected 1-64, got {}", self.lanes));

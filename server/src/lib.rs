@@ -10,6 +10,7 @@ pub mod app;
 pub mod catalog;
 pub mod cli;
 pub mod config;
+pub mod connections;
 pub mod datasets;
 pub mod episode_views;
 pub mod eval;

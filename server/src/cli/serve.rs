@@ -97,6 +97,21 @@ pub struct ServingArgs {
     /// Folder of the web pages served at / [default: the shipped web/].
     #[arg(long, env = "ARENA_WEB_DIR")]
     pub web_dir: Option<PathBuf>,
+    /// Open connections in total; more are answered 503 and closed (kept below the file
+    /// descriptor limit) [default: 4096].
+    #[arg(long, env = "ARENA_MAX_CONNECTIONS")]
+    pub max_connections: Option<u32>,
+    /// Open connections from one client address [default: 256].
+    #[arg(long, env = "ARENA_MAX_CONNECTIONS_PER_ADDRESS")]
+    pub max_connections_per_address: Option<u32>,
+    /// Seconds a connection has to send its first request and any request its headers
+    /// [default: 30].
+    #[arg(long, env = "ARENA_HEADER_TIMEOUT_S")]
+    pub header_timeout_s: Option<f64>,
+    /// Seconds with no request in flight and no traffic before a connection is closed
+    /// [default: 120].
+    #[arg(long, env = "ARENA_IDLE_TIMEOUT_S")]
+    pub idle_timeout_s: Option<f64>,
 }
 
 /// The physics backend of a running server's lanes (`sim_backend` and the `gpu_*` keys).
@@ -156,7 +171,11 @@ impl ConfigArgs {
             replica_id,
             lease_s,
             idle_submission_expiry_s,
-            web_dir
+            web_dir,
+            max_connections,
+            max_connections_per_address,
+            header_timeout_s,
+            idle_timeout_s
         );
         set!(lane_backend: sim_backend, gpu_device, gpu_impl, gpu_python);
         c.validate()?;

@@ -1,0 +1,351 @@
+//! The listener's guard (issue 39): every accepted connection counts against a cap per client
+//! address and a cap in total, must send its first request within a deadline, and is closed when
+//! it has had no request in flight and no byte either way for the idle timeout. Without these,
+//! connections that send nothing (or half a request header) stay open forever: 20,110 of them
+//! took a server to its file-descriptor limit and its health check stopped answering.
+//!
+//! HTTP/1 header reads are bounded by hyper's own `header_read_timeout` (a request trickled in
+//! byte by byte); the deadline and idle watchdog here cover the rest: connections that never
+//! send a byte, idle keep-alive and idle HTTP/2 connections. An upgraded agent WebSocket leaves
+//! this guard and its caps once upgraded: its session has the protocol's connect deadline, a
+//! team token and heartbeats.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+/// What the listener allows (`max_connections`, `max_connections_per_address`,
+/// `header_timeout_s`, `idle_timeout_s` in the server's configuration).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ConnectionLimits {
+    /// Open connections in total (agents, browsers, API clients, upgraded WebSockets).
+    pub max_connections: usize,
+    /// Open connections from one client address.
+    pub max_per_address: usize,
+    /// Time to the first byte of the first request, and to the end of any request's headers.
+    pub header_timeout: Duration,
+    /// Time with no request in flight and no byte either way before a connection is closed.
+    pub idle_timeout: Duration,
+}
+
+/// One open connection's place under both caps; dropping it frees the place.
+#[derive(Debug)]
+pub struct Admission {
+    counts: Arc<Counts>,
+    address: IpAddr,
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    total: AtomicUsize,
+    per_address: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// Counts open connections against [`ConnectionLimits`]' caps.
+#[derive(Debug, Clone)]
+pub struct Gate {
+    limits: ConnectionLimits,
+    counts: Arc<Counts>,
+}
+
+/// Why a connection was turned away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    Total,
+    PerAddress,
+}
+
+impl Gate {
+    pub fn new(limits: ConnectionLimits) -> Self {
+        Gate {
+            limits,
+            counts: Arc::default(),
+        }
+    }
+
+    pub fn limits(&self) -> ConnectionLimits {
+        self.limits
+    }
+
+    /// A place for a new connection from `address`, or why there is none.
+    pub fn admit(&self, address: IpAddr) -> Result<Admission, Refusal> {
+        let mut per = self.counts.per_address.lock().unwrap_or_else(|e| e.into_inner());
+        if self.counts.total.load(Ordering::Relaxed) >= self.limits.max_connections {
+            return Err(Refusal::Total);
+        }
+        let n = per.entry(address).or_insert(0);
+        if *n >= self.limits.max_per_address {
+            return Err(Refusal::PerAddress);
+        }
+        *n += 1;
+        self.counts.total.fetch_add(1, Ordering::Relaxed);
+        Ok(Admission {
+            counts: self.counts.clone(),
+            address,
+        })
+    }
+
+    /// Open connections now.
+    pub fn open(&self) -> usize {
+        self.counts.total.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        let mut per = self.counts.per_address.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = per.get_mut(&self.address) {
+            *n -= 1;
+            if *n == 0 {
+                per.remove(&self.address);
+            }
+        }
+        self.counts.total.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// When a connection last moved, and whether a request is being served.
+#[derive(Debug)]
+pub struct Activity {
+    opened: Instant,
+    /// Milliseconds after `opened` of the last byte read or written.
+    last_ms: AtomicU64,
+    read_any: AtomicBool,
+    in_flight: AtomicUsize,
+}
+
+impl Activity {
+    fn new() -> Arc<Self> {
+        Arc::new(Activity {
+            opened: Instant::now(),
+            last_ms: AtomicU64::new(0),
+            read_any: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
+        })
+    }
+
+    fn touch(&self) {
+        let ms = self.opened.elapsed().as_millis() as u64;
+        self.last_ms.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    /// Marks a request as being served until the guard drops (a slow handler that writes
+    /// nothing for a while is not idle).
+    pub fn request(self: &Arc<Self>) -> RequestGuard {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        RequestGuard(self.clone())
+    }
+
+    /// Resolves when the connection has outlived its deadline, with the reason.
+    pub async fn expired(&self, limits: ConnectionLimits) -> &'static str {
+        loop {
+            let now = self.opened.elapsed();
+            let (deadline, why) = if !self.read_any.load(Ordering::Relaxed) {
+                (limits.header_timeout, "no request within the header timeout")
+            } else {
+                let last = Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+                (last + limits.idle_timeout, "idle")
+            };
+            let busy = self.in_flight.load(Ordering::Relaxed) > 0;
+            if now >= deadline && !busy {
+                return why;
+            }
+            let wait = if busy {
+                limits.idle_timeout
+            } else {
+                deadline.saturating_sub(now)
+            };
+            tokio::time::sleep(wait.max(Duration::from_millis(10))).await;
+        }
+    }
+}
+
+pub struct RequestGuard(Arc<Activity>);
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A TCP stream that records its activity.
+pub struct Watched {
+    stream: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl Watched {
+    pub fn new(stream: TcpStream) -> (Self, Arc<Activity>) {
+        let activity = Activity::new();
+        (
+            Watched {
+                stream,
+                activity: activity.clone(),
+            },
+            activity,
+        )
+    }
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.stream).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.activity.read_any.store(true, Ordering::Relaxed);
+            self.activity.touch();
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.stream).poll_write(cx, data);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+}
+
+/// Raises this process's soft limit on open files to its hard limit (as Go's runtime does) and
+/// returns the soft limit then in force; `None` where it cannot be read.
+pub fn raise_descriptor_limit() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit write/read the struct passed by pointer, nothing else.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return None;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                limit = raised;
+            }
+        }
+    }
+    (limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur)
+}
+
+/// Refusals counted between warnings, so a flood of connections logs a line every few seconds
+/// rather than one per connection.
+#[derive(Debug)]
+pub struct RefusalLog {
+    since: Instant,
+    total: u64,
+    per_address: u64,
+}
+
+impl Default for RefusalLog {
+    fn default() -> Self {
+        RefusalLog {
+            since: Instant::now(),
+            total: 0,
+            per_address: 0,
+        }
+    }
+}
+
+impl RefusalLog {
+    pub fn record(&mut self, refusal: Refusal, peer: SocketAddr, gate: &Gate) {
+        match refusal {
+            Refusal::Total => self.total += 1,
+            Refusal::PerAddress => self.per_address += 1,
+        }
+        if self.since.elapsed() >= Duration::from_secs(10) || self.total + self.per_address == 1 {
+            let limits = gate.limits();
+            tracing::warn!(
+                "connections refused: {} at the total cap ({}), {} at the per-address cap ({}; latest from {}); {} open",
+                self.total,
+                limits.max_connections,
+                self.per_address,
+                limits.max_per_address,
+                peer.ip(),
+                gate.open()
+            );
+            *self = RefusalLog::default();
+        }
+    }
+}
+
+/// What a refused connection is told before it is closed (an HTTP client reads a 503; anything
+/// else just sees the connection close).
+pub const REFUSED_RESPONSE: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 5\r\nConnection: close\r\nContent-Length: 94\r\n\r\n{\"error\":{\"code\":\"too_many_connections\",\"message\":\"too many open connections; retry shortly\"}}\n";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> ConnectionLimits {
+        ConnectionLimits {
+            max_connections: 3,
+            max_per_address: 2,
+            header_timeout: Duration::from_secs(1),
+            idle_timeout: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn the_caps_count_open_connections_and_free_them_on_drop() {
+        let gate = Gate::new(limits());
+        let (a, b) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let a1 = gate.admit(a).unwrap();
+        let _a2 = gate.admit(a).unwrap();
+        assert_eq!(gate.admit(a).unwrap_err(), Refusal::PerAddress);
+        let _b1 = gate.admit(b).unwrap();
+        assert_eq!(gate.admit(b).unwrap_err(), Refusal::Total);
+        drop(a1);
+        assert_eq!(gate.open(), 2);
+        let _a3 = gate.admit(a).unwrap();
+        assert_eq!(gate.open(), 3);
+    }
+
+    #[test]
+    fn the_refusal_body_is_as_long_as_it_says() {
+        let text = std::str::from_utf8(REFUSED_RESPONSE).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(
+            head.contains(&format!("Content-Length: {}", body.len())),
+            "{}",
+            body.len()
+        );
+    }
+}

@@ -1,0 +1,174 @@
+//! Issue 39: connections that send nothing, half a header or nothing after a response are
+//! closed, and one address cannot take every connection, on a real `arena serve` listener.
+//! (Deadlines of 1-2 s here; each wait below is an upper bound for a close, not a timing claim.)
+
+mod common;
+
+use common::server::ServerProc;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+/// A TCP connection to `to` from the loopback address `from` (127.0.0.x: another client).
+fn connect_from(from: &str, to: SocketAddr) -> TcpStream {
+    let socket = socket2_like::bind(from);
+    socket.connect(to)
+}
+
+/// What the server sends until it closes the connection, or `None` if it stays open `within`.
+fn read_until_closed(stream: &mut TcpStream, within: Duration) -> Option<String> {
+    stream.set_read_timeout(Some(within)).unwrap();
+    let started = Instant::now();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return Some(String::from_utf8_lossy(&got).into_owned()),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                return Some(String::from_utf8_lossy(&got).into_owned());
+            }
+            Err(_) if started.elapsed() >= within => return None,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                return None;
+            }
+            Err(e) => panic!("reading: {e}"),
+        }
+    }
+}
+
+/// Binding a client socket to a chosen loopback address before connecting, with std only.
+mod socket2_like {
+    use std::net::{SocketAddr, TcpStream};
+    use std::os::fd::FromRawFd;
+
+    pub struct Bound(i32);
+
+    pub fn bind(from: &str) -> Bound {
+        let ip: std::net::Ipv4Addr = from.parse().unwrap();
+        // SAFETY: plain socket/bind calls on a fresh descriptor owned by `Bound`.
+        unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+            assert!(fd >= 0, "socket");
+            let addr = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: 0,
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from(ip).to_be(),
+                },
+                sin_zero: [0; 8],
+            };
+            let r = libc::bind(
+                fd,
+                &addr as *const libc::sockaddr_in as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            );
+            assert_eq!(r, 0, "bind {from}: {}", std::io::Error::last_os_error());
+            Bound(fd)
+        }
+    }
+
+    impl Bound {
+        pub fn connect(self, to: SocketAddr) -> TcpStream {
+            let SocketAddr::V4(to) = to else { panic!("IPv4 only") };
+            let addr = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: to.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from(*to.ip()).to_be(),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: connect on the descriptor we own, then handed to TcpStream, which closes it.
+            unsafe {
+                let r = libc::connect(
+                    self.0,
+                    &addr as *const libc::sockaddr_in as *const libc::sockaddr,
+                    std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                );
+                assert_eq!(r, 0, "connect: {}", std::io::Error::last_os_error());
+                TcpStream::from_raw_fd(self.0)
+            }
+        }
+    }
+}
+
+#[test]
+fn idle_and_half_open_connections_are_closed_and_one_address_cannot_take_them_all() {
+    let dir = common::tmp("connection-limits");
+    let server = ServerProc::start(
+        &dir,
+        &[
+            "--max-connections-per-address",
+            "4",
+            "--header-timeout-s",
+            "1",
+            "--idle-timeout-s",
+            "2",
+        ],
+    );
+    let bound = Duration::from_secs(20);
+
+    // A connection that sends nothing is closed at the header deadline.
+    let mut silent = connect_from("127.0.0.2", server.addr);
+    assert!(
+        read_until_closed(&mut silent, bound).is_some(),
+        "a silent connection stays open"
+    );
+
+    // Half a request header, then nothing: closed by the header read timeout.
+    let mut half = connect_from("127.0.0.2", server.addr);
+    half.write_all(b"GET /api/v1/health HTTP/1.1\r\nHost: x\r\n").unwrap();
+    assert!(
+        read_until_closed(&mut half, bound).is_some(),
+        "half a header keeps a connection open"
+    );
+
+    // A keep-alive connection answered once, then idle: closed at the idle timeout.
+    let mut idle = connect_from("127.0.0.2", server.addr);
+    idle.write_all(b"GET /api/v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let answered = read_until_closed(&mut idle, bound).expect("an idle keep-alive connection stays open");
+    assert!(answered.starts_with("HTTP/1.1 200"), "{answered}");
+
+    // One address holds at most 4 connections; the 5th is told 503 and closed, while another
+    // address is served.
+    let mut held: Vec<TcpStream> = (0..4).map(|_| connect_from("127.0.0.3", server.addr)).collect();
+    // The server counts a connection once it accepts it: wait until the 5th is refused.
+    let refused = (0..50)
+        .find_map(|_| {
+            let mut fifth = connect_from("127.0.0.3", server.addr);
+            let text = read_until_closed(&mut fifth, Duration::from_millis(500))?;
+            text.contains("too_many_connections").then_some(text)
+        })
+        .expect("the 5th connection from one address is refused");
+    assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
+    let (status, _, _) = server.call("GET", "/api/v1/health", None, None);
+    assert_eq!(status, 200, "another address is served while one is at its cap");
+    // The held connections send nothing, so they are closed in turn, and the address is served
+    // again.
+    for stream in &mut held {
+        assert!(read_until_closed(stream, bound).is_some());
+    }
+    let mut again = connect_from("127.0.0.3", server.addr);
+    again
+        .write_all(b"GET /api/v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let text = read_until_closed(&mut again, bound).unwrap();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+}
+
+#[test]
+fn bad_limits_are_refused_with_their_key() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_arena"))
+        .args(["serve", "--bind", "127.0.0.1:0", "--header-timeout-s", "0"])
+        .args(["--data-dir", common::tmp("connection-limits-bad").to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("header_timeout_s") && stderr.contains("expected seconds"),
+        "{stderr}"
+    );
+}

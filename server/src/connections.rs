@@ -308,7 +308,7 @@ impl RefusalLog {
 
 /// What a refused connection is told before it is closed (an HTTP client reads a 503; anything
 /// else just sees the connection close).
-pub const REFUSED_RESPONSE: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 5\r\nConnection: close\r\nContent-Length: 94\r\n\r\n{\"error\":{\"code\":\"too_many_connections\",\"message\":\"too many open connections; retry shortly\"}}\n";
+pub const REFUSED_RESPONSE: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 5\r\nConnection: close\r\nContent-Length: 95\r\n\r\n{\"error\":{\"code\":\"too_many_connections\",\"message\":\"too many open connections; retry shortly\"}}\n";
 
 #[cfg(test)]
 mod tests {

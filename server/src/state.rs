@@ -282,7 +282,12 @@ async fn expire_idle_submissions(state: std::sync::Weak<AppState>) {
                 humantime::format_duration(std::time::Duration::from_secs(expiry.as_secs()))
             );
             match state.storage.cancel_submission(&id, &reason).await {
-                Ok(()) => tracing::info!("submission {id}: {reason}"),
+                Ok(()) => {
+                    tracing::info!("submission {id}: {reason}");
+                    if let Err(e) = crate::trajectory_store::settle_failed(&state.storage, &state.objects, &id).await {
+                        tracing::warn!("submission {id}: merging the runs of an abandoned submission: {e:#}");
+                    }
+                }
                 Err(crate::storage::StorageError::Conflict(_)) => {} // finished meanwhile
                 Err(e) => tracing::warn!("ending idle submission {id}: {e}"),
             }

@@ -141,6 +141,28 @@ fn unplayed_record(row: &EpisodeRow) -> EpisodeRecord {
     }
 }
 
+/// A submission that ended FAILED (cancelled by the organiser, abandoned by its agent) keeps
+/// what it committed: its stored runs are merged into the submission's file as a completed
+/// one's are (episodes that never ran listed without rows, with their status and reason), and
+/// the per-run files are deleted. Idempotent: run when it ends, and again when a session that
+/// was still running it stops (issue 39).
+pub async fn settle_failed(
+    storage: &crate::storage::Storage,
+    objects: &Objects,
+    submission: &str,
+) -> anyhow::Result<()> {
+    let Some(s) = storage.submission(submission).await? else {
+        return Ok(());
+    };
+    if s.status != crate::storage::SubmissionStatus::Failed {
+        return Ok(());
+    }
+    let rows = storage.episodes(submission).await?;
+    merge(objects, submission, &s.benchmark, &rows).await?;
+    delete_parts(objects, submission).await?;
+    Ok(())
+}
+
 /// Deletes every per-episode file of a submission (after the merge is stored and the submission
 /// is final; orphans of uncounted runs go too).
 pub async fn delete_parts(objects: &Objects, submission: &str) -> Result<(), ObjectError> {

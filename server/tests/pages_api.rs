@@ -209,6 +209,32 @@ fn page_endpoints_on_a_real_submission() {
             .all(|e| e["status"] == "FAILED" && e["reason"] == "cancelled by the organiser"),
         "{r}"
     );
+    // Its trajectory file is written all the same (issue 39): every episode listed with its
+    // status and reason (none ran, so no rows), and no per-run file is left.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let bytes = loop {
+        let (status, bytes) = common::server::http(
+            server.addr,
+            "GET",
+            &format!("/api/v1/submissions/{pid}/trajectories"),
+            Some(&beta),
+            None,
+        );
+        if status == 200 || std::time::Instant::now() > deadline {
+            assert_eq!(status, 200, "the cancelled submission's trajectory file");
+            break bytes;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let file = dir.join("cancelled.h5");
+    std::fs::write(&file, bytes).unwrap();
+    let names = arena_data::trajectory_file::episode_names(&file).unwrap();
+    assert_eq!(names.len(), 6);
+    let first = arena_data::trajectory_file::read_episode(&file, &names[0]).unwrap();
+    assert_eq!(
+        (first.status.as_str(), first.reason.as_str(), first.times.len()),
+        ("failed", "cancelled by the organiser", 0)
+    );
     // An agent attaching to it hears that it is FAILED, not COMPLETED, and runs nothing.
     let config = arena_sdk::ClientConfig::new(
         server.ws_url(),

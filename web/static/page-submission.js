@@ -159,8 +159,9 @@ export async function submissionPage(root, { id }, ctx) {
           'div.button-row',
           dl('Report (JSON)', `/api/v1/submissions/${enc(id)}/report`, `${id}.json`, 'dl-report'),
           dl('Episodes (CSV)', `/api/v1/submissions/${enc(id)}/episodes.csv`, `${id}-episodes.csv`, 'dl-csv'),
-          // The merged HDF5 file is written only when the submission completes.
-          sub.status === 'COMPLETED' ? dl('Trajectories (HDF5)', `/api/v1/submissions/${enc(id)}/trajectories`, `${id}.h5`, 'dl-hdf5') : null,
+          // The merged HDF5 file is written when the submission ends: completed, or failed
+          // (cancelled, abandoned) with what it committed.
+          sub.status === 'COMPLETED' || sub.status === 'FAILED' ? dl('Trajectories (HDF5)', `/api/v1/submissions/${enc(id)}/trajectories`, `${id}.h5`, 'dl-hdf5') : null,
         ),
       );
     }

@@ -699,8 +699,8 @@ await step('pending submission (polling, cancel)', async () => {
   await page.waitForTimeout(2500);
   check('polling stops once finished', polls === after, polls - after);
   check(
-    'cancelled (FAILED): report and CSV downloads, no HDF5 (written only on completion)',
-    (await page.locator('#sub-actions [data-testid=dl-report]').count()) === 1 && (await page.locator('#sub-actions [data-testid=dl-csv]').count()) === 1 && (await page.locator('#sub-actions [data-testid=dl-hdf5]').count()) === 0,
+    'cancelled (FAILED): report, CSV and HDF5 downloads (the HDF5 file holds what it committed)',
+    (await page.locator('#sub-actions [data-testid=dl-report]').count()) === 1 && (await page.locator('#sub-actions [data-testid=dl-csv]').count()) === 1 && (await page.locator('#sub-actions [data-testid=dl-hdf5]').count()) === 1,
   );
   page.off('response', onRes);
   await shot('submission-cancelled');

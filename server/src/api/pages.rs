@@ -302,6 +302,16 @@ async fn cancel(State(state): State<Arc<AppState>>, headers: HeaderMap, ApiPath(
             crate::storage::StorageError::Conflict(m) => conflict(m),
             other => storage_error(other),
         })?;
+    // What it committed is merged into its file in the background (a large submission takes a
+    // while; the answer does not wait for it).
+    let (settle_state, settle_id) = (state.clone(), id.clone());
+    tokio::spawn(async move {
+        if let Err(e) =
+            crate::trajectory_store::settle_failed(&settle_state.storage, &settle_state.objects, &settle_id).await
+        {
+            tracing::warn!("submission {settle_id}: merging the runs of a cancelled submission: {e:#}");
+        }
+    });
     let s = submission_or_404(&state, &id).await?;
     Ok(Json(s).into_response())
 }

@@ -288,8 +288,14 @@ pub async fn complete_submission(
         .submission(submission_id)
         .await?
         .ok_or_else(|| anyhow::anyhow!("submission {submission_id} vanished"))?;
-    // Already final: completed by an earlier session, or cancelled by the organiser.
+    // Already final: completed by an earlier session, or cancelled (by the organiser, or as
+    // abandoned) while this session ran: what it committed joins the submission's file.
     if submission.status.is_final() {
+        if submission.status == SubmissionStatus::Failed
+            && let Err(e) = trajectory_store::settle_failed(storage, objects, submission_id).await
+        {
+            tracing::warn!("submission {submission_id}: merging the runs of a failed submission: {e:#}");
+        }
         return Ok(Some(submission.status));
     }
     let rows = storage.episodes(submission_id).await?;

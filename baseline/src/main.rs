@@ -155,7 +155,7 @@ struct AgentArgs {
     #[arg(long)]
     checkpoint: PathBuf,
     /// Server URL: http://HOST:PORT, ws://HOST:PORT/api/v1/agent or grpc://HOST:PORT (no TLS).
-    #[arg(long)]
+    #[arg(long, default_value = arena_sdk::client::DEFAULT_SERVER)]
     server: String,
     /// Team token.
     #[arg(long, env = "ARENA_TOKEN", hide_env_values = true)]

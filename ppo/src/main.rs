@@ -109,7 +109,7 @@ enum Transport {
 struct AgentArgs {
     checkpoint: PathBuf,
     /// Server address: HOST:PORT, http://HOST:PORT, ws://HOST:PORT/api/v1/agent or grpc://HOST:PORT.
-    #[arg(long, default_value = "127.0.0.1:8000")]
+    #[arg(long, default_value = arena_sdk::client::DEFAULT_SERVER)]
     server: String,
     #[arg(long, value_enum, default_value = "ws")]
     transport: Transport,

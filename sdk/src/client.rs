@@ -172,6 +172,10 @@ struct RunState {
 
 /// The console lines of a command-line agent: the session, one line per finished episode,
 /// server errors and reconnects (stdout for progress, stderr for trouble).
+/// The server a command-line agent connects to when given none: where `arena serve` listens by
+/// default (a test in the server checks that the two agree).
+pub const DEFAULT_SERVER: &str = "http://127.0.0.1:8080";
+
 /// The URL the client dials for a server address (`HOST:PORT`, `http://HOST:PORT`,
 /// `ws://HOST:PORT[/path]` or `grpc://HOST:PORT`): `ws://HOST:PORT/api/v1/agent` (or the given
 /// ws path) for WebSocket, `grpc://HOST:PORT` for gRPC. TLS schemes are refused (the client

@@ -366,6 +366,12 @@ mod tests {
     use super::*;
 
     #[test]
+    fn agents_default_to_where_the_server_listens_by_default() {
+        let bind = ServerConfig::default().bind.to_string();
+        assert_eq!(arena_sdk::client::DEFAULT_SERVER, format!("http://{bind}"));
+    }
+
+    #[test]
     fn defaults_validate_and_files_name_bad_keys() {
         ServerConfig::default().validate().unwrap();
         let dir = std::env::temp_dir().join(format!("arena-config-{}", std::process::id()));

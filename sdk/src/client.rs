@@ -159,13 +159,19 @@ enum SessionEnd {
     /// The server refused the Connect for the team's request rate: wait this long and retry
     /// (not a failure: it does not count against `max_reconnects`).
     Throttled(Duration),
-    /// The connection was lost (or never made); worth another attempt.
+    /// The connection was lost (or could not be made after an earlier one was up); worth
+    /// another attempt.
     Lost(String),
+    /// The very first connection could not be made (nothing listening, wrong host or port):
+    /// reconnecting is for connections that were up, so the run stops at once.
+    NeverConnected(String),
 }
 
 /// Per-run state that survives reconnects.
 struct RunState {
     summary: RunSummary,
+    /// Whether a connection to the server was ever made in this run.
+    reached: bool,
     /// Practice episodes still to finish.
     practice_left: usize,
 }
@@ -253,6 +259,7 @@ pub async fn run(
 ) -> Result<RunSummary, ClientError> {
     let mut state = RunState {
         summary: RunSummary::default(),
+        reached: false,
         practice_left: match &config.mode {
             Mode::Practice { episodes, .. } => episodes.len(),
             Mode::Submission { .. } => 0,
@@ -271,6 +278,12 @@ pub async fn run(
         let connected_before = state.summary.episodes.len();
         match session(config, agent, &mut state, on_event).await? {
             SessionEnd::Done => return Ok(state.summary),
+            SessionEnd::NeverConnected(error) => {
+                return Err(ClientError::Unreachable {
+                    attempts: 1,
+                    last_error: format!("cannot reach the server at {}: {error}", config.url),
+                });
+            }
             SessionEnd::Throttled(delay) => {
                 tracing::warn!("rate limited by the server; retrying in {delay:?}");
                 tokio::time::sleep(delay).await;
@@ -482,8 +495,10 @@ async fn session(
     });
     let mut connection = match Connection::open(config, connect).await {
         Ok(c) => c,
+        Err(e) if !state.reached => return Ok(SessionEnd::NeverConnected(e)),
         Err(e) => return Ok(SessionEnd::Lost(e)),
     };
+    state.reached = true;
     let mut layout: Option<ObservationLayout> = None;
     let mut action_size = 0usize;
     let mut heartbeat_every = Duration::from_secs(30);
@@ -700,6 +715,31 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_server_never_reached_is_not_retried() {
+        // Port 9 (discard) is closed here; ten reconnects would take about half a minute.
+        let mut config = ClientConfig::new(
+            "ws://127.0.0.1:9/api/v1/agent",
+            "t",
+            Mode::Submission {
+                benchmark: "g1-smoke".into(),
+                submission_id: None,
+            },
+        );
+        config.max_reconnects = 10;
+        let mut agent = crate::agents::ZeroAgent::default();
+        match run_blocking(&config, &mut agent, &mut |_| {}) {
+            Err(ClientError::Unreachable { attempts, last_error }) => {
+                assert_eq!(attempts, 1);
+                assert!(
+                    last_error.contains("cannot reach the server at ws://127.0.0.1:9"),
+                    "{last_error}"
+                );
+            }
+            other => panic!("expected Unreachable, got {other:?}"),
+        }
+    }
 
     #[test]
     fn endpoint_accepts_the_documented_urls_and_refuses_tls() {

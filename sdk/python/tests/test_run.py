@@ -197,6 +197,7 @@ def test_unknown_practice_motion_is_refused(server: Server, team_token: str) -> 
 def test_unreachable_server(transport: str) -> None:
     # Port 9 (discard) is closed here: the refusal itself must be the reason, on both transports,
     # not a connect timeout (connect_timeout_s is long so that a timeout would show as such).
+    # A server never reached is not retried (issue 39): one attempt, whatever max_reconnects.
     with pytest.raises(UnreachableError) as info:
         run(
             RecordingAgent(),
@@ -208,9 +209,9 @@ def test_unreachable_server(transport: str) -> None:
             initial_backoff_s=0.01,
             connect_timeout_s=30,
         )
-    assert info.value.attempts == 3
+    assert info.value.attempts == 1
     message = str(info.value)
-    assert "refused" in message, message
+    assert "refused" in message and "cannot reach the server at" in message, message
     assert "within" not in message, message
 
 

@@ -287,6 +287,8 @@ class _Runner:
         self.motions: dict[int, str] = {}
         # Set when the server refused the Connect as rate-limited: when to try again.
         self.throttled_until: float | None = None
+        # Whether a connection to the server was ever made in this run.
+        self.reached = False
 
     def session(self) -> str | None:
         """One connection: None when the run is over, else why the connection was lost."""
@@ -303,7 +305,12 @@ class _Runner:
         try:
             connection = open_transport(self.endpoint, self.encoding, self.connect_timeout_s)
         except ConnectionLost as e:
+            if not self.reached:
+                # Nothing listening, or the wrong host or port: reconnecting is for connections
+                # that were up, so the run stops at once.
+                raise UnreachableError(1, f"cannot reach the server at {self.endpoint}: {e}") from e
             return str(e)
+        self.reached = True
         try:
             connection.send(connect)
             return _Session(self, connection).serve()

@@ -74,6 +74,19 @@ fn an_organiser_runs_a_challenge_from_the_terminal() {
     assert!(revoked["token_info"]["revoked_at"].is_i64());
     let tokens = ok(&admin(&server, &["tokens", "list", &team_id]));
     assert_eq!(tokens.lines().count(), 3, "{tokens}");
+    // A team by its name too (issue 39); an unknown name is an error naming the teams there are.
+    let by_name = admin_json(&server, &["tokens", "create", "alpha", "--label", "by-name"]);
+    assert_eq!(by_name["token_info"]["label"], "by-name");
+    assert_eq!(ok(&admin(&server, &["tokens", "list", "alpha"])).lines().count(), 4);
+    let shown = ok(&admin(&server, &["teams", "show", "alpha"]));
+    assert!(shown.contains("team alpha"), "{shown}");
+    let unknown = admin(&server, &["tokens", "list", "alpah"]);
+    assert!(!unknown.status.success());
+    let stderr = String::from_utf8_lossy(&unknown.stderr);
+    assert!(
+        stderr.contains("no team named \"alpah\"") && stderr.contains("alpha"),
+        "{stderr}"
+    );
 
     // The team submits in the phase; the organiser marks it a baseline and re-scores it.
     let id = server.submit(&token, &mut ReplayAgent::new(), "replay", Some("dev"));

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 #[derive(Debug, Args)]
 pub struct AdminArgs {
     /// The server's base URL.
-    #[arg(long, env = "ARENA_SERVER", default_value = "http://127.0.0.1:8080", global = true)]
+    #[arg(long, env = "ARENA_SERVER", default_value = arena_sdk::client::DEFAULT_SERVER, global = true)]
     server: String,
     /// The administrator token (the server's --admin-token).
     #[arg(long, env = "ARENA_ADMIN_TOKEN", hide_env_values = true, global = true)]
@@ -153,8 +153,8 @@ enum TeamCommand {
     },
     /// A team's members and tokens (never a token itself).
     Show {
-        /// The numeric team id.
-        id: i64,
+        /// The team: its name or its numeric id.
+        team: String,
     },
 }
 
@@ -162,13 +162,13 @@ enum TeamCommand {
 enum TokenCommand {
     /// A team's tokens (ids, labels, expiry, revocation).
     List {
-        /// The numeric team id.
-        team: i64,
+        /// The team: its name or its numeric id.
+        team: String,
     },
     /// A new token for a team, printed once.
     Create {
-        /// The numeric team id.
-        team: i64,
+        /// The team: its name or its numeric id.
+        team: String,
         /// A note to tell tokens apart (e.g. "laptop").
         #[arg(long)]
         label: Option<String>,
@@ -178,8 +178,8 @@ enum TokenCommand {
     },
     /// Revoke a token at once (a session already connected with it runs on).
     Revoke {
-        /// The numeric team id.
-        team: i64,
+        /// The team: its name or its numeric id.
+        team: String,
         /// The token's id (`tok-…`, from `tokens list`).
         token_id: String,
     },
@@ -207,6 +207,33 @@ enum SubmissionCommand {
 }
 
 /// A blocking REST client over plain HTTP (hyper, already in the tree for the server).
+/// A team's numeric id from what the organiser typed: the id itself, or the team's name (looked
+/// up in the team list; a name shared by no team or spelled differently is an error naming the
+/// teams there are).
+fn team_id(api: &Api, team: &str) -> anyhow::Result<i64> {
+    if let Ok(id) = team.parse::<i64>() {
+        return Ok(id);
+    }
+    let teams = api.call("GET", "/api/v1/teams", None)?;
+    let all: Vec<&Value> = teams["teams"].as_array().into_iter().flatten().collect();
+    match all.iter().find(|t| t["name"].as_str() == Some(team)) {
+        Some(t) => t["id"]
+            .as_i64()
+            .context("the team list gave a team without a numeric id"),
+        None => {
+            let names: Vec<&str> = all.iter().filter_map(|t| t["name"].as_str()).collect();
+            bail!(
+                "no team named {team:?} (teams: {}); give a team's name or its numeric id",
+                if names.is_empty() {
+                    "none yet".to_string()
+                } else {
+                    names.join(", ")
+                }
+            )
+        }
+    }
+}
+
 struct Api {
     base: String,
     token: String,
@@ -469,8 +496,8 @@ pub fn run(a: AdminArgs) -> anyhow::Result<()> {
                 }),
             )
         }
-        AdminCommand::Teams(TeamCommand::Show { id }) => (
-            api.call("GET", &format!("/api/v1/teams/{id}"), None)?,
+        AdminCommand::Teams(TeamCommand::Show { team }) => (
+            api.call("GET", &format!("/api/v1/teams/{}", team_id(&api, &team)?), None)?,
             Box::new(|v| {
                 println!("team {} (id {})", text(&v["team"]["name"]), text(&v["team"]["id"]));
                 for m in v["members"].as_array().into_iter().flatten() {
@@ -487,7 +514,7 @@ pub fn run(a: AdminArgs) -> anyhow::Result<()> {
             }),
         ),
         AdminCommand::Tokens(TokenCommand::List { team }) => (
-            api.call("GET", &format!("/api/v1/teams/{team}/tokens"), None)?,
+            api.call("GET", &format!("/api/v1/teams/{}/tokens", team_id(&api, &team)?), None)?,
             Box::new(|v| {
                 let rows = v["tokens"]
                     .as_array()
@@ -521,7 +548,7 @@ pub fn run(a: AdminArgs) -> anyhow::Result<()> {
             (
                 api.call(
                     "POST",
-                    &format!("/api/v1/teams/{team}/tokens"),
+                    &format!("/api/v1/teams/{}/tokens", team_id(&api, &team)?),
                     Some(Value::Object(body)),
                 )?,
                 Box::new(|v| {
@@ -534,7 +561,11 @@ pub fn run(a: AdminArgs) -> anyhow::Result<()> {
             )
         }
         AdminCommand::Tokens(TokenCommand::Revoke { team, token_id }) => (
-            api.call("DELETE", &format!("/api/v1/teams/{team}/tokens/{token_id}"), None)?,
+            api.call(
+                "DELETE",
+                &format!("/api/v1/teams/{}/tokens/{token_id}", team_id(&api, &team)?),
+                None,
+            )?,
             Box::new(|v| {
                 println!(
                     "revoked {} at {}",

@@ -39,13 +39,20 @@ impl ExportFormat {
     }
 }
 
-/// The keys of an export and what they hold, for the card and the docs.
-pub fn layout_description() -> Value {
+/// The keys of an export and what they hold, for the card and the docs; `joint_position`: the
+/// benchmark's actions are absolute joint targets (unitree_sdk2's LowCmd) rather than BFM-Zero's
+/// normalised actions.
+pub fn layout_description(joint_position: bool) -> Value {
+    let action = if joint_position {
+        "f32 (N, 29): the absolute joint position targets (rad, G1 order) the agent sent for the row (zeros on an episode's first row; feed-forward torques are not included)"
+    } else {
+        "f32 (N, 29): the normalised action that produced the row (zeros on an episode's first row)"
+    };
     json!({
         "hdf5": {
             "observation-state": "f32 (N, 64): the state observation the agent saw",
             "observation-privileged_state": "f32 (N, 463): privileged_state of the simulated robot",
-            "action": "f32 (N, 29): the normalised action that produced the row (zeros on an episode's first row)",
+            "action": action,
             "qpos": "f32 (N, 36): root xyz, root quaternion wxyz, 29 joint angles",
             "qvel": "f32 (N, 35): root linear velocity (world), root angular velocity (body), 29 joint velocities",
             "terminated": "bool (N): true on the last row of an episode the fall rule ended",
@@ -241,4 +248,24 @@ pub fn export_jsonl_gz(
     })?;
     gz.finish()?.flush()?;
     Ok(counts)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_card_says_what_action_holds_in_each_action_mode() {
+        let normalized = super::layout_description(false);
+        let joint = super::layout_description(true);
+        assert!(
+            normalized["hdf5"]["action"]
+                .as_str()
+                .unwrap()
+                .contains("normalised action")
+        );
+        let joint = joint["hdf5"]["action"].as_str().unwrap();
+        assert!(
+            joint.contains("absolute joint position targets (rad") && !joint.contains("normalised"),
+            "{joint}"
+        );
+    }
 }

@@ -216,6 +216,6 @@ pub fn card(selection: &Selection, spec: &BenchmarkSpec, now_ms: i64) -> Value {
             "names": motions,
             "attribution": spec.motions.attribution,
         },
-        "layout": export::layout_description(),
+        "layout": export::layout_description(spec.action.mode == arena_bench::spec::ActionMode::JointPosition),
     })
 }

@@ -89,6 +89,26 @@ fn generate_then_inspect_and_rollout() {
     assert_eq!(v["frames"], 301);
     assert_eq!(v["limit_violations"].as_array().unwrap().len(), 0);
     assert_eq!(v["joints"].as_array().unwrap().len(), 29);
+    // The same motion as an NPZ (issue 39): read with its own frame rate, same report.
+    let npz_dir = dir.join("npz");
+    ok(&arena(&[
+        "motion",
+        "export",
+        "--benchmark",
+        "g1-smoke",
+        "--out",
+        npz_dir.to_str().unwrap(),
+    ]));
+    let npz = npz_dir.join("builtin__squat.npz");
+    let from_npz: serde_json::Value =
+        serde_json::from_str(&ok(&arena(&["motion", "inspect", npz.to_str().unwrap(), "--json"]))).unwrap();
+    assert_eq!(from_npz["frames"], v["frames"]);
+    assert_eq!(from_npz["joints"].as_array().unwrap().len(), 29);
+    // A CSV without --fps says what is missing.
+    let out = arena(&["motion", "inspect", squat.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("give its frame rate with --fps"), "{stderr}");
     let out = dir.join("out.csv");
     ok(&arena(&[
         "sim",

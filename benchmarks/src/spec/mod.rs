@@ -363,4 +363,5 @@ mod registry;
 mod tests;
 
 pub use episodes::episode_seed;
+pub use parse::is_npz;
 pub use registry::{find_benchmark, list_benchmarks, shipped_dir};

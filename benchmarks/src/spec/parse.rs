@@ -189,7 +189,7 @@ struct RawRanking {
 }
 
 /// Whether a motion path names an NPZ file (which carries its own frame rate).
-pub(super) fn is_npz(path: &Path) -> bool {
+pub fn is_npz(path: &Path) -> bool {
     path.extension()
         .and_then(|e| e.to_str())
         .is_some_and(|e| e.eq_ignore_ascii_case("npz"))

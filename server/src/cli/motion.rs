@@ -41,11 +41,12 @@ pub struct ExportArgs {
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// A G1 motion CSV file.
+    /// A G1 motion file: CSV (needs --fps) or NPZ (mjlab / BeyondMimic layout, which carries its
+    /// frame rate), as benchmarks accept them.
     file: PathBuf,
-    /// Frame rate of the file (G1 CSV files do not carry it).
+    /// Frame rate of a CSV file (G1 CSV files do not carry it; an NPZ's own is used).
     #[arg(long)]
-    fps: f64,
+    fps: Option<f64>,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -70,7 +71,23 @@ pub fn run(cmd: MotionCommand) -> anyhow::Result<()> {
         }
         MotionCommand::Export(a) => export(a),
         MotionCommand::Inspect(a) => {
-            let clip = arena_data::read_g1_csv(&a.file, a.fps)?;
+            let clip = if arena_bench::spec::is_npz(&a.file) {
+                if let Some(fps) = a.fps {
+                    eprintln!(
+                        "note: {} carries its own frame rate; --fps {fps} is ignored",
+                        a.file.display()
+                    );
+                }
+                arena_data::read_npz_motion(&a.file)?
+            } else {
+                let fps = a.fps.with_context(|| {
+                    format!(
+                        "{} is a CSV file: give its frame rate with --fps (G1 CSV files do not carry it)",
+                        a.file.display()
+                    )
+                })?;
+                arena_data::read_g1_csv(&a.file, fps)?
+            };
             let kin = Kinematics::new(&RobotConfig::default())?;
             let report = inspect(&clip, &kin);
             if a.json {

@@ -97,7 +97,12 @@ export function leaderboardTable(lb, info = {}, { canOpen = () => false, testid 
       label: h('span', { title: `mean ${lb.survival_metric} over scored episodes: how long the robot keeps to the reference (ranked after the success rate)` }, 'Time to failure (s) ', h('span.arrow', { title: 'higher is better' }, '↑')),
       numeric: true,
       defaultDir: mi.direction === 'lower' ? 'asc' : 'desc',
-      render: (e) => fmtNum(e.survival),
+      // Every episode succeeded: nothing failed, so the mean is the episodes' length, not a
+      // time to failure.
+      render: (e) =>
+        e.success_rate === 1
+          ? h('span.muted', { title: `no episode failed: ${fmtNum(e.survival)} s is the mean episode length`, 'data-testid': 'survival-none' }, 'none failed')
+          : fmtNum(e.survival),
     });
   }
   cols.push({
@@ -154,8 +159,11 @@ export async function renderLeaderboard(el, path, info, ctx) {
   }
   if (ctx && !ctx.live()) return null;
   const count = (lb.entries || []).length;
+  // The server's order (leaderboard.rs): success rate, most scored episodes, time to failure,
+  // the primary metric, the tie breakers.
   const rule = [
-    lb.success_metric ? 'success rate first' : null,
+    lb.success_metric ? `${lb.success_metric} rate first` : null,
+    'then the most scored episodes',
     lb.survival_metric ? 'then the longest time to failure' : null,
     `then mean ${lb.primary} (${lb.direction === 'higher' ? 'higher' : 'lower'} is better)`,
   ]

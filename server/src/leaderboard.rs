@@ -134,6 +134,25 @@ fn compare(a: Option<f64>, b: Option<f64>, direction: Direction) -> Ordering {
     }
 }
 
+/// The numbers a submission's leaderboard row shows, for lists (the team page, the organiser's
+/// submissions, `arena admin submissions`): episode counts, the success rule's rate over all
+/// episodes, the survival and primary means over the scored ones, each with its metric's name.
+pub fn list_scores(spec: &BenchmarkSpec, summary: &ReportSummary) -> serde_json::Value {
+    let mean = |m: &str| summary.means.get(m).copied().flatten();
+    serde_json::json!({
+        "episodes": summary.episodes,
+        "scored": summary.scored,
+        "failed": summary.failed,
+        "success_metric": spec.ranking.success,
+        "success_rate": spec.ranking.success.as_deref().map(|m| summary.success_rates.get(m).copied().unwrap_or(0.0)),
+        "survival_metric": spec.ranking.survival,
+        "survival": spec.ranking.survival.as_deref().and_then(mean),
+        "primary": spec.ranking.primary,
+        "score": mean(&spec.ranking.primary),
+        "primary_units": metric_info(&spec.ranking.primary).map(|i| i.units),
+    })
+}
+
 /// Successful episodes / all episodes of the report. An episode counts as successful when its
 /// `metric` is 1; unscored (failed, timed-out) episodes and episodes without the metric do not.
 pub fn success_rate(report: &Report, metric: &str) -> f64 {

@@ -92,6 +92,23 @@ fn an_organiser_runs_a_challenge_from_the_terminal() {
     let id = server.submit(&token, &mut ReplayAgent::new(), "replay", Some("dev"));
     let listed = ok(&admin(&server, &["submissions", "list"]));
     assert!(listed.contains(&id) && listed.contains("COMPLETED"), "{listed}");
+    // Lists carry the leaderboard row's numbers (issue 39): scored of all, failed, success, score.
+    let row = listed.lines().find(|l| l.contains(&id)).unwrap();
+    assert!(
+        row.contains("6/6") && row.contains("0% success") && row.contains("emd 0."),
+        "{listed}"
+    );
+    // The team sees the same for its own submissions, and the quota it has used and left.
+    let (_, mine) = server.get("/api/v1/submissions", Some(&token));
+    assert_eq!(mine["submissions"][0]["scores"]["scored"], 6, "{mine}");
+    assert_eq!(mine["submissions"][0]["results_hidden"], false);
+    assert_eq!(mine["quotas"][0]["phase"], "dev", "{mine}");
+    assert_eq!(mine["quotas"][0]["used_total"], 1);
+    assert_eq!(
+        mine["quotas"][0]["left_today"],
+        Value::Null,
+        "no daily limit left after the update"
+    );
     let b = admin_json(&server, &["submissions", "baseline", &id]);
     assert_eq!(b["baseline"], true);
     let r = admin_json(&server, &["submissions", "rescore", &id]);

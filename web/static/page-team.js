@@ -1,7 +1,7 @@
 // #/team: the token box and the team's submissions.
 
 import { api, download, getToken, setToken, whoami } from './api.js';
-import { actionButton, badge, enc, errorBox, fmtBytes, h, loading, notice, plural, sortableTable, timeEl } from './ui.js';
+import { actionButton, badge, enc, errorBox, fmtBytes, fmtNum, fmtPct, h, loading, notice, plural, sortableTable, timeEl } from './ui.js';
 
 /** The submissions list as a sortable table (team page and organiser page). */
 export function submissionsTable(subs, { actions } = {}) {
@@ -12,7 +12,28 @@ export function submissionsTable(subs, { actions } = {}) {
     { key: 'phase', label: 'Phase', render: (s) => (s.phase ? h('a', { href: `#/phases/${enc(s.phase)}` }, s.phase) : h('span.muted', '—')) },
     { key: 'agent_name', label: 'Agent', render: (s) => [s.agent_name || '—', s.baseline ? [' ', badge('baseline', 'teal', 'baseline-badge')] : null] },
     { key: 'status', label: 'Status', render: (s) => [badge(s.status), s.error ? h('span.muted.small', ` ${s.error}`) : null] },
-    { key: 'episodes_total', label: 'Episodes', numeric: true },
+    // The leaderboard row's numbers in one column, so a COMPLETED submission whose episodes
+    // mostly failed says so here too (none while it runs, or while a private phase hides them).
+    {
+      key: 'result',
+      label: h('span', { title: 'scored of all episodes (unscored failures in red), success rate over all episodes, mean primary metric over the scored ones' }, 'Result'),
+      numeric: true,
+      value: (s) => (s.scores ? s.scores.scored / Math.max(1, s.scores.episodes) : -1),
+      render: (s) => {
+        if (!s.scores) {
+          return h('span.muted', { title: s.results_hidden ? 'results hidden until the private phase ends' : 'no report yet' }, `${plural(s.episodes_total || 0, 'episode')}${s.results_hidden ? ', hidden' : ''}`);
+        }
+        const sc = s.scores;
+        return h(
+          'span.result',
+          { 'data-testid': 'result' },
+          h('span', { title: 'scored episodes / all episodes' }, `${sc.scored}/${sc.episodes}`),
+          sc.failed ? h('span.bad', { 'data-testid': 'failed-count' }, ` (${sc.failed} failed)`) : '',
+          sc.success_rate != null ? h('span', { title: `${sc.success_metric} over all episodes` }, ` · ${fmtPct(sc.success_rate)}`) : '',
+          h('span', { title: `mean ${sc.primary} over the scored episodes${sc.primary_units ? ` (${sc.primary_units})` : ''}` }, ` · ${sc.primary} ${fmtNum(sc.score)}`),
+        );
+      },
+    },
     { key: 'created_at', label: 'Created', render: (s) => timeEl(s.created_at), defaultDir: 'desc' },
     { key: 'finished_at', label: 'Finished', render: (s) => timeEl(s.finished_at), defaultDir: 'desc' },
   ];
@@ -65,8 +86,9 @@ export async function teamPage(root, _params, ctx) {
   const sec = h('section.card#my-submissions', h('h2', who.role === 'admin' ? 'All submissions (organiser token)' : `Submissions of ${who.team || 'my team'}`), loading());
   root.append(sec);
   let subs;
+  let quotas;
   try {
-    ({ submissions: subs } = await api('submissions', { signal: ctx.signal }));
+    ({ submissions: subs, quotas } = await api('submissions', { signal: ctx.signal }));
   } catch (e) {
     if (e && e.name === 'AbortError') throw e;
     sec.querySelector('.loading')?.remove();
@@ -91,6 +113,17 @@ export async function teamPage(root, _params, ctx) {
       h('span.muted', ` ${plural(subs.length, 'submission')}, newest first`),
     ),
     err,
+    ...((quotas || []).length
+      ? [h(
+          'ul.quotas',
+          { 'data-testid': 'quotas' },
+          quotas.map((q) => {
+            const left = q.left_today == null ? 'no limit' : `${q.left_today} left today`;
+            const total = q.max_total == null ? '' : `, ${q.left_total} of ${q.max_total} left in the phase`;
+            return h('li', h('a', { href: `#/phases/${enc(q.phase)}` }, q.phase), `: ${plural(q.used_total, 'submission')} used; ${left}${total} (the day resets at ${q.day_resets_at})`);
+          }),
+        )]
+      : []),
     submissionsTable(subs || []),
   );
 }

@@ -767,6 +767,8 @@ await step('team page', async () => {
   await go('#/team');
   await page.waitForSelector('[data-testid=submissions-table]');
   check('my submissions list the submission', (await page.locator(`[data-testid=submissions-table] tr[data-submission-id="${SID}"]`).count()) === 1);
+  const rowText = await page.textContent(`[data-testid=submissions-table] tr[data-submission-id="${SID}"]`);
+  check('the list shows the scored count and the score', /\d+\/\d+ ·/.test(rowText) && /emd \d/.test(rowText), rowText);
   const [d] = await Promise.all([page.waitForEvent('download'), page.click('[data-testid=export-csv]')]);
   const f = path.join(OUT, 'submissions.csv');
   await d.saveAs(f);

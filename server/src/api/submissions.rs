@@ -52,12 +52,114 @@ pub(super) async fn create_submission(
     Ok((StatusCode::CREATED, Json(submission)).into_response())
 }
 
+/// The `scores` of submissions' leaderboard rows ([`crate::leaderboard::list_scores`]) as a
+/// caller may see them, with the phases and specs looked up once per list.
+struct ScoreLookup<'a> {
+    state: &'a AppState,
+    admin: bool,
+    now: i64,
+    phases: std::collections::HashMap<String, Option<crate::storage::Phase>>,
+    specs: std::collections::HashMap<String, Option<arena_bench::spec::BenchmarkSpec>>,
+}
+
+impl<'a> ScoreLookup<'a> {
+    fn new(state: &'a AppState, who: &Caller, now: i64) -> Self {
+        ScoreLookup {
+            state,
+            admin: who.is_admin(),
+            now,
+            phases: Default::default(),
+            specs: Default::default(),
+        }
+    }
+
+    /// The submission's scores (`None` until it has a report, or while hidden), and whether its
+    /// private phase hides its results from this caller now.
+    async fn scores(&mut self, s: &Submission) -> Result<(Option<Value>, bool), ApiError> {
+        let phase = match &s.phase_id {
+            Some(id) => {
+                if !self.phases.contains_key(id) {
+                    self.phases.insert(id.clone(), self.state.storage.phase(id).await?);
+                }
+                self.phases[id].as_ref()
+            }
+            None => None,
+        };
+        let hidden = !self.admin && phase.is_some_and(|p| access::results_hidden(p, self.now));
+        let spec = self
+            .specs
+            .entry(s.benchmark.clone())
+            .or_insert_with(|| self.state.catalog.spec(&s.benchmark).ok());
+        let scores = match (&s.summary_json, spec.as_ref()) {
+            (Some(summary), Some(spec)) if !hidden => {
+                serde_json::from_str::<crate::leaderboard::ReportSummary>(summary)
+                    .ok()
+                    .map(|summary| crate::leaderboard::list_scores(spec, &summary))
+            }
+            _ => None,
+        };
+        Ok((scores, hidden))
+    }
+}
+
+/// `GET /api/v1/submissions`: the caller's submissions (a team's own, or every one for the
+/// admin), newest first, each with the `scores` its leaderboard row shows once it has a report
+/// (`null` while it runs, or while its private phase hides results from the team:
+/// `results_hidden` is then true), and for a team the quota used and left in each phase it
+/// submitted to (`quotas`).
 pub(super) async fn list_submissions(State(state): State<Arc<AppState>>, headers: HeaderMap) -> ApiResult {
-    let team = match caller(&state, &headers).await? {
+    let who = caller(&state, &headers).await?;
+    let team = match &who {
         Caller::Admin => None,
         Caller::Team(t) => Some(t.id),
     };
-    Ok(Json(json!({"submissions": state.storage.submissions(team).await?})).into_response())
+    let submissions = state.storage.submissions(team).await?;
+    let now = now_ms();
+    let mut lookup = ScoreLookup::new(&state, &who, now);
+    let mut listed = Vec::with_capacity(submissions.len());
+    for s in &submissions {
+        let (scores, hidden) = lookup.scores(s).await?;
+        let mut v = serde_json::to_value(s).map_err(|e| internal_error("listing submissions", e))?;
+        v["scores"] = json!(scores);
+        v["results_hidden"] = json!(hidden);
+        listed.push(v);
+    }
+    let phases = lookup.phases;
+    let quotas: Vec<Value> = match team {
+        None => Vec::new(),
+        Some(_) => {
+            let today = access::day_start(now);
+            phases
+                .values()
+                .flatten()
+                .map(|p| {
+                    let mine = submissions
+                        .iter()
+                        .filter(|s| s.phase_id.as_deref() == Some(p.id.as_str()));
+                    let used_total = mine.clone().count() as u32;
+                    let used_today = mine.filter(|s| s.created_at >= today).count() as u32;
+                    let left = |max: Option<u32>, used: u32| max.map(|m| m.saturating_sub(used));
+                    let (left_day, left_all) = (left(p.max_per_day, used_today), left(p.max_total, used_total));
+                    // What may still be submitted today: the tighter of the two limits.
+                    let left_today = match (left_day, left_all) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    json!({
+                        "phase": p.id,
+                        "used_today": used_today,
+                        "used_total": used_total,
+                        "max_per_day": p.max_per_day,
+                        "max_total": p.max_total,
+                        "left_today": left_today,
+                        "left_total": left_all,
+                        "day_resets_at": access::rfc3339(today + 86_400_000),
+                    })
+                })
+                .collect()
+        }
+    };
+    Ok(Json(json!({"submissions": listed, "quotas": quotas})).into_response())
 }
 
 pub(super) async fn get_submission(
@@ -65,11 +167,15 @@ pub(super) async fn get_submission(
     headers: HeaderMap,
     ApiPath(id): ApiPath<String>,
 ) -> ApiResult {
-    // Status and progress counts only: no metrics, so this is safe for hidden results too.
-    let (_, s) = visible_submission(&state, &headers, &id).await?;
+    // Status, progress counts and the leaderboard row's numbers, which a private phase hides
+    // from the team until it ends (`results_hidden`).
+    let (who, s) = visible_submission(&state, &headers, &id).await?;
     let (pending, running, finished) = state.storage.episode_counts(&id).await?;
+    let (scores, hidden) = ScoreLookup::new(&state, &who, now_ms()).scores(&s).await?;
     let mut v = serde_json::to_value(&s)?;
     v["progress"] = json!({"pending": pending, "running": running, "finished": finished});
+    v["scores"] = json!(scores);
+    v["results_hidden"] = json!(hidden);
     // An unfinished submission with no session here and no episode running anywhere waits for
     // its agent to reconnect (the pages say so, not "updating").
     let attached = state.attached.lock().expect("attached lock").contains(&id);

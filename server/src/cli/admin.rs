@@ -338,12 +338,34 @@ fn table(header: &[&str], rows: Vec<Vec<String>>) {
 fn submission_rows(list: &[Value]) -> Vec<Vec<String>> {
     list.iter()
         .map(|s| {
+            // The leaderboard row's numbers once there is a report: a COMPLETED submission whose
+            // episodes mostly failed shows it here, not only on its own page.
+            let scores = &s["scores"];
+            let number = |v: &Value, digits: usize| v.as_f64().map_or("-".to_string(), |x| format!("{x:.digits$}"));
             vec![
                 text(&s["id"]),
                 text(&s["team_name"]),
                 text(&s["benchmark"]),
                 text(&s["phase"]),
                 text(&s["status"]),
+                if scores.is_null() {
+                    "-".into()
+                } else {
+                    format!("{}/{}", text(&scores["scored"]), text(&scores["episodes"]))
+                },
+                if scores.is_null() {
+                    "-".into()
+                } else {
+                    text(&scores["failed"])
+                },
+                scores["success_rate"].as_f64().map_or("-".into(), |r| {
+                    format!("{:.0}% {}", 100.0 * r, text(&scores["success_metric"]))
+                }),
+                if scores.is_null() {
+                    "-".into()
+                } else {
+                    format!("{} {}", text(&scores["primary"]), number(&scores["score"], 4))
+                },
                 if s["baseline"] == true { "yes".into() } else { "".into() },
                 time(&s["created_at"]),
                 text(&s["error"]),
@@ -352,12 +374,16 @@ fn submission_rows(list: &[Value]) -> Vec<Vec<String>> {
         .collect()
 }
 
-const SUBMISSION_HEADER: [&str; 8] = [
+const SUBMISSION_HEADER: [&str; 12] = [
     "id",
     "team",
     "benchmark",
     "phase",
     "status",
+    "scored",
+    "failed",
+    "success",
+    "score",
     "baseline",
     "created",
     "error",

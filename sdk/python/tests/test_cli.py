@@ -50,6 +50,17 @@ def test_replay_example_completes_g1_smoke(
     assert status == 200, results
     assert [e["status"] for e in results["episodes"]] == ["COMPLETED"] * 6, results["episodes"]
 
+    # The participant's own listing (issue 39): the submission with its result.
+    listing = subprocess.run(
+        [str(fresh_venv / "arena-agent"), "submissions", "--server", server.http_url, "--token", team_token],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert listing.returncode == 0, listing.stderr
+    row = next(line for line in listing.stdout.splitlines() if submission_id in line)
+    assert "COMPLETED" in row and "6/6 scored" in row and "emd " in row, listing.stdout
+
 
 def test_cli_reports_errors(server: Server, fresh_venv: Path, tmp_path: Path) -> None:
     result = subprocess.run(

@@ -43,7 +43,8 @@ Prints one line per finished episode and a summary table; exits 0 when the run e
 1 on an error (refused session, unreachable server, invalid actions), 2 on bad arguments.
 
 `arena-agent onnx POLICY.onnx ...` runs an exported mjlab / BeyondMimic / holosoma policy instead
-of a class (`arena-agent onnx --help`).
+of a class (`arena-agent onnx --help`); `arena-agent submissions` lists your team's submissions
+with their results and the quota left in each phase.
 """
 
 EPILOG = """\
@@ -61,6 +62,10 @@ ws://HOST:PORT/api/v1/agent or grpc://HOST:PORT.
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["submissions"]:  # no colon either: the team's submissions and quotas
+        from .submissions_cli import main as submissions_main
+
+        return submissions_main(argv[1:])
     if argv[:1] == ["onnx"]:  # a MODULE:CLASS always has a colon, so "onnx" is unambiguous
         from .onnx_cli import main as onnx_main
 

@@ -1,0 +1,99 @@
+"""`arena-agent submissions`: a team's own submissions with their results and the quota it has
+left in each phase (GET /api/v1/submissions with the team token; docs/server.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from typing import TextIO
+
+DEFAULT_SERVER = "http://127.0.0.1:8080"
+
+
+def _base_url(server: str) -> str:
+    """The REST base of a server address given as HOST:PORT, http://HOST:PORT or ws://... ."""
+    rest = server.split("://", 1)[1] if "://" in server else server
+    host = rest.split("/", 1)[0]
+    return f"http://{host}"
+
+
+def fetch(server: str, token: str, timeout_s: float = 30.0) -> dict:
+    """The JSON of GET /api/v1/submissions; raises RuntimeError with the server's message."""
+    request = urllib.request.Request(
+        f"{_base_url(server)}/api/v1/submissions", headers={"Authorization": f"Bearer {token}"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        try:
+            message = json.loads(e.read())["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = e.reason
+        raise RuntimeError(f"the server answered {e.code}: {message}") from None
+    except (urllib.error.URLError, OSError) as e:
+        raise RuntimeError(f"cannot reach the server at {_base_url(server)}: {e}") from None
+
+
+def _result(s: dict) -> str:
+    scores = s.get("scores")
+    if not scores:
+        return "hidden until the phase ends" if s.get("results_hidden") else "-"
+    parts = [f"{scores['scored']}/{scores['episodes']} scored"]
+    if scores.get("failed"):
+        parts.append(f"{scores['failed']} failed")
+    if scores.get("success_rate") is not None:
+        parts.append(f"{scores['success_metric']} {100 * scores['success_rate']:.0f}%")
+    if scores.get("score") is not None:
+        unit = f" {scores['primary_units']}" if scores.get("primary_units") else ""
+        parts.append(f"{scores['primary']} {scores['score']:.4f}{unit}")
+    return ", ".join(parts)
+
+
+def print_listing(listing: dict, out: TextIO) -> None:
+    rows = [["submission", "benchmark", "phase", "agent", "status", "result"]]
+    for s in listing.get("submissions", []):
+        rows.append(
+            [s["id"], s["benchmark"], s.get("phase") or "-", s.get("agent_name") or "-", s["status"], _result(s)]
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip(), file=out)
+    for q in listing.get("quotas", []):
+        today = "no daily limit" if q.get("left_today") is None else f"{q['left_today']} left today"
+        total = "" if q.get("max_total") is None else f", {q['left_total']} of {q['max_total']} left in the phase"
+        print(
+            f"phase {q['phase']}: {q['used_total']} used; {today}{total} (the day resets at {q['day_resets_at']})",
+            file=out,
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="arena-agent submissions",
+        description="List your team's submissions with their results (scored and failed episodes, "
+        "success rate, score) and the quota left in each phase.",
+    )
+    parser.add_argument("--server", default=DEFAULT_SERVER, help=f"the server [default: {DEFAULT_SERVER}]")
+    parser.add_argument("--token", default=None, help="team token (or ARENA_TOKEN)")
+    parser.add_argument("--json", action="store_true", help="print the server's JSON")
+    args = parser.parse_args(argv)
+    import os
+
+    token = args.token or os.environ.get("ARENA_TOKEN")
+    if not token:
+        parser.error("give the team token with --token or ARENA_TOKEN")
+    try:
+        listing = fetch(args.server, token)
+    except RuntimeError as e:
+        print(f"arena-agent submissions: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(listing, indent=1))
+    else:
+        print_listing(listing, sys.stdout)
+    return 0

@@ -32,7 +32,9 @@ function setupTokenBox(router) {
   async function showWho() {
     const t = getToken();
     input.value = '';
-    input.placeholder = t ? 'token set (paste to replace)' : 'paste a token';
+    // Short enough for the box (18 characters); the title says the rest.
+    input.placeholder = t ? 'paste to replace' : 'paste a token';
+    input.title = t ? 'a token is set: paste another to replace it' : 'paste a team token or the admin token';
     clearBtn.hidden = !t;
     label.className = 'whoami';
     if (!t) {
@@ -69,14 +71,20 @@ function setupTokenBox(router) {
   });
   clearBtn.addEventListener('click', () => setToken(''));
   onTokenChange(() => {
-    showWho();
+    showWho().then(() => highlightNav(currentRoute));
     router.render();
   });
-  showWho();
+  showWho().then(() => highlightNav(currentRoute));
 }
 
+let currentRoute = '';
+
+/** Lights the nav tab of route `name`: a submission or an episode belongs to the organiser's
+ * tab for the admin token, to the team's otherwise. */
 function highlightNav(name) {
-  const key = NAV_OF[name] || '';
+  currentRoute = name;
+  const admin = document.getElementById('whoami').dataset.role === 'admin';
+  const key = admin && (name === 'submission' || name === 'episode') ? 'admin' : NAV_OF[name] || '';
   for (const a of document.querySelectorAll('.mainnav a')) {
     a.classList.toggle('active', a.dataset.nav === key);
     if (a.dataset.nav === key) a.setAttribute('aria-current', 'page');

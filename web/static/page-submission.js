@@ -41,10 +41,14 @@ export function tokenPrompt(what) {
 /** Ranking metrics first (success, primary, tie-breakers), then the rest as listed. */
 export function orderedMetrics(bench, present) {
   const r = (bench && bench.ranking) || {};
-  const ranking = [r.primary, ...(r.tie_breakers || []), r.success].filter(Boolean);
+  // The leaderboard's order: the success rule, its failure time, the primary metric, the tie
+  // breakers; then the other success rule and the body-position errors (docs/metrics.md).
+  const ranking = [r.success, r.survival, r.primary, ...(r.tie_breakers || [])].filter(Boolean);
+  const other = r.success === 'mjlab_success' ? 'success' : 'mjlab_success';
+  const preferred = [other, 'mpjpe_g', 'mpjpe_rr'];
   const listed = (bench && bench.metrics && bench.metrics.list) || [];
   const out = [];
-  for (const m of [...ranking, ...listed, ...present]) if (!out.includes(m) && present.includes(m)) out.push(m);
+  for (const m of [...ranking, ...preferred, ...listed, ...present]) if (!out.includes(m) && present.includes(m)) out.push(m);
   return { all: out, ranking: ranking.filter((m) => present.includes(m)) };
 }
 
@@ -366,7 +370,8 @@ function renderResults(root, res, { id, bench, info, state }) {
   const tableHolder = h('div');
   const drawTable = () => {
     clear(tableHolder);
-    const shown = state.allMetrics ? all : all.slice(0, Math.max(ranking.length, Math.min(6, all.length)));
+    // By default the ranking metrics and what reads best beside them, so the table fits 1280 px.
+    const shown = state.allMetrics ? all : all.slice(0, Math.max(ranking.length, Math.min(4, all.length)));
     const cols = [
       { key: 'idx', label: '#', numeric: true },
       {
@@ -377,8 +382,9 @@ function renderResults(root, res, { id, bench, info, state }) {
             ? h('a', { href: `#/submissions/${enc(id)}/episodes/${e.idx}`, 'data-testid': 'episode-link' }, e.motion)
             : h('span.muted', { title: 'hidden: this benchmark is a hidden test set' }, '—'),
       },
-      { key: 'agent_name', label: 'Agent', render: (e) => e.agent_name || '—' },
-      { key: 'category', label: 'Category' },
+      // The agent column only where sessions ran different agents (the submission's head names
+      // the agent otherwise); the motion's category is on its episode page.
+      ...(new Set(episodes.map((e) => e.agent_name || '')).size > 1 ? [{ key: 'agent_name', label: 'Agent', render: (e) => e.agent_name || '—' }] : []),
       { key: 'status', label: 'Status', render: (e) => badge(e.status) },
       { key: 'steps', label: 'Steps', numeric: true },
       { key: 'duration_s', label: 'Clip (s)', numeric: true, render: (e) => fmtNum(e.duration_s) },

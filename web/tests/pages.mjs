@@ -589,6 +589,9 @@ await step('submission page', async () => {
   await go(`#/submissions/${SID}`);
   await page.waitForSelector('[data-testid=sub-status]');
   const status = await page.textContent('[data-testid=sub-status]');
+  const lit = await page.getAttribute('.mainnav a.active', 'data-nav').catch(() => null);
+  const role = await page.getAttribute('#whoami', 'data-role');
+  check('the nav tab lit on a submission page follows the token', lit === (role === 'admin' ? 'admin' : 'team'), { lit, role });
   check('submission status badge', ['PENDING', 'RUNNING', 'COMPLETED', 'FAILED'].includes(status), status);
   await page.waitForSelector('[data-testid=episode-table]');
   const eps = await rowCount('[data-testid=episode-table]');
@@ -652,6 +655,7 @@ await step('submission page', async () => {
     return 0;
   });
   episodeIdx = firstScored;
+  await checkNoClipping('submission');
   await shot('submission');
 });
 
@@ -786,6 +790,7 @@ await step('team views (owner, hidden phase, organiser page)', async () => {
   await go(`#/submissions/${SID}`);
   await page.waitForSelector('[data-testid=episode-table]');
   check('owner sees the submission', true);
+  check('a team on a submission page: the Team tab is lit', (await page.getAttribute('.mainnav a.active', 'data-nav')) === 'team');
   check('no organiser buttons for a team', (await page.locator('[data-testid=btn-rescore]').count()) === 0);
   await go(`#/leaderboards/${args.benchmark}`);
   await page.waitForSelector('[data-testid=leaderboard-table]');

@@ -222,6 +222,30 @@ pub fn results_hidden(phase: &Phase, now_ms: i64) -> bool {
     phase.leaderboard == Visibility::Private && now_ms < phase.ends_at
 }
 
+/// What a team may learn of why its own episode ended while its phase hides results: the kind
+/// of failure, without steps, values, motions or times (a reason names the step, the joint and
+/// its value, which a hidden test set must not give away), so a team can still fix its agent.
+pub fn failure_kind(reason: &str) -> &'static str {
+    const KINDS: [(&str, &str); 9] = [
+        ("after the episode had broken", "a fall, after which the agent erred"),
+        (
+            "action out of range",
+            "an action out of range (a target far outside a joint's range)",
+        ),
+        ("non-finite action", "a non-finite action (NaN or infinity)"),
+        ("values, expected", "an action of the wrong size"),
+        ("two actions for episode", "two actions for one episode in one step"),
+        ("no action for episode", "no action for the episode in a step's answer"),
+        ("no Action for GetAction", "no action within the step deadline"),
+        ("connection lost", "the agent's connection was lost too often"),
+        ("simulator", "a simulator failure"),
+    ];
+    KINDS
+        .iter()
+        .find(|(pattern, _)| reason.contains(pattern))
+        .map_or("an error (its details are shown when the phase ends)", |(_, kind)| kind)
+}
+
 /// What a Connect or a REST submission asks to run.
 #[derive(Debug, Clone, Copy)]
 pub struct RunRequest<'a> {
@@ -573,6 +597,39 @@ pub fn check_slug(field: &str, id: &str) -> Result<(), AccessError> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_hidden_phase_tells_the_kind_of_failure_and_nothing_else() {
+        let cases = [
+            (
+                "step 1402: action out of range for episode 1 (at its step 701; waist_roll_joint target -3.86 rad is outside [-3.66, 3.66] (the joint's range widened by π))",
+                "an action out of range",
+            ),
+            (
+                "step 9: non-finite action for episode 3 (at its step 4; joint 2: NaN)",
+                "a non-finite action",
+            ),
+            (
+                "step 3: no action for episode 2 (at its step 1)",
+                "no action for the episode",
+            ),
+            (
+                "no Action for GetAction step 7 (a session-wide request counter) within the 1.000 s step deadline",
+                "no action within the step deadline",
+            ),
+            (
+                "step 2026: action out of range for episode 3 (at its step 1013; ...) after the episode had broken mjlab_success at 18.76 s: scored as a fall up to there",
+                "a fall",
+            ),
+            ("something new", "an error (its details are shown when the phase ends)"),
+        ];
+        for (reason, kind) in cases {
+            let told = failure_kind(reason);
+            assert!(told.starts_with(kind), "{reason:?} -> {told:?}");
+            assert!(!told.chars().any(|c| c.is_ascii_digit()), "no step or value: {told}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -159,10 +159,11 @@ pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
             let _ = ctx.out.send(Msg::EpisodeEnd(EpisodeEnd {
                 episode_id: episode.index as u32,
                 status: status_name(status).into(),
-                reason: if reveal {
-                    reason.unwrap_or_default()
-                } else {
-                    String::new()
+                // A hidden phase still tells the team the kind of its agent's failure.
+                reason: match (reveal, reason) {
+                    (true, r) => r.unwrap_or_default(),
+                    (false, Some(r)) => crate::access::failure_kind(&r).to_string(),
+                    (false, None) => String::new(),
                 },
                 steps: steps as u32,
                 metrics: if reveal && status.is_scored() {

@@ -518,6 +518,11 @@ async fn requeue_until_attempts_run_out(url: String, engine: Engine) {
     assert_eq!(storage.requeue_episodes("s-1", &[0], 2, reason).await.unwrap(), (0, 0));
     assert_eq!(storage.episode_counts("s-1").await.unwrap(), (2, 0, 2));
     assert_eq!(storage.requeue_episodes("s-1", &[], 2, reason).await.unwrap(), (0, 0));
+    // What the re-runs cost, as listings show it (issue 39): episode 0 ran twice, the others
+    // once or never.
+    let reruns = storage.reruns(None, Some("s-1")).await.unwrap();
+    assert_eq!(reruns.get("s-1"), Some(&(1, 1)), "{reruns:?}");
+    assert_eq!(storage.reruns(Some(4242), None).await.unwrap().len(), 0);
 }
 
 async fn recover_after_restart(url: String, engine: Engine) {

@@ -116,8 +116,10 @@ def test_cli_says_how_to_resume_after_a_broken_agent(
     assert "arena-agent: error: agent " in result.stderr, result.stderr
     assert f"submission {submission_id} is left RUNNING" in result.stderr, result.stderr
     assert f"--submission-id {submission_id}" in result.stderr, result.stderr
+    assert "uses one of its attempts" in result.stderr, result.stderr
     status, body = server.request("GET", f"/api/v1/submissions/{submission_id}", team_token)
     assert status == 200 and body["status"] == "RUNNING", body
+    assert body["attempts"]["max_per_episode"] == 3, body
     # An exception in the agent's own code: its traceback, then the same advice.
     (tmp_path / "raises.py").write_text(
         "class Raises:\n    def act(self, batch):\n        raise ValueError('model not loaded')\n"

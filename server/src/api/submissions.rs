@@ -102,6 +102,17 @@ impl<'a> ScoreLookup<'a> {
     }
 }
 
+/// How many of a submission's episodes a lost connection made run again, and the limit: an
+/// interrupted episode restarts from its beginning as its next attempt, and one that reaches
+/// `max_attempts` fails.
+fn attempts_json(state: &AppState, (episodes_rerun, reruns): (i64, i64)) -> Value {
+    json!({
+        "max_per_episode": state.config.max_attempts,
+        "episodes_rerun": episodes_rerun,
+        "reruns": reruns,
+    })
+}
+
 /// `GET /api/v1/submissions`: the caller's submissions (a team's own, or every one for the
 /// admin), newest first, each with the `scores` its leaderboard row shows once it has a report
 /// (`null` while it runs, or while its private phase hides results from the team:
@@ -114,6 +125,12 @@ pub(super) async fn list_submissions(State(state): State<Arc<AppState>>, headers
         Caller::Team(t) => Some(t.id),
     };
     let submissions = state.storage.submissions(team).await?;
+    // A team's own re-runs (attempts cost something: the listing says how many were used);
+    // the organiser sees them per submission (`GET /api/v1/submissions/{id}`).
+    let reruns = match team {
+        Some(_) => state.storage.reruns(team, None).await?,
+        None => Default::default(),
+    };
     let now = now_ms();
     let mut lookup = ScoreLookup::new(&state, &who, now);
     let mut listed = Vec::with_capacity(submissions.len());
@@ -122,6 +139,9 @@ pub(super) async fn list_submissions(State(state): State<Arc<AppState>>, headers
         let mut v = serde_json::to_value(s).map_err(|e| internal_error("listing submissions", e))?;
         v["scores"] = json!(scores);
         v["results_hidden"] = json!(hidden);
+        if team.is_some() {
+            v["attempts"] = attempts_json(&state, reruns.get(&s.id).copied().unwrap_or((0, 0)));
+        }
         listed.push(v);
     }
     let phases = lookup.phases;
@@ -172,7 +192,9 @@ pub(super) async fn get_submission(
     let (who, s) = visible_submission(&state, &headers, &id).await?;
     let (pending, running, finished) = state.storage.episode_counts(&id).await?;
     let (scores, hidden) = ScoreLookup::new(&state, &who, now_ms()).scores(&s).await?;
+    let reruns = state.storage.reruns(None, Some(&id)).await?.remove(&id);
     let mut v = serde_json::to_value(&s)?;
+    v["attempts"] = attempts_json(&state, reruns.unwrap_or((0, 0)));
     v["progress"] = json!({"pending": pending, "running": running, "finished": finished});
     v["scores"] = json!(scores);
     v["results_hidden"] = json!(hidden);

@@ -522,4 +522,36 @@ impl Storage {
         }
         Ok((pending, running, finished))
     }
+
+    /// Episodes run more than once (a lost connection restarts an episode as its next attempt),
+    /// per submission of `team` (every team's for `None`), or of the one `submission`:
+    /// submission id → (episodes re-run, extra runs). Submissions with none are left out.
+    pub async fn reruns(
+        &self,
+        team: Option<i64>,
+        submission: Option<&str>,
+    ) -> Result<std::collections::HashMap<String, (i64, i64)>, StorageError> {
+        let rows = sqlx::query(
+            "SELECT e.submission_id AS submission_id, \
+                    CAST(COUNT(*) AS BIGINT) AS episodes_rerun, \
+                    CAST(SUM(e.attempts - 1) AS BIGINT) AS reruns \
+             FROM episodes e JOIN submissions s ON s.id = e.submission_id \
+             WHERE ($1 IS NULL OR s.team_id = $1) AND ($2 IS NULL OR e.submission_id = $2) AND e.attempts > 1 \
+             GROUP BY e.submission_id",
+        )
+        .bind(team)
+        .bind(submission)
+        .fetch_all(&self.pool)
+        .await
+        .ctx(|| "counting re-run episodes".to_string())?;
+        let what = "re-run episode counts";
+        rows.iter()
+            .map(|row| {
+                let id: String = get(row, "submission_id", what)?;
+                let episodes: i64 = get(row, "episodes_rerun", what)?;
+                let runs: i64 = get(row, "reruns", what)?;
+                Ok((id, (episodes, runs)))
+            })
+            .collect()
+    }
 }

@@ -157,7 +157,10 @@ def _say_how_to_resume(submission_id: str) -> None:
     if submission_id:
         print(
             f"arena-agent: submission {submission_id} is left RUNNING (it counts towards quotas); "
-            f"its unfinished episodes wait: resume it with --submission-id {submission_id}",
+            f"its unfinished episodes wait: resume it with --submission-id {submission_id}. "
+            "An interrupted episode runs again from its start and uses one of its attempts (the "
+            "server's max_attempts; an episode interrupted that often fails): "
+            "`arena-agent submissions` shows how many were used",
             file=sys.stderr,
         )
 

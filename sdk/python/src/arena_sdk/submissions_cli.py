@@ -54,11 +54,26 @@ def _result(s: dict) -> str:
     return ", ".join(parts)
 
 
+def _attempts(s: dict) -> str:
+    a = s.get("attempts") or {}
+    if not a.get("episodes_rerun"):
+        return "-"
+    return f"{a['episodes_rerun']} episode(s) re-run, {a['reruns']} extra run(s); at most {a['max_per_episode']} per episode"
+
+
 def print_listing(listing: dict, out: TextIO) -> None:
-    rows = [["submission", "benchmark", "phase", "agent", "status", "result"]]
+    rows = [["submission", "benchmark", "phase", "agent", "status", "result", "re-runs"]]
     for s in listing.get("submissions", []):
         rows.append(
-            [s["id"], s["benchmark"], s.get("phase") or "-", s.get("agent_name") or "-", s["status"], _result(s)]
+            [
+                s["id"],
+                s["benchmark"],
+                s.get("phase") or "-",
+                s.get("agent_name") or "-",
+                s["status"],
+                _result(s),
+                _attempts(s),
+            ]
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:

@@ -344,6 +344,10 @@ def _fmt(value: float) -> str:
     return "nan" if math.isnan(value) else f"{value:.4f}"
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def _unit(metric: str, sep: str) -> str:
     unit = METRIC_UNITS.get(metric, "")
     return f"{sep}{unit}" if unit else ""
@@ -377,7 +381,7 @@ def print_summary(summary: RunSummary, out: TextIO) -> None:
         if summary.submission_id
         else "practice"
     )
-    line = f"{what}: {len(episodes)} episodes ({counts})"
+    line = f"{what}: {_plural(len(episodes), 'episode')} ({counts})"
     scored = [e for e in episodes if e.status in ("completed", "fell")]
     for k in SUCCESS_METRICS:
         if any(k in e.metrics for e in scored):

@@ -13,7 +13,7 @@ use axum::routing::get;
 use std::sync::Arc;
 
 /// Largest WebSocket frame accepted from an agent (a batch of 4096 actions is ~0.5 MB).
-const MAX_FRAME_BYTES: usize = 16 << 20;
+pub const MAX_FRAME_BYTES: usize = 16 << 20;
 
 /// The routes: the web pages (`/`, `/static/...`, `/vendor/three/...`), `/api/v1/...` REST, the
 /// `/api/v1/agent` WebSocket, and the gRPC services
@@ -48,10 +48,15 @@ async fn no_route(request: axum::extract::Request) -> Response {
     axum::response::IntoResponse::into_response(api::ApiError(crate::access::AccessError::not_found(message)))
 }
 
-async fn agent_socket(ws: WebSocketUpgrade, State(state): State<Arc<AppState>>) -> Response {
+async fn agent_socket(
+    ws: WebSocketUpgrade,
+    State(state): State<Arc<AppState>>,
+    connection: Option<axum::Extension<Arc<crate::connections::Activity>>>,
+) -> Response {
+    let connection = connection.map(|axum::Extension(activity)| activity);
     ws.max_message_size(MAX_FRAME_BYTES)
         .max_frame_size(MAX_FRAME_BYTES)
-        .on_upgrade(move |socket| gateway::ws::session(socket, state))
+        .on_upgrade(move |socket| gateway::ws::session(socket, state, connection))
 }
 
 /// Sets TCP_NODELAY on an accepted connection. An agent's session is a stream of small
@@ -111,8 +116,10 @@ pub async fn serve(
         let (io, activity) = Watched::new(stream);
         let app = app.clone();
         let served = activity.clone();
-        let service = hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+        let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
             let guard = served.request();
+            // The agent WebSocket asks for a lingering close through it (`gateway::ws`).
+            request.extensions_mut().insert(served.clone());
             let app = app.clone();
             async move {
                 let response = tower::ServiceExt::oneshot(app, request).await;

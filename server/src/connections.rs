@@ -118,6 +118,9 @@ pub struct Activity {
     last_ms: AtomicU64,
     read_any: AtomicBool,
     in_flight: AtomicUsize,
+    /// Set when the server closes while the client may still be sending (an over-size
+    /// WebSocket frame): the socket is then drained before it is closed.
+    linger: AtomicBool,
 }
 
 impl Activity {
@@ -127,6 +130,7 @@ impl Activity {
             last_ms: AtomicU64::new(0),
             read_any: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
+            linger: AtomicBool::new(false),
         })
     }
 
@@ -140,6 +144,15 @@ impl Activity {
     pub fn request(self: &Arc<Self>) -> RequestGuard {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         RequestGuard(self.clone())
+    }
+
+    /// Asks for a lingering close: when the connection is dropped, its write side is shut down
+    /// and what the client still sends is read and discarded (for at most [`LINGER`]) before
+    /// the socket closes. Closing a socket with unread input makes the kernel send a reset,
+    /// and a reset makes the client's kernel discard what the server wrote last, such as the
+    /// WebSocket close frame that says why.
+    pub fn linger_on_close(&self) {
+        self.linger.store(true, Ordering::Relaxed);
     }
 
     /// Resolves when the connection has outlived its deadline, with the reason.
@@ -175,9 +188,13 @@ impl Drop for RequestGuard {
     }
 }
 
+/// How long a lingering close reads what the client still sends.
+pub const LINGER: Duration = Duration::from_secs(5);
+
 /// A TCP stream that records its activity.
 pub struct Watched {
-    stream: TcpStream,
+    /// Taken out only when dropped with a lingering close.
+    stream: Option<TcpStream>,
     activity: Arc<Activity>,
 }
 
@@ -186,7 +203,7 @@ impl Watched {
         let activity = Activity::new();
         (
             Watched {
-                stream,
+                stream: Some(stream),
                 activity: activity.clone(),
             },
             activity,
@@ -194,10 +211,41 @@ impl Watched {
     }
 }
 
+impl Watched {
+    fn stream_mut(&mut self) -> &mut TcpStream {
+        self.stream.as_mut().expect("the stream is only taken when the connection drops")
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        if !self.activity.linger.load(Ordering::Relaxed) {
+            return;
+        }
+        if let (Some(stream), Ok(runtime)) = (self.stream.take(), tokio::runtime::Handle::try_current()) {
+            runtime.spawn(drain_then_close(stream));
+        }
+    }
+}
+
+/// The lingering close: a FIN after what was written, then the client's remaining bytes read
+/// and discarded until it closes its side or [`LINGER`] passes.
+async fn drain_then_close(mut stream: TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _ = stream.shutdown().await;
+    let deadline = tokio::time::Instant::now() + LINGER;
+    let mut sink = vec![0u8; 64 << 10];
+    while let Ok(Ok(n)) = tokio::time::timeout_at(deadline, stream.read(&mut sink)).await {
+        if n == 0 {
+            break;
+        }
+    }
+}
+
 impl AsyncRead for Watched {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
         let before = buf.filled().len();
-        let polled = Pin::new(&mut self.stream).poll_read(cx, buf);
+        let polled = Pin::new(self.stream_mut()).poll_read(cx, buf);
         if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
             self.activity.read_any.store(true, Ordering::Relaxed);
             self.activity.touch();
@@ -208,7 +256,7 @@ impl AsyncRead for Watched {
 
 impl AsyncWrite for Watched {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
-        let polled = Pin::new(&mut self.stream).poll_write(cx, data);
+        let polled = Pin::new(self.stream_mut()).poll_write(cx, data);
         if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
             self.activity.touch();
         }
@@ -216,11 +264,11 @@ impl AsyncWrite for Watched {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
+        Pin::new(self.stream_mut()).poll_flush(cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
+        Pin::new(self.stream_mut()).poll_shutdown(cx)
     }
 
     fn poll_write_vectored(
@@ -228,7 +276,7 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        let polled = Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
+        let polled = Pin::new(self.stream_mut()).poll_write_vectored(cx, bufs);
         if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
             self.activity.touch();
         }
@@ -236,7 +284,7 @@ impl AsyncWrite for Watched {
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
+        self.stream.as_ref().is_some_and(TcpStream::is_write_vectored)
     }
 }
 

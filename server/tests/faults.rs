@@ -432,3 +432,37 @@ async fn heartbeats_come_at_the_configured_interval() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Issue 39: a frame over the 16 MiB limit ends the connection with close code 1009 ("message
+/// too big") and a reason with the sizes, not a bare drop (code 1005). The 40 MiB frame is far
+/// more than the sockets buffer, so the client is still sending when the server gives up (the
+/// server drains the rest before closing; on loopback the close frame also arrives without
+/// that, across a network a reset can discard it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_over_size_frame_is_closed_with_1009_and_the_sizes() {
+    let dir = tmp("faults-too-big");
+    let server = ServerProc::start(&dir, &[]);
+    let token = server.team("big");
+    let (mut ws, _) = open(&server.ws_url(), &connect_msg(&token, "practice", ""), Encoding::Binary).await;
+    let size = 40 << 20;
+    let sent = ws.send(Message::Binary(vec![0u8; size].into())).await;
+    let close = loop {
+        match tokio::time::timeout(Duration::from_secs(30), ws.next())
+            .await
+            .expect("the server closes the connection")
+        {
+            Some(Ok(Message::Close(Some(frame)))) => break frame,
+            Some(Ok(Message::Close(None))) => panic!("closed without a code (1005); send: {sent:?}; log: {}", std::fs::read_to_string(&server.log).unwrap_or_default()),
+            Some(Ok(_)) => {}
+            other => panic!("expected a close frame, got {other:?}; send: {sent:?}"),
+        }
+    };
+    assert_eq!(u16::from(close.code), 1009, "{close:?}");
+    assert!(
+        close.reason.contains(&size.to_string()) && close.reason.contains("16777216"),
+        "the reason gives both sizes: {close:?}"
+    );
+    let (status, _) = server.get("/api/v1/health", None);
+    assert_eq!(status, 200);
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -3,33 +3,69 @@
 //! answers in it.
 
 use super::Incoming;
+use crate::connections::Activity;
 use crate::state::AppState;
 use arena_sdk::protocol::{self, Encoding, Msg};
-use axum::extract::ws::{Message as WsMessage, WebSocket};
+use axum::extract::ws::{CloseFrame, Message as WsMessage, WebSocket};
 use futures_util::{SinkExt, StreamExt};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
-/// Runs one session on an upgraded socket.
-pub async fn session(socket: WebSocket, state: Arc<AppState>) {
+/// The close code of a message over the size limit (RFC 6455 §7.4.1: "Message Too Big").
+pub const CLOSE_MESSAGE_TOO_BIG: u16 = 1009;
+
+/// Runs one session on an upgraded socket. `connection` is the listener's record of the TCP
+/// connection (absent when the router is served by something else).
+pub async fn session(socket: WebSocket, state: Arc<AppState>, connection: Option<Arc<Activity>>) {
     let (sink, stream) = socket.split();
     // Set by the first data frame; replies before it (a Connect timeout) go out as JSON.
     let binary = Arc::new(AtomicBool::new(false));
+    // Why the reader gave up, when the client is owed a close frame that says so.
+    let close_reason: Arc<Mutex<Option<CloseFrame>>> = Arc::default();
     let mut seen_data = false;
     let reader_binary = binary.clone();
+    let reader_close = close_reason.clone();
     let incoming = stream.map(move |frame| {
         if !seen_data && matches!(frame, Ok(WsMessage::Binary(_) | WsMessage::Text(_))) {
             seen_data = true;
             reader_binary.store(matches!(frame, Ok(WsMessage::Binary(_))), Ordering::Release);
         }
+        if let Err(e) = &frame
+            && let Some(close) = too_big(e)
+        {
+            tracing::info!("closing an agent connection: {}", close.reason);
+            // The rest of the frame is still on its way: drain it before closing, or the
+            // reset that follows would discard the close frame at the client.
+            if let Some(connection) = &connection {
+                connection.linger_on_close();
+            }
+            *reader_close.lock().unwrap_or_else(|p| p.into_inner()) = Some(close);
+        }
         decode(frame)
     });
     let (out_tx, out_rx) = unbounded_channel();
     // The writer owns the sink; the session sends through `out_tx`.
-    let writer = tokio::spawn(write_frames(sink, out_rx, binary));
+    let writer = tokio::spawn(write_frames(sink, out_rx, binary, close_reason));
     super::session(state, Box::pin(incoming), out_tx).await;
     let _ = writer.await;
+}
+
+/// The close frame owed for a read error that is an over-size message: code 1009 and the sizes.
+fn too_big(error: &axum::Error) -> Option<CloseFrame> {
+    use std::error::Error as _;
+    use tokio_tungstenite::tungstenite::error::{CapacityError, Error as WsError};
+    let mut source: Option<&(dyn std::error::Error + 'static)> = error.source();
+    while let Some(e) = source {
+        if let Some(WsError::Capacity(CapacityError::MessageTooLong { size, max_size })) = e.downcast_ref::<WsError>() {
+            return Some(CloseFrame {
+                code: CLOSE_MESSAGE_TOO_BIG,
+                reason: format!("message of {size} bytes is over the limit of {max_size} bytes").into(),
+            });
+        }
+        source = e.source();
+    }
+    None
 }
 
 fn decode(frame: Result<WsMessage, axum::Error>) -> Incoming {
@@ -59,6 +95,7 @@ async fn write_frames(
     mut sink: futures_util::stream::SplitSink<WebSocket, WsMessage>,
     mut rx: UnboundedReceiver<Msg>,
     binary: Arc<AtomicBool>,
+    close_reason: Arc<Mutex<Option<CloseFrame>>>,
 ) {
     while let Some(msg) = rx.recv().await {
         let last = matches!(msg, Msg::Disconnect(_));
@@ -73,6 +110,10 @@ async fn write_frames(
         if last {
             break;
         }
+    }
+    let owed = close_reason.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(frame) = owed {
+        let _ = sink.send(WsMessage::Close(Some(frame))).await;
     }
     let _ = sink.close().await;
 }

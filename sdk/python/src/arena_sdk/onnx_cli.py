@@ -7,7 +7,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from .cli import (
+from .cli_common import (
     add_session_options,
     attach_number_lists,
     check_session_arguments,

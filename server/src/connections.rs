@@ -213,7 +213,9 @@ impl Watched {
 
 impl Watched {
     fn stream_mut(&mut self) -> &mut TcpStream {
-        self.stream.as_mut().expect("the stream is only taken when the connection drops")
+        self.stream
+            .as_mut()
+            .expect("the stream is only taken when the connection drops")
     }
 }
 

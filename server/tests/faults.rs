@@ -403,6 +403,27 @@ async fn a_resume_by_another_agent_is_recorded_per_episode() {
         .collect();
     assert_eq!(agents[0], "faulty", "{agents:?}");
     assert!(agents[1..].iter().all(|a| *a == "second"), "{agents:?}");
+    // Issue 39: each session's agent is on record, with how the session ended.
+    let sessions: Vec<(String, String, bool)> = s["sessions"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{s}"))
+        .iter()
+        .map(|x| {
+            (
+                x["agent_name"].as_str().unwrap_or("-").to_string(),
+                x["outcome"].as_str().unwrap_or("-").to_string(),
+                x["started_at"].as_i64() <= x["ended_at"].as_i64(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        sessions,
+        [
+            ("faulty".into(), "stopped".into(), true),
+            ("second".into(), "completed".into(), true)
+        ],
+        "{s}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -452,7 +473,10 @@ async fn an_over_size_frame_is_closed_with_1009_and_the_sizes() {
             .expect("the server closes the connection")
         {
             Some(Ok(Message::Close(Some(frame)))) => break frame,
-            Some(Ok(Message::Close(None))) => panic!("closed without a code (1005); send: {sent:?}; log: {}", std::fs::read_to_string(&server.log).unwrap_or_default()),
+            Some(Ok(Message::Close(None))) => panic!(
+                "closed without a code (1005); send: {sent:?}; log: {}",
+                std::fs::read_to_string(&server.log).unwrap_or_default()
+            ),
             Some(Ok(_)) => {}
             other => panic!("expected a close frame, got {other:?}; send: {sent:?}"),
         }

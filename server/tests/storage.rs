@@ -87,6 +87,7 @@ on_both_engines!(
     submission_lifecycle,
     episodes_are_counted_once,
     nan_metrics_round_trip,
+    sessions_are_kept_in_order,
     requeue_until_attempts_run_out,
     recover_after_restart,
     reopened_database_keeps_data,
@@ -470,6 +471,39 @@ async fn nan_metrics_round_trip(url: String, engine: Engine) {
     assert_eq!(back["tiny"], 1e-300);
     assert_eq!(back["third"], 1.0 / 3.0);
     assert_eq!(back["negative"], -2.5);
+}
+
+/// Issue 39: every agent session of a submission stays on record, oldest first; ending one
+/// twice keeps the first end.
+async fn sessions_are_kept_in_order(url: String, engine: Engine) {
+    let storage = open(&url, engine).await;
+    setup(&storage, "red", "s-1", 1).await;
+    assert!(storage.sessions("s-1").await.unwrap().is_empty());
+    storage.start_session("ses-b", "s-1", "second", 2_000).await.unwrap();
+    storage.start_session("ses-a", "s-1", "first", 1_000).await.unwrap();
+    storage.end_session("ses-a", "stopped", 1_500).await.unwrap();
+    storage.end_session("ses-a", "error", 1_700).await.unwrap();
+    let got = storage.sessions("s-1").await.unwrap();
+    let view: Vec<_> = got
+        .iter()
+        .map(|s| {
+            (
+                s.id.as_str(),
+                s.agent_name.as_str(),
+                s.started_at,
+                s.ended_at,
+                s.outcome.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        view,
+        [
+            ("ses-a", "first", 1_000, Some(1_500), Some("stopped")),
+            ("ses-b", "second", 2_000, None, None)
+        ]
+    );
+    assert!(storage.sessions("s-2").await.unwrap().is_empty());
 }
 
 async fn requeue_until_attempts_run_out(url: String, engine: Engine) {

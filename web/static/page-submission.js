@@ -104,7 +104,8 @@ export async function submissionPage(root, { id }, ctx) {
           ['Team', sub.team_name || String(sub.team_id)],
           ['Benchmark', h('a', { href: `#/benchmarks/${enc(sub.benchmark)}` }, sub.benchmark)],
           ['Phase', sub.phase ? h('a', { href: `#/phases/${enc(sub.phase)}` }, sub.phase) : h('span.muted', 'none (open benchmark submission)')],
-          ['Agent', sub.agent_name || '—'],
+          ['Agent', agentCell(sub)],
+          ['Sessions', sessionsCell(sub)],
           ['Created', timeEl(sub.created_at)],
           ['Started', timeEl(sub.started_at)],
           ['Finished', timeEl(sub.finished_at)],
@@ -521,4 +522,23 @@ function renderResults(root, res, { id, bench, info, state }) {
   plots.append(h('h3', 'Tracking error over time ', h('label', 'episode: ', epSel), ' ', h('label', 'series: ', kindSel)), lineHolder);
   root.append(plots);
   drawLine();
+}
+
+/** The last session's agent, and the earlier ones when a resume came from another agent. */
+function agentCell(sub) {
+  const name = sub.agent_name || '—';
+  const earlier = [...new Set((sub.sessions || []).map((s) => s.agent_name))].filter((a) => a && a !== sub.agent_name);
+  return earlier.length ? `${name} (last session; earlier: ${earlier.join(', ')})` : name;
+}
+
+/** Every agent session of the submission, oldest first: agent, start, end and how it ended. */
+function sessionsCell(sub) {
+  const sessions = sub.sessions || [];
+  if (!sessions.length) return h('span.muted', 'none yet');
+  const open = ACTIVE.has(sub.status) ? 'running' : 'no end recorded (the server stopped)';
+  return h(
+    'ol.sessions',
+    { 'data-testid': 'sessions' },
+    sessions.map((s) => h('li', `${s.agent_name || 'unnamed agent'} · `, timeEl(s.started_at), s.ended_at ? [' – ', timeEl(s.ended_at), ` · ${s.outcome}`] : ` · ${open}`)),
+  );
 }

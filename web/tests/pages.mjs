@@ -593,6 +593,8 @@ await step('submission page', async () => {
   const role = await page.getAttribute('#whoami', 'data-role');
   check('the nav tab lit on a submission page follows the token', lit === (role === 'admin' ? 'admin' : 'team'), { lit, role });
   check('submission status badge', ['PENDING', 'RUNNING', 'COMPLETED', 'FAILED'].includes(status), status);
+  const sessions = await page.$$eval('[data-testid=sessions] li', (l) => l.map((x) => x.textContent));
+  check('the agent sessions are listed, each with how it ended', sessions.length >= 1 && sessions.every((t) => / · (completed|stopped|error|running)/.test(t)), sessions);
   await page.waitForSelector('[data-testid=episode-table]');
   const eps = await rowCount('[data-testid=episode-table]');
   check('one row per episode', submission ? eps === submission.episodes_total : eps > 0, { rows: eps, total: submission && submission.episodes_total });

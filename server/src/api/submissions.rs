@@ -196,6 +196,8 @@ pub(super) async fn get_submission(
     let mut v = serde_json::to_value(&s)?;
     v["attempts"] = attempts_json(&state, reruns.unwrap_or((0, 0)));
     v["progress"] = json!({"pending": pending, "running": running, "finished": finished});
+    // Every agent session, oldest first: `agent_name` above is the last one's.
+    v["sessions"] = json!(state.storage.sessions(&id).await?);
     v["scores"] = json!(scores);
     v["results_hidden"] = json!(hidden);
     // An unfinished submission with no session here and no episode running anywhere waits for

@@ -621,6 +621,18 @@ pub fn run(a: AdminArgs) -> anyhow::Result<()> {
                     text(&p["pending"]),
                     text(&v["episodes_total"])
                 );
+                for (k, session) in v["sessions"].as_array().map_or(&[][..], |a| a).iter().enumerate() {
+                    let end = match session["ended_at"].as_i64() {
+                        Some(_) => format!("ended {} ({})", time(&session["ended_at"]), text(&session["outcome"])),
+                        None => "no end recorded (running, or its server stopped)".into(),
+                    };
+                    println!(
+                        "session {}: agent {}, started {}, {end}",
+                        k + 1,
+                        text(&session["agent_name"]),
+                        time(&session["started_at"])
+                    );
+                }
             }),
         ),
         AdminCommand::Submissions(SubmissionCommand::Cancel { id }) => (

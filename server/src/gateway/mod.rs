@@ -431,6 +431,13 @@ where
             if let Err(e) = state.storage.mark_submission_running(&s.id).await {
                 return Err(refuse_internal("starting the submission", e));
             }
+            if let Err(e) = state
+                .storage
+                .start_session(&session_id, &s.id, &s.agent_name, crate::storage::now_ms())
+                .await
+            {
+                return Err(refuse_internal("recording the session", e));
+            }
             Sink::Submission {
                 storage: state.storage.clone(),
                 submission_id: s.id.clone(),
@@ -588,6 +595,20 @@ where
     };
     drop(practice_tx);
     tracing::info!(session = %session_id, ?outcome, "session ended");
+    if admitted.submission.is_some() {
+        let word = match &outcome {
+            RunOutcome::SubmissionComplete => "completed",
+            RunOutcome::Stopped => "stopped",
+            RunOutcome::Error(_) => "error",
+        };
+        if let Err(e) = state
+            .storage
+            .end_session(&session_id, word, crate::storage::now_ms())
+            .await
+        {
+            tracing::warn!(session = %session_id, "{e}");
+        }
+    }
     if let RunOutcome::Error(e) = outcome {
         tracing::error!(session = %session_id, "{e}");
         // The details may name server files: they stay in the log.

@@ -8,8 +8,8 @@ use crate::state::AppState;
 use arena_sdk::protocol::{self, Encoding, Msg};
 use axum::extract::ws::{CloseFrame, Message as WsMessage, WebSocket};
 use futures_util::{SinkExt, StreamExt};
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 /// The close code of a message over the size limit (RFC 6455 §7.4.1: "Message Too Big").

@@ -16,8 +16,8 @@
 //!
 //! This file connects, migrates and keeps the leaderboard generation. The rest of
 //! [`Storage`]'s methods are split by subject: `teams.rs` (teams, members, tokens),
-//! `challenges.rs` (challenges and phases), `submissions.rs` and `episodes.rs` (the episode
-//! lifecycle); `records.rs` holds the record types, `rows.rs` their decoding from rows and
+//! `challenges.rs` (challenges and phases), `submissions.rs`, `sessions.rs` (each submission's
+//! agent sessions) and `episodes.rs` (the episode lifecycle); `records.rs` holds the record types, `rows.rs` their decoding from rows and
 //! `error.rs` the error type.
 
 use std::collections::{BTreeMap, HashSet};
@@ -39,6 +39,7 @@ mod episodes;
 mod error;
 mod records;
 mod rows;
+mod sessions;
 mod submissions;
 mod teams;
 
@@ -47,6 +48,7 @@ pub use error::StorageError;
 use error::*;
 pub use records::*;
 use rows::*;
+pub use sessions::SessionRecord;
 
 // Cargo notices edits to existing migration files only: after ADDING one, touch this file.
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/sqlite");

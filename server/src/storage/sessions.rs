@@ -1,0 +1,80 @@
+//! The agent sessions of a submission: which agent connected, when, and how each session ended
+//! (issue 39). A resume by another agent no longer renames the submission silently: every
+//! session's agent stays on record, and the pages and `arena admin submissions show` list them.
+
+use super::*;
+
+/// One agent session of a submission.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SessionRecord {
+    /// The protocol's session id (`Connected.session_id`).
+    pub id: String,
+    /// `connect.agent_name` of the session.
+    pub agent_name: String,
+    /// Unix milliseconds.
+    pub started_at: i64,
+    /// Unix milliseconds; None while it runs, or when its server stopped without ending it.
+    pub ended_at: Option<i64>,
+    /// How it ended: `completed` (the submission finished), `stopped` (the agent left, or the
+    /// server is shutting down) or `error`.
+    pub outcome: Option<String>,
+}
+
+impl Storage {
+    /// Records the start of a session of `submission_id` by `agent_name`.
+    pub async fn start_session(
+        &self,
+        session_id: &str,
+        submission_id: &str,
+        agent_name: &str,
+        now: i64,
+    ) -> Result<(), StorageError> {
+        sqlx::query(
+            "INSERT INTO submission_sessions (id, submission_id, agent_name, started_at) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(session_id)
+        .bind(submission_id)
+        .bind(agent_name)
+        .bind(now)
+        .execute(&self.pool)
+        .await
+        .ctx(|| format!("recording session {session_id} of submission {submission_id}"))?;
+        Ok(())
+    }
+
+    /// Records how a session ended.
+    pub async fn end_session(&self, session_id: &str, outcome: &str, now: i64) -> Result<(), StorageError> {
+        sqlx::query("UPDATE submission_sessions SET ended_at = $2, outcome = $3 WHERE id = $1 AND ended_at IS NULL")
+            .bind(session_id)
+            .bind(now)
+            .bind(outcome)
+            .execute(&self.pool)
+            .await
+            .ctx(|| format!("recording the end of session {session_id}"))?;
+        Ok(())
+    }
+
+    /// A submission's sessions, oldest first.
+    pub async fn sessions(&self, submission_id: &str) -> Result<Vec<SessionRecord>, StorageError> {
+        let rows = sqlx::query(
+            "SELECT id, agent_name, started_at, ended_at, outcome FROM submission_sessions \
+             WHERE submission_id = $1 ORDER BY started_at, id",
+        )
+        .bind(submission_id)
+        .fetch_all(&self.pool)
+        .await
+        .ctx(|| format!("reading the sessions of submission {submission_id}"))?;
+        let what = "submission sessions";
+        rows.iter()
+            .map(|row| {
+                Ok(SessionRecord {
+                    id: get(row, "id", what)?,
+                    agent_name: get(row, "agent_name", what)?,
+                    started_at: get(row, "started_at", what)?,
+                    ended_at: get(row, "ended_at", what)?,
+                    outcome: get(row, "outcome", what)?,
+                })
+            })
+            .collect()
+    }
+}

@@ -12,6 +12,7 @@ pub mod generate;
 pub mod manifest;
 pub mod motion_npz;
 pub mod npz;
+pub mod trajectory;
 pub mod trajectory_file;
 
 pub use clip::{BodyWitness, G1_BODY_NAMES, MotionClip, NUM_COLUMNS, NUM_JOINTS, Split};
@@ -19,6 +20,7 @@ pub use g1_csv::{read_clip_dir, read_g1_csv, write_g1_csv};
 pub use generate::{FeetPlacement, FootKinematics, G1_JOINT_NAMES, builtin_motion_names, generate_builtin_motions};
 pub use manifest::{Manifest, ManifestEntry};
 pub use motion_npz::{NpzMotionOut, read_npz_motion, write_npz_motion};
+pub use trajectory::TrajectoryRows;
 pub use trajectory_file::{EpisodeRecord, TrajectoryFile, TrajectoryFileError};
 
 use std::path::PathBuf;

@@ -60,12 +60,9 @@ pub const FORMAT_NAME: &str = "mimicarena-trajectories";
 /// Value of the root attribute `version`; files with a larger version are refused.
 pub const FORMAT_VERSION: u32 = 1;
 
-/// Values per row of each dataset.
-pub const QPOS_WIDTH: usize = crate::NUM_COLUMNS;
-pub const QVEL_WIDTH: usize = 35;
-pub const BODY_WIDTH: usize = 93;
-pub const ACTION_WIDTH: usize = crate::NUM_JOINTS;
-pub const STATE_WIDTH: usize = 64;
+pub use crate::trajectory::{
+    ACTION_WIDTH, BODY_WIDTH, DATASETS, OPTIONAL_DATASETS, QPOS_WIDTH, QVEL_WIDTH, STATE_WIDTH, TrajectoryRows,
+};
 
 /// Largest number of rows per chunk.
 const MAX_CHUNK_ROWS: usize = 512;
@@ -79,26 +76,6 @@ const DEFLATE_LEVEL: u8 = 1;
 pub const COMPRESSED_DATASETS: [&str; 5] = ["times", "actions", "state", "ref_state", "feedforward"];
 /// Prefix of episode group names; the full name is `episode_{:05}`.
 const EPISODE_PREFIX: &str = "episode_";
-
-/// Dataset names and widths in file order (used by docs and readers). `times` (width 1) is 1-D.
-pub const DATASETS: [(&str, usize); 9] = [
-    ("times", 1),
-    ("qpos", QPOS_WIDTH),
-    ("qvel", QVEL_WIDTH),
-    ("body_pos", BODY_WIDTH),
-    ("actions", ACTION_WIDTH),
-    ("ref_qpos", QPOS_WIDTH),
-    ("ref_body_pos", BODY_WIDTH),
-    ("state", STATE_WIDTH),
-    ("ref_state", STATE_WIDTH),
-];
-
-/// Datasets written only when the episode recorded them, in file order.
-pub const OPTIONAL_DATASETS: [(&str, usize); 3] = [
-    ("targets", ACTION_WIDTH),
-    ("torques", ACTION_WIDTH),
-    ("feedforward", ACTION_WIDTH),
-];
 
 /// One recorded episode. Every array is row-major with `times.len()` rows.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -119,84 +96,23 @@ pub struct EpisodeRecord {
     /// episode's end: the break of the benchmark's success rule. Files written before it have
     /// none.
     pub scored_until_s: Option<f64>,
-    /// T
-    pub times: Vec<f64>,
-    /// T × 36
-    pub qpos: Vec<f64>,
-    /// T × 35
-    pub qvel: Vec<f64>,
-    /// T × 93
-    pub body_pos: Vec<f64>,
-    /// T × 29
-    pub actions: Vec<f64>,
-    /// T × 36
-    pub ref_qpos: Vec<f64>,
-    /// T × 93
-    pub ref_body_pos: Vec<f64>,
-    /// T × 64 (the observation the agent saw)
-    pub state: Vec<f64>,
-    /// T × 64
-    pub ref_state: Vec<f64>,
-    /// T × 29 or empty: the PD targets tracked to reach each row.
-    pub targets: Vec<f64>,
-    /// T × 29 or empty: the torques of the last physics substep before each row.
-    pub torques: Vec<f64>,
-    /// T × 29 or empty: joint-position actions' feed-forward torques.
-    pub feedforward: Vec<f64>,
+    /// The arrays, one dataset each.
+    pub rows: TrajectoryRows,
 }
 
 impl EpisodeRecord {
     /// Number of rows (T).
     pub fn num_rows(&self) -> usize {
-        self.times.len()
-    }
-
-    /// The arrays in [`DATASETS`] order.
-    fn arrays(&self) -> [&[f64]; 9] {
-        [
-            &self.times,
-            &self.qpos,
-            &self.qvel,
-            &self.body_pos,
-            &self.actions,
-            &self.ref_qpos,
-            &self.ref_body_pos,
-            &self.state,
-            &self.ref_state,
-        ]
-    }
-
-    /// The optional arrays in [`OPTIONAL_DATASETS`] order.
-    fn optional_arrays(&self) -> [&[f64]; 3] {
-        [&self.targets, &self.torques, &self.feedforward]
-    }
-
-    fn optional_arrays_mut(&mut self) -> [&mut Vec<f64>; 3] {
-        [&mut self.targets, &mut self.torques, &mut self.feedforward]
+        self.rows.len()
     }
 
     /// Every dataset to write: the required ones, then the recorded optional ones.
     fn written(&self) -> impl Iterator<Item = (&(&'static str, usize), &[f64])> {
         let optional = OPTIONAL_DATASETS
             .iter()
-            .zip(self.optional_arrays())
+            .zip(self.rows.optional_arrays())
             .filter(|(_, v)| !v.is_empty());
-        DATASETS.iter().zip(self.arrays()).chain(optional)
-    }
-
-    /// Mutable arrays in [`DATASETS`] order.
-    fn arrays_mut(&mut self) -> [&mut Vec<f64>; 9] {
-        [
-            &mut self.times,
-            &mut self.qpos,
-            &mut self.qvel,
-            &mut self.body_pos,
-            &mut self.actions,
-            &mut self.ref_qpos,
-            &mut self.ref_body_pos,
-            &mut self.state,
-            &mut self.ref_state,
-        ]
+        DATASETS.iter().zip(self.rows.arrays()).chain(optional)
     }
 }
 
@@ -671,10 +587,10 @@ pub fn read_episode(path: &Path, name: &str) -> Result<EpisodeRecord> {
         }
         Ok(())
     };
-    for ((dataset, _), values) in DATASETS.iter().zip(record.arrays_mut()) {
+    for ((dataset, _), values) in DATASETS.iter().zip(record.rows.arrays_mut()) {
         read(dataset, values)?;
     }
-    for ((dataset, _), values) in OPTIONAL_DATASETS.iter().zip(record.optional_arrays_mut()) {
+    for ((dataset, _), values) in OPTIONAL_DATASETS.iter().zip(record.rows.optional_arrays_mut()) {
         read(dataset, values)?;
     }
     Ok(record)

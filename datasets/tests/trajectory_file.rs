@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use arena_data::TrajectoryRows;
 use arena_data::trajectory_file::{
     self, ACTION_WIDTH, BODY_WIDTH, DATASETS, EpisodeRecord, FORMAT_NAME, OPTIONAL_DATASETS, QPOS_WIDTH, QVEL_WIDTH,
     STATE_WIDTH, TrajectoryFile, TrajectoryFileError, episode_names, read_episode, read_header,
@@ -62,30 +63,32 @@ fn sample_record(episode: u32, rows: usize, salt: u64) -> EpisodeRecord {
         duration_s: rows as f64 * 0.02,
         // Where scoring stopped, on odd episodes only: the attribute is optional.
         scored_until_s: (rows > 1 && episode % 2 == 1).then_some(0.02 * (rows / 2) as f64),
-        times: (0..rows).map(|i| i as f64 * 0.02).collect(),
-        qpos: rng.vec(rows * QPOS_WIDTH),
-        qvel: rng.vec(rows * QVEL_WIDTH),
-        body_pos: rng.vec(rows * BODY_WIDTH),
-        actions: rng.vec(rows * ACTION_WIDTH),
-        ref_qpos: rng.vec(rows * QPOS_WIDTH),
-        ref_body_pos: rng.vec(rows * BODY_WIDTH),
-        state: rng.vec(rows * STATE_WIDTH),
-        ref_state: rng.vec(rows * STATE_WIDTH),
-        // Optional datasets: recorded on even episodes only (files without them still read).
-        targets: if episode.is_multiple_of(2) {
-            rng.vec(rows * ACTION_WIDTH)
-        } else {
-            Vec::new()
-        },
-        torques: if episode.is_multiple_of(2) {
-            rng.vec(rows * ACTION_WIDTH)
-        } else {
-            Vec::new()
-        },
-        feedforward: if episode.is_multiple_of(4) {
-            rng.vec(rows * ACTION_WIDTH)
-        } else {
-            Vec::new()
+        rows: TrajectoryRows {
+            times: (0..rows).map(|i| i as f64 * 0.02).collect(),
+            qpos: rng.vec(rows * QPOS_WIDTH),
+            qvel: rng.vec(rows * QVEL_WIDTH),
+            body_pos: rng.vec(rows * BODY_WIDTH),
+            actions: rng.vec(rows * ACTION_WIDTH),
+            ref_qpos: rng.vec(rows * QPOS_WIDTH),
+            ref_body_pos: rng.vec(rows * BODY_WIDTH),
+            state: rng.vec(rows * STATE_WIDTH),
+            ref_state: rng.vec(rows * STATE_WIDTH),
+            // Optional datasets: recorded on even episodes only (files without them still read).
+            targets: if episode.is_multiple_of(2) {
+                rng.vec(rows * ACTION_WIDTH)
+            } else {
+                Vec::new()
+            },
+            torques: if episode.is_multiple_of(2) {
+                rng.vec(rows * ACTION_WIDTH)
+            } else {
+                Vec::new()
+            },
+            feedforward: if episode.is_multiple_of(4) {
+                rng.vec(rows * ACTION_WIDTH)
+            } else {
+                Vec::new()
+            },
         },
     }
 }
@@ -113,7 +116,7 @@ fn round_trip_two_episodes_with_attributes() {
     assert_eq!(episode_names(&path).unwrap(), ["episode_00000", "episode_00007"]);
     assert_eq!(read_episode(&path, "episode_00000").unwrap(), a);
     assert_eq!(read_episode(&path, "episode_00007").unwrap(), b);
-    assert_ne!(a.qpos[..10], b.qpos[..10]);
+    assert_ne!(a.rows.qpos[..10], b.rows.qpos[..10]);
 
     // Attributes as stored, including `steps` and the root header.
     let h5 = hdf5::File::open(&path).unwrap();
@@ -205,7 +208,7 @@ fn wrong_sized_array_is_refused_and_nothing_written() {
     let before = std::fs::read(&path).unwrap();
 
     let mut bad = sample_record(3, 250, 1);
-    bad.qpos.truncate(100);
+    bad.rows.qpos.truncate(100);
     let err = file.write_episode(&bad).unwrap_err();
     assert!(matches!(err, TrajectoryFileError::WrongLength { .. }), "{err:?}");
     let msg = err.to_string();
@@ -218,7 +221,7 @@ fn wrong_sized_array_is_refused_and_nothing_written() {
     );
 
     let mut bad = sample_record(5, 10, 1);
-    bad.ref_state.push(0.0);
+    bad.rows.ref_state.push(0.0);
     let msg = file.write_episode(&bad).unwrap_err().to_string();
     assert!(
         msg.contains("episode_00005/ref_state") && msg.contains("expected 10×64 values, got 641"),
@@ -319,7 +322,7 @@ fn zero_row_episode_round_trips() {
     let path = dir.join("sub.h5");
     let mut file = TrajectoryFile::open_or_create(&path, "s", "b").unwrap();
     let empty = sample_record(12, 0, 1);
-    assert!(empty.times.is_empty() && !empty.reason.is_empty());
+    assert!(empty.rows.times.is_empty() && !empty.reason.is_empty());
     file.write_episode(&empty).unwrap();
     file.write_episode(&sample_record(13, 5, 1)).unwrap();
     assert_eq!(read_episode(&path, "episode_00012").unwrap(), empty);

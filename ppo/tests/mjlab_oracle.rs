@@ -99,12 +99,12 @@ fn drift(t: &Trajectory, yaw: impl Fn(usize) -> f64, shift: impl Fn(usize) -> [f
             p[0] = c * x - s * y + dx;
             p[1] = s * x + c * y + dy;
         };
-        move_point(&mut out.qpos[k * NQ..k * NQ + 3]);
-        let root = quat_mul(&q, &t.qpos[k * NQ + 3..k * NQ + 7]);
-        out.qpos[k * NQ + 3..k * NQ + 7].copy_from_slice(&root);
+        move_point(&mut out.rows.qpos[k * NQ..k * NQ + 3]);
+        let root = quat_mul(&q, &t.rows.qpos[k * NQ + 3..k * NQ + 7]);
+        out.rows.qpos[k * NQ + 3..k * NQ + 7].copy_from_slice(&root);
         for b in 0..NUM_BODIES_EXT {
             let i = k * 3 * NUM_BODIES_EXT + 3 * b;
-            move_point(&mut out.body_pos[i..i + 3]);
+            move_point(&mut out.rows.body_pos[i..i + 3]);
         }
     }
     out
@@ -118,16 +118,16 @@ fn close_tracker(t: &Trajectory, kin: &mut Kinematics) -> Trajectory {
     let mut out = t.clone();
     let w = 3 * NUM_BODIES_EXT;
     for k in 0..t.len() {
-        let qpos = &mut out.qpos[k * NQ..(k + 1) * NQ];
-        qpos.copy_from_slice(&t.ref_qpos[k * NQ..(k + 1) * NQ]);
+        let qpos = &mut out.rows.qpos[k * NQ..(k + 1) * NQ];
+        qpos.copy_from_slice(&t.rows.ref_qpos[k * NQ..(k + 1) * NQ]);
         for j in 0..NUM_JOINTS {
             qpos[7 + j] += 0.03 * (0.37 * (k + 3 * j) as f64).sin();
         }
         let poses = kin.body_poses(qpos);
-        out.body_pos[k * w..(k + 1) * w].copy_from_slice(poses.pos.as_flattened());
+        out.rows.body_pos[k * w..(k + 1) * w].copy_from_slice(poses.pos.as_flattened());
         for j in 0..NUM_JOINTS {
-            out.qvel[k * NV + 6 + j] =
-                t.ref_state[k * STATE_DIM + NUM_JOINTS + j] + 0.3 * (0.21 * (2 * k + j) as f64).cos();
+            out.rows.qvel[k * NV + 6 + j] =
+                t.rows.ref_state[k * STATE_DIM + NUM_JOINTS + j] + 0.3 * (0.21 * (2 * k + j) as f64).cos();
         }
     }
     out
@@ -151,17 +151,17 @@ fn exchange(name: &str, t: &Trajectory, kin: &mut Kinematics, arena: &serde_json
         }
         (p, q)
     };
-    let (robot_pos, robot_quat) = bodies(&t.body_pos, &t.qpos, kin);
-    let (ref_pos, ref_quat) = bodies(&t.ref_body_pos, &t.ref_qpos, kin);
+    let (robot_pos, robot_quat) = bodies(&t.rows.body_pos, &t.rows.qpos, kin);
+    let (ref_pos, ref_quat) = bodies(&t.rows.ref_body_pos, &t.rows.ref_qpos, kin);
     let robot_vel: Vec<Vec<f64>> = (0..t.len())
-        .map(|k| t.qvel[k * NV + 6..(k + 1) * NV].to_vec())
+        .map(|k| t.rows.qvel[k * NV + 6..(k + 1) * NV].to_vec())
         .collect();
     let ref_vel: Vec<Vec<f64>> = (0..t.len())
-        .map(|k| t.ref_state[k * STATE_DIM + NUM_JOINTS..k * STATE_DIM + 2 * NUM_JOINTS].to_vec())
+        .map(|k| t.rows.ref_state[k * STATE_DIM + NUM_JOINTS..k * STATE_DIM + 2 * NUM_JOINTS].to_vec())
         .collect();
     json!({
         "name": name,
-        "times": t.times,
+        "times": t.rows.times,
         "robot_body_pos_w": robot_pos,
         "robot_body_quat_w": robot_quat,
         "body_pos_w": ref_pos,
@@ -203,9 +203,9 @@ fn mjlab_metrics_match_mjlabs_own_functions() {
     let mut sinking = clean_wave.clone();
     for k in 0..sinking.len() {
         let dz = 0.05 * (k / 10) as f64;
-        sinking.qpos[k * NQ + 2] -= dz;
+        sinking.rows.qpos[k * NQ + 2] -= dz;
         for b in 0..NUM_BODIES_EXT {
-            sinking.body_pos[k * 3 * NUM_BODIES_EXT + 3 * b + 2] -= dz;
+            sinking.rows.body_pos[k * 3 * NUM_BODIES_EXT + 3 * b + 2] -= dz;
         }
     }
     let names: Vec<String> = MJLAB_METRICS.iter().map(|s| s.to_string()).collect();
@@ -220,7 +220,7 @@ fn mjlab_metrics_match_mjlabs_own_functions() {
         ("sinking arm_wave", &sinking),
         ("open-loop replay", &stepping),
     ] {
-        let values = score_trajectory(t, &names, &config).unwrap();
+        let values = score_trajectory(&t.rows, &names, &config).unwrap();
         terminated.push((name, values["mjlab_success"] == 0.0));
         episodes.push(exchange(name, t, &mut kin, &json!(values)));
     }

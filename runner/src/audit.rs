@@ -98,11 +98,11 @@ pub fn audit(
             actions.fill(0.0);
             for (slot, (record, _)) in chunk.iter().enumerate() {
                 if row < record.num_rows() {
-                    let recorded = &record.actions[row * NUM_JOINTS..(row + 1) * NUM_JOINTS];
+                    let recorded = &record.rows.actions[row * NUM_JOINTS..(row + 1) * NUM_JOINTS];
                     for (a, r) in actions[slot * width..].iter_mut().zip(recorded) {
                         *a = *r as f32;
                     }
-                    if let Some(ff) = record.feedforward.get(row * NUM_JOINTS..(row + 1) * NUM_JOINTS) {
+                    if let Some(ff) = record.rows.feedforward.get(row * NUM_JOINTS..(row + 1) * NUM_JOINTS) {
                         for (a, r) in actions[slot * width + NUM_JOINTS..].iter_mut().zip(ff) {
                             *a = *r as f32;
                         }
@@ -144,7 +144,7 @@ fn assignment_of(library: &MotionLibrary, record: &EpisodeRecord) -> Result<Epis
         .and_then(|l| DrLevel::try_from(l).ok())
         .ok_or_else(|| format!("DR level {} is not 0-3", record.dr_level))?;
     let rows = record.num_rows();
-    if rows == 0 || record.actions.len() != rows * NUM_JOINTS || record.qpos.len() != rows * NQ {
+    if rows == 0 || record.rows.actions.len() != rows * NUM_JOINTS || record.rows.qpos.len() != rows * NQ {
         return Err(format!(
             "the record's arrays do not have {rows} rows of actions (29) and qpos ({NQ})"
         ));
@@ -193,24 +193,6 @@ fn scored_status(word: &str) -> EpisodeStatus {
     }
 }
 
-fn as_trajectory(record: &EpisodeRecord) -> Trajectory {
-    Trajectory {
-        times: record.times.clone(),
-        qpos: record.qpos.clone(),
-        qvel: record.qvel.clone(),
-        body_pos: record.body_pos.clone(),
-        actions: record.actions.clone(),
-        ref_qpos: record.ref_qpos.clone(),
-        ref_body_pos: record.ref_body_pos.clone(),
-        state: record.state.clone(),
-        ref_state: record.ref_state.clone(),
-        targets: record.targets.clone(),
-        torques: record.torques.clone(),
-        feedforward: record.feedforward.clone(),
-        ..Default::default()
-    }
-}
-
 fn compare(
     record: &EpisodeRecord,
     rerun: &Trajectory,
@@ -222,9 +204,9 @@ fn compare(
     let w = 3 * NUM_BODIES_EXT;
     let bits = |a: &[f64], b: &[f64]| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
     let bit_exact = record.num_rows() == rerun.len()
-        && bits(&record.qpos, &rerun.qpos)
-        && bits(&record.qvel, &rerun.qvel)
-        && bits(&record.body_pos, &rerun.body_pos);
+        && bits(&record.rows.qpos, &rerun.rows.qpos)
+        && bits(&record.rows.qvel, &rerun.rows.qvel)
+        && bits(&record.rows.body_pos, &rerun.rows.body_pos);
     let row_diff = |a: &[f64], b: &[f64], width: usize, k: usize| {
         a[k * width..(k + 1) * width]
             .iter()
@@ -235,21 +217,16 @@ fn compare(
     let mut qpos_divergence = BTreeMap::new();
     let (mut max_qpos, mut max_body_pos) = (0.0f64, 0.0f64);
     for k in 0..rows {
-        max_qpos = max_qpos.max(row_diff(&record.qpos, &rerun.qpos, NQ, k));
-        max_body_pos = max_body_pos.max(row_diff(&record.body_pos, &rerun.body_pos, w, k));
+        max_qpos = max_qpos.max(row_diff(&record.rows.qpos, &rerun.rows.qpos, NQ, k));
+        max_body_pos = max_body_pos.max(row_diff(&record.rows.body_pos, &rerun.rows.body_pos, w, k));
         if CHECKPOINTS.contains(&k) {
             qpos_divergence.insert(k, max_qpos);
         }
     }
     let names = &spec.metrics.list;
-    let (_, recorded, _) = episode::score_finished(
-        &as_trajectory(record),
-        scored_status(&record.status),
-        None,
-        names,
-        metric_config,
-    );
-    let (_, again, _) = episode::score_finished(rerun, scored_status(&rerun_status), None, names, metric_config);
+    let (_, recorded, _) =
+        episode::score_finished(&record.rows, scored_status(&record.status), None, names, metric_config);
+    let (_, again, _) = episode::score_finished(&rerun.rows, scored_status(&rerun_status), None, names, metric_config);
     let metrics = names
         .iter()
         .map(|n| {

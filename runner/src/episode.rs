@@ -6,11 +6,12 @@ use crate::gains::{self, SessionGains};
 use arena_bench::aggregate::EpisodeStatus;
 use arena_bench::metrics::{self, Frame, MetricConfig};
 use arena_bench::spec::{BenchmarkSpec, Episode, FallSpec, MotionSource};
+use arena_data::TrajectoryRows;
 use arena_data::{MotionClip, NUM_JOINTS};
 use arena_sdk::layout::{REFERENCE_FRAME_SIZE, REFERENCE_GOAL_ROW};
 use arena_sdk::protocol::{EpisodeSpec, Reference};
 use arena_sim::dr::DrLevel;
-use arena_sim::env::{self, ACTION_CLIP, EpisodeAssignment, FallRule, TrackingEnv, TrackingEnvConfig, Trajectory};
+use arena_sim::env::{self, ACTION_CLIP, EpisodeAssignment, FallRule, TrackingEnv, TrackingEnvConfig};
 use arena_sim::handler::{NQ, NV};
 use arena_sim::kinematics::Kinematics;
 use arena_sim::motion::{Motion, MotionLibrary};
@@ -173,7 +174,7 @@ pub fn finished_status(
 
 /// Scores one recorded episode with the named metrics, over all its rows.
 pub fn score_trajectory(
-    trajectory: &Trajectory,
+    trajectory: &TrajectoryRows,
     names: &[String],
     config: &MetricConfig,
 ) -> Result<BTreeMap<String, f64>, metrics::MetricError> {
@@ -188,14 +189,14 @@ pub fn score_trajectory(
 /// forward kinematics of `qpos` and `ref_qpos`, the robot's joint velocities from `qvel`, the
 /// reference's from its `state` row (the motion library's velocities, as recorded).
 struct ScoringInputs<'t> {
-    trajectory: &'t Trajectory,
+    trajectory: &'t TrajectoryRows,
     orientations: bool,
     sim_quat: Vec<f64>,
     ref_quat: Vec<f64>,
 }
 
 impl<'t> ScoringInputs<'t> {
-    fn new(trajectory: &'t Trajectory, orientations: bool) -> Result<Self, metrics::MetricError> {
+    fn new(trajectory: &'t TrajectoryRows, orientations: bool) -> Result<Self, metrics::MetricError> {
         let (sim_quat, ref_quat) = if orientations {
             body_orientations(trajectory)?
         } else {
@@ -249,7 +250,7 @@ thread_local! {
 
 /// World orientations of the 31 extended bodies of every row, robot and reference (31 × 4 per
 /// row, (w, x, y, z)), by forward kinematics of the rows' qpos.
-fn body_orientations(trajectory: &Trajectory) -> Result<(Vec<f64>, Vec<f64>), metrics::MetricError> {
+fn body_orientations(trajectory: &TrajectoryRows) -> Result<(Vec<f64>, Vec<f64>), metrics::MetricError> {
     KINEMATICS.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.is_none() {
@@ -281,7 +282,7 @@ fn body_orientations(trajectory: &Trajectory) -> Result<(Vec<f64>, Vec<f64>), me
 /// - A fell episode gets the fall penalty ([`metrics::apply_fall_penalty`]): never a success.
 /// - A scoring error fails the episode.
 pub fn score_finished(
-    trajectory: &Trajectory,
+    trajectory: &TrajectoryRows,
     status: EpisodeStatus,
     reason: Option<String>,
     names: &[String],

@@ -185,7 +185,7 @@ pub fn run_local(
         // Episodes that end together are scored together, on every core.
         let score = |&(slot, _, status, ref reason): &(usize, &Episode, _, Option<String>)| {
             episode::score_finished(
-                env.trajectory(slot),
+                &env.trajectory(slot).rows,
                 status,
                 reason.clone(),
                 &spec.metrics.list,

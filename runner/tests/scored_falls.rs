@@ -69,7 +69,7 @@ fn a_fall_stays_a_scored_fall_whatever_the_agent_does_next() {
         let (kept_trying, status, _) = collapse(steps, None);
         assert_eq!(status, EpisodeStatus::Completed);
         // Where the rule breaks: the row the score stops at.
-        let (status_a, scores_a, _) = score_finished(&kept_trying, status, None, &names, &config);
+        let (status_a, scores_a, _) = score_finished(&kept_trying.rows, status, None, &names, &config);
         assert_eq!(status_a, EpisodeStatus::Completed, "{rule}: ran its window");
         assert_eq!(scores_a[rule], 0.0, "{rule}: the collapse breaks the rule");
         let survival = metrics::survival_metric_for(rule);
@@ -88,7 +88,7 @@ fn a_fall_stays_a_scored_fall_whatever_the_agent_does_next() {
         let (nan_after, status, reason) = collapse(steps, Some(break_row));
         assert_eq!(status, EpisodeStatus::Failed, "{rule}: the env fails the NaN");
         assert!(reason.as_deref().unwrap().contains("non-finite"), "{reason:?}");
-        let (status_b, scores_b, reason_b) = score_finished(&nan_after, status, reason, &names, &config);
+        let (status_b, scores_b, reason_b) = score_finished(&nan_after.rows, status, reason, &names, &config);
         assert_eq!(status_b, EpisodeStatus::Fell, "{rule}: {reason_b:?}");
         let reason_b = reason_b.unwrap();
         assert!(
@@ -109,7 +109,7 @@ fn a_fall_stays_a_scored_fall_whatever_the_agent_does_next() {
 
         // NaN while still tracking: an unscored failure, as before.
         let (nan_early, status, reason) = collapse(steps, Some(1));
-        let (status_c, scores_c, reason_c) = score_finished(&nan_early, status, reason, &names, &config);
+        let (status_c, scores_c, reason_c) = score_finished(&nan_early.rows, status, reason, &names, &config);
         assert_eq!(status_c, EpisodeStatus::Failed, "{rule}: {reason_c:?}");
         assert!(scores_c.is_empty());
         assert!(reason_c.unwrap().starts_with("non-finite action"));
@@ -122,8 +122,8 @@ fn without_a_success_rule_whole_episodes_are_scored_and_errors_stay_unscored() {
     let steps = (2.0 / CONTROL_DT) as usize;
     let (whole, status, _) = collapse(steps, None);
     let none = MetricConfig::default();
-    let (_, all_rows, _) = score_finished(&whole, status, None, &names, &none);
-    let (_, to_break, _) = score_finished(&whole, status, None, &names, &config("success"));
+    let (_, all_rows, _) = score_finished(&whole.rows, status, None, &names, &none);
+    let (_, to_break, _) = score_finished(&whole.rows, status, None, &names, &config("success"));
     assert_ne!(all_rows["emd"], to_break["emd"], "the rule stops scoring at the break");
     // Each success rule judges every frame: ranked by mjlab's rule, PHC's success is what a
     // PHC-ranked benchmark gives, not a pass on the frames before mjlab's break.
@@ -137,12 +137,12 @@ fn without_a_success_rule_whole_episodes_are_scored_and_errors_stay_unscored() {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let (_, by_phc, _) = score_finished(&whole, status, None, &both, &config("success"));
-    let (_, by_mjlab, _) = score_finished(&whole, status, None, &both, &config("mjlab_success"));
+    let (_, by_phc, _) = score_finished(&whole.rows, status, None, &both, &config("success"));
+    let (_, by_mjlab, _) = score_finished(&whole.rows, status, None, &both, &config("mjlab_success"));
     for name in ["success", "failure_time_s", "mjlab_success", "mjlab_failure_time_s"] {
         assert_eq!(by_phc[name], by_mjlab[name], "{name}");
     }
     let (nan_after, status, reason) = collapse(steps, Some(60));
-    let (status, scores, _) = score_finished(&nan_after, status, reason, &names, &none);
+    let (status, scores, _) = score_finished(&nan_after.rows, status, reason, &names, &none);
     assert_eq!((status, scores.len()), (EpisodeStatus::Failed, 0));
 }

@@ -16,7 +16,7 @@ const BODY_W: usize = 93;
 /// Mean distance (mm) between simulated and reference positions of the 24 non-wrist bodies in
 /// row `k`: the per-frame term of `mpjpe_g`.
 fn body_error_mm(r: &EpisodeRecord, k: usize) -> f64 {
-    let (sim, reference) = (&r.body_pos[k * BODY_W..], &r.ref_body_pos[k * BODY_W..]);
+    let (sim, reference) = (&r.rows.body_pos[k * BODY_W..], &r.rows.ref_body_pos[k * BODY_W..]);
     let sum: f64 = NON_WRIST_BODIES
         .iter()
         .map(|&b| {
@@ -31,7 +31,10 @@ fn body_error_mm(r: &EpisodeRecord, k: usize) -> f64 {
 
 /// Mean absolute joint-angle difference (rad) in row `k`.
 fn joint_error_rad(r: &EpisodeRecord, k: usize) -> f64 {
-    let (q, q_ref) = (&r.qpos[k * NQ + 7..(k + 1) * NQ], &r.ref_qpos[k * NQ + 7..(k + 1) * NQ]);
+    let (q, q_ref) = (
+        &r.rows.qpos[k * NQ + 7..(k + 1) * NQ],
+        &r.rows.ref_qpos[k * NQ + 7..(k + 1) * NQ],
+    );
     q.iter().zip(q_ref).map(|(a, b)| (a - b).abs()).sum::<f64>() / q.len() as f64
 }
 
@@ -65,13 +68,13 @@ fn sampled_rows(rows: usize, max_points: usize) -> Vec<usize> {
 
 pub fn series(r: &EpisodeRecord, max_points: usize) -> EpisodeSeries {
     let rows = sampled_rows(r.num_rows(), max_points);
-    let t0 = r.times.first().copied().unwrap_or(0.0);
+    let t0 = r.rows.times.first().copied().unwrap_or(0.0);
     EpisodeSeries {
-        times: rows.iter().map(|&k| round4(r.times[k] - t0)).collect(),
+        times: rows.iter().map(|&k| round4(r.rows.times[k] - t0)).collect(),
         body_error_mm: rows.iter().map(|&k| round4(body_error_mm(r, k))).collect(),
         joint_error_rad: rows.iter().map(|&k| round4(joint_error_rad(r, k))).collect(),
-        root_height_m: rows.iter().map(|&k| round4(r.qpos[k * NQ + 2])).collect(),
-        ref_root_height_m: rows.iter().map(|&k| round4(r.ref_qpos[k * NQ + 2])).collect(),
+        root_height_m: rows.iter().map(|&k| round4(r.rows.qpos[k * NQ + 2])).collect(),
+        ref_root_height_m: rows.iter().map(|&k| round4(r.rows.ref_qpos[k * NQ + 2])).collect(),
     }
 }
 
@@ -122,19 +125,19 @@ fn poses(kinematics: &mut Kinematics, qpos: &[f64]) -> Poses {
 /// The replay of `r`, with body names from `geometry` (`arena_sim::geometry`).
 pub fn replay(r: &EpisodeRecord, bodies: Vec<String>) -> Result<Replay, SimError> {
     let mut kinematics = Kinematics::new(&RobotConfig::default())?;
-    let t0 = r.times.first().copied().unwrap_or(0.0);
+    let t0 = r.rows.times.first().copied().unwrap_or(0.0);
     let rows = r.num_rows();
     Ok(Replay {
         fps: 1.0 / arena_sim::CONTROL_DT,
         frames: rows,
         bodies,
-        times: r.times.iter().map(|t| round4(t - t0)).collect(),
-        sim: poses(&mut kinematics, &r.qpos),
-        reference: poses(&mut kinematics, &r.ref_qpos),
+        times: r.rows.times.iter().map(|t| round4(t - t0)).collect(),
+        sim: poses(&mut kinematics, &r.rows.qpos),
+        reference: poses(&mut kinematics, &r.rows.ref_qpos),
         body_error_mm: (0..rows).map(|k| round4(body_error_mm(r, k))).collect(),
         joint_error_rad: (0..rows).map(|k| round4(joint_error_rad(r, k))).collect(),
-        joint_targets: r.targets.iter().map(|v| round4(*v)).collect(),
-        joint_torques: r.torques.iter().map(|v| round4(*v)).collect(),
+        joint_targets: r.rows.targets.iter().map(|v| round4(*v)).collect(),
+        joint_torques: r.rows.torques.iter().map(|v| round4(*v)).collect(),
     })
 }
 
@@ -144,27 +147,6 @@ pub fn csv_field(s: &str) -> String {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {
         s.to_string()
-    }
-}
-
-/// The stored episode as the simulator's `Trajectory`, for scoring again.
-pub fn trajectory_of(r: &EpisodeRecord) -> arena_sim::env::Trajectory {
-    arena_sim::env::Trajectory {
-        times: r.times.clone(),
-        qpos: r.qpos.clone(),
-        qvel: r.qvel.clone(),
-        body_pos: r.body_pos.clone(),
-        actions: r.actions.clone(),
-        ref_qpos: r.ref_qpos.clone(),
-        ref_body_pos: r.ref_body_pos.clone(),
-        state: r.state.clone(),
-        ref_state: r.ref_state.clone(),
-        targets: r.targets.clone(),
-        torques: r.torques.clone(),
-        feedforward: r.feedforward.clone(),
-        seed: r.seed,
-        start_time: r.start_s,
-        ..Default::default()
     }
 }
 

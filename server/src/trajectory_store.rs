@@ -236,15 +236,18 @@ mod tests {
             motion: "stand".into(),
             category: "builtin".into(),
             status: "fell".into(),
-            times: (0..rows).map(|r| r as f64 * 0.02).collect(),
-            qpos: fill(36),
-            qvel: fill(35),
-            body_pos: fill(93),
-            actions: fill(29),
-            ref_qpos: fill(36),
-            ref_body_pos: fill(93),
-            state: fill(64),
-            ref_state: fill(64),
+            rows: arena_data::TrajectoryRows {
+                times: (0..rows).map(|r| r as f64 * 0.02).collect(),
+                qpos: fill(36),
+                qvel: fill(35),
+                body_pos: fill(93),
+                actions: fill(29),
+                ref_qpos: fill(36),
+                ref_body_pos: fill(93),
+                state: fill(64),
+                ref_state: fill(64),
+                ..Default::default()
+            },
             ..Default::default()
         }
     }

@@ -229,7 +229,7 @@ fn datasets_filter_export_and_load_into_a_buffer() {
         let lengths: Vec<i64> = want.iter().map(|e| e.1 + 1).collect();
         assert_eq!(loaded["lengths"], serde_json::json!(lengths));
         let qpos: Vec<f64> = serde_json::from_value(loaded["first_qpos"].clone()).unwrap();
-        for (x, y) in qpos.iter().zip(&first.qpos[..36]) {
+        for (x, y) in qpos.iter().zip(&first.rows.qpos[..36]) {
             assert_eq!(*x as f32, *y as f32);
         }
     }

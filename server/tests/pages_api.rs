@@ -106,7 +106,7 @@ fn page_endpoints_on_a_real_submission() {
     for k in [0, rows / 2, rows - 1] {
         for i in 0..3 {
             let got = replay["sim"]["pos"][k * 90 + i].as_f64().unwrap();
-            assert!((got - record.qpos[k * 36 + i]).abs() < 1e-4, "frame {k} axis {i}");
+            assert!((got - record.rows.qpos[k * 36 + i]).abs() < 1e-4, "frame {k} axis {i}");
         }
     }
     // Bad URLs get the API's JSON error body, naming what was wrong (axum's own answer is
@@ -232,7 +232,7 @@ fn page_endpoints_on_a_real_submission() {
     assert_eq!(names.len(), 6);
     let first = arena_data::trajectory_file::read_episode(&file, &names[0]).unwrap();
     assert_eq!(
-        (first.status.as_str(), first.reason.as_str(), first.times.len()),
+        (first.status.as_str(), first.reason.as_str(), first.rows.times.len()),
         ("failed", "cancelled by the organiser", 0)
     );
     // An agent attaching to it hears that it is FAILED, not COMPLETED, and runs nothing.

@@ -49,9 +49,9 @@ fn standing_report(spec: &BenchmarkSpec) -> Report {
     for k in 0..=steps {
         let time = ep.start_s + k as f64 * CONTROL_DT;
         motion.pose_at(time, &mut qpos, &mut body);
-        t.times.push(time);
-        t.ref_qpos.extend_from_slice(&qpos);
-        t.ref_body_pos.extend_from_slice(&body);
+        t.rows.times.push(time);
+        t.rows.ref_qpos.extend_from_slice(&qpos);
+        t.rows.ref_body_pos.extend_from_slice(&body);
         // Joints 0/6 hip pitch, 3/9 knee, 4/10 ankle pitch, 15/22 shoulder pitch.
         for (j, offset) in [
             (0, -0.3),
@@ -69,15 +69,15 @@ fn standing_report(spec: &BenchmarkSpec) -> Report {
         for b in body.chunks_exact_mut(3) {
             b[2] -= 0.05;
         }
-        t.qpos.extend_from_slice(&qpos);
-        t.body_pos.extend_from_slice(&body);
-        t.qvel.extend_from_slice(&[0.0; 35]);
-        t.actions.extend_from_slice(&[0.0; 29]);
-        t.state.extend_from_slice(&[0.0; 64]);
-        t.ref_state.extend_from_slice(&[0.0; 64]);
+        t.rows.qpos.extend_from_slice(&qpos);
+        t.rows.body_pos.extend_from_slice(&body);
+        t.rows.qvel.extend_from_slice(&[0.0; 35]);
+        t.rows.actions.extend_from_slice(&[0.0; 29]);
+        t.rows.state.extend_from_slice(&[0.0; 64]);
+        t.rows.ref_state.extend_from_slice(&[0.0; 64]);
     }
     let (status, metrics, reason) = episode::score_finished(
-        &t,
+        &t.rows,
         EpisodeStatus::Completed,
         None,
         &spec.metrics.list,

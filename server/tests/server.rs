@@ -139,19 +139,19 @@ fn complete_g1_smoke(server: &ServerProc, url: &str) {
     assert_eq!(ep.motion, "squat");
     assert_eq!(ep.status, "completed");
     assert_eq!(ep.scored_until_s, Some(stopped));
-    let t = ep.times.len();
+    let t = ep.rows.times.len();
     assert_eq!(t, 301);
     for (name, width) in trajectory_file::DATASETS {
         let len = match name {
-            "times" => ep.times.len(),
-            "qpos" => ep.qpos.len(),
-            "qvel" => ep.qvel.len(),
-            "body_pos" => ep.body_pos.len(),
-            "actions" => ep.actions.len(),
-            "ref_qpos" => ep.ref_qpos.len(),
-            "ref_body_pos" => ep.ref_body_pos.len(),
-            "state" => ep.state.len(),
-            "ref_state" => ep.ref_state.len(),
+            "times" => ep.rows.times.len(),
+            "qpos" => ep.rows.qpos.len(),
+            "qvel" => ep.rows.qvel.len(),
+            "body_pos" => ep.rows.body_pos.len(),
+            "actions" => ep.rows.actions.len(),
+            "ref_qpos" => ep.rows.ref_qpos.len(),
+            "ref_body_pos" => ep.rows.ref_body_pos.len(),
+            "state" => ep.rows.state.len(),
+            "ref_state" => ep.rows.ref_state.len(),
             other => panic!("undocumented dataset {other}"),
         };
         assert_eq!(len, t * width, "{name}");

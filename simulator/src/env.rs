@@ -12,7 +12,7 @@ use crate::observation::{
 };
 use crate::robot::{NUM_BODIES_EXT, RobotConfig};
 use crate::{CONTROL_DT, SimError};
-use arena_data::NUM_JOINTS;
+use arena_data::{NUM_JOINTS, TrajectoryRows};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
@@ -206,44 +206,25 @@ impl ObservationBatch {
     }
 }
 
-/// One env's recorded episode. Row k is the state at motion time start + k·dt (row 0 is the
-/// reset state); `actions` row k is the action that produced row k (zeros in row 0): the
-/// normalised values, or in the joint-position mode the 29 targets (rad).
+/// One env's recorded episode: which episode it was, and its rows (the arrays the trajectory
+/// file stores and scoring reads; `actions` hold the normalised values, or in the
+/// joint-position mode the 29 targets in rad).
 #[derive(Debug, Clone, Default)]
 pub struct Trajectory {
     pub motion: usize,
     pub start_time: f64,
     pub seed: u64,
     pub dr_level: DrLevel,
-    pub times: Vec<f64>,
-    pub qpos: Vec<f64>,
-    pub qvel: Vec<f64>,
-    pub body_pos: Vec<f64>,
-    pub actions: Vec<f64>,
-    pub ref_qpos: Vec<f64>,
-    pub ref_body_pos: Vec<f64>,
-    /// Joint-position mode: the feed-forward torques of each row's action (29 per row, zeros in
-    /// row 0); empty in the normalized mode.
-    pub feedforward: Vec<f64>,
-    /// The PD targets the motors tracked to reach each row (29 per row, rad; row 0: the reset
-    /// pose), after the action mapping, the default-joint offset and any control delay.
-    pub targets: Vec<f64>,
-    /// The torque each motor applied in the last physics substep before each row (29 per row,
-    /// N·m, after the effort clip; zeros in row 0).
-    pub torques: Vec<f64>,
-    /// The `state` observation the agent received (64 per row, noise included).
-    pub state: Vec<f64>,
-    /// The reference motion's `state` row at the same time (64 per row).
-    pub ref_state: Vec<f64>,
+    pub rows: TrajectoryRows,
 }
 
 impl Trajectory {
     pub fn len(&self) -> usize {
-        self.times.len()
+        self.rows.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.times.is_empty()
+        self.rows.is_empty()
     }
 
     fn reset(&mut self, a: &EpisodeAssignment, rows: usize) {
@@ -251,19 +232,21 @@ impl Trajectory {
         self.start_time = a.start_time;
         self.seed = a.seed;
         self.dr_level = a.dr_level;
+        let r = &mut self.rows;
         for (v, w) in [
-            (&mut self.times, 1),
-            (&mut self.qpos, NQ),
-            (&mut self.qvel, NV),
-            (&mut self.body_pos, BODY_W),
-            (&mut self.actions, NUM_JOINTS),
-            (&mut self.ref_qpos, NQ),
-            (&mut self.ref_body_pos, BODY_W),
-            (&mut self.feedforward, 0),
-            (&mut self.targets, NUM_JOINTS),
-            (&mut self.torques, NUM_JOINTS),
-            (&mut self.state, STATE_DIM),
-            (&mut self.ref_state, STATE_DIM),
+            (&mut r.times, 1),
+            (&mut r.qpos, NQ),
+            (&mut r.qvel, NV),
+            (&mut r.body_pos, BODY_W),
+            (&mut r.actions, NUM_JOINTS),
+            (&mut r.ref_qpos, NQ),
+            (&mut r.ref_body_pos, BODY_W),
+            // Recorded in the joint-position mode only.
+            (&mut r.feedforward, 0),
+            (&mut r.targets, NUM_JOINTS),
+            (&mut r.torques, NUM_JOINTS),
+            (&mut r.state, STATE_DIM),
+            (&mut r.ref_state, STATE_DIM),
         ] {
             v.clear();
             v.reserve(rows * w);
@@ -727,10 +710,12 @@ impl TrackingEnv {
             }
             if self.config.record {
                 slot.trajectory
+                    .rows
                     .actions
                     .extend(a[..NUM_JOINTS].iter().map(|v| *v as f64));
                 if mode == ActionMode::JointPosition {
                     slot.trajectory
+                        .rows
                         .feedforward
                         .extend(a[NUM_JOINTS..].iter().map(|v| *v as f64));
                 }
@@ -894,10 +879,10 @@ impl RefreshContext<'_> {
                 // The step that failed produced no row: its action goes too, so the recording
                 // keeps one action per row.
                 if self.config.record {
-                    let rows = slot.trajectory.times.len();
-                    slot.trajectory.actions.truncate(rows * NUM_JOINTS);
-                    if !slot.trajectory.feedforward.is_empty() {
-                        slot.trajectory.feedforward.truncate(rows * NUM_JOINTS);
+                    let rows = slot.trajectory.rows.times.len();
+                    slot.trajectory.rows.actions.truncate(rows * NUM_JOINTS);
+                    if !slot.trajectory.rows.feedforward.is_empty() {
+                        slot.trajectory.rows.feedforward.truncate(rows * NUM_JOINTS);
                     }
                 }
             }
@@ -960,28 +945,28 @@ impl RefreshContext<'_> {
         if self.config.record {
             let t = &mut slot.trajectory;
             if self.after_reset {
-                t.actions.extend_from_slice(&[0.0; NUM_JOINTS]);
+                t.rows.actions.extend_from_slice(&[0.0; NUM_JOINTS]);
                 if self.config.action_mode == ActionMode::JointPosition {
-                    t.feedforward.extend_from_slice(&[0.0; NUM_JOINTS]);
+                    t.rows.feedforward.extend_from_slice(&[0.0; NUM_JOINTS]);
                 }
             }
-            t.times.push(motion_time);
-            t.qpos.extend_from_slice(qpos);
-            t.qvel.extend_from_slice(qvel);
-            t.body_pos.extend_from_slice(bp);
-            t.ref_qpos.extend_from_slice(&ref_qpos);
-            t.ref_body_pos.extend_from_slice(&ref_body_pos);
+            t.rows.times.push(motion_time);
+            t.rows.qpos.extend_from_slice(qpos);
+            t.rows.qvel.extend_from_slice(qvel);
+            t.rows.body_pos.extend_from_slice(bp);
+            t.rows.ref_qpos.extend_from_slice(&ref_qpos);
+            t.rows.ref_body_pos.extend_from_slice(&ref_body_pos);
             let mut joints = [0.0; NUM_JOINTS];
             self.handler.read_env_into(e, Field::DofPosTarget, &mut joints);
-            t.targets.extend_from_slice(&joints);
+            t.rows.targets.extend_from_slice(&joints);
             self.handler.read_env_into(e, Field::DofTorque, &mut joints);
-            t.torques.extend_from_slice(&joints);
-            t.state.extend(rows.state.iter().map(|v| *v as f64));
+            t.rows.torques.extend_from_slice(&joints);
+            t.rows.state.extend(rows.state.iter().map(|v| *v as f64));
             let (mut dof_vel, mut root_ang_vel) = ([0.0; NUM_JOINTS], [0.0; 3]);
             motion.velocities_at(motion_time, &mut dof_vel, &mut root_ang_vel);
             let mut ref_row = [0.0f32; STATE_DIM];
             observation::reference_state_row_from(&ref_qpos, &dof_vel, &root_ang_vel, &self.config.robot, &mut ref_row);
-            t.ref_state.extend(ref_row.iter().map(|v| *v as f64));
+            t.rows.ref_state.extend(ref_row.iter().map(|v| *v as f64));
         }
         let fell = match self.config.fall_rule {
             None => false,

@@ -51,7 +51,10 @@ fn run(env: &mut TrackingEnv, assignments: &[(usize, EpisodeAssignment)], steps:
 fn same(a: &Trajectory, b: &Trajectory) -> bool {
     // Bitwise equality of every recorded number.
     let eq = |x: &[f64], y: &[f64]| x.len() == y.len() && x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits());
-    eq(&a.qpos, &b.qpos) && eq(&a.qvel, &b.qvel) && eq(&a.body_pos, &b.body_pos) && eq(&a.actions, &b.actions)
+    eq(&a.rows.qpos, &b.rows.qpos)
+        && eq(&a.rows.qvel, &b.rows.qvel)
+        && eq(&a.rows.body_pos, &b.rows.body_pos)
+        && eq(&a.rows.actions, &b.rows.actions)
 }
 
 #[test]
@@ -194,7 +197,7 @@ fn bad_actions_fail_only_their_env() {
     assert!(err.contains("3×29") && err.contains("got 10"), "{err}");
     let mut actions = vec![0.0f32; 3 * NUM_JOINTS];
     e.step(&actions).unwrap();
-    let before = e.trajectory(1).qpos.clone();
+    let before = e.trajectory(1).rows.qpos.clone();
     actions[NUM_JOINTS + 4] = f32::NAN;
     let (_, infos) = e.step(&actions).unwrap();
     assert_eq!(
@@ -203,7 +206,11 @@ fn bad_actions_fail_only_their_env() {
     );
     assert_eq!(infos[0].status, EpisodeStatus::Running);
     assert_eq!(infos[2].status, EpisodeStatus::Running);
-    assert_eq!(e.trajectory(1).qpos, before, "nothing of a failed step is recorded");
+    assert_eq!(
+        e.trajectory(1).rows.qpos,
+        before,
+        "nothing of a failed step is recorded"
+    );
     actions[NUM_JOINTS + 4] = 0.0;
     let (_, infos) = e.step(&actions).unwrap();
     assert!(infos[1].status.is_done() && infos[0].status == EpisodeStatus::Running);
@@ -274,7 +281,7 @@ fn episodes_truncate_at_motion_end_and_fall_rule_is_optional() {
         e.step(&actions).unwrap();
     }
     assert_eq!(e.infos()[0].status, EpisodeStatus::Fell);
-    assert!(e.trajectory(0).qpos[(e.trajectory(0).len() - 1) * NQ + 2] < 0.5);
+    assert!(e.trajectory(0).rows.qpos[(e.trajectory(0).len() - 1) * NQ + 2] < 0.5);
 }
 
 #[test]
@@ -344,8 +351,8 @@ fn dr_level_1_changes_the_physics_of_its_env_only() {
         e.step(&actions).unwrap();
     }
     assert_ne!(
-        e.trajectory(0).qpos,
-        e.trajectory(1).qpos,
+        e.trajectory(0).rows.qpos,
+        e.trajectory(1).rows.qpos,
         "randomised masses and friction change the motion"
     );
     // Resetting env 0 to L0 restores the nominal model: it now matches env 1 exactly.
@@ -354,7 +361,7 @@ fn dr_level_1_changes_the_physics_of_its_env_only() {
     for _ in 0..30 {
         e.step(&actions).unwrap();
     }
-    assert_eq!(e.trajectory(0).qpos, e.trajectory(1).qpos);
+    assert_eq!(e.trajectory(0).rows.qpos, e.trajectory(1).rows.qpos);
 }
 
 #[test]
@@ -515,7 +522,7 @@ fn privileged_state_recomputed_from_recorded_states_matches_the_episode() {
         assert_eq!(t.len(), seen.len());
         let mut out = vec![0.0f32; t.len() * PRIVILEGED_STATE_DIM];
         observer
-            .privileged_states(t.dr_level, t.seed, &t.qpos, &t.qvel, &mut out)
+            .privileged_states(t.dr_level, t.seed, &t.rows.qpos, &t.rows.qvel, &mut out)
             .unwrap();
         for (k, row) in out.chunks_exact(PRIVILEGED_STATE_DIM).enumerate() {
             let want = &seen[k][slot * PRIVILEGED_STATE_DIM..(slot + 1) * PRIVILEGED_STATE_DIM];
@@ -543,7 +550,7 @@ fn without_gains_and_delay_an_action_acts_at_once() {
         let mut e = TrackingEnv::new(config, lib.clone()).unwrap();
         e.reset(&[(0, assignment(1, seed, DrLevel::L3))]).unwrap();
         e.step(&[action; NUM_JOINTS]).unwrap();
-        e.trajectory(0).qpos[NQ..].to_vec()
+        e.trajectory(0).rows.qpos[NQ..].to_vec()
     };
     // The arena's level 3 executes the previous (zero) action first ...
     assert_eq!(first_step(true, 0.5), first_step(true, 0.0));

@@ -31,7 +31,7 @@ fn squat_replay_matches_golden_trajectory() {
         policy.act(&env, &mut actions);
         env.step(&actions).unwrap();
     }
-    let qpos = &env.trajectory(0).qpos;
+    let qpos = &env.trajectory(0).rows.qpos;
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/squat_replay_l2.csv");
     if std::env::var_os("ARENA_BLESS").is_some() {
         let text: Vec<String> = qpos

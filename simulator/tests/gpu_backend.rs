@@ -150,11 +150,11 @@ fn track_side_by_side(
             );
         }
         let (a, b) = (cpu.trajectory(0), gpu.trajectory(0));
-        let qpos = max_diff(&a.qpos[step * NQ..], &b.qpos[step * NQ..]);
+        let qpos = max_diff(&a.rows.qpos[step * NQ..], &b.rows.qpos[step * NQ..]);
         let w = 3 * NUM_BODIES_EXT;
-        let body = max_diff(&a.body_pos[step * w..], &b.body_pos[step * w..]);
+        let body = max_diff(&a.rows.body_pos[step * w..], &b.rows.body_pos[step * w..]);
         let (c, d) = (cpu.trajectory(1), gpu.trajectory(1));
-        let qpos_dr = max_diff(&c.qpos[step * NQ..], &d.qpos[step * NQ..]);
+        let qpos_dr = max_diff(&c.rows.qpos[step * NQ..], &d.rows.qpos[step * NQ..]);
         worst.push((step, qpos, body, qpos_dr));
     }
     for (step, qpos, body, qpos_dr) in &worst {
@@ -195,7 +195,7 @@ fn gpu_backend_tracks_mujoco_and_survives_a_worker_crash() {
         assert!(reason.contains("GPU simulator worker failed"), "{reason}");
         // The failed step made no row, so it keeps no action either.
         let t = gpu.trajectory(e);
-        assert_eq!(t.actions.len(), t.len() * NUM_JOINTS, "env {e}");
+        assert_eq!(t.rows.actions.len(), t.len() * NUM_JOINTS, "env {e}");
     }
     assert_eq!(gpu.handler().worker_pid(), None);
     // The next reset starts a new worker and the episode runs again, as on the CPU.
@@ -206,7 +206,7 @@ fn gpu_backend_tracks_mujoco_and_survives_a_worker_crash() {
     cpu.step(&actions).unwrap();
     gpu.step(&actions).unwrap();
     assert_eq!(gpu.infos()[0].status, EpisodeStatus::Running);
-    let q = max_diff(&cpu.trajectory(0).qpos[NQ..], &gpu.trajectory(0).qpos[NQ..]);
+    let q = max_diff(&cpu.trajectory(0).rows.qpos[NQ..], &gpu.trajectory(0).rows.qpos[NQ..]);
     assert!(q < QPOS_TOL_1, "after the restart: {q:.3e}");
 }
 

@@ -351,14 +351,13 @@ async fn rescore(State(state): State<Arc<AppState>>, headers: HeaderMap, ApiPath
             let mut out = Vec::new();
             for (idx, status) in scored {
                 let record = trajectory_file::read_episode(&path, &trajectory_file::episode_group_name(idx as u32))?;
-                let trajectory = episode_views::trajectory_of(&record);
                 let status = if status == EpisodeState::Fell {
                     arena_bench::aggregate::EpisodeStatus::Fell
                 } else {
                     arena_bench::aggregate::EpisodeStatus::Completed
                 };
                 let (_, metrics, reason) = arena_runner::episode::score_finished(
-                    &trajectory,
+                    &record.rows,
                     status,
                     None,
                     &spec_for_scoring.metrics.list,

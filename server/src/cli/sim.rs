@@ -288,8 +288,8 @@ fn rollout(a: RolloutArgs) -> anyhow::Result<()> {
         write_rows(
             &partial,
             ROLLOUT_HEADER,
-            &traj.times,
-            &traj.qpos,
+            &traj.rows.times,
+            &traj.rows.qpos,
             arena_sim::handler::NQ,
         )?;
         bail!(
@@ -299,9 +299,21 @@ fn rollout(a: RolloutArgs) -> anyhow::Result<()> {
             partial.display()
         );
     }
-    write_rows(&a.out, ROLLOUT_HEADER, &traj.times, &traj.qpos, arena_sim::handler::NQ)?;
+    write_rows(
+        &a.out,
+        ROLLOUT_HEADER,
+        &traj.rows.times,
+        &traj.rows.qpos,
+        arena_sim::handler::NQ,
+    )?;
     if let Some(p) = &a.qvel_out {
-        write_rows(p, QVEL_HEADER, &traj.times, &traj.qvel, arena_sim::handler::NV)?;
+        write_rows(
+            p,
+            QVEL_HEADER,
+            &traj.rows.times,
+            &traj.rows.qvel,
+            arena_sim::handler::NV,
+        )?;
     }
     // In the words of `arena eval`'s episodes.
     let ended = match status {
@@ -314,7 +326,7 @@ fn rollout(a: RolloutArgs) -> anyhow::Result<()> {
         "{}: {} control steps, {:.2} s of motion, {ended} -> {}",
         clip.name,
         traj.len() - 1,
-        traj.times.last().copied().unwrap_or(0.0),
+        traj.rows.times.last().copied().unwrap_or(0.0),
         a.out.display()
     );
     Ok(())
@@ -441,8 +453,8 @@ fn dump_replay(
     let mut initial_qpos = Vec::new();
     let mut initial_qvel = Vec::new();
     for e in 0..n {
-        initial_qpos.extend_from_slice(&env.trajectory(e).qpos[..arena_sim::handler::NQ]);
-        initial_qvel.extend_from_slice(&env.trajectory(e).qvel[..arena_sim::handler::NV]);
+        initial_qpos.extend_from_slice(&env.trajectory(e).rows.qpos[..arena_sim::handler::NQ]);
+        initial_qvel.extend_from_slice(&env.trajectory(e).rows.qvel[..arena_sim::handler::NV]);
     }
     let mut actions = vec![0.0f32; n * NUM_JOINTS];
     for _ in 0..steps {
@@ -460,7 +472,7 @@ fn dump_replay(
         );
         torques.extend_from_slice(log);
         let t = env.trajectory(e);
-        final_qpos.extend_from_slice(&t.qpos[t.qpos.len() - arena_sim::handler::NQ..]);
+        final_qpos.extend_from_slice(&t.rows.qpos[t.rows.qpos.len() - arena_sim::handler::NQ..]);
     }
     let write_f64 = |name: &str, v: &[f64]| -> anyhow::Result<()> {
         let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();

@@ -84,7 +84,13 @@ fn load(observer: &mut RecordedObserver, path: &Path, row: &EpisodeRow) -> anyho
     let level = arena_sim::dr::DrLevel::try_from(record.dr_level.min(255) as u8)
         .map_err(|e| anyhow::anyhow!("{}: {name}: dr_level {}: {e}", path.display(), record.dr_level))?;
     observer
-        .privileged_states(level, record.seed, &record.qpos, &record.qvel, &mut privileged)
+        .privileged_states(
+            level,
+            record.seed,
+            &record.rows.qpos,
+            &record.rows.qvel,
+            &mut privileged,
+        )
         .with_context(|| format!("{}: {name}", path.display()))?;
     Ok(Loaded { record, privileged })
 }
@@ -147,7 +153,12 @@ pub fn export_hdf5(
     let mut writer = BufferExportWriter::create(path)?;
     for_each_episode(selection, trajectory_path, |part, row, loaded| {
         let r = &loaded.record;
-        let (state, action, qpos, qvel) = (f32s(&r.state), f32s(&r.actions), f32s(&r.qpos), f32s(&r.qvel));
+        let (state, action, qpos, qvel) = (
+            f32s(&r.rows.state),
+            f32s(&r.rows.actions),
+            f32s(&r.rows.qpos),
+            f32s(&r.rows.qvel),
+        );
         writer.append(
             &ExportedEpisode {
                 id: episode_id(part, row),
@@ -228,15 +239,15 @@ pub fn export_jsonl_gz(
             "control_hz": 1.0 / arena_sim::CONTROL_DT,
             "rows": n,
             "observation": {
-                "state": rows_json(&r.state, 64),
+                "state": rows_json(&r.rows.state, 64),
                 "privileged_state": rows_json_f32(&loaded.privileged, PRIVILEGED_STATE_DIM),
             },
-            "action": rows_json(&r.actions, 29),
+            "action": rows_json(&r.rows.actions, 29),
             // Recorded since the joint-position mode (empty lists in older trajectory files).
-            "pd_target": rows_json(&r.targets, 29),
-            "torque": rows_json(&r.torques, 29),
-            "qpos": rows_json(&r.qpos, 36),
-            "qvel": rows_json(&r.qvel, 35),
+            "pd_target": rows_json(&r.rows.targets, 29),
+            "torque": rows_json(&r.rows.torques, 29),
+            "qpos": rows_json(&r.rows.qpos, 36),
+            "qvel": rows_json(&r.rows.qvel, 35),
             "terminated": terminated,
             "truncated": truncated,
         });

@@ -41,7 +41,7 @@ pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
             .par_iter()
             .map(|done| {
                 episode::score_finished(
-                    &done.trajectory,
+                    &done.trajectory.rows,
                     done.status,
                     done.reason.clone(),
                     &spec.metrics.list,
@@ -203,18 +203,7 @@ fn record_of(
         start_s: done.episode.start_s,
         duration_s: done.episode.duration_s,
         scored_until_s,
-        times: t.times,
-        qpos: t.qpos,
-        qvel: t.qvel,
-        body_pos: t.body_pos,
-        actions: t.actions,
-        ref_qpos: t.ref_qpos,
-        ref_body_pos: t.ref_body_pos,
-        state: t.state,
-        ref_state: t.ref_state,
-        targets: t.targets,
-        torques: t.torques,
-        feedforward: t.feedforward,
+        rows: t.rows,
     }
 }
 

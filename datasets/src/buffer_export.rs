@@ -37,8 +37,7 @@ pub const BUFFER_FORMAT_NAME: &str = "mimicarena-buffer";
 /// Value of the root attribute `version`.
 pub const BUFFER_FORMAT_VERSION: u32 = 1;
 
-pub const STATE_DIM: usize = 64;
-pub const PRIVILEGED_STATE_DIM: usize = 463;
+pub use arena_g1::{PRIVILEGED_STATE_DIM, STATE_DIM};
 pub const ACTION_DIM: usize = crate::NUM_JOINTS;
 pub const QPOS_DIM: usize = crate::NUM_COLUMNS;
 pub const QVEL_DIM: usize = 35;

@@ -3,9 +3,9 @@
 use serde::{Deserialize, Serialize};
 
 /// Number of actuated joints of the G1 (29 DOF).
-pub const NUM_JOINTS: usize = 29;
+pub use arena_g1::NUM_JOINTS;
 /// Columns of a G1 motion row: root xyz (3), root quaternion (4), joint angles (29).
-pub const NUM_COLUMNS: usize = 7 + NUM_JOINTS;
+pub const NUM_COLUMNS: usize = arena_g1::QPOS_WIDTH;
 
 /// Which part of a benchmark a clip belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -70,37 +70,6 @@ pub fn name_and_category(stem: &str) -> (String, String) {
     }
 }
 
-/// The G1's 30 bodies in MuJoCo's body order (DFS of the model tree, pelvis first), the order
-/// of BFM-Zero's body tensors and of mjlab's motion files.
-pub const G1_BODY_NAMES: [&str; 30] = [
-    "pelvis",
-    "left_hip_pitch_link",
-    "left_hip_roll_link",
-    "left_hip_yaw_link",
-    "left_knee_link",
-    "left_ankle_pitch_link",
-    "left_ankle_roll_link",
-    "right_hip_pitch_link",
-    "right_hip_roll_link",
-    "right_hip_yaw_link",
-    "right_knee_link",
-    "right_ankle_pitch_link",
-    "right_ankle_roll_link",
-    "waist_yaw_link",
-    "waist_roll_link",
-    "torso_link",
-    "left_shoulder_pitch_link",
-    "left_shoulder_roll_link",
-    "left_shoulder_yaw_link",
-    "left_elbow_link",
-    "left_wrist_roll_link",
-    "left_wrist_pitch_link",
-    "left_wrist_yaw_link",
-    "right_shoulder_pitch_link",
-    "right_shoulder_roll_link",
-    "right_shoulder_yaw_link",
-    "right_elbow_link",
-    "right_wrist_roll_link",
-    "right_wrist_pitch_link",
-    "right_wrist_yaw_link",
-];
+/// The G1's 30 bodies in MuJoCo's body order (pelvis first): the order of BFM-Zero's body
+/// tensors and of mjlab's motion files.
+pub use arena_g1::BODY_NAMES as G1_BODY_NAMES;

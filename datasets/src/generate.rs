@@ -12,37 +12,7 @@ use crate::clip::{MotionClip, NUM_COLUMNS, NUM_JOINTS};
 pub const GENERATED_FPS: f64 = 50.0;
 
 /// G1 joint order of the CSV format (and of actions, `dof_pos`, `dof_vel`).
-pub const G1_JOINT_NAMES: [&str; NUM_JOINTS] = [
-    "left_hip_pitch_joint",
-    "left_hip_roll_joint",
-    "left_hip_yaw_joint",
-    "left_knee_joint",
-    "left_ankle_pitch_joint",
-    "left_ankle_roll_joint",
-    "right_hip_pitch_joint",
-    "right_hip_roll_joint",
-    "right_hip_yaw_joint",
-    "right_knee_joint",
-    "right_ankle_pitch_joint",
-    "right_ankle_roll_joint",
-    "waist_yaw_joint",
-    "waist_roll_joint",
-    "waist_pitch_joint",
-    "left_shoulder_pitch_joint",
-    "left_shoulder_roll_joint",
-    "left_shoulder_yaw_joint",
-    "left_elbow_joint",
-    "left_wrist_roll_joint",
-    "left_wrist_pitch_joint",
-    "left_wrist_yaw_joint",
-    "right_shoulder_pitch_joint",
-    "right_shoulder_roll_joint",
-    "right_shoulder_yaw_joint",
-    "right_elbow_joint",
-    "right_wrist_roll_joint",
-    "right_wrist_pitch_joint",
-    "right_wrist_yaw_joint",
-];
+pub use arena_g1::JOINT_NAMES as G1_JOINT_NAMES;
 
 // Joint indices used by the generator (G1 order).
 const L_HIP_PITCH: usize = 0;

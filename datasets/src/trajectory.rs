@@ -9,7 +9,7 @@ pub const QVEL_WIDTH: usize = 35;
 pub const BODY_WIDTH: usize = 93;
 pub const ACTION_WIDTH: usize = crate::NUM_JOINTS;
 /// The `state` observation (BFM-Zero's proprioception).
-pub const STATE_WIDTH: usize = 64;
+pub const STATE_WIDTH: usize = arena_g1::STATE_DIM;
 
 /// The required arrays' names (the trajectory file's dataset names) and widths, in file order.
 /// `times` (width 1) is 1-D.

@@ -21,7 +21,7 @@ use arena_sim::{CONTROL_DT, RobotConfig};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-pub use crate::observations::{ReferenceScratch, fill_observation, needs_imu, observation_layout};
+pub use crate::observations::{ObservationPlan, ReferenceScratch, needs_imu, observation_layout};
 
 // The SDK states the reference groups' row sizes without the simulator; they are the simulator's.
 const _: () = assert!(REFERENCE_FRAME_SIZE == NQ && REFERENCE_GOAL_ROW == STATE_DIM + PRIVILEGED_STATE_DIM);

@@ -84,7 +84,7 @@ pub fn run_local(
         ..episode::env_config(spec, None, batch, options.threads)
     };
     let mut env = TrackingEnv::new(env_config, library.clone())?;
-    let layout = episode::observation_layout(spec);
+    let plan = episode::ObservationPlan::for_spec(spec);
     let session = episode::episode_spec(spec, None, batch as u32, 1, 0.0);
     agent.configure(&session);
     agent
@@ -100,7 +100,7 @@ pub fn run_local(
     let mut ids: Vec<u32> = Vec::with_capacity(batch);
     let mut steps: Vec<u32> = Vec::with_capacity(batch);
     let mut slots: Vec<usize> = Vec::with_capacity(batch);
-    let mut observations = vec![0.0f32; batch * layout.size()];
+    let mut observations = vec![0.0f32; batch * plan.size()];
     let mut agent_actions = vec![0.0f32; batch * NUM_JOINTS];
     // The env's rows may be wider (joint-position mode: targets, then feed-forward torques, 0 here).
     let width = env.action_width();
@@ -134,7 +134,7 @@ pub fn run_local(
         ids.clear();
         steps.clear();
         slots.clear();
-        let d = layout.size();
+        let d = plan.size();
         for (slot, ep) in running.iter().enumerate() {
             let Some(ep) = ep else { continue };
             ids.push(ep.index as u32);
@@ -150,13 +150,13 @@ pub fn run_local(
                 let rows = observations[..n * d].par_chunks_mut(d).zip(slots.par_iter());
                 pool.install(|| {
                     rows.for_each_init(ReferenceScratch::default, |scratch, (row, &slot)| {
-                        episode::fill_observation(&layout, env, slot, scratch, row)
+                        plan.fill(env, slot, scratch, row)
                     })
                 });
             }
             _ => {
                 for (row, &slot) in rows {
-                    episode::fill_observation(&layout, &env, slot, &mut scratch, row);
+                    plan.fill(&env, slot, &mut scratch, row);
                 }
             }
         }
@@ -165,7 +165,7 @@ pub fn run_local(
             episodes: &ids,
             episode_steps: &steps,
             observations: &observations[..n * d],
-            layout: &layout,
+            layout: plan.layout(),
         };
         step_counter += 1;
         agent.act(&batch_view, &mut agent_actions[..n * NUM_JOINTS]);

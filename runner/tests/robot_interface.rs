@@ -69,15 +69,16 @@ fn robot_groups_and_torque_law_match_an_independent_mujoco_computation() {
         },
     )])
     .unwrap();
-    let layout = episode::observation_layout(&spec);
-    let mut scratch = ReferenceScratch::for_spec(&spec);
+    let plan = episode::ObservationPlan::for_spec(&spec);
+    let layout = plan.layout();
+    let mut scratch = ReferenceScratch::default();
     let mut rows = Vec::new();
     let mut commands = Vec::new();
     let mut references = Vec::new();
     let mut row = vec![0.0f32; layout.size()];
     let mut state = MotionState::default();
     for step in 0..=STEPS {
-        episode::fill_observation(&layout, &env, 0, &mut scratch, &mut row);
+        plan.fill(&env, 0, &mut scratch, &mut row);
         rows.push(row.clone());
         // The command is the reference of the next control step (the frame the action must reach).
         let t = (env.infos()[0].step + 1) as f64 * CONTROL_DT;

@@ -4,14 +4,11 @@
 use crate::protocol::{EpisodeSpec, ObservationGroup};
 use std::ops::Range;
 
-/// The group of future reference poses (MuJoCo qpos of the reference, frames t + dt … t + H·dt).
-pub const REFERENCE_GROUP: &str = "reference";
-/// The group of future reference observation rows (BFM-Zero's goal input: state | privileged_state).
-pub const REFERENCE_GOAL_GROUP: &str = "reference_goal";
-/// Values per frame of the `reference` group: root position (3), root quaternion wxyz (4), 29 joints.
-pub const REFERENCE_FRAME_SIZE: usize = 36;
-/// Values per row of the `reference_goal` group: `state` (64) then `privileged_state` (463).
-pub const REFERENCE_GOAL_ROW: usize = 64 + 463;
+/// The reference groups: future reference poses (`reference`, MuJoCo qpos of frames t + dt …
+/// t + H·dt; [`REFERENCE_FRAME_SIZE`] values each) and future reference observation rows
+/// (`reference_goal`, BFM-Zero's goal input: state | privileged_state; [`REFERENCE_GOAL_ROW`]
+/// values each).
+pub use arena_g1::{REFERENCE_FRAME_SIZE, REFERENCE_GOAL_GROUP, REFERENCE_GOAL_ROW, REFERENCE_GROUP};
 
 /// Which observation groups an agent receives and where each sits in its concatenated values.
 #[derive(Debug, Clone, PartialEq)]

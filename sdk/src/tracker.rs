@@ -7,13 +7,14 @@
 use crate::agent::{Agent, Batch};
 use crate::layout::ObservationLayout;
 use crate::protocol::{EpisodeEnd, EpisodeInfo, EpisodeSpec};
+use arena_g1::Group;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::ops::Range;
 use std::path::Path;
 
 /// Joints of the G1.
-pub const JOINTS: usize = 29;
+pub const JOINTS: usize = arena_g1::NUM_JOINTS;
 /// The actor's input size and terms (mjlab's `policy` group, in order).
 pub const ACTOR_DIM: usize = 160;
 pub const OBSERVATION_NAMES: [&str; 8] = [
@@ -27,13 +28,13 @@ pub const OBSERVATION_NAMES: [&str; 8] = [
     "actions",
 ];
 /// The robot-interface groups the inputs are built from.
-pub const REQUIRED_GROUPS: [&str; 6] = [
-    "motion_command",
-    "motion_anchor_pos_b",
-    "motion_anchor_ori_b",
-    "base_lin_vel",
-    "imu",
-    "motors",
+pub const REQUIRED_GROUPS: [Group; 6] = [
+    Group::MotionCommand,
+    Group::MotionAnchorPosB,
+    Group::MotionAnchorOriB,
+    Group::BaseLinVel,
+    Group::Imu,
+    Group::Motors,
 ];
 /// rsl_rl's normaliser epsilon: y = (x − μ)/(σ + 0.01).
 pub const NORMALIZER_EPS: f32 = 1e-2;
@@ -237,7 +238,7 @@ impl Agent for TrackerAgent {
         let layout = ObservationLayout::from_spec(spec);
         self.ranges = REQUIRED_GROUPS
             .iter()
-            .filter_map(|g| layout.group(g).map(|r| (*g, r)))
+            .filter_map(|g| layout.group(g.name()).map(|r| (g.name(), r)))
             .collect();
         self.action_size = spec.action_size as usize;
     }
@@ -251,11 +252,22 @@ impl Agent for TrackerAgent {
         }
         let missing: Vec<&str> = REQUIRED_GROUPS
             .iter()
-            .filter(|g| !self.ranges.contains_key(**g))
-            .copied()
+            .map(|g| g.name())
+            .filter(|g| !self.ranges.contains_key(g))
             .collect();
         if !missing.is_empty() {
             return Err(format!("the benchmark does not send {}", missing.join(", ")));
+        }
+        for g in REQUIRED_GROUPS {
+            let announced = self.ranges[g.name()].len();
+            if announced != g.size() {
+                return Err(format!(
+                    "the session announces {} values of {}, the G1's group has {}",
+                    announced,
+                    g.name(),
+                    g.size()
+                ));
+            }
         }
         if self.action_size != JOINTS && self.action_size != 2 * JOINTS {
             return Err(format!("action size {} (expected 29 or 58)", self.action_size));

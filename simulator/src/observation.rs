@@ -8,11 +8,7 @@ use crate::robot::{NUM_BODIES_EXT, RobotConfig};
 use arena_data::NUM_JOINTS;
 use serde::{Deserialize, Serialize};
 
-pub const STATE_DIM: usize = 64;
-pub const PRIVILEGED_STATE_DIM: usize = 463;
-pub const LAST_ACTION_DIM: usize = NUM_JOINTS;
-pub const HISTORY_FRAMES: usize = 4;
-pub const HISTORY_ACTOR_DIM: usize = HISTORY_FRAMES * (NUM_JOINTS * 3 + 3 + 3);
+pub use arena_g1::{HISTORY_ACTOR_DIM, HISTORY_FRAMES, LAST_ACTION_DIM, PRIVILEGED_STATE_DIM, STATE_DIM};
 /// Scale of the body-frame angular velocity in the robot's `state` and history.
 pub const ANG_VEL_SCALE: f64 = 0.25;
 

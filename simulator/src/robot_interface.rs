@@ -10,33 +10,12 @@ use crate::motion::MotionState;
 use crate::robot::{BODY_NAMES, NUM_BODIES_EXT, TORSO_INDEX};
 use arena_data::NUM_JOINTS;
 
-/// `imu` and `imu_torso`: quaternion wxyz (world), gyroscope (rad/s), accelerometer (m/s²).
-pub const IMU_DIM: usize = 10;
-/// `motors`: positions, velocities, applied torques.
-pub const MOTORS_DIM: usize = 3 * NUM_JOINTS;
-pub const BASE_LIN_VEL_DIM: usize = 3;
-/// `motion_command`: reference joint positions then velocities.
-pub const MOTION_COMMAND_DIM: usize = 2 * NUM_JOINTS;
-pub const MOTION_ANCHOR_POS_DIM: usize = 3;
-pub const MOTION_ANCHOR_ORI_DIM: usize = 6;
-pub const MOTION_ANCHOR_POSE_DIM: usize = 7;
+pub use arena_g1::{
+    BASE_LIN_VEL_DIM, IMU_DIM, MOTION_ANCHOR_ORI_DIM, MOTION_ANCHOR_POS_DIM, MOTION_ANCHOR_POSE_DIM,
+    MOTION_COMMAND_DIM, MOTORS_DIM,
+};
 /// The anchor body of the tracking command unless a benchmark names another (BeyondMimic's).
 pub const DEFAULT_ANCHOR_BODY: &str = "torso_link";
-
-/// The groups of this module with their sizes, in the order the docs list them.
-pub const GROUPS: [(&str, usize); 8] = [
-    ("imu", IMU_DIM),
-    ("imu_torso", IMU_DIM),
-    ("motors", MOTORS_DIM),
-    ("base_lin_vel", BASE_LIN_VEL_DIM),
-    ("motion_command", MOTION_COMMAND_DIM),
-    ("motion_anchor_pos_b", MOTION_ANCHOR_POS_DIM),
-    ("motion_anchor_ori_b", MOTION_ANCHOR_ORI_DIM),
-    ("motion_anchor_pose_w", MOTION_ANCHOR_POSE_DIM),
-];
-
-/// Groups that read the IMU accelerometers (the model must be compiled with them).
-pub const IMU_GROUPS: [&str; 2] = ["imu", "imu_torso"];
 
 /// Index of a body in [`BODY_NAMES`] order (the virtual head excluded), for the anchor.
 pub fn body_index(name: &str) -> Option<usize> {

@@ -37,7 +37,7 @@ pub const NUM_JOINTS: usize = 29;
 /// in the simulator's order (`arena_sim::robot::BODY_NAMES`).
 pub const NUM_BODIES: usize = 31;
 /// Length of the `state` observation.
-pub const STATE_DIM: usize = 64;
+pub use arena_g1::STATE_DIM;
 /// The 24 bodies without the six wrist links (indices 20-22 and 27-29) and without the virtual
 /// head: BFM-Zero's `*_xpos` body set.
 pub const NON_WRIST_BODIES: [usize; 24] = [

@@ -16,21 +16,9 @@ use std::path::{Path, PathBuf};
 /// The simulator's control rate; benchmarks cannot change it.
 pub const CONTROL_HZ: u32 = 50;
 /// Observation groups an agent may be granted: BFM-Zero's, then the robot's own interface (the
-/// IMUs, the motors, the pelvis velocity) and the tracking command in mjlab's convention.
-pub const OBSERVATION_GROUPS: [&str; 12] = [
-    "state",
-    "privileged_state",
-    "last_action",
-    "history_actor",
-    "imu",
-    "imu_torso",
-    "motors",
-    "base_lin_vel",
-    "motion_command",
-    "motion_anchor_pos_b",
-    "motion_anchor_ori_b",
-    "motion_anchor_pose_w",
-];
+/// IMUs, the motors, the pelvis velocity) and the tracking command in mjlab's convention; the
+/// names of the one table, `arena_g1::GROUPS`.
+pub const OBSERVATION_GROUPS: [&str; 12] = arena_g1::GROUP_NAMES;
 /// The G1's bodies that can anchor the tracking command (MuJoCo body order, pelvis first).
 pub const ANCHOR_BODIES: [&str; 30] = arena_data::G1_BODY_NAMES;
 /// Named PD gain sets a joint-position benchmark may offer: `armature` (BeyondMimic / mjlab)
@@ -46,7 +34,7 @@ pub const MAX_REFERENCE_GOAL_HORIZON: u32 = 250;
 pub const MOTIONS_ROOT_ENV: &str = "ARENA_MOTIONS_ROOT";
 
 /// Length of the `state` observation, the upper bound of `metrics.state_slice`.
-const STATE_DIM: usize = 64;
+use arena_g1::STATE_DIM;
 /// Tolerance of window arithmetic, so a window ending exactly at the clip's end is kept.
 const WINDOW_EPS: f64 = 1e-9;
 
@@ -213,6 +201,14 @@ pub struct ObservationAccess {
 
 fn default_anchor_body() -> String {
     "torso_link".to_string()
+}
+
+impl ObservationAccess {
+    /// The granted groups, in the benchmark's order, as rows of the one table. The parser admits
+    /// only the table's names (`observations.groups`), so none is left out.
+    pub fn granted(&self) -> impl Iterator<Item = arena_g1::Group> + '_ {
+        self.groups.iter().filter_map(|g| arena_g1::Group::from_name(g))
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

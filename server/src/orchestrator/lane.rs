@@ -8,7 +8,6 @@ use arena_bench::spec::Episode;
 use arena_data::NUM_JOINTS;
 use arena_runner::episode::{self, ReferenceScratch};
 use arena_runner::local::episode_info;
-use arena_sdk::ObservationLayout;
 use arena_sdk::protocol::{self, Action, EpisodeObservation, EpisodeStart, GetAction, Msg, codes};
 use arena_sim::env::{TrackingEnv, Trajectory};
 use rayon::prelude::*;
@@ -104,7 +103,7 @@ struct Lane<'a> {
     ctx: &'a RunContext,
     lane: usize,
     env: TrackingEnv,
-    layout: ObservationLayout,
+    observations: episode::ObservationPlan,
     slots: Vec<Option<Running>>,
     inbox: mpsc::Receiver<Action>,
     commit: mpsc::Sender<Finished>,
@@ -130,12 +129,12 @@ impl<'a> Lane<'a> {
             lane,
             actions: vec![0.0; ctx.batch * env.action_width()],
             env,
-            layout: episode::observation_layout(spec),
+            observations: episode::ObservationPlan::for_spec(spec),
             slots: (0..ctx.batch).map(|_| None).collect(),
             inbox,
             commit,
             next_request: lane as u64,
-            scratch: ReferenceScratch::for_spec(spec),
+            scratch: ReferenceScratch::default(),
             timings: LaneTimings::default(),
         })
     }
@@ -362,7 +361,7 @@ impl<'a> Lane<'a> {
     fn request(&mut self, step: u64) -> GetAction {
         /// Below this many episodes one thread builds them (a few microseconds each).
         const PARALLEL_FROM: usize = 64;
-        let (layout, env) = (&self.layout, &self.env);
+        let (plan, env) = (&self.observations, &self.env);
         let wanted: Vec<(usize, u32)> = self
             .slots
             .iter()
@@ -373,8 +372,8 @@ impl<'a> Lane<'a> {
             })
             .collect();
         let build = |scratch: &mut ReferenceScratch, &(slot, episode_id): &(usize, u32)| {
-            let mut values = vec![0.0f32; layout.size()];
-            episode::fill_observation(layout, env, slot, scratch, &mut values);
+            let mut values = vec![0.0f32; plan.size()];
+            plan.fill(env, slot, scratch, &mut values);
             EpisodeObservation {
                 episode_id,
                 episode_step: env.infos()[slot].step as u32,
@@ -383,13 +382,7 @@ impl<'a> Lane<'a> {
         };
         let observations = match env.handler().pool() {
             Some(pool) if wanted.len() >= PARALLEL_FROM => {
-                let spec = &self.ctx.benchmark.spec;
-                pool.install(|| {
-                    wanted
-                        .par_iter()
-                        .map_init(|| ReferenceScratch::for_spec(spec), build)
-                        .collect()
-                })
+                pool.install(|| wanted.par_iter().map_init(ReferenceScratch::default, build).collect())
             }
             _ => wanted.iter().map(|w| build(&mut self.scratch, w)).collect(),
         };

@@ -1,6 +1,7 @@
 """The Unitree G1 (29 DOF) as the arena presents it: its joint order and the robot-interface
 observation groups (docs/protocol.md §5). Plain data, shared by the policy runner and by agents
-that read those groups themselves."""
+that read those groups themselves. The server's table is the Rust crate `arena-g1`;
+`runner/tests/observation_groups.rs` checks that these agree with it."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ use arena_bfm::config::{ModelConfig, PRESETS, ParameterCounts};
 use arena_bfm::train::{Motions, RunPaths, Trainer};
 use arena_bfm::train_config::TrainConfig;
 use arena_runner::local::{LocalOptions, run_local};
-use arena_sdk::client::{self, ClientConfig, Mode};
+use arena_sdk::client;
 use arena_sim::RobotConfig;
 use arena_torch::cli::parse_minutes;
 use clap::{Parser, Subcommand, ValueEnum};
@@ -38,6 +38,10 @@ enum Command {
     /// Run a checkpoint through a whole benchmark locally and print its scores.
     Eval(EvalArgs),
     /// Serve a checkpoint as a participant's agent: one scored submission on a server.
+    ///
+    /// Of g1-smoke (unless --benchmark or --phase), named bfm-zero-baseline (unless --name);
+    /// --practice runs motions unscored and --submission resumes one. The session options are
+    /// the SDK's (arena_sdk::cli).
     Agent(AgentArgs),
     /// Write some networks of a checkpoint (by default what the agent needs) to a new folder:
     /// small enough to bring back from a GPU machine, loadable by eval, agent and
@@ -143,35 +147,13 @@ struct ExportArgs {
     networks: Vec<String>,
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum, PartialEq)]
-enum Transport {
-    Ws,
-    Grpc,
-}
-
 #[derive(Debug, clap::Args)]
 struct AgentArgs {
     /// Checkpoint or export folder (the one holding model/), e.g. RUN/checkpoint.
     #[arg(long)]
     checkpoint: PathBuf,
-    /// Server URL: http://HOST:PORT, ws://HOST:PORT/api/v1/agent or grpc://HOST:PORT (no TLS).
-    #[arg(long, default_value = arena_sdk::client::DEFAULT_SERVER)]
-    server: String,
-    /// Team token.
-    #[arg(long, env = "ARENA_TOKEN", hide_env_values = true)]
-    token: String,
-    /// Benchmark to run [default: g1-smoke, or with --phase the phase's].
-    #[arg(long)]
-    benchmark: Option<String>,
-    /// Challenge phase to submit to (its benchmark applies).
-    #[arg(long, default_value = "")]
-    phase: String,
-    /// Protocol: WebSocket (binary protobuf frames) or gRPC.
-    #[arg(long, value_enum, default_value = "ws")]
-    transport: Transport,
-    /// Name shown on the leaderboard.
-    #[arg(long, default_value = "bfm-zero-baseline")]
-    name: String,
+    #[command(flatten)]
+    session: arena_sdk::cli::SessionArgs,
     /// Future reference rows averaged into z (capped by the benchmark's reference_goal_horizon).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
     window: u32,
@@ -382,22 +364,10 @@ fn agent(a: AgentArgs) -> anyhow::Result<()> {
     let device = a.device.device()?;
     let model = load_agent_model(&a.checkpoint, device)?;
     let mut agent = TrackingAgent::new(model, a.window as usize);
-    let server = endpoint(&a.server, a.transport)?;
-    // A phase names its own benchmark: the default applies only without one.
-    let benchmark = a.benchmark.clone().unwrap_or_else(|| {
-        if a.phase.is_empty() {
-            "g1-smoke".into()
-        } else {
-            String::new()
-        }
-    });
-    let mode = Mode::Submission {
-        benchmark,
-        submission_id: None,
-    };
-    let mut config = ClientConfig::new(&server, &a.token, mode);
-    config.agent_name = a.name.clone();
-    config.phase = a.phase.clone();
+    let config = a
+        .session
+        .client_config("g1-smoke", "bfm-zero-baseline")
+        .map_err(anyhow::Error::msg)?;
     let summary = client::run_blocking(&config, &mut agent, &mut client::print_event)?;
     if let Some(e) = &agent.error {
         bail!("{e}");
@@ -424,14 +394,6 @@ fn export(a: ExportArgs) -> anyhow::Result<()> {
         bytes as f64 / 1e6
     );
     Ok(())
-}
-
-/// The agent endpoint for a server URL and transport: `http://HOST:PORT` (the server's base URL),
-/// `HOST:PORT`, `ws://HOST:PORT[/path]` or `grpc://HOST:PORT`. A WebSocket URL without a path
-/// gets the server's agent path. The SDK client speaks no TLS, so `https://` and `wss://` are
-/// refused here rather than retried.
-fn endpoint(server: &str, transport: Transport) -> anyhow::Result<String> {
-    client::endpoint(server, matches!(transport, Transport::Grpc)).map_err(anyhow::Error::msg)
 }
 
 fn presets(json: bool) -> anyhow::Result<()> {

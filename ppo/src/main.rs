@@ -7,12 +7,12 @@ use arena_bench::spec::{self, BenchmarkSpec, MOTIONS_ROOT_ENV};
 use arena_data::MotionClip;
 use arena_ppo::config::PpoTrainConfig;
 use arena_ppo::train::{Trainer, evaluate_policy, load_model};
-use arena_sdk::client::{self, ClientConfig, Mode};
+use arena_sdk::client;
 use arena_sdk::tracker::{TrackerAgent, TrackerPolicy};
 use arena_sim::RobotConfig;
 use arena_torch::cli::{parse_device, parse_minutes};
 use arena_torch::run_dir::RunPaths;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -42,6 +42,10 @@ enum Command {
     /// Score a checkpoint on a benchmark with the arena's metrics (no server needed).
     Eval(EvalArgs),
     /// Connect a checkpoint to an arena server as a participant's agent.
+    ///
+    /// A scored submission of the benchmark the policy was trained on (unless --benchmark or
+    /// --phase), named arena-ppo (unless --name); --practice runs motions unscored and
+    /// --submission resumes one. The session options are the SDK's (arena_sdk::cli).
     Agent(AgentArgs),
     /// Write a checkpoint's actor as ONNX (mjlab's inputs, outputs and metadata).
     Export(ExportArgs),
@@ -99,32 +103,11 @@ struct EvalArgs {
     json: bool,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum Transport {
-    Ws,
-    Grpc,
-}
-
 #[derive(clap::Args)]
 struct AgentArgs {
     checkpoint: PathBuf,
-    /// Server address: HOST:PORT, http://HOST:PORT, ws://HOST:PORT/api/v1/agent or grpc://HOST:PORT.
-    #[arg(long, default_value = arena_sdk::client::DEFAULT_SERVER)]
-    server: String,
-    #[arg(long, value_enum, default_value = "ws")]
-    transport: Transport,
-    /// Team token (or ARENA_TOKEN).
-    #[arg(long, env = "ARENA_TOKEN", hide_env_values = true)]
-    token: String,
-    /// Benchmark (default: the one the policy was trained on; a phase names its own).
-    #[arg(long)]
-    benchmark: Option<String>,
-    /// Phase to submit to (its benchmark is used).
-    #[arg(long, default_value = "")]
-    phase: String,
-    /// Agent name shown on the leaderboard.
-    #[arg(long, default_value = "arena-ppo")]
-    name: String,
+    #[command(flatten)]
+    session: arena_sdk::cli::SessionArgs,
 }
 
 #[derive(clap::Args)]
@@ -294,19 +277,10 @@ fn eval(a: EvalArgs) -> anyhow::Result<()> {
 fn agent(a: AgentArgs) -> anyhow::Result<()> {
     let policy = TrackerPolicy::load(&a.checkpoint).map_err(anyhow::Error::msg)?;
     // The server has the motions: only the benchmark's name is needed here.
-    let name = a.benchmark.clone().unwrap_or_else(|| policy.card.benchmark.clone());
-    let server = client::endpoint(&a.server, matches!(a.transport, Transport::Grpc)).map_err(anyhow::Error::msg)?;
-    let mode = Mode::Submission {
-        benchmark: if a.phase.is_empty() {
-            name
-        } else {
-            a.benchmark.clone().unwrap_or_default()
-        },
-        submission_id: None,
-    };
-    let mut config = ClientConfig::new(&server, &a.token, mode);
-    config.agent_name = a.name.clone();
-    config.phase = a.phase.clone();
+    let mut config = a
+        .session
+        .client_config(&policy.card.benchmark, "arena-ppo")
+        .map_err(anyhow::Error::msg)?;
     if policy.card.gain_preset.is_empty() {
         config.joint_stiffness = policy.card.joint_stiffness.clone();
         config.joint_damping = policy.card.joint_damping.clone();

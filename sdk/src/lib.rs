@@ -6,6 +6,8 @@
 
 pub mod agent;
 pub mod agents;
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod client;
 pub mod grpc_codec;
 pub mod layout;

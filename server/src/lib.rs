@@ -13,7 +13,6 @@ pub mod config;
 pub mod connections;
 pub mod datasets;
 pub mod episode_views;
-pub mod eval;
 pub mod gateway;
 pub mod leaderboard;
 pub mod objects;

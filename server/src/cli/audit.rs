@@ -3,12 +3,12 @@
 //! trajectory and its metrics differ from the stored ones. On the backend that recorded them
 //! the re-run is bit-exact; on the other it measures sim-to-sim divergence on real episodes.
 
-use super::backend::BackendArgs;
 use super::serve::StorageArgs;
 use crate::catalog::Catalog;
 use anyhow::{Context, bail};
 use arena_data::trajectory_file;
 use arena_runner::audit::{self, CHECKPOINTS, EpisodeAudit};
+use arena_tools::backend::BackendArgs;
 use clap::Args;
 
 #[derive(Debug, Args)]

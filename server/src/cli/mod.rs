@@ -2,15 +2,13 @@
 
 mod admin;
 mod audit;
-pub(crate) mod backend;
-mod bench;
 mod dataset;
 mod demo;
-mod eval;
-mod metrics;
-mod motion;
 pub mod serve;
-pub(crate) mod sim;
+
+// The tools that need no server live in their own crate.
+pub use arena_tools::check_writable;
+use arena_tools::{bench, eval, metrics, motion, sim};
 
 use clap::{Parser, Subcommand};
 
@@ -77,31 +75,6 @@ pub fn error_report(e: &anyhow::Error) -> String {
         out.push_str(&text);
     }
     out
-}
-
-/// Fails now if `path` cannot be written later (its folder is missing or read-only), so long
-/// work does not end with its results lost. Leaves nothing behind.
-pub fn check_writable(path: &std::path::Path) -> anyhow::Result<()> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => std::path::PathBuf::from("."),
-    };
-    if path.is_dir() {
-        anyhow::bail!("{} is a folder, not a file", path.display());
-    }
-    if path.exists() && !path.is_file() {
-        // A device or pipe: it must open for writing; nothing is created beside it.
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(path)
-            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
-        return Ok(());
-    }
-    let probe = dir.join(format!(".arena-write-check-{}", std::process::id()));
-    std::fs::write(&probe, b"")
-        .map_err(|e| anyhow::anyhow!("cannot write {}: {e} (in {})", path.display(), dir.display()))?;
-    let _ = std::fs::remove_file(&probe);
-    Ok(())
 }
 
 /// Opens the database of a server that has run, for the commands that read one (`dataset

@@ -1,6 +1,6 @@
 //! `arena sim export-model|rollout|bench`.
 
-use crate::cli::backend::BackendArgs;
+use crate::backend::BackendArgs;
 use anyhow::{Context, bail};
 use arena_data::NUM_JOINTS;
 use arena_sim::SimBackend;
@@ -239,7 +239,7 @@ fn rollout(a: RolloutArgs) -> anyhow::Result<()> {
                 input.display()
             );
         }
-        crate::cli::check_writable(out)?;
+        crate::check_writable(out)?;
     }
     if a.qvel_out.as_ref().is_some_and(|q| q == &a.out || same_file(q, &a.out)) {
         bail!("--out and --qvel-out name the same file");

@@ -33,7 +33,7 @@ pub struct ExportArgs {
     #[arg(long, env = arena_bench::spec::MOTIONS_ROOT_ENV, default_value = ".")]
     motions_root: PathBuf,
     #[command(flatten)]
-    dir: crate::cli::bench::BenchDirArg,
+    dir: crate::bench::BenchDirArg,
     /// Output folder (created if missing).
     #[arg(long)]
     out: PathBuf,

@@ -1,9 +1,9 @@
 //! `arena eval`: run a whole benchmark in-process with a built-in policy.
 
-use crate::cli::backend::BackendArgs;
-use crate::cli::bench::BenchDirArg;
-use crate::cli::sim::BuiltinPolicy;
-use crate::eval::{self, EvalOptions};
+use crate::backend::BackendArgs;
+use crate::bench::BenchDirArg;
+use crate::evaluation::{self, EvalOptions};
+use crate::sim::BuiltinPolicy;
 use anyhow::Context;
 use arena_bench::metrics::metric_names;
 use arena_bench::spec::{self, MOTIONS_ROOT_ENV};
@@ -44,7 +44,7 @@ pub struct EvalArgs {
 pub fn run(a: EvalArgs) -> anyhow::Result<()> {
     // Refuse an unwritable report path now, not after the whole benchmark has run.
     if let Some(out) = &a.report {
-        crate::cli::check_writable(out)?;
+        crate::check_writable(out)?;
     }
     let known = metric_names();
     let (path, spec) = spec::find_benchmark(&a.benchmark, &a.dir.dir(), &known)?;
@@ -67,7 +67,7 @@ pub fn run(a: EvalArgs) -> anyhow::Result<()> {
             .expect("valid template"),
     );
     let mut agent = a.policy.agent();
-    let aggregator = eval::run_benchmark(&spec, &clips, agent.as_mut(), &options, &mut |done, total, r| {
+    let aggregator = evaluation::run_benchmark(&spec, &clips, agent.as_mut(), &options, &mut |done, total, r| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
         bar.set_message(format!("{} {}", r.motion, r.status));
@@ -81,7 +81,7 @@ pub fn run(a: EvalArgs) -> anyhow::Result<()> {
         "batch": options.batch,
         "backend": options.backend.name(),
     });
-    let report = eval::report(&spec, &aggregator, run);
+    let report = evaluation::report(&spec, &aggregator, run);
     if let Some(out) = &a.report {
         report
             .write(out)

@@ -1,7 +1,7 @@
 //! `arena metrics emd|track|list`: metrics on files, outside a benchmark run.
 
-use crate::cli::sim::ROLLOUT_HEADER;
-use crate::eval;
+use crate::evaluation;
+use crate::sim::ROLLOUT_HEADER;
 use anyhow::{Context, bail};
 use arena_bench::emd;
 use arena_bench::metrics::{self, METRICS, MetricConfig};
@@ -204,7 +204,7 @@ pub fn run(c: MetricsCommand) -> anyhow::Result<()> {
                 );
             }
             let names: Vec<String> = metrics::metric_names().iter().map(|s| s.to_string()).collect();
-            let values = eval::track_metrics(&times, &qpos, &reference, &names, &MetricConfig::default())?;
+            let values = evaluation::track_metrics(&times, &qpos, &reference, &names, &MetricConfig::default())?;
             if a.json {
                 println!("{}", serde_json::to_string_pretty(&values)?);
             } else {

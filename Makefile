@@ -13,7 +13,7 @@ GPU_STAMP := .venv/.installed-gpu-backend
 S3S_BIN := third_party/s3s/bin/s3s-fs
 PYTHON := .venv/bin/python
 
-.PHONY: run test deps deps-torch deps-mjlab deps-browser deps-gpu deps-s3 bench bench-load lint
+.PHONY: bench-onnx run test deps deps-torch deps-mjlab deps-browser deps-gpu deps-s3 bench bench-load lint
 
 deps: $(MUJOCO_LIB) $(VENV_STAMP) $(WEB_STAMP)
 
@@ -112,7 +112,14 @@ bench: deps deps-torch
 	PYTHONPATH=third_party/pytorch $(PYTHON) baseline/bench/update_throughput.py \
 		--example target/release/examples/update_throughput --preset small --batch 1024 --updates 3 --repeats 3
 	cargo run --release --quiet -p arena-ppo --example training_throughput -- --iterations 20 --runs 3
+	$(MAKE) --no-print-directory bench-onnx
 	$(MAKE) --no-print-directory bench-load
+
+# The inference engine of hosted ONNX policies (issue 40): tract against onnxruntime (the PyPI
+# wheel's library, loaded at run time) on the committed policies, batches 1, 64 and 1024.
+bench-onnx: deps
+	cargo run --release --quiet -p arena-onnx --features ort --example onnx_engines -- \
+		--ort-lib $$(ls .venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so.* | head -1) --repeats 3
 
 # Load: 64 teams' sessions at once against one server (SQLite), then against two replicas on
 # PostgreSQL (server/examples/load_sessions.rs; throughput, step round trip, memory, fairness).

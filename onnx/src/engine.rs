@@ -1,0 +1,227 @@
+//! The inference engine: an ONNX tracking policy loaded with tract and run on batches.
+//!
+//! A policy takes one observation input `[batch, N]` (float) and optionally `time_step`
+//! `[batch, 1]` (the episode step + 1, the exporters' name), and gives `[batch, 29]` actions
+//! (the output named `actions` or `action`, else the first). The batch may be dynamic (one call
+//! per batch) or fixed at 1 (one call per row), as onnxruntime runs them.
+
+use std::path::{Path, PathBuf};
+use tract_onnx::prelude::*;
+use tract_onnx::tract_hir::infer::Factoid;
+use tract_onnx::tract_hir::internal::DimLike;
+
+/// Input names the exporters use for the motion time step (mjlab, holosoma).
+pub const TIME_INPUTS: [&str; 1] = ["time_step"];
+/// Output names of the action, in order of preference; else the first output.
+pub const ACTION_OUTPUTS: [&str; 2] = ["actions", "action"];
+
+/// Why a policy cannot be loaded or run: the file and what was wrong.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct EngineError {
+    pub path: PathBuf,
+    pub message: String,
+}
+
+/// A loaded policy, ready to run.
+pub struct Engine {
+    path: PathBuf,
+    plan: std::sync::Arc<TypedSimplePlan>,
+    obs_size: usize,
+    action_size: usize,
+    /// Where the observation and `time_step` sit among the model's inputs.
+    obs_input: usize,
+    time_input: Option<usize>,
+    /// Whether the batch axis is symbolic (else the model runs one row per call).
+    batched: bool,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("path", &self.path)
+            .field("obs_size", &self.obs_size)
+            .field("action_size", &self.action_size)
+            .field("time_input", &self.time_input)
+            .field("batched", &self.batched)
+            .finish()
+    }
+}
+
+impl Engine {
+    /// Loads and optimises the model at `path`.
+    pub fn load(path: &Path) -> Result<Self, EngineError> {
+        let fail = |message: String| EngineError {
+            path: path.to_path_buf(),
+            message,
+        };
+        let mut model = tract_onnx::onnx()
+            .model_for_path(path)
+            .map_err(|e| fail(format!("not a model tract can read: {e:#}")))?;
+        let names: Vec<String> = model
+            .input_outlets()
+            .map_err(|e| fail(format!("{e:#}")))?
+            .iter()
+            .map(|o| model.node(o.node).name.clone())
+            .collect();
+        let time_input = names.iter().position(|n| TIME_INPUTS.contains(&n.as_str()));
+        let obs_inputs: Vec<usize> = (0..names.len()).filter(|i| Some(*i) != time_input).collect();
+        let [obs_input] = obs_inputs[..] else {
+            return Err(fail(format!(
+                "expected one observation input (and optionally time_step); the model has {}",
+                names.join(", ")
+            )));
+        };
+        let fact = model.input_fact(obs_input).map_err(|e| fail(format!("{e:#}")))?.clone();
+        let shape = fact
+            .shape
+            .dims()
+            .map(|d| d.concretize())
+            .collect::<Option<Vec<_>>>()
+            .unwrap_or_default();
+        if shape.len() != 2 {
+            return Err(fail(format!(
+                "input {} has shape {:?}; expected [batch, observation size]",
+                names[obs_input], fact.shape
+            )));
+        }
+        let obs_size = shape[1].to_usize().map_err(|_| {
+            fail(format!(
+                "input {}: the observation size must be a number",
+                names[obs_input]
+            ))
+        })?;
+        let batched = shape[0].to_usize().is_err();
+        if let Ok(b) = shape[0].to_usize()
+            && b != 1
+        {
+            return Err(fail(format!(
+                "input {} has a fixed batch of {b}; the runner feeds 1 or a dynamic batch",
+                names[obs_input]
+            )));
+        }
+        // One symbol for every batch axis, so a batch of any size runs the optimised model.
+        let batch = model.symbols.sym("batch");
+        let rows: TDim = if batched { batch.into() } else { 1.into() };
+        model
+            .set_input_fact(obs_input, f32::fact([rows.clone(), obs_size.into()]).into())
+            .map_err(|e| fail(format!("{e:#}")))?;
+        if let Some(t) = time_input {
+            model
+                .set_input_fact(t, f32::fact([rows.clone(), 1.into()]).into())
+                .map_err(|e| fail(format!("{e:#}")))?;
+        }
+        let outputs: Vec<String> = model
+            .output_outlets()
+            .map_err(|e| fail(format!("{e:#}")))?
+            .iter()
+            .map(|o| model.node(o.node).name.clone())
+            .collect();
+        let action = ACTION_OUTPUTS
+            .iter()
+            .find_map(|n| outputs.iter().position(|o| o == n))
+            .unwrap_or(0);
+        if outputs.is_empty() {
+            return Err(fail("the model has no output".into()));
+        }
+        let keep = model.output_outlets().map_err(|e| fail(format!("{e:#}")))?[action];
+        model
+            .select_output_outlets(&[keep])
+            .map_err(|e| fail(format!("{e:#}")))?;
+        let typed = model
+            .into_optimized()
+            .map_err(|e| fail(format!("tract cannot prepare it: {e:#}")))?;
+        let out_fact = typed.output_fact(0).map_err(|e| fail(format!("{e:#}")))?;
+        let action_size = out_fact
+            .shape
+            .last()
+            .and_then(|d| d.to_usize().ok())
+            .ok_or_else(|| fail(format!("output {} has no fixed width", outputs[action])))?;
+        let plan = typed
+            .into_runnable()
+            .map_err(|e| fail(format!("tract cannot plan it: {e:#}")))?;
+        Ok(Engine {
+            path: path.to_path_buf(),
+            plan,
+            obs_size,
+            action_size,
+            obs_input,
+            time_input,
+            batched,
+        })
+    }
+
+    pub fn obs_size(&self) -> usize {
+        self.obs_size
+    }
+
+    pub fn action_size(&self) -> usize {
+        self.action_size
+    }
+
+    /// Whether the model takes the motion time step.
+    pub fn takes_time_step(&self) -> bool {
+        self.time_input.is_some()
+    }
+
+    /// Whether the model runs a whole batch in one call (else one row per call).
+    pub fn batched(&self) -> bool {
+        self.batched
+    }
+
+    /// Runs `rows` observation rows (`rows × obs_size` values, row-major) with their time steps
+    /// (one per row; ignored when the model takes none): `rows × action_size` actions.
+    pub fn run(&self, obs: &[f32], time_steps: &[f32], rows: usize) -> Result<Vec<f32>, EngineError> {
+        let fail = |message: String| EngineError {
+            path: self.path.clone(),
+            message,
+        };
+        if obs.len() != rows * self.obs_size || time_steps.len() != rows {
+            return Err(fail(format!(
+                "{} observation values and {} time steps for {rows} rows of {}",
+                obs.len(),
+                time_steps.len(),
+                self.obs_size
+            )));
+        }
+        if !self.batched {
+            let mut out = Vec::with_capacity(rows * self.action_size);
+            for r in 0..rows {
+                let row = &obs[r * self.obs_size..(r + 1) * self.obs_size];
+                out.extend(self.run_rows(row, &time_steps[r..r + 1], 1).map_err(fail)?);
+            }
+            return Ok(out);
+        }
+        self.run_rows(obs, time_steps, rows).map_err(fail)
+    }
+
+    fn run_rows(&self, obs: &[f32], time_steps: &[f32], rows: usize) -> Result<Vec<f32>, String> {
+        let obs: TValue = Tensor::from_shape(&[rows, self.obs_size], obs)
+            .map_err(|e| format!("{e:#}"))?
+            .into();
+        let inputs: TVec<TValue> = match self.time_input {
+            None => tvec![obs],
+            Some(t) => {
+                let times: TValue = Tensor::from_shape(&[rows, 1], time_steps)
+                    .map_err(|e| format!("{e:#}"))?
+                    .into();
+                if t < self.obs_input {
+                    tvec![times, obs]
+                } else {
+                    tvec![obs, times]
+                }
+            }
+        };
+        let out = self.plan.run(inputs).map_err(|e| format!("{e:#}"))?;
+        let actions = out[0].to_plain_array_view::<f32>().map_err(|e| format!("{e:#}"))?;
+        let actions: Vec<f32> = actions.iter().copied().collect();
+        if actions.len() != rows * self.action_size {
+            return Err(format!(
+                "the model gave {} values for {rows} rows of {}",
+                actions.len(),
+                self.action_size
+            ));
+        }
+        Ok(actions)
+    }
+}

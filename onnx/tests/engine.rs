@@ -1,0 +1,118 @@
+//! The hosted engine (tract) against onnxruntime, the engine the field exports for: the two
+//! committed policies on observations at their normalisers' scale (mean ± a few standard
+//! deviations, so actions are of order 1), batches of 1, 5 and 64, must agree within 1e-5
+//! (issue 40 §2). onnxruntime runs in the repository's Python environment (`make deps`);
+//! without one the comparison is skipped with a reason, and with ARENA_PYTHON set it must run.
+//! Files the engine cannot run are refused with the path and the reason.
+
+use arena_onnx::Engine;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn policies() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ppo/checkpoints");
+    ["g1-smoke", "g1-moves-dance"]
+        .iter()
+        .map(|n| root.join(n).join("policy.onnx"))
+        .collect()
+}
+
+fn python() -> Option<PathBuf> {
+    if let Ok(p) = std::env::var("ARENA_PYTHON") {
+        return Some(p.into());
+    }
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
+    let ok = venv.exists()
+        && Command::new(&venv)
+            .args(["-c", "import onnx, onnxruntime"])
+            .status()
+            .is_ok_and(|s| s.success());
+    ok.then_some(venv)
+}
+
+const ONNXRUNTIME: &str = r#"
+import json, sys
+import numpy as np, onnx, onnxruntime as ort
+from onnx import numpy_helper
+out = []
+for path in sys.argv[1:]:
+    model = onnx.load(path)
+    init = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    mean, scale = init["obs_mean"], init["obs_denominator"]
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(7)
+    for rows in (1, 5, 64):
+        obs = (mean + scale * rng.normal(0.0, 1.5, (rows, mean.size))).astype(np.float32)
+        times = rng.integers(1, 500, (rows, 1)).astype(np.float32)
+        actions = session.run(["actions"], {"obs": obs, "time_step": times})[0]
+        out.append({"path": path, "rows": rows, "obs": obs.ravel().tolist(),
+                    "times": times.ravel().tolist(), "actions": actions.ravel().tolist()})
+print(json.dumps(out))
+"#;
+
+#[test]
+fn tract_matches_onnxruntime_on_the_committed_policies() {
+    let Some(python) = python() else {
+        eprintln!("skipped: no Python with onnx and onnxruntime (run `make deps`, or set ARENA_PYTHON)");
+        return;
+    };
+    let paths = policies();
+    let out = Command::new(&python)
+        .arg("-c")
+        .arg(ONNXRUNTIME)
+        .args(&paths)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", python.display()));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let cases: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let floats = |v: &serde_json::Value| -> Vec<f32> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect()
+    };
+    let mut worst = 0.0f32;
+    for case in cases.as_array().unwrap() {
+        let path = PathBuf::from(case["path"].as_str().unwrap());
+        let engine = Engine::load(&path).unwrap();
+        assert!(engine.batched() && engine.takes_time_step(), "{engine:?}");
+        assert_eq!((engine.obs_size(), engine.action_size()), (160, 29));
+        let rows = case["rows"].as_u64().unwrap() as usize;
+        let got = engine
+            .run(&floats(&case["obs"]), &floats(&case["times"]), rows)
+            .unwrap();
+        let want = floats(&case["actions"]);
+        assert_eq!(got.len(), want.len());
+        let largest = want.iter().fold(0.0f32, |m, a| m.max(a.abs()));
+        assert!(largest > 0.1 && largest < 20.0, "actions of order 1: {largest}");
+        let diff = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        assert!(
+            diff <= 1e-5,
+            "{}, {rows} rows: tract differs from onnxruntime by {diff:e}",
+            path.display()
+        );
+        worst = worst.max(diff);
+    }
+    eprintln!("largest difference from onnxruntime: {worst:e}");
+}
+
+#[test]
+fn files_it_cannot_run_are_refused_with_the_path_and_why() {
+    let dir = std::env::temp_dir().join(format!("arena-onnx-engine-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let missing = dir.join("missing.onnx");
+    let e = Engine::load(&missing).unwrap_err().to_string();
+    assert!(e.contains("missing.onnx"), "{e}");
+    let garbage = dir.join("garbage.onnx");
+    std::fs::write(&garbage, b"not a protobuf at all \xff\xfe").unwrap();
+    let e = Engine::load(&garbage).unwrap_err().to_string();
+    assert!(e.contains("garbage.onnx") && e.contains("not a model"), "{e}");
+    // Wrong sizes at run time are an error, not a panic.
+    let engine = Engine::load(&policies()[0]).unwrap();
+    let e = engine.run(&[0.0; 10], &[1.0], 1).unwrap_err().to_string();
+    assert!(e.contains("10 observation values"), "{e}");
+    std::fs::remove_dir_all(&dir).ok();
+}

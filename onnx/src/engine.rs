@@ -5,6 +5,7 @@
 //! (the output named `actions` or `action`, else the first). The batch may be dynamic (one call
 //! per batch) or fixed at 1 (one call per row), as onnxruntime runs them.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_hir::infer::Factoid;
@@ -34,6 +35,8 @@ pub struct Engine {
     time_input: Option<usize>,
     /// Whether the batch axis is symbolic (else the model runs one row per call).
     batched: bool,
+    /// The file's `metadata_props`.
+    metadata: BTreeMap<String, String>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -55,8 +58,17 @@ impl Engine {
             path: path.to_path_buf(),
             message,
         };
-        let mut model = tract_onnx::onnx()
-            .model_for_path(path)
+        let onnx = tract_onnx::onnx();
+        let proto = onnx
+            .proto_model_for_path(path)
+            .map_err(|e| fail(format!("not a model tract can read: {e:#}")))?;
+        let metadata = proto
+            .metadata_props
+            .iter()
+            .map(|p| (p.key.clone(), p.value.clone()))
+            .collect();
+        let mut model = onnx
+            .model_for_proto_model(&proto)
             .map_err(|e| fail(format!("not a model tract can read: {e:#}")))?;
         let names: Vec<String> = model
             .input_outlets()
@@ -148,7 +160,17 @@ impl Engine {
             obs_input,
             time_input,
             batched,
+            metadata,
         })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The file's `metadata_props` (key → value).
+    pub fn metadata(&self) -> &BTreeMap<String, String> {
+        &self.metadata
     }
 
     pub fn obs_size(&self) -> usize {

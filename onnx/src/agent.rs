@@ -28,7 +28,7 @@ impl OnnxPolicy {
         let what = path.display().to_string();
         let engine = Engine::load(path).map_err(|e| UnsupportedPolicy {
             what: what.clone(),
-            problems: vec![e.message],
+            problems: e.problems,
         })?;
         let mut problems = Vec::new();
         let config = match PolicyConfig::from_metadata(engine.metadata(), overrides, &what) {

@@ -5,6 +5,7 @@
 //! (the output named `actions` or `action`, else the first). The batch may be dynamic (one call
 //! per batch) or fixed at 1 (one call per row), as onnxruntime runs them.
 
+use crate::checks::{Limits, check_model};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use tract_onnx::prelude::*;
@@ -16,12 +17,12 @@ pub const TIME_INPUTS: [&str; 1] = ["time_step"];
 /// Output names of the action, in order of preference; else the first output.
 pub const ACTION_OUTPUTS: [&str; 2] = ["actions", "action"];
 
-/// Why a policy cannot be loaded or run: the file and what was wrong.
+/// Why a policy cannot be loaded or run: the file and every problem found.
 #[derive(Debug, thiserror::Error)]
-#[error("{path}: {message}")]
+#[error("{}: {}", path.display(), problems.join("; "))]
 pub struct EngineError {
     pub path: PathBuf,
-    pub message: String,
+    pub problems: Vec<String>,
 }
 
 /// A loaded policy, ready to run.
@@ -52,16 +53,36 @@ impl std::fmt::Debug for Engine {
 }
 
 impl Engine {
-    /// Loads and optimises the model at `path`.
+    /// Loads and optimises the model at `path` within the default [`Limits`].
     pub fn load(path: &Path) -> Result<Self, EngineError> {
+        Self::load_within(path, &Limits::default())
+    }
+
+    /// Loads the model at `path` if it passes [`check_model`] within `limits` (checked before
+    /// the graph is built), and optimises it.
+    pub fn load_within(path: &Path, limits: &Limits) -> Result<Self, EngineError> {
         let fail = |message: String| EngineError {
             path: path.to_path_buf(),
-            message,
+            problems: vec![message],
         };
+        let bytes = std::fs::metadata(path).map_err(|e| fail(e.to_string()))?.len();
+        if bytes > limits.max_file_bytes {
+            return Err(fail(format!(
+                "the file has {bytes} bytes, more than the limit of {}",
+                limits.max_file_bytes
+            )));
+        }
         let onnx = tract_onnx::onnx();
         let proto = onnx
             .proto_model_for_path(path)
             .map_err(|e| fail(format!("not a model tract can read: {e:#}")))?;
+        let problems = check_model(&proto, bytes, limits);
+        if !problems.is_empty() {
+            return Err(EngineError {
+                path: path.to_path_buf(),
+                problems,
+            });
+        }
         let metadata = proto
             .metadata_props
             .iter()
@@ -196,7 +217,7 @@ impl Engine {
     pub fn run(&self, obs: &[f32], time_steps: &[f32], rows: usize) -> Result<Vec<f32>, EngineError> {
         let fail = |message: String| EngineError {
             path: self.path.clone(),
-            message,
+            problems: vec![message],
         };
         if obs.len() != rows * self.obs_size || time_steps.len() != rows {
             return Err(fail(format!(

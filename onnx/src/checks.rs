@@ -1,0 +1,211 @@
+//! What a policy file must be before the server parses it into a model (issue 40 §1): small,
+//! self-contained, and made only of the operators a tracking policy uses. The policies of this
+//! field are MLPs (Gemm / MatMul, element-wise arithmetic, activations, Concat, Slice, Gather,
+//! Clip, …); control flow (Loop, If, Scan), operators that make tensors of a size computed at
+//! run time (ConstantOfShape, Expand, Range, Tile, …), external data, custom domains and
+//! model-local functions are refused, so that an uploaded file is close to data: its cost is
+//! bounded by its size, and nothing in it can loop.
+
+use tract_onnx::pb::{ModelProto, NodeProto, TensorProto, tensor_proto::DataLocation};
+
+/// Bounds on an uploaded file.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    /// The file's size in bytes.
+    pub max_file_bytes: u64,
+    /// Nodes in the graph.
+    pub max_nodes: usize,
+    /// Values in all initializers and constants together.
+    pub max_parameters: u64,
+    /// Any one dimension of an initializer or constant.
+    pub max_dim: i64,
+}
+
+impl Default for Limits {
+    /// 64 MiB, 2,000 nodes, 16 M parameters (64 MB of float32), dimensions up to 2²⁰: a
+    /// published tracker (an MLP of a few hundred thousand parameters, tens of nodes) fits with
+    /// orders of magnitude to spare.
+    fn default() -> Self {
+        Limits {
+            max_file_bytes: 64 << 20,
+            max_nodes: 2_000,
+            max_parameters: 16 << 20,
+            max_dim: 1 << 20,
+        }
+    }
+}
+
+/// The operators a policy may use (the default ONNX domain).
+pub const ALLOWED_OPERATORS: [&str; 52] = [
+    // Linear algebra and element-wise arithmetic.
+    "Gemm",
+    "MatMul",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Neg",
+    "Abs",
+    "Sqrt",
+    "Reciprocal",
+    "Pow",
+    "Exp",
+    "Log",
+    "Min",
+    "Max",
+    "Sum",
+    "Mean",
+    "Clip",
+    "Floor",
+    "Ceil",
+    "Round",
+    "Sign",
+    // Activations.
+    "Relu",
+    "LeakyRelu",
+    "Elu",
+    "Selu",
+    "Celu",
+    "Tanh",
+    "Sigmoid",
+    "HardSigmoid",
+    "HardSwish",
+    "Softplus",
+    "Softsign",
+    "Softmax",
+    "LogSoftmax",
+    "Gelu",
+    "Mish",
+    // Normalisation.
+    "LayerNormalization",
+    "BatchNormalization",
+    // Shapes and selection, of sizes fixed by the inputs.
+    "Concat",
+    "Slice",
+    "Gather",
+    "Split",
+    "Reshape",
+    "Flatten",
+    "Squeeze",
+    "Unsqueeze",
+    "Transpose",
+    "Identity",
+    "Cast",
+    "Constant",
+    "Shape",
+];
+
+/// Every reason `model` (a file of `file_bytes` bytes) is refused; empty when it may run.
+pub fn check_model(model: &ModelProto, file_bytes: u64, limits: &Limits) -> Vec<String> {
+    let mut problems = Vec::new();
+    if file_bytes > limits.max_file_bytes {
+        problems.push(format!(
+            "the file has {file_bytes} bytes, more than the limit of {}",
+            limits.max_file_bytes
+        ));
+    }
+    for set in &model.opset_import {
+        if !is_default_domain(&set.domain) {
+            problems.push(format!(
+                "operator set of a custom domain '{}' (only ONNX's own operators run)",
+                set.domain
+            ));
+        }
+    }
+    if !model.functions.is_empty() {
+        problems.push(format!("{} model-local functions (not allowed)", model.functions.len()));
+    }
+    if !model.training_info.is_empty() {
+        problems.push("training information (not allowed in a policy to run)".into());
+    }
+    let Some(graph) = &model.graph else {
+        problems.push("no graph".into());
+        return problems;
+    };
+    if graph.node.len() > limits.max_nodes {
+        problems.push(format!(
+            "{} nodes, more than the limit of {}",
+            graph.node.len(),
+            limits.max_nodes
+        ));
+    }
+    let mut refused: Vec<(String, usize)> = Vec::new();
+    let mut parameters = 0u64;
+    for node in &graph.node {
+        let op = if is_default_domain(&node.domain) {
+            node.op_type.clone()
+        } else {
+            format!("{}.{}", node.domain, node.op_type)
+        };
+        if !is_default_domain(&node.domain) || !ALLOWED_OPERATORS.contains(&node.op_type.as_str()) {
+            match refused.iter_mut().find(|(o, _)| *o == op) {
+                Some((_, n)) => *n += 1,
+                None => refused.push((op, 1)),
+            }
+        }
+        if node.attribute.iter().any(|a| a.g.is_some() || !a.graphs.is_empty()) {
+            problems.push(format!(
+                "node '{}' ({}) carries a subgraph (not allowed)",
+                node.name, node.op_type
+            ));
+        }
+        for tensor in node_tensors(node) {
+            parameters = parameters.saturating_add(tensor_size(tensor, "a constant", limits, &mut problems));
+        }
+    }
+    if !refused.is_empty() {
+        let list: Vec<String> = refused
+            .iter()
+            .map(|(op, n)| if *n == 1 { op.clone() } else { format!("{op} ×{n}") })
+            .collect();
+        problems.push(format!(
+            "operators a policy may not use: {} (allowed: {})",
+            list.join(", "),
+            ALLOWED_OPERATORS.join(", ")
+        ));
+    }
+    if !graph.sparse_initializer.is_empty() {
+        problems.push("sparse initializers (not allowed)".into());
+    }
+    for tensor in &graph.initializer {
+        if tensor.data_location == Some(DataLocation::External as i32) || !tensor.external_data.is_empty() {
+            problems.push(format!(
+                "initializer '{}' is stored outside the file (external data)",
+                tensor.name
+            ));
+            continue;
+        }
+        parameters = parameters.saturating_add(tensor_size(tensor, "initializer", limits, &mut problems));
+    }
+    if parameters > limits.max_parameters {
+        problems.push(format!(
+            "{parameters} parameters, more than the limit of {}",
+            limits.max_parameters
+        ));
+    }
+    problems
+}
+
+fn is_default_domain(domain: &str) -> bool {
+    domain.is_empty() || domain == "ai.onnx"
+}
+
+fn node_tensors(node: &NodeProto) -> impl Iterator<Item = &TensorProto> {
+    node.attribute.iter().flat_map(|a| a.t.iter().chain(a.tensors.iter()))
+}
+
+/// The number of values of `tensor`; a dimension out of bounds is a problem.
+fn tensor_size(tensor: &TensorProto, what: &str, limits: &Limits, problems: &mut Vec<String>) -> u64 {
+    let mut size = 1u64;
+    for d in &tensor.dims {
+        if *d < 0 || *d > limits.max_dim {
+            problems.push(format!(
+                "{what} '{}' has a dimension of {d} (the limit is {})",
+                tensor.name, limits.max_dim
+            ));
+            return 0;
+        }
+        size = size.saturating_mul(*d as u64);
+    }
+    size
+}

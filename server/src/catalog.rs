@@ -172,6 +172,35 @@ impl Catalog {
     }
 
     /// Loads (once) the named benchmark. Blocking: reads motion files and runs FK.
+    /// The clips of benchmark `name` that also appear in the benchmarks `others`, by content (the
+    /// reference motion's frames, whatever the clip is called): `(other benchmark, shared clip
+    /// names in `name`)`, for the benchmarks that share any. Benchmarks that cannot be loaded
+    /// are left out.
+    pub fn shared_clips(&self, name: &str, others: &[String]) -> Result<Vec<(String, Vec<String>)>, CatalogError> {
+        let mine = self.load(name)?;
+        let fingerprints: Vec<(String, [u8; 32])> = mine
+            .library
+            .motions
+            .iter()
+            .map(|m| (m.name.clone(), motion_fingerprint(m)))
+            .collect();
+        let mut out = Vec::new();
+        for other in others.iter().filter(|o| o.as_str() != name) {
+            let Ok(theirs) = self.load(other) else { continue };
+            let theirs: std::collections::HashSet<[u8; 32]> =
+                theirs.library.motions.iter().map(motion_fingerprint).collect();
+            let shared: Vec<String> = fingerprints
+                .iter()
+                .filter(|(_, f)| theirs.contains(f))
+                .map(|(n, _)| n.clone())
+                .collect();
+            if !shared.is_empty() {
+                out.push((other.clone(), shared));
+            }
+        }
+        Ok(out)
+    }
+
     pub fn load(&self, name: &str) -> Result<Arc<LoadedBenchmark>, CatalogError> {
         Self::check_name(name)?;
         if let Some(b) = self.loaded.lock().expect("catalog lock").get(name) {
@@ -202,4 +231,16 @@ impl Catalog {
             .insert(name.to_string(), loaded.clone());
         Ok(loaded)
     }
+}
+
+/// A motion's identity by content: SHA-256 of its frame rate and frames (qpos at the control
+/// rate), so the same clip under another name, in another folder or another benchmark matches.
+fn motion_fingerprint(m: &arena_sim::motion::Motion) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(m.fps.to_le_bytes());
+    for v in &m.qpos {
+        h.update(v.to_le_bytes());
+    }
+    h.finalize().into()
 }

@@ -935,3 +935,55 @@ fn rate_limit_per_team_and_minute() {
     ok(server.get("/api/v1/teams", Some(ADMIN)), 200);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Issue 40 §3: a private phase whose clips participants can reach through another benchmark
+/// (practice or submissions of one that no private phase holds) is created with a warning that
+/// names the benchmark and the clips, matched by content; a public phase gets none.
+#[test]
+fn a_private_phase_on_clips_of_a_public_benchmark_is_warned() {
+    let dir = tmp("access-shared-clips");
+    let server = ServerProc::start(&dir, &[]);
+    ok(
+        server.post(
+            "/api/v1/challenges",
+            Some(ADMIN),
+            r#"{"id": "cup", "title": "The Cup"}"#,
+        ),
+        201,
+    );
+    let private = create_phase(
+        &server,
+        json!({"id": "final", "benchmark": "g1-smoke-robot", "starts_at": at(HOUR), "ends_at": at(2 * HOUR),
+               "leaderboard": "private"}),
+    );
+    let warnings: Vec<&str> = private["warnings"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{private}"))
+        .iter()
+        .map(|w| w.as_str().unwrap())
+        .collect();
+    let smoke: Vec<&&str> = warnings.iter().filter(|w| w.contains("benchmark g1-smoke,")).collect();
+    assert_eq!(smoke.len(), 1, "{warnings:?}");
+    for clip in [
+        "stand",
+        "squat",
+        "arm_wave",
+        "torso_twist",
+        "weight_shift",
+        "step_in_place",
+    ] {
+        assert!(smoke[0].contains(clip), "{clip}: {}", smoke[0]);
+    }
+    assert!(smoke[0].starts_with("6 of this private phase's clips"), "{}", smoke[0]);
+    let public = create_phase(
+        &server,
+        json!({"id": "open", "benchmark": "g1-smoke", "starts_at": at(-HOUR), "ends_at": at(HOUR)}),
+    );
+    assert_eq!(public["warnings"], json!([]), "{public}");
+    let log = std::fs::read_to_string(&server.log).unwrap_or_default();
+    assert!(
+        log.contains("also appear in benchmark g1-smoke"),
+        "the organiser's log says it too"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

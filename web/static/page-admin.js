@@ -196,6 +196,9 @@ export async function adminPage(root, _params, ctx) {
         'Created phase ',
         h('a', { href: `#/phases/${enc(p.id)}` }, p.id),
         ` (${p.state || '?'}) in ${p.challenge_id || challenge}.`,
+        (p.warnings || []).length
+          ? h('ul.phase-warnings', { 'data-testid': 'phase-warnings' }, p.warnings.map((w) => h('li', `Warning: ${w}`)))
+          : '',
       );
     },
   );
@@ -333,6 +336,9 @@ export async function adminPage(root, _params, ctx) {
         ', closes ',
         timeEl(updated.ends_at),
         '.',
+        (updated.warnings || []).length
+          ? h('ul.phase-warnings', { 'data-testid': 'phase-warnings' }, updated.warnings.map((w) => h('li', `Warning: ${w}`)))
+          : '',
       );
     },
   );

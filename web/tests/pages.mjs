@@ -388,6 +388,10 @@ await step('admin page', async () => {
   await page.click('[data-testid=form-phase-edit-submit]');
   await page.waitForSelector('[data-testid=phase-updated], [data-testid=form-phase-edit-out] .error');
   check('phase saved through the edit form', (await page.locator('[data-testid=phase-updated]').count()) === 1, await page.textContent('[data-testid=form-phase-edit-out]'));
+  // Made private: the page passes on the server's warning when its clips are reachable elsewhere
+  // (the shipped g1-smoke and g1-smoke-robot share the built-in motions).
+  const warned = await page.$$eval('[data-testid=phase-warnings] li', (l) => l.map((x) => x.textContent));
+  check('a phase made private is warned of its clips in other benchmarks', warned.length >= 1 && warned.every((w) => /also appear in benchmark/.test(w)), warned);
   const pr = await pageFetch(`/api/v1/phases/${phaseId}`, null);
   const pj = pr.json || {};
   check(

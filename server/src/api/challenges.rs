@@ -187,8 +187,52 @@ pub(super) async fn create_phase(
             ))));
         }
     }
+    let warnings = if phase.leaderboard == Visibility::Private {
+        shared_clip_warnings(&state, &spec.name).await?
+    } else {
+        Vec::new()
+    };
     let phase = state.storage.create_phase(&phase).await.map_err(storage_error)?;
-    Ok((StatusCode::CREATED, Json(phase_json(&phase, now_ms()))).into_response())
+    for w in &warnings {
+        tracing::warn!(phase = %phase.id, "{w}");
+    }
+    let mut body = phase_json(&phase, now_ms());
+    body["warnings"] = json!(warnings);
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+/// Issue 40 §3: a private phase's clips that participants can reach elsewhere (practice or
+/// submissions of another benchmark that no private phase holds), named, so an organiser
+/// learns that its test set is not private before anyone runs it.
+async fn shared_clip_warnings(state: &AppState, benchmark: &str) -> Result<Vec<String>, ApiError> {
+    let mut reachable = Vec::new();
+    for other in state.catalog.offered() {
+        let phases = state.storage.phases_of_benchmark(&other.name).await?;
+        if !phases.iter().any(|p| p.leaderboard == Visibility::Private) {
+            reachable.push(other.name);
+        }
+    }
+    let catalog = state.catalog.clone();
+    let name = benchmark.to_string();
+    let shared = tokio::task::spawn_blocking(move || catalog.shared_clips(&name, &reachable))
+        .await
+        .map_err(|e| ApiError(AccessError::internal(format!("comparing clips: {e}"))))?
+        .map_err(|e| {
+            ApiError(AccessError::internal(format!(
+                "comparing clips: {}",
+                state.catalog.organiser_message(&e)
+            )))
+        })?;
+    Ok(shared
+        .into_iter()
+        .map(|(other, clips)| {
+            format!(
+                "{} of this private phase's clips also appear in benchmark {other}, which participants can run and practise: {} (its motions are not private; use clips of their own, or take {other} out of the benchmarks folder)",
+                clips.len(),
+                clips.join(", ")
+            )
+        })
+        .collect())
 }
 
 pub(super) async fn get_phase(
@@ -255,9 +299,20 @@ pub(super) async fn update_phase(
         .spec(&phase.benchmark)
         .map_err(|e| ApiError(AccessError::internal(format!("phase {id}: {e}"))))?;
     access::validate_phase(&phase, &spec)?;
+    // Made private now: the same warning as at creation.
+    let warnings = if phase.leaderboard == Visibility::Private && patch.leaderboard.is_some() {
+        shared_clip_warnings(&state, &spec.name).await?
+    } else {
+        Vec::new()
+    };
     let phase = state.storage.update_phase(&phase).await.map_err(storage_error)?;
     tracing::info!(phase = %phase.id, "phase updated");
-    Ok(Json(phase_json(&phase, now_ms())).into_response())
+    for w in &warnings {
+        tracing::warn!(phase = %phase.id, "{w}");
+    }
+    let mut body = phase_json(&phase, now_ms());
+    body["warnings"] = json!(warnings);
+    Ok(Json(body).into_response())
 }
 
 pub(super) async fn get_phase_leaderboard(

@@ -477,7 +477,12 @@ pub fn run(a: AdminArgs) -> anyhow::Result<()> {
                     &format!("/api/v1/challenges/{challenge}/phases"),
                     Some(Value::Object(body)),
                 )?,
-                Box::new(|v| table(&PHASE_HEADER, phase_rows(std::slice::from_ref(v)))),
+                Box::new(|v| {
+                    table(&PHASE_HEADER, phase_rows(std::slice::from_ref(v)));
+                    for w in v["warnings"].as_array().map_or(&[][..], |a| a) {
+                        eprintln!("warning: {}", text(w));
+                    }
+                }),
             )
         }
         AdminCommand::Phases(PhaseCommand::Update { id, fields }) => {

@@ -104,37 +104,7 @@ impl OnnxAgent {
 
     /// Why this policy cannot run on a session with `spec` (empty: it can).
     pub fn problems(&self, spec: &EpisodeSpec) -> Vec<String> {
-        let mut problems = Vec::new();
-        if spec.action_mode != JOINT_POSITION_MODE {
-            let mode = if spec.action_mode.is_empty() {
-                "normalized"
-            } else {
-                &spec.action_mode
-            };
-            problems.push(format!(
-                "the benchmark's action mode is '{mode}'; the policy's absolute joint targets need '{JOINT_POSITION_MODE}'"
-            ));
-        }
-        if spec.action_size as usize != NUM_JOINTS {
-            problems.push(format!(
-                "the benchmark's actions have {} values, the policy gives {NUM_JOINTS}",
-                spec.action_size
-            ));
-        }
-        // "" from servers that do not say: torso_link.
-        let anchor = if spec.anchor_body.is_empty() {
-            "torso_link"
-        } else {
-            &spec.anchor_body
-        };
-        let own = &self.policy.config.anchor_body;
-        if !own.is_empty() && own != anchor {
-            problems.push(format!(
-                "the policy's anchor body is '{own}'; the benchmark's motion_anchor_* groups are relative to '{anchor}'"
-            ));
-        }
-        problems.extend(self.builder.check(spec));
-        problems
+        session_problems(&self.policy.config, spec)
     }
 
     /// The observation rows of a batch (the model's input), for tests and diagnostics.
@@ -211,4 +181,45 @@ impl Agent for OnnxAgent {
     fn end(&mut self, end: &EpisodeEnd) {
         self.previous.remove(&end.episode_id);
     }
+}
+
+/// Why a policy of `config` cannot run on a session with `spec` (empty: it can): the action
+/// mode and size, the anchor body, and the groups its terms read.
+pub fn session_problems(config: &PolicyConfig, spec: &EpisodeSpec) -> Vec<String> {
+    let mut problems = Vec::new();
+    if spec.action_mode != JOINT_POSITION_MODE {
+        let mode = if spec.action_mode.is_empty() {
+            "normalized"
+        } else {
+            &spec.action_mode
+        };
+        problems.push(format!(
+            "the benchmark's action mode is '{mode}'; the policy's absolute joint targets need '{JOINT_POSITION_MODE}'"
+        ));
+    }
+    if spec.action_size as usize != NUM_JOINTS {
+        problems.push(format!(
+            "the benchmark's actions have {} values, the policy gives {NUM_JOINTS}",
+            spec.action_size
+        ));
+    }
+    // "" from servers that do not say: torso_link.
+    let anchor = if spec.anchor_body.is_empty() {
+        "torso_link"
+    } else {
+        &spec.anchor_body
+    };
+    let own = &config.anchor_body;
+    if !own.is_empty() && own != anchor {
+        problems.push(format!(
+            "the policy's anchor body is '{own}'; the benchmark's motion_anchor_* groups are relative to '{anchor}'"
+        ));
+    }
+    let builder = ObservationBuilder::new(
+        config.observation_terms.clone(),
+        config.policy_to_g1(),
+        &config.default_joint_pos,
+    );
+    problems.extend(builder.check(spec));
+    problems
 }

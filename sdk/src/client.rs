@@ -56,6 +56,28 @@ pub struct ClientConfig {
     pub max_reconnects: u32,
     pub initial_backoff: Duration,
     pub max_backoff: Duration,
+    /// A session inside the server's own process instead of a network connection (the
+    /// server's hosted evaluation of an uploaded policy): when set, `url` only names it.
+    pub local: Option<LocalConnector>,
+}
+
+/// Opens an in-process session: the messages to the server, and the server's messages. The
+/// first message sent is the `connect`.
+#[derive(Clone)]
+pub struct LocalConnector(
+    pub  std::sync::Arc<
+        dyn Fn() -> (
+                tokio::sync::mpsc::UnboundedSender<Msg>,
+                tokio::sync::mpsc::UnboundedReceiver<Msg>,
+            ) + Send
+            + Sync,
+    >,
+);
+
+impl std::fmt::Debug for LocalConnector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LocalConnector")
+    }
 }
 
 impl ClientConfig {
@@ -74,6 +96,7 @@ impl ClientConfig {
             max_reconnects: 10,
             initial_backoff: Duration::from_millis(200),
             max_backoff: Duration::from_secs(5),
+            local: None,
         }
     }
 }
@@ -351,6 +374,11 @@ enum Connection {
         requests: tokio::sync::mpsc::UnboundedSender<protocol::Envelope>,
         responses: Box<tonic::Streaming<protocol::Envelope>>,
     },
+    /// In the server's process ([`ClientConfig::local`]).
+    Local {
+        requests: tokio::sync::mpsc::UnboundedSender<Msg>,
+        responses: tokio::sync::mpsc::UnboundedReceiver<Msg>,
+    },
 }
 
 /// The gRPC target of a `grpc://host:port` URL (tonic dials `http://host:port`).
@@ -371,6 +399,13 @@ fn grpc_channel(target: String) -> Result<tonic::transport::Endpoint, String> {
 impl Connection {
     /// Opens the transport the URL names and sends `connect` as the first message.
     async fn open(config: &ClientConfig, connect: Msg) -> Result<Self, String> {
+        if let Some(LocalConnector(open)) = &config.local {
+            let (requests, responses) = open();
+            requests
+                .send(connect)
+                .map_err(|_| "the in-process session closed at once".to_string())?;
+            return Ok(Connection::Local { requests, responses });
+        }
         let url = config.url.as_str();
         if let Some(endpoint) = grpc_endpoint(url) {
             let channel = grpc_channel(endpoint)?
@@ -414,6 +449,9 @@ impl Connection {
             Connection::Grpc { requests, .. } => requests
                 .send(protocol::Envelope { msg: Some(msg) })
                 .map_err(|_| "the gRPC request stream is closed".to_string()),
+            Connection::Local { requests, .. } => requests
+                .send(msg)
+                .map_err(|_| "the in-process session is closed".to_string()),
         }
     }
 
@@ -437,6 +475,10 @@ impl Connection {
                 Ok(None) => Err("server closed the connection".into()),
                 Err(status) => Err(format!("reading from the server: {}", status.message())),
             },
+            Connection::Local { responses, .. } => match responses.recv().await {
+                Some(m) => Ok(Ok(m)),
+                None => Err("the in-process session ended".into()),
+            },
         }
     }
 
@@ -447,6 +489,7 @@ impl Connection {
                 let _ = SinkExt::close(&mut socket).await;
             }
             Connection::Grpc { requests, .. } => drop(requests),
+            Connection::Local { requests, .. } => drop(requests),
         }
     }
 }

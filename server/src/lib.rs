@@ -14,6 +14,7 @@ pub mod connections;
 pub mod datasets;
 pub mod episode_views;
 pub mod gateway;
+pub mod hosted;
 pub mod leaderboard;
 pub mod objects;
 pub mod orchestrator;

@@ -205,6 +205,9 @@ impl AppState {
         if state.config.idle_submission_expiry_s > 0.0 {
             tokio::spawn(expire_idle_submissions(Arc::downgrade(&state)));
         }
+        // Hosted submissions that were running or waiting when the server stopped go on: no
+        // agent will reconnect for them.
+        tokio::spawn(crate::hosted::resume_all(state.clone()));
         Ok(state)
     }
 

@@ -8,6 +8,7 @@
 mod challenges;
 mod datasets;
 mod extract;
+mod hosted;
 mod pages;
 mod submissions;
 mod teams;
@@ -64,6 +65,8 @@ pub fn routes() -> Router<Arc<AppState>> {
         .merge(pages::routes())
         // Said explicitly (axum's default) so that `ApiBody`'s 413 message names the limit.
         .layer(axum::extract::DefaultBodyLimit::max(extract::MAX_BODY_BYTES))
+        // Policy files are larger than REST bodies: a limit of their own.
+        .merge(hosted::routes())
 }
 
 /// An API error: an [`AccessError`] rendered as the JSON error body.

@@ -12,7 +12,7 @@ use crate::access::{self, AccessError, RunRequest};
 use crate::catalog::{ClientLoadError, LoadedBenchmark};
 use crate::orchestrator::{self, JobSource, RunContext, RunOutcome, Sink, runner};
 use crate::state::AppState;
-use crate::storage::{NewSubmission, Submission, SubmissionStatus, now_ms};
+use crate::storage::{NewSubmission, Submission, SubmissionStatus, Team, now_ms};
 use arena_bench::spec::ActionMode;
 use arena_bench::spec::Episode;
 use arena_runner::episode::episode_spec;
@@ -73,7 +73,23 @@ pub enum Incoming {
 
 /// Runs one session on any transport: `incoming` yields the client's messages, `out` carries
 /// the server's (the transport encodes and sends them, and closes after a Disconnect).
-pub async fn session<S>(state: Arc<AppState>, mut incoming: S, out: UnboundedSender<Msg>)
+pub async fn session<S>(state: Arc<AppState>, incoming: S, out: UnboundedSender<Msg>)
+where
+    S: Stream<Item = Incoming> + Unpin,
+{
+    session_of(state, None, incoming, out).await
+}
+
+/// A session the server runs for `team` itself (the hosted evaluation of an uploaded policy,
+/// `crate::hosted`): admitted like any other, but authenticated by the caller, not a token.
+pub async fn hosted_session<S>(state: Arc<AppState>, team: Team, incoming: S, out: UnboundedSender<Msg>)
+where
+    S: Stream<Item = Incoming> + Unpin,
+{
+    session_of(state, Some(team), incoming, out).await
+}
+
+async fn session_of<S>(state: Arc<AppState>, team: Option<Team>, mut incoming: S, out: UnboundedSender<Msg>)
 where
     S: Stream<Item = Incoming> + Unpin,
 {
@@ -94,7 +110,7 @@ where
         }
         Incoming::Closed | Incoming::Ignore => return,
     };
-    if let Err(refusal) = run_session(&state, connect, &out, &mut incoming).await {
+    if let Err(refusal) = run_session(&state, team.as_ref(), connect, &out, &mut incoming).await {
         // Messages name tokens by id only, so refusals can be logged as they are.
         if let Msg::Error(e) = refusal.as_ref() {
             tracing::info!(code = %e.code, "connect refused: {}", e.message);
@@ -140,7 +156,7 @@ fn refusal(e: AccessError) -> Box<Msg> {
 
 /// Validates the Connect (version, token, mode, phase and benchmark rules, quota) and creates or
 /// resumes the submission. `Err` is the Error to send.
-async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Box<Msg>> {
+async fn admit(state: &Arc<AppState>, hosted: Option<&Team>, c: &Connect) -> Result<Admitted, Box<Msg>> {
     if c.protocol_version != PROTOCOL_VERSION {
         return Err(refuse(
             codes::UNSUPPORTED_VERSION,
@@ -151,9 +167,12 @@ async fn admit(state: &Arc<AppState>, c: &Connect) -> Result<Admitted, Box<Msg>>
         ));
     }
     let now = now_ms();
-    let team = access::authenticate(&state.storage, &c.token, now)
-        .await
-        .map_err(refusal)?;
+    let team = match hosted {
+        Some(team) => team.clone(),
+        None => access::authenticate(&state.storage, &c.token, now)
+            .await
+            .map_err(refusal)?,
+    };
     state.rate_limiter.check(&team, now).map_err(refusal)?;
     let practice = match c.mode.as_str() {
         "submission" | "" => false,
@@ -376,6 +395,7 @@ impl Drop for Attachment {
 
 async fn run_session<S>(
     state: &Arc<AppState>,
+    hosted: Option<&Team>,
     connect: Connect,
     out: &UnboundedSender<Msg>,
     incoming: &mut S,
@@ -383,7 +403,7 @@ async fn run_session<S>(
 where
     S: Stream<Item = Incoming> + Unpin,
 {
-    let admitted = admit(state, &connect).await?;
+    let admitted = admit(state, hosted, &connect).await?;
     let _attachment = match &admitted.submission {
         Some(s) => {
             if !state.attached.lock().expect("attached lock").insert(s.id.clone()) {

@@ -17,7 +17,7 @@
 //! This file connects, migrates and keeps the leaderboard generation. The rest of
 //! [`Storage`]'s methods are split by subject: `teams.rs` (teams, members, tokens),
 //! `challenges.rs` (challenges and phases), `submissions.rs`, `sessions.rs` (each submission's
-//! agent sessions) and `episodes.rs` (the episode lifecycle); `records.rs` holds the record types, `rows.rs` their decoding from rows and
+//! agent sessions), `hosted.rs` (the uploaded policies of hosted submissions) and `episodes.rs` (the episode lifecycle); `records.rs` holds the record types, `rows.rs` their decoding from rows and
 //! `error.rs` the error type.
 
 use std::collections::{BTreeMap, HashSet};
@@ -37,6 +37,7 @@ use sqlx::{AnyPool, ConnectOptions, Connection, Executor, Row};
 mod challenges;
 mod episodes;
 mod error;
+mod hosted;
 mod records;
 mod rows;
 mod sessions;
@@ -46,6 +47,7 @@ mod teams;
 pub use episodes::{Expired, LEASE_EXPIRED, Lease};
 pub use error::StorageError;
 use error::*;
+pub use hosted::HostedPolicy;
 pub use records::*;
 use rows::*;
 pub use sessions::SessionRecord;

@@ -1,0 +1,181 @@
+//! `POST /api/v1/submissions/hosted`: a team hands in an exported policy (the ONNX file as the
+//! request body) and the server evaluates it itself (`crate::hosted`). The file is checked
+//! before anything is created or counted: every problem comes back at once (422
+//! `unsupported_policy` with `problems`), and a refused file uses no quota.
+
+use super::*;
+use arena_onnx::PolicyOverrides;
+
+/// The largest policy file (the upload limit of `arena_onnx::Limits`).
+pub const MAX_POLICY_BYTES: usize = 64 << 20;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct HostedQuery {
+    #[serde(default)]
+    benchmark: String,
+    #[serde(default)]
+    phase: String,
+    #[serde(default)]
+    agent_name: String,
+    /// The uploaded file's name (mjlab exports are all `policy.onnx`).
+    #[serde(default)]
+    file_name: String,
+    /// The `arena-agent onnx` overrides for what the file's metadata lacks, as a JSON object
+    /// (`{"action_scale": [0.5], "anchor_body": "torso_link", ...}`).
+    #[serde(default)]
+    overrides: String,
+}
+
+pub(super) fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/api/v1/submissions/hosted", post(create_hosted_submission))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_POLICY_BYTES))
+}
+
+fn unsupported(problems: Vec<String>) -> Response {
+    let message = format!("the policy cannot run here: {}", problems.join("; "));
+    tracing::debug!("hosted upload refused: {message}");
+    (
+        StatusCode::UNPROCESSABLE_ENTITY,
+        Json(json!({"error": {"code": "unsupported_policy", "message": message, "problems": problems}})),
+    )
+        .into_response()
+}
+
+async fn create_hosted_submission(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    ApiQuery(query): ApiQuery<HostedQuery>,
+    body: axum::body::Body,
+) -> ApiResult {
+    let Caller::Team(team) = caller(&state, &headers).await? else {
+        return Err(bad_request("submissions belong to teams: use a team token".into()));
+    };
+    let bytes = axum::body::to_bytes(body, MAX_POLICY_BYTES).await.map_err(|_| {
+        ApiError(AccessError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("policy file: larger than the limit of {} MiB", MAX_POLICY_BYTES >> 20),
+        ))
+    })?;
+    if bytes.is_empty() {
+        return Err(bad_request(
+            "no policy file: send the ONNX file as the request body".into(),
+        ));
+    }
+    let overrides = if query.overrides.is_empty() {
+        PolicyOverrides::default()
+    } else {
+        crate::hosted::overrides_from_json(&query.overrides).map_err(bad_request)?
+    };
+    let now = now_ms();
+    let plan = access::resolve_run(
+        &state.storage,
+        RunRequest {
+            benchmark: &query.benchmark,
+            phase: &query.phase,
+            practice: false,
+        },
+        now,
+    )
+    .await?;
+    let catalog = state.catalog.clone();
+    let name = plan.benchmark.clone();
+    let benchmark = tokio::task::spawn_blocking(move || catalog.load(&name))
+        .await?
+        .map_err(|e| benchmark_error(&plan.benchmark, &e))?;
+    let spec = match &plan.phase {
+        Some(phase) => access::phase_spec(&benchmark.spec, phase),
+        None => benchmark.spec.clone(),
+    };
+    let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
+    let scratch = state.objects.scratch_file(".onnx");
+    tokio::fs::write(&scratch, &bytes)
+        .await
+        .map_err(|e| ApiError(AccessError::internal(format!("writing the upload: {e}"))))?;
+    let checked_path = scratch.clone();
+    let checked_overrides = overrides.clone();
+    let checked =
+        tokio::task::spawn_blocking(move || crate::hosted::check_upload(&checked_path, &checked_overrides, &spec))
+            .await?;
+    let policy = match checked {
+        Ok(p) => p,
+        Err(problems) => {
+            let _ = tokio::fs::remove_file(&scratch).await;
+            return Ok(unsupported(problems));
+        }
+    };
+    let stored = state
+        .objects
+        .put_file(&crate::hosted::policy_key(&sha256), &scratch)
+        .await;
+    let _ = tokio::fs::remove_file(&scratch).await;
+    stored.map_err(|e| ApiError(AccessError::internal(format!("storing the policy: {e}"))))?;
+    let agent_name = if !query.agent_name.is_empty() {
+        query.agent_name.clone()
+    } else {
+        default_agent_name(&policy, &query.file_name)
+    };
+    let submission = access::create_submission(
+        &state.storage,
+        &team,
+        &NewSubmission {
+            id: crate::state::new_submission_id(),
+            team_id: team.id,
+            benchmark: benchmark.spec.name.clone(),
+            agent_name: agent_name.clone(),
+            phase_id: plan.phase.as_ref().map(|p| p.id.clone()),
+        },
+        &runner::new_episodes(&benchmark),
+        plan.phase.as_ref(),
+        now,
+    )
+    .await?;
+    let hosted = crate::storage::HostedPolicy {
+        submission_id: submission.id.clone(),
+        sha256,
+        file_name: query.file_name.clone(),
+        bytes: bytes.len() as i64,
+        overrides: if query.overrides.is_empty() {
+            "{}".into()
+        } else {
+            query.overrides.clone()
+        },
+        created_at: now,
+    };
+    state.storage.insert_hosted_policy(&hosted).await?;
+    tracing::info!(submission = %submission.id, team = team.id, sha256 = %hosted.sha256, "hosted submission created");
+    crate::hosted::start(
+        state.clone(),
+        team,
+        submission.benchmark.clone(),
+        submission.phase_id.clone().unwrap_or_default(),
+        agent_name,
+        hosted.clone(),
+    );
+    let mut v = serde_json::to_value(&submission)?;
+    v["hosted"] = json!(hosted);
+    Ok((StatusCode::CREATED, Json(v)).into_response())
+}
+
+/// A name better than the file's (mjlab exports are all `policy.onnx`): the run the metadata
+/// names (mjlab's `run_path`), else the file's stem unless it is `policy`, else `hosted-policy`.
+fn default_agent_name(policy: &arena_onnx::OnnxPolicy, file_name: &str) -> String {
+    if let Some(run) = policy
+        .engine
+        .metadata()
+        .get("run_path")
+        .filter(|r| !r.trim().is_empty())
+    {
+        return run.trim().to_string();
+    }
+    let stem = std::path::Path::new(file_name)
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if !stem.is_empty() && stem != "policy" {
+        return stem;
+    }
+    "hosted-policy".into()
+}

@@ -1,0 +1,144 @@
+//! Issue 40: hosted evaluation. A team uploads an exported policy (the committed tracker's ONNX
+//! file); the server checks it against the benchmark, stores it, runs it itself (no agent
+//! connected) to COMPLETED, and its per-episode results are those of the same file run by
+//! `OnnxAgent` in process. Files that cannot run are refused with every problem, before any
+//! submission is created or counted; the server stays healthy.
+
+mod common;
+
+use arena_bench::spec::{find_benchmark, shipped_dir};
+use arena_onnx::{OnnxAgent, OnnxPolicy, PolicyOverrides};
+use arena_runner::episode;
+use arena_runner::local::{LocalOptions, run_local};
+use common::server::ServerProc;
+use common::tmp;
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+fn committed() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../ppo/checkpoints/g1-smoke/policy.onnx")
+}
+
+/// POST `body` as the request body (application/octet-stream).
+fn upload(server: &ServerProc, query: &str, token: &str, body: &[u8]) -> (u16, Value) {
+    let mut s = std::net::TcpStream::connect(server.addr).unwrap();
+    let head = format!(
+        "POST /api/v1/submissions/hosted?{query} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/octet-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(body).unwrap();
+    let mut response = Vec::new();
+    s.read_to_end(&mut response).unwrap();
+    let text = String::from_utf8_lossy(&response);
+    let status: u16 = text.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let json = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status, serde_json::from_str(json).unwrap_or(Value::Null))
+}
+
+fn submissions(server: &ServerProc, token: &str) -> usize {
+    let (_, v) = server.get("/api/v1/submissions", Some(token));
+    v["submissions"].as_array().map_or(0, Vec::len)
+}
+
+#[test]
+fn an_uploaded_policy_is_evaluated_by_the_server() {
+    let dir = tmp("hosted");
+    let server = ServerProc::start(&dir, &[]);
+    let token = server.team("uploaders");
+    let file = std::fs::read(committed()).unwrap();
+
+    // Refused, every problem at once, nothing created or counted.
+    let (status, v) = upload(
+        &server,
+        "benchmark=g1-smoke-robot&file_name=x.onnx",
+        &token,
+        b"not an onnx file",
+    );
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (422, Some("unsupported_policy")),
+        "{v}"
+    );
+    assert!(v["error"]["message"].as_str().unwrap().contains("not a model"), "{v}");
+    let (status, v) = upload(&server, "benchmark=g1-smoke&file_name=policy.onnx", &token, &file);
+    assert_eq!(status, 422, "{v}");
+    let problems: Vec<&str> = v["error"]["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    assert!(
+        problems.iter().any(|p| p.contains("action mode is 'normalized'")),
+        "{problems:?}"
+    );
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("does not send the observation group 'motion_command'")),
+        "{problems:?}"
+    );
+    let (status, _) = upload(&server, "benchmark=g1-smoke-robot", &token, b"");
+    assert_eq!(status, 400);
+    assert_eq!(submissions(&server, &token), 0, "a refused file creates no submission");
+
+    // Accepted: stored, named after its run, evaluated to the end with no agent connected.
+    let (status, v) = upload(&server, "benchmark=g1-smoke-robot&file_name=policy.onnx", &token, &file);
+    assert_eq!(status, 201, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    assert_eq!(v["agent_name"], "arena-ppo/g1-smoke-robot", "{v}");
+    assert_eq!(v["hosted"]["bytes"], file.len(), "{v}");
+    let sha = v["hosted"]["sha256"].as_str().unwrap();
+    let started = Instant::now();
+    let submission = loop {
+        let (_, s) = server.get(&format!("/api/v1/submissions/{id}"), Some(&token));
+        if s["status"] == "COMPLETED" || s["status"] == "FAILED" {
+            break s;
+        }
+        assert!(started.elapsed() < Duration::from_secs(300), "still {s}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(submission["status"], "COMPLETED", "{submission}");
+    let sessions = submission["sessions"].as_array().unwrap();
+    assert_eq!(sessions[0]["outcome"], "completed", "{submission}");
+    let stored = dir.join(format!("policies/{sha}.onnx"));
+    assert_eq!(
+        std::fs::read(&stored).ok(),
+        Some(file.clone()),
+        "kept content-addressed: {}",
+        stored.display()
+    );
+
+    // The same per-episode results as the file run in process by the same engine.
+    let (_, results) = server.get(&format!("/api/v1/submissions/{id}/results"), Some(&token));
+    let hosted: Vec<&Value> = results["episodes"].as_array().unwrap().iter().collect();
+    let names = arena_bench::metrics::metric_names();
+    let (_, spec) = find_benchmark("g1-smoke-robot", &shipped_dir(), &names).unwrap();
+    let clips = episode::benchmark_clips(&spec, Path::new("."), &arena_sim::RobotConfig::default()).unwrap();
+    let mut agent = OnnxAgent::new(OnnxPolicy::load(&committed(), &PolicyOverrides::default()).unwrap());
+    let options = LocalOptions {
+        batch: 1,
+        threads: 1,
+        ..Default::default()
+    };
+    let local = run_local(&spec, &clips, &mut agent, &options, &mut |_, _, _| {}).unwrap();
+    assert_eq!(hosted.len(), local.episodes().len());
+    for (h, l) in hosted.iter().zip(local.episodes()) {
+        assert_eq!(h["motion"], l.motion.as_str());
+        for key in ["mpjpe_g", "mjlab_success", "emd"] {
+            let (a, b) = (h["metrics"][key].as_f64().unwrap(), l.metrics[key]);
+            assert!(
+                (a - b).abs() <= 1e-6 * b.abs().max(1.0),
+                "{} {key}: hosted {a}, in process {b}",
+                l.motion
+            );
+        }
+    }
+    let (status, _) = server.get("/api/v1/health", None);
+    assert_eq!(status, 200);
+    std::fs::remove_dir_all(&dir).ok();
+}

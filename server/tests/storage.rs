@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use arena_server::storage::{
-    Engine, EpisodeOutcome, EpisodeState, NewEpisode, NewSubmission, Phase, Quota, Storage, StorageError,
+    Engine, EpisodeOutcome, EpisodeState, HostedPolicy, NewEpisode, NewSubmission, Phase, Quota, Storage, StorageError,
     SubmissionStatus, Visibility, hash_token, now_ms,
 };
 
@@ -88,6 +88,7 @@ on_both_engines!(
     episodes_are_counted_once,
     nan_metrics_round_trip,
     sessions_are_kept_in_order,
+    hosted_policies_and_the_unfinished_ones,
     requeue_until_attempts_run_out,
     recover_after_restart,
     reopened_database_keeps_data,
@@ -504,6 +505,47 @@ async fn sessions_are_kept_in_order(url: String, engine: Engine) {
         ]
     );
     assert!(storage.sessions("s-2").await.unwrap().is_empty());
+}
+
+/// Issue 40: a hosted submission's policy is kept with it; the unfinished ones are what a
+/// restarted server resumes.
+async fn hosted_policies_and_the_unfinished_ones(url: String, engine: Engine) {
+    let storage = open(&url, engine).await;
+    let team = setup(&storage, "red", "s-1", 1).await;
+    storage
+        .create_submission(&new_submission("s-2", team, "bench-a"), &[episode(0)])
+        .await
+        .unwrap();
+    assert_eq!(storage.hosted_policy("s-1").await.unwrap(), None);
+    for (id, at) in [("s-1", 10), ("s-2", 20)] {
+        let policy = HostedPolicy {
+            submission_id: id.into(),
+            sha256: format!("{id}-sha"),
+            file_name: "policy.onnx".into(),
+            bytes: 1234,
+            overrides: "{}".into(),
+            created_at: at,
+        };
+        storage.insert_hosted_policy(&policy).await.unwrap();
+        assert_eq!(storage.hosted_policy(id).await.unwrap(), Some(policy));
+    }
+    let unfinished = |s: &Storage| {
+        let s = s.clone();
+        async move {
+            s.unfinished_hosted_policies()
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|p| p.submission_id)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(unfinished(&storage).await, ["s-1", "s-2"]);
+    storage
+        .finish_submission("s-1", SubmissionStatus::Failed, None, Some("cancelled"))
+        .await
+        .unwrap();
+    assert_eq!(unfinished(&storage).await, ["s-2"]);
 }
 
 async fn requeue_until_attempts_run_out(url: String, engine: Engine) {

@@ -20,6 +20,7 @@ FORBIDDEN = {
     "cli_common": {"arena_sdk.cli", "arena_sdk.onnx_cli", "arena_sdk.submissions_cli"},
     "onnx_cli": {"arena_sdk.cli"},
     "submissions_cli": {"arena_sdk.cli"},
+    "submit_cli": {"arena_sdk.cli"},
 }
 
 
@@ -62,7 +63,7 @@ def test_commands_load_without_cli() -> None:
     # At run time too: importing them (in a fresh interpreter) leaves arena_sdk.cli unloaded.
     code = (
         "import sys\n"
-        "import arena_sdk.cli_common, arena_sdk.onnx_cli, arena_sdk.submissions_cli\n"
+        "import arena_sdk.cli_common, arena_sdk.onnx_cli, arena_sdk.submissions_cli, arena_sdk.submit_cli\n"
         "print('arena_sdk.cli' in sys.modules)\n"
     )
     result = subprocess.run(

@@ -41,8 +41,9 @@ Prints one line per finished episode and a summary table; exits 0 when the run e
 1 on an error (refused session, unreachable server, invalid actions), 2 on bad arguments.
 
 `arena-agent onnx POLICY.onnx ...` runs an exported mjlab / BeyondMimic / holosoma policy instead
-of a class (`arena-agent onnx --help`); `arena-agent submissions` lists your team's submissions
-with their results and the quota left in each phase.
+of a class (`arena-agent onnx --help`); `arena-agent submit POLICY.onnx` hands the file to the
+server, which evaluates it itself (`arena-agent submit --help`); `arena-agent submissions` lists
+your team's submissions with their results and the quota left in each phase.
 """
 
 EPILOG = """\
@@ -64,6 +65,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .submissions_cli import main as submissions_main
 
         return submissions_main(argv[1:])
+    if argv[:1] == ["submit"]:  # an ONNX file for the server to evaluate itself (hosted)
+        from .submit_cli import main as submit_main
+
+        return submit_main(argv[1:])
     if argv[:1] == ["onnx"]:  # a MODULE:CLASS always has a colon, so "onnx" is unambiguous
         from .onnx_cli import main as onnx_main
 

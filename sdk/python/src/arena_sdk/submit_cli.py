@@ -1,0 +1,151 @@
+"""`arena-agent submit POLICY.onnx`: hand an exported policy to the server, which evaluates it
+itself (a hosted submission, POST /api/v1/submissions/hosted; docs/bring-your-policy.md). No
+process of yours stays connected; `--wait` follows the evaluation to its end."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+
+from .submissions_cli import DEFAULT_SERVER, _base_url, _result
+
+#: Seconds between two looks at a submission with --wait.
+POLL_S = 2.0
+
+
+class SubmitError(RuntimeError):
+    """The server refused or could not be reached; `problems` lists a refused file's problems."""
+
+    def __init__(self, message: str, problems: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.problems = list(problems)
+
+
+def _request(request: urllib.request.Request, server: str, timeout_s: float) -> dict:
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        try:
+            error = json.loads(e.read())["error"]
+        except (ValueError, KeyError, TypeError):
+            error = {"message": e.reason}
+        raise SubmitError(f"the server answered {e.code}: {error.get('message')}", error.get("problems") or []) from None
+    except (urllib.error.URLError, OSError) as e:
+        raise SubmitError(f"cannot reach the server at {_base_url(server)}: {e}") from None
+
+
+def submit(
+    server: str,
+    token: str,
+    policy: Path,
+    *,
+    benchmark: str = "",
+    phase: str = "",
+    agent_name: str = "",
+    overrides: dict | None = None,
+    timeout_s: float = 300.0,
+) -> dict:
+    """Uploads `policy`; returns the created submission (with `hosted`)."""
+    query = {"file_name": policy.name}
+    for key, value in (("benchmark", benchmark), ("phase", phase), ("agent_name", agent_name)):
+        if value:
+            query[key] = value
+    if overrides:
+        query["overrides"] = json.dumps(overrides)
+    request = urllib.request.Request(
+        f"{_base_url(server)}/api/v1/submissions/hosted?{urllib.parse.urlencode(query)}",
+        data=policy.read_bytes(),
+        method="POST",
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/octet-stream"},
+    )
+    return _request(request, server, timeout_s)
+
+
+def wait(server: str, token: str, submission_id: str, timeout_s: float) -> dict:
+    """The submission once it is COMPLETED or FAILED (or as it is when `timeout_s` runs out)."""
+    deadline = time.monotonic() + timeout_s
+    url = f"{_base_url(server)}/api/v1/submissions/{submission_id}"
+    while True:
+        s = _request(urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"}), server, 30.0)
+        if s["status"] in ("COMPLETED", "FAILED") or time.monotonic() > deadline:
+            return s
+        time.sleep(POLL_S)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="arena-agent submit",
+        description="Hand an exported policy (ONNX, mjlab / BeyondMimic or holosoma metadata) to the server, "
+        "which checks it against the benchmark and evaluates it itself: nothing of yours stays connected. "
+        "A refused file lists every problem and uses no quota.",
+    )
+    parser.add_argument("policy", type=Path, help="the .onnx file")
+    parser.add_argument("--server", default=DEFAULT_SERVER, help=f"the server [default: {DEFAULT_SERVER}]")
+    parser.add_argument("--token", default=None, help="team token (or ARENA_TOKEN)")
+    parser.add_argument("--benchmark", default="", help="the benchmark (or give --phase)")
+    parser.add_argument("--phase", default="", help="the challenge phase (its benchmark applies)")
+    parser.add_argument(
+        "--agent-name",
+        default="",
+        help="the name on the leaderboard [default: the file's run metadata, else its name unless it is policy.onnx]",
+    )
+    parser.add_argument(
+        "--overrides",
+        default="",
+        metavar="JSON",
+        help='what the file\'s metadata lacks, as a JSON object of arena-agent onnx\'s options: '
+        '{"action_scale": [0.5], "anchor_body": "torso_link", "joint_stiffness": [...], ...}',
+    )
+    parser.add_argument("--wait", action="store_true", help="follow the evaluation to its end and print the result")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds --wait waits at most [default: 3600]")
+    args = parser.parse_args(argv)
+    token = args.token or os.environ.get("ARENA_TOKEN")
+    if not token:
+        parser.error("give the team token with --token or ARENA_TOKEN")
+    if not args.benchmark and not args.phase:
+        parser.error("give --benchmark or --phase")
+    if not args.policy.is_file():
+        parser.error(f"no file {args.policy}")
+    try:
+        overrides = json.loads(args.overrides) if args.overrides else None
+    except ValueError as e:
+        parser.error(f"--overrides is not JSON: {e}")
+    try:
+        s = submit(
+            args.server,
+            token,
+            args.policy,
+            benchmark=args.benchmark,
+            phase=args.phase,
+            agent_name=args.agent_name,
+            overrides=overrides,
+        )
+    except SubmitError as e:
+        print(f"arena-agent submit: {e}", file=sys.stderr)
+        for p in e.problems:
+            print(f"  - {p}", file=sys.stderr)
+        return 1
+    hosted = s.get("hosted") or {}
+    print(
+        f"submitted: submission {s['id']} of {s['benchmark']} as {s['agent_name']} "
+        f"(hosted: {hosted.get('bytes')} bytes, sha256 {str(hosted.get('sha256'))[:12]}); the server evaluates it"
+    )
+    if not args.wait:
+        print("follow it with `arena-agent submissions` or the submission's page")
+        return 0
+    try:
+        s = wait(args.server, token, s["id"], args.timeout)
+    except SubmitError as e:
+        print(f"arena-agent submit: {e}", file=sys.stderr)
+        return 1
+    print(f"submission {s['id']} {s['status']}: {_result(s)}")
+    return 0 if s["status"] == "COMPLETED" else 1

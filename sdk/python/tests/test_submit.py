@@ -1,0 +1,55 @@
+"""`arena-agent submit` (issue 40): the committed tracker's ONNX file handed to a real server,
+which evaluates it itself to COMPLETED; a file that cannot run on the benchmark is refused with
+every problem listed, and no submission is created."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import REPO, SDK_DIR, Server
+
+POLICY = REPO / "ppo" / "checkpoints" / "g1-smoke" / "policy.onnx"
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "arena_sdk.cli", "submit", *args],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(SDK_DIR / "src"), "PATH": "/usr/bin:/bin"},
+        timeout=600,
+    )
+
+
+def count(server: Server, token: str) -> int:
+    status, body = server.request("GET", "/api/v1/submissions", token)
+    assert status == 200, body
+    return len(body["submissions"])
+
+
+def test_submit_a_policy_file_and_wait(server: Server, team_token: str) -> None:
+    before = count(server, team_token)
+    refused = run(str(POLICY), "--server", server.http_url, "--token", team_token, "--benchmark", "g1-smoke")
+    assert refused.returncode == 1, refused.stdout
+    assert "422" in refused.stderr and "  - the benchmark's action mode is 'normalized'" in refused.stderr, refused.stderr
+    assert count(server, team_token) == before, "a refused file creates no submission"
+
+    done = run(
+        str(POLICY), "--server", server.http_url, "--token", team_token, "--benchmark", "g1-smoke-robot", "--wait"
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "submitted: submission sub-" in done.stdout and "as arena-ppo/g1-smoke-robot" in done.stdout, done.stdout
+    assert " COMPLETED: 6/6 scored" in done.stdout, done.stdout
+
+
+def test_submit_usage_errors(tmp_path: Path) -> None:
+    missing = run(str(tmp_path / "none.onnx"), "--token", "t", "--benchmark", "b")
+    assert missing.returncode == 2 and "no file" in missing.stderr, missing.stderr
+    no_target = run(str(POLICY), "--token", "t")
+    assert no_target.returncode == 2 and "--benchmark or --phase" in no_target.stderr, no_target.stderr
+    bad_json = run(str(POLICY), "--token", "t", "--benchmark", "b", "--overrides", "{nope")
+    assert bad_json.returncode == 2 and "--overrides is not JSON" in bad_json.stderr, bad_json.stderr
+    unreachable = run(str(POLICY), "--server", "http://127.0.0.1:9", "--token", "t", "--benchmark", "b")
+    assert unreachable.returncode == 1 and "cannot reach the server" in unreachable.stderr, unreachable.stderr

@@ -105,6 +105,20 @@ fn an_uploaded_policy_is_evaluated_by_the_server() {
     assert_eq!(submission["status"], "COMPLETED", "{submission}");
     let sessions = submission["sessions"].as_array().unwrap();
     assert_eq!(sessions[0]["outcome"], "completed", "{submission}");
+    assert_eq!(submission["hosted"]["sha256"], sha, "{submission}");
+    let (status, head, body) = common::server::request(
+        server.addr,
+        "GET",
+        &format!("/api/v1/submissions/{id}/policy"),
+        Some(&token),
+        None,
+    );
+    assert_eq!(status, 200, "{head}");
+    assert!(head.to_ascii_lowercase().contains("filename=\"policy.onnx\""), "{head}");
+    assert_eq!(
+        body, file,
+        "the organiser and the team can download the file as uploaded"
+    );
     let stored = dir.join(format!("policies/{sha}.onnx"));
     assert_eq!(
         std::fs::read(&stored).ok(),

@@ -105,6 +105,7 @@ export async function submissionPage(root, { id }, ctx) {
           ['Benchmark', h('a', { href: `#/benchmarks/${enc(sub.benchmark)}` }, sub.benchmark)],
           ['Phase', sub.phase ? h('a', { href: `#/phases/${enc(sub.phase)}` }, sub.phase) : h('span.muted', 'none (open benchmark submission)')],
           ['Agent', agentCell(sub)],
+          ...(sub.hosted ? [['Policy', hostedCell(sub)]] : []),
           ['Sessions', sessionsCell(sub)],
           ['Created', timeEl(sub.created_at)],
           ['Started', timeEl(sub.started_at)],
@@ -167,6 +168,7 @@ export async function submissionPage(root, { id }, ctx) {
           // The merged HDF5 file is written when the submission ends: completed, or failed
           // (cancelled, abandoned) with what it committed.
           sub.status === 'COMPLETED' || sub.status === 'FAILED' ? dl('Trajectories (HDF5)', `/api/v1/submissions/${enc(id)}/trajectories`, `${id}.h5`, 'dl-hdf5') : null,
+          sub.hosted ? dl('Policy (ONNX)', `/api/v1/submissions/${enc(id)}/policy`, sub.hosted.file_name || `${id}.onnx`, 'dl-policy') : null,
         ),
       );
     }
@@ -541,4 +543,10 @@ function sessionsCell(sub) {
     { 'data-testid': 'sessions' },
     sessions.map((s) => h('li', `${s.agent_name || 'unnamed agent'} · `, timeEl(s.started_at), s.ended_at ? [' – ', timeEl(s.ended_at), ` · ${s.outcome}`] : ` · ${open}`)),
   );
+}
+
+/** A hosted submission's policy file (evaluated by the server itself; under Downloads). */
+function hostedCell(sub) {
+  const p = sub.hosted;
+  return h('span', { 'data-testid': 'hosted-policy' }, `${p.file_name || 'policy.onnx'} (${fmtBytes(p.bytes)}, sha256 ${String(p.sha256).slice(0, 12)}…): evaluated by the server itself`);
 }

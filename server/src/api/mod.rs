@@ -60,6 +60,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/api/v1/submissions/{id}/results", get(get_results))
         .route("/api/v1/submissions/{id}/report", get(get_report))
         .route("/api/v1/submissions/{id}/trajectories", get(get_trajectories))
+        .route("/api/v1/submissions/{id}/policy", get(get_policy))
         .route("/api/v1/leaderboards/{benchmark}", get(get_leaderboard))
         .merge(datasets::routes())
         .merge(pages::routes())

@@ -198,6 +198,8 @@ pub(super) async fn get_submission(
     v["progress"] = json!({"pending": pending, "running": running, "finished": finished});
     // Every agent session, oldest first: `agent_name` above is the last one's.
     v["sessions"] = json!(state.storage.sessions(&id).await?);
+    // A hosted submission's policy file (issue 40); null when an agent runs it.
+    v["hosted"] = json!(state.storage.hosted_policy(&id).await?);
     v["scores"] = json!(scores);
     v["results_hidden"] = json!(hidden);
     // An unfinished submission with no session here and no episode running anywhere waits for
@@ -283,6 +285,50 @@ pub(super) async fn get_trajectories(
         [
             (header::CONTENT_TYPE, "application/x-hdf5".to_string()),
             (header::CONTENT_DISPOSITION, format!("attachment; filename=\"{id}.h5\"")),
+            (header::CONTENT_LENGTH, size.to_string()),
+        ],
+        axum::body::Body::from_stream(futures_util::StreamExt::map(chunks, |c| {
+            c.map_err(std::io::Error::other)
+        })),
+    )
+        .into_response())
+}
+
+/// A hosted submission's policy file, as uploaded (the owner and the organiser).
+pub(super) async fn get_policy(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult {
+    let (_, s) = visible_submission(&state, &headers, &id).await?;
+    let Some(policy) = state.storage.hosted_policy(&s.id).await? else {
+        return Err(not_found(format!(
+            "submission {id} is not hosted: an agent runs it, there is no policy file"
+        )));
+    };
+    let found = state
+        .objects
+        .stream(&crate::hosted::policy_key(&policy.sha256))
+        .await
+        .map_err(|e| internal_error("reading the policy file", e))?;
+    let Some((size, chunks)) = found else {
+        return Err(not_found(format!(
+            "the policy file of submission {id} is missing from the store"
+        )));
+    };
+    let name = if policy.file_name.is_empty() {
+        format!("{id}.onnx")
+    } else {
+        policy.file_name.clone()
+    };
+    let name: String = name
+        .chars()
+        .filter(|c| c.is_ascii_graphic() && *c != '"' && *c != '\\')
+        .collect();
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/octet-stream".to_string()),
+            (header::CONTENT_DISPOSITION, format!("attachment; filename=\"{name}\"")),
             (header::CONTENT_LENGTH, size.to_string()),
         ],
         axum::body::Body::from_stream(futures_util::StreamExt::map(chunks, |c| {

@@ -254,6 +254,8 @@ pub struct RunRequest<'a> {
     /// Phase id; empty for none.
     pub phase: &'a str,
     pub practice: bool,
+    /// The server runs it itself (an uploaded policy), rather than a participant's agent.
+    pub hosted: bool,
 }
 
 /// What a request may run: the benchmark and, when it runs in a phase, the phase.
@@ -313,6 +315,12 @@ pub async fn resolve_run(storage: &Storage, request: RunRequest<'_>, now_ms: i64
             "practice is not available in phase {}: its results are private until {}",
             phase.id,
             rfc3339(phase.ends_at)
+        )));
+    }
+    if phase.hosted_only && !request.hosted {
+        return Err(AccessError::forbidden(format!(
+            "phase {} takes hosted submissions only, so that its motions never leave the server: hand in the policy file (arena-agent submit POLICY.onnx --phase {}, or POST /api/v1/submissions/hosted?phase={})",
+            phase.id, phase.id, phase.id
         )));
     }
     check_open(&phase, now_ms)?;
@@ -683,6 +691,7 @@ mod tests {
             max_per_day: None,
             max_total: None,
             observation_groups: groups.map(|g| g.iter().map(|s| s.to_string()).collect()),
+            hosted_only: false,
             created_at: 0,
         }
     }

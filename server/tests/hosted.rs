@@ -156,3 +156,105 @@ fn an_uploaded_policy_is_evaluated_by_the_server() {
     assert_eq!(status, 200);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Issue 40 §3: a phase that takes hosted submissions only refuses every route by which a
+/// participant's agent would receive its motions (a remote session over WebSocket and gRPC, a
+/// practice session, a submission created for an agent), and takes an uploaded file.
+#[test]
+fn a_hosted_only_phase_streams_its_motions_to_no_agent() {
+    let dir = tmp("hosted-only");
+    let server = ServerProc::start(&dir, &[]);
+    let token = server.team("uploaders");
+    let admin = common::server::ADMIN;
+    let (status, v) = server.post("/api/v1/challenges", Some(admin), r#"{"id": "cup", "title": "Cup"}"#);
+    assert_eq!(status, 201, "{v}");
+    let now = arena_server::storage::now_ms();
+    let body = serde_json::json!({
+        "id": "final", "benchmark": "g1-smoke-robot", "hosted_only": true,
+        "starts_at": arena_server::access::rfc3339(now - 3_600_000),
+        "ends_at": arena_server::access::rfc3339(now + 3_600_000),
+    });
+    let (status, phase) = server.post("/api/v1/challenges/cup/phases", Some(admin), &body.to_string());
+    assert_eq!(status, 201, "{phase}");
+    assert_eq!(phase["hosted_only"], true, "{phase}");
+    let (status, v) = server.post("/api/v1/challenges/cup/phases", Some(admin), r#"{"id": "x", "benchmark": "g1-smoke", "starts_at": "2026-01-01T00:00:00Z", "ends_at": "2027-01-01T00:00:00Z", "hosted_only": "yes"}"#);
+    assert_eq!(
+        (
+            status,
+            v["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("hosted_only: expected true or false")
+        ),
+        (400, true),
+        "{v}"
+    );
+
+    // Every agent route is refused, saying how to hand in the file.
+    let (status, v) = server.post("/api/v1/submissions", Some(&token), r#"{"phase": "final"}"#);
+    assert_eq!(status, 403, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("takes hosted submissions only"),
+        "{v}"
+    );
+    for url in [server.ws_url(), format!("grpc://{}", server.addr)] {
+        for practice in [false, true] {
+            let mode = if practice {
+                arena_sdk::Mode::Practice {
+                    benchmark: String::new(),
+                    episodes: vec![arena_sdk::protocol::ResetEpisode {
+                        motion: "squat".into(),
+                        ..Default::default()
+                    }],
+                }
+            } else {
+                arena_sdk::Mode::Submission {
+                    benchmark: String::new(),
+                    submission_id: None,
+                }
+            };
+            let mut config = arena_sdk::ClientConfig::new(url.clone(), &token, mode);
+            config.phase = "final".into();
+            let e = arena_sdk::client::run_blocking(&config, &mut arena_sdk::agents::ZeroAgent::default(), &mut |_| {})
+                .expect_err("refused");
+            let text = e.to_string();
+            assert!(
+                text.contains("takes hosted submissions only") || text.contains("practice is not"),
+                "{url} practice={practice}: {text}"
+            );
+        }
+    }
+
+    // The file goes in and is evaluated.
+    let file = std::fs::read(committed()).unwrap();
+    let (status, v) = upload(&server, "phase=final&file_name=policy.onnx", &token, &file);
+    assert_eq!(status, 201, "{v}");
+    assert_eq!(v["phase"], "final", "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    let started = Instant::now();
+    loop {
+        let (_, s) = server.get(&format!("/api/v1/submissions/{id}"), Some(&token));
+        if s["status"] == "COMPLETED" {
+            break;
+        }
+        assert!(
+            s["status"] != "FAILED" && started.elapsed() < Duration::from_secs(300),
+            "{s}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // An organiser can open the phase to agents again.
+    let (status, _, v) = server.call(
+        "PATCH",
+        "/api/v1/phases/final",
+        Some(admin),
+        Some(r#"{"hosted_only": false}"#),
+    );
+    assert_eq!((status, &v["hosted_only"]), (200, &serde_json::json!(false)), "{v}");
+    let (status, v) = server.post("/api/v1/submissions", Some(&token), r#"{"phase": "final"}"#);
+    assert_eq!(status, 201, "{v}");
+    std::fs::remove_dir_all(&dir).ok();
+}

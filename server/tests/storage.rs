@@ -1068,6 +1068,7 @@ fn phase(id: &str, challenge: &str, benchmark: &str) -> Phase {
         max_per_day: None,
         max_total: None,
         observation_groups: None,
+        hosted_only: false,
         created_at: now_ms(),
     }
 }

@@ -21,6 +21,11 @@ fn limit_field(field: &str, v: &Value) -> Result<Option<u32>, ApiError> {
     }
 }
 
+fn hosted_only_field(v: &Value) -> Result<bool, ApiError> {
+    v.as_bool()
+        .ok_or_else(|| bad_request(format!("hosted_only: expected true or false, got {v}")))
+}
+
 fn visibility_field(v: &Value) -> Result<Visibility, ApiError> {
     match v {
         Value::String(s) => s.parse().map_err(|e| bad_request(format!("leaderboard: {e}"))),
@@ -126,6 +131,8 @@ struct NewPhaseBody {
     max_submissions_total: Option<Value>,
     #[serde(default)]
     observation_groups: Option<Value>,
+    #[serde(default)]
+    hosted_only: Option<Value>,
 }
 
 pub(super) async fn create_phase(
@@ -164,6 +171,10 @@ pub(super) async fn create_phase(
             new.max_submissions_total.as_ref().unwrap_or(&null),
         )?,
         observation_groups: groups_field(new.observation_groups.as_ref().unwrap_or(&null))?,
+        hosted_only: match &new.hosted_only {
+            Some(v) => hosted_only_field(v)?,
+            None => false,
+        },
         created_at: now_ms(),
     };
     access::validate_phase(&phase, &spec)?;
@@ -263,6 +274,8 @@ struct PhasePatch {
     max_submissions_total: Option<Value>,
     #[serde(default, deserialize_with = "present")]
     observation_groups: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    hosted_only: Option<Value>,
 }
 
 pub(super) async fn update_phase(
@@ -293,6 +306,9 @@ pub(super) async fn update_phase(
     }
     if let Some(v) = &patch.observation_groups {
         phase.observation_groups = groups_field(v)?;
+    }
+    if let Some(v) = &patch.hosted_only {
+        phase.hosted_only = hosted_only_field(v)?;
     }
     let spec = state
         .catalog

@@ -76,6 +76,7 @@ async fn create_hosted_submission(
             benchmark: &query.benchmark,
             phase: &query.phase,
             practice: false,
+            hosted: true,
         },
         now,
     )

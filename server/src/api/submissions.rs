@@ -27,6 +27,7 @@ pub(super) async fn create_submission(
         benchmark: &new.benchmark,
         phase: &new.phase,
         practice: false,
+        hosted: false,
     };
     let plan = access::resolve_run(&state.storage, request, now).await?;
     let catalog = state.catalog.clone();

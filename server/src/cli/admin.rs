@@ -81,6 +81,10 @@ struct PhaseFields {
     /// Observation groups agents may receive, comma-separated.
     #[arg(long)]
     groups: Option<String>,
+    /// true: hosted submissions only (uploaded policies the server runs; no agent of a team
+    /// receives the phase's motions); false: agents too.
+    #[arg(long, value_name = "BOOL")]
+    hosted_only: Option<bool>,
 }
 
 impl PhaseFields {
@@ -97,6 +101,9 @@ impl PhaseFields {
         }
         if let Some(v) = self.max_per_day {
             body.insert("max_submissions_per_day".into(), limit(v));
+        }
+        if let Some(v) = self.hosted_only {
+            body.insert("hosted_only".into(), json!(v));
         }
         if let Some(v) = self.max_total {
             body.insert("max_submissions_total".into(), limit(v));

@@ -189,6 +189,7 @@ async fn admit(state: &Arc<AppState>, hosted: Option<&Team>, c: &Connect) -> Res
         benchmark: &c.benchmark,
         phase: &c.phase,
         practice,
+        hosted: hosted.is_some(),
     };
     if !practice && !c.submission_id.is_empty() {
         let s = match state.storage.submission(&c.submission_id).await {

@@ -56,7 +56,7 @@ impl Storage {
             .as_ref()
             .map(|g| serde_json::Value::from(g.clone()).to_string());
         sqlx::query(&format!(
-            "INSERT INTO phases ({PHASE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+            "INSERT INTO phases ({PHASE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
         ))
         .bind(id)
         .bind(&phase.challenge_id)
@@ -68,6 +68,7 @@ impl Storage {
         .bind(phase.max_total.map(i64::from))
         .bind(groups)
         .bind(phase.created_at)
+        .bind(i64::from(phase.hosted_only))
         .execute(&self.pool)
         .await
         .map_err(|e| {
@@ -95,7 +96,7 @@ impl Storage {
             .map(|g| serde_json::Value::from(g.clone()).to_string());
         let done = sqlx::query(
             "UPDATE phases SET starts_at = $2, ends_at = $3, leaderboard = $4, max_per_day = $5, max_total = $6, \
-             observation_groups = $7 WHERE id = $1",
+             observation_groups = $7, hosted_only = $8 WHERE id = $1",
         )
         .bind(id)
         .bind(phase.starts_at)
@@ -104,6 +105,7 @@ impl Storage {
         .bind(phase.max_per_day.map(i64::from))
         .bind(phase.max_total.map(i64::from))
         .bind(groups)
+        .bind(i64::from(phase.hosted_only))
         .execute(&self.pool)
         .await
         .ctx(|| format!("updating phase {id:?}"))?;

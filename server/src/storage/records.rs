@@ -351,6 +351,10 @@ pub struct Phase {
     /// Observation groups agents may receive (`reference` for reference frames); `None` = the
     /// benchmark's own.
     pub observation_groups: Option<Vec<String>>,
+    /// Hosted submissions only (issue 40): no agent of a participant's runs in the phase (no
+    /// remote session, no practice), so its motions are never streamed out.
+    #[serde(default)]
+    pub hosted_only: bool,
     /// Creation time, unix milliseconds.
     pub created_at: i64,
 }

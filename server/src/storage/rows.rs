@@ -56,7 +56,7 @@ pub(super) const SUBMISSION_LIST_COLUMNS: &str = "s.id, s.team_id, t.name AS tea
      s.phase_id, s.baseline, s.summary_json";
 
 pub(super) const PHASE_COLUMNS: &str = "id, challenge_id, benchmark, starts_at, ends_at, leaderboard, max_per_day, max_total, \
-     observation_groups, created_at";
+     observation_groups, created_at, hosted_only";
 
 pub(super) const TOKEN_COLUMNS: &str = "id, team_id, label, created_at, expires_at, revoked_at";
 
@@ -136,6 +136,7 @@ pub(super) fn phase_from_row(row: &AnyRow) -> Result<Phase, StorageError> {
             .map(|g| serde_json::from_str(&g).map_err(|e| corrupt(format!("observation_groups {g:?}: {e}"))))
             .transpose()?,
         created_at: get(row, "created_at", &what)?,
+        hosted_only: get::<i64>(row, "hosted_only", &what)? != 0,
         id,
     })
 }

@@ -258,3 +258,64 @@ fn a_hosted_only_phase_streams_its_motions_to_no_agent() {
     assert_eq!(status, 201, "{v}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A hosted run survives a server killed in the middle of it: the restarted server resumes it
+/// (no agent will reconnect for it), and every episode ends exactly once.
+#[test]
+fn a_hosted_run_resumes_after_a_crash() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/motions/g1-moves");
+    if !root.is_dir() {
+        eprintln!("skipped: {} is absent (the dance benchmark's motions)", root.display());
+        return;
+    }
+    let dir = tmp("hosted-crash");
+    let root = root.to_str().unwrap().to_string();
+    let args = ["--motions-root", root.as_str(), "--lanes", "1", "--max-batch", "4"];
+    let mut server = ServerProc::start(&dir, &args);
+    let token = server.team("uploaders");
+    let policy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ppo/checkpoints/g1-moves-dance/policy.onnx");
+    let file = std::fs::read(policy).unwrap();
+    let (status, v) = upload(
+        &server,
+        "benchmark=g1-moves-dance-robot&file_name=policy.onnx",
+        &token,
+        &file,
+    );
+    assert_eq!(status, 201, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    let total = v["episodes_total"].as_u64().unwrap();
+    let started = Instant::now();
+    loop {
+        let (_, s) = server.get(&format!("/api/v1/submissions/{id}"), Some(&token));
+        let finished = s["progress"]["finished"].as_u64().unwrap_or(0);
+        assert!(
+            s["status"] == "RUNNING" || s["status"] == "PENDING",
+            "finished before the crash: {s}"
+        );
+        if finished >= 2 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(300), "{s}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server.kill9();
+    let server = ServerProc::start(&dir, &args);
+    let started = Instant::now();
+    let s = loop {
+        let (_, s) = server.get(&format!("/api/v1/submissions/{id}"), Some(&token));
+        if s["status"] == "COMPLETED" || s["status"] == "FAILED" {
+            break s;
+        }
+        assert!(started.elapsed() < Duration::from_secs(600), "{s}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(s["status"], "COMPLETED", "{s}");
+    assert_eq!(s["progress"]["finished"].as_u64(), Some(total), "{s}");
+    let sessions = s["sessions"].as_array().unwrap();
+    assert!(sessions.len() >= 2, "a session before the crash and one after: {s}");
+    assert_eq!(sessions.last().unwrap()["outcome"], "completed", "{s}");
+    let (_, results) = server.get(&format!("/api/v1/submissions/{id}/results"), Some(&token));
+    let episodes = results["episodes"].as_array().unwrap();
+    assert_eq!(episodes.len() as u64, total);
+    std::fs::remove_dir_all(&dir).ok();
+}

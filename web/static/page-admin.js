@@ -172,6 +172,7 @@ export async function adminPage(root, _params, ctx) {
       field('Starts at', h('input', { name: 'starts_at', required: true, value: rfc3339(now), 'data-testid': 'phase-starts' }), 'RFC 3339, e.g. 2026-12-01T00:00:00Z (an offset such as +02:00 is converted to UTC)'),
       field('Ends at', h('input', { name: 'ends_at', required: true, value: rfc3339(later), 'data-testid': 'phase-ends' })),
       field('Leaderboard', h('select', { name: 'leaderboard', 'data-testid': 'phase-leaderboard' }, h('option', { value: 'public' }, 'public'), h('option', { value: 'private' }, 'private (hidden until the end)'))),
+      field('Who runs', h('select', { name: 'runs', 'data-testid': 'phase-runs' }, h('option', { value: 'agents' }, 'agents and uploads'), h('option', { value: 'hosted' }, 'uploads only')), 'hosted_only: with uploaded policy files only, the server runs every submission and no team’s agent receives the phase’s motions'),
       field('Max submissions per day', h('input', { name: 'max_submissions_per_day', type: 'number', min: '1', placeholder: 'no limit', 'data-testid': 'phase-max-day' })),
       field('Max submissions in total', h('input', { name: 'max_submissions_total', type: 'number', min: '1', placeholder: 'no limit', 'data-testid': 'phase-max-total' })),
     ],
@@ -185,6 +186,7 @@ export async function adminPage(root, _params, ctx) {
         starts_at: String(fd.get('starts_at')).trim(),
         ends_at: String(fd.get('ends_at')).trim(),
         leaderboard: String(fd.get('leaderboard') || 'public'),
+        hosted_only: fd.get('runs') === 'hosted',
         max_submissions_per_day: numOrNull(fd.get('max_submissions_per_day')),
         max_submissions_total: numOrNull(fd.get('max_submissions_total')),
       };
@@ -216,6 +218,7 @@ export async function adminPage(root, _params, ctx) {
       h('option', { value: 'public' }, 'public'),
       h('option', { value: 'private' }, 'private (hidden until the end)'),
     ),
+    runs: h('select', { name: 'runs', 'data-testid': 'edit-runs' }, h('option', { value: 'agents' }, 'agents and uploads'), h('option', { value: 'hosted' }, 'uploads only')),
     maxDay: h('input', { name: 'max_submissions_per_day', type: 'number', min: '1', placeholder: 'no limit', 'data-testid': 'edit-max-day' }),
     maxTotal: h('input', { name: 'max_submissions_total', type: 'number', min: '1', placeholder: 'no limit', 'data-testid': 'edit-max-total' }),
     groups: h('input', { name: 'observation_groups', placeholder: "the benchmark's own", 'data-testid': 'edit-groups' }),
@@ -229,6 +232,7 @@ export async function adminPage(root, _params, ctx) {
     edit.starts.value = rfc3339Ms(p.starts_at);
     edit.ends.value = rfc3339Ms(p.ends_at);
     edit.leaderboard.value = p.leaderboard || 'public';
+    edit.runs.value = p.hosted_only ? 'hosted' : 'agents';
     edit.maxDay.value = p.max_submissions_per_day ?? '';
     edit.maxTotal.value = p.max_submissions_total ?? '';
     edit.groups.value = (p.observation_groups || []).join(', ');
@@ -257,7 +261,11 @@ export async function adminPage(root, _params, ctx) {
           { key: 'state', label: 'State', render: (p) => badge(p.state || '?', null, 'phase-state') },
           { key: 'starts_at', label: 'Opens', render: (p) => timeEl(p.starts_at) },
           { key: 'ends_at', label: 'Closes', render: (p) => timeEl(p.ends_at) },
-          { key: 'leaderboard', label: 'Leaderboard', render: (p) => badge(p.leaderboard || 'public', null, 'phase-visibility') },
+          {
+            key: 'leaderboard',
+            label: 'Leaderboard',
+            render: (p) => [badge(p.leaderboard || 'public', null, 'phase-visibility'), p.hosted_only ? [' ', badge('hosted only', 'teal', 'phase-hosted-only')] : null],
+          },
           { key: 'quotas', label: 'Quotas', sortable: false, render: (p) => quotaText(p) },
           { key: 'groups', label: 'Groups', sortable: false, render: (p) => (p.observation_groups ? p.observation_groups.join(', ') : h('span.muted', "benchmark's")) },
           {
@@ -299,6 +307,7 @@ export async function adminPage(root, _params, ctx) {
       field('Opens at', edit.starts, 'starts_at, RFC 3339'),
       field('Closes at', edit.ends, 'ends_at: moving it into the past ends the phase (and shows a private leaderboard)'),
       field('Leaderboard', edit.leaderboard),
+      field('Who runs', edit.runs, 'hosted_only'),
       field('Max submissions per day', edit.maxDay, 'empty: no limit'),
       field('Max submissions in total', edit.maxTotal, 'empty: no limit'),
       field('Observation groups', edit.groups, "comma-separated; empty: the benchmark's own"),
@@ -315,6 +324,8 @@ export async function adminPage(root, _params, ctx) {
       if (ends !== rfc3339Ms(p.ends_at)) body.ends_at = ends;
       const lb = String(fd.get('leaderboard') || 'public');
       if (lb !== (p.leaderboard || 'public')) body.leaderboard = lb;
+      const hosted = fd.get('runs') === 'hosted';
+      if (hosted !== !!p.hosted_only) body.hosted_only = hosted;
       const day = numOrNull(fd.get('max_submissions_per_day'));
       if (day !== (p.max_submissions_per_day ?? null)) body.max_submissions_per_day = day;
       const total = numOrNull(fd.get('max_submissions_total'));

@@ -385,6 +385,7 @@ await step('admin page', async () => {
   await page.fill('[data-testid=edit-max-day]', '');
   await page.fill('[data-testid=edit-max-total]', '7');
   await page.selectOption('[data-testid=edit-leaderboard]', 'private');
+  await page.selectOption('[data-testid=edit-runs]', 'hosted');
   await page.click('[data-testid=form-phase-edit-submit]');
   await page.waitForSelector('[data-testid=phase-updated], [data-testid=form-phase-edit-out] .error');
   check('phase saved through the edit form', (await page.locator('[data-testid=phase-updated]').count()) === 1, await page.textContent('[data-testid=form-phase-edit-out]'));
@@ -396,10 +397,10 @@ await step('admin page', async () => {
   const pj = pr.json || {};
   check(
     'phase edit round trip (API: ends_at, quotas, leaderboard)',
-    pj.ends_at === Date.parse(newEnd) && pj.max_submissions_per_day === null && pj.max_submissions_total === 7 && pj.leaderboard === 'private',
+    pj.ends_at === Date.parse(newEnd) && pj.max_submissions_per_day === null && pj.max_submissions_total === 7 && pj.leaderboard === 'private' && pj.hosted_only === true,
     { ends_at: pj.ends_at, want: Date.parse(newEnd), max_submissions_per_day: pj.max_submissions_per_day, max_submissions_total: pj.max_submissions_total, leaderboard: pj.leaderboard },
   );
-  check('phase list shows the new values', /7 total/.test(await phaseRow.textContent()) && (await phaseRow.locator('[data-testid=phase-visibility]').textContent()) === 'private', await phaseRow.textContent());
+  check('phase list shows the new values', /7 total/.test(await phaseRow.textContent()) && (await phaseRow.locator('[data-testid=phase-visibility]').textContent()) === 'private' && (await phaseRow.locator('[data-testid=phase-hosted-only]').count()) === 1, await phaseRow.textContent());
   // The API's refusal shows inline: a phase that would close before it opens.
   allow([{ method: 'PATCH', re: /^\/api\/v1\/phases\/[^/]+$/, status: 400 }]);
   await page.fill('[data-testid=edit-ends]', new Date(now - 2 * 86400000).toISOString().replace(/\.\d+Z$/, 'Z'));
@@ -411,9 +412,11 @@ await step('admin page', async () => {
   // Back to public (the later steps read its leaderboard as a public one).
   await phaseRow.locator('[data-testid=phase-edit]').click();
   await page.selectOption('[data-testid=edit-leaderboard]', 'public');
+  await page.selectOption('[data-testid=edit-runs]', 'agents');
   await page.click('[data-testid=form-phase-edit-submit]');
   await page.waitForSelector('[data-testid=phase-updated], [data-testid=form-phase-edit-out] .error');
-  check('phase back to public', (await pageFetch(`/api/v1/phases/${phaseId}`, null)).json?.leaderboard === 'public');
+  const back = (await pageFetch(`/api/v1/phases/${phaseId}`, null)).json || {};
+  check('phase back to public and to agents', back.leaderboard === 'public' && back.hosted_only === false, back);
 
   // An error from the API shows inline next to the form (duplicate id -> 409).
   allow([{ method: 'POST', re: /^\/api\/v1\/challenges$/, status: 409 }]);

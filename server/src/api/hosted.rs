@@ -81,11 +81,7 @@ async fn create_hosted_submission(
         now,
     )
     .await?;
-    let catalog = state.catalog.clone();
-    let name = plan.benchmark.clone();
-    let benchmark = tokio::task::spawn_blocking(move || catalog.load(&name))
-        .await?
-        .map_err(|e| benchmark_error(&plan.benchmark, &e))?;
+    let benchmark = super::submissions::load_planned(&state, &plan).await?;
     let spec = match &plan.phase {
         Some(phase) => access::phase_spec(&benchmark.spec, phase),
         None => benchmark.spec.clone(),
@@ -118,21 +114,8 @@ async fn create_hosted_submission(
     } else {
         default_agent_name(&policy, &query.file_name)
     };
-    let submission = access::create_submission(
-        &state.storage,
-        &team,
-        &NewSubmission {
-            id: crate::state::new_submission_id(),
-            team_id: team.id,
-            benchmark: benchmark.spec.name.clone(),
-            agent_name: agent_name.clone(),
-            phase_id: plan.phase.as_ref().map(|p| p.id.clone()),
-        },
-        &runner::new_episodes(&benchmark),
-        plan.phase.as_ref(),
-        now,
-    )
-    .await?;
+    let submission =
+        super::submissions::create_planned(&state, &team, &plan, &benchmark, agent_name.clone(), now).await?;
     let hosted = crate::storage::HostedPolicy {
         submission_id: submission.id.clone(),
         sha256,

@@ -30,27 +30,86 @@ pub(super) async fn create_submission(
         hosted: false,
     };
     let plan = access::resolve_run(&state.storage, request, now).await?;
+    let benchmark = load_planned(&state, &plan).await?;
+    let submission = create_planned(&state, &team, &plan, &benchmark, new.agent_name, now).await?;
+    Ok((StatusCode::CREATED, Json(submission)).into_response())
+}
+
+/// The benchmark a resolved run names, loaded off the async threads.
+pub(super) async fn load_planned(
+    state: &AppState,
+    plan: &access::RunPlan,
+) -> Result<Arc<crate::catalog::LoadedBenchmark>, ApiError> {
     let catalog = state.catalog.clone();
     let name = plan.benchmark.clone();
-    let benchmark = tokio::task::spawn_blocking(move || catalog.load(&name))
+    tokio::task::spawn_blocking(move || catalog.load(&name))
         .await?
-        .map_err(|e| benchmark_error(&plan.benchmark, &e))?;
-    let submission = access::create_submission(
+        .map_err(|e| benchmark_error(&plan.benchmark, &e))
+}
+
+/// A new submission of `team` for a resolved run (its benchmark and phase), counted against the
+/// phase's quotas: what an agent then runs (`POST /api/v1/submissions`) or the server itself
+/// (a hosted upload).
+pub(super) async fn create_planned(
+    state: &AppState,
+    team: &Team,
+    plan: &access::RunPlan,
+    benchmark: &crate::catalog::LoadedBenchmark,
+    agent_name: String,
+    now: i64,
+) -> Result<Submission, ApiError> {
+    Ok(access::create_submission(
         &state.storage,
-        &team,
+        team,
         &NewSubmission {
             id: crate::state::new_submission_id(),
             team_id: team.id,
             benchmark: benchmark.spec.name.clone(),
-            agent_name: new.agent_name,
+            agent_name,
             phase_id: plan.phase.as_ref().map(|p| p.id.clone()),
         },
-        &runner::new_episodes(&benchmark),
+        &runner::new_episodes(benchmark),
         plan.phase.as_ref(),
         now,
     )
-    .await?;
-    Ok((StatusCode::CREATED, Json(submission)).into_response())
+    .await?)
+}
+
+/// An object of the store streamed to the client as a download, as it is read; None when the
+/// store has no such object.
+async fn stream_download(
+    state: &AppState,
+    key: &str,
+    what: &str,
+    content_type: &str,
+    file_name: &str,
+) -> Result<Option<Response>, ApiError> {
+    let found = state
+        .objects
+        .stream(key)
+        .await
+        .map_err(|e| internal_error(&format!("reading the {what}"), e))?;
+    let Some((size, chunks)) = found else {
+        return Ok(None);
+    };
+    // Quotes and backslashes would end the header's quoted name early.
+    let name: String = file_name
+        .chars()
+        .filter(|c| c.is_ascii_graphic() && *c != '"' && *c != '\\')
+        .collect();
+    Ok(Some(
+        (
+            [
+                (header::CONTENT_TYPE, content_type.to_string()),
+                (header::CONTENT_DISPOSITION, format!("attachment; filename=\"{name}\"")),
+                (header::CONTENT_LENGTH, size.to_string()),
+            ],
+            axum::body::Body::from_stream(futures_util::StreamExt::map(chunks, |c| {
+                c.map_err(std::io::Error::other)
+            })),
+        )
+            .into_response(),
+    ))
 }
 
 /// The `scores` of submissions' leaderboard rows ([`crate::leaderboard::list_scores`]) as a
@@ -268,31 +327,27 @@ pub(super) async fn get_trajectories(
     let (who, s) = visible_submission(&state, &headers, &id).await?;
     check_results_visible(&state, &who, &s).await?;
     check_motions_visible(&state, &who, &s).await?;
-    // Streamed from the object store as it is read (a completed submission's merged file).
-    let found = state
-        .objects
-        .stream(&crate::objects::trajectory_key(&s.id))
-        .await
-        .map_err(|e| internal_error("reading the trajectory file", e))?;
-    let Some((size, chunks)) = found else {
-        let why = if s.status.is_final() {
-            "has no trajectories"
-        } else {
-            "has no trajectory file yet (it is written when the submission completes)"
-        };
-        return Err(not_found(format!("submission {id} {why}")));
-    };
-    Ok((
-        [
-            (header::CONTENT_TYPE, "application/x-hdf5".to_string()),
-            (header::CONTENT_DISPOSITION, format!("attachment; filename=\"{id}.h5\"")),
-            (header::CONTENT_LENGTH, size.to_string()),
-        ],
-        axum::body::Body::from_stream(futures_util::StreamExt::map(chunks, |c| {
-            c.map_err(std::io::Error::other)
-        })),
+    // A completed (or ended) submission's merged file.
+    let key = crate::objects::trajectory_key(&s.id);
+    match stream_download(
+        &state,
+        &key,
+        "trajectory file",
+        "application/x-hdf5",
+        &format!("{id}.h5"),
     )
-        .into_response())
+    .await?
+    {
+        Some(response) => Ok(response),
+        None => {
+            let why = if s.status.is_final() {
+                "has no trajectories"
+            } else {
+                "has no trajectory file yet (it is written when the submission completes)"
+            };
+            Err(not_found(format!("submission {id} {why}")))
+        }
+    }
 }
 
 /// A hosted submission's policy file, as uploaded (the owner and the organiser).
@@ -307,36 +362,15 @@ pub(super) async fn get_policy(
             "submission {id} is not hosted: an agent runs it, there is no policy file"
         )));
     };
-    let found = state
-        .objects
-        .stream(&crate::hosted::policy_key(&policy.sha256))
-        .await
-        .map_err(|e| internal_error("reading the policy file", e))?;
-    let Some((size, chunks)) = found else {
-        return Err(not_found(format!(
-            "the policy file of submission {id} is missing from the store"
-        )));
-    };
     let name = if policy.file_name.is_empty() {
         format!("{id}.onnx")
     } else {
         policy.file_name.clone()
     };
-    let name: String = name
-        .chars()
-        .filter(|c| c.is_ascii_graphic() && *c != '"' && *c != '\\')
-        .collect();
-    Ok((
-        [
-            (header::CONTENT_TYPE, "application/octet-stream".to_string()),
-            (header::CONTENT_DISPOSITION, format!("attachment; filename=\"{name}\"")),
-            (header::CONTENT_LENGTH, size.to_string()),
-        ],
-        axum::body::Body::from_stream(futures_util::StreamExt::map(chunks, |c| {
-            c.map_err(std::io::Error::other)
-        })),
-    )
-        .into_response())
+    let key = crate::hosted::policy_key(&policy.sha256);
+    stream_download(&state, &key, "policy file", "application/octet-stream", &name)
+        .await?
+        .ok_or_else(|| not_found(format!("the policy file of submission {id} is missing from the store")))
 }
 
 /// A benchmark's leaderboard over all its completed submissions, except (for everyone but the

@@ -6,7 +6,7 @@
 use crate::config::{PolicyConfig, PolicyOverrides, UnsupportedPolicy};
 use crate::engine::Engine;
 use crate::terms::ObservationBuilder;
-use arena_g1::NUM_JOINTS;
+use arena_g1::{JOINT_NAMES, NUM_JOINTS};
 use arena_sdk::protocol::{EpisodeEnd, EpisodeInfo, EpisodeSpec};
 use arena_sdk::{Agent, Batch, ObservationLayout};
 use std::collections::HashMap;
@@ -63,6 +63,52 @@ impl OnnxPolicy {
             Some(config) if problems.is_empty() => Ok(OnnxPolicy { engine, config }),
             _ => Err(UnsupportedPolicy { what, problems }),
         }
+    }
+
+    /// How the policy maps onto the arena, as JSON (what `arena-agent onnx --show` prints):
+    /// the model's inputs, each observation term's columns and the arena source it is built
+    /// from, the joint order, the anchor body, and the per-joint values in the G1 order.
+    pub fn mapping(&self) -> serde_json::Value {
+        let config = &self.config;
+        let mut column = 0;
+        let terms: Vec<serde_json::Value> = config
+            .observation_terms
+            .iter()
+            .map(|t| {
+                let columns = [column, column + t.size()];
+                column += t.size();
+                serde_json::json!({
+                    "columns": columns,
+                    "name": t.name,
+                    "source": t.source.description,
+                    "scale": (!t.scale.is_empty()).then_some(&t.scale),
+                    "clip": t.clip.map(|(lo, hi)| [lo, hi]),
+                })
+            })
+            .collect();
+        let reordered = config
+            .joint_names
+            .iter()
+            .map(String::as_str)
+            .ne(JOINT_NAMES.iter().copied());
+        let (kp, kd) = config.gains_g1().unzip();
+        serde_json::json!({
+            "convention": if config.convention.is_empty() { "none (overrides only)" } else { config.convention.as_str() },
+            "model": {
+                "observation_size": self.engine.obs_size(),
+                "time_step_input": self.engine.takes_time_step(),
+                "batch": if self.engine.batched() { "dynamic (one call per batch)" } else { "1 (one call per episode)" },
+            },
+            "joint_order": if reordered { "differs from the G1 order (mapped by name)" } else { "the G1 order" },
+            "terms": terms,
+            "anchor_body": config.anchor_body,
+            "joint_stiffness": kp,
+            "joint_damping": kd,
+            "default_joint_pos": config.to_g1(&config.default_joint_pos),
+            "action_scale": config.to_g1(&config.action_scale),
+            "action_clip": config.action_clip,
+            "targets": "q* = default_joint_pos + action_scale * action (joint_position mode)",
+        })
     }
 }
 

@@ -85,7 +85,8 @@ pub fn overrides_from_json(text: &str) -> Result<PolicyOverrides, String> {
 
 /// Runs hosted submission `policy.submission_id` of `team` in this process until it ends (or
 /// the server stops); logs the outcome. Returns at once; the run has a thread of its own (the
-/// SDK's blocking client and the policy's inference).
+/// SDK's blocking client and the policy's inference). Does nothing when this server runs it
+/// already; the caller holds its claim (`Storage::claim_hosted_run`).
 pub fn start(
     state: Arc<AppState>,
     team: Team,
@@ -94,94 +95,164 @@ pub fn start(
     agent_name: String,
     policy: HostedPolicy,
 ) {
-    let runtime = tokio::runtime::Handle::current();
     let id = policy.submission_id.clone();
+    if !state.hosted_runs.lock().expect("hosted runs lock").insert(id.clone()) {
+        return;
+    }
+    let runtime = tokio::runtime::Handle::current();
     runtime.clone().spawn(async move {
-        let path = match state.objects.local_copy(&policy_key(&policy.sha256)).await {
-            Ok(Some(p)) => p,
-            Ok(None) => {
-                tracing::error!(submission = %id, "hosted policy {} is missing from the store", policy.sha256);
-                return;
-            }
-            Err(e) => {
-                tracing::error!(submission = %id, "reading hosted policy: {e}");
-                return;
-            }
-        };
-        let overrides = overrides_from_json(&policy.overrides).unwrap_or_default();
-        let connector_state = state.clone();
-        let connector_runtime = runtime.clone();
-        let connector = LocalConnector(Arc::new(move || {
-            let (to_server, from_agent) = tokio::sync::mpsc::unbounded_channel();
-            let (out, from_server) = tokio::sync::mpsc::unbounded_channel();
-            let incoming = tokio_stream::wrappers::UnboundedReceiverStream::new(from_agent).map(Incoming::Msg);
-            connector_runtime.spawn(gateway::hosted_session(
-                connector_state.clone(),
-                team.clone(),
-                Box::pin(incoming),
-                out,
-            ));
-            (to_server, from_server)
-        }));
-        let run = tokio::task::spawn_blocking(move || -> Result<String, String> {
-            let policy = OnnxPolicy::load(&path, &overrides).map_err(|e| e.to_string())?;
-            let gains = policy.config.gains_g1();
-            let mut agent = OnnxAgent::new(policy);
-            let mut config = ClientConfig::new(
-                "local://hosted",
-                "",
-                Mode::Submission {
-                    benchmark,
-                    submission_id: Some(id.clone()),
-                },
-            );
-            config.agent_name = agent_name;
-            config.phase = phase;
-            config.local = Some(connector);
-            if let Some((kp, kd)) = gains {
-                config.joint_stiffness = kp;
-                config.joint_damping = kd;
-            }
-            let summary = client::run_blocking(&config, &mut agent, &mut |e| {
-                if let ClientEvent::ServerError(e) = e {
-                    tracing::info!(submission = %id, "hosted run: {}: {}", e.code, e.message);
+        let outcome = run(state.clone(), runtime, team, benchmark, phase, agent_name, &policy).await;
+        match outcome {
+            Ok(status) => tracing::info!(submission = %id, "hosted run ended: {status}"),
+            Err(RunError::Unusable(why)) => {
+                // The same next time: the submission fails, saying why.
+                let reason = format!("the hosted policy cannot run: {why}");
+                tracing::warn!(submission = %id, "{reason}");
+                match state.storage.cancel_submission(&id, &reason).await {
+                    Ok(()) => {
+                        if let Err(e) =
+                            crate::trajectory_store::settle_failed(&state.storage, &state.objects, &id).await
+                        {
+                            tracing::warn!(submission = %id, "merging the runs of a failed hosted submission: {e:#}");
+                        }
+                    }
+                    Err(crate::storage::StorageError::Conflict(_)) => {} // final meanwhile
+                    Err(e) => tracing::warn!(submission = %id, "failing the hosted submission: {e}"),
                 }
-            })
-            .map_err(|e| e.to_string())?;
-            if let Some(e) = &agent.error {
-                tracing::warn!(submission = %id, "hosted policy: {e}");
             }
-            Ok(summary.submission_status)
-        })
-        .await;
-        match run {
-            Ok(Ok(status)) => tracing::info!(submission = %policy.submission_id, "hosted run ended: {status}"),
-            Ok(Err(e)) => tracing::warn!(submission = %policy.submission_id, "hosted run stopped: {e}"),
-            Err(e) => tracing::error!(submission = %policy.submission_id, "hosted run panicked: {e}"),
+            // Run again at the supervisor's next look (here or on another replica).
+            Err(RunError::Stopped(why)) => tracing::warn!(submission = %id, "hosted run stopped: {why}"),
+        }
+        state.hosted_runs.lock().expect("hosted runs lock").remove(&id);
+        if let Err(e) = state.storage.release_hosted_run(&id).await {
+            tracing::warn!(submission = %id, "{e}");
         }
     });
 }
 
-/// At start-up: runs every hosted submission that is not final (it was running, or waiting,
-/// when the server stopped).
-pub async fn resume_all(state: Arc<AppState>) {
-    let policies = match state.storage.unfinished_hosted_policies().await {
-        Ok(p) => p,
-        Err(e) => {
-            tracing::error!("reading hosted submissions: {e}");
-            return;
+/// Why a hosted run ended before its submission did.
+enum RunError {
+    /// The stored policy cannot run (missing from the store, or it no longer loads).
+    Unusable(String),
+    /// The session stopped (the server is stopping, or a fault): the run is taken up again.
+    Stopped(String),
+}
+
+/// One hosted run: the policy's file from the store, then an SDK session against this server
+/// through a local connector, to the end of the submission. The submission's status at the end.
+async fn run(
+    state: Arc<AppState>,
+    runtime: tokio::runtime::Handle,
+    team: Team,
+    benchmark: String,
+    phase: String,
+    agent_name: String,
+    policy: &HostedPolicy,
+) -> Result<String, RunError> {
+    let id = policy.submission_id.clone();
+    let path = match state.objects.local_copy(&policy_key(&policy.sha256)).await {
+        Ok(Some(p)) => p,
+        Ok(None) => {
+            return Err(RunError::Unusable(format!(
+                "its file {} is missing from the object store",
+                policy_key(&policy.sha256)
+            )));
         }
+        Err(e) => return Err(RunError::Stopped(format!("reading the policy file: {e}"))),
     };
-    for policy in policies {
-        let submission = match state.storage.submission(&policy.submission_id).await {
-            Ok(Some(s)) => s,
-            _ => continue,
+    let overrides = overrides_from_json(&policy.overrides).map_err(RunError::Unusable)?;
+    let connector_state = state.clone();
+    let connector = LocalConnector(Arc::new(move || {
+        let (to_server, from_agent) = tokio::sync::mpsc::unbounded_channel();
+        let (out, from_server) = tokio::sync::mpsc::unbounded_channel();
+        let incoming = tokio_stream::wrappers::UnboundedReceiverStream::new(from_agent).map(Incoming::Msg);
+        runtime.spawn(gateway::hosted_session(
+            connector_state.clone(),
+            team.clone(),
+            Box::pin(incoming),
+            out,
+        ));
+        (to_server, from_server)
+    }));
+    let session = tokio::task::spawn_blocking(move || -> Result<String, RunError> {
+        let policy = OnnxPolicy::load(&path, &overrides).map_err(|e| RunError::Unusable(e.to_string()))?;
+        let gains = policy.config.gains_g1();
+        let mut agent = OnnxAgent::new(policy);
+        let mut config = ClientConfig::new(
+            "local://hosted",
+            "",
+            Mode::Submission {
+                benchmark,
+                submission_id: Some(id.clone()),
+            },
+        );
+        config.agent_name = agent_name;
+        config.phase = phase;
+        config.local = Some(connector);
+        if let Some((kp, kd)) = gains {
+            config.joint_stiffness = kp;
+            config.joint_damping = kd;
+        }
+        let summary = client::run_blocking(&config, &mut agent, &mut |e| {
+            if let ClientEvent::ServerError(e) = e {
+                tracing::info!(submission = %id, "hosted run: {}: {}", e.code, e.message);
+            }
+        })
+        .map_err(|e| RunError::Stopped(e.to_string()))?;
+        if let Some(e) = &agent.error {
+            tracing::warn!(submission = %id, "hosted policy: {e}");
+        }
+        Ok(summary.submission_status)
+    })
+    .await;
+    session.unwrap_or_else(|e| Err(RunError::Stopped(format!("the run panicked: {e}"))))
+}
+
+/// For the server's life: takes up every hosted submission that is not final and that no live
+/// server runs (it was running or waiting when this server, or another replica, stopped: no
+/// agent will reconnect for it), and renews the claims on the runs of this one. Looks at once
+/// at start, then three times per lease.
+pub async fn supervise(state: std::sync::Weak<AppState>) {
+    let period = match state.upgrade() {
+        Some(s) => (s.storage.lease().duration / 3).max(std::time::Duration::from_millis(100)),
+        None => return,
+    };
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(state) = state.upgrade() else { return };
+        let running: Vec<String> = state
+            .hosted_runs
+            .lock()
+            .expect("hosted runs lock")
+            .iter()
+            .cloned()
+            .collect();
+        if !running.is_empty()
+            && let Err(e) = state.storage.renew_hosted_runs(&running).await
+        {
+            tracing::warn!("renewing the claims on hosted runs (retrying): {e}");
+        }
+        if let Err(e) = take_up(&state, &running).await {
+            tracing::warn!("looking for hosted submissions to run (retrying): {e}");
+        }
+    }
+}
+
+/// Starts every unfinished hosted submission not in `running` whose run this server can claim.
+async fn take_up(state: &Arc<AppState>, running: &[String]) -> Result<(), crate::storage::StorageError> {
+    for policy in state.storage.unfinished_hosted_policies().await? {
+        if running.contains(&policy.submission_id) || !state.storage.claim_hosted_run(&policy.submission_id).await? {
+            continue;
+        }
+        let Some(submission) = state.storage.submission(&policy.submission_id).await? else {
+            continue;
         };
-        let team = match state.storage.team(submission.team_id).await {
-            Ok(Some(t)) => t,
-            _ => continue,
+        let Some(team) = state.storage.team(submission.team_id).await? else {
+            continue;
         };
-        tracing::info!(submission = %submission.id, "resuming hosted submission");
+        tracing::info!(submission = %submission.id, "taking up hosted submission");
         start(
             state.clone(),
             team,
@@ -191,4 +262,5 @@ pub async fn resume_all(state: Arc<AppState>) {
             policy,
         );
     }
+    Ok(())
 }

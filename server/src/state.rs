@@ -22,6 +22,8 @@ pub struct AppState {
     pub objects: crate::objects::Objects,
     /// Submissions with a connected session.
     pub attached: Mutex<HashSet<String>>,
+    /// Hosted submissions this server runs now (`crate::hosted`).
+    pub hosted_runs: Mutex<HashSet<String>>,
     /// Requests per team per minute (REST and Connects).
     pub rate_limiter: RateLimiter,
     /// Ranked leaderboards, until the storage's leaderboard generation moves.
@@ -198,6 +200,7 @@ impl AppState {
             catalog,
             objects,
             attached: Mutex::new(HashSet::new()),
+            hosted_runs: Mutex::new(HashSet::new()),
             rate_limiter,
             leaderboards: Default::default(),
             _locks: (data_dir_lock, database_lock),
@@ -205,9 +208,9 @@ impl AppState {
         if state.config.idle_submission_expiry_s > 0.0 {
             tokio::spawn(expire_idle_submissions(Arc::downgrade(&state)));
         }
-        // Hosted submissions that were running or waiting when the server stopped go on: no
-        // agent will reconnect for them.
-        tokio::spawn(crate::hosted::resume_all(state.clone()));
+        // Hosted submissions that were running or waiting when the server (or another replica)
+        // stopped go on here: no agent will reconnect for them.
+        tokio::spawn(crate::hosted::supervise(Arc::downgrade(&state)));
         Ok(state)
     }
 

@@ -13,7 +13,6 @@ use arena_runner::local::{LocalOptions, run_local};
 use common::server::ServerProc;
 use common::tmp;
 use serde_json::Value;
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -21,22 +20,8 @@ fn committed() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../ppo/checkpoints/g1-smoke/policy.onnx")
 }
 
-/// POST `body` as the request body (application/octet-stream).
 fn upload(server: &ServerProc, query: &str, token: &str, body: &[u8]) -> (u16, Value) {
-    let mut s = std::net::TcpStream::connect(server.addr).unwrap();
-    let head = format!(
-        "POST /api/v1/submissions/hosted?{query} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\
-         Content-Type: application/octet-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).unwrap();
-    s.write_all(body).unwrap();
-    let mut response = Vec::new();
-    s.read_to_end(&mut response).unwrap();
-    let text = String::from_utf8_lossy(&response);
-    let status: u16 = text.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let json = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    (status, serde_json::from_str(json).unwrap_or(Value::Null))
+    server.upload_policy(query, token, body)
 }
 
 fn submissions(server: &ServerProc, token: &str) -> usize {
@@ -93,6 +78,16 @@ fn an_uploaded_policy_is_evaluated_by_the_server() {
     assert_eq!(v["agent_name"], "arena-ppo/g1-smoke-robot", "{v}");
     assert_eq!(v["hosted"]["bytes"], file.len(), "{v}");
     let sha = v["hosted"]["sha256"].as_str().unwrap();
+    // How it maps onto the arena, as `arena-agent onnx --show` prints it (the submission page).
+    let mapping = &v["hosted"]["mapping"];
+    assert_eq!(mapping["convention"], "mjlab", "{mapping}");
+    assert_eq!(mapping["terms"][0]["name"], "command", "{mapping}");
+    assert_eq!(mapping["terms"][0]["columns"], serde_json::json!([0, 58]), "{mapping}");
+    assert_eq!(
+        mapping["joint_stiffness"].as_array().map(Vec::len),
+        Some(29),
+        "{mapping}"
+    );
     let started = Instant::now();
     let submission = loop {
         let (_, s) = server.get(&format!("/api/v1/submissions/{id}"), Some(&token));
@@ -170,7 +165,7 @@ fn a_hosted_only_phase_streams_its_motions_to_no_agent() {
     assert_eq!(status, 201, "{v}");
     let now = arena_server::storage::now_ms();
     let body = serde_json::json!({
-        "id": "final", "benchmark": "g1-smoke-robot", "hosted_only": true,
+        "id": "final", "benchmark": "g1-smoke-robot", "hosted_only": true, "leaderboard": "private",
         "starts_at": arena_server::access::rfc3339(now - 3_600_000),
         "ends_at": arena_server::access::rfc3339(now + 3_600_000),
     });
@@ -246,6 +241,58 @@ fn a_hosted_only_phase_streams_its_motions_to_no_agent() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+    // While the phase is private, no route the team or a visitor can reach names a motion or
+    // tells its length (the pages draw from these).
+    let clips = {
+        let names = arena_bench::metrics::metric_names();
+        let (_, spec) = find_benchmark("g1-smoke-robot", &shipped_dir(), &names).unwrap();
+        episode::benchmark_clips(&spec, Path::new("."), &arena_sim::RobotConfig::default()).unwrap()
+    };
+    let mut seen = String::new();
+    for (path, expected) in [
+        ("/api/v1/benchmarks/g1-smoke-robot".to_string(), 200),
+        ("/api/v1/benchmarks".into(), 200),
+        (format!("/api/v1/submissions/{id}"), 200),
+        ("/api/v1/submissions".into(), 200),
+        ("/api/v1/phases/final".into(), 200),
+        ("/api/v1/challenges/cup".into(), 200),
+        (format!("/api/v1/submissions/{id}/results"), 403),
+        (format!("/api/v1/submissions/{id}/report"), 403),
+        (format!("/api/v1/submissions/{id}/trajectories"), 403),
+        (format!("/api/v1/submissions/{id}/episodes.csv"), 403),
+        (format!("/api/v1/submissions/{id}/episodes/0/series"), 403),
+        (format!("/api/v1/submissions/{id}/episodes/0/replay"), 403),
+        ("/api/v1/phases/final/leaderboard".into(), 403),
+        ("/api/v1/leaderboards/g1-smoke-robot".into(), 200),
+        ("/api/v1/datasets/phases/final/hdf5".into(), 403),
+        ("/api/v1/datasets/benchmarks/g1-smoke-robot/hdf5".into(), 403),
+    ] {
+        for who in [Some(token.as_str()), None] {
+            let (status, _, body) = common::server::request(server.addr, "GET", &path, who, None);
+            let body = String::from_utf8_lossy(&body).into_owned();
+            if who.is_some() || status == 200 {
+                assert!(
+                    status == expected || (who.is_none() && status == 401),
+                    "{path} as {who:?}: {status} {body}"
+                );
+            }
+            seen.push_str(&body);
+        }
+    }
+    for clip in &clips {
+        assert!(
+            !seen.contains(&format!("\"{}\"", clip.name)),
+            "{} is named: {seen}",
+            clip.name
+        );
+    }
+    assert!(!seen.contains("\"duration_s\":"), "no motion's duration: {seen}");
+    let (_, admin_view) = server.get(&format!("/api/v1/submissions/{id}/results"), Some(admin));
+    assert_eq!(
+        admin_view["episodes"].as_array().map(Vec::len),
+        Some(clips.len()),
+        "the organiser sees every episode: {admin_view}"
+    );
     // An organiser can open the phase to agents again.
     let (status, _, v) = server.call(
         "PATCH",

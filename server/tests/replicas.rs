@@ -333,3 +333,51 @@ fn one_submission_runs_on_both_replicas_at_once() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A hosted submission (issue 40) outlives the replica that runs it: no agent will reconnect
+/// for it, so when its replica is SIGKILLed mid-run the other one takes the run over once the
+/// dead replica's claim on it expires, and completes it with every episode counted once.
+#[test]
+fn a_hosted_run_survives_its_replica() {
+    let Some(pg) = PgDb::create("a_hosted_run_survives_its_replica") else {
+        return;
+    };
+    let dir = common::tmp("hosted-replicas");
+    let shared = dir.join("objects");
+    let store = format!("file://{}", shared.display());
+    let mut r1 = replica("r1", &dir, &pg.url, &store, &[]);
+    let r2 = replica("r2", &dir, &pg.url, &store, &[]);
+    let token = r1.team("uploaders");
+    let file =
+        std::fs::read(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../ppo/checkpoints/g1-smoke/policy.onnx"))
+            .unwrap();
+    let (status, created) = r1.upload_policy("benchmark=g1-smoke-robot&file_name=policy.onnx", &token, &file);
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while running_on(&pg.url, "r1") == 0 {
+        assert!(Instant::now() < deadline, "r1 never ran an episode:\n{}", r1.log_text());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    r1.kill9();
+    let (_, results) = r2.get(&format!("/api/v1/submissions/{id}/results"), Some(ADMIN));
+    let finished = results["episodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| ["COMPLETED", "FELL", "FAILED"].contains(&e["status"].as_str().unwrap()))
+        .count();
+    eprintln!("killed r1 with {finished} of 6 episodes final");
+    let submission = r2.wait_final(&id, ADMIN, Duration::from_secs(120));
+    assert_eq!(submission["status"], "COMPLETED", "{submission}\n{}", r2.log_text());
+    assert!(
+        r2.log_text().contains("taking up hosted submission"),
+        "{}",
+        r2.log_text()
+    );
+    // The run's sessions: r1's, cut, then r2's to the end.
+    let sessions = submission["sessions"].as_array().unwrap();
+    assert_eq!(sessions.last().unwrap()["outcome"], "completed", "{submission}");
+    check_submissions(&r2, std::slice::from_ref(&id), &|key| shared.join(key));
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -524,6 +524,7 @@ async fn hosted_policies_and_the_unfinished_ones(url: String, engine: Engine) {
             file_name: "policy.onnx".into(),
             bytes: 1234,
             overrides: "{}".into(),
+            mapping: serde_json::json!({"convention": "mjlab", "terms": [{"columns": [0, 58]}]}),
             created_at: at,
         };
         storage.insert_hosted_policy(&policy).await.unwrap();
@@ -541,6 +542,28 @@ async fn hosted_policies_and_the_unfinished_ones(url: String, engine: Engine) {
         }
     };
     assert_eq!(unfinished(&storage).await, ["s-1", "s-2"]);
+
+    // The runs are claimed like episodes: the uploading server holds them; another replica
+    // takes one over only once its claim expired; the holder takes back its own at once.
+    let a = storage
+        .clone()
+        .with_lease("replica-a", std::time::Duration::from_millis(400));
+    let b = storage
+        .clone()
+        .with_lease("replica-b", std::time::Duration::from_secs(60));
+    let holder = storage.lease().owner.clone();
+    assert!(!a.claim_hosted_run("s-1").await.unwrap(), "{holder} holds it");
+    assert!(storage.claim_hosted_run("s-1").await.unwrap(), "its own, again");
+    storage.release_hosted_run("s-1").await.unwrap();
+    assert!(a.claim_hosted_run("s-1").await.unwrap(), "released: anyone's");
+    assert!(!b.claim_hosted_run("s-1").await.unwrap(), "a holds it");
+    assert_eq!(a.renew_hosted_runs(&["s-1".into(), "s-2".into()]).await.unwrap(), 1);
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    assert!(b.claim_hosted_run("s-1").await.unwrap(), "a's claim expired");
+    assert_eq!(a.renew_hosted_runs(&["s-1".into()]).await.unwrap(), 0, "a lost it");
+    assert!(!a.claim_hosted_run("s-1").await.unwrap());
+    assert!(!a.claim_hosted_run("no-such").await.unwrap());
+
     storage
         .finish_submission("s-1", SubmissionStatus::Failed, None, Some("cancelled"))
         .await

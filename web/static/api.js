@@ -9,11 +9,13 @@ const API = '/api/v1';
 
 /** An API error: HTTP status plus the server's {"error": {"code", "message"}}. */
 export class ApiError extends Error {
-  constructor(status, code, message) {
+  constructor(status, code, message, problems = null) {
     super(message);
     this.name = 'ApiError';
     this.status = status;
     this.code = code;
+    // Every reason at once, where the server lists them (a refused policy file).
+    this.problems = problems;
   }
 }
 
@@ -59,16 +61,18 @@ function url(path) {
 async function errorFrom(res) {
   let code = `http_${res.status}`;
   let message = `${res.status} ${res.statusText || 'error'}`;
+  let problems = null;
   try {
     const body = await res.json();
     if (body && body.error) {
       code = body.error.code || code;
       message = body.error.message || message;
+      if (Array.isArray(body.error.problems)) problems = body.error.problems;
     }
   } catch {
     /* not JSON */
   }
-  return new ApiError(res.status, code, message);
+  return new ApiError(res.status, code, message, problems);
 }
 
 /**
@@ -166,6 +170,21 @@ export async function download(path, fallbackName) {
   a.remove();
   setTimeout(() => URL.revokeObjectURL(href), 30000);
   return { filename, size: blob.size };
+}
+
+/**
+ * POSTs a file as the request body (application/octet-stream) and returns the parsed JSON
+ * answer; a refusal is an ApiError (with `problems` where the server lists them).
+ */
+export async function uploadFile(path, file) {
+  let res;
+  try {
+    res = await fetch(url(path), { method: 'POST', headers: headers({ 'Content-Type': 'application/octet-stream' }), body: file });
+  } catch (e) {
+    throw new ApiError(0, 'network', `cannot reach the server (${e && e.message ? e.message : e})`);
+  }
+  if (!res.ok) throw await errorFrom(res);
+  return res.json();
 }
 
 let whoamiPromise = null;

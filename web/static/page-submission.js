@@ -80,7 +80,9 @@ export async function submissionPage(root, { id }, ctx) {
 
   const actions = h('section.card#sub-actions');
   const results = h('div#sub-results');
-  root.append(actions, results);
+  // A hosted submission's mapping does not change: drawn once, outside the refreshed head.
+  const mapping = sub.hosted && sub.hosted.mapping && sub.hosted.mapping.terms ? mappingCard(sub.hosted.mapping) : '';
+  root.append(mapping, actions, results);
 
   let lastKey = null;
   let timer = null;
@@ -542,6 +544,52 @@ function sessionsCell(sub) {
     'ol.sessions',
     { 'data-testid': 'sessions' },
     sessions.map((s) => h('li', `${s.agent_name || 'unnamed agent'} · `, timeEl(s.started_at), s.ended_at ? [' – ', timeEl(s.ended_at), ` · ${s.outcome}`] : ` · ${open}`)),
+  );
+}
+
+/**
+ * How a hosted policy maps onto the arena, as checked at upload (what `arena-agent onnx --show`
+ * prints): the model's inputs, each observation term's columns and source, the per-joint values.
+ */
+function mappingCard(m) {
+  const values = (v) => (Array.isArray(v) ? v.map((x) => fmtNum(x, 3)).join(', ') : '—');
+  const terms = sortableTable(
+    [
+      { key: 'columns', label: 'Columns', sortable: false, render: (t) => h('span.mono', `${t.columns[0]}–${t.columns[1]}`) },
+      { key: 'name', label: 'Term', render: (t) => h('span.mono', t.name) },
+      { key: 'source', label: 'Built from' },
+      { key: 'scale', label: 'Scale', sortable: false, render: (t) => (t.scale ? values(t.scale) : '1') },
+      { key: 'clip', label: 'Clip', sortable: false, render: (t) => (t.clip ? `[${t.clip[0]}, ${t.clip[1]}]` : '—') },
+    ],
+    m.terms,
+    { testid: 'mapping-terms' },
+  );
+  const model = m.model || {};
+  return h(
+    'section.card#mapping',
+    h('h2', 'How the policy maps onto the arena'),
+    defList(
+      [
+        ['Metadata', m.convention],
+        ['Model', `${model.observation_size} observation values${model.time_step_input ? ' and time_step' : ''}; batch ${model.batch}`],
+        ['Joint order', m.joint_order],
+        ['Anchor body', m.anchor_body || '—'],
+        ['Targets', m.targets],
+        ['Raw actions clipped', m.action_clip == null ? 'no' : `to ±${m.action_clip}`],
+      ],
+      'mapping-props',
+    ),
+    terms,
+    h(
+      'details',
+      h('summary', 'Per-joint values (G1 order)'),
+      defList([
+        ['joint_stiffness', values(m.joint_stiffness)],
+        ['joint_damping', values(m.joint_damping)],
+        ['default_joint_pos', values(m.default_joint_pos)],
+        ['action_scale', values(m.action_scale)],
+      ]),
+    ),
   );
 }
 

@@ -126,6 +126,7 @@ async fn create_hosted_submission(
         } else {
             query.overrides.clone()
         },
+        mapping: policy.mapping(),
         created_at: now,
     };
     state.storage.insert_hosted_policy(&hosted).await?;

@@ -279,21 +279,27 @@ pub(super) async fn get_results(
 ) -> ApiResult {
     let (who, s) = visible_submission(&state, &headers, &id).await?;
     check_results_visible(&state, &who, &s).await?;
-    let mut rows = state.storage.episodes(&id).await?;
+    let rows = state.storage.episodes(&id).await?;
     // The means only: where each episode's scoring stopped is in its report.
     let aggregator = results::aggregate(&rows, None);
+    let mut episodes = serde_json::to_value(&rows)?;
     if motions_hidden_from(&state, &who, &s).await?.is_some() {
-        // A hidden test set: scores, but no motion or window of any episode.
-        for r in &mut rows {
-            r.motion.clear();
-            (r.start_s, r.duration_s) = (0.0, 0.0);
+        // A hidden test set (issue 40 §3): scores, but nothing that tells a motion or its
+        // length: no name, no window, no step count, no step number in a reason.
+        for e in episodes.as_array_mut().into_iter().flatten() {
+            for key in ["motion", "start_s", "duration_s", "steps"] {
+                e[key] = Value::Null;
+            }
+            if let Some(reason) = e["reason"].as_str() {
+                e["reason"] = without_step_numbers(reason).into();
+            }
         }
     }
     Ok(Json(json!({
         "submission": s,
         "aggregated": aggregator.aggregated(),
         "groups": aggregator.by_category(),
-        "episodes": rows,
+        "episodes": episodes,
         "failed_episodes": aggregator.failed(),
     }))
     .into_response())
@@ -411,4 +417,37 @@ pub(super) async fn get_leaderboard(
     let ranked = leaderboard::rank_rows(&spec, rows);
     let board = state.leaderboards.put(key, generation, ranked);
     Ok(Json(board.as_ref()).into_response())
+}
+
+/// `reason` with the number after every "step" replaced by `…` ("non-finite action at step 57"
+/// tells how long a hidden motion is at least).
+fn without_step_numbers(reason: &str) -> String {
+    let mut out = String::with_capacity(reason.len());
+    let mut rest = reason;
+    while let Some(at) = rest.find("step ") {
+        let (head, tail) = rest.split_at(at + "step ".len());
+        out.push_str(head);
+        let digits = tail.len() - tail.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        if digits > 0 {
+            out.push('…');
+        }
+        rest = &tail[digits..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_step_numbers;
+
+    #[test]
+    fn step_numbers_are_taken_out_of_reasons() {
+        assert_eq!(
+            without_step_numbers("non-finite action at step 57 (joint 3: NaN); step 1200: late"),
+            "non-finite action at step … (joint 3: NaN); step …: late"
+        );
+        assert_eq!(without_step_numbers("fell"), "fell");
+        assert_eq!(without_step_numbers("stepped step x"), "stepped step x");
+    }
 }

@@ -31,7 +31,7 @@ impl Lease {
         }
     }
 
-    fn expires_at(&self, now: i64) -> i64 {
+    pub(super) fn expires_at(&self, now: i64) -> i64 {
         now.saturating_add(self.duration.as_millis().min(i64::MAX as u128) as i64)
     }
 }

@@ -13,22 +13,30 @@ pub struct HostedPolicy {
     pub bytes: i64,
     /// The overrides given at upload (JSON object; `{}` for none).
     pub overrides: String,
+    /// How the policy maps onto the arena (`OnnxPolicy::mapping`; `{}` for files stored
+    /// before it was recorded).
+    pub mapping: serde_json::Value,
     pub created_at: i64,
 }
 
 impl Storage {
-    /// Records the policy of hosted submission `policy.submission_id`.
+    /// Records the policy of hosted submission `policy.submission_id`, its run claimed by this
+    /// server.
     pub async fn insert_hosted_policy(&self, policy: &HostedPolicy) -> Result<(), StorageError> {
         sqlx::query(
-            "INSERT INTO hosted_policies (submission_id, sha256, file_name, bytes, overrides, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6)",
+            "INSERT INTO hosted_policies \
+             (submission_id, sha256, file_name, bytes, overrides, mapping, created_at, runner, runner_expires_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
         .bind(&policy.submission_id)
         .bind(&policy.sha256)
         .bind(&policy.file_name)
         .bind(policy.bytes)
         .bind(&policy.overrides)
+        .bind(policy.mapping.to_string())
         .bind(policy.created_at)
+        .bind(&self.lease.owner)
+        .bind(self.lease.expires_at(now_ms()))
         .execute(&self.pool)
         .await
         .ctx(|| format!("recording the policy of submission {}", policy.submission_id))?;
@@ -39,6 +47,59 @@ impl Storage {
     pub async fn hosted_policy(&self, submission_id: &str) -> Result<Option<HostedPolicy>, StorageError> {
         let rows = self.hosted_policies_where(Some(submission_id), false).await?;
         Ok(rows.into_iter().next())
+    }
+
+    /// Claims the run of hosted submission `submission_id` for this server, as episodes are
+    /// claimed: when nobody holds it, this server already does (a restarted replica takes back
+    /// its own at once), or the holder's claim expired (it died). False when another live
+    /// server runs it.
+    pub async fn claim_hosted_run(&self, submission_id: &str) -> Result<bool, StorageError> {
+        let now = now_ms();
+        let done = sqlx::query(
+            "UPDATE hosted_policies SET runner = $2, runner_expires_at = $3 \
+             WHERE submission_id = $1 AND (runner IS NULL OR runner = $2 OR runner_expires_at < $4)",
+        )
+        .bind(submission_id)
+        .bind(&self.lease.owner)
+        .bind(self.lease.expires_at(now))
+        .bind(now)
+        .execute(&self.pool)
+        .await
+        .ctx(|| format!("claiming the hosted run of submission {submission_id}"))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Renews this server's claims on the hosted runs `submission_ids`; how many it still holds.
+    pub async fn renew_hosted_runs(&self, submission_ids: &[String]) -> Result<u64, StorageError> {
+        let expires_at = self.lease.expires_at(now_ms());
+        let mut renewed = 0;
+        for id in submission_ids {
+            let done = sqlx::query(
+                "UPDATE hosted_policies SET runner_expires_at = $3 WHERE submission_id = $1 AND runner = $2",
+            )
+            .bind(id)
+            .bind(&self.lease.owner)
+            .bind(expires_at)
+            .execute(&self.pool)
+            .await
+            .ctx(|| format!("renewing the hosted run of submission {id}"))?;
+            renewed += done.rows_affected();
+        }
+        Ok(renewed)
+    }
+
+    /// Gives up this server's claim on a hosted run (it ended here).
+    pub async fn release_hosted_run(&self, submission_id: &str) -> Result<(), StorageError> {
+        sqlx::query(
+            "UPDATE hosted_policies SET runner = NULL, runner_expires_at = NULL \
+             WHERE submission_id = $1 AND runner = $2",
+        )
+        .bind(submission_id)
+        .bind(&self.lease.owner)
+        .execute(&self.pool)
+        .await
+        .ctx(|| format!("releasing the hosted run of submission {submission_id}"))?;
+        Ok(())
     }
 
     /// The hosted submissions not yet COMPLETED or FAILED (to run at start-up).
@@ -53,7 +114,7 @@ impl Storage {
         unfinished: bool,
     ) -> Result<Vec<HostedPolicy>, StorageError> {
         let rows = sqlx::query(
-            "SELECT h.submission_id, h.sha256, h.file_name, h.bytes, h.overrides, h.created_at \
+            "SELECT h.submission_id, h.sha256, h.file_name, h.bytes, h.overrides, h.mapping, h.created_at \
              FROM hosted_policies h JOIN submissions s ON s.id = h.submission_id \
              WHERE ($1 IS NULL OR h.submission_id = $1) AND ($2 = 0 OR s.status IN ('PENDING', 'RUNNING')) \
              ORDER BY h.created_at, h.submission_id",
@@ -72,6 +133,7 @@ impl Storage {
                     file_name: get(row, "file_name", what)?,
                     bytes: get(row, "bytes", what)?,
                     overrides: get(row, "overrides", what)?,
+                    mapping: serde_json::from_str(&get::<String>(row, "mapping", what)?).unwrap_or_default(),
                     created_at: get(row, "created_at", what)?,
                 })
             })

@@ -146,6 +146,39 @@ impl ServerProc {
         summary.submission_id
     }
 
+    /// Hands in a policy file (`POST /api/v1/submissions/hosted?{query}`, the file as the
+    /// body); returns (status, JSON body).
+    pub fn upload_policy(&self, query: &str, token: &str, file: &[u8]) -> (u16, serde_json::Value) {
+        let mut s = TcpStream::connect(self.addr).unwrap();
+        let head = format!(
+            "POST /api/v1/submissions/hosted?{query} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\
+             Content-Type: application/octet-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            file.len()
+        );
+        s.write_all(head.as_bytes()).unwrap();
+        // A server that refuses early may close before the whole body is sent.
+        let _ = s.write_all(file);
+        let mut response = Vec::new();
+        let _ = s.read_to_end(&mut response);
+        let text = String::from_utf8_lossy(&response);
+        let status: u16 = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let json = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        (status, serde_json::from_str(json).unwrap_or(serde_json::Value::Null))
+    }
+
+    /// Polls submission `id` until it is COMPLETED or FAILED (at most `limit`); its JSON.
+    pub fn wait_final(&self, id: &str, token: &str, limit: std::time::Duration) -> serde_json::Value {
+        let started = std::time::Instant::now();
+        loop {
+            let (_, s) = self.get(&format!("/api/v1/submissions/{id}"), Some(token));
+            if s["status"] == "COMPLETED" || s["status"] == "FAILED" {
+                return s;
+            }
+            assert!(started.elapsed() < limit, "still {s}\n{}", self.log_text());
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
     /// Creates a team with the admin token; returns its token.
     pub fn team(&self, name: &str) -> String {
         let (status, v) = self.post("/api/v1/teams", Some(ADMIN), &format!("{{\"name\": \"{name}\"}}"));

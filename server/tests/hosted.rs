@@ -5,6 +5,8 @@
 //! submission is created or counted; the server stays healthy.
 
 mod common;
+#[path = "../../onnx/tests/hostile_models/mod.rs"]
+mod hostile_models;
 
 use arena_bench::spec::{find_benchmark, shipped_dir};
 use arena_onnx::{OnnxAgent, OnnxPolicy, PolicyOverrides};
@@ -364,5 +366,75 @@ fn a_hosted_run_resumes_after_a_crash() {
     let (_, results) = server.get(&format!("/api/v1/submissions/{id}/results"), Some(&token));
     let episodes = results["episodes"].as_array().unwrap();
     assert_eq!(episodes.len() as u64, total);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Issue 40 §2 through the server: every hostile file is refused at upload (422 with its reason,
+/// nothing created or counted), a file over the size limit gets 413, and a file whose outputs are
+/// not finite runs and fails its episodes as non-finite actions. After each, the server answers
+/// and still evaluates a good policy.
+#[test]
+fn hostile_uploads_are_refused_and_the_server_stays_healthy() {
+    use prost::Message;
+    let dir = tmp("hosted-hostile");
+    let server = ServerProc::start(&dir, &[]);
+    let token = server.team("hostile");
+    let healthy = |after: &str| {
+        let (status, v) = server.get("/api/v1/health", None);
+        assert_eq!(
+            (status, &v["status"]),
+            (200, &serde_json::json!("ok")),
+            "after {after}: {v}"
+        );
+        let (status, _) = server.get("/api/v1/benchmarks/g1-smoke-robot", Some(&token));
+        assert_eq!(status, 200, "after {after}");
+    };
+    for case in hostile_models::refused_files() {
+        let (status, v) = upload(
+            &server,
+            &format!("benchmark=g1-smoke-robot&file_name={}", case.name),
+            &token,
+            &case.model.encode_to_vec(),
+        );
+        assert_eq!(
+            (status, v["error"]["code"].as_str()),
+            (422, Some("unsupported_policy")),
+            "{}: {v}",
+            case.name
+        );
+        let problems = v["error"]["problems"].to_string();
+        assert!(problems.contains(&case.because), "{}: {problems}", case.name);
+        healthy(&case.name);
+    }
+    let (status, v) = upload(&server, "benchmark=g1-smoke-robot", &token, &vec![0u8; (64 << 20) + 1]);
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (413, Some("payload_too_large")),
+        "{v}"
+    );
+    healthy("a file over 64 MiB");
+    assert_eq!(submissions(&server, &token), 0, "a refused file creates nothing");
+
+    // Accepted (its metadata and shapes are right), then every action is NaN or infinite.
+    let (status, v) = upload(
+        &server,
+        "benchmark=g1-smoke-robot&file_name=nan.onnx",
+        &token,
+        &hostile_models::non_finite_policy().encode_to_vec(),
+    );
+    assert_eq!(status, 201, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    let s = server.wait_final(&id, &token, Duration::from_secs(300));
+    let (_, results) = server.get(&format!("/api/v1/submissions/{id}/results"), Some(&token));
+    for e in results["episodes"].as_array().unwrap() {
+        assert_eq!(e["status"], "FAILED", "{s}\n{e}");
+        assert!(e["reason"].as_str().unwrap().contains("non-finite action"), "{e}");
+    }
+    healthy("a policy with non-finite outputs");
+    let good = std::fs::read(committed()).unwrap();
+    let (status, v) = upload(&server, "benchmark=g1-smoke-robot", &token, &good);
+    assert_eq!(status, 201, "{v}");
+    let s = server.wait_final(v["id"].as_str().unwrap(), &token, Duration::from_secs(300));
+    assert_eq!(s["status"], "COMPLETED", "{s}");
     std::fs::remove_dir_all(&dir).ok();
 }

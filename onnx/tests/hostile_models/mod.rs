@@ -1,0 +1,253 @@
+//! ONNX files written from ONNX's protobuf types, for the hostile-file tests: the engine's own
+//! (`onnx/tests/hostile.rs`) and the server's upload route (`server/tests/hosted.rs`, which
+//! includes this file by path). Each refused case carries a phrase its refusal must contain.
+
+#![allow(dead_code)] // each including test uses part of it
+
+use arena_onnx::Engine;
+use std::path::Path;
+use tract_onnx::pb::tensor_proto::{DataLocation, DataType};
+use tract_onnx::pb::tensor_shape_proto::{Dimension, dimension};
+use tract_onnx::pb::type_proto;
+use tract_onnx::pb::{
+    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto, TensorProto,
+    TensorShapeProto, TypeProto, ValueInfoProto,
+};
+
+pub fn value(name: &str, dims: &[Option<i64>]) -> ValueInfoProto {
+    let dim = dims
+        .iter()
+        .map(|d| Dimension {
+            value: Some(match d {
+                Some(v) => dimension::Value::DimValue(*v),
+                None => dimension::Value::DimParam("batch".into()),
+            }),
+            ..Default::default()
+        })
+        .collect();
+    ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: DataType::Float as i32,
+                shape: Some(TensorShapeProto { dim }),
+            })),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+pub fn node(op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
+    NodeProto {
+        op_type: op.into(),
+        name: format!("{op}_{}", outputs.first().unwrap_or(&"")),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: outputs.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+pub fn tensor(name: &str, dims: &[i64], values: Vec<f32>) -> TensorProto {
+    TensorProto {
+        name: name.into(),
+        dims: dims.to_vec(),
+        data_type: DataType::Float as i32,
+        float_data: values,
+        ..Default::default()
+    }
+}
+
+/// obs [batch, 160] → MatMul by W [160, 29] → `last` node → actions [batch, 29], with the
+/// committed tracker's metadata.
+pub fn policy(nodes: Vec<NodeProto>, initializers: Vec<TensorProto>, inputs: Vec<ValueInfoProto>) -> ModelProto {
+    let committed = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ppo/checkpoints/g1-smoke/policy.onnx");
+    let metadata = Engine::load(&committed)
+        .unwrap()
+        .metadata()
+        .iter()
+        .map(|(k, v)| StringStringEntryProto {
+            key: k.clone(),
+            value: v.clone(),
+        })
+        .collect();
+    ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: 17,
+        }],
+        metadata_props: metadata,
+        graph: Some(GraphProto {
+            name: "policy".into(),
+            node: nodes,
+            initializer: initializers,
+            input: inputs,
+            output: vec![value("actions", &[None, Some(29)])],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+pub fn obs_input() -> ValueInfoProto {
+    value("obs", &[None, Some(160)])
+}
+
+pub fn plain(last: NodeProto, extra: Vec<TensorProto>) -> ModelProto {
+    let mut inits = vec![tensor("W", &[160, 29], vec![0.01; 160 * 29])];
+    inits.extend(extra);
+    policy(
+        vec![node("MatMul", &["obs", "W"], &["h"]), last],
+        inits,
+        vec![obs_input()],
+    )
+}
+
+/// A file the arena must refuse, and a phrase of the refusal.
+pub struct Refused {
+    pub name: String,
+    pub model: ModelProto,
+    pub because: String,
+}
+
+/// Every kind of file refused at load: each operator outside the allow-list, a custom domain, a
+/// subgraph, sizes beyond the limits, 10,000 nodes, external data, inputs it cannot feed.
+pub fn refused_files() -> Vec<Refused> {
+    let case = |name: &str, model: ModelProto, because: &str| Refused {
+        name: name.into(),
+        model,
+        because: because.into(),
+    };
+    let mut cases: Vec<Refused> = REFUSED_OPERATORS
+        .iter()
+        .map(|op| {
+            case(
+                &format!("{op}.onnx"),
+                plain(node(op, &["h"], &["actions"]), vec![]),
+                &format!("operators a policy may not use: {op}"),
+            )
+        })
+        .collect();
+    let mut custom = node("FusedGemm", &["h"], &["actions"]);
+    custom.domain = "com.microsoft".into();
+    let mut model = plain(custom, vec![]);
+    model.opset_import.push(OperatorSetIdProto {
+        domain: "com.microsoft".into(),
+        version: 1,
+    });
+    cases.push(case("custom.onnx", model, "custom domain 'com.microsoft'"));
+    // A subgraph in an attribute, even on an allowed operator.
+    let mut sneaky = node("Identity", &["h"], &["actions"]);
+    sneaky.attribute.push(AttributeProto {
+        name: "body".into(),
+        g: Some(GraphProto::default()),
+        ..Default::default()
+    });
+    cases.push(case("subgraph.onnx", plain(sneaky, vec![]), "subgraph"));
+    // Dimensions claimed without the data: refused from the header alone.
+    cases.push(case(
+        "huge-dim.onnx",
+        plain(
+            node("Add", &["h", "B"], &["actions"]),
+            vec![tensor("B", &[1 << 21, 29], vec![])],
+        ),
+        "initializer 'B' has a dimension of 2097152",
+    ));
+    cases.push(case(
+        "huge-params.onnx",
+        plain(
+            node("Add", &["h", "B"], &["actions"]),
+            vec![tensor("B", &[4096, 4097], vec![])],
+        ),
+        "parameters, more than the limit",
+    ));
+    let mut nodes = vec![node("MatMul", &["obs", "W"], &["x0"])];
+    for k in 0..10_000 {
+        let (a, b) = (format!("x{k}"), format!("x{}", k + 1));
+        nodes.push(node("Identity", &[&a], &[&b]));
+    }
+    nodes.push(node("Identity", &["x10000"], &["actions"]));
+    cases.push(case(
+        "long.onnx",
+        policy(
+            nodes,
+            vec![tensor("W", &[160, 29], vec![0.0; 160 * 29])],
+            vec![obs_input()],
+        ),
+        "10002 nodes, more than the limit of 2000",
+    ));
+    let mut outside = tensor("B", &[29], vec![]);
+    outside.data_location = Some(DataLocation::External as i32);
+    outside.external_data.push(StringStringEntryProto {
+        key: "location".into(),
+        value: "/etc/passwd".into(),
+    });
+    cases.push(case(
+        "external.onnx",
+        plain(node("Add", &["h", "B"], &["actions"]), vec![outside]),
+        "initializer 'B' is stored outside the file",
+    ));
+    cases.push(case(
+        "two-inputs.onnx",
+        policy(
+            vec![
+                node("Add", &["obs", "extra"], &["s"]),
+                node("MatMul", &["s", "W"], &["actions"]),
+            ],
+            vec![tensor("W", &[160, 29], vec![0.0; 160 * 29])],
+            vec![obs_input(), value("extra", &[None, Some(160)])],
+        ),
+        "expected one observation input",
+    ));
+    cases.push(case(
+        "fixed-batch.onnx",
+        policy(
+            vec![node("MatMul", &["obs", "W"], &["actions"])],
+            vec![tensor("W", &[160, 29], vec![0.0; 160 * 29])],
+            vec![value("obs", &[Some(4), Some(160)])],
+        ),
+        "fixed batch of 4",
+    ));
+    cases.push(case(
+        "rank3.onnx",
+        policy(
+            vec![node("Identity", &["obs"], &["actions"])],
+            vec![],
+            vec![value("obs", &[None, Some(2), Some(160)])],
+        ),
+        "expected [batch, observation size]",
+    ));
+    // Sizes the metadata does not agree with: 100 observation values for 160.
+    cases.push(case(
+        "narrow.onnx",
+        policy(
+            vec![node("MatMul", &["obs", "W"], &["actions"])],
+            vec![tensor("W", &[100, 29], vec![0.0; 100 * 29])],
+            vec![value("obs", &[None, Some(100)])],
+        ),
+        "the model takes 100 observation values; the policy's terms make 160",
+    ));
+    cases
+}
+
+/// Operators outside the allow-list, each refused by name.
+pub const REFUSED_OPERATORS: [&str; 9] = [
+    "Loop",
+    "If",
+    "Scan",
+    "ConstantOfShape",
+    "Expand",
+    "Range",
+    "Tile",
+    "NonZero",
+    "Resize",
+];
+
+/// Runs but gives x / 0 in every output: infinite or NaN actions.
+pub fn non_finite_policy() -> ModelProto {
+    plain(
+        node("Div", &["h", "Z"], &["actions"]),
+        vec![tensor("Z", &[29], vec![0.0; 29])],
+    )
+}

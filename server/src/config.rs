@@ -40,8 +40,12 @@ pub struct ServerConfig {
     /// GPU backend: the Python with python/requirements-gpu.txt; empty = `ARENA_GPU_PYTHON`,
     /// else `python3`.
     pub gpu_python: PathBuf,
-    /// Seconds to wait for an Action; 0 = the benchmark's `limits.step_timeout_ms`.
+    /// Seconds to wait for an Action; 0 = the benchmark's `limits.step_timeout_ms`. Hosted
+    /// policies (issue 40) have the same deadline per step.
     pub step_timeout_s: f64,
+    /// Hosted submissions this server evaluates at once (each runs its policy on one thread
+    /// beside its lanes); more wait, claimed, for a free place. 0 = the number of cores.
+    pub hosted_runs: u32,
     pub heartbeat_interval_s: f64,
     pub heartbeat_timeout_s: f64,
     /// Runs of an episode cut short by a lost agent connection before it is FAILED.
@@ -101,6 +105,7 @@ impl Default for ServerConfig {
             gpu_impl: "auto".into(),
             gpu_python: PathBuf::new(),
             step_timeout_s: 0.0,
+            hosted_runs: 0,
             heartbeat_interval_s: 30.0,
             heartbeat_timeout_s: 60.0,
             max_attempts: 3,
@@ -221,6 +226,12 @@ impl ServerConfig {
             if !(v > 0.0 && v <= 86_400.0) {
                 return bad(key, format!("expected seconds in (0, 86400], got {v}"));
             }
+        }
+        if self.hosted_runs > 1024 {
+            return bad(
+                "hosted_runs",
+                format!("expected 0-1024 (0 = the number of cores), got {}", self.hosted_runs),
+            );
         }
         if self.lanes == 0 || self.lanes > 64 {
             return bad("lanes", format!("expected 1-64, got {}", self.lanes));
@@ -344,6 +355,14 @@ impl ServerConfig {
             .unwrap_or_else(|| "localhost".into());
         let dir = std::fs::canonicalize(&self.data_dir).unwrap_or_else(|_| self.data_dir.clone());
         format!("{host}:{}", dir.display())
+    }
+
+    /// How many hosted submissions run at once: `hosted_runs`, else the number of cores.
+    pub fn hosted_runs(&self) -> usize {
+        match self.hosted_runs {
+            0 => std::thread::available_parallelism().map_or(1, usize::from),
+            n => n as usize,
+        }
     }
 
     /// How long an episode claim holds without renewal.

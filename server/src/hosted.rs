@@ -150,6 +150,11 @@ async fn run(
     policy: &HostedPolicy,
 ) -> Result<String, RunError> {
     let id = policy.submission_id.clone();
+    // One place per run (its policy's thread beside its lanes); the claim is renewed meanwhile.
+    let _place = match state.hosted_places.clone().acquire_owned().await {
+        Ok(p) => p,
+        Err(_) => return Err(RunError::Stopped("the server is stopping".into())),
+    };
     let path = match state.objects.local_copy(&policy_key(&policy.sha256)).await {
         Ok(Some(p)) => p,
         Ok(None) => {

@@ -22,8 +22,10 @@ pub struct AppState {
     pub objects: crate::objects::Objects,
     /// Submissions with a connected session.
     pub attached: Mutex<HashSet<String>>,
-    /// Hosted submissions this server runs now (`crate::hosted`).
+    /// Hosted submissions this server runs now, or holds waiting for a place (`crate::hosted`).
     pub hosted_runs: Mutex<HashSet<String>>,
+    /// Places for hosted runs: `config.hosted_runs()` at once.
+    pub hosted_places: Arc<tokio::sync::Semaphore>,
     /// Requests per team per minute (REST and Connects).
     pub rate_limiter: RateLimiter,
     /// Ranked leaderboards, until the storage's leaderboard generation moves.
@@ -194,6 +196,7 @@ impl AppState {
         let catalog = Arc::new(Catalog::new(config.benchmarks_dir(), config.motions_root.clone()));
         complete_finished_runs(&storage, &objects, &catalog, &unfinished).await;
         let rate_limiter = RateLimiter::new(config.requests_per_minute);
+        let hosted_places = Arc::new(tokio::sync::Semaphore::new(config.hosted_runs()));
         let state = Arc::new(Self {
             config,
             storage,
@@ -201,6 +204,7 @@ impl AppState {
             objects,
             attached: Mutex::new(HashSet::new()),
             hosted_runs: Mutex::new(HashSet::new()),
+            hosted_places,
             rate_limiter,
             leaderboards: Default::default(),
             _locks: (data_dir_lock, database_lock),

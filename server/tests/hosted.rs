@@ -438,3 +438,42 @@ fn hostile_uploads_are_refused_and_the_server_stays_healthy() {
     assert_eq!(s["status"], "COMPLETED", "{s}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A policy too slow for the step deadline fails as a slow remote agent does: its episodes end
+/// as timeouts with the deadline in the reason, the server stays healthy, and the next hosted
+/// run (one place: `--hosted-runs 1`, so it waited for the slow one) completes.
+#[test]
+fn a_slow_policy_times_out_like_a_slow_agent() {
+    use prost::Message;
+    let dir = tmp("hosted-slow");
+    // 2 ms a step: the slow policy takes several (about 7 MFLOP a row on one thread).
+    let server = ServerProc::start(&dir, &["--step-timeout-s", "0.002", "--hosted-runs", "1"]);
+    let token = server.team("slow");
+    let (status, v) = upload(
+        &server,
+        "benchmark=g1-smoke-robot&file_name=slow.onnx",
+        &token,
+        &hostile_models::slow_policy().encode_to_vec(),
+    );
+    assert_eq!(status, 201, "{v}");
+    let slow = v["id"].as_str().unwrap().to_string();
+    let good = std::fs::read(committed()).unwrap();
+    let (status, v) = upload(&server, "benchmark=g1-smoke-robot", &token, &good);
+    assert_eq!(status, 201, "{v}");
+    let next = v["id"].as_str().unwrap().to_string();
+    server.wait_final(&slow, &token, Duration::from_secs(300));
+    let (_, results) = server.get(&format!("/api/v1/submissions/{slow}/results"), Some(&token));
+    let episodes = results["episodes"].as_array().unwrap();
+    assert!(!episodes.is_empty());
+    for e in episodes {
+        assert_eq!(e["status"], "TIMEOUT", "{e}");
+        assert!(e["reason"].as_str().unwrap().contains("step deadline"), "{e}");
+    }
+    let (status, _) = server.get("/api/v1/health", None);
+    assert_eq!(status, 200);
+    // The good one ran after it, in the same place; at 2 ms a step it may also time out on a
+    // loaded machine, but it ends.
+    let s = server.wait_final(&next, &token, Duration::from_secs(300));
+    assert!(["COMPLETED", "FAILED"].contains(&s["status"].as_str().unwrap()), "{s}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -251,3 +251,20 @@ pub fn non_finite_policy() -> ModelProto {
         vec![tensor("Z", &[29], vec![0.0; 29])],
     )
 }
+
+/// Valid, but slow: the observation through three 1024-wide layers (3.3 M parameters, about
+/// 7 MFLOP a row), within every limit; its outputs are small and finite.
+pub fn slow_policy() -> ModelProto {
+    let width = 1024;
+    let mut inits = vec![tensor("W0", &[160, width], vec![1e-3; 160 * width as usize])];
+    let mut nodes = vec![node("MatMul", &["obs", "W0"], &["h0"])];
+    for k in 1..=3 {
+        let w = format!("W{k}");
+        inits.push(tensor(&w, &[width, width], vec![1e-3; (width * width) as usize]));
+        let (a, b) = (format!("h{}", k - 1), format!("h{k}"));
+        nodes.push(node("MatMul", &[&a, &w], &[&b]));
+    }
+    inits.push(tensor("Wout", &[width, 29], vec![1e-3; width as usize * 29]));
+    nodes.push(node("MatMul", &["h3", "Wout"], &["actions"]));
+    policy(nodes, inits, vec![obs_input()])
+}

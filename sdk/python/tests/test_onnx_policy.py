@@ -1124,6 +1124,59 @@ def test_onnx_policy_submission_applies_its_gains_and_feeds_the_expected_observa
     assert max(np.abs(raw).max() for _, raw in last.values()) > 0  # later steps fed non-zero previous actions
 
 
+@pytest.mark.parametrize("convention", ["mjlab", "holosoma"])
+def test_the_server_runs_the_file_as_the_remote_route_does(
+    server: Server, team_token: str, tmp_path: Path, convention: str
+) -> None:
+    """Issue 40: the same file handed in (`arena-agent submit`: the server runs it itself, with its
+    Rust engine and observation builder) and run remotely (`arena-agent onnx` over WebSocket:
+    onnxruntime and the Python builder) gives the same episodes: each with the same motion and
+    outcome, every metric within the two engines' float tolerance."""
+    require_benchmark(server)
+    default_spec = fetch_spec(server.http_url, team_token, benchmark=BENCHMARK)
+    assert default_spec is not None
+    kp_g1 = np.round(default_spec.joint_stiffness * 1.2, 3)
+    kd_g1 = np.round(default_spec.joint_damping * 0.9, 3)
+    hand = hand_policy(convention, tmp_path, kp_g1, kd_g1, default_spec.default_joint_pos)
+    common = ["--server", server.http_url, "--token", team_token, "--benchmark", BENCHMARK]
+    remote = cli(str(hand.path), *common, "--agent-name", f"remote-{convention}", timeout=600)
+    assert remote.returncode == 0, f"{remote.stdout}\n{remote.stderr}\nserver log:\n{server.log_tail()}"
+    remote_id = re.search(r"^connected: submission (sub-\S+)", remote.stdout, re.MULTILINE)
+    assert remote_id, remote.stdout
+    env = {**os.environ, "PYTHONPATH": str(SDK_DIR / "src")}
+    hosted = subprocess.run(
+        [sys.executable, "-m", "arena_sdk.cli", "submit", str(hand.path), *common, "--agent-name", f"hosted-{convention}", "--wait"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert hosted.returncode == 0, f"{hosted.stdout}\n{hosted.stderr}\nserver log:\n{server.log_tail()}"
+    hosted_id = re.search(r"submitted: submission (sub-\S+)", hosted.stdout)
+    assert hosted_id, hosted.stdout
+
+    def episodes(submission: str) -> list[dict]:
+        status, body = server.request("GET", f"/api/v1/submissions/{submission}/results", team_token)
+        assert status == 200 and body["submission"]["status"] == "COMPLETED", body
+        return body["episodes"]
+
+    ran_remotely, ran_hosted = episodes(remote_id.group(1)), episodes(hosted_id.group(1))
+    assert len(ran_remotely) == len(ran_hosted) > 0
+    largest = 0.0
+    for r, h in zip(ran_remotely, ran_hosted):
+        where = f"{convention}, episode {r['idx']} ({r['motion']})"
+        assert (h["motion"], h["status"], h["steps"]) == (r["motion"], r["status"], r["steps"]), where
+        assert set(h["metrics"]) == set(r["metrics"]), where
+        for name, value in r["metrics"].items():
+            other = h["metrics"][name]
+            if value is None or other is None or not (np.isfinite(value) and np.isfinite(other)):
+                assert value == other or (value is None) == (other is None), f"{where}: {name} {value} vs {other}"
+                continue
+            largest = max(largest, abs(value - other) / max(1.0, abs(value)))
+            assert abs(value - other) <= 1e-4 * max(1.0, abs(value)), f"{where}: {name} remote {value}, hosted {other}"
+    print(f"\n{convention}: {len(ran_hosted)} episodes, largest relative metric difference {largest:.2e}")
+
+
 def test_a_normalized_benchmark_is_refused_before_a_submission_exists(
     server: Server, team_token: str, tmp_path: Path
 ) -> None:

@@ -70,6 +70,10 @@ pub struct ServingArgs {
     /// Seconds to wait for an Action (0 = the benchmark's limits.step_timeout_ms) [default: 0].
     #[arg(long, env = "ARENA_STEP_TIMEOUT_S")]
     pub step_timeout_s: Option<f64>,
+    /// Hosted submissions (uploaded policies) evaluated at once; more wait their turn
+    /// (0 = the number of cores) [default: 0].
+    #[arg(long, env = "ARENA_HOSTED_RUNS")]
+    pub hosted_runs: Option<u32>,
     /// Heartbeat interval, seconds [default: 30].
     #[arg(long, env = "ARENA_HEARTBEAT_INTERVAL_S")]
     pub heartbeat_interval_s: Option<f64>,
@@ -164,6 +168,7 @@ impl ConfigArgs {
             lanes,
             sim_threads,
             step_timeout_s,
+            hosted_runs,
             heartbeat_interval_s,
             heartbeat_timeout_s,
             max_attempts,

@@ -114,6 +114,7 @@ bench: deps deps-torch
 	cargo run --release --quiet -p arena-ppo --example training_throughput -- --iterations 20 --runs 3
 	$(MAKE) --no-print-directory bench-onnx
 	$(PYTHON) bench/hosted_vs_remote.py --arena target/release/arena --motions-root ../shared/motions/g1-moves --repeats 3
+	$(PYTHON) bench/hosted_scale.py --arena target/release/arena --episodes 1024 --window-s 2 --repeats 3
 	$(MAKE) --no-print-directory bench-load
 
 # The inference engine of hosted ONNX policies (issue 40): tract against onnxruntime (the PyPI

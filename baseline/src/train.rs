@@ -594,6 +594,7 @@ impl Trainer {
             batch: t.eval_batch,
             threads: t.threads,
             backend: t.backend(),
+            gains: None,
         };
         let aggregator = run_local(
             &self.motions.spec,

@@ -19,6 +19,18 @@ pub struct DeclaredGains {
     pub preset: String,
 }
 
+impl DeclaredGains {
+    /// An agent's own gains (in the G1 order), or nothing (the benchmark's default).
+    pub fn own(gains: Option<(Vec<f64>, Vec<f64>)>) -> Self {
+        let (kp, kd) = gains.unwrap_or_default();
+        DeclaredGains {
+            kp,
+            kd,
+            preset: String::new(),
+        }
+    }
+}
+
 /// The gains a session runs with, and where they came from (stored with a submission as JSON).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SessionGains {

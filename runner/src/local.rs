@@ -3,6 +3,7 @@
 //! same code the server uses, so a local score is what a submission would get.
 
 use crate::episode::{self, ReferenceScratch};
+use crate::gains::SessionGains;
 use anyhow::Context;
 use arena_bench::aggregate::{EpisodeResult, MetricsAggregator};
 use arena_bench::spec::{BenchmarkSpec, Episode};
@@ -25,6 +26,8 @@ pub struct LocalOptions {
     pub threads: usize,
     /// Physics backend.
     pub backend: SimBackend,
+    /// The joint-position mode's gains, as a session resolved them; None = the benchmark's.
+    pub gains: Option<SessionGains>,
 }
 
 impl Default for LocalOptions {
@@ -33,6 +36,7 @@ impl Default for LocalOptions {
             batch: 16,
             threads: 0,
             backend: SimBackend::Cpu,
+            gains: None,
         }
     }
 }
@@ -81,11 +85,11 @@ pub fn run_local(
     let batch = options.batch.clamp(1, episodes.len());
     let env_config = TrackingEnvConfig {
         backend: options.backend.clone(),
-        ..episode::env_config(spec, None, batch, options.threads)
+        ..episode::env_config(spec, options.gains.as_ref(), batch, options.threads)
     };
     let mut env = TrackingEnv::new(env_config, library.clone())?;
     let plan = episode::ObservationPlan::for_spec(spec);
-    let session = episode::episode_spec(spec, None, batch as u32, 1, 0.0);
+    let session = episode::episode_spec(spec, options.gains.as_ref(), batch as u32, 1, 0.0);
     agent.configure(&session);
     agent
         .check(&session)

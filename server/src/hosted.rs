@@ -30,7 +30,7 @@ pub fn check_upload(path: &Path, overrides: &PolicyOverrides, spec: &BenchmarkSp
     let mut problems = Vec::new();
     let gains = match spec.action.mode {
         ActionMode::Normalized => None,
-        ActionMode::JointPosition => match resolve(&spec.action, &declared(&policy)) {
+        ActionMode::JointPosition => match resolve(&spec.action, &DeclaredGains::own(policy.config.gains_g1())) {
             Ok(g) => Some(g),
             Err(why) => {
                 problems.push(format!("the policy's gains: {why}"));
@@ -41,22 +41,6 @@ pub fn check_upload(path: &Path, overrides: &PolicyOverrides, spec: &BenchmarkSp
     let session = episode_spec(spec, gains.as_ref(), 1, 1, 1.0);
     problems.extend(arena_onnx::agent::session_problems(&policy.config, &session));
     if problems.is_empty() { Ok(policy) } else { Err(problems) }
-}
-
-/// The gains a hosted session declares: the policy's own, or none (the benchmark's default).
-fn declared(policy: &OnnxPolicy) -> DeclaredGains {
-    match policy.config.gains_g1() {
-        Some((kp, kd)) => DeclaredGains {
-            kp,
-            kd,
-            preset: String::new(),
-        },
-        None => DeclaredGains {
-            kp: Vec::new(),
-            kd: Vec::new(),
-            preset: String::new(),
-        },
-    }
 }
 
 /// Overrides as stored with a hosted submission (JSON).

@@ -1,4 +1,6 @@
-//! `arena eval`: run a whole benchmark in-process with a built-in policy.
+//! `arena eval`: run a whole benchmark in-process with a built-in policy, or an exported ONNX
+//! policy run as the server runs a hosted one (`arena_onnx`, with the gains its metadata
+//! declares).
 
 use crate::backend::BackendArgs;
 use crate::bench::BenchDirArg;
@@ -18,8 +20,14 @@ pub struct EvalArgs {
     #[arg(long)]
     benchmark: String,
     /// Built-in policy to evaluate.
-    #[arg(long, value_enum)]
-    policy: BuiltinPolicy,
+    #[arg(long, value_enum, required_unless_present = "onnx")]
+    policy: Option<BuiltinPolicy>,
+    /// An exported policy (ONNX with mjlab / BeyondMimic or holosoma metadata) to evaluate
+    /// instead, on a joint-position benchmark, as the server evaluates an uploaded one: the same
+    /// engine and observation terms, the gains its metadata declares (checked against the
+    /// benchmark's bounds). docs/bring-your-policy.md.
+    #[arg(long, conflicts_with = "policy", value_name = "FILE")]
+    onnx: Option<PathBuf>,
     /// Folder that the benchmark's motion paths are relative to.
     #[arg(long, env = MOTIONS_ROOT_ENV, default_value = ".")]
     motions_root: PathBuf,
@@ -56,17 +64,25 @@ pub fn run(a: EvalArgs) -> anyhow::Result<()> {
     } else {
         a.threads
     };
+    let (mut agent, gains, policy_name) = match (&a.onnx, a.policy) {
+        (Some(file), _) => {
+            let (agent, gains) = onnx_agent(file, &spec)?;
+            (agent, gains, format!("onnx {}", file.display()))
+        }
+        (None, Some(builtin)) => (builtin.agent(), None, format!("{builtin:?}").to_lowercase()),
+        (None, None) => anyhow::bail!("give --policy or --onnx"),
+    };
     let options = EvalOptions {
         batch: a.batch.max(1),
         threads,
         backend: a.backend.scoring_backend()?,
+        gains,
     };
     let bar = ProgressBar::new(0);
     bar.set_style(
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} episodes  {msg}")
             .expect("valid template"),
     );
-    let mut agent = a.policy.agent();
     let aggregator = evaluation::run_benchmark(&spec, &clips, agent.as_mut(), &options, &mut |done, total, r| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
@@ -74,7 +90,7 @@ pub fn run(a: EvalArgs) -> anyhow::Result<()> {
     })?;
     bar.finish_and_clear();
     let run = serde_json::json!({
-        "policy": format!("{:?}", a.policy).to_lowercase(),
+        "policy": policy_name,
         "motions_root": a.motions_root,
         "benchmark_file": path,
         "threads": threads,
@@ -105,10 +121,10 @@ pub fn run(a: EvalArgs) -> anyhow::Result<()> {
     }
     let unit = |m: &str| arena_bench::metrics::metric_info(m).map_or("", |i| i.units);
     println!(
-        "{} v{}: {:?} policy, {} episodes",
+        "{} v{}: {} policy, {} episodes",
         spec.name,
         spec.version,
-        a.policy,
+        policy_name,
         report.episodes.len()
     );
     print!("{:<8} {:<28} {:>6} {:<10}", "episode", "motion", "steps", "status");
@@ -170,4 +186,22 @@ pub fn run(a: EvalArgs) -> anyhow::Result<()> {
         println!("\nreport: {}", out.display());
     }
     Ok(())
+}
+
+/// The agent of an exported policy and the gains its session runs with (those its metadata
+/// declares, checked against the benchmark's bounds; the benchmark's own without any).
+fn onnx_agent(
+    file: &std::path::Path,
+    spec: &arena_bench::spec::BenchmarkSpec,
+) -> anyhow::Result<(Box<dyn arena_sdk::Agent>, Option<arena_runner::gains::SessionGains>)> {
+    let policy = arena_onnx::OnnxPolicy::load(file, &arena_onnx::PolicyOverrides::default())?;
+    anyhow::ensure!(
+        spec.action.mode == arena_bench::spec::ActionMode::JointPosition,
+        "benchmark {} takes normalized actions; an exported policy runs on a joint-position benchmark (e.g. g1-smoke-robot)",
+        spec.name
+    );
+    let declared = arena_runner::gains::DeclaredGains::own(policy.config.gains_g1());
+    let gains = arena_runner::gains::resolve(&spec.action, &declared)
+        .map_err(|why| anyhow::anyhow!("{}: the policy's gains: {why}", file.display()))?;
+    Ok((Box::new(arena_onnx::OnnxAgent::new(policy)), Some(gains)))
 }

@@ -18,26 +18,31 @@ use std::sync::mpsc;
 /// Most finished episodes scored in one parallel batch.
 const SCORE_BATCH: usize = 256;
 
+/// A finished episode's score: (status, metrics, reason), as `episode::score_finished` gives it.
+type Scored = (EpisodeStatus, std::collections::BTreeMap<String, f64>, Option<String>);
+
+/// Wall time of the committer's parts, logged at the end (the committer's half of an
+/// evaluation's breakdown; the lanes log theirs). Scoring overlaps storing.
+#[derive(Default)]
+struct Timings {
+    score_s: f64,
+    store_s: f64,
+    commit_s: f64,
+    episodes: u64,
+}
+
 pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
     let spec = &ctx.benchmark.spec;
     let metric_config = episode::metric_config(spec);
-    // Wall time of scoring, storing trajectories and database commits, logged at the end (the
-    // committer's half of an evaluation's breakdown; the lanes log theirs).
-    let (mut score_s, mut store_s, mut commit_s, mut episodes) = (0.0, 0.0, 0.0, 0u64);
+    let mut timings = Timings::default();
     let begun = std::time::Instant::now();
     // Episodes that finished together are scored together on every core (scoring 4096 2-second
-    // episodes one by one took 17.6 s on an H100 machine's 16 cores); storing and committing
-    // stay in order on this thread.
-    while let Ok(first) = inbox.recv() {
-        let mut batch = vec![first];
-        while batch.len() < SCORE_BATCH {
-            match inbox.try_recv() {
-                Ok(done) => batch.push(done),
-                Err(_) => break,
-            }
-        }
+    // episodes one by one took 17.6 s on an H100 machine's 16 cores), in batches: while one
+    // batch is stored and committed in order on this thread, the next is scored beside it
+    // (storing is one thread's work: the HDF5 library serialises its calls).
+    let score = |batch: Vec<Finished>| -> (Vec<Finished>, Vec<Scored>, f64) {
         let started = std::time::Instant::now();
-        let scored: Vec<_> = batch
+        let scored = batch
             .par_iter()
             .map(|done| {
                 episode::score_finished(
@@ -49,138 +54,184 @@ pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
                 )
             })
             .collect();
-        score_s += started.elapsed().as_secs_f64();
-        // The trajectories move into their records, stored one after the other: the HDF5
-        // library serialises its calls, and eight stores at a time measured slower (12.5 s
-        // against 9.2 s for 4096 two-second episodes on an H100 machine).
-        let submission = matches!(ctx.sink, Sink::Submission { .. });
-        let mut ended = Vec::with_capacity(batch.len());
-        let mut records = Vec::with_capacity(batch.len());
-        for (done, (status, metrics, reason)) in batch.into_iter().zip(scored) {
-            let steps = done.trajectory.len().saturating_sub(1);
-            let scored_until = arena_bench::metrics::scored_until(metric_config.success_rule, &metrics);
-            ended.push((done.episode, done.attempt, steps, status, metrics, reason.clone()));
-            if submission {
-                records.push((
-                    done.attempt as i64,
-                    record_of(ctx, done, status, reason.as_deref(), scored_until),
-                ));
+        (batch, scored, started.elapsed().as_secs_f64())
+    };
+    // The next batch: waits for its first episode only when nothing else is to be done.
+    let gather = |wait: bool| -> Option<Vec<Finished>> {
+        let first = if wait {
+            inbox.recv().ok()?
+        } else {
+            inbox.try_recv().ok()?
+        };
+        let mut batch = vec![first];
+        while batch.len() < SCORE_BATCH {
+            match inbox.try_recv() {
+                Ok(done) => batch.push(done),
+                Err(_) => break,
             }
         }
-        let started = std::time::Instant::now();
-        let mut stored = match &ctx.sink {
-            Sink::Submission {
-                submission_id, objects, ..
-            } => records
-                .into_iter()
-                .map(|(attempt, record)| {
-                    ctx.runtime.block_on(trajectory_store::store_episode(
-                        objects,
-                        submission_id,
-                        &spec.name,
-                        attempt,
-                        record,
-                    ))
-                })
-                .collect(),
-            Sink::Practice => Vec::new(),
+        Some(batch)
+    };
+    let mut scored: Option<(Vec<Finished>, Vec<Scored>)> = None;
+    loop {
+        let next = gather(scored.is_none());
+        if next.is_none() && scored.is_none() {
+            break; // every lane has ended and everything is committed
         }
-        .into_iter();
-        store_s += started.elapsed().as_secs_f64();
-        for (episode, run_attempt, steps, status, metrics, reason) in ended {
-            episodes += 1;
-            if let Sink::Submission {
-                storage,
-                submission_id,
-                objects,
-                max_attempts,
-                ..
-            } = &ctx.sink
-            {
-                let idx = episode.index as i64;
-                let attempt = run_attempt as i64;
-                let stored = stored.next().expect("one store per episode of a submission");
-                if let Err(e) = stored {
-                    // Nothing is lost: the run goes back to the queue (FAILED after its last
-                    // attempt) with the reason. The error names server files and the store: the log
-                    // has it, the team gets the fact.
-                    tracing::error!("episode {idx}: could not store the trajectory: {e:#}");
-                    let why = "the server could not store the trajectory (details in the server log)";
-                    let just_this = [idx];
-                    let requeued = db_call(&ctx.runtime, "re-queueing an episode", || {
-                        storage.requeue_episodes(submission_id, &just_this, *max_attempts as i64, why)
-                    });
-                    match requeued {
-                        Ok((again, _)) => {
-                            tracing::warn!(episode = idx, requeued = again == 1, "episode not committed: {why}")
-                        }
-                        Err(e) => {
-                            // Its lease runs out and it is claimed again.
-                            tracing::error!("re-queueing episode {idx}: {e}");
-                            storage.forget_claim(submission_id, idx);
-                        }
-                    }
-                    continue;
-                }
-                let outcome = EpisodeOutcome {
-                    status: results::episode_state(status),
-                    steps: steps as i64,
-                    metrics: if status.is_scored() {
-                        metrics.clone()
-                    } else {
-                        Default::default()
-                    },
-                    reason: reason.clone(),
-                };
-                let started = std::time::Instant::now();
-                let committed = db_call(&ctx.runtime, "committing an episode", || {
-                    storage.commit_episode(submission_id, idx, Some(attempt), &outcome)
-                });
-                commit_s += started.elapsed().as_secs_f64();
-                match committed {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        tracing::warn!(
-                            "episode {idx} is not this server's to commit any more (finished, cancelled or claimed again after its lease expired); result not counted"
-                        );
-                        ctx.runtime
-                            .block_on(trajectory_store::discard_episode(objects, submission_id, idx, attempt));
-                        continue;
-                    }
-                    Err(e) => {
-                        // Not counted, not lost: its lease runs out and it is claimed again.
-                        tracing::error!("committing episode {idx}: {e}");
-                        storage.forget_claim(submission_id, idx);
-                        continue;
-                    }
-                }
+        let next_scored = std::thread::scope(|s| {
+            let scoring = next.map(|batch| s.spawn(|| score(batch)));
+            if let Some((batch, scores)) = scored.take() {
+                store_and_commit(ctx, batch, scores, &metric_config, &mut timings);
             }
-            let reveal = ctx.reveal_results;
-            let _ = ctx.out.send(Msg::EpisodeEnd(EpisodeEnd {
-                episode_id: episode.index as u32,
-                status: status_name(status).into(),
-                // A hidden phase still tells the team the kind of its agent's failure.
-                reason: match (reveal, reason) {
-                    (true, r) => r.unwrap_or_default(),
-                    (false, Some(r)) => crate::access::failure_kind(&r).to_string(),
-                    (false, None) => String::new(),
-                },
-                steps: steps as u32,
-                metrics: if reveal && status.is_scored() {
-                    metrics
-                } else {
-                    Default::default()
-                },
-            }));
-            tracing::debug!(episode = episode.index, attempt = run_attempt, "episode committed");
+            scoring.map(|h| h.join().expect("scoring does not panic"))
+        });
+        if let Some((batch, scores, took)) = next_scored {
+            timings.score_s += took;
+            scored = Some((batch, scores));
         }
     }
     let round = |s: f64| (s * 1000.0).round() / 1000.0;
     let breakdown = serde_json::json!({
-        "episodes": episodes, "wall_s": round(begun.elapsed().as_secs_f64()), "score_s": round(score_s),
-        "store_s": round(store_s), "commit_s": round(commit_s),
+        "episodes": timings.episodes, "wall_s": round(begun.elapsed().as_secs_f64()),
+        "score_s": round(timings.score_s), "store_s": round(timings.store_s), "commit_s": round(timings.commit_s),
     });
     tracing::info!(target: "arena_timings", "committer {breakdown}");
+}
+
+/// Stores the trajectories of a scored batch, commits each result, and only then tells the
+/// agent (EpisodeEnd); in the order the episodes finished.
+fn store_and_commit(
+    ctx: &RunContext,
+    batch: Vec<Finished>,
+    scored: Vec<Scored>,
+    metric_config: &arena_bench::metrics::MetricConfig,
+    timings: &mut Timings,
+) {
+    let spec = &ctx.benchmark.spec;
+    // The trajectories move into their records, stored one after the other: the HDF5
+    // library serialises its calls, and eight stores at a time measured slower (12.5 s
+    // against 9.2 s for 4096 two-second episodes on an H100 machine).
+    let submission = matches!(ctx.sink, Sink::Submission { .. });
+    let mut ended = Vec::with_capacity(batch.len());
+    let mut records = Vec::with_capacity(batch.len());
+    for (done, (status, metrics, reason)) in batch.into_iter().zip(scored) {
+        let steps = done.trajectory.len().saturating_sub(1);
+        let scored_until = arena_bench::metrics::scored_until(metric_config.success_rule, &metrics);
+        ended.push((done.episode, done.attempt, steps, status, metrics, reason.clone()));
+        if submission {
+            records.push((
+                done.attempt as i64,
+                record_of(ctx, done, status, reason.as_deref(), scored_until),
+            ));
+        }
+    }
+    let started = std::time::Instant::now();
+    let mut stored = match &ctx.sink {
+        Sink::Submission {
+            submission_id, objects, ..
+        } => records
+            .into_iter()
+            .map(|(attempt, record)| {
+                ctx.runtime.block_on(trajectory_store::store_episode(
+                    objects,
+                    submission_id,
+                    &spec.name,
+                    attempt,
+                    record,
+                ))
+            })
+            .collect(),
+        Sink::Practice => Vec::new(),
+    }
+    .into_iter();
+    timings.store_s += started.elapsed().as_secs_f64();
+    for (episode, run_attempt, steps, status, metrics, reason) in ended {
+        timings.episodes += 1;
+        if let Sink::Submission {
+            storage,
+            submission_id,
+            objects,
+            max_attempts,
+            ..
+        } = &ctx.sink
+        {
+            let idx = episode.index as i64;
+            let attempt = run_attempt as i64;
+            let stored = stored.next().expect("one store per episode of a submission");
+            if let Err(e) = stored {
+                // Nothing is lost: the run goes back to the queue (FAILED after its last
+                // attempt) with the reason. The error names server files and the store: the log
+                // has it, the team gets the fact.
+                tracing::error!("episode {idx}: could not store the trajectory: {e:#}");
+                let why = "the server could not store the trajectory (details in the server log)";
+                let just_this = [idx];
+                let requeued = db_call(&ctx.runtime, "re-queueing an episode", || {
+                    storage.requeue_episodes(submission_id, &just_this, *max_attempts as i64, why)
+                });
+                match requeued {
+                    Ok((again, _)) => {
+                        tracing::warn!(episode = idx, requeued = again == 1, "episode not committed: {why}")
+                    }
+                    Err(e) => {
+                        // Its lease runs out and it is claimed again.
+                        tracing::error!("re-queueing episode {idx}: {e}");
+                        storage.forget_claim(submission_id, idx);
+                    }
+                }
+                continue;
+            }
+            let outcome = EpisodeOutcome {
+                status: results::episode_state(status),
+                steps: steps as i64,
+                metrics: if status.is_scored() {
+                    metrics.clone()
+                } else {
+                    Default::default()
+                },
+                reason: reason.clone(),
+            };
+            let started = std::time::Instant::now();
+            let committed = db_call(&ctx.runtime, "committing an episode", || {
+                storage.commit_episode(submission_id, idx, Some(attempt), &outcome)
+            });
+            timings.commit_s += started.elapsed().as_secs_f64();
+            match committed {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::warn!(
+                        "episode {idx} is not this server's to commit any more (finished, cancelled or claimed again after its lease expired); result not counted"
+                    );
+                    ctx.runtime
+                        .block_on(trajectory_store::discard_episode(objects, submission_id, idx, attempt));
+                    continue;
+                }
+                Err(e) => {
+                    // Not counted, not lost: its lease runs out and it is claimed again.
+                    tracing::error!("committing episode {idx}: {e}");
+                    storage.forget_claim(submission_id, idx);
+                    continue;
+                }
+            }
+        }
+        let reveal = ctx.reveal_results;
+        let _ = ctx.out.send(Msg::EpisodeEnd(EpisodeEnd {
+            episode_id: episode.index as u32,
+            status: status_name(status).into(),
+            // A hidden phase still tells the team the kind of its agent's failure.
+            reason: match (reveal, reason) {
+                (true, r) => r.unwrap_or_default(),
+                (false, Some(r)) => crate::access::failure_kind(&r).to_string(),
+                (false, None) => String::new(),
+            },
+            steps: steps as u32,
+            metrics: if reveal && status.is_scored() {
+                metrics
+            } else {
+                Default::default()
+            },
+        }));
+        tracing::debug!(episode = episode.index, attempt = run_attempt, "episode committed");
+    }
 }
 
 /// The episode's HDF5 record; takes the trajectory's arrays rather than copying them.

@@ -116,6 +116,24 @@ fn an_uploaded_policy_is_evaluated_by_the_server() {
         body, file,
         "the organiser and the team can download the file as uploaded"
     );
+    let url = format!("http://{}", server.addr);
+    let shown = common::ok(&common::arena(&[
+        "admin",
+        "--server",
+        &url,
+        "--admin-token",
+        common::server::ADMIN,
+        "submissions",
+        "show",
+        &id,
+    ]));
+    assert!(
+        shown.contains(&format!(
+            "hosted policy: policy.onnx ({} bytes, sha256 {sha}",
+            file.len()
+        )),
+        "{shown}"
+    );
     let stored = dir.join(format!("policies/{sha}.onnx"));
     assert_eq!(
         std::fs::read(&stored).ok(),
@@ -446,7 +464,7 @@ fn hostile_uploads_are_refused_and_the_server_stays_healthy() {
 fn a_slow_policy_times_out_like_a_slow_agent() {
     use prost::Message;
     let dir = tmp("hosted-slow");
-    // 2 ms a step: the slow policy takes several (about 7 MFLOP a row on one thread).
+    // 2 ms a step: the slow policy takes far longer (about 134 MFLOP a row on one thread).
     let server = ServerProc::start(&dir, &["--step-timeout-s", "0.002", "--hosted-runs", "1"]);
     let token = server.team("slow");
     let (status, v) = upload(

@@ -1,6 +1,7 @@
 //! The web pages in a real Chromium (issue 16): a real `arena serve` with a real submission, then
 //! `web/tests/pages.mjs` (playwright-core) visits every page, fails on any console error, checks
-//! the leaderboard row, the 3-D replay's pixels, the organiser creating a challenge and phases
+//! the leaderboard row, the 3-D replay's pixels, a policy file handed in through a phase page's
+//! upload form and its hosted submission's page, the organiser creating a challenge and phases
 //! (on another benchmark, so g1-smoke stays open outside phases), a pending submission polled
 //! and cancelled, and a dataset download, and leaves a screenshot of each page in
 //! `target/web-screenshots/`.
@@ -57,6 +58,12 @@ fn every_page_loads_and_works_in_chromium() {
         smoke.replace("name = \"g1-smoke\"", "name = \"g1-smoke-phases\""),
     )
     .unwrap();
+    // A joint-position benchmark for the hosted upload through the phase page.
+    std::fs::copy(
+        repo().join("benchmarks/g1-smoke-robot.toml"),
+        benchmarks.join("g1-smoke-robot.toml"),
+    )
+    .unwrap();
     let server = ServerProc::start(&dir.join("data"), &["--benchmarks-dir", benchmarks.to_str().unwrap()]);
     let token = server.team("walkers");
     let submission = server.submit(&token, &mut ReplayAgent::new(), "replay", None);
@@ -67,6 +74,9 @@ fn every_page_loads_and_works_in_chromium() {
         .args(["--base", &format!("http://{}", server.addr)])
         .args(["--admin", ADMIN, "--team", &token])
         .args(["--submission", &submission, "--benchmark", "g1-smoke"])
+        .arg("--policy")
+        .arg(repo().join("ppo/checkpoints/g1-smoke/policy.onnx"))
+        .args(["--hosted-benchmark", "g1-smoke-robot"])
         .arg("--out")
         .arg(&shots)
         .env("QUIET", "1")

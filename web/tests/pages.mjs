@@ -3,15 +3,18 @@
 // system's Chromium (no browser download).
 //
 //   node web/tests/pages.mjs --base http://127.0.0.1:PORT --admin ADMIN_TOKEN \
-//       [--team TEAM_TOKEN] --submission SUBMISSION_ID [--benchmark g1-smoke] [--out DIR]
+//       [--team TEAM_TOKEN] --submission SUBMISSION_ID [--benchmark g1-smoke] [--out DIR] \
+//       [--policy FILE.onnx --hosted-benchmark g1-smoke-robot]
 //
 // Visits every page (home, benchmark, leaderboard, phase, submission, episode, team, admin),
 // fails on any console error, page error, failed request or unexpected HTTP error (4xx
 // responses the test provokes on purpose are allowed), checks what each page must show, and
 // saves a full-page screenshot of each as DIR/<page>.png (and admin-1600.png, leaderboard-1600.png
 // at 1600 px, where nothing may be clipped either). Without --team, a token for the
-// submission's team is issued through the admin API. Prints one JSON line; exit code 0 only if
-// every check passed.
+// submission's team is issued through the admin API. With --policy, a team hands the file in
+// through the phase page's upload form (a hosted-only phase on --hosted-benchmark) and the
+// hosted submission's page is checked. Prints one JSON line; exit code 0 only if every check
+// passed.
 //
 // Environment: CHROMIUM (default /usr/bin/chromium), HEADED=1 to watch.
 
@@ -322,6 +325,7 @@ await step('home (anonymous)', async () => {
   // run (a phase on one whose motions are missing is refused), so practice runs of the tested
   // benchmark stay allowed.
   for (const name of others) {
+    if (name === args['hosted-benchmark']) continue; // the hosted phase's, kept public
     const b = await pageFetch(`/api/v1/benchmarks/${encodeURIComponent(name)}`, null);
     if (b.status === 200 && b.json && Array.isArray(b.json.motion_list)) {
       phaseBenchmark = name;
@@ -828,6 +832,49 @@ await step('team views (owner, hidden phase, organiser page)', async () => {
   await shot('phase-private');
   await go('#/admin');
   check('organiser page refuses a team token politely', (await page.locator('[data-testid=need-admin]').count()) === 1);
+});
+
+await step('hosted upload (phase page form, submission page)', async () => {
+  if (!args.policy || args.policy === 'true' || !args['hosted-benchmark']) return;
+  const fs = await import('node:fs');
+  const hostedPhase = `ui-test-${stamp}-hosted`;
+  const now = Date.now();
+  const r = await pageFetch(`/api/v1/challenges/${challengeId}/phases`, args.admin, {
+    method: 'POST',
+    body: { id: hostedPhase, benchmark: args['hosted-benchmark'], starts_at: new Date(now - 86400000).toISOString(), ends_at: new Date(now + 86400000).toISOString(), hosted_only: true },
+  });
+  if (!check('hosted-only phase created (API)', r.status === 201, { status: r.status, body: r.json })) return;
+  await setToken(teamToken);
+  await go(`#/phases/${hostedPhase}`);
+  await page.waitForSelector('[data-testid=upload-form]');
+  check('phase page: who runs it, hosted only', ((await page.textContent('[data-testid=phase-props]')) || '').includes('hosted only'));
+  // A file that cannot run: every problem listed, nothing created.
+  allow([{ method: 'POST', re: /^\/api\/v1\/submissions\/hosted$/, status: 422 }]);
+  await page.setInputFiles('[data-testid=upload-file]', { name: 'notes.onnx', mimeType: 'application/octet-stream', buffer: Buffer.from('not a model') });
+  await page.click('[data-testid=upload-submit]');
+  await page.waitForSelector('[data-testid=upload-problems]');
+  const problemsText = await page.textContent('[data-testid=upload-problems]');
+  check('a refused upload lists its problems, no quota used', /notes\.onnx cannot run here/.test(problemsText) && /not a model/.test(problemsText), problemsText);
+  await shot('phase-upload-refused');
+  allow([]);
+  await page.setInputFiles('[data-testid=upload-file]', { name: 'policy.onnx', mimeType: 'application/octet-stream', buffer: fs.readFileSync(args.policy) });
+  await page.fill('[data-testid=upload-agent-name]', 'pages.mjs hosted');
+  await page.click('[data-testid=upload-submit]');
+  await page.waitForFunction(() => /^#\/submissions\/sub-/.test(location.hash));
+  await page.waitForSelector('[data-testid=hosted-policy]');
+  check('the upload opens its submission page', ((await page.textContent('[data-testid=hosted-policy]')) || '').includes('policy.onnx'));
+  const terms = await rowCount('[data-testid=mapping-terms]');
+  check('the mapping lists the policy\'s observation terms', terms >= 5, terms);
+  const props = (await page.textContent('[data-testid=mapping-props]')) || '';
+  check('the mapping names the convention and the model', props.includes('mjlab') && props.includes('observation values'), props);
+  await page.waitForSelector('[data-testid=dl-policy]', { timeout: 120000 });
+  const [d] = await Promise.all([page.waitForEvent('download'), page.click('[data-testid=dl-policy]')]);
+  const saved = path.join(OUT, 'hosted-policy.onnx');
+  await d.saveAs(saved);
+  check('the policy downloads as uploaded', fs.readFileSync(saved).equals(fs.readFileSync(args.policy)), d.suggestedFilename());
+  await checkNoClipping('submission-hosted');
+  await shot('submission-hosted');
+  await setToken(args.admin);
 });
 
 await step('a refused token keeps the public pages', async () => {

@@ -252,19 +252,22 @@ pub fn non_finite_policy() -> ModelProto {
     )
 }
 
-/// Valid, but slow: the observation through three 1024-wide layers (3.3 M parameters, about
-/// 7 MFLOP a row), within every limit; its outputs are small and finite.
+/// Valid, but slow: the observation through 64 layers 1024 wide that share one weight matrix
+/// (1.2 M parameters, within every limit, but about 134 MFLOP a row); its outputs are small and
+/// finite.
 pub fn slow_policy() -> ModelProto {
     let width = 1024;
-    let mut inits = vec![tensor("W0", &[160, width], vec![1e-3; 160 * width as usize])];
+    let inits = vec![
+        tensor("W0", &[160, width], vec![1e-3; 160 * width as usize]),
+        tensor("W", &[width, width], vec![1e-3; (width * width) as usize]),
+        tensor("Wout", &[width, 29], vec![1e-3; width as usize * 29]),
+    ];
     let mut nodes = vec![node("MatMul", &["obs", "W0"], &["h0"])];
-    for k in 1..=3 {
-        let w = format!("W{k}");
-        inits.push(tensor(&w, &[width, width], vec![1e-3; (width * width) as usize]));
+    let layers = 64;
+    for k in 1..=layers {
         let (a, b) = (format!("h{}", k - 1), format!("h{k}"));
-        nodes.push(node("MatMul", &[&a, &w], &[&b]));
+        nodes.push(node("MatMul", &[&a, "W"], &[&b]));
     }
-    inits.push(tensor("Wout", &[width, 29], vec![1e-3; width as usize * 29]));
-    nodes.push(node("MatMul", &["h3", "Wout"], &["actions"]));
+    nodes.push(node("MatMul", &[&format!("h{layers}"), "Wout"], &["actions"]));
     policy(nodes, inits, vec![obs_input()])
 }

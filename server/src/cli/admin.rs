@@ -633,6 +633,16 @@ pub fn run(a: AdminArgs) -> anyhow::Result<()> {
                     text(&p["pending"]),
                     text(&v["episodes_total"])
                 );
+                let hosted = &v["hosted"];
+                if hosted.is_object() {
+                    println!(
+                        "hosted policy: {} ({} bytes, sha256 {}; GET /api/v1/submissions/{}/policy)",
+                        text(&hosted["file_name"]),
+                        text(&hosted["bytes"]),
+                        text(&hosted["sha256"]),
+                        text(&v["id"])
+                    );
+                }
                 for (k, session) in v["sessions"].as_array().map_or(&[][..], |a| a).iter().enumerate() {
                     let end = match session["ended_at"].as_i64() {
                         Some(_) => format!("ended {} ({})", time(&session["ended_at"]), text(&session["outcome"])),

@@ -1177,6 +1177,46 @@ def test_the_server_runs_the_file_as_the_remote_route_does(
     print(f"\n{convention}: {len(ran_hosted)} episodes, largest relative metric difference {largest:.2e}")
 
 
+def test_a_handed_in_file_is_named_after_its_run_motion_or_folder(
+    server: Server, team_token: str, tmp_path: Path
+) -> None:
+    """mjlab exports are all policy.onnx: without --agent-name, a hosted submission is named after
+    the run its metadata names, else the motion holosoma's metadata names, else the folder."""
+    require_benchmark(server)
+    spec = fetch_spec(server.http_url, team_token, benchmark=BENCHMARK)
+    assert spec is not None
+    own = dict(
+        joint_stiffness=csv_full(spec.joint_stiffness[PERM]),
+        joint_damping=csv_full(spec.joint_damping[PERM]),
+        default_joint_pos=csv_full(spec.default_joint_pos[PERM]),
+    )
+    zeros = np.zeros((MJLAB_SIZE, J)), np.zeros(J)
+    cases = []
+    for folder, metadata, expected in [
+        ("run-a", mjlab_metadata(**own), "team/project/run"),
+        ("dance-v3", mjlab_metadata(run_path=None, **own), "dance-v3"),
+    ]:
+        (tmp_path / folder).mkdir()
+        cases.append((build_policy(tmp_path / folder / "policy.onnx", metadata, *zeros), expected))
+    kp, kd = spec.joint_stiffness[PERM], spec.joint_damping[PERM]
+    holosoma = holosoma_metadata(kp=kp, kd=kd, default=np.round(spec.default_joint_pos[PERM], 3), effort=1.2 * kp)
+    experiment = json.loads(holosoma["experiment_config"])
+    experiment["command"]["setup_terms"]["motion_command"]["params"]["motion_config"]["motion_file"] = "data/far_robot_mj.npz"
+    holosoma["experiment_config"] = json.dumps(experiment)
+    (tmp_path / "h").mkdir()
+    path = build_policy(tmp_path / "h" / "policy.onnx", holosoma, np.zeros((154, J)), np.zeros(J), batch=1, time_type=None)
+    cases.append((path, "far_robot_mj"))
+    env = {**os.environ, "PYTHONPATH": str(SDK_DIR / "src")}
+    for path, expected in cases:
+        out = subprocess.run(
+            [sys.executable, "-m", "arena_sdk.cli", "submit", str(path), "--server", server.http_url, "--token",
+             team_token, "--benchmark", BENCHMARK],
+            capture_output=True, text=True, env=env, timeout=600,
+        )
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert f" as {expected} " in out.stdout or out.stdout.rstrip().endswith(f" as {expected}"), out.stdout
+
+
 def test_a_normalized_benchmark_is_refused_before_a_submission_exists(
     server: Server, team_token: str, tmp_path: Path
 ) -> None:

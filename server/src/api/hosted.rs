@@ -21,6 +21,9 @@ pub(super) struct HostedQuery {
     /// The uploaded file's name (mjlab exports are all `policy.onnx`).
     #[serde(default)]
     file_name: String,
+    /// The folder the file came from (its run's, usually), for the default agent name.
+    #[serde(default)]
+    folder: String,
     /// The `arena-agent onnx` overrides for what the file's metadata lacks, as a JSON object
     /// (`{"action_scale": [0.5], "anchor_body": "torso_link", ...}`).
     #[serde(default)]
@@ -112,7 +115,7 @@ async fn create_hosted_submission(
     let agent_name = if !query.agent_name.is_empty() {
         query.agent_name.clone()
     } else {
-        default_agent_name(&policy, &query.file_name)
+        default_agent_name(&policy, &query.file_name, &query.folder)
     };
     let submission =
         super::submissions::create_planned(&state, &team, &plan, &benchmark, agent_name.clone(), now).await?;
@@ -145,22 +148,43 @@ async fn create_hosted_submission(
 }
 
 /// A name better than the file's (mjlab exports are all `policy.onnx`): the run the metadata
-/// names (mjlab's `run_path`), else the file's stem unless it is `policy`, else `hosted-policy`.
-fn default_agent_name(policy: &arena_onnx::OnnxPolicy, file_name: &str) -> String {
-    if let Some(run) = policy
-        .engine
-        .metadata()
-        .get("run_path")
-        .filter(|r| !r.trim().is_empty())
-    {
+/// names (mjlab's `run_path`), else the motion it was trained on (holosoma's
+/// `motion_config.motion_file`), else the file's stem unless it is `policy`, else the folder it
+/// came from, else `hosted-policy`.
+fn default_agent_name(policy: &arena_onnx::OnnxPolicy, file_name: &str, folder: &str) -> String {
+    let metadata = policy.engine.metadata();
+    if let Some(run) = metadata.get("run_path").filter(|r| !r.trim().is_empty()) {
         return run.trim().to_string();
     }
-    let stem = std::path::Path::new(file_name)
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
+    let stem = |path: &str| {
+        std::path::Path::new(path)
+            .file_stem()
+            .map(|s| s.to_string_lossy().trim().to_string())
+            .unwrap_or_default()
+    };
+    let motion = metadata
+        .get("experiment_config")
+        .and_then(|c| serde_json::from_str::<Value>(c).ok())
+        .and_then(|c| {
+            c.pointer("/command/setup_terms/motion_command/params/motion_config/motion_file")
+                .and_then(Value::as_str)
+                .map(stem)
+        })
         .unwrap_or_default();
-    if !stem.is_empty() && stem != "policy" {
-        return stem;
+    if !motion.is_empty() {
+        return motion;
     }
-    "hosted-policy".into()
+    let file = stem(file_name);
+    if !file.is_empty() && file != "policy" {
+        return file;
+    }
+    let folder = folder.trim().trim_end_matches('/');
+    match folder
+        .rsplit('/')
+        .next()
+        .filter(|f| !f.is_empty() && *f != "." && *f != "..")
+    {
+        Some(f) => f.to_string(),
+        None => "hosted-policy".into(),
+    }
 }

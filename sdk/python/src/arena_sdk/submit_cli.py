@@ -55,7 +55,9 @@ def submit(
     timeout_s: float = 300.0,
 ) -> dict:
     """Uploads `policy`; returns the created submission (with `hosted`)."""
-    query = {"file_name": policy.name}
+    # The folder names the run where the file's metadata does not (the server's last choice
+    # of a default agent name; mjlab exports are all policy.onnx).
+    query = {"file_name": policy.name, "folder": policy.resolve().parent.name}
     for key, value in (("benchmark", benchmark), ("phase", phase), ("agent_name", agent_name)):
         if value:
             query[key] = value
@@ -96,7 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--agent-name",
         default="",
-        help="the name on the leaderboard [default: the file's run metadata, else its name unless it is policy.onnx]",
+        help="the name on the leaderboard [default: the run (mjlab's run_path) or the motion (holosoma's"
+        " motion_file) its metadata names, else the file's name unless it is policy.onnx, else its folder's]",
     )
     parser.add_argument(
         "--overrides",

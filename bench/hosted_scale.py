@@ -21,8 +21,9 @@ import sys
 import tempfile
 import time
 import urllib.parse
-import urllib.request
 from pathlib import Path
+
+from arena_rest import request, start_server
 
 REPO = Path(__file__).resolve().parents[1]
 ADMIN = "scale-admin"
@@ -65,34 +66,16 @@ primary = "emd"
 """
 
 
-def request(base, method, path, token=None, body=None, content_type="application/json"):
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    if body is not None:
-        headers["Content-Type"] = content_type
-    req = urllib.request.Request(base + path, data=body, method=method, headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=600) as r:
-            return r.status, json.loads(r.read() or b"null")
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"null")
-
-
 def hosted(a, bench_dir, policy):
     """One hosted evaluation on a fresh server: (wall seconds, control steps, mean scores)."""
     data = tempfile.mkdtemp(prefix="hosted-scale-")
     started = time.perf_counter()
-    server = subprocess.Popen(
+    server, base = start_server(
         [a.arena, "serve", "--data-dir", data, "--bind", "127.0.0.1:0", "--admin-token", ADMIN,
          "--benchmarks-dir", bench_dir, "--max-batch", str(a.episodes), "--lanes", "1", "--hosted-runs", "1"],
-        stdout=subprocess.PIPE, stderr=open(os.path.join(data, "server.log"), "w"), text=True,
+        os.path.join(data, "server.log"),
     )
     try:
-        for line in server.stdout:
-            if line.startswith("arena serve: listening on http://"):
-                base = "http://" + line.split("http://", 1)[1].split()[0]
-                break
-        else:
-            sys.exit(f"the server did not start; see {data}/server.log")
         _, team = request(base, "POST", "/api/v1/teams", ADMIN, json.dumps({"name": "scale"}).encode())
         token = team["token"]
         query = urllib.parse.urlencode({"benchmark": "g1-scale-robot", "file_name": Path(a.policy).name})

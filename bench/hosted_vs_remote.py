@@ -17,23 +17,12 @@ import sys
 import tempfile
 import time
 import urllib.parse
-import urllib.request
 from pathlib import Path
+
+from arena_rest import request, start_server
 
 REPO = Path(__file__).resolve().parents[1]
 ADMIN = "bench-admin"
-
-
-def request(base, method, path, token=None, body=None, content_type="application/json"):
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    if body is not None:
-        headers["Content-Type"] = content_type
-    req = urllib.request.Request(base + path, data=body, method=method, headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=600) as r:
-            return r.status, json.loads(r.read() or b"null")
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"null")
 
 
 def wait(base, token, sid):
@@ -63,16 +52,12 @@ def main():
     p.add_argument("--python", default=sys.executable, help="the Python with the SDK's onnx extra")
     a = p.parse_args()
     data = tempfile.mkdtemp(prefix="hosted-bench-")
-    server = subprocess.Popen(
+    server, base = start_server(
         [a.arena, "serve", "--data-dir", data, "--bind", "127.0.0.1:0", "--admin-token", ADMIN,
          "--motions-root", a.motions_root],
-        stdout=subprocess.PIPE, stderr=open(os.path.join(data, "server.log"), "w"), text=True,
+        os.path.join(data, "server.log"),
     )
     try:
-        for line in server.stdout:
-            if line.startswith("arena serve: listening on http://"):
-                base = "http://" + line.split("http://", 1)[1].split()[0]
-                break
         _, team = request(base, "POST", "/api/v1/teams", ADMIN, json.dumps({"name": "bench"}).encode())
         token = team["token"]
         policy = Path(a.policy).read_bytes()

@@ -172,6 +172,9 @@ struct Worker {
     /// Answer lines from the stdout reader thread (a Mutex only to make the handler `Sync`).
     replies: Mutex<Receiver<String>>,
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    /// Closed when the stderr reader has read to the end (the worker's last words are in
+    /// `stderr_tail` then).
+    stderr_read: Mutex<Receiver<()>>,
     /// The worker's own description, e.g. `mujoco_warp on cuda:0 (mujoco-warp 3.17.0, warp
     /// 1.18.0, mujoco 3.17.0)`.
     device: String,
@@ -198,6 +201,10 @@ impl Worker {
             }
             Err(RecvTimeoutError::Disconnected) => {
                 let status = self.child.wait().map(|s| s.to_string()).unwrap_or_default();
+                // Its stdout closed first: the error it printed may still be in the pipe.
+                if let Ok(read) = self.stderr_read.get_mut() {
+                    let _ = read.recv_timeout(Duration::from_secs(2));
+                }
                 Err(format!("the worker exited ({status}): {}", self.stderr_tail()))
             }
         }
@@ -421,7 +428,9 @@ impl GpuHandler {
         });
         let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
         let tail = stderr_tail.clone();
+        let (stderr_done, stderr_read) = std::sync::mpsc::channel::<()>();
         std::thread::spawn(move || {
+            let _done = stderr_done; // dropped at the end of the stream
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
                 tracing::debug!(target: "arena_sim::gpu_worker", "{line}");
@@ -438,6 +447,7 @@ impl GpuHandler {
             stdin,
             replies: Mutex::new(replies),
             stderr_tail,
+            stderr_read: Mutex::new(stderr_read),
             device: String::new(),
         };
         let c = &self.config;

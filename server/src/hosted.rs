@@ -229,12 +229,18 @@ pub async fn supervise(state: std::sync::Weak<AppState>) {
     }
 }
 
-/// Starts every unfinished hosted submission not in `running` whose run this server can claim.
+/// Starts every unfinished hosted submission not in `running` whose run this server can claim,
+/// while it has places for them (a server that is full leaves the rest to other replicas).
 async fn take_up(state: &Arc<AppState>, running: &[String]) -> Result<(), crate::storage::StorageError> {
+    let mut places = state.config.hosted_runs().saturating_sub(running.len());
     for policy in state.storage.unfinished_hosted_policies().await? {
+        if places == 0 {
+            break;
+        }
         if running.contains(&policy.submission_id) || !state.storage.claim_hosted_run(&policy.submission_id).await? {
             continue;
         }
+        places -= 1;
         let Some(submission) = state.storage.submission(&policy.submission_id).await? else {
             continue;
         };

@@ -26,6 +26,17 @@ fn upload(server: &ServerProc, query: &str, token: &str, body: &[u8]) -> (u16, V
     server.upload_policy(query, token, body)
 }
 
+/// Percent-encodes a query value.
+fn url_encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 fn submissions(server: &ServerProc, token: &str) -> usize {
     let (_, v) = server.get("/api/v1/submissions", Some(token));
     v["submissions"].as_array().map_or(0, Vec::len)
@@ -69,6 +80,18 @@ fn an_uploaded_policy_is_evaluated_by_the_server() {
             .any(|p| p.contains("does not send the observation group 'motion_command'")),
         "{problems:?}"
     );
+    // Gains beyond the benchmark's bounds and another anchor body (through the overrides a
+    // file's metadata can be completed with), both listed at once.
+    let overrides = serde_json::json!({"joint_stiffness": vec![1000.0; 29], "anchor_body": "pelvis"});
+    let query = format!(
+        "benchmark=g1-smoke-robot&file_name=policy.onnx&overrides={}",
+        url_encode(&overrides.to_string())
+    );
+    let (status, v) = upload(&server, &query, &token, &file);
+    assert_eq!(status, 422, "{v}");
+    let problems = v["error"]["problems"].to_string();
+    assert!(problems.contains("above this benchmark's kp_max"), "{problems}");
+    assert!(problems.contains("the policy's anchor body is 'pelvis'"), "{problems}");
     let (status, _) = upload(&server, "benchmark=g1-smoke-robot", &token, b"");
     assert_eq!(status, 400);
     assert_eq!(submissions(&server, &token), 0, "a refused file creates no submission");

@@ -43,28 +43,9 @@ pub fn check_upload(path: &Path, overrides: &PolicyOverrides, spec: &BenchmarkSp
     if problems.is_empty() { Ok(policy) } else { Err(problems) }
 }
 
-/// Overrides as stored with a hosted submission (JSON).
+/// Overrides as stored with a hosted submission (a JSON object of `PolicyOverrides`' keys).
 pub fn overrides_from_json(text: &str) -> Result<PolicyOverrides, String> {
-    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("overrides: {e}"))?;
-    let strings = |k: &str| -> Option<Vec<String>> {
-        v.get(k)?
-            .as_array()
-            .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
-    };
-    let numbers = |k: &str| -> Option<Vec<f64>> {
-        v.get(k)?
-            .as_array()
-            .map(|a| a.iter().filter_map(|x| x.as_f64()).collect())
-    };
-    Ok(PolicyOverrides {
-        joint_names: strings("joint_names"),
-        observation_names: strings("observation_names"),
-        default_joint_pos: numbers("default_joint_pos"),
-        action_scale: numbers("action_scale"),
-        joint_stiffness: numbers("joint_stiffness"),
-        joint_damping: numbers("joint_damping"),
-        anchor_body: v.get("anchor_body").and_then(|a| a.as_str()).map(String::from),
-    })
+    serde_json::from_str(text).map_err(|e| format!("overrides: {e}"))
 }
 
 /// Runs hosted submission `policy.submission_id` of `team` in this process until it ends (or

@@ -92,6 +92,15 @@ fn an_uploaded_policy_is_evaluated_by_the_server() {
     let problems = v["error"]["problems"].to_string();
     assert!(problems.contains("above this benchmark's kp_max"), "{problems}");
     assert!(problems.contains("the policy's anchor body is 'pelvis'"), "{problems}");
+    for (bad, why) in [
+        (r#"{"action_scal": [0.5]}"#, "unknown field `action_scal`"),
+        (r#"{"action_scale": 0.5}"#, "expected a sequence"),
+    ] {
+        let query = format!("benchmark=g1-smoke-robot&overrides={}", url_encode(bad));
+        let (status, v) = upload(&server, &query, &token, &file);
+        let message = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(status == 400 && message.contains(why), "{bad}: {status} {v}");
+    }
     let (status, _) = upload(&server, "benchmark=g1-smoke-robot", &token, b"");
     assert_eq!(status, 400);
     assert_eq!(submissions(&server, &token), 0, "a refused file creates no submission");

@@ -66,6 +66,14 @@ primary = "emd"
 """
 
 
+def scores(aggregated, episodes):
+    """The mean scores and what they are over (the scored episodes of all)."""
+    means = {k: round(aggregated[k]["mean"], 4) for k in ("mpjpe_g", "mjlab_success") if k in aggregated}
+    scored = aggregated["mpjpe_g"]["count"] if "mpjpe_g" in aggregated else 0
+    means["scored"] = f"{scored} of {episodes}"
+    return means
+
+
 def hosted(a, bench_dir, policy):
     """One hosted evaluation on a fresh server: (wall seconds, control steps, mean scores)."""
     data = tempfile.mkdtemp(prefix="hosted-scale-")
@@ -93,8 +101,7 @@ def hosted(a, bench_dir, policy):
         _, r = request(base, "GET", f"/api/v1/submissions/{sid}/results", token)
         steps = sum(e["steps"] for e in r["episodes"])
         agg = r["aggregated"]
-        means = {k: round(agg[k]["mean"], 4) for k in ("mpjpe_g", "mjlab_success") if k in agg}
-        return wall, steps, means
+        return wall, steps, scores(agg, len(r["episodes"]))
     finally:
         server.terminate()
         server.wait()
@@ -112,8 +119,7 @@ def in_process(a, bench_dir):
     report = json.loads(out.stdout)
     steps = sum(e["num_steps"] for e in report["episodes"])
     agg = report["aggregated"]
-    means = {k: round(agg[k]["mean"], 4) for k in ("mpjpe_g", "mjlab_success") if k in agg}
-    return wall, steps, means
+    return wall, steps, scores(agg, len(report["episodes"]))
 
 
 def main():

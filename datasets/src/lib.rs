@@ -13,6 +13,7 @@ pub mod manifest;
 pub mod motion_npz;
 pub mod npz;
 pub mod trajectory;
+pub mod trajectory_chunks;
 pub mod trajectory_file;
 
 pub use clip::{BodyWitness, G1_BODY_NAMES, MotionClip, NUM_COLUMNS, NUM_JOINTS, Split};

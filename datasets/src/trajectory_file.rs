@@ -55,6 +55,8 @@ use hdf5::file::FileBuilder;
 use hdf5::types::VarLenUnicode;
 use hdf5::{File, Group, MinorErrorCode};
 
+pub use crate::trajectory_chunks::PreparedEpisode;
+
 /// Value of the root attribute `format`.
 pub const FORMAT_NAME: &str = "mimicarena-trajectories";
 /// Value of the root attribute `version`; files with a larger version are refused.
@@ -65,9 +67,9 @@ pub use crate::trajectory::{
 };
 
 /// Largest number of rows per chunk.
-const MAX_CHUNK_ROWS: usize = 512;
+pub(crate) const MAX_CHUNK_ROWS: usize = 512;
 /// Deflate (gzip) level of the compressed datasets.
-const DEFLATE_LEVEL: u8 = 1;
+pub(crate) const DEFLATE_LEVEL: u8 = 1;
 /// The datasets worth compressing: values that were 32-bit floats (the agent's actions, the
 /// observations) or regular (`times`), about 2× smaller deflated (`times` 6.5×). The simulated
 /// doubles (positions, velocities, PD targets, torques) deflate by 3–17 % only, so they are
@@ -107,7 +109,7 @@ impl EpisodeRecord {
     }
 
     /// Every dataset to write: the required ones, then the recorded optional ones.
-    fn written(&self) -> impl Iterator<Item = (&(&'static str, usize), &[f64])> {
+    pub(crate) fn written(&self) -> impl Iterator<Item = (&(&'static str, usize), &[f64])> {
         let optional = OPTIONAL_DATASETS
             .iter()
             .zip(self.rows.optional_arrays())
@@ -228,30 +230,26 @@ impl TrajectoryFile {
     pub fn write_episode(&mut self, record: &EpisodeRecord) -> Result<()> {
         let path = self.path.as_path();
         let name = episode_group_name(record.episode);
-        let rows = record.num_rows();
-        for ((dataset, width), values) in record.written() {
-            if values.len() != rows * width {
-                return Err(TrajectoryFileError::WrongLength {
-                    path: path.to_path_buf(),
-                    dataset: format!("{name}/{dataset}"),
-                    rows,
-                    width: *width,
-                    got: values.len(),
-                });
-            }
-        }
-        let strings = [
-            ("motion", &record.motion),
-            ("category", &record.category),
-            ("status", &record.status),
-            ("reason", &record.reason),
-        ]
-        .map(|(attr, value)| to_varlen(path, &name, attr, value).map(|v| (attr, v)));
-        let strings = strings.into_iter().collect::<Result<Vec<_>>>()?;
-
+        check_lengths(path, &name, record)?;
+        let strings = group_strings(path, &name, record)?;
+        // Filtered before the file is opened, outside HDF5's lock.
+        let chunks = crate::trajectory_chunks::filter_record(record);
         let file = builder().open_rw(path).map_err(|err| open_error(path, err))?;
-        let written = write_group(path, &file, &name, record, &strings);
+        let written = write_group(path, &file, &name, record, &chunks, &strings);
         // Flush and close even after a failed write, so the file stays consistent on disk.
+        let flushed = file.flush().map_err(h5err(path, "flush"));
+        let closed = file.close().map_err(h5err(path, "close"));
+        written.and(flushed).and(closed)
+    }
+
+    /// [`Self::write_episode`] for an episode whose compressed datasets are already filtered.
+    pub fn write_prepared(&mut self, prepared: &PreparedEpisode) -> Result<()> {
+        let (path, record) = (self.path.as_path(), &prepared.record);
+        let name = episode_group_name(record.episode);
+        check_lengths(path, &name, record)?;
+        let strings = group_strings(path, &name, record)?;
+        let file = builder().open_rw(path).map_err(|err| open_error(path, err))?;
+        let written = write_group(path, &file, &name, record, &prepared.chunks, &strings);
         let flushed = file.flush().map_err(h5err(path, "flush"));
         let closed = file.close().map_err(h5err(path, "close"));
         written.and(flushed).and(closed)
@@ -286,14 +284,68 @@ impl TrajectoryFile {
     }
 }
 
+/// Checks every array's length against the record's rows (nothing is written otherwise).
+fn check_lengths(path: &Path, name: &str, record: &EpisodeRecord) -> Result<()> {
+    let rows = record.num_rows();
+    for ((dataset, width), values) in record.written() {
+        if values.len() != rows * width {
+            return Err(TrajectoryFileError::WrongLength {
+                path: path.to_path_buf(),
+                dataset: format!("{name}/{dataset}"),
+                rows,
+                width: *width,
+                got: values.len(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The group's string attributes, converted before the file is opened.
+fn group_strings(path: &Path, name: &str, record: &EpisodeRecord) -> Result<Vec<(&'static str, VarLenUnicode)>> {
+    [
+        ("motion", &record.motion),
+        ("category", &record.category),
+        ("status", &record.status),
+        ("reason", &record.reason),
+    ]
+    .map(|(attr, value)| to_varlen(path, name, attr, value).map(|v| (attr, v)))
+    .into_iter()
+    .collect()
+}
+
+/// Writes a new file at `path` (replacing any file there) holding the root attributes and one
+/// episode, in one open: a submission's per-episode file, written to a scratch path that only
+/// becomes visible once complete (so it needs no temporary name of its own).
+pub fn write_episode_file(path: &Path, submission: &str, benchmark: &str, prepared: &PreparedEpisode) -> Result<()> {
+    let record = &prepared.record;
+    let name = episode_group_name(record.episode);
+    check_lengths(path, &name, record)?;
+    let strings = group_strings(path, &name, record)?;
+    let (submission, benchmark) = (
+        to_varlen(path, "/", "submission", submission)?,
+        to_varlen(path, "/", "benchmark", benchmark)?,
+    );
+    let file = builder().create(path).map_err(h5err(path, "create"))?;
+    let written = write_root_attrs(path, &file, &submission, &benchmark)
+        .and_then(|()| write_group(path, &file, &name, record, &prepared.chunks, &strings));
+    let flushed = file.flush().map_err(h5err(path, "flush"));
+    let closed = file.close().map_err(h5err(path, "close"));
+    written.and(flushed).and(closed)
+}
+
+fn write_root_attrs(path: &Path, file: &File, submission: &VarLenUnicode, benchmark: &VarLenUnicode) -> Result<()> {
+    let format = to_varlen(path, "/", "format", FORMAT_NAME)?;
+    write_str_attr(path, file, "/", "format", &format)?;
+    write_scalar_attr(path, file, "/", "version", &FORMAT_VERSION)?;
+    write_str_attr(path, file, "/", "submission", submission)?;
+    write_str_attr(path, file, "/", "benchmark", benchmark)
+}
+
 /// Writes a new file holding only the root attributes at `tmp`, then renames it to `path`.
 fn create_header(path: &Path, tmp: &Path, submission: &VarLenUnicode, benchmark: &VarLenUnicode) -> Result<()> {
     let file = builder().create(tmp).map_err(h5err(path, "create"))?;
-    let format = to_varlen(path, "/", "format", FORMAT_NAME)?;
-    write_str_attr(path, &file, "/", "format", &format)?;
-    write_scalar_attr(path, &file, "/", "version", &FORMAT_VERSION)?;
-    write_str_attr(path, &file, "/", "submission", submission)?;
-    write_str_attr(path, &file, "/", "benchmark", benchmark)?;
+    write_root_attrs(path, &file, submission, benchmark)?;
     file.flush().map_err(h5err(path, "flush"))?;
     file.close().map_err(h5err(path, "close"))?;
     std::fs::rename(tmp, path).map_err(|source| TrajectoryFileError::Io {
@@ -308,6 +360,7 @@ fn write_group(
     file: &File,
     name: &str,
     record: &EpisodeRecord,
+    chunks: &[crate::trajectory_chunks::Chunks],
     strings: &[(&str, VarLenUnicode)],
 ) -> Result<()> {
     if file.link_exists(name) {
@@ -331,22 +384,22 @@ fn write_group(
     }
 
     let rows = record.num_rows();
-    for ((dataset, width), values) in record.written() {
+    for (((dataset, width), values), chunks) in record.written().zip(chunks) {
         let context = || format!("{name}/{dataset}: create");
         let builder = group.new_dataset::<f64>();
-        let chunk_rows = rows.min(MAX_CHUNK_ROWS);
-        let compressed = COMPRESSED_DATASETS.contains(dataset);
+        let chunk_rows = crate::trajectory_chunks::chunk_rows(rows);
         // Raw datasets are contiguous: a chunked one would fill its last chunk whole (512 rows).
-        let ds = match (*width, rows) {
-            (1, _) if !compressed || rows == 0 => builder.shape(rows).create(*dataset),
-            (w, _) if !compressed || rows == 0 => builder.shape((rows, w)).create(*dataset),
-            (1, _) => builder
+        // Zero-row datasets have no chunks either (see the module comment).
+        let ds = match (*width, chunks.is_empty()) {
+            (1, true) => builder.shape(rows).create(*dataset),
+            (w, true) => builder.shape((rows, w)).create(*dataset),
+            (1, false) => builder
                 .chunk(chunk_rows)
                 .shuffle()
                 .deflate(DEFLATE_LEVEL)
                 .shape(rows)
                 .create(*dataset),
-            (w, _) => builder
+            (w, false) => builder
                 .chunk((chunk_rows, w))
                 .shuffle()
                 .deflate(DEFLATE_LEVEL)
@@ -354,9 +407,35 @@ fn write_group(
                 .create(*dataset),
         }
         .map_err(h5err(path, context()))?;
-        if rows > 0 {
-            ds.write_raw(values)
-                .map_err(h5err(path, format!("{name}/{dataset}: write")))?;
+        let written = match chunks.is_empty() {
+            true if rows > 0 => ds.write_raw(values),
+            true => Ok(()),
+            false => write_filtered_chunks(&ds, chunk_rows, chunks),
+        };
+        written.map_err(h5err(path, format!("{name}/{dataset}: write")))?;
+    }
+    Ok(())
+}
+
+/// Stores chunks already shuffled and deflated ([`crate::trajectory_chunks`]) as they are.
+fn write_filtered_chunks(ds: &hdf5::Dataset, chunk_rows: usize, chunks: &[Vec<u8>]) -> hdf5::Result<()> {
+    for (i, chunk) in chunks.iter().enumerate() {
+        // The chunk's first element: (row, column 0) for a table, row for a column.
+        let offset: [hdf5_sys::h5::hsize_t; 2] = [(i * chunk_rows) as _, 0];
+        // SAFETY: `ds` is an open chunked dataset of rank ≤ 2 (the offset has an entry per
+        // dimension) and `chunk` holds `chunk.len()` bytes; filter mask 0 = every filter applied.
+        let status = hdf5::sync::sync(|| unsafe {
+            hdf5_sys::h5d::H5Dwrite_chunk(
+                ds.id(),
+                hdf5_sys::h5p::H5P_DEFAULT,
+                0,
+                offset.as_ptr(),
+                chunk.len(),
+                chunk.as_ptr().cast(),
+            )
+        });
+        if status < 0 {
+            return Err(hdf5::Error::query().unwrap_or_else(|e| e));
         }
     }
     Ok(())

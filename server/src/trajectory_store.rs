@@ -11,23 +11,24 @@
 use crate::objects::{self, ObjectError, Objects};
 use crate::storage::EpisodeRow;
 use anyhow::Context;
-use arena_data::trajectory_file::{self, EpisodeRecord, TrajectoryFile};
+use arena_data::trajectory_file::{self, EpisodeRecord, PreparedEpisode, TrajectoryFile};
 use std::path::PathBuf;
 
 /// Stores one episode run as its own file under [`objects::episode_part_key`]. HDF5 writes a
-/// scratch file first; it is removed whatever happens.
+/// scratch file first (in one open: the scratch name is this write's own); it is removed
+/// whatever happens.
 pub async fn store_episode(
     objects: &Objects,
     submission: &str,
     benchmark: &str,
     attempt: i64,
-    record: EpisodeRecord,
+    episode: PreparedEpisode,
 ) -> anyhow::Result<()> {
-    let key = objects::episode_part_key(submission, record.episode as i64, attempt);
+    let key = objects::episode_part_key(submission, episode.record().episode as i64, attempt);
     let scratch = objects.scratch_file(".h5");
     let (sub, bench, file) = (submission.to_string(), benchmark.to_string(), scratch.clone());
     let written = tokio::task::spawn_blocking(move || {
-        TrajectoryFile::open_or_create(&file, &sub, &bench)?.write_episode(&record)
+        trajectory_file::write_episode_file(&file, &sub, &bench, &episode)
     })
     .await
     .context("the trajectory writer stopped")?;
@@ -287,9 +288,9 @@ mod tests {
             .unwrap()
             .write_episode(&record(0, 3))
             .unwrap();
-        store_episode(&objects, "sub", "bench", 1, record(1, 5)).await.unwrap();
-        store_episode(&objects, "sub", "bench", 2, record(1, 4)).await.unwrap();
-        store_episode(&objects, "sub", "bench", 1, record(3, 2)).await.unwrap();
+        store_episode(&objects, "sub", "bench", 1, PreparedEpisode::new(record(1, 5))).await.unwrap();
+        store_episode(&objects, "sub", "bench", 2, PreparedEpisode::new(record(1, 4))).await.unwrap();
+        store_episode(&objects, "sub", "bench", 1, PreparedEpisode::new(record(3, 2))).await.unwrap();
         // Episode 0 was committed before leases existed (no owner recorded).
         let committed = EpisodeRow {
             committed_by: Some("r1".into()),

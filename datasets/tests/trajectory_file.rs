@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use arena_data::TrajectoryRows;
 use arena_data::trajectory_file::{
     self, ACTION_WIDTH, BODY_WIDTH, DATASETS, EpisodeRecord, FORMAT_NAME, OPTIONAL_DATASETS, QPOS_WIDTH, QVEL_WIDTH,
-    STATE_WIDTH, TrajectoryFile, TrajectoryFileError, episode_names, read_episode, read_header,
+    PreparedEpisode, STATE_WIDTH, TrajectoryFile, TrajectoryFileError, episode_names, read_episode, read_header,
 };
 
 /// Environment variable that turns `crash_helper_writes_forever` into the crash test's child.
@@ -508,4 +508,64 @@ fn the_deflate_filter_links_zlib_ng() {
     let version = unsafe { std::ffi::CStr::from_ptr(libz_sys::zlibVersion()) };
     let version = version.to_string_lossy();
     assert!(version.contains("zlib-ng"), "zlib is {version}");
+}
+
+/// Chunk `i` (of 512 rows) of `ds` as stored: filtered bytes, all filters applied.
+fn raw_chunk(ds: &hdf5::Dataset, i: u64) -> Vec<u8> {
+    let offset = [i * 512, 0];
+    let (mut mask, mut addr, mut size) = (1u32, 0, 0);
+    // SAFETY: `offset` has an entry per dimension (rank ≤ 2); the outputs are plain integers.
+    let status = hdf5::sync::sync(|| unsafe {
+        hdf5_sys::h5d::H5Dget_chunk_info_by_coord(ds.id(), offset.as_ptr(), &mut mask, &mut addr, &mut size)
+    });
+    assert!(status >= 0 && mask == 0, "chunk {i}: status {status}, filter mask {mask}");
+    let mut buf = vec![0u8; size as usize];
+    let mut len = buf.len();
+    // SAFETY: as above; `buf` holds `len` bytes, the chunk's stored size.
+    let status = hdf5::sync::sync(|| unsafe {
+        let (id, plist) = (ds.id(), hdf5_sys::h5p::H5P_DEFAULT);
+        hdf5_sys::h5d::H5Dread_chunk(id, plist, offset.as_ptr(), &mut mask, buf.as_mut_ptr().cast(), &mut len)
+    });
+    assert!(status >= 0, "reading chunk {i}: status {status}");
+    buf
+}
+
+/// The compressed datasets are shuffled and deflated by `trajectory_chunks` (outside HDF5's
+/// lock) and handed over with `H5Dwrite_chunk`: the chunks must be what HDF5's own filters
+/// store for the same values, including the zero-padded last chunk past 512 rows.
+#[test]
+fn chunks_filtered_outside_hdf5_are_the_ones_hdf5_stores() {
+    let dir = test_dir("filtered_outside");
+    let ours = dir.join("ours.h5");
+    // Episode 4 records every optional dataset, `feedforward` among them.
+    let record = sample_record(4, 1100, 5);
+    let prepared = PreparedEpisode::new(record.clone());
+    trajectory_file::write_episode_file(&ours, "s", "b", &prepared).unwrap();
+    assert_eq!(read_episode(&ours, "episode_00004").unwrap(), record);
+
+    let theirs = dir.join("theirs.h5");
+    let h5 = hdf5::File::create(&theirs).unwrap();
+    let mine = hdf5::File::open(&ours).unwrap();
+    let rows = record.num_rows();
+    let arrays = record.rows.arrays().into_iter().chain(record.rows.optional_arrays());
+    for ((name, width), values) in DATASETS.iter().chain(&OPTIONAL_DATASETS).zip(arrays) {
+        if !trajectory_file::COMPRESSED_DATASETS.contains(name) {
+            continue;
+        }
+        assert!(!values.is_empty(), "{name} is recorded");
+        let builder = h5.new_dataset::<f64>().shuffle().deflate(1);
+        let ds = match width {
+            1 => builder.chunk(512).shape(rows).create(*name),
+            w => builder.chunk((512, *w)).shape((rows, *w)).create(*name),
+        }
+        .unwrap();
+        ds.write_raw(values).unwrap();
+        let stored = mine.group("episode_00004").unwrap().dataset(name).unwrap();
+        assert_eq!(stored.storage_size(), ds.storage_size(), "{name}: stored bytes");
+        for chunk in 0..3 {
+            assert_eq!(raw_chunk(&stored, chunk), raw_chunk(&ds, chunk), "{name}: chunk {chunk}");
+        }
+        assert_eq!(stored.read_raw::<f64>().unwrap(), values, "{name}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,9 +1,13 @@
-//! Where a submission's trajectory storage goes: N episodes of T rows written as part files
-//! (as the server's committer does), then merged into one file (as at completion).
+//! What a submission's trajectory storage costs, on the server's path: N episodes of T rows
+//! written as part files (on every core, as the committer does), then merged into one HDF5 file
+//! (parts read and compressed on every core while one thread writes), against the one-episode
+//! HDF5 files and object copies of before.
 //!   cargo run --release -p arena-data --example trajectory_store_cost -- [episodes] [rows]
-use arena_data::trajectory_file::{EpisodeRecord, PreparedEpisode, TrajectoryFile};
+use arena_data::episode_part;
+use arena_data::trajectory_file::{self, EpisodeRecord, PreparedEpisode, TrajectoryFile};
 use std::time::Instant;
 
+/// Values like the simulator's: the actions and observations were 32-bit floats.
 fn record(episode: u32, rows: usize) -> EpisodeRecord {
     let mut r = EpisodeRecord {
         episode,
@@ -18,15 +22,11 @@ fn record(episode: u32, rows: usize) -> EpisodeRecord {
         x = (x * 1.618_033_9 + 0.123).fract();
         x
     };
-    let widths = arena_data::trajectory_file::DATASETS.iter().map(|d| d.1).collect::<Vec<_>>();
-    for (v, w) in r.rows.arrays_mut().into_iter().zip(widths) {
-        *v = (0..rows * w).map(|_| next()).collect();
-    }
-    for (i, v) in r.rows.arrays_mut()[4..5].iter_mut().enumerate() {
-        let _ = i;
-        for a in v.iter_mut() {
-            *a = (*a as f32) as f64;
-        }
+    for (v, (name, w)) in r.rows.arrays_mut().into_iter().zip(trajectory_file::DATASETS) {
+        let single = ["actions", "state", "ref_state"].contains(&name);
+        *v = (0..rows * w)
+            .map(|_| if single { next() as f32 as f64 } else { next() })
+            .collect();
     }
     r.rows.times = (0..rows).map(|i| i as f64 * 0.02).collect();
     for v in r.rows.optional_arrays_mut() {
@@ -36,66 +36,82 @@ fn record(episode: u32, rows: usize) -> EpisodeRecord {
 }
 
 fn main() {
-    let args: Vec<usize> = std::env::args().skip(1).map(|a| a.parse().unwrap()).collect();
+    let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
     let episodes = args.first().copied().unwrap_or(1024);
     let rows = args.get(1).copied().unwrap_or(101);
     let dir = std::env::temp_dir().join(format!("trajectory-store-cost-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let records: Vec<_> = (0..episodes as u32).map(|e| record(e, rows)).collect();
-    let bytes: Vec<Vec<u8>> = records.iter().map(|r| r.rows.arrays().iter().flat_map(|a| a.iter().flat_map(|x| x.to_le_bytes())).collect()).collect();
-    let started = Instant::now();
-    for (r, b) in records.iter().zip(&bytes) {
-        std::fs::write(dir.join(format!("raw{}.bin", r.episode)), b).unwrap();
-    }
-    println!("plain files: {:.3} s", started.elapsed().as_secs_f64());
-    let (mut create, mut write) = (0.0, 0.0);
+    let part = |e: u32| dir.join(format!("ep{e}.part"));
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!("{episodes} episodes × {rows} rows, {cores} cores");
+
+    // Before: one HDF5 file per episode (the library's lock: one at a time), then object copies.
     let started = Instant::now();
     for r in &records {
-        let path = dir.join(format!("old{}.h5", r.episode));
-        let t = Instant::now();
-        let mut f = TrajectoryFile::open_or_create(&path, "sub", "bench").unwrap();
-        create += t.elapsed().as_secs_f64();
-        let t = Instant::now();
-        f.write_episode(r).unwrap();
-        write += t.elapsed().as_secs_f64();
+        let path = dir.join(format!("ep{}.h5", r.episode));
+        TrajectoryFile::open_or_create(&path, "sub", "bench")
+            .unwrap()
+            .write_episode(r)
+            .unwrap();
     }
-    println!("open_or_create {create:.3} s + write_episode {write:.3} s = {:.3} s", started.elapsed().as_secs_f64());
-    let copies = records.clone();
+    let hdf5_parts = started.elapsed().as_secs_f64();
     let started = Instant::now();
-    let prepared: Vec<_> = copies.into_iter().map(PreparedEpisode::new).collect();
-    let prepare = started.elapsed().as_secs_f64();
-    for p in &prepared {
-        let path = dir.join(format!("ep{}.h5", p.record().episode));
-        arena_data::trajectory_file::write_episode_file(&path, "sub", "bench", p).unwrap();
-    }
-    let store = started.elapsed().as_secs_f64();
-    let t = Instant::now();
-    let mut one = TrajectoryFile::open_or_create(&dir.join("one.h5"), "sub", "bench").unwrap();
-    for p in &prepared {
-        one.write_prepared(p).unwrap();
-    }
-    println!("all prepared episodes into one file: {:.3} s", t.elapsed().as_secs_f64());
-    println!("write_episode_file: filter {prepare:.3} s (one core), then write {:.3} s", store - prepare);
-    let merged = dir.join("merged.h5");
-    let started = Instant::now();
-    let mut out = TrajectoryFile::open_or_create(&merged, "sub", "bench").unwrap();
+    let mut out = TrajectoryFile::open_or_create(&dir.join("copied.h5"), "sub", "bench").unwrap();
     for r in &records {
-        let name = arena_data::trajectory_file::episode_group_name(r.episode);
-        out.copy_episode_from(&dir.join(format!("ep{}.h5", r.episode)), &name).unwrap();
+        let name = trajectory_file::episode_group_name(r.episode);
+        out.copy_episode_from(&dir.join(format!("ep{}.h5", r.episode)), &name)
+            .unwrap();
+    }
+    let copies = started.elapsed().as_secs_f64();
+    println!(
+        "one-episode HDF5 files {hdf5_parts:.3} s + object copies {copies:.3} s = {:.3} s",
+        hdf5_parts + copies
+    );
+
+    // Now: part files on every core, then the merged file written once.
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for shard in records.chunks(episodes.div_ceil(cores)) {
+            s.spawn(move || {
+                for r in shard {
+                    let mut out = std::io::BufWriter::new(std::fs::File::create(part(r.episode)).unwrap());
+                    episode_part::write(r, &mut out).unwrap();
+                }
+            });
+        }
+    });
+    let parts = started.elapsed().as_secs_f64();
+    let started = Instant::now();
+    let mut out = TrajectoryFile::open_or_create(&dir.join("merged.h5"), "sub", "bench").unwrap();
+    for batch in records.chunks(64) {
+        let prepared: Vec<_> = std::thread::scope(|s| {
+            let shards: Vec<_> = batch
+                .chunks(batch.len().div_ceil(cores))
+                .map(|shard| {
+                    s.spawn(move || {
+                        shard
+                            .iter()
+                            .map(|r| {
+                                let bytes = std::fs::read(part(r.episode)).unwrap();
+                                PreparedEpisode::new(episode_part::read(&bytes).unwrap())
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            shards.into_iter().flat_map(|h| h.join().unwrap()).collect()
+        });
+        for p in &prepared {
+            out.write_prepared(p).unwrap();
+        }
     }
     let merge = started.elapsed().as_secs_f64();
-    let started = Instant::now();
-    let mut out = TrajectoryFile::open_or_create(&dir.join("merged-old.h5"), "sub", "bench").unwrap();
-    for r in &records {
-        let name = arena_data::trajectory_file::episode_group_name(r.episode);
-        out.copy_episode_from(&dir.join(format!("old{}.h5", r.episode)), &name).unwrap();
-    }
-    println!("merge of the files write_episode wrote: {:.3} s", started.elapsed().as_secs_f64());
-    let size = std::fs::metadata(&merged).unwrap().len();
+    let size = std::fs::metadata(dir.join("merged.h5")).unwrap().len();
     println!(
-        "{episodes} episodes × {rows} rows: store {store:.3} s ({:.3} ms each), merge {merge:.3} s ({:.3} ms each), merged file {:.1} MB",
-        store * 1e3 / episodes as f64,
-        merge * 1e3 / episodes as f64,
+        "part files {parts:.3} s + merge {merge:.3} s = {:.3} s (merged file {:.1} MB; here the merge's \
+         reading and compressing does not overlap its writing, as it does in the server)",
+        parts + merge,
         size as f64 / 1e6
     );
     std::fs::remove_dir_all(&dir).unwrap();

@@ -7,6 +7,7 @@
 
 pub mod buffer_export;
 pub mod clip;
+pub mod episode_part;
 pub mod g1_csv;
 pub mod generate;
 pub mod manifest;

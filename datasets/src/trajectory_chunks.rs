@@ -117,10 +117,12 @@ mod tests {
 
     #[test]
     fn shuffle_transposes_bytes() {
-        let values = [f64::from_le_bytes([1, 2, 3, 4, 5, 6, 7, 8]), f64::from_le_bytes([11, 12, 13, 14, 15, 16, 17, 18])];
+        let values = [
+            f64::from_le_bytes([1, 2, 3, 4, 5, 6, 7, 8]),
+            f64::from_le_bytes([11, 12, 13, 14, 15, 16, 17, 18]),
+        ];
         let mut out = [0u8; 16];
         shuffle(&values, &mut out);
         assert_eq!(out, [1, 11, 2, 12, 3, 13, 4, 14, 5, 15, 6, 16, 7, 17, 8, 18]);
     }
-
 }

@@ -314,26 +314,6 @@ fn group_strings(path: &Path, name: &str, record: &EpisodeRecord) -> Result<Vec<
     .collect()
 }
 
-/// Writes a new file at `path` (replacing any file there) holding the root attributes and one
-/// episode, in one open: a submission's per-episode file, written to a scratch path that only
-/// becomes visible once complete (so it needs no temporary name of its own).
-pub fn write_episode_file(path: &Path, submission: &str, benchmark: &str, prepared: &PreparedEpisode) -> Result<()> {
-    let record = &prepared.record;
-    let name = episode_group_name(record.episode);
-    check_lengths(path, &name, record)?;
-    let strings = group_strings(path, &name, record)?;
-    let (submission, benchmark) = (
-        to_varlen(path, "/", "submission", submission)?,
-        to_varlen(path, "/", "benchmark", benchmark)?,
-    );
-    let file = builder().create(path).map_err(h5err(path, "create"))?;
-    let written = write_root_attrs(path, &file, &submission, &benchmark)
-        .and_then(|()| write_group(path, &file, &name, record, &prepared.chunks, &strings));
-    let flushed = file.flush().map_err(h5err(path, "flush"));
-    let closed = file.close().map_err(h5err(path, "close"));
-    written.and(flushed).and(closed)
-}
-
 fn write_root_attrs(path: &Path, file: &File, submission: &VarLenUnicode, benchmark: &VarLenUnicode) -> Result<()> {
     let format = to_varlen(path, "/", "format", FORMAT_NAME)?;
     write_str_attr(path, file, "/", "format", &format)?;

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use arena_data::TrajectoryRows;
 use arena_data::trajectory_file::{
-    self, ACTION_WIDTH, BODY_WIDTH, DATASETS, EpisodeRecord, FORMAT_NAME, OPTIONAL_DATASETS, QPOS_WIDTH, QVEL_WIDTH,
-    PreparedEpisode, STATE_WIDTH, TrajectoryFile, TrajectoryFileError, episode_names, read_episode, read_header,
+    self, ACTION_WIDTH, BODY_WIDTH, DATASETS, EpisodeRecord, FORMAT_NAME, OPTIONAL_DATASETS, PreparedEpisode,
+    QPOS_WIDTH, QVEL_WIDTH, STATE_WIDTH, TrajectoryFile, TrajectoryFileError, episode_names, read_episode, read_header,
 };
 
 /// Environment variable that turns `crash_helper_writes_forever` into the crash test's child.
@@ -518,7 +518,10 @@ fn raw_chunk(ds: &hdf5::Dataset, i: u64) -> Vec<u8> {
     let status = hdf5::sync::sync(|| unsafe {
         hdf5_sys::h5d::H5Dget_chunk_info_by_coord(ds.id(), offset.as_ptr(), &mut mask, &mut addr, &mut size)
     });
-    assert!(status >= 0 && mask == 0, "chunk {i}: status {status}, filter mask {mask}");
+    assert!(
+        status >= 0 && mask == 0,
+        "chunk {i}: status {status}, filter mask {mask}"
+    );
     let mut buf = vec![0u8; size as usize];
     let mut len = buf.len();
     // SAFETY: as above; `buf` holds `len` bytes, the chunk's stored size.
@@ -537,10 +540,11 @@ fn raw_chunk(ds: &hdf5::Dataset, i: u64) -> Vec<u8> {
 fn chunks_filtered_outside_hdf5_are_the_ones_hdf5_stores() {
     let dir = test_dir("filtered_outside");
     let ours = dir.join("ours.h5");
+    let mut file = TrajectoryFile::open_or_create(&ours, "s", "b").unwrap();
     // Episode 4 records every optional dataset, `feedforward` among them.
     let record = sample_record(4, 1100, 5);
     let prepared = PreparedEpisode::new(record.clone());
-    trajectory_file::write_episode_file(&ours, "s", "b", &prepared).unwrap();
+    file.write_prepared(&prepared).unwrap();
     assert_eq!(read_episode(&ours, "episode_00004").unwrap(), record);
 
     let theirs = dir.join("theirs.h5");
@@ -563,7 +567,11 @@ fn chunks_filtered_outside_hdf5_are_the_ones_hdf5_stores() {
         let stored = mine.group("episode_00004").unwrap().dataset(name).unwrap();
         assert_eq!(stored.storage_size(), ds.storage_size(), "{name}: stored bytes");
         for chunk in 0..3 {
-            assert_eq!(raw_chunk(&stored, chunk), raw_chunk(&ds, chunk), "{name}: chunk {chunk}");
+            assert_eq!(
+                raw_chunk(&stored, chunk),
+                raw_chunk(&ds, chunk),
+                "{name}: chunk {chunk}"
+            );
         }
         assert_eq!(stored.read_raw::<f64>().unwrap(), values, "{name}");
     }

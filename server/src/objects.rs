@@ -366,8 +366,14 @@ pub fn episode_parts_prefix(submission: &str) -> String {
     format!("trajectories/{submission}")
 }
 
-/// The key of one run (attempt) of one episode's trajectory.
+/// The key of one run (attempt) of one episode's trajectory (an [`arena_data::episode_part`]).
 pub fn episode_part_key(submission: &str, idx: i64, attempt: i64) -> String {
+    format!("trajectories/{submission}/ep{idx:05}-a{attempt}.part")
+}
+
+/// Where servers before the part format stored the same run, as a one-episode HDF5 file: a
+/// submission running across an upgrade has its earlier runs there.
+pub fn hdf5_episode_part_key(submission: &str, idx: i64, attempt: i64) -> String {
     format!("trajectories/{submission}/ep{idx:05}-a{attempt}.h5")
 }
 

@@ -1,43 +1,108 @@
 //! A submission's trajectories in the object store ([`crate::objects`]).
 //!
-//! While a submission runs, each finished run of an episode is its own small HDF5 file
-//! (`trajectories/{submission}/ep{idx}-a{attempt}.h5`), written by whichever replica ran it
-//! *before* its result is committed: a committed episode always has its trajectory, and the
-//! attempt in the key is the one the database row counts, so runs that were not committed (a
-//! lease lost, a replica killed after the upload) are never read. When the submission completes,
-//! the committed runs are merged, in episode order, into one file `trajectories/{submission}.h5`
-//! (the format of `arena_data::trajectory_file`) and the parts are deleted.
+//! While a submission runs, each finished run of an episode is its own small file
+//! (`trajectories/{submission}/ep{idx}-a{attempt}.part`, the flat format of
+//! [`arena_data::episode_part`]), written by whichever replica ran it *before* its result is
+//! committed: a committed episode always has its trajectory, and the attempt in the key is the
+//! one the database row counts, so runs that were not committed (a lease lost, a replica killed
+//! after the upload) are never read. Parts are written on every core at once (no HDF5 in them).
+//! When the submission completes, the committed runs are written, in episode order, into one
+//! HDF5 file `trajectories/{submission}.h5` (the format of `arena_data::trajectory_file`),
+//! the compression on every core and the HDF5 calls on one, and the parts are deleted. Runs an
+//! older server stored as one-episode HDF5 files (`….h5` beside the parts) are copied over.
 
 use crate::objects::{self, ObjectError, Objects};
 use crate::storage::EpisodeRow;
 use anyhow::Context;
+use arena_data::episode_part;
 use arena_data::trajectory_file::{self, EpisodeRecord, PreparedEpisode, TrajectoryFile};
-use std::path::PathBuf;
+use rayon::prelude::*;
+use std::path::{Path, PathBuf};
 
-/// Stores one episode run as its own file under [`objects::episode_part_key`]. HDF5 writes a
-/// scratch file first (in one open: the scratch name is this write's own); it is removed
-/// whatever happens.
+/// Writes one episode run as a part file in the scratch folder and returns its path; blocking,
+/// and safe to run for many episodes at once (the committer does so on every core).
+pub fn write_part(objects: &Objects, record: &EpisodeRecord) -> anyhow::Result<PathBuf> {
+    let scratch = objects.scratch_file(".part");
+    let written = std::fs::File::create(&scratch)
+        .map_err(anyhow::Error::from)
+        .and_then(|file| {
+            let mut out = std::io::BufWriter::with_capacity(256 * 1024, file);
+            episode_part::write(record, &mut out)?;
+            std::io::Write::flush(&mut out)?;
+            Ok(())
+        });
+    match written {
+        Ok(()) => Ok(scratch),
+        Err(e) => {
+            let _ = std::fs::remove_file(&scratch);
+            Err(e.context(format!(
+                "writing episode {}'s trajectory to {}",
+                record.episode,
+                scratch.display()
+            )))
+        }
+    }
+}
+
+/// Stores a part written by [`write_part`] as run `attempt` of episode `idx`, under
+/// [`objects::episode_part_key`]; the scratch file is removed whatever happens.
+pub async fn put_part(
+    objects: &Objects,
+    submission: &str,
+    idx: i64,
+    attempt: i64,
+    scratch: &Path,
+) -> anyhow::Result<()> {
+    let key = objects::episode_part_key(submission, idx, attempt);
+    let stored = objects.put_file(&key, scratch).await;
+    let _ = tokio::fs::remove_file(scratch).await;
+    Ok(stored?)
+}
+
+/// [`write_part`] then [`put_part`], for one episode.
 pub async fn store_episode(
     objects: &Objects,
     submission: &str,
-    benchmark: &str,
     attempt: i64,
-    episode: PreparedEpisode,
+    record: EpisodeRecord,
 ) -> anyhow::Result<()> {
-    let key = objects::episode_part_key(submission, episode.record().episode as i64, attempt);
-    let scratch = objects.scratch_file(".h5");
-    let (sub, bench, file) = (submission.to_string(), benchmark.to_string(), scratch.clone());
-    let written = tokio::task::spawn_blocking(move || {
-        trajectory_file::write_episode_file(&file, &sub, &bench, &episode)
-    })
-    .await
-    .context("the trajectory writer stopped")?;
-    let stored = match written {
-        Ok(()) => objects.put_file(&key, &scratch).await.map_err(anyhow::Error::from),
-        Err(e) => Err(anyhow::Error::from(e).context("writing the episode's HDF5 file")),
-    };
-    let _ = tokio::fs::remove_file(&scratch).await;
-    stored
+    let idx = record.episode as i64;
+    let objects2 = objects.clone();
+    let scratch = tokio::task::spawn_blocking(move || write_part(&objects2, &record))
+        .await
+        .context("the trajectory writer stopped")??;
+    put_part(objects, submission, idx, attempt, &scratch).await
+}
+
+/// A stored run of an episode: a part, or a one-episode HDF5 file from an older server.
+enum StoredRun {
+    Part(PathBuf),
+    Hdf5(PathBuf),
+}
+
+/// The committed run `attempt` of episode `idx`, if stored.
+async fn stored_run(
+    objects: &Objects,
+    submission: &str,
+    idx: i64,
+    attempt: i64,
+) -> Result<Option<StoredRun>, ObjectError> {
+    if let Some(path) = objects
+        .local_copy(&objects::episode_part_key(submission, idx, attempt))
+        .await?
+    {
+        return Ok(Some(StoredRun::Part(path)));
+    }
+    let older = objects
+        .local_copy(&objects::hdf5_episode_part_key(submission, idx, attempt))
+        .await?;
+    Ok(older.map(StoredRun::Hdf5))
+}
+
+/// Reads a part file.
+fn read_part(path: &Path) -> anyhow::Result<EpisodeRecord> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    episode_part::read(&bytes).with_context(|| format!("reading {}", path.display()))
 }
 
 /// Deletes a stored run that will not be counted (its result could not be committed).
@@ -68,6 +133,18 @@ pub async fn merge(objects: &Objects, submission: &str, benchmark: &str, rows: &
     result
 }
 
+/// Episodes read and compressed at a time during a merge, while the previous batch is
+/// written: bounds the memory (about 0.4 MB per two-second episode, twice) of a merge of
+/// thousands of episodes.
+const MERGE_BATCH: usize = 64;
+
+/// What the merged file gets for one final episode.
+enum MergeSource {
+    Part(PathBuf),
+    Hdf5(PathBuf, String),
+    Unplayed(EpisodeRecord),
+}
+
 async fn merge_into(
     objects: &Objects,
     submission: &str,
@@ -75,54 +152,92 @@ async fn merge_into(
     rows: &[EpisodeRow],
     merged: &std::path::Path,
 ) -> anyhow::Result<()> {
-    {
-        let (path, sub, bench) = (merged.to_path_buf(), submission.to_string(), benchmark.to_string());
-        tokio::task::spawn_blocking(move || TrajectoryFile::open_or_create(&path, &sub, &bench)).await??;
-    }
     // A submission that was running when the server was upgraded from the one-file layout has
     // its earlier episodes in that file (same key as the merged one): they are carried over.
     let legacy = objects.local_copy(&objects::trajectory_key(submission)).await?;
+    let mut sources = Vec::new();
     for row in rows.iter().filter(|r| r.status.is_final()) {
-        let key = objects::episode_part_key(submission, row.idx, row.attempts);
         let name = trajectory_file::episode_group_name(row.idx as u32);
         let stored = match row.attempts {
             0 => None,
-            _ => objects.local_copy(&key).await?,
+            _ => stored_run(objects, submission, row.idx, row.attempts).await?,
         };
-        let source = match stored {
-            Some(part) => part,
+        sources.push(match stored {
+            Some(StoredRun::Part(path)) => MergeSource::Part(path),
+            Some(StoredRun::Hdf5(path)) => MergeSource::Hdf5(path, name),
             // A committed result always has its stored run: when the run is gone, another
             // session completed the submission and deleted the runs while this one read them.
             None if row.committed_by.is_some() => {
                 anyhow::bail!(
-                    "the stored run of episode {} (attempt {}) is gone ({key})",
+                    "the stored run of episode {} (attempt {}) is gone ({})",
                     row.idx,
-                    row.attempts
+                    row.attempts,
+                    objects::episode_part_key(submission, row.idx, row.attempts)
                 );
             }
             None => match &legacy {
-                Some(file) if trajectory_file::episode_names(file).is_ok_and(|n| n.contains(&name)) => file.clone(),
-                _ => {
-                    let (path, record) = (merged.to_path_buf(), unplayed_record(row));
-                    tokio::task::spawn_blocking(move || {
-                        TrajectoryFile::open_or_create(&path, "", "")?.write_episode(&record)
-                    })
-                    .await??;
-                    continue;
+                Some(file) if trajectory_file::episode_names(file).is_ok_and(|n| n.contains(&name)) => {
+                    MergeSource::Hdf5(file.clone(), name)
                 }
+                _ => MergeSource::Unplayed(unplayed_record(row)),
             },
-        };
-        let path = merged.to_path_buf();
-        // A raw copy: the run's compressed chunks move as stored, so they are not
-        // decompressed and compressed again (half the HDF5 cost of a submission).
-        tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-            TrajectoryFile::open_or_create(&path, "", "")?.copy_episode_from(&source, &name)?;
-            Ok(())
-        })
-        .await??;
+        });
     }
+    let (path, sub, bench) = (merged.to_path_buf(), submission.to_string(), benchmark.to_string());
+    tokio::task::spawn_blocking(move || write_merged(&path, &sub, &bench, sources))
+        .await
+        .context("the trajectory merge stopped")??;
     objects.put_file(&objects::trajectory_key(submission), merged).await?;
     Ok(())
+}
+
+/// Writes the merged file: each batch of parts is read and compressed on every core while the
+/// one thread that calls HDF5 writes the batch before it.
+fn write_merged(path: &Path, submission: &str, benchmark: &str, sources: Vec<MergeSource>) -> anyhow::Result<()> {
+    let mut file = TrajectoryFile::open_or_create(path, submission, benchmark)?;
+    let (to_writer, batches) = std::sync::mpsc::sync_channel::<Vec<(MergeSource, Option<PreparedEpisode>)>>(1);
+    std::thread::scope(|scope| {
+        let writer = scope.spawn(move || -> anyhow::Result<()> {
+            for batch in batches {
+                for (source, prepared) in batch {
+                    match (source, prepared) {
+                        (_, Some(episode)) => file.write_prepared(&episode)?,
+                        // A raw copy: the run's compressed chunks move as stored.
+                        (MergeSource::Hdf5(from, name), None) => file.copy_episode_from(&from, &name)?,
+                        (MergeSource::Unplayed(record), None) => file.write_episode(&record)?,
+                        (MergeSource::Part(_), None) => unreachable!("parts are prepared"),
+                    }
+                }
+            }
+            Ok(())
+        });
+        let mut sources = sources.into_iter().peekable();
+        while sources.peek().is_some() {
+            let batch: Vec<_> = sources.by_ref().take(MERGE_BATCH).collect();
+            let prepared = batch
+                .into_par_iter()
+                .map(|source| match &source {
+                    MergeSource::Part(part) => read_part(part).map(|r| (source, Some(PreparedEpisode::new(r)))),
+                    _ => Ok((source, None)),
+                })
+                .collect::<anyhow::Result<Vec<_>>>();
+            match prepared {
+                // A writer that stopped returns its error when joined below.
+                Ok(batch) => {
+                    if to_writer.send(batch).is_err() {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    drop(to_writer);
+                    let _ = writer.join();
+                    return Err(e);
+                }
+            }
+        }
+        drop(to_writer);
+        writer.join().expect("the merge writer does not panic")
+    })
 }
 
 /// The group of a final episode with no stored run: its description, status and reason, and no
@@ -175,21 +290,43 @@ pub async fn delete_parts(objects: &Objects, submission: &str) -> Result<(), Obj
     Ok(())
 }
 
-/// A local HDF5 file with one episode's stored trajectory: the submission's merged file once it
-/// has one, else the committed run's own file (`attempts` from the episode's row). None if
-/// neither exists yet.
-pub async fn episode_file(
+/// One episode's stored trajectory: from the submission's merged file once it has one (or a
+/// file of the one-file layout holding it), else from the committed run's own file (`attempts`
+/// from the episode's row). None if neither holds it yet.
+pub async fn episode_record(
     objects: &Objects,
     submission: &str,
     idx: i64,
     attempts: i64,
-) -> Result<Option<PathBuf>, ObjectError> {
-    if let Some(path) = objects.local_copy(&objects::trajectory_key(submission)).await? {
-        return Ok(Some(path));
+) -> anyhow::Result<Option<EpisodeRecord>> {
+    if let Some(merged) = objects.local_copy(&objects::trajectory_key(submission)).await? {
+        let name = trajectory_file::episode_group_name(idx as u32);
+        if let Some(record) = read_group(merged, name).await? {
+            return Ok(Some(record));
+        }
     }
-    objects
-        .local_copy(&objects::episode_part_key(submission, idx, attempts))
-        .await
+    match stored_run(objects, submission, idx, attempts).await? {
+        Some(StoredRun::Part(path)) => {
+            let read = tokio::task::spawn_blocking(move || read_part(&path));
+            Ok(Some(read.await.context("the trajectory reader stopped")??))
+        }
+        Some(StoredRun::Hdf5(path)) => read_group(path, trajectory_file::episode_group_name(idx as u32)).await,
+        None => Ok(None),
+    }
+}
+
+/// Episode group `name` of an HDF5 trajectory file; None if the file lacks it or is gone (a
+/// submission's parts are deleted after its merge).
+async fn read_group(path: PathBuf, name: String) -> anyhow::Result<Option<EpisodeRecord>> {
+    let read = tokio::task::spawn_blocking(move || match trajectory_file::read_episode(&path, &name) {
+        Ok(record) => Ok(Some(record)),
+        Err(
+            trajectory_file::TrajectoryFileError::MissingEpisode { .. }
+            | trajectory_file::TrajectoryFileError::Io { .. },
+        ) => Ok(None),
+        Err(e) => Err(anyhow::Error::from(e)),
+    });
+    read.await.context("the trajectory reader stopped")?
 }
 
 /// A local copy of a completed submission's merged trajectory file, if it has one.
@@ -288,9 +425,22 @@ mod tests {
             .unwrap()
             .write_episode(&record(0, 3))
             .unwrap();
-        store_episode(&objects, "sub", "bench", 1, PreparedEpisode::new(record(1, 5))).await.unwrap();
-        store_episode(&objects, "sub", "bench", 2, PreparedEpisode::new(record(1, 4))).await.unwrap();
-        store_episode(&objects, "sub", "bench", 1, PreparedEpisode::new(record(3, 2))).await.unwrap();
+        store_episode(&objects, "sub", 1, record(1, 5)).await.unwrap();
+        store_episode(&objects, "sub", 2, record(1, 4)).await.unwrap();
+        store_episode(&objects, "sub", 1, record(3, 2)).await.unwrap();
+        // Episode 5's committed run was stored by an older server, as a one-episode HDF5 file.
+        let older = objects
+            .local_path(&objects::hdf5_episode_part_key("sub", 5, 1))
+            .unwrap();
+        TrajectoryFile::open_or_create(&older, "sub", "bench")
+            .unwrap()
+            .write_episode(&record(5, 6))
+            .unwrap();
+        // Pages read a running submission's episodes from their parts.
+        let read = |idx, attempts| episode_record(&objects, "sub", idx, attempts);
+        assert_eq!(read(1, 2).await.unwrap(), Some(record(1, 4)));
+        assert_eq!(read(5, 1).await.unwrap(), Some(record(5, 6)));
+        assert_eq!(read(2, 1).await.unwrap(), None);
         // Episode 0 was committed before leases existed (no owner recorded).
         let committed = EpisodeRow {
             committed_by: Some("r1".into()),
@@ -306,13 +456,24 @@ mod tests {
             lost,
             row(3, EpisodeState::Running, 1),
             row(4, EpisodeState::Failed, 0),
+            EpisodeRow {
+                committed_by: Some("r0".into()),
+                ..row(5, EpisodeState::Completed, 1)
+            },
         ];
         merge(&objects, "sub", "bench", &rows).await.unwrap();
         let merged = submission_file(&objects, "sub").await.unwrap().unwrap();
         assert_eq!(
             trajectory_file::episode_names(&merged).unwrap(),
-            ["episode_00000", "episode_00001", "episode_00002", "episode_00004"]
+            [
+                "episode_00000",
+                "episode_00001",
+                "episode_00002",
+                "episode_00004",
+                "episode_00005"
+            ]
         );
+        assert_eq!(read(5, 1).await.unwrap(), Some(record(5, 6)), "from the merged file");
         let unplayed = trajectory_file::read_episode(&merged, "episode_00002").unwrap();
         assert_eq!(
             (unplayed.num_rows(), unplayed.status.as_str(), unplayed.reason.as_str()),
@@ -330,7 +491,7 @@ mod tests {
             trajectory_file::read_episode(&merged, "episode_00000").unwrap(),
             record(0, 3)
         );
-        assert_eq!(objects.list("trajectories/sub").await.unwrap().len(), 3);
+        assert_eq!(objects.list("trajectories/sub").await.unwrap().len(), 4);
         delete_parts(&objects, "sub").await.unwrap();
         assert!(objects.list("trajectories/sub").await.unwrap().is_empty());
         assert!(objects.exists(&objects::trajectory_key("sub")).await.unwrap());
@@ -339,7 +500,7 @@ mod tests {
         let e = merge(&objects, "sub", "bench", &rows).await.unwrap_err().to_string();
         assert!(e.contains("episode 1 (attempt 2) is gone"), "{e}");
         let kept = submission_file(&objects, "sub").await.unwrap().unwrap();
-        assert_eq!(trajectory_file::episode_names(&kept).unwrap().len(), 4);
+        assert_eq!(trajectory_file::episode_names(&kept).unwrap().len(), 5);
         std::fs::remove_dir_all(&dir).ok();
     }
 }

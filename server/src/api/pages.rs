@@ -73,25 +73,14 @@ async fn stored_episode(
         .iter()
         .find(|r| r.idx == idx)
         .map_or(0, |r| r.attempts);
-    let stored = crate::trajectory_store::episode_file(&state.objects, id, idx, attempts)
+    let stored = crate::trajectory_store::episode_record(&state.objects, id, idx, attempts)
         .await
-        .map_err(internal)?;
-    let Some(path) = stored else {
+        .map_err(|e| internal(format!("{e:#}")))?;
+    let Some(record) = stored else {
         return Err(not_found(format!(
             "episode {idx} of submission {id} has no stored trajectory yet"
         )));
     };
-    let name = trajectory_file::episode_group_name(idx as u32);
-    let read = tokio::task::spawn_blocking(move || trajectory_file::read_episode(&path, &name))
-        .await
-        .map_err(internal)?;
-    let record = read.map_err(|e| match e {
-        trajectory_file::TrajectoryFileError::MissingEpisode { .. }
-        | trajectory_file::TrajectoryFileError::Io { .. } => {
-            not_found(format!("episode {idx} of submission {id} has no stored trajectory yet"))
-        }
-        other => internal(other),
-    })?;
     if record.num_rows() == 0 {
         // A final episode given up on before its first step has an empty group.
         return Err(not_found(format!(

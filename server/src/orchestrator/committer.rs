@@ -8,7 +8,7 @@ use crate::results;
 use crate::storage::{EpisodeOutcome, StorageError, SubmissionStatus};
 use crate::trajectory_store;
 use arena_bench::aggregate::EpisodeStatus;
-use arena_data::trajectory_file::{EpisodeRecord, PreparedEpisode};
+use arena_data::trajectory_file::EpisodeRecord;
 use arena_runner::episode;
 use arena_runner::local::status_name;
 use arena_sdk::protocol::{Disconnect, EpisodeEnd, Msg};
@@ -107,11 +107,7 @@ fn store_and_commit(
     metric_config: &arena_bench::metrics::MetricConfig,
     timings: &mut Timings,
 ) {
-    let spec = &ctx.benchmark.spec;
-    // The trajectories move into their records, stored one after the other: the HDF5
-    // library serialises its calls, and eight stores at a time measured slower (12.5 s
-    // against 9.2 s for 4096 two-second episodes on an H100 machine). Only the compression
-    // runs in parallel (below).
+    // The trajectories move into their records.
     let submission = matches!(ctx.sink, Sink::Submission { .. });
     let mut ended = Vec::with_capacity(batch.len());
     let mut records = Vec::with_capacity(batch.len());
@@ -127,27 +123,32 @@ fn store_and_commit(
         }
     }
     let started = std::time::Instant::now();
-    // The compressed datasets are filtered on every core first; the HDF5 writes that follow
-    // hold the library's lock one after another.
-    let records: Vec<_> = records
-        .into_par_iter()
-        .map(|(attempt, record)| (attempt, PreparedEpisode::new(record)))
-        .collect();
     let mut stored = match &ctx.sink {
         Sink::Submission {
             submission_id, objects, ..
-        } => records
-            .into_iter()
-            .map(|(attempt, record)| {
-                ctx.runtime.block_on(trajectory_store::store_episode(
-                    objects,
-                    submission_id,
-                    &spec.name,
-                    attempt,
-                    record,
-                ))
-            })
-            .collect(),
+        } => {
+            // Part files are written on every core at once (no HDF5 in them), then stored.
+            let written: Vec<_> = records
+                .into_par_iter()
+                .map(|(attempt, record)| {
+                    let idx = record.episode as i64;
+                    (idx, attempt, trajectory_store::write_part(objects, &record))
+                })
+                .collect();
+            written
+                .into_iter()
+                .map(|(idx, attempt, scratch)| {
+                    let scratch = scratch?;
+                    ctx.runtime.block_on(trajectory_store::put_part(
+                        objects,
+                        submission_id,
+                        idx,
+                        attempt,
+                        &scratch,
+                    ))
+                })
+                .collect()
+        }
         Sink::Practice => Vec::new(),
     }
     .into_iter();

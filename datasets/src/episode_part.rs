@@ -149,8 +149,11 @@ pub fn read(bytes: &[u8]) -> Result<EpisodeRecord, PartError> {
     }
 }
 
-/// Every array with its name, width and whether it may be empty, in file order.
-fn arrays(record: &EpisodeRecord) -> Vec<((&'static str, usize, bool), &[f64])> {
+/// An array's name, width and whether it may be empty.
+type ArrayKind = (&'static str, usize, bool);
+
+/// Every array with its kind, in file order.
+fn arrays(record: &EpisodeRecord) -> Vec<(ArrayKind, &[f64])> {
     let required = DATASETS.iter().map(|(n, w)| (*n, *w, false)).zip(record.rows.arrays());
     let optional = OPTIONAL_DATASETS
         .iter()

@@ -142,7 +142,7 @@ const MERGE_BATCH: usize = 64;
 enum MergeSource {
     Part(PathBuf),
     Hdf5(PathBuf, String),
-    Unplayed(EpisodeRecord),
+    Unplayed(Box<EpisodeRecord>),
 }
 
 async fn merge_into(
@@ -179,7 +179,7 @@ async fn merge_into(
                 Some(file) if trajectory_file::episode_names(file).is_ok_and(|n| n.contains(&name)) => {
                     MergeSource::Hdf5(file.clone(), name)
                 }
-                _ => MergeSource::Unplayed(unplayed_record(row)),
+                _ => MergeSource::Unplayed(Box::new(unplayed_record(row))),
             },
         });
     }

@@ -403,7 +403,19 @@ async fn a_resume_by_another_agent_is_recorded_per_episode() {
         .collect();
     assert_eq!(agents[0], "faulty", "{agents:?}");
     assert!(agents[1..].iter().all(|a| *a == "second"), "{agents:?}");
-    // Issue 39: each session's agent is on record, with how the session ended.
+    // Issue 39: each session's agent is on record, with how the session ended. The server
+    // records the end just after it has sent the agent its Disconnect, so it is waited for.
+    let waited = std::time::Instant::now();
+    let s = loop {
+        let (_, s) = server.get(&format!("/api/v1/submissions/{id}"), Some(&token));
+        let ended = s["sessions"]
+            .as_array()
+            .is_some_and(|all| all.iter().all(|x| !x["outcome"].is_null()));
+        if ended || waited.elapsed() > std::time::Duration::from_secs(10) {
+            break s;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     let sessions: Vec<(String, String, bool)> = s["sessions"]
         .as_array()
         .unwrap_or_else(|| panic!("{s}"))

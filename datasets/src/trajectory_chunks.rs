@@ -18,7 +18,7 @@ pub(crate) type Chunks = Vec<Vec<u8>>;
 
 /// An episode ready to write: the record with every compressed dataset already filtered.
 /// Building one takes no HDF5 call, so several are built in parallel
-/// ([`crate::trajectory_file::write_episode_file`] then writes each under the library's lock).
+/// ([`crate::trajectory_file::TrajectoryFile::write_prepared`] then writes each under the library's lock).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct PreparedEpisode {
     pub(crate) record: EpisodeRecord,

@@ -27,7 +27,7 @@ pub struct PreparedEpisode {
 }
 
 impl PreparedEpisode {
-    /// Filters the compressed datasets (see [`filter_record`]).
+    /// Filters the compressed datasets (the shuffle and deflate of HDF5, done here).
     pub fn new(record: EpisodeRecord) -> Self {
         let chunks = filter_record(&record);
         Self { record, chunks }

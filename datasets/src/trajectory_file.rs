@@ -255,6 +255,29 @@ impl TrajectoryFile {
         written.and(flushed).and(closed)
     }
 
+    /// [`Self::write_prepared`] for many episodes in one opening of the file (flushed and
+    /// closed once, after the last): for a file that is complete only when the call returns,
+    /// such as a merge into a scratch file. Stops at the first error (the file is still
+    /// flushed and closed).
+    pub fn write_prepared_all<P: std::borrow::Borrow<PreparedEpisode>>(
+        &mut self,
+        episodes: impl IntoIterator<Item = P>,
+    ) -> Result<()> {
+        let path = self.path.as_path();
+        let file = batch_builder().open_rw(path).map_err(|err| open_error(path, err))?;
+        let written = episodes.into_iter().try_for_each(|prepared| {
+            let prepared = prepared.borrow();
+            let record = &prepared.record;
+            let name = episode_group_name(record.episode);
+            check_lengths(path, &name, record)?;
+            let strings = group_strings(path, &name, record)?;
+            write_group(path, &file, &name, record, &prepared.chunks, &strings)
+        });
+        let flushed = file.flush().map_err(h5err(path, "flush"));
+        let closed = file.close().map_err(h5err(path, "close"));
+        written.and(flushed).and(closed)
+    }
+
     /// Copies episode group `name` of the trajectory file `source` into this file, replacing a
     /// group of that name if present. The group's shapes are checked first (metadata only). HDF5's
     /// object copy moves numeric chunks as stored, without decompressing them, so merging
@@ -475,6 +498,22 @@ fn read_scalar_attr<T: hdf5::H5Type>(path: &Path, group: &Group, group_name: &st
 fn builder() -> FileBuilder {
     let mut builder = File::with_options();
     builder.with_fapl(|fapl| fapl.file_locking(false));
+    builder
+}
+
+/// Metadata and small raw data gathered into blocks of this size while a batch is written:
+/// fewer, larger writes (1024 two-second episodes in one opening: 0.65 s → 0.57 s on 2 cores,
+/// the file 0.3 % larger). Only for a batch: each opening may leave part of a block unused.
+const BATCH_BLOCK_BYTES: u64 = 1 << 20;
+
+/// [`builder`] for [`TrajectoryFile::write_prepared_all`].
+fn batch_builder() -> FileBuilder {
+    let mut builder = File::with_options();
+    builder.with_fapl(|fapl| {
+        fapl.file_locking(false)
+            .meta_block_size(BATCH_BLOCK_BYTES)
+            .small_data_block_size(BATCH_BLOCK_BYTES)
+    });
     builder
 }
 

@@ -125,12 +125,25 @@ pub async fn discard_episode(objects: &Objects, submission: &str, idx: i64, atte
 pub async fn merge(objects: &Objects, submission: &str, benchmark: &str, rows: &[EpisodeRow]) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
     let merged = objects.scratch_file(".h5");
-    let result = merge_into(objects, submission, benchmark, rows, &merged).await;
+    let mut timings = MergeTimings::default();
+    let result = merge_into(objects, submission, benchmark, rows, &merged, &mut timings).await;
     let _ = tokio::fs::remove_file(&merged).await;
-    let merge_s = (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0;
-    let breakdown = serde_json::json!({"episodes": rows.len(), "merge_s": merge_s});
+    let round = |s: f64| (s * 1000.0).round() / 1000.0;
+    let breakdown = serde_json::json!({
+        "episodes": rows.len(), "merge_s": round(started.elapsed().as_secs_f64()),
+        "find_s": round(timings.find_s), "write_s": round(timings.write_s), "store_s": round(timings.store_s),
+    });
     tracing::info!(target: "arena_timings", "merge {breakdown}");
     result
+}
+
+/// Wall time of a merge's parts (logged with its total): finding each episode's stored run,
+/// writing the merged file, storing it.
+#[derive(Default)]
+struct MergeTimings {
+    find_s: f64,
+    write_s: f64,
+    store_s: f64,
 }
 
 /// Episodes read and compressed at a time during a merge, while the previous batch is
@@ -151,7 +164,9 @@ async fn merge_into(
     benchmark: &str,
     rows: &[EpisodeRow],
     merged: &std::path::Path,
+    timings: &mut MergeTimings,
 ) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
     // A submission that was running when the server was upgraded from the one-file layout has
     // its earlier episodes in that file (same key as the merged one): they are carried over.
     let legacy = objects.local_copy(&objects::trajectory_key(submission)).await?;
@@ -183,29 +198,49 @@ async fn merge_into(
             },
         });
     }
+    timings.find_s = started.elapsed().as_secs_f64();
+    let started = std::time::Instant::now();
     let (path, sub, bench) = (merged.to_path_buf(), submission.to_string(), benchmark.to_string());
     tokio::task::spawn_blocking(move || write_merged(&path, &sub, &bench, sources))
         .await
         .context("the trajectory merge stopped")??;
+    timings.write_s = started.elapsed().as_secs_f64();
+    let started = std::time::Instant::now();
     objects.put_file(&objects::trajectory_key(submission), merged).await?;
+    timings.store_s = started.elapsed().as_secs_f64();
     Ok(())
 }
 
+/// What the merge's writer gets for one final episode: an episode ready to write (a part read
+/// and compressed, or an unplayed one), or a run an older server stored as HDF5 (copied).
+enum MergeItem {
+    Prepared(Box<PreparedEpisode>),
+    Copy(PathBuf, String),
+}
+
 /// Writes the merged file: each batch of parts is read and compressed on every core while the
-/// one thread that calls HDF5 writes the batch before it.
+/// one thread that calls HDF5 writes the batch before it, in one opening of the file for as
+/// long as the episodes come prepared (the file is complete only once the merge stores it).
 fn write_merged(path: &Path, submission: &str, benchmark: &str, sources: Vec<MergeSource>) -> anyhow::Result<()> {
     let mut file = TrajectoryFile::open_or_create(path, submission, benchmark)?;
-    let (to_writer, batches) = std::sync::mpsc::sync_channel::<Vec<(MergeSource, Option<PreparedEpisode>)>>(1);
+    let (to_writer, batches) = std::sync::mpsc::sync_channel::<Vec<MergeItem>>(1);
     std::thread::scope(|scope| {
         let writer = scope.spawn(move || -> anyhow::Result<()> {
-            for batch in batches {
-                for (source, prepared) in batch {
-                    match (source, prepared) {
-                        (_, Some(episode)) => file.write_prepared(&episode)?,
-                        // A raw copy: the run's compressed chunks move as stored.
-                        (MergeSource::Hdf5(from, name), None) => file.copy_episode_from(&from, &name)?,
-                        (MergeSource::Unplayed(record), None) => file.write_episode(&record)?,
-                        (MergeSource::Part(_), None) => unreachable!("parts are prepared"),
+            let mut items = batches.into_iter().flatten().peekable();
+            while let Some(item) = items.peek() {
+                match item {
+                    MergeItem::Prepared(_) => {
+                        let run = std::iter::from_fn(|| match items.next_if(|i| matches!(i, MergeItem::Prepared(_))) {
+                            Some(MergeItem::Prepared(episode)) => Some(episode),
+                            _ => None,
+                        });
+                        file.write_prepared_all(run)?;
+                    }
+                    // A raw copy: the run's compressed chunks move as stored.
+                    MergeItem::Copy(..) => {
+                        if let Some(MergeItem::Copy(from, name)) = items.next() {
+                            file.copy_episode_from(&from, &name)?;
+                        }
                     }
                 }
             }
@@ -216,9 +251,12 @@ fn write_merged(path: &Path, submission: &str, benchmark: &str, sources: Vec<Mer
             let batch: Vec<_> = sources.by_ref().take(MERGE_BATCH).collect();
             let prepared = batch
                 .into_par_iter()
-                .map(|source| match &source {
-                    MergeSource::Part(part) => read_part(part).map(|r| (source, Some(PreparedEpisode::new(r)))),
-                    _ => Ok((source, None)),
+                .map(|source| match source {
+                    MergeSource::Part(part) => {
+                        read_part(&part).map(|r| MergeItem::Prepared(Box::new(PreparedEpisode::new(r))))
+                    }
+                    MergeSource::Unplayed(record) => Ok(MergeItem::Prepared(Box::new(PreparedEpisode::new(*record)))),
+                    MergeSource::Hdf5(from, name) => Ok(MergeItem::Copy(from, name)),
                 })
                 .collect::<anyhow::Result<Vec<_>>>();
             match prepared {
@@ -299,18 +337,33 @@ pub async fn episode_record(
     idx: i64,
     attempts: i64,
 ) -> anyhow::Result<Option<EpisodeRecord>> {
-    if let Some(merged) = objects.local_copy(&objects::trajectory_key(submission)).await? {
-        let name = trajectory_file::episode_group_name(idx as u32);
-        if let Some(record) = read_group(merged, name).await? {
-            return Ok(Some(record));
-        }
+    if let Some(record) = from_merged(objects, submission, idx).await? {
+        return Ok(Some(record));
     }
-    match stored_run(objects, submission, idx, attempts).await? {
-        Some(StoredRun::Part(path)) => {
+    let from_run = match stored_run(objects, submission, idx, attempts).await {
+        Ok(Some(StoredRun::Part(path))) => {
             let read = tokio::task::spawn_blocking(move || read_part(&path));
-            Ok(Some(read.await.context("the trajectory reader stopped")??))
+            read.await.context("the trajectory reader stopped")?.map(Some)
         }
-        Some(StoredRun::Hdf5(path)) => read_group(path, trajectory_file::episode_group_name(idx as u32)).await,
+        Ok(Some(StoredRun::Hdf5(path))) => read_group(path, trajectory_file::episode_group_name(idx as u32)).await,
+        Ok(None) => Ok(None),
+        Err(e) => Err(e.into()),
+    };
+    match from_run {
+        Ok(record) => Ok(record),
+        // The submission completed between the two looks: its merged file was stored and the
+        // run deleted while it was being read. The merged file has it now.
+        Err(e) => match from_merged(objects, submission, idx).await? {
+            Some(record) => Ok(Some(record)),
+            None => Err(e),
+        },
+    }
+}
+
+/// Episode `idx` from the submission's merged file, if it has one holding it.
+async fn from_merged(objects: &Objects, submission: &str, idx: i64) -> anyhow::Result<Option<EpisodeRecord>> {
+    match objects.local_copy(&objects::trajectory_key(submission)).await? {
+        Some(merged) => read_group(merged, trajectory_file::episode_group_name(idx as u32)).await,
         None => Ok(None),
     }
 }

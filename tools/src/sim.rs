@@ -130,6 +130,9 @@ pub struct BenchArgs {
     /// Requires --steps no longer than the shortest built-in motion (200).
     #[arg(long)]
     dump: Option<PathBuf>,
+    /// Skip trajectory recording (as training does); evaluations record every step.
+    #[arg(long)]
+    no_record: bool,
 }
 
 pub fn run(cmd: SimCommand) -> anyhow::Result<()> {
@@ -345,6 +348,7 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
     }
     let config = TrackingEnvConfig {
         backend,
+        record: !a.no_record,
         ..env_config(&robot, a.envs, a.threads)
     };
     let assignment = |e: usize| EpisodeAssignment {

@@ -350,12 +350,12 @@ pub async fn episode_record(
         Err(e) => Err(e.into()),
     };
     match from_run {
-        Ok(record) => Ok(record),
-        // The submission completed between the two looks: its merged file was stored and the
-        // run deleted while it was being read. The merged file has it now.
-        Err(e) => match from_merged(objects, submission, idx).await? {
+        Ok(Some(record)) => Ok(Some(record)),
+        // Gone or unreadable: the submission may have completed between the two looks (its
+        // merged file stored, then its runs deleted). The merged file has the episode now.
+        other => match from_merged(objects, submission, idx).await? {
             Some(record) => Ok(Some(record)),
-            None => Err(e),
+            None => other,
         },
     }
 }

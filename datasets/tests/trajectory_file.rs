@@ -577,3 +577,36 @@ fn chunks_filtered_outside_hdf5_are_the_ones_hdf5_stores() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The merge's writer: many prepared episodes (a zero-row one among them) in one opening of a
+/// file that already holds one, each read back as written, the earlier episode kept.
+#[test]
+fn prepared_episodes_written_in_one_opening_read_back() {
+    let dir = test_dir("prepared_all");
+    let path = dir.join("sub.h5");
+    let mut file = TrajectoryFile::open_or_create(&path, "s", "b").unwrap();
+    let first = sample_record(0, 7, 9);
+    file.write_episode(&first).unwrap();
+    let records = [
+        sample_record(1, 600, 2),
+        sample_record(2, 0, 3),
+        sample_record(3, 101, 4),
+    ];
+    file.write_prepared_all(records.iter().cloned().map(PreparedEpisode::new))
+        .unwrap();
+    assert_eq!(read_episode(&path, "episode_00000").unwrap(), first);
+    for r in &records {
+        let name = format!("episode_{:05}", r.episode);
+        assert_eq!(read_episode(&path, &name).unwrap(), *r, "{name}");
+    }
+    // A wrong-sized array stops the batch with the episode named; the file stays readable.
+    let mut bad = sample_record(5, 10, 1);
+    bad.rows.qvel.pop();
+    let err = file
+        .write_prepared_all([PreparedEpisode::new(sample_record(4, 10, 1)), PreparedEpisode::new(bad)])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("episode_00005/qvel"), "{err}");
+    assert_eq!(read_episode(&path, "episode_00004").unwrap(), sample_record(4, 10, 1));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -263,19 +263,21 @@ impl TrajectoryFile {
         &mut self,
         episodes: impl IntoIterator<Item = P>,
     ) -> Result<()> {
-        let path = self.path.as_path();
-        let file = batch_builder().open_rw(path).map_err(|err| open_error(path, err))?;
-        let written = episodes.into_iter().try_for_each(|prepared| {
-            let prepared = prepared.borrow();
-            let record = &prepared.record;
-            let name = episode_group_name(record.episode);
-            check_lengths(path, &name, record)?;
-            let strings = group_strings(path, &name, record)?;
-            write_group(path, &file, &name, record, &prepared.chunks, &strings)
-        });
-        let flushed = file.flush().map_err(h5err(path, "flush"));
-        let closed = file.close().map_err(h5err(path, "close"));
-        written.and(flushed).and(closed)
+        let mut batch = self.open_batch()?;
+        let written = episodes
+            .into_iter()
+            .try_for_each(|prepared| batch.write(prepared.borrow()));
+        let closed = batch.close();
+        written.and(closed)
+    }
+
+    /// Opens the file once for many [`EpisodeBatch::write`]s, as long as the caller needs
+    /// (a merge that goes on while a submission runs): the file on disk is complete only after
+    /// [`EpisodeBatch::close`].
+    pub fn open_batch(&mut self) -> Result<EpisodeBatch> {
+        let path = self.path.clone();
+        let file = batch_builder().open_rw(&path).map_err(|err| open_error(&path, err))?;
+        Ok(EpisodeBatch { path, file })
     }
 
     /// Copies episode group `name` of the trajectory file `source` into this file, replacing a
@@ -304,6 +306,32 @@ impl TrajectoryFile {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+/// A trajectory file held open by [`TrajectoryFile::open_batch`].
+#[derive(Debug)]
+pub struct EpisodeBatch {
+    path: PathBuf,
+    file: File,
+}
+
+impl EpisodeBatch {
+    /// [`TrajectoryFile::write_prepared`] without opening, flushing or closing the file.
+    pub fn write(&mut self, prepared: &PreparedEpisode) -> Result<()> {
+        let (path, record) = (self.path.as_path(), &prepared.record);
+        let name = episode_group_name(record.episode);
+        check_lengths(path, &name, record)?;
+        let strings = group_strings(path, &name, record)?;
+        write_group(path, &self.file, &name, record, &prepared.chunks, &strings)
+    }
+
+    /// Flushes and closes the file.
+    pub fn close(self) -> Result<()> {
+        let path = self.path.as_path();
+        let flushed = self.file.flush().map_err(h5err(path, "flush"));
+        let closed = self.file.close().map_err(h5err(path, "close"));
+        flushed.and(closed)
     }
 }
 

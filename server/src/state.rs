@@ -244,7 +244,7 @@ async fn complete_finished_runs(
                 return Ok(None);
             };
             let spec = catalog.spec(&submission.benchmark)?;
-            crate::orchestrator::committer::complete_submission(storage, objects, &spec, id).await
+            crate::orchestrator::committer::complete_submission(storage, objects, &spec, id, None).await
         };
         match done.await {
             Ok(Some(status)) => tracing::info!(

@@ -19,6 +19,9 @@ use arena_data::trajectory_file::{self, EpisodeRecord, PreparedEpisode, Trajecto
 use rayon::prelude::*;
 use std::path::{Path, PathBuf};
 
+pub mod merge_ahead;
+pub use merge_ahead::{AheadWritten, MergeAhead};
+
 /// Writes one episode run as a part file in the scratch folder and returns its path; blocking,
 /// and safe to run for many episodes at once (the committer does so on every core).
 pub fn write_part(objects: &Objects, record: &EpisodeRecord) -> anyhow::Result<PathBuf> {
@@ -121,16 +124,45 @@ pub async fn discard_episode(objects: &Objects, submission: &str, idx: i64, atte
 /// (0 rows) with its status and reason, so the file lists what REST and the report list. A
 /// committed episode whose run is missing is an error (another session completed the submission
 /// and deleted the runs meanwhile), so an incomplete file is never stored. Two sessions that
-/// both read every run write the same file.
-pub async fn merge(objects: &Objects, submission: &str, benchmark: &str, rows: &[EpisodeRow]) -> anyhow::Result<()> {
+/// both read every run write files with the same groups and contents.
+///
+/// `ahead`: what this session's [`MergeAhead`] already wrote; the merge adds the rest to it
+/// when it holds exactly committed runs of `rows`, else starts over (the reason logged).
+pub async fn merge(
+    objects: &Objects,
+    submission: &str,
+    benchmark: &str,
+    rows: &[EpisodeRow],
+    ahead: Option<AheadWritten>,
+) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
-    let merged = objects.scratch_file(".h5");
+    let ahead = ahead.filter(|a| match a.misfit(rows) {
+        None => true,
+        Some(why) => {
+            tracing::warn!("submission {submission}: the merge ahead is not used: {why}");
+            false
+        }
+    });
+    let merged = match &ahead {
+        Some(a) => a.path().to_path_buf(),
+        None => objects.scratch_file(".h5"),
+    };
     let mut timings = MergeTimings::default();
-    let result = merge_into(objects, submission, benchmark, rows, &merged, &mut timings).await;
+    let result = merge_into(
+        objects,
+        submission,
+        benchmark,
+        rows,
+        ahead.as_ref(),
+        &merged,
+        &mut timings,
+    )
+    .await;
     let _ = tokio::fs::remove_file(&merged).await;
     let round = |s: f64| (s * 1000.0).round() / 1000.0;
     let breakdown = serde_json::json!({
-        "episodes": rows.len(), "merge_s": round(started.elapsed().as_secs_f64()),
+        "episodes": rows.len(), "written_ahead": ahead.as_ref().map_or(0, AheadWritten::len),
+        "merge_s": round(started.elapsed().as_secs_f64()),
         "find_s": round(timings.find_s), "write_s": round(timings.write_s), "store_s": round(timings.store_s),
     });
     tracing::info!(target: "arena_timings", "merge {breakdown}");
@@ -163,6 +195,7 @@ async fn merge_into(
     submission: &str,
     benchmark: &str,
     rows: &[EpisodeRow],
+    ahead: Option<&AheadWritten>,
     merged: &std::path::Path,
     timings: &mut MergeTimings,
 ) -> anyhow::Result<()> {
@@ -171,7 +204,8 @@ async fn merge_into(
     // its earlier episodes in that file (same key as the merged one): they are carried over.
     let legacy = objects.local_copy(&objects::trajectory_key(submission)).await?;
     let mut sources = Vec::new();
-    for row in rows.iter().filter(|r| r.status.is_final()) {
+    let written_ahead = |idx| ahead.is_some_and(|a| a.holds(idx));
+    for row in rows.iter().filter(|r| r.status.is_final() && !written_ahead(r.idx)) {
         let name = trajectory_file::episode_group_name(row.idx as u32);
         let stored = match row.attempts {
             0 => None,
@@ -312,7 +346,7 @@ pub async fn settle_failed(
         return Ok(());
     }
     let rows = storage.episodes(submission).await?;
-    merge(objects, submission, &s.benchmark, &rows).await?;
+    merge(objects, submission, &s.benchmark, &rows, None).await?;
     delete_parts(objects, submission).await?;
     Ok(())
 }
@@ -514,7 +548,7 @@ mod tests {
                 ..row(5, EpisodeState::Completed, 1)
             },
         ];
-        merge(&objects, "sub", "bench", &rows).await.unwrap();
+        merge(&objects, "sub", "bench", &rows, None).await.unwrap();
         let merged = submission_file(&objects, "sub").await.unwrap().unwrap();
         assert_eq!(
             trajectory_file::episode_names(&merged).unwrap(),
@@ -550,10 +584,127 @@ mod tests {
         assert!(objects.exists(&objects::trajectory_key("sub")).await.unwrap());
         // A second merge after the runs were deleted (a concurrent completion) refuses to
         // store a file without them.
-        let e = merge(&objects, "sub", "bench", &rows).await.unwrap_err().to_string();
+        let e = merge(&objects, "sub", "bench", &rows, None)
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("episode 1 (attempt 2) is gone"), "{e}");
         let kept = submission_file(&objects, "sub").await.unwrap().unwrap();
         assert_eq!(trajectory_file::episode_names(&kept).unwrap().len(), 5);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// A merge ahead's file is completed with what it does not hold (parts, unplayed
+    /// episodes); one that holds a run the rows do not count is dropped for the full merge; no
+    /// ahead file outlives its merge or its session.
+    #[tokio::test]
+    async fn the_merge_ahead_is_completed_or_dropped() {
+        let dir = std::env::temp_dir().join(format!("arena-merge-ahead-{}", std::process::id()));
+        let objects = Objects::open("", &dir, std::time::Duration::from_secs(1)).unwrap();
+        let scratch = objects.scratch_file("").parent().unwrap().to_path_buf();
+        let ahead_files = || {
+            std::fs::read_dir(&scratch)
+                .unwrap()
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".ahead.h5"))
+                .count()
+        };
+        // Episodes 0 and 1 committed by this session, 2 by another one, 3 never played.
+        for (idx, rows) in [(0, 3), (1, 5), (2, 4)] {
+            store_episode(&objects, "sub", 1, record(idx, rows)).await.unwrap();
+        }
+        let committed = |idx| EpisodeRow {
+            committed_by: Some("r0".into()),
+            ..row(idx, EpisodeState::Completed, 1)
+        };
+        let rows = [
+            committed(0),
+            committed(1),
+            committed(2),
+            row(3, EpisodeState::Failed, 0),
+        ];
+        let mut ahead = MergeAhead::start(&objects, "sub", "bench");
+        ahead.add(0, 1, PreparedEpisode::new(record(0, 3)));
+        ahead.add(1, 1, PreparedEpisode::new(record(1, 5)));
+        let written = ahead.finish().expect("two runs written ahead");
+        assert_eq!((written.len(), written.holds(1), written.holds(2)), (2, true, false));
+        assert_eq!(written.misfit(&rows), None);
+        assert_eq!(ahead_files(), 1);
+        merge(&objects, "sub", "bench", &rows, Some(written)).await.unwrap();
+        let merged = submission_file(&objects, "sub").await.unwrap().unwrap();
+        let names = trajectory_file::episode_names(&merged).unwrap();
+        assert_eq!(
+            names,
+            ["episode_00000", "episode_00001", "episode_00002", "episode_00003"]
+        );
+        for (idx, rows) in [(0, 3), (1, 5), (2, 4)] {
+            let name = trajectory_file::episode_group_name(idx);
+            assert_eq!(
+                trajectory_file::read_episode(&merged, &name).unwrap(),
+                record(idx, rows)
+            );
+        }
+        assert_eq!(
+            trajectory_file::read_episode(&merged, "episode_00003")
+                .unwrap()
+                .num_rows(),
+            0
+        );
+        assert_eq!(ahead_files(), 0, "the ahead file went with the merge");
+
+        // Run 1 of episode 2 written ahead, but the row counts run 2 (stored as a part): the
+        // full merge takes the part.
+        store_episode(&objects, "sub", 2, record(2, 6)).await.unwrap();
+        let recounted = [
+            committed(0),
+            committed(1),
+            EpisodeRow {
+                attempts: 2,
+                ..committed(2)
+            },
+        ];
+        let mut ahead = MergeAhead::start(&objects, "sub", "bench");
+        ahead.add(2, 1, PreparedEpisode::new(record(2, 4)));
+        let written = ahead.finish().unwrap();
+        let why = written.misfit(&recounted).unwrap();
+        assert!(
+            why.contains("run 1 of episode 2") && why.contains("counts run 2"),
+            "{why}"
+        );
+        merge(&objects, "sub", "bench", &recounted, Some(written))
+            .await
+            .unwrap();
+        let merged = submission_file(&objects, "sub").await.unwrap().unwrap();
+        assert_eq!(
+            trajectory_file::read_episode(&merged, "episode_00002").unwrap(),
+            record(2, 6)
+        );
+        assert_eq!(ahead_files(), 0);
+
+        // A file removed meanwhile (taken for abandoned scratch) is not used.
+        let mut ahead = MergeAhead::start(&objects, "sub", "bench");
+        ahead.add(0, 1, PreparedEpisode::new(record(0, 3)));
+        let written = ahead.finish().unwrap();
+        std::fs::remove_file(written.path()).unwrap();
+        let why = written.misfit(&recounted).unwrap();
+        assert!(why.contains("cannot be read"), "{why}");
+        merge(&objects, "sub", "bench", &recounted, Some(written))
+            .await
+            .unwrap();
+        let merged = submission_file(&objects, "sub").await.unwrap().unwrap();
+        assert_eq!(
+            trajectory_file::read_episode(&merged, "episode_00000").unwrap(),
+            record(0, 3)
+        );
+
+        // A session that ends without completing the submission leaves no file; one that
+        // committed nothing has nothing to offer.
+        let mut ahead = MergeAhead::start(&objects, "sub", "bench");
+        ahead.add(0, 1, PreparedEpisode::new(record(0, 3)));
+        drop(ahead);
+        assert_eq!(ahead_files(), 0);
+        assert!(MergeAhead::start(&objects, "sub", "bench").finish().is_none());
+        assert_eq!(ahead_files(), 0);
         std::fs::remove_dir_all(&dir).ok();
     }
 }

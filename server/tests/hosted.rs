@@ -122,15 +122,7 @@ fn an_uploaded_policy_is_evaluated_by_the_server() {
         Some(29),
         "{mapping}"
     );
-    let started = Instant::now();
-    let submission = loop {
-        let (_, s) = server.get(&format!("/api/v1/submissions/{id}"), Some(&token));
-        if s["status"] == "COMPLETED" || s["status"] == "FAILED" {
-            break s;
-        }
-        assert!(started.elapsed() < Duration::from_secs(300), "still {s}");
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let submission = server.wait_final(&id, &token, Duration::from_secs(300));
     assert_eq!(submission["status"], "COMPLETED", "{submission}");
     let sessions = submission["sessions"].as_array().unwrap();
     assert_eq!(sessions[0]["outcome"], "completed", "{submission}");
@@ -399,15 +391,7 @@ fn a_hosted_run_resumes_after_a_crash() {
     }
     server.kill9();
     let server = ServerProc::start(&dir, &args);
-    let started = Instant::now();
-    let s = loop {
-        let (_, s) = server.get(&format!("/api/v1/submissions/{id}"), Some(&token));
-        if s["status"] == "COMPLETED" || s["status"] == "FAILED" {
-            break s;
-        }
-        assert!(started.elapsed() < Duration::from_secs(600), "{s}");
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let s = server.wait_final(&id, &token, Duration::from_secs(600));
     assert_eq!(s["status"], "COMPLETED", "{s}");
     assert_eq!(s["progress"]["finished"].as_u64(), Some(total), "{s}");
     let sessions = s["sessions"].as_array().unwrap();

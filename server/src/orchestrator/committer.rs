@@ -6,9 +6,10 @@ use super::lane::{Finished, LaneEnd};
 use super::{RunContext, RunOutcome, Sink, db_call};
 use crate::results;
 use crate::storage::{EpisodeOutcome, StorageError, SubmissionStatus};
-use crate::trajectory_store;
+use crate::trajectory_store::{self, AheadWritten, MergeAhead};
 use arena_bench::aggregate::EpisodeStatus;
 use arena_data::trajectory_file::EpisodeRecord;
+use arena_data::trajectory_file::PreparedEpisode;
 use arena_runner::episode;
 use arena_runner::local::status_name;
 use arena_sdk::protocol::{Disconnect, EpisodeEnd, Msg};
@@ -28,13 +29,23 @@ struct Timings {
     score_s: f64,
     store_s: f64,
     commit_s: f64,
+    /// Waiting for the merge ahead's writer to take a committed run.
+    ahead_wait_s: f64,
     episodes: u64,
 }
 
-pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
+/// Scores, stores and commits what the lanes finish until every lane has ended; returns the
+/// session's merge ahead (a submission's), for [`finish`].
+pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) -> Option<MergeAhead> {
     let spec = &ctx.benchmark.spec;
     let metric_config = episode::metric_config(spec);
     let mut timings = Timings::default();
+    let mut ahead = match &ctx.sink {
+        Sink::Submission {
+            submission_id, objects, ..
+        } => Some(MergeAhead::start(objects, submission_id, &spec.name)),
+        Sink::Practice => None,
+    };
     let begun = std::time::Instant::now();
     // Episodes that finished together are scored together on every core (scoring 4096 2-second
     // episodes one by one took 17.6 s on an H100 machine's 16 cores), in batches: while one
@@ -81,7 +92,7 @@ pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
         let next_scored = std::thread::scope(|s| {
             let scoring = next.map(|batch| s.spawn(|| score(batch)));
             if let Some((batch, scores)) = scored.take() {
-                store_and_commit(ctx, batch, scores, &metric_config, &mut timings);
+                store_and_commit(ctx, batch, scores, &metric_config, ahead.as_mut(), &mut timings);
             }
             scoring.map(|h| h.join().expect("scoring does not panic"))
         });
@@ -94,17 +105,21 @@ pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) {
     let breakdown = serde_json::json!({
         "episodes": timings.episodes, "wall_s": round(begun.elapsed().as_secs_f64()),
         "score_s": round(timings.score_s), "store_s": round(timings.store_s), "commit_s": round(timings.commit_s),
+        "ahead_wait_s": round(timings.ahead_wait_s),
     });
     tracing::info!(target: "arena_timings", "committer {breakdown}");
+    ahead
 }
 
-/// Stores the trajectories of a scored batch, commits each result, and only then tells the
-/// agent (EpisodeEnd); in the order the episodes finished.
+/// Stores the trajectories of a scored batch, commits each result, hands each committed run to
+/// the merge ahead, and only then tells the agent (EpisodeEnd); in the order the episodes
+/// finished.
 fn store_and_commit(
     ctx: &RunContext,
     batch: Vec<Finished>,
     scored: Vec<Scored>,
     metric_config: &arena_bench::metrics::MetricConfig,
+    mut ahead: Option<&mut MergeAhead>,
     timings: &mut Timings,
 ) {
     // The trajectories move into their records.
@@ -127,25 +142,31 @@ fn store_and_commit(
         Sink::Submission {
             submission_id, objects, ..
         } => {
-            // Part files are written on every core at once (no HDF5 in them), then stored.
+            // Part files are written on every core at once (no HDF5 in them), then stored; the
+            // merge ahead's copy is compressed beside them.
+            let merging_ahead = ahead.is_some();
             let written: Vec<_> = records
                 .into_par_iter()
                 .map(|(attempt, record)| {
                     let idx = record.episode as i64;
-                    (idx, attempt, trajectory_store::write_part(objects, &record))
+                    let part = trajectory_store::write_part(objects, &record);
+                    let prepared = (merging_ahead && part.is_ok()).then(|| PreparedEpisode::new(record));
+                    (idx, attempt, part, prepared)
                 })
                 .collect();
             written
                 .into_iter()
-                .map(|(idx, attempt, scratch)| {
-                    let scratch = scratch?;
-                    ctx.runtime.block_on(trajectory_store::put_part(
-                        objects,
-                        submission_id,
-                        idx,
-                        attempt,
-                        &scratch,
-                    ))
+                .map(|(idx, attempt, scratch, prepared)| {
+                    let stored = scratch.and_then(|scratch| {
+                        ctx.runtime.block_on(trajectory_store::put_part(
+                            objects,
+                            submission_id,
+                            idx,
+                            attempt,
+                            &scratch,
+                        ))
+                    });
+                    (stored, prepared)
                 })
                 .collect()
         }
@@ -165,7 +186,7 @@ fn store_and_commit(
         {
             let idx = episode.index as i64;
             let attempt = run_attempt as i64;
-            let stored = stored.next().expect("one store per episode of a submission");
+            let (stored, prepared) = stored.next().expect("one store per episode of a submission");
             if let Err(e) = stored {
                 // Nothing is lost: the run goes back to the queue (FAILED after its last
                 // attempt) with the reason. The error names server files and the store: the log
@@ -204,7 +225,13 @@ fn store_and_commit(
             });
             timings.commit_s += started.elapsed().as_secs_f64();
             match committed {
-                Ok(true) => {}
+                Ok(true) => {
+                    if let (Some(ahead), Some(prepared)) = (ahead.as_deref_mut(), prepared) {
+                        let started = std::time::Instant::now();
+                        ahead.add(idx, attempt, prepared);
+                        timings.ahead_wait_s += started.elapsed().as_secs_f64();
+                    }
+                }
                 Ok(false) => {
                     tracing::warn!(
                         "episode {idx} is not this server's to commit any more (finished, cancelled or claimed again after its lease expired); result not counted"
@@ -268,7 +295,8 @@ fn record_of(
 
 /// After the lanes and the committer stop: completes the submission when every episode is final
 /// (report from the stored rows, so episodes of earlier sessions count exactly once).
-pub fn finish(ctx: &RunContext, lanes: &[LaneEnd]) -> RunOutcome {
+/// `ahead`: the session's merge ahead, from [`run_committer`].
+pub fn finish(ctx: &RunContext, lanes: &[LaneEnd], ahead: Option<MergeAhead>) -> RunOutcome {
     if let Some(LaneEnd::Error(e)) = lanes.iter().find(|l| matches!(l, LaneEnd::Error(_))) {
         return RunOutcome::Error(e.clone());
     }
@@ -281,6 +309,8 @@ pub fn finish(ctx: &RunContext, lanes: &[LaneEnd]) -> RunOutcome {
     else {
         return RunOutcome::Stopped;
     };
+    // What the merge ahead wrote serves the first try only (a failed try may have added to it).
+    let mut ahead = ahead.and_then(MergeAhead::finish);
     // A database restarting meanwhile is waited for (every step below is idempotent).
     let started = std::time::Instant::now();
     let complete = loop {
@@ -289,6 +319,7 @@ pub fn finish(ctx: &RunContext, lanes: &[LaneEnd]) -> RunOutcome {
             objects,
             &ctx.benchmark.spec,
             submission_id,
+            ahead.take(),
         ));
         match attempt {
             Err(e)
@@ -322,12 +353,14 @@ pub fn finish(ctx: &RunContext, lanes: &[LaneEnd]) -> RunOutcome {
 /// Completes a submission whose episodes are all final: merged trajectories and report into the
 /// store, then COMPLETED with the report and leaderboard summary. None while episodes are left.
 /// Run at the end of a session, and by a starting server for submissions whose server stopped
-/// between the last episode and this ([`crate::state::AppState::open`]).
+/// between the last episode and this ([`crate::state::AppState::open`]). `ahead`: what the
+/// ending session's merge ahead wrote ([`trajectory_store::merge`]).
 pub async fn complete_submission(
     storage: &crate::storage::Storage,
     objects: &crate::objects::Objects,
     spec: &arena_bench::spec::BenchmarkSpec,
     submission_id: &str,
+    ahead: Option<AheadWritten>,
 ) -> anyhow::Result<Option<SubmissionStatus>> {
     let (pending, running, _) = storage.episode_counts(submission_id).await?;
     if pending > 0 || running > 0 {
@@ -352,7 +385,7 @@ pub async fn complete_submission(
     let json = serde_json::to_string(&report)?;
     // Files first, then the status: a replica that dies in between leaves the submission
     // open, and whichever session ends it next does this again (every step is idempotent).
-    if let Err(e) = trajectory_store::merge(objects, submission_id, &spec.name, &rows).await {
+    if let Err(e) = trajectory_store::merge(objects, submission_id, &spec.name, &rows, ahead).await {
         // Another session (another replica) may have completed it meanwhile, deleting the
         // runs this merge was reading.
         match storage.submission(submission_id).await? {

@@ -165,7 +165,7 @@ pub fn start(ctx: Arc<RunContext>) -> RunHandle {
             let (lane_results, committed) = committer;
             let outcome = match committed {
                 Err(_) => RunOutcome::Error("the committer panicked".into()),
-                Ok(()) => committer::finish(&ctx, &lane_results),
+                Ok(ahead) => committer::finish(&ctx, &lane_results, ahead),
             };
             let _ = done_tx.send(outcome);
         })

@@ -166,13 +166,24 @@ impl ServerProc {
         (status, serde_json::from_str(json).unwrap_or(serde_json::Value::Null))
     }
 
-    /// Polls submission `id` until it is COMPLETED or FAILED (at most `limit`); its JSON.
+    /// Polls submission `id` until it is COMPLETED or FAILED (at most `limit`), then for up to
+    /// 10 s more until its last session's outcome is on record (the server records a session's
+    /// end just after the submission's status; a session cut by a killed server has none); its
+    /// JSON.
     pub fn wait_final(&self, id: &str, token: &str, limit: std::time::Duration) -> serde_json::Value {
         let started = std::time::Instant::now();
+        let mut became_final = None;
         loop {
             let (_, s) = self.get(&format!("/api/v1/submissions/{id}"), Some(token));
             if s["status"] == "COMPLETED" || s["status"] == "FAILED" {
-                return s;
+                let since = *became_final.get_or_insert_with(std::time::Instant::now);
+                let recorded = s["sessions"]
+                    .as_array()
+                    .and_then(|all| all.last())
+                    .is_none_or(|last| !last["outcome"].is_null());
+                if recorded || since.elapsed() > std::time::Duration::from_secs(10) {
+                    return s;
+                }
             }
             assert!(started.elapsed() < limit, "still {s}\n{}", self.log_text());
             std::thread::sleep(std::time::Duration::from_millis(100));

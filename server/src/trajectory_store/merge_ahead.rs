@@ -1,0 +1,194 @@
+//! The merge begun while a submission runs.
+//!
+//! Every run a session commits is written into a scratch copy of the submission's merged file
+//! on a thread of its own, right after its commit, while the lanes and the committer go on.
+//! When the last episode is committed, [`super::merge`] adds only what this session did not
+//! write (runs committed by other sessions or replicas, episodes given up on) and stores the
+//! file, instead of reading every part back and writing every episode then: the HDF5 writing of
+//! thousands of episodes that end together no longer waits for the last commit (the library
+//! runs its calls on one thread). The parts stay the durable copy; this file is only ever a
+//! shortcut, and [`AheadWritten::fits`] drops it for the full merge whenever it does not hold
+//! exactly the committed runs it claims.
+
+use crate::objects::Objects;
+use arena_data::trajectory_file::{self, PreparedEpisode, TrajectoryFile};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+
+/// Committed runs queued for the writer at most: bounds the memory (about 0.4 MB per
+/// two-second episode) when episodes are committed faster than one thread writes them.
+const QUEUE: usize = 64;
+
+/// A committed run on its way to the file.
+struct Committed {
+    idx: i64,
+    attempt: i64,
+    episode: PreparedEpisode,
+}
+
+/// The writer of a session's merge ahead (see the module's doc).
+pub struct MergeAhead {
+    to_writer: Option<mpsc::SyncSender<Committed>>,
+    writer: Option<std::thread::JoinHandle<anyhow::Result<BTreeMap<i64, i64>>>>,
+    path: PathBuf,
+}
+
+impl MergeAhead {
+    /// Starts the writer of a scratch file for `submission` (created with the first episode).
+    pub fn start(objects: &Objects, submission: &str, benchmark: &str) -> Self {
+        let path = objects.scratch_file(".ahead.h5");
+        let (to_writer, committed) = mpsc::sync_channel::<Committed>(QUEUE);
+        let (file, sub, bench) = (path.clone(), submission.to_string(), benchmark.to_string());
+        let writer = std::thread::Builder::new()
+            .name("arena-merge-ahead".into())
+            .spawn(move || write_ahead(&file, &sub, &bench, committed));
+        match writer {
+            Ok(writer) => Self {
+                to_writer: Some(to_writer),
+                writer: Some(writer),
+                path,
+            },
+            Err(e) => {
+                tracing::warn!("submission {submission}: no merge ahead ({e}); the final merge writes every episode");
+                Self {
+                    to_writer: None,
+                    writer: None,
+                    path,
+                }
+            }
+        }
+    }
+
+    /// Hands the committed run `attempt` of episode `idx` to the writer, waiting while
+    /// [`QUEUE`] runs are queued. A writer that failed takes nothing more (the final merge
+    /// then writes every episode).
+    pub fn add(&mut self, idx: i64, attempt: i64, episode: PreparedEpisode) {
+        let Some(to_writer) = &self.to_writer else {
+            return;
+        };
+        if to_writer.send(Committed { idx, attempt, episode }).is_err() {
+            self.to_writer = None;
+        }
+    }
+
+    /// Waits for the writer to write what it was given and close the file: what it wrote, or
+    /// None when it failed (logged; the file is removed).
+    pub fn finish(mut self) -> Option<AheadWritten> {
+        self.to_writer = None;
+        let writer = self.writer.take()?;
+        match writer.join() {
+            Ok(Ok(runs)) if !runs.is_empty() => Some(AheadWritten {
+                path: std::mem::take(&mut self.path),
+                runs,
+            }),
+            Ok(Ok(_)) => None,
+            Ok(Err(e)) => {
+                tracing::warn!("the merge ahead stopped: {e:#}; the final merge writes every episode");
+                None
+            }
+            Err(_) => {
+                tracing::error!("the merge ahead panicked; the final merge writes every episode");
+                None
+            }
+        }
+    }
+}
+
+impl Drop for MergeAhead {
+    /// A session that ends without finishing it (or whose writer failed) leaves no file.
+    fn drop(&mut self) {
+        self.to_writer = None;
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
+        }
+        if !self.path.as_os_str().is_empty() {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// The writer's thread: one opening of the file for the whole session.
+fn write_ahead(
+    path: &Path,
+    submission: &str,
+    benchmark: &str,
+    committed: mpsc::Receiver<Committed>,
+) -> anyhow::Result<BTreeMap<i64, i64>> {
+    let mut runs = BTreeMap::new();
+    let Ok(first) = committed.recv() else {
+        return Ok(runs); // nothing committed in this session
+    };
+    let mut file = TrajectoryFile::open_or_create(path, submission, benchmark)?;
+    let mut batch = file.open_batch()?;
+    let mut written = Ok(());
+    for run in std::iter::once(first).chain(committed) {
+        if let Err(e) = batch.write(&run.episode) {
+            written = Err(e);
+            break; // the receiver goes: later runs are refused
+        }
+        runs.insert(run.idx, run.attempt);
+    }
+    let closed = batch.close();
+    written?;
+    closed?;
+    Ok(runs)
+}
+
+/// A merge ahead's closed file and the runs in it (episode index → attempt). The file is
+/// removed when this is dropped.
+#[derive(Debug)]
+pub struct AheadWritten {
+    path: PathBuf,
+    runs: BTreeMap<i64, i64>,
+}
+
+impl AheadWritten {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether it wrote episode `idx`.
+    pub fn holds(&self, idx: i64) -> bool {
+        self.runs.contains_key(&idx)
+    }
+
+    pub fn len(&self) -> usize {
+        self.runs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+
+    /// None when every run it holds is the committed run of a final episode among `rows`
+    /// (the attempt the row counts) and its file still holds every one; else why not. (The
+    /// file is gone if a replica starting meanwhile took it for abandoned scratch.)
+    pub fn misfit(&self, rows: &[crate::storage::EpisodeRow]) -> Option<String> {
+        let by_idx: BTreeMap<i64, &crate::storage::EpisodeRow> = rows.iter().map(|r| (r.idx, r)).collect();
+        let counted = self.runs.iter().find_map(|(idx, attempt)| match by_idx.get(idx) {
+            Some(row) if row.status.is_final() && row.committed_by.is_some() && row.attempts == *attempt => None,
+            Some(row) => Some(format!(
+                "it holds run {attempt} of episode {idx}, whose row counts run {} ({})",
+                row.attempts,
+                row.status.as_str()
+            )),
+            None => Some(format!("it holds episode {idx}, which the submission does not have")),
+        });
+        counted.or_else(|| match trajectory_file::episode_names(&self.path) {
+            Err(e) => Some(format!("its file cannot be read: {e}")),
+            Ok(names) => self
+                .runs
+                .keys()
+                .map(|idx| trajectory_file::episode_group_name(*idx as u32))
+                .find(|name| names.binary_search(name).is_err())
+                .map(|name| format!("its file {} has no {name}", self.path.display())),
+        })
+    }
+}
+
+impl Drop for AheadWritten {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}

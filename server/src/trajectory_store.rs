@@ -136,6 +136,7 @@ pub async fn merge(
     ahead: Option<AheadWritten>,
 ) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
+    let ahead_drain_s = ahead.as_ref().map_or(0.0, AheadWritten::drain_s);
     let ahead = ahead.filter(|a| match a.misfit(rows) {
         None => true,
         Some(why) => {
@@ -162,6 +163,7 @@ pub async fn merge(
     let round = |s: f64| (s * 1000.0).round() / 1000.0;
     let breakdown = serde_json::json!({
         "episodes": rows.len(), "written_ahead": ahead.as_ref().map_or(0, AheadWritten::len),
+        "ahead_drain_s": round(ahead_drain_s),
         "merge_s": round(started.elapsed().as_secs_f64()),
         "find_s": round(timings.find_s), "write_s": round(timings.write_s), "store_s": round(timings.store_s),
     });

@@ -17,8 +17,10 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
 /// Committed runs queued for the writer at most: bounds the memory (about 0.4 MB per
-/// two-second episode) when episodes are committed faster than one thread writes them.
-const QUEUE: usize = 64;
+/// two-second episode) when episodes are committed faster than one thread writes them. One
+/// committer batch: with 64 the committer waited 0.27 s for the writer at the end of 1024
+/// episodes that ended together, with 256 0.01 s (and its tail 0.1 s shorter; 2 cores).
+const QUEUE: usize = 256;
 
 /// A committed run on its way to the file.
 struct Committed {
@@ -77,10 +79,12 @@ impl MergeAhead {
     pub fn finish(mut self) -> Option<AheadWritten> {
         self.to_writer = None;
         let writer = self.writer.take()?;
+        let started = std::time::Instant::now();
         match writer.join() {
             Ok(Ok(runs)) if !runs.is_empty() => Some(AheadWritten {
                 path: std::mem::take(&mut self.path),
                 runs,
+                drain_s: started.elapsed().as_secs_f64(),
             }),
             Ok(Ok(_)) => None,
             Ok(Err(e)) => {
@@ -141,6 +145,8 @@ fn write_ahead(
 pub struct AheadWritten {
     path: PathBuf,
     runs: BTreeMap<i64, i64>,
+    /// How long [`MergeAhead::finish`] waited for the writer to write what was queued.
+    drain_s: f64,
 }
 
 impl AheadWritten {
@@ -159,6 +165,10 @@ impl AheadWritten {
 
     pub fn is_empty(&self) -> bool {
         self.runs.is_empty()
+    }
+
+    pub fn drain_s(&self) -> f64 {
+        self.drain_s
     }
 
     /// None when every run it holds is the committed run of a final episode among `rows`

@@ -26,7 +26,56 @@ pub use merge_ahead::{AheadWritten, MergeAhead};
 /// and safe to run for many episodes at once (the committer does so on every core).
 pub fn write_part(objects: &Objects, record: &EpisodeRecord) -> anyhow::Result<PathBuf> {
     let scratch = objects.scratch_file(".part");
-    let written = std::fs::File::create(&scratch)
+    write_part_file(&scratch, record).map(|()| scratch)
+}
+
+/// A part written by [`write_part_for`]: already stored, or a scratch file for [`put_part`].
+pub enum WrittenPart {
+    Stored,
+    Scratch(PathBuf),
+}
+
+/// Writes run `attempt` of episode `idx` as its part: straight into a `file://` store (under a
+/// temporary name in the key's folder, renamed once complete, as the store's own writes are),
+/// else, or if that fails (then logged), into the scratch folder for [`put_part`], which
+/// retries. Blocking, and safe to run for many episodes at once: the direct write saves the
+/// committer a scratch file, a link and a removal per run, one after the other.
+pub fn write_part_for(
+    objects: &Objects,
+    submission: &str,
+    idx: i64,
+    attempt: i64,
+    record: &EpisodeRecord,
+) -> anyhow::Result<WrittenPart> {
+    if let Some(target) = objects.local_path(&objects::episode_part_key(submission, idx, attempt)) {
+        match write_in_place(&target, record) {
+            Ok(()) => return Ok(WrittenPart::Stored),
+            Err(e) => tracing::warn!("{e:#}; writing it through the scratch folder instead"),
+        }
+    }
+    write_part(objects, record).map(WrittenPart::Scratch)
+}
+
+/// Writes `target` by way of a temporary name beside it (`#` and a number: the store's own
+/// staging names, which its listings skip).
+fn write_in_place(target: &Path, record: &EpisodeRecord) -> anyhow::Result<()> {
+    if let Some(dir) = target.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let mut staged = target.as_os_str().to_owned();
+    staged.push(format!("#{}", uuid::Uuid::new_v4().as_u128() % 1_000_000_000_000));
+    let staged = PathBuf::from(staged);
+    write_part_file(&staged, record)?;
+    std::fs::rename(&staged, target)
+        .with_context(|| format!("renaming {} to {}", staged.display(), target.display()))
+        .inspect_err(|_| {
+            let _ = std::fs::remove_file(&staged);
+        })
+}
+
+/// One part file at `path` (removed again if writing fails).
+fn write_part_file(path: &Path, record: &EpisodeRecord) -> anyhow::Result<()> {
+    let written = std::fs::File::create(path)
         .map_err(anyhow::Error::from)
         .and_then(|file| {
             let mut out = std::io::BufWriter::with_capacity(256 * 1024, file);
@@ -34,17 +83,14 @@ pub fn write_part(objects: &Objects, record: &EpisodeRecord) -> anyhow::Result<P
             std::io::Write::flush(&mut out)?;
             Ok(())
         });
-    match written {
-        Ok(()) => Ok(scratch),
-        Err(e) => {
-            let _ = std::fs::remove_file(&scratch);
-            Err(e.context(format!(
-                "writing episode {}'s trajectory to {}",
-                record.episode,
-                scratch.display()
-            )))
-        }
-    }
+    written.map_err(|e| {
+        let _ = std::fs::remove_file(path);
+        e.context(format!(
+            "writing episode {}'s trajectory to {}",
+            record.episode,
+            path.display()
+        ))
+    })
 }
 
 /// Stores a part written by [`write_part`] as run `attempt` of episode `idx`, under
@@ -62,7 +108,7 @@ pub async fn put_part(
     Ok(stored?)
 }
 
-/// [`write_part`] then [`put_part`], for one episode.
+/// [`write_part_for`] then, for a scratch file, [`put_part`], for one episode.
 pub async fn store_episode(
     objects: &Objects,
     submission: &str,
@@ -70,11 +116,14 @@ pub async fn store_episode(
     record: EpisodeRecord,
 ) -> anyhow::Result<()> {
     let idx = record.episode as i64;
-    let objects2 = objects.clone();
-    let scratch = tokio::task::spawn_blocking(move || write_part(&objects2, &record))
+    let (objects2, submission2) = (objects.clone(), submission.to_string());
+    let written = tokio::task::spawn_blocking(move || write_part_for(&objects2, &submission2, idx, attempt, &record))
         .await
         .context("the trajectory writer stopped")??;
-    put_part(objects, submission, idx, attempt, &scratch).await
+    match written {
+        WrittenPart::Stored => Ok(()),
+        WrittenPart::Scratch(scratch) => put_part(objects, submission, idx, attempt, &scratch).await,
+    }
 }
 
 /// A stored run of an episode: a part, or a one-episode HDF5 file from an older server.
@@ -354,11 +403,18 @@ pub async fn settle_failed(
 }
 
 /// Deletes every per-episode file of a submission (after the merge is stored and the submission
-/// is final; orphans of uncounted runs go too).
+/// is final; orphans of uncounted runs go too; in a `file://` store the folder too, with any
+/// part a killed server left half-written under its temporary name).
 pub async fn delete_parts(objects: &Objects, submission: &str) -> Result<(), ObjectError> {
     let prefix = objects::episode_parts_prefix(submission);
     for key in objects.list(&prefix).await? {
         objects.delete(&key).await?;
+    }
+    if let Some(folder) = objects.local_path(&prefix)
+        && let Err(e) = tokio::fs::remove_dir_all(&folder).await
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!("removing {}: {e}", folder.display());
     }
     objects.forget_cached(&prefix).await;
     Ok(())
@@ -581,8 +637,14 @@ mod tests {
             record(0, 3)
         );
         assert_eq!(objects.list("trajectories/sub").await.unwrap().len(), 4);
+        // Parts went straight into the file:// store; one a killed server left half-written
+        // under its temporary name is not listed, and goes with the folder.
+        let folder = objects.local_path(&objects::episode_parts_prefix("sub")).unwrap();
+        std::fs::write(folder.join("ep00009-a1.part#123456"), b"half").unwrap();
+        assert_eq!(objects.list("trajectories/sub").await.unwrap().len(), 4);
         delete_parts(&objects, "sub").await.unwrap();
         assert!(objects.list("trajectories/sub").await.unwrap().is_empty());
+        assert!(!folder.exists());
         assert!(objects.exists(&objects::trajectory_key("sub")).await.unwrap());
         // A second merge after the runs were deleted (a concurrent completion) refuses to
         // store a file without them.

@@ -6,7 +6,7 @@ use super::lane::{Finished, LaneEnd};
 use super::{RunContext, RunOutcome, Sink, db_call};
 use crate::results;
 use crate::storage::{EpisodeOutcome, StorageError, SubmissionStatus};
-use crate::trajectory_store::{self, AheadWritten, MergeAhead};
+use crate::trajectory_store::{self, AheadWritten, MergeAhead, WrittenPart};
 use arena_bench::aggregate::EpisodeStatus;
 use arena_data::trajectory_file::EpisodeRecord;
 use arena_data::trajectory_file::PreparedEpisode;
@@ -142,29 +142,31 @@ fn store_and_commit(
         Sink::Submission {
             submission_id, objects, ..
         } => {
-            // Part files are written on every core at once (no HDF5 in them), then stored; the
-            // merge ahead's copy is compressed beside them.
+            // Part files are written on every core at once (no HDF5 in them; straight into a
+            // file:// store, else then uploaded); the merge ahead's copy is compressed beside
+            // them.
             let merging_ahead = ahead.is_some();
             let written: Vec<_> = records
                 .into_par_iter()
                 .map(|(attempt, record)| {
                     let idx = record.episode as i64;
-                    let part = trajectory_store::write_part(objects, &record);
+                    let part = trajectory_store::write_part_for(objects, submission_id, idx, attempt, &record);
                     let prepared = (merging_ahead && part.is_ok()).then(|| PreparedEpisode::new(record));
                     (idx, attempt, part, prepared)
                 })
                 .collect();
             written
                 .into_iter()
-                .map(|(idx, attempt, scratch, prepared)| {
-                    let stored = scratch.and_then(|scratch| {
-                        ctx.runtime.block_on(trajectory_store::put_part(
+                .map(|(idx, attempt, part, prepared)| {
+                    let stored = part.and_then(|part| match part {
+                        WrittenPart::Stored => Ok(()),
+                        WrittenPart::Scratch(scratch) => ctx.runtime.block_on(trajectory_store::put_part(
                             objects,
                             submission_id,
                             idx,
                             attempt,
                             &scratch,
-                        ))
+                        )),
                     });
                     (stored, prepared)
                 })

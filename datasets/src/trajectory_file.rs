@@ -235,7 +235,15 @@ impl TrajectoryFile {
         // Filtered before the file is opened, outside HDF5's lock.
         let chunks = crate::trajectory_chunks::filter_record(record);
         let file = builder().open_rw(path).map_err(|err| open_error(path, err))?;
-        let written = write_group(path, &file, &name, record, &chunks, &strings);
+        let written = write_group(
+            path,
+            &file,
+            &name,
+            record,
+            &chunks,
+            &strings,
+            &mut DatasetMaker::Builder,
+        );
         // Flush and close even after a failed write, so the file stays consistent on disk.
         let flushed = file.flush().map_err(h5err(path, "flush"));
         let closed = file.close().map_err(h5err(path, "close"));
@@ -249,7 +257,15 @@ impl TrajectoryFile {
         check_lengths(path, &name, record)?;
         let strings = group_strings(path, &name, record)?;
         let file = builder().open_rw(path).map_err(|err| open_error(path, err))?;
-        let written = write_group(path, &file, &name, record, &prepared.chunks, &strings);
+        let written = write_group(
+            path,
+            &file,
+            &name,
+            record,
+            &prepared.chunks,
+            &strings,
+            &mut DatasetMaker::Builder,
+        );
         let flushed = file.flush().map_err(h5err(path, "flush"));
         let closed = file.close().map_err(h5err(path, "close"));
         written.and(flushed).and(closed)
@@ -277,7 +293,12 @@ impl TrajectoryFile {
     pub fn open_batch(&mut self) -> Result<EpisodeBatch> {
         let path = self.path.clone();
         let file = batch_builder().open_rw(&path).map_err(|err| open_error(&path, err))?;
-        Ok(EpisodeBatch { path, file })
+        let plists = DatasetPlists::new().map_err(h5err(&path, "make property lists"))?;
+        Ok(EpisodeBatch {
+            path,
+            file,
+            datasets: DatasetMaker::Cached(Box::new(plists)),
+        })
     }
 
     /// Copies episode group `name` of the trajectory file `source` into this file, replacing a
@@ -310,10 +331,18 @@ impl TrajectoryFile {
 }
 
 /// A trajectory file held open by [`TrajectoryFile::open_batch`].
-#[derive(Debug)]
 pub struct EpisodeBatch {
     path: PathBuf,
     file: File,
+    datasets: DatasetMaker,
+}
+
+impl std::fmt::Debug for EpisodeBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EpisodeBatch")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
 }
 
 impl EpisodeBatch {
@@ -323,7 +352,8 @@ impl EpisodeBatch {
         let name = episode_group_name(record.episode);
         check_lengths(path, &name, record)?;
         let strings = group_strings(path, &name, record)?;
-        write_group(path, &self.file, &name, record, &prepared.chunks, &strings)
+        let (file, datasets) = (&self.file, &mut self.datasets);
+        write_group(path, file, &name, record, &prepared.chunks, &strings, datasets)
     }
 
     /// Flushes and closes the file.
@@ -393,6 +423,7 @@ fn write_group(
     record: &EpisodeRecord,
     chunks: &[crate::trajectory_chunks::Chunks],
     strings: &[(&str, VarLenUnicode)],
+    datasets: &mut DatasetMaker,
 ) -> Result<()> {
     if file.link_exists(name) {
         file.unlink(name)
@@ -417,27 +448,17 @@ fn write_group(
     let rows = record.num_rows();
     for (((dataset, width), values), chunks) in record.written().zip(chunks) {
         let context = || format!("{name}/{dataset}: create");
-        let builder = group.new_dataset::<f64>();
         let chunk_rows = crate::trajectory_chunks::chunk_rows(rows);
         // Raw datasets are contiguous: a chunked one would fill its last chunk whole (512 rows).
         // Zero-row datasets have no chunks either (see the module comment).
-        let ds = match (*width, chunks.is_empty()) {
-            (1, true) => builder.shape(rows).create(*dataset),
-            (w, true) => builder.shape((rows, w)).create(*dataset),
-            (1, false) => builder
-                .chunk(chunk_rows)
-                .shuffle()
-                .deflate(DEFLATE_LEVEL)
-                .shape(rows)
-                .create(*dataset),
-            (w, false) => builder
-                .chunk((chunk_rows, w))
-                .shuffle()
-                .deflate(DEFLATE_LEVEL)
-                .shape((rows, w))
-                .create(*dataset),
-        }
-        .map_err(h5err(path, context()))?;
+        let shape: &[usize] = match *width {
+            1 => &[rows],
+            w => &[rows, w],
+        };
+        let filtered = (!chunks.is_empty()).then_some(chunk_rows);
+        let ds = datasets
+            .create(&group, dataset, shape, filtered)
+            .map_err(h5err(path, context()))?;
         let written = match chunks.is_empty() {
             true if rows > 0 => ds.write_raw(values),
             true => Ok(()),
@@ -446,6 +467,130 @@ fn write_group(
         written.map_err(h5err(path, format!("{name}/{dataset}: write")))?;
     }
     Ok(())
+}
+
+/// How [`write_group`] creates an episode's f64 datasets. The `hdf5` crate's builder makes a
+/// datatype and four property lists for every dataset (about a third of the time a batch
+/// spent creating datasets, `perf`); a batch makes them once per opening of the file, with the
+/// same properties (checked by a test against the builder's).
+enum DatasetMaker {
+    Builder,
+    Cached(Box<DatasetPlists>),
+}
+
+impl DatasetMaker {
+    /// Dataset `name` of `shape` in `group`: with `filtered = Some(chunk_rows)` chunked by
+    /// `chunk_rows` rows, shuffled and deflated; else contiguous, or for no rows chunked by 1
+    /// (HDF5 refuses a contiguous dataset of size zero).
+    fn create(
+        &mut self,
+        group: &Group,
+        name: &str,
+        shape: &[usize],
+        filtered: Option<usize>,
+    ) -> hdf5::Result<hdf5::Dataset> {
+        match self {
+            DatasetMaker::Builder => {
+                let builder = group.new_dataset::<f64>();
+                match filtered {
+                    None => builder.shape(shape).create(name),
+                    Some(rows) => builder
+                        .chunk(chunk_shape(shape, rows))
+                        .shuffle()
+                        .deflate(DEFLATE_LEVEL)
+                        .shape(shape)
+                        .create(name),
+                }
+            }
+            DatasetMaker::Cached(plists) => plists.create(group, name, shape, filtered),
+        }
+    }
+}
+
+/// The chunk of a dataset of `shape` chunked by `rows` rows.
+fn chunk_shape(shape: &[usize], rows: usize) -> Vec<usize> {
+    std::iter::once(rows).chain(shape[1..].iter().copied()).collect()
+}
+
+/// The datatype and property lists the builder would make for our datasets, made once.
+struct DatasetPlists {
+    dtype: hdf5::Datatype,
+    lcpl: hdf5::plist::LinkCreate,
+    dapl: hdf5::plist::DatasetAccess,
+    contiguous: hdf5::plist::DatasetCreate,
+    /// Chunked ones by (chunk shape, filtered).
+    chunked: std::collections::HashMap<(Vec<usize>, bool), hdf5::plist::DatasetCreate>,
+}
+
+impl DatasetPlists {
+    fn new() -> hdf5::Result<Self> {
+        Ok(Self {
+            dtype: hdf5::Datatype::from_type::<f64>()?,
+            lcpl: hdf5::plist::LinkCreate::build()
+                .create_intermediate_group(true)
+                .finish()?,
+            dapl: hdf5::plist::DatasetAccess::build().finish()?,
+            contiguous: hdf5::plist::DatasetCreate::build()
+                .obj_track_times(false)
+                .no_chunk()
+                .finish()?,
+            chunked: Default::default(),
+        })
+    }
+
+    fn create(
+        &mut self,
+        group: &Group,
+        name: &str,
+        shape: &[usize],
+        filtered: Option<usize>,
+    ) -> hdf5::Result<hdf5::Dataset> {
+        let size: usize = shape.iter().product();
+        let chunk = match filtered {
+            Some(rows) => Some((chunk_shape(shape, rows), true)),
+            None if size == 0 => Some((vec![1; shape.len()], false)),
+            None => None,
+        };
+        let dcpl = match chunk {
+            None => &self.contiguous,
+            Some(key) => match self.chunked.entry(key) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    let (chunk, filtered) = e.key();
+                    let mut builder = hdf5::plist::DatasetCreate::build();
+                    builder.obj_track_times(false).chunk(chunk.as_slice());
+                    if *filtered {
+                        builder.shuffle().deflate(DEFLATE_LEVEL);
+                    }
+                    let dcpl = builder
+                        .fill_time(hdf5::plist::dataset_create::FillTime::Alloc)
+                        .finish()?;
+                    e.insert(dcpl)
+                }
+            },
+        };
+        let space = hdf5::Dataspace::try_new(shape)?;
+        let name = std::ffi::CString::new(name).map_err(|e| hdf5::Error::from(e.to_string()))?;
+        // SAFETY: every id is of an open object of the right class (the group, this file's
+        // datatype, a dataspace and property lists held by `self`) and `name` is a
+        // NUL-terminated string; the call runs under the library's lock.
+        let id = hdf5::sync::sync(|| unsafe {
+            hdf5_sys::h5d::H5Dcreate2(
+                group.id(),
+                name.as_ptr(),
+                self.dtype.id(),
+                space.id(),
+                self.lcpl.id(),
+                dcpl.id(),
+                self.dapl.id(),
+            )
+        });
+        if id < 0 {
+            return Err(hdf5::Error::query().unwrap_or_else(|e| e));
+        }
+        // SAFETY: `id` is a dataset just created, owned from here by the returned handle.
+        unsafe { hdf5::from_id(id) }
+    }
 }
 
 /// Stores chunks already shuffled and deflated ([`crate::trajectory_chunks`]) as they are.

@@ -610,3 +610,63 @@ fn prepared_episodes_written_in_one_opening_read_back() {
     assert_eq!(read_episode(&path, "episode_00004").unwrap(), sample_record(4, 10, 1));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The batch writer makes its datasets with property lists made once per opening: every
+/// dataset must get exactly the properties the `hdf5` crate's builder gives it (layout, chunk,
+/// filters, fill time, no time stamps, type, shape, stored size).
+#[test]
+fn a_batch_makes_the_datasets_the_builder_makes() {
+    let dir = test_dir("batch_properties");
+    let (one_by_one, batch) = (dir.join("one.h5"), dir.join("batch.h5"));
+    // 600 rows (two chunks), none, 101, and episode 4 with every optional dataset.
+    let records = [
+        sample_record(1, 600, 2),
+        sample_record(2, 0, 3),
+        sample_record(3, 101, 4),
+        sample_record(4, 40, 5),
+    ];
+    let mut file = TrajectoryFile::open_or_create(&one_by_one, "s", "b").unwrap();
+    for r in &records {
+        file.write_episode(r).unwrap();
+    }
+    TrajectoryFile::open_or_create(&batch, "s", "b")
+        .unwrap()
+        .write_prepared_all(records.iter().cloned().map(PreparedEpisode::new))
+        .unwrap();
+    let (a, b) = (
+        hdf5::File::open(&one_by_one).unwrap(),
+        hdf5::File::open(&batch).unwrap(),
+    );
+    let mut compared = 0;
+    for r in &records {
+        let name = format!("episode_{:05}", r.episode);
+        let (ga, gb) = (a.group(&name).unwrap(), b.group(&name).unwrap());
+        assert_eq!(ga.member_names().unwrap(), gb.member_names().unwrap(), "{name}");
+        for member in ga.member_names().unwrap() {
+            let (da, db) = (ga.dataset(&member).unwrap(), gb.dataset(&member).unwrap());
+            let (pa, pb) = (da.dcpl().unwrap(), db.dcpl().unwrap());
+            let at = format!("{name}/{member}");
+            assert_eq!(pa.layout(), pb.layout(), "{at}");
+            assert_eq!(pa.chunk(), pb.chunk(), "{at}");
+            assert_eq!(pa.filters(), pb.filters(), "{at}");
+            assert_eq!(pa.fill_time(), pb.fill_time(), "{at}");
+            assert_eq!(pa.obj_track_times(), pb.obj_track_times(), "{at}");
+            assert!(!pb.obj_track_times(), "{at}");
+            assert_eq!(
+                da.dtype().unwrap().to_descriptor().unwrap(),
+                db.dtype().unwrap().to_descriptor().unwrap(),
+                "{at}"
+            );
+            assert_eq!(da.shape(), db.shape(), "{at}");
+            assert_eq!(da.storage_size(), db.storage_size(), "{at}");
+            compared += 1;
+        }
+    }
+    assert!(compared >= 4 * DATASETS.len(), "{compared} datasets compared");
+    drop((a, b));
+    for r in &records {
+        let name = format!("episode_{:05}", r.episode);
+        assert_eq!(read_episode(&batch, &name).unwrap(), *r, "{name}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

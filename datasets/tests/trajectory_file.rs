@@ -611,9 +611,10 @@ fn prepared_episodes_written_in_one_opening_read_back() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The batch writer makes its datasets with property lists made once per opening: every
-/// dataset must get exactly the properties the `hdf5` crate's builder gives it (layout, chunk,
-/// filters, fill time, no time stamps, type, shape, stored size).
+/// The batch writer makes its datasets and attributes with types and property lists made once
+/// per opening: every one must get exactly the properties the `hdf5` crate's builder gives it
+/// (datasets: layout, chunk, filters, fill time, no time stamps, type, shape, stored size;
+/// attributes: type, shape, name encoding), and read back the same.
 #[test]
 fn a_batch_makes_the_datasets_the_builder_makes() {
     let dir = test_dir("batch_properties");
@@ -642,6 +643,23 @@ fn a_batch_makes_the_datasets_the_builder_makes() {
         let name = format!("episode_{:05}", r.episode);
         let (ga, gb) = (a.group(&name).unwrap(), b.group(&name).unwrap());
         assert_eq!(ga.member_names().unwrap(), gb.member_names().unwrap(), "{name}");
+        assert_eq!(ga.attr_names().unwrap(), gb.attr_names().unwrap(), "{name}");
+        for attr in ga.attr_names().unwrap() {
+            let (aa, ab) = (ga.attr(&attr).unwrap(), gb.attr(&attr).unwrap());
+            let at = format!("{name}@{attr}");
+            assert_eq!(
+                aa.dtype().unwrap().to_descriptor().unwrap(),
+                ab.dtype().unwrap().to_descriptor().unwrap(),
+                "{at}"
+            );
+            assert_eq!(aa.shape(), ab.shape(), "{at}");
+            assert_eq!(
+                aa.acpl().unwrap().char_encoding(),
+                ab.acpl().unwrap().char_encoding(),
+                "{at}"
+            );
+            compared += 1;
+        }
         for member in ga.member_names().unwrap() {
             let (da, db) = (ga.dataset(&member).unwrap(), gb.dataset(&member).unwrap());
             let (pa, pb) = (da.dcpl().unwrap(), db.dcpl().unwrap());
@@ -662,7 +680,10 @@ fn a_batch_makes_the_datasets_the_builder_makes() {
             compared += 1;
         }
     }
-    assert!(compared >= 4 * DATASETS.len(), "{compared} datasets compared");
+    assert!(
+        compared >= 4 * (DATASETS.len() + 9),
+        "{compared} datasets and attributes compared"
+    );
     drop((a, b));
     for r in &records {
         let name = format!("episode_{:05}", r.episode);

@@ -432,20 +432,17 @@ fn write_group(
     let group = file
         .create_group(name)
         .map_err(h5err(path, format!("{name}: create group")))?;
-    let mut attr = |attr: &str, write: &mut dyn FnMut(&mut DatasetMaker) -> hdf5::Result<()>| {
-        write(datasets).map_err(h5err(path, format!("{name}: attribute {attr}: write")))
-    };
-    for (key, value) in strings {
-        attr(key, &mut |d| d.attr(&group, key, value))?;
+    for (attr, value) in strings {
+        datasets.attr(path, &group, name, attr, value)?;
     }
-    attr("seed", &mut |d| d.attr(&group, "seed", &record.seed))?;
-    attr("dr_level", &mut |d| d.attr(&group, "dr_level", &record.dr_level))?;
-    attr("start_s", &mut |d| d.attr(&group, "start_s", &record.start_s))?;
-    attr("duration_s", &mut |d| d.attr(&group, "duration_s", &record.duration_s))?;
+    datasets.attr(path, &group, name, "seed", &record.seed)?;
+    datasets.attr(path, &group, name, "dr_level", &record.dr_level)?;
+    datasets.attr(path, &group, name, "start_s", &record.start_s)?;
+    datasets.attr(path, &group, name, "duration_s", &record.duration_s)?;
     let steps = record.num_rows().saturating_sub(1) as u64;
-    attr("steps", &mut |d| d.attr(&group, "steps", &steps))?;
+    datasets.attr(path, &group, name, "steps", &steps)?;
     if let Some(t) = &record.scored_until_s {
-        attr("scored_until_s", &mut |d| d.attr(&group, "scored_until_s", t))?;
+        datasets.attr(path, &group, name, "scored_until_s", t)?;
     }
 
     let rows = record.num_rows();
@@ -511,11 +508,20 @@ impl DatasetMaker {
         }
     }
 
-    /// Scalar attribute `name` of `group` (a string one in UTF-8), written.
-    fn attr<T: hdf5::H5Type + 'static>(&mut self, group: &Group, name: &str, value: &T) -> hdf5::Result<()> {
+    /// Scalar attribute `attr` of group `group_name` (a string one in UTF-8), written.
+    fn attr<T: hdf5::H5Type + 'static>(
+        &mut self,
+        path: &Path,
+        group: &Group,
+        group_name: &str,
+        attr: &str,
+        value: &T,
+    ) -> Result<()> {
         match self {
-            DatasetMaker::Builder => group.new_attr::<T>().create(name).and_then(|a| a.write_scalar(value)),
-            DatasetMaker::Cached(plists) => plists.attr(group, name, value),
+            DatasetMaker::Builder => write_scalar_attr(path, group, group_name, attr, value),
+            DatasetMaker::Cached(plists) => plists
+                .attr(group, attr, value)
+                .map_err(h5err(path, format!("{group_name}: attribute {attr}: write"))),
         }
     }
 }

@@ -1,7 +1,12 @@
 //! The cost of learning: env steps per second of whole training iterations (rollout with the
-//! policy, rewards, resets, PPO update) against the simulator stepping the same envs alone
-//! (`TrackingEnv` in the joint-position mode, default-pose targets, resets at the motion's end),
-//! interleaved run by run in one process. Prints both rates and their ratio.
+//! policy, rewards, resets, PPO update) against the simulator stepping the same envs alone,
+//! interleaved run by run in one process. Prints both rates and their ratio (issue 41's §3).
+//!
+//! "The same envs" is the training's own simulator calls replayed on a fresh `TrackingEnv`
+//! ([`arena_ppo::sim_tape`]): the same resets, start states and commands, so the same contacts,
+//! checked state for state after the replay. For comparison it also steps a standing robot
+//! (default-pose targets, resets at the motion's end or a fall), the earlier reference, which
+//! is lighter work for MuJoCo than training's falling robots.
 //!
 //! `cargo run --release -p arena-ppo --example training_throughput -- --iterations 20 --runs 3`
 
@@ -9,11 +14,11 @@ use arena_bench::metrics::metric_names;
 use arena_bench::spec;
 use arena_ppo::config::PpoTrainConfig;
 use arena_ppo::mdp::POLICY_DEFAULT_POSE;
+use arena_ppo::sim_tape;
 use arena_ppo::train::Trainer;
 use arena_sim::RobotConfig;
 use arena_sim::dr::DrLevel;
 use arena_sim::env::{ActionMode, EpisodeAssignment, EpisodeStatus, TrackingEnv, TrackingEnvConfig};
-use arena_sim::motion::MotionLibrary;
 use arena_torch::run_dir::RunPaths;
 use clap::Parser;
 use std::path::{Path, PathBuf};
@@ -41,7 +46,7 @@ fn main() -> anyhow::Result<()> {
     let clips = arena_runner::episode::benchmark_clips(&spec, Path::new("."), &RobotConfig::default())?;
     let n = config.env.num_envs;
     let steps = a.iterations * (n * config.env.steps_per_env) as u64;
-    let (mut train_rates, mut sim_rates) = (Vec::new(), Vec::new());
+    let (mut train_rates, mut sim_rates, mut standing_rates) = (Vec::new(), Vec::new(), Vec::new());
     for run in 0..a.runs {
         let dir = tempfile::tempdir()?;
         let mut trainer = Trainer::new(
@@ -53,15 +58,34 @@ fn main() -> anyhow::Result<()> {
             },
             false,
         )?;
+        trainer.envs.record_sim_calls();
         trainer.iteration()?; // warm-up (and the first reset)
+        trainer.envs.sim_tape().expect("recording").mark();
+        let (sim_before, update_before) = trainer.busy_split();
         let t0 = Instant::now();
         for _ in 0..a.iterations {
             trainer.iteration()?;
         }
-        let train = steps as f64 / t0.elapsed().as_secs_f64();
+        let train_s = t0.elapsed().as_secs_f64();
+        let train = steps as f64 / train_s;
+        let (sim_after, update_after) = trainer.busy_split();
+
+        let library = Arc::new(trainer.envs.library().clone());
+        let mut replay_env = TrackingEnv::new(trainer.envs.sim_config()?, library.clone())?;
+        let tape = trainer.envs.sim_tape().expect("recording").clone();
+        let replayed = tape.replay(&mut replay_env)?;
+        if let Some(why) = sim_tape::first_difference(trainer.envs.sim(), &replay_env) {
+            anyhow::bail!("the replay diverged from the training's simulator ({why}): no like-for-like rate");
+        }
+        anyhow::ensure!(
+            replayed.env_steps == steps,
+            "replayed {} env steps of {steps}",
+            replayed.env_steps
+        );
+        let replay = steps as f64 / replayed.seconds;
+        drop(replay_env);
 
         let robot = trainer.envs.interface.robot.clone();
-        let library = Arc::new(MotionLibrary::from_clips(&clips, &robot)?);
         let mut env = TrackingEnv::new(
             TrackingEnvConfig {
                 robot,
@@ -103,22 +127,34 @@ fn main() -> anyhow::Result<()> {
                 env.reset(&done)?;
             }
         }
-        let sim = steps as f64 / t0.elapsed().as_secs_f64();
+        let standing = steps as f64 / t0.elapsed().as_secs_f64();
+        let envs_s = sim_after - sim_before;
+        let learn_s = update_after - update_before;
         println!(
-            "run {run}: training {train:.0} env steps/s, simulator alone {sim:.0} steps/s ({n} envs, {} threads)",
+            "run {run}: training {train:.0} env steps/s ({train_s:.2} s: envs {envs_s:.2} s, of which the replayed \
+             simulator {:.2} s; policy and update {learn_s:.2} s), simulator replaying the same steps {replay:.0} \
+             steps/s (ratio {:.2}), standing robot {standing:.0} steps/s ({:.2}); {n} envs, {} threads",
+            replayed.seconds,
+            train / replay,
+            train / standing,
             config.env.threads
         );
         train_rates.push(train);
-        sim_rates.push(sim);
+        sim_rates.push(replay);
+        standing_rates.push(standing);
     }
     let median = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
     let (train, sim) = (median(&mut train_rates), median(&mut sim_rates));
+    let standing = median(&mut standing_rates);
     println!(
-        "median: training {train:.0} env steps/s, simulator alone {sim:.0} steps/s, ratio {:.2} (the share of a training step's time the simulator takes)",
-        train / sim
+        "median over {} runs: training {train:.0} env steps/s, the simulator replaying the same steps {sim:.0} steps/s, \
+         ratio {:.2} (the share of a training step's time the simulator takes); standing robot {standing:.0} steps/s ({:.2})",
+        a.runs,
+        train / sim,
+        train / standing
     );
     Ok(())
 }

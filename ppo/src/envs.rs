@@ -6,6 +6,7 @@
 use crate::config::PpoTrainConfig;
 use crate::mdp::{self, ACTOR_DIM, CRITIC_DIM, RobotFrame};
 use crate::sampler::StartSampler;
+use crate::sim_tape::SimTape;
 use anyhow::Context;
 use arena_bench::spec::BenchmarkSpec;
 use arena_data::{MotionClip, NUM_JOINTS};
@@ -123,6 +124,8 @@ pub struct TrackerEnvs {
     pub stats: EnvStats,
     /// Episodes started so far (the counter episode seeds derive from).
     pub episodes_started: u64,
+    /// The simulator calls, while recording ([`TrackerEnvs::record_sim_calls`]).
+    tape: Option<SimTape>,
 }
 
 impl std::fmt::Debug for TrackerEnvs {
@@ -143,24 +146,8 @@ impl TrackerEnvs {
         let interface = ActionInterface::new(spec, config, &ranges)?;
         let library =
             Arc::new(MotionLibrary::from_clips(clips, &interface.robot).context("building the motion library")?);
-        let env = TrackingEnv::new(
-            TrackingEnvConfig {
-                robot: interface.robot.clone(),
-                num_envs: n,
-                threads: config.env.threads,
-                fall_rule: None,
-                record: false,
-                dr_gains_and_delay: true,
-                action_mode: ActionMode::JointPosition,
-                backend: config.sim_backend().map_err(|e| anyhow::anyhow!(e))?,
-                // The MDP reads the handler itself (mdp.rs), not the env's observation groups.
-                compute_privileged_state: false,
-                compute_history: false,
-                ..Default::default()
-            },
-            library.clone(),
-        )
-        .context("creating the training envs")?;
+        let env =
+            TrackingEnv::new(sim_config(config, &interface)?, library.clone()).context("creating the training envs")?;
         let frames: Vec<usize> = library.motions.iter().map(|m| m.num_frames).collect();
         let uniform = config.sampling.uniform_ratio * n as f64 / 4096.0;
         let sampler = StartSampler::new(&frames, config.sampling.alpha, uniform, config.sampling.adaptive);
@@ -180,8 +167,31 @@ impl TrackerEnvs {
             reference: MotionState::default(),
             stats: EnvStats::default(),
             episodes_started: 0,
+            tape: None,
             config: config.clone(),
         })
+    }
+
+    /// Records every call on the simulator from now on, to replay them alone
+    /// ([`SimTape::replay`] on an env made with [`TrackerEnvs::sim_config`]). Started before
+    /// the first reset, the replay starts from the same state.
+    pub fn record_sim_calls(&mut self) {
+        self.tape = Some(SimTape::default());
+    }
+
+    /// The recording so far (marks go into it), if recording.
+    pub fn sim_tape(&mut self) -> Option<&mut SimTape> {
+        self.tape.as_mut()
+    }
+
+    /// The simulator the MDP runs on.
+    pub fn sim(&self) -> &TrackingEnv {
+        &self.env
+    }
+
+    /// The simulator's configuration, for an env that replays this one's calls.
+    pub fn sim_config(&self) -> anyhow::Result<TrackingEnvConfig> {
+        sim_config(&self.config, &self.interface)
     }
 
     pub fn num_envs(&self) -> usize {
@@ -224,6 +234,9 @@ impl TrackerEnvs {
             ));
         }
         self.env.reset(&assignments)?;
+        if let Some(tape) = &mut self.tape {
+            tape.reset(&assignments);
+        }
         let init = &self.config.init;
         let mut states = Vec::with_capacity(envs.len());
         for &(e, a) in &assignments {
@@ -239,6 +252,9 @@ impl TrackerEnvs {
             self.episode_return[e] = 0.0;
         }
         self.env.set_start_states(&states)?;
+        if let Some(tape) = &mut self.tape {
+            tape.start_states(&states);
+        }
         Ok(())
     }
 
@@ -282,6 +298,9 @@ impl TrackerEnvs {
             }
         }
         self.env.step(&self.commands)?;
+        if let Some(tape) = &mut self.tape {
+            tape.step(&self.commands);
+        }
         let weights = mdp::weights(&self.config.rewards);
         let mut out = StepOutcome {
             rewards: vec![0.0; n],
@@ -347,6 +366,9 @@ impl TrackerEnvs {
         self.sampler.step();
         for &e in &ended {
             self.env.stop(e);
+            if let Some(tape) = &mut self.tape {
+                tape.stop(e);
+            }
         }
         self.reset_envs(&ended, rng)?;
         for (e, frame) in frames.into_iter().enumerate() {
@@ -363,6 +385,25 @@ impl TrackerEnvs {
         self.stats.episode_length_sum += length as u64;
         self.stats.episode_return_sum += self.episode_return[e];
     }
+}
+
+/// The training simulator: the benchmark's joint-position robot, no fall rule (the MDP's
+/// terminations decide), no recording, DR of gains and delay.
+fn sim_config(config: &PpoTrainConfig, interface: &ActionInterface) -> anyhow::Result<TrackingEnvConfig> {
+    Ok(TrackingEnvConfig {
+        robot: interface.robot.clone(),
+        num_envs: config.env.num_envs,
+        threads: config.env.threads,
+        fall_rule: None,
+        record: false,
+        dr_gains_and_delay: true,
+        action_mode: ActionMode::JointPosition,
+        backend: config.sim_backend().map_err(|e| anyhow::anyhow!(e))?,
+        // The MDP reads the handler itself (mdp.rs), not the env's observation groups.
+        compute_privileged_state: false,
+        compute_history: false,
+        ..Default::default()
+    })
 }
 
 /// The reference state with the §6.1 noise, each group scaled: root position

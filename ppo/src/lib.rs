@@ -4,6 +4,8 @@
 //! - [`mdp`]: observations, rewards and terminations, term by term (docs/ppo-tracker.md §2-5);
 //! - [`sampler`]: adaptive sampling of start frames by failure rate (§6.2);
 //! - [`envs`]: the tracking MDP on `TrackingEnv` in the joint-position action mode;
+//! - [`sim_tape`]: the envs' simulator calls, recorded to replay them on the simulator alone
+//!   (the training throughput benchmark's reference);
 //! - [`policy`]: the actor-critic with empirical normalisers (rsl_rl's);
 //! - [`ppo`]: rollout storage, GAE and the PPO update (rsl_rl 3.0.0's);
 //! - [`train`]: the loop, logs, evaluation, checkpoints and exact resume; the trained actor is
@@ -20,4 +22,5 @@ pub mod onnx;
 pub mod policy;
 pub mod ppo;
 pub mod sampler;
+pub mod sim_tape;
 pub mod train;

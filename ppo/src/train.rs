@@ -297,6 +297,12 @@ impl Trainer {
         })
     }
 
+    /// Seconds spent since the last log row stepping the envs (the simulator, rewards, resets,
+    /// observations) and in the policy and its update (the rollout's action sampling included).
+    pub fn busy_split(&self) -> (f64, f64) {
+        (self.sim_s, self.update_s)
+    }
+
     fn at_boundary(&self) -> bool {
         self.status.iteration.is_multiple_of(self.config.run.checkpoint_every)
     }

@@ -126,16 +126,27 @@ impl History {
     /// `history_actor` (372): terms in alphabetical order — actions (4×29), base_ang_vel (4×3),
     /// dof_pos (4×29), dof_vel (4×29), projected_gravity (4×3) — newest frame first in each.
     pub fn write(&self, out: &mut [f32]) {
-        let mut o = 0;
-        let mut put = |v: f64| {
-            out[o] = v as f32;
-            o += 1;
-        };
-        self.actions.iter().flatten().for_each(|v| put(*v));
-        self.frames.iter().flat_map(|f| f.base_ang_vel).for_each(&mut put);
-        self.frames.iter().flat_map(|f| f.dof_pos).for_each(&mut put);
-        self.frames.iter().flat_map(|f| f.dof_vel).for_each(&mut put);
-        self.frames.iter().flat_map(|f| f.projected_gravity).for_each(&mut put);
+        // Group by group, frame by frame, as contiguous runs: the conversions vectorise.
+        let (actions, rest) = out.split_at_mut(HISTORY_FRAMES * NUM_JOINTS);
+        for (run, a) in actions.chunks_exact_mut(NUM_JOINTS).zip(&self.actions) {
+            put_f32(run, a);
+        }
+        let (ang_vel, rest) = rest.split_at_mut(HISTORY_FRAMES * 3);
+        let (dof_pos, rest) = rest.split_at_mut(HISTORY_FRAMES * NUM_JOINTS);
+        let (dof_vel, gravity) = rest.split_at_mut(HISTORY_FRAMES * NUM_JOINTS);
+        for (k, f) in self.frames.iter().enumerate() {
+            put_f32(&mut ang_vel[3 * k..3 * k + 3], &f.base_ang_vel);
+            put_f32(&mut dof_pos[NUM_JOINTS * k..NUM_JOINTS * (k + 1)], &f.dof_pos);
+            put_f32(&mut dof_vel[NUM_JOINTS * k..NUM_JOINTS * (k + 1)], &f.dof_vel);
+            put_f32(&mut gravity[3 * k..3 * k + 3], &f.projected_gravity);
+        }
+    }
+}
+
+/// `out[i] = values[i] as f32` over the shorter of the two.
+fn put_f32(out: &mut [f32], values: &[f64]) {
+    for (o, v) in out.iter_mut().zip(values) {
+        *o = *v as f32;
     }
 }
 
@@ -150,25 +161,23 @@ pub fn privileged_state(
     out: &mut [f32],
 ) {
     let h = math::quat_from_yaw(-math::heading(&rot[0]));
-    let mut o = 0;
-    let mut put = |v: f64| {
-        out[o] = v as f32;
-        o += 1;
-    };
-    put(pos[0][2]);
-    for p in &pos[1..] {
-        math::rotate(&h, &math::sub(p, &pos[0])).into_iter().for_each(&mut put);
+    let (height, rest) = out[..PRIVILEGED_STATE_DIM].split_at_mut(1);
+    height[0] = pos[0][2] as f32;
+    let (rel_pos, rest) = rest.split_at_mut(3 * (NUM_BODIES_EXT - 1));
+    for (o, p) in rel_pos.chunks_exact_mut(3).zip(&pos[1..]) {
+        put_f32(o, &math::rotate(&h, &math::sub(p, &pos[0])));
     }
-    for q in rot {
-        math::tan_norm(&math::quat_mul(&h, q)).into_iter().for_each(&mut put);
+    let (rotations, rest) = rest.split_at_mut(6 * NUM_BODIES_EXT);
+    for (o, q) in rotations.chunks_exact_mut(6).zip(rot) {
+        put_f32(o, &math::tan_norm(&math::quat_mul(&h, q)));
     }
-    for v in vel {
-        math::rotate(&h, v).into_iter().for_each(&mut put);
+    let (velocities, angular) = rest.split_at_mut(3 * NUM_BODIES_EXT);
+    for (o, v) in velocities.chunks_exact_mut(3).zip(vel) {
+        put_f32(o, &math::rotate(&h, v));
     }
-    for w in ang_vel {
-        math::rotate(&h, w).into_iter().for_each(&mut put);
+    for (o, w) in angular.chunks_exact_mut(3).zip(ang_vel) {
+        put_f32(o, &math::rotate(&h, w));
     }
-    debug_assert_eq!(o, PRIVILEGED_STATE_DIM);
 }
 
 /// Flattened SoA rows (frame-major) → per-body arrays.
@@ -299,6 +308,39 @@ mod tests {
         assert_eq!(out[128 + 29], 4.0);
         assert_eq!(out[360], -5.0); // projected_gravity at offset 360
         assert_eq!(out[371], -2.0); // oldest of four kept frames is step 2
+    }
+
+    #[test]
+    fn history_write_puts_every_value_of_every_group_in_order() {
+        let mut h = History::default();
+        let mut next = 0.0;
+        let mut value = || {
+            next += 1.25;
+            next
+        };
+        for _ in 0..6 {
+            let mut f = ProprioFrame::ZERO;
+            f.dof_pos = std::array::from_fn(|_| value());
+            f.dof_vel = std::array::from_fn(|_| value());
+            f.base_ang_vel = std::array::from_fn(|_| value());
+            f.projected_gravity = std::array::from_fn(|_| value());
+            let a: [f64; NUM_JOINTS] = std::array::from_fn(|_| value());
+            h.push(&f, &a);
+        }
+        let mut expected = Vec::new();
+        expected.extend(h.actions.iter().flatten());
+        for group in [
+            |f: &ProprioFrame| f.base_ang_vel.to_vec(),
+            |f: &ProprioFrame| f.dof_pos.to_vec(),
+            |f: &ProprioFrame| f.dof_vel.to_vec(),
+            |f: &ProprioFrame| f.projected_gravity.to_vec(),
+        ] {
+            expected.extend(h.frames.iter().flat_map(group));
+        }
+        let expected: Vec<f32> = expected.into_iter().map(|v| v as f32).collect();
+        let mut out = [f32::NAN; HISTORY_ACTOR_DIM];
+        h.write(&mut out);
+        assert_eq!(out.to_vec(), expected);
     }
 
     #[test]

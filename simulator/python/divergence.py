@@ -27,22 +27,14 @@ import time
 import mujoco
 import numpy as np
 
+import gpu_worker
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 MJCF = os.path.join(HERE, "..", "assets", "g1", "g1_29dof.xml")
 NQ, NV, NJ, NB = 36, 35, 29, 30
 TORSO_BODY = 16
 DECIMATION = 4
 PUSH_STEP = 5
-
-# Shared-memory layout of the protocol (per-env shapes, float64, back to back).
-LAYOUT = (
-    ("targets", (NJ,)), ("active", ()), ("reset_flag", ()), ("reset_qpos", (NQ,)),
-    ("reset_qvel", (NV,)), ("params_flag", ()), ("params", (NB + 6,)), ("push_flag", ()),
-    ("push", (6,)), ("qpos", (NQ,)), ("qvel", (NV,)), ("torque", (NJ,)),
-    ("body_pos", (NB, 3)), ("body_quat", (NB, 4)), ("body_lin_vel", (NB, 3)),
-    ("body_ang_vel", (NB, 3)), ("contact_force", (NB, 3)), ("failed", ()),
-    ("failed_time", ()), ("time", ()),
-)
 
 # MimicArena's base gain set and default pose (simulator/src/robot.rs), G1 joint order.
 _HIP, _YAW, _ANK, _ARM, _WR = (99.09843, 6.3088), (40.17924, 2.55789), (28.50125, 1.81445), \
@@ -54,17 +46,11 @@ EFFORT = np.array([88, 88, 88, 139, 50, 50] * 2 + [88, 50, 50] + ([25] * 5 + [5,
 Q0 = np.array([-0.1, 0, 0, 0.3, -0.2, 0] * 2 + [0] * 17, float)
 
 
-def map_shm(path, n):
-    size = n * sum(math.prod(s) for _, s in LAYOUT)
+def map_shm(path, n, x64):
+    """Creates the shared-memory file and maps it with the worker's own layout."""
     with open(path, "wb") as f:
-        f.truncate(8 * size)
-    mem = np.memmap(path, dtype="<f8", mode="r+", shape=(size,))
-    views, off = {}, 0
-    for name, shape in LAYOUT:
-        k = n * math.prod(shape)
-        views[name] = mem[off:off + k].reshape((n,) + shape)
-        off += k
-    return views
+        f.truncate(gpu_worker.shm_size(n, x64))
+    return gpu_worker.map_shm(path, n, x64)[1]
 
 
 class Worker:
@@ -191,7 +177,7 @@ def main():
     qpos, qvel, params, targets, pushes = scenario(n, args.steps)
     tmp = tempfile.mkdtemp(prefix="mjx-div-")
     shm = os.path.join(tmp, "shm.bin")
-    v = map_shm(shm, n)
+    v = map_shm(shm, n, args.x64)
     init = {"mjcf": os.path.abspath(MJCF), "num_envs": n, "kp": KP.tolist(), "kd": KD.tolist(),
             "effort": EFFORT.tolist(), "decimation": DECIMATION, "torso_body": TORSO_BODY,
             "device": "cpu", "impl": args.impl, "x64": args.x64,

@@ -19,34 +19,36 @@ Reply: {"ready": true, "backend": "mjx"|"mujoco_warp"|"stub", "impl", "device", 
 only (x64 is refused) and needs mujoco-warp and warp-lang (python/requirements-gpu.txt); impl
 "stub" (stub_physics.py) is no physics at all, a benchmark of the host side.
 
-Shared memory: PATH holds float64 little-endian arrays in C order, back to back; offsets are in
-float64 elements (bytes = 8 x offset), N = num_envs, total 758 N elements = 6064 N bytes.
+Shared memory: PATH holds little-endian arrays in C order, back to back in the order below,
+each N x width values (N = num_envs). The inputs and the last three arrays are float64; the
+device outputs (qpos to contact_force, DEVICE_OUTPUTS) are float32, the precision the physics
+computes in, or float64 with x64. So a file is 3744 N bytes, or 6064 N bytes with x64.
 
-  | #  | array         | shape     | offset | dir | meaning                                   |
-  |----|---------------|-----------|--------|-----|-------------------------------------------|
-  | 1  | targets       | [N,29]    | 0      | in  | joint position targets (rad)              |
-  | 2  | active        | [N]       | 29N    | in  | 1 = advance this env on `step`            |
-  | 3  | reset_flag    | [N]       | 30N    | in  | 1 = reset from reset_qpos / reset_qvel    |
-  | 4  | reset_qpos    | [N,36]    | 31N    | in  |                                           |
-  | 5  | reset_qvel    | [N,35]    | 67N    | in  |                                           |
-  | 6  | params_flag   | [N]       | 102N   | in  | 1 = apply params                          |
-  | 7  | params        | [N,36]    | 103N   | in  | mass_scale 30, torso_com_offset 3,        |
-  |    |               |           |        |     | friction 1 (NaN = model's), kp_scale,     |
-  |    |               |           |        |     | kd_scale                                  |
-  | 8  | push_flag     | [N]       | 139N   | in  | 1 = apply push                            |
-  | 9  | push          | [N,6]     | 140N   | in  | dv world xyz, dw world xyz                |
-  | 10 | feedforward   | [N,29]    | 146N   | in  | feed-forward torques (N m), added to PD   |
-  | 11 | qpos          | [N,36]    | 175N   | out |                                           |
-  | 12 | qvel          | [N,35]    | 211N   | out |                                           |
-  | 13 | torque        | [N,29]    | 246N   | out | clamped torques of the last substep       |
-  | 14 | body_pos      | [N,30,3]  | 275N   | out | xpos of bodies 1..30                      |
-  | 15 | body_quat     | [N,30,4]  | 365N   | out | xquat (wxyz)                              |
-  | 16 | body_lin_vel  | [N,30,3]  | 485N   | out | world, at each body's CoM                 |
-  | 17 | body_ang_vel  | [N,30,3]  | 575N   | out | world                                     |
-  | 18 | contact_force | [N,30,3]  | 665N   | out | net world contact force, last substep     |
-  | 19 | failed        | [N]       | 755N   | out | 0 ok, 1 bad qpos, 2 bad qvel, 3 bad qacc  |
-  | 20 | failed_time   | [N]       | 756N   | out | sim time at which the bad state appeared  |
-  | 21 | time          | [N]       | 757N   | out | sim time since reset                      |
+  | #  | array         | shape     | type    | dir | meaning                                   |
+  |----|---------------|-----------|---------|-----|-------------------------------------------|
+  | 1  | targets       | [N,29]    | f64     | in  | joint position targets (rad)              |
+  | 2  | active        | [N]       | f64     | in  | 1 = advance this env on `step`            |
+  | 3  | reset_flag    | [N]       | f64     | in  | 1 = reset from reset_qpos / reset_qvel    |
+  | 4  | reset_qpos    | [N,36]    | f64     | in  |                                           |
+  | 5  | reset_qvel    | [N,35]    | f64     | in  |                                           |
+  | 6  | params_flag   | [N]       | f64     | in  | 1 = apply params                          |
+  | 7  | params        | [N,36]    | f64     | in  | mass_scale 30, torso_com_offset 3,        |
+  |    |               |           |         |     | friction 1 (NaN = model's), kp_scale,     |
+  |    |               |           |         |     | kd_scale                                  |
+  | 8  | push_flag     | [N]       | f64     | in  | 1 = apply push                            |
+  | 9  | push          | [N,6]     | f64     | in  | dv world xyz, dw world xyz                |
+  | 10 | feedforward   | [N,29]    | f64     | in  | feed-forward torques (N m), added to PD   |
+  | 11 | qpos          | [N,36]    | f32/f64 | out |                                           |
+  | 12 | qvel          | [N,35]    | f32/f64 | out |                                           |
+  | 13 | torque        | [N,29]    | f32/f64 | out | clamped torques of the last substep       |
+  | 14 | body_pos      | [N,30,3]  | f32/f64 | out | xpos of bodies 1..30                      |
+  | 15 | body_quat     | [N,30,4]  | f32/f64 | out | xquat (wxyz)                              |
+  | 16 | body_lin_vel  | [N,30,3]  | f32/f64 | out | world, at each body's CoM                 |
+  | 17 | body_ang_vel  | [N,30,3]  | f32/f64 | out | world                                     |
+  | 18 | contact_force | [N,30,3]  | f32/f64 | out | net world contact force, last substep     |
+  | 19 | failed        | [N]       | f64     | out | 0 ok, 1 bad qpos, 2 bad qvel, 3 bad qacc  |
+  | 20 | failed_time   | [N]       | f64     | out | sim time at which the bad state appeared  |
+  | 21 | time          | [N]       | f64     | out | sim time since reset                      |
 
 Within a command the worker applies params, then resets, then pushes (then, for `step`, the
 control step), writes every output array, and clears the flags it consumed.
@@ -95,26 +97,28 @@ LAYOUT = (
     ("failed_time", ()),
     ("time", ()),
 )
+DEVICE_OUTPUT_NAMES = frozenset(name for name, _ in DEVICE_OUTPUTS)
 
 
-def shm_size(num_envs):
+def output_dtype(x64):
+    """The device outputs' type in shared memory: what the physics computes in. Widening
+    float32 to float64 on the way would double the bytes copied and read for nothing."""
+    return np.dtype("<f8" if x64 else "<f4")
+
+
+def _dtype(name, x64):
+    return output_dtype(x64) if name in DEVICE_OUTPUT_NAMES else np.dtype("<f8")
+
+
+def shm_size(num_envs, x64):
     """Bytes of the shared-memory file for `num_envs` environments."""
-    return 8 * num_envs * sum(math.prod(shape) for _, shape in LAYOUT)
+    return num_envs * sum(math.prod(shape) * _dtype(name, x64).itemsize for name, shape in LAYOUT)
 
 
-def output_span(num_envs):
-    """(start, end) in float64 elements of the device outputs, which LAYOUT keeps back to back
-    in DEVICE_OUTPUTS order."""
-    names = [name for name, _ in LAYOUT]
-    first = names.index(DEVICE_OUTPUTS[0][0])
-    assert tuple(LAYOUT[first:first + len(DEVICE_OUTPUTS)]) == DEVICE_OUTPUTS
-    start = num_envs * sum(math.prod(shape) for _, shape in LAYOUT[:first])
-    return start, start + num_envs * sum(math.prod(shape) for _, shape in DEVICE_OUTPUTS)
-
-
-def map_shm(path, num_envs):
-    """Maps the shared-memory file and returns {name: [N, ...] view}."""
-    expected = shm_size(num_envs)
+def map_shm(path, num_envs, x64):
+    """Maps the shared-memory file and returns (map, {name: [N, ...] view}); "_outputs" is the
+    device outputs as one flat block (DEVICE_OUTPUTS order, back to back in LAYOUT)."""
+    expected = shm_size(num_envs, x64)
     try:
         actual = os.path.getsize(path)
     except OSError as e:
@@ -122,13 +126,17 @@ def map_shm(path, num_envs):
     if actual != expected:
         raise InitError(
             f"shared memory file {path} has {actual} bytes, expected {expected} "
-            f"(num_envs={num_envs}, {expected // num_envs} bytes per env)")
-    mem = np.memmap(path, dtype="<f8", mode="r+", shape=(expected // 8,))
-    views, offset = {"_mem": mem}, 0
+            f"(num_envs={num_envs}, x64={x64}: {expected // num_envs} bytes per env)")
+    mem = np.memmap(path, dtype=np.uint8, mode="r+", shape=(expected,))
+    views, offset, spans = {}, 0, {}
     for name, shape in LAYOUT:
-        size = num_envs * math.prod(shape)
-        views[name] = mem[offset:offset + size].reshape((num_envs,) + shape)
+        dtype = _dtype(name, x64)
+        size = num_envs * math.prod(shape) * dtype.itemsize
+        views[name] = mem[offset:offset + size].view(dtype).reshape((num_envs,) + shape)
+        spans[name] = (offset, offset + size)
         offset += size
+    first, last = DEVICE_OUTPUTS[0][0], DEVICE_OUTPUTS[-1][0]
+    views["_outputs"] = mem[spans[first][0]:spans[last][1]].view(output_dtype(x64))
     return mem, views
 
 
@@ -220,7 +228,7 @@ class Worker:
             from mjx_physics import MjxPhysics as Physics
         # The device outputs are back to back in shared memory (LAYOUT): the physics writes
         # them there in one copy.
-        self.outputs = views["_mem"][slice(*output_span(n))]
+        self.outputs = views["_outputs"]
         self.physics = Physics(cfg, model, self.dr_host, self.kp_host, self.kd_host)
         self.inp = np.zeros((n, INP_WIDTH))
         # Every env is at qpos0 at rest: one inactive step and a sync exercise both paths before
@@ -329,7 +337,7 @@ def main():
     t0 = time.perf_counter()
     try:
         cfg = parse_init(line)
-        mem, views = map_shm(args.shm, cfg["num_envs"])
+        mem, views = map_shm(args.shm, cfg["num_envs"], cfg["x64"])
         worker = Worker(cfg, views)
     except InitError as e:
         reply(json.dumps({"error": str(e)}))

@@ -246,10 +246,11 @@ class MjxPhysics:
 
     def advance(self, inp, step, dest):
         """Pushes, then (for `step`) one control step; writes the packed outputs into `dest`
-        (float64, shared memory) and returns the ints [N, 3] (code, nsub, fail_nsub)."""
+        (shared memory, the worker's float type) and returns the ints [N, 3] (code, nsub,
+        fail_nsub)."""
         if step:
             self.state, flat, ints = self.step_fn(self.model_b, self.state, self.put(inp), self.kp, self.kd)
         else:
             self.state, flat, ints = self.sync_fn(self.model_b, self.state, self.put(inp))
-        np.copyto(dest, np.asarray(flat), casting="same_kind")
+        np.copyto(dest, np.asarray(flat), casting="no")
         return np.asarray(ints)

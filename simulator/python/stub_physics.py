@@ -4,7 +4,7 @@ simulator.
 It exists to measure what the worker's host side and the Rust side cost per control step
 (``arena sim bench --backend gpu --gpu-impl stub``), on any machine, with no JAX or Warp: the
 same protocol, shared memory, validation and output writes as the real implementations, and
-outputs of exactly their layout (one packed float64 block in ``DEVICE_OUTPUTS`` order plus the
+outputs of exactly their layout (one packed float32 block in ``DEVICE_OUTPUTS`` order plus the
 int block [N, 3]), but the "physics" is the cheapest stand-in that keeps a tracking episode
 alive:
 
@@ -38,7 +38,7 @@ class StubPhysics:
         self.device = "host"
         self.library = f"stub (no physics), numpy {np.__version__}"
         # The packed block the real implementations copy from the device each command.
-        self.out = np.zeros(n * OUTPUTS_PER_ENV)
+        self.out = np.zeros(n * OUTPUTS_PER_ENV, np.float32)
         self.blocks = {}
         for name, shape in DEVICE_OUTPUTS:
             start = OUTPUT_OFFSETS[name] * n

@@ -10,7 +10,7 @@ keeps the per-env semantics of the JAX path with its own kernels:
   inactive and failed envs stay exactly where they were, as on the CPU backend;
 - domain randomisation is MuJoCo Warp's batched model fields (leading world axis) for
   ``DR_FIELDS``, computed on the host with the C library's ``mj_setConst`` like the JAX path;
-- outputs are packed on the device into one float64 block, copied by one device-to-host copy
+- outputs are packed on the device into one float32 block, copied by one device-to-host copy
   straight into the shared memory the caller passes (page-locked with ``cuMemHostRegister`` on
   a CUDA device, so the copy is a DMA at the link's speed rather than a staged pageable copy);
   per-body contact forces decode each pooled contact with MuJoCo Warp's ``contact_force_fn`` and
@@ -177,14 +177,14 @@ def _contact_force_kernel(opt_cone: int, geom_bodyid: wp.array(dtype=int),
 
 @wp.kernel
 def _pack_env_kernel(n: int, qpos: wp.array2d(dtype=float), qvel: wp.array2d(dtype=float),
-                     torque: wp.array2d(dtype=float), out: wp.array(dtype=wp.float64)):
+                     torque: wp.array2d(dtype=float), out: wp.array(dtype=float)):
     w = wp.tid()
     for i in range(qpos.shape[1]):
-        out[w * qpos.shape[1] + i] = wp.float64(qpos[w, i])
+        out[w * qpos.shape[1] + i] = qpos[w, i]
     for i in range(qvel.shape[1]):
-        out[_O_QVEL * n + w * qvel.shape[1] + i] = wp.float64(qvel[w, i])
+        out[_O_QVEL * n + w * qvel.shape[1] + i] = qvel[w, i]
     for j in range(_NJ):
-        out[_O_TORQUE * n + w * _NJ + j] = wp.float64(torque[w, j])
+        out[_O_TORQUE * n + w * _NJ + j] = torque[w, j]
 
 
 @wp.kernel
@@ -192,7 +192,7 @@ def _pack_body_kernel(n: int, body_rootid: wp.array(dtype=int), xpos: wp.array2d
                       xquat: wp.array2d(dtype=wp.quat), xipos: wp.array2d(dtype=wp.vec3),
                       subtree_com: wp.array2d(dtype=wp.vec3),
                       cvel: wp.array2d(dtype=wp.spatial_vector),
-                      body_force: wp.array2d(dtype=wp.vec3), out: wp.array(dtype=wp.float64)):
+                      body_force: wp.array2d(dtype=wp.vec3), out: wp.array(dtype=float)):
     """Bodies 1..30: xpos, xquat, the velocity at the body's CoM in the world frame
     (mj_objectVelocity: cvel moved from the subtree CoM of the body's root), contact force."""
     w, k = wp.tid()
@@ -204,12 +204,12 @@ def _pack_body_kernel(n: int, body_rootid: wp.array(dtype=int), xpos: wp.array2d
     q = xquat[w, b]
     f = body_force[w, b]
     for i in range(3):
-        out[_O_XPOS * n + e * 3 + i] = wp.float64(p[i])
-        out[_O_LIN * n + e * 3 + i] = wp.float64(lin[i])
-        out[_O_ANG * n + e * 3 + i] = wp.float64(ang[i])
-        out[_O_CF * n + e * 3 + i] = wp.float64(f[i])
+        out[_O_XPOS * n + e * 3 + i] = p[i]
+        out[_O_LIN * n + e * 3 + i] = lin[i]
+        out[_O_ANG * n + e * 3 + i] = ang[i]
+        out[_O_CF * n + e * 3 + i] = f[i]
     for i in range(4):
-        out[_O_XQUAT * n + e * 4 + i] = wp.float64(q[i])
+        out[_O_XQUAT * n + e * 4 + i] = q[i]
 
 
 _PAGE = 4096
@@ -277,7 +277,7 @@ class WarpPhysics:
             self.reset_qpos = wp.zeros((n, NQ), dtype=f32)
             self.reset_qvel = wp.zeros((n, NV), dtype=f32)
             self.body_force = wp.zeros((n, NB + 1), dtype=wp.vec3)
-            self.out = wp.zeros(n * OUTPUTS_PER_ENV, dtype=wp.float64)
+            self.out = wp.zeros(n * OUTPUTS_PER_ENV, dtype=wp.float32)
             self.ints = wp.zeros((3, n), dtype=int)
         # The host destination of `out` (shared memory), wrapped once per address.
         self.host_out, self.host_key = None, None
@@ -376,11 +376,11 @@ class WarpPhysics:
             self._observe()
 
     def _host_destination(self, dest):
-        """A Warp CPU array over `dest` (float64, contiguous), page-locked on a CUDA device."""
+        """A Warp CPU array over `dest` (float32, contiguous), page-locked on a CUDA device."""
         key = (dest.ctypes.data, dest.size)
         if self.host_key != key:
-            if dest.size != self.out.size or not dest.flags.c_contiguous or dest.dtype != np.float64:
-                raise ValueError(f"output destination must be {self.out.size} contiguous float64 values")
+            if dest.size != self.out.size or not dest.flags.c_contiguous or dest.dtype != np.float32:
+                raise ValueError(f"output destination must be {self.out.size} contiguous float32 values")
             if self.device.is_cuda:
                 with wp.ScopedDevice(self.device):
                     why = _page_lock(dest.ctypes.data, dest.nbytes)
@@ -388,14 +388,14 @@ class WarpPhysics:
                     log(f"outputs: {dest.nbytes / 1e6:.1f} MB of shared memory page-locked for direct copies")
                 else:
                     log(f"outputs: shared memory not page-locked ({why}); copies go through pageable memory")
-            self.host_out = wp.array(ptr=dest.ctypes.data, dtype=wp.float64, shape=(dest.size,),
+            self.host_out = wp.array(ptr=dest.ctypes.data, dtype=wp.float32, shape=(dest.size,),
                                      device="cpu")
             self.host_key = key
         return self.host_out
 
     def advance(self, inp, step, dest):
         """Pushes, then (for `step`) one control step; writes the packed outputs into `dest`
-        (float64, shared memory) and returns the ints [N, 3] (code, nsub, fail_nsub)."""
+        (float32, shared memory) and returns the ints [N, 3] (code, nsub, fail_nsub)."""
         host_out = self._host_destination(dest)
         self.push.assign(inp[:, NJ:NJ + 6].astype(np.float32))
         if step:

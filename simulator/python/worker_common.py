@@ -15,8 +15,9 @@ MAXVAL = 1e10
 # and what MuJoCo's mj_setConst derives from them.
 DR_FIELDS = ("body_mass", "body_ipos", "geom_friction", "body_subtreemass", "body_invweight0",
              "dof_invweight0")
-# Outputs a physics implementation returns as one flat float64 block, in this order (each array
-# whole, [N, ...] in C order), contiguous in shared memory, with their per-env shapes.
+# Outputs a physics implementation returns as one flat block (float32, or float64 with x64),
+# in this order (each array whole, [N, ...] in C order), contiguous in shared memory, with
+# their per-env shapes.
 DEVICE_OUTPUTS = (("qpos", (NQ,)), ("qvel", (NV,)), ("torque", (NJ,)), ("body_pos", (NB, 3)),
                   ("body_quat", (NB, 4)), ("body_lin_vel", (NB, 3)), ("body_ang_vel", (NB, 3)),
                   ("contact_force", (NB, 3)))

@@ -411,7 +411,8 @@ fn a_worker_that_cannot_restart_fails_a_batched_start_once() {
 /// The stubbed physics (`--gpu-impl stub`, the host-side benchmark) writes exactly the layout
 /// of a real worker: at start-up both publish the model's rest state, and every field a
 /// consumer reads has the same values there (MuJoCo Warp computes in float32); after a step the
-/// stub's joints sit on their targets and every field is still finite.
+/// stub's joints sit on their targets (in float32, the type both hand over) and every field is
+/// still finite.
 #[test]
 fn stubbed_physics_keeps_the_real_workers_layout() {
     let Some(python) = gpu_python() else { return };
@@ -460,7 +461,9 @@ fn stubbed_physics_keeps_the_real_workers_layout() {
     stub.sync().unwrap();
     let targets: Vec<f64> = (0..2 * NUM_JOINTS).map(|k| 0.01 * (k % NUM_JOINTS) as f64).collect();
     stub.step(&targets).unwrap();
-    assert_eq!(read(stub.as_ref(), Field::DofPos), targets[NUM_JOINTS..]);
+    // In float32, as MuJoCo Warp's outputs are.
+    let in_f32: Vec<f64> = targets[NUM_JOINTS..].iter().map(|t| f64::from(*t as f32)).collect();
+    assert_eq!(read(stub.as_ref(), Field::DofPos), in_f32);
     for field in fields.into_iter().chain([Field::BodyContactForce, Field::DofPosTarget]) {
         let v = read(stub.as_ref(), field);
         assert!(v.iter().all(|x| x.is_finite()), "{field:?}: {v:?}");

@@ -8,7 +8,7 @@
 //! A worker that dies, hangs past its deadline or answers nonsense fails the episodes it was
 //! running, with the reason, and is started again at the next reset: never a server crash.
 
-use super::gpu_layout::{Array, PARAMS_WIDTH, ShmLayout};
+use super::gpu_layout::{Array, OutputPrecision, PARAMS_WIDTH, ShmLayout};
 use super::mujoco::check_layout;
 use super::{
     DECIMATION, EnvHealth, Field, Handler, NQ, NV, PHYSICS_DT, PhysicsParams, check_env, check_feedforward,
@@ -306,7 +306,13 @@ impl GpuHandler {
             let range = model.jnt_range()[j + 1];
             *r = (range[0], range[1]);
         }
-        let layout = ShmLayout::new(num_envs);
+        // MJX with x64 computes in float64; everything else in float32.
+        let precision = if options.x64 {
+            OutputPrecision::F64
+        } else {
+            OutputPrecision::F32
+        };
+        let layout = ShmLayout::new(num_envs, precision);
         let shm_path = shared_file_path();
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -342,8 +348,9 @@ impl GpuHandler {
         Ok(handler)
     }
 
+    /// The file as float64 values: the inputs and the per-env scalars at the end lie on it.
     fn values(&self) -> &[f64] {
-        // SAFETY: the map is page-aligned and `layout.bytes()` long, a whole number of f64s.
+        // SAFETY: the map is page-aligned and `layout.bytes()` long, a multiple of 8 bytes.
         unsafe { std::slice::from_raw_parts(self.shm.as_ptr().cast::<f64>(), self.shm.len() / 8) }
     }
 
@@ -352,13 +359,30 @@ impl GpuHandler {
         unsafe { std::slice::from_raw_parts_mut(self.shm.as_mut_ptr().cast::<f64>(), self.shm.len() / 8) }
     }
 
+    /// One env's row of a float64 array (an input, or a per-env scalar the worker writes).
     fn row(&self, array: Array, env: usize) -> &[f64] {
+        debug_assert!(!array.is_device_output(), "{array:?} is read with output_row");
         &self.values()[self.layout.row(array, env)]
     }
 
     fn row_mut(&mut self, array: Array, env: usize) -> &mut [f64] {
+        debug_assert!(!array.is_device_output(), "{array:?} is written by the worker");
         let range = self.layout.row(array, env);
         &mut self.values_mut()[range]
+    }
+
+    /// One env's row of a device output, in the physics' precision.
+    fn output_row(&self, array: Array, env: usize) -> OutputRow<'_> {
+        let range = self.layout.row(array, env);
+        match self.layout.precision() {
+            OutputPrecision::F64 => OutputRow::F64(&self.values()[range]),
+            OutputPrecision::F32 => {
+                // SAFETY: as in `values`, viewed as float32 values (4-byte aligned, a whole
+                // number of them); the worker writes only while we wait for its answer.
+                let all = unsafe { std::slice::from_raw_parts(self.shm.as_ptr().cast::<f32>(), self.shm.len() / 4) };
+                OutputRow::F32(&all[range])
+            }
+        }
     }
 
     fn fill(&mut self, array: Array, value: f64) {
@@ -753,41 +777,41 @@ impl Handler for GpuHandler {
     }
 
     fn read_env_into(&self, env: usize, field: Field, out: &mut [f64]) {
-        let qpos = self.row(Array::Qpos, env);
-        let qvel = self.row(Array::Qvel, env);
-        let root_rot: Quat = qpos[3..7].try_into().expect("4");
+        let row = |array: Array| self.output_row(array, env);
+        let qpos = row(Array::Qpos);
+        let qvel = row(Array::Qvel);
+        let root_rot: Quat = std::array::from_fn(|k| qpos.get(3 + k));
+        let torso3 = |array: Array| -> Vec3 { std::array::from_fn(|k| row(array).get(3 * TORSO_INDEX + k)) };
+        let torso_rot: Quat = std::array::from_fn(|k| row(Array::BodyQuat).get(4 * TORSO_INDEX + k));
+        // The 30 bodies, then the virtual head.
         let bodies3 = |array: Array, out: &mut [f64], head: Vec3| {
-            out[..3 * NUM_BODIES].copy_from_slice(self.row(array, env));
+            row(array).copy_into(&mut out[..3 * NUM_BODIES]);
             out[3 * NUM_BODIES..].copy_from_slice(&head);
         };
-        let torso = |array: Array, width: usize| -> &[f64] {
-            &self.row(array, env)[width * TORSO_INDEX..width * (TORSO_INDEX + 1)]
-        };
-        let v3 = |s: &[f64]| -> Vec3 { [s[0], s[1], s[2]] };
         match field {
-            Field::Qpos => out.copy_from_slice(qpos),
-            Field::Qvel => out.copy_from_slice(qvel),
-            Field::DofPos => out.copy_from_slice(&qpos[7..]),
-            Field::DofVel => out.copy_from_slice(&qvel[6..]),
-            Field::DofTorque => out.copy_from_slice(self.row(Array::Torque, env)),
+            Field::Qpos => qpos.copy_into(out),
+            Field::Qvel => qvel.copy_into(out),
+            Field::DofPos => qpos.sub(7..NQ).copy_into(out),
+            Field::DofVel => qvel.sub(6..NV).copy_into(out),
+            Field::DofTorque => row(Array::Torque).copy_into(out),
             Field::DofPosTarget => out.copy_from_slice(self.row(Array::Targets, env)),
-            Field::RootPos => out.copy_from_slice(&qpos[..3]),
+            Field::RootPos => qpos.sub(0..3).copy_into(out),
             Field::RootRot => out.copy_from_slice(&root_rot),
-            Field::RootVel => out.copy_from_slice(&qvel[..3]),
-            Field::RootAngVel => out.copy_from_slice(&math::rotate(&root_rot, &[qvel[3], qvel[4], qvel[5]])),
-            Field::BodyPos => {
-                let rot: Quat = torso(Array::BodyQuat, 4).try_into().expect("4");
-                bodies3(Array::BodyPos, out, head_pos(&v3(torso(Array::BodyPos, 3)), &rot));
+            Field::RootVel => qvel.sub(0..3).copy_into(out),
+            Field::RootAngVel => {
+                let w = [qvel.get(3), qvel.get(4), qvel.get(5)];
+                out.copy_from_slice(&math::rotate(&root_rot, &w));
             }
+            Field::BodyPos => bodies3(Array::BodyPos, out, head_pos(&torso3(Array::BodyPos), &torso_rot)),
             Field::BodyRot => {
-                out[..4 * NUM_BODIES].copy_from_slice(self.row(Array::BodyQuat, env));
-                out[4 * NUM_BODIES..].copy_from_slice(torso(Array::BodyQuat, 4));
+                row(Array::BodyQuat).copy_into(&mut out[..4 * NUM_BODIES]);
+                out[4 * NUM_BODIES..].copy_from_slice(&torso_rot);
             }
             Field::BodyVel => {
-                let head = head_vel(&v3(torso(Array::BodyLinVel, 3)), &v3(torso(Array::BodyAngVel, 3)));
+                let head = head_vel(&torso3(Array::BodyLinVel), &torso3(Array::BodyAngVel));
                 bodies3(Array::BodyLinVel, out, head);
             }
-            Field::BodyAngVel => bodies3(Array::BodyAngVel, out, v3(torso(Array::BodyAngVel, 3))),
+            Field::BodyAngVel => bodies3(Array::BodyAngVel, out, torso3(Array::BodyAngVel)),
             Field::BodyContactForce => bodies3(Array::ContactForce, out, [0.0; 3]),
             // Refused at construction: the worker simulates no IMU sensors.
             Field::ImuAccelerometer => out.fill(f64::NAN),
@@ -817,6 +841,42 @@ impl Handler for GpuHandler {
 
     fn worker_pid(&self) -> Option<u32> {
         self.worker.as_ref().map(|w| w.child.id())
+    }
+}
+
+/// One env's row of a device output as the worker wrote it.
+#[derive(Clone, Copy)]
+enum OutputRow<'a> {
+    F32(&'a [f32]),
+    F64(&'a [f64]),
+}
+
+impl OutputRow<'_> {
+    fn get(self, i: usize) -> f64 {
+        match self {
+            OutputRow::F32(v) => f64::from(v[i]),
+            OutputRow::F64(v) => v[i],
+        }
+    }
+
+    fn sub(self, range: std::ops::Range<usize>) -> Self {
+        match self {
+            OutputRow::F32(v) => OutputRow::F32(&v[range]),
+            OutputRow::F64(v) => OutputRow::F64(&v[range]),
+        }
+    }
+
+    /// Widens into `out` (float32 values are exact in float64), which must be as long.
+    fn copy_into(self, out: &mut [f64]) {
+        match self {
+            OutputRow::F32(v) => {
+                assert_eq!(v.len(), out.len(), "output row length");
+                for (o, x) in out.iter_mut().zip(v) {
+                    *o = f64::from(*x);
+                }
+            }
+            OutputRow::F64(v) => out.copy_from_slice(v),
+        }
     }
 }
 

@@ -571,11 +571,14 @@ impl GpuHandler {
 
     /// Reads the worker's failure codes into env health.
     fn collect_failures(&mut self) {
-        for env in 0..self.health.len() {
-            let code = self.row(Array::Failed, env)[0];
-            if code == 0.0 || self.health[env] != EnvHealth::Ok {
-                continue;
-            }
+        let codes = self.layout.range(Array::Failed);
+        let failed: Vec<(usize, f64)> = self.values()[codes]
+            .iter()
+            .enumerate()
+            .filter(|(env, code)| **code != 0.0 && self.health[*env] == EnvHealth::Ok)
+            .map(|(env, code)| (env, *code))
+            .collect();
+        for (env, code) in failed {
             let label = match code as i64 {
                 1 => "bad qpos",
                 2 => "bad qvel",
@@ -765,12 +768,13 @@ impl Handler for GpuHandler {
                 targets.len()
             )));
         }
-        let range = self.layout.range(Array::Targets);
-        self.values_mut()[range].copy_from_slice(targets);
-        for env in 0..n {
-            let active = if self.health[env] == EnvHealth::Ok { 1.0 } else { 0.0 };
-            self.row_mut(Array::Active, env)[0] = active;
+        let (targets_at, active_at) = (self.layout.range(Array::Targets), self.layout.range(Array::Active));
+        self.values_mut()[targets_at].copy_from_slice(targets);
+        let health = std::mem::take(&mut self.health);
+        for (flag, h) in self.values_mut()[active_at].iter_mut().zip(&health) {
+            *flag = if *h == EnvHealth::Ok { 1.0 } else { 0.0 };
         }
+        self.health = health;
         self.run("step")?;
         self.collect_failures();
         Ok(())

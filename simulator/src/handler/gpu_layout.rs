@@ -46,6 +46,14 @@ pub(crate) enum Array {
     Time,
 }
 
+const _: () = {
+    let mut k = 0;
+    while k < Array::ALL.len() {
+        assert!(Array::ALL[k] as usize == k, "Array::ALL is in declaration order");
+        k += 1;
+    }
+};
+
 /// The type of the device outputs in the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum OutputPrecision {
@@ -175,7 +183,9 @@ impl ShmLayout {
     /// since the float32 block has an even number of values (580 per env) and the float64
     /// arrays before and after it a whole number of 8-byte values.
     pub(crate) fn range(&self, array: Array) -> std::ops::Range<usize> {
-        let k = Array::ALL.iter().position(|a| *a == array).expect("listed");
+        // `ALL` lists the arrays in declaration order (checked below): the index is the
+        // discriminant, with no search on this per-env path.
+        let k = array as usize;
         let size = array.value_bytes(self.precision);
         debug_assert_eq!(self.offsets[k] % size, 0);
         let start = self.offsets[k] / size;

@@ -327,6 +327,8 @@ pub struct TrackingEnv {
     obs: ObservationBatch,
     infos: Vec<StepInfo>,
     targets: Vec<f64>,
+    /// The feed-forward torques of the joint-position mode's commands (N × 29).
+    feedforward: Vec<f64>,
     /// Per-env flags of the envs the current reset/step touches (reused, no per-step allocation).
     selected: Vec<bool>,
 }
@@ -382,6 +384,7 @@ impl TrackingEnv {
                 n
             ],
             targets: vec![0.0; n * NUM_JOINTS],
+            feedforward: vec![0.0; n * NUM_JOINTS],
             selected: vec![false; n],
             config,
         };
@@ -643,9 +646,7 @@ impl TrackingEnv {
                 actions.len()
             )));
         }
-        let robot = &self.config.robot;
-        let mode = self.config.action_mode;
-        let ranges = match mode {
+        let ranges = match self.config.action_mode {
             ActionMode::JointPosition => Some(self.handler.joint_ranges()),
             ActionMode::Normalized => None,
         };
@@ -653,71 +654,48 @@ impl TrackingEnv {
         for (flag, slot) in self.selected.iter_mut().zip(&self.slots) {
             *flag = slot.status == EpisodeStatus::Running;
         }
-        for (env, (slot, a)) in self.slots.iter_mut().zip(actions.chunks_exact(width)).enumerate() {
-            let targets = &mut self.targets[env * NUM_JOINTS..(env + 1) * NUM_JOINTS];
-            if slot.status != EpisodeStatus::Running {
-                continue;
-            }
-            if let Some(j) = a.iter().position(|v| !v.is_finite()) {
-                let what = match j.checked_sub(NUM_JOINTS) {
-                    None => format!("joint {j}"),
-                    Some(k) => format!("feed-forward torque of joint {k}"),
-                };
-                let reason = format!("non-finite action at step {} ({what}: {})", slot.step, a[j]);
-                self.handler.mark_failed(env, reason.clone());
-                slot.status = EpisodeStatus::Failed(reason);
-                continue;
-            }
-            let mut command = [0.0; 2 * NUM_JOINTS];
-            match (mode, &ranges) {
-                (ActionMode::JointPosition, Some(ranges)) => {
-                    if let Some(why) = joint_command_error(a, ranges, &robot.effort) {
-                        let reason = format!("action out of range at step {}: {why}", slot.step);
-                        self.handler.mark_failed(env, reason.clone());
-                        slot.status = EpisodeStatus::Failed(reason);
-                        continue;
+        // Every env's command on the env's threads; then what needs the handler, in env order.
+        let ctx = CommandContext {
+            config: &self.config,
+            ranges: ranges.as_ref(),
+        };
+        let (slots, targets, feedforward) = (&mut self.slots, &mut self.targets, &mut self.feedforward);
+        let prepare = |((slot, (targets, feedforward)), a): CommandItem<'_>| {
+            ctx.prepare(slot, targets, feedforward, a)
+        };
+        let prepared: Vec<Prepared> = match self.handler.pool() {
+            Some(pool) => pool.install(|| {
+                slots
+                    .par_iter_mut()
+                    .zip(
+                        targets
+                            .par_chunks_mut(NUM_JOINTS)
+                            .zip(feedforward.par_chunks_mut(NUM_JOINTS)),
+                    )
+                    .zip(actions.par_chunks_exact(width))
+                    .map(prepare)
+                    .collect()
+            }),
+            None => slots
+                .iter_mut()
+                .zip(targets.chunks_mut(NUM_JOINTS).zip(feedforward.chunks_mut(NUM_JOINTS)))
+                .zip(actions.chunks_exact(width))
+                .map(prepare)
+                .collect(),
+        };
+        let joint_position = self.config.action_mode == ActionMode::JointPosition;
+        for (env, p) in prepared.into_iter().enumerate() {
+            match p {
+                Prepared::Idle => {}
+                Prepared::Failed(reason) => self.handler.mark_failed(env, reason),
+                Prepared::Command { push } => {
+                    if joint_position {
+                        self.handler
+                            .set_feedforward(env, &self.feedforward[env * NUM_JOINTS..(env + 1) * NUM_JOINTS])?;
                     }
-                    for j in 0..NUM_JOINTS {
-                        // A randomised default-joint offset acts as an encoder calibration error.
-                        let offset = slot.defaults[j] - robot.default_pose[j];
-                        command[j] = a[j] as f64 + offset;
-                        command[NUM_JOINTS + j] = a[NUM_JOINTS + j] as f64;
+                    if let Some((dv, dw)) = push {
+                        self.handler.push_root(env, dv, dw)?;
                     }
-                }
-                _ => {
-                    let mut a5 = [0.0; NUM_JOINTS];
-                    for j in 0..NUM_JOINTS {
-                        a5[j] = (ACTION_CLIP * a[j] as f64).clamp(-ACTION_CLIP, ACTION_CLIP);
-                        command[j] = slot.defaults[j] + a5[j] * ACTION_SCALE * robot.effort[j] / robot.kp[j];
-                    }
-                    slot.last_a5 = a5;
-                }
-            }
-            // With a one-step control delay the robot executes the previous command.
-            let applied = if slot.draw.control_delay > 0 {
-                std::mem::replace(&mut slot.pending_command, command)
-            } else {
-                command
-            };
-            targets.copy_from_slice(&applied[..NUM_JOINTS]);
-            if mode == ActionMode::JointPosition {
-                self.handler.set_feedforward(env, &applied[NUM_JOINTS..])?;
-            }
-            if slot.step + 1 == slot.next_push_step {
-                let (dv, dw) = dr::push_velocity(&mut slot.rng);
-                self.handler.push_root(env, dv, dw)?;
-                slot.next_push_step += (dr::next_push_interval_s(&mut slot.rng) / CONTROL_DT).round() as usize;
-            }
-            if self.config.record {
-                slot.trajectory
-                    .rows
-                    .actions
-                    .extend(a[..NUM_JOINTS].iter().map(|v| *v as f64));
-                if mode == ActionMode::JointPosition {
-                    slot.trajectory
-                        .rows
-                        .feedforward
-                        .extend(a[NUM_JOINTS..].iter().map(|v| *v as f64));
                 }
             }
         }
@@ -851,6 +829,92 @@ type EnvItem<'a> = (
         &'a mut [f32],
     ),
 );
+
+/// What preparing one env's command leaves for the handler, which only the stepping thread
+/// may call.
+enum Prepared {
+    /// Not running this step.
+    Idle,
+    /// Targets (and feed-forward torques) written; a push to apply before the step.
+    Command { push: Option<([f64; 3], [f64; 3])> },
+    /// The action is refused; the env fails with this reason.
+    Failed(String),
+}
+
+/// One env's slot, targets and feed-forward torques, and its action.
+type CommandItem<'a> = ((&'a mut Slot, (&'a mut [f64], &'a mut [f64])), &'a [f32]);
+
+/// What every env's command preparation reads.
+struct CommandContext<'a> {
+    config: &'a TrackingEnvConfig,
+    ranges: Option<&'a [(f64, f64); NUM_JOINTS]>,
+}
+
+impl CommandContext<'_> {
+    /// Checks one env's action, turns it into PD targets (and feed-forward torques), applies the
+    /// control delay, draws its push when one is due, and records the action.
+    fn prepare(&self, slot: &mut Slot, targets: &mut [f64], feedforward: &mut [f64], a: &[f32]) -> Prepared {
+        if slot.status != EpisodeStatus::Running {
+            return Prepared::Idle;
+        }
+        let robot = &self.config.robot;
+        let mode = self.config.action_mode;
+        if let Some(j) = a.iter().position(|v| !v.is_finite()) {
+            let what = match j.checked_sub(NUM_JOINTS) {
+                None => format!("joint {j}"),
+                Some(k) => format!("feed-forward torque of joint {k}"),
+            };
+            let reason = format!("non-finite action at step {} ({what}: {})", slot.step, a[j]);
+            slot.status = EpisodeStatus::Failed(reason.clone());
+            return Prepared::Failed(reason);
+        }
+        let mut command = [0.0; 2 * NUM_JOINTS];
+        match (mode, self.ranges) {
+            (ActionMode::JointPosition, Some(ranges)) => {
+                if let Some(why) = joint_command_error(a, ranges, &robot.effort) {
+                    let reason = format!("action out of range at step {}: {why}", slot.step);
+                    slot.status = EpisodeStatus::Failed(reason.clone());
+                    return Prepared::Failed(reason);
+                }
+                for j in 0..NUM_JOINTS {
+                    // A randomised default-joint offset acts as an encoder calibration error.
+                    let offset = slot.defaults[j] - robot.default_pose[j];
+                    command[j] = a[j] as f64 + offset;
+                    command[NUM_JOINTS + j] = a[NUM_JOINTS + j] as f64;
+                }
+            }
+            _ => {
+                let mut a5 = [0.0; NUM_JOINTS];
+                for j in 0..NUM_JOINTS {
+                    a5[j] = (ACTION_CLIP * a[j] as f64).clamp(-ACTION_CLIP, ACTION_CLIP);
+                    command[j] = slot.defaults[j] + a5[j] * ACTION_SCALE * robot.effort[j] / robot.kp[j];
+                }
+                slot.last_a5 = a5;
+            }
+        }
+        // With a one-step control delay the robot executes the previous command.
+        let applied = if slot.draw.control_delay > 0 {
+            std::mem::replace(&mut slot.pending_command, command)
+        } else {
+            command
+        };
+        targets.copy_from_slice(&applied[..NUM_JOINTS]);
+        feedforward.copy_from_slice(&applied[NUM_JOINTS..]);
+        let mut push = None;
+        if slot.step + 1 == slot.next_push_step {
+            push = Some(dr::push_velocity(&mut slot.rng));
+            slot.next_push_step += (dr::next_push_interval_s(&mut slot.rng) / CONTROL_DT).round() as usize;
+        }
+        if self.config.record {
+            let rows = &mut slot.trajectory.rows;
+            rows.actions.extend(a[..NUM_JOINTS].iter().map(|v| *v as f64));
+            if mode == ActionMode::JointPosition {
+                rows.feedforward.extend(a[NUM_JOINTS..].iter().map(|v| *v as f64));
+            }
+        }
+        Prepared::Command { push }
+    }
+}
 
 struct ObsRows<'a> {
     state: &'a mut [f32],

@@ -660,9 +660,7 @@ impl TrackingEnv {
             ranges: ranges.as_ref(),
         };
         let (slots, targets, feedforward) = (&mut self.slots, &mut self.targets, &mut self.feedforward);
-        let prepare = |((slot, (targets, feedforward)), a): CommandItem<'_>| {
-            ctx.prepare(slot, targets, feedforward, a)
-        };
+        let prepare = |((slot, (targets, feedforward)), a): CommandItem<'_>| ctx.prepare(slot, targets, feedforward, a);
         let prepared: Vec<Prepared> = match self.handler.pool() {
             Some(pool) => pool.install(|| {
                 slots

@@ -69,6 +69,7 @@ import os
 import sys
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -79,6 +80,8 @@ from worker_common import (DEVICE_OUTPUTS, DR_FIELDS, FF0, INP_WIDTH, NB, NJ, NQ
                            InitError, log)
 
 NPARAMS = NB + 3 + 1 + 1 + 1
+# Threads for the host-side DR of large resets (mj_setConst per env).
+MAX_DR_THREADS = 16
 
 # (name, per-env shape) in shared-memory order; outputs start at "qpos".
 LAYOUT = (
@@ -212,8 +215,12 @@ class Worker:
         # Nominal values that every params update starts from, and a scratch model on which
         # the C library recomputes the derived constants (mj_setConst), as the CPU backend does.
         self.nominal = {k: getattr(model, k).copy() for k in ("body_mass", "body_ipos", "geom_friction")}
-        self.scratch = mujoco.MjModel.from_xml_path(cfg["mjcf"])
-        self.scratch_data = mujoco.MjData(self.scratch)
+        # One scratch model per thread: the C library releases the GIL in mj_setConst, so the
+        # envs of a large DR reset are spread over the machine's cores (about 70 us each).
+        self.threads = max(1, min(len(os.sched_getaffinity(0)), MAX_DR_THREADS))
+        self.scratch = [mujoco.MjModel.from_xml_path(cfg["mjcf"]) for _ in range(self.threads)]
+        self.scratch_data = [mujoco.MjData(m) for m in self.scratch]
+        self.pool = ThreadPoolExecutor(self.threads, "dr") if self.threads > 1 else None
         self.dr_host = {k: np.repeat(getattr(model, k)[None], n, axis=0) for k in DR_FIELDS}
         self.kp_host = np.repeat(cfg["kp"][None], n, axis=0)
         self.kd_host = np.repeat(cfg["kd"][None], n, axis=0)
@@ -239,18 +246,32 @@ class Worker:
     def apply_params(self, envs):
         """Domain randomisation from the nominal model for `envs` (C library's mj_setConst)."""
         p = self.views["params"]
-        for e in envs:
-            mass, com, mu = p[e, :NB], p[e, NB:NB + 3], p[e, NB + 3]
-            kps, kds = p[e, NB + 4], p[e, NB + 5]
-            if not (np.all(np.isfinite(mass)) and np.all(mass > 0)):
-                raise CommandError(f"env {e}: mass_scale must be finite and positive")
-            if not np.all(np.isfinite(com)):
-                raise CommandError(f"env {e}: torso_com_offset must be finite")
-            if not (math.isnan(mu) or (math.isfinite(mu) and mu >= 0)):
-                raise CommandError(f"env {e}: friction must be NaN or finite and >= 0, got {mu}")
-            if not (math.isfinite(kps) and kps >= 0 and math.isfinite(kds) and kds >= 0):
-                raise CommandError(f"env {e}: kp_scale and kd_scale must be finite and >= 0")
-        s = self.scratch
+        rows = p[envs]
+        mass, com, mu = rows[:, :NB], rows[:, NB:NB + 3], rows[:, NB + 3]
+        gains = rows[:, NB + 4:NB + 6]
+        checks = (
+            (np.isfinite(mass).all(axis=1) & (mass > 0).all(axis=1), "mass_scale must be finite and positive"),
+            (np.isfinite(com).all(axis=1), "torso_com_offset must be finite"),
+            (np.isnan(mu) | (np.isfinite(mu) & (mu >= 0)), "friction must be NaN or finite and >= 0, got {mu}"),
+            ((np.isfinite(gains) & (gains >= 0)).all(axis=1), "kp_scale and kd_scale must be finite and >= 0"),
+        )
+        bad = ~np.logical_and.reduce([ok for ok, _ in checks])
+        if bad.any():
+            k = int(np.argmax(bad))  # the first env with a bad value, named by its first one
+            message = next(m for ok, m in checks if not ok[k])
+            raise CommandError(f"env {envs[k]}: " + message.format(mu=mu[k]))
+        if self.pool is None or len(envs) < 2 * self.threads:
+            self._set_const(0, envs)
+        else:
+            parts = np.array_split(envs, self.threads)
+            for done in [self.pool.submit(self._set_const, k, part) for k, part in enumerate(parts)]:
+                done.result()
+        self.physics.set_params(self.dr_host, self.kp_host, self.kd_host)
+
+    def _set_const(self, k, envs):
+        """The derived constants of `envs` on scratch model `k` (each env's from the nominal
+        model and its own parameters only, so the split over threads changes nothing)."""
+        p, s, d = self.views["params"], self.scratch[k], self.scratch_data[k]
         for e in envs:
             mass, com, mu = p[e, :NB], p[e, NB:NB + 3], p[e, NB + 3]
             s.body_mass[:] = self.nominal["body_mass"]
@@ -260,12 +281,11 @@ class Worker:
             s.geom_friction[:] = self.nominal["geom_friction"]
             if not math.isnan(mu):
                 s.geom_friction[:, 0] = mu
-            self.mujoco.mj_setConst(s, self.scratch_data)
-            for k in DR_FIELDS:
-                self.dr_host[k][e] = getattr(s, k)
+            self.mujoco.mj_setConst(s, d)
+            for f in DR_FIELDS:
+                self.dr_host[f][e] = getattr(s, f)
             self.kp_host[e] = self.cfg["kp"] * p[e, NB + 4]
             self.kd_host[e] = self.cfg["kd"] * p[e, NB + 5]
-        self.physics.set_params(self.dr_host, self.kp_host, self.kd_host)
 
     def command(self, name):
         v = self.views

@@ -299,17 +299,20 @@ class Worker:
         if pushes.any() and not np.all(np.isfinite(v["push"][pushes])):
             raise CommandError("non-finite push")
         inp = self.inp
-        inp[:, NJ:] = 0.0
+        # Pushes and go; the feed-forward columns are rewritten by every step and read by no sync.
+        inp[:, NJ:NJ + 7] = 0.0
         if name == "step":
-            inp[:, :NJ] = v["targets"]
-            inp[:, FF0:] = v["feedforward"]
+            targets, feedforward = v["targets"], v["feedforward"]
             active = v["active"] != 0
-            inp[:, NJ + 6] = active
-            # A row's sum is finite when its values are (one pass, no temporaries per value).
-            if not np.all(np.isfinite(inp[:, :NJ].sum(axis=1))[active]):
+            # A row's sum is finite when its values are (one pass over the contiguous rows, no
+            # temporaries per value).
+            if not np.all(np.isfinite(targets.sum(axis=1))[active]):
                 raise CommandError("non-finite targets for an active env")
-            if not np.all(np.isfinite(inp[:, FF0:].sum(axis=1))[active]):
+            if not np.all(np.isfinite(feedforward.sum(axis=1))[active]):
                 raise CommandError("non-finite feed-forward torques for an active env")
+            inp[:, :NJ] = targets
+            inp[:, FF0:] = feedforward
+            inp[:, NJ + 6] = active
         if pushes.any():
             inp[pushes, NJ:NJ + 6] = v["push"][pushes]
 

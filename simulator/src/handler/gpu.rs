@@ -784,9 +784,10 @@ impl Handler for GpuHandler {
         let row = |array: Array| self.output_row(array, env);
         let qpos = row(Array::Qpos);
         let qvel = row(Array::Qvel);
-        let root_rot: Quat = std::array::from_fn(|k| qpos.get(3 + k));
+        // Built only by the fields that need them (this runs several times per env and step).
+        let root_rot = || -> Quat { std::array::from_fn(|k| qpos.get(3 + k)) };
         let torso3 = |array: Array| -> Vec3 { std::array::from_fn(|k| row(array).get(3 * TORSO_INDEX + k)) };
-        let torso_rot: Quat = std::array::from_fn(|k| row(Array::BodyQuat).get(4 * TORSO_INDEX + k));
+        let torso_rot = || -> Quat { std::array::from_fn(|k| row(Array::BodyQuat).get(4 * TORSO_INDEX + k)) };
         // The 30 bodies, then the virtual head.
         let bodies3 = |array: Array, out: &mut [f64], head: Vec3| {
             row(array).copy_into(&mut out[..3 * NUM_BODIES]);
@@ -800,16 +801,16 @@ impl Handler for GpuHandler {
             Field::DofTorque => row(Array::Torque).copy_into(out),
             Field::DofPosTarget => out.copy_from_slice(self.row(Array::Targets, env)),
             Field::RootPos => qpos.sub(0..3).copy_into(out),
-            Field::RootRot => out.copy_from_slice(&root_rot),
+            Field::RootRot => out.copy_from_slice(&root_rot()),
             Field::RootVel => qvel.sub(0..3).copy_into(out),
             Field::RootAngVel => {
                 let w = [qvel.get(3), qvel.get(4), qvel.get(5)];
-                out.copy_from_slice(&math::rotate(&root_rot, &w));
+                out.copy_from_slice(&math::rotate(&root_rot(), &w));
             }
-            Field::BodyPos => bodies3(Array::BodyPos, out, head_pos(&torso3(Array::BodyPos), &torso_rot)),
+            Field::BodyPos => bodies3(Array::BodyPos, out, head_pos(&torso3(Array::BodyPos), &torso_rot())),
             Field::BodyRot => {
                 row(Array::BodyQuat).copy_into(&mut out[..4 * NUM_BODIES]);
-                out[4 * NUM_BODIES..].copy_from_slice(&torso_rot);
+                out[4 * NUM_BODIES..].copy_from_slice(&torso_rot());
             }
             Field::BodyVel => {
                 let head = head_vel(&torso3(Array::BodyLinVel), &torso3(Array::BodyAngVel));

@@ -8,7 +8,13 @@
 //! (default-pose targets, resets at the motion's end or a fall), the earlier reference, which
 //! is lighter work for MuJoCo than training's falling robots.
 //!
+//! With `--stub-physics` the envs run on the GPU backend's stub (no physics; the worker on the
+//! CPU): what training costs around the simulator, at the sizes of a GPU run (`--envs 4096`),
+//! split into the simulator's step, rewards, resets and observations (issue 42's goal is
+//! 100,000 env steps/s). Without physics every episode ends at once, so resets are the worst case.
+//!
 //! `cargo run --release -p arena-ppo --example training_throughput -- --iterations 20 --runs 3`
+//! `cargo run --release -p arena-ppo --example training_throughput -- --stub-physics --envs 4096 --iterations 2 --runs 1`
 
 use arena_bench::metrics::metric_names;
 use arena_bench::spec;
@@ -35,6 +41,16 @@ struct Args {
     iterations: u64,
     #[arg(long, default_value_t = 3)]
     runs: usize,
+    /// Envs (default: the configuration's).
+    #[arg(long)]
+    envs: Option<usize>,
+    /// Simulator threads (default: the configuration's).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// The GPU backend's stub instead of physics (the worker's Python from ARENA_GPU_PYTHON):
+    /// the cost of everything around the simulator.
+    #[arg(long)]
+    stub_physics: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -42,6 +58,18 @@ fn main() -> anyhow::Result<()> {
     let mut config = PpoTrainConfig::load(&a.config).map_err(anyhow::Error::msg)?;
     config.run.eval_every = 0;
     config.run.checkpoint_every = a.iterations * 1000;
+    if let Some(n) = a.envs {
+        config.env.num_envs = n;
+    }
+    if let Some(t) = a.threads {
+        config.env.threads = t;
+    }
+    if a.stub_physics {
+        config.env.sim_backend = "gpu".into();
+        config.env.gpu_impl = "stub".into();
+        config.env.gpu_device = "cpu".into();
+        config.env.allow_stub_physics = true;
+    }
     let (_, spec) = spec::find_benchmark(&config.env.benchmark, &spec::shipped_dir(), &metric_names())?;
     let clips = arena_runner::episode::benchmark_clips(&spec, Path::new("."), &RobotConfig::default())?;
     let n = config.env.num_envs;
@@ -62,6 +90,7 @@ fn main() -> anyhow::Result<()> {
         trainer.iteration()?; // warm-up (and the first reset)
         trainer.envs.sim_tape().expect("recording").mark();
         let (sim_before, update_before) = trainer.busy_split();
+        let parts_before = env_parts(&trainer.envs.stats);
         let t0 = Instant::now();
         for _ in 0..a.iterations {
             trainer.iteration()?;
@@ -69,6 +98,11 @@ fn main() -> anyhow::Result<()> {
         let train_s = t0.elapsed().as_secs_f64();
         let train = steps as f64 / train_s;
         let (sim_after, update_after) = trainer.busy_split();
+        let parts: Vec<f64> = env_parts(&trainer.envs.stats)
+            .iter()
+            .zip(parts_before)
+            .map(|(after, before)| after - before)
+            .collect();
 
         let library = Arc::new(trainer.envs.library().clone());
         let mut replay_env = TrackingEnv::new(trainer.envs.sim_config()?, library.clone())?;
@@ -85,6 +119,30 @@ fn main() -> anyhow::Result<()> {
         let replay = steps as f64 / replayed.seconds;
         drop(replay_env);
 
+        let envs_s = sim_after - sim_before;
+        let learn_s = update_after - update_before;
+        println!(
+            "run {run}: the envs' {envs_s:.2} s: simulator {:.2} s, rewards {:.2} s, resets {:.2} s, observations {:.2} s, \
+             commands and rollout tensors {:.2} s ({:.1} ms per control step of {n} envs)",
+            parts[0],
+            parts[1],
+            parts[2],
+            parts[3],
+            envs_s - parts.iter().sum::<f64>(),
+            1e3 * envs_s / (a.iterations * config.env.steps_per_env as u64) as f64
+        );
+        if a.stub_physics {
+            println!(
+                "run {run}: training {train:.0} env steps/s ({train_s:.2} s: envs {envs_s:.2} s, policy and update \
+                 {learn_s:.2} s), the stubbed simulator replaying the same steps {replay:.0} steps/s (ratio {:.2}); \
+                 {n} envs, {} threads",
+                train / replay,
+                config.env.threads
+            );
+            train_rates.push(train);
+            sim_rates.push(replay);
+            continue;
+        }
         let robot = trainer.envs.interface.robot.clone();
         let mut env = TrackingEnv::new(
             TrackingEnvConfig {
@@ -128,8 +186,6 @@ fn main() -> anyhow::Result<()> {
             }
         }
         let standing = steps as f64 / t0.elapsed().as_secs_f64();
-        let envs_s = sim_after - sim_before;
-        let learn_s = update_after - update_before;
         println!(
             "run {run}: training {train:.0} env steps/s ({train_s:.2} s: envs {envs_s:.2} s, of which the replayed \
              simulator {:.2} s; policy and update {learn_s:.2} s), simulator replaying the same steps {replay:.0} \
@@ -148,6 +204,15 @@ fn main() -> anyhow::Result<()> {
         v[v.len() / 2]
     };
     let (train, sim) = (median(&mut train_rates), median(&mut sim_rates));
+    if a.stub_physics {
+        println!(
+            "median over {} runs: training {train:.0} env steps/s with the physics stubbed out, the stubbed simulator \
+             replaying the same steps {sim:.0} steps/s, ratio {:.2}",
+            a.runs,
+            train / sim
+        );
+        return Ok(());
+    }
     let standing = median(&mut standing_rates);
     println!(
         "median over {} runs: training {train:.0} env steps/s, the simulator replaying the same steps {sim:.0} steps/s, \
@@ -157,4 +222,9 @@ fn main() -> anyhow::Result<()> {
         train / standing
     );
     Ok(())
+}
+
+/// The envs' seconds so far by part: simulator, rewards, resets, observations.
+fn env_parts(s: &arena_ppo::envs::EnvStats) -> [f64; 4] {
+    [s.physics_s, s.rewards_s, s.resets_s, s.observations_s]
 }

@@ -51,6 +51,10 @@ pub struct EnvConfig {
     pub gains: String,
     /// Action scale per joint = `action_scale_factor`·effort/kp (the recipe's 0.25).
     pub action_scale_factor: f64,
+    /// Lets `gpu_impl = "stub"` through (no physics: what the rest of training costs). Only code
+    /// sets it (`examples/training_throughput.rs --stub-physics`); a configuration cannot.
+    #[serde(skip)]
+    pub allow_stub_physics: bool,
 }
 
 impl Default for EnvConfig {
@@ -68,6 +72,7 @@ impl Default for EnvConfig {
             episode_length_s: 10.0,
             gains: "armature".into(),
             action_scale_factor: 0.25,
+            allow_stub_physics: false,
         }
     }
 }
@@ -327,7 +332,7 @@ impl PpoTrainConfig {
             "cpu" => Ok(arena_sim::SimBackend::Cpu),
             "gpu" => {
                 let implementation: GpuImpl = e.gpu_impl.parse().map_err(|m| format!("env.gpu_impl: {m}"))?;
-                if implementation == GpuImpl::Stub {
+                if implementation == GpuImpl::Stub && !e.allow_stub_physics {
                     return Err("env.gpu_impl: \"stub\" has no physics; use auto, jax or warp".into());
                 }
                 let device: GpuDevice = e.gpu_device.parse().map_err(|m| format!("env.gpu_device: {m}"))?;

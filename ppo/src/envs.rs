@@ -22,7 +22,9 @@ use arena_sim::{CONTROL_DT, RobotConfig};
 use arena_torch::seed::derive_seed;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// The robot and action interface a policy is trained for (and exported with).
 #[derive(Debug, Clone)]
@@ -103,6 +105,13 @@ pub struct EnvStats {
     pub episode_length_sum: u64,
     pub episode_return_sum: f64,
     pub clipped_targets: u64,
+    /// Seconds of the steps by part: the simulator's step, reading and scoring the states
+    /// (rewards, terminations and their bookkeeping), ending and restarting episodes, and the
+    /// actor's and critic's inputs.
+    pub physics_s: f64,
+    pub rewards_s: f64,
+    pub resets_s: f64,
+    pub observations_s: f64,
 }
 
 pub struct TrackerEnvs {
@@ -120,6 +129,10 @@ pub struct TrackerEnvs {
     commands: Vec<f32>,
     pub actor_obs: Vec<f32>,
     pub critic_obs: Vec<f32>,
+    /// Each env's state as the last step left it (one buffer for the run: a step's 4 kB per
+    /// env are written in place, not allocated), and whether it is still current.
+    frames: Vec<RobotFrame>,
+    frame_current: Vec<bool>,
     reference: MotionState,
     pub stats: EnvStats,
     /// Episodes started so far (the counter episode seeds derive from).
@@ -151,6 +164,7 @@ impl TrackerEnvs {
         let frames: Vec<usize> = library.motions.iter().map(|m| m.num_frames).collect();
         let uniform = config.sampling.uniform_ratio * n as f64 / 4096.0;
         let sampler = StartSampler::new(&frames, config.sampling.alpha, uniform, config.sampling.adaptive);
+        let frames = vec![RobotFrame::read(env.handler(), 0); n];
         Ok(TrackerEnvs {
             env,
             soft_limits: mdp::soft_limits(&ranges),
@@ -164,6 +178,8 @@ impl TrackerEnvs {
             commands: vec![0.0; n * 2 * NUM_JOINTS],
             actor_obs: vec![0.0; n * ACTOR_DIM],
             critic_obs: vec![0.0; n * CRITIC_DIM],
+            frames,
+            frame_current: vec![false; n],
             reference: MotionState::default(),
             stats: EnvStats::default(),
             episodes_started: 0,
@@ -206,7 +222,8 @@ impl TrackerEnvs {
     pub fn reset_all(&mut self, rng: &mut ChaCha8Rng) -> anyhow::Result<()> {
         let all: Vec<usize> = (0..self.num_envs()).collect();
         self.reset_envs(&all, rng)?;
-        self.observe(&all, rng);
+        self.frame_current.fill(false);
+        self.observe_all(rng);
         Ok(())
     }
 
@@ -258,27 +275,51 @@ impl TrackerEnvs {
         Ok(())
     }
 
-    /// Writes the actor and critic inputs of the listed envs, with the reference at the frame
-    /// their next action must reach, and records the anchor pose the next rewards align to.
-    fn observe(&mut self, envs: &[usize], rng: &mut ChaCha8Rng) {
-        for &e in envs {
-            let frame = RobotFrame::read(self.env.handler(), e);
-            self.observe_frame(e, &frame, rng);
-        }
-    }
-
-    fn observe_frame(&mut self, e: usize, frame: &RobotFrame, rng: &mut ChaCha8Rng) {
-        let a = self.env.assignment(e).expect("every env runs an episode");
-        let info = &self.env.infos()[e];
-        let t_next = a.start_time + (info.step + 1) as f64 * CONTROL_DT;
-        self.library.motions[a.motion].state_at(t_next, &mut self.reference);
-        let last = &self.last_action[e * NUM_JOINTS..(e + 1) * NUM_JOINTS];
-        let actor = &mut self.actor_obs[e * ACTOR_DIM..(e + 1) * ACTOR_DIM];
-        mdp::actor_observation(frame, &self.reference, &self.interface.default_pose, last, actor);
-        mdp::add_actor_noise(actor, self.config.noise.scale, || rng.random_range(-1.0..1.0));
-        let critic = &mut self.critic_obs[e * CRITIC_DIM..(e + 1) * CRITIC_DIM];
-        mdp::critic_observation(frame, &self.reference, &self.interface.default_pose, last, critic);
-        self.align[e] = frame.anchor_pose();
+    /// Writes every env's actor and critic inputs, with the reference at the frame its next
+    /// action must reach, and records the anchor pose the next rewards align to; the envs whose
+    /// frame is not current (they were reset) are read first. The envs are observed on the
+    /// simulator's threads; the noise is drawn before, in env order, so a run draws the same
+    /// numbers whatever the threads.
+    fn observe_all(&mut self, rng: &mut ChaCha8Rng) {
+        let n = self.num_envs();
+        let scale = self.config.noise.scale;
+        let noise: Vec<f64> = if scale == 0.0 {
+            Vec::new()
+        } else {
+            (0..n * mdp::ACTOR_NOISE_DRAWS)
+                .map(|_| rng.random_range(-1.0..1.0))
+                .collect()
+        };
+        let (env, library, default_pose) = (&self.env, &self.library, &self.interface.default_pose);
+        let (last_action, current) = (&self.last_action, &self.frame_current);
+        let rows = self
+            .actor_obs
+            .par_chunks_mut(ACTOR_DIM)
+            .zip(self.critic_obs.par_chunks_mut(CRITIC_DIM))
+            .zip(self.align.par_iter_mut())
+            .zip(self.frames.par_iter_mut())
+            .enumerate();
+        on_env_threads(env, || {
+            rows.for_each_init(
+                MotionState::default,
+                |reference, (e, (((actor, critic), align), frame))| {
+                    if !current[e] {
+                        *frame = RobotFrame::read(env.handler(), e);
+                    }
+                    let a = env.assignment(e).expect("every env runs an episode");
+                    let t_next = a.start_time + (env.infos()[e].step + 1) as f64 * CONTROL_DT;
+                    library.motions[a.motion].state_at(t_next, reference);
+                    let last = &last_action[e * NUM_JOINTS..(e + 1) * NUM_JOINTS];
+                    mdp::actor_observation(frame, reference, default_pose, last, actor);
+                    if scale != 0.0 {
+                        let mut draws = noise[e * mdp::ACTOR_NOISE_DRAWS..].iter();
+                        mdp::add_actor_noise(actor, scale, || *draws.next().expect("drawn"));
+                    }
+                    mdp::critic_observation(frame, reference, default_pose, last, critic);
+                    *align = frame.anchor_pose();
+                },
+            )
+        });
     }
 
     /// Applies the raw actions (N × 29), scores the step, resets the envs whose episode ended
@@ -297,7 +338,10 @@ impl TrackerEnvs {
                 self.commands[e * 2 * NUM_JOINTS + j] = target as f32;
             }
         }
+        let started = Instant::now();
         self.env.step(&self.commands)?;
+        let stepped = Instant::now();
+        self.stats.physics_s += (stepped - started).as_secs_f64();
         if let Some(tape) = &mut self.tape {
             tape.step(&self.commands);
         }
@@ -307,63 +351,59 @@ impl TrackerEnvs {
             dones: vec![false; n],
             timeouts: vec![false; n],
         };
-        let mut frames: Vec<Option<RobotFrame>> = Vec::with_capacity(n);
+        // The MDP of each env on the simulator's threads; then, in env order, everything that
+        // sums or draws (statistics, the start sampler), so a run is the same whatever the threads.
+        let assessed = self.assess_all(actions);
         let mut ended = Vec::new();
-        for e in 0..n {
-            let info = self.env.infos()[e].clone();
-            let a = self.env.assignment(e).expect("every env runs an episode");
-            let action = &actions[e * NUM_JOINTS..(e + 1) * NUM_JOINTS];
-            if let EpisodeStatus::Failed(reason) = &info.status {
-                tracing::debug!("env {e}: {reason}");
+        for (e, assessment) in assessed.into_iter().enumerate() {
+            let step = assessment.step;
+            let Assessed::Running {
+                terms,
+                reward,
+                failed,
+                motion,
+                motion_frame,
+                timed_out,
+            } = assessment.outcome
+            else {
+                if let Assessed::SimFailure(reason) = &assessment.outcome {
+                    tracing::debug!("env {e}: {reason}");
+                }
                 self.stats.sim_failures += 1;
                 out.dones[e] = true;
-                frames.push(None);
+                self.frame_current[e] = false;
                 ended.push(e);
-                self.finish_episode(e, info.step);
+                self.finish_episode(e, step);
                 continue;
-            }
-            let frame = RobotFrame::read(self.env.handler(), e);
-            self.library.motions[a.motion].state_at(info.motion_time, &mut self.reference);
-            let last = &self.last_action[e * NUM_JOINTS..(e + 1) * NUM_JOINTS];
-            let terms = mdp::reward_terms(
-                &frame,
-                &self.reference,
-                self.align[e],
-                action,
-                last,
-                &self.soft_limits,
-                &self.config.rewards,
-            );
-            let reward = terms.total(&self.config.rewards);
+            };
             for (k, v) in terms.values.iter().enumerate() {
                 self.stats.reward_terms[k] += v * weights[k] * CONTROL_DT;
             }
             self.stats.env_steps += 1;
             out.rewards[e] = reward as f32;
             self.episode_return[e] += reward;
-            self.last_action[e * NUM_JOINTS..(e + 1) * NUM_JOINTS].copy_from_slice(action);
-            let failed = mdp::terminations(&frame, &self.reference, &self.config.terminations);
+            self.last_action[e * NUM_JOINTS..(e + 1) * NUM_JOINTS]
+                .copy_from_slice(&actions[e * NUM_JOINTS..(e + 1) * NUM_JOINTS]);
             if failed.any() {
                 for (k, f) in failed.flags.iter().enumerate() {
                     self.stats.terminations[k] += *f as u64;
                 }
-                let motion_frame = (info.motion_time / CONTROL_DT).round() as usize;
-                self.sampler.record_failure(a.motion, motion_frame);
+                self.sampler.record_failure(motion, motion_frame);
                 out.dones[e] = true;
-            } else if info.status == EpisodeStatus::Truncated || info.step >= self.episode_cap {
+            } else if timed_out || step >= self.episode_cap {
                 self.stats.timeouts += 1;
                 out.dones[e] = true;
                 out.timeouts[e] = true;
             }
+            self.frame_current[e] = !out.dones[e];
             if out.dones[e] {
                 ended.push(e);
-                self.finish_episode(e, info.step);
-                frames.push(None);
-            } else {
-                frames.push(Some(frame));
+                self.finish_episode(e, step);
             }
         }
         self.sampler.step();
+        let assessed = Instant::now();
+        self.stats.rewards_s += (assessed - stepped).as_secs_f64();
         for &e in &ended {
             self.env.stop(e);
             if let Some(tape) = &mut self.tape {
@@ -371,19 +411,95 @@ impl TrackerEnvs {
             }
         }
         self.reset_envs(&ended, rng)?;
-        for (e, frame) in frames.into_iter().enumerate() {
-            match frame {
-                Some(f) => self.observe_frame(e, &f, rng),
-                None => self.observe(&[e], rng),
-            }
-        }
+        let restarted = Instant::now();
+        self.stats.resets_s += (restarted - assessed).as_secs_f64();
+        self.observe_all(rng);
+        self.stats.observations_s += restarted.elapsed().as_secs_f64();
         Ok(out)
+    }
+
+    /// Reads every env's state after a step into its frame and scores it against the
+    /// reference frame its action had to reach (rewards, terminations), on the simulator's
+    /// threads.
+    fn assess_all(&mut self, actions: &[f32]) -> Vec<Assessment> {
+        let (env, library) = (&self.env, &self.library);
+        let (align, last_action) = (&self.align, &self.last_action);
+        let (soft_limits, config) = (&self.soft_limits, &self.config);
+        let frames = self.frames.par_iter_mut().enumerate();
+        on_env_threads(env, || {
+            frames
+                .map_init(MotionState::default, |reference, (e, frame)| {
+                    let info = &env.infos()[e];
+                    let step = info.step;
+                    if let EpisodeStatus::Failed(reason) = &info.status {
+                        return Assessment {
+                            step,
+                            outcome: Assessed::SimFailure(reason.clone()),
+                        };
+                    }
+                    let a = env.assignment(e).expect("every env runs an episode");
+                    *frame = RobotFrame::read(env.handler(), e);
+                    library.motions[a.motion].state_at(info.motion_time, reference);
+                    let terms = mdp::reward_terms(
+                        frame,
+                        reference,
+                        align[e],
+                        &actions[e * NUM_JOINTS..(e + 1) * NUM_JOINTS],
+                        &last_action[e * NUM_JOINTS..(e + 1) * NUM_JOINTS],
+                        soft_limits,
+                        &config.rewards,
+                    );
+                    Assessment {
+                        step,
+                        outcome: Assessed::Running {
+                            terms,
+                            reward: terms.total(&config.rewards),
+                            failed: mdp::terminations(frame, reference, &config.terminations),
+                            motion: a.motion,
+                            motion_frame: (info.motion_time / CONTROL_DT).round() as usize,
+                            timed_out: info.status == EpisodeStatus::Truncated,
+                        },
+                    }
+                })
+                .collect()
+        })
     }
 
     fn finish_episode(&mut self, e: usize, length: usize) {
         self.stats.episodes += 1;
         self.stats.episode_length_sum += length as u64;
         self.stats.episode_return_sum += self.episode_return[e];
+    }
+}
+
+/// One env's step as the MDP sees it ([`TrackerEnvs::assess_all`]).
+struct Assessment {
+    /// The env's step count after the step.
+    step: usize,
+    outcome: Assessed,
+}
+
+enum Assessed {
+    /// The simulator failed the env (its reason): the episode ends, unscored by the MDP.
+    SimFailure(String),
+    Running {
+        terms: mdp::RewardTerms,
+        reward: f64,
+        failed: mdp::Terminations,
+        motion: usize,
+        /// The reference frame the step reached (where a failure is recorded for sampling).
+        motion_frame: usize,
+        /// The motion ended (the simulator truncated the episode).
+        timed_out: bool,
+    },
+}
+
+/// Runs `work` (rayon parallel iterators) on the simulator's threads, so the MDP's per-env
+/// work shares them with the simulator's; without a pool, on the calling thread's.
+fn on_env_threads<R: Send>(env: &TrackingEnv, work: impl FnOnce() -> R + Send) -> R {
+    match env.handler().pool() {
+        Some(pool) => pool.install(work),
+        None => work(),
     }
 }
 

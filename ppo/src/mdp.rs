@@ -153,6 +153,18 @@ pub fn actor_observation(
     debug_assert_eq!(o + j, ACTOR_DIM);
 }
 
+/// How many uniform draws [`add_actor_noise`] takes per row when its scale is not 0.
+pub const ACTOR_NOISE_DRAWS: usize = {
+    let (mut k, mut draws) = (0, 0);
+    while k < ACTOR_TERMS.len() {
+        if ACTOR_NOISE[k] > 0.0 {
+            draws += ACTOR_TERMS[k].1;
+        }
+        k += 1;
+    }
+    draws
+};
+
 /// Adds the training noise (uniform ±`scale`·n per element, §2) to an actor row.
 pub fn add_actor_noise(row: &mut [f32], scale: f64, mut uniform: impl FnMut() -> f64) {
     if scale == 0.0 {

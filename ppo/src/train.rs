@@ -426,6 +426,11 @@ impl Trainer {
         let busy = (self.sim_s + self.update_s).max(1e-9);
         row.insert("sim_share".into(), self.sim_s / busy);
         row.insert("update_share".into(), self.update_s / busy);
+        // What of sim_share went where (the rest: the commands and the rollout's tensors).
+        row.insert("physics_share".into(), s.physics_s / busy);
+        row.insert("rewards_share".into(), s.rewards_s / busy);
+        row.insert("resets_share".into(), s.resets_s / busy);
+        row.insert("observations_share".into(), s.observations_s / busy);
         fill_env_stats(&s, &mut row);
         row.insert("sampler_entropy".into(), self.envs.sampler.entropy());
         for (k, v) in &self.last_metrics {
@@ -580,6 +585,10 @@ pub fn train_log_columns() -> Vec<String> {
         "FPS",
         "sim_share",
         "update_share",
+        "physics_share",
+        "rewards_share",
+        "resets_share",
+        "observations_share",
         "mean_reward",
         "episode_return",
         "episode_length",

@@ -53,7 +53,7 @@ fn learning_log(dir: &Path) -> Vec<String> {
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().unwrap().split(',').collect();
     let keep: Vec<usize> = (0..header.len())
-        .filter(|&i| !matches!(header[i], "duration [minutes]" | "FPS" | "sim_share" | "update_share"))
+        .filter(|&i| !matches!(header[i], "duration [minutes]" | "FPS") && !header[i].ends_with("_share"))
         .collect();
     lines
         .map(|l| {

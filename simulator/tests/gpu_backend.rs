@@ -542,7 +542,9 @@ fn feedforward_torques_follow_the_cpu_backend() {
 
 /// A DR reset of many envs at once (spread over the worker's threads, one scratch model each)
 /// gives each env the constants a reset of that env alone gives it: after a few steps every
-/// env's state is the same to the bit (MuJoCo Warp on its CPU device).
+/// env's state is the same to the bit (MuJoCo Warp on its CPU device). Half the envs reset at
+/// DR level 0, whose constants the worker copies instead of deriving them; one at a time they
+/// come after a level-3 reset of the same env, so stale constants would show.
 #[test]
 fn a_batched_dr_reset_matches_resets_one_env_at_a_time() {
     let Some(python) = gpu_python() else { return };
@@ -560,13 +562,28 @@ fn a_batched_dr_reset_matches_resets_one_env_at_a_time() {
                 motion: e % lib.len(),
                 start_time: 0.1 * e as f64,
                 seed: 100 + e as u64,
-                dr_level: DrLevel::L3,
+                dr_level: if e % 2 == 0 { DrLevel::L3 } else { DrLevel::L0 },
             };
             (e, a)
         })
         .collect();
     let (mut together, mut alone) = (env(&lib, n, backend.clone()), env(&lib, n, backend));
     together.reset(&assignments).unwrap();
+    let randomised: Vec<(usize, EpisodeAssignment)> = assignments
+        .iter()
+        .map(|&(e, a)| {
+            let seed = 900 + e as u64;
+            (
+                e,
+                EpisodeAssignment {
+                    seed,
+                    dr_level: DrLevel::L3,
+                    ..a
+                },
+            )
+        })
+        .collect();
+    alone.reset(&randomised).unwrap();
     for one in &assignments {
         alone.reset(std::slice::from_ref(one)).unwrap();
     }

@@ -113,6 +113,8 @@ bench: deps deps-torch
 	PYTHONPATH=third_party/pytorch $(PYTHON) baseline/bench/update_throughput.py \
 		--example target/release/examples/update_throughput --preset small --batch 1024 --updates 3 --repeats 3
 	cargo run --release --quiet -p arena-ppo --example training_throughput -- --iterations 20 --runs 3
+	ARENA_GPU_PYTHON=$(CURDIR)/$(PYTHON) cargo run --release --quiet -p arena-ppo --example training_throughput -- \
+		--stub-physics --envs 4096 --iterations 2 --runs 1
 	$(MAKE) --no-print-directory bench-onnx
 	$(PYTHON) bench/hosted_vs_remote.py --arena target/release/arena --motions-root ../shared/motions/g1-moves --repeats 3
 	$(PYTHON) bench/hosted_scale.py --arena target/release/arena --episodes 1024 --window-s 2 --repeats 3

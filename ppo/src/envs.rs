@@ -250,10 +250,6 @@ impl TrackerEnvs {
                 },
             ));
         }
-        self.env.reset(&assignments)?;
-        if let Some(tape) = &mut self.tape {
-            tape.reset(&assignments);
-        }
         let init = &self.config.init;
         let mut states = Vec::with_capacity(envs.len());
         for &(e, a) in &assignments {
@@ -268,9 +264,9 @@ impl TrackerEnvs {
             self.last_action[e * NUM_JOINTS..(e + 1) * NUM_JOINTS].fill(0.0);
             self.episode_return[e] = 0.0;
         }
-        self.env.set_start_states(&states)?;
+        self.env.reset_with_start_states(&assignments, &states)?;
         if let Some(tape) = &mut self.tape {
-            tape.start_states(&states);
+            tape.reset_with_start_states(&assignments, &states);
         }
         Ok(())
     }

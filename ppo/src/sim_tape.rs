@@ -12,8 +12,7 @@ use std::time::Instant;
 /// One call on the training's `TrackingEnv`, with its arguments.
 #[derive(Debug, Clone)]
 enum SimCall {
-    Reset(Vec<(usize, EpisodeAssignment)>),
-    StartStates(Vec<(usize, [f64; NQ], [f64; NV])>),
+    ResetWithStartStates(Vec<(usize, EpisodeAssignment)>, Vec<(usize, [f64; NQ], [f64; NV])>),
     Step(Vec<f32>),
     Stop(usize),
     /// Where the timed part of a replay begins ([`SimTape::mark`]).
@@ -35,12 +34,13 @@ pub struct Replayed {
 }
 
 impl SimTape {
-    pub(crate) fn reset(&mut self, assignments: &[(usize, EpisodeAssignment)]) {
-        self.calls.push(SimCall::Reset(assignments.to_vec()));
-    }
-
-    pub(crate) fn start_states(&mut self, states: &[(usize, [f64; NQ], [f64; NV])]) {
-        self.calls.push(SimCall::StartStates(states.to_vec()));
+    pub(crate) fn reset_with_start_states(
+        &mut self,
+        assignments: &[(usize, EpisodeAssignment)],
+        states: &[(usize, [f64; NQ], [f64; NV])],
+    ) {
+        self.calls
+            .push(SimCall::ResetWithStartStates(assignments.to_vec(), states.to_vec()));
     }
 
     pub(crate) fn step(&mut self, commands: &[f32]) {
@@ -67,11 +67,8 @@ impl SimTape {
                 started = Instant::now();
             }
             match call {
-                SimCall::Reset(assignments) => {
-                    env.reset(assignments)?;
-                }
-                SimCall::StartStates(states) => {
-                    env.set_start_states(states)?;
+                SimCall::ResetWithStartStates(assignments, states) => {
+                    env.reset_with_start_states(assignments, states)?;
                 }
                 SimCall::Step(commands) => {
                     env.step(commands)?;

@@ -531,24 +531,74 @@ impl TrackingEnv {
         }
         self.selected.fill(false);
         for (env, qpos, qvel) in states {
-            self.handler.set_qpos_qvel(*env, qpos, qvel)?;
-            let slot = &mut self.slots[*env];
-            if self.config.action_mode == ActionMode::JointPosition {
-                slot.pending_command[..NUM_JOINTS].copy_from_slice(&qpos[7..]);
-            }
-            slot.history.clear();
-            if self.config.record
-                && let Some(a) = slot.assignment
-            {
-                let length = self.library.motions[a.motion].length_s;
-                slot.trajectory
-                    .reset(&a, ((length - a.start_time) / CONTROL_DT).ceil() as usize + 1);
-            }
-            self.selected[*env] = true;
+            self.put_start_state(*env, qpos, qvel)?;
         }
         self.handler.sync()?;
         self.refresh(true);
         Ok(&self.obs)
+    }
+
+    /// [`TrackingEnv::reset`] of `assignments`, then [`TrackingEnv::set_start_states`] of
+    /// `states` (each for an env among the assignments), in one: the same state with one sync of
+    /// the simulator instead of two (on the GPU backend one round trip to the worker, whose
+    /// reset runs the forward dynamics of every world). Everything is checked before any env
+    /// changes.
+    pub fn reset_with_start_states(
+        &mut self,
+        assignments: &[(usize, EpisodeAssignment)],
+        states: &[(usize, [f64; NQ], [f64; NV])],
+    ) -> Result<&ObservationBatch, SimError> {
+        for (env, a) in assignments {
+            self.validate(*env, a)?;
+        }
+        let mut resetting = vec![false; self.slots.len()];
+        for (env, _) in assignments {
+            resetting[*env] = true;
+        }
+        for (env, qpos, qvel) in states {
+            if !resetting.get(*env).copied().unwrap_or(false) {
+                return Err(SimError::Config(format!(
+                    "env {env}: a start state needs a reset of that env in the same call"
+                )));
+            }
+            crate::handler::check_state(qpos, qvel)?;
+        }
+        let started = Instant::now();
+        for &(env, a) in assignments {
+            self.reset_one(env, a, None)?;
+        }
+        for (env, qpos, qvel) in states {
+            self.put_start_state(*env, qpos, qvel)?;
+        }
+        self.handler.sync()?;
+        self.timings.reset_s += started.elapsed().as_secs_f64();
+        self.timings.resets += assignments.len() as u64;
+        self.selected.fill(false);
+        for (env, _) in assignments {
+            self.selected[*env] = true;
+        }
+        self.refresh(true);
+        Ok(&self.obs)
+    }
+
+    /// Puts a checked start state into an env that was just reset: the handler's state, the
+    /// held joint targets, and a fresh history and trajectory.
+    fn put_start_state(&mut self, env: usize, qpos: &[f64; NQ], qvel: &[f64; NV]) -> Result<(), SimError> {
+        self.handler.set_qpos_qvel(env, qpos, qvel)?;
+        let slot = &mut self.slots[env];
+        if self.config.action_mode == ActionMode::JointPosition {
+            slot.pending_command[..NUM_JOINTS].copy_from_slice(&qpos[7..]);
+        }
+        slot.history.clear();
+        if self.config.record
+            && let Some(a) = slot.assignment
+        {
+            let length = self.library.motions[a.motion].length_s;
+            slot.trajectory
+                .reset(&a, ((length - a.start_time) / CONTROL_DT).ceil() as usize + 1);
+        }
+        self.selected[env] = true;
+        Ok(())
     }
 
     fn validate(&self, env: usize, a: &EpisodeAssignment) -> Result<(), SimError> {

@@ -557,3 +557,50 @@ fn without_gains_and_delay_an_action_acts_at_once() {
     // ... BFM-Zero's set executes the action of the step itself.
     assert_ne!(first_step(false, 0.5), first_step(false, 0.0));
 }
+
+/// A reset with start states in one call ends where a reset followed by `set_start_states`
+/// ends (the same trajectories after a few steps, bit for bit), and a start state for an env
+/// the call does not reset is refused before anything changes.
+#[test]
+fn a_reset_with_start_states_equals_a_reset_then_its_start_states() {
+    let lib = library();
+    let n = 3;
+    let (mut together, mut apart) = (env(&lib, n, 2), env(&lib, n, 2));
+    let assignments: Vec<(usize, EpisodeAssignment)> = (0..n)
+        .map(|e| (e, assignment(e % lib.len(), 10 + e as u64, DrLevel::L2)))
+        .collect();
+    let states: Vec<(usize, [f64; NQ], [f64; NV])> = [0, 2]
+        .into_iter()
+        .map(|e| {
+            let a = assignments[e].1;
+            let mut reference = MotionState::default();
+            lib.motions[a.motion].state_at(a.start_time, &mut reference);
+            let (mut qpos, mut qvel) = (reference.qpos, reference.qvel());
+            qpos[2] += 0.01;
+            qpos[7 + e] += 0.05;
+            qvel[0] += 0.1;
+            (e, qpos, qvel)
+        })
+        .collect();
+    together.reset_with_start_states(&assignments, &states).unwrap();
+    apart.reset(&assignments).unwrap();
+    apart.set_start_states(&states).unwrap();
+    let mut policy = ReplayPolicy::default();
+    let mut actions = vec![0.0f32; n * NUM_JOINTS];
+    for _ in 0..5 {
+        policy.act(&together, &mut actions);
+        together.step(&actions).unwrap();
+        apart.step(&actions).unwrap();
+    }
+    for e in 0..n {
+        assert!(same(together.trajectory(e), apart.trajectory(e)), "env {e}");
+    }
+    let moved = (0..n).map(|e| together.trajectory(e).len()).collect::<Vec<_>>();
+    let err = together
+        .reset_with_start_states(&assignments[..1], &states[1..])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("env 2: a start state needs a reset of that env"), "{err}");
+    let after = (0..n).map(|e| together.trajectory(e).len()).collect::<Vec<_>>();
+    assert_eq!(after, moved, "nothing was reset");
+}

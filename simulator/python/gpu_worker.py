@@ -277,7 +277,7 @@ class Worker:
             parts = np.array_split(derive, self.threads)
             for done in [self.pool.submit(self._set_const, k, part) for k, part in enumerate(parts)]:
                 done.result()
-        self.physics.set_params(self.dr_host, self.kp_host, self.kd_host)
+        self.physics.set_params(self.dr_host, self.kp_host, self.kd_host, envs)
 
     def _set_const(self, k, envs):
         """The derived constants of `envs` on scratch model `k` (each env's from the nominal

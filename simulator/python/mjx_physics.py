@@ -211,8 +211,9 @@ class MjxPhysics:
         return {"d": d, "torque": jnp.zeros((self.n, NJ), self.dtype),
                 "code": zeros_i(), "nsub": zeros_i(), "fail_nsub": zeros_i()}
 
-    def set_params(self, dr_host, kp_host, kd_host):
-        """Device copies of the batched model fields and gains (after a params update)."""
+    def set_params(self, dr_host, kp_host, kd_host, envs=None):
+        """Device copies of the batched model fields and gains (after a params update of `envs`;
+        every row is copied)."""
         self.model_b = self.mx.tree_replace({k: self.put(dr_host[k]) for k in DR_FIELDS})
         self.kp = self.put(kp_host)
         self.kd = self.put(kd_host)

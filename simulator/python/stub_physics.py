@@ -61,7 +61,7 @@ class StubPhysics:
         self.ints = np.zeros((n, 3), np.int64)
         log(f"stub physics for {n} envs: no dynamics (a benchmark of the host side)")
 
-    def set_params(self, dr_host, kp_host, kd_host):
+    def set_params(self, dr_host, kp_host, kd_host, envs=None):
         """Nothing to copy: the stub has no model fields."""
 
     def reset(self, mask, qpos, qvel):

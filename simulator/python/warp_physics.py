@@ -299,14 +299,24 @@ class WarpPhysics:
         log(f"MuJoCo Warp on {self.device}: kernels loaded in {time.perf_counter() - t0:.1f} s"
             f"{', step and sync captured as CUDA graphs' if self.device.is_cuda else ''}")
 
-    def set_params(self, dr_host, kp_host, kd_host):
-        """Copies the per-env model fields and gains to the device."""
+    def set_params(self, dr_host, kp_host, kd_host, envs=None):
+        """Copies the per-env model fields and gains to the device. Only the rows of `envs`
+        (all when None) changed: they are converted into float32 copies kept on the host, which
+        then go to the device whole (a reset of a few envs converts a few rows, not 4096)."""
+        if envs is None:
+            self.host_params = {k: dr_host[k].astype(np.float32) for k in DR_FIELDS}
+            self.host_params["kp"], self.host_params["kd"] = (kp_host.astype(np.float32),
+                                                              kd_host.astype(np.float32))
+        else:
+            for k in DR_FIELDS:
+                self.host_params[k][envs] = dr_host[k][envs]
+            self.host_params["kp"][envs] = kp_host[envs]
+            self.host_params["kd"][envs] = kd_host[envs]
         for k in DR_FIELDS:
             field = getattr(self.m, k)
-            field.assign(wp.array(dr_host[k].astype(np.float32), dtype=field.dtype,
-                                  device=self.device))
-        self.kp.assign(kp_host.astype(np.float32))
-        self.kd.assign(kd_host.astype(np.float32))
+            field.assign(wp.array(self.host_params[k], dtype=field.dtype, device=self.device))
+        self.kp.assign(self.host_params["kp"])
+        self.kd.assign(self.host_params["kd"])
 
     def reset(self, mask, qpos, qvel):
         """mj_resetData, then qpos/qvel, for the masked worlds; mj_forward for all (the others'

@@ -1,0 +1,189 @@
+//! Reading each env's state after a step or reset (on the env's threads): its status, the
+//! observation rows, the recorded trajectory row and the fall rule.
+
+use super::{ActionMode, BODY_W, EpisodeStatus, FallRule, Slot, StepInfo, TrackingEnvConfig};
+use crate::CONTROL_DT;
+use crate::handler::{EnvHealth, Field, Handler, NQ, NV};
+use crate::motion::MotionLibrary;
+use crate::observation::{self, HistoryTiming, ProprioFrame, STATE_DIM, TRAINING_NOISE};
+use crate::robot::NUM_BODIES_EXT;
+use arena_data::NUM_JOINTS;
+use rand::Rng;
+
+/// One env's simulator state for one step, read from the handler.
+struct Readout {
+    qpos: [f64; NQ],
+    qvel: [f64; NV],
+    root_ang_vel: [f64; 3],
+    body_pos: [f64; BODY_W],
+    body_rot: [f64; 4 * NUM_BODIES_EXT],
+    body_vel: [f64; BODY_W],
+    body_ang_vel: [f64; BODY_W],
+}
+
+impl Readout {
+    fn read(handler: &dyn Handler, env: usize) -> Self {
+        let mut r = Readout {
+            qpos: [0.0; NQ],
+            qvel: [0.0; NV],
+            root_ang_vel: [0.0; 3],
+            body_pos: [0.0; BODY_W],
+            body_rot: [0.0; 4 * NUM_BODIES_EXT],
+            body_vel: [0.0; BODY_W],
+            body_ang_vel: [0.0; BODY_W],
+        };
+        handler.read_env_into(env, Field::Qpos, &mut r.qpos);
+        handler.read_env_into(env, Field::Qvel, &mut r.qvel);
+        handler.read_env_into(env, Field::RootAngVel, &mut r.root_ang_vel);
+        handler.read_env_into(env, Field::BodyPos, &mut r.body_pos);
+        handler.read_env_into(env, Field::BodyRot, &mut r.body_rot);
+        handler.read_body_velocities_into(env, &mut r.body_vel, &mut r.body_ang_vel);
+        r
+    }
+}
+
+/// One env's mutable pieces in the refresh loop: (index, slot, info and its observation rows).
+pub(super) type EnvItem<'a> = (
+    usize,
+    (
+        (
+            (((&'a mut Slot, &'a mut StepInfo), &'a mut [f32]), &'a mut [f32]),
+            &'a mut [f32],
+        ),
+        &'a mut [f32],
+    ),
+);
+
+pub(super) struct ObsRows<'a> {
+    pub(super) state: &'a mut [f32],
+    pub(super) privileged: &'a mut [f32],
+    pub(super) last_action: &'a mut [f32],
+    pub(super) history: &'a mut [f32],
+}
+
+pub(super) struct RefreshContext<'a> {
+    pub(super) library: &'a MotionLibrary,
+    pub(super) config: &'a TrackingEnvConfig,
+    pub(super) handler: &'a dyn Handler,
+    pub(super) after_reset: bool,
+}
+
+impl RefreshContext<'_> {
+    pub(super) fn refresh_env(&self, e: usize, slot: &mut Slot, info: &mut StepInfo, rows: ObsRows<'_>) {
+        let Some(a) = slot.assignment else { return };
+        let motion = &self.library.motions[a.motion];
+        let motion_time = a.start_time + slot.step as f64 * CONTROL_DT;
+        info.step = slot.step;
+        info.motion_time = motion_time;
+        if let EnvHealth::Failed(reason) = self.handler.health(e) {
+            if slot.status == EpisodeStatus::Running {
+                slot.status = EpisodeStatus::Failed(reason.clone());
+                // The step that failed produced no row: its action goes too, so the recording
+                // keeps one action per row.
+                if self.config.record {
+                    let rows = slot.trajectory.rows.times.len();
+                    slot.trajectory.rows.actions.truncate(rows * NUM_JOINTS);
+                    if !slot.trajectory.rows.feedforward.is_empty() {
+                        slot.trajectory.rows.feedforward.truncate(rows * NUM_JOINTS);
+                    }
+                }
+            }
+            info.status = slot.status.clone();
+            return;
+        }
+        if slot.status != EpisodeStatus::Running {
+            info.status = slot.status.clone();
+            return;
+        }
+        let r = Readout::read(self.handler, e);
+        let (qpos, qvel) = (&r.qpos, &r.qvel);
+        let root_rot = [qpos[3], qpos[4], qpos[5], qpos[6]];
+        let w = &r.root_ang_vel;
+        let noise_on = slot.draw.obs_noise;
+        let rng = &mut slot.rng;
+        let mut noise = |sigma: f64| {
+            if noise_on {
+                rng.random_range(-1.0..1.0) * sigma
+            } else {
+                0.0
+            }
+        };
+        let frame = ProprioFrame::from_robot(
+            &qpos[7..],
+            &qvel[6..],
+            &root_rot,
+            &[w[0], w[1], w[2]],
+            &slot.defaults,
+            &mut noise,
+            &TRAINING_NOISE,
+        );
+        frame.write_state(rows.state);
+        for j in 0..NUM_JOINTS {
+            rows.last_action[j] = slot.last_a5[j] as f32;
+        }
+        if self.config.compute_history {
+            let include_current = self.config.history == HistoryTiming::IncludeCurrent;
+            if include_current {
+                slot.history.push(&frame, &slot.last_a5);
+            }
+            slot.history.write(rows.history);
+            if !include_current && !self.after_reset {
+                // Training convention: history at t holds t−1…t−4; an explicit reset pushes nothing.
+                slot.history.push(&frame, &slot.last_a5);
+            }
+        }
+        let bp = &r.body_pos;
+        if self.config.compute_privileged_state {
+            observation::privileged_state(
+                &observation::bodies3(bp),
+                &observation::bodies4(&r.body_rot),
+                &observation::bodies3(&r.body_vel),
+                &observation::bodies3(&r.body_ang_vel),
+                rows.privileged,
+            );
+        }
+        let (mut ref_qpos, mut ref_body_pos) = ([0.0; NQ], [0.0; BODY_W]);
+        motion.pose_at(motion_time, &mut ref_qpos, &mut ref_body_pos);
+        if self.config.record {
+            let t = &mut slot.trajectory;
+            if self.after_reset {
+                t.rows.actions.extend_from_slice(&[0.0; NUM_JOINTS]);
+                if self.config.action_mode == ActionMode::JointPosition {
+                    t.rows.feedforward.extend_from_slice(&[0.0; NUM_JOINTS]);
+                }
+            }
+            t.rows.times.push(motion_time);
+            t.rows.qpos.extend_from_slice(qpos);
+            t.rows.qvel.extend_from_slice(qvel);
+            t.rows.body_pos.extend_from_slice(bp);
+            t.rows.ref_qpos.extend_from_slice(&ref_qpos);
+            t.rows.ref_body_pos.extend_from_slice(&ref_body_pos);
+            let mut joints = [0.0; NUM_JOINTS];
+            self.handler.read_env_into(e, Field::DofPosTarget, &mut joints);
+            t.rows.targets.extend_from_slice(&joints);
+            self.handler.read_env_into(e, Field::DofTorque, &mut joints);
+            t.rows.torques.extend_from_slice(&joints);
+            t.rows.state.extend(rows.state.iter().map(|v| *v as f64));
+            let (mut dof_vel, mut root_ang_vel) = ([0.0; NUM_JOINTS], [0.0; 3]);
+            motion.velocities_at(motion_time, &mut dof_vel, &mut root_ang_vel);
+            let mut ref_row = [0.0f32; STATE_DIM];
+            observation::reference_state_row_from(&ref_qpos, &dof_vel, &root_ang_vel, &self.config.robot, &mut ref_row);
+            t.rows.ref_state.extend(ref_row.iter().map(|v| *v as f64));
+        }
+        let fell = match self.config.fall_rule {
+            None => false,
+            Some(FallRule::MinRootHeight(h)) => qpos[2] < h,
+            Some(FallRule::MaxBodyDeviation(d)) => (0..NUM_BODIES_EXT).any(|b| {
+                let p = &bp[3 * b..3 * b + 3];
+                let q = &ref_body_pos[3 * b..3 * b + 3];
+                ((p[0] - q[0]).powi(2) + (p[1] - q[1]).powi(2) + (p[2] - q[2]).powi(2)).sqrt() > d
+            }),
+        };
+        if fell {
+            slot.status = EpisodeStatus::Fell;
+        } else if motion_time >= motion.length_s - 1e-9 {
+            slot.status = EpisodeStatus::Truncated;
+        }
+        info.status = slot.status.clone();
+    }
+}

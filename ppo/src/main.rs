@@ -302,7 +302,13 @@ fn export(a: ExportArgs) -> anyhow::Result<()> {
         // Rows around the normaliser's statistics, where the policy's inputs live.
         let noise = tch::Tensor::randn([16, arena_ppo::mdp::ACTOR_DIM as i64], tch::kind::FLOAT_CPU);
         let obs = &model.actor_norm.mean + noise * (&model.actor_norm.std * 2.0 + 0.1);
-        let actions = model.act_inference(&obs);
+        let mut actions = model.act_inference(&obs);
+        if let Some((lower, upper)) = arena_ppo::onnx::action_bounds(&card) {
+            // The exported graph's clamp (what a runtime acts with).
+            actions = actions
+                .maximum(&tch::Tensor::from_slice(&lower))
+                .minimum(&tch::Tensor::from_slice(&upper));
+        }
         let rows =
             |t: &tch::Tensor| -> anyhow::Result<Vec<Vec<f32>>> { Ok(Vec::<Vec<f32>>::try_from(t.contiguous())?) };
         let probe = serde_json::json!({"obs": rows(&obs)?, "actions": rows(&actions)?});

@@ -1,6 +1,7 @@
 //! The actor as an ONNX model in the mjlab convention (docs/ppo-tracker.md §10): inputs `obs`
 //! [batch, 160] and `time_step` [batch, 1] (float; the tracker does not read it), output
-//! `actions` [batch, 29]; the empirical normaliser is baked in; metadata as mjlab's
+//! `actions` [batch, 29] (the mean action, clamped where training clamps its targets:
+//! `TrackerCard::joint_target_range`); the empirical normaliser is baked in; metadata as mjlab's
 //! `attach_onnx_metadata` writes it, with numbers in full precision instead of 3 decimals.
 //!
 //! The file is written with the subset of the ONNX protobuf schema it needs (message and field
@@ -206,6 +207,22 @@ pub fn metadata(card: &TrackerCard) -> Vec<(String, String)> {
     ]
 }
 
+/// The clamp training applies to targets (`TrackerCard::joint_target_range`) in action units,
+/// lower and upper per joint (default + scale·a increases with a, scale > 0): a runtime that
+/// computes default + scale·action, as mjlab's does, then sends the targets the policy was
+/// trained with. `None` for a card without ranges.
+pub fn action_bounds(card: &TrackerCard) -> Option<(Vec<f32>, Vec<f32>)> {
+    if card.joint_target_range.is_empty() {
+        return None;
+    }
+    let bound = |k: usize| -> Vec<f32> {
+        (0..NUM_JOINTS)
+            .map(|j| ((card.joint_target_range[j][k] - card.default_joint_pos[j]) / card.action_scale[j]) as f32)
+            .collect()
+    };
+    Some((bound(0), bound(1)))
+}
+
 /// Writes the actor (normaliser included, mean action) as ONNX.
 pub fn export(model: &ActorCritic, card: &TrackerCard, out: &Path) -> anyhow::Result<()> {
     let _guard = tch::no_grad_guard();
@@ -224,7 +241,11 @@ pub fn export(model: &ActorCritic, card: &TrackerCard, out: &Path) -> anyhow::Re
         inits.push(initializer(&wn, w)?);
         inits.push(initializer(&bn, b)?);
         let last = k + 1 == layers.len();
-        let y = if last { "actions".to_string() } else { format!("h{k}") };
+        let y = if last {
+            "mean_action".to_string()
+        } else {
+            format!("h{k}")
+        };
         let trans_b = AttributeProto {
             name: "transB".into(),
             i: 1,
@@ -246,7 +267,16 @@ pub fn export(model: &ActorCritic, card: &TrackerCard, out: &Path) -> anyhow::Re
             x = a;
         }
     }
-    debug_assert_eq!(x, "actions");
+    debug_assert_eq!(x, "mean_action");
+    match action_bounds(card) {
+        None => nodes.push(node("Identity", &["mean_action"], "actions", vec![])),
+        Some((lower, upper)) => {
+            inits.push(initializer("action_lower", &Tensor::from_slice(&lower))?);
+            inits.push(initializer("action_upper", &Tensor::from_slice(&upper))?);
+            nodes.push(node("Max", &["mean_action", "action_lower"], "action_floored", vec![]));
+            nodes.push(node("Min", &["action_floored", "action_upper"], "actions", vec![]));
+        }
+    }
     let graph = GraphProto {
         node: nodes,
         name: "arena_ppo_actor".into(),

@@ -63,6 +63,7 @@ pub fn policy_card(config: &PpoTrainConfig, interface: &ActionInterface) -> Trac
         anchor_body_name: "torso_link".into(),
         actor_hidden: config.network.actor_hidden.clone(),
         critic_hidden: config.network.critic_hidden.clone(),
+        joint_target_range: interface.target_range.iter().map(|&(lo, hi)| [lo, hi]).collect(),
     }
 }
 

@@ -30,6 +30,7 @@ fn plain_rust_actions_equal_libtorch_actions() {
         anchor_body_name: "torso_link".into(),
         actor_hidden: config.network.actor_hidden.clone(),
         critic_hidden: config.network.critic_hidden.clone(),
+        joint_target_range: Vec::new(),
     };
     let live = tracker_policy(&model, card.clone()).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -59,4 +60,71 @@ fn plain_rust_actions_equal_libtorch_actions() {
     std::fs::write(dir.path().join("policy.json"), serde_json::to_string(&wrong).unwrap()).unwrap();
     let err = TrackerPolicy::load(dir.path()).unwrap_err();
     assert!(err.contains("the actor ends with"), "{err}");
+}
+
+/// The exported ONNX clamps its actions where training clamps the targets
+/// (`joint_target_range`): run by the hosted engine, every action lies within the bounds, an
+/// action inside them is the libtorch actor's, and the card's targets are clamped likewise.
+#[test]
+fn the_export_clamps_actions_where_training_clamps_targets() {
+    let config = PpoTrainConfig::default();
+    let mut model = new_model(&config, 9);
+    model
+        .actor_norm
+        .update(&(Tensor::randn([256, ACTOR_DIM as i64], tch::kind::FLOAT_CPU) * 3.0 + 1.0));
+    let (default, scale) = (0.1, 0.4);
+    let card = TrackerCard {
+        benchmark: "g1-smoke-robot".into(),
+        gain_preset: "armature".into(),
+        joint_names: arena_sim::robot::JOINT_NAMES.iter().map(|s| s.to_string()).collect(),
+        joint_stiffness: vec![40.0; 29],
+        joint_damping: vec![2.0; 29],
+        default_joint_pos: vec![default; 29],
+        action_scale: vec![scale; 29],
+        observation_names: arena_sdk::tracker::OBSERVATION_NAMES
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        anchor_body_name: "torso_link".into(),
+        actor_hidden: config.network.actor_hidden.clone(),
+        critic_hidden: config.network.critic_hidden.clone(),
+        // Narrow ranges (±0.2 of the action) so that a random actor hits them.
+        joint_target_range: vec![[default - 0.08, default + 0.08]; 29],
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.onnx");
+    arena_ppo::onnx::export(&model, &card, &path).unwrap();
+    let engine = arena_onnx::Engine::load(&path).unwrap();
+    let rows = 64;
+    let obs = Tensor::randn([rows, ACTOR_DIM as i64], tch::kind::FLOAT_CPU) * 3.0 + 1.0;
+    let raw = {
+        let _g = tch::no_grad_guard();
+        Vec::<f32>::try_from(model.act_inference(&obs).view([-1])).unwrap()
+    };
+    let flat = Vec::<f32>::try_from(obs.view([-1])).unwrap();
+    let got = engine.run(&flat, &vec![0.0; rows as usize], rows as usize).unwrap();
+    let (lower, upper) = arena_ppo::onnx::action_bounds(&card).unwrap();
+    let (mut clamped, mut free) = (0, 0);
+    for (k, (g, r)) in got.iter().zip(&raw).enumerate() {
+        let j = k % 29;
+        assert!(
+            (lower[j]..=upper[j]).contains(g),
+            "action {k}: {g} outside [{}, {}]",
+            lower[j],
+            upper[j]
+        );
+        if (lower[j]..=upper[j]).contains(r) {
+            free += 1;
+            assert!((g - r).abs() < 1e-5, "action {k}: {g} against libtorch's {r}");
+        } else {
+            clamped += 1;
+            assert_eq!(*g, r.clamp(lower[j], upper[j]), "action {k}");
+        }
+        let target = card.target(j, *r);
+        assert!((default - 0.08..=default + 0.08).contains(&target), "target {target}");
+    }
+    assert!(
+        clamped > 0 && free > 0,
+        "{clamped} clamped, {free} free: the test needs both"
+    );
 }

@@ -53,6 +53,22 @@ pub struct TrackerCard {
     pub anchor_body_name: String,
     pub actor_hidden: Vec<i64>,
     pub critic_hidden: Vec<i64>,
+    /// The range (rad) each joint's target is clamped into, as training clamps it (the joint's
+    /// range widened by the arena's margin, less 1 mrad: a target the arena accepts). Empty in
+    /// cards written before it: no clamp.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub joint_target_range: Vec<[f64; 2]>,
+}
+
+impl TrackerCard {
+    /// Joint `j`'s target for raw action `a`: default + scale·a, clamped into the trained range.
+    pub fn target(&self, j: usize, a: f32) -> f64 {
+        let q = self.default_joint_pos[j] + self.action_scale[j] * a as f64;
+        match self.joint_target_range.get(j) {
+            Some(&[lo, hi]) => q.clamp(lo, hi),
+            None => q,
+        }
+    }
 }
 
 /// One dense layer, row-major weight `[out, in]`.
@@ -96,6 +112,22 @@ impl TrackerPolicy {
             if v.len() != JOINTS {
                 return Err(format!("{key} has {} values, expected {JOINTS}", v.len()));
             }
+        }
+        let ranges = &card.joint_target_range;
+        if !ranges.is_empty() && ranges.len() != JOINTS {
+            return Err(format!(
+                "joint_target_range has {} ranges, expected {JOINTS} (or none)",
+                ranges.len()
+            ));
+        }
+        if let Some(j) = ranges
+            .iter()
+            .position(|[lo, hi]| !(lo.is_finite() && hi.is_finite() && lo < hi))
+        {
+            return Err(format!(
+                "joint_target_range of joint {j} is {:?}: expected finite bounds, lower below upper",
+                ranges[j]
+            ));
         }
         if mean.len() != ACTOR_DIM || std.len() != ACTOR_DIM {
             return Err(format!(
@@ -312,7 +344,7 @@ impl Agent for TrackerAgent {
             let row = &mut actions[i * w..(i + 1) * w];
             row.fill(0.0);
             for j in 0..JOINTS {
-                row[j] = (card.default_joint_pos[j] + card.action_scale[j] * a[j] as f64) as f32;
+                row[j] = card.target(j, a[j]) as f32;
             }
             self.last_action.insert(id, a);
         }

@@ -354,3 +354,60 @@ impl Agent for TrackerAgent {
         self.last_action.remove(&end.episode_id);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn card(ranges: Vec<[f64; 2]>) -> TrackerCard {
+        TrackerCard {
+            benchmark: "g1-smoke-robot".into(),
+            gain_preset: "armature".into(),
+            joint_names: (0..JOINTS).map(|j| format!("joint{j}")).collect(),
+            joint_stiffness: vec![40.0; JOINTS],
+            joint_damping: vec![2.0; JOINTS],
+            default_joint_pos: vec![0.1; JOINTS],
+            action_scale: vec![0.5; JOINTS],
+            observation_names: OBSERVATION_NAMES.iter().map(|s| s.to_string()).collect(),
+            anchor_body_name: "torso_link".into(),
+            actor_hidden: vec![],
+            critic_hidden: vec![],
+            joint_target_range: ranges,
+        }
+    }
+
+    fn one_layer() -> Vec<Dense> {
+        vec![Dense {
+            weight: vec![0.0; ACTOR_DIM * JOINTS],
+            bias: vec![0.0; JOINTS],
+            input: ACTOR_DIM,
+            output: JOINTS,
+        }]
+    }
+
+    #[test]
+    fn targets_are_clamped_into_the_trained_ranges_when_the_card_has_them() {
+        let clamped = card(vec![[-1.0, 1.0]; JOINTS]);
+        assert_eq!(clamped.target(3, 0.5), 0.1 + 0.25);
+        assert_eq!(clamped.target(3, 10.0), 1.0);
+        assert_eq!(clamped.target(3, -10.0), -1.0);
+        // A card written before the ranges existed: no clamp.
+        let json = serde_json::to_string(&card(Vec::new())).unwrap();
+        assert!(!json.contains("joint_target_range"), "{json}");
+        let old: TrackerCard = serde_json::from_str(&json).unwrap();
+        assert_eq!(old.target(3, 10.0), 0.1 + 5.0);
+    }
+
+    #[test]
+    fn a_card_with_bad_ranges_is_refused_naming_them() {
+        let layers = one_layer();
+        let new = |ranges| TrackerPolicy::new(card(ranges), vec![0.0; ACTOR_DIM], vec![1.0; ACTOR_DIM], layers.clone());
+        assert!(new(vec![[-1.0, 1.0]; JOINTS]).is_ok());
+        let err = new(vec![[-1.0, 1.0]; 3]).unwrap_err();
+        assert!(err.contains("joint_target_range has 3 ranges, expected 29"), "{err}");
+        let mut ranges = vec![[-1.0, 1.0]; JOINTS];
+        ranges[7] = [1.0, -1.0];
+        let err = new(ranges).unwrap_err();
+        assert!(err.contains("joint_target_range of joint 7"), "{err}");
+    }
+}

@@ -8,21 +8,20 @@ use arena_sdk::tracker::{TrackerCard, TrackerPolicy};
 use arena_torch::tensors::write_tensors;
 use tch::Tensor;
 
-#[test]
-fn plain_rust_actions_equal_libtorch_actions() {
-    let config = PpoTrainConfig::default();
-    let mut model = new_model(&config, 5);
-    model
-        .actor_norm
-        .update(&(Tensor::randn([256, ACTOR_DIM as i64], tch::kind::FLOAT_CPU) * 3.0 + 1.0));
-    let card = TrackerCard {
+/// Every joint's default position and action scale in the test cards.
+const DEFAULT: f64 = 0.1;
+const SCALE: f64 = 0.4;
+
+/// A card for `config`'s networks with the given target ranges (none: no clamp).
+fn card(config: &PpoTrainConfig, joint_target_range: Vec<[f64; 2]>) -> TrackerCard {
+    TrackerCard {
         benchmark: "g1-smoke-robot".into(),
         gain_preset: "armature".into(),
         joint_names: arena_sim::robot::JOINT_NAMES.iter().map(|s| s.to_string()).collect(),
         joint_stiffness: vec![40.0; 29],
         joint_damping: vec![2.0; 29],
-        default_joint_pos: vec![0.1; 29],
-        action_scale: vec![0.4; 29],
+        default_joint_pos: vec![DEFAULT; 29],
+        action_scale: vec![SCALE; 29],
         observation_names: arena_sdk::tracker::OBSERVATION_NAMES
             .iter()
             .map(|s| s.to_string())
@@ -30,8 +29,18 @@ fn plain_rust_actions_equal_libtorch_actions() {
         anchor_body_name: "torso_link".into(),
         actor_hidden: config.network.actor_hidden.clone(),
         critic_hidden: config.network.critic_hidden.clone(),
-        joint_target_range: Vec::new(),
-    };
+        joint_target_range,
+    }
+}
+
+#[test]
+fn plain_rust_actions_equal_libtorch_actions() {
+    let config = PpoTrainConfig::default();
+    let mut model = new_model(&config, 5);
+    model
+        .actor_norm
+        .update(&(Tensor::randn([256, ACTOR_DIM as i64], tch::kind::FLOAT_CPU) * 3.0 + 1.0));
+    let card = card(&config, Vec::new());
     let live = tracker_policy(&model, card.clone()).unwrap();
     let dir = tempfile::tempdir().unwrap();
     write_tensors(&dir.path().join("model.safetensors"), &model.tensors()).unwrap();
@@ -72,25 +81,8 @@ fn the_export_clamps_actions_where_training_clamps_targets() {
     model
         .actor_norm
         .update(&(Tensor::randn([256, ACTOR_DIM as i64], tch::kind::FLOAT_CPU) * 3.0 + 1.0));
-    let (default, scale) = (0.1, 0.4);
-    let card = TrackerCard {
-        benchmark: "g1-smoke-robot".into(),
-        gain_preset: "armature".into(),
-        joint_names: arena_sim::robot::JOINT_NAMES.iter().map(|s| s.to_string()).collect(),
-        joint_stiffness: vec![40.0; 29],
-        joint_damping: vec![2.0; 29],
-        default_joint_pos: vec![default; 29],
-        action_scale: vec![scale; 29],
-        observation_names: arena_sdk::tracker::OBSERVATION_NAMES
-            .iter()
-            .map(|s| s.to_string())
-            .collect(),
-        anchor_body_name: "torso_link".into(),
-        actor_hidden: config.network.actor_hidden.clone(),
-        critic_hidden: config.network.critic_hidden.clone(),
-        // Narrow ranges (±0.2 of the action) so that a random actor hits them.
-        joint_target_range: vec![[default - 0.08, default + 0.08]; 29],
-    };
+    // Narrow ranges (±0.2 of the action) so that a random actor hits them.
+    let card = card(&config, vec![[DEFAULT - 0.08, DEFAULT + 0.08]; 29]);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("policy.onnx");
     arena_ppo::onnx::export(&model, &card, &path).unwrap();
@@ -121,7 +113,7 @@ fn the_export_clamps_actions_where_training_clamps_targets() {
             assert_eq!(*g, r.clamp(lower[j], upper[j]), "action {k}");
         }
         let target = card.target(j, *r);
-        assert!((default - 0.08..=default + 0.08).contains(&target), "target {target}");
+        assert!((DEFAULT - 0.08..=DEFAULT + 0.08).contains(&target), "target {target}");
     }
     assert!(
         clamped > 0 && free > 0,

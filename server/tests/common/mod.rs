@@ -25,6 +25,9 @@ pub fn ok(out: &Output) -> String {
 
 pub fn tmp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("arena-cli-{}-{name}", std::process::id()));
+    // Empty: a folder left by an earlier process with the same id (ids are reused) would
+    // otherwise hand this test another run's server data.
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }

@@ -72,7 +72,8 @@ timed "$out" 90 train "$bin" train --config "${CONFIG:-ppo/configs/g1-moves-danc
 if [ -d "$run_dir/checkpoint" ]; then
     mkdir -p "$out/checkpoint"
     cp "$run_dir"/checkpoint/* "$out/checkpoint/"
-    cp "$run_dir/train_log.csv" "$out/"
+    # No log row yet on a toy run shorter than run.log_every iterations.
+    [ -f "$run_dir/train_log.csv" ] && cp "$run_dir/train_log.csv" "$out/"
     timed "$out" 20 eval-dance "$bin" eval "$run_dir/checkpoint" --motions-root "$motions" --threads "$threads" --json
     windows=/tmp/g1-moves-dance-robot-10s.toml
     sed -e 's/^name = "g1-moves-dance-robot"/name = "g1-moves-dance-robot-10s"/' \

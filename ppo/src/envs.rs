@@ -491,10 +491,19 @@ enum Assessed {
 }
 
 /// Runs `work` (rayon parallel iterators) on the simulator's threads, so the MDP's per-env
-/// work shares them with the simulator's; without a pool, on the calling thread's.
+/// work shares them with the simulator's. A simulator of one thread has no pool and runs
+/// inline; so does the work then, on a pool of one thread (not rayon's global one, which
+/// would take every core).
 fn on_env_threads<R: Send>(env: &TrackingEnv, work: impl FnOnce() -> R + Send) -> R {
-    match env.handler().pool() {
+    static ONE_THREAD: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
+    let pool = env.handler().pool().or_else(|| {
+        ONE_THREAD
+            .get_or_init(|| rayon::ThreadPoolBuilder::new().num_threads(1).build().ok())
+            .as_ref()
+    });
+    match pool {
         Some(pool) => pool.install(work),
+        // No thread could be started: rayon's global pool.
         None => work(),
     }
 }

@@ -33,13 +33,19 @@ fn card(config: &PpoTrainConfig, joint_target_range: Vec<[f64; 2]>) -> TrackerCa
     }
 }
 
-#[test]
-fn plain_rust_actions_equal_libtorch_actions() {
-    let config = PpoTrainConfig::default();
-    let mut model = new_model(&config, 5);
+/// A fresh actor whose normaliser has seen inputs around 1 ± 3, as the tests feed it.
+fn model(config: &PpoTrainConfig, seed: u64) -> arena_ppo::policy::ActorCritic {
+    let mut model = new_model(config, seed);
     model
         .actor_norm
         .update(&(Tensor::randn([256, ACTOR_DIM as i64], tch::kind::FLOAT_CPU) * 3.0 + 1.0));
+    model
+}
+
+#[test]
+fn plain_rust_actions_equal_libtorch_actions() {
+    let config = PpoTrainConfig::default();
+    let model = model(&config, 5);
     let card = card(&config, Vec::new());
     let live = tracker_policy(&model, card.clone()).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -77,10 +83,7 @@ fn plain_rust_actions_equal_libtorch_actions() {
 #[test]
 fn the_export_clamps_actions_where_training_clamps_targets() {
     let config = PpoTrainConfig::default();
-    let mut model = new_model(&config, 9);
-    model
-        .actor_norm
-        .update(&(Tensor::randn([256, ACTOR_DIM as i64], tch::kind::FLOAT_CPU) * 3.0 + 1.0));
+    let model = model(&config, 9);
     // Narrow ranges (±0.2 of the action) so that a random actor hits them.
     let card = card(&config, vec![[DEFAULT - 0.08, DEFAULT + 0.08]; 29]);
     let dir = tempfile::tempdir().unwrap();

@@ -240,22 +240,7 @@ impl TrackingEnv {
         &mut self,
         starts: &[(usize, EpisodeAssignment, Option<LieDown>)],
     ) -> Result<&ObservationBatch, SimError> {
-        for (env, a, _) in starts {
-            self.validate(*env, a)?;
-        }
-        let started = Instant::now();
-        for &(env, a, lie) in starts {
-            self.reset_one(env, a, lie)?;
-        }
-        self.handler.sync()?;
-        self.timings.reset_s += started.elapsed().as_secs_f64();
-        self.timings.resets += starts.len() as u64;
-        self.selected.fill(false);
-        for (env, _, _) in starts {
-            self.selected[*env] = true;
-        }
-        self.refresh(true);
-        Ok(&self.obs)
+        self.reset_batch(starts, &[])
     }
 
     /// Replaces the start state of envs that were just reset and have not stepped yet (a
@@ -296,33 +281,48 @@ impl TrackingEnv {
         assignments: &[(usize, EpisodeAssignment)],
         states: &[(usize, [f64; NQ], [f64; NV])],
     ) -> Result<&ObservationBatch, SimError> {
-        for (env, a) in assignments {
+        let starts: Vec<(usize, EpisodeAssignment, Option<LieDown>)> =
+            assignments.iter().map(|&(e, a)| (e, a, None)).collect();
+        self.reset_batch(&starts, states)
+    }
+
+    /// Every reset: checks all starts and start states (each for an env among the starts)
+    /// before any env changes, resets the envs, puts the start states, syncs the simulator
+    /// once and rebuilds the reset envs' observations.
+    fn reset_batch(
+        &mut self,
+        starts: &[(usize, EpisodeAssignment, Option<LieDown>)],
+        states: &[(usize, [f64; NQ], [f64; NV])],
+    ) -> Result<&ObservationBatch, SimError> {
+        for (env, a, _) in starts {
             self.validate(*env, a)?;
         }
-        let mut resetting = vec![false; self.slots.len()];
-        for (env, _) in assignments {
-            resetting[*env] = true;
-        }
-        for (env, qpos, qvel) in states {
-            if !resetting.get(*env).copied().unwrap_or(false) {
-                return Err(SimError::Config(format!(
-                    "env {env}: a start state needs a reset of that env in the same call"
-                )));
+        if !states.is_empty() {
+            let mut resetting = vec![false; self.slots.len()];
+            for (env, _, _) in starts {
+                resetting[*env] = true;
             }
-            crate::handler::check_state(qpos, qvel)?;
+            for (env, qpos, qvel) in states {
+                if !resetting.get(*env).copied().unwrap_or(false) {
+                    return Err(SimError::Config(format!(
+                        "env {env}: a start state needs a reset of that env in the same call"
+                    )));
+                }
+                crate::handler::check_state(qpos, qvel)?;
+            }
         }
         let started = Instant::now();
-        for &(env, a) in assignments {
-            self.reset_one(env, a, None)?;
+        for &(env, a, lie) in starts {
+            self.reset_one(env, a, lie)?;
         }
         for (env, qpos, qvel) in states {
             self.put_start_state(*env, qpos, qvel)?;
         }
         self.handler.sync()?;
         self.timings.reset_s += started.elapsed().as_secs_f64();
-        self.timings.resets += assignments.len() as u64;
+        self.timings.resets += starts.len() as u64;
         self.selected.fill(false);
-        for (env, _) in assignments {
+        for (env, _, _) in starts {
             self.selected[*env] = true;
         }
         self.refresh(true);

@@ -62,6 +62,34 @@ pub fn heading(q: &Quat) -> f64 {
     x[1].atan2(x[0])
 }
 
+/// R(q)·(1,0,0), the first column of q's rotation matrix.
+pub fn x_axis(q: &Quat) -> Vec3 {
+    let [w, x, y, z] = *q;
+    [
+        1.0 - 2.0 * (y * y + z * z),
+        2.0 * (x * y + w * z),
+        2.0 * (x * z - w * y),
+    ]
+}
+
+/// R(q)·(0,0,1), the third column of q's rotation matrix.
+pub fn z_axis(q: &Quat) -> Vec3 {
+    let [w, x, y, z] = *q;
+    [
+        2.0 * (x * z + w * y),
+        2.0 * (y * z - w * x),
+        1.0 - 2.0 * (x * x + y * y),
+    ]
+}
+
+/// (cos, sin) of [`heading`], from the body x axis's horizontal part without trigonometry;
+/// (1, 0) where that axis is vertical (where `heading` is atan2(0, 0) = 0).
+pub fn heading_cos_sin(q: &Quat) -> (f64, f64) {
+    let x = x_axis(q);
+    let r = x[0].hypot(x[1]);
+    if r > 0.0 { (x[0] / r, x[1] / r) } else { (1.0, 0.0) }
+}
+
 /// `[R(q)·(1,0,0), R(q)·(0,0,1)]`: the 6-number tangent-normal encoding of a rotation.
 pub fn tan_norm(q: &Quat) -> [f64; 6] {
     let t = rotate(q, &[1.0, 0.0, 0.0]);

@@ -95,19 +95,41 @@ impl ProprioFrame {
     }
 }
 
-/// Ring of the last [`HISTORY_FRAMES`] frames and actions (a5), newest first.
-#[derive(Debug, Clone, PartialEq)]
+/// Ring of the last [`HISTORY_FRAMES`] frames and actions (a5), kept as the f32 values they
+/// are written as, group by group. A push overwrites the oldest slot and moves the ring's head
+/// (no frames shifted); `write` reads the slots newest first.
+#[derive(Debug, Clone)]
 pub struct History {
-    frames: [ProprioFrame; HISTORY_FRAMES],
-    actions: [[f64; NUM_JOINTS]; HISTORY_FRAMES],
+    actions: [[f32; NUM_JOINTS]; HISTORY_FRAMES],
+    base_ang_vel: [[f32; 3]; HISTORY_FRAMES],
+    dof_pos: [[f32; NUM_JOINTS]; HISTORY_FRAMES],
+    dof_vel: [[f32; NUM_JOINTS]; HISTORY_FRAMES],
+    projected_gravity: [[f32; 3]; HISTORY_FRAMES],
+    /// The slot of the newest frame; older ones follow it cyclically.
+    newest: usize,
 }
 
 impl Default for History {
     fn default() -> Self {
         Self {
-            frames: [ProprioFrame::ZERO; HISTORY_FRAMES],
             actions: [[0.0; NUM_JOINTS]; HISTORY_FRAMES],
+            base_ang_vel: [[0.0; 3]; HISTORY_FRAMES],
+            dof_pos: [[0.0; NUM_JOINTS]; HISTORY_FRAMES],
+            dof_vel: [[0.0; NUM_JOINTS]; HISTORY_FRAMES],
+            projected_gravity: [[0.0; 3]; HISTORY_FRAMES],
+            newest: 0,
         }
+    }
+}
+
+/// Two histories are equal when they hold the same frames in the same order, wherever the
+/// ring's head is.
+impl PartialEq for History {
+    fn eq(&self, other: &Self) -> bool {
+        let (mut a, mut b) = ([0.0f32; HISTORY_ACTOR_DIM], [0.0f32; HISTORY_ACTOR_DIM]);
+        self.write(&mut a);
+        other.write(&mut b);
+        a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits())
     }
 }
 
@@ -117,30 +139,38 @@ impl History {
     }
 
     pub fn push(&mut self, frame: &ProprioFrame, action_a5: &[f64; NUM_JOINTS]) {
-        self.frames.rotate_right(1);
-        self.actions.rotate_right(1);
-        self.frames[0] = *frame;
-        self.actions[0] = *action_a5;
+        let k = (self.newest + HISTORY_FRAMES - 1) % HISTORY_FRAMES;
+        self.newest = k;
+        put_f32(&mut self.actions[k], action_a5);
+        put_f32(&mut self.base_ang_vel[k], &frame.base_ang_vel);
+        put_f32(&mut self.dof_pos[k], &frame.dof_pos);
+        put_f32(&mut self.dof_vel[k], &frame.dof_vel);
+        put_f32(&mut self.projected_gravity[k], &frame.projected_gravity);
     }
 
     /// `history_actor` (372): terms in alphabetical order — actions (4×29), base_ang_vel (4×3),
     /// dof_pos (4×29), dof_vel (4×29), projected_gravity (4×3) — newest frame first in each.
     pub fn write(&self, out: &mut [f32]) {
-        // Group by group, frame by frame, as contiguous runs: the conversions vectorise.
-        let (actions, rest) = out.split_at_mut(HISTORY_FRAMES * NUM_JOINTS);
-        for (run, a) in actions.chunks_exact_mut(NUM_JOINTS).zip(&self.actions) {
-            put_f32(run, a);
-        }
-        let (ang_vel, rest) = rest.split_at_mut(HISTORY_FRAMES * 3);
-        let (dof_pos, rest) = rest.split_at_mut(HISTORY_FRAMES * NUM_JOINTS);
-        let (dof_vel, gravity) = rest.split_at_mut(HISTORY_FRAMES * NUM_JOINTS);
-        for (k, f) in self.frames.iter().enumerate() {
-            put_f32(&mut ang_vel[3 * k..3 * k + 3], &f.base_ang_vel);
-            put_f32(&mut dof_pos[NUM_JOINTS * k..NUM_JOINTS * (k + 1)], &f.dof_pos);
-            put_f32(&mut dof_vel[NUM_JOINTS * k..NUM_JOINTS * (k + 1)], &f.dof_vel);
-            put_f32(&mut gravity[3 * k..3 * k + 3], &f.projected_gravity);
-        }
+        let rest = write_newest_first(out, &self.actions, self.newest);
+        let rest = write_newest_first(rest, &self.base_ang_vel, self.newest);
+        let rest = write_newest_first(rest, &self.dof_pos, self.newest);
+        let rest = write_newest_first(rest, &self.dof_vel, self.newest);
+        write_newest_first(rest, &self.projected_gravity, self.newest);
     }
+}
+
+/// Copies one group's slots into the front of `out`, newest (slot `newest`) first; returns
+/// the rest of `out`.
+fn write_newest_first<'a, const W: usize>(
+    out: &'a mut [f32],
+    slots: &[[f32; W]; HISTORY_FRAMES],
+    newest: usize,
+) -> &'a mut [f32] {
+    let (group, rest) = out.split_at_mut(HISTORY_FRAMES * W);
+    for (k, run) in group.chunks_exact_mut(W).enumerate() {
+        run.copy_from_slice(&slots[(newest + k) % HISTORY_FRAMES]);
+    }
+    rest
 }
 
 /// `out[i] = values[i] as f32` over the shorter of the two.
@@ -160,23 +190,28 @@ pub fn privileged_state(
     ang_vel: &[[f64; 3]; NUM_BODIES_EXT],
     out: &mut [f32],
 ) {
-    let h = math::quat_from_yaw(-math::heading(&rot[0]));
+    // The heading-aligned frame is a yaw rotation: by (cos, sin) of minus the root's heading,
+    // applied as a 2-D rotation (no quaternion products per body).
+    let (c, s) = math::heading_cos_sin(&rot[0]);
+    let unyaw = |v: &[f64; 3]| [c * v[0] + s * v[1], c * v[1] - s * v[0], v[2]];
     let (height, rest) = out[..PRIVILEGED_STATE_DIM].split_at_mut(1);
     height[0] = pos[0][2] as f32;
     let (rel_pos, rest) = rest.split_at_mut(3 * (NUM_BODIES_EXT - 1));
     for (o, p) in rel_pos.chunks_exact_mut(3).zip(&pos[1..]) {
-        put_f32(o, &math::rotate(&h, &math::sub(p, &pos[0])));
+        put_f32(o, &unyaw(&math::sub(p, &pos[0])));
     }
     let (rotations, rest) = rest.split_at_mut(6 * NUM_BODIES_EXT);
     for (o, q) in rotations.chunks_exact_mut(6).zip(rot) {
-        put_f32(o, &math::tan_norm(&math::quat_mul(&h, q)));
+        // tan_norm of (heading⁻¹ · q): the yaw rotation of q's x and z axes.
+        put_f32(&mut o[..3], &unyaw(&math::x_axis(q)));
+        put_f32(&mut o[3..], &unyaw(&math::z_axis(q)));
     }
     let (velocities, angular) = rest.split_at_mut(3 * NUM_BODIES_EXT);
     for (o, v) in velocities.chunks_exact_mut(3).zip(vel) {
-        put_f32(o, &math::rotate(&h, v));
+        put_f32(o, &unyaw(v));
     }
     for (o, w) in angular.chunks_exact_mut(3).zip(ang_vel) {
-        put_f32(o, &math::rotate(&h, w));
+        put_f32(o, &unyaw(w));
     }
 }
 
@@ -318,6 +353,8 @@ mod tests {
             next += 1.25;
             next
         };
+        // The pushes, newest first, to build the expected row from.
+        let mut pushed: Vec<(ProprioFrame, [f64; NUM_JOINTS])> = Vec::new();
         for _ in 0..6 {
             let mut f = ProprioFrame::ZERO;
             f.dof_pos = std::array::from_fn(|_| value());
@@ -326,21 +363,71 @@ mod tests {
             f.projected_gravity = std::array::from_fn(|_| value());
             let a: [f64; NUM_JOINTS] = std::array::from_fn(|_| value());
             h.push(&f, &a);
+            pushed.insert(0, (f, a));
         }
-        let mut expected = Vec::new();
-        expected.extend(h.actions.iter().flatten());
+        let kept = &pushed[..HISTORY_FRAMES];
+        let mut expected: Vec<f64> = kept.iter().flat_map(|(_, a)| a.to_vec()).collect();
         for group in [
             |f: &ProprioFrame| f.base_ang_vel.to_vec(),
             |f: &ProprioFrame| f.dof_pos.to_vec(),
             |f: &ProprioFrame| f.dof_vel.to_vec(),
             |f: &ProprioFrame| f.projected_gravity.to_vec(),
         ] {
-            expected.extend(h.frames.iter().flat_map(group));
+            expected.extend(kept.iter().flat_map(|(f, _)| group(f)));
         }
         let expected: Vec<f32> = expected.into_iter().map(|v| v as f32).collect();
         let mut out = [f32::NAN; HISTORY_ACTOR_DIM];
         h.write(&mut out);
         assert_eq!(out.to_vec(), expected);
+        // The same four frames pushed alone leave the ring's head elsewhere: still equal.
+        let mut same = History::default();
+        for (f, a) in kept.iter().rev() {
+            same.push(f, a);
+        }
+        assert_eq!(same, h);
+        same.push(&kept[0].0, &kept[0].1);
+        assert_ne!(same, h);
+    }
+
+    /// The yaw-rotation form equals the definition: every vector rotated by the quaternion of
+    /// minus the root's heading, and tan_norm of that quaternion times each body's.
+    #[test]
+    fn privileged_state_equals_its_quaternion_definition() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let mut unit = || {
+            let q: Quat = std::array::from_fn(|_| rng.random_range(-1.0..1.0));
+            math::quat_normalize(&q)
+        };
+        let rot: [Quat; NUM_BODIES_EXT] = std::array::from_fn(|_| unit());
+        let vecs = |k: f64| -> [[f64; 3]; NUM_BODIES_EXT] {
+            std::array::from_fn(|b| [k * b as f64 - 0.3, 0.7 - k * b as f64, 0.9 + 0.01 * b as f64])
+        };
+        let (pos, vel, ang) = (vecs(0.05), vecs(-0.4), vecs(1.3));
+        let mut fast = [0.0f32; PRIVILEGED_STATE_DIM];
+        privileged_state(&pos, &rot, &vel, &ang, &mut fast);
+        let h = math::quat_from_yaw(-math::heading(&rot[0]));
+        let mut want = vec![pos[0][2]];
+        for p in &pos[1..] {
+            want.extend(math::rotate(&h, &math::sub(p, &pos[0])));
+        }
+        for q in &rot {
+            want.extend(math::tan_norm(&math::quat_mul(&h, q)));
+        }
+        for v in vel.iter().chain(&ang) {
+            want.extend(math::rotate(&h, v));
+        }
+        assert_eq!(want.len(), PRIVILEGED_STATE_DIM);
+        for (i, (a, b)) in fast.iter().zip(&want).enumerate() {
+            assert!(
+                (*a as f64 - b).abs() <= 1e-6 * b.abs().max(1.0),
+                "index {i}: {a} vs {b}"
+            );
+        }
+        // An upright x axis has no heading: the frame is the world's, as atan2(0, 0) = 0 gives.
+        let pitched = [0.5, 0.5, -0.5, 0.5];
+        assert_eq!(math::heading(&pitched), 0.0);
+        assert_eq!(math::heading_cos_sin(&pitched), (1.0, 0.0));
     }
 
     #[test]

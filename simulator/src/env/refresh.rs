@@ -142,8 +142,12 @@ impl RefreshContext<'_> {
                 rows.privileged,
             );
         }
+        // The reference pose is for the recording and the body-deviation fall rule only.
+        let deviation_rule = matches!(self.config.fall_rule, Some(FallRule::MaxBodyDeviation(_)));
         let (mut ref_qpos, mut ref_body_pos) = ([0.0; NQ], [0.0; BODY_W]);
-        motion.pose_at(motion_time, &mut ref_qpos, &mut ref_body_pos);
+        if self.config.record || deviation_rule {
+            motion.pose_at(motion_time, &mut ref_qpos, &mut ref_body_pos);
+        }
         if self.config.record {
             let t = &mut slot.trajectory;
             if self.after_reset {

@@ -16,7 +16,10 @@ The benchmark (written to a temporary folder) is k of the six built-in motions, 
 that divides --episodes, each repeated --episodes/k times (so one batch holds every episode and
 no straggler runs alone in a batch of idle envs afterwards), whole clips (4-6 s) or their first --window-s seconds, DR level 3, observations
 `state` + one reference frame. On a CPU device, `--window-s 1` keeps a 4096-episode run to
-about a quarter of an hour.
+about a quarter of an hour. `--backend gpu --gpu-impl stub --gpu-device cpu` runs the same
+evaluation with no physics at all (the worker's stub; the server and `arena eval` need
+--gpu-allow-stub for it, which this passes): what serving costs around the physics at GPU sizes,
+on any machine; its scores mean nothing.
 """
 import argparse
 import json
@@ -104,8 +107,10 @@ def main():
     p.add_argument("--gpu-device", default="auto")
     p.add_argument("--window-s", type=float, default=0.0,
                    help="episode length in seconds from each clip's start (0: whole clips)")
-    p.add_argument("--gpu-impl", default="auto", choices=["auto", "jax", "warp"],
-                   help="MuJoCo MJX on JAX or MuJoCo Warp (auto: Warp on a CUDA device)")
+    p.add_argument("--gpu-impl", default="auto", choices=["auto", "jax", "warp", "stub"],
+                   help="MuJoCo MJX on JAX or MuJoCo Warp (auto: Warp on a CUDA device); stub: no "
+                        "physics at all (the worker's stub, scores meaningless), what surrounds the "
+                        "physics at GPU sizes on any machine")
     p.add_argument("--no-in-process", action="store_true",
                    help="skip the in-process `arena eval` of the same benchmark")
     p.add_argument("--repeats", type=int, default=1, help="runs of each side; best of them")
@@ -138,12 +143,17 @@ def main():
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+def stub_flag(a):
+    """The flag that lets the stub (no physics) through where results are scored."""
+    return ["--gpu-allow-stub"] if a.backend == "gpu" and a.gpu_impl == "stub" else []
+
+
 def in_process(a, bench_dir):
     """Wall seconds of `arena eval` of the same benchmark, batch and backend, in one process."""
     env = dict(os.environ, ARENA_GPU_PYTHON=os.environ.get("ARENA_GPU_PYTHON", sys.executable))
     cmd = [a.arena, "eval", "--benchmark", "g1-scale", "--benchmarks-dir", bench_dir, "--policy", "replay",
            "--batch", str(a.episodes), "--backend", a.backend, "--gpu-device", a.gpu_device,
-           "--gpu-impl", a.gpu_impl, "--json"]
+           "--gpu-impl", a.gpu_impl, "--json"] + stub_flag(a)
     start = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - start
@@ -179,7 +189,7 @@ def served(a, tmp, bench_dir):
         [a.arena, "serve", "--bind", f"127.0.0.1:{port}", "--data-dir", data_dir,
          "--benchmarks-dir", bench_dir, "--admin-token", admin, "--max-batch", str(a.episodes),
          "--lanes", "1", "--backend", a.backend, "--gpu-device", a.gpu_device, "--gpu-impl", a.gpu_impl,
-         "--step-timeout-s", "600"],
+         "--step-timeout-s", "600"] + stub_flag(a),
         stdout=subprocess.DEVNULL, stderr=open(log_path, "w"), env=env)
     base = f"http://127.0.0.1:{port}"
     for _ in range(300):

@@ -40,6 +40,10 @@ pub struct ServerConfig {
     /// GPU backend: the Python with python/requirements-gpu.txt; empty = `ARENA_GPU_PYTHON`,
     /// else `python3`.
     pub gpu_python: PathBuf,
+    /// GPU backend: lets `gpu_impl = "stub"` through: no physics (robots follow their targets,
+    /// every score is meaningless), to measure what surrounds the physics at GPU sizes on any
+    /// machine (`bench/gpu_eval_scale.py --gpu-impl stub`). Never on a server whose results count.
+    pub gpu_allow_stub: bool,
     /// Seconds to wait for an Action; 0 = the benchmark's `limits.step_timeout_ms`. Hosted
     /// policies (issue 40) have the same deadline per step.
     pub step_timeout_s: f64,
@@ -104,6 +108,7 @@ impl Default for ServerConfig {
             gpu_device: "auto".into(),
             gpu_impl: "auto".into(),
             gpu_python: PathBuf::new(),
+            gpu_allow_stub: false,
             step_timeout_s: 0.0,
             hosted_runs: 0,
             heartbeat_interval_s: 30.0,
@@ -161,9 +166,9 @@ impl ServerConfig {
             "cpu" => Ok(SimBackend::Cpu),
             "gpu" => {
                 let implementation: GpuImpl = self.gpu_impl.parse()?;
-                if implementation == GpuImpl::Stub {
+                if implementation == GpuImpl::Stub && !self.gpu_allow_stub {
                     return Err(
-                        "\"stub\" has no physics (a benchmark of `arena sim bench`); a server needs auto, jax or warp"
+                        "\"stub\" has no physics (a benchmark of `arena sim bench`); a server needs auto, jax or warp (gpu_allow_stub lets it through for measurements)"
                             .into(),
                     );
                 }
@@ -458,6 +463,17 @@ mod tests {
         })
         .unwrap_err();
         assert!(e.starts_with("gpu_impl:") && e.contains("cuda"), "{e}");
+        // The stub (no physics) only where a measurement asks for it by name.
+        let stub = |allow: bool| {
+            with(&|c| {
+                c.sim_backend = "gpu".into();
+                c.gpu_impl = "stub".into();
+                c.gpu_allow_stub = allow;
+            })
+        };
+        let e = stub(false).unwrap_err();
+        assert!(e.starts_with("gpu_impl:") && e.contains("no physics"), "{e}");
+        assert!(stub(true).is_ok());
         let e = with(&|c| c.gpu_device = "x".into()).unwrap_err();
         assert!(e.starts_with("gpu_device:"), "the CPU backend checks it too: {e}");
     }

@@ -95,6 +95,7 @@ on_both_engines!(
     concurrent_claims_give_one_winner,
     leases_between_replicas,
     batched_claims_take_the_lowest_pending_in_order,
+    batched_commits_answer_each_run_as_single_ones,
     claimers_on_many_connections_share_a_submission,
     bad_arguments_are_refused,
     tokens_and_members,
@@ -740,6 +741,46 @@ async fn batched_claims_take_the_lowest_pending_in_order(url: String, engine: En
         b.claim_next_episodes("s-1", 2, 100).await.unwrap(),
         vec![(0, 2), (1, 2), (2, 2)]
     );
+}
+
+/// One transaction commits many runs, each answered as `commit_episode` would answer it: its
+/// own run commits, another replica's claim and a stale attempt do not, a retry stands; a
+/// non-final status refuses the whole batch before anything is written.
+async fn batched_commits_answer_each_run_as_single_ones(url: String, engine: Engine) {
+    let (a, b) = two_replicas(&url, engine).await;
+    setup(&a, "red", "s-1", 4).await;
+    assert_eq!(
+        a.claim_next_episodes("s-1", 2, 3).await.unwrap(),
+        vec![(0, 1), (1, 1), (2, 1)]
+    );
+    assert_eq!(b.claim_next_episodes("s-1", 2, 1).await.unwrap(), vec![(3, 1)]);
+    let (done, fell) = (outcome(EpisodeState::Completed, 7), outcome(EpisodeState::Fell, 3));
+    let running = outcome(EpisodeState::Running, 1);
+    let e = a
+        .commit_episodes("s-1", &[(0, 1, &done), (1, 1, &running)])
+        .await
+        .unwrap_err();
+    assert!(matches!(e, StorageError::Invalid(ref m) if m.contains("episode 1")), "{e}");
+    assert_eq!(a.episode_counts("s-1").await.unwrap(), (0, 4, 0), "nothing written");
+    // Runs 0 and 2 are a's (2 with a stale attempt), 3 is b's.
+    let answers = a
+        .commit_episodes("s-1", &[(0, 1, &done), (2, 0, &fell), (3, 1, &done), (1, 1, &fell)])
+        .await
+        .unwrap();
+    assert_eq!(answers, vec![true, false, false, true]);
+    // A retry after an unknown outcome answers the same.
+    assert_eq!(
+        a.commit_episodes("s-1", &[(0, 1, &done), (1, 1, &fell)]).await.unwrap(),
+        vec![true, true]
+    );
+    assert!(a.commit_episodes("s-1", &[]).await.unwrap().is_empty());
+    let rows = a.episodes("s-1").await.unwrap();
+    let states: Vec<_> = rows.iter().map(|r| (r.status, r.steps)).collect();
+    assert_eq!(states[0], (EpisodeState::Completed, 7));
+    assert_eq!(states[1], (EpisodeState::Fell, 3));
+    assert_eq!(states[2].0, EpisodeState::Running);
+    assert_eq!(states[3].0, EpisodeState::Running);
+    assert_eq!(a.episode_counts("s-1").await.unwrap(), (0, 2, 2));
 }
 
 /// Two servers ("replicas") on one database: claims are leases, results commit only under the

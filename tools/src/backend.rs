@@ -35,13 +35,19 @@ pub struct BackendArgs {
     /// with warp).
     #[arg(long)]
     pub gpu_x64: bool,
+    /// GPU backend: lets --gpu-impl stub through in a command that scores (no physics,
+    /// meaningless scores): for measuring what surrounds the physics at GPU sizes.
+    #[arg(long)]
+    pub gpu_allow_stub: bool,
 }
 
 impl BackendArgs {
     /// The backend of a command that scores: the stub's outputs are no physics.
     pub fn scoring_backend(&self) -> anyhow::Result<SimBackend> {
-        if self.backend == BackendKind::Gpu && self.gpu_impl == GpuImpl::Stub {
-            anyhow::bail!("--gpu-impl stub has no physics: it is for `arena sim bench` only");
+        if self.backend == BackendKind::Gpu && self.gpu_impl == GpuImpl::Stub && !self.gpu_allow_stub {
+            anyhow::bail!(
+                "--gpu-impl stub has no physics: it is for `arena sim bench` (or measurements with --gpu-allow-stub)"
+            );
         }
         Ok(self.backend())
     }

@@ -134,6 +134,10 @@ pub struct LaneBackendArgs {
     /// GPU backend: Python with python/requirements-gpu.txt [default: $ARENA_GPU_PYTHON, else python3].
     #[arg(long, env = "ARENA_GPU_PYTHON")]
     pub gpu_python: Option<PathBuf>,
+    /// GPU backend: lets --gpu-impl stub through (no physics, meaningless scores): for measuring
+    /// what surrounds the physics at GPU sizes, never for results that count.
+    #[arg(long)]
+    pub gpu_allow_stub: bool,
 }
 
 impl StorageArgs {
@@ -183,6 +187,9 @@ impl ConfigArgs {
             idle_timeout_s
         );
         set!(lane_backend: sim_backend, gpu_device, gpu_impl, gpu_python);
+        if lane_backend.gpu_allow_stub {
+            c.gpu_allow_stub = true;
+        }
         c.validate()?;
         Ok(c)
     }

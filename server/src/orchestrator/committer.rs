@@ -176,65 +176,108 @@ fn store_and_commit(
     }
     .into_iter();
     timings.store_s += started.elapsed().as_secs_f64();
-    for (episode, run_attempt, steps, status, metrics, reason) in ended {
-        timings.episodes += 1;
-        if let Sink::Submission {
+    // What each episode's commit answered: Some(true) committed, Some(false) not this server's
+    // any more, None not committed (its store or the commit failed). The stored episodes of a
+    // submission are committed together, in one transaction.
+    let (committed, mut prepared): (Vec<Option<bool>>, Vec<Option<PreparedEpisode>>) = match &ctx.sink {
+        Sink::Submission {
             storage,
             submission_id,
-            objects,
             max_attempts,
             ..
-        } = &ctx.sink
-        {
-            let idx = episode.index as i64;
-            let attempt = run_attempt as i64;
-            let (stored, prepared) = stored.next().expect("one store per episode of a submission");
-            if let Err(e) = stored {
-                // Nothing is lost: the run goes back to the queue (FAILED after its last
-                // attempt) with the reason. The error names server files and the store: the log
-                // has it, the team gets the fact.
-                tracing::error!("episode {idx}: could not store the trajectory: {e:#}");
-                let why = "the server could not store the trajectory (details in the server log)";
-                let just_this = [idx];
-                let requeued = db_call(&ctx.runtime, "re-queueing an episode", || {
-                    storage.requeue_episodes(submission_id, &just_this, *max_attempts as i64, why)
-                });
-                match requeued {
-                    Ok((again, _)) => {
-                        tracing::warn!(episode = idx, requeued = again == 1, "episode not committed: {why}")
+        } => {
+            let mut answers = vec![None; ended.len()];
+            let mut prepared = Vec::with_capacity(ended.len());
+            let mut runs = Vec::with_capacity(ended.len());
+            let mut outcomes = Vec::with_capacity(ended.len());
+            for (k, (episode, run_attempt, steps, status, metrics, reason)) in ended.iter().enumerate() {
+                let idx = episode.index as i64;
+                let (stored, ready) = stored.next().expect("one store per episode of a submission");
+                prepared.push(ready);
+                if let Err(e) = stored {
+                    // Nothing is lost: the run goes back to the queue (FAILED after its last
+                    // attempt) with the reason. The error names server files and the store: the
+                    // log has it, the team gets the fact.
+                    tracing::error!("episode {idx}: could not store the trajectory: {e:#}");
+                    let why = "the server could not store the trajectory (details in the server log)";
+                    let just_this = [idx];
+                    let requeued = db_call(&ctx.runtime, "re-queueing an episode", || {
+                        storage.requeue_episodes(submission_id, &just_this, *max_attempts as i64, why)
+                    });
+                    match requeued {
+                        Ok((again, _)) => {
+                            tracing::warn!(episode = idx, requeued = again == 1, "episode not committed: {why}")
+                        }
+                        Err(e) => {
+                            // Its lease runs out and it is claimed again.
+                            tracing::error!("re-queueing episode {idx}: {e}");
+                            storage.forget_claim(submission_id, idx);
+                        }
                     }
-                    Err(e) => {
-                        // Its lease runs out and it is claimed again.
-                        tracing::error!("re-queueing episode {idx}: {e}");
-                        storage.forget_claim(submission_id, idx);
+                    continue;
+                }
+                outcomes.push((
+                    k,
+                    idx,
+                    *run_attempt as i64,
+                    EpisodeOutcome {
+                        status: results::episode_state(*status),
+                        steps: *steps as i64,
+                        metrics: if status.is_scored() {
+                            metrics.clone()
+                        } else {
+                            Default::default()
+                        },
+                        reason: reason.clone(),
+                    },
+                ));
+            }
+            runs.extend(outcomes.iter().map(|(_, idx, attempt, outcome)| (*idx, *attempt, outcome)));
+            let started = std::time::Instant::now();
+            let result = if runs.is_empty() {
+                Ok(Vec::new())
+            } else {
+                db_call(&ctx.runtime, "committing episodes", || {
+                    storage.commit_episodes(submission_id, &runs)
+                })
+            };
+            timings.commit_s += started.elapsed().as_secs_f64();
+            match result {
+                Ok(done) => {
+                    for ((k, ..), answer) in outcomes.iter().zip(done) {
+                        answers[*k] = Some(answer);
                     }
                 }
-                continue;
+                Err(e) => {
+                    // Not counted, not lost: their leases run out and they are claimed again.
+                    tracing::error!("committing {} episodes: {e}", runs.len());
+                    for (_, idx, ..) in &outcomes {
+                        storage.forget_claim(submission_id, *idx);
+                    }
+                }
             }
-            let outcome = EpisodeOutcome {
-                status: results::episode_state(status),
-                steps: steps as i64,
-                metrics: if status.is_scored() {
-                    metrics.clone()
-                } else {
-                    Default::default()
-                },
-                reason: reason.clone(),
-            };
-            let started = std::time::Instant::now();
-            let committed = db_call(&ctx.runtime, "committing an episode", || {
-                storage.commit_episode(submission_id, idx, Some(attempt), &outcome)
-            });
-            timings.commit_s += started.elapsed().as_secs_f64();
-            match committed {
-                Ok(true) => {
-                    if let (Some(ahead), Some(prepared)) = (ahead.as_deref_mut(), prepared) {
+            (answers, prepared)
+        }
+        Sink::Practice => (vec![Some(true); ended.len()], Vec::new()),
+    };
+    prepared.reverse();
+    for ((episode, run_attempt, steps, status, metrics, reason), answer) in ended.into_iter().zip(committed) {
+        timings.episodes += 1;
+        let ready = prepared.pop().flatten();
+        if let Sink::Submission {
+            submission_id, objects, ..
+        } = &ctx.sink
+        {
+            let (idx, attempt) = (episode.index as i64, run_attempt as i64);
+            match answer {
+                Some(true) => {
+                    if let (Some(ahead), Some(ready)) = (ahead.as_deref_mut(), ready) {
                         let started = std::time::Instant::now();
-                        ahead.add(idx, attempt, prepared);
+                        ahead.add(idx, attempt, ready);
                         timings.ahead_wait_s += started.elapsed().as_secs_f64();
                     }
                 }
-                Ok(false) => {
+                Some(false) => {
                     tracing::warn!(
                         "episode {idx} is not this server's to commit any more (finished, cancelled or claimed again after its lease expired); result not counted"
                     );
@@ -242,12 +285,7 @@ fn store_and_commit(
                         .block_on(trajectory_store::discard_episode(objects, submission_id, idx, attempt));
                     continue;
                 }
-                Err(e) => {
-                    // Not counted, not lost: its lease runs out and it is claimed again.
-                    tracing::error!("committing episode {idx}: {e}");
-                    storage.forget_claim(submission_id, idx);
-                    continue;
-                }
+                None => continue,
             }
         }
         let reveal = ctx.reveal_results;

@@ -48,6 +48,18 @@ pub struct Expired {
 /// The reason an expired episode is given (the attempt count follows when it gives up).
 pub const LEASE_EXPIRED: &str = "the server running it stopped renewing its claim (lease expired)";
 
+/// A commit must end the episode: COMPLETED, FELL, FAILED or TIMEOUT.
+fn check_final(submission: &str, idx: i64, result: &EpisodeOutcome) -> Result<(), StorageError> {
+    if result.status.is_final() {
+        return Ok(());
+    }
+    Err(StorageError::Invalid(format!(
+        "finishing episode {idx} of submission {submission} with status {} \
+         (expected COMPLETED, FELL, FAILED or TIMEOUT)",
+        result.status
+    )))
+}
+
 impl Storage {
     /// The episodes of a submission, ordered by idx (empty if the submission does not exist).
     pub async fn episodes(&self, submission: &str) -> Result<Vec<EpisodeRow>, StorageError> {
@@ -113,19 +125,63 @@ impl Storage {
         attempt: Option<i64>,
         result: &EpisodeOutcome,
     ) -> Result<bool, StorageError> {
-        if !result.status.is_final() {
-            return Err(StorageError::Invalid(format!(
-                "finishing episode {idx} of submission {submission} with status {} \
-                 (expected COMPLETED, FELL, FAILED or TIMEOUT)",
-                result.status
-            )));
-        }
+        check_final(submission, idx, result)?;
         let context = || {
             format!(
                 "finishing episode {idx} of submission {submission} as {}",
                 result.status
             )
         };
+        let committed = async {
+            let mut conn = self.pool.acquire().await?;
+            self.commit_one(&mut conn, submission, idx, attempt, result).await
+        }
+        .await
+        .ctx(context);
+        self.release(submission, idx);
+        committed
+    }
+
+    /// [`Storage::commit_episode`] for the runs `(idx, attempt, outcome)` of one submission in
+    /// one transaction: one write lock and one durable commit for all of them instead of one
+    /// each (the committer commits the episodes that finished together). Answers per run, in
+    /// order, as `commit_episode` would; on an error none is committed, and a retry is as safe.
+    pub async fn commit_episodes(
+        &self,
+        submission: &str,
+        runs: &[(i64, i64, &EpisodeOutcome)],
+    ) -> Result<Vec<bool>, StorageError> {
+        for &(idx, _, result) in runs {
+            check_final(submission, idx, result)?;
+        }
+        let context = || format!("finishing {} episodes of submission {submission}", runs.len());
+        let committed = async {
+            let mut tx = self.pool.begin().await?;
+            let mut answers = Vec::with_capacity(runs.len());
+            for &(idx, attempt, result) in runs {
+                answers.push(self.commit_one(&mut tx, submission, idx, Some(attempt), result).await?);
+            }
+            tx.commit().await?;
+            Ok::<_, sqlx::Error>(answers)
+        }
+        .await
+        .ctx(context);
+        for &(idx, ..) in runs {
+            self.release(submission, idx);
+        }
+        committed
+    }
+
+    /// The commit of one run on `conn` (a pooled connection or a transaction's): RUNNING under this lease and
+    /// attempt → final; else, for a given attempt, whether this very claim already finalised it.
+    async fn commit_one(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        submission: &str,
+        idx: i64,
+        attempt: Option<i64>,
+        result: &EpisodeOutcome,
+    ) -> Result<bool, sqlx::Error> {
         let done = sqlx::query(
             "UPDATE episodes SET status = $3, steps = $4, metrics_json = $5, reason = $6, updated_at = $7, \
              lease_expires_at = NULL \
@@ -141,15 +197,12 @@ impl Storage {
         .bind(now_ms())
         .bind(&self.lease.owner)
         .bind(attempt.unwrap_or(-1))
-        .execute(&self.pool)
-        .await
-        .ctx(context)?;
+        .execute(&mut *conn)
+        .await?;
         if done.rows_affected() > 0 {
-            self.release(submission, idx);
             return Ok(true);
         }
         let Some(attempt) = attempt else {
-            self.release(submission, idx);
             return Ok(false);
         };
         // Already committed by this very claim (a retry after an unknown outcome)?
@@ -157,15 +210,12 @@ impl Storage {
             sqlx::query("SELECT status, attempts, lease_owner FROM episodes WHERE submission_id = $1 AND idx = $2")
                 .bind(submission)
                 .bind(idx)
-                .fetch_optional(&self.pool)
-                .await
-                .ctx(context)?;
-        self.release(submission, idx);
+                .fetch_optional(&mut *conn)
+                .await?;
         let Some(row) = row else { return Ok(false) };
-        let what = format!("episode {idx} of submission {submission}");
-        let status: String = get(&row, "status", &what)?;
-        let attempts: i64 = get(&row, "attempts", &what)?;
-        let owner: Option<String> = get(&row, "lease_owner", &what)?;
+        let status: String = row.try_get("status")?;
+        let attempts: i64 = row.try_get("attempts")?;
+        let owner: Option<String> = row.try_get("lease_owner")?;
         let final_state = status.parse::<EpisodeState>().is_ok_and(|s| s.is_final());
         Ok(final_state && attempts == attempt && owner.as_deref() == Some(self.lease.owner.as_str()))
     }

@@ -9,14 +9,34 @@ fn main() {
     let mut adam = Adam::new(m.parameters(), 3e-4);
     let r = |s: &[i64]| Tensor::randn(s, (Kind::Float, Device::Cpu));
     let (t, n) = (24, 128);
-    let rollout = Rollout { obs: r(&[t, n, 160]), critic_obs: r(&[t, n, 286]), actions: r(&[t, n, 29]), rewards: r(&[t, n]),
-        dones: Tensor::zeros([t, n], (Kind::Float, Device::Cpu)), values: r(&[t, n]), log_probs: r(&[t, n]) - 30.0, mu: r(&[t, n, 29]), sigma: r(&[t, n, 29]).abs() + 0.5 };
+    let rollout = Rollout {
+        obs: r(&[t, n, 160]),
+        critic_obs: r(&[t, n, 286]),
+        actions: r(&[t, n, 29]),
+        rewards: r(&[t, n]),
+        dones: Tensor::zeros([t, n], (Kind::Float, Device::Cpu)),
+        values: r(&[t, n]),
+        log_probs: r(&[t, n]) - 30.0,
+        mu: r(&[t, n, 29]),
+        sigma: r(&[t, n, 29]).abs() + 0.5,
+    };
     let (ret, adv) = (r(&[t, n]), r(&[t, n]));
     let perm = Tensor::randperm(t * n, (Kind::Int64, Device::Cpu));
     let c = PpoConfig::default();
-    let b = UpdateBatch { rollout: &rollout, returns: &ret, advantages: &adv, permutation: &perm };
+    let b = UpdateBatch {
+        rollout: &rollout,
+        returns: &ret,
+        advantages: &adv,
+        permutation: &perm,
+    };
     ppo::update(&m, &mut adam, &b, &c, None);
     let s = Instant::now();
-    for _ in 0..10 { ppo::update(&m, &mut adam, &b, &c, None); }
-    println!("ms per update {:.1} ({} threads)", s.elapsed().as_secs_f64() / 10.0 * 1e3, tch::get_num_threads());
+    for _ in 0..10 {
+        ppo::update(&m, &mut adam, &b, &c, None);
+    }
+    println!(
+        "ms per update {:.1} ({} threads)",
+        s.elapsed().as_secs_f64() / 10.0 * 1e3,
+        tch::get_num_threads()
+    );
 }

@@ -131,6 +131,29 @@ async fn faults_are_recorded_and_the_rest_continues() {
                         ws.send(Message::Binary(vec![0x9a, 0x06, 0x00].into())).await.unwrap();
                         action(g.step, ep, zeros)
                     }
+                    (4, 3) => {
+                        // An entry for an episode the request does not hold: an Error, and the
+                        // episode that is in it goes on.
+                        let mut both = action(g.step, ep, zeros.clone());
+                        if let Msg::Action(a) = &mut both {
+                            a.actions.push(EpisodeAction {
+                                episode_id: 99,
+                                values: zeros,
+                            });
+                        }
+                        both
+                    }
+                    (5, 3) => {
+                        // Two entries for one episode: it fails, named.
+                        let mut twice = action(g.step, ep, zeros.clone());
+                        if let Msg::Action(a) = &mut twice {
+                            a.actions.push(EpisodeAction {
+                                episode_id: ep,
+                                values: zeros,
+                            });
+                        }
+                        twice
+                    }
                     _ => action(g.step, ep, zeros),
                 };
                 ws.send(frame(&reply, enc)).await.unwrap();
@@ -150,7 +173,12 @@ async fn faults_are_recorded_and_the_rest_continues() {
         drops, 3,
         "the disconnecting episode is re-run until its attempts run out"
     );
-    for code in [codes::STALE_STEP, codes::MALFORMED_MESSAGE, codes::UNKNOWN_MESSAGE] {
+    for code in [
+        codes::STALE_STEP,
+        codes::MALFORMED_MESSAGE,
+        codes::UNKNOWN_MESSAGE,
+        codes::INVALID_ACTION,
+    ] {
         assert!(
             errors.iter().any(|e| e == code),
             "expected an Error {code}, got {errors:?}"
@@ -173,19 +201,23 @@ async fn faults_are_recorded_and_the_rest_continues() {
     assert_eq!(field(3, "status"), "FAILED");
     assert!(field(3, "reason").contains("attempt 3 of 3"), "{}", eps[3]);
     assert_eq!(eps[3]["attempts"], 3);
-    for i in [4, 5] {
-        assert!(
-            ["COMPLETED", "FELL"].contains(&field(i, "status").as_str()),
-            "{}",
-            eps[i]
-        );
-        assert_eq!(eps[i]["attempts"], 1);
-        assert!(eps[i]["metrics"]["emd"].as_f64().is_some());
-    }
+    assert!(
+        ["COMPLETED", "FELL"].contains(&field(4, "status").as_str()),
+        "{}",
+        eps[4]
+    );
+    assert_eq!(eps[4]["attempts"], 1);
+    assert!(eps[4]["metrics"]["emd"].as_f64().is_some());
+    assert_eq!(field(5, "status"), "FAILED");
+    assert!(
+        field(5, "reason").contains("two actions for episode 5 (at its step 3)"),
+        "{}",
+        eps[5]
+    );
     let (_, sub) = server.get(&format!("/api/v1/submissions/{id}"), Some(ADMIN));
     assert_eq!(sub["status"], "COMPLETED");
     let (_, report) = server.get(&format!("/api/v1/submissions/{id}/report"), Some(ADMIN));
-    assert_eq!(report["failed_episodes"].as_array().unwrap().len(), 4);
+    assert_eq!(report["failed_episodes"].as_array().unwrap().len(), 5);
     assert_eq!(report["episodes"].as_array().unwrap().len(), 6);
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -760,7 +760,10 @@ async fn batched_commits_answer_each_run_as_single_ones(url: String, engine: Eng
         .commit_episodes("s-1", &[(0, 1, &done), (1, 1, &running)])
         .await
         .unwrap_err();
-    assert!(matches!(e, StorageError::Invalid(ref m) if m.contains("episode 1")), "{e}");
+    assert!(
+        matches!(e, StorageError::Invalid(ref m) if m.contains("episode 1")),
+        "{e}"
+    );
     assert_eq!(a.episode_counts("s-1").await.unwrap(), (0, 4, 0), "nothing written");
     // Runs 0 and 2 are a's (2 with a stale attempt), 3 is b's.
     let answers = a

@@ -232,7 +232,11 @@ fn store_and_commit(
                     },
                 ));
             }
-            runs.extend(outcomes.iter().map(|(_, idx, attempt, outcome)| (*idx, *attempt, outcome)));
+            runs.extend(
+                outcomes
+                    .iter()
+                    .map(|(_, idx, attempt, outcome)| (*idx, *attempt, outcome)),
+            );
             let started = std::time::Instant::now();
             let result = if runs.is_empty() {
                 Ok(Vec::new())

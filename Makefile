@@ -98,6 +98,9 @@ bench: deps deps-torch
 	cargo build --release --quiet -p arena-sdk --example replay
 	$(PYTHON) bench/gpu_eval_scale.py --arena target/release/arena --agent target/release/examples/replay \
 		--episodes 1024 --window-s 2 --backend cpu --repeats 3
+	ARENA_GPU_PYTHON=$(CURDIR)/$(PYTHON) $(PYTHON) bench/gpu_eval_scale.py --arena target/release/arena \
+		--agent target/release/examples/replay --episodes 4096 --window-s 2 --backend gpu --gpu-impl stub \
+		--gpu-device cpu --repeats 3
 	for n in 1024 4096 8192; do for rec in "" --no-record; do ARENA_GPU_PYTHON=$(CURDIR)/$(PYTHON) \
 		target/release/arena sim bench --envs $$n --steps 100 --backend gpu --gpu-impl stub --gpu-device cpu $$rec; \
 		done; done

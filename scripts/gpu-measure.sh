@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on a GPU machine, from the checkout's root: every GPU figure of issue 41 (the backend's
 # throughput against its raw library and with the physics stubbed out, the 4096-episode
-# evaluation with its breakdown beside the in-process one) and the BFM-Zero update throughput
+# evaluation with its breakdown beside the in-process one, then the same with the stub) and the BFM-Zero update throughput
 # against the PyTorch oracle on CUDA (issue 42 §3), one after the other within BUDGET_S seconds.
 # docs/gpu-backend.md, "Measuring on a GPU machine", has the three device calls that bring what
 # scripts/gpu-carry-bfm.sh, then scripts/gpu-carry.sh prepared:
@@ -58,6 +58,11 @@ for impl in ${IMPLS-warp}; do
 done
 timed "$results" 60 eval-4096 "$python" bench/gpu_eval_scale.py --arena "$bin/arena" --agent "$bin/replay" \
     --episodes "${EPISODES:-4096}" --window-s "${WINDOW_S:-2}" --backend gpu --gpu-device "$device" --gpu-impl warp \
+    --repeats "${EVAL_REPEATS:-1}"
+# The same evaluation with the physics stubbed out (no GPU work at all): what serving costs
+# around the physics on this machine's cores, beside the real one above.
+timed "$results" 30 eval-4096-stub "$python" bench/gpu_eval_scale.py --arena "$bin/arena" --agent "$bin/replay" \
+    --episodes "${EPISODES:-4096}" --window-s "${WINDOW_S:-2}" --backend gpu --gpu-device cpu --gpu-impl stub \
     --repeats "${EVAL_REPEATS:-1}"
 if [ -x /tmp/arena-bfm-bin/update_throughput ]; then
     torch_lib=$("$python" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')

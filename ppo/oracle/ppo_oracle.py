@@ -4,8 +4,10 @@
 
 Written from the algorithm's definition with PyTorch's own building blocks (nn.Linear, nn.ELU,
 torch.distributions.Normal, torch.optim.Adam, torch.nn.utils.clip_grad_norm_), not from the
-Rust code. Reads DIR/init.safetensors (the model before the update, rsl_rl's tensor names),
-DIR/rollout.safetensors and DIR/config.json; writes DIR/oracle.safetensors with the returns,
+Rust code. `load` and `update` are also what the update-throughput benchmark times
+(ppo/bench/update_throughput.py). Reads DIR/init.safetensors (the model before the update, rsl_rl's tensor names),
+DIR/rollout.safetensors and DIR/config.json (`schedule` "adaptive", the default, or "fixed");
+writes DIR/oracle.safetensors with the returns,
 advantages, every minibatch's (loss, surrogate, value, entropy), the gradients of the first
 minibatch (after clipping), every tensor after the update and the final learning rate.
 """
@@ -53,7 +55,8 @@ class ActorCritic(nn.Module):
         return self.critic(self.normalize("critic_obs_normalizer", critic_obs)).squeeze(-1)
 
 
-def main(folder: Path) -> None:
+def load(folder: Path):
+    """The model before the update, the rollout and the configuration written into `folder`."""
     cfg = json.loads((folder / "config.json").read_text())
     init = load_file(str(folder / "init.safetensors"))
     r = load_file(str(folder / "rollout.safetensors"))
@@ -66,7 +69,13 @@ def main(folder: Path) -> None:
         for group in ("actor_obs_normalizer", "critic_obs_normalizer"):
             getattr(model, f"{group}_mean").copy_(init[f"{group}._mean"])
             getattr(model, f"{group}_std").copy_(init[f"{group}._std"])
+    return model, init, r, cfg
 
+
+def update(model, r, cfg):
+    """GAE, then one update (epochs x minibatches) of `model` in place; returns the returns,
+    advantages, every minibatch's losses, the first minibatch's clipped gradients and the
+    final learning rate."""
     # GAE with bootstrap from last_values; advantages normalised once over the rollout.
     gamma, lam = cfg["gamma"], cfg["lam"]
     rewards, dones, values = r["rewards"], r["dones"], r["values"]
@@ -94,6 +103,7 @@ def main(folder: Path) -> None:
     perm = r["permutation"]
 
     lr = cfg["learning_rate"]
+    adaptive = cfg.get("schedule", "adaptive") == "adaptive"
     # Adam over the parameters in name order (the order does not change Adam's result).
     params = [p for _, p in sorted(model.named_parameters())]
     names = [n for n, _ in sorted(model.named_parameters())]
@@ -113,12 +123,13 @@ def main(folder: Path) -> None:
                 kl = torch.sum(
                     torch.log(sigma / os_ + 1e-5) + (os_**2 + (om - mu) ** 2) / (2.0 * sigma**2) - 0.5, dim=-1
                 ).mean()
-                if kl > 2.0 * cfg["desired_kl"]:
-                    lr = max(1e-5, lr / 1.5)
-                elif 0.0 < kl < cfg["desired_kl"] / 2.0:
-                    lr = min(1e-2, lr * 1.5)
-                for g in optimizer.param_groups:
-                    g["lr"] = lr
+                if adaptive:
+                    if kl > 2.0 * cfg["desired_kl"]:
+                        lr = max(1e-5, lr / 1.5)
+                    elif 0.0 < kl < cfg["desired_kl"] / 2.0:
+                        lr = min(1e-2, lr * 1.5)
+                    for g in optimizer.param_groups:
+                        g["lr"] = lr
             ratio = torch.exp(log_prob - old_log_probs[idx])
             a = adv[idx]
             surrogate = torch.max(-a * ratio, -a * torch.clamp(ratio, 1.0 - clip, 1.0 + clip)).mean()
@@ -133,13 +144,18 @@ def main(folder: Path) -> None:
             optimizer.step()
             losses.append([loss.item(), surrogate.item(), value_loss.item(), entropy.mean().item()])
 
-    out = {
+    return {
         "returns": returns,
         "advantages": advantages,
         "losses": torch.tensor(losses, dtype=torch.float64),
         "learning_rate": torch.tensor([lr], dtype=torch.float64),
         **first_grads,
     }
+
+
+def main(folder: Path) -> None:
+    model, init, r, cfg = load(folder)
+    out = update(model, r, cfg)
     for name, p in model.named_parameters():
         out[f"after.{name}"] = p.detach().clone()
     for name in init:

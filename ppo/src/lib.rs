@@ -10,7 +10,8 @@
 //! - [`ppo`]: rollout storage, GAE and the PPO update (rsl_rl 3.0.0's);
 //! - [`train`]: the loop, logs, evaluation, checkpoints and exact resume; the trained actor is
 //!   served by the SDK's plain-Rust `arena_sdk::tracker::TrackerAgent`;
-//! - [`onnx`]: the actor as ONNX in the mjlab convention.
+//! - [`onnx`]: the actor as ONNX in the mjlab convention;
+//! - [`oracle_io`]: one update's inputs as the PyTorch oracle reads them (parity test, benchmark).
 //!
 //! The libtorch pieces shared with the BFM-Zero baseline (parameters, Adam, run folders, logs)
 //! come from `arena-torch`.
@@ -19,6 +20,7 @@ pub mod config;
 pub mod envs;
 pub mod mdp;
 pub mod onnx;
+pub mod oracle_io;
 pub mod policy;
 pub mod ppo;
 pub mod sampler;

@@ -5,10 +5,10 @@
 //! minibatches, KL-adaptive learning rate) agree within 1e-5.
 
 use arena_ppo::config::{LrSchedule, PpoConfig};
-use arena_ppo::policy::ActorCritic;
-use arena_ppo::ppo::{self, Rollout, UpdateTrace};
+use arena_ppo::oracle_io::{CaseSizes, OracleCase};
+use arena_ppo::ppo::{self, UpdateTrace};
 use arena_torch::optim::Adam;
-use arena_torch::tensors::{read_tensors, write_tensors};
+use arena_torch::tensors::read_tensors;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use tch::{Kind, Tensor};
@@ -31,84 +31,30 @@ fn one_update_matches_the_pytorch_oracle() {
         return;
     };
     tch::manual_seed(20261126);
-    let (t, n, obs_dim, critic_dim, act_dim) = (6i64, 16i64, 160i64, 286i64, 29i64);
-    let mut model = ActorCritic::new(obs_dim, critic_dim, act_dim, &[32, 16], &[24, 12], 0.8);
-    // Non-trivial normaliser statistics, a std that differs per action.
-    model
-        .actor_norm
-        .update(&(Tensor::randn([64, obs_dim], tch::kind::FLOAT_CPU) * 2.0 + 0.5));
-    model
-        .actor_norm
-        .update(&Tensor::randn([32, obs_dim], tch::kind::FLOAT_CPU));
-    model
-        .critic_norm
-        .update(&(Tensor::randn([64, critic_dim], tch::kind::FLOAT_CPU) * 0.3 - 1.0));
-    {
-        let _g = tch::no_grad_guard();
-        let mut std = model.std.shallow_clone();
-        std.copy_(&(Tensor::rand([act_dim], tch::kind::FLOAT_CPU) * 0.5 + 0.6));
-    }
-    let obs = Tensor::randn([t, n, obs_dim], tch::kind::FLOAT_CPU);
-    let critic_obs = Tensor::randn([t, n, critic_dim], tch::kind::FLOAT_CPU);
-    let (mu, sigma, values) = {
-        let _g = tch::no_grad_guard();
-        let d = model.distribution(&obs);
-        (d.mean, d.std, model.value(&critic_obs))
-    };
-    let actions = &mu + Tensor::randn([t, n, act_dim], tch::kind::FLOAT_CPU) * &sigma;
-    let log_probs = {
-        let _g = tch::no_grad_guard();
-        model.distribution(&obs).log_prob(&actions)
-    };
-    let rollout = Rollout {
-        rewards: Tensor::rand([t, n], tch::kind::FLOAT_CPU) * 0.1,
-        dones: Tensor::rand([t, n], tch::kind::FLOAT_CPU).lt(0.15).to_kind(Kind::Float),
-        obs,
-        critic_obs,
-        actions,
-        values,
-        log_probs,
-        mu,
-        sigma,
-    };
-    let last_values = Tensor::randn([n], tch::kind::FLOAT_CPU);
-    let permutation = Tensor::randperm(t * n, (Kind::Int64, tch::Device::Cpu));
+    let case = OracleCase::random(&CaseSizes {
+        steps: 6,
+        envs: 16,
+        obs_dim: 160,
+        critic_dim: 286,
+        act_dim: 29,
+        actor_hidden: vec![32, 16],
+        critic_hidden: vec![24, 12],
+    });
     let config = PpoConfig {
         schedule: LrSchedule::Adaptive,
         learning_rate: 1e-3,
         desired_kl: 0.002,
         ..PpoConfig::default()
     };
-
     let dir = tempfile::tempdir().unwrap();
-    write_tensors(&dir.path().join("init.safetensors"), &model.tensors()).unwrap();
-    let inputs: Vec<(String, Tensor)> = vec![
-        ("obs".into(), rollout.obs.shallow_clone()),
-        ("critic_obs".into(), rollout.critic_obs.shallow_clone()),
-        ("actions".into(), rollout.actions.shallow_clone()),
-        ("rewards".into(), rollout.rewards.shallow_clone()),
-        ("dones".into(), rollout.dones.shallow_clone()),
-        ("values".into(), rollout.values.shallow_clone()),
-        ("log_probs".into(), rollout.log_probs.shallow_clone()),
-        ("mu".into(), rollout.mu.shallow_clone()),
-        ("sigma".into(), rollout.sigma.shallow_clone()),
-        ("last_values".into(), last_values.shallow_clone()),
-        ("permutation".into(), permutation.shallow_clone()),
-    ];
-    write_tensors(&dir.path().join("rollout.safetensors"), &inputs).unwrap();
-    std::fs::write(
-        dir.path().join("config.json"),
-        serde_json::json!({
-            "actor_hidden": [32, 16], "critic_hidden": [24, 12],
-            "learning_rate": config.learning_rate, "desired_kl": config.desired_kl,
-            "epochs": config.num_learning_epochs, "mini_batches": config.num_mini_batches,
-            "clip": config.clip_param, "gamma": config.gamma, "lam": config.lam,
-            "value_loss_coef": config.value_loss_coef, "entropy_coef": config.entropy_coef,
-            "max_grad_norm": config.max_grad_norm,
-        })
-        .to_string(),
-    )
-    .unwrap();
+    case.write(dir.path(), &config).unwrap();
+    let OracleCase {
+        model,
+        rollout,
+        last_values,
+        permutation,
+        ..
+    } = case;
 
     let (returns, advantages) = ppo::compute_returns(&rollout, &last_values, config.gamma, config.lam);
     let mut adam = Adam::new(model.parameters(), config.learning_rate);

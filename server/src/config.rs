@@ -29,6 +29,10 @@ pub struct ServerConfig {
     pub lanes: u32,
     /// Simulation threads per lane; 0 = all cores.
     pub sim_threads: u32,
+    /// Simulators kept started between sessions, for later lanes of the same shape (backend,
+    /// robot, batch, threads) to take over: a GPU worker's start-up is seconds, MJX's first
+    /// compilation minutes. 0 = every lane starts its own.
+    pub warm_simulators: u32,
     /// Physics backend of the lanes: `cpu` (MuJoCo on CPU threads) or `gpu` (MuJoCo MJX or MuJoCo
     /// Warp in a supervised Python worker per lane; docs/gpu-backend.md).
     pub sim_backend: String,
@@ -104,6 +108,7 @@ impl Default for ServerConfig {
             max_batch: 16,
             lanes: 2,
             sim_threads: 0,
+            warm_simulators: 2,
             sim_backend: "cpu".into(),
             gpu_device: "auto".into(),
             gpu_impl: "auto".into(),
@@ -240,6 +245,12 @@ impl ServerConfig {
         }
         if self.lanes == 0 || self.lanes > 64 {
             return bad("lanes", format!("expected 1-64, got {}", self.lanes));
+        }
+        if self.warm_simulators > 64 {
+            return bad(
+                "warm_simulators",
+                format!("expected 0-64, got {}", self.warm_simulators),
+            );
         }
         if !(self.step_timeout_s >= 0.0 && self.step_timeout_s.is_finite()) {
             return bad(

@@ -30,6 +30,8 @@ pub struct AppState {
     pub rate_limiter: RateLimiter,
     /// Ranked leaderboards, until the storage's leaderboard generation moves.
     pub leaderboards: crate::leaderboard::LeaderboardCache,
+    /// Lanes' simulators kept started between sessions (`warm_simulators`).
+    pub warm_simulators: Arc<crate::orchestrator::warm::WarmSimulators>,
     /// Held for the server's life: one server per data directory, and per SQLite database.
     _locks: (ServerLock, Option<DatabaseLock>),
 }
@@ -197,7 +199,11 @@ impl AppState {
         complete_finished_runs(&storage, &objects, &catalog, &unfinished).await;
         let rate_limiter = RateLimiter::new(config.requests_per_minute);
         let hosted_places = Arc::new(tokio::sync::Semaphore::new(config.hosted_runs()));
+        let warm_simulators = Arc::new(crate::orchestrator::warm::WarmSimulators::new(
+            config.warm_simulators as usize,
+        ));
         let state = Arc::new(Self {
+            warm_simulators,
             config,
             storage,
             catalog,

@@ -207,6 +207,49 @@ fn grpc_transport_completes_g1_smoke() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// The lanes' simulators outlive their session: the next session's lanes take them over
+/// (`warm_start` in the lane's timings) and score every episode exactly as the first did.
+#[test]
+fn a_later_session_takes_over_the_simulators_and_scores_the_same() {
+    let dir = tmp("e2e-warm");
+    let server = ServerProc::start(&dir, &[]);
+    let token = server.team("warm");
+    let url = server.ws_url();
+    let metrics = |summary: &client::RunSummary| -> Vec<Value> {
+        let id = &summary.submission_id;
+        let (status, results) = server.get(&format!("/api/v1/submissions/{id}/results"), Some(&token));
+        assert_eq!(status, 200, "{results}");
+        results["episodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["metrics"].clone())
+            .collect()
+    };
+    let first = submit(&url, &token, Encoding::Binary);
+    let second = submit(&url, &token, Encoding::Binary);
+    assert_eq!(second.submission_status, "COMPLETED");
+    assert_eq!(
+        metrics(&first),
+        metrics(&second),
+        "a simulator taken over scores as a fresh one"
+    );
+    // Each lane logs its timings when it ends: the first session's lanes started their own
+    // simulators, the second's took them over.
+    let log = server.log_text();
+    let warm: Vec<bool> = log
+        .lines()
+        .filter_map(|l| l.find(" lane {").map(|k| &l[k + 6..]))
+        .map(|json| {
+            serde_json::from_str::<Value>(json).unwrap()["warm_start"]
+                .as_bool()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(warm, vec![false, false, true, true], "{log}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn sdk_client_completes_g1_smoke_on_postgres() {
     let Some(db) = PgDb::create("e2e") else { return };

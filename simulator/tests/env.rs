@@ -73,6 +73,42 @@ fn bit_identical_across_thread_counts_and_runs() {
     }
 }
 
+/// A simulator taken over from an env that ran other episodes (DR level 3: other masses,
+/// frictions, gains, pushes) runs the next episodes as a fresh one does, bit for bit; one of
+/// another size is refused.
+#[test]
+fn a_simulator_taken_over_runs_episodes_as_a_fresh_one() {
+    let lib = library();
+    let earlier: Vec<_> = (0..3).map(|e| (e, assignment(e, 40 + e as u64, DrLevel::L3))).collect();
+    let mut first = env(&lib, 3, 1);
+    run(&mut first, &earlier, 30);
+    let handler = first.into_handler();
+    let config = TrackingEnvConfig {
+        num_envs: 3,
+        threads: 1,
+        ..Default::default()
+    };
+    let mut reused = TrackingEnv::with_handler(config.clone(), lib.clone(), handler).unwrap();
+    let mut fresh = env(&lib, 3, 1);
+    let next: Vec<_> = (0..3)
+        .map(|e| {
+            (
+                e,
+                assignment(2 - e, 7 + e as u64, [DrLevel::L0, DrLevel::L1, DrLevel::L2][e]),
+            )
+        })
+        .collect();
+    let (a, b) = (run(&mut reused, &next, 40), run(&mut fresh, &next, 40));
+    for e in 0..3 {
+        assert!(same(&a[e], &b[e]), "env {e} differs on the simulator taken over");
+    }
+    let other = TrackingEnvConfig { num_envs: 2, ..config };
+    let Err(e) = TrackingEnv::with_handler(other, lib, reused.into_handler()) else {
+        panic!("a simulator of 3 envs taken for 2");
+    };
+    assert!(e.to_string().contains("not one for 2 envs"), "{e}");
+}
+
 #[test]
 fn dr_draw_follows_the_episode_not_the_slot() {
     let lib = library();

@@ -67,6 +67,10 @@ pub struct ServingArgs {
     /// Simulation threads per lane (0 = all cores) [default: 0].
     #[arg(long, env = "ARENA_SIM_THREADS")]
     pub sim_threads: Option<u32>,
+    /// Simulators kept started between sessions for later lanes of the same shape (0 = none)
+    /// [default: 2].
+    #[arg(long, env = "ARENA_WARM_SIMULATORS")]
+    pub warm_simulators: Option<u32>,
     /// Seconds to wait for an Action (0 = the benchmark's limits.step_timeout_ms) [default: 0].
     #[arg(long, env = "ARENA_STEP_TIMEOUT_S")]
     pub step_timeout_s: Option<f64>,
@@ -171,6 +175,7 @@ impl ConfigArgs {
             max_batch,
             lanes,
             sim_threads,
+            warm_simulators,
             step_timeout_s,
             hosted_runs,
             heartbeat_interval_s,

@@ -504,6 +504,7 @@ where
         sim_threads: config.sim_threads as usize,
         // The configuration was validated at start-up, the backend keys included.
         backend: config.backend().unwrap_or_default(),
+        warm: state.warm_simulators.clone(),
         sink,
         source,
         reveal_results: admitted.reveal_results,

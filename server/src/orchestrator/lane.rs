@@ -2,6 +2,7 @@
 //! observations in one GetAction per control step, waits (with the step deadline) for the Action
 //! answering it, steps the physics and hands finished episodes to the committer.
 
+use super::warm::SimulatorShape;
 use super::{JobSource, RunContext, Sink, db_call};
 use arena_bench::aggregate::EpisodeStatus;
 use arena_bench::spec::Episode;
@@ -62,8 +63,10 @@ fn stale_step(a: &Action, why: &str) -> Msg {
 /// info: `ARENA_LOG=warn,arena_timings=info`) as the breakdown of an evaluation.
 #[derive(Debug, Default)]
 struct LaneTimings {
-    /// Making the batched env (for the GPU backend: starting the worker, compiling).
+    /// Making the batched env (for the GPU backend: starting the worker, compiling), or taking
+    /// a started one over (`warm_start`).
     startup_s: f64,
+    warm_start: bool,
     /// Claiming episodes (database) and resetting their envs.
     claim_and_reset_s: f64,
     /// Building each GetAction's observations.
@@ -93,6 +96,13 @@ pub fn run_lane(
             // (the gateway answers those that come after it).
             l.refuse_late_actions();
             l.log_timings(started.elapsed().as_secs_f64());
+            // A lane stopped by an error keeps nothing: its simulator may be what failed.
+            if !matches!(end, LaneEnd::Error(_)) {
+                let (shape, simulator) = (l.shape, l.env.into_handler());
+                if ctx.warm.give_back(shape, simulator) {
+                    tracing::debug!(lane, "simulator kept for a later lane");
+                }
+            }
             end
         }
         Err(e) => LaneEnd::Error(format!("starting simulator lane {lane}: {e:#}")),
@@ -103,6 +113,8 @@ struct Lane<'a> {
     ctx: &'a RunContext,
     lane: usize,
     env: TrackingEnv,
+    /// What the env's simulator is, to give it back for a later lane.
+    shape: SimulatorShape,
     observations: episode::ObservationPlan,
     slots: Vec<Option<Running>>,
     inbox: mpsc::Receiver<Action>,
@@ -123,10 +135,25 @@ impl<'a> Lane<'a> {
         let spec = &ctx.benchmark.spec;
         let mut env_config = episode::env_config(spec, ctx.gains.as_ref(), ctx.batch, ctx.sim_threads);
         env_config.backend = ctx.backend.clone();
-        let env = TrackingEnv::new(env_config, ctx.benchmark.library.clone())?;
+        let shape = SimulatorShape {
+            backend: env_config.backend.clone(),
+            robot: env_config.robot.clone(),
+            num_envs: env_config.num_envs,
+            threads: env_config.threads,
+        };
+        let library = ctx.benchmark.library.clone();
+        let mut timings = LaneTimings::default();
+        let env = match ctx.warm.take(&shape) {
+            Some(simulator) => {
+                timings.warm_start = true;
+                TrackingEnv::with_handler(env_config, library, simulator)?
+            }
+            None => TrackingEnv::new(env_config, library)?,
+        };
         Ok(Self {
             ctx,
             lane,
+            shape,
             actions: vec![0.0; ctx.batch * env.action_width()],
             env,
             observations: episode::ObservationPlan::for_spec(spec),
@@ -135,7 +162,7 @@ impl<'a> Lane<'a> {
             commit,
             next_request: lane as u64,
             scratch: ReferenceScratch::default(),
-            timings: LaneTimings::default(),
+            timings,
         })
     }
 
@@ -145,6 +172,7 @@ impl<'a> Lane<'a> {
         let round = |s: f64| (s * 1000.0).round() / 1000.0;
         let breakdown = serde_json::json!({
             "lane": self.lane, "batch": self.slots.len(), "backend": self.env.handler().describe(),
+            "warm_start": t.warm_start,
             "wall_s": round(wall_s), "startup_s": round(t.startup_s),
             "claim_and_reset_s": round(t.claim_and_reset_s), "reset_s": round(env.reset_s),
             "resets": env.resets, "observe_s": round(t.observe_s), "agent_s": round(t.agent_s),

@@ -6,6 +6,7 @@
 //!   episodes, streams GetAction requests, applies Actions, and applies the error policy
 //!   (timeouts, bad actions, lost connections, simulator failures). Several lanes per session
 //!   keep the simulator busy while the agent computes another lane's actions.
+//! - [`warm`]: simulators kept started between sessions, taken over by later lanes.
 //! - [`committer`]: off the simulation threads, scores each finished episode, writes its
 //!   trajectory (HDF5, flushed), commits the result, and only then reports EpisodeEnd; at the end
 //!   it aggregates the submission into its report (MetricsAggregator).
@@ -13,6 +14,7 @@
 pub mod committer;
 pub mod lane;
 pub mod runner;
+pub mod warm;
 
 use crate::catalog::LoadedBenchmark;
 use crate::storage::{Storage, StorageError};
@@ -101,6 +103,8 @@ pub struct RunContext {
     pub sim_threads: usize,
     /// Physics backend of every lane.
     pub backend: arena_sim::SimBackend,
+    /// Where lanes take a started simulator from, and give theirs back when they end.
+    pub warm: Arc<warm::WarmSimulators>,
     pub sink: Sink,
     pub source: JobSource,
     /// Whether EpisodeEnd carries metrics and the reason. False in a private phase before it

@@ -94,8 +94,33 @@ impl TrackingEnv {
         if config.num_envs == 0 {
             return Err(SimError::Config("num_envs must be at least 1".into()));
         }
+        let handler = config
+            .backend
+            .create(config.robot.clone(), config.num_envs, config.threads)?;
+        Self::with_handler(config, library, handler)
+    }
+
+    /// A new env on a simulator an earlier env gave back ([`TrackingEnv::into_handler`]): made
+    /// for the same robot and number of envs on the backend and threads `config` names (the
+    /// caller keys it so; a GPU worker taken over saves its start-up). Every env starts idle,
+    /// and each reset sets its env's physical parameters and state, so nothing of the earlier
+    /// env's episodes carries over.
+    pub fn with_handler(
+        config: TrackingEnvConfig,
+        library: Arc<MotionLibrary>,
+        handler: Box<dyn Handler>,
+    ) -> Result<Self, SimError> {
         let n = config.num_envs;
-        let handler = config.backend.create(config.robot.clone(), n, config.threads)?;
+        if n == 0 {
+            return Err(SimError::Config("num_envs must be at least 1".into()));
+        }
+        if handler.num_envs() != n || handler.config() != &config.robot || !handler.is_reusable() {
+            return Err(SimError::Config(format!(
+                "the simulator handed over ({}, {} envs) is not one for {n} envs of this robot",
+                handler.describe(),
+                handler.num_envs()
+            )));
+        }
         if config.action_mode == ActionMode::JointPosition && !handler.supports_feedforward() {
             return Err(SimError::Config(format!(
                 "the {} backend has no feed-forward torques: joint-position benchmarks run on the cpu backend",
@@ -140,6 +165,11 @@ impl TrackingEnv {
             env.handler.mark_idle(e);
         }
         Ok(env)
+    }
+
+    /// Gives the simulator back, for a later env of the same shape ([`TrackingEnv::with_handler`]).
+    pub fn into_handler(self) -> Box<dyn Handler> {
+        self.handler
     }
 
     pub fn num_envs(&self) -> usize {

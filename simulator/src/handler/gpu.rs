@@ -750,6 +750,10 @@ impl Handler for GpuHandler {
         &self.health[env]
     }
 
+    fn is_reusable(&self) -> bool {
+        self.worker.is_some()
+    }
+
     fn sync(&mut self) -> Result<(), SimError> {
         if !self.dirty {
             return Ok(());

@@ -208,6 +208,11 @@ pub trait Handler: Send + Sync {
     fn num_threads(&self) -> usize {
         self.pool().map_or(1, |p| p.current_num_threads())
     }
+    /// Whether a new env may take this simulator over ([`crate::env::TrackingEnv::with_handler`]):
+    /// false once it cannot step any more (a GPU worker that stopped).
+    fn is_reusable(&self) -> bool {
+        true
+    }
     /// Sets one env's generalised state (qpos 36, qvel 35), clears its failure; time restarts at
     /// 0 and the PD targets become the state's joint positions.
     fn set_qpos_qvel(&mut self, env: usize, qpos: &[f64], qvel: &[f64]) -> Result<(), SimError>;

@@ -1,0 +1,117 @@
+//! Simulators kept started between sessions: a lane that ends gives its simulator back, and the
+//! next lane of the same shape takes it over instead of starting one. For the GPU backend that
+//! is a running worker with its kernels loaded and graphs captured (seconds on a GPU machine,
+//! minutes for MJX's first compilation); for the CPU backend, the per-env MuJoCo data and the
+//! thread pool. A simulator taken over runs episodes exactly as a fresh one does (each reset
+//! sets its env's physical parameters and state).
+
+use arena_sim::handler::Handler;
+use arena_sim::{RobotConfig, SimBackend};
+use std::sync::Mutex;
+
+/// What a lane's simulator must match to be taken over.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimulatorShape {
+    pub backend: SimBackend,
+    pub robot: RobotConfig,
+    pub num_envs: usize,
+    pub threads: usize,
+}
+
+/// The idle simulators, at most `capacity` of them.
+pub struct WarmSimulators {
+    capacity: usize,
+    idle: Mutex<Vec<(SimulatorShape, Box<dyn Handler>)>>,
+}
+
+impl std::fmt::Debug for WarmSimulators {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WarmSimulators")
+            .field("capacity", &self.capacity)
+            .field("idle", &self.len())
+            .finish()
+    }
+}
+
+impl WarmSimulators {
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// An idle simulator of `shape`, if one is kept.
+    pub fn take(&self, shape: &SimulatorShape) -> Option<Box<dyn Handler>> {
+        let mut idle = self.idle.lock().expect("warm simulators lock");
+        let k = idle.iter().position(|(s, _)| s == shape)?;
+        Some(idle.swap_remove(k).1)
+    }
+
+    /// Keeps `handler` for a later lane, unless it cannot step any more or the pool is full;
+    /// returns whether it was kept. A simulator not kept is dropped after the lock is released
+    /// (a GPU worker's close waits for the process).
+    pub fn give_back(&self, shape: SimulatorShape, handler: Box<dyn Handler>) -> bool {
+        if !handler.is_reusable() {
+            return false;
+        }
+        let refused = {
+            let mut idle = self.idle.lock().expect("warm simulators lock");
+            if idle.len() < self.capacity {
+                idle.push((shape, handler));
+                None
+            } else {
+                Some(handler)
+            }
+        };
+        refused.is_none()
+    }
+
+    /// Idle simulators kept now.
+    pub fn len(&self) -> usize {
+        self.idle.lock().expect("warm simulators lock").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(num_envs: usize) -> SimulatorShape {
+        SimulatorShape {
+            backend: SimBackend::Cpu,
+            robot: RobotConfig::default(),
+            num_envs,
+            threads: 1,
+        }
+    }
+
+    fn simulator(num_envs: usize) -> Box<dyn Handler> {
+        SimBackend::Cpu.create(RobotConfig::default(), num_envs, 1).unwrap()
+    }
+
+    #[test]
+    fn a_simulator_is_taken_by_its_shape_only_and_the_pool_has_a_bound() {
+        let warm = WarmSimulators::new(2);
+        assert!(warm.take(&shape(2)).is_none());
+        assert!(warm.give_back(shape(2), simulator(2)));
+        assert!(warm.give_back(shape(3), simulator(3)));
+        assert!(!warm.give_back(shape(4), simulator(4)), "full");
+        assert_eq!(warm.len(), 2);
+        let mut other_threads = shape(2);
+        other_threads.threads = 2;
+        assert!(warm.take(&other_threads).is_none());
+        assert!(warm.take(&shape(4)).is_none());
+        let taken = warm.take(&shape(2)).expect("kept");
+        assert_eq!(taken.num_envs(), 2);
+        assert!(warm.take(&shape(2)).is_none(), "taken once");
+        assert_eq!(warm.len(), 1);
+        let none = WarmSimulators::new(0);
+        assert!(!none.give_back(shape(2), taken));
+        assert!(none.is_empty());
+    }
+}

@@ -12,7 +12,8 @@
 # step that would start with less than its share of the budget left is skipped (and says so).
 #
 # Settings (environment): RESULTS (/tmp/gpu-results), BUDGET_S (480), ENVS ("1024 4096 8192"),
-# EPISODES (4096), WINDOW_S (2), EVAL_REPEATS (1), BFM_UPDATES (20), IMPLS ("warp"; add jax for MJX, whose compilation takes
+# EPISODES (4096), WINDOW_S (2), EVAL_REPEATS (1), EVAL_SESSIONS (2: the second submission on the
+# same server takes the first's worker over), BFM_UPDATES (20), IMPLS ("warp"; add jax for MJX, whose compilation takes
 # minutes; empty: none), JAX_ENVS (1024), BFM_PRESETS ("small paper"; empty: none), CARRY_DIR (/tmp/arena-carry, where
 # calls 1 and 2 left their files; files in ./.warp1, ./.warp2 and ./.gpu are found too), PYTHON (python3), DEVICE (gpu; cpu for a toy run on a machine
 # without one), SITE (/tmp/site; empty: use PYTHON's own packages, nothing installed).
@@ -58,7 +59,7 @@ for impl in ${IMPLS-warp}; do
 done
 timed "$results" 60 eval-4096 "$python" bench/gpu_eval_scale.py --arena "$bin/arena" --agent "$bin/replay" \
     --episodes "${EPISODES:-4096}" --window-s "${WINDOW_S:-2}" --backend gpu --gpu-device "$device" --gpu-impl warp \
-    --repeats "${EVAL_REPEATS:-1}"
+    --repeats "${EVAL_REPEATS:-1}" --sessions "${EVAL_SESSIONS:-2}"
 # The same evaluation with the physics stubbed out (no GPU work at all): what serving costs
 # around the physics on this machine's cores, beside the real one above.
 timed "$results" 30 eval-4096-stub "$python" bench/gpu_eval_scale.py --arena "$bin/arena" --agent "$bin/replay" \

@@ -174,10 +174,15 @@ def in_process(a, bench_dir):
 
 
 def timings_from_log(path):
-    """The `arena_timings` lines of a server log: {"lane": [...], "committer": [...], "merge": [...]}."""
-    found = {"lane": [], "committer": [], "merge": []}
+    """The `arena_timings` lines of a server log: {"lane": [...], "committer": [...], "merge": [...]},
+    and "worker_startup": the GPU workers' start-up phases (seconds) from their ready lines."""
+    found = {"lane": [], "committer": [], "merge": [], "worker_startup": []}
     with open(path, errors="replace") as f:
         for line in f:
+            marker = "GPU simulator worker ready"
+            if marker in line and "(start-up {" in line:
+                found["worker_startup"].append(json.loads(line[line.index("(start-up ") + 10:].strip()[:-1]))
+                continue
             if "arena_timings" not in line:
                 continue
             for kind in found:
@@ -194,7 +199,7 @@ def served(a, tmp, bench_dir):
     data_dir = tempfile.mkdtemp(prefix="data-", dir=tmp)
     log_path = os.path.join(data_dir, "server.log")
     env = dict(os.environ, ARENA_GPU_PYTHON=os.environ.get("ARENA_GPU_PYTHON", sys.executable),
-               ARENA_LOG="warn,arena_timings=info")
+               ARENA_LOG="warn,arena_timings=info,arena_sim::handler::gpu=info")
     started = time.perf_counter()
     server = subprocess.Popen(
         [a.arena, "serve", "--bind", f"127.0.0.1:{port}", "--data-dir", data_dir,

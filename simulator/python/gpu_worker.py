@@ -15,7 +15,7 @@ Init (one line):
    "torso_body": 16, "device": "auto"|"cpu"|"gpu", "impl": "jax"|"warp"|"stub", "x64": false,
    "contact_forces": true}
 Reply: {"ready": true, "backend": "mjx"|"mujoco_warp"|"stub", "impl", "device", "library",
-"mujoco", "compile_s"} or {"error": MESSAGE} and exit code 1. impl "warp" computes in float32
+"mujoco", "compile_s", "startup": {phase: seconds}} or {"error": MESSAGE} and exit code 1. impl "warp" computes in float32
 only (x64 is refused) and needs mujoco-warp and warp-lang (python/requirements-gpu.txt); impl
 "stub" (stub_physics.py) is no physics at all, a benchmark of the host side.
 
@@ -202,6 +202,7 @@ class Worker:
         self.mujoco = mujoco
         self.cfg, self.views = cfg, views
         n = self.n = cfg["num_envs"]
+        began = time.perf_counter()
         try:
             model = mujoco.MjModel.from_xml_path(cfg["mjcf"])
         except Exception as e:  # mujoco raises ValueError with the compiler's message
@@ -229,6 +230,9 @@ class Worker:
         self.dr_host = {k: np.repeat(getattr(model, k)[None], n, axis=0) for k in DR_FIELDS}
         self.kp_host = np.repeat(cfg["kp"][None], n, axis=0)
         self.kd_host = np.repeat(cfg["kd"][None], n, axis=0)
+        # The model, its scratch copies for DR and the nominal constants.
+        host_s = time.perf_counter() - began
+        t0 = time.perf_counter()
         if cfg["impl"] == "warp":
             try:
                 from warp_physics import WarpPhysics as Physics
@@ -238,10 +242,17 @@ class Worker:
             from stub_physics import StubPhysics as Physics
         else:
             from mjx_physics import MjxPhysics as Physics
+        import_s = time.perf_counter() - t0
         # The device outputs are back to back in shared memory (LAYOUT): the physics writes
         # them there in one copy.
         self.outputs = views["_outputs"]
+        t0 = time.perf_counter()
         self.physics = Physics(cfg, model, self.dr_host, self.kp_host, self.kd_host)
+        # Where the start-up went, for the ready reply: the physics library's import, then the
+        # implementation's own phases where it times them, else its whole construction.
+        self.startup = {"host_s": host_s, "import_s": import_s}
+        self.startup.update(getattr(self.physics, "startup", None) or
+                            {"physics_s": time.perf_counter() - t0})
         self.inp = np.zeros((n, INP_WIDTH))
         # Every env is at qpos0 at rest: one inactive step and a sync exercise both paths before
         # the first command and publish the initial outputs.
@@ -390,7 +401,8 @@ def main():
         f"({physics.library}), x64={cfg['x64']}, {compile_s:.1f} s")
     reply(json.dumps({"ready": True, "backend": physics.backend, "impl": cfg["impl"],
                       "device": str(physics.device), "library": physics.library,
-                      "mujoco": worker.mujoco.__version__, "compile_s": round(compile_s, 3)}))
+                      "mujoco": worker.mujoco.__version__, "compile_s": round(compile_s, 3),
+                      "startup": {k: round(v, 3) for k, v in worker.startup.items()}}))
 
     for line in sys.stdin:
         cmd = line.strip()

@@ -252,6 +252,8 @@ class WarpPhysics:
         self.device = _device(cfg)
         self.library = f"mujoco-warp {mjw.__version__}, warp {wp.__version__}"
         t0 = time.perf_counter()
+        # Where the start-up goes (seconds), in the worker's ready reply.
+        self.startup = {}
         with wp.ScopedDevice(self.device):
             try:
                 self.m = mjw.put_model(model, batch_sizes={k: n for k in DR_FIELDS})
@@ -281,13 +283,22 @@ class WarpPhysics:
             self.ints = wp.zeros((3, n), dtype=int)
         # The host destination of `out` (shared memory), wrapped once per address.
         self.host_out, self.host_key = None, None
+        wp.synchronize_device(self.device)
+        self.startup["model_and_data_s"] = time.perf_counter() - t0
+        t1 = time.perf_counter()
         self.set_params(dr_host, kp_host, kd_host)
         qpos0 = np.repeat(model.qpos0[None], n, axis=0)
         self.reset(np.ones(n, bool), qpos0, np.zeros((n, NV)))
+        wp.synchronize_device(self.device)
+        self.startup["params_and_reset_s"] = time.perf_counter() - t1
         # The first launches load (compile) every kernel; graphs can only be captured after.
+        t1 = time.perf_counter()
         self.step_graph = self.sync_graph = None
         self._launch(step=True)
         self._launch(step=False)
+        wp.synchronize_device(self.device)
+        self.startup["first_launches_s"] = time.perf_counter() - t1
+        t1 = time.perf_counter()
         if self.device.is_cuda:
             with wp.ScopedDevice(self.device):
                 with wp.ScopedCapture() as capture:
@@ -296,6 +307,7 @@ class WarpPhysics:
                 with wp.ScopedCapture() as capture:
                     self._launch(step=False)
                 self.sync_graph = capture.graph
+        self.startup["graph_capture_s"] = time.perf_counter() - t1
         log(f"MuJoCo Warp on {self.device}: kernels loaded in {time.perf_counter() - t0:.1f} s"
             f"{', step and sync captured as CUDA graphs' if self.device.is_cuda else ''}")
 

@@ -520,9 +520,10 @@ impl GpuHandler {
             field("mujoco")
         );
         tracing::info!(
-            "GPU simulator worker ready: {} after {:.1} s of compilation",
+            "GPU simulator worker ready: {} after {:.1} s of compilation (start-up {})",
             worker.device,
-            ready.get("compile_s").and_then(|v| v.as_f64()).unwrap_or(f64::NAN)
+            ready.get("compile_s").and_then(|v| v.as_f64()).unwrap_or(f64::NAN),
+            ready.get("startup").map(|v| v.to_string()).unwrap_or_default()
         );
         Ok(worker)
     }

@@ -124,7 +124,7 @@ fn store_and_commit(
 ) {
     // The trajectories move into their records.
     let submission = matches!(ctx.sink, Sink::Submission { .. });
-    let mut ended = Vec::with_capacity(batch.len());
+    let mut ended: Vec<Ended> = Vec::with_capacity(batch.len());
     let mut records = Vec::with_capacity(batch.len());
     for (done, (status, metrics, reason)) in batch.into_iter().zip(scored) {
         let steps = done.trajectory.len().saturating_sub(1);
@@ -138,7 +138,7 @@ fn store_and_commit(
         }
     }
     let started = std::time::Instant::now();
-    let mut stored = match &ctx.sink {
+    let stored = match &ctx.sink {
         Sink::Submission {
             submission_id, objects, ..
         } => {
@@ -176,91 +176,19 @@ fn store_and_commit(
     }
     .into_iter();
     timings.store_s += started.elapsed().as_secs_f64();
-    // What each episode's commit answered: Some(true) committed, Some(false) not this server's
-    // any more, None not committed (its store or the commit failed). The stored episodes of a
-    // submission are committed together, in one transaction.
-    let (committed, mut prepared): (Vec<Option<bool>>, Vec<Option<PreparedEpisode>>) = match &ctx.sink {
+    let (committed, mut prepared) = match &ctx.sink {
         Sink::Submission {
             storage,
             submission_id,
             max_attempts,
             ..
         } => {
-            let mut answers = vec![None; ended.len()];
-            let mut prepared = Vec::with_capacity(ended.len());
-            let mut runs = Vec::with_capacity(ended.len());
-            let mut outcomes = Vec::with_capacity(ended.len());
-            for (k, (episode, run_attempt, steps, status, metrics, reason)) in ended.iter().enumerate() {
-                let idx = episode.index as i64;
-                let (stored, ready) = stored.next().expect("one store per episode of a submission");
-                prepared.push(ready);
-                if let Err(e) = stored {
-                    // Nothing is lost: the run goes back to the queue (FAILED after its last
-                    // attempt) with the reason. The error names server files and the store: the
-                    // log has it, the team gets the fact.
-                    tracing::error!("episode {idx}: could not store the trajectory: {e:#}");
-                    let why = "the server could not store the trajectory (details in the server log)";
-                    let just_this = [idx];
-                    let requeued = db_call(&ctx.runtime, "re-queueing an episode", || {
-                        storage.requeue_episodes(submission_id, &just_this, *max_attempts as i64, why)
-                    });
-                    match requeued {
-                        Ok((again, _)) => {
-                            tracing::warn!(episode = idx, requeued = again == 1, "episode not committed: {why}")
-                        }
-                        Err(e) => {
-                            // Its lease runs out and it is claimed again.
-                            tracing::error!("re-queueing episode {idx}: {e}");
-                            storage.forget_claim(submission_id, idx);
-                        }
-                    }
-                    continue;
-                }
-                outcomes.push((
-                    k,
-                    idx,
-                    *run_attempt as i64,
-                    EpisodeOutcome {
-                        status: results::episode_state(*status),
-                        steps: *steps as i64,
-                        metrics: if status.is_scored() {
-                            metrics.clone()
-                        } else {
-                            Default::default()
-                        },
-                        reason: reason.clone(),
-                    },
-                ));
-            }
-            runs.extend(
-                outcomes
-                    .iter()
-                    .map(|(_, idx, attempt, outcome)| (*idx, *attempt, outcome)),
-            );
-            let started = std::time::Instant::now();
-            let result = if runs.is_empty() {
-                Ok(Vec::new())
-            } else {
-                db_call(&ctx.runtime, "committing episodes", || {
-                    storage.commit_episodes(submission_id, &runs)
-                })
+            let submission = SubmissionRef {
+                storage,
+                id: submission_id,
+                max_attempts: *max_attempts as i64,
             };
-            timings.commit_s += started.elapsed().as_secs_f64();
-            match result {
-                Ok(done) => {
-                    for ((k, ..), answer) in outcomes.iter().zip(done) {
-                        answers[*k] = Some(answer);
-                    }
-                }
-                Err(e) => {
-                    // Not counted, not lost: their leases run out and they are claimed again.
-                    tracing::error!("committing {} episodes: {e}", runs.len());
-                    for (_, idx, ..) in &outcomes {
-                        storage.forget_claim(submission_id, *idx);
-                    }
-                }
-            }
-            (answers, prepared)
+            commit_stored(ctx, &submission, &ended, stored, timings)
         }
         Sink::Practice => (vec![Some(true); ended.len()], Vec::new()),
     };
@@ -311,6 +239,106 @@ fn store_and_commit(
         }));
         tracing::debug!(episode = episode.index, attempt = run_attempt, "episode committed");
     }
+}
+
+/// One finished run as the committer carries it from scoring to EpisodeEnd: (episode, attempt,
+/// steps, status, metrics, reason).
+type Ended = (
+    arena_bench::spec::Episode,
+    u32,
+    usize,
+    EpisodeStatus,
+    std::collections::BTreeMap<String, f64>,
+    Option<String>,
+);
+
+/// The submission a batch is committed to.
+struct SubmissionRef<'a> {
+    storage: &'a crate::storage::Storage,
+    id: &'a str,
+    max_attempts: i64,
+}
+
+/// Commits the runs of `ended` whose trajectory `stored` holds, all in one transaction; a run
+/// whose store failed goes back to the queue instead (FAILED after its last attempt). Returns
+/// each run's answer (Some(true) committed, Some(false) not this server's any more, None not
+/// committed) and its copy prepared for the merge ahead, in `ended`'s order.
+fn commit_stored(
+    ctx: &RunContext,
+    submission: &SubmissionRef<'_>,
+    ended: &[Ended],
+    mut stored: impl Iterator<Item = (anyhow::Result<()>, Option<PreparedEpisode>)>,
+    timings: &mut Timings,
+) -> (Vec<Option<bool>>, Vec<Option<PreparedEpisode>>) {
+    let (storage, submission_id) = (submission.storage, submission.id);
+    let mut answers = vec![None; ended.len()];
+    let mut prepared = Vec::with_capacity(ended.len());
+    let mut outcomes = Vec::with_capacity(ended.len());
+    for (k, (episode, run_attempt, steps, status, metrics, reason)) in ended.iter().enumerate() {
+        let idx = episode.index as i64;
+        let (stored, ready) = stored.next().expect("one store per episode of a submission");
+        prepared.push(ready);
+        if let Err(e) = stored {
+            // Nothing is lost: the run goes back to the queue (FAILED after its last attempt)
+            // with the reason. The error names server files and the store: the log has it, the
+            // team gets the fact.
+            tracing::error!("episode {idx}: could not store the trajectory: {e:#}");
+            let why = "the server could not store the trajectory (details in the server log)";
+            let just_this = [idx];
+            let requeued = db_call(&ctx.runtime, "re-queueing an episode", || {
+                storage.requeue_episodes(submission_id, &just_this, submission.max_attempts, why)
+            });
+            match requeued {
+                Ok((again, _)) => {
+                    tracing::warn!(episode = idx, requeued = again == 1, "episode not committed: {why}")
+                }
+                Err(e) => {
+                    // Its lease runs out and it is claimed again.
+                    tracing::error!("re-queueing episode {idx}: {e}");
+                    storage.forget_claim(submission_id, idx);
+                }
+            }
+            continue;
+        }
+        let outcome = EpisodeOutcome {
+            status: results::episode_state(*status),
+            steps: *steps as i64,
+            metrics: if status.is_scored() {
+                metrics.clone()
+            } else {
+                Default::default()
+            },
+            reason: reason.clone(),
+        };
+        outcomes.push((k, idx, *run_attempt as i64, outcome));
+    }
+    if outcomes.is_empty() {
+        return (answers, prepared);
+    }
+    let runs: Vec<(i64, i64, &EpisodeOutcome)> = outcomes
+        .iter()
+        .map(|(_, idx, attempt, outcome)| (*idx, *attempt, outcome))
+        .collect();
+    let started = std::time::Instant::now();
+    let result = db_call(&ctx.runtime, "committing episodes", || {
+        storage.commit_episodes(submission_id, &runs)
+    });
+    timings.commit_s += started.elapsed().as_secs_f64();
+    match result {
+        Ok(done) => {
+            for ((k, ..), answer) in outcomes.iter().zip(done) {
+                answers[*k] = Some(answer);
+            }
+        }
+        Err(e) => {
+            // Not counted, not lost: their leases run out and they are claimed again.
+            tracing::error!("committing {} episodes: {e}", runs.len());
+            for (_, idx, ..) in &outcomes {
+                storage.forget_claim(submission_id, *idx);
+            }
+        }
+    }
+    (answers, prepared)
 }
 
 /// The episode's HDF5 record; takes the trajectory's arrays rather than copying them.

@@ -122,3 +122,49 @@ fn sim_bench_runs_on_the_gpu_backend_without_a_gpu() {
     assert!(v["backend"].as_str().unwrap().starts_with("gpu (mjx on cpu"), "{v}");
     assert!(v["control_steps_per_s"].as_f64().unwrap() > 0.0, "{v}");
 }
+
+/// A kept simulator whose worker dies while idle is dropped when a lane looks for one, never
+/// handed to it (its episodes would fail for a server-side reason).
+#[test]
+fn a_kept_worker_that_died_is_dropped_not_taken() {
+    use arena_server::orchestrator::warm::{SimulatorShape, WarmSimulators};
+    use arena_sim::handler::{GpuDevice, GpuImpl, GpuOptions};
+    use arena_sim::{RobotConfig, SimBackend};
+    use std::time::{Duration, Instant};
+    let Some(python) = common::gpu_python() else { return };
+    let backend = SimBackend::Gpu(GpuOptions {
+        python: python.into(),
+        device: GpuDevice::Cpu,
+        implementation: GpuImpl::Stub,
+        ..GpuOptions::default()
+    });
+    let shape = SimulatorShape {
+        backend: backend.clone(),
+        robot: RobotConfig::default(),
+        num_envs: 2,
+        threads: 1,
+    };
+    let simulator = backend.create(RobotConfig::default(), 2, 1).unwrap();
+    let pid = simulator.worker_pid().expect("a worker runs");
+    let warm = WarmSimulators::new(2);
+    assert!(warm.give_back(shape.clone(), simulator));
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    // The worker's end reaches the handler through its stderr reader: until then it still
+    // counts as started.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match warm.take(&shape) {
+            Some(alive) if Instant::now() < deadline => {
+                assert!(warm.give_back(shape.clone(), alive));
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Some(_) => panic!("the dead worker is still handed out"),
+            None => break,
+        }
+    }
+    assert!(warm.is_empty(), "the dead simulator was dropped");
+}

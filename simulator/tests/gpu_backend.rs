@@ -413,6 +413,46 @@ fn a_worker_that_cannot_restart_fails_a_batched_start_once() {
 /// consumer reads has the same values there (MuJoCo Warp computes in float32); after a step the
 /// stub's joints sit on their targets (in float32, the type both hand over) and every field is
 /// still finite.
+/// A started worker can be handed to a new env; one that died while idle cannot, and the new
+/// env says why instead of failing its first episodes.
+#[test]
+fn a_worker_that_died_idle_is_not_handed_over() {
+    let Some(python) = gpu_python() else { return };
+    let backend = SimBackend::Gpu(GpuOptions {
+        python,
+        device: GpuDevice::Cpu,
+        implementation: GpuImpl::Stub,
+        ..GpuOptions::default()
+    });
+    let lib = library();
+    let config = TrackingEnvConfig {
+        num_envs: 2,
+        threads: 1,
+        backend: backend.clone(),
+        ..Default::default()
+    };
+    let first = TrackingEnv::new(config.clone(), lib.clone()).unwrap();
+    let handler = first.into_handler();
+    assert!(handler.is_reusable());
+    let env = TrackingEnv::with_handler(config.clone(), lib.clone(), handler).unwrap();
+    let handler = env.into_handler();
+    let pid = handler.worker_pid().expect("a worker runs");
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while handler.is_reusable() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!handler.is_reusable(), "a dead worker is not reusable");
+    let Err(e) = TrackingEnv::with_handler(config, lib, handler) else {
+        panic!("a dead worker was handed over");
+    };
+    assert!(e.to_string().contains("cannot step any more"), "{e}");
+}
+
 #[test]
 fn stubbed_physics_keeps_the_real_workers_layout() {
     let Some(python) = gpu_python() else { return };

@@ -41,11 +41,28 @@ impl WarmSimulators {
         }
     }
 
-    /// An idle simulator of `shape`, if one is kept.
+    /// An idle simulator of `shape`, if one is kept that can still step (one whose GPU worker
+    /// died while idle is dropped instead).
     pub fn take(&self, shape: &SimulatorShape) -> Option<Box<dyn Handler>> {
-        let mut idle = self.idle.lock().expect("warm simulators lock");
-        let k = idle.iter().position(|(s, _)| s == shape)?;
-        Some(idle.swap_remove(k).1)
+        let (found, dead) = {
+            let mut idle = self.idle.lock().expect("warm simulators lock");
+            let mut dead = Vec::new();
+            let mut k = 0;
+            while k < idle.len() {
+                if idle[k].1.is_reusable() {
+                    k += 1;
+                } else {
+                    dead.push(idle.swap_remove(k).1);
+                }
+            }
+            let found = idle.iter().position(|(s, _)| s == shape).map(|k| idle.swap_remove(k).1);
+            (found, dead)
+        };
+        if !dead.is_empty() {
+            tracing::warn!("{} kept simulator(s) stopped while idle; dropped", dead.len());
+        }
+        drop(dead);
+        found
     }
 
     /// Keeps `handler` for a later lane, unless it cannot step any more or the pool is full;

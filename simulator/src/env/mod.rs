@@ -114,11 +114,17 @@ impl TrackingEnv {
         if n == 0 {
             return Err(SimError::Config("num_envs must be at least 1".into()));
         }
-        if handler.num_envs() != n || handler.config() != &config.robot || !handler.is_reusable() {
+        if handler.num_envs() != n || handler.config() != &config.robot {
             return Err(SimError::Config(format!(
                 "the simulator handed over ({}, {} envs) is not one for {n} envs of this robot",
                 handler.describe(),
                 handler.num_envs()
+            )));
+        }
+        if !handler.is_reusable() {
+            return Err(SimError::Config(format!(
+                "the simulator handed over ({}) cannot step any more",
+                handler.describe()
             )));
         }
         if config.action_mode == ActionMode::JointPosition && !handler.supports_feedforward() {

@@ -181,6 +181,14 @@ struct Worker {
 }
 
 impl Worker {
+    /// Whether the process is still there (its stderr reader ends when the process does), so
+    /// that a worker that died while idle is not handed to a new env.
+    fn is_alive(&self) -> bool {
+        self.stderr_read
+            .lock()
+            .is_ok_and(|r| matches!(r.try_recv(), Err(std::sync::mpsc::TryRecvError::Empty)))
+    }
+
     fn stderr_tail(&self) -> String {
         let tail = self.stderr_tail.lock().map(|t| t.iter().cloned().collect::<Vec<_>>());
         tail.map(|t| t.join(" | ")).unwrap_or_default()
@@ -752,7 +760,7 @@ impl Handler for GpuHandler {
     }
 
     fn is_reusable(&self) -> bool {
-        self.worker.is_some()
+        self.worker.as_ref().is_some_and(Worker::is_alive)
     }
 
     fn sync(&mut self) -> Result<(), SimError> {

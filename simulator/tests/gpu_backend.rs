@@ -67,6 +67,16 @@ fn gpu(python: PathBuf) -> SimBackend {
     })
 }
 
+/// The GPU backend with `implementation` on its library's CPU device.
+fn on_cpu_device(python: PathBuf, implementation: GpuImpl) -> SimBackend {
+    SimBackend::Gpu(GpuOptions {
+        python,
+        device: GpuDevice::Cpu,
+        implementation,
+        ..GpuOptions::default()
+    })
+}
+
 fn max_diff(a: &[f64], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
 }
@@ -224,12 +234,7 @@ const WARP_QPOS_TOL_10: f64 = 5e-3;
 fn warp_backend_tracks_mujoco_in_float32() {
     let Some(python) = gpu_python() else { return };
     let lib = library();
-    let backend = SimBackend::Gpu(GpuOptions {
-        python: python.clone(),
-        device: GpuDevice::Cpu,
-        implementation: GpuImpl::Warp,
-        ..GpuOptions::default()
-    });
+    let backend = on_cpu_device(python.clone(), GpuImpl::Warp);
     let (_cpu, gpu, worst) = track_side_by_side(&lib, backend, 50, 1e-4);
     let describe = gpu.handler().describe();
     assert!(
@@ -307,12 +312,7 @@ fn a_python_that_cannot_start_the_worker_is_a_clear_error() {
 #[test]
 fn warp_worlds_fail_idle_and_reset_one_by_one() {
     let Some(python) = gpu_python() else { return };
-    let warp = SimBackend::Gpu(GpuOptions {
-        python,
-        device: GpuDevice::Cpu,
-        implementation: GpuImpl::Warp,
-        ..GpuOptions::default()
-    });
+    let warp = on_cpu_device(python, GpuImpl::Warp);
     for backend in [SimBackend::Cpu, warp] {
         let mut h = backend.create(RobotConfig::default(), 3, 1).unwrap();
         let name = h.describe();
@@ -408,22 +408,12 @@ fn a_worker_that_cannot_restart_fails_a_batched_start_once() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// The stubbed physics (`--gpu-impl stub`, the host-side benchmark) writes exactly the layout
-/// of a real worker: at start-up both publish the model's rest state, and every field a
-/// consumer reads has the same values there (MuJoCo Warp computes in float32); after a step the
-/// stub's joints sit on their targets (in float32, the type both hand over) and every field is
-/// still finite.
 /// A started worker can be handed to a new env; one that died while idle cannot, and the new
 /// env says why instead of failing its first episodes.
 #[test]
 fn a_worker_that_died_idle_is_not_handed_over() {
     let Some(python) = gpu_python() else { return };
-    let backend = SimBackend::Gpu(GpuOptions {
-        python,
-        device: GpuDevice::Cpu,
-        implementation: GpuImpl::Stub,
-        ..GpuOptions::default()
-    });
+    let backend = on_cpu_device(python, GpuImpl::Stub);
     let lib = library();
     let config = TrackingEnvConfig {
         num_envs: 2,
@@ -453,18 +443,18 @@ fn a_worker_that_died_idle_is_not_handed_over() {
     assert!(e.to_string().contains("cannot step any more"), "{e}");
 }
 
+/// The stubbed physics (`--gpu-impl stub`, the host-side benchmark) writes exactly the layout
+/// of a real worker: at start-up both publish the model's rest state, and every field a
+/// consumer reads has the same values there (MuJoCo Warp computes in float32); after a step the
+/// stub's joints sit on their targets (in float32, the type both hand over) and every field is
+/// still finite.
 #[test]
 fn stubbed_physics_keeps_the_real_workers_layout() {
     let Some(python) = gpu_python() else { return };
     let make = |implementation| {
-        SimBackend::Gpu(GpuOptions {
-            python: python.clone(),
-            device: GpuDevice::Cpu,
-            implementation,
-            ..GpuOptions::default()
-        })
-        .create(RobotConfig::default(), 2, 1)
-        .unwrap()
+        on_cpu_device(python.clone(), implementation)
+            .create(RobotConfig::default(), 2, 1)
+            .unwrap()
     };
     let (stub, warp) = (make(GpuImpl::Stub), make(GpuImpl::Warp));
     assert!(stub.describe().contains("stub"), "{}", stub.describe());
@@ -516,12 +506,7 @@ fn stubbed_physics_keeps_the_real_workers_layout() {
 #[test]
 fn feedforward_torques_follow_the_cpu_backend() {
     let Some(python) = gpu_python() else { return };
-    let warp = SimBackend::Gpu(GpuOptions {
-        python: python.clone(),
-        device: GpuDevice::Cpu,
-        implementation: GpuImpl::Warp,
-        ..GpuOptions::default()
-    });
+    let warp = on_cpu_device(python.clone(), GpuImpl::Warp);
     let mut qpos = [0.0; NQ];
     qpos[2] = 0.8;
     qpos[3] = 1.0;
@@ -589,12 +574,7 @@ fn feedforward_torques_follow_the_cpu_backend() {
 fn a_batched_dr_reset_matches_resets_one_env_at_a_time() {
     let Some(python) = gpu_python() else { return };
     let lib = library();
-    let backend = SimBackend::Gpu(GpuOptions {
-        python,
-        device: GpuDevice::Cpu,
-        implementation: GpuImpl::Warp,
-        ..GpuOptions::default()
-    });
+    let backend = on_cpu_device(python, GpuImpl::Warp);
     let n = 8;
     let assignments: Vec<(usize, EpisodeAssignment)> = (0..n)
         .map(|e| {

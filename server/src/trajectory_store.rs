@@ -20,6 +20,7 @@ use rayon::prelude::*;
 use std::path::{Path, PathBuf};
 
 pub mod merge_ahead;
+mod part_file;
 pub use merge_ahead::{AheadWritten, MergeAhead};
 
 /// Writes one episode run as a part file in the scratch folder and returns its path; blocking,
@@ -75,22 +76,7 @@ fn write_in_place(target: &Path, record: &EpisodeRecord) -> anyhow::Result<()> {
 
 /// One part file at `path` (removed again if writing fails).
 fn write_part_file(path: &Path, record: &EpisodeRecord) -> anyhow::Result<()> {
-    let written = std::fs::File::create(path)
-        .map_err(anyhow::Error::from)
-        .and_then(|file| {
-            let mut out = std::io::BufWriter::with_capacity(256 * 1024, file);
-            episode_part::write(record, &mut out)?;
-            std::io::Write::flush(&mut out)?;
-            Ok(())
-        });
-    written.map_err(|e| {
-        let _ = std::fs::remove_file(path);
-        e.context(format!(
-            "writing episode {}'s trajectory to {}",
-            record.episode,
-            path.display()
-        ))
-    })
+    part_file::write(path, record).map(|_| ())
 }
 
 /// Stores a part written by [`write_part`] as run `attempt` of episode `idx`, under

@@ -10,15 +10,11 @@ use crate::robot::NUM_BODIES_EXT;
 use arena_data::NUM_JOINTS;
 use rand::Rng;
 
-/// One env's simulator state for one step, read from the handler.
+/// One env's joint state for one step, read from the handler: what every observation needs.
 struct Readout {
     qpos: [f64; NQ],
     qvel: [f64; NV],
     root_ang_vel: [f64; 3],
-    body_pos: [f64; BODY_W],
-    body_rot: [f64; 4 * NUM_BODIES_EXT],
-    body_vel: [f64; BODY_W],
-    body_ang_vel: [f64; BODY_W],
 }
 
 impl Readout {
@@ -27,19 +23,21 @@ impl Readout {
             qpos: [0.0; NQ],
             qvel: [0.0; NV],
             root_ang_vel: [0.0; 3],
-            body_pos: [0.0; BODY_W],
-            body_rot: [0.0; 4 * NUM_BODIES_EXT],
-            body_vel: [0.0; BODY_W],
-            body_ang_vel: [0.0; BODY_W],
         };
         handler.read_env_into(env, Field::Qpos, &mut r.qpos);
         handler.read_env_into(env, Field::Qvel, &mut r.qvel);
         handler.read_env_into(env, Field::RootAngVel, &mut r.root_ang_vel);
-        handler.read_env_into(env, Field::BodyPos, &mut r.body_pos);
-        handler.read_env_into(env, Field::BodyRot, &mut r.body_rot);
-        handler.read_body_velocities_into(env, &mut r.body_vel, &mut r.body_ang_vel);
         r
     }
+}
+
+/// One env's body positions (the recording, the body-deviation fall rule, the privileged
+/// state), read only where one of them is on: the bodies are most of what a step reads (3 kB
+/// per env as f64), and an evaluation with none of them reads only the joints.
+fn read_body_pos(handler: &dyn Handler, env: usize) -> [f64; BODY_W] {
+    let mut body_pos = [0.0; BODY_W];
+    handler.read_env_into(env, Field::BodyPos, &mut body_pos);
+    body_pos
 }
 
 /// One env's mutable pieces in the refresh loop: (index, slot, info and its observation rows).
@@ -132,18 +130,29 @@ impl RefreshContext<'_> {
                 slot.history.push(&frame, &slot.last_a5);
             }
         }
-        let bp = &r.body_pos;
+        // The reference pose is for the recording and the body-deviation fall rule only.
+        let deviation_rule = matches!(self.config.fall_rule, Some(FallRule::MaxBodyDeviation(_)));
+        let bodies_needed = self.config.record || deviation_rule || self.config.compute_privileged_state;
+        let body_pos = if bodies_needed {
+            read_body_pos(self.handler, e)
+        } else {
+            [0.0; BODY_W]
+        };
+        let bp = &body_pos;
         if self.config.compute_privileged_state {
+            let mut body_rot = [0.0; 4 * NUM_BODIES_EXT];
+            let (mut body_vel, mut body_ang_vel) = ([0.0; BODY_W], [0.0; BODY_W]);
+            self.handler.read_env_into(e, Field::BodyRot, &mut body_rot);
+            self.handler
+                .read_body_velocities_into(e, &mut body_vel, &mut body_ang_vel);
             observation::privileged_state(
                 &observation::bodies3(bp),
-                &observation::bodies4(&r.body_rot),
-                &observation::bodies3(&r.body_vel),
-                &observation::bodies3(&r.body_ang_vel),
+                &observation::bodies4(&body_rot),
+                &observation::bodies3(&body_vel),
+                &observation::bodies3(&body_ang_vel),
                 rows.privileged,
             );
         }
-        // The reference pose is for the recording and the body-deviation fall rule only.
-        let deviation_rule = matches!(self.config.fall_rule, Some(FallRule::MaxBodyDeviation(_)));
         let (mut ref_qpos, mut ref_body_pos) = ([0.0; NQ], [0.0; BODY_W]);
         if self.config.record || deviation_rule {
             motion.pose_at(motion_time, &mut ref_qpos, &mut ref_body_pos);

@@ -66,6 +66,10 @@ pub struct ServerConfig {
     pub object_store: String,
     /// Seconds a write to the object store keeps retrying before the episode is re-queued.
     pub object_store_retry_s: f64,
+    /// Write each run's part file through the page cache even where the filesystem takes
+    /// `O_DIRECT` (by default parts bypass it there): for data directories on block storage much
+    /// slower than memory, where a part deleted after the merge may then never reach the disk.
+    pub buffered_parts: bool,
     /// This server's name in episode claims: replicas sharing a PostgreSQL database need
     /// distinct ids, and a restarted replica should keep its id (it then takes back its own
     /// unfinished episodes at once instead of waiting for their leases). Empty = host name and
@@ -122,6 +126,7 @@ impl Default for ServerConfig {
             requests_per_minute: 600,
             object_store: String::new(),
             object_store_retry_s: 120.0,
+            buffered_parts: false,
             replica_id: String::new(),
             lease_s: 30.0,
             idle_submission_expiry_s: 86_400.0,
@@ -393,6 +398,7 @@ impl ServerConfig {
             &self.data_dir,
             std::time::Duration::from_secs_f64(self.object_store_retry_s),
         )
+        .map(|objects| objects.with_direct_parts(!self.buffered_parts))
     }
 }
 
@@ -404,6 +410,20 @@ mod tests {
     fn agents_default_to_where_the_server_listens_by_default() {
         let bind = ServerConfig::default().bind.to_string();
         assert_eq!(arena_sdk::client::DEFAULT_SERVER, format!("http://{bind}"));
+    }
+
+    #[test]
+    fn parts_bypass_the_page_cache_unless_the_key_says_buffered() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = ServerConfig {
+            data_dir: dir.path().to_path_buf(),
+            ..ServerConfig::default()
+        };
+        assert!(c.objects().unwrap().direct_parts());
+        let path = dir.path().join("a.toml");
+        std::fs::write(&path, "buffered_parts = true\n").unwrap();
+        c.buffered_parts = ServerConfig::from_file(&path).unwrap().buffered_parts;
+        assert!(!c.objects().unwrap().direct_parts());
     }
 
     #[test]

@@ -38,6 +38,9 @@ pub struct Objects {
     shown: String,
     /// How long a write keeps retrying before it gives up.
     retry_for: Duration,
+    /// Part files bypass the page cache where the filesystem allows it
+    /// (`trajectory_store::part_file`).
+    direct_parts: bool,
 }
 
 /// Puts `file` at `target` on a `file://` store without streaming it through the store: a hard
@@ -98,6 +101,7 @@ impl Objects {
                 local_root: Some(root),
                 scratch,
                 retry_for,
+                direct_parts: true,
             });
         }
         let Some(rest) = url.strip_prefix("s3://") else {
@@ -129,6 +133,7 @@ impl Objects {
             scratch,
             shown: format!("s3://{bucket}/{}", prefix.trim_matches('/')),
             retry_for,
+            direct_parts: true,
         })
     }
 
@@ -163,6 +168,18 @@ impl Objects {
             })
             .filter(|e| std::fs::remove_file(e.path()).is_ok())
             .count()
+    }
+
+    /// The same store, its part files written through the page cache (`direct = false`) or
+    /// past it where the filesystem allows (`true`, the default).
+    pub fn with_direct_parts(mut self, direct: bool) -> Self {
+        self.direct_parts = direct;
+        self
+    }
+
+    /// Whether part files bypass the page cache where the filesystem allows it.
+    pub fn direct_parts(&self) -> bool {
+        self.direct_parts
     }
 
     /// A fresh path in the scratch folder (the caller removes it).

@@ -27,7 +27,7 @@ pub use merge_ahead::{AheadWritten, MergeAhead};
 /// and safe to run for many episodes at once (the committer does so on every core).
 pub fn write_part(objects: &Objects, record: &EpisodeRecord) -> anyhow::Result<PathBuf> {
     let scratch = objects.scratch_file(".part");
-    write_part_file(&scratch, record).map(|()| scratch)
+    write_part_file(&scratch, record, objects.direct_parts()).map(|()| scratch)
 }
 
 /// A part written by [`write_part_for`]: already stored, or a scratch file for [`put_part`].
@@ -49,7 +49,7 @@ pub fn write_part_for(
     record: &EpisodeRecord,
 ) -> anyhow::Result<WrittenPart> {
     if let Some(target) = objects.local_path(&objects::episode_part_key(submission, idx, attempt)) {
-        match write_in_place(&target, record) {
+        match write_in_place(&target, record, objects.direct_parts()) {
             Ok(()) => return Ok(WrittenPart::Stored),
             Err(e) => tracing::warn!("{e:#}; writing it through the scratch folder instead"),
         }
@@ -59,14 +59,14 @@ pub fn write_part_for(
 
 /// Writes `target` by way of a temporary name beside it (`#` and a number: the store's own
 /// staging names, which its listings skip).
-fn write_in_place(target: &Path, record: &EpisodeRecord) -> anyhow::Result<()> {
+fn write_in_place(target: &Path, record: &EpisodeRecord, direct: bool) -> anyhow::Result<()> {
     if let Some(dir) = target.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     let mut staged = target.as_os_str().to_owned();
     staged.push(format!("#{}", uuid::Uuid::new_v4().as_u128() % 1_000_000_000_000));
     let staged = PathBuf::from(staged);
-    write_part_file(&staged, record)?;
+    write_part_file(&staged, record, direct)?;
     std::fs::rename(&staged, target)
         .with_context(|| format!("renaming {} to {}", staged.display(), target.display()))
         .inspect_err(|_| {
@@ -74,9 +74,10 @@ fn write_in_place(target: &Path, record: &EpisodeRecord) -> anyhow::Result<()> {
         })
 }
 
-/// One part file at `path` (removed again if writing fails).
-fn write_part_file(path: &Path, record: &EpisodeRecord) -> anyhow::Result<()> {
-    part_file::write(path, record).map(|_| ())
+/// One part file at `path` (removed again if writing fails), past the page cache if `direct`
+/// and the filesystem allows it.
+fn write_part_file(path: &Path, record: &EpisodeRecord, direct: bool) -> anyhow::Result<()> {
+    part_file::write(path, record, direct).map(|_| ())
 }
 
 /// Stores a part written by [`write_part`] as run `attempt` of episode `idx`, under

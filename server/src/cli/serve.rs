@@ -46,6 +46,10 @@ pub struct StorageArgs {
     /// Seconds a failing object store write keeps retrying [default: 120].
     #[arg(long, env = "ARENA_OBJECT_STORE_RETRY_S")]
     pub object_store_retry_s: Option<f64>,
+    /// Write part files through the page cache even where the filesystem takes O_DIRECT (for
+    /// data directories on slow block storage).
+    #[arg(long)]
+    pub buffered_parts: bool,
 }
 
 /// What only a running server uses: address, admin token, batching, timing, replicas, pages.
@@ -169,6 +173,9 @@ impl ConfigArgs {
         }
         let (storage, serving) = (&self.storage, &self.serving);
         set!(storage: data_dir, database_url, benchmarks_dir, motions_root, object_store, object_store_retry_s);
+        if storage.buffered_parts {
+            c.buffered_parts = true;
+        }
         set!(
             serving: bind,
             admin_token,

@@ -84,15 +84,16 @@ pub(crate) enum PartWrite {
     Buffered,
 }
 
-/// Writes `record` as a new part file at `path`; a file already there is an error and left
-/// alone, a file this call began is removed again if writing fails.
-pub(crate) fn write(path: &Path, record: &EpisodeRecord) -> anyhow::Result<PartWrite> {
+/// Writes `record` as a new part file at `path`, past the page cache if `direct` and the
+/// filesystem allows it; a file already there is an error and left alone, a file this call
+/// began is removed again if writing fails.
+pub(crate) fn write(path: &Path, record: &EpisodeRecord, direct: bool) -> anyhow::Result<PartWrite> {
     BUFFER.with(|cell| {
         let mut buffer = cell.borrow_mut();
         buffer.len = 0;
         let written = episode_part::write(record, &mut *buffer)
             .map_err(anyhow::Error::from)
-            .and_then(|()| match write_direct(path, &mut buffer)? {
+            .and_then(|()| match direct && write_direct(path, &mut buffer)? {
                 true => Ok(PartWrite::Direct),
                 false => write_buffered(path, &buffer).map(|()| PartWrite::Buffered),
             });
@@ -227,7 +228,7 @@ mod tests {
             let rec = record(rows);
             let expected = serialised(&rec);
             let direct = dir.join(format!("d{rows}.part"));
-            let how = write(&direct, &rec).unwrap();
+            let how = write(&direct, &rec, true).unwrap();
             assert_eq!(
                 std::fs::read(&direct).unwrap(),
                 expected,
@@ -236,9 +237,7 @@ mod tests {
             assert_eq!(how, expected_way(dir), "in {}", dir.display());
             assert_eq!(episode_part::read(&std::fs::read(&direct).unwrap()).unwrap(), rec);
             let buffered = dir.join(format!("b{rows}.part"));
-            let mut buffer = DirectBuffer::default();
-            episode_part::write(&rec, &mut buffer).unwrap();
-            write_buffered(&buffered, &buffer).unwrap();
+            assert_eq!(write(&buffered, &rec, false).unwrap(), PartWrite::Buffered);
             assert_eq!(std::fs::read(&buffered).unwrap(), expected);
         }
     }
@@ -248,8 +247,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ep0-a1.part");
         std::fs::write(&path, b"someone else's").unwrap();
-        let err = write(&path, &record(4)).unwrap_err();
-        assert!(format!("{err:#}").contains("ep0-a1.part"), "{err:#}");
-        assert_eq!(std::fs::read(&path).unwrap(), b"someone else's");
+        for direct in [true, false] {
+            let err = write(&path, &record(4), direct).unwrap_err();
+            assert!(format!("{err:#}").contains("ep0-a1.part"), "{err:#}");
+            assert_eq!(std::fs::read(&path).unwrap(), b"someone else's");
+        }
     }
 }

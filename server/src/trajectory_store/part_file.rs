@@ -75,6 +75,10 @@ thread_local! {
     static BUFFER: RefCell<DirectBuffer> = RefCell::new(DirectBuffer::default());
 }
 
+/// A thread keeps its buffer up to this size (a 20-second episode's part is about 4 MB); a
+/// longer episode's is given back after its write.
+const KEPT_BUFFER_BYTES: usize = 16 << 20;
+
 /// How a part reached its file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PartWrite {
@@ -97,6 +101,9 @@ pub(crate) fn write(path: &Path, record: &EpisodeRecord, direct: bool) -> anyhow
                 true => Ok(PartWrite::Direct),
                 false => write_buffered(path, &buffer).map(|()| PartWrite::Buffered),
             });
+        if buffer.blocks.len() * DIRECT_ALIGN > KEPT_BUFFER_BYTES {
+            *buffer = DirectBuffer::default();
+        }
         written.map_err(|e| {
             let theirs = e
                 .downcast_ref::<std::io::Error>()

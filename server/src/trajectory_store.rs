@@ -499,7 +499,8 @@ mod tests {
     use super::*;
     use crate::storage::EpisodeState;
 
-    fn record(episode: u32, rows: usize) -> EpisodeRecord {
+    /// A record of `rows` rows whose values tell where they are (also for `part_file`'s tests).
+    pub(super) fn record(episode: u32, rows: usize) -> EpisodeRecord {
         let fill = |width: usize| (0..rows * width).map(|i| (i + episode as usize) as f64).collect();
         EpisodeRecord {
             episode,

@@ -166,28 +166,8 @@ fn write_buffered(path: &Path, buffer: &DirectBuffer) -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
-    /// A record of `rows` rows whose values tell where they are.
     fn record(rows: usize) -> EpisodeRecord {
-        let fill = |width: usize| (0..rows * width).map(|i| i as f64 * 0.5).collect();
-        EpisodeRecord {
-            episode: 3,
-            motion: "squat".into(),
-            status: "completed".into(),
-            rows: arena_data::TrajectoryRows {
-                times: (0..rows).map(|r| r as f64 * 0.02).collect(),
-                qpos: fill(36),
-                qvel: fill(35),
-                body_pos: fill(93),
-                actions: fill(29),
-                ref_qpos: fill(36),
-                ref_body_pos: fill(93),
-                state: fill(64),
-                ref_state: fill(64),
-                torques: fill(29),
-                ..Default::default()
-            },
-            ..Default::default()
-        }
+        crate::trajectory_store::tests::record(3, rows)
     }
 
     fn serialised(record: &EpisodeRecord) -> Vec<u8> {

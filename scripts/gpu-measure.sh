@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on a GPU machine, from the checkout's root: every GPU figure of issue 41 (the backend's
-# throughput against its raw library and with the physics stubbed out, the 4096-episode
+# throughput against its raw library and with the physics stubbed out, how the host side
+# scales with the machine's cores, the 4096-episode
 # evaluation with its breakdown beside the in-process one, then the same with the stub) and the BFM-Zero update throughput
 # against the PyTorch oracle on CUDA (issue 42 §3), one after the other within BUDGET_S seconds.
 # docs/gpu-backend.md, "Measuring on a GPU machine", has the three device calls that bring what
@@ -57,6 +58,9 @@ for impl in ${IMPLS-warp}; do
     timed "$results" 60 "throughput-$impl" "$python" bench/gpu_throughput.py --arena "$bin/arena" \
         --envs $envs --repeats 1 --no-cpu --device "$device" --impl "$impl"
 done
+# Which part of the host side stops scaling with the machine's cores (the stub, then the CPU
+# backend's MuJoCo as the cores' own reference), at 1, 2, 4, ... threads.
+timed "$results" 40 host-scaling "$python" bench/host_scaling.py --arena "$bin/arena" --envs 4096
 timed "$results" 60 eval-4096 "$python" bench/gpu_eval_scale.py --arena "$bin/arena" --agent "$bin/replay" \
     --episodes "${EPISODES:-4096}" --window-s "${WINDOW_S:-2}" --backend gpu --gpu-device "$device" --gpu-impl warp \
     --repeats "${EVAL_REPEATS:-1}" --sessions "${EVAL_SESSIONS:-2}"

@@ -183,13 +183,12 @@ fn put_f32(out: &mut [f32], values: &[f64]) {
 /// `privileged_state` (463, max_local_self): root height, root-relative body positions, body
 /// rotations (tangent-normal) and velocities, all in the heading-aligned root frame.
 /// Inputs are world-frame arrays over the 31 extended bodies (body 0 = pelvis).
-pub fn privileged_state(
-    pos: &[[f64; 3]; NUM_BODIES_EXT],
-    rot: &[Quat; NUM_BODIES_EXT],
-    vel: &[[f64; 3]; NUM_BODIES_EXT],
-    ang_vel: &[[f64; 3]; NUM_BODIES_EXT],
-    out: &mut [f32],
-) {
+pub fn privileged_state(pos: &[[f64; 3]], rot: &[Quat], vel: &[[f64; 3]], ang_vel: &[[f64; 3]], out: &mut [f32]) {
+    // Slices, so that flat handler rows are used in place (`as_chunks`); each holds the 31 bodies.
+    assert!(
+        [pos.len(), rot.len(), vel.len(), ang_vel.len()] == [NUM_BODIES_EXT; 4],
+        "privileged_state needs {NUM_BODIES_EXT} bodies in each input"
+    );
     // The heading-aligned frame is a yaw rotation: by (cos, sin) of minus the root's heading,
     // applied as a 2-D rotation (no quaternion products per body).
     let (c, s) = math::heading_cos_sin(&rot[0]);

@@ -23,7 +23,7 @@ mod types;
 pub use types::*;
 
 use command::{CommandContext, CommandItem, Prepared, joint_command_error};
-use refresh::{EnvItem, ObsRows, RefreshContext};
+use refresh::{EnvItem, ObsRows, RefreshContext, RefreshScratch};
 
 /// Actions are clipped to this range after ×5 (BFM_ZERO_FACTS §1.3).
 pub const ACTION_CLIP: f64 = 5.0;
@@ -567,17 +567,19 @@ impl TrackingEnv {
             after_reset,
         };
         let obs = &mut self.obs;
-        let per_env = |(e, (((((slot, info), state), privileged), last_action), history)): EnvItem<'_>| {
-            if selected[e] {
-                let rows = ObsRows {
-                    state,
-                    privileged,
-                    last_action,
-                    history,
-                };
-                ctx.refresh_env(e, slot, info, rows);
-            }
-        };
+        let per_env =
+            |scratch: &mut RefreshScratch,
+             (e, (((((slot, info), state), privileged), last_action), history)): EnvItem<'_>| {
+                if selected[e] {
+                    let rows = ObsRows {
+                        state,
+                        privileged,
+                        last_action,
+                        history,
+                    };
+                    ctx.refresh_env(scratch, e, slot, info, rows);
+                }
+            };
         let (slots, infos) = (&mut self.slots, &mut self.infos);
         match self.handler.pool() {
             Some(pool) => pool.install(|| {
@@ -589,17 +591,20 @@ impl TrackingEnv {
                     .zip(obs.last_action.par_chunks_mut(LAST_ACTION_DIM))
                     .zip(obs.history_actor.par_chunks_mut(HISTORY_ACTOR_DIM))
                     .enumerate()
-                    .for_each(per_env)
+                    .for_each_init(RefreshScratch::default, per_env)
             }),
-            None => slots
-                .iter_mut()
-                .zip(infos.iter_mut())
-                .zip(obs.state.chunks_mut(STATE_DIM))
-                .zip(obs.privileged_state.chunks_mut(PRIVILEGED_STATE_DIM))
-                .zip(obs.last_action.chunks_mut(LAST_ACTION_DIM))
-                .zip(obs.history_actor.chunks_mut(HISTORY_ACTOR_DIM))
-                .enumerate()
-                .for_each(per_env),
+            None => {
+                let mut scratch = RefreshScratch::default();
+                slots
+                    .iter_mut()
+                    .zip(infos.iter_mut())
+                    .zip(obs.state.chunks_mut(STATE_DIM))
+                    .zip(obs.privileged_state.chunks_mut(PRIVILEGED_STATE_DIM))
+                    .zip(obs.last_action.chunks_mut(LAST_ACTION_DIM))
+                    .zip(obs.history_actor.chunks_mut(HISTORY_ACTOR_DIM))
+                    .enumerate()
+                    .for_each(|item| per_env(&mut scratch, item))
+            }
         }
     }
 

@@ -10,34 +10,35 @@ use crate::robot::NUM_BODIES_EXT;
 use arena_data::NUM_JOINTS;
 use rand::Rng;
 
-/// One env's joint state for one step, read from the handler: what every observation needs.
-struct Readout {
+/// What one env's refresh reads from the handler and the motion, in buffers one thread reuses
+/// env after env (`for_each_init`): zeroing 4 kB of fresh arrays per env and step was a tenth
+/// of the refresh. Every buffer a step uses is overwritten whole before it is read.
+pub(super) struct RefreshScratch {
     qpos: [f64; NQ],
     qvel: [f64; NV],
     root_ang_vel: [f64; 3],
+    body_pos: [f64; BODY_W],
+    body_rot: [f64; 4 * NUM_BODIES_EXT],
+    body_vel: [f64; BODY_W],
+    body_ang_vel: [f64; BODY_W],
+    ref_qpos: [f64; NQ],
+    ref_body_pos: [f64; BODY_W],
 }
 
-impl Readout {
-    fn read(handler: &dyn Handler, env: usize) -> Self {
-        let mut r = Readout {
+impl Default for RefreshScratch {
+    fn default() -> Self {
+        RefreshScratch {
             qpos: [0.0; NQ],
             qvel: [0.0; NV],
             root_ang_vel: [0.0; 3],
-        };
-        handler.read_env_into(env, Field::Qpos, &mut r.qpos);
-        handler.read_env_into(env, Field::Qvel, &mut r.qvel);
-        handler.read_env_into(env, Field::RootAngVel, &mut r.root_ang_vel);
-        r
+            body_pos: [0.0; BODY_W],
+            body_rot: [0.0; 4 * NUM_BODIES_EXT],
+            body_vel: [0.0; BODY_W],
+            body_ang_vel: [0.0; BODY_W],
+            ref_qpos: [0.0; NQ],
+            ref_body_pos: [0.0; BODY_W],
+        }
     }
-}
-
-/// One env's body positions (the recording, the body-deviation fall rule, the privileged
-/// state), read only where one of them is on: the bodies are most of what a step reads (3 kB
-/// per env as f64), and an evaluation with none of them reads only the joints.
-fn read_body_pos(handler: &dyn Handler, env: usize) -> [f64; BODY_W] {
-    let mut body_pos = [0.0; BODY_W];
-    handler.read_env_into(env, Field::BodyPos, &mut body_pos);
-    body_pos
 }
 
 /// One env's mutable pieces in the refresh loop: (index, slot, info and its observation rows).
@@ -67,7 +68,14 @@ pub(super) struct RefreshContext<'a> {
 }
 
 impl RefreshContext<'_> {
-    pub(super) fn refresh_env(&self, e: usize, slot: &mut Slot, info: &mut StepInfo, rows: ObsRows<'_>) {
+    pub(super) fn refresh_env(
+        &self,
+        scratch: &mut RefreshScratch,
+        e: usize,
+        slot: &mut Slot,
+        info: &mut StepInfo,
+        rows: ObsRows<'_>,
+    ) {
         let Some(a) = slot.assignment else { return };
         let motion = &self.library.motions[a.motion];
         let motion_time = a.start_time + slot.step as f64 * CONTROL_DT;
@@ -93,10 +101,22 @@ impl RefreshContext<'_> {
             info.status = slot.status.clone();
             return;
         }
-        let r = Readout::read(self.handler, e);
-        let (qpos, qvel) = (&r.qpos, &r.qvel);
+        let RefreshScratch {
+            qpos,
+            qvel,
+            root_ang_vel: w,
+            body_pos,
+            body_rot,
+            body_vel,
+            body_ang_vel,
+            ref_qpos,
+            ref_body_pos,
+        } = scratch;
+        self.handler.read_env_into(e, Field::Qpos, qpos);
+        self.handler.read_env_into(e, Field::Qvel, qvel);
+        self.handler.read_env_into(e, Field::RootAngVel, w);
+        let (qpos, qvel) = (&*qpos, &*qvel);
         let root_rot = [qpos[3], qpos[4], qpos[5], qpos[6]];
-        let w = &r.root_ang_vel;
         let noise_on = slot.draw.obs_noise;
         let rng = &mut slot.rng;
         let mut noise = |sigma: f64| {
@@ -133,30 +153,25 @@ impl RefreshContext<'_> {
         // The reference pose is for the recording and the body-deviation fall rule only.
         let deviation_rule = matches!(self.config.fall_rule, Some(FallRule::MaxBodyDeviation(_)));
         let bodies_needed = self.config.record || deviation_rule || self.config.compute_privileged_state;
-        let body_pos = if bodies_needed {
-            read_body_pos(self.handler, e)
-        } else {
-            [0.0; BODY_W]
-        };
-        let bp = &body_pos;
+        if bodies_needed {
+            self.handler.read_env_into(e, Field::BodyPos, body_pos);
+        }
+        let bp = &*body_pos;
         if self.config.compute_privileged_state {
-            let mut body_rot = [0.0; 4 * NUM_BODIES_EXT];
-            let (mut body_vel, mut body_ang_vel) = ([0.0; BODY_W], [0.0; BODY_W]);
-            self.handler.read_env_into(e, Field::BodyRot, &mut body_rot);
-            self.handler
-                .read_body_velocities_into(e, &mut body_vel, &mut body_ang_vel);
+            self.handler.read_env_into(e, Field::BodyRot, body_rot);
+            self.handler.read_body_velocities_into(e, body_vel, body_ang_vel);
             observation::privileged_state(
-                &observation::bodies3(bp),
-                &observation::bodies4(&body_rot),
-                &observation::bodies3(&body_vel),
-                &observation::bodies3(&body_ang_vel),
+                bp.as_chunks().0,
+                body_rot.as_chunks().0,
+                body_vel.as_chunks().0,
+                body_ang_vel.as_chunks().0,
                 rows.privileged,
             );
         }
-        let (mut ref_qpos, mut ref_body_pos) = ([0.0; NQ], [0.0; BODY_W]);
         if self.config.record || deviation_rule {
-            motion.pose_at(motion_time, &mut ref_qpos, &mut ref_body_pos);
+            motion.pose_at(motion_time, ref_qpos, ref_body_pos);
         }
+        let (ref_qpos, ref_body_pos) = (&*ref_qpos, &*ref_body_pos);
         if self.config.record {
             let t = &mut slot.trajectory;
             if self.after_reset {
@@ -169,8 +184,8 @@ impl RefreshContext<'_> {
             t.rows.qpos.extend_from_slice(qpos);
             t.rows.qvel.extend_from_slice(qvel);
             t.rows.body_pos.extend_from_slice(bp);
-            t.rows.ref_qpos.extend_from_slice(&ref_qpos);
-            t.rows.ref_body_pos.extend_from_slice(&ref_body_pos);
+            t.rows.ref_qpos.extend_from_slice(ref_qpos);
+            t.rows.ref_body_pos.extend_from_slice(ref_body_pos);
             let mut joints = [0.0; NUM_JOINTS];
             self.handler.read_env_into(e, Field::DofPosTarget, &mut joints);
             t.rows.targets.extend_from_slice(&joints);
@@ -180,7 +195,7 @@ impl RefreshContext<'_> {
             let (mut dof_vel, mut root_ang_vel) = ([0.0; NUM_JOINTS], [0.0; 3]);
             motion.velocities_at(motion_time, &mut dof_vel, &mut root_ang_vel);
             let mut ref_row = [0.0f32; STATE_DIM];
-            observation::reference_state_row_from(&ref_qpos, &dof_vel, &root_ang_vel, &self.config.robot, &mut ref_row);
+            observation::reference_state_row_from(ref_qpos, &dof_vel, &root_ang_vel, &self.config.robot, &mut ref_row);
             t.rows.ref_state.extend(ref_row.iter().map(|v| *v as f64));
         }
         let fell = match self.config.fall_rule {

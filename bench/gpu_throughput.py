@@ -164,7 +164,8 @@ def main():
                         continue
                     out = arena_bench(a.arena, n, a.steps, "gpu", extra)
                     results[side].append(out["control_steps_per_s"])
-                    splits[side].append(out.get("ms_per_step"))
+                    splits[side].append(dict(out.get("ms_per_step") or {},
+                                             worker=out.get("worker_ms_per_step")))
                 if not a.no_cpu:
                     results["cpu"].append(arena_bench(a.arena, n, a.steps, "cpu",
                                                       ["--threads", str(a.cpu_threads)])["control_steps_per_s"])
@@ -186,6 +187,11 @@ def main():
                     s = sorted(runs, key=lambda x: x["total"])[len(runs) // 2]
                     print(f"  {n} envs, {side}: {s['physics']:.3f} | {s['observations']:.3f} | "
                           f"{s['resets']:.3f} | {s['policy']:.3f} | {s['total']:.3f}")
+                    # The backend's step split by the worker's own timers (its `stats`).
+                    worker = s.get("worker") or {}
+                    phases = ", ".join(f"{k[:-3]} {v:.3f}" for k, v in worker.items() if k.endswith("_ms"))
+                    if phases:
+                        print(f"    in the worker: {phases}")
         print(json.dumps({str(n): r for n, _, r in rows}))
 
 

@@ -121,6 +121,12 @@ fn sim_bench_runs_on_the_gpu_backend_without_a_gpu() {
     let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
     assert!(v["backend"].as_str().unwrap().starts_with("gpu (mjx on cpu"), "{v}");
     assert!(v["control_steps_per_s"].as_f64().unwrap() > 0.0, "{v}");
+    // The worker's own split of the bench's steps (its `stats`, per control step).
+    let worker = &v["worker_ms_per_step"];
+    assert_eq!(worker["step"].as_f64(), Some(5.0), "{v}");
+    for phase in ["inputs_ms", "advance_ms", "launch_ms", "copy_out_wait_ms"] {
+        assert!(worker[phase].as_f64().is_some_and(|ms| ms >= 0.0), "{phase}: {v}");
+    }
 }
 
 /// A kept simulator whose worker dies while idle is dropped when a lane looks for one, never

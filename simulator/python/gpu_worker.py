@@ -6,7 +6,9 @@ This file is the protocol and the host side; the physics is ``mjx_physics.MjxPhy
 MuJoCo Warp, worlds batched by the library), with ``worker_common`` shared by all three. The Rust
 supervisor writes the four files to one folder and starts ``python gpu_worker.py --shm PATH``, writes one JSON init line to
 stdin, waits for the one-line JSON reply, then sends one command per line (``sync``, ``step``,
-``close``); every command gets exactly one reply line (``ok`` or ``error <message>``). stdout
+``stats``, ``close``); every command gets exactly one reply line (``ok`` or ``error <message>``;
+``stats`` answers ``stats {JSON}``: how many ``step`` and ``sync`` commands ran and the seconds
+they spent in each phase of the worker, summed since start-up, see ``Worker.timings``). stdout
 carries protocol lines only: file descriptor 1 is redirected to stderr at start-up, so any
 library output lands in the log. EOF on stdin ends the worker (exit 0).
 
@@ -254,6 +256,14 @@ class Worker:
         self.startup.update(getattr(self.physics, "startup", None) or
                             {"physics_s": time.perf_counter() - t0})
         self.inp = np.zeros((n, INP_WIDTH))
+        # Where the commands' time goes (the `stats` reply): counts, then seconds summed over
+        # every command since start-up. The worker's own phases are `inputs_s` (reading the
+        # flags, checking and packing the inputs), `params_s` (DR's derived constants),
+        # `resets_s`, `advance_s` (the physics' call: inputs to the device, the launches, the
+        # outputs copied back and waited for) and `ints_s` (failure codes and times written);
+        # the physics adds its own split of `advance_s` (`physics.timings`).
+        self.timings = {"step": 0, "sync": 0, "inputs_s": 0.0, "params_s": 0.0, "resets_s": 0.0,
+                        "advance_s": 0.0, "ints_s": 0.0}
         # Every env is at qpos0 at rest: one inactive step and a sync exercise both paths before
         # the first command and publish the initial outputs.
         self.physics.advance(self.inp, True, self.outputs)
@@ -313,7 +323,14 @@ class Worker:
             s.geom_friction[:, 0] = mu
         self.mujoco.mj_setConst(s, self.scratch_data[k])
 
+    def stats(self):
+        """The `stats` reply's object: the worker's timings and the physics' own split."""
+        out = dict(self.timings)
+        out.update(getattr(self.physics, "timings", {}))
+        return out
+
     def command(self, name):
+        t0 = time.perf_counter()
         v = self.views
         params = np.nonzero(v["params_flag"] != 0)[0]
         resets = np.nonzero(v["reset_flag"] != 0)[0]
@@ -330,21 +347,23 @@ class Worker:
         if name == "step":
             targets, feedforward = v["targets"], v["feedforward"]
             active = v["active"] != 0
-            # A row's sum is finite when its values are (one pass over the contiguous rows, no
-            # temporaries per value).
-            if not np.all(np.isfinite(targets.sum(axis=1))[active]):
+            # A sum is finite when its values are: first the whole block (one pass, the usual
+            # answer), then row by row for the active envs only where that is not finite (an
+            # inactive env's row may hold anything).
+            if not np.isfinite(targets.sum()) and not np.all(np.isfinite(targets.sum(axis=1))[active]):
                 raise CommandError("non-finite targets for an active env")
-            if not np.all(np.isfinite(feedforward.sum(axis=1))[active]):
+            if not np.isfinite(feedforward.sum()) and not np.all(np.isfinite(feedforward.sum(axis=1))[active]):
                 raise CommandError("non-finite feed-forward torques for an active env")
             inp[:, :NJ] = targets
             inp[:, FF0:] = feedforward
             inp[:, NJ + 6] = active
         if pushes.any():
             inp[pushes, NJ:NJ + 6] = v["push"][pushes]
-
+        t1 = time.perf_counter()
         if params.size:
             self.apply_params(params)
             v["params_flag"][:] = 0
+        t2 = time.perf_counter()
         if resets.size:
             mask = np.zeros(self.n, bool)
             mask[resets] = True
@@ -355,7 +374,17 @@ class Worker:
             v["reset_flag"][:] = 0
         if pushes.any():
             v["push_flag"][:] = 0
-        self.write_ints(self.physics.advance(inp, name == "step", self.outputs))
+        t3 = time.perf_counter()
+        ints = self.physics.advance(inp, name == "step", self.outputs)
+        t4 = time.perf_counter()
+        self.write_ints(ints)
+        t = self.timings
+        t[name] += 1
+        t["inputs_s"] += t1 - t0
+        t["params_s"] += t2 - t1
+        t["resets_s"] += t3 - t2
+        t["advance_s"] += t4 - t3
+        t["ints_s"] += time.perf_counter() - t4
 
     def write_ints(self, ints):
         """Failure codes and substep counts [N, 3] (code, nsub, fail_nsub), into shared memory;
@@ -409,6 +438,9 @@ def main():
         if cmd == "close":
             reply("ok")
             break
+        if cmd == "stats":
+            reply("stats " + json.dumps(worker.stats()))
+            continue
         if cmd not in ("sync", "step"):
             reply(f"error unknown command {cmd!r}")
             continue

@@ -47,6 +47,7 @@ class MjxPhysics:
         self.jax, self.jnp, self.mujoco, self.mjx = jax, jnp, mujoco, mjx
         self.cfg, self.model = cfg, model
         self.n = cfg["num_envs"]
+        self.timings = {"launch_s": 0.0, "copy_out_wait_s": 0.0}
         try:
             # auto: JAX's default backend, the GPU when it sees one, else its CPU.
             self.device = jax.devices()[0] if cfg["device"] == "auto" else jax.devices(cfg["device"])[0]
@@ -249,9 +250,16 @@ class MjxPhysics:
         """Pushes, then (for `step`) one control step; writes the packed outputs into `dest`
         (shared memory, the worker's float type) and returns the ints [N, 3] (code, nsub,
         fail_nsub)."""
+        t0 = time.perf_counter()
         if step:
             self.state, flat, ints = self.step_fn(self.model_b, self.state, self.put(inp), self.kp, self.kd)
         else:
             self.state, flat, ints = self.sync_fn(self.model_b, self.state, self.put(inp))
+        t1 = time.perf_counter()
         np.copyto(dest, np.asarray(flat), casting="no")
-        return np.asarray(ints)
+        ints = np.asarray(ints)
+        # Seconds summed over the commands (the worker's `stats`): the call that dispatches the
+        # inputs and the jitted function, then the wait for its outputs and their copy.
+        self.timings["launch_s"] += t1 - t0
+        self.timings["copy_out_wait_s"] += time.perf_counter() - t1
+        return ints

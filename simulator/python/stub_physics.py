@@ -17,6 +17,8 @@ So the per-step cost left is the host path itself: reading the inputs, one host 
 packed block (where the real implementations copy it from the device) and writing shared
 memory.
 """
+import time
+
 import numpy as np
 
 from worker_common import DEVICE_OUTPUTS, NB, NJ, NQ, NV, OUTPUT_OFFSETS, OUTPUTS_PER_ENV, InitError, log
@@ -59,6 +61,9 @@ class StubPhysics:
         self.code = np.zeros(n, np.int64)
         self.nsub = np.zeros(n, np.int64)
         self.ints = np.zeros((n, 3), np.int64)
+        # Seconds summed over the commands (the worker's `stats`): the stand-in for the
+        # device-to-host copy of the packed block.
+        self.timings = {"copy_out_s": 0.0}
         log(f"stub physics for {n} envs: no dynamics (a benchmark of the host side)")
 
     def set_params(self, dr_host, kp_host, kd_host, envs=None):
@@ -85,7 +90,9 @@ class StubPhysics:
         self.ints[:, 0] = self.code
         self.ints[:, 1] = self.nsub
         # One copy of the whole block, where the real implementations copy it from the device.
+        t0 = time.perf_counter()
         np.copyto(dest, self.out)
+        self.timings["copy_out_s"] += time.perf_counter() - t0
         return self.ints
 
 

@@ -283,6 +283,15 @@ class WarpPhysics:
             self.ints = wp.zeros((3, n), dtype=int)
         # The host destination of `out` (shared memory), wrapped once per address.
         self.host_out, self.host_key = None, None
+        # Where `advance` spends its time (seconds summed over the commands, the worker's
+        # `stats`): the inputs converted and copied to the device, the launches, the outputs'
+        # copy and the wait for it (the launched work included); on a CUDA device also the
+        # device's own time for the launched work and for the copy out (CUDA events).
+        self.timings = {"to_device_s": 0.0, "launch_s": 0.0, "copy_out_wait_s": 0.0}
+        self.events = None
+        if self.device.is_cuda:
+            self.events = [wp.Event(self.device, enable_timing=True) for _ in range(3)]
+            self.timings.update({"device_launched_s": 0.0, "device_copy_out_s": 0.0})
         wp.synchronize_device(self.device)
         self.startup["model_and_data_s"] = time.perf_counter() - t0
         t1 = time.perf_counter()
@@ -418,6 +427,7 @@ class WarpPhysics:
     def advance(self, inp, step, dest):
         """Pushes, then (for `step`) one control step; writes the packed outputs into `dest`
         (float32, shared memory) and returns the ints [N, 3] (code, nsub, fail_nsub)."""
+        t0 = time.perf_counter()
         host_out = self._host_destination(dest)
         self.push.assign(inp[:, NJ:NJ + 6].astype(np.float32))
         if step:
@@ -426,8 +436,25 @@ class WarpPhysics:
             self.go.assign((inp[:, NJ + 6] > 0.5).astype(np.int32))
         else:
             self.go.zero_()
-        self._launch(step)
+        t1 = time.perf_counter()
         with wp.ScopedDevice(self.device):
+            if self.events:
+                wp.record_event(self.events[0])
+            self._launch(step)
+            if self.events:
+                wp.record_event(self.events[1])
+            t2 = time.perf_counter()
             wp.copy(host_out, self.out)
+            if self.events:
+                wp.record_event(self.events[2])
             ints = self.ints.numpy().T  # synchronises the device: both copies have landed
+        t = self.timings
+        t["to_device_s"] += t1 - t0
+        t["launch_s"] += t2 - t1
+        t["copy_out_wait_s"] += time.perf_counter() - t2
+        if self.events:
+            # The device has passed the last event (the synchronising copy above).
+            e = self.events
+            t["device_launched_s"] += wp.get_event_elapsed_time(e[0], e[1], synchronize=False) / 1000.0
+            t["device_copy_out_s"] += wp.get_event_elapsed_time(e[1], e[2], synchronize=False) / 1000.0
         return ints

@@ -500,6 +500,51 @@ fn stubbed_physics_keeps_the_real_workers_layout() {
     }
 }
 
+/// The worker's `stats`: the commands it ran since start-up and where their time went; and its
+/// check of the targets: a non-finite target of an active env stops the command, one of an env
+/// that is not running does not.
+#[test]
+fn the_worker_reports_its_timings_and_checks_only_active_targets() {
+    let Some(python) = gpu_python() else { return };
+    let mut h = on_cpu_device(python, GpuImpl::Stub)
+        .create(RobotConfig::default(), 3, 1)
+        .unwrap();
+    let mut qpos = vec![0.0; NQ];
+    h.read_env_into(0, Field::Qpos, &mut qpos);
+    for env in 0..3 {
+        h.set_qpos_qvel(env, &qpos, &[0.0; NV]).unwrap();
+    }
+    h.sync().unwrap();
+    let first = h.worker_timings().unwrap().expect("the GPU backend has a worker");
+    let count = |m: &serde_json::Map<String, serde_json::Value>, k: &str| m[k].as_f64().unwrap();
+    let mut targets = vec![0.1; 3 * NUM_JOINTS];
+    for _ in 0..4 {
+        h.step(&targets).unwrap();
+    }
+    let later = h.worker_timings().unwrap().unwrap();
+    assert_eq!(count(&later, "step") - count(&first, "step"), 4.0, "{later:?}");
+    assert_eq!(count(&later, "sync"), count(&first, "sync"), "{later:?}");
+    for phase in ["inputs_s", "params_s", "resets_s", "advance_s", "ints_s", "copy_out_s"] {
+        let (a, b) = (count(&first, phase), count(&later, phase));
+        assert!(b >= a && b.is_finite(), "{phase}: {a} then {b}");
+    }
+    assert!(count(&later, "advance_s") > count(&first, "advance_s"), "{later:?}");
+
+    // Env 2 stops running; a NaN in its row is not the worker's concern.
+    h.mark_failed(2, "stopped by the test".into());
+    targets[2 * NUM_JOINTS + 3] = f64::NAN;
+    h.step(&targets).unwrap();
+    assert_eq!(*h.health(0), EnvHealth::Ok);
+    // A NaN target of a running env is refused: the worker answers with an error, and the
+    // handler fails every running env with the worker's reason.
+    targets[NUM_JOINTS + 5] = f64::NAN;
+    h.step(&targets).unwrap();
+    match h.health(0) {
+        EnvHealth::Failed(why) => assert!(why.contains("non-finite targets for an active env"), "{why}"),
+        other => panic!("env 0 should have failed, is {other:?}"),
+    }
+}
+
 /// The joint-position mode's torque law on the GPU backend: feed-forward torques add to the PD
 /// torque as on the CPU backend, per env, and a reset clears them. MJX in double precision is
 /// held to the CPU backend's rounding; MuJoCo Warp (float32) to float32's.

@@ -371,6 +371,7 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
     }
     env.reset(&all)?;
     let before = env.timings();
+    let worker_before = env.worker_timings()?;
     let mut policy_s = 0.0;
     let start = Instant::now();
     for _ in 0..a.steps {
@@ -391,8 +392,10 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
     let threads = env.handler().num_threads();
     let backend = env.handler().describe();
     let after = env.timings();
+    let worker_after = env.worker_timings()?;
     // Per control step, milliseconds: where the loop's time went.
     let per_step = |s: f64| 1000.0 * s / a.steps as f64;
+    let worker = worker_split(worker_before.as_ref(), worker_after.as_ref(), a.steps);
     let split = serde_json::json!({
         "physics": per_step(after.physics_s - before.physics_s),
         "observations": per_step(after.refresh_s - before.refresh_s),
@@ -406,6 +409,7 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
             "envs": a.envs, "steps": a.steps, "threads": threads, "seconds": secs,
             "control_steps_per_s": control, "physics_steps_per_s": control * arena_sim::DECIMATION as f64,
             "ms_per_step": split,
+            "worker_ms_per_step": worker,
         });
         println!("{v}");
     } else {
@@ -426,8 +430,48 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
             split["policy"].as_f64().unwrap_or(f64::NAN),
             split["total"].as_f64().unwrap_or(f64::NAN),
         );
+        if let Some(w) = worker.as_object() {
+            let phases: Vec<String> = w
+                .iter()
+                .filter_map(|(k, v)| Some(format!("{:.3} {}", v.as_f64()?, k.strip_suffix("_ms")?)))
+                .collect();
+            let count = |k: &str| w.get(k).and_then(|v| v.as_f64()).unwrap_or(0.0);
+            println!(
+                "  in the worker ({} step and {} sync commands), ms per control step: {}",
+                count("step"),
+                count("sync"),
+                phases.join(", ")
+            );
+        }
     }
     Ok(())
+}
+
+/// The worker's time per control step (ms) between two of its `stats` replies, phase by phase
+/// (the worker's `<phase>_s` become `<phase>_ms`), with the commands it ran (`step`, `sync`);
+/// null without a worker.
+fn worker_split(
+    before: Option<&serde_json::Map<String, serde_json::Value>>,
+    after: Option<&serde_json::Map<String, serde_json::Value>>,
+    steps: usize,
+) -> serde_json::Value {
+    let (Some(before), Some(after)) = (before, after) else {
+        return serde_json::Value::Null;
+    };
+    let mut out = serde_json::Map::new();
+    for (k, v) in after {
+        let (Some(now), Some(then)) = (v.as_f64(), before.get(k).and_then(|b| b.as_f64())) else {
+            continue;
+        };
+        match k.strip_suffix("_s") {
+            Some(phase) => out.insert(
+                format!("{phase}_ms"),
+                serde_json::json!(1000.0 * (now - then) / steps as f64),
+            ),
+            None => out.insert(k.clone(), serde_json::json!(now - then)),
+        };
+    }
+    serde_json::Value::Object(out)
 }
 
 fn env_config(robot: &RobotConfig, envs: usize, threads: usize) -> TrackingEnvConfig {

@@ -608,6 +608,12 @@ impl TrackingEnv {
         }
     }
 
+    /// Where the simulator's worker spent its time since it started (see
+    /// [`Handler::worker_timings`]); `None` on the CPU backend.
+    pub fn worker_timings(&mut self) -> Result<Option<serde_json::Map<String, serde_json::Value>>, SimError> {
+        self.handler.worker_timings()
+    }
+
     /// Ends a running episode as truncated (its window is over before the motion is) and
     /// stops simulating the env until it is reset.
     pub fn stop(&mut self, env: usize) {

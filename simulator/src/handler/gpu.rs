@@ -860,6 +860,25 @@ impl Handler for GpuHandler {
     fn worker_pid(&self) -> Option<u32> {
         self.worker.as_ref().map(|w| w.child.id())
     }
+
+    fn worker_timings(&mut self) -> Result<Option<serde_json::Map<String, serde_json::Value>>, SimError> {
+        let timeout = self.options.step_timeout;
+        let Some(worker) = self.worker.as_mut() else {
+            return Ok(None);
+        };
+        let reply = worker
+            .command("stats", timeout)
+            .map_err(|why| SimError::Backend(format!("GPU simulator worker's stats: {why}")))?;
+        let parsed = reply
+            .strip_prefix("stats ")
+            .and_then(|json| serde_json::from_str::<serde_json::Value>(json).ok());
+        match parsed {
+            Some(serde_json::Value::Object(map)) => Ok(Some(map)),
+            _ => Err(SimError::Backend(format!(
+                "GPU simulator worker's stats: unexpected answer {reply:?}"
+            ))),
+        }
+    }
 }
 
 /// One env's row of a device output as the worker wrote it.

@@ -268,6 +268,12 @@ pub trait Handler: Send + Sync {
     fn worker_pid(&self) -> Option<u32> {
         None
     }
+    /// Where the worker's commands spent their time, summed since it started (the GPU
+    /// worker's `stats` reply: command counts and seconds per phase), or `None` for a backend
+    /// without a worker or before one runs.
+    fn worker_timings(&mut self) -> Result<Option<serde_json::Map<String, serde_json::Value>>, SimError> {
+        Ok(None)
+    }
 
     /// Reads `field` for all envs into `out` (N × field.width()).
     fn read_batch(&self, field: Field, out: &mut [f64]) -> Result<(), SimError> {

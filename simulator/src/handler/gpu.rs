@@ -9,6 +9,8 @@
 //! running, with the reason, and is started again at the next reset: never a server crash.
 
 use super::gpu_layout::{Array, OutputPrecision, PARAMS_WIDTH, ShmLayout};
+use super::gpu_options::{GpuOptions, cuda_device_present};
+use super::gpu_process::{Worker, shared_file_path, worker_script};
 use super::mujoco::check_layout;
 use super::{
     DECIMATION, EnvHealth, Field, Handler, NQ, NV, PHYSICS_DT, PhysicsParams, check_env, check_feedforward,
@@ -18,244 +20,7 @@ use crate::SimError;
 use crate::math::{self, Quat, Vec3};
 use crate::robot::{NUM_BODIES, RobotConfig, TORSO_INDEX};
 use arena_data::NUM_JOINTS;
-use std::collections::VecDeque;
-use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-/// The worker's files (name, source): `gpu_worker.py` is the script, the others its modules.
-const WORKER_FILES: [(&str, &str); 5] = [
-    ("gpu_worker.py", include_str!("../../python/gpu_worker.py")),
-    ("worker_common.py", include_str!("../../python/worker_common.py")),
-    ("mjx_physics.py", include_str!("../../python/mjx_physics.py")),
-    ("warp_physics.py", include_str!("../../python/warp_physics.py")),
-    ("stub_physics.py", include_str!("../../python/stub_physics.py")),
-];
-/// Lines of the worker's stderr kept for error messages.
-const STDERR_TAIL: usize = 20;
-
-/// Where JAX runs the worker's physics.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum GpuDevice {
-    /// JAX's default device: the GPU when there is one, else the CPU.
-    #[default]
-    Auto,
-    /// JAX's CPU backend (tests and CI: the same code, slowly).
-    Cpu,
-    /// A GPU; starting fails without one.
-    Gpu,
-}
-
-impl GpuDevice {
-    fn wire(self) -> &'static str {
-        match self {
-            GpuDevice::Auto => "auto",
-            GpuDevice::Cpu => "cpu",
-            GpuDevice::Gpu => "gpu",
-        }
-    }
-}
-
-impl std::str::FromStr for GpuDevice {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "auto" => Ok(GpuDevice::Auto),
-            "cpu" => Ok(GpuDevice::Cpu),
-            "gpu" | "cuda" => Ok(GpuDevice::Gpu),
-            other => Err(format!("unknown GPU backend device {other:?} (auto, cpu or gpu)")),
-        }
-    }
-}
-
-/// Which GPU MuJoCo steps the physics.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum GpuImpl {
-    /// MuJoCo Warp where a CUDA device is present and the run is float32, else MJX's JAX
-    /// implementation ([`GpuImpl::resolve`]).
-    #[default]
-    Auto,
-    /// MJX's own JAX implementation.
-    Jax,
-    /// MuJoCo Warp, worlds batched by the library (needs `mujoco-warp` and `warp-lang` in the
-    /// worker's Python; float32 only).
-    Warp,
-    /// No physics: the worker's host side and the Rust side alone (`arena sim bench`); joints
-    /// jump to their targets, bodies stay at the rest pose. Never for scoring.
-    Stub,
-}
-
-impl GpuImpl {
-    fn wire(self) -> &'static str {
-        match self {
-            GpuImpl::Auto => "auto",
-            GpuImpl::Jax => "jax",
-            GpuImpl::Warp => "warp",
-            GpuImpl::Stub => "stub",
-        }
-    }
-
-    /// The implementation `Auto` stands for: MuJoCo Warp on a CUDA device (about 4.7× MJX's
-    /// JAX path in the arena on an H100, `shared/notes/GPU_FACTS.md`), MJX where double
-    /// precision is asked for (Warp computes in float32 only) or where the physics runs on a
-    /// CPU device (the tests' and CI's configuration). Other values stand for themselves.
-    pub fn resolve(self, device: GpuDevice, x64: bool, cuda_present: bool) -> GpuImpl {
-        match self {
-            GpuImpl::Auto if !x64 && device != GpuDevice::Cpu && cuda_present => GpuImpl::Warp,
-            GpuImpl::Auto => GpuImpl::Jax,
-            other => other,
-        }
-    }
-}
-
-/// Whether this machine has an NVIDIA CUDA device (the driver's control node), without loading
-/// any GPU library.
-pub fn cuda_device_present() -> bool {
-    std::path::Path::new("/dev/nvidiactl").exists() || std::path::Path::new("/proc/driver/nvidia/version").exists()
-}
-
-impl std::str::FromStr for GpuImpl {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "auto" => Ok(GpuImpl::Auto),
-            "jax" => Ok(GpuImpl::Jax),
-            "warp" => Ok(GpuImpl::Warp),
-            "stub" => Ok(GpuImpl::Stub),
-            other => Err(format!(
-                "unknown GPU physics implementation {other:?} (auto, jax, warp, or stub for benchmarks)"
-            )),
-        }
-    }
-}
-
-/// How to start the GPU worker.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GpuOptions {
-    /// Python interpreter with `jax`, `mujoco` and `mujoco-mjx` (`python/requirements-gpu.txt`).
-    pub python: PathBuf,
-    pub device: GpuDevice,
-    pub implementation: GpuImpl,
-    /// Double precision in JAX (slower; for sim-to-sim comparisons).
-    pub x64: bool,
-    /// Compute per-body contact forces (the baseline's auxiliary rewards read them).
-    pub contact_forces: bool,
-    /// Deadline of start-up (JIT compilation included).
-    pub startup_timeout: Duration,
-    /// Deadline of one command (sync or step).
-    pub step_timeout: Duration,
-}
-
-impl Default for GpuOptions {
-    fn default() -> Self {
-        Self {
-            python: std::env::var_os("ARENA_GPU_PYTHON").map_or_else(|| PathBuf::from("python3"), PathBuf::from),
-            device: GpuDevice::Auto,
-            implementation: GpuImpl::Jax,
-            x64: false,
-            contact_forces: true,
-            startup_timeout: Duration::from_secs(900),
-            step_timeout: Duration::from_secs(120),
-        }
-    }
-}
-
-/// A running worker process.
-struct Worker {
-    child: Child,
-    stdin: ChildStdin,
-    /// Answer lines from the stdout reader thread (a Mutex only to make the handler `Sync`).
-    replies: Mutex<Receiver<String>>,
-    stderr_tail: Arc<Mutex<VecDeque<String>>>,
-    /// Closed when the stderr reader has read to the end (the worker's last words are in
-    /// `stderr_tail` then).
-    stderr_read: Mutex<Receiver<()>>,
-    /// The worker's own description, e.g. `mujoco_warp on cuda:0 (mujoco-warp 3.17.0, warp
-    /// 1.18.0, mujoco 3.17.0)`.
-    device: String,
-}
-
-impl Worker {
-    /// Whether the process is still there (its stderr reader ends when the process does), so
-    /// that a worker that died while idle is not handed to a new env.
-    fn is_alive(&self) -> bool {
-        self.stderr_read
-            .lock()
-            .is_ok_and(|r| matches!(r.try_recv(), Err(std::sync::mpsc::TryRecvError::Empty)))
-    }
-
-    fn stderr_tail(&self) -> String {
-        let tail = self.stderr_tail.lock().map(|t| t.iter().cloned().collect::<Vec<_>>());
-        tail.map(|t| t.join(" | ")).unwrap_or_default()
-    }
-
-    /// Sends one command line and waits for its answer.
-    fn command(&mut self, line: &str, timeout: Duration) -> Result<String, String> {
-        write_line_without_sigpipe(&mut self.stdin, line)
-            .map_err(|e| format!("could not write to the worker ({e})"))?;
-        let replies = self
-            .replies
-            .get_mut()
-            .map_err(|_| "the answer channel was poisoned".to_string())?;
-        match replies.recv_timeout(timeout) {
-            Ok(reply) => Ok(reply),
-            Err(RecvTimeoutError::Timeout) => {
-                Err(format!("no answer to `{line}` within {:.0} s", timeout.as_secs_f64()))
-            }
-            Err(RecvTimeoutError::Disconnected) => {
-                let status = self.child.wait().map(|s| s.to_string()).unwrap_or_default();
-                // Its stdout closed first: the error it printed may still be in the pipe.
-                if let Ok(read) = self.stderr_read.get_mut() {
-                    let _ = read.recv_timeout(Duration::from_secs(2));
-                }
-                Err(format!("the worker exited ({status}): {}", self.stderr_tail()))
-            }
-        }
-    }
-}
-
-/// Writes `line` and a newline to the worker. A worker that has died makes this an `EPIPE`
-/// error, never a SIGPIPE: the one-shot commands (`arena eval`, `sim bench`, `audit`) restore
-/// SIGPIPE's default so that `arena … | head` ends quietly, and there it would kill the process
-/// before the worker's own error could be reported. SIGPIPE is blocked in this thread for the
-/// write, and the one the write raised is taken off the pending set before unblocking.
-fn write_line_without_sigpipe(stdin: &mut ChildStdin, line: &str) -> std::io::Result<()> {
-    // SAFETY: signal-mask calls on this thread only, with sets initialised by sigemptyset.
-    unsafe {
-        let mut pipe: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut pipe);
-        libc::sigaddset(&mut pipe, libc::SIGPIPE);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &pipe, &mut old);
-        let result = writeln!(stdin, "{line}").and_then(|_| stdin.flush());
-        if matches!(&result, Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe) {
-            let now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-            libc::sigtimedwait(&pipe, std::ptr::null_mut(), &now);
-        }
-        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-        result
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = write_line_without_sigpipe(&mut self.stdin, "close");
-        // A worker that does not close promptly is killed; its reader threads end with it.
-        for _ in 0..50 {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// The batched handler over the MJX worker.
 pub struct GpuHandler {
@@ -415,12 +180,6 @@ impl GpuHandler {
         let mjcf_path = self.shm_path.with_extension("xml");
         std::fs::write(&mjcf_path, self.config.mjcf())
             .map_err(|e| backend_error(format!("writing the model for the worker: {e}")))?;
-        let mut command = Command::new(python);
-        // JAX keeps compiled steps on disk, so a restarted worker (or the next lane of the same
-        // size) loads them instead of compiling again.
-        if std::env::var_os("JAX_COMPILATION_CACHE_DIR").is_none() {
-            command.env("JAX_COMPILATION_CACHE_DIR", compilation_cache_dir());
-        }
         let script = match worker_script() {
             Ok(script) => script,
             Err(e) => {
@@ -428,16 +187,8 @@ impl GpuHandler {
                 return Err(backend_error(e));
             }
         };
-        let started = command
-            .arg(&script)
-            .arg("--shm")
-            .arg(&self.shm_path)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn();
-        let mut child = match started {
-            Ok(child) => child,
+        let mut worker = match Worker::start(python, &script, &self.shm_path) {
+            Ok(worker) => worker,
             Err(e) => {
                 let _ = std::fs::remove_file(&mjcf_path);
                 return Err(backend_error(format!(
@@ -445,42 +196,6 @@ impl GpuHandler {
                     python.display()
                 )));
             }
-        };
-        let stdin = child.stdin.take().expect("piped");
-        let stdout = child.stdout.take().expect("piped");
-        let stderr = child.stderr.take().expect("piped");
-        let (tx, replies) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
-        let tail = stderr_tail.clone();
-        let (stderr_done, stderr_read) = std::sync::mpsc::channel::<()>();
-        std::thread::spawn(move || {
-            let _done = stderr_done; // dropped at the end of the stream
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                tracing::debug!(target: "arena_sim::gpu_worker", "{line}");
-                if let Ok(mut t) = tail.lock() {
-                    if t.len() == STDERR_TAIL {
-                        t.pop_front();
-                    }
-                    t.push_back(line);
-                }
-            }
-        });
-        let mut worker = Worker {
-            child,
-            stdin,
-            replies: Mutex::new(replies),
-            stderr_tail,
-            stderr_read: Mutex::new(stderr_read),
-            device: String::new(),
         };
         let c = &self.config;
         let init = serde_json::json!({
@@ -609,58 +324,6 @@ impl Drop for GpuHandler {
         self.worker = None;
         let _ = std::fs::remove_file(&self.shm_path);
     }
-}
-
-/// Where the worker's JAX keeps compiled code: `$XDG_CACHE_HOME/arena/jax`, else
-/// `~/.cache/arena/jax`, else the temporary folder.
-fn compilation_cache_dir() -> PathBuf {
-    cache_base().join("arena").join("jax")
-}
-
-/// `$XDG_CACHE_HOME`, else `~/.cache`, else the temporary folder.
-fn cache_base() -> PathBuf {
-    std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(std::env::temp_dir)
-}
-
-/// The worker script, written with its modules to `<cache>/arena/gpu-worker-<hash of the
-/// sources>/`: per user, and a binary with other sources gets another folder. Checked at each
-/// start (files read and compared, rewritten when missing or different), so a cleaned cache only
-/// costs a rewrite. Each file is written beside its final name and renamed into place, so
-/// processes starting workers at the same time never see a partial file.
-fn worker_script() -> Result<PathBuf, String> {
-    // FNV-1a: stable across builds and Rust versions (std's hasher is not).
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for (name, source) in WORKER_FILES {
-        for byte in name.bytes().chain(source.bytes()) {
-            hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    let dir = cache_base().join("arena").join(format!("gpu-worker-{hash:016x}"));
-    let fail = |e: std::io::Error| format!("writing the GPU worker's files to {}: {e}", dir.display());
-    std::fs::create_dir_all(&dir).map_err(fail)?;
-    for (name, source) in WORKER_FILES {
-        let path = dir.join(name);
-        if std::fs::read_to_string(&path).is_ok_and(|existing| existing == source) {
-            continue;
-        }
-        let partial = dir.join(format!(".{name}.{}", std::process::id()));
-        std::fs::write(&partial, source).map_err(fail)?;
-        std::fs::rename(&partial, &path).map_err(fail)?;
-    }
-    Ok(dir.join(WORKER_FILES[0].0))
-}
-
-/// A fresh name for the shared file: in /dev/shm where it exists (memory, not disk).
-fn shared_file_path() -> PathBuf {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let dir = PathBuf::from("/dev/shm");
-    let dir = if dir.is_dir() { dir } else { std::env::temp_dir() };
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    dir.join(format!("arena-gpu-{}-{n}.f64", std::process::id()))
 }
 
 impl Handler for GpuHandler {
@@ -919,33 +582,3 @@ impl OutputRow<'_> {
 
 // The shared rows are sized for the model's layout.
 const _: () = assert!(NQ == 36 && NV == 35);
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn auto_is_warp_only_on_a_cuda_device_in_float32() {
-        use GpuDevice::{Auto, Cpu, Gpu};
-        for (device, x64, cuda, expected) in [
-            (Auto, false, true, GpuImpl::Warp),
-            (Gpu, false, true, GpuImpl::Warp),
-            (Auto, true, true, GpuImpl::Jax),
-            (Cpu, false, true, GpuImpl::Jax),
-            (Auto, false, false, GpuImpl::Jax),
-            (Gpu, false, false, GpuImpl::Jax),
-        ] {
-            assert_eq!(
-                GpuImpl::Auto.resolve(device, x64, cuda),
-                expected,
-                "{device:?} x64={x64} cuda={cuda}"
-            );
-        }
-        for explicit in [GpuImpl::Jax, GpuImpl::Warp, GpuImpl::Stub] {
-            assert_eq!(explicit.resolve(Auto, true, true), explicit);
-        }
-        assert_eq!(GpuImpl::default(), GpuImpl::Auto);
-        assert_eq!("stub".parse::<GpuImpl>(), Ok(GpuImpl::Stub));
-        assert!("cuda".parse::<GpuImpl>().unwrap_err().contains("auto, jax, warp"));
-    }
-}

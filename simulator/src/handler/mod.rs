@@ -8,9 +8,12 @@
 
 mod gpu;
 mod gpu_layout;
+mod gpu_options;
+mod gpu_process;
 mod mujoco;
 
-pub use gpu::{GpuDevice, GpuHandler, GpuImpl, GpuOptions};
+pub use gpu::GpuHandler;
+pub use gpu_options::{GpuDevice, GpuImpl, GpuOptions};
 pub use mujoco::MujocoHandler;
 
 use crate::SimError;

@@ -58,9 +58,6 @@ for impl in ${IMPLS-warp}; do
     timed "$results" 60 "throughput-$impl" "$python" bench/gpu_throughput.py --arena "$bin/arena" \
         --envs $envs --repeats 1 --no-cpu --device "$device" --impl "$impl"
 done
-# Which part of the host side stops scaling with the machine's cores (the stub, then the CPU
-# backend's MuJoCo as the cores' own reference), at 1, 2, 4, ... threads.
-timed "$results" 40 host-scaling "$python" bench/host_scaling.py --arena "$bin/arena" --envs 4096
 timed "$results" 60 eval-4096 "$python" bench/gpu_eval_scale.py --arena "$bin/arena" --agent "$bin/replay" \
     --episodes "${EPISODES:-4096}" --window-s "${WINDOW_S:-2}" --backend gpu --gpu-device "$device" --gpu-impl warp \
     --repeats "${EVAL_REPEATS:-1}" --sessions "${EVAL_SESSIONS:-2}"
@@ -69,6 +66,10 @@ timed "$results" 60 eval-4096 "$python" bench/gpu_eval_scale.py --arena "$bin/ar
 timed "$results" 30 eval-4096-stub "$python" bench/gpu_eval_scale.py --arena "$bin/arena" --agent "$bin/replay" \
     --episodes "${EPISODES:-4096}" --window-s "${WINDOW_S:-2}" --backend gpu --gpu-device cpu --gpu-impl stub \
     --repeats "${EVAL_REPEATS:-1}"
+# Last, as the least needed: which part of the host side stops scaling with the machine's
+# cores (the stub, then the CPU backend's MuJoCo as the cores' own reference), at 1, 2, 4, ...
+# threads.
+timed "$results" 40 host-scaling "$python" bench/host_scaling.py --arena "$bin/arena" --envs 4096
 if [ -x /tmp/arena-bfm-bin/update_throughput ]; then
     torch_lib=$("$python" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
     bfm_device=cuda

@@ -367,13 +367,6 @@ impl Trainer {
             permutation: &permutation,
         };
         self.last_metrics = ppo::update(&self.model, &mut self.adam, &update_batch, &c.ppo, None);
-        if std::env::var("EXP2").is_ok() {
-            eprintln!(
-                "EXP2 policy {:.4} update {:.4}",
-                policy_s,
-                sim_done.elapsed().as_secs_f64()
-            );
-        }
         self.sim_s += (sim_done - started).as_secs_f64() - policy_s;
         self.update_s += sim_done.elapsed().as_secs_f64() + policy_s;
         self.status.iteration += 1;

@@ -17,7 +17,8 @@ keeps the per-env semantics of the JAX path with its own kernels:
   add it to its world's bodies.
 
 On a CUDA device the step and the sync are each captured once as a CUDA graph, so a command is
-three small copies in, one graph launch and one copy out. MuJoCo Warp computes in float32 only.
+one copy in (the packed inputs, from page-locked memory), one graph launch (its first kernel
+unpacks them) and one copy out. MuJoCo Warp computes in float32 only.
 """
 import ctypes
 import time
@@ -33,10 +34,11 @@ import mujoco_warp as mjw  # noqa: E402
 from mujoco_warp._src.support import contact_force_fn
 from mujoco_warp._src.types import vec5
 
-from worker_common import (DR_FIELDS, FF0, MAXVAL, NB, NJ, NQ, NV, OUTPUT_OFFSETS, OUTPUTS_PER_ENV,
-                           InitError, log)
+from worker_common import (DR_FIELDS, FF0, INP_WIDTH, MAXVAL, NB, NJ, NQ, NV, OUTPUT_OFFSETS,
+                           OUTPUTS_PER_ENV, InitError, log)
 
 _NJ = wp.constant(NJ)
+_FF0 = wp.constant(FF0)
 _NB = wp.constant(NB)
 _MAXVAL = wp.constant(float(MAXVAL))
 
@@ -75,6 +77,24 @@ def _push_kernel(push: wp.array2d(dtype=float), qpos: wp.array2d(dtype=float),
     qvel[w, 3] += local[0]
     qvel[w, 4] += local[1]
     qvel[w, 5] += local[2]
+
+
+@wp.kernel
+def _unpack_kernel(step: int, inp: wp.array2d(dtype=float), target: wp.array2d(dtype=float),
+                   ff: wp.array2d(dtype=float), push: wp.array2d(dtype=float),
+                   go: wp.array(dtype=int)):
+    """The command's packed inputs (worker_common's columns: targets, push, go, feed-forward)
+    into the arrays the kernels read; `go` is cleared for a sync, whose targets are not used."""
+    w = wp.tid()
+    for k in range(6):
+        push[w, k] = inp[w, _NJ + k]
+    if step == 0:
+        go[w] = 0
+        return
+    for j in range(_NJ):
+        target[w, j] = inp[w, j]
+        ff[w, j] = inp[w, _FF0 + j]
+    go[w] = wp.where(inp[w, _NJ + 6] > 0.5, 1, 0)
 
 
 @wp.kernel
@@ -280,18 +300,27 @@ class WarpPhysics:
             self.reset_qvel = wp.zeros((n, NV), dtype=f32)
             self.body_force = wp.zeros((n, NB + 1), dtype=wp.vec3)
             self.out = wp.zeros(n * OUTPUTS_PER_ENV, dtype=wp.float32)
+            # A command's inputs cross in one copy: packed in float32 on the host (page-locked
+            # on a CUDA device, so the copy is asynchronous), unpacked on the device by the
+            # first kernel of the step and sync graphs.
+            self.inp_dev = wp.zeros((n, INP_WIDTH), dtype=f32)
+            self.inp_host = wp.zeros((n, INP_WIDTH), dtype=f32, device="cpu",
+                                     pinned=self.device.is_cuda)
+            self.inp_host_np = self.inp_host.numpy()
             self.ints = wp.zeros((3, n), dtype=int)
         # The host destination of `out` (shared memory), wrapped once per address.
         self.host_out, self.host_key = None, None
         # Where `advance` spends its time (seconds summed over the commands, the worker's
-        # `stats`): the inputs converted and copied to the device, the launches, the outputs'
-        # copy and the wait for it (the launched work included); on a CUDA device also the
-        # device's own time for the launched work and for the copy out (CUDA events).
+        # `stats`): the inputs packed and their copy to the device issued, the launches, the
+        # outputs' copy and the wait for it (the launched work included); on a CUDA device also
+        # the device's own time for the copy in, the launched work and the copy out (CUDA
+        # events).
         self.timings = {"to_device_s": 0.0, "launch_s": 0.0, "copy_out_wait_s": 0.0}
         self.events = None
         if self.device.is_cuda:
-            self.events = [wp.Event(self.device, enable_timing=True) for _ in range(3)]
-            self.timings.update({"device_launched_s": 0.0, "device_copy_out_s": 0.0})
+            self.events = [wp.Event(self.device, enable_timing=True) for _ in range(4)]
+            self.timings.update({"device_copy_in_s": 0.0, "device_launched_s": 0.0,
+                                 "device_copy_out_s": 0.0})
         wp.synchronize_device(self.device)
         self.startup["model_and_data_s"] = time.perf_counter() - t0
         t1 = time.perf_counter()
@@ -401,6 +430,8 @@ class WarpPhysics:
             if graph is not None:
                 wp.capture_launch(graph)
                 return
+            wp.launch(_unpack_kernel, dim=self.n, inputs=[
+                int(step), self.inp_dev, self.targets, self.ff, self.push, self.go])
             wp.launch(_push_kernel, dim=self.n, inputs=[self.push, self.d.qpos, self.d.qvel])
             if step:
                 self._control_step()
@@ -429,32 +460,31 @@ class WarpPhysics:
         (float32, shared memory) and returns the ints [N, 3] (code, nsub, fail_nsub)."""
         t0 = time.perf_counter()
         host_out = self._host_destination(dest)
-        self.push.assign(inp[:, NJ:NJ + 6].astype(np.float32))
-        if step:
-            self.targets.assign(inp[:, :NJ].astype(np.float32))
-            self.ff.assign(inp[:, FF0:FF0 + NJ].astype(np.float32))
-            self.go.assign((inp[:, NJ + 6] > 0.5).astype(np.int32))
-        else:
-            self.go.zero_()
-        t1 = time.perf_counter()
+        np.copyto(self.inp_host_np, inp, casting="same_kind")
+        e = self.events
         with wp.ScopedDevice(self.device):
-            if self.events:
-                wp.record_event(self.events[0])
+            if e:
+                wp.record_event(e[0])
+            wp.copy(self.inp_dev, self.inp_host)
+            t1 = time.perf_counter()
+            if e:
+                wp.record_event(e[1])
             self._launch(step)
-            if self.events:
-                wp.record_event(self.events[1])
+            if e:
+                wp.record_event(e[2])
             t2 = time.perf_counter()
             wp.copy(host_out, self.out)
-            if self.events:
-                wp.record_event(self.events[2])
-            ints = self.ints.numpy().T  # synchronises the device: both copies have landed
+            if e:
+                wp.record_event(e[3])
+            ints = self.ints.numpy().T  # synchronises the device: every copy has landed
         t = self.timings
         t["to_device_s"] += t1 - t0
         t["launch_s"] += t2 - t1
         t["copy_out_wait_s"] += time.perf_counter() - t2
-        if self.events:
+        if e:
             # The device has passed the last event (the synchronising copy above).
-            e = self.events
-            t["device_launched_s"] += wp.get_event_elapsed_time(e[0], e[1], synchronize=False) / 1000.0
-            t["device_copy_out_s"] += wp.get_event_elapsed_time(e[1], e[2], synchronize=False) / 1000.0
+            elapsed = [wp.get_event_elapsed_time(a, b, synchronize=False) / 1000.0 for a, b in zip(e, e[1:])]
+            t["device_copy_in_s"] += elapsed[0]
+            t["device_launched_s"] += elapsed[1]
+            t["device_copy_out_s"] += elapsed[2]
         return ints

@@ -545,6 +545,74 @@ fn the_worker_reports_its_timings_and_checks_only_active_targets() {
     }
 }
 
+/// A command's inputs reach MuJoCo Warp's worlds as they reach MuJoCo (they cross as one packed
+/// block that the step's first kernel unpacks): a push on one env only, then a step with
+/// targets that differ per env and per joint, one env idle.
+#[test]
+fn warp_gets_each_envs_push_and_targets() {
+    let Some(python) = gpu_python() else { return };
+    let n = 3;
+    let mut cpu = SimBackend::Cpu.create(RobotConfig::default(), n, 1).unwrap();
+    let mut warp = on_cpu_device(python, GpuImpl::Warp)
+        .create(RobotConfig::default(), n, 1)
+        .unwrap();
+    let mut qpos = vec![0.0; NQ];
+    cpu.read_env_into(0, Field::Qpos, &mut qpos);
+    qpos[2] += 0.05;
+    for h in [&mut cpu, &mut warp] {
+        for env in 0..n {
+            h.set_qpos_qvel(env, &qpos, &[0.0; NV]).unwrap();
+        }
+        h.push_root(1, [0.3, -0.2, 0.1], [0.0, 0.4, -0.5]).unwrap();
+        h.sync().unwrap();
+    }
+    let read = |h: &dyn Handler, env: usize| {
+        let mut v = vec![0.0; NV];
+        h.read_env_into(env, Field::Qvel, &mut v);
+        v
+    };
+    for env in 0..n {
+        let (c, w) = (read(cpu.as_ref(), env), read(warp.as_ref(), env));
+        assert!(
+            max_diff(&c, &w) < 1e-6,
+            "env {env} after the push: cpu {c:?} warp {w:?}"
+        );
+    }
+    assert!(
+        read(warp.as_ref(), 1)[..6].iter().any(|v| v.abs() > 0.1),
+        "env 1 was pushed"
+    );
+    assert!(read(warp.as_ref(), 0)[..6].iter().all(|v| *v == 0.0), "env 0 was not");
+
+    let targets: Vec<f64> = (0..n * NUM_JOINTS)
+        .map(|k| qpos[7 + k % NUM_JOINTS] + 0.02 * (k as f64).sin())
+        .collect();
+    for h in [&mut cpu, &mut warp] {
+        h.mark_idle(2);
+        h.step(&targets).unwrap();
+    }
+    let read_q = |h: &dyn Handler, env: usize| {
+        let mut v = vec![0.0; NQ];
+        h.read_env_into(env, Field::Qpos, &mut v);
+        v
+    };
+    // Float32 against float64 after one step: about 1e-7 (measured); a target of another env
+    // or joint would be off by 1e-3 and more.
+    for env in 0..n {
+        let (c, w) = (read_q(cpu.as_ref(), env), read_q(warp.as_ref(), env));
+        assert!(
+            max_diff(&c, &w) < 1e-5,
+            "env {env} after the step: cpu {c:?} warp {w:?}"
+        );
+    }
+    let (moved, idle) = (read_q(warp.as_ref(), 0), read_q(warp.as_ref(), 2));
+    assert!(max_diff(&moved, &qpos) > 1e-4, "env 0 was stepped");
+    assert!(
+        max_diff(&idle, &qpos) < 1e-6,
+        "idle env 2 stayed where it was: {idle:?}"
+    );
+}
+
 /// The joint-position mode's torque law on the GPU backend: feed-forward torques add to the PD
 /// torque as on the CPU backend, per env, and a reset clears them. MJX in double precision is
 /// held to the CPU backend's rounding; MuJoCo Warp (float32) to float32's.

@@ -266,8 +266,10 @@ class Worker:
                         "advance_s": 0.0, "ints_s": 0.0}
         # Every env is at qpos0 at rest: one inactive step and a sync exercise both paths before
         # the first command and publish the initial outputs.
+        t0 = time.perf_counter()
         self.physics.advance(self.inp, True, self.outputs)
         self.write_ints(self.physics.advance(self.inp, False, self.outputs))
+        self.startup["first_commands_s"] = time.perf_counter() - t0
 
     def apply_params(self, envs):
         """Domain randomisation from the nominal model for `envs` (C library's mj_setConst)."""

@@ -241,6 +241,18 @@ impl Motion {
         sample_rows(&self.body_pos, NUM_BODIES_EXT * 3, f0, f1, beta, body_pos);
     }
 
+    /// The reference joint positions (29) at time `t`: `pose_at`'s `qpos[7..]`, the same
+    /// numbers, without the root's slerp and the bodies (the replay policy's whole need).
+    pub fn joint_pos_at(&self, t: f64, out: &mut [f64; NUM_JOINTS]) {
+        let (f0, f1, beta) = frame_blend(t, self.num_frames, self.fps);
+        lerp_into(
+            out,
+            &self.qpos[f0 * NQ + 7..(f0 + 1) * NQ],
+            &self.qpos[f1 * NQ + 7..(f1 + 1) * NQ],
+            beta,
+        );
+    }
+
     /// Joint velocities and root (pelvis) angular velocity at time `t`: with [`Self::pose_at`],
     /// what a reference `state` row needs, without the per-body slerps of [`Self::state_at`].
     pub fn velocities_at(&self, t: f64, dof_vel: &mut [f64; NUM_JOINTS], root_ang_vel: &mut [f64; 3]) {

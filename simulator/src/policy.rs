@@ -2,9 +2,8 @@
 
 use crate::CONTROL_DT;
 use crate::env::{ACTION_CLIP, ACTION_SCALE, EpisodeStatus, TrackingEnv};
-use crate::handler::NQ;
-use crate::robot::NUM_BODIES_EXT;
 use arena_data::NUM_JOINTS;
+use rayon::prelude::*;
 
 /// Something that maps the env batch to an action batch (N×29, normalised).
 pub trait Policy {
@@ -23,20 +22,9 @@ impl Policy for ZeroPolicy {
 
 /// Open-loop reference replay: the action whose PD target is the reference joint position one
 /// control step ahead, a = (q_ref(t + dt) − q0) / (5 · 0.25 · effort / kp), clipped to [−1, 1].
-#[derive(Debug)]
-pub struct ReplayPolicy {
-    qpos: [f64; NQ],
-    body_pos: Vec<f64>,
-}
-
-impl Default for ReplayPolicy {
-    fn default() -> Self {
-        Self {
-            qpos: [0.0; NQ],
-            body_pos: vec![0.0; 3 * NUM_BODIES_EXT],
-        }
-    }
-}
+/// Each env's action depends on that env alone, so they are computed on the env's threads.
+#[derive(Debug, Default)]
+pub struct ReplayPolicy;
 
 impl ReplayPolicy {
     /// The replay action for reference joint positions `q_ref` (29).
@@ -51,14 +39,19 @@ impl ReplayPolicy {
 impl Policy for ReplayPolicy {
     fn act(&mut self, env: &TrackingEnv, actions: &mut [f32]) {
         let robot = env.handler().config();
-        for (e, out) in actions.chunks_exact_mut(NUM_JOINTS).enumerate() {
+        let act_env = |(e, out): (usize, &mut [f32])| {
             let (Some(a), EpisodeStatus::Running) = (env.assignment(e), &env.infos()[e].status) else {
                 out.fill(0.0);
-                continue;
+                return;
             };
             let t = env.infos()[e].motion_time + CONTROL_DT;
-            env.library().motions[a.motion].pose_at(t, &mut self.qpos, &mut self.body_pos);
-            Self::action_for(&self.qpos[7..], robot, out);
+            let mut q_ref = [0.0; NUM_JOINTS];
+            env.library().motions[a.motion].joint_pos_at(t, &mut q_ref);
+            Self::action_for(&q_ref, robot, out);
+        };
+        match env.handler().pool() {
+            Some(pool) => pool.install(|| actions.par_chunks_exact_mut(NUM_JOINTS).enumerate().for_each(act_env)),
+            None => actions.chunks_exact_mut(NUM_JOINTS).enumerate().for_each(act_env),
         }
     }
 }

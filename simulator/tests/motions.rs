@@ -68,3 +68,33 @@ fn reference_state_row_from_parts_matches_state_at() {
         }
     }
 }
+
+/// The replay policy reads only the reference joints (`joint_pos_at`): the very numbers of
+/// `pose_at`'s qpos, at frames, between frames and past either end.
+#[test]
+fn joint_pos_at_is_pose_at_s_joints() {
+    use arena_sim::handler::NQ;
+    use arena_sim::motion::MotionLibrary;
+    let robot = RobotConfig::default();
+    let clips = MotionLibrary::builtin_clips(&robot).unwrap();
+    let library = MotionLibrary::from_clips(&clips, &robot).unwrap();
+    for m in &library.motions {
+        for t in [
+            -0.1,
+            0.0,
+            0.013,
+            0.02,
+            0.5,
+            1.234,
+            m.length_s - 0.007,
+            m.length_s,
+            m.length_s + 1.0,
+        ] {
+            let (mut qpos, mut body) = ([0.0; NQ], vec![0.0; 93]);
+            m.pose_at(t, &mut qpos, &mut body);
+            let mut joints = [f64::NAN; 29];
+            m.joint_pos_at(t, &mut joints);
+            assert_eq!(joints[..], qpos[7..], "{} at t = {t}", m.name);
+        }
+    }
+}

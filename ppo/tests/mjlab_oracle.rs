@@ -188,8 +188,8 @@ fn mjlab_metrics_match_mjlabs_own_functions() {
     let library = Arc::new(MotionLibrary::from_clips(&MotionLibrary::builtin_clips(&robot).unwrap(), &robot).unwrap());
     let steps = (3.0 / CONTROL_DT) as usize;
     let mut kin = Kinematics::new(&robot).unwrap();
-    let wave = record(&library, "arm_wave", 0.0, steps, &mut ReplayPolicy::default());
-    let stepping = record(&library, "step_in_place", 0.5, steps, &mut ReplayPolicy::default());
+    let wave = record(&library, "arm_wave", 0.0, steps, &mut ReplayPolicy);
+    let stepping = record(&library, "step_in_place", 0.5, steps, &mut ReplayPolicy);
     let clean_wave = close_tracker(&wave, &mut kin);
     let clean_steps = close_tracker(&stepping, &mut kin);
     let fall = record(&library, "squat", 0.0, steps, &mut Collapse);

@@ -39,7 +39,7 @@ fn assignment(motion: usize, seed: u64, level: DrLevel) -> EpisodeAssignment {
 /// Runs `steps` replay steps and returns every env's trajectory.
 fn run(env: &mut TrackingEnv, assignments: &[(usize, EpisodeAssignment)], steps: usize) -> Vec<Trajectory> {
     env.reset(assignments).unwrap();
-    let mut policy = ReplayPolicy::default();
+    let mut policy = ReplayPolicy;
     let mut actions = vec![0.0f32; env.num_envs() * NUM_JOINTS];
     for _ in 0..steps {
         policy.act(env, &mut actions);
@@ -444,7 +444,7 @@ fn a_bad_assignment_fails_alone_in_a_batched_start() {
     // The envs that started are exactly as a reset of them alone makes them.
     let mut alone = env(&lib, 3, 1);
     alone.reset(&good).unwrap();
-    let mut policy = ReplayPolicy::default();
+    let mut policy = ReplayPolicy;
     let mut actions = vec![0.0f32; 3 * NUM_JOINTS];
     for _ in 0..5 {
         policy.act(&alone, &mut actions);
@@ -477,7 +477,7 @@ fn contact_forces_carry_the_robot_on_its_feet() {
         dr_level: DrLevel::L0,
     };
     env.reset(&[(0, a)]).unwrap();
-    let mut policy = ReplayPolicy::default();
+    let mut policy = ReplayPolicy;
     let mut actions = vec![0.0f32; NUM_JOINTS];
     let mut force = vec![0.0; Field::BodyContactForce.width()];
     let (mut feet_z, mut others, mut steps) = (0.0, 0.0f64, 0);
@@ -543,7 +543,7 @@ fn privileged_state_recomputed_from_recorded_states_matches_the_episode() {
     let mut e = env(&lib, 2, 1);
     e.reset(&[(0, assignment(1, 7, DrLevel::L0)), (1, assignment(3, 9, DrLevel::L3))])
         .unwrap();
-    let mut policy = ReplayPolicy::default();
+    let mut policy = ReplayPolicy;
     let mut actions = vec![0.0f32; 2 * NUM_JOINTS];
     let mut seen: Vec<Vec<f32>> = vec![e.observations().privileged_state.clone()];
     for _ in 0..60 {
@@ -621,7 +621,7 @@ fn a_reset_with_start_states_equals_a_reset_then_its_start_states() {
     together.reset_with_start_states(&assignments, &states).unwrap();
     apart.reset(&assignments).unwrap();
     apart.set_start_states(&states).unwrap();
-    let mut policy = ReplayPolicy::default();
+    let mut policy = ReplayPolicy;
     let mut actions = vec![0.0f32; n * NUM_JOINTS];
     for _ in 0..5 {
         policy.act(&together, &mut actions);

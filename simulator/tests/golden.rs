@@ -25,7 +25,7 @@ fn squat_replay_matches_golden_trajectory() {
         dr_level: DrLevel::L2,
     };
     env.reset(&[(0, a)]).unwrap();
-    let mut policy = ReplayPolicy::default();
+    let mut policy = ReplayPolicy;
     let mut actions = [0.0f32; NUM_JOINTS];
     for _ in 0..50 {
         policy.act(&env, &mut actions);

@@ -140,7 +140,7 @@ fn track_side_by_side(
         .map(|(x, y)| (x - y).abs())
         .fold(0.0f32, f32::max);
     assert!(reset <= reset_tol, "reset observations differ by {reset:e}");
-    let mut policy = ReplayPolicy::default();
+    let mut policy = ReplayPolicy;
     let mut actions = vec![0.0f32; 2 * NUM_JOINTS];
     let mut worst = Vec::new();
     for step in 1..=steps {
@@ -187,7 +187,7 @@ fn gpu_backend_tracks_mujoco_and_survives_a_worker_crash() {
     );
     assert_within(&worst, QPOS_TOL_1, QPOS_TOL_10);
     let assignments = ASSIGNMENTS;
-    let mut policy = ReplayPolicy::default();
+    let mut policy = ReplayPolicy;
     let mut actions = vec![0.0f32; 2 * NUM_JOINTS];
 
     // The worker dies: the running episodes fail with the reason, nothing panics.
@@ -720,7 +720,7 @@ fn a_batched_dr_reset_matches_resets_one_env_at_a_time() {
     for one in &assignments {
         alone.reset(std::slice::from_ref(one)).unwrap();
     }
-    let mut policy = ReplayPolicy::default();
+    let mut policy = ReplayPolicy;
     let mut actions = vec![0.0f32; n * NUM_JOINTS];
     for _ in 0..5 {
         policy.act(&together, &mut actions);

@@ -64,7 +64,7 @@ pub enum BuiltinPolicy {
 impl BuiltinPolicy {
     pub fn build(self) -> Box<dyn Policy> {
         match self {
-            BuiltinPolicy::Replay => Box::new(ReplayPolicy::default()),
+            BuiltinPolicy::Replay => Box::new(ReplayPolicy),
             BuiltinPolicy::Zero => Box::new(ZeroPolicy),
         }
     }
@@ -359,7 +359,7 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
     };
     let mut env = TrackingEnv::new(config, library.clone())?;
     let all: Vec<_> = (0..a.envs).map(|e| (e, assignment(e))).collect();
-    let mut policy = ReplayPolicy::default();
+    let mut policy = ReplayPolicy;
     let mut actions = vec![0.0f32; a.envs * NUM_JOINTS];
     if let Some(dir) = &a.dump {
         let shortest = library.motions.iter().map(|m| m.num_frames - 1).min().unwrap_or(0);

@@ -67,9 +67,11 @@ timed "$results" 30 eval-4096-stub "$python" bench/gpu_eval_scale.py --arena "$b
     --episodes "${EPISODES:-4096}" --window-s "${WINDOW_S:-2}" --backend gpu --gpu-device cpu --gpu-impl stub \
     --repeats "${EVAL_REPEATS:-1}"
 # Last, as the least needed: which part of the host side stops scaling with the machine's
-# cores (the stub, then the CPU backend's MuJoCo as the cores' own reference), at 1, 2, 4, ...
-# threads.
-timed "$results" 40 host-scaling "$python" bench/host_scaling.py --arena "$bin/arena" --envs 4096
+# cores (the stub, then the CPU backend's MuJoCo as the cores' own reference), at 1 and 4
+# threads and on every core (6 s on the 2-core development machine at 1, 2 and 4).
+threads=$(printf '%s\n' 1 4 "$(nproc)" | sort -nu | tr '\n' ' ')
+# shellcheck disable=SC2086 # a list of thread counts
+timed "$results" 25 host-scaling "$python" bench/host_scaling.py --arena "$bin/arena" --envs 4096 --threads $threads
 if [ -x /tmp/arena-bfm-bin/update_throughput ]; then
     torch_lib=$("$python" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
     bfm_device=cuda

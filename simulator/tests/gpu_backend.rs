@@ -566,23 +566,29 @@ fn warp_gets_each_envs_push_and_targets() {
         h.push_root(1, [0.3, -0.2, 0.1], [0.0, 0.4, -0.5]).unwrap();
         h.sync().unwrap();
     }
-    let read = |h: &dyn Handler, env: usize| {
-        let mut v = vec![0.0; NV];
-        h.read_env_into(env, Field::Qvel, &mut v);
+    let read = |h: &dyn Handler, field: Field, env: usize| {
+        let mut v = vec![0.0; field.width()];
+        h.read_env_into(env, field, &mut v);
         v
     };
     for env in 0..n {
-        let (c, w) = (read(cpu.as_ref(), env), read(warp.as_ref(), env));
+        let (c, w) = (
+            read(cpu.as_ref(), Field::Qvel, env),
+            read(warp.as_ref(), Field::Qvel, env),
+        );
         assert!(
             max_diff(&c, &w) < 1e-6,
             "env {env} after the push: cpu {c:?} warp {w:?}"
         );
     }
     assert!(
-        read(warp.as_ref(), 1)[..6].iter().any(|v| v.abs() > 0.1),
+        read(warp.as_ref(), Field::Qvel, 1)[..6].iter().any(|v| v.abs() > 0.1),
         "env 1 was pushed"
     );
-    assert!(read(warp.as_ref(), 0)[..6].iter().all(|v| *v == 0.0), "env 0 was not");
+    assert!(
+        read(warp.as_ref(), Field::Qvel, 0)[..6].iter().all(|v| *v == 0.0),
+        "env 0 was not"
+    );
 
     let targets: Vec<f64> = (0..n * NUM_JOINTS)
         .map(|k| qpos[7 + k % NUM_JOINTS] + 0.02 * (k as f64).sin())
@@ -591,21 +597,19 @@ fn warp_gets_each_envs_push_and_targets() {
         h.mark_idle(2);
         h.step(&targets).unwrap();
     }
-    let read_q = |h: &dyn Handler, env: usize| {
-        let mut v = vec![0.0; NQ];
-        h.read_env_into(env, Field::Qpos, &mut v);
-        v
-    };
     // Float32 against float64 after one step: about 1e-7 (measured); a target of another env
     // or joint would be off by 1e-3 and more.
     for env in 0..n {
-        let (c, w) = (read_q(cpu.as_ref(), env), read_q(warp.as_ref(), env));
+        let (c, w) = (
+            read(cpu.as_ref(), Field::Qpos, env),
+            read(warp.as_ref(), Field::Qpos, env),
+        );
         assert!(
             max_diff(&c, &w) < 1e-5,
             "env {env} after the step: cpu {c:?} warp {w:?}"
         );
     }
-    let (moved, idle) = (read_q(warp.as_ref(), 0), read_q(warp.as_ref(), 2));
+    let (moved, idle) = (read(warp.as_ref(), Field::Qpos, 0), read(warp.as_ref(), Field::Qpos, 2));
     assert!(max_diff(&moved, &qpos) > 1e-4, "env 0 was stepped");
     assert!(
         max_diff(&idle, &qpos) < 1e-6,

@@ -206,15 +206,16 @@ def main():
         rows.append((k, *diffs, height, int(v["failed"].max())))
 
     compare(0)
-    v["active"][:] = 1
+    inputs = v["inputs"]
+    inputs[:, NJ + 6] = 1  # every env goes
     for k in range(args.steps):
         if k == PUSH_STEP:
             for e, (dv, dw) in pushes.items():
-                v["push"][e] = np.concatenate([dv, dw])
-                v["push_flag"][e] = 1
+                inputs[e, NJ:NJ + 6] = np.concatenate([dv, dw])
                 ref.push(e, dv, dw)
-        v["targets"][:] = targets[k]
+        inputs[:, :NJ] = targets[k]
         worker.send("step")
+        inputs[:, NJ:NJ + 6] = 0  # a push goes with one command
         ref.step(targets[k])
         if k + 1 in checkpoints:
             compare(k + 1)
@@ -230,7 +231,7 @@ def main():
         print(f"| {k} | " + " | ".join(f"{x:.2e}" for x in d) + f" | {h} | {f} |")
 
     if args.bench:
-        v["targets"][:] = Q0
+        inputs[:, :NJ] = Q0
         worker.send("step")
         t0 = time.perf_counter()
         for _ in range(args.bench):

@@ -22,38 +22,41 @@ only (x64 is refused) and needs mujoco-warp and warp-lang (python/requirements-g
 "stub" (stub_physics.py) is no physics at all, a benchmark of the host side.
 
 Shared memory: PATH holds little-endian arrays in C order, back to back in the order below,
-each N x width values (N = num_envs). The inputs and the last three arrays are float64; the
-device outputs (qpos to contact_force, DEVICE_OUTPUTS) are float32, the precision the physics
-computes in, or float64 with x64. So a file is 3744 N bytes, or 6064 N bytes with x64.
+each N x width values (N = num_envs). The reset and params inputs and the three scalars after
+the outputs are float64; the device outputs (qpos to contact_force, DEVICE_OUTPUTS) and the
+command inputs (`inputs`, last) are float32, the precision the physics computes in, or float64
+with x64: the inputs go to the physics as they lie, with no conversion here. So a file is
+3476 N bytes, or 6056 N bytes with x64.
 
   | #  | array         | shape     | type    | dir | meaning                                   |
   |----|---------------|-----------|---------|-----|-------------------------------------------|
-  | 1  | targets       | [N,29]    | f64     | in  | joint position targets (rad)              |
-  | 2  | active        | [N]       | f64     | in  | 1 = advance this env on `step`            |
-  | 3  | reset_flag    | [N]       | f64     | in  | 1 = reset from reset_qpos / reset_qvel    |
-  | 4  | reset_qpos    | [N,36]    | f64     | in  |                                           |
-  | 5  | reset_qvel    | [N,35]    | f64     | in  |                                           |
-  | 6  | params_flag   | [N]       | f64     | in  | 1 = apply params                          |
-  | 7  | params        | [N,36]    | f64     | in  | mass_scale 30, torso_com_offset 3,        |
+  | 1  | reset_flag    | [N]       | f64     | in  | 1 = reset from reset_qpos / reset_qvel    |
+  | 2  | reset_qpos    | [N,36]    | f64     | in  |                                           |
+  | 3  | reset_qvel    | [N,35]    | f64     | in  |                                           |
+  | 4  | params_flag   | [N]       | f64     | in  | 1 = apply params                          |
+  | 5  | params        | [N,36]    | f64     | in  | mass_scale 30, torso_com_offset 3,        |
   |    |               |           |         |     | friction 1 (NaN = model's), kp_scale,     |
   |    |               |           |         |     | kd_scale                                  |
-  | 8  | push_flag     | [N]       | f64     | in  | 1 = apply push                            |
-  | 9  | push          | [N,6]     | f64     | in  | dv world xyz, dw world xyz                |
-  | 10 | feedforward   | [N,29]    | f64     | in  | feed-forward torques (N m), added to PD   |
-  | 11 | qpos          | [N,36]    | f32/f64 | out |                                           |
-  | 12 | qvel          | [N,35]    | f32/f64 | out |                                           |
-  | 13 | torque        | [N,29]    | f32/f64 | out | clamped torques of the last substep       |
-  | 14 | body_pos      | [N,30,3]  | f32/f64 | out | xpos of bodies 1..30                      |
-  | 15 | body_quat     | [N,30,4]  | f32/f64 | out | xquat (wxyz)                              |
-  | 16 | body_lin_vel  | [N,30,3]  | f32/f64 | out | world, at each body's CoM                 |
-  | 17 | body_ang_vel  | [N,30,3]  | f32/f64 | out | world                                     |
-  | 18 | contact_force | [N,30,3]  | f32/f64 | out | net world contact force, last substep     |
-  | 19 | failed        | [N]       | f64     | out | 0 ok, 1 bad qpos, 2 bad qvel, 3 bad qacc  |
-  | 20 | failed_time   | [N]       | f64     | out | sim time at which the bad state appeared  |
-  | 21 | time          | [N]       | f64     | out | sim time since reset                      |
+  | 6  | qpos          | [N,36]    | f32/f64 | out |                                           |
+  | 7  | qvel          | [N,35]    | f32/f64 | out |                                           |
+  | 8  | torque        | [N,29]    | f32/f64 | out | clamped torques of the last substep       |
+  | 9  | body_pos      | [N,30,3]  | f32/f64 | out | xpos of bodies 1..30                      |
+  | 10 | body_quat     | [N,30,4]  | f32/f64 | out | xquat (wxyz)                              |
+  | 11 | body_lin_vel  | [N,30,3]  | f32/f64 | out | world, at each body's CoM                 |
+  | 12 | body_ang_vel  | [N,30,3]  | f32/f64 | out | world                                     |
+  | 13 | contact_force | [N,30,3]  | f32/f64 | out | net world contact force, last substep     |
+  | 14 | failed        | [N]       | f64     | out | 0 ok, 1 bad qpos, 2 bad qvel, 3 bad qacc  |
+  | 15 | failed_time   | [N]       | f64     | out | sim time at which the bad state appeared  |
+  | 16 | time          | [N]       | f64     | out | sim time since reset                      |
+  | 17 | inputs        | [N,65]    | f32/f64 | in  | worker_common's columns: joint position   |
+  |    |               |           |         |     | targets (rad) 29, push dv then dw (world) |
+  |    |               |           |         |     | 6 (zero: none), go (1 = advance this env  |
+  |    |               |           |         |     | on `step`) 1, feed-forward torques (N m,  |
+  |    |               |           |         |     | added to PD) 29                           |
 
 Within a command the worker applies params, then resets, then pushes (then, for `step`, the
-control step), writes every output array, and clears the flags it consumed.
+control step), writes every output array, and clears the reset and params flags it consumed.
+`inputs` is the supervisor's: it clears a push once the command that carried it is answered.
 
 Physics equals MimicArena's CPU backend (simulator/src/handler/mujoco.rs): one control step is
 `decimation` substeps of tau = clip(kp (target - q) - kd qdot + ff, -effort, effort) followed by
@@ -87,32 +90,31 @@ MAX_DR_THREADS = 16
 
 # (name, per-env shape) in shared-memory order; outputs start at "qpos".
 LAYOUT = (
-    ("targets", (NJ,)),
-    ("active", ()),
     ("reset_flag", ()),
     ("reset_qpos", (NQ,)),
     ("reset_qvel", (NV,)),
     ("params_flag", ()),
     ("params", (NPARAMS,)),
-    ("push_flag", ()),
-    ("push", (6,)),
-    ("feedforward", (NJ,)),
 ) + DEVICE_OUTPUTS + (
     ("failed", ()),
     ("failed_time", ()),
     ("time", ()),
+    # Last: its odd width (65) never misaligns a float64 array after it.
+    ("inputs", (INP_WIDTH,)),
 )
-DEVICE_OUTPUT_NAMES = frozenset(name for name, _ in DEVICE_OUTPUTS)
+# What lies in shared memory in the physics' own type.
+PHYSICS_TYPED = frozenset(name for name, _ in DEVICE_OUTPUTS) | {"inputs"}
 
 
 def output_dtype(x64):
-    """The device outputs' type in shared memory: what the physics computes in. Widening
-    float32 to float64 on the way would double the bytes copied and read for nothing."""
+    """The type of the device outputs and the command inputs in shared memory: what the physics
+    computes in. Widening float32 to float64 on the way out, or narrowing it on the way in,
+    would copy and convert twice the bytes for nothing."""
     return np.dtype("<f8" if x64 else "<f4")
 
 
 def _dtype(name, x64):
-    return output_dtype(x64) if name in DEVICE_OUTPUT_NAMES else np.dtype("<f8")
+    return output_dtype(x64) if name in PHYSICS_TYPED else np.dtype("<f8")
 
 
 def shm_size(num_envs, x64):
@@ -255,10 +257,9 @@ class Worker:
         self.startup = {"host_s": host_s, "import_s": import_s}
         self.startup.update(getattr(self.physics, "startup", None) or
                             {"physics_s": time.perf_counter() - t0})
-        self.inp = np.zeros((n, INP_WIDTH))
         # Where the commands' time goes (the `stats` reply): counts, then seconds summed over
         # every command since start-up. The worker's own phases are `inputs_s` (reading the
-        # flags, checking and packing the inputs), `params_s` (DR's derived constants),
+        # flags and checking the inputs), `params_s` (DR's derived constants),
         # `resets_s`, `advance_s` (the physics' call: inputs to the device, the launches, the
         # outputs copied back and waited for) and `ints_s` (failure codes and times written);
         # the physics adds its own split of `advance_s` (`physics.timings`).
@@ -267,8 +268,9 @@ class Worker:
         # Every env is at qpos0 at rest: one inactive step and a sync exercise both paths before
         # the first command and publish the initial outputs.
         t0 = time.perf_counter()
-        self.physics.advance(self.inp, True, self.outputs)
-        self.write_ints(self.physics.advance(self.inp, False, self.outputs))
+        # The supervisor's inputs are all zero until its first command (no env goes, no push).
+        self.physics.advance(views["inputs"], True, self.outputs)
+        self.write_ints(self.physics.advance(views["inputs"], False, self.outputs))
         self.startup["first_commands_s"] = time.perf_counter() - t0
 
     def apply_params(self, envs):
@@ -336,31 +338,18 @@ class Worker:
         v = self.views
         params = np.nonzero(v["params_flag"] != 0)[0]
         resets = np.nonzero(v["reset_flag"] != 0)[0]
-        pushes = v["push_flag"] != 0
         if resets.size:
             q, qd = v["reset_qpos"][resets], v["reset_qvel"][resets]
             if not (np.all(np.isfinite(q)) and np.all(np.isfinite(qd))):
                 raise CommandError(f"non-finite reset state for env(s) {resets.tolist()}")
-        if pushes.any() and not np.all(np.isfinite(v["push"][pushes])):
-            raise CommandError("non-finite push")
-        inp = self.inp
-        # Pushes and go; the feed-forward columns are rewritten by every step and read by no sync.
-        inp[:, NJ:NJ + 7] = 0.0
-        if name == "step":
-            targets, feedforward = v["targets"], v["feedforward"]
-            active = v["active"] != 0
-            # A sum is finite when its values are: first the whole block (one pass, the usual
-            # answer), then row by row for the active envs only where that is not finite (an
-            # inactive env's row may hold anything).
-            if not np.isfinite(targets.sum()) and not np.all(np.isfinite(targets.sum(axis=1))[active]):
-                raise CommandError("non-finite targets for an active env")
-            if not np.isfinite(feedforward.sum()) and not np.all(np.isfinite(feedforward.sum(axis=1))[active]):
-                raise CommandError("non-finite feed-forward torques for an active env")
-            inp[:, :NJ] = targets
-            inp[:, FF0:] = feedforward
-            inp[:, NJ + 6] = active
-        if pushes.any():
-            inp[pushes, NJ:NJ + 6] = v["push"][pushes]
+        inp = v["inputs"]
+        # A sum is finite when its values are: first the whole block (one pass, the usual
+        # answer), then, only where that is not finite, which envs and columns. A push must be
+        # finite everywhere (it is applied to every env, zero where there is none); targets and
+        # feed-forward torques only where the env advances on a step (an inactive env's row may
+        # hold anything, and a sync reads neither).
+        if not np.isfinite(inp.sum()):
+            self.check_inputs(inp, name == "step")
         t1 = time.perf_counter()
         if params.size:
             self.apply_params(params)
@@ -374,8 +363,6 @@ class Worker:
             qpos[resets], qvel[resets] = v["reset_qpos"][resets], v["reset_qvel"][resets]
             self.physics.reset(mask, qpos, qvel)
             v["reset_flag"][:] = 0
-        if pushes.any():
-            v["push_flag"][:] = 0
         t3 = time.perf_counter()
         ints = self.physics.advance(inp, name == "step", self.outputs)
         t4 = time.perf_counter()
@@ -387,6 +374,23 @@ class Worker:
         t["resets_s"] += t3 - t2
         t["advance_s"] += t4 - t3
         t["ints_s"] += time.perf_counter() - t4
+
+    @staticmethod
+    def check_inputs(inp, step):
+        """Raises CommandError for the non-finite values of `inp` that the command would use."""
+        bad = ~np.isfinite(inp)
+        pushed = np.nonzero(bad[:, NJ:NJ + 6].any(axis=1))[0]
+        if pushed.size:
+            raise CommandError(f"non-finite push for env(s) {pushed.tolist()}")
+        if not step:
+            return
+        if bad[:, NJ + 6].any():
+            raise CommandError("non-finite go flag")
+        active = inp[:, NJ + 6] != 0
+        if (bad[:, :NJ].any(axis=1) & active).any():
+            raise CommandError("non-finite targets for an active env")
+        if (bad[:, FF0:].any(axis=1) & active).any():
+            raise CommandError("non-finite feed-forward torques for an active env")
 
     def write_ints(self, ints):
         """Failure codes and substep counts [N, 3] (code, nsub, fail_nsub), into shared memory;

@@ -300,9 +300,9 @@ class WarpPhysics:
             self.reset_qvel = wp.zeros((n, NV), dtype=f32)
             self.body_force = wp.zeros((n, NB + 1), dtype=wp.vec3)
             self.out = wp.zeros(n * OUTPUTS_PER_ENV, dtype=wp.float32)
-            # A command's inputs cross in one copy: packed in float32 on the host (page-locked
-            # on a CUDA device, so the copy is asynchronous), unpacked on the device by the
-            # first kernel of the step and sync graphs.
+            # A command's inputs cross in one copy: the supervisor's float32 block, copied into
+            # page-locked memory on a CUDA device (so the copy is asynchronous), unpacked on the
+            # device by the first kernel of the step and sync graphs.
             self.inp_dev = wp.zeros((n, INP_WIDTH), dtype=f32)
             self.inp_host = wp.zeros((n, INP_WIDTH), dtype=f32, device="cpu",
                                      pinned=self.device.is_cuda)
@@ -460,7 +460,9 @@ class WarpPhysics:
         (float32, shared memory) and returns the ints [N, 3] (code, nsub, fail_nsub)."""
         t0 = time.perf_counter()
         host_out = self._host_destination(dest)
-        np.copyto(self.inp_host_np, inp, casting="same_kind")
+        # Shared memory holds the inputs in float32 already: one plain copy into page-locked
+        # memory, whence the device copy below is asynchronous.
+        np.copyto(self.inp_host_np, inp, casting="no")
         e = self.events
         with wp.ScopedDevice(self.device):
             if e:

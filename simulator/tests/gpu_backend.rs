@@ -741,3 +741,55 @@ fn a_batched_dr_reset_matches_resets_one_env_at_a_time() {
         assert_eq!(read(&together), read(&alone), "env {e}");
     }
 }
+
+/// A push is applied once: a second push of the same env adds only its own velocity change,
+/// as on the CPU backend, whether a sync or a step carries it, and on every implementation
+/// (the worker used to resend an env's earlier push with its next one).
+#[test]
+fn each_push_reaches_the_worker_once() {
+    let Some(python) = gpu_python() else { return };
+    let n = 2;
+    let root_vel = |h: &dyn Handler, env: usize| {
+        let mut v = vec![0.0; NV];
+        h.read_env_into(env, Field::Qvel, &mut v);
+        [v[0], v[1], v[2]]
+    };
+    let mut cpu = SimBackend::Cpu.create(RobotConfig::default(), n, 1).unwrap();
+    let mut qpos = vec![0.0; NQ];
+    cpu.read_env_into(0, Field::Qpos, &mut qpos);
+    let rest: Vec<f64> = (0..n).flat_map(|_| qpos[7..].to_vec()).collect();
+    for implementation in [GpuImpl::Stub, GpuImpl::Warp] {
+        let mut gpu = on_cpu_device(python.clone(), implementation)
+            .create(RobotConfig::default(), n, 1)
+            .unwrap();
+        for h in [&mut cpu, &mut gpu] {
+            for env in 0..n {
+                h.set_qpos_qvel(env, &qpos, &[0.0; NV]).unwrap();
+            }
+            h.sync().unwrap();
+            h.push_root(1, [0.3, 0.0, 0.0], [0.0; 3]).unwrap();
+            h.sync().unwrap();
+            h.push_root(1, [0.0, 0.2, 0.0], [0.0; 3]).unwrap();
+            h.sync().unwrap();
+            h.sync().unwrap();
+        }
+        let (c, g) = (root_vel(cpu.as_ref(), 1), root_vel(gpu.as_ref(), 1));
+        assert!((c[0] - 0.3).abs() < 1e-9 && (c[1] - 0.2).abs() < 1e-9, "cpu: {c:?}");
+        assert!(
+            (g[0] - 0.3).abs() < 1e-6 && (g[1] - 0.2).abs() < 1e-6 && g[2].abs() < 1e-6,
+            "{implementation:?} applied a push again: {g:?} (cpu {c:?})"
+        );
+        assert_eq!(root_vel(gpu.as_ref(), 0), [0.0; 3], "env 0 was never pushed");
+        if implementation == GpuImpl::Stub {
+            // Carried by a step (the stub has no dynamics, so the root keeps its velocity).
+            gpu.push_root(1, [0.0, 0.0, 0.1], [0.0; 3]).unwrap();
+            gpu.step(&rest).unwrap();
+            gpu.step(&rest).unwrap();
+            let g = root_vel(gpu.as_ref(), 1);
+            assert!(
+                (g[0] - 0.3).abs() < 1e-6 && (g[1] - 0.2).abs() < 1e-6 && (g[2] - 0.1).abs() < 1e-6,
+                "a push carried by a step: {g:?}"
+            );
+        }
+    }
+}

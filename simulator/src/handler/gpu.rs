@@ -8,9 +8,12 @@
 //! A worker that dies, hangs past its deadline or answers nonsense fails the episodes it was
 //! running, with the reason, and is started again at the next reset: never a server crash.
 
-use super::gpu_layout::{Array, OutputPrecision, PARAMS_WIDTH, ShmLayout};
+use super::gpu_layout::{
+    Array, INPUT_FEEDFORWARD, INPUT_GO, INPUT_PUSH, INPUT_TARGETS, INPUT_WIDTH, PARAMS_WIDTH, Precision, ShmLayout,
+};
 use super::gpu_options::{GpuOptions, cuda_device_present};
 use super::gpu_process::{Worker, shared_file_path, worker_script};
+use super::gpu_rows::{PhysicsRow, PhysicsRowsMut};
 use super::mujoco::check_layout;
 use super::{
     DECIMATION, EnvHealth, Field, Handler, NQ, NV, PHYSICS_DT, PhysicsParams, check_env, check_feedforward,
@@ -36,6 +39,8 @@ pub struct GpuHandler {
     pool: Option<rayon::ThreadPool>,
     /// Per-env inputs changed since the last command.
     dirty: bool,
+    /// Envs whose `Inputs` row holds a push for the next command; cleared once it is sent.
+    pushed: Vec<usize>,
 }
 
 impl std::fmt::Debug for GpuHandler {
@@ -80,11 +85,7 @@ impl GpuHandler {
             *r = (range[0], range[1]);
         }
         // MJX with x64 computes in float64; everything else in float32.
-        let precision = if options.x64 {
-            OutputPrecision::F64
-        } else {
-            OutputPrecision::F32
-        };
+        let precision = if options.x64 { Precision::F64 } else { Precision::F32 };
         let layout = ShmLayout::new(num_envs, precision);
         let shm_path = shared_file_path();
         let file = std::fs::OpenOptions::new()
@@ -112,6 +113,7 @@ impl GpuHandler {
             joint_ranges,
             pool,
             dirty: false,
+            pushed: Vec::new(),
         };
         handler.fill(Array::Params, 0.0);
         for env in 0..num_envs {
@@ -121,7 +123,8 @@ impl GpuHandler {
         Ok(handler)
     }
 
-    /// The file as float64 values: the inputs and the per-env scalars at the end lie on it.
+    /// The file as float64 values: the reset and params inputs and the per-env scalars after
+    /// the outputs lie on it.
     fn values(&self) -> &[f64] {
         // SAFETY: the map is page-aligned and `layout.bytes()` long, a multiple of 8 bytes.
         unsafe { std::slice::from_raw_parts(self.shm.as_ptr().cast::<f64>(), self.shm.len() / 8) }
@@ -132,28 +135,50 @@ impl GpuHandler {
         unsafe { std::slice::from_raw_parts_mut(self.shm.as_mut_ptr().cast::<f64>(), self.shm.len() / 8) }
     }
 
-    /// One env's row of a float64 array (an input, or a per-env scalar the worker writes).
+    /// One env's row of a float64 array (a reset or params input, or a per-env scalar the
+    /// worker writes).
     fn row(&self, array: Array, env: usize) -> &[f64] {
-        debug_assert!(!array.is_device_output(), "{array:?} is read with output_row");
+        debug_assert!(!array.in_physics_precision(), "{array:?} is read with physics_row");
         &self.values()[self.layout.row(array, env)]
     }
 
     fn row_mut(&mut self, array: Array, env: usize) -> &mut [f64] {
-        debug_assert!(!array.is_device_output(), "{array:?} is written by the worker");
+        debug_assert!(!array.in_physics_precision(), "{array:?} is in the physics' precision");
         let range = self.layout.row(array, env);
         &mut self.values_mut()[range]
     }
 
-    /// One env's row of a device output, in the physics' precision.
-    fn output_row(&self, array: Array, env: usize) -> OutputRow<'_> {
+    /// `Inputs` of every env, in the physics' precision, for writing.
+    fn inputs_mut(&mut self) -> PhysicsRowsMut<'_> {
+        let range = self.layout.range(Array::Inputs);
+        match self.layout.precision() {
+            Precision::F64 => PhysicsRowsMut::F64(&mut self.values_mut()[range]),
+            Precision::F32 => {
+                // SAFETY: as in `values_mut`, viewed as float32 values (4-byte aligned, the
+                // file a whole number of them).
+                let all =
+                    unsafe { std::slice::from_raw_parts_mut(self.shm.as_mut_ptr().cast::<f32>(), self.shm.len() / 4) };
+                PhysicsRowsMut::F32(&mut all[range])
+            }
+        }
+    }
+
+    /// One env's `Inputs` row, for writing.
+    fn input_row_mut(&mut self, env: usize) -> PhysicsRowsMut<'_> {
+        self.inputs_mut().row(env)
+    }
+
+    /// One env's row of an array in the physics' precision (a device output, or `Inputs` as
+    /// the worker took it).
+    fn physics_row(&self, array: Array, env: usize) -> PhysicsRow<'_> {
         let range = self.layout.row(array, env);
         match self.layout.precision() {
-            OutputPrecision::F64 => OutputRow::F64(&self.values()[range]),
-            OutputPrecision::F32 => {
+            Precision::F64 => PhysicsRow::F64(&self.values()[range]),
+            Precision::F32 => {
                 // SAFETY: as in `values`, viewed as float32 values (4-byte aligned, a whole
                 // number of them); the worker writes only while we wait for its answer.
                 let all = unsafe { std::slice::from_raw_parts(self.shm.as_ptr().cast::<f32>(), self.shm.len() / 4) };
-                OutputRow::F32(&all[range])
+                PhysicsRow::F32(&all[range])
             }
         }
     }
@@ -161,6 +186,12 @@ impl GpuHandler {
     fn fill(&mut self, array: Array, value: f64) {
         let range = self.layout.range(array);
         self.values_mut()[range].fill(value);
+    }
+
+    /// No env advances on the next `step` until its go flag is set again (a reset, or `step`
+    /// itself for a healthy env).
+    fn stop_all(&mut self) {
+        self.inputs_mut().set_in_every_row(INPUT_GO, 0.0);
     }
 
     fn write_params(&mut self, env: usize, p: &PhysicsParams) {
@@ -289,6 +320,10 @@ impl GpuHandler {
             Err(e) => Err(e),
         };
         self.dirty = false;
+        // A push goes with one command, as the CPU backend applies it once.
+        for env in std::mem::take(&mut self.pushed) {
+            self.input_row_mut(env).fill(INPUT_PUSH, 0.0);
+        }
         if let Err(why) = outcome {
             let reason = format!("GPU simulator worker failed: {why}");
             tracing::error!("{reason}");
@@ -298,7 +333,7 @@ impl GpuHandler {
                     *h = EnvHealth::Failed(reason.clone());
                 }
             }
-            self.fill(Array::Active, 0.0);
+            self.stop_all();
         }
         Ok(())
     }
@@ -320,7 +355,7 @@ impl GpuHandler {
             };
             let t = self.row(Array::FailedTime, env)[0].max(0.0);
             self.health[env] = EnvHealth::Failed(format!("MuJoCo instability ({label}) at t = {t:.3} s"));
-            self.row_mut(Array::Active, env)[0] = 0.0;
+            self.input_row_mut(env).set(INPUT_GO, 0.0);
         }
     }
 
@@ -362,11 +397,11 @@ impl Handler for GpuHandler {
         self.row_mut(Array::ResetQpos, env).copy_from_slice(qpos);
         self.row_mut(Array::ResetQvel, env).copy_from_slice(qvel);
         self.row_mut(Array::ResetFlag, env)[0] = 1.0;
-        self.row_mut(Array::PushFlag, env)[0] = 0.0;
-        self.row_mut(Array::Push, env).fill(0.0);
-        self.row_mut(Array::Targets, env).copy_from_slice(&qpos[7..]);
-        self.row_mut(Array::Feedforward, env).fill(0.0);
-        self.row_mut(Array::Active, env)[0] = 1.0;
+        let mut inputs = self.input_row_mut(env);
+        inputs.fill(INPUT_PUSH, 0.0);
+        inputs.write(INPUT_TARGETS, &qpos[7..]);
+        inputs.fill(INPUT_FEEDFORWARD, 0.0);
+        inputs.set(INPUT_GO, 1.0);
         self.health[env] = EnvHealth::Ok;
         self.dirty = true;
         Ok(())
@@ -380,7 +415,7 @@ impl Handler for GpuHandler {
                 targets.len()
             )));
         }
-        self.row_mut(Array::Targets, env).copy_from_slice(targets);
+        self.input_row_mut(env).write(INPUT_TARGETS, targets);
         Ok(())
     }
 
@@ -391,7 +426,7 @@ impl Handler for GpuHandler {
     fn set_feedforward(&mut self, env: usize, torques: &[f64]) -> Result<(), SimError> {
         self.check_env(env)?;
         check_feedforward(torques)?;
-        self.row_mut(Array::Feedforward, env).copy_from_slice(torques);
+        self.input_row_mut(env).write(INPUT_FEEDFORWARD, torques);
         Ok(())
     }
 
@@ -404,12 +439,14 @@ impl Handler for GpuHandler {
 
     fn push_root(&mut self, env: usize, dv: Vec3, dw_world: Vec3) -> Result<(), SimError> {
         self.check_env(env)?;
-        let row = self.row_mut(Array::Push, env);
+        let mut row = self.input_row_mut(env);
         for k in 0..3 {
-            row[k] += dv[k];
-            row[3 + k] += dw_world[k];
+            row.add(INPUT_PUSH.start + k, dv[k]);
+            row.add(INPUT_PUSH.start + 3 + k, dw_world[k]);
         }
-        self.row_mut(Array::PushFlag, env)[0] = 1.0;
+        if !self.pushed.contains(&env) {
+            self.pushed.push(env);
+        }
         self.dirty = true;
         Ok(())
     }
@@ -417,14 +454,14 @@ impl Handler for GpuHandler {
     fn mark_failed(&mut self, env: usize, reason: String) {
         if env < self.health.len() {
             self.health[env] = EnvHealth::Failed(reason);
-            self.row_mut(Array::Active, env)[0] = 0.0;
+            self.input_row_mut(env).set(INPUT_GO, 0.0);
         }
     }
 
     fn mark_idle(&mut self, env: usize) {
         if env < self.health.len() {
             self.health[env] = EnvHealth::Idle;
-            self.row_mut(Array::Active, env)[0] = 0.0;
+            self.input_row_mut(env).set(INPUT_GO, 0.0);
         }
     }
 
@@ -454,11 +491,30 @@ impl Handler for GpuHandler {
                 targets.len()
             )));
         }
-        let (targets_at, active_at) = (self.layout.range(Array::Targets), self.layout.range(Array::Active));
-        self.values_mut()[targets_at].copy_from_slice(targets);
+        // Every env's targets and go flag, row by row in the physics' precision.
         let health = std::mem::take(&mut self.health);
-        for (flag, h) in self.values_mut()[active_at].iter_mut().zip(&health) {
-            *flag = if *h == EnvHealth::Ok { 1.0 } else { 0.0 };
+        let go = |h: &EnvHealth| if *h == EnvHealth::Ok { 1.0 } else { 0.0 };
+        match self.inputs_mut() {
+            PhysicsRowsMut::F32(inputs) => {
+                let rows = inputs
+                    .chunks_exact_mut(INPUT_WIDTH)
+                    .zip(targets.chunks_exact(NUM_JOINTS));
+                for ((row, t), h) in rows.zip(&health) {
+                    for (o, v) in row[INPUT_TARGETS].iter_mut().zip(t) {
+                        *o = *v as f32;
+                    }
+                    row[INPUT_GO] = go(h) as f32;
+                }
+            }
+            PhysicsRowsMut::F64(inputs) => {
+                let rows = inputs
+                    .chunks_exact_mut(INPUT_WIDTH)
+                    .zip(targets.chunks_exact(NUM_JOINTS));
+                for ((row, t), h) in rows.zip(&health) {
+                    row[INPUT_TARGETS].copy_from_slice(t);
+                    row[INPUT_GO] = go(h);
+                }
+            }
         }
         self.health = health;
         self.run("step")?;
@@ -467,7 +523,7 @@ impl Handler for GpuHandler {
     }
 
     fn read_env_into(&self, env: usize, field: Field, out: &mut [f64]) {
-        let row = |array: Array| self.output_row(array, env);
+        let row = |array: Array| self.physics_row(array, env);
         let qpos = row(Array::Qpos);
         let qvel = row(Array::Qvel);
         // Built only by the fields that need them (this runs several times per env and step).
@@ -485,7 +541,8 @@ impl Handler for GpuHandler {
             Field::DofPos => qpos.sub(7..NQ).copy_into(out),
             Field::DofVel => qvel.sub(6..NV).copy_into(out),
             Field::DofTorque => row(Array::Torque).copy_into(out),
-            Field::DofPosTarget => out.copy_from_slice(self.row(Array::Targets, env)),
+            // As the physics took them (float32 on every implementation but MJX with x64).
+            Field::DofPosTarget => row(Array::Inputs).sub(INPUT_TARGETS).copy_into(out),
             Field::RootPos => qpos.sub(0..3).copy_into(out),
             Field::RootRot => out.copy_from_slice(&root_rot()),
             Field::RootVel => qvel.sub(0..3).copy_into(out),
@@ -550,42 +607,6 @@ impl Handler for GpuHandler {
             _ => Err(SimError::Backend(format!(
                 "GPU simulator worker's stats: unexpected answer {reply:?}"
             ))),
-        }
-    }
-}
-
-/// One env's row of a device output as the worker wrote it.
-#[derive(Clone, Copy)]
-enum OutputRow<'a> {
-    F32(&'a [f32]),
-    F64(&'a [f64]),
-}
-
-impl OutputRow<'_> {
-    fn get(self, i: usize) -> f64 {
-        match self {
-            OutputRow::F32(v) => f64::from(v[i]),
-            OutputRow::F64(v) => v[i],
-        }
-    }
-
-    fn sub(self, range: std::ops::Range<usize>) -> Self {
-        match self {
-            OutputRow::F32(v) => OutputRow::F32(&v[range]),
-            OutputRow::F64(v) => OutputRow::F64(&v[range]),
-        }
-    }
-
-    /// Widens into `out` (float32 values are exact in float64), which must be as long.
-    fn copy_into(self, out: &mut [f64]) {
-        match self {
-            OutputRow::F32(v) => {
-                assert_eq!(v.len(), out.len(), "output row length");
-                for (o, x) in out.iter_mut().zip(v) {
-                    *o = f64::from(*x);
-                }
-            }
-            OutputRow::F64(v) => out.copy_from_slice(v),
         }
     }
 }

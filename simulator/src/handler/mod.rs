@@ -10,6 +10,7 @@ mod gpu;
 mod gpu_layout;
 mod gpu_options;
 mod gpu_process;
+mod gpu_rows;
 mod mujoco;
 
 pub use gpu::GpuHandler;

@@ -33,6 +33,11 @@ pub struct ServerConfig {
     /// robot, batch, threads) to take over: a GPU worker's start-up is seconds, MJX's first
     /// compilation minutes. 0 = every lane starts its own.
     pub warm_simulators: u32,
+    /// Benchmarks whose simulators are started with the server and kept (`warm_simulators`):
+    /// one per lane of the shape a fresh submission of the benchmark gets (its episodes split
+    /// over `lanes` batches of at most `max_batch`, the benchmark's own gains), so that the
+    /// first session takes them over instead of waiting for their start-up.
+    pub prewarm: Vec<String>,
     /// Physics backend of the lanes: `cpu` (MuJoCo on CPU threads) or `gpu` (MuJoCo MJX or MuJoCo
     /// Warp in a supervised Python worker per lane; docs/gpu-backend.md).
     pub sim_backend: String,
@@ -113,6 +118,7 @@ impl Default for ServerConfig {
             lanes: 2,
             sim_threads: 0,
             warm_simulators: 2,
+            prewarm: Vec::new(),
             sim_backend: "cpu".into(),
             gpu_device: "auto".into(),
             gpu_impl: "auto".into(),
@@ -255,6 +261,29 @@ impl ServerConfig {
             return bad(
                 "warm_simulators",
                 format!("expected 0-64, got {}", self.warm_simulators),
+            );
+        }
+        let prewarmed = self.prewarm.len() * self.lanes as usize;
+        if prewarmed > self.warm_simulators as usize {
+            return bad(
+                "prewarm",
+                format!(
+                    "{} benchmark(s) × {} lane(s) need {prewarmed} kept simulators; warm_simulators is {}",
+                    self.prewarm.len(),
+                    self.lanes,
+                    self.warm_simulators
+                ),
+            );
+        }
+        let mut seen = std::collections::HashSet::new();
+        if let Some(name) = self
+            .prewarm
+            .iter()
+            .find(|n| n.trim().is_empty() || !seen.insert(n.as_str()))
+        {
+            return bad(
+                "prewarm",
+                format!("expected distinct benchmark names, got {name:?} twice or empty"),
             );
         }
         if !(self.step_timeout_s >= 0.0 && self.step_timeout_s.is_finite()) {

@@ -193,6 +193,38 @@ fn bad_inputs_get_clear_errors() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("benchmarks_dir") && err.contains("no-benchmarks"), "{err}");
+    // A benchmark to prewarm that the server does not offer, or more than it can keep.
+    let out = arena(&[
+        "serve",
+        "--bind",
+        "127.0.0.1:0",
+        "--data-dir",
+        dir.join("data").to_str().unwrap(),
+        "--prewarm",
+        "g1-smoke,no-such-benchmark",
+        "--lanes",
+        "1",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("prewarm") && err.contains("\"no-such-benchmark\"") && err.contains("g1-smoke"),
+        "{err}"
+    );
+    let out = arena(&[
+        "serve",
+        "--bind",
+        "127.0.0.1:0",
+        "--data-dir",
+        dir.join("data").to_str().unwrap(),
+        "--prewarm",
+        "g1-smoke",
+        "--lanes",
+        "3",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("prewarm") && err.contains("warm_simulators is 2"), "{err}");
     // A GPU worker whose Python lacks the packages is an error naming it. One-shot commands
     // restore SIGPIPE's default (for `| head`); writing to the dead worker must not kill them.
     let python = dir.join("python-without-packages.sh");

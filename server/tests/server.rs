@@ -250,6 +250,41 @@ fn a_later_session_takes_over_the_simulators_and_scores_the_same() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// `--prewarm`: the server starts the simulators of a fresh submission's lanes with itself,
+/// and the first session's lanes take them over (`warm_start`).
+#[test]
+fn prewarmed_simulators_serve_the_first_session() {
+    let dir = tmp("e2e-prewarm");
+    let server = ServerProc::start(&dir, &["--prewarm", "g1-smoke"]);
+    let kept = || server.log_text().matches("prewarm: benchmark g1-smoke").count();
+    let waited = std::time::Instant::now();
+    while kept() < 2 {
+        assert!(
+            waited.elapsed() < std::time::Duration::from_secs(60),
+            "two lanes' simulators are started: {}",
+            server.log_text()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let log = server.log_text();
+    assert!(!log.contains("WARN"), "{log}");
+    let token = server.team("prewarm");
+    let summary = submit(&server.ws_url(), &token, Encoding::Binary);
+    assert_eq!(summary.submission_status, "COMPLETED");
+    let log = server.log_text();
+    let warm: Vec<bool> = log
+        .lines()
+        .filter_map(|l| l.find(" lane {").map(|k| &l[k + 6..]))
+        .map(|json| {
+            serde_json::from_str::<Value>(json).unwrap()["warm_start"]
+                .as_bool()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(warm, vec![true, true], "{log}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn sdk_client_completes_g1_smoke_on_postgres() {
     let Some(db) = PgDb::create("e2e") else { return };

@@ -75,6 +75,15 @@ pub struct ServingArgs {
     /// [default: 2].
     #[arg(long, env = "ARENA_WARM_SIMULATORS")]
     pub warm_simulators: Option<u32>,
+    /// Benchmark whose lanes' simulators start with the server, for its first submission to
+    /// take over (repeat, or separate with commas; needs lanes × benchmarks <= warm_simulators).
+    #[arg(
+        long = "prewarm",
+        value_name = "BENCHMARK",
+        env = "ARENA_PREWARM",
+        value_delimiter = ','
+    )]
+    pub prewarm: Vec<String>,
     /// Seconds to wait for an Action (0 = the benchmark's limits.step_timeout_ms) [default: 0].
     #[arg(long, env = "ARENA_STEP_TIMEOUT_S")]
     pub step_timeout_s: Option<f64>,
@@ -198,6 +207,9 @@ impl ConfigArgs {
             header_timeout_s,
             idle_timeout_s
         );
+        if !serving.prewarm.is_empty() {
+            c.prewarm = serving.prewarm.clone();
+        }
         set!(lane_backend: sim_backend, gpu_device, gpu_impl, gpu_python);
         if lane_backend.gpu_allow_stub {
             c.gpu_allow_stub = true;
@@ -232,6 +244,15 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     if offered.is_empty() {
         eprintln!("warning: {} offers no benchmark", benchmarks.display());
     }
+    if let Some(name) = config.prewarm.iter().find(|n| !offered.iter().any(|s| &s.name == *n)) {
+        let mut names: Vec<&str> = offered.iter().map(|s| s.name.as_str()).collect();
+        names.sort_unstable();
+        anyhow::bail!(
+            "prewarm: {} offers no benchmark {name:?} (offered: {})",
+            benchmarks.display(),
+            names.join(", ")
+        );
+    }
     let web = config.web_dir();
     if !web.join("index.html").is_file() {
         // Said now, not at the first page request; the API and agents work without the pages.
@@ -251,6 +272,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             eprintln!("note: no admin token (ARENA_ADMIN_TOKEN / --admin-token): team management is disabled");
         }
         let state = AppState::open(config.clone()).await?;
+        crate::orchestrator::warm::prewarm(&state);
         for warning in state::unloadable_phases(&state).await? {
             eprintln!("warning: {warning}");
         }

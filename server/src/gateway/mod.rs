@@ -437,8 +437,7 @@ where
     let (lanes, batch) = if practice {
         (1, max_batch)
     } else {
-        let lanes = (config.lanes as usize).clamp(1, remaining.max(1));
-        (lanes, max_batch.min(remaining.div_ceil(lanes)).max(1))
+        crate::orchestrator::lanes_and_batch(config.lanes, max_batch, remaining)
     };
     let session_id = format!("ses-{}", uuid::Uuid::new_v4().simple());
     let (practice_tx, source) = if practice {

@@ -25,6 +25,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 
+/// Lanes and envs per lane of a submission's session with `remaining` episodes to run, on a
+/// server of `lanes` lanes and batches of at most `max_batch`: lanes × batch covers at most
+/// the episodes left.
+pub fn lanes_and_batch(lanes: u32, max_batch: usize, remaining: usize) -> (usize, usize) {
+    let lanes = (lanes as usize).clamp(1, remaining.max(1));
+    (lanes, max_batch.min(remaining.div_ceil(lanes)).max(1))
+}
+
 /// How long lanes and the committer keep retrying a database call that failed for a reason
 /// that may pass (the database restarting, a failover) before they give up on it.
 pub const DB_RETRY_FOR: Duration = Duration::from_secs(120);

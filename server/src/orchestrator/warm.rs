@@ -5,9 +5,12 @@
 //! thread pool. A simulator taken over runs episodes exactly as a fresh one does (each reset
 //! sets its env's physical parameters and state).
 
+use crate::catalog::LoadedBenchmark;
+use crate::config::ServerConfig;
+use crate::state::AppState;
 use arena_sim::handler::Handler;
 use arena_sim::{RobotConfig, SimBackend};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// What a lane's simulator must match to be taken over.
 #[derive(Debug, Clone, PartialEq)]
@@ -91,6 +94,71 @@ impl WarmSimulators {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// The shapes of the lanes of a fresh submission of `benchmark` on a server of `config`, as
+/// the gateway sizes them (every episode to run, the benchmark's own gains, no smaller batch
+/// asked for by the agent).
+pub fn fresh_submission_shapes(
+    config: &ServerConfig,
+    benchmark: &LoadedBenchmark,
+) -> Result<Vec<SimulatorShape>, String> {
+    let (lanes, batch) = super::lanes_and_batch(config.lanes, config.max_batch as usize, benchmark.episodes.len());
+    let backend = config.backend()?;
+    let env = arena_runner::episode::env_config(&benchmark.spec, None, batch, config.sim_threads as usize);
+    let shape = SimulatorShape {
+        backend,
+        robot: env.robot,
+        num_envs: batch,
+        threads: env.threads,
+    };
+    Ok(vec![shape; lanes])
+}
+
+/// Starts the simulators of the benchmarks `prewarm` names on a thread of their own and keeps
+/// them for the first sessions' lanes; each start and each failure is logged. A session that
+/// begins before its simulators are ready starts its own, as without `prewarm`.
+pub fn prewarm(state: &Arc<AppState>) {
+    if state.config.prewarm.is_empty() {
+        return;
+    }
+    let state = state.clone();
+    let spawned = std::thread::Builder::new().name("prewarm".into()).spawn(move || {
+        for name in &state.config.prewarm {
+            let shapes = state
+                .catalog
+                .load(name)
+                .map_err(|e| e.to_string())
+                .and_then(|b| fresh_submission_shapes(&state.config, &b));
+            let shapes = match shapes {
+                Ok(shapes) => shapes,
+                Err(e) => {
+                    tracing::warn!("prewarm: benchmark {name}: {e}; its first session starts its own simulators");
+                    continue;
+                }
+            };
+            for (lane, shape) in shapes.into_iter().enumerate() {
+                let started = std::time::Instant::now();
+                match shape.backend.create(shape.robot.clone(), shape.num_envs, shape.threads) {
+                    Ok(simulator) => {
+                        let what = format!("{} envs on {}", shape.num_envs, simulator.describe());
+                        if state.warm_simulators.give_back(shape, simulator) {
+                            tracing::info!(
+                                "prewarm: benchmark {name}, lane {lane}: simulator started ({what}) in {:.1} s and kept",
+                                started.elapsed().as_secs_f64()
+                            );
+                        } else {
+                            tracing::warn!("prewarm: benchmark {name}, lane {lane}: no room left among the kept simulators");
+                        }
+                    }
+                    Err(e) => tracing::warn!("prewarm: benchmark {name}, lane {lane}: the simulator did not start: {e}"),
+                }
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::warn!("prewarm: could not start its thread: {e}");
     }
 }
 

@@ -268,9 +268,11 @@ class Worker:
         # Every env is at qpos0 at rest: one inactive step and a sync exercise both paths before
         # the first command and publish the initial outputs.
         t0 = time.perf_counter()
-        # The supervisor's inputs are all zero until its first command (no env goes, no push).
-        self.physics.advance(views["inputs"], True, self.outputs)
-        self.write_ints(self.physics.advance(views["inputs"], False, self.outputs))
+        # On zero inputs (no env goes, no push): a worker started again after a crash finds the
+        # supervisor's inputs for its first command already written, and must not apply them.
+        idle = np.zeros_like(views["inputs"])
+        self.physics.advance(idle, True, self.outputs)
+        self.write_ints(self.physics.advance(idle, False, self.outputs))
         self.startup["first_commands_s"] = time.perf_counter() - t0
 
     def apply_params(self, envs):

@@ -253,10 +253,15 @@ async fn complete_finished_runs(
             crate::orchestrator::committer::complete_submission(storage, objects, &spec, id, None).await
         };
         match done.await {
-            Ok(Some(status)) => tracing::info!(
-                "submission {id}: every episode was final when the server stopped; now {}",
-                status.as_str()
-            ),
+            Ok(Some(status)) => {
+                tracing::info!(
+                    "submission {id}: every episode was final when the server stopped; now {}",
+                    status.as_str()
+                );
+                if status == crate::storage::SubmissionStatus::Completed {
+                    crate::orchestrator::committer::remove_merged_parts(objects, id).await;
+                }
+            }
             Ok(None) => {}
             Err(e) => tracing::warn!("submission {id}: completing it at start failed (its next session will): {e:#}"),
         }

@@ -135,10 +135,18 @@ fn check_submissions(server: &ServerProc, ids: &[String], object: &dyn Fn(&str) 
         let names =
             arena_data::trajectory_file::episode_names(&merged).unwrap_or_else(|e| panic!("{}: {e}", merged.display()));
         assert_eq!(names.len(), 6, "{names:?}");
+        // The parts go once the agent has been told (cleanup, after the Disconnect).
         let parts = object(&format!("trajectories/{id}"));
-        let left: Vec<_> = std::fs::read_dir(&parts)
-            .map(|d| d.flatten().collect())
-            .unwrap_or_default();
+        let waited = std::time::Instant::now();
+        let left = loop {
+            let left: Vec<_> = std::fs::read_dir(&parts)
+                .map(|d| d.flatten().collect())
+                .unwrap_or_default();
+            if left.is_empty() || waited.elapsed() > std::time::Duration::from_secs(30) {
+                break left;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
         assert!(left.is_empty(), "per-episode files left: {left:?}");
         assert!(object(&format!("reports/{id}.json")).is_file());
     }

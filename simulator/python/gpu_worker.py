@@ -67,22 +67,29 @@ recomputes the derived constants on the host, and every per-env model field (bod
 body_ipos, geom_friction, body_subtreemass, body_invweight0, dof_invweight0) is a batched
 input of the physics (vmapped on JAX, a world-batched model field on Warp).
 """
-import argparse
-import json
-import math
-import os
-import sys
 import time
-import traceback
-from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
+# The module's own imports are part of the start-up a lane waits for (the ready reply's
+# `python_imports_s`, with the MuJoCo bindings' import in Worker).
+_IMPORTS_BEGAN = time.perf_counter()
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+import traceback  # noqa: E402
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402
+
+import numpy as np  # noqa: E402
 
 # The physics modules sit beside this script (also under PYTHONSAFEPATH, which would leave the
 # script's folder off sys.path).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from worker_common import (DEVICE_OUTPUTS, DR_FIELDS, FF0, INP_WIDTH, NB, NJ, NQ, NV, CommandError,
+from worker_common import (DEVICE_OUTPUTS, DR_FIELDS, FF0, INP_WIDTH, NB, NJ, NQ, NV, CommandError,  # noqa: E402
                            InitError, log)
+
+_MODULE_IMPORTS_S = time.perf_counter() - _IMPORTS_BEGAN
 
 NPARAMS = NB + 3 + 1 + 1 + 1
 # Threads for the host-side DR of large resets (mj_setConst per env).
@@ -201,8 +208,10 @@ class Worker:
     implementation (MjxPhysics or WarpPhysics), whose outputs it writes to shared memory."""
 
     def __init__(self, cfg, views):
+        t0 = time.perf_counter()
         import mujoco
 
+        python_imports_s = _MODULE_IMPORTS_S + time.perf_counter() - t0
         self.mujoco = mujoco
         self.cfg, self.views = cfg, views
         n = self.n = cfg["num_envs"]
@@ -254,7 +263,7 @@ class Worker:
         self.physics = Physics(cfg, model, self.dr_host, self.kp_host, self.kd_host)
         # Where the start-up went, for the ready reply: the physics library's import, then the
         # implementation's own phases where it times them, else its whole construction.
-        self.startup = {"host_s": host_s, "import_s": import_s}
+        self.startup = {"python_imports_s": python_imports_s, "host_s": host_s, "import_s": import_s}
         self.startup.update(getattr(self.physics, "startup", None) or
                             {"physics_s": time.perf_counter() - t0})
         # Where the commands' time goes (the `stats` reply): counts, then seconds summed over

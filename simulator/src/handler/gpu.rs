@@ -274,14 +274,15 @@ impl GpuHandler {
             field("library"),
             field("mujoco")
         );
-        // The worker times its phases from its init line on; the whole start as seen from here
-        // (the interpreter's own start and imports before that line included) goes with them.
+        // The worker times its phases (its imports, then from its init line on); the whole
+        // start as seen from here goes with them, and the rest of it (the interpreter's own
+        // start, the init line's way there and the ready line's way back).
         let mut startup = ready.get("startup").cloned().unwrap_or_else(|| serde_json::json!({}));
         if let Some(phases) = startup.as_object_mut() {
-            phases.insert(
-                "spawn_to_ready_s".into(),
-                serde_json::json!(began.elapsed().as_secs_f64()),
-            );
+            let whole = began.elapsed().as_secs_f64();
+            let timed: f64 = phases.values().filter_map(serde_json::Value::as_f64).sum();
+            phases.insert("spawn_to_ready_s".into(), serde_json::json!(whole));
+            phases.insert("interpreter_start_s".into(), serde_json::json!(whole - timed));
         }
         tracing::info!(
             "GPU simulator worker ready: {} after {:.1} s of compilation (start-up {})",

@@ -146,9 +146,13 @@ def main():
         # The best of the later (warm) sessions over every run.
         result["later_sessions_best_wall_s"] = min(w for r in runs for w in r["later_sessions_wall_s"])
     if not a.no_in_process:
-        local = [in_process(a, bench_dir) for _ in range(a.repeats)]
+        runs_local = [in_process(a, bench_dir) for _ in range(a.repeats)]
+        local = [wall for wall, _ in runs_local]
         result["in_process_wall_s_runs"] = local
         result["in_process_wall_s"] = min(local)
+        # The best run's own breakdown (`arena eval`'s `local {...}` line): start-up, starts,
+        # observations, agent, step (physics, refresh with the recording), scoring.
+        result["in_process_breakdown"] = min(runs_local, key=lambda r: r[0])[1]
         result["in_process_over_served"] = round(min(local) / best["wall_s"], 3)
         if a.sessions > 1:
             result["in_process_over_later_sessions"] = round(min(local) / result["later_sessions_best_wall_s"], 3)
@@ -183,8 +187,10 @@ def stub_flag(a):
 
 
 def in_process(a, bench_dir):
-    """Wall seconds of `arena eval` of the same benchmark, batch and backend, in one process."""
-    env = dict(os.environ, ARENA_GPU_PYTHON=os.environ.get("ARENA_GPU_PYTHON", sys.executable))
+    """`arena eval` of the same benchmark, batch and backend, in one process: its wall seconds
+    and its breakdown (the `local {...}` timings line and the GPU worker's start-up)."""
+    env = dict(os.environ, ARENA_GPU_PYTHON=os.environ.get("ARENA_GPU_PYTHON", sys.executable),
+               ARENA_LOG="warn,arena_timings=info,arena_sim::handler::gpu=info")
     cmd = [a.arena, "eval", "--benchmark", "g1-scale", "--benchmarks-dir", bench_dir, "--policy", "replay",
            "--batch", str(a.episodes), "--backend", a.backend, "--gpu-device", a.gpu_device,
            "--gpu-impl", a.gpu_impl, "--json"] + stub_flag(a)
@@ -193,25 +199,34 @@ def in_process(a, bench_dir):
     wall = time.perf_counter() - start
     if out.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
-    return round(wall, 2)
+    found = timings_from_text(out.stderr.splitlines(), kinds=("local",))
+    breakdown = (found["local"] or [None])[0]
+    if breakdown is not None and found["worker_startup"]:
+        breakdown["worker_startup"] = found["worker_startup"][0]
+    return round(wall, 2), breakdown
 
 
 def timings_from_log(path):
     """The `arena_timings` lines of a server log: {"lane": [...], "committer": [...], "merge": [...]},
     and "worker_startup": the GPU workers' start-up phases (seconds) from their ready lines."""
-    found = {"lane": [], "committer": [], "merge": [], "worker_startup": []}
     with open(path, errors="replace") as f:
-        for line in f:
-            marker = "GPU simulator worker ready"
-            if marker in line and "(start-up {" in line:
-                found["worker_startup"].append(json.loads(line[line.index("(start-up ") + 10:].strip()[:-1]))
-                continue
-            if "arena_timings" not in line:
-                continue
-            for kind in found:
-                marker = f" {kind} {{"
-                if marker in line:
-                    found[kind].append(json.loads(line[line.index(marker) + len(kind) + 2:].strip()))
+        return timings_from_text(f, kinds=("lane", "committer", "merge"))
+
+
+def timings_from_text(lines, kinds):
+    """The `arena_timings` lines of `kinds` in `lines` ({kind: [...]}), and "worker_startup"."""
+    found = {kind: [] for kind in kinds}
+    found["worker_startup"] = []
+    for line in lines:
+        if "GPU simulator worker ready" in line and "(start-up {" in line:
+            found["worker_startup"].append(json.loads(line[line.index("(start-up ") + 10:].strip()[:-1]))
+            continue
+        if "arena_timings" not in line:
+            continue
+        for kind in kinds:
+            marker = f" {kind} {{"
+            if marker in line:
+                found[kind].append(json.loads(line[line.index(marker) + len(kind) + 2:].strip()))
     return found
 
 

@@ -16,6 +16,7 @@ use arena_sim::env::{TrackingEnv, TrackingEnvConfig};
 use arena_sim::motion::MotionLibrary;
 use rayon::prelude::*;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Options of a local run.
 #[derive(Debug, Clone)]
@@ -77,6 +78,8 @@ pub fn run_local(
     options: &LocalOptions,
     progress: &mut Progress<'_>,
 ) -> anyhow::Result<MetricsAggregator> {
+    let began = Instant::now();
+    let mut timings = LocalTimings::default();
     let robot = RobotConfig::default();
     let library = Arc::new(MotionLibrary::from_clips(clips, &robot).context("building the motion library")?);
     let lengths: Vec<f64> = library.motions.iter().map(|m| m.length_s).collect();
@@ -87,7 +90,10 @@ pub fn run_local(
         backend: options.backend.clone(),
         ..episode::env_config(spec, options.gains.as_ref(), batch, options.threads)
     };
+    let started = Instant::now();
     let mut env = TrackingEnv::new(env_config, library.clone())?;
+    timings.startup_s = started.elapsed().as_secs_f64();
+    timings.setup_s = started.duration_since(began).as_secs_f64();
     let plan = episode::ObservationPlan::for_spec(spec);
     let session = episode::episode_spec(spec, options.gains.as_ref(), batch as u32, 1, 0.0);
     agent.configure(&session);
@@ -125,7 +131,9 @@ pub fn run_local(
         anyhow::Ok(())
     };
     refills.extend(queue.by_ref().take(batch).enumerate());
+    let started = Instant::now();
     start(&mut env, &refills, &mut starting)?;
+    timings.starts_s += started.elapsed().as_secs_f64();
     for &(slot, ep) in &refills {
         running[slot] = Some(ep);
     }
@@ -146,6 +154,7 @@ pub fn run_local(
             slots.push(slot);
         }
         let n = slots.len();
+        let started = Instant::now();
         let rows = observations[..n * d].chunks_mut(d.max(1)).zip(&slots);
         match env.handler().pool() {
             // Thousands of rows: built on the env's threads, as the server's lanes do.
@@ -172,13 +181,19 @@ pub fn run_local(
             layout: plan.layout(),
         };
         step_counter += 1;
+        let acting = Instant::now();
+        timings.observe_s += acting.duration_since(started).as_secs_f64();
         agent.act(&batch_view, &mut agent_actions[..n * NUM_JOINTS]);
+        let stepping = Instant::now();
+        timings.agent_s += stepping.duration_since(acting).as_secs_f64();
         env_actions.fill(0.0);
         for (row, &slot) in slots.iter().enumerate() {
             env_actions[slot * width..slot * width + NUM_JOINTS]
                 .copy_from_slice(&agent_actions[row * NUM_JOINTS..(row + 1) * NUM_JOINTS]);
         }
         env.step(&env_actions)?;
+        timings.step_s += stepping.elapsed().as_secs_f64();
+        let scoring = Instant::now();
         let mut ended = Vec::new();
         for slot in 0..batch {
             let Some(ep) = running[slot] else { continue };
@@ -201,6 +216,7 @@ pub fn run_local(
         } else {
             ended.iter().map(score).collect()
         };
+        timings.score_s += scoring.elapsed().as_secs_f64();
         for ((slot, ep, _, _), (status, metrics, reason)) in ended.into_iter().zip(scored) {
             let trajectory = env.trajectory(slot);
             let motion = &library.motions[ep.motion];
@@ -236,11 +252,46 @@ pub fn run_local(
             }
         }
         if !refills.is_empty() {
+            let started = Instant::now();
             start(&mut env, &refills, &mut starting)?;
+            timings.starts_s += started.elapsed().as_secs_f64();
             refills.clear();
         }
     }
+    timings.log(&env, began.elapsed().as_secs_f64());
     Ok(aggregator)
+}
+
+/// Where an in-process evaluation's wall time went, logged at its end (target `arena_timings`,
+/// `local {…}`, beside the server lanes' `lane {…}`): the motion library and episodes, the
+/// simulator's start (a GPU worker's start-up), the episodes' starts (resets with DR), the
+/// observations, the agent, the env's step (of which the backend's physics, the refresh with
+/// the recording), scoring.
+#[derive(Debug, Default)]
+struct LocalTimings {
+    setup_s: f64,
+    startup_s: f64,
+    starts_s: f64,
+    observe_s: f64,
+    agent_s: f64,
+    step_s: f64,
+    score_s: f64,
+}
+
+impl LocalTimings {
+    fn log(&self, env: &TrackingEnv, wall_s: f64) {
+        let e = env.timings();
+        let round = |s: f64| (s * 1000.0).round() / 1000.0;
+        let breakdown = serde_json::json!({
+            "batch": env.num_envs(), "backend": env.handler().describe(), "wall_s": round(wall_s),
+            "setup_s": round(self.setup_s), "startup_s": round(self.startup_s),
+            "starts_s": round(self.starts_s), "reset_s": round(e.reset_s), "resets": e.resets,
+            "observe_s": round(self.observe_s), "agent_s": round(self.agent_s),
+            "step_s": round(self.step_s), "physics_s": round(e.physics_s), "refresh_s": round(e.refresh_s),
+            "steps": e.steps, "score_s": round(self.score_s),
+        });
+        tracing::info!(target: "arena_timings", "local {breakdown}");
+    }
 }
 
 /// The protocol's name of an episode status.

@@ -433,7 +433,9 @@ def main():
     try:
         cfg = parse_init(line)
         mem, views = map_shm(args.shm, cfg["num_envs"], cfg["x64"])
+        init_and_map_s = time.perf_counter() - t0
         worker = Worker(cfg, views)
+        worker.startup["init_and_map_s"] = init_and_map_s
     except InitError as e:
         reply(json.dumps({"error": str(e)}))
         return 1

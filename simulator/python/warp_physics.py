@@ -269,11 +269,14 @@ class WarpPhysics:
             raise InitError("MuJoCo Warp computes in float32 only; x64 needs impl jax")
         self.cfg, self.model = cfg, model
         n = self.n = cfg["num_envs"]
+        # Where the start-up goes (seconds), in the worker's ready reply: first Warp's own
+        # initialisation (the CUDA driver and context, the kernel cache), which the device
+        # query starts.
+        t0 = time.perf_counter()
         self.device = _device(cfg)
+        self.startup = {"device_s": time.perf_counter() - t0}
         self.library = f"mujoco-warp {mjw.__version__}, warp {wp.__version__}"
         t0 = time.perf_counter()
-        # Where the start-up goes (seconds), in the worker's ready reply.
-        self.startup = {}
         with wp.ScopedDevice(self.device):
             try:
                 self.m = mjw.put_model(model, batch_sizes={k: n for k in DR_FIELDS})

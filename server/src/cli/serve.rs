@@ -208,7 +208,7 @@ impl ConfigArgs {
             idle_timeout_s
         );
         if !serving.prewarm.is_empty() {
-            c.prewarm = serving.prewarm.clone();
+            c.prewarm = serving.prewarm.iter().map(|n| n.trim().to_string()).collect();
         }
         set!(lane_backend: sim_backend, gpu_device, gpu_impl, gpu_python);
         if lane_backend.gpu_allow_stub {
@@ -272,7 +272,6 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             eprintln!("note: no admin token (ARENA_ADMIN_TOKEN / --admin-token): team management is disabled");
         }
         let state = AppState::open(config.clone()).await?;
-        crate::orchestrator::warm::prewarm(&state);
         for warning in state::unloadable_phases(&state).await? {
             eprintln!("warning: {warning}");
         }
@@ -280,6 +279,8 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("listening on {}", config.bind))?;
         let addr = listener.local_addr()?;
+        // Once the server can serve: a start that fails leaves no worker behind.
+        crate::orchestrator::warm::prewarm(&state);
         // Tests and scripts read this line to find the port.
         println!("arena serve: listening on http://{addr} (agents: ws://{addr}/api/v1/agent or gRPC at {addr})");
         println!(

@@ -262,7 +262,7 @@ fn body_orientations(trajectory: &TrajectoryRows) -> Result<(Vec<f64>, Vec<f64>)
         let kin = slot.as_mut().expect("just built");
         let mut of = |qpos: &[f64]| -> Vec<f64> {
             (0..qpos.len() / NQ)
-                .flat_map(|k| kin.body_poses(&qpos[k * NQ..(k + 1) * NQ]).rot.into_iter().flatten())
+                .flat_map(|k| kin.body_orientations(&qpos[k * NQ..(k + 1) * NQ]).into_iter().flatten())
                 .collect()
         };
         Ok((of(&trajectory.qpos), of(&trajectory.ref_qpos)))

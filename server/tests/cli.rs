@@ -179,51 +179,26 @@ fn bad_inputs_get_clear_errors() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("non-finite action at step 1"), "{err}");
-    // A server whose benchmarks folder is missing offers nothing: refused at start, not later.
+    // `arena serve` with `extra` refused at start (exit 1, not later): its error.
+    let data = dir.join("data");
+    let serve_refused = |extra: &[&str]| -> String {
+        let mut args = vec!["serve", "--bind", "127.0.0.1:0", "--data-dir", data.to_str().unwrap()];
+        args.extend(extra);
+        let out = arena(&args);
+        assert_eq!(out.status.code(), Some(1), "{extra:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // A server whose benchmarks folder is missing offers nothing.
     let missing = dir.join("no-benchmarks");
-    let out = arena(&[
-        "serve",
-        "--bind",
-        "127.0.0.1:0",
-        "--data-dir",
-        dir.join("data").to_str().unwrap(),
-        "--benchmarks-dir",
-        missing.to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = serve_refused(&["--benchmarks-dir", missing.to_str().unwrap()]);
     assert!(err.contains("benchmarks_dir") && err.contains("no-benchmarks"), "{err}");
     // A benchmark to prewarm that the server does not offer, or more than it can keep.
-    let out = arena(&[
-        "serve",
-        "--bind",
-        "127.0.0.1:0",
-        "--data-dir",
-        dir.join("data").to_str().unwrap(),
-        "--prewarm",
-        "g1-smoke,no-such-benchmark",
-        "--lanes",
-        "1",
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = serve_refused(&["--prewarm", "g1-smoke,no-such-benchmark", "--lanes", "1"]);
     assert!(
         err.contains("prewarm") && err.contains("\"no-such-benchmark\"") && err.contains("g1-smoke"),
         "{err}"
     );
-    let out = arena(&[
-        "serve",
-        "--bind",
-        "127.0.0.1:0",
-        "--data-dir",
-        dir.join("data").to_str().unwrap(),
-        "--prewarm",
-        "g1-smoke",
-        "--lanes",
-        "3",
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = serve_refused(&["--prewarm", "g1-smoke", "--lanes", "3"]);
     assert!(err.contains("prewarm") && err.contains("warm_simulators is 2"), "{err}");
     // A GPU worker whose Python lacks the packages is an error naming it. One-shot commands
     // restore SIGPIPE's default (for `| head`); writing to the dead worker must not kill them.

@@ -207,6 +207,18 @@ fn grpc_transport_completes_g1_smoke() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// Each ended lane's `warm_start` (its timings line), in the log's order.
+fn lanes_warm_starts(log: &str) -> Vec<bool> {
+    log.lines()
+        .filter_map(|l| l.find(" lane {").map(|k| &l[k + 6..]))
+        .map(|json| {
+            serde_json::from_str::<Value>(json).unwrap()["warm_start"]
+                .as_bool()
+                .unwrap()
+        })
+        .collect()
+}
+
 /// The lanes' simulators outlive their session: the next session's lanes take them over
 /// (`warm_start` in the lane's timings) and score every episode exactly as the first did.
 #[test]
@@ -237,15 +249,7 @@ fn a_later_session_takes_over_the_simulators_and_scores_the_same() {
     // Each lane logs its timings when it ends: the first session's lanes started their own
     // simulators, the second's took them over.
     let log = server.log_text();
-    let warm: Vec<bool> = log
-        .lines()
-        .filter_map(|l| l.find(" lane {").map(|k| &l[k + 6..]))
-        .map(|json| {
-            serde_json::from_str::<Value>(json).unwrap()["warm_start"]
-                .as_bool()
-                .unwrap()
-        })
-        .collect();
+    let warm = lanes_warm_starts(&log);
     assert_eq!(warm, vec![false, false, true, true], "{log}");
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -272,15 +276,7 @@ fn prewarmed_simulators_serve_the_first_session() {
     let summary = submit(&server.ws_url(), &token, Encoding::Binary);
     assert_eq!(summary.submission_status, "COMPLETED");
     let log = server.log_text();
-    let warm: Vec<bool> = log
-        .lines()
-        .filter_map(|l| l.find(" lane {").map(|k| &l[k + 6..]))
-        .map(|json| {
-            serde_json::from_str::<Value>(json).unwrap()["warm_start"]
-                .as_bool()
-                .unwrap()
-        })
-        .collect();
+    let warm = lanes_warm_starts(&log);
     assert_eq!(warm, vec![true, true], "{log}");
     std::fs::remove_dir_all(&dir).ok();
 }

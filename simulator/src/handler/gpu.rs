@@ -126,7 +126,9 @@ impl GpuHandler {
     /// The file as float64 values: the reset and params inputs and the per-env scalars after
     /// the outputs lie on it.
     fn values(&self) -> &[f64] {
-        // SAFETY: the map is page-aligned and `layout.bytes()` long, a multiple of 8 bytes.
+        // SAFETY: the map is page-aligned and `layout.bytes()` long; the view stops at its last
+        // whole 8 bytes (with float32 physics and an odd number of envs the file ends 4 bytes
+        // later, inside `Inputs`, which is never read as float64).
         unsafe { std::slice::from_raw_parts(self.shm.as_ptr().cast::<f64>(), self.shm.len() / 8) }
     }
 

@@ -118,7 +118,33 @@ def raw_warp(xml_path, envs, steps, device):
             else:
                 control_step()
         wp.synchronize()
-        return envs * steps / (time.perf_counter() - start)
+        rate = envs * steps / (time.perf_counter() - start)
+        # What the physics had to do in those states, as the arena's worker counts it (its
+        # `stats`): the solver's iterations per world and substep, and contacts per world.
+        iterations = contacts = 0.0
+        for _ in range(WORKLOAD_STEPS):
+            for _ in range(4):
+                wp.launch(pd, dim=(envs, model.nu), inputs=[d.qpos, d.qvel, target, effort, d.ctrl])
+                mjw.step(m, d)
+                iterations += float(d.solver_niter.numpy().mean())
+                contacts += float(d.nacon.numpy()[0]) / envs
+        substeps = 4 * WORKLOAD_STEPS
+        return rate, {"solver_iterations": iterations / substeps, "contacts": contacts / substeps}
+
+
+# Control steps after the timed ones whose physics workload is read out (one read a substep).
+WORKLOAD_STEPS = 10
+
+
+def workload(worker):
+    """The arena worker's physics workload over a run, from its counters (worker_ms_per_step
+    holds their differences): solver iterations per world and substep, contacts per world and
+    substep."""
+    substeps = (worker or {}).get("world_substeps") or 0.0
+    if not substeps:
+        return None
+    return {"solver_iterations": worker["solver_iterations"] / substeps,
+            "contacts": worker["contacts"] / substeps}
 
 
 def arena_bench(arena, envs, steps, backend, extra):
@@ -153,9 +179,12 @@ def main():
         for n in a.envs:
             results = {"raw": [], "gpu": [], "cpu": [], "stub": []}
             splits = {"gpu": [], "stub": []}
+            workloads = {"raw": [], "gpu": []}
             for _ in range(a.repeats):
                 if a.impl == "warp":
-                    results["raw"].append(raw_warp(xml, n, a.steps, a.device))
+                    rate, load = raw_warp(xml, n, a.steps, a.device)
+                    results["raw"].append(rate)
+                    workloads["raw"].append(load)
                 else:
                     results["raw"].append(raw_mjx(xml, n, a.steps))
                 for side, extra in (("gpu", ["--gpu-device", a.device, "--gpu-impl", a.impl]),
@@ -166,11 +195,14 @@ def main():
                     results[side].append(out["control_steps_per_s"])
                     splits[side].append(dict(out.get("ms_per_step") or {},
                                              worker=out.get("worker_ms_per_step")))
+                    load = workload(out.get("worker_ms_per_step")) if side == "gpu" else None
+                    if load:
+                        workloads["gpu"].append(load)
                 if not a.no_cpu:
                     results["cpu"].append(arena_bench(a.arena, n, a.steps, "cpu",
                                                       ["--threads", str(a.cpu_threads)])["control_steps_per_s"])
             med = {k: statistics.median(v) if v else float("nan") for k, v in results.items()}
-            rows.append((n, med, dict(results, ms_per_step=splits)))
+            rows.append((n, med, dict(results, ms_per_step=splits, workload=workloads)))
             print(f"{n} envs: " + ", ".join(f"{k} {v:.0f}" for k, v in med.items()), file=sys.stderr, flush=True)
         raw = "raw MJX" if a.impl == "jax" else "raw MuJoCo Warp"
         print(f"| envs | {raw} | arena gpu ({a.impl}) | arena cpu ({a.cpu_threads or os.cpu_count()} threads) "
@@ -192,6 +224,15 @@ def main():
                     phases = ", ".join(f"{k[:-3]} {v:.3f}" for k, v in worker.items() if k.endswith("_ms"))
                     if phases:
                         print(f"    in the worker: {phases}")
+        loads = [(n, r["workload"]) for n, _, r in rows if r["workload"]["raw"] and r["workload"]["gpu"]]
+        if loads:
+            # Raw steps robots standing at rest; the arena's envs track the built-in motions
+            # (sim bench's replay policy): a ratio below 1 may be harder physics, not overhead.
+            print("\nphysics workload per world and substep (first run): raw | arena gpu")
+            for n, w in loads:
+                raw, gpu = w["raw"][0], w["gpu"][0]
+                print(f"  {n} envs: solver iterations {raw['solver_iterations']:.2f} | "
+                      f"{gpu['solver_iterations']:.2f}; contacts {raw['contacts']:.2f} | {gpu['contacts']:.2f}")
         print(json.dumps({str(n): r for n, _, r in rows}))
 
 

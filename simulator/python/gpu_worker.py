@@ -8,7 +8,8 @@ supervisor writes the four files to one folder and starts ``python gpu_worker.py
 stdin, waits for the one-line JSON reply, then sends one command per line (``sync``, ``step``,
 ``stats``, ``close``); every command gets exactly one reply line (``ok`` or ``error <message>``;
 ``stats`` answers ``stats {JSON}``: how many ``step`` and ``sync`` commands ran and the seconds
-they spent in each phase of the worker, summed since start-up, see ``Worker.timings``). stdout
+they spent in each phase of the worker, summed since start-up, see ``Worker.timings``, and for
+MuJoCo Warp the physics' own counters, ``WarpPhysics.counters``). stdout
 carries protocol lines only: file descriptor 1 is redirected to stderr at start-up, so any
 library output lands in the log. EOF on stdin ends the worker (exit 0).
 
@@ -342,6 +343,8 @@ class Worker:
         """The `stats` reply's object: the worker's timings and the physics' own split."""
         out = dict(self.timings)
         out.update(getattr(self.physics, "timings", {}))
+        if hasattr(self.physics, "counters"):
+            out.update(self.physics.counters())
         return out
 
     def command(self, name):
@@ -456,7 +459,12 @@ def main():
         cmd = line.strip()
         if cmd == "close":
             reply("ok")
-            break
+            # Nothing is left to save (the supervisor owns the shared memory): leave without
+            # the interpreter's teardown, which with Warp loaded (its modules and CUDA graphs
+            # released one by one) took over a second, the supervisor waiting all along.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
         if cmd == "stats":
             reply("stats " + json.dumps(worker.stats()))
             continue

@@ -593,9 +593,22 @@ fn warp_gets_each_envs_push_and_targets() {
     let targets: Vec<f64> = (0..n * NUM_JOINTS)
         .map(|k| qpos[7 + k % NUM_JOINTS] + 0.02 * (k as f64).sin())
         .collect();
+    let counters_before = warp.worker_timings().unwrap().expect("a worker");
     for h in [&mut cpu, &mut warp] {
         h.mark_idle(2);
         h.step(&targets).unwrap();
+    }
+    // The worker's physics counters: every world computes every substep (an idle one is put
+    // back after), and the solver's iterations and the contacts are whole counts.
+    let counters = warp.worker_timings().unwrap().unwrap();
+    let delta = |k: &str| counters[k].as_f64().unwrap() - counters_before[k].as_f64().unwrap();
+    assert_eq!(
+        delta("world_substeps"),
+        (n * arena_sim::DECIMATION) as f64,
+        "{counters:?}"
+    );
+    for k in ["solver_iterations", "contacts"] {
+        assert!(delta(k) >= 0.0 && delta(k).fract() == 0.0, "{k}: {counters:?}");
     }
     // Float32 against float64 after one step: about 1e-7 (measured); a target of another env
     // or joint would be off by 1e-3 and more.

@@ -13,7 +13,7 @@
 # step that would start with less than its share of the budget left is skipped (and says so).
 #
 # Settings (environment): RESULTS (/tmp/gpu-results), BUDGET_S (480), ENVS ("1024 4096 8192"),
-# EPISODES (4096), WINDOW_S (2), EVAL_REPEATS (1), EVAL_SESSIONS (2: the second submission on the
+# EPISODES (4096), WINDOW_S (2), PROFILE_ENVS (4096; 8 with DEVICE=cpu), EVAL_REPEATS (1), EVAL_SESSIONS (2: the second submission on the
 # same server takes the first's worker over), BFM_UPDATES (20), IMPLS ("warp"; add jax for MJX, whose compilation takes
 # minutes; empty: none), JAX_ENVS (1024), BFM_PRESETS ("small paper"; empty: none), CARRY_DIR (/tmp/arena-carry, where
 # calls 1 and 2 left their files; files in ./.warp1, ./.warp2 and ./.gpu are found too), PYTHON (python3), DEVICE (gpu; cpu for a toy run on a machine
@@ -58,6 +58,13 @@ for impl in ${IMPLS-warp}; do
     timed "$results" 60 "throughput-$impl" "$python" bench/gpu_throughput.py --arena "$bin/arena" \
         --envs $envs --repeats 1 --no-cpu --device "$device" --impl "$impl"
 done
+# The worker's MuJoCo Warp step against raw MuJoCo Warp on the same states, kernel by kernel.
+profile_envs=${PROFILE_ENVS:-4096}
+[ "$device" = cpu ] && profile_envs=${PROFILE_ENVS:-8}
+case " ${IMPLS-warp} " in
+    *" warp "*) timed "$results" 40 warp-profile "$python" bench/warp_step_profile.py --arena "$bin/arena" \
+        --envs "$profile_envs" --device "$device" ;;
+esac
 timed "$results" 60 eval-4096 "$python" bench/gpu_eval_scale.py --arena "$bin/arena" --agent "$bin/replay" \
     --episodes "${EPISODES:-4096}" --window-s "${WINDOW_S:-2}" --backend gpu --gpu-device "$device" --gpu-impl warp \
     --repeats "${EVAL_REPEATS:-1}" --sessions "${EVAL_SESSIONS:-2}"

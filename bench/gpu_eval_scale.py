@@ -120,6 +120,10 @@ def main():
                    help="submissions run one after the other on each served run's server: the "
                         "first starts the lane's simulator, later ones take it over "
                         "(warm_simulators); their times are reported beside the first's")
+    p.add_argument("--prewarm", action="store_true",
+                   help="serve with --prewarm g1-scale and submit once the lane's simulator is "
+                        "started and kept (the server's deployment configuration): the first "
+                        "session then takes a warm simulator, as later ones do")
     a = p.parse_args()
     if a.repeats < 1 or a.sessions < 1:
         p.error("--repeats and --sessions must be >= 1")
@@ -230,20 +234,39 @@ def timings_from_text(lines, kinds):
     return found
 
 
+def wait_for_prewarm(log_path, server, timeout_s=900):
+    """Seconds until the server logs that the prewarmed simulator of g1-scale was kept (or why
+    not: a warning, which ends the wait too; the first session then starts its own)."""
+    started = time.perf_counter()
+    while time.perf_counter() - started < timeout_s:
+        if server.poll() is not None:
+            sys.exit(f"the server exited while prewarming (log: {log_path})")
+        with open(log_path) as f:
+            lines = [line for line in f if "prewarm: benchmark g1-scale" in line]
+        if lines:
+            if "kept" not in lines[-1]:
+                print(f"prewarm did not keep a simulator: {lines[-1].strip()}", file=sys.stderr)
+            return time.perf_counter() - started
+        time.sleep(0.1)
+    sys.exit(f"no prewarm line in the server log after {timeout_s} s ({log_path})")
+
+
 def served(a, tmp, bench_dir):
     """One evaluation through `arena serve` and the replay agent; its figures and breakdown."""
     port = free_port()
     admin = "scale-admin"
     data_dir = tempfile.mkdtemp(prefix="data-", dir=tmp)
     log_path = os.path.join(data_dir, "server.log")
+    # The prewarm's "kept" line is at info level.
     env = dict(os.environ, ARENA_GPU_PYTHON=os.environ.get("ARENA_GPU_PYTHON", sys.executable),
-               ARENA_LOG="warn,arena_timings=info,arena_sim::handler::gpu=info")
+               ARENA_LOG="warn,arena_timings=info,arena_sim::handler::gpu=info,"
+                         "arena_server::orchestrator::warm=info")
     started = time.perf_counter()
     server = subprocess.Popen(
         [a.arena, "serve", "--bind", f"127.0.0.1:{port}", "--data-dir", data_dir,
          "--benchmarks-dir", bench_dir, "--admin-token", admin, "--max-batch", str(a.episodes),
          "--lanes", "1", "--backend", a.backend, "--gpu-device", a.gpu_device, "--gpu-impl", a.gpu_impl,
-         "--step-timeout-s", "600"] + stub_flag(a),
+         "--step-timeout-s", "600"] + stub_flag(a) + (["--prewarm", "g1-scale"] if a.prewarm else []),
         stdout=subprocess.DEVNULL, stderr=open(log_path, "w"), env=env)
     base = f"http://127.0.0.1:{port}"
     for _ in range(300):
@@ -253,6 +276,7 @@ def served(a, tmp, bench_dir):
         except OSError:
             time.sleep(0.1)
     server_up_s = time.perf_counter() - started
+    prewarm_s = wait_for_prewarm(log_path, server) if a.prewarm else None
     req = urllib.request.Request(base + "/api/v1/teams", data=b'{"name": "scale"}', method="POST",
                                  headers={"Authorization": f"Bearer {admin}",
                                           "Content-Type": "application/json"})
@@ -304,6 +328,7 @@ def served(a, tmp, bench_dir):
         "peak_rss_server_and_worker_mb": round(peak["server"]), "peak_gpu_memory_mb": peak["gpu"],
         "rss_per_episode_mb": round(peak["server"] / max(len(rows), 1), 3),
         "server_start_s": round(server_up_s, 2), "breakdown": breakdown,
+        "prewarm_s": None if prewarm_s is None else round(prewarm_s, 2),
         "later_sessions_wall_s": [round(w, 2) for w in walls[1:]],
     }
     shutil.rmtree(data_dir, ignore_errors=True)

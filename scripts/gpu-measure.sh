@@ -68,6 +68,10 @@ esac
 timed "$results" 60 eval-4096 "$python" bench/gpu_eval_scale.py --arena "$bin/arena" --agent "$bin/replay" \
     --episodes "${EPISODES:-4096}" --window-s "${WINDOW_S:-2}" --backend gpu --gpu-device "$device" --gpu-impl warp \
     --repeats "${EVAL_REPEATS:-1}" --sessions "${EVAL_SESSIONS:-2}"
+# Served as deployed: the server prewarms the lane's simulator, so the first session is warm.
+timed "$results" 30 eval-4096-prewarm "$python" bench/gpu_eval_scale.py --arena "$bin/arena" --agent "$bin/replay" \
+    --episodes "${EPISODES:-4096}" --window-s "${WINDOW_S:-2}" --backend gpu --gpu-device "$device" --gpu-impl warp \
+    --repeats "${EVAL_REPEATS:-1}" --prewarm --no-in-process
 # The same evaluation with the physics stubbed out (no GPU work at all): what serving costs
 # around the physics on this machine's cores, beside the real one above.
 timed "$results" 30 eval-4096-stub "$python" bench/gpu_eval_scale.py --arena "$bin/arena" --agent "$bin/replay" \

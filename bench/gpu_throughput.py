@@ -121,15 +121,18 @@ def raw_warp(xml_path, envs, steps, device):
         rate = envs * steps / (time.perf_counter() - start)
         # What the physics had to do in those states, as the arena's worker counts it (its
         # `stats`): the solver's iterations per world and substep, and contacts per world.
-        iterations = contacts = 0.0
+        iterations = most = contacts = 0.0
         for _ in range(WORKLOAD_STEPS):
             for _ in range(4):
                 wp.launch(pd, dim=(envs, model.nu), inputs=[d.qpos, d.qvel, target, effort, d.ctrl])
                 mjw.step(m, d)
-                iterations += float(d.solver_niter.numpy().mean())
+                niter = d.solver_niter.numpy()
+                iterations += float(niter.mean())
+                most += float(niter.max())
                 contacts += float(d.nacon.numpy()[0]) / envs
         substeps = 4 * WORKLOAD_STEPS
-        return rate, {"solver_iterations": iterations / substeps, "contacts": contacts / substeps}
+        return rate, {"solver_iterations": iterations / substeps, "solver_iterations_max": most / substeps,
+                      "contacts": contacts / substeps}
 
 
 # Control steps after the timed ones whose physics workload is read out (one read a substep).
@@ -138,13 +141,16 @@ WORKLOAD_STEPS = 10
 
 def workload(worker):
     """The arena worker's physics workload over a run, from its counters (worker_ms_per_step
-    holds their differences): solver iterations per world and substep, contacts per world and
-    substep."""
-    substeps = (worker or {}).get("world_substeps") or 0.0
-    if not substeps:
+    holds their differences): solver iterations per world and substep, their maximum over the
+    worlds per substep (the batched solver runs until its slowest world is done), contacts per
+    world and substep."""
+    world_substeps = (worker or {}).get("world_substeps") or 0.0
+    substeps = (worker or {}).get("substeps") or 0.0
+    if not world_substeps or not substeps:
         return None
-    return {"solver_iterations": worker["solver_iterations"] / substeps,
-            "contacts": worker["contacts"] / substeps}
+    return {"solver_iterations": worker["solver_iterations"] / world_substeps,
+            "solver_iterations_max": worker["solver_iterations_max"] / substeps,
+            "contacts": worker["contacts"] / world_substeps}
 
 
 def arena_bench(arena, envs, steps, backend, extra):
@@ -228,11 +234,13 @@ def main():
         if loads:
             # Raw steps robots standing at rest; the arena's envs track the built-in motions
             # (sim bench's replay policy): a ratio below 1 may be harder physics, not overhead.
-            print("\nphysics workload per world and substep (first run): raw | arena gpu")
+            print("\nphysics workload per substep (first run): raw | arena gpu")
             for n, w in loads:
                 raw, gpu = w["raw"][0], w["gpu"][0]
-                print(f"  {n} envs: solver iterations {raw['solver_iterations']:.2f} | "
-                      f"{gpu['solver_iterations']:.2f}; contacts {raw['contacts']:.2f} | {gpu['contacts']:.2f}")
+                print(f"  {n} envs: solver iterations per world {raw['solver_iterations']:.2f} | "
+                      f"{gpu['solver_iterations']:.2f}, the slowest world's {raw['solver_iterations_max']:.2f} | "
+                      f"{gpu['solver_iterations_max']:.2f}; contacts per world {raw['contacts']:.2f} | "
+                      f"{gpu['contacts']:.2f}")
         print(json.dumps({str(n): r for n, _, r in rows}))
 
 

@@ -114,14 +114,17 @@ def _check_kernel(go: wp.array(dtype=int), qpos: wp.array2d(dtype=float),
                   ctrl: wp.array2d(dtype=float), code: wp.array(dtype=int),
                   nsub: wp.array(dtype=int), fail_nsub: wp.array(dtype=int),
                   torque: wp.array2d(dtype=float), restore: wp.array(dtype=int),
-                  solver_niter: wp.array(dtype=int), tally: wp.array2d(dtype=wp.float64)):
+                  solver_niter: wp.array(dtype=int), tally: wp.array2d(dtype=wp.float64),
+                  substep_max: wp.array(dtype=int)):
     """After one substep: keep it (count it, record its torques) for running worlds with a good
     state; fail running worlds with a bad one (code 1 qpos, 2 qvel, 3 qacc); every world not
     kept gets its saved state back. Each world's tally (stepped substeps, solver iterations)
-    counts every substep the physics computed, kept or not."""
+    counts every substep the physics computed, kept or not; `substep_max` gets the most
+    iterations any world needed in this substep."""
     w = wp.tid()
     tally[w, 0] += wp.float64(1.0)
     tally[w, 1] += wp.float64(solver_niter[w])
+    wp.atomic_max(substep_max, 0, solver_niter[w])
     c = int(0)
     for i in range(qpos.shape[1]):
         if _bad(qpos[w, i]):
@@ -148,9 +151,15 @@ def _check_kernel(go: wp.array(dtype=int), qpos: wp.array2d(dtype=float),
 
 
 @wp.kernel
-def _count_contacts_kernel(nacon: wp.array(dtype=int), contacts: wp.array(dtype=wp.float64)):
-    """The substep's contacts, all worlds together (MuJoCo Warp pools them)."""
-    contacts[0] += wp.float64(nacon[0])
+def _count_contacts_kernel(nacon: wp.array(dtype=int), substep_max: wp.array(dtype=int),
+                           counts: wp.array(dtype=wp.float64)):
+    """The substep's contacts, all worlds together (MuJoCo Warp pools them), and the most solver
+    iterations a world needed in it: the batched solver iterates until its slowest world is
+    done, so that maximum, not the mean, sets the substep's solver cost."""
+    counts[0] += wp.float64(nacon[0])
+    counts[1] += wp.float64(substep_max[0])
+    counts[2] += wp.float64(1.0)
+    substep_max[0] = 0
 
 
 @wp.kernel
@@ -309,7 +318,8 @@ class WarpPhysics:
             # What the physics had to do (`counters`, in the worker's stats): per world the
             # substeps computed and the solver's iterations in them, and all worlds' contacts.
             self.tally = wp.zeros((n, 2), dtype=wp.float64)
-            self.contacts = wp.zeros(1, dtype=wp.float64)
+            self.counts = wp.zeros(3, dtype=wp.float64)  # contacts, per-substep maxima, substeps
+            self.substep_max = wp.zeros(1, dtype=int)
             self.mask = wp.zeros(n, dtype=int)
             self.saved = {k: wp.zeros_like(getattr(self.d, k))
                           for k in ("qpos", "qvel", "qacc_warmstart", "time")}
@@ -417,22 +427,24 @@ class WarpPhysics:
             mjw.step(self.m, d)
             wp.launch(_check_kernel, dim=n, inputs=[
                 self.go, d.qpos, d.qvel, d.qacc, d.ctrl, self.code, self.nsub, self.fail_nsub,
-                self.torque, self.restore, d.solver_niter, self.tally])
-            wp.launch(_count_contacts_kernel, dim=1, inputs=[d.nacon, self.contacts])
+                self.torque, self.restore, d.solver_niter, self.tally, self.substep_max])
+            wp.launch(_count_contacts_kernel, dim=1, inputs=[d.nacon, self.substep_max, self.counts])
             wp.launch(_restore_kernel, dim=n, inputs=[
                 self.restore, self.saved["qpos"], self.saved["qvel"], self.saved["qacc_warmstart"],
                 self.saved["time"], d.qpos, d.qvel, d.qacc_warmstart, d.time])
 
     def counters(self):
         """What the physics did since start-up, summed (the worker's `stats`): substeps computed
-        over all worlds, the solver's iterations in them, and contacts (each substep's, all
-        worlds'). Their ratios say how hard the states were: the solver's work, and so a
-        substep's cost, grows with both (a standing robot needs fewer than a moving one)."""
+        over all worlds, the solver's iterations in them, contacts (each substep's, all
+        worlds'), substeps, and each substep's most iterations of any world. Their ratios say
+        how hard the states were: the solver's work, and so a substep's cost, grows with the
+        iterations and contacts (a standing robot needs fewer than a moving one), and the
+        batched solver runs until its slowest world is done."""
         with wp.ScopedDevice(self.device):
             tally = self.tally.numpy().sum(axis=0)
-            contacts = float(self.contacts.numpy()[0])
+            contacts, most, substeps = (float(v) for v in self.counts.numpy())
         return {"world_substeps": float(tally[0]), "solver_iterations": float(tally[1]),
-                "contacts": contacts}
+                "contacts": contacts, "substeps": substeps, "solver_iterations_max": most}
 
     def _observe(self):
         m, d, n = self.m, self.d, self.n

@@ -607,7 +607,12 @@ fn warp_gets_each_envs_push_and_targets() {
         (n * arena_sim::DECIMATION) as f64,
         "{counters:?}"
     );
-    for k in ["solver_iterations", "contacts"] {
+    assert_eq!(delta("substeps"), arena_sim::DECIMATION as f64, "{counters:?}");
+    assert!(
+        delta("solver_iterations_max") * n as f64 >= delta("solver_iterations"),
+        "the slowest world's iterations bound the mean: {counters:?}"
+    );
+    for k in ["solver_iterations", "solver_iterations_max", "contacts"] {
         assert!(delta(k) >= 0.0 && delta(k).fract() == 0.0, "{k}: {counters:?}");
     }
     // Float32 against float64 after one step: about 1e-7 (measured); a target of another env

@@ -70,6 +70,20 @@ def raw_mjx(xml_path, envs, steps):
     return envs * steps / (time.perf_counter() - start)
 
 
+def raw_pd_kernel(wp):
+    """Raw MuJoCo Warp's PD law (gains 100 / 2 towards the target, clipped to the effort
+    limits) as a Warp kernel over (world, joint); also bench/warp_step_profile.py's."""
+    @wp.kernel
+    def pd(qpos: wp.array2d(dtype=float), qvel: wp.array2d(dtype=float),
+           target: wp.array(dtype=float), effort: wp.array(dtype=float),
+           ctrl: wp.array2d(dtype=float)):
+        w, j = wp.tid()
+        tau = 100.0 * (target[j] - qpos[w, 7 + j]) - 2.0 * qvel[w, 6 + j]
+        ctrl[w, j] = wp.clamp(tau, -effort[j], effort[j])
+
+    return pd
+
+
 def raw_warp(xml_path, envs, steps, device):
     """Control steps/s of MuJoCo Warp: 4 x (PD kernel, mujoco_warp.step) over `envs` worlds from a
     standing start, captured once as a CUDA graph on a GPU."""
@@ -79,15 +93,7 @@ def raw_warp(xml_path, envs, steps, device):
     import warp as wp
 
     wp.config.quiet = True
-
-    @wp.kernel
-    def pd(qpos: wp.array2d(dtype=float), qvel: wp.array2d(dtype=float),
-           target: wp.array(dtype=float), effort: wp.array(dtype=float),
-           ctrl: wp.array2d(dtype=float)):
-        w, j = wp.tid()
-        tau = 100.0 * (target[j] - qpos[w, 7 + j]) - 2.0 * qvel[w, 6 + j]
-        ctrl[w, j] = wp.clamp(tau, -effort[j], effort[j])
-
+    pd = raw_pd_kernel(wp)
     model = mujoco.MjModel.from_xml_path(xml_path)
     data = mujoco.MjData(model)
     data.qpos[2] = 0.8

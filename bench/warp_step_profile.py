@@ -119,14 +119,8 @@ def main():
     report = {"envs": n, "device": str(device), "steps": a.steps}
 
     # Raw: the PD kernel and mujoco_warp.step, four times, as bench/gpu_throughput.py runs it.
-    @wp.kernel
-    def pd(qpos: wp.array2d(dtype=float), qvel: wp.array2d(dtype=float),
-           target: wp.array(dtype=float), effort: wp.array(dtype=float),
-           ctrl: wp.array2d(dtype=float)):
-        w, j = wp.tid()
-        tau = 100.0 * (target[j] - qpos[w, 7 + j]) - 2.0 * qvel[w, 6 + j]
-        ctrl[w, j] = wp.clamp(tau, -effort[j], effort[j])
-
+    from gpu_throughput import raw_pd_kernel
+    pd = raw_pd_kernel(wp)
     with wp.ScopedDevice(device):
         m = mjw.put_model(model)
         d = mjw.put_data(model, data, nworld=n, nconmax=64, njmax=4 * 64 + 2 * NJ)

@@ -12,7 +12,7 @@ use super::gpu_layout::{
     Array, INPUT_FEEDFORWARD, INPUT_GO, INPUT_PUSH, INPUT_TARGETS, INPUT_WIDTH, PARAMS_WIDTH, Precision, ShmLayout,
 };
 use super::gpu_options::{GpuOptions, cuda_device_present};
-use super::gpu_process::{Worker, shared_file_path, worker_script};
+use super::gpu_process::{Worker, create_shared_file, worker_script};
 use super::gpu_rows::{PhysicsRow, PhysicsRowsMut};
 use super::mujoco::check_layout;
 use super::{
@@ -87,15 +87,7 @@ impl GpuHandler {
         // MJX with x64 computes in float64; everything else in float32.
         let precision = if options.x64 { Precision::F64 } else { Precision::F32 };
         let layout = ShmLayout::new(num_envs, precision);
-        let shm_path = shared_file_path();
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&shm_path)
-            .map_err(|e| backend_error(format!("creating the shared file {}: {e}", shm_path.display())))?;
-        file.set_len(layout.bytes() as u64)
-            .map_err(|e| backend_error(format!("sizing the shared file: {e}")))?;
+        let (shm_path, file) = create_shared_file(layout.bytes() as u64).map_err(backend_error)?;
         // SAFETY: the file is ours (created above, unique name); only this handler and its
         // worker map it, and the worker writes only while we wait for its answer.
         let shm = unsafe { memmap2::MmapMut::map_mut(&file) }

@@ -211,12 +211,127 @@ pub(super) fn worker_script() -> Result<PathBuf, String> {
     Ok(dir.join(WORKER_FILES[0].0))
 }
 
-/// A fresh name for the shared file: in /dev/shm where it exists (memory, not disk).
-pub(super) fn shared_file_path() -> PathBuf {
+/// Prefix of the shared files' names: `arena-gpu-<pid>-<n>.f64`.
+const SHARED_FILE_PREFIX: &str = "arena-gpu-";
+
+/// Creates a fresh shared file (read-write) of `bytes` bytes: in /dev/shm where it exists
+/// (memory, not disk), named after this process and a counter it never repeats. A process
+/// that ends without dropping its simulators (killed, or `arena serve` leaving its kept ones
+/// to the exit) leaves its files behind: the first creation in a process removes those of
+/// processes no longer running, and a file of this very name can only be one of theirs (a
+/// reused process id), so it is replaced.
+pub(super) fn create_shared_file(bytes: u64) -> Result<(PathBuf, std::fs::File), String> {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
+    static SWEEP: std::sync::Once = std::sync::Once::new();
     let dir = PathBuf::from("/dev/shm");
     let dir = if dir.is_dir() { dir } else { std::env::temp_dir() };
+    SWEEP.call_once(|| remove_stale_shared_files(&dir));
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    dir.join(format!("arena-gpu-{}-{n}.f64", std::process::id()))
+    let path = dir.join(format!("{SHARED_FILE_PREFIX}{}-{n}.f64", std::process::id()));
+    let file = create_replacing(&path, bytes)?;
+    Ok((path, file))
+}
+
+/// Creates `path` afresh, `bytes` long and zero, replacing a file left there (see
+/// [`create_shared_file`]: a name no live process can hold).
+fn create_replacing(path: &Path, bytes: u64) -> Result<std::fs::File, String> {
+    let create = || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)
+    };
+    let file = match create() {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            tracing::warn!(
+                "{} was left by an earlier process with this id; replacing it",
+                path.display()
+            );
+            let _ = std::fs::remove_file(path);
+            create()
+        }
+        other => other,
+    }
+    .map_err(|e| format!("creating the shared file {}: {e}", path.display()))?;
+    if let Err(e) = file.set_len(bytes) {
+        let _ = std::fs::remove_file(path);
+        return Err(format!("sizing the shared file {}: {e}", path.display()));
+    }
+    Ok(file)
+}
+
+/// Removes the shared files in `dir` whose process is not running (its `/proc` entry is gone).
+/// Without `/proc` nothing is removed: whether a process runs is then not known. (Processes of
+/// another PID namespace are not seen; containers have a /dev/shm of their own.)
+fn remove_stale_shared_files(dir: &Path) {
+    let proc = Path::new("/proc");
+    if !proc.join("self").exists() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(SHARED_FILE_PREFIX))
+            .and_then(|rest| rest.split_once('-'))
+            .filter(|(_, tail)| tail.ends_with(".f64"))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !proc.join(pid.to_string()).exists() && std::fs::remove_file(entry.path()).is_ok() {
+            tracing::info!(
+                "removed {}, left by process {pid}, which is gone",
+                entry.path().display()
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("arena-shm-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// Files of processes that are gone are removed; a live process's, and anything not named
+    /// like a shared file, stay.
+    #[test]
+    fn stale_shared_files_of_gone_processes_are_removed() {
+        let dir = scratch_dir("sweep");
+        // Above Linux's largest process id (2^22): never a running process.
+        let gone = format!("{SHARED_FILE_PREFIX}4194999-0.f64");
+        let live = format!("{SHARED_FILE_PREFIX}{}-3.f64", std::process::id());
+        let others = ["arena-gpu-notapid-0.f64", "arena-gpu-4194999-0.xml", "PostgreSQL.1"];
+        for name in [gone.as_str(), live.as_str()].into_iter().chain(others) {
+            std::fs::write(dir.join(name), b"x").unwrap();
+        }
+        remove_stale_shared_files(&dir);
+        assert!(!dir.join(&gone).exists(), "{gone} was left by a process that is gone");
+        for kept in [live.as_str()].into_iter().chain(others) {
+            assert!(dir.join(kept).exists(), "{kept} is not a stale shared file");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A file already at the name (a reused process id's leftover) is replaced by a fresh,
+    /// zeroed one of the size asked for.
+    #[test]
+    fn a_leftover_at_the_name_is_replaced() {
+        let dir = scratch_dir("replace");
+        let path = dir.join(format!("{SHARED_FILE_PREFIX}{}-0.f64", std::process::id()));
+        std::fs::write(&path, vec![7u8; 100]).unwrap();
+        let file = create_replacing(&path, 64).unwrap();
+        assert_eq!(file.metadata().unwrap().len(), 64);
+        assert_eq!(std::fs::read(&path).unwrap(), vec![0u8; 64]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

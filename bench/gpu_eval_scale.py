@@ -124,6 +124,9 @@ def main():
                    help="serve with --prewarm g1-scale and submit once the lane's simulator is "
                         "started and kept (the server's deployment configuration): the first "
                         "session then takes a warm simulator, as later ones do")
+    p.add_argument("--buffered-parts", action="store_true",
+                   help="serve with --buffered-parts: part files through the page cache instead "
+                        "of past it (O_DIRECT), to tell whether storing waits for the disk")
     a = p.parse_args()
     if a.repeats < 1 or a.sessions < 1:
         p.error("--repeats and --sessions must be >= 1")
@@ -143,6 +146,7 @@ def main():
                 .replace("{motions}", json.dumps(motions)))
     # Before the runs: what first touches of memory cost on this machine (see memory_write_rates).
     memory = memory_write_rates()
+    disk = disk_write_rates(tmp)
     runs = [served(a, tmp, bench_dir) for _ in range(a.repeats)]
     best = min(runs, key=lambda r: r["wall_s"])
     result = dict(best, served_wall_s_runs=[r["wall_s"] for r in runs])
@@ -161,6 +165,7 @@ def main():
         if a.sessions > 1:
             result["in_process_over_later_sessions"] = round(min(local) / result["later_sessions_best_wall_s"], 3)
     result["memory_write_gb_s"] = memory
+    result["disk_write_gb_s"] = disk
     print(json.dumps(result, indent=2))
     shutil.rmtree(tmp, ignore_errors=True)
 
@@ -182,6 +187,41 @@ def memory_write_rates(size=256 << 20, block=1 << 20):
             for off in range(0, size, block):
                 m[off:off + block] = chunk
             rates[kind] = round(size / (time.perf_counter() - start) / 1e9, 2)
+    return rates
+
+
+def disk_write_rates(directory, size=512 << 20, block=4 << 20):
+    """GB/s of writing `size` bytes to a new file in `directory` (where the server keeps its data):
+    past the page cache (O_DIRECT, as the part files are written), and through it with the
+    fsync that puts it on the device (as the merged file reaches it sooner or later). A served
+    evaluation writes each trajectory twice (its part and the merged file), about 0.8 GB each
+    for 4096 two-second episodes: with these, the committer's `store_part_mb` and
+    `store_part_thread_s` tell whether storing waited for the disk. None for a way the
+    filesystem refuses (tmpfs takes no O_DIRECT)."""
+    import mmap
+    rates = {}
+    buf = mmap.mmap(-1, block)  # page-aligned, as O_DIRECT needs
+    buf.write(b"\x01" * block)
+    for kind, flags in (("direct", getattr(os, "O_DIRECT", 0)), ("buffered", 0)):
+        path = os.path.join(directory, f"disk-probe-{kind}")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | flags, 0o644)
+            try:
+                start = time.perf_counter()
+                for _ in range(size // block):
+                    os.write(fd, buf)
+                os.fsync(fd)
+                rates[kind] = round(size / (time.perf_counter() - start) / 1e9, 2)
+            finally:
+                os.close(fd)
+        except OSError:
+            rates[kind] = None
+        finally:
+            try:
+                os.remove(path)
+            except OSError:
+                pass
+    buf.close()
     return rates
 
 
@@ -266,7 +306,8 @@ def served(a, tmp, bench_dir):
         [a.arena, "serve", "--bind", f"127.0.0.1:{port}", "--data-dir", data_dir,
          "--benchmarks-dir", bench_dir, "--admin-token", admin, "--max-batch", str(a.episodes),
          "--lanes", "1", "--backend", a.backend, "--gpu-device", a.gpu_device, "--gpu-impl", a.gpu_impl,
-         "--step-timeout-s", "600"] + stub_flag(a) + (["--prewarm", "g1-scale"] if a.prewarm else []),
+         "--step-timeout-s", "600"] + stub_flag(a) + (["--prewarm", "g1-scale"] if a.prewarm else [])
+        + (["--buffered-parts"] if a.buffered_parts else []),
         stdout=subprocess.DEVNULL, stderr=open(log_path, "w"), env=env)
     base = f"http://127.0.0.1:{port}"
     for _ in range(300):

@@ -77,6 +77,11 @@ timed "$results" 30 eval-4096-prewarm "$python" bench/gpu_eval_scale.py --arena 
 timed "$results" 30 eval-4096-stub "$python" bench/gpu_eval_scale.py --arena "$bin/arena" --agent "$bin/replay" \
     --episodes "${EPISODES:-4096}" --window-s "${WINDOW_S:-2}" --backend gpu --gpu-device cpu --gpu-impl stub \
     --repeats "${EVAL_REPEATS:-1}"
+# Its part files through the page cache: against the run above (its `store_part_thread_s` and
+# `disk_write_gb_s`), whether storing the parts waits for this machine's disk.
+timed "$results" 20 eval-4096-stub-buffered "$python" bench/gpu_eval_scale.py --arena "$bin/arena" \
+    --agent "$bin/replay" --episodes "${EPISODES:-4096}" --window-s "${WINDOW_S:-2}" --backend gpu --gpu-device cpu \
+    --gpu-impl stub --repeats "${EVAL_REPEATS:-1}" --buffered-parts --no-in-process
 # Last, as the least needed: which part of the host side stops scaling with the machine's
 # cores (the stub, then the CPU backend's MuJoCo as the cores' own reference), at 1 and 4
 # threads and on every core (6 s on the 2-core development machine at 1, 2 and 4).

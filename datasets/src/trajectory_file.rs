@@ -108,6 +108,11 @@ impl EpisodeRecord {
         self.rows.len()
     }
 
+    /// Values in all its arrays (8 bytes each as stored).
+    pub fn values_len(&self) -> usize {
+        self.written().map(|(_, values)| values.len()).sum()
+    }
+
     /// Every dataset to write: the required ones, then the recorded optional ones.
     pub(crate) fn written(&self) -> impl Iterator<Item = (&(&'static str, usize), &[f64])> {
         let optional = OPTIONAL_DATASETS

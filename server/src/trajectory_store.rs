@@ -173,6 +173,7 @@ pub async fn merge(
 ) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
     let ahead_drain_s = ahead.as_ref().map_or(0.0, AheadWritten::drain_s);
+    let ahead_work = ahead.as_ref().map(AheadWritten::work).unwrap_or_default();
     let ahead = ahead.filter(|a| match a.misfit(rows) {
         None => true,
         Some(why) => {
@@ -200,6 +201,7 @@ pub async fn merge(
     let breakdown = serde_json::json!({
         "episodes": rows.len(), "written_ahead": ahead.as_ref().map_or(0, AheadWritten::len),
         "ahead_drain_s": round(ahead_drain_s),
+        "ahead_busy_s": round(ahead_work.busy_s), "ahead_cpu_s": round(ahead_work.cpu_s),
         "merge_s": round(started.elapsed().as_secs_f64()),
         "find_s": round(timings.find_s), "write_s": round(timings.write_s), "store_s": round(timings.store_s),
     });

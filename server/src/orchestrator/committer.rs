@@ -50,7 +50,28 @@ struct Timings {
     commit_s: f64,
     /// Waiting for the merge ahead's writer to take a committed run.
     ahead_wait_s: f64,
+    /// Storing's threads, summed over episodes.
+    store_work: StoreWork,
     episodes: u64,
+}
+
+/// What storing one episode took on its thread (summed over a session's episodes): writing
+/// its part, compressing its copy for the merge ahead, and the part's size (array values, 8
+/// bytes each). Against `store_s` these say how many threads stored at once and, with the
+/// size, whether the parts waited for the disk.
+#[derive(Default)]
+struct StoreWork {
+    part_s: f64,
+    compress_s: f64,
+    part_mb: f64,
+}
+
+impl StoreWork {
+    fn add(&mut self, other: &StoreWork) {
+        self.part_s += other.part_s;
+        self.compress_s += other.compress_s;
+        self.part_mb += other.part_mb;
+    }
 }
 
 /// Scores, stores and commits what the lanes finish until every lane has ended; returns the
@@ -125,6 +146,9 @@ pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) -> Optio
         "episodes": timings.episodes, "wall_s": round(begun.elapsed().as_secs_f64()),
         "score_s": round(timings.score_s), "store_s": round(timings.store_s), "commit_s": round(timings.commit_s),
         "ahead_wait_s": round(timings.ahead_wait_s),
+        "store_part_thread_s": round(timings.store_work.part_s),
+        "store_compress_thread_s": round(timings.store_work.compress_s),
+        "store_part_mb": timings.store_work.part_mb.round(),
     });
     tracing::info!(target: "arena_timings", "committer {breakdown}");
     ahead
@@ -170,19 +194,31 @@ fn store_and_commit(
                     .into_par_iter()
                     .map(|(attempt, record)| {
                         let idx = record.episode as i64;
+                        let started = std::time::Instant::now();
                         let part = trajectory_store::write_part_for(objects, submission_id, idx, attempt, &record);
+                        let part_s = started.elapsed().as_secs_f64();
+                        let bytes = record.values_len() * 8;
+                        let started = std::time::Instant::now();
                         let prepared = (merging_ahead && part.is_ok()).then(|| PreparedEpisode::new(record));
-                        (idx, attempt, part, prepared)
+                        let work = StoreWork {
+                            part_s,
+                            compress_s: started.elapsed().as_secs_f64(),
+                            part_mb: bytes as f64 / 1e6,
+                        };
+                        (idx, attempt, part, prepared, work)
                     })
                     .collect()
             };
-            let written = match store_pool() {
+            let written: Vec<_> = match store_pool() {
                 Some(pool) => pool.install(write_all),
                 None => write_all(),
             };
+            for (_, _, _, _, work) in &written {
+                timings.store_work.add(work);
+            }
             written
                 .into_iter()
-                .map(|(idx, attempt, part, prepared)| {
+                .map(|(idx, attempt, part, prepared, _)| {
                     let stored = part.and_then(|part| match part {
                         WrittenPart::Stored => Ok(()),
                         WrittenPart::Scratch(scratch) => ctx.runtime.block_on(trajectory_store::put_part(

@@ -32,7 +32,7 @@ struct Committed {
 /// The writer of a session's merge ahead (see the module's doc).
 pub struct MergeAhead {
     to_writer: Option<mpsc::SyncSender<Committed>>,
-    writer: Option<std::thread::JoinHandle<anyhow::Result<BTreeMap<i64, i64>>>>,
+    writer: Option<std::thread::JoinHandle<anyhow::Result<Written>>>,
     path: PathBuf,
 }
 
@@ -81,10 +81,11 @@ impl MergeAhead {
         let writer = self.writer.take()?;
         let started = std::time::Instant::now();
         match writer.join() {
-            Ok(Ok(runs)) if !runs.is_empty() => Some(AheadWritten {
+            Ok(Ok(Written { runs, work })) if !runs.is_empty() => Some(AheadWritten {
                 path: std::mem::take(&mut self.path),
                 runs,
                 drain_s: started.elapsed().as_secs_f64(),
+                work,
             }),
             Ok(Ok(_)) => None,
             Ok(Err(e)) => {
@@ -112,31 +113,72 @@ impl Drop for MergeAhead {
     }
 }
 
+/// What the writer's thread wrote (episode index → attempt) and what writing it cost.
+struct Written {
+    runs: BTreeMap<i64, i64>,
+    work: WriterWork,
+}
+
+/// The writer's own time, for an evaluation's breakdown: when the committer waits for the
+/// writer (`ahead_wait_s`), this says whether the writer was busy all along and, by its CPU
+/// time against its busy wall time, whether it ran on a core of its own or waited for one
+/// (or for the disk).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct WriterWork {
+    /// Wall time spent writing runs and closing the file (not waiting for the next run).
+    pub busy_s: f64,
+    /// The writer thread's CPU time over the whole session.
+    pub cpu_s: f64,
+}
+
+/// The calling thread's CPU time so far, in seconds (0 where the clock is unavailable).
+fn thread_cpu_s() -> f64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime only writes the struct it is given.
+    match unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } {
+        0 => t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9,
+        _ => 0.0,
+    }
+}
+
 /// The writer's thread: one opening of the file for the whole session.
 fn write_ahead(
     path: &Path,
     submission: &str,
     benchmark: &str,
     committed: mpsc::Receiver<Committed>,
-) -> anyhow::Result<BTreeMap<i64, i64>> {
+) -> anyhow::Result<Written> {
     let mut runs = BTreeMap::new();
+    let mut work = WriterWork::default();
     let Ok(first) = committed.recv() else {
-        return Ok(runs); // nothing committed in this session
+        return Ok(Written { runs, work }); // nothing committed in this session
     };
+    let cpu_at_start = thread_cpu_s();
+    let mut busy_since = std::time::Instant::now();
     let mut file = TrajectoryFile::open_or_create(path, submission, benchmark)?;
     let mut batch = file.open_batch()?;
     let mut written = Ok(());
-    for run in std::iter::once(first).chain(committed) {
+    let mut next = Some(first);
+    while let Some(run) = next {
         if let Err(e) = batch.write(&run.episode) {
             written = Err(e);
             break; // the receiver goes: later runs are refused
         }
         runs.insert(run.idx, run.attempt);
+        next = committed.try_recv().ok();
+        if next.is_none() {
+            // Idle until the committer hands over the next run (or the session ends).
+            work.busy_s += busy_since.elapsed().as_secs_f64();
+            next = committed.recv().ok();
+            busy_since = std::time::Instant::now();
+        }
     }
     let closed = batch.close();
+    work.busy_s += busy_since.elapsed().as_secs_f64();
+    work.cpu_s = thread_cpu_s() - cpu_at_start;
     written?;
     closed?;
-    Ok(runs)
+    Ok(Written { runs, work })
 }
 
 /// A merge ahead's closed file and the runs in it (episode index → attempt). The file is
@@ -147,6 +189,7 @@ pub struct AheadWritten {
     runs: BTreeMap<i64, i64>,
     /// How long [`MergeAhead::finish`] waited for the writer to write what was queued.
     drain_s: f64,
+    work: WriterWork,
 }
 
 impl AheadWritten {
@@ -169,6 +212,10 @@ impl AheadWritten {
 
     pub fn drain_s(&self) -> f64 {
         self.drain_s
+    }
+
+    pub fn work(&self) -> WriterWork {
+        self.work
     }
 
     /// None when every run it holds is the committed run of a final episode among `rows`

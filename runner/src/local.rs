@@ -92,6 +92,9 @@ pub fn run_local(
     };
     let started = Instant::now();
     let mut env = TrackingEnv::new(env_config, library.clone())?;
+    // Only ended episodes' trajectories are read (`finished_status` stops an env at its
+    // window's end, which appends its waiting row).
+    env.record_behind_physics(true);
     timings.startup_s = started.elapsed().as_secs_f64();
     timings.setup_s = started.duration_since(began).as_secs_f64();
     let plan = episode::ObservationPlan::for_spec(spec);

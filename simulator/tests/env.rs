@@ -640,3 +640,36 @@ fn a_reset_with_start_states_equals_a_reset_then_its_start_states() {
     let after = (0..n).map(|e| together.trajectory(e).len()).collect::<Vec<_>>();
     assert_eq!(after, moved, "nothing was reset");
 }
+
+/// Recording behind the physics (each running env's row appended during its next step)
+/// records the same rows as recording in the refresh, bit for bit, for episodes that end every
+/// way: followed to the end of the run, fallen, failed on a bad action, stopped, reset again.
+#[test]
+fn recording_behind_the_physics_records_the_same_rows() {
+    let lib = library();
+    let config = TrackingEnvConfig {
+        num_envs: 6,
+        threads: 2,
+        fall_rule: Some(FallRule::MinRootHeight(0.5)),
+        ..Default::default()
+    };
+    let mut inline = TrackingEnv::new(config.clone(), lib.clone()).unwrap();
+    let mut behind = TrackingEnv::new(config, lib.clone()).unwrap();
+    behind.record_behind_physics(true);
+    let a = common::recordings_of_a_mixed_run(&mut inline, 60);
+    let b = common::recordings_of_a_mixed_run(&mut behind, 60);
+    assert_eq!(a.len(), b.len());
+    let statuses: Vec<_> = a.iter().map(|(_, s, _)| s.clone()).collect();
+    for kind in ["Fell", "Failed", "Truncated", "Running"] {
+        assert!(
+            statuses.iter().any(|s| format!("{s:?}").starts_with(kind)),
+            "the scenario ends no episode as {kind}: {statuses:?}"
+        );
+    }
+    for ((e, s, t), (f, u, r)) in a.iter().zip(&b) {
+        assert_eq!((e, s), (f, u));
+        assert!(!t.is_empty(), "env {e} ({s:?}) recorded no row");
+        assert!(common::same_recording(t, r), "env {e} ({s:?}): the recordings differ");
+    }
+    assert!(behind.timings().record_s > 0.0 && inline.timings().record_s == 0.0);
+}

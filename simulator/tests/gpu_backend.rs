@@ -6,9 +6,11 @@
 //! Needs a Python with python/requirements-gpu.txt (`ARENA_GPU_PYTHON`, set by `make test`);
 //! without one the tests print why and pass, unless `ARENA_REQUIRE_GPU_BACKEND=1`.
 
+mod common;
+
 use arena_data::NUM_JOINTS;
 use arena_sim::dr::DrLevel;
-use arena_sim::env::{EpisodeAssignment, EpisodeStatus, TrackingEnv, TrackingEnvConfig};
+use arena_sim::env::{EpisodeAssignment, EpisodeStatus, FallRule, TrackingEnv, TrackingEnvConfig};
 use arena_sim::handler::{EnvHealth, Field, GpuDevice, GpuImpl, GpuOptions, Handler, NQ, NV};
 use arena_sim::motion::MotionLibrary;
 use arena_sim::policy::{Policy, ReplayPolicy};
@@ -809,5 +811,40 @@ fn each_push_reaches_the_worker_once() {
                 "a push carried by a step: {g:?}"
             );
         }
+    }
+}
+
+/// On the GPU backend the recorded rows are appended while the worker steps
+/// ([`Handler::step_begin`] sends the step, [`Handler::step_finish`] takes its answer): the
+/// same rows as recording in the refresh, bit for bit, with MuJoCo Warp on its CPU device and
+/// with the stub, for episodes that fall, fail, stop, restart and run on.
+#[test]
+fn recording_behind_the_workers_step_records_the_same_rows() {
+    let Some(python) = gpu_python() else { return };
+    let lib = library();
+    for implementation in [GpuImpl::Warp, GpuImpl::Stub] {
+        let config = TrackingEnvConfig {
+            num_envs: 6,
+            threads: 2,
+            fall_rule: Some(FallRule::MinRootHeight(0.5)),
+            backend: on_cpu_device(python.clone(), implementation),
+            ..Default::default()
+        };
+        let mut inline = TrackingEnv::new(config.clone(), lib.clone()).unwrap();
+        let a = common::recordings_of_a_mixed_run(&mut inline, 40);
+        // The same simulator again, so the worker starts once per implementation.
+        let mut behind = TrackingEnv::with_handler(config, lib.clone(), inline.into_handler()).unwrap();
+        behind.record_behind_physics(true);
+        let b = common::recordings_of_a_mixed_run(&mut behind, 40);
+        assert_eq!(a.len(), b.len(), "{implementation:?}");
+        for ((e, s, t), (f, u, r)) in a.iter().zip(&b) {
+            assert_eq!((e, s), (f, u), "{implementation:?}");
+            assert!(!t.is_empty(), "{implementation:?}: env {e} ({s:?}) recorded no row");
+            assert!(
+                common::same_recording(t, r),
+                "{implementation:?}: env {e} ({s:?}): the recordings differ"
+            );
+        }
+        assert!(behind.timings().record_s > 0.0);
     }
 }

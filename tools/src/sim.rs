@@ -133,6 +133,11 @@ pub struct BenchArgs {
     /// Skip trajectory recording (as training does); evaluations record every step.
     #[arg(long)]
     no_record: bool,
+    /// Append each recorded row in the refresh that reads it, instead of during the next step
+    /// while the backend simulates (as evaluations do; on the GPU backend the recording then
+    /// overlaps the worker's physics). For comparing the two.
+    #[arg(long)]
+    record_inline: bool,
 }
 
 pub fn run(cmd: SimCommand) -> anyhow::Result<()> {
@@ -358,6 +363,7 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
         dr_level: DrLevel::L0,
     };
     let mut env = TrackingEnv::new(config, library.clone())?;
+    env.record_behind_physics(!a.record_inline);
     let all: Vec<_> = (0..a.envs).map(|e| (e, assignment(e))).collect();
     let mut policy = ReplayPolicy;
     let mut actions = vec![0.0f32; a.envs * NUM_JOINTS];
@@ -399,6 +405,7 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
     let split = serde_json::json!({
         "physics": per_step(after.physics_s - before.physics_s),
         "observations": per_step(after.refresh_s - before.refresh_s),
+        "recording_behind": per_step(after.record_s - before.record_s),
         "resets": per_step(after.reset_s - before.reset_s),
         "policy": per_step(policy_s),
         "total": per_step(secs),
@@ -423,9 +430,10 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
             secs
         );
         println!(
-            "  ms per control step: {:.3} physics (the backend's step), {:.3} observations, {:.3} resets, {:.3} policy, {:.3} in all",
+            "  ms per control step: {:.3} physics (the backend's step), {:.3} observations, {:.3} recording during the next step, {:.3} resets, {:.3} policy, {:.3} in all",
             split["physics"].as_f64().unwrap_or(f64::NAN),
             split["observations"].as_f64().unwrap_or(f64::NAN),
+            split["recording_behind"].as_f64().unwrap_or(f64::NAN),
             split["resets"].as_f64().unwrap_or(f64::NAN),
             split["policy"].as_f64().unwrap_or(f64::NAN),
             split["total"].as_f64().unwrap_or(f64::NAN),

@@ -143,13 +143,15 @@ impl<'a> Lane<'a> {
         };
         let library = ctx.benchmark.library.clone();
         let mut timings = LaneTimings::default();
-        let env = match ctx.warm.take(&shape) {
+        let mut env = match ctx.warm.take(&shape) {
             Some(simulator) => {
                 timings.warm_start = true;
                 TrackingEnv::with_handler(env_config, library, simulator)?
             }
             None => TrackingEnv::new(env_config, library)?,
         };
+        // Episodes reach the committer through `take_trajectory`, which appends a waiting row.
+        env.record_behind_physics(true);
         Ok(Self {
             ctx,
             lane,

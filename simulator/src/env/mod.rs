@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 mod command;
+mod recording;
 mod refresh;
 mod types;
 
@@ -48,6 +49,8 @@ struct Slot {
     pending_command: [f64; 2 * NUM_JOINTS],
     history: History,
     trajectory: Trajectory,
+    /// The row the last refresh read, until it is appended to `trajectory`.
+    pending: recording::PendingRow,
 }
 
 /// Wall time a [`TrackingEnv`] has spent in each part of its work since it was made: the
@@ -62,6 +65,9 @@ pub struct EnvTimings {
     pub physics_s: f64,
     /// Observations, infos and trajectory recording after steps and resets.
     pub refresh_s: f64,
+    /// Recorded rows appended during the next step, while the backend simulates it
+    /// ([`TrackingEnv::record_behind_physics`]; on the GPU backend this overlaps `physics_s`).
+    pub record_s: f64,
     pub steps: u64,
     pub resets: u64,
 }
@@ -79,6 +85,11 @@ pub struct TrackingEnv {
     feedforward: Vec<f64>,
     /// Per-env flags of the envs the current reset/step touches (reused, no per-step allocation).
     selected: Vec<bool>,
+    /// Whether running envs' recorded rows are appended during the next step (see
+    /// [`TrackingEnv::record_behind_physics`]).
+    record_behind: bool,
+    /// Whether some env holds a row not yet appended.
+    rows_pending: bool,
 }
 
 impl std::fmt::Debug for TrackingEnv {
@@ -146,6 +157,7 @@ impl TrackingEnv {
                 pending_command: [0.0; 2 * NUM_JOINTS],
                 history: History::default(),
                 trajectory: Trajectory::default(),
+                pending: Default::default(),
             })
             .collect();
         let mut env = Self {
@@ -165,6 +177,8 @@ impl TrackingEnv {
             targets: vec![0.0; n * NUM_JOINTS],
             feedforward: vec![0.0; n * NUM_JOINTS],
             selected: vec![false; n],
+            record_behind: false,
+            rows_pending: false,
             config,
         };
         for e in 0..n {
@@ -227,14 +241,64 @@ impl TrackingEnv {
         &self.infos
     }
 
+    /// An env's recording. Complete for an env that is not running; for a running env under
+    /// [`TrackingEnv::record_behind_physics`] the last row is added by the next step, reset,
+    /// [`TrackingEnv::stop`] or [`TrackingEnv::flush_recording`].
     pub fn trajectory(&self, env: usize) -> &Trajectory {
         &self.slots[env].trajectory
     }
 
-    /// Moves a finished episode's recording out (the env's next reset records into a new one):
-    /// cheaper than cloning thousands of them when a batch ends together.
+    /// Moves an episode's recording out, complete (the env's next reset records into a new
+    /// one): cheaper than cloning thousands of them when a batch ends together.
     pub fn take_trajectory(&mut self, env: usize) -> Trajectory {
+        self.flush_env(env);
         std::mem::take(&mut self.slots[env].trajectory)
+    }
+
+    /// Appends a running env's recorded row during the env's next step rather than in the
+    /// refresh that reads it, so that on a backend that simulates elsewhere (the GPU worker)
+    /// the recording's cost (the rows' fresh memory, the reference's poses) overlaps the
+    /// physics instead of adding to each control step. The recorded values are the same; only
+    /// [`TrackingEnv::trajectory`] of a running env lags a row behind until then. Off by
+    /// default.
+    pub fn record_behind_physics(&mut self, on: bool) {
+        if !on {
+            self.flush_recording();
+        }
+        self.record_behind = on;
+    }
+
+    /// Appends every recorded row still waiting (see [`TrackingEnv::record_behind_physics`]).
+    pub fn flush_recording(&mut self) {
+        if !std::mem::take(&mut self.rows_pending) {
+            return;
+        }
+        let started = Instant::now();
+        let (library, robot) = (&self.library, &self.config.robot);
+        let append = |slot: &mut Slot| {
+            if let (true, Some(a)) = (slot.pending.filled, slot.assignment) {
+                slot.pending
+                    .append(&mut slot.trajectory, &library.motions[a.motion], robot);
+            }
+        };
+        match self.handler.pool() {
+            Some(pool) => pool.install(|| self.slots.par_iter_mut().for_each(append)),
+            None => self.slots.iter_mut().for_each(append),
+        }
+        self.timings.record_s += started.elapsed().as_secs_f64();
+    }
+
+    /// Appends env `env`'s waiting row, if any.
+    fn flush_env(&mut self, env: usize) {
+        if let Some(slot) = self.slots.get_mut(env)
+            && let (true, Some(a)) = (slot.pending.filled, slot.assignment)
+        {
+            slot.pending.append(
+                &mut slot.trajectory,
+                &self.library.motions[a.motion],
+                &self.config.robot,
+            );
+        }
     }
 
     /// Resets the listed envs to the reference state at their start time (root pose and
@@ -286,6 +350,7 @@ impl TrackingEnv {
         &mut self,
         states: &[(usize, [f64; NQ], [f64; NV])],
     ) -> Result<&ObservationBatch, SimError> {
+        self.flush_recording();
         for (env, qpos, qvel) in states {
             let slot = self
                 .slots
@@ -330,6 +395,7 @@ impl TrackingEnv {
         starts: &[(usize, EpisodeAssignment, Option<LieDown>)],
         states: &[(usize, [f64; NQ], [f64; NV])],
     ) -> Result<&ObservationBatch, SimError> {
+        self.flush_recording();
         for (env, a, _) in starts {
             self.validate(*env, a)?;
         }
@@ -531,9 +597,15 @@ impl TrackingEnv {
                 }
             }
         }
+        // The rows the last refresh left waiting are appended while the backend steps.
         let started = Instant::now();
-        self.handler.step(&self.targets)?;
-        self.timings.physics_s += started.elapsed().as_secs_f64();
+        self.handler.step_begin(&self.targets)?;
+        let begun = started.elapsed();
+        self.flush_recording();
+        let started = Instant::now();
+        let finished = self.handler.step_finish();
+        self.timings.physics_s += (begun + started.elapsed()).as_secs_f64();
+        finished?;
         self.timings.steps += 1;
         for (slot, _) in self.slots.iter_mut().zip(&self.selected).filter(|(_, s)| **s) {
             if slot.status == EpisodeStatus::Running {
@@ -565,7 +637,9 @@ impl TrackingEnv {
             config: &self.config,
             handler: self.handler.as_ref(),
             after_reset,
+            record_behind: self.record_behind,
         };
+        self.rows_pending |= self.record_behind && self.config.record;
         let obs = &mut self.obs;
         let per_env =
             |scratch: &mut RefreshScratch,
@@ -617,6 +691,7 @@ impl TrackingEnv {
     /// Ends a running episode as truncated (its window is over before the motion is) and
     /// stops simulating the env until it is reset.
     pub fn stop(&mut self, env: usize) {
+        self.flush_env(env);
         if let Some(slot) = self.slots.get_mut(env)
             && slot.status == EpisodeStatus::Running
         {

@@ -5,7 +5,7 @@ use super::{ActionMode, BODY_W, EpisodeStatus, FallRule, Slot, StepInfo, Trackin
 use crate::CONTROL_DT;
 use crate::handler::{EnvHealth, Field, Handler, NQ, NV};
 use crate::motion::MotionLibrary;
-use crate::observation::{self, HistoryTiming, ProprioFrame, STATE_DIM, TRAINING_NOISE};
+use crate::observation::{self, HistoryTiming, ProprioFrame, TRAINING_NOISE};
 use crate::robot::NUM_BODIES_EXT;
 use arena_data::NUM_JOINTS;
 use rand::Rng;
@@ -65,6 +65,8 @@ pub(super) struct RefreshContext<'a> {
     pub(super) config: &'a TrackingEnvConfig,
     pub(super) handler: &'a dyn Handler,
     pub(super) after_reset: bool,
+    /// Whether a running env's recorded row waits for the next step (see `recording.rs`).
+    pub(super) record_behind: bool,
 }
 
 impl RefreshContext<'_> {
@@ -150,7 +152,7 @@ impl RefreshContext<'_> {
                 slot.history.push(&frame, &slot.last_a5);
             }
         }
-        // The reference pose is for the recording and the body-deviation fall rule only.
+        // The reference pose is for the body-deviation fall rule (the recording adds its own).
         let deviation_rule = matches!(self.config.fall_rule, Some(FallRule::MaxBodyDeviation(_)));
         let bodies_needed = self.config.record || deviation_rule || self.config.compute_privileged_state;
         if bodies_needed {
@@ -168,35 +170,27 @@ impl RefreshContext<'_> {
                 rows.privileged,
             );
         }
-        if self.config.record || deviation_rule {
+        if deviation_rule {
             motion.pose_at(motion_time, ref_qpos, ref_body_pos);
         }
-        let (ref_qpos, ref_body_pos) = (&*ref_qpos, &*ref_body_pos);
+        let ref_body_pos = &*ref_body_pos;
         if self.config.record {
-            let t = &mut slot.trajectory;
             if self.after_reset {
+                let t = &mut slot.trajectory;
                 t.rows.actions.extend_from_slice(&[0.0; NUM_JOINTS]);
                 if self.config.action_mode == ActionMode::JointPosition {
                     t.rows.feedforward.extend_from_slice(&[0.0; NUM_JOINTS]);
                 }
             }
-            t.rows.times.push(motion_time);
-            t.rows.qpos.extend_from_slice(qpos);
-            t.rows.qvel.extend_from_slice(qvel);
-            t.rows.body_pos.extend_from_slice(bp);
-            t.rows.ref_qpos.extend_from_slice(ref_qpos);
-            t.rows.ref_body_pos.extend_from_slice(ref_body_pos);
-            let mut joints = [0.0; NUM_JOINTS];
-            self.handler.read_env_into(e, Field::DofPosTarget, &mut joints);
-            t.rows.targets.extend_from_slice(&joints);
-            self.handler.read_env_into(e, Field::DofTorque, &mut joints);
-            t.rows.torques.extend_from_slice(&joints);
-            t.rows.state.extend(rows.state.iter().map(|v| *v as f64));
-            let (mut dof_vel, mut root_ang_vel) = ([0.0; NUM_JOINTS], [0.0; 3]);
-            motion.velocities_at(motion_time, &mut dof_vel, &mut root_ang_vel);
-            let mut ref_row = [0.0f32; STATE_DIM];
-            observation::reference_state_row_from(ref_qpos, &dof_vel, &root_ang_vel, &self.config.robot, &mut ref_row);
-            t.rows.ref_state.extend(ref_row.iter().map(|v| *v as f64));
+            let row = &mut slot.pending;
+            row.motion_time = motion_time;
+            row.qpos = *qpos;
+            row.qvel = *qvel;
+            row.body_pos = *bp;
+            self.handler.read_env_into(e, Field::DofPosTarget, &mut row.targets);
+            self.handler.read_env_into(e, Field::DofTorque, &mut row.torques);
+            row.state.copy_from_slice(rows.state);
+            row.filled = true;
         }
         let fell = match self.config.fall_rule {
             None => false,
@@ -213,5 +207,9 @@ impl RefreshContext<'_> {
             slot.status = EpisodeStatus::Truncated;
         }
         info.status = slot.status.clone();
+        // Only a running env's row may wait: an ended episode's trajectory is complete.
+        if !(self.record_behind && slot.status == EpisodeStatus::Running) {
+            slot.pending.append(&mut slot.trajectory, motion, &self.config.robot);
+        }
     }
 }

@@ -41,6 +41,8 @@ pub struct GpuHandler {
     dirty: bool,
     /// Envs whose `Inputs` row holds a push for the next command; cleared once it is sent.
     pushed: Vec<usize>,
+    /// The command sent and not yet answered ([`Handler::step_begin`]).
+    in_flight: Option<&'static str>,
 }
 
 impl std::fmt::Debug for GpuHandler {
@@ -105,6 +107,7 @@ impl GpuHandler {
             joint_ranges,
             pool,
             dirty: false,
+            in_flight: None,
             pushed: Vec::new(),
         };
         handler.fill(Array::Params, 0.0);
@@ -289,7 +292,16 @@ impl GpuHandler {
 
     /// Runs `sync` or `step` on the worker. A worker failure fails every env that was running
     /// (with the reason) and drops the worker; the next reset starts a new one.
-    fn run(&mut self, op: &str) -> Result<(), SimError> {
+    fn run(&mut self, op: &'static str) -> Result<(), SimError> {
+        self.run_begin(op)?;
+        self.run_finish();
+        Ok(())
+    }
+
+    /// Sends `op` to the worker (starting one first where a reset needs it); [`Self::run_finish`]
+    /// takes its answer. A command still in flight is answered first.
+    fn run_begin(&mut self, op: &'static str) -> Result<(), SimError> {
+        self.settle();
         let pending_reset = self.values()[self.layout.range(Array::ResetFlag)]
             .iter()
             .any(|f| *f != 0.0);
@@ -304,9 +316,25 @@ impl GpuHandler {
                 self.row_mut(Array::ParamsFlag, env)[0] = 1.0;
             }
         }
-        let timeout = self.options.step_timeout;
         let worker = self.worker.as_mut().expect("started above");
-        let outcome = match worker.command(op, timeout) {
+        match worker.send(op) {
+            Ok(()) => self.in_flight = Some(op),
+            Err(why) => self.end_command(Err(why)),
+        }
+        Ok(())
+    }
+
+    /// Waits for the answer to the command in flight, if any, and applies it (failure codes
+    /// are read by the caller).
+    fn run_finish(&mut self) {
+        let Some(op) = self.in_flight.take() else {
+            return;
+        };
+        let timeout = self.options.step_timeout;
+        let Some(worker) = self.worker.as_mut() else {
+            return;
+        };
+        let outcome = match worker.answer(op, timeout) {
             Ok(reply) if reply == "ok" => Ok(()),
             Ok(reply) => Err(match reply.strip_prefix("error ") {
                 Some(message) => message.to_string(),
@@ -314,6 +342,11 @@ impl GpuHandler {
             }),
             Err(e) => Err(e),
         };
+        self.end_command(outcome);
+    }
+
+    /// What follows a command's answer (or its failure to be sent).
+    fn end_command(&mut self, outcome: Result<(), String>) {
         self.dirty = false;
         // A push goes with one command, as the CPU backend applies it once.
         for env in std::mem::take(&mut self.pushed) {
@@ -330,7 +363,15 @@ impl GpuHandler {
             }
             self.stop_all();
         }
-        Ok(())
+    }
+
+    /// Takes the answer to a step still in flight (a caller that skipped
+    /// [`Handler::step_finish`] before touching the handler again) and its failure codes.
+    fn settle(&mut self) {
+        if self.in_flight.is_some() {
+            self.run_finish();
+            self.collect_failures();
+        }
     }
 
     /// Reads the worker's failure codes into env health.
@@ -387,6 +428,7 @@ impl Handler for GpuHandler {
     }
 
     fn set_qpos_qvel(&mut self, env: usize, qpos: &[f64], qvel: &[f64]) -> Result<(), SimError> {
+        self.settle();
         self.check_env(env)?;
         check_state(qpos, qvel)?;
         self.row_mut(Array::ResetQpos, env).copy_from_slice(qpos);
@@ -403,6 +445,7 @@ impl Handler for GpuHandler {
     }
 
     fn set_joint_targets(&mut self, env: usize, targets: &[f64]) -> Result<(), SimError> {
+        self.settle();
         self.check_env(env)?;
         if targets.len() != NUM_JOINTS {
             return Err(SimError::Config(format!(
@@ -419,6 +462,7 @@ impl Handler for GpuHandler {
     }
 
     fn set_feedforward(&mut self, env: usize, torques: &[f64]) -> Result<(), SimError> {
+        self.settle();
         self.check_env(env)?;
         check_feedforward(torques)?;
         self.input_row_mut(env).write(INPUT_FEEDFORWARD, torques);
@@ -426,6 +470,7 @@ impl Handler for GpuHandler {
     }
 
     fn set_physics_params(&mut self, env: usize, params: &PhysicsParams) -> Result<(), SimError> {
+        self.settle();
         self.check_env(env)?;
         self.write_params(env, params);
         self.dirty = true;
@@ -433,6 +478,7 @@ impl Handler for GpuHandler {
     }
 
     fn push_root(&mut self, env: usize, dv: Vec3, dw_world: Vec3) -> Result<(), SimError> {
+        self.settle();
         self.check_env(env)?;
         let mut row = self.input_row_mut(env);
         for k in 0..3 {
@@ -447,6 +493,7 @@ impl Handler for GpuHandler {
     }
 
     fn mark_failed(&mut self, env: usize, reason: String) {
+        self.settle();
         if env < self.health.len() {
             self.health[env] = EnvHealth::Failed(reason);
             self.input_row_mut(env).set(INPUT_GO, 0.0);
@@ -454,6 +501,7 @@ impl Handler for GpuHandler {
     }
 
     fn mark_idle(&mut self, env: usize) {
+        self.settle();
         if env < self.health.len() {
             self.health[env] = EnvHealth::Idle;
             self.input_row_mut(env).set(INPUT_GO, 0.0);
@@ -469,6 +517,7 @@ impl Handler for GpuHandler {
     }
 
     fn sync(&mut self) -> Result<(), SimError> {
+        self.settle();
         if !self.dirty {
             return Ok(());
         }
@@ -478,6 +527,17 @@ impl Handler for GpuHandler {
     }
 
     fn step(&mut self, targets: &[f64]) -> Result<(), SimError> {
+        self.step_begin(targets)?;
+        self.step_finish()
+    }
+
+    fn step_finish(&mut self) -> Result<(), SimError> {
+        self.settle();
+        Ok(())
+    }
+
+    fn step_begin(&mut self, targets: &[f64]) -> Result<(), SimError> {
+        self.settle();
         let n = self.health.len();
         if targets.len() != n * NUM_JOINTS {
             return Err(SimError::Config(format!(
@@ -512,12 +572,11 @@ impl Handler for GpuHandler {
             }
         }
         self.health = health;
-        self.run("step")?;
-        self.collect_failures();
-        Ok(())
+        self.run_begin("step")
     }
 
     fn read_env_into(&self, env: usize, field: Field, out: &mut [f64]) {
+        debug_assert!(self.in_flight.is_none(), "read between step_begin and step_finish");
         let row = |array: Array| self.physics_row(array, env);
         let qpos = row(Array::Qpos);
         let qvel = row(Array::Qvel);
@@ -570,6 +629,7 @@ impl Handler for GpuHandler {
     }
 
     fn set_torque_logging(&mut self, on: bool) -> Result<(), SimError> {
+        self.settle();
         if on {
             return Err(SimError::Config(
                 "torque logging (replays in other simulators) needs the cpu backend".into(),
@@ -587,6 +647,7 @@ impl Handler for GpuHandler {
     }
 
     fn worker_timings(&mut self) -> Result<Option<serde_json::Map<String, serde_json::Value>>, SimError> {
+        self.settle();
         let timeout = self.options.step_timeout;
         let Some(worker) = self.worker.as_mut() else {
             return Ok(None);

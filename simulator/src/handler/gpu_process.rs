@@ -108,8 +108,17 @@ impl Worker {
 
     /// Sends one command line and waits for its answer.
     pub(super) fn command(&mut self, line: &str, timeout: Duration) -> Result<String, String> {
-        write_line_without_sigpipe(&mut self.stdin, line)
-            .map_err(|e| format!("could not write to the worker ({e})"))?;
+        self.send(line)?;
+        self.answer(line, timeout)
+    }
+
+    /// Sends one command line; [`Worker::answer`] waits for its answer.
+    pub(super) fn send(&mut self, line: &str) -> Result<(), String> {
+        write_line_without_sigpipe(&mut self.stdin, line).map_err(|e| format!("could not write to the worker ({e})"))
+    }
+
+    /// Waits for the answer to the command `line` sent last.
+    pub(super) fn answer(&mut self, line: &str, timeout: Duration) -> Result<String, String> {
         let replies = self
             .replies
             .get_mut()

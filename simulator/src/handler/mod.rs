@@ -250,6 +250,17 @@ pub trait Handler: Send + Sync {
     /// Sets each env's joint position targets (N×29, radians) and advances it by one control
     /// step (DECIMATION physics steps of the PD loop). Failed and idle envs are skipped.
     fn step(&mut self, targets: &[f64]) -> Result<(), SimError>;
+    /// [`Handler::step`] in two halves, for a caller with host work to do while a backend
+    /// that simulates elsewhere (the GPU worker) runs the step: this starts it, and
+    /// [`Handler::step_finish`] waits for it. Between the two the caller must not touch the
+    /// handler. A backend that steps on the calling thread does the whole step here.
+    fn step_begin(&mut self, targets: &[f64]) -> Result<(), SimError> {
+        self.step(targets)
+    }
+    /// Waits for the step [`Handler::step_begin`] started (nothing when it did the whole step).
+    fn step_finish(&mut self) -> Result<(), SimError> {
+        Ok(())
+    }
     /// Reads `field` of one env into `out` (`field.width()` values).
     fn read_env_into(&self, env: usize, field: Field, out: &mut [f64]);
     /// Reads one env's [`Field::BodyVel`] and [`Field::BodyAngVel`] together; a backend that

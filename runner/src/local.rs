@@ -291,6 +291,7 @@ impl LocalTimings {
             "starts_s": round(self.starts_s), "reset_s": round(e.reset_s), "resets": e.resets,
             "observe_s": round(self.observe_s), "agent_s": round(self.agent_s),
             "step_s": round(self.step_s), "physics_s": round(e.physics_s), "refresh_s": round(e.refresh_s),
+            "record_s": round(e.record_s),
             "steps": e.steps, "score_s": round(self.score_s),
         });
         tracing::info!(target: "arena_timings", "local {breakdown}");

@@ -179,7 +179,8 @@ impl<'a> Lane<'a> {
             "claim_and_reset_s": round(t.claim_and_reset_s), "reset_s": round(env.reset_s),
             "resets": env.resets, "observe_s": round(t.observe_s), "agent_s": round(t.agent_s),
             "apply_s": round(t.apply_s), "physics_s": round(env.physics_s),
-            "refresh_s": round(env.refresh_s), "collect_s": round(t.collect_s),
+            "refresh_s": round(env.refresh_s), "record_s": round(env.record_s),
+            "collect_s": round(t.collect_s),
             "requests": t.requests, "steps": env.steps,
         });
         tracing::info!(target: "arena_timings", "lane {breakdown}");
@@ -214,10 +215,13 @@ impl<'a> Lane<'a> {
             let request = self.request(step);
             self.timings.observe_s += started.elapsed().as_secs_f64();
             self.timings.requests += 1;
-            let started = Instant::now();
             if !self.send(Msg::GetAction(request)) {
                 return self.connection_lost("the session ended");
             }
+            // While the agent works: the rows the last refresh left waiting (the env's timings
+            // count them as recording).
+            self.env.flush_recording();
+            let started = Instant::now();
             // A lane's first request may also wait for the agent's set-up (a model loading in
             // `configure`), so it gets at least FIRST_REQUEST_TIMEOUT.
             let timeout = if step == self.lane as u64 {

@@ -114,6 +114,15 @@ impl RefreshContext<'_> {
             ref_qpos,
             ref_body_pos,
         } = scratch;
+        // A recorded row keeps the state it was observed from: read straight into it.
+        let (qpos, qvel, body_pos) = match self.config.record {
+            true => (
+                &mut slot.pending.qpos,
+                &mut slot.pending.qvel,
+                &mut slot.pending.body_pos,
+            ),
+            false => (qpos, qvel, body_pos),
+        };
         self.handler.read_env_into(e, Field::Qpos, qpos);
         self.handler.read_env_into(e, Field::Qvel, qvel);
         self.handler.read_env_into(e, Field::RootAngVel, w);
@@ -182,15 +191,13 @@ impl RefreshContext<'_> {
                     t.rows.feedforward.extend_from_slice(&[0.0; NUM_JOINTS]);
                 }
             }
-            let row = &mut slot.pending;
-            row.motion_time = motion_time;
-            row.qpos = *qpos;
-            row.qvel = *qvel;
-            row.body_pos = *bp;
-            self.handler.read_env_into(e, Field::DofPosTarget, &mut row.targets);
-            self.handler.read_env_into(e, Field::DofTorque, &mut row.torques);
-            row.state.copy_from_slice(rows.state);
-            row.filled = true;
+            slot.pending.motion_time = motion_time;
+            self.handler
+                .read_env_into(e, Field::DofPosTarget, &mut slot.pending.targets);
+            self.handler
+                .read_env_into(e, Field::DofTorque, &mut slot.pending.torques);
+            slot.pending.state.copy_from_slice(rows.state);
+            slot.pending.filled = true;
         }
         let fell = match self.config.fall_rule {
             None => false,

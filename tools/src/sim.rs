@@ -363,7 +363,6 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
         dr_level: DrLevel::L0,
     };
     let mut env = TrackingEnv::new(config, library.clone())?;
-    env.record_behind_physics(!a.record_inline);
     let all: Vec<_> = (0..a.envs).map(|e| (e, assignment(e))).collect();
     let mut policy = ReplayPolicy;
     let mut actions = vec![0.0f32; a.envs * NUM_JOINTS];
@@ -375,6 +374,7 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
         dump_replay(&mut env, &all, &mut policy, a.steps, dir, &robot)?;
         env = TrackingEnv::new(env_config(&robot, a.envs, a.threads), library.clone())?;
     }
+    env.record_behind_physics(!a.record_inline);
     env.reset(&all)?;
     let before = env.timings();
     let worker_before = env.worker_timings()?;
@@ -504,6 +504,8 @@ fn dump_replay(
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let n = env.num_envs();
+    // The dump reads the recordings of running envs: every row appended as it is read.
+    env.record_behind_physics(false);
     env.set_torque_logging(true)?;
     env.reset(all)?;
     let mut initial_qpos = Vec::new();

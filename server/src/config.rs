@@ -191,6 +191,8 @@ impl ServerConfig {
                 let mut options = GpuOptions {
                     device: self.gpu_device.parse()?,
                     implementation,
+                    // Nothing an evaluation computes reads them (training's rewards do).
+                    contact_forces: false,
                     ..GpuOptions::default()
                 };
                 if !self.gpu_python.as_os_str().is_empty() {
@@ -509,6 +511,10 @@ mod tests {
         };
         assert_eq!(options.device, arena_sim::handler::GpuDevice::Cpu);
         assert_eq!(options.python, PathBuf::from("/opt/py/bin/python"));
+        assert!(
+            !options.contact_forces,
+            "an evaluation's worker computes no contact forces"
+        );
         let e = with(&|c| c.sim_backend = "tpu".into()).unwrap_err();
         assert!(e.starts_with("sim_backend:") && e.contains("\"tpu\""), "{e}");
         let e = with(&|c| {

@@ -60,6 +60,9 @@ impl BackendArgs {
                     device: self.gpu_device,
                     implementation: self.gpu_impl,
                     x64: self.gpu_x64,
+                    // What these commands run (evaluations, audits, `sim bench` standing for
+                    // them) reads no contact forces; training's rewards do.
+                    contact_forces: false,
                     ..GpuOptions::default()
                 };
                 if let Some(python) = &self.gpu_python {
@@ -68,5 +71,27 @@ impl BackendArgs {
                 SimBackend::Gpu(options)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gpu_backend_of_these_commands_computes_no_contact_forces() {
+        let args = BackendArgs {
+            backend: BackendKind::Gpu,
+            gpu_device: GpuDevice::Cpu,
+            gpu_impl: GpuImpl::Warp,
+            gpu_python: None,
+            gpu_x64: false,
+            gpu_allow_stub: false,
+        };
+        let SimBackend::Gpu(options) = args.backend() else {
+            panic!("not the GPU backend")
+        };
+        assert!(!options.contact_forces);
+        assert!(GpuOptions::default().contact_forces, "trainers keep the default");
     }
 }

@@ -110,7 +110,9 @@ pub struct GpuOptions {
     pub implementation: GpuImpl,
     /// Double precision in JAX (slower; for sim-to-sim comparisons).
     pub x64: bool,
-    /// Compute per-body contact forces (the baseline's auxiliary rewards read them).
+    /// Compute per-body contact forces (the trainers' rewards read them; evaluations, which
+    /// do not, turn them off: `arena serve`, `arena eval`, `sim bench`, `audit`). Off, the
+    /// worker reports them as zero.
     pub contact_forces: bool,
     /// Deadline of start-up (JIT compilation included).
     pub startup_timeout: Duration,

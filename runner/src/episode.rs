@@ -153,6 +153,22 @@ pub fn reference_of(motion: &Motion) -> Reference {
     }
 }
 
+/// Whether env `slot`'s running episode has run its window ([`finished_status`] then stops it).
+fn window_over(env: &TrackingEnv, slot: usize, episode: &Episode) -> bool {
+    let info = &env.infos()[slot];
+    info.status == env::EpisodeStatus::Running && info.motion_time >= episode.start_s + episode.duration_s - 1e-9
+}
+
+/// Before [`finished_status`] of the envs in `running` (env slot, its episode): when some
+/// episode's window ends at this step, the rows waiting under
+/// [`TrackingEnv::record_behind_physics`] are appended for every env at once, on the env's
+/// threads, rather than one env at a time as each is stopped (4096 episodes that end together).
+pub fn settle_recordings<'a>(env: &mut TrackingEnv, mut running: impl Iterator<Item = (usize, &'a Episode)>) {
+    if running.any(|(slot, episode)| window_over(env, slot, episode)) {
+        env.flush_recording();
+    }
+}
+
 /// Ends env `slot`'s episode when its window is over (a window shorter than the rest of the clip
 /// ends by time, not by the motion's end) and reports how it ended, or `None` while it runs.
 pub fn finished_status(
@@ -160,8 +176,7 @@ pub fn finished_status(
     slot: usize,
     episode: &Episode,
 ) -> Option<(EpisodeStatus, Option<String>)> {
-    let info = &env.infos()[slot];
-    if info.status == env::EpisodeStatus::Running && info.motion_time >= episode.start_s + episode.duration_s - 1e-9 {
+    if window_over(env, slot, episode) {
         env.stop(slot);
     }
     match &env.infos()[slot].status {

@@ -198,6 +198,13 @@ pub fn run_local(
         timings.step_s += stepping.elapsed().as_secs_f64();
         let scoring = Instant::now();
         let mut ended = Vec::new();
+        episode::settle_recordings(
+            &mut env,
+            running
+                .iter()
+                .enumerate()
+                .filter_map(|(slot, ep)| ep.map(|ep| (slot, ep))),
+        );
         for slot in 0..batch {
             let Some(ep) = running[slot] else { continue };
             if let Some((status, reason)) = episode::finished_status(&mut env, slot, ep) {

@@ -565,6 +565,11 @@ impl<'a> Lane<'a> {
             }
         }
         let started = Instant::now();
+        let running = self.slots.iter().enumerate();
+        episode::settle_recordings(
+            &mut self.env,
+            running.filter_map(|(s, r)| r.as_ref().map(|r| (s, &r.episode))),
+        );
         for slot in 0..self.slots.len() {
             let Some(running) = &self.slots[slot] else { continue };
             let ended = episode::finished_status(&mut self.env, slot, &running.episode);

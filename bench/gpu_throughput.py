@@ -8,12 +8,14 @@ For each env count it measures, interleaved and repeated:
          world-batched step with the PD kernel, one CUDA graph per control step on a GPU;
   gpu    `arena sim bench --backend gpu`: the whole TrackingEnv on the GPU backend (worker,
          shared memory, observations, episode bookkeeping, replay policy);
+  inline the same with the recording appended in the refresh that reads it (`--record-inline`),
+         not overlapping the worker's step: what that overlap gains (--no-inline leaves it out);
   cpu    `arena sim bench --backend cpu` on every CPU core of the machine;
   stub   `arena sim bench --backend gpu --gpu-impl stub`: the same path with the physics stubbed
          out, i.e. what the worker's host side and the Rust side cost per control step alone;
 and prints control steps/s with the ratios gpu/raw (goal >= 0.8) and gpu/cpu, then the
 arena's own split of a control step (ms: the backend's step, observations, the recording
-appended during the next step, resets, policy) for gpu and stub.
+appended during the next step, resets, policy) for gpu, inline and stub.
 
   python bench/gpu_throughput.py --arena target/release/arena --envs 1024 4096 8192
 Needs jax (with CUDA on a GPU machine), mujoco==3.17.0 and mujoco-mjx==3.17.0 in this Python
@@ -181,6 +183,9 @@ def main():
     p.add_argument("--cpu-threads", type=int, default=0, help="CPU backend threads (0 = all cores)")
     p.add_argument("--no-cpu", action="store_true", help="leave out the CPU backend column")
     p.add_argument("--no-stub", action="store_true", help="leave out the stubbed-physics column")
+    p.add_argument("--no-inline", action="store_true",
+                   help="leave out the arena with its recording appended inline (sim bench "
+                        "--record-inline: not overlapping the physics, as before 2026-11-27)")
     a = p.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -189,8 +194,8 @@ def main():
                        capture_output=True)
         rows = []
         for n in a.envs:
-            results = {"raw": [], "gpu": [], "cpu": [], "stub": []}
-            splits = {"gpu": [], "stub": []}
+            results = {"raw": [], "gpu": [], "inline": [], "cpu": [], "stub": []}
+            splits = {"gpu": [], "inline": [], "stub": []}
             workloads = {"raw": [], "gpu": []}
             for _ in range(a.repeats):
                 if a.impl == "warp":
@@ -199,9 +204,10 @@ def main():
                     workloads["raw"].append(load)
                 else:
                     results["raw"].append(raw_mjx(xml, n, a.steps))
-                for side, extra in (("gpu", ["--gpu-device", a.device, "--gpu-impl", a.impl]),
+                gpu = ["--gpu-device", a.device, "--gpu-impl", a.impl]
+                for side, extra in (("gpu", gpu), ("inline", gpu + ["--record-inline"]),
                                     ("stub", ["--gpu-impl", "stub"])):
-                    if side == "stub" and a.no_stub:
+                    if (side == "stub" and a.no_stub) or (side == "inline" and a.no_inline):
                         continue
                     out = arena_bench(a.arena, n, a.steps, "gpu", extra)
                     results[side].append(out["control_steps_per_s"])
@@ -218,15 +224,16 @@ def main():
             print(f"{n} envs: " + ", ".join(f"{k} {v:.0f}" for k, v in med.items()), file=sys.stderr, flush=True)
         raw = "raw MJX" if a.impl == "jax" else "raw MuJoCo Warp"
         print(f"| envs | {raw} | arena gpu ({a.impl}) | arena cpu ({a.cpu_threads or os.cpu_count()} threads) "
-              "| gpu / raw | gpu / cpu |")
-        print("|---|---|---|---|---|---|")
+              "| gpu / raw | gpu / cpu | arena gpu, recording inline | inline / raw |")
+        print("|---|---|---|---|---|---|---|---|")
         for n, med, _ in rows:
             print(f"| {n} | {med['raw']:.0f} | {med['gpu']:.0f} | {med['cpu']:.0f} "
-                  f"| {med['gpu'] / med['raw']:.2f} | {med['gpu'] / med['cpu']:.2f} |")
+                  f"| {med['gpu'] / med['raw']:.2f} | {med['gpu'] / med['cpu']:.2f} "
+                  f"| {med['inline']:.0f} | {med['inline'] / med['raw']:.2f} |")
         print("\nms per control step (median run): the backend's step | observations | recording during "
               "the next step (overlapping the backend's step) | resets | policy | all")
         for n, _, r in rows:
-            for side in ("gpu", "stub"):
+            for side in ("gpu", "inline", "stub"):
                 runs = [s for s in r["ms_per_step"][side] if s]
                 if runs:
                     s = sorted(runs, key=lambda x: x["total"])[len(runs) // 2]

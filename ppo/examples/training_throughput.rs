@@ -90,6 +90,7 @@ fn main() -> anyhow::Result<()> {
         trainer.iteration()?; // warm-up (and the first reset)
         trainer.envs.sim_tape().expect("recording").mark();
         let (sim_before, update_before) = trainer.busy_split();
+        let policy_before = trainer.rollout_policy_s();
         let parts_before = env_parts(&trainer.envs.stats);
         let t0 = Instant::now();
         for _ in 0..a.iterations {
@@ -98,6 +99,7 @@ fn main() -> anyhow::Result<()> {
         let train_s = t0.elapsed().as_secs_f64();
         let train = steps as f64 / train_s;
         let (sim_after, update_after) = trainer.busy_split();
+        let policy_s = trainer.rollout_policy_s() - policy_before;
         let parts: Vec<f64> = env_parts(&trainer.envs.stats)
             .iter()
             .zip(parts_before)
@@ -130,6 +132,12 @@ fn main() -> anyhow::Result<()> {
             parts[3],
             envs_s - parts.iter().sum::<f64>(),
             1e3 * envs_s / (a.iterations * config.env.steps_per_env as u64) as f64
+        );
+        println!(
+            "run {run}: policy and update {learn_s:.2} s: the rollout's action sampling {policy_s:.2} s ({:.2} ms per \
+             control step), the updates {:.2} s",
+            1e3 * policy_s / (a.iterations * config.env.steps_per_env as u64) as f64,
+            learn_s - policy_s
         );
         if a.stub_physics {
             println!(

@@ -150,6 +150,8 @@ pub struct Trainer {
     pub status: TrainStatus,
     sim_s: f64,
     update_s: f64,
+    /// The rollout's share of `update_s`: observations to tensors, sampling, the values.
+    rollout_policy_s: f64,
     log_stats_steps: u64,
     log_started: Instant,
     last_metrics: UpdateMetrics,
@@ -292,6 +294,7 @@ impl Trainer {
             status,
             sim_s: 0.0,
             update_s: 0.0,
+            rollout_policy_s: 0.0,
             log_stats_steps: 0,
             log_started: Instant::now(),
             last_metrics: UpdateMetrics::new(),
@@ -302,6 +305,11 @@ impl Trainer {
     /// observations) and in the policy and its update (the rollout's action sampling included).
     pub fn busy_split(&self) -> (f64, f64) {
         (self.sim_s, self.update_s)
+    }
+
+    /// Of `busy_split`'s policy and update, the seconds the rollout's action sampling took.
+    pub fn rollout_policy_s(&self) -> f64 {
+        self.rollout_policy_s
     }
 
     fn at_boundary(&self) -> bool {
@@ -321,6 +329,13 @@ impl Trainer {
         let n = self.envs.num_envs() as i64;
         let mut rollout = RolloutBuilder::default();
         let mut policy_s = 0.0;
+        // The rollout's libtorch calls are small (one step's rows) and the simulator's threads
+        // run between them: with libtorch's OpenMP pool, its workers spin after each call
+        // (libgomp's spin wait) on the cores the physics needs, which slowed the simulator by
+        // 16 % in training against the same calls replayed alone (`make bench`). One thread
+        // here; the update gets the pool back.
+        let torch_threads = tch::get_num_threads();
+        tch::set_num_threads(1);
         for _ in 0..c.env.steps_per_env {
             let t0 = Instant::now();
             let device = self.device;
@@ -354,6 +369,7 @@ impl Trainer {
                 .to_device(self.device);
             self.model.value(&critic_obs)
         };
+        tch::set_num_threads(torch_threads);
         let sim_done = Instant::now();
         let (returns, advantages) = ppo::compute_returns(&rollout, &last_values, c.ppo.gamma, c.ppo.lam);
         tch::manual_seed(derive_seed(c.run.seed ^ PERMUTATION_STREAM, it) as i64);
@@ -369,6 +385,7 @@ impl Trainer {
         self.last_metrics = ppo::update(&self.model, &mut self.adam, &update_batch, &c.ppo, None);
         self.sim_s += (sim_done - started).as_secs_f64() - policy_s;
         self.update_s += sim_done.elapsed().as_secs_f64() + policy_s;
+        self.rollout_policy_s += policy_s;
         self.status.iteration += 1;
         self.status.env_steps += batch as u64;
         self.log_stats_steps += batch as u64;
@@ -439,6 +456,7 @@ impl Trainer {
         }
         self.sim_s = 0.0;
         self.update_s = 0.0;
+        self.rollout_policy_s = 0.0;
         self.log_stats_steps = 0;
         self.log_started = Instant::now();
         row

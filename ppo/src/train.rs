@@ -20,6 +20,7 @@ use arena_runner::local::{LocalOptions, run_local};
 use arena_sdk::tracker::{Dense, TrackerAgent, TrackerCard, TrackerPolicy};
 use arena_torch::cli::json_differences;
 use arena_torch::csv_log::{CsvValue, append_csv, append_csv_values, truncate_log};
+use arena_torch::denormals::FlushDenormals;
 use arena_torch::optim::Adam;
 use arena_torch::run_dir::RunPaths;
 use arena_torch::seed::derive_seed;
@@ -334,8 +335,7 @@ impl Trainer {
         // (libgomp's spin wait) on the cores the physics needs, which slowed the simulator by
         // 16 % in training against the same calls replayed alone (`make bench`). One thread
         // here; the update gets the pool back.
-        let torch_threads = tch::get_num_threads();
-        tch::set_num_threads(1);
+        let one_thread = OneTorchThread::new();
         for _ in 0..c.env.steps_per_env {
             let t0 = Instant::now();
             let device = self.device;
@@ -345,9 +345,13 @@ impl Trainer {
             let critic_obs = Tensor::from_slice(&self.envs.critic_obs)
                 .view([n, CRITIC_DIM as i64])
                 .to_device(device);
-            let act = Act::sample(&mut self.model, &obs, &critic_obs);
-            let actions =
-                Vec::<f32>::try_from(act.actions.to_device(Device::Cpu).contiguous().view([-1])).expect("f32");
+            let (act, actions) = {
+                let _flush = FlushDenormals::new(1);
+                let act = Act::sample(&mut self.model, &obs, &critic_obs);
+                let actions =
+                    Vec::<f32>::try_from(act.actions.to_device(Device::Cpu).contiguous().view([-1])).expect("f32");
+                (act, actions)
+            };
             policy_s += t0.elapsed().as_secs_f64();
             let out = self.envs.step(&actions, &mut rng)?;
             let rewards = Tensor::from_slice(&out.rewards).to_device(device);
@@ -362,6 +366,11 @@ impl Trainer {
             rollout.push(obs, critic_obs, act, &outcome, c.ppo.gamma);
         }
         let rollout = rollout.finish();
+        let torch_threads = one_thread.restore();
+        // libtorch's work from here flushes subnormal floats to zero (see `FlushDenormals`):
+        // the critic's inputs hold rounding noise around 1e-32 where they are zero in exact
+        // arithmetic, and its backward pass ran 1.7× as long on subnormal products.
+        let _flush = FlushDenormals::new(torch_threads);
         let last_values = {
             let _guard = tch::no_grad_guard();
             let critic_obs = Tensor::from_slice(&self.envs.critic_obs)
@@ -369,7 +378,6 @@ impl Trainer {
                 .to_device(self.device);
             self.model.value(&critic_obs)
         };
-        tch::set_num_threads(torch_threads);
         let sim_done = Instant::now();
         let (returns, advantages) = ppo::compute_returns(&rollout, &last_values, c.ppo.gamma, c.ppo.lam);
         tch::manual_seed(derive_seed(c.run.seed ^ PERMUTATION_STREAM, it) as i64);
@@ -524,6 +532,29 @@ mod erased {
         fn pretty(&self) -> String {
             serde_json::to_string_pretty(self).expect("serialisable") + "\n"
         }
+    }
+}
+
+/// libtorch on one thread until [`OneTorchThread::restore`] or drop (an error mid-rollout
+/// included), then back to the threads it had.
+struct OneTorchThread(i32);
+
+impl OneTorchThread {
+    fn new() -> Self {
+        let threads = tch::get_num_threads();
+        tch::set_num_threads(1);
+        OneTorchThread(threads)
+    }
+
+    /// Back to the threads before; returns how many.
+    fn restore(self) -> usize {
+        self.0.max(1) as usize
+    }
+}
+
+impl Drop for OneTorchThread {
+    fn drop(&mut self) {
+        tch::set_num_threads(self.0);
     }
 }
 

@@ -8,9 +8,11 @@
 //! - [`seed`]: per-counter seeds, so every random draw of a run is reproducible from a counter;
 //! - [`cli`]: argument parsers the trainers' command lines share.
 //! - [`python`]: the Python with PyTorch that the oracle tests run.
+//! - [`denormals`]: subnormal floats flushed to zero on libtorch's threads, for a scope.
 
 pub mod cli;
 pub mod csv_log;
+pub mod denormals;
 pub mod optim;
 pub mod params;
 pub mod python;

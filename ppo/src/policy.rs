@@ -104,7 +104,7 @@ impl EmpiricalNormalizer {
         let n = x.size()[0];
         let _ = self.count.g_add_scalar_(n);
         let rate = n as f64 / self.count.int64_value(&[]) as f64;
-        let var_x = x.var_correction(Some(&[0i64][..]), 0, true);
+        let var_x = column_variance(x);
         let mean_x = x.mean_dim(Some(&[0i64][..]), true, Kind::Float);
         let delta = &mean_x - &self.mean;
         let _ = self.mean.g_add_(&(&delta * rate));
@@ -112,6 +112,37 @@ impl EmpiricalNormalizer {
         self.var.copy_(&new_var);
         self.std.copy_(&self.var.sqrt());
     }
+}
+
+/// `torch.var(x, dim=0, unbiased=False)` of a `[N, dim]` batch, `[1, dim]`. libtorch computes
+/// it with Welford's algorithm in float64, one column at a time across the rows: 0.28 ms for a
+/// rollout step's 128 × 286 critic inputs, a quarter of the step's sampling. On the CPU this
+/// takes two passes over float64 sums along the rows instead (the mean, then the squared
+/// deviations), which the compiler vectorises across the columns: the same float64 accuracy,
+/// rounded to float32 the same way (checked against libtorch's in `variance_tests`).
+fn column_variance(x: &Tensor) -> Tensor {
+    let size = x.size();
+    if x.device() != Device::Cpu || x.kind() != Kind::Float || size.len() != 2 {
+        return x.var_correction(Some(&[0i64][..]), 0, true);
+    }
+    let (rows, cols) = (size[0] as usize, size[1] as usize);
+    let values = Vec::<f32>::try_from(x.contiguous().view([-1])).expect("a float tensor");
+    let mut mean = vec![0f64; cols];
+    for row in values.chunks_exact(cols) {
+        for (m, &v) in mean.iter_mut().zip(row) {
+            *m += v as f64;
+        }
+    }
+    mean.iter_mut().for_each(|m| *m /= rows as f64);
+    let mut squares = vec![0f64; cols];
+    for row in values.chunks_exact(cols) {
+        for ((s, &m), &v) in squares.iter_mut().zip(&mean).zip(row) {
+            let d = v as f64 - m;
+            *s += d * d;
+        }
+    }
+    let var: Vec<f32> = squares.iter().map(|s| (s / rows as f64) as f32).collect();
+    Tensor::from_slice(&var).view([1, cols as i64])
 }
 
 /// The sizes a model is built with (kept to build it again on another device).
@@ -309,5 +340,26 @@ mod tests {
         assert!(!model.std.equal(&moved.std));
         let obs = Tensor::randn([2, 5], (Kind::Float, Device::Cpu));
         assert!(model.act_inference(&obs).equal(&moved.act_inference(&obs)));
+    }
+
+    /// The two-pass float64 variance gives libtorch's values bit for bit: batches of a rollout
+    /// step's shapes, with offsets and scales like raw observations', and a constant column.
+    #[test]
+    fn variance_tests() {
+        tch::manual_seed(11);
+        for (rows, cols, scale, offset) in [
+            (128, 286, 1.0, 0.0),
+            (128, 160, 3.0, 1.0),
+            (4096, 286, 0.01, 100.0),
+            (7, 3, 1e3, -5.0),
+            (1, 9, 1.0, 0.5),
+        ] {
+            let x = Tensor::randn([rows, cols], (Kind::Float, Device::Cpu)) * scale + offset;
+            let x = Tensor::cat(&[x, Tensor::full([rows, 1], 0.25, (Kind::Float, Device::Cpu))], 1);
+            let expected = x.var_correction(Some(&[0i64][..]), 0, true);
+            let got = column_variance(&x);
+            assert_eq!(got.size(), expected.size());
+            assert!(got.equal(&expected), "{rows} × {cols}: the variances differ");
+        }
     }
 }

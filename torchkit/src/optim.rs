@@ -50,12 +50,52 @@ impl Adam {
         let step_size = self.lr / bias_correction1;
         for i in 0..self.params.len() {
             let g = &grads[i];
+            if self.step_on_host(i, g, step_size, bias_correction2_sqrt) {
+                continue;
+            }
             let _ = self.exp_avg[i].lerp_(g, 1.0 - self.beta1);
             let _ = self.exp_avg_sq[i].g_mul_scalar_(self.beta2);
             let _ = self.exp_avg_sq[i].addcmul_(&(g * (1.0 - self.beta2)), g);
             let denom = self.exp_avg_sq[i].sqrt() / bias_correction2_sqrt + self.eps;
             let _ = self.params[i].addcdiv_(&(&self.exp_avg[i] * -step_size), &denom);
         }
+    }
+
+    /// The same step for parameter `i` in one pass over plain memory, where every tensor is a
+    /// contiguous float32 CPU tensor (false otherwise: the caller takes libtorch's ops). At a
+    /// PPO minibatch's sizes the nine libtorch calls per parameter cost more in dispatch than in
+    /// arithmetic (17 ms of a 140 ms update). Float32 arithmetic in PyTorch's order
+    /// (`torch.optim.Adam`, single-tensor): m += (1 − β1)(g − m); v = β2·v + ((1 − β2)·g)·g;
+    /// p += −step_size · m / (√v / √(1 − β2ᵗ) + ε). The moments are written in place; the
+    /// parameter through one `add_`, so autograd sees it change as it does for an optimiser.
+    fn step_on_host(&mut self, i: usize, g: &Tensor, step_size: f64, bias_correction2_sqrt: f64) -> bool {
+        let (p, m, v) = (&self.params[i], &self.exp_avg[i], &self.exp_avg_sq[i]);
+        let n = p.numel();
+        if !([p, m, v, g].iter().all(|t| host_f32(t)) && g.numel() == n && m.numel() == n && v.numel() == n) {
+            return false;
+        }
+        // SAFETY: each tensor is a contiguous float32 CPU tensor of `n` elements (checked
+        // above), so its data pointer addresses `n` floats. The moments are this optimiser's
+        // own buffers (made by `zeros_like` or `copy_`), never shared with the parameter or
+        // the gradient, and nothing else runs on them during the step.
+        let (g, m, v) = unsafe {
+            (
+                std::slice::from_raw_parts(g.data_ptr() as *const f32, n),
+                std::slice::from_raw_parts_mut(m.data_ptr() as *mut f32, n),
+                std::slice::from_raw_parts_mut(v.data_ptr() as *mut f32, n),
+            )
+        };
+        let (w1, b2, w2) = ((1.0 - self.beta1) as f32, self.beta2 as f32, (1.0 - self.beta2) as f32);
+        let (bc2, eps, scale) = (bias_correction2_sqrt as f32, self.eps as f32, -step_size as f32);
+        let mut delta = vec![0f32; n];
+        for (((d, m), v), &g) in delta.iter_mut().zip(m.iter_mut()).zip(v.iter_mut()).zip(g) {
+            *m += w1 * (g - *m);
+            *v = *v * b2 + w2 * g * g;
+            *d = scale * (*m / (v.sqrt() / bc2 + eps));
+        }
+        let shape = self.params[i].size();
+        let _ = self.params[i].g_add_(&Tensor::from_slice(&delta).view(shape.as_slice()));
+        true
     }
 
     /// Moment tensors under `<prefix><param>.exp_avg` / `.exp_avg_sq`, for a checkpoint.
@@ -97,4 +137,9 @@ impl Adam {
         self.step = step;
         Ok(())
     }
+}
+
+/// Whether `t` is a contiguous float32 tensor in CPU memory (one plain array of floats).
+fn host_f32(t: &Tensor) -> bool {
+    t.defined() && t.device() == tch::Device::Cpu && t.kind() == tch::Kind::Float && t.is_contiguous()
 }

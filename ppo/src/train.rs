@@ -333,9 +333,10 @@ impl Trainer {
         // The rollout's libtorch calls are small (one step's rows) and the simulator's threads
         // run between them: with libtorch's OpenMP pool, its workers spin after each call
         // (libgomp's spin wait) on the cores the physics needs, which slowed the simulator by
-        // 16 % in training against the same calls replayed alone (`make bench`). One thread
-        // here; the update gets the pool back.
-        let one_thread = OneTorchThread::new();
+        // 16 % in training against the same calls replayed alone (`make bench`). So up to
+        // `ONE_THREAD_MAX_ENVS` envs the rollout's calls run on one thread; the update gets
+        // the pool back.
+        let one_thread = OneTorchThread::new(self.envs.num_envs());
         for _ in 0..c.env.steps_per_env {
             let t0 = Instant::now();
             let device = self.device;
@@ -346,7 +347,7 @@ impl Trainer {
                 .view([n, CRITIC_DIM as i64])
                 .to_device(device);
             let (act, actions) = {
-                let _flush = FlushDenormals::new(1);
+                let _flush = FlushDenormals::new(tch::get_num_threads().max(1) as usize);
                 let act = Act::sample(&mut self.model, &obs, &critic_obs);
                 let actions =
                     Vec::<f32>::try_from(act.actions.to_device(Device::Cpu).contiguous().view([-1])).expect("f32");
@@ -535,14 +536,24 @@ mod erased {
     }
 }
 
-/// libtorch on one thread until [`OneTorchThread::restore`] or drop (an error mid-rollout
-/// included), then back to the threads it had.
+/// The most envs whose rollout runs libtorch on one thread. Measured on two cores
+/// (`training_throughput`, g1-smoke): one thread trained faster at 128, 512 and 1024 envs
+/// (0.50 → 0.54 of the simulator's rate at 128; sampling 5.0 → 3.9 ms per step at 512, 7.6 →
+/// 7.2 ms at 1024), the whole pool at 4096 (26 → 16 ms, with the physics stubbed out), where a
+/// step's rows are enough work to share.
+const ONE_THREAD_MAX_ENVS: usize = 2048;
+
+/// libtorch on one thread (for a rollout of at most [`ONE_THREAD_MAX_ENVS`] envs) until
+/// [`OneTorchThread::restore`] or drop (an error mid-rollout included), then back to the
+/// threads it had.
 struct OneTorchThread(i32);
 
 impl OneTorchThread {
-    fn new() -> Self {
+    fn new(envs: usize) -> Self {
         let threads = tch::get_num_threads();
-        tch::set_num_threads(1);
+        if envs <= ONE_THREAD_MAX_ENVS {
+            tch::set_num_threads(1);
+        }
         OneTorchThread(threads)
     }
 

@@ -182,11 +182,10 @@ class MjxPhysics:
         # mj_objectVelocity(mjOBJ_BODY, world): spatial velocity moved from the subtree CoM of
         # the body's root to the body's CoM.
         lin = d.cvel[:, 1:, 3:] + jnp.cross(ang, d.xipos[:, 1:] - d.subtree_com[:, root])
+        parts = (d.qpos, d.qvel, state["torque"], d.xpos[:, 1:], d.xquat[:, 1:], lin, ang)
         if self.cfg["contact_forces"]:
-            cf = jax.vmap(self._contact_force)(d)
-        else:
-            cf = jnp.zeros((self.n, NB, 3), dtype=self.dtype)
-        parts = (d.qpos, d.qvel, state["torque"], d.xpos[:, 1:], d.xquat[:, 1:], lin, ang, cf)
+            # Last in the block; without them the block stops short (worker_common.copied_outputs).
+            parts += (jax.vmap(self._contact_force)(d),)
         flat = jnp.concatenate([p.reshape(-1) for p in parts])
         ints = jnp.stack([state["code"], state["nsub"], state["fail_nsub"]], axis=1)
         return state, flat, ints
@@ -256,7 +255,7 @@ class MjxPhysics:
         else:
             self.state, flat, ints = self.sync_fn(self.model_b, self.state, self.put(inp))
         t1 = time.perf_counter()
-        np.copyto(dest, np.asarray(flat), casting="no")
+        np.copyto(dest[:flat.size], np.asarray(flat), casting="no")
         ints = np.asarray(ints)
         # Seconds summed over the commands (the worker's `stats`): the call that dispatches the
         # inputs and the jitted function, then the wait for its outputs and their copy.

@@ -21,7 +21,8 @@ import time
 
 import numpy as np
 
-from worker_common import DEVICE_OUTPUTS, NB, NJ, NQ, NV, OUTPUT_OFFSETS, OUTPUTS_PER_ENV, InitError, log
+from worker_common import (DEVICE_OUTPUTS, NB, NJ, NQ, NV, OUTPUT_OFFSETS, OUTPUTS_PER_ENV, InitError,
+                           copied_outputs, log)
 
 
 
@@ -58,6 +59,8 @@ class StubPhysics:
         for name, value in rest.items():
             self.blocks[name][:] = value[None]
         self.blocks["qpos"][:] = model.qpos0[None]
+        # The values each command copies (the contact forces, zero here, only when asked for).
+        self.copied = copied_outputs(n, cfg["contact_forces"])
         self.code = np.zeros(n, np.int64)
         self.nsub = np.zeros(n, np.int64)
         self.ints = np.zeros((n, 3), np.int64)
@@ -89,9 +92,9 @@ class StubPhysics:
             self.nsub += self.cfg["decimation"] * go
         self.ints[:, 0] = self.code
         self.ints[:, 1] = self.nsub
-        # One copy of the whole block, where the real implementations copy it from the device.
+        # One copy of the block, where the real implementations copy it from the device.
         t0 = time.perf_counter()
-        np.copyto(dest, self.out)
+        np.copyto(dest[:self.copied], self.out[:self.copied])
         self.timings["copy_out_s"] += time.perf_counter() - t0
         return self.ints
 

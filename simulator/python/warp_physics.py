@@ -35,7 +35,7 @@ from mujoco_warp._src.support import contact_force_fn
 from mujoco_warp._src.types import vec5
 
 from worker_common import (DR_FIELDS, FF0, INP_WIDTH, MAXVAL, NB, NJ, NQ, NV, OUTPUT_OFFSETS,
-                           OUTPUTS_PER_ENV, InitError, log)
+                           OUTPUTS_PER_ENV, InitError, copied_outputs, log)
 
 _NJ = wp.constant(NJ)
 _FF0 = wp.constant(FF0)
@@ -327,6 +327,8 @@ class WarpPhysics:
             self.reset_qvel = wp.zeros((n, NV), dtype=f32)
             self.body_force = wp.zeros((n, NB + 1), dtype=wp.vec3)
             self.out = wp.zeros(n * OUTPUTS_PER_ENV, dtype=wp.float32)
+            # The values each command copies to the host (no contact forces unless asked for).
+            self.copied = copied_outputs(n, cfg["contact_forces"])
             # A command's inputs cross in one copy: the supervisor's float32 block, copied into
             # page-locked memory on a CUDA device (so the copy is asynchronous), unpacked on the
             # device by the first kernel of the step and sync graphs.
@@ -516,7 +518,7 @@ class WarpPhysics:
             if e:
                 wp.record_event(e[2])
             t2 = time.perf_counter()
-            wp.copy(host_out, self.out)
+            wp.copy(host_out, self.out, count=self.copied)
             if e:
                 wp.record_event(e[3])
             ints = self.ints.numpy().T  # synchronises the device: every copy has landed

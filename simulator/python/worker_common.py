@@ -33,6 +33,14 @@ def _output_offsets():
 
 # Where each output starts in the packed block, per env (multiply by N), and its length per env.
 OUTPUT_OFFSETS, OUTPUTS_PER_ENV = _output_offsets()
+assert DEVICE_OUTPUTS[-1][0] == "contact_force", "contact forces end the block (see copied_outputs)"
+
+
+def copied_outputs(num_envs, contact_forces):
+    """How many values of the packed block a command copies to the host: all of them, or, where
+    contact forces are off (the evaluations' setting), all but the contact forces, which end the
+    block and stay the zeros the shared file was created with. A sixth less to copy."""
+    return num_envs * (OUTPUTS_PER_ENV - (0 if contact_forces else NB * 3))
 
 
 class InitError(Exception):

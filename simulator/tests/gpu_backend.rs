@@ -502,6 +502,64 @@ fn stubbed_physics_keeps_the_real_workers_layout() {
     }
 }
 
+/// Without contact forces (the evaluations' setting) the worker copies its outputs to shared
+/// memory short of the contact forces, which end the block: every other output is the same to
+/// the bit as with them, and the contact forces read as zeros.
+#[test]
+fn warp_without_contact_forces_copies_every_other_output() {
+    let Some(python) = gpu_python() else { return };
+    let make = |contact_forces| {
+        SimBackend::Gpu(GpuOptions {
+            python: python.clone(),
+            device: GpuDevice::Cpu,
+            implementation: GpuImpl::Warp,
+            contact_forces,
+            ..GpuOptions::default()
+        })
+        .create(RobotConfig::default(), 2, 1)
+        .unwrap()
+    };
+    let (mut with, mut without) = (make(true), make(false));
+    let read = |h: &dyn Handler, field: Field| {
+        let mut v = vec![f64::NAN; field.width()];
+        h.read_env_into(1, field, &mut v);
+        v
+    };
+    let qpos = read(with.as_ref(), Field::Qpos);
+    for h in [&mut with, &mut without] {
+        for env in 0..2 {
+            h.set_qpos_qvel(env, &qpos, &[0.0; NV]).unwrap();
+        }
+        h.sync().unwrap();
+    }
+    let targets: Vec<f64> = RobotConfig::default().default_pose.repeat(2);
+    let mut touched = false;
+    for _ in 0..10 {
+        with.step(&targets).unwrap();
+        without.step(&targets).unwrap();
+        for field in [
+            Field::Qpos,
+            Field::Qvel,
+            Field::DofTorque,
+            Field::BodyPos,
+            Field::BodyRot,
+            Field::BodyVel,
+            Field::BodyAngVel,
+        ] {
+            let (a, b) = (read(with.as_ref(), field), read(without.as_ref(), field));
+            assert!(
+                a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "{field:?}: {a:?} with contact forces, {b:?} without"
+            );
+        }
+        let force = read(with.as_ref(), Field::BodyContactForce);
+        touched |= force.iter().any(|f| *f != 0.0);
+        assert!(read(without.as_ref(), Field::BodyContactForce).iter().all(|f| *f == 0.0));
+    }
+    assert!(touched, "the robot never touched the floor: no contact force to leave out");
+    assert_ne!(read(with.as_ref(), Field::Qpos), qpos, "the envs were stepped");
+}
+
 /// The worker's `stats`: the commands it ran since start-up and where their time went; and its
 /// check of the targets: a non-finite target of an active env stops the command, one of an env
 /// that is not running does not.

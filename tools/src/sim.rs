@@ -405,6 +405,7 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
     let split = serde_json::json!({
         "physics": per_step(after.physics_s - before.physics_s),
         "observations": per_step(after.refresh_s - before.refresh_s),
+        "commands": per_step(after.command_s - before.command_s),
         "recording_behind": per_step(after.record_s - before.record_s),
         "resets": per_step(after.reset_s - before.reset_s),
         "policy": per_step(policy_s),
@@ -430,7 +431,8 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
             secs
         );
         println!(
-            "  ms per control step: {:.3} physics (the backend's step), {:.3} observations, {:.3} recording during the next step, {:.3} resets, {:.3} policy, {:.3} in all",
+            "  ms per control step: {:.3} commands, {:.3} physics (the backend's step), {:.3} observations, {:.3} recording during the next step, {:.3} resets, {:.3} policy, {:.3} in all",
+            split["commands"].as_f64().unwrap_or(f64::NAN),
             split["physics"].as_f64().unwrap_or(f64::NAN),
             split["observations"].as_f64().unwrap_or(f64::NAN),
             split["recording_behind"].as_f64().unwrap_or(f64::NAN),

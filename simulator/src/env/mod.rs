@@ -65,6 +65,9 @@ pub struct EnvTimings {
     pub physics_s: f64,
     /// Observations, infos and trajectory recording after steps and resets.
     pub refresh_s: f64,
+    /// Commands: each env's action checked and turned into its targets (and feed-forward
+    /// torques and pushes), then handed to the backend, before its step.
+    pub command_s: f64,
     /// Recorded rows appended during the next step, while the backend simulates it
     /// ([`TrackingEnv::record_behind_physics`]; on the GPU backend this overlaps `physics_s`).
     pub record_s: f64,
@@ -85,6 +88,8 @@ pub struct TrackingEnv {
     feedforward: Vec<f64>,
     /// Per-env flags of the envs the current reset/step touches (reused, no per-step allocation).
     selected: Vec<bool>,
+    /// Per-env flags of the envs whose command this step applies (reused like `selected`).
+    commanded: Vec<bool>,
     /// Whether running envs' recorded rows are appended during the next step (see
     /// [`TrackingEnv::record_behind_physics`]).
     record_behind: bool,
@@ -177,6 +182,7 @@ impl TrackingEnv {
             targets: vec![0.0; n * NUM_JOINTS],
             feedforward: vec![0.0; n * NUM_JOINTS],
             selected: vec![false; n],
+            commanded: vec![false; n],
             record_behind: false,
             rows_pending: false,
             config,
@@ -550,11 +556,8 @@ impl TrackingEnv {
             ActionMode::JointPosition => Some(self.handler.joint_ranges()),
             ActionMode::Normalized => None,
         };
-        // Envs running before this step: they get stepped, refreshed and their info updated.
-        for (flag, slot) in self.selected.iter_mut().zip(&self.slots) {
-            *flag = slot.status == EpisodeStatus::Running;
-        }
         // Every env's command on the env's threads; then what needs the handler, in env order.
+        let commands_started = Instant::now();
         let ctx = CommandContext {
             config: &self.config,
             ranges: ranges.as_ref(),
@@ -581,22 +584,29 @@ impl TrackingEnv {
                 .map(prepare)
                 .collect(),
         };
-        let joint_position = self.config.action_mode == ActionMode::JointPosition;
-        for (env, p) in prepared.into_iter().enumerate() {
+        // Envs running before this step (every env with a command, or refused one) get stepped,
+        // refreshed and their info updated. Read off `prepared`, not the slots: a pass over
+        // 4096 slots of a few kB each costs a cache miss per env.
+        let flags = self.selected.iter_mut().zip(&mut self.commanded);
+        for ((env, p), (selected, commanded)) in prepared.into_iter().enumerate().zip(flags) {
+            *selected = !matches!(p, Prepared::Idle);
+            *commanded = false;
             match p {
                 Prepared::Idle => {}
                 Prepared::Failed(reason) => self.handler.mark_failed(env, reason),
                 Prepared::Command { push } => {
-                    if joint_position {
-                        self.handler
-                            .set_feedforward(env, &self.feedforward[env * NUM_JOINTS..(env + 1) * NUM_JOINTS])?;
-                    }
+                    *commanded = true;
                     if let Some((dv, dw)) = push {
                         self.handler.push_root(env, dv, dw)?;
                     }
                 }
             }
         }
+        if self.config.action_mode == ActionMode::JointPosition {
+            // In one pass over the backend's rows, not a call per env.
+            self.handler.set_feedforward_rows(&self.feedforward, &self.commanded)?;
+        }
+        self.timings.command_s += commands_started.elapsed().as_secs_f64();
         // The rows the last refresh left waiting are appended while the backend steps.
         let started = Instant::now();
         self.handler.step_begin(&self.targets)?;
@@ -607,15 +617,11 @@ impl TrackingEnv {
         self.timings.physics_s += (begun + started.elapsed()).as_secs_f64();
         finished?;
         self.timings.steps += 1;
-        for (slot, _) in self.slots.iter_mut().zip(&self.selected).filter(|(_, s)| **s) {
-            if slot.status == EpisodeStatus::Running {
-                slot.step += 1;
-            }
-        }
+        // Each running env's step count goes up in its refresh.
         self.refresh(false);
         // Finished episodes stop consuming physics until their env is reset.
         for e in (0..n).filter(|&e| self.selected[e]) {
-            if matches!(self.slots[e].status, EpisodeStatus::Truncated | EpisodeStatus::Fell) {
+            if matches!(self.infos[e].status, EpisodeStatus::Truncated | EpisodeStatus::Fell) {
                 self.handler.mark_idle(e);
             }
         }

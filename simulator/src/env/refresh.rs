@@ -64,6 +64,8 @@ pub(super) struct RefreshContext<'a> {
     pub(super) library: &'a MotionLibrary,
     pub(super) config: &'a TrackingEnvConfig,
     pub(super) handler: &'a dyn Handler,
+    /// The envs were just reset; otherwise they were just stepped (and a running env's step
+    /// count goes up).
     pub(super) after_reset: bool,
     /// Whether a running env's recorded row waits for the next step (see `recording.rs`).
     pub(super) record_behind: bool,
@@ -78,6 +80,10 @@ impl RefreshContext<'_> {
         info: &mut StepInfo,
         rows: ObsRows<'_>,
     ) {
+        if !self.after_reset && slot.status == EpisodeStatus::Running {
+            // A refresh that is not a reset's follows a step: the env has advanced.
+            slot.step += 1;
+        }
         let Some(a) = slot.assignment else { return };
         let motion = &self.library.motions[a.motion];
         let motion_time = a.start_time + slot.step as f64 * CONTROL_DT;

@@ -16,7 +16,7 @@ use super::gpu_process::{Worker, create_shared_file, worker_script};
 use super::gpu_rows::{PhysicsRow, PhysicsRowsMut};
 use super::mujoco::check_layout;
 use super::{
-    DECIMATION, EnvHealth, Field, Handler, NQ, NV, PHYSICS_DT, PhysicsParams, check_env, check_feedforward,
+    DECIMATION, EnvHealth, Field, Handler, NQ, NV, PHYSICS_DT, PhysicsParams, check_env, check_feedforward, check_rows,
     check_state, head_pos, head_vel, worker_pool,
 };
 use crate::SimError;
@@ -466,6 +466,43 @@ impl Handler for GpuHandler {
         self.check_env(env)?;
         check_feedforward(torques)?;
         self.input_row_mut(env).write(INPUT_FEEDFORWARD, torques);
+        Ok(())
+    }
+
+    fn set_feedforward_rows(&mut self, torques: &[f64], envs: &[bool]) -> Result<(), SimError> {
+        self.settle();
+        if envs.len() != self.health.len() {
+            return Err(SimError::Config(format!(
+                "feed-forward torques: {} env flags for {} envs",
+                envs.len(),
+                self.health.len()
+            )));
+        }
+        check_rows("feed-forward torques", torques, envs)?;
+        // One pass over the inputs block, row by row in the physics' precision.
+        let rows = torques.chunks_exact(NUM_JOINTS).zip(envs);
+        match self.inputs_mut() {
+            PhysicsRowsMut::F32(inputs) => {
+                for (row, (t, _)) in inputs
+                    .chunks_exact_mut(INPUT_WIDTH)
+                    .zip(rows)
+                    .filter(|(_, (_, on))| **on)
+                {
+                    for (o, v) in row[INPUT_FEEDFORWARD].iter_mut().zip(t) {
+                        *o = *v as f32;
+                    }
+                }
+            }
+            PhysicsRowsMut::F64(inputs) => {
+                for (row, (t, _)) in inputs
+                    .chunks_exact_mut(INPUT_WIDTH)
+                    .zip(rows)
+                    .filter(|(_, (_, on))| **on)
+                {
+                    row[INPUT_FEEDFORWARD].copy_from_slice(t);
+                }
+            }
+        }
         Ok(())
     }
 

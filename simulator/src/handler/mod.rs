@@ -103,6 +103,19 @@ pub(crate) fn check_feedforward(torques: &[f64]) -> Result<(), SimError> {
     Ok(())
 }
 
+/// Per-joint rows of every env (N×29) with a flag per env.
+pub(crate) fn check_rows(what: &str, rows: &[f64], envs: &[bool]) -> Result<(), SimError> {
+    if rows.len() != envs.len() * NUM_JOINTS {
+        return Err(SimError::Config(format!(
+            "{what} must be N×{NUM_JOINTS} = {} values for {} envs, got {}",
+            envs.len() * NUM_JOINTS,
+            envs.len(),
+            rows.len()
+        )));
+    }
+    Ok(())
+}
+
 /// A generalised state must be whole (qpos 36, qvel 35) and finite.
 pub(crate) fn check_state(qpos: &[f64], qvel: &[f64]) -> Result<(), SimError> {
     if qpos.len() != NQ || qvel.len() != NV {
@@ -235,6 +248,17 @@ pub trait Handler: Send + Sync {
             "env {env}: feed-forward torques are not supported by the {} backend",
             self.describe()
         )))
+    }
+    /// [`Handler::set_feedforward`] for every env flagged in `envs`, from N×29 `torques`; a
+    /// backend that keeps them in one block writes them in one pass.
+    fn set_feedforward_rows(&mut self, torques: &[f64], envs: &[bool]) -> Result<(), SimError> {
+        check_rows("feed-forward torques", torques, envs)?;
+        for (env, rows) in torques.chunks_exact(NUM_JOINTS).enumerate() {
+            if envs[env] {
+                self.set_feedforward(env, rows)?;
+            }
+        }
+        Ok(())
     }
     /// Adds a velocity impulse to the root (world-frame linear, world-frame angular): a push.
     fn push_root(&mut self, env: usize, dv: Vec3, dw_world: Vec3) -> Result<(), SimError>;

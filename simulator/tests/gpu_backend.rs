@@ -554,9 +554,16 @@ fn warp_without_contact_forces_copies_every_other_output() {
         }
         let force = read(with.as_ref(), Field::BodyContactForce);
         touched |= force.iter().any(|f| *f != 0.0);
-        assert!(read(without.as_ref(), Field::BodyContactForce).iter().all(|f| *f == 0.0));
+        assert!(
+            read(without.as_ref(), Field::BodyContactForce)
+                .iter()
+                .all(|f| *f == 0.0)
+        );
     }
-    assert!(touched, "the robot never touched the floor: no contact force to leave out");
+    assert!(
+        touched,
+        "the robot never touched the floor: no contact force to leave out"
+    );
     assert_ne!(read(with.as_ref(), Field::Qpos), qpos, "the envs were stepped");
 }
 

@@ -420,11 +420,22 @@ impl TrackingEnv {
             }
         }
         let started = Instant::now();
-        for &(env, a, lie) in starts {
-            self.reset_one(env, a, lie)?;
+        // Each env's start state (the last given for it), put in its reset: setting the
+        // reference state first would run the backend's forward dynamics twice.
+        let mut state_of: Vec<Option<usize>> = Vec::new();
+        if !states.is_empty() {
+            state_of.resize(self.slots.len(), None);
+            for (k, (env, _, _)) in states.iter().enumerate() {
+                state_of[*env] = Some(k);
+            }
         }
-        for (env, qpos, qvel) in states {
-            self.put_start_state(*env, qpos, qvel)?;
+        for &(env, a, lie) in starts {
+            let state = state_of
+                .get(env)
+                .copied()
+                .flatten()
+                .map(|k| (&states[k].1, &states[k].2));
+            self.reset_one(env, a, lie, state)?;
         }
         self.handler.sync()?;
         self.timings.reset_s += started.elapsed().as_secs_f64();
@@ -480,7 +491,15 @@ impl TrackingEnv {
         Ok(())
     }
 
-    fn reset_one(&mut self, env: usize, a: EpisodeAssignment, lie: Option<LieDown>) -> Result<(), SimError> {
+    /// Resets one env to `a`'s start: the reference state (turned to lie down with `lie`), or
+    /// `state` (qpos, qvel) where one is given.
+    fn reset_one(
+        &mut self,
+        env: usize,
+        a: EpisodeAssignment,
+        lie: Option<LieDown>,
+        state: Option<(&[f64; NQ], &[f64; NV])>,
+    ) -> Result<(), SimError> {
         let motion = &self.library.motions[a.motion];
         let mut draw = dr::draw(a.dr_level, a.seed);
         if !self.config.dr_gains_and_delay {
@@ -497,7 +516,12 @@ impl TrackingEnv {
             qpos[2] = LieDown::HEIGHT;
             qpos[3..7].copy_from_slice(&crate::math::quat_normalize(&crate::math::quat_mul(&turn, &rot)));
         }
-        self.handler.set_qpos_qvel(env, &qpos, &reference.qvel())?;
+        if let Some((start_qpos, start_qvel)) = state {
+            qpos = *start_qpos;
+            self.handler.set_qpos_qvel(env, &qpos, start_qvel)?;
+        } else {
+            self.handler.set_qpos_qvel(env, &qpos, &reference.qvel())?;
+        }
         let mut rng = ChaCha8Rng::seed_from_u64(a.seed ^ RUNTIME_STREAM);
         slot.next_push_step = if draw.pushes {
             (dr::next_push_interval_s(&mut rng) / CONTROL_DT).round() as usize

@@ -14,7 +14,7 @@ For each env count it measures, interleaved and repeated:
   stub   `arena sim bench --backend gpu --gpu-impl stub`: the same path with the physics stubbed
          out, i.e. what the worker's host side and the Rust side cost per control step alone;
 and prints control steps/s with the ratios gpu/raw (goal >= 0.8) and gpu/cpu, then the
-arena's own split of a control step (ms: the backend's step, observations, the recording
+arena's own split of a control step (ms: the commands, the backend's step, observations, the recording
 appended during the next step, resets, policy) for gpu, inline and stub.
 
   python bench/gpu_throughput.py --arena target/release/arena --envs 1024 4096 8192
@@ -230,14 +230,15 @@ def main():
             print(f"| {n} | {med['raw']:.0f} | {med['gpu']:.0f} | {med['cpu']:.0f} "
                   f"| {med['gpu'] / med['raw']:.2f} | {med['gpu'] / med['cpu']:.2f} "
                   f"| {med['inline']:.0f} | {med['inline'] / med['raw']:.2f} |")
-        print("\nms per control step (median run): the backend's step | observations | recording during "
-              "the next step (overlapping the backend's step) | resets | policy | all")
+        print("\nms per control step (median run): commands | the backend's step | observations | recording "
+              "during the next step (overlapping the backend's step) | resets | policy | all")
         for n, _, r in rows:
             for side in ("gpu", "inline", "stub"):
                 runs = [s for s in r["ms_per_step"][side] if s]
                 if runs:
                     s = sorted(runs, key=lambda x: x["total"])[len(runs) // 2]
-                    print(f"  {n} envs, {side}: {s['physics']:.3f} | {s['observations']:.3f} | "
+                    print(f"  {n} envs, {side}: {s.get('commands', float('nan')):.3f} | "
+                          f"{s['physics']:.3f} | {s['observations']:.3f} | "
                           f"{s.get('recording_behind', 0.0):.3f} | {s['resets']:.3f} | {s['policy']:.3f} | "
                           f"{s['total']:.3f}")
                     # The backend's step split by the worker's own timers (its `stats`).

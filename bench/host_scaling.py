@@ -9,7 +9,7 @@ H200 run of 2026-11-27 gave the same host cost per step on 16 cores as this proj
 machine gives (observations 1.98 ms at 4096 envs against 1.9 ms): this says which part stops
 scaling, and whether the machine's cores do.
 
-Prints one line per thread count (ms per control step: the worker's step, observations, the
+Prints one line per thread count (ms per control step: the commands, the worker's step, observations, the
 replay policy, in all; each with its speed-up over one thread), then a JSON object.
 """
 import argparse
@@ -69,15 +69,15 @@ def main():
         rows.append(row)
         print(f"{t} thread(s): " + json.dumps(row), file=sys.stderr, flush=True)
     base = rows[0]
-    keys = ("physics", "observations", "policy", "total")
+    keys = ("commands", "physics", "observations", "policy", "total")
     print(f"\nstub at {a.envs} envs, ms per control step (speed-up over {base['threads']} thread(s)); "
           f"CPU backend at {a.cpu_envs} envs, control steps/s")
-    print("| threads | worker's step | observations | policy | in all | cpu backend |")
-    print("|---|---|---|---|---|---|")
+    print("| threads | commands | worker's step | observations | policy | in all | cpu backend |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         cells = []
         for k in keys:
-            v, v0 = r["stub_ms_per_step"][k], base["stub_ms_per_step"][k]
+            v, v0 = r["stub_ms_per_step"].get(k, 0.0), base["stub_ms_per_step"].get(k, 0.0)
             cells.append(f"{v:.2f} ({v0 / v:.2f}×)" if v > 0 else f"{v:.2f}")
         cpu = r.get("cpu_control_steps_per_s")
         cpu_cell = (f"{cpu:.0f} ({cpu / base['cpu_control_steps_per_s']:.2f}×)" if cpu else "–")

@@ -10,12 +10,15 @@ For each env count it measures, interleaved and repeated:
          shared memory, observations, episode bookkeeping, replay policy);
   inline the same with the recording appended in the refresh that reads it (`--record-inline`),
          not overlapping the worker's step: what that overlap gains (--no-inline leaves it out);
+  zero   the same with all-zero actions (`--policy zero`): robots holding the default pose, the
+         standing workload raw steps, so zero/raw is the arena's overhead alone and gpu/zero
+         what tracking the motions costs the physics (--no-zero leaves it out);
   cpu    `arena sim bench --backend cpu` on every CPU core of the machine;
   stub   `arena sim bench --backend gpu --gpu-impl stub`: the same path with the physics stubbed
          out, i.e. what the worker's host side and the Rust side cost per control step alone;
 and prints control steps/s with the ratios gpu/raw (goal >= 0.8) and gpu/cpu, then the
 arena's own split of a control step (ms: the commands, the backend's step, observations, the recording
-appended during the next step, resets, policy) for gpu, inline and stub.
+appended during the next step, resets, policy) for gpu, inline, zero and stub.
 
   python bench/gpu_throughput.py --arena target/release/arena --envs 1024 4096 8192
 Needs jax (with CUDA on a GPU machine), mujoco==3.17.0 and mujoco-mjx==3.17.0 in this Python
@@ -183,6 +186,9 @@ def main():
     p.add_argument("--cpu-threads", type=int, default=0, help="CPU backend threads (0 = all cores)")
     p.add_argument("--no-cpu", action="store_true", help="leave out the CPU backend column")
     p.add_argument("--no-stub", action="store_true", help="leave out the stubbed-physics column")
+    p.add_argument("--no-zero", action="store_true",
+                   help="leave out the arena with all-zero actions (sim bench --policy zero: "
+                        "standing robots, raw's workload)")
     p.add_argument("--no-inline", action="store_true",
                    help="leave out the arena with its recording appended inline (sim bench "
                         "--record-inline: not overlapping the physics, as before 2026-11-27)")
@@ -194,9 +200,9 @@ def main():
                        capture_output=True)
         rows = []
         for n in a.envs:
-            results = {"raw": [], "gpu": [], "inline": [], "cpu": [], "stub": []}
-            splits = {"gpu": [], "inline": [], "stub": []}
-            workloads = {"raw": [], "gpu": []}
+            results = {"raw": [], "gpu": [], "inline": [], "zero": [], "cpu": [], "stub": []}
+            splits = {"gpu": [], "inline": [], "zero": [], "stub": []}
+            workloads = {"raw": [], "gpu": [], "zero": []}
             for _ in range(a.repeats):
                 if a.impl == "warp":
                     rate, load = raw_warp(xml, n, a.steps, a.device)
@@ -206,16 +212,17 @@ def main():
                     results["raw"].append(raw_mjx(xml, n, a.steps))
                 gpu = ["--gpu-device", a.device, "--gpu-impl", a.impl]
                 for side, extra in (("gpu", gpu), ("inline", gpu + ["--record-inline"]),
-                                    ("stub", ["--gpu-impl", "stub"])):
-                    if (side == "stub" and a.no_stub) or (side == "inline" and a.no_inline):
+                                    ("zero", gpu + ["--policy", "zero"]), ("stub", ["--gpu-impl", "stub"])):
+                    if ((side == "stub" and a.no_stub) or (side == "inline" and a.no_inline)
+                            or (side == "zero" and a.no_zero)):
                         continue
                     out = arena_bench(a.arena, n, a.steps, "gpu", extra)
                     results[side].append(out["control_steps_per_s"])
                     splits[side].append(dict(out.get("ms_per_step") or {},
                                              worker=out.get("worker_ms_per_step")))
-                    load = workload(out.get("worker_ms_per_step")) if side == "gpu" else None
+                    load = workload(out.get("worker_ms_per_step")) if side in workloads else None
                     if load:
-                        workloads["gpu"].append(load)
+                        workloads[side].append(load)
                 if not a.no_cpu:
                     results["cpu"].append(arena_bench(a.arena, n, a.steps, "cpu",
                                                       ["--threads", str(a.cpu_threads)])["control_steps_per_s"])
@@ -224,16 +231,18 @@ def main():
             print(f"{n} envs: " + ", ".join(f"{k} {v:.0f}" for k, v in med.items()), file=sys.stderr, flush=True)
         raw = "raw MJX" if a.impl == "jax" else "raw MuJoCo Warp"
         print(f"| envs | {raw} | arena gpu ({a.impl}) | arena cpu ({a.cpu_threads or os.cpu_count()} threads) "
-              "| gpu / raw | gpu / cpu | arena gpu, recording inline | inline / raw |")
-        print("|---|---|---|---|---|---|---|---|")
+              "| gpu / raw | gpu / cpu | arena gpu, recording inline | inline / raw "
+              "| arena gpu, zero actions (standing) | zero / raw |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for n, med, _ in rows:
             print(f"| {n} | {med['raw']:.0f} | {med['gpu']:.0f} | {med['cpu']:.0f} "
                   f"| {med['gpu'] / med['raw']:.2f} | {med['gpu'] / med['cpu']:.2f} "
-                  f"| {med['inline']:.0f} | {med['inline'] / med['raw']:.2f} |")
+                  f"| {med['inline']:.0f} | {med['inline'] / med['raw']:.2f} "
+                  f"| {med['zero']:.0f} | {med['zero'] / med['raw']:.2f} |")
         print("\nms per control step (median run): commands | the backend's step | observations | recording "
               "during the next step (overlapping the backend's step) | resets | policy | all")
         for n, _, r in rows:
-            for side in ("gpu", "inline", "stub"):
+            for side in ("gpu", "inline", "zero", "stub"):
                 runs = [s for s in r["ms_per_step"][side] if s]
                 if runs:
                     s = sorted(runs, key=lambda x: x["total"])[len(runs) // 2]
@@ -250,13 +259,16 @@ def main():
         if loads:
             # Raw steps robots standing at rest; the arena's envs track the built-in motions
             # (sim bench's replay policy): a ratio below 1 may be harder physics, not overhead.
-            print("\nphysics workload per substep (first run): raw | arena gpu")
+            # The zero-action arena stands as raw does.
+            print("\nphysics workload per substep (first run): raw | arena gpu | arena gpu, zero actions")
             for n, w in loads:
                 raw, gpu = w["raw"][0], w["gpu"][0]
+                zero = w["zero"][0] if w["zero"] else {k: float("nan") for k in gpu}
                 print(f"  {n} envs: solver iterations per world {raw['solver_iterations']:.2f} | "
-                      f"{gpu['solver_iterations']:.2f}, the slowest world's {raw['solver_iterations_max']:.2f} | "
-                      f"{gpu['solver_iterations_max']:.2f}; contacts per world {raw['contacts']:.2f} | "
-                      f"{gpu['contacts']:.2f}")
+                      f"{gpu['solver_iterations']:.2f} | {zero['solver_iterations']:.2f}, the slowest world's "
+                      f"{raw['solver_iterations_max']:.2f} | {gpu['solver_iterations_max']:.2f} | "
+                      f"{zero['solver_iterations_max']:.2f}; contacts per world {raw['contacts']:.2f} | "
+                      f"{gpu['contacts']:.2f} | {zero['contacts']:.2f}")
         print(json.dumps({str(n): r for n, _, r in rows}))
 
 

@@ -32,7 +32,8 @@ pub enum SimCommand {
     /// Roll out one episode from the motion's first frame and write one row per control step:
     /// time, then qpos (36 values, quaternion wxyz as MuJoCo). Row 0 is the reset state.
     Rollout(RolloutArgs),
-    /// Measure control steps/s and physics steps/s of N envs tracking the built-in motions.
+    /// Measure control steps/s and physics steps/s of N envs tracking the built-in motions (or
+    /// holding the default pose, `--policy zero`).
     Bench(BenchArgs),
 }
 
@@ -133,6 +134,11 @@ pub struct BenchArgs {
     /// Skip trajectory recording (as training does); evaluations record every step.
     #[arg(long)]
     no_record: bool,
+    /// The stand-in agent: `replay` tracks the built-in motions open loop; `zero` holds the
+    /// default pose (standing robots, the workload of the physics libraries' own benchmarks, so
+    /// that a comparison with them measures the arena's overhead rather than harder physics).
+    #[arg(long, value_enum, default_value_t = BuiltinPolicy::Replay)]
+    policy: BuiltinPolicy,
     /// Append each recorded row in the refresh that reads it, instead of during the next step
     /// while the backend simulates (as evaluations do; on the GPU backend the recording then
     /// overlaps the worker's physics). For comparing the two.
@@ -351,6 +357,9 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
     if a.dump.is_some() && backend != SimBackend::Cpu {
         bail!("--dump replays per-substep torques, which only the cpu backend logs");
     }
+    if a.dump.is_some() && !matches!(a.policy, BuiltinPolicy::Replay) {
+        bail!("--dump records the replay policy's episodes: it needs --policy replay");
+    }
     let config = TrackingEnvConfig {
         backend,
         record: !a.no_record,
@@ -364,14 +373,14 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
     };
     let mut env = TrackingEnv::new(config, library.clone())?;
     let all: Vec<_> = (0..a.envs).map(|e| (e, assignment(e))).collect();
-    let mut policy = ReplayPolicy;
+    let mut policy = a.policy.build();
     let mut actions = vec![0.0f32; a.envs * NUM_JOINTS];
     if let Some(dir) = &a.dump {
         let shortest = library.motions.iter().map(|m| m.num_frames - 1).min().unwrap_or(0);
         if a.steps > shortest {
             bail!("--dump needs --steps <= {shortest} (the shortest built-in motion) so no env restarts");
         }
-        dump_replay(&mut env, &all, &mut policy, a.steps, dir, &robot)?;
+        dump_replay(&mut env, &all, &mut ReplayPolicy, a.steps, dir, &robot)?;
         env = TrackingEnv::new(env_config(&robot, a.envs, a.threads), library.clone())?;
     }
     env.record_behind_physics(!a.record_inline);
@@ -414,6 +423,7 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
     if a.json {
         let v = serde_json::json!({
             "backend": backend,
+            "policy": format!("{:?}", a.policy).to_lowercase(),
             "envs": a.envs, "steps": a.steps, "threads": threads, "seconds": secs,
             "control_steps_per_s": control, "physics_steps_per_s": control * arena_sim::DECIMATION as f64,
             "ms_per_step": split,

@@ -31,13 +31,21 @@
 //! The loop adds at least one edge per round, so it ends; if it ever ran past [`MAX_ROUNDS`]
 //! it returns [`EmdError::NotConverged`] rather than an approximation.
 //!
+//! Sets of equal size up to [`DENSE_MAX_ROWS`] rows (an evaluation's windows: one frame per
+//! control step on each side) skip all this: their assignment problem is solved on the whole
+//! cost matrix (`assignment.rs`), with the same optimality check, and goes the sparse way only
+//! if that check ever failed.
+//!
 //! Files: this one holds the API, the input checks and the multiscale driver; `transport.rs` the
-//! solver (steps 1-3); `distance.rs` the row distances.
+//! sparse solver (steps 1-3); `assignment.rs` the dense one; `distance.rs` the row distances.
 
+mod assignment;
 mod distance;
 #[cfg(test)]
 mod tests;
 mod transport;
+
+pub use assignment::DENSE_MAX_ROWS;
 
 pub use distance::euclidean;
 use transport::Transport;
@@ -115,8 +123,42 @@ pub fn emd(a: &[f64], b: &[f64], dim: usize) -> Result<f64, EmdError> {
     emd_with(a, b, dim, DEFAULT_NEIGHBOURS).map(|e| e.value)
 }
 
-/// [`emd`] with a chosen neighbour count, returning solver statistics too.
+/// [`emd`] with a chosen neighbour count (the sparse solver's), returning solver statistics
+/// too. Sets of equal size up to [`DENSE_MAX_ROWS`] rows are solved densely.
 pub fn emd_with(a: &[f64], b: &[f64], dim: usize, neighbours: usize) -> Result<Emd, EmdError> {
+    let (pa, pb) = checked(a, b, dim)?;
+    if pa.rows() == pb.rows()
+        && pa.rows() <= DENSE_MAX_ROWS
+        && let Some(emd) = assignment::solve(pa, pb)
+    {
+        return Ok(emd);
+    }
+    Ok(solve_multiscale(pa, pb, neighbours.max(1))?.0)
+}
+
+/// Which solver [`emd_by`] uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Solver {
+    /// The dense assignment solver: sets of equal size only, any size (its n² costs in memory).
+    Dense,
+    /// The sparse transportation solver with this many candidate pairs per row.
+    Sparse { neighbours: usize },
+}
+
+/// [`emd`] by the solver named, for benchmarks and cross-checks. The dense solver answers
+/// `Ok(None)` for sets of different sizes, or where its optimality check failed.
+pub fn emd_by(a: &[f64], b: &[f64], dim: usize, solver: Solver) -> Result<Option<Emd>, EmdError> {
+    let (pa, pb) = checked(a, b, dim)?;
+    match solver {
+        Solver::Dense if pa.rows() != pb.rows() => Ok(None),
+        Solver::Dense => Ok(assignment::solve(pa, pb)),
+        Solver::Sparse { neighbours } => Ok(Some(solve_multiscale(pa, pb, neighbours.max(1))?.0)),
+    }
+}
+
+/// The input checks every entry point shares: both sets whole rows of finite values, neither
+/// empty.
+fn checked<'a>(a: &'a [f64], b: &'a [f64], dim: usize) -> Result<(Points<'a>, Points<'a>), EmdError> {
     if dim == 0 {
         return Err(EmdError::ZeroDimension);
     }
@@ -142,8 +184,7 @@ pub fn emd_with(a: &[f64], b: &[f64], dim: usize, neighbours: usize) -> Result<E
     if n == 0 || m == 0 {
         return Err(EmdError::Empty { n, m });
     }
-    let (emd, _) = solve_multiscale(pa, pb, neighbours.max(1))?;
-    Ok(emd)
+    Ok((pa, pb))
 }
 
 /// Problems with fewer pairs than this are solved directly from nearest-neighbour candidates.

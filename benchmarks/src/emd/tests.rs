@@ -5,6 +5,11 @@ use super::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+/// The sparse solver alone, whatever the sizes.
+fn sparse(a: &[f64], b: &[f64], dim: usize, k: usize) -> Emd {
+    emd_by(a, b, dim, Solver::Sparse { neighbours: k }).unwrap().unwrap()
+}
+
 fn random_points(rng: &mut ChaCha8Rng, rows: usize, dim: usize) -> Vec<f64> {
     (0..rows * dim).map(|_| rng.random_range(-1.0..1.0)).collect()
 }
@@ -98,11 +103,17 @@ fn matches_brute_force_on_small_sets() {
             let a = random_points(&mut rng, n, dim);
             let b = random_points(&mut rng, m, dim);
             let want = brute_force(&a, &b, dim);
+            // The public path (dense where n = m), and the sparse solver on every size.
+            let got = emd(&a, &b, dim).unwrap();
+            assert!(
+                (got - want).abs() <= 1e-12 * want.max(1.0),
+                "n={n} m={m} dim={dim}: {got} vs brute force {want}"
+            );
             for k in [1, 2, DEFAULT_NEIGHBOURS] {
-                let got = emd_with(&a, &b, dim, k).unwrap().value;
+                let got = sparse(&a, &b, dim, k).value;
                 assert!(
                     (got - want).abs() <= 1e-12 * want.max(1.0),
-                    "n={n} m={m} dim={dim} k={k}: {got} vs brute force {want}"
+                    "n={n} m={m} dim={dim} k={k}: sparse {got} vs brute force {want}"
                 );
             }
         }
@@ -151,4 +162,69 @@ fn bad_input_is_an_error() {
     ));
     let err = emd(&[1.0, 2.0], &[1.0, f64::NAN], 2).unwrap_err();
     assert_eq!(err.to_string(), "set B, row 0, column 1: non-finite value NaN");
+}
+
+/// A tracked window: a smooth reference curve of `n` frames, and the robot's frames following
+/// it `lag` frames late with noise of `noise` (relative to the curve's unit amplitude).
+fn tracked_window(rng: &mut ChaCha8Rng, n: usize, dim: usize, lag: usize, noise: f64) -> (Vec<f64>, Vec<f64>) {
+    let phase: Vec<f64> = (0..dim).map(|_| rng.random_range(0.0..6.3)).collect();
+    let frame = |t: f64, d: usize| (0.05 * t * (1.0 + d as f64 * 0.1) + phase[d]).sin();
+    let reference: Vec<f64> = (0..n)
+        .flat_map(|t| (0..dim).map(move |d| (t, d)))
+        .map(|(t, d)| frame(t as f64, d))
+        .collect();
+    let robot: Vec<f64> = (0..n)
+        .flat_map(|t| (0..dim).map(move |d| (t, d)))
+        .map(|(t, d)| frame(t as f64 - lag as f64, d) + noise * rng.random_range(-1.0..1.0))
+        .collect();
+    (robot, reference)
+}
+
+#[test]
+fn dense_equals_sparse_on_equal_sizes() {
+    let mut rng = ChaCha8Rng::seed_from_u64(41);
+    let dim = 23;
+    let mut cases: Vec<(String, Vec<f64>, Vec<f64>)> = Vec::new();
+    for n in [2, 3, 17, 64, 100, 300] {
+        cases.push((
+            format!("uniform {n}"),
+            random_points(&mut rng, n, dim),
+            random_points(&mut rng, n, dim),
+        ));
+        for (lag, noise) in [(0, 0.01), (3, 0.05), (10, 0.3)] {
+            let (a, b) = tracked_window(&mut rng, n, dim, lag, noise);
+            cases.push((format!("tracked {n} lag {lag} noise {noise}"), a, b));
+        }
+        // A reference that stands still: every matching costs the same.
+        let still: Vec<f64> = (0..n).flat_map(|_| [0.3; 23]).collect();
+        cases.push((format!("still {n}"), random_points(&mut rng, n, dim), still));
+        // Points on a small grid: many equal costs, repeated rows on both sides.
+        let grid = |rng: &mut ChaCha8Rng| -> Vec<f64> { (0..n * dim).map(|_| rng.random_range(0..3) as f64).collect() };
+        cases.push((format!("grid {n}"), grid(&mut rng), grid(&mut rng)));
+    }
+    for (name, a, b) in cases {
+        let n = a.len() / dim;
+        let dense = emd_with(&a, &b, dim, DEFAULT_NEIGHBOURS).unwrap();
+        assert_eq!(
+            dense.stats.edges,
+            n * n,
+            "{name}: the dense solver was not the one used"
+        );
+        let sparse = sparse(&a, &b, dim, DEFAULT_NEIGHBOURS);
+        assert!(
+            (dense.value - sparse.value).abs() <= 1e-12 * sparse.value.max(1e-300),
+            "{name}: dense {} vs sparse {}",
+            dense.value,
+            sparse.value
+        );
+    }
+    let (a, b) = tracked_window(&mut rng, DENSE_MAX_ROWS, dim, 2, 0.05);
+    let dense = emd_with(&a, &b, dim, DEFAULT_NEIGHBOURS).unwrap();
+    assert_eq!(dense.stats.edges, DENSE_MAX_ROWS * DENSE_MAX_ROWS);
+    let want = sparse(&a, &b, dim, DEFAULT_NEIGHBOURS).value;
+    assert!((dense.value - want).abs() <= 1e-12 * want, "{} vs {want}", dense.value);
+    // One row more and the sparse solver takes the problem.
+    let n = DENSE_MAX_ROWS + 1;
+    let (a, b) = tracked_window(&mut rng, n, dim, 2, 0.05);
+    assert!(emd_with(&a, &b, dim, DEFAULT_NEIGHBOURS).unwrap().stats.edges < n * n);
 }

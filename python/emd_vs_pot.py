@@ -54,6 +54,10 @@ def test(arena, moves):
     for n, m, d in [(1, 1, 29), (2, 7, 29), (50, 50, 29), (64, 48, 3), (333, 333, 29), (400, 257, 29),
                     (600, 600, 29), (700, 525, 72), (1000, 1000, 29), (1200, 900, 29)]:
         cases.append((f"gaussian {n}x{m} d={d}", rng.normal(size=(n, d)), rng.normal(size=(m, d))))
+    # Equal sizes up to 256 rows are solved densely (benchmarks/src/emd/assignment.rs).
+    cases.append(("gaussian 256x256 d=23 (dense)", rng.normal(size=(256, 23)), rng.normal(size=(256, 23))))
+    cases.append(("uniform ties 100x100 d=2 (dense)", rng.integers(0, 4, size=(100, 2)).astype(float),
+                  rng.integers(0, 4, size=(100, 2)).astype(float)))
     cases.append(("uniform ties 300x300 d=2", rng.integers(0, 4, size=(300, 2)).astype(float),
                   rng.integers(0, 4, size=(300, 2)).astype(float)))
     if moves:
@@ -62,6 +66,7 @@ def test(arena, moves):
         x, y = clips[names[0]], clips[names[5]]
         cases.append(("g1-moves clip vs clip (unequal)", x[:900], y[:700]))
         cases.append(("g1-moves clip vs itself shifted", x[:1000], x[10:1010]))
+        cases.append(("g1-moves 100-frame window vs itself shifted (dense)", x[:100], x[3:103]))
         cases.append(("g1-moves clip vs noisy self", x[:800], x[:800] + rng.normal(scale=0.05, size=(800, 29))))
         cases.append(("g1-moves two clips, 60 fps vs every 2nd frame", y[:1200], x[:1200:2]))
     else:

@@ -1,9 +1,9 @@
 //! The dense and the sparse EMD solvers side by side on the same sets, to place
 //! `emd::DENSE_MAX_ROWS`: tracked windows (a smooth 23-value curve and a copy following it a
-//! few frames late with noise, like an evaluation's state slice) and unstructured points, at
-//! several sizes. Prints each solver's best time over `--repeats` and the ratio.
+//! few frames late with noise, like an evaluation's state slice), a robot that falls and lies
+//! still, and unstructured points, at several sizes. Prints each solver's best time over `--repeats` and the ratio.
 //!
-//! `cargo run --release -p arena-bench --example emd_solvers -- --repeats 50 --sizes 50,100,200,500,1000`
+//! `cargo run --release -p arena-bench --example emd_solvers -- --repeats 50 --sizes 50,100,200,256,300,500`
 
 use arena_bench::emd::{Solver, emd_by};
 use std::time::Instant;
@@ -30,6 +30,19 @@ fn tracked(rng: &mut Rng, n: usize, dim: usize, lag: f64, noise: f64) -> (Vec<f6
             reference.push(at(t as f64, d));
             robot.push(at(t as f64 - lag, d) + noise * rng.uniform());
         }
+    }
+    (robot, reference)
+}
+
+/// A robot that tracks for the first third of the window, then lies still (a fall with no fall
+/// rule): its frames from there on are one frame repeated, the hardest case for the dense
+/// solver (ties all along its augmenting paths).
+fn fallen(rng: &mut Rng, n: usize, dim: usize) -> (Vec<f64>, Vec<f64>) {
+    let (mut robot, reference) = tracked(rng, n, dim, 2.0, 0.05);
+    let fell = n / 3;
+    let still: Vec<f64> = robot[fell * dim..(fell + 1) * dim].iter().map(|v| v + 0.5).collect();
+    for t in fell..n {
+        robot[t * dim..(t + 1) * dim].copy_from_slice(&still);
     }
     (robot, reference)
 }
@@ -71,7 +84,7 @@ fn main() {
                 eprintln!("--sizes needs positive whole numbers separated by commas, such as 100,500");
                 std::process::exit(2);
             }),
-        None => vec![50, 100, 200, 500, 1000],
+        None => vec![50, 100, 200, 256, 300, 500],
     };
     let dim = 23;
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
@@ -88,6 +101,7 @@ fn main() {
                 format!("tracked {n}, 10 frames late"),
                 tracked(&mut rng, n, dim, 10.0, 0.3),
             ),
+            (format!("fallen {n}, still from 1/3"), fallen(&mut rng, n, dim)),
             (format!("unstructured {n}"), (uniform(&mut rng), uniform(&mut rng))),
         ];
         for (name, (a, b)) in cases {

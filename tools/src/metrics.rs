@@ -168,6 +168,7 @@ pub fn run(c: MetricsCommand) -> anyhow::Result<()> {
                         "frames_b": xb.len() / dim,
                         "dim": dim,
                         "solve_seconds": seconds,
+                        "solver": if result.stats.dense { "dense" } else { "sparse" },
                         "rounds": result.stats.rounds,
                         "edges": result.stats.edges,
                         "augmentations": result.stats.augmentations,

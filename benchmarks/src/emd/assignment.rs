@@ -53,6 +53,7 @@ pub(super) fn solve(a: Points<'_>, b: Points<'_>) -> Option<Emd> {
     Some(Emd {
         value: total / n as f64,
         stats: EmdStats {
+            dense: true,
             rounds: 1,
             edges: n * n,
             augmentations: free.len(),

@@ -80,9 +80,12 @@ pub enum EmdError {
 /// Solver statistics, for benchmarks and diagnostics.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct EmdStats {
-    /// Certificate passes over all n·m pairs (1 when the first sparse solve was optimal).
+    /// Whether the dense assignment solver answered (equal sizes up to [`DENSE_MAX_ROWS`]).
+    pub dense: bool,
+    /// Certificate passes over all n·m pairs (1 when the first sparse solve was optimal; 1 for
+    /// the dense solver's check).
     pub rounds: usize,
-    /// Edges in the final candidate graph.
+    /// Edges in the final candidate graph (all n² pairs for the dense solver).
     pub edges: usize,
     /// Shortest-path augmentations.
     pub augmentations: usize,

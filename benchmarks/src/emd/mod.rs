@@ -73,6 +73,16 @@ pub enum EmdError {
         column: usize,
         value: f64,
     },
+    #[error(
+        "set {set}, row {row}, column {column}: value {value:e} is too large to measure (distances and their sums must stay finite: at most {limit:e} in magnitude here)"
+    )]
+    TooLarge {
+        set: char,
+        row: usize,
+        column: usize,
+        value: f64,
+        limit: f64,
+    },
     #[error("EMD solver did not prove optimality after {rounds} rounds (this is a bug; please report it)")]
     NotConverged { rounds: usize },
 }
@@ -186,6 +196,20 @@ fn checked<'a>(a: &'a [f64], b: &'a [f64], dim: usize) -> Result<(Points<'a>, Po
     let (n, m) = (pa.rows(), pb.rows());
     if n == 0 || m == 0 {
         return Err(EmdError::Empty { n, m });
+    }
+    // A difference squared and summed over `dim` values, and sums of up to n + m distances
+    // (the potentials), must stay finite; beyond that the solvers would compare infinities.
+    let limit = (f64::MAX / (4.0 * dim as f64)).sqrt() / (n + m) as f64;
+    for (set, data) in [('A', a), ('B', b)] {
+        if let Some(k) = data.iter().position(|v| v.abs() > limit) {
+            return Err(EmdError::TooLarge {
+                set,
+                row: k / dim,
+                column: k % dim,
+                value: data[k],
+                limit,
+            });
+        }
     }
     Ok((pa, pb))
 }

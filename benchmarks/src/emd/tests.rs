@@ -225,3 +225,34 @@ fn dense_equals_sparse_on_equal_sizes() {
     let (a, b) = tracked_window(&mut rng, n, dim, 2, 0.05);
     assert!(!emd_with(&a, &b, dim, DEFAULT_NEIGHBOURS).unwrap().stats.dense);
 }
+
+#[test]
+fn values_too_large_to_measure_are_an_error() {
+    // Squared differences of 1e300 overflow: refused by every path, naming the value.
+    let a = [1e300, 0.0, 5.0];
+    let b = [-1e300, 1.0, 2.0];
+    for got in [
+        emd_with(&a, &b, 1, DEFAULT_NEIGHBOURS).map(|e| e.value),
+        emd_by(&a, &b, 1, Solver::Sparse { neighbours: 16 }).map(|e| e.map(|e| e.value).unwrap_or(0.0)),
+        emd_by(&a, &b, 1, Solver::Dense).map(|e| e.map(|e| e.value).unwrap_or(0.0)),
+    ] {
+        let err = got.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                EmdError::TooLarge {
+                    set: 'A',
+                    row: 0,
+                    column: 0,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("1e300"), "{err}");
+    }
+    // Large but measurable values are solved.
+    let (a, b) = ([1e100, 0.0], [-1e100, 1.0]);
+    let got = emd(&a, &b, 1).unwrap();
+    assert!((got - 1e100).abs() <= 1e-12 * 1e100, "{got}");
+}

@@ -92,6 +92,7 @@ bench: deps deps-torch
 	cargo build --release --quiet -p arena-server --bin arena
 	$(PYTHON) bench/sim_vs_mujoco_rollout.py --arena target/release/arena
 	$(PYTHON) python/emd_vs_pot.py --arena target/release/arena --moves ../shared/motions/g1-moves --bench
+	cargo run --release --quiet -p arena-bench --example emd_solvers -- --repeats 20
 	cargo run --release --quiet -p arena-server --example remote_vs_local -- \
 		--benchmark g1-moves-dance --motions-root ../shared/motions/g1-moves --batch 16 --lanes 2 --repeats 3
 	cargo run --release --quiet -p arena-server --example robot_groups_cost -- --repeats 8 --runs 3

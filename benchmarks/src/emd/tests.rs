@@ -256,3 +256,24 @@ fn values_too_large_to_measure_are_an_error() {
     let got = emd(&a, &b, 1).unwrap();
     assert!((got - 1e100).abs() <= 1e-12 * 1e100, "{got}");
 }
+
+#[test]
+fn dense_matches_brute_force_with_many_ties() {
+    // Points on a 3-value grid: equal costs everywhere, repeated rows, several optimal matchings.
+    let mut rng = ChaCha8Rng::seed_from_u64(19);
+    for n in 1..=7 {
+        for trial in 0..40 {
+            let dim = 1 + trial % 3;
+            let grid =
+                |rng: &mut ChaCha8Rng| -> Vec<f64> { (0..n * dim).map(|_| rng.random_range(0..3) as f64).collect() };
+            let (a, b) = (grid(&mut rng), grid(&mut rng));
+            let want = brute_force(&a, &b, dim);
+            let got = emd_by(&a, &b, dim, Solver::Dense).unwrap().expect("the check holds");
+            assert!(
+                (got.value - want).abs() <= 1e-12 * want.max(1.0),
+                "n={n} dim={dim}: dense {} vs brute force {want}",
+                got.value
+            );
+        }
+    }
+}

@@ -97,7 +97,7 @@ pub fn run_local(
     env.record_behind_physics(true);
     timings.startup_s = started.elapsed().as_secs_f64();
     timings.setup_s = started.duration_since(began).as_secs_f64();
-    let plan = episode::ObservationPlan::for_spec(spec);
+    let plan = episode::ObservationPlan::for_slots(spec, batch);
     let session = episode::episode_spec(spec, options.gains.as_ref(), batch as u32, 1, 0.0);
     agent.configure(&session);
     agent

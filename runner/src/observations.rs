@@ -15,6 +15,7 @@ use arena_sim::observation::{self, STATE_DIM};
 use arena_sim::robot::{NUM_BODIES_EXT, TORSO_INDEX};
 use arena_sim::robot_interface::{self as robot, RobotReadout};
 use std::ops::Range;
+use std::sync::Mutex;
 
 /// Whether a benchmark sends a group that reads the IMU accelerometers (its model must be
 /// compiled with them).
@@ -31,12 +32,18 @@ pub fn observation_layout(spec: &BenchmarkSpec) -> ObservationLayout {
 /// (the benchmark's groups in its order, then `reference` when `reference_horizon` > 0, then
 /// `reference_goal` when `reference_goal_horizon` > 0), where each part of a row comes from,
 /// and the anchor body of the `motion_anchor_*` groups.
-#[derive(Debug, Clone)]
+///
+/// A plan made for an env's slots ([`ObservationPlan::for_slots`]) keeps each slot's
+/// `reference_goal` rows from one fill to the next ([`GoalRows`]); one made without
+/// ([`ObservationPlan::for_spec`]) computes every row each time. Both fill the same values.
+#[derive(Debug)]
 pub struct ObservationPlan {
     layout: ObservationLayout,
     parts: Vec<(Part, Range<usize>)>,
     anchor: usize,
     reads_accelerometers: bool,
+    /// Per env slot (one env: one motion library), its last fill's `reference_goal` rows.
+    goal_rows: Vec<Mutex<GoalRows>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -47,6 +54,19 @@ enum Part {
 }
 
 impl ObservationPlan {
+    /// The plan of `spec` for an env of `slots` envs: each slot's `reference_goal` rows are kept
+    /// between fills, so a step computes the one row that enters its horizon instead of all
+    /// of them (the server's lanes, `arena eval`).
+    pub fn for_slots(spec: &BenchmarkSpec, slots: usize) -> Self {
+        let mut plan = Self::for_spec(spec);
+        let goal = plan.parts.iter().any(|(p, _)| matches!(p, Part::ReferenceGoal { .. }));
+        if goal {
+            plan.goal_rows = (0..slots).map(|_| Mutex::default()).collect();
+        }
+        plan
+    }
+
+    /// The plan of `spec`, keeping nothing between fills (a layout, a single row).
     pub fn for_spec(spec: &BenchmarkSpec) -> Self {
         let obs = &spec.observations;
         let mut parts: Vec<(Part, String, usize)> = obs
@@ -74,6 +94,7 @@ impl ObservationPlan {
             // The benchmark's parser checked the name.
             anchor: robot::body_index(&obs.anchor_body).unwrap_or(TORSO_INDEX),
             reads_accelerometers: needs_imu(spec),
+            goal_rows: Vec::new(),
         }
     }
 
@@ -129,11 +150,10 @@ impl ObservationPlan {
                 Part::ReferenceGoal { horizon } => {
                     let motion = &env.library().motions[a.motion];
                     let state = &mut scratch.state;
-                    for (k, row) in dst.chunks_exact_mut(REFERENCE_GOAL_ROW).take(horizon).enumerate() {
-                        // The env's own time formula (start + step·dt) one to H steps ahead, so
-                        // row k is exactly the reference observation of episode step t + k + 1.
-                        let t = a.start_time + (info.step + k + 1) as f64 * CONTROL_DT;
-                        motion.state_at(t, state);
+                    // Row j of an episode: the reference observation at the env's own time
+                    // formula for its step j (start + j·dt). Row k of this fill is step + k + 1.
+                    let row_at = |j: usize, row: &mut [f32]| {
+                        motion.state_at(a.start_time + j as f64 * CONTROL_DT, state);
                         let (s, p) = row.split_at_mut(STATE_DIM);
                         observation::reference_state_row(state, env.robot(), s);
                         observation::privileged_state(
@@ -143,6 +163,24 @@ impl ObservationPlan {
                             &state.body_ang_vel,
                             p,
                         );
+                    };
+                    match self.goal_rows.get(slot) {
+                        Some(kept) => {
+                            // A panic inside a fill leaves the kept rows unusable, not wrong:
+                            // start again from nothing.
+                            let mut kept = kept.lock().unwrap_or_else(|poisoned| {
+                                let mut kept = poisoned.into_inner();
+                                *kept = GoalRows::default();
+                                kept
+                            });
+                            kept.fill((a.motion, a.start_time.to_bits()), info.step + 1, horizon, dst, row_at);
+                        }
+                        None => {
+                            let mut row_at = row_at;
+                            for (k, row) in dst.chunks_exact_mut(REFERENCE_GOAL_ROW).take(horizon).enumerate() {
+                                row_at(info.step + k + 1, row);
+                            }
+                        }
                     }
                 }
                 Part::Group(group) => {
@@ -174,6 +212,60 @@ impl ObservationPlan {
                 }
             }
         }
+    }
+}
+
+/// One env slot's `reference_goal` rows, kept from one fill to the next. Row j of an episode
+/// depends on its motion, its start time and j alone, and a step's rows j = step + 1 … step + H
+/// share H − 1 with the step before's: a fill computes the rows it lacks (one per step of a
+/// running episode) and copies the rest. A ring of H rows, oldest first from `head`.
+#[derive(Debug, Default)]
+struct GoalRows {
+    /// The motion and the start time's bits the rows are of; None before the first fill.
+    key: Option<(usize, u64)>,
+    /// Episode row index of the oldest row kept.
+    first: usize,
+    /// Rows kept, from `head` on (wrapping).
+    len: usize,
+    head: usize,
+    rows: Vec<f32>,
+}
+
+impl GoalRows {
+    /// Writes rows `first` … `first + horizon − 1` of episode `key` into `out`, computing the
+    /// ones not kept with `row_at(j, row)`.
+    fn fill(
+        &mut self,
+        key: (usize, u64),
+        first: usize,
+        horizon: usize,
+        out: &mut [f32],
+        mut row_at: impl FnMut(usize, &mut [f32]),
+    ) {
+        const W: usize = REFERENCE_GOAL_ROW;
+        if horizon == 0 {
+            return;
+        }
+        if self.rows.len() != horizon * W {
+            self.rows = vec![0.0; horizon * W];
+            self.len = 0;
+        }
+        if self.key == Some(key) && first >= self.first && first - self.first < self.len {
+            let gone = first - self.first;
+            self.head = (self.head + gone) % horizon;
+            self.len -= gone;
+        } else {
+            (self.head, self.len) = (0, 0);
+        }
+        (self.key, self.first) = (Some(key), first);
+        while self.len < horizon {
+            let at = (self.head + self.len) % horizon;
+            row_at(first + self.len, &mut self.rows[at * W..(at + 1) * W]);
+            self.len += 1;
+        }
+        let (wrapped, oldest) = self.rows.split_at(self.head * W);
+        out[..oldest.len()].copy_from_slice(oldest);
+        out[oldest.len()..horizon * W].copy_from_slice(wrapped);
     }
 }
 

@@ -144,6 +144,16 @@ pub struct BenchArgs {
     /// overlaps the worker's physics). For comparing the two.
     #[arg(long)]
     record_inline: bool,
+    /// Step under a benchmark's rules (its name in the benchmarks folder, or its file): the env
+    /// builds only the observation groups it sends, and each step every env's row is filled as
+    /// a served evaluation's lane fills the agent's (a column "agent rows"); its fall rule, action
+    /// mode with its gains, and DR level apply. The motions stay the built-in ones. Without it:
+    /// every group the env builds (state, privileged_state, last_action, history_actor), no
+    /// agent rows, no fall rule, the normalized action mode, DR level 0.
+    #[arg(long, value_name = "NAME_OR_FILE")]
+    benchmark: Option<String>,
+    #[command(flatten)]
+    dir: crate::bench::BenchDirArg,
 }
 
 pub fn run(cmd: SimCommand) -> anyhow::Result<()> {
@@ -360,21 +370,38 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
     if a.dump.is_some() && !matches!(a.policy, BuiltinPolicy::Replay) {
         bail!("--dump records the replay policy's episodes: it needs --policy replay");
     }
+    let rules = match &a.benchmark {
+        Some(name) => {
+            if a.dump.is_some() {
+                bail!("--dump replays the default rules' episodes: leave out --benchmark");
+            }
+            let known = arena_bench::metrics::metric_names();
+            Some(arena_bench::spec::find_benchmark(name, &a.dir.dir(), &known)?.1)
+        }
+        None => None,
+    };
+    let (base, dr_level) = match &rules {
+        Some(spec) => (
+            arena_runner::episode::env_config(spec, None, a.envs, a.threads),
+            DrLevel::try_from(spec.episodes.dr_level).map_err(anyhow::Error::msg)?,
+        ),
+        None => (env_config(&robot, a.envs, a.threads), DrLevel::L0),
+    };
     let config = TrackingEnvConfig {
         backend,
         record: !a.no_record,
-        ..env_config(&robot, a.envs, a.threads)
+        ..base
     };
+    let mut agent_rows = rules.as_ref().map(|spec| AgentRows::new(spec, a.envs));
     let assignment = |e: usize| EpisodeAssignment {
         motion: e % library.len(),
         start_time: 0.0,
         seed: e as u64,
-        dr_level: DrLevel::L0,
+        dr_level,
     };
     let mut env = TrackingEnv::new(config, library.clone())?;
     let all: Vec<_> = (0..a.envs).map(|e| (e, assignment(e))).collect();
     let mut policy = a.policy.build();
-    let mut actions = vec![0.0f32; a.envs * NUM_JOINTS];
     if let Some(dir) = &a.dump {
         let shortest = library.motions.iter().map(|m| m.num_frames - 1).min().unwrap_or(0);
         if a.steps > shortest {
@@ -385,11 +412,18 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
     }
     env.record_behind_physics(!a.record_inline);
     env.reset(&all)?;
+    let mut actions = vec![0.0f32; a.envs * env.action_width()];
     let before = env.timings();
     let worker_before = env.worker_timings()?;
     let mut policy_s = 0.0;
+    let mut agent_rows_s = 0.0;
     let start = Instant::now();
     for _ in 0..a.steps {
+        if let Some(rows) = &mut agent_rows {
+            let started = Instant::now();
+            rows.fill(&env);
+            agent_rows_s += started.elapsed().as_secs_f64();
+        }
         let started = Instant::now();
         policy.act(&env, &mut actions);
         policy_s += started.elapsed().as_secs_f64();
@@ -418,12 +452,16 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
         "recording_behind": per_step(after.record_s - before.record_s),
         "resets": per_step(after.reset_s - before.reset_s),
         "policy": per_step(policy_s),
+        "agent_rows": per_step(agent_rows_s),
         "total": per_step(secs),
     });
     if a.json {
         let v = serde_json::json!({
             "backend": backend,
             "policy": format!("{:?}", a.policy).to_lowercase(),
+            "benchmark": rules.as_ref().map(|s| s.name.clone()),
+            "observation_groups": rules.as_ref().map(|s| s.observations.groups.clone()),
+            "agent_row_values": agent_rows.as_ref().map(|r| r.plan.size()),
             "envs": a.envs, "steps": a.steps, "threads": threads, "seconds": secs,
             "control_steps_per_s": control, "physics_steps_per_s": control * arena_sim::DECIMATION as f64,
             "ms_per_step": split,
@@ -440,15 +478,29 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
             control * arena_sim::DECIMATION as f64,
             secs
         );
+        let ms = |k: &str| split[k].as_f64().unwrap_or(f64::NAN);
+        let rows_column = match (&rules, &agent_rows) {
+            (Some(spec), Some(rows)) => {
+                println!(
+                    "  under {}'s rules: groups {}, {} values per agent row, {} action mode",
+                    spec.name,
+                    spec.observations.groups.join(", "),
+                    rows.plan.size(),
+                    env.action_mode().name()
+                );
+                format!(", {:.3} agent rows", ms("agent_rows"))
+            }
+            _ => String::new(),
+        };
         println!(
-            "  ms per control step: {:.3} commands, {:.3} physics (the backend's step), {:.3} observations, {:.3} recording during the next step, {:.3} resets, {:.3} policy, {:.3} in all",
-            split["commands"].as_f64().unwrap_or(f64::NAN),
-            split["physics"].as_f64().unwrap_or(f64::NAN),
-            split["observations"].as_f64().unwrap_or(f64::NAN),
-            split["recording_behind"].as_f64().unwrap_or(f64::NAN),
-            split["resets"].as_f64().unwrap_or(f64::NAN),
-            split["policy"].as_f64().unwrap_or(f64::NAN),
-            split["total"].as_f64().unwrap_or(f64::NAN),
+            "  ms per control step: {:.3} commands, {:.3} physics (the backend's step), {:.3} observations{rows_column}, {:.3} recording during the next step, {:.3} resets, {:.3} policy, {:.3} in all",
+            ms("commands"),
+            ms("physics"),
+            ms("observations"),
+            ms("recording_behind"),
+            ms("resets"),
+            ms("policy"),
+            ms("total"),
         );
         if let Some(w) = worker.as_object() {
             let phases: Vec<String> = w
@@ -465,6 +517,47 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The rows a served evaluation's lane fills for its agent each step, filled the same way
+/// (`ObservationPlan::fill` on the env's threads, every env's row), for `sim bench --benchmark`.
+struct AgentRows {
+    plan: arena_runner::observations::ObservationPlan,
+    rows: Vec<f32>,
+}
+
+impl AgentRows {
+    fn new(spec: &arena_bench::spec::BenchmarkSpec, envs: usize) -> Self {
+        let plan = arena_runner::observations::ObservationPlan::for_slots(spec, envs);
+        let rows = vec![0.0; envs * plan.size()];
+        Self { plan, rows }
+    }
+
+    fn fill(&mut self, env: &TrackingEnv) {
+        use arena_runner::observations::ReferenceScratch;
+        use rayon::prelude::*;
+        let (plan, d) = (&self.plan, self.plan.size());
+        if d == 0 {
+            return;
+        }
+        let fill =
+            |scratch: &mut ReferenceScratch, (slot, row): (usize, &mut [f32])| plan.fill(env, slot, scratch, row);
+        match env.handler().pool() {
+            Some(pool) => pool.install(|| {
+                self.rows
+                    .par_chunks_mut(d)
+                    .enumerate()
+                    .for_each_init(ReferenceScratch::default, fill)
+            }),
+            None => {
+                let mut scratch = ReferenceScratch::default();
+                self.rows
+                    .chunks_mut(d)
+                    .enumerate()
+                    .for_each(|row| fill(&mut scratch, row));
+            }
+        }
+    }
 }
 
 /// The worker's time per control step (ms) between two of its `stats` replies, phase by phase

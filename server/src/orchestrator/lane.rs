@@ -158,7 +158,7 @@ impl<'a> Lane<'a> {
             shape,
             actions: vec![0.0; ctx.batch * env.action_width()],
             env,
-            observations: episode::ObservationPlan::for_spec(spec),
+            observations: episode::ObservationPlan::for_slots(spec, ctx.batch),
             slots: (0..ctx.batch).map(|_| None).collect(),
             inbox,
             commit,

@@ -558,6 +558,11 @@ impl TrackingEnv {
         self.config.action_mode.width()
     }
 
+    /// How this env's actions become PD targets (its config's).
+    pub fn action_mode(&self) -> ActionMode {
+        self.config.action_mode
+    }
+
     /// Applies one action per env (N × [`TrackingEnv::action_width`]) and advances every running
     /// env by one control step. Normalized mode: values in [-1, 1] (beyond, the ×5 clip
     /// saturates). Joint-position mode: absolute targets (rad) within [`TARGET_RANGE_MARGIN`] of

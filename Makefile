@@ -105,6 +105,8 @@ bench: deps deps-torch
 	for n in 1024 4096 8192; do for rec in "" --no-record; do ARENA_GPU_PYTHON=$(CURDIR)/$(PYTHON) \
 		target/release/arena sim bench --envs $$n --steps 100 --backend gpu --gpu-impl stub --gpu-device cpu $$rec; \
 		done; done
+	for n in 1024 4096; do ARENA_GPU_PYTHON=$(CURDIR)/$(PYTHON) target/release/arena sim bench --envs $$n \
+		--steps 100 --backend gpu --gpu-impl stub --gpu-device cpu --no-record --benchmark g1-smoke; done
 	ARENA_GPU_PYTHON=$(CURDIR)/$(PYTHON) $(PYTHON) bench/host_scaling.py --arena target/release/arena --envs 4096
 	cargo build --release --quiet -p arena-server --example pages_latency
 	target/release/examples/pages_latency --submissions 10000 --episodes 30 --requests 50

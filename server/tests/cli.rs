@@ -423,3 +423,46 @@ fn rollout_outputs_never_clobber_inputs_or_earlier_results() {
     ok(&rollout(Path::new("/dev/null"), &["--policy", "replay"]));
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// `sim bench --benchmark` steps under a benchmark's rules: its groups and the agent's rows
+/// (g1-smoke: BFM-Zero's groups with `reference` and `reference_goal`), its joint-position
+/// actions (g1-smoke-robot), and clear refusals.
+#[test]
+fn sim_bench_runs_under_a_benchmarks_rules() {
+    let bench = |extra: &[&str]| {
+        let mut args = vec!["sim", "bench", "--envs", "3", "--steps", "4", "--json"];
+        args.extend(extra);
+        arena(&args)
+    };
+    let json = |out: &std::process::Output| -> serde_json::Value { serde_json::from_str(ok(out).trim()).unwrap() };
+    let smoke = json(&bench(&["--benchmark", "g1-smoke"]));
+    assert_eq!(smoke["benchmark"], "g1-smoke", "{smoke}");
+    assert_eq!(
+        smoke["observation_groups"],
+        serde_json::json!(["state", "last_action", "history_actor"])
+    );
+    // state 64, last_action 29, history_actor 372, reference 1 × 36, reference_goal 8 × 527.
+    assert_eq!(smoke["agent_row_values"], 64 + 29 + 372 + 36 + 8 * 527, "{smoke}");
+    assert!(smoke["ms_per_step"]["agent_rows"].as_f64().unwrap() > 0.0, "{smoke}");
+    // The robot's benchmark: joint-position targets from both stand-in policies.
+    for policy in ["replay", "zero"] {
+        let robot = json(&bench(&["--benchmark", "g1-smoke-robot", "--policy", policy]));
+        assert_eq!(robot["agent_row_values"], 184, "{robot}");
+        assert!(robot["control_steps_per_s"].as_f64().unwrap() > 0.0, "{robot}");
+    }
+    // Without a benchmark: no agent rows.
+    let plain = json(&bench(&[]));
+    assert!(plain["benchmark"].is_null(), "{plain}");
+    assert_eq!(plain["ms_per_step"]["agent_rows"], 0.0, "{plain}");
+    // Refusals: an unknown benchmark (naming the ones there are), and --dump with rules.
+    let out = bench(&["--benchmark", "no-such-benchmark"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("no-such-benchmark") && err.contains("g1-smoke"), "{err}");
+    let dir = tmp("sim-bench-rules");
+    let out = bench(&["--benchmark", "g1-smoke", "--dump", dir.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("--dump") && err.contains("--benchmark"), "{err}");
+    std::fs::remove_dir_all(dir).ok();
+}

@@ -94,6 +94,7 @@ on_both_engines!(
     reopened_database_keeps_data,
     concurrent_claims_give_one_winner,
     leases_between_replicas,
+    returned_after_a_server_error,
     batched_claims_take_the_lowest_pending_in_order,
     batched_commits_answer_each_run_as_single_ones,
     claimers_on_many_connections_share_a_submission,
@@ -692,6 +693,29 @@ async fn recover_after_restart(url: String, engine: Engine) {
     );
     assert_eq!(storage.episodes("s-running").await.unwrap(), rows);
     assert_eq!(storage.start_episode("s-running", 0).await.unwrap(), Some(1));
+}
+
+/// A lane stopped by a server-side error returns its running episodes: back to PENDING at once,
+/// the attempt not counted, the claim no longer renewed; other holders' episodes untouched.
+async fn returned_after_a_server_error(url: String, engine: Engine) {
+    let (a, b) = two_replicas(&url, engine).await;
+    setup(&a, "red", "s-1", 3).await;
+    assert_eq!(a.claim_next_episode("s-1", 2).await.unwrap(), Some((0, 1)));
+    assert_eq!(a.claim_next_episode("s-1", 2).await.unwrap(), Some((1, 1)));
+    assert_eq!(b.claim_next_episode("s-1", 2).await.unwrap(), Some((2, 1)));
+    assert_eq!(a.renew_leases().await.unwrap(), 2);
+    // 2 is b's and 77 does not exist: only 0 goes back.
+    let reason = "the server: simulator lane 0 panicked";
+    assert_eq!(a.return_episodes("s-1", &[0, 2, 77], reason).await.unwrap(), 1);
+    let rows = a.episodes("s-1").await.unwrap();
+    assert_eq!((rows[0].status, rows[0].attempts), (EpisodeState::Pending, 0));
+    assert_eq!(rows[0].reason.as_deref(), Some(reason));
+    assert_eq!((rows[1].status, rows[1].attempts), (EpisodeState::Running, 1));
+    assert_eq!((rows[2].status, rows[2].attempts), (EpisodeState::Running, 1));
+    assert_eq!(a.renew_leases().await.unwrap(), 1, "episode 0's claim is let go");
+    // Claimed again at once, as its first attempt.
+    assert_eq!(b.claim_next_episode("s-1", 2).await.unwrap(), Some((0, 1)));
+    assert_eq!(a.return_episodes("s-1", &[], reason).await.unwrap(), 0);
 }
 
 /// Two handles on one database as two replicas: `replica-a` with a 0.6 s lease (it expires

@@ -91,7 +91,12 @@ pub fn run_lane(
     match Lane::new(ctx, lane, inbox, commit) {
         Ok(mut l) => {
             l.timings.startup_s = started.elapsed().as_secs_f64();
-            let end = l.run();
+            // A panic ends the lane as an error does: its running episodes must not stay claimed.
+            let end = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| l.run()))
+                .unwrap_or_else(|_| LaneEnd::Error(format!("simulator lane {lane} panicked")));
+            if let LaneEnd::Error(why) = &end {
+                l.return_running(why);
+            }
             // Actions that came in since the last request are answered before the inbox goes
             // (the gateway answers those that come after it).
             l.refuse_late_actions();
@@ -350,9 +355,9 @@ impl<'a> Lane<'a> {
                     };
                     if !claimed.is_empty() {
                         let episodes = &self.ctx.benchmark.episodes;
-                        return claimed
-                            .into_iter()
-                            .map(|(idx, attempt)| {
+                        let found: Result<Vec<_>, LaneEnd> = claimed
+                            .iter()
+                            .map(|&(idx, attempt)| {
                                 // Episodes are listed in index order; the search is the fallback.
                                 let at = usize::try_from(idx).ok().and_then(|i| episodes.get(i));
                                 (at.filter(|e| e.index as i64 == idx), idx, attempt)
@@ -365,6 +370,20 @@ impl<'a> Lane<'a> {
                                 ))),
                             })
                             .collect();
+                        if let Err(LaneEnd::Error(why)) = &found {
+                            // None of this claim reaches a slot: the whole claim goes back.
+                            let idxs: Vec<i64> = claimed.iter().map(|&(idx, _)| idx).collect();
+                            let reason = format!("the server: {why}");
+                            if let Err(e) = db_call(&self.ctx.runtime, "returning episodes", || {
+                                storage.return_episodes(submission_id, &idxs, &reason)
+                            }) {
+                                tracing::error!(
+                                    lane = self.lane,
+                                    "returning claimed episodes failed ({e}); they run again once their leases expire"
+                                );
+                            }
+                        }
+                        return found;
                     }
                     // Nothing to claim. An idle lane waits while another server holds some of
                     // this submission's episodes: they finish there, or their lease runs out
@@ -586,11 +605,54 @@ impl<'a> Lane<'a> {
                 reason,
                 trajectory: self.env.take_trajectory(slot),
             };
-            if self.commit.send(finished).is_err() {
+            if let Err(mpsc::SendError(lost)) = self.commit.send(finished) {
                 tracing::error!(lane = self.lane, "the committer is gone; an episode result is lost");
+                // Its claim is let go, so that the episode runs again once the lease runs out.
+                if let Sink::Submission {
+                    storage, submission_id, ..
+                } = &self.ctx.sink
+                {
+                    storage.forget_claim(submission_id, lost.episode.index as i64);
+                }
             }
         }
         self.timings.collect_s += started.elapsed().as_secs_f64();
+    }
+
+    /// After an error that ends the lane: its running episodes go back to the queue without
+    /// counting their attempt (the server failed, not the agent), so that this or another
+    /// server runs them again rather than renewing their claims until a restart.
+    fn return_running(&mut self, why: &str) {
+        let running: Vec<i64> = self
+            .slots
+            .iter_mut()
+            .filter_map(Option::take)
+            .map(|r| r.episode.index as i64)
+            .collect();
+        let Sink::Submission {
+            storage, submission_id, ..
+        } = &self.ctx.sink
+        else {
+            return;
+        };
+        if running.is_empty() {
+            return;
+        }
+        let reason = format!("the server: {why}");
+        let returned = db_call(&self.ctx.runtime, "returning episodes", || {
+            storage.return_episodes(submission_id, &running, &reason)
+        });
+        match returned {
+            Ok(n) => tracing::warn!(
+                lane = self.lane,
+                returned = n,
+                "{why}: running episodes returned to the queue"
+            ),
+            Err(e) => tracing::error!(
+                lane = self.lane,
+                "{why}: returning the running episodes failed ({e}); they run again once their leases expire"
+            ),
+        }
     }
 
     /// Re-queues the running episodes (a lost connection re-runs them from the start, up to the

@@ -235,30 +235,31 @@ impl Storage {
         let now = now_ms();
         let failed_reason = format!("{reason} (attempt ");
         let of_max = format!(" of {max_attempts})");
-        let (mut requeued, mut failed) = (0, 0);
-        let mut tx = self.pool.begin().await.ctx(context)?;
-        for &idx in idxs {
-            // Every statement here writes, so SQLite takes the write lock at the first one.
-            let back = sqlx::query(
-                "UPDATE episodes SET status = 'PENDING', reason = $4, updated_at = $5, \
+        let done = async {
+            let (mut requeued, mut failed) = (0, 0);
+            let mut tx = self.pool.begin().await.ctx(context)?;
+            for &idx in idxs {
+                // Every statement here writes, so SQLite takes the write lock at the first one.
+                let back = sqlx::query(
+                    "UPDATE episodes SET status = 'PENDING', reason = $4, updated_at = $5, \
                  lease_owner = NULL, lease_expires_at = NULL \
                  WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING' AND attempts < $3 \
                  AND lease_owner = $6",
-            )
-            .bind(submission)
-            .bind(idx)
-            .bind(max_attempts)
-            .bind(reason)
-            .bind(now)
-            .bind(&self.lease.owner)
-            .execute(&mut *tx)
-            .await
-            .ctx(context)?;
-            if back.rows_affected() > 0 {
-                requeued += 1;
-                continue;
-            }
-            let gave_up = sqlx::query(
+                )
+                .bind(submission)
+                .bind(idx)
+                .bind(max_attempts)
+                .bind(reason)
+                .bind(now)
+                .bind(&self.lease.owner)
+                .execute(&mut *tx)
+                .await
+                .ctx(context)?;
+                if back.rows_affected() > 0 {
+                    requeued += 1;
+                    continue;
+                }
+                let gave_up = sqlx::query(
                 "UPDATE episodes SET status = 'FAILED', reason = $3 || CAST(attempts AS TEXT) || $4, updated_at = $5, \
                  lease_owner = NULL, lease_expires_at = NULL \
                  WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING' AND lease_owner = $6",
@@ -272,13 +273,57 @@ impl Storage {
             .execute(&mut *tx)
             .await
             .ctx(context)?;
-            failed += gave_up.rows_affected() as usize;
+                failed += gave_up.rows_affected() as usize;
+            }
+            tx.commit().await.ctx(context)?;
+            Ok((requeued, failed))
         }
-        tx.commit().await.ctx(context)?;
+        .await;
+        // Released even when the update failed: the leases then run out and
+        // [`Storage::expire_leases`] settles the episodes, rather than this server renewing
+        // claims nobody runs.
         for &idx in idxs {
             self.release(submission, idx);
         }
-        Ok((requeued, failed))
+        done
+    }
+
+    /// After a server-side error that stopped the lane running them: the given RUNNING episodes
+    /// under this handle's lease go back to PENDING WITHOUT counting their attempt (as after a
+    /// restart: the server failed, not the agent), with `reason` kept as the last failure, so
+    /// this or another server runs them again now instead of renewing their claims until a
+    /// restart. The claims are released even when the update fails: their leases then run out
+    /// and [`Storage::expire_leases`] settles them. Returns how many went back.
+    pub async fn return_episodes(&self, submission: &str, idxs: &[i64], reason: &str) -> Result<usize, StorageError> {
+        let context = || format!("returning episodes {idxs:?} of submission {submission} after a server error");
+        let returned = async {
+            let mut tx = self.pool.begin().await.ctx(context)?;
+            let mut returned = 0;
+            for &idx in idxs {
+                let back = sqlx::query(
+                    "UPDATE episodes SET status = 'PENDING', reason = $3, updated_at = $4, \
+                     attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END, \
+                     lease_owner = NULL, lease_expires_at = NULL \
+                     WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING' AND lease_owner = $5",
+                )
+                .bind(submission)
+                .bind(idx)
+                .bind(reason)
+                .bind(now_ms())
+                .bind(&self.lease.owner)
+                .execute(&mut *tx)
+                .await
+                .ctx(context)?;
+                returned += back.rows_affected() as usize;
+            }
+            tx.commit().await.ctx(context)?;
+            Ok(returned)
+        }
+        .await;
+        for &idx in idxs {
+            self.release(submission, idx);
+        }
+        returned
     }
 
     /// At server start: the RUNNING episodes of PENDING/RUNNING submissions that no live server

@@ -195,6 +195,10 @@ impl<'a> Lane<'a> {
         loop {
             // No request is outstanding here: whatever the inbox holds answers an old one.
             self.refuse_late_actions();
+            if self.ctx.out.is_closed() {
+                // No episode is claimed for an agent that is gone.
+                return self.connection_lost("the session ended");
+            }
             let idle = self.slots.iter().all(Option::is_none);
             let started = Instant::now();
             let filled = self.fill_slots(idle);
@@ -206,7 +210,10 @@ impl<'a> Lane<'a> {
             if self.slots.iter().all(Option::is_none) {
                 return LaneEnd::Drained;
             }
+            let unseen: Vec<u32> = starting.iter().map(|e| e.episode_id).collect();
             if !starting.is_empty() && !self.send(Msg::EpisodeStart(EpisodeStart { episodes: starting })) {
+                // The agent never heard of the episodes just claimed: they cost no attempt.
+                self.return_slots_of(&unseen, "the session ended before they started");
                 return self.connection_lost("the session ended");
             }
             if self.slots.iter().flatten().all(|r| r.forced.is_some()) {
@@ -623,9 +630,17 @@ impl<'a> Lane<'a> {
     /// counting their attempt (the server failed, not the agent), so that this or another
     /// server runs them again rather than renewing their claims until a restart.
     fn return_running(&mut self, why: &str) {
+        let all: Vec<u32> = self.slots.iter().flatten().map(|r| r.episode.index as u32).collect();
+        self.return_slots_of(&all, &format!("the server: {why}"));
+    }
+
+    /// Empties the slots running `episodes` and returns those episodes to the queue without
+    /// counting their attempt, `reason` kept as their last failure.
+    fn return_slots_of(&mut self, episodes: &[u32], reason: &str) {
         let running: Vec<i64> = self
             .slots
             .iter_mut()
+            .filter(|r| r.as_ref().is_some_and(|r| episodes.contains(&(r.episode.index as u32))))
             .filter_map(Option::take)
             .map(|r| r.episode.index as i64)
             .collect();
@@ -638,19 +653,18 @@ impl<'a> Lane<'a> {
         if running.is_empty() {
             return;
         }
-        let reason = format!("the server: {why}");
         let returned = db_call(&self.ctx.runtime, "returning episodes", || {
-            storage.return_episodes(submission_id, &running, &reason)
+            storage.return_episodes(submission_id, &running, reason)
         });
         match returned {
             Ok(n) => tracing::warn!(
                 lane = self.lane,
                 returned = n,
-                "{why}: running episodes returned to the queue"
+                "{reason}: episodes returned to the queue"
             ),
             Err(e) => tracing::error!(
                 lane = self.lane,
-                "{why}: returning the running episodes failed ({e}); they run again once their leases expire"
+                "{reason}: returning episodes failed ({e}); they run again once their leases expire"
             ),
         }
     }

@@ -264,6 +264,11 @@ fn ndtw_tolerates_lag_better_than_per_frame_error() {
     assert_eq!(d, 0.0);
     let d = metrics::dtw(&[0.0, 1.0], &[1.0, 2.0], 1, None, |a, b| (a[0] - b[0]).abs());
     assert_eq!(d, 2.0); // (0→1) + (1→2) or (0→1)+(1→1)+(1→2)... best is 1 + 0 + 1 = 2
+    // A band wider than any index is unconstrained, not an overflow that leaves no path.
+    let wide = metrics::dtw(&[0.0, 1.0, 2.0], &[0.0, 0.0, 1.0, 2.0], 1, Some(usize::MAX), |a, b| {
+        (a[0] - b[0]).abs()
+    });
+    assert_eq!(wide, 0.0);
 }
 
 #[test]

@@ -53,6 +53,9 @@ fn invalid(path: &Path, message: impl Into<String>) -> DataError {
     }
 }
 
+/// The most bytes reserved for one array before reading it.
+const MAX_RESERVE: u64 = 64 << 20;
+
 /// Reads every array of an `.npz` file, keyed by name (without `.npy`).
 pub fn read_npz(path: &Path) -> Result<BTreeMap<String, NpyArray>> {
     let file = std::fs::File::open(path).map_err(|source| DataError::Io {
@@ -69,7 +72,9 @@ pub fn read_npz(path: &Path) -> Result<BTreeMap<String, NpyArray>> {
         let Some(name) = entry.name().strip_suffix(".npy").map(str::to_string) else {
             continue;
         };
-        let mut bytes = Vec::with_capacity(entry.size() as usize);
+        // The declared size is the file's word, not a fact: reserve no more than a motion's
+        // worth up front, and let the read grow the buffer to what is really there.
+        let mut bytes = Vec::with_capacity(entry.size().min(MAX_RESERVE) as usize);
         entry
             .read_to_end(&mut bytes)
             .map_err(|e| invalid(path, format!("{name}: {e}")))?;
@@ -112,16 +117,24 @@ fn parse_npy(bytes: &[u8]) -> std::result::Result<NpyArray, String> {
         .filter(|s| !s.is_empty())
         .map(|s| s.parse::<usize>().map_err(|_| format!("bad shape entry {s:?}")))
         .collect::<std::result::Result<_, _>>()?;
-    let count: usize = shape.iter().product();
+    let too_big = || format!("shape {shape:?} is too large (its size overflows)");
+    let count = shape
+        .iter()
+        .try_fold(1usize, |n, d| n.checked_mul(*d))
+        .ok_or_else(too_big)?;
     let body = &bytes[start + header_len..];
-    let numbers = |width: usize, convert: &dyn Fn(&[u8]) -> f64| -> std::result::Result<NpyData, String> {
-        if body.len() < count * width {
+    let check_length = |width: usize| -> std::result::Result<(), String> {
+        let needed = count.checked_mul(width).ok_or_else(too_big)?;
+        if body.len() < needed {
             return Err(format!(
-                "holds {} bytes, its shape {shape:?} needs {}",
-                body.len(),
-                count * width
+                "holds {} bytes, its shape {shape:?} needs {needed}",
+                body.len()
             ));
         }
+        Ok(())
+    };
+    let numbers = |width: usize, convert: &dyn Fn(&[u8]) -> f64| -> std::result::Result<NpyData, String> {
+        check_length(width)?;
         Ok(NpyData::Numbers(
             body.chunks_exact(width).take(count).map(convert).collect(),
         ))
@@ -136,14 +149,8 @@ fn parse_npy(bytes: &[u8]) -> std::result::Result<NpyArray, String> {
         "|u1" | "|i1" | "|b1" => numbers(1, &|b| b[0] as f64)?,
         d if d.starts_with("<U") => {
             let chars: usize = d[2..].parse().map_err(|_| format!("bad dtype {d:?}"))?;
-            let width = 4 * chars;
-            if body.len() < count * width {
-                return Err(format!(
-                    "holds {} bytes, its shape {shape:?} needs {}",
-                    body.len(),
-                    count * width
-                ));
-            }
+            let width = chars.checked_mul(4).ok_or_else(|| format!("bad dtype {d:?}"))?;
+            check_length(width)?;
             let strings = body
                 .chunks_exact(width.max(1))
                 .take(count)
@@ -303,6 +310,64 @@ mod tests {
                 .to_string()
                 .contains("not a NumPy .npz archive")
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_shape_whose_size_overflows_is_refused_with_its_name() {
+        let dir = std::env::temp_dir().join(format!("arena-npz-shape-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("a.npz");
+        let huge = NpyArray::f32(vec![1 << 32, 1 << 32], vec![]);
+        write_npz(&path, &[("joint_pos", huge)]).unwrap();
+        let e = read_npz(&path).unwrap_err().to_string();
+        assert!(
+            e.contains("\"joint_pos\"") && e.contains("[4294967296, 4294967296]") && e.contains("too large"),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A one-entry archive, stored, whose central directory declares `declared` bytes (zip64).
+    fn zip_declaring(name: &str, declared: u64) -> Vec<u8> {
+        let mut z = Vec::new();
+        // Local header: an empty stored entry (crc 0, sizes 0).
+        z.extend(0x0403_4b50u32.to_le_bytes());
+        z.extend([20, 0, 0, 0, 0, 0, 0, 0, 0, 0]); // version, flags, method, time, date
+        z.extend([0u8; 12]); // crc, compressed size, uncompressed size
+        z.extend((name.len() as u16).to_le_bytes());
+        z.extend(0u16.to_le_bytes());
+        z.extend(name.as_bytes());
+        let central = z.len() as u32;
+        z.extend(0x0201_4b50u32.to_le_bytes());
+        z.extend([45, 0, 45, 0, 0, 0, 0, 0, 0, 0, 0, 0]); // made by, needed, flags, method, time, date
+        z.extend([0u8; 8]); // crc, compressed size
+        z.extend(u32::MAX.to_le_bytes()); // uncompressed size: see the zip64 field
+        z.extend((name.len() as u16).to_le_bytes());
+        z.extend(12u16.to_le_bytes()); // extra field length
+        z.extend([0u8; 14]); // comment length, disk, attributes, local header offset
+        z.extend(name.as_bytes());
+        z.extend(1u16.to_le_bytes());
+        z.extend(8u16.to_le_bytes());
+        z.extend(declared.to_le_bytes());
+        let size = z.len() as u32 - central;
+        z.extend(0x0605_4b50u32.to_le_bytes());
+        z.extend([0, 0, 0, 0, 1, 0, 1, 0]);
+        z.extend(size.to_le_bytes());
+        z.extend(central.to_le_bytes());
+        z.extend(0u16.to_le_bytes());
+        z
+    }
+
+    #[test]
+    fn a_declared_size_is_not_trusted_for_memory() {
+        let dir = std::env::temp_dir().join(format!("arena-npz-declared-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("a.npz");
+        std::fs::write(&path, zip_declaring("fps.npy", 1 << 62)).unwrap();
+        // Reserving the declared 4 EiB would abort the process; the entry is empty.
+        let e = read_npz(&path).unwrap_err().to_string();
+        assert!(e.contains("\"fps\"") && e.contains("bad magic"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

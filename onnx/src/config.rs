@@ -359,7 +359,14 @@ fn read_holosoma(props: &BTreeMap<String, String>) -> PolicyMetadata {
     if control.get("clip_actions").is_some_and(truthy)
         && let Some(c) = control.get("action_clip_value").and_then(number)
     {
-        m.action_clip = Some(c);
+        // Actions are clipped to [-c, c]: a negative bound is no range.
+        if c.is_finite() && c >= 0.0 {
+            m.action_clip = Some(c);
+        } else {
+            m.problems.push(format!(
+                "experiment_config.robot.control.action_clip_value is {c}; clip_actions needs a number >= 0"
+            ));
+        }
     }
     if let Some(group) = dig(config, &["observation", "groups", "actor_obs"])
         && let Some(Value::Object(terms)) = group.get("terms")

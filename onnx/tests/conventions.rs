@@ -118,6 +118,25 @@ fn holosoma(n: &mut Numbers) -> BTreeMap<String, String> {
     .collect()
 }
 
+/// holosoma metadata whose clip_actions bound is negative (a.clamp(-c, c) would panic).
+fn holosoma_negative_clip(n: &mut Numbers) -> BTreeMap<String, String> {
+    let mut props = holosoma(n);
+    let mut config: Value = serde_json::from_str(&props["experiment_config"]).unwrap();
+    config["robot"]["control"]["action_clip_value"] = json!(-1.5);
+    props.insert("experiment_config".into(), config.to_string());
+    props
+}
+
+#[test]
+fn a_negative_action_clip_is_refused_with_its_key_and_value() {
+    let props = holosoma_negative_clip(&mut Numbers(7));
+    let e = PolicyConfig::from_metadata(&props, &PolicyOverrides::default(), "the policy").unwrap_err();
+    assert_eq!(
+        e.problems,
+        ["experiment_config.robot.control.action_clip_value is -1.5; clip_actions needs a number >= 0"]
+    );
+}
+
 /// Metadata with several problems at once.
 fn broken() -> BTreeMap<String, String> {
     [
@@ -215,6 +234,7 @@ fn metadata_and_observation_rows_are_the_python_sdks() {
         ),
         ("holosoma", holosoma(&mut n)),
         ("broken metadata", broken()),
+        ("holosoma, negative action clip", holosoma_negative_clip(&mut n)),
     ];
     let mut inputs = Vec::new();
     for (_, props) in &cases {

@@ -102,13 +102,25 @@ impl From<StorageError> for AccessError {
     }
 }
 
-/// Unix milliseconds as RFC 3339 UTC, to the second (e.g. `2026-05-01T00:00:00Z`).
-pub fn rfc3339(ms: i64) -> String {
-    let t = if ms >= 0 {
-        UNIX_EPOCH + Duration::from_millis(ms as u64)
+/// The last millisecond RFC 3339's four-digit years can write: 9999-12-31T23:59:59.999Z.
+pub const MAX_TIME_MS: i64 = 253_402_300_799_999;
+
+/// `ms` if [`rfc3339`] can write it (1970 to the end of 9999), else why not.
+pub fn check_time_ms(ms: i64) -> Result<i64, String> {
+    if (0..=MAX_TIME_MS).contains(&ms) {
+        Ok(ms)
     } else {
-        UNIX_EPOCH - Duration::from_millis(ms.unsigned_abs())
-    };
+        Err(format!(
+            "expected a time from 1970-01-01 to 9999-12-31 (unix milliseconds 0-{MAX_TIME_MS}), got {ms}"
+        ))
+    }
+}
+
+/// Unix milliseconds as RFC 3339 UTC, to the second (e.g. `2026-05-01T00:00:00Z`). Times
+/// outside [`check_time_ms`]'s range, which input checks refuse, are written as its nearest end
+/// rather than panicking in humantime.
+pub fn rfc3339(ms: i64) -> String {
+    let t = UNIX_EPOCH + Duration::from_millis(ms.clamp(0, MAX_TIME_MS) as u64);
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
@@ -129,6 +141,10 @@ pub fn parse_rfc3339(text: &str) -> Result<i64, String> {
     let ms = i64::try_from(ms).map_err(|_| format!("{text:?} is too far in the future"))? - offset_ms;
     if ms < 0 {
         return Err(format!("{text:?} is before 1970"));
+    }
+    // A negative offset can carry the last day of 9999 into year 10000.
+    if ms > MAX_TIME_MS {
+        return Err(format!("{text:?} is after 9999-12-31 (UTC)"));
     }
     Ok(ms)
 }
@@ -652,6 +668,20 @@ mod tests {
         let e = parse_rfc3339("May 1st").unwrap_err();
         assert!(e.contains("RFC 3339") && e.contains("May 1st"), "{e}");
         assert!(parse_rfc3339("1969-12-31T23:59:59Z").is_err());
+        let e = parse_rfc3339("9999-12-31T23:00:00-02:00").unwrap_err();
+        assert!(e.contains("after 9999-12-31"), "{e}");
+    }
+
+    #[test]
+    fn times_out_of_range_are_refused_and_written_without_panicking() {
+        assert_eq!(check_time_ms(MAX_TIME_MS), Ok(MAX_TIME_MS));
+        for bad in [-1, MAX_TIME_MS + 1, i64::MIN, i64::MAX] {
+            let e = check_time_ms(bad).unwrap_err();
+            assert!(e.contains("9999-12-31") && e.contains(&bad.to_string()), "{e}");
+        }
+        assert_eq!(rfc3339(MAX_TIME_MS), "9999-12-31T23:59:59Z");
+        assert_eq!(rfc3339(-1), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(i64::MAX), "9999-12-31T23:59:59Z");
     }
 
     #[test]

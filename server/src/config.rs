@@ -153,6 +153,13 @@ pub enum ConfigError {
     Value { key: String, message: String },
 }
 
+/// The longest step deadline and heartbeat silence: a day is far beyond any use, and the
+/// bound keeps `Duration::from_secs_f64` (which panics past u64 seconds) safe.
+const MAX_WAIT_S: f64 = 86_400.0;
+
+/// The longest idle-submission expiry, for the same reason.
+const MAX_EXPIRY_S: f64 = 365.0 * 86_400.0;
+
 impl ServerConfig {
     /// The listener's limits ([`crate::connections`]), with the total kept below the file
     /// descriptors this process may open.
@@ -288,17 +295,20 @@ impl ServerConfig {
                 format!("expected distinct benchmark names, got {name:?} twice or empty"),
             );
         }
-        if !(self.step_timeout_s >= 0.0 && self.step_timeout_s.is_finite()) {
+        if !(self.step_timeout_s >= 0.0 && self.step_timeout_s <= MAX_WAIT_S) {
             return bad(
                 "step_timeout_s",
-                format!("expected seconds >= 0, got {}", self.step_timeout_s),
+                format!("expected seconds 0-{MAX_WAIT_S} (a day), got {}", self.step_timeout_s),
             );
         }
-        if !(self.heartbeat_interval_s > 0.0 && self.heartbeat_timeout_s > self.heartbeat_interval_s) {
+        if !(self.heartbeat_interval_s > 0.0
+            && self.heartbeat_timeout_s > self.heartbeat_interval_s
+            && self.heartbeat_timeout_s <= MAX_WAIT_S)
+        {
             return bad(
                 "heartbeat_timeout_s",
                 format!(
-                    "expected heartbeat_interval_s > 0 and heartbeat_timeout_s > heartbeat_interval_s, got {} and {}",
+                    "expected 0 < heartbeat_interval_s < heartbeat_timeout_s <= {MAX_WAIT_S} (a day), got {} and {}",
                     self.heartbeat_interval_s, self.heartbeat_timeout_s
                 ),
             );
@@ -336,11 +346,11 @@ impl ServerConfig {
                 format!("expected 0-3600 seconds, got {}", self.object_store_retry_s),
             );
         }
-        if !(self.idle_submission_expiry_s.is_finite() && self.idle_submission_expiry_s >= 0.0) {
+        if !(self.idle_submission_expiry_s >= 0.0 && self.idle_submission_expiry_s <= MAX_EXPIRY_S) {
             return bad(
                 "idle_submission_expiry_s",
                 format!(
-                    "expected seconds >= 0 (0 = never), got {}",
+                    "expected seconds 0-{MAX_EXPIRY_S} (a year; 0 = never), got {}",
                     self.idle_submission_expiry_s
                 ),
             );
@@ -482,6 +492,23 @@ mod tests {
         std::fs::write(&path, "max_batch = 0\n").unwrap();
         let e = ServerConfig::from_file(&path).unwrap_err().to_string();
         assert!(e.contains("max_batch") && e.contains("1-4096"), "{e}");
+        // Finite but beyond what a Duration holds: refused, not a panic when a session starts.
+        for (line, want) in [
+            (
+                "step_timeout_s = 1e20",
+                "step_timeout_s: expected seconds 0-86400 (a day)",
+            ),
+            ("heartbeat_timeout_s = 1e20", "heartbeat_timeout_s <= 86400 (a day)"),
+            ("heartbeat_timeout_s = inf", "heartbeat_timeout_s <= 86400 (a day)"),
+            (
+                "idle_submission_expiry_s = 1e20",
+                "idle_submission_expiry_s: expected seconds 0-31536000",
+            ),
+        ] {
+            std::fs::write(&path, format!("{line}\n")).unwrap();
+            let e = ServerConfig::from_file(&path).unwrap_err().to_string();
+            assert!(e.contains(want), "{line}: {e}");
+        }
         std::fs::write(&path, "database_url = \"mysql://x\"\n").unwrap();
         assert!(
             ServerConfig::from_file(&path)

@@ -14,6 +14,10 @@ use arena_data::{MotionClip, NUM_COLUMNS, NUM_JOINTS};
 /// Standard deviation (frames) of the Gaussian smoothing of body velocities (§3.2).
 const VELOCITY_SMOOTHING_SIGMA: f64 = 2.0;
 
+/// The longest motion: two hours at 50 Hz is about 1.3 GB of resampled rows, and a longer
+/// clip is almost surely a wrong `fps` (a tiny one stretches a few frames into years).
+pub const MAX_MOTION_S: f64 = 7200.0;
+
 /// A reference motion at the control rate (50 Hz).
 #[derive(Debug, Clone)]
 pub struct Motion {
@@ -134,6 +138,14 @@ impl Motion {
         };
         if clip.num_frames() < 2 || clip.qpos.len() != clip.num_frames() * NUM_COLUMNS {
             return Err(err(format!("needs at least 2 frames of {NUM_COLUMNS} values")));
+        }
+        let duration_s = clip.duration_s();
+        if !(..=MAX_MOTION_S).contains(&duration_s) {
+            return Err(err(format!(
+                "{} frames at {:?} fps last {duration_s:?} s; a motion may last at most {MAX_MOTION_S} s (is fps right?)",
+                clip.num_frames(),
+                clip.fps
+            )));
         }
         if let Some(witness) = &clip.witness {
             check_witness(clip, witness, kin).map_err(err)?;
@@ -580,6 +592,20 @@ mod tests {
         // Past the end, state freezes at the last frame.
         m.state_at(99.0, &mut s);
         assert_eq!(&s.qpos[..], m.frame_qpos(m.num_frames - 1));
+    }
+
+    #[test]
+    fn a_tiny_fps_is_refused_before_resampling() {
+        let mut kin = Kinematics::new(&RobotConfig::default()).unwrap();
+        // 7 frames over 6e300 s: the frame count overflowed (and a slightly larger fps asked
+        // for terabytes).
+        let mut clip = analytic_clip(60.0, 0.1);
+        clip.fps = 1e-300;
+        let e = Motion::from_clip(&clip, &mut kin).unwrap_err().to_string();
+        assert!(
+            e.contains("analytic") && e.contains("1e-300 fps") && e.contains("at most 7200 s"),
+            "{e}"
+        );
     }
 
     #[test]

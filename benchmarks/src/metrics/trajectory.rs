@@ -126,7 +126,7 @@ pub fn dtw(x: &[f64], y: &[f64], dim: usize, band: Option<usize>, cost: impl Fn(
         cur.fill(f64::INFINITY);
         let centre = (i * m) / n;
         let (lo, hi) = match band {
-            Some(w) => (centre.saturating_sub(w).max(1), (centre + w).min(m)),
+            Some(w) => (centre.saturating_sub(w).max(1), centre.saturating_add(w).min(m)),
             None => (1, m),
         };
         for j in lo..=hi {

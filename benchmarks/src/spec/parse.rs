@@ -3,6 +3,14 @@
 
 use super::*;
 
+/// Each repeat is one more episode per window: the cap keeps a typo from expanding a benchmark
+/// into billions of episodes (the scale tests run 4096).
+pub const MAX_REPEATS: u32 = 10_000;
+
+/// An nDTW band of an hour is as good as unconstrained for any episode; larger values would
+/// only overflow frame counts.
+pub const MAX_NDTW_WINDOW_S: f64 = 3600.0;
+
 impl BenchmarkSpec {
     /// Reads and validates a benchmark file; see [`BenchmarkSpec::parse`].
     pub fn read(path: &Path, known_metrics: &[&str]) -> Result<Self, SpecError> {
@@ -480,8 +488,8 @@ impl Check<'_> {
                 "episodes.repeats",
                 raw.repeats,
                 1,
-                (1, u32::MAX as i64),
-                "an integer >= 1",
+                (1, MAX_REPEATS as i64),
+                &format!("an integer 1-{MAX_REPEATS}"),
             )? as u32,
             dr_level: self.int("episodes.dr_level", raw.dr_level, 0, (0, 3), "an integer 0-3")? as u8,
             seed: self.int("episodes.seed", raw.seed, 0, (0, i64::MAX), "a non-negative integer")? as u64,
@@ -730,8 +738,8 @@ impl Check<'_> {
                 "metrics.ndtw_window_s",
                 raw.ndtw_window_s,
                 1.0,
-                |v| v >= 0.0,
-                "a number of seconds >= 0 (0 = unconstrained)",
+                |v| (0.0..=MAX_NDTW_WINDOW_S).contains(&v),
+                &format!("a number of seconds 0-{MAX_NDTW_WINDOW_S} (0 = unconstrained)"),
             )?,
         })
     }

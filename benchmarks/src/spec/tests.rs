@@ -297,7 +297,18 @@ fn bad_files_name_the_key() {
     expect_err(
         &format!("{MINIMAL}[episodes]\nrepeats = 0\n"),
         "episodes.repeats",
-        ">= 1",
+        "1-10000",
+    );
+    // Billions of repeats would expand into billions of episodes.
+    expect_err(
+        &format!("{MINIMAL}[episodes]\nrepeats = 4294967295\n"),
+        "episodes.repeats",
+        "got 4294967295",
+    );
+    expect_err(
+        &variant("[\"emd\", \"mpjpe_g\"]", "[\"emd\"]\nndtw_window_s = 1e300"),
+        "metrics.ndtw_window_s",
+        "0-3600",
     );
     expect_err(
         &variant("[\"emd\", \"mpjpe_g\"]", "[\"emd\"]\nstate_slice = [10, 5]"),

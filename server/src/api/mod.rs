@@ -167,7 +167,9 @@ fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError
 fn time_field(field: &str, v: &Value) -> Result<i64, ApiError> {
     match v {
         Value::String(s) => access::parse_rfc3339(s).map_err(|e| bad_request(format!("{field}: {e}"))),
-        Value::Number(n) if n.as_i64().is_some_and(|ms| ms >= 0) => Ok(n.as_i64().unwrap_or_default()),
+        Value::Number(n) if n.is_i64() => {
+            access::check_time_ms(n.as_i64().unwrap_or_default()).map_err(|e| bad_request(format!("{field}: {e}")))
+        }
         other => Err(bad_request(format!(
             "{field}: expected an RFC 3339 time such as \"2026-05-01T00:00:00Z\" or unix milliseconds, got {other}"
         ))),
@@ -373,4 +375,32 @@ async fn get_benchmark(
         }
     }
     Ok(Json(v).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_fields_are_refused_where_rfc3339_cannot_write_them() {
+        assert_eq!(time_field("ends_at", &json!(0)).unwrap(), 0);
+        assert_eq!(
+            time_field("ends_at", &json!(access::MAX_TIME_MS)).unwrap(),
+            access::MAX_TIME_MS
+        );
+        // Stored, year 11476 would panic every later leaderboard that prints it.
+        for bad in [
+            json!(-1),
+            json!(300_000_000_000_000i64),
+            json!("9999-12-31T23:00:00-02:00"),
+        ] {
+            let e = time_field("ends_at", &bad).unwrap_err().0;
+            assert_eq!(e.status, StatusCode::BAD_REQUEST, "{bad}");
+            assert!(
+                e.message.starts_with("ends_at: ") && e.message.contains("9999-12-31"),
+                "{bad}: {}",
+                e.message
+            );
+        }
+    }
 }

@@ -212,7 +212,7 @@ fn parse_state(word: &str) -> Result<EpisodeState, String> {
 /// RFC 3339 (`2026-11-24T00:00:00Z`), a date (`2026-11-24`, midnight UTC) or unix milliseconds.
 fn parse_time(key: &str, text: &str) -> Result<i64, String> {
     if let Ok(ms) = text.parse::<i64>() {
-        return Ok(ms);
+        return access::check_time_ms(ms).map_err(|e| format!("{key}: {e}"));
     }
     let full = if text.len() == 10 {
         format!("{text}T00:00:00Z")
@@ -265,6 +265,12 @@ mod tests {
             (("metric", "<=3"), "no metric name"),
             (("metric", "emd<=abc"), "expected a finite number"),
             (("since", "yesterday"), "since: expected an RFC 3339 time"),
+            // The dataset card writes these times: humantime panics outside 1970-9999.
+            (("since", "-1"), "since: expected a time from 1970-01-01 to 9999-12-31"),
+            (
+                ("until", "300000000000000"),
+                "until: expected a time from 1970-01-01 to 9999-12-31",
+            ),
             (("colour", "red"), "unknown filter \"colour\""),
         ] {
             let err = DatasetFilter::from_pairs([pair]).unwrap_err();

@@ -286,7 +286,14 @@ def _read_holosoma(props: Mapping[str, str]) -> PolicyMetadata:
         else:
             m.action_scale = float(scale)
     if control.get("clip_actions") and isinstance(control.get("action_clip_value"), (int, float)):
-        m.action_clip = float(control["action_clip_value"])
+        clip = float(control["action_clip_value"])
+        # Actions are clipped to [-clip, clip]: a negative bound is no range.
+        if math.isfinite(clip) and clip >= 0:
+            m.action_clip = clip
+        else:
+            m.problems.append(
+                f"experiment_config.robot.control.action_clip_value is {clip:g}; clip_actions needs a number >= 0"
+            )
     group = _dig(config, "observation", "groups", "actor_obs")
     if isinstance(group, dict) and isinstance(group.get("terms"), dict):
         terms = group["terms"]

@@ -83,7 +83,7 @@ pub fn run_local(
     let robot = RobotConfig::default();
     let library = Arc::new(MotionLibrary::from_clips(clips, &robot).context("building the motion library")?);
     let lengths: Vec<f64> = library.motions.iter().map(|m| m.length_s).collect();
-    let episodes = spec.expand_episodes(&lengths);
+    let episodes = spec.expand_episodes(&lengths).map_err(anyhow::Error::msg)?;
     anyhow::ensure!(!episodes.is_empty(), "benchmark {} expands to no episodes", spec.name);
     let batch = options.batch.clamp(1, episodes.len());
     let env_config = TrackingEnvConfig {

@@ -215,7 +215,9 @@ impl Catalog {
         let clips = benchmark_clips(&spec, &self.motions_root, &robot).map_err(motions)?;
         let library = MotionLibrary::from_clips(&clips, &robot).map_err(|e| motions(e.into()))?;
         let lengths: Vec<f64> = library.motions.iter().map(|m| m.length_s).collect();
-        let episodes = spec.expand_episodes(&lengths);
+        let episodes = spec
+            .expand_episodes(&lengths)
+            .map_err(|e| motions(anyhow::anyhow!(e)))?;
         if episodes.is_empty() {
             return Err(motions(anyhow::anyhow!("the benchmark expands to no episodes")));
         }

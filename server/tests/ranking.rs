@@ -40,7 +40,7 @@ fn standing_report(spec: &BenchmarkSpec) -> Report {
     let clips = episode::benchmark_clips(spec, Path::new("."), &robot).unwrap();
     let library = MotionLibrary::from_clips(&clips, &robot).unwrap();
     let motion = &library.motions[0];
-    let episodes = spec.expand_episodes(&[motion.length_s]);
+    let episodes = spec.expand_episodes(&[motion.length_s]).unwrap();
     let ep = &episodes[0];
     let steps = episode::episode_steps(ep) as usize;
     let w = 3 * NUM_BODIES_EXT;

@@ -115,7 +115,9 @@ pub fn run(c: BenchCommand) -> anyhow::Result<()> {
                     let robot = arena_sim::RobotConfig::default();
                     let clips = arena_runner::episode::benchmark_clips(&s, root, &robot)
                         .map_err(|e| anyhow::anyhow!("{}: motions: {e:#}", path.display()))?;
-                    let episodes = s.expand_episodes(&clips.iter().map(|c| c.duration_s()).collect::<Vec<_>>());
+                    let episodes = s
+                        .expand_episodes(&clips.iter().map(|c| c.duration_s()).collect::<Vec<_>>())
+                        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
                     Ok(format!(
                         "{}: ok ({} v{}; {} motions, {} episodes)",
                         path.display(),

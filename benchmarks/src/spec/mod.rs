@@ -358,6 +358,6 @@ mod registry;
 #[cfg(test)]
 mod tests;
 
-pub use episodes::episode_seed;
+pub use episodes::{MAX_EPISODES, episode_seed};
 pub use parse::is_npz;
 pub use registry::{find_benchmark, list_benchmarks, shipped_dir};

@@ -440,14 +440,16 @@ fn starts(episodes: &[Episode]) -> Vec<(usize, f64, f64)> {
 
 #[test]
 fn expand_whole_and_sliding() {
-    let whole = spec_with(Window::Whole, 1, 0.0, 0).expand_episodes(&[4.0, 2.5]);
+    let whole = spec_with(Window::Whole, 1, 0.0, 0)
+        .expand_episodes(&[4.0, 2.5])
+        .unwrap();
     assert_eq!(starts(&whole), [(0, 0.0, 4.0), (1, 0.0, 2.5)]);
     let sliding = Window::Sliding {
         length_s: 4.0,
         stride_s: 3.0,
     };
     // 10 s clip: windows at 0, 3, 6 (6 + 4 = 10 fits exactly); 3 s clip: one whole window.
-    let eps = spec_with(sliding, 1, 0.0, 0).expand_episodes(&[10.0, 3.0]);
+    let eps = spec_with(sliding, 1, 0.0, 0).expand_episodes(&[10.0, 3.0]).unwrap();
     assert_eq!(
         starts(&eps),
         [(0, 0.0, 4.0), (0, 3.0, 4.0), (0, 6.0, 4.0), (1, 0.0, 3.0)]
@@ -457,13 +459,20 @@ fn expand_whole_and_sliding() {
         length_s: 0.3,
         stride_s: 0.1,
     };
-    assert_eq!(spec_with(fine, 1, 0.0, 0).expand_episodes(&[1.0]).len(), 8);
-    assert!(spec_with(Window::Whole, 1, 0.0, 0).expand_episodes(&[]).is_empty());
+    assert_eq!(spec_with(fine, 1, 0.0, 0).expand_episodes(&[1.0]).unwrap().len(), 8);
+    assert!(
+        spec_with(Window::Whole, 1, 0.0, 0)
+            .expand_episodes(&[])
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[test]
 fn expand_repeats_cap_and_seeds() {
-    let eps = spec_with(Window::Whole, 3, 5.0, 11).expand_episodes(&[8.0, 2.0]);
+    let eps = spec_with(Window::Whole, 3, 5.0, 11)
+        .expand_episodes(&[8.0, 2.0])
+        .unwrap();
     assert_eq!(eps.len(), 6);
     for (i, e) in eps.iter().enumerate() {
         assert_eq!(e.index, i);
@@ -477,11 +486,38 @@ fn expand_repeats_cap_and_seeds() {
     seeds.sort_unstable();
     seeds.dedup();
     assert_eq!(seeds.len(), 6, "distinct");
-    let again = spec_with(Window::Whole, 3, 5.0, 11).expand_episodes(&[8.0, 2.0]);
+    let again = spec_with(Window::Whole, 3, 5.0, 11)
+        .expand_episodes(&[8.0, 2.0])
+        .unwrap();
     assert_eq!(again, eps, "deterministic");
-    let other = spec_with(Window::Whole, 3, 5.0, 12).expand_episodes(&[8.0, 2.0]);
+    let other = spec_with(Window::Whole, 3, 5.0, 12)
+        .expand_episodes(&[8.0, 2.0])
+        .unwrap();
     assert!(other.iter().zip(&eps).all(|(a, b)| a.seed != b.seed));
     assert_ne!(episode_seed(1, 0), episode_seed(0, 1));
+}
+
+#[test]
+fn an_expansion_beyond_the_limit_is_an_error_before_any_episode_is_made() {
+    // One-step strides over two-hour clips, 10000 repeats: billions of episodes.
+    let tiny = Window::Sliding {
+        length_s: 0.02,
+        stride_s: 0.02,
+    };
+    let e = spec_with(tiny, 10_000, 0.0, 0)
+        .expand_episodes(&[7200.0, 7200.0])
+        .unwrap_err();
+    assert!(
+        e.contains("7200000000 episodes") && e.contains("2 motions") && e.contains("at most 1000000"),
+        "{e}"
+    );
+    // Exactly at the limit: made.
+    let at = spec_with(Window::Whole, 10_000, 0.0, 0)
+        .expand_episodes(&vec![1.0; 100])
+        .unwrap();
+    assert_eq!(at.len(), MAX_EPISODES);
+    let over = spec_with(Window::Whole, 10_000, 0.0, 0).expand_episodes(&vec![1.0; 101]);
+    assert!(over.unwrap_err().contains("1010000 episodes"));
 }
 
 /// A fresh folder under the system temp dir, removed on drop.

@@ -107,6 +107,9 @@ bench: deps deps-torch
 		done; done
 	for n in 1024 4096; do ARENA_GPU_PYTHON=$(CURDIR)/$(PYTHON) target/release/arena sim bench --envs $$n \
 		--steps 100 --backend gpu --gpu-impl stub --gpu-device cpu --no-record --benchmark g1-smoke; done
+	ARENA_GPU_PYTHON=$(CURDIR)/$(PYTHON) $(PYTHON) bench/gpu_eval_scale.py --arena target/release/arena \
+		--agent target/release/examples/replay --episodes 1024 --window-s 2 --backend gpu --gpu-impl stub \
+		--gpu-device cpu --repeats 1 --observations bfm-zero
 	ARENA_GPU_PYTHON=$(CURDIR)/$(PYTHON) $(PYTHON) bench/host_scaling.py --arena target/release/arena --envs 4096
 	cargo build --release --quiet -p arena-server --example pages_latency
 	target/release/examples/pages_latency --submissions 10000 --episodes 30 --requests 50

@@ -15,7 +15,7 @@ leaves it out) with the ratio in-process time / served time (goal >= 0.9).
 The benchmark (written to a temporary folder) is k of the six built-in motions, k the largest
 that divides --episodes, each repeated --episodes/k times (so one batch holds every episode and
 no straggler runs alone in a batch of idle envs afterwards), whole clips (4-6 s) or their first --window-s seconds, DR level 3, observations
-`state` + one reference frame. On a CPU device, `--window-s 1` keeps a 4096-episode run to
+`state` + one reference frame (`--observations bfm-zero`: g1-smoke's, with `reference_goal`). On a CPU device, `--window-s 1` keeps a 4096-episode run to
 about a quarter of an hour. `--backend gpu --gpu-impl stub --gpu-device cpu` runs the same
 evaluation with no physics at all (the worker's stub; the server and `arena eval` need
 --gpu-allow-stub for it, which this passes): what serving costs around the physics at GPU sizes,
@@ -53,8 +53,7 @@ step_timeout_ms = 60000
 [fall]
 rule = "none"
 [observations]
-groups = ["state"]
-reference_horizon = 1
+{observations}
 [metrics]
 list = ["emd", "mpjpe_g", "success"]
 state_slice = [0, 23]
@@ -64,6 +63,16 @@ ndtw_window_s = 1.0
 success = "success"
 primary = "emd"
 """
+
+
+# What the agent observes (`--observations`): the state and the next reference frame, or
+# BFM-Zero's groups as g1-smoke sends them (with the history and the 8 reference rows of
+# `reference_goal`: 4,717 values per episode).
+OBSERVATIONS = {
+    "state": 'groups = ["state"]\nreference_horizon = 1',
+    "bfm-zero": 'groups = ["state", "last_action", "history_actor"]\nreference_horizon = 1\n'
+                'reference_goal_horizon = 8',
+}
 
 
 def free_port():
@@ -113,6 +122,9 @@ def main():
                    help="MuJoCo MJX on JAX or MuJoCo Warp (auto: Warp on a CUDA device); stub: no "
                         "physics at all (the worker's stub, scores meaningless), what surrounds the "
                         "physics at GPU sizes on any machine")
+    p.add_argument("--observations", default="state", choices=sorted(OBSERVATIONS),
+                   help="what the agent observes: the state and one reference frame (100 values per "
+                        "episode), or BFM-Zero's groups as g1-smoke sends them (4,717 values)")
     p.add_argument("--no-in-process", action="store_true",
                    help="skip the in-process `arena eval` of the same benchmark")
     p.add_argument("--repeats", type=int, default=1, help="runs of each side; best of them")
@@ -143,7 +155,8 @@ def main():
         # One window per clip: the stride is longer than any built-in clip.
         window = f"{{ length_s = {a.window_s}, stride_s = 100.0 }}" if a.window_s > 0 else '"whole"'
         f.write(BENCHMARK.replace("{repeats}", str(repeats)).replace("{window}", window)
-                .replace("{motions}", json.dumps(motions)))
+                .replace("{motions}", json.dumps(motions))
+                .replace("{observations}", OBSERVATIONS[a.observations]))
     # Before the runs: what first touches of memory cost on this machine (see memory_write_rates).
     memory = memory_write_rates()
     disk = disk_write_rates(tmp)
@@ -362,6 +375,7 @@ def served(a, tmp, bench_dir):
     server.wait(timeout=30)
     breakdown = timings_from_log(log_path)
     result = {
+        "observations": a.observations,
         "backend": a.backend, "gpu_impl": a.gpu_impl if a.backend == "gpu" else None,
         "gpu_device": a.gpu_device if a.backend == "gpu" else None, "episodes": len(rows), "status": sub["status"], "wall_s": round(wall, 2),
         "episodes_per_s": round(len(rows) / wall, 2), "control_steps": steps,

@@ -44,7 +44,12 @@ impl AgentGateway for GrpcGateway {
             std::future::ready(next)
         });
         let (out_tx, out_rx) = unbounded_channel();
-        tokio::spawn(super::session(self.state.clone(), Box::pin(incoming), out_tx));
+        tokio::spawn(super::session(
+            self.state.clone(),
+            Box::pin(incoming),
+            out_tx,
+            super::Replies::Protobuf,
+        ));
         // The response stream ends after a Disconnect, or when the session drops its sender.
         let outgoing = futures_util::stream::unfold((out_rx, false), |(mut rx, done)| async move {
             if done {

@@ -71,13 +71,47 @@ pub enum Incoming {
     Ignore,
 }
 
+/// How a transport encodes the server's messages, which sets how many episodes fit one
+/// GetAction (each message is at most [`crate::app::MAX_FRAME_BYTES`], docs/protocol.md §1).
+#[derive(Debug, Clone)]
+pub enum Replies {
+    /// Protobuf (gRPC): 4 bytes a value.
+    Protobuf,
+    /// WebSocket: the encoding of the client's `connect` frame (binary when set, else JSON text,
+    /// whose widest float takes 16 bytes with its separator).
+    LikeTheClient(Arc<std::sync::atomic::AtomicBool>),
+    /// Messages handed over in process (a hosted policy): no limit.
+    InProcess,
+}
+
+impl Replies {
+    /// Bytes a value of an observation row takes at most; None without a size limit.
+    fn bytes_per_value(&self) -> Option<usize> {
+        match self {
+            Replies::Protobuf => Some(4),
+            Replies::LikeTheClient(binary) if binary.load(std::sync::atomic::Ordering::Acquire) => Some(4),
+            Replies::LikeTheClient(_) => Some(16),
+            Replies::InProcess => None,
+        }
+    }
+}
+
+/// Episodes one GetAction may carry and stay within a message: rows of `row_values` values at
+/// `bytes_per_value`, each with its episode id and step (and JSON's keys), beside the message's
+/// own fields.
+pub fn batch_within_message(row_values: usize, bytes_per_value: usize) -> usize {
+    const MESSAGE_FIELDS: usize = 64 << 10;
+    const PER_EPISODE: usize = 64;
+    ((crate::app::MAX_FRAME_BYTES - MESSAGE_FIELDS) / (row_values * bytes_per_value + PER_EPISODE)).max(1)
+}
+
 /// Runs one session on any transport: `incoming` yields the client's messages, `out` carries
-/// the server's (the transport encodes and sends them, and closes after a Disconnect).
-pub async fn session<S>(state: Arc<AppState>, incoming: S, out: UnboundedSender<Msg>)
+/// the server's (the transport encodes them as `replies` says, and closes after a Disconnect).
+pub async fn session<S>(state: Arc<AppState>, incoming: S, out: UnboundedSender<Msg>, replies: Replies)
 where
     S: Stream<Item = Incoming> + Unpin,
 {
-    session_of(state, None, incoming, out).await
+    session_of(state, None, incoming, out, replies).await
 }
 
 /// A session the server runs for `team` itself (the hosted evaluation of an uploaded policy,
@@ -86,11 +120,16 @@ pub async fn hosted_session<S>(state: Arc<AppState>, team: Team, incoming: S, ou
 where
     S: Stream<Item = Incoming> + Unpin,
 {
-    session_of(state, Some(team), incoming, out).await
+    session_of(state, Some(team), incoming, out, Replies::InProcess).await
 }
 
-async fn session_of<S>(state: Arc<AppState>, team: Option<Team>, mut incoming: S, out: UnboundedSender<Msg>)
-where
+async fn session_of<S>(
+    state: Arc<AppState>,
+    team: Option<Team>,
+    mut incoming: S,
+    out: UnboundedSender<Msg>,
+    replies: Replies,
+) where
     S: Stream<Item = Incoming> + Unpin,
 {
     let Some(first) = first_message(&mut incoming, CONNECT_TIMEOUT).await else {
@@ -110,7 +149,7 @@ where
         }
         Incoming::Closed | Incoming::Ignore => return,
     };
-    if let Err(refusal) = run_session(&state, team.as_ref(), connect, &out, &mut incoming).await {
+    if let Err(refusal) = run_session(&state, team.as_ref(), connect, &out, &mut incoming, &replies).await {
         // Messages name tokens by id only, so refusals can be logged as they are.
         if let Msg::Error(e) = refusal.as_ref() {
             tracing::info!(code = %e.code, "connect refused: {}", e.message);
@@ -400,6 +439,7 @@ async fn run_session<S>(
     connect: Connect,
     out: &UnboundedSender<Msg>,
     incoming: &mut S,
+    replies: &Replies,
 ) -> Result<(), Box<Msg>>
 where
     S: Stream<Item = Incoming> + Unpin,
@@ -430,6 +470,16 @@ where
     let mut max_batch = config.max_batch as usize;
     if connect.max_batch > 0 {
         max_batch = max_batch.min(connect.max_batch as usize);
+    }
+    // Every GetAction must fit one message: large rows (BFM-Zero's `reference_goal`) at large
+    // batches would exceed it, and the client would drop the connection at every request.
+    if let Some(bytes) = replies.bytes_per_value() {
+        let row = arena_runner::observations::observation_layout(spec).size();
+        let fit = batch_within_message(row, bytes);
+        if fit < max_batch {
+            tracing::info!(row, fit, asked = max_batch, "batch limited to what one message holds");
+            max_batch = fit;
+        }
     }
     let remaining = admitted.remaining;
     let practice = admitted.submission.is_none();

@@ -46,8 +46,9 @@ pub async fn session(socket: WebSocket, state: Arc<AppState>, connection: Option
     });
     let (out_tx, out_rx) = unbounded_channel();
     // The writer owns the sink; the session sends through `out_tx`.
-    let writer = tokio::spawn(write_frames(sink, out_rx, binary, close_reason));
-    super::session(state, Box::pin(incoming), out_tx).await;
+    let writer = tokio::spawn(write_frames(sink, out_rx, binary.clone(), close_reason));
+    let replies = super::Replies::LikeTheClient(binary.clone());
+    super::session(state, Box::pin(incoming), out_tx, replies).await;
     let _ = writer.await;
 }
 

@@ -210,7 +210,7 @@ impl<'a> Lane<'a> {
             if self.slots.iter().all(Option::is_none) {
                 return LaneEnd::Drained;
             }
-            let unseen: Vec<u32> = starting.iter().map(|e| e.episode_id).collect();
+            let unseen: std::collections::HashSet<u32> = starting.iter().map(|e| e.episode_id).collect();
             if !starting.is_empty() && !self.send(Msg::EpisodeStart(EpisodeStart { episodes: starting })) {
                 // The agent never heard of the episodes just claimed: they cost no attempt.
                 self.return_slots_of(&unseen, "the session ended before they started");
@@ -380,15 +380,7 @@ impl<'a> Lane<'a> {
                         if let Err(LaneEnd::Error(why)) = &found {
                             // None of this claim reaches a slot: the whole claim goes back.
                             let idxs: Vec<i64> = claimed.iter().map(|&(idx, _)| idx).collect();
-                            let reason = format!("the server: {why}");
-                            if let Err(e) = db_call(&self.ctx.runtime, "returning episodes", || {
-                                storage.return_episodes(submission_id, &idxs, &reason)
-                            }) {
-                                tracing::error!(
-                                    lane = self.lane,
-                                    "returning claimed episodes failed ({e}); they run again once their leases expire"
-                                );
-                            }
+                            self.give_back(&idxs, &format!("the server: {why}"));
                         }
                         return found;
                     }
@@ -630,13 +622,17 @@ impl<'a> Lane<'a> {
     /// counting their attempt (the server failed, not the agent), so that this or another
     /// server runs them again rather than renewing their claims until a restart.
     fn return_running(&mut self, why: &str) {
-        let all: Vec<u32> = self.slots.iter().flatten().map(|r| r.episode.index as u32).collect();
-        self.return_slots_of(&all, &format!("the server: {why}"));
+        let running: Vec<i64> = self
+            .slots
+            .iter_mut()
+            .filter_map(Option::take)
+            .map(|r| r.episode.index as i64)
+            .collect();
+        self.give_back(&running, &format!("the server: {why}"));
     }
 
-    /// Empties the slots running `episodes` and returns those episodes to the queue without
-    /// counting their attempt, `reason` kept as their last failure.
-    fn return_slots_of(&mut self, episodes: &[u32], reason: &str) {
+    /// Empties the slots running `episodes` and gives those back ([`Self::give_back`]).
+    fn return_slots_of(&mut self, episodes: &std::collections::HashSet<u32>, reason: &str) {
         let running: Vec<i64> = self
             .slots
             .iter_mut()
@@ -644,17 +640,24 @@ impl<'a> Lane<'a> {
             .filter_map(Option::take)
             .map(|r| r.episode.index as i64)
             .collect();
+        self.give_back(&running, reason);
+    }
+
+    /// Returns claimed episodes to the queue without counting their attempt, `reason` kept as
+    /// their last failure. Should the database refuse, the claims are let go all the same and
+    /// their leases run out.
+    fn give_back(&self, idxs: &[i64], reason: &str) {
         let Sink::Submission {
             storage, submission_id, ..
         } = &self.ctx.sink
         else {
             return;
         };
-        if running.is_empty() {
+        if idxs.is_empty() {
             return;
         }
         let returned = db_call(&self.ctx.runtime, "returning episodes", || {
-            storage.return_episodes(submission_id, &running, reason)
+            storage.return_episodes(submission_id, idxs, reason)
         });
         match returned {
             Ok(n) => tracing::warn!(

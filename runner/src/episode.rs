@@ -136,9 +136,14 @@ pub fn episode_spec(
     }
 }
 
+/// Frames of [`reference_of`]'s reference: the motion at the control rate, both ends included.
+pub fn reference_frames(motion: &Motion) -> usize {
+    (motion.length_s / CONTROL_DT).floor() as usize + 1
+}
+
 /// The whole reference motion sampled at the control rate, for benchmarks that reveal it.
 pub fn reference_of(motion: &Motion) -> Reference {
-    let frames = (motion.length_s / CONTROL_DT).floor() as usize + 1;
+    let frames = reference_frames(motion);
     let mut qpos = [0.0; NQ];
     let mut body = vec![0.0; 3 * NUM_BODIES_EXT];
     let mut out = Vec::with_capacity(frames * NQ);

@@ -214,6 +214,20 @@ impl Catalog {
         };
         let clips = benchmark_clips(&spec, &self.motions_root, &robot).map_err(motions)?;
         let library = MotionLibrary::from_clips(&clips, &robot).map_err(|e| motions(e.into()))?;
+        if spec.observations.reveal_reference {
+            // 8 bytes a value: binary frames and gRPC, the most compact encodings.
+            let largest = crate::orchestrator::episode_start::longest_reference_too_large(
+                &library,
+                8,
+                crate::app::MAX_FRAME_BYTES,
+            );
+            if let Some(big) = largest {
+                return Err(motions(anyhow::anyhow!(
+                    "observations.reveal_reference: {big} in binary frames and gRPC, so no agent could receive it; \
+                     shorten the clip or reveal no reference"
+                )));
+            }
+        }
         let lengths: Vec<f64> = library.motions.iter().map(|m| m.length_s).collect();
         let episodes = spec
             .expand_episodes(&lengths)

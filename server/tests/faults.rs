@@ -574,3 +574,149 @@ async fn the_batch_is_limited_to_what_one_message_holds() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A revealed reference is the whole clip in every EpisodeInfo: the EpisodeStart of a batch is
+/// split into messages that each fit a frame. A reference that fits no message is refused before
+/// anything runs: in JSON text at connect (no submission is made), in every encoding when the
+/// benchmark loads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revealed_references_are_sent_in_messages_that_fit() {
+    let dir = tmp("faults-reveal-long");
+    let motions = dir.join("motions");
+    let benchmarks = dir.join("benchmarks");
+    std::fs::create_dir_all(&benchmarks).unwrap();
+    common::ok(&common::arena(&[
+        "motion",
+        "generate",
+        "--out",
+        motions.to_str().unwrap(),
+    ]));
+    // The standing clip's first frame held for 400 s (20,000 frames at 50 fps), and for 1200 s.
+    let stand = std::fs::read_to_string(motions.join("builtin__stand.csv")).unwrap();
+    let first = stand
+        .lines()
+        .find(|l| l.starts_with(|c: char| c == '-' || c.is_ascii_digit()))
+        .unwrap();
+    let frames = 20_000;
+    for (file, n) in [("long.csv", frames), ("longer.csv", 60_000)] {
+        std::fs::write(motions.join(file), format!("{first}\n").repeat(n)).unwrap();
+        let name = file.trim_end_matches(".csv");
+        std::fs::write(
+            benchmarks.join(format!("reveal-{name}.toml")),
+            format!(
+                r#"name = "reveal-{name}"
+version = 1
+description = "Short windows of a long clip whose whole reference is revealed."
+task = "tracking"
+[motions]
+files = ["{file}"]
+fps = 50
+[episodes]
+window = {{ length_s = 0.1, stride_s = 60.0 }}
+[observations]
+reveal_reference = true
+[metrics]
+list = ["mpjpe_g", "success"]
+[ranking]
+primary = "mpjpe_g"
+"#
+            ),
+        )
+        .unwrap();
+    }
+    let dirs = [
+        "--benchmarks-dir",
+        benchmarks.to_str().unwrap(),
+        "--motions-root",
+        motions.to_str().unwrap(),
+        "--lanes",
+        "1",
+    ];
+    let server = ServerProc::start(&dir.join("data"), &dirs);
+    let token = server.team("revealing");
+    let connect = |benchmark: &str| {
+        Msg::Connect(Connect {
+            protocol_version: PROTOCOL_VERSION,
+            agent_name: "reader".into(),
+            token: token.clone(),
+            mode: "submission".into(),
+            benchmark: benchmark.into(),
+            max_batch: 64,
+            ..Default::default()
+        })
+    };
+    let refusal = |encoding: Encoding, benchmark: &str| {
+        let msg = connect(benchmark);
+        let url = server.ws_url();
+        async move {
+            let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+            ws.send(frame(&msg, encoding)).await.unwrap();
+            match recv(&mut ws).await {
+                Some(Msg::Error(e)) => e,
+                other => panic!("expected a refusal, got {other:?}"),
+            }
+        }
+    };
+
+    // Binary frames: 5.8 MB a reference, two a message.
+    let (mut ws, connected) = open(&server.ws_url(), &connect("reveal-long"), Encoding::Binary).await;
+    let episodes = connected.episodes_total as usize;
+    assert_eq!(episodes, 7, "windows at 0, 60, …, 360 s");
+    let mut starts: Vec<Vec<protocol::EpisodeInfo>> = Vec::new();
+    loop {
+        match recv(&mut ws).await.expect("the session goes on") {
+            Msg::EpisodeStart(s) => starts.push(s.episodes),
+            Msg::GetAction(g) => {
+                let actions = g
+                    .observations
+                    .iter()
+                    .map(|o| EpisodeAction {
+                        episode_id: o.episode_id,
+                        values: vec![0.0; 29],
+                    })
+                    .collect();
+                let reply = Msg::Action(Action { step: g.step, actions });
+                ws.send(frame(&reply, Encoding::Binary)).await.unwrap();
+            }
+            Msg::Disconnect(d) => {
+                assert_eq!(d.reason, "submission_complete");
+                break;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(starts.iter().map(Vec::len).collect::<Vec<_>>(), vec![2, 2, 2, 1]);
+    for info in starts.iter().flatten() {
+        let reference = info.reference.as_ref().expect("revealed");
+        assert_eq!(reference.frames as usize, frames);
+        assert_eq!(reference.qpos.len(), frames * 36);
+    }
+    let (_, results) = server.get(
+        &format!("/api/v1/submissions/{}/results", connected.submission_id),
+        Some(ADMIN),
+    );
+    let eps = results["episodes"].as_array().unwrap();
+    assert_eq!(eps.len(), episodes);
+    assert!(eps.iter().all(|e| e["status"] == "COMPLETED"), "{results}");
+
+    // JSON text: 18 MB a reference. Refused before a submission is made.
+    let e = refusal(Encoding::Json, "reveal-long").await;
+    assert_eq!(e.code, codes::INVALID_MESSAGE);
+    assert!(
+        e.message.contains("20000 frames") && e.message.contains("connect with binary frames"),
+        "{}",
+        e.message
+    );
+    let (_, listed) = server.get("/api/v1/submissions", Some(&token));
+    assert_eq!(listed["submissions"].as_array().map(Vec::len), Some(1), "{listed}");
+
+    // 1200 s fits no message in any encoding: the benchmark is unavailable, the log says why.
+    let e = refusal(Encoding::Binary, "reveal-longer").await;
+    assert_eq!(e.code, codes::BENCHMARK_UNAVAILABLE, "{}", e.message);
+    let log = server.log_text();
+    assert!(
+        log.contains("observations.reveal_reference: motion longer's reference (60000 frames)"),
+        "{log}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

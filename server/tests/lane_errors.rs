@@ -64,6 +64,7 @@ async fn a_lane_error_returns_its_claims() {
         },
         source: JobSource::Claims,
         reveal_results: true,
+        reference_value_bytes: None,
         runtime: tokio::runtime::Handle::current(),
     });
     let mut handle = orchestrator::start(ctx);

@@ -10,7 +10,7 @@ pub mod ws;
 
 use crate::access::{self, AccessError, RunRequest};
 use crate::catalog::{ClientLoadError, LoadedBenchmark};
-use crate::orchestrator::{self, JobSource, RunContext, RunOutcome, Sink, runner};
+use crate::orchestrator::{self, JobSource, RunContext, RunOutcome, Sink, episode_start, runner};
 use crate::state::AppState;
 use crate::storage::{NewSubmission, Submission, SubmissionStatus, Team, now_ms};
 use arena_bench::spec::ActionMode;
@@ -91,6 +91,17 @@ impl Replies {
             Replies::Protobuf => Some(4),
             Replies::LikeTheClient(binary) if binary.load(std::sync::atomic::Ordering::Acquire) => Some(4),
             Replies::LikeTheClient(_) => Some(16),
+            Replies::InProcess => None,
+        }
+    }
+
+    /// Bytes a value of a revealed reference (a double) takes at most; None without a limit.
+    /// JSON's widest double, `-1.2345678901234567e-100` with its separator, is 25.
+    fn bytes_per_reference_value(&self) -> Option<usize> {
+        match self {
+            Replies::Protobuf => Some(8),
+            Replies::LikeTheClient(binary) if binary.load(std::sync::atomic::Ordering::Acquire) => Some(8),
+            Replies::LikeTheClient(_) => Some(25),
             Replies::InProcess => None,
         }
     }
@@ -195,7 +206,14 @@ fn refusal(e: AccessError) -> Box<Msg> {
 
 /// Validates the Connect (version, token, mode, phase and benchmark rules, quota) and creates or
 /// resumes the submission. `Err` is the Error to send.
-async fn admit(state: &Arc<AppState>, hosted: Option<&Team>, c: &Connect) -> Result<Admitted, Box<Msg>> {
+/// `reference_value_bytes`: what a value of a revealed reference takes in the client's encoding
+/// (None in process).
+async fn admit(
+    state: &Arc<AppState>,
+    hosted: Option<&Team>,
+    c: &Connect,
+    reference_value_bytes: Option<usize>,
+) -> Result<Admitted, Box<Msg>> {
     if c.protocol_version != PROTOCOL_VERSION {
         return Err(refuse(
             codes::UNSUPPORTED_VERSION,
@@ -330,6 +348,20 @@ async fn admit(state: &Arc<AppState>, hosted: Option<&Team>, c: &Connect) -> Res
             Some((resolved, SessionGains::declared_nothing(&declared)))
         }
     };
+    if benchmark.spec.observations.reveal_reference
+        && let Some(bytes) = reference_value_bytes
+        && let Some(big) =
+            episode_start::longest_reference_too_large(&benchmark.library, bytes, crate::app::MAX_FRAME_BYTES)
+    {
+        // Before a submission is made: the agent can connect again in binary frames.
+        return Err(refuse(
+            codes::INVALID_MESSAGE,
+            format!(
+                "benchmark {} reveals whole references, and in JSON text {big}: connect with binary frames or over gRPC",
+                benchmark.spec.name
+            ),
+        ));
+    }
     if practice {
         return Ok(Admitted {
             benchmark,
@@ -444,7 +476,7 @@ async fn run_session<S>(
 where
     S: Stream<Item = Incoming> + Unpin,
 {
-    let admitted = admit(state, hosted, &connect).await?;
+    let admitted = admit(state, hosted, &connect, replies.bytes_per_reference_value()).await?;
     let _attachment = match &admitted.submission {
         Some(s) => {
             if !state.attached.lock().expect("attached lock").insert(s.id.clone()) {
@@ -557,6 +589,7 @@ where
         sink,
         source,
         reveal_results: admitted.reveal_results,
+        reference_value_bytes: replies.bytes_per_reference_value(),
         runtime: tokio::runtime::Handle::current(),
     });
     let mut handle = orchestrator::start(ctx);

@@ -3,7 +3,7 @@
 //! answering it, steps the physics and hands finished episodes to the committer.
 
 use super::warm::SimulatorShape;
-use super::{JobSource, RunContext, Sink, db_call};
+use super::{JobSource, RunContext, Sink, db_call, episode_start};
 use arena_bench::aggregate::EpisodeStatus;
 use arena_bench::spec::Episode;
 use arena_data::NUM_JOINTS;
@@ -210,11 +210,8 @@ impl<'a> Lane<'a> {
             if self.slots.iter().all(Option::is_none) {
                 return LaneEnd::Drained;
             }
-            let unseen: std::collections::HashSet<u32> = starting.iter().map(|e| e.episode_id).collect();
-            if !starting.is_empty() && !self.send(Msg::EpisodeStart(EpisodeStart { episodes: starting })) {
-                // The agent never heard of the episodes just claimed: they cost no attempt.
-                self.return_slots_of(&unseen, "the session ended before they started");
-                return self.connection_lost("the session ended");
+            if let Err(end) = self.announce(starting) {
+                return end;
             }
             if self.slots.iter().flatten().all(|r| r.forced.is_some()) {
                 // Nothing to ask the agent: only episodes that already failed to start.
@@ -266,6 +263,33 @@ impl<'a> Lane<'a> {
 
     fn send(&self, msg: Msg) -> bool {
         self.ctx.out.send(msg).is_ok()
+    }
+
+    /// Sends the EpisodeStart of the episodes just claimed, in as many messages as their revealed
+    /// references need; an episode whose reference alone exceeds a message starts without it and
+    /// fails at once.
+    fn announce(&mut self, starting: Vec<protocol::EpisodeInfo>) -> Result<(), LaneEnd> {
+        let starts = episode_start::split(starting, self.ctx.reference_value_bytes, crate::app::MAX_FRAME_BYTES);
+        for (id, why) in starts.too_large {
+            let slot = self.slots.iter_mut().flatten().find(|r| r.episode.index as u32 == id);
+            if let Some(running) = slot.filter(|r| r.forced.is_none()) {
+                running.forced = Some((EpisodeStatus::Failed, why));
+            }
+        }
+        let mut messages = starts.messages.into_iter();
+        while let Some(episodes) = messages.next() {
+            let sent: std::collections::HashSet<u32> = episodes.iter().map(|e| e.episode_id).collect();
+            if !self.send(Msg::EpisodeStart(EpisodeStart { episodes })) {
+                // The agent never heard of these episodes and the ones after: no attempt counted.
+                let unseen = sent
+                    .into_iter()
+                    .chain(messages.flatten().map(|e| e.episode_id))
+                    .collect();
+                self.return_slots_of(&unseen, "the session ended before they started");
+                return Err(self.connection_lost("the session ended"));
+            }
+        }
+        Ok(())
     }
 
     /// Answers `stale_step` to every Action waiting in the inbox. Called only while no request

@@ -6,12 +6,14 @@
 //!   episodes, streams GetAction requests, applies Actions, and applies the error policy
 //!   (timeouts, bad actions, lost connections, simulator failures). Several lanes per session
 //!   keep the simulator busy while the agent computes another lane's actions.
+//! - [`episode_start`]: the EpisodeStart of claimed episodes in messages that fit a frame.
 //! - [`warm`]: simulators kept started between sessions, taken over by later lanes.
 //! - [`committer`]: off the simulation threads, scores each finished episode, writes its
 //!   trajectory (HDF5, flushed), commits the result, and only then reports EpisodeEnd; at the end
 //!   it aggregates the submission into its report (MetricsAggregator).
 
 pub mod committer;
+pub mod episode_start;
 pub mod lane;
 pub mod runner;
 pub mod warm;
@@ -118,6 +120,10 @@ pub struct RunContext {
     /// Whether EpisodeEnd carries metrics and the reason. False in a private phase before it
     /// ends: the agent learns each episode's status and length only (results stay stored).
     pub reveal_results: bool,
+    /// Bytes one value of a revealed reference takes in the client's encoding, which sets how
+    /// many episodes one EpisodeStart holds ([`episode_start`]); None: messages handed over in
+    /// process, no size limit.
+    pub reference_value_bytes: Option<usize>,
     /// For database calls from the (blocking) lane and committer threads.
     pub runtime: tokio::runtime::Handle,
 }

@@ -1,0 +1,195 @@
+//! Splitting the EpisodeStart of a lane's newly claimed episodes into messages that each fit a
+//! frame (docs/protocol.md §1). Without a revealed reference an EpisodeInfo is a few dozen
+//! bytes; with one it carries the whole clip (36 values a frame at 50 Hz: a 2-minute clip is
+//! about 1.7 MB in protobuf), so a few such episodes together would exceed the limit and the
+//! client would drop the connection.
+
+use arena_sdk::protocol::EpisodeInfo;
+use arena_sim::handler::NQ;
+
+/// Room kept for the envelope and the non-reference fields of the message.
+const MESSAGE_FIELDS: usize = 64 << 10;
+/// Bound on an EpisodeInfo's bytes besides its reference values and motion name.
+const PER_EPISODE: usize = 256;
+
+/// Messages to send and the episodes whose reference alone does not fit one.
+#[derive(Debug, Default, PartialEq)]
+pub struct EpisodeStarts {
+    /// Each inner list is one EpisodeStart, in claim order.
+    pub messages: Vec<Vec<EpisodeInfo>>,
+    /// Episode ids sent without their reference (it alone exceeds a message), with why: they
+    /// fail at once.
+    pub too_large: Vec<(u32, String)>,
+}
+
+/// Bytes `info` takes at most at `bytes_per_value` a reference value.
+fn encoded_bound(info: &EpisodeInfo, bytes_per_value: usize) -> usize {
+    let values = info.reference.as_ref().map_or(0, |r| r.qpos.len());
+    values * bytes_per_value + info.motion.len() + PER_EPISODE
+}
+
+/// A motion whose revealed reference alone exceeds one message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TooLarge {
+    pub motion: String,
+    pub frames: usize,
+    pub bytes: usize,
+    /// The most frames one message carries at this encoding.
+    pub most_frames: usize,
+}
+
+impl std::fmt::Display for TooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "motion {}'s reference ({} frames) takes {:.1} MiB, over one message's {} MiB; at most {} frames ({:.0} s at 50 Hz) fit",
+            self.motion,
+            self.frames,
+            self.bytes as f64 / f64::from(1u32 << 20),
+            crate::app::MAX_FRAME_BYTES >> 20,
+            self.most_frames,
+            self.most_frames as f64 * arena_sim::CONTROL_DT,
+        )
+    }
+}
+
+/// The longest of `library`'s revealed references when it does not fit one message at
+/// `bytes_per_value` a value (8 in binary frames and gRPC, 25 in JSON text).
+pub fn longest_reference_too_large(
+    library: &arena_sim::motion::MotionLibrary,
+    bytes_per_value: usize,
+    frame_bytes: usize,
+) -> Option<TooLarge> {
+    let budget = frame_bytes.saturating_sub(MESSAGE_FIELDS);
+    let bound = |frames: usize, name: &str| frames * NQ * bytes_per_value + name.len() + PER_EPISODE;
+    let (motion, frames) = library
+        .motions
+        .iter()
+        .map(|m| (m, arena_runner::episode::reference_frames(m)))
+        .max_by_key(|&(m, frames)| bound(frames, &m.name))?;
+    let bytes = bound(frames, &motion.name);
+    (bytes > budget).then(|| TooLarge {
+        motion: motion.name.clone(),
+        frames,
+        bytes,
+        most_frames: budget.saturating_sub(PER_EPISODE + motion.name.len()) / (NQ * bytes_per_value),
+    })
+}
+
+/// Groups `starting` into EpisodeStart messages of at most `frame_bytes` each, where a
+/// reference value takes `bytes_per_value` bytes (None: messages handed over in process, one
+/// message).
+pub fn split(starting: Vec<EpisodeInfo>, bytes_per_value: Option<usize>, frame_bytes: usize) -> EpisodeStarts {
+    let mut out = EpisodeStarts::default();
+    if starting.is_empty() {
+        return out;
+    }
+    let Some(bytes) = bytes_per_value else {
+        out.messages.push(starting);
+        return out;
+    };
+    let budget = frame_bytes.saturating_sub(MESSAGE_FIELDS);
+    let mut current = Vec::new();
+    let mut used = 0usize;
+    for mut info in starting {
+        let mut size = encoded_bound(&info, bytes);
+        if size > budget {
+            let reference = info.reference.take().unwrap_or_default();
+            let why = format!(
+                "its revealed reference ({} frames, {:.1} MiB in this connection's encoding) exceeds one message \
+                 ({} MiB, docs/protocol.md §1); binary frames or gRPC carry {} frames at most, JSON text fewer",
+                reference.frames,
+                (size as f64) / f64::from(1u32 << 20),
+                frame_bytes >> 20,
+                budget.saturating_sub(PER_EPISODE) / (8 * NQ),
+            );
+            out.too_large.push((info.episode_id, why));
+            size = encoded_bound(&info, bytes);
+        }
+        if used + size > budget && !current.is_empty() {
+            out.messages.push(std::mem::take(&mut current));
+            used = 0;
+        }
+        used += size;
+        current.push(info);
+    }
+    out.messages.push(current);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arena_sdk::protocol::Reference;
+
+    fn info(id: u32, frames: usize) -> EpisodeInfo {
+        EpisodeInfo {
+            episode_id: id,
+            motion: format!("clip{id}"),
+            reference: (frames > 0).then(|| Reference {
+                fps: 50.0,
+                frames: frames as u32,
+                qpos: vec![0.25; frames * NQ],
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn ids(messages: &[Vec<EpisodeInfo>]) -> Vec<Vec<u32>> {
+        messages
+            .iter()
+            .map(|m| m.iter().map(|i| i.episode_id).collect())
+            .collect()
+    }
+
+    const FRAME: usize = 16 << 20;
+
+    #[test]
+    fn without_references_one_message_holds_every_episode() {
+        let starting: Vec<_> = (0..4096).map(|i| info(i, 0)).collect();
+        let s = split(starting, Some(25), FRAME);
+        assert_eq!(s.messages.len(), 1);
+        assert_eq!(s.messages[0].len(), 4096);
+        assert!(s.too_large.is_empty());
+    }
+
+    #[test]
+    fn references_are_split_in_order_and_each_message_fits() {
+        // 6000 frames (a 2-minute clip): 1.7 MB each in protobuf, 9 fit one message.
+        let starting: Vec<_> = (0..20).map(|i| info(i, 6000)).collect();
+        let s = split(starting, Some(8), FRAME);
+        assert!(s.too_large.is_empty());
+        let flat: Vec<u32> = ids(&s.messages).concat();
+        assert_eq!(flat, (0..20).collect::<Vec<_>>());
+        for m in &s.messages {
+            let bytes: usize = m.iter().map(|i| encoded_bound(i, 8)).sum();
+            assert!(bytes + MESSAGE_FIELDS <= FRAME, "{bytes}");
+        }
+        // The most that fit: each message but the last could not take the next episode.
+        assert_eq!(ids(&s.messages).iter().map(Vec::len).collect::<Vec<_>>(), vec![9, 9, 2]);
+    }
+
+    #[test]
+    fn the_encoding_sets_how_many_fit() {
+        let starting: Vec<_> = (0..20).map(|i| info(i, 6000)).collect();
+        let json = split(starting, Some(25), FRAME);
+        assert_eq!(json.messages[0].len(), 3);
+        assert_eq!(json.messages.iter().map(Vec::len).sum::<usize>(), 20);
+        let in_process = split((0..20).map(|i| info(i, 6000)).collect(), None, FRAME);
+        assert_eq!(in_process.messages.len(), 1);
+    }
+
+    #[test]
+    fn a_reference_larger_than_a_message_is_left_out_and_named() {
+        // 70,000 frames (23 minutes) is over 16 MiB at 8 bytes a value.
+        let starting = vec![info(0, 100), info(1, 70_000), info(2, 100)];
+        let s = split(starting, Some(8), FRAME);
+        assert_eq!(ids(&s.messages), vec![vec![0, 1, 2]]);
+        assert!(s.messages[0][1].reference.is_none());
+        assert!(s.messages[0][0].reference.is_some() && s.messages[0][2].reference.is_some());
+        assert_eq!(s.too_large.len(), 1);
+        let (id, why) = &s.too_large[0];
+        assert_eq!(*id, 1);
+        assert!(why.contains("70000 frames") && why.contains("16 MiB"), "{why}");
+    }
+}

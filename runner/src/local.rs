@@ -45,10 +45,38 @@ impl Default for LocalOptions {
 /// Progress callback: (episodes finished, episodes in all, the result just finished).
 pub type Progress<'a> = dyn FnMut(usize, usize, &EpisodeResult) + 'a;
 
-/// The protocol's description of a starting episode. A benchmark that hides motion names sends
-/// neither the name nor where the window lies or how long it lasts (0), which would tell the
-/// clip apart just as well.
-pub fn episode_info(spec: &BenchmarkSpec, library: &MotionLibrary, episode: &Episode, attempt: u32) -> EpisodeInfo {
+/// The protocol's description of each starting (episode, attempt). A benchmark that hides motion
+/// names sends neither the name nor where the window lies or how long it lasts (0), which would
+/// tell the clip apart just as well. A revealed reference is computed once per motion (windows
+/// of one clip carry the same whole reference: 6000 frames for a 2-minute clip).
+pub fn episode_infos<'a>(
+    spec: &BenchmarkSpec,
+    library: &MotionLibrary,
+    episodes: impl IntoIterator<Item = (&'a Episode, u32)>,
+) -> Vec<EpisodeInfo> {
+    let mut references = std::collections::HashMap::new();
+    episodes
+        .into_iter()
+        .map(|(episode, attempt)| {
+            let mut info = info_without_reference(spec, library, episode, attempt);
+            if spec.observations.reveal_reference {
+                let motion = &library.motions[episode.motion];
+                let reference = references
+                    .entry(episode.motion)
+                    .or_insert_with(|| episode::reference_of(motion));
+                info.reference = Some(reference.clone());
+            }
+            info
+        })
+        .collect()
+}
+
+fn info_without_reference(
+    spec: &BenchmarkSpec,
+    library: &MotionLibrary,
+    episode: &Episode,
+    attempt: u32,
+) -> EpisodeInfo {
     let motion = &library.motions[episode.motion];
     let hidden = spec.observations.hide_motion_names;
     EpisodeInfo {
@@ -60,10 +88,7 @@ pub fn episode_info(spec: &BenchmarkSpec, library: &MotionLibrary, episode: &Epi
         seed: episode.seed,
         dr_level: spec.episodes.dr_level as u32,
         attempt,
-        reference: spec
-            .observations
-            .reveal_reference
-            .then(|| episode::reference_of(motion)),
+        reference: None,
     }
 }
 
@@ -130,7 +155,7 @@ pub fn run_local(
             .map(|&(slot, ep)| Ok((slot, episode::assignment(spec, ep)?)))
             .collect::<anyhow::Result<Vec<_>>>()?;
         env.reset(&assignments)?;
-        starting.extend(refills.iter().map(|&(_, ep)| episode_info(spec, &library, ep, 1)));
+        starting.extend(episode_infos(spec, &library, refills.iter().map(|&(_, ep)| (ep, 1))));
         anyhow::Ok(())
     };
     refills.extend(queue.by_ref().take(batch).enumerate());

@@ -8,7 +8,7 @@ use arena_bench::aggregate::EpisodeStatus;
 use arena_bench::spec::Episode;
 use arena_data::NUM_JOINTS;
 use arena_runner::episode::{self, ReferenceScratch};
-use arena_runner::local::episode_info;
+use arena_runner::local::episode_infos;
 use arena_sdk::protocol::{self, Action, EpisodeObservation, EpisodeStart, GetAction, Msg, codes};
 use arena_sim::env::{TrackingEnv, Trajectory};
 use rayon::prelude::*;
@@ -310,9 +310,13 @@ impl<'a> Lane<'a> {
         let mut resets = Vec::new();
         let free: Vec<usize> = (0..self.slots.len()).filter(|&s| self.slots[s].is_none()).collect();
         let claimed = self.claim(idle, free.len())?;
+        let spec = &self.ctx.benchmark.spec;
+        starting.extend(episode_infos(
+            spec,
+            &self.ctx.benchmark.library,
+            claimed.iter().map(|(e, a)| (e, *a)),
+        ));
         for ((episode, attempt), slot) in claimed.into_iter().zip(free) {
-            let spec = &self.ctx.benchmark.spec;
-            starting.push(episode_info(spec, &self.ctx.benchmark.library, &episode, attempt));
             let forced = match episode::assignment(spec, &episode) {
                 Ok(a) => {
                     resets.push((slot, a));

@@ -1,33 +1,35 @@
-//! A lane stopped by a server-side error gives its claims back: the episodes it was running and
-//! the claim it could not start go back to PENDING at once, their attempts not counted, instead
-//! of staying RUNNING under a lease this server renews until it restarts.
+//! How a session's lanes end when the server, not the agent, is the cause:
+//! - a lane stopped by a server-side error gives its claims back: the episodes it was running
+//!   and the claim it could not start go back to PENDING at once, their attempts not counted,
+//!   instead of staying RUNNING under a lease this server renews until it restarts;
+//! - lanes that ran out of episodes to claim while some are not final (held by another
+//!   replica's lease, or queued again after a failed store) tell the agent so, and it resumes.
 
 mod common;
 
 use arena_bench::spec::shipped_dir;
-use arena_sdk::protocol::{Action, EpisodeAction, Msg};
+use arena_sdk::protocol::{Action, EpisodeAction, GetAction, Msg};
 use arena_server::catalog::{Catalog, LoadedBenchmark};
 use arena_server::objects::Objects;
+use arena_server::orchestrator::committer::EPISODES_PENDING;
 use arena_server::orchestrator::runner::new_episodes;
 use arena_server::orchestrator::warm::WarmSimulators;
 use arena_server::orchestrator::{self, JobSource, RunContext, RunOutcome, Sink};
 use arena_server::storage::{EpisodeState, NewSubmission, Storage, hash_token};
 use common::tmp;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lane_error_returns_its_claims() {
-    let dir = tmp("lane-error");
-    let storage = Storage::connect(&format!("sqlite://{}", dir.join("arena.db").display()))
-        .await
-        .unwrap();
-    let catalog = Catalog::new(shipped_dir(), dir.clone());
+/// A database with team "red" and a submission `id` of g1-smoke's six episodes; the benchmark.
+async fn submission_of_g1_smoke(dir: &Path, id: &str) -> (Storage, Arc<LoadedBenchmark>) {
+    let storage = Storage::connect(&database_url(dir)).await.unwrap();
+    let catalog = Catalog::new(shipped_dir(), dir.to_path_buf());
     let full = catalog.load("g1-smoke").unwrap();
     assert_eq!(full.episodes.len(), 6);
     let team = storage.create_team("red", &hash_token("red-secret")).await.unwrap();
     let submission = NewSubmission {
-        id: "sub-lane-error".into(),
+        id: id.into(),
         team_id: team.id,
         benchmark: "g1-smoke".into(),
         agent_name: "zeros".into(),
@@ -37,17 +39,26 @@ async fn a_lane_error_returns_its_claims() {
         .create_submission(&submission, &new_episodes(&full))
         .await
         .unwrap();
-    // The lane's benchmark lacks episode 3, which the submission has: claiming it is an error
-    // of the server's (as after an edited benchmark file), met while other episodes run.
-    let partial = Arc::new(LoadedBenchmark {
-        spec: full.spec.clone(),
-        path: full.path.clone(),
-        library: full.library.clone(),
-        episodes: full.episodes.iter().filter(|e| e.index != 3).copied().collect(),
-    });
+    (storage, full)
+}
+
+fn database_url(dir: &Path) -> String {
+    format!("sqlite://{}", dir.join("arena.db").display())
+}
+
+/// Runs one lane of two envs on `benchmark` for submission `id` with an agent that sends zero
+/// actions, calling `on_request` with each GetAction first; returns the outcome and every
+/// message the agent got.
+async fn run_zero_agent(
+    dir: &Path,
+    storage: &Storage,
+    id: &str,
+    benchmark: Arc<LoadedBenchmark>,
+    mut on_request: impl FnMut(&GetAction),
+) -> (RunOutcome, Vec<Msg>) {
     let (out, mut to_agent) = tokio::sync::mpsc::unbounded_channel();
     let ctx = Arc::new(RunContext {
-        benchmark: partial,
+        benchmark,
         gains: None,
         out,
         step_timeout: Duration::from_secs(30),
@@ -58,8 +69,8 @@ async fn a_lane_error_returns_its_claims() {
         warm: Arc::new(WarmSimulators::new(0)),
         sink: Sink::Submission {
             storage: storage.clone(),
-            submission_id: submission.id.clone(),
-            objects: Objects::open("", &dir, Duration::from_secs(1)).unwrap(),
+            submission_id: id.into(),
+            objects: Objects::open("", dir, Duration::from_secs(1)).unwrap(),
             max_attempts: 3,
         },
         source: JobSource::Claims,
@@ -69,12 +80,13 @@ async fn a_lane_error_returns_its_claims() {
     });
     let mut handle = orchestrator::start(ctx);
     let inbox = handle.action_inboxes.remove(0);
-    // The agent: zero actions for every episode asked about.
+    let mut received = Vec::new();
     let outcome = loop {
         tokio::select! {
             outcome = &mut handle.outcome => break outcome.unwrap(),
             msg = to_agent.recv() => {
-                if let Some(Msg::GetAction(g)) = msg {
+                if let Some(Msg::GetAction(g)) = &msg {
+                    on_request(g);
                     let actions = g
                         .observations
                         .iter()
@@ -83,14 +95,36 @@ async fn a_lane_error_returns_its_claims() {
                     // The lane may have stopped meanwhile.
                     let _ = inbox.send(Action { step: g.step, actions });
                 }
+                received.extend(msg);
             }
         }
     };
+    // What was sent just before the outcome.
+    while let Ok(msg) = to_agent.try_recv() {
+        received.push(msg);
+    }
+    (outcome, received)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lane_error_returns_its_claims() {
+    let dir = tmp("lane-error");
+    let id = "sub-lane-error";
+    let (storage, full) = submission_of_g1_smoke(&dir, id).await;
+    // The lane's benchmark lacks episode 3, which the submission has: claiming it is an error
+    // of the server's (as after an edited benchmark file), met while other episodes run.
+    let partial = Arc::new(LoadedBenchmark {
+        spec: full.spec.clone(),
+        path: full.path.clone(),
+        library: full.library.clone(),
+        episodes: full.episodes.iter().filter(|e| e.index != 3).copied().collect(),
+    });
+    let (outcome, _) = run_zero_agent(&dir, &storage, id, partial, |_| {}).await;
     match &outcome {
         RunOutcome::Error(why) => assert!(why.contains("does not have"), "{why}"),
         other => panic!("expected the lane's error, got {other:?}"),
     }
-    let rows = storage.episodes(&submission.id).await.unwrap();
+    let rows = storage.episodes(id).await.unwrap();
     let running: Vec<_> = rows.iter().filter(|r| r.status == EpisodeState::Running).collect();
     assert!(
         running.is_empty(),
@@ -108,5 +142,59 @@ async fn a_lane_error_returns_its_claims() {
     assert!(returned.iter().any(|r| r.idx == 3), "{rows:?}");
     // The episodes that ended before the error keep their results.
     assert!(rows.iter().any(|r| r.status.is_final()), "{rows:?}");
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lanes_out_of_claims_with_episodes_pending_say_so() {
+    let dir = tmp("lane-pending");
+    let id = "sub-lane-pending";
+    let (storage, full) = submission_of_g1_smoke(&dir, id).await;
+    let last = full.episodes.last().unwrap();
+    let (last_idx, last_steps) = (last.index as u32, arena_runner::episode::episode_steps(last));
+    // Near the end of the last episode the store stops taking this submission's parts (a file
+    // where their folder was): the runs that end then cannot be stored and are queued again,
+    // after the lane has found nothing left to claim.
+    let parts = dir.join("trajectories").join(id);
+    let mut blocked = false;
+    let block_the_store = |g: &GetAction| {
+        let near_end = g
+            .observations
+            .iter()
+            .any(|o| o.episode_id == last_idx && o.episode_step + 5 >= last_steps);
+        if near_end && !blocked {
+            blocked = true;
+            std::fs::rename(&parts, dir.join("parts-moved-away")).unwrap();
+            std::fs::write(&parts, b"not a folder").unwrap();
+        }
+    };
+    let (outcome, received) = run_zero_agent(&dir, &storage, id, full.clone(), block_the_store).await;
+    assert_eq!(outcome, RunOutcome::Stopped);
+    match received.last() {
+        Some(Msg::Disconnect(d)) => {
+            assert_eq!(
+                (d.reason.as_str(), d.submission_status.as_str()),
+                (EPISODES_PENDING, "")
+            );
+        }
+        other => panic!(
+            "expected a disconnect saying episodes are pending, got {:?}",
+            other.map(arena_sdk::protocol::type_name)
+        ),
+    }
+    let rows = storage.episodes(id).await.unwrap();
+    let last_row = rows.iter().find(|r| r.idx == last_idx as i64).unwrap();
+    assert_eq!(
+        (last_row.status, last_row.attempts),
+        (EpisodeState::Pending, 1),
+        "{rows:?}"
+    );
+    assert!(
+        last_row
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("could not store the trajectory")),
+        "{last_row:?}"
+    );
     std::fs::remove_dir_all(dir).ok();
 }

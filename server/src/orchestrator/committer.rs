@@ -426,6 +426,10 @@ fn record_of(
     }
 }
 
+/// The Disconnect reason of a session that ran every episode it could claim while others are
+/// not final yet (docs/protocol.md §9): reconnecting resumes them.
+pub const EPISODES_PENDING: &str = "episodes_pending";
+
 /// After the lanes and the committer stop: completes the submission when every episode is final
 /// (report from the stored rows, so episodes of earlier sessions count exactly once).
 /// `ahead`: the session's merge ahead, from [`run_committer`].
@@ -481,7 +485,20 @@ pub fn finish(ctx: &RunContext, lanes: &[LaneEnd], ahead: Option<MergeAhead>) ->
             }
             RunOutcome::SubmissionComplete
         }
-        Ok(None) => RunOutcome::Stopped,
+        Ok(None) => {
+            if lanes.iter().all(|l| *l == LaneEnd::Drained) {
+                // The agent is still there and nothing is left to claim, yet some episodes are
+                // not final: queued again after the server failed to store the last ones, or
+                // held by another replica's claim until its lease runs out. Say so: both SDKs
+                // reconnect (with their back-off) and resume them.
+                tracing::info!(submission = %submission_id, "no episode left to claim but some are not final; the agent is asked to resume later");
+                let _ = ctx.out.send(Msg::Disconnect(Disconnect {
+                    reason: EPISODES_PENDING.into(),
+                    submission_status: String::new(),
+                }));
+            }
+            RunOutcome::Stopped
+        }
         Err(e) => RunOutcome::Error(format!("finishing submission {submission_id}: {e:#}")),
     }
 }

@@ -138,7 +138,7 @@ pub fn episode_spec(
 
 /// Frames of [`reference_of`]'s reference: the motion at the control rate, both ends included.
 pub fn reference_frames(motion: &Motion) -> usize {
-    (motion.length_s / CONTROL_DT).floor() as usize + 1
+    crate::revealed::reference_frames(motion.length_s)
 }
 
 /// The whole reference motion sampled at the control rate, for benchmarks that reveal it.

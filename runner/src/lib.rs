@@ -8,3 +8,4 @@ pub mod episode;
 pub mod gains;
 pub mod local;
 pub mod observations;
+pub mod revealed;

@@ -14,6 +14,9 @@ use prost::Message as _;
 /// The protocol version this SDK speaks.
 pub const PROTOCOL_VERSION: u32 = 1;
 
+/// The largest message the server accepts, and the most it sends in one (docs/protocol.md §1).
+pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
+
 /// Stable error codes of `Error.code`.
 pub mod codes {
     /// A frame that is not valid JSON / protobuf, or not an object with a "type".

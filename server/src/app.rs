@@ -12,8 +12,9 @@ use axum::response::Response;
 use axum::routing::get;
 use std::sync::Arc;
 
-/// Largest WebSocket frame accepted from an agent (a batch of 4096 actions is ~0.5 MB).
-pub const MAX_FRAME_BYTES: usize = 16 << 20;
+/// Largest WebSocket frame accepted from an agent (a batch of 4096 actions is ~0.5 MB), and the
+/// most the server puts in one message.
+pub const MAX_FRAME_BYTES: usize = arena_sdk::protocol::MAX_MESSAGE_BYTES;
 
 /// The routes: the web pages (`/`, `/static/...`, `/vendor/three/...`), `/api/v1/...` REST, the
 /// `/api/v1/agent` WebSocket, and the gRPC services

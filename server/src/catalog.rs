@@ -215,11 +215,10 @@ impl Catalog {
         let clips = benchmark_clips(&spec, &self.motions_root, &robot).map_err(motions)?;
         let library = MotionLibrary::from_clips(&clips, &robot).map_err(|e| motions(e.into()))?;
         if spec.observations.reveal_reference {
-            // 8 bytes a value: binary frames and gRPC, the most compact encodings.
-            let largest = crate::orchestrator::episode_start::longest_reference_too_large(
-                &library,
-                8,
-                crate::app::MAX_FRAME_BYTES,
+            // Binary frames and gRPC, the most compact encodings.
+            let largest = arena_runner::revealed::longest_too_large(
+                library.motions.iter().map(|m| (m.name.as_str(), m.length_s)),
+                arena_runner::revealed::BINARY_BYTES_PER_VALUE,
             );
             if let Some(big) = largest {
                 return Err(motions(anyhow::anyhow!(

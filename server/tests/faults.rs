@@ -718,5 +718,28 @@ primary = "mpjpe_g"
         log.contains("observations.reveal_reference: motion longer's reference (60000 frames)"),
         "{log}"
     );
+    // The organiser's check says the same before any server loads it.
+    let file = benchmarks.join("reveal-longer.toml");
+    let out = common::arena(&[
+        "bench",
+        "validate",
+        file.to_str().unwrap(),
+        "--motions-root",
+        motions.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("reference (60000 frames)") && err.contains("at most 58025 frames"),
+        "{err}"
+    );
+    let file = benchmarks.join("reveal-long.toml");
+    let out = common::arena(&[
+        "bench",
+        "validate",
+        file.to_str().unwrap(),
+        "--motions-root",
+        motions.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -12,7 +12,7 @@ use tokio::sync::mpsc::unbounded_channel;
 use tonic::{Code, Request, Response, Status, Streaming};
 
 /// Largest message accepted from an agent, as on WebSocket.
-const MAX_MESSAGE_BYTES: usize = 16 << 20;
+const MAX_MESSAGE_BYTES: usize = arena_sdk::protocol::MAX_MESSAGE_BYTES;
 
 /// The AgentGateway service.
 pub struct GrpcGateway {

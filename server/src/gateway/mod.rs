@@ -10,13 +10,14 @@ pub mod ws;
 
 use crate::access::{self, AccessError, RunRequest};
 use crate::catalog::{ClientLoadError, LoadedBenchmark};
-use crate::orchestrator::{self, JobSource, RunContext, RunOutcome, Sink, episode_start, runner};
+use crate::orchestrator::{self, JobSource, RunContext, RunOutcome, Sink, runner};
 use crate::state::AppState;
 use crate::storage::{NewSubmission, Submission, SubmissionStatus, Team, now_ms};
 use arena_bench::spec::ActionMode;
 use arena_bench::spec::Episode;
 use arena_runner::episode::episode_spec;
 use arena_runner::gains::{DeclaredGains, SessionGains};
+use arena_runner::revealed;
 use arena_sdk::protocol::{
     self, Connect, Connected, DecodeError, Disconnect, Heartbeat, Msg, PROTOCOL_VERSION, ResetEpisode, codes,
 };
@@ -96,12 +97,13 @@ impl Replies {
     }
 
     /// Bytes a value of a revealed reference (a double) takes at most; None without a limit.
-    /// JSON's widest double, `-1.2345678901234567e-100` with its separator, is 25.
     fn bytes_per_reference_value(&self) -> Option<usize> {
         match self {
-            Replies::Protobuf => Some(8),
-            Replies::LikeTheClient(binary) if binary.load(std::sync::atomic::Ordering::Acquire) => Some(8),
-            Replies::LikeTheClient(_) => Some(25),
+            Replies::Protobuf => Some(revealed::BINARY_BYTES_PER_VALUE),
+            Replies::LikeTheClient(binary) if binary.load(std::sync::atomic::Ordering::Acquire) => {
+                Some(revealed::BINARY_BYTES_PER_VALUE)
+            }
+            Replies::LikeTheClient(_) => Some(revealed::JSON_BYTES_PER_VALUE),
             Replies::InProcess => None,
         }
     }
@@ -350,8 +352,10 @@ async fn admit(
     };
     if benchmark.spec.observations.reveal_reference
         && let Some(bytes) = reference_value_bytes
-        && let Some(big) =
-            episode_start::longest_reference_too_large(&benchmark.library, bytes, crate::app::MAX_FRAME_BYTES)
+        && let Some(big) = revealed::longest_too_large(
+            benchmark.library.motions.iter().map(|m| (m.name.as_str(), m.length_s)),
+            bytes,
+        )
     {
         // Before a submission is made: the agent can connect again in binary frames.
         return Err(refuse(

@@ -4,13 +4,9 @@
 //! about 1.7 MB in protobuf), so a few such episodes together would exceed the limit and the
 //! client would drop the connection.
 
+use arena_runner::revealed::{self, BINARY_BYTES_PER_VALUE, MESSAGE_FIELDS, PER_EPISODE};
 use arena_sdk::protocol::EpisodeInfo;
 use arena_sim::handler::NQ;
-
-/// Room kept for the envelope and the non-reference fields of the message.
-const MESSAGE_FIELDS: usize = 64 << 10;
-/// Bound on an EpisodeInfo's bytes besides its reference values and motion name.
-const PER_EPISODE: usize = 256;
 
 /// Messages to send and the episodes whose reference alone does not fit one.
 #[derive(Debug, Default, PartialEq)]
@@ -18,62 +14,15 @@ pub struct EpisodeStarts {
     /// Each inner list is one EpisodeStart, in claim order.
     pub messages: Vec<Vec<EpisodeInfo>>,
     /// Episode ids sent without their reference (it alone exceeds a message), with why: they
-    /// fail at once.
+    /// fail at once. (A benchmark revealing such a clip does not load, and a JSON agent is
+    /// refused at connect, so this is a last guard.)
     pub too_large: Vec<(u32, String)>,
 }
 
 /// Bytes `info` takes at most at `bytes_per_value` a reference value.
 fn encoded_bound(info: &EpisodeInfo, bytes_per_value: usize) -> usize {
     let values = info.reference.as_ref().map_or(0, |r| r.qpos.len());
-    values * bytes_per_value + info.motion.len() + PER_EPISODE
-}
-
-/// A motion whose revealed reference alone exceeds one message.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TooLarge {
-    pub motion: String,
-    pub frames: usize,
-    pub bytes: usize,
-    /// The most frames one message carries at this encoding.
-    pub most_frames: usize,
-}
-
-impl std::fmt::Display for TooLarge {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "motion {}'s reference ({} frames) takes {:.1} MiB, over one message's {} MiB; at most {} frames ({:.0} s at 50 Hz) fit",
-            self.motion,
-            self.frames,
-            self.bytes as f64 / f64::from(1u32 << 20),
-            crate::app::MAX_FRAME_BYTES >> 20,
-            self.most_frames,
-            self.most_frames as f64 * arena_sim::CONTROL_DT,
-        )
-    }
-}
-
-/// The longest of `library`'s revealed references when it does not fit one message at
-/// `bytes_per_value` a value (8 in binary frames and gRPC, 25 in JSON text).
-pub fn longest_reference_too_large(
-    library: &arena_sim::motion::MotionLibrary,
-    bytes_per_value: usize,
-    frame_bytes: usize,
-) -> Option<TooLarge> {
-    let budget = frame_bytes.saturating_sub(MESSAGE_FIELDS);
-    let bound = |frames: usize, name: &str| frames * NQ * bytes_per_value + name.len() + PER_EPISODE;
-    let (motion, frames) = library
-        .motions
-        .iter()
-        .map(|m| (m, arena_runner::episode::reference_frames(m)))
-        .max_by_key(|&(m, frames)| bound(frames, &m.name))?;
-    let bytes = bound(frames, &motion.name);
-    (bytes > budget).then(|| TooLarge {
-        motion: motion.name.clone(),
-        frames,
-        bytes,
-        most_frames: budget.saturating_sub(PER_EPISODE + motion.name.len()) / (NQ * bytes_per_value),
-    })
+    revealed::info_bound(values, info.motion.len(), bytes_per_value)
 }
 
 /// Groups `starting` into EpisodeStart messages of at most `frame_bytes` each, where a
@@ -101,7 +50,7 @@ pub fn split(starting: Vec<EpisodeInfo>, bytes_per_value: Option<usize>, frame_b
                 reference.frames,
                 (size as f64) / f64::from(1u32 << 20),
                 frame_bytes >> 20,
-                budget.saturating_sub(PER_EPISODE) / (8 * NQ),
+                budget.saturating_sub(PER_EPISODE) / (BINARY_BYTES_PER_VALUE * NQ),
             );
             out.too_large.push((info.episode_id, why));
             size = encoded_bound(&info, bytes);

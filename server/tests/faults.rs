@@ -719,27 +719,23 @@ primary = "mpjpe_g"
         "{log}"
     );
     // The organiser's check says the same before any server loads it.
-    let file = benchmarks.join("reveal-longer.toml");
-    let out = common::arena(&[
-        "bench",
-        "validate",
-        file.to_str().unwrap(),
-        "--motions-root",
-        motions.to_str().unwrap(),
-    ]);
-    let err = String::from_utf8_lossy(&out.stderr);
+    let validate = |name: &str| {
+        let file = benchmarks.join(format!("{name}.toml"));
+        let out = common::arena(&[
+            "bench",
+            "validate",
+            file.to_str().unwrap(),
+            "--motions-root",
+            motions.to_str().unwrap(),
+        ]);
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (ok, err) = validate("reveal-longer");
     assert!(
-        !out.status.success() && err.contains("reference (60000 frames)") && err.contains("at most 58025 frames"),
+        !ok && err.contains("reference (60000 frames)") && err.contains("at most 58025 frames"),
         "{err}"
     );
-    let file = benchmarks.join("reveal-long.toml");
-    let out = common::arena(&[
-        "bench",
-        "validate",
-        file.to_str().unwrap(),
-        "--motions-root",
-        motions.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (ok, err) = validate("reveal-long");
+    assert!(ok, "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }

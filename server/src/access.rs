@@ -96,9 +96,10 @@ impl AccessError {
 }
 
 impl From<StorageError> for AccessError {
+    /// The details (the database's own message, table names) go to the log only.
     fn from(e: StorageError) -> Self {
         tracing::error!("storage: {e}");
-        Self::internal(e.to_string())
+        Self::internal("the server's database failed (the server's log has the details)")
     }
 }
 
@@ -365,59 +366,86 @@ pub fn check_open(phase: &Phase, now_ms: i64) -> Result<(), AccessError> {
 }
 
 /// Creates a submission, counted against the phase's quotas (if it has any) in the same
-/// transaction. A used-up quota is `quota_exceeded` (HTTP 429) with the limit and, for the
-/// per-day limit, the next UTC midnight as `resets_at_ms`.
+/// transaction, with the uploaded policy of a hosted one. A used-up quota is `quota_exceeded`
+/// (HTTP 429) with the limit and, for the per-day limit, the next UTC midnight as
+/// `resets_at_ms`.
 pub async fn create_submission(
     storage: &Storage,
     team: &Team,
     new: &NewSubmission,
     episodes: &[NewEpisode],
     phase: Option<&Phase>,
+    policy: Option<&crate::storage::HostedPolicy>,
     now_ms: i64,
 ) -> Result<Submission, AccessError> {
-    let today = day_start(now_ms);
-    let quota = phase
+    let quota = phase_quota(phase, now_ms);
+    storage
+        .create_submission_with_policy(new, episodes, quota.as_ref(), policy)
+        .await
+        .map_err(|e| quota_error(e, team, phase, now_ms))
+}
+
+/// `quota_exceeded` when `team` may not create another submission in `phase` now: a check
+/// before work a refused submission would waste; [`create_submission`] counts again.
+pub async fn check_quota(
+    storage: &Storage,
+    team: &Team,
+    phase: Option<&Phase>,
+    now_ms: i64,
+) -> Result<(), AccessError> {
+    match phase_quota(phase, now_ms) {
+        Some(quota) => storage
+            .check_quota(team.id, &quota)
+            .await
+            .map_err(|e| quota_error(e, team, phase, now_ms)),
+        None => Ok(()),
+    }
+}
+
+fn phase_quota(phase: Option<&Phase>, now_ms: i64) -> Option<Quota<'_>> {
+    phase
         .filter(|p| p.max_per_day.is_some() || p.max_total.is_some())
         .map(|p| Quota {
             phase_id: &p.id,
             max_per_day: p.max_per_day,
             max_total: p.max_total,
-            day_start: today,
-        });
-    match storage.create_submission_within(new, episodes, quota.as_ref()).await {
-        Ok(s) => Ok(s),
-        Err(StorageError::QuotaExceeded { limit, used, daily }) => {
-            let phase = phase.map_or("", |p| p.id.as_str());
-            let (message, resets_at_ms) = if daily {
-                let resets = today + DAY_MS;
-                (
-                    format!(
-                        "team {:?} has used {used} of its {limit} submission(s) per day in phase {phase}; \
-                         the daily quota resets at {}",
-                        team.name,
-                        rfc3339(resets)
-                    ),
-                    Some(resets),
-                )
-            } else {
-                (
-                    format!(
-                        "team {:?} has used {used} of its {limit} submission(s) in phase {phase}; \
-                         this limit does not reset",
-                        team.name
-                    ),
-                    None,
-                )
-            };
-            Err(AccessError {
-                status: StatusCode::TOO_MANY_REQUESTS,
-                code: codes::QUOTA_EXCEEDED,
-                message,
-                limit: Some(limit),
-                resets_at_ms,
-            })
-        }
-        Err(e) => Err(e.into()),
+            day_start: day_start(now_ms),
+        })
+}
+
+/// A storage error of a submission's creation as the team is told it.
+fn quota_error(e: StorageError, team: &Team, phase: Option<&Phase>, now_ms: i64) -> AccessError {
+    let StorageError::QuotaExceeded { limit, used, daily } = e else {
+        return e.into();
+    };
+    let phase = phase.map_or("", |p| p.id.as_str());
+    let (message, resets_at_ms) = if daily {
+        let resets = day_start(now_ms) + DAY_MS;
+        (
+            format!(
+                "team {:?} has used {used} of its {limit} submission(s) per day in phase {phase}; \
+                 the daily quota resets at {}",
+                team.name,
+                rfc3339(resets)
+            ),
+            Some(resets),
+        )
+    } else {
+        (
+            format!(
+                "team {:?} has used {used} of its {limit} submission(s) in phase {phase}; \
+                 this limit does not reset",
+                team.name
+            ),
+            None,
+        )
+    };
+    AccessError {
+        status: StatusCode::TOO_MANY_REQUESTS,
+        code: codes::QUOTA_EXCEEDED,
+        message,
+        limit: Some(limit),
+        resets_at_ms,
     }
 }
 
@@ -600,6 +628,52 @@ pub fn phase_spec(spec: &BenchmarkSpec, phase: &Phase) -> BenchmarkSpec {
         observations.hide_motion_names = true;
     }
     spec
+}
+
+/// The longest agent name (characters), on every path a name comes in by (REST, `connect`, a
+/// hosted upload).
+pub const MAX_AGENT_NAME: usize = 128;
+
+/// A name or label as typed (a team, a member, an agent, a token's label, a title): trimmed, at
+/// most `max_chars` characters, no control characters (PostgreSQL refuses a NUL; a line break or
+/// an escape garbles pages, CSV exports and logs); empty only when `may_be_empty`.
+pub fn check_name(field: &str, value: &str, max_chars: usize, may_be_empty: bool) -> Result<String, AccessError> {
+    let value = value.trim();
+    if value.is_empty() && !may_be_empty {
+        return Err(AccessError::bad_request(format!(
+            "{field}: expected 1-{max_chars} characters of text, got nothing"
+        )));
+    }
+    check_characters(field, value, max_chars, |_| false)?;
+    Ok(value.to_string())
+}
+
+/// Free text such as a description: at most `max_chars` characters; line breaks and tabs are
+/// kept, other control characters refused.
+pub fn check_text(field: &str, value: &str, max_chars: usize) -> Result<String, AccessError> {
+    check_characters(field, value, max_chars, |c| matches!(c, '\n' | '\r' | '\t'))?;
+    Ok(value.to_string())
+}
+
+fn check_characters(
+    field: &str,
+    value: &str,
+    max_chars: usize,
+    allowed: impl Fn(char) -> bool,
+) -> Result<(), AccessError> {
+    let count = value.chars().count();
+    if count > max_chars {
+        return Err(AccessError::bad_request(format!(
+            "{field}: expected at most {max_chars} characters, got {count}"
+        )));
+    }
+    if let Some(c) = value.chars().find(|&c| c.is_control() && !allowed(c)) {
+        return Err(AccessError::bad_request(format!(
+            "{field}: control characters are not allowed (found U+{:04X})",
+            u32::from(c)
+        )));
+    }
+    Ok(())
 }
 
 /// A slug for challenge and phase ids: 1-64 characters, lowercase letters, digits, `-` and `_`,

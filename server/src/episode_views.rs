@@ -141,8 +141,14 @@ pub fn replay(r: &EpisodeRecord, bodies: Vec<String>) -> Result<Replay, SimError
     })
 }
 
-/// A CSV field: quoted when it holds a comma, quote or line break.
+/// A CSV text field: quoted when it holds a comma, quote or line break. Text a spreadsheet would
+/// take for a formula (a leading `=`, `+`, `-`, `@`, tab or carriage return: an agent name such as
+/// `=HYPERLINK(…)` in the admin's export) gets a leading apostrophe, which spreadsheets show as
+/// text (OWASP's advice for CSV injection).
 pub fn csv_field(s: &str) -> String {
+    if s.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        return format!("\"'{}\"", s.replace('"', "\"\""));
+    }
     if s.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {
@@ -175,5 +181,8 @@ mod tests {
         assert_eq!(csv_field("stand"), "stand");
         assert_eq!(csv_field("step 3: a, b"), "\"step 3: a, b\"");
         assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(csv_field("=HYPERLINK(\"x\")"), "\"'=HYPERLINK(\"\"x\"\")\"");
+        assert_eq!(csv_field("@sum"), "\"'@sum\"");
+        assert_eq!(csv_field("a-b"), "a-b");
     }
 }

@@ -82,6 +82,15 @@ async fn serve(file: PathBuf, url: &str, root: &std::path::Path, what: &str) -> 
             bytes,
         )
             .into_response(),
+        // A folder, or a name no file can have (a NUL): there is no such file to serve.
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::IsADirectory | std::io::ErrorKind::InvalidInput
+            ) || (e.kind() != std::io::ErrorKind::NotFound && file.is_dir()) =>
+        {
+            not_found(format!("no file {url}"))
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             if root.is_dir() {
                 not_found(format!("no file {url}"))

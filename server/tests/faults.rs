@@ -739,3 +739,33 @@ primary = "mpjpe_g"
     assert!(ok, "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `connect.agent_name` is checked as a REST agent name is: a NUL or an over-long name is
+/// refused with `invalid_message` naming the field, before any submission is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_with_a_bad_agent_name_is_refused() {
+    let dir = tmp("faults-agent-name");
+    let server = ServerProc::start(&dir, &[]);
+    let token = server.team("named");
+    for (name, part) in [
+        ("nul\u{0}".to_string(), "connect.agent_name: control characters"),
+        ("a".repeat(129), "connect.agent_name: expected at most 128 characters"),
+    ] {
+        let Msg::Connect(mut c) = connect_msg(&token, "submission", "") else {
+            unreachable!()
+        };
+        c.agent_name = name;
+        let (mut ws, _) = tokio_tungstenite::connect_async(server.ws_url()).await.unwrap();
+        ws.send(frame(&Msg::Connect(c), Encoding::Binary)).await.unwrap();
+        match recv(&mut ws).await {
+            Some(Msg::Error(e)) => {
+                assert_eq!(e.code, codes::INVALID_MESSAGE);
+                assert!(e.message.contains(part), "{}", e.message);
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+    let (_, listed) = server.get("/api/v1/submissions", Some(&token));
+    assert_eq!(listed["submissions"].as_array().map(Vec::len), Some(0), "{listed}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -473,6 +473,46 @@ fn hostile_uploads_are_refused_and_the_server_stays_healthy() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A team over its phase's quota is refused before its file is checked or stored: an upload
+/// answered 429 leaves no policy file behind (before, every such upload was kept).
+#[test]
+fn an_upload_over_the_quota_stores_nothing() {
+    let dir = tmp("hosted-quota");
+    let server = ServerProc::start(&dir, &[]);
+    let token = server.team("thrifty");
+    let admin = common::server::ADMIN;
+    let (status, v) = server.post("/api/v1/challenges", Some(admin), r#"{"id": "cup", "title": "Cup"}"#);
+    assert_eq!(status, 201, "{v}");
+    let now = arena_server::storage::now_ms();
+    let body = serde_json::json!({
+        "id": "once", "benchmark": "g1-smoke-robot", "max_submissions_total": 1,
+        "starts_at": arena_server::access::rfc3339(now - 3_600_000),
+        "ends_at": arena_server::access::rfc3339(now + 3_600_000),
+    });
+    let (status, v) = server.post("/api/v1/challenges/cup/phases", Some(admin), &body.to_string());
+    assert_eq!(status, 201, "{v}");
+    let (status, v) = server.post("/api/v1/submissions", Some(&token), r#"{"phase": "once"}"#);
+    assert_eq!(status, 201, "{v}");
+    let good = std::fs::read(committed()).unwrap();
+    let (status, v) = upload(&server, "phase=once&file_name=policy.onnx", &token, &good);
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (429, Some("quota_exceeded")),
+        "{v}"
+    );
+    let policies = dir.join("policies");
+    let kept: Vec<_> = std::fs::read_dir(&policies)
+        .map(|d| d.flatten().collect())
+        .unwrap_or_default();
+    assert!(
+        kept.is_empty(),
+        "{:?}",
+        kept.iter().map(|e| e.path()).collect::<Vec<_>>()
+    );
+    assert_eq!(submissions(&server, &token), 1);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// A policy too slow for the step deadline fails as a slow remote agent does: its episodes end
 /// as timeouts with the deadline in the reason, the server stays healthy, and the next hosted
 /// run (one place: `--hosted-runs 1`, so it waited for the slow one) completes.

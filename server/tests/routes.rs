@@ -10,7 +10,7 @@ fn unknown_paths_are_json_404s_and_unknown_grpc_methods_stay_grpc() {
     let dir = common::tmp("routes");
     // A web folder of our own, so the test does not depend on the shipped pages.
     let web = dir.join("web");
-    std::fs::create_dir_all(web.join("static")).unwrap();
+    std::fs::create_dir_all(web.join("static/sub")).unwrap();
     std::fs::write(web.join("index.html"), "<!doctype html><title>t</title>").unwrap();
     std::fs::write(web.join("static/app.js"), "export {};").unwrap();
     std::fs::write(dir.join("secret.txt"), "no").unwrap();
@@ -26,6 +26,9 @@ fn unknown_paths_are_json_404s_and_unknown_grpc_methods_stay_grpc() {
     for (method, path) in [
         ("GET", "/no-such-page"),
         ("GET", "/static/missing.js"),
+        // A folder, and a name no file can have: not files (they answered 500).
+        ("GET", "/static/sub"),
+        ("GET", "/static/a%00b"),
         ("GET", "/static/../../secret.txt"),
         ("GET", "/vendor/three/build/three.module.js"),
         ("GET", "/api/v1/nothing"),
@@ -43,8 +46,11 @@ fn unknown_paths_are_json_404s_and_unknown_grpc_methods_stay_grpc() {
         );
         assert_eq!(body["error"]["code"], "not_found", "{body}");
         let message = body["error"]["message"].as_str().unwrap();
+        let decoded = path.replace("%00", "\0");
         assert!(
-            message.contains(path) || message.contains("not installed on this server") || message.contains("no asset"),
+            message.contains(&decoded)
+                || message.contains("not installed on this server")
+                || message.contains("no asset"),
             "{body}"
         );
         assert!(!message.contains("no\n"), "{body}");
@@ -100,25 +106,86 @@ fn a_second_server_on_the_same_data_directory_is_refused() {
 }
 
 #[test]
-fn name_limits_are_stated_in_bytes() {
-    let dir = common::tmp("name-bytes");
+fn names_are_checked_where_they_come_in() {
+    use common::server::ADMIN;
+    let dir = common::tmp("names");
     let server = ServerProc::start(&dir, &[]);
-    // 40 characters, 80 bytes: over the 64-byte limit, and the message says bytes.
-    let name = "é".repeat(40);
-    let (status, body) = server.post(
-        "/api/v1/teams",
-        Some(common::server::ADMIN),
-        &format!("{{\"name\": \"{name}\"}}"),
+    let refused = |(status, body): (u16, serde_json::Value), part: &str| {
+        assert_eq!(status, 400, "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(part), "{message:?} lacks {part:?}");
+    };
+    let team = |name: &str| {
+        server.post(
+            "/api/v1/teams",
+            Some(ADMIN),
+            &serde_json::json!({ "name": name }).to_string(),
+        )
+    };
+    // Characters, not bytes: 64 two-byte characters fit, 65 do not.
+    refused(team(&"é".repeat(65)), "name: expected at most 64 characters, got 65");
+    let (status, created) = team(&"é".repeat(64));
+    assert_eq!(status, 201, "{created}");
+    // A NUL (PostgreSQL refuses it: a 500 before) and other control characters.
+    refused(
+        team("x\u{0}y"),
+        "name: control characters are not allowed (found U+0000)",
     );
-    assert_eq!(status, 400, "{body}");
-    let message = body["error"]["message"].as_str().unwrap();
-    assert!(message.contains("1-64 bytes"), "{message}");
-    let (status, body) = server.post(
-        "/api/v1/teams",
-        Some(common::server::ADMIN),
-        &format!("{{\"name\": \"{}\"}}", "é".repeat(32)),
+    refused(team("line1\nline2"), "found U+000A");
+    refused(team("   "), "name: expected 1-64 characters of text, got nothing");
+    // Digits alone read as a team id in `arena admin` and in paths.
+    refused(team("2"), "reads as a team id");
+    let (id, token) = (
+        created["team"]["id"].as_i64().unwrap(),
+        created["token"].as_str().unwrap(),
     );
-    assert_eq!(status, 201, "64 bytes fit: {body}");
+    let label = |label: &str| {
+        server.post(
+            &format!("/api/v1/teams/{id}/tokens"),
+            Some(ADMIN),
+            &serde_json::json!({ "label": label }).to_string(),
+        )
+    };
+    assert_eq!(label(&"é".repeat(33)).0, 201);
+    refused(label("a\u{7}b"), "label: control characters");
+    let member = serde_json::json!({"name": "x\u{0}", "email": "a@b.org"}).to_string();
+    refused(
+        server.post(&format!("/api/v1/teams/{id}/members"), Some(ADMIN), &member),
+        "name: control characters",
+    );
+    let challenge = |title: &str, description: &str| {
+        let body = serde_json::json!({"id": "cup", "title": title, "description": description});
+        server.post("/api/v1/challenges", Some(ADMIN), &body.to_string())
+    };
+    refused(challenge("a\u{0}b", ""), "title: control characters");
+    refused(challenge("Cup", "a\u{0}b"), "description: control characters");
+    assert_eq!(challenge("Cup", "Two lines,\nand a tab\there.").0, 201);
+    // Agent names: over REST, in a hosted upload's query and in `connect`.
+    let submission = |agent: &str| {
+        let body = serde_json::json!({"benchmark": "g1-smoke", "agent_name": agent});
+        server.post("/api/v1/submissions", Some(token), &body.to_string())
+    };
+    refused(
+        submission(&"a".repeat(129)),
+        "agent_name: expected at most 128 characters, got 129",
+    );
+    refused(submission("bell\u{7}"), "agent_name: control characters");
+    assert_eq!(submission("  my agent  ").0, 201);
+    let (status, _, body) = server.call(
+        "POST",
+        "/api/v1/submissions/hosted?benchmark=g1-smoke&file_name=pol%00icy.onnx",
+        Some(token),
+        Some("not an onnx file"),
+    );
+    refused((status, body), "file_name: control characters");
+    let (_, listed) = server.get("/api/v1/submissions", Some(token));
+    let names: Vec<&str> = listed["submissions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["agent_name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["my agent"], "{listed}");
 }
 
 #[test]

@@ -77,13 +77,11 @@ pub(super) async fn create_challenge(
     require_admin(&state, &headers).await?;
     let new: NewChallengeBody = parse_body(&body)?;
     access::check_slug("id", &new.id)?;
-    let title = new.title.trim();
-    if title.is_empty() || title.len() > 200 {
-        return Err(bad_request("title: expected 1-200 bytes of UTF-8 text".into()));
-    }
+    let title = access::check_name("title", &new.title, 200, false)?;
+    let description = access::check_text("description", &new.description, 20_000)?;
     let challenge = state
         .storage
-        .create_challenge(&new.id, title, &new.description)
+        .create_challenge(&new.id, &title, &description)
         .await
         .map_err(storage_error)?;
     Ok((StatusCode::CREATED, Json(challenge)).into_response())

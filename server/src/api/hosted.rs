@@ -1,7 +1,9 @@
 //! `POST /api/v1/submissions/hosted`: a team hands in an exported policy (the ONNX file as the
 //! request body) and the server evaluates it itself (`crate::hosted`). The file is checked
 //! before anything is created or counted: every problem comes back at once (422
-//! `unsupported_policy` with `problems`), and a refused file uses no quota.
+//! `unsupported_policy` with `problems`), and a refused file uses no quota. A team over its
+//! quota is refused before its file is checked or stored, and the submission and its policy
+//! are recorded in one transaction.
 
 use super::*;
 use arena_onnx::PolicyOverrides;
@@ -67,6 +69,9 @@ async fn create_hosted_submission(
             "no policy file: send the ONNX file as the request body".into(),
         ));
     }
+    let agent_name = access::check_name("agent_name", &query.agent_name, access::MAX_AGENT_NAME, true)?;
+    let file_name = access::check_name("file_name", &query.file_name, 255, true)?;
+    let folder = access::check_name("folder", &query.folder, 1024, true)?;
     let overrides = if query.overrides.is_empty() {
         PolicyOverrides::default()
     } else {
@@ -85,6 +90,8 @@ async fn create_hosted_submission(
     )
     .await?;
     let benchmark = super::submissions::load_planned(&state, &plan).await?;
+    // Before the file is checked or stored: a team over its quota leaves nothing behind.
+    access::check_quota(&state.storage, &team, plan.phase.as_ref(), now).await?;
     let spec = match &plan.phase {
         Some(phase) => access::phase_spec(&benchmark.spec, phase),
         None => benchmark.spec.clone(),
@@ -112,17 +119,24 @@ async fn create_hosted_submission(
         .await;
     let _ = tokio::fs::remove_file(&scratch).await;
     stored.map_err(|e| ApiError(AccessError::internal(format!("storing the policy: {e}"))))?;
-    let agent_name = if !query.agent_name.is_empty() {
-        query.agent_name.clone()
+    let agent_name = if !agent_name.is_empty() {
+        agent_name
     } else {
-        default_agent_name(&policy, &query.file_name, &query.folder)
+        // The file's metadata is not checked like a typed name: made fit instead.
+        let derived: String = default_agent_name(&policy, &file_name, &folder)
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(access::MAX_AGENT_NAME)
+            .collect();
+        match derived.trim() {
+            "" => "hosted-policy".to_string(),
+            name => name.to_string(),
+        }
     };
-    let submission =
-        super::submissions::create_planned(&state, &team, &plan, &benchmark, agent_name.clone(), now).await?;
-    let hosted = crate::storage::HostedPolicy {
-        submission_id: submission.id.clone(),
+    let mut hosted = crate::storage::HostedPolicy {
+        submission_id: String::new(),
         sha256,
-        file_name: query.file_name.clone(),
+        file_name,
         bytes: bytes.len() as i64,
         overrides: if query.overrides.is_empty() {
             "{}".into()
@@ -132,7 +146,17 @@ async fn create_hosted_submission(
         mapping: policy.mapping(),
         created_at: now,
     };
-    state.storage.insert_hosted_policy(&hosted).await?;
+    // The submission and its policy in one transaction: never one without the other.
+    let submission = super::submissions::create_planned(
+        &state,
+        &team,
+        &plan,
+        &benchmark,
+        agent_name.clone(),
+        Some(&mut hosted),
+        now,
+    )
+    .await?;
     tracing::info!(submission = %submission.id, team = team.id, sha256 = %hosted.sha256, "hosted submission created");
     crate::hosted::start(
         state.clone(),

@@ -22,6 +22,7 @@ pub(super) async fn create_submission(
         return Err(bad_request("submissions belong to teams: use a team token".into()));
     };
     let new: NewSubmissionBody = parse_body(&body)?;
+    let agent_name = access::check_name("agent_name", &new.agent_name, access::MAX_AGENT_NAME, true)?;
     let now = now_ms();
     let request = RunRequest {
         benchmark: &new.benchmark,
@@ -31,7 +32,7 @@ pub(super) async fn create_submission(
     };
     let plan = access::resolve_run(&state.storage, request, now).await?;
     let benchmark = load_planned(&state, &plan).await?;
-    let submission = create_planned(&state, &team, &plan, &benchmark, new.agent_name, now).await?;
+    let submission = create_planned(&state, &team, &plan, &benchmark, agent_name, None, now).await?;
     Ok((StatusCode::CREATED, Json(submission)).into_response())
 }
 
@@ -50,19 +51,27 @@ pub(super) async fn load_planned(
 /// A new submission of `team` for a resolved run (its benchmark and phase), counted against the
 /// phase's quotas: what an agent then runs (`POST /api/v1/submissions`) or the server itself
 /// (a hosted upload).
+/// `hosted`: the uploaded policy of a hosted submission (its `submission_id` is set here),
+/// recorded with it.
 pub(super) async fn create_planned(
     state: &AppState,
     team: &Team,
     plan: &access::RunPlan,
     benchmark: &crate::catalog::LoadedBenchmark,
     agent_name: String,
+    hosted: Option<&mut crate::storage::HostedPolicy>,
     now: i64,
 ) -> Result<Submission, ApiError> {
+    let id = crate::state::new_submission_id();
+    let hosted = hosted.map(|policy| {
+        policy.submission_id = id.clone();
+        &*policy
+    });
     Ok(access::create_submission(
         &state.storage,
         team,
         &NewSubmission {
-            id: crate::state::new_submission_id(),
+            id,
             team_id: team.id,
             benchmark: benchmark.spec.name.clone(),
             agent_name,
@@ -70,6 +79,7 @@ pub(super) async fn create_planned(
         },
         &runner::new_episodes(benchmark),
         plan.phase.as_ref(),
+        hosted,
         now,
     )
     .await?)

@@ -12,10 +12,7 @@ struct MemberBody {
 impl MemberBody {
     /// Trimmed (name, email), checked.
     fn checked(&self, field: &str) -> Result<(String, String), ApiError> {
-        let name = self.name.trim();
-        if name.is_empty() || name.len() > 128 {
-            return Err(bad_request(format!("{field}.name: expected 1-128 bytes of UTF-8 text")));
-        }
+        let name = access::check_name(&format!("{field}.name"), &self.name, 128, false)?;
         let email = self.email.trim();
         let valid = email.len() <= 254
             && !email.chars().any(char::is_whitespace)
@@ -27,7 +24,7 @@ impl MemberBody {
                 "{field}.email: expected an address like name@example.org, got {email:?}"
             )));
         }
-        Ok((name.to_string(), email.to_string()))
+        Ok((name, email.to_string()))
     }
 }
 
@@ -51,9 +48,12 @@ pub(super) async fn create_team(
 ) -> ApiResult {
     require_admin(&state, &headers).await?;
     let new: NewTeamBody = parse_body(&body)?;
-    let name = new.name.trim();
-    if name.is_empty() || name.len() > 64 {
-        return Err(bad_request("name: expected 1-64 bytes of UTF-8 text".into()));
+    let name = access::check_name("name", &new.name, 64, false)?;
+    if name.chars().all(|c| c.is_ascii_digit()) {
+        // `arena admin` and the API's paths take a team's numeric id where a name may stand.
+        return Err(bad_request(format!(
+            "name: {name:?} reads as a team id; a team name needs a character other than a digit"
+        )));
     }
     let members = new
         .members
@@ -64,7 +64,7 @@ pub(super) async fn create_team(
     let token = new_token();
     let (team, info) = state
         .storage
-        .create_team_with(name, &members, &hash_token(&token))
+        .create_team_with(&name, &members, &hash_token(&token))
         .await
         .map_err(storage_error)?;
     let members = state.storage.members(team.id).await?;
@@ -149,10 +149,7 @@ pub(super) async fn create_token(
     } else {
         parse_body(&body)?
     };
-    let label = new.label.trim();
-    if label.len() > 64 {
-        return Err(bad_request("label: expected at most 64 characters".into()));
-    }
+    let label = access::check_name("label", &new.label, 64, true)?;
     let expires_at = match &new.expires_at {
         None | Some(Value::Null) => None,
         Some(v) => Some(time_field("expires_at", v)?),
@@ -168,7 +165,7 @@ pub(super) async fn create_token(
     let token = new_token();
     let info = state
         .storage
-        .create_token(team.id, &hash_token(&token), label, expires_at)
+        .create_token(team.id, &hash_token(&token), &label, expires_at)
         .await
         .map_err(storage_error)?;
     tracing::info!(team = team.id, token = %info.id, "team token created");

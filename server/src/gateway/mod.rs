@@ -233,6 +233,7 @@ async fn admit(
             .map_err(refusal)?,
     };
     state.rate_limiter.check(&team, now).map_err(refusal)?;
+    access::check_name("connect.agent_name", &c.agent_name, access::MAX_AGENT_NAME, true).map_err(refusal)?;
     let practice = match c.mode.as_str() {
         "submission" | "" => false,
         "practice" => true,
@@ -401,6 +402,7 @@ async fn admit(
                 &new,
                 &runner::new_episodes(&benchmark),
                 plan.phase.as_ref(),
+                None,
                 now,
             )
             .await

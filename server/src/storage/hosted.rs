@@ -23,6 +23,20 @@ impl Storage {
     /// Records the policy of hosted submission `policy.submission_id`, its run claimed by this
     /// server.
     pub async fn insert_hosted_policy(&self, policy: &HostedPolicy) -> Result<(), StorageError> {
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .ctx(|| format!("recording the policy of submission {}", policy.submission_id))?;
+        self.insert_hosted_policy_on(&mut conn, policy).await
+    }
+
+    /// [`Storage::insert_hosted_policy`] on `conn` (a pooled connection or a transaction's).
+    pub(super) async fn insert_hosted_policy_on(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        policy: &HostedPolicy,
+    ) -> Result<(), StorageError> {
         sqlx::query(
             "INSERT INTO hosted_policies \
              (submission_id, sha256, file_name, bytes, overrides, mapping, created_at, runner, runner_expires_at) \
@@ -37,7 +51,7 @@ impl Storage {
         .bind(policy.created_at)
         .bind(&self.lease.owner)
         .bind(self.lease.expires_at(now_ms()))
-        .execute(&self.pool)
+        .execute(&mut *conn)
         .await
         .ctx(|| format!("recording the policy of submission {}", policy.submission_id))?;
         Ok(())

@@ -27,6 +27,19 @@ impl Storage {
         episodes: &[NewEpisode],
         quota: Option<&Quota<'_>>,
     ) -> Result<Submission, StorageError> {
+        self.create_submission_with_policy(sub, episodes, quota, None).await
+    }
+
+    /// [`Storage::create_submission_within`] for a hosted submission: its uploaded policy
+    /// (`policy.submission_id` = `sub.id`) is recorded in the same transaction, its run claimed
+    /// by this server, so that no hosted submission exists without the policy it runs.
+    pub async fn create_submission_with_policy(
+        &self,
+        sub: &NewSubmission,
+        episodes: &[NewEpisode],
+        quota: Option<&Quota<'_>>,
+        policy: Option<&HostedPolicy>,
+    ) -> Result<Submission, StorageError> {
         let id = &sub.id;
         let mut seen = HashSet::with_capacity(episodes.len());
         if let Some(e) = episodes.iter().find(|e| !seen.insert(e.idx)) {
@@ -45,39 +58,7 @@ impl Storage {
                 .execute(&mut *tx)
                 .await
                 .ctx(context)?;
-            let row = sqlx::query(
-                "SELECT COUNT(*) AS total, COALESCE(SUM(CASE WHEN created_at >= $3 THEN 1 ELSE 0 END), 0) AS today \
-                 FROM submissions WHERE team_id = $1 AND phase_id = $2",
-            )
-            .bind(sub.team_id)
-            .bind(quota.phase_id)
-            .bind(quota.day_start)
-            .fetch_one(&mut *tx)
-            .await
-            .ctx(|| {
-                format!(
-                    "counting the submissions of team {} in phase {}",
-                    sub.team_id, quota.phase_id
-                )
-            })?;
-            let what = format!("submission counts of team {}", sub.team_id);
-            let total: i64 = get(&row, "total", &what)?;
-            let today: i64 = get(&row, "today", &what)?;
-            let over = |limit: Option<u32>, used: i64| limit.filter(|&l| used >= i64::from(l));
-            if let Some(limit) = over(quota.max_total, total) {
-                return Err(StorageError::QuotaExceeded {
-                    limit,
-                    used: total,
-                    daily: false,
-                });
-            }
-            if let Some(limit) = over(quota.max_per_day, today) {
-                return Err(StorageError::QuotaExceeded {
-                    limit,
-                    used: today,
-                    daily: true,
-                });
-            }
+            quota_left(&mut tx, sub.team_id, quota).await?;
         }
         sqlx::query(
             "INSERT INTO submissions (id, team_id, benchmark, agent_name, status, episodes_total, created_at, phase_id) \
@@ -146,6 +127,9 @@ impl Storage {
                 .await
                 .ctx(|| format!("creating the episodes of submission {id}"))?;
         }
+        if let Some(policy) = policy {
+            self.insert_hosted_policy_on(&mut tx, policy).await?;
+        }
         let row = sqlx::query(&format!(
             "SELECT {SUBMISSION_COLUMNS} FROM submissions s JOIN teams t ON t.id = s.team_id WHERE s.id = $1"
         ))
@@ -156,6 +140,18 @@ impl Storage {
         let submission = submission_from_row(&row)?;
         tx.commit().await.ctx(context)?;
         Ok(submission)
+    }
+
+    /// Whether `team` may create one more submission under `quota`:
+    /// [`StorageError::QuotaExceeded`] when not. A check before work a refused submission would
+    /// waste (storing an uploaded policy); the creation counts again, in its transaction.
+    pub async fn check_quota(&self, team_id: i64, quota: &Quota<'_>) -> Result<(), StorageError> {
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .ctx(|| format!("counting the submissions of team {team_id}"))?;
+        quota_left(&mut conn, team_id, quota).await
     }
 
     /// One submission, if it exists.
@@ -486,4 +482,38 @@ impl Storage {
         }
         self.stamp_board_change(id).await
     }
+}
+
+/// [`StorageError::QuotaExceeded`] when `team_id` has used `quota` up (the total first: it never
+/// resets), counted on `conn`.
+async fn quota_left(conn: &mut sqlx::AnyConnection, team_id: i64, quota: &Quota<'_>) -> Result<(), StorageError> {
+    let row = sqlx::query(
+        "SELECT COUNT(*) AS total, COALESCE(SUM(CASE WHEN created_at >= $3 THEN 1 ELSE 0 END), 0) AS today \
+         FROM submissions WHERE team_id = $1 AND phase_id = $2",
+    )
+    .bind(team_id)
+    .bind(quota.phase_id)
+    .bind(quota.day_start)
+    .fetch_one(&mut *conn)
+    .await
+    .ctx(|| format!("counting the submissions of team {team_id} in phase {}", quota.phase_id))?;
+    let what = format!("submission counts of team {team_id}");
+    let total: i64 = get(&row, "total", &what)?;
+    let today: i64 = get(&row, "today", &what)?;
+    let over = |limit: Option<u32>, used: i64| limit.filter(|&l| used >= i64::from(l));
+    if let Some(limit) = over(quota.max_total, total) {
+        return Err(StorageError::QuotaExceeded {
+            limit,
+            used: total,
+            daily: false,
+        });
+    }
+    if let Some(limit) = over(quota.max_per_day, today) {
+        return Err(StorageError::QuotaExceeded {
+            limit,
+            used: today,
+            daily: true,
+        });
+    }
+    Ok(())
 }

@@ -769,3 +769,40 @@ async fn a_connect_with_a_bad_agent_name_is_refused() {
     assert_eq!(listed["submissions"].as_array().map(Vec::len), Some(0), "{listed}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A client that stops reading (its socket's buffers full of the server's answers) and falls
+/// silent: the session ends at the silence limit, and the connection is dropped a limit later
+/// instead of being held, with its queue, for as long as the client keeps it open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_is_disconnected() {
+    let dir = tmp("faults-no-reading");
+    let server = ServerProc::start(&dir, &["--heartbeat-interval-s", "0.5", "--heartbeat-timeout-s", "1"]);
+    let token = server.team("deaf");
+    let (mut ws, _) = open(&server.ws_url(), &connect_msg(&token, "practice", ""), Encoding::Binary).await;
+    // Each undecodable frame is answered with an Error: far more than the socket buffers hold.
+    let garbage = Message::Binary(vec![0xff, 0x01, 0x02].into());
+    for _ in 0..200_000 {
+        ws.feed(garbage.clone()).await.unwrap();
+    }
+    ws.flush().await.unwrap();
+    // Neither reading nor sending now.
+    let closed_in_log = std::time::Instant::now();
+    loop {
+        let log = server.log_text();
+        if log.contains("an agent took no frame for") || log.contains("read nothing for") {
+            break;
+        }
+        assert!(
+            closed_in_log.elapsed() < Duration::from_secs(30),
+            "the server still holds the connection:\n{log}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // What the socket held is still readable; then the connection ends.
+    let drained = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(Ok(_)) = ws.next().await {}
+    })
+    .await;
+    assert!(drained.is_ok(), "the connection stayed open");
+    std::fs::remove_dir_all(&dir).ok();
+}

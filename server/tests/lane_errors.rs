@@ -46,15 +46,17 @@ fn database_url(dir: &Path) -> String {
     format!("sqlite://{}", dir.join("arena.db").display())
 }
 
-/// Runs one lane of two envs on `benchmark` for submission `id` with an agent that sends zero
-/// actions, calling `on_request` with each GetAction first; returns the outcome and every
-/// message the agent got.
+/// Runs one lane of `batch` envs on `benchmark` for submission `id` with an agent that sends
+/// zero actions, calling `on_request` with each GetAction first: when it returns true, the
+/// agent leaves right after its answer (the gateway drops the lanes' inboxes as when a
+/// connection ends). Returns the outcome and every message the agent got.
 async fn run_zero_agent(
     dir: &Path,
     storage: &Storage,
     id: &str,
     benchmark: Arc<LoadedBenchmark>,
-    mut on_request: impl FnMut(&GetAction),
+    batch: usize,
+    mut on_request: impl FnMut(&GetAction) -> bool,
 ) -> (RunOutcome, Vec<Msg>) {
     let (out, mut to_agent) = tokio::sync::mpsc::unbounded_channel();
     let ctx = Arc::new(RunContext {
@@ -63,7 +65,7 @@ async fn run_zero_agent(
         out,
         step_timeout: Duration::from_secs(30),
         lanes: 1,
-        batch: 2,
+        batch,
         sim_threads: 1,
         backend: arena_sim::SimBackend::Cpu,
         warm: Arc::new(WarmSimulators::new(0)),
@@ -79,21 +81,24 @@ async fn run_zero_agent(
         runtime: tokio::runtime::Handle::current(),
     });
     let mut handle = orchestrator::start(ctx);
-    let inbox = handle.action_inboxes.remove(0);
+    let mut inbox = Some(handle.action_inboxes.remove(0));
     let mut received = Vec::new();
     let outcome = loop {
         tokio::select! {
             outcome = &mut handle.outcome => break outcome.unwrap(),
             msg = to_agent.recv() => {
-                if let Some(Msg::GetAction(g)) = &msg {
-                    on_request(g);
+                if let (Some(Msg::GetAction(g)), Some(to_lane)) = (&msg, &inbox) {
+                    let leave = on_request(g);
                     let actions = g
                         .observations
                         .iter()
                         .map(|o| EpisodeAction { episode_id: o.episode_id, values: vec![0.0; 29] })
                         .collect();
                     // The lane may have stopped meanwhile.
-                    let _ = inbox.send(Action { step: g.step, actions });
+                    let _ = to_lane.send(Action { step: g.step, actions });
+                    if leave {
+                        inbox = None;
+                    }
                 }
                 received.extend(msg);
             }
@@ -119,7 +124,7 @@ async fn a_lane_error_returns_its_claims() {
         library: full.library.clone(),
         episodes: full.episodes.iter().filter(|e| e.index != 3).copied().collect(),
     });
-    let (outcome, _) = run_zero_agent(&dir, &storage, id, partial, |_| {}).await;
+    let (outcome, _) = run_zero_agent(&dir, &storage, id, partial, 2, |_| false).await;
     match &outcome {
         RunOutcome::Error(why) => assert!(why.contains("does not have"), "{why}"),
         other => panic!("expected the lane's error, got {other:?}"),
@@ -167,8 +172,9 @@ async fn lanes_out_of_claims_with_episodes_pending_say_so() {
             std::fs::rename(&parts, dir.join("parts-moved-away")).unwrap();
             std::fs::write(&parts, b"not a folder").unwrap();
         }
+        false
     };
-    let (outcome, received) = run_zero_agent(&dir, &storage, id, full.clone(), block_the_store).await;
+    let (outcome, received) = run_zero_agent(&dir, &storage, id, full.clone(), 2, block_the_store).await;
     assert_eq!(outcome, RunOutcome::Stopped);
     match received.last() {
         Some(Msg::Disconnect(d)) => {
@@ -196,5 +202,37 @@ async fn lanes_out_of_claims_with_episodes_pending_say_so() {
             .is_some_and(|r| r.contains("could not store the trajectory")),
         "{last_row:?}"
     );
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lane_claims_nothing_for_an_agent_that_has_left() {
+    let dir = tmp("lane-left");
+    let id = "sub-lane-left";
+    let (storage, full) = submission_of_g1_smoke(&dir, id).await;
+    let first_steps = arena_runner::episode::episode_steps(&full.episodes[0]);
+    // The agent answers episode 0's last step and leaves at once: the lane then finds its inbox
+    // closed while its channel to the agent is still open (the writer has not noticed).
+    let (outcome, received) = run_zero_agent(&dir, &storage, id, full.clone(), 1, |g| {
+        g.observations
+            .iter()
+            .any(|o| o.episode_id == 0 && o.episode_step + 1 == first_steps)
+    })
+    .await;
+    assert_eq!(outcome, RunOutcome::Stopped);
+    let started: Vec<u32> = received
+        .iter()
+        .filter_map(|m| match m {
+            Msg::EpisodeStart(s) => Some(s.episodes.iter().map(|e| e.episode_id)),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(started, [0], "no episode is started for an agent that has left");
+    let rows = storage.episodes(id).await.unwrap();
+    assert_eq!(rows[0].status, EpisodeState::Completed, "{rows:?}");
+    for r in &rows[1..] {
+        assert_eq!((r.status, r.attempts), (EpisodeState::Pending, 0), "{r:?}");
+    }
     std::fs::remove_dir_all(dir).ok();
 }

@@ -45,11 +45,19 @@ pub async fn session(socket: WebSocket, state: Arc<AppState>, connection: Option
         decode(frame)
     });
     let (out_tx, out_rx) = unbounded_channel();
+    // A client that stops reading must not hold the connection and its queue forever: a frame
+    // it does not take within the silence limit ends the writer (and so the session, whose
+    // sends then fail), and once the session is over the writer gets as long to deliver the
+    // rest (its last results, the disconnect), then the connection is dropped.
+    let deadline = std::time::Duration::from_secs_f64(state.config.heartbeat_timeout_s);
     // The writer owns the sink; the session sends through `out_tx`.
-    let writer = tokio::spawn(write_frames(sink, out_rx, binary.clone(), close_reason));
+    let mut writer = tokio::spawn(write_frames(sink, out_rx, binary.clone(), close_reason, deadline));
     let replies = super::Replies::LikeTheClient(binary.clone());
     super::session(state, Box::pin(incoming), out_tx, replies).await;
-    let _ = writer.await;
+    if tokio::time::timeout(deadline, &mut writer).await.is_err() {
+        tracing::info!("an agent read nothing for {deadline:?} after its session ended; closing the connection");
+        writer.abort();
+    }
 }
 
 /// The close frame owed for a read error that is an over-size message: code 1009 and the sizes.
@@ -97,6 +105,7 @@ async fn write_frames(
     mut rx: UnboundedReceiver<Msg>,
     binary: Arc<AtomicBool>,
     close_reason: Arc<Mutex<Option<CloseFrame>>>,
+    deadline: std::time::Duration,
 ) {
     while let Some(msg) = rx.recv().await {
         let last = matches!(msg, Msg::Disconnect(_));
@@ -105,8 +114,13 @@ async fn write_frames(
         } else {
             Encoding::Json
         };
-        if sink.send(to_ws(&msg, encoding)).await.is_err() {
-            break;
+        match tokio::time::timeout(deadline, sink.send(to_ws(&msg, encoding))).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => break,
+            Err(_) => {
+                tracing::info!("an agent took no frame for {deadline:?}; closing its connection");
+                return;
+            }
         }
         if last {
             break;

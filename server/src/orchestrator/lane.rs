@@ -194,9 +194,10 @@ impl<'a> Lane<'a> {
     fn run(&mut self) -> LaneEnd {
         loop {
             // No request is outstanding here: whatever the inbox holds answers an old one.
-            self.refuse_late_actions();
-            if self.ctx.out.is_closed() {
-                // No episode is claimed for an agent that is gone.
+            let agent_gone = self.refuse_late_actions();
+            if agent_gone || self.ctx.out.is_closed() {
+                // No episode is claimed for an agent that is gone: the gateway drops the
+                // lanes' inboxes when the connection ends, before the writer notices.
                 return self.connection_lost("the session ended");
             }
             let idle = self.slots.iter().all(Option::is_none);
@@ -294,12 +295,19 @@ impl<'a> Lane<'a> {
 
     /// Answers `stale_step` to every Action waiting in the inbox. Called only while no request
     /// of this lane is outstanding, so each of them is late (its step timed out or was answered).
-    fn refuse_late_actions(&self) {
-        while let Ok(a) = self.inbox.try_recv() {
-            self.send(stale_step(
-                &a,
-                "its episodes have ended (answered already or timed out)",
-            ));
+    /// Returns whether the inbox is closed: the session's connection has ended.
+    fn refuse_late_actions(&self) -> bool {
+        loop {
+            match self.inbox.try_recv() {
+                Ok(a) => {
+                    self.send(stale_step(
+                        &a,
+                        "its episodes have ended (answered already or timed out)",
+                    ));
+                }
+                Err(mpsc::TryRecvError::Empty) => return false,
+                Err(mpsc::TryRecvError::Disconnected) => return true,
+            }
         }
     }
 
@@ -357,7 +365,11 @@ impl<'a> Lane<'a> {
                                 claimed.push((e, 1));
                                 break;
                             }
-                            Err(RecvTimeoutError::Timeout) => self.refuse_late_actions(),
+                            Err(RecvTimeoutError::Timeout) => {
+                                if self.refuse_late_actions() {
+                                    return Ok(claimed);
+                                }
+                            }
                             Err(RecvTimeoutError::Disconnected) => return Ok(claimed),
                         }
                     }
@@ -427,7 +439,9 @@ impl<'a> Lane<'a> {
                         Ok(Some(at)) => {
                             let left = (at - crate::storage::now_ms()).max(0) as u64;
                             std::thread::sleep(Duration::from_millis(left.clamp(100, 1000)));
-                            self.refuse_late_actions();
+                            if self.refuse_late_actions() {
+                                return Err(LaneEnd::ConnectionLost);
+                            }
                         }
                         Err(e) => return Err(LaneEnd::Error(format!("waiting for claimed episodes: {e}"))),
                     }

@@ -88,9 +88,10 @@ pub fn assignment(spec: &BenchmarkSpec, episode: &Episode) -> anyhow::Result<Epi
     })
 }
 
-/// Control steps an episode lasts unless it ends early.
+/// Control steps an episode lasts unless it ends early: at least one (its window is checked
+/// after each step, so even a window of a microsecond runs one).
 pub fn episode_steps(episode: &Episode) -> u32 {
-    (episode.duration_s / CONTROL_DT - 1e-6).ceil().max(0.0) as u32
+    (episode.duration_s / CONTROL_DT - 1e-6).ceil().max(1.0) as u32
 }
 
 /// The metric parameters a benchmark file sets.
@@ -384,6 +385,25 @@ mod tests {
     use arena_sdk::ObservationLayout;
     use arena_sdk::layout::{REFERENCE_GOAL_GROUP, REFERENCE_GROUP};
     use std::ops::Range;
+
+    #[test]
+    fn an_episode_lasts_at_least_one_step() {
+        let steps = |duration_s: f64| {
+            episode_steps(&Episode {
+                index: 0,
+                motion: 0,
+                start_s: 0.0,
+                duration_s,
+                repeat: 0,
+                seed: 0,
+            })
+        };
+        // A microsecond's window still runs one step (episode_start said 0, episode_end 1).
+        assert_eq!(steps(1e-8), 1);
+        assert_eq!(steps(0.02), 1);
+        assert_eq!(steps(0.0201), 2);
+        assert_eq!(steps(6.0), 300);
+    }
 
     fn smoke() -> BenchmarkSpec {
         let names = arena_bench::metrics::metric_names();

@@ -62,14 +62,29 @@ pub mod codes {
 }
 
 impl Error {
-    /// An Error with a code of [`codes`] and a message for people.
+    /// An Error with a code of [`codes`] and a message for people (at most
+    /// [`MAX_ERROR_MESSAGE_CHARS`], [`clip_message`]).
     pub fn new(code: &str, message: impl Into<String>) -> Self {
         Self {
             code: code.into(),
-            message: message.into(),
+            message: clip_message(message.into()),
             ..Default::default()
         }
     }
+}
+
+/// The longest `Error.message` the server sends, in characters: a message quoting what a client
+/// sent (a 16 MiB motion name) must not itself exceed a frame.
+pub const MAX_ERROR_MESSAGE_CHARS: usize = 2000;
+
+/// `message` cut to [`MAX_ERROR_MESSAGE_CHARS`], saying how long it was.
+pub fn clip_message(message: String) -> String {
+    let total = message.chars().count();
+    if total <= MAX_ERROR_MESSAGE_CHARS {
+        return message;
+    }
+    let kept: String = message.chars().take(MAX_ERROR_MESSAGE_CHARS - 40).collect();
+    format!("{kept}… ({total} characters in all)")
 }
 
 /// How a session's frames are encoded.

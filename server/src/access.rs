@@ -86,7 +86,7 @@ impl AccessError {
         };
         protocol::Error {
             code: code.into(),
-            message: self.message.clone(),
+            message: protocol::clip_message(self.message.clone()),
             step: 0,
             limit: self.limit.unwrap_or(0),
             resets_at: self.resets_at_ms.map(rfc3339).unwrap_or_default(),

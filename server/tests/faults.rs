@@ -806,3 +806,68 @@ async fn a_client_that_stops_reading_is_disconnected() {
     assert!(drained.is_ok(), "the connection stayed open");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Refusals that quote what the client sent quote at most a little of it: a motion name of a
+/// million control bytes got an Error of 5 MB (escaped), and at 16 MiB one over the frame limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_quote_a_little_of_what_was_sent() {
+    let dir = tmp("faults-quoted");
+    let server = ServerProc::start(&dir, &[]);
+    let token = server.team("verbose");
+    let (mut ws, _) = open(&server.ws_url(), &connect_msg(&token, "practice", ""), Encoding::Binary).await;
+    let reset = Msg::ResetEpisode(ResetEpisode {
+        motion: "\u{1}".repeat(1 << 20),
+        ..Default::default()
+    });
+    ws.send(frame(&reset, Encoding::Binary)).await.unwrap();
+    loop {
+        match recv(&mut ws).await.expect("the session goes on") {
+            Msg::Error(e) => {
+                assert_eq!(e.code, codes::UNKNOWN_MOTION);
+                assert!(
+                    e.message.chars().count() <= protocol::MAX_ERROR_MESSAGE_CHARS,
+                    "{}",
+                    e.message.len()
+                );
+                assert!(e.message.contains("(1048576 characters)"), "{}", e.message);
+                assert!(e.message.contains("it has: stand"), "{}", e.message);
+                break;
+            }
+            Msg::Heartbeat(_) => {}
+            other => panic!("expected the refusal, got {}", protocol::type_name(&other)),
+        }
+    }
+    assert!(protocol::clip_message("x".repeat(5000)).ends_with("(5000 characters in all)"));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Practice episodes asked for wait for a slot up to a bound; beyond it `reset_episode` is
+/// refused (uses no episode id) instead of queueing without end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn practice_requests_wait_up_to_a_bound() {
+    let dir = tmp("faults-practice-flood");
+    let server = ServerProc::start(&dir, &[]);
+    let token = server.team("eager");
+    let (mut ws, _) = open(&server.ws_url(), &connect_msg(&token, "practice", ""), Encoding::Binary).await;
+    let reset = Msg::ResetEpisode(ResetEpisode {
+        motion: "stand".into(),
+        duration_s: 1.0,
+        ..Default::default()
+    });
+    let asked = arena_server::gateway::PRACTICE_WAITING + 50;
+    for _ in 0..asked {
+        ws.feed(frame(&reset, Encoding::Binary)).await.unwrap();
+    }
+    ws.flush().await.unwrap();
+    loop {
+        match recv(&mut ws).await.expect("the session goes on") {
+            Msg::Error(e) if e.message.contains("already waiting to start") => {
+                assert_eq!(e.code, codes::INVALID_MESSAGE);
+                break;
+            }
+            Msg::Error(e) => panic!("{}: {}", e.code, e.message),
+            _ => {}
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -29,6 +29,21 @@ use tokio::sync::mpsc::UnboundedSender;
 /// How long a new connection may take to send Connect.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Practice episodes asked for that may wait for a slot at once (a flood of `reset_episode`
+/// otherwise queued without bound).
+pub const PRACTICE_WAITING: usize = 1024;
+
+/// What a client sent, quoted in a message: at most 100 characters of it.
+fn quoted(text: &str) -> String {
+    const SHOWN: usize = 100;
+    let total = text.chars().count();
+    if total <= SHOWN {
+        return format!("{text:?}");
+    }
+    let head: String = text.chars().take(SHOWN).collect();
+    format!("{head:?}… ({total} characters)")
+}
+
 fn error(code: &str, message: impl Into<String>) -> Msg {
     Msg::Error(protocol::Error::new(code, message))
 }
@@ -240,7 +255,10 @@ async fn admit(
         other => {
             return Err(refuse(
                 codes::INVALID_MESSAGE,
-                format!("connect.mode must be \"submission\" or \"practice\", got {other:?}"),
+                format!(
+                    "connect.mode must be \"submission\" or \"practice\", got {}",
+                    quoted(other)
+                ),
             ));
         }
     };
@@ -257,7 +275,7 @@ async fn admit(
             Ok(_) => {
                 return Err(refuse(
                     codes::UNKNOWN_SUBMISSION,
-                    format!("no submission {:?} for this team", c.submission_id),
+                    format!("no submission {} for this team", quoted(&c.submission_id)),
                 ));
             }
             Err(e) => return Err(refuse_internal("reading the submission", e)),
@@ -282,7 +300,7 @@ async fn admit(
                     } else {
                         format!("phase {own_phase}")
                     },
-                    c.phase
+                    quoted(&c.phase)
                 ),
             ));
         }
@@ -529,7 +547,7 @@ where
     };
     let session_id = format!("ses-{}", uuid::Uuid::new_v4().simple());
     let (practice_tx, source) = if practice {
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = mpsc::sync_channel(PRACTICE_WAITING);
         (Some(tx), JobSource::Practice(Mutex::new(rx)))
     } else {
         (None, JobSource::Claims)
@@ -659,10 +677,20 @@ where
                     Incoming::Msg(Msg::Heartbeat(_)) => {}
                     Incoming::Msg(Msg::ResetEpisode(r)) => match &practice_tx {
                         Some(tx) => match practice_episode(&admitted.benchmark, &r, practice_count) {
-                            Ok(e) => {
-                                practice_count += 1;
-                                let _ = tx.send(e);
-                            }
+                            Ok(e) => match tx.try_send(e) {
+                                Ok(()) => practice_count += 1,
+                                Err(mpsc::TrySendError::Full(_)) => {
+                                    let _ = out.send(error(
+                                        codes::INVALID_MESSAGE,
+                                        format!(
+                                            "reset_episode: {PRACTICE_WAITING} practice episodes are already waiting to start; \
+                                             ask for more as they start"
+                                        ),
+                                    ));
+                                }
+                                // The lane has stopped: the session is ending.
+                                Err(mpsc::TrySendError::Disconnected(_)) => {}
+                            },
                             Err(m) => {
                                 let _ = out.send(*m);
                             }
@@ -741,9 +769,9 @@ fn practice_episode(benchmark: &LoadedBenchmark, r: &ResetEpisode, index: usize)
         return Err(refuse(
             codes::UNKNOWN_MOTION,
             format!(
-                "benchmark {} has no motion {:?} (it has: {})",
+                "benchmark {} has no motion {} (it has: {})",
                 benchmark.spec.name,
-                r.motion,
+                quoted(&r.motion),
                 names.join(", ")
             ),
         ));

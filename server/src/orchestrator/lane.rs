@@ -516,6 +516,9 @@ impl<'a> Lane<'a> {
                 slot_of.entry(r.episode.index as u32).or_insert(slot);
             }
         }
+        // Entries for episodes the request does not hold: one Error for the whole Action (an
+        // Action of a million such entries got a million Errors queued).
+        let mut strangers: Vec<u32> = Vec::new();
         for entry in &action.actions {
             // An episode whose run was ended earlier in this very action is no longer in it.
             let found = slot_of
@@ -523,15 +526,7 @@ impl<'a> Lane<'a> {
                 .copied()
                 .filter(|&slot| self.slots[slot].as_ref().is_some_and(|r| r.forced.is_none()));
             let Some(slot) = found else {
-                let _ = self.ctx.out.send(Msg::Error(protocol::Error {
-                    code: codes::INVALID_ACTION.into(),
-                    message: format!(
-                        "step {}: episode {} is not in this request; its action is ignored",
-                        action.step, entry.episode_id
-                    ),
-                    step: action.step,
-                    ..Default::default()
-                }));
+                strangers.push(entry.episode_id);
                 continue;
             };
             // Every reason has one form: "step N" is the request's step (the `step` of
@@ -586,6 +581,23 @@ impl<'a> Lane<'a> {
                 continue;
             }
             self.actions[slot * width..slot * width + entry.values.len()].copy_from_slice(&entry.values);
+        }
+        if !strangers.is_empty() {
+            let _ = self.ctx.out.send(Msg::Error(protocol::Error {
+                code: codes::INVALID_ACTION.into(),
+                message: format!(
+                    "step {}: {} not in this request; {} ignored",
+                    action.step,
+                    named_episodes(&strangers),
+                    if strangers.len() == 1 {
+                        "its action is"
+                    } else {
+                        "their actions are"
+                    }
+                ),
+                step: action.step,
+                ..Default::default()
+            }));
         }
         for (slot, running) in self.slots.iter_mut().enumerate() {
             if let Some(r) = running
@@ -752,9 +764,37 @@ enum Wait {
 }
 
 /// How an episode whose env could not be reset ends.
+/// "episode 7 is" / "episodes 7, 9 and 12 are" / "episodes 1, 2, 3, … (5000 in all) are": at
+/// most ten ids.
+fn named_episodes(ids: &[u32]) -> String {
+    const SHOWN: usize = 10;
+    let list = |ids: &[u32]| ids.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+    match ids {
+        [one] => format!("episode {one} is"),
+        [init @ .., last] if ids.len() <= SHOWN => format!("episodes {} and {last} are", list(init)),
+        _ => format!("episodes {}, … ({} in all) are", list(&ids[..SHOWN]), ids.len()),
+    }
+}
+
 fn reset_failure(e: &anyhow::Error) -> (EpisodeStatus, String) {
     (
         EpisodeStatus::Failed,
         format!("simulator: resetting the episode: {e:#}"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::named_episodes;
+
+    #[test]
+    fn episodes_are_named_ten_at_most() {
+        assert_eq!(named_episodes(&[7]), "episode 7 is");
+        assert_eq!(named_episodes(&[7, 9, 12]), "episodes 7, 9 and 12 are");
+        let many: Vec<u32> = (0..5000).collect();
+        assert_eq!(
+            named_episodes(&many),
+            "episodes 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, … (5000 in all) are"
+        );
+    }
 }

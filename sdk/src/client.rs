@@ -148,6 +148,9 @@ pub enum ClientError {
     /// The agent cannot serve the session's layout ([`Agent::check`]); nothing was played.
     #[error("the agent cannot serve this session: {0}")]
     Agent(String),
+    /// The run's configuration cannot run (e.g. practice with no episode); nothing was sent.
+    #[error("cannot run: {0}")]
+    Config(String),
 }
 
 impl ClientError {
@@ -195,8 +198,9 @@ struct RunState {
     summary: RunSummary,
     /// Whether a connection to the server was ever made in this run.
     reached: bool,
-    /// Practice episodes still to finish.
-    practice_left: usize,
+    /// Practice: the indices (in `Mode::Practice::episodes`) of the episodes that ended; a
+    /// reconnect asks only for the others.
+    practice_done: std::collections::HashSet<usize>,
 }
 
 /// The console lines of a command-line agent: the session, one line per finished episode,
@@ -280,13 +284,15 @@ pub async fn run(
     agent: &mut dyn Agent,
     on_event: &mut (dyn FnMut(ClientEvent<'_>) + Send),
 ) -> Result<RunSummary, ClientError> {
+    if let Mode::Practice { episodes, .. } = &config.mode
+        && episodes.is_empty()
+    {
+        return Err(ClientError::Config("practice: give at least one episode".into()));
+    }
     let mut state = RunState {
         summary: RunSummary::default(),
         reached: false,
-        practice_left: match &config.mode {
-            Mode::Practice { episodes, .. } => episodes.len(),
-            Mode::Submission { .. } => 0,
-        },
+        practice_done: Default::default(),
     };
     if let Mode::Submission {
         submission_id: Some(id),
@@ -549,6 +555,8 @@ async fn session(
     let mut last_heard = Instant::now();
     let mut last_sent = Instant::now();
     let mut buffers = ActBuffers::default();
+    // Practice: the indices of the episodes asked for on this connection, in order.
+    let mut requested: Vec<usize> = Vec::new();
     let mut ticker = tokio::time::interval(Duration::from_millis(500));
     // Set when a send failed: the server may have closed the session while the agent was
     // acting, and what it sent before closing (EpisodeEnds, Disconnect) is still to be read.
@@ -600,11 +608,15 @@ async fn session(
                 }
                 on_event(ClientEvent::Connected(&c));
                 if let Mode::Practice { episodes, .. } = &config.mode {
-                    for e in episodes {
+                    for (index, e) in episodes.iter().enumerate() {
+                        if state.practice_done.contains(&index) {
+                            continue;
+                        }
                         let m = Msg::ResetEpisode(e.clone());
                         if let Err(e) = connection.send(m).await {
                             return Ok(SessionEnd::Lost(format!("sending ResetEpisode: {e}")));
                         }
+                        requested.push(index);
                     }
                 }
                 None
@@ -623,10 +635,15 @@ async fn session(
             Msg::EpisodeEnd(end) => {
                 agent.end(&end);
                 on_event(ClientEvent::EpisodeEnd(&end));
+                let episode_id = end.episode_id as usize;
                 state.summary.episodes.push(end);
-                if let Mode::Practice { .. } = config.mode {
-                    state.practice_left = state.practice_left.saturating_sub(1);
-                    if state.practice_left == 0 {
+                if let Mode::Practice { episodes, .. } = &config.mode {
+                    // Episode ids count this connection's accepted requests (a refused one ends
+                    // the run), so an id names the request it answers.
+                    if let Some(&index) = requested.get(episode_id) {
+                        state.practice_done.insert(index);
+                    }
+                    if state.practice_done.len() >= episodes.len() {
                         let bye = Msg::Disconnect(Disconnect {
                             reason: "client_done".into(),
                             submission_status: String::new(),

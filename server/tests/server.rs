@@ -971,3 +971,68 @@ fn an_abandoned_submission_waits_for_its_agent_then_expires() {
     assert_eq!(done["status"], "COMPLETED", "{done}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A practice run whose server goes away asks the next one only for the episodes that had not
+/// ended: before, the Rust SDK asked for every episode again and stopped once as many had
+/// ended, so a finished one ran twice and the unfinished one never did.
+#[test]
+fn a_practice_run_resumes_with_the_episodes_not_yet_ended() {
+    let dir = tmp("e2e-practice-resume");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let bind = format!("127.0.0.1:{port}");
+    let server = std::sync::Arc::new(std::sync::Mutex::new(ServerProc::start(&dir, &["--bind", &bind])));
+    let token = server.lock().unwrap().team("resumer");
+    let mut config = ClientConfig::new(
+        format!("ws://{bind}/api/v1/agent"),
+        &token,
+        Mode::Practice {
+            benchmark: "g1-smoke".into(),
+            episodes: vec![
+                ResetEpisode {
+                    motion: "stand".into(),
+                    duration_s: 0.5,
+                    ..Default::default()
+                },
+                ResetEpisode {
+                    motion: "squat".into(),
+                    duration_s: 6.0,
+                    ..Default::default()
+                },
+            ],
+        },
+    );
+    config.initial_backoff = std::time::Duration::from_millis(200);
+    config.max_reconnects = 20;
+    let mut restarted = false;
+    let summary = client::run_blocking(&config, &mut ReplayAgent::new(), &mut |event| {
+        // The first episode has ended, the second runs: the server stops, another starts.
+        if let ClientEvent::EpisodeEnd(_) = event
+            && !restarted
+        {
+            restarted = true;
+            let mut s = server.lock().unwrap();
+            s.kill9();
+            *s = ServerProc::start(&dir, &["--bind", &bind]);
+        }
+    })
+    .unwrap();
+    assert!(restarted);
+    let steps: Vec<u32> = summary.episodes.iter().map(|e| e.steps).collect();
+    assert_eq!(steps, [25, 300], "stand once, then squat whole");
+    assert!(summary.reconnects >= 1);
+    // Practice with nothing to practise is refused at once, not waited on forever.
+    let empty = ClientConfig::new(
+        format!("ws://{bind}/api/v1/agent"),
+        &token,
+        Mode::Practice {
+            benchmark: "g1-smoke".into(),
+            episodes: Vec::new(),
+        },
+    );
+    let err = client::run_blocking(&empty, &mut ReplayAgent::new(), &mut |_| {}).unwrap_err();
+    assert!(err.to_string().contains("give at least one episode"), "{err}");
+}

@@ -28,6 +28,37 @@ pub async fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
         .merge(grpc)
         .fallback(no_route)
+        .layer(axum::middleware::from_fn(method_not_allowed_as_json))
+}
+
+/// A known path asked with a method it does not take: axum answers 405 with no body; the REST
+/// API's clients (`arena admin`, the pages) get the same JSON error as for any refusal, naming
+/// the method and path, with axum's `Allow` header kept.
+async fn method_not_allowed_as_json(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let (method, path) = (request.method().clone(), request.uri().path().to_string());
+    let response = next.run(request).await;
+    if response.status() != axum::http::StatusCode::METHOD_NOT_ALLOWED {
+        return response;
+    }
+    let allowed = response
+        .headers()
+        .get(axum::http::header::ALLOW)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let message = match &allowed {
+        Some(allowed) => format!("{path} does not take {method}; it takes {allowed}"),
+        None => format!("{path} does not take {method}"),
+    };
+    let error = crate::access::AccessError::new(
+        axum::http::StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        message,
+    );
+    let mut json = axum::response::IntoResponse::into_response(api::ApiError(error));
+    if let Some(allow) = response.headers().get(axum::http::header::ALLOW) {
+        json.headers_mut().insert(axum::http::header::ALLOW, allow.clone());
+    }
+    json
 }
 
 /// A path no route serves: a gRPC call (content type `application/grpc…`) gets gRPC's

@@ -54,6 +54,21 @@ fn an_organiser_runs_a_challenge_from_the_terminal() {
     assert_eq!(p["max_submissions_per_day"], 5);
     let updated = admin_json(&server, &["phases", "update", "dev", "--max-per-day", "0"]);
     assert_eq!(updated["max_submissions_per_day"], Value::Null);
+    // Groups set, then lifted again.
+    let updated = admin_json(&server, &["phases", "update", "dev", "--groups", "state"]);
+    assert_eq!(updated["observation_groups"], serde_json::json!(["state"]));
+    let updated = admin_json(&server, &["phases", "update", "dev", "--groups", "all"]);
+    assert_eq!(updated["observation_groups"], Value::Null);
+    // An id is one path segment: "dev?" names no phase (it updated "dev" before).
+    let out = admin(&server, &["phases", "update", "dev?", "--max-total", "3"]);
+    assert!(!out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    let unchanged = admin_json(&server, &["phases", "list", "--challenge", "cup"]);
+    assert_eq!(unchanged["phases"][0]["id"], "dev", "{unchanged}");
+    assert_eq!(
+        unchanged["phases"][0]["max_submissions_total"],
+        Value::Null,
+        "{unchanged}"
+    );
     let listed = ok(&admin(&server, &["phases", "list", "--challenge", "cup"]));
     assert!(listed.lines().next().unwrap().starts_with("id"), "{listed}");
     assert!(

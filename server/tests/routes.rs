@@ -59,6 +59,13 @@ fn unknown_paths_are_json_404s_and_unknown_grpc_methods_stay_grpc() {
     }
     let (status, _, body) = server.call("GET", "/api/v1/health", None, None);
     assert_eq!(status, 200, "{body}");
+    // A known path with a method it does not take: a JSON error too (no body before), with Allow.
+    let (status, head, body) = server.call("PUT", "/api/v1/teams", None, None);
+    assert_eq!(status, 405, "{head}");
+    assert_eq!(body["error"]["code"], "method_not_allowed", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("/api/v1/teams does not take PUT"), "{message}");
+    assert!(head.to_ascii_lowercase().contains("allow: "), "{head}");
 
     // A gRPC client calling a method that does not exist still gets a gRPC answer.
     let out = std::process::Command::new(std::env::var("ARENA_PYTHON").unwrap_or_else(|_| "python3".into()))

@@ -78,7 +78,8 @@ struct PhaseFields {
     /// Submissions per team in the whole phase (0 = no limit).
     #[arg(long)]
     max_total: Option<u32>,
-    /// Observation groups agents may receive, comma-separated.
+    /// Observation groups agents may receive, comma-separated; `all` lifts the restriction (the
+    /// benchmark's own groups).
     #[arg(long)]
     groups: Option<String>,
     /// true: hosted submissions only (uploaded policies the server runs; no agent of a team
@@ -109,8 +110,12 @@ impl PhaseFields {
             body.insert("max_submissions_total".into(), limit(v));
         }
         if let Some(v) = &self.groups {
-            let groups: Vec<&str> = v.split(',').map(str::trim).filter(|g| !g.is_empty()).collect();
-            body.insert("observation_groups".into(), json!(groups));
+            if v.trim() == "all" {
+                body.insert("observation_groups".into(), Value::Null);
+            } else {
+                let groups: Vec<&str> = v.split(',').map(str::trim).filter(|g| !g.is_empty()).collect();
+                body.insert("observation_groups".into(), json!(groups));
+            }
         }
     }
 }
@@ -461,7 +466,7 @@ pub fn run(a: AdminArgs) -> anyhow::Result<()> {
             Box::new(|v| println!("created challenge {}", text(&v["id"]))),
         ),
         AdminCommand::Phases(PhaseCommand::List { challenge }) => (
-            api.call("GET", &format!("/api/v1/challenges/{challenge}"), None)?,
+            api.call("GET", &format!("/api/v1/challenges/{}", segment(&challenge)), None)?,
             Box::new(|v| table(&PHASE_HEADER, phase_rows(v["phases"].as_array().map_or(&[], |a| a)))),
         ),
         AdminCommand::Phases(PhaseCommand::Create {
@@ -481,7 +486,7 @@ pub fn run(a: AdminArgs) -> anyhow::Result<()> {
             (
                 api.call(
                     "POST",
-                    &format!("/api/v1/challenges/{challenge}/phases"),
+                    &format!("/api/v1/challenges/{}/phases", segment(&challenge)),
                     Some(Value::Object(body)),
                 )?,
                 Box::new(|v| {
@@ -501,7 +506,11 @@ pub fn run(a: AdminArgs) -> anyhow::Result<()> {
                 );
             }
             (
-                api.call("PATCH", &format!("/api/v1/phases/{id}"), Some(Value::Object(body)))?,
+                api.call(
+                    "PATCH",
+                    &format!("/api/v1/phases/{}", segment(&id)),
+                    Some(Value::Object(body)),
+                )?,
                 Box::new(|v| table(&PHASE_HEADER, phase_rows(std::slice::from_ref(v)))),
             )
         }
@@ -601,7 +610,7 @@ pub fn run(a: AdminArgs) -> anyhow::Result<()> {
         AdminCommand::Tokens(TokenCommand::Revoke { team, token_id }) => (
             api.call(
                 "DELETE",
-                &format!("/api/v1/teams/{}/tokens/{token_id}", team_id(&api, &team)?),
+                &format!("/api/v1/teams/{}/tokens/{}", team_id(&api, &team)?, segment(&token_id)),
                 None,
             )?,
             Box::new(|v| {
@@ -622,7 +631,7 @@ pub fn run(a: AdminArgs) -> anyhow::Result<()> {
             }),
         ),
         AdminCommand::Submissions(SubmissionCommand::Show { id }) => (
-            api.call("GET", &format!("/api/v1/submissions/{id}"), None)?,
+            api.call("GET", &format!("/api/v1/submissions/{}", segment(&id)), None)?,
             Box::new(|v| {
                 table(&SUBMISSION_HEADER, submission_rows(std::slice::from_ref(v)));
                 let p = &v["progress"];
@@ -658,11 +667,11 @@ pub fn run(a: AdminArgs) -> anyhow::Result<()> {
             }),
         ),
         AdminCommand::Submissions(SubmissionCommand::Cancel { id }) => (
-            api.call("POST", &format!("/api/v1/submissions/{id}/cancel"), None)?,
+            api.call("POST", &format!("/api/v1/submissions/{}/cancel", segment(&id)), None)?,
             Box::new(|v| println!("cancelled {}: {}", text(&v["id"]), text(&v["status"]))),
         ),
         AdminCommand::Submissions(SubmissionCommand::Rescore { id }) => (
-            api.call("POST", &format!("/api/v1/submissions/{id}/rescore"), None)?,
+            api.call("POST", &format!("/api/v1/submissions/{}/rescore", segment(&id)), None)?,
             Box::new(|v| {
                 println!(
                     "re-scored {} episodes of {}",
@@ -674,7 +683,7 @@ pub fn run(a: AdminArgs) -> anyhow::Result<()> {
         AdminCommand::Submissions(SubmissionCommand::Baseline { id, off }) => (
             api.call(
                 "PATCH",
-                &format!("/api/v1/submissions/{id}"),
+                &format!("/api/v1/submissions/{}", segment(&id)),
                 Some(json!({"baseline": !off})),
             )?,
             Box::new(|v| {
@@ -689,4 +698,19 @@ pub fn run(a: AdminArgs) -> anyhow::Result<()> {
         print(&value);
     }
     Ok(())
+}
+
+/// `text` as one path segment of a URL: every byte but the unreserved ones (RFC 3986 §2.3)
+/// percent-encoded, so that an id holding `?`, `/` or `#` names nothing rather than another
+/// resource (`phases update "p2?"` updated phase `p2`).
+fn segment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }

@@ -84,11 +84,16 @@ async fn agent_socket(
     ws: WebSocketUpgrade,
     State(state): State<Arc<AppState>>,
     connection: Option<axum::Extension<Arc<crate::connections::Activity>>>,
+    place: Option<axum::Extension<Arc<crate::connections::Admission>>>,
 ) -> Response {
     let connection = connection.map(|axum::Extension(activity)| activity);
     ws.max_message_size(MAX_FRAME_BYTES)
         .max_frame_size(MAX_FRAME_BYTES)
-        .on_upgrade(move |socket| gateway::ws::session(socket, state, connection))
+        .on_upgrade(move |socket| async move {
+            gateway::ws::session(socket, state, connection).await;
+            // An agent session counts as an open connection until it ends.
+            drop(place);
+        })
 }
 
 /// Sets TCP_NODELAY on an accepted connection. An agent's session is a stream of small
@@ -136,8 +141,9 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
+        // Shared with an upgraded agent WebSocket: the place is freed when both are gone.
         let admission = match gate.admit(peer.ip()) {
-            Ok(a) => a,
+            Ok(a) => Arc::new(a),
             Err(refusal) => {
                 refusals.record(refusal, peer, &gate);
                 let _ = stream.try_write(REFUSED_RESPONSE);
@@ -148,10 +154,13 @@ pub async fn serve(
         let (io, activity) = Watched::new(stream);
         let app = app.clone();
         let served = activity.clone();
+        let place = admission.clone();
         let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
             let guard = served.request();
-            // The agent WebSocket asks for a lingering close through it (`gateway::ws`).
+            // The agent WebSocket asks for a lingering close through it (`gateway::ws`), and
+            // keeps the connection's place under the caps while its session runs.
             request.extensions_mut().insert(served.clone());
+            request.extensions_mut().insert(place.clone());
             let app = app.clone();
             async move {
                 let response = tower::ServiceExt::oneshot(app, request).await;
@@ -173,7 +182,7 @@ pub async fn serve(
                 }
                 why = activity.expired(limits) => tracing::debug!("closing the connection from {peer}: {why}"),
             }
-            // The place is freed with the HTTP connection (an upgraded WebSocket has moved on).
+            // The place is freed with the HTTP connection, or after an upgraded WebSocket's session.
             drop(admission);
         });
     }

@@ -6,9 +6,9 @@
 //!
 //! HTTP/1 header reads are bounded by hyper's own `header_read_timeout` (a request trickled in
 //! byte by byte); the deadline and idle watchdog here cover the rest: connections that never
-//! send a byte, idle keep-alive and idle HTTP/2 connections. An upgraded agent WebSocket leaves
-//! this guard and its caps once upgraded: its session has the protocol's connect deadline, a
-//! team token and heartbeats.
+//! send a byte, idle keep-alive and idle HTTP/2 connections. An upgraded agent WebSocket keeps
+//! its place under both caps until its session ends, but leaves the deadline and the idle
+//! watchdog: its session has the protocol's connect deadline, a team token and heartbeats.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};

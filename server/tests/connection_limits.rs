@@ -172,3 +172,62 @@ fn bad_limits_are_refused_with_their_key() {
         "{stderr}"
     );
 }
+
+/// Agent sessions count as open connections while they run (docs/server.md): one address with
+/// two practice sessions at a cap of two gets 503 for a third connection, and is served again
+/// once the sessions end. (An upgraded WebSocket left the count before: 40 idle practice
+/// sessions from one address at a cap of 4.)
+#[test]
+fn agent_sessions_count_as_open_connections() {
+    use arena_sdk::protocol::{self, Connect, Encoding, Frame, Msg, PROTOCOL_VERSION};
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let dir = common::tmp("connection-limits-agents");
+    let server = ServerProc::start(&dir, &["--max-connections-per-address", "2"]);
+    let token = server.team("two");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let connect = Msg::Connect(Connect {
+        protocol_version: PROTOCOL_VERSION,
+        agent_name: "idle".into(),
+        token,
+        mode: "practice".into(),
+        benchmark: "g1-smoke".into(),
+        ..Default::default()
+    });
+    let Frame::Binary(hello) = protocol::encode(&connect, Encoding::Binary) else {
+        unreachable!()
+    };
+    let sessions: Vec<_> = (0..2)
+        .map(|_| {
+            runtime.block_on(async {
+                let (mut ws, _) = tokio_tungstenite::connect_async(server.ws_url()).await.unwrap();
+                ws.send(Message::Binary(hello.clone().into())).await.unwrap();
+                match ws.next().await {
+                    Some(Ok(Message::Binary(b))) => {
+                        assert!(matches!(protocol::decode_binary(&b).unwrap(), Msg::Connected(_)));
+                    }
+                    other => panic!("expected connected, got {other:?}"),
+                }
+                ws
+            })
+        })
+        .collect();
+    let refused = (0..50).find_map(|_| {
+        let mut third = connect_from("127.0.0.1", server.addr);
+        let text = read_until_closed(&mut third, Duration::from_millis(500))?;
+        text.contains("too_many_connections").then_some(text)
+    });
+    assert!(
+        refused.is_some(),
+        "a third connection beside two agent sessions was served"
+    );
+    drop(sessions);
+    let served = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        server.call("GET", "/api/v1/health", None, None).0 == 200
+    });
+    assert!(served, "the address stayed at its cap after the sessions ended");
+}

@@ -59,6 +59,10 @@ pub struct ServerConfig {
     /// Hosted submissions this server evaluates at once (each runs its policy on one thread
     /// beside its lanes); more wait, claimed, for a free place. 0 = the number of cores.
     pub hosted_runs: u32,
+    /// HDF5 dataset exports kept in the object store for the next download, at most this many
+    /// MB in all; the least recently written go first (and are written again when asked for).
+    /// 0 = no limit.
+    pub export_cache_mb: u64,
     pub heartbeat_interval_s: f64,
     pub heartbeat_timeout_s: f64,
     /// Runs of an episode cut short by a lost agent connection before it is FAILED.
@@ -126,6 +130,7 @@ impl Default for ServerConfig {
             gpu_allow_stub: false,
             step_timeout_s: 0.0,
             hosted_runs: 0,
+            export_cache_mb: 16_384,
             heartbeat_interval_s: 30.0,
             heartbeat_timeout_s: 60.0,
             max_attempts: 3,

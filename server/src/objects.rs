@@ -321,6 +321,23 @@ impl Objects {
         Ok(keys)
     }
 
+    /// The objects under `prefix` with their size in bytes and when they were last written
+    /// (unix milliseconds), in key order.
+    pub async fn list_sized(&self, prefix: &str) -> Result<Vec<(String, u64, i64)>, ObjectError> {
+        let mut objects = Vec::new();
+        let mut listing = self.store.list(Some(&Key::from(prefix)));
+        while let Some(meta) = listing.next().await {
+            let meta = meta.map_err(|e| self.error(format!("listing {prefix}/"), e))?;
+            objects.push((
+                meta.location.to_string(),
+                meta.size,
+                meta.last_modified.timestamp_millis(),
+            ));
+        }
+        objects.sort();
+        Ok(objects)
+    }
+
     /// A local file with the object's contents, or None if there is no such object: the object
     /// itself on a `file://` store, else a download into the scratch cache. Only for objects that
     /// never change once written (completed trajectories, episode parts): a cached copy is

@@ -297,3 +297,53 @@ fn dataset_export_refuses_bad_arguments_before_work() {
         assert!(!missing.exists() && !out_file.exists(), "{args:?}");
     }
 }
+
+/// Stored HDF5 exports stay within `export_cache_mb`: every filter text makes a file of its
+/// own, and they were kept for good. The oldest goes first; the one being downloaded stays.
+#[test]
+fn stored_exports_are_bounded() {
+    let dir = tmp("datasets-cache");
+    let server = ServerProc::start(&dir.join("data"), &["--export-cache-mb", "1"]);
+    let alpha = server.team("alpha");
+    server.submit(&alpha, &mut ReplayAgent::new(), "replay", None);
+    let exports = || -> Vec<(String, u64)> {
+        let mut files: Vec<_> = std::fs::read_dir(dir.join("data").join("exports"))
+            .map(|d| {
+                d.flatten()
+                    .map(|e| {
+                        (
+                            e.file_name().to_string_lossy().into_owned(),
+                            e.metadata().unwrap().len(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        files.sort();
+        files
+    };
+    let download = |query: &str| {
+        let path = format!("/api/v1/datasets/benchmarks/g1-smoke/hdf5{query}");
+        let (status, body) = http(server.addr, "GET", &path, Some(ADMIN), None);
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        body
+    };
+    let first = download("");
+    let kept = exports();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert!(
+        kept[0].1 > 600_000,
+        "the test needs exports over half the cap: {kept:?}"
+    );
+    // The same episodes under another filter text: another file, and the first one goes.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let second = download("?metric=emd%3C%3D1000");
+    let now = exports();
+    assert_eq!(now.len(), 1, "{now:?}");
+    assert_ne!(now[0].0, kept[0].0, "the older export was kept, the newer removed");
+    assert!(first.len() > 600_000 && second.len() > 600_000);
+    assert!(
+        server.log_text().contains("dataset export exports/"),
+        "the removal is logged"
+    );
+}

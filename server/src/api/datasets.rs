@@ -149,6 +149,7 @@ async fn dataset(
             let stored = state.objects.exists(&key).await.map_err(store_error)?;
             if !stored {
                 write_hdf5(state.clone(), selection, card, &key).await?;
+                prune_exports(&state, &key).await;
             }
             let (len, chunks) =
                 state.objects.stream(&key).await.map_err(store_error)?.ok_or_else(|| {
@@ -253,6 +254,42 @@ fn export_key(selection: &Selection) -> String {
     });
     let digest = sha2::Sha256::digest(what.to_string().as_bytes());
     format!("exports/{}-{}.h5", dataset_name(selection), &hex::encode(digest)[..32])
+}
+
+/// Keeps the stored exports within `export_cache_mb`: the least recently written go first,
+/// never `keep` (the one about to be downloaded). Every filter text and every new completed
+/// submission makes another file, so without a bound they filled the store. A failure is
+/// logged only: the download goes on.
+async fn prune_exports(state: &AppState, keep: &str) {
+    let limit = state.config.export_cache_mb.saturating_mul(1 << 20);
+    if limit == 0 {
+        return;
+    }
+    let mut exports = match state.objects.list_sized("exports").await {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::warn!("listing the dataset exports to prune them: {e}");
+            return;
+        }
+    };
+    let mut total: u64 = exports.iter().map(|(_, size, _)| size).sum();
+    // Oldest first.
+    exports.sort_by_key(|(key, _, written)| (*written, key.clone()));
+    for (key, size, _) in exports {
+        if total <= limit {
+            break;
+        }
+        if key == keep {
+            continue;
+        }
+        match state.objects.delete(&key).await {
+            Ok(()) => {
+                total -= size;
+                tracing::info!("dataset export {key} removed ({size} bytes; exports kept within {limit} bytes)");
+            }
+            Err(e) => tracing::warn!("removing the dataset export {key}: {e}"),
+        }
+    }
 }
 
 /// Writes the HDF5 export in the scratch folder and stores it under `key`.

@@ -91,6 +91,10 @@ pub struct ServingArgs {
     /// (0 = the number of cores) [default: 0].
     #[arg(long, env = "ARENA_HOSTED_RUNS")]
     pub hosted_runs: Option<u32>,
+    /// MB of HDF5 dataset exports kept for later downloads; the oldest go first (0 = no limit)
+    /// [default: 16384].
+    #[arg(long, env = "ARENA_EXPORT_CACHE_MB")]
+    pub export_cache_mb: Option<u64>,
     /// Heartbeat interval, seconds [default: 30].
     #[arg(long, env = "ARENA_HEARTBEAT_INTERVAL_S")]
     pub heartbeat_interval_s: Option<f64>,
@@ -194,6 +198,7 @@ impl ConfigArgs {
             warm_simulators,
             step_timeout_s,
             hosted_runs,
+            export_cache_mb,
             heartbeat_interval_s,
             heartbeat_timeout_s,
             max_attempts,

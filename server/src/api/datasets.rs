@@ -149,7 +149,7 @@ async fn dataset(
             let stored = state.objects.exists(&key).await.map_err(store_error)?;
             if !stored {
                 write_hdf5(state.clone(), selection, card, &key).await?;
-                prune_exports(&state, &key).await;
+                prune_exports(state, &key).await;
             }
             let (len, chunks) =
                 state.objects.stream(&key).await.map_err(store_error)?.ok_or_else(|| {

@@ -134,7 +134,17 @@ async fn run(
     let connector_state = state.clone();
     let connector = LocalConnector(Arc::new(move || {
         let (to_server, from_agent) = tokio::sync::mpsc::unbounded_channel();
-        let (out, from_server) = tokio::sync::mpsc::unbounded_channel();
+        let (out, mut outgoing) = crate::outbox::outbox();
+        let (to_agent, from_server) = tokio::sync::mpsc::unbounded_channel();
+        // The SDK's in-process connection reads a plain channel; the outbox's count follows
+        // what it has taken.
+        runtime.spawn(async move {
+            while let Some(msg) = outgoing.recv().await {
+                if to_agent.send(msg).is_err() {
+                    break;
+                }
+            }
+        });
         let incoming = tokio_stream::wrappers::UnboundedReceiverStream::new(from_agent).map(Incoming::Msg);
         runtime.spawn(gateway::hosted_session(
             connector_state.clone(),

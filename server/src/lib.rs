@@ -18,6 +18,7 @@ pub mod hosted;
 pub mod leaderboard;
 pub mod objects;
 pub mod orchestrator;
+pub mod outbox;
 pub mod results;
 pub mod state;
 pub mod storage;

@@ -58,7 +58,7 @@ async fn run_zero_agent(
     batch: usize,
     mut on_request: impl FnMut(&GetAction) -> bool,
 ) -> (RunOutcome, Vec<Msg>) {
-    let (out, mut to_agent) = tokio::sync::mpsc::unbounded_channel();
+    let (out, mut to_agent) = arena_server::outbox::outbox();
     let ctx = Arc::new(RunContext {
         benchmark,
         gains: None,
@@ -105,7 +105,7 @@ async fn run_zero_agent(
         }
     };
     // What was sent just before the outcome.
-    while let Ok(msg) = to_agent.try_recv() {
+    while let Some(msg) = to_agent.try_recv() {
         received.push(msg);
     }
     (outcome, received)

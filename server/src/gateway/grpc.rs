@@ -2,13 +2,13 @@
 //! per session, served on the HTTP port (HTTP/2), next to the standard gRPC health service.
 
 use super::Incoming;
+use crate::outbox::outbox;
 use crate::state::AppState;
 use arena_sdk::protocol::agent_gateway_server::{AgentGateway, AgentGatewayServer};
 use arena_sdk::protocol::{DecodeError, Envelope, Msg, codes};
 use futures_util::{Stream, StreamExt};
 use std::pin::Pin;
 use std::sync::Arc;
-use tokio::sync::mpsc::unbounded_channel;
 use tonic::{Code, Request, Response, Status, Streaming};
 
 /// Largest message accepted from an agent, as on WebSocket.
@@ -43,7 +43,7 @@ impl AgentGateway for GrpcGateway {
             };
             std::future::ready(next)
         });
-        let (out_tx, out_rx) = unbounded_channel();
+        let (out_tx, out_rx) = outbox();
         tokio::spawn(super::session(
             self.state.clone(),
             Box::pin(incoming),

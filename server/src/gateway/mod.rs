@@ -11,6 +11,7 @@ pub mod ws;
 use crate::access::{self, AccessError, RunRequest};
 use crate::catalog::{ClientLoadError, LoadedBenchmark};
 use crate::orchestrator::{self, JobSource, RunContext, RunOutcome, Sink, runner};
+use crate::outbox::Outbox;
 use crate::state::AppState;
 use crate::storage::{NewSubmission, Submission, SubmissionStatus, Team, now_ms};
 use arena_bench::spec::ActionMode;
@@ -24,7 +25,6 @@ use arena_sdk::protocol::{
 use futures_util::{Stream, StreamExt};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
-use tokio::sync::mpsc::UnboundedSender;
 
 /// How long a new connection may take to send Connect.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -135,7 +135,7 @@ pub fn batch_within_message(row_values: usize, bytes_per_value: usize) -> usize 
 
 /// Runs one session on any transport: `incoming` yields the client's messages, `out` carries
 /// the server's (the transport encodes them as `replies` says, and closes after a Disconnect).
-pub async fn session<S>(state: Arc<AppState>, incoming: S, out: UnboundedSender<Msg>, replies: Replies)
+pub async fn session<S>(state: Arc<AppState>, incoming: S, out: Outbox, replies: Replies)
 where
     S: Stream<Item = Incoming> + Unpin,
 {
@@ -144,20 +144,15 @@ where
 
 /// A session the server runs for `team` itself (the hosted evaluation of an uploaded policy,
 /// `crate::hosted`): admitted like any other, but authenticated by the caller, not a token.
-pub async fn hosted_session<S>(state: Arc<AppState>, team: Team, incoming: S, out: UnboundedSender<Msg>)
+pub async fn hosted_session<S>(state: Arc<AppState>, team: Team, incoming: S, out: Outbox)
 where
     S: Stream<Item = Incoming> + Unpin,
 {
     session_of(state, Some(team), incoming, out, Replies::InProcess).await
 }
 
-async fn session_of<S>(
-    state: Arc<AppState>,
-    team: Option<Team>,
-    mut incoming: S,
-    out: UnboundedSender<Msg>,
-    replies: Replies,
-) where
+async fn session_of<S>(state: Arc<AppState>, team: Option<Team>, mut incoming: S, out: Outbox, replies: Replies)
+where
     S: Stream<Item = Incoming> + Unpin,
 {
     let Some(first) = first_message(&mut incoming, CONNECT_TIMEOUT).await else {
@@ -493,7 +488,7 @@ async fn run_session<S>(
     state: &Arc<AppState>,
     hosted: Option<&Team>,
     connect: Connect,
-    out: &UnboundedSender<Msg>,
+    out: &Outbox,
     incoming: &mut S,
     replies: &Replies,
 ) -> Result<(), Box<Msg>>
@@ -633,7 +628,10 @@ where
     let outcome = loop {
         tokio::select! {
             outcome = &mut handle.outcome => break outcome.unwrap_or(RunOutcome::Error("the run stopped unexpectedly".into())),
-            message = incoming.next(), if inboxes.is_some() => {
+            // A client far behind in reading gets nothing more read until it catches up (the
+            // transport's write deadline ends one that stops reading).
+            () = tokio::time::sleep(Duration::from_millis(10)), if inboxes.is_some() && out.backed_up() => {}
+            message = incoming.next(), if inboxes.is_some() && !out.backed_up() => {
                 let message = message.unwrap_or(Incoming::Closed);
                 if !matches!(message, Incoming::Closed) {
                     last_heard = Instant::now();

@@ -4,13 +4,13 @@
 
 use super::Incoming;
 use crate::connections::Activity;
+use crate::outbox::{OutboxReceiver, outbox};
 use crate::state::AppState;
 use arena_sdk::protocol::{self, Encoding, Msg};
 use axum::extract::ws::{CloseFrame, Message as WsMessage, WebSocket};
 use futures_util::{SinkExt, StreamExt};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 /// The close code of a message over the size limit (RFC 6455 §7.4.1: "Message Too Big").
 pub const CLOSE_MESSAGE_TOO_BIG: u16 = 1009;
@@ -44,7 +44,7 @@ pub async fn session(socket: WebSocket, state: Arc<AppState>, connection: Option
         }
         decode(frame)
     });
-    let (out_tx, out_rx) = unbounded_channel();
+    let (out_tx, out_rx) = outbox();
     // A client that stops reading must not hold the connection and its queue forever: a frame
     // it does not take within the silence limit ends the writer (and so the session, whose
     // sends then fail), and once the session is over the writer gets as long to deliver the
@@ -102,7 +102,7 @@ fn to_ws(msg: &Msg, encoding: Encoding) -> WsMessage {
 
 async fn write_frames(
     mut sink: futures_util::stream::SplitSink<WebSocket, WsMessage>,
-    mut rx: UnboundedReceiver<Msg>,
+    mut rx: OutboxReceiver,
     binary: Arc<AtomicBool>,
     close_reason: Arc<Mutex<Option<CloseFrame>>>,
     deadline: std::time::Duration,

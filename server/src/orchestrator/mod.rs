@@ -21,11 +21,10 @@ pub mod warm;
 use crate::catalog::LoadedBenchmark;
 use crate::storage::{Storage, StorageError};
 use arena_bench::spec::Episode;
-use arena_sdk::protocol::{Action, Msg};
+use arena_sdk::protocol::Action;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::mpsc::UnboundedSender;
 
 /// Lanes and envs per lane of a submission's session with `remaining` episodes to run, on a
 /// server of `lanes` lanes and batches of at most `max_batch`: lanes × batch covers at most
@@ -103,7 +102,7 @@ pub struct RunContext {
     /// Joint-position benchmarks: the session's PD gains.
     pub gains: Option<arena_runner::gains::SessionGains>,
     /// Messages to the agent (the gateway encodes and sends them).
-    pub out: UnboundedSender<Msg>,
+    pub out: crate::outbox::Outbox,
     pub step_timeout: Duration,
     pub lanes: usize,
     /// Envs per lane (episodes per GetAction).

@@ -767,6 +767,17 @@ async fn a_connect_with_a_bad_agent_name_is_refused() {
     }
     let (_, listed) = server.get("/api/v1/submissions", Some(&token));
     assert_eq!(listed["submissions"].as_array().map(Vec::len), Some(0), "{listed}");
+    // A good name is kept trimmed, as over REST.
+    let Msg::Connect(mut c) = connect_msg(&token, "submission", "") else {
+        unreachable!()
+    };
+    c.agent_name = "  spaced  ".into();
+    let (_ws, connected) = open(&server.ws_url(), &Msg::Connect(c), Encoding::Binary).await;
+    let (_, s) = server.get(
+        &format!("/api/v1/submissions/{}", connected.submission_id),
+        Some(&token),
+    );
+    assert_eq!(s["agent_name"], "spaced", "{s}");
     std::fs::remove_dir_all(&dir).ok();
 }
 

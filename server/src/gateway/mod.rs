@@ -243,7 +243,9 @@ async fn admit(
             .map_err(refusal)?,
     };
     state.rate_limiter.check(&team, now).map_err(refusal)?;
-    access::check_name("connect.agent_name", &c.agent_name, access::MAX_AGENT_NAME, true).map_err(refusal)?;
+    // Trimmed, as over REST.
+    let agent_name =
+        access::check_name("connect.agent_name", &c.agent_name, access::MAX_AGENT_NAME, true).map_err(refusal)?;
     let practice = match c.mode.as_str() {
         "submission" | "" => false,
         "practice" => true,
@@ -391,13 +393,13 @@ async fn admit(
     }
     let submission = match submission {
         Some(mut s) => {
-            if !c.agent_name.is_empty() && c.agent_name != s.agent_name {
+            if !agent_name.is_empty() && agent_name != s.agent_name {
                 state
                     .storage
-                    .set_agent_name(&s.id, &c.agent_name)
+                    .set_agent_name(&s.id, &agent_name)
                     .await
                     .map_err(|e| refuse_internal("recording the resuming agent", e))?;
-                s.agent_name = c.agent_name.clone();
+                s.agent_name = agent_name;
             }
             s
         }
@@ -406,7 +408,7 @@ async fn admit(
                 id: crate::state::new_submission_id(),
                 team_id: team.id,
                 benchmark: benchmark.spec.name.clone(),
-                agent_name: c.agent_name.clone(),
+                agent_name,
                 phase_id: plan.phase.as_ref().map(|p| p.id.clone()),
             };
             access::create_submission(

@@ -902,7 +902,7 @@ async fn a_flooding_client_that_reads_nothing_is_held_back() {
     let mut sent = 0u64;
     // The sends block once the server stops reading: stop after a quiet second.
     let _ = tokio::time::timeout(Duration::from_secs(20), async {
-        while sent < 1_000_000 {
+        while sent < 5_000_000 {
             match tokio::time::timeout(Duration::from_secs(1), ws.feed(garbage.clone())).await {
                 Ok(Ok(())) => sent += 1,
                 _ => break,
@@ -911,8 +911,9 @@ async fn a_flooding_client_that_reads_nothing_is_held_back() {
     })
     .await;
     let grown_mb = (rss_kb().saturating_sub(before)) / 1024;
+    // (How many frames the sockets' buffers take before the sends block depends on the kernel:
+    // what is checked is the server's memory.)
     assert!(sent > 20_000, "only {sent} frames went out");
-    assert!(sent < 1_000_000, "the server read every frame: {grown_mb} MB more");
     assert!(grown_mb < 100, "{sent} frames grew the server by {grown_mb} MB");
     std::fs::remove_dir_all(&dir).ok();
 }

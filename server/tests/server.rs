@@ -518,12 +518,7 @@ fn reference_goal_rows_arrive_over_every_transport() {
 #[test]
 fn submission_survives_server_sigkill() {
     let dir = tmp("e2e-kill");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let bind = format!("127.0.0.1:{port}");
+    let bind = format!("127.0.0.1:{}", common::cluster::free_port());
     let args = ["--bind", bind.as_str(), "--lanes", "1", "--max-batch", "1"];
     let mut server = ServerProc::start(&dir, &args);
     let token = server.team("delta");
@@ -978,12 +973,7 @@ fn an_abandoned_submission_waits_for_its_agent_then_expires() {
 #[test]
 fn a_practice_run_resumes_with_the_episodes_not_yet_ended() {
     let dir = tmp("e2e-practice-resume");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let bind = format!("127.0.0.1:{port}");
+    let bind = format!("127.0.0.1:{}", common::cluster::free_port());
     let server = std::sync::Arc::new(std::sync::Mutex::new(ServerProc::start(&dir, &["--bind", &bind])));
     let token = server.lock().unwrap().team("resumer");
     let mut config = ClientConfig::new(

@@ -676,13 +676,17 @@ impl<'a> Lane<'a> {
     /// counting their attempt (the server failed, not the agent), so that this or another
     /// server runs them again rather than renewing their claims until a restart.
     fn return_running(&mut self, why: &str) {
-        let running: Vec<i64> = self
-            .slots
+        let running = self.take_running();
+        self.give_back(&running, &format!("the server: {why}"));
+    }
+
+    /// Empties every slot; the indices of the episodes they ran.
+    fn take_running(&mut self) -> Vec<i64> {
+        self.slots
             .iter_mut()
             .filter_map(Option::take)
             .map(|r| r.episode.index as i64)
-            .collect();
-        self.give_back(&running, &format!("the server: {why}"));
+            .collect()
     }
 
     /// Empties the slots running `episodes` and gives those back ([`Self::give_back`]).
@@ -729,12 +733,7 @@ impl<'a> Lane<'a> {
     /// Re-queues the running episodes (a lost connection re-runs them from the start, up to the
     /// attempt limit) and ends the lane.
     fn connection_lost(&mut self, why: &str) -> LaneEnd {
-        let running: Vec<i64> = self
-            .slots
-            .iter_mut()
-            .filter_map(Option::take)
-            .map(|r| r.episode.index as i64)
-            .collect();
+        let running = self.take_running();
         if let Sink::Submission {
             storage,
             submission_id,

@@ -121,6 +121,9 @@ pub struct Activity {
     /// Set when the server closes while the client may still be sending (an over-size
     /// WebSocket frame): the socket is then drained before it is closed.
     linger: AtomicBool,
+    /// Set by [`Activity::close_now`]: why the server ends the connection itself.
+    closing: Mutex<Option<&'static str>>,
+    wake: tokio::sync::Notify,
 }
 
 impl Activity {
@@ -131,6 +134,8 @@ impl Activity {
             read_any: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
             linger: AtomicBool::new(false),
+            closing: Mutex::new(None),
+            wake: tokio::sync::Notify::new(),
         })
     }
 
@@ -155,9 +160,24 @@ impl Activity {
         self.linger.store(true, Ordering::Relaxed);
     }
 
-    /// Resolves when the connection has outlived its deadline, with the reason.
+    /// Ends the connection now (every request on it, all of an HTTP/2 connection's streams),
+    /// with `why` in the log: for a gRPC agent that stops reading, whose response stream the
+    /// HTTP/2 layer no longer polls and so cannot end by itself.
+    pub fn close_now(&self, why: &'static str) {
+        self.closing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(why);
+        self.wake.notify_one();
+    }
+
+    /// Resolves when the connection has outlived its deadline or [`Activity::close_now`] was
+    /// called, with the reason.
     pub async fn expired(&self, limits: ConnectionLimits) -> &'static str {
         loop {
+            if let Some(why) = *self.closing.lock().unwrap_or_else(|p| p.into_inner()) {
+                return why;
+            }
             let now = self.opened.elapsed();
             let (deadline, why) = if !self.read_any.load(Ordering::Relaxed) {
                 (limits.header_timeout, "no request within the header timeout")
@@ -174,7 +194,10 @@ impl Activity {
             } else {
                 deadline.saturating_sub(now)
             };
-            tokio::time::sleep(wait.max(Duration::from_millis(10))).await;
+            tokio::select! {
+                () = tokio::time::sleep(wait.max(Duration::from_millis(10))) => {}
+                () = self.wake.notified() => {}
+            }
         }
     }
 }
@@ -386,6 +409,29 @@ mod tests {
         assert_eq!(gate.open(), 2);
         let _a3 = gate.admit(a).unwrap();
         assert_eq!(gate.open(), 3);
+    }
+
+    /// `close_now` ends a busy connection at once (a request in flight keeps the idle
+    /// watchdog away, not this).
+    #[tokio::test]
+    async fn a_connection_closed_by_the_server_expires_at_once() {
+        let activity = Activity::new();
+        activity.read_any.store(true, Ordering::Relaxed);
+        let _busy = activity.request();
+        let long = ConnectionLimits {
+            idle_timeout: Duration::from_secs(3600),
+            header_timeout: Duration::from_secs(3600),
+            ..limits()
+        };
+        let waiting = tokio::spawn({
+            let activity = activity.clone();
+            async move { activity.expired(long).await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "a busy connection expired by itself");
+        activity.close_now("a test");
+        let why = tokio::time::timeout(Duration::from_secs(5), waiting).await;
+        assert_eq!(why.expect("still open").unwrap(), "a test");
     }
 
     #[test]

@@ -6,7 +6,8 @@
 
 use arena_sdk::protocol::Msg;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 /// Messages waiting for the transport beyond which the gateway reads nothing more from the
@@ -30,6 +31,22 @@ pub struct Outbox {
 pub struct OutboxReceiver {
     rx: UnboundedReceiver<Msg>,
     waiting: Arc<AtomicUsize>,
+    progress: Arc<Progress>,
+}
+
+/// What the transport has taken, for [`Backlog::stalled`].
+#[derive(Debug, Default)]
+struct Progress {
+    taken: AtomicU64,
+    receiver_gone: AtomicBool,
+}
+
+/// Watches whether the transport keeps taking what waits, without keeping the outbox open
+/// (holding an [`Outbox`] would keep the receiver from ever seeing the end of the session).
+#[derive(Debug)]
+pub struct Backlog {
+    waiting: Arc<AtomicUsize>,
+    progress: Arc<Progress>,
 }
 
 /// A new outbox and its receiver.
@@ -41,7 +58,11 @@ pub fn outbox() -> (Outbox, OutboxReceiver) {
             tx,
             waiting: waiting.clone(),
         },
-        OutboxReceiver { rx, waiting },
+        OutboxReceiver {
+            rx,
+            waiting,
+            progress: Arc::default(),
+        },
     )
 }
 
@@ -75,19 +96,60 @@ impl OutboxReceiver {
     /// The next message; None once every sender is gone and the queue is empty.
     pub async fn recv(&mut self) -> Option<Msg> {
         let msg = self.rx.recv().await;
-        if msg.is_some() {
-            self.waiting.fetch_sub(1, Ordering::Relaxed);
-        }
+        self.count_taken(msg.is_some());
         msg
     }
 
     /// A message already waiting, if any.
     pub fn try_recv(&mut self) -> Option<Msg> {
         let msg = self.rx.try_recv().ok();
-        if msg.is_some() {
-            self.waiting.fetch_sub(1, Ordering::Relaxed);
-        }
+        self.count_taken(msg.is_some());
         msg
+    }
+
+    fn count_taken(&self, taken: bool) {
+        if taken {
+            self.waiting.fetch_sub(1, Ordering::Relaxed);
+            self.progress.taken.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A watch on this receiver's progress.
+    pub fn backlog(&self) -> Backlog {
+        Backlog {
+            waiting: self.waiting.clone(),
+            progress: self.progress.clone(),
+        }
+    }
+}
+
+impl Drop for OutboxReceiver {
+    fn drop(&mut self) {
+        self.progress.receiver_gone.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Backlog {
+    /// Resolves with true once messages have waited for `limit` with none taken (checked every
+    /// quarter of the limit, so within 1.25 × `limit`), or with false when the receiver is
+    /// dropped first. A quiet session, with nothing to send, is not stalled.
+    pub async fn stalled(&self, limit: Duration) -> bool {
+        let tick = (limit / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        let mut taken = self.progress.taken.load(Ordering::Relaxed);
+        let mut since = Instant::now();
+        loop {
+            tokio::time::sleep(tick).await;
+            if self.progress.receiver_gone.load(Ordering::Relaxed) {
+                return false;
+            }
+            let now_taken = self.progress.taken.load(Ordering::Relaxed);
+            if self.waiting.load(Ordering::Relaxed) == 0 || now_taken != taken {
+                taken = now_taken;
+                since = Instant::now();
+            } else if since.elapsed() >= limit {
+                return true;
+            }
+        }
     }
 }
 
@@ -111,5 +173,34 @@ mod tests {
         assert!(out.send(beat()).is_err());
         assert_eq!(out.waiting(), 2, "a refused message is not counted");
         assert!(out.is_closed());
+    }
+
+    #[tokio::test]
+    async fn a_backlog_stalls_only_while_messages_wait_untaken() {
+        let limit = Duration::from_millis(200);
+        let beat = || Msg::Heartbeat(Heartbeat { time: 1.0 });
+        let (out, mut rx) = outbox();
+        // Nothing waiting: a quiet session is not stalled.
+        let quiet = tokio::time::timeout(limit * 3, rx.backlog().stalled(limit)).await;
+        assert!(quiet.is_err(), "an empty outbox was called stalled");
+        // Taken as fast as they come: not stalled either.
+        let backlog = rx.backlog();
+        let watch = tokio::spawn(async move { backlog.stalled(limit).await });
+        for _ in 0..30 {
+            out.send(beat()).unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            rx.try_recv().unwrap();
+        }
+        assert!(!watch.is_finished(), "a reading transport was called stalled");
+        // Left waiting: stalled after the limit (counted from the last check that found the
+        // outbox empty, at most a tick before the send).
+        out.send(beat()).unwrap();
+        let started = Instant::now();
+        assert!(watch.await.unwrap());
+        assert!(started.elapsed() >= limit * 3 / 4, "{:?}", started.elapsed());
+        // A dropped receiver ends the watch without a stall.
+        let backlog = rx.backlog();
+        drop(rx);
+        assert!(!backlog.stalled(limit).await);
     }
 }

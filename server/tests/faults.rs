@@ -818,6 +818,65 @@ async fn a_client_that_stops_reading_is_disconnected() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// The same over gRPC, where the HTTP/2 layer stops polling the response stream of a client
+/// that reads nothing: messages left untaken for the silence limit close the connection.
+/// Before, the stream, its session's queue and the connection stayed until the client left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_client_that_stops_reading_is_disconnected() {
+    use arena_sdk::protocol::Envelope;
+    use arena_sdk::protocol::agent_gateway_client::AgentGatewayClient;
+    let dir = tmp("faults-no-reading-grpc");
+    let server = ServerProc::start(&dir, &["--heartbeat-interval-s", "0.5", "--heartbeat-timeout-s", "1"]);
+    let token = server.team("deaf");
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = AgentGatewayClient::new(channel);
+    // A Connect, then envelopes with no message, each answered with an Error: far more than
+    // the flow-control windows and the socket buffers hold.
+    let connect = Envelope {
+        msg: Some(connect_msg(&token, "practice", "")),
+    };
+    let empties = std::iter::repeat_with(|| Envelope { msg: None }).take(200_000);
+    let outbound = futures_util::stream::iter(std::iter::once(connect).chain(empties));
+    let mut responses = client.session(outbound).await.unwrap().into_inner();
+    // Reading nothing now.
+    let noticed = std::time::Instant::now();
+    loop {
+        let log = server.log_text();
+        if log.contains("a gRPC agent took no message for") {
+            break;
+        }
+        assert!(
+            noticed.elapsed() < Duration::from_secs(30),
+            "the server still holds the stream:\n{log}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // What was on its way is still readable; then the stream fails with the connection. (Had
+    // the server waited, the client would now read all that waits and the session's
+    // Disconnect, and the stream would end normally.)
+    let ended = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            match responses.message().await {
+                Ok(Some(Envelope {
+                    msg: Some(Msg::Disconnect(d)),
+                })) => return Err(format!("the whole queue was kept and delivered: {d:?}")),
+                Ok(Some(_)) => {}
+                Ok(None) => return Err("the stream ended normally".to_string()),
+                Err(status) => return Ok(status),
+            }
+        }
+    })
+    .await
+    .expect("the stream stayed open");
+    let status = ended.unwrap();
+    eprintln!("the stream ended with {status:?}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// Refusals that quote what the client sent quote at most a little of it: a motion name of a
 /// million control bytes got an Error of 5 MB (escaped), and at 16 MiB one over the frame limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,6 +2,7 @@
 //! per session, served on the HTTP port (HTTP/2), next to the standard gRPC health service.
 
 use super::Incoming;
+use crate::connections::Activity;
 use crate::outbox::outbox;
 use crate::state::AppState;
 use arena_sdk::protocol::agent_gateway_server::{AgentGateway, AgentGatewayServer};
@@ -9,6 +10,7 @@ use arena_sdk::protocol::{DecodeError, Envelope, Msg, codes};
 use futures_util::{Stream, StreamExt};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 use tonic::{Code, Request, Response, Status, Streaming};
 
 /// Largest message accepted from an agent, as on WebSocket.
@@ -26,6 +28,7 @@ impl AgentGateway for GrpcGateway {
     type SessionStream = Outgoing;
 
     async fn session(&self, request: Request<Streaming<Envelope>>) -> Result<Response<Outgoing>, Status> {
+        let connection = request.extensions().get::<Arc<Activity>>().cloned();
         // The request stream ends at its first error: tonic would go on decoding after an
         // undecodable message, but from a byte position that no longer means anything.
         let incoming = request.into_inner().scan(false, |failed, item| {
@@ -44,6 +47,21 @@ impl AgentGateway for GrpcGateway {
             std::future::ready(next)
         });
         let (out_tx, out_rx) = outbox();
+        // A client that stops reading must not hold its stream and what waits for it forever.
+        // The HTTP/2 layer polls the response stream only while the client's flow-control
+        // window has room, so the stream cannot notice by itself: when messages have waited
+        // untaken for the silence limit (as a WebSocket frame may), the connection is closed,
+        // which drops the stream and so ends the session's sends.
+        if let Some(connection) = connection {
+            let backlog = out_rx.backlog();
+            let limit = Duration::from_secs_f64(self.state.config.heartbeat_timeout_s);
+            tokio::spawn(async move {
+                if backlog.stalled(limit).await {
+                    tracing::info!("a gRPC agent took no message for {limit:?}; closing its connection");
+                    connection.close_now("a gRPC agent stopped reading");
+                }
+            });
+        }
         tokio::spawn(super::session(
             self.state.clone(),
             Box::pin(incoming),

@@ -681,6 +681,41 @@ fn public_and_private_phases() {
         "hidden",
         "test set of private phase final",
     );
+    // Failed episodes are listed apart, and hide their motions the same way: a submission
+    // made and cancelled before it ran has all six.
+    let cancelled = ok(
+        server.post(
+            "/api/v1/submissions",
+            Some(&alpha),
+            &json!({"phase": "dev"}).to_string(),
+        ),
+        201,
+    );
+    let cancelled = cancelled["id"].as_str().unwrap();
+    ok(
+        server.post(&format!("/api/v1/submissions/{cancelled}/cancel"), Some(ADMIN), ""),
+        200,
+    );
+    let results = ok(
+        server.get(&format!("/api/v1/submissions/{cancelled}/results"), Some(&alpha)),
+        200,
+    );
+    let failed = results["failed_episodes"].as_array().unwrap();
+    assert_eq!(failed.len(), 6, "{results}");
+    for e in failed {
+        assert!(e["motion"].is_null(), "a hidden motion in the failed list: {e}");
+        assert!(e["reason"].as_str().unwrap().contains("cancelled"), "{e}");
+    }
+    let names = [
+        "stand",
+        "squat",
+        "arm_wave",
+        "torso_twist",
+        "weight_shift",
+        "step_in_place",
+    ];
+    let text = results.to_string();
+    assert!(!names.iter().any(|n| text.contains(&format!("\"{n}"))), "{results}");
     for token in [None, Some(alpha.as_str())] {
         let page = ok(server.get("/api/v1/benchmarks/g1-smoke", token), 200);
         assert!(page["motion_list"].is_null(), "{page}");

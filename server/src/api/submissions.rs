@@ -293,12 +293,17 @@ pub(super) async fn get_results(
     // The means only: where each episode's scoring stopped is in its report.
     let aggregator = results::aggregate(&rows, None);
     let mut episodes = serde_json::to_value(&rows)?;
+    let mut failed = serde_json::to_value(aggregator.failed())?;
     if motions_hidden_from(&state, &who, &s).await?.is_some() {
         // A hidden test set (issue 40 §3): scores, but nothing that tells a motion or its
-        // length: no name, no window, no step count, no step number in a reason.
-        for e in episodes.as_array_mut().into_iter().flatten() {
+        // length: no name, no window, no step count, no step number in a reason; in the
+        // failed episodes' list as in the episodes.
+        let rows = episodes.as_array_mut().into_iter().chain(failed.as_array_mut());
+        for e in rows.flatten() {
             for key in ["motion", "start_s", "duration_s", "steps"] {
-                e[key] = Value::Null;
+                if e.get(key).is_some() {
+                    e[key] = Value::Null;
+                }
             }
             if let Some(reason) = e["reason"].as_str() {
                 e["reason"] = without_step_numbers(reason).into();
@@ -310,7 +315,7 @@ pub(super) async fn get_results(
         "aggregated": aggregator.aggregated(),
         "groups": aggregator.by_category(),
         "episodes": episodes,
-        "failed_episodes": aggregator.failed(),
+        "failed_episodes": failed,
     }))
     .into_response())
 }

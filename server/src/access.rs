@@ -273,6 +273,10 @@ pub struct RunRequest<'a> {
     pub practice: bool,
     /// The server runs it itself (an uploaded policy), rather than a participant's agent.
     pub hosted: bool,
+    /// The run of a submission that was accepted inside its phase's window and whose start is
+    /// the server's to choose (a hosted upload waiting for a place): it runs even once the
+    /// window has closed, as a team's queued upload should.
+    pub accepted_in_window: bool,
 }
 
 /// What a request may run: the benchmark and, when it runs in a phase, the phase.
@@ -340,7 +344,9 @@ pub async fn resolve_run(storage: &Storage, request: RunRequest<'_>, now_ms: i64
             phase.id, phase.id, phase.id
         )));
     }
-    check_open(&phase, now_ms)?;
+    if !request.accepted_in_window {
+        check_open(&phase, now_ms)?;
+    }
     Ok(RunPlan {
         benchmark: phase.benchmark.clone(),
         phase: Some(phase),

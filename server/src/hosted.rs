@@ -13,7 +13,7 @@ use arena_bench::spec::{ActionMode, BenchmarkSpec};
 use arena_onnx::{OnnxAgent, OnnxPolicy, PolicyOverrides};
 use arena_runner::episode::episode_spec;
 use arena_runner::gains::{DeclaredGains, resolve};
-use arena_sdk::client::{self, ClientConfig, ClientEvent, LocalConnector, Mode};
+use arena_sdk::client::{self, ClientConfig, ClientError, ClientEvent, LocalConnector, Mode};
 use futures_util::StreamExt;
 use std::path::Path;
 use std::sync::Arc;
@@ -95,6 +95,18 @@ pub fn start(
     });
 }
 
+/// What a panicked task said.
+fn panic_text(e: tokio::task::JoinError) -> String {
+    match e.try_into_panic() {
+        Ok(payload) => payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "(no message)".into()),
+        Err(e) => e.to_string(),
+    }
+}
+
 /// Why a hosted run ended before its submission did.
 enum RunError {
     /// The stored policy cannot run (missing from the store, or it no longer loads).
@@ -155,7 +167,8 @@ async fn run(
         (to_server, from_server)
     }));
     let session = tokio::task::spawn_blocking(move || -> Result<String, RunError> {
-        let policy = OnnxPolicy::load(&path, &overrides).map_err(|e| RunError::Unusable(e.to_string()))?;
+        // The problems, not the error's text: that names the file's path on this server.
+        let policy = OnnxPolicy::load(&path, &overrides).map_err(|e| RunError::Unusable(e.problems.join("; ")))?;
         let gains = policy.config.gains_g1();
         let mut agent = OnnxAgent::new(policy);
         let mut config = ClientConfig::new(
@@ -178,14 +191,27 @@ async fn run(
                 tracing::info!(submission = %id, "hosted run: {}: {}", e.code, e.message);
             }
         })
-        .map_err(|e| RunError::Stopped(e.to_string()))?;
+        .map_err(|e| match e {
+            // Refusals that reconnecting cannot change (the benchmark, the gains, the layout):
+            // retrying them would hold the submission and its quota until it expired.
+            ClientError::Refused { .. } | ClientError::Agent(_) | ClientError::Config(_) => {
+                RunError::Unusable(e.to_string())
+            }
+            ClientError::Unreachable { .. } | ClientError::Protocol(_) => RunError::Stopped(e.to_string()),
+        })?;
         if let Some(e) = &agent.error {
             tracing::warn!(submission = %id, "hosted policy: {e}");
         }
         Ok(summary.submission_status)
     })
     .await;
-    session.unwrap_or_else(|e| Err(RunError::Stopped(format!("the run panicked: {e}"))))
+    // A panic of the policy's evaluation would come again on the same inputs.
+    session.unwrap_or_else(|e| {
+        Err(RunError::Unusable(format!(
+            "its evaluation panicked: {}",
+            panic_text(e)
+        )))
+    })
 }
 
 /// For the server's life: takes up every hosted submission that is not final and that no live

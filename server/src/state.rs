@@ -13,6 +13,9 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+/// Uploaded policy files checked at once (the rest wait their turn).
+pub const UPLOAD_CHECKS: usize = 2;
+
 #[derive(Debug)]
 pub struct AppState {
     pub config: ServerConfig,
@@ -26,6 +29,9 @@ pub struct AppState {
     pub hosted_runs: Mutex<HashSet<String>>,
     /// Places for hosted runs: `config.hosted_runs()` at once.
     pub hosted_places: Arc<tokio::sync::Semaphore>,
+    /// Places for checking uploaded policy files ([`UPLOAD_CHECKS`] at once): decoding and
+    /// optimising a file of up to 64 MiB takes memory many times its size.
+    pub upload_checks: tokio::sync::Semaphore,
     /// Requests per team per minute (REST and Connects).
     pub rate_limiter: RateLimiter,
     /// Ranked leaderboards, until the storage's leaderboard generation moves.
@@ -211,6 +217,7 @@ impl AppState {
             attached: Mutex::new(HashSet::new()),
             hosted_runs: Mutex::new(HashSet::new()),
             hosted_places,
+            upload_checks: tokio::sync::Semaphore::new(UPLOAD_CHECKS),
             rate_limiter,
             leaderboards: Default::default(),
             _locks: (data_dir_lock, database_lock),

@@ -551,3 +551,99 @@ fn a_slow_policy_times_out_like_a_slow_agent() {
     assert!(["COMPLETED", "FAILED"].contains(&s["status"].as_str().unwrap()), "{s}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The server's queue of hosted runs is its own business, not the team's: an upload accepted
+/// while its phase was open runs even after the phase closes (before, its run was refused
+/// `phase_closed` at every try and the submission waited until it expired). A run that can
+/// never start (the phase's groups changed so that the policy cannot serve them) fails at once
+/// with the reason, and no agent of the team may attach to a hosted submission.
+#[test]
+fn hosted_runs_the_queue_took_in_time_and_fails_those_that_cannot_run() {
+    use prost::Message;
+    let dir = tmp("hosted-queue");
+    // One place, taken first by three runs of a slow policy (about 2 s each here, every
+    // episode run to its end within the 10 s deadline) while the others wait.
+    let server = ServerProc::start(&dir, &["--hosted-runs", "1", "--step-timeout-s", "10"]);
+    let token = server.team("queued");
+    let admin = common::server::ADMIN;
+    let (status, v) = server.post("/api/v1/challenges", Some(admin), r#"{"id": "cup", "title": "Cup"}"#);
+    assert_eq!(status, 201, "{v}");
+    let now = arena_server::storage::now_ms();
+    for id in ["closing", "changing"] {
+        let body = serde_json::json!({
+            "id": id, "benchmark": "g1-smoke-robot",
+            "starts_at": arena_server::access::rfc3339(now - 3_600_000),
+            "ends_at": arena_server::access::rfc3339(now + 3_600_000),
+        });
+        let (status, v) = server.post("/api/v1/challenges/cup/phases", Some(admin), &body.to_string());
+        assert_eq!(status, 201, "{v}");
+    }
+    let slow = hostile_models::slow_policy().encode_to_vec();
+    let slow: Vec<String> = (0..3)
+        .map(|_| {
+            let (status, v) = upload(&server, "phase=closing&file_name=slow.onnx", &token, &slow);
+            assert_eq!(status, 201, "{v}");
+            v["id"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let good = std::fs::read(committed()).unwrap();
+    let (status, v) = upload(&server, "phase=closing", &token, &good);
+    assert_eq!(status, 201, "{v}");
+    let in_time = v["id"].as_str().unwrap().to_string();
+    let (status, v) = upload(&server, "phase=changing", &token, &good);
+    assert_eq!(status, 201, "{v}");
+    let changed = v["id"].as_str().unwrap().to_string();
+    let (status, _, v) = server.call(
+        "PATCH",
+        "/api/v1/phases/closing",
+        Some(admin),
+        Some(
+            &serde_json::json!({"ends_at": arena_server::access::rfc3339(arena_server::storage::now_ms())}).to_string(),
+        ),
+    );
+    assert_eq!(status, 200, "{v}");
+    let (status, _, v) = server.call(
+        "PATCH",
+        "/api/v1/phases/changing",
+        Some(admin),
+        Some(r#"{"observation_groups": ["imu"]}"#),
+    );
+    assert_eq!(status, 200, "{v}");
+    let (_, waiting) = server.get(&format!("/api/v1/submissions/{in_time}"), Some(&token));
+    assert_eq!(
+        waiting["status"], "PENDING",
+        "the slow run should still hold the place: {waiting}"
+    );
+
+    // The team's own agent may not run the uploaded file's submission (in an open phase).
+    let config = arena_sdk::ClientConfig::new(
+        server.ws_url(),
+        &token,
+        arena_sdk::Mode::Submission {
+            benchmark: String::new(),
+            submission_id: Some(changed.clone()),
+        },
+    );
+    let e = arena_sdk::client::run_blocking(&config, &mut arena_sdk::agents::ZeroAgent::default(), &mut |_| {})
+        .expect_err("an agent attached to a hosted submission");
+    assert!(
+        matches!(&e, arena_sdk::client::ClientError::Refused { code, message, .. }
+            if code == "forbidden" && message.contains("is a hosted submission")),
+        "{e}"
+    );
+
+    for id in &slow {
+        let s = server.wait_final(id, &token, Duration::from_secs(300));
+        assert_eq!(s["status"], "COMPLETED", "{s}");
+    }
+    let s = server.wait_final(&in_time, &token, Duration::from_secs(300));
+    assert_eq!(s["status"], "COMPLETED", "{s}");
+    let s = server.wait_final(&changed, &token, Duration::from_secs(300));
+    assert_eq!(s["status"], "FAILED", "{s}");
+    let reason = s["error"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("the hosted policy cannot run") && reason.contains("cannot serve"),
+        "{s}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -38,6 +38,16 @@ pub(super) fn routes() -> Router<Arc<AppState>> {
         .layer(axum::extract::DefaultBodyLimit::max(MAX_POLICY_BYTES))
 }
 
+/// An upload's scratch copy, removed whatever happens to the request (an error, a refusal, or
+/// the client leaving mid-check, which drops the handler's future).
+struct ScratchFile(std::path::PathBuf);
+
+impl Drop for ScratchFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 fn unsupported(problems: Vec<String>) -> Response {
     let message = format!("the policy cannot run here: {}", problems.join("; "));
     tracing::debug!("hosted upload refused: {message}");
@@ -85,6 +95,7 @@ async fn create_hosted_submission(
             phase: &query.phase,
             practice: false,
             hosted: true,
+            accepted_in_window: false,
         },
         now,
     )
@@ -97,28 +108,31 @@ async fn create_hosted_submission(
         None => benchmark.spec.clone(),
     };
     let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
-    let scratch = state.objects.scratch_file(".onnx");
-    tokio::fs::write(&scratch, &bytes)
+    let scratch = ScratchFile(state.objects.scratch_file(".onnx"));
+    tokio::fs::write(&scratch.0, &bytes)
         .await
-        .map_err(|e| ApiError(AccessError::internal(format!("writing the upload: {e}"))))?;
-    let checked_path = scratch.clone();
+        .map_err(|e| internal_error("writing the upload", e))?;
+    let checked_path = scratch.0.clone();
     let checked_overrides = overrides.clone();
-    let checked =
-        tokio::task::spawn_blocking(move || crate::hosted::check_upload(&checked_path, &checked_overrides, &spec))
-            .await?;
+    let checked = {
+        let _turn = state.upload_checks.acquire().await?;
+        tokio::task::spawn_blocking(move || crate::hosted::check_upload(&checked_path, &checked_overrides, &spec)).await
+    };
     let policy = match checked {
-        Ok(p) => p,
-        Err(problems) => {
-            let _ = tokio::fs::remove_file(&scratch).await;
-            return Ok(unsupported(problems));
+        Ok(Ok(p)) => p,
+        Ok(Err(problems)) => return Ok(unsupported(problems)),
+        Err(e) => {
+            tracing::error!("checking an uploaded policy panicked: {e}");
+            return Ok(unsupported(vec![
+                "checking the file failed on the server (a panic; its log has the details)".into(),
+            ]));
         }
     };
-    let stored = state
+    state
         .objects
-        .put_file(&crate::hosted::policy_key(&sha256), &scratch)
-        .await;
-    let _ = tokio::fs::remove_file(&scratch).await;
-    stored.map_err(|e| ApiError(AccessError::internal(format!("storing the policy: {e}"))))?;
+        .put_file(&crate::hosted::policy_key(&sha256), &scratch.0)
+        .await
+        .map_err(|e| internal_error("storing the policy", e))?;
     let agent_name = if !agent_name.is_empty() {
         agent_name
     } else {

@@ -29,6 +29,7 @@ pub(super) async fn create_submission(
         phase: &new.phase,
         practice: false,
         hosted: false,
+        accepted_in_window: false,
     };
     let plan = access::resolve_run(&state.storage, request, now).await?;
     let benchmark = load_planned(&state, &plan).await?;

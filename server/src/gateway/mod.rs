@@ -265,6 +265,7 @@ async fn admit(
         phase: &c.phase,
         practice,
         hosted: hosted.is_some(),
+        accepted_in_window: false,
     };
     if !practice && !c.submission_id.is_empty() {
         let s = match state.storage.submission(&c.submission_id).await {
@@ -277,6 +278,24 @@ async fn admit(
             }
             Err(e) => return Err(refuse_internal("reading the submission", e)),
         };
+        // A hosted submission's results are those of its uploaded file: only the server's own
+        // run of that file attaches to it (before, any agent of the team could run it while
+        // the submission still showed the file).
+        if hosted.is_none() {
+            match state.storage.hosted_policy(&s.id).await {
+                Ok(None) => {}
+                Ok(Some(_)) => {
+                    return Err(refuse(
+                        codes::FORBIDDEN,
+                        format!(
+                            "submission {} is a hosted submission: the server runs its uploaded policy, no agent attaches to it",
+                            s.id
+                        ),
+                    ));
+                }
+                Err(e) => return Err(refuse_internal("reading the submission", e)),
+            }
+        }
         if matches!(s.status, SubmissionStatus::Completed | SubmissionStatus::Failed) {
             return Err(Box::new(Msg::Error(protocol::Error {
                 code: codes::SUBMISSION_FINISHED.into(),
@@ -308,6 +327,7 @@ async fn admit(
     if let Some(s) = &submission {
         request.benchmark = &s.benchmark;
         request.phase = s.phase_id.as_deref().unwrap_or("");
+        request.accepted_in_window = hosted.is_some();
     }
     if request.benchmark.is_empty() && request.phase.is_empty() {
         return Err(refuse(

@@ -203,7 +203,8 @@ impl Agent for OnnxAgent {
         let raw = match self.policy.engine.run(&self.obs, &times, n) {
             Ok(raw) => raw,
             Err(e) => {
-                self.error = Some(e.to_string());
+                // The problems without the file's path (a hosted run's is the server's).
+                self.error = Some(e.problems.join("; "));
                 actions.fill(f32::NAN);
                 return;
             }
@@ -226,6 +227,10 @@ impl Agent for OnnxAgent {
 
     fn end(&mut self, end: &EpisodeEnd) {
         self.previous.remove(&end.episode_id);
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.error.clone()
     }
 }
 

@@ -3,8 +3,9 @@
 //! field are MLPs (Gemm / MatMul, element-wise arithmetic, activations, Concat, Slice, Gather,
 //! Clip, …); control flow (Loop, If, Scan), operators that make tensors of a size computed at
 //! run time (ConstantOfShape, Expand, Range, Tile, …), external data, custom domains and
-//! model-local functions are refused, so that an uploaded file is close to data: its cost is
-//! bounded by its size, and nothing in it can loop.
+//! model-local functions are refused, so that an uploaded file is close to data: nothing in it
+//! can loop. Its size alone does not bound its cost (a broadcast or a product can make tensors
+//! far larger than the file): `engine` bounds what a row costs on the optimised graph.
 
 use tract_onnx::pb::{ModelProto, NodeProto, TensorProto, tensor_proto::DataLocation};
 
@@ -19,18 +20,27 @@ pub struct Limits {
     pub max_parameters: u64,
     /// Any one dimension of an initializer or constant.
     pub max_dim: i64,
+    /// Values of every node's outputs together in one call (the optimised graph, the
+    /// parameters included): a bound on what a call allocates. Batches run in chunks of as
+    /// many rows as fit; a model whose one row does not fit is refused.
+    pub max_values_per_call: u64,
+    /// Multiply-adds (and divisions) per row, as tract counts them on the optimised graph.
+    pub max_fma_per_row: u64,
 }
 
 impl Default for Limits {
-    /// 64 MiB, 2,000 nodes, 16 M parameters (64 MB of float32), dimensions up to 2²⁰: a
-    /// published tracker (an MLP of a few hundred thousand parameters, tens of nodes) fits with
-    /// orders of magnitude to spare.
+    /// 64 MiB, 2,000 nodes, 16 M parameters (64 MB of float32), dimensions up to 2²⁰, 64 M
+    /// values in a call's results (256 MB of float32), 2³¹ multiply-adds a row: a published
+    /// tracker (an MLP of a few hundred thousand parameters, tens of nodes, about a million
+    /// multiply-adds and a few thousand values a row) fits with orders of magnitude to spare.
     fn default() -> Self {
         Limits {
             max_file_bytes: 64 << 20,
             max_nodes: 2_000,
             max_parameters: 16 << 20,
             max_dim: 1 << 20,
+            max_values_per_call: 64 << 20,
+            max_fma_per_row: 1 << 31,
         }
     }
 }

@@ -36,6 +36,8 @@ pub struct Engine {
     time_input: Option<usize>,
     /// Whether the batch axis is symbolic (else the model runs one row per call).
     batched: bool,
+    /// Rows per call at most ([`Limits::max_values_per_call`]): larger batches run in chunks.
+    chunk_rows: usize,
     /// The file's `metadata_props`.
     metadata: BTreeMap<String, String>,
 }
@@ -48,6 +50,7 @@ impl std::fmt::Debug for Engine {
             .field("action_size", &self.action_size)
             .field("time_input", &self.time_input)
             .field("batched", &self.batched)
+            .field("chunk_rows", &self.chunk_rows)
             .finish()
     }
 }
@@ -135,7 +138,7 @@ impl Engine {
         }
         // One symbol for every batch axis, so a batch of any size runs the optimised model.
         let batch = model.symbols.sym("batch");
-        let rows: TDim = if batched { batch.into() } else { 1.into() };
+        let rows: TDim = if batched { batch.clone().into() } else { 1.into() };
         model
             .set_input_fact(obs_input, f32::fact([rows.clone(), obs_size.into()]).into())
             .map_err(|e| fail(format!("{e:#}")))?;
@@ -165,15 +168,22 @@ impl Engine {
             .into_optimized()
             .map_err(|e| fail(format!("tract cannot prepare it: {e:#}")))?;
         let out_fact = typed.output_fact(0).map_err(|e| fail(format!("{e:#}")))?;
-        let action_size = out_fact
-            .shape
-            .last()
-            .and_then(|d| d.to_usize().ok())
-            .ok_or_else(|| fail(format!("output {} has no fixed width", outputs[action])))?;
+        let dims: Vec<TDim> = out_fact.shape.iter().cloned().collect();
+        let action_size = match &dims[..] {
+            [b, width] if *b == rows && out_fact.datum_type == f32::datum_type() => width.to_usize().ok(),
+            _ => None,
+        }
+        .ok_or_else(|| {
+            fail(format!(
+                "output {} is {:?} {:?}; expected float32 [batch, actions] with a fixed number of actions",
+                outputs[action], out_fact.datum_type, dims
+            ))
+        })?;
+        let chunk_rows = Footprint::chunk_rows(&typed, &batch, limits).map_err(fail)?;
         let plan = typed
             .into_runnable()
             .map_err(|e| fail(format!("tract cannot plan it: {e:#}")))?;
-        Ok(Engine {
+        let engine = Engine {
             path: path.to_path_buf(),
             plan,
             obs_size,
@@ -181,8 +191,25 @@ impl Engine {
             obs_input,
             time_input,
             batched,
+            chunk_rows,
             metadata,
-        })
+        };
+        engine.smoke_test().map_err(fail)?;
+        Ok(engine)
+    }
+
+    /// Runs the model once on zeros (one row, and two when it takes a batch), so that a model
+    /// that cannot run (a shape that does not hold, an index out of range, a panic inside
+    /// tract) is refused when it is loaded, not found out in the middle of an evaluation.
+    fn smoke_test(&self) -> Result<(), String> {
+        let sizes: &[usize] = if self.batched { &[1, 2] } else { &[1] };
+        for &rows in sizes {
+            let obs = vec![0.0f32; rows * self.obs_size];
+            let times = vec![1.0f32; rows];
+            self.run_rows(&obs, &times, rows)
+                .map_err(|e| format!("running it on {rows} row(s) of zeros failed: {e}"))?;
+        }
+        Ok(())
     }
 
     pub fn path(&self) -> &Path {
@@ -227,15 +254,24 @@ impl Engine {
                 self.obs_size
             )));
         }
-        if !self.batched {
-            let mut out = Vec::with_capacity(rows * self.action_size);
-            for r in 0..rows {
-                let row = &obs[r * self.obs_size..(r + 1) * self.obs_size];
-                out.extend(self.run_rows(row, &time_steps[r..r + 1], 1).map_err(fail)?);
-            }
-            return Ok(out);
+        // One row per call for a fixed batch; else chunks that keep a call's results within
+        // the limit its load computed.
+        let chunk = if self.batched { self.chunk_rows.max(1) } else { 1 };
+        if rows <= chunk {
+            return self.run_rows(obs, time_steps, rows).map_err(fail);
         }
-        self.run_rows(obs, time_steps, rows).map_err(fail)
+        let mut out = Vec::with_capacity(rows * self.action_size);
+        for first in (0..rows).step_by(chunk) {
+            let n = chunk.min(rows - first);
+            let values = &obs[first * self.obs_size..(first + n) * self.obs_size];
+            out.extend(self.run_rows(values, &time_steps[first..first + n], n).map_err(fail)?);
+        }
+        Ok(out)
+    }
+
+    /// Rows per call at most (1 for a model of a fixed batch).
+    pub fn chunk_rows(&self) -> usize {
+        if self.batched { self.chunk_rows } else { 1 }
     }
 
     fn run_rows(&self, obs: &[f32], time_steps: &[f32], rows: usize) -> Result<Vec<f32>, String> {
@@ -255,7 +291,18 @@ impl Engine {
                 }
             }
         };
-        let out = self.plan.run(inputs).map_err(|e| format!("{e:#}"))?;
+        // A panic inside tract (an index out of range on a path that does not check) is the
+        // model's failure, not the process's.
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.plan.run(inputs)))
+            .map_err(|panic| {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "(no message)".into());
+                format!("tract panicked running the model: {what}")
+            })?
+            .map_err(|e| format!("{e:#}"))?;
         let actions = out[0].to_plain_array_view::<f32>().map_err(|e| format!("{e:#}"))?;
         let actions: Vec<f32> = actions.iter().copied().collect();
         if actions.len() != rows * self.action_size {
@@ -266,5 +313,81 @@ impl Engine {
             ));
         }
         Ok(actions)
+    }
+}
+
+/// What a call of the optimised graph takes: the values of every node's outputs and the
+/// multiply-adds tract counts, at a number of rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Footprint {
+    values: u64,
+    fma: u64,
+}
+
+impl Footprint {
+    /// Largest batch this engine runs in one call.
+    const MAX_CHUNK: i64 = 4096;
+
+    fn at(model: &TypedModel, batch: &Symbol, rows: i64) -> Result<Footprint, String> {
+        let at = SymbolValues::default().with(batch, rows);
+        let size = |d: &TDim, node: &TypedNode| {
+            d.eval_to_i64(&at)
+                .ok()
+                .filter(|v| *v >= 0)
+                .map(|v| v as u64)
+                .ok_or_else(|| {
+                    format!(
+                        "the size of node {}'s results depends on more than the batch ({d}); it cannot be bounded",
+                        node.name
+                    )
+                })
+        };
+        let mut total = Footprint { values: 0, fma: 0 };
+        for node in model.nodes() {
+            for output in &node.outputs {
+                let mut volume: u64 = 1;
+                for d in output.fact.shape.iter() {
+                    volume = volume.saturating_mul(size(d, node)?);
+                }
+                total.values = total.values.saturating_add(volume);
+            }
+            let inputs = model.node_input_facts(node.id).map_err(|e| format!("{e:#}"))?;
+            let costs = node.op.cost(&inputs).map_err(|e| format!("{e:#}"))?;
+            for (cost, count) in costs {
+                if cost.is_compute() {
+                    total.fma = total.fma.saturating_add(size(&count, node)?);
+                }
+            }
+        }
+        Ok(total)
+    }
+
+    /// The most rows (up to [`Footprint::MAX_CHUNK`]) whose call keeps within
+    /// `limits.max_values_per_call`, after checking that one row is within the limits at all.
+    fn chunk_rows(model: &TypedModel, batch: &Symbol, limits: &Limits) -> Result<usize, String> {
+        let one = Footprint::at(model, batch, 1)?;
+        if one.values > limits.max_values_per_call {
+            return Err(format!(
+                "one row makes {} values in the model's results, more than the limit of {}",
+                one.values, limits.max_values_per_call
+            ));
+        }
+        if one.fma > limits.max_fma_per_row {
+            return Err(format!(
+                "one row takes {} multiply-adds, more than the limit of {}",
+                one.fma, limits.max_fma_per_row
+            ));
+        }
+        // The values grow with the rows (a model of a fixed batch does not depend on them).
+        let (mut fits, mut over) = (1i64, Footprint::MAX_CHUNK + 1);
+        while over - fits > 1 {
+            let mid = (fits + over) / 2;
+            if Footprint::at(model, batch, mid)?.values <= limits.max_values_per_call {
+                fits = mid;
+            } else {
+                over = mid;
+            }
+        }
+        Ok(fits as usize)
     }
 }

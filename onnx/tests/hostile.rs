@@ -51,6 +51,41 @@ fn every_hostile_file_is_refused_with_its_reason() {
     }
 }
 
+/// A batch larger than a call may hold runs in chunks, with the same actions as in one call.
+#[test]
+fn batches_beyond_the_call_limit_run_in_chunks() {
+    let path = write(&slow_policy(), "chunked.onnx");
+    let whole = Engine::load(&path).unwrap();
+    assert!(whole.chunk_rows() >= 64, "{whole:?}");
+    // The slow policy's 65 layers 1024 wide make about 68 k values a row (its weights live
+    // inside tract's optimised products): 300 k values hold four rows.
+    let tight = Limits {
+        max_values_per_call: 300_000,
+        ..Limits::default()
+    };
+    let chunked = Engine::load_within(&path, &tight).unwrap();
+    assert_eq!(chunked.chunk_rows(), 4, "{chunked:?}");
+    let rows = 10;
+    let obs: Vec<f32> = (0..rows * 160).map(|i| ((i % 13) as f32 - 6.0) / 6.0).collect();
+    let times: Vec<f32> = (0..rows).map(|i| i as f32).collect();
+    assert_eq!(
+        chunked.run(&obs, &times, rows).unwrap(),
+        whole.run(&obs, &times, rows).unwrap()
+    );
+    let none = Limits {
+        max_values_per_call: 1_000,
+        ..Limits::default()
+    };
+    let e = Engine::load_within(&path, &none).unwrap_err().to_string();
+    assert!(e.contains("more than the limit of 1000"), "{e}");
+    let costly = Limits {
+        max_fma_per_row: 1_000_000,
+        ..Limits::default()
+    };
+    let e = Engine::load_within(&path, &costly).unwrap_err().to_string();
+    assert!(e.contains("multiply-adds, more than the limit of 1000000"), "{e}");
+}
+
 #[test]
 fn a_file_over_the_size_limit_is_refused() {
     let path = write(&plain(node("Identity", &["h"], &["actions"]), vec![]), "small.onnx");
@@ -62,10 +97,8 @@ fn a_file_over_the_size_limit_is_refused() {
     assert!(e.contains("more than the limit of 100"), "{e}");
 }
 
-#[test]
-fn non_finite_outputs_become_non_finite_actions_not_a_panic() {
-    let path = write(&non_finite_policy(), "nan.onnx");
-    let mut agent = OnnxAgent::new(OnnxPolicy::load(&path, &PolicyOverrides::default()).unwrap());
+/// The session of a benchmark with the robot's interface and BeyondMimic's command terms.
+fn robot_interface_spec() -> EpisodeSpec {
     let groups = [
         ("motion_command", 58),
         ("motion_anchor_pos_b", 3),
@@ -74,7 +107,7 @@ fn non_finite_outputs_become_non_finite_actions_not_a_panic() {
         ("imu", 10),
         ("motors", 87),
     ];
-    let spec = EpisodeSpec {
+    EpisodeSpec {
         observations: groups
             .iter()
             .map(|(n, s)| ObservationGroup {
@@ -86,7 +119,14 @@ fn non_finite_outputs_become_non_finite_actions_not_a_panic() {
         action_mode: "joint_position".into(),
         anchor_body: "torso_link".into(),
         ..Default::default()
-    };
+    }
+}
+
+#[test]
+fn non_finite_outputs_become_non_finite_actions_not_a_panic() {
+    let path = write(&non_finite_policy(), "nan.onnx");
+    let mut agent = OnnxAgent::new(OnnxPolicy::load(&path, &PolicyOverrides::default()).unwrap());
+    let spec = robot_interface_spec();
     assert_eq!(agent.check(&spec), Ok(()));
     agent.configure(&spec);
     agent.reset(&[EpisodeInfo {
@@ -107,4 +147,41 @@ fn non_finite_outputs_become_non_finite_actions_not_a_panic() {
     agent.act(&batch, &mut actions);
     assert!(actions.iter().all(|a| !a.is_finite()), "{actions:?}");
     std::fs::remove_dir_all(dir()).ok();
+}
+
+/// A model that runs on zeros but not on the observations of an episode (an index taken from
+/// the observation): the engine's error, not a panic, and the agent says it has failed, so
+/// that the client stops instead of sending actions it does not have.
+#[test]
+fn a_model_failing_mid_run_is_the_agents_failure() {
+    // Its own file: other tests remove the shared folder when they end.
+    let path = std::env::temp_dir().join(format!("arena-onnx-index-{}.onnx", std::process::id()));
+    std::fs::write(&path, index_from_observation_policy().encode_to_vec()).unwrap();
+    let engine = Engine::load(&path).expect("it runs on zeros");
+    let e = engine.run(&[3.0; 160], &[1.0], 1).unwrap_err().to_string();
+    eprintln!("{e}");
+    assert!(e.contains("arena-onnx-index"), "names the file: {e}");
+    let mut agent = OnnxAgent::new(OnnxPolicy::load(&path, &PolicyOverrides::default()).unwrap());
+    assert_eq!(agent.failure(), None);
+    let spec = robot_interface_spec();
+    agent.configure(&spec);
+    let layout = ObservationLayout::from_spec(&spec);
+    let observations = vec![3.0; layout.size()];
+    let batch = Batch {
+        step: 0,
+        episodes: &[0],
+        episode_steps: &[0],
+        observations: &observations,
+        layout: &layout,
+    };
+    let mut actions = vec![0.0; 29];
+    agent.act(&batch, &mut actions);
+    assert!(
+        agent
+            .failure()
+            .is_some_and(|f| f.contains("tract panicked running the model")),
+        "{:?}",
+        agent.failure()
+    );
+    std::fs::remove_file(&path).ok();
 }

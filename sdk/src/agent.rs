@@ -49,4 +49,11 @@ pub trait Agent: Send {
     fn act(&mut self, batch: &Batch<'_>, actions: &mut [f32]);
     /// An episode is over (status, metrics).
     fn end(&mut self, _end: &EpisodeEnd) {}
+    /// Why the agent cannot act any more (its model failed to run), checked after every
+    /// `act`: the client then sends nothing of that step, ends the session telling the server
+    /// why, and returns [`ClientError::AgentFailed`](crate::ClientError::AgentFailed). The
+    /// default: never.
+    fn failure(&self) -> Option<String> {
+        None
+    }
 }

@@ -151,6 +151,10 @@ pub enum ClientError {
     /// The run's configuration cannot run (e.g. practice with no episode); nothing was sent.
     #[error("cannot run: {0}")]
     Config(String),
+    /// The agent stopped being able to act mid-run ([`Agent::failure`]); the step it failed on
+    /// was not answered.
+    #[error("the agent failed: {0}")]
+    AgentFailed(String),
 }
 
 impl ClientError {
@@ -630,7 +634,17 @@ async fn session(
                 let Some(layout) = layout.as_ref() else {
                     return Err(ClientError::Protocol("GetAction before Connected".into()));
                 };
-                Some(answer(agent, layout, action_size, request, &mut buffers))
+                let action = answer(agent, layout, action_size, request, &mut buffers);
+                if let Some(reason) = agent.failure() {
+                    let bye = Msg::Disconnect(Disconnect {
+                        reason: protocol::clip_message(format!("agent failed: {reason}")),
+                        submission_status: String::new(),
+                    });
+                    let _ = connection.send(bye).await;
+                    connection.close().await;
+                    return Err(ClientError::AgentFailed(reason));
+                }
+                Some(action)
             }
             Msg::EpisodeEnd(end) => {
                 agent.end(&end);

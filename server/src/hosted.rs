@@ -194,14 +194,12 @@ async fn run(
         .map_err(|e| match e {
             // Refusals that reconnecting cannot change (the benchmark, the gains, the layout):
             // retrying them would hold the submission and its quota until it expired.
-            ClientError::Refused { .. } | ClientError::Agent(_) | ClientError::Config(_) => {
-                RunError::Unusable(e.to_string())
-            }
+            ClientError::Refused { .. }
+            | ClientError::Agent(_)
+            | ClientError::Config(_)
+            | ClientError::AgentFailed(_) => RunError::Unusable(e.to_string()),
             ClientError::Unreachable { .. } | ClientError::Protocol(_) => RunError::Stopped(e.to_string()),
         })?;
-        if let Some(e) = &agent.error {
-            tracing::warn!(submission = %id, "hosted policy: {e}");
-        }
         Ok(summary.submission_status)
     })
     .await;

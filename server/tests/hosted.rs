@@ -647,3 +647,33 @@ fn hosted_runs_the_queue_took_in_time_and_fails_those_that_cannot_run() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A policy that loads and runs on zeros but fails on an episode's observations (an index
+/// taken from them, out of range: tract panics) fails its submission with that reason. Before,
+/// its episodes were played with NaN actions and failed as "non-finite action", the model's
+/// error only in the log.
+#[test]
+fn a_policy_failing_mid_run_fails_its_submission_with_the_reason() {
+    use prost::Message;
+    let dir = tmp("hosted-mid-run");
+    let server = ServerProc::start(&dir, &[]);
+    let token = server.team("brittle");
+    let file = hostile_models::index_from_observation_policy().encode_to_vec();
+    let (status, v) = upload(&server, "benchmark=g1-smoke-robot&file_name=index.onnx", &token, &file);
+    assert_eq!(status, 201, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    let s = server.wait_final(&id, &token, Duration::from_secs(300));
+    assert_eq!(s["status"], "FAILED", "{s}");
+    let error = s["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("the agent failed") && error.contains("tract panicked running the model"),
+        "{s}"
+    );
+    assert!(
+        !error.contains(&dir.display().to_string()),
+        "a server path in the reason: {error}"
+    );
+    let (status, _) = server.get("/api/v1/health", None);
+    assert_eq!(status, 200);
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -58,6 +58,16 @@ pub fn tensor(name: &str, dims: &[i64], values: Vec<f32>) -> TensorProto {
     }
 }
 
+pub fn int64_tensor(name: &str, values: &[i64]) -> TensorProto {
+    TensorProto {
+        name: name.into(),
+        dims: vec![values.len() as i64],
+        data_type: DataType::Int64 as i32,
+        int64_data: values.to_vec(),
+        ..Default::default()
+    }
+}
+
 /// obs [batch, 160] → MatMul by W [160, 29] → `last` node → actions [batch, 29], with the
 /// committed tracker's metadata.
 pub fn policy(nodes: Vec<NodeProto>, initializers: Vec<TensorProto>, inputs: Vec<ValueInfoProto>) -> ModelProto {
@@ -218,6 +228,86 @@ pub fn refused_files() -> Vec<Refused> {
         ),
         "expected [batch, observation size]",
     ));
+    // Small files whose results are not: the outer product of an 8192-wide layer with
+    // itself is 67 M values a row (268 MB of float32), and a batch of such rows took the
+    // whole server's memory when it was first run (the file has 1.5 M parameters).
+    let n = 8192;
+    cases.push(case(
+        "outer-product.onnx",
+        policy(
+            vec![
+                node("MatMul", &["obs", "W1"], &["h"]),
+                node("Unsqueeze", &["h", "axis2"], &["column"]),
+                node("Unsqueeze", &["h", "axis1"], &["row"]),
+                node("Mul", &["column", "row"], &["outer"]),
+                node("Tanh", &["outer"], &["t"]),
+                node("MatMul", &["t", "v"], &["r"]),
+                node("Squeeze", &["r", "axis2"], &["s"]),
+                node("MatMul", &["s", "W2"], &["actions"]),
+            ],
+            vec![
+                tensor("W1", &[160, n], vec![1e-3; 160 * n as usize]),
+                tensor("v", &[n, 1], vec![1e-3; n as usize]),
+                tensor("W2", &[n, 29], vec![1e-3; n as usize * 29]),
+                int64_tensor("axis1", &[1]),
+                int64_tensor("axis2", &[2]),
+            ],
+            vec![obs_input()],
+        ),
+        "values in the model's results, more than the limit",
+    ));
+    // Outputs that are not one row of float32 actions per observation row.
+    let mut to_double = node("Cast", &["h"], &["actions"]);
+    to_double.attribute.push(AttributeProto {
+        name: "to".into(),
+        r#type: tract_onnx::pb::attribute_proto::AttributeType::Int as i32,
+        i: DataType::Double as i64,
+        ..Default::default()
+    });
+    cases.push(case(
+        "double-output.onnx",
+        plain(to_double, vec![]),
+        "expected float32 [batch, actions]",
+    ));
+    cases.push(case(
+        "rank3-output.onnx",
+        plain(
+            node("Unsqueeze", &["h", "axis1"], &["actions"]),
+            vec![int64_tensor("axis1", &[1])],
+        ),
+        "expected float32 [batch, actions]",
+    ));
+    // An index computed from the observation, out of range whatever it is: found by the
+    // run on zeros at load (tract's Gather does not check its indices on every path).
+    let mut to_index = node("Cast", &["shifted"], &["index"]);
+    to_index.attribute.push(AttributeProto {
+        name: "to".into(),
+        r#type: tract_onnx::pb::attribute_proto::AttributeType::Int as i32,
+        i: DataType::Int64 as i64,
+        ..Default::default()
+    });
+    cases.push(case(
+        "gather-out-of-range.onnx",
+        policy(
+            vec![
+                node("Slice", &["obs", "zero_i", "one_i", "one_i"], &["first"]),
+                node("Mul", &["first", "zero"], &["nothing"]),
+                node("Add", &["nothing", "far"], &["shifted"]),
+                to_index,
+                node("Gather", &["table", "index"], &["picked"]),
+                node("Squeeze", &["picked", "one_i"], &["actions"]),
+            ],
+            vec![
+                tensor("table", &[10, 29], vec![0.5; 290]),
+                tensor("zero", &[1], vec![0.0]),
+                tensor("far", &[1], vec![1000.0]),
+                int64_tensor("zero_i", &[0]),
+                int64_tensor("one_i", &[1]),
+            ],
+            vec![obs_input()],
+        ),
+        "row(s) of zeros",
+    ));
     // Sizes the metadata does not agree with: 100 observation values for 160.
     cases.push(case(
         "narrow.onnx",
@@ -243,6 +333,34 @@ pub const REFUSED_OPERATORS: [&str; 9] = [
     "NonZero",
     "Resize",
 ];
+
+/// Runs on zeros, but takes a row of its table at 1000 × the first observation value: out of
+/// range for any value from 0.01 on.
+pub fn index_from_observation_policy() -> ModelProto {
+    let mut to_index = node("Cast", &["scaled"], &["index"]);
+    to_index.attribute.push(AttributeProto {
+        name: "to".into(),
+        r#type: tract_onnx::pb::attribute_proto::AttributeType::Int as i32,
+        i: DataType::Int64 as i64,
+        ..Default::default()
+    });
+    policy(
+        vec![
+            node("Slice", &["obs", "zero_i", "one_i", "one_i"], &["first"]),
+            node("Mul", &["first", "thousand"], &["scaled"]),
+            to_index,
+            node("Gather", &["table", "index"], &["picked"]),
+            node("Squeeze", &["picked", "one_i"], &["actions"]),
+        ],
+        vec![
+            tensor("table", &[10, 29], vec![0.5; 290]),
+            tensor("thousand", &[1], vec![1000.0]),
+            int64_tensor("zero_i", &[0]),
+            int64_tensor("one_i", &[1]),
+        ],
+        vec![obs_input()],
+    )
+}
 
 /// Runs but gives x / 0 in every output: infinite or NaN actions.
 pub fn non_finite_policy() -> ModelProto {

@@ -632,7 +632,12 @@ pub fn resolve(
         }
         let mut scale = Vec::new();
         if let Some(s) = m.term_scales.get(name) {
-            if s.len() != 1 && s.len() != source.size {
+            if s.iter().any(|v| !v.is_finite()) {
+                // A NaN scale would make every row NaN: each episode failed as non-finite actions.
+                problems.push(format!(
+                    "observation term '{name}': its scale holds a value that is not a finite number"
+                ));
+            } else if s.len() != 1 && s.len() != source.size {
                 problems.push(format!(
                     "observation term '{name}': scale of {} values for {}",
                     s.len(),

@@ -127,6 +127,32 @@ fn holosoma_negative_clip(n: &mut Numbers) -> BTreeMap<String, String> {
     props
 }
 
+/// mjlab metadata with a NaN scale, and holosoma metadata with a scale list holding a string:
+/// a NaN in every row, refused by name.
+fn non_finite_scales(n: &mut Numbers) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    let mut mjlab = mjlab_reordered(n);
+    let scales = mjlab["observation_terms_scale"].clone();
+    let (_, rest) = scales.split_once(',').unwrap();
+    mjlab.insert("observation_terms_scale".into(), format!("nan,{rest}"));
+    let mut holosoma = holosoma(n);
+    let mut config: Value = serde_json::from_str(&holosoma["experiment_config"]).unwrap();
+    let mut list = vec![json!(0.05); NUM_JOINTS];
+    list[4] = json!("0.05");
+    config["observation"]["groups"]["actor_obs"]["terms"]["dof_vel"]["scale"] = json!(list);
+    holosoma.insert("experiment_config".into(), config.to_string());
+    (mjlab, holosoma)
+}
+
+#[test]
+fn non_finite_scales_are_refused_by_term() {
+    let (mjlab, holosoma) = non_finite_scales(&mut Numbers(11));
+    for (props, term) in [(mjlab, "'command'"), (holosoma, "'dof_vel'")] {
+        let e = PolicyConfig::from_metadata(&props, &PolicyOverrides::default(), "the policy").unwrap_err();
+        let expected = format!("observation term {term}: its scale holds a value that is not a finite number");
+        assert!(e.problems.contains(&expected), "{:?}", e.problems);
+    }
+}
+
 #[test]
 fn a_negative_action_clip_is_refused_with_its_key_and_value() {
     let props = holosoma_negative_clip(&mut Numbers(7));
@@ -236,6 +262,15 @@ fn metadata_and_observation_rows_are_the_python_sdks() {
         ("broken metadata", broken()),
         ("holosoma, negative action clip", holosoma_negative_clip(&mut n)),
     ];
+    let (mjlab_nan, holosoma_string) = non_finite_scales(&mut n);
+    let cases = [
+        cases,
+        vec![
+            ("mjlab, a NaN scale", mjlab_nan),
+            ("holosoma, a scale that is not a number", holosoma_string),
+        ],
+    ]
+    .concat();
     let mut inputs = Vec::new();
     for (_, props) in &cases {
         let arena_rows = rows(&mut n, &session, 6);

@@ -227,6 +227,14 @@ def _read_mjlab(props: Mapping[str, str]) -> PolicyMetadata:
     return m
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_finite_number(value: Any) -> bool:
+    return _is_number(value) and math.isfinite(value)
+
+
 def _csv(raw: str) -> list[str]:
     return [p.strip() for p in raw.split(",") if p.strip()]
 
@@ -309,7 +317,8 @@ def _read_holosoma(props: Mapping[str, str]) -> PolicyMetadata:
             if isinstance(s, (int, float)) and s != 1:
                 m.term_scales[name] = float(s)
             elif isinstance(s, list):
-                m.term_scales[name] = [float(v) for v in s]
+                # An entry that is not a number is NaN, refused when the terms are resolved.
+                m.term_scales[name] = [float(v) if _is_number(v) else math.nan for v in s]
             c = cfg.get("clip")
             if isinstance(c, list) and len(c) == 2:
                 m.term_clips[name] = (float(c[0]), float(c[1]))
@@ -437,7 +446,11 @@ def resolve(
             problems.append(f"observation term {name!r} has {dims} values in the policy, the arena's has {source.size}")
         scale_t = m.term_scales.get(name)
         term_scale: float | np.ndarray | None = None
-        if isinstance(scale_t, list):
+        scale_values = scale_t if isinstance(scale_t, list) else ([] if scale_t is None else [scale_t])
+        if not all(_is_finite_number(v) for v in scale_values):
+            # A NaN scale would make every row NaN: each episode failed as non-finite actions.
+            problems.append(f"observation term {name!r}: its scale holds a value that is not a finite number")
+        elif isinstance(scale_t, list):
             if len(scale_t) not in (1, source.size):
                 problems.append(f"observation term {name!r}: scale of {len(scale_t)} values for {source.size}")
             else:

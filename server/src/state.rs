@@ -32,6 +32,8 @@ pub struct AppState {
     /// Places for checking uploaded policy files ([`UPLOAD_CHECKS`] at once): decoding and
     /// optimising a file of up to 64 MiB takes memory many times its size.
     pub upload_checks: tokio::sync::Semaphore,
+    /// Who writes which stored dataset export, and how many at once.
+    pub export_writers: crate::datasets::writing::ExportWriters,
     /// Requests per team per minute (REST and Connects).
     pub rate_limiter: RateLimiter,
     /// Ranked leaderboards, until the storage's leaderboard generation moves.
@@ -218,6 +220,7 @@ impl AppState {
             hosted_runs: Mutex::new(HashSet::new()),
             hosted_places,
             upload_checks: tokio::sync::Semaphore::new(UPLOAD_CHECKS),
+            export_writers: Default::default(),
             rate_limiter,
             leaderboards: Default::default(),
             _locks: (data_dir_lock, database_lock),

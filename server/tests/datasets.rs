@@ -347,3 +347,42 @@ fn stored_exports_are_bounded() {
         "the removal is logged"
     );
 }
+
+/// The same HDF5 export asked for twice at once is written once, and both downloads get it
+/// (before, both requests wrote the whole file, each replacing the other's).
+#[test]
+fn an_export_asked_for_twice_at_once_is_written_once() {
+    let dir = tmp("datasets-together");
+    let server = ServerProc::start(&dir.join("data"), &[]);
+    let alpha = server.team("alpha");
+    server.submit(&alpha, &mut ReplayAgent::new(), "replay", None);
+    let addr = server.addr;
+    let downloads: Vec<_> = (0..2)
+        .map(|_| {
+            std::thread::spawn(move || {
+                http(
+                    addr,
+                    "GET",
+                    "/api/v1/datasets/benchmarks/g1-smoke/hdf5",
+                    Some(ADMIN),
+                    None,
+                )
+            })
+        })
+        .collect();
+    let bodies: Vec<Vec<u8>> = downloads
+        .into_iter()
+        .map(|d| {
+            let (status, body) = d.join().unwrap();
+            assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+            body
+        })
+        .collect();
+    assert_eq!(bodies[0], bodies[1]);
+    let log = server.log_text();
+    assert_eq!(log.matches(" written in ").count(), 1, "{log}");
+    let scratch: Vec<_> = std::fs::read_dir(dir.join("data").join("scratch"))
+        .map(|d| d.flatten().filter(|e| e.path().is_file()).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(scratch.is_empty(), "left in the scratch folder: {scratch:?}");
+}

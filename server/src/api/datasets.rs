@@ -146,15 +146,29 @@ async fn dataset(
             // there.
             let key = export_key(&selection);
             let store_error = |e: crate::objects::ObjectError| internal_error("reading the dataset export", e);
-            let stored = state.objects.exists(&key).await.map_err(store_error)?;
-            if !stored {
-                write_hdf5(state.clone(), selection, card, &key).await?;
+            // Opened before anything is pruned: another request's pruning may remove a file
+            // between its check and its opening, and it is then written again (once).
+            let mut to_write = Some((selection, card));
+            let mut wrote = false;
+            let (len, chunks) = loop {
+                if let Some(opened) = state.objects.stream(&key).await.map_err(store_error)? {
+                    break opened;
+                }
+                let Some((selection, card)) = to_write.take() else {
+                    return Err(internal_error(
+                        "reading the dataset export",
+                        format!("the export {key} vanished as soon as it was written"),
+                    ));
+                };
+                let _writer = state.export_writers.claim(&key).await;
+                if !state.objects.exists(&key).await.map_err(store_error)? {
+                    write_hdf5(state.clone(), selection, card, key.clone()).await?;
+                    wrote = true;
+                }
+            };
+            if wrote {
                 prune_exports(state, &key).await;
             }
-            let (len, chunks) =
-                state.objects.stream(&key).await.map_err(store_error)?.ok_or_else(|| {
-                    internal_error("reading the dataset export", format!("the export {key} vanished"))
-                })?;
             Ok((
                 [
                     (header::CONTENT_TYPE, "application/x-hdf5".to_string()),
@@ -178,20 +192,27 @@ fn dataset_name(selection: &Selection) -> String {
     }
 }
 
-/// Compressed bytes go to the response as they are made; an error mid-way aborts the body (the
-/// client sees a truncated download, never a complete-looking wrong one) and is logged.
+/// Compressed bytes go to the response as they are made; an error mid-way (a panic included)
+/// aborts the body (the client sees a truncated download, never a complete-looking wrong one)
+/// and is logged. A client that takes nothing for the idle timeout ends the export and frees its
+/// thread (before, an HTTP/2 stream that never opened its window held it for good).
 fn stream_jsonl(state: Arc<AppState>, selection: Selection) -> Body {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(8);
+    let stall_limit = std::time::Duration::from_secs_f64(state.config.idle_timeout_s);
+    let runtime = tokio::runtime::Handle::current();
     tokio::task::spawn_blocking(move || {
-        let writer = ChannelWriter {
-            tx: tx.clone(),
-            buf: Vec::with_capacity(CHUNK),
-        };
+        let writer = ChannelWriter::new(tx.clone(), runtime.clone(), stall_limit);
         let path = |s: &str| crate::trajectory_store::submission_path_blocking(&state.objects, s);
-        if let Err(e) = datasets::export_jsonl_gz(&selection, &path, writer) {
-            tracing::warn!("dataset export ({}) failed: {e:#}", dataset_name(&selection));
-            let _ = tx.blocking_send(Err(std::io::Error::other(format!("{e:#}"))));
-        }
+        let exported = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            datasets::export_jsonl_gz(&selection, &path, writer)
+        }));
+        let failure = match exported {
+            Ok(Ok(_)) => return,
+            Ok(Err(e)) => format!("{e:#}"),
+            Err(_) => "the export panicked".to_string(),
+        };
+        tracing::warn!("dataset export ({}) failed: {failure}", dataset_name(&selection));
+        let _ = runtime.block_on(tx.send_timeout(Err(std::io::Error::other(failure)), stall_limit));
     });
     Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|item| (item, rx))
@@ -200,21 +221,46 @@ fn stream_jsonl(state: Arc<AppState>, selection: Selection) -> Body {
 
 const CHUNK: usize = 64 << 10;
 
-/// A `Write` that sends 64 KiB pieces down a channel (blocking: a slow client slows the export).
+/// A `Write` that sends 64 KiB pieces down a channel (blocking: a slow client slows the export;
+/// one that takes nothing for `stall_limit` ends it).
 struct ChannelWriter {
     tx: tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
     buf: Vec<u8>,
+    runtime: tokio::runtime::Handle,
+    stall_limit: std::time::Duration,
 }
 
 impl ChannelWriter {
+    fn new(
+        tx: tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
+        runtime: tokio::runtime::Handle,
+        stall_limit: std::time::Duration,
+    ) -> Self {
+        ChannelWriter {
+            tx,
+            buf: Vec::with_capacity(CHUNK),
+            runtime,
+            stall_limit,
+        }
+    }
+
     fn send(&mut self) -> std::io::Result<()> {
+        use tokio::sync::mpsc::error::SendTimeoutError;
         if self.buf.is_empty() {
             return Ok(());
         }
         let piece = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
-        self.tx
-            .blocking_send(Ok(piece))
-            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the client went away"))
+        match self.runtime.block_on(self.tx.send_timeout(Ok(piece), self.stall_limit)) {
+            Ok(()) => Ok(()),
+            Err(SendTimeoutError::Closed(_)) => Err(std::io::Error::new(
+                std::io::ErrorKind::BrokenPipe,
+                "the client went away",
+            )),
+            Err(SendTimeoutError::Timeout(_)) => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("the client took nothing for {:?}", self.stall_limit),
+            )),
+        }
     }
 }
 
@@ -292,9 +338,31 @@ async fn prune_exports(state: &AppState, keep: &str) {
     }
 }
 
-/// Writes the HDF5 export in the scratch folder and stores it under `key`.
+/// Writes the HDF5 export in the scratch folder and stores it under `key`, in a task of its own
+/// that finishes (and removes its scratch file) even when the client leaves meanwhile: the
+/// export is then there for the next request, not half-written in the scratch folder for good.
 async fn write_hdf5(
     state: Arc<AppState>,
+    selection: Selection,
+    card: serde_json::Value,
+    key: String,
+) -> Result<(), ApiError> {
+    tokio::spawn(async move {
+        let _place = state.export_writers.places.acquire().await?;
+        let started = std::time::Instant::now();
+        write_hdf5_now(&state, selection, card, &key).await?;
+        tracing::info!(
+            "dataset export {key} written in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        Ok(())
+    })
+    .await
+    .map_err(|e| internal_error("writing the dataset export", e))?
+}
+
+async fn write_hdf5_now(
+    state: &Arc<AppState>,
     selection: Selection,
     card: serde_json::Value,
     key: &str,
@@ -319,4 +387,38 @@ async fn write_hdf5(
     };
     let _ = tokio::fs::remove_file(&path).await;
     stored
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A download the client stops taking ends the export with an error (and so frees its
+    /// thread) once the stall limit passes; one that goes away ends it at once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn an_export_nobody_reads_stops() {
+        let limit = std::time::Duration::from_millis(200);
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        let runtime = tokio::runtime::Handle::current();
+        let stalled = tokio::task::spawn_blocking(move || {
+            let mut writer = ChannelWriter::new(tx, runtime, limit);
+            let piece = vec![0u8; CHUNK];
+            (0..4).try_for_each(|_| writer.write_all(&piece))
+        });
+        let e = tokio::time::timeout(std::time::Duration::from_secs(30), stalled)
+            .await
+            .expect("the export still waits")
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut, "{e}");
+        drop(rx);
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        drop(rx);
+        let runtime = tokio::runtime::Handle::current();
+        let gone = tokio::task::spawn_blocking(move || ChannelWriter::new(tx, runtime, limit).write_all(&[0; CHUNK]))
+            .await
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(gone.kind(), std::io::ErrorKind::BrokenPipe, "{gone}");
+    }
 }

@@ -107,6 +107,9 @@ impl Default for DatasetFilter {
     }
 }
 
+/// Values a list filter (team, submission, motion) may hold.
+pub const MAX_FILTER_VALUES: usize = 1000;
+
 /// The filter keys, for errors and `--help`.
 pub const FILTER_KEYS: [&str; 8] = [
     "status",
@@ -170,13 +173,29 @@ impl DatasetFilter {
         if f.status.is_empty() {
             return Err("status: expected one or more of completed, fell, failed, timeout".into());
         }
+        // Sorted and without repeats: the same selection in another order is the same export
+        // (and the same stored file), and the checks per episode are binary searches.
+        for (key, values) in [
+            ("team", &mut f.team),
+            ("submission", &mut f.submission),
+            ("motion", &mut f.motion),
+        ] {
+            values.sort_unstable();
+            values.dedup();
+            if values.len() > MAX_FILTER_VALUES {
+                return Err(format!(
+                    "{key}: {} values, more than the limit of {MAX_FILTER_VALUES}",
+                    values.len()
+                ));
+            }
+        }
         Ok(f)
     }
 
     /// Whether the submission can contribute episodes (team, id and date filters).
     pub fn admits_submission(&self, s: &Submission) -> bool {
-        (self.team.is_empty() || self.team.contains(&s.team_name))
-            && (self.submission.is_empty() || self.submission.contains(&s.id))
+        (self.team.is_empty() || self.team.binary_search(&s.team_name).is_ok())
+            && (self.submission.is_empty() || self.submission.binary_search(&s.id).is_ok())
             && self.since.is_none_or(|t| s.created_at >= t)
             && self.until.is_none_or(|t| s.created_at < t)
     }
@@ -184,7 +203,7 @@ impl DatasetFilter {
     /// Whether the episode is included (status, motion, success and metric filters).
     pub fn admits_episode(&self, e: &EpisodeRow, success_metric: &str) -> bool {
         self.status.contains(&e.status)
-            && (self.motion.is_empty() || self.motion.contains(&e.motion))
+            && (self.motion.is_empty() || self.motion.binary_search(&e.motion).is_ok())
             && self
                 .success
                 .is_none_or(|want| e.metrics.get(success_metric).is_some_and(|v| *v >= 0.5) == want)
@@ -254,6 +273,20 @@ mod tests {
         assert!(f.metrics[0].holds(Some(0.9)) && !f.metrics[0].holds(Some(0.91)) && !f.metrics[0].holds(None));
         assert!(!f.metrics[0].holds(Some(f64::NAN)));
         assert_eq!(DatasetFilter::from_pairs([]).unwrap(), DatasetFilter::default());
+        // The same names in any order, repeated or not, are the same filter (one stored export).
+        let a = DatasetFilter::from_pairs([("motion", "squat,stand,squat"), ("team", "b")]).unwrap();
+        let b = DatasetFilter::from_pairs([("team", "b"), ("motion", "stand"), ("motion", "squat")]).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.motion, ["squat", "stand"]);
+        let many = (0..=MAX_FILTER_VALUES)
+            .map(|i| format!("m{i}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let err = DatasetFilter::from_pairs([("motion", many.as_str())]).unwrap_err();
+        assert!(
+            err.contains("motion: 1001 values, more than the limit of 1000"),
+            "{err}"
+        );
     }
 
     #[test]

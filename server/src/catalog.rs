@@ -151,7 +151,7 @@ impl Catalog {
         if let Some(b) = self.loaded.lock().expect("catalog lock").get(name) {
             return Ok(b.spec.clone());
         }
-        Ok(spec::find_benchmark(name, &self.dir, &metric_names())?.1)
+        Ok(spec::find_benchmark_by_name(name, &self.dir, &metric_names())?.1)
     }
 
     /// Why a benchmark cannot be loaded, for an organiser (REST admin calls, the start-up log's
@@ -206,7 +206,7 @@ impl Catalog {
         if let Some(b) = self.loaded.lock().expect("catalog lock").get(name) {
             return Ok(b.clone());
         }
-        let (path, spec) = spec::find_benchmark(name, &self.dir, &metric_names())?;
+        let (path, spec) = spec::find_benchmark_by_name(name, &self.dir, &metric_names())?;
         let robot = RobotConfig::default();
         let motions = |e: anyhow::Error| CatalogError::Motions {
             name: spec.name.clone(),

@@ -360,4 +360,4 @@ mod tests;
 
 pub use episodes::{MAX_EPISODES, episode_seed};
 pub use parse::is_npz;
-pub use registry::{find_benchmark, list_benchmarks, shipped_dir};
+pub use registry::{find_benchmark, find_benchmark_by_name, list_benchmarks, shipped_dir};

@@ -58,23 +58,29 @@ pub fn find_benchmark(name_or_path: &str, dir: &Path, known: &[&str]) -> Result<
             cause: std::io::Error::new(std::io::ErrorKind::NotFound, "no such benchmark file"),
         });
     }
+    find_benchmark_by_name(name_or_path, dir, known)
+}
+
+/// A benchmark by the `name` field of a file in `dir`, never a path: what a server looks up
+/// for its clients (a name that is also a file beside the server must not be read).
+pub fn find_benchmark_by_name(name: &str, dir: &Path, known: &[&str]) -> Result<(PathBuf, BenchmarkSpec), SpecError> {
     let mut found: Option<(PathBuf, BenchmarkSpec)> = None;
     let mut broken: Option<SpecError> = None;
     let mut available = Vec::new();
     for (path, result) in list_benchmarks(dir, known) {
         match result {
-            Ok(spec) if spec.name == name_or_path => {
+            Ok(spec) if spec.name == name => {
                 if let Some((first, _)) = &found {
                     return Err(SpecError::Invalid {
                         key: "name".into(),
-                        message: format!("benchmark name {name_or_path:?} is also used by {}", first.display()),
+                        message: format!("benchmark name {name:?} is also used by {}", first.display()),
                         path,
                     });
                 }
                 found = Some((path, spec));
             }
             Ok(spec) => available.push(spec.name),
-            Err(e) if path.file_stem().is_some_and(|s| s == name_or_path) => broken = Some(e),
+            Err(e) if path.file_stem().is_some_and(|s| s == name) => broken = Some(e),
             Err(_) => {}
         }
     }
@@ -85,8 +91,36 @@ pub fn find_benchmark(name_or_path: &str, dir: &Path, known: &[&str]) -> Result<
         return Err(e);
     }
     Err(SpecError::UnknownBenchmark {
-        name: name_or_path.to_string(),
+        name: name.to_string(),
         dir: dir.to_path_buf(),
         available,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::metric_names;
+
+    /// A name is looked up in the folder only: a file of that name beside the process (tests
+    /// run in the crate's folder, which holds Cargo.toml) is read as a path by `find_benchmark`
+    /// (the command line's lookup), never by `find_benchmark_by_name` (the server's).
+    #[test]
+    fn a_name_is_never_a_path_for_the_server() {
+        let names = metric_names();
+        let dir = shipped_dir();
+        assert!(Path::new("Cargo.toml").is_file(), "tests run in the crate's folder");
+        assert!(matches!(
+            find_benchmark("Cargo.toml", &dir, &names),
+            Err(SpecError::Parse { .. } | SpecError::Invalid { .. })
+        ));
+        assert!(matches!(
+            find_benchmark_by_name("Cargo.toml", &dir, &names),
+            Err(SpecError::UnknownBenchmark { .. })
+        ));
+        assert_eq!(
+            find_benchmark_by_name("g1-smoke", &dir, &names).unwrap().1.name,
+            "g1-smoke"
+        );
+    }
 }

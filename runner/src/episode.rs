@@ -26,6 +26,39 @@ pub use crate::observations::{ObservationPlan, ReferenceScratch, needs_imu, obse
 // The SDK states the reference groups' row sizes without the simulator; they are the simulator's.
 const _: () = assert!(REFERENCE_FRAME_SIZE == NQ && REFERENCE_GOAL_ROW == STATE_DIM + PRIVILEGED_STATE_DIM);
 
+/// A benchmark's motions and episodes as a server serves them, with every check the server
+/// makes: the clips read (or generated), each made a [`Motion`] (at least two frames, at most
+/// two hours, the body witness), a revealed reference that a binary message can hold, and at
+/// least one episode. The server's catalog and `arena bench validate --motions-root` both call
+/// it, so the validator accepts exactly what the server loads.
+pub fn load_benchmark(
+    spec: &BenchmarkSpec,
+    motions_root: &Path,
+    robot: &RobotConfig,
+) -> anyhow::Result<(MotionLibrary, Vec<Episode>)> {
+    let clips = benchmark_clips(spec, motions_root, robot)?;
+    let library = MotionLibrary::from_clips(&clips, robot)?;
+    if spec.observations.reveal_reference {
+        // Binary frames and gRPC, the most compact encodings.
+        let largest = crate::revealed::longest_too_large(
+            library.motions.iter().map(|m| (m.name.as_str(), m.length_s)),
+            crate::revealed::BINARY_BYTES_PER_VALUE,
+        );
+        if let Some(big) = largest {
+            anyhow::bail!(
+                "observations.reveal_reference: {big} in binary frames and gRPC, so no agent could receive it; \
+                 shorten the clip or reveal no reference"
+            );
+        }
+    }
+    let lengths: Vec<f64> = library.motions.iter().map(|m| m.length_s).collect();
+    let episodes = spec.expand_episodes(&lengths).map_err(|e| anyhow::anyhow!(e))?;
+    if episodes.is_empty() {
+        anyhow::bail!("the benchmark expands to no episodes");
+    }
+    Ok((library, episodes))
+}
+
 /// The clips a benchmark names: generated for `builtin`, read from the motions root otherwise.
 pub fn benchmark_clips(
     spec: &BenchmarkSpec,

@@ -138,3 +138,44 @@ fn files_written_by_an_independent_script_import() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A clip the readers take but the simulator cannot play (one frame, from an NPZ: the NPZ reader
+/// only refuses none) is refused by `load_benchmark`, what both the server and `arena bench
+/// validate --motions-root` load with; before, the validator read the clips only and said "ok".
+#[test]
+fn load_benchmark_makes_the_servers_checks() {
+    use arena_bench::metrics::metric_names;
+    use arena_bench::spec::BenchmarkSpec;
+    let robot = RobotConfig::default();
+    let clips = MotionLibrary::builtin_clips(&robot).unwrap();
+    let library = MotionLibrary::from_clips(&clips, &robot).unwrap();
+    let mut one = library.motions[1].to_npz();
+    let bodies = one.body_names.len();
+    one.frames = 1;
+    one.joint_pos.truncate(29);
+    one.joint_vel.truncate(29);
+    one.body_pos_w.truncate(bodies * 3);
+    one.body_quat_w.truncate(bodies * 4);
+    one.body_lin_vel_w.truncate(bodies * 3);
+    one.body_ang_vel_w.truncate(bodies * 3);
+    let dir = temp_dir("one-frame");
+    write_npz_motion(&dir.join("still__one.npz"), &one).unwrap();
+    let smoke = std::fs::read_to_string(arena_bench::spec::shipped_dir().join("g1-smoke.toml")).unwrap();
+    let text = smoke.replace("name = \"g1-smoke\"", "name = \"one-frame\"").replace(
+        "builtin = [\"stand\", \"squat\", \"arm_wave\", \"torso_twist\", \"weight_shift\", \"step_in_place\"]",
+        "dir = \".\"\npattern = \"still__*.npz\"",
+    );
+    assert_ne!(text, smoke);
+    let file = dir.join("one-frame.toml");
+    std::fs::write(&file, text).unwrap();
+    let spec = BenchmarkSpec::read(&file, &metric_names()).unwrap();
+    assert_eq!(
+        arena_runner::episode::benchmark_clips(&spec, &dir, &robot)
+            .unwrap()
+            .len(),
+        1
+    );
+    let e = arena_runner::episode::load_benchmark(&spec, &dir, &robot).unwrap_err();
+    assert!(format!("{e:#}").contains("needs at least 2 frames"), "{e:#}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

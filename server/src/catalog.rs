@@ -3,7 +3,7 @@
 
 use arena_bench::metrics::metric_names;
 use arena_bench::spec::{self, BenchmarkSpec, Episode, SpecError};
-use arena_runner::episode::benchmark_clips;
+use arena_runner::episode::load_benchmark;
 use arena_sim::RobotConfig;
 use arena_sim::motion::MotionLibrary;
 use std::collections::HashMap;
@@ -212,28 +212,7 @@ impl Catalog {
             name: spec.name.clone(),
             message: format!("{e:#}"),
         };
-        let clips = benchmark_clips(&spec, &self.motions_root, &robot).map_err(motions)?;
-        let library = MotionLibrary::from_clips(&clips, &robot).map_err(|e| motions(e.into()))?;
-        if spec.observations.reveal_reference {
-            // Binary frames and gRPC, the most compact encodings.
-            let largest = arena_runner::revealed::longest_too_large(
-                library.motions.iter().map(|m| (m.name.as_str(), m.length_s)),
-                arena_runner::revealed::BINARY_BYTES_PER_VALUE,
-            );
-            if let Some(big) = largest {
-                return Err(motions(anyhow::anyhow!(
-                    "observations.reveal_reference: {big} in binary frames and gRPC, so no agent could receive it; \
-                     shorten the clip or reveal no reference"
-                )));
-            }
-        }
-        let lengths: Vec<f64> = library.motions.iter().map(|m| m.length_s).collect();
-        let episodes = spec
-            .expand_episodes(&lengths)
-            .map_err(|e| motions(anyhow::anyhow!(e)))?;
-        if episodes.is_empty() {
-            return Err(motions(anyhow::anyhow!("the benchmark expands to no episodes")));
-        }
+        let (library, episodes) = load_benchmark(&spec, &self.motions_root, &robot).map_err(motions)?;
         let loaded = Arc::new(LoadedBenchmark {
             spec,
             path,

@@ -113,29 +113,15 @@ pub fn run(c: BenchCommand) -> anyhow::Result<()> {
                         return Ok(format!("{}: ok ({} v{})", path.display(), s.name, s.version));
                     };
                     let robot = arena_sim::RobotConfig::default();
-                    let clips = arena_runner::episode::benchmark_clips(&s, root, &robot)
+                    // Exactly what the server loads, with its checks (arena_runner::episode).
+                    let (library, episodes) = arena_runner::episode::load_benchmark(&s, root, &robot)
                         .map_err(|e| anyhow::anyhow!("{}: motions: {e:#}", path.display()))?;
-                    let episodes = s
-                        .expand_episodes(&clips.iter().map(|c| c.duration_s()).collect::<Vec<_>>())
-                        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-                    if s.observations.reveal_reference {
-                        // As the server loads it: a reference no message holds cannot be revealed.
-                        use arena_runner::revealed;
-                        let motions = clips.iter().map(|c| (c.name.as_str(), c.duration_s()));
-                        if let Some(big) = revealed::longest_too_large(motions, revealed::BINARY_BYTES_PER_VALUE) {
-                            anyhow::bail!(
-                                "{}: observations.reveal_reference: {big} in binary frames and gRPC; \
-                                 shorten the clip or reveal no reference",
-                                path.display()
-                            );
-                        }
-                    }
                     Ok(format!(
                         "{}: ok ({} v{}; {} motions, {} episodes)",
                         path.display(),
                         s.name,
                         s.version,
-                        clips.len(),
+                        library.motions.len(),
                         episodes.len()
                     ))
                 });

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Allowed deviation of a root quaternion's norm from 1 before the file is rejected.
-const QUAT_NORM_TOLERANCE: f64 = 1e-2;
+pub(crate) const QUAT_NORM_TOLERANCE: f64 = 1e-2;
 
 /// Reads and validates one G1 CSV file. Errors name `file:line:column` and what was expected.
 /// Quaternions are normalised (files carry ~6 significant digits) and reordered to wxyz.

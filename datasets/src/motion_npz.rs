@@ -11,6 +11,7 @@
 //! kinematics before the clip is used (a file in Isaac Lab's joint order fails there).
 
 use crate::clip::{BodyWitness, MotionClip, NUM_COLUMNS, NUM_JOINTS, name_and_category};
+use crate::g1_csv::QUAT_NORM_TOLERANCE;
 use crate::generate::G1_JOINT_NAMES;
 use crate::npz::{NpyArray, NpyData, read_npz, write_npz};
 use crate::{DataError, Result};
@@ -105,16 +106,36 @@ pub fn read_npz_motion(path: &Path) -> Result<MotionClip> {
     let joint_names = names(path, &arrays, "joint_names")?;
     let columns = joint_columns(path, width, joint_names.as_deref())?;
     let mut qpos = Vec::with_capacity(frames * NUM_COLUMNS);
+    // Every value read, not only those qpos takes: the witness compares body positions too.
+    for (key, values) in [
+        ("joint_pos", joint_pos),
+        ("body_pos_w", body_pos),
+        ("body_quat_w", body_quat),
+    ] {
+        if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+            let frame = i / (values.len() / frames);
+            return Err(invalid(path, format!("{key}: frame {frame} holds a non-finite value")));
+        }
+    }
     for k in 0..frames {
         let b = k * num_bodies + pelvis;
         qpos.extend_from_slice(&body_pos[3 * b..3 * b + 3]);
-        qpos.extend_from_slice(&body_quat[4 * b..4 * b + 4]);
+        // As the CSV reader: a unit quaternion (within the stored precision), normalised. A
+        // zero one would pass the witness (MuJoCo takes it as the identity) and then make NaN
+        // of every resampled frame.
+        let q = &body_quat[4 * b..4 * b + 4];
+        let norm = q.iter().map(|v| v * v).sum::<f64>().sqrt();
+        if (norm - 1.0).abs() > QUAT_NORM_TOLERANCE {
+            return Err(invalid(
+                path,
+                format!(
+                    "body_quat_w: the root's quaternion of frame {k} has norm {norm:.6}; expected a unit quaternion"
+                ),
+            ));
+        }
+        qpos.extend(q.iter().map(|v| v / norm));
         let row = &joint_pos[k * width..(k + 1) * width];
         qpos.extend(columns.iter().map(|&c| row[c]));
-    }
-    if let Some(i) = qpos.iter().position(|v| !v.is_finite()) {
-        let frame = i / NUM_COLUMNS;
-        return Err(invalid(path, format!("frame {frame} holds a non-finite value")));
     }
     let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("motion");
     let (name, category) = name_and_category(stem);

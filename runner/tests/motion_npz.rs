@@ -179,3 +179,30 @@ fn load_benchmark_makes_the_servers_checks() {
     assert!(format!("{e:#}").contains("needs at least 2 frames"), "{e:#}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// What the NPZ reader takes is checked as the CSV reader checks it: the root's quaternion
+/// must be a unit one (a zero one passed the witness and made NaN of every resampled frame),
+/// and every body's position must be finite, not only the root's.
+#[test]
+fn npz_quaternions_and_bodies_are_checked() {
+    let robot = RobotConfig::default();
+    let clips = MotionLibrary::builtin_clips(&robot).unwrap();
+    let library = MotionLibrary::from_clips(&clips, &robot).unwrap();
+    let good = library.motions[1].to_npz();
+    let pelvis = good.body_names.iter().position(|n| n == "pelvis").unwrap();
+    let bodies = good.body_names.len();
+    let dir = temp_dir("npz-checks");
+    let mut zero = good.clone();
+    let q = (3 * bodies + pelvis) * 4;
+    zero.body_quat_w[q..q + 4].fill(0.0);
+    write_npz_motion(&dir.join("zero.npz"), &zero).unwrap();
+    let e = read_npz_motion(&dir.join("zero.npz")).unwrap_err().to_string();
+    assert!(e.contains("quaternion of frame 3 has norm 0.000000"), "{e}");
+    let mut nan = good.clone();
+    let other = (pelvis + 5) % bodies;
+    nan.body_pos_w[(2 * bodies + other) * 3] = f64::NAN;
+    write_npz_motion(&dir.join("nan.npz"), &nan).unwrap();
+    let e = read_npz_motion(&dir.join("nan.npz")).unwrap_err().to_string();
+    assert!(e.contains("body_pos_w: frame 2 holds a non-finite value"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

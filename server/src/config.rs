@@ -216,8 +216,20 @@ impl ServerConfig {
         }
     }
 
-    /// Reads a TOML file; unknown keys and wrong types are errors naming the file and key.
+    /// Reads a TOML file; unknown keys and wrong types are errors naming the file and key, and
+    /// so are values out of range.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let config = Self::parse_file(path)?;
+        config.validate().map_err(|e| ConfigError::File {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        Ok(config)
+    }
+
+    /// Reads a TOML file without checking ranges: for a configuration that flags and the
+    /// environment complete before it is checked whole.
+    pub fn parse_file(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
             path: path.to_path_buf(),
             message: format!("cannot read: {e}"),
@@ -226,10 +238,6 @@ impl ServerConfig {
             path: path.to_path_buf(),
             // Kept on several lines: toml points at the column under a copy of the line.
             message: e.to_string().trim_end().to_string(),
-        })?;
-        config.validate().map_err(|e| ConfigError::File {
-            path: path.to_path_buf(),
-            message: e.to_string(),
         })?;
         Ok(config)
     }
@@ -266,6 +274,12 @@ impl ServerConfig {
             return bad(
                 "hosted_runs",
                 format!("expected 0-1024 (0 = the number of cores), got {}", self.hosted_runs),
+            );
+        }
+        if self.sim_threads > 1024 {
+            return bad(
+                "sim_threads",
+                format!("expected 0-1024 (0 = the number of cores), got {}", self.sim_threads),
             );
         }
         if self.lanes == 0 || self.lanes > 64 {

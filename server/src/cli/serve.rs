@@ -1,7 +1,7 @@
 //! `arena serve`: the evaluation server, and the configuration flags it shares with `arena demo`.
 
 use crate::app;
-use crate::config::ServerConfig;
+use crate::config::{ConfigError, ServerConfig};
 use crate::state::{self, AppState};
 use anyhow::Context;
 use clap::Args;
@@ -177,8 +177,10 @@ impl ConfigArgs {
     /// The configuration of a server: file, then environment and flags (these and the lanes'
     /// backend) on top.
     pub fn resolve_with(&self, lane_backend: &LaneBackendArgs) -> anyhow::Result<ServerConfig> {
+        // Checked whole once flags and the environment are applied: `--lanes 2` mends a file's
+        // `lanes = 0`.
         let mut c = match &self.storage.config {
-            Some(path) => ServerConfig::from_file(path)?,
+            Some(path) => ServerConfig::parse_file(path)?,
             None => ServerConfig::default(),
         };
         macro_rules! set {
@@ -219,7 +221,20 @@ impl ConfigArgs {
         if lane_backend.gpu_allow_stub {
             c.gpu_allow_stub = true;
         }
-        c.validate()?;
+        c.validate().map_err(|e| match (&e, &self.storage.config) {
+            (ConfigError::Value { key, .. }, file) => {
+                let file = file
+                    .as_ref()
+                    .map(|p| format!("`{key}` in {}, ", p.display()))
+                    .unwrap_or_default();
+                anyhow::anyhow!(
+                    "{e} (set by {file}--{} or ARENA_{})",
+                    key.replace('_', "-"),
+                    key.to_uppercase()
+                )
+            }
+            _ => e.into(),
+        })?;
         Ok(c)
     }
 }
@@ -323,5 +338,35 @@ async fn stop_signal() -> &'static str {
                 None => std::future::pending::<()>().await,
             }
         } => "SIGTERM",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The configuration is checked whole, after the flags and the environment: a flag mends a
+    /// file's value out of range, and an error says where the value may have come from.
+    #[test]
+    fn flags_mend_the_file_before_it_is_checked() {
+        let dir = std::env::temp_dir().join(format!("arena-config-merge-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("server.toml");
+        std::fs::write(&file, "lanes = 0\n").unwrap();
+        let mut args = ConfigArgs::default();
+        args.storage.config = Some(file.clone());
+        let e = args.resolve_with(&LaneBackendArgs::default()).unwrap_err().to_string();
+        assert!(
+            e.contains("lanes: expected 1-64, got 0")
+                && e.contains("`lanes` in")
+                && e.contains("--lanes or ARENA_LANES"),
+            "{e}"
+        );
+        args.serving.lanes = Some(2);
+        assert_eq!(args.resolve_with(&LaneBackendArgs::default()).unwrap().lanes, 2);
+        args.serving.sim_threads = Some(100_000);
+        let e = args.resolve_with(&LaneBackendArgs::default()).unwrap_err().to_string();
+        assert!(e.contains("sim_threads: expected 0-1024"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
     }
 }

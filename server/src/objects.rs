@@ -56,7 +56,11 @@ fn place_local_file(file: &Path, target: &Path) -> std::io::Result<()> {
     staged.push(format!("#{}", uuid::Uuid::new_v4().as_u128() % 1_000_000_000_000));
     let staged = PathBuf::from(staged);
     if std::fs::hard_link(file, &staged).is_err() {
-        std::fs::copy(file, &staged)?;
+        // A copy that fails half-way (a full disk) must not stay: listings skip staged names,
+        // so nothing else would ever remove it.
+        std::fs::copy(file, &staged).inspect_err(|_| {
+            let _ = std::fs::remove_file(&staged);
+        })?;
     }
     std::fs::rename(&staged, target).inspect_err(|_| {
         let _ = std::fs::remove_file(&staged);

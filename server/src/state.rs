@@ -205,6 +205,7 @@ impl AppState {
         }
         let catalog = Arc::new(Catalog::new(config.benchmarks_dir(), config.motions_root.clone()));
         complete_finished_runs(&storage, &objects, &catalog, &unfinished).await;
+        tokio::spawn(merge_failed_leftovers(storage.clone(), objects.clone()));
         let rate_limiter = RateLimiter::new(config.requests_per_minute);
         let hosted_places = Arc::new(tokio::sync::Semaphore::new(config.hosted_runs()));
         let warm_simulators = Arc::new(crate::orchestrator::warm::WarmSimulators::new(
@@ -274,6 +275,44 @@ async fn complete_finished_runs(
             }
             Ok(None) => {}
             Err(e) => tracing::warn!("submission {id}: completing it at start failed (its next session will): {e:#}"),
+        }
+    }
+}
+
+/// Merges the runs of FAILED submissions whose episode parts are still in the store: a
+/// cancelled or expired submission is merged in the background when it fails, and a server
+/// that stopped meanwhile (or a store that was down longer than the retries) left it unmerged,
+/// with nothing that would try again. In the background: a large one takes minutes.
+async fn merge_failed_leftovers(storage: Storage, objects: crate::objects::Objects) {
+    let keys = match objects.list("trajectories").await {
+        Ok(k) => k,
+        Err(e) => {
+            tracing::warn!("listing the stored trajectories for unmerged failed submissions: {e}");
+            return;
+        }
+    };
+    // Parts are `trajectories/<submission>/…`; merged files `trajectories/<submission>.h5`.
+    let mut with_parts: Vec<String> = keys
+        .iter()
+        .filter_map(|k| {
+            k.strip_prefix("trajectories/")?
+                .split_once('/')
+                .map(|(id, _)| id.to_string())
+        })
+        .collect();
+    with_parts.sort();
+    with_parts.dedup();
+    for id in with_parts {
+        let failed = matches!(
+            storage.submission(&id).await,
+            Ok(Some(s)) if s.status == crate::storage::SubmissionStatus::Failed
+        );
+        if !failed {
+            continue;
+        }
+        match crate::trajectory_store::settle_failed(&storage, &objects, &id).await {
+            Ok(()) => tracing::info!("submission {id}: the runs of this failed submission are merged now"),
+            Err(e) => tracing::warn!("submission {id}: merging the runs of a failed submission: {e:#}"),
         }
     }
 }

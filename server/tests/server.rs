@@ -810,6 +810,75 @@ fn a_store_failure_at_the_end_reaches_the_agent_without_server_paths() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A failed submission whose runs could not be merged when it failed (the store refused the
+/// merged file) is merged at the next start; before, its parts stayed and its trajectories were
+/// a 404 "has no trajectories" for good. Meanwhile the 404 says they are being merged.
+#[test]
+fn a_failed_submission_left_unmerged_is_merged_at_the_next_start() {
+    let dir = tmp("unmerged-failed");
+    let data = dir.join("data");
+    let server = ServerProc::start(&data, &["--object-store-retry-s", "1"]);
+    let token = server.team("alpha");
+    let (status, created) = server.post("/api/v1/submissions", Some(&token), "{\"benchmark\": \"g1-smoke\"}");
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_string();
+    let blocker = data.join("trajectories").join(format!("{id}.h5"));
+    std::fs::create_dir_all(&blocker).unwrap();
+    std::fs::write(blocker.join("keep"), b"x").unwrap();
+    let mut config = ClientConfig::new(
+        server.ws_url(),
+        &token,
+        Mode::Submission {
+            benchmark: "g1-smoke".into(),
+            submission_id: Some(id.clone()),
+        },
+    );
+    config.max_reconnects = 0;
+    assert!(client::run_blocking(&config, &mut ReplayAgent::new(), &mut |_| {}).is_err());
+    let (status, v) = server.post(
+        &format!("/api/v1/submissions/{id}/cancel"),
+        Some(common::server::ADMIN),
+        "",
+    );
+    assert_eq!(status, 200, "{v}");
+    // The merge at cancel time fails on the folder in the way (after the 1 s of retries).
+    let waited = std::time::Instant::now();
+    while !server.log_text().contains("merging the runs of a cancelled submission") {
+        assert!(
+            waited.elapsed() < std::time::Duration::from_secs(60),
+            "{}",
+            server.log_text()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let (status, v) = server.get(&format!("/api/v1/submissions/{id}/trajectories"), Some(&token));
+    assert_eq!(status, 404, "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("still being merged"),
+        "{v}"
+    );
+    let mut server = server;
+    server.kill9();
+    std::fs::remove_dir_all(&blocker).unwrap();
+    let server = ServerProc::start(&data, &["--object-store-retry-s", "1"]);
+    let waited = std::time::Instant::now();
+    loop {
+        let (status, _) = server.get(&format!("/api/v1/submissions/{id}/trajectories"), Some(&token));
+        if status == 200 {
+            break;
+        }
+        assert!(
+            waited.elapsed() < std::time::Duration::from_secs(60),
+            "{}",
+            server.log_text()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(trajectory_file::episode_names(&blocker).unwrap().len(), 6);
+    assert!(!data.join("trajectories").join(&id).exists(), "the parts were kept");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// Answers its third request two seconds late (each lane's first request has a 30 s set-up
 /// grace, so the third is the first that can miss the deadline).
 struct LateOnce {

@@ -362,7 +362,11 @@ pub(super) async fn get_trajectories(
     {
         Some(response) => Ok(response),
         None => {
-            let why = if s.status.is_final() {
+            let parts = crate::objects::episode_parts_prefix(&s.id);
+            let merging = s.status.is_final() && !state.objects.list(&parts).await.unwrap_or_default().is_empty();
+            let why = if merging {
+                "has no trajectory file yet: its episodes' runs are still being merged into one; try again shortly"
+            } else if s.status.is_final() {
                 "has no trajectories"
             } else {
                 "has no trajectory file yet (it is written when the submission completes)"

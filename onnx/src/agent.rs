@@ -120,8 +120,8 @@ pub struct OnnxAgent {
     policy_to_g1: Vec<usize>,
     /// Episode id → the policy's last raw action (its own `actions` term).
     previous: HashMap<u32, [f32; NUM_JOINTS]>,
-    /// Why the model could not run (its episodes got NaN actions, which the server fails as
-    /// non-finite actions).
+    /// Why the model could not run: [`Agent::failure`] reports it, and the client stops before
+    /// it sends the step's actions (NaN, in case an agent loop ignores the failure).
     pub error: Option<String>,
     obs: Vec<f32>,
 }

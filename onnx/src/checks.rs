@@ -20,9 +20,10 @@ pub struct Limits {
     pub max_parameters: u64,
     /// Any one dimension of an initializer or constant.
     pub max_dim: i64,
-    /// Values of every node's outputs together in one call (the optimised graph, the
-    /// parameters included): a bound on what a call allocates. Batches run in chunks of as
-    /// many rows as fit; a model whose one row does not fit is refused.
+    /// Values of every node's results together in one call of the optimised graph (weights
+    /// that tract packs into its products are bounded by `max_parameters` instead): a bound on
+    /// the intermediate tensors a call makes. Batches run in chunks of as many rows as fit; a
+    /// model whose one row does not fit is refused.
     pub max_values_per_call: u64,
     /// Multiply-adds (and divisions) per row, as tract counts them on the optimised graph.
     pub max_fma_per_row: u64,

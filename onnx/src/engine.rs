@@ -169,8 +169,11 @@ impl Engine {
             .map_err(|e| fail(format!("tract cannot prepare it: {e:#}")))?;
         let out_fact = typed.output_fact(0).map_err(|e| fail(format!("{e:#}")))?;
         let dims: Vec<TDim> = out_fact.shape.iter().cloned().collect();
+        let float = out_fact.datum_type == f32::datum_type();
         let action_size = match &dims[..] {
-            [b, width] if *b == rows && out_fact.datum_type == f32::datum_type() => width.to_usize().ok(),
+            [b, width] if *b == rows && float => width.to_usize().ok(),
+            // One row per call: any shape of the row's values (`[29]`, `[1, 1, 29]`), as before.
+            _ if !batched && float => dims.iter().map(|d| d.to_usize().ok()).product::<Option<usize>>(),
             _ => None,
         }
         .ok_or_else(|| {
@@ -330,17 +333,16 @@ impl Footprint {
 
     fn at(model: &TypedModel, batch: &Symbol, rows: i64) -> Result<Footprint, String> {
         let at = SymbolValues::default().with(batch, rows);
-        let size = |d: &TDim, node: &TypedNode| {
-            d.eval_to_i64(&at)
-                .ok()
-                .filter(|v| *v >= 0)
-                .map(|v| v as u64)
-                .ok_or_else(|| {
-                    format!(
-                        "the size of node {}'s results depends on more than the batch ({d}); it cannot be bounded",
-                        node.name
-                    )
-                })
+        let size = |d: &TDim, node: &TypedNode| match d.eval_to_i64(&at) {
+            Ok(v) if v >= 0 => Ok(v as u64),
+            Ok(v) => Err(format!("node {}: a size of {v}", node.name)),
+            // A size computed at run time (a slice by indices the model computes), like the
+            // operators the checks refuse for making tensors of computed sizes.
+            Err(_) => Err(format!(
+                "node {}: the size of its results ({d}) is computed at run time, not given by the batch; \
+                 such a model cannot be bounded",
+                node.name
+            )),
         };
         let mut total = Footprint { values: 0, fma: 0 };
         for node in model.nodes() {
@@ -378,11 +380,12 @@ impl Footprint {
                 one.fma, limits.max_fma_per_row
             ));
         }
-        // The values grow with the rows (a model of a fixed batch does not depend on them).
+        // The values grow with the rows (a model of a fixed batch does not depend on them); a
+        // batch whose sizes cannot be evaluated counts as one that does not fit.
         let (mut fits, mut over) = (1i64, Footprint::MAX_CHUNK + 1);
         while over - fits > 1 {
             let mid = (fits + over) / 2;
-            if Footprint::at(model, batch, mid)?.values <= limits.max_values_per_call {
+            if Footprint::at(model, batch, mid).is_ok_and(|f| f.values <= limits.max_values_per_call) {
                 fits = mid;
             } else {
                 over = mid;

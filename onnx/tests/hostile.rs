@@ -86,6 +86,31 @@ fn batches_beyond_the_call_limit_run_in_chunks() {
     assert!(e.contains("multiply-adds, more than the limit of 1000000"), "{e}");
 }
 
+/// A model of a fixed batch of one runs one row per call, and its output may be the row's
+/// values in any shape (`[29]` here), as before the output's shape was checked.
+#[test]
+fn a_fixed_batch_model_may_give_its_row_in_any_shape() {
+    let path = write(
+        &policy(
+            vec![
+                node("MatMul", &["obs", "W"], &["h"]),
+                node("Squeeze", &["h", "zero_i"], &["actions"]),
+            ],
+            vec![
+                tensor("W", &[160, 29], vec![0.01; 160 * 29]),
+                int64_tensor("zero_i", &[0]),
+            ],
+            vec![value("obs", &[Some(1), Some(160)])],
+        ),
+        "fixed-row.onnx",
+    );
+    let engine = Engine::load(&path).unwrap();
+    assert!(!engine.batched());
+    let out = engine.run(&[1.0; 3 * 160], &[1.0, 2.0, 3.0], 3).unwrap();
+    assert_eq!(out.len(), 3 * 29);
+    assert!(out.iter().all(|v| (v - 1.6).abs() < 1e-4), "{out:?}");
+}
+
 #[test]
 fn a_file_over_the_size_limit_is_refused() {
     let path = write(&plain(node("Identity", &["h"], &["actions"]), vec![]), "small.onnx");

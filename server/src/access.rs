@@ -288,7 +288,7 @@ pub struct RunPlan {
 
 /// Decides what a request may run. With a phase: the phase must exist (`unknown_phase`), a
 /// benchmark, if given, must be the phase's, the phase must be open now (`phase_closed`, saying
-/// when it opens or closed), and practice is refused in private phases (`forbidden`). Without a
+/// when it opens or closed; not for `accepted_in_window`), and practice is refused in private phases (`forbidden`). Without a
 /// phase: a benchmark that a phase uses is refused (`forbidden`), so that phase rules (window,
 /// quotas, observation groups, hidden results) cannot be bypassed.
 pub async fn resolve_run(storage: &Storage, request: RunRequest<'_>, now_ms: i64) -> Result<RunPlan, AccessError> {

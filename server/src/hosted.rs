@@ -14,6 +14,7 @@ use arena_onnx::{OnnxAgent, OnnxPolicy, PolicyOverrides};
 use arena_runner::episode::episode_spec;
 use arena_runner::gains::{DeclaredGains, resolve};
 use arena_sdk::client::{self, ClientConfig, ClientError, ClientEvent, LocalConnector, Mode};
+use arena_sdk::protocol::codes;
 use futures_util::StreamExt;
 use std::path::Path;
 use std::sync::Arc;
@@ -66,12 +67,34 @@ pub fn start(
     }
     let runtime = tokio::runtime::Handle::current();
     runtime.clone().spawn(async move {
-        let outcome = run(state.clone(), runtime, team, benchmark, phase, agent_name, &policy).await;
+        let (run_benchmark, run_phase) = (benchmark.clone(), phase.clone());
+        let outcome = run(
+            state.clone(),
+            runtime,
+            team,
+            run_benchmark,
+            run_phase,
+            agent_name,
+            &policy,
+        )
+        .await;
         match outcome {
             Ok(status) => tracing::info!(submission = %id, "hosted run ended: {status}"),
-            Err(RunError::Unusable(why)) => {
+            Err(failure @ (RunError::Unusable(_) | RunError::PolicyFailed(_))) => {
                 // The same next time: the submission fails, saying why.
-                let reason = format!("the hosted policy cannot run: {why}");
+                let reason = match failure {
+                    RunError::PolicyFailed(why) => {
+                        tracing::warn!(submission = %id, "the hosted policy failed: {why}");
+                        if observations_hidden(&state, &benchmark, &phase).await {
+                            "the hosted policy failed on an episode's observations (its error is withheld \
+                             while the test set is hidden; the server's log has it)"
+                                .to_string()
+                        } else {
+                            format!("the hosted policy failed: {why}")
+                        }
+                    }
+                    RunError::Unusable(why) | RunError::Stopped(why) => format!("the hosted policy cannot run: {why}"),
+                };
                 tracing::warn!(submission = %id, "{reason}");
                 match state.storage.cancel_submission(&id, &reason).await {
                     Ok(()) => {
@@ -95,6 +118,28 @@ pub fn start(
     });
 }
 
+/// Whether the run's motions are hidden from its team now (a hidden test set, or a private
+/// phase before it ends), as the results pages decide; hidden when that cannot be read.
+async fn observations_hidden(state: &AppState, benchmark: &str, phase: &str) -> bool {
+    let now = crate::storage::now_ms();
+    let (benchmark, private) = if phase.is_empty() {
+        (benchmark.to_string(), false)
+    } else {
+        match state.storage.phase(phase).await {
+            Ok(Some(p)) => (p.benchmark.clone(), crate::access::results_hidden(&p, now)),
+            _ => return true,
+        }
+    };
+    let Ok(spec) = state.catalog.spec(&benchmark) else {
+        return true;
+    };
+    private
+        || !matches!(
+            crate::access::motions_hidden(&state.storage, &spec, now).await,
+            Ok(None)
+        )
+}
+
 /// What a panicked task said.
 fn panic_text(e: tokio::task::JoinError) -> String {
     match e.try_into_panic() {
@@ -111,6 +156,9 @@ fn panic_text(e: tokio::task::JoinError) -> String {
 enum RunError {
     /// The stored policy cannot run (missing from the store, or it no longer loads).
     Unusable(String),
+    /// The policy failed on an episode's observations: its error may tell something of them,
+    /// so a team whose test set is hidden is told less (the log has it all).
+    PolicyFailed(String),
     /// The session stopped (the server is stopping, or a fault): the run is taken up again.
     Stopped(String),
 }
@@ -192,12 +240,17 @@ async fn run(
             }
         })
         .map_err(|e| match e {
-            // Refusals that reconnecting cannot change (the benchmark, the gains, the layout):
+            // A benchmark this server cannot load now (its motions root, an I/O error) is the
+            // server's configuration, which the organiser may mend: taken up again later.
+            ClientError::Refused { ref code, .. } if code == codes::BENCHMARK_UNAVAILABLE => {
+                RunError::Stopped(e.to_string())
+            }
+            // Refusals that reconnecting cannot change (the phase, the gains, the layout):
             // retrying them would hold the submission and its quota until it expired.
-            ClientError::Refused { .. }
-            | ClientError::Agent(_)
-            | ClientError::Config(_)
-            | ClientError::AgentFailed(_) => RunError::Unusable(e.to_string()),
+            ClientError::Refused { .. } | ClientError::Agent(_) | ClientError::Config(_) => {
+                RunError::Unusable(e.to_string())
+            }
+            ClientError::AgentFailed(_) => RunError::PolicyFailed(e.to_string()),
             ClientError::Unreachable { .. } | ClientError::Protocol(_) => RunError::Stopped(e.to_string()),
         })?;
         Ok(summary.submission_status)
@@ -205,7 +258,7 @@ async fn run(
     .await;
     // A panic of the policy's evaluation would come again on the same inputs.
     session.unwrap_or_else(|e| {
-        Err(RunError::Unusable(format!(
+        Err(RunError::PolicyFailed(format!(
             "its evaluation panicked: {}",
             panic_text(e)
         )))

@@ -31,7 +31,7 @@ pub struct AppState {
     pub hosted_places: Arc<tokio::sync::Semaphore>,
     /// Places for checking uploaded policy files ([`UPLOAD_CHECKS`] at once): decoding and
     /// optimising a file of up to 64 MiB takes memory many times its size.
-    pub upload_checks: tokio::sync::Semaphore,
+    pub upload_checks: Arc<tokio::sync::Semaphore>,
     /// Who writes which stored dataset export, and how many at once.
     pub export_writers: crate::datasets::writing::ExportWriters,
     /// Requests per team per minute (REST and Connects).
@@ -220,7 +220,7 @@ impl AppState {
             attached: Mutex::new(HashSet::new()),
             hosted_runs: Mutex::new(HashSet::new()),
             hosted_places,
-            upload_checks: tokio::sync::Semaphore::new(UPLOAD_CHECKS),
+            upload_checks: Arc::new(tokio::sync::Semaphore::new(UPLOAD_CHECKS)),
             export_writers: Default::default(),
             rate_limiter,
             leaderboards: Default::default(),

@@ -561,8 +561,9 @@ fn a_slow_policy_times_out_like_a_slow_agent() {
 fn hosted_runs_the_queue_took_in_time_and_fails_those_that_cannot_run() {
     use prost::Message;
     let dir = tmp("hosted-queue");
-    // One place, taken first by three runs of a slow policy (about 2 s each here, every
-    // episode run to its end within the 10 s deadline) while the others wait.
+    // One place, taken first by four runs of a slow policy (about 2 s each here, every
+    // episode run to its end within the 10 s deadline) while the others wait: uploads and
+    // changes take well under a second.
     let server = ServerProc::start(&dir, &["--hosted-runs", "1", "--step-timeout-s", "10"]);
     let token = server.team("queued");
     let admin = common::server::ADMIN;
@@ -579,7 +580,7 @@ fn hosted_runs_the_queue_took_in_time_and_fails_those_that_cannot_run() {
         assert_eq!(status, 201, "{v}");
     }
     let slow = hostile_models::slow_policy().encode_to_vec();
-    let slow: Vec<String> = (0..3)
+    let slow: Vec<String> = (0..4)
         .map(|_| {
             let (status, v) = upload(&server, "phase=closing&file_name=slow.onnx", &token, &slow);
             assert_eq!(status, 201, "{v}");
@@ -672,6 +673,31 @@ fn a_policy_failing_mid_run_fails_its_submission_with_the_reason() {
     assert!(
         !error.contains(&dir.display().to_string()),
         "a server path in the reason: {error}"
+    );
+    // In a private phase the model's error could tell something of the hidden motions (a value
+    // it computed from them): withheld from the team, kept in the log.
+    let admin = common::server::ADMIN;
+    let (status, v) = server.post("/api/v1/challenges", Some(admin), r#"{"id": "cup", "title": "Cup"}"#);
+    assert_eq!(status, 201, "{v}");
+    let now = arena_server::storage::now_ms();
+    let body = serde_json::json!({
+        "id": "final", "benchmark": "g1-smoke-robot", "leaderboard": "private",
+        "starts_at": arena_server::access::rfc3339(now - 3_600_000),
+        "ends_at": arena_server::access::rfc3339(now + 3_600_000),
+    });
+    let (status, v) = server.post("/api/v1/challenges/cup/phases", Some(admin), &body.to_string());
+    assert_eq!(status, 201, "{v}");
+    let (status, v) = upload(&server, "phase=final&file_name=index.onnx", &token, &file);
+    assert_eq!(status, 201, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    let s = server.wait_final(&id, &token, Duration::from_secs(300));
+    assert_eq!(s["status"], "FAILED", "{s}");
+    let error = s["error"].as_str().unwrap_or_default();
+    assert!(error.contains("withheld") && !error.contains("tract"), "{s}");
+    assert!(
+        server
+            .log_text()
+            .contains("the hosted policy failed: the agent failed: tract panicked")
     );
     let (status, _) = server.get("/api/v1/health", None);
     assert_eq!(status, 200);

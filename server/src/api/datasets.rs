@@ -150,19 +150,23 @@ async fn dataset(
             // between its check and its opening, and it is then written again (once).
             let mut to_write = Some((selection, card));
             let mut wrote = false;
+            let vanished = || {
+                internal_error(
+                    "reading the dataset export",
+                    format!("the export {key} vanished as soon as it was written"),
+                )
+            };
             let (len, chunks) = loop {
                 if let Some(opened) = state.objects.stream(&key).await.map_err(store_error)? {
                     break opened;
                 }
-                let Some((selection, card)) = to_write.take() else {
-                    return Err(internal_error(
-                        "reading the dataset export",
-                        format!("the export {key} vanished as soon as it was written"),
-                    ));
-                };
-                let _writer = state.export_writers.claim(&key).await;
+                if wrote {
+                    return Err(vanished());
+                }
+                let writer = state.export_writers.claim(&key).await;
                 if !state.objects.exists(&key).await.map_err(store_error)? {
-                    write_hdf5(state.clone(), selection, card, key.clone()).await?;
+                    let (selection, card) = to_write.take().ok_or_else(vanished)?;
+                    write_hdf5(state.clone(), selection, card, key.clone(), writer).await?;
                     wrote = true;
                 }
             };
@@ -338,7 +342,8 @@ async fn prune_exports(state: &AppState, keep: &str) {
     }
 }
 
-/// Writes the HDF5 export in the scratch folder and stores it under `key`, in a task of its own
+/// Writes the HDF5 export in the scratch folder and stores it under `key` (claimed by `writer`,
+/// held until then), in a task of its own
 /// that finishes (and removes its scratch file) even when the client leaves meanwhile: the
 /// export is then there for the next request, not half-written in the scratch folder for good.
 async fn write_hdf5(
@@ -346,8 +351,11 @@ async fn write_hdf5(
     selection: Selection,
     card: serde_json::Value,
     key: String,
+    writer: tokio::sync::OwnedMutexGuard<()>,
 ) -> Result<(), ApiError> {
     tokio::spawn(async move {
+        // The key stays claimed until the file is stored, even if the request is gone.
+        let _writer = writer;
         let _place = state.export_writers.places.acquire().await?;
         let started = std::time::Instant::now();
         write_hdf5_now(&state, selection, card, &key).await?;

@@ -114,10 +114,14 @@ async fn create_hosted_submission(
         .map_err(|e| internal_error("writing the upload", e))?;
     let checked_path = scratch.0.clone();
     let checked_overrides = overrides.clone();
-    let checked = {
-        let _turn = state.upload_checks.acquire().await?;
-        tokio::task::spawn_blocking(move || crate::hosted::check_upload(&checked_path, &checked_overrides, &spec)).await
-    };
+    // The place goes with the check, not the request: a client that leaves does not free it
+    // while its check still runs.
+    let turn = state.upload_checks.clone().acquire_owned().await?;
+    let checked = tokio::task::spawn_blocking(move || {
+        let _turn = turn;
+        crate::hosted::check_upload(&checked_path, &checked_overrides, &spec)
+    })
+    .await;
     let policy = match checked {
         Ok(Ok(p)) => p,
         Ok(Err(problems)) => return Ok(unsupported(problems)),

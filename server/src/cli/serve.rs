@@ -227,11 +227,12 @@ impl ConfigArgs {
                     .as_ref()
                     .map(|p| format!("`{key}` in {}, ", p.display()))
                     .unwrap_or_default();
-                anyhow::anyhow!(
-                    "{e} (set by {file}--{} or ARENA_{})",
-                    key.replace('_', "-"),
-                    key.to_uppercase()
-                )
+                // The flags are the keys' names, but for the backend's.
+                let flag = match key.as_str() {
+                    "sim_backend" => "backend".to_string(),
+                    other => other.replace('_', "-"),
+                };
+                anyhow::anyhow!("{e} (set by {file}--{flag} or ARENA_{})", key.to_uppercase())
             }
             _ => e.into(),
         })?;

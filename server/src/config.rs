@@ -63,6 +63,9 @@ pub struct ServerConfig {
     /// MB in all; the least recently written go first (and are written again when asked for).
     /// 0 = no limit.
     pub export_cache_mb: u64,
+    /// With a remote (`s3://`) store: MB of downloaded objects (trajectory files, policies) kept
+    /// in `scratch/cache/` for the next read; the least recently used go first. 0 = no limit.
+    pub download_cache_mb: u64,
     pub heartbeat_interval_s: f64,
     pub heartbeat_timeout_s: f64,
     /// Runs of an episode cut short by a lost agent connection before it is FAILED.
@@ -131,6 +134,7 @@ impl Default for ServerConfig {
             step_timeout_s: 0.0,
             hosted_runs: 0,
             export_cache_mb: 16_384,
+            download_cache_mb: 16_384,
             heartbeat_interval_s: 30.0,
             heartbeat_timeout_s: 60.0,
             max_attempts: 3,
@@ -458,7 +462,11 @@ impl ServerConfig {
             &self.data_dir,
             std::time::Duration::from_secs_f64(self.object_store_retry_s),
         )
-        .map(|objects| objects.with_direct_parts(!self.buffered_parts))
+        .map(|objects| {
+            objects
+                .with_direct_parts(!self.buffered_parts)
+                .with_download_cache_mb(self.download_cache_mb)
+        })
     }
 }
 

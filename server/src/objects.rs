@@ -41,6 +41,48 @@ pub struct Objects {
     /// Part files bypass the page cache where the filesystem allows it
     /// (`trajectory_store::part_file`).
     direct_parts: bool,
+    /// Bytes of downloads kept in the cache (0 = no limit).
+    download_cache_limit: u64,
+}
+
+/// A cached download used this recently is never removed to make room: whoever asked for it
+/// may not have opened it yet.
+const CACHE_IN_USE: Duration = Duration::from_secs(600);
+
+/// Keeps the files under `dir` within `limit` bytes: the least recently used first (a read
+/// refreshes a file's modification time), never `keep` and never a file used within `recent`.
+/// Returns how many were removed.
+fn prune_download_cache(dir: &Path, limit: u64, keep: &Path, recent: Duration) -> usize {
+    fn walk(dir: &Path, out: &mut Vec<(std::time::SystemTime, u64, PathBuf)>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            match entry.metadata() {
+                Ok(m) if m.is_dir() => walk(&path, out),
+                Ok(m) => out.push((m.modified().unwrap_or(std::time::UNIX_EPOCH), m.len(), path)),
+                Err(_) => {}
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(dir, &mut files);
+    let mut total: u64 = files.iter().map(|(_, size, _)| size).sum();
+    files.sort();
+    let now = std::time::SystemTime::now();
+    let mut removed = 0;
+    for (used, size, path) in files {
+        if total <= limit {
+            break;
+        }
+        let in_use = now.duration_since(used).map_or(true, |age| age < recent);
+        if path == keep || in_use {
+            continue;
+        }
+        if std::fs::remove_file(&path).is_ok() {
+            total -= size;
+            removed += 1;
+        }
+    }
+    removed
 }
 
 /// Puts `file` at `target` on a `file://` store without streaming it through the store: a hard
@@ -106,6 +148,7 @@ impl Objects {
                 scratch,
                 retry_for,
                 direct_parts: true,
+                download_cache_limit: 0,
             });
         }
         let Some(rest) = url.strip_prefix("s3://") else {
@@ -138,6 +181,7 @@ impl Objects {
             shown: format!("s3://{bucket}/{}", prefix.trim_matches('/')),
             retry_for,
             direct_parts: true,
+            download_cache_limit: 0,
         })
     }
 
@@ -178,6 +222,12 @@ impl Objects {
     /// past it where the filesystem allows (`true`, the default).
     pub fn with_direct_parts(mut self, direct: bool) -> Self {
         self.direct_parts = direct;
+        self
+    }
+
+    /// Keeps the download cache of a remote store within `mb` MB (0 = no limit).
+    pub fn with_download_cache_mb(mut self, mb: u64) -> Self {
+        self.download_cache_limit = mb.saturating_mul(1 << 20);
         self
     }
 
@@ -353,6 +403,10 @@ impl Objects {
         }
         let cached = self.scratch.join("cache").join(key);
         if cached.is_file() {
+            // Used now: the last to go when the cache is pruned.
+            if let Ok(f) = std::fs::File::options().append(true).open(&cached) {
+                let _ = f.set_modified(std::time::SystemTime::now());
+            }
             return Ok(Some(cached));
         }
         let found = match self.store.get(&Key::from(key)).await {
@@ -377,6 +431,14 @@ impl Objects {
         if let Err(e) = written {
             let _ = tokio::fs::remove_file(&partial).await;
             return Err(self.error(format!("caching {key} in {}", cached.display()), e));
+        }
+        if self.download_cache_limit > 0 {
+            let (dir, limit, keep) = (self.scratch.join("cache"), self.download_cache_limit, cached.clone());
+            let removed =
+                tokio::task::spawn_blocking(move || prune_download_cache(&dir, limit, &keep, CACHE_IN_USE)).await;
+            if let Ok(n @ 1..) = removed {
+                tracing::info!("removed {n} cached download(s) to keep the cache within {limit} bytes");
+            }
         }
         Ok(Some(cached))
     }
@@ -442,6 +504,37 @@ mod tests {
         let cached = write("cache/trajectories/s.h5", 3600);
         assert_eq!(objects.remove_abandoned_scratch(Duration::from_secs(600)), 1);
         assert!(!abandoned.exists() && live.exists() && cached.exists());
+    }
+
+    /// The download cache keeps within its limit: the least recently used go first, never the
+    /// file just cached nor one used within the protection window.
+    #[test]
+    fn the_download_cache_keeps_within_its_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, age_s: u64| {
+            let path = dir.path().join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, vec![0u8; 1000]).unwrap();
+            let f = std::fs::File::options().append(true).open(&path).unwrap();
+            f.set_modified(std::time::SystemTime::now() - Duration::from_secs(age_s))
+                .unwrap();
+            path
+        };
+        let oldest = write("trajectories/a.h5", 4000);
+        let older = write("trajectories/b.h5", 3000);
+        let recent = write("policies/c.onnx", 10);
+        let new = write("trajectories/d.h5", 0);
+        // 4000 bytes against 2500: the two oldest go; the recent one is protected.
+        let removed = prune_download_cache(dir.path(), 2500, &new, Duration::from_secs(600));
+        assert_eq!(removed, 2);
+        assert!(!oldest.exists() && !older.exists() && recent.exists() && new.exists());
+        // Nothing old enough left to remove: over the limit, but nothing goes.
+        assert_eq!(
+            prune_download_cache(dir.path(), 1000, &new, Duration::from_secs(600)),
+            0
+        );
+        assert_eq!(prune_download_cache(dir.path(), 1000, &new, Duration::from_secs(1)), 1);
+        assert!(!recent.exists() && new.exists());
     }
 
     /// A `file://` store places files in one step: readable through the store, replaced whole,

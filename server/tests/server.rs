@@ -854,7 +854,10 @@ fn a_failed_submission_left_unmerged_is_merged_at_the_next_start() {
     let (status, v) = server.get(&format!("/api/v1/submissions/{id}/trajectories"), Some(&token));
     assert_eq!(status, 404, "{v}");
     assert!(
-        v["error"]["message"].as_str().unwrap().contains("still being merged"),
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not merged into one yet"),
         "{v}"
     );
     let mut server = server;

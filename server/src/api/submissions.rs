@@ -365,7 +365,7 @@ pub(super) async fn get_trajectories(
             let parts = crate::objects::episode_parts_prefix(&s.id);
             let merging = s.status.is_final() && !state.objects.list(&parts).await.unwrap_or_default().is_empty();
             let why = if merging {
-                "has no trajectory file yet: its episodes' runs are still being merged into one; try again shortly"
+                "has no trajectory file yet: its episodes' runs are not merged into one yet (in the background; a merge that could not finish is done again at the server's next start)"
             } else if s.status.is_final() {
                 "has no trajectories"
             } else {

@@ -14,6 +14,7 @@ use prost::Message;
 use std::path::PathBuf;
 use tract_onnx::pb::ModelProto;
 
+/// One folder for the process; tests run in parallel, so each removes only its own files.
 fn dir() -> PathBuf {
     let d = std::env::temp_dir().join(format!("arena-onnx-hostile-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
@@ -48,6 +49,7 @@ fn every_hostile_file_is_refused_with_its_reason() {
             .to_string();
         assert!(text.contains(&case.name), "names the file: {text}");
         assert!(text.contains(&case.because), "{}: {text}", case.name);
+        std::fs::remove_file(&path).ok();
     }
 }
 
@@ -171,7 +173,7 @@ fn non_finite_outputs_become_non_finite_actions_not_a_panic() {
     let mut actions = vec![0.0f32; 29];
     agent.act(&batch, &mut actions);
     assert!(actions.iter().all(|a| !a.is_finite()), "{actions:?}");
-    std::fs::remove_dir_all(dir()).ok();
+    std::fs::remove_file(&path).ok();
 }
 
 /// A model that runs on zeros but not on the observations of an episode (an index taken from

@@ -755,14 +755,12 @@ fn a_phase_cannot_open_on_a_benchmark_the_server_cannot_load() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-#[test]
-fn a_store_failure_at_the_end_reaches_the_agent_without_server_paths() {
-    // The merged trajectory file cannot be written (a folder holds its name), so the run ends on
-    // a server error after every episode is stored. The agent is told that, and where the
-    // details are; the log has them; nothing is lost: the submission stays resumable.
-    let dir = tmp("store-failure-at-end");
-    let data = dir.join("data");
-    let server = ServerProc::start(&data, &["--object-store-retry-s", "1"]);
+/// A g1-smoke submission whose merged trajectory file cannot be written (a folder holds its
+/// name), and the client configuration that runs it once: (token, id, the folder, config).
+fn merge_blocked_submission(
+    server: &ServerProc,
+    data: &std::path::Path,
+) -> (String, String, std::path::PathBuf, ClientConfig) {
     let token = server.team("alpha");
     let (status, created) = server.post("/api/v1/submissions", Some(&token), "{\"benchmark\": \"g1-smoke\"}");
     assert_eq!(status, 201, "{created}");
@@ -779,6 +777,18 @@ fn a_store_failure_at_the_end_reaches_the_agent_without_server_paths() {
         },
     );
     config.max_reconnects = 0;
+    (token, id, blocker, config)
+}
+
+#[test]
+fn a_store_failure_at_the_end_reaches_the_agent_without_server_paths() {
+    // The merged trajectory file cannot be written (a folder holds its name), so the run ends on
+    // a server error after every episode is stored. The agent is told that, and where the
+    // details are; the log has them; nothing is lost: the submission stays resumable.
+    let dir = tmp("store-failure-at-end");
+    let data = dir.join("data");
+    let server = ServerProc::start(&data, &["--object-store-retry-s", "1"]);
+    let (token, id, blocker, config) = merge_blocked_submission(&server, &data);
     let mut told = Vec::new();
     let ended = client::run_blocking(&config, &mut ReplayAgent::new(), &mut |event| {
         if let ClientEvent::ServerError(e) = event {
@@ -818,22 +828,7 @@ fn a_failed_submission_left_unmerged_is_merged_at_the_next_start() {
     let dir = tmp("unmerged-failed");
     let data = dir.join("data");
     let server = ServerProc::start(&data, &["--object-store-retry-s", "1"]);
-    let token = server.team("alpha");
-    let (status, created) = server.post("/api/v1/submissions", Some(&token), "{\"benchmark\": \"g1-smoke\"}");
-    assert_eq!(status, 201, "{created}");
-    let id = created["id"].as_str().unwrap().to_string();
-    let blocker = data.join("trajectories").join(format!("{id}.h5"));
-    std::fs::create_dir_all(&blocker).unwrap();
-    std::fs::write(blocker.join("keep"), b"x").unwrap();
-    let mut config = ClientConfig::new(
-        server.ws_url(),
-        &token,
-        Mode::Submission {
-            benchmark: "g1-smoke".into(),
-            submission_id: Some(id.clone()),
-        },
-    );
-    config.max_reconnects = 0;
+    let (token, id, blocker, config) = merge_blocked_submission(&server, &data);
     assert!(client::run_blocking(&config, &mut ReplayAgent::new(), &mut |_| {}).is_err());
     let (status, v) = server.post(
         &format!("/api/v1/submissions/{id}/cancel"),

@@ -297,14 +297,7 @@ impl Engine {
         // A panic inside tract (an index out of range on a path that does not check) is the
         // model's failure, not the process's.
         let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.plan.run(inputs)))
-            .map_err(|panic| {
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "(no message)".into());
-                format!("tract panicked running the model: {what}")
-            })?
+            .map_err(|panic| format!("tract panicked running the model: {}", panic_message(&*panic)))?
             .map_err(|e| format!("{e:#}"))?;
         let actions = out[0].to_plain_array_view::<f32>().map_err(|e| format!("{e:#}"))?;
         let actions: Vec<f32> = actions.iter().copied().collect();
@@ -317,6 +310,15 @@ impl Engine {
         }
         Ok(actions)
     }
+}
+
+/// The text a panic carried (its payload is a `&str` or a `String` when it has one).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".into())
 }
 
 /// What a call of the optimised graph takes: the values of every node's outputs and the

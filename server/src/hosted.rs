@@ -143,11 +143,7 @@ async fn observations_hidden(state: &AppState, benchmark: &str, phase: &str) -> 
 /// What a panicked task said.
 fn panic_text(e: tokio::task::JoinError) -> String {
     match e.try_into_panic() {
-        Ok(payload) => payload
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "(no message)".into()),
+        Ok(payload) => arena_onnx::engine::panic_message(&*payload),
         Err(e) => e.to_string(),
     }
 }

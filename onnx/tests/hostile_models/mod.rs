@@ -58,6 +58,18 @@ pub fn tensor(name: &str, dims: &[i64], values: Vec<f32>) -> TensorProto {
     }
 }
 
+/// A Cast node of `input` to `to`.
+pub fn cast(input: &str, output: &str, to: DataType) -> NodeProto {
+    let mut n = node("Cast", &[input], &[output]);
+    n.attribute.push(AttributeProto {
+        name: "to".into(),
+        r#type: tract_onnx::pb::attribute_proto::AttributeType::Int as i32,
+        i: to as i64,
+        ..Default::default()
+    });
+    n
+}
+
 pub fn int64_tensor(name: &str, values: &[i64]) -> TensorProto {
     TensorProto {
         name: name.into(),
@@ -257,13 +269,7 @@ pub fn refused_files() -> Vec<Refused> {
         "values in the model's results, more than the limit",
     ));
     // Outputs that are not one row of float32 actions per observation row.
-    let mut to_double = node("Cast", &["h"], &["actions"]);
-    to_double.attribute.push(AttributeProto {
-        name: "to".into(),
-        r#type: tract_onnx::pb::attribute_proto::AttributeType::Int as i32,
-        i: DataType::Double as i64,
-        ..Default::default()
-    });
+    let to_double = cast("h", "actions", DataType::Double);
     cases.push(case(
         "double-output.onnx",
         plain(to_double, vec![]),
@@ -279,13 +285,7 @@ pub fn refused_files() -> Vec<Refused> {
     ));
     // An index computed from the observation, out of range whatever it is: found by the
     // run on zeros at load (tract's Gather does not check its indices on every path).
-    let mut to_index = node("Cast", &["shifted"], &["index"]);
-    to_index.attribute.push(AttributeProto {
-        name: "to".into(),
-        r#type: tract_onnx::pb::attribute_proto::AttributeType::Int as i32,
-        i: DataType::Int64 as i64,
-        ..Default::default()
-    });
+    let to_index = cast("shifted", "index", DataType::Int64);
     cases.push(case(
         "gather-out-of-range.onnx",
         policy(
@@ -337,13 +337,7 @@ pub const REFUSED_OPERATORS: [&str; 9] = [
 /// Runs on zeros, but takes a row of its table at 1000 × the first observation value: out of
 /// range for any value from 0.01 on.
 pub fn index_from_observation_policy() -> ModelProto {
-    let mut to_index = node("Cast", &["scaled"], &["index"]);
-    to_index.attribute.push(AttributeProto {
-        name: "to".into(),
-        r#type: tract_onnx::pb::attribute_proto::AttributeType::Int as i32,
-        i: DataType::Int64 as i64,
-        ..Default::default()
-    });
+    let to_index = cast("scaled", "index", DataType::Int64);
     policy(
         vec![
             node("Slice", &["obs", "zero_i", "one_i", "one_i"], &["first"]),

@@ -14,7 +14,9 @@ tyro): this script loads the files it needs by path, which need only torch and n
                                  source compiled on its own (the class needs the simulator)
 
 Each episode of EPISODES.json gives, per row, the 14 tracked bodies of the robot and of the
-reference (world positions and (w, x, y, z) orientations), both joint velocities, the row times,
+reference (world positions and (w, x, y, z) orientations), the robot's joint velocities, the
+reference's (`joint_vel`, or the clip's joint positions from which they are computed as mjlab's
+scripts/csv_to_npz.py writes a motion file's: torch.gradient along the clip), the row times,
 and the values the arena computed. The oracle replays mjlab's step: for row k >= 1 the
 reference of row k is re-anchored on the robot's anchor at row k - 1
 (update_relative_body_poses), the metrics pair it with the robot at row k, the terminations
@@ -108,6 +110,21 @@ def tensor(episode, key, rows, shape):
     return t
 
 
+def reference_joint_velocities(episode, rows):
+    """The reference's joint velocities of the episode's rows: `joint_vel` as given, or, given the
+    clip's joint positions (`clip_joint_pos`, `clip_fps`, `clip_first_frame`), computed as
+    mjlab's csv_to_npz.py writes them into a motion file: torch.gradient along the clip."""
+    if "clip_joint_pos" not in episode:
+        return tensor(episode, "joint_vel", rows, (29,))
+    clip = torch.tensor(episode["clip_joint_pos"], dtype=torch.float64)
+    first = int(episode.get("clip_first_frame", 0))
+    fps = float(episode.get("clip_fps", 0.0))
+    if clip.ndim != 2 or clip.shape[1] != 29 or fps <= 0 or first < 0 or first + rows > clip.shape[0]:
+        raise BadInput(f"episode {episode.get('name', '?')}: clip_joint_pos {tuple(clip.shape)} at fps {fps} "
+                       f"does not hold rows {first}..{first + rows}")
+    return torch.gradient(clip, spacing=1.0 / fps, dim=0)[0][first:first + rows]
+
+
 def replay(episode, MotionCommand, metrics, terminations):
     times = episode["times"]
     rows = len(times)
@@ -115,7 +132,7 @@ def replay(episode, MotionCommand, metrics, terminations):
         raise BadInput(f"episode {episode.get('name', '?')}: {rows} row(s); needs the reset row and a step")
     ref_pos = tensor(episode, "body_pos_w", rows, (14, 3))
     ref_quat = tensor(episode, "body_quat_w", rows, (14, 4))
-    ref_vel = tensor(episode, "joint_vel", rows, (29,))
+    ref_vel = reference_joint_velocities(episode, rows)
     robot_pos = tensor(episode, "robot_body_pos_w", rows, (14, 3))
     robot_quat = tensor(episode, "robot_body_quat_w", rows, (14, 4))
     robot_vel = tensor(episode, "robot_joint_vel", rows, (29,))

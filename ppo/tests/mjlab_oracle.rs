@@ -134,8 +134,16 @@ fn close_tracker(t: &Trajectory, kin: &mut Kinematics) -> Trajectory {
 }
 
 /// One episode as the oracle reads it: the 14 tracked bodies' poses (orientations by forward
-/// kinematics, as the arena's scoring gets them), joint velocities, times and the arena's values.
-fn exchange(name: &str, t: &Trajectory, kin: &mut Kinematics, arena: &serde_json::Value) -> serde_json::Value {
+/// kinematics, as the arena's scoring gets them), the robot's joint velocities, the clip's 50 Hz
+/// joint positions with the episode's first frame (the oracle takes the reference's velocities
+/// from them as mjlab's `csv_to_npz.py` does), times and the arena's values.
+fn exchange(
+    name: &str,
+    t: &Trajectory,
+    library: &MotionLibrary,
+    kin: &mut Kinematics,
+    arena: &serde_json::Value,
+) -> serde_json::Value {
     let w = 3 * NUM_BODIES_EXT;
     let bodies = |pos: &[f64], qpos: &[f64], kin: &mut Kinematics| {
         let mut p = Vec::new();
@@ -156,9 +164,20 @@ fn exchange(name: &str, t: &Trajectory, kin: &mut Kinematics, arena: &serde_json
     let robot_vel: Vec<Vec<f64>> = (0..t.len())
         .map(|k| t.rows.qvel[k * NV + 6..(k + 1) * NV].to_vec())
         .collect();
-    let ref_vel: Vec<Vec<f64>> = (0..t.len())
-        .map(|k| t.rows.ref_state[k * STATE_DIM + NUM_JOINTS..k * STATE_DIM + 2 * NUM_JOINTS].to_vec())
+    let motion = &library.motions[t.motion];
+    assert_eq!(
+        motion.fps,
+        1.0 / CONTROL_DT,
+        "the library's clips are at the control rate"
+    );
+    let clip_joint_pos: Vec<Vec<f64>> = (0..motion.num_frames)
+        .map(|f| motion.qpos[f * NQ + 7..(f + 1) * NQ].to_vec())
         .collect();
+    let first_frame = (t.start_time * motion.fps).round() as usize;
+    assert!(
+        (first_frame as f64 / motion.fps - t.start_time).abs() < 1e-12,
+        "an episode starts on a frame"
+    );
     json!({
         "name": name,
         "times": t.rows.times,
@@ -167,7 +186,9 @@ fn exchange(name: &str, t: &Trajectory, kin: &mut Kinematics, arena: &serde_json
         "body_pos_w": ref_pos,
         "body_quat_w": ref_quat,
         "robot_joint_vel": robot_vel,
-        "joint_vel": ref_vel,
+        "clip_joint_pos": clip_joint_pos,
+        "clip_first_frame": first_frame,
+        "clip_fps": motion.fps,
         "arena": arena,
     })
 }
@@ -222,7 +243,7 @@ fn mjlab_metrics_match_mjlabs_own_functions() {
     ] {
         let values = score_trajectory(&t.rows, &names, &config).unwrap();
         terminated.push((name, values["mjlab_success"] == 0.0));
-        episodes.push(exchange(name, t, &mut kin, &json!(values)));
+        episodes.push(exchange(name, t, &library, &mut kin, &json!(values)));
     }
     // The cases are what they say: the clean and drifting replays succeed, the others do not.
     assert_eq!(

@@ -241,12 +241,13 @@ pub fn score_trajectory(
 /// Metrics that need body orientations and joint velocities (mjlab's) get them from what a
 /// trajectory file stores too, so a live score and a rescore of the file agree: orientations by
 /// forward kinematics of `qpos` and `ref_qpos`, the robot's joint velocities from `qvel`, the
-/// reference's from its `state` row (the motion library's velocities, as recorded).
+/// reference's as mjlab's motion files hold them ([`mjlab_reference_joint_velocities`]).
 struct ScoringInputs<'t> {
     trajectory: &'t TrajectoryRows,
     orientations: bool,
     sim_quat: Vec<f64>,
     ref_quat: Vec<f64>,
+    ref_joint_vel: Vec<f64>,
 }
 
 impl<'t> ScoringInputs<'t> {
@@ -256,11 +257,17 @@ impl<'t> ScoringInputs<'t> {
         } else {
             (Vec::new(), Vec::new())
         };
+        let ref_joint_vel = if orientations {
+            mjlab_reference_joint_velocities(trajectory)
+        } else {
+            Vec::new()
+        };
         Ok(ScoringInputs {
             trajectory,
             orientations,
             sim_quat,
             ref_quat,
+            ref_joint_vel,
         })
     }
 
@@ -289,12 +296,47 @@ impl<'t> ScoringInputs<'t> {
                 &[]
             },
             sim_joint_vel: with(self.orientations, &t.qvel[k * NV + 6..(k + 1) * NV]),
-            ref_joint_vel: with(
-                self.orientations,
-                &t.ref_state[k * STATE_DIM + NUM_JOINTS..k * STATE_DIM + 2 * NUM_JOINTS],
-            ),
+            ref_joint_vel: if self.orientations {
+                &self.ref_joint_vel[k * NUM_JOINTS..(k + 1) * NUM_JOINTS]
+            } else {
+                &[]
+            },
         })
     }
+}
+
+/// The reference's joint velocities of every recorded row as mjlab's motion files hold them:
+/// `csv_to_npz.py` writes `joint_vel` as `torch.gradient` of the 50 Hz joint positions, central
+/// differences inside the clip and one-sided at its ends. Inside the episode they come from the
+/// recorded `ref_qpos` rows on either side. The last row has none after it: the motion library
+/// (and the reference `state` rows agents see) keeps BFM-Zero's forward difference
+/// q̇_k = (q_{k+1} − q_k)/Δt (at a clip's last frame the difference before it), so that row's
+/// recorded velocity gives the step ahead, and (q̇_k + (q_k − q_{k−1})/Δt) / 2 is the central
+/// difference inside the clip and the backward one at its last frame, as torch.gradient's (to
+/// the recorded velocity's float32). Row 0 (the reset, never measured) keeps the recorded one.
+fn mjlab_reference_joint_velocities(t: &TrajectoryRows) -> Vec<f64> {
+    let rows = t.len();
+    let joints = |k: usize| &t.ref_qpos[k * NQ + 7..(k + 1) * NQ];
+    let span = |a: usize, b: usize| t.times[b] - t.times[a];
+    let mut out = vec![0.0; rows * NUM_JOINTS];
+    for k in 0..rows {
+        let recorded = &t.ref_state[k * STATE_DIM + NUM_JOINTS..k * STATE_DIM + 2 * NUM_JOINTS];
+        let row = &mut out[k * NUM_JOINTS..(k + 1) * NUM_JOINTS];
+        if k > 0 && k + 1 < rows && span(k - 1, k + 1) > 0.0 {
+            let (after, before, dt2) = (joints(k + 1), joints(k - 1), span(k - 1, k + 1));
+            for j in 0..NUM_JOINTS {
+                row[j] = (after[j] - before[j]) / dt2;
+            }
+        } else if k > 0 && span(k - 1, k) > 0.0 {
+            let (now, before, dt) = (joints(k), joints(k - 1), span(k - 1, k));
+            for j in 0..NUM_JOINTS {
+                row[j] = 0.5 * (recorded[j] + (now[j] - before[j]) / dt);
+            }
+        } else {
+            row.copy_from_slice(recorded);
+        }
+    }
+    out
 }
 
 thread_local! {
@@ -418,6 +460,56 @@ mod tests {
     use arena_sdk::ObservationLayout;
     use arena_sdk::layout::{REFERENCE_GOAL_GROUP, REFERENCE_GROUP};
     use std::ops::Range;
+
+    /// mjlab's metrics get the reference's joint velocities as mjlab's motion files hold them
+    /// (`torch.gradient` of the clip's joint positions), from rows that record BFM-Zero's
+    /// forward difference: central inside the clip, backward at its last frame.
+    #[test]
+    fn mjlab_reference_joint_velocities_are_the_clips_gradient() {
+        let (dt, frames, first) = (0.02, 60usize, 10usize);
+        let q = |f: usize, j: usize| 0.5 * (2.0 * std::f64::consts::PI * f as f64 * dt + j as f64).sin();
+        let forward = |f: usize, j: usize| {
+            if f + 1 < frames {
+                (q(f + 1, j) - q(f, j)) / dt
+            } else {
+                (q(f, j) - q(f - 1, j)) / dt
+            }
+        };
+        let mut t = TrajectoryRows::default();
+        for f in first..frames {
+            t.times.push(f as f64 * dt);
+            let mut qpos = [0.0; NQ];
+            qpos[3] = 1.0;
+            let mut state = [0.0; STATE_DIM];
+            for j in 0..NUM_JOINTS {
+                qpos[7 + j] = q(f, j);
+                state[NUM_JOINTS + j] = forward(f, j);
+            }
+            t.ref_qpos.extend_from_slice(&qpos);
+            t.ref_state.extend_from_slice(&state);
+        }
+        let v = mjlab_reference_joint_velocities(&t);
+        let mut worst_forward_error = 0.0f64;
+        for (k, f) in (first..frames).enumerate() {
+            for j in 0..NUM_JOINTS {
+                let gradient = match (k, f + 1 < frames) {
+                    (0, _) => forward(f, j),
+                    (_, true) => (q(f + 1, j) - q(f - 1, j)) / (2.0 * dt),
+                    (_, false) => (q(f, j) - q(f - 1, j)) / dt,
+                };
+                let got = v[k * NUM_JOINTS + j];
+                assert!(
+                    (got - gradient).abs() < 1e-9,
+                    "row {k} joint {j}: {got} against {gradient}"
+                );
+                worst_forward_error = worst_forward_error.max((forward(f, j) - gradient).abs());
+            }
+        }
+        assert!(
+            worst_forward_error > 0.1,
+            "the recorded forward difference differs: {worst_forward_error}"
+        );
+    }
 
     #[test]
     fn an_episode_lasts_at_least_one_step() {

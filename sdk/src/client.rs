@@ -8,7 +8,7 @@ use crate::layout::ObservationLayout;
 use crate::protocol::agent_gateway_client::AgentGatewayClient;
 use crate::protocol::{
     self, Action, Connect, Connected, Disconnect, Encoding, EpisodeAction, EpisodeEnd, EpisodeInfo, GetAction,
-    Heartbeat, Msg, PROTOCOL_VERSION, ResetEpisode, codes,
+    Heartbeat, Msg, PRACTICE_WAITING, PROTOCOL_VERSION, ResetEpisode, codes,
 };
 use futures_util::{SinkExt, StreamExt};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -56,6 +56,10 @@ pub struct ClientConfig {
     pub max_reconnects: u32,
     pub initial_backoff: Duration,
     pub max_backoff: Duration,
+    /// How long opening a connection (TCP, TLS, the WebSocket handshake or the gRPC session)
+    /// may take before the attempt counts as failed: a proxy that accepts and never answers
+    /// must not hang the run.
+    pub connect_timeout: Duration,
     /// A session inside the server's own process instead of a network connection (the
     /// server's hosted evaluation of an uploaded policy): when set, `url` only names it.
     pub local: Option<LocalConnector>,
@@ -96,6 +100,7 @@ impl ClientConfig {
             max_reconnects: 10,
             initial_backoff: Duration::from_millis(200),
             max_backoff: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(10),
             local: None,
         }
     }
@@ -406,14 +411,45 @@ fn grpc_channel(target: String) -> Result<tonic::transport::Endpoint, String> {
         .map_err(|e| format!("not a gRPC address: {target}: {e}"))
 }
 
+/// Why a connection could not be opened.
+struct OpenError {
+    message: String,
+    /// The server was reached (it answered, if only with an HTTP status): worth retrying even
+    /// on a run's first connection.
+    server_answered: bool,
+}
+
+impl From<String> for OpenError {
+    fn from(message: String) -> Self {
+        OpenError {
+            message,
+            server_answered: false,
+        }
+    }
+}
+
 impl Connection {
-    /// Opens the transport the URL names and sends `connect` as the first message.
-    async fn open(config: &ClientConfig, connect: Msg) -> Result<Self, String> {
+    /// Opens the transport the URL names and sends `connect` as the first message, within
+    /// `config.connect_timeout`.
+    async fn open(config: &ClientConfig, connect: Msg) -> Result<Self, OpenError> {
+        match tokio::time::timeout(config.connect_timeout, Self::open_now(config, connect)).await {
+            Ok(opened) => opened,
+            Err(_) => Err(OpenError {
+                message: format!(
+                    "connecting to {}: no answer within {:?} (connect_timeout)",
+                    config.url, config.connect_timeout
+                ),
+                server_answered: false,
+            }),
+        }
+    }
+
+    async fn open_now(config: &ClientConfig, connect: Msg) -> Result<Self, OpenError> {
         if let Some(LocalConnector(open)) = &config.local {
             let (requests, responses) = open();
             requests
                 .send(connect)
-                .map_err(|_| "the in-process session closed at once".to_string())?;
+                .map_err(|_| OpenError::from("the in-process session closed at once".to_string()))?;
             return Ok(Connection::Local { requests, responses });
         }
         let url = config.url.as_str();
@@ -421,7 +457,7 @@ impl Connection {
             let channel = grpc_channel(endpoint)?
                 .connect()
                 .await
-                .map_err(|e| format!("connecting to {url}: {}", error_chain(&e)))?;
+                .map_err(|e| OpenError::from(format!("connecting to {url}: {}", error_chain(&e))))?;
             let mut client = AgentGatewayClient::new(channel).max_decoding_message_size(usize::MAX);
             let (requests, rx) = tokio::sync::mpsc::unbounded_channel();
             let _ = requests.send(protocol::Envelope { msg: Some(connect) });
@@ -429,7 +465,7 @@ impl Connection {
             let responses = client
                 .session(outbound)
                 .await
-                .map_err(|e| format!("opening a gRPC session at {url}: {}", e.message()))?
+                .map_err(|e| OpenError::from(format!("opening a gRPC session at {url}: {}", e.message())))?
                 .into_inner();
             return Ok(Connection::Grpc {
                 requests,
@@ -439,15 +475,21 @@ impl Connection {
         // TCP_NODELAY for the same reason as gRPC's (the last argument).
         let (socket, _) = tokio_tungstenite::connect_async_with_config(url, None, true)
             .await
-            .map_err(|e| format!("connecting to {url}: {e}"))?;
+            .map_err(|e| OpenError {
+                // An HTTP status instead of the upgrade (503 over the server's connection caps,
+                // "retry shortly"): a server is there, so the run retries as after a lost
+                // connection instead of stopping as unreachable.
+                server_answered: matches!(e, tokio_tungstenite::tungstenite::Error::Http(_)),
+                message: format!("connecting to {url}: {e}"),
+            })?;
         let mut connection = Connection::WebSocket {
             socket: Box::new(socket),
             encoding: config.encoding,
         };
-        connection
-            .send(connect)
-            .await
-            .map_err(|e| format!("sending Connect: {e}"))?;
+        connection.send(connect).await.map_err(|e| OpenError {
+            message: format!("sending Connect: {e}"),
+            server_answered: true,
+        })?;
         Ok(connection)
     }
 
@@ -514,6 +556,27 @@ fn throttle_delay(resets_at: &str) -> Duration {
         .map_or(Duration::from_secs(5), |d| d.min(Duration::from_secs(60)) + margin)
 }
 
+/// Asks for practice episodes while fewer than [`PRACTICE_WAITING`] of this connection's
+/// requests wait to start (the server refuses more), in the order given.
+async fn request_practice(
+    connection: &mut Connection,
+    episodes: &[ResetEpisode],
+    to_request: &mut std::collections::VecDeque<usize>,
+    requested: &mut Vec<usize>,
+    started: usize,
+) -> Result<(), String> {
+    while requested.len().saturating_sub(started) < PRACTICE_WAITING {
+        let Some(index) = to_request.pop_front() else { break };
+        let m = Msg::ResetEpisode(episodes[index].clone());
+        connection
+            .send(m)
+            .await
+            .map_err(|e| format!("sending ResetEpisode: {e}"))?;
+        requested.push(index);
+    }
+    Ok(())
+}
+
 /// Reusable buffers for answering GetAction.
 #[derive(Default)]
 struct ActBuffers {
@@ -548,8 +611,11 @@ async fn session(
     });
     let mut connection = match Connection::open(config, connect).await {
         Ok(c) => c,
-        Err(e) if !state.reached => return Ok(SessionEnd::NeverConnected(e)),
-        Err(e) => return Ok(SessionEnd::Lost(e)),
+        Err(e) if !state.reached && !e.server_answered => return Ok(SessionEnd::NeverConnected(e.message)),
+        Err(e) => {
+            state.reached |= e.server_answered;
+            return Ok(SessionEnd::Lost(e.message));
+        }
     };
     state.reached = true;
     let mut layout: Option<ObservationLayout> = None;
@@ -559,8 +625,11 @@ async fn session(
     let mut last_heard = Instant::now();
     let mut last_sent = Instant::now();
     let mut buffers = ActBuffers::default();
-    // Practice: the indices of the episodes asked for on this connection, in order.
+    // Practice: the indices of the episodes asked for on this connection, in order; those still
+    // to ask for; and how many of this connection's episodes have started.
     let mut requested: Vec<usize> = Vec::new();
+    let mut to_request = std::collections::VecDeque::new();
+    let mut started = 0usize;
     let mut ticker = tokio::time::interval(Duration::from_millis(500));
     // Set when a send failed: the server may have closed the session while the agent was
     // acting, and what it sent before closing (EpisodeEnds, Disconnect) is still to be read.
@@ -612,15 +681,13 @@ async fn session(
                 }
                 on_event(ClientEvent::Connected(&c));
                 if let Mode::Practice { episodes, .. } = &config.mode {
-                    for (index, e) in episodes.iter().enumerate() {
-                        if state.practice_done.contains(&index) {
-                            continue;
-                        }
-                        let m = Msg::ResetEpisode(e.clone());
-                        if let Err(e) = connection.send(m).await {
-                            return Ok(SessionEnd::Lost(format!("sending ResetEpisode: {e}")));
-                        }
-                        requested.push(index);
+                    to_request = (0..episodes.len())
+                        .filter(|index| !state.practice_done.contains(index))
+                        .collect();
+                    if let Err(e) =
+                        request_practice(&mut connection, episodes, &mut to_request, &mut requested, 0).await
+                    {
+                        return Ok(SessionEnd::Lost(e));
                     }
                 }
                 None
@@ -628,6 +695,13 @@ async fn session(
             Msg::EpisodeStart(s) => {
                 agent.reset(&s.episodes);
                 on_event(ClientEvent::EpisodeStart(&s.episodes));
+                started += s.episodes.len();
+                if let Mode::Practice { episodes, .. } = &config.mode
+                    && let Err(e) =
+                        request_practice(&mut connection, episodes, &mut to_request, &mut requested, started).await
+                {
+                    return Ok(SessionEnd::Lost(e));
+                }
                 None
             }
             Msg::GetAction(request) => {
@@ -813,6 +887,69 @@ mod tests {
             }
             other => panic!("expected Unreachable, got {other:?}"),
         }
+    }
+
+    fn submission_config(url: String) -> ClientConfig {
+        let mut config = ClientConfig::new(
+            url,
+            "t",
+            Mode::Submission {
+                benchmark: "g1-smoke".into(),
+                submission_id: None,
+            },
+        );
+        config.initial_backoff = Duration::from_millis(10);
+        config
+    }
+
+    #[test]
+    fn a_server_that_accepts_and_never_answers_times_out() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("ws://{}/api/v1/agent", listener.local_addr().unwrap());
+        // Accepted and held open, never a byte written: a proxy whose backend is down.
+        let held = std::thread::spawn(move || listener.accept().map(|(socket, _)| socket));
+        let mut config = submission_config(url.clone());
+        config.connect_timeout = Duration::from_millis(300);
+        let mut agent = crate::agents::ZeroAgent::default();
+        match run_blocking(&config, &mut agent, &mut |_| {}) {
+            Err(ClientError::Unreachable { attempts, last_error }) => {
+                assert_eq!(attempts, 1);
+                assert!(last_error.contains("no answer within 300ms"), "{last_error}");
+            }
+            other => panic!("expected Unreachable, got {other:?}"),
+        }
+        drop(held.join());
+    }
+
+    #[test]
+    fn a_server_over_its_connection_caps_is_retried_on_the_first_connection() {
+        // What `arena serve` answers over `max_connections` (connections.rs's REFUSED_RESPONSE).
+        const BUSY: &[u8] =
+            b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 5\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("ws://{}/api/v1/agent", listener.local_addr().unwrap());
+        let answered = std::thread::spawn(move || {
+            let mut count = 0;
+            for _ in 0..3 {
+                let Ok((mut socket, _)) = listener.accept() else { break };
+                let mut request = [0u8; 4096];
+                let _ = std::io::Read::read(&mut socket, &mut request);
+                let _ = std::io::Write::write_all(&mut socket, BUSY);
+                count += 1;
+            }
+            count
+        });
+        let mut config = submission_config(url);
+        config.max_reconnects = 2;
+        let mut agent = crate::agents::ZeroAgent::default();
+        match run_blocking(&config, &mut agent, &mut |_| {}) {
+            Err(ClientError::Unreachable { attempts, last_error }) => {
+                assert_eq!(attempts, 3, "the first attempt and two retries");
+                assert!(last_error.contains("503"), "{last_error}");
+            }
+            other => panic!("expected Unreachable after the retries, got {other:?}"),
+        }
+        assert_eq!(answered.join().unwrap(), 3);
     }
 
     #[test]

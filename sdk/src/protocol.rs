@@ -17,6 +17,11 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// The largest message the server accepts, and the most it sends in one (docs/protocol.md §1).
 pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
 
+/// Practice episodes a session may have asked for that have not started yet (docs/protocol.md
+/// §10): the server refuses a `reset_episode` beyond it, and the SDKs ask for more as episodes
+/// start.
+pub const PRACTICE_WAITING: usize = 1024;
+
 /// Stable error codes of `Error.code`.
 pub mod codes {
     /// A frame that is not valid JSON / protobuf, or not an object with a "type".

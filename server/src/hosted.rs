@@ -111,10 +111,13 @@ pub fn start(
             // Run again at the supervisor's next look (here or on another replica).
             Err(RunError::Stopped(why)) => tracing::warn!(submission = %id, "hosted run stopped: {why}"),
         }
-        state.hosted_runs.lock().expect("hosted runs lock").remove(&id);
+        // Released before it leaves the list of runs here: the other way round, the supervisor
+        // could claim it again in between (not in the list, and the claim still this server's)
+        // and this release would then drop the new run's claim.
         if let Err(e) = state.storage.release_hosted_run(&id).await {
             tracing::warn!(submission = %id, "{e}");
         }
+        state.hosted_runs.lock().expect("hosted runs lock").remove(&id);
     });
 }
 

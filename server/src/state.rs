@@ -351,14 +351,14 @@ async fn expire_idle_submissions(state: std::sync::Weak<AppState>) {
                 "abandoned: no agent ran it for {} (the server's idle_submission_expiry_s); resuming is no longer possible",
                 humantime::format_duration(std::time::Duration::from_secs(expiry.as_secs()))
             );
-            match state.storage.cancel_submission(&id, &reason).await {
-                Ok(()) => {
+            match state.storage.expire_idle_submission(&id, &reason, idle_since).await {
+                Ok(true) => {
                     tracing::info!("submission {id}: {reason}");
                     if let Err(e) = crate::trajectory_store::settle_failed(&state.storage, &state.objects, &id).await {
                         tracing::warn!("submission {id}: merging the runs of an abandoned submission: {e:#}");
                     }
                 }
-                Err(crate::storage::StorageError::Conflict(_)) => {} // finished meanwhile
+                Ok(false) => {} // finished, or taken up again, meanwhile
                 Err(e) => tracing::warn!("ending idle submission {id}: {e}"),
             }
         }

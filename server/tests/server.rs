@@ -293,6 +293,34 @@ fn sdk_client_completes_g1_smoke_on_postgres() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A practice run of more episodes than may wait to start at once (`PRACTICE_WAITING`)
+/// completes: the SDK asks for more as episodes start instead of all at once (before, the
+/// server refused the 1025th request and the run ended with `invalid_message`).
+#[test]
+fn a_practice_run_longer_than_the_waiting_bound_completes() {
+    let dir = tmp("e2e-practice-many");
+    let server = ServerProc::start(&dir, &[]);
+    let token = server.team("many");
+    let asked = arena_sdk::protocol::PRACTICE_WAITING + 40;
+    let episode = ResetEpisode {
+        motion: "stand".into(),
+        duration_s: 0.04,
+        ..Default::default()
+    };
+    let config = ClientConfig::new(
+        server.ws_url(),
+        &token,
+        Mode::Practice {
+            benchmark: "g1-smoke".into(),
+            episodes: vec![episode; asked],
+        },
+    );
+    let practice = client::run_blocking(&config, &mut ReplayAgent::new(), &mut |_| {}).unwrap();
+    assert_eq!(practice.episodes.len(), asked);
+    assert!(practice.episodes.iter().all(|e| e.status == "completed"));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn json_encoding_and_practice_sessions() {
     let dir = tmp("e2e-json");

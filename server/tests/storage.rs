@@ -104,6 +104,7 @@ on_both_engines!(
     quotas_per_day_and_in_total,
     concurrent_submissions_respect_the_quota,
     legacy_team_tokens_survive_the_migration,
+    idle_submissions_and_their_expiry,
 );
 
 async fn open(url: &str, engine: Engine) -> Storage {
@@ -1423,4 +1424,82 @@ async fn legacy_team_tokens_survive_the_migration(url: String, engine: Engine) {
         .await
         .unwrap();
     assert_ne!(new.id, token.id);
+}
+
+/// The idle expiry's two halves: which submissions are idle (none running under a live claim,
+/// no change since; a replica gone for good leaves RUNNING rows whose lease ran out, and they
+/// count as idle; hosted submissions never are), and the expiry itself, which looks again in
+/// its own statement (an agent that came back after the listing keeps its run).
+async fn idle_submissions_and_their_expiry(url: String, engine: Engine) {
+    use std::time::Duration;
+    let storage = open(&url, engine).await;
+    let a = storage.clone().with_lease("replica-a", Duration::from_millis(200));
+    let b = storage.clone().with_lease("replica-b", Duration::from_secs(60));
+    let team = setup(&storage, "red", "gone", 2).await;
+    for id in ["live", "hosted", "quiet"] {
+        storage
+            .create_submission(&new_submission(id, team, "bench-a"), &[episode(0)])
+            .await
+            .unwrap();
+    }
+    storage
+        .insert_hosted_policy(&HostedPolicy {
+            submission_id: "hosted".into(),
+            sha256: "sha".into(),
+            file_name: "policy.onnx".into(),
+            bytes: 1,
+            overrides: "{}".into(),
+            mapping: serde_json::json!({}),
+            created_at: 1,
+        })
+        .await
+        .unwrap();
+    // Replica a claims and dies; b runs "live".
+    assert_eq!(a.claim_next_episode("gone", 2).await.unwrap(), Some((0, 1)));
+    assert_eq!(b.claim_next_episode("live", 2).await.unwrap(), Some((0, 1)));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let idle_since = now_ms();
+    assert_eq!(storage.idle_submissions(idle_since).await.unwrap(), ["gone", "quiet"]);
+
+    // An agent comes back to "gone" on b after the listing: the expiry leaves it alone.
+    assert!(b.claim_next_episode("gone", 2).await.unwrap().is_some());
+    assert!(
+        !storage
+            .expire_idle_submission("gone", "abandoned", idle_since)
+            .await
+            .unwrap()
+    );
+    let gone = storage.submission("gone").await.unwrap().unwrap();
+    assert!(!gone.status.is_final(), "{:?}", gone.status);
+    // "quiet" is still idle: it ends, with its episodes, once.
+    assert!(
+        storage
+            .expire_idle_submission("quiet", "abandoned", idle_since)
+            .await
+            .unwrap()
+    );
+    let quiet = storage.submission("quiet").await.unwrap().unwrap();
+    assert_eq!(
+        (quiet.status, quiet.error.as_deref()),
+        (SubmissionStatus::Failed, Some("abandoned"))
+    );
+    let rows = storage.episodes("quiet").await.unwrap();
+    assert_eq!(
+        (rows[0].status, rows[0].reason.as_deref()),
+        (EpisodeState::Failed, Some("abandoned"))
+    );
+    assert!(
+        !storage
+            .expire_idle_submission("quiet", "abandoned", now_ms())
+            .await
+            .unwrap()
+    );
+    assert!(matches!(
+        storage.cancel_submission("quiet", "again").await,
+        Err(StorageError::Conflict(_))
+    ));
+    assert!(matches!(
+        storage.cancel_submission("no-such", "x").await,
+        Err(StorageError::NotFound(_))
+    ));
 }

@@ -320,6 +320,25 @@ fn episodes_truncate_at_motion_end_and_fall_rule_is_optional() {
     assert!(e.trajectory(0).rows.qpos[(e.trajectory(0).len() - 1) * NQ + 2] < 0.5);
 }
 
+/// A fall rule is looked at after a step, never on the reset row (as mjlab's terminations): a
+/// start that already breaks it (a crawl clip under `min_root_height`) runs one step, so the
+/// episode has a step of the agent's to score.
+#[test]
+fn the_fall_rule_is_not_applied_to_the_reset_row() {
+    let lib = library();
+    let config = TrackingEnvConfig {
+        fall_rule: Some(FallRule::MinRootHeight(5.0)),
+        ..Default::default()
+    };
+    let mut e = TrackingEnv::new(config, lib.clone()).unwrap();
+    e.reset(&[(0, assignment(1, 0, DrLevel::L0))]).unwrap();
+    assert_eq!(e.infos()[0].status, EpisodeStatus::Running);
+    assert_eq!(e.trajectory(0).len(), 1);
+    e.step(&[0.0f32; NUM_JOINTS]).unwrap();
+    assert_eq!(e.infos()[0].status, EpisodeStatus::Fell);
+    assert_eq!(e.trajectory(0).len(), 2);
+}
+
 #[test]
 fn state_dict_round_trip() {
     let lib = library();

@@ -187,7 +187,9 @@ export async function submissionPage(root, { id }, ctx) {
       if (e && e.name === 'AbortError') return;
       if (!ctx.live()) return;
       head.querySelector('.poll-error')?.remove();
-      head.append(h('div.poll-error', errorBox(e, 'Update failed')));
+      head.append(h('div.poll-error', errorBox(e, `Update failed (trying again every ${POLL_MS / 1000} s)`)));
+      // A server restarting or a network blip must not freeze the page: keep polling.
+      schedule();
       return;
     }
     if (!ctx.live()) return;

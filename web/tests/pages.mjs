@@ -112,7 +112,7 @@ page.on('console', (msg) => {
   if (type === 'error') {
     // Chromium logs every HTTP error response as "Failed to load resource"; those the test
     // provoked on purpose are fine.
-    if (/^Failed to load resource: the server responded with a status of 4\d\d/.test(text) && loc.url && seenAllowed.includes(loc.url)) return;
+    if (/^Failed to load resource: the server responded with a status of [45]\d\d/.test(text) && loc.url && seenAllowed.includes(loc.url)) return;
     problems.push({ kind: 'console.error', step: currentStep, text, url: loc.url });
   } else if (type === 'warning') {
     warnings.push({ step: currentStep, text: text.slice(0, 300), url: loc.url });
@@ -696,6 +696,24 @@ await step('pending submission (polling, cancel)', async () => {
   const start = polls;
   await page.waitForTimeout(4500);
   check('page polls while PENDING (every 2 s)', polls - start >= 2, polls - start);
+  // One failed poll (a server restarting) shows an error, and the page goes on polling: the next
+  // answer redraws the head without it.
+  let failNext = true;
+  const failOnce = async (route) => {
+    if (!failNext) return route.continue();
+    failNext = false;
+    return route.fulfill({ status: 503, contentType: 'application/json', body: JSON.stringify({ error: { code: 'unavailable', message: 'restarting' } }) });
+  };
+  const subUrl = `**/api/v1/submissions/${pid}`;
+  allow([{ re: new RegExp(`^/api/v1/submissions/${pid}$`), status: 503 }]);
+  await page.route(subUrl, failOnce);
+  await page.waitForSelector('#sub-summary .poll-error');
+  const recovered = await page
+    .waitForFunction(() => !document.querySelector('#sub-summary .poll-error') && document.querySelector('[data-testid=sub-status]'), null, { timeout: 7000 })
+    .then(() => true, () => false);
+  await page.unroute(subUrl, failOnce);
+  allow([]);
+  check('a failed poll shows an error and the page goes on polling', recovered);
   check('a submission no agent runs says it waits for its agent', (await page.locator('[data-testid=awaiting-agent]').count()) === 1);
   check('no downloads while PENDING', (await page.locator('#sub-actions [data-testid^=dl-]').count()) === 0 && (await page.locator('[data-testid=downloads-pending]').count()) === 1);
   check('no replay link on pending episodes', (await page.locator('[data-testid=episode-table] [data-testid=replay-link]').count()) === 0);

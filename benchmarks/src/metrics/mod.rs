@@ -18,7 +18,8 @@ mod trajectory;
 
 pub use registry::{METRICS, metric_info, metric_names};
 pub use success::{
-    SUCCESS_METRICS, SUCCESS_RULE_METRICS, SURVIVAL_METRICS, apply_fall_penalty, scored_until, survival_metric_for,
+    SUCCESS_METRICS, SUCCESS_RULE_METRICS, SUCCESS_RULES, SURVIVAL_METRICS, apply_fall_penalty, scored_until,
+    survival_metric_for,
 };
 pub use trajectory::dtw;
 

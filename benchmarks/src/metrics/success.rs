@@ -7,6 +7,11 @@ use std::collections::BTreeMap;
 /// The 0/1 success metrics: the ones a benchmark may rank by (`ranking.success`) and the ones a
 /// fall sets to 0.
 pub const SUCCESS_METRICS: [&str; 4] = ["success", "success_phc_linf", "success_phc_mean", "mjlab_success"];
+/// The success metrics a benchmark may name as its success rule (`ranking.success`): the ones
+/// with a failure time of their own ([`survival_metric_for`]), which says where scoring stopped
+/// and ranks as survival. PHC's single criteria (`success_phc_linf`, `success_phc_mean`) have
+/// none (`failure_time_s` is the first frame that breaks either), so they are metrics, not rules.
+pub const SUCCESS_RULES: [&str; 2] = ["success", "mjlab_success"];
 /// The failure-time metrics: PHC's and mjlab's (a benchmark's `ranking.survival` is the one of
 /// its success rule, [`survival_metric_for`]).
 pub const SURVIVAL_METRICS: [&str; 2] = ["failure_time_s", "mjlab_failure_time_s"];
@@ -24,8 +29,8 @@ pub fn scored_until(rule: Option<&str>, metrics: &BTreeMap<String, f64>) -> Opti
         .flatten()
 }
 
-/// The failure time that belongs to success metric `success`: mjlab's for `mjlab_success`,
-/// PHC's for the PHC criteria.
+/// The failure time that belongs to success rule `success`: mjlab's for `mjlab_success`,
+/// PHC's (the first frame that breaks either criterion) for `success`.
 pub fn survival_metric_for(success: &str) -> &'static str {
     if success == "mjlab_success" {
         "mjlab_failure_time_s"

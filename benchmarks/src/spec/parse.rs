@@ -559,8 +559,10 @@ impl Check<'_> {
                 "limits.step_timeout_ms",
                 raw.step_timeout_ms,
                 1000,
-                (1, i64::MAX),
-                "a positive number of milliseconds",
+                // At most a day, as the server's own `step_timeout_s`: one silent agent must
+                // not hold a lane for good.
+                (1, 86_400_000),
+                "a positive number of milliseconds, at most a day (86400000)",
             )? as u64,
         })
     }
@@ -714,13 +716,21 @@ impl Check<'_> {
     fn metrics(&self, raw: RawMetrics, known: &[&str]) -> Result<MetricSelection, SpecError> {
         let list = self.required("metrics.list", raw.list, "a non-empty list of metric names")?;
         let list = self.names("metrics.list", list, known, "metric")?;
+        // The last three `state` columns are the root's angular velocity, which the robot's row
+        // holds in the body frame × 0.25 and the reference's row in the world frame, unscaled
+        // (docs/observations.md §10.2): not comparable, so no slice reaches them.
+        const COMPARABLE: i64 = STATE_DIM as i64 - 3;
         let state_slice = match raw.state_slice.as_deref() {
             None => [0, 23],
-            Some(&[lo, hi]) if 0 <= lo && lo < hi && hi <= STATE_DIM as i64 => [lo as usize, hi as usize],
+            Some(&[lo, hi]) if 0 <= lo && lo < hi && hi <= COMPARABLE => [lo as usize, hi as usize],
             Some(other) => {
                 return Err(self.err(
                     "metrics.state_slice",
-                    format!("expected [lo, hi] with 0 <= lo < hi <= {STATE_DIM}, got {other:?}"),
+                    format!(
+                        "expected [lo, hi] with 0 <= lo < hi <= {COMPARABLE} (columns {COMPARABLE}-{STATE_DIM}, the root's \
+                         angular velocity, are in different frames and scales in the robot's and the reference's \
+                         rows), got {other:?}"
+                    ),
                 ));
             }
         };
@@ -763,12 +773,17 @@ impl Check<'_> {
         // Checked before the tie-breakers, whose messages assume a valid success metric.
         if let Some(success) = &raw.success {
             in_list("ranking.success", success)?;
-            if !crate::metrics::SUCCESS_METRICS.contains(&success.as_str()) {
+            if !crate::metrics::SUCCESS_RULES.contains(&success.as_str()) {
+                let why = if crate::metrics::SUCCESS_METRICS.contains(&success.as_str()) {
+                    " (a single PHC criterion has no failure time of its own to stop scoring at and rank by)"
+                } else {
+                    ""
+                };
                 return Err(self.err(
                     "ranking.success",
                     format!(
-                        "expected a 0/1 success metric ({}), got {success:?}",
-                        crate::metrics::SUCCESS_METRICS.join(", ")
+                        "expected a 0/1 success metric with its failure time ({}), got {success:?}{why}",
+                        crate::metrics::SUCCESS_RULES.join(", ")
                     ),
                 ));
             }

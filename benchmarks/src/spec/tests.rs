@@ -220,6 +220,11 @@ fn bad_files_name_the_key() {
         "fixed",
     );
     expect_err(
+        &format!("{MINIMAL}[limits]\nstep_timeout_ms = 1000000000000\n"),
+        "limits.step_timeout_ms",
+        "at most a day",
+    );
+    expect_err(
         &variant("primary = \"emd\"", "primary = \"ndtw\""),
         "ranking.primary",
         "\"ndtw\"",
@@ -318,7 +323,20 @@ fn bad_files_name_the_key() {
     expect_err(
         &variant("[\"emd\", \"mpjpe_g\"]", "[\"emd\"]\nstate_slice = [0, 65]"),
         "metrics.state_slice",
-        "<= 64",
+        "<= 61",
+    );
+    // The root's angular velocity: body frame × 0.25 for the robot, world frame for the reference.
+    expect_err(
+        &variant("[\"emd\", \"mpjpe_g\"]", "[\"emd\"]\nstate_slice = [58, 64]"),
+        "metrics.state_slice",
+        "different frames and scales",
+    );
+    assert_eq!(
+        parse(&variant("[\"emd\", \"mpjpe_g\"]", "[\"emd\"]\nstate_slice = [0, 61]"))
+            .unwrap()
+            .metrics
+            .state_slice,
+        [0, 61]
     );
     expect_err(
         &format!("{MINIMAL}[fall]\nrule = \"min_root_height\"\n"),
@@ -393,6 +411,13 @@ fn bad_files_name_the_key() {
         &format!("{MINIMAL}success = \"mpjpe_g\"\ntie_breakers = [\"mpjpe_g\"]\n"),
         "ranking.success",
         "0/1 success metric",
+    );
+    // PHC's single criteria are metrics, not rules: no failure time of their own.
+    let with_mean = MINIMAL.replace("[\"emd\", \"mpjpe_g\"]", "[\"emd\", \"mpjpe_g\", \"success_phc_mean\"]");
+    expect_err(
+        &format!("{with_mean}success = \"success_phc_mean\"\n"),
+        "ranking.success",
+        "no failure time of its own",
     );
     expect_err(&format!("{MINIMAL}direction = \"up\"\n"), "ranking.direction", "lower");
     // ranking.survival: failure_time_s from metrics.list, and only there.

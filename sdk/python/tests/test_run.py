@@ -121,6 +121,37 @@ def test_practice_explicit_urls(server: Server, team_token: str) -> None:
         assert [e.status for e in summary.episodes] == ["completed"], url
 
 
+def test_practice_longer_than_the_waiting_bound(server: Server, team_token: str) -> None:
+    """More practice episodes than may wait to start at once (PRACTICE_WAITING): the client asks
+    for more as episodes start (before, the server refused the 1025th and the run raised)."""
+    from arena_sdk.client import PRACTICE_WAITING
+
+    asked = PRACTICE_WAITING + 40
+    summary = run(
+        RecordingAgent(), server.http_url, team_token, benchmark="g1-smoke", practice=[{"motion": "stand", "duration_s": 0.04}] * asked
+    )
+    assert len(summary.episodes) == asked and {e.status for e in summary.episodes} == {"completed"}
+
+
+@pytest.mark.parametrize(
+    ("item", "says"),
+    [
+        ({"motion": "squat", "start_s": float("nan")}, "practice[1]: start_s must be finite"),
+        ({"motion": "squat", "duration_s": float("inf")}, "practice[1]: duration_s must be finite"),
+        ({"motion": "squat", "start_s": "1.0"}, "practice[1]: start_s must be a number"),
+        ({"motion": "squat", "seed": -1}, "practice[1]: seed must be an integer in [0, 2**64)"),
+        ({"motion": "squat", "speed": 2}, "practice[1]: "),
+        (3, "practice[1]: a motion name, a PracticeEpisode or a mapping"),
+        ("", "practice[1]: motion must be a non-empty name"),
+    ],
+)
+def test_practice_items_no_server_could_take_are_refused_before_connecting(item: object, says: str) -> None:
+    # Port 9 is closed: a check after connecting would raise UnreachableError instead.
+    with pytest.raises(ValueError) as info:
+        run(RecordingAgent(), "http://127.0.0.1:9", "t", benchmark="g1-smoke", encoding="json", practice=["squat", item])
+    assert says in str(info.value), str(info.value)
+
+
 def test_json_encoding_submission(server: Server, team_token: str) -> None:
     agent = RecordingAgent()
     summary = run(agent, server.http_url, team_token, benchmark="g1-smoke", encoding="json", agent_name="py-json")
@@ -213,6 +244,34 @@ def test_unreachable_server(transport: str) -> None:
     message = str(info.value)
     assert "refused" in message and "cannot reach the server at" in message, message
     assert "within" not in message, message
+
+
+def test_a_server_over_its_connection_caps_is_retried() -> None:
+    """A 503 "retry shortly" (the server over `max_connections`) answers even a run's first
+    connection: the run retries it, with backoff, instead of stopping as unreachable."""
+    import socket
+
+    busy = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 5\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    answered = []
+
+    def answer() -> None:
+        for _ in range(3):
+            conn, _ = listener.accept()
+            with conn:
+                conn.recv(4096)
+                conn.sendall(busy)
+            answered.append(1)
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    with pytest.raises(UnreachableError) as info:
+        run(RecordingAgent(), f"http://127.0.0.1:{port}", "t", benchmark="g1-smoke", max_reconnects=2, initial_backoff_s=0.01)
+    thread.join(timeout=10)
+    listener.close()
+    assert info.value.attempts == 3 and len(answered) == 3, (info.value.attempts, answered)
+    assert "503" in str(info.value), str(info.value)
 
 
 # --- invalid agent output ---------------------------------------------------------------------
@@ -662,3 +721,28 @@ def test_rate_limit_reset_time_is_read() -> None:
     assert _unix_time("2026-05-01T00:00:00Z") == 1777593600.0
     # Unreadable: retry a few seconds from now.
     assert 0 < _unix_time("soon") - time.time() <= 5.0
+
+
+def test_gains_as_numpy_arrays() -> None:
+    """The gains an EpisodeSpec or a policy's config holds (numpy arrays) are taken as given; the
+    shape checks still name what is wrong."""
+    from arena_sdk.client import check_gains
+
+    gains = check_gains(np.full(29, 40.0), np.full(29, 2.0), None)
+    assert gains.stiffness == (40.0,) * 29 and gains.damping == (2.0,) * 29
+    with pytest.raises(ValueError, match="joint_stiffness needs 29 values"):
+        check_gains(np.full(28, 40.0), np.full(28, 2.0), None)
+    with pytest.raises(ValueError, match="together"):
+        check_gains(np.full(29, 40.0), None, None)
+    assert check_gains(None, None, "mjlab") == check_gains((), (), "mjlab")
+
+
+def test_throttle_delay_as_the_rust_sdk() -> None:
+    """A rate-limit window that ends in the past on this clock waits 5 s (as the Rust SDK's
+    `throttle_delay`), not a quarter second."""
+    from arena_sdk.client import throttle_delay
+
+    assert throttle_delay(1000.0 - 30, 1000.0) == 5.0
+    assert throttle_delay(1000.0, 1000.0) == 5.0
+    assert throttle_delay(1010.0, 1000.0) == 10.25
+    assert throttle_delay(1000.0 + 600, 1000.0) == 60.25

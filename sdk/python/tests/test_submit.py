@@ -53,3 +53,31 @@ def test_submit_usage_errors(tmp_path: Path) -> None:
     assert bad_json.returncode == 2 and "--overrides is not JSON" in bad_json.stderr, bad_json.stderr
     unreachable = run(str(POLICY), "--server", "http://127.0.0.1:9", "--token", "t", "--benchmark", "b")
     assert unreachable.returncode == 1 and "cannot reach the server" in unreachable.stderr, unreachable.stderr
+    bad_scheme = run(str(POLICY), "--server", "ftp://h:1", "--token", "t", "--benchmark", "b")
+    assert bad_scheme.returncode == 2 and "--server: unsupported URL scheme 'ftp'" in bad_scheme.stderr, bad_scheme.stderr
+
+
+def test_rest_base_keeps_tls_and_prefix() -> None:
+    """The team token goes where the user pointed: TLS stays TLS, a proxy's prefix stays."""
+    from arena_sdk.submissions_cli import _base_url
+
+    assert _base_url("127.0.0.1:8080") == "http://127.0.0.1:8080"
+    assert _base_url("http://h:1/") == "http://h:1"
+    assert _base_url("https://arena.example.org") == "https://arena.example.org"
+    assert _base_url("https://h/arena/") == "https://h/arena"
+    assert _base_url("wss://h:443/arena/api/v1/agent") == "https://h:443/arena"
+    assert _base_url("ws://h:1/api/v1/agent") == "http://h:1"
+    assert _base_url("grpcs://h:443") == "https://h:443"
+    assert _base_url("grpc://h:50051") == "http://h:50051"
+
+
+def test_server_defaults_to_arena_server(tmp_path: Path) -> None:
+    """$ARENA_SERVER is the default address, as for `arena-agent` itself."""
+    done = subprocess.run(
+        [sys.executable, "-m", "arena_sdk.cli", "submissions", "--token", "t"],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(SDK_DIR / "src"), "PATH": "/usr/bin:/bin", "ARENA_SERVER": "https://127.0.0.1:9/p"},
+        timeout=60,
+    )
+    assert done.returncode == 1 and "cannot reach the server at https://127.0.0.1:9/p" in done.stderr, done.stderr

@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Practice episodes asked for that may wait for a slot at once (a flood of `reset_episode`
-/// otherwise queued without bound).
-pub const PRACTICE_WAITING: usize = 1024;
+/// otherwise queued without bound); the protocol's constant, which the SDKs keep to.
+pub use arena_sdk::protocol::PRACTICE_WAITING;
 
 /// What a client sent, quoted in a message: at most 100 characters of it.
 fn quoted(text: &str) -> String {

@@ -558,8 +558,15 @@ pub async fn complete_submission(
         .await
     {
         Ok(()) => {}
-        // Another session (another replica) completed it meanwhile.
-        Err(StorageError::Conflict(_)) => return Ok(Some(SubmissionStatus::Completed)),
+        // Finished meanwhile: completed by another session (another replica), or cancelled
+        // (the organiser, the idle expiry) between the merge and here. Say which: a cancelled
+        // one is not COMPLETED, and its parts are still read by the cancel's own merge.
+        Err(StorageError::Conflict(_)) => {
+            return match storage.submission(submission_id).await? {
+                Some(s) if s.status.is_final() => Ok(Some(s.status)),
+                _ => Ok(None),
+            };
+        }
         Err(e) => return Err(e.into()),
     }
     let summary = serde_json::to_string(&crate::leaderboard::ReportSummary::of(&report))?;

@@ -61,10 +61,17 @@ impl StorageError {
             sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => true,
             sqlx::Error::Protocol(_) | sqlx::Error::WorkerCrashed => true,
             // SQLSTATE 08 (connection exception), 57P01-57P03 (admin shutdown, crash shutdown,
-            // cannot connect now); SQLite's busy/locked come back as 5 and 6.
-            sqlx::Error::Database(db) => db
-                .code()
-                .is_some_and(|code| code.starts_with("08") || code.starts_with("57P") || code == "5" || code == "6"),
+            // cannot connect now), 40001 and 40P01 (a serialization failure, a deadlock: the
+            // transaction was rolled back and may be run again, as PostgreSQL asks); SQLite's
+            // busy/locked come back as 5 and 6.
+            sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+                code.starts_with("08")
+                    || code.starts_with("57P")
+                    || code == "40001"
+                    || code == "40P01"
+                    || code == "5"
+                    || code == "6"
+            }),
             _ => false,
         }
     }

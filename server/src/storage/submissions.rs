@@ -370,23 +370,47 @@ impl Storage {
     /// counted: `finish_episode` only moves RUNNING episodes). One transaction;
     /// [`StorageError::Conflict`] for a finished submission, [`StorageError::NotFound`] for none.
     pub async fn cancel_submission(&self, id: &str, reason: &str) -> Result<(), StorageError> {
+        match self.fail_open_submission(id, reason, None).await? {
+            true => Ok(()),
+            false => Err(self.submission_not_open(id, "cancel").await),
+        }
+    }
+
+    /// The idle expiry's end of a submission [`Storage::idle_submissions`] listed: as
+    /// [`Storage::cancel_submission`], in the same statement as a new look at whether it is
+    /// still idle since `idle_since`, so that an agent that attached and claimed episodes (on
+    /// any replica) after the listing keeps its run. False when it is no longer idle or open.
+    pub async fn expire_idle_submission(&self, id: &str, reason: &str, idle_since: i64) -> Result<bool, StorageError> {
+        self.fail_open_submission(id, reason, Some(idle_since)).await
+    }
+
+    /// A PENDING or RUNNING submission, and its unfinished episodes, FAILED with `reason`; with
+    /// `idle_since`, only if still idle then. False when no row was changed.
+    async fn fail_open_submission(
+        &self,
+        id: &str,
+        reason: &str,
+        idle_since: Option<i64>,
+    ) -> Result<bool, StorageError> {
         let _changed = self.leaderboards_changed();
         let context = || format!("cancelling submission {id}");
         let mut tx = self.pool.begin().await.ctx(context)?;
         let now = now_ms();
-        let done = sqlx::query(
+        let still_idle = match idle_since {
+            Some(_) => format!(" AND {}", idle_condition("$4")),
+            None => String::new(),
+        };
+        let statement = format!(
             "UPDATE submissions SET status = 'FAILED', finished_at = $2, error = $3 \
-             WHERE id = $1 AND status IN ('PENDING', 'RUNNING')",
-        )
-        .bind(id)
-        .bind(now)
-        .bind(reason)
-        .execute(&mut *tx)
-        .await
-        .ctx(context)?;
+             WHERE id = $1 AND status IN ('PENDING', 'RUNNING'){still_idle}"
+        );
+        let mut update = sqlx::query(&statement).bind(id).bind(now).bind(reason);
+        if let Some(since) = idle_since {
+            update = update.bind(since);
+        }
+        let done = update.execute(&mut *tx).await.ctx(context)?;
         if done.rows_affected() == 0 {
-            drop(tx);
-            return Err(self.submission_not_open(id, "cancel").await);
+            return Ok(false);
         }
         sqlx::query(
             "UPDATE episodes SET status = 'FAILED', reason = $2, updated_at = $3, \
@@ -400,19 +424,19 @@ impl Storage {
         .await
         .ctx(context)?;
         tx.commit().await.ctx(context)?;
-        self.stamp_board_change(id).await
+        self.stamp_board_change(id).await?;
+        Ok(true)
     }
 
-    /// The unfinished (PENDING or RUNNING) submissions with no RUNNING episode whose last change
-    /// (an episode's, else the submission's creation) is before `idle_since` (unix ms): nobody
-    /// is running them anywhere, and nobody has for a while.
+    /// The unfinished (PENDING or RUNNING) submissions nobody is running anywhere, and nobody
+    /// has for a while: see [`idle_condition`]. Hosted submissions are the server's own to run
+    /// (waiting for a place, or paused while their benchmark cannot be loaded) and never idle.
     pub async fn idle_submissions(&self, idle_since: i64) -> Result<Vec<String>, StorageError> {
-        let rows = sqlx::query(
-            "SELECT s.id FROM submissions s WHERE s.status IN ('PENDING', 'RUNNING') \
-             AND NOT EXISTS (SELECT 1 FROM episodes e WHERE e.submission_id = s.id AND e.status = 'RUNNING') \
-             AND COALESCE((SELECT MAX(e.updated_at) FROM episodes e WHERE e.submission_id = s.id), s.created_at) < $1 \
-             AND s.created_at < $1 ORDER BY s.created_at, s.id",
-        )
+        let rows = sqlx::query(&format!(
+            "SELECT id FROM submissions WHERE status IN ('PENDING', 'RUNNING') AND {} \
+             ORDER BY created_at, id",
+            idle_condition("$1")
+        ))
         .bind(idle_since)
         .fetch_all(&self.pool)
         .await
@@ -516,4 +540,19 @@ async fn quota_left(conn: &mut sqlx::AnyConnection, team_id: i64, quota: &Quota<
         });
     }
     Ok(())
+}
+
+/// SQL (over the `submissions` table's row) for "idle since `param`" (unix ms): not hosted; no
+/// episode RUNNING under a live claim (a claim whose lease ran out before `param` is a replica
+/// gone for good, whose episodes nobody settles while no claim is made); the last change (an
+/// episode's, else the submission's creation) before `param`.
+fn idle_condition(param: &str) -> String {
+    format!(
+        "NOT EXISTS (SELECT 1 FROM hosted_policies h WHERE h.submission_id = submissions.id) \
+         AND NOT EXISTS (SELECT 1 FROM episodes e WHERE e.submission_id = submissions.id AND e.status = 'RUNNING' \
+         AND (e.lease_expires_at IS NULL OR e.lease_expires_at >= {param})) \
+         AND COALESCE((SELECT MAX(e.updated_at) FROM episodes e WHERE e.submission_id = submissions.id), \
+         submissions.created_at) < {param} \
+         AND submissions.created_at < {param}"
+    )
 }

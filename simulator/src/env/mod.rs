@@ -75,6 +75,9 @@ pub struct EnvTimings {
     pub resets: u64,
 }
 
+/// Trajectory rows reserved per episode at its reset (a minute at 50 Hz); see `reset_one`.
+const MAX_RESERVED_ROWS: usize = 3001;
+
 pub struct TrackingEnv {
     timings: EnvTimings,
     config: TrackingEnvConfig,
@@ -545,7 +548,11 @@ impl TrackingEnv {
             ActionMode::JointPosition => slot.pending_command[..NUM_JOINTS].copy_from_slice(&qpos[7..]),
         }
         slot.history.clear();
-        let rows = ((motion.length_s - a.start_time) / CONTROL_DT).ceil() as usize + 1;
+        // Reserved for the rest of the motion, up to a minute: the env does not know the
+        // episode's window, and a short window at the start of an hour-long clip would reserve
+        // gigabytes per env (address space, which strict overcommit refuses). Longer episodes
+        // grow their rows as they go.
+        let rows = (((motion.length_s - a.start_time) / CONTROL_DT).ceil() as usize + 1).min(MAX_RESERVED_ROWS);
         if self.config.record {
             slot.trajectory.reset(&a, rows);
         }

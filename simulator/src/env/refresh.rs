@@ -205,15 +205,20 @@ impl RefreshContext<'_> {
             slot.pending.state.copy_from_slice(rows.state);
             slot.pending.filled = true;
         }
-        let fell = match self.config.fall_rule {
-            None => false,
-            Some(FallRule::MinRootHeight(h)) => qpos[2] < h,
-            Some(FallRule::MaxBodyDeviation(d)) => (0..NUM_BODIES_EXT).any(|b| {
-                let p = &bp[3 * b..3 * b + 3];
-                let q = &ref_body_pos[3 * b..3 * b + 3];
-                ((p[0] - q[0]).powi(2) + (p[1] - q[1]).powi(2) + (p[2] - q[2]).powi(2)).sqrt() > d
-            }),
-        };
+        // Not on the reset row: as in mjlab, terminations are looked at after a step, so an
+        // episode always has a step of the agent's to score (a start below `min_root_height`,
+        // a crawl clip's, would otherwise end as a fall with the reset row alone, which the
+        // mjlab metrics cannot score).
+        let fell = !self.after_reset
+            && match self.config.fall_rule {
+                None => false,
+                Some(FallRule::MinRootHeight(h)) => qpos[2] < h,
+                Some(FallRule::MaxBodyDeviation(d)) => (0..NUM_BODIES_EXT).any(|b| {
+                    let p = &bp[3 * b..3 * b + 3];
+                    let q = &ref_body_pos[3 * b..3 * b + 3];
+                    ((p[0] - q[0]).powi(2) + (p[1] - q[1]).powi(2) + (p[2] - q[2]).powi(2)).sqrt() > d
+                }),
+            };
         if fell {
             slot.status = EpisodeStatus::Fell;
         } else if motion_time >= motion.length_s - 1e-9 {

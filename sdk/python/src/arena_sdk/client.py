@@ -5,6 +5,7 @@ Mirrors the Rust SDK's client (sdk/src/client.rs)."""
 
 from __future__ import annotations
 
+import collections
 import logging
 import math
 import time
@@ -29,11 +30,15 @@ from .agent import (
 from .agent import agent_name as _agent_name
 from .errors import FATAL_CODES, ProtocolError, RefusedError, UnreachableError
 from .g1 import ANCHOR_BODY, NUM_JOINTS
-from .transports import ConnectionLost, Endpoint, Transport, open_transport, resolve_endpoint
+from .transports import ConnectionLost, Endpoint, ServerAnswered, Transport, open_transport, resolve_endpoint
 
 log = logging.getLogger("arena_sdk")
 
 PROTOCOL_VERSION = 1
+
+#: Practice episodes a session may have asked for that have not started yet (docs/protocol.md
+#: §10): the server refuses a reset_episode beyond it, so more are asked for as episodes start.
+PRACTICE_WAITING = 1024
 
 
 @dataclass(frozen=True)
@@ -119,8 +124,9 @@ def check_gains(
     joint_stiffness: Sequence[float] | None, joint_damping: Sequence[float] | None, gain_preset: str | None
 ) -> _Gains:
     """ValueError for gains the server would refuse for their shape alone (it checks the values)."""
-    stiffness = tuple(float(v) for v in joint_stiffness or ())
-    damping = tuple(float(v) for v in joint_damping or ())
+    # `is None`, not truthiness: numpy arrays (EpisodeSpec's gains, a policy's config) have none.
+    stiffness = () if joint_stiffness is None else tuple(float(v) for v in joint_stiffness)
+    damping = () if joint_damping is None else tuple(float(v) for v in joint_damping)
     if gain_preset and (stiffness or damping):
         raise ValueError("gain_preset excludes joint_stiffness / joint_damping (the preset names both)")
     if bool(stiffness) != bool(damping):
@@ -180,7 +186,7 @@ def run(
         raise ValueError(f"encoding must be 'binary' or 'json', got {encoding!r}")
     if encoding == "json" and endpoint.transport == "grpc":
         raise ValueError("encoding='json' is for WebSocket only; gRPC always carries protobuf")
-    episodes = None if practice is None else [_practice_episode(p) for p in practice]
+    episodes = None if practice is None else [_practice_episode(i, p) for i, p in enumerate(practice)]
     if episodes is not None and not episodes:
         raise ValueError("practice: give at least one episode")
     if episodes is not None and submission_id:
@@ -213,7 +219,7 @@ def run(
             return runner.summary
         if runner.throttled_until is not None:
             # Refused for the team's request rate: wait for the next window; not a failure.
-            delay = min(max(runner.throttled_until - time.time(), 0.0), 60.0) + 0.25
+            delay = throttle_delay(runner.throttled_until, time.time())
             log.warning("%s; retrying in %.1f s", lost, delay)
             time.sleep(delay)
             continue
@@ -231,6 +237,17 @@ def run(
         runner.summary.reconnects += 1
 
 
+def throttle_delay(resets_at: float, now: float) -> float:
+    """Seconds to wait after a rate-limit refusal, as the Rust SDK waits: until the server's
+    window resets (at most 60 s) and a quarter second more; 5 s when that time has already passed
+    on this machine's clock (the clocks disagree), so that a client ahead of the server does not
+    ask again four times a second."""
+    remaining = resets_at - now
+    if remaining <= 0:
+        return 5.0
+    return min(remaining, 60.0) + 0.25
+
+
 def _unix_time(rfc3339: str) -> float:
     """An RFC 3339 time as seconds since the epoch; a few seconds from now if unreadable."""
     try:
@@ -239,12 +256,34 @@ def _unix_time(rfc3339: str) -> float:
         return time.time() + 5.0
 
 
-def _practice_episode(p: PracticeSpec) -> PracticeEpisode:
+def _practice_episode(index: int, p: PracticeSpec) -> PracticeEpisode:
+    """Item `index` of `practice` as a PracticeEpisode; ValueError (before any connection) for
+    what no server could take: a motion that is not a name, times that are not finite numbers, a
+    seed outside uint64. Ranges that depend on the motion (start_s within the clip) are the
+    server's to check (RefusedError)."""
+    where = f"practice[{index}]"
     if isinstance(p, PracticeEpisode):
-        return p
-    if isinstance(p, str):
-        return PracticeEpisode(p)
-    return PracticeEpisode(**p)  # type: ignore[arg-type]
+        e = p
+    elif isinstance(p, str):
+        e = PracticeEpisode(p)
+    elif isinstance(p, Mapping):
+        try:
+            e = PracticeEpisode(**p)  # type: ignore[arg-type]
+        except TypeError as err:
+            raise ValueError(f"{where}: {err} (keys: motion, start_s, duration_s, seed)") from None
+    else:
+        raise ValueError(f"{where}: a motion name, a PracticeEpisode or a mapping, got {type(p).__name__}")
+    if not isinstance(e.motion, str) or not e.motion:
+        raise ValueError(f"{where}: motion must be a non-empty name, got {e.motion!r}")
+    for name in ("start_s", "duration_s"):
+        value = getattr(e, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise ValueError(f"{where}: {name} must be a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ValueError(f"{where}: {name} must be finite, got {value!r}")
+    if isinstance(e.seed, bool) or not isinstance(e.seed, (int, np.integer)) or not 0 <= e.seed < 2**64:
+        raise ValueError(f"{where}: seed must be an integer in [0, 2**64), got {e.seed!r}")
+    return e
 
 
 class _Runner:
@@ -305,10 +344,11 @@ class _Runner:
         try:
             connection = open_transport(self.endpoint, self.encoding, self.connect_timeout_s)
         except ConnectionLost as e:
-            if not self.reached:
+            if not self.reached and not isinstance(e, ServerAnswered):
                 # Nothing listening, or the wrong host or port: reconnecting is for connections
                 # that were up, so the run stops at once.
                 raise UnreachableError(1, f"cannot reach the server at {self.endpoint}: {e}") from e
+            self.reached = True
             return str(e)
         self.reached = True
         try:
@@ -337,6 +377,26 @@ class _Session:
         # Practice: indices (in runner.practice) of the episodes requested on this connection,
         # in order: episode ids count the accepted requests (a refused one ends the run).
         self.requested: list[int] = []
+        # Practice: the indices still to ask for, and how many episodes have started.
+        self.to_request: collections.deque[int] = collections.deque()
+        self.started = 0
+
+    def request_practice(self) -> None:
+        """Asks for practice episodes while fewer than PRACTICE_WAITING wait to start."""
+        practice = self.runner.practice or ()
+        while self.to_request and len(self.requested) - self.started < PRACTICE_WAITING:
+            index = self.to_request.popleft()
+            episode = practice[index]
+            envelope = pb.Envelope()
+            r = envelope.reset_episode
+            r.motion, r.start_s, r.duration_s, r.seed = (
+                episode.motion,
+                float(episode.start_s),
+                float(episode.duration_s),
+                int(episode.seed),
+            )
+            self.send(envelope)
+            self.requested.append(index)
 
     def send(self, envelope: pb.Envelope) -> None:
         if self.send_failed is not None:
@@ -403,19 +463,9 @@ class _Session:
         self.runner.on_event(
             Connected(c.session_id, c.submission_id, c.benchmark, c.episodes_total, c.episodes_remaining, spec)
         )
-        for index, episode in enumerate(self.runner.practice or ()):
-            if index in self.runner.practice_done:
-                continue
-            envelope = pb.Envelope()
-            r = envelope.reset_episode
-            r.motion, r.start_s, r.duration_s, r.seed = (
-                episode.motion,
-                episode.start_s,
-                episode.duration_s,
-                episode.seed,
-            )
-            self.send(envelope)
-            self.requested.append(index)
+        practice = self.runner.practice or ()
+        self.to_request.extend(i for i in range(len(practice)) if i not in self.runner.practice_done)
+        self.request_practice()
         return _CONTINUE
 
     def on_episode_start(self, s: pb.EpisodeStart) -> object:
@@ -426,6 +476,8 @@ class _Session:
         if reset is not None:
             reset(infos)
         self.runner.on_event(EpisodesStarted(infos))
+        self.started += len(infos)
+        self.request_practice()
         return _CONTINUE
 
     def on_get_action(self, request: pb.GetAction) -> object:

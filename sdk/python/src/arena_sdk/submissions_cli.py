@@ -5,20 +5,44 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from typing import TextIO
+from urllib.parse import urlsplit
+
+from .transports import AGENT_PATH
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 
 
+def default_server() -> str:
+    """The server address when --server is not given: $ARENA_SERVER, as `arena-agent` takes it."""
+    return os.environ.get("ARENA_SERVER", DEFAULT_SERVER)
+
+
 def _base_url(server: str) -> str:
-    """The REST base of a server address given as HOST:PORT, http://HOST:PORT or ws://... ."""
-    rest = server.split("://", 1)[1] if "://" in server else server
-    host = rest.split("/", 1)[0]
-    return f"http://{host}"
+    """The REST base of a server address, in any form `arena-agent` takes it: HOST:PORT,
+    http(s)://HOST:PORT[/PREFIX], ws(s)://HOST:PORT[/PREFIX]/api/v1/agent or grpc(s)://HOST:PORT.
+    TLS stays TLS (https, wss and grpcs give https) so that the team token never crosses in
+    clear text where the user asked for TLS, and a path prefix (a server behind a proxy) is kept.
+    ValueError for an address that is none of these."""
+    url = server if "://" in server else "http://" + server
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https", "ws", "wss", "grpc", "grpcs"):
+        raise ValueError(f"unsupported URL scheme {scheme!r} in {server!r} (use http://, https://, ws:// or grpc://)")
+    if not parts.netloc:
+        raise ValueError(f"no host in server URL {server!r}")
+    path = parts.path.rstrip("/")
+    if scheme in ("ws", "wss") and path.endswith(AGENT_PATH):
+        path = path[: -len(AGENT_PATH)]
+    if scheme in ("grpc", "grpcs"):
+        path = ""
+    tls = scheme in ("https", "wss", "grpcs")
+    return f"{'https' if tls else 'http'}://{parts.netloc}{path}"
 
 
 def fetch(server: str, token: str, timeout_s: float = 30.0) -> dict:
@@ -93,15 +117,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="List your team's submissions with their results (scored and failed episodes, "
         "success rate, score) and the quota left in each phase.",
     )
-    parser.add_argument("--server", default=DEFAULT_SERVER, help=f"the server [default: {DEFAULT_SERVER}]")
+    parser.add_argument(
+        "--server", default=default_server(), help=f"the server (default: $ARENA_SERVER or {DEFAULT_SERVER})"
+    )
     parser.add_argument("--token", default=None, help="team token (or ARENA_TOKEN)")
     parser.add_argument("--json", action="store_true", help="print the server's JSON")
     args = parser.parse_args(argv)
-    import os
-
     token = args.token or os.environ.get("ARENA_TOKEN")
     if not token:
         parser.error("give the team token with --token or ARENA_TOKEN")
+    try:
+        _base_url(args.server)
+    except ValueError as e:
+        parser.error(f"--server: {e}")
     try:
         listing = fetch(args.server, token)
     except RuntimeError as e:

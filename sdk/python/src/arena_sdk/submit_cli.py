@@ -15,7 +15,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from .submissions_cli import DEFAULT_SERVER, _base_url, _result
+from .submissions_cli import DEFAULT_SERVER, _base_url, _result, default_server
 
 #: Seconds between two looks at a submission with --wait.
 POLL_S = 2.0
@@ -91,7 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "A refused file lists every problem and uses no quota.",
     )
     parser.add_argument("policy", type=Path, help="the .onnx file")
-    parser.add_argument("--server", default=DEFAULT_SERVER, help=f"the server [default: {DEFAULT_SERVER}]")
+    parser.add_argument(
+        "--server", default=default_server(), help=f"the server (default: $ARENA_SERVER or {DEFAULT_SERVER})"
+    )
     parser.add_argument("--token", default=None, help="team token (or ARENA_TOKEN)")
     parser.add_argument("--benchmark", default="", help="the benchmark (or give --phase)")
     parser.add_argument("--phase", default="", help="the challenge phase (its benchmark applies)")
@@ -114,6 +116,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     token = args.token or os.environ.get("ARENA_TOKEN")
     if not token:
         parser.error("give the team token with --token or ARENA_TOKEN")
+    try:
+        _base_url(args.server)
+    except ValueError as e:
+        parser.error(f"--server: {e}")
     if not args.benchmark and not args.phase:
         parser.error("give --benchmark or --phase")
     if not args.policy.is_file():

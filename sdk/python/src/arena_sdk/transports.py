@@ -28,6 +28,12 @@ class ConnectionLost(Exception):
     """The connection failed or ended; the session may be resumed on a new one."""
 
 
+class ServerAnswered(ConnectionLost):
+    """The server answered the WebSocket handshake with an HTTP status instead of the upgrade
+    (503 "retry shortly" over its connection caps): a server is there, so even a run's first
+    connection is retried."""
+
+
 class Transport(Protocol):
     def send(self, envelope: pb.Envelope) -> None:
         """Sends one message; ConnectionLost when the connection is gone."""
@@ -96,7 +102,7 @@ class WebSocketTransport:
     """One WebSocket connection; the encoding of the first frame (Connect) is the session's."""
 
     def __init__(self, url: str, encoding: str, open_timeout: float) -> None:
-        from websockets.exceptions import InvalidHandshake, InvalidURI
+        from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
         from websockets.sync.client import connect
 
         self._binary = encoding == "binary"
@@ -115,7 +121,9 @@ class WebSocketTransport:
             )
         except InvalidURI as e:
             raise ValueError(str(e)) from e
-        except (OSError, TimeoutError, InvalidHandshake) as e:  # refused, DNS, HTTP status
+        except InvalidStatus as e:
+            raise ServerAnswered(f"connecting to {url}: {e}") from e
+        except (OSError, TimeoutError, InvalidHandshake) as e:  # refused, DNS, a bad handshake
             raise ConnectionLost(f"connecting to {url}: {e}") from e
 
     def send(self, envelope: pb.Envelope) -> None:

@@ -105,6 +105,7 @@ on_both_engines!(
     concurrent_submissions_respect_the_quota,
     legacy_team_tokens_survive_the_migration,
     idle_submissions_and_their_expiry,
+    a_stale_runs_cleanup_leaves_the_newer_claim,
 );
 
 async fn open(url: &str, engine: Engine) -> Storage {
@@ -591,7 +592,7 @@ async fn requeue_until_attempts_run_out(url: String, engine: Engine) {
     // 2 is finished and 3 is pending: neither is touched.
     assert_eq!(
         storage
-            .requeue_episodes("s-1", &[0, 1, 2, 3, 77], 2, reason)
+            .requeue_episodes("s-1", &[(0, 1), (1, 1), (2, 1), (3, 1), (77, 1)], 2, reason)
             .await
             .unwrap(),
         (2, 0)
@@ -606,7 +607,10 @@ async fn requeue_until_attempts_run_out(url: String, engine: Engine) {
     // Second attempt: 0 runs out of attempts, 1 is not running this time.
     assert_eq!(storage.start_episode("s-1", 0).await.unwrap(), Some(2));
     assert_eq!(
-        storage.requeue_episodes("s-1", &[0, 1], 2, reason).await.unwrap(),
+        storage
+            .requeue_episodes("s-1", &[(0, 2), (1, 2)], 2, reason)
+            .await
+            .unwrap(),
         (0, 1)
     );
     let row = &storage.episodes("s-1").await.unwrap()[0];
@@ -617,7 +621,10 @@ async fn requeue_until_attempts_run_out(url: String, engine: Engine) {
         None,
         "a failed episode stays failed"
     );
-    assert_eq!(storage.requeue_episodes("s-1", &[0], 2, reason).await.unwrap(), (0, 0));
+    assert_eq!(
+        storage.requeue_episodes("s-1", &[(0, 2)], 2, reason).await.unwrap(),
+        (0, 0)
+    );
     assert_eq!(storage.episode_counts("s-1").await.unwrap(), (2, 0, 2));
     assert_eq!(storage.requeue_episodes("s-1", &[], 2, reason).await.unwrap(), (0, 0));
     // What the re-runs cost, as listings show it (issue 39): episode 0 ran twice, the others
@@ -650,9 +657,12 @@ async fn recover_after_restart(url: String, engine: Engine) {
         .finish_episode("s-running", 1, &outcome(EpisodeState::Completed, 5))
         .await
         .unwrap();
-    storage.requeue_episodes("s-running", &[1], 3, "x").await.unwrap();
+    storage.requeue_episodes("s-running", &[(1, 1)], 3, "x").await.unwrap();
     storage.start_episode("s-running", 2).await.unwrap();
-    storage.requeue_episodes("s-running", &[2], 3, "lost").await.unwrap();
+    storage
+        .requeue_episodes("s-running", &[(2, 1)], 3, "lost")
+        .await
+        .unwrap();
     storage.start_episode("s-running", 2).await.unwrap(); // attempt 2, in flight at the crash
     // A finished submission's stray RUNNING episode is left alone.
     storage.start_episode("s-done", 0).await.unwrap();
@@ -707,7 +717,12 @@ async fn returned_after_a_server_error(url: String, engine: Engine) {
     assert_eq!(a.renew_leases().await.unwrap(), 2);
     // 2 is b's and 77 does not exist: only 0 goes back.
     let reason = "the server: simulator lane 0 panicked";
-    assert_eq!(a.return_episodes("s-1", &[0, 2, 77], reason).await.unwrap(), 1);
+    assert_eq!(
+        a.return_episodes("s-1", &[(0, 1), (2, 1), (77, 1)], reason)
+            .await
+            .unwrap(),
+        1
+    );
     let rows = a.episodes("s-1").await.unwrap();
     assert_eq!((rows[0].status, rows[0].attempts), (EpisodeState::Pending, 0));
     assert_eq!(rows[0].reason.as_deref(), Some(reason));
@@ -758,9 +773,9 @@ async fn batched_claims_take_the_lowest_pending_in_order(url: String, engine: En
         "{rows:?}"
     );
     // a stops renewing: its three come back to b, as second attempts, once the lease is over.
-    a.forget_claim("s-1", 0);
-    a.forget_claim("s-1", 1);
-    a.forget_claim("s-1", 2);
+    a.forget_claim("s-1", 0, 1);
+    a.forget_claim("s-1", 1, 1);
+    a.forget_claim("s-1", 2, 1);
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert_eq!(
         b.claim_next_episodes("s-1", 2, 100).await.unwrap(),
@@ -832,7 +847,10 @@ async fn leases_between_replicas(url: String, engine: Engine) {
             .await
             .unwrap()
     );
-    assert_eq!(b.requeue_episodes("s-1", &[0], 2, "not mine").await.unwrap(), (0, 0));
+    assert_eq!(
+        b.requeue_episodes("s-1", &[(0, 1)], 2, "not mine").await.unwrap(),
+        (0, 0)
+    );
     // b waits for a's claims; a renews both of its own.
     let expiry = b.others_lease_expiry("s-1").await.unwrap().expect("a holds two");
     assert!(expiry > now_ms() && expiry <= now_ms() + 600, "{expiry}");
@@ -877,7 +895,7 @@ async fn leases_between_replicas(url: String, engine: Engine) {
     // A claim a still holds is alive on a, whatever its lease says (renewals may have failed):
     // a does not settle it; a commit given up on (forgotten) is settled like any other.
     assert_eq!(a.claim_next_episode("s-2", 2).await.unwrap(), None);
-    a.forget_claim("s-2", 0);
+    a.forget_claim("s-2", 0, 1);
     assert_eq!(a.claim_next_episode("s-2", 2).await.unwrap(), Some((0, 2)));
     // The old run cannot commit over the new one, though both are a's.
     assert!(!a.commit_episode("s-2", 0, Some(1), &done).await.unwrap());
@@ -1502,4 +1520,35 @@ async fn idle_submissions_and_their_expiry(url: String, engine: Engine) {
         storage.cancel_submission("no-such", "x").await,
         Err(StorageError::NotFound(_))
     ));
+}
+
+/// A run whose lease ran out while it went on (renewals failing), and whose episode this same
+/// replica then claimed again: the old run's cleanup (its commit refused, a requeue, a return
+/// after a server error, a claim given up on) leaves the newer claim held, renewed and
+/// counted as it is.
+async fn a_stale_runs_cleanup_leaves_the_newer_claim(url: String, engine: Engine) {
+    use std::time::Duration;
+    let (a, b) = two_replicas(&url, engine).await;
+    setup(&a, "red", "s-1", 1).await;
+    assert_eq!(a.claim_next_episode("s-1", 3).await.unwrap(), Some((0, 1)));
+    // a's run 1 goes on, but a's renewals fail (none is made here): b settles the claim.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let expired = b.expire_leases("s-1", 3).await.unwrap();
+    assert_eq!((expired.requeued, expired.failed), (1, 0));
+    // a claims it again: run 2. Run 1's late cleanup must not touch it.
+    assert_eq!(a.claim_next_episode("s-1", 3).await.unwrap(), Some((0, 2)));
+    let done = outcome(EpisodeState::Completed, 4);
+    assert!(
+        !a.commit_episode("s-1", 0, Some(1), &done).await.unwrap(),
+        "run 1 is stale"
+    );
+    assert_eq!(a.renew_leases().await.unwrap(), 1, "run 2 is still held");
+    assert_eq!(a.requeue_episodes("s-1", &[(0, 1)], 3, "lost").await.unwrap(), (0, 0));
+    assert_eq!(a.return_episodes("s-1", &[(0, 1)], "server error").await.unwrap(), 0);
+    a.forget_claim("s-1", 0, 1);
+    assert_eq!(a.renew_leases().await.unwrap(), 1, "run 2 is still held");
+    let row = &a.episodes("s-1").await.unwrap()[0];
+    assert_eq!((row.status, row.attempts), (EpisodeState::Running, 2));
+    assert!(a.commit_episode("s-1", 0, Some(2), &done).await.unwrap());
+    assert_eq!(a.renew_leases().await.unwrap(), 0);
 }

@@ -345,7 +345,7 @@ fn commit_stored(
             // team gets the fact.
             tracing::error!("episode {idx}: could not store the trajectory: {e:#}");
             let why = "the server could not store the trajectory (details in the server log)";
-            let just_this = [idx];
+            let just_this = [(idx, *run_attempt as i64)];
             let requeued = db_call(&ctx.runtime, "re-queueing an episode", || {
                 storage.requeue_episodes(submission_id, &just_this, submission.max_attempts, why)
             });
@@ -356,7 +356,7 @@ fn commit_stored(
                 Err(e) => {
                     // Its lease runs out and it is claimed again.
                     tracing::error!("re-queueing episode {idx}: {e}");
-                    storage.forget_claim(submission_id, idx);
+                    storage.forget_claim(submission_id, idx, *run_attempt as i64);
                 }
             }
             continue;
@@ -394,8 +394,8 @@ fn commit_stored(
         Err(e) => {
             // Not counted, not lost: their leases run out and they are claimed again.
             tracing::error!("committing {} episodes: {e}", runs.len());
-            for (_, idx, ..) in &outcomes {
-                storage.forget_claim(submission_id, *idx);
+            for (_, idx, attempt, _) in &outcomes {
+                storage.forget_claim(submission_id, *idx, *attempt);
             }
         }
     }

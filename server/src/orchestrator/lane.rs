@@ -419,8 +419,7 @@ impl<'a> Lane<'a> {
                             .collect();
                         if let Err(LaneEnd::Error(why)) = &found {
                             // None of this claim reaches a slot: the whole claim goes back.
-                            let idxs: Vec<i64> = claimed.iter().map(|&(idx, _)| idx).collect();
-                            self.give_back(&idxs, &format!("the server: {why}"));
+                            self.give_back(&claimed, &format!("the server: {why}"));
                         }
                         return found;
                     }
@@ -665,7 +664,7 @@ impl<'a> Lane<'a> {
                     storage, submission_id, ..
                 } = &self.ctx.sink
                 {
-                    storage.forget_claim(submission_id, lost.episode.index as i64);
+                    storage.forget_claim(submission_id, lost.episode.index as i64, lost.attempt as i64);
                 }
             }
         }
@@ -680,23 +679,23 @@ impl<'a> Lane<'a> {
         self.give_back(&running, &format!("the server: {why}"));
     }
 
-    /// Empties every slot; the indices of the episodes they ran.
-    fn take_running(&mut self) -> Vec<i64> {
+    /// Empties every slot; the runs they held, (episode index, attempt).
+    fn take_running(&mut self) -> Vec<(i64, i64)> {
         self.slots
             .iter_mut()
             .filter_map(Option::take)
-            .map(|r| r.episode.index as i64)
+            .map(|r| (r.episode.index as i64, r.attempt as i64))
             .collect()
     }
 
     /// Empties the slots running `episodes` and gives those back ([`Self::give_back`]).
     fn return_slots_of(&mut self, episodes: &std::collections::HashSet<u32>, reason: &str) {
-        let running: Vec<i64> = self
+        let running: Vec<(i64, i64)> = self
             .slots
             .iter_mut()
             .filter(|r| r.as_ref().is_some_and(|r| episodes.contains(&(r.episode.index as u32))))
             .filter_map(Option::take)
-            .map(|r| r.episode.index as i64)
+            .map(|r| (r.episode.index as i64, r.attempt as i64))
             .collect();
         self.give_back(&running, reason);
     }
@@ -704,18 +703,18 @@ impl<'a> Lane<'a> {
     /// Returns claimed episodes to the queue without counting their attempt, `reason` kept as
     /// their last failure. Should the database refuse, the claims are let go all the same and
     /// their leases run out.
-    fn give_back(&self, idxs: &[i64], reason: &str) {
+    fn give_back(&self, runs: &[(i64, i64)], reason: &str) {
         let Sink::Submission {
             storage, submission_id, ..
         } = &self.ctx.sink
         else {
             return;
         };
-        if idxs.is_empty() {
+        if runs.is_empty() {
             return;
         }
         let returned = db_call(&self.ctx.runtime, "returning episodes", || {
-            storage.return_episodes(submission_id, idxs, reason)
+            storage.return_episodes(submission_id, runs, reason)
         });
         match returned {
             Ok(n) => tracing::warn!(

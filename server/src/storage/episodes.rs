@@ -94,8 +94,8 @@ impl Storage {
         let attempt = row
             .map(|row| get(&row, "attempts", &format!("episode {idx} of submission {submission}")))
             .transpose()?;
-        if attempt.is_some() {
-            self.hold(submission, idx);
+        if let Some(attempt) = attempt {
+            self.hold(submission, idx, attempt);
         }
         Ok(attempt)
     }
@@ -138,7 +138,7 @@ impl Storage {
         }
         .await
         .ctx(context);
-        self.release(submission, idx);
+        self.release(submission, idx, attempt);
         committed
     }
 
@@ -172,8 +172,8 @@ impl Storage {
         }
         .await
         .ctx(context);
-        for &(idx, ..) in runs {
-            self.release(submission, idx);
+        for &(idx, attempt, _) in runs {
+            self.release(submission, idx, Some(attempt));
         }
         committed
     }
@@ -226,31 +226,32 @@ impl Storage {
         Ok(final_state && attempts == attempt && owner.as_deref() == Some(self.lease.owner.as_str()))
     }
 
-    /// After a lost agent connection: the given RUNNING episodes go back to PENDING if attempts <
-    /// max_attempts (keeping `reason` as the last failure), else FAILED with reason
-    /// "{reason} (attempt {n} of {max})". Returns (requeued, failed) counts. Only touches rows that
-    /// are RUNNING under this handle's lease; all in one transaction.
+    /// After a lost agent connection: the given runs `(idx, attempt)`, RUNNING, go back to
+    /// PENDING if attempts < max_attempts (keeping `reason` as the last failure), else FAILED
+    /// with reason "{reason} (attempt {n} of {max})". Returns (requeued, failed) counts. Only
+    /// touches rows that are RUNNING under this handle's lease in that attempt (a newer claim of
+    /// the same episode is left alone); all in one transaction.
     pub async fn requeue_episodes(
         &self,
         submission: &str,
-        idxs: &[i64],
+        runs: &[(i64, i64)],
         max_attempts: i64,
         reason: &str,
     ) -> Result<(usize, usize), StorageError> {
-        let context = || format!("requeueing episodes {idxs:?} of submission {submission}");
+        let context = || format!("requeueing episodes {runs:?} (index, attempt) of submission {submission}");
         let now = now_ms();
         let failed_reason = format!("{reason} (attempt ");
         let of_max = format!(" of {max_attempts})");
         let done = async {
             let (mut requeued, mut failed) = (0, 0);
             let mut tx = self.pool.begin().await.ctx(context)?;
-            for &idx in idxs {
+            for &(idx, attempt) in runs {
                 // Every statement here writes, so SQLite takes the write lock at the first one.
                 let back = sqlx::query(
                     "UPDATE episodes SET status = 'PENDING', reason = $4, updated_at = $5, \
                  lease_owner = NULL, lease_expires_at = NULL \
                  WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING' AND attempts < $3 \
-                 AND lease_owner = $6",
+                 AND lease_owner = $6 AND attempts = $7",
                 )
                 .bind(submission)
                 .bind(idx)
@@ -258,6 +259,7 @@ impl Storage {
                 .bind(reason)
                 .bind(now)
                 .bind(&self.lease.owner)
+                .bind(attempt)
                 .execute(&mut *tx)
                 .await
                 .ctx(context)?;
@@ -268,7 +270,7 @@ impl Storage {
                 let gave_up = sqlx::query(
                 "UPDATE episodes SET status = 'FAILED', reason = $3 || CAST(attempts AS TEXT) || $4, updated_at = $5, \
                  lease_owner = NULL, lease_expires_at = NULL \
-                 WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING' AND lease_owner = $6",
+                 WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING' AND lease_owner = $6 AND attempts = $7",
             )
             .bind(submission)
             .bind(idx)
@@ -276,6 +278,7 @@ impl Storage {
             .bind(&of_max)
             .bind(now)
             .bind(&self.lease.owner)
+            .bind(attempt)
             .execute(&mut *tx)
             .await
             .ctx(context)?;
@@ -288,8 +291,8 @@ impl Storage {
         // Released even when the update failed: the leases then run out and
         // [`Storage::expire_leases`] settles the episodes, rather than this server renewing
         // claims nobody runs.
-        for &idx in idxs {
-            self.release(submission, idx);
+        for &(idx, attempt) in runs {
+            self.release(submission, idx, Some(attempt));
         }
         done
     }
@@ -300,23 +303,31 @@ impl Storage {
     /// this or another server runs them again now instead of renewing their claims until a
     /// restart. The claims are released even when the update fails: their leases then run out
     /// and [`Storage::expire_leases`] settles them. Returns how many went back.
-    pub async fn return_episodes(&self, submission: &str, idxs: &[i64], reason: &str) -> Result<usize, StorageError> {
-        let context = || format!("returning episodes {idxs:?} of submission {submission} after a server error");
+    pub async fn return_episodes(
+        &self,
+        submission: &str,
+        runs: &[(i64, i64)],
+        reason: &str,
+    ) -> Result<usize, StorageError> {
+        let context =
+            || format!("returning episodes {runs:?} (index, attempt) of submission {submission} after a server error");
         let returned = async {
             let mut tx = self.pool.begin().await.ctx(context)?;
             let mut returned = 0;
-            for &idx in idxs {
+            for &(idx, attempt) in runs {
                 let back = sqlx::query(
                     "UPDATE episodes SET status = 'PENDING', reason = $3, updated_at = $4, \
                      attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END, \
                      lease_owner = NULL, lease_expires_at = NULL \
-                     WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING' AND lease_owner = $5",
+                     WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING' AND lease_owner = $5 \
+                     AND attempts = $6",
                 )
                 .bind(submission)
                 .bind(idx)
                 .bind(reason)
                 .bind(now_ms())
                 .bind(&self.lease.owner)
+                .bind(attempt)
                 .execute(&mut *tx)
                 .await
                 .ctx(context)?;
@@ -326,8 +337,8 @@ impl Storage {
             Ok(returned)
         }
         .await;
-        for &idx in idxs {
-            self.release(submission, idx);
+        for &(idx, attempt) in runs {
+            self.release(submission, idx, Some(attempt));
         }
         returned
     }
@@ -449,8 +460,8 @@ impl Storage {
             .collect::<Result<Vec<_>, _>>()?;
         // RETURNING follows no particular order.
         claimed.sort_unstable();
-        for (idx, _) in &claimed {
-            self.hold(submission, *idx);
+        for &(idx, attempt) in &claimed {
+            self.hold(submission, idx, attempt);
         }
         Ok(claimed)
     }
@@ -475,7 +486,7 @@ impl Storage {
             String::new()
         } else {
             // Integers and this handle's own id: safe to splice into the statement.
-            let list = held.iter().map(i64::to_string).collect::<Vec<_>>().join(", ");
+            let list = held.keys().map(i64::to_string).collect::<Vec<_>>().join(", ");
             format!(
                 " AND NOT (lease_owner = '{}' AND idx IN ({list}))",
                 self.lease.owner.replace('\'', "''")
@@ -524,7 +535,7 @@ impl Storage {
             let held = self.held.lock().expect("held claims lock");
             held.iter()
                 .filter(|(_, idxs)| !idxs.is_empty())
-                .map(|(sub, idxs)| (sub.clone(), idxs.iter().copied().collect()))
+                .map(|(sub, idxs)| (sub.clone(), idxs.keys().copied().collect()))
                 .collect()
         };
         let expires_at = self.lease.expires_at(now_ms());
@@ -547,22 +558,27 @@ impl Storage {
         Ok(renewed)
     }
 
-    /// Stops renewing an episode's claim without touching its row (its commit was given up on):
-    /// the lease runs out and the episode is claimed again, here or elsewhere.
-    pub fn forget_claim(&self, submission: &str, idx: i64) {
-        self.release(submission, idx);
+    /// Stops renewing the claim of run `attempt` of an episode without touching its row (its
+    /// commit was given up on): the lease runs out and the episode is claimed again, here or
+    /// elsewhere. A newer claim of the same episode stays held.
+    pub fn forget_claim(&self, submission: &str, idx: i64, attempt: i64) {
+        self.release(submission, idx, Some(attempt));
     }
 
-    fn hold(&self, submission: &str, idx: i64) {
+    fn hold(&self, submission: &str, idx: i64, attempt: i64) {
         let mut held = self.held.lock().expect("held claims lock");
-        held.entry(submission.to_string()).or_default().insert(idx);
+        held.entry(submission.to_string()).or_default().insert(idx, attempt);
     }
 
-    fn release(&self, submission: &str, idx: i64) {
+    /// Drops the claim of `idx` from the held ones: the one of run `attempt`, or whichever
+    /// there is with `None` (a commit without an attempt).
+    fn release(&self, submission: &str, idx: i64, attempt: Option<i64>) {
         let mut held = self.held.lock().expect("held claims lock");
-        if let Some(idxs) = held.get_mut(submission) {
-            idxs.remove(&idx);
-            if idxs.is_empty() {
+        if let Some(claims) = held.get_mut(submission) {
+            if attempt.is_none() || claims.get(&idx) == attempt.as_ref() {
+                claims.remove(&idx);
+            }
+            if claims.is_empty() {
                 held.remove(submission);
             }
         }
@@ -589,7 +605,7 @@ impl Storage {
         let mut earliest: Option<i64> = None;
         for row in &rows {
             let idx: i64 = get(row, "idx", &what)?;
-            if held.contains(&idx) {
+            if held.contains_key(&idx) {
                 continue;
             }
             // A row without a lease (written before leases existed) counts as expired now.

@@ -130,10 +130,12 @@ pub struct Storage {
     leaderboard_generation: Arc<AtomicU64>,
     /// The claims this handle makes (all clones share it).
     lease: Arc<Lease>,
-    /// The episodes this handle claimed and has not committed or given back, by submission:
-    /// the ones [`Storage::renew_leases`] renews. An episode dropped from here (a commit given
-    /// up on) is no longer renewed, so its lease runs out and it is claimed again.
-    held: Arc<std::sync::Mutex<std::collections::HashMap<String, std::collections::BTreeSet<i64>>>>,
+    /// The episodes this handle claimed and has not committed or given back, by submission,
+    /// each with the attempt of its claim: the ones [`Storage::renew_leases`] renews. An episode
+    /// dropped from here (a commit given up on) is no longer renewed, so its lease runs out and
+    /// it is claimed again. Releases name the attempt: a stale run's cleanup (its lease ran
+    /// out and this server claimed the episode again) must not drop the newer claim.
+    held: Arc<std::sync::Mutex<std::collections::HashMap<String, std::collections::BTreeMap<i64, i64>>>>,
 }
 
 impl Storage {

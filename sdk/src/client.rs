@@ -476,10 +476,11 @@ impl Connection {
         let (socket, _) = tokio_tungstenite::connect_async_with_config(url, None, true)
             .await
             .map_err(|e| OpenError {
-                // An HTTP status instead of the upgrade (503 over the server's connection caps,
-                // "retry shortly"): a server is there, so the run retries as after a lost
-                // connection instead of stopping as unreachable.
-                server_answered: matches!(e, tokio_tungstenite::tungstenite::Error::Http(_)),
+                // A 5xx instead of the upgrade (503 over the server's connection caps, "retry
+                // shortly"; a proxy's 502 while the server restarts): a server is there, so the
+                // run retries as after a lost connection instead of stopping as unreachable. A
+                // 4xx (a wrong path, a plain web server) is a wrong address: no retry.
+                server_answered: matches!(&e, tokio_tungstenite::tungstenite::Error::Http(r) if r.status().is_server_error()),
                 message: format!("connecting to {url}: {e}"),
             })?;
         let mut connection = Connection::WebSocket {
@@ -684,10 +685,13 @@ async fn session(
                     to_request = (0..episodes.len())
                         .filter(|index| !state.practice_done.contains(index))
                         .collect();
-                    if let Err(e) =
-                        request_practice(&mut connection, episodes, &mut to_request, &mut requested, 0).await
+                    // A failed send is noted, as for any reply: what the server sent before it
+                    // closed is still read.
+                    if send_failed.is_none()
+                        && let Err(e) =
+                            request_practice(&mut connection, episodes, &mut to_request, &mut requested, 0).await
                     {
-                        return Ok(SessionEnd::Lost(e));
+                        send_failed = Some(e);
                     }
                 }
                 None
@@ -697,10 +701,11 @@ async fn session(
                 on_event(ClientEvent::EpisodeStart(&s.episodes));
                 started += s.episodes.len();
                 if let Mode::Practice { episodes, .. } = &config.mode
+                    && send_failed.is_none()
                     && let Err(e) =
                         request_practice(&mut connection, episodes, &mut to_request, &mut requested, started).await
                 {
-                    return Ok(SessionEnd::Lost(e));
+                    send_failed = Some(e);
                 }
                 None
             }
@@ -921,35 +926,45 @@ mod tests {
         drop(held.join());
     }
 
-    #[test]
-    fn a_server_over_its_connection_caps_is_retried_on_the_first_connection() {
-        // What `arena serve` answers over `max_connections` (connections.rs's REFUSED_RESPONSE).
-        const BUSY: &[u8] =
-            b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 5\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+    /// Answers each of `connections` connections with `status` and closes it; how many it
+    /// answered.
+    fn answer_with(status: &'static str, connections: usize) -> (String, std::thread::JoinHandle<usize>) {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("ws://{}/api/v1/agent", listener.local_addr().unwrap());
         let answered = std::thread::spawn(move || {
             let mut count = 0;
-            for _ in 0..3 {
+            for _ in 0..connections {
                 let Ok((mut socket, _)) = listener.accept() else { break };
                 let mut request = [0u8; 4096];
                 let _ = std::io::Read::read(&mut socket, &mut request);
-                let _ = std::io::Write::write_all(&mut socket, BUSY);
+                let reply =
+                    format!("HTTP/1.1 {status}\r\nRetry-After: 5\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+                let _ = std::io::Write::write_all(&mut socket, reply.as_bytes());
                 count += 1;
             }
             count
         });
-        let mut config = submission_config(url);
-        config.max_reconnects = 2;
-        let mut agent = crate::agents::ZeroAgent::default();
-        match run_blocking(&config, &mut agent, &mut |_| {}) {
-            Err(ClientError::Unreachable { attempts, last_error }) => {
-                assert_eq!(attempts, 3, "the first attempt and two retries");
-                assert!(last_error.contains("503"), "{last_error}");
+        (url, answered)
+    }
+
+    #[test]
+    fn a_server_over_its_connection_caps_is_retried_on_the_first_connection() {
+        // What `arena serve` answers over `max_connections` (connections.rs's REFUSED_RESPONSE),
+        // then a 404 (a wrong path): only the first is a server worth trying again.
+        for (status, tries) in [("503 Service Unavailable", 3), ("404 Not Found", 1)] {
+            let (url, answered) = answer_with(status, tries);
+            let mut config = submission_config(url);
+            config.max_reconnects = 2;
+            let mut agent = crate::agents::ZeroAgent::default();
+            match run_blocking(&config, &mut agent, &mut |_| {}) {
+                Err(ClientError::Unreachable { attempts, last_error }) => {
+                    assert_eq!(attempts as usize, tries, "{status}");
+                    assert!(last_error.contains(&status[..3]), "{last_error}");
+                }
+                other => panic!("expected Unreachable after {tries} attempts, got {other:?}"),
             }
-            other => panic!("expected Unreachable after the retries, got {other:?}"),
+            assert_eq!(answered.join().unwrap(), tries);
         }
-        assert_eq!(answered.join().unwrap(), 3);
     }
 
     #[test]

@@ -1454,7 +1454,7 @@ async fn idle_submissions_and_their_expiry(url: String, engine: Engine) {
     let a = storage.clone().with_lease("replica-a", Duration::from_millis(200));
     let b = storage.clone().with_lease("replica-b", Duration::from_secs(60));
     let team = setup(&storage, "red", "gone", 2).await;
-    for id in ["live", "hosted", "quiet"] {
+    for id in ["live", "hosted", "quiet", "attached"] {
         storage
             .create_submission(&new_submission(id, team, "bench-a"), &[episode(0)])
             .await
@@ -1477,7 +1477,20 @@ async fn idle_submissions_and_their_expiry(url: String, engine: Engine) {
     assert_eq!(b.claim_next_episode("live", 2).await.unwrap(), Some((0, 1)));
     tokio::time::sleep(Duration::from_millis(400)).await;
     let idle_since = now_ms();
-    assert_eq!(storage.idle_submissions(idle_since).await.unwrap(), ["gone", "quiet"]);
+    let mut idle = storage.idle_submissions(idle_since).await.unwrap();
+    idle.sort();
+    assert_eq!(idle, ["attached", "gone", "quiet"]);
+    // An agent attaches to "attached" on another replica after the listing, not claiming yet.
+    storage
+        .start_session("ses-1", "attached", "late agent", now_ms())
+        .await
+        .unwrap();
+    assert!(
+        !storage
+            .expire_idle_submission("attached", "abandoned", idle_since)
+            .await
+            .unwrap()
+    );
 
     // An agent comes back to "gone" on b after the listing: the expiry leaves it alone.
     assert!(b.claim_next_episode("gone", 2).await.unwrap().is_some());

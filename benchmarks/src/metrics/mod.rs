@@ -84,7 +84,7 @@ pub struct MetricConfig {
     pub ndtw_window_s: f64,
     /// Time between frames (seconds).
     pub frame_dt: f64,
-    /// The benchmark's success rule (`ranking.success`, a name of [`SUCCESS_METRICS`]): scoring
+    /// The benchmark's success rule (`ranking.success`, a name of [`SUCCESS_RULES`]): scoring
     /// stops at the first frame that breaks it ([`break_time`]); `None` scores whole episodes.
     pub success_rule: Option<&'static str>,
 }
@@ -215,9 +215,10 @@ pub fn evaluate<'a>(
         .collect()
 }
 
-/// The time (from the episode's start) of the first frame that breaks success rule `rule` (a
-/// name of [`SUCCESS_METRICS`]), or `None` if the rule holds in every frame. Once a rule is
-/// broken nothing later can mend it, so a benchmark's scoring stops there.
+/// The time (from the episode's start) of the first frame that breaks success metric `rule` (a
+/// name of [`SUCCESS_METRICS`]; a benchmark's rule is one of [`SUCCESS_RULES`]), or `None` if
+/// the rule holds in every frame. Once a rule is broken nothing later can mend it, so a
+/// benchmark's scoring stops there.
 pub fn break_time<'a>(
     rule: &str,
     config: &MetricConfig,

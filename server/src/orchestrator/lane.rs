@@ -722,10 +722,15 @@ impl<'a> Lane<'a> {
                 returned = n,
                 "{reason}: episodes returned to the queue"
             ),
-            Err(e) => tracing::error!(
-                lane = self.lane,
-                "{reason}: returning episodes failed ({e}); they run again once their leases expire"
-            ),
+            Err(e) => {
+                tracing::error!(
+                    lane = self.lane,
+                    "{reason}: returning episodes failed ({e}); they run again once their leases expire"
+                );
+                for &(idx, attempt) in runs {
+                    storage.forget_claim(submission_id, idx, attempt);
+                }
+            }
         }
     }
 
@@ -748,7 +753,13 @@ impl<'a> Lane<'a> {
                 Ok((again, failed)) => {
                     tracing::info!(lane = self.lane, again, failed, "{why}: running episodes re-queued")
                 }
-                Err(e) => return LaneEnd::Error(format!("re-queueing episodes after {why}: {e}")),
+                Err(e) => {
+                    // Let go: their leases run out and they are settled as expired claims.
+                    for &(idx, attempt) in &running {
+                        storage.forget_claim(submission_id, idx, attempt);
+                    }
+                    return LaneEnd::Error(format!("re-queueing episodes after {why}: {e}"));
+                }
             }
         }
         LaneEnd::ConnectionLost

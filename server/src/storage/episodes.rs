@@ -138,7 +138,9 @@ impl Storage {
         }
         .await
         .ctx(context);
-        self.release(submission, idx, attempt);
+        if settled(&committed) {
+            self.release(submission, idx, attempt);
+        }
         committed
     }
 
@@ -172,8 +174,10 @@ impl Storage {
         }
         .await
         .ctx(context);
-        for &(idx, attempt, _) in runs {
-            self.release(submission, idx, Some(attempt));
+        if settled(&committed) {
+            for &(idx, attempt, _) in runs {
+                self.release(submission, idx, Some(attempt));
+            }
         }
         committed
     }
@@ -288,11 +292,14 @@ impl Storage {
             Ok((requeued, failed))
         }
         .await;
-        // Released even when the update failed: the leases then run out and
+        // Released even when the update failed for good: the leases then run out and
         // [`Storage::expire_leases`] settles the episodes, rather than this server renewing
-        // claims nobody runs.
-        for &(idx, attempt) in runs {
-            self.release(submission, idx, Some(attempt));
+        // claims nobody runs. After a transient error the caller tries again (the claims stay
+        // renewed meanwhile), and forgets them if it gives up.
+        if settled(&done) {
+            for &(idx, attempt) in runs {
+                self.release(submission, idx, Some(attempt));
+            }
         }
         done
     }
@@ -301,8 +308,9 @@ impl Storage {
     /// under this handle's lease go back to PENDING WITHOUT counting their attempt (as after a
     /// restart: the server failed, not the agent), with `reason` kept as the last failure, so
     /// this or another server runs them again now instead of renewing their claims until a
-    /// restart. The claims are released even when the update fails: their leases then run out
-    /// and [`Storage::expire_leases`] settles them. Returns how many went back.
+    /// restart. The claims are released even when the update fails for good (not after a
+    /// transient error, [`settled`]): their leases then run out and [`Storage::expire_leases`]
+    /// settles them. Returns how many went back.
     pub async fn return_episodes(
         &self,
         submission: &str,
@@ -337,8 +345,10 @@ impl Storage {
             Ok(returned)
         }
         .await;
-        for &(idx, attempt) in runs {
-            self.release(submission, idx, Some(attempt));
+        if settled(&returned) {
+            for &(idx, attempt) in runs {
+                self.release(submission, idx, Some(attempt));
+            }
         }
         returned
     }
@@ -671,4 +681,12 @@ impl Storage {
             })
             .collect()
     }
+}
+
+/// Whether a call on claims is over for them: done, or failed in a way that trying again cannot
+/// change. After a transient error (the database unreachable, a deadlock) the caller tries the
+/// same call again, and the claims stay held, so renewed, until it does or gives up
+/// ([`Storage::forget_claim`]).
+fn settled<T>(result: &Result<T, StorageError>) -> bool {
+    result.as_ref().map_or_else(|e| !e.is_transient(), |_| true)
 }

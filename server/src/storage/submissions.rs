@@ -544,11 +544,14 @@ async fn quota_left(conn: &mut sqlx::AnyConnection, team_id: i64, quota: &Quota<
 
 /// SQL (over the `submissions` table's row) for "idle since `param`" (unix ms): not hosted; no
 /// episode RUNNING under a live claim (a claim whose lease ran out before `param` is a replica
-/// gone for good, whose episodes nobody settles while no claim is made); the last change (an
-/// episode's, else the submission's creation) before `param`.
+/// gone for good, whose episodes nobody settles while no claim is made); no agent session
+/// started or ended since (an agent attached on any replica, not yet claiming); the last change
+/// (an episode's, else the submission's creation) before `param`.
 fn idle_condition(param: &str) -> String {
     format!(
         "NOT EXISTS (SELECT 1 FROM hosted_policies h WHERE h.submission_id = submissions.id) \
+         AND NOT EXISTS (SELECT 1 FROM submission_sessions ss WHERE ss.submission_id = submissions.id \
+         AND (ss.started_at >= {param} OR ss.ended_at >= {param})) \
          AND NOT EXISTS (SELECT 1 FROM episodes e WHERE e.submission_id = submissions.id AND e.status = 'RUNNING' \
          AND (e.lease_expires_at IS NULL OR e.lease_expires_at >= {param})) \
          AND COALESCE((SELECT MAX(e.updated_at) FROM episodes e WHERE e.submission_id = submissions.id), \

@@ -239,11 +239,11 @@ def run(
 
 def throttle_delay(resets_at: float, now: float) -> float:
     """Seconds to wait after a rate-limit refusal, as the Rust SDK waits: until the server's
-    window resets (at most 60 s) and a quarter second more; 5 s when that time has already passed
+    window resets (at most 60 s) and a quarter second more; 5 s when that time is already past
     on this machine's clock (the clocks disagree), so that a client ahead of the server does not
     ask again four times a second."""
     remaining = resets_at - now
-    if remaining <= 0:
+    if remaining < 0:
         return 5.0
     return min(remaining, 60.0) + 0.25
 

@@ -29,7 +29,7 @@ class ConnectionLost(Exception):
 
 
 class ServerAnswered(ConnectionLost):
-    """The server answered the WebSocket handshake with an HTTP status instead of the upgrade
+    """The server answered the WebSocket handshake with a 5xx status instead of the upgrade
     (503 "retry shortly" over its connection caps): a server is there, so even a run's first
     connection is retried."""
 
@@ -122,7 +122,11 @@ class WebSocketTransport:
         except InvalidURI as e:
             raise ValueError(str(e)) from e
         except InvalidStatus as e:
-            raise ServerAnswered(f"connecting to {url}: {e}") from e
+            # A 5xx (503 over the server's connection caps, a proxy's 502 while the server
+            # restarts): retried. A 4xx (a wrong path, a plain web server) is a wrong address.
+            if e.response.status_code >= 500:
+                raise ServerAnswered(f"connecting to {url}: {e}") from e
+            raise ConnectionLost(f"connecting to {url}: {e}") from e
         except (OSError, TimeoutError, InvalidHandshake) as e:  # refused, DNS, a bad handshake
             raise ConnectionLost(f"connecting to {url}: {e}") from e
 

@@ -307,28 +307,23 @@ impl<'t> ScoringInputs<'t> {
 
 /// The reference's joint velocities of every recorded row as mjlab's motion files hold them:
 /// `csv_to_npz.py` writes `joint_vel` as `torch.gradient` of the 50 Hz joint positions, central
-/// differences inside the clip and one-sided at its ends. Inside the episode they come from the
-/// recorded `ref_qpos` rows on either side. The last row has none after it: the motion library
-/// (and the reference `state` rows agents see) keeps BFM-Zero's forward difference
-/// q̇_k = (q_{k+1} − q_k)/Δt (at a clip's last frame the difference before it), so that row's
-/// recorded velocity gives the step ahead, and (q̇_k + (q_k − q_{k−1})/Δt) / 2 is the central
-/// difference inside the clip and the backward one at its last frame, as torch.gradient's (to
-/// the recorded velocity's float32). Row 0 (the reset, never measured) keeps the recorded one.
+/// differences inside the clip and one-sided at its ends. The motion library (and the reference
+/// `state` rows agents see) keeps BFM-Zero's forward difference q̇_k = (q_{k+1} − q_k)/Δt (at a
+/// clip's last frame the difference before it), so a row's recorded velocity gives the step
+/// ahead: (q̇_k + (q_k − q_{k−1})/Δt) / 2 is the central difference inside the clip and the
+/// backward one at its last frame, as torch.gradient's, to the recorded velocity's float32. Row
+/// k's value reads rows k − 1 and k alone, so rows after a break cannot change a score that
+/// stops there. Row 0 (the reset, never measured) keeps the recorded velocity.
 fn mjlab_reference_joint_velocities(t: &TrajectoryRows) -> Vec<f64> {
     let rows = t.len();
     let joints = |k: usize| &t.ref_qpos[k * NQ + 7..(k + 1) * NQ];
-    let span = |a: usize, b: usize| t.times[b] - t.times[a];
     let mut out = vec![0.0; rows * NUM_JOINTS];
     for k in 0..rows {
         let recorded = &t.ref_state[k * STATE_DIM + NUM_JOINTS..k * STATE_DIM + 2 * NUM_JOINTS];
         let row = &mut out[k * NUM_JOINTS..(k + 1) * NUM_JOINTS];
-        if k > 0 && k + 1 < rows && span(k - 1, k + 1) > 0.0 {
-            let (after, before, dt2) = (joints(k + 1), joints(k - 1), span(k - 1, k + 1));
-            for j in 0..NUM_JOINTS {
-                row[j] = (after[j] - before[j]) / dt2;
-            }
-        } else if k > 0 && span(k - 1, k) > 0.0 {
-            let (now, before, dt) = (joints(k), joints(k - 1), span(k - 1, k));
+        let dt = if k > 0 { t.times[k] - t.times[k - 1] } else { 0.0 };
+        if dt > 0.0 {
+            let (now, before) = (joints(k), joints(k - 1));
             for j in 0..NUM_JOINTS {
                 row[j] = 0.5 * (recorded[j] + (now[j] - before[j]) / dt);
             }

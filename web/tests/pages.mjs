@@ -708,6 +708,7 @@ await step('pending submission (polling, cancel)', async () => {
   allow([{ re: new RegExp(`^/api/v1/submissions/${pid}$`), status: 503 }]);
   await page.route(subUrl, failOnce);
   await page.waitForSelector('#sub-summary .poll-error');
+  await shot('submission-poll-error');
   const recovered = await page
     .waitForFunction(() => !document.querySelector('#sub-summary .poll-error') && document.querySelector('[data-testid=sub-status]'), null, { timeout: 7000 })
     .then(() => true, () => false);

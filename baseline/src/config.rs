@@ -16,6 +16,12 @@ pub struct ObsDims {
     pub history_actor: i64,
 }
 
+/// The widest layer or input a model may have (BFM-Zero's widest is 2048): a square layer of
+/// this width is 1 GiB of float32.
+pub const MAX_WIDTH: i64 = 16_384;
+/// The most members a network ensemble may have (BFM-Zero's have 2).
+pub const MAX_ENSEMBLE: i64 = 64;
+
 impl Default for ObsDims {
     fn default() -> Self {
         ObsDims {
@@ -186,7 +192,8 @@ impl ModelConfig {
         }
     }
 
-    /// Shape rules the networks rely on, with a message naming the key.
+    /// Shape rules the networks rely on (and bounds on every size, `MAX_WIDTH` and
+    /// `MAX_ENSEMBLE`), with a message naming the key.
     pub fn validate(&self) -> Result<(), String> {
         let residuals = [
             ("forward", self.forward),
@@ -230,6 +237,38 @@ impl ModelConfig {
         ] {
             if v < 1 {
                 return Err(format!("model.{key} must be >= 1, got {v}"));
+            }
+        }
+        // Upper bounds, so that sizes read off a checkpoint's tensors (where a zero-element
+        // tensor can name any width) are refused before they are allocated.
+        let widths = [
+            ("forward.hidden_dim", self.forward.hidden_dim),
+            ("critic.hidden_dim", self.critic.hidden_dim),
+            ("aux_critic.hidden_dim", self.aux_critic.hidden_dim),
+            ("actor.hidden_dim", self.actor.hidden_dim),
+            ("z_dim", self.z_dim),
+            ("action_dim", self.action_dim),
+            ("backward.hidden_dim", self.backward.hidden_dim),
+            ("discriminator.hidden_dim", self.discriminator.hidden_dim),
+            ("obs.state", self.obs.state),
+            ("obs.privileged_state", self.obs.privileged_state),
+            ("obs.last_action", self.obs.last_action),
+            ("obs.history_actor", self.obs.history_actor),
+        ];
+        for (key, v) in widths {
+            if v > MAX_WIDTH {
+                return Err(format!(
+                    "model.{key} is {v}, more than the {MAX_WIDTH} a layer may have"
+                ));
+            }
+        }
+        for (key, v) in [
+            ("forward.ensemble", self.forward.ensemble),
+            ("critic.ensemble", self.critic.ensemble),
+            ("aux_critic.ensemble", self.aux_critic.ensemble),
+        ] {
+            if v > MAX_ENSEMBLE {
+                return Err(format!("model.{key} is {v}, more than {MAX_ENSEMBLE}"));
             }
         }
         if !(self.actor_std > 0.0 && self.actor_std.is_finite()) {

@@ -219,22 +219,8 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
     if let Some(dir) = &a.init_from {
         config.train.init_from = Some(dir.clone());
     }
-    if !a.resume && paths.checkpoint().exists() {
-        bail!(
-            "{} already holds a run; pass --resume to continue it or choose another --out",
-            a.out.display()
-        );
-    }
     if !a.resume {
-        // A run stopped before its first checkpoint leaves logs that a new run would append to.
-        if let Some(log) = [paths.train_log(), paths.eval_log()].into_iter().find(|p| p.exists()) {
-            bail!(
-                "{} holds {} of an earlier run that stopped before its first checkpoint; \
-                 remove it (or choose another --out) to start a new run there",
-                a.out.display(),
-                log.file_name().and_then(|n| n.to_str()).unwrap_or("a log")
-            );
-        }
+        paths.check_free_for_new_run()?;
     }
     let root = config.train.motions_root.clone().unwrap_or_else(|| PathBuf::from("."));
     let motions = load_benchmark(&config.train.benchmark, config.train.benchmarks_dir.as_deref(), &root)?;

@@ -159,6 +159,20 @@ impl Trainer {
         let env = TrackingEnv::new(env_config, library.clone()).context("creating the training envs")?;
         let aux = AuxRewards::new(env.handler(), &config.agent.aux_reward_coefs);
         let o = model_config.obs;
+        // The env's widths (the G1's observation terms and joints): a model of other widths
+        // would fail at its first step, in a tensor's reshape.
+        let g1 = crate::config::ObsDims::default();
+        for (key, model, env) in [
+            ("obs.state", o.state, g1.state),
+            ("obs.privileged_state", o.privileged_state, g1.privileged_state),
+            ("obs.last_action", o.last_action, g1.last_action),
+            ("obs.history_actor", o.history_actor, g1.history_actor),
+            ("action_dim", model_config.action_dim, NUM_JOINTS as i64),
+        ] {
+            if model != env {
+                bail!("model.{key} is {model}, where the G1's envs give {env}");
+            }
+        }
         let references: Vec<(Vec<f32>, Vec<f32>)> = library
             .motions
             .iter()

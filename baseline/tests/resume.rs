@@ -155,6 +155,16 @@ fn bad_checkpoints_are_refused_with_the_tensor_named() {
         "{err}"
     );
 
+    // A width past any layer's bound (as a zero-element tensor of a released checkpoint can
+    // name) is refused before anything of that width is allocated.
+    checkpoint::save_model(&model, &agent(), dir.path()).unwrap();
+    let text = std::fs::read_to_string(&config_path).unwrap();
+    let at = text.find("\"hidden_dim\": ").unwrap() + "\"hidden_dim\": ".len();
+    let end = at + text[at..].find(|c: char| !c.is_ascii_digit()).unwrap();
+    std::fs::write(&config_path, format!("{}1099511627776{}", &text[..at], &text[end..])).unwrap();
+    let err = checkpoint::load_model(dir.path(), Device::Cpu).unwrap_err();
+    assert!(err.to_string().contains("more than the 16384"), "{err}");
+
     // Not JSON at all: refused, naming the file.
     std::fs::write(&config_path, "{ not json").unwrap();
     let err = checkpoint::load_model(dir.path(), Device::Cpu).unwrap_err();

@@ -28,8 +28,8 @@ pub struct EnvConfig {
     pub benchmark: String,
     /// Folder of benchmark TOMLs (default: the shipped `benchmarks/`).
     pub benchmarks_dir: Option<PathBuf>,
-    /// Root the benchmark's motion paths are relative to (default: `../shared/motions` beside
-    /// the checkout, as the server's).
+    /// Root the benchmark's motion paths are relative to (`arena-ppo train --motions-root`,
+    /// or `$ARENA_MOTIONS_ROOT`, wins; without either, the working folder).
     pub motions_root: Option<PathBuf>,
     pub num_envs: usize,
     /// Simulator worker threads (0 = all cores).

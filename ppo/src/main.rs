@@ -1,7 +1,7 @@
 //! `arena-ppo`: train the PPO motion tracker, evaluate it, serve it to an arena server, export it
 //! as ONNX. docs/ppo-tracker.md explains the MDP, the configuration and the costs.
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use arena_bench::metrics::metric_names;
 use arena_bench::spec::{self, BenchmarkSpec, MOTIONS_ROOT_ENV};
 use arena_data::MotionClip;
@@ -54,8 +54,8 @@ enum Command {
 #[derive(clap::Args)]
 struct TrainArgs {
     /// Training configuration (TOML; ppo/configs/ has examples). Not needed with --resume,
-    /// which takes the checkpoint's own.
-    #[arg(long, required_unless_present = "resume")]
+    /// which takes the checkpoint's own (with --set for what a resume may change).
+    #[arg(long, required_unless_present = "resume", conflicts_with = "resume")]
     config: Option<PathBuf>,
     /// Run folder: checkpoint/, train_log.csv, eval_log.csv.
     #[arg(long)]
@@ -78,9 +78,10 @@ struct TrainArgs {
     /// Stop at the first checkpoint boundary after this many minutes, with a checkpoint.
     #[arg(long, value_name = "MINUTES", value_parser = parse_minutes)]
     time_limit: Option<f64>,
-    /// Folder that file-based motion sets resolve against.
-    #[arg(long, env = MOTIONS_ROOT_ENV, default_value = ".")]
-    motions_root: PathBuf,
+    /// Folder that file-based motion sets resolve against (wins over the configuration's
+    /// `env.motions_root`; without either, the working folder).
+    #[arg(long, env = MOTIONS_ROOT_ENV)]
+    motions_root: Option<PathBuf>,
     /// No progress bar (logs only).
     #[arg(long)]
     quiet: bool,
@@ -157,9 +158,15 @@ fn load_benchmark(
 
 fn train(a: TrainArgs) -> anyhow::Result<()> {
     let paths = RunPaths { dir: a.out.clone() };
+    // Before anything reads the checkpoint: a stop between a save's two renames leaves it as
+    // `checkpoint.old` and `checkpoint.tmp`.
+    if let Some(what) = paths.recover_interrupted_save()? {
+        eprintln!("note: {what}");
+    }
     let mut config = if a.resume {
         let path = paths.checkpoint().join("config.json");
-        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("--resume: no checkpoint in {} ({})", a.out.display(), path.display()))?;
         serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?
     } else {
         PpoTrainConfig::load(a.config.as_deref().expect("clap requires --config without --resume"))
@@ -173,13 +180,12 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
             .set(&format!("env.sim_backend={backend}"))
             .map_err(anyhow::Error::msg)?;
     }
-    if !a.resume && paths.checkpoint().exists() {
-        bail!(
-            "{} already holds a run; pass --resume to continue it or choose another --out",
-            a.out.display()
-        );
+    if !a.resume {
+        paths.check_free_for_new_run()?;
     }
-    let motions_root = config.env.motions_root.clone().unwrap_or(a.motions_root.clone());
+    let motions_root = (a.motions_root.clone())
+        .or_else(|| config.env.motions_root.clone())
+        .unwrap_or_else(|| PathBuf::from("."));
     let (spec, clips) = load_benchmark(
         &config.env.benchmark,
         config.env.benchmarks_dir.as_deref(),
@@ -294,6 +300,10 @@ fn agent(a: AgentArgs) -> anyhow::Result<()> {
 
 fn export(a: ExportArgs) -> anyhow::Result<()> {
     let (model, card) = load_model(&a.checkpoint)?;
+    // The card's checks (its per-joint vectors' lengths, its ranges), as every other reader of
+    // the checkpoint makes them.
+    arena_ppo::train::tracker_policy(&model, card.clone())
+        .with_context(|| format!("{}: policy.json", a.checkpoint.display()))?;
     arena_ppo::onnx::export(&model, &card, &a.out)?;
     eprintln!("wrote {}", a.out.display());
     if let Some(path) = &a.probe {

@@ -122,6 +122,24 @@ pub fn load_model(dir: &Path) -> anyhow::Result<(ActorCritic, TrackerCard)> {
         &std::fs::read_to_string(&card_path).with_context(|| format!("reading {}", card_path.display()))?,
     )
     .with_context(|| format!("parsing {}", card_path.display()))?;
+    let path = dir.join("model.safetensors");
+    let tensors = read_tensors(&path, "missing: not a tracker checkpoint")?;
+    // The card's layer widths against the file's before a model of those widths is made: a
+    // card that says otherwise would otherwise allocate whatever it names.
+    for (net, hidden) in [("actor", &card.actor_hidden), ("critic", &card.critic_hidden)] {
+        for (k, &width) in hidden.iter().enumerate() {
+            let name = format!("{net}.{}.weight", 2 * k);
+            let rows = tensors.get(&name).map(|t| t.size().first().copied().unwrap_or(0));
+            if rows != Some(width) {
+                bail!(
+                    "{}: {net}_hidden {hidden:?} does not match {} ({name}: {})",
+                    card_path.display(),
+                    path.display(),
+                    rows.map_or("missing".to_string(), |r| format!("{r} rows"))
+                );
+            }
+        }
+    }
     let model = ActorCritic::new(
         ACTOR_DIM as i64,
         CRITIC_DIM as i64,
@@ -130,8 +148,6 @@ pub fn load_model(dir: &Path) -> anyhow::Result<(ActorCritic, TrackerCard)> {
         &card.critic_hidden,
         1.0,
     );
-    let path = dir.join("model.safetensors");
-    let tensors = read_tensors(&path, "missing: not a tracker checkpoint")?;
     model
         .load(&|k| tensors.get(k).map(Tensor::shallow_clone))
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
@@ -156,6 +172,12 @@ pub struct Trainer {
     log_stats_steps: u64,
     log_started: Instant,
     last_metrics: UpdateMetrics,
+    /// The envs hold no episodes yet (a new or resumed trainer): the next iteration starts
+    /// them whether or not it is at a checkpoint boundary.
+    envs_idle: bool,
+    /// A resumed run's evaluation due at its checkpoint's iteration, which the run before may
+    /// have stopped ahead of (the checkpoint is written first).
+    evaluation_due: bool,
 }
 
 impl std::fmt::Debug for Trainer {
@@ -205,15 +227,20 @@ impl Trainer {
                     .with_context(|| format!("reading {}", ckpt.join("config.json").display()))?,
             )
             .context("parsing the checkpoint's config.json")?;
+            // What the checkpoint fixes: the sizes, and what its state was made with (the
+            // learning rate is the status's, the start sampler its own), which a changed value
+            // would not reach.
             let fixed = |c: &PpoTrainConfig| {
                 serde_json::json!({"env": {"num_envs": c.env.num_envs, "benchmark": c.env.benchmark,
                     "gains": c.env.gains, "action_scale_factor": c.env.action_scale_factor},
-                    "network": c.network})
+                    "network": c.network,
+                    "ppo": {"learning_rate": c.ppo.learning_rate, "schedule": c.ppo.schedule},
+                    "sampling": c.sampling})
             };
             let diffs = json_differences(&fixed(&saved), &fixed(&config), "config");
             if !diffs.is_empty() {
                 bail!(
-                    "{}: cannot resume with other sizes: {}",
+                    "{}: a resume keeps these as the checkpoint has them: {}",
                     ckpt.display(),
                     diffs.join("; ")
                 );
@@ -229,10 +256,23 @@ impl Trainer {
             let opt = read_tensors(&opt_path, "missing")?;
             adam.load_state("", status.adam_step, &|k| opt.get(k).map(Tensor::shallow_clone))
                 .map_err(|e| anyhow::anyhow!("{}: {e}", opt_path.display()))?;
+            let (then, now) = (status.sampler.motion_frames(), envs.sampler.motion_frames());
+            if then != now {
+                let sizes = |f: &[usize]| format!("{} clips of {} frames", f.len(), f.iter().sum::<usize>());
+                bail!(
+                    "{}: the clips of benchmark {} are not those the run trained on ({} then, {} now): \
+                     another motions root or benchmarks folder?",
+                    ckpt.display(),
+                    config.env.benchmark,
+                    sizes(&then),
+                    sizes(&now)
+                );
+            }
             envs.sampler = status.sampler.clone();
             envs.episodes_started = status.episodes_started;
             truncate_log(&paths.train_log(), |t| t <= status.env_steps as f64)?;
-            truncate_log(&paths.eval_log(), |t| t <= status.env_steps as f64)?;
+            // The evaluation at the checkpoint's own step runs again (see `evaluation_due`).
+            truncate_log(&paths.eval_log(), |t| t < status.env_steps as f64)?;
             (model, adam, status)
         } else {
             let model = new_model(&config, config.run.seed);
@@ -283,6 +323,8 @@ impl Trainer {
             (moved, moved_adam)
         };
         std::fs::create_dir_all(&paths.dir).with_context(|| format!("creating {}", paths.dir.display()))?;
+        let e = config.run.eval_every;
+        let evaluation_due = resume && status.iteration > 0 && e > 0 && status.iteration.is_multiple_of(e);
         Ok(Trainer {
             config,
             spec,
@@ -299,6 +341,8 @@ impl Trainer {
             log_stats_steps: 0,
             log_started: Instant::now(),
             last_metrics: UpdateMetrics::new(),
+            envs_idle: true,
+            evaluation_due,
         })
     }
 
@@ -323,7 +367,10 @@ impl Trainer {
         let it = self.status.iteration;
         let mut rng = ChaCha8Rng::seed_from_u64(derive_seed(c.run.seed ^ ENV_STREAM, it));
         let started = Instant::now();
-        if self.at_boundary() {
+        // A boundary starts every episode afresh (what makes a resume from it exact); so does
+        // a trainer's first iteration, at a boundary or not (a run resumed from a checkpoint
+        // written off one, at max_iterations, continues, though not bit for bit).
+        if std::mem::take(&mut self.envs_idle) | self.at_boundary() {
             self.envs.reset_all(&mut rng)?;
         }
         tch::manual_seed(derive_seed(c.run.seed ^ ACTION_STREAM, it) as i64);
@@ -409,6 +456,9 @@ impl Trainer {
         self.log_started = Instant::now();
         let max = self.config.run.max_iterations;
         let mut stopped_by_time = false;
+        if std::mem::take(&mut self.evaluation_due) {
+            self.evaluate()?;
+        }
         loop {
             if max > 0 && self.status.iteration >= max {
                 break;
@@ -436,7 +486,7 @@ impl Trainer {
         }
         if !self.at_boundary() {
             // max_iterations off a boundary: the checkpoint holds the last state (resuming it
-            // starts fresh episodes, so it continues, though not bit for bit).
+            // starts fresh episodes, see `envs_idle`).
             self.save_checkpoint()?;
         }
         Ok(stopped_by_time)

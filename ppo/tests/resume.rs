@@ -113,3 +113,156 @@ fn a_resume_with_other_sizes_is_refused_naming_them() {
     let err = trainer(other, root.path(), true).unwrap_err().to_string();
     assert!(err.contains("actor_hidden"), "{err}");
 }
+
+/// A checkpoint written off a boundary (the run's `max_iterations` between two) holds envs
+/// mid-episode that the checkpoint does not keep: the resumed trainer starts fresh episodes
+/// instead of stepping envs that hold none.
+#[test]
+fn a_run_resumed_from_a_checkpoint_off_a_boundary_continues() {
+    let _turn = TORCH_RNG.lock().unwrap_or_else(|e| e.into_inner());
+    let c = tiny();
+    let root = tempfile::tempdir().unwrap();
+    run(&c, root.path(), 3, false);
+    run(&c, root.path(), 4, true);
+    let status = std::fs::read_to_string(root.path().join("checkpoint/train_status.json")).unwrap();
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(status["iteration"], 4);
+    assert_eq!(learning_log(root.path()).len(), 4);
+}
+
+/// What the checkpoint's state was made with (its learning rate, its start sampler's
+/// settings) is refused, named, rather than written into config.json and never used.
+#[test]
+fn a_resume_refuses_a_learning_rate_or_sampling_the_checkpoint_cannot_take() {
+    let _turn = TORCH_RNG.lock().unwrap_or_else(|e| e.into_inner());
+    let c = tiny();
+    let root = tempfile::tempdir().unwrap();
+    run(&c, root.path(), 2, false);
+    for change in ["ppo.learning_rate=1e-4", "sampling.alpha=0.5", "ppo.schedule=\"fixed\""] {
+        let mut other = c.clone();
+        other.set(change).unwrap();
+        let key = change.split('=').next().unwrap().rsplit('.').next().unwrap();
+        let err = trainer(other, root.path(), true).unwrap_err().to_string();
+        assert!(err.contains(key), "{change}: {err}");
+    }
+    // What a resume may change still goes through.
+    let mut longer = c.clone();
+    longer.set("run.max_iterations=3").unwrap();
+    trainer(longer, root.path(), true).unwrap();
+}
+
+/// The evaluation due at a checkpoint runs after the checkpoint is written: a run stopped in
+/// between gets it from its resume, once.
+#[test]
+fn an_evaluation_due_at_the_checkpoint_resumed_from_is_run_once() {
+    let _turn = TORCH_RNG.lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = tiny();
+    c.set("run.eval_every=2").unwrap();
+    let root = tempfile::tempdir().unwrap();
+    run(&c, root.path(), 2, false);
+    let log = root.path().join("eval_log.csv");
+    let rows = |p: &Path| {
+        std::fs::read_to_string(p)
+            .unwrap()
+            .lines()
+            .skip(1)
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let first = rows(&log);
+    assert_eq!(first.len(), 1);
+    // The stop between the checkpoint and the evaluation: the row is not there.
+    let header = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .to_string();
+    std::fs::write(&log, header + "\n").unwrap();
+    run(&c, root.path(), 2, true);
+    let again = rows(&log);
+    assert_eq!(again.len(), 1, "{again:?}");
+    let timestep = |row: &str| row.split(',').next().unwrap().to_string();
+    assert_eq!(timestep(&again[0]), timestep(&first[0]));
+    // With the row there, a resume writes it again in its place rather than a second one.
+    run(&c, root.path(), 2, true);
+    assert_eq!(rows(&log).len(), 1);
+}
+
+/// `arena-ppo train` itself: a stop between a save's two renames (`checkpoint.old` and a
+/// complete `checkpoint.tmp`, no `checkpoint`) resumes, and a new run refuses a folder holding
+/// the logs of a run that stopped before its first checkpoint.
+#[test]
+fn the_command_line_finishes_an_interrupted_save_and_keeps_stale_logs() {
+    let root = tempfile::tempdir().unwrap();
+    let out = root.path().join("run");
+    let train = |extra: &[&str]| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_arena-ppo"));
+        cmd.args(["train", "--quiet", "--out"]).arg(&out);
+        for o in [
+            "env.num_envs=4",
+            "env.threads=1",
+            "env.steps_per_env=4",
+            "network.actor_hidden=[8]",
+            "network.critic_hidden=[8]",
+            "run.checkpoint_every=1",
+            "run.log_every=1",
+            "run.eval_every=0",
+            "ppo.num_mini_batches=1",
+            "ppo.num_learning_epochs=1",
+        ] {
+            cmd.args(["--set", o]);
+        }
+        cmd.args(extra).output().unwrap()
+    };
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/configs/g1-smoke.toml");
+    let done = train(&["--config", config, "--set", "run.max_iterations=1"]);
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+    let (ckpt, old, tmp) = (
+        out.join("checkpoint"),
+        out.join("checkpoint.old"),
+        out.join("checkpoint.tmp"),
+    );
+    std::fs::create_dir(&tmp).unwrap();
+    for entry in std::fs::read_dir(&ckpt).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), tmp.join(entry.file_name())).unwrap();
+    }
+    std::fs::rename(&ckpt, &old).unwrap();
+    let resumed = train(&["--resume", "--set", "run.max_iterations=2"]);
+    let stderr = String::from_utf8_lossy(&resumed.stderr);
+    assert!(resumed.status.success(), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    assert!(ckpt.exists() && !old.exists() && !tmp.exists());
+
+    // A run that stopped before its first checkpoint: its log stays, and a new run is refused.
+    std::fs::remove_dir_all(&ckpt).unwrap();
+    let refused = train(&["--config", config, "--set", "run.max_iterations=1"]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(
+        stderr.contains("train_log.csv") && stderr.contains("before its first checkpoint"),
+        "{stderr}"
+    );
+    // --config and --resume together: the configuration would be ignored, so it is refused.
+    let both = train(&["--config", config, "--resume"]);
+    assert!(!both.status.success());
+    assert!(String::from_utf8_lossy(&both.stderr).contains("--config"));
+}
+
+/// A card whose layer widths disagree with its model file is refused before a model of its
+/// widths is made (a billion-wide layer would have asked for hundreds of GB).
+#[test]
+fn a_card_whose_widths_disagree_with_the_model_file_is_refused() {
+    let _turn = TORCH_RNG.lock().unwrap_or_else(|e| e.into_inner());
+    let root = tempfile::tempdir().unwrap();
+    run(&tiny(), root.path(), 2, false);
+    let card_path = root.path().join("checkpoint/policy.json");
+    let mut card: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&card_path).unwrap()).unwrap();
+    card["actor_hidden"] = serde_json::json!([1_000_000_000i64, 8]);
+    std::fs::write(&card_path, card.to_string()).unwrap();
+    let err = arena_ppo::train::load_model(&root.path().join("checkpoint"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("actor_hidden") && err.contains("16 rows"), "{err}");
+}

@@ -15,13 +15,19 @@ pub fn parse_device(text: &str) -> Result<tch::Device, String> {
     }
 }
 
-/// `--time-limit`: a positive, finite number of minutes.
+/// `--time-limit`: a positive number of minutes, at most a year.
 pub fn parse_minutes(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
-        Ok(m) if m.is_finite() && m > 0.0 => Ok(m),
-        _ => Err(format!("expected a positive number of minutes, got {text:?}")),
+        Ok(m) if m.is_finite() && m > 0.0 && m <= MAX_MINUTES => Ok(m),
+        _ => Err(format!(
+            "expected a positive number of minutes, at most {MAX_MINUTES} (a year), got {text:?}"
+        )),
     }
 }
+
+/// The longest `--time-limit`: a year, far past any run, and well inside what a `Duration`
+/// holds (a limit of 1e18 minutes made one panic).
+pub const MAX_MINUTES: f64 = 525_600.0;
 
 /// Applies one `section.key=value` override (the value in TOML syntax; a bare word is taken as
 /// a string) to a configuration, returning the updated one; the caller validates it.
@@ -84,6 +90,11 @@ mod tests {
     fn minutes_and_differences() {
         assert_eq!(parse_minutes("1.5"), Ok(1.5));
         assert!(parse_minutes("0").is_err() && parse_minutes("nan").is_err() && parse_minutes("x").is_err());
+        assert_eq!(parse_minutes("525600"), Ok(MAX_MINUTES));
+        let too_long = parse_minutes("1e18").unwrap_err();
+        assert!(too_long.contains("at most"), "{too_long}");
+        // Every accepted value converts.
+        std::time::Duration::from_secs_f64(MAX_MINUTES * 60.0);
         let a = serde_json::json!({"ppo": {"lr": 1e-3, "epochs": 5}});
         let b = serde_json::json!({"ppo": {"lr": 3e-4, "epochs": 5}});
         assert_eq!(

@@ -53,6 +53,27 @@ impl RunPaths {
         Ok(dir)
     }
 
+    /// Refuses to start a new run in a folder that holds an earlier one: its checkpoint (call
+    /// [`RunPaths::recover_interrupted_save`] first, so an interrupted save counts), or the logs of
+    /// a run stopped before its first checkpoint, which the new run would append to.
+    pub fn check_free_for_new_run(&self) -> anyhow::Result<()> {
+        if self.checkpoint().exists() {
+            anyhow::bail!(
+                "{} already holds a run; pass --resume to continue it or choose another --out",
+                self.dir.display()
+            );
+        }
+        if let Some(log) = [self.train_log(), self.eval_log()].into_iter().find(|p| p.exists()) {
+            anyhow::bail!(
+                "{} holds {} of an earlier run that stopped before its first checkpoint; \
+                 remove it (or choose another --out) to start a new run there",
+                self.dir.display(),
+                log.file_name().and_then(|n| n.to_str()).unwrap_or("a log")
+            );
+        }
+        Ok(())
+    }
+
     /// Finishes a checkpoint replacement that a kill interrupted: with `checkpoint.old` present,
     /// `checkpoint.tmp` is complete, so it becomes the checkpoint. Returns what it did, for the log.
     pub fn recover_interrupted_save(&self) -> anyhow::Result<Option<String>> {

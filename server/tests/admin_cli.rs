@@ -95,6 +95,13 @@ fn an_organiser_runs_a_challenge_from_the_terminal() {
     assert_eq!(ok(&admin(&server, &["tokens", "list", "alpha"])).lines().count(), 4);
     let shown = ok(&admin(&server, &["teams", "show", "alpha"]));
     assert!(shown.contains("team alpha"), "{shown}");
+    // A name that reads as an id with a sign would have `tokens create +1` mint a token for
+    // team 1: such names are refused.
+    for name in ["+1", "+007"] {
+        let out = admin(&server, &["teams", "create", name]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains("reads as a team id"), "{name}: {stderr}");
+    }
     let unknown = admin(&server, &["tokens", "list", "alpah"]);
     assert!(!unknown.status.success());
     let stderr = String::from_utf8_lossy(&unknown.stderr);

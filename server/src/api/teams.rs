@@ -49,7 +49,7 @@ pub(super) async fn create_team(
     require_admin(&state, &headers).await?;
     let new: NewTeamBody = parse_body(&body)?;
     let name = access::check_name("name", &new.name, 64, false)?;
-    if name.chars().all(|c| c.is_ascii_digit()) {
+    if name.chars().all(|c| c.is_ascii_digit()) || name.parse::<i64>().is_ok() {
         // `arena admin` and the API's paths take a team's numeric id where a name may stand.
         return Err(bad_request(format!(
             "name: {name:?} reads as a team id; a team name needs a character other than a digit"

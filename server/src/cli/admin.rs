@@ -218,12 +218,20 @@ enum SubmissionCommand {
     },
 }
 
-/// A blocking REST client over plain HTTP (hyper, already in the tree for the server).
+/// What the organiser typed, as a team id: digits alone (Rust's integer parsing also takes a
+/// sign, and a team named `+2` is then not team 2).
+fn as_team_id(typed: &str) -> Option<i64> {
+    if typed.is_empty() || !typed.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    typed.parse().ok()
+}
+
 /// A team's numeric id from what the organiser typed: the id itself, or the team's name (looked
 /// up in the team list; a name shared by no team or spelled differently is an error naming the
 /// teams there are).
 fn team_id(api: &Api, team: &str) -> anyhow::Result<i64> {
-    if let Ok(id) = team.parse::<i64>() {
+    if let Some(id) = as_team_id(team) {
         return Ok(id);
     }
     let teams = api.call("GET", "/api/v1/teams", None)?;
@@ -713,4 +721,17 @@ fn segment(text: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::as_team_id;
+
+    #[test]
+    fn only_digits_are_a_team_id() {
+        assert_eq!(as_team_id("12"), Some(12));
+        for name in ["+2", "-2", " 2", "2 ", "", "alpha", "99999999999999999999"] {
+            assert_eq!(as_team_id(name), None, "{name:?}");
+        }
+    }
 }

@@ -1018,6 +1018,26 @@ fn a_private_phase_on_clips_of_a_public_benchmark_is_warned() {
         json!({"id": "open", "benchmark": "g1-smoke", "starts_at": at(-HOUR), "ends_at": at(HOUR)}),
     );
     assert_eq!(public["warnings"], json!([]), "{public}");
+    // A private phase that has ended hides nothing any more: g1-smoke's clips stay reachable
+    // and a later private phase on them is warned again.
+    create_phase(
+        &server,
+        json!({"id": "old-final", "benchmark": "g1-smoke", "starts_at": at(-3 * HOUR), "ends_at": at(-2 * HOUR),
+               "leaderboard": "private"}),
+    );
+    let again = create_phase(
+        &server,
+        json!({"id": "final-2", "benchmark": "g1-smoke-robot", "starts_at": at(HOUR), "ends_at": at(2 * HOUR),
+               "leaderboard": "private"}),
+    );
+    assert!(
+        again["warnings"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{again}"))
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("benchmark g1-smoke,")),
+        "{again}"
+    );
     let log = std::fs::read_to_string(&server.log).unwrap_or_default();
     assert!(
         log.contains("also appear in benchmark g1-smoke"),

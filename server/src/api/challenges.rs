@@ -211,13 +211,17 @@ pub(super) async fn create_phase(
 }
 
 /// Issue 40 §3: a private phase's clips that participants can reach elsewhere (practice or
-/// submissions of another benchmark that no private phase holds), named, so an organiser
+/// submissions of another benchmark whose motions are not hidden now: no private phase that
+/// has not ended holds it, and it is no hidden test set of its own), named, so an organiser
 /// learns that its test set is not private before anyone runs it.
 async fn shared_clip_warnings(state: &AppState, benchmark: &str) -> Result<Vec<String>, ApiError> {
     let mut reachable = Vec::new();
+    let now = now_ms();
     for other in state.catalog.offered() {
-        let phases = state.storage.phases_of_benchmark(&other.name).await?;
-        if !phases.iter().any(|p| p.leaderboard == Visibility::Private) {
+        let Ok(spec) = state.catalog.spec(&other.name) else {
+            continue; // not loadable now: nobody can run it either
+        };
+        if access::motions_hidden(&state.storage, &spec, now).await?.is_none() {
             reachable.push(other.name);
         }
     }

@@ -172,7 +172,6 @@ async fn create_hosted_submission(
         &benchmark,
         agent_name.clone(),
         Some(&mut hosted),
-        now,
     )
     .await?;
     tracing::info!(submission = %submission.id, team = team.id, sha256 = %hosted.sha256, "hosted submission created");

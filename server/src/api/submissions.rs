@@ -33,7 +33,7 @@ pub(super) async fn create_submission(
     };
     let plan = access::resolve_run(&state.storage, request, now).await?;
     let benchmark = load_planned(&state, &plan).await?;
-    let submission = create_planned(&state, &team, &plan, &benchmark, agent_name, None, now).await?;
+    let submission = create_planned(&state, &team, &plan, &benchmark, agent_name, None).await?;
     Ok((StatusCode::CREATED, Json(submission)).into_response())
 }
 
@@ -53,7 +53,8 @@ pub(super) async fn load_planned(
 /// phase's quotas: what an agent then runs (`POST /api/v1/submissions`) or the server itself
 /// (a hosted upload).
 /// `hosted`: the uploaded policy of a hosted submission (its `submission_id` is set here),
-/// recorded with it.
+/// recorded with it. The phase's window is checked again on this moment's clock: the request
+/// may have waited (for the benchmark, for an upload's check) since it was resolved.
 pub(super) async fn create_planned(
     state: &AppState,
     team: &Team,
@@ -61,8 +62,11 @@ pub(super) async fn create_planned(
     benchmark: &crate::catalog::LoadedBenchmark,
     agent_name: String,
     hosted: Option<&mut crate::storage::HostedPolicy>,
-    now: i64,
 ) -> Result<Submission, ApiError> {
+    let now = now_ms();
+    if let Some(phase) = &plan.phase {
+        access::check_open(phase, now)?;
+    }
     let id = crate::state::new_submission_id();
     let hosted = hosted.map(|policy| {
         policy.submission_id = id.clone();

@@ -677,7 +677,10 @@ fn public_and_private_phases() {
         // A survival time is the clip's length where nothing broke: no metric in seconds.
         assert!(e["metrics"]["emd"].is_number(), "{e}");
         for key in ["failure_time_s", "mjlab_failure_time_s"] {
-            assert!(e["metrics"].get(key).is_none_or(Value::is_null), "{key} of a hidden motion: {e}");
+            assert!(
+                e["metrics"].get(key).is_none_or(Value::is_null),
+                "{key} of a hidden motion: {e}"
+            );
         }
     }
     refused(

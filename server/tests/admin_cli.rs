@@ -100,7 +100,10 @@ fn an_organiser_runs_a_challenge_from_the_terminal() {
     for name in ["+1", "+007"] {
         let out = admin(&server, &["teams", "create", name]);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success() && stderr.contains("reads as a team id"), "{name}: {stderr}");
+        assert!(
+            !out.status.success() && stderr.contains("reads as a team id"),
+            "{name}: {stderr}"
+        );
     }
     let unknown = admin(&server, &["tokens", "list", "alpah"]);
     assert!(!unknown.status.success());

@@ -418,7 +418,8 @@ class Worker:
 def main():
     # Protocol lines go to a private duplicate of stdout; fd 1 itself now points at stderr so
     # that nothing else (e.g. MJX's import-time warnings) can corrupt the protocol stream.
-    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    # UTF-8 whatever the locale (the supervisor reads UTF-8); what cannot be encoded is escaped.
+    proto = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8", errors="backslashreplace")
     os.dup2(2, 1)
 
     def reply(line):

@@ -407,6 +407,14 @@ fn a_worker_that_cannot_restart_fails_a_batched_start_once() {
         );
     }
     assert_eq!(count(), 2, "one attempt to start the worker again, not one per env");
+    // The failed starts are taken back: the next command does not try again (a start may take
+    // minutes) for envs that have already failed.
+    let _ = e.step(&[0.0; 2 * NUM_JOINTS]);
+    assert_eq!(
+        count(),
+        2,
+        "a later step started the worker again for the failed resets"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -165,15 +165,9 @@ async fn create_hosted_submission(
         created_at: now,
     };
     // The submission and its policy in one transaction: never one without the other.
-    let submission = super::submissions::create_planned(
-        &state,
-        &team,
-        &plan,
-        &benchmark,
-        agent_name.clone(),
-        Some(&mut hosted),
-    )
-    .await?;
+    let submission =
+        super::submissions::create_planned(&state, &team, &plan, &benchmark, agent_name.clone(), Some(&mut hosted))
+            .await?;
     tracing::info!(submission = %submission.id, team = team.id, sha256 = %hosted.sha256, "hosted submission created");
     crate::hosted::start(
         state.clone(),

@@ -500,7 +500,10 @@ mod tests {
             without_times("fell after the episode had broken success at 18.76 s: scored as a fall up to there"),
             "fell after the episode had broken success at … s: scored as a fall up to there"
         );
-        assert_eq!(without_times("no answer in 5 s; at 3 steps"), "no answer in … s; at 3 steps");
+        assert_eq!(
+            without_times("no answer in 5 s; at 3 steps"),
+            "no answer in … s; at 3 steps"
+        );
         assert_eq!(without_times("agent's sessions"), "agent's sessions");
         assert_eq!(without_times("ends at 2 s"), "ends at … s");
     }

@@ -32,6 +32,9 @@ pub struct GpuHandler {
     layout: ShmLayout,
     shm: memmap2::MmapMut,
     shm_path: PathBuf,
+    /// The shared file, open for as long as the handler lives: its `flock` tells other
+    /// processes' sweeps that the file is in use (`gpu_process::create_shared_file`).
+    _shm_held: std::fs::File,
     worker: Option<Worker>,
     health: Vec<EnvHealth>,
     total_mass: f64,
@@ -92,15 +95,24 @@ impl GpuHandler {
         let (shm_path, file) = create_shared_file(layout.bytes() as u64).map_err(backend_error)?;
         // SAFETY: the file is ours (created above, unique name); only this handler and its
         // worker map it, and the worker writes only while we wait for its answer.
-        let shm = unsafe { memmap2::MmapMut::map_mut(&file) }
-            .map_err(|e| backend_error(format!("mapping the shared file: {e}")))?;
-        let pool = worker_pool(threads)?;
+        let mapped = unsafe { memmap2::MmapMut::map_mut(&file) }
+            .map_err(|e| backend_error(format!("mapping the shared file: {e}")))
+            .and_then(|shm| worker_pool(threads).map(|pool| (shm, pool)));
+        let (shm, pool) = match mapped {
+            Ok(both) => both,
+            Err(e) => {
+                // Nothing else would remove it before this process ends.
+                let _ = std::fs::remove_file(&shm_path);
+                return Err(e);
+            }
+        };
         let mut handler = Self {
             config,
             options,
             layout,
             shm,
             shm_path,
+            _shm_held: file,
             worker: None,
             health: vec![EnvHealth::Idle; num_envs],
             total_mass,
@@ -263,6 +275,11 @@ impl GpuHandler {
         if let Some(error) = ready.get("error").and_then(|e| e.as_str()) {
             return Err(with_python(format!("the GPU worker could not start: {error}")));
         }
+        if ready.get("ready") != Some(&serde_json::Value::Bool(true)) {
+            return Err(backend_error(format!(
+                "the GPU worker answered {reply:?} instead of its ready line"
+            )));
+        }
         let field = |k: &str| ready.get(k).and_then(|v| v.as_str()).unwrap_or("?").to_string();
         worker.device = format!(
             "{} on {} ({}, mujoco {})",
@@ -310,7 +327,21 @@ impl GpuHandler {
                 return Ok(());
             }
             // Every env not being reset was failed when the old worker went.
-            let worker = self.spawn()?;
+            let worker = match self.spawn() {
+                Ok(worker) => worker,
+                Err(e) => {
+                    // The envs being reset fail with the reason, and their resets are taken
+                    // back: none is left to start (or to retry the start) at the next command.
+                    let reason = format!("GPU simulator worker failed: {e}");
+                    for env in 0..self.health.len() {
+                        if self.row(Array::ResetFlag, env)[0] != 0.0 {
+                            self.row_mut(Array::ResetFlag, env)[0] = 0.0;
+                            self.health[env] = EnvHealth::Failed(reason.clone());
+                        }
+                    }
+                    return Err(e);
+                }
+            };
             self.worker = Some(worker);
             for env in 0..self.health.len() {
                 self.row_mut(Array::ParamsFlag, env)[0] = 1.0;
@@ -353,16 +384,23 @@ impl GpuHandler {
             self.input_row_mut(env).fill(INPUT_PUSH, 0.0);
         }
         if let Err(why) = outcome {
-            let reason = format!("GPU simulator worker failed: {why}");
-            tracing::error!("{reason}");
-            self.worker = None;
-            for h in &mut self.health {
-                if *h == EnvHealth::Ok {
-                    *h = EnvHealth::Failed(reason.clone());
-                }
-            }
-            self.stop_all();
+            self.worker_failed(&why);
         }
+    }
+
+    /// The worker is dropped (the next reset starts another) and every env it ran fails with
+    /// `why`: after a command that went wrong, its answers can no longer be matched to
+    /// commands.
+    fn worker_failed(&mut self, why: &str) {
+        let reason = format!("GPU simulator worker failed: {why}");
+        tracing::error!("{reason}");
+        self.worker = None;
+        for h in &mut self.health {
+            if *h == EnvHealth::Ok {
+                *h = EnvHealth::Failed(reason.clone());
+            }
+        }
+        self.stop_all();
     }
 
     /// Takes the answer to a step still in flight (a caller that skipped
@@ -689,18 +727,20 @@ impl Handler for GpuHandler {
         let Some(worker) = self.worker.as_mut() else {
             return Ok(None);
         };
-        let reply = worker
-            .command("stats", timeout)
-            .map_err(|why| SimError::Backend(format!("GPU simulator worker's stats: {why}")))?;
-        let parsed = reply
-            .strip_prefix("stats ")
-            .and_then(|json| serde_json::from_str::<serde_json::Value>(json).ok());
-        match parsed {
-            Some(serde_json::Value::Object(map)) => Ok(Some(map)),
-            _ => Err(SimError::Backend(format!(
-                "GPU simulator worker's stats: unexpected answer {reply:?}"
-            ))),
-        }
+        let answered = worker.command("stats", timeout);
+        let parsed = answered.as_ref().ok().and_then(|reply| {
+            reply
+                .strip_prefix("stats ")
+                .and_then(|json| serde_json::from_str::<serde_json::Value>(json).ok())
+        });
+        let why = match (parsed, answered) {
+            (Some(serde_json::Value::Object(map)), _) => return Ok(Some(map)),
+            (_, Ok(reply)) => format!("unexpected answer {reply:?} to stats"),
+            (_, Err(why)) => format!("stats: {why}"),
+        };
+        // A late or stray answer would be read as the next command's: the worker goes.
+        self.worker_failed(&why);
+        Err(SimError::Backend(format!("GPU simulator worker's {why}")))
     }
 }
 

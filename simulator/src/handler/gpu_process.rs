@@ -60,20 +60,14 @@ impl Worker {
         let stderr = child.stderr.take().expect("piped");
         let (tx, replies) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
+            for_each_line(stdout, |line| tx.send(line).is_ok());
         });
         let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
         let tail = stderr_tail.clone();
         let (stderr_done, stderr_read) = std::sync::mpsc::channel::<()>();
         std::thread::spawn(move || {
             let _done = stderr_done; // dropped at the end of the stream
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
+            for_each_line(stderr, |line| {
                 tracing::debug!(target: "arena_sim::gpu_worker", "{line}");
                 if let Ok(mut t) = tail.lock() {
                     if t.len() == STDERR_TAIL {
@@ -81,7 +75,8 @@ impl Worker {
                     }
                     t.push_back(line);
                 }
-            }
+                true
+            });
         });
         Ok(Worker {
             child,
@@ -129,13 +124,59 @@ impl Worker {
                 Err(format!("no answer to `{line}` within {:.0} s", timeout.as_secs_f64()))
             }
             Err(RecvTimeoutError::Disconnected) => {
-                let status = self.child.wait().map(|s| s.to_string()).unwrap_or_default();
+                // Its stdout closed: it exits, or (a worker that closed its stdout and lives on)
+                // it is made to, so this never waits past a bound.
+                let status = self.wait_or_kill(Duration::from_secs(2));
                 // Its stdout closed first: the error it printed may still be in the pipe.
                 if let Ok(read) = self.stderr_read.get_mut() {
                     let _ = read.recv_timeout(Duration::from_secs(2));
                 }
                 Err(format!("the worker exited ({status}): {}", self.stderr_tail()))
             }
+        }
+    }
+}
+
+impl Worker {
+    /// The process's exit status, waiting up to `grace` for it to exit and killing it then.
+    fn wait_or_kill(&mut self, grace: Duration) -> String {
+        let until = std::time::Instant::now() + grace;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => return status.to_string(),
+                Ok(None) if std::time::Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
+                Ok(None) => {
+                    let _ = self.child.kill();
+                    let status = self.child.wait().map(|s| s.to_string()).unwrap_or_default();
+                    return format!("{status}, killed after its output had closed");
+                }
+                Err(e) => return format!("its status unknown: {e}"),
+            }
+        }
+    }
+}
+
+/// Calls `each` with every line `stream` gives (without its line end) until the stream ends or
+/// `each` returns false. Bytes that are not UTF-8 (a library's message in another locale's
+/// encoding) are replaced, not the end of the stream: a reader that stopped there would leave
+/// the worker's pipe undrained and its answers unread.
+fn for_each_line(stream: impl std::io::Read, mut each: impl FnMut(String) -> bool) {
+    let mut reader = BufReader::new(stream);
+    let mut bytes = Vec::new();
+    loop {
+        bytes.clear();
+        match reader.read_until(b'\n', &mut bytes) {
+            Ok(0) => return,
+            Ok(_) => {
+                while bytes.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+                    bytes.pop();
+                }
+                if !each(String::from_utf8_lossy(&bytes).into_owned()) {
+                    return;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return,
         }
     }
 }
@@ -220,82 +261,112 @@ pub(super) fn worker_script() -> Result<PathBuf, String> {
     Ok(dir.join(WORKER_FILES[0].0))
 }
 
-/// Prefix of the shared files' names: `arena-gpu-<pid>-<n>.f64`.
+/// Prefix of the shared files' names: `arena-gpu-<pid>-<n>-<nonce>.f64` (the model file the
+/// worker reads at its start is the same name with `.xml`).
 const SHARED_FILE_PREFIX: &str = "arena-gpu-";
 
-/// Creates a fresh shared file (read-write) of `bytes` bytes: in /dev/shm where it exists
-/// (memory, not disk), named after this process and a counter it never repeats. A process
-/// that ends without dropping its simulators (killed, or `arena serve` leaving its kept ones
-/// to the exit) leaves its files behind: the first creation in a process removes those of
-/// processes no longer running, and a file of this very name can only be one of theirs (a
-/// reused process id), so it is replaced.
+/// A file the sweep leaves alone whatever its lock says, for so long after its last change: a
+/// file its owner has created and not yet locked.
+const SHARED_FILE_GRACE: Duration = Duration::from_secs(60);
+
+/// A fresh shared file (read-write) of `bytes` bytes, in /dev/shm where it exists (memory, not
+/// disk), and held: the returned file keeps an exclusive `flock` on it for as long as it is
+/// open, which is how other processes tell a live file from a leftover. Its name is this
+/// process's id, a counter and a random nonce, made with `create_new`: a /dev/shm shared by
+/// containers (each with its own process ids) can hold another process's file of the same id
+/// and counter, which is never replaced. A process that ends without dropping its simulators
+/// (killed, or `arena serve` leaving its kept ones to the exit) leaves its files behind: the
+/// first creation in a process removes those nobody holds.
 pub(super) fn create_shared_file(bytes: u64) -> Result<(PathBuf, std::fs::File), String> {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
     static SWEEP: std::sync::Once = std::sync::Once::new();
     let dir = PathBuf::from("/dev/shm");
     let dir = if dir.is_dir() { dir } else { std::env::temp_dir() };
-    SWEEP.call_once(|| remove_stale_shared_files(&dir));
+    SWEEP.call_once(|| remove_stale_shared_files(&dir, SHARED_FILE_GRACE));
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let path = dir.join(format!("{SHARED_FILE_PREFIX}{}-{n}.f64", std::process::id()));
-    let file = create_replacing(&path, bytes)?;
-    Ok((path, file))
+    let mut last_error = None;
+    for _ in 0..8 {
+        let nonce: u64 = rand::random();
+        let path = dir.join(format!(
+            "{SHARED_FILE_PREFIX}{}-{n}-{nonce:016x}.f64",
+            std::process::id()
+        ));
+        match create_held(&path, bytes) {
+            Ok(file) => return Ok((path, file)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last_error = Some(e),
+            Err(e) => return Err(format!("creating the shared file {}: {e}", path.display())),
+        }
+    }
+    Err(format!(
+        "creating a shared file in {}: every name tried was taken ({})",
+        dir.display(),
+        last_error.map(|e| e.to_string()).unwrap_or_default()
+    ))
 }
 
-/// Creates `path` afresh, `bytes` long and zero, replacing a file left there (see
-/// [`create_shared_file`]: a name no live process can hold).
-fn create_replacing(path: &Path, bytes: u64) -> Result<std::fs::File, String> {
-    let create = || {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(path)
-    };
-    let file = match create() {
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            tracing::warn!(
-                "{} was left by an earlier process with this id; replacing it",
-                path.display()
-            );
-            let _ = std::fs::remove_file(path);
-            create()
-        }
-        other => other,
-    }
-    .map_err(|e| format!("creating the shared file {}: {e}", path.display()))?;
-    if let Err(e) = file.set_len(bytes) {
+/// Creates `path` (never an existing file), locks it and makes it `bytes` long and zero; a file
+/// that cannot be locked or sized is removed again.
+fn create_held(path: &Path, bytes: u64) -> std::io::Result<std::fs::File> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(path)?;
+    let held = lock_exclusive(&file).and_then(|()| file.set_len(bytes));
+    if let Err(e) = held {
         let _ = std::fs::remove_file(path);
-        return Err(format!("sizing the shared file {}: {e}", path.display()));
+        return Err(e);
     }
     Ok(file)
 }
 
-/// Removes the shared files in `dir` whose process is not running (its `/proc` entry is gone).
-/// Without `/proc` nothing is removed: whether a process runs is then not known. (Processes of
-/// another PID namespace are not seen; containers have a /dev/shm of their own.)
-fn remove_stale_shared_files(dir: &Path) {
-    let proc = Path::new("/proc");
-    if !proc.join("self").exists() {
-        return;
+/// An exclusive `flock` on `file` without waiting: an error if another open file holds one.
+fn lock_exclusive(file: &std::fs::File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a file descriptor this `File` owns.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
+}
+
+/// Removes the shared files (and model files) in `dir` that nobody holds: their owner's lock is
+/// gone with it, whichever PID namespace it ran in. A file changed within `grace` stays (its
+/// owner may not have locked it yet), and so does anything not named like one.
+fn remove_stale_shared_files(dir: &Path, grace: Duration) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
+        let path = entry.path();
+        let shared = path
+            .file_name()
+            .and_then(|n| n.to_str())
             .and_then(|n| n.strip_prefix(SHARED_FILE_PREFIX))
-            .and_then(|rest| rest.split_once('-'))
-            .filter(|(_, tail)| tail.ends_with(".f64"))
-            .and_then(|(pid, _)| pid.parse::<u32>().ok())
-        else {
+            .and_then(|rest| rest.strip_suffix(".f64"))
+            .is_some_and(|rest| {
+                rest.split('-')
+                    .all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_hexdigit()))
+            });
+        if !shared {
+            continue;
+        }
+        let fresh = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|changed| changed.elapsed().is_ok_and(|age| age < grace));
+        if fresh {
+            continue;
+        }
+        let Ok(file) = std::fs::OpenOptions::new().read(true).open(&path) else {
             continue;
         };
-        if !proc.join(pid.to_string()).exists() && std::fs::remove_file(entry.path()).is_ok() {
-            tracing::info!(
-                "removed {}, left by process {pid}, which is gone",
-                entry.path().display()
-            );
+        if lock_exclusive(&file).is_err() {
+            continue; // held: a live simulator's
+        }
+        if std::fs::remove_file(&path).is_ok() {
+            let _ = std::fs::remove_file(path.with_extension("xml"));
+            tracing::info!("removed {}, which no running process holds", path.display());
         }
     }
 }
@@ -311,36 +382,89 @@ mod tests {
         dir
     }
 
-    /// Files of processes that are gone are removed; a live process's, and anything not named
-    /// like a shared file, stay.
+    /// Files nobody holds are removed, with their model files; a held one (this process's,
+    /// or any other's, whatever its process id says), a fresh one and anything not named like
+    /// a shared file stay.
     #[test]
-    fn stale_shared_files_of_gone_processes_are_removed() {
+    fn shared_files_nobody_holds_are_removed() {
         let dir = scratch_dir("sweep");
-        // Above Linux's largest process id (2^22): never a running process.
-        let gone = format!("{SHARED_FILE_PREFIX}4194999-0.f64");
-        let live = format!("{SHARED_FILE_PREFIX}{}-3.f64", std::process::id());
+        let left = format!("{SHARED_FILE_PREFIX}4194999-0-00ff.f64");
+        let legacy = format!("{SHARED_FILE_PREFIX}4194999-1.f64");
+        // Another namespace's process with an id that is not running here: held, so kept.
+        let held_name = format!("{SHARED_FILE_PREFIX}4194998-0-abcd.f64");
         let others = ["arena-gpu-notapid-0.f64", "arena-gpu-4194999-0.xml", "PostgreSQL.1"];
-        for name in [gone.as_str(), live.as_str()].into_iter().chain(others) {
+        for name in [left.as_str(), legacy.as_str(), held_name.as_str()]
+            .into_iter()
+            .chain(others)
+        {
             std::fs::write(dir.join(name), b"x").unwrap();
         }
-        remove_stale_shared_files(&dir);
-        assert!(!dir.join(&gone).exists(), "{gone} was left by a process that is gone");
-        for kept in [live.as_str()].into_iter().chain(others) {
-            assert!(dir.join(kept).exists(), "{kept} is not a stale shared file");
+        std::fs::write(dir.join(&left).with_extension("xml"), b"<mujoco/>").unwrap();
+        let held = std::fs::File::open(dir.join(&held_name)).unwrap();
+        lock_exclusive(&held).unwrap();
+        // Just written, they are all within the grace period: nothing goes.
+        remove_stale_shared_files(&dir, Duration::from_secs(3600));
+        assert!(dir.join(&left).exists(), "a fresh file was removed");
+        remove_stale_shared_files(&dir, Duration::ZERO);
+        assert!(!dir.join(&left).exists(), "{left} is held by nobody");
+        assert!(!dir.join(&left).with_extension("xml").exists(), "its model file stayed");
+        assert!(!dir.join(&legacy).exists(), "{legacy} is held by nobody");
+        for kept in [held_name.as_str()].into_iter().chain(others) {
+            assert!(dir.join(kept).exists(), "{kept} was removed");
         }
+        drop(held);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    /// A file already at the name (a reused process id's leftover) is replaced by a fresh,
-    /// zeroed one of the size asked for.
+    /// A created file is held from the start, sized and zeroed, and its name is taken by no
+    /// other creation.
     #[test]
-    fn a_leftover_at_the_name_is_replaced() {
-        let dir = scratch_dir("replace");
-        let path = dir.join(format!("{SHARED_FILE_PREFIX}{}-0.f64", std::process::id()));
-        std::fs::write(&path, vec![7u8; 100]).unwrap();
-        let file = create_replacing(&path, 64).unwrap();
+    fn a_created_shared_file_is_held_and_unique() {
+        let (path, file) = create_shared_file(64).unwrap();
+        let (other, _other_file) = create_shared_file(64).unwrap();
+        assert_ne!(path, other);
         assert_eq!(file.metadata().unwrap().len(), 64);
         assert_eq!(std::fs::read(&path).unwrap(), vec![0u8; 64]);
+        let again = std::fs::File::open(&path).unwrap();
+        assert!(lock_exclusive(&again).is_err(), "a second lock was granted");
+        let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(&other);
+    }
+
+    /// A stand-in worker: `/bin/sh` running `body` (the `--shm` argument unused).
+    fn shell_worker(name: &str, body: &str) -> (Worker, PathBuf) {
+        let dir = scratch_dir(name);
+        let script = dir.join("worker.sh");
+        std::fs::write(&script, body).unwrap();
+        let worker = Worker::start(Path::new("/bin/sh"), &script, &dir.join("unused")).unwrap();
+        (worker, dir)
+    }
+
+    /// Output that is not UTF-8 is read on (replaced), on stdout as on stderr: the reader
+    /// used to stop there, leaving a live worker "dead" and its pipe undrained.
+    #[test]
+    fn output_that_is_not_utf8_is_read_on() {
+        let (mut worker, dir) = shell_worker(
+            "not-utf8",
+            "printf 'caf\\351\\n' >&2; printf 'caf\\351\\nok\\n'; exec sleep 100\n",
+        );
+        let first = worker.answer("init", Duration::from_secs(10)).unwrap();
+        assert_eq!(first, "caf\u{fffd}");
+        assert_eq!(worker.answer("next", Duration::from_secs(10)).unwrap(), "ok");
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(worker.is_alive(), "a line of stderr that is not UTF-8 ended its reader");
+        assert!(worker.stderr_tail().contains("caf\u{fffd}"), "{}", worker.stderr_tail());
+        drop(worker);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A worker that closes its stdout and lives on: the answer is an error within a bound,
+    /// not a wait for its exit that never comes.
+    #[test]
+    fn a_worker_that_closes_its_output_and_lives_on_is_not_waited_for() {
+        let (mut worker, dir) = shell_worker("closed-stdout", "exec 1>&-; exec sleep 100\n");
+        let err = worker.answer("init", Duration::from_secs(30)).unwrap_err();
+        assert!(err.contains("killed after its output had closed"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -4,7 +4,7 @@
 This file is the protocol and the host side; the physics is ``mjx_physics.MjxPhysics`` (impl
 "jax": MJX's JAX implementation, jit(vmap)) or ``warp_physics.WarpPhysics`` (impl "warp":
 MuJoCo Warp, worlds batched by the library), with ``worker_common`` shared by all three. The Rust
-supervisor writes the four files to one folder and starts ``python gpu_worker.py --shm PATH``, writes one JSON init line to
+supervisor writes the five files to one folder and starts ``python gpu_worker.py --shm PATH``, writes one JSON init line to
 stdin, waits for the one-line JSON reply, then sends one command per line (``sync``, ``step``,
 ``stats``, ``close``); every command gets exactly one reply line (``ok`` or ``error <message>``;
 ``stats`` answers ``stats {JSON}``: how many ``step`` and ``sync`` commands ran and the seconds

@@ -283,6 +283,16 @@ fn simulator_instability_fails_the_env_with_a_reason() {
     h.set_qpos_qvel(1, &qpos, &[0.0; NV]).unwrap();
     h.step(&[0.0; 2 * NUM_JOINTS]).unwrap();
     assert_eq!(*h.health(1), arena_sim::handler::EnvHealth::Ok);
+    // A failure later than the first substep names the time its state had reached, not the
+    // time of MuJoCo's reset of the diverged data (set back to 0, then one substep integrated):
+    // this one blows up in the second substep.
+    qvel[10] = 1e5;
+    h.set_qpos_qvel(1, &qpos, &qvel).unwrap();
+    h.step(&[0.0; 2 * NUM_JOINTS]).unwrap();
+    match h.health(1) {
+        arena_sim::handler::EnvHealth::Failed(reason) => assert!(reason.ends_with("at t = 0.010 s"), "{reason}"),
+        other => panic!("expected failure, got {other:?}"),
+    }
 }
 
 #[test]

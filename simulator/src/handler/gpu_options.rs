@@ -125,7 +125,7 @@ impl Default for GpuOptions {
         Self {
             python: std::env::var_os("ARENA_GPU_PYTHON").map_or_else(|| PathBuf::from("python3"), PathBuf::from),
             device: GpuDevice::Auto,
-            implementation: GpuImpl::Jax,
+            implementation: GpuImpl::Auto,
             x64: false,
             contact_forces: true,
             startup_timeout: Duration::from_secs(900),
@@ -159,6 +159,9 @@ mod tests {
             assert_eq!(explicit.resolve(Auto, true, true), explicit);
         }
         assert_eq!(GpuImpl::default(), GpuImpl::Auto);
+        // What a caller that names no implementation gets (arena-bfm's `sim_backend = "gpu"`):
+        // Warp on a CUDA device, as the docs say, not MJX everywhere.
+        assert_eq!(GpuOptions::default().implementation, GpuImpl::Auto);
         assert_eq!("stub".parse::<GpuImpl>(), Ok(GpuImpl::Stub));
         assert!("cuda".parse::<GpuImpl>().unwrap_err().contains("auto, jax, warp"));
     }

@@ -208,13 +208,17 @@ impl MujocoHandler {
             return;
         }
         if !slot.stages_current {
+            let now = slot.data.ffi().time;
             slot.data.step1();
-            if let Some(reason) = instability(&slot.data) {
+            if let Some(reason) = instability(&slot.data, now) {
                 slot.health = EnvHealth::Failed(reason);
                 return;
             }
         }
         for substep in 0..DECIMATION {
+            // The time this substep's state reaches: what a failure names (MuJoCo's reset of
+            // a diverged state sets the data's own time back to 0), as the GPU worker does.
+            let substep_end = slot.data.ffi().time + slot.data.model().ffi().opt.timestep;
             {
                 let (qpos, qvel) = (slot.data.qpos(), slot.data.qvel());
                 for j in 0..NUM_JOINTS {
@@ -235,7 +239,7 @@ impl MujocoHandler {
             // the new state and checks it for divergence.
             slot.data.step1();
             slot.stages_current = true;
-            if let Some(reason) = instability(&slot.data) {
+            if let Some(reason) = instability(&slot.data, substep_end) {
                 slot.health = EnvHealth::Failed(reason);
                 slot.stages_current = false;
                 return;
@@ -360,8 +364,9 @@ fn body_contact_forces(data: &MjData<Arc<MjModel>>) -> [f64; 3 * NUM_BODIES_EXT]
     out
 }
 
-/// MuJoCo resets a diverged `MjData` and counts a warning; report that, or non-finite state.
-fn instability(data: &MjData<Arc<MjModel>>) -> Option<String> {
+/// MuJoCo resets a diverged `MjData` and counts a warning; report that, or non-finite state,
+/// at `time` (the time of the state that failed: the reset has set the data's own to 0).
+fn instability(data: &MjData<Arc<MjModel>>, time: f64) -> Option<String> {
     let w = &data.ffi().warning;
     for (kind, label) in [
         (mjtWarning::mjWARN_BADQPOS, "bad qpos"),
@@ -369,14 +374,11 @@ fn instability(data: &MjData<Arc<MjModel>>) -> Option<String> {
         (mjtWarning::mjWARN_BADQACC, "bad qacc"),
     ] {
         if w[kind as usize].number > 0 {
-            return Some(format!(
-                "MuJoCo instability ({label}) at t = {:.3} s",
-                data.ffi().time.max(0.0)
-            ));
+            return Some(format!("MuJoCo instability ({label}) at t = {:.3} s", time.max(0.0)));
         }
     }
     if data.qpos().iter().chain(data.qvel()).any(|v| !v.is_finite()) {
-        return Some(format!("non-finite simulator state at t = {:.3} s", data.ffi().time));
+        return Some(format!("non-finite simulator state at t = {:.3} s", time.max(0.0)));
     }
     None
 }

@@ -94,7 +94,7 @@ mod tests {
         let too_long = parse_minutes("1e18").unwrap_err();
         assert!(too_long.contains("at most"), "{too_long}");
         // Every accepted value converts.
-        std::time::Duration::from_secs_f64(MAX_MINUTES * 60.0);
+        assert!(std::time::Duration::try_from_secs_f64(MAX_MINUTES * 60.0).is_ok());
         let a = serde_json::json!({"ppo": {"lr": 1e-3, "epochs": 5}});
         let b = serde_json::json!({"ppo": {"lr": 3e-4, "epochs": 5}});
         assert_eq!(

@@ -281,6 +281,8 @@ pub struct RunConfig {
     pub seed: u64,
     /// Stop after this many iterations (0 = no limit; `--time-limit` stops earlier).
     pub max_iterations: u64,
+    /// A train_log.csv row every this many iterations (a divisor of `checkpoint_every`, so that
+    /// a resumed run's rows cover the windows of an uninterrupted one).
     pub log_every: u64,
     /// Checkpoint every this many iterations; every env starts a new episode there, which
     /// makes a resumed run continue exactly.
@@ -370,6 +372,14 @@ impl PpoTrainConfig {
             if v == 0 {
                 return Err(format!("{key} must be > 0"));
             }
+        }
+        if !self.run.checkpoint_every.is_multiple_of(self.run.log_every) {
+            // A resume starts a log row's window at its checkpoint: with a row across it, the
+            // resumed run's row would cover another window than the uninterrupted run's.
+            return Err(format!(
+                "run.log_every ({}) must divide run.checkpoint_every ({})",
+                self.run.log_every, self.run.checkpoint_every
+            ));
         }
         if self.batch_size() < self.ppo.num_mini_batches {
             return Err(format!(
@@ -478,6 +488,8 @@ mod tests {
         assert!(c.set("env.num_envs=0").unwrap_err().contains("env.num_envs"));
         assert!(c.set("env.gains=stiff").unwrap_err().contains("env.gains"));
         assert!(c.set("ppo.no_such_key=1").unwrap_err().contains("no_such_key"));
+        assert!(c.set("run.log_every=3").unwrap_err().contains("must divide run.checkpoint_every"));
+        c.set("run.log_every=5").unwrap();
         c.set("ppo.schedule=adaptive").unwrap();
         assert_eq!(c.ppo.schedule, LrSchedule::Adaptive);
         let err = toml::from_str::<PpoTrainConfig>("[env]\nnum_env = 3\n").unwrap_err();

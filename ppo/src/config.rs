@@ -488,7 +488,11 @@ mod tests {
         assert!(c.set("env.num_envs=0").unwrap_err().contains("env.num_envs"));
         assert!(c.set("env.gains=stiff").unwrap_err().contains("env.gains"));
         assert!(c.set("ppo.no_such_key=1").unwrap_err().contains("no_such_key"));
-        assert!(c.set("run.log_every=3").unwrap_err().contains("must divide run.checkpoint_every"));
+        assert!(
+            c.set("run.log_every=3")
+                .unwrap_err()
+                .contains("must divide run.checkpoint_every")
+        );
         c.set("run.log_every=5").unwrap();
         c.set("ppo.schedule=adaptive").unwrap();
         assert_eq!(c.ppo.schedule, LrSchedule::Adaptive);

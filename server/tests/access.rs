@@ -350,6 +350,35 @@ fn admin_api_tokens_and_quotas() {
         200,
     );
     assert!(v["max_submissions_total"].is_null(), "{v}");
+    // Updates at once, each of another field: every one lands (each used to write back the
+    // whole phase it had read, undoing the others').
+    let base = now_ms() / 1000 * 1000;
+    for round in 0..4u64 {
+        let bodies = [
+            json!({"max_submissions_total": 10 + round}),
+            json!({"max_submissions_per_day": 20 + round}),
+            json!({"hosted_only": round % 2 == 0}),
+            json!({"ends_at": base + (3 + round as i64) * HOUR}),
+            json!({"leaderboard": if round % 2 == 0 { "private" } else { "public" }}),
+        ];
+        std::thread::scope(|scope| {
+            for body in &bodies {
+                let server = &server;
+                scope.spawn(move || {
+                    ok(
+                        patch(server, "/api/v1/phases/future", Some(ADMIN), &body.to_string()),
+                        200,
+                    )
+                });
+            }
+        });
+        let v = ok(server.get("/api/v1/phases/future", Some(ADMIN)), 200);
+        assert_eq!(v["max_submissions_total"], 10 + round, "round {round}: {v}");
+        assert_eq!(v["max_submissions_per_day"], 20 + round, "round {round}: {v}");
+        assert_eq!(v["hosted_only"], round % 2 == 0, "round {round}: {v}");
+        assert_eq!(v["ends_at"], bodies[3]["ends_at"], "round {round}: {v}");
+        assert_eq!(v["leaderboard"], bodies[4]["leaderboard"], "round {round}: {v}");
+    }
 
     // Teams: members and token metadata for the admin; never a token or its hash.
     let alpha_path = format!("/api/v1/teams/{alpha_id}");

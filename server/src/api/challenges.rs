@@ -288,9 +288,35 @@ pub(super) async fn update_phase(
 ) -> ApiResult {
     require_admin(&state, &headers).await?;
     let patch: PhasePatch = parse_body(&body)?;
-    let Some(mut phase) = state.storage.phase(&id).await? else {
-        return Err(not_found(format!("no phase {id:?}")));
+    // Applied to the phase as stored when the update holds it: two organisers' updates at once
+    // both land, each checked against the other's result.
+    let updated = state
+        .storage
+        .update_phase_with(&id, |phase| apply_phase_patch(&state, phase, &patch))
+        .await
+        .map_err(storage_error)?;
+    let phase = updated?;
+    let spec = state
+        .catalog
+        .spec(&phase.benchmark)
+        .map_err(|e| ApiError(AccessError::internal(format!("phase {id}: {e}"))))?;
+    // Made private now: the same warning as at creation.
+    let warnings = if phase.leaderboard == Visibility::Private && patch.leaderboard.is_some() {
+        shared_clip_warnings(&state, &spec.name).await?
+    } else {
+        Vec::new()
     };
+    tracing::info!(phase = %phase.id, "phase updated");
+    for w in &warnings {
+        tracing::warn!(phase = %phase.id, "{w}");
+    }
+    let mut body = phase_json(&phase, now_ms());
+    body["warnings"] = json!(warnings);
+    Ok(Json(body).into_response())
+}
+
+/// A PATCH's fields on `phase`, then the phase's rules checked against its benchmark.
+fn apply_phase_patch(state: &AppState, phase: &mut Phase, patch: &PhasePatch) -> Result<(), ApiError> {
     if let Some(v) = &patch.starts_at {
         phase.starts_at = time_field("starts_at", v)?;
     }
@@ -315,22 +341,9 @@ pub(super) async fn update_phase(
     let spec = state
         .catalog
         .spec(&phase.benchmark)
-        .map_err(|e| ApiError(AccessError::internal(format!("phase {id}: {e}"))))?;
-    access::validate_phase(&phase, &spec)?;
-    // Made private now: the same warning as at creation.
-    let warnings = if phase.leaderboard == Visibility::Private && patch.leaderboard.is_some() {
-        shared_clip_warnings(&state, &spec.name).await?
-    } else {
-        Vec::new()
-    };
-    let phase = state.storage.update_phase(&phase).await.map_err(storage_error)?;
-    tracing::info!(phase = %phase.id, "phase updated");
-    for w in &warnings {
-        tracing::warn!(phase = %phase.id, "{w}");
-    }
-    let mut body = phase_json(&phase, now_ms());
-    body["warnings"] = json!(warnings);
-    Ok(Json(body).into_response())
+        .map_err(|e| ApiError(AccessError::internal(format!("phase {}: {e}", phase.id))))?;
+    access::validate_phase(phase, &spec)?;
+    Ok(())
 }
 
 pub(super) async fn get_phase_leaderboard(

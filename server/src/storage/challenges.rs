@@ -89,7 +89,51 @@ impl Storage {
     /// Changes a phase's window, visibility, quotas and observation groups (its id, challenge,
     /// benchmark and creation time stay); a missing phase is [`StorageError::NotFound`].
     pub async fn update_phase(&self, phase: &Phase) -> Result<Phase, StorageError> {
-        let id = &phase.id;
+        self.update_phase_with(&phase.id, |stored| {
+            stored.starts_at = phase.starts_at;
+            stored.ends_at = phase.ends_at;
+            stored.leaderboard = phase.leaderboard;
+            stored.max_per_day = phase.max_per_day;
+            stored.max_total = phase.max_total;
+            stored.observation_groups = phase.observation_groups.clone();
+            stored.hosted_only = phase.hosted_only;
+            Ok::<(), std::convert::Infallible>(())
+        })
+        .await
+        .map(|changed| changed.unwrap_or_else(|never| match never {}))
+    }
+
+    /// Reads phase `id`, lets `change` edit it and writes it back in one transaction that holds
+    /// the row from before the read (a write first, as a submission's quota count does), so two
+    /// concurrent updates each apply to the other's result rather than one being lost. An
+    /// error of `change` writes nothing and is handed back; a missing phase is
+    /// [`StorageError::NotFound`].
+    pub async fn update_phase_with<E>(
+        &self,
+        id: &str,
+        change: impl FnOnce(&mut Phase) -> Result<(), E>,
+    ) -> Result<Result<Phase, E>, StorageError> {
+        let context = || format!("updating phase {id:?}");
+        let mut tx = self.pool.begin().await.ctx(context)?;
+        // A column that is no key: the row lock then leaves alone the submissions' foreign-key
+        // checks against the phase (PostgreSQL), which are not what this waits for.
+        let held = sqlx::query("UPDATE phases SET hosted_only = hosted_only WHERE id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .ctx(context)?;
+        if held.rows_affected() == 0 {
+            return Err(StorageError::NotFound(format!("phase {id:?}")));
+        }
+        let row = sqlx::query(&format!("SELECT {PHASE_COLUMNS} FROM phases WHERE id = $1"))
+            .bind(id)
+            .fetch_one(&mut *tx)
+            .await
+            .ctx(context)?;
+        let mut phase = phase_from_row(&row)?;
+        if let Err(e) = change(&mut phase) {
+            return Ok(Err(e));
+        }
         let groups = phase
             .observation_groups
             .as_ref()
@@ -106,15 +150,14 @@ impl Storage {
         .bind(phase.max_total.map(i64::from))
         .bind(groups)
         .bind(i64::from(phase.hosted_only))
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
-        .ctx(|| format!("updating phase {id:?}"))?;
+        .ctx(context)?;
         if done.rows_affected() == 0 {
             return Err(StorageError::NotFound(format!("phase {id:?}")));
         }
-        self.phase(id)
-            .await?
-            .ok_or_else(|| StorageError::NotFound(format!("phase {id:?}")))
+        tx.commit().await.ctx(context)?;
+        Ok(Ok(phase))
     }
 
     /// One phase, if it exists.

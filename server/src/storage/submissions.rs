@@ -50,14 +50,8 @@ impl Storage {
         }
         let context = || format!("creating submission {id}");
         let now = now_ms();
-        // Today is the day the row is stamped with, whatever the caller's clock read: a request
-        // that waited across midnight counts against the day it is created on.
-        let quota = quota.map(|q| Quota {
-            day_start: crate::access::day_start(now),
-            ..*q
-        });
         let mut tx = self.pool.begin().await.ctx(context)?;
-        if let Some(quota) = &quota {
+        if let Some(quota) = quota {
             // A write first: it serialises this team's submissions until the commit.
             sqlx::query("UPDATE teams SET name = name WHERE id = $1")
                 .bind(sub.team_id)

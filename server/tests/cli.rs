@@ -104,6 +104,26 @@ fn generate_then_inspect_and_rollout() {
         serde_json::from_str(&ok(&arena(&["motion", "inspect", npz.to_str().unwrap(), "--json"]))).unwrap();
     assert_eq!(from_npz["frames"], v["frames"]);
     assert_eq!(from_npz["joints"].as_array().unwrap().len(), 29);
+    assert_eq!(from_npz["problems"], serde_json::json!([]), "{from_npz}");
+    // The same file with two joints swapped and no joint names (a file in another joint order):
+    // a benchmark refuses it (its bodies are not the forward kinematics of its joints), and so
+    // does inspect, which used to say "problems: none".
+    let mut arrays = arena_data::npz::read_npz(&npz).unwrap();
+    arrays.remove("joint_names");
+    let joints = arrays.get_mut("joint_pos").unwrap();
+    let width = joints.shape[1];
+    if let arena_data::npz::NpyData::Numbers(values) = &mut joints.data {
+        for row in values.chunks_exact_mut(width) {
+            row.swap(0, 3);
+        }
+    }
+    let swapped = npz_dir.join("swapped.npz");
+    let named: Vec<(&str, arena_data::npz::NpyArray)> = arrays.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    arena_data::npz::write_npz(&swapped, &named).unwrap();
+    let refused: serde_json::Value =
+        serde_json::from_str(&ok(&arena(&["motion", "inspect", swapped.to_str().unwrap(), "--json"]))).unwrap();
+    let problems = refused["problems"].to_string();
+    assert!(problems.contains("a benchmark refuses it"), "{refused}");
     // A CSV without --fps says what is missing.
     let out = arena(&["motion", "inspect", squat.to_str().unwrap()]);
     assert!(!out.status.success());
@@ -364,6 +384,21 @@ fn an_unwritable_report_path_is_refused_before_the_run() {
         // Refused up front: no episode ran (the whole benchmark takes seconds).
         assert!(!String::from_utf8_lossy(&out.stdout).contains("stand"), "{bad}");
     }
+    // The report over the run's own benchmark file: refused, the file untouched.
+    let dir = tmp("report-over-input");
+    let benchmark = dir.join("smoke.toml");
+    let shipped = concat!(env!("CARGO_MANIFEST_DIR"), "/../benchmarks/g1-smoke.toml");
+    std::fs::copy(shipped, &benchmark).unwrap();
+    let original = std::fs::read(&benchmark).unwrap();
+    let path = benchmark.to_str().unwrap();
+    let out = arena(&["eval", "--benchmark", path, "--policy", "replay", "--report", path]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("is an input of the run"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read(&benchmark).unwrap(), original);
+    std::fs::remove_dir_all(dir).ok();
 }
 
 #[test]
@@ -464,5 +499,10 @@ fn sim_bench_runs_under_a_benchmarks_rules() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("--dump") && err.contains("--benchmark"), "{err}");
+    // --dump writes recorded rows: with --no-record there are none (it panicked on them).
+    let out = bench(&["--dump", dir.to_str().unwrap(), "--no-record"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("leave out --no-record"), "{err}");
     std::fs::remove_dir_all(dir).ok();
 }

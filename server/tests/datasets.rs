@@ -208,6 +208,31 @@ fn datasets_filter_export_and_load_into_a_buffer() {
     ]));
     let summary: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(summary["episodes"], want.len());
+    // To a device (the counts only): written in place, where a `.partial` file beside it and
+    // a rename over it used to fail (or, as root, replace /dev/null with a file).
+    let counted = ok(&arena(&[
+        "dataset",
+        "export",
+        "--benchmark",
+        "g1-smoke",
+        "--team",
+        "alpha",
+        "--metric",
+        &format!("emd<={median}"),
+        "--data-dir",
+        data_dir.to_str().unwrap(),
+        "--format",
+        "jsonl.gz",
+        "--out",
+        "/dev/null",
+        "--json",
+    ]));
+    let counted: Value = serde_json::from_str(&counted).unwrap();
+    assert_eq!(counted["episodes"], want.len());
+    assert!(
+        !std::path::Path::new("/dev/null").is_file(),
+        "/dev/null was replaced by a file"
+    );
     let cli_card: Value = serde_json::from_str(&std::fs::read_to_string(&card_path).unwrap()).unwrap();
     assert_eq!(cli_card["counts"], low["counts"]);
 

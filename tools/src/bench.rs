@@ -48,7 +48,7 @@ pub struct ValidateArgs {
     dir: BenchDirArg,
     /// Also load each benchmark's motion clips from this folder (the motions root its paths are
     /// relative to), so a pattern that matches nothing or a missing file is caught now.
-    #[arg(long)]
+    #[arg(long, env = arena_bench::spec::MOTIONS_ROOT_ENV)]
     motions_root: Option<PathBuf>,
 }
 

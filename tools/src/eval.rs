@@ -6,7 +6,7 @@ use crate::backend::BackendArgs;
 use crate::bench::BenchDirArg;
 use crate::evaluation::{self, EvalOptions};
 use crate::sim::BuiltinPolicy;
-use anyhow::Context;
+use anyhow::{Context, bail};
 use arena_bench::metrics::metric_names;
 use arena_bench::spec::{self, MOTIONS_ROOT_ENV};
 use arena_sim::RobotConfig;
@@ -56,6 +56,16 @@ pub fn run(a: EvalArgs) -> anyhow::Result<()> {
     }
     let known = metric_names();
     let (path, spec) = spec::find_benchmark(&a.benchmark, &a.dir.dir(), &known)?;
+    if let Some(out) = &a.report {
+        let inputs = std::iter::once(&path).chain(a.onnx.as_ref());
+        if let Some(input) = inputs.into_iter().find(|input| crate::same_file(out, input)) {
+            bail!(
+                "--report {} is an input of the run ({}): choose another path",
+                out.display(),
+                input.display()
+            );
+        }
+    }
     let robot = RobotConfig::default();
     let clips = arena_runner::episode::benchmark_clips(&spec, &a.motions_root, &robot)
         .with_context(|| format!("loading the motions of {} ({})", spec.name, path.display()))?;
@@ -99,9 +109,9 @@ pub fn run(a: EvalArgs) -> anyhow::Result<()> {
     });
     let report = evaluation::report(&spec, &aggregator, run);
     if let Some(out) = &a.report {
-        report
-            .write(out)
-            .with_context(|| format!("writing {}", out.display()))?;
+        crate::write_replacing(out, |to| {
+            report.write(to).with_context(|| format!("writing {}", out.display()))
+        })?;
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

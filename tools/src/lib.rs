@@ -24,6 +24,13 @@ pub fn check_writable(path: &std::path::Path) -> anyhow::Result<()> {
     if path.is_dir() {
         anyhow::bail!("{} is a folder, not a file", path.display());
     }
+    if path.is_file() {
+        // An existing file that is read-only would be found out only at the end.
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    }
     if path.exists() && !path.is_file() {
         // A device or pipe: it must open for writing; nothing is created beside it.
         std::fs::OpenOptions::new()
@@ -37,4 +44,33 @@ pub fn check_writable(path: &std::path::Path) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("cannot write {}: {e} (in {})", path.display(), dir.display()))?;
     let _ = std::fs::remove_file(&probe);
     Ok(())
+}
+
+/// Writes `path` through `write`: beside it under a temporary name that keeps its extension
+/// (so `write` may go by it, `.gz` say), then renamed into place, so that a reader never sees
+/// a half-written file and an existing one is replaced only by a complete one. A device or
+/// pipe (`/dev/null`, `/dev/stdout`) is written in place, never replaced.
+pub fn write_replacing(
+    path: &std::path::Path,
+    write: impl FnOnce(&std::path::Path) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    if path.exists() && !path.is_file() {
+        return write(path);
+    }
+    let name = path.file_name().map_or("out".into(), |n| n.to_string_lossy());
+    let tmp = path.with_file_name(format!(".{}.partial.{name}", std::process::id()));
+    write(&tmp)
+        .and_then(|()| std::fs::rename(&tmp, path).with_context(|| format!("moving the file to {}", path.display())))
+        .inspect_err(|_| {
+            let _ = std::fs::remove_file(&tmp);
+        })
+}
+
+/// Whether two paths name the same file (an output must never overwrite an input).
+pub fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => false,
+    }
 }

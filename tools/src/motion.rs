@@ -1,6 +1,6 @@
 //! `arena motion generate|inspect`.
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use arena_sim::RobotConfig;
 use arena_sim::kinematics::Kinematics;
 use arena_sim::motion::{MotionLibrary, MotionReport, inspect};
@@ -17,10 +17,12 @@ pub enum MotionCommand {
     },
     /// Report frames, duration, root height and joint ranges, limit violations and problems.
     Inspect(InspectArgs),
-    /// Write a benchmark's motions as mjlab / BeyondMimic NPZ (50 fps; fps, joint_pos, joint_vel,
-    /// body_pos_w, body_quat_w w-first, body_lin_vel_w, body_ang_vel_w, plus joint_names and
-    /// body_names; bodies from the arena's forward kinematics), one `<category>__<name>.npz` per
-    /// clip, so that a policy can be trained in mjlab on exactly a benchmark's clips.
+    /// Write a benchmark's motions as mjlab NPZ (50 fps; fps, joint_pos, joint_vel, body_pos_w,
+    /// body_quat_w w-first, body_lin_vel_w, body_ang_vel_w, plus joint_names and body_names;
+    /// joints and bodies in the MuJoCo model's order, as mjlab's; bodies from the arena's forward
+    /// kinematics), one `<category>__<name>.npz` per clip, so that a policy can be trained in
+    /// mjlab on exactly a benchmark's clips. BeyondMimic's Isaac Lab loader indexes the arrays in
+    /// Isaac Lab's joint order and ignores the names: reorder them for it.
     Export(ExportArgs),
 }
 
@@ -88,8 +90,14 @@ pub fn run(cmd: MotionCommand) -> anyhow::Result<()> {
                 })?;
                 arena_data::read_g1_csv(&a.file, fps)?
             };
-            let kin = Kinematics::new(&RobotConfig::default())?;
-            let report = inspect(&clip, &kin);
+            let mut kin = Kinematics::new(&RobotConfig::default())?;
+            let mut report = inspect(&clip, &kin);
+            // What a benchmark's loading checks beyond the report (two frames at least, the
+            // longest clip, an NPZ's bodies against the forward kinematics of its joints, which
+            // finds joints in another order): the same refusal here, as a problem.
+            if let Err(e) = arena_sim::motion::Motion::from_clip(&clip, &mut kin) {
+                report.problems.push(format!("a benchmark refuses it: {e}"));
+            }
             if a.json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
@@ -113,9 +121,21 @@ fn export(a: ExportArgs) -> anyhow::Result<()> {
         );
     }
     let library = MotionLibrary::from_clips(&clips, &robot)?;
+    // One file per clip: two clips of one name and category (`walk.csv` and `walk.npz` in one
+    // folder, or in two folders) would write one file over the other.
+    let names: Vec<String> = (library.motions.iter())
+        .map(|m| format!("{}__{}.npz", m.category, m.name))
+        .collect();
+    let mut seen = std::collections::BTreeSet::new();
+    if let Some(twice) = names.iter().find(|n| !seen.insert(n.as_str())) {
+        bail!(
+            "two of {}'s clips would both be written as {twice}: give them distinct names (or categories)",
+            spec.name
+        );
+    }
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
-    for motion in &library.motions {
-        let file = a.out.join(format!("{}__{}.npz", motion.category, motion.name));
+    for (motion, name) in library.motions.iter().zip(&names) {
+        let file = a.out.join(name);
         let npz = motion.to_npz();
         arena_data::write_npz_motion(&file, &npz)?;
         println!(

@@ -211,23 +211,9 @@ fn read_actions(path: &Path) -> anyhow::Result<Vec<[f32; NUM_JOINTS]>> {
 pub const ROLLOUT_HEADER: &str = "# arena rollout: time, qpos (root xyz, quaternion wxyz, 29 joint angles)";
 const QVEL_HEADER: &str = "# arena rollout: time, qvel (root linear xyz, root angular xyz, 29 joint velocities)";
 
-/// Writes the rows beside `path` and renames the file into place, so a reader never sees a
-/// half-written file and an existing one is replaced only by a complete one.
+/// Writes the rows beside `path` and renames the file into place ([`crate::write_replacing`]).
 fn write_rows(path: &Path, header: &str, times: &[f64], values: &[f64], width: usize) -> anyhow::Result<()> {
-    // A device or pipe (`/dev/null`, `/dev/stdout`) is written in place, never replaced.
-    if path.exists() && !path.is_file() {
-        return write_rows_to(path, header, times, values, width);
-    }
-    let tmp = path.with_file_name(format!(
-        ".{}.tmp-{}",
-        path.file_name().map_or("out".into(), |n| n.to_string_lossy()),
-        std::process::id()
-    ));
-    write_rows_to(&tmp, header, times, values, width)
-        .and_then(|()| std::fs::rename(&tmp, path).with_context(|| format!("moving the rows to {}", path.display())))
-        .inspect_err(|_| {
-            let _ = std::fs::remove_file(&tmp);
-        })
+    crate::write_replacing(path, |to| write_rows_to(to, header, times, values, width))
 }
 
 fn write_rows_to(path: &Path, header: &str, times: &[f64], values: &[f64], width: usize) -> anyhow::Result<()> {
@@ -245,13 +231,7 @@ fn write_rows_to(path: &Path, header: &str, times: &[f64], values: &[f64], width
     Ok(())
 }
 
-/// Whether two paths name the same file (an output must never overwrite an input).
-fn same_file(a: &Path, b: &Path) -> bool {
-    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
-        (Ok(x), Ok(y)) => x == y,
-        _ => false,
-    }
-}
+use crate::same_file;
 
 fn rollout(a: RolloutArgs) -> anyhow::Result<()> {
     let outputs = std::iter::once(&a.out).chain(a.qvel_out.as_ref());
@@ -370,6 +350,9 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
     if a.dump.is_some() && !matches!(a.policy, BuiltinPolicy::Replay) {
         bail!("--dump records the replay policy's episodes: it needs --policy replay");
     }
+    if a.dump.is_some() && a.no_record {
+        bail!("--dump writes the recorded episodes: leave out --no-record");
+    }
     let rules = match &a.benchmark {
         Some(name) => {
             if a.dump.is_some() {
@@ -399,7 +382,7 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
         seed: e as u64,
         dr_level,
     };
-    let mut env = TrackingEnv::new(config, library.clone())?;
+    let mut env = TrackingEnv::new(config.clone(), library.clone())?;
     let all: Vec<_> = (0..a.envs).map(|e| (e, assignment(e))).collect();
     let mut policy = a.policy.build();
     if let Some(dir) = &a.dump {
@@ -408,7 +391,8 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
             bail!("--dump needs --steps <= {shortest} (the shortest built-in motion) so no env restarts");
         }
         dump_replay(&mut env, &all, &mut ReplayPolicy, a.steps, dir, &robot)?;
-        env = TrackingEnv::new(env_config(&robot, a.envs, a.threads), library.clone())?;
+        // The measured run on a fresh env of the same configuration.
+        env = TrackingEnv::new(config, library.clone())?;
     }
     env.record_behind_physics(!a.record_inline);
     env.reset(&all)?;

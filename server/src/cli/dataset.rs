@@ -103,8 +103,12 @@ fn export(a: ExportArgs) -> anyhow::Result<()> {
         f => Some(ExportFormat::parse(f).map_err(|e| anyhow::anyhow!("--{e} (or card)"))?),
     };
     let to_stdout = a.out.as_os_str() == "-";
-    if to_stdout && format == Some(ExportFormat::Hdf5) {
-        bail!("--out -: HDF5 needs a file (it is not written front to back); give a path");
+    let device = !to_stdout && a.out.exists() && !a.out.is_file();
+    if (to_stdout || device) && format == Some(ExportFormat::Hdf5) {
+        bail!(
+            "--out {}: HDF5 needs a file (it is not written front to back); give a path",
+            a.out.display()
+        );
     }
     // Check the outputs before any work.
     for path in std::iter::once(&a.out).filter(|_| !to_stdout).chain(&a.card) {
@@ -216,11 +220,22 @@ fn partial_path(path: &std::path::Path) -> PathBuf {
     path.with_file_name(name)
 }
 
-/// Writes `path` through `.partial` beside it, renamed into place only when `write` succeeded.
+/// Writes `path` through `.partial` beside it, renamed into place only when `write` succeeded;
+/// a device or pipe (`/dev/null`, `/dev/stdout`) is written in place, never replaced.
 fn write_replacing(
     path: &std::path::Path,
     write: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
+    if path.exists() && !path.is_file() {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        let mut w = std::io::BufWriter::new(file);
+        return write(&mut w)
+            .and_then(|_| Ok(std::io::Write::flush(&mut w)?))
+            .map_err(|e| e.context(format!("writing {}", path.display())));
+    }
     let partial = partial_path(path);
     let file = std::fs::File::create(&partial).with_context(|| format!("creating {}", partial.display()))?;
     let mut w = std::io::BufWriter::new(file);

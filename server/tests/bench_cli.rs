@@ -256,10 +256,33 @@ fn metrics_emd_and_track_on_files() {
     assert!(warned.status.success());
     let err = String::from_utf8_lossy(&warned.stderr);
     assert!(
-        err.contains("warning: the rollout runs to") && err.contains("--fps 100"),
+        err.contains("warning: the rollout runs to") && err.contains("at 100 fps"),
         "{err}"
     );
     assert!(String::from_utf8_lossy(&track("50").stderr).is_empty());
+    // The same reference as an NPZ (which carries its frame rate): the same metrics.
+    let npz_dir = dir.join("npz");
+    ok(&arena(&[
+        "motion",
+        "export",
+        "--benchmark",
+        "g1-smoke",
+        "--out",
+        npz_dir.to_str().unwrap(),
+    ]));
+    let from_npz = ok(&arena(&[
+        "metrics",
+        "track",
+        "--sim",
+        rollout.to_str().unwrap(),
+        "--ref",
+        npz_dir.join("builtin__squat.npz").to_str().unwrap(),
+        "--json",
+    ]));
+    let n: serde_json::Value = serde_json::from_str(&from_npz).unwrap();
+    // float32 in the NPZ: the same to a few parts in a million.
+    let (a, b) = (m["mpjpe_g"].as_f64().unwrap(), n["mpjpe_g"].as_f64().unwrap());
+    assert!((a - b).abs() <= 1e-3 * a.abs(), "{a} against {b}");
     // The default columns follow the file kind: joints of the rollout (8:37) vs the motion (7:36).
     let out = ok(&arena(&[
         "metrics",

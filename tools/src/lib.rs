@@ -74,3 +74,26 @@ pub fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
         _ => false,
     }
 }
+
+/// A G1 motion file as benchmarks accept them: NPZ (mjlab / BeyondMimic layout, or holosoma's,
+/// which carries its frame rate; a `--fps` given for it is noted and ignored) or G1 CSV (which
+/// does not: `fps` is required).
+pub fn read_motion_file(path: &std::path::Path, fps: Option<f64>) -> anyhow::Result<arena_data::MotionClip> {
+    use anyhow::Context;
+    if arena_bench::spec::is_npz(path) {
+        if let Some(fps) = fps {
+            eprintln!(
+                "note: {} carries its own frame rate; --fps {fps} is ignored",
+                path.display()
+            );
+        }
+        return Ok(arena_data::read_npz_motion(path)?);
+    }
+    let fps = fps.with_context(|| {
+        format!(
+            "{} is a CSV file: give its frame rate with --fps (G1 CSV files do not carry it)",
+            path.display()
+        )
+    })?;
+    Ok(arena_data::read_g1_csv(path, fps)?)
+}

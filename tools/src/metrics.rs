@@ -40,12 +40,12 @@ pub struct TrackArgs {
     /// Rollout written by `arena sim rollout` (time, then 36 qpos values per row).
     #[arg(long)]
     sim: PathBuf,
-    /// The reference motion that was tracked (G1 CSV).
+    /// The reference motion that was tracked: G1 CSV (needs --fps) or NPZ.
     #[arg(long = "ref")]
     reference: PathBuf,
-    /// Frame rate of the reference motion file.
+    /// Frame rate of a CSV reference file (an NPZ carries its own).
     #[arg(long)]
-    fps: f64,
+    fps: Option<f64>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -194,14 +194,14 @@ pub fn run(c: MetricsCommand) -> anyhow::Result<()> {
                 .chunks_exact(37)
                 .flat_map(|r| r[1..].iter().copied())
                 .collect();
-            let reference = arena_data::read_g1_csv(&a.reference, a.fps)?;
+            let reference = crate::read_motion_file(&a.reference, a.fps)?;
             // The reference is held at its last frame past its end: say so, since a wrong --fps
             // or a rollout of another clip would otherwise score silently.
             let (last, length) = (times.last().copied().unwrap_or(0.0), reference.duration_s());
             if last > length + 0.02 + 1e-9 {
                 eprintln!(
-                    "warning: the rollout runs to {last:.2} s, past the reference's {length:.2} s at --fps {}: its later frames are compared with the reference's last frame",
-                    a.fps
+                    "warning: the rollout runs to {last:.2} s, past the reference's {length:.2} s at {} fps: its later frames are compared with the reference's last frame",
+                    reference.fps
                 );
             }
             let names: Vec<String> = metrics::metric_names().iter().map(|s| s.to_string()).collect();

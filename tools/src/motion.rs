@@ -73,23 +73,7 @@ pub fn run(cmd: MotionCommand) -> anyhow::Result<()> {
         }
         MotionCommand::Export(a) => export(a),
         MotionCommand::Inspect(a) => {
-            let clip = if arena_bench::spec::is_npz(&a.file) {
-                if let Some(fps) = a.fps {
-                    eprintln!(
-                        "note: {} carries its own frame rate; --fps {fps} is ignored",
-                        a.file.display()
-                    );
-                }
-                arena_data::read_npz_motion(&a.file)?
-            } else {
-                let fps = a.fps.with_context(|| {
-                    format!(
-                        "{} is a CSV file: give its frame rate with --fps (G1 CSV files do not carry it)",
-                        a.file.display()
-                    )
-                })?;
-                arena_data::read_g1_csv(&a.file, fps)?
-            };
+            let clip = crate::read_motion_file(&a.file, a.fps)?;
             let mut kin = Kinematics::new(&RobotConfig::default())?;
             let mut report = inspect(&clip, &kin);
             // What a benchmark's loading checks beyond the report (two frames at least, the

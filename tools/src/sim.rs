@@ -81,12 +81,12 @@ impl BuiltinPolicy {
 
 #[derive(Debug, Args)]
 pub struct RolloutArgs {
-    /// Reference motion (G1 CSV).
+    /// Reference motion: G1 CSV (needs --fps) or NPZ (mjlab / BeyondMimic or holosoma layout).
     #[arg(long)]
     motion: PathBuf,
-    /// Frame rate of the motion file.
+    /// Frame rate of a CSV motion file (an NPZ carries its own).
     #[arg(long)]
-    fps: f64,
+    fps: Option<f64>,
     /// Actions to apply: one row of 29 normalised values per control step.
     #[arg(long, conflicts_with = "policy", required_unless_present = "policy")]
     actions: Option<PathBuf>,
@@ -249,7 +249,7 @@ fn rollout(a: RolloutArgs) -> anyhow::Result<()> {
         bail!("--out and --qvel-out name the same file");
     }
     let robot = RobotConfig::new(a.gains.into());
-    let clip = arena_data::read_g1_csv(&a.motion, a.fps)?;
+    let clip = crate::read_motion_file(&a.motion, a.fps)?;
     let library = Arc::new(MotionLibrary::from_clips(std::slice::from_ref(&clip), &robot)?);
     let config = TrackingEnvConfig {
         robot,

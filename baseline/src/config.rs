@@ -21,6 +21,8 @@ pub struct ObsDims {
 pub const MAX_WIDTH: i64 = 16_384;
 /// The most members a network ensemble may have (BFM-Zero's have 2).
 pub const MAX_ENSEMBLE: i64 = 64;
+/// The most layers a network's trunk or embedding may have (BFM-Zero's have 2 to 6).
+pub const MAX_LAYERS: usize = 32;
 
 impl Default for ObsDims {
     fn default() -> Self {
@@ -192,8 +194,8 @@ impl ModelConfig {
         }
     }
 
-    /// Shape rules the networks rely on (and bounds on every size, `MAX_WIDTH` and
-    /// `MAX_ENSEMBLE`), with a message naming the key.
+    /// Shape rules the networks rely on (and bounds on every size, `MAX_WIDTH`, `MAX_ENSEMBLE`
+    /// and `MAX_LAYERS`), with a message naming the key.
     pub fn validate(&self) -> Result<(), String> {
         let residuals = [
             ("forward", self.forward),
@@ -260,6 +262,18 @@ impl ModelConfig {
                 return Err(format!(
                     "model.{key} is {v}, more than the {MAX_WIDTH} a layer may have"
                 ));
+            }
+        }
+        let layers = [
+            ("forward.hidden_layers", self.forward.hidden_layers),
+            ("critic.hidden_layers", self.critic.hidden_layers),
+            ("aux_critic.hidden_layers", self.aux_critic.hidden_layers),
+            ("actor.hidden_layers", self.actor.hidden_layers),
+            ("actor.embedding_layers", self.actor.embedding_layers),
+        ];
+        for (key, v) in layers {
+            if v > MAX_LAYERS {
+                return Err(format!("model.{key} is {v}, more than {MAX_LAYERS}"));
             }
         }
         for (key, v) in [

@@ -316,6 +316,21 @@ impl PpoTrainConfig {
         Ok(config)
     }
 
+    /// Applies every `section.key=value` override, then validates the result once: rules across
+    /// keys (`run.log_every` divides `run.checkpoint_every`) hold for the whole set, whatever
+    /// the order the overrides are given in.
+    pub fn set_all<S: AsRef<str>>(&mut self, assignments: &[S]) -> Result<(), String> {
+        let mut updated = self.clone();
+        for assignment in assignments {
+            updated = arena_torch::cli::apply_override(&updated, assignment.as_ref())?;
+        }
+        if !assignments.is_empty() {
+            updated.validate().map_err(|e| format!("with the overrides: {e}"))?;
+        }
+        *self = updated;
+        Ok(())
+    }
+
     /// Applies one `section.key=value` override and validates the result.
     pub fn set(&mut self, assignment: &str) -> Result<(), String> {
         let updated: Self = arena_torch::cli::apply_override(self, assignment)?;
@@ -494,6 +509,15 @@ mod tests {
                 .contains("must divide run.checkpoint_every")
         );
         c.set("run.log_every=5").unwrap();
+        // Together, in any order: the rules across keys hold for the whole set.
+        c.set_all(&["run.checkpoint_every=1", "run.log_every=1"]).unwrap();
+        let err = c.set_all(&["run.checkpoint_every=4", "run.log_every=3"]).unwrap_err();
+        assert!(err.contains("must divide"), "{err}");
+        assert_eq!(
+            (c.run.checkpoint_every, c.run.log_every),
+            (1, 1),
+            "a refused set changes nothing"
+        );
         c.set("ppo.schedule=adaptive").unwrap();
         assert_eq!(c.ppo.schedule, LrSchedule::Adaptive);
         let err = toml::from_str::<PpoTrainConfig>("[env]\nnum_env = 3\n").unwrap_err();

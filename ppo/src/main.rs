@@ -172,9 +172,7 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
         PpoTrainConfig::load(a.config.as_deref().expect("clap requires --config without --resume"))
             .map_err(anyhow::Error::msg)?
     };
-    for o in &a.overrides {
-        config.set(o).map_err(anyhow::Error::msg)?;
-    }
+    config.set_all(&a.overrides).map_err(anyhow::Error::msg)?;
     if let Some(backend) = &a.backend {
         config
             .set(&format!("env.sim_backend={backend}"))

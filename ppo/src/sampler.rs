@@ -104,13 +104,13 @@ impl StartSampler {
         (m, frame.min(t.saturating_sub(2)))
     }
 
-    /// Normalised entropy of the probabilities (1 = uniform), for the log.
     /// Each motion's frame count, as the sampler was made for (a resume checks them against
     /// the library it now runs on).
     pub fn motion_frames(&self) -> Vec<usize> {
         self.motions.iter().map(|&(_, _, frames)| frames).collect()
     }
 
+    /// Normalised entropy of the probabilities (1 = uniform), for the log.
     pub fn entropy(&self) -> f64 {
         let p = self.probabilities();
         let h: f64 = p.iter().filter(|x| **x > 0.0).map(|x| -x * x.ln()).sum();

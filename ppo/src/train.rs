@@ -124,18 +124,29 @@ pub fn load_model(dir: &Path) -> anyhow::Result<(ActorCritic, TrackerCard)> {
     .with_context(|| format!("parsing {}", card_path.display()))?;
     let path = dir.join("model.safetensors");
     let tensors = read_tensors(&path, "missing: not a tracker checkpoint")?;
-    // The card's layer widths against the file's before a model of those widths is made: a
-    // card that says otherwise would otherwise allocate whatever it names.
-    for (net, hidden) in [("actor", &card.actor_hidden), ("critic", &card.critic_hidden)] {
-        for (k, &width) in hidden.iter().enumerate() {
+    // The card's layer widths against the file's tensors, whole shapes, before a model of those
+    // widths is made: a card (or a zero-element tensor) that says otherwise would otherwise
+    // allocate whatever it names.
+    let nets = [
+        ("actor", ACTOR_DIM as i64, &card.actor_hidden, NUM_JOINTS as i64),
+        ("critic", CRITIC_DIM as i64, &card.critic_hidden, 1),
+    ];
+    for (net, input, hidden, output) in nets {
+        let widths: Vec<i64> = std::iter::once(input)
+            .chain(hidden.iter().copied())
+            .chain([output])
+            .collect();
+        for (k, pair) in widths.windows(2).enumerate() {
             let name = format!("{net}.{}.weight", 2 * k);
-            let rows = tensors.get(&name).map(|t| t.size().first().copied().unwrap_or(0));
-            if rows != Some(width) {
+            let shape = tensors.get(&name).map(Tensor::size);
+            if shape.as_deref() != Some(&[pair[1], pair[0]][..]) {
                 bail!(
-                    "{}: {net}_hidden {hidden:?} does not match {} ({name}: {})",
+                    "{}: {net}_hidden {hidden:?} does not match {} ({name}: {}, expected [{}, {}])",
                     card_path.display(),
                     path.display(),
-                    rows.map_or("missing".to_string(), |r| format!("{r} rows"))
+                    shape.map_or("missing".to_string(), |s| format!("{s:?}")),
+                    pair[1],
+                    pair[0]
                 );
             }
         }

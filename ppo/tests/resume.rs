@@ -264,5 +264,5 @@ fn a_card_whose_widths_disagree_with_the_model_file_is_refused() {
     let err = arena_ppo::train::load_model(&root.path().join("checkpoint"))
         .unwrap_err()
         .to_string();
-    assert!(err.contains("actor_hidden") && err.contains("16 rows"), "{err}");
+    assert!(err.contains("actor_hidden") && err.contains("[16, "), "{err}");
 }

@@ -698,6 +698,14 @@ fn public_and_private_phases() {
         200,
     );
     assert_eq!(results["aggregated"]["emd"]["count"], 6, "{results}");
+    // Nor their statistics (the longest survival time is the longest clip's length).
+    for table in std::iter::once(&results["aggregated"]).chain(results["groups"].as_object().unwrap().values()) {
+        assert!(table.get("emd").is_some(), "{table}");
+        assert!(
+            table.get("failure_time_s").is_none() && table.get("mjlab_failure_time_s").is_none(),
+            "{table}"
+        );
+    }
     assert_eq!(results["submission"]["phase"], "dev");
     for e in results["episodes"].as_array().unwrap() {
         for key in ["motion", "start_s", "duration_s", "steps"] {

@@ -24,13 +24,6 @@ pub fn check_writable(path: &std::path::Path) -> anyhow::Result<()> {
     if path.is_dir() {
         anyhow::bail!("{} is a folder, not a file", path.display());
     }
-    if path.is_file() {
-        // An existing file that is read-only would be found out only at the end.
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(path)
-            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
-    }
     if path.exists() && !path.is_file() {
         // A device or pipe: it must open for writing; nothing is created beside it.
         std::fs::OpenOptions::new()

@@ -197,7 +197,7 @@ pub(super) async fn create_phase(
         }
     }
     let warnings = if phase.leaderboard == Visibility::Private {
-        shared_clip_warnings(&state, &spec.name).await?
+        shared_clip_warnings(&state, &spec.name, phase.ends_at).await?
     } else {
         Vec::new()
     };
@@ -211,17 +211,22 @@ pub(super) async fn create_phase(
 }
 
 /// Issue 40 §3: a private phase's clips that participants can reach elsewhere (practice or
-/// submissions of another benchmark whose motions are not hidden now: no private phase that
-/// has not ended holds it, and it is no hidden test set of its own), named, so an organiser
-/// learns that its test set is not private before anyone runs it.
-async fn shared_clip_warnings(state: &AppState, benchmark: &str) -> Result<Vec<String>, ApiError> {
+/// submissions of another benchmark whose motions are not hidden for the whole phase, up to
+/// `until`, its end: no private phase that lasts as long holds it, and it is no hidden test
+/// set of its own), named, so an organiser learns that its test set is not private before
+/// anyone runs it.
+async fn shared_clip_warnings(state: &AppState, benchmark: &str, until: i64) -> Result<Vec<String>, ApiError> {
     let mut reachable = Vec::new();
-    let now = now_ms();
     for other in state.catalog.offered() {
         let Ok(spec) = state.catalog.spec(&other.name) else {
             continue; // not loadable now: nobody can run it either
         };
-        if access::motions_hidden(&state.storage, &spec, now).await?.is_none() {
+        let phases = state.storage.phases_of_benchmark(&other.name).await?;
+        let hidden_throughout = spec.motions.hidden
+            || phases
+                .iter()
+                .any(|p| p.leaderboard == Visibility::Private && p.ends_at >= until);
+        if !hidden_throughout {
             reachable.push(other.name);
         }
     }
@@ -288,21 +293,26 @@ pub(super) async fn update_phase(
 ) -> ApiResult {
     require_admin(&state, &headers).await?;
     let patch: PhasePatch = parse_body(&body)?;
+    // The benchmark's rules first (a phase's benchmark never changes), so the transaction
+    // below holds the row for no file read.
+    let Some(stored) = state.storage.phase(&id).await? else {
+        return Err(not_found(format!("no phase {id:?}")));
+    };
+    let spec = state
+        .catalog
+        .spec(&stored.benchmark)
+        .map_err(|e| ApiError(AccessError::internal(format!("phase {id}: {e}"))))?;
     // Applied to the phase as stored when the update holds it: two organisers' updates at once
     // both land, each checked against the other's result.
     let updated = state
         .storage
-        .update_phase_with(&id, |phase| apply_phase_patch(&state, phase, &patch))
+        .update_phase_with(&id, |phase| apply_phase_patch(phase, &patch, &spec))
         .await
         .map_err(storage_error)?;
     let phase = updated?;
-    let spec = state
-        .catalog
-        .spec(&phase.benchmark)
-        .map_err(|e| ApiError(AccessError::internal(format!("phase {id}: {e}"))))?;
     // Made private now: the same warning as at creation.
     let warnings = if phase.leaderboard == Visibility::Private && patch.leaderboard.is_some() {
-        shared_clip_warnings(&state, &spec.name).await?
+        shared_clip_warnings(&state, &spec.name, phase.ends_at).await?
     } else {
         Vec::new()
     };
@@ -315,8 +325,12 @@ pub(super) async fn update_phase(
     Ok(Json(body).into_response())
 }
 
-/// A PATCH's fields on `phase`, then the phase's rules checked against its benchmark.
-fn apply_phase_patch(state: &AppState, phase: &mut Phase, patch: &PhasePatch) -> Result<(), ApiError> {
+/// A PATCH's fields on `phase`, then the phase's rules checked against its benchmark's `spec`.
+fn apply_phase_patch(
+    phase: &mut Phase,
+    patch: &PhasePatch,
+    spec: &arena_bench::spec::BenchmarkSpec,
+) -> Result<(), ApiError> {
     if let Some(v) = &patch.starts_at {
         phase.starts_at = time_field("starts_at", v)?;
     }
@@ -338,11 +352,7 @@ fn apply_phase_patch(state: &AppState, phase: &mut Phase, patch: &PhasePatch) ->
     if let Some(v) = &patch.hosted_only {
         phase.hosted_only = hosted_only_field(v)?;
     }
-    let spec = state
-        .catalog
-        .spec(&phase.benchmark)
-        .map_err(|e| ApiError(AccessError::internal(format!("phase {}: {e}", phase.id))))?;
-    access::validate_phase(phase, &spec)?;
+    access::validate_phase(phase, spec)?;
     Ok(())
 }
 

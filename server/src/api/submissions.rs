@@ -299,7 +299,22 @@ pub(super) async fn get_results(
     let aggregator = results::aggregate(&rows, None);
     let mut episodes = serde_json::to_value(&rows)?;
     let mut failed = serde_json::to_value(aggregator.failed())?;
+    let mut aggregated = serde_json::to_value(aggregator.aggregated())?;
+    let mut groups = serde_json::to_value(aggregator.by_category())?;
+    let in_seconds = |name: &str| arena_bench::metrics::metric_info(name).is_some_and(|m| m.units == "s");
     if motions_hidden_from(&state, &who, &s).await?.is_some() {
+        // Nor their statistics: the longest survival time is the longest clip's length, a
+        // category of one clip gives that clip's.
+        let tables = aggregated.as_object_mut().into_iter();
+        let tables = tables.chain(
+            groups
+                .as_object_mut()
+                .into_iter()
+                .flat_map(|g| g.values_mut().filter_map(Value::as_object_mut)),
+        );
+        for table in tables {
+            table.retain(|name, _| !in_seconds(name));
+        }
         // A hidden test set (issue 40 §3): scores, but nothing that tells a motion or its
         // length: no name, no window, no step count, no step number or time in a reason, no
         // metric in seconds (a survival time is the episode's length where nothing broke); in
@@ -316,7 +331,7 @@ pub(super) async fn get_results(
             }
             if let Some(metrics) = e.get_mut("metrics").and_then(Value::as_object_mut) {
                 for (name, value) in metrics.iter_mut() {
-                    if arena_bench::metrics::metric_info(name).is_some_and(|m| m.units == "s") {
+                    if in_seconds(name) {
                         *value = Value::Null;
                     }
                 }
@@ -325,8 +340,8 @@ pub(super) async fn get_results(
     }
     Ok(Json(json!({
         "submission": s,
-        "aggregated": aggregator.aggregated(),
-        "groups": aggregator.by_category(),
+        "aggregated": aggregated,
+        "groups": groups,
         "episodes": episodes,
         "failed_episodes": failed,
     }))

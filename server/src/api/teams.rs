@@ -52,7 +52,7 @@ pub(super) async fn create_team(
     if name.chars().all(|c| c.is_ascii_digit()) || name.parse::<i64>().is_ok() {
         // `arena admin` and the API's paths take a team's numeric id where a name may stand.
         return Err(bad_request(format!(
-            "name: {name:?} reads as a team id; a team name needs a character other than a digit"
+            "name: {name:?} reads as a team id; a team name needs a character other than a digit or a sign"
         )));
     }
     let members = new

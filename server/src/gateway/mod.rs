@@ -424,6 +424,12 @@ async fn admit(
             s
         }
         None => {
+            // The window and the day's quota on this moment's clock: loading the benchmark
+            // may have taken a while since the run was resolved.
+            let now = now_ms();
+            if let Some(phase) = &plan.phase {
+                access::check_open(phase, now).map_err(refusal)?;
+            }
             let new = NewSubmission {
                 id: crate::state::new_submission_id(),
                 team_id: team.id,

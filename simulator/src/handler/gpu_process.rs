@@ -339,16 +339,22 @@ fn remove_stale_shared_files(dir: &Path, grace: Duration) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for entry in entries.flatten() {
         let path = entry.path();
-        let shared = path
+        let parts: Option<Vec<String>> = path
             .file_name()
             .and_then(|n| n.to_str())
             .and_then(|n| n.strip_prefix(SHARED_FILE_PREFIX))
             .and_then(|rest| rest.strip_suffix(".f64"))
-            .is_some_and(|rest| {
-                rest.split('-')
-                    .all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_hexdigit()))
+            .map(|rest| rest.split('-').map(str::to_string).collect())
+            .filter(|parts: &Vec<String>| {
+                (2..=3).contains(&parts.len())
+                    && parts
+                        .iter()
+                        .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_hexdigit()))
             });
-        if !shared {
+        let Some(parts) = parts else { continue };
+        // A name without a nonce is an earlier version's, which holds no lock: it also needs
+        // its process gone (as that version decided), so a live one of this namespace stays.
+        if parts.len() == 2 && Path::new("/proc").join(&parts[0]).exists() {
             continue;
         }
         let fresh = entry
@@ -390,10 +396,12 @@ mod tests {
         let dir = scratch_dir("sweep");
         let left = format!("{SHARED_FILE_PREFIX}4194999-0-00ff.f64");
         let legacy = format!("{SHARED_FILE_PREFIX}4194999-1.f64");
+        // An earlier version's file of a live process (this one) holds no lock, and stays.
+        let legacy_live = format!("{SHARED_FILE_PREFIX}{}-1.f64", std::process::id());
         // Another namespace's process with an id that is not running here: held, so kept.
         let held_name = format!("{SHARED_FILE_PREFIX}4194998-0-abcd.f64");
         let others = ["arena-gpu-notapid-0.f64", "arena-gpu-4194999-0.xml", "PostgreSQL.1"];
-        for name in [left.as_str(), legacy.as_str(), held_name.as_str()]
+        for name in [left.as_str(), legacy.as_str(), legacy_live.as_str(), held_name.as_str()]
             .into_iter()
             .chain(others)
         {
@@ -409,7 +417,7 @@ mod tests {
         assert!(!dir.join(&left).exists(), "{left} is held by nobody");
         assert!(!dir.join(&left).with_extension("xml").exists(), "its model file stayed");
         assert!(!dir.join(&legacy).exists(), "{legacy} is held by nobody");
-        for kept in [held_name.as_str()].into_iter().chain(others) {
+        for kept in [held_name.as_str(), legacy_live.as_str()].into_iter().chain(others) {
             assert!(dir.join(kept).exists(), "{kept} was removed");
         }
         drop(held);

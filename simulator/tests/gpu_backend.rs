@@ -932,3 +932,71 @@ fn recording_behind_the_workers_step_records_the_same_rows() {
         assert!(behind.timings().record_s > 0.0);
     }
 }
+
+/// A stand-in worker (a shell script as the interpreter): it answers the init line with
+/// `ready`, then every command with `ok`, and `stats` with `stats_answer` after a pause.
+fn fake_worker(name: &str, ready: &str, stats_answer: &str) -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("arena-fake-worker-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("python");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nread init\necho '{ready}'\nwhile read cmd; do\n  case \"$cmd\" in\n    \
+             stats) sleep 2; echo '{stats_answer}' ;;\n    close) echo ok; exit 0 ;;\n    *) echo ok ;;\n  \
+             esac\ndone\n"
+        ),
+    )
+    .unwrap();
+    std::process::Command::new("chmod")
+        .args(["+x", script.to_str().unwrap()])
+        .status()
+        .unwrap();
+    (script, dir)
+}
+
+fn fake_backend(python: PathBuf) -> SimBackend {
+    SimBackend::Gpu(GpuOptions {
+        python,
+        device: GpuDevice::Cpu,
+        implementation: GpuImpl::Stub,
+        step_timeout: std::time::Duration::from_secs(1),
+        ..GpuOptions::default()
+    })
+}
+
+/// A `stats` answered late: its answer would have been read as the next command's, so the
+/// worker goes, and the envs it ran fail with the reason (they kept running on a worker whose
+/// answers no longer matched its commands).
+#[test]
+fn a_late_stats_answer_drops_the_worker() {
+    let ready = r#"{"ready": true, "backend": "fake", "device": "cpu"}"#;
+    let (python, dir) = fake_worker("late-stats", ready, "stats {}");
+    let mut h = fake_backend(python).create(RobotConfig::default(), 1, 1).unwrap();
+    let mut qpos = [0.0; NQ];
+    qpos[2] = 0.8;
+    qpos[3] = 1.0;
+    h.set_qpos_qvel(0, &qpos, &[0.0; NV]).unwrap();
+    h.sync().unwrap();
+    assert_eq!(*h.health(0), EnvHealth::Ok);
+    let err = h.worker_timings().unwrap_err().to_string();
+    assert!(err.contains("stats"), "{err}");
+    match h.health(0) {
+        EnvHealth::Failed(reason) => assert!(reason.contains("stats"), "{reason}"),
+        other => panic!("the env runs on after its worker's answers fell behind: {other:?}"),
+    }
+    assert_eq!(h.worker_pid(), None, "the worker was kept");
+    drop(h);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// An answer to the init line that is JSON but no ready line (a wrapper's `{}`) is refused.
+#[test]
+fn an_answer_that_is_not_the_ready_line_is_refused() {
+    let (python, dir) = fake_worker("not-ready", "{}", "stats {}");
+    let Err(err) = fake_backend(python).create(RobotConfig::default(), 1, 1) else {
+        panic!("a worker that never said it was ready was taken");
+    };
+    assert!(err.to_string().contains("instead of its ready line"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

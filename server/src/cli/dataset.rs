@@ -174,19 +174,13 @@ fn export(a: ExportArgs) -> anyhow::Result<()> {
             counts
         }
         Some(ExportFormat::Hdf5) => {
-            let partial = partial_path(&a.out);
-            let written = datasets::export_hdf5(&selection, &trajectory_path, &partial, &card);
-            match written {
-                Ok(c) => {
-                    std::fs::rename(&partial, &a.out)
-                        .with_context(|| format!("renaming {} to {}", partial.display(), a.out.display()))?;
-                    Some(c)
-                }
-                Err(e) => {
-                    let _ = std::fs::remove_file(&partial);
-                    return Err(e.context(format!("writing {}", a.out.display())));
-                }
-            }
+            let mut counts = None;
+            arena_tools::write_replacing(&a.out, |to| {
+                counts = Some(datasets::export_hdf5(&selection, &trajectory_path, to, &card)?);
+                Ok(())
+            })
+            .map_err(|e| e.context(format!("writing {}", a.out.display())))?;
+            counts
         }
     };
     bar.finish_and_clear();
@@ -214,39 +208,21 @@ fn export(a: ExportArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn partial_path(path: &std::path::Path) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".partial");
-    path.with_file_name(name)
-}
-
-/// Writes `path` through `.partial` beside it, renamed into place only when `write` succeeded;
-/// a device or pipe (`/dev/null`, `/dev/stdout`) is written in place, never replaced.
+/// Writes `path` through a buffered file, by [`arena_tools::write_replacing`]: beside it and
+/// renamed into place once `write` succeeded; a device or pipe (`/dev/null`) in place.
 fn write_replacing(
     path: &std::path::Path,
     write: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
-    if path.exists() && !path.is_file() {
+    arena_tools::write_replacing(path, |to| {
         let file = std::fs::OpenOptions::new()
             .write(true)
-            .open(path)
-            .with_context(|| format!("opening {}", path.display()))?;
+            .create(true)
+            .truncate(true)
+            .open(to)
+            .with_context(|| format!("creating {}", to.display()))?;
         let mut w = std::io::BufWriter::new(file);
-        return write(&mut w)
-            .and_then(|_| Ok(std::io::Write::flush(&mut w)?))
-            .map_err(|e| e.context(format!("writing {}", path.display())));
-    }
-    let partial = partial_path(path);
-    let file = std::fs::File::create(&partial).with_context(|| format!("creating {}", partial.display()))?;
-    let mut w = std::io::BufWriter::new(file);
-    let result = write(&mut w).and_then(|_| Ok(std::io::Write::flush(&mut w)?));
-    drop(w);
-    match result {
-        Ok(()) => std::fs::rename(&partial, path)
-            .with_context(|| format!("renaming {} to {}", partial.display(), path.display())),
-        Err(e) => {
-            let _ = std::fs::remove_file(&partial);
-            Err(e.context(format!("writing {}", path.display())))
-        }
-    }
+        write(&mut w).and_then(|_| Ok(std::io::Write::flush(&mut w)?))
+    })
+    .map_err(|e| e.context(format!("writing {}", path.display())))
 }

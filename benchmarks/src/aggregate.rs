@@ -272,13 +272,19 @@ impl MetricsAggregator {
     }
 
     /// The report, stamped with the current time.
+    /// The report, its episodes and failed episodes in benchmark order ([`episode_order`]),
+    /// whatever order they finished in.
     pub fn report(&self, benchmark: &str, config: serde_json::Value) -> Report {
+        let mut episodes = self.episodes.clone();
+        episodes.sort_by(|a, b| episode_order(&a.episode_id, &b.episode_id));
+        let mut failed_episodes = self.failed.clone();
+        failed_episodes.sort_by(|a, b| episode_order(&a.episode_id, &b.episode_id));
         Report {
             format_version: REPORT_FORMAT_VERSION,
             benchmark: benchmark.to_string(),
             timestamp: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
             config,
-            episodes: self.episodes.clone(),
+            episodes,
             aggregated: self.aggregated(),
             units: self
                 .values
@@ -286,9 +292,21 @@ impl MetricsAggregator {
                 .filter_map(|m| crate::metrics::metric_info(m).map(|i| (m.clone(), i.units.to_string())))
                 .collect(),
             groups: self.by_category(),
-            failed_episodes: self.failed.clone(),
+            failed_episodes,
         }
     }
+}
+
+/// Benchmark order of episode ids (`ep0042`): by the number after the prefix, so `ep10000`
+/// follows `ep9999` (ids are zero-padded to four digits only); other ids by their text.
+pub fn episode_order(a: &str, b: &str) -> std::cmp::Ordering {
+    fn split(id: &str) -> (&str, Option<u64>) {
+        let digits = id.len() - id.bytes().rev().take_while(u8::is_ascii_digit).count();
+        let (prefix, number) = id.split_at(digits);
+        (prefix, number.parse().ok())
+    }
+    let ((pa, na), (pb, nb)) = (split(a), split(b));
+    pa.cmp(pb).then(na.cmp(&nb)).then(a.cmp(b))
 }
 
 #[cfg(test)]
@@ -361,6 +379,28 @@ mod tests {
         assert_eq!(agg.failed()[1].reason, "timeout");
         let by_status = agg.group_by(|e| format!("{:?}", e.status));
         assert_eq!(by_status["Fell"]["emd"].count, 1);
+    }
+
+    #[test]
+    fn a_report_lists_episodes_in_benchmark_order_past_ten_thousand() {
+        let mut agg = MetricsAggregator::new();
+        for id in ["ep10000", "ep1001", "ep9999", "ep0002"] {
+            agg.add_episode(episode(id, "dance", EpisodeStatus::Completed, 1.0));
+        }
+        for id in ["ep10001", "ep0003"] {
+            agg.add_episode(episode(id, "dance", EpisodeStatus::Failed, 0.0));
+        }
+        let report = agg.report("g1-test", serde_json::json!({}));
+        let ids: Vec<&str> = report.episodes.iter().map(|e| e.episode_id.as_str()).collect();
+        assert_eq!(ids, ["ep0002", "ep0003", "ep1001", "ep9999", "ep10000", "ep10001"]);
+        let failed: Vec<&str> = report.failed_episodes.iter().map(|e| e.episode_id.as_str()).collect();
+        assert_eq!(failed, ["ep0003", "ep10001"]);
+        assert_eq!(episode_order("a", "b"), std::cmp::Ordering::Less);
+        assert_eq!(
+            episode_order("ep2", "ep02"),
+            std::cmp::Ordering::Greater,
+            "a total order"
+        );
     }
 
     #[test]

@@ -53,6 +53,20 @@ impl Manifest {
             });
         }
         for (i, c) in manifest.clips.iter().enumerate() {
+            let npz = c
+                .file
+                .extension()
+                .and_then(|e| e.to_str())
+                .is_some_and(|e| e.eq_ignore_ascii_case("npz"));
+            if npz {
+                return Err(DataError::Manifest {
+                    path: path.to_path_buf(),
+                    message: format!(
+                        "clip[{i}] ({}): a manifest lists G1 CSV files; name NPZ motions with a benchmark's `files` or `dir`",
+                        c.file.display()
+                    ),
+                });
+            }
             match c.fps.or(manifest.fps) {
                 Some(f) if f.is_finite() && f > 0.0 => {}
                 Some(f) => {

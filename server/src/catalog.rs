@@ -132,7 +132,7 @@ impl Catalog {
     /// to make the server read (and echo parse errors of) arbitrary files.
     fn check_name(name: &str) -> Result<(), CatalogError> {
         let ok = !name.is_empty()
-            && name.len() <= 128
+            && name.len() <= arena_bench::spec::MAX_NAME_LEN
             && name
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))

@@ -101,6 +101,13 @@ pub fn run(c: BenchCommand) -> anyhow::Result<()> {
         }
         BenchCommand::Validate(a) => {
             let mut bad = 0;
+            // A server offers neither of two files that give one name: a clash with the folder's
+            // other files, or between the files checked together, is an error here too.
+            let folder: Vec<(PathBuf, String)> = spec::list_benchmarks(&a.dir.dir(), &known)
+                .into_iter()
+                .filter_map(|(path, r)| r.ok().map(|s| (path, s.name)))
+                .collect();
+            let mut checked_names: Vec<(PathBuf, String)> = Vec::new();
             for f in &a.files {
                 // A path that exists is a file to check; anything else is a benchmark name.
                 let checked = if f.exists() {
@@ -109,6 +116,19 @@ pub fn run(c: BenchCommand) -> anyhow::Result<()> {
                     spec::find_benchmark(&f.to_string_lossy(), &a.dir.dir(), &known)
                 };
                 let checked = checked.map_err(anyhow::Error::from).and_then(|(path, s)| {
+                    let clash = folder
+                        .iter()
+                        .chain(&checked_names)
+                        .find(|(other, name)| *name == s.name && !crate::same_file(other, &path));
+                    if let Some((other, _)) = clash {
+                        bail!(
+                            "{}: benchmark name {:?} is also {}'s: a server offers neither of two files of one name",
+                            path.display(),
+                            s.name,
+                            other.display()
+                        );
+                    }
+                    checked_names.push((path.clone(), s.name.clone()));
                     let Some(root) = &a.motions_root else {
                         return Ok(format!("{}: ok ({} v{})", path.display(), s.name, s.version));
                     };
@@ -207,7 +227,7 @@ fn motions_summary(s: &BenchmarkSpec) -> String {
         MotionSource::Builtin(names) => format!("{} built-in motions", names.len()),
         MotionSource::Files(files) => format!("{} files", files.len()),
         MotionSource::Dir { dir, pattern } => {
-            format!("{}/{}", dir.display(), pattern.as_deref().unwrap_or("*.csv"))
+            format!("{}/{}", dir.display(), pattern.as_deref().unwrap_or("*.{csv,npz}"))
         }
         MotionSource::Manifest(m) => format!("manifest {} ({})", m.display(), s.motions.split.as_str()),
     }

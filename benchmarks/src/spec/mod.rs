@@ -97,7 +97,7 @@ pub enum MotionSource {
     /// G1 CSV files relative to the motions root.
     Files(Vec<PathBuf>),
     /// A folder relative to the motions root; `pattern` filters file names (one `*` wildcard),
-    /// all `*.csv` when absent.
+    /// every `*.csv` and `*.npz` file (any case) when absent.
     Dir { dir: PathBuf, pattern: Option<String> },
     /// An arena-data manifest relative to the motions root.
     Manifest(PathBuf),
@@ -359,5 +359,5 @@ mod registry;
 mod tests;
 
 pub use episodes::{MAX_EPISODES, episode_seed};
-pub use parse::is_npz;
+pub use parse::{MAX_NAME_LEN, is_npz};
 pub use registry::{find_benchmark, find_benchmark_by_name, list_benchmarks, shipped_dir};

@@ -41,8 +41,14 @@ impl BenchmarkSpec {
             })?;
             Ok(read_g1_csv(p, fps)?)
         };
-        let read_all =
-            |paths: Vec<PathBuf>| -> Result<Vec<MotionClip>, SpecError> { paths.par_iter().map(read_one).collect() };
+        // Read in parallel; the error reported is the first in path order, whichever thread
+        // met it first, and two clips of one name are refused.
+        let read_all = |paths: Vec<PathBuf>| -> Result<Vec<MotionClip>, SpecError> {
+            let read: Vec<Result<MotionClip, SpecError>> = paths.par_iter().map(read_one).collect();
+            let clips = read.into_iter().collect::<Result<Vec<_>, _>>()?;
+            refuse_shared_names(&clips, &paths)?;
+            Ok(clips)
+        };
         match &self.motions.source {
             MotionSource::Builtin(_) => Err(SpecError::BuiltinMotions {
                 name: self.name.clone(),
@@ -89,11 +95,19 @@ impl BenchmarkSpec {
                 let path = motions_root.join(file);
                 let manifest = Manifest::read(&path)?;
                 let base = path.parent().unwrap_or(motions_root);
+                let split = self.motions.split.split();
                 let mut clips: Vec<MotionClip> = manifest
-                    .load_clips(base, self.motions.split.split())?
+                    .load_clips(base, split)?
                     .into_iter()
                     .map(|(clip, _)| clip)
                     .collect();
+                let files: Vec<PathBuf> = manifest
+                    .clips
+                    .iter()
+                    .filter(|c| split.is_none_or(|s| s == c.split))
+                    .map(|c| base.join(&c.file))
+                    .collect();
+                refuse_shared_names(&clips, &files)?;
                 if clips.is_empty() {
                     return Err(SpecError::NoClips {
                         path,
@@ -109,4 +123,24 @@ impl BenchmarkSpec {
             }
         }
     }
+}
+
+/// Results, datasets and motion filters name an episode's clip by its name alone, so two files
+/// giving one name (`a.csv` and `a.npz`, or one file stem in two folders) are refused, both
+/// named. `paths[i]` is the file `clips[i]` was read from.
+fn refuse_shared_names(clips: &[MotionClip], paths: &[PathBuf]) -> Result<(), SpecError> {
+    let mut seen: std::collections::HashMap<&str, &PathBuf> = std::collections::HashMap::new();
+    for (clip, path) in clips.iter().zip(paths) {
+        if let Some(first) = seen.insert(clip.name.as_str(), path) {
+            return Err(SpecError::NoClips {
+                path: path.clone(),
+                message: format!(
+                    "its clip is named {:?}, as {}'s is: results name clips by name, so each must be unique",
+                    clip.name,
+                    first.display()
+                ),
+            });
+        }
+    }
+    Ok(())
 }

@@ -7,6 +7,9 @@ use super::*;
 /// into billions of episodes (the scale tests run 4096).
 pub const MAX_REPEATS: u32 = 10_000;
 
+/// The longest benchmark name: the server serves no longer one, so none is accepted.
+pub const MAX_NAME_LEN: usize = 128;
+
 /// An nDTW band of an hour is as good as unconstrained for any episode; larger values would
 /// only overflow frame counts.
 pub const MAX_NDTW_WINDOW_S: f64 = 3600.0;
@@ -370,6 +373,19 @@ impl Check<'_> {
                 format!("expected lowercase letters, digits and '-' ([a-z0-9-]+), got {name:?}"),
             ));
         }
+        // A leading '-' reads as a flag on every command line that takes the name.
+        if name.starts_with('-') {
+            return Err(self.err("name", format!("must not start with '-', got {name:?}")));
+        }
+        if name.len() > MAX_NAME_LEN {
+            return Err(self.err(
+                "name",
+                format!(
+                    "at most {MAX_NAME_LEN} characters (the server's limit on names), got {}",
+                    name.len()
+                ),
+            ));
+        }
         Ok(name)
     }
 
@@ -431,6 +447,19 @@ impl Check<'_> {
                 Ok(())
             }
         };
+        // An `fps` that would be ignored is refused: whoever set it meant something by it.
+        let npz_only = |source: &str| {
+            if m.fps.is_some() {
+                Err(self.err(
+                    "motions.fps",
+                    format!(
+                        "not used with `{source}` of NPZ motions alone (they carry their own frame rate); remove it"
+                    ),
+                ))
+            } else {
+                Ok(())
+            }
+        };
         let source = if let Some(names) = m.builtin {
             if m.fps.is_some() {
                 return Err(self.err(
@@ -446,13 +475,19 @@ impl Check<'_> {
             if files.iter().any(|f| f.as_os_str().is_empty()) {
                 return Err(self.err("motions.files", "expected file paths, got an empty string"));
             }
-            if !files.iter().all(|f| is_npz(f)) {
+            if files.iter().all(|f| is_npz(f)) {
+                npz_only("files")?;
+            } else {
                 need_fps("files")?;
             }
             MotionSource::Files(files)
         } else if let Some(dir) = m.dir {
-            if !m.pattern.as_deref().is_some_and(|p| is_npz(Path::new(p))) {
-                need_fps("dir")?;
+            // Without a pattern the folder may hold NPZ motions alone: a G1 CSV file found there
+            // without `fps` fails when the clips are loaded, named.
+            match m.pattern.as_deref() {
+                Some(p) if is_npz(Path::new(p)) => npz_only("dir")?,
+                Some(_) => need_fps("dir")?,
+                None => {}
             }
             if let Some(p) = &m.pattern {
                 let stars = p.matches('*').count();
@@ -663,17 +698,34 @@ impl Check<'_> {
                 ))
             }
         };
+        let gains_given = raw.gains.is_some();
         let gains = preset("action.gains", raw.gains.unwrap_or_else(|| "armature".to_string()))?;
-        let mut presets = Vec::new();
-        for name in raw.presets.unwrap_or_default() {
-            let name = preset("action.presets", name)?;
-            if !presets.contains(&name) {
-                presets.push(name);
+        // Without `presets` an agent may pick the default alone. A list given is the whole
+        // list: the default is never added to it behind the organiser's back.
+        let presets = match raw.presets {
+            None => vec![gains.clone()],
+            Some(names) => {
+                let mut presets: Vec<String> = Vec::new();
+                for name in names {
+                    let name = preset("action.presets", name)?;
+                    if presets.contains(&name) {
+                        return Err(self.err("action.presets", format!("{name:?} is listed twice")));
+                    }
+                    presets.push(name);
+                }
+                if !presets.contains(&gains) {
+                    return Err(self.err(
+                        "action.gains",
+                        format!(
+                            "{gains:?}{} is not among action.presets [{}]: a session without declared gains must get one an agent may pick; set gains to one of them or add it",
+                            if gains_given { "" } else { " (the default)" },
+                            presets.join(", ")
+                        ),
+                    ));
+                }
+                presets
             }
-        }
-        if !presets.contains(&gains) {
-            presets.insert(0, gains.clone());
-        }
+        };
         let kp_max = self.per_joint("action.kp_max", raw.kp_max)?;
         let kd_max = self.per_joint("action.kd_max", raw.kd_max)?;
         if kp_max.is_some() != kd_max.is_some() {

@@ -652,6 +652,103 @@ fn load_clips_from_dir_files_and_manifest() {
 }
 
 #[test]
+fn fps_that_would_be_ignored_is_refused_and_npz_folders_need_none() {
+    let text = |source: &str| variant("builtin = [\"stand\", \"squat\"]", source);
+    expect_err(
+        &text("files = [\"a.npz\"]\nfps = 30"),
+        "motions.fps",
+        "NPZ motions alone",
+    );
+    expect_err(
+        &text("dir = \"m\"\npattern = \"*.npz\"\nfps = 30"),
+        "motions.fps",
+        "remove it",
+    );
+    expect_err(&text("dir = \"m\"\npattern = \"*.csv\""), "motions.fps", "required");
+    parse(&text("files = [\"a.npz\"]")).unwrap();
+    parse(&text("files = [\"a.npz\", \"b.csv\"]\nfps = 30")).unwrap();
+    // A folder without a pattern may hold NPZ motions alone; a CSV file found there without
+    // fps fails when the clips load, named.
+    parse(&text("dir = \"m\"")).unwrap();
+    let tmp = TempDir::new("nofps");
+    write_clip(&tmp.0, "a.csv", 3);
+    let err = source_spec("dir = \".\"").load_clips(&tmp.0).unwrap_err().to_string();
+    assert!(
+        err.contains("a.csv") && err.contains("motions.fps is required"),
+        "{err}"
+    );
+}
+
+#[test]
+fn benchmark_names_the_server_cannot_serve_are_refused() {
+    let long = "a".repeat(MAX_NAME_LEN + 1);
+    expect_err(
+        &variant("name = \"t\"", &format!("name = \"{long}\"")),
+        "name",
+        "at most 128",
+    );
+    expect_err(
+        &variant("name = \"t\"", "name = \"-t\""),
+        "name",
+        "must not start with '-'",
+    );
+    parse(&variant(
+        "name = \"t\"",
+        &format!("name = \"{}\"", "a".repeat(MAX_NAME_LEN)),
+    ))
+    .unwrap();
+}
+
+#[test]
+fn clips_sharing_a_name_are_refused_and_errors_come_in_path_order() {
+    let tmp = TempDir::new("shared-names");
+    let root = &tmp.0;
+    std::fs::create_dir_all(root.join("x")).unwrap();
+    std::fs::create_dir_all(root.join("y")).unwrap();
+    write_clip(&root.join("x"), "a.csv", 3);
+    write_clip(&root.join("y"), "a.csv", 3);
+    let err = source_spec("files = [\"x/a.csv\", \"y/a.csv\"]\nfps = 30")
+        .load_clips(root)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("y/a.csv") && err.contains("x/a.csv") && err.contains("named \"a\""),
+        "{err}"
+    );
+    std::fs::write(
+        root.join("m.toml"),
+        "fps = 30\n[[clip]]\nfile = \"x/a.csv\"\n[[clip]]\nfile = \"y/a.csv\"\nsplit = \"test\"\n",
+    )
+    .unwrap();
+    let err = source_spec("manifest = \"m.toml\"")
+        .load_clips(root)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("named \"a\""), "{err}");
+    source_spec("manifest = \"m.toml\"\nsplit = \"test\"")
+        .load_clips(root)
+        .unwrap();
+    // Of several bad files, the first in path order is reported, whichever thread reads it.
+    for k in 0..40 {
+        std::fs::write(root.join(format!("x/bad{k:02}.csv")), "not,numbers\n").unwrap();
+    }
+    for _ in 0..5 {
+        let err = source_spec("dir = \"x\"\nfps = 30")
+            .load_clips(root)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("bad00.csv"), "{err}");
+    }
+    // A manifest lists CSV files: an NPZ entry is refused in words.
+    std::fs::write(root.join("n.toml"), "fps = 30\n[[clip]]\nfile = \"x/a.npz\"\n").unwrap();
+    let err = source_spec("manifest = \"n.toml\"")
+        .load_clips(root)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("a.npz") && err.contains("`files` or `dir`"), "{err}");
+}
+
+#[test]
 fn load_clips_errors() {
     let tmp = TempDir::new("missing");
     let missing = tmp.0.join("no-such-root");
@@ -747,6 +844,22 @@ fn action_rules_and_anchor_body() {
         "action.kd_max",
         "positive",
     );
+    // A presets list is the whole list: the default gains are never added to it.
+    expect_err(
+        &with("[action]\nmode = \"joint_position\"\npresets = [\"arena\"]\n"),
+        "action.gains",
+        "\"armature\" (the default) is not among action.presets [arena]",
+    );
+    expect_err(
+        &with("[action]\nmode = \"joint_position\"\ngains = \"arena\"\npresets = [\"arena\", \"arena\"]\n"),
+        "action.presets",
+        "listed twice",
+    );
+    let arena_only = parse(&with(
+        "[action]\nmode = \"joint_position\"\ngains = \"arena\"\npresets = [\"arena\"]\n",
+    ))
+    .unwrap();
+    assert_eq!(arena_only.action.presets, ["arena"]);
     expect_err(
         &with("[observations]\nanchor_body = \"head_link\"\n"),
         "observations.anchor_body",

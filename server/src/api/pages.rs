@@ -219,10 +219,17 @@ async fn submissions_csv(State(state): State<Arc<AppState>>, headers: HeaderMap)
     let mut out = String::from(
         "id,team,benchmark,phase,agent_name,status,episodes_total,created_at,finished_at,baseline,success_rate,primary_metric,primary_mean,error\n",
     );
+    // One read of each benchmark's file per request (a benchmark not loaded yet is parsed from
+    // its file on every `spec` call).
+    let mut specs: std::collections::HashMap<String, Option<arena_bench::spec::BenchmarkSpec>> =
+        std::collections::HashMap::new();
     for s in state.storage.submissions(team).await? {
         let visible = check_results_visible(&state, &who, &s).await.is_ok();
         let (mut rate, mut primary, mut mean) = (None, String::new(), None);
-        if let (true, Some(json), Ok(spec)) = (visible, &s.summary_json, state.catalog.spec(&s.benchmark))
+        let spec = specs
+            .entry(s.benchmark.clone())
+            .or_insert_with(|| state.catalog.spec(&s.benchmark).ok());
+        if let (true, Some(json), Some(spec)) = (visible, &s.summary_json, spec.as_ref())
             && let Ok(summary) = serde_json::from_str::<crate::leaderboard::ReportSummary>(json)
         {
             rate = spec

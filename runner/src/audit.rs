@@ -90,6 +90,13 @@ pub fn audit(
             env.stop(slot);
         }
         env.reset(&starts)?;
+        // A record of its reset row alone (its episode failed at the first action) has nothing
+        // to re-run: stopped now, or it would step on with zero actions.
+        for (slot, (record, _)) in chunk.iter().enumerate() {
+            if record.num_rows() <= 1 {
+                env.stop(slot);
+            }
+        }
         let longest = chunk.iter().map(|(r, _)| r.num_rows()).max().unwrap_or(0);
         // Joint-position rows: the recorded targets, then the recorded feed-forward torques.
         let width = env.action_width();
@@ -121,7 +128,7 @@ pub fn audit(
             out.push(compare(
                 record,
                 env.trajectory(slot),
-                rerun_status(&env, slot),
+                rerun_status(&env, slot, record),
                 spec,
                 &metric_config,
             ));
@@ -174,13 +181,20 @@ fn failed_audit(record: &EpisodeRecord, error: String) -> EpisodeAudit {
     }
 }
 
-/// The re-run's status in the protocol's words (a re-run stopped where its recording ended
-/// counts as completed; `failed: reason` keeps the reason).
-fn rerun_status(env: &TrackingEnv, slot: usize) -> String {
+/// Said of a re-run stopped where its recording ended, that ended otherwise than by its window.
+pub const STOPPED: &str = "stopped";
+
+/// The re-run's status in the protocol's words (`failed: reason` keeps the reason). A re-run
+/// that neither fell nor failed was stopped where its recording ended: `completed` when the
+/// recording completed (its window ended there), else [`STOPPED`] — the recording ended for a
+/// reason the physics does not decide (the agent's timeout or error, a scored fall after one),
+/// or, on another backend, one the re-run did not reproduce (its fall).
+fn rerun_status(env: &TrackingEnv, slot: usize, record: &EpisodeRecord) -> String {
     match &env.infos()[slot].status {
         env::EpisodeStatus::Fell => "fell".into(),
         env::EpisodeStatus::Failed(reason) => format!("failed: {reason}"),
-        _ => "completed".into(),
+        _ if scored_status(&record.status) == EpisodeStatus::Completed => "completed".into(),
+        _ => format!("{STOPPED}: where the recording ended ({})", record.status),
     }
 }
 
@@ -224,9 +238,16 @@ fn compare(
         }
     }
     let names = &spec.metrics.list;
-    let (_, recorded, _) =
-        episode::score_finished(&record.rows, scored_status(&record.status), None, names, metric_config);
-    let (_, again, _) = episode::score_finished(&rerun.rows, scored_status(&rerun_status), None, names, metric_config);
+    let reason = (!record.reason.is_empty()).then(|| record.reason.clone());
+    let recorded_as = scored_status(&record.status);
+    let (_, recorded, _) = episode::score_finished(&record.rows, recorded_as, reason.clone(), names, metric_config);
+    // A re-run stopped where its recording ended is scored as the recording was (the same
+    // status, the same fall penalty or none), so a bit-exact re-run scores the same.
+    let rerun_as = match rerun_status.starts_with(STOPPED) {
+        true => recorded_as,
+        false => scored_status(&rerun_status),
+    };
+    let (_, again, _) = episode::score_finished(&rerun.rows, rerun_as, reason, names, metric_config);
     let metrics = names
         .iter()
         .map(|n| {

@@ -211,7 +211,19 @@ pub fn run_local(
         step_counter += 1;
         let acting = Instant::now();
         timings.observe_s += acting.duration_since(started).as_secs_f64();
+        // Rows the agent leaves unwritten are zeros (as the SDK's client sends), never the
+        // previous step's actions of another episode.
+        agent_actions[..n * NUM_JOINTS].fill(0.0);
         agent.act(&batch_view, &mut agent_actions[..n * NUM_JOINTS]);
+        // As the server does with a client's or hosted policy's failure: the run stops with the
+        // agent's own reason, not as episodes failed by the actions it left behind.
+        if let Some(reason) = agent.failure() {
+            anyhow::bail!(
+                "the agent failed at step {} ({} episodes finished): {reason}",
+                step_counter - 1,
+                finished
+            );
+        }
         let stepping = Instant::now();
         timings.agent_s += stepping.duration_since(acting).as_secs_f64();
         env_actions.fill(0.0);

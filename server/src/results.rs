@@ -67,7 +67,5 @@ pub fn report(spec: &BenchmarkSpec, submission: &Submission, rows: &[EpisodeRow]
         },
         "arena_version": env!("CARGO_PKG_VERSION"),
     });
-    let mut report = aggregate(rows, spec.ranking.success.as_deref()).report(&spec.name, config);
-    report.episodes.sort_by(|a, b| a.episode_id.cmp(&b.episode_id));
-    report
+    aggregate(rows, spec.ranking.success.as_deref()).report(&spec.name, config)
 }

@@ -34,10 +34,8 @@ pub fn report(spec: &BenchmarkSpec, aggregator: &MetricsAggregator, run: serde_j
         "run": run,
         "arena_version": env!("CARGO_PKG_VERSION"),
     });
-    let mut report = aggregator.report(&spec.name, config);
     // Episodes finish out of order in a batch; the report lists them in benchmark order.
-    report.episodes.sort_by(|a, b| a.episode_id.cmp(&b.episode_id));
-    report
+    aggregator.report(&spec.name, config)
 }
 
 /// Reference and simulated frames for `arena metrics track`: the rollout's qpos rows become a

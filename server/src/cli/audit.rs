@@ -183,7 +183,12 @@ fn changed_since_run(
 }
 
 fn print_table(audits: &[EpisodeAudit]) {
-    let metric_names: Vec<&String> = audits.first().map(|a| a.metrics.keys().collect()).unwrap_or_default();
+    // Columns from an episode that was re-run (one not re-run has no metrics).
+    let metric_names: Vec<&String> = audits
+        .iter()
+        .find(|a| a.error.is_none())
+        .map(|a| a.metrics.keys().collect())
+        .unwrap_or_default();
     let mut header = format!(
         "{:>7} {:<16} {:<22} {:>9} {:>5}",
         "episode", "motion", "status (stored→re-run)", "rows", "exact"

@@ -107,6 +107,34 @@ pub struct Leaderboard {
     pub unranked: Vec<Entry>,
 }
 
+/// Whether a metric is a time in seconds (a survival time: where nothing broke, the episode's
+/// length), which a hidden test set withholds from teams.
+pub fn in_seconds(metric: &str) -> bool {
+    metric_info(metric).is_some_and(|m| m.units == "s")
+}
+
+impl Leaderboard {
+    /// The board as a team sees it while the benchmark's motions are hidden
+    /// ([`crate::access::motions_hidden`]): every mean in seconds withheld (`null`), since the
+    /// mean survival time of a submission where nothing broke is the mean clip length. The
+    /// order stays the one ranked on the values.
+    pub fn without_seconds(mut self) -> Self {
+        let primary = in_seconds(&self.primary);
+        for entry in self.entries.iter_mut().chain(self.unranked.iter_mut()) {
+            entry.survival = None;
+            if primary {
+                entry.score = None;
+            }
+            for (metric, value) in &mut entry.tie_breakers {
+                if in_seconds(metric) {
+                    *value = None;
+                }
+            }
+        }
+        self
+    }
+}
+
 /// The success rule a benchmark does not rank by, shown beside the one it does.
 fn other_success_metric(spec: &BenchmarkSpec) -> Option<&'static str> {
     match spec.ranking.success.as_deref()? {
@@ -137,8 +165,17 @@ fn compare(a: Option<f64>, b: Option<f64>, direction: Direction) -> Ordering {
 /// The numbers a submission's leaderboard row shows, for lists (the team page, the organiser's
 /// submissions, `arena admin submissions`): episode counts, the success rule's rate over all
 /// episodes, the survival and primary means over the scored ones, each with its metric's name.
-pub fn list_scores(spec: &BenchmarkSpec, summary: &ReportSummary) -> serde_json::Value {
-    let mean = |m: &str| summary.means.get(m).copied().flatten();
+/// With `motions_hidden` (a hidden test set, for a team) the means in seconds are `null`, as on
+/// the leaderboard ([`Leaderboard::without_seconds`]).
+pub fn list_scores(spec: &BenchmarkSpec, summary: &ReportSummary, motions_hidden: bool) -> serde_json::Value {
+    let mean = |m: &str| {
+        summary
+            .means
+            .get(m)
+            .copied()
+            .flatten()
+            .filter(|_| !(motions_hidden && in_seconds(m)))
+    };
     serde_json::json!({
         "episodes": summary.episodes,
         "scored": summary.scored,

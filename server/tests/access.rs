@@ -780,6 +780,29 @@ fn public_and_private_phases() {
     let board = ok(server.get("/api/v1/phases/dev/leaderboard", None), 200);
     assert_eq!(board["entries"][0]["submission_id"], public_id.as_str(), "{board}");
     assert_eq!(board["phase"], "dev");
+    // No mean in seconds on the boards or in the lists while the motions are hidden: a mean
+    // survival time where nothing broke is the mean clip length. The admin sees it.
+    assert_eq!(board["survival_metric"], "failure_time_s", "{board}");
+    let survival_of = |board: &Value| board["entries"][0]["survival"].clone();
+    assert!(survival_of(&board).is_null(), "{board}");
+    for token in [None, Some(alpha.as_str())] {
+        let board = ok(server.get("/api/v1/leaderboards/g1-smoke", token), 200);
+        assert!(survival_of(&board).is_null(), "{board}");
+    }
+    for path in ["/api/v1/leaderboards/g1-smoke", "/api/v1/phases/dev/leaderboard"] {
+        let board = ok(server.get(path, Some(ADMIN)), 200);
+        assert!(survival_of(&board).as_f64().is_some(), "{path}: {board}");
+    }
+    let listed = ok(server.get("/api/v1/submissions", Some(&alpha)), 200);
+    let listed = listed["submissions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == public_id.as_str())
+        .unwrap()
+        .clone();
+    assert!(listed["scores"]["score"].is_number(), "{listed}");
+    assert!(listed["scores"]["survival"].is_null(), "{listed}");
 
     // Practice in the public phase would run the test set's motions: refused, saying why.
     let e = connect_refused(&server, connect(&alpha, "practice", "", "dev"));
@@ -920,6 +943,7 @@ fn public_and_private_phases() {
     assert_eq!((status, &bytes[1..4]), (200, &b"HDF"[..]));
     let board = ok(server.get("/api/v1/phases/final/leaderboard", None), 200);
     assert_eq!(board["entries"][0]["submission_id"], private_id.as_str(), "{board}");
+    assert!(survival_of(&board).as_f64().is_some(), "the test set is out: {board}");
     assert_eq!(teams_on(None).len(), 2);
     // The private phase over, the public phase is an ordinary one again: practice is allowed
     // (here over gRPC) and motion names show.

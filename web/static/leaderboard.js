@@ -99,10 +99,13 @@ export function leaderboardTable(lb, info = {}, { canOpen = () => false, testid 
       defaultDir: mi.direction === 'lower' ? 'asc' : 'desc',
       // Every episode succeeded: nothing failed, so the mean is the episodes' length, not a
       // time to failure.
+      // null while the benchmark's motions are hidden (a test set): the server withholds times.
       render: (e) =>
-        e.success_rate === 1
-          ? h('span.muted', { title: `no episode failed: ${fmtNum(e.survival)} s is the mean episode length`, 'data-testid': 'survival-none' }, 'none failed')
-          : fmtNum(e.survival),
+        e.survival === null || e.survival === undefined
+          ? h('span.muted', { title: 'withheld while the motions are hidden, or not measured' }, '—')
+          : e.success_rate === 1
+            ? h('span.muted', { title: `no episode failed: ${fmtNum(e.survival)} s is the mean episode length`, 'data-testid': 'survival-none' }, 'none failed')
+            : fmtNum(e.survival),
     });
   }
   cols.push({

@@ -223,12 +223,28 @@ async fn submissions_csv(State(state): State<Arc<AppState>>, headers: HeaderMap)
     // its file on every `spec` call).
     let mut specs: std::collections::HashMap<String, Option<arena_bench::spec::BenchmarkSpec>> =
         std::collections::HashMap::new();
+    let mut motions_hidden: std::collections::HashMap<String, bool> = std::collections::HashMap::new();
     for s in state.storage.submissions(team).await? {
         let visible = check_results_visible(&state, &who, &s).await.is_ok();
         let (mut rate, mut primary, mut mean) = (None, String::new(), None);
         let spec = specs
             .entry(s.benchmark.clone())
             .or_insert_with(|| state.catalog.spec(&s.benchmark).ok());
+        // A hidden test set's means in seconds stay withheld from teams here too.
+        let motions_hidden = match (team, spec.as_ref()) {
+            (Some(_), Some(spec)) => match motions_hidden.get(&spec.name) {
+                Some(known) => *known,
+                None => {
+                    let now = crate::storage::now_ms();
+                    let now_hidden = crate::access::motions_hidden(&state.storage, spec, now)
+                        .await?
+                        .is_some();
+                    motions_hidden.insert(spec.name.clone(), now_hidden);
+                    now_hidden
+                }
+            },
+            _ => false,
+        };
         if let (true, Some(json), Some(spec)) = (visible, &s.summary_json, spec.as_ref())
             && let Ok(summary) = serde_json::from_str::<crate::leaderboard::ReportSummary>(json)
         {
@@ -237,7 +253,12 @@ async fn submissions_csv(State(state): State<Arc<AppState>>, headers: HeaderMap)
                 .success
                 .as_deref()
                 .and_then(|m| summary.success_rates.get(m).copied());
-            mean = summary.means.get(&spec.ranking.primary).copied().flatten();
+            mean = summary
+                .means
+                .get(&spec.ranking.primary)
+                .copied()
+                .flatten()
+                .filter(|_| !(motions_hidden && crate::leaderboard::in_seconds(&spec.ranking.primary)));
             primary = spec.ranking.primary.clone();
         }
         let fields = [

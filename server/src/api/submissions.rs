@@ -135,6 +135,8 @@ struct ScoreLookup<'a> {
     now: i64,
     phases: std::collections::HashMap<String, Option<crate::storage::Phase>>,
     specs: std::collections::HashMap<String, Option<arena_bench::spec::BenchmarkSpec>>,
+    /// Whether each benchmark's motions are hidden from this caller now (a hidden test set).
+    motions_hidden: std::collections::HashMap<String, bool>,
 }
 
 impl<'a> ScoreLookup<'a> {
@@ -145,6 +147,7 @@ impl<'a> ScoreLookup<'a> {
             now,
             phases: Default::default(),
             specs: Default::default(),
+            motions_hidden: Default::default(),
         }
     }
 
@@ -165,11 +168,24 @@ impl<'a> ScoreLookup<'a> {
             .specs
             .entry(s.benchmark.clone())
             .or_insert_with(|| self.state.catalog.spec(&s.benchmark).ok());
+        let motions_hidden = match (self.admin, spec.as_ref()) {
+            (false, Some(spec)) => match self.motions_hidden.get(&spec.name) {
+                Some(known) => *known,
+                None => {
+                    let now_hidden = access::motions_hidden(&self.state.storage, spec, self.now)
+                        .await?
+                        .is_some();
+                    self.motions_hidden.insert(spec.name.clone(), now_hidden);
+                    now_hidden
+                }
+            },
+            _ => false,
+        };
         let scores = match (&s.summary_json, spec.as_ref()) {
             (Some(summary), Some(spec)) if !hidden => {
                 serde_json::from_str::<crate::leaderboard::ReportSummary>(summary)
                     .ok()
-                    .map(|summary| crate::leaderboard::list_scores(spec, &summary))
+                    .map(|summary| crate::leaderboard::list_scores(spec, &summary, motions_hidden))
             }
             _ => None,
         };
@@ -301,7 +317,7 @@ pub(super) async fn get_results(
     let mut failed = serde_json::to_value(aggregator.failed())?;
     let mut aggregated = serde_json::to_value(aggregator.aggregated())?;
     let mut groups = serde_json::to_value(aggregator.by_category())?;
-    let in_seconds = |name: &str| arena_bench::metrics::metric_info(name).is_some_and(|m| m.units == "s");
+    let in_seconds = leaderboard::in_seconds;
     if motions_hidden_from(&state, &who, &s).await?.is_some() {
         // Nor their statistics: the longest survival time is the longest clip's length, a
         // category of one clip gives that clip's.
@@ -452,7 +468,13 @@ pub(super) async fn get_leaderboard(
             .collect();
         hidden.sort();
     }
-    let key = format!("benchmark {} {:?} hiding {hidden:?}", spec.name, spec.ranking);
+    // A running private phase makes the benchmark its test set, as its own flag does: no time
+    // in seconds on the board then (`/results` withholds them too).
+    let motions_hidden = !who.as_ref().is_some_and(Caller::is_admin) && (spec.motions.hidden || !hidden.is_empty());
+    let key = format!(
+        "benchmark {} {:?} hiding {hidden:?} motions hidden {motions_hidden}",
+        spec.name, spec.ranking
+    );
     if let Some(board) = state.leaderboards.get(&key, generation) {
         return Ok(Json(board.as_ref()).into_response());
     }
@@ -461,7 +483,10 @@ pub(super) async fn get_leaderboard(
     let rows = rows
         .into_iter()
         .filter(|s| !s.phase_id.as_ref().is_some_and(|p| hidden.contains(p)));
-    let ranked = leaderboard::rank_rows(&spec, rows);
+    let mut ranked = leaderboard::rank_rows(&spec, rows);
+    if motions_hidden {
+        ranked = ranked.without_seconds();
+    }
     let board = state.leaderboards.put(key, generation, ranked);
     Ok(Json(board.as_ref()).into_response())
 }

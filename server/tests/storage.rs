@@ -87,6 +87,7 @@ on_both_engines!(
     submission_lifecycle,
     episodes_are_counted_once,
     nan_metrics_round_trip,
+    a_completion_writes_its_summary_and_stamp_at_once,
     sessions_are_kept_in_order,
     hosted_policies_and_the_unfinished_ones,
     requeue_until_attempts_run_out,
@@ -344,10 +345,13 @@ async fn submission_lifecycle(url: String, engine: Engine) {
     assert_eq!(ids(storage.completed_submissions("bench-a").await.unwrap()), ["s-1"]);
     assert!(storage.completed_submissions("bench-b").await.unwrap().is_empty());
 
+    // A refused finish stamps nothing: the write and its leaderboard stamp are one transaction.
+    let counter = storage.board_counter().await.unwrap();
     let again = storage
         .finish_submission("s-1", SubmissionStatus::Failed, None, Some("late"))
         .await
         .unwrap_err();
+    assert_eq!(storage.board_counter().await.unwrap(), counter);
     assert!(
         matches!(again, StorageError::Conflict(ref m) if m.contains("COMPLETED")),
         "{again}"
@@ -476,6 +480,31 @@ async fn nan_metrics_round_trip(url: String, engine: Engine) {
     assert_eq!(back["tiny"], 1e-300);
     assert_eq!(back["third"], 1.0 / 3.0);
     assert_eq!(back["negative"], -2.5);
+}
+
+/// The committer's completion: status, report, leaderboard summary and the board stamp in one
+/// write (the leaderboard's rows carry the summary as soon as the status is COMPLETED).
+async fn a_completion_writes_its_summary_and_stamp_at_once(url: String, engine: Engine) {
+    let storage = open(&url, engine).await;
+    setup(&storage, "red", "s-1", 1).await;
+    let before = storage.board_counter().await.unwrap();
+    let summary = r#"{"episodes":1,"scored":1,"failed":0,"means":{"emd":0.5},"success_rates":{}}"#;
+    storage.complete_submission("s-1", "{}", summary).await.unwrap();
+    let done = storage.submission("s-1").await.unwrap().unwrap();
+    assert_eq!(done.status, SubmissionStatus::Completed);
+    assert_eq!(done.summary_json.as_deref(), Some(summary));
+    let after = storage.board_counter().await.unwrap();
+    assert_eq!(after, before + 1, "one stamp");
+    let rows: serde_json::Value =
+        serde_json::from_str(&storage.leaderboard_json_since("bench-a", None, before).await.unwrap()).unwrap();
+    assert_eq!(rows[0]["summary"]["means"]["emd"], 0.5, "{rows}");
+    let again = storage.complete_submission("s-1", "{}", summary).await.unwrap_err();
+    assert!(matches!(again, StorageError::Conflict(_)), "{again}");
+    assert_eq!(
+        storage.board_counter().await.unwrap(),
+        after,
+        "a refused write stamps nothing"
+    );
 }
 
 /// Issue 39: every agent session of a submission stays on record, oldest first; ending one

@@ -553,10 +553,8 @@ pub async fn complete_submission(
             serde_json::to_vec_pretty(&report)?,
         )
         .await?;
-    match storage
-        .finish_submission(submission_id, SubmissionStatus::Completed, Some(&json), None)
-        .await
-    {
+    let summary = serde_json::to_string(&crate::leaderboard::ReportSummary::of(&report))?;
+    match storage.complete_submission(submission_id, &json, &summary).await {
         Ok(()) => {}
         // Finished meanwhile: completed by another session (another replica), or cancelled
         // (the organiser, the idle expiry) between the merge and here. Say which: a cancelled
@@ -569,8 +567,6 @@ pub async fn complete_submission(
         }
         Err(e) => return Err(e.into()),
     }
-    let summary = serde_json::to_string(&crate::leaderboard::ReportSummary::of(&report))?;
-    storage.set_summary(submission_id, &summary).await?;
     Ok(Some(SubmissionStatus::Completed))
 }
 

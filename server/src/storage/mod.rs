@@ -147,7 +147,7 @@ impl Storage {
         Ok(local.wrapping_add(shared as u64))
     }
 
-    /// The shared leaderboard counter: the last stamp of [`Storage::stamp_board_change`].
+    /// The shared leaderboard counter: the last stamp of [`Storage::stamp_board_change_on`].
     pub async fn board_counter(&self) -> Result<i64, StorageError> {
         let row = sqlx::query("SELECT value FROM counters WHERE name = 'leaderboard'")
             .fetch_one(&self.pool)
@@ -156,12 +156,14 @@ impl Storage {
         get(&row, "value", "the leaderboard generation")
     }
 
-    /// After a write that can change a leaderboard (submission `id` finished, its summary,
-    /// report or baseline flag): moves the shared counter, so every replica's cached boards
-    /// go stale, and stamps the submission with the new value (`board_seq`), so a cached board
-    /// re-reads only the submissions stamped since it was read. One transaction: the counter's
-    /// row lock orders the stamps as their commits.
-    async fn stamp_board_change(&self, id: &str) -> Result<(), StorageError> {
+    /// Within the transaction of a write that can change a leaderboard (submission `id`
+    /// finished, its summary, report or baseline flag): moves the shared counter, so every
+    /// replica's cached boards go stale, and stamps the submission with the new value
+    /// (`board_seq`), so a cached board re-reads only the submissions stamped since it was
+    /// read. In the write's own transaction, so no write commits unstamped (a crash between
+    /// the two left a change that replicas which had cached the row never re-read); the
+    /// counter's row lock orders the stamps as their commits.
+    async fn stamp_board_change_on(&self, conn: &mut sqlx::AnyConnection, id: &str) -> Result<(), StorageError> {
         let context = || format!("stamping a leaderboard change of submission {id}");
         match self.engine {
             Engine::Postgres => {
@@ -170,24 +172,22 @@ impl Storage {
                      UPDATE submissions SET board_seq = (SELECT value FROM c) WHERE id = $1",
                 )
                 .bind(id)
-                .execute(&self.pool)
+                .execute(&mut *conn)
                 .await
                 .ctx(context)?;
             }
             Engine::Sqlite => {
-                let mut tx = self.pool.begin().await.ctx(context)?;
                 sqlx::query("UPDATE counters SET value = value + 1 WHERE name = 'leaderboard'")
-                    .execute(&mut *tx)
+                    .execute(&mut *conn)
                     .await
                     .ctx(context)?;
                 sqlx::query(
                     "UPDATE submissions SET board_seq = (SELECT value FROM counters WHERE name = 'leaderboard') WHERE id = $1",
                 )
                 .bind(id)
-                .execute(&mut *tx)
+                .execute(&mut *conn)
                 .await
                 .ctx(context)?;
-                tx.commit().await.ctx(context)?;
             }
         }
         Ok(())

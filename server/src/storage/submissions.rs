@@ -205,7 +205,7 @@ impl Storage {
     }
 
     /// The leaderboard rows of a benchmark's submissions (`phase`: of that phase) stamped after
-    /// `since` by [`Storage::stamp_board_change`], whatever their status now (`status`: a row
+    /// `since` by [`Storage::stamp_board_change_on`], whatever their status now (`status`: a row
     /// that is no longer COMPLETED leaves the board), in the form of [`Storage::leaderboard_json`].
     /// With `since` = -1: every submission's row. Read the counter ([`Storage::board_counter`])
     /// first: stamps follow commit order, so rows stamped up to it are all there.
@@ -294,28 +294,63 @@ impl Storage {
         report_json: Option<&str>,
         error: Option<&str>,
     ) -> Result<(), StorageError> {
+        self.finish_with_summary(id, status, report_json, error, None).await
+    }
+
+    /// [`Storage::finish_submission`] COMPLETED with its report and leaderboard summary in one
+    /// write: a summary written apart could fail after the status, leaving a completed
+    /// submission off every leaderboard until a restart's backfill.
+    pub async fn complete_submission(
+        &self,
+        id: &str,
+        report_json: &str,
+        summary_json: &str,
+    ) -> Result<(), StorageError> {
+        self.finish_with_summary(
+            id,
+            SubmissionStatus::Completed,
+            Some(report_json),
+            None,
+            Some(summary_json),
+        )
+        .await
+    }
+
+    async fn finish_with_summary(
+        &self,
+        id: &str,
+        status: SubmissionStatus,
+        report_json: Option<&str>,
+        error: Option<&str>,
+        summary_json: Option<&str>,
+    ) -> Result<(), StorageError> {
         let _changed = self.leaderboards_changed();
         if !status.is_final() {
             return Err(StorageError::Invalid(format!(
                 "finishing submission {id} with status {status} (expected COMPLETED or FAILED)"
             )));
         }
+        let context = || format!("finishing submission {id} as {status}");
+        let mut tx = self.pool.begin().await.ctx(context)?;
         let done = sqlx::query(
-            "UPDATE submissions SET status = $2, finished_at = $3, report_json = $4, error = $5 \
-             WHERE id = $1 AND status IN ('PENDING', 'RUNNING')",
+            "UPDATE submissions SET status = $2, finished_at = $3, report_json = $4, error = $5, \
+             summary_json = COALESCE($6, summary_json) WHERE id = $1 AND status IN ('PENDING', 'RUNNING')",
         )
         .bind(id)
         .bind(status.as_str())
         .bind(now_ms())
         .bind(report_json)
         .bind(error)
-        .execute(&self.pool)
+        .bind(summary_json)
+        .execute(&mut *tx)
         .await
-        .ctx(|| format!("finishing submission {id} as {status}"))?;
+        .ctx(context)?;
         if done.rows_affected() == 0 {
+            drop(tx);
             return Err(self.submission_not_open(id, "finish").await);
         }
-        self.stamp_board_change(id).await
+        self.stamp_board_change_on(&mut tx, id).await?;
+        tx.commit().await.ctx(context)
     }
 
     /// The agent of the session now running an unfinished submission (a resume may come from
@@ -355,13 +390,16 @@ impl Storage {
     /// Marks (or unmarks) a submission as a baseline; false if it does not exist.
     pub async fn set_baseline(&self, id: &str, baseline: bool) -> Result<bool, StorageError> {
         let _changed = self.leaderboards_changed();
+        let context = || format!("marking submission {id} as baseline = {baseline}");
+        let mut tx = self.pool.begin().await.ctx(context)?;
         let done = sqlx::query("UPDATE submissions SET baseline = $2 WHERE id = $1")
             .bind(id)
             .bind(i64::from(baseline))
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await
-            .ctx(|| format!("marking submission {id} as baseline = {baseline}"))?;
-        self.stamp_board_change(id).await?;
+            .ctx(context)?;
+        self.stamp_board_change_on(&mut tx, id).await?;
+        tx.commit().await.ctx(context)?;
         Ok(done.rows_affected() > 0)
     }
 
@@ -423,8 +461,8 @@ impl Storage {
         .execute(&mut *tx)
         .await
         .ctx(context)?;
+        self.stamp_board_change_on(&mut tx, id).await?;
         tx.commit().await.ctx(context)?;
-        self.stamp_board_change(id).await?;
         Ok(true)
     }
 
@@ -468,13 +506,16 @@ impl Storage {
     /// Sets the leaderboard summary of a submission (with its report, or filled in later).
     pub async fn set_summary(&self, id: &str, summary_json: &str) -> Result<(), StorageError> {
         let _changed = self.leaderboards_changed();
+        let context = || format!("storing the summary of submission {id}");
+        let mut tx = self.pool.begin().await.ctx(context)?;
         sqlx::query("UPDATE submissions SET summary_json = $2 WHERE id = $1")
             .bind(id)
             .bind(summary_json)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await
-            .ctx(|| format!("storing the summary of submission {id}"))?;
-        self.stamp_board_change(id).await
+            .ctx(context)?;
+        self.stamp_board_change_on(&mut tx, id).await?;
+        tx.commit().await.ctx(context)
     }
 
     /// COMPLETED submissions that have a report but no summary yet (stored by an older version),
@@ -495,16 +536,19 @@ impl Storage {
     /// Replaces the report of a COMPLETED submission (after a re-score).
     pub async fn replace_report(&self, id: &str, report_json: &str) -> Result<(), StorageError> {
         let _changed = self.leaderboards_changed();
+        let context = || format!("replacing the report of submission {id}");
+        let mut tx = self.pool.begin().await.ctx(context)?;
         let done = sqlx::query("UPDATE submissions SET report_json = $2 WHERE id = $1 AND status = 'COMPLETED'")
             .bind(id)
             .bind(report_json)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await
-            .ctx(|| format!("replacing the report of submission {id}"))?;
+            .ctx(context)?;
         if done.rows_affected() == 0 {
             return Err(StorageError::Conflict(format!("submission {id} is not COMPLETED")));
         }
-        self.stamp_board_change(id).await
+        self.stamp_board_change_on(&mut tx, id).await?;
+        tx.commit().await.ctx(context)
     }
 }
 

@@ -214,12 +214,27 @@ pub struct RankRow {
     /// 0 or 1.
     pub baseline: i64,
     pub phase_id: Option<String>,
-    /// Absent until stored (an older submission before the server's start-up backfill).
+    /// Absent until stored (an older submission before the server's start-up backfill), or
+    /// when the stored text does not read as a summary: that row is left off (logged), the rest
+    /// of the board stands. Read from the stored text, one row at a time.
+    #[serde(default, deserialize_with = "summary_from_text")]
     pub summary: Option<ReportSummary>,
     /// The submission's status, when read by [`Storage::leaderboard_json_since`] (which also
     /// returns rows that left the board); absent means COMPLETED.
     #[serde(default)]
     pub status: Option<String>,
+}
+
+/// A row's `summary_json` as stored (text, or null), parsed on its own.
+fn summary_from_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<ReportSummary>, D::Error> {
+    let text: Option<String> = Option::deserialize(d)?;
+    Ok(text.and_then(|text| match serde_json::from_str(&text) {
+        Ok(summary) => Some(summary),
+        Err(e) => {
+            tracing::warn!("a stored leaderboard summary does not read ({e}); that submission is left off the board");
+            None
+        }
+    }))
 }
 
 impl RankRow {

@@ -374,6 +374,27 @@ fn older_reports_get_their_summary_when_the_server_starts() {
         let board = leaderboard::rank_rows(&spec, rows);
         assert_eq!(board.entries.len(), 1);
         assert_eq!(board.entries[0].team, "old-timers");
+        // A summary that does not read (hand-edited, or of another version) leaves its row
+        // off, not the board: the other rows still rank.
+        let broken = state.storage.create_team("broken", "hash-broken").await.unwrap();
+        let new = NewSubmission {
+            id: "sub-broken".into(),
+            team_id: broken.id,
+            benchmark: "g1-smoke".into(),
+            agent_name: "v2".into(),
+            phase_id: None,
+        };
+        state.storage.create_submission(&new, &[]).await.unwrap();
+        state
+            .storage
+            .complete_submission("sub-broken", &report, "{\"episodes\": \"many\"")
+            .await
+            .unwrap();
+        let rows = state.leaderboards.rows(&state.storage, "g1-smoke", None).await.unwrap();
+        assert_eq!(rows.len(), 2);
+        let board = leaderboard::rank_rows(&spec, rows);
+        let teams: Vec<&str> = board.entries.iter().map(|e| e.team.as_str()).collect();
+        assert_eq!(teams, ["old-timers"]);
     });
     std::fs::remove_dir_all(&dir).ok();
 }

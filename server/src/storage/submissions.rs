@@ -197,7 +197,8 @@ impl Storage {
 
     /// What a leaderboard reads of each submission of a benchmark (`phase`: of that phase), as
     /// one JSON array built by the database: `[{"id", "team_name", "agent_name", "finished_at",
-    /// "baseline" (0/1), "phase_id", "status", "summary" (object, null unless COMPLETED)}]`, in
+    /// "baseline" (0/1), "phase_id", "status", "summary" (the stored summary's text, null unless
+    /// COMPLETED: parsed row by row, so one unreadable summary leaves one row off)}]`, in
     /// no particular order (ranking leaves rows without a summary off). One row instead of
     /// thousands: decoding rows one by one through the driver costs far more than the JSON.
     pub async fn leaderboard_json(&self, benchmark: &str, phase: Option<&str>) -> Result<String, StorageError> {
@@ -220,7 +221,7 @@ impl Storage {
                 "SELECT COALESCE(json_group_array(json_object('id', s.id, 'team_name', t.name, \
                  'agent_name', s.agent_name, 'finished_at', s.finished_at, 'baseline', s.baseline, \
                  'phase_id', s.phase_id, 'status', s.status, \
-                 'summary', CASE WHEN s.status = 'COMPLETED' THEN json(s.summary_json) END)), '[]') AS board \
+                 'summary', CASE WHEN s.status = 'COMPLETED' THEN s.summary_json END)), '[]') AS board \
                  FROM submissions s JOIN teams t ON t.id = s.team_id \
                  WHERE s.benchmark = $1 AND s.board_seq > $3 AND ($2 IS NULL OR s.phase_id = $2)"
             }
@@ -228,7 +229,7 @@ impl Storage {
                 "SELECT COALESCE(json_agg(json_build_object('id', s.id, 'team_name', t.name, \
                  'agent_name', s.agent_name, 'finished_at', s.finished_at, 'baseline', s.baseline, \
                  'phase_id', s.phase_id, 'status', s.status, \
-                 'summary', CASE WHEN s.status = 'COMPLETED' THEN s.summary_json::json END)), '[]'::json)::text AS board \
+                 'summary', CASE WHEN s.status = 'COMPLETED' THEN s.summary_json END)), '[]'::json)::text AS board \
                  FROM submissions s JOIN teams t ON t.id = s.team_id \
                  WHERE s.benchmark = $1 AND s.board_seq > $3 AND ($2::text IS NULL OR s.phase_id = $2)"
             }

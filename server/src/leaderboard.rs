@@ -11,8 +11,9 @@
 //! each tie-breaker's mean, then the earlier finish.
 //!
 //! Baselines (marked by an organiser) are rows of their own, placed by the same order but not
-//! numbered and never a team's best; a submission with no scored episode is not ranked at all
-//! (listed apart, `unranked`), unless the team has nothing better.
+//! numbered and never a team's best (listed even with no scored episode); any other submission
+//! with no scored episode is not ranked at all (listed apart, `unranked`), unless the team has
+//! nothing better.
 
 use crate::storage::{Storage, StorageError, Submission};
 use arena_bench::aggregate::Report;

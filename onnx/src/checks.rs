@@ -194,6 +194,27 @@ pub fn check_model(model: &ModelProto, file_bytes: u64, limits: &Limits) -> Vec<
             limits.max_parameters
         ));
     }
+    // Every declared output must be something the graph has (tract panics reading one that is
+    // not).
+    let produced: std::collections::HashSet<&str> = graph
+        .node
+        .iter()
+        .flat_map(|n| n.output.iter().map(String::as_str))
+        .chain(graph.input.iter().map(|i| i.name.as_str()))
+        .chain(graph.initializer.iter().map(|t| t.name.as_str()))
+        .collect();
+    for output in &graph.output {
+        if !produced.contains(output.name.as_str()) {
+            problems.push(format!("output '{}' is produced by no node of the graph", output.name));
+        }
+    }
+    let metadata: usize = model.metadata_props.iter().map(|p| p.key.len() + p.value.len()).sum();
+    if metadata > crate::config::MAX_METADATA_BYTES {
+        problems.push(format!(
+            "its metadata is {metadata} bytes, more than the limit of {}",
+            crate::config::MAX_METADATA_BYTES
+        ));
+    }
     problems
 }
 

@@ -123,8 +123,26 @@ impl PolicyConfig {
     }
 }
 
+/// The most bytes of metadata (keys and values) a file may carry: a released export holds a few
+/// kB (holosoma's experiment config some tens of kB). More is refused before it is read, as a
+/// list of millions of names would cost the checks minutes and the answer gigabytes.
+pub const MAX_METADATA_BYTES: usize = 4 << 20;
+
+/// The most entries a list of names may have (the G1 has 29 joints; exports have about ten
+/// observation terms).
+pub const MAX_NAMES: usize = 256;
+
 /// The fields of either convention; an unknown convention gives an empty PolicyMetadata.
 pub fn read_metadata(props: &BTreeMap<String, String>) -> PolicyMetadata {
+    let bytes: usize = props.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if bytes > MAX_METADATA_BYTES {
+        return PolicyMetadata {
+            problems: vec![format!(
+                "the file's metadata is {bytes} bytes; at most {MAX_METADATA_BYTES} are read"
+            )],
+            ..Default::default()
+        };
+    }
     if props.contains_key("joint_names") || props.contains_key("observation_names") {
         return read_mjlab(props);
     }
@@ -207,14 +225,30 @@ fn read_mjlab(props: &BTreeMap<String, String>) -> PolicyMetadata {
             }
         }
     }
-    // Optional per-term details of newer exports; older ones have none of them.
+    // Optional per-term details of newer exports; older ones have none of them. mjlab writes one
+    // entry per term, aligned with `observation_names`: a list of another length, or with an
+    // empty entry, would pair each later value with the wrong term, so it is refused.
     let names = m.observation_names.clone().unwrap_or_default();
-    let per_term = |key: &str| -> Vec<(String, String)> {
-        names
-            .iter()
-            .cloned()
-            .zip(csv(props.get(key).map_or("", String::as_str)))
-            .collect()
+    let mut misaligned = Vec::new();
+    let mut per_term = |key: &str| -> Vec<(String, String)> {
+        let Some(raw) = props.get(key).filter(|r| !r.trim().is_empty()) else {
+            return Vec::new();
+        };
+        let entries: Vec<String> = raw.split(',').map(|p| p.trim().to_string()).collect();
+        if entries.len() != names.len() || entries.iter().any(String::is_empty) {
+            misaligned.push(format!(
+                "metadata key '{key}' has {} entries{} for {} observation terms",
+                entries.len(),
+                if entries.iter().any(String::is_empty) {
+                    ", some empty,"
+                } else {
+                    ""
+                },
+                names.len()
+            ));
+            return Vec::new();
+        }
+        names.iter().cloned().zip(entries).collect()
     };
     let mut unreadable = Vec::new();
     for (n, v) in per_term("observation_dims") {
@@ -246,14 +280,16 @@ fn read_mjlab(props: &BTreeMap<String, String>) -> PolicyMetadata {
     }
     for (n, v) in per_term("observation_terms_clip") {
         match v.split(';').map(parse_float).collect::<Option<Vec<f64>>>().as_deref() {
+            // (-inf, inf) is mjlab's "no clip"; a NaN bound is kept, to be refused as no range.
             Some([lo, hi]) => {
-                if lo.is_finite() || hi.is_finite() {
+                if lo.is_finite() || hi.is_finite() || lo.is_nan() || hi.is_nan() {
                     m.term_clips.insert(n, (*lo, *hi));
                 }
             }
             _ => unreadable.push(v),
         }
     }
+    m.problems.append(&mut misaligned);
     if let Some(v) = unreadable.first() {
         m.problems.push(format!(
             "unreadable per-term metadata (observation_dims / _terms_scale / _terms_clip): {v:?}"
@@ -525,8 +561,16 @@ pub fn resolve(
         problems.push(format!("no {what}: {place} is missing (give {})", flag(field)));
     };
 
-    let names = m.joint_names.clone().filter(|n| !n.is_empty());
+    let mut names = m.joint_names.clone().filter(|n| !n.is_empty());
+    let too_many = names.as_ref().is_some_and(|n| n.len() > MAX_NAMES);
+    if too_many {
+        let given = names.take().map_or(0, |n| n.len());
+        problems.push(format!(
+            "joint_names has {given} entries; the arena's G1 has {NUM_JOINTS} joints"
+        ));
+    }
     match &names {
+        None if too_many => {}
         None => missing(&mut problems, "joint_names", "joint names"),
         Some(names) => {
             let unknown: Vec<&str> = names
@@ -540,9 +584,10 @@ pub fn resolve(
                     unknown.join(", ")
                 ));
             }
+            let mut seen = std::collections::HashSet::new();
             let mut duplicates: Vec<&str> = names
                 .iter()
-                .filter(|n| names.iter().filter(|m| m == n).count() > 1)
+                .filter(|n| !seen.insert(n.as_str()))
                 .map(String::as_str)
                 .collect();
             duplicates.sort();
@@ -602,18 +647,22 @@ pub fn resolve(
     }
 
     let mut terms = Vec::new();
-    let observation_names = m.observation_names.clone().filter(|n| !n.is_empty());
-    if observation_names.is_none() {
-        missing(&mut problems, "observation_names", "observation terms");
+    let mut observation_names = m.observation_names.clone().filter(|n| !n.is_empty());
+    match &observation_names {
+        None => missing(&mut problems, "observation_names", "observation terms"),
+        Some(n) if n.len() > MAX_NAMES => {
+            problems.push(format!(
+                "observation_names has {} entries; at most {MAX_NAMES} are read",
+                n.len()
+            ));
+            observation_names = None;
+        }
+        Some(_) => {}
     }
+    let mut unknown_terms: Vec<&str> = Vec::new();
     for name in observation_names.iter().flatten() {
         let Some(source) = term_source(name) else {
-            let mut known: Vec<&str> = TERM_ALIASES.iter().map(|(a, _)| *a).collect();
-            known.sort();
-            problems.push(format!(
-                "unknown observation term '{name}': the arena provides {}",
-                known.join(", ")
-            ));
+            unknown_terms.push(name);
             continue;
         };
         let history = m.term_history.get(name).copied().unwrap_or(1);
@@ -659,6 +708,15 @@ pub fn resolve(
             scale,
             clip,
         });
+    }
+    // One line per unknown term (at most MAX_NAMES of them: the list is bounded above).
+    if !unknown_terms.is_empty() {
+        let mut known: Vec<&str> = TERM_ALIASES.iter().map(|(a, _)| *a).collect();
+        known.sort();
+        let known = known.join(", ");
+        for name in unknown_terms {
+            problems.push(format!("unknown observation term '{name}': the arena provides {known}"));
+        }
     }
     let anchor_users: Vec<&str> = terms
         .iter()

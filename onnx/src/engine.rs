@@ -91,8 +91,39 @@ impl Engine {
             .iter()
             .map(|p| (p.key.clone(), p.value.clone()))
             .collect();
+        // tract may panic on a malformed graph the checks above did not foresee: a refusal,
+        // not a crash of whoever loads it (`arena eval --onnx`, the CLI agent).
+        let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            Self::build(path, &onnx, &proto, metadata, limits)
+        }));
+        match built {
+            Ok(result) => result,
+            Err(panic) => {
+                let message = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "a panic".into());
+                Err(fail(format!("tract failed reading it: {message}")))
+            }
+        }
+    }
+
+    /// The engine of a model that passed [`check_model`]: its graph typed, its inputs and
+    /// action output chosen, optimised, planned and run once.
+    fn build(
+        path: &Path,
+        onnx: &tract_onnx::model::Onnx,
+        proto: &tract_onnx::pb::ModelProto,
+        metadata: BTreeMap<String, String>,
+        limits: &Limits,
+    ) -> Result<Self, EngineError> {
+        let fail = |message: String| EngineError {
+            path: path.to_path_buf(),
+            problems: vec![message],
+        };
         let mut model = onnx
-            .model_for_proto_model(&proto)
+            .model_for_proto_model(proto)
             .map_err(|e| fail(format!("not a model tract can read: {e:#}")))?;
         let names: Vec<String> = model
             .input_outlets()
@@ -147,12 +178,19 @@ impl Engine {
                 .set_input_fact(t, f32::fact([rows.clone(), 1.into()]).into())
                 .map_err(|e| fail(format!("{e:#}")))?;
         }
-        let outputs: Vec<String> = model
-            .output_outlets()
-            .map_err(|e| fail(format!("{e:#}")))?
-            .iter()
-            .map(|o| model.node(o.node).name.clone())
-            .collect();
+        // The outputs by the names the file declares them under (a node's name is the
+        // producer's, e.g. "/actor/Gemm", never "actions"), in tract's order of them.
+        let outlets = model.output_outlets().map_err(|e| fail(format!("{e:#}")))?.to_vec();
+        let declared: Vec<String> = proto
+            .graph
+            .as_ref()
+            .map(|g| g.output.iter().map(|o| o.name.clone()).collect())
+            .unwrap_or_default();
+        let outputs: Vec<String> = if declared.len() == outlets.len() {
+            declared
+        } else {
+            outlets.iter().map(|o| model.node(o.node).name.clone()).collect()
+        };
         let action = ACTION_OUTPUTS
             .iter()
             .find_map(|n| outputs.iter().position(|o| o == n))

@@ -53,6 +53,31 @@ fn every_hostile_file_is_refused_with_its_reason() {
     }
 }
 
+/// The action output is found by the name the file declares (`actions`), wherever it is in the
+/// list: a node's name is its producer's, which never matched, and output 0 ran instead.
+#[test]
+fn the_output_named_actions_runs_whichever_comes_first() {
+    let mut model = policy(
+        vec![
+            node("MatMul", &["obs", "W"], &["actions"]),
+            node("MatMul", &["obs", "V"], &["value"]),
+        ],
+        vec![
+            tensor("W", &[160, 29], vec![0.01; 160 * 29]),
+            tensor("V", &[160, 1], vec![0.5; 160]),
+        ],
+        vec![obs_input()],
+    );
+    let graph = model.graph.as_mut().unwrap();
+    graph.output.insert(0, value("value", &[None, Some(1)]));
+    let path = write(&model, "two-outputs.onnx");
+    let engine = Engine::load(&path).unwrap();
+    let out = engine.run(&[1.0; 160], &[1.0], 1).unwrap();
+    assert_eq!(out.len(), 29, "the actions, not the value");
+    assert!(out.iter().all(|v| (v - 1.6).abs() < 1e-4), "{out:?}");
+    OnnxPolicy::load(&path, &PolicyOverrides::default()).unwrap();
+}
+
 /// A batch larger than a call may hold runs in chunks, with the same actions as in one call.
 #[test]
 fn batches_beyond_the_call_limit_run_in_chunks() {

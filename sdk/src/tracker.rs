@@ -112,6 +112,17 @@ impl TrackerPolicy {
             if v.len() != JOINTS {
                 return Err(format!("{key} has {} values, expected {JOINTS}", v.len()));
             }
+            if let Some(j) = v.iter().position(|x| !x.is_finite()) {
+                return Err(format!("{key} of joint {j} is {}: expected a finite number", v[j]));
+            }
+        }
+        // Targets are default + scale · action, and an export's action bounds divide by the
+        // scale: a scale of zero or below would make those bounds hold one value, or none.
+        if let Some(j) = card.action_scale.iter().position(|s| *s <= 0.0) {
+            return Err(format!(
+                "action_scale of joint {j} is {}: expected a positive number",
+                card.action_scale[j]
+            ));
         }
         let ranges = &card.joint_target_range;
         if !ranges.is_empty() && ranges.len() != JOINTS {
@@ -409,5 +420,17 @@ mod tests {
         ranges[7] = [1.0, -1.0];
         let err = new(ranges).unwrap_err();
         assert!(err.contains("joint_target_range of joint 7"), "{err}");
+        // The export divides the action bounds by the scale: zero or below is refused, as is a
+        // value that is not a number.
+        for (value, words) in [
+            (0.0, "expected a positive number"),
+            (-0.5, "expected a positive number"),
+            (f64::NAN, "expected a finite number"),
+        ] {
+            let mut bad = card(Vec::new());
+            bad.action_scale[4] = value;
+            let err = TrackerPolicy::new(bad, vec![0.0; ACTOR_DIM], vec![1.0; ACTOR_DIM], layers.clone()).unwrap_err();
+            assert!(err.contains("action_scale of joint 4") && err.contains(words), "{err}");
+        }
     }
 }

@@ -318,6 +318,52 @@ pub fn refused_files() -> Vec<Refused> {
         ),
         "the model takes 100 observation values; the policy's terms make 160",
     ));
+    // A declared output nothing produces (tract panicked reading it).
+    cases.push(case(
+        "dangling-output.onnx",
+        policy(
+            vec![node("MatMul", &["obs", "W"], &["acts"])],
+            vec![tensor("W", &[160, 29], vec![0.0; 160 * 29])],
+            vec![obs_input()],
+        ),
+        "output 'actions' is produced by no node of the graph",
+    ));
+    // Metadata that would cost the checks minutes (millions of names), and lists that are long
+    // or do not align with the terms they describe.
+    let with_metadata = |key: &str, value: String| {
+        let mut model = plain(node("Identity", &["h"], &["actions"]), vec![]);
+        match model.metadata_props.iter_mut().find(|p| p.key == key) {
+            Some(p) => p.value = value,
+            None => model
+                .metadata_props
+                .push(StringStringEntryProto { key: key.into(), value }),
+        }
+        model
+    };
+    cases.push(case(
+        "huge-metadata.onnx",
+        with_metadata("joint_names", "a,".repeat(3 << 20)),
+        "its metadata is 629",
+    ));
+    cases.push(case(
+        "many-names.onnx",
+        with_metadata("joint_names", "a,".repeat(300)),
+        "joint_names has 300 entries",
+    ));
+    let terms = plain(node("Identity", &["h"], &["actions"]), vec![])
+        .metadata_props
+        .iter()
+        .find(|p| p.key == "observation_names")
+        .map(|p| p.value.split(',').count())
+        .unwrap();
+    cases.push(case(
+        "misaligned-scales.onnx",
+        with_metadata("observation_terms_scale", vec!["1.0"; terms - 1].join(",")),
+        &format!(
+            "metadata key 'observation_terms_scale' has {} entries for {terms} observation terms",
+            terms - 1
+        ),
+    ));
     cases
 }
 

@@ -437,6 +437,18 @@ def refusal(metadata: Mapping[str, str], overrides: PolicyOverrides | None = Non
     return str(info.value)
 
 
+def test_per_term_lists_must_align_with_the_terms_and_names_are_bounded() -> None:
+    terms = len(MJLAB_TERMS.split(","))
+    short = ",".join(["1.0"] * (terms - 1))
+    assert f"metadata key 'observation_terms_scale' has {terms - 1} entries for {terms} observation terms" in refusal(
+        mjlab_metadata(observation_terms_scale=short)
+    )
+    gap = ",".join(["1.0"] * (terms - 1) + [""])
+    assert "some empty" in refusal(mjlab_metadata(observation_terms_scale=gap))
+    assert "joint_names has 300 entries" in refusal(mjlab_metadata(joint_names="a," * 299 + "a"))
+    assert "at most 4194304 are read" in refusal(mjlab_metadata(run_path="x" * (4 << 20)))
+
+
 def test_refusals_of_the_file() -> None:
     assert "unknown observation term 'foot_contact'" in refusal(
         mjlab_metadata(observation_names="command,foot_contact")

@@ -164,8 +164,17 @@ class PolicyConfig:
         return resolve(read_metadata(metadata), overrides, what)
 
 
+# The most bytes of metadata (keys and values) read, and the most entries of a list of names:
+# as the server's hosted runner (arena_onnx::config), which refuses larger ones.
+MAX_METADATA_BYTES = 4 << 20
+MAX_NAMES = 256
+
+
 def read_metadata(props: Mapping[str, str]) -> PolicyMetadata:
     """The fields of either convention; unknown conventions give an empty PolicyMetadata."""
+    size = sum(len(k.encode()) + len(v.encode()) for k, v in props.items())
+    if size > MAX_METADATA_BYTES:
+        return PolicyMetadata(problems=[f"the file's metadata is {size} bytes; at most {MAX_METADATA_BYTES} are read"])
     if "joint_names" in props or "observation_names" in props:
         return _read_mjlab(props)
     if any(k in props for k in ("dof_names", "kp", "kd", "experiment_config")):
@@ -207,23 +216,45 @@ def _read_mjlab(props: Mapping[str, str]) -> PolicyMetadata:
             if numbers is not None:
                 value: Any = numbers[0] if name == "action_scale" and len(numbers) == 1 else numbers
                 setattr(m, name, value)
-    # Optional per-term details of newer exports; older ones have none of them.
+    # Optional per-term details of newer exports; older ones have none of them. mjlab writes one
+    # entry per term, aligned with observation_names: a list of another length, or with an empty
+    # entry, would pair later values with the wrong terms, so it is refused.
     names = m.observation_names or []
+    misaligned: list[str] = []
+
+    def per_term(key: str) -> list[tuple[str, str]]:
+        raw = props.get(key)
+        if raw is None or not raw.strip():
+            return []
+        entries = [p.strip() for p in raw.split(",")]
+        if len(entries) != len(names) or any(not e for e in entries):
+            some_empty = ", some empty," if any(not e for e in entries) else ""
+            misaligned.append(
+                f"metadata key {key!r} has {len(entries)} entries{some_empty} for {len(names)} observation terms"
+            )
+            return []
+        return list(zip(names, entries))
+
+    unreadable = None
     try:
-        for n, v in zip(names, _csv(props.get("observation_dims", ""))):
+        for n, v in per_term("observation_dims"):
             m.term_dims[n] = int(float(v))
         for key in ("observation_history_lengths", "observation_terms_history_length"):
-            for n, v in zip(names, _csv(props.get(key, ""))):
+            for n, v in per_term(key):
                 m.term_history[n] = int(float(v))
-        for n, v in zip(names, _csv(props.get("observation_terms_scale", ""))):
+        for n, v in per_term("observation_terms_scale"):
             parts = [float(p) for p in v.split(";")]  # a per-dimension scale is ';'-joined
             m.term_scales[n] = parts[0] if len(parts) == 1 else parts
-        for n, v in zip(names, _csv(props.get("observation_terms_clip", ""))):
+        for n, v in per_term("observation_terms_clip"):
             lo, hi = (float(p) for p in v.split(";"))
-            if math.isfinite(lo) or math.isfinite(hi):
+            # (-inf, inf) is mjlab's "no clip"; a NaN bound is kept, to be refused as no range.
+            if math.isfinite(lo) or math.isfinite(hi) or math.isnan(lo) or math.isnan(hi):
                 m.term_clips[n] = (lo, hi)
     except ValueError as e:
-        m.problems.append(f"unreadable per-term metadata (observation_dims / _terms_scale / _terms_clip): {e}")
+        unreadable = f"unreadable per-term metadata (observation_dims / _terms_scale / _terms_clip): {e}"
+    m.problems.extend(misaligned)
+    if unreadable:
+        m.problems.append(unreadable)
     return m
 
 
@@ -385,13 +416,17 @@ def resolve(
         problems.append(f"no {what_}: {where} is missing (give {_FLAGS[name]})")
 
     names = m.joint_names
-    if not names:
+    if names and len(names) > MAX_NAMES:
+        problems.append(f"joint_names has {len(names)} entries; the arena's G1 has {NUM_JOINTS} joints")
+        names = None
+    elif not names:
         missing("joint_names", "joint names")
     else:
         unknown = [n for n in names if n not in JOINT_NAMES]
         if unknown:
             problems.append(f"unknown joint names (not joints of the arena's G1): {', '.join(unknown)}")
-        duplicates = sorted({n for n in names if names.count(n) > 1})
+        seen: set[str] = set()
+        duplicates = sorted({n for n in names if n in seen or seen.add(n)})
         if duplicates:
             problems.append(f"joint names given twice: {', '.join(duplicates)}")
         absent = [n for n in JOINT_NAMES if n not in names]
@@ -431,9 +466,13 @@ def resolve(
             problems.append(f"{label} has negative values")
 
     terms: list[ObservationTerm] = []
-    if not m.observation_names:
+    observation_names = m.observation_names
+    if not observation_names:
         missing("observation_names", "observation terms")
-    for name in m.observation_names or ():
+    elif len(observation_names) > MAX_NAMES:
+        problems.append(f"observation_names has {len(observation_names)} entries; at most {MAX_NAMES} are read")
+        observation_names = None
+    for name in observation_names or ():
         source = term_source(name)
         if source is None:
             problems.append(f"unknown observation term {name!r}: the arena provides {', '.join(sorted(TERM_ALIASES))}")

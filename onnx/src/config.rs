@@ -146,10 +146,7 @@ pub fn read_metadata(props: &BTreeMap<String, String>) -> PolicyMetadata {
     if props.contains_key("joint_names") || props.contains_key("observation_names") {
         return read_mjlab(props);
     }
-    if ["dof_names", "kp", "kd", "experiment_config"]
-        .iter()
-        .any(|k| props.contains_key(*k))
-    {
+    if HOLOSOMA_KEYS.iter().any(|k| props.contains_key(*k)) {
         return read_holosoma(props);
     }
     let keys = if props.is_empty() {
@@ -300,13 +297,17 @@ fn read_mjlab(props: &BTreeMap<String, String>) -> PolicyMetadata {
 
 // --- holosoma: every value is JSON; the rest is in the experiment config -----------------------
 
+/// The metadata keys holosoma's reader reads (each a JSON value).
+const HOLOSOMA_KEYS: [&str; 4] = ["dof_names", "kp", "kd", "experiment_config"];
+
 fn read_holosoma(props: &BTreeMap<String, String>) -> PolicyMetadata {
     let mut m = PolicyMetadata {
         convention: "holosoma".into(),
         ..Default::default()
     };
     let mut values: BTreeMap<&str, Value> = BTreeMap::new();
-    for (key, raw) in props {
+    // Only the keys read here must be JSON: another tool's key beside them is not holosoma's.
+    for (key, raw) in props.iter().filter(|(k, _)| HOLOSOMA_KEYS.contains(&k.as_str())) {
         match serde_json::from_str::<Value>(raw) {
             Ok(v) => {
                 values.insert(key, v);

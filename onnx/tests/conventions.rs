@@ -263,11 +263,20 @@ fn metadata_and_observation_rows_are_the_python_sdks() {
         ("holosoma, negative action clip", holosoma_negative_clip(&mut n)),
     ];
     let (mjlab_nan, holosoma_string) = non_finite_scales(&mut n);
+    // Another tool's key beside holosoma's, not JSON: read past. A per-term list one entry
+    // short: refused by both, in the same words.
+    let mut holosoma_tagged = holosoma(&mut n);
+    holosoma_tagged.insert("exported_by".into(), "some tool v1".into());
+    let mut mjlab_short = committed();
+    let terms = mjlab_short["observation_names"].split(',').count();
+    mjlab_short.insert("observation_terms_scale".into(), vec!["1.0"; terms - 1].join(","));
     let cases = [
         cases,
         vec![
             ("mjlab, a NaN scale", mjlab_nan),
             ("holosoma, a scale that is not a number", holosoma_string),
+            ("holosoma, another tool's key", holosoma_tagged),
+            ("mjlab, a per-term list one short", mjlab_short),
         ],
     ]
     .concat();

@@ -177,7 +177,7 @@ def read_metadata(props: Mapping[str, str]) -> PolicyMetadata:
         return PolicyMetadata(problems=[f"the file's metadata is {size} bytes; at most {MAX_METADATA_BYTES} are read"])
     if "joint_names" in props or "observation_names" in props:
         return _read_mjlab(props)
-    if any(k in props for k in ("dof_names", "kp", "kd", "experiment_config")):
+    if any(k in props for k in _HOLOSOMA_KEYS):
         return _read_holosoma(props)
     keys = ", ".join(sorted(props)) or "none"
     return PolicyMetadata(
@@ -281,10 +281,17 @@ def _csv_numbers(raw: str, key: str, problems: list[str]) -> list[float] | None:
 # --- holosoma: every value is JSON; the rest is in the experiment config -----------------------
 
 
+# The metadata keys holosoma's reader reads (each a JSON value).
+_HOLOSOMA_KEYS = ("dof_names", "kp", "kd", "experiment_config")
+
+
 def _read_holosoma(props: Mapping[str, str]) -> PolicyMetadata:
     m = PolicyMetadata(convention="holosoma")
     values: dict[str, Any] = {}
+    # Only the keys read here must be JSON: another tool's key beside them is not holosoma's.
     for key, raw in props.items():
+        if key not in _HOLOSOMA_KEYS:
+            continue
         try:
             values[key] = json.loads(raw)
         except ValueError:

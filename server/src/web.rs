@@ -78,6 +78,11 @@ async fn serve(file: PathBuf, url: &str, root: &std::path::Path, what: &str) -> 
             [
                 (header::CONTENT_TYPE, content_type(&file)),
                 (header::CACHE_CONTROL, "no-cache"),
+                // The type above is the one to use (an upload never lands here, but a file the
+                // browser sniffed as HTML would run as this origin's page), and the pages,
+                // which act with a token, are not to be framed by another site.
+                (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+                (header::CONTENT_SECURITY_POLICY, "frame-ancestors 'none'"),
             ],
             bytes,
         )

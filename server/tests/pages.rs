@@ -64,9 +64,29 @@ fn every_page_loads_and_works_in_chromium() {
         benchmarks.join("g1-smoke-robot.toml"),
     )
     .unwrap();
+    // A hidden test set: its pages show scores without motions, durations or times.
+    std::fs::write(
+        benchmarks.join("g1-smoke-hidden.toml"),
+        smoke
+            .replace("name = \"g1-smoke\"", "name = \"g1-smoke-hidden\"")
+            .replace("hidden = false", "hidden = true"),
+    )
+    .unwrap();
     let server = ServerProc::start(&dir.join("data"), &["--benchmarks-dir", benchmarks.to_str().unwrap()]);
     let token = server.team("walkers");
     let submission = server.submit(&token, &mut ReplayAgent::new(), "replay", None);
+    let mut config = arena_sdk::ClientConfig::new(
+        server.ws_url(),
+        &token,
+        arena_sdk::Mode::Submission {
+            benchmark: "g1-smoke-hidden".into(),
+            submission_id: None,
+        },
+    );
+    config.agent_name = "replay".into();
+    let hidden = arena_sdk::client::run_blocking(&config, &mut ReplayAgent::new(), &mut |_| {})
+        .expect("the hidden benchmark's submission runs");
+    assert_eq!(hidden.submission_status, "COMPLETED");
 
     let shots = repo().join("target/web-screenshots");
     let out = std::process::Command::new("node")
@@ -77,6 +97,7 @@ fn every_page_loads_and_works_in_chromium() {
         .arg("--policy")
         .arg(repo().join("ppo/checkpoints/g1-smoke/policy.onnx"))
         .args(["--hosted-benchmark", "g1-smoke-robot"])
+        .args(["--hidden-submission", &hidden.submission_id, "--hidden-benchmark", "g1-smoke-hidden"])
         .arg("--out")
         .arg(&shots)
         .env("QUIET", "1")

@@ -18,10 +18,10 @@ fn unknown_paths_are_json_404s_and_unknown_grpc_methods_stay_grpc() {
     for (path, kind) in [("/", "text/html"), ("/static/app.js", "text/javascript")] {
         let (status, head, _) = server.call("GET", path, None, None);
         assert_eq!(status, 200, "{path}: {head}");
-        assert!(
-            head.to_ascii_lowercase().contains(&format!("content-type: {kind}")),
-            "{path}: {head}"
-        );
+        let head = head.to_ascii_lowercase();
+        assert!(head.contains(&format!("content-type: {kind}")), "{path}: {head}");
+        assert!(head.contains("x-content-type-options: nosniff"), "{path}: {head}");
+        assert!(head.contains("content-security-policy: frame-ancestors 'none'"), "{path}: {head}");
     }
     for (method, path) in [
         ("GET", "/no-such-page"),

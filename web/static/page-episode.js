@@ -3,7 +3,7 @@
 import { api, getToken } from './api.js';
 import { loadBenchmarkInfo, metricInfoMap } from './leaderboard.js';
 import { hasTrajectory, orderedMetrics, tokenPrompt } from './page-submission.js';
-import { badge, clear, defList, enc, errorBox, fmtNum, fmtSeed, h, loading, metricLabel, notice, sortableTable } from './ui.js';
+import { badge, clear, defList, enc, errorBox, fmtNum, fmtSeed, h, loading, metricLabel, motionName, notice, sortableTable } from './ui.js';
 
 let robotCache = null;
 
@@ -59,7 +59,7 @@ export async function episodePage(root, { id, idx }, ctx) {
     if (!ep) {
       infoSec.append(errorBox({ message: `submission ${id} has no episode ${idx}` }));
     } else {
-      title.append(' ', h('span.muted', `· ${ep.motion}`), ' ', badge(ep.status, null, 'episode-status'));
+      title.append(' ', h('span.muted', `· ${motionName(ep.motion)}`), ' ', badge(ep.status, null, 'episode-status'));
       const info = metricInfoMap(bench);
       const present = Object.keys(ep.metrics || {});
       const { all, ranking } = orderedMetrics(bench, present);
@@ -75,7 +75,7 @@ export async function episodePage(root, { id, idx }, ctx) {
             ['Submission', h('a', { href: `#/submissions/${enc(id)}` }, id)],
             ['Team / agent', `${sub.team_name || '—'} / ${sub.agent_name || '—'}`],
             ['Benchmark', sub.benchmark ? h('a', { href: `#/benchmarks/${enc(sub.benchmark)}` }, sub.benchmark) : '—'],
-            ['Motion', `${ep.motion} (${ep.category || '—'})`],
+            ['Motion', ep.motion === null || ep.motion === undefined ? 'hidden (a test set)' : `${ep.motion} (${ep.category || '—'})`],
             ['Status', badge(ep.status)],
             ['Reason', ep.reason ? h('span.reason', { 'data-testid': 'episode-reason' }, ep.reason) : h('span.muted', '—')],
             ['Steps', String(ep.steps ?? '—')],
@@ -122,7 +122,9 @@ export async function episodePage(root, { id, idx }, ctx) {
       notice(
         !ep
           ? 'No such episode.'
-          : ep.status === 'PENDING' || ep.status === 'RUNNING'
+          : ep.motion === null && ep.steps === null
+            ? 'No replay: the motions of this benchmark are hidden (a test set).'
+            : ep.status === 'PENDING' || ep.status === 'RUNNING'
             ? `No replay yet: the episode is ${ep.status.toLowerCase()}; its trajectory is stored when it ends.`
             : 'No replay: this episode recorded no step.',
         'info',

@@ -7,6 +7,7 @@ import { loadBenchmarkInfo, metricInfoMap } from './leaderboard.js';
 import {
   actionButton,
   badge,
+  motionName,
   clear,
   defList,
   enc,
@@ -159,6 +160,12 @@ export async function submissionPage(root, { id }, ctx) {
     actions.append(h('h2', 'Downloads'));
     if (resultsHidden) {
       actions.append(h('p.muted', { 'data-testid': 'downloads-hidden' }, 'No downloads while the results are hidden (a private phase that has not ended).'));
+    } else if (bench && bench.motions_hidden && !ACTIVE.has(sub.status)) {
+      // The report, episode CSV and trajectories name the motions: refused (403 hidden).
+      actions.append(h('p.muted', { 'data-testid': 'downloads-motions-hidden' }, `No report, episode CSV or trajectories: the motions are hidden (${bench.motions_hidden}). The scores are above.`));
+      if (sub.hosted) {
+        actions.append(h('div.button-row', dl('Policy (ONNX)', `/api/v1/submissions/${enc(id)}/policy`, sub.hosted.file_name || `${id}.onnx`, 'dl-policy')));
+      }
     } else if (ACTIVE.has(sub.status)) {
       actions.append(h('p.muted', { 'data-testid': 'downloads-pending' }, `Downloads appear once the submission has finished (it is ${sub.status.toLowerCase()}).`));
     } else {
@@ -175,9 +182,16 @@ export async function submissionPage(root, { id }, ctx) {
       );
     }
     if (isAdmin) {
-      actions.append(h('h2', 'Organiser actions'), adminButtons(sub, err, refresh, { cancelConfirm: true }));
+      actions.append(h('h2', 'Organiser actions'), adminButtons(sub, err, reloadAll, { cancelConfirm: true }));
     }
     actions.append(err);
+  }
+
+  // After an organiser's action: the results again even where the status and count did not
+  // move (a re-score changes the metrics alone).
+  function reloadAll() {
+    lastKey = null;
+    return refresh();
   }
 
   async function refresh() {
@@ -317,7 +331,7 @@ function renderResults(root, res, { id, bench, info, state }) {
             badge(r.status),
             ' ',
             r.idx !== null ? h('a', { href: `#/submissions/${enc(id)}/episodes/${r.idx}` }, `episode ${r.idx}`) : h('span.mono', r.id),
-            ` (${r.motion}): `,
+            ` (${motionName(r.motion)}): `,
             h('span.reason', r.reason || 'no reason given'),
           ),
         ),
@@ -446,8 +460,8 @@ function renderResults(root, res, { id, bench, info, state }) {
     barHolder.append(
       barChart(
         episodes.map((e) => ({
-          label: `${e.idx} ${e.motion}`,
-          title: `episode ${e.idx}, ${e.motion} (${e.status})`,
+          label: `${e.idx} ${motionName(e.motion)}`,
+          title: `episode ${e.idx}, ${motionName(e.motion)} (${e.status})`,
           value: (e.metrics || {})[m] ?? null,
           status: e.status,
         })),
@@ -469,7 +483,7 @@ function renderResults(root, res, { id, bench, info, state }) {
   const epSel = h(
     'select#series-episode',
     { 'data-testid': 'series-episode' },
-    withSteps.map((e) => h('option', { value: String(e.idx), selected: e.idx === state.episode }, `${e.idx}: ${e.motion} (${e.status})`)),
+    withSteps.map((e) => h('option', { value: String(e.idx), selected: e.idx === state.episode }, `${e.idx}: ${motionName(e.motion)} (${e.status})`)),
   );
   const kindSel = h(
     'select#series-kind',

@@ -183,6 +183,11 @@ const STATUS_CLASS = {
   baseline: 'teal',
 };
 
+/** A motion's name as shown: `hidden` where the server withholds it (a hidden test set). */
+export function motionName(name) {
+  return name === null || name === undefined ? 'hidden' : name;
+}
+
 export function badge(text, kind, testid) {
   const cls = kind || STATUS_CLASS[text] || STATUS_CLASS[String(text).toUpperCase()] || 'grey';
   return h(`span.badge.${cls}`, { 'data-testid': testid }, String(text));

@@ -910,6 +910,26 @@ await step('a refused token keeps the public pages', async () => {
   await setToken('');
 });
 
+await step('hidden test set (a team)', async () => {
+  if (!args['hidden-submission'] || !args['hidden-benchmark'] || !teamToken) return;
+  const HID = args['hidden-submission'];
+  allow([]);
+  await setToken(teamToken);
+  await go(`#/submissions/${HID}`);
+  await page.waitForSelector('[data-testid=episode-table]');
+  await page.waitForSelector('[data-testid=downloads-motions-hidden]');
+  check('hidden motions: no report, CSV or trajectory buttons (they would be refused)', (await page.locator('[data-testid=dl-report]').count()) === 0);
+  const text = (await page.textContent('#app')) || '';
+  check('hidden motions: no "null" on the submission page', !/\bnull\b/.test(text), text.slice(0, 400));
+  await shot('submission-hidden-motions');
+  await go(`#/leaderboards/${args['hidden-benchmark']}`);
+  await page.waitForSelector('[data-testid=leaderboard-table]');
+  const row = page.locator(`[data-testid=leaderboard-table] tr[data-submission-id="${HID}"]`);
+  const rowText = (await row.textContent()) || '';
+  check('hidden motions: the leaderboard shows no time to failure', rowText.includes('—') && (await row.locator('[data-testid=survival-none]').count()) === 0, rowText);
+  await setToken('');
+});
+
 await step('anonymous views', async () => {
   allow([]);
   await setToken('');

@@ -34,6 +34,30 @@ export function onTokenChange(fn) {
   return () => tokenListeners.delete(fn);
 }
 
+const identityListeners = new Set();
+
+/** `fn()` runs when a request shows that the token's cached identity no longer holds (the
+ * server refused the token: revoked, expired). */
+export function onIdentityRefused(fn) {
+  identityListeners.add(fn);
+  return () => identityListeners.delete(fn);
+}
+
+/** Forgets the cached identity of a token the server now refuses, once: the header then says
+ * so instead of the team it named. */
+function forgetRefusedIdentity() {
+  let cached = null;
+  try {
+    cached = sessionStorage.getItem(ROLE_KEY);
+    sessionStorage.removeItem(ROLE_KEY);
+  } catch {
+    /* ignore */
+  }
+  if (!cached) return;
+  whoamiPromise = null;
+  for (const fn of identityListeners) fn();
+}
+
 export function setToken(token) {
   const t = (token || '').trim();
   try {
@@ -93,6 +117,7 @@ export async function api(path, { method = 'GET', body, signal, publicFallback =
     if (e && e.name === 'AbortError') throw e;
     throw new ApiError(0, 'network', `cannot reach the server (${e && e.message ? e.message : e})`);
   }
+  if (res.status === 401 && opts.headers.Authorization) forgetRefusedIdentity();
   if (res.status === 401 && method === 'GET' && publicFallback && opts.headers.Authorization) {
     // A refused token (unknown, revoked, expired) must not hide what anyone may read: the
     // header already says the token is refused, so public data is fetched without it. When

@@ -1,6 +1,6 @@
 // MimicArena front end: the shell (nav, token box, who-am-I) and the routes.
 
-import { getToken, onTokenChange, setToken, whoami } from './api.js';
+import { getToken, onIdentityRefused, onTokenChange, setToken, whoami } from './api.js';
 import { Router, notFoundPage } from './router.js';
 import { homePage } from './page-home.js';
 import { benchmarkPage } from './page-benchmark.js';
@@ -74,6 +74,8 @@ function setupTokenBox(router) {
     showWho().then(() => highlightNav(currentRoute));
     router.render();
   });
+  // A token revoked while the tab is open: the header stops naming its team (the page stays).
+  onIdentityRefused(() => showWho().then(() => highlightNav(currentRoute)));
   showWho().then(() => highlightNav(currentRoute));
 }
 

@@ -814,6 +814,26 @@ await step('team page', async () => {
   await shot('team');
 });
 
+await step('a token revoked while the tab holds it', async () => {
+  if (!submission) return;
+  const t = await pageFetch(`/api/v1/teams/${submission.team_id}/tokens`, args.admin, { method: 'POST', body: { label: 'pages-revoked-in-tab' } });
+  const token = t.json && t.json.token;
+  check('a second team token issued (API)', t.status === 201 && !!token, t.status);
+  if (!token) return;
+  const role = await setToken(token);
+  check('the tab knows it as a team token', role === 'team', await page.textContent('#whoami'));
+  const r = await pageFetch(`/api/v1/teams/${submission.team_id}/tokens/${t.json.token_info.id}`, args.admin, { method: 'DELETE' });
+  check('revoked (API)', r.status === 200, r.status);
+  // The tab's next request is refused (and the public parts read without it): the header
+  // stops naming the team.
+  allow([{ re: /^\/api\/v1\//, status: 401 }]);
+  await go('#/');
+  await page.waitForFunction(() => document.getElementById('whoami')?.dataset.role === 'invalid', null, { timeout: T });
+  check('the header says the token is refused', (await page.textContent('#whoami')) === 'token rejected', await page.textContent('#whoami'));
+  allow([]);
+  await setToken(teamToken);
+});
+
 await step('team views (owner, hidden phase, organiser page)', async () => {
   allow([
     { re: /^\/api\/v1\/teams$/, status: 403 },

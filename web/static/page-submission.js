@@ -194,19 +194,25 @@ export async function submissionPage(root, { id }, ctx) {
     return refresh();
   }
 
+  // Polls that failed in a row: the next waits twice as long (up to 30 s).
+  let failures = 0;
+  const delay = () => Math.min(30000, POLL_MS * 2 ** failures);
+
   async function refresh() {
     try {
       sub = await api(`submissions/${enc(id)}`, { signal: ctx.signal });
     } catch (e) {
       if (e && e.name === 'AbortError') return;
       if (!ctx.live()) return;
+      failures += 1;
       head.querySelector('.poll-error')?.remove();
-      head.append(h('div.poll-error', errorBox(e, `Update failed (trying again every ${POLL_MS / 1000} s)`)));
+      head.append(h('div.poll-error', errorBox(e, `Update failed (trying again in ${delay() / 1000} s)`)));
       // A server restarting or a network blip must not freeze the page: keep polling.
       schedule();
       return;
     }
     if (!ctx.live()) return;
+    failures = 0;
     renderHead();
     const key = `${sub.status}/${(sub.progress || {}).finished}`;
     if (key !== lastKey) {
@@ -218,11 +224,23 @@ export async function submissionPage(root, { id }, ctx) {
     schedule();
   }
 
+  // A tab in the background does not poll: it polls again when it is looked at.
+  const whenShown = () => {
+    if (ctx.live() && !document.hidden) refresh();
+  };
   function schedule() {
     clearTimeout(timer);
-    if (ACTIVE.has(sub.status) && ctx.live()) timer = setTimeout(refresh, POLL_MS);
+    document.removeEventListener('visibilitychange', whenShown);
+    if (!ACTIVE.has(sub.status) || !ctx.live()) return;
+    timer = setTimeout(() => {
+      if (document.hidden) document.addEventListener('visibilitychange', whenShown);
+      else refresh();
+    }, delay());
   }
-  ctx.onCleanup(() => clearTimeout(timer));
+  ctx.onCleanup(() => {
+    clearTimeout(timer);
+    document.removeEventListener('visibilitychange', whenShown);
+  });
 
   async function loadResults() {
     let res;

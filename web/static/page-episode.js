@@ -7,9 +7,11 @@ import { badge, clear, defList, enc, errorBox, fmtNum, fmtSeed, h, loading, metr
 
 let robotCache = null;
 
-async function loadRobot(signal) {
+// The robot is shared by every episode page, so it is fetched without a page's abort signal:
+// leaving a page while it loads must not hand the next page an aborted request.
+async function loadRobot() {
   if (!robotCache) {
-    robotCache = api('robot', { signal }).catch((e) => {
+    robotCache = api('robot').catch((e) => {
       robotCache = null;
       throw e;
     });
@@ -40,7 +42,7 @@ export async function episodePage(root, { id, idx }, ctx) {
   root.append(infoSec, viewSec, metricsSec);
 
   const resultsP = api(`submissions/${enc(id)}/results`, { signal: ctx.signal });
-  const robotP = loadRobot(ctx.signal);
+  const robotP = loadRobot();
   // Keep rejections handled even if an earlier await throws.
   for (const p of [resultsP, robotP]) p.catch(() => {});
 

@@ -138,6 +138,7 @@ async fn seed(url: &str, args: &Args, spec: &BenchmarkSpec) -> anyhow::Result<(S
                 phase_id: None,
                 baseline: false,
                 summary_json: None,
+                benchmark_version: None,
             };
             let report = results::report(spec, &submission, &rows);
             let summary = serde_json::to_string(&leaderboard::ReportSummary::of(&report))?;

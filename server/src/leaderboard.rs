@@ -106,6 +106,11 @@ pub struct Leaderboard {
     /// The teams' submissions with no scored episode (every episode failed or timed out), for
     /// teams with nothing ranked: shown apart, never numbered.
     pub unranked: Vec<Entry>,
+    /// The benchmark file's `version`: only submissions created under it are ranked.
+    pub version: u32,
+    /// Completed submissions of earlier (or other) versions of the benchmark, left off: a bump
+    /// of `version` says their results are not comparable.
+    pub other_versions: usize,
 }
 
 /// Whether a metric is a time in seconds (a survival time: where nothing broke, the episode's
@@ -224,6 +229,9 @@ pub struct RankRow {
     /// returns rows that left the board); absent means COMPLETED.
     #[serde(default)]
     pub status: Option<String>,
+    /// The benchmark file's `version` it was created under (None: before versions were kept).
+    #[serde(default)]
+    pub benchmark_version: Option<i64>,
 }
 
 /// A row's `summary_json` as stored (text, or null), parsed on its own.
@@ -250,6 +258,7 @@ impl RankRow {
             phase_id: s.phase_id.clone(),
             summary: s.summary_json.as_deref().and_then(|j| serde_json::from_str(j).ok()),
             status: Some(s.status.as_str().to_string()),
+            benchmark_version: s.benchmark_version,
         }
     }
 }
@@ -268,10 +277,17 @@ pub fn rank_rows<R: std::borrow::Borrow<RankRow>>(
     let primary_direction = spec.ranking.primary_direction();
     let mean = |summary: &ReportSummary, metric: &str| summary.means.get(metric).copied().flatten();
     let other_rule = other_success_metric(spec);
+    let mut other_versions = 0;
     let mut entries: Vec<Entry> = rows
         .into_iter()
         .filter_map(|row| {
             let s = row.borrow();
+            // A submission of another version of the file is not comparable (that is what a
+            // bump says); one stored before versions were kept counts as the current one.
+            if s.benchmark_version.is_some_and(|v| v != i64::from(spec.version)) {
+                other_versions += usize::from(s.summary.is_some());
+                return None;
+            }
             // A submission without a summary (none stored yet) is left off, not guessed.
             let summary = s.summary.as_ref()?;
             let success_rate = spec
@@ -352,6 +368,8 @@ pub fn rank_rows<R: std::borrow::Borrow<RankRow>>(
         },
         entries: board,
         unranked,
+        version: spec.version,
+        other_versions,
     }
 }
 

@@ -34,6 +34,7 @@ async fn submission_of_g1_smoke(dir: &Path, id: &str) -> (Storage, Arc<LoadedBen
         benchmark: "g1-smoke".into(),
         agent_name: "zeros".into(),
         phase_id: None,
+        benchmark_version: 1,
     };
     storage
         .create_submission(&submission, &new_episodes(&full))

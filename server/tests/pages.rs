@@ -97,7 +97,12 @@ fn every_page_loads_and_works_in_chromium() {
         .arg("--policy")
         .arg(repo().join("ppo/checkpoints/g1-smoke/policy.onnx"))
         .args(["--hosted-benchmark", "g1-smoke-robot"])
-        .args(["--hidden-submission", &hidden.submission_id, "--hidden-benchmark", "g1-smoke-hidden"])
+        .args([
+            "--hidden-submission",
+            &hidden.submission_id,
+            "--hidden-benchmark",
+            "g1-smoke-hidden",
+        ])
         .arg("--out")
         .arg(&shots)
         .env("QUIET", "1")

@@ -141,7 +141,26 @@ fn submission(id: &str, team: &str, finished_at: i64, report: &Report) -> Submis
         phase_id: None,
         baseline: false,
         summary_json: Some(serde_json::to_string(&leaderboard::ReportSummary::of(report)).unwrap()),
+        benchmark_version: None,
     }
+}
+
+/// A bump of the benchmark's `version` says results are not comparable: the board ranks only
+/// the current version's submissions (and those stored before versions were kept), and says
+/// how many it left off.
+#[test]
+fn only_the_benchmark_files_current_version_is_ranked() {
+    let spec = stand_benchmark();
+    let report = standing_report(&spec);
+    let mut old = submission("sub-v0", "old", 1, &report);
+    old.benchmark_version = Some(i64::from(spec.version) - 1);
+    let mut now = submission("sub-now", "now", 2, &report);
+    now.benchmark_version = Some(i64::from(spec.version));
+    let legacy = submission("sub-legacy", "legacy", 3, &report);
+    let board = leaderboard::rank(&spec, &[old, now, legacy]);
+    let teams: Vec<&str> = board.entries.iter().map(|e| e.team.as_str()).collect();
+    assert_eq!(teams, ["now", "legacy"]);
+    assert_eq!((board.version, board.other_versions), (spec.version, 1));
 }
 
 #[test]
@@ -349,6 +368,7 @@ fn older_reports_get_their_summary_when_the_server_starts() {
             benchmark: "g1-smoke".into(),
             agent_name: "v1".into(),
             phase_id: None,
+            benchmark_version: 1,
         };
         storage.create_submission(&new, &[]).await.unwrap();
         storage
@@ -383,6 +403,7 @@ fn older_reports_get_their_summary_when_the_server_starts() {
             benchmark: "g1-smoke".into(),
             agent_name: "v2".into(),
             phase_id: None,
+            benchmark_version: 1,
         };
         state.storage.create_submission(&new, &[]).await.unwrap();
         state
@@ -423,6 +444,7 @@ fn a_cached_board_rereads_only_what_changed() {
                 benchmark: "g1-smoke".into(),
                 agent_name: "v1".into(),
                 phase_id: None,
+                benchmark_version: 1,
             };
             storage.create_submission(&new, &[]).await.unwrap();
             storage

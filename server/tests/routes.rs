@@ -21,7 +21,10 @@ fn unknown_paths_are_json_404s_and_unknown_grpc_methods_stay_grpc() {
         let head = head.to_ascii_lowercase();
         assert!(head.contains(&format!("content-type: {kind}")), "{path}: {head}");
         assert!(head.contains("x-content-type-options: nosniff"), "{path}: {head}");
-        assert!(head.contains("content-security-policy: frame-ancestors 'none'"), "{path}: {head}");
+        assert!(
+            head.contains("content-security-policy: frame-ancestors 'none'"),
+            "{path}: {head}"
+        );
     }
     for (method, path) in [
         ("GET", "/no-such-page"),

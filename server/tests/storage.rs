@@ -136,6 +136,7 @@ fn new_submission(id: &str, team_id: i64, benchmark: &str) -> NewSubmission {
         benchmark: benchmark.into(),
         agent_name: format!("agent-of-{id}"),
         phase_id: None,
+        benchmark_version: 1,
     }
 }
 
@@ -498,6 +499,11 @@ async fn a_completion_writes_its_summary_and_stamp_at_once(url: String, engine: 
     let rows: serde_json::Value =
         serde_json::from_str(&storage.leaderboard_json_since("bench-a", None, before).await.unwrap()).unwrap();
     assert_eq!(rows[0]["summary"], summary, "the stored text: {rows}");
+    assert_eq!(
+        rows[0]["benchmark_version"], 1,
+        "the version it was created under: {rows}"
+    );
+    assert_eq!(done.benchmark_version, Some(1));
     let again = storage.complete_submission("s-1", "{}", summary).await.unwrap_err();
     assert!(matches!(again, StorageError::Conflict(_)), "{again}");
     assert_eq!(

@@ -180,6 +180,11 @@ export async function renderLeaderboard(el, path, info, ctx) {
     ),
   );
   el.appendChild(leaderboardTable(lb, info || {}, { canOpen: entryOpener(who) }));
+  if (lb.other_versions) {
+    el.appendChild(
+      h('p.muted', { 'data-testid': 'leaderboard-other-versions' }, `${plural(lb.other_versions, 'submission', 'submissions')} of earlier versions of the benchmark (now version ${lb.version}) not ranked: its results are not comparable with theirs.`),
+    );
+  }
   const unranked = lb.unranked || [];
   if (unranked.length) {
     const sec = h('div.unranked', { 'data-testid': 'leaderboard-unranked' },

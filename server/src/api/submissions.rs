@@ -81,6 +81,7 @@ pub(super) async fn create_planned(
             benchmark: benchmark.spec.name.clone(),
             agent_name,
             phase_id: plan.phase.as_ref().map(|p| p.id.clone()),
+            benchmark_version: benchmark.spec.version,
         },
         &runner::new_episodes(benchmark),
         plan.phase.as_ref(),

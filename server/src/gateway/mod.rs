@@ -436,6 +436,7 @@ async fn admit(
                 benchmark: benchmark.spec.name.clone(),
                 agent_name,
                 phase_id: plan.phase.as_ref().map(|p| p.id.clone()),
+                benchmark_version: benchmark.spec.version,
             };
             access::create_submission(
                 &state.storage,

@@ -92,6 +92,8 @@ pub struct NewSubmission {
     pub agent_name: String,
     /// The challenge phase it is submitted to, if any.
     pub phase_id: Option<String>,
+    /// The benchmark file's `version` it is created under.
+    pub benchmark_version: u32,
 }
 
 /// A stored submission.
@@ -128,6 +130,9 @@ pub struct Submission {
     pub phase_id: Option<String>,
     /// Marked by an organiser as a baseline (a badge on leaderboards).
     pub baseline: bool,
+    /// The benchmark file's `version` it was created under (None: created before versions
+    /// were stored; taken as the current one). Leaderboards rank only the current version's.
+    pub benchmark_version: Option<i64>,
     /// The leaderboard summary of a COMPLETED submission (JSON, `leaderboard::ReportSummary`);
     /// not serialised.
     #[serde(skip)]

@@ -48,12 +48,12 @@ pub(super) fn metrics_from_json(text: &str) -> Result<BTreeMap<String, f64>, Str
 
 pub(super) const SUBMISSION_COLUMNS: &str = "s.id, s.team_id, t.name AS team_name, s.benchmark, s.agent_name, s.status, \
      s.episodes_total, s.created_at, s.started_at, s.finished_at, s.report_json, s.error, s.phase_id, s.baseline, \
-     s.summary_json";
+     s.summary_json, s.benchmark_version";
 
 /// [`SUBMISSION_COLUMNS`] without the report (lists and leaderboards: a report is tens of KB).
 pub(super) const SUBMISSION_LIST_COLUMNS: &str = "s.id, s.team_id, t.name AS team_name, s.benchmark, s.agent_name, s.status, \
      s.episodes_total, s.created_at, s.started_at, s.finished_at, CAST(NULL AS TEXT) AS report_json, s.error, \
-     s.phase_id, s.baseline, s.summary_json";
+     s.phase_id, s.baseline, s.summary_json, s.benchmark_version";
 
 pub(super) const PHASE_COLUMNS: &str = "id, challenge_id, benchmark, starts_at, ends_at, leaderboard, max_per_day, max_total, \
      observation_groups, created_at, hosted_only";
@@ -100,6 +100,7 @@ pub(super) fn submission_from_row(row: &AnyRow) -> Result<Submission, StorageErr
         phase_id: get(row, "phase_id", &what)?,
         baseline: get::<i64>(row, "baseline", &what)? != 0,
         summary_json: get(row, "summary_json", &what)?,
+        benchmark_version: get(row, "benchmark_version", &what)?,
         id,
     })
 }

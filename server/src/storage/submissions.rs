@@ -61,8 +61,8 @@ impl Storage {
             quota_left(&mut tx, sub.team_id, quota).await?;
         }
         sqlx::query(
-            "INSERT INTO submissions (id, team_id, benchmark, agent_name, status, episodes_total, created_at, phase_id) \
-             VALUES ($1, $2, $3, $4, 'PENDING', $5, $6, $7)",
+            "INSERT INTO submissions (id, team_id, benchmark, agent_name, status, episodes_total, created_at, phase_id, \
+             benchmark_version) VALUES ($1, $2, $3, $4, 'PENDING', $5, $6, $7, $8)",
         )
         .bind(id)
         .bind(sub.team_id)
@@ -71,6 +71,7 @@ impl Storage {
         .bind(episodes.len() as i64)
         .bind(now)
         .bind(sub.phase_id.as_deref())
+        .bind(i64::from(sub.benchmark_version))
         .execute(&mut *tx)
         .await
         .map_err(|e| {
@@ -220,7 +221,7 @@ impl Storage {
             Engine::Sqlite => {
                 "SELECT COALESCE(json_group_array(json_object('id', s.id, 'team_name', t.name, \
                  'agent_name', s.agent_name, 'finished_at', s.finished_at, 'baseline', s.baseline, \
-                 'phase_id', s.phase_id, 'status', s.status, \
+                 'phase_id', s.phase_id, 'status', s.status, 'benchmark_version', s.benchmark_version, \
                  'summary', CASE WHEN s.status = 'COMPLETED' THEN s.summary_json END)), '[]') AS board \
                  FROM submissions s JOIN teams t ON t.id = s.team_id \
                  WHERE s.benchmark = $1 AND s.board_seq > $3 AND ($2 IS NULL OR s.phase_id = $2)"
@@ -228,7 +229,7 @@ impl Storage {
             Engine::Postgres => {
                 "SELECT COALESCE(json_agg(json_build_object('id', s.id, 'team_name', t.name, \
                  'agent_name', s.agent_name, 'finished_at', s.finished_at, 'baseline', s.baseline, \
-                 'phase_id', s.phase_id, 'status', s.status, \
+                 'phase_id', s.phase_id, 'status', s.status, 'benchmark_version', s.benchmark_version, \
                  'summary', CASE WHEN s.status = 'COMPLETED' THEN s.summary_json END)), '[]'::json)::text AS board \
                  FROM submissions s JOIN teams t ON t.id = s.team_id \
                  WHERE s.benchmark = $1 AND s.board_seq > $3 AND ($2::text IS NULL OR s.phase_id = $2)"

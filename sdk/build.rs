@@ -9,6 +9,11 @@ fn main() {
     config
         .btree_map(["."])
         .message_attribute(".", "#[derive(serde::Serialize, serde::Deserialize)] #[serde(default)]")
+        // JSON writes a NaN metric as null (protocol.md): read back as NaN.
+        .field_attribute(
+            ".arena.v1.EpisodeEnd.metrics",
+            "#[serde(deserialize_with = \"crate::protocol::metrics_from_json\")]",
+        )
         .enum_attribute(
             ".arena.v1.Envelope.msg",
             "#[derive(serde::Serialize, serde::Deserialize)] #[serde(tag = \"type\", rename_all = \"snake_case\")]",

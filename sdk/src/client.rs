@@ -510,6 +510,10 @@ impl Connection {
 
     /// The next message; `Err` when the connection is lost or a frame cannot be decoded
     /// (`Ok(Err)` is an undecodable frame, which is the server's bug).
+    ///
+    /// A message of a type this version does not know (a newer server's) is skipped with a
+    /// warning: protocol.md §11 lets a version gain messages, and clients ignore what they do
+    /// not know, as the Python SDK does.
     async fn recv(&mut self) -> Result<Result<Msg, String>, String> {
         match self {
             Connection::WebSocket { socket, .. } => loop {
@@ -520,19 +524,43 @@ impl Connection {
                     Some(Ok(WsMessage::Binary(b))) => protocol::decode_binary(&b),
                     Some(Ok(_)) => continue,
                 };
-                return Ok(frame.map_err(|e| e.to_string()));
+                match frame {
+                    Err(e) if e.code == protocol::codes::UNKNOWN_MESSAGE => {
+                        tracing::warn!("skipping a message this SDK does not know: {}", e.message);
+                        continue;
+                    }
+                    frame => return Ok(frame.map_err(|e| e.to_string())),
+                }
             },
-            Connection::Grpc { responses, .. } => match responses.message().await {
-                Ok(Some(protocol::Envelope { msg: Some(m) })) => Ok(Ok(m)),
-                Ok(Some(protocol::Envelope { msg: None })) => Ok(Err("an Envelope with no message".into())),
-                Ok(None) => Err("server closed the connection".into()),
-                Err(status) => Err(format!("reading from the server: {}", status.message())),
+            Connection::Grpc { responses, .. } => loop {
+                return match responses.message().await {
+                    Ok(Some(protocol::Envelope { msg: Some(m) })) => Ok(Ok(m)),
+                    Ok(Some(protocol::Envelope { msg: None })) => {
+                        tracing::warn!("skipping an Envelope whose message this SDK does not know");
+                        continue;
+                    }
+                    Ok(None) => Err("server closed the connection".into()),
+                    Err(status) => Err(format!("reading from the server: {}", status.message())),
+                };
             },
             Connection::Local { responses, .. } => match responses.recv().await {
                 Some(m) => Ok(Ok(m)),
                 None => Err("the in-process session ended".into()),
             },
         }
+    }
+
+    /// Whether a NaN or infinite action reaches the server as such (the server then fails that
+    /// episode): not over JSON, which writes it as `null`, and the server refuses the whole
+    /// frame.
+    fn carries_non_finite(&self) -> bool {
+        !matches!(
+            self,
+            Connection::WebSocket {
+                encoding: Encoding::Json,
+                ..
+            }
+        )
     }
 
     /// Closes after a Disconnect (WebSocket close frame; gRPC: ends the request stream).
@@ -663,11 +691,22 @@ async fn session(
                 let spec = c.spec.clone().unwrap_or_default();
                 layout = Some(ObservationLayout::from_spec(&spec));
                 action_size = spec.action_size as usize;
-                if c.heartbeat_interval_s > 0.0 {
-                    heartbeat_every = Duration::from_secs_f64(c.heartbeat_interval_s);
+                if action_size == 0 {
+                    return Err(ClientError::Protocol(
+                        "the server's `connected` announces no action size (its spec is missing or empty)".into(),
+                    ));
                 }
-                if c.heartbeat_timeout_s > 0.0 {
-                    silence_limit = Duration::from_secs_f64(c.heartbeat_timeout_s);
+                // Bounded: a day is more than any server asks, and inf would panic.
+                let seconds = |s: f64| {
+                    Duration::try_from_secs_f64(s.min(86_400.0))
+                        .ok()
+                        .filter(|d| !d.is_zero())
+                };
+                if let Some(every) = seconds(c.heartbeat_interval_s) {
+                    heartbeat_every = every;
+                }
+                if let Some(limit) = seconds(c.heartbeat_timeout_s) {
+                    silence_limit = limit;
                 }
                 state.summary.submission_id = c.submission_id.clone();
                 agent.configure(&spec);
@@ -713,8 +752,12 @@ async fn session(
                 let Some(layout) = layout.as_ref() else {
                     return Err(ClientError::Protocol("GetAction before Connected".into()));
                 };
-                let action = answer(agent, layout, action_size, request, &mut buffers);
-                if let Some(reason) = agent.failure() {
+                let action = answer(agent, layout, action_size, request, &mut buffers)?;
+                let failure = agent.failure().or_else(|| match connection.carries_non_finite() {
+                    true => None,
+                    false => non_finite_action(&action),
+                });
+                if let Some(reason) = failure {
                     let bye = Msg::Disconnect(Disconnect {
                         reason: protocol::clip_message(format!("agent failed: {reason}")),
                         submission_status: String::new(),
@@ -804,26 +847,45 @@ async fn session(
     }
 }
 
-/// Runs the agent on one GetAction and builds the Action answering it.
+/// Why an Action cannot go over JSON: its first value that is not a finite number.
+fn non_finite_action(action: &Msg) -> Option<String> {
+    let Msg::Action(action) = action else { return None };
+    action.actions.iter().find_map(|a| {
+        let (j, v) = a.values.iter().enumerate().find(|(_, v)| !v.is_finite())?;
+        Some(format!(
+            "a non-finite action (episode {}, value {j}: {v}) at step {}: JSON cannot carry it \
+             (over the binary encoding or gRPC the server fails that episode instead)",
+            a.episode_id, action.step
+        ))
+    })
+}
+
+/// Runs the agent on one GetAction and builds the Action answering it; a row that is not the
+/// session's layout's size is the server's error.
 fn answer(
     agent: &mut dyn Agent,
     layout: &ObservationLayout,
     action_size: usize,
     request: GetAction,
     buffers: &mut ActBuffers,
-) -> Msg {
+) -> Result<Msg, ClientError> {
     let n = request.observations.len();
     let d = layout.size();
     buffers.ids.clear();
     buffers.steps.clear();
     buffers.observations.clear();
     for o in &request.observations {
+        if o.values.len() != d {
+            return Err(ClientError::Protocol(format!(
+                "step {}: episode {}'s observation row has {} values, the session's layout {d}",
+                request.step,
+                o.episode_id,
+                o.values.len()
+            )));
+        }
         buffers.ids.push(o.episode_id);
         buffers.steps.push(o.episode_step);
-        // A short or long row is the server's bug; pad/cut so the agent still sees n × d values.
-        let take = o.values.len().min(d);
-        buffers.observations.extend_from_slice(&o.values[..take]);
-        buffers.observations.resize(buffers.observations.len() + d - take, 0.0);
+        buffers.observations.extend_from_slice(&o.values);
     }
     buffers.actions.clear();
     buffers.actions.resize(n * action_size, 0.0);
@@ -835,7 +897,7 @@ fn answer(
         layout,
     };
     agent.act(&batch, &mut buffers.actions);
-    Msg::Action(Action {
+    Ok(Msg::Action(Action {
         step: request.step,
         actions: buffers
             .ids
@@ -846,7 +908,7 @@ fn answer(
                 values: values.to_vec(),
             })
             .collect(),
-    })
+    }))
 }
 
 /// An error with its causes (`transport error: tcp connect error: Connection refused`): tonic's

@@ -188,6 +188,15 @@ pub fn decode_json(text: &str) -> Result<Msg, DecodeError> {
     serde_json::from_value(value).map_err(|e| DecodeError::new(codes::INVALID_MESSAGE, format!("{kind}: {e}")))
 }
 
+/// An `episode_end`'s metrics from JSON, where a NaN (a metric that could not be computed) is
+/// written as `null`: read back as NaN, not refused.
+pub fn metrics_from_json<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<std::collections::BTreeMap<String, f64>, D::Error> {
+    let raw: std::collections::BTreeMap<String, Option<f64>> = serde::Deserialize::deserialize(d)?;
+    Ok(raw.into_iter().map(|(k, v)| (k, v.unwrap_or(f64::NAN))).collect())
+}
+
 /// Decodes a binary (protobuf) frame.
 pub fn decode_binary(bytes: &[u8]) -> Result<Msg, DecodeError> {
     let envelope = Envelope::decode(bytes)
@@ -296,6 +305,27 @@ mod tests {
                 actions: vec![]
             })
         );
+    }
+
+    #[test]
+    fn a_nan_metric_written_as_null_reads_back_as_nan() {
+        let end = Msg::EpisodeEnd(EpisodeEnd {
+            episode_id: 1,
+            status: "completed".into(),
+            metrics: [("ndtw".to_string(), f64::NAN), ("emd".to_string(), 0.5)]
+                .into_iter()
+                .collect(),
+            ..Default::default()
+        });
+        let Frame::Text(t) = encode(&end, Encoding::Json) else {
+            panic!()
+        };
+        assert!(t.contains(r#""ndtw":null"#), "{t}");
+        let Msg::EpisodeEnd(back) = decode_json(&t).unwrap() else {
+            panic!()
+        };
+        assert!(back.metrics["ndtw"].is_nan());
+        assert_eq!(back.metrics["emd"], 0.5);
     }
 
     #[test]

@@ -364,6 +364,49 @@ fn json_encoding_and_practice_sessions() {
         1,
         "practice is not stored"
     );
+    // A NaN action cannot go over JSON (it would be written as null and the whole frame
+    // refused): the client stops, naming the episode and the value; over the binary encoding the
+    // server fails that episode alone.
+    struct NanAt3(ReplayAgent);
+    impl arena_sdk::Agent for NanAt3 {
+        fn configure(&mut self, spec: &arena_sdk::protocol::EpisodeSpec) {
+            self.0.configure(spec)
+        }
+        fn reset(&mut self, episodes: &[arena_sdk::protocol::EpisodeInfo]) {
+            self.0.reset(episodes)
+        }
+        fn act(&mut self, batch: &arena_sdk::Batch<'_>, actions: &mut [f32]) {
+            self.0.act(batch, actions);
+            if batch.episode_steps.first() == Some(&3) {
+                actions[2] = f32::NAN;
+            }
+        }
+    }
+    let mut config = ClientConfig::new(
+        server.ws_url(),
+        &token,
+        Mode::Practice {
+            benchmark: "g1-smoke".into(),
+            episodes: vec![ResetEpisode {
+                motion: "stand".into(),
+                ..Default::default()
+            }],
+        },
+    );
+    config.encoding = Encoding::Json;
+    let err = client::run_blocking(&config, &mut NanAt3(ReplayAgent::new()), &mut |_| {}).unwrap_err();
+    assert!(
+        matches!(err, client::ClientError::AgentFailed(ref r) if r.contains("value 2: NaN") && r.contains("JSON cannot carry it")),
+        "{err}"
+    );
+    config.encoding = Encoding::Binary;
+    let practice = client::run_blocking(&config, &mut NanAt3(ReplayAgent::new()), &mut |_| {}).unwrap();
+    assert_eq!(practice.episodes[0].status, "failed", "{:?}", practice.episodes[0]);
+    assert!(
+        practice.episodes[0].reason.contains("non-finite"),
+        "{:?}",
+        practice.episodes[0]
+    );
     // A practice request for a motion the benchmark lacks is refused, not waited on forever.
     let mut config = ClientConfig::new(
         server.ws_url(),

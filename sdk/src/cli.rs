@@ -1,7 +1,7 @@
 //! The command-line options every agent program shares: the SDK's examples, `arena-bfm agent`
 //! and `arena-ppo agent` flatten [`SessionArgs`] into their own arguments, so all of them take
-//! the same flags with the same meaning and defaults (the Python SDK's `arena-agent` mirrors
-//! them). Behind the default `cli` feature (clap).
+//! the same flags with the same meaning and defaults (the Python SDK's `arena-agent` has its
+//! own spelling of some: docs/sdk-python.md). Behind the default `cli` feature (clap).
 
 use crate::agent::Agent;
 use crate::client::{self, ClientConfig, DEFAULT_SERVER, Mode};
@@ -58,6 +58,9 @@ impl SessionArgs {
     /// `--phase` (a phase names its own benchmark); `default_name` without `--name`.
     pub fn client_config(&self, default_benchmark: &str, default_name: &str) -> Result<ClientConfig, String> {
         let grpc = self.transport == Transport::Grpc || self.server.starts_with("grpc://");
+        if grpc && self.encoding == "json" {
+            return Err("--encoding json is for WebSocket: gRPC always carries protobuf (drop --encoding, or use --transport ws)".into());
+        }
         let url = client::endpoint(&self.server, grpc)?;
         let benchmark = match (&self.benchmark, self.phase.is_empty()) {
             (Some(b), _) => b.clone(),
@@ -137,8 +140,18 @@ mod tests {
         let c = config(&["--server", "grpc://h:1", "--name", "mine", "--submission", "sub-1"]).unwrap();
         assert_eq!((c.url.as_str(), c.agent_name.as_str()), ("grpc://h:1", "mine"));
         assert!(matches!(&c.mode, Mode::Submission { submission_id: Some(s), .. } if s == "sub-1"));
-        let c = config(&["--server", "http://h:1", "--transport", "grpc", "--encoding", "json"]).unwrap();
-        assert_eq!((c.url.as_str(), c.encoding), ("grpc://h:1", Encoding::Json));
+        let c = config(&["--server", "http://h:1", "--transport", "grpc"]).unwrap();
+        assert_eq!((c.url.as_str(), c.encoding), ("grpc://h:1", Encoding::Binary));
+        // JSON is a WebSocket encoding: asked for with gRPC, it is a usage error, not ignored.
+        for args in [
+            &["--server", "http://h:1", "--transport", "grpc", "--encoding", "json"][..],
+            &["--server", "grpc://h:1", "--encoding", "json"][..],
+        ] {
+            assert!(
+                config(args).unwrap_err().contains("--encoding json is for WebSocket"),
+                "{args:?}"
+            );
+        }
         let c = config(&["--practice", "stand", "--practice", "squat", "--benchmark", "b"]).unwrap();
         assert!(matches!(&c.mode, Mode::Practice { benchmark, episodes } if benchmark == "b" && episodes.len() == 2));
         assert!(

@@ -271,12 +271,18 @@ pub fn print_event(event: ClientEvent<'_>) {
             c.session_id, c.submission_id, c.episodes_remaining
         ),
         // EMD of joint-angle frames is in radians (docs/metrics.md).
+        // A failed or timed-out episode says why (the server's reason), as Python's does.
         ClientEvent::EpisodeEnd(e) => println!(
-            "episode {:>4} {:<9} steps {:>4}  emd {}",
+            "episode {:>4} {:<9} steps {:>4}  emd {}{}",
             e.episode_id,
             e.status,
             e.steps,
-            e.metrics.get("emd").map_or("-".into(), |v| format!("{v:.4} rad"))
+            e.metrics.get("emd").map_or("-".into(), |v| format!("{v:.4} rad")),
+            if e.reason.is_empty() {
+                String::new()
+            } else {
+                format!("  ({})", e.reason)
+            }
         ),
         ClientEvent::ServerError(e) => eprintln!("server: {}: {}", e.code, e.message),
         ClientEvent::Reconnecting { attempt, delay, error } => {

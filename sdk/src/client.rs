@@ -218,9 +218,9 @@ struct RunState {
 /// default (a test in the server checks that the two agree).
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:8080";
 
-/// The URL the client dials for a server address (`HOST:PORT`, `http://HOST:PORT`,
-/// `ws://HOST:PORT[/path]` or `grpc://HOST:PORT`): `ws://HOST:PORT/api/v1/agent` (or the given
-/// ws path) for WebSocket, `grpc://HOST:PORT` for gRPC. TLS schemes are refused (the client
+/// The URL the client dials for a server address (`HOST:PORT`, `http://HOST:PORT[/prefix]`,
+/// `ws://HOST:PORT[/path]` or `grpc://HOST:PORT`): `ws://HOST:PORT[/prefix]/api/v1/agent` (or
+/// the given ws path) for WebSocket, `grpc://HOST:PORT` for gRPC (no path). TLS schemes are refused (the client
 /// connects without TLS), with the reason.
 pub fn endpoint(server: &str, grpc: bool) -> Result<String, String> {
     let (scheme, rest) = server.split_once("://").unwrap_or(("", server));
@@ -238,11 +238,21 @@ pub fn endpoint(server: &str, grpc: bool) -> Result<String, String> {
         ));
     }
     Ok(if grpc {
+        // A gRPC target is HOST:PORT alone (a ws:// URL's agent path is dropped).
+        if scheme != "ws" && !path.is_empty() {
+            return Err(format!(
+                "--server {server}: a gRPC endpoint has no path; give grpc://HOST:PORT"
+            ));
+        }
         format!("grpc://{host}")
     } else if scheme == "ws" && !path.is_empty() {
         format!("ws://{host}/{path}")
-    } else {
+    } else if scheme == "grpc" || path.is_empty() {
         format!("ws://{host}/api/v1/agent")
+    } else {
+        // A base URL under a path (a reverse proxy's prefix): the agent's path below it, as the
+        // Python SDK dials it.
+        format!("ws://{host}/{path}/api/v1/agent")
     })
 }
 
@@ -1046,6 +1056,11 @@ mod tests {
         assert_eq!(ws("grpc://h:1").unwrap(), "ws://h:1/api/v1/agent");
         assert_eq!(grpc("ws://h:1/api/v1/agent").unwrap(), "grpc://h:1");
         assert_eq!(grpc("http://h:1").unwrap(), "grpc://h:1");
+        // A base URL under a proxy's prefix keeps it; gRPC has no path.
+        assert_eq!(ws("http://h:1/arena").unwrap(), "ws://h:1/arena/api/v1/agent");
+        assert_eq!(ws("h:1/arena/").unwrap(), "ws://h:1/arena/api/v1/agent");
+        assert!(grpc("http://h:1/arena").unwrap_err().contains("no path"));
+        assert!(grpc("grpc://h:1/x").unwrap_err().contains("no path"));
         for bad in ["https://h:1", "wss://h:1/api/v1/agent", "http://", "ftp://h:1"] {
             let e = ws(bad).unwrap_err();
             assert!(e.contains(bad), "{bad}: {e}");

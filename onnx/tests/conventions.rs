@@ -270,6 +270,12 @@ fn metadata_and_observation_rows_are_the_python_sdks() {
     let mut mjlab_short = committed();
     let terms = mjlab_short["observation_names"].split(',').count();
     mjlab_short.insert("observation_terms_scale".into(), vec!["1.0"; terms - 1].join(","));
+    // Clips that are no range: a NaN bound, a reversed pair.
+    let mut mjlab_bad_clips = committed();
+    let mut clips = vec!["-inf;inf"; terms];
+    clips[0] = "nan;nan";
+    clips[1] = "1;-1";
+    mjlab_bad_clips.insert("observation_terms_clip".into(), clips.join(","));
     let cases = [
         cases,
         vec![
@@ -277,6 +283,7 @@ fn metadata_and_observation_rows_are_the_python_sdks() {
             ("holosoma, a scale that is not a number", holosoma_string),
             ("holosoma, another tool's key", holosoma_tagged),
             ("mjlab, a per-term list one short", mjlab_short),
+            ("mjlab, clips that are no range", mjlab_bad_clips),
         ],
     ]
     .concat();

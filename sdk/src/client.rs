@@ -714,8 +714,9 @@ async fn session(
                 }
                 // Bounded: a day is more than any server asks, and inf would panic.
                 let seconds = |s: f64| {
-                    Duration::try_from_secs_f64(s.min(86_400.0))
-                        .ok()
+                    s.is_finite()
+                        .then(|| Duration::try_from_secs_f64(s.min(86_400.0)).ok())
+                        .flatten()
                         .filter(|d| !d.is_zero())
                 };
                 if let Some(every) = seconds(c.heartbeat_interval_s) {

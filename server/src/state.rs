@@ -204,6 +204,7 @@ impl AppState {
             tracing::info!("removed {removed} abandoned file(s) from the scratch folder");
         }
         let catalog = Arc::new(Catalog::new(config.benchmarks_dir(), config.motions_root.clone()));
+        backfill_benchmark_versions(&storage, &catalog).await?;
         complete_finished_runs(&storage, &objects, &catalog, &unfinished).await;
         tokio::spawn(merge_failed_leftovers(storage.clone(), objects.clone()));
         let rate_limiter = RateLimiter::new(config.requests_per_minute);
@@ -403,6 +404,23 @@ async fn backfill_summaries(storage: &Storage) -> anyhow::Result<()> {
         match crate::leaderboard::ReportSummary::of_json(&report) {
             Ok(summary) => storage.set_summary(&id, &serde_json::to_string(&summary)?).await?,
             Err(e) => tracing::warn!("submission {id}: unreadable report, no leaderboard summary: {e}"),
+        }
+    }
+    Ok(())
+}
+
+/// Submissions stored before versions were kept (migration 0013) get the version their
+/// benchmark's file has now, once: the version they ran under is most likely that one, and a
+/// later bump then leaves them off the board as it does every other earlier submission.
+async fn backfill_benchmark_versions(storage: &Storage, catalog: &Catalog) -> anyhow::Result<()> {
+    for spec in catalog.offered() {
+        let set = storage.set_missing_benchmark_versions(&spec.name, spec.version).await?;
+        if set > 0 {
+            tracing::info!(
+                "benchmark {}: {set} submission(s) stored before versions were kept taken as version {}",
+                spec.name,
+                spec.version
+            );
         }
     }
     Ok(())

@@ -80,24 +80,42 @@ fn bad_benchmark_files_name_file_key_and_expectation() {
     );
     let out = ok(&arena(&["bench", "validate", "g1-smoke", "--motions-root", root]));
     assert!(out.contains("ok (g1-smoke v1; 6 motions, 6 episodes)"), "{out}");
-    // A copy that keeps the name: the server would offer neither file, so validate refuses it
-    // (against the folder's files, and between the files it is given).
-    let copy = dir.join("g1-smoke-v2.toml");
+    // A copy that keeps the name, in the folder: the server would offer neither file, so
+    // validate refuses it. Outside the folder it may be meant to replace its namesake: checked
+    // against the files given with it only.
+    let folder = dir.join("folder");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::write(folder.join("g1-smoke.toml"), &good).unwrap();
+    let dir_flag = folder.to_str().unwrap();
+    let copy = folder.join("g1-smoke-v2.toml");
     std::fs::write(&copy, &good).unwrap();
-    let out = arena(&["bench", "validate", copy.to_str().unwrap()]);
+    let out = arena(&[
+        "bench",
+        "validate",
+        copy.to_str().unwrap(),
+        "--benchmarks-dir",
+        dir_flag,
+    ]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert!(
         err.contains("g1-smoke-v2.toml") && err.contains("\"g1-smoke\" is also") && err.contains("g1-smoke.toml"),
         "{err}"
     );
-    let other_folder = dir.join("folder");
-    std::fs::create_dir_all(&other_folder).unwrap();
+    std::fs::remove_file(&copy).unwrap();
+    let elsewhere = dir.join("g1-smoke-edited.toml");
+    std::fs::write(&elsewhere, &good).unwrap();
+    ok(&arena(&[
+        "bench",
+        "validate",
+        elsewhere.to_str().unwrap(),
+        "--benchmarks-dir",
+        dir_flag,
+    ]));
     let (a, b) = (dir.join("a.toml"), dir.join("b.toml"));
     let renamed = good.replacen("name = \"g1-smoke\"", "name = \"mine\"", 1);
     std::fs::write(&a, &renamed).unwrap();
     std::fs::write(&b, &renamed).unwrap();
-    let dir_flag = other_folder.to_str().unwrap();
     let out = ok(&arena(&[
         "bench",
         "validate",

@@ -511,6 +511,14 @@ async fn a_completion_writes_its_summary_and_stamp_at_once(url: String, engine: 
         after,
         "a refused write stamps nothing"
     );
+    // Only rows stored before versions were kept get one at start-up: none here.
+    assert_eq!(storage.set_missing_benchmark_versions("bench-a", 3).await.unwrap(), 0);
+    // A re-score replaces report and summary in one write with its stamp.
+    let rescored = r#"{"episodes":1,"scored":1,"failed":0,"means":{"emd":0.25},"success_rates":{}}"#;
+    storage.replace_report_and_summary("s-1", "{}", rescored).await.unwrap();
+    assert_eq!(storage.board_counter().await.unwrap(), after + 1);
+    let rescored_row = storage.submission("s-1").await.unwrap().unwrap();
+    assert_eq!(rescored_row.summary_json.as_deref(), Some(rescored));
 }
 
 /// Issue 39: every agent session of a submission stays on record, oldest first; ending one

@@ -4,7 +4,7 @@ use anyhow::bail;
 use arena_bench::metrics::metric_names;
 use arena_bench::spec::{self, BenchmarkSpec, FallSpec, MotionSource, Window};
 use clap::{Args, Subcommand};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
@@ -116,8 +116,13 @@ pub fn run(c: BenchCommand) -> anyhow::Result<()> {
                     spec::find_benchmark(&f.to_string_lossy(), &a.dir.dir(), &known)
                 };
                 let checked = checked.map_err(anyhow::Error::from).and_then(|(path, s)| {
+                    // The folder's files count for a file in the folder (a copy elsewhere may be
+                    // meant to replace its namesake); the files checked together always do.
+                    let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+                    let in_folder = crate::same_file(parent.unwrap_or(Path::new(".")), &a.dir.dir());
                     let clash = folder
                         .iter()
+                        .filter(|_| in_folder)
                         .chain(&checked_names)
                         .find(|(other, name)| *name == s.name && !crate::same_file(other, &path));
                     if let Some((other, _)) = clash {

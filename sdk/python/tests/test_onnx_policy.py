@@ -447,6 +447,11 @@ def test_per_term_lists_must_align_with_the_terms_and_names_are_bounded() -> Non
     assert "some empty" in refusal(mjlab_metadata(observation_terms_scale=gap))
     assert "joint_names has 300 entries" in refusal(mjlab_metadata(joint_names="a," * 299 + "a"))
     assert "at most 4194304 are read" in refusal(mjlab_metadata(run_path="x" * (4 << 20)))
+    # A clip that is no range, refused as the hosted runner refuses it.
+    clips = ",".join(["nan;nan"] + ["-inf;inf"] * (terms - 1))
+    assert "clip [NaN, NaN] is not a range" in refusal(mjlab_metadata(observation_terms_clip=clips))
+    clips = ",".join(["1;-1"] + ["-inf;inf"] * (terms - 1))
+    assert "clip [1, -1] is not a range" in refusal(mjlab_metadata(observation_terms_clip=clips))
 
 
 def test_refusals_of_the_file() -> None:

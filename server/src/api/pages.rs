@@ -403,9 +403,8 @@ async fn rescore(State(state): State<Arc<AppState>>, headers: HeaderMap, ApiPath
         .put(&crate::objects::report_key(&id), pretty)
         .await
         .map_err(internal)?;
-    state.storage.replace_report(&id, &json).await?;
     let summary = serde_json::to_string(&crate::leaderboard::ReportSummary::of(&report)).map_err(internal)?;
-    state.storage.set_summary(&id, &summary).await?;
+    state.storage.replace_report_and_summary(&id, &json, &summary).await?;
     let s = submission_or_404(&state, &id).await?;
     let mut v = serde_json::to_value(s).map_err(internal)?;
     v["rescored_episodes"] = rescored.len().into();

@@ -535,6 +535,49 @@ impl Storage {
             .collect()
     }
 
+    /// Sets `version` on the submissions of `benchmark` that have none (stored before versions
+    /// were kept); how many. Ranking is unchanged by it (none counts as the current version),
+    /// so no leaderboard stamp.
+    pub async fn set_missing_benchmark_versions(&self, benchmark: &str, version: u32) -> Result<u64, StorageError> {
+        let done = sqlx::query(
+            "UPDATE submissions SET benchmark_version = $2 WHERE benchmark = $1 AND benchmark_version IS NULL",
+        )
+        .bind(benchmark)
+        .bind(i64::from(version))
+        .execute(&self.pool)
+        .await
+        .ctx(|| format!("recording the version of benchmark {benchmark:?} on its older submissions"))?;
+        Ok(done.rows_affected())
+    }
+
+    /// Replaces the report of a COMPLETED submission (after a re-score) and its leaderboard
+    /// summary, in one write with its stamp (two writes could leave the new report with the old
+    /// summary on the boards for good).
+    pub async fn replace_report_and_summary(
+        &self,
+        id: &str,
+        report_json: &str,
+        summary_json: &str,
+    ) -> Result<(), StorageError> {
+        let _changed = self.leaderboards_changed();
+        let context = || format!("replacing the report of submission {id}");
+        let mut tx = self.pool.begin().await.ctx(context)?;
+        let done = sqlx::query(
+            "UPDATE submissions SET report_json = $2, summary_json = $3 WHERE id = $1 AND status = 'COMPLETED'",
+        )
+        .bind(id)
+        .bind(report_json)
+        .bind(summary_json)
+        .execute(&mut *tx)
+        .await
+        .ctx(context)?;
+        if done.rows_affected() == 0 {
+            return Err(StorageError::Conflict(format!("submission {id} is not COMPLETED")));
+        }
+        self.stamp_board_change_on(&mut tx, id).await?;
+        tx.commit().await.ctx(context)
+    }
+
     /// Replaces the report of a COMPLETED submission (after a re-score).
     pub async fn replace_report(&self, id: &str, report_json: &str) -> Result<(), StorageError> {
         let _changed = self.leaderboards_changed();

@@ -258,6 +258,15 @@ def _read_mjlab(props: Mapping[str, str]) -> PolicyMetadata:
     return m
 
 
+def _f32_text(v: np.float32) -> str:
+    """A float32 as Rust prints one ("NaN", "inf", "1", "0.1")."""
+    if np.isnan(v):
+        return "NaN"
+    if np.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return np.format_float_positional(v, trim="-")
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -503,7 +512,15 @@ def resolve(
                 term_scale = np.asarray(scale_t, np.float32) if len(scale_t) > 1 else float(scale_t[0])
         elif scale_t is not None and scale_t != 1:
             term_scale = float(scale_t)
-        terms.append(ObservationTerm(name, source, term_scale, m.term_clips.get(name)))
+        clip = m.term_clips.get(name)
+        if clip is not None:
+            lo, hi = (np.float32(v) for v in clip)
+            if np.isnan(lo) or np.isnan(hi) or lo > hi:
+                # As the hosted runner (arena_onnx::config) refuses it: a NaN bound makes the
+                # whole term NaN, a reversed one a constant.
+                shown = ", ".join(_f32_text(v) for v in (lo, hi))
+                problems.append(f"observation term {name!r}: clip [{shown}] is not a range")
+        terms.append(ObservationTerm(name, source, term_scale, clip))
 
     anchor_users = [t.name for t in terms if t.source.needs_anchor]
     anchor = ""

@@ -277,6 +277,22 @@ async fn motions_hidden_from(state: &AppState, who: &Caller, s: &Submission) -> 
     Ok(access::motions_hidden(&state.storage, &spec, now_ms()).await?)
 }
 
+/// Whether `spec`'s motions are hidden from teams at `now` ([`access::motions_hidden`]), looked
+/// up once per benchmark in `known`: a list of many submissions asks for few benchmarks.
+async fn motions_hidden_once(
+    state: &AppState,
+    known: &mut std::collections::HashMap<String, bool>,
+    spec: &arena_bench::spec::BenchmarkSpec,
+    now: i64,
+) -> Result<bool, ApiError> {
+    if let Some(hidden) = known.get(&spec.name) {
+        return Ok(*hidden);
+    }
+    let hidden = access::motions_hidden(&state.storage, spec, now).await?.is_some();
+    known.insert(spec.name.clone(), hidden);
+    Ok(hidden)
+}
+
 /// 403 `hidden` when the submission's per-episode details (its motions: reports, trajectories,
 /// replays, episode CSV) are hidden from this caller: its benchmark is a hidden test set.
 async fn check_motions_visible(state: &AppState, who: &Caller, s: &Submission) -> Result<(), ApiError> {

@@ -232,17 +232,9 @@ async fn submissions_csv(State(state): State<Arc<AppState>>, headers: HeaderMap)
             .or_insert_with(|| state.catalog.spec(&s.benchmark).ok());
         // A hidden test set's means in seconds stay withheld from teams here too.
         let motions_hidden = match (team, spec.as_ref()) {
-            (Some(_), Some(spec)) => match motions_hidden.get(&spec.name) {
-                Some(known) => *known,
-                None => {
-                    let now = crate::storage::now_ms();
-                    let now_hidden = crate::access::motions_hidden(&state.storage, spec, now)
-                        .await?
-                        .is_some();
-                    motions_hidden.insert(spec.name.clone(), now_hidden);
-                    now_hidden
-                }
-            },
+            (Some(_), Some(spec)) => {
+                super::motions_hidden_once(&state, &mut motions_hidden, spec, crate::storage::now_ms()).await?
+            }
             _ => false,
         };
         if let (true, Some(json), Some(spec)) = (visible, &s.summary_json, spec.as_ref())

@@ -170,16 +170,9 @@ impl<'a> ScoreLookup<'a> {
             .entry(s.benchmark.clone())
             .or_insert_with(|| self.state.catalog.spec(&s.benchmark).ok());
         let motions_hidden = match (self.admin, spec.as_ref()) {
-            (false, Some(spec)) => match self.motions_hidden.get(&spec.name) {
-                Some(known) => *known,
-                None => {
-                    let now_hidden = access::motions_hidden(&self.state.storage, spec, self.now)
-                        .await?
-                        .is_some();
-                    self.motions_hidden.insert(spec.name.clone(), now_hidden);
-                    now_hidden
-                }
-            },
+            (false, Some(spec)) => {
+                super::motions_hidden_once(self.state, &mut self.motions_hidden, spec, self.now).await?
+            }
             _ => false,
         };
         let scores = match (&s.summary_json, spec.as_ref()) {

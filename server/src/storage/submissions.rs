@@ -577,24 +577,6 @@ impl Storage {
         self.stamp_board_change_on(&mut tx, id).await?;
         tx.commit().await.ctx(context)
     }
-
-    /// Replaces the report of a COMPLETED submission (after a re-score).
-    pub async fn replace_report(&self, id: &str, report_json: &str) -> Result<(), StorageError> {
-        let _changed = self.leaderboards_changed();
-        let context = || format!("replacing the report of submission {id}");
-        let mut tx = self.pool.begin().await.ctx(context)?;
-        let done = sqlx::query("UPDATE submissions SET report_json = $2 WHERE id = $1 AND status = 'COMPLETED'")
-            .bind(id)
-            .bind(report_json)
-            .execute(&mut *tx)
-            .await
-            .ctx(context)?;
-        if done.rows_affected() == 0 {
-            return Err(StorageError::Conflict(format!("submission {id} is not COMPLETED")));
-        }
-        self.stamp_board_change_on(&mut tx, id).await?;
-        tx.commit().await.ctx(context)
-    }
 }
 
 /// [`StorageError::QuotaExceeded`] when `team_id` has used `quota` up (the total first: it never

@@ -180,7 +180,8 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            // 2 for options that cannot run together, as for those clap refuses.
+            arena_sdk::cli::exit_code(&e)
         }
     }
 }
@@ -350,15 +351,12 @@ fn agent(a: AgentArgs) -> anyhow::Result<()> {
     let device = a.device.device()?;
     let model = load_agent_model(&a.checkpoint, device)?;
     let mut agent = TrackingAgent::new(model, a.window as usize);
-    let config = a
-        .session
-        .client_config("g1-smoke", "bfm-zero-baseline")
-        .map_err(anyhow::Error::msg)?;
-    let summary = client::run_blocking(&config, &mut agent, &mut client::print_event)?;
+    let config = a.session.client_config("g1-smoke", "bfm-zero-baseline")?;
+    let result = arena_sdk::cli::run(&config, &mut agent);
     if let Some(e) = &agent.error {
         bail!("{e}");
     }
-    client::report_done(&summary).map_err(anyhow::Error::msg)
+    result.map_err(anyhow::Error::msg)
 }
 
 fn export(a: ExportArgs) -> anyhow::Result<()> {

@@ -125,7 +125,7 @@ struct ExportArgs {
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ARENA_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
@@ -139,7 +139,8 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            // 2 for options that cannot run together, as for those clap refuses.
+            arena_sdk::cli::exit_code(&e)
         }
     }
 }
@@ -281,10 +282,7 @@ fn eval(a: EvalArgs) -> anyhow::Result<()> {
 fn agent(a: AgentArgs) -> anyhow::Result<()> {
     let policy = TrackerPolicy::load(&a.checkpoint).map_err(anyhow::Error::msg)?;
     // The server has the motions: only the benchmark's name is needed here.
-    let mut config = a
-        .session
-        .client_config(&policy.card.benchmark, "arena-ppo")
-        .map_err(anyhow::Error::msg)?;
+    let mut config = a.session.client_config(&policy.card.benchmark, "arena-ppo")?;
     if policy.card.gain_preset.is_empty() {
         config.joint_stiffness = policy.card.joint_stiffness.clone();
         config.joint_damping = policy.card.joint_damping.clone();
@@ -292,8 +290,7 @@ fn agent(a: AgentArgs) -> anyhow::Result<()> {
         config.gain_preset = policy.card.gain_preset.clone();
     }
     let mut agent = TrackerAgent::new(policy);
-    let summary = client::run_blocking(&config, &mut agent, &mut client::print_event)?;
-    client::report_done(&summary).map_err(anyhow::Error::msg)
+    arena_sdk::cli::run(&config, &mut agent).map_err(anyhow::Error::msg)
 }
 
 fn export(a: ExportArgs) -> anyhow::Result<()> {

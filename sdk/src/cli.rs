@@ -4,7 +4,7 @@
 //! own spelling of some: docs/sdk-python.md). Behind the default `cli` feature (clap).
 
 use crate::agent::Agent;
-use crate::client::{self, ClientConfig, DEFAULT_SERVER, Mode};
+use crate::client::{self, ClientConfig, ClientError, ClientEvent, DEFAULT_SERVER, Mode};
 use crate::protocol::{Encoding, ResetEpisode};
 
 /// The agent protocol's transport: WebSocket (protobuf in binary frames, or JSON with
@@ -21,7 +21,7 @@ pub enum Transport {
 pub struct SessionArgs {
     /// Server: http://HOST:PORT (its base URL), HOST:PORT, ws://HOST:PORT/api/v1/agent or
     /// grpc://HOST:PORT (no TLS; a grpc:// server means --transport grpc).
-    #[arg(long, default_value = DEFAULT_SERVER)]
+    #[arg(long, env = "ARENA_SERVER", default_value = DEFAULT_SERVER)]
     pub server: String,
     /// Protocol: WebSocket (ws) or gRPC.
     #[arg(long, value_enum, default_value = "ws")]
@@ -39,8 +39,8 @@ pub struct SessionArgs {
     #[arg(long, default_value = "")]
     pub phase: String,
     /// Resume (or attach to) an existing submission instead of starting one; only its
-    /// unfinished episodes run.
-    #[arg(long, value_name = "ID")]
+    /// unfinished episodes run. `--submission-id` is the same flag (the Python SDK's spelling).
+    #[arg(long, value_name = "ID", visible_alias = "submission-id")]
     pub submission: Option<String>,
     /// Practice this motion instead of submitting (repeat for several); nothing is stored.
     #[arg(long, value_name = "MOTION")]
@@ -48,20 +48,42 @@ pub struct SessionArgs {
     /// Largest batch per request (0 = the server's limit).
     #[arg(long, default_value_t = 0)]
     pub max_batch: u32,
-    /// Agent name shown on the leaderboard [default: the program's].
-    #[arg(long)]
+    /// Connection attempts after a lost connection before giving up (the backoff doubles from
+    /// 0.2 s to 5 s; a connection on which an episode finished starts the count again).
+    #[arg(long, default_value_t = 10)]
+    pub max_reconnects: u32,
+    /// Agent name shown on the leaderboard [default: the program's]. `--agent-name` is the same
+    /// flag (the Python SDK's spelling).
+    #[arg(long, visible_alias = "agent-name")]
     pub name: Option<String>,
+}
+
+/// A command line that cannot run as given (conflicting or malformed options): the programs
+/// exit 2 for it, as for the options clap itself refuses, and 1 for a run that went wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+/// The exit code for a run's error: 2 when it is a [`UsageError`] (anywhere in its chain), else 1.
+pub fn exit_code(error: &anyhow::Error) -> std::process::ExitCode {
+    match error.chain().any(|e| e.is::<UsageError>()) {
+        true => std::process::ExitCode::from(2),
+        false => std::process::ExitCode::FAILURE,
+    }
 }
 
 impl SessionArgs {
     /// The client's configuration. `default_benchmark` applies without `--benchmark` and
     /// `--phase` (a phase names its own benchmark); `default_name` without `--name`.
-    pub fn client_config(&self, default_benchmark: &str, default_name: &str) -> Result<ClientConfig, String> {
+    pub fn client_config(&self, default_benchmark: &str, default_name: &str) -> Result<ClientConfig, UsageError> {
         let grpc = self.transport == Transport::Grpc || self.server.starts_with("grpc://");
         if grpc && self.encoding == "json" {
-            return Err("--encoding json is for WebSocket: gRPC always carries protobuf (drop --encoding, or use --transport ws)".into());
+            return Err(UsageError(
+                "--encoding json is for WebSocket: gRPC always carries protobuf (drop --encoding, or use --transport ws)"
+                    .into(),
+            ));
         }
-        let url = client::endpoint(&self.server, grpc)?;
+        let url = client::endpoint(&self.server, grpc).map_err(UsageError)?;
         let benchmark = match (&self.benchmark, self.phase.is_empty()) {
             (Some(b), _) => b.clone(),
             (None, true) => default_benchmark.to_string(),
@@ -74,7 +96,7 @@ impl SessionArgs {
             }
         } else {
             if self.submission.is_some() {
-                return Err("--practice runs no submission: drop --submission".into());
+                return Err(UsageError("--practice runs no submission: drop --submission".into()));
             }
             Mode::Practice {
                 benchmark,
@@ -92,6 +114,7 @@ impl SessionArgs {
         config.agent_name = self.name.clone().unwrap_or_else(|| default_name.to_string());
         config.phase = self.phase.clone();
         config.max_batch = self.max_batch;
+        config.max_reconnects = self.max_reconnects;
         config.encoding = if self.encoding == "json" {
             Encoding::Json
         } else {
@@ -102,10 +125,35 @@ impl SessionArgs {
 }
 
 /// Runs `agent` as `config` says, printing each finished episode and the end of the run; an
-/// error says why the run did not end well (including a submission that ended FAILED).
+/// error says why the run did not end well (including a submission that ended FAILED) and, when
+/// a submission was left RUNNING, how to finish it.
 pub fn run(config: &ClientConfig, agent: &mut dyn Agent) -> Result<(), String> {
-    let summary = client::run_blocking(config, agent, &mut client::print_event).map_err(|e| e.to_string())?;
-    client::report_done(&summary)
+    let mut submission = String::new();
+    let result = client::run_blocking(config, agent, &mut |event| {
+        if let ClientEvent::Connected(c) = &event {
+            submission.clone_from(&c.submission_id);
+        }
+        client::print_event(event)
+    });
+    match result {
+        Ok(summary) => client::report_done(&summary),
+        Err(e) => Err(with_resume_hint(e.to_string(), &e, &submission, &config.mode)),
+    }
+}
+
+/// `message`, and for a submission the error left RUNNING, the flag that finishes it: its
+/// finished episodes are kept and only the rest run again.
+fn with_resume_hint(message: String, error: &ClientError, submission: &str, mode: &Mode) -> String {
+    let left_running = !submission.is_empty()
+        && matches!(mode, Mode::Submission { .. })
+        && !matches!(error, ClientError::Refused { .. } | ClientError::Config(_));
+    match left_running {
+        true => format!(
+            "{message}\nsubmission {submission} is left RUNNING with its finished episodes kept: run again with \
+             --submission {submission} to finish it"
+        ),
+        false => message,
+    }
 }
 
 #[cfg(test)]
@@ -121,7 +169,7 @@ mod tests {
 
     fn config(args: &[&str]) -> Result<ClientConfig, String> {
         let cli = Cli::try_parse_from(["agent", "--token", "t"].iter().chain(args)).map_err(|e| e.to_string())?;
-        cli.session.client_config("g1-smoke", "prog")
+        cli.session.client_config("g1-smoke", "prog").map_err(|e| e.0)
     }
 
     #[test]
@@ -160,5 +208,62 @@ mod tests {
                 .contains("--practice")
         );
         assert!(config(&["--server", "https://h:1"]).unwrap_err().contains("https://"));
+    }
+
+    #[test]
+    fn the_python_sdks_spellings_and_reconnects() {
+        let c = config(&[
+            "--submission-id",
+            "sub-2",
+            "--agent-name",
+            "theirs",
+            "--max-reconnects",
+            "3",
+        ])
+        .unwrap();
+        assert!(matches!(&c.mode, Mode::Submission { submission_id: Some(s), .. } if s == "sub-2"));
+        assert_eq!((c.agent_name.as_str(), c.max_reconnects), ("theirs", 3));
+        assert_eq!(config(&[]).unwrap().max_reconnects, 10);
+    }
+
+    #[test]
+    fn usage_errors_exit_2_and_other_errors_1() {
+        let usage = anyhow::Error::new(UsageError("--practice runs no submission".into())).context("agent");
+        assert_eq!(exit_code(&usage), std::process::ExitCode::from(2));
+        assert_eq!(
+            exit_code(&anyhow::anyhow!("the server went away")),
+            std::process::ExitCode::FAILURE
+        );
+    }
+
+    #[test]
+    fn a_submission_left_running_says_how_to_finish_it() {
+        let submission = Mode::Submission {
+            benchmark: "b".into(),
+            submission_id: None,
+        };
+        let lost = ClientError::Unreachable {
+            attempts: 11,
+            last_error: "refused".into(),
+        };
+        let hint = with_resume_hint("gave up".into(), &lost, "sub-9", &submission);
+        assert!(
+            hint.starts_with("gave up\n") && hint.contains("--submission sub-9"),
+            "{hint}"
+        );
+        // Before a submission exists, after a refusal, or in practice, there is nothing to resume.
+        assert_eq!(with_resume_hint("x".into(), &lost, "", &submission), "x");
+        let refused = ClientError::Refused {
+            code: "quota_exceeded".into(),
+            message: String::new(),
+            limit: 1,
+            resets_at: String::new(),
+        };
+        assert_eq!(with_resume_hint("x".into(), &refused, "sub-9", &submission), "x");
+        let practice = Mode::Practice {
+            benchmark: "b".into(),
+            episodes: vec![],
+        };
+        assert_eq!(with_resume_hint("x".into(), &lost, "sub-9", &practice), "x");
     }
 }

@@ -257,7 +257,8 @@ pub fn endpoint(server: &str, grpc: bool) -> Result<String, String> {
 }
 
 /// Prints the end of a submission session ("done: submission ... STATUS, N episodes") and says
-/// whether it ended well: a submission that ended FAILED (cancelled by the organiser) is an error.
+/// whether it ended well: a submission that ended FAILED (cancelled by the organiser, or abandoned
+/// by the server after it went idle) is an error.
 pub fn report_done(summary: &RunSummary) -> Result<(), String> {
     println!(
         "done: submission {:?} {}, {} episodes in this session",
@@ -267,7 +268,8 @@ pub fn report_done(summary: &RunSummary) -> Result<(), String> {
     );
     if summary.submission_status == "FAILED" {
         return Err(format!(
-            "submission {} ended FAILED (cancelled by the organiser)",
+            "submission {} ended FAILED (cancelled by the organiser, or abandoned by the server after \
+             it went idle)",
             summary.submission_id
         ));
     }

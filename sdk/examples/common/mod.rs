@@ -18,11 +18,15 @@ pub fn run(agent: &mut dyn arena_sdk::Agent, name: &str) -> std::process::ExitCo
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let flags = Flags::parse();
-    let result = flags
-        .session
-        .client_config("g1-smoke", name)
-        .and_then(|config| arena_sdk::cli::run(&config, agent));
-    match result {
+    // Options that conflict exit 2, as those clap refuses; a run that went wrong exits 1.
+    let config = match flags.session.client_config("g1-smoke", name) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match arena_sdk::cli::run(&config, agent) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");

@@ -1,14 +1,19 @@
 """`arena-agent` from a fresh virtual environment (`pip install <repo>/sdk/python`) completes a
-g1-smoke submission with the replay example over both transports."""
+g1-smoke submission with the replay example over both transports; in-process, its exit status,
+argument checks and help examples."""
 
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES, Server
+from conftest import EXAMPLES, REPO, Server
+
+from arena_sdk import RunSummary, cli, cli_common, onnx_cli
+from arena_sdk.cli_common import attach_number_lists, check_session_arguments
 
 
 @pytest.mark.parametrize("transport", ["ws", "grpc"])
@@ -165,3 +170,87 @@ def test_cli_help_and_bad_agent(fresh_venv: Path, tmp_path: Path) -> None:
             args += ["--benchmark", "g1-smoke"]
         result = subprocess.run(args, capture_output=True, text=True, cwd=tmp_path)
         assert result.returncode == 2 and "arena-agent: error:" in result.stderr, (bad, result.stderr)
+
+
+REPLAY = f"{EXAMPLES / 'replay_agent.py'}:ReplayAgent"
+
+
+def test_cli_exits_1_when_the_submission_ended_failed(
+    server: Server, team_token: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Attaching to a cancelled submission ends normally but FAILED: exit 1 (as the Rust SDK)."""
+    status, body = server.request("POST", "/api/v1/submissions", team_token, {"benchmark": "g1-smoke"})
+    assert status == 201, body
+    submission_id = body["id"]
+    status, body = server.request("POST", f"/api/v1/submissions/{submission_id}/cancel", server.admin_token)
+    assert status == 200 and body["status"] == "FAILED", body
+    code = cli.main([REPLAY, "--server", server.http_url, "--token", team_token, "--submission-id", submission_id])
+    out, err = capsys.readouterr()
+    assert code == 1, (out, err)
+    assert f"submission {submission_id} FAILED" in out, out  # the summary still comes first
+    assert f"arena-agent: error: submission {submission_id} ended FAILED: cancelled by the organiser" in err, err
+    assert "left RUNNING" not in err, err
+
+
+@pytest.mark.parametrize("status, code", [("COMPLETED", 0), ("FAILED", 1), ("", 0)])
+def test_cli_exit_status_follows_the_submission_status(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], status: str, code: int
+) -> None:
+    """A run that ends with Disconnect `submission_cancelled` (FAILED) exits 1; COMPLETED and
+    practice ("") exit 0."""
+    monkeypatch.setattr(cli_common, "run", lambda *a, **k: RunSummary("sub-1" if status else "", status))
+    assert cli.main([REPLAY, "--token", "t", "--benchmark", "g1-smoke"]) == code
+    err = capsys.readouterr().err
+    assert ("ended FAILED" in err) == (status == "FAILED"), err
+
+
+@pytest.mark.parametrize("flag", ["--max-batch", "--max-reconnects"])
+@pytest.mark.parametrize("value", ["-1", "x", str(2**32)])
+def test_cli_rejects_negative_counts(capsys: pytest.CaptureFixture[str], flag: str, value: str) -> None:
+    for main in (cli.main, onnx_cli.main):
+        with pytest.raises(SystemExit) as e:
+            main([REPLAY if main is cli.main else "p.onnx", "--token", "t", "--benchmark", "b", flag, value])
+        assert e.value.code == 2
+        assert f"argument {flag}:" in capsys.readouterr().err
+    args = cli._parser().parse_args([REPLAY, "--max-batch", "0", "--max-reconnects", "0"])
+    assert (args.max_batch, args.max_reconnects) == (0, 0)
+
+
+def test_onnx_cli_rejects_negative_threads(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        onnx_cli.main(["p.onnx", "--token", "t", "--benchmark", "b", "--threads", "-2"])
+    assert e.value.code == 2
+    assert "argument --threads:" in capsys.readouterr().err
+
+
+def _examples(text: str) -> list[str]:
+    """The `arena-agent ...` command lines in help text or Markdown, continuations joined and
+    comments dropped; synopses (with [options] or …) left out."""
+    lines = re.sub(r"\\\n\s*", " ", text).splitlines()
+    commands = [re.sub(r"^\s*(venv/bin/)?", "", line) for line in lines]
+    return [c.split("  #")[0] for c in commands if c.startswith("arena-agent ") and not re.search(r"[\[…]", c)]
+
+
+def test_cli_help_examples_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every example in `--help` and docs/sdk-python.md passes the argument checks as written
+    (with $ARENA_TOKEN set)."""
+    monkeypatch.setenv("ARENA_TOKEN", "t")  # read when the parsers are built
+    monkeypatch.setenv("TOKEN", "t")
+    docs = (REPO / "docs" / "sdk-python.md").read_text()
+    examples = _examples(cli.EPILOG) + _examples(onnx_cli.EPILOG) + _examples(docs)
+    assert len(examples) >= 6, examples
+    checked = 0
+    for example in examples:
+        argv = [re.sub(r"\$(\w+)", "t", a) for a in shlex.split(example)][1:]
+        if argv[0] in ("submit", "submissions"):  # their own parsers, without MODULE:CLASS rules
+            continue
+        parser = onnx_cli._parser() if argv[0] == "onnx" else cli._parser()
+        argv = argv[1:] if argv[0] == "onnx" else argv
+        try:
+            args = parser.parse_args(attach_number_lists(argv, ("--joint-stiffness", "--joint-damping")))
+            if not getattr(args, "show", False):
+                check_session_arguments(parser, args)
+        except SystemExit:
+            pytest.fail(f"example exits 2: {example}")
+        checked += 1
+    assert checked >= 6, examples

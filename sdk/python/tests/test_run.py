@@ -639,6 +639,22 @@ def test_resolve_endpoint(url: str, transport, expected: Endpoint) -> None:
 
 
 @pytest.mark.parametrize(
+    "url, expected",
+    [
+        ("ws://h:1", Endpoint("ws", "ws://h:1/api/v1/agent")),
+        ("ws://h:1/", Endpoint("ws", "ws://h:1/api/v1/agent")),
+        ("wss://h", Endpoint("ws", "wss://h/api/v1/agent", tls=True)),
+        ("ws://h:1/arena/api/v1/agent", Endpoint("ws", "ws://h:1/arena/api/v1/agent")),
+        ("ws://h:1/x/", Endpoint("ws", "ws://h:1/x/")),
+    ],
+)
+def test_ws_url_without_a_path_gets_the_agent_path(url: str, expected: Endpoint) -> None:
+    """A bare ws://HOST:PORT would dial the web index (as the Rust SDK, the agent path is added);
+    an explicit path is kept."""
+    assert resolve_endpoint(url) == resolve_endpoint(url, "ws") == expected
+
+
+@pytest.mark.parametrize(
     "url, transport",
     [("ws://h:1/x", "grpc"), ("grpc://h:1", "ws"), ("ftp://h", None), ("http://h:1/x", "grpc"), ("http://h", "udp")],
 )

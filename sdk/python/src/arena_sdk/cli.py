@@ -37,8 +37,14 @@ act(batch) -> actions (see arena_sdk.Agent), named as MODULE:CLASS, where MODULE
 importable module (the current directory is importable) or a path to a .py file; the class is
 instantiated with no arguments.
 
-Prints one line per finished episode and a summary table; exits 0 when the run ended normally,
-1 on an error (refused session, unreachable server, invalid actions), 2 on bad arguments.
+Prints one line per finished episode and a summary table. Exit status:
+  0    the run ended normally (a submission COMPLETED, or every practice motion ran)
+  1    an error: a refused session, an unreachable server, invalid actions, the agent raised,
+       or the submission ended FAILED (cancelled by the organiser, or abandoned by the server
+       after no agent ran it for too long)
+  2    bad arguments, an agent that cannot be loaded, or an agent that cannot serve the
+       benchmark's spec
+  130  interrupted (Ctrl-C)
 
 `arena-agent onnx POLICY.onnx ...` runs an exported mjlab / BeyondMimic / holosoma policy instead
 of a class (`arena-agent onnx --help`); `arena-agent submit POLICY.onnx` hands the file to the
@@ -47,15 +53,16 @@ your team's submissions with their results and the quota left in each phase.
 """
 
 EPILOG = """\
-examples:
+examples (the team token from --token or $ARENA_TOKEN):
   arena-agent examples/replay_agent.py:ReplayAgent --server http://127.0.0.1:8080 \\
       --token "$ARENA_TOKEN" --benchmark g1-smoke
-  arena-agent my_pkg.policy:Policy --transport grpc --practice squat --practice arm_wave
+  arena-agent my_pkg.policy:Policy --benchmark g1-smoke --transport grpc \\
+      --practice squat --practice arm_wave
   arena-agent my_agent.py:MyAgent --submission-id sub-0123456789abcdef   # resume / attach
   arena-agent onnx policy.onnx --benchmark g1-smoke-robot                 # an exported policy
 
 --server takes the server's base URL (both transports), or an explicit
-ws://HOST:PORT/api/v1/agent or grpc://HOST:PORT.
+ws://HOST:PORT/api/v1/agent (ws://HOST:PORT gets that path) or grpc://HOST:PORT.
 """
 
 

@@ -40,6 +40,18 @@ def setup_logging(verbose: bool) -> None:
     logging.getLogger("arena_sdk").setLevel(logging.INFO if verbose else logging.ERROR)
 
 
+def non_negative_int(text: str) -> int:
+    """argparse type: a whole number from 0 to 2**32 - 1 (the protocol's uint32 counts); one
+    outside would only fail later, inside protobuf, as if the agent had raised."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 0 <= value <= 0xFFFF_FFFF:
+        raise argparse.ArgumentTypeError(f"must be from 0 to {0xFFFF_FFFF}, got {value}")
+    return value
+
+
 def add_session_options(p: argparse.ArgumentParser) -> None:
     """Where and what to run: the options every arena-agent command shares."""
     p.add_argument(
@@ -58,12 +70,17 @@ def add_session_options(p: argparse.ArgumentParser) -> None:
         action="append",
         help="practise this motion (whole clip) instead of submitting; repeat for several",
     )
-    p.add_argument("--max-batch", type=int, default=0, help="largest batch per request (default: the server's)")
+    p.add_argument(
+        "--max-batch", type=non_negative_int, default=0, help="largest batch per request (default: the server's)"
+    )
     p.add_argument(
         "--encoding", choices=("binary", "json"), default="binary", help="WebSocket frames (default: %(default)s)"
     )
     p.add_argument(
-        "--max-reconnects", type=int, default=10, help="failed connections in a row before giving up (default: 10)"
+        "--max-reconnects",
+        type=non_negative_int,
+        default=10,
+        help="failed connections in a row before giving up (default: 10)",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="log the client's progress")
 
@@ -164,7 +181,20 @@ def run_agent(
         _say_how_to_resume(progress.submission_id)
         return 1
     print_summary(summary, sys.stdout)
+    if summary.submission_status == "FAILED":
+        # The run ended, but not well (as the Rust SDK's `report_done`): a script must not take it
+        # for a scored submission.
+        print(f"{prog}: error: {ended_failed(summary.submission_id)}", file=sys.stderr)
+        return 1
     return 0
+
+
+def ended_failed(submission_id: str) -> str:
+    """Why a run exits 1 although the session ended normally: what FAILED means here."""
+    return (
+        f"submission {submission_id} ended FAILED: cancelled by the organiser, or abandoned by the "
+        "server after no agent ran it for too long (its idle_submission_expiry_s)"
+    )
 
 
 def _say_how_to_resume(submission_id: str) -> None:

@@ -12,6 +12,7 @@ from .cli_common import (
     attach_number_lists,
     check_session_arguments,
     float_list,
+    non_negative_int,
     run_agent,
     setup_logging,
 )
@@ -33,8 +34,9 @@ policy's anchor body.
 Before a new submission it checks the benchmark's spec on a practice connection (nothing is
 stored), so a policy that cannot run is refused before a submission exists.
 
-Exit status: 0 when the run ended normally, 1 on an error (refused session, unreachable server),
-2 on bad arguments or a policy the arena cannot run (the message names what is missing).
+Exit status: 0 when the run ended normally, 1 on an error (refused session, unreachable server,
+a submission that ended FAILED), 2 on bad arguments or a policy the arena cannot run (the
+message names what is missing), 130 when interrupted.
 """
 
 EPILOG = """\
@@ -140,7 +142,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--no-check", action="store_true", help="skip the practice connection that checks the spec before submitting"
     )
-    p.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads (default: its own choice)")
+    p.add_argument("--threads", type=non_negative_int, default=0, help="onnxruntime intra-op threads (default: its own choice)")
     o = p.add_argument_group("overrides (replace the file's values or fill in what it lacks)")
     o.add_argument("--action-scale", type=_action_scale, metavar="X[,...]", help="one value, or one per joint")
     o.add_argument("--default-joint-pos", type=float_list, metavar="Q,...", help="default pose (rad), per joint")

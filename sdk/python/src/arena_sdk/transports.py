@@ -61,8 +61,9 @@ def resolve_endpoint(url: str, transport: str | None = None) -> Endpoint:
 
     `http://host:port` (the server's base URL, as `arena serve` prints it) serves both
     transports: WebSocket at `ws://host:port/api/v1/agent`, gRPC at `host:port`. `ws://` and
-    `wss://` URLs are used as given; `grpc://host:port` (and `grpcs://` for TLS) name a gRPC
-    target. `transport` (None: from the URL, else "ws") must agree with an explicit scheme.
+    `wss://` URLs with a path are used as given, without one (or with "/") get the agent path;
+    `grpc://host:port` (and `grpcs://` for TLS) name a gRPC target. `transport` (None: from the
+    URL, else "ws") must agree with an explicit scheme.
     """
     if transport not in (None, "ws", "grpc"):
         raise ValueError(f"transport must be 'ws' or 'grpc', got {transport!r}")
@@ -86,6 +87,10 @@ def resolve_endpoint(url: str, transport: str | None = None) -> Endpoint:
             raise ValueError(f"a gRPC endpoint has no path: {url!r} (use grpc://host:port)")
         return Endpoint("grpc", parts.netloc, tls)
     if scheme in ("ws", "wss"):
+        if parts.path in ("", "/"):
+            # A bare ws://HOST:PORT would reach the web index, not the agent endpoint (the Rust
+            # SDK dials the agent path too); an explicit path is kept as given.
+            return Endpoint("ws", parts._replace(path=AGENT_PATH).geturl(), tls)
         return Endpoint("ws", url, tls)
     path = parts.path.rstrip("/") + AGENT_PATH
     return Endpoint("ws", f"{'wss' if tls else 'ws'}://{parts.netloc}{path}", tls)

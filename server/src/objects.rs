@@ -89,7 +89,9 @@ fn prune_download_cache(dir: &Path, limit: u64, keep: &Path, recent: Duration) -
 /// link (or, across filesystems, a kernel copy) under the store's staging name `target#N`
 /// (which its listings skip), renamed into place, so readers see the whole file or none. The
 /// streamed path costs a blocking-pool round trip per 8 KiB read, and a whole benchmark's
-/// trajectories pass through here twice (each episode's file, then the merged one).
+/// trajectories pass through here twice (each episode's file, then the merged one). Durable
+/// when it returns: the file's bytes and the folder's entry are synced, since what it replaces
+/// (a submission's per-episode files) is deleted next; a power loss must leave one or the other.
 fn place_local_file(file: &Path, target: &Path) -> std::io::Result<()> {
     if let Some(dir) = target.parent() {
         std::fs::create_dir_all(dir)?;
@@ -97,16 +99,27 @@ fn place_local_file(file: &Path, target: &Path) -> std::io::Result<()> {
     let mut staged = target.as_os_str().to_owned();
     staged.push(format!("#{}", uuid::Uuid::new_v4().as_u128() % 1_000_000_000_000));
     let staged = PathBuf::from(staged);
-    if std::fs::hard_link(file, &staged).is_err() {
-        // A copy that fails half-way (a full disk) must not stay: listings skip staged names,
-        // so nothing else would ever remove it.
-        std::fs::copy(file, &staged).inspect_err(|_| {
-            let _ = std::fs::remove_file(&staged);
-        })?;
+    // A staged file that fails half-way (a full disk, a failed sync) must not stay: listings
+    // skip staged names, so nothing else would ever remove it.
+    let placed = match std::fs::hard_link(file, &staged) {
+        Ok(()) => std::fs::File::open(&staged).and_then(|f| f.sync_all()),
+        Err(_) => std::fs::copy(file, &staged).and_then(|_| std::fs::File::open(&staged)?.sync_all()),
     }
-    std::fs::rename(&staged, target).inspect_err(|_| {
+    .and_then(|()| std::fs::rename(&staged, target));
+    placed.inspect_err(|_| {
         let _ = std::fs::remove_file(&staged);
-    })
+    })?;
+    target.parent().map_or(Ok(()), sync_dir)
+}
+
+/// Syncs a folder's entries (names created, renamed or removed in it) to disk; a no-op where
+/// folders cannot be opened as files (not Unix).
+pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    std::fs::File::open(dir)?.sync_all()?;
+    #[cfg(not(unix))]
+    let _ = dir;
+    Ok(())
 }
 
 /// A failed store operation: what was being done, and why (after the retries).
@@ -140,7 +153,10 @@ impl Objects {
             let root = std::fs::canonicalize(&root).with_context(|| format!("resolving {}", root.display()))?;
             let store = LocalFileSystem::new_with_prefix(&root)
                 .with_context(|| format!("opening the object store folder {}", root.display()))?
-                .with_automatic_cleanup(true);
+                .with_automatic_cleanup(true)
+                // Reports and other small objects are on disk before their write returns (a
+                // power loss must not leave a COMPLETED submission without its report).
+                .with_fsync(true);
             return Ok(Self {
                 store: Arc::new(store),
                 shown: format!("file://{}", root.display()),
@@ -216,6 +232,41 @@ impl Objects {
             })
             .filter(|e| std::fs::remove_file(e.path()).is_ok())
             .count()
+    }
+
+    /// Removes the staged copies (`KEY#N`, which listings skip) that a killed process left in a
+    /// `file://` store's folders (`trajectories/`, `reports/`, `policies/`): those not written
+    /// to for `idle`, since on a folder shared by several servers another one may be writing
+    /// its own right now. Nothing to do for another store. Returns how many went.
+    pub fn remove_abandoned_staged(&self, idle: std::time::Duration) -> usize {
+        fn walk(dir: &Path, idle: std::time::Duration, now: std::time::SystemTime) -> usize {
+            let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+            let mut removed = 0;
+            for entry in entries.flatten() {
+                let Ok(kind) = entry.file_type() else { continue };
+                if kind.is_dir() {
+                    removed += walk(&entry.path(), idle, now);
+                    continue;
+                }
+                let staged = kind.is_file() && entry.file_name().to_string_lossy().contains('#');
+                let stale = || {
+                    entry
+                        .metadata()
+                        .and_then(|m| m.modified())
+                        .is_ok_and(|t| now.duration_since(t).is_ok_and(|age| age >= idle))
+                };
+                if staged && stale() && std::fs::remove_file(entry.path()).is_ok() {
+                    removed += 1;
+                }
+            }
+            removed
+        }
+        let Some(root) = &self.local_root else { return 0 };
+        let now = std::time::SystemTime::now();
+        ["trajectories", "reports", "policies"]
+            .iter()
+            .map(|folder| walk(&root.join(folder), idle, now))
+            .sum()
     }
 
     /// The same store, its part files written through the page cache (`direct = false`) or
@@ -504,6 +555,36 @@ mod tests {
         let cached = write("cache/trajectories/s.h5", 3600);
         assert_eq!(objects.remove_abandoned_scratch(Duration::from_secs(600)), 1);
         assert!(!abandoned.exists() && live.exists() && cached.exists());
+    }
+
+    /// Staged copies a killed server left in the store's folders go at the next start once
+    /// nothing has written them for a while; stored objects and fresh staged copies stay.
+    #[test]
+    fn a_starting_server_removes_only_abandoned_staged_copies() {
+        let dir = tempfile::tempdir().unwrap();
+        let objects = Objects::open("", dir.path(), Duration::from_secs(1)).unwrap();
+        let write = |name: &str, age_s: u64| {
+            let path = dir.path().join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            let file = std::fs::File::create(&path).unwrap();
+            file.set_modified(std::time::SystemTime::now() - Duration::from_secs(age_s))
+                .unwrap();
+            path
+        };
+        let abandoned = [
+            write("trajectories/sub-1.h5#123", 3600),
+            write("trajectories/sub-1/ep00001-a1.part#9", 3600),
+            write("reports/sub-1.json#77", 3600),
+        ];
+        let kept = [
+            write("trajectories/sub-2.h5#5", 0),
+            write("trajectories/sub-1.h5", 3600),
+            write("reports/sub-1.json", 3600),
+            write("scratch/cache/x#1", 3600),
+        ];
+        assert_eq!(objects.remove_abandoned_staged(Duration::from_secs(600)), 3);
+        assert!(abandoned.iter().all(|p| !p.exists()));
+        assert!(kept.iter().all(|p| p.exists()));
     }
 
     /// The download cache keeps within its limit: the least recently used go first, never the

@@ -203,6 +203,10 @@ impl AppState {
         if removed > 0 {
             tracing::info!("removed {removed} abandoned file(s) from the scratch folder");
         }
+        let removed = objects.remove_abandoned_staged(SCRATCH_IDLE);
+        if removed > 0 {
+            tracing::info!("removed {removed} abandoned staged cop(ies) from the object store's folders");
+        }
         let catalog = Arc::new(Catalog::new(config.benchmarks_dir(), config.motions_root.clone()));
         backfill_benchmark_versions(&storage, &catalog).await?;
         complete_finished_runs(&storage, &objects, &catalog, &unfinished).await;
@@ -283,7 +287,9 @@ async fn complete_finished_runs(
 /// Merges the runs of FAILED submissions whose episode parts are still in the store: a
 /// cancelled or expired submission is merged in the background when it fails, and a server
 /// that stopped meanwhile (or a store that was down longer than the retries) left it unmerged,
-/// with nothing that would try again. In the background: a large one takes minutes.
+/// with nothing that would try again. In the background: a large one takes minutes. A
+/// COMPLETED submission's leftover parts (a server stopped between its completion and their
+/// deletion) are deleted.
 async fn merge_failed_leftovers(storage: Storage, objects: crate::objects::Objects) {
     let keys = match objects.list("trajectories").await {
         Ok(k) => k,
@@ -304,11 +310,21 @@ async fn merge_failed_leftovers(storage: Storage, objects: crate::objects::Objec
     with_parts.sort();
     with_parts.dedup();
     for id in with_parts {
-        let failed = matches!(
-            storage.submission(&id).await,
-            Ok(Some(s)) if s.status == crate::storage::SubmissionStatus::Failed
-        );
-        if !failed {
+        let status = match storage.submission(&id).await {
+            Ok(Some(s)) => s.status,
+            _ => continue,
+        };
+        if status == crate::storage::SubmissionStatus::Completed {
+            if !keys.contains(&crate::objects::trajectory_key(&id)) {
+                continue; // no merged file to hold them (never expected): keep the parts
+            }
+            // Its merged file was stored (and synced) before it became COMPLETED: the parts a
+            // stopped server (or a failed deletion) left behind are only taking room.
+            crate::orchestrator::committer::remove_merged_parts(&objects, &id).await;
+            tracing::info!("submission {id}: removed the per-episode files its merged file holds");
+            continue;
+        }
+        if status != crate::storage::SubmissionStatus::Failed {
             continue;
         }
         match crate::trajectory_store::settle_failed(&storage, &objects, &id).await {
@@ -347,6 +363,19 @@ async fn expire_idle_submissions(state: std::sync::Weak<AppState>) {
         for id in idle {
             if state.attached.lock().expect("attached lock").contains(&id) {
                 continue; // connected here, between two episodes
+            }
+            // Every episode ran: its completion failed (a full disk, a store down longer than
+            // the retries) and no session came back to try again. Completed now, never
+            // "abandoned"; a completion that fails again is tried at the next tick.
+            if let Ok((0, 0, _)) = state.storage.episode_counts(&id).await {
+                complete_finished_runs(
+                    &state.storage,
+                    &state.objects,
+                    &state.catalog,
+                    std::slice::from_ref(&id),
+                )
+                .await;
+                continue;
             }
             let reason = format!(
                 "abandoned: no agent ran it for {} (the server's idle_submission_expiry_s); resuming is no longer possible",

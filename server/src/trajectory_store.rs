@@ -27,7 +27,8 @@ pub use merge_ahead::{AheadWritten, MergeAhead};
 /// and safe to run for many episodes at once (the committer does so on every core).
 pub fn write_part(objects: &Objects, record: &EpisodeRecord) -> anyhow::Result<PathBuf> {
     let scratch = objects.scratch_file(".part");
-    write_part_file(&scratch, record, objects.direct_parts()).map(|()| scratch)
+    // Not synced here: storing it syncs what it places (`Objects::put_file`).
+    part_file::write(&scratch, record, objects.direct_parts(), false).map(|_| scratch)
 }
 
 /// A part written by [`write_part_for`]: already stored, or a scratch file for [`put_part`].
@@ -66,7 +67,9 @@ fn write_in_place(target: &Path, record: &EpisodeRecord, direct: bool) -> anyhow
     let mut staged = target.as_os_str().to_owned();
     staged.push(format!("#{}", uuid::Uuid::new_v4().as_u128() % 1_000_000_000_000));
     let staged = PathBuf::from(staged);
-    write_part_file(&staged, record, direct)?;
+    // Synced (its bytes and length) before its name is: the commit that follows says it is
+    // stored; the folder's entries are synced once per batch (`sync_stored_parts`).
+    part_file::write(&staged, record, direct, true)?;
     std::fs::rename(&staged, target)
         .with_context(|| format!("renaming {} to {}", staged.display(), target.display()))
         .inspect_err(|_| {
@@ -74,10 +77,15 @@ fn write_in_place(target: &Path, record: &EpisodeRecord, direct: bool) -> anyhow
         })
 }
 
-/// One part file at `path` (removed again if writing fails), past the page cache if `direct`
-/// and the filesystem allows it.
-fn write_part_file(path: &Path, record: &EpisodeRecord, direct: bool) -> anyhow::Result<()> {
-    part_file::write(path, record, direct).map(|_| ())
+/// Syncs the folder entries of the parts [`write_part_for`] renamed into a `file://` store's
+/// submission folder (and that folder's own entry): once per committed batch, before the
+/// commit that says they are stored. Nothing to do for another store.
+pub fn sync_stored_parts(objects: &Objects, submission: &str) -> std::io::Result<()> {
+    let Some(folder) = objects.local_path(&objects::episode_parts_prefix(submission)) else {
+        return Ok(());
+    };
+    objects::sync_dir(&folder)?;
+    folder.parent().map_or(Ok(()), objects::sync_dir)
 }
 
 /// Stores a part written by [`write_part`] as run `attempt` of episode `idx`, under

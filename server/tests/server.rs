@@ -1105,6 +1105,97 @@ fn an_abandoned_submission_waits_for_its_agent_then_expires() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A submission whose every episode ran but whose completion failed (its merged file could
+/// not be stored) is not "abandoned" by the idle expiry: once the store works again, the expiry
+/// loop completes it. Before, it ended FAILED, its results off every leaderboard.
+#[test]
+fn a_submission_whose_completion_failed_is_completed_not_abandoned() {
+    let dir = tmp("idle-complete");
+    let data = dir.join("data");
+    let server = ServerProc::start(
+        &data,
+        &["--idle-submission-expiry-s", "2", "--object-store-retry-s", "0"],
+    );
+    let token = server.team("unlucky");
+    let (status, created) = server.post("/api/v1/submissions", Some(&token), "{\"benchmark\": \"g1-smoke\"}");
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_string();
+    // A folder where the merged file goes: storing it fails until the folder is gone.
+    let blocker = data.join("trajectories").join(format!("{id}.h5"));
+    std::fs::create_dir_all(blocker.join("in-the-way")).unwrap();
+    let mut config = ClientConfig::new(
+        server.ws_url(),
+        &token,
+        Mode::Submission {
+            benchmark: "g1-smoke".into(),
+            submission_id: Some(id.clone()),
+        },
+    );
+    config.max_reconnects = 0;
+    let ran = client::run_blocking(&config, &mut ReplayAgent::new(), &mut |_| {});
+    assert!(ran.is_err(), "the completion cannot store the merged file: {ran:?}");
+    let (_, s) = server.get(&format!("/api/v1/submissions/{id}"), Some(&token));
+    assert_eq!(s["status"], "RUNNING", "{s}");
+    std::fs::remove_dir_all(&blocker).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let s = loop {
+        let (_, s) = server.get(&format!("/api/v1/submissions/{id}"), Some(&token));
+        if s["status"] != "RUNNING" || std::time::Instant::now() > deadline {
+            break s;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert_eq!(s["status"], "COMPLETED", "{s}\n{}", server.log_text());
+    let (status, _, _) = server.call(
+        "GET",
+        &format!("/api/v1/submissions/{id}/trajectories"),
+        Some(&token),
+        None,
+    );
+    assert_eq!(status, 200);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Per-episode files a server left behind after a submission COMPLETED (stopped before it
+/// deleted them) go at the next start, as do staged copies a killed server left in the store;
+/// the merged file stays.
+#[test]
+fn a_starting_server_removes_what_a_completed_submission_left_behind() {
+    let dir = tmp("leftover-parts");
+    let data = dir.join("data");
+    let mut server = ServerProc::start(&data, &[]);
+    let token = server.team("tidy");
+    let ran = submit(&server.ws_url(), &token, Encoding::Binary);
+    assert_eq!(ran.submission_status, "COMPLETED");
+    let id = ran.submission_id;
+    server.kill9();
+    let trajectories = data.join("trajectories");
+    let merged = trajectories.join(format!("{id}.h5"));
+    assert!(merged.exists());
+    let parts = trajectories.join(&id);
+    std::fs::create_dir_all(&parts).unwrap();
+    std::fs::write(parts.join("ep00000-a1.part"), b"left behind").unwrap();
+    let staged = trajectories.join(format!("{id}.h5#42"));
+    let file = std::fs::File::create(&staged).unwrap();
+    file.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(3600))
+        .unwrap();
+    let server = ServerProc::start(&data, &[]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while parts.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(!parts.exists(), "{}", server.log_text());
+    assert!(!staged.exists() && merged.exists());
+    let (status, _, _) = server.call(
+        "GET",
+        &format!("/api/v1/submissions/{id}/trajectories"),
+        Some(&token),
+        None,
+    );
+    assert_eq!(status, 200);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// A practice run whose server goes away asks the next one only for the episodes that had not
 /// ended: before, the Rust SDK asked for every episode again and stopped once as many had
 /// ended, so a finished one ran twice and the unfinished one never did.

@@ -216,11 +216,21 @@ fn store_and_commit(
             for (_, _, _, _, work) in &written {
                 timings.store_work.add(work);
             }
+            // The parts renamed into place are on disk, their names too, before the commit
+            // says they are stored: one folder sync for the batch (each part synced itself).
+            let in_place = written
+                .iter()
+                .any(|(_, _, part, ..)| matches!(part, Ok(WrittenPart::Stored)));
+            let synced = match in_place {
+                true => trajectory_store::sync_stored_parts(objects, submission_id)
+                    .map_err(|e| format!("syncing the folder of the episodes' files: {e}")),
+                false => Ok(()),
+            };
             written
                 .into_iter()
                 .map(|(idx, attempt, part, prepared, _)| {
                     let stored = part.and_then(|part| match part {
-                        WrittenPart::Stored => Ok(()),
+                        WrittenPart::Stored => synced.clone().map_err(anyhow::Error::msg),
                         WrittenPart::Scratch(scratch) => ctx.runtime.block_on(trajectory_store::put_part(
                             objects,
                             submission_id,

@@ -89,17 +89,18 @@ pub(crate) enum PartWrite {
 }
 
 /// Writes `record` as a new part file at `path`, past the page cache if `direct` and the
-/// filesystem allows it; a file already there is an error and left alone, a file this call
-/// began is removed again if writing fails.
-pub(crate) fn write(path: &Path, record: &EpisodeRecord, direct: bool) -> anyhow::Result<PartWrite> {
+/// filesystem allows it, and on disk when it returns if `durable` (its data and length synced;
+/// the name is its folder's to sync); a file already there is an error and left alone, a file
+/// this call began is removed again if writing fails.
+pub(crate) fn write(path: &Path, record: &EpisodeRecord, direct: bool, durable: bool) -> anyhow::Result<PartWrite> {
     BUFFER.with(|cell| {
         let mut buffer = cell.borrow_mut();
         buffer.len = 0;
         let written = episode_part::write(record, &mut *buffer)
             .map_err(anyhow::Error::from)
-            .and_then(|()| match direct && write_direct(path, &mut buffer)? {
+            .and_then(|()| match direct && write_direct(path, &mut buffer, durable)? {
                 true => Ok(PartWrite::Direct),
-                false => write_buffered(path, &buffer).map(|()| PartWrite::Buffered),
+                false => write_buffered(path, &buffer, durable).map(|()| PartWrite::Buffered),
             });
         if buffer.blocks.len() * DIRECT_ALIGN > KEPT_BUFFER_BYTES {
             *buffer = DirectBuffer::default();
@@ -123,7 +124,7 @@ pub(crate) fn write(path: &Path, record: &EpisodeRecord, direct: bool) -> anyhow
 /// The serialised part to `path` with `O_DIRECT`, then cut to its length: false (and no file
 /// left) where the filesystem refuses `O_DIRECT` for the file or its write.
 #[cfg(target_os = "linux")]
-fn write_direct(path: &Path, buffer: &mut DirectBuffer) -> anyhow::Result<bool> {
+fn write_direct(path: &Path, buffer: &mut DirectBuffer, durable: bool) -> anyhow::Result<bool> {
     use std::os::unix::fs::OpenOptionsExt;
     let len = buffer.len as u64;
     let opened = std::fs::OpenOptions::new()
@@ -146,19 +147,26 @@ fn write_direct(path: &Path, buffer: &mut DirectBuffer) -> anyhow::Result<bool> 
         Err(e) => return Err(e.into()),
     }
     file.set_len(len)?;
+    if durable {
+        // The bytes are on the device already (O_DIRECT); this makes the length so.
+        file.sync_data()?;
+    }
     Ok(true)
 }
 
 #[cfg(not(target_os = "linux"))]
-fn write_direct(_path: &Path, _buffer: &mut DirectBuffer) -> anyhow::Result<bool> {
+fn write_direct(_path: &Path, _buffer: &mut DirectBuffer, _durable: bool) -> anyhow::Result<bool> {
     Ok(false)
 }
 
-fn write_buffered(path: &Path, buffer: &DirectBuffer) -> anyhow::Result<()> {
+fn write_buffered(path: &Path, buffer: &DirectBuffer, durable: bool) -> anyhow::Result<()> {
     let mut file = std::fs::OpenOptions::new().write(true).create_new(true).open(path)?;
     // SAFETY: as in `bytes_mut`, read only.
     let bytes = unsafe { std::slice::from_raw_parts(buffer.blocks.as_ptr().cast::<u8>(), buffer.len) };
     file.write_all(bytes)?;
+    if durable {
+        file.sync_data()?;
+    }
     Ok(())
 }
 
@@ -215,7 +223,7 @@ mod tests {
             let rec = record(rows);
             let expected = serialised(&rec);
             let direct = dir.join(format!("d{rows}.part"));
-            let how = write(&direct, &rec, true).unwrap();
+            let how = write(&direct, &rec, true, true).unwrap();
             assert_eq!(
                 std::fs::read(&direct).unwrap(),
                 expected,
@@ -224,7 +232,7 @@ mod tests {
             assert_eq!(how, expected_way(dir), "in {}", dir.display());
             assert_eq!(episode_part::read(&std::fs::read(&direct).unwrap()).unwrap(), rec);
             let buffered = dir.join(format!("b{rows}.part"));
-            assert_eq!(write(&buffered, &rec, false).unwrap(), PartWrite::Buffered);
+            assert_eq!(write(&buffered, &rec, false, true).unwrap(), PartWrite::Buffered);
             assert_eq!(std::fs::read(&buffered).unwrap(), expected);
         }
     }
@@ -235,7 +243,7 @@ mod tests {
         let path = dir.path().join("ep0-a1.part");
         std::fs::write(&path, b"someone else's").unwrap();
         for direct in [true, false] {
-            let err = write(&path, &record(4), direct).unwrap_err();
+            let err = write(&path, &record(4), direct, true).unwrap_err();
             assert!(format!("{err:#}").contains("ep0-a1.part"), "{err:#}");
             assert_eq!(std::fs::read(&path).unwrap(), b"someone else's");
         }

@@ -166,6 +166,16 @@ pub enum ConfigError {
 /// bound keeps `Duration::from_secs_f64` (which panics past u64 seconds) safe.
 const MAX_WAIT_S: f64 = 86_400.0;
 
+/// The shortest connection timeout: below it a timer is a busy loop (and one that rounds to zero
+/// panics where it is made).
+const MIN_WAIT_S: f64 = 0.01;
+
+/// The shortest step deadline.
+const MIN_STEP_S: f64 = 0.001;
+
+/// The shortest heartbeat interval.
+const MIN_HEARTBEAT_S: f64 = 0.1;
+
 /// The longest idle-submission expiry, for the same reason.
 const MAX_EXPIRY_S: f64 = 365.0 * 86_400.0;
 
@@ -257,22 +267,31 @@ impl ServerConfig {
         if self.max_batch == 0 || self.max_batch > 4096 {
             return bad("max_batch", format!("expected 1-4096, got {}", self.max_batch));
         }
-        if self.max_connections == 0 || self.max_connections_per_address == 0 {
-            return bad(
-                "max_connections",
-                format!(
-                    "expected max_connections and max_connections_per_address >= 1, got {} and {}",
-                    self.max_connections, self.max_connections_per_address
-                ),
-            );
+        for (key, v) in [
+            ("max_connections", self.max_connections),
+            ("max_connections_per_address", self.max_connections_per_address),
+        ] {
+            if v == 0 {
+                return bad(key, "expected at least 1".into());
+            }
         }
+        // Below a hundredth of a second a timer is a busy loop, and one that rounds to zero
+        // nanoseconds panics where it is made.
         for (key, v) in [
             ("header_timeout_s", self.header_timeout_s),
             ("idle_timeout_s", self.idle_timeout_s),
         ] {
-            if !(v > 0.0 && v <= 86_400.0) {
-                return bad(key, format!("expected seconds in (0, 86400], got {v}"));
+            if !(MIN_WAIT_S..=86_400.0).contains(&v) {
+                return bad(key, format!("expected seconds {MIN_WAIT_S}-86400, got {v}"));
             }
+        }
+        if self.admin_token.chars().any(|c| !c.is_ascii_graphic()) {
+            // Clients send it in an HTTP header, trimmed: a space, a line end (a CRLF .env
+            // file) or a non-ASCII letter would make every admin call fail as unauthorised.
+            return bad(
+                "admin_token",
+                "expected visible ASCII characters only (no spaces, line ends or other letters)".into(),
+            );
         }
         if self.hosted_runs > 1024 {
             return bad(
@@ -318,20 +337,29 @@ impl ServerConfig {
                 format!("expected distinct benchmark names, got {name:?} twice or empty"),
             );
         }
-        if !(self.step_timeout_s >= 0.0 && self.step_timeout_s <= MAX_WAIT_S) {
+        // A step deadline of a millisecond is a (harsh) rule; below it, a timer's rounding.
+        let step = self.step_timeout_s;
+        if !(step == 0.0 || (MIN_STEP_S..=MAX_WAIT_S).contains(&step)) {
             return bad(
                 "step_timeout_s",
-                format!("expected seconds 0-{MAX_WAIT_S} (a day), got {}", self.step_timeout_s),
+                format!("expected 0 (the benchmark's) or seconds {MIN_STEP_S}-{MAX_WAIT_S} (a day), got {step}"),
             );
         }
-        if !(self.heartbeat_interval_s > 0.0
-            && self.heartbeat_timeout_s > self.heartbeat_interval_s
-            && self.heartbeat_timeout_s <= MAX_WAIT_S)
-        {
+        // A heartbeat more often than ten times a second floods every session for nothing.
+        if !(self.heartbeat_interval_s >= MIN_HEARTBEAT_S && self.heartbeat_interval_s < MAX_WAIT_S) {
+            return bad(
+                "heartbeat_interval_s",
+                format!(
+                    "expected seconds {MIN_HEARTBEAT_S}-{MAX_WAIT_S} (below heartbeat_timeout_s), got {}",
+                    self.heartbeat_interval_s
+                ),
+            );
+        }
+        if !(self.heartbeat_timeout_s > self.heartbeat_interval_s && self.heartbeat_timeout_s <= MAX_WAIT_S) {
             return bad(
                 "heartbeat_timeout_s",
                 format!(
-                    "expected 0 < heartbeat_interval_s < heartbeat_timeout_s <= {MAX_WAIT_S} (a day), got {} and {}",
+                    "expected more than heartbeat_interval_s ({}) and at most {MAX_WAIT_S} (a day), got {}",
                     self.heartbeat_interval_s, self.heartbeat_timeout_s
                 ),
             );
@@ -390,8 +418,8 @@ impl ServerConfig {
         let url = &self.database_url;
         if !(url.is_empty()
             || url.starts_with("sqlite:")
-            || url.starts_with("postgres:")
-            || url.starts_with("postgresql:"))
+            || url.starts_with("postgres://")
+            || url.starts_with("postgresql://"))
         {
             return bad(
                 "database_url",
@@ -404,7 +432,11 @@ impl ServerConfig {
     /// The database URL actually used.
     pub fn database_url(&self) -> String {
         if self.database_url.is_empty() {
-            format!("sqlite://{}", self.data_dir.join("arena.db").display())
+            // The driver percent-decodes the path: what would read as an escape, the options
+            // or a fragment is escaped.
+            let path = self.data_dir.join("arena.db").display().to_string();
+            let path = path.replace('%', "%25").replace('?', "%3F").replace('#', "%23");
+            format!("sqlite://{path}")
         } else {
             self.database_url.clone()
         }
@@ -523,10 +555,10 @@ mod tests {
         for (line, want) in [
             (
                 "step_timeout_s = 1e20",
-                "step_timeout_s: expected seconds 0-86400 (a day)",
+                "step_timeout_s: expected 0 (the benchmark's) or seconds 0.001-86400 (a day)",
             ),
-            ("heartbeat_timeout_s = 1e20", "heartbeat_timeout_s <= 86400 (a day)"),
-            ("heartbeat_timeout_s = inf", "heartbeat_timeout_s <= 86400 (a day)"),
+            ("heartbeat_timeout_s = 1e20", "heartbeat_timeout_s: expected more than"),
+            ("heartbeat_timeout_s = inf", "at most 86400 (a day)"),
             (
                 "idle_submission_expiry_s = 1e20",
                 "idle_submission_expiry_s: expected seconds 0-31536000",
@@ -544,6 +576,63 @@ mod tests {
                 .contains("database_url")
         );
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// Values a timer cannot use (it would panic at zero nanoseconds, or spin), a token no
+    /// client can send, and a PostgreSQL URL the driver refuses are each refused naming the
+    /// key they are wrong in.
+    #[test]
+    fn values_that_would_fail_later_are_refused_naming_their_key() {
+        let check = |f: &dyn Fn(&mut ServerConfig)| {
+            let mut c = ServerConfig::default();
+            f(&mut c);
+            c.validate().map_err(|e| e.to_string())
+        };
+        let refused = [
+            (
+                check(&|c| c.heartbeat_interval_s = 1e-10),
+                "heartbeat_interval_s: expected seconds 0.1-",
+            ),
+            (check(&|c| c.heartbeat_interval_s = 0.001), "heartbeat_interval_s:"),
+            (
+                check(&|c| c.heartbeat_timeout_s = 20.0),
+                "heartbeat_timeout_s: expected more than heartbeat_interval_s (30)",
+            ),
+            (check(&|c| c.step_timeout_s = 1e-12), "step_timeout_s:"),
+            (check(&|c| c.step_timeout_s = -1.0), "step_timeout_s:"),
+            (
+                check(&|c| c.header_timeout_s = 1e-12),
+                "header_timeout_s: expected seconds 0.01-86400",
+            ),
+            (check(&|c| c.idle_timeout_s = f64::NAN), "idle_timeout_s:"),
+            (
+                check(&|c| c.max_connections_per_address = 0),
+                "max_connections_per_address: expected at least 1",
+            ),
+            (
+                check(&|c| c.max_connections = 0),
+                "max_connections: expected at least 1",
+            ),
+            (
+                check(&|c| c.admin_token = "s3cret ".into()),
+                "admin_token: expected visible ASCII",
+            ),
+            (check(&|c| c.admin_token = "geheim\r".into()), "admin_token:"),
+            (check(&|c| c.admin_token = "geheim-ü".into()), "admin_token:"),
+            (check(&|c| c.database_url = "postgres:arena".into()), "database_url:"),
+        ];
+        for (result, want) in refused {
+            let e = result.unwrap_err();
+            assert!(e.starts_with(want), "{e}");
+        }
+        check(&|c| {
+            c.heartbeat_interval_s = 0.1;
+            c.heartbeat_timeout_s = 0.2;
+            c.step_timeout_s = 0.0;
+            c.admin_token = "A-b_c.9~!".into();
+            c.database_url = "postgresql://u@h:5432/db".into();
+        })
+        .unwrap();
     }
 
     #[test]

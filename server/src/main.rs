@@ -11,8 +11,18 @@ fn main() -> std::process::ExitCode {
         !(*meta.level() == tracing::Level::TRACE
             && (meta.target().starts_with("tungstenite") || meta.target().starts_with("tokio_tungstenite")))
     });
+    // A filter that does not parse says so (it used to fall back to `warn` in silence).
+    let filter = match tracing_subscriber::EnvFilter::try_from_env("ARENA_LOG") {
+        Ok(filter) => filter,
+        Err(e) => {
+            if std::env::var_os("ARENA_LOG").is_some() {
+                eprintln!("warning: ARENA_LOG is not a log filter ({e}): logging warnings only");
+            }
+            "warn".into()
+        }
+    };
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ARENA_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .finish()

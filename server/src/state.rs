@@ -153,14 +153,16 @@ impl DatabaseLock {
     }
 }
 
-/// The file of a `sqlite://PATH[?options]` URL; None for other engines and in-memory databases.
+/// The file of a `sqlite://PATH[?options]` URL, as the driver opens it (percent-decoded: the
+/// lock must be on the same file); None for other engines and in-memory databases.
 fn sqlite_file(url: &str) -> Option<PathBuf> {
     let rest = url.strip_prefix("sqlite:")?;
     let path = rest.trim_start_matches("//").split('?').next().unwrap_or_default();
     if path.is_empty() || path == ":memory:" || url.contains("mode=memory") {
         return None;
     }
-    Some(PathBuf::from(path))
+    let options: sqlx::sqlite::SqliteConnectOptions = url.parse().ok()?;
+    Some(options.get_filename().to_path_buf())
 }
 
 /// How long a scratch file goes unwritten before a starting server treats it as abandoned.
@@ -518,5 +520,19 @@ mod tests {
         assert_eq!(super::sqlite_file("sqlite::memory:"), None);
         assert_eq!(super::sqlite_file("sqlite://x.db?mode=memory"), None);
         assert_eq!(super::sqlite_file("postgres://u@h/db"), None);
+        // As the driver opens it: percent-decoded.
+        assert_eq!(
+            super::sqlite_file("sqlite:///srv/my%20db/arena.db"),
+            Some(PathBuf::from("/srv/my db/arena.db"))
+        );
+        // A data directory with URL characters in its name round-trips.
+        let config = crate::config::ServerConfig {
+            data_dir: PathBuf::from("/srv/50% off?#/data"),
+            ..Default::default()
+        };
+        assert_eq!(
+            super::sqlite_file(&config.database_url()),
+            Some(PathBuf::from("/srv/50% off?#/data/arena.db"))
+        );
     }
 }

@@ -232,6 +232,28 @@ fn eval_with_a_missing_motions_root_says_how_to_set_it() {
     );
 }
 
+/// A server whose motions folder does not exist stops at start naming the key, rather than
+/// listing benchmarks that fail at their first session.
+#[test]
+fn serve_with_a_missing_motions_root_stops_at_start() {
+    let dir = tmp("serve-motions-root");
+    let out = arena(&[
+        "serve",
+        "--bind",
+        "127.0.0.1:0",
+        "--data-dir",
+        dir.to_str().unwrap(),
+        "--motions-root",
+        "/nonexistent/motions",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("motions_root: /nonexistent/motions is not a folder"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(dir).ok();
+}
+
 #[test]
 fn metrics_emd_and_track_on_files() {
     let dir = tmp("metrics");

@@ -60,6 +60,10 @@ pub struct DemoArgs {
 
 pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     let mut config = a.config.resolve_with(&a.lane_backend)?;
+    if !config.prewarm.is_empty() {
+        // The demo starts its own lanes once; keeping simulators warm is `arena serve`'s.
+        anyhow::bail!("prewarm: `arena demo` keeps no simulator warm (drop --prewarm / ARENA_PREWARM)");
+    }
     if a.config.serving.bind.is_none() {
         config.bind = "127.0.0.1:0".parse().expect("valid address");
     }

@@ -262,6 +262,13 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             benchmarks.display()
         );
     }
+    if !config.motions_root.is_dir() {
+        // Every benchmark that reads motion files would fail at its first session instead.
+        anyhow::bail!(
+            "motions_root: {} is not a folder (--motions-root / ARENA_MOTIONS_ROOT)",
+            config.motions_root.display()
+        );
+    }
     let (offered, problems) = crate::catalog::Catalog::new(benchmarks.clone(), config.motions_root.clone()).survey();
     for problem in &problems {
         eprintln!("warning: {problem}");
@@ -296,13 +303,16 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         if config.admin_token.is_empty() {
             eprintln!("note: no admin token (ARENA_ADMIN_TOKEN / --admin-token): team management is disabled");
         }
+        // The port first: a second server started on a port in use stops here, before its
+        // start-up re-queues the episodes claimed under its replica id (which, with the same
+        // id, are the running server's). Connections wait in the backlog meanwhile.
+        let listener = tokio::net::TcpListener::bind(config.bind)
+            .await
+            .with_context(|| format!("listening on {}", config.bind))?;
         let state = AppState::open(config.clone()).await?;
         for warning in state::unloadable_phases(&state).await? {
             eprintln!("warning: {warning}");
         }
-        let listener = tokio::net::TcpListener::bind(config.bind)
-            .await
-            .with_context(|| format!("listening on {}", config.bind))?;
         let addr = listener.local_addr()?;
         // Once the server can serve: a start that fails leaves no worker behind.
         crate::orchestrator::warm::prewarm(&state);

@@ -415,6 +415,30 @@ impl Objects {
     }
 
     /// The keys under `prefix` (a folder: `trajectories/sub-1`).
+    /// Whether a remote store answers (one listing request, bounded by `within`): a wrong
+    /// endpoint, bucket or credentials found at start, not after every episode of the first
+    /// submission has run and failed to store. Nothing to do for a `file://` store.
+    pub async fn check_reachable(&self, within: Duration) -> anyhow::Result<()> {
+        if self.local_root.is_some() {
+            return Ok(());
+        }
+        let listed = async {
+            let mut listing = self.store.list(Some(&Key::from("reports")));
+            listing.next().await.transpose().map(|_| ())
+        };
+        let hint = "check the bucket and the AWS_* variables (AWS_ENDPOINT, AWS_ACCESS_KEY_ID, \
+                    AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ALLOW_HTTP)";
+        match tokio::time::timeout(within, listed).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => anyhow::bail!("object_store {}: cannot list it: {e} ({hint})", self.shown),
+            Err(_) => anyhow::bail!(
+                "object_store {}: no answer within {} s ({hint})",
+                self.shown,
+                within.as_secs()
+            ),
+        }
+    }
+
     pub async fn list(&self, prefix: &str) -> Result<Vec<String>, ObjectError> {
         let mut keys = Vec::new();
         let mut listing = self.store.list(Some(&Key::from(prefix)));

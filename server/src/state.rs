@@ -165,6 +165,9 @@ fn sqlite_file(url: &str) -> Option<PathBuf> {
     Some(options.get_filename().to_path_buf())
 }
 
+/// How long a starting server waits for a remote object store's first answer.
+const STORE_CHECK_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// How long a scratch file goes unwritten before a starting server treats it as abandoned.
 const SCRATCH_IDLE: std::time::Duration = std::time::Duration::from_secs(600);
 
@@ -200,6 +203,7 @@ impl AppState {
         backfill_summaries(&storage).await?;
         tokio::spawn(renew_leases(storage.clone()));
         let objects = config.objects()?;
+        objects.check_reachable(STORE_CHECK_WITHIN).await?;
         // Partial files of a killed run; a command still writing one (an export) keeps it fresh.
         let removed = objects.remove_abandoned_scratch(SCRATCH_IDLE);
         if removed > 0 {

@@ -389,3 +389,43 @@ fn a_hosted_run_survives_its_replica() {
     check_submissions(&r2, std::slice::from_ref(&id), &|key| shared.join(key));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A remote store the server cannot use (no such bucket, wrong credentials, nothing listening)
+/// stops the start naming `object_store` and the variables to check: before, the server
+/// started, and every episode of the first submission ran and then failed to store.
+#[test]
+fn a_store_the_server_cannot_use_stops_its_start() {
+    let Some(s3s) = s3s_binary("a_store_the_server_cannot_use_stops_its_start") else {
+        return;
+    };
+    let dir = common::tmp("store-check");
+    let s3 = S3Server::start(&s3s, &dir.join("s3"));
+    let start = |store: &str, env: &[(&str, String)]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_arena"))
+            .args(["serve", "--bind", "127.0.0.1:0", "--object-store", store])
+            .args(["--data-dir", dir.join("data").to_str().unwrap()])
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = out.wait_with_output().unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let mut wrong_key = s3.env();
+    wrong_key[1].1 = "not-the-key".into();
+    let mut nobody_there = s3.env();
+    nobody_there[0].1 = format!("http://127.0.0.1:{}", common::cluster::free_port());
+    for (store, env) in [
+        ("s3://no-such-bucket/run".to_string(), s3.env()),
+        (format!("s3://{S3_BUCKET}/run"), wrong_key),
+        (format!("s3://{S3_BUCKET}/run"), nobody_there),
+    ] {
+        let (ok, err) = start(&store, &env);
+        assert!(
+            !ok && err.contains("object_store s3://") && err.contains("AWS_ENDPOINT"),
+            "{store}: {err}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

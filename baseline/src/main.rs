@@ -10,7 +10,6 @@ use arena_bfm::config::{ModelConfig, PRESETS, ParameterCounts};
 use arena_bfm::train::{Motions, RunPaths, Trainer};
 use arena_bfm::train_config::TrainConfig;
 use arena_runner::local::{LocalOptions, run_local};
-use arena_sdk::client;
 use arena_sim::RobotConfig;
 use arena_torch::cli::parse_minutes;
 use clap::{Parser, Subcommand, ValueEnum};

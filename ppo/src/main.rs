@@ -7,7 +7,6 @@ use arena_bench::spec::{self, BenchmarkSpec, MOTIONS_ROOT_ENV};
 use arena_data::MotionClip;
 use arena_ppo::config::PpoTrainConfig;
 use arena_ppo::train::{Trainer, evaluate_policy, load_model};
-use arena_sdk::client;
 use arena_sdk::tracker::{TrackerAgent, TrackerPolicy};
 use arena_sim::RobotConfig;
 use arena_torch::cli::{parse_device, parse_minutes};

@@ -235,7 +235,7 @@ impl Objects {
     }
 
     /// Removes the staged copies (`KEY#N`, which listings skip) that a killed process left in a
-    /// `file://` store's folders (`trajectories/`, `reports/`, `policies/`): those not written
+    /// `file://` store's folders (`trajectories/`, `reports/`, `policies/`, `exports/`): those not written
     /// to for `idle`, since on a folder shared by several servers another one may be writing
     /// its own right now. Nothing to do for another store. Returns how many went.
     pub fn remove_abandoned_staged(&self, idle: std::time::Duration) -> usize {
@@ -263,7 +263,7 @@ impl Objects {
         }
         let Some(root) = &self.local_root else { return 0 };
         let now = std::time::SystemTime::now();
-        ["trajectories", "reports", "policies"]
+        ["trajectories", "reports", "policies", "exports"]
             .iter()
             .map(|folder| walk(&root.join(folder), idle, now))
             .sum()
@@ -599,6 +599,7 @@ mod tests {
             write("trajectories/sub-1.h5#123", 3600),
             write("trajectories/sub-1/ep00001-a1.part#9", 3600),
             write("reports/sub-1.json#77", 3600),
+            write("exports/abc.h5#3", 3600),
         ];
         let kept = [
             write("trajectories/sub-2.h5#5", 0),
@@ -606,7 +607,7 @@ mod tests {
             write("reports/sub-1.json", 3600),
             write("scratch/cache/x#1", 3600),
         ];
-        assert_eq!(objects.remove_abandoned_staged(Duration::from_secs(600)), 3);
+        assert_eq!(objects.remove_abandoned_staged(Duration::from_secs(600)), 4);
         assert!(abandoned.iter().all(|p| !p.exists()));
         assert!(kept.iter().all(|p| p.exists()));
     }

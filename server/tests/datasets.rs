@@ -85,6 +85,12 @@ fn datasets_filter_export_and_load_into_a_buffer() {
     assert_eq!(all["counts"]["teams"], 2);
     assert_eq!(all["counts"]["episodes"], 12);
     assert_eq!(all["counts"]["rows"], rows_of(&ea) + rows_of(&eb));
+    // Over what the counts are taken, and what the scope left out (none of another version).
+    assert_eq!(
+        all["counts"]["in_scope"],
+        serde_json::json!({"submissions": 2, "episodes": 12, "other_versions": 0})
+    );
+    assert_eq!(all["submissions"][0]["benchmark_version"], 1);
     assert_eq!(all["benchmark"]["version"], 1);
     assert!(all["motions"]["attribution"].as_str().unwrap().contains("MimicArena"));
     assert_eq!(all["simulator"]["control_hz"], 50.0);
@@ -104,6 +110,10 @@ fn datasets_filter_export_and_load_into_a_buffer() {
     let query = format!("?team=alpha&metric=emd%3C%3D{median}");
     let (_, low) = card(&server, &query, ADMIN);
     assert_eq!(low["counts"]["episodes"], want.len(), "{low}");
+    assert_eq!(
+        low["counts"]["in_scope"]["episodes"], 12,
+        "the filters' denominator: {low}"
+    );
     assert_eq!(low["counts"]["rows"], want.iter().map(|e| e.1 + 1).sum::<i64>());
     assert_eq!(low["filters"]["metrics"][0]["op"], "<=");
     let (_, two) = card(&server, "?motion=stand,squat", ADMIN);
@@ -121,6 +131,7 @@ fn datasets_filter_export_and_load_into_a_buffer() {
         ("?metric=colour%3C3", 400, "computes no metric \"colour\""),
         ("?status=running", 400, "status: expected completed"),
         ("?size=3", 400, "unknown filter \"size\""),
+        ("?since=2026-11-02&until=2026-11-01", 400, "since: must be before until"),
     ] {
         let (status, v) = card(&server, query, ADMIN);
         assert_eq!(status, code, "{query}: {v}");
@@ -321,6 +332,39 @@ fn dataset_export_refuses_bad_arguments_before_work() {
         );
         assert!(!missing.exists() && !out_file.exists(), "{args:?}");
     }
+}
+
+/// `success=` on a benchmark that computes no success metric is refused (it selected nothing
+/// for `true` and everything for `false`, with a 200).
+#[test]
+fn a_success_filter_needs_a_success_metric() {
+    let dir = tmp("datasets-no-success");
+    let benchmarks = dir.join("benchmarks");
+    std::fs::create_dir_all(&benchmarks).unwrap();
+    let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../benchmarks/g1-smoke.toml");
+    let text = std::fs::read_to_string(shipped).unwrap();
+    let start = text.find("[metrics]").unwrap();
+    let end = text.find("state_slice = [0").unwrap();
+    let text = format!(
+        "{}[metrics]\nlist = [\"emd\", \"mpjpe_g\"]\n{}",
+        &text[..start],
+        &text[end..]
+    )
+    .replace("name = \"g1-smoke\"", "name = \"no-success\"")
+    .replace("success = \"success\"\n", "")
+    .replace("survival = \"failure_time_s\"\n", "");
+    std::fs::write(benchmarks.join("no-success.toml"), text).unwrap();
+    let server = ServerProc::start(&dir.join("data"), &["--benchmarks-dir", benchmarks.to_str().unwrap()]);
+    let (status, v) = server.get("/api/v1/datasets/benchmarks/no-success/card?success=true", Some(ADMIN));
+    assert_eq!(status, 400, "{v}");
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("success: benchmark no-success has no success metric"),
+        "{v}"
+    );
+    let (status, v) = server.get("/api/v1/datasets/benchmarks/no-success/card", Some(ADMIN));
+    assert_eq!(status, 200, "{v}");
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// Stored HDF5 exports stay within `export_cache_mb`: every filter text makes a file of its

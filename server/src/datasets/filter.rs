@@ -128,6 +128,8 @@ impl DatasetFilter {
     pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Self, String> {
         let mut f = Self::default();
         let mut status_given = false;
+        // A key that takes one value, given twice, is an error rather than the last one silently.
+        let mut single_seen: Vec<&str> = Vec::new();
         let list = |v: &str| -> Vec<String> {
             v.split(',')
                 .map(str::trim)
@@ -136,6 +138,12 @@ impl DatasetFilter {
                 .collect()
         };
         for (key, value) in pairs {
+            if matches!(key, "success" | "since" | "until") {
+                if single_seen.contains(&key) {
+                    return Err(format!("{key}: given twice; it takes one value"));
+                }
+                single_seen.push(key);
+            }
             match key {
                 "status" => {
                     if !status_given {
@@ -173,6 +181,21 @@ impl DatasetFilter {
         if f.status.is_empty() {
             return Err("status: expected one or more of completed, fell, failed, timeout".into());
         }
+        if let (Some(since), Some(until)) = (f.since, f.until)
+            && since >= until
+        {
+            return Err("since: must be before until (the range would select nothing)".into());
+        }
+        // In one order whatever the request's: the same selection is the same export key.
+        f.status.sort_by_key(|s| s.word());
+        f.metrics.sort_by(|a, b| {
+            (a.metric.as_str(), a.op.as_str(), a.value.to_bits()).cmp(&(
+                b.metric.as_str(),
+                b.op.as_str(),
+                b.value.to_bits(),
+            ))
+        });
+        f.metrics.dedup();
         // Sorted and without repeats: the same selection in another order is the same export
         // (and the same stored file), and the checks per episode are binary searches.
         for (key, values) in [
@@ -278,6 +301,18 @@ mod tests {
         let b = DatasetFilter::from_pairs([("team", "b"), ("motion", "stand"), ("motion", "squat")]).unwrap();
         assert_eq!(a, b);
         assert_eq!(a.motion, ["squat", "stand"]);
+        // Statuses and metric bounds too.
+        let a = DatasetFilter::from_pairs([
+            ("status", "fell,completed"),
+            ("metric", "mpjpe_g>1"),
+            ("metric", "emd<2"),
+        ]);
+        let b = DatasetFilter::from_pairs([
+            ("metric", "emd<2"),
+            ("status", "completed,fell"),
+            ("metric", "mpjpe_g>1"),
+        ]);
+        assert_eq!(a.unwrap(), b.unwrap());
         let many = (0..=MAX_FILTER_VALUES)
             .map(|i| format!("m{i}"))
             .collect::<Vec<_>>()
@@ -287,6 +322,19 @@ mod tests {
             err.contains("motion: 1001 values, more than the limit of 1000"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn ranges_that_select_nothing_and_single_keys_given_twice_are_refused() {
+        let err = DatasetFilter::from_pairs([("since", "2026-11-02"), ("until", "2026-11-01")]).unwrap_err();
+        assert!(err.starts_with("since: must be before until"), "{err}");
+        let err = DatasetFilter::from_pairs([("since", "2026-11-01"), ("until", "2026-11-01")]).unwrap_err();
+        assert!(err.starts_with("since:"), "{err}");
+        for key in ["success", "since", "until"] {
+            let value = if key == "success" { "true" } else { "2026-11-01" };
+            let err = DatasetFilter::from_pairs([(key, value), (key, value)]).unwrap_err();
+            assert_eq!(err, format!("{key}: given twice; it takes one value"));
+        }
     }
 
     #[test]

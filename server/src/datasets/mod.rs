@@ -15,7 +15,7 @@ pub use export::{ExportFormat, export_hdf5, export_jsonl_gz};
 pub use filter::{DatasetFilter, MetricBound};
 
 use crate::access;
-use crate::storage::{EpisodeRow, Storage, StorageError, Submission, SubmissionStatus};
+use crate::storage::{EpisodeRow, EpisodeState, Storage, StorageError, Submission, SubmissionStatus};
 use arena_bench::spec::BenchmarkSpec;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -52,6 +52,21 @@ pub struct Selection {
     /// The metric `success` filters on.
     pub success_metric: String,
     pub parts: Vec<Selected>,
+    /// What the scope held before the filters: its readable COMPLETED submissions of the
+    /// benchmark's current version and their final episodes, for the card's denominators.
+    pub in_scope: InScope,
+}
+
+/// What a dataset's scope held, and what it left out, before and beside its filters.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct InScope {
+    /// Readable COMPLETED submissions of the benchmark file's current version.
+    pub submissions: usize,
+    /// Their episodes (every final one, whatever its status).
+    pub episodes: usize,
+    /// Readable COMPLETED submissions left out because they ran under another version of the
+    /// benchmark file (results the file says are not comparable, as the leaderboards do).
+    pub other_versions: usize,
 }
 
 impl Selection {
@@ -59,13 +74,27 @@ impl Selection {
         self.parts.iter().map(|p| p.episodes.len()).sum()
     }
 
-    /// Rows of the export: each episode's recorded rows (steps + the reset row).
+    /// Rows of the export: each episode's recorded rows (steps + the reset row); none for an
+    /// episode given up without a stored run (FAILED after its last attempt), whose group is
+    /// empty.
     pub fn rows(&self) -> usize {
         self.parts
             .iter()
             .flat_map(|p| &p.episodes)
-            .map(|e| e.steps.max(0) as usize + 1)
+            .map(|e| match stored_a_run(e) {
+                true => e.steps.max(0) as usize + 1,
+                false => 0,
+            })
             .sum()
+    }
+}
+
+/// Whether a final episode has a stored run: scored ones always; a FAILED or TIMEOUT one when a
+/// server committed its run (not when it was given up on after its attempts).
+fn stored_a_run(e: &EpisodeRow) -> bool {
+    match e.status {
+        EpisodeState::Completed | EpisodeState::Fell => true,
+        _ => e.committed_by.is_some(),
     }
 }
 
@@ -97,18 +126,37 @@ pub async fn select(
         }
     }
     let success_metric = spec.ranking.success.clone().unwrap_or_else(|| "success".into());
+    if filter.success.is_some() && !spec.metrics.list.iter().any(|m| *m == success_metric) {
+        // Otherwise `success=true` would select nothing and `success=false` everything.
+        return Err(DatasetError::BadFilter(format!(
+            "success: benchmark {} has no success metric ({success_metric:?} is not among {})",
+            spec.name,
+            spec.metrics.list.join(", ")
+        )));
+    }
     let submissions = match &scope {
         Scope::Benchmark(b) => storage.completed_submissions(b).await?,
         Scope::Phase { id, .. } => storage.completed_submissions_of_phase(id).await?,
     };
+    let mut in_scope = InScope::default();
+    let current = |s: &Submission| s.benchmark_version.is_none_or(|v| v == i64::from(spec.version));
     let mut submissions: Vec<Submission> = submissions
         .into_iter()
-        .filter(|s| s.status == SubmissionStatus::Completed && filter.admits_submission(s) && readable(s))
+        .filter(|s| s.status == SubmissionStatus::Completed && readable(s))
+        .filter(|s| {
+            in_scope.other_versions += usize::from(!current(s));
+            current(s)
+        })
         .collect();
+    in_scope.submissions = submissions.len();
     submissions.sort_by(|a, b| a.created_at.cmp(&b.created_at).then_with(|| a.id.cmp(&b.id)));
     let mut parts = Vec::new();
     for s in submissions {
         let mut episodes = storage.episodes(&s.id).await?;
+        in_scope.episodes += episodes.len();
+        if !filter.admits_submission(&s) {
+            continue;
+        }
         episodes.retain(|e| filter.admits_episode(e, &success_metric));
         episodes.sort_by_key(|e| e.idx);
         if !episodes.is_empty() {
@@ -123,6 +171,7 @@ pub async fn select(
         filter,
         success_metric,
         parts,
+        in_scope,
     })
 }
 
@@ -148,6 +197,8 @@ struct CardSubmission<'a> {
     agent: &'a str,
     created_at: String,
     finished_at: Option<String>,
+    /// The version of the benchmark file it ran under.
+    benchmark_version: Option<i64>,
     episodes: usize,
 }
 
@@ -182,6 +233,7 @@ pub fn card(selection: &Selection, spec: &BenchmarkSpec, now_ms: i64) -> Value {
             agent: &p.submission.agent_name,
             created_at: access::rfc3339(p.submission.created_at),
             finished_at: p.submission.finished_at.map(access::rfc3339),
+            benchmark_version: p.submission.benchmark_version,
             episodes: p.episodes.len(),
         })
         .collect();
@@ -209,6 +261,8 @@ pub fn card(selection: &Selection, spec: &BenchmarkSpec, now_ms: i64) -> Value {
             "rows": selection.rows(),
             "steps": steps,
             "duration_s": steps as f64 * arena_sim::CONTROL_DT,
+            // Over what the counts above are taken, and what the scope left out.
+            "in_scope": selection.in_scope,
         },
         "teams": teams,
         "submissions": submissions,
@@ -219,4 +273,69 @@ pub fn card(selection: &Selection, spec: &BenchmarkSpec, now_ms: i64) -> Value {
         },
         "layout": export::layout_description(spec.action.mode == arena_bench::spec::ActionMode::JointPosition),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(status: EpisodeState, steps: i64, committed: bool) -> EpisodeRow {
+        EpisodeRow {
+            idx: 0,
+            motion: "squat".into(),
+            category: String::new(),
+            start_s: 0.0,
+            duration_s: 1.0,
+            seed: 0,
+            dr_level: 0,
+            status,
+            attempts: 3,
+            steps,
+            metrics: Default::default(),
+            reason: None,
+            updated_at: 0,
+            agent_name: None,
+            committed_by: committed.then(|| "r1".to_string()),
+        }
+    }
+
+    /// A FAILED episode given up after its attempts has no stored run, and so no rows in the
+    /// export (its group is empty); one whose run was committed has its reset row and steps.
+    #[test]
+    fn rows_count_what_the_export_writes() {
+        let selection = Selection {
+            scope: Scope::Benchmark("b".into()),
+            filter: DatasetFilter::default(),
+            success_metric: "success".into(),
+            parts: vec![Selected {
+                submission: Submission {
+                    id: "sub-1".into(),
+                    team_id: 1,
+                    team_name: "t".into(),
+                    benchmark: "b".into(),
+                    agent_name: "a".into(),
+                    status: SubmissionStatus::Completed,
+                    episodes_total: 5,
+                    created_at: 0,
+                    started_at: None,
+                    finished_at: None,
+                    report_json: None,
+                    error: None,
+                    phase_id: None,
+                    baseline: false,
+                    benchmark_version: Some(1),
+                    summary_json: None,
+                },
+                episodes: vec![
+                    row(EpisodeState::Completed, 10, true),
+                    row(EpisodeState::Fell, 4, true),
+                    row(EpisodeState::Failed, 0, false),
+                    row(EpisodeState::Failed, 0, true),
+                    row(EpisodeState::Timeout, 7, true),
+                ],
+            }],
+            in_scope: InScope::default(),
+        };
+        assert_eq!(selection.rows(), 11 + 5 + 0 + 1 + 8);
+    }
 }

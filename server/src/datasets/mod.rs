@@ -126,7 +126,9 @@ pub async fn select(
         }
     }
     let success_metric = spec.ranking.success.clone().unwrap_or_else(|| "success".into());
-    if filter.success.is_some() && !spec.metrics.list.iter().any(|m| *m == success_metric) {
+    // A success rule's metric is computed whatever `metrics.list` says.
+    let computed = spec.ranking.success.is_some() || spec.metrics.list.contains(&success_metric);
+    if filter.success.is_some() && !computed {
         // Otherwise `success=true` would select nothing and `success=false` everything.
         return Err(DatasetError::BadFilter(format!(
             "success: benchmark {} has no success metric ({success_metric:?} is not among {})",

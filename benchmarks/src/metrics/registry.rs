@@ -134,7 +134,7 @@ pub const METRICS: &[MetricInfo] = &[
     ),
     info(
         "success",
-        "PHC success: both success_phc_linf and success_phc_mean hold",
+        "PHC's strict success (its strict_eval): both success_phc_linf and success_phc_mean hold",
         "success_phc_linf · success_phc_mean",
         "0 or 1",
         Direction::Higher,

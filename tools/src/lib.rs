@@ -52,12 +52,43 @@ pub fn write_replacing(
         return write(path);
     }
     let name = path.file_name().map_or("out".into(), |n| n.to_string_lossy());
+    remove_partials_of_dead_writers(path, &name);
     let tmp = path.with_file_name(format!(".{}.partial.{name}", std::process::id()));
     write(&tmp)
         .and_then(|()| std::fs::rename(&tmp, path).with_context(|| format!("moving the file to {}", path.display())))
         .inspect_err(|_| {
             let _ = std::fs::remove_file(&tmp);
         })
+}
+
+/// Removes `.PID.partial.NAME` files beside `path` whose writer is gone (a command interrupted
+/// by Ctrl-C or killed leaves its hidden partial file, possibly gigabytes): a writer is alive
+/// while `/proc/PID` exists, so a running one's file stays. Nothing where there is no `/proc`.
+fn remove_partials_of_dead_writers(path: &std::path::Path, name: &str) {
+    if !std::path::Path::new("/proc/self").exists() {
+        return;
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let suffix = format!(".partial.{name}");
+    for entry in entries.flatten() {
+        let file = entry.file_name();
+        let Some(pid) = file
+            .to_str()
+            .and_then(|f| f.strip_prefix('.'))
+            .and_then(|f| f.strip_suffix(suffix.as_str()))
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let gone = !std::path::Path::new(&format!("/proc/{pid}")).exists();
+        if gone && entry.file_type().is_ok_and(|t| t.is_file()) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
 
 /// Whether two paths name the same file (an output must never overwrite an input).
@@ -89,4 +120,36 @@ pub fn read_motion_file(path: &std::path::Path, fps: Option<f64>) -> anyhow::Res
         )
     })?;
     Ok(arena_data::read_g1_csv(path, fps)?)
+}
+
+#[cfg(test)]
+mod tests {
+    /// A partial file whose writer is gone goes at the next write of the same output; one of a
+    /// live writer (this process), another output's, and other files stay.
+    #[test]
+    fn partial_files_of_dead_writers_are_removed() {
+        let dir = std::env::temp_dir().join(format!("arena-tools-partials-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.join("data.h5");
+        // Beyond any pid the kernel hands out (pid_max is at most 2^22).
+        let dead = dir.join(".99999999.partial.data.h5");
+        let live = dir.join(format!(".{}.partial.data.h5", std::process::id()));
+        let other = dir.join(".99999999.partial.other.h5");
+        let unrelated = dir.join("notes.txt");
+        for f in [&dead, &other, &unrelated] {
+            std::fs::write(f, b"x").unwrap();
+        }
+        super::write_replacing(&out, |tmp| {
+            assert_eq!(tmp, live.as_path());
+            std::fs::write(tmp, b"whole")?;
+            // Ours, while it is written, is not a dead writer's.
+            assert!(tmp.exists());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(std::fs::read(&out).unwrap(), b"whole");
+        assert!(!dead.exists(), "a dead writer's partial file stays");
+        assert!(other.exists() && unrelated.exists() && !live.exists());
+        std::fs::remove_dir_all(&dir).ok();
+    }
 }

@@ -138,9 +138,6 @@ fn export(a: ExportArgs) -> anyhow::Result<()> {
         anyhow::Ok((selection, spec))
     })?;
     let card = datasets::card(&selection, &spec, now_ms());
-    if let Some(path) = &a.card {
-        write_replacing(path, |f| Ok(serde_json::to_writer_pretty(f, &card)?))?;
-    }
     let bar = indicatif::ProgressBar::new_spinner();
     bar.set_message(format!(
         "exporting {} episodes ({} rows)",
@@ -184,6 +181,10 @@ fn export(a: ExportArgs) -> anyhow::Result<()> {
         }
     };
     bar.finish_and_clear();
+    // After the export: a card describes a file that was written (a failed export leaves none).
+    if let Some(path) = &a.card {
+        write_replacing(path, |f| Ok(serde_json::to_writer_pretty(f, &card)?))?;
+    }
     if to_stdout {
         return Ok(());
     }

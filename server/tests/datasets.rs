@@ -367,6 +367,45 @@ fn a_success_filter_needs_a_success_metric() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A HEAD request (`curl -I`) answers the headers a GET would, without writing the export: it
+/// used to run the whole HDF5 export (the GET handler with its body dropped).
+#[test]
+fn a_head_request_writes_no_export() {
+    let dir = tmp("datasets-head");
+    let server = ServerProc::start(&dir.join("data"), &[]);
+    let team = server.team("heads");
+    server.submit(&team, &mut ReplayAgent::new(), "replay", None);
+    let path = "/api/v1/datasets/benchmarks/g1-smoke/hdf5";
+    let exports = dir.join("data").join("exports");
+    let stored = || std::fs::read_dir(&exports).map_or(0, |d| d.count());
+    let (status, head, body) = http_head(&server, path);
+    assert_eq!(status, 200, "{head}");
+    assert!(
+        head.contains("application/x-hdf5") && !head.to_ascii_lowercase().contains("content-length"),
+        "{head}"
+    );
+    assert!(body.is_empty());
+    assert_eq!(stored(), 0, "HEAD wrote an export");
+    let (status, _, file) = common::server::request(server.addr, "GET", path, Some(ADMIN), None);
+    assert_eq!(status, 200);
+    assert_eq!(stored(), 1);
+    // Once stored, HEAD says its length.
+    let (_, head, _) = http_head(&server, path);
+    assert!(
+        head.to_ascii_lowercase()
+            .contains(&format!("content-length: {}", file.len())),
+        "{head}"
+    );
+    let (status, head, body) = http_head(&server, "/api/v1/datasets/benchmarks/g1-smoke/jsonl.gz");
+    assert_eq!(status, 200, "{head}");
+    assert!(head.contains("application/gzip") && body.is_empty(), "{head}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+fn http_head(server: &ServerProc, path: &str) -> (u16, String, Vec<u8>) {
+    common::server::request(server.addr, "HEAD", path, Some(ADMIN), None)
+}
+
 /// Stored HDF5 exports stay within `export_cache_mb`: every filter text makes a file of its
 /// own, and they were kept for good. The oldest goes first; the one being downloaded stays.
 #[test]

@@ -14,7 +14,7 @@ use crate::state::AppState;
 use crate::storage::{Submission, now_ms};
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{HeaderMap, header};
+use axum::http::{HeaderMap, Method, header};
 use axum::response::IntoResponse;
 use axum::{Json, Router, routing::get};
 use std::collections::HashSet;
@@ -31,16 +31,19 @@ type Pairs = ApiQuery<Vec<(String, String)>>;
 
 async fn benchmark_dataset(
     State(state): State<Arc<AppState>>,
+    method: Method,
     headers: HeaderMap,
     ApiPath((name, format)): ApiPath<(String, String)>,
     ApiQuery(pairs): Pairs,
 ) -> ApiResult {
     let spec = state.catalog.spec(&name).map_err(|e| benchmark_error(&name, &e))?;
-    dataset(&state, &headers, Scope::Benchmark(spec.name), &format, &pairs).await
+    let head = method == Method::HEAD;
+    dataset(&state, &headers, Scope::Benchmark(spec.name), &format, &pairs, head).await
 }
 
 async fn phase_dataset(
     State(state): State<Arc<AppState>>,
+    method: Method,
     headers: HeaderMap,
     ApiPath((id, format)): ApiPath<(String, String)>,
     ApiQuery(pairs): Pairs,
@@ -59,6 +62,7 @@ async fn phase_dataset(
         },
         &format,
         &pairs,
+        method == Method::HEAD,
     )
     .await
 }
@@ -86,6 +90,7 @@ async fn dataset(
     scope: Scope,
     format: &str,
     pairs: &[(String, String)],
+    head: bool,
 ) -> ApiResult {
     let who = caller(state, headers).await?;
     let format = match format {
@@ -131,6 +136,31 @@ async fn dataset(
     };
     let filename = format!("{}.{}", dataset_name(&selection), format.extension());
     let disposition = format!("attachment; filename=\"{filename}\"");
+    if head {
+        // The headers a GET sends, without the export: a HEAD (`curl -I`) must not write or
+        // compress gigabytes. The length is known only for an HDF5 export already stored.
+        let content_type = match format {
+            ExportFormat::JsonlGz => "application/gzip",
+            ExportFormat::Hdf5 => "application/x-hdf5",
+        };
+        // A body of unknown length, as a GET's is before the export exists (an empty one
+        // would be sent as `content-length: 0`).
+        let unknown_length = Body::from_stream(futures_util::stream::empty::<Result<Bytes, std::io::Error>>());
+        let mut response = (
+            [
+                (header::CONTENT_TYPE, content_type.to_string()),
+                (header::CONTENT_DISPOSITION, disposition),
+            ],
+            unknown_length,
+        )
+            .into_response();
+        if format == ExportFormat::Hdf5
+            && let Ok(Some((len, _))) = state.objects.stream(&export_key(&selection)).await
+        {
+            response.headers_mut().insert(header::CONTENT_LENGTH, len.into());
+        }
+        return Ok(response);
+    }
     match format {
         ExportFormat::JsonlGz => Ok((
             [

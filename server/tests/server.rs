@@ -1105,6 +1105,12 @@ fn an_abandoned_submission_waits_for_its_agent_then_expires() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// The status of a submission's merged-trajectory download.
+fn trajectories_status(server: &ServerProc, id: &str, token: &str) -> u16 {
+    let path = format!("/api/v1/submissions/{id}/trajectories");
+    server.call("GET", &path, Some(token), None).0
+}
+
 /// A submission whose every episode ran but whose completion failed (its merged file could
 /// not be stored) is not "abandoned" by the idle expiry: once the store works again, the expiry
 /// loop completes it. Before, it ended FAILED, its results off every leaderboard.
@@ -1146,13 +1152,7 @@ fn a_submission_whose_completion_failed_is_completed_not_abandoned() {
         std::thread::sleep(std::time::Duration::from_millis(200));
     };
     assert_eq!(s["status"], "COMPLETED", "{s}\n{}", server.log_text());
-    let (status, _, _) = server.call(
-        "GET",
-        &format!("/api/v1/submissions/{id}/trajectories"),
-        Some(&token),
-        None,
-    );
-    assert_eq!(status, 200);
+    assert_eq!(trajectories_status(&server, &id, &token), 200);
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -1186,13 +1186,7 @@ fn a_starting_server_removes_what_a_completed_submission_left_behind() {
     }
     assert!(!parts.exists(), "{}", server.log_text());
     assert!(!staged.exists() && merged.exists());
-    let (status, _, _) = server.call(
-        "GET",
-        &format!("/api/v1/submissions/{id}/trajectories"),
-        Some(&token),
-        None,
-    );
-    assert_eq!(status, 200);
+    assert_eq!(trajectories_status(&server, &id, &token), 200);
     std::fs::remove_dir_all(&dir).ok();
 }
 

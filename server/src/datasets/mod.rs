@@ -140,25 +140,22 @@ pub async fn select(
         Scope::Benchmark(b) => storage.completed_submissions(b).await?,
         Scope::Phase { id, .. } => storage.completed_submissions_of_phase(id).await?,
     };
-    let mut in_scope = InScope::default();
     let current = |s: &Submission| s.benchmark_version.is_none_or(|v| v == i64::from(spec.version));
-    let mut submissions: Vec<Submission> = submissions
+    let (mut submissions, other_versions): (Vec<Submission>, Vec<Submission>) = submissions
         .into_iter()
         .filter(|s| s.status == SubmissionStatus::Completed && readable(s))
-        .filter(|s| {
-            in_scope.other_versions += usize::from(!current(s));
-            current(s)
-        })
-        .collect();
-    in_scope.submissions = submissions.len();
+        .partition(current);
+    // Every episode of a COMPLETED submission is final: its row's total counts them.
+    let in_scope = InScope {
+        submissions: submissions.len(),
+        episodes: submissions.iter().map(|s| s.episodes_total.max(0) as usize).sum(),
+        other_versions: other_versions.len(),
+    };
+    submissions.retain(|s| filter.admits_submission(s));
     submissions.sort_by(|a, b| a.created_at.cmp(&b.created_at).then_with(|| a.id.cmp(&b.id)));
     let mut parts = Vec::new();
     for s in submissions {
         let mut episodes = storage.episodes(&s.id).await?;
-        in_scope.episodes += episodes.len();
-        if !filter.admits_submission(&s) {
-            continue;
-        }
         episodes.retain(|e| filter.admits_episode(e, &success_metric));
         episodes.sort_by_key(|e| e.idx);
         if !episodes.is_empty() {

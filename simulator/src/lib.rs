@@ -18,6 +18,7 @@ pub mod math;
 pub mod motion;
 pub mod observation;
 pub mod policy;
+mod prefetch;
 pub mod recorded;
 pub mod robot;
 pub mod robot_interface;

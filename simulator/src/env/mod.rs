@@ -77,6 +77,36 @@ pub struct EnvTimings {
 
 /// Trajectory rows reserved per episode at its reset (a minute at 50 Hz); see `reset_one`.
 const MAX_RESERVED_ROWS: usize = 3001;
+/// How many envs ahead a refresh asks for an env's memory ([`RefreshAhead`]).
+const PREFETCH_AHEAD: usize = 2;
+
+/// Where a refresh finds each env's memory, as addresses for prefetch hints only (never
+/// dereferenced; plain numbers, so the per-env closure stays `Sync`): its slot, its observation
+/// rows and, through the handler, its simulator state.
+struct RefreshAhead {
+    slots: usize,
+    state: usize,
+    privileged: usize,
+    history: usize,
+    privileged_bytes: usize,
+    history_bytes: usize,
+    envs: usize,
+}
+
+impl RefreshAhead {
+    fn prefetch(&self, handler: &dyn Handler, e: usize) {
+        if e >= self.envs {
+            return;
+        }
+        handler.prefetch_env(e);
+        let slot = std::mem::size_of::<Slot>();
+        crate::prefetch::for_read((self.slots + e * slot) as *const u8, slot);
+        crate::prefetch::for_write((self.state + e * 4 * STATE_DIM) as *const u8, 4 * STATE_DIM);
+        let (p, h) = (self.privileged_bytes, self.history_bytes);
+        crate::prefetch::for_write((self.privileged + e * p) as *const u8, p);
+        crate::prefetch::for_write((self.history + e * h) as *const u8, h);
+    }
+}
 
 pub struct TrackingEnv {
     timings: EnvTimings,
@@ -683,10 +713,28 @@ impl TrackingEnv {
         };
         self.rows_pending |= self.record_behind && self.config.record;
         let obs = &mut self.obs;
+        let ahead = RefreshAhead {
+            slots: self.slots.as_ptr() as usize,
+            state: obs.state.as_ptr() as usize,
+            privileged: obs.privileged_state.as_ptr() as usize,
+            history: obs.history_actor.as_ptr() as usize,
+            privileged_bytes: if self.config.compute_privileged_state {
+                4 * PRIVILEGED_STATE_DIM
+            } else {
+                0
+            },
+            history_bytes: if self.config.compute_history {
+                4 * HISTORY_ACTOR_DIM
+            } else {
+                0
+            },
+            envs: self.slots.len(),
+        };
         let per_env =
             |scratch: &mut RefreshScratch,
              (e, (((((slot, info), state), privileged), last_action), history)): EnvItem<'_>| {
                 if selected[e] {
+                    ahead.prefetch(ctx.handler, e + PREFETCH_AHEAD);
                     let rows = ObsRows {
                         state,
                         privileged,

@@ -650,6 +650,25 @@ impl Handler for GpuHandler {
         self.run_begin("step")
     }
 
+    fn prefetch_env(&self, env: usize) {
+        if env >= self.health.len() || self.in_flight.is_some() {
+            return;
+        }
+        // What every refresh reads; the body rotations and velocities when it computes
+        // privileged_state (the worker's block is fresh in memory after each step, and 10 rows
+        // per env in separate arrays outrun the hardware's stream prefetch).
+        for array in [
+            Array::Qpos,
+            Array::Qvel,
+            Array::BodyPos,
+            Array::BodyQuat,
+            Array::BodyLinVel,
+            Array::BodyAngVel,
+        ] {
+            self.physics_row(array, env).prefetch();
+        }
+    }
+
     fn read_env_into(&self, env: usize, field: Field, out: &mut [f64]) {
         debug_assert!(self.in_flight.is_none(), "read between step_begin and step_finish");
         let row = |array: Array| self.physics_row(array, env);

@@ -84,6 +84,16 @@ impl PhysicsRow<'_> {
         }
     }
 
+    /// Asks the CPU to load the row's cache lines ahead of their use (a hint; no effect on any
+    /// value, and none on machines without the instruction).
+    pub(crate) fn prefetch(self) {
+        let (start, bytes) = match self {
+            PhysicsRow::F32(v) => (v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)),
+            PhysicsRow::F64(v) => (v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)),
+        };
+        crate::prefetch::for_read(start, bytes);
+    }
+
     /// Widens into `out` (float32 values are exact in float64), which must be as long.
     pub(crate) fn copy_into(self, out: &mut [f64]) {
         match self {

@@ -287,6 +287,10 @@ pub trait Handler: Send + Sync {
     }
     /// Reads `field` of one env into `out` (`field.width()` values).
     fn read_env_into(&self, env: usize, field: Field, out: &mut [f64]);
+    /// A hint that `env`'s state is read soon (after a step, env after env): a backend whose
+    /// state another process has just written asks the CPU to load it ahead. No effect on any
+    /// value; an env out of range is ignored.
+    fn prefetch_env(&self, _env: usize) {}
     /// Reads one env's [`Field::BodyVel`] and [`Field::BodyAngVel`] together; a backend that
     /// derives both from one computation per body overrides this to do it once.
     fn read_body_velocities_into(&self, env: usize, linear: &mut [f64], angular: &mut [f64]) {

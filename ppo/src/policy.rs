@@ -35,6 +35,13 @@ impl Linear {
     fn forward(&self, x: &Tensor) -> Tensor {
         x.linear(&self.weight, Some(&self.bias))
     }
+
+    fn shallow_clone(&self) -> Self {
+        Linear {
+            weight: self.weight.shallow_clone(),
+            bias: self.bias.shallow_clone(),
+        }
+    }
 }
 
 /// Linear layers with ELU between them, numbered as `nn.Sequential` numbers them (0, 2, 4, ...).
@@ -68,6 +75,13 @@ impl Mlp {
         y
     }
 
+    /// The same layers, as handles to the same tensors (parameters and their gradients).
+    pub fn shallow_clone(&self) -> Self {
+        Mlp {
+            layers: self.layers.iter().map(Linear::shallow_clone).collect(),
+        }
+    }
+
     /// (weight, bias) of each layer, for the ONNX export.
     pub fn layers(&self) -> Vec<(&Tensor, &Tensor)> {
         self.layers.iter().map(|l| (&l.weight, &l.bias)).collect()
@@ -92,6 +106,17 @@ impl EmpiricalNormalizer {
         let std = s.buffer("_std", || Tensor::ones([1, dim], (Kind::Float, device)));
         let count = s.buffer("count", || Tensor::zeros([], (Kind::Int64, device)));
         EmpiricalNormalizer { mean, var, std, count }
+    }
+
+    /// The same normaliser, as handles to the same buffers (an update through either changes
+    /// both: every update is in place).
+    pub fn shallow_clone(&self) -> Self {
+        EmpiricalNormalizer {
+            mean: self.mean.shallow_clone(),
+            var: self.var.shallow_clone(),
+            std: self.std.shallow_clone(),
+            count: self.count.shallow_clone(),
+        }
     }
 
     pub fn normalize(&self, x: &Tensor) -> Tensor {
@@ -166,6 +191,39 @@ pub struct ActorCritic {
     pub std: Tensor,
     pub actor_norm: EmpiricalNormalizer,
     pub critic_norm: EmpiricalNormalizer,
+}
+
+/// The actor's side of a model: its network, normaliser and std, as handles to the model's own
+/// tensors (the same storage and the same gradients). A side can move to a thread of its own,
+/// so that the actor and the critic, which share no tensor, compute side by side.
+#[derive(Debug)]
+pub struct ActorSide {
+    pub net: Mlp,
+    pub norm: EmpiricalNormalizer,
+    pub std: Tensor,
+}
+
+impl ActorSide {
+    /// The action distribution of raw actor inputs.
+    pub fn distribution(&self, obs: &Tensor) -> Gaussian {
+        let mean = self.net.forward(&self.norm.normalize(obs));
+        let std = self.std.clamp_min(MIN_STD).expand_as(&mean);
+        Gaussian { mean, std }
+    }
+}
+
+/// The critic's side of a model (network and normaliser); see [`ActorSide`].
+#[derive(Debug)]
+pub struct CriticSide {
+    pub net: Mlp,
+    pub norm: EmpiricalNormalizer,
+}
+
+impl CriticSide {
+    /// V of raw critic inputs, `[N]`.
+    pub fn value(&self, critic_obs: &Tensor) -> Tensor {
+        self.net.forward(&self.norm.normalize(critic_obs)).squeeze_dim(-1)
+    }
 }
 
 /// The Gaussian of a batch of actor inputs.
@@ -263,9 +321,24 @@ impl ActorCritic {
 
     /// The action distribution of raw actor inputs.
     pub fn distribution(&self, obs: &Tensor) -> Gaussian {
-        let mean = self.actor.forward(&self.actor_norm.normalize(obs));
-        let std = self.std.clamp_min(MIN_STD).expand_as(&mean);
-        Gaussian { mean, std }
+        self.actor_side().distribution(obs)
+    }
+
+    /// The actor's side, sharing this model's tensors.
+    pub fn actor_side(&self) -> ActorSide {
+        ActorSide {
+            net: self.actor.shallow_clone(),
+            norm: self.actor_norm.shallow_clone(),
+            std: self.std.shallow_clone(),
+        }
+    }
+
+    /// The critic's side, sharing this model's tensors.
+    pub fn critic_side(&self) -> CriticSide {
+        CriticSide {
+            net: self.critic.shallow_clone(),
+            norm: self.critic_norm.shallow_clone(),
+        }
     }
 
     /// The deterministic action (the mean), as deployed.
@@ -275,9 +348,7 @@ impl ActorCritic {
 
     /// V of raw critic inputs, `[N]`.
     pub fn value(&self, critic_obs: &Tensor) -> Tensor {
-        self.critic
-            .forward(&self.critic_norm.normalize(critic_obs))
-            .squeeze_dim(-1)
+        self.critic_side().value(critic_obs)
     }
 
     /// The trainable tensors in name order (the optimiser's order).

@@ -392,8 +392,9 @@ impl Trainer {
         // run between them: with libtorch's OpenMP pool, its workers spin after each call
         // (libgomp's spin wait) on the cores the physics needs, which slowed the simulator by
         // 16 % in training against the same calls replayed alone (`make bench`). So up to
-        // `ONE_THREAD_MAX_ENVS` envs the rollout's calls run on one thread; the update gets
-        // the pool back.
+        // `ONE_THREAD_MAX_ENVS` envs the rollout's calls run on one thread (and the critic's
+        // half of each step's sampling on a second one beside it, `Act::sample`); the update
+        // gets the pool back.
         let one_thread = OneTorchThread::new(self.envs.num_envs());
         for _ in 0..c.env.steps_per_env {
             let t0 = Instant::now();

@@ -8,6 +8,7 @@
 //!   (the training throughput benchmark's reference);
 //! - [`policy`]: the actor-critic with empirical normalisers (rsl_rl's);
 //! - [`ppo`]: rollout storage, GAE and the PPO update (rsl_rl 3.0.0's);
+//! - `side_by_side`: the actor's and the critic's halves of libtorch work on two threads;
 //! - [`train`]: the loop, logs, evaluation, checkpoints and exact resume; the trained actor is
 //!   served by the SDK's plain-Rust `arena_sdk::tracker::TrackerAgent`;
 //! - [`onnx`]: the actor as ONNX in the mjlab convention;
@@ -24,5 +25,6 @@ pub mod oracle_io;
 pub mod policy;
 pub mod ppo;
 pub mod sampler;
+mod side_by_side;
 pub mod sim_tape;
 pub mod train;

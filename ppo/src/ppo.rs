@@ -5,7 +5,7 @@
 
 use crate::config::{LrSchedule, PpoConfig};
 use crate::policy::{ActorCritic, ActorSide, CriticSide};
-use arena_torch::denormals::{FlushDenormals, flushing_here};
+use crate::side_by_side::{OneThreadHere, beside};
 use arena_torch::optim::Adam;
 use std::collections::BTreeMap;
 use tch::{Device, Kind, Tensor};
@@ -103,49 +103,6 @@ impl Act {
             mu: dist.mean,
             sigma: dist.std,
             actions,
-        }
-    }
-}
-
-/// Runs `here` on the calling thread and `there` on a scoped helper thread at once, the helper
-/// on one libtorch thread, and returns both results. The caller's flushing of subnormals holds
-/// on the helper too (MXCSR is per thread); libtorch's grad mode is per thread as well, and
-/// starts enabled there: `there` sets its own. For work that shares no tensor between the two.
-fn beside<A, B: Send>(here: impl FnOnce() -> A, there: impl FnOnce() -> B + Send) -> (A, B) {
-    let flush = flushing_here();
-    let _one_thread = OneThreadHere::new();
-    std::thread::scope(|scope| {
-        let helper = scope.spawn(move || {
-            tch::set_num_threads(1);
-            let _flush = flush.then(|| FlushDenormals::new(1));
-            there()
-        });
-        let a = here();
-        match helper.join() {
-            Ok(b) => (a, b),
-            // A panic in libtorch on the helper is one on the caller's thread.
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
-    })
-}
-
-/// The calling thread on one libtorch thread until drop, then back to the threads it had.
-struct OneThreadHere(i32);
-
-impl OneThreadHere {
-    fn new() -> Self {
-        let threads = tch::get_num_threads();
-        if threads != 1 {
-            tch::set_num_threads(1);
-        }
-        OneThreadHere(threads)
-    }
-}
-
-impl Drop for OneThreadHere {
-    fn drop(&mut self) {
-        if self.0 != 1 {
-            tch::set_num_threads(self.0);
         }
     }
 }
@@ -294,9 +251,10 @@ pub fn update(
                 (&terms.surrogate_loss - &terms.entropy_mean * c.entropy_coef).backward();
                 terms
             };
+            let value_config = c.clone();
             let critic = move || {
-                let value_loss = value_loss(&critic_side, &critic_batch, c);
-                (&value_loss * c.value_loss_coef).backward();
+                let value_loss = value_loss(&critic_side, &critic_batch, &value_config);
+                (&value_loss * value_config.value_loss_coef).backward();
                 value_loss
             };
             let (terms, value_loss) = if split {

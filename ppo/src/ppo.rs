@@ -6,7 +6,7 @@
 use crate::config::{LrSchedule, PpoConfig};
 use crate::policy::{ActorCritic, ActorSide, CriticSide};
 use crate::side_by_side::{OneThreadHere, beside};
-use arena_torch::optim::Adam;
+use arena_torch::optim::{Adam, AdamSlot, AdamStep};
 use std::collections::BTreeMap;
 use tch::{Device, Kind, Tensor};
 
@@ -220,44 +220,52 @@ pub fn update(
     // The whole update then on one thread here (its optimiser step and clipping included): a
     // pool's idle thread spins a while after each parallel region, on the core the helper needs.
     let _one_thread = split.then(OneThreadHere::new);
+    // The parameters of each side (the actor's include the std), by the optimiser's index.
+    let (actor_ids, critic_ids): (Vec<usize>, Vec<usize>) =
+        (0..params.len()).partition(|&k| !names[k].starts_with("critic."));
+    let pick_params = |ids: &[usize]| -> Vec<Tensor> { ids.iter().map(|&k| params[k].shallow_clone()).collect() };
     for _epoch in 0..c.num_learning_epochs {
         for i in 0..c.num_mini_batches as i64 {
             let idx = permutation.narrow(0, i * mini, mini);
-            let pick = |t: &Tensor| t.index_select(0, &idx);
-            let actor_batch = ActorBatch {
-                obs: pick(&obs),
-                actions: pick(&actions),
-                old_log_probs: pick(&old_log_probs),
-                old_mu: pick(&old_mu),
-                old_sigma: pick(&old_sigma),
-                advantages: pick(&advantages),
-            };
-            let critic_batch = CriticBatch {
-                critic_obs: pick(&critic_obs),
-                returns: pick(&returns),
-                old_values: pick(&old_values),
-            };
-            for p in &params {
-                let mut g = p.grad();
-                if g.defined() {
-                    let _ = g.zero_();
-                }
-            }
-            // Each side's loss term backward on its own: the sum's gradient, as the two sides'
-            // parameters are apart.
-            let (actor_side, critic_side) = (model.actor_side(), model.critic_side());
+            // Each side selects its minibatch, clears its gradients, backpropagates its loss
+            // term (the sum's gradient, as the two sides' parameters are apart) and, when side
+            // by side, sums its gradients' squares for the clip's norm.
+            let (actor_side, actor_params) = (model.actor_side(), pick_params(&actor_ids));
             let actor = || {
-                let terms = actor_terms(&actor_side, &actor_batch, c);
+                let pick = |t: &Tensor| t.index_select(0, &idx);
+                let batch = ActorBatch {
+                    obs: pick(&obs),
+                    actions: pick(&actions),
+                    old_log_probs: pick(&old_log_probs),
+                    old_mu: pick(&old_mu),
+                    old_sigma: pick(&old_sigma),
+                    advantages: pick(&advantages),
+                };
+                zero_grads(&actor_params);
+                let terms = actor_terms(&actor_side, &batch, c);
                 (&terms.surrogate_loss - &terms.entropy_mean * c.entropy_coef).backward();
-                terms
+                let grads = grads_of(&actor_params);
+                let squares = split.then(|| squares_on_host(&grads)).flatten();
+                (terms, grads, squares)
             };
-            let value_config = c.clone();
+            let (critic_side, critic_params) = (model.critic_side(), pick_params(&critic_ids));
+            let (critic_idx, value_config) = (idx.shallow_clone(), c.clone());
+            let critic_inputs = [&critic_obs, &returns, &old_values].map(Tensor::shallow_clone);
             let critic = move || {
-                let value_loss = value_loss(&critic_side, &critic_batch, &value_config);
+                let [critic_obs, returns, old_values] = critic_inputs.map(|t| t.index_select(0, &critic_idx));
+                let batch = CriticBatch {
+                    critic_obs,
+                    returns,
+                    old_values,
+                };
+                zero_grads(&critic_params);
+                let value_loss = value_loss(&critic_side, &batch, &value_config);
                 (&value_loss * value_config.value_loss_coef).backward();
-                value_loss
+                let grads = grads_of(&critic_params);
+                let squares = split.then(|| squares_on_host(&grads)).flatten();
+                (value_loss, grads, squares)
             };
-            let (terms, value_loss) = if split {
+            let ((terms, actor_grads, actor_squares), (value_loss, critic_grads, critic_squares)) = if split {
                 beside(actor, critic)
             } else {
                 (actor(), critic())
@@ -274,8 +282,25 @@ pub fn update(
                     adam.lr = (adam.lr * 1.5).min(1e-2);
                 }
             }
-            let grads: Vec<Tensor> = params.iter().map(|p| p.grad().detach()).collect();
-            let grad_norm = clip_grad_norm(&grads, c.max_grad_norm);
+            let grad_norm = if let (Some(a), Some(b)) = (actor_squares, critic_squares) {
+                // Side by side: the norm of both sides' gradients, then each side's clip and
+                // optimiser step on its own thread.
+                let total = norm_of(a + b);
+                let coef = clip_coefficient(total, c.max_grad_norm);
+                let step = adam.begin_step();
+                let slots = |ids: &[usize]| -> Vec<AdamSlot> { ids.iter().map(|&k| adam.slot(k)).collect() };
+                let (actor_slots, critic_slots) = (slots(&actor_ids), slots(&critic_ids));
+                beside(
+                    || step_side(&step, &actor_slots, &actor_grads, coef),
+                    move || step_side(&step, &critic_slots, &critic_grads, coef),
+                );
+                total
+            } else {
+                let grads: Vec<Tensor> = params.iter().map(|p| p.grad().detach()).collect();
+                let total = clip_grad_norm(&grads, c.max_grad_norm);
+                adam.step(&grads);
+                total
+            };
             if let Some(t) = trace.as_deref_mut() {
                 let loss = {
                     let _guard = tch::no_grad_guard();
@@ -288,10 +313,14 @@ pub fn update(
                     entropy_mean.double_value(&[]),
                 ]);
                 if t.first_grads.is_empty() {
-                    t.first_grads = names.iter().cloned().zip(grads.iter().map(|g| g.copy())).collect();
+                    // The clipped gradients (the optimiser's step leaves them as they are).
+                    t.first_grads = names
+                        .iter()
+                        .zip(&params)
+                        .map(|(n, p)| (n.clone(), p.grad().copy()))
+                        .collect();
                 }
             }
-            adam.step(&grads);
             for (k, v) in [
                 ("loss/surrogate", surrogate_loss.double_value(&[])),
                 ("loss/value_function", value_loss.double_value(&[])),
@@ -374,6 +403,29 @@ fn value_loss(critic: &CriticSide, b: &CriticBatch, c: &PpoConfig) -> Tensor {
     }
 }
 
+/// Clears the parameters' gradients (those that have one) in place.
+fn zero_grads(params: &[Tensor]) {
+    for p in params {
+        let mut g = p.grad();
+        if g.defined() {
+            let _ = g.zero_();
+        }
+    }
+}
+
+/// The parameters' gradients, as handles to them.
+fn grads_of(params: &[Tensor]) -> Vec<Tensor> {
+    params.iter().map(|p| p.grad().detach()).collect()
+}
+
+/// One side's clip (its gradients scaled by `coef`) and optimiser step.
+fn step_side(step: &AdamStep, slots: &[AdamSlot], grads: &[Tensor], coef: f32) {
+    scale_on_host(grads, coef);
+    for (slot, g) in slots.iter().zip(grads) {
+        step.apply(slot, g);
+    }
+}
+
 /// Whether an update computes the actor's and the critic's terms side by side: on the CPU with
 /// a pool of two libtorch threads. Measured on two cores (`update_throughput`, g1-smoke's
 /// sizes, six interleaved pairs): 178–238 ms an update against 182–284 ms on the pool, whose
@@ -390,20 +442,39 @@ fn split_update(model: &ActorCritic) -> bool {
 /// then the norms: the two agree to float32's rounding); the scaling is float32's, skipped where
 /// the factor is 1 (a multiplication by 1 changes nothing).
 fn clip_on_host(grads: &[Tensor], max_norm: f64) -> Option<f64> {
+    let total = norm_of(squares_on_host(grads)?);
+    scale_on_host(grads, clip_coefficient(total, max_norm));
+    Some(total)
+}
+
+/// The gradients' norm from the sum of their squares, rounded to float32 as libtorch's is.
+fn norm_of(sum_of_squares: f64) -> f64 {
+    sum_of_squares.sqrt() as f32 as f64
+}
+
+/// The factor a clip to `max_norm` scales gradients of norm `total` by.
+fn clip_coefficient(total: f64, max_norm: f64) -> f32 {
+    ((max_norm / (total + 1e-6)) as f32).min(1.0)
+}
+
+/// Whether every gradient is a contiguous float32 CPU tensor (one plain array of floats).
+fn on_host(grads: &[Tensor]) -> bool {
     let host = |g: &Tensor| g.defined() && g.device() == Device::Cpu && g.kind() == Kind::Float && g.is_contiguous();
-    if !grads.iter().all(host) {
+    grads.iter().all(host)
+}
+
+/// The sum of the gradients' squares in float64, in plain memory (None where one is not a
+/// contiguous float32 CPU tensor).
+fn squares_on_host(grads: &[Tensor]) -> Option<f64> {
+    if !on_host(grads) {
         return None;
     }
-    // SAFETY: each tensor is a contiguous float32 CPU tensor (checked above), so its data
-    // pointer addresses `numel` floats; the gradients are distinct tensors (one per parameter)
-    // and nothing else reads or writes them during the clip.
-    let slices: Vec<&mut [f32]> = grads
-        .iter()
-        .map(|g| unsafe { std::slice::from_raw_parts_mut(g.data_ptr() as *mut f32, g.numel()) })
-        .collect();
     let mut lanes = [0f64; 8];
     let mut rest = 0f64;
-    for g in &slices {
+    for g in grads {
+        // SAFETY: a contiguous float32 CPU tensor (checked above): its data pointer addresses
+        // `numel` floats, which nothing writes while the sum reads them.
+        let g = unsafe { std::slice::from_raw_parts(g.data_ptr() as *const f32, g.numel()) };
         let chunks = g.chunks_exact(8);
         for &x in chunks.remainder() {
             rest += x as f64 * x as f64;
@@ -415,14 +486,22 @@ fn clip_on_host(grads: &[Tensor], max_norm: f64) -> Option<f64> {
             }
         }
     }
-    let total = (lanes.iter().sum::<f64>() + rest).sqrt() as f32 as f64;
-    let coef = ((max_norm / (total + 1e-6)) as f32).min(1.0);
-    if coef < 1.0 {
-        for g in slices {
-            g.iter_mut().for_each(|x| *x *= coef);
-        }
+    Some(lanes.iter().sum::<f64>() + rest)
+}
+
+/// Multiplies the gradients by `coef` in plain memory where they are contiguous float32 CPU
+/// tensors (as [`squares_on_host`] found them); nothing where `coef` is 1.
+fn scale_on_host(grads: &[Tensor], coef: f32) {
+    if coef >= 1.0 || !on_host(grads) {
+        return;
     }
-    Some(total)
+    for g in grads {
+        // SAFETY: a contiguous float32 CPU tensor (checked above): its data pointer addresses
+        // `numel` floats; the gradients are distinct tensors (one per parameter) and nothing
+        // else reads or writes this one during the scaling.
+        let g = unsafe { std::slice::from_raw_parts_mut(g.data_ptr() as *mut f32, g.numel()) };
+        g.iter_mut().for_each(|x| *x *= coef);
+    }
 }
 
 /// `torch.nn.utils.clip_grad_norm_`: scales every gradient by min(1, max/(‖g‖ + 1e-6)), with

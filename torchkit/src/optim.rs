@@ -43,59 +43,33 @@ impl Adam {
     /// One step with `grads` in the order of `params()`.
     pub fn step(&mut self, grads: &[Tensor]) {
         assert_eq!(grads.len(), self.params.len(), "one gradient per parameter");
-        let _guard = tch::no_grad_guard();
-        self.step += 1;
-        let bias_correction1 = 1.0 - self.beta1.powf(self.step as f64);
-        let bias_correction2_sqrt = (1.0 - self.beta2.powf(self.step as f64)).sqrt();
-        let step_size = self.lr / bias_correction1;
-        for i in 0..self.params.len() {
-            let g = &grads[i];
-            if self.step_on_host(i, g, step_size, bias_correction2_sqrt) {
-                continue;
-            }
-            let _ = self.exp_avg[i].lerp_(g, 1.0 - self.beta1);
-            let _ = self.exp_avg_sq[i].g_mul_scalar_(self.beta2);
-            let _ = self.exp_avg_sq[i].addcmul_(&(g * (1.0 - self.beta2)), g);
-            let denom = self.exp_avg_sq[i].sqrt() / bias_correction2_sqrt + self.eps;
-            let _ = self.params[i].addcdiv_(&(&self.exp_avg[i] * -step_size), &denom);
+        let step = self.begin_step();
+        for (i, g) in grads.iter().enumerate() {
+            step.apply(&self.slot(i), g);
         }
     }
 
-    /// The same step for parameter `i` in one pass over plain memory, where every tensor is a
-    /// contiguous float32 CPU tensor (false otherwise: the caller takes libtorch's ops). At a
-    /// PPO minibatch's sizes the nine libtorch calls per parameter cost more in dispatch than in
-    /// arithmetic (15 of a 140 ms update, now 8.5). Float32 arithmetic in PyTorch's order
-    /// (`torch.optim.Adam`, single-tensor): m += (1 − β1)(g − m); v = β2·v + ((1 − β2)·g)·g;
-    /// p += −step_size · m / (√v / √(1 − β2ᵗ) + ε). The moments are written in place; the
-    /// parameter through one `add_`, so autograd sees it change as it does for an optimiser.
-    fn step_on_host(&mut self, i: usize, g: &Tensor, step_size: f64, bias_correction2_sqrt: f64) -> bool {
-        let (p, m, v) = (&self.params[i], &self.exp_avg[i], &self.exp_avg_sq[i]);
-        let n = p.numel();
-        if !([p, m, v, g].iter().all(|t| host_f32(t)) && g.numel() == n && m.numel() == n && v.numel() == n) {
-            return false;
+    /// Counts one step and returns its coefficients, for a step taken parameter by parameter
+    /// ([`AdamStep::apply`] on each [`Adam::slot`]), possibly on several threads: each
+    /// parameter's update reads and writes only its own tensors.
+    pub fn begin_step(&mut self) -> AdamStep {
+        self.step += 1;
+        AdamStep {
+            beta1: self.beta1,
+            beta2: self.beta2,
+            eps: self.eps,
+            step_size: self.lr / (1.0 - self.beta1.powf(self.step as f64)),
+            bias_correction2_sqrt: (1.0 - self.beta2.powf(self.step as f64)).sqrt(),
         }
-        // SAFETY: each tensor is a contiguous float32 CPU tensor of `n` elements (checked
-        // above), so its data pointer addresses `n` floats. The moments are this optimiser's
-        // own buffers (made by `zeros_like` or `copy_`), never shared with the parameter or
-        // the gradient, and nothing else runs on them during the step.
-        let (g, m, v) = unsafe {
-            (
-                std::slice::from_raw_parts(g.data_ptr() as *const f32, n),
-                std::slice::from_raw_parts_mut(m.data_ptr() as *mut f32, n),
-                std::slice::from_raw_parts_mut(v.data_ptr() as *mut f32, n),
-            )
-        };
-        let (w1, b2, w2) = ((1.0 - self.beta1) as f32, self.beta2 as f32, (1.0 - self.beta2) as f32);
-        let (bc2, eps, scale) = (bias_correction2_sqrt as f32, self.eps as f32, -step_size as f32);
-        let mut delta = vec![0f32; n];
-        for (((d, m), v), &g) in delta.iter_mut().zip(m.iter_mut()).zip(v.iter_mut()).zip(g) {
-            *m += w1 * (g - *m);
-            *v = *v * b2 + w2 * g * g;
-            *d = scale * (*m / (v.sqrt() / bc2 + eps));
+    }
+
+    /// Parameter `i` and its moments, as handles to the optimiser's own tensors.
+    pub fn slot(&self, i: usize) -> AdamSlot {
+        AdamSlot {
+            param: self.params[i].shallow_clone(),
+            exp_avg: self.exp_avg[i].shallow_clone(),
+            exp_avg_sq: self.exp_avg_sq[i].shallow_clone(),
         }
-        let shape = self.params[i].size();
-        let _ = self.params[i].g_add_(&Tensor::from_slice(&delta).view(shape.as_slice()));
-        true
     }
 
     /// Moment tensors under `<prefix><param>.exp_avg` / `.exp_avg_sq`, for a checkpoint.
@@ -136,6 +110,86 @@ impl Adam {
         }
         self.step = step;
         Ok(())
+    }
+}
+
+/// Parameter `i` of an [`Adam`] and its two moments (handles to the optimiser's tensors), to
+/// be stepped where the caller likes.
+#[derive(Debug)]
+pub struct AdamSlot {
+    param: Tensor,
+    exp_avg: Tensor,
+    exp_avg_sq: Tensor,
+}
+
+/// The coefficients of one Adam step ([`Adam::begin_step`]).
+#[derive(Debug, Clone, Copy)]
+pub struct AdamStep {
+    beta1: f64,
+    beta2: f64,
+    eps: f64,
+    step_size: f64,
+    bias_correction2_sqrt: f64,
+}
+
+impl AdamStep {
+    /// Steps one parameter with its gradient.
+    pub fn apply(&self, slot: &AdamSlot, g: &Tensor) {
+        let _guard = tch::no_grad_guard();
+        if self.apply_on_host(slot, g) {
+            return;
+        }
+        let (mut p, mut m, mut v) = (
+            slot.param.shallow_clone(),
+            slot.exp_avg.shallow_clone(),
+            slot.exp_avg_sq.shallow_clone(),
+        );
+        let _ = m.lerp_(g, 1.0 - self.beta1);
+        let _ = v.g_mul_scalar_(self.beta2);
+        let _ = v.addcmul_(&(g * (1.0 - self.beta2)), g);
+        let denom = v.sqrt() / self.bias_correction2_sqrt + self.eps;
+        let _ = p.addcdiv_(&(&m * -self.step_size), &denom);
+    }
+
+    /// [`AdamStep::apply`] in one pass over plain memory, where every tensor is a
+    /// contiguous float32 CPU tensor (false otherwise: the caller takes libtorch's ops). At a
+    /// PPO minibatch's sizes the nine libtorch calls per parameter cost more in dispatch than in
+    /// arithmetic (15 of a 140 ms update, now 8.5). Float32 arithmetic in PyTorch's order
+    /// (`torch.optim.Adam`, single-tensor): m += (1 − β1)(g − m); v = β2·v + ((1 − β2)·g)·g;
+    /// p += −step_size · m / (√v / √(1 − β2ᵗ) + ε). The moments are written in place; the
+    /// parameter through one `add_`, so autograd sees it change as it does for an optimiser.
+    fn apply_on_host(&self, slot: &AdamSlot, g: &Tensor) -> bool {
+        let (p, m, v) = (&slot.param, &slot.exp_avg, &slot.exp_avg_sq);
+        let n = p.numel();
+        if !([p, m, v, g].iter().all(|t| host_f32(t)) && g.numel() == n && m.numel() == n && v.numel() == n) {
+            return false;
+        }
+        // SAFETY: each tensor is a contiguous float32 CPU tensor of `n` elements (checked
+        // above), so its data pointer addresses `n` floats. The moments are the optimiser's
+        // own buffers (made by `zeros_like` or `copy_`), never shared with the parameter or
+        // the gradient, and only this parameter's update runs on them.
+        let (g, m, v) = unsafe {
+            (
+                std::slice::from_raw_parts(g.data_ptr() as *const f32, n),
+                std::slice::from_raw_parts_mut(m.data_ptr() as *mut f32, n),
+                std::slice::from_raw_parts_mut(v.data_ptr() as *mut f32, n),
+            )
+        };
+        let (w1, b2, w2) = ((1.0 - self.beta1) as f32, self.beta2 as f32, (1.0 - self.beta2) as f32);
+        let (bc2, eps, scale) = (
+            self.bias_correction2_sqrt as f32,
+            self.eps as f32,
+            -self.step_size as f32,
+        );
+        let mut delta = vec![0f32; n];
+        for (((d, m), v), &g) in delta.iter_mut().zip(m.iter_mut()).zip(v.iter_mut()).zip(g) {
+            *m += w1 * (g - *m);
+            *v = *v * b2 + w2 * g * g;
+            *d = scale * (*m / (v.sqrt() / bc2 + eps));
+        }
+        let mut param = p.shallow_clone();
+        let _ = param.g_add_(&Tensor::from_slice(&delta).view(p.size().as_slice()));
+        true
     }
 }
 

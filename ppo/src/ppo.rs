@@ -5,7 +5,7 @@
 
 use crate::config::{LrSchedule, PpoConfig};
 use crate::policy::{ActorCritic, ActorSide, CriticSide};
-use crate::side_by_side::{OneThreadHere, beside};
+use crate::side_by_side::{Later, OneThreadHere, beside, start_beside};
 use arena_torch::optim::{Adam, AdamSlot, AdamStep};
 use std::collections::BTreeMap;
 use tch::{Device, Kind, Tensor};
@@ -52,57 +52,62 @@ pub struct Act {
 impl Act {
     /// Samples actions for raw inputs; updates the normalisers first (rsl_rl updates them with
     /// every step's observations and then normalises with the new statistics).
-    ///
-    /// Where libtorch runs on one thread on the CPU (the rollout of a training on few cores,
-    /// see `train.rs`), the critic's half (its normaliser and V) runs on a second thread beside
-    /// the actor's: the two halves share no tensor and draw no random number, and each runs on
-    /// one libtorch thread as before, so the results are the same bit for bit, in about the
-    /// time of the larger half (the simulator's threads are idle meanwhile).
     pub fn sample(model: &mut ActorCritic, obs: &Tensor, critic_obs: &Tensor) -> Act {
+        Self::start(model, obs, critic_obs).finish()
+    }
+
+    /// [`Act::sample`], returning as soon as the actions are drawn: where libtorch runs on one
+    /// thread on the CPU (the rollout of a training on few cores, see `train.rs`), the critic's
+    /// half (its normaliser and V) runs on a second thread, started before the actor's half
+    /// and joined by [`PendingAct::finish`], so that it computes beside the actor's half and
+    /// then beside whatever the caller does meanwhile (the envs' step). The two halves share
+    /// no tensor and draw no random number, and each runs on one libtorch thread as before:
+    /// the results are the same bit for bit.
+    pub fn start(model: &mut ActorCritic, obs: &Tensor, critic_obs: &Tensor) -> PendingAct {
         let _guard = tch::no_grad_guard();
-        if model.device() == Device::Cpu && tch::get_num_threads() == 1 {
-            return Self::sample_beside_critic(model, obs, critic_obs);
-        }
+        let values = if model.device() == Device::Cpu && tch::get_num_threads() == 1 {
+            let (mut critic, critic_input) = (model.critic_side(), critic_obs.shallow_clone());
+            start_beside(move || {
+                let _guard = tch::no_grad_guard();
+                critic.norm.update(&critic_input);
+                critic.value(&critic_input)
+            })
+        } else {
+            model.critic_norm.update(critic_obs);
+            Later::Done(model.value(critic_obs))
+        };
         model.actor_norm.update(obs);
-        model.critic_norm.update(critic_obs);
         let dist = model.distribution(obs);
         let actions = dist.sample();
         let log_probs = dist.log_prob(&actions);
-        Act {
-            values: model.value(critic_obs),
+        PendingAct {
+            actions,
             log_probs,
             mu: dist.mean,
             sigma: dist.std,
-            actions,
+            values,
         }
     }
+}
 
-    /// [`Act::sample`] with the critic's half on a scoped thread.
-    fn sample_beside_critic(model: &mut ActorCritic, obs: &Tensor, critic_obs: &Tensor) -> Act {
-        let (mut actor, critic) = (model.actor_side(), model.critic_side());
-        let critic_input = critic_obs.shallow_clone();
-        let (actor_half, values) = beside(
-            || {
-                actor.norm.update(obs);
-                let dist = actor.distribution(obs);
-                let actions = dist.sample();
-                let log_probs = dist.log_prob(&actions);
-                (dist, actions, log_probs)
-            },
-            move || {
-                let _guard = tch::no_grad_guard();
-                let mut critic = critic;
-                critic.norm.update(&critic_input);
-                critic.value(&critic_input)
-            },
-        );
-        let (dist, actions, log_probs) = actor_half;
+/// A step's sampling whose values may still be computing ([`Act::start`]).
+pub struct PendingAct {
+    pub actions: Tensor,
+    pub log_probs: Tensor,
+    pub mu: Tensor,
+    pub sigma: Tensor,
+    values: Later<Tensor>,
+}
+
+impl PendingAct {
+    /// Waits for the values.
+    pub fn finish(self) -> Act {
         Act {
-            values,
-            log_probs,
-            mu: dist.mean,
-            sigma: dist.std,
-            actions,
+            values: self.values.join(),
+            actions: self.actions,
+            log_probs: self.log_probs,
+            mu: self.mu,
+            sigma: self.sigma,
         }
     }
 }

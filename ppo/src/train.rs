@@ -393,8 +393,8 @@ impl Trainer {
         // (libgomp's spin wait) on the cores the physics needs, which slowed the simulator by
         // 16 % in training against the same calls replayed alone (`make bench`). So up to
         // `ONE_THREAD_MAX_ENVS` envs the rollout's calls run on one thread (and the critic's
-        // half of each step's sampling on a second one beside it, `Act::sample`); the update
-        // gets the pool back.
+        // half of each step's sampling on a second one, beside the actor's half and the envs'
+        // step, `Act::start`); the update gets the pool back.
         let one_thread = OneTorchThread::new(self.envs.num_envs());
         for _ in 0..c.env.steps_per_env {
             let t0 = Instant::now();
@@ -407,13 +407,17 @@ impl Trainer {
                 .to_device(device);
             let (act, actions) = {
                 let _flush = FlushDenormals::new(tch::get_num_threads().max(1) as usize);
-                let act = Act::sample(&mut self.model, &obs, &critic_obs);
+                let act = Act::start(&mut self.model, &obs, &critic_obs);
                 let actions =
                     Vec::<f32>::try_from(act.actions.to_device(Device::Cpu).contiguous().view([-1])).expect("f32");
                 (act, actions)
             };
             policy_s += t0.elapsed().as_secs_f64();
+            // The critic's half of the sampling may still compute beside the envs' step.
             let out = self.envs.step(&actions, &mut rng)?;
+            let joined = Instant::now();
+            let act = act.finish();
+            policy_s += joined.elapsed().as_secs_f64();
             let rewards = Tensor::from_slice(&out.rewards).to_device(device);
             let as_f32 = |v: &[bool]| {
                 Tensor::from_slice(&v.iter().map(|b| *b as u8 as f32).collect::<Vec<f32>>()).to_device(device)

@@ -483,7 +483,12 @@ impl Connection {
             let responses = client
                 .session(outbound)
                 .await
-                .map_err(|e| OpenError::from(format!("opening a gRPC session at {url}: {}", e.message())))?
+                .map_err(|e| OpenError {
+                    // The server's refusal at its connection caps ("retry shortly", the 503 of a
+                    // WebSocket): a server is there, so the run retries.
+                    server_answered: e.metadata().contains_key(protocol::REFUSAL_METADATA),
+                    message: format!("opening a gRPC session at {url}: {}", e.message()),
+                })?
                 .into_inner();
             return Ok(Connection::Grpc {
                 requests,

@@ -22,6 +22,11 @@ pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
 /// start.
 pub const PRACTICE_WAITING: usize = 1024;
 
+/// The gRPC response metadata key of a connection refused at the server's connection caps
+/// (docs/protocol.md §1): its status is UNAVAILABLE, and the SDKs retry it like the 503 a
+/// WebSocket client reads.
+pub const REFUSAL_METADATA: &str = "arena-refusal";
+
 /// Stable error codes of `Error.code`.
 pub mod codes {
     /// A frame that is not valid JSON / protobuf, or not an object with a "type".

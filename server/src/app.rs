@@ -114,12 +114,14 @@ pub async fn serve(
     state: Arc<AppState>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    use crate::connections::{Gate, REFUSED_RESPONSE, RefusalLog, Watched};
+    use crate::connections::{Gate, RefusalLog, Watched};
+    use crate::refusal::Refuser;
     use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
     let limits = state.config.connection_limits();
     let app = router(state).await;
     let gate = Gate::new(limits);
     let mut refusals = RefusalLog::default();
+    let refuser = Refuser::default();
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -146,7 +148,7 @@ pub async fn serve(
             Ok(a) => Arc::new(a),
             Err(refusal) => {
                 refusals.record(refusal, peer, &gate);
-                let _ = stream.try_write(REFUSED_RESPONSE);
+                refuser.refuse(stream);
                 continue;
             }
         };

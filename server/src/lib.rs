@@ -19,6 +19,7 @@ pub mod leaderboard;
 pub mod objects;
 pub mod orchestrator;
 pub mod outbox;
+pub mod refusal;
 pub mod results;
 pub mod state;
 pub mod storage;

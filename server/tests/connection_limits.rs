@@ -231,3 +231,69 @@ fn agent_sessions_count_as_open_connections() {
     });
     assert!(served, "the address stayed at its cap after the sessions ended");
 }
+
+/// A gRPC agent over the caps is told so in gRPC's terms (UNAVAILABLE, "retry shortly", the
+/// `arena-refusal` metadata) and the SDK retries it as it retries a WebSocket's 503: before,
+/// the 503's HTTP/1.1 bytes broke the HTTP/2 connection and the run stopped at once as
+/// unreachable (one attempt).
+#[test]
+fn a_grpc_agent_over_the_caps_is_told_to_retry() {
+    use arena_sdk::client::{self, ClientConfig, ClientError, Mode};
+    let dir = common::tmp("connection-limits-grpc");
+    let server = ServerProc::start(&dir, &["--max-connections-per-address", "1"]);
+    let token = server.team("grpc-refused");
+    // The address's one place, held; the server counts it once it accepts it.
+    let _held = connect_from("127.0.0.1", server.addr);
+    let refused = (0..50).any(|_| {
+        let mut probe = connect_from("127.0.0.1", server.addr);
+        read_until_closed(&mut probe, Duration::from_secs(2)).is_some_and(|t| t.contains("too_many_connections"))
+    });
+    assert!(refused, "a second connection from the address was served");
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let status = runtime.block_on(async {
+        use arena_sdk::protocol::agent_gateway_client::AgentGatewayClient;
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.addr))
+            .unwrap()
+            .connect()
+            .await
+            .expect("the HTTP/2 connection opens; the call is refused");
+        let outbound = futures_util::stream::iter(Vec::<arena_sdk::protocol::Envelope>::new());
+        AgentGatewayClient::new(channel)
+            .session(outbound)
+            .await
+            .expect_err("refused at the cap")
+    });
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert!(status.message().contains("retry shortly"), "{status:?}");
+    assert!(
+        status.metadata().contains_key(arena_sdk::protocol::REFUSAL_METADATA),
+        "{status:?}"
+    );
+
+    let mut config = ClientConfig::new(
+        server.grpc_url(),
+        &token,
+        Mode::Practice {
+            benchmark: "g1-smoke".into(),
+            episodes: vec![arena_sdk::protocol::ResetEpisode {
+                motion: "stand".into(),
+                duration_s: 0.04,
+                ..Default::default()
+            }],
+        },
+    );
+    config.max_reconnects = 2;
+    config.initial_backoff = Duration::from_millis(10);
+    let outcome = client::run_blocking(&config, &mut arena_sdk::agents::ReplayAgent::new(), &mut |_| {});
+    match outcome {
+        Err(ClientError::Unreachable { attempts, last_error }) => {
+            assert_eq!(attempts, 3, "{last_error}");
+            assert!(last_error.contains("too many open connections"), "{last_error}");
+        }
+        other => panic!("expected retries, then Unreachable: {other:?}"),
+    }
+}

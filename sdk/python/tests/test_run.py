@@ -277,6 +277,41 @@ def test_a_server_over_its_connection_caps_is_retried(status: str, attempts: int
     assert status[:3] in str(info.value), str(info.value)
 
 
+def test_a_grpc_agent_over_the_connection_caps_is_retried(tmp_path) -> None:
+    """Over gRPC the real server's refusal at its connection caps is a gRPC status
+    (UNAVAILABLE, "retry shortly"): the run retries it like the WebSocket's 503. Before, the
+    503's HTTP/1.1 bytes broke the HTTP/2 connection and the first attempt stopped the run."""
+    import socket
+
+    with start_server(tmp_path, "--max-connections-per-address", "1") as server:
+        token = server.create_team("grpc-refused")
+        host, port = server.addr.rsplit(":", 1)
+        held = socket.create_connection((host, int(port)))  # the address's one place
+
+        def refused() -> bool:
+            with socket.create_connection((host, int(port))) as probe:
+                probe.settimeout(2)
+                try:
+                    return b"too_many_connections" in probe.recv(4096)
+                except OSError:
+                    return False
+
+        assert any(refused() for _ in range(50)), "a second connection from the address was served"
+        with pytest.raises(UnreachableError) as info:
+            run(
+                RecordingAgent(),
+                server.grpc_url,
+                token,
+                benchmark="g1-smoke",
+                practice=["stand"],
+                max_reconnects=2,
+                initial_backoff_s=0.01,
+            )
+        held.close()
+    assert info.value.attempts == 3, str(info.value)
+    assert "too many open connections" in str(info.value), str(info.value)
+
+
 # --- invalid agent output ---------------------------------------------------------------------
 
 

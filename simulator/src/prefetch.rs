@@ -4,18 +4,14 @@
 //! the dozen streams an env reads and writes). Hints only: they never fault, change no value,
 //! and do nothing off x86-64.
 
+#[cfg(target_arch = "x86_64")]
 const LINE: usize = 64;
 
 /// Asks for the cache lines of `bytes` bytes from `start`, to be read.
 #[inline]
 pub(crate) fn for_read(start: *const u8, bytes: usize) {
     #[cfg(target_arch = "x86_64")]
-    for offset in (0..bytes).step_by(LINE) {
-        // SAFETY: a prefetch is a hint that never faults, whatever the address.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(start.wrapping_add(offset).cast());
-        }
-    }
+    lines::<{ std::arch::x86_64::_MM_HINT_T0 }>(start, bytes);
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (start, bytes);
 }
@@ -24,12 +20,19 @@ pub(crate) fn for_read(start: *const u8, bytes: usize) {
 #[inline]
 pub(crate) fn for_write(start: *const u8, bytes: usize) {
     #[cfg(target_arch = "x86_64")]
-    for offset in (0..bytes).step_by(LINE) {
-        // SAFETY: as in `for_read`.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(start.wrapping_add(offset).cast());
-        }
-    }
+    lines::<{ std::arch::x86_64::_MM_HINT_ET0 }>(start, bytes);
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (start, bytes);
+}
+
+/// One prefetch with `HINT` per cache line of the range.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn lines<const HINT: i32>(start: *const u8, bytes: usize) {
+    for offset in (0..bytes).step_by(LINE) {
+        // SAFETY: a prefetch is a hint that never faults, whatever the address.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<HINT>(start.wrapping_add(offset).cast());
+        }
+    }
 }

@@ -6,7 +6,7 @@
 use crate::config::{LrSchedule, PpoConfig};
 use crate::policy::{ActorCritic, ActorSide, CriticSide};
 use crate::side_by_side::{Later, OneThreadHere, beside, start_beside};
-use arena_torch::optim::{Adam, AdamSlot, AdamStep};
+use arena_torch::optim::{Adam, AdamSlot, AdamStep, host_f32};
 use std::collections::BTreeMap;
 use tch::{Device, Kind, Tensor};
 
@@ -464,8 +464,7 @@ fn clip_coefficient(total: f64, max_norm: f64) -> f32 {
 
 /// Whether every gradient is a contiguous float32 CPU tensor (one plain array of floats).
 fn on_host(grads: &[Tensor]) -> bool {
-    let host = |g: &Tensor| g.defined() && g.device() == Device::Cpu && g.kind() == Kind::Float && g.is_contiguous();
-    grads.iter().all(host)
+    grads.iter().all(host_f32)
 }
 
 /// The sum of the gradients' squares in float64, in plain memory (None where one is not a

@@ -194,6 +194,6 @@ impl AdamStep {
 }
 
 /// Whether `t` is a contiguous float32 tensor in CPU memory (one plain array of floats).
-fn host_f32(t: &Tensor) -> bool {
+pub fn host_f32(t: &Tensor) -> bool {
     t.defined() && t.device() == tch::Device::Cpu && t.kind() == tch::Kind::Float && t.is_contiguous()
 }

@@ -7,6 +7,10 @@ use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+/// Seconds a `jsonl.gz` download waits for a place among `dataset_streams` before it is
+/// answered 503 (busy) with a `Retry-After`.
+pub const DATASET_STREAM_WAIT_S: u64 = 30;
+
 /// Everything `arena serve` needs. Every key is optional in the file.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -63,6 +67,11 @@ pub struct ServerConfig {
     /// MB in all; the least recently written go first (and are written again when asked for).
     /// 0 = no limit.
     pub export_cache_mb: u64,
+    /// `jsonl.gz` dataset downloads streamed at once (each holds a thread, compressing as the
+    /// client reads); more wait for a place, and after [`DATASET_STREAM_WAIT_S`] are answered
+    /// 503 with a `Retry-After`. Stored HDF5 exports are written two at a time and then served
+    /// as files.
+    pub dataset_streams: u32,
     /// With a remote (`s3://`) store: MB of downloaded objects (trajectory files, policies) kept
     /// in `scratch/cache/` for the next read; the least recently used go first. 0 = no limit.
     pub download_cache_mb: u64,
@@ -134,6 +143,7 @@ impl Default for ServerConfig {
             step_timeout_s: 0.0,
             hosted_runs: 0,
             export_cache_mb: 16_384,
+            dataset_streams: 16,
             download_cache_mb: 16_384,
             heartbeat_interval_s: 30.0,
             heartbeat_timeout_s: 60.0,
@@ -297,6 +307,12 @@ impl ServerConfig {
             return bad(
                 "hosted_runs",
                 format!("expected 0-1024 (0 = the number of cores), got {}", self.hosted_runs),
+            );
+        }
+        if self.dataset_streams == 0 || self.dataset_streams > 1024 {
+            return bad(
+                "dataset_streams",
+                format!("expected 1-1024, got {}", self.dataset_streams),
             );
         }
         if self.sim_threads > 1024 {

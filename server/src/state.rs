@@ -34,6 +34,8 @@ pub struct AppState {
     pub upload_checks: Arc<tokio::sync::Semaphore>,
     /// Who writes which stored dataset export, and how many at once.
     pub export_writers: crate::datasets::writing::ExportWriters,
+    /// Places for `jsonl.gz` downloads: `config.dataset_streams` at once.
+    pub dataset_streams: Arc<tokio::sync::Semaphore>,
     /// Requests per team per minute (REST and Connects).
     pub rate_limiter: RateLimiter,
     /// Ranked leaderboards, until the storage's leaderboard generation moves.
@@ -219,6 +221,7 @@ impl AppState {
         tokio::spawn(merge_failed_leftovers(storage.clone(), objects.clone()));
         let rate_limiter = RateLimiter::new(config.requests_per_minute);
         let hosted_places = Arc::new(tokio::sync::Semaphore::new(config.hosted_runs()));
+        let dataset_streams = Arc::new(tokio::sync::Semaphore::new(config.dataset_streams as usize));
         let warm_simulators = Arc::new(crate::orchestrator::warm::WarmSimulators::new(
             config.warm_simulators as usize,
         ));
@@ -233,6 +236,7 @@ impl AppState {
             hosted_places,
             upload_checks: Arc::new(tokio::sync::Semaphore::new(UPLOAD_CHECKS)),
             export_writers: Default::default(),
+            dataset_streams,
             rate_limiter,
             leaderboards: Default::default(),
             _locks: (data_dir_lock, database_lock),

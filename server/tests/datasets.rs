@@ -494,3 +494,44 @@ fn an_export_asked_for_twice_at_once_is_written_once() {
         .unwrap_or_default();
     assert!(scratch.is_empty(), "left in the scratch folder: {scratch:?}");
 }
+
+/// `jsonl.gz` downloads beyond `dataset_streams` wait for a place and are then served whole: at
+/// one place, four at once and then one after another all come back complete and alike (a place
+/// not given back when its stream ends would leave the next download waiting, then refused).
+#[test]
+fn streamed_downloads_beyond_the_limit_wait_their_turn() {
+    let dir = tmp("datasets-streams");
+    let server = ServerProc::start(&dir.join("data"), &["--dataset-streams", "1"]);
+    let alpha = server.team("alpha");
+    let id = server.submit(&alpha, &mut ReplayAgent::new(), "replay", None);
+    let addr = server.addr;
+    let path = "/api/v1/datasets/benchmarks/g1-smoke/jsonl.gz";
+    let download = move || http(addr, "GET", path, Some(ADMIN), None);
+    let (status, first) = download();
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&first));
+    let together: Vec<_> = (0..4).map(|_| std::thread::spawn(download)).collect();
+    let mut bodies: Vec<Vec<u8>> = together
+        .into_iter()
+        .map(|d| d.join().unwrap())
+        .map(|(status, body)| {
+            assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+            body
+        })
+        .collect();
+    for _ in 0..2 {
+        let (status, body) = download();
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        bodies.push(body);
+    }
+    let text = |gz: &[u8]| {
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(gz).read_to_string(&mut text).unwrap();
+        text
+    };
+    let want = text(&first);
+    assert_eq!(want.lines().count(), episodes(&server, &id).len());
+    for body in &bodies {
+        assert!(text(body) == want, "a download came back different");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -8,18 +8,20 @@
 use super::{
     ApiError, ApiPath, ApiQuery, ApiResult, Caller, bad_request, benchmark_error, caller, internal_error, not_found,
 };
-use crate::access;
+use crate::access::{self, AccessError};
+use crate::config::DATASET_STREAM_WAIT_S;
 use crate::datasets::{self, DatasetError, DatasetFilter, ExportFormat, Scope, Selection};
 use crate::state::AppState;
 use crate::storage::{Submission, now_ms};
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{HeaderMap, Method, header};
+use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::IntoResponse;
 use axum::{Json, Router, routing::get};
 use std::collections::HashSet;
 use std::io::Write;
 use std::sync::Arc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
@@ -162,14 +164,17 @@ async fn dataset(
         return Ok(response);
     }
     match format {
-        ExportFormat::JsonlGz => Ok((
-            [
-                (header::CONTENT_TYPE, "application/gzip".to_string()),
-                (header::CONTENT_DISPOSITION, disposition),
-            ],
-            stream_jsonl(state.clone(), selection),
-        )
-            .into_response()),
+        ExportFormat::JsonlGz => {
+            let place = stream_place(&state).await?;
+            Ok((
+                [
+                    (header::CONTENT_TYPE, "application/gzip".to_string()),
+                    (header::CONTENT_DISPOSITION, disposition),
+                ],
+                stream_jsonl(state.clone(), selection, place),
+            )
+                .into_response())
+        }
         ExportFormat::Hdf5 => {
             // The same episodes give the same file: kept in the object store under a key made
             // from them, written once (by whichever replica is asked first) and streamed from
@@ -230,11 +235,13 @@ fn dataset_name(selection: &Selection) -> String {
 /// aborts the body (the client sees a truncated download, never a complete-looking wrong one)
 /// and is logged. A client that takes nothing for the idle timeout ends the export and frees its
 /// thread (before, an HTTP/2 stream that never opened its window held it for good).
-fn stream_jsonl(state: Arc<AppState>, selection: Selection) -> Body {
+fn stream_jsonl(state: Arc<AppState>, selection: Selection, place: OwnedSemaphorePermit) -> Body {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(8);
     let stall_limit = std::time::Duration::from_secs_f64(state.config.idle_timeout_s);
     let runtime = tokio::runtime::Handle::current();
     tokio::task::spawn_blocking(move || {
+        // Held until the export ends, however it ends.
+        let _place = place;
         let writer = ChannelWriter::new(tx.clone(), runtime.clone(), stall_limit);
         let path = |s: &str| crate::trajectory_store::submission_path_blocking(&state.objects, s);
         let exported = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -251,6 +258,41 @@ fn stream_jsonl(state: Arc<AppState>, selection: Selection) -> Body {
     Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|item| (item, rx))
     }))
+}
+
+/// A place among the server's `dataset_streams`: each streamed export holds a blocking thread
+/// for as long as its client reads (slow clients included), so without a bound a burst of
+/// downloads would take the threads that trajectory writes and benchmark loads need.
+async fn stream_place(state: &AppState) -> Result<OwnedSemaphorePermit, ApiError> {
+    let wait = std::time::Duration::from_secs(DATASET_STREAM_WAIT_S);
+    place_within(state.dataset_streams.clone(), wait, state.config.dataset_streams).await
+}
+
+/// One of `places` (`limit` in all), waiting up to `wait`; then 503 (busy) with a `Retry-After`.
+async fn place_within(
+    places: Arc<Semaphore>,
+    wait: std::time::Duration,
+    limit: u32,
+) -> Result<OwnedSemaphorePermit, ApiError> {
+    match tokio::time::timeout(wait, places.acquire_owned()).await {
+        Ok(Ok(place)) => Ok(place),
+        Ok(Err(closed)) => Err(internal_error("waiting for a dataset stream", closed)),
+        Err(_) => {
+            let mut e = AccessError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "busy",
+                format!(
+                    "{limit} dataset download(s) are being streamed, the most this server streams at once \
+                     (dataset_streams), and none ended within {:.0} s: retry later, or download the \
+                     stored hdf5 export",
+                    wait.as_secs_f64()
+                ),
+            );
+            e.limit = Some(limit);
+            e.resets_at_ms = Some(now_ms() + 5_000);
+            Err(ApiError(e))
+        }
+    }
 }
 
 const CHUNK: usize = 64 << 10;
@@ -458,5 +500,36 @@ mod tests {
             .unwrap()
             .unwrap_err();
         assert_eq!(gone.kind(), std::io::ErrorKind::BrokenPipe, "{gone}");
+    }
+}
+
+#[cfg(test)]
+mod stream_place_tests {
+    use super::*;
+
+    /// With every place taken, a download is told to come back (503, `busy`, the limit and a
+    /// `Retry-After`) once its wait is over; a place given back serves the next one.
+    #[tokio::test]
+    async fn a_download_without_a_place_is_told_to_retry() {
+        let places = Arc::new(Semaphore::new(1));
+        let wait = std::time::Duration::from_millis(50);
+        let held = place_within(places.clone(), wait, 1).await.expect("a free place");
+        let refused = place_within(places.clone(), wait, 1)
+            .await
+            .expect_err("no place is free");
+        let response = refused.into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let retry = response.headers().get(header::RETRY_AFTER).expect("a Retry-After");
+        assert!(retry.to_str().unwrap().parse::<u64>().unwrap() >= 1);
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16).await.unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["error"]["code"], "busy", "{v}");
+        assert_eq!(v["error"]["limit"], 1, "{v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains("dataset_streams"),
+            "{v}"
+        );
+        drop(held);
+        place_within(places, wait, 1).await.expect("the place given back");
     }
 }

@@ -99,6 +99,10 @@ pub struct ServingArgs {
     /// [default: 16384].
     #[arg(long, env = "ARENA_EXPORT_CACHE_MB")]
     pub export_cache_mb: Option<u64>,
+    /// jsonl.gz dataset downloads streamed at once; more wait up to 30 s for a place, then are
+    /// answered 503 with Retry-After (1-1024) [default: 16].
+    #[arg(long, env = "ARENA_DATASET_STREAMS")]
+    pub dataset_streams: Option<u32>,
     /// Heartbeat interval, seconds [default: 30].
     #[arg(long, env = "ARENA_HEARTBEAT_INTERVAL_S")]
     pub heartbeat_interval_s: Option<f64>,
@@ -205,6 +209,7 @@ impl ConfigArgs {
             step_timeout_s,
             hosted_runs,
             export_cache_mb,
+            dataset_streams,
             heartbeat_interval_s,
             heartbeat_timeout_s,
             max_attempts,

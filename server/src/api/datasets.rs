@@ -165,7 +165,7 @@ async fn dataset(
     }
     match format {
         ExportFormat::JsonlGz => {
-            let place = stream_place(&state).await?;
+            let place = stream_place(state).await?;
             Ok((
                 [
                     (header::CONTENT_TYPE, "application/gzip".to_string()),
@@ -530,6 +530,6 @@ mod stream_place_tests {
             "{v}"
         );
         drop(held);
-        place_within(places, wait, 1).await.expect("the place given back");
+        let _again = place_within(places, wait, 1).await.expect("the place given back");
     }
 }

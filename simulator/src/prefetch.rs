@@ -1,8 +1,9 @@
-//! Cache prefetch hints for the per-env loops after each step, whose memory is cold by then:
-//! the GPU worker's freshly written rows, each env's slot, its observation rows (together
-//! about 8 kB an env, 30 MB a step at 4096 envs; the hardware's stream prefetch follows few of
-//! the dozen streams an env reads and writes). Hints only: they never fault, change no value,
-//! and do nothing off x86-64.
+//! Cache prefetch hints for the per-env loops around each step, whose memory is cold by then:
+//! after it, the GPU worker's freshly written rows, each env's slot, its observation rows
+//! (together about 8 kB an env, 30 MB a step at 4096 envs; the hardware's stream prefetch
+//! follows few of the dozen streams an env reads and writes); before it, the slot fields each
+//! env's command reads. Hints only: they never fault, change no value, and do nothing off
+//! x86-64.
 
 #[cfg(target_arch = "x86_64")]
 const LINE: usize = 64;

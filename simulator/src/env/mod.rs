@@ -108,6 +108,43 @@ impl RefreshAhead {
     }
 }
 
+/// Where a command's preparation finds an env's slot, for prefetch hints only (see
+/// [`RefreshAhead`]): the lines of the fields `CommandContext::prepare` reads, scattered over a
+/// slot of several kB (a cache miss each at 4096 envs, where the slots no longer fit in cache).
+struct CommandAhead {
+    slots: usize,
+    envs: usize,
+}
+
+impl CommandAhead {
+    /// (offset, bytes) of the fields a command reads (the rng only when a push is due, rarely).
+    const FIELDS: [(usize, usize); 6] = [
+        (std::mem::offset_of!(Slot, status), std::mem::size_of::<EpisodeStatus>()),
+        (std::mem::offset_of!(Slot, step), 8),
+        (std::mem::offset_of!(Slot, next_push_step), 8),
+        (std::mem::offset_of!(Slot, defaults), 8 * NUM_JOINTS),
+        (std::mem::offset_of!(Slot, last_a5), 8 * NUM_JOINTS),
+        (
+            std::mem::offset_of!(Slot, draw) + std::mem::offset_of!(DrDraw, control_delay),
+            8,
+        ),
+    ];
+
+    fn prefetch(&self, e: usize, delayed: bool) {
+        if e >= self.envs {
+            return;
+        }
+        let slot = self.slots + e * std::mem::size_of::<Slot>();
+        for (offset, bytes) in Self::FIELDS {
+            crate::prefetch::for_write((slot + offset) as *const u8, bytes);
+        }
+        if delayed {
+            let offset = std::mem::offset_of!(Slot, pending_command);
+            crate::prefetch::for_write((slot + offset) as *const u8, 16 * NUM_JOINTS);
+        }
+    }
+}
+
 pub struct TrackingEnv {
     timings: EnvTimings,
     config: TrackingEnvConfig,
@@ -628,8 +665,17 @@ impl TrackingEnv {
             config: &self.config,
             ranges: ranges.as_ref(),
         };
+        let ahead = CommandAhead {
+            slots: self.slots.as_ptr() as usize,
+            envs: self.slots.len(),
+        };
         let (slots, targets, feedforward) = (&mut self.slots, &mut self.targets, &mut self.feedforward);
-        let prepare = |((slot, (targets, feedforward)), a): CommandItem<'_>| ctx.prepare(slot, targets, feedforward, a);
+        let prepare = |(e, ((slot, (targets, feedforward)), a)): (usize, CommandItem<'_>)| {
+            // Whether the env ahead runs under a control delay is not known before its slot is
+            // read: this env's says whether the episode draws use one at all.
+            ahead.prefetch(e + PREFETCH_AHEAD, slot.draw.control_delay > 0);
+            ctx.prepare(slot, targets, feedforward, a)
+        };
         let prepared: Vec<Prepared> = match self.handler.pool() {
             Some(pool) => pool.install(|| {
                 slots
@@ -640,6 +686,7 @@ impl TrackingEnv {
                             .zip(feedforward.par_chunks_mut(NUM_JOINTS)),
                     )
                     .zip(actions.par_chunks_exact(width))
+                    .enumerate()
                     .map(prepare)
                     .collect()
             }),
@@ -647,6 +694,7 @@ impl TrackingEnv {
                 .iter_mut()
                 .zip(targets.chunks_mut(NUM_JOINTS).zip(feedforward.chunks_mut(NUM_JOINTS)))
                 .zip(actions.chunks_exact(width))
+                .enumerate()
                 .map(prepare)
                 .collect(),
         };

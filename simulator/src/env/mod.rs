@@ -90,17 +90,44 @@ struct RefreshAhead {
     history: usize,
     privileged_bytes: usize,
     history_bytes: usize,
+    /// Whether the refresh writes the slot's recorded row.
+    recording: bool,
     envs: usize,
 }
 
 impl RefreshAhead {
+    /// (offset, bytes) of the slot fields a refresh reads when nothing is recorded (the
+    /// recording's fields are most of a slot).
+    const SLOT_FIELDS: [(usize, usize); 8] = [
+        (
+            std::mem::offset_of!(Slot, assignment),
+            std::mem::size_of::<Option<EpisodeAssignment>>(),
+        ),
+        (std::mem::offset_of!(Slot, status), std::mem::size_of::<EpisodeStatus>()),
+        (std::mem::offset_of!(Slot, step), 8),
+        (
+            std::mem::offset_of!(Slot, draw) + std::mem::offset_of!(DrDraw, obs_noise),
+            1,
+        ),
+        (std::mem::offset_of!(Slot, rng), std::mem::size_of::<ChaCha8Rng>()),
+        (std::mem::offset_of!(Slot, defaults), 8 * NUM_JOINTS),
+        (std::mem::offset_of!(Slot, last_a5), 8 * NUM_JOINTS),
+        (std::mem::offset_of!(Slot, history), std::mem::size_of::<History>()),
+    ];
+
     fn prefetch(&self, handler: &dyn Handler, e: usize) {
         if e >= self.envs {
             return;
         }
         handler.prefetch_env(e);
-        let slot = std::mem::size_of::<Slot>();
-        crate::prefetch::for_read((self.slots + e * slot) as *const u8, slot);
+        let slot = self.slots + e * std::mem::size_of::<Slot>();
+        if self.recording {
+            crate::prefetch::for_read(slot as *const u8, std::mem::size_of::<Slot>());
+        } else {
+            for (offset, bytes) in Self::SLOT_FIELDS {
+                crate::prefetch::for_read((slot + offset) as *const u8, bytes);
+            }
+        }
         crate::prefetch::for_write((self.state + e * 4 * STATE_DIM) as *const u8, 4 * STATE_DIM);
         let (p, h) = (self.privileged_bytes, self.history_bytes);
         crate::prefetch::for_write((self.privileged + e * p) as *const u8, p);
@@ -776,6 +803,7 @@ impl TrackingEnv {
             } else {
                 0
             },
+            recording: self.config.record,
             envs: self.slots.len(),
         };
         let per_env =

@@ -240,7 +240,8 @@ def main():
                   f"| {med['inline']:.0f} | {med['inline'] / med['raw']:.2f} "
                   f"| {med['zero']:.0f} | {med['zero'] / med['raw']:.2f} |")
         print("\nms per control step (median run): commands | the backend's step | observations | recording "
-              "during the next step (overlapping the backend's step) | resets | policy | all")
+              "during the next step (overlapping the backend's step) | resets | policy | all | host side "
+              "(all but the worker's physics call and the policy)")
         for n, _, r in rows:
             for side in ("gpu", "inline", "zero", "stub"):
                 runs = [s for s in r["ms_per_step"][side] if s]
@@ -249,7 +250,7 @@ def main():
                     print(f"  {n} envs, {side}: {s.get('commands', float('nan')):.3f} | "
                           f"{s['physics']:.3f} | {s['observations']:.3f} | "
                           f"{s.get('recording_behind', 0.0):.3f} | {s['resets']:.3f} | {s['policy']:.3f} | "
-                          f"{s['total']:.3f}")
+                          f"{s['total']:.3f} | {s.get('host_side') or float('nan'):.3f}")
                     # The backend's step split by the worker's own timers (its `stats`).
                     worker = s.get("worker") or {}
                     phases = ", ".join(f"{k[:-3]} {v:.3f}" for k, v in worker.items() if k.endswith("_ms"))

@@ -127,6 +127,13 @@ fn sim_bench_runs_on_the_gpu_backend_without_a_gpu() {
     for phase in ["inputs_ms", "advance_ms", "launch_ms", "copy_out_wait_ms"] {
         assert!(worker[phase].as_f64().is_some_and(|ms| ms >= 0.0), "{phase}: {v}");
     }
+    // What surrounds the physics: the whole step less the worker's physics call and the policy.
+    let ms = &v["ms_per_step"];
+    let f = |x: &serde_json::Value| x.as_f64().unwrap();
+    let host = f(&ms["host_side"]);
+    let expected = f(&ms["total"]) - f(&ms["policy"]) - f(&worker["advance_ms"]);
+    assert!((host - expected).abs() < 1e-9 && host > 0.0, "{v}");
+    assert!(host < f(&ms["total"]), "{v}");
 }
 
 /// A kept simulator whose worker dies while idle is dropped when a lane looks for one, never

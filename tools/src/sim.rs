@@ -429,6 +429,13 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
     // Per control step, milliseconds: where the loop's time went.
     let per_step = |s: f64| 1000.0 * s / a.steps as f64;
     let worker = worker_split(worker_before.as_ref(), worker_after.as_ref(), a.steps);
+    // Issue 41's measure of what surrounds the physics: everything but the worker's physics
+    // call (`advance`: the stub's stand-in physics and output copy, or the device's launches,
+    // physics and copy back) and the bench's own policy (the agent's work, not the server's).
+    let host_side = worker
+        .get("advance_ms")
+        .and_then(|v| v.as_f64())
+        .map(|advance| per_step(secs) - per_step(policy_s) - advance);
     let split = serde_json::json!({
         "physics": per_step(after.physics_s - before.physics_s),
         "observations": per_step(after.refresh_s - before.refresh_s),
@@ -438,6 +445,7 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
         "policy": per_step(policy_s),
         "agent_rows": per_step(agent_rows_s),
         "total": per_step(secs),
+        "host_side": host_side,
     });
     if a.json {
         let v = serde_json::json!({
@@ -486,6 +494,9 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
             ms("policy"),
             ms("total"),
         );
+        if let Some(host) = host_side {
+            println!("  host side (all but the worker's physics call and the policy): {host:.3} ms per control step");
+        }
         if let Some(w) = worker.as_object() {
             let phases: Vec<String> = w
                 .iter()

@@ -26,14 +26,21 @@ pub(crate) fn for_write(start: *const u8, bytes: usize) {
     let _ = (start, bytes);
 }
 
-/// One prefetch with `HINT` per cache line of the range.
+/// One prefetch with `HINT` per cache line the range touches (from the line of its first byte
+/// to that of its last: a range that does not start on a line boundary reaches one line more
+/// than its length in lines).
 #[cfg(target_arch = "x86_64")]
 #[inline]
 fn lines<const HINT: i32>(start: *const u8, bytes: usize) {
-    for offset in (0..bytes).step_by(LINE) {
+    if bytes == 0 {
+        return;
+    }
+    let skew = start as usize % LINE;
+    let first = start.wrapping_sub(skew);
+    for offset in (0..skew + bytes).step_by(LINE) {
         // SAFETY: a prefetch is a hint that never faults, whatever the address.
         unsafe {
-            std::arch::x86_64::_mm_prefetch::<HINT>(start.wrapping_add(offset).cast());
+            std::arch::x86_64::_mm_prefetch::<HINT>(first.wrapping_add(offset).cast());
         }
     }
 }

@@ -698,8 +698,8 @@ impl TrackingEnv {
         };
         let (slots, targets, feedforward) = (&mut self.slots, &mut self.targets, &mut self.feedforward);
         let prepare = |(e, ((slot, (targets, feedforward)), a)): (usize, CommandItem<'_>)| {
-            // Whether the env ahead runs under a control delay is not known before its slot is
-            // read: this env's says whether the episode draws use one at all.
+            // Whether the env ahead has a control delay is in its slot, not read yet: this env's
+            // stands in for it (a guess; the hint changes no value either way).
             ahead.prefetch(e + PREFETCH_AHEAD, slot.draw.control_delay > 0);
             ctx.prepare(slot, targets, feedforward, a)
         };

@@ -37,6 +37,31 @@ fn read_until_closed(stream: &mut TcpStream, within: Duration) -> Option<String>
     }
 }
 
+/// A keep-alive connection from `from` that the server has admitted and answered (200), so
+/// that it holds one of the address's places for the idle timeout.
+fn hold_a_place(from: &str, to: SocketAddr) -> TcpStream {
+    for _ in 0..50 {
+        let mut stream = connect_from(from, to);
+        stream
+            .write_all(b"GET /api/v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            match stream.read(&mut buf) {
+                Ok(n) if n > 0 => got.extend_from_slice(&buf[..n]),
+                _ => break,
+            }
+        }
+        if got.starts_with(b"HTTP/1.1 200") {
+            return stream;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("no connection from {from} was admitted and answered");
+}
+
 /// Binding a client socket to a chosen loopback address before connecting, with std only.
 mod socket2_like {
     use std::net::{SocketAddr, TcpStream};
@@ -242,8 +267,10 @@ fn a_grpc_agent_over_the_caps_is_told_to_retry() {
     let dir = common::tmp("connection-limits-grpc");
     let server = ServerProc::start(&dir, &["--max-connections-per-address", "1"]);
     let token = server.team("grpc-refused");
-    // The address's one place, held; the server counts it once it accepts it.
-    let _held = connect_from("127.0.0.1", server.addr);
+    // The address's one place, held by a keep-alive connection the server has answered: a
+    // connection merely opened may itself be refused while the server still counts the team's
+    // request just closed, and then the place is free again for the gRPC call below.
+    let _held = hold_a_place("127.0.0.1", server.addr);
     let refused = (0..50).any(|_| {
         let mut probe = connect_from("127.0.0.1", server.addr);
         read_until_closed(&mut probe, Duration::from_secs(2)).is_some_and(|t| t.contains("too_many_connections"))

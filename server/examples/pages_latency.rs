@@ -119,6 +119,7 @@ async fn seed(url: &str, args: &Args, spec: &BenchmarkSpec) -> anyhow::Result<(S
                     reason: None,
                     updated_at: created + 500,
                     agent_name: None,
+                    engine: None,
                     committed_by: None,
                 })
                 .collect();

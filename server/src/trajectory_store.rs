@@ -549,6 +549,7 @@ mod tests {
             reason: None,
             updated_at: 0,
             agent_name: None,
+            engine: None,
             committed_by: None,
         }
     }
@@ -586,6 +587,7 @@ mod tests {
         assert_eq!(read(2, 1).await.unwrap(), None);
         // Episode 0 was committed before leases existed (no owner recorded).
         let committed = EpisodeRow {
+            engine: None,
             committed_by: Some("r1".into()),
             ..row(1, EpisodeState::Completed, 2)
         };
@@ -600,6 +602,7 @@ mod tests {
             row(3, EpisodeState::Running, 1),
             row(4, EpisodeState::Failed, 0),
             EpisodeRow {
+                engine: None,
                 committed_by: Some("r0".into()),
                 ..row(5, EpisodeState::Completed, 1)
             },
@@ -676,6 +679,7 @@ mod tests {
             store_episode(&objects, "sub", 1, record(idx, rows)).await.unwrap();
         }
         let committed = |idx| EpisodeRow {
+            engine: None,
             committed_by: Some("r0".into()),
             ..row(idx, EpisodeState::Completed, 1)
         };

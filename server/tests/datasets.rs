@@ -94,6 +94,22 @@ fn datasets_filter_export_and_load_into_a_buffer() {
     assert_eq!(all["benchmark"]["version"], 1);
     assert!(all["motions"]["attribution"].as_str().unwrap().contains("MimicArena"));
     assert_eq!(all["simulator"]["control_hz"], 50.0);
+    // The engine is the one every episode recorded at its commit: this server's CPU MuJoCo.
+    let engine = all["simulator"]["engine"].as_str().unwrap();
+    assert!(engine.starts_with("cpu (MuJoCo 3."), "{engine}");
+    assert_eq!(
+        all["simulator"]["engines"],
+        serde_json::json!([{"engine": engine, "episodes": 12}])
+    );
+    let (_, results) = server.get(&format!("/api/v1/submissions/{a}/results"), Some(ADMIN));
+    assert!(
+        results["episodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["engine"] == engine),
+        "{results}"
+    );
 
     // A team reads its own submissions only.
     let (_, own) = card(&server, "", &alpha);
@@ -160,6 +176,7 @@ fn datasets_filter_export_and_load_into_a_buffer() {
     for (line, e) in lines.iter().zip(&want) {
         assert_eq!(line["id"], format!("{a}/{}", e.0));
         assert_eq!(line["rows"], e.1 + 1);
+        assert_eq!(line["engine"], engine);
         assert_eq!(line["qpos"].as_array().unwrap().len() as i64, e.1 + 1);
         assert_eq!(
             line["observation"]["privileged_state"][0].as_array().unwrap().len(),

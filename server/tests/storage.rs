@@ -148,6 +148,7 @@ fn outcome(status: EpisodeState, steps: i64) -> EpisodeOutcome {
             .into_iter()
             .collect(),
         reason: None,
+        engine: Some("cpu (MuJoCo test)".into()),
     }
 }
 
@@ -428,8 +429,12 @@ async fn episodes_are_counted_once(url: String, engine: Engine) {
     assert_eq!(rows[0].metrics, fell.metrics);
     assert_eq!((rows[1].status, rows[1].steps), (EpisodeState::Timeout, 7));
     assert_eq!(rows[2].status, EpisodeState::Pending);
+    // The engine that ran a committed run is kept with it; an episode not run has none.
+    assert_eq!(rows[0].engine.as_deref(), Some("cpu (MuJoCo test)"));
+    assert_eq!(rows[2].engine, None);
     let json = serde_json::to_value(&rows[0]).unwrap();
     assert_eq!(json["status"], "FELL");
+    assert_eq!(json["engine"], "cpu (MuJoCo test)");
     assert_eq!(
         json["seed"],
         serde_json::json!(u64::MAX.to_string()),
@@ -471,6 +476,7 @@ async fn nan_metrics_round_trip(url: String, engine: Engine) {
         steps: 10,
         metrics,
         reason: None,
+        engine: None,
     };
     assert!(storage.finish_episode("s-1", 0, &result).await.unwrap());
     let back = &storage.episodes("s-1").await.unwrap()[0].metrics;

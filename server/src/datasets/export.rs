@@ -227,6 +227,8 @@ pub fn export_jsonl_gz(
             "submission": part.submission.id,
             "team": part.submission.team_name,
             "agent": part.submission.agent_name,
+            // The simulator that ran it (null: stored before engines were recorded).
+            "engine": row.engine,
             "motion": row.motion,
             "category": row.category,
             "status": row.status.word(),

@@ -174,10 +174,48 @@ pub async fn select(
     })
 }
 
-/// Everything the card says about the simulator an episode ran in.
-fn simulator_settings(spec: &BenchmarkSpec) -> Value {
+/// What the card names for runs stored before the server recorded the engine of each.
+pub const ENGINE_NOT_RECORDED: &str = "not recorded (stored before the server recorded engines)";
+
+/// The engines that ran the selection's stored runs, each with how many, most first: as each
+/// episode's row recorded it at its commit (`Handler::describe`).
+fn engines(selection: &Selection) -> Vec<(&str, usize)> {
+    let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+    let stored = selection
+        .parts
+        .iter()
+        .flat_map(|p| &p.episodes)
+        .filter(|e| e.committed_by.is_some());
+    for e in stored {
+        *counts
+            .entry(e.engine.as_deref().unwrap_or(ENGINE_NOT_RECORDED))
+            .or_default() += 1;
+    }
+    let mut engines: Vec<(&str, usize)> = counts.into_iter().collect();
+    engines.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    engines
+}
+
+/// Everything the card says about the simulator the selection's episodes ran in. `engine` is
+/// the one engine of every stored run, or, where they differ, all of them; `engines` counts
+/// the runs of each.
+fn simulator_settings(spec: &BenchmarkSpec, selection: &Selection) -> Value {
+    let engines = engines(selection);
+    let engine = match engines.as_slice() {
+        [] => Value::Null,
+        [(one, _)] => json!(one),
+        several => json!(format!(
+            "mixed: {}",
+            several.iter().map(|(e, _)| *e).collect::<Vec<_>>().join("; ")
+        )),
+    };
+    let engines: Vec<Value> = engines
+        .iter()
+        .map(|(engine, episodes)| json!({"engine": engine, "episodes": episodes}))
+        .collect();
     json!({
-        "engine": "MuJoCo 3.17.0 (CPU)",
+        "engine": engine,
+        "engines": engines,
         "robot": "Unitree G1, 29 DOF (the project's MJCF: arena sim export-model --robot g1)",
         "physics_dt_s": arena_sim::PHYSICS_DT,
         "decimation": arena_sim::DECIMATION,
@@ -265,7 +303,7 @@ pub fn card(selection: &Selection, spec: &BenchmarkSpec, now_ms: i64) -> Value {
         },
         "teams": teams,
         "submissions": submissions,
-        "simulator": simulator_settings(spec),
+        "simulator": simulator_settings(spec, selection),
         "motions": {
             "names": motions,
             "attribution": spec.motions.attribution,
@@ -294,15 +332,14 @@ mod tests {
             reason: None,
             updated_at: 0,
             agent_name: None,
+            engine: None,
             committed_by: committed.then(|| "r1".to_string()),
         }
     }
 
-    /// A FAILED episode given up after its attempts has no stored run, and so no rows in the
-    /// export (its group is empty); one whose run was committed has its reset row and steps.
-    #[test]
-    fn rows_count_what_the_export_writes() {
-        let selection = Selection {
+    /// One submission's `episodes`, selected.
+    fn selection(episodes: Vec<EpisodeRow>) -> Selection {
+        Selection {
             scope: Scope::Benchmark("b".into()),
             filter: DatasetFilter::default(),
             success_metric: "success".into(),
@@ -325,17 +362,65 @@ mod tests {
                     benchmark_version: Some(1),
                     summary_json: None,
                 },
-                episodes: vec![
-                    row(EpisodeState::Completed, 10, true),
-                    row(EpisodeState::Fell, 4, true),
-                    row(EpisodeState::Failed, 0, false),
-                    row(EpisodeState::Failed, 0, true),
-                    row(EpisodeState::Timeout, 7, true),
-                ],
+                episodes,
             }],
             in_scope: InScope::default(),
-        };
+        }
+    }
+
+    /// A FAILED episode given up after its attempts has no stored run, and so no rows in the
+    /// export (its group is empty); one whose run was committed has its reset row and steps.
+    #[test]
+    fn rows_count_what_the_export_writes() {
+        let selection = selection(vec![
+            row(EpisodeState::Completed, 10, true),
+            row(EpisodeState::Fell, 4, true),
+            row(EpisodeState::Failed, 0, false),
+            row(EpisodeState::Failed, 0, true),
+            row(EpisodeState::Timeout, 7, true),
+        ]);
         // 11 + 5 rows, none for the given-up episode, the reset row alone, 8.
         assert_eq!(selection.rows(), 25);
+    }
+
+    /// The card names the engines the stored runs recorded, with their counts; runs stored
+    /// before engines were recorded are said to be so, and episodes without a run count for none.
+    #[test]
+    fn the_card_names_the_engines_that_ran() {
+        let ran_on = |engine: Option<&str>, committed: bool| EpisodeRow {
+            engine: engine.map(str::to_string),
+            ..row(EpisodeState::Completed, 5, committed)
+        };
+        let path = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../benchmarks/g1-smoke.toml"));
+        let text = std::fs::read_to_string(path).unwrap();
+        let spec = BenchmarkSpec::parse(&text, path, &arena_bench::metrics::metric_names()).unwrap();
+        let cpu = "cpu (MuJoCo 3.17.0)";
+        let one = selection(vec![
+            ran_on(Some(cpu), true),
+            ran_on(Some(cpu), true),
+            ran_on(None, false),
+        ]);
+        let sim = simulator_settings(&spec, &one);
+        assert_eq!(sim["engine"], cpu);
+        assert_eq!(sim["engines"], json!([{"engine": cpu, "episodes": 2}]));
+
+        let gpu = "gpu (warp on cuda:0)";
+        let mixed = selection(vec![
+            ran_on(Some(gpu), true),
+            ran_on(Some(cpu), true),
+            ran_on(Some(gpu), true),
+            ran_on(None, true),
+        ]);
+        let sim = simulator_settings(&spec, &mixed);
+        assert_eq!(sim["engine"], format!("mixed: {gpu}; {cpu}; {ENGINE_NOT_RECORDED}"));
+        assert_eq!(
+            sim["engines"],
+            json!([
+                {"engine": gpu, "episodes": 2},
+                {"engine": cpu, "episodes": 1},
+                {"engine": ENGINE_NOT_RECORDED, "episodes": 1},
+            ])
+        );
+        assert_eq!(simulator_settings(&spec, &selection(vec![]))["engine"], Value::Null);
     }
 }

@@ -172,7 +172,15 @@ fn store_and_commit(
     for (done, (status, metrics, reason)) in batch.into_iter().zip(scored) {
         let steps = done.trajectory.len().saturating_sub(1);
         let scored_until = arena_bench::metrics::scored_until(metric_config.success_rule, &metrics);
-        ended.push((done.episode, done.attempt, steps, status, metrics, reason.clone()));
+        ended.push(Ended {
+            episode: done.episode,
+            attempt: done.attempt,
+            steps,
+            status,
+            metrics,
+            reason: reason.clone(),
+            engine: done.engine.clone(),
+        });
         if submission {
             records.push((
                 done.attempt as i64,
@@ -264,7 +272,16 @@ fn store_and_commit(
         Sink::Practice => (vec![Some(true); ended.len()], Vec::new()),
     };
     prepared.reverse();
-    for ((episode, run_attempt, steps, status, metrics, reason), answer) in ended.into_iter().zip(committed) {
+    for (ended, answer) in ended.into_iter().zip(committed) {
+        let Ended {
+            episode,
+            attempt: run_attempt,
+            steps,
+            status,
+            metrics,
+            reason,
+            ..
+        } = ended;
         timings.episodes += 1;
         let ready = prepared.pop().flatten();
         if let Sink::Submission {
@@ -312,16 +329,18 @@ fn store_and_commit(
     }
 }
 
-/// One finished run as the committer carries it from scoring to EpisodeEnd: (episode, attempt,
-/// steps, status, metrics, reason).
-type Ended = (
-    arena_bench::spec::Episode,
-    u32,
-    usize,
-    EpisodeStatus,
-    std::collections::BTreeMap<String, f64>,
-    Option<String>,
-);
+/// One finished run as the committer carries it from scoring to EpisodeEnd.
+struct Ended {
+    episode: arena_bench::spec::Episode,
+    attempt: u32,
+    /// Control steps run.
+    steps: usize,
+    status: EpisodeStatus,
+    metrics: std::collections::BTreeMap<String, f64>,
+    reason: Option<String>,
+    /// The simulator that ran it ([`Finished::engine`]).
+    engine: String,
+}
 
 /// The submission a batch is committed to.
 struct SubmissionRef<'a> {
@@ -345,7 +364,16 @@ fn commit_stored(
     let mut answers = vec![None; ended.len()];
     let mut prepared = Vec::with_capacity(ended.len());
     let mut outcomes = Vec::with_capacity(ended.len());
-    for (k, (episode, run_attempt, steps, status, metrics, reason)) in ended.iter().enumerate() {
+    for (k, run) in ended.iter().enumerate() {
+        let Ended {
+            episode,
+            attempt: run_attempt,
+            steps,
+            status,
+            metrics,
+            reason,
+            engine,
+        } = run;
         let idx = episode.index as i64;
         let (stored, ready) = stored.next().expect("one store per episode of a submission");
         prepared.push(ready);
@@ -380,6 +408,7 @@ fn commit_stored(
                 Default::default()
             },
             reason: reason.clone(),
+            engine: Some(engine.clone()),
         };
         outcomes.push((k, idx, *run_attempt as i64, outcome));
     }

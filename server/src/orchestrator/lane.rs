@@ -23,6 +23,8 @@ pub struct Finished {
     pub status: EpisodeStatus,
     pub reason: Option<String>,
     pub trajectory: Trajectory,
+    /// The simulator that ran it (`Handler::describe`), recorded with its result.
+    pub engine: String,
 }
 
 /// Why a lane stopped.
@@ -656,6 +658,7 @@ impl<'a> Lane<'a> {
                 status,
                 reason,
                 trajectory: self.env.take_trajectory(slot),
+                engine: self.env.handler().describe(),
             };
             if let Err(mpsc::SendError(lost)) = self.commit.send(finished) {
                 tracing::error!(lane = self.lane, "the committer is gone; an episode result is lost");

@@ -194,7 +194,7 @@ impl Storage {
     ) -> Result<bool, sqlx::Error> {
         let done = sqlx::query(
             "UPDATE episodes SET status = $3, steps = $4, metrics_json = $5, reason = $6, updated_at = $7, \
-             lease_expires_at = NULL \
+             lease_expires_at = NULL, engine = $10 \
              WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING' AND lease_owner = $8 \
              AND ($9 < 0 OR attempts = $9)",
         )
@@ -207,6 +207,7 @@ impl Storage {
         .bind(now_ms())
         .bind(&self.lease.owner)
         .bind(attempt.unwrap_or(-1))
+        .bind(result.engine.as_deref())
         .execute(&mut *conn)
         .await?;
         if done.rows_affected() > 0 {

@@ -270,6 +270,10 @@ pub struct EpisodeRow {
     pub updated_at: i64,
     /// The agent (`connect.agent_name`) of the session that last ran it; None if never run.
     pub agent_name: Option<String>,
+    /// The physics engine that ran its committed run ("cpu (MuJoCo 3.17.0)", "gpu (…)"); None
+    /// for an episode not final, given up on without a run, or committed before engines were
+    /// recorded.
+    pub engine: Option<String>,
     /// The server (replica id) that committed this final episode's result, and so stored its
     /// run's trajectory; None for an episode that is not final, or that was given up on
     /// (lost connections, an expired lease, a cancel) without a stored run. Internal: not in
@@ -289,6 +293,10 @@ pub struct EpisodeOutcome {
     pub metrics: BTreeMap<String, f64>,
     /// Why it ended as it did.
     pub reason: Option<String>,
+    /// The physics engine that ran it, as the simulator describes itself
+    /// (`Handler::describe`: "cpu (MuJoCo 3.17.0)").
+    #[serde(default)]
+    pub engine: Option<String>,
 }
 
 /// A challenge: a competition made of phases.

@@ -61,7 +61,7 @@ pub(super) const PHASE_COLUMNS: &str = "id, challenge_id, benchmark, starts_at, 
 pub(super) const TOKEN_COLUMNS: &str = "id, team_id, label, created_at, expires_at, revoked_at";
 
 pub(super) const EPISODE_COLUMNS: &str = "idx, motion, category, start_s, duration_s, seed, dr_level, status, attempts, steps, \
-     metrics_json, reason, updated_at, lease_owner, agent_name";
+     metrics_json, reason, updated_at, lease_owner, agent_name, engine";
 
 pub(super) fn get<'r, T>(row: &'r AnyRow, column: &str, what: &str) -> Result<T, StorageError>
 where
@@ -178,6 +178,11 @@ pub(super) fn episode_from_row(row: &AnyRow, submission: &str) -> Result<Episode
         reason: get(row, "reason", &what)?,
         updated_at: get(row, "updated_at", &what)?,
         agent_name: get(row, "agent_name", &what)?,
+        engine: if status_is_final(&status) {
+            get(row, "engine", &what)?
+        } else {
+            None
+        },
         committed_by: if status_is_final(&status) {
             get(row, "lease_owner", &what)?
         } else {

@@ -20,6 +20,7 @@ pub mod objects;
 pub mod orchestrator;
 pub mod outbox;
 pub mod refusal;
+pub mod replica_lock;
 pub mod results;
 pub mod state;
 pub mod storage;

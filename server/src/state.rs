@@ -7,6 +7,7 @@
 use crate::access::RateLimiter;
 use crate::catalog::Catalog;
 use crate::config::ServerConfig;
+use crate::replica_lock::ReplicaLock;
 use crate::storage::Storage;
 use anyhow::Context;
 use std::collections::HashSet;
@@ -43,7 +44,7 @@ pub struct AppState {
     /// Lanes' simulators kept started between sessions (`warm_simulators`).
     pub warm_simulators: Arc<crate::orchestrator::warm::WarmSimulators>,
     /// Held for the server's life: one server per data directory, and per SQLite database.
-    _locks: (ServerLock, Option<DatabaseLock>),
+    _locks: (ServerLock, Option<DatabaseLock>, Option<ReplicaLock>),
 }
 
 /// An exclusive lock on a file, held for the server's life (released when the process ends,
@@ -190,6 +191,8 @@ impl AppState {
             }
         }
         let database_lock = DatabaseLock::acquire(&url)?;
+        // Before recovery too: it takes back every running episode claimed under this id.
+        let replica_lock = ReplicaLock::acquire(&url, &redact(&url), &config.replica_id()).await?;
         let storage = Storage::connect(&url)
             .await
             .with_context(|| format!("opening the database {}", redact(&url)))?
@@ -239,7 +242,7 @@ impl AppState {
             dataset_streams,
             rate_limiter,
             leaderboards: Default::default(),
-            _locks: (data_dir_lock, database_lock),
+            _locks: (data_dir_lock, database_lock, replica_lock),
         });
         if state.config.idle_submission_expiry_s > 0.0 {
             tokio::spawn(expire_idle_submissions(Arc::downgrade(&state)));

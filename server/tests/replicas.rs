@@ -429,3 +429,61 @@ fn a_store_the_server_cannot_use_stops_its_start() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A replica id serves one live server on a PostgreSQL database: a second server started under
+/// the id of a live one is refused, naming the id (before, both ran and took each other's
+/// episodes); once the first is killed, a server under its id starts at once (it takes the dead
+/// one's episodes back, as a restarted replica does).
+#[test]
+fn a_replica_id_serves_one_live_server() {
+    let Some(pg) = PgDb::create("a_replica_id_serves_one_live_server") else {
+        return;
+    };
+    let dir = common::tmp("replica-twins");
+    let args = ["--database-url", pg.url.as_str(), "--replica-id", "twin"];
+    let mut first = ServerProc::start(&dir.join("first"), &args);
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("twin.log");
+    let mut twin = std::process::Command::new(env!("CARGO_BIN_EXE_arena"))
+        .args(["serve", "--bind", "127.0.0.1:0"])
+        .args(["--data-dir", dir.join("second").to_str().unwrap()])
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    // Refused within the lock's wait; one still running after 60 s was served.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let exit = loop {
+        if let Some(exit) = twin.try_wait().unwrap() {
+            break Some(exit);
+        }
+        if Instant::now() >= deadline {
+            twin.kill().ok();
+            twin.wait().ok();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        exit.is_some_and(|e| !e.success()),
+        "a second server under a live id started: {stderr}"
+    );
+    assert!(
+        stderr.contains("replica_id \"twin\" is in use by another live arena server"),
+        "{stderr}"
+    );
+    // Another id on the same database is served beside it.
+    let other = ServerProc::start(
+        &dir.join("other"),
+        &["--database-url", pg.url.as_str(), "--replica-id", "other"],
+    );
+    drop(other);
+
+    first.kill9();
+    let again = ServerProc::start(&dir.join("second"), &args);
+    let (status, _) = again.get("/api/v1/health", None);
+    assert_eq!(status, 200);
+    std::fs::remove_dir_all(&dir).ok();
+}

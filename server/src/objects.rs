@@ -26,6 +26,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// An object's bytes as a download streams them.
+pub type Chunks = futures_util::stream::BoxStream<'static, Result<bytes::Bytes, ObjectError>>;
+
 /// A store and the local folders that go with it.
 #[derive(Debug, Clone)]
 pub struct Objects {
@@ -381,18 +384,64 @@ impl Objects {
         )>,
         ObjectError,
     > {
+        Ok(self.stream_tagged(key).await?.map(|(size, _, chunks)| (size, chunks)))
+    }
+
+    /// [`Objects::stream`] with the entity tag of the object streamed (None where the store
+    /// gives none).
+    pub async fn stream_tagged(&self, key: &str) -> Result<Option<(u64, Option<String>, Chunks)>, ObjectError> {
         match self.store.get(&Key::from(key)).await {
             Ok(found) => {
-                let size = found.meta.size;
+                let (size, e_tag) = (found.meta.size, found.meta.e_tag.clone());
                 let this = self.clone();
                 let key = key.to_string();
                 let chunks = found
                     .into_stream()
                     .map(move |chunk| chunk.map_err(|e| this.error(format!("streaming {key}"), e)))
                     .boxed();
-                Ok(Some((size, chunks)))
+                Ok(Some((size, e_tag, chunks)))
             }
             Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.error(format!("opening {key}"), e)),
+        }
+    }
+
+    /// The object's size and entity tag (None where the store gives none), or None if there is
+    /// no such object: what a download needs to answer a byte range.
+    pub async fn describe(&self, key: &str) -> Result<Option<(u64, Option<String>)>, ObjectError> {
+        match self.store.head(&Key::from(key)).await {
+            Ok(meta) => Ok(Some((meta.size, meta.e_tag))),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.error(format!("looking up {key}"), e)),
+        }
+    }
+
+    /// The bytes `range` of the object as a stream of chunks, provided the object is still the
+    /// one whose entity tag is `e_tag` (where given); None if there is no such object, or it
+    /// was replaced since (a resumed download must not splice two files).
+    pub async fn stream_range(
+        &self,
+        key: &str,
+        range: std::ops::Range<u64>,
+        e_tag: Option<&str>,
+    ) -> Result<Option<Chunks>, ObjectError> {
+        let options = object_store::GetOptions {
+            range: Some(object_store::GetRange::Bounded(range.clone())),
+            if_match: e_tag.map(str::to_string),
+            ..Default::default()
+        };
+        match self.store.get_opts(&Key::from(key), options).await {
+            Ok(found) => {
+                let this = self.clone();
+                let what = format!("streaming bytes {}..{} of {key}", range.start, range.end);
+                Ok(Some(
+                    found
+                        .into_stream()
+                        .map(move |chunk| chunk.map_err(|e| this.error(what.clone(), e)))
+                        .boxed(),
+                ))
+            }
+            Err(object_store::Error::NotFound { .. } | object_store::Error::Precondition { .. }) => Ok(None),
             Err(e) => Err(self.error(format!("opening {key}"), e)),
         }
     }

@@ -8,7 +8,7 @@ mod common;
 
 use arena_data::trajectory_file;
 use arena_sdk::agents::{ReplayAgent, ZeroAgent};
-use common::server::{ADMIN, ServerProc, http};
+use common::server::{ADMIN, ServerProc, header_of, http, request_with};
 use common::{arena, ok, tmp};
 use serde_json::Value;
 use std::io::Read;
@@ -64,6 +64,47 @@ fn load_with_h5py(python: &str, path: &std::path::Path) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A stored download (`whole`, as a GET of `path` gave it) answers byte ranges: the rest of it
+/// from an offset, its end, a range conditional on its `ETag` (`If-Range`; a stale tag gets the
+/// whole file), and 416 for a range past its end.
+fn ranges_resume_the_download(server: &ServerProc, path: &str, whole: &[u8]) {
+    let get = |headers: &[(&str, &str)]| request_with(server.addr, "GET", path, Some(ADMIN), None, headers);
+    let (status, head, body) = get(&[]);
+    assert_eq!((status, body.as_slice()), (200, whole));
+    assert_eq!(header_of(&head, "accept-ranges").as_deref(), Some("bytes"), "{head}");
+    let tag = header_of(&head, "etag").expect("an ETag");
+    let n = whole.len();
+    assert!(n > 200, "{n} bytes");
+
+    let (status, head, rest) = get(&[("Range", "bytes=100-")]);
+    assert_eq!(status, 206, "{head}");
+    assert_eq!(
+        header_of(&head, "content-range"),
+        Some(format!("bytes 100-{}/{n}", n - 1))
+    );
+    assert_eq!(header_of(&head, "content-length"), Some((n - 100).to_string()));
+    assert!(rest == whole[100..], "the rest differs");
+
+    let (status, _, end) = get(&[("Range", "bytes=-10")]);
+    assert_eq!((status, end.as_slice()), (206, &whole[n - 10..]));
+
+    let (status, head, first) = get(&[("Range", "bytes=0-99"), ("If-Range", &tag)]);
+    assert_eq!((status, first.as_slice()), (206, &whole[..100]), "{head}");
+    let (status, _, all) = get(&[("Range", "bytes=0-99"), ("If-Range", "\"stale\"")]);
+    assert_eq!(
+        (status, all.as_slice()),
+        (200, whole),
+        "a stale If-Range gets the whole file"
+    );
+
+    let past = format!("bytes={n}-");
+    let (status, head, body) = get(&[("Range", &past)]);
+    assert_eq!(status, 416, "{head}");
+    assert_eq!(header_of(&head, "content-range"), Some(format!("bytes */{n}")));
+    let error: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(error["error"]["code"], "range_not_satisfiable", "{error}");
 }
 
 #[test]
@@ -213,6 +254,16 @@ fn datasets_filter_export_and_load_into_a_buffer() {
     );
     assert_eq!(status, 200);
     assert!(again == h5, "a second download differs");
+    ranges_resume_the_download(
+        &server,
+        &format!("/api/v1/datasets/benchmarks/g1-smoke/hdf5{query}"),
+        &h5,
+    );
+    // A submission's trajectory file, the same way.
+    let path = format!("/api/v1/submissions/{a}/trajectories");
+    let (status, whole) = http(server.addr, "GET", &path, Some(ADMIN), None);
+    assert_eq!(status, 200);
+    ranges_resume_the_download(&server, &path, &whole);
     assert_eq!(exports().len(), 1, "{:?}", exports());
     let exported = dir.join("cli.h5");
     let card_path = dir.join("cli-card.json");

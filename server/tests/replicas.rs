@@ -19,7 +19,7 @@ use arena_sdk::agents::ZeroAgent;
 use arena_sdk::protocol::{EpisodeEnd, EpisodeInfo};
 use arena_sdk::{Agent, Batch, ClientConfig, Mode};
 use common::cluster::{PrivatePg, Proxy, S3_BUCKET, S3Server, s3s_binary};
-use common::server::{ADMIN, PgDb, ServerProc};
+use common::server::{ADMIN, PgDb, ServerProc, request_with};
 use std::time::{Duration, Instant};
 
 /// Zero actions, slowly: a session lasts long enough to be cut by the kill.
@@ -135,6 +135,24 @@ fn check_submissions(server: &ServerProc, ids: &[String], object: &dyn Fn(&str) 
         let names =
             arena_data::trajectory_file::episode_names(&merged).unwrap_or_else(|e| panic!("{}: {e}", merged.display()));
         assert_eq!(names.len(), 6, "{names:?}");
+        // Downloaded through the server, whole and resumed (a byte range of the stored object).
+        let path = format!("/api/v1/submissions/{id}/trajectories");
+        let stored = std::fs::read(&merged).unwrap();
+        let (status, _, whole) = request_with(server.addr, "GET", &path, Some(ADMIN), None, &[]);
+        assert!(
+            status == 200 && whole == stored,
+            "{status}: the download differs from the stored file"
+        );
+        let (status, head, rest) = request_with(
+            server.addr,
+            "GET",
+            &path,
+            Some(ADMIN),
+            None,
+            &[("Range", "bytes=1000-")],
+        );
+        assert_eq!(status, 206, "{head}");
+        assert!(rest == stored[1000..], "the resumed download differs");
         // The parts go once the agent has been told (cleanup, after the Disconnect).
         let parts = object(&format!("trajectories/{id}"));
         let waited = std::time::Instant::now();

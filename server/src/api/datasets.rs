@@ -6,7 +6,8 @@
 //! from there.
 
 use super::{
-    ApiError, ApiPath, ApiQuery, ApiResult, Caller, bad_request, benchmark_error, caller, internal_error, not_found,
+    ApiError, ApiPath, ApiQuery, ApiResult, Caller, bad_request, benchmark_error, caller, download, internal_error,
+    not_found,
 };
 use crate::access::{self, AccessError};
 use crate::config::DATASET_STREAM_WAIT_S;
@@ -160,6 +161,9 @@ async fn dataset(
             && let Ok(Some((len, _))) = state.objects.stream(&export_key(&selection)).await
         {
             response.headers_mut().insert(header::CONTENT_LENGTH, len.into());
+            response
+                .headers_mut()
+                .insert(header::ACCEPT_RANGES, header::HeaderValue::from_static("bytes"));
         }
         return Ok(response);
     }
@@ -191,9 +195,11 @@ async fn dataset(
                     format!("the export {key} vanished as soon as it was written"),
                 )
             };
-            let (len, chunks) = loop {
-                if let Some(opened) = state.objects.stream(&key).await.map_err(store_error)? {
-                    break opened;
+            let response = loop {
+                let download =
+                    download::object(state, headers, &key, "dataset export", "application/x-hdf5", &filename);
+                if let Some(response) = download.await? {
+                    break response;
                 }
                 if wrote {
                     return Err(vanished());
@@ -208,17 +214,7 @@ async fn dataset(
             if wrote {
                 prune_exports(state, &key).await;
             }
-            Ok((
-                [
-                    (header::CONTENT_TYPE, "application/x-hdf5".to_string()),
-                    (header::CONTENT_DISPOSITION, disposition),
-                    (header::CONTENT_LENGTH, len.to_string()),
-                ],
-                Body::from_stream(futures_util::StreamExt::map(chunks, |c| {
-                    c.map_err(std::io::Error::other)
-                })),
-            )
-                .into_response())
+            Ok(response)
         }
     }
 }

@@ -7,6 +7,7 @@
 
 mod challenges;
 mod datasets;
+mod download;
 mod extract;
 mod hosted;
 mod pages;

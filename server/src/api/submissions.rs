@@ -91,43 +91,6 @@ pub(super) async fn create_planned(
     .await?)
 }
 
-/// An object of the store streamed to the client as a download, as it is read; None when the
-/// store has no such object.
-async fn stream_download(
-    state: &AppState,
-    key: &str,
-    what: &str,
-    content_type: &str,
-    file_name: &str,
-) -> Result<Option<Response>, ApiError> {
-    let found = state
-        .objects
-        .stream(key)
-        .await
-        .map_err(|e| internal_error(&format!("reading the {what}"), e))?;
-    let Some((size, chunks)) = found else {
-        return Ok(None);
-    };
-    // Quotes and backslashes would end the header's quoted name early.
-    let name: String = file_name
-        .chars()
-        .filter(|c| c.is_ascii_graphic() && *c != '"' && *c != '\\')
-        .collect();
-    Ok(Some(
-        (
-            [
-                (header::CONTENT_TYPE, content_type.to_string()),
-                (header::CONTENT_DISPOSITION, format!("attachment; filename=\"{name}\"")),
-                (header::CONTENT_LENGTH, size.to_string()),
-            ],
-            axum::body::Body::from_stream(futures_util::StreamExt::map(chunks, |c| {
-                c.map_err(std::io::Error::other)
-            })),
-        )
-            .into_response(),
-    ))
-}
-
 /// The `scores` of submissions' leaderboard rows ([`crate::leaderboard::list_scores`]) as a
 /// caller may see them, with the phases and specs looked up once per list.
 struct ScoreLookup<'a> {
@@ -388,8 +351,9 @@ pub(super) async fn get_trajectories(
     check_motions_visible(&state, &who, &s).await?;
     // A completed (or ended) submission's merged file.
     let key = crate::objects::trajectory_key(&s.id);
-    match stream_download(
+    match super::download::object(
         &state,
+        &headers,
         &key,
         "trajectory file",
         "application/x-hdf5",
@@ -431,7 +395,7 @@ pub(super) async fn get_policy(
         policy.file_name.clone()
     };
     let key = crate::hosted::policy_key(&policy.sha256);
-    stream_download(&state, &key, "policy file", "application/octet-stream", &name)
+    super::download::object(&state, &headers, &key, "policy file", "application/octet-stream", &name)
         .await?
         .ok_or_else(|| not_found(format!("the policy file of submission {id} is missing from the store")))
 }

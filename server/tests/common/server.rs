@@ -218,10 +218,25 @@ pub fn request(
     token: Option<&str>,
     body: Option<&str>,
 ) -> (u16, String, Vec<u8>) {
+    request_with(addr, method, path, token, body, &[])
+}
+
+/// [`request`] with extra request headers (name, value).
+pub fn request_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&str>,
+    headers: &[(&str, &str)],
+) -> (u16, String, Vec<u8>) {
     let mut s = TcpStream::connect(addr).unwrap();
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
     if let Some(t) = token {
         req += &format!("Authorization: Bearer {t}\r\n");
+    }
+    for (name, value) in headers {
+        req += &format!("{name}: {value}\r\n");
     }
     let body = body.unwrap_or("");
     if !body.is_empty() {
@@ -240,6 +255,14 @@ pub fn request(
         payload = dechunk(&payload);
     }
     (status, head, payload)
+}
+
+/// The value of response header `name` (any case) in a response head.
+pub fn header_of(head: &str, name: &str) -> Option<String> {
+    head.lines().find_map(|line| {
+        let (n, v) = line.split_once(':')?;
+        n.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+    })
 }
 
 fn dechunk(mut data: &[u8]) -> Vec<u8> {

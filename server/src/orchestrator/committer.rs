@@ -342,6 +342,23 @@ struct Ended {
     engine: String,
 }
 
+impl Ended {
+    /// The result the database keeps for this run (metrics only where the run is scored).
+    fn outcome(&self) -> EpisodeOutcome {
+        EpisodeOutcome {
+            status: results::episode_state(self.status),
+            steps: self.steps as i64,
+            metrics: if self.status.is_scored() {
+                self.metrics.clone()
+            } else {
+                Default::default()
+            },
+            reason: self.reason.clone(),
+            engine: Some(self.engine.clone()),
+        }
+    }
+}
+
 /// The submission a batch is committed to.
 struct SubmissionRef<'a> {
     storage: &'a crate::storage::Storage,
@@ -365,16 +382,7 @@ fn commit_stored(
     let mut prepared = Vec::with_capacity(ended.len());
     let mut outcomes = Vec::with_capacity(ended.len());
     for (k, run) in ended.iter().enumerate() {
-        let Ended {
-            episode,
-            attempt: run_attempt,
-            steps,
-            status,
-            metrics,
-            reason,
-            engine,
-        } = run;
-        let idx = episode.index as i64;
+        let (idx, run_attempt) = (run.episode.index as i64, run.attempt as i64);
         let (stored, ready) = stored.next().expect("one store per episode of a submission");
         prepared.push(ready);
         if let Err(e) = stored {
@@ -383,7 +391,7 @@ fn commit_stored(
             // team gets the fact.
             tracing::error!("episode {idx}: could not store the trajectory: {e:#}");
             let why = "the server could not store the trajectory (details in the server log)";
-            let just_this = [(idx, *run_attempt as i64)];
+            let just_this = [(idx, run_attempt)];
             let requeued = db_call(&ctx.runtime, "re-queueing an episode", || {
                 storage.requeue_episodes(submission_id, &just_this, submission.max_attempts, why)
             });
@@ -394,23 +402,12 @@ fn commit_stored(
                 Err(e) => {
                     // Its lease runs out and it is claimed again.
                     tracing::error!("re-queueing episode {idx}: {e}");
-                    storage.forget_claim(submission_id, idx, *run_attempt as i64);
+                    storage.forget_claim(submission_id, idx, run_attempt);
                 }
             }
             continue;
         }
-        let outcome = EpisodeOutcome {
-            status: results::episode_state(*status),
-            steps: *steps as i64,
-            metrics: if status.is_scored() {
-                metrics.clone()
-            } else {
-                Default::default()
-            },
-            reason: reason.clone(),
-            engine: Some(engine.clone()),
-        };
-        outcomes.push((k, idx, *run_attempt as i64, outcome));
+        outcomes.push((k, idx, run_attempt, run.outcome()));
     }
     if outcomes.is_empty() {
         return (answers, prepared);

@@ -54,6 +54,31 @@ pub fn aggregate(rows: &[EpisodeRow], success_rule: Option<&str>) -> MetricsAggr
     aggregator
 }
 
+/// What is named for runs stored before the server recorded the engine of each.
+pub const ENGINE_NOT_RECORDED: &str = "not recorded (stored before the server recorded engines)";
+
+/// The engines that ran the stored runs among `rows` (episodes with a committed run), each with
+/// how many, most first: as each episode's row recorded it at its commit (`Handler::describe`).
+pub fn engine_counts<'a>(rows: impl IntoIterator<Item = &'a EpisodeRow>) -> Vec<(&'a str, usize)> {
+    let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+    for e in rows.into_iter().filter(|e| e.committed_by.is_some()) {
+        *counts
+            .entry(e.engine.as_deref().unwrap_or(ENGINE_NOT_RECORDED))
+            .or_default() += 1;
+    }
+    let mut engines: Vec<(&str, usize)> = counts.into_iter().collect();
+    engines.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    engines
+}
+
+/// [`engine_counts`] as JSON: `[{"engine", "episodes"}]`.
+pub fn engines_json(counts: &[(&str, usize)]) -> serde_json::Value {
+    counts
+        .iter()
+        .map(|(engine, episodes)| serde_json::json!({"engine": engine, "episodes": episodes}))
+        .collect()
+}
+
 /// The submission's report in the seed's format (benchmark, timestamp, config, episodes,
 /// aggregated, groups, failed_episodes).
 pub fn report(spec: &BenchmarkSpec, submission: &Submission, rows: &[EpisodeRow]) -> Report {
@@ -66,6 +91,8 @@ pub fn report(spec: &BenchmarkSpec, submission: &Submission, rows: &[EpisodeRow]
             "created_at_ms": submission.created_at,
         },
         "arena_version": env!("CARGO_PKG_VERSION"),
+        // The simulators that produced its numbers, as its episodes recorded them.
+        "engines": engines_json(&engine_counts(rows)),
     });
     aggregate(rows, spec.ranking.success.as_deref()).report(&spec.name, config)
 }

@@ -151,6 +151,13 @@ fn datasets_filter_export_and_load_into_a_buffer() {
             .all(|e| e["engine"] == engine),
         "{results}"
     );
+    // The submission's report says which simulator produced its numbers.
+    let (status, report) = server.get(&format!("/api/v1/submissions/{a}/report"), Some(ADMIN));
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(
+        report["config"]["engines"],
+        serde_json::json!([{"engine": engine, "episodes": 6}])
+    );
 
     // A team reads its own submissions only.
     let (_, own) = card(&server, "", &alpha);

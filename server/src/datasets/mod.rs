@@ -15,6 +15,7 @@ pub use export::{ExportFormat, export_hdf5, export_jsonl_gz};
 pub use filter::{DatasetFilter, MetricBound};
 
 use crate::access;
+use crate::results::{engine_counts, engines_json};
 use crate::storage::{EpisodeRow, EpisodeState, Storage, StorageError, Submission, SubmissionStatus};
 use arena_bench::spec::BenchmarkSpec;
 use serde::Serialize;
@@ -174,33 +175,11 @@ pub async fn select(
     })
 }
 
-/// What the card names for runs stored before the server recorded the engine of each.
-pub const ENGINE_NOT_RECORDED: &str = "not recorded (stored before the server recorded engines)";
-
-/// The engines that ran the selection's stored runs, each with how many, most first: as each
-/// episode's row recorded it at its commit (`Handler::describe`).
-fn engines(selection: &Selection) -> Vec<(&str, usize)> {
-    let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
-    let stored = selection
-        .parts
-        .iter()
-        .flat_map(|p| &p.episodes)
-        .filter(|e| e.committed_by.is_some());
-    for e in stored {
-        *counts
-            .entry(e.engine.as_deref().unwrap_or(ENGINE_NOT_RECORDED))
-            .or_default() += 1;
-    }
-    let mut engines: Vec<(&str, usize)> = counts.into_iter().collect();
-    engines.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-    engines
-}
-
 /// Everything the card says about the simulator the selection's episodes ran in. `engine` is
 /// the one engine of every stored run, or, where they differ, all of them; `engines` counts
 /// the runs of each.
 fn simulator_settings(spec: &BenchmarkSpec, selection: &Selection) -> Value {
-    let engines = engines(selection);
+    let engines = engine_counts(selection.parts.iter().flat_map(|p| &p.episodes));
     let engine = match engines.as_slice() {
         [] => Value::Null,
         [(one, _)] => json!(one),
@@ -209,10 +188,7 @@ fn simulator_settings(spec: &BenchmarkSpec, selection: &Selection) -> Value {
             several.iter().map(|(e, _)| *e).collect::<Vec<_>>().join("; ")
         )),
     };
-    let engines: Vec<Value> = engines
-        .iter()
-        .map(|(engine, episodes)| json!({"engine": engine, "episodes": episodes}))
-        .collect();
+    let engines = engines_json(&engines);
     json!({
         "engine": engine,
         "engines": engines,
@@ -315,6 +291,7 @@ pub fn card(selection: &Selection, spec: &BenchmarkSpec, now_ms: i64) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::results::ENGINE_NOT_RECORDED;
 
     fn row(status: EpisodeState, steps: i64, committed: bool) -> EpisodeRow {
         EpisodeRow {

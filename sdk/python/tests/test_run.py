@@ -277,6 +277,30 @@ def test_a_server_over_its_connection_caps_is_retried(status: str, attempts: int
     assert status[:3] in str(info.value), str(info.value)
 
 
+def hold_a_place(host: str, port: int):
+    """A keep-alive connection the server has admitted and answered (200)."""
+    import socket
+
+    for _ in range(50):
+        conn = socket.create_connection((host, port))
+        conn.sendall(b"GET /api/v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
+        conn.settimeout(5)
+        got = b""
+        try:
+            while b"\r\n\r\n" not in got:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    break
+                got += chunk
+        except OSError:
+            pass
+        if got.startswith(b"HTTP/1.1 200"):
+            return conn
+        conn.close()
+        time.sleep(0.1)
+    raise AssertionError("no connection was admitted and answered")
+
+
 def test_a_grpc_agent_over_the_connection_caps_is_retried(tmp_path) -> None:
     """Over gRPC the real server's refusal at its connection caps is a gRPC status
     (UNAVAILABLE, "retry shortly"): the run retries it like the WebSocket's 503. Before, the
@@ -286,7 +310,10 @@ def test_a_grpc_agent_over_the_connection_caps_is_retried(tmp_path) -> None:
     with start_server(tmp_path, "--max-connections-per-address", "1") as server:
         token = server.create_team("grpc-refused")
         host, port = server.addr.rsplit(":", 1)
-        held = socket.create_connection((host, int(port)))  # the address's one place
+        # The address's one place, held by a keep-alive connection the server has answered: a
+        # bare one may itself be refused while the server still counts the team request just
+        # closed, and the place is then free again for the gRPC run below.
+        held = hold_a_place(host, int(port))
 
         def refused() -> bool:
             with socket.create_connection((host, int(port))) as probe:

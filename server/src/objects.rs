@@ -574,6 +574,11 @@ impl Objects {
         }
     }
 
+    /// Whether this is a `file://` store (objects kept on this machine's disk).
+    pub fn is_local(&self) -> bool {
+        self.local_root.is_some()
+    }
+
     /// Where the object lives on disk, for a `file://` store (None for a remote store).
     pub fn local_path(&self, key: &str) -> Option<PathBuf> {
         self.local_root.as_ref().map(|root| root.join(key))

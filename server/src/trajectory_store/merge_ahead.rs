@@ -42,9 +42,12 @@ impl MergeAhead {
         let path = objects.scratch_file(".ahead.h5");
         let (to_writer, committed) = mpsc::sync_channel::<Committed>(QUEUE);
         let (file, sub, bench) = (path.clone(), submission.to_string(), benchmark.to_string());
+        // A `file://` store keeps this very file (a hard link) and syncs it; a remote store
+        // uploads it and removes it, so its pages need never reach this disk.
+        let early_writeback = objects.is_local();
         let writer = std::thread::Builder::new()
             .name("arena-merge-ahead".into())
-            .spawn(move || write_ahead(&file, &sub, &bench, committed));
+            .spawn(move || write_ahead(&file, &sub, &bench, committed, early_writeback));
         match writer {
             Ok(writer) => Self {
                 to_writer: Some(to_writer),
@@ -147,6 +150,7 @@ fn write_ahead(
     submission: &str,
     benchmark: &str,
     committed: mpsc::Receiver<Committed>,
+    early_writeback: bool,
 ) -> anyhow::Result<Written> {
     let mut runs = BTreeMap::new();
     let mut work = WriterWork::default();
@@ -157,6 +161,7 @@ fn write_ahead(
     let mut busy_since = std::time::Instant::now();
     let mut file = TrajectoryFile::open_or_create(path, submission, benchmark)?;
     let mut batch = file.open_batch()?;
+    let mut writeback = early_writeback.then(|| Writeback::open(path)).flatten();
     let mut written = Ok(());
     let mut next = Some(first);
     while let Some(run) = next {
@@ -165,6 +170,9 @@ fn write_ahead(
             break; // the receiver goes: later runs are refused
         }
         runs.insert(run.idx, run.attempt);
+        if let Some(writeback) = &mut writeback {
+            writeback.start_if_grown();
+        }
         next = committed.try_recv().ok();
         if next.is_none() {
             // Idle until the committer hands over the next run (or the session ends).
@@ -179,6 +187,43 @@ fn write_ahead(
     written?;
     closed?;
     Ok(Written { runs, work })
+}
+
+/// Bytes the file grows by between two starts of its writeback.
+const WRITEBACK_STEP: u64 = 16 << 20;
+
+/// The disk's writing of the file's pages, started while the writer goes on: the store syncs the
+/// merged file before it keeps it ([`Objects::put_file`]), and with every page still dirty that
+/// sync wrote the whole file at the end, after the last episode (0.15–0.28 s for 1024 two-second
+/// episodes on these 2-core machines, the cores idle meanwhile). `SYNC_FILE_RANGE_WRITE` only
+/// queues the pages not yet being written and does not wait for them.
+struct Writeback {
+    file: std::fs::File,
+    started_at: u64,
+}
+
+impl Writeback {
+    /// None where the file cannot be opened again (the writeback is then left to the kernel).
+    fn open(path: &Path) -> Option<Self> {
+        let file = std::fs::OpenOptions::new().write(true).open(path).ok()?;
+        Some(Self { file, started_at: 0 })
+    }
+
+    fn start_if_grown(&mut self) {
+        let Ok(len) = self.file.metadata().map(|m| m.len()) else {
+            return;
+        };
+        if len < self.started_at + WRITEBACK_STEP {
+            return;
+        }
+        self.started_at = len;
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::fd::AsRawFd;
+            // SAFETY: a plain system call on a descriptor this struct owns.
+            unsafe { libc::sync_file_range(self.file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
+        }
+    }
 }
 
 /// A merge ahead's closed file and the runs in it (episode index → attempt). The file is

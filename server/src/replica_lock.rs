@@ -9,25 +9,45 @@
 //! releases it when that connection ends, so a killed replica's lock goes with its process
 //! (its socket closes), and a replica restarted at once under its id still starts at once:
 //! [`ReplicaLock::acquire`] waits up to [`RELEASE_WAIT`] for the old connection to be gone
-//! before it refuses. Advisory locks are per database, and need a direct connection (not a
-//! transaction-pooling proxy, which would hand the session to others).
+//! before it refuses. A replica whose machine died or whose network was cut sends nothing, so
+//! PostgreSQL learns of it from TCP keepalives, which each lock connection sets short for its
+//! own session ([`KEEPALIVE`]: gone within about 11 s instead of the system's two hours);
+//! [`RELEASE_WAIT`] outlasts that. Advisory locks are per database, and need a direct connection
+//! (not a transaction-pooling proxy, which would hand the session to others).
+//!
+//! A server that loses its lock connection retakes the lock. Should another server have taken
+//! the id meanwhile (started while the connection was down), the two would run the same
+//! episodes: the one that lost it stops ([`ReplicaLock::taken`], awaited by `arena serve`).
 
 use sha2::{Digest, Sha256};
 use sqlx::Connection;
 use sqlx::postgres::PgConnection;
 use std::time::Duration;
 
-/// How long a starting server tries for its id's lock before it refuses to start: long enough
-/// for PostgreSQL to end the session of a process that was just killed.
-pub const RELEASE_WAIT: Duration = Duration::from_secs(5);
+/// How long a starting server tries for its id's lock before it refuses to start, and how long
+/// a server that lost its lock connection is refused it before it concludes another server has
+/// the id: longer than PostgreSQL takes to end the session of a process that was killed (at
+/// once) or whose machine went silent ([`KEEPALIVE`]).
+pub const RELEASE_WAIT: Duration = Duration::from_secs(15);
+
+/// The lock session's TCP keepalives on PostgreSQL's side (idle seconds, interval, probes), set
+/// by the lock's connection for itself: a peer that went silent is dropped after about
+/// 5 + 2 × 3 = 11 s. Ignored over a Unix socket, where a dead peer's socket closes anyway.
+const KEEPALIVE: (u32, u32, u32) = (5, 2, 3);
 
 /// How often the lock's connection is checked, and retaken after a lost connection.
 const CHECK_EVERY: Duration = Duration::from_secs(2);
+
+/// How long a check of the lock's connection may take: a database that vanished (a failover,
+/// a cut network) leaves the check waiting on TCP's retransmissions for many minutes.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The advisory lock of a replica id on PostgreSQL, held until dropped.
 #[derive(Debug)]
 pub struct ReplicaLock {
     keeper: tokio::task::JoinHandle<()>,
+    /// Set (with why) once another server holds the id after this one lost its lock.
+    taken: tokio::sync::watch::Receiver<Option<String>>,
 }
 
 impl Drop for ReplicaLock {
@@ -73,7 +93,7 @@ impl ReplicaLock {
             url: shown.to_string(),
             cause,
         };
-        let mut conn = PgConnection::connect(url).await.map_err(failed)?;
+        let mut conn = lock_connection(url).await.map_err(failed)?;
         let deadline = tokio::time::Instant::now() + RELEASE_WAIT;
         while !try_lock(&mut conn, key).await.map_err(failed)? {
             if tokio::time::Instant::now() >= deadline {
@@ -81,9 +101,48 @@ impl ReplicaLock {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let keeper = tokio::spawn(keep(conn, url.to_string(), replica_id.to_string(), key));
-        Ok(Some(ReplicaLock { keeper }))
+        let (taken_tx, taken) = tokio::sync::watch::channel(None);
+        let keeper = tokio::spawn(keep(conn, url.to_string(), replica_id.to_string(), key, taken_tx));
+        Ok(Some(ReplicaLock { keeper, taken }))
     }
+
+    /// Resolves, with why, once another server holds this server's id: it took the lock while
+    /// this one's connection was down, and this one was refused it for [`RELEASE_WAIT`] since.
+    pub async fn taken(&self) -> String {
+        let mut taken = self.taken.clone();
+        let why = taken
+            .wait_for(Option::is_some)
+            .await
+            .map(|why| why.clone().unwrap_or_default());
+        match why {
+            Ok(why) => why,
+            // The keeper ended without a word (never, short of a panic): nothing to wait for.
+            Err(_) => std::future::pending().await,
+        }
+    }
+}
+
+/// A connection for the lock, its session's keepalives set short ([`KEEPALIVE`]). A server that
+/// refuses them (an old or restricted one) keeps its own: logged, not fatal.
+async fn lock_connection(url: &str) -> Result<PgConnection, sqlx::Error> {
+    let mut conn = PgConnection::connect(url).await?;
+    let (idle, interval, count) = KEEPALIVE;
+    let set = sqlx::query(
+        "SELECT set_config('tcp_keepalives_idle', $1, false), \
+                set_config('tcp_keepalives_interval', $2, false), \
+                set_config('tcp_keepalives_count', $3, false)",
+    )
+    .bind(idle.to_string())
+    .bind(interval.to_string())
+    .bind(count.to_string())
+    .execute(&mut conn)
+    .await;
+    if let Err(e) = set {
+        tracing::warn!(
+            "the replica lock's connection keeps the database's TCP keepalives ({e}): a replica whose machine dies holds its id until they notice"
+        );
+    }
+    Ok(conn)
 }
 
 async fn try_lock(conn: &mut PgConnection, key: i64) -> Result<bool, sqlx::Error> {
@@ -94,41 +153,69 @@ async fn try_lock(conn: &mut PgConnection, key: i64) -> Result<bool, sqlx::Error
 }
 
 /// Holds the lock's connection; when it is lost (PostgreSQL restarted, the network cut), the
-/// lock went with it: connects again and retakes it. Another server that took the id meanwhile
-/// is reported on every try, as an error: the operator must stop one of them.
-async fn keep(conn: PgConnection, url: String, replica_id: String, key: i64) {
+/// lock went with it: connects again and retakes it. Refused for [`RELEASE_WAIT`] on end (this
+/// server's own lost session would be gone by then), another server has the id: says so on
+/// `taken` and ends.
+async fn keep(
+    conn: PgConnection,
+    url: String,
+    replica_id: String,
+    key: i64,
+    taken: tokio::sync::watch::Sender<Option<String>>,
+) {
     let mut held = Some(conn);
     let mut reported = false;
+    // Since when the lock has been refused without a break.
+    let mut refused_since: Option<tokio::time::Instant> = None;
     loop {
         tokio::time::sleep(CHECK_EVERY).await;
         if let Some(conn) = held.as_mut() {
-            if conn.ping().await.is_ok() {
+            let checked = tokio::time::timeout(CHECK_TIMEOUT, conn.ping()).await;
+            if matches!(checked, Ok(Ok(()))) {
                 continue;
             }
             held = None;
             tracing::warn!("lost the database connection holding replica_id {replica_id:?}'s lock; retaking it");
         }
-        let retaken = async {
-            let mut conn = PgConnection::connect(&url).await?;
+        let retaken = tokio::time::timeout(CHECK_TIMEOUT, async {
+            let mut conn = lock_connection(&url).await?;
             let got = try_lock(&mut conn, key).await?;
             Ok::<_, sqlx::Error>(got.then_some(conn))
-        }
-        .await;
+        })
+        .await
+        .map_err(|_| format!("no answer within {} s", CHECK_TIMEOUT.as_secs()))
+        .and_then(|r| r.map_err(|e| e.to_string()));
         match retaken {
             Ok(Some(conn)) => {
                 tracing::info!("retook replica_id {replica_id:?}'s lock");
                 held = Some(conn);
                 reported = false;
+                refused_since = None;
             }
-            Ok(None) => tracing::error!(
-                "{} (it was taken while this server's lock connection was down: stop one of them)",
-                ReplicaLockError::InUse(replica_id.clone())
-            ),
-            Err(e) if !reported => {
-                tracing::warn!("retaking replica_id {replica_id:?}'s lock: {e} (trying again)");
-                reported = true;
+            Ok(None) => {
+                let since = *refused_since.get_or_insert_with(tokio::time::Instant::now);
+                if since.elapsed() >= RELEASE_WAIT {
+                    let why = format!(
+                        "{} (it took the id while this server's lock connection was down, {:.0} s ago): this server stops so that no episode runs twice",
+                        ReplicaLockError::InUse(replica_id.clone()),
+                        since.elapsed().as_secs_f64()
+                    );
+                    tracing::error!("{why}");
+                    let _ = taken.send(Some(why));
+                    return;
+                }
+                tracing::warn!(
+                    "replica_id {replica_id:?}'s lock is held by another session: this server's lost one, or another server (trying again)"
+                );
             }
-            Err(_) => {}
+            Err(e) => {
+                // Unreachable: a refusal counts from when it answers again.
+                refused_since = None;
+                if !reported {
+                    tracing::warn!("retaking replica_id {replica_id:?}'s lock: {e} (trying again)");
+                    reported = true;
+                }
+            }
         }
     }
 }

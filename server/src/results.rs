@@ -57,11 +57,21 @@ pub fn aggregate(rows: &[EpisodeRow], success_rule: Option<&str>) -> MetricsAggr
 /// What is named for runs stored before the server recorded the engine of each.
 pub const ENGINE_NOT_RECORDED: &str = "not recorded (stored before the server recorded engines)";
 
-/// The engines that ran the stored runs among `rows` (episodes with a committed run), each with
-/// how many, most first: as each episode's row recorded it at its commit (`Handler::describe`).
+/// Whether a final episode has a stored run: scored ones always (those committed before the
+/// server recorded who committed them too); a FAILED or TIMEOUT one when a server committed its
+/// run (not when it was given up on after its attempts).
+pub fn stored_a_run(e: &EpisodeRow) -> bool {
+    match e.status {
+        EpisodeState::Completed | EpisodeState::Fell => true,
+        _ => e.committed_by.is_some(),
+    }
+}
+
+/// The engines that ran the stored runs among `rows` ([`stored_a_run`]), each with how many,
+/// most first: as each episode's row recorded it at its commit (`Handler::describe`).
 pub fn engine_counts<'a>(rows: impl IntoIterator<Item = &'a EpisodeRow>) -> Vec<(&'a str, usize)> {
     let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
-    for e in rows.into_iter().filter(|e| e.committed_by.is_some()) {
+    for e in rows.into_iter().filter(|e| stored_a_run(e)) {
         *counts
             .entry(e.engine.as_deref().unwrap_or(ENGINE_NOT_RECORDED))
             .or_default() += 1;

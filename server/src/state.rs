@@ -43,8 +43,9 @@ pub struct AppState {
     pub leaderboards: crate::leaderboard::LeaderboardCache,
     /// Lanes' simulators kept started between sessions (`warm_simulators`).
     pub warm_simulators: Arc<crate::orchestrator::warm::WarmSimulators>,
-    /// Held for the server's life: one server per data directory, and per SQLite database.
-    _locks: (ServerLock, Option<DatabaseLock>, Option<ReplicaLock>),
+    /// Held for the server's life: one server per data directory, per SQLite database, and per
+    /// replica id on PostgreSQL.
+    locks: (ServerLock, Option<DatabaseLock>, Option<ReplicaLock>),
 }
 
 /// An exclusive lock on a file, held for the server's life (released when the process ends,
@@ -175,6 +176,16 @@ const STORE_CHECK_WITHIN: std::time::Duration = std::time::Duration::from_secs(3
 const SCRATCH_IDLE: std::time::Duration = std::time::Duration::from_secs(600);
 
 impl AppState {
+    /// Resolves, with why, once another server has taken this server's replica id (on
+    /// PostgreSQL, while this one's lock connection was down: [`ReplicaLock::taken`]); never on
+    /// SQLite, whose file lock cannot be lost.
+    pub async fn replica_id_taken(&self) -> String {
+        match &self.locks.2 {
+            Some(lock) => lock.taken().await,
+            None => std::future::pending().await,
+        }
+    }
+
     /// Connects the database (running migrations), creates the data folders and re-queues the
     /// episodes that were running when the server last stopped.
     pub async fn open(config: ServerConfig) -> anyhow::Result<Arc<Self>> {
@@ -242,7 +253,7 @@ impl AppState {
             dataset_streams,
             rate_limiter,
             leaderboards: Default::default(),
-            _locks: (data_dir_lock, database_lock, replica_lock),
+            locks: (data_dir_lock, database_lock, replica_lock),
         });
         if state.config.idle_submission_expiry_s > 0.0 {
             tokio::spawn(expire_idle_submissions(Arc::downgrade(&state)));

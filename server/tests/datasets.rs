@@ -68,17 +68,41 @@ fn load_with_h5py(python: &str, path: &std::path::Path) -> Value {
 
 /// A stored download (`whole`, as a GET of `path` gave it) answers byte ranges: the rest of it
 /// from an offset, its end, a range conditional on its `ETag` (`If-Range`; a stale tag gets the
-/// whole file), and 416 for a range past its end.
-fn ranges_resume_the_download(server: &ServerProc, path: &str, whole: &[u8]) {
-    let get = |headers: &[(&str, &str)]| request_with(server.addr, "GET", path, Some(ADMIN), None, headers);
-    let (status, head, body) = get(&[]);
+/// whole file), and 416 for a range past its end. `changes`: the file can change under its name
+/// (a dataset's export), so a range is answered only with `If-Range`; a `HEAD` carries the tag.
+fn ranges_resume_the_download(server: &ServerProc, path: &str, whole: &[u8], changes: bool) {
+    let request =
+        |method, headers: &[(&str, &str)]| request_with(server.addr, method, path, Some(ADMIN), None, headers);
+    let (status, head, body) = request("GET", &[]);
     assert_eq!((status, body.as_slice()), (200, whole));
     assert_eq!(header_of(&head, "accept-ranges").as_deref(), Some("bytes"), "{head}");
     let tag = header_of(&head, "etag").expect("an ETag");
     let n = whole.len();
     assert!(n > 200, "{n} bytes");
+    let (status, head, _) = request("HEAD", &[]);
+    assert_eq!(status, 200, "{head}");
+    assert_eq!(header_of(&head, "etag").as_ref(), Some(&tag), "HEAD: {head}");
+    assert_eq!(
+        header_of(&head, "accept-ranges").as_deref(),
+        Some("bytes"),
+        "HEAD: {head}"
+    );
+    assert_eq!(header_of(&head, "content-length"), Some(n.to_string()), "HEAD: {head}");
+    // Ranges as a resuming client sends them: with If-Range where the file can change.
+    let get = |range: &str| match changes {
+        true => request("GET", &[("Range", range), ("If-Range", &tag)]),
+        false => request("GET", &[("Range", range)]),
+    };
+    if changes {
+        let (status, _, all) = request("GET", &[("Range", "bytes=100-")]);
+        assert_eq!(
+            (status, all.as_slice()),
+            (200, whole),
+            "no If-Range (curl -C -): the whole file, never a splice"
+        );
+    }
 
-    let (status, head, rest) = get(&[("Range", "bytes=100-")]);
+    let (status, head, rest) = get("bytes=100-");
     assert_eq!(status, 206, "{head}");
     assert_eq!(
         header_of(&head, "content-range"),
@@ -87,12 +111,12 @@ fn ranges_resume_the_download(server: &ServerProc, path: &str, whole: &[u8]) {
     assert_eq!(header_of(&head, "content-length"), Some((n - 100).to_string()));
     assert!(rest == whole[100..], "the rest differs");
 
-    let (status, _, end) = get(&[("Range", "bytes=-10")]);
+    let (status, _, end) = get("bytes=-10");
     assert_eq!((status, end.as_slice()), (206, &whole[n - 10..]));
 
-    let (status, head, first) = get(&[("Range", "bytes=0-99"), ("If-Range", &tag)]);
+    let (status, head, first) = request("GET", &[("Range", "bytes=0-99"), ("If-Range", &tag)]);
     assert_eq!((status, first.as_slice()), (206, &whole[..100]), "{head}");
-    let (status, _, all) = get(&[("Range", "bytes=0-99"), ("If-Range", "\"stale\"")]);
+    let (status, _, all) = request("GET", &[("Range", "bytes=0-99"), ("If-Range", "\"stale\"")]);
     assert_eq!(
         (status, all.as_slice()),
         (200, whole),
@@ -100,7 +124,7 @@ fn ranges_resume_the_download(server: &ServerProc, path: &str, whole: &[u8]) {
     );
 
     let past = format!("bytes={n}-");
-    let (status, head, body) = get(&[("Range", &past)]);
+    let (status, head, body) = get(&past);
     assert_eq!(status, 416, "{head}");
     assert_eq!(header_of(&head, "content-range"), Some(format!("bytes */{n}")));
     let error: Value = serde_json::from_slice(&body).unwrap();
@@ -265,12 +289,13 @@ fn datasets_filter_export_and_load_into_a_buffer() {
         &server,
         &format!("/api/v1/datasets/benchmarks/g1-smoke/hdf5{query}"),
         &h5,
+        true,
     );
     // A submission's trajectory file, the same way.
     let path = format!("/api/v1/submissions/{a}/trajectories");
     let (status, whole) = http(server.addr, "GET", &path, Some(ADMIN), None);
     assert_eq!(status, 200);
-    ranges_resume_the_download(&server, &path, &whole);
+    ranges_resume_the_download(&server, &path, &whole, false);
     assert_eq!(exports().len(), 1, "{:?}", exports());
     let exported = dir.join("cli.h5");
     let card_path = dir.join("cli-card.json");

@@ -505,3 +505,75 @@ fn a_replica_id_serves_one_live_server() {
     assert_eq!(status, 200);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A server that loses its replica lock's connection and finds its id taken meanwhile (here by a
+/// session that was queued for the lock, as a server started under the same id would be) stops,
+/// non-zero and saying why, instead of running the id's episodes beside the other holder.
+#[test]
+fn a_server_whose_id_was_taken_meanwhile_stops() {
+    let Some(pg) = PgDb::create("a_server_whose_id_was_taken_meanwhile_stops") else {
+        return;
+    };
+    let dir = common::tmp("replica-taken");
+    let mut first = ServerProc::start(
+        &dir.join("first"),
+        &["--database-url", pg.url.as_str(), "--replica-id", "taken"],
+    );
+    let key = arena_server::replica_lock::lock_key("taken");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // Held until the end of the test: the other holder of the id.
+    let _other = rt.block_on(async {
+        use sqlx::Connection;
+        // Queued behind the server's lock, it is granted the moment the server's session ends,
+        // before the server's keeper can try again.
+        let mut other = sqlx::PgConnection::connect(&pg.url).await.unwrap();
+        let queued = async {
+            sqlx::query("SELECT pg_advisory_lock($1)")
+                .bind(key)
+                .execute(&mut other)
+                .await
+                .unwrap();
+        };
+        let cut = async {
+            let mut admin = sqlx::PgConnection::connect(&pg.url).await.unwrap();
+            // Ends the server's lock session once the other one waits for the lock.
+            loop {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let cut: Vec<bool> = sqlx::query_scalar(
+                    "WITH here AS (SELECT oid FROM pg_database WHERE datname = current_database()) \
+                     SELECT pg_terminate_backend(holder.pid) FROM pg_locks holder, here \
+                     WHERE holder.locktype = 'advisory' AND holder.granted AND holder.database = here.oid \
+                     AND EXISTS (SELECT 1 FROM pg_locks waiting WHERE waiting.locktype = 'advisory' \
+                                 AND NOT waiting.granted AND waiting.database = here.oid)",
+                )
+                .fetch_all(&mut admin)
+                .await
+                .unwrap();
+                if !cut.is_empty() {
+                    break;
+                }
+            }
+        };
+        tokio::join!(queued, cut);
+        other
+    });
+    let exit = first.wait_exit(Duration::from_secs(60));
+    let log = first.log_text();
+    assert!(
+        exit.is_some_and(|e| !e.success()),
+        "a server whose id was taken went on ({exit:?}): {log}"
+    );
+    assert!(
+        log.contains("lost the database connection holding replica_id \"taken\""),
+        "{log}"
+    );
+    assert!(
+        log.contains("replica_id \"taken\" is in use by another live arena server")
+            && log.contains("this server stops so that no episode runs twice"),
+        "{log}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -193,6 +193,7 @@ fn gpu_backend_tracks_mujoco_and_survives_a_worker_crash() {
     let mut actions = vec![0.0f32; 2 * NUM_JOINTS];
 
     // The worker dies: the running episodes fail with the reason, nothing panics.
+    let engine = gpu.handler().describe();
     let pid = gpu.handler().worker_pid().expect("a worker runs");
     let killed = std::process::Command::new("kill")
         .args(["-9", &pid.to_string()])
@@ -210,6 +211,8 @@ fn gpu_backend_tracks_mujoco_and_survives_a_worker_crash() {
         assert_eq!(t.rows.actions.len(), t.len() * NUM_JOINTS, "env {e}");
     }
     assert_eq!(gpu.handler().worker_pid(), None);
+    // Their results name the engine that ran them, not a stopped one.
+    assert_eq!(gpu.handler().describe(), engine);
     // The next reset starts a new worker and the episode runs again, as on the CPU.
     gpu.reset(&assignments[..1]).unwrap();
     cpu.reset(&assignments[..1]).unwrap();

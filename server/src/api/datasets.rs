@@ -158,12 +158,10 @@ async fn dataset(
         )
             .into_response();
         if format == ExportFormat::Hdf5
-            && let Ok(Some((len, _))) = state.objects.stream(&export_key(&selection)).await
+            && let Ok(Some((len, e_tag))) = state.objects.describe(&export_key(&selection)).await
         {
-            response.headers_mut().insert(header::CONTENT_LENGTH, len.into());
-            response
-                .headers_mut()
-                .insert(header::ACCEPT_RANGES, header::HeaderValue::from_static("bytes"));
+            // As a GET of the stored export would answer.
+            download::whole_object_headers(response.headers_mut(), len, e_tag.as_deref());
         }
         return Ok(response);
     }
@@ -196,8 +194,18 @@ async fn dataset(
                 )
             };
             let response = loop {
-                let download =
-                    download::object(state, headers, &key, "dataset export", "application/x-hdf5", &filename);
+                let download = download::object(
+                    state,
+                    headers,
+                    download::Download {
+                        key: &key,
+                        what: "dataset export",
+                        content_type: "application/x-hdf5",
+                        file_name: &filename,
+                        // Made again when submissions are added to what it selects.
+                        changes: download::Changes::UnderItsName,
+                    },
+                );
                 if let Some(response) = download.await? {
                     break response;
                 }

@@ -4,8 +4,13 @@
 //!
 //! One range per request (a list of several is answered with the whole object, which the RFC
 //! allows); `If-Range` with the entity tag the first response carried makes the resumption safe
-//! when the object may have been replaced since (a dataset's export changes when episodes are
-//! added): a tag that no longer matches gets the whole new object, never a splice of two files.
+//! when the object may have been replaced since: a tag that no longer matches gets the whole new
+//! object, never a splice of two files. An object that changes under its name (a dataset's
+//! export, when episodes are added to its selection) answers a range only with that `If-Range`
+//! ([`Changes::UnderItsName`]): `curl -C -` and `wget -c` send none, and would otherwise append
+//! the new file's tail to the old file's head without a word. An object without an entity tag
+//! (a store that gives none) answers no ranges at all, since its partial read cannot be held to
+//! the version described.
 
 use super::{ApiError, internal_error};
 use crate::state::AppState;
@@ -27,19 +32,31 @@ pub(super) enum Asked {
     Unsatisfiable,
 }
 
+/// Whether a stored download's bytes can change while its name stays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Changes {
+    /// Written once (a completed submission's trajectories, a policy file kept by its hash).
+    Never,
+    /// Replaced when what it is made from changes (a dataset's export): a range is answered only
+    /// when `If-Range` names the current entity tag.
+    UnderItsName,
+}
+
 /// Reads the `Range` header for an object of `size` bytes whose entity tag is `e_tag` (quoted,
-/// as sent in `ETag`).
-pub(super) fn asked(headers: &HeaderMap, size: u64, e_tag: Option<&str>) -> Asked {
+/// as sent in `ETag`); without a tag no range is answered.
+pub(super) fn asked(headers: &HeaderMap, size: u64, e_tag: Option<&str>, changes: Changes) -> Asked {
     let Some(range) = headers.get(header::RANGE).and_then(|v| v.to_str().ok()) else {
         return Asked::Whole;
     };
-    if let Some(condition) = headers.get(header::IF_RANGE) {
+    let Some(current) = e_tag else {
+        return Asked::Whole;
+    };
+    match headers.get(header::IF_RANGE) {
         // A strong comparison with the current tag; a date (no Last-Modified is sent) or a weak
         // tag never matches.
-        let current = e_tag.map(|t| t.as_bytes());
-        if current.is_none_or(|t| t != condition.as_bytes()) {
-            return Asked::Whole;
-        }
+        Some(condition) if condition.as_bytes() != current.as_bytes() => return Asked::Whole,
+        None if changes == Changes::UnderItsName => return Asked::Whole,
+        _ => {}
     }
     let Some(spec) = range.trim().strip_prefix("bytes=") else {
         return Asked::Whole;
@@ -51,13 +68,17 @@ pub(super) fn asked(headers: &HeaderMap, size: u64, e_tag: Option<&str>) -> Aske
         return Asked::Whole;
     }
     let (first, last) = (first.trim(), last.trim());
-    let number = |s: &str| -> Option<u64> { s.bytes().all(|b| b.is_ascii_digit()).then(|| s.parse().ok())? };
+    // Digits only; a position past u64 is as good as u64::MAX (past any object's end).
+    let number = |s: &str| -> Option<u64> {
+        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())).then(|| s.parse().unwrap_or(u64::MAX))
+    };
     match (first.is_empty(), last.is_empty()) {
         // bytes=-N: the last N bytes.
         (true, false) => match number(last) {
             None => Asked::Whole,
             Some(0) => Asked::Unsatisfiable,
-            Some(_) if size == 0 => Asked::Unsatisfiable,
+            // Satisfiable (RFC 9110 §14.1.1) but empty: the whole empty object.
+            Some(_) if size == 0 => Asked::Whole,
             Some(n) => Asked::Part(size.saturating_sub(n)..size),
         },
         // bytes=A- and bytes=A-B (B clamped to the last byte).
@@ -95,22 +116,36 @@ fn safe_name(file_name: &str) -> String {
         .collect()
 }
 
-/// The stored object `key` as a download named `file_name`: whole (200, `Accept-Ranges: bytes`
-/// and its `ETag`), the byte range the request asks for (206 with `Content-Range`), or 416 for a
-/// range past its end; None when there is no such object. `what` names it in errors.
+/// How a stored object is offered for download: `what` names it in errors, the response carries
+/// `content_type` and `file_name`, and `changes` says whether its bytes can change under its key.
+pub(super) struct Download<'a> {
+    pub key: &'a str,
+    pub what: &'a str,
+    pub content_type: &'a str,
+    pub file_name: &'a str,
+    pub changes: Changes,
+}
+
+/// The stored object as a download: whole (200, `Accept-Ranges: bytes` and its `ETag`), the
+/// byte range the request asks for (206 with `Content-Range`), or 416 for a range past its end;
+/// None when there is no such object.
 pub(super) async fn object(
     state: &AppState,
     headers: &HeaderMap,
-    key: &str,
-    what: &str,
-    content_type: &str,
-    file_name: &str,
+    download: Download<'_>,
 ) -> Result<Option<Response>, ApiError> {
+    let Download {
+        key,
+        what,
+        content_type,
+        file_name,
+        changes,
+    } = download;
     let store_error = |e: crate::objects::ObjectError| internal_error(&format!("reading the {what}"), e);
     let Some((size, e_tag)) = state.objects.describe(key).await.map_err(store_error)? else {
         return Ok(None);
     };
-    let mut response = match asked(headers, size, e_tag.as_deref().map(quoted).as_deref()) {
+    let mut response = match asked(headers, size, e_tag.as_deref().map(quoted).as_deref(), changes) {
         Asked::Unsatisfiable => {
             let range = headers
                 .get(header::RANGE)
@@ -162,15 +197,28 @@ pub(super) async fn object(
     }
     let mut response = response.expect("set above");
     let h = response.headers_mut();
-    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    tag_headers(h, tag.as_deref());
     h.insert(
         header::CONTENT_DISPOSITION,
         header_value(&format!("attachment; filename=\"{}\"", safe_name(file_name))),
     );
-    if let Some(tag) = tag.as_deref().and_then(|t| HeaderValue::from_str(&quoted(t)).ok()) {
+    Ok(Some(response))
+}
+
+/// `Accept-Ranges` (`bytes`, or `none` for an object without a tag) and the `ETag`.
+fn tag_headers(h: &mut HeaderMap, e_tag: Option<&str>) {
+    let ranges = if e_tag.is_some() { "bytes" } else { "none" };
+    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static(ranges));
+    if let Some(tag) = e_tag.and_then(|t| HeaderValue::from_str(&quoted(t)).ok()) {
         h.insert(header::ETAG, tag);
     }
-    Ok(Some(response))
+}
+
+/// The headers a whole download of an object of `size` bytes tagged `e_tag` carries beside its
+/// type and name: for a HEAD, which sends them without the object.
+pub(super) fn whole_object_headers(h: &mut HeaderMap, size: u64, e_tag: Option<&str>) {
+    h.insert(header::CONTENT_LENGTH, size.into());
+    tag_headers(h, e_tag);
 }
 
 /// A streamed body from an object's chunks.
@@ -189,18 +237,22 @@ fn header_value(text: &str) -> HeaderValue {
 mod tests {
     use super::*;
 
-    fn ask(range: &str, if_range: Option<&str>, size: u64) -> Asked {
+    fn ask_of(range: &str, if_range: Option<&str>, size: u64, e_tag: Option<&str>, changes: Changes) -> Asked {
         let mut headers = HeaderMap::new();
         headers.insert(header::RANGE, HeaderValue::from_str(range).unwrap());
         if let Some(tag) = if_range {
             headers.insert(header::IF_RANGE, HeaderValue::from_str(tag).unwrap());
         }
-        asked(&headers, size, Some("\"v1\""))
+        asked(&headers, size, e_tag, changes)
+    }
+
+    fn ask(range: &str, if_range: Option<&str>, size: u64) -> Asked {
+        ask_of(range, if_range, size, Some("\"v1\""), Changes::Never)
     }
 
     #[test]
     fn ranges_read_as_rfc_9110_says() {
-        assert_eq!(asked(&HeaderMap::new(), 10, None), Asked::Whole);
+        assert_eq!(asked(&HeaderMap::new(), 10, None, Changes::Never), Asked::Whole);
         assert_eq!(ask("bytes=0-3", None, 10), Asked::Part(0..4));
         assert_eq!(ask("bytes=4-", None, 10), Asked::Part(4..10));
         assert_eq!(ask("bytes=4-99", None, 10), Asked::Part(4..10), "clamped to the end");
@@ -210,7 +262,14 @@ mod tests {
         assert_eq!(ask("bytes=10-", None, 10), Asked::Unsatisfiable);
         assert_eq!(ask("bytes=12-20", None, 10), Asked::Unsatisfiable);
         assert_eq!(ask("bytes=-0", None, 10), Asked::Unsatisfiable);
-        assert_eq!(ask("bytes=-5", None, 0), Asked::Unsatisfiable);
+        assert_eq!(ask("bytes=-5", None, 0), Asked::Whole, "satisfiable, and empty");
+        assert_eq!(ask("bytes=0-", None, 0), Asked::Unsatisfiable);
+        assert_eq!(
+            ask("bytes=2-99999999999999999999", None, 10),
+            Asked::Part(2..10),
+            "a last position past u64 is clamped too"
+        );
+        assert_eq!(ask("bytes=99999999999999999999-", None, 10), Asked::Unsatisfiable);
         // Ignored: the whole object.
         for ignored in [
             "bytes=5-2",
@@ -235,5 +294,21 @@ mod tests {
             "weak tags never match"
         );
         assert_eq!(ask("bytes=4-", Some("Thu, 03 Dec 2026 07:00:00 GMT"), 10), Asked::Whole);
+    }
+
+    #[test]
+    fn an_object_that_changes_under_its_name_resumes_only_with_if_range() {
+        let export = |if_range| ask_of("bytes=4-", if_range, 10, Some("\"v1\""), Changes::UnderItsName);
+        assert_eq!(export(None), Asked::Whole, "curl -C - sends no If-Range");
+        assert_eq!(export(Some("\"v1\"")), Asked::Part(4..10));
+        assert_eq!(export(Some("\"v0\"")), Asked::Whole);
+    }
+
+    #[test]
+    fn an_object_without_a_tag_answers_no_range() {
+        for changes in [Changes::Never, Changes::UnderItsName] {
+            assert_eq!(ask_of("bytes=4-", None, 10, None, changes), Asked::Whole);
+            assert_eq!(ask_of("bytes=40-", None, 10, None, changes), Asked::Whole);
+        }
     }
 }

@@ -351,16 +351,16 @@ pub(super) async fn get_trajectories(
     check_motions_visible(&state, &who, &s).await?;
     // A completed (or ended) submission's merged file.
     let key = crate::objects::trajectory_key(&s.id);
-    match super::download::object(
-        &state,
-        &headers,
-        &key,
-        "trajectory file",
-        "application/x-hdf5",
-        &format!("{id}.h5"),
-    )
-    .await?
-    {
+    let file_name = format!("{id}.h5");
+    let download = super::download::Download {
+        key: &key,
+        what: "trajectory file",
+        content_type: "application/x-hdf5",
+        file_name: &file_name,
+        // Written once, when the submission ends.
+        changes: super::download::Changes::Never,
+    };
+    match super::download::object(&state, &headers, download).await? {
         Some(response) => Ok(response),
         None => {
             let parts = crate::objects::episode_parts_prefix(&s.id);
@@ -395,7 +395,15 @@ pub(super) async fn get_policy(
         policy.file_name.clone()
     };
     let key = crate::hosted::policy_key(&policy.sha256);
-    super::download::object(&state, &headers, &key, "policy file", "application/octet-stream", &name)
+    let download = super::download::Download {
+        key: &key,
+        what: "policy file",
+        content_type: "application/octet-stream",
+        file_name: &name,
+        // Kept under its hash.
+        changes: super::download::Changes::Never,
+    };
+    super::download::object(&state, &headers, download)
         .await?
         .ok_or_else(|| not_found(format!("the policy file of submission {id} is missing from the store")))
 }

@@ -332,11 +332,27 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         );
         use std::io::Write;
         std::io::stdout().flush().ok();
-        app::serve(listener, state, async {
-            let signal = stop_signal().await;
-            eprintln!("arena serve: {signal}: stopping; running episodes are re-queued at the next start");
-        })
-        .await
+        // Why the server stopped on its own, as its exit's error.
+        let taken = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let stopped = {
+            let (state, taken) = (state.clone(), taken.clone());
+            async move {
+                tokio::select! {
+                    signal = stop_signal() => {
+                        eprintln!("arena serve: {signal}: stopping; running episodes are re-queued at the next start");
+                    }
+                    why = state.replica_id_taken() => {
+                        eprintln!("arena serve: stopping: {why}");
+                        *taken.lock().expect("stop reason") = Some(why);
+                    }
+                }
+            }
+        };
+        app::serve(listener, state, stopped).await?;
+        match taken.lock().expect("stop reason").take() {
+            Some(why) => Err(anyhow::anyhow!(why)),
+            None => Ok(()),
+        }
     });
     // Lane and committer threads may still be inside `block_on` on this runtime: dropping it
     // now would make their timers panic ("the runtime is being shut down"). The process ends

@@ -15,8 +15,8 @@ pub use export::{ExportFormat, export_hdf5, export_jsonl_gz};
 pub use filter::{DatasetFilter, MetricBound};
 
 use crate::access;
-use crate::results::{engine_counts, engines_json};
-use crate::storage::{EpisodeRow, EpisodeState, Storage, StorageError, Submission, SubmissionStatus};
+use crate::results::{engine_counts, engines_json, stored_a_run};
+use crate::storage::{EpisodeRow, Storage, StorageError, Submission, SubmissionStatus};
 use arena_bench::spec::BenchmarkSpec;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -87,15 +87,6 @@ impl Selection {
                 false => 0,
             })
             .sum()
-    }
-}
-
-/// Whether a final episode has a stored run: scored ones always; a FAILED or TIMEOUT one when a
-/// server committed its run (not when it was given up on after its attempts).
-fn stored_a_run(e: &EpisodeRow) -> bool {
-    match e.status {
-        EpisodeState::Completed | EpisodeState::Fell => true,
-        _ => e.committed_by.is_some(),
     }
 }
 
@@ -292,6 +283,7 @@ pub fn card(selection: &Selection, spec: &BenchmarkSpec, now_ms: i64) -> Value {
 mod tests {
     use super::*;
     use crate::results::ENGINE_NOT_RECORDED;
+    use crate::storage::EpisodeState;
 
     fn row(status: EpisodeState, steps: i64, committed: bool) -> EpisodeRow {
         EpisodeRow {
@@ -372,14 +364,16 @@ mod tests {
         let text = std::fs::read_to_string(path).unwrap();
         let spec = BenchmarkSpec::parse(&text, path, &arena_bench::metrics::metric_names()).unwrap();
         let cpu = "cpu (MuJoCo 3.17.0)";
-        let one = selection(vec![
-            ran_on(Some(cpu), true),
-            ran_on(Some(cpu), true),
-            ran_on(None, false),
-        ]);
+        // An episode given up on after its attempts has no stored run.
+        let given_up = row(EpisodeState::Failed, 0, false);
+        let one = selection(vec![ran_on(Some(cpu), true), ran_on(Some(cpu), true), given_up]);
         let sim = simulator_settings(&spec, &one);
         assert_eq!(sim["engine"], cpu);
         assert_eq!(sim["engines"], json!([{"engine": cpu, "episodes": 2}]));
+        // A scored run committed before servers recorded who committed it is stored all the same.
+        let sim = simulator_settings(&spec, &selection(vec![ran_on(None, false)]));
+        assert_eq!(sim["engine"], ENGINE_NOT_RECORDED);
+        assert_eq!(sim["engines"], json!([{"engine": ENGINE_NOT_RECORDED, "episodes": 1}]));
 
         let gpu = "gpu (warp on cuda:0)";
         let mixed = selection(vec![

@@ -87,6 +87,22 @@ impl ServerProc {
     }
 
     /// SIGKILL, no chance to clean up.
+    /// Its exit status once it has exited on its own, waiting up to `limit`; None if it still
+    /// runs then (it is then killed).
+    pub fn wait_exit(&mut self, limit: std::time::Duration) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if let Some(exit) = self.child.try_wait().unwrap() {
+                return Some(exit);
+            }
+            if std::time::Instant::now() >= deadline {
+                self.kill9();
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
     pub fn kill9(&mut self) {
         self.child.kill().ok();
         self.child.wait().ok();

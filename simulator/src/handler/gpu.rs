@@ -36,6 +36,9 @@ pub struct GpuHandler {
     /// processes' sweeps that the file is in use (`gpu_process::create_shared_file`).
     _shm_held: std::fs::File,
     worker: Option<Worker>,
+    /// The device the last worker ran on, as it described it: what ran this handler's episodes,
+    /// also after that worker failed (their results name it, [`Handler::describe`]).
+    device: String,
     health: Vec<EnvHealth>,
     total_mass: f64,
     joint_ranges: [(f64, f64); NUM_JOINTS],
@@ -114,6 +117,7 @@ impl GpuHandler {
             shm_path,
             _shm_held: file,
             worker: None,
+            device: String::new(),
             health: vec![EnvHealth::Idle; num_envs],
             total_mass,
             joint_ranges,
@@ -126,7 +130,9 @@ impl GpuHandler {
         for env in 0..num_envs {
             handler.write_params(env, &PhysicsParams::default());
         }
-        handler.worker = Some(handler.spawn()?);
+        let worker = handler.spawn()?;
+        handler.device = worker.device.clone();
+        handler.worker = Some(worker);
         Ok(handler)
     }
 
@@ -342,6 +348,7 @@ impl GpuHandler {
                     return Err(e);
                 }
             };
+            self.device = worker.device.clone();
             self.worker = Some(worker);
             for env in 0..self.health.len() {
                 self.row_mut(Array::ParamsFlag, env)[0] = 1.0;
@@ -446,11 +453,9 @@ impl Drop for GpuHandler {
 }
 
 impl Handler for GpuHandler {
+    /// The same while a failed worker awaits its successor: the episodes it failed ran there.
     fn describe(&self) -> String {
-        match &self.worker {
-            Some(w) => format!("gpu ({})", w.device),
-            None => "gpu (worker stopped)".into(),
-        }
+        format!("gpu ({})", self.device)
     }
 
     fn num_envs(&self) -> usize {

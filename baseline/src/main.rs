@@ -87,8 +87,9 @@ struct TrainArgs {
     resume: bool,
     #[arg(long, value_enum, default_value = "cpu")]
     device: DeviceArg,
-    /// Physics backend of the training envs, cpu or gpu (the MuJoCo MJX worker on JAX, with the
-    /// Python that ARENA_GPU_PYTHON names; sets train.sim_backend).
+    /// Physics backend of the training envs, cpu or gpu (the GPU worker, with the Python that
+    /// ARENA_GPU_PYTHON names: MuJoCo Warp on a CUDA device, else MuJoCo MJX; sets
+    /// train.sim_backend).
     #[arg(long, value_parser = ["cpu", "gpu"])]
     backend: Option<String>,
     /// Start a new run with the networks of this checkpoint or export folder (sets

@@ -103,6 +103,25 @@ pub fn run_local(
     options: &LocalOptions,
     progress: &mut Progress<'_>,
 ) -> anyhow::Result<MetricsAggregator> {
+    run_local_described(spec, clips, agent, options, progress).map(|run| run.aggregator)
+}
+
+/// What an in-process run produced: its results, and the simulator that ran every episode as it
+/// describes itself (`Handler::describe`: `cpu (MuJoCo 3.17.0)`, `gpu (…)`), which a server
+/// records per episode.
+pub struct LocalRun {
+    pub aggregator: MetricsAggregator,
+    pub engine: String,
+}
+
+/// [`run_local`], with the engine that ran it.
+pub fn run_local_described(
+    spec: &BenchmarkSpec,
+    clips: &[MotionClip],
+    agent: &mut dyn Agent,
+    options: &LocalOptions,
+    progress: &mut Progress<'_>,
+) -> anyhow::Result<LocalRun> {
     let began = Instant::now();
     let mut timings = LocalTimings::default();
     let robot = RobotConfig::default();
@@ -306,7 +325,10 @@ pub fn run_local(
         }
     }
     timings.log(&env, began.elapsed().as_secs_f64());
-    Ok(aggregator)
+    Ok(LocalRun {
+        aggregator,
+        engine: env.handler().describe(),
+    })
 }
 
 /// Where an in-process evaluation's wall time went, logged at its end (target `arena_timings`,

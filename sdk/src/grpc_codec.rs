@@ -9,7 +9,7 @@
 //! Here a message is encoded into a reused `Vec` and copied into the frame once, and decoded
 //! from the frame's contiguous bytes as a slice.
 
-use crate::protocol::Envelope;
+use crate::protocol::{Envelope, MAX_OPENING_MESSAGE_BYTES};
 use prost::Message as _;
 use prost::bytes::{Buf, BufMut};
 use tonic::Status;
@@ -31,7 +31,7 @@ impl Codec for EnvelopeCodec {
     }
 
     fn decoder(&mut self) -> Self::Decoder {
-        EnvelopeDecoder
+        EnvelopeDecoder::default()
     }
 }
 
@@ -55,8 +55,13 @@ impl Encoder for EnvelopeEncoder {
     }
 }
 
+/// Decodes a stream's messages. A stream is one session, so its first message is the session's
+/// opening (a `connect` to the server, a `connected` or refusal to the client): one over
+/// [`MAX_OPENING_MESSAGE_BYTES`] is refused before it is decoded.
 #[derive(Debug, Default)]
-pub struct EnvelopeDecoder;
+pub struct EnvelopeDecoder {
+    opened: bool,
+}
 
 impl Decoder for EnvelopeDecoder {
     type Item = Envelope;
@@ -64,6 +69,11 @@ impl Decoder for EnvelopeDecoder {
 
     fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Envelope>, Status> {
         let len = src.remaining();
+        if !std::mem::replace(&mut self.opened, true) && len > MAX_OPENING_MESSAGE_BYTES {
+            return Err(Status::out_of_range(format!(
+                "the session's first message is {len} bytes, over the limit of {MAX_OPENING_MESSAGE_BYTES} for a connect"
+            )));
+        }
         let decoded = if src.chunk().len() == len {
             // tonic hands over one message in one contiguous buffer.
             Envelope::decode(src.chunk())
@@ -121,6 +131,43 @@ mod tests {
             assert_eq!(decoded.next().await.unwrap().unwrap(), envelope);
         }
         assert!(decoded.next().await.is_none());
+    }
+
+    /// A first message over the opening limit is refused undecoded; later ones may be larger.
+    #[tokio::test]
+    async fn the_first_message_is_held_to_the_opening_limit() {
+        use futures_util::StreamExt;
+        let frame = |envelope: &Envelope| {
+            let bytes = envelope.encode_to_vec();
+            let mut framed = vec![0];
+            framed.extend((bytes.len() as u32).to_be_bytes());
+            framed.extend(bytes);
+            framed
+        };
+        let big = Envelope {
+            msg: Some(Msg::GetAction(GetAction {
+                step: 1,
+                observations: vec![EpisodeObservation {
+                    episode_id: 0,
+                    episode_step: 0,
+                    values: vec![0.5; MAX_OPENING_MESSAGE_BYTES / 4 + 1],
+                }],
+            })),
+        };
+        let small = Envelope {
+            msg: Some(Msg::GetAction(GetAction::default())),
+        };
+        let read = |frames: Vec<u8>| {
+            let body = http_body_util::Full::new(prost::bytes::Bytes::from(frames));
+            tonic::codec::Streaming::new_request(EnvelopeCodec.decoder(), body, None, Some(64 << 20))
+        };
+        let mut first_big = read(frame(&big));
+        let status = first_big.next().await.unwrap().unwrap_err();
+        assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
+        assert!(status.message().contains("first message"), "{status:?}");
+        let mut big_later = read([frame(&small), frame(&big)].concat());
+        assert_eq!(big_later.next().await.unwrap().unwrap(), small);
+        assert_eq!(big_later.next().await.unwrap().unwrap(), big);
     }
 
     #[tokio::test]

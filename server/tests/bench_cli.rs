@@ -183,6 +183,14 @@ fn eval_g1_smoke_end_to_end() {
     assert_eq!(report["benchmark"], "g1-smoke");
     let episodes = report["episodes"].as_array().unwrap();
     assert_eq!(episodes.len(), 6);
+    // The engine that ran them, as a server's report names its engines.
+    let engines = report["config"]["engines"].as_array().expect("config.engines");
+    assert_eq!(engines.len(), 1, "{engines:?}");
+    assert!(
+        engines[0]["engine"].as_str().unwrap().starts_with("cpu (MuJoCo 3."),
+        "{engines:?}"
+    );
+    assert_eq!(engines[0]["episodes"], 6);
     assert_eq!(report["aggregated"]["emd"]["count"], 6);
     assert_eq!(report["format_version"], 2);
     assert_eq!(report["units"]["mpjpe_g"], "mm");

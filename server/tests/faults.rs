@@ -976,3 +976,134 @@ async fn a_flooding_client_that_reads_nothing_is_held_back() {
     assert!(grown_mb < 100, "{sent} frames grew the server by {grown_mb} MB");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A session's first frame is its connect, decoded before its token is checked: one over the
+/// opening limit (1 MiB) is refused undecoded, and the server stays up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_frame_over_the_opening_limit_is_refused_undecoded() {
+    let dir = tmp("faults-opening");
+    let server = ServerProc::start(&dir, &[]);
+    for encoding in [Encoding::Json, Encoding::Binary] {
+        let (mut ws, _) = tokio_tungstenite::connect_async(server.ws_url()).await.unwrap();
+        let size = protocol::MAX_OPENING_MESSAGE_BYTES + 1;
+        let big = match encoding {
+            Encoding::Json => Message::Text(format!("[{}0]", "0,".repeat((size - 2) / 2)).into()),
+            Encoding::Binary => Message::Binary(vec![0x12u8; size].into()),
+        };
+        ws.send(big).await.unwrap();
+        let Some(Msg::Error(e)) = recv(&mut ws).await else {
+            panic!("{encoding:?}: no error")
+        };
+        assert_eq!(e.code, codes::MALFORMED_MESSAGE, "{encoding:?}: {e:?}");
+        assert!(
+            e.message.contains("first message") && e.message.contains("1048576"),
+            "{encoding:?}: {e:?}"
+        );
+    }
+    let (status, _) = server.get("/api/v1/health", None);
+    assert_eq!(status, 200);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Actions nobody asked for wait for their lane up to a bound (64): each one past it is answered
+/// `stale_step` at once and dropped, where the server kept every one until the lane looked. Every
+/// Action gets exactly one answer either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actions_sent_unasked_wait_up_to_a_bound() {
+    let dir = tmp("faults-unasked");
+    let server = ServerProc::start(&dir, &[]);
+    let token = server.team("flood");
+    let (ws, _) = open(&server.ws_url(), &connect_msg(&token, "practice", ""), Encoding::Binary).await;
+    let (mut tx, mut rx) = ws.split();
+    let n: u64 = 2000;
+    // No episode was asked for: every step is one the lane has not asked for.
+    let sending = tokio::spawn(async move {
+        for i in 0..n {
+            tx.feed(frame(&action(1_000_000 + i, 0, vec![0.0; 29]), Encoding::Binary))
+                .await
+                .unwrap();
+        }
+        tx.flush().await.unwrap();
+        tx
+    });
+    let (mut answered, mut over_the_bound) = (0, 0);
+    while answered < n {
+        let next = tokio::time::timeout(Duration::from_secs(30), rx.next())
+            .await
+            .unwrap_or_else(|_| panic!("{answered} of {n} actions answered"));
+        let Some(Ok(Message::Binary(b))) = next else { continue };
+        if let Msg::Error(e) = protocol::decode_binary(&b).unwrap() {
+            assert_eq!(e.code, codes::STALE_STEP, "{e:?}");
+            answered += 1;
+            if e.message.contains("Actions already wait for its lane") {
+                over_the_bound += 1;
+            }
+        }
+    }
+    let _tx = sending.await.unwrap();
+    assert!(over_the_bound > 0, "all {n} actions were kept for the lane");
+    assert!(over_the_bound <= n - 64, "{over_the_bound}: fewer than 64 were kept");
+    let (status, _) = server.get("/api/v1/health", None);
+    assert_eq!(status, 200);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Connects that say two things at once are refused with the reason, and a resume refused as
+/// busy changes nothing: a second agent asking for a running submission does not rename it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contradictory_or_busy_connects_change_nothing() {
+    let dir = tmp("faults-contradictory");
+    let server = ServerProc::start(&dir, &["--lanes", "1"]);
+    let token = server.team("contrary");
+    let (mut ws, connected) = open(&server.ws_url(), &connect_msg(&token, "submission", ""), Encoding::Json).await;
+    let id = connected.submission_id.clone();
+    let refused = |connect: Msg| {
+        let url = server.ws_url();
+        async move {
+            let (mut other, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+            other.send(frame(&connect, Encoding::Json)).await.unwrap();
+            match recv(&mut other).await {
+                Some(Msg::Error(e)) => e,
+                got => panic!("expected a refusal, got {got:?}"),
+            }
+        }
+    };
+    // The session above holds the submission: another agent's resume is busy, and renames nothing.
+    let mut second = connect_msg(&token, "submission", &id);
+    if let Msg::Connect(c) = &mut second {
+        c.agent_name = "second".into();
+    }
+    let e = refused(second).await;
+    assert_eq!(e.code, codes::SUBMISSION_BUSY, "{e:?}");
+    let (_, s) = server.get(&format!("/api/v1/submissions/{id}"), Some(&token));
+    assert_eq!(
+        s["agent_name"], "faulty",
+        "a refused resume renamed the submission: {s}"
+    );
+    // A practice session naming a submission, a resume naming another benchmark.
+    let e = refused(connect_msg(&token, "practice", &id)).await;
+    assert_eq!(e.code, codes::INVALID_MESSAGE, "{e:?}");
+    assert!(e.message.contains("practice runs no submission"), "{e:?}");
+    let mut other_benchmark = connect_msg(&token, "submission", &id);
+    if let Msg::Connect(c) = &mut other_benchmark {
+        c.benchmark = "g1-smoke-robot".into();
+    }
+    let e = refused(other_benchmark).await;
+    assert_eq!(e.code, codes::INVALID_MESSAGE, "{e:?}");
+    assert!(e.message.contains("runs benchmark \"g1-smoke\""), "{e:?}");
+    // The first session runs on.
+    ws.send(frame(&Msg::Heartbeat(Default::default()), Encoding::Json))
+        .await
+        .unwrap();
+    loop {
+        match recv(&mut ws).await.expect("session alive") {
+            Msg::GetAction(g) => {
+                let a = action(g.step, g.observations[0].episode_id, vec![0.0; 29]);
+                ws.send(frame(&a, Encoding::Json)).await.unwrap();
+            }
+            Msg::EpisodeEnd(_) => break,
+            _ => {}
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -93,7 +93,7 @@ pub fn run(a: EvalArgs) -> anyhow::Result<()> {
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} episodes  {msg}")
             .expect("valid template"),
     );
-    let aggregator = evaluation::run_benchmark(&spec, &clips, agent.as_mut(), &options, &mut |done, total, r| {
+    let ran = evaluation::run_benchmark(&spec, &clips, agent.as_mut(), &options, &mut |done, total, r| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
         bar.set_message(format!("{} {}", r.motion, r.status));
@@ -107,7 +107,7 @@ pub fn run(a: EvalArgs) -> anyhow::Result<()> {
         "batch": options.batch,
         "backend": options.backend.name(),
     });
-    let report = evaluation::report(&spec, &aggregator, run);
+    let report = evaluation::report(&spec, &ran, run);
     if let Some(out) = &a.report {
         crate::write_replacing(out, |to| {
             report.write(to).with_context(|| format!("writing {}", out.display()))

@@ -1,11 +1,11 @@
 //! In-process benchmark evaluation (`arena eval`): the SDK's local runner with a built-in agent,
 //! plus the report of a run and the metrics of a rollout file against its reference.
 
-use arena_bench::aggregate::{MetricsAggregator, Report};
+use arena_bench::aggregate::Report;
 use arena_bench::metrics::{self, Frame, MetricConfig};
 use arena_bench::spec::BenchmarkSpec;
 use arena_data::MotionClip;
-use arena_runner::local::{Progress, run_local};
+use arena_runner::local::{LocalRun, Progress, run_local_described};
 use arena_sdk::Agent;
 use arena_sim::CONTROL_DT;
 use arena_sim::observation::STATE_DIM;
@@ -16,26 +16,36 @@ use std::collections::BTreeMap;
 pub use arena_runner::local::LocalOptions as EvalOptions;
 
 /// Runs every episode of `spec` with a built-in agent through the SDK's local runner (the same
-/// observations, episode ends and scoring as a server session).
+/// observations, episode ends and scoring as a server session); with the engine that ran them.
 pub fn run_benchmark(
     spec: &BenchmarkSpec,
     clips: &[MotionClip],
     agent: &mut dyn Agent,
     options: &EvalOptions,
     progress: &mut Progress<'_>,
-) -> anyhow::Result<MetricsAggregator> {
-    run_local(spec, clips, agent, options, progress)
+) -> anyhow::Result<LocalRun> {
+    run_local_described(spec, clips, agent, options, progress)
 }
 
-/// The report of a finished run, with the benchmark and run settings as its `config`.
-pub fn report(spec: &BenchmarkSpec, aggregator: &MetricsAggregator, run: serde_json::Value) -> Report {
+/// The report of a finished run, with the benchmark and run settings as its `config`, and, as a
+/// server's report names them (`config.engines`), the engine that ran its episodes.
+pub fn report(spec: &BenchmarkSpec, run: &LocalRun, settings: serde_json::Value) -> Report {
     let config = serde_json::json!({
         "benchmark": spec,
-        "run": run,
+        "run": settings,
         "arena_version": env!("CARGO_PKG_VERSION"),
+        "engines": engines(run),
     });
     // Episodes finish out of order in a batch; the report lists them in benchmark order.
-    aggregator.report(&spec.name, config)
+    run.aggregator.report(&spec.name, config)
+}
+
+/// `[{"engine", "episodes"}]` as a server's report has it: one engine ran every episode here.
+fn engines(run: &LocalRun) -> serde_json::Value {
+    match run.aggregator.episodes().len() {
+        0 => serde_json::json!([]),
+        n => serde_json::json!([{"engine": run.engine, "episodes": n}]),
+    }
 }
 
 /// Reference and simulated frames for `arena metrics track`: the rollout's qpos rows become a

@@ -13,7 +13,7 @@ use crate::catalog::{ClientLoadError, LoadedBenchmark};
 use crate::orchestrator::{self, JobSource, RunContext, RunOutcome, Sink, runner};
 use crate::outbox::Outbox;
 use crate::state::AppState;
-use crate::storage::{NewSubmission, Submission, SubmissionStatus, Team, now_ms};
+use crate::storage::{NewSubmission, StorageError, Submission, SubmissionStatus, Team, now_ms};
 use arena_bench::spec::ActionMode;
 use arena_bench::spec::Episode;
 use arena_runner::episode::episode_spec;
@@ -210,6 +210,9 @@ struct Admitted {
     /// Joint-position benchmarks: the gains the session runs with (checked before anything is
     /// created, so a refusal costs no quota).
     gains: Option<SessionGains>,
+    /// A resume under another agent name: recorded once the session has the submission (a
+    /// resume refused as busy must not rename the session that runs it).
+    renamed: bool,
 }
 
 fn refusal(e: AccessError) -> Box<Msg> {
@@ -259,6 +262,15 @@ async fn admit(
             ));
         }
     };
+    if practice && !c.submission_id.is_empty() {
+        return Err(refuse(
+            codes::INVALID_MESSAGE,
+            format!(
+                "connect.submission_id {} with mode \"practice\": practice runs no submission (leave it empty, or resume it in mode \"submission\")",
+                quoted(&c.submission_id)
+            ),
+        ));
+    }
     let mut submission = None;
     let mut request = RunRequest {
         benchmark: &c.benchmark,
@@ -303,6 +315,17 @@ async fn admit(
                 submission_status: s.status.as_str().into(),
                 ..Default::default()
             })));
+        }
+        if !c.benchmark.is_empty() && c.benchmark != s.benchmark {
+            return Err(refuse(
+                codes::INVALID_MESSAGE,
+                format!(
+                    "submission {} runs benchmark {}, not {} (resume it with its benchmark, or none)",
+                    s.id,
+                    quoted(&s.benchmark),
+                    quoted(&c.benchmark)
+                ),
+            ));
         }
         let own_phase = s.phase_id.as_deref().unwrap_or("");
         if !c.phase.is_empty() && c.phase != own_phase {
@@ -409,17 +432,15 @@ async fn admit(
             remaining: 0,
             reveal_results,
             gains: gains.map(|(g, _)| g),
+            renamed: false,
         });
     }
+    let mut renamed = false;
     let submission = match submission {
         Some(mut s) => {
             if !agent_name.is_empty() && agent_name != s.agent_name {
-                state
-                    .storage
-                    .set_agent_name(&s.id, &agent_name)
-                    .await
-                    .map_err(|e| refuse_internal("recording the resuming agent", e))?;
                 s.agent_name = agent_name;
+                renamed = true;
             }
             s
         }
@@ -468,6 +489,7 @@ async fn admit(
         submission: Some(submission),
         reveal_results,
         gains,
+        renamed,
     })
 }
 
@@ -578,8 +600,29 @@ where
     };
     let sink = match &admitted.submission {
         Some(s) => {
-            if let Err(e) = state.storage.mark_submission_running(&s.id).await {
-                return Err(refuse_internal("starting the submission", e));
+            match state.storage.mark_submission_running(&s.id).await {
+                Ok(()) => {}
+                // Ended meanwhile (its last session, or another replica, completed it).
+                Err(StorageError::Conflict(why)) => {
+                    let status = match state.storage.submission(&s.id).await {
+                        Ok(Some(now)) => now.status.as_str().to_string(),
+                        _ => String::new(),
+                    };
+                    return Err(Box::new(Msg::Error(protocol::Error {
+                        code: codes::SUBMISSION_FINISHED.into(),
+                        message: why,
+                        submission_status: status,
+                        ..Default::default()
+                    })));
+                }
+                Err(e) => return Err(refuse_internal("starting the submission", e)),
+            }
+            if admitted.renamed {
+                state
+                    .storage
+                    .set_agent_name(&s.id, &s.agent_name)
+                    .await
+                    .map_err(|e| refuse_internal("recording the resuming agent", e))?;
             }
             if let Err(e) = state
                 .storage
@@ -688,15 +731,27 @@ where
                     Incoming::Msg(Msg::Action(a)) => {
                         let lanes = inboxes.as_ref().expect("guarded by the select");
                         let lane = (a.step % lanes.len() as u64) as usize;
-                        if let Err(mpsc::SendError(a)) = lanes[lane].send(a) {
+                        let refused = match lanes[lane].try_send(a) {
+                            Ok(()) => None,
                             // That lane has run out of episodes: nothing awaits this step.
+                            Err(mpsc::TrySendError::Disconnected(a)) => {
+                                Some((a.step, "its lane has finished its episodes".to_string()))
+                            }
+                            // An agent answers each request once: the lane (busy stepping, or
+                            // starting its simulator) holds more Actions than it could have asked for.
+                            Err(mpsc::TrySendError::Full(a)) => Some((
+                                a.step,
+                                format!(
+                                    "{} Actions already wait for its lane, which asks for one at a time; this one is dropped",
+                                    orchestrator::ACTIONS_WAITING
+                                ),
+                            )),
+                        };
+                        if let Some((step, why)) = refused {
                             let _ = out.send(Msg::Error(protocol::Error {
                                 code: codes::STALE_STEP.into(),
-                                message: format!(
-                                    "step {} is not awaiting an Action: its lane has finished its episodes",
-                                    a.step
-                                ),
-                                step: a.step,
+                                message: format!("step {step} is not awaiting an Action: {why}"),
+                                step,
                                 ..Default::default()
                             }));
                         }

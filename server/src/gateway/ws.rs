@@ -30,6 +30,11 @@ pub async fn session(socket: WebSocket, state: Arc<AppState>, connection: Option
         if !seen_data && matches!(frame, Ok(WsMessage::Binary(_) | WsMessage::Text(_))) {
             seen_data = true;
             reader_binary.store(matches!(frame, Ok(WsMessage::Binary(_))), Ordering::Release);
+            // The session's connect, whose token is not checked yet: held to the opening limit
+            // before it is decoded.
+            if let Some(refused) = over_opening_limit(&frame) {
+                return refused;
+            }
         }
         if let Err(e) = &frame
             && let Some(close) = too_big(e)
@@ -75,6 +80,24 @@ fn too_big(error: &axum::Error) -> Option<CloseFrame> {
         source = e.source();
     }
     None
+}
+
+/// The refusal of a first data frame over [`protocol::MAX_OPENING_MESSAGE_BYTES`].
+fn over_opening_limit(frame: &Result<WsMessage, axum::Error>) -> Option<Incoming> {
+    let len = match frame {
+        Ok(WsMessage::Text(t)) => t.len(),
+        Ok(WsMessage::Binary(b)) => b.len(),
+        _ => return None,
+    };
+    (len > protocol::MAX_OPENING_MESSAGE_BYTES).then(|| {
+        Incoming::Fatal(protocol::DecodeError {
+            code: protocol::codes::MALFORMED_MESSAGE,
+            message: format!(
+                "the session's first message is {len} bytes, over the limit of {} for a connect",
+                protocol::MAX_OPENING_MESSAGE_BYTES
+            ),
+        })
+    })
 }
 
 fn decode(frame: Result<WsMessage, axum::Error>) -> Incoming {

@@ -491,10 +491,11 @@ impl<'a> Lane<'a> {
             match self.inbox.recv_timeout(left) {
                 Ok(a) if a.step == step => return Wait::Action(a),
                 Ok(a) => {
-                    self.send(stale_step(
-                        &a,
-                        &format!("answered already or timed out; waiting for step {step}"),
-                    ));
+                    let why = match a.step > step {
+                        true => format!("not asked for yet; waiting for step {step}"),
+                        false => format!("answered already or timed out; waiting for step {step}"),
+                    };
+                    self.send(stale_step(&a, &why));
                 }
                 Err(RecvTimeoutError::Timeout) => return Wait::Timeout,
                 Err(RecvTimeoutError::Disconnected) => return Wait::Lost,

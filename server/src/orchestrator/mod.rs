@@ -138,11 +138,17 @@ pub enum RunOutcome {
     Error(String),
 }
 
+/// Actions a lane's inbox holds at most. A lane asks for one step at a time and an agent answers
+/// each request once, so only late or repeated answers ever wait beside the one awaited; an
+/// agent sending Actions unasked while the lane steps (or starts its simulator) is told each
+/// extra one is dropped, instead of the server keeping them all (about 16 MiB each, decoded).
+pub const ACTIONS_WAITING: usize = 64;
+
 /// A running session's handle: the lanes' action inboxes (the gateway routes Action `step` to
 /// lane `step % lanes`) and the outcome, delivered when every lane and the committer are done.
 #[derive(Debug)]
 pub struct RunHandle {
-    pub action_inboxes: Vec<mpsc::Sender<Action>>,
+    pub action_inboxes: Vec<mpsc::SyncSender<Action>>,
     pub outcome: tokio::sync::oneshot::Receiver<RunOutcome>,
 }
 
@@ -153,7 +159,7 @@ pub fn start(ctx: Arc<RunContext>) -> RunHandle {
     let mut inboxes = Vec::new();
     let mut lanes = Vec::new();
     for lane in 0..ctx.lanes {
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = mpsc::sync_channel(ACTIONS_WAITING);
         inboxes.push(tx);
         let ctx = ctx.clone();
         let commit = commit_tx.clone();

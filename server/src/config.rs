@@ -81,6 +81,8 @@ pub struct ServerConfig {
     pub max_attempts: u32,
     /// Requests per team per minute (REST calls and agent Connects); 0 = no limit.
     pub requests_per_minute: u32,
+    /// Agent sessions a team runs at once on this server (`team_sessions.rs`); 0 = no limit.
+    pub max_sessions_per_team: u32,
     /// Where trajectories, reports and dataset exports go: empty = the data directory,
     /// `file:///ABS/PATH` = a (shared) folder, `s3://BUCKET[/PREFIX]` = an S3-compatible store
     /// (credentials, region and endpoint from the `AWS_*` variables; docs/server.md).
@@ -149,6 +151,7 @@ impl Default for ServerConfig {
             heartbeat_timeout_s: 60.0,
             max_attempts: 3,
             requests_per_minute: 600,
+            max_sessions_per_team: 16,
             object_store: String::new(),
             object_store_retry_s: 120.0,
             buffered_parts: false,

@@ -24,5 +24,6 @@ pub mod replica_lock;
 pub mod results;
 pub mod state;
 pub mod storage;
+pub mod team_sessions;
 pub mod trajectory_store;
 pub mod web;

@@ -39,6 +39,8 @@ pub struct AppState {
     pub dataset_streams: Arc<tokio::sync::Semaphore>,
     /// Requests per team per minute (REST and Connects).
     pub rate_limiter: RateLimiter,
+    /// Agent sessions each team runs now (`max_sessions_per_team`).
+    pub team_sessions: Arc<crate::team_sessions::TeamSessions>,
     /// Ranked leaderboards, until the storage's leaderboard generation moves.
     pub leaderboards: crate::leaderboard::LeaderboardCache,
     /// Lanes' simulators kept started between sessions (`warm_simulators`).
@@ -234,6 +236,7 @@ impl AppState {
         complete_finished_runs(&storage, &objects, &catalog, &unfinished).await;
         tokio::spawn(merge_failed_leftovers(storage.clone(), objects.clone()));
         let rate_limiter = RateLimiter::new(config.requests_per_minute);
+        let config_sessions = config.max_sessions_per_team;
         let hosted_places = Arc::new(tokio::sync::Semaphore::new(config.hosted_runs()));
         let dataset_streams = Arc::new(tokio::sync::Semaphore::new(config.dataset_streams as usize));
         let warm_simulators = Arc::new(crate::orchestrator::warm::WarmSimulators::new(
@@ -252,6 +255,7 @@ impl AppState {
             export_writers: Default::default(),
             dataset_streams,
             rate_limiter,
+            team_sessions: crate::team_sessions::TeamSessions::new(config_sessions),
             leaderboards: Default::default(),
             locks: (data_dir_lock, database_lock, replica_lock),
         });

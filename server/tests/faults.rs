@@ -1107,3 +1107,47 @@ async fn contradictory_or_busy_connects_change_nothing() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A team runs at most `max_sessions_per_team` sessions at once: one more is refused
+/// `rate_limited` with the limit and when to retry, and a place comes back when a session ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_team_runs_at_most_its_sessions_at_once() {
+    let dir = tmp("faults-team-sessions");
+    let server = ServerProc::start(&dir, &["--max-sessions-per-team", "2"]);
+    let token = server.team("many");
+    let practice = connect_msg(&token, "practice", "");
+    let (first, _) = open(&server.ws_url(), &practice, Encoding::Json).await;
+    let (_second, _) = open(&server.ws_url(), &practice, Encoding::Json).await;
+    let third = || async {
+        let (mut ws, _) = tokio_tungstenite::connect_async(server.ws_url()).await.unwrap();
+        ws.send(frame(&practice, Encoding::Json)).await.unwrap();
+        (recv(&mut ws).await, ws)
+    };
+    let (answer, _) = third().await;
+    let Some(Msg::Error(e)) = answer else {
+        panic!("a third session was not refused: {answer:?}")
+    };
+    assert_eq!(e.code, codes::RATE_LIMITED, "{e:?}");
+    assert_eq!(e.limit, 2, "{e:?}");
+    assert!(
+        !e.resets_at.is_empty() && e.message.contains("max_sessions_per_team"),
+        "{e:?}"
+    );
+    // Another team is counted apart.
+    let other = server.team("other");
+    let (_other, _) = open(&server.ws_url(), &connect_msg(&other, "practice", ""), Encoding::Json).await;
+    // A session that ends gives its place back (once the server has seen it end).
+    drop(first);
+    let waited = std::time::Instant::now();
+    loop {
+        match third().await {
+            (Some(Msg::Connected(_)), _) => break,
+            (Some(Msg::Error(e)), _) if e.code == codes::RATE_LIMITED => {
+                assert!(waited.elapsed() < Duration::from_secs(30), "no place came back: {e:?}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            (other, _) => panic!("{other:?}"),
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

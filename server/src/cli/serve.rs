@@ -115,6 +115,10 @@ pub struct ServingArgs {
     /// Requests per team per minute, REST calls and agent connects (0 = no limit) [default: 600].
     #[arg(long, env = "ARENA_REQUESTS_PER_MINUTE")]
     pub requests_per_minute: Option<u32>,
+    /// Agent sessions a team may run at once on this server; past it a Connect is refused
+    /// `rate_limited`, which the SDKs wait out (0 = no limit) [default: 16].
+    #[arg(long, env = "ARENA_MAX_SESSIONS_PER_TEAM")]
+    pub max_sessions_per_team: Option<u32>,
     /// This server's id in episode claims; replicas on one PostgreSQL need distinct ids
     /// [default: HOST:DATA_DIR].
     #[arg(long, env = "ARENA_REPLICA_ID")]
@@ -214,6 +218,7 @@ impl ConfigArgs {
             heartbeat_timeout_s,
             max_attempts,
             requests_per_minute,
+            max_sessions_per_team,
             replica_id,
             lease_s,
             idle_submission_expiry_s,

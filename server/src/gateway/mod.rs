@@ -213,6 +213,8 @@ struct Admitted {
     /// A resume under another agent name: recorded once the session has the submission (a
     /// resume refused as busy must not rename the session that runs it).
     renamed: bool,
+    /// The team whose session this is.
+    team: Team,
 }
 
 fn refusal(e: AccessError) -> Box<Msg> {
@@ -433,6 +435,7 @@ async fn admit(
             reveal_results,
             gains: gains.map(|(g, _)| g),
             renamed: false,
+            team,
         });
     }
     let mut renamed = false;
@@ -490,6 +493,7 @@ async fn admit(
         reveal_results,
         gains,
         renamed,
+        team,
     })
 }
 
@@ -561,6 +565,11 @@ where
             })
         }
         None => None,
+    };
+    // The server's own runs (hosted evaluations) have their own limit.
+    let _place = match hosted {
+        Some(_) => None,
+        None => Some(state.team_sessions.take(&admitted.team, now_ms()).map_err(refusal)?),
     };
     let config = &state.config;
     let spec = &admitted.benchmark.spec;

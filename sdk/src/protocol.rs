@@ -21,7 +21,7 @@ pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
 /// server's `connected` (or the `error` refusing it), a few kilobytes in practice
 /// (docs/protocol.md §1). Checked before the frame is decoded, since the token it carries is
 /// not checked yet: decoding a 16 MiB frame of small repeated entries took 16 times its size.
-pub const MAX_OPENING_MESSAGE_BYTES: usize = 1 << 20;
+pub const MAX_OPENING_MESSAGE_BYTES: usize = 256 << 10;
 
 /// Practice episodes a session may have asked for that have not started yet (docs/protocol.md
 /// §10): the server refuses a `reset_episode` beyond it, and the SDKs ask for more as episodes

@@ -12,6 +12,11 @@ use axum::response::Response;
 use axum::routing::get;
 use std::sync::Arc;
 
+/// gRPC sessions (HTTP/2 streams) one connection carries at once: the connection caps count
+/// connections, and each stream's first message is decoded before its token is checked
+/// (hyper's default allows 200). A client multiplexing more waits for a stream to end.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 32;
+
 /// Largest WebSocket frame accepted from an agent (a batch of 4096 actions is ~0.5 MB), and the
 /// most the server puts in one message.
 pub const MAX_FRAME_BYTES: usize = arena_sdk::protocol::MAX_MESSAGE_BYTES;
@@ -127,6 +132,7 @@ pub async fn serve(
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout);
+    builder.http2().max_concurrent_streams(MAX_STREAMS_PER_CONNECTION);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {

@@ -298,10 +298,13 @@ pub(super) async fn update_phase(
     let Some(stored) = state.storage.phase(&id).await? else {
         return Err(not_found(format!("no phase {id:?}")));
     };
-    let spec = state
-        .catalog
-        .spec(&stored.benchmark)
-        .map_err(|e| ApiError(AccessError::internal(format!("phase {id}: {e}"))))?;
+    let spec = state.catalog.spec(&stored.benchmark).map_err(|e| {
+        // The folders the server reads are its own business, as in `create_phase`.
+        ApiError(AccessError::internal(format!(
+            "phase {id}: {}",
+            state.catalog.organiser_message(&e)
+        )))
+    })?;
     // Applied to the phase as stored when the update holds it: two organisers' updates at once
     // both land, each checked against the other's result.
     let updated = state

@@ -67,12 +67,18 @@ async fn create_hosted_submission(
     let Caller::Team(team) = caller(&state, &headers).await? else {
         return Err(bad_request("submissions belong to teams: use a team token".into()));
     };
-    let bytes = axum::body::to_bytes(body, MAX_POLICY_BYTES).await.map_err(|_| {
-        ApiError(AccessError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
-            format!("policy file: larger than the limit of {} MiB", MAX_POLICY_BYTES >> 20),
-        ))
+    let bytes = axum::body::to_bytes(body, MAX_POLICY_BYTES).await.map_err(|e| {
+        // Past the limit, or a body that broke off (a dropped connection, bad chunking).
+        let too_large = std::iter::successors(Some(&e as &(dyn std::error::Error + 'static)), |e| e.source())
+            .any(|e| e.is::<http_body_util::LengthLimitError>());
+        match too_large {
+            true => ApiError(AccessError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                format!("policy file: larger than the limit of {} MiB", MAX_POLICY_BYTES >> 20),
+            )),
+            false => bad_request(format!("policy file: the request body could not be read: {e}")),
+        }
     })?;
     if bytes.is_empty() {
         return Err(bad_request(

@@ -199,6 +199,13 @@ async fn caller(state: &AppState, headers: &HeaderMap) -> Result<Caller, ApiErro
     }
 }
 
+/// The token of an `Authorization: Bearer <token>` value; the scheme's name is
+/// case-insensitive (RFC 9110 §11.1).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
 /// The caller of a public endpoint: anonymous without an Authorization header; a header that is
 /// there must hold a valid token (a refused token is never silently ignored).
 async fn optional_caller(state: &AppState, headers: &HeaderMap) -> Result<Option<Caller>, ApiError> {
@@ -208,8 +215,7 @@ async fn optional_caller(state: &AppState, headers: &HeaderMap) -> Result<Option
     let token = value
         .to_str()
         .ok()
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
+        .and_then(bearer_token)
         .ok_or_else(|| ApiError(AccessError::unauthorized("Authorization must be \"Bearer <token>\"")))?;
     let admin = &state.config.admin_token;
     if !admin.is_empty() && constant_time_eq(token.as_bytes(), admin.as_bytes()) {
@@ -392,6 +398,19 @@ async fn get_benchmark(
         }
     }
     Ok(Json(v).into_response())
+}
+
+#[cfg(test)]
+mod bearer_tests {
+    #[test]
+    fn the_scheme_is_case_insensitive() {
+        for value in ["Bearer tok-1", "bearer tok-1", "BEARER  tok-1 ", " Bearer tok-1"] {
+            assert_eq!(super::bearer_token(value), Some("tok-1"), "{value:?}");
+        }
+        for value in ["Basic tok-1", "Bearertok-1", "tok-1", ""] {
+            assert_eq!(super::bearer_token(value), None, "{value:?}");
+        }
+    }
 }
 
 #[cfg(test)]

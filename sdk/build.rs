@@ -14,6 +14,11 @@ fn main() {
             ".arena.v1.EpisodeEnd.metrics",
             "#[serde(deserialize_with = \"crate::protocol::metrics_from_json\")]",
         )
+        // An action's entries are held to the most a batch holds as they are read.
+        .field_attribute(
+            ".arena.v1.Action.actions",
+            "#[serde(deserialize_with = \"crate::protocol::action_entries_from_json\")]",
+        )
         .enum_attribute(
             ".arena.v1.Envelope.msg",
             "#[derive(serde::Serialize, serde::Deserialize)] #[serde(tag = \"type\", rename_all = \"snake_case\")]",

@@ -76,9 +76,12 @@ impl Decoder for EnvelopeDecoder {
         }
         let decoded = if src.chunk().len() == len {
             // tonic hands over one message in one contiguous buffer.
+            check_action_entries(src.chunk())?;
             Envelope::decode(src.chunk())
         } else {
-            Envelope::decode(&src.copy_to_bytes(len)[..])
+            let bytes = src.copy_to_bytes(len);
+            check_action_entries(&bytes)?;
+            Envelope::decode(&bytes[..])
         };
         // An undecodable message is INTERNAL, as with tonic's codec (gRPC's status code rules);
         // the gateway answers it with `malformed_message`.
@@ -90,10 +93,16 @@ impl Decoder for EnvelopeDecoder {
     }
 }
 
+/// An `action` over [`crate::protocol::MAX_BATCH`] entries, refused before it is decoded: the
+/// gateway ends the session with the reason, since the stream is not read further.
+fn check_action_entries(bytes: &[u8]) -> Result<(), Status> {
+    crate::protocol::check_action_entries(bytes).map_err(|e| Status::invalid_argument(e.message))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::{EpisodeObservation, GetAction, Msg};
+    use crate::protocol::{Action, Connect, EpisodeAction, EpisodeObservation, GetAction, Msg};
 
     /// Frames `msg` with tonic's encoder path, reads it back with tonic's decoder path, both
     /// through this codec, and compares the bytes with prost's own encoding.
@@ -168,6 +177,47 @@ mod tests {
         let mut big_later = read([frame(&small), frame(&big)].concat());
         assert_eq!(big_later.next().await.unwrap().unwrap(), small);
         assert_eq!(big_later.next().await.unwrap().unwrap(), big);
+    }
+
+    /// An action of more entries than a batch holds is refused before it is decoded.
+    #[tokio::test]
+    async fn an_action_over_a_batch_is_refused() {
+        use futures_util::StreamExt;
+        let action = |entries: usize| {
+            let bytes = Envelope {
+                msg: Some(Msg::Action(Action {
+                    step: 1,
+                    actions: vec![EpisodeAction::default(); entries],
+                })),
+            }
+            .encode_to_vec();
+            let mut framed = vec![0];
+            framed.extend((bytes.len() as u32).to_be_bytes());
+            framed.extend(bytes);
+            framed
+        };
+        let connect = Envelope {
+            msg: Some(Msg::Connect(Connect::default())),
+        };
+        let mut opening = vec![0];
+        opening.extend((connect.encoded_len() as u32).to_be_bytes());
+        opening.extend(connect.encode_to_vec());
+        let frames = [
+            opening,
+            action(crate::protocol::MAX_BATCH),
+            action(crate::protocol::MAX_BATCH + 1),
+        ]
+        .concat();
+        let body = http_body_util::Full::new(prost::bytes::Bytes::from(frames));
+        let mut decoded = tonic::codec::Streaming::new_request(EnvelopeCodec.decoder(), body, None, None);
+        assert_eq!(decoded.next().await.unwrap().unwrap(), connect);
+        let Some(Msg::Action(full)) = decoded.next().await.unwrap().unwrap().msg else {
+            panic!()
+        };
+        assert_eq!(full.actions.len(), crate::protocol::MAX_BATCH);
+        let status = decoded.next().await.unwrap().unwrap_err();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+        assert!(status.message().contains("4097 entries"), "{status:?}");
     }
 
     #[tokio::test]

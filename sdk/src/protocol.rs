@@ -23,6 +23,12 @@ pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
 /// not checked yet: decoding a 16 MiB frame of small repeated entries took 16 times its size.
 pub const MAX_OPENING_MESSAGE_BYTES: usize = 256 << 10;
 
+/// The most episodes one batch holds on any server (its `max_batch` is 1 to this), so the most
+/// entries one `action` may carry (docs/protocol.md §6). Both decoders refuse an `action` with
+/// more before building it: an empty entry is 2 bytes of protobuf (3 of JSON) and a 32-byte
+/// struct, so a 16 MiB frame of them took 256 MiB to decode.
+pub const MAX_BATCH: usize = 4096;
+
 /// Practice episodes a session may have asked for that have not started yet (docs/protocol.md
 /// §10): the server refuses a `reset_episode` beyond it, and the SDKs ask for more as episodes
 /// start.
@@ -280,6 +286,7 @@ pub fn metrics_from_json<'de, D: serde::Deserializer<'de>>(
 
 /// Decodes a binary (protobuf) frame.
 pub fn decode_binary(bytes: &[u8]) -> Result<Msg, DecodeError> {
+    check_action_entries(bytes)?;
     let envelope = Envelope::decode(bytes)
         .map_err(|e| DecodeError::new(codes::MALFORMED_MESSAGE, format!("not a valid protobuf Envelope: {e}")))?;
     envelope.msg.ok_or_else(|| {
@@ -288,6 +295,103 @@ pub fn decode_binary(bytes: &[u8]) -> Result<Msg, DecodeError> {
             "Envelope carries no message this protocol version knows",
         )
     })
+}
+
+/// Refuses the protobuf bytes of an `Envelope` whose `action` carries more than [`MAX_BATCH`]
+/// entries, counted on the wire without decoding anything. Bytes that are not valid protobuf
+/// pass: the decoder then says what is wrong with them.
+pub fn check_action_entries(bytes: &[u8]) -> Result<(), DecodeError> {
+    const ENVELOPE_ACTION: u64 = 6;
+    const ACTION_ENTRIES: u64 = 2;
+    // An embedded message may come in pieces that the decoder merges, so every piece counts.
+    let mut entries = 0usize;
+    for (field, value) in WireFields(bytes) {
+        if field == ENVELOPE_ACTION
+            && let Some(action) = value
+        {
+            entries += WireFields(action)
+                .filter(|(f, v)| *f == ACTION_ENTRIES && v.is_some())
+                .count();
+        }
+    }
+    if entries > MAX_BATCH {
+        return Err(DecodeError::new(
+            codes::INVALID_MESSAGE,
+            format!("an action carries {entries} entries, more than the {MAX_BATCH} a batch may hold"),
+        ));
+    }
+    Ok(())
+}
+
+/// The fields of protobuf bytes in order, as (field number, the bytes of a length-delimited
+/// value); ends at the first byte that is not valid wire format.
+struct WireFields<'a>(&'a [u8]);
+
+impl<'a> Iterator for WireFields<'a> {
+    type Item = (u64, Option<&'a [u8]>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        fn varint(bytes: &mut &[u8]) -> Option<u64> {
+            let mut value = 0u64;
+            for shift in (0..64).step_by(7) {
+                let (&byte, rest) = bytes.split_first()?;
+                *bytes = rest;
+                value |= u64::from(byte & 0x7f) << shift;
+                if byte < 0x80 {
+                    return Some(value);
+                }
+            }
+            None
+        }
+        let mut rest = self.0;
+        let key = varint(&mut rest)?;
+        fn skip(rest: &[u8], n: usize) -> Option<&[u8]> {
+            rest.get(n..)
+        }
+        let (value, after) = match key & 7 {
+            0 => (None, {
+                varint(&mut rest)?;
+                rest
+            }),
+            1 => (None, skip(rest, 8)?),
+            2 => {
+                let len = usize::try_from(varint(&mut rest)?).ok()?;
+                (Some(rest.get(..len)?), skip(rest, len)?)
+            }
+            5 => (None, skip(rest, 4)?),
+            // Groups (3, 4) are not in this protocol; anything else is not protobuf.
+            _ => {
+                self.0 = &[];
+                return None;
+            }
+        };
+        self.0 = after;
+        Some((key >> 3, value))
+    }
+}
+
+/// An `action`'s entries from JSON, refused past [`MAX_BATCH`] before more are built.
+pub fn action_entries_from_json<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<EpisodeAction>, D::Error> {
+    struct Entries;
+    impl<'de> serde::de::Visitor<'de> for Entries {
+        type Value = Vec<EpisodeAction>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            write!(f, "a list of at most {MAX_BATCH} episode actions")
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut entries = Vec::new();
+            while let Some(entry) = seq.next_element()? {
+                if entries.len() == MAX_BATCH {
+                    return Err(serde::de::Error::custom(format_args!(
+                        "an action carries more than the {MAX_BATCH} entries a batch may hold"
+                    )));
+                }
+                entries.push(entry);
+            }
+            Ok(entries)
+        }
+    }
+    d.deserialize_seq(Entries)
 }
 
 /// Decodes a frame of either encoding.
@@ -386,6 +490,51 @@ mod tests {
                 actions: vec![]
             })
         );
+    }
+
+    fn action_of(entries: usize) -> Msg {
+        Msg::Action(Action {
+            step: 1,
+            actions: vec![EpisodeAction::default(); entries],
+        })
+    }
+
+    #[test]
+    fn an_action_holds_at_most_a_batch_in_either_encoding() {
+        for enc in [Encoding::Json, Encoding::Binary] {
+            let full = action_of(MAX_BATCH);
+            assert_eq!(decode(&encode(&full, enc)).unwrap(), full, "{enc:?}");
+            let e = decode(&encode(&action_of(MAX_BATCH + 1), enc)).unwrap_err();
+            assert_eq!(e.code, codes::INVALID_MESSAGE, "{enc:?}");
+            assert!(e.message.contains(&MAX_BATCH.to_string()), "{enc:?}: {}", e.message);
+        }
+        // Protobuf merges an embedded message sent in pieces: the pieces' entries add up.
+        let half = encode_binary(&action_of(MAX_BATCH / 2 + 1));
+        let pieces = [half.clone(), half].concat();
+        let Msg::Action(merged) = Envelope::decode(&pieces[..]).unwrap().msg.unwrap() else {
+            panic!()
+        };
+        assert_eq!(merged.actions.len(), MAX_BATCH + 2, "the decoder merges the pieces");
+        assert_eq!(decode_binary(&pieces).unwrap_err().code, codes::INVALID_MESSAGE);
+        // Entries with values are counted alike; other messages are not counted.
+        let mut valued = action_of(MAX_BATCH + 1);
+        if let Msg::Action(a) = &mut valued {
+            a.actions.iter_mut().for_each(|e| e.values = vec![0.25; 3]);
+        }
+        assert_eq!(
+            decode_binary(&encode_binary(&valued)).unwrap_err().code,
+            codes::INVALID_MESSAGE
+        );
+        let observations = Msg::GetAction(GetAction {
+            step: 1,
+            observations: vec![EpisodeObservation::default(); MAX_BATCH + 1],
+        });
+        assert!(decode_binary(&encode_binary(&observations)).is_ok());
+        // Bytes that are not protobuf are left to the decoder's own error.
+        let mut truncated = encode_binary(&action_of(3));
+        truncated.pop();
+        assert_eq!(decode_binary(&truncated).unwrap_err().code, codes::MALFORMED_MESSAGE);
+        assert!(check_action_entries(&[0xff; 16]).is_ok());
     }
 
     #[test]

@@ -277,8 +277,11 @@ impl ServerConfig {
                 message,
             })
         };
-        if self.max_batch == 0 || self.max_batch > 4096 {
-            return bad("max_batch", format!("expected 1-4096, got {}", self.max_batch));
+        if self.max_batch == 0 || self.max_batch as usize > arena_sdk::protocol::MAX_BATCH {
+            return bad(
+                "max_batch",
+                format!("expected 1-{}, got {}", arena_sdk::protocol::MAX_BATCH, self.max_batch),
+            );
         }
         for (key, v) in [
             ("max_connections", self.max_connections),

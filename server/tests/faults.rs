@@ -1151,3 +1151,71 @@ async fn a_team_runs_at_most_its_sessions_at_once() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// An action of more entries than any batch holds is refused before it is built, in either
+/// encoding, and the session goes on (the next message is answered as usual).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_action_over_a_batch_is_refused_undecoded() {
+    let dir = tmp("faults-entries");
+    let server = ServerProc::start(&dir, &[]);
+    let token = server.team("entries");
+    for encoding in [Encoding::Binary, Encoding::Json] {
+        let (mut ws, _) = open(&server.ws_url(), &connect_msg(&token, "practice", ""), encoding).await;
+        let over = Msg::Action(Action {
+            step: 1,
+            actions: vec![EpisodeAction::default(); protocol::MAX_BATCH + 1],
+        });
+        ws.send(frame(&over, encoding)).await.unwrap();
+        match recv(&mut ws).await {
+            Some(Msg::Error(e)) => {
+                assert_eq!(e.code, codes::INVALID_MESSAGE, "{encoding:?}: {e:?}");
+                assert!(e.message.contains("4096"), "{encoding:?}: {e:?}");
+            }
+            got => panic!("{encoding:?}: expected a refusal, got {got:?}"),
+        }
+        // One entry is decoded and reaches the lane, which never asked for this step.
+        ws.send(frame(&action(5, 0, vec![0.0; 29]), encoding)).await.unwrap();
+        match recv(&mut ws).await {
+            Some(Msg::Error(e)) => assert_eq!(e.code, codes::STALE_STEP, "{encoding:?}: {e:?}"),
+            got => panic!("{encoding:?}: expected stale_step, got {got:?}"),
+        }
+    }
+    // gRPC: the stream is not read past the refused message, so the session ends saying why.
+    use arena_sdk::protocol::Envelope;
+    use arena_sdk::protocol::agent_gateway_client::AgentGatewayClient;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let over = Msg::Action(Action {
+        step: 1,
+        actions: vec![EpisodeAction::default(); protocol::MAX_BATCH + 1],
+    });
+    let outbound =
+        futures_util::stream::iter([connect_msg(&token, "practice", ""), over].map(|msg| Envelope { msg: Some(msg) }));
+    let mut responses = AgentGatewayClient::new(channel)
+        .session(outbound)
+        .await
+        .unwrap()
+        .into_inner();
+    let mut heard = Vec::new();
+    while let Ok(Some(Envelope { msg: Some(msg) })) = tokio::time::timeout(Duration::from_secs(30), responses.message())
+        .await
+        .expect("the server answers")
+    {
+        heard.push(msg);
+    }
+    let refusal = heard.iter().find_map(|m| match m {
+        Msg::Error(e) => Some(e),
+        _ => None,
+    });
+    let refusal = refusal.unwrap_or_else(|| panic!("no refusal in {heard:?}"));
+    assert_eq!(refusal.code, codes::INVALID_MESSAGE, "{refusal:?}");
+    assert!(refusal.message.contains("4097 entries"), "{refusal:?}");
+    assert!(
+        matches!(heard.last(), Some(Msg::Disconnect(d)) if d.reason == codes::INVALID_MESSAGE),
+        "{heard:?}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -87,7 +87,15 @@ impl AgentGateway for GrpcGateway {
 /// ending.
 fn from_stream_error(status: &Status) -> Incoming {
     match status.code() {
-        Code::Internal | Code::OutOfRange | Code::InvalidArgument => Incoming::Fatal(DecodeError {
+        // The codec's refusal of a decodable message it will not build (an action over a batch).
+        Code::InvalidArgument => Incoming::Fatal(DecodeError {
+            code: codes::INVALID_MESSAGE,
+            message: format!(
+                "{}; the server reads no more of this stream, so the session ends",
+                status.message()
+            ),
+        }),
+        Code::Internal | Code::OutOfRange => Incoming::Fatal(DecodeError {
             code: codes::MALFORMED_MESSAGE,
             message: format!(
                 "undecodable gRPC message ({}); the server reads no more of this stream, so the session ends",

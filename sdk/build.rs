@@ -9,15 +9,27 @@ fn main() {
     config
         .btree_map(["."])
         .message_attribute(".", "#[derive(serde::Serialize, serde::Deserialize)] #[serde(default)]")
-        // JSON writes a NaN metric as null (protocol.md): read back as NaN.
+        // JSON writes a NaN metric as null (protocol.md): read back as NaN; held to a batch too.
         .field_attribute(
             ".arena.v1.EpisodeEnd.metrics",
             "#[serde(deserialize_with = \"crate::protocol::metrics_from_json\")]",
         )
-        // An action's entries are held to the most a batch holds as they are read.
+        // Every list is held to the most a batch holds as it is read (src/protocol/bounds.rs).
+        .field_attribute(
+            ".arena.v1.EpisodeSpec.observations",
+            "#[serde(deserialize_with = \"crate::protocol::entries_from_json\")]",
+        )
+        .field_attribute(
+            ".arena.v1.EpisodeStart.episodes",
+            "#[serde(deserialize_with = \"crate::protocol::entries_from_json\")]",
+        )
+        .field_attribute(
+            ".arena.v1.GetAction.observations",
+            "#[serde(deserialize_with = \"crate::protocol::entries_from_json\")]",
+        )
         .field_attribute(
             ".arena.v1.Action.actions",
-            "#[serde(deserialize_with = \"crate::protocol::action_entries_from_json\")]",
+            "#[serde(deserialize_with = \"crate::protocol::entries_from_json\")]",
         )
         .enum_attribute(
             ".arena.v1.Envelope.msg",

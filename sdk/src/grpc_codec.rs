@@ -76,11 +76,11 @@ impl Decoder for EnvelopeDecoder {
         }
         let decoded = if src.chunk().len() == len {
             // tonic hands over one message in one contiguous buffer.
-            check_action_entries(src.chunk())?;
+            check_entries(src.chunk())?;
             Envelope::decode(src.chunk())
         } else {
             let bytes = src.copy_to_bytes(len);
-            check_action_entries(&bytes)?;
+            check_entries(&bytes)?;
             Envelope::decode(&bytes[..])
         };
         // An undecodable message is INTERNAL, as with tonic's codec (gRPC's status code rules);
@@ -93,10 +93,10 @@ impl Decoder for EnvelopeDecoder {
     }
 }
 
-/// An `action` over [`crate::protocol::MAX_BATCH`] entries, refused before it is decoded: the
-/// gateway ends the session with the reason, since the stream is not read further.
-fn check_action_entries(bytes: &[u8]) -> Result<(), Status> {
-    crate::protocol::check_action_entries(bytes).map_err(|e| Status::invalid_argument(e.message))
+/// A message with a list over [`crate::protocol::MAX_BATCH`] entries, refused before it is
+/// decoded: the gateway ends the session with the reason, since the stream is not read further.
+fn check_entries(bytes: &[u8]) -> Result<(), Status> {
+    crate::protocol::check_entries(bytes).map_err(|e| Status::invalid_argument(e.message))
 }
 
 #[cfg(test)]

@@ -1152,20 +1152,30 @@ async fn a_team_runs_at_most_its_sessions_at_once() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// An action of more entries than any batch holds is refused before it is built, in either
-/// encoding, and the session goes on (the next message is answered as usual).
+/// A list of more entries than any batch holds is refused before it is built, in either
+/// encoding and whatever the message (a client's action, or a get_action only a server sends),
+/// and the session goes on (the next message is answered as usual).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_action_over_a_batch_is_refused_undecoded() {
+async fn a_list_over_a_batch_is_refused_undecoded() {
     let dir = tmp("faults-entries");
     let server = ServerProc::start(&dir, &[]);
     let token = server.team("entries");
-    for encoding in [Encoding::Binary, Encoding::Json] {
+    let over_action = Msg::Action(Action {
+        step: 1,
+        actions: vec![EpisodeAction::default(); protocol::MAX_BATCH + 1],
+    });
+    let over_request = Msg::GetAction(protocol::GetAction {
+        step: 1,
+        observations: vec![protocol::EpisodeObservation::default(); protocol::MAX_BATCH + 1],
+    });
+    for (encoding, over) in [
+        (Encoding::Binary, &over_action),
+        (Encoding::Json, &over_action),
+        (Encoding::Binary, &over_request),
+        (Encoding::Json, &over_request),
+    ] {
         let (mut ws, _) = open(&server.ws_url(), &connect_msg(&token, "practice", ""), encoding).await;
-        let over = Msg::Action(Action {
-            step: 1,
-            actions: vec![EpisodeAction::default(); protocol::MAX_BATCH + 1],
-        });
-        ws.send(frame(&over, encoding)).await.unwrap();
+        ws.send(frame(over, encoding)).await.unwrap();
         match recv(&mut ws).await {
             Some(Msg::Error(e)) => {
                 assert_eq!(e.code, codes::INVALID_MESSAGE, "{encoding:?}: {e:?}");

@@ -7,6 +7,9 @@ mod generated {
     include!(concat!(env!("OUT_DIR"), "/arena.v1.rs"));
 }
 
+mod bounds;
+
+pub use bounds::{check_entries, entries_from_json, metrics_from_json};
 pub use generated::envelope::Msg;
 pub use generated::*;
 use prost::Message as _;
@@ -24,9 +27,9 @@ pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
 pub const MAX_OPENING_MESSAGE_BYTES: usize = 256 << 10;
 
 /// The most episodes one batch holds on any server (its `max_batch` is 1 to this), so the most
-/// entries one `action` may carry (docs/protocol.md §6). Both decoders refuse an `action` with
-/// more before building it: an empty entry is 2 bytes of protobuf (3 of JSON) and a 32-byte
-/// struct, so a 16 MiB frame of them took 256 MiB to decode.
+/// entries of any list in a message: an `action`'s or a `get_action`'s episodes, an
+/// `episode_start`'s, a spec's observation groups, an `episode_end`'s metrics (docs/protocol.md
+/// §12). Both decoders refuse a message with more before building it ([`bounds`]).
 pub const MAX_BATCH: usize = 4096;
 
 /// Practice episodes a session may have asked for that have not started yet (docs/protocol.md
@@ -275,18 +278,9 @@ impl<'de> serde::Deserialize<'de> for TypeField {
     }
 }
 
-/// An `episode_end`'s metrics from JSON, where a NaN (a metric that could not be computed) is
-/// written as `null`: read back as NaN, not refused.
-pub fn metrics_from_json<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> Result<std::collections::BTreeMap<String, f64>, D::Error> {
-    let raw: std::collections::BTreeMap<String, Option<f64>> = serde::Deserialize::deserialize(d)?;
-    Ok(raw.into_iter().map(|(k, v)| (k, v.unwrap_or(f64::NAN))).collect())
-}
-
 /// Decodes a binary (protobuf) frame.
 pub fn decode_binary(bytes: &[u8]) -> Result<Msg, DecodeError> {
-    check_action_entries(bytes)?;
+    check_entries(bytes)?;
     let envelope = Envelope::decode(bytes)
         .map_err(|e| DecodeError::new(codes::MALFORMED_MESSAGE, format!("not a valid protobuf Envelope: {e}")))?;
     envelope.msg.ok_or_else(|| {
@@ -295,103 +289,6 @@ pub fn decode_binary(bytes: &[u8]) -> Result<Msg, DecodeError> {
             "Envelope carries no message this protocol version knows",
         )
     })
-}
-
-/// Refuses the protobuf bytes of an `Envelope` whose `action` carries more than [`MAX_BATCH`]
-/// entries, counted on the wire without decoding anything. Bytes that are not valid protobuf
-/// pass: the decoder then says what is wrong with them.
-pub fn check_action_entries(bytes: &[u8]) -> Result<(), DecodeError> {
-    const ENVELOPE_ACTION: u64 = 6;
-    const ACTION_ENTRIES: u64 = 2;
-    // An embedded message may come in pieces that the decoder merges, so every piece counts.
-    let mut entries = 0usize;
-    for (field, value) in WireFields(bytes) {
-        if field == ENVELOPE_ACTION
-            && let Some(action) = value
-        {
-            entries += WireFields(action)
-                .filter(|(f, v)| *f == ACTION_ENTRIES && v.is_some())
-                .count();
-        }
-    }
-    if entries > MAX_BATCH {
-        return Err(DecodeError::new(
-            codes::INVALID_MESSAGE,
-            format!("an action carries {entries} entries, more than the {MAX_BATCH} a batch may hold"),
-        ));
-    }
-    Ok(())
-}
-
-/// The fields of protobuf bytes in order, as (field number, the bytes of a length-delimited
-/// value); ends at the first byte that is not valid wire format.
-struct WireFields<'a>(&'a [u8]);
-
-impl<'a> Iterator for WireFields<'a> {
-    type Item = (u64, Option<&'a [u8]>);
-
-    fn next(&mut self) -> Option<Self::Item> {
-        fn varint(bytes: &mut &[u8]) -> Option<u64> {
-            let mut value = 0u64;
-            for shift in (0..64).step_by(7) {
-                let (&byte, rest) = bytes.split_first()?;
-                *bytes = rest;
-                value |= u64::from(byte & 0x7f) << shift;
-                if byte < 0x80 {
-                    return Some(value);
-                }
-            }
-            None
-        }
-        let mut rest = self.0;
-        let key = varint(&mut rest)?;
-        fn skip(rest: &[u8], n: usize) -> Option<&[u8]> {
-            rest.get(n..)
-        }
-        let (value, after) = match key & 7 {
-            0 => (None, {
-                varint(&mut rest)?;
-                rest
-            }),
-            1 => (None, skip(rest, 8)?),
-            2 => {
-                let len = usize::try_from(varint(&mut rest)?).ok()?;
-                (Some(rest.get(..len)?), skip(rest, len)?)
-            }
-            5 => (None, skip(rest, 4)?),
-            // Groups (3, 4) are not in this protocol; anything else is not protobuf.
-            _ => {
-                self.0 = &[];
-                return None;
-            }
-        };
-        self.0 = after;
-        Some((key >> 3, value))
-    }
-}
-
-/// An `action`'s entries from JSON, refused past [`MAX_BATCH`] before more are built.
-pub fn action_entries_from_json<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<EpisodeAction>, D::Error> {
-    struct Entries;
-    impl<'de> serde::de::Visitor<'de> for Entries {
-        type Value = Vec<EpisodeAction>;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            write!(f, "a list of at most {MAX_BATCH} episode actions")
-        }
-        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-            let mut entries = Vec::new();
-            while let Some(entry) = seq.next_element()? {
-                if entries.len() == MAX_BATCH {
-                    return Err(serde::de::Error::custom(format_args!(
-                        "an action carries more than the {MAX_BATCH} entries a batch may hold"
-                    )));
-                }
-                entries.push(entry);
-            }
-            Ok(entries)
-        }
-    }
-    d.deserialize_seq(Entries)
 }
 
 /// Decodes a frame of either encoding.
@@ -499,14 +396,45 @@ mod tests {
         })
     }
 
+    /// Each message with a list, holding `entries` of them.
+    fn lists_of(entries: usize) -> Vec<Msg> {
+        vec![
+            action_of(entries),
+            Msg::GetAction(GetAction {
+                step: 1,
+                observations: vec![EpisodeObservation::default(); entries],
+            }),
+            Msg::EpisodeStart(EpisodeStart {
+                episodes: vec![EpisodeInfo::default(); entries],
+            }),
+            Msg::Connected(Connected {
+                spec: Some(EpisodeSpec {
+                    observations: vec![ObservationGroup::default(); entries],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            Msg::EpisodeEnd(EpisodeEnd {
+                metrics: (0..entries).map(|i| (format!("m{i}"), 0.5)).collect(),
+                ..Default::default()
+            }),
+        ]
+    }
+
     #[test]
-    fn an_action_holds_at_most_a_batch_in_either_encoding() {
-        for enc in [Encoding::Json, Encoding::Binary] {
-            let full = action_of(MAX_BATCH);
-            assert_eq!(decode(&encode(&full, enc)).unwrap(), full, "{enc:?}");
-            let e = decode(&encode(&action_of(MAX_BATCH + 1), enc)).unwrap_err();
-            assert_eq!(e.code, codes::INVALID_MESSAGE, "{enc:?}");
-            assert!(e.message.contains(&MAX_BATCH.to_string()), "{enc:?}: {}", e.message);
+    fn every_list_holds_at_most_a_batch_in_either_encoding() {
+        for (full, over) in lists_of(MAX_BATCH).into_iter().zip(lists_of(MAX_BATCH + 1)) {
+            let name = type_name(&full);
+            for enc in [Encoding::Json, Encoding::Binary] {
+                assert_eq!(decode(&encode(&full, enc)).unwrap(), full, "{name} {enc:?}");
+                let e = decode(&encode(&over, enc)).unwrap_err();
+                assert_eq!(e.code, codes::INVALID_MESSAGE, "{name} {enc:?}");
+                assert!(
+                    e.message.contains(&MAX_BATCH.to_string()),
+                    "{name} {enc:?}: {}",
+                    e.message
+                );
+            }
         }
         // Protobuf merges an embedded message sent in pieces: the pieces' entries add up.
         let half = encode_binary(&action_of(MAX_BATCH / 2 + 1));
@@ -516,7 +444,23 @@ mod tests {
         };
         assert_eq!(merged.actions.len(), MAX_BATCH + 2, "the decoder merges the pieces");
         assert_eq!(decode_binary(&pieces).unwrap_err().code, codes::INVALID_MESSAGE);
-        // Entries with values are counted alike; other messages are not counted.
+        // The same through a singular message on the way (a spec in pieces).
+        let Msg::Connected(c) = &lists_of(MAX_BATCH / 2 + 1)[3] else {
+            panic!()
+        };
+        let spec = c.spec.as_ref().unwrap().encode_to_vec();
+        let mut connected = Vec::new();
+        for _ in 0..2 {
+            prost::encoding::bytes::encode(9, &spec, &mut connected);
+        }
+        let mut envelope = Vec::new();
+        prost::encoding::bytes::encode(2, &connected, &mut envelope);
+        let Msg::Connected(merged) = Envelope::decode(&envelope[..]).unwrap().msg.unwrap() else {
+            panic!()
+        };
+        assert_eq!(merged.spec.unwrap().observations.len(), MAX_BATCH + 2);
+        assert_eq!(decode_binary(&envelope).unwrap_err().code, codes::INVALID_MESSAGE);
+        // Entries with values are counted alike.
         let mut valued = action_of(MAX_BATCH + 1);
         if let Msg::Action(a) = &mut valued {
             a.actions.iter_mut().for_each(|e| e.values = vec![0.25; 3]);
@@ -525,16 +469,11 @@ mod tests {
             decode_binary(&encode_binary(&valued)).unwrap_err().code,
             codes::INVALID_MESSAGE
         );
-        let observations = Msg::GetAction(GetAction {
-            step: 1,
-            observations: vec![EpisodeObservation::default(); MAX_BATCH + 1],
-        });
-        assert!(decode_binary(&encode_binary(&observations)).is_ok());
         // Bytes that are not protobuf are left to the decoder's own error.
         let mut truncated = encode_binary(&action_of(3));
         truncated.pop();
         assert_eq!(decode_binary(&truncated).unwrap_err().code, codes::MALFORMED_MESSAGE);
-        assert!(check_action_entries(&[0xff; 16]).is_ok());
+        assert!(check_entries(&[0xff; 16]).is_ok());
     }
 
     #[test]

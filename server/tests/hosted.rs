@@ -447,6 +447,34 @@ fn hostile_uploads_are_refused_and_the_server_stays_healthy() {
         "{v}"
     );
     healthy("a file over 64 MiB");
+    // A body that breaks off (here a chunk size that is not hexadecimal, half a file in): 400
+    // with the reason, and the half written to the scratch folder is gone.
+    let broken = {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(server.addr).unwrap();
+        let half = vec![7u8; 100_000];
+        let mut request = format!(
+            "POST /api/v1/submissions/hosted?benchmark=g1-smoke-robot HTTP/1.1\r\nHost: arena\r\n\
+             Authorization: Bearer {token}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n{:x}\r\n",
+            half.len()
+        )
+        .into_bytes();
+        request.extend(&half);
+        request.extend(b"\r\nzz\r\n");
+        stream.write_all(&request).unwrap();
+        let mut response = String::new();
+        let _ = stream.read_to_string(&mut response);
+        response
+    };
+    assert!(broken.starts_with("HTTP/1.1 400"), "{broken}");
+    assert!(broken.contains("the request body could not be read"), "{broken}");
+    let scratch: Vec<_> = std::fs::read_dir(dir.join("scratch"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(scratch.is_empty(), "left in the scratch folder: {scratch:?}");
+    healthy("a body that broke off");
     assert_eq!(submissions(&server, &token), 0, "a refused file creates nothing");
 
     // Accepted (its metadata and shapes are right), then every action is NaN or infinite.

@@ -67,20 +67,11 @@ async fn create_hosted_submission(
     let Caller::Team(team) = caller(&state, &headers).await? else {
         return Err(bad_request("submissions belong to teams: use a team token".into()));
     };
-    let bytes = axum::body::to_bytes(body, MAX_POLICY_BYTES).await.map_err(|e| {
-        // Past the limit, or a body that broke off (a dropped connection, bad chunking).
-        let too_large = std::iter::successors(Some(&e as &(dyn std::error::Error + 'static)), |e| e.source())
-            .any(|e| e.is::<http_body_util::LengthLimitError>());
-        match too_large {
-            true => ApiError(AccessError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
-                format!("policy file: larger than the limit of {} MiB", MAX_POLICY_BYTES >> 20),
-            )),
-            false => bad_request(format!("policy file: the request body could not be read: {e}")),
-        }
-    })?;
-    if bytes.is_empty() {
+    // Straight to the scratch file, hashed on the way: an upload waiting for its check holds
+    // disk, not up to 64 MiB of memory.
+    let scratch = ScratchFile(state.objects.scratch_file(".onnx"));
+    let (size, sha256) = receive_upload(body, &scratch.0).await?;
+    if size == 0 {
         return Err(bad_request(
             "no policy file: send the ONNX file as the request body".into(),
         ));
@@ -113,11 +104,6 @@ async fn create_hosted_submission(
         Some(phase) => access::phase_spec(&benchmark.spec, phase),
         None => benchmark.spec.clone(),
     };
-    let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
-    let scratch = ScratchFile(state.objects.scratch_file(".onnx"));
-    tokio::fs::write(&scratch.0, &bytes)
-        .await
-        .map_err(|e| internal_error("writing the upload", e))?;
     let checked_path = scratch.0.clone();
     let checked_overrides = overrides.clone();
     // The place goes with the check, not the request: a client that leaves does not free it
@@ -161,7 +147,7 @@ async fn create_hosted_submission(
         submission_id: String::new(),
         sha256,
         file_name,
-        bytes: bytes.len() as i64,
+        bytes: size as i64,
         overrides: if query.overrides.is_empty() {
             "{}".into()
         } else {
@@ -186,6 +172,40 @@ async fn create_hosted_submission(
     let mut v = serde_json::to_value(&submission)?;
     v["hosted"] = json!(hosted);
     Ok((StatusCode::CREATED, Json(v)).into_response())
+}
+
+/// Writes the request body to `path` as it arrives: its size and SHA-256 (hex). Past
+/// [`MAX_POLICY_BYTES`] it is 413; a body that broke off (a dropped connection, bad chunking)
+/// is 400 with the reason.
+async fn receive_upload(body: axum::body::Body, path: &std::path::Path) -> Result<(usize, String), ApiError> {
+    use futures_util::StreamExt;
+    use sha2::Digest;
+    use tokio::io::AsyncWriteExt;
+    let mut file = tokio::fs::File::create(path)
+        .await
+        .map_err(|e| internal_error("writing the upload", e))?;
+    let mut hash = sha2::Sha256::new();
+    let mut size = 0usize;
+    let mut chunks = body.into_data_stream();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|e| bad_request(format!("policy file: the request body could not be read: {e}")))?;
+        size += chunk.len();
+        if size > MAX_POLICY_BYTES {
+            return Err(ApiError(AccessError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                format!("policy file: larger than the limit of {} MiB", MAX_POLICY_BYTES >> 20),
+            )));
+        }
+        hash.update(&chunk);
+        file.write_all(&chunk)
+            .await
+            .map_err(|e| internal_error("writing the upload", e))?;
+    }
+    file.flush()
+        .await
+        .map_err(|e| internal_error("writing the upload", e))?;
+    Ok((size, hex::encode(hash.finalize())))
 }
 
 /// A name better than the file's (mjlab exports are all `policy.onnx`): the run the metadata

@@ -238,6 +238,15 @@ enum MergeSource {
     Unplayed(Box<EpisodeRecord>),
 }
 
+/// The attempt whose stored run is a final episode's trajectory: the one its commit counted.
+/// None for an episode not final, or given up on without a commit (an expired lease, lost
+/// connections, a cancel): a part stored under its attempt number then is a run that was never
+/// counted (its server stopped between storing and committing, or its commit gave up), and must
+/// not stand beside a row that says otherwise.
+pub fn committed_attempt(row: &EpisodeRow) -> Option<i64> {
+    (row.status.is_final() && row.attempts > 0 && crate::results::stored_a_run(row)).then_some(row.attempts)
+}
+
 async fn merge_into(
     objects: &Objects,
     submission: &str,
@@ -255,9 +264,9 @@ async fn merge_into(
     let written_ahead = |idx| ahead.is_some_and(|a| a.holds(idx));
     for row in rows.iter().filter(|r| r.status.is_final() && !written_ahead(r.idx)) {
         let name = trajectory_file::episode_group_name(row.idx as u32);
-        let stored = match row.attempts {
-            0 => None,
-            _ => stored_run(objects, submission, row.idx, row.attempts).await?,
+        let stored = match committed_attempt(row) {
+            Some(attempt) => stored_run(objects, submission, row.idx, attempt).await?,
+            None => None,
         };
         sources.push(match stored {
             Some(StoredRun::Part(path)) => MergeSource::Part(path),
@@ -418,17 +427,20 @@ pub async fn delete_parts(objects: &Objects, submission: &str) -> Result<(), Obj
 }
 
 /// One episode's stored trajectory: from the submission's merged file once it has one (or a
-/// file of the one-file layout holding it), else from the committed run's own file (`attempts`
-/// from the episode's row). None if neither holds it yet.
+/// file of the one-file layout holding it), else from the committed run's own file (`committed`:
+/// [`committed_attempt`] of the episode's row). None if neither holds it yet.
 pub async fn episode_record(
     objects: &Objects,
     submission: &str,
     idx: i64,
-    attempts: i64,
+    committed: Option<i64>,
 ) -> anyhow::Result<Option<EpisodeRecord>> {
     if let Some(record) = from_merged(objects, submission, idx).await? {
         return Ok(Some(record));
     }
+    let Some(attempts) = committed else {
+        return Ok(None);
+    };
     let from_run = match stored_run(objects, submission, idx, attempts).await {
         Ok(Some(StoredRun::Part(path))) => {
             let read = tokio::task::spawn_blocking(move || read_part(&path));
@@ -572,6 +584,9 @@ mod tests {
         store_episode(&objects, "sub", 1, record(1, 5)).await.unwrap();
         store_episode(&objects, "sub", 2, record(1, 4)).await.unwrap();
         store_episode(&objects, "sub", 1, record(3, 2)).await.unwrap();
+        // Episode 2's attempt 1 was stored, then never committed (its server stopped): the row
+        // says FAILED, given up on, and the run must not appear anywhere.
+        store_episode(&objects, "sub", 1, record(2, 7)).await.unwrap();
         // Episode 5's committed run was stored by an older server, as a one-episode HDF5 file.
         let older = objects
             .local_path(&objects::hdf5_episode_part_key("sub", 5, 1))
@@ -580,11 +595,12 @@ mod tests {
             .unwrap()
             .write_episode(&record(5, 6))
             .unwrap();
-        // Pages read a running submission's episodes from their parts.
-        let read = |idx, attempts| episode_record(&objects, "sub", idx, attempts);
-        assert_eq!(read(1, 2).await.unwrap(), Some(record(1, 4)));
-        assert_eq!(read(5, 1).await.unwrap(), Some(record(5, 6)));
-        assert_eq!(read(2, 1).await.unwrap(), None);
+        // Pages read a running submission's committed episodes from their parts.
+        let read = |idx, committed| episode_record(&objects, "sub", idx, committed);
+        assert_eq!(read(1, Some(2)).await.unwrap(), Some(record(1, 4)));
+        assert_eq!(read(5, Some(1)).await.unwrap(), Some(record(5, 6)));
+        assert_eq!(read(2, None).await.unwrap(), None, "an uncommitted run is not served");
+        assert_eq!(read(3, None).await.unwrap(), None, "nor a running one's");
         // Episode 0 was committed before leases existed (no owner recorded).
         let committed = EpisodeRow {
             engine: None,
@@ -607,6 +623,8 @@ mod tests {
                 ..row(5, EpisodeState::Completed, 1)
             },
         ];
+        let committed: Vec<_> = rows.iter().map(committed_attempt).collect();
+        assert_eq!(committed, [Some(1), Some(2), None, None, None, Some(1)]);
         merge(&objects, "sub", "bench", &rows, None).await.unwrap();
         let merged = submission_file(&objects, "sub").await.unwrap().unwrap();
         assert_eq!(
@@ -619,7 +637,11 @@ mod tests {
                 "episode_00005"
             ]
         );
-        assert_eq!(read(5, 1).await.unwrap(), Some(record(5, 6)), "from the merged file");
+        assert_eq!(
+            read(5, Some(1)).await.unwrap(),
+            Some(record(5, 6)),
+            "from the merged file"
+        );
         let unplayed = trajectory_file::read_episode(&merged, "episode_00002").unwrap();
         assert_eq!(
             (unplayed.num_rows(), unplayed.status.as_str(), unplayed.reason.as_str()),
@@ -637,12 +659,12 @@ mod tests {
             trajectory_file::read_episode(&merged, "episode_00000").unwrap(),
             record(0, 3)
         );
-        assert_eq!(objects.list("trajectories/sub").await.unwrap().len(), 4);
+        assert_eq!(objects.list("trajectories/sub").await.unwrap().len(), 5);
         // Parts went straight into the file:// store; one a killed server left half-written
         // under its temporary name is not listed, and goes with the folder.
         let folder = objects.local_path(&objects::episode_parts_prefix("sub")).unwrap();
         std::fs::write(folder.join("ep00009-a1.part#123456"), b"half").unwrap();
-        assert_eq!(objects.list("trajectories/sub").await.unwrap().len(), 4);
+        assert_eq!(objects.list("trajectories/sub").await.unwrap().len(), 5);
         delete_parts(&objects, "sub").await.unwrap();
         assert!(objects.list("trajectories/sub").await.unwrap().is_empty());
         assert!(!folder.exists());

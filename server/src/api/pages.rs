@@ -66,14 +66,16 @@ async fn stored_episode(
             s.episodes_total - 1
         )));
     }
-    let attempts = state
+    // Only a committed run is served: a part stored under the row's attempt but never counted
+    // (its server stopped before the commit) would contradict the row and the results.
+    let committed = state
         .storage
         .episodes(id)
         .await?
         .iter()
         .find(|r| r.idx == idx)
-        .map_or(0, |r| r.attempts);
-    let stored = crate::trajectory_store::episode_record(&state.objects, id, idx, attempts)
+        .and_then(crate::trajectory_store::committed_attempt);
+    let stored = crate::trajectory_store::episode_record(&state.objects, id, idx, committed)
         .await
         .map_err(|e| internal(format!("{e:#}")))?;
     let Some(record) = stored else {

@@ -41,6 +41,20 @@ fn store_pool() -> Option<&'static rayon::ThreadPool> {
 /// A finished episode's score: (status, metrics, reason), as `episode::score_finished` gives it.
 type Scored = (EpisodeStatus, std::collections::BTreeMap<String, f64>, Option<String>);
 
+/// The result of an episode whose scoring panicked: failed, saying so (the panic itself is in
+/// the server's log).
+fn scoring_panicked(done: &Finished) -> Scored {
+    tracing::error!(
+        episode = done.episode.index,
+        "scoring an episode panicked; it is recorded as failed"
+    );
+    (
+        EpisodeStatus::Failed,
+        Default::default(),
+        Some("scoring this episode failed on the server (a panic; the server's log has the details)".into()),
+    )
+}
+
 /// Wall time of the committer's parts, logged at the end (the committer's half of an
 /// evaluation's breakdown; the lanes log theirs). Scoring overlaps storing.
 #[derive(Default)]
@@ -96,13 +110,19 @@ pub fn run_committer(ctx: &RunContext, inbox: mpsc::Receiver<Finished>) -> Optio
         let scored = batch
             .par_iter()
             .map(|done| {
-                episode::score_finished(
-                    &done.trajectory.rows,
-                    done.status,
-                    done.reason.clone(),
-                    &spec.metrics.list,
-                    &metric_config,
-                )
+                // A panic in scoring fails its episode, with the reason, instead of the
+                // committer: the batch's claims would stay held and renewed, and the submission
+                // would never complete.
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    episode::score_finished(
+                        &done.trajectory.rows,
+                        done.status,
+                        done.reason.clone(),
+                        &spec.metrics.list,
+                        &metric_config,
+                    )
+                }))
+                .unwrap_or_else(|_| scoring_panicked(done))
             })
             .collect();
         (batch, scored, started.elapsed().as_secs_f64())

@@ -45,8 +45,10 @@ impl EpisodeStatus {
 
 /// The version of the report format. 2: scoring stops at the break of the benchmark's success
 /// rule (episodes carry `scored_until_s`), errors after a break are scored falls, and the
-/// mjlab metrics exist.
-pub const REPORT_FORMAT_VERSION: u32 = 2;
+/// mjlab metrics exist. 3: mjlab's metrics run to mjlab's own first termination whatever rule
+/// ranks the benchmark (in 2 they stopped at PHC's break on PHC-ranked benchmarks), and a
+/// scored fall's failure times are capped at its last recorded row.
+pub const REPORT_FORMAT_VERSION: u32 = 3;
 
 fn report_format_v1() -> u32 {
     1

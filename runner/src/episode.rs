@@ -429,9 +429,14 @@ pub fn score_finished(
     };
     // The success rules themselves (both, and PHC's two criteria) judge every recorded row, so
     // each reads as it would on a benchmark ranked by it: stopping PHC's rule where mjlab's broke
-    // would call a robot on the floor a PHC success. Their own break needs no stop.
-    let is_rule =
-        |n: &String| metrics::SUCCESS_METRICS.contains(&n.as_str()) || metrics::SURVIVAL_METRICS.contains(&n.as_str());
+    // would call a robot on the floor a PHC success. Their own break needs no stop. mjlab's
+    // metrics stop at mjlab's own first termination, as its `evaluate.py` does, whatever rule
+    // ranks the benchmark: cut at PHC's break (usually earlier) they were not mjlab's numbers.
+    let is_rule = |n: &String| {
+        metrics::SUCCESS_METRICS.contains(&n.as_str())
+            || metrics::SURVIVAL_METRICS.contains(&n.as_str())
+            || metrics::mjlab::MJLAB_METRICS.contains(&n.as_str())
+    };
     let (rule_names, others): (Vec<String>, Vec<String>) = names.iter().cloned().partition(is_rule);
     let scored = metrics::evaluate(&others, config, inputs.frames(rows)).and_then(|mut m| {
         m.extend(metrics::evaluate(&rule_names, config, inputs.frames(trajectory.len()))?);
@@ -440,7 +445,11 @@ pub fn score_finished(
     match scored {
         Ok(mut m) => {
             if status == EpisodeStatus::Fell {
-                let fell_at = trajectory.times[..rows].last().copied().unwrap_or(t0) - t0;
+                // The last recorded row: the fall, or the error after the ranked rule broke. The
+                // ranked rule's failure time is at its break already; the other rule's runs on
+                // the rows it judged (capping it at the ranked rule's break gave a time that
+                // rule never produced).
+                let fell_at = trajectory.times.last().copied().unwrap_or(t0) - t0;
                 metrics::apply_fall_penalty(&mut m, fell_at);
             }
             (status, m, reason)

@@ -5,6 +5,7 @@
 
 use arena_bench::aggregate::EpisodeStatus;
 use arena_bench::metrics::{self, MetricConfig, NUM_JOINTS};
+use arena_data::TrajectoryRows;
 use arena_runner::episode::score_finished;
 use arena_sim::env::{self, EpisodeAssignment, TrackingEnv, TrackingEnvConfig, Trajectory};
 use arena_sim::motion::MotionLibrary;
@@ -53,6 +54,19 @@ fn collapse(steps: usize, nan_from: Option<usize>) -> (Trajectory, EpisodeStatus
     (env.take_trajectory(0), status, reason)
 }
 
+/// The first `n` rows of an episode.
+fn first_rows(rows: &TrajectoryRows, n: usize) -> TrajectoryRows {
+    let t = rows.len();
+    let mut first = rows.clone();
+    let cut = |values: &mut Vec<f64>| {
+        let width = values.len() / t;
+        values.truncate(n * width);
+    };
+    first.arrays_mut().into_iter().for_each(cut);
+    first.optional_arrays_mut().into_iter().for_each(cut);
+    first
+}
+
 fn config(rule: &'static str) -> MetricConfig {
     MetricConfig {
         success_rule: Some(rule),
@@ -95,15 +109,35 @@ fn a_fall_stays_a_scored_fall_whatever_the_agent_does_next() {
             reason_b.contains("non-finite") && reason_b.contains(&format!("after the episode had broken {rule}")),
             "{reason_b}"
         );
-        // Every metric is the same to the bit, except what the fall penalty sets for the other
-        // success rule (which judges all frames): a fall is no success, and failed by the break.
+        // Every metric the ranked rule stops is the same to the bit. The other success rule
+        // judges every recorded row, and mjlab's metrics run to mjlab's own termination (as
+        // mjlab's evaluation does): those read what they read on the rows the NaN run has, plus
+        // the fall penalty (a fall is no success, and failed by its last row).
+        let n = nan_after.len();
+        assert_eq!(nan_after.rows.times[..], kept_trying.rows.times[..n]);
+        let (_, scores_t, _) = score_finished(&first_rows(&kept_trying.rows, n), status_a, None, &names, &config);
+        let last_s = nan_after.rows.times[n - 1] - nan_after.rows.times[0];
         assert_eq!(scores_a.keys().collect::<Vec<_>>(), scores_b.keys().collect::<Vec<_>>());
         for (name, a) in &scores_a {
             let b = scores_b[name];
-            let other_rule = name.as_str() != rule && name.as_str() != survival;
-            let same = a.to_bits() == b.to_bits()
-                || (other_rule && metrics::SUCCESS_METRICS.contains(&name.as_str()) && b == 0.0)
-                || (other_rule && metrics::SURVIVAL_METRICS.contains(&name.as_str()) && b == a.min(break_s));
+            let name = name.as_str();
+            let other_rule = name != rule && name != survival;
+            let own_stop = other_rule
+                && (metrics::SUCCESS_METRICS.contains(&name)
+                    || metrics::SURVIVAL_METRICS.contains(&name)
+                    || metrics::mjlab::MJLAB_METRICS.contains(&name));
+            let same = if own_stop {
+                let on_its_rows = scores_t[name];
+                if metrics::SUCCESS_METRICS.contains(&name) {
+                    b == 0.0
+                } else if metrics::SURVIVAL_METRICS.contains(&name) {
+                    b == on_its_rows.min(last_s)
+                } else {
+                    b.to_bits() == on_its_rows.to_bits()
+                }
+            } else {
+                a.to_bits() == b.to_bits()
+            };
             assert!(same, "{rule}: {name}: kept trying {a}, NaN after the break {b}");
         }
 
@@ -114,6 +148,47 @@ fn a_fall_stays_a_scored_fall_whatever_the_agent_does_next() {
         assert!(scores_c.is_empty());
         assert!(reason_c.unwrap().starts_with("non-finite action"));
     }
+}
+
+/// A robot that tracks every joint and height but drifts sideways breaks PHC's rule (a body
+/// 0.5 m off) and never an mjlab termination (heights and tilt only): on a PHC-ranked benchmark
+/// mjlab's metrics still read as mjlab's evaluation reads them, over the whole episode, while
+/// the others stop at PHC's break.
+#[test]
+fn mjlab_metrics_run_to_mjlab_s_own_termination() {
+    let names: Vec<String> = metrics::metric_names().iter().map(|s| s.to_string()).collect();
+    let (mut drifting, status, _) = collapse((2.0 / CONTROL_DT) as usize, None);
+    let rows = &mut drifting.rows;
+    rows.qpos.clone_from(&rows.ref_qpos);
+    rows.body_pos.clone_from(&rows.ref_body_pos);
+    for k in 0..rows.len() {
+        let drift = 0.012 * k as f64;
+        rows.qpos[k * 36] += drift;
+        for body in rows.body_pos[k * 93..(k + 1) * 93].chunks_mut(3) {
+            body[0] += drift;
+        }
+    }
+    let (_, by_phc, _) = score_finished(&drifting.rows, status, None, &names, &config("success"));
+    let (_, whole, _) = score_finished(&drifting.rows, status, None, &names, &MetricConfig::default());
+    let break_s = by_phc["failure_time_s"];
+    assert!(
+        break_s > 0.5 && break_s < 1.5,
+        "PHC's rule breaks mid-episode: {break_s}"
+    );
+    assert_eq!(by_phc["mjlab_success"], 1.0, "no mjlab termination");
+    for name in metrics::mjlab::MJLAB_METRICS {
+        assert_eq!(
+            by_phc[name].to_bits(),
+            whole[name].to_bits(),
+            "{name}: cut at PHC's break"
+        );
+    }
+    assert!(
+        by_phc["mpkpe"] > 0.3,
+        "the drift counts to the end: {}",
+        by_phc["mpkpe"]
+    );
+    assert!(by_phc["mpjpe_g"] < whole["mpjpe_g"], "PHC's metrics stop at its break");
 }
 
 #[test]

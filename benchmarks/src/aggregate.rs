@@ -153,6 +153,21 @@ pub struct Report {
 }
 
 impl Report {
+    /// The share of ALL the report's episodes that succeeded by success metric `metric` (a
+    /// value ≥ 0.5): failed and timed-out episodes count as failures, as on the leaderboard,
+    /// where the statistics' mean is over the scored episodes only. 0 for no episodes.
+    pub fn success_rate(&self, metric: &str) -> f64 {
+        if self.episodes.is_empty() {
+            return 0.0;
+        }
+        let successes = self
+            .episodes
+            .iter()
+            .filter(|e| e.status.is_scored() && e.metrics.get(metric).is_some_and(|v| *v >= 0.5))
+            .count();
+        successes as f64 / self.episodes.len() as f64
+    }
+
     /// Writes the report as pretty JSON, gzip-compressed when the path ends in `.gz`.
     pub fn write(&self, path: &Path) -> std::io::Result<()> {
         let json = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
@@ -402,6 +417,31 @@ mod tests {
             episode_order("ep2", "ep02"),
             std::cmp::Ordering::Greater,
             "a total order"
+        );
+    }
+
+    /// A success rate is over every episode: a failed one counts as a failure, where the
+    /// success metric's mean is over the scored ones.
+    #[test]
+    fn success_rates_count_every_episode() {
+        let mut agg = MetricsAggregator::new();
+        let with_success = |id, status, success| EpisodeResult {
+            metrics: BTreeMap::from([("success".to_string(), success)]),
+            ..episode(id, "dance", status, 0.0)
+        };
+        agg.add_episode(with_success("0", EpisodeStatus::Completed, 1.0));
+        agg.add_episode(with_success("1", EpisodeStatus::Completed, 1.0));
+        agg.add_episode(with_success("2", EpisodeStatus::Fell, 0.0));
+        agg.add_episode(with_success("3", EpisodeStatus::Failed, 1.0));
+        let report = agg.report("g1-test", serde_json::json!({}));
+        assert!((report.aggregated["success"].mean - 2.0 / 3.0).abs() < 1e-12);
+        assert_eq!(report.success_rate("success"), 0.5);
+        assert_eq!(report.success_rate("mjlab_success"), 0.0);
+        assert_eq!(
+            MetricsAggregator::new()
+                .report("none", serde_json::json!({}))
+                .success_rate("success"),
+            0.0
         );
     }
 

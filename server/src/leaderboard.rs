@@ -196,18 +196,10 @@ pub fn list_scores(spec: &BenchmarkSpec, summary: &ReportSummary, motions_hidden
     })
 }
 
-/// Successful episodes / all episodes of the report. An episode counts as successful when its
-/// `metric` is 1; unscored (failed, timed-out) episodes and episodes without the metric do not.
+/// Successful episodes / all episodes of the report ([`Report::success_rate`]): unscored
+/// (failed, timed-out) episodes and episodes without the metric count as failures.
 pub fn success_rate(report: &Report, metric: &str) -> f64 {
-    if report.episodes.is_empty() {
-        return 0.0;
-    }
-    let successes = report
-        .episodes
-        .iter()
-        .filter(|e| e.status.is_scored() && e.metrics.get(metric).is_some_and(|v| *v >= 0.5))
-        .count();
-    successes as f64 / report.episodes.len() as f64
+    report.success_rate(metric)
 }
 
 /// What ranking reads of one COMPLETED submission ([`crate::storage::Storage::leaderboard_json`]).

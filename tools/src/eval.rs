@@ -186,6 +186,20 @@ pub fn run(a: EvalArgs) -> anyhow::Result<()> {
             unit(name)
         );
     }
+    // The success metrics' means above are over the scored episodes; the rates a leaderboard
+    // ranks are over all of them.
+    let rates: Vec<String> = arena_bench::metrics::SUCCESS_METRICS
+        .iter()
+        .filter(|m| report.aggregated.contains_key(**m))
+        .map(|m| format!("{m} {:.4}", report.success_rate(m)))
+        .collect();
+    if !rates.is_empty() {
+        println!(
+            "success rates over all {} episodes (failed ones count as failures, as on the leaderboard): {}",
+            report.episodes.len(),
+            rates.join(", ")
+        );
+    }
     if !report.failed_episodes.is_empty() {
         println!("\nfailed episodes:");
         for f in &report.failed_episodes {

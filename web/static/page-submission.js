@@ -371,7 +371,7 @@ function renderResults(root, res, { id, bench, info, state }) {
         { 'data-testid': 'stats-over' },
         `Over the ${scored} scored of ${plural(episodes.length, 'episode')}` +
           (unscored ? `; ${unscored} failed unscored ${unscored === 1 ? 'is' : 'are'} left out (the leaderboard counts them as failures).` : '.') +
-          ' Scoring stops where the success rule breaks.',
+          " Scoring stops where the success rule breaks (mjlab's metrics at mjlab's own termination).",
       ),
     );
   }

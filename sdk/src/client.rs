@@ -733,6 +733,9 @@ async fn session(
                     silence_limit = limit;
                 }
                 state.summary.submission_id = c.submission_id.clone();
+                // Told first: an agent that cannot serve the spec leaves a submission RUNNING,
+                // and the user needs its id to resume or cancel it.
+                on_event(ClientEvent::Connected(&c));
                 agent.configure(&spec);
                 if let Err(reason) = agent.check(&spec) {
                     let bye = Msg::Disconnect(Disconnect {
@@ -743,7 +746,6 @@ async fn session(
                     connection.close().await;
                     return Err(ClientError::Agent(reason));
                 }
-                on_event(ClientEvent::Connected(&c));
                 if let Mode::Practice { episodes, .. } = &config.mode {
                     to_request = (0..episodes.len())
                         .filter(|index| !state.practice_done.contains(index))

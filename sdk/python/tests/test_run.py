@@ -371,9 +371,25 @@ def test_wrong_shape_actions_raise(server: Server, team_token: str, transport: s
         )
 
 
-def test_nan_actions_raise(server: Server, team_token: str) -> None:
+def test_nan_actions_raise_over_json(server: Server, team_token: str) -> None:
+    # JSON cannot carry NaN (the server would refuse the whole frame): the run stops, saying why.
     with pytest.raises(AgentError, match=r"agent nan-agent: act\(\) returned a non-finite action \(episode 0, value 3"):
         run(NanAgent(), server.http_url, team_token, benchmark="g1-smoke", practice=["squat"], encoding="json")
+
+
+@pytest.mark.parametrize("transport", ["ws", "grpc"])
+def test_nan_actions_fail_their_episode_over_protobuf(
+    server: Server, team_token: str, transport: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Protobuf carries NaN: the server fails that episode with the reason, as with the Rust SDK,
+    # and the run goes on to its end.
+    summary = run(
+        NanAgent(), server.http_url, team_token, benchmark="g1-smoke", practice=["squat", "stand"], transport=transport
+    )
+    assert len(summary.episodes) == 2
+    for end in summary.episodes:
+        assert end.status == "failed" and "non-finite action" in end.reason, end
+    assert any("sent as it is" in r.getMessage() for r in caplog.records)
 
 
 def test_agent_exceptions_propagate(server: Server, team_token: str) -> None:

@@ -5,6 +5,7 @@ transport or encoding, so an agent never touches protobuf or JSON."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -13,6 +14,8 @@ import numpy as np
 
 from .errors import AgentError
 from .g1 import ANCHOR_BODY
+
+log = logging.getLogger("arena_sdk")
 
 #: Name of the observation group holding the next reference frames (36 values per frame).
 REFERENCE_GROUP = "reference"
@@ -207,11 +210,16 @@ def agent_name(agent: object) -> str:
     return getattr(agent, "name", "") or type(agent).__name__
 
 
-def check_actions(agent: object, actions: object, batch: Batch, action_size: int) -> np.ndarray:
+def check_actions(
+    agent: object, actions: object, batch: Batch, action_size: int, send_non_finite: bool = False
+) -> np.ndarray:
     """The agent's actions as a C-contiguous (n, action_size) float32 array, or AgentError.
 
-    Checked on the client because the server would only fail the episodes (wrong size,
-    non-finite) or reject the frame (NaN in JSON), which is much harder to debug.
+    Checked on the client because the server would only fail the episodes (wrong size) or
+    reject the frame (NaN in JSON), which is much harder to debug. With `send_non_finite`
+    (protobuf frames, which carry NaN and infinities) a non-finite value is sent as it is,
+    with a warning: the server fails that episode with the reason and the others go on, as
+    with the Rust SDK.
     """
     name = agent_name(agent)
     expected = (len(batch), action_size)
@@ -234,9 +242,11 @@ def check_actions(agent: object, actions: object, batch: Batch, action_size: int
     finite = np.isfinite(out)
     if not finite.all():
         row, col = np.argwhere(~finite)[0]
-        raise AgentError(
-            name,
+        problem = (
             f"act() returned a non-finite action (episode {int(batch.episode_ids[row])}, "
-            f"value {int(col)}: {raw[row, col]}) at step {batch.step}",
+            f"value {int(col)}: {raw[row, col]}) at step {batch.step}"
         )
+        if not send_non_finite:
+            raise AgentError(name, problem)
+        log.warning("agent %s: %s; sent as it is: the server fails that episode", name, problem)
     return out

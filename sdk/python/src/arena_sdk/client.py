@@ -28,7 +28,7 @@ from .agent import (
     check_actions,
 )
 from .agent import agent_name as _agent_name
-from .errors import FATAL_CODES, ProtocolError, RefusedError, UnreachableError
+from .errors import FATAL_CODES, AgentError, ProtocolError, RefusedError, UnreachableError
 from .g1 import ANCHOR_BODY, NUM_JOINTS
 from .transports import ConnectionLost, Endpoint, ServerAnswered, Transport, open_transport, resolve_endpoint
 
@@ -443,10 +443,12 @@ class _Session:
         spec = _spec(c.spec)
         self.layout = spec.layout
         self.action_size = spec.action_size
-        if c.heartbeat_interval_s > 0:
-            self.heartbeat_every = c.heartbeat_interval_s
-        if c.heartbeat_timeout_s > 0:
-            self.silence_limit = c.heartbeat_timeout_s
+        # Bounded as the Rust SDK does: a day is more than any server asks, and inf would
+        # overflow the waits.
+        if math.isfinite(c.heartbeat_interval_s) and c.heartbeat_interval_s > 0:
+            self.heartbeat_every = min(c.heartbeat_interval_s, 86_400.0)
+        if math.isfinite(c.heartbeat_timeout_s) and c.heartbeat_timeout_s > 0:
+            self.silence_limit = min(c.heartbeat_timeout_s, 86_400.0)
         log.info(
             "session %s: %s, %d of %d episodes to run",
             c.session_id,
@@ -457,12 +459,14 @@ class _Session:
         summary = self.runner.summary
         summary.submission_id = c.submission_id
         summary.benchmark = c.benchmark
-        configure = getattr(self.runner.agent, "configure", None)
-        if configure is not None:
-            configure(spec)
+        # Told first: an agent whose `configure` refuses the spec leaves a submission RUNNING,
+        # and the user needs its id to resume or cancel it.
         self.runner.on_event(
             Connected(c.session_id, c.submission_id, c.benchmark, c.episodes_total, c.episodes_remaining, spec)
         )
+        configure = getattr(self.runner.agent, "configure", None)
+        if configure is not None:
+            configure(spec)
         practice = self.runner.practice or ()
         self.to_request.extend(i for i in range(len(practice)) if i not in self.runner.practice_done)
         self.request_practice()
@@ -502,7 +506,19 @@ class _Session:
         answer.step = request.step
         if n:
             batch = Batch(request.step, ids, steps, values, self.layout)
-            actions = check_actions(self.runner.agent, self.runner.agent.act(batch), batch, self.action_size)
+            # JSON writes NaN as null and the server refuses the whole frame; protobuf carries it,
+            # and the server fails that episode only.
+            protobuf = self.runner.endpoint.transport == "grpc" or self.runner.encoding == "binary"
+            try:
+                actions = check_actions(
+                    self.runner.agent, self.runner.agent.act(batch), batch, self.action_size, protobuf
+                )
+            except AgentError as e:
+                # The server learns why the session ends (its episodes go back to the queue).
+                bye = pb.Envelope()
+                bye.disconnect.reason = f"agent failed: {e}"[:1000]
+                self.send(bye)
+                raise
             for episode_id, row in zip(ids.tolist(), actions.tolist()):
                 answer.actions.add(episode_id=episode_id, values=row)
         self.send(envelope)

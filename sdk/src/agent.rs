@@ -45,7 +45,14 @@ pub trait Agent: Send {
     }
     /// Episodes that start now; their first observations follow.
     fn reset(&mut self, episodes: &[EpisodeInfo]);
-    /// Writes `batch.len() × action_size` actions (row i answers `batch.episodes[i]`).
+    /// Values per action, asked once per session after `check`: the spec's `action_size`, or
+    /// in the joint-position mode (`spec.action_mode == "joint_position"`) twice that, to send
+    /// feed-forward torques (N·m) after the targets (docs/protocol.md §5). Any other width ends
+    /// the session as a failed `check` does.
+    fn action_width(&self, spec: &EpisodeSpec) -> usize {
+        spec.action_size as usize
+    }
+    /// Writes `batch.len() × action_width` actions (row i answers `batch.episodes[i]`).
     fn act(&mut self, batch: &Batch<'_>, actions: &mut [f32]);
     /// An episode is over (status, metrics).
     fn end(&mut self, _end: &EpisodeEnd) {}

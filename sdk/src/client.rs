@@ -737,7 +737,10 @@ async fn session(
                 // and the user needs its id to resume or cancel it.
                 on_event(ClientEvent::Connected(&c));
                 agent.configure(&spec);
-                if let Err(reason) = agent.check(&spec) {
+                if let Err(reason) = agent.check(&spec).and_then(|()| {
+                    action_size = checked_action_width(agent.action_width(&spec), &spec)?;
+                    Ok(())
+                }) {
                     let bye = Msg::Disconnect(Disconnect {
                         reason: format!("agent cannot serve this session: {reason}"),
                         submission_status: String::new(),
@@ -888,6 +891,23 @@ fn non_finite_action(action: &Msg) -> Option<String> {
 
 /// Runs the agent on one GetAction and builds the Action answering it; a row that is not the
 /// session's layout's size is the server's error.
+/// The agent's [`Agent::action_width`] if the session takes it: the spec's action size, or in
+/// the joint-position mode also twice that (targets, then feed-forward torques).
+fn checked_action_width(width: usize, spec: &crate::protocol::EpisodeSpec) -> Result<usize, String> {
+    let size = spec.action_size as usize;
+    let joint_position = spec.action_mode == "joint_position";
+    if width == size || (joint_position && width == 2 * size) {
+        return Ok(width);
+    }
+    Err(match joint_position {
+        true => format!(
+            "the agent's actions have {width} values; this session takes {size} joint targets, or {} with feed-forward torques",
+            2 * size
+        ),
+        false => format!("the agent's actions have {width} values; this session takes {size}"),
+    })
+}
+
 fn answer(
     agent: &mut dyn Agent,
     layout: &ObservationLayout,
@@ -956,6 +976,22 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_agent_may_send_feedforward_torques_in_the_joint_position_mode() {
+        let spec = |mode: &str| crate::protocol::EpisodeSpec {
+            action_size: 29,
+            action_mode: mode.into(),
+            ..Default::default()
+        };
+        assert_eq!(checked_action_width(29, &spec("joint_position")), Ok(29));
+        assert_eq!(checked_action_width(58, &spec("joint_position")), Ok(58));
+        let e = checked_action_width(57, &spec("joint_position")).unwrap_err();
+        assert!(e.contains("29 joint targets, or 58 with feed-forward torques"), "{e}");
+        assert_eq!(checked_action_width(29, &spec("normalized")), Ok(29));
+        let e = checked_action_width(58, &spec("normalized")).unwrap_err();
+        assert_eq!(e, "the agent's actions have 58 values; this session takes 29");
+    }
 
     #[test]
     fn a_server_never_reached_is_not_retried() {

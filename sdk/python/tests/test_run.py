@@ -810,6 +810,25 @@ def test_check_actions_accepts_array_likes() -> None:
     assert batch.group("state").shape == (2, 2)
     with pytest.raises(KeyError, match="state"):
         batch.group("reference")
+    # The joint-position mode also takes feed-forward torques after the targets.
+    assert check_actions(RecordingAgent(), np.zeros((2, 6)), batch, 3, joint_position=True).shape == (2, 6)
+    with pytest.raises(AgentError, match=r"or \(2, 6\) with feed-forward torques"):
+        check_actions(RecordingAgent(), np.zeros((2, 5)), batch, 3, joint_position=True)
+    with pytest.raises(AgentError, match=r"expected \(2, 3\) \(2 episodes in the batch x action_size 3\)$"):
+        check_actions(RecordingAgent(), np.zeros((2, 6)), batch, 3)
+
+
+def test_feedforward_torques_are_sent_in_the_joint_position_mode(server: Server, team_token: str) -> None:
+    class HoldWithTorques(Agent):
+        def configure(self, spec: arena_sdk.EpisodeSpec) -> None:
+            self.default = np.asarray(spec.default_joint_pos, np.float32)
+
+        def act(self, batch: Batch) -> np.ndarray:
+            targets = np.tile(self.default, (len(batch), 1))
+            return np.concatenate([targets, np.zeros_like(targets)], axis=1)
+
+    summary = run(HoldWithTorques(), server.http_url, team_token, benchmark="g1-smoke-robot", practice=["stand"])
+    assert [e.status for e in summary.episodes] in (["completed"], ["fell"]), summary.episodes
 
 
 def test_rate_limit_reset_time_is_read() -> None:

@@ -211,7 +211,12 @@ def agent_name(agent: object) -> str:
 
 
 def check_actions(
-    agent: object, actions: object, batch: Batch, action_size: int, send_non_finite: bool = False
+    agent: object,
+    actions: object,
+    batch: Batch,
+    action_size: int,
+    send_non_finite: bool = False,
+    joint_position: bool = False,
 ) -> np.ndarray:
     """The agent's actions as a C-contiguous (n, action_size) float32 array, or AgentError.
 
@@ -219,7 +224,8 @@ def check_actions(
     reject the frame (NaN in JSON), which is much harder to debug. With `send_non_finite`
     (protobuf frames, which carry NaN and infinities) a non-finite value is sent as it is,
     with a warning: the server fails that episode with the reason and the others go on, as
-    with the Rust SDK.
+    with the Rust SDK. In the joint-position mode (`joint_position`) an action may also be
+    (n, 2 x action_size): the targets, then feed-forward torques (protocol.md §5).
     """
     name = agent_name(agent)
     expected = (len(batch), action_size)
@@ -231,11 +237,14 @@ def check_actions(
         raise AgentError(name, f"act() returned a {type(actions).__name__} that is not an array: {e}") from e
     if raw.dtype.kind not in "fiu":
         raise AgentError(name, f"act() returned an array of dtype {raw.dtype}; expected numbers (float32)")
+    if joint_position and raw.shape == (len(batch), 2 * action_size):
+        expected = raw.shape
     if raw.shape != expected:
+        with_torques = f", or {(len(batch), 2 * action_size)} with feed-forward torques" if joint_position else ""
         raise AgentError(
             name,
             f"act() returned shape {raw.shape}; expected {expected} "
-            f"({len(batch)} episodes in the batch x action_size {action_size})",
+            f"({len(batch)} episodes in the batch x action_size {action_size}{with_torques})",
         )
     with np.errstate(over="ignore"):
         out = np.ascontiguousarray(raw, dtype=np.float32)

@@ -368,6 +368,7 @@ class _Session:
         self.connection = connection
         self.layout: ObservationLayout | None = None
         self.action_size = 0
+        self.joint_position = False
         self.heartbeat_every = 30.0
         self.silence_limit = 60.0
         now = time.monotonic()
@@ -443,6 +444,7 @@ class _Session:
         spec = _spec(c.spec)
         self.layout = spec.layout
         self.action_size = spec.action_size
+        self.joint_position = spec.action_mode == "joint_position"
         # Bounded as the Rust SDK does: a day is more than any server asks, and inf would
         # overflow the waits.
         if math.isfinite(c.heartbeat_interval_s) and c.heartbeat_interval_s > 0:
@@ -511,7 +513,12 @@ class _Session:
             protobuf = self.runner.endpoint.transport == "grpc" or self.runner.encoding == "binary"
             try:
                 actions = check_actions(
-                    self.runner.agent, self.runner.agent.act(batch), batch, self.action_size, protobuf
+                    self.runner.agent,
+                    self.runner.agent.act(batch),
+                    batch,
+                    self.action_size,
+                    send_non_finite=protobuf,
+                    joint_position=self.joint_position,
                 )
             except AgentError as e:
                 # The server learns why the session ends (its episodes go back to the queue).

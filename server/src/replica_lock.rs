@@ -1,7 +1,8 @@
 //! One live server per replica id on a PostgreSQL database.
 //!
-//! A replica's id names its claims (`lease_owner`): a server takes back at once the episodes
-//! its id holds when it starts (`Storage::recover_after_restart`) and renews them all. Two live
+//! A replica's id names its claims (`lease_owner`, with a nonce per process): a server takes
+//! back at once the episodes its id holds when it starts (`Storage::recover_after_restart`) and
+//! renews its own. Two live
 //! servers under one id would take each other's running episodes and renew each other's
 //! leases, so an episode could run twice and a dead one's episodes never expire. SQLite is
 //! guarded by its file lock (`state.rs`); on PostgreSQL each server holds a session-level

@@ -181,12 +181,13 @@ fn running_on(db: &str, replica: &str) -> i64 {
         rt.block_on(async {
             use sqlx::Connection;
             let mut c = sqlx::PgConnection::connect(&db).await.unwrap();
-            let n: i64 =
-                sqlx::query_scalar("SELECT COUNT(*) FROM episodes WHERE status = 'RUNNING' AND lease_owner = $1")
-                    .bind(&replica)
-                    .fetch_one(&mut c)
-                    .await
-                    .unwrap();
+            let n: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM episodes WHERE status = 'RUNNING' AND substr(lease_owner, 10) = $1",
+            )
+            .bind(&replica)
+            .fetch_one(&mut c)
+            .await
+            .unwrap();
             n
         })
     })

@@ -753,6 +753,27 @@ async fn recover_after_restart(url: String, engine: Engine) {
     );
     assert_eq!(storage.episodes("s-running").await.unwrap(), rows);
     assert_eq!(storage.start_episode("s-running", 0).await.unwrap(), Some(1));
+
+    // A process of the same replica still alive while a new one took the id (cut off from the
+    // database, then back): the new one takes back its episode and claims it again under the
+    // same attempt number; the old one's late commit of that attempt is refused, the new one's
+    // counts.
+    let newer = replica(open(&url, engine).await);
+    newer.recover_after_restart().await.unwrap();
+    assert_eq!(newer.start_episode("s-running", 0).await.unwrap(), Some(1));
+    assert_ne!(newer.lease().owner, storage.lease().owner);
+    assert_eq!(newer.lease().replica, storage.lease().replica);
+    let late = outcome(EpisodeState::Completed, 7);
+    assert!(!storage.commit_episode("s-running", 0, Some(1), &late).await.unwrap());
+    assert!(
+        newer
+            .commit_episode("s-running", 0, Some(1), &outcome(EpisodeState::Fell, 3))
+            .await
+            .unwrap()
+    );
+    let row = &newer.episodes("s-running").await.unwrap()[0];
+    assert_eq!((row.status, row.steps), (EpisodeState::Fell, 3));
+    assert!(!storage.commit_episode("s-running", 0, Some(1), &late).await.unwrap());
 }
 
 /// A lane stopped by a server-side error returns its running episodes: back to PENDING at once,

@@ -333,7 +333,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             state::redact(&config.database_url()),
             config.data_dir.display(),
             state.objects.shown(),
-            state.storage.lease().owner
+            state.storage.lease().replica
         );
         use std::io::Write;
         std::io::stdout().flush().ok();

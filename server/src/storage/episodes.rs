@@ -14,6 +14,12 @@ use super::*;
 pub struct Lease {
     /// The replica's id (server key `replica_id`): stable across restarts of one replica, so a
     /// restarted server knows which RUNNING episodes were its own.
+    pub replica: String,
+    /// What the claims of this process record (`lease_owner`): `NONCE@replica`, the nonce 8 hex
+    /// digits new to each start. A restart takes back its replica's claims
+    /// ([`Lease::same_replica`]); commits and renewals match the whole owner, so an older process
+    /// of the same replica that is still alive (cut off from the database while a new one took
+    /// the id) can no longer commit the episodes the new one claimed again.
     pub owner: String,
     pub duration: Duration,
 }
@@ -25,10 +31,26 @@ impl Lease {
     /// A lease owner unique to this process (a handle nobody named).
     pub(super) fn for_this_process() -> Lease {
         let nonce = uuid::Uuid::new_v4().simple().to_string();
+        Lease::of_replica(
+            format!("process-{}-{}", std::process::id(), &nonce[..8]),
+            Self::DEFAULT_DURATION,
+        )
+    }
+
+    /// The claims of a new process of replica `replica`.
+    pub(super) fn of_replica(replica: String, duration: Duration) -> Lease {
+        let nonce = uuid::Uuid::new_v4().simple().to_string();
         Lease {
-            owner: format!("process-{}-{}", std::process::id(), &nonce[..8]),
-            duration: Self::DEFAULT_DURATION,
+            owner: format!("{}@{replica}", &nonce[..8]),
+            replica,
+            duration,
         }
+    }
+
+    /// SQL true when column `column` names a claim of replica `$param`, by any of its processes:
+    /// `NONCE@replica`, or the bare replica id that servers before the nonce recorded.
+    pub(super) fn same_replica(column: &str, param: usize) -> String {
+        format!("({column} = ${param} OR (substr({column}, 9, 1) = '@' AND substr({column}, 10) = ${param}))")
     }
 
     pub(super) fn expires_at(&self, now: i64) -> i64 {
@@ -367,7 +389,10 @@ impl Storage {
         let mut tx = self.pool.begin().await.ctx(context)?;
         let whose = match self.engine {
             Engine::Sqlite => "",
-            Engine::Postgres => " AND (lease_owner = $2 OR lease_owner IS NULL)",
+            Engine::Postgres => &format!(
+                " AND ({} OR lease_owner IS NULL)",
+                Lease::same_replica("lease_owner", 2)
+            ),
         };
         let sql = format!(
             "UPDATE episodes SET status = 'PENDING', \
@@ -378,7 +403,7 @@ impl Storage {
         );
         let mut recover = sqlx::query(&sql).bind(now_ms());
         if self.engine == Engine::Postgres {
-            recover = recover.bind(&self.lease.owner);
+            recover = recover.bind(&self.lease.replica);
         }
         recover.execute(&mut *tx).await.ctx(context)?;
         let rows =

@@ -69,14 +69,16 @@ impl Storage {
     /// server runs it.
     pub async fn claim_hosted_run(&self, submission_id: &str) -> Result<bool, StorageError> {
         let now = now_ms();
-        let done = sqlx::query(
+        let done = sqlx::query(&format!(
             "UPDATE hosted_policies SET runner = $2, runner_expires_at = $3 \
-             WHERE submission_id = $1 AND (runner IS NULL OR runner = $2 OR runner_expires_at < $4)",
-        )
+             WHERE submission_id = $1 AND (runner IS NULL OR runner = $2 OR {} OR runner_expires_at < $4)",
+            Lease::same_replica("runner", 5)
+        ))
         .bind(submission_id)
         .bind(&self.lease.owner)
         .bind(self.lease.expires_at(now))
         .bind(now)
+        .bind(&self.lease.replica)
         .execute(&self.pool)
         .await
         .ctx(|| format!("claiming the hosted run of submission {submission_id}"))?;

@@ -198,13 +198,11 @@ impl Storage {
         &self.lease
     }
 
-    /// The same database, claiming as `owner` with leases of `duration` (a server sets its replica
-    /// id here; tests make two "replicas" on one database this way).
-    pub fn with_lease(mut self, owner: impl Into<String>, duration: Duration) -> Self {
-        self.lease = Arc::new(Lease {
-            owner: owner.into(),
-            duration,
-        });
+    /// The same database, claiming as a new process of replica `replica` with leases of
+    /// `duration` (a server sets its replica id here; tests make two "replicas" on one database
+    /// this way).
+    pub fn with_lease(mut self, replica: impl Into<String>, duration: Duration) -> Self {
+        self.lease = Arc::new(Lease::of_replica(replica.into(), duration));
         self.held = Default::default();
         self
     }

@@ -17,6 +17,7 @@ use crate::train_config::TrainConfig;
 use crate::train_log::{EVAL_COLUMNS, LogAccumulator, train_log_columns};
 use crate::update::{ExpertBatch, Learner};
 use anyhow::{Context, bail};
+use arena_bench::aggregate::honest_means;
 use arena_bench::priority::{PriorityConfig, priorities};
 use arena_bench::spec::BenchmarkSpec;
 use arena_data::{MotionClip, NUM_JOINTS};
@@ -622,18 +623,17 @@ impl Trainer {
             bail!("evaluation: {e}");
         }
         let mut per_motion: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-        let mut summary: BTreeMap<String, Vec<f64>> = BTreeMap::new();
         for ep in aggregator.episodes() {
             if let Some(v) = ep.metrics.get("emd") {
                 per_motion.entry(ep.motion.clone()).or_default().push(*v);
             }
-            for (k, v) in &ep.metrics {
-                summary.entry(k.clone()).or_default().push(*v);
-            }
+            // Every episode has its row: an unscored failure's status says why its metrics
+            // are empty.
             let mut row = BTreeMap::new();
             row.insert("timestep".to_string(), CsvValue::Num(self.status.time as f64));
             row.insert("motion".to_string(), CsvValue::Text(ep.motion.clone()));
-            for k in ["emd", "mpjpe_l", "success", "failure_time_s"] {
+            row.insert("status".to_string(), CsvValue::Text(ep.status.to_string()));
+            for k in ["emd", "mpjpe_l", "success", "failure_time_s", "mjlab_success"] {
                 if let Some(v) = ep.metrics.get(k) {
                     row.insert(k.to_string(), CsvValue::Num(*v));
                 }
@@ -655,15 +655,15 @@ impl Trainer {
             self.expert.set_priorities(&p).map_err(anyhow::Error::msg)?;
             self.status.priorities = p;
         }
-        let means: BTreeMap<String, f64> = summary
-            .into_iter()
-            .map(|(k, v)| (k, v.iter().sum::<f64>() / v.len().max(1) as f64))
-            .collect();
+        let means = honest_means(aggregator.episodes());
         tracing::info!(
-            "evaluation at {} env steps: emd {:.4}, success {:.3}",
+            "evaluation at {} env steps: success {:.3} of {} episodes ({} failed unscored); emd {:.4} over the {} scored",
             self.status.time,
+            means.get("success").copied().unwrap_or(f64::NAN),
+            means.get("episodes").copied().unwrap_or(0.0),
+            means.get("failed_unscored").copied().unwrap_or(0.0),
             means.get("emd").copied().unwrap_or(f64::NAN),
-            means.get("success").copied().unwrap_or(f64::NAN)
+            means.get("scored").copied().unwrap_or(0.0),
         );
         Ok(means)
     }

@@ -69,8 +69,18 @@ impl LogAccumulator {
     }
 }
 
-/// Columns of `eval_log.csv`: one row per evaluation episode.
-pub(crate) const EVAL_COLUMNS: [&str; 6] = ["timestep", "motion", "emd", "mpjpe_l", "success", "failure_time_s"];
+/// Columns of `eval_log.csv`: one row per evaluation episode, its metrics empty when it failed
+/// unscored (`status` `failed` or `timeout`).
+pub(crate) const EVAL_COLUMNS: [&str; 8] = [
+    "timestep",
+    "motion",
+    "status",
+    "emd",
+    "mpjpe_l",
+    "success",
+    "failure_time_s",
+    "mjlab_success",
+];
 
 /// Columns of `train_log.csv` (docs/baseline.md explains each).
 pub fn train_log_columns() -> Vec<String> {

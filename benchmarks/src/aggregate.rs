@@ -314,6 +314,38 @@ impl MetricsAggregator {
     }
 }
 
+/// The means a training run's evaluation prints and logs, with the counts they are over:
+/// `episodes`, `scored` and `failed_unscored` (an agent or simulator error before any fall,
+/// which has no metrics). A success metric's mean is over **all** episodes (an unscored
+/// failure is no success, as [`Report::success_rate`] and the leaderboard count it); every
+/// other metric's mean is over the scored episodes, whose number `scored` gives.
+pub fn honest_means(episodes: &[EpisodeResult]) -> BTreeMap<String, f64> {
+    let mut sums: BTreeMap<String, (f64, usize)> = BTreeMap::new();
+    let scored: Vec<&EpisodeResult> = episodes.iter().filter(|e| e.status.is_scored()).collect();
+    for ep in &scored {
+        for (k, v) in &ep.metrics {
+            let s = sums.entry(k.clone()).or_default();
+            s.0 += *v;
+            s.1 += 1;
+        }
+    }
+    let mut means: BTreeMap<String, f64> = sums
+        .into_iter()
+        .map(|(k, (sum, n))| {
+            let over = if crate::metrics::SUCCESS_METRICS.contains(&k.as_str()) {
+                episodes.len()
+            } else {
+                n
+            };
+            (k, sum / over.max(1) as f64)
+        })
+        .collect();
+    means.insert("episodes".into(), episodes.len() as f64);
+    means.insert("scored".into(), scored.len() as f64);
+    means.insert("failed_unscored".into(), (episodes.len() - scored.len()) as f64);
+    means
+}
+
 /// Benchmark order of episode ids (`ep0042`): by the number after the prefix, so `ep10000`
 /// follows `ep9999` (ids are zero-padded to four digits only); other ids by their text.
 pub fn episode_order(a: &str, b: &str) -> std::cmp::Ordering {
@@ -443,6 +475,31 @@ mod tests {
                 .success_rate("success"),
             0.0
         );
+    }
+
+    /// A training run's means: success over every episode, the rest over the scored ones,
+    /// with the counts beside them.
+    #[test]
+    fn honest_means_say_what_they_are_over() {
+        let with = |id, status, success: Option<f64>, emd| EpisodeResult {
+            metrics: match success {
+                Some(s) => BTreeMap::from([("success".to_string(), s), ("emd".to_string(), emd)]),
+                None => BTreeMap::new(),
+            },
+            ..episode(id, "dance", status, emd)
+        };
+        let episodes = [
+            with("0", EpisodeStatus::Completed, Some(1.0), 0.1),
+            with("1", EpisodeStatus::Fell, Some(0.0), 0.3),
+            with("2", EpisodeStatus::Failed, None, 0.0),
+            with("3", EpisodeStatus::Timeout, None, 0.0),
+        ];
+        let means = honest_means(&episodes);
+        assert_eq!(means["success"], 0.25);
+        assert!((means["emd"] - 0.2).abs() < 1e-12);
+        assert_eq!((means["episodes"], means["scored"], means["failed_unscored"]), (4.0, 2.0, 2.0));
+        let none = honest_means(&[]);
+        assert_eq!((none["episodes"], none["scored"], none.get("success")), (0.0, 0.0, None));
     }
 
     #[test]

@@ -546,10 +546,13 @@ impl Trainer {
         row.insert("timestep".into(), CsvValue::Num(self.status.env_steps as f64));
         append_csv_values(&self.paths.eval_log(), &eval_log_columns(), &row)?;
         tracing::info!(
-            "evaluation at {} env steps ({}): success {:.3}, failure time {:.2} s, emd {:.4}",
+            "evaluation at {} env steps ({}): success {:.3} of {} episodes ({} failed unscored); over the {} scored: failure time {:.2} s, emd {:.4}",
             self.status.env_steps,
             card.benchmark,
             means.get("success").copied().unwrap_or(f64::NAN),
+            means.get("episodes").copied().unwrap_or(0.0),
+            means.get("failed_unscored").copied().unwrap_or(0.0),
+            means.get("scored").copied().unwrap_or(0.0),
             means.get("failure_time_s").copied().unwrap_or(f64::NAN),
             means.get("emd").copied().unwrap_or(f64::NAN),
         );
@@ -653,36 +656,9 @@ pub fn evaluate_policy(
     Ok(honest_means(aggregator.episodes()))
 }
 
-/// The means a summary prints, with the counts they are over: `episodes`, `scored` and
-/// `failed_unscored` (an agent or simulator error before any fall, left out of the means).
-/// Success rates are over **all** episodes (an unscored failure is not a success, as the
-/// leaderboard counts it); every other metric is a mean over the scored episodes.
-pub fn honest_means(episodes: &[arena_bench::aggregate::EpisodeResult]) -> BTreeMap<String, f64> {
-    let mut sums: BTreeMap<String, (f64, usize)> = BTreeMap::new();
-    let scored: Vec<_> = episodes.iter().filter(|e| e.status.is_scored()).collect();
-    for ep in &scored {
-        for (k, v) in &ep.metrics {
-            let s = sums.entry(k.clone()).or_default();
-            s.0 += *v;
-            s.1 += 1;
-        }
-    }
-    let mut means: BTreeMap<String, f64> = sums
-        .into_iter()
-        .map(|(k, (sum, n))| {
-            let over = if arena_bench::metrics::SUCCESS_METRICS.contains(&k.as_str()) {
-                episodes.len()
-            } else {
-                n
-            };
-            (k, sum / over.max(1) as f64)
-        })
-        .collect();
-    means.insert("episodes".into(), episodes.len() as f64);
-    means.insert("scored".into(), scored.len() as f64);
-    means.insert("failed_unscored".into(), (episodes.len() - scored.len()) as f64);
-    means
-}
+/// The means an evaluation prints and logs, with the counts they are over (the benchmarks
+/// crate's rule, shared with `arena-bfm`).
+pub use arena_bench::aggregate::honest_means;
 
 fn fill_env_stats(s: &EnvStats, row: &mut BTreeMap<String, f64>) {
     let steps = s.env_steps.max(1) as f64;
@@ -751,9 +727,13 @@ pub fn eval_log_columns() -> Vec<String> {
         "success",
         "success_phc_linf",
         "failure_time_s",
+        "mjlab_success",
         "emd",
         "mpjpe_l",
         "mpjpe_g",
+        "episodes",
+        "scored",
+        "failed_unscored",
     ]
     .map(String::from)
     .to_vec()

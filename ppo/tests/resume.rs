@@ -171,6 +171,15 @@ fn an_evaluation_due_at_the_checkpoint_resumed_from_is_run_once() {
     };
     let first = rows(&log);
     assert_eq!(first.len(), 1);
+    // The row says how many episodes its means are over.
+    let text = std::fs::read_to_string(&log).unwrap();
+    let header: Vec<&str> = text.lines().next().unwrap().split(',').collect();
+    let cell = |name: &str| -> f64 {
+        let i = header.iter().position(|h| *h == name).unwrap_or_else(|| panic!("no {name} in {header:?}"));
+        first[0].split(',').nth(i).unwrap().parse().unwrap()
+    };
+    assert!(cell("episodes") > 0.0, "{text}");
+    assert_eq!(cell("episodes"), cell("scored") + cell("failed_unscored"), "{text}");
     // The stop between the checkpoint and the evaluation: the row is not there.
     let header = std::fs::read_to_string(&log)
         .unwrap()

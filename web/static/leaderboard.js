@@ -81,7 +81,9 @@ export function leaderboardTable(lb, info = {}, { canOpen = () => false, testid 
     });
   }
   if (lb.other_success_metric && (lb.entries || []).some((e) => e.other_success_rate !== null && e.other_success_rate !== undefined)) {
-    const other = lb.other_success_metric === 'mjlab_success' ? "mjlab's rule" : "PHC's rule";
+    // `success` is PHC's strict rule (its strict_eval: every body and the mean within the
+    // threshold); PHC's default evaluation prints the mean criterion alone (docs/metrics.md).
+    const other = lb.other_success_metric === 'mjlab_success' ? "mjlab's rule" : "PHC's strict rule";
     cols.push({
       key: 'other_success_rate',
       label: h('span.muted', { title: `share of all episodes with ${lb.other_success_metric} = 1: the other success rule, shown, not ranked (docs/metrics.md)` }, `Success, ${other}`),

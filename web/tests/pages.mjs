@@ -582,7 +582,7 @@ await step('leaderboard page', async () => {
   const headers = await page.locator('[data-testid=leaderboard-table] th').allTextContents();
   check('leaderboard headers carry units and arrows', headers.some((t) => /[↓↑]/.test(t)), headers);
   check('leaderboard shows the time to failure it ranks by', headers.some((t) => /Time to failure/.test(t)), headers);
-  check('leaderboard shows the other success rule beside the ranked one', headers.some((t) => /Success, (mjlab|PHC)'s rule/.test(t)) && (await row.locator('[data-testid=other-success]').count()) === 1, headers);
+  check('leaderboard shows the other success rule beside the ranked one', headers.some((t) => /Success, (mjlab's rule|PHC's strict rule)/.test(t)) && (await row.locator('[data-testid=other-success]').count()) === 1, headers);
   check('leaderboard caption states the rule', /time to failure/.test((await page.textContent('.lb-caption')) || ''));
   // Sorting by clicking a header
   const th = page.locator('[data-testid=leaderboard-table] th[data-key="team"]');

@@ -3,6 +3,7 @@ WebSocket, refusals, invalid agent output, reconnecting; plus the pieces that ne
 
 from __future__ import annotations
 
+import logging
 import math
 import queue
 import threading
@@ -382,7 +383,9 @@ def test_nan_actions_fail_their_episode_over_protobuf(
     server: Server, team_token: str, transport: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Protobuf carries NaN: the server fails that episode with the reason, as with the Rust SDK,
-    # and the run goes on to its end.
+    # and the run goes on to its end. (The level is set here: a CLI run earlier in the same
+    # process sets the SDK's logger to ERROR.)
+    caplog.set_level(logging.WARNING, logger="arena_sdk")
     summary = run(
         NanAgent(), server.http_url, team_token, benchmark="g1-smoke", practice=["squat", "stand"], transport=transport
     )

@@ -100,7 +100,10 @@ fn resumed_run_equals_the_uninterrupted_run() {
     // Every evaluation episode has its row, and its status says whether its metrics count.
     let evals = std::fs::read_to_string(straight.join("eval_log.csv")).unwrap();
     let header: Vec<&str> = evals.lines().next().unwrap().split(',').collect();
-    let status = header.iter().position(|h| *h == "status").expect("eval_log.csv has a status column");
+    let status = header
+        .iter()
+        .position(|h| *h == "status")
+        .expect("eval_log.csv has a status column");
     let rows: Vec<Vec<&str>> = evals.lines().skip(1).map(|l| l.split(',').collect()).collect();
     assert!(!rows.is_empty(), "{evals}");
     for row in &rows {

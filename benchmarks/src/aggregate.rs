@@ -497,9 +497,15 @@ mod tests {
         let means = honest_means(&episodes);
         assert_eq!(means["success"], 0.25);
         assert!((means["emd"] - 0.2).abs() < 1e-12);
-        assert_eq!((means["episodes"], means["scored"], means["failed_unscored"]), (4.0, 2.0, 2.0));
+        assert_eq!(
+            (means["episodes"], means["scored"], means["failed_unscored"]),
+            (4.0, 2.0, 2.0)
+        );
         let none = honest_means(&[]);
-        assert_eq!((none["episodes"], none["scored"], none.get("success")), (0.0, 0.0, None));
+        assert_eq!(
+            (none["episodes"], none["scored"], none.get("success")),
+            (0.0, 0.0, None)
+        );
     }
 
     #[test]

@@ -175,7 +175,10 @@ fn an_evaluation_due_at_the_checkpoint_resumed_from_is_run_once() {
     let text = std::fs::read_to_string(&log).unwrap();
     let header: Vec<&str> = text.lines().next().unwrap().split(',').collect();
     let cell = |name: &str| -> f64 {
-        let i = header.iter().position(|h| *h == name).unwrap_or_else(|| panic!("no {name} in {header:?}"));
+        let i = header
+            .iter()
+            .position(|h| *h == name)
+            .unwrap_or_else(|| panic!("no {name} in {header:?}"));
         first[0].split(',').nth(i).unwrap().parse().unwrap()
     };
     assert!(cell("episodes") > 0.0, "{text}");

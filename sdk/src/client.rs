@@ -194,6 +194,11 @@ enum SessionEnd {
     /// The server refused the Connect for the team's request rate: wait this long and retry
     /// (not a failure: it does not count against `max_reconnects`).
     Throttled(Duration),
+    /// The server refused the Connect as `submission_busy`: it still holds an earlier session
+    /// of the submission (it has not yet noticed that connection drop, which takes up to its
+    /// heartbeat timeout, 60 s by default). Retried with the backoff for up to [`BUSY_WAIT`],
+    /// not counted against `max_reconnects`.
+    Busy(String),
     /// The connection was lost (or could not be made after an earlier one was up); worth
     /// another attempt.
     Lost(String),
@@ -201,6 +206,11 @@ enum SessionEnd {
     /// reconnecting is for connections that were up, so the run stops at once.
     NeverConnected(String),
 }
+
+/// How long a resume refused as `submission_busy` is tried again before the run gives up: past
+/// the server's default heartbeat timeout (60 s), after which it drops a session it no longer
+/// hears from, with room for a server configured longer.
+pub const BUSY_WAIT: Duration = Duration::from_secs(180);
 
 /// Per-run state that survives reconnects.
 struct RunState {
@@ -330,9 +340,15 @@ pub async fn run(
     }
     let mut failures = 0u32;
     let mut backoff = config.initial_backoff;
+    // Since when every try was refused as busy.
+    let mut busy_since: Option<tokio::time::Instant> = None;
     loop {
         let connected_before = state.summary.episodes.len();
-        match session(config, agent, &mut state, on_event).await? {
+        let end = session(config, agent, &mut state, on_event).await?;
+        if !matches!(end, SessionEnd::Busy(_)) {
+            busy_since = None;
+        }
+        match end {
             SessionEnd::Done => return Ok(state.summary),
             SessionEnd::NeverConnected(error) => {
                 return Err(ClientError::Unreachable {
@@ -343,6 +359,18 @@ pub async fn run(
             SessionEnd::Throttled(delay) => {
                 tracing::warn!("rate limited by the server; retrying in {delay:?}");
                 tokio::time::sleep(delay).await;
+            }
+            SessionEnd::Busy(error) => {
+                let since = *busy_since.get_or_insert_with(tokio::time::Instant::now);
+                if since.elapsed() > BUSY_WAIT {
+                    return Err(ClientError::Unreachable {
+                        attempts: failures + 1,
+                        last_error: format!("{error} (still busy after {} s)", BUSY_WAIT.as_secs()),
+                    });
+                }
+                tracing::info!("{error}; retrying in {backoff:?}");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(config.max_backoff);
             }
             SessionEnd::Lost(error) => {
                 // Progress since the last failure resets the backoff.
@@ -837,9 +865,13 @@ async fn session(
                         }
                         return Ok(SessionEnd::Done);
                     }
-                    // e.g. submission_busy: the old session is still being torn down.
                     on_event(ClientEvent::ServerError(&e));
-                    return Ok(SessionEnd::Lost(format!("{}: {}", e.code, e.message)));
+                    let error = format!("{}: {}", e.code, e.message);
+                    if e.code == codes::SUBMISSION_BUSY {
+                        // The old session is still being torn down.
+                        return Ok(SessionEnd::Busy(error));
+                    }
+                    return Ok(SessionEnd::Lost(error));
                 }
                 // A refused practice request will never produce its EpisodeEnd.
                 if matches!(config.mode, Mode::Practice { .. })

@@ -1048,6 +1048,48 @@ async fn actions_sent_unasked_wait_up_to_a_bound() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A resume refused as busy (the submission's earlier session still held) is tried again, not
+/// counted against `max_reconnects`: with none allowed, the SDK waits for the holder to go and
+/// then runs the submission.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_waits_out_a_busy_submission() {
+    let dir = tmp("faults-busy-wait");
+    let server = ServerProc::start(&dir, &["--lanes", "1"]);
+    let token = server.team("waiters");
+    let (ws, connected) = open(&server.ws_url(), &connect_msg(&token, "submission", ""), Encoding::Json).await;
+    let id = connected.submission_id.clone();
+    let (url, id2) = (server.ws_url(), id.clone());
+    let resumed = tokio::task::spawn_blocking(move || {
+        let mut config = arena_sdk::ClientConfig::new(
+            url,
+            &token,
+            arena_sdk::Mode::Submission {
+                benchmark: "g1-smoke".into(),
+                submission_id: Some(id2),
+            },
+        );
+        config.max_reconnects = 0;
+        config.initial_backoff = Duration::from_millis(20);
+        config.max_backoff = Duration::from_millis(100);
+        let mut busy = 0;
+        let summary =
+            arena_sdk::client::run_blocking(&config, &mut arena_sdk::agents::ReplayAgent::new(), &mut |event| {
+                if let arena_sdk::ClientEvent::ServerError(e) = event {
+                    busy += usize::from(e.code == codes::SUBMISSION_BUSY);
+                }
+            });
+        (summary, busy)
+    });
+    // The holder goes after a while without a word (its connection dropped).
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    drop(ws);
+    let (summary, busy) = resumed.await.unwrap();
+    let summary = summary.expect("the resume waits for the busy submission and completes it");
+    assert_eq!(summary.submission_status, "COMPLETED");
+    assert!(busy >= 2, "refused as busy {busy} times");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// Connects that say two things at once are refused with the reason, and a resume refused as
 /// busy changes nothing: a second agent asking for a running submission does not rename it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -448,6 +448,69 @@ def test_reconnect_resumes_the_submission(tmp_path, transport: str) -> None:
         assert status == 200 and body["status"] == "COMPLETED", body
 
 
+class SlowFirstAgent(RecordingAgent):
+    """Answers its first request after `delay_s` (within the server's 30 s set-up grace): its
+    session holds the submission at least that long."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+
+    def act(self, batch: Batch) -> np.ndarray:
+        if self.batches == 0:
+            time.sleep(self.delay_s)
+        return super().act(batch)
+
+
+@pytest.mark.parametrize("transport", ["ws", "grpc"])
+def test_a_busy_submission_is_waited_for_not_counted_as_a_failure(
+    server: Server, team_token: str, transport: str
+) -> None:
+    # A second agent resuming a submission another session holds is refused as busy until that
+    # session ends; with max_reconnects=0 it still waits (for up to BUSY_WAIT_S), then sees the
+    # submission finished.
+    status, created = server.request("POST", "/api/v1/submissions", team_token, {"benchmark": "g1-smoke"})
+    assert status == 201, created
+    holding = threading.Event()
+    first: dict[str, object] = {}
+
+    def hold() -> None:
+        def seen(event: object) -> None:
+            if isinstance(event, arena_sdk.Connected):
+                holding.set()
+
+        try:
+            first["summary"] = run(
+                SlowFirstAgent(delay_s=1.5), server.http_url, team_token, submission_id=created["id"], on_event=seen
+            )
+        finally:
+            holding.set()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert holding.wait(60)
+        events: list[object] = []
+        second = run(
+            RecordingAgent(),
+            server.http_url,
+            team_token,
+            submission_id=created["id"],
+            transport=transport,
+            max_reconnects=0,
+            initial_backoff_s=0.05,
+            max_backoff_s=0.2,
+            on_event=events.append,
+        )
+    finally:
+        holder.join()
+    busy = [e for e in events if isinstance(e, arena_sdk.ServerError) and e.code == "submission_busy"]
+    assert len(busy) >= 2, events
+    assert second.submission_status == "COMPLETED", second
+    assert first["summary"].submission_status == "COMPLETED"
+    assert len(first["summary"].episodes) + len(second.episodes) == 6
+
+
 class SlowOnceAgent(RecordingAgent):
     """Answers its third request after `delay_s`: later than the server's step deadline (each
     lane's first request has a set-up grace of 30 s, so the third is the first that can miss)."""

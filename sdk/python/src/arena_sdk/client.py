@@ -171,7 +171,8 @@ def run(
     practice: episodes to request instead of submitting: `PracticeEpisode`s, motion names, or
         mappings with the same keys. Nothing is stored or ranked.
     encoding: WebSocket frames, "binary" (protobuf) or "json"; gRPC is always protobuf.
-    max_reconnects: consecutive failed connections before UnreachableError.
+    max_reconnects: consecutive failed connections before UnreachableError (a resume refused as
+        submission_busy is not one: it is tried again for up to BUSY_WAIT_S).
     joint_stiffness / joint_damping: the PD gains the agent was trained with (29 values each, G1
         joint order), for benchmarks in the joint-position action mode; None = the benchmark's
         defaults. gain_preset: one of the benchmark's named presets instead. Gains the benchmark
@@ -211,12 +212,26 @@ def run(
     )
     failures = 0
     backoff = initial_backoff_s
+    busy_since: float | None = None  # since when every try was refused as busy
     while True:
         seen = len(runner.summary.episodes)
         runner.throttled_until = None
+        runner.busy = False
         lost = runner.session()
         if lost is None:
             return runner.summary
+        if not runner.busy:
+            busy_since = None
+        if runner.busy:
+            # The server still holds the earlier session: not a failure, for up to BUSY_WAIT_S.
+            now = time.monotonic()
+            busy_since = now if busy_since is None else busy_since
+            if now - busy_since > BUSY_WAIT_S:
+                raise UnreachableError(failures + 1, f"{lost} (still busy after {BUSY_WAIT_S:g} s)")
+            log.info("%s; retrying in %.1f s", lost, backoff)
+            time.sleep(backoff)
+            backoff = min(backoff * 2, max_backoff_s)
+            continue
         if runner.throttled_until is not None:
             # Refused for the team's request rate: wait for the next window; not a failure.
             delay = throttle_delay(runner.throttled_until, time.time())
@@ -235,6 +250,12 @@ def run(
         time.sleep(backoff)
         backoff = min(backoff * 2, max_backoff_s)
         runner.summary.reconnects += 1
+
+
+BUSY_WAIT_S = 180.0
+"""How long a resume refused as `submission_busy` is tried again before the run gives up: past
+the server's default heartbeat timeout (60 s), after which it drops a session it no longer hears
+from, with room for a server configured longer. As the Rust SDK's `client::BUSY_WAIT`."""
 
 
 def throttle_delay(resets_at: float, now: float) -> float:
@@ -326,6 +347,8 @@ class _Runner:
         self.motions: dict[int, str] = {}
         # Set when the server refused the Connect as rate-limited: when to try again.
         self.throttled_until: float | None = None
+        # The last Connect was refused as submission_busy.
+        self.busy = False
         # Whether a connection to the server was ever made in this run.
         self.reached = False
 
@@ -574,7 +597,9 @@ class _Session:
                 if e.submission_status:
                     self.runner.summary.submission_status = e.submission_status
                 return None
-            # e.g. submission_busy: the old session is still being torn down.
+            # The old session is still being torn down (submission_busy), or another
+            # non-fatal refusal.
+            self.runner.busy = e.code == "submission_busy"
             self.runner.on_event(ServerError(e.code, e.message, e.step))
             return f"{e.code}: {e.message}"
         # A refused practice request would never produce its EpisodeEnd.

@@ -448,20 +448,6 @@ def test_reconnect_resumes_the_submission(tmp_path, transport: str) -> None:
         assert status == 200 and body["status"] == "COMPLETED", body
 
 
-class SlowFirstAgent(RecordingAgent):
-    """Answers its first request after `delay_s` (within the server's 30 s set-up grace): its
-    session holds the submission at least that long."""
-
-    def __init__(self, delay_s: float) -> None:
-        super().__init__()
-        self.delay_s = delay_s
-
-    def act(self, batch: Batch) -> np.ndarray:
-        if self.batches == 0:
-            time.sleep(self.delay_s)
-        return super().act(batch)
-
-
 @pytest.mark.parametrize("transport", ["ws", "grpc"])
 def test_a_busy_submission_is_waited_for_not_counted_as_a_failure(
     server: Server, team_token: str, transport: str
@@ -481,7 +467,7 @@ def test_a_busy_submission_is_waited_for_not_counted_as_a_failure(
 
         try:
             first["summary"] = run(
-                SlowFirstAgent(delay_s=1.5), server.http_url, team_token, submission_id=created["id"], on_event=seen
+                SlowOnceAgent(delay_s=1.5, at_batch=0), server.http_url, team_token, submission_id=created["id"], on_event=seen
             )
         finally:
             holding.set()
@@ -512,15 +498,18 @@ def test_a_busy_submission_is_waited_for_not_counted_as_a_failure(
 
 
 class SlowOnceAgent(RecordingAgent):
-    """Answers its third request after `delay_s`: later than the server's step deadline (each
-    lane's first request has a set-up grace of 30 s, so the third is the first that can miss)."""
+    """Answers request number `at_batch` (from 0) after `delay_s`. By default its third: later
+    than the server's step deadline (each lane's first request has a set-up grace of 30 s, so the
+    third is the first that can miss). At 0, within that grace: its session holds the
+    submission at least `delay_s`."""
 
-    def __init__(self, delay_s: float) -> None:
+    def __init__(self, delay_s: float, at_batch: int = 2) -> None:
         super().__init__()
         self.delay_s = delay_s
+        self.at_batch = at_batch
 
     def act(self, batch: Batch) -> np.ndarray:
-        if self.batches == 2:
+        if self.batches == self.at_batch:
             time.sleep(self.delay_s)
         return super().act(batch)
 

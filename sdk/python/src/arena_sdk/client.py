@@ -222,10 +222,11 @@ def run(
             return runner.summary
         if not runner.busy:
             busy_since = None
-        if runner.busy:
+        else:
             # The server still holds the earlier session: not a failure, for up to BUSY_WAIT_S.
             now = time.monotonic()
-            busy_since = now if busy_since is None else busy_since
+            if busy_since is None:
+                busy_since = now
             if now - busy_since > BUSY_WAIT_S:
                 raise UnreachableError(failures + 1, f"{lost} (still busy after {BUSY_WAIT_S:g} s)")
             log.info("%s; retrying in %.1f s", lost, backoff)

@@ -9,25 +9,44 @@
 //! once, and the library runs once per episode, when the submission's file is written
 //! ([`crate::trajectory_file`], whose layout is the published one; this one is internal).
 //!
-//! Layout (little-endian): the 8-byte magic `ARENAEP1`; the episode's fields in
-//! [`EpisodeRecord`] order (`u32` episode; strings as a `u32` byte length and UTF-8 bytes;
-//! `u64` seed; `u32` dr_level; status; reason; `f64` start_s and duration_s; a `u8` flag and an
-//! `f64` for scored_until_s); the `u64` row count; then each array of [`crate::trajectory::DATASETS`]
-//! and [`crate::trajectory::OPTIONAL_DATASETS`] in order, as a `u64` value count and its `f64`
-//! values. A file shorter or longer than that, or with an array of the wrong size, is refused.
+//! Two layouts (little-endian), told apart by their first 8 bytes:
+//!
+//! - `ARENAEP2` (written now): the rows in blocks, then the episode's fields. A block is its
+//!   `u64` row count, the `u64` byte offset in the file where the next block (or the end)
+//!   starts, each array of [`crate::trajectory::DATASETS`] and
+//!   [`crate::trajectory::OPTIONAL_DATASETS`] in order as a `u64` value count (rows × width, or
+//!   0 for an optional array the episode leaves empty, the same in every block) and its `f64`
+//!   values, then any bytes up to that offset (zeros). The end is `u64::MAX` where a block's
+//!   row count would be, the episode's fields in [`EpisodeRecord`] order (`u32` episode;
+//!   strings as a `u32` byte length and UTF-8 bytes; `u64` seed; `u32` dr_level; status;
+//!   reason; `f64` start_s and duration_s; a `u8` flag and an `f64` for scored_until_s) and
+//!   the `u64` row count of all blocks; nothing follows it. Blocks let the server write an
+//!   episode's rows while it runs, each at an offset aligned for writes past the page cache
+//!   (the padding), and only the last rows and the fields once it has ended; a part written in
+//!   one go has one block and no padding.
+//! - `ARENAEP1` (older servers; read only): the fields as above, the `u64` row count, then
+//!   each array as a `u64` value count and its values.
+//!
+//! A file shorter or longer than its layout says, or with an array of the wrong size, is
+//! refused.
 
 use std::io::Write;
+use std::ops::Range;
 
-use crate::trajectory::{DATASETS, OPTIONAL_DATASETS};
+use crate::trajectory::{DATASETS, OPTIONAL_DATASETS, TrajectoryRows};
 use crate::trajectory_file::EpisodeRecord;
 
-/// The first bytes of every part file.
-pub const MAGIC: &[u8; 8] = b"ARENAEP1";
+/// The first bytes of every part file written now (the block layout).
+pub const MAGIC: &[u8; 8] = b"ARENAEP2";
+/// The first bytes of a part of the older, one-piece layout.
+pub const MAGIC_V1: &[u8; 8] = b"ARENAEP1";
+/// Where a block's row count would be, the end of the blocks.
+const END: u64 = u64::MAX;
 
 /// A part file that cannot be read: what is wrong, and where (byte offset).
 #[derive(Debug, thiserror::Error)]
 pub enum PartError {
-    #[error("not an episode part (its first bytes are not {:?})", std::str::from_utf8(MAGIC).unwrap_or_default())]
+    #[error("not an episode part (its first bytes are neither {:?} nor {:?})", std::str::from_utf8(MAGIC).unwrap_or_default(), std::str::from_utf8(MAGIC_V1).unwrap_or_default())]
     NotAPart,
     #[error("truncated at byte {offset}: {what} needs {needed} more bytes")]
     Truncated { offset: usize, what: String, needed: usize },
@@ -40,23 +59,38 @@ pub enum PartError {
         width: usize,
         got: usize,
     },
+    #[error("{dataset} is empty in some blocks and not in others (the block at byte {offset})")]
+    Inconsistent { dataset: &'static str, offset: usize },
+    #[error("the block at byte {offset} says the next starts at byte {next}, inside it or past the file's end")]
+    BadBlock { offset: usize, next: u64 },
+    #[error("the end says {said} rows, the blocks hold {held}")]
+    RowCount { said: u64, held: u64 },
     #[error("{extra} bytes after the last array")]
     TrailingBytes { extra: usize },
     #[error("writing: {0}")]
     Io(#[from] std::io::Error),
 }
 
-/// Whether `bytes` start as a part file does (an older server stored each episode as HDF5).
+/// Whether `bytes` start as a part file does, of either layout (an older server stored each
+/// episode as HDF5).
 pub fn is_part(bytes: &[u8]) -> bool {
-    bytes.starts_with(MAGIC)
+    bytes.starts_with(MAGIC) || bytes.starts_with(MAGIC_V1)
 }
 
-/// Writes `record` as a part file. Array lengths are checked first; nothing is written when one
-/// is wrong.
+/// Writes `record` as a part file in one go (one block). Array lengths are checked first;
+/// nothing is written when one is wrong.
 pub fn write(record: &EpisodeRecord, out: &mut impl Write) -> Result<(), PartError> {
+    check(record)?;
     let rows = record.num_rows();
-    let arrays = arrays(record);
-    for ((dataset, width, optional), values) in &arrays {
+    out.write_all(MAGIC)?;
+    write_block(&record.rows, 0..rows, MAGIC.len() as u64, 1, out)?;
+    write_end(record, out)
+}
+
+/// Whether every array of `record` holds its rows (an optional one may be empty).
+pub fn check(record: &EpisodeRecord) -> Result<(), PartError> {
+    let rows = record.num_rows();
+    for ((dataset, width, optional), values) in &arrays(&record.rows) {
         if values.len() != rows * width && !(*optional && values.is_empty()) {
             return Err(PartError::WrongLength {
                 dataset,
@@ -66,24 +100,81 @@ pub fn write(record: &EpisodeRecord, out: &mut impl Write) -> Result<(), PartErr
             });
         }
     }
-    let mut head = Vec::with_capacity(256);
-    head.extend_from_slice(MAGIC);
-    head.extend_from_slice(&record.episode.to_le_bytes());
-    put_str(&mut head, &record.motion);
-    put_str(&mut head, &record.category);
-    head.extend_from_slice(&record.seed.to_le_bytes());
-    head.extend_from_slice(&record.dr_level.to_le_bytes());
-    put_str(&mut head, &record.status);
-    put_str(&mut head, &record.reason);
-    head.extend_from_slice(&record.start_s.to_le_bytes());
-    head.extend_from_slice(&record.duration_s.to_le_bytes());
-    head.push(record.scored_until_s.is_some() as u8);
-    head.extend_from_slice(&record.scored_until_s.unwrap_or(0.0).to_le_bytes());
-    head.extend_from_slice(&(rows as u64).to_le_bytes());
-    out.write_all(&head)?;
-    for (_, values) in arrays {
-        out.write_all(&(values.len() as u64).to_le_bytes())?;
-        write_f64s(values, out)?;
+    Ok(())
+}
+
+/// Writes rows `range` of `rows` as one block that starts at byte `at` of the file, then zeros
+/// up to the next multiple of `align` (1: none); returns the offset where the next block (or
+/// the end) starts. Every array must hold at least `range.end` rows (an array may run ahead,
+/// as `actions` does by the action of a row not yet recorded), an optional one may be empty.
+pub fn write_block(
+    rows: &TrajectoryRows,
+    range: Range<usize>,
+    at: u64,
+    align: u64,
+    out: &mut impl Write,
+) -> Result<u64, PartError> {
+    let arrays = arrays(rows);
+    let n = range.len();
+    let mut values = 0u64;
+    for ((dataset, width, optional), held) in &arrays {
+        if held.len() < range.end * width && !(*optional && held.is_empty()) {
+            return Err(PartError::WrongLength {
+                dataset,
+                rows: range.end,
+                width: *width,
+                got: held.len(),
+            });
+        }
+        values += if held.is_empty() { 0 } else { (n * width) as u64 };
+    }
+    let end = at + 16 + 8 * arrays.len() as u64 + 8 * values;
+    let next = end.div_ceil(align.max(1)) * align.max(1);
+    out.write_all(&(n as u64).to_le_bytes())?;
+    out.write_all(&next.to_le_bytes())?;
+    for ((_, width, _), held) in &arrays {
+        let block = match held.is_empty() {
+            true => &[][..],
+            false => &held[range.start * width..range.end * width],
+        };
+        out.write_all(&(block.len() as u64).to_le_bytes())?;
+        write_f64s(block, out)?;
+    }
+    write_zeros((next - end) as usize, out)?;
+    Ok(next)
+}
+
+/// Writes the end of a block part: the marker, `record`'s fields and its row count (which its
+/// blocks must hold together). Its arrays are not read.
+pub fn write_end(record: &EpisodeRecord, out: &mut impl Write) -> Result<(), PartError> {
+    let mut end = Vec::with_capacity(256);
+    end.extend_from_slice(&END.to_le_bytes());
+    put_fields(&mut end, record);
+    end.extend_from_slice(&(record.num_rows() as u64).to_le_bytes());
+    out.write_all(&end)?;
+    Ok(())
+}
+
+fn put_fields(out: &mut Vec<u8>, record: &EpisodeRecord) {
+    out.extend_from_slice(&record.episode.to_le_bytes());
+    put_str(out, &record.motion);
+    put_str(out, &record.category);
+    out.extend_from_slice(&record.seed.to_le_bytes());
+    out.extend_from_slice(&record.dr_level.to_le_bytes());
+    put_str(out, &record.status);
+    put_str(out, &record.reason);
+    out.extend_from_slice(&record.start_s.to_le_bytes());
+    out.extend_from_slice(&record.duration_s.to_le_bytes());
+    out.push(record.scored_until_s.is_some() as u8);
+    out.extend_from_slice(&record.scored_until_s.unwrap_or(0.0).to_le_bytes());
+}
+
+fn write_zeros(mut n: usize, out: &mut impl Write) -> std::io::Result<()> {
+    const ZEROS: [u8; 4096] = [0; 4096];
+    while n > 0 {
+        let k = n.min(ZEROS.len());
+        out.write_all(&ZEROS[..k])?;
+        n -= k;
     }
     Ok(())
 }
@@ -109,53 +200,94 @@ fn write_f64s(values: &[f64], out: &mut impl Write) -> std::io::Result<()> {
     Ok(())
 }
 
-/// `raw` (a multiple of 8 bytes) as little-endian f64 values.
-fn read_f64s(raw: &[u8]) -> Vec<f64> {
-    let mut values = vec![0.0f64; raw.len() / 8];
+/// Appends `raw` (a multiple of 8 bytes) as little-endian f64 values to `values`.
+fn append_f64s(raw: &[u8], values: &mut Vec<f64>) {
+    let start = values.len();
+    values.resize(start + raw.len() / 8, 0.0);
     #[cfg(target_endian = "little")]
     {
+        let added = &mut values[start..];
         // SAFETY: as in `write_f64s`; every bit pattern is a valid f64.
-        let bytes = unsafe {
-            std::slice::from_raw_parts_mut(
-                values.as_mut_ptr().cast::<u8>(),
-                std::mem::size_of_val(values.as_slice()),
-            )
-        };
+        let bytes =
+            unsafe { std::slice::from_raw_parts_mut(added.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(added)) };
         bytes.copy_from_slice(raw);
     }
     #[cfg(not(target_endian = "little"))]
-    for (v, b) in values.iter_mut().zip(raw.chunks_exact(8)) {
+    for (v, b) in values[start..].iter_mut().zip(raw.chunks_exact(8)) {
         *v = f64::from_le_bytes(b.try_into().expect("8 bytes"));
     }
-    values
 }
 
 /// Reads a part file's bytes back into the record it was written from.
 pub fn read(bytes: &[u8]) -> Result<EpisodeRecord, PartError> {
-    if !is_part(bytes) {
-        return Err(PartError::NotAPart);
+    if bytes.starts_with(MAGIC) {
+        read_blocks(bytes)
+    } else if bytes.starts_with(MAGIC_V1) {
+        read_v1(bytes)
+    } else {
+        Err(PartError::NotAPart)
     }
+}
+
+fn read_blocks(bytes: &[u8]) -> Result<EpisodeRecord, PartError> {
     let mut r = Reader { bytes, at: MAGIC.len() };
-    let mut record = EpisodeRecord {
-        episode: u32::from_le_bytes(r.take("episode")?),
-        motion: r.string("motion")?,
-        category: r.string("category")?,
-        seed: u64::from_le_bytes(r.take("seed")?),
-        dr_level: u32::from_le_bytes(r.take("dr_level")?),
-        status: r.string("status")?,
-        reason: r.string("reason")?,
-        start_s: f64::from_le_bytes(r.take("start_s")?),
-        duration_s: f64::from_le_bytes(r.take("duration_s")?),
-        ..Default::default()
+    let mut rows = TrajectoryRows::default();
+    let mut held = 0u64;
+    let kinds = kinds();
+    // Whether each array is filled, as the first block with rows says.
+    let mut filled: Vec<Option<bool>> = vec![None; kinds.len()];
+    loop {
+        let offset = r.at;
+        let n = u64::from_le_bytes(r.take("a block's row count")?);
+        if n == END {
+            break;
+        }
+        let next = u64::from_le_bytes(r.take("a block's end")?);
+        let mut targets = all_arrays_mut(&mut rows);
+        for (k, (dataset, width, may_be_empty)) in kinds.iter().enumerate() {
+            let count = u64::from_le_bytes(r.take(dataset)?);
+            let full = n.saturating_mul(*width as u64);
+            if count != full && !(*may_be_empty && count == 0) {
+                return Err(PartError::WrongLength {
+                    dataset,
+                    rows: n as usize,
+                    width: *width,
+                    got: count as usize,
+                });
+            }
+            if n > 0 {
+                let is_filled = count > 0;
+                if *filled[k].get_or_insert(is_filled) != is_filled {
+                    return Err(PartError::Inconsistent { dataset, offset });
+                }
+            }
+            let raw = r.slice(dataset, (count as usize).saturating_mul(8))?;
+            append_f64s(raw, targets[k]);
+        }
+        if next < r.at as u64 || next > bytes.len() as u64 {
+            return Err(PartError::BadBlock { offset, next });
+        }
+        r.at = next as usize;
+        held += n;
+    }
+    let mut record = r.fields()?;
+    let said = u64::from_le_bytes(r.take("rows")?);
+    if said != held {
+        return Err(PartError::RowCount { said, held });
+    }
+    record.rows = rows;
+    r.finished(record)
+}
+
+fn read_v1(bytes: &[u8]) -> Result<EpisodeRecord, PartError> {
+    let mut r = Reader {
+        bytes,
+        at: MAGIC_V1.len(),
     };
-    let [has_scored_until] = r.take("scored_until_s")?;
-    let scored_until = f64::from_le_bytes(r.take("scored_until_s")?);
-    record.scored_until_s = (has_scored_until != 0).then_some(scored_until);
+    let mut record = r.fields()?;
     let rows = u64::from_le_bytes(r.take("rows")?) as usize;
-    let required = DATASETS.iter().map(|(n, w)| (*n, *w, false));
-    let optional = OPTIONAL_DATASETS.iter().map(|(n, w)| (*n, *w, true));
-    let mut arrays = Vec::with_capacity(DATASETS.len() + OPTIONAL_DATASETS.len());
-    for (dataset, width, may_be_empty) in required.chain(optional) {
+    let mut targets = all_arrays_mut(&mut record.rows);
+    for (k, (dataset, width, may_be_empty)) in kinds().into_iter().enumerate() {
         let count = u64::from_le_bytes(r.take(dataset)?) as usize;
         if count != rows.saturating_mul(width) && !(may_be_empty && count == 0) {
             return Err(PartError::WrongLength {
@@ -166,33 +298,59 @@ pub fn read(bytes: &[u8]) -> Result<EpisodeRecord, PartError> {
             });
         }
         let raw = r.slice(dataset, count.saturating_mul(8))?;
-        arrays.push(read_f64s(raw));
+        append_f64s(raw, targets[k]);
     }
-    let mut arrays = arrays.into_iter();
-    let targets = record.rows.arrays_mut().into_iter();
-    for target in targets {
-        *target = arrays.next().expect("one per required dataset");
-    }
-    for target in record.rows.optional_arrays_mut() {
-        *target = arrays.next().expect("one per optional dataset");
-    }
-    match bytes.len() - r.at {
-        0 => Ok(record),
-        extra => Err(PartError::TrailingBytes { extra }),
-    }
+    r.finished(record)
 }
 
 /// An array's name, width and whether it may be empty.
 type ArrayKind = (&'static str, usize, bool);
 
-/// Every array with its kind, in file order.
-fn arrays(record: &EpisodeRecord) -> Vec<(ArrayKind, &[f64])> {
-    let required = DATASETS.iter().map(|(n, w)| (*n, *w, false)).zip(record.rows.arrays());
-    let optional = OPTIONAL_DATASETS
-        .iter()
-        .map(|(n, w)| (*n, *w, true))
-        .zip(record.rows.optional_arrays());
+/// Every array's kind, in file order.
+fn kinds() -> Vec<ArrayKind> {
+    let required = DATASETS.iter().map(|(n, w)| (*n, *w, false));
+    let optional = OPTIONAL_DATASETS.iter().map(|(n, w)| (*n, *w, true));
     required.chain(optional).collect()
+}
+
+/// Every array with its kind, in file order.
+fn arrays(rows: &TrajectoryRows) -> Vec<(ArrayKind, &[f64])> {
+    let held = rows.arrays().into_iter().chain(rows.optional_arrays());
+    kinds().into_iter().zip(held).collect()
+}
+
+/// Every array to fill, in file order.
+fn all_arrays_mut(rows: &mut TrajectoryRows) -> Vec<&mut Vec<f64>> {
+    let TrajectoryRows {
+        times,
+        qpos,
+        qvel,
+        body_pos,
+        actions,
+        ref_qpos,
+        ref_body_pos,
+        state,
+        ref_state,
+        targets,
+        torques,
+        feedforward,
+    } = rows;
+    // The order of `TrajectoryRows::arrays_mut` then `optional_arrays_mut` (a test holds them
+    // to it).
+    vec![
+        times,
+        qpos,
+        qvel,
+        body_pos,
+        actions,
+        ref_qpos,
+        ref_body_pos,
+        state,
+        ref_state,
+        targets,
+        torques,
+        feedforward,
+    ]
 }
 
 fn put_str(out: &mut Vec<u8>, s: &str) {
@@ -230,6 +388,34 @@ impl<'a> Reader<'a> {
         let raw = self.slice(what, len)?;
         String::from_utf8(raw.to_vec()).map_err(|_| PartError::NotUtf8 { offset, what })
     }
+
+    /// The episode's fields, as [`put_fields`] writes them (no rows).
+    fn fields(&mut self) -> Result<EpisodeRecord, PartError> {
+        let mut record = EpisodeRecord {
+            episode: u32::from_le_bytes(self.take("episode")?),
+            motion: self.string("motion")?,
+            category: self.string("category")?,
+            seed: u64::from_le_bytes(self.take("seed")?),
+            dr_level: u32::from_le_bytes(self.take("dr_level")?),
+            status: self.string("status")?,
+            reason: self.string("reason")?,
+            start_s: f64::from_le_bytes(self.take("start_s")?),
+            duration_s: f64::from_le_bytes(self.take("duration_s")?),
+            ..Default::default()
+        };
+        let [has_scored_until] = self.take("scored_until_s")?;
+        let scored_until = f64::from_le_bytes(self.take("scored_until_s")?);
+        record.scored_until_s = (has_scored_until != 0).then_some(scored_until);
+        Ok(record)
+    }
+
+    /// `record`, where nothing follows what was read.
+    fn finished(&self, record: EpisodeRecord) -> Result<EpisodeRecord, PartError> {
+        match self.bytes.len() - self.at {
+            0 => Ok(record),
+            extra => Err(PartError::TrailingBytes { extra }),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -258,17 +444,45 @@ mod tests {
         r
     }
 
+    /// `record` with its torques' NaNs as bits, so that records compare with `==`.
+    fn comparable(mut r: EpisodeRecord) -> (EpisodeRecord, Vec<u64>) {
+        let bits = r.rows.torques.iter().map(|v| v.to_bits()).collect();
+        r.rows.torques.clear();
+        (r, bits)
+    }
+
+    /// The older layout, as servers before the block layout wrote it.
+    fn write_v1(record: &EpisodeRecord, out: &mut Vec<u8>) {
+        out.extend_from_slice(MAGIC_V1);
+        put_fields(out, record);
+        out.extend_from_slice(&(record.num_rows() as u64).to_le_bytes());
+        for (_, values) in arrays(&record.rows) {
+            out.extend_from_slice(&(values.len() as u64).to_le_bytes());
+            write_f64s(values, out).unwrap();
+        }
+    }
+
+    #[test]
+    fn every_array_is_filled_in_file_order() {
+        let mut rows = TrajectoryRows::default();
+        for (k, v) in all_arrays_mut(&mut rows).into_iter().enumerate() {
+            v.push(k as f64);
+        }
+        let held: Vec<f64> = rows
+            .arrays()
+            .into_iter()
+            .chain(rows.optional_arrays())
+            .flatten()
+            .copied()
+            .collect();
+        assert_eq!(held, (0..12).map(|k| k as f64).collect::<Vec<_>>());
+    }
+
     #[test]
     fn a_record_round_trips_bit_for_bit() {
         let mut bytes = Vec::new();
         write(&record(), &mut bytes).unwrap();
-        let back = read(&bytes).unwrap();
-        let bits = |r: &EpisodeRecord| r.rows.torques.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&back), bits(&record()));
-        let (mut a, mut b) = (back, record());
-        a.rows.torques.clear();
-        b.rows.torques.clear();
-        assert_eq!(a, b);
+        assert_eq!(comparable(read(&bytes).unwrap()), comparable(record()));
         let empty = EpisodeRecord::default();
         let mut bytes = Vec::new();
         write(&empty, &mut bytes).unwrap();
@@ -276,11 +490,48 @@ mod tests {
     }
 
     #[test]
+    fn parts_of_the_older_layout_are_read() {
+        for rec in [record(), EpisodeRecord::default()] {
+            let mut bytes = Vec::new();
+            write_v1(&rec, &mut bytes);
+            assert!(is_part(&bytes));
+            assert_eq!(comparable(read(&bytes).unwrap()), comparable(rec));
+        }
+    }
+
+    #[test]
+    fn rows_written_in_aligned_blocks_as_they_come_read_back_whole() {
+        let whole = record();
+        // The rows as a running episode has them: the actions one row ahead.
+        let mut running = whole.clone();
+        for (v, (_, w)) in running.rows.arrays_mut().into_iter().zip(DATASETS) {
+            v.truncate(2 * w);
+        }
+        running.rows.actions = whole.rows.actions.clone();
+        running.rows.torques.truncate(2 * 29);
+        let mut bytes = MAGIC.to_vec();
+        let next = write_block(&running.rows, 0..1, bytes.len() as u64, 4096, &mut bytes).unwrap();
+        assert_eq!((next, bytes.len()), (4096, 4096));
+        let next = write_block(&running.rows, 1..2, next, 4096, &mut bytes).unwrap();
+        assert_eq!((next, bytes.len()), (8192, 8192));
+        write_block(&whole.rows, 2..3, next, 1, &mut bytes).unwrap();
+        write_end(&whole, &mut bytes).unwrap();
+        assert_eq!(comparable(read(&bytes).unwrap()), comparable(whole.clone()));
+
+        // A block cannot take rows an array does not hold yet.
+        let err = write_block(&running.rows, 2..3, 0, 1, &mut Vec::new()).unwrap_err();
+        assert!(
+            err.to_string().contains("times holds 2 values, not 3 rows × 1"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn damaged_parts_are_refused_with_the_reason() {
         let mut bytes = Vec::new();
         write(&record(), &mut bytes).unwrap();
         let err = read(&bytes[..bytes.len() - 3]).unwrap_err().to_string();
-        assert!(err.contains("truncated") && err.contains("feedforward"), "{err}");
+        assert!(err.contains("truncated") && err.contains("rows"), "{err}");
         let mut longer = bytes.clone();
         longer.push(0);
         assert!(read(&longer).unwrap_err().to_string().contains("1 bytes after"));
@@ -289,5 +540,36 @@ mod tests {
         wrong.rows.qvel.pop();
         let err = write(&wrong, &mut Vec::new()).unwrap_err().to_string();
         assert!(err.contains("qvel holds 104 values, not 3 rows × 35"), "{err}");
+
+        // The end saying more rows than the blocks hold.
+        let rec = record();
+        let mut bytes = MAGIC.to_vec();
+        write_block(&rec.rows, 0..2, 8, 1, &mut bytes).unwrap();
+        write_end(&rec, &mut bytes).unwrap();
+        let err = read(&bytes).unwrap_err().to_string();
+        assert!(err.contains("the end says 3 rows, the blocks hold 2"), "{err}");
+
+        // An optional array filled in one block and empty in the next.
+        let mut bytes = MAGIC.to_vec();
+        let next = write_block(&rec.rows, 0..2, 8, 1, &mut bytes).unwrap();
+        let mut no_torques = rec.clone();
+        no_torques.rows.torques.clear();
+        write_block(&no_torques.rows, 2..3, next, 1, &mut bytes).unwrap();
+        write_end(&rec, &mut bytes).unwrap();
+        let err = read(&bytes).unwrap_err().to_string();
+        assert!(
+            err.contains("torques is empty in some blocks and not in others"),
+            "{err}"
+        );
+
+        // A block whose next offset points back into it.
+        let mut bytes = Vec::new();
+        write(&rec, &mut bytes).unwrap();
+        bytes[16..24].copy_from_slice(&9u64.to_le_bytes());
+        let err = read(&bytes).unwrap_err().to_string();
+        assert!(
+            err.contains("the block at byte 8 says the next starts at byte 9"),
+            "{err}"
+        );
     }
 }

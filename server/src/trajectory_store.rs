@@ -20,6 +20,7 @@ use rayon::prelude::*;
 use std::path::{Path, PathBuf};
 
 pub mod merge_ahead;
+pub mod part_draft;
 mod part_file;
 pub use merge_ahead::{AheadWritten, MergeAhead};
 
@@ -42,14 +43,24 @@ pub enum WrittenPart {
 /// else, or if that fails (then logged), into the scratch folder for [`put_part`], which
 /// retries. Blocking, and safe to run for many episodes at once: the direct write saves the
 /// committer a scratch file, a link and a removal per run, one after the other.
+///
+/// `draft`: the part as far as it was written while the episode ran ([`part_draft`]), finished
+/// here; should that fail (logged), the part is written whole.
 pub fn write_part_for(
     objects: &Objects,
     submission: &str,
     idx: i64,
     attempt: i64,
     record: &EpisodeRecord,
+    draft: Option<part_draft::PartDraft>,
 ) -> anyhow::Result<WrittenPart> {
     if let Some(target) = objects.local_path(&objects::episode_part_key(submission, idx, attempt)) {
+        if let Some(draft) = draft.filter(|d| d.target() == target) {
+            match draft.finish(record) {
+                Ok(()) => return Ok(WrittenPart::Stored),
+                Err(e) => tracing::warn!("episode {idx}: {e:#}; writing its part whole instead"),
+            }
+        }
         match write_in_place(&target, record, objects.direct_parts()) {
             Ok(()) => return Ok(WrittenPart::Stored),
             Err(e) => tracing::warn!("{e:#}; writing it through the scratch folder instead"),
@@ -112,9 +123,10 @@ pub async fn store_episode(
 ) -> anyhow::Result<()> {
     let idx = record.episode as i64;
     let (objects2, submission2) = (objects.clone(), submission.to_string());
-    let written = tokio::task::spawn_blocking(move || write_part_for(&objects2, &submission2, idx, attempt, &record))
-        .await
-        .context("the trajectory writer stopped")??;
+    let written =
+        tokio::task::spawn_blocking(move || write_part_for(&objects2, &submission2, idx, attempt, &record, None))
+            .await
+            .context("the trajectory writer stopped")??;
     match written {
         WrittenPart::Stored => Ok(()),
         WrittenPart::Scratch(scratch) => put_part(objects, submission, idx, attempt, &scratch).await,

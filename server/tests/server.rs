@@ -4,7 +4,7 @@
 
 mod common;
 
-use arena_data::trajectory_file;
+use arena_data::{episode_part, trajectory_file};
 use arena_runner::local::{LocalOptions, run_local};
 use arena_sdk::agents::ReplayAgent;
 use arena_sdk::client::{self, ClientConfig, ClientEvent, Mode};
@@ -945,6 +945,78 @@ fn a_failed_submission_left_unmerged_is_merged_at_the_next_start() {
     }
     assert_eq!(trajectory_file::episode_names(&blocker).unwrap().len(), 6);
     assert!(!data.join("trajectories").join(&id).exists(), "the parts were kept");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The parts a server writes while its episodes run (`trajectory_store::part_draft`) hold the
+/// same records as parts written whole when each episode ends (`--buffered-parts`, which turns
+/// the drafts off): the same submission on two servers, each kept from merging so that its
+/// parts stay, read back and compared bit for bit.
+#[test]
+fn parts_begun_while_episodes_run_hold_what_parts_written_whole_hold() {
+    let dir = tmp("drafted-parts");
+    let parts_of = |name: &str, flags: &[&str]| {
+        let data = dir.join(name);
+        let mut args = vec!["--object-store-retry-s", "1"];
+        args.extend_from_slice(flags);
+        let mut server = ServerProc::start(&data, &args);
+        let (_, id, _blocker, config) = merge_blocked_submission(&server, &data);
+        assert!(client::run_blocking(&config, &mut ReplayAgent::new(), &mut |_| {}).is_err());
+        server.kill9();
+        let folder = data.join("trajectories").join(&id);
+        let mut parts: Vec<(String, Vec<u8>)> = std::fs::read_dir(&folder)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .map(|e| {
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    std::fs::read(e.path()).unwrap(),
+                )
+            })
+            .collect();
+        parts.sort();
+        parts
+    };
+    let drafted = parts_of("drafted", &[]);
+    let whole = parts_of("whole", &["--buffered-parts"]);
+    let names = |parts: &[(String, Vec<u8>)]| parts.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&drafted), names(&whole));
+    assert_eq!(drafted.len(), 6, "{:?}", names(&drafted));
+    for ((name, d), (_, w)) in drafted.iter().zip(&whole) {
+        let (d_rec, w_rec) = (episode_part::read(d).unwrap(), episode_part::read(w).unwrap());
+        assert!(d_rec.num_rows() > 16, "{name}: {} rows", d_rec.num_rows());
+        // The drafted part's first block holds the first rows handed over (16 or more, not all).
+        let first_block = u64::from_le_bytes(d[8..16].try_into().unwrap()) as usize;
+        assert!(
+            (16..d_rec.num_rows()).contains(&first_block),
+            "{name}: a first block of {first_block} rows, {} in all",
+            d_rec.num_rows()
+        );
+        assert_eq!(
+            u64::from_le_bytes(w[8..16].try_into().unwrap()) as usize,
+            w_rec.num_rows()
+        );
+        let bits = |r: &arena_data::trajectory_file::EpisodeRecord| {
+            let rows = &r.rows;
+            rows.arrays()
+                .into_iter()
+                .chain(rows.optional_arrays())
+                .map(|a| a.iter().map(|v| v.to_bits()).collect::<Vec<_>>())
+                .collect::<Vec<_>>()
+        };
+        assert!(bits(&d_rec) == bits(&w_rec), "{name}: the rows differ");
+        let fields = |r: &arena_data::trajectory_file::EpisodeRecord| {
+            (
+                r.episode,
+                r.motion.clone(),
+                r.status.clone(),
+                r.reason.clone(),
+                r.seed,
+                r.scored_until_s,
+            )
+        };
+        assert_eq!(fields(&d_rec), fields(&w_rec), "{name}");
+    }
     std::fs::remove_dir_all(&dir).ok();
 }
 

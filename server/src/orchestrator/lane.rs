@@ -4,6 +4,7 @@
 
 use super::warm::SimulatorShape;
 use super::{JobSource, RunContext, Sink, db_call, episode_start};
+use crate::trajectory_store::part_draft::{Draft, Drafts, PartDraft, Spillable};
 use arena_bench::aggregate::EpisodeStatus;
 use arena_bench::spec::Episode;
 use arena_data::NUM_JOINTS;
@@ -23,6 +24,8 @@ pub struct Finished {
     pub status: EpisodeStatus,
     pub reason: Option<String>,
     pub trajectory: Trajectory,
+    /// Its part as far as it was written while the episode ran, for the committer to finish.
+    pub draft: Option<PartDraft>,
     /// The simulator that ran it (`Handler::describe`), recorded with its result.
     pub engine: String,
 }
@@ -43,6 +46,8 @@ struct Running {
     attempt: u32,
     /// Set when the protocol, not the physics, ends the episode (bad action, timeout).
     forced: Option<(EpisodeStatus, String)>,
+    /// Its part, written while it runs (dropped, the file goes too, if the run is given back).
+    draft: Draft,
 }
 
 /// Deadline of each lane's first request of a session, when the step deadline is shorter.
@@ -80,6 +85,10 @@ struct LaneTimings {
     apply_s: f64,
     /// Handing finished episodes to the committer (their trajectories move).
     collect_s: f64,
+    /// Handing running episodes' rows to the writer of their parts ([`Drafts::spill`]).
+    spill_s: f64,
+    /// Blocks of rows handed over.
+    spilled: u64,
     requests: u64,
 }
 
@@ -130,6 +139,9 @@ struct Lane<'a> {
     scratch: ReferenceScratch,
     actions: Vec<f32>,
     timings: LaneTimings,
+    /// Where running episodes' parts are written as they run; `None` where each is written
+    /// whole when it ends (practice sessions, remote stores).
+    drafts: Option<Drafts<'a>>,
 }
 
 impl<'a> Lane<'a> {
@@ -172,6 +184,12 @@ impl<'a> Lane<'a> {
             next_request: lane as u64,
             scratch: ReferenceScratch::default(),
             timings,
+            drafts: match &ctx.sink {
+                Sink::Submission {
+                    objects, submission_id, ..
+                } => Drafts::for_store(objects, submission_id),
+                Sink::Practice => None,
+            },
         })
     }
 
@@ -187,7 +205,7 @@ impl<'a> Lane<'a> {
             "resets": env.resets, "observe_s": round(t.observe_s), "agent_s": round(t.agent_s),
             "apply_s": round(t.apply_s), "physics_s": round(env.physics_s),
             "refresh_s": round(env.refresh_s), "record_s": round(env.record_s),
-            "collect_s": round(t.collect_s),
+            "collect_s": round(t.collect_s), "spill_s": round(t.spill_s), "spilled_blocks": t.spilled,
             "requests": t.requests, "steps": env.steps,
         });
         tracing::info!(target: "arena_timings", "lane {breakdown}");
@@ -338,6 +356,7 @@ impl<'a> Lane<'a> {
                 episode,
                 attempt,
                 forced,
+                draft: Draft::default(),
             });
         }
         for (slot, e) in self.env.reset_isolating_failures(&resets) {
@@ -652,13 +671,14 @@ impl<'a> Lane<'a> {
                 (None, Some(end)) => end,
                 (None, None) => continue,
             };
-            let running = self.slots[slot].take().expect("checked above");
+            let mut running = self.slots[slot].take().expect("checked above");
             let finished = Finished {
                 episode: running.episode,
                 attempt: running.attempt,
                 status,
                 reason,
                 trajectory: self.env.take_trajectory(slot),
+                draft: running.draft.take(),
                 engine: self.env.handler().describe(),
             };
             if let Err(mpsc::SendError(lost)) = self.commit.send(finished) {
@@ -673,6 +693,31 @@ impl<'a> Lane<'a> {
             }
         }
         self.timings.collect_s += started.elapsed().as_secs_f64();
+        self.spill();
+    }
+
+    /// Hands the rows of running episodes to the writer of their parts, a block at a time, so
+    /// that little is left to write when they end together.
+    fn spill(&mut self) {
+        let Some(drafts) = &self.drafts else { return };
+        let started = Instant::now();
+        let env = &self.env;
+        let running: Vec<Spillable<'_>> = self
+            .slots
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(slot, r)| {
+                let r = r.as_mut().filter(|r| r.forced.is_none())?;
+                Some(Spillable {
+                    draft: &mut r.draft,
+                    idx: r.episode.index as i64,
+                    attempt: r.attempt as i64,
+                    rows: &env.trajectory(slot).rows,
+                })
+            })
+            .collect();
+        self.timings.spilled += drafts.spill(running) as u64;
+        self.timings.spill_s += started.elapsed().as_secs_f64();
     }
 
     /// After an error that ends the lane: its running episodes go back to the queue without

@@ -20,7 +20,7 @@ use std::path::Path;
 
 /// The alignment `O_DIRECT` asks of a write's buffer, offset and length: the largest logical
 /// block size in use (4096; 512-byte devices accept it too).
-const DIRECT_ALIGN: usize = 4096;
+pub(super) const DIRECT_ALIGN: usize = 4096;
 
 /// One aligned block of [`DirectBuffer`].
 #[derive(Clone, Copy)]
@@ -30,12 +30,27 @@ struct Block([u8; DIRECT_ALIGN]);
 /// A growable byte buffer whose start and capacity are multiples of [`DIRECT_ALIGN`]. Each
 /// committer thread keeps one, so serialising a part touches memory it has touched before.
 #[derive(Default)]
-struct DirectBuffer {
+pub(super) struct DirectBuffer {
     blocks: Vec<Block>,
     len: usize,
 }
 
 impl DirectBuffer {
+    /// Empties it, keeping its memory.
+    pub(super) fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// The bytes written.
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The memory it keeps, in bytes.
+    pub(super) fn capacity(&self) -> usize {
+        self.blocks.len() * DIRECT_ALIGN
+    }
+
     fn bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: `Block` is a plain array of bytes with no padding, so the blocks are
         // `blocks.len() * DIRECT_ALIGN` initialised bytes in a row.
@@ -45,7 +60,7 @@ impl DirectBuffer {
     }
 
     /// The bytes written, zero-padded to whole blocks.
-    fn padded(&mut self) -> &[u8] {
+    pub(super) fn padded(&mut self) -> &[u8] {
         let end = self.len.div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
         let len = self.len;
         let bytes = self.bytes_mut();
@@ -79,6 +94,20 @@ thread_local! {
 /// longer episode's is given back after its write.
 const KEPT_BUFFER_BYTES: usize = 16 << 20;
 
+/// Runs `f` with this thread's buffer, emptied; gives the buffer's memory back after where it
+/// grew past [`KEPT_BUFFER_BYTES`].
+pub(super) fn with_buffer<R>(f: impl FnOnce(&mut DirectBuffer) -> R) -> R {
+    BUFFER.with(|cell| {
+        let mut buffer = cell.borrow_mut();
+        buffer.clear();
+        let result = f(&mut buffer);
+        if buffer.capacity() > KEPT_BUFFER_BYTES {
+            *buffer = DirectBuffer::default();
+        }
+        result
+    })
+}
+
 /// How a part reached its file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PartWrite {
@@ -93,18 +122,13 @@ pub(crate) enum PartWrite {
 /// the name is its folder's to sync); a file already there is an error and left alone, a file
 /// this call began is removed again if writing fails.
 pub(crate) fn write(path: &Path, record: &EpisodeRecord, direct: bool, durable: bool) -> anyhow::Result<PartWrite> {
-    BUFFER.with(|cell| {
-        let mut buffer = cell.borrow_mut();
-        buffer.len = 0;
+    with_buffer(|buffer| {
         let written = episode_part::write(record, &mut *buffer)
             .map_err(anyhow::Error::from)
-            .and_then(|()| match direct && write_direct(path, &mut buffer, durable)? {
+            .and_then(|()| match direct && write_direct(path, buffer, durable)? {
                 true => Ok(PartWrite::Direct),
-                false => write_buffered(path, &buffer, durable).map(|()| PartWrite::Buffered),
+                false => write_buffered(path, buffer, durable).map(|()| PartWrite::Buffered),
             });
-        if buffer.blocks.len() * DIRECT_ALIGN > KEPT_BUFFER_BYTES {
-            *buffer = DirectBuffer::default();
-        }
         written.map_err(|e| {
             let theirs = e
                 .downcast_ref::<std::io::Error>()

@@ -10,6 +10,10 @@
 //! part written whole; the file is the block layout of [`arena_data::episode_part`], so either
 //! way the part reads back the same.
 //!
+//! A draft holds no open file between writes (each block opens, writes and closes it): 4096
+//! running episodes would otherwise hold 4096 descriptors, which the server counts on for its
+//! connections.
+//!
 //! A draft is only a head start. Where one cannot be begun (a remote store, a filesystem that
 //! refuses `O_DIRECT`), where a write fails, or where the finished record does not continue the
 //! rows written, the part is written whole at the end as before; a draft dropped unfinished
@@ -37,9 +41,9 @@ const IN_FLIGHT: usize = 256;
 /// A block's buffer is kept for the next one up to this size.
 const KEPT_BLOCK_BYTES: usize = 1 << 20;
 
-/// The part file a draft writes, shared with the writer thread.
+/// The part file a draft writes (under its staging name), shared with the writer thread.
 struct DraftFile {
-    file: std::fs::File,
+    path: PathBuf,
     progress: Mutex<Progress>,
     written: Condvar,
 }
@@ -53,6 +57,22 @@ struct Progress {
 }
 
 impl DraftFile {
+    /// The file, opened for writing past the page cache (`create`: a new one).
+    #[cfg(target_os = "linux")]
+    fn open(path: &std::path::Path, create: bool) -> std::io::Result<std::fs::File> {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(create)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn open(_path: &std::path::Path, _create: bool) -> std::io::Result<std::fs::File> {
+        Err(std::io::Error::from(std::io::ErrorKind::Unsupported))
+    }
+
     /// Waits for the blocks handed over; the first write that failed, if one did.
     fn wait_written(&self) -> Result<(), String> {
         let mut progress = self.progress.lock().unwrap_or_else(|e| e.into_inner());
@@ -130,7 +150,7 @@ fn writer() -> Option<&'static Writer> {
 fn write_block(job: Job) {
     use std::os::unix::fs::FileExt;
     let Job { file, at, mut block } = job;
-    let written = file.file.write_all_at(block.padded(), at);
+    let written = DraftFile::open(&file.path, false).and_then(|f| f.write_all_at(block.padded(), at));
     if let Some(writer) = writer() {
         writer.give_back(block);
     }
@@ -177,36 +197,25 @@ impl Drop for PartDraft {
 }
 
 impl PartDraft {
-    /// Drafts need `O_DIRECT`: none here.
-    #[cfg(not(target_os = "linux"))]
-    fn begin(_target: PathBuf) -> anyhow::Result<Option<PartDraft>> {
-        Ok(None)
-    }
-
     /// A new, empty part file under a staging name beside `target`, written past the page
-    /// cache; `None` where the filesystem refuses that.
-    #[cfg(target_os = "linux")]
+    /// cache; `None` where the filesystem (or the system) refuses that.
     fn begin(target: PathBuf) -> anyhow::Result<Option<PartDraft>> {
-        use std::os::unix::fs::OpenOptionsExt;
         if let Some(dir) = target.parent() {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
         let mut staged = target.as_os_str().to_owned();
         staged.push(format!("#{}", uuid::Uuid::new_v4().as_u128() % 1_000_000_000_000));
         let staged = PathBuf::from(staged);
-        let opened = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(&staged);
-        let file = match opened {
-            Ok(file) => file,
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return Ok(None),
+        match DraftFile::open(&staged, true) {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) || e.kind() == std::io::ErrorKind::Unsupported => {
+                return Ok(None);
+            }
             Err(e) => return Err(anyhow::Error::from(e).context(format!("creating {}", staged.display()))),
-        };
+        }
         Ok(Some(PartDraft {
             shared: Arc::new(DraftFile {
-                file,
+                path: staged.clone(),
                 progress: Mutex::default(),
                 written: Condvar::new(),
             }),
@@ -274,7 +283,7 @@ impl PartDraft {
             episode_part::write_block(&record.rows, self.rows..rows, start, 1, buffer)?;
             episode_part::write_end(record, buffer)?;
             let len = buffer.len() as u64;
-            let file = &self.shared.file;
+            let file = DraftFile::open(&self.staged, false)?;
             file.write_all_at(buffer.padded(), at)?;
             file.set_len(at + len)?;
             // The bytes are on the device already (O_DIRECT); this makes the length so.

@@ -92,6 +92,7 @@ pub struct ServerConfig {
     /// Write each run's part file through the page cache even where the filesystem takes
     /// `O_DIRECT` (by default parts bypass it there): for data directories on block storage much
     /// slower than memory, where a part deleted after the merge may then never reach the disk.
+    /// Each part is then written whole when its episode ends, none while it runs.
     pub buffered_parts: bool,
     /// This server's name in episode claims: replicas sharing a PostgreSQL database need
     /// distinct ids, and a restarted replica should keep its id (it then takes back its own

@@ -51,7 +51,8 @@ pub struct StorageArgs {
     #[arg(long, env = "ARENA_DOWNLOAD_CACHE_MB")]
     pub download_cache_mb: Option<u64>,
     /// Write part files through the page cache even where the filesystem takes O_DIRECT (for
-    /// data directories on slow block storage).
+    /// data directories on slow block storage); each is then written whole when its episode
+    /// ends, none while it runs.
     #[arg(long)]
     pub buffered_parts: bool,
 }

@@ -233,9 +233,8 @@ fn read_blocks(bytes: &[u8]) -> Result<EpisodeRecord, PartError> {
     let mut r = Reader { bytes, at: MAGIC.len() };
     let mut rows = TrajectoryRows::default();
     let mut held = 0u64;
-    let kinds = kinds();
     // Whether each array is filled, as the first block with rows says.
-    let mut filled: Vec<Option<bool>> = vec![None; kinds.len()];
+    let mut filled: Vec<Option<bool>> = vec![None; DATASETS.len() + OPTIONAL_DATASETS.len()];
     loop {
         let offset = r.at;
         let n = u64::from_le_bytes(r.take("a block's row count")?);
@@ -243,27 +242,16 @@ fn read_blocks(bytes: &[u8]) -> Result<EpisodeRecord, PartError> {
             break;
         }
         let next = u64::from_le_bytes(r.take("a block's end")?);
-        let mut targets = all_arrays_mut(&mut rows);
-        for (k, (dataset, width, may_be_empty)) in kinds.iter().enumerate() {
-            let count = u64::from_le_bytes(r.take(dataset)?);
-            let full = n.saturating_mul(*width as u64);
-            if count != full && !(*may_be_empty && count == 0) {
-                return Err(PartError::WrongLength {
-                    dataset,
-                    rows: n as usize,
-                    width: *width,
-                    got: count as usize,
+        each_array_mut(&mut rows, |k, kind, values| {
+            let is_filled = r.array(kind, n as usize, values)?;
+            if n > 0 && *filled[k].get_or_insert(is_filled) != is_filled {
+                return Err(PartError::Inconsistent {
+                    dataset: kind.0,
+                    offset,
                 });
             }
-            if n > 0 {
-                let is_filled = count > 0;
-                if *filled[k].get_or_insert(is_filled) != is_filled {
-                    return Err(PartError::Inconsistent { dataset, offset });
-                }
-            }
-            let raw = r.slice(dataset, (count as usize).saturating_mul(8))?;
-            append_f64s(raw, targets[k]);
-        }
+            Ok(())
+        })?;
         if next < r.at as u64 || next > bytes.len() as u64 {
             return Err(PartError::BadBlock { offset, next });
         }
@@ -286,20 +274,9 @@ fn read_v1(bytes: &[u8]) -> Result<EpisodeRecord, PartError> {
     };
     let mut record = r.fields()?;
     let rows = u64::from_le_bytes(r.take("rows")?) as usize;
-    let mut targets = all_arrays_mut(&mut record.rows);
-    for (k, (dataset, width, may_be_empty)) in kinds().into_iter().enumerate() {
-        let count = u64::from_le_bytes(r.take(dataset)?) as usize;
-        if count != rows.saturating_mul(width) && !(may_be_empty && count == 0) {
-            return Err(PartError::WrongLength {
-                dataset,
-                rows,
-                width,
-                got: count,
-            });
-        }
-        let raw = r.slice(dataset, count.saturating_mul(8))?;
-        append_f64s(raw, targets[k]);
-    }
+    each_array_mut(&mut record.rows, |_, kind, values| {
+        r.array(kind, rows, values).map(|_| ())
+    })?;
     r.finished(record)
 }
 
@@ -319,38 +296,20 @@ fn arrays(rows: &TrajectoryRows) -> Vec<(ArrayKind, &[f64])> {
     kinds().into_iter().zip(held).collect()
 }
 
-/// Every array to fill, in file order.
-fn all_arrays_mut(rows: &mut TrajectoryRows) -> Vec<&mut Vec<f64>> {
-    let TrajectoryRows {
-        times,
-        qpos,
-        qvel,
-        body_pos,
-        actions,
-        ref_qpos,
-        ref_body_pos,
-        state,
-        ref_state,
-        targets,
-        torques,
-        feedforward,
-    } = rows;
-    // The order of `TrajectoryRows::arrays_mut` then `optional_arrays_mut` (a test holds them
-    // to it).
-    vec![
-        times,
-        qpos,
-        qvel,
-        body_pos,
-        actions,
-        ref_qpos,
-        ref_body_pos,
-        state,
-        ref_state,
-        targets,
-        torques,
-        feedforward,
-    ]
+/// Calls `f` with each array's index, kind and values to fill, in file order.
+fn each_array_mut(
+    rows: &mut TrajectoryRows,
+    mut f: impl FnMut(usize, ArrayKind, &mut Vec<f64>) -> Result<(), PartError>,
+) -> Result<(), PartError> {
+    let kinds = kinds();
+    for (k, values) in rows.arrays_mut().into_iter().enumerate() {
+        f(k, kinds[k], values)?;
+    }
+    for (j, values) in rows.optional_arrays_mut().into_iter().enumerate() {
+        let k = DATASETS.len() + j;
+        f(k, kinds[k], values)?;
+    }
+    Ok(())
 }
 
 fn put_str(out: &mut Vec<u8>, s: &str) {
@@ -387,6 +346,28 @@ impl<'a> Reader<'a> {
         let offset = self.at;
         let raw = self.slice(what, len)?;
         String::from_utf8(raw.to_vec()).map_err(|_| PartError::NotUtf8 { offset, what })
+    }
+
+    /// One array of `rows` rows (its value count, then the values) appended to `values`; whether
+    /// it held any (an optional one may be empty).
+    fn array(
+        &mut self,
+        (dataset, width, may_be_empty): ArrayKind,
+        rows: usize,
+        values: &mut Vec<f64>,
+    ) -> Result<bool, PartError> {
+        let count = u64::from_le_bytes(self.take(dataset)?) as usize;
+        if count != rows.saturating_mul(width) && !(may_be_empty && count == 0) {
+            return Err(PartError::WrongLength {
+                dataset,
+                rows,
+                width,
+                got: count,
+            });
+        }
+        let raw = self.slice(dataset, count.saturating_mul(8))?;
+        append_f64s(raw, values);
+        Ok(count > 0)
     }
 
     /// The episode's fields, as [`put_fields`] writes them (no rows).
@@ -465,9 +446,11 @@ mod tests {
     #[test]
     fn every_array_is_filled_in_file_order() {
         let mut rows = TrajectoryRows::default();
-        for (k, v) in all_arrays_mut(&mut rows).into_iter().enumerate() {
+        each_array_mut(&mut rows, |k, _, v| {
             v.push(k as f64);
-        }
+            Ok(())
+        })
+        .unwrap();
         let held: Vec<f64> = rows
             .arrays()
             .into_iter()

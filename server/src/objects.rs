@@ -88,6 +88,14 @@ fn prune_download_cache(dir: &Path, limit: u64, keep: &Path, recent: Duration) -
     removed
 }
 
+/// A fresh staging name beside `target` in a `file://` store: `target#N` (N a random number),
+/// which listings skip and a starting server sweeps once nothing has written to it for a while.
+pub fn staging_name(target: &Path) -> PathBuf {
+    let mut staged = target.as_os_str().to_owned();
+    staged.push(format!("#{}", uuid::Uuid::new_v4().as_u128() % 1_000_000_000_000));
+    PathBuf::from(staged)
+}
+
 /// Puts `file` at `target` on a `file://` store without streaming it through the store: a hard
 /// link (or, across filesystems, a kernel copy) under the store's staging name `target#N`
 /// (which its listings skip), renamed into place, so readers see the whole file or none. The
@@ -99,9 +107,7 @@ fn place_local_file(file: &Path, target: &Path) -> std::io::Result<()> {
     if let Some(dir) = target.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let mut staged = target.as_os_str().to_owned();
-    staged.push(format!("#{}", uuid::Uuid::new_v4().as_u128() % 1_000_000_000_000));
-    let staged = PathBuf::from(staged);
+    let staged = staging_name(target);
     // A staged file that fails half-way (a full disk, a failed sync) must not stay: listings
     // skip staged names, so nothing else would ever remove it.
     let placed = match std::fs::hard_link(file, &staged) {

@@ -75,9 +75,7 @@ fn write_in_place(target: &Path, record: &EpisodeRecord, direct: bool) -> anyhow
     if let Some(dir) = target.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    let mut staged = target.as_os_str().to_owned();
-    staged.push(format!("#{}", uuid::Uuid::new_v4().as_u128() % 1_000_000_000_000));
-    let staged = PathBuf::from(staged);
+    let staged = objects::staging_name(target);
     // Synced (its bytes and length) before its name is: the commit that follows says it is
     // stored; the folder's entries are synced once per batch (`sync_stored_parts`).
     part_file::write(&staged, record, direct, true)?;

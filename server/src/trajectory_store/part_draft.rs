@@ -203,9 +203,7 @@ impl PartDraft {
         if let Some(dir) = target.parent() {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
-        let mut staged = target.as_os_str().to_owned();
-        staged.push(format!("#{}", uuid::Uuid::new_v4().as_u128() % 1_000_000_000_000));
-        let staged = PathBuf::from(staged);
+        let staged = objects::staging_name(&target);
         match DraftFile::open(&staged, true) {
             Ok(_) => {}
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) || e.kind() == std::io::ErrorKind::Unsupported => {

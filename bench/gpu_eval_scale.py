@@ -8,7 +8,9 @@ concurrent episode; the breakdown of the wall time the server logs (target `aren
 the lane's start-up, claims and resets, observations, the agent's round trips, physics,
 refresh, hand-over; the committer's scoring, storing and database commits; the final merge);
 and, beside it, the in-process `arena eval` of the same benchmark and batch (`--no-in-process`
-leaves it out) with the ratio in-process time / served time (goal >= 0.9).
+leaves it out) with the ratio in-process time / served time (goal >= 0.9). The served time ends
+when the agent is told the submission is COMPLETED; the runs are merged into one trajectory
+file after that, and `trajectory_file_after_s` says how much later the file could be downloaded.
 
   python bench/gpu_eval_scale.py --arena target/release/arena \
       --agent target/release/examples/replay --episodes 4096 --backend gpu
@@ -366,6 +368,16 @@ def served(a, tmp, bench_dir):
     subs = json.load(urllib.request.urlopen(urllib.request.Request(
         base + "/api/v1/submissions", headers={"Authorization": f"Bearer {token}"})))["submissions"]
     sub = subs[0]
+    # The runs are merged into one trajectory file after the submission is COMPLETED (the agent
+    # does not wait for it); the download waits for the merge. Its first byte says when.
+    merged_at = time.perf_counter()
+    try:
+        urllib.request.urlopen(urllib.request.Request(
+            base + f"/api/v1/submissions/{sub['id']}/trajectories",
+            headers={"Authorization": f"Bearer {token}", "Range": "bytes=0-0"}), timeout=300).read()
+        trajectories_after_s = round(time.perf_counter() - merged_at, 2)
+    except OSError as e:
+        trajectories_after_s = f"no trajectory file: {e}"
     results = json.load(urllib.request.urlopen(urllib.request.Request(
         base + f"/api/v1/submissions/{sub['id']}/results", headers={"Authorization": f"Bearer {token}"})))
     rows = results["episodes"]
@@ -385,6 +397,7 @@ def served(a, tmp, bench_dir):
         "server_start_s": round(server_up_s, 2), "breakdown": breakdown,
         "prewarm_s": None if prewarm_s is None else round(prewarm_s, 2),
         "later_sessions_wall_s": [round(w, 2) for w in walls[1:]],
+        "trajectory_file_after_s": trajectories_after_s,
     }
     shutil.rmtree(data_dir, ignore_errors=True)
     return result

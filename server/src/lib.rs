@@ -27,3 +27,4 @@ pub mod storage;
 pub mod team_sessions;
 pub mod trajectory_store;
 pub mod web;
+pub mod writes_in_flight;

@@ -46,6 +46,8 @@ pub struct Objects {
     direct_parts: bool,
     /// Bytes of downloads kept in the cache (0 = no limit).
     download_cache_limit: u64,
+    /// Objects this process is writing now (a completed submission's merged file).
+    writes_in_flight: crate::writes_in_flight::WritesInFlight,
 }
 
 /// A cached download used this recently is never removed to make room: whoever asked for it
@@ -174,6 +176,7 @@ impl Objects {
                 retry_for,
                 direct_parts: true,
                 download_cache_limit: 0,
+                writes_in_flight: Default::default(),
             });
         }
         let Some(rest) = url.strip_prefix("s3://") else {
@@ -207,6 +210,7 @@ impl Objects {
             retry_for,
             direct_parts: true,
             download_cache_limit: 0,
+            writes_in_flight: Default::default(),
         })
     }
 
@@ -588,6 +592,11 @@ impl Objects {
     /// Where the object lives on disk, for a `file://` store (None for a remote store).
     pub fn local_path(&self, key: &str) -> Option<PathBuf> {
         self.local_root.as_ref().map(|root| root.join(key))
+    }
+
+    /// The objects this process is writing now (shared by every clone of this store).
+    pub fn writes_in_flight(&self) -> &crate::writes_in_flight::WritesInFlight {
+        &self.writes_in_flight
     }
 }
 

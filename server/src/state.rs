@@ -234,7 +234,7 @@ impl AppState {
         let catalog = Arc::new(Catalog::new(config.benchmarks_dir(), config.motions_root.clone()));
         backfill_benchmark_versions(&storage, &catalog).await?;
         complete_finished_runs(&storage, &objects, &catalog, &unfinished).await;
-        tokio::spawn(merge_failed_leftovers(storage.clone(), objects.clone()));
+        tokio::spawn(merge_leftovers(storage.clone(), objects.clone()));
         let rate_limiter = RateLimiter::new(config.requests_per_minute);
         let config_sessions = config.max_sessions_per_team;
         let hosted_places = Arc::new(tokio::sync::Semaphore::new(config.hosted_runs()));
@@ -268,9 +268,12 @@ impl AppState {
         Ok(state)
     }
 
-    /// A local HDF5 file with a submission's trajectories once it is complete (None before, or
-    /// when it has none).
+    /// A local HDF5 file with a submission's trajectories once they are merged (None before, or
+    /// when it has none); this server's merge of it, if one runs, is waited for.
     pub async fn trajectory_file(&self, submission: &str) -> Result<Option<PathBuf>, crate::objects::ObjectError> {
+        let key = crate::objects::trajectory_key(submission);
+        let waits = self.objects.writes_in_flight();
+        waits.wait(&key, crate::trajectory_store::MERGE_WAIT).await;
         crate::trajectory_store::submission_file(&self.objects, submission).await
     }
 }
@@ -294,16 +297,24 @@ async fn complete_finished_runs(
                 return Ok(None);
             };
             let spec = catalog.spec(&submission.benchmark)?;
-            crate::orchestrator::committer::complete_submission(storage, objects, &spec, id, None).await
+            let merging = objects.writes_in_flight().begin(&crate::objects::trajectory_key(id));
+            let status = crate::orchestrator::committer::complete_submission(storage, objects, &spec, id).await?;
+            Ok(status.map(|status| (status, spec.name.clone(), merging)))
         };
         match done.await {
-            Ok(Some(status)) => {
+            Ok(Some((status, benchmark, merging))) => {
                 tracing::info!(
                     "submission {id}: every episode was final when the server stopped; now {}",
                     status.as_str()
                 );
                 if status == crate::storage::SubmissionStatus::Completed {
-                    crate::orchestrator::committer::remove_merged_parts(objects, id).await;
+                    // In the background, as after a session: a large merge takes a while.
+                    let (storage, objects, id) = (storage.clone(), objects.clone(), id.clone());
+                    tokio::spawn(async move {
+                        crate::orchestrator::committer::merge_completed(&storage, &objects, &benchmark, &id, None)
+                            .await;
+                        drop(merging);
+                    });
                 }
             }
             Ok(None) => {}
@@ -312,13 +323,13 @@ async fn complete_finished_runs(
     }
 }
 
-/// Merges the runs of FAILED submissions whose episode parts are still in the store: a
-/// cancelled or expired submission is merged in the background when it fails, and a server
-/// that stopped meanwhile (or a store that was down longer than the retries) left it unmerged,
-/// with nothing that would try again. In the background: a large one takes minutes. A
-/// COMPLETED submission's leftover parts (a server stopped between its completion and their
-/// deletion) are deleted.
-async fn merge_failed_leftovers(storage: Storage, objects: crate::objects::Objects) {
+/// Merges the runs of final submissions whose episode parts are still in the store and that
+/// have no merged file: a submission is merged in the background after it completes or fails,
+/// and a server that stopped meanwhile (or a store that was down longer than the retries) left
+/// it unmerged, with nothing that would try again. In the background: a large one takes
+/// minutes. A COMPLETED submission's leftover parts beside its merged file (a server stopped
+/// between the merge and their deletion) are deleted.
+async fn merge_leftovers(storage: Storage, objects: crate::objects::Objects) {
     let keys = match objects.list("trajectories").await {
         Ok(k) => k,
         Err(e) => {
@@ -338,18 +349,28 @@ async fn merge_failed_leftovers(storage: Storage, objects: crate::objects::Objec
     with_parts.sort();
     with_parts.dedup();
     for id in with_parts {
-        let status = match storage.submission(&id).await {
-            Ok(Some(s)) => s.status,
+        let (status, benchmark) = match storage.submission(&id).await {
+            Ok(Some(s)) => (s.status, s.benchmark),
             _ => continue,
         };
+        let merged_key = crate::objects::trajectory_key(&id);
+        if objects.writes_in_flight().is_writing(&merged_key) {
+            continue; // merged by this server right now (completed as it started)
+        }
         if status == crate::storage::SubmissionStatus::Completed {
-            if !keys.contains(&crate::objects::trajectory_key(&id)) {
-                continue; // no merged file to hold them (never expected): keep the parts
+            if keys.contains(&merged_key) {
+                // Its merged file was stored (and synced) before its parts were deleted: the
+                // parts a stopped server (or a failed deletion) left behind only take room.
+                crate::orchestrator::committer::remove_merged_parts(&objects, &id).await;
+                tracing::info!("submission {id}: removed the per-episode files its merged file holds");
+            } else {
+                // Completed, then stopped (or failed to store the file) before its merge.
+                let _merging = objects.writes_in_flight().begin(&merged_key);
+                crate::orchestrator::committer::merge_completed(&storage, &objects, &benchmark, &id, None).await;
+                if objects.exists(&merged_key).await.unwrap_or(false) {
+                    tracing::info!("submission {id}: the runs of this completed submission are merged now");
+                }
             }
-            // Its merged file was stored (and synced) before it became COMPLETED: the parts a
-            // stopped server (or a failed deletion) left behind are only taking room.
-            crate::orchestrator::committer::remove_merged_parts(&objects, &id).await;
-            tracing::info!("submission {id}: removed the per-episode files its merged file holds");
             continue;
         }
         if status != crate::storage::SubmissionStatus::Failed {

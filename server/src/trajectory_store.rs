@@ -436,6 +436,14 @@ pub async fn delete_parts(objects: &Objects, submission: &str) -> Result<(), Obj
     Ok(())
 }
 
+/// Whether a submission still has per-episode files (runs not merged yet, or left behind).
+pub async fn has_parts(objects: &Objects, submission: &str) -> Result<bool, ObjectError> {
+    Ok(!objects
+        .list(&objects::episode_parts_prefix(submission))
+        .await?
+        .is_empty())
+}
+
 /// One episode's stored trajectory: from the submission's merged file once it has one (or a
 /// file of the one-file layout holding it), else from the committed run's own file (`committed`:
 /// [`committed_attempt`] of the episode's row). None if neither holds it yet.
@@ -498,12 +506,20 @@ pub async fn submission_file(objects: &Objects, submission: &str) -> Result<Opti
     objects.local_copy(&objects::trajectory_key(submission)).await
 }
 
+/// How long a reader of a merged file waits for this server's merge of it (a submission that
+/// has just completed): a minute of merging is about 40,000 two-second episodes on one thread.
+/// A longer one is answered as not merged yet.
+pub const MERGE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// [`submission_file`] for blocking code (dataset exports, command-line tools): the path of the
-/// merged file, downloaded first from a remote store. A file that is missing or cannot be
+/// merged file (once this server's merge of it, if any, is done), downloaded first from a
+/// remote store. A file that is missing or cannot be
 /// fetched gives its would-be path (the caller's open then fails and says which submission); a
 /// fetch error is logged.
 pub fn submission_path_blocking(objects: &Objects, submission: &str) -> PathBuf {
     let key = objects::trajectory_key(submission);
+    // A submission that has just completed: its merge on this server is waited for.
+    objects.writes_in_flight().wait_blocking(&key, MERGE_WAIT);
     if let Some(path) = objects.local_path(&key) {
         return path;
     }

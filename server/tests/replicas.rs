@@ -131,6 +131,8 @@ fn check_submissions(server: &ServerProc, ids: &[String], object: &dyn Fn(&str) 
                 rerun += 1;
             }
         }
+        // Merged after the completion, by the replica that completed it.
+        server.wait_merged(id, ADMIN, std::time::Duration::from_secs(60));
         let merged = object(&format!("trajectories/{id}.h5"));
         let names =
             arena_data::trajectory_file::episode_names(&merged).unwrap_or_else(|e| panic!("{}: {e}", merged.display()));

@@ -644,6 +644,7 @@ fn submission_survives_server_sigkill() {
     ids.dedup();
     assert_eq!(ids.len(), 6, "every episode exactly once: {ids:?}");
     assert_eq!(report["aggregated"]["emd"]["count"], 6);
+    server.wait_merged(&id, ADMIN, std::time::Duration::from_secs(60));
     let file = dir.join(format!("trajectories/{id}.h5"));
     assert_eq!(trajectory_file::episode_names(&file).unwrap().len(), 6);
     drop(server);
@@ -826,19 +827,40 @@ fn a_phase_cannot_open_on_a_benchmark_the_server_cannot_load() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// A g1-smoke submission whose merged trajectory file cannot be written (a folder holds its
-/// name), and the client configuration that runs it once: (token, id, the folder, config).
-fn merge_blocked_submission(
+/// What a test keeps the store from writing, for one submission: a folder in the object's
+/// place.
+#[derive(Clone, Copy)]
+enum Refused {
+    /// Its report: its completion fails, and it stays RUNNING.
+    Report,
+    /// Its merged trajectory file: its merge fails (after its completion, or when it fails).
+    Merged,
+}
+
+/// A g1-smoke submission whose objects in `refused` cannot be written (a folder holds each
+/// one's name), and the client configuration that runs it once: (token, id, the folders in
+/// `refused`'s order, config).
+fn refused_submission(
     server: &ServerProc,
     data: &std::path::Path,
-) -> (String, String, std::path::PathBuf, ClientConfig) {
+    refused: &[Refused],
+) -> (String, String, Vec<std::path::PathBuf>, ClientConfig) {
     let token = server.team("alpha");
     let (status, created) = server.post("/api/v1/submissions", Some(&token), "{\"benchmark\": \"g1-smoke\"}");
     assert_eq!(status, 201, "{created}");
     let id = created["id"].as_str().unwrap().to_string();
-    let blocker = data.join("trajectories").join(format!("{id}.h5"));
-    std::fs::create_dir_all(&blocker).unwrap();
-    std::fs::write(blocker.join("keep"), b"x").unwrap();
+    let blockers: Vec<_> = refused
+        .iter()
+        .map(|what| {
+            let blocker = match what {
+                Refused::Report => data.join("reports").join(format!("{id}.json")),
+                Refused::Merged => data.join("trajectories").join(format!("{id}.h5")),
+            };
+            std::fs::create_dir_all(&blocker).unwrap();
+            std::fs::write(blocker.join("keep"), b"x").unwrap();
+            blocker
+        })
+        .collect();
     let mut config = ClientConfig::new(
         server.ws_url(),
         &token,
@@ -848,18 +870,31 @@ fn merge_blocked_submission(
         },
     );
     config.max_reconnects = 0;
-    (token, id, blocker, config)
+    (token, id, blockers, config)
+}
+
+/// Polls submission `id`'s trajectory download until it answers 200 (at most a minute).
+fn wait_for_trajectories(server: &ServerProc, id: &str, token: &str) {
+    let waited = std::time::Instant::now();
+    while trajectories_status(server, id, token) != 200 {
+        assert!(
+            waited.elapsed() < std::time::Duration::from_secs(60),
+            "{}",
+            server.log_text()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
 
 #[test]
 fn a_store_failure_at_the_end_reaches_the_agent_without_server_paths() {
-    // The merged trajectory file cannot be written (a folder holds its name), so the run ends on
-    // a server error after every episode is stored. The agent is told that, and where the
-    // details are; the log has them; nothing is lost: the submission stays resumable.
+    // The report cannot be written (a folder holds its name), so the run ends on a server
+    // error after every episode is stored. The agent is told that, and where the details are;
+    // the log has them; nothing is lost: the submission stays resumable.
     let dir = tmp("store-failure-at-end");
     let data = dir.join("data");
     let server = ServerProc::start(&data, &["--object-store-retry-s", "1"]);
-    let (token, id, blocker, config) = merge_blocked_submission(&server, &data);
+    let (token, id, blockers, config) = refused_submission(&server, &data, &[Refused::Report]);
     let mut told = Vec::new();
     let ended = client::run_blocking(&config, &mut ReplayAgent::new(), &mut |event| {
         if let ClientEvent::ServerError(e) = event {
@@ -869,25 +904,77 @@ fn a_store_failure_at_the_end_reaches_the_agent_without_server_paths() {
     assert!(ended.is_err(), "the session ends on the error");
     let err = told.join("\n");
     assert!(err.contains("server error") && err.contains("server's log"), "{err}");
-    assert!(!err.contains(data.to_str().unwrap()) && !err.contains(".h5"), "{err}");
+    assert!(!err.contains(data.to_str().unwrap()) && !err.contains(".json"), "{err}");
     assert!(
-        server.log_text().contains(&format!("{id}.h5")),
+        server.log_text().contains(&format!("{id}.json")),
         "the log has the details"
     );
     let (_, s) = server.get(&format!("/api/v1/submissions/{id}"), Some(&token));
     assert_eq!(s["status"], "RUNNING", "{s}");
     // Every episode is final: a restart completes it without waiting for an agent (issue 30
-    // §7: a server killed between the last episode and the completion left it RUNNING).
+    // §7: a server killed between the last episode and the completion left it RUNNING), and
+    // merges its runs.
     let mut server = server;
     server.kill9();
-    std::fs::remove_dir_all(&blocker).unwrap();
+    std::fs::remove_dir_all(&blockers[0]).unwrap();
     let server = ServerProc::start(&data, &["--object-store-retry-s", "1"]);
     let (_, s) = server.get(&format!("/api/v1/submissions/{id}"), Some(&token));
     assert_eq!(s["status"], "COMPLETED", "{s}\n{}", server.log_text());
     let (status, _) = server.get(&format!("/api/v1/submissions/{id}/report"), Some(&token));
     assert_eq!(status, 200);
-    let merged = trajectory_file::episode_names(&blocker).unwrap();
+    wait_for_trajectories(&server, &id, &token);
+    let merged = trajectory_file::episode_names(&data.join("trajectories").join(format!("{id}.h5"))).unwrap();
     assert_eq!(merged.len() as i64, s["episodes_total"].as_i64().unwrap());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A submission is COMPLETED (and its agent told) before its runs are merged into one file. A
+/// merge that fails then (the store refuses the merged file) keeps the runs, one file each: the
+/// download says they are not merged yet, the pages still read each episode from its own file,
+/// and the next start merges them.
+#[test]
+fn a_completed_submission_whose_merge_failed_is_merged_at_the_next_start() {
+    let dir = tmp("unmerged-completed");
+    let data = dir.join("data");
+    let server = ServerProc::start(&data, &["--object-store-retry-s", "1"]);
+    let (token, id, blockers, config) = refused_submission(&server, &data, &[Refused::Merged]);
+    let ran = client::run_blocking(&config, &mut ReplayAgent::new(), &mut |_| {}).expect("the submission completes");
+    assert_eq!(ran.submission_status, "COMPLETED");
+    let (_, report) = server.get(&format!("/api/v1/submissions/{id}/report"), Some(&token));
+    assert_eq!(report["aggregated"]["emd"]["count"], 6, "{report}");
+    // The download waits for this server's merge, which fails on the folder in the way.
+    let (status, v) = server.get(&format!("/api/v1/submissions/{id}/trajectories"), Some(&token));
+    assert_eq!(status, 404, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not merged into one yet"),
+        "{v}"
+    );
+    assert!(
+        server.log_text().contains("merging its trajectories failed"),
+        "{}",
+        server.log_text()
+    );
+    let (status, series) = server.get(
+        &format!("/api/v1/submissions/{id}/episodes/0/series?points=10"),
+        Some(&token),
+    );
+    assert_eq!(status, 200, "an episode read from its own file: {series}");
+    let parts = data.join("trajectories").join(&id);
+    assert_eq!(std::fs::read_dir(&parts).unwrap().count(), 6, "the runs are kept");
+    let mut server = server;
+    server.kill9();
+    std::fs::remove_dir_all(&blockers[0]).unwrap();
+    let server = ServerProc::start(&data, &["--object-store-retry-s", "1"]);
+    wait_for_trajectories(&server, &id, &token);
+    assert_eq!(trajectory_file::episode_names(&blockers[0]).unwrap().len(), 6);
+    let waited = std::time::Instant::now();
+    while parts.exists() && waited.elapsed() < std::time::Duration::from_secs(30) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(!parts.exists(), "the parts were kept");
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -899,7 +986,8 @@ fn a_failed_submission_left_unmerged_is_merged_at_the_next_start() {
     let dir = tmp("unmerged-failed");
     let data = dir.join("data");
     let server = ServerProc::start(&data, &["--object-store-retry-s", "1"]);
-    let (token, id, blocker, config) = merge_blocked_submission(&server, &data);
+    // Its completion fails (the report), so the organiser can cancel it; then its merge fails.
+    let (token, id, blockers, config) = refused_submission(&server, &data, &[Refused::Report, Refused::Merged]);
     assert!(client::run_blocking(&config, &mut ReplayAgent::new(), &mut |_| {}).is_err());
     let (status, v) = server.post(
         &format!("/api/v1/submissions/{id}/cancel"),
@@ -928,22 +1016,10 @@ fn a_failed_submission_left_unmerged_is_merged_at_the_next_start() {
     );
     let mut server = server;
     server.kill9();
-    std::fs::remove_dir_all(&blocker).unwrap();
+    std::fs::remove_dir_all(&blockers[1]).unwrap();
     let server = ServerProc::start(&data, &["--object-store-retry-s", "1"]);
-    let waited = std::time::Instant::now();
-    loop {
-        let (status, _) = server.get(&format!("/api/v1/submissions/{id}/trajectories"), Some(&token));
-        if status == 200 {
-            break;
-        }
-        assert!(
-            waited.elapsed() < std::time::Duration::from_secs(60),
-            "{}",
-            server.log_text()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    assert_eq!(trajectory_file::episode_names(&blocker).unwrap().len(), 6);
+    wait_for_trajectories(&server, &id, &token);
+    assert_eq!(trajectory_file::episode_names(&blockers[1]).unwrap().len(), 6);
     assert!(!data.join("trajectories").join(&id).exists(), "the parts were kept");
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -960,8 +1036,18 @@ fn parts_begun_while_episodes_run_hold_what_parts_written_whole_hold() {
         let mut args = vec!["--object-store-retry-s", "1"];
         args.extend_from_slice(flags);
         let mut server = ServerProc::start(&data, &args);
-        let (_, id, _blocker, config) = merge_blocked_submission(&server, &data);
-        assert!(client::run_blocking(&config, &mut ReplayAgent::new(), &mut |_| {}).is_err());
+        let (_, id, _blockers, config) = refused_submission(&server, &data, &[Refused::Merged]);
+        client::run_blocking(&config, &mut ReplayAgent::new(), &mut |_| {}).expect("the submission completes");
+        // Its merge fails after the completion (after the 1 s of retries): the parts stay.
+        let waited = std::time::Instant::now();
+        while !server.log_text().contains("merging its trajectories failed") {
+            assert!(
+                waited.elapsed() < std::time::Duration::from_secs(60),
+                "{}",
+                server.log_text()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
         server.kill9();
         let folder = data.join("trajectories").join(&id);
         let mut parts: Vec<(String, Vec<u8>)> = std::fs::read_dir(&folder)
@@ -1183,8 +1269,8 @@ fn trajectories_status(server: &ServerProc, id: &str, token: &str) -> u16 {
     server.call("GET", &path, Some(token), None).0
 }
 
-/// A submission whose every episode ran but whose completion failed (its merged file could
-/// not be stored) is not "abandoned" by the idle expiry: once the store works again, the expiry
+/// A submission whose every episode ran but whose completion failed (its report could not be
+/// stored) is not "abandoned" by the idle expiry: once the store works again, the expiry
 /// loop completes it. Before, it ended FAILED, its results off every leaderboard.
 #[test]
 fn a_submission_whose_completion_failed_is_completed_not_abandoned() {
@@ -1198,8 +1284,8 @@ fn a_submission_whose_completion_failed_is_completed_not_abandoned() {
     let (status, created) = server.post("/api/v1/submissions", Some(&token), "{\"benchmark\": \"g1-smoke\"}");
     assert_eq!(status, 201, "{created}");
     let id = created["id"].as_str().unwrap().to_string();
-    // A folder where the merged file goes: storing it fails until the folder is gone.
-    let blocker = data.join("trajectories").join(format!("{id}.h5"));
+    // A folder where the report goes: storing it fails until the folder is gone.
+    let blocker = data.join("reports").join(format!("{id}.json"));
     std::fs::create_dir_all(blocker.join("in-the-way")).unwrap();
     let mut config = ClientConfig::new(
         server.ws_url(),
@@ -1211,7 +1297,7 @@ fn a_submission_whose_completion_failed_is_completed_not_abandoned() {
     );
     config.max_reconnects = 0;
     let ran = client::run_blocking(&config, &mut ReplayAgent::new(), &mut |_| {});
-    assert!(ran.is_err(), "the completion cannot store the merged file: {ran:?}");
+    assert!(ran.is_err(), "the completion cannot store the report: {ran:?}");
     let (_, s) = server.get(&format!("/api/v1/submissions/{id}"), Some(&token));
     assert_eq!(s["status"], "RUNNING", "{s}");
     std::fs::remove_dir_all(&blocker).unwrap();
@@ -1240,6 +1326,7 @@ fn a_starting_server_removes_what_a_completed_submission_left_behind() {
     let ran = submit(&server.ws_url(), &token, Encoding::Binary);
     assert_eq!(ran.submission_status, "COMPLETED");
     let id = ran.submission_id;
+    server.wait_merged(&id, &token, std::time::Duration::from_secs(60));
     server.kill9();
     let trajectories = data.join("trajectories");
     let merged = trajectories.join(format!("{id}.h5"));

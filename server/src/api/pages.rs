@@ -346,9 +346,9 @@ async fn rescore(State(state): State<Arc<AppState>>, headers: HeaderMap, ApiPath
         .map_err(|e| benchmark_error(&s.benchmark, &e))?;
     let rows = state.storage.episodes(&id).await?;
     let path = state.trajectory_file(&id).await.map_err(internal)?.ok_or_else(|| {
-        ApiError(crate::access::AccessError::internal(format!(
-            "submission {id} is COMPLETED but its trajectory file is missing"
-        )))
+        conflict(format!(
+            "submission {id} is COMPLETED but its trajectories are not merged into one file yet (in the background; a merge that could not finish is done again at the server's next start): try again later"
+        ))
     })?;
     let scored: Vec<(i64, EpisodeState)> = rows
         .iter()

@@ -349,8 +349,14 @@ pub(super) async fn get_trajectories(
     let (who, s) = visible_submission(&state, &headers, &id).await?;
     check_results_visible(&state, &who, &s).await?;
     check_motions_visible(&state, &who, &s).await?;
-    // A completed (or ended) submission's merged file.
+    // A completed (or ended) submission's merged file; one this server is merging right now
+    // (a submission that has just completed) is waited for.
     let key = crate::objects::trajectory_key(&s.id);
+    state
+        .objects
+        .writes_in_flight()
+        .wait(&key, crate::trajectory_store::MERGE_WAIT)
+        .await;
     let file_name = format!("{id}.h5");
     let download = super::download::Download {
         key: &key,

@@ -117,7 +117,13 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|| format!("{}/{key}", state.objects.shown()).into())
     };
     let report_path = located(crate::objects::report_key(&id));
-    let trajectory_path = located(crate::objects::trajectory_key(&id));
+    // The merge runs after the completion: the file is there once it is done.
+    let merged_key = crate::objects::trajectory_key(&id);
+    state
+        .objects
+        .writes_in_flight()
+        .wait_blocking(&merged_key, crate::trajectory_store::MERGE_WAIT);
+    let trajectory_path = located(merged_key);
     // --json prints one document at the end, with the tracker part under "tracker".
     let mut document = serde_json::json!({
         "submission": submission,

@@ -219,12 +219,13 @@ fn store_and_commit(
         } => {
             // Part files are written on every core at once (no HDF5 in them; straight into a
             // file:// store, else then uploaded); the merge ahead's copy is compressed beside
-            // them.
-            let merging_ahead = ahead.is_some();
+            // them, for as many runs as it has room for (the rest wait for the final merge).
+            let room = ahead.as_deref().map_or(0, MergeAhead::room);
             let write_all = || -> Vec<_> {
                 records
                     .into_par_iter()
-                    .map(|(attempt, record, draft)| {
+                    .enumerate()
+                    .map(|(k, (attempt, record, draft))| {
                         let idx = record.episode as i64;
                         let started = std::time::Instant::now();
                         let part =
@@ -232,7 +233,7 @@ fn store_and_commit(
                         let part_s = started.elapsed().as_secs_f64();
                         let bytes = record.values_len() * 8;
                         let started = std::time::Instant::now();
-                        let prepared = (merging_ahead && part.is_ok()).then(|| PreparedEpisode::new(record));
+                        let prepared = (k < room && part.is_ok()).then(|| PreparedEpisode::new(record));
                         let work = StoreWork {
                             part_s,
                             compress_s: started.elapsed().as_secs_f64(),
@@ -491,12 +492,46 @@ fn record_of(
 /// not final yet (docs/protocol.md §9): reconnecting resumes them.
 pub const EPISODES_PENDING: &str = "episodes_pending";
 
+/// The merge of a submission this session completed, to run once the session's outcome is
+/// delivered ([`PendingMerge::run`]): the agent, its team's session count and the next
+/// session need not wait for it.
+pub struct PendingMerge {
+    /// Held until the merged file is stored: downloads on this server wait for it.
+    merging: crate::writes_in_flight::Writing,
+    ahead: Option<MergeAhead>,
+}
+
+impl PendingMerge {
+    /// Merges the submission's runs into its trajectory file ([`merge_completed`]).
+    pub fn run(self, ctx: &RunContext) {
+        let Sink::Submission {
+            storage,
+            submission_id,
+            objects,
+            ..
+        } = &ctx.sink
+        else {
+            return;
+        };
+        let ahead = self.ahead.and_then(MergeAhead::finish);
+        ctx.runtime.block_on(merge_completed(
+            storage,
+            objects,
+            &ctx.benchmark.spec.name,
+            submission_id,
+            ahead,
+        ));
+        drop(self.merging);
+    }
+}
+
 /// After the lanes and the committer stop: completes the submission when every episode is final
-/// (report from the stored rows, so episodes of earlier sessions count exactly once).
+/// (report from the stored rows, so episodes of earlier sessions count exactly once) and tells
+/// the agent; its trajectories are merged after that, by the returned [`PendingMerge`].
 /// `ahead`: the session's merge ahead, from [`run_committer`].
-pub fn finish(ctx: &RunContext, lanes: &[LaneEnd], ahead: Option<MergeAhead>) -> RunOutcome {
+pub fn finish(ctx: &RunContext, lanes: &[LaneEnd], ahead: Option<MergeAhead>) -> (RunOutcome, Option<PendingMerge>) {
     if let Some(LaneEnd::Error(e)) = lanes.iter().find(|l| matches!(l, LaneEnd::Error(_))) {
-        return RunOutcome::Error(e.clone());
+        return (RunOutcome::Error(e.clone()), None);
     }
     let Sink::Submission {
         storage,
@@ -505,10 +540,13 @@ pub fn finish(ctx: &RunContext, lanes: &[LaneEnd], ahead: Option<MergeAhead>) ->
         ..
     } = &ctx.sink
     else {
-        return RunOutcome::Stopped;
+        return (RunOutcome::Stopped, None);
     };
-    // What the merge ahead wrote serves the first try only (a failed try may have added to it).
-    let mut ahead = ahead.and_then(MergeAhead::finish);
+    // From before the status says COMPLETED until the merged file is stored, a download of
+    // this server waits for it rather than finding none.
+    let merging = objects
+        .writes_in_flight()
+        .begin(&crate::objects::trajectory_key(submission_id));
     // A database restarting meanwhile is waited for (every step below is idempotent).
     let started = std::time::Instant::now();
     let complete = loop {
@@ -517,7 +555,6 @@ pub fn finish(ctx: &RunContext, lanes: &[LaneEnd], ahead: Option<MergeAhead>) ->
             objects,
             &ctx.benchmark.spec,
             submission_id,
-            ahead.take(),
         ));
         match attempt {
             Err(e)
@@ -541,10 +578,8 @@ pub fn finish(ctx: &RunContext, lanes: &[LaneEnd], ahead: Option<MergeAhead>) ->
                 reason: reason.into(),
                 submission_status: status.as_str().into(),
             }));
-            if status == SubmissionStatus::Completed {
-                ctx.runtime.block_on(remove_merged_parts(objects, submission_id));
-            }
-            RunOutcome::SubmissionComplete
+            let merge = (status == SubmissionStatus::Completed).then_some(PendingMerge { merging, ahead });
+            (RunOutcome::SubmissionComplete, merge)
         }
         Ok(None) => {
             if lanes.iter().all(|l| *l == LaneEnd::Drained) {
@@ -558,24 +593,26 @@ pub fn finish(ctx: &RunContext, lanes: &[LaneEnd], ahead: Option<MergeAhead>) ->
                     submission_status: String::new(),
                 }));
             }
-            RunOutcome::Stopped
+            (RunOutcome::Stopped, None)
         }
-        Err(e) => RunOutcome::Error(format!("finishing submission {submission_id}: {e:#}")),
+        Err(e) => (
+            RunOutcome::Error(format!("finishing submission {submission_id}: {e:#}")),
+            None,
+        ),
     }
 }
 
-/// Completes a submission whose episodes are all final: merged trajectories and report into the
-/// store, then COMPLETED with the report and leaderboard summary. None while episodes are left.
-/// Run at the end of a session, and by a starting server for submissions whose server stopped
-/// between the last episode and this ([`crate::state::AppState::open`]). `ahead`: what the
-/// ending session's merge ahead wrote ([`trajectory_store::merge`]). Once it is COMPLETED, the
-/// caller removes the runs' part files ([`remove_merged_parts`]).
+/// Completes a submission whose episodes are all final: its report into the store, then
+/// COMPLETED with the report and leaderboard summary. None while episodes are left. Run at the
+/// end of a session, and by a starting server for submissions whose server stopped between the
+/// last episode and this ([`crate::state::AppState::open`]). The trajectories are merged after
+/// it ([`merge_completed`]): the agent and the leaderboard need not wait for a file of
+/// hundreds of megabytes, and the runs' parts are the durable copy until it is stored.
 pub async fn complete_submission(
     storage: &crate::storage::Storage,
     objects: &crate::objects::Objects,
     spec: &arena_bench::spec::BenchmarkSpec,
     submission_id: &str,
-    ahead: Option<AheadWritten>,
 ) -> anyhow::Result<Option<SubmissionStatus>> {
     let (pending, running, _) = storage.episode_counts(submission_id).await?;
     if pending > 0 || running > 0 {
@@ -598,16 +635,8 @@ pub async fn complete_submission(
     let rows = storage.episodes(submission_id).await?;
     let report = results::report(spec, &submission, &rows);
     let json = serde_json::to_string(&report)?;
-    // Files first, then the status: a replica that dies in between leaves the submission
+    // The report first, then the status: a replica that dies in between leaves the submission
     // open, and whichever session ends it next does this again (every step is idempotent).
-    if let Err(e) = trajectory_store::merge(objects, submission_id, &spec.name, &rows, ahead).await {
-        // Another session (another replica) may have completed it meanwhile, deleting the
-        // runs this merge was reading.
-        match storage.submission(submission_id).await? {
-            Some(s) if s.status.is_final() => return Ok(Some(s.status)),
-            _ => return Err(e),
-        }
-    }
     objects
         .put(
             &crate::objects::report_key(submission_id),
@@ -618,7 +647,7 @@ pub async fn complete_submission(
     match storage.complete_submission(submission_id, &json, &summary).await {
         Ok(()) => {}
         // Finished meanwhile: completed by another session (another replica), or cancelled
-        // (the organiser, the idle expiry) between the merge and here. Say which: a cancelled
+        // (the organiser, the idle expiry) between the report and here. Say which: a cancelled
         // one is not COMPLETED, and its parts are still read by the cancel's own merge.
         Err(StorageError::Conflict(_)) => {
             return match storage.submission(submission_id).await? {
@@ -631,11 +660,55 @@ pub async fn complete_submission(
     Ok(Some(SubmissionStatus::Completed))
 }
 
-/// Removes the runs' part files of a completed submission, whose merged file holds every run.
-/// Only cleanup, so it comes after the agent has been told (deleting a 1024-episode
-/// submission's parts took about 0.15 s): a server that stops in between leaves them, as a
-/// failed deletion does (logged).
+/// Merges a COMPLETED submission's runs into its trajectory file, then removes the runs' part
+/// files. `ahead`: what the ending session's merge ahead wrote ([`trajectory_store::merge`]).
+/// A merge that fails is logged and leaves the parts: downloads say the file is not merged yet,
+/// and the server's next start merges it ([`crate::state::AppState::open`]). Idempotent: two
+/// sessions (or replicas) that both merge store files with the same contents.
+pub async fn merge_completed(
+    storage: &crate::storage::Storage,
+    objects: &crate::objects::Objects,
+    benchmark: &str,
+    submission_id: &str,
+    ahead: Option<AheadWritten>,
+) {
+    let merged = async {
+        let rows = storage.episodes(submission_id).await?;
+        trajectory_store::merge(objects, submission_id, benchmark, &rows, ahead).await
+    };
+    let Err(e) = merged.await else {
+        return remove_merged_parts(objects, submission_id).await;
+    };
+    // Another session (another replica) may have merged it and deleted the runs meanwhile.
+    let parts = trajectory_store::has_parts(objects, submission_id).await;
+    if matches!(parts, Ok(false))
+        && objects
+            .exists(&crate::objects::trajectory_key(submission_id))
+            .await
+            .unwrap_or(false)
+    {
+        tracing::info!("submission {submission_id}: merged by another session meanwhile");
+        return;
+    }
+    tracing::warn!(
+        "submission {submission_id}: merging its trajectories failed: {e:#}; its runs stay stored one file each, and the server's next start merges them again"
+    );
+}
+
+/// Removes the runs' part files of a completed submission once its merged file is stored
+/// (another session may still be merging: its parts stay until a file holds every run). Only
+/// cleanup, after the agent has been told (deleting a 1024-episode submission's parts took
+/// about 0.15 s): a server that stops in between leaves them, as a failed deletion does
+/// (logged), and its next start removes them.
 pub async fn remove_merged_parts(objects: &crate::objects::Objects, submission_id: &str) {
+    match objects.exists(&crate::objects::trajectory_key(submission_id)).await {
+        Ok(true) => {}
+        Ok(false) => return,
+        Err(e) => {
+            tracing::warn!("submission {submission_id}: per-episode files left behind: {e}");
+            return;
+        }
+    }
     if let Err(e) = trajectory_store::delete_parts(objects, submission_id).await {
         tracing::warn!("submission {submission_id}: per-episode files left behind: {e}");
     }

@@ -186,11 +186,15 @@ pub fn start(ctx: Arc<RunContext>) -> RunHandle {
                 (lane_results, c.join())
             });
             let (lane_results, committed) = committer;
-            let outcome = match committed {
-                Err(_) => RunOutcome::Error("the committer panicked".into()),
+            let (outcome, merge) = match committed {
+                Err(_) => (RunOutcome::Error("the committer panicked".into()), None),
                 Ok(ahead) => committer::finish(&ctx, &lane_results, ahead),
             };
             let _ = done_tx.send(outcome);
+            // The session is over for everyone; its submission's file is merged after.
+            if let Some(merge) = merge {
+                merge.run(&ctx);
+            }
         })
         .expect("spawning the committer");
     RunHandle {

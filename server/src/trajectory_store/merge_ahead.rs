@@ -2,25 +2,35 @@
 //!
 //! Every run a session commits is written into a scratch copy of the submission's merged file
 //! on a thread of its own, right after its commit, while the lanes and the committer go on.
-//! When the last episode is committed, [`super::merge`] adds only what this session did not
-//! write (runs committed by other sessions or replicas, episodes given up on) and stores the
-//! file, instead of reading every part back and writing every episode then: the HDF5 writing of
-//! thousands of episodes that end together no longer waits for the last commit (the library
-//! runs its calls on one thread). The parts stay the durable copy; this file is only ever a
-//! shortcut, and [`AheadWritten::fits`] drops it for the full merge whenever it does not hold
-//! exactly the committed runs it claims.
+//! After the submission is COMPLETED, [`super::merge`] adds only what this session did not
+//! write (runs committed by other sessions or replicas, runs the writer had no room for,
+//! episodes given up on) and stores the file, instead of reading every part back and writing
+//! every episode then: the HDF5 writing (the library runs its calls on one thread) of episodes
+//! that end through a run is done by their end. The parts stay the durable copy; this file is
+//! only ever a shortcut, and [`AheadWritten::misfit`] drops it for the full merge whenever it
+//! does not hold exactly the committed runs it claims.
+//!
+//! It never holds up what the agent waits for: the committer hands it only as many runs as its
+//! queue has room for ([`MergeAhead::room`]; thousands of episodes that end together are left
+//! to the merge after the completion), and its thread runs at a lower priority than the
+//! simulation, scoring and storing.
 
 use crate::objects::Objects;
 use arena_data::trajectory_file::{self, PreparedEpisode, TrajectoryFile};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 
 /// Committed runs queued for the writer at most: bounds the memory (about 0.4 MB per
-/// two-second episode) when episodes are committed faster than one thread writes them. One
-/// committer batch: with 64 the committer waited 0.27 s for the writer at the end of 1024
-/// episodes that ended together, with 256 0.01 s (and its tail 0.1 s shorter; 2 cores).
-const QUEUE: usize = 256;
+/// two-second episode, compressed on the committer's threads) and the work done for it in the
+/// tail of a run whose episodes end together. Past it, runs are left to the final merge.
+const QUEUE: usize = 64;
+
+/// The writer's scheduling priority (`nice`): below the simulation's, scoring's and storing's
+/// threads, which the agent waits on; it takes the cores they leave idle.
+const WRITER_NICE: i32 = 10;
 
 /// A committed run on its way to the file.
 struct Committed {
@@ -32,6 +42,8 @@ struct Committed {
 /// The writer of a session's merge ahead (see the module's doc).
 pub struct MergeAhead {
     to_writer: Option<mpsc::SyncSender<Committed>>,
+    /// Runs handed over and not yet written.
+    queued: Arc<AtomicUsize>,
     writer: Option<std::thread::JoinHandle<anyhow::Result<Written>>>,
     path: PathBuf,
 }
@@ -41,16 +53,19 @@ impl MergeAhead {
     pub fn start(objects: &Objects, submission: &str, benchmark: &str) -> Self {
         let path = objects.scratch_file(".ahead.h5");
         let (to_writer, committed) = mpsc::sync_channel::<Committed>(QUEUE);
+        let queued = Arc::new(AtomicUsize::new(0));
         let (file, sub, bench) = (path.clone(), submission.to_string(), benchmark.to_string());
+        let written = queued.clone();
         // A `file://` store keeps this very file (a hard link) and syncs it; a remote store
         // uploads it and removes it, so its pages need never reach this disk.
         let early_writeback = objects.is_local();
         let writer = std::thread::Builder::new()
             .name("arena-merge-ahead".into())
-            .spawn(move || write_ahead(&file, &sub, &bench, committed, early_writeback));
+            .spawn(move || write_ahead(&file, &sub, &bench, committed, &written, early_writeback));
         match writer {
             Ok(writer) => Self {
                 to_writer: Some(to_writer),
+                queued,
                 writer: Some(writer),
                 path,
             },
@@ -58,6 +73,7 @@ impl MergeAhead {
                 tracing::warn!("submission {submission}: no merge ahead ({e}); the final merge writes every episode");
                 Self {
                     to_writer: None,
+                    queued,
                     writer: None,
                     path,
                 }
@@ -65,15 +81,32 @@ impl MergeAhead {
         }
     }
 
-    /// Hands the committed run `attempt` of episode `idx` to the writer, waiting while
-    /// [`QUEUE`] runs are queued. A writer that failed takes nothing more (the final merge
-    /// then writes every episode).
+    /// How many more committed runs the writer takes now: the committer prepares (compresses)
+    /// no more than this many for it. 0 once the writer failed.
+    pub fn room(&self) -> usize {
+        match self.to_writer {
+            Some(_) => QUEUE.saturating_sub(self.queued.load(Ordering::Acquire)),
+            None => 0,
+        }
+    }
+
+    /// Hands the committed run `attempt` of episode `idx` to the writer without waiting: a run
+    /// it has no room for is left to the final merge, which reads it from its part. A writer
+    /// that failed takes nothing more (the final merge then writes every episode).
     pub fn add(&mut self, idx: i64, attempt: i64, episode: PreparedEpisode) {
         let Some(to_writer) = &self.to_writer else {
             return;
         };
-        if to_writer.send(Committed { idx, attempt, episode }).is_err() {
-            self.to_writer = None;
+        self.queued.fetch_add(1, Ordering::AcqRel);
+        match to_writer.try_send(Committed { idx, attempt, episode }) {
+            Ok(()) => {}
+            Err(mpsc::TrySendError::Full(_)) => {
+                self.queued.fetch_sub(1, Ordering::AcqRel);
+            }
+            Err(mpsc::TrySendError::Disconnected(_)) => {
+                self.queued.fetch_sub(1, Ordering::AcqRel);
+                self.to_writer = None;
+            }
         }
     }
 
@@ -150,8 +183,10 @@ fn write_ahead(
     submission: &str,
     benchmark: &str,
     committed: mpsc::Receiver<Committed>,
+    queued: &AtomicUsize,
     early_writeback: bool,
 ) -> anyhow::Result<Written> {
+    lower_priority();
     let mut runs = BTreeMap::new();
     let mut work = WriterWork::default();
     let Ok(first) = committed.recv() else {
@@ -170,6 +205,7 @@ fn write_ahead(
             break; // the receiver goes: later runs are refused
         }
         runs.insert(run.idx, run.attempt);
+        queued.fetch_sub(1, Ordering::AcqRel);
         if let Some(writeback) = &mut writeback {
             writeback.start_if_grown();
         }
@@ -187,6 +223,17 @@ fn write_ahead(
     written?;
     closed?;
     Ok(Written { runs, work })
+}
+
+/// Lowers the calling thread's priority to [`WRITER_NICE`] (Linux: a thread's own `nice`);
+/// left as it is where the system refuses.
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: plain system calls on the calling thread's own id.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, WRITER_NICE);
+    }
 }
 
 /// Bytes the file grows by between two starts of its writeback.

@@ -159,7 +159,28 @@ impl ServerProc {
         let summary =
             arena_sdk::client::run_blocking(&config, agent, &mut |_| {}).expect("the submission runs to its end");
         assert_eq!(summary.submission_status, "COMPLETED");
+        self.wait_merged(&summary.submission_id, token, std::time::Duration::from_secs(60));
         summary.submission_id
+    }
+
+    /// Waits (at most `limit`) until submission `id`'s merged trajectory file can be
+    /// downloaded: a submission's runs are merged after it is COMPLETED (the download waits for
+    /// this server's merge; another replica's is polled for).
+    pub fn wait_merged(&self, id: &str, token: &str, limit: std::time::Duration) {
+        let started = std::time::Instant::now();
+        let path = format!("/api/v1/submissions/{id}/trajectories");
+        loop {
+            let (status, _) = http(self.addr, "GET", &path, Some(token), None);
+            if status == 200 {
+                return;
+            }
+            assert!(
+                started.elapsed() < limit,
+                "{id}'s trajectories: {status}\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
     }
 
     /// Hands in a policy file (`POST /api/v1/submissions/hosted?{query}`, the file as the

@@ -556,7 +556,11 @@ mod tests {
         shared.progress.lock().unwrap().pending += 1;
         drop(draft);
         let block = drafts.writer.take(1).pop().unwrap();
-        write_block(Job { file: shared.clone(), at: 0, block });
+        write_block(Job {
+            file: shared.clone(),
+            at: 0,
+            block,
+        });
         assert!(shared.wait_written().is_err(), "the block is not written");
         assert!(!staged.exists());
         assert_eq!(std::fs::read_dir(&folder).unwrap().count(), 0);

@@ -873,6 +873,14 @@ fn refused_submission(
     (token, id, blockers, config)
 }
 
+/// Submission `id`'s trajectory download answers 404 saying its runs are not merged yet.
+fn assert_not_merged_yet(server: &ServerProc, id: &str, token: &str) {
+    let (status, v) = server.get(&format!("/api/v1/submissions/{id}/trajectories"), Some(token));
+    assert_eq!(status, 404, "{v}");
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("not merged into one yet"), "{v}");
+}
+
 /// Polls submission `id`'s trajectory download until it answers 200 (at most a minute).
 fn wait_for_trajectories(server: &ServerProc, id: &str, token: &str) {
     let waited = std::time::Instant::now();
@@ -943,15 +951,7 @@ fn a_completed_submission_whose_merge_failed_is_merged_at_the_next_start() {
     let (_, report) = server.get(&format!("/api/v1/submissions/{id}/report"), Some(&token));
     assert_eq!(report["aggregated"]["emd"]["count"], 6, "{report}");
     // The download waits for this server's merge, which fails on the folder in the way.
-    let (status, v) = server.get(&format!("/api/v1/submissions/{id}/trajectories"), Some(&token));
-    assert_eq!(status, 404, "{v}");
-    assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("not merged into one yet"),
-        "{v}"
-    );
+    assert_not_merged_yet(&server, &id, &token);
     assert!(
         server.log_text().contains("merging its trajectories failed"),
         "{}",
@@ -1005,15 +1005,7 @@ fn a_failed_submission_left_unmerged_is_merged_at_the_next_start() {
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    let (status, v) = server.get(&format!("/api/v1/submissions/{id}/trajectories"), Some(&token));
-    assert_eq!(status, 404, "{v}");
-    assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("not merged into one yet"),
-        "{v}"
-    );
+    assert_not_merged_yet(&server, &id, &token);
     let mut server = server;
     server.kill9();
     std::fs::remove_dir_all(&blockers[1]).unwrap();

@@ -298,16 +298,16 @@ async fn complete_finished_runs(
             };
             let spec = catalog.spec(&submission.benchmark)?;
             let merging = objects.writes_in_flight().begin(&crate::objects::trajectory_key(id));
-            let status = crate::orchestrator::committer::complete_submission(storage, objects, &spec, id).await?;
-            Ok(status.map(|status| (status, spec.name.clone(), merging)))
+            let done = crate::orchestrator::committer::complete_submission(storage, objects, &spec, id).await?;
+            Ok(done.map(|done| (done, spec.name.clone(), merging)))
         };
         match done.await {
-            Ok(Some((status, benchmark, merging))) => {
+            Ok(Some((done, benchmark, merging))) => {
                 tracing::info!(
                     "submission {id}: every episode was final when the server stopped; now {}",
-                    status.as_str()
+                    done.status.as_str()
                 );
-                if status == crate::storage::SubmissionStatus::Completed {
+                if done.completed_now {
                     // In the background, as after a session: a large merge takes a while.
                     let (storage, objects, id) = (storage.clone(), objects.clone(), id.clone());
                     tokio::spawn(async move {
@@ -333,7 +333,7 @@ async fn merge_leftovers(storage: Storage, objects: crate::objects::Objects) {
     let keys = match objects.list("trajectories").await {
         Ok(k) => k,
         Err(e) => {
-            tracing::warn!("listing the stored trajectories for unmerged failed submissions: {e}");
+            tracing::warn!("listing the stored trajectories for unmerged submissions: {e}");
             return;
         }
     };
@@ -354,18 +354,28 @@ async fn merge_leftovers(storage: Storage, objects: crate::objects::Objects) {
             _ => continue,
         };
         let merged_key = crate::objects::trajectory_key(&id);
-        if objects.writes_in_flight().is_writing(&merged_key) {
-            continue; // merged by this server right now (completed as it started)
-        }
         if status == crate::storage::SubmissionStatus::Completed {
-            if keys.contains(&merged_key) {
+            // Not while this server merges it (completed as it started).
+            let Some(_merging) = objects.writes_in_flight().try_begin(&merged_key) else {
+                continue;
+            };
+            let rows = match storage.episodes(&id).await {
+                Ok(rows) => rows,
+                Err(e) => {
+                    tracing::warn!("submission {id}: reading its episodes to merge its runs: {e}");
+                    continue;
+                }
+            };
+            let holds_all = keys.contains(&merged_key)
+                && crate::trajectory_store::merged_holds_every_episode(&objects, &id, &rows).await;
+            if holds_all {
                 // Its merged file was stored (and synced) before its parts were deleted: the
                 // parts a stopped server (or a failed deletion) left behind only take room.
                 crate::orchestrator::committer::remove_merged_parts(&objects, &id).await;
                 tracing::info!("submission {id}: removed the per-episode files its merged file holds");
             } else {
-                // Completed, then stopped (or failed to store the file) before its merge.
-                let _merging = objects.writes_in_flight().begin(&merged_key);
+                // Completed, then stopped (or failed to store the file) before its merge; or a
+                // file of the one-file layout that holds only the episodes run before an upgrade.
                 crate::orchestrator::committer::merge_completed(&storage, &objects, &benchmark, &id, None).await;
                 if objects.exists(&merged_key).await.unwrap_or(false) {
                     tracing::info!("submission {id}: the runs of this completed submission are merged now");

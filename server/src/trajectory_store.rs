@@ -436,6 +436,24 @@ pub async fn delete_parts(objects: &Objects, submission: &str) -> Result<(), Obj
     Ok(())
 }
 
+/// Whether the submission's merged file holds a group for every final episode of `rows` (false
+/// when it has none, cannot be read, or is a file of the one-file layout that an upgrade left
+/// with only the episodes run before it).
+pub async fn merged_holds_every_episode(objects: &Objects, submission: &str, rows: &[EpisodeRow]) -> bool {
+    let Ok(Some(path)) = objects.local_copy(&objects::trajectory_key(submission)).await else {
+        return false;
+    };
+    let names = tokio::task::spawn_blocking(move || trajectory_file::episode_names(&path)).await;
+    let Ok(Ok(names)) = names else {
+        return false;
+    };
+    rows.iter().filter(|r| r.status.is_final()).all(|r| {
+        names
+            .binary_search(&trajectory_file::episode_group_name(r.idx as u32))
+            .is_ok()
+    })
+}
+
 /// Whether a submission still has per-episode files (runs not merged yet, or left behind).
 pub async fn has_parts(objects: &Objects, submission: &str) -> Result<bool, ObjectError> {
     Ok(!objects

@@ -36,6 +36,19 @@ impl WritesInFlight {
         }
     }
 
+    /// [`Self::begin`] unless a writer holds `key` already (None then), in one step.
+    pub fn try_begin(&self, key: &str) -> Option<Writing> {
+        let mut keys = self.lock();
+        if keys.contains_key(key) {
+            return None;
+        }
+        keys.insert(key.to_string(), 1);
+        Some(Writing {
+            keys: self.keys.clone(),
+            key: key.to_string(),
+        })
+    }
+
     /// Whether a writer holds `key`.
     pub fn is_writing(&self, key: &str) -> bool {
         self.lock().contains_key(key)
@@ -116,7 +129,12 @@ mod tests {
             "the reader goes on once the last writer is done"
         );
         assert!(writes.is_writing("b") && !writes.is_writing("a"));
+        assert!(writes.try_begin("b").is_none(), "held by another writer");
         drop(other);
         assert!(writes.wait_blocking("b", Duration::ZERO));
+        let only = writes.try_begin("b").expect("free again");
+        assert!(writes.is_writing("b"));
+        drop(only);
+        assert!(!writes.is_writing("b"));
     }
 }

@@ -845,7 +845,17 @@ fn refused_submission(
     data: &std::path::Path,
     refused: &[Refused],
 ) -> (String, String, Vec<std::path::PathBuf>, ClientConfig) {
-    let token = server.team("alpha");
+    refused_submission_of(server, data, refused, "alpha")
+}
+
+/// [`refused_submission`] for a team of its own, `team`.
+fn refused_submission_of(
+    server: &ServerProc,
+    data: &std::path::Path,
+    refused: &[Refused],
+    team: &str,
+) -> (String, String, Vec<std::path::PathBuf>, ClientConfig) {
+    let token = server.team(team);
     let (status, created) = server.post("/api/v1/submissions", Some(&token), "{\"benchmark\": \"g1-smoke\"}");
     assert_eq!(status, 201, "{created}");
     let id = created["id"].as_str().unwrap().to_string();
@@ -939,7 +949,9 @@ fn a_store_failure_at_the_end_reaches_the_agent_without_server_paths() {
 /// A submission is COMPLETED (and its agent told) before its runs are merged into one file. A
 /// merge that fails then (the store refuses the merged file) keeps the runs, one file each: the
 /// download says they are not merged yet, the pages still read each episode from its own file,
-/// and the next start merges them.
+/// and the next start merges them. A second submission's merged file is, by then, one of the
+/// one-file layout holding only its first 3 episodes (an upgrade during its run): its runs are
+/// merged too, not deleted as if that file held them.
 #[test]
 fn a_completed_submission_whose_merge_failed_is_merged_at_the_next_start() {
     let dir = tmp("unmerged-completed");
@@ -964,17 +976,39 @@ fn a_completed_submission_whose_merge_failed_is_merged_at_the_next_start() {
     assert_eq!(status, 200, "an episode read from its own file: {series}");
     let parts = data.join("trajectories").join(&id);
     assert_eq!(std::fs::read_dir(&parts).unwrap().count(), 6, "the runs are kept");
+    let (token_b, id_b, blockers_b, config_b) = refused_submission_of(&server, &data, &[Refused::Merged], "beta");
+    client::run_blocking(&config_b, &mut ReplayAgent::new(), &mut |_| {}).expect("the submission completes");
+    assert_not_merged_yet(&server, &id_b, &token_b);
     let mut server = server;
     server.kill9();
     std::fs::remove_dir_all(&blockers[0]).unwrap();
-    let server = ServerProc::start(&data, &["--object-store-retry-s", "1"]);
-    wait_for_trajectories(&server, &id, &token);
-    assert_eq!(trajectory_file::episode_names(&blockers[0]).unwrap().len(), 6);
-    let waited = std::time::Instant::now();
-    while parts.exists() && waited.elapsed() < std::time::Duration::from_secs(30) {
-        std::thread::sleep(std::time::Duration::from_millis(50));
+    std::fs::remove_dir_all(&blockers_b[0]).unwrap();
+    let parts_b = data.join("trajectories").join(&id_b);
+    let mut legacy = trajectory_file::TrajectoryFile::open_or_create(&blockers_b[0], &id_b, "g1-smoke").unwrap();
+    let mut runs: Vec<_> = std::fs::read_dir(&parts_b)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    runs.sort();
+    for run in &runs[..3] {
+        legacy
+            .write_episode(&episode_part::read(&std::fs::read(run).unwrap()).unwrap())
+            .unwrap();
     }
-    assert!(!parts.exists(), "the parts were kept");
+    assert_eq!(trajectory_file::episode_names(&blockers_b[0]).unwrap().len(), 3);
+    let server = ServerProc::start(&data, &["--object-store-retry-s", "1"]);
+    for (id, token, merged, parts) in [
+        (&id, &token, &blockers[0], &parts),
+        (&id_b, &token_b, &blockers_b[0], &parts_b),
+    ] {
+        wait_for_trajectories(&server, id, token);
+        assert_eq!(trajectory_file::episode_names(merged).unwrap().len(), 6, "{id}");
+        let waited = std::time::Instant::now();
+        while parts.exists() && waited.elapsed() < std::time::Duration::from_secs(30) {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert!(!parts.exists(), "{id}: the parts were kept");
+    }
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -568,7 +568,7 @@ pub fn finish(ctx: &RunContext, lanes: &[LaneEnd], ahead: Option<MergeAhead>) ->
         }
     };
     match complete {
-        Ok(Some(status)) => {
+        Ok(Some(Completion { status, completed_now })) => {
             let reason = if status == SubmissionStatus::Completed {
                 "submission_complete"
             } else {
@@ -578,7 +578,7 @@ pub fn finish(ctx: &RunContext, lanes: &[LaneEnd], ahead: Option<MergeAhead>) ->
                 reason: reason.into(),
                 submission_status: status.as_str().into(),
             }));
-            let merge = (status == SubmissionStatus::Completed).then_some(PendingMerge { merging, ahead });
+            let merge = completed_now.then_some(PendingMerge { merging, ahead });
             (RunOutcome::SubmissionComplete, merge)
         }
         Ok(None) => {
@@ -604,8 +604,9 @@ pub fn finish(ctx: &RunContext, lanes: &[LaneEnd], ahead: Option<MergeAhead>) ->
 
 /// Completes a submission whose episodes are all final: its report into the store, then
 /// COMPLETED with the report and leaderboard summary. None while episodes are left. Run at the
-/// end of a session, and by a starting server for submissions whose server stopped between the
-/// last episode and this ([`crate::state::AppState::open`]). The trajectories are merged after
+/// end of a session, by a starting server for submissions whose server stopped between the
+/// last episode and this ([`crate::state::AppState::open`]), and by the idle expiry's look for
+/// one whose completion failed while its server lived. The trajectories are merged after
 /// it ([`merge_completed`]): the agent and the leaderboard need not wait for a file of
 /// hundreds of megabytes, and the runs' parts are the durable copy until it is stored.
 pub async fn complete_submission(
@@ -613,7 +614,11 @@ pub async fn complete_submission(
     objects: &crate::objects::Objects,
     spec: &arena_bench::spec::BenchmarkSpec,
     submission_id: &str,
-) -> anyhow::Result<Option<SubmissionStatus>> {
+) -> anyhow::Result<Option<Completion>> {
+    let ended = |status| Completion {
+        status,
+        completed_now: false,
+    };
     let (pending, running, _) = storage.episode_counts(submission_id).await?;
     if pending > 0 || running > 0 {
         return Ok::<_, anyhow::Error>(None);
@@ -630,7 +635,7 @@ pub async fn complete_submission(
         {
             tracing::warn!("submission {submission_id}: merging the runs of a failed submission: {e:#}");
         }
-        return Ok(Some(submission.status));
+        return Ok(Some(ended(submission.status)));
     }
     let rows = storage.episodes(submission_id).await?;
     let report = results::report(spec, &submission, &rows);
@@ -651,20 +656,33 @@ pub async fn complete_submission(
         // one is not COMPLETED, and its parts are still read by the cancel's own merge.
         Err(StorageError::Conflict(_)) => {
             return match storage.submission(submission_id).await? {
-                Some(s) if s.status.is_final() => Ok(Some(s.status)),
+                Some(s) if s.status.is_final() => Ok(Some(ended(s.status))),
                 _ => Ok(None),
             };
         }
         Err(e) => return Err(e.into()),
     }
-    Ok(Some(SubmissionStatus::Completed))
+    Ok(Some(Completion {
+        status: SubmissionStatus::Completed,
+        completed_now: true,
+    }))
+}
+
+/// A final submission, as [`complete_submission`] found or left it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Completion {
+    pub status: SubmissionStatus,
+    /// This call marked it COMPLETED, so its merge is this caller's to run; false when it was
+    /// final already (ended by another session or replica, which merges it, or cancelled).
+    pub completed_now: bool,
 }
 
 /// Merges a COMPLETED submission's runs into its trajectory file, then removes the runs' part
 /// files. `ahead`: what the ending session's merge ahead wrote ([`trajectory_store::merge`]).
 /// A merge that fails is logged and leaves the parts: downloads say the file is not merged yet,
-/// and the server's next start merges it ([`crate::state::AppState::open`]). Idempotent: two
-/// sessions (or replicas) that both merge store files with the same contents.
+/// the pages read each episode from its part, and the merge is tried again a minute later (then
+/// less often, while the server lives) and at the server's next start
+/// ([`crate::state::AppState::open`]).
 pub async fn merge_completed(
     storage: &crate::storage::Storage,
     objects: &crate::objects::Objects,
@@ -672,27 +690,71 @@ pub async fn merge_completed(
     submission_id: &str,
     ahead: Option<AheadWritten>,
 ) {
+    let Err(e) = merge_and_clean(storage, objects, benchmark, submission_id, ahead).await else {
+        return;
+    };
+    tracing::warn!(
+        "submission {submission_id}: merging its trajectories failed: {e:#}; its runs stay stored one file each, and the merge is tried again"
+    );
+    let (storage, objects) = (storage.clone(), objects.clone());
+    let (benchmark, submission_id) = (benchmark.to_string(), submission_id.to_string());
+    tokio::spawn(async move { retry_merge(&storage, &objects, &benchmark, &submission_id).await });
+}
+
+/// The first wait before a failed merge is tried again, doubled after each failure up to
+/// [`MERGE_RETRY_MAX`].
+const MERGE_RETRY_FIRST: std::time::Duration = std::time::Duration::from_secs(60);
+const MERGE_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(900);
+
+/// Tries a failed merge again until it is stored (by this or another session), while the server
+/// lives.
+async fn retry_merge(storage: &crate::storage::Storage, objects: &crate::objects::Objects, benchmark: &str, id: &str) {
+    let key = crate::objects::trajectory_key(id);
+    let mut wait = MERGE_RETRY_FIRST;
+    loop {
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(MERGE_RETRY_MAX);
+        if matches!(trajectory_store::has_parts(objects, id).await, Ok(false)) {
+            return; // merged and cleaned up meanwhile (another session, a restart's sweep)
+        }
+        let Some(_merging) = objects.writes_in_flight().try_begin(&key) else {
+            continue; // another session of this server is merging it
+        };
+        match merge_and_clean(storage, objects, benchmark, id, None).await {
+            Ok(()) => {
+                tracing::info!("submission {id}: its runs are merged now");
+                return;
+            }
+            Err(e) => tracing::warn!("submission {id}: merging its trajectories failed again: {e:#}"),
+        }
+    }
+}
+
+/// The merge and the parts' removal of [`merge_completed`]; an error when no merged file holds
+/// the runs afterwards (a merge by another session that deleted the runs meanwhile is no error).
+async fn merge_and_clean(
+    storage: &crate::storage::Storage,
+    objects: &crate::objects::Objects,
+    benchmark: &str,
+    submission_id: &str,
+    ahead: Option<AheadWritten>,
+) -> anyhow::Result<()> {
     let merged = async {
         let rows = storage.episodes(submission_id).await?;
         trajectory_store::merge(objects, submission_id, benchmark, &rows, ahead).await
     };
     let Err(e) = merged.await else {
-        return remove_merged_parts(objects, submission_id).await;
+        remove_merged_parts(objects, submission_id).await;
+        return Ok(());
     };
     // Another session (another replica) may have merged it and deleted the runs meanwhile.
     let parts = trajectory_store::has_parts(objects, submission_id).await;
-    if matches!(parts, Ok(false))
-        && objects
-            .exists(&crate::objects::trajectory_key(submission_id))
-            .await
-            .unwrap_or(false)
-    {
+    let merged_key = crate::objects::trajectory_key(submission_id);
+    if matches!(parts, Ok(false)) && objects.exists(&merged_key).await.unwrap_or(false) {
         tracing::info!("submission {submission_id}: merged by another session meanwhile");
-        return;
+        return Ok(());
     }
-    tracing::warn!(
-        "submission {submission_id}: merging its trajectories failed: {e:#}; its runs stay stored one file each, and the server's next start merges them again"
-    );
+    Err(e)
 }
 
 /// Removes the runs' part files of a completed submission once its merged file is stored

@@ -226,8 +226,6 @@ fn takes_direct_writes(dir: &std::path::Path) -> anyhow::Result<bool> {
     match created {
         Ok(_) => Ok(true),
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) || e.kind() == std::io::ErrorKind::Unsupported => Ok(false),
-        // Another session's probe of the same name (same process) is still there: it answers.
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(true),
         Err(e) => Err(anyhow::Error::from(e).context(format!("creating {}", probe.display()))),
     }
 }

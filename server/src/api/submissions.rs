@@ -363,8 +363,8 @@ pub(super) async fn get_trajectories(
         what: "trajectory file",
         content_type: "application/x-hdf5",
         file_name: &file_name,
-        // Written once, just after the submission ends (by the session that ended it, or the
-        // next start's sweep when that merge could not finish).
+        // Written once, just after the submission ends (by the session that ended it, its
+        // retries, or the next start's sweep when that merge could not finish).
         changes: super::download::Changes::Never,
     };
     match super::download::object(&state, &headers, download).await? {

@@ -59,7 +59,7 @@ pub fn run(a: AuditArgs) -> anyhow::Result<()> {
     let path = crate::trajectory_store::submission_path_blocking(&objects, &submission.id);
     if !path.exists() {
         bail!(
-            "submission {} has no merged trajectory file ({} is missing; it is written just after the submission completes, and by the server's next start when that merge could not finish)",
+            "submission {} has no merged trajectory file ({} is missing; it is written just after the submission completes, tried again while its server lives when that fails, and at the server's next start)",
             submission.id,
             path.display()
         );

@@ -549,6 +549,7 @@ pub fn finish(ctx: &RunContext, lanes: &[LaneEnd], ahead: Option<MergeAhead>) ->
         .begin(&crate::objects::trajectory_key(submission_id));
     // A database restarting meanwhile is waited for (every step below is idempotent).
     let started = std::time::Instant::now();
+    let mut retried = false;
     let complete = loop {
         let attempt = ctx.runtime.block_on(complete_submission(
             storage,
@@ -562,6 +563,7 @@ pub fn finish(ctx: &RunContext, lanes: &[LaneEnd], ahead: Option<MergeAhead>) ->
                     && started.elapsed() < super::DB_RETRY_FOR =>
             {
                 tracing::warn!("completing submission {submission_id}: {e:#}; retrying");
+                retried = true;
                 std::thread::sleep(std::time::Duration::from_secs(1));
             }
             other => break other,
@@ -578,7 +580,10 @@ pub fn finish(ctx: &RunContext, lanes: &[LaneEnd], ahead: Option<MergeAhead>) ->
                 reason: reason.into(),
                 submission_status: status.as_str().into(),
             }));
-            let merge = completed_now.then_some(PendingMerge { merging, ahead });
+            // A try that failed may have committed the status before its error: this session
+            // completed it then, and its merge is this session's.
+            let ours = completed_now || (retried && status == SubmissionStatus::Completed);
+            let merge = ours.then_some(PendingMerge { merging, ahead });
             (RunOutcome::SubmissionComplete, merge)
         }
         Ok(None) => {
@@ -673,7 +678,8 @@ pub async fn complete_submission(
 pub struct Completion {
     pub status: SubmissionStatus,
     /// This call marked it COMPLETED, so its merge is this caller's to run; false when it was
-    /// final already (ended by another session or replica, which merges it, or cancelled).
+    /// final already: ended by another session or replica, which merges it (or, had that one
+    /// stopped first, the next start's sweep), or cancelled.
     pub completed_now: bool,
 }
 
@@ -702,16 +708,18 @@ pub async fn merge_completed(
 }
 
 /// The first wait before a failed merge is tried again, doubled after each failure up to
-/// [`MERGE_RETRY_MAX`].
+/// [`MERGE_RETRY_MAX`], for [`MERGE_RETRIES`] tries (about 75 minutes); after them the
+/// server's next start merges it.
 const MERGE_RETRY_FIRST: std::time::Duration = std::time::Duration::from_secs(60);
 const MERGE_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(900);
+const MERGE_RETRIES: usize = 8;
 
 /// Tries a failed merge again until it is stored (by this or another session), while the server
-/// lives.
+/// lives, at most [`MERGE_RETRIES`] times.
 async fn retry_merge(storage: &crate::storage::Storage, objects: &crate::objects::Objects, benchmark: &str, id: &str) {
     let key = crate::objects::trajectory_key(id);
     let mut wait = MERGE_RETRY_FIRST;
-    loop {
+    for _ in 0..MERGE_RETRIES {
         tokio::time::sleep(wait).await;
         wait = (wait * 2).min(MERGE_RETRY_MAX);
         if matches!(trajectory_store::has_parts(objects, id).await, Ok(false)) {
@@ -728,6 +736,7 @@ async fn retry_merge(storage: &crate::storage::Storage, objects: &crate::objects
             Err(e) => tracing::warn!("submission {id}: merging its trajectories failed again: {e:#}"),
         }
     }
+    tracing::warn!("submission {id}: its runs stay stored one file each; the server's next start merges them");
 }
 
 /// The merge and the parts' removal of [`merge_completed`]; an error when no merged file holds
@@ -757,8 +766,10 @@ async fn merge_and_clean(
     Err(e)
 }
 
-/// Removes the runs' part files of a completed submission once its merged file is stored
-/// (another session may still be merging: its parts stay until a file holds every run). Only
+/// Removes the runs' part files of a completed submission whose merged file is stored (a
+/// missing file keeps them: another session may still be merging). The callers know that file
+/// holds every run: their own merge stored it, or [`trajectory_store::merged_holds_every_episode`]
+/// said so. Only
 /// cleanup, after the agent has been told (deleting a 1024-episode submission's parts took
 /// about 0.15 s): a server that stops in between leaves them, as a failed deletion does
 /// (logged), and its next start removes them.

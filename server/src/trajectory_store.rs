@@ -19,9 +19,12 @@ use arena_data::trajectory_file::{self, EpisodeRecord, PreparedEpisode, Trajecto
 use rayon::prelude::*;
 use std::path::{Path, PathBuf};
 
+mod blocking_reader;
 pub mod merge_ahead;
 pub mod part_draft;
 mod part_file;
+use blocking_reader::BlockingRuntime;
+pub use blocking_reader::StoredEpisodes;
 pub use merge_ahead::{AheadWritten, MergeAhead};
 
 /// Writes one episode run as a part file in the scratch folder and returns its path; blocking,
@@ -474,19 +477,7 @@ pub async fn episode_record(
     if let Some(record) = from_merged(objects, submission, idx).await? {
         return Ok(Some(record));
     }
-    let Some(attempts) = committed else {
-        return Ok(None);
-    };
-    let from_run = match stored_run(objects, submission, idx, attempts).await {
-        Ok(Some(StoredRun::Part(path))) => {
-            let read = tokio::task::spawn_blocking(move || read_part(&path));
-            read.await.context("the trajectory reader stopped")?.map(Some)
-        }
-        Ok(Some(StoredRun::Hdf5(path))) => read_group(path, trajectory_file::episode_group_name(idx as u32)).await,
-        Ok(None) => Ok(None),
-        Err(e) => Err(e.into()),
-    };
-    match from_run {
+    match run_record(objects, submission, idx, committed).await {
         Ok(Some(record)) => Ok(Some(record)),
         // Gone or unreadable: the submission may have completed between the two looks (its
         // merged file stored, then its runs deleted). The merged file has the episode now.
@@ -494,6 +485,29 @@ pub async fn episode_record(
             Some(record) => Ok(Some(record)),
             None => other,
         },
+    }
+}
+
+/// Episode `idx`'s committed run (`committed`: [`committed_attempt`] of its row) from the run's
+/// own file: a part, or a one-episode HDF5 file of an older server. None when no run is
+/// committed or its file is gone (deleted after the submission's merge).
+async fn run_record(
+    objects: &Objects,
+    submission: &str,
+    idx: i64,
+    committed: Option<i64>,
+) -> anyhow::Result<Option<EpisodeRecord>> {
+    let Some(attempts) = committed else {
+        return Ok(None);
+    };
+    match stored_run(objects, submission, idx, attempts).await {
+        Ok(Some(StoredRun::Part(path))) => {
+            let read = tokio::task::spawn_blocking(move || read_part(&path));
+            read.await.context("the trajectory reader stopped")?.map(Some)
+        }
+        Ok(Some(StoredRun::Hdf5(path))) => read_group(path, trajectory_file::episode_group_name(idx as u32)).await,
+        Ok(None) => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -529,28 +543,30 @@ pub async fn submission_file(objects: &Objects, submission: &str) -> Result<Opti
 /// A longer one is answered as not merged yet.
 pub const MERGE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// [`submission_file`] for blocking code (dataset exports, command-line tools): the path of the
-/// merged file (once this server's merge of it, if any, is done), downloaded first from a
-/// remote store. A file that is missing or cannot be
-/// fetched gives its would-be path (the caller's open then fails and says which submission); a
-/// fetch error is logged.
+/// [`submission_file`] for blocking code (command-line tools): the path of the merged file
+/// (once this server's merge of it, if any, is done), downloaded first from a remote store. A
+/// file that is missing or cannot be fetched gives its would-be path (the caller's open then
+/// fails and says which submission); a fetch error is logged. Dataset exports read each episode
+/// through [`StoredEpisodes`], which also reads runs not merged yet.
 pub fn submission_path_blocking(objects: &Objects, submission: &str) -> PathBuf {
+    match BlockingRuntime::current_or_own() {
+        Ok(runtime) => merged_path_blocking(&runtime, objects, submission),
+        Err(e) => {
+            tracing::error!("fetching the trajectories of {submission}: starting a runtime: {e}");
+            PathBuf::from(format!("{}/{}", objects.shown(), objects::trajectory_key(submission)))
+        }
+    }
+}
+
+/// [`submission_path_blocking`] on a runtime the caller holds.
+fn merged_path_blocking(runtime: &BlockingRuntime, objects: &Objects, submission: &str) -> PathBuf {
     let key = objects::trajectory_key(submission);
     // A submission that has just completed: its merge on this server is waited for.
     objects.writes_in_flight().wait_blocking(&key, MERGE_WAIT);
     if let Some(path) = objects.local_path(&key) {
         return path;
     }
-    let fetch = || -> anyhow::Result<Option<PathBuf>> {
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => Ok(handle.block_on(objects.local_copy(&key))?),
-            Err(_) => {
-                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-                Ok(runtime.block_on(objects.local_copy(&key))?)
-            }
-        }
-    };
-    match fetch() {
+    match runtime.block_on(objects.local_copy(&key)) {
         Ok(Some(path)) => path,
         Ok(None) => PathBuf::from(format!("{}/{key}", objects.shown())),
         Err(e) => {

@@ -891,6 +891,24 @@ fn assert_not_merged_yet(server: &ServerProc, id: &str, token: &str) {
     assert!(message.contains("not merged into one yet"), "{v}");
 }
 
+/// The lines of g1-smoke's dataset export (`jsonl.gz`, every completed submission's episodes).
+fn exported_episodes(server: &ServerProc) -> Vec<Value> {
+    use std::io::Read;
+    let (status, gz) = common::server::http(
+        server.addr,
+        "GET",
+        "/api/v1/datasets/benchmarks/g1-smoke/jsonl.gz",
+        Some(ADMIN),
+        None,
+    );
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&gz));
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&gz[..])
+        .read_to_string(&mut text)
+        .unwrap_or_else(|e| panic!("a truncated export ({e}): {}", server.log_text()));
+    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
 /// Polls submission `id`'s trajectory download until it answers 200 (at most a minute).
 fn wait_for_trajectories(server: &ServerProc, id: &str, token: &str) {
     let waited = std::time::Instant::now();
@@ -976,6 +994,24 @@ fn a_completed_submission_whose_merge_failed_is_merged_at_the_next_start() {
     assert_eq!(status, 200, "an episode read from its own file: {series}");
     let parts = data.join("trajectories").join(&id);
     assert_eq!(std::fs::read_dir(&parts).unwrap().count(), 6, "the runs are kept");
+    // Dataset exports read each episode from its own file meanwhile.
+    let exported = exported_episodes(&server);
+    assert_eq!(exported.len(), 6, "{exported:?}");
+    for (e, line) in exported.iter().enumerate() {
+        assert_eq!(line["id"], format!("{id}/{e}"));
+        assert_eq!(
+            line["qpos"].as_array().unwrap().len() as i64,
+            line["rows"].as_i64().unwrap()
+        );
+    }
+    let (status, h5) = common::server::http(
+        server.addr,
+        "GET",
+        "/api/v1/datasets/benchmarks/g1-smoke/hdf5",
+        Some(ADMIN),
+        None,
+    );
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&h5));
     let (token_b, id_b, blockers_b, config_b) = refused_submission_of(&server, &data, &[Refused::Merged], "beta");
     client::run_blocking(&config_b, &mut ReplayAgent::new(), &mut |_| {}).expect("the submission completes");
     assert_not_merged_yet(&server, &id_b, &token_b);

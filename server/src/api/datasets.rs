@@ -247,9 +247,9 @@ fn stream_jsonl(state: Arc<AppState>, selection: Selection, place: OwnedSemaphor
         // Held until the export ends, however it ends.
         let _place = place;
         let writer = ChannelWriter::new(tx.clone(), runtime.clone(), stall_limit);
-        let path = |s: &str| crate::trajectory_store::submission_path_blocking(&state.objects, s);
         let exported = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            datasets::export_jsonl_gz(&selection, &path, writer)
+            let stored = crate::trajectory_store::StoredEpisodes::new(&state.objects)?;
+            datasets::export_jsonl_gz(&selection, &|s, row| stored.read(s, row), writer)
         }));
         let failure = match exported {
             Ok(Ok(_)) => return,
@@ -454,8 +454,8 @@ async fn write_hdf5_now(
     let path = state.objects.scratch_file(".h5");
     let (state2, file) = (state.clone(), path.clone());
     let written = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-        let trajectory_path = |s: &str| crate::trajectory_store::submission_path_blocking(&state2.objects, s);
-        datasets::export_hdf5(&selection, &trajectory_path, &file, &card)?;
+        let stored = crate::trajectory_store::StoredEpisodes::new(&state2.objects)?;
+        datasets::export_hdf5(&selection, &|s, row| stored.read(s, row), &file, &card)?;
         Ok(())
     })
     .await

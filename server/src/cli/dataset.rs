@@ -146,7 +146,8 @@ fn export(a: ExportArgs) -> anyhow::Result<()> {
     ));
     bar.enable_steady_tick(std::time::Duration::from_millis(200));
     let objects = config.objects()?;
-    let trajectory_path = |s: &str| crate::trajectory_store::submission_path_blocking(&objects, s);
+    let stored = crate::trajectory_store::StoredEpisodes::new(&objects)?;
+    let episodes = |s: &str, row: &crate::storage::EpisodeRow| stored.read(s, row);
     let counts = match format {
         None => {
             let text = serde_json::to_string_pretty(&card)?;
@@ -159,13 +160,13 @@ fn export(a: ExportArgs) -> anyhow::Result<()> {
         }
         Some(ExportFormat::JsonlGz) if to_stdout => Some(datasets::export_jsonl_gz(
             &selection,
-            &trajectory_path,
+            &episodes,
             std::io::stdout().lock(),
         )?),
         Some(ExportFormat::JsonlGz) => {
             let mut counts = None;
             write_replacing(&a.out, |f| {
-                counts = Some(datasets::export_jsonl_gz(&selection, &trajectory_path, f)?);
+                counts = Some(datasets::export_jsonl_gz(&selection, &episodes, f)?);
                 Ok(())
             })?;
             counts
@@ -173,7 +174,7 @@ fn export(a: ExportArgs) -> anyhow::Result<()> {
         Some(ExportFormat::Hdf5) => {
             let mut counts = None;
             arena_tools::write_replacing(&a.out, |to| {
-                counts = Some(datasets::export_hdf5(&selection, &trajectory_path, to, &card)?);
+                counts = Some(datasets::export_hdf5(&selection, &episodes, to, &card)?);
                 Ok(())
             })
             .map_err(|e| e.context(format!("writing {}", a.out.display())))?;

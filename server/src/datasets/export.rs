@@ -7,13 +7,13 @@ use super::{Selected, Selection};
 use crate::storage::{EpisodeRow, EpisodeState};
 use anyhow::Context;
 use arena_data::buffer_export::{BufferExportWriter, EpisodeRows, ExportCounts, ExportedEpisode};
-use arena_data::trajectory_file::{self, EpisodeRecord};
+use arena_data::trajectory_file::EpisodeRecord;
 use arena_sim::RobotConfig;
 use arena_sim::observation::PRIVILEGED_STATE_DIM;
 use arena_sim::recorded::RecordedObserver;
 use serde_json::{Value, json};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The two download formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,8 +65,8 @@ pub fn layout_description(joint_position: bool) -> Value {
     })
 }
 
-/// Where a submission's trajectory file lies.
-pub type TrajectoryPath<'a> = dyn Fn(&str) -> PathBuf + Sync + 'a;
+/// Reads a final episode of a submission (`trajectory_store::StoredEpisodes::read`).
+pub type EpisodeSource<'a> = dyn Fn(&str, &EpisodeRow) -> anyhow::Result<EpisodeRecord> + Sync + 'a;
 
 /// Episodes loaded ahead of the writer (bounds the memory of an export).
 const LOAD_AHEAD: usize = 4;
@@ -77,21 +77,17 @@ struct Loaded {
     privileged: Vec<f32>,
 }
 
-fn load(observer: &mut RecordedObserver, path: &Path, row: &EpisodeRow) -> anyhow::Result<Loaded> {
-    let name = trajectory_file::episode_group_name(row.idx as u32);
-    let record = trajectory_file::read_episode(path, &name)?;
+fn load(observer: &mut RecordedObserver, record: EpisodeRecord) -> anyhow::Result<Loaded> {
     let mut privileged = vec![0.0f32; record.num_rows() * PRIVILEGED_STATE_DIM];
     let level = arena_sim::dr::DrLevel::try_from(record.dr_level.min(255) as u8)
-        .map_err(|e| anyhow::anyhow!("{}: {name}: dr_level {}: {e}", path.display(), record.dr_level))?;
-    observer
-        .privileged_states(
-            level,
-            record.seed,
-            &record.rows.qpos,
-            &record.rows.qvel,
-            &mut privileged,
-        )
-        .with_context(|| format!("{}: {name}", path.display()))?;
+        .map_err(|e| anyhow::anyhow!("dr_level {}: {e}", record.dr_level))?;
+    observer.privileged_states(
+        level,
+        record.seed,
+        &record.rows.qpos,
+        &record.rows.qvel,
+        &mut privileged,
+    )?;
     Ok(Loaded { record, privileged })
 }
 
@@ -104,7 +100,7 @@ fn f32s(v: &[f64]) -> Vec<f32> {
 /// so reading, MuJoCo and compression overlap.
 fn for_each_episode(
     selection: &Selection,
-    trajectory_path: &TrajectoryPath<'_>,
+    episodes: &EpisodeSource<'_>,
     mut each: impl FnMut(&Selected, &EpisodeRow, Loaded) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
     let (tx, rx) = std::sync::mpsc::sync_channel::<anyhow::Result<(usize, usize, Loaded)>>(LOAD_AHEAD);
@@ -118,9 +114,9 @@ fn for_each_episode(
                 }
             };
             for (p, part) in selection.parts.iter().enumerate() {
-                let path = trajectory_path(&part.submission.id);
                 for (e, row) in part.episodes.iter().enumerate() {
-                    let loaded = load(&mut observer, &path, row)
+                    let loaded = episodes(&part.submission.id, row)
+                        .and_then(|record| load(&mut observer, record))
                         .with_context(|| format!("submission {} episode {}", part.submission.id, row.idx));
                     let failed = loaded.is_err();
                     // A closed channel: the writer stopped (its own error); stop too.
@@ -146,12 +142,12 @@ fn episode_id(part: &Selected, row: &EpisodeRow) -> String {
 /// Writes the selection to `path` as HDF5 (buffer layout) with `card` as its `card` attribute.
 pub fn export_hdf5(
     selection: &Selection,
-    trajectory_path: &TrajectoryPath<'_>,
+    episodes: &EpisodeSource<'_>,
     path: &Path,
     card: &Value,
 ) -> anyhow::Result<ExportCounts> {
     let mut writer = BufferExportWriter::create(path)?;
-    for_each_episode(selection, trajectory_path, |part, row, loaded| {
+    for_each_episode(selection, episodes, |part, row, loaded| {
         let r = &loaded.record;
         let (state, action, qpos, qvel) = (
             f32s(&r.rows.state),
@@ -205,12 +201,12 @@ fn rows_json_f32(values: &[f32], width: usize) -> Value {
 /// returns the counts. `out` receives compressed bytes as they are made.
 pub fn export_jsonl_gz(
     selection: &Selection,
-    trajectory_path: &TrajectoryPath<'_>,
+    episodes: &EpisodeSource<'_>,
     out: impl Write,
 ) -> anyhow::Result<ExportCounts> {
     let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::fast());
     let mut counts = ExportCounts::default();
-    for_each_episode(selection, trajectory_path, |part, row, loaded| {
+    for_each_episode(selection, episodes, |part, row, loaded| {
         let r = &loaded.record;
         let n = r.num_rows();
         let mut terminated = vec![false; n];

@@ -106,6 +106,12 @@ pub struct ServerConfig {
     /// finished) before it is ended as FAILED with the reason; 0 = never. Such a submission
     /// counts against its team's quota while it waits.
     pub idle_submission_expiry_s: f64,
+    /// Seconds between a running server's looks for final submissions whose runs are still
+    /// stored one file each, and how long ago such a submission must have ended to be merged
+    /// then (a replica that stopped between a completion and its merge, a merge whose retries
+    /// ran out); 0 = only at start. Longer than a failed merge's own retries (about 75 minutes)
+    /// by default, so that the look never merges beside the server that ended it.
+    pub unmerged_sweep_s: f64,
     /// Folder of the web pages (`index.html`, `static/`, `node_modules/three`); empty = the
     /// shipped `web/`.
     pub web_dir: PathBuf,
@@ -159,6 +165,7 @@ impl Default for ServerConfig {
             replica_id: String::new(),
             lease_s: 30.0,
             idle_submission_expiry_s: 86_400.0,
+            unmerged_sweep_s: 7_200.0,
             web_dir: PathBuf::new(),
             max_connections: 4096,
             max_connections_per_address: 256,
@@ -426,6 +433,15 @@ impl ServerConfig {
                 format!(
                     "expected seconds 0-{MAX_EXPIRY_S} (a year; 0 = never), got {}",
                     self.idle_submission_expiry_s
+                ),
+            );
+        }
+        if !(self.unmerged_sweep_s >= 0.0 && self.unmerged_sweep_s <= MAX_EXPIRY_S) {
+            return bad(
+                "unmerged_sweep_s",
+                format!(
+                    "expected seconds 0-{MAX_EXPIRY_S} (a year; 0 = only at start), got {}",
+                    self.unmerged_sweep_s
                 ),
             );
         }

@@ -234,7 +234,7 @@ impl AppState {
         let catalog = Arc::new(Catalog::new(config.benchmarks_dir(), config.motions_root.clone()));
         backfill_benchmark_versions(&storage, &catalog).await?;
         complete_finished_runs(&storage, &objects, &catalog, &unfinished).await;
-        tokio::spawn(merge_leftovers(storage.clone(), objects.clone()));
+        tokio::spawn(merge_leftovers(storage.clone(), objects.clone(), None));
         let rate_limiter = RateLimiter::new(config.requests_per_minute);
         let config_sessions = config.max_sessions_per_team;
         let hosted_places = Arc::new(tokio::sync::Semaphore::new(config.hosted_runs()));
@@ -261,6 +261,9 @@ impl AppState {
         });
         if state.config.idle_submission_expiry_s > 0.0 {
             tokio::spawn(expire_idle_submissions(Arc::downgrade(&state)));
+        }
+        if state.config.unmerged_sweep_s > 0.0 {
+            tokio::spawn(sweep_unmerged(Arc::downgrade(&state)));
         }
         // Hosted submissions that were running or waiting when the server (or another replica)
         // stopped go on here: no agent will reconnect for them.
@@ -328,8 +331,10 @@ async fn complete_finished_runs(
 /// and a server that stopped meanwhile (or a store that was down longer than the retries) left
 /// it unmerged, with nothing that would try again. In the background: a large one takes
 /// minutes. A COMPLETED submission's leftover parts beside its merged file (a server stopped
-/// between the merge and their deletion) are deleted.
-async fn merge_leftovers(storage: Storage, objects: crate::objects::Objects) {
+/// between the merge and their deletion) are deleted. `ended_before` (unix ms): only
+/// submissions that ended before it (a running server's look: not one another replica may be
+/// merging right now).
+async fn merge_leftovers(storage: Storage, objects: crate::objects::Objects, ended_before: Option<i64>) {
     let keys = match objects.list("trajectories").await {
         Ok(k) => k,
         Err(e) => {
@@ -350,7 +355,7 @@ async fn merge_leftovers(storage: Storage, objects: crate::objects::Objects) {
     with_parts.dedup();
     for id in with_parts {
         let (status, benchmark) = match storage.submission(&id).await {
-            Ok(Some(s)) => (s.status, s.benchmark),
+            Ok(Some(s)) if ended_before.is_none_or(|t| s.finished_at.is_some_and(|f| f < t)) => (s.status, s.benchmark),
             _ => continue,
         };
         let merged_key = crate::objects::trajectory_key(&id);
@@ -390,6 +395,25 @@ async fn merge_leftovers(storage: Storage, objects: crate::objects::Objects) {
             Ok(()) => tracing::info!("submission {id}: the runs of this failed submission are merged now"),
             Err(e) => tracing::warn!("submission {id}: merging the runs of a failed submission: {e:#}"),
         }
+    }
+}
+
+/// While the server lives, every `unmerged_sweep_s`: [`merge_leftovers`] for the submissions
+/// that ended at least that long ago. The start's sweep covers a server that stopped; this one
+/// a replica that stopped while the others went on, and a merge whose retries ran out.
+async fn sweep_unmerged(state: std::sync::Weak<AppState>) {
+    let every = match state.upgrade() {
+        Some(s) => std::time::Duration::from_secs_f64(s.config.unmerged_sweep_s),
+        None => return,
+    };
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(state) = state.upgrade() else { return };
+        let (storage, objects) = (state.storage.clone(), state.objects.clone());
+        // Not held across the sweep: a server that shuts down meanwhile is not kept alive.
+        drop(state);
+        let ended_before = crate::storage::now_ms() - every.as_millis() as i64;
+        merge_leftovers(storage, objects, Some(ended_before)).await;
     }
 }
 

@@ -1048,6 +1048,45 @@ fn a_completed_submission_whose_merge_failed_is_merged_at_the_next_start() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A running server merges a completed submission left unmerged once it ended
+/// `unmerged_sweep_s` ago (here a second): a replica that stopped between the completion and
+/// its merge, or a merge whose retries ran out, no longer waits for some server's restart.
+#[test]
+fn a_running_server_merges_a_submission_left_unmerged() {
+    let dir = tmp("unmerged-sweep");
+    let data = dir.join("data");
+    let server = ServerProc::start(&data, &["--object-store-retry-s", "1", "--unmerged-sweep-s", "1"]);
+    let (token, id, blockers, config) = refused_submission(&server, &data, &[Refused::Merged]);
+    client::run_blocking(&config, &mut ReplayAgent::new(), &mut |_| {}).expect("the submission completes");
+    assert_not_merged_yet(&server, &id, &token);
+    std::fs::remove_dir_all(&blockers[0]).unwrap();
+    // Long before the failed merge's own retry (a minute after it failed).
+    let waited = std::time::Instant::now();
+    while trajectories_status(&server, &id, &token) != 200 {
+        assert!(
+            waited.elapsed() < std::time::Duration::from_secs(30),
+            "{}",
+            server.log_text()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let log = server.log_text();
+    assert!(
+        log.contains(&format!(
+            "submission {id}: the runs of this completed submission are merged now"
+        )),
+        "{log}"
+    );
+    assert_eq!(trajectory_file::episode_names(&blockers[0]).unwrap().len(), 6);
+    let parts = data.join("trajectories").join(&id);
+    let waited = std::time::Instant::now();
+    while parts.exists() && waited.elapsed() < std::time::Duration::from_secs(30) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(!parts.exists(), "the parts were kept");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// A failed submission whose runs could not be merged when it failed (the store refused the
 /// merged file) is merged at the next start; before, its parts stayed and its trajectories were
 /// a 404 "has no trajectories" for good. Meanwhile the 404 says they are being merged.

@@ -132,6 +132,11 @@ pub struct ServingArgs {
     /// with the reason (0 = never) [default: 86400].
     #[arg(long, env = "ARENA_IDLE_SUBMISSION_EXPIRY_S")]
     pub idle_submission_expiry_s: Option<f64>,
+    /// Seconds between looks for final submissions whose runs were never merged into one file
+    /// (a replica that stopped after completing one, a merge that kept failing), merging those
+    /// that ended at least this long ago (0 = only at start) [default: 7200].
+    #[arg(long, env = "ARENA_UNMERGED_SWEEP_S")]
+    pub unmerged_sweep_s: Option<f64>,
     /// Folder of the web pages served at / [default: the shipped web/].
     #[arg(long, env = "ARENA_WEB_DIR")]
     pub web_dir: Option<PathBuf>,
@@ -223,6 +228,7 @@ impl ConfigArgs {
             replica_id,
             lease_s,
             idle_submission_expiry_s,
+            unmerged_sweep_s,
             web_dir,
             max_connections,
             max_connections_per_address,

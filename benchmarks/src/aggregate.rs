@@ -149,7 +149,23 @@ pub struct Report {
     pub units: BTreeMap<String, String>,
     /// category → metric → statistics.
     pub groups: BTreeMap<String, BTreeMap<String, Statistics>>,
+    /// category → its episodes, and how many of them `groups` is over (absent from reports
+    /// written before it was added).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub group_counts: BTreeMap<String, GroupCounts>,
     pub failed_episodes: Vec<FailedEpisode>,
+}
+
+/// One category's episodes: what its statistics are over and what they leave out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupCounts {
+    /// Every episode of the category.
+    pub episodes: usize,
+    /// Completed or fell: the episodes its statistics are over.
+    pub scored: usize,
+    /// Failed or timed out (an error before any break of the success rule): left out of its
+    /// statistics, listed in `failed_episodes`.
+    pub unscored: usize,
 }
 
 impl Report {
@@ -204,6 +220,8 @@ pub struct MetricsAggregator {
     values: BTreeMap<String, Vec<f64>>,
     /// category → metric → values.
     grouped: BTreeMap<String, BTreeMap<String, Vec<f64>>>,
+    /// category → its episodes, scored and not.
+    counts: BTreeMap<String, GroupCounts>,
 }
 
 impl MetricsAggregator {
@@ -214,6 +232,13 @@ impl MetricsAggregator {
     /// Adds one episode. Scored episodes (completed, fell) feed the statistics; failed and
     /// timed-out ones go to the failed list with their reason.
     pub fn add_episode(&mut self, result: EpisodeResult) {
+        let counts = self.counts.entry(result.category.clone()).or_default();
+        counts.episodes += 1;
+        if result.status.is_scored() {
+            counts.scored += 1;
+        } else {
+            counts.unscored += 1;
+        }
         if result.status.is_scored() {
             for (name, &v) in &result.metrics {
                 self.values.entry(name.clone()).or_default().push(v);
@@ -267,6 +292,12 @@ impl MetricsAggregator {
             .collect()
     }
 
+    /// Per category: its episodes, how many are scored (what [`Self::by_category`] is over)
+    /// and how many are not.
+    pub fn category_counts(&self) -> &BTreeMap<String, GroupCounts> {
+        &self.counts
+    }
+
     /// Statistics grouped by any key of an episode (a tag, the DR level, ...).
     pub fn group_by(&self, key: impl Fn(&EpisodeResult) -> String) -> BTreeMap<String, BTreeMap<String, Statistics>> {
         let mut groups: BTreeMap<String, BTreeMap<String, Vec<f64>>> = BTreeMap::new();
@@ -309,6 +340,7 @@ impl MetricsAggregator {
                 .filter_map(|m| crate::metrics::metric_info(m).map(|i| (m.clone(), i.units.to_string())))
                 .collect(),
             groups: self.by_category(),
+            group_counts: self.counts.clone(),
             failed_episodes,
         }
     }
@@ -428,6 +460,25 @@ mod tests {
         assert_eq!(agg.failed()[1].reason, "timeout");
         let by_status = agg.group_by(|e| format!("{:?}", e.status));
         assert_eq!(by_status["Fell"]["emd"].count, 1);
+        // Each category's statistics say what they leave out.
+        let counts = |episodes, scored, unscored| GroupCounts {
+            episodes,
+            scored,
+            unscored,
+        };
+        assert_eq!(agg.category_counts()["dance"], counts(2, 2, 0));
+        assert_eq!(agg.category_counts()["walk"], counts(3, 1, 2));
+        let report = agg.report("g1-test", serde_json::json!({}));
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(
+            json["group_counts"]["walk"],
+            serde_json::json!({"episodes": 3, "scored": 1, "unscored": 2})
+        );
+        // A report written before the counts reads back without them.
+        let mut older = json.clone();
+        older.as_object_mut().unwrap().remove("group_counts");
+        let read: Report = serde_json::from_value(older).unwrap();
+        assert!(read.group_counts.is_empty());
     }
 
     #[test]

@@ -47,6 +47,11 @@ fn complete_g1_smoke(server: &ServerProc, url: &str) {
         assert!(e["metrics"]["emd"].as_f64().unwrap() > 0.0);
     }
     assert_eq!(results["aggregated"]["emd"]["count"], 6);
+    assert_eq!(
+        results["group_counts"]["builtin"],
+        serde_json::json!({"episodes": 6, "scored": 6, "unscored": 0}),
+        "{results}"
+    );
 
     // Remote replay scores exactly what the local runner scores.
     let spec = arena_bench::spec::find_benchmark(
@@ -95,11 +100,23 @@ fn complete_g1_smoke(server: &ServerProc, url: &str) {
         "episodes",
         "aggregated",
         "groups",
+        "group_counts",
         "failed_episodes",
     ] {
         assert!(report.get(key).is_some(), "report lacks {key}");
     }
     assert_eq!(report["episodes"].as_array().unwrap().len(), 6);
+    // Each category's statistics say what they are over and what they leave out.
+    let builtin = &report["group_counts"]["builtin"];
+    assert_eq!(builtin["episodes"], 6, "{report}");
+    assert_eq!(
+        builtin["scored"], report["groups"]["builtin"]["emd"]["count"],
+        "{report}"
+    );
+    assert_eq!(
+        builtin["unscored"].as_u64().unwrap() as usize,
+        report["failed_episodes"].as_array().unwrap().len()
+    );
     // Replay falls: scoring stopped where PHC's rule broke, and the report says where, as the
     // local run does (the trajectory file too, below).
     assert_eq!(report["format_version"], 3);

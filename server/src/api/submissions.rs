@@ -315,6 +315,7 @@ pub(super) async fn get_results(
         "submission": s,
         "aggregated": aggregated,
         "groups": groups,
+        "group_counts": aggregator.category_counts(),
         "episodes": episodes,
         "failed_episodes": failed,
     }))

@@ -115,7 +115,7 @@ impl ObservationPlan {
     pub fn fill(&self, env: &TrackingEnv, slot: usize, scratch: &mut ReferenceScratch, out: &mut [f32]) {
         let obs = env.observations();
         // The robot groups share one handler readout and one reference state per row.
-        let mut readout: Option<RobotReadout> = None;
+        let mut readout_ready = false;
         let mut reference_ready = false;
         for (part, range) in &self.parts {
             let dst = &mut out[range.clone()];
@@ -184,16 +184,19 @@ impl ObservationPlan {
                     }
                 }
                 Part::Group(group) => {
-                    let r = readout.get_or_insert_with(|| {
-                        RobotReadout::read(env.handler(), slot, true, self.reads_accelerometers)
-                    });
+                    if !readout_ready {
+                        let accelerometers = self.reads_accelerometers;
+                        scratch.readout.read_from(env.handler(), slot, true, accelerometers);
+                        readout_ready = true;
+                    }
+                    let r = &scratch.readout;
                     if group.source() == Source::Command && !reference_ready {
                         // The command is the frame this step's action must reach (mjlab /
                         // BeyondMimic: the command advances before the observation), at the
                         // env's own time formula for the next row, the reference that row is
                         // scored against.
                         let target = a.start_time + (info.step + 1) as f64 * CONTROL_DT;
-                        env.library().motions[a.motion].state_at(target, &mut scratch.state);
+                        env.library().motions[a.motion].command_at(target, self.anchor, &mut scratch.state);
                         reference_ready = true;
                     }
                     let (reference, anchor) = (&*scratch.state, self.anchor);
@@ -276,6 +279,8 @@ pub struct ReferenceScratch {
     qpos: [f64; NQ],
     body_pos: Vec<f64>,
     state: Box<MotionState>,
+    /// The robot groups' handler readout of the row being filled.
+    readout: Box<RobotReadout>,
 }
 
 impl Default for ReferenceScratch {
@@ -284,6 +289,7 @@ impl Default for ReferenceScratch {
             qpos: [0.0; NQ],
             body_pos: vec![0.0; 3 * NUM_BODIES_EXT],
             state: Box::default(),
+            readout: Box::default(),
         }
     }
 }

@@ -275,6 +275,30 @@ impl Motion {
         lerp_into(root_ang_vel, a, b, beta);
     }
 
+    /// The part of [`Self::state_at`] that the tracking command's groups read (mjlab's
+    /// `motion_command` and `motion_anchor_*`): `qpos`, `dof_vel` and body `anchor`'s position
+    /// and rotation, the same numbers; every other body of `out` is left as it was. The other
+    /// 30 bodies' slerps were most of a served lane's row filling at 4096 envs.
+    pub fn command_at(&self, t: f64, anchor: usize, out: &mut MotionState) {
+        let (f0, f1, beta) = frame_blend(t, self.num_frames, self.fps);
+        sample_rows(&self.qpos, NQ, f0, f1, beta, &mut out.qpos);
+        let (qa, qb) = (&self.qpos[f0 * NQ + 3..][..4], &self.qpos[f1 * NQ + 3..][..4]);
+        out.qpos[3..7].copy_from_slice(&math::slerp(
+            &qa.try_into().expect("4"),
+            &qb.try_into().expect("4"),
+            beta,
+        ));
+        sample_rows(&self.dof_vel, NUM_JOINTS, f0, f1, beta, &mut out.dof_vel);
+        let (w3, w4) = (NUM_BODIES_EXT * 3, NUM_BODIES_EXT * 4);
+        for c in 0..3 {
+            out.body_pos[anchor][c] =
+                (1.0 - beta) * self.body_pos[f0 * w3 + 3 * anchor + c] + beta * self.body_pos[f1 * w3 + 3 * anchor + c];
+        }
+        let qa: Quat = self.body_rot[f0 * w4 + 4 * anchor..][..4].try_into().expect("4");
+        let qb: Quat = self.body_rot[f1 * w4 + 4 * anchor..][..4].try_into().expect("4");
+        out.body_rot[anchor] = math::slerp(&qa, &qb, beta);
+    }
+
     /// Reference state at time `t` seconds (§3.3): linear blend of the two neighbouring frames,
     /// slerp for rotations; times outside [0, length] clamp to the ends.
     pub fn state_at(&self, t: f64, out: &mut MotionState) {

@@ -36,9 +36,10 @@ pub struct RobotReadout {
     pub accelerometer: [f64; 6],
 }
 
-impl RobotReadout {
-    pub fn read(handler: &dyn Handler, env: usize, with_bodies: bool, with_imu: bool) -> Self {
-        let mut r = RobotReadout {
+impl Default for RobotReadout {
+    /// Zeros, and NaN for the accelerometers.
+    fn default() -> Self {
+        RobotReadout {
             qpos: [0.0; NQ],
             qvel: [0.0; NV],
             torque: [0.0; NUM_JOINTS],
@@ -46,19 +47,38 @@ impl RobotReadout {
             body_rot: [0.0; 4 * NUM_BODIES_EXT],
             body_ang_vel: [0.0; 3 * NUM_BODIES_EXT],
             accelerometer: [f64::NAN; 6],
-        };
-        handler.read_env_into(env, Field::Qpos, &mut r.qpos);
-        handler.read_env_into(env, Field::Qvel, &mut r.qvel);
-        handler.read_env_into(env, Field::DofTorque, &mut r.torque);
+        }
+    }
+}
+
+impl RobotReadout {
+    pub fn read(handler: &dyn Handler, env: usize, with_bodies: bool, with_imu: bool) -> Self {
+        let mut r = RobotReadout::default();
+        r.read_from(handler, env, with_bodies, with_imu);
+        r
+    }
+
+    /// [`Self::read`] into this readout (one a thread reuses env after env: a fresh 3 kB
+    /// readout zeroed and moved per row was a tenth of a served lane's row filling). What is
+    /// not read is reset as [`Self::read`] leaves it: zero bodies, NaN accelerometers.
+    pub fn read_from(&mut self, handler: &dyn Handler, env: usize, with_bodies: bool, with_imu: bool) {
+        handler.read_env_into(env, Field::Qpos, &mut self.qpos);
+        handler.read_env_into(env, Field::Qvel, &mut self.qvel);
+        handler.read_env_into(env, Field::DofTorque, &mut self.torque);
         if with_bodies {
-            handler.read_env_into(env, Field::BodyPos, &mut r.body_pos);
-            handler.read_env_into(env, Field::BodyRot, &mut r.body_rot);
-            handler.read_env_into(env, Field::BodyAngVel, &mut r.body_ang_vel);
+            handler.read_env_into(env, Field::BodyPos, &mut self.body_pos);
+            handler.read_env_into(env, Field::BodyRot, &mut self.body_rot);
+            handler.read_env_into(env, Field::BodyAngVel, &mut self.body_ang_vel);
+        } else {
+            self.body_pos.fill(0.0);
+            self.body_rot.fill(0.0);
+            self.body_ang_vel.fill(0.0);
         }
         if with_imu {
-            handler.read_env_into(env, Field::ImuAccelerometer, &mut r.accelerometer);
+            handler.read_env_into(env, Field::ImuAccelerometer, &mut self.accelerometer);
+        } else {
+            self.accelerometer.fill(f64::NAN);
         }
-        r
     }
 
     pub fn pelvis_rot(&self) -> Quat {

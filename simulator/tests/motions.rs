@@ -98,3 +98,32 @@ fn joint_pos_at_is_pose_at_s_joints() {
         }
     }
 }
+
+/// The tracking command's groups read `command_at`: the very numbers of `state_at`'s qpos,
+/// joint velocities and anchor body, for every body as the anchor, at frames, between frames
+/// and past either end.
+#[test]
+fn command_at_is_state_at_s_command_and_anchor() {
+    use arena_sim::motion::{MotionLibrary, MotionState};
+    use arena_sim::robot::NUM_BODIES_EXT;
+    let robot = RobotConfig::default();
+    let clips = MotionLibrary::builtin_clips(&robot).unwrap();
+    let library = MotionLibrary::from_clips(&clips, &robot).unwrap();
+    for m in &library.motions {
+        for t in [-0.1, 0.0, 0.013, 0.5, 1.234, m.length_s - 0.007, m.length_s + 1.0] {
+            let mut whole = MotionState::default();
+            m.state_at(t, &mut whole);
+            for anchor in 0..NUM_BODIES_EXT {
+                let mut command = MotionState::default();
+                command.qpos.fill(f64::NAN);
+                command.dof_vel.fill(f64::NAN);
+                m.command_at(t, anchor, &mut command);
+                let at = format!("{} at t = {t}, anchor {anchor}", m.name);
+                assert_eq!(command.qpos, whole.qpos, "{at}");
+                assert_eq!(command.dof_vel, whole.dof_vel, "{at}");
+                assert_eq!(command.body_pos[anchor], whole.body_pos[anchor], "{at}");
+                assert_eq!(command.body_rot[anchor], whole.body_rot[anchor], "{at}");
+            }
+        }
+    }
+}

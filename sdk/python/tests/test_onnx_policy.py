@@ -736,6 +736,31 @@ def test_an_older_server_without_anchor_body_means_torso_link(tmp_path: Path) ->
     assert [c.mode for c in arena.connects] == ["practice", "practice"]
 
 
+def test_fetch_spec_from_a_server_outside_the_protocol_is_none(caplog: pytest.LogCaptureFixture) -> None:
+    """A WebSocket server that answers the Connect with something that is no Envelope (not an
+    arena at that URL): the check could not be made, as for an unreachable server (None, with
+    a warning), rather than an exception a pre-flight check lets through."""
+    import logging
+
+    from websockets.sync.server import serve
+
+    def handler(ws) -> None:
+        ws.recv()
+        ws.send(b"\xff\x00 not an envelope")
+
+    with serve(handler, "127.0.0.1", 0) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            url = f"ws://127.0.0.1:{server.socket.getsockname()[1]}/api/v1/agent"
+            with caplog.at_level(logging.WARNING):
+                assert fetch_spec(url, "t", benchmark="b", timeout_s=5) is None
+        finally:
+            server.shutdown()
+            thread.join(5)
+    assert "could not check the benchmark's spec: undecodable binary frame" in caplog.text, caplog.text
+
+
 def test_gain_preset_and_invalid_gains(tmp_path: Path) -> None:
     path = build_policy(tmp_path / "p.onnx", mjlab_metadata(), np.zeros((MJLAB_SIZE, J)), np.zeros(J))
     arena = FakeArena(robot_spec(), [], refuse="invalid_gains")

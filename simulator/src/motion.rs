@@ -243,6 +243,12 @@ impl Motion {
     /// that recording and the replay policy need, without the per-body slerps.
     pub fn pose_at(&self, t: f64, qpos: &mut [f64; NQ], body_pos: &mut [f64]) {
         let (f0, f1, beta) = frame_blend(t, self.num_frames, self.fps);
+        self.sample_qpos(f0, f1, beta, qpos);
+        sample_rows(&self.body_pos, NUM_BODIES_EXT * 3, f0, f1, beta, body_pos);
+    }
+
+    /// qpos between frames `f0` and `f1`: a blend, the root's rotation a slerp.
+    fn sample_qpos(&self, f0: usize, f1: usize, beta: f64, qpos: &mut [f64; NQ]) {
         sample_rows(&self.qpos, NQ, f0, f1, beta, qpos);
         let (qa, qb) = (&self.qpos[f0 * NQ + 3..][..4], &self.qpos[f1 * NQ + 3..][..4]);
         qpos[3..7].copy_from_slice(&math::slerp(
@@ -250,7 +256,17 @@ impl Motion {
             &qb.try_into().expect("4"),
             beta,
         ));
-        sample_rows(&self.body_pos, NUM_BODIES_EXT * 3, f0, f1, beta, body_pos);
+    }
+
+    /// Body `b`'s position and rotation between frames `f0` and `f1` (blend, slerp).
+    fn sample_body_pose(&self, b: usize, f0: usize, f1: usize, beta: f64) -> ([f64; 3], Quat) {
+        let (w3, w4) = (NUM_BODIES_EXT * 3, NUM_BODIES_EXT * 4);
+        let pos = std::array::from_fn(|c| {
+            (1.0 - beta) * self.body_pos[f0 * w3 + 3 * b + c] + beta * self.body_pos[f1 * w3 + 3 * b + c]
+        });
+        let qa: Quat = self.body_rot[f0 * w4 + 4 * b..][..4].try_into().expect("4");
+        let qb: Quat = self.body_rot[f1 * w4 + 4 * b..][..4].try_into().expect("4");
+        (pos, math::slerp(&qa, &qb, beta))
     }
 
     /// The reference joint positions (29) at time `t`: `pose_at`'s `qpos[7..]`, the same
@@ -281,22 +297,9 @@ impl Motion {
     /// 30 bodies' slerps were most of a served lane's row filling at 4096 envs.
     pub fn command_at(&self, t: f64, anchor: usize, out: &mut MotionState) {
         let (f0, f1, beta) = frame_blend(t, self.num_frames, self.fps);
-        sample_rows(&self.qpos, NQ, f0, f1, beta, &mut out.qpos);
-        let (qa, qb) = (&self.qpos[f0 * NQ + 3..][..4], &self.qpos[f1 * NQ + 3..][..4]);
-        out.qpos[3..7].copy_from_slice(&math::slerp(
-            &qa.try_into().expect("4"),
-            &qb.try_into().expect("4"),
-            beta,
-        ));
+        self.sample_qpos(f0, f1, beta, &mut out.qpos);
         sample_rows(&self.dof_vel, NUM_JOINTS, f0, f1, beta, &mut out.dof_vel);
-        let (w3, w4) = (NUM_BODIES_EXT * 3, NUM_BODIES_EXT * 4);
-        for c in 0..3 {
-            out.body_pos[anchor][c] =
-                (1.0 - beta) * self.body_pos[f0 * w3 + 3 * anchor + c] + beta * self.body_pos[f1 * w3 + 3 * anchor + c];
-        }
-        let qa: Quat = self.body_rot[f0 * w4 + 4 * anchor..][..4].try_into().expect("4");
-        let qb: Quat = self.body_rot[f1 * w4 + 4 * anchor..][..4].try_into().expect("4");
-        out.body_rot[anchor] = math::slerp(&qa, &qb, beta);
+        (out.body_pos[anchor], out.body_rot[anchor]) = self.sample_body_pose(anchor, f0, f1, beta);
     }
 
     /// Reference state at time `t` seconds (§3.3): linear blend of the two neighbouring frames,
@@ -304,25 +307,15 @@ impl Motion {
     pub fn state_at(&self, t: f64, out: &mut MotionState) {
         let (f0, f1, beta) = frame_blend(t, self.num_frames, self.fps);
         let w3 = NUM_BODIES_EXT * 3;
-        let w4 = NUM_BODIES_EXT * 4;
-        sample_rows(&self.qpos, NQ, f0, f1, beta, &mut out.qpos);
-        let (qa, qb) = (&self.qpos[f0 * NQ + 3..][..4], &self.qpos[f1 * NQ + 3..][..4]);
-        out.qpos[3..7].copy_from_slice(&math::slerp(
-            &qa.try_into().expect("4"),
-            &qb.try_into().expect("4"),
-            beta,
-        ));
+        self.sample_qpos(f0, f1, beta, &mut out.qpos);
         sample_rows(&self.dof_vel, NUM_JOINTS, f0, f1, beta, &mut out.dof_vel);
         for b in 0..NUM_BODIES_EXT {
             for c in 0..3 {
                 let lerp = |v: &[f64]| (1.0 - beta) * v[f0 * w3 + 3 * b + c] + beta * v[f1 * w3 + 3 * b + c];
-                out.body_pos[b][c] = lerp(&self.body_pos);
                 out.body_vel[b][c] = lerp(&self.body_vel);
                 out.body_ang_vel[b][c] = lerp(&self.body_ang_vel);
             }
-            let qa: Quat = self.body_rot[f0 * w4 + 4 * b..][..4].try_into().expect("4");
-            let qb: Quat = self.body_rot[f1 * w4 + 4 * b..][..4].try_into().expect("4");
-            out.body_rot[b] = math::slerp(&qa, &qb, beta);
+            (out.body_pos[b], out.body_rot[b]) = self.sample_body_pose(b, f0, f1, beta);
         }
     }
 }

@@ -191,10 +191,9 @@ async fn lanes_out_of_claims_with_episodes_pending_say_so() {
     }
     let rows = storage.episodes(id).await.unwrap();
     let last_row = rows.iter().find(|r| r.idx == last_idx as i64).unwrap();
-    // Queued again without counting the attempt: the server failed, not the agent.
     assert_eq!(
         (last_row.status, last_row.attempts),
-        (EpisodeState::Pending, 0),
+        (EpisodeState::Pending, 1),
         "{rows:?}"
     );
     assert!(

@@ -283,11 +283,15 @@ fn store_and_commit(
     timings.store_s += started.elapsed().as_secs_f64();
     let (committed, mut prepared) = match &ctx.sink {
         Sink::Submission {
-            storage, submission_id, ..
+            storage,
+            submission_id,
+            max_attempts,
+            ..
         } => {
             let submission = SubmissionRef {
                 storage,
                 id: submission_id,
+                max_attempts: *max_attempts as i64,
             };
             commit_stored(ctx, &submission, &ended, stored, timings)
         }
@@ -385,10 +389,11 @@ impl Ended {
 struct SubmissionRef<'a> {
     storage: &'a crate::storage::Storage,
     id: &'a str,
+    max_attempts: i64,
 }
 
 /// Commits the runs of `ended` whose trajectory `stored` holds, all in one transaction; a run
-/// whose store failed goes back to the queue instead, its attempt not counted. Returns
+/// whose store failed goes back to the queue instead (FAILED after its last attempt). Returns
 /// each run's answer (Some(true) committed, Some(false) not this server's any more, None not
 /// committed) and its copy prepared for the merge ahead, in `ended`'s order.
 fn commit_stored(
@@ -407,19 +412,18 @@ fn commit_stored(
         let (stored, ready) = stored.next().expect("one store per episode of a submission");
         prepared.push(ready);
         if let Err(e) = stored {
-            // Nothing is lost: the run goes back to the queue with the reason, its attempt not
-            // counted (the server failed, not the agent: a store down for longer than its
-            // retries must not use up the episode's attempts and fail it). The error names
-            // server files and the store: the log has it, the team gets the fact.
+            // Nothing is lost: the run goes back to the queue (FAILED after its last attempt)
+            // with the reason. The error names server files and the store: the log has it, the
+            // team gets the fact.
             tracing::error!("episode {idx}: could not store the trajectory: {e:#}");
             let why = "the server could not store the trajectory (details in the server log)";
             let just_this = [(idx, run_attempt)];
-            let returned = db_call(&ctx.runtime, "re-queueing an episode", || {
-                storage.return_episodes(submission_id, &just_this, why)
+            let requeued = db_call(&ctx.runtime, "re-queueing an episode", || {
+                storage.requeue_episodes(submission_id, &just_this, submission.max_attempts, why)
             });
-            match returned {
-                Ok(back) => {
-                    tracing::warn!(episode = idx, requeued = back == 1, "episode not committed: {why}")
+            match requeued {
+                Ok((again, _)) => {
+                    tracing::warn!(episode = idx, requeued = again == 1, "episode not committed: {why}")
                 }
                 Err(e) => {
                     // Its lease runs out and it is claimed again.

@@ -159,7 +159,8 @@ pub struct Report {
 /// One category's episodes: what its statistics are over and what they leave out.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GroupCounts {
-    /// Every episode of the category.
+    /// The category's episodes the aggregator was given (a report: all of them; a running
+    /// submission's `/results`: those that have ended).
     pub episodes: usize,
     /// Completed or fell: the episodes its statistics are over.
     pub scored: usize,

@@ -685,6 +685,19 @@ mod tests {
         ];
         let committed: Vec<_> = rows.iter().map(committed_attempt).collect();
         assert_eq!(committed, [Some(1), Some(2), None, None, None, Some(1)]);
+        // Before the merge, dataset exports read what the merged file will hold: the one-file
+        // layout's episode, the committed runs, and an empty record for one never committed.
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let stored = StoredEpisodes::new(&objects).unwrap();
+                assert_eq!(stored.read("sub", &rows[0]).unwrap(), record(0, 3));
+                assert_eq!(stored.read("sub", &rows[1]).unwrap(), record(1, 4));
+                assert_eq!(stored.read("sub", &rows[5]).unwrap(), record(5, 6));
+                let unplayed = stored.read("sub", &rows[2]).unwrap();
+                assert_eq!(unplayed, unplayed_record(&rows[2]));
+                assert_eq!((unplayed.status.as_str(), unplayed.num_rows()), ("failed", 0));
+            });
+        });
         merge(&objects, "sub", "bench", &rows, None).await.unwrap();
         let merged = submission_file(&objects, "sub").await.unwrap().unwrap();
         assert_eq!(

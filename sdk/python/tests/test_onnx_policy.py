@@ -36,6 +36,7 @@ from arena_sdk import (  # noqa: E402
     OnnxPolicy,
     PolicyConfig,
     PolicyOverrides,
+    ProtocolError,
     RefusedError,
     UnsupportedPolicyError,
     fetch_spec,
@@ -736,29 +737,35 @@ def test_an_older_server_without_anchor_body_means_torso_link(tmp_path: Path) ->
     assert [c.mode for c in arena.connects] == ["practice", "practice"]
 
 
-def test_fetch_spec_from_a_server_outside_the_protocol_is_none(caplog: pytest.LogCaptureFixture) -> None:
+def test_fetch_spec_from_a_server_outside_the_protocol_raises(tmp_path: Path) -> None:
     """A WebSocket server that answers the Connect with something that is no Envelope (not an
-    arena at that URL): the check could not be made, as for an unreachable server (None, with
-    a warning), rather than an exception a pre-flight check lets through."""
-    import logging
-
+    arena at that URL, or another protocol version): ProtocolError, not None, so that
+    `arena-agent onnx` stops before a submission exists instead of creating one its session
+    cannot run."""
     from websockets.sync.server import serve
 
+    connects: list[bytes] = []
+
     def handler(ws) -> None:
-        ws.recv()
+        connects.append(ws.recv())
         ws.send(b"\xff\x00 not an envelope")
 
+    path = build_policy(tmp_path / "p.onnx", mjlab_metadata(), np.zeros((MJLAB_SIZE, J)), np.zeros(J))
     with serve(handler, "127.0.0.1", 0) as server:
         thread = threading.Thread(target=server.serve_forever, daemon=True)
         thread.start()
         try:
             url = f"ws://127.0.0.1:{server.socket.getsockname()[1]}/api/v1/agent"
-            with caplog.at_level(logging.WARNING):
-                assert fetch_spec(url, "t", benchmark="b", timeout_s=5) is None
+            with pytest.raises(ProtocolError, match="undecodable binary frame"):
+                fetch_spec(url, "t", benchmark="b", timeout_s=5)
+            result = cli(str(path), "--server", url, "--token", "t", "--benchmark", "b")
         finally:
             server.shutdown()
             thread.join(5)
-    assert "could not check the benchmark's spec: undecodable binary frame" in caplog.text, caplog.text
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert "undecodable binary frame" in result.stderr and "Traceback" not in result.stderr, result.stderr
+    # The spec checks alone: no submission Connect.
+    assert [pb.Envelope.FromString(c).connect.mode for c in connects] == ["practice", "practice"]
 
 
 def test_gain_preset_and_invalid_gains(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@
 //! export that read the merged file alone failed on a submission in that window, for good on a
 //! replica whose merge failed.
 
-use super::{committed_attempt, merged_path_blocking, run_record};
+use super::{committed_attempt, merged_path_blocking, run_record, unplayed_record};
 use crate::objects::Objects;
 use crate::storage::EpisodeRow;
 use arena_data::trajectory_file::{self, EpisodeRecord};
@@ -62,8 +62,9 @@ impl<'a> StoredEpisodes<'a> {
     }
 
     /// Final episode `row` of `submission`: from its merged file (once this server's merge of it,
-    /// if one runs, is done: at most [`super::MERGE_WAIT`]), else from its committed run's own file.
-    /// An error says where neither held it.
+    /// if one runs, is done: at most [`super::MERGE_WAIT`]), else from its committed run's own
+    /// file, else, for an episode with no committed run, the empty record the merge writes for
+    /// it. An error says where neither held a committed run.
     pub fn read(&self, submission: &str, row: &EpisodeRow) -> anyhow::Result<EpisodeRecord> {
         let name = trajectory_file::episode_group_name(row.idx as u32);
         let merged = self.merged_path(submission, false);
@@ -72,12 +73,16 @@ impl<'a> StoredEpisodes<'a> {
             Err(e) => e,
         };
         let committed = committed_attempt(row);
+        if committed.is_none() {
+            // Never run, or given up on without a commit (FAILED or TIMEOUT with no stored
+            // run): what the merge writes for it, an empty group with its description.
+            return Ok(unplayed_record(row));
+        }
         let run = self
             .runtime
             .block_on(run_record(self.objects, submission, row.idx, committed));
         let run_said = match run {
             Ok(Some(record)) => return Ok(record),
-            Ok(None) if committed.is_none() => "no run of it was committed".to_string(),
             Ok(None) => format!("its committed run {} is not stored", committed.unwrap_or_default()),
             Err(e) => format!("its committed run: {e:#}"),
         };

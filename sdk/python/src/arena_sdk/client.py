@@ -668,9 +668,9 @@ def fetch_spec(
     Raises RefusedError where the submission would be refused too (bad token, unknown benchmark,
     invalid_gains, phase closed, ...). Returns None when the server allows no practice there
     (`forbidden`: a private phase) or the check could not be made (unreachable, rate-limited):
-    the caller then learns the spec from `run`'s Connected, as usual. A server that answers
-    outside the protocol (`ProtocolError`: not an arena at that URL, or a server bug) is such a
-    check that could not be made: None, with the reason logged; `run` then raises it.
+    the caller then learns the spec from `run`'s Connected, as usual. Raises ProtocolError for an
+    answer outside the protocol (not an arena at that URL, or a server of another protocol
+    version): a caller that went on would create a submission its session then cannot run.
     """
     if not (benchmark or phase):
         raise ValueError("give a benchmark or a phase")
@@ -713,7 +713,7 @@ def fetch_spec(
                 connection.send(_heartbeat())
         log.warning("could not check the benchmark's spec: no answer within %g s", timeout_s)
         return None
-    except (ConnectionLost, ProtocolError) as e:
+    except ConnectionLost as e:
         log.warning("could not check the benchmark's spec: %s", e)
         return None
     finally:

@@ -17,7 +17,7 @@ from .cli_common import (
     setup_logging,
 )
 from .client import fetch_spec
-from .errors import RefusedError
+from .errors import ProtocolError, RefusedError
 from .policy_config import PolicyOverrides, UnsupportedPolicyError
 
 PROG = "arena-agent onnx"
@@ -106,6 +106,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         except RefusedError as e:
             print(f"{PROG}: error: {e}", file=sys.stderr)
+            return 1
+        except ProtocolError as e:
+            # Not an arena at that URL, or another protocol version: no submission is made.
+            print(f"{PROG}: error: the server at {args.server} does not speak the arena protocol: {e}", file=sys.stderr)
             return 1
         problems = agent.check(spec) if spec is not None else []
         if problems:

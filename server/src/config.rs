@@ -436,13 +436,11 @@ impl ServerConfig {
                 ),
             );
         }
-        if !(self.unmerged_sweep_s >= 0.0 && self.unmerged_sweep_s <= MAX_EXPIRY_S) {
+        let sweep = self.unmerged_sweep_s;
+        if !(sweep == 0.0 || (1.0..=MAX_EXPIRY_S).contains(&sweep)) {
             return bad(
                 "unmerged_sweep_s",
-                format!(
-                    "expected seconds 0-{MAX_EXPIRY_S} (a year; 0 = only at start), got {}",
-                    self.unmerged_sweep_s
-                ),
+                format!("expected 0 (only at start) or seconds 1-{MAX_EXPIRY_S} (a year), got {sweep}"),
             );
         }
         if !(self.lease_s >= 0.5 && self.lease_s <= 3600.0) {
@@ -602,6 +600,11 @@ mod tests {
                 "idle_submission_expiry_s = 1e20",
                 "idle_submission_expiry_s: expected seconds 0-31536000",
             ),
+            (
+                "unmerged_sweep_s = 0.001",
+                "unmerged_sweep_s: expected 0 (only at start)",
+            ),
+            ("unmerged_sweep_s = -1", "unmerged_sweep_s: expected 0 (only at start)"),
         ] {
             std::fs::write(&path, format!("{line}\n")).unwrap();
             let e = ServerConfig::from_file(&path).unwrap_err().to_string();

@@ -381,7 +381,12 @@ async fn merge_leftovers(storage: Storage, objects: crate::objects::Objects, end
             } else {
                 // Completed, then stopped (or failed to store the file) before its merge; or a
                 // file of the one-file layout that holds only the episodes run before an upgrade.
-                crate::orchestrator::committer::merge_completed(&storage, &objects, &benchmark, &id, None).await;
+                if ended_before.is_some() {
+                    // A running server's look, itself repeated: no retries of its own.
+                    crate::orchestrator::committer::merge_completed_once(&storage, &objects, &benchmark, &id).await;
+                } else {
+                    crate::orchestrator::committer::merge_completed(&storage, &objects, &benchmark, &id, None).await;
+                }
                 if objects.exists(&merged_key).await.unwrap_or(false) {
                     tracing::info!("submission {id}: the runs of this completed submission are merged now");
                 }

@@ -707,6 +707,25 @@ pub async fn merge_completed(
     tokio::spawn(async move { retry_merge(&storage, &objects, &benchmark, &submission_id).await });
 }
 
+/// [`merge_completed`] without its retries, for a periodic look that is itself the retry
+/// (`state::sweep_unmerged`): whether a merged file holds the runs now.
+pub async fn merge_completed_once(
+    storage: &crate::storage::Storage,
+    objects: &crate::objects::Objects,
+    benchmark: &str,
+    submission_id: &str,
+) -> bool {
+    match merge_and_clean(storage, objects, benchmark, submission_id, None).await {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(
+                "submission {submission_id}: merging its trajectories failed: {e:#}; its runs stay stored one file each until the next look"
+            );
+            false
+        }
+    }
+}
+
 /// The first wait before a failed merge is tried again, doubled after each failure up to
 /// [`MERGE_RETRY_MAX`], for [`MERGE_RETRIES`] tries (about 75 minutes); after them the
 /// server's next start merges it.

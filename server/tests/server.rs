@@ -926,6 +926,16 @@ fn exported_episodes(server: &ServerProc) -> Vec<Value> {
     text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
+/// Waits (at most 30 s) for submission `id`'s per-episode folder `parts` to be removed, which
+/// follows the storing of its merged file.
+fn assert_parts_removed(parts: &std::path::Path, id: &str) {
+    let waited = std::time::Instant::now();
+    while parts.exists() && waited.elapsed() < std::time::Duration::from_secs(30) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(!parts.exists(), "{id}: the parts were kept");
+}
+
 /// Polls submission `id`'s trajectory download until it answers 200 (at most a minute).
 fn wait_for_trajectories(server: &ServerProc, id: &str, token: &str) {
     let waited = std::time::Instant::now();
@@ -1056,11 +1066,7 @@ fn a_completed_submission_whose_merge_failed_is_merged_at_the_next_start() {
     ] {
         wait_for_trajectories(&server, id, token);
         assert_eq!(trajectory_file::episode_names(merged).unwrap().len(), 6, "{id}");
-        let waited = std::time::Instant::now();
-        while parts.exists() && waited.elapsed() < std::time::Duration::from_secs(30) {
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        assert!(!parts.exists(), "{id}: the parts were kept");
+        assert_parts_removed(parts, id);
     }
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -1095,12 +1101,7 @@ fn a_running_server_merges_a_submission_left_unmerged() {
         "{log}"
     );
     assert_eq!(trajectory_file::episode_names(&blockers[0]).unwrap().len(), 6);
-    let parts = data.join("trajectories").join(&id);
-    let waited = std::time::Instant::now();
-    while parts.exists() && waited.elapsed() < std::time::Duration::from_secs(30) {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    assert!(!parts.exists(), "the parts were kept");
+    assert_parts_removed(&data.join("trajectories").join(&id), &id);
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -1138,7 +1139,8 @@ fn a_failed_submission_left_unmerged_is_merged_at_the_next_start() {
     let server = ServerProc::start(&data, &["--object-store-retry-s", "1"]);
     wait_for_trajectories(&server, &id, &token);
     assert_eq!(trajectory_file::episode_names(&blockers[1]).unwrap().len(), 6);
-    assert!(!data.join("trajectories").join(&id).exists(), "the parts were kept");
+    // Deleted just after the merged file is stored (which the download saw).
+    assert_parts_removed(&data.join("trajectories").join(&id), &id);
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -72,18 +72,17 @@ impl<'a> StoredEpisodes<'a> {
             Ok(record) => return Ok(record),
             Err(e) => e,
         };
-        let committed = committed_attempt(row);
-        if committed.is_none() {
+        let Some(committed) = committed_attempt(row) else {
             // Never run, or given up on without a commit (FAILED or TIMEOUT with no stored
             // run): what the merge writes for it, an empty group with its description.
             return Ok(unplayed_record(row));
-        }
+        };
         let run = self
             .runtime
-            .block_on(run_record(self.objects, submission, row.idx, committed));
+            .block_on(run_record(self.objects, submission, row.idx, Some(committed)));
         let run_said = match run {
             Ok(Some(record)) => return Ok(record),
-            Ok(None) => format!("its committed run {} is not stored", committed.unwrap_or_default()),
+            Ok(None) => format!("its committed run {committed} is not stored"),
             Err(e) => format!("its committed run: {e:#}"),
         };
         // Merged between the two looks (the runs are deleted after the merge): the merged file

@@ -151,24 +151,48 @@ impl History {
     /// `history_actor` (372): terms in alphabetical order — actions (4×29), base_ang_vel (4×3),
     /// dof_pos (4×29), dof_vel (4×29), projected_gravity (4×3) — newest frame first in each.
     pub fn write(&self, out: &mut [f32]) {
-        let rest = write_newest_first(out, &self.actions, self.newest);
-        let rest = write_newest_first(rest, &self.base_ang_vel, self.newest);
-        let rest = write_newest_first(rest, &self.dof_pos, self.newest);
-        let rest = write_newest_first(rest, &self.dof_vel, self.newest);
-        write_newest_first(rest, &self.projected_gravity, self.newest);
+        self.write_frames(out, self.newest, 0..HISTORY_FRAMES);
+    }
+
+    /// The part of the row that the next push leaves as it is: each group's second to last
+    /// frame as they will be after it (the newest frames now, moved one along). Then
+    /// [`History::push`] and [`History::write_newest`] complete the row that `push` then
+    /// [`History::write`] gives, so that most of it can be written before the new frame exists
+    /// (while the backend simulates the step that makes it).
+    pub fn write_older_after_push(&self, out: &mut [f32]) {
+        let newest_after_push = (self.newest + HISTORY_FRAMES - 1) % HISTORY_FRAMES;
+        self.write_frames(out, newest_after_push, 1..HISTORY_FRAMES);
+    }
+
+    /// Each group's first frame of the row (the newest); see [`History::write_older_after_push`].
+    pub fn write_newest(&self, out: &mut [f32]) {
+        self.write_frames(out, self.newest, 0..1);
+    }
+
+    /// Writes the frames at `positions` (0 = newest) of every group, the newest being slot
+    /// `newest`, and leaves the row's other values as they are.
+    fn write_frames(&self, out: &mut [f32], newest: usize, positions: std::ops::Range<usize>) {
+        let p = positions;
+        let rest = write_group(out, &self.actions, newest, p.clone());
+        let rest = write_group(rest, &self.base_ang_vel, newest, p.clone());
+        let rest = write_group(rest, &self.dof_pos, newest, p.clone());
+        let rest = write_group(rest, &self.dof_vel, newest, p.clone());
+        write_group(rest, &self.projected_gravity, newest, p);
     }
 }
 
-/// Copies one group's slots into the front of `out`, newest (slot `newest`) first; returns
-/// the rest of `out`.
-fn write_newest_first<'a, const W: usize>(
+/// Copies one group's frames at `positions` (0 = newest, slot `newest`; older ones follow
+/// cyclically) into the front of `out`, which holds the group's [`HISTORY_FRAMES`] frames;
+/// returns the rest of `out`.
+fn write_group<'a, const W: usize>(
     out: &'a mut [f32],
     slots: &[[f32; W]; HISTORY_FRAMES],
     newest: usize,
+    positions: std::ops::Range<usize>,
 ) -> &'a mut [f32] {
     let (group, rest) = out.split_at_mut(HISTORY_FRAMES * W);
-    for (k, run) in group.chunks_exact_mut(W).enumerate() {
-        run.copy_from_slice(&slots[(newest + k) % HISTORY_FRAMES]);
+    for k in positions {
+        group[k * W..(k + 1) * W].copy_from_slice(&slots[(newest + k) % HISTORY_FRAMES]);
     }
     rest
 }
@@ -386,6 +410,33 @@ mod tests {
         assert_eq!(same, h);
         same.push(&kept[0].0, &kept[0].1);
         assert_ne!(same, h);
+    }
+
+    /// Writing the older frames before the push and the newest after it gives the row that
+    /// the push then a whole write gives, from every position of the ring's head.
+    #[test]
+    fn history_written_around_a_push_equals_a_whole_write() {
+        let frame = |v: f64| {
+            let mut f = ProprioFrame::ZERO;
+            f.dof_pos = std::array::from_fn(|j| v + j as f64);
+            f.dof_vel = std::array::from_fn(|j| -v - j as f64);
+            f.base_ang_vel = [v, 2.0 * v, 3.0 * v];
+            f.projected_gravity = [-v, -2.0 * v, -3.0 * v];
+            f
+        };
+        let mut h = History::default();
+        for step in 1..=2 * HISTORY_FRAMES {
+            let (f, a) = (frame(step as f64), [0.5 * step as f64; NUM_JOINTS]);
+            let mut around = [f32::NAN; HISTORY_ACTOR_DIM];
+            h.write_older_after_push(&mut around);
+            let mut whole = h.clone();
+            whole.push(&f, &a);
+            h.push(&f, &a);
+            h.write_newest(&mut around);
+            let mut want = [0.0f32; HISTORY_ACTOR_DIM];
+            whole.write(&mut want);
+            assert_eq!(around.map(f32::to_bits), want.map(f32::to_bits), "after push {step}");
+        }
     }
 
     /// The yaw-rotation form equals the definition: every vector rotated by the quaternion of

@@ -223,6 +223,109 @@ fn history_timing_conventions() {
     }
 }
 
+/// Every env's `history_actor` row, step after step, is the frames its `state` and
+/// `last_action` rows showed (newest first, zeros before the episode), under both timings, with
+/// observation noise on, an episode that ends and restarts and one refused action: the rows
+/// written while the backend steps (`write_rows_ahead`) and those written after it add up to
+/// the convention.
+#[test]
+fn history_rows_are_the_frames_the_state_rows_showed() {
+    use arena_sim::observation::{HISTORY_ACTOR_DIM, HISTORY_FRAMES};
+    let lib = library();
+    // (state, last_action) of one frame, as the history's groups take them.
+    type Frame = (Vec<f32>, Vec<f32>);
+    let frame = |obs: &arena_sim::env::ObservationBatch, e: usize| -> Frame {
+        (
+            obs.state[e * STATE_DIM..(e + 1) * STATE_DIM].to_vec(),
+            obs.last_action[e * NUM_JOINTS..(e + 1) * NUM_JOINTS].to_vec(),
+        )
+    };
+    // The row the convention gives for frames newest first.
+    let row = |frames: &[Frame]| -> Vec<f32> {
+        let group = |pick: &dyn Fn(&Frame) -> Vec<f32>, width: usize| -> Vec<f32> {
+            (0..HISTORY_FRAMES)
+                .flat_map(|k| frames.get(k).map(pick).unwrap_or(vec![0.0; width]))
+                .collect()
+        };
+        let mut out = group(&|f| f.1.clone(), NUM_JOINTS);
+        out.extend(group(&|f| f.0[61..64].to_vec(), 3));
+        out.extend(group(&|f| f.0[..NUM_JOINTS].to_vec(), NUM_JOINTS));
+        out.extend(group(&|f| f.0[NUM_JOINTS..2 * NUM_JOINTS].to_vec(), NUM_JOINTS));
+        out.extend(group(&|f| f.0[58..61].to_vec(), 3));
+        assert_eq!(out.len(), HISTORY_ACTOR_DIM);
+        out
+    };
+    for timing in [HistoryTiming::Previous, HistoryTiming::IncludeCurrent] {
+        let n = 3;
+        let config = TrackingEnvConfig {
+            num_envs: n,
+            threads: 2,
+            history: timing,
+            ..Default::default()
+        };
+        let mut e = TrackingEnv::new(config, lib.clone()).unwrap();
+        // Env 1 starts 0.1 s before its motion's end: it ends after a few steps and restarts.
+        let short = lib.motions[1].length_s - 0.1;
+        let start = |env: usize| EpisodeAssignment {
+            start_time: if env == 1 { short } else { 0.5 },
+            ..assignment(env, 11 + env as u64, DrLevel::L2)
+        };
+        let all: Vec<_> = (0..n).map(|env| (env, start(env))).collect();
+        let obs = e.reset(&all).unwrap().clone();
+        let mut frames: Vec<Vec<Frame>> = vec![Vec::new(); n];
+        let mut running = vec![true; n];
+        if timing == HistoryTiming::IncludeCurrent {
+            for (env, f) in frames.iter_mut().enumerate() {
+                f.insert(0, frame(&obs, env));
+            }
+        }
+        let mut restarted = false;
+        for step in 1..=12 {
+            let mut actions: Vec<f32> = (0..n * NUM_JOINTS).map(|i| 0.01 * ((i + step) % 7) as f32).collect();
+            if step == 8 {
+                actions[2 * NUM_JOINTS] = f32::NAN; // env 2's action is refused
+            }
+            let (obs, infos) = e.step(&actions).unwrap();
+            let (obs, infos) = (obs.clone(), infos.to_vec());
+            for env in 0..n {
+                if !running[env] {
+                    continue;
+                }
+                if let EpisodeStatus::Failed(_) = infos[env].status {
+                    running[env] = false; // refused: its rows are not the episode's any more
+                    continue;
+                }
+                let now = frame(&obs, env);
+                if timing == HistoryTiming::IncludeCurrent {
+                    frames[env].insert(0, now.clone());
+                }
+                let got = &obs.history_actor[env * HISTORY_ACTOR_DIM..(env + 1) * HISTORY_ACTOR_DIM];
+                let want = row(&frames[env]);
+                assert_eq!(
+                    got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    "{timing:?}: env {env} after step {step}"
+                );
+                if timing == HistoryTiming::Previous {
+                    frames[env].insert(0, now);
+                }
+                running[env] = infos[env].status == EpisodeStatus::Running;
+            }
+            if infos[1].status == EpisodeStatus::Truncated {
+                running[1] = true;
+                let obs = e.reset(&[(1, start(1))]).unwrap().clone();
+                frames[1].clear();
+                if timing == HistoryTiming::IncludeCurrent {
+                    frames[1].insert(0, frame(&obs, 1));
+                }
+                restarted = true;
+            }
+        }
+        assert!(restarted, "env 1's episode ended and restarted");
+        assert!(!running[2], "env 2's refused action ended its episode");
+    }
+}
+
 #[test]
 fn bad_actions_fail_only_their_env() {
     let lib = library();

@@ -6,7 +6,7 @@
 use crate::dr::{self, DrDraw, DrLevel};
 use crate::handler::{Handler, NQ, NV};
 use crate::motion::{MotionLibrary, MotionState};
-use crate::observation::{HISTORY_ACTOR_DIM, History, LAST_ACTION_DIM, PRIVILEGED_STATE_DIM, STATE_DIM};
+use crate::observation::{HISTORY_ACTOR_DIM, History, HistoryTiming, LAST_ACTION_DIM, PRIVILEGED_STATE_DIM, STATE_DIM};
 use crate::robot::{NUM_BODIES_EXT, RobotConfig};
 use crate::{CONTROL_DT, SimError};
 use arena_data::NUM_JOINTS;
@@ -752,6 +752,7 @@ impl TrackingEnv {
         let started = Instant::now();
         self.handler.step_begin(&self.targets)?;
         let begun = started.elapsed();
+        self.write_rows_ahead();
         self.flush_recording();
         let started = Instant::now();
         let finished = self.handler.step_finish();
@@ -767,6 +768,43 @@ impl TrackingEnv {
             }
         }
         Ok((&self.obs, &self.infos))
+    }
+
+    /// Writes, while the backend simulates the step, the observation rows that the step cannot
+    /// change: the history frames from before it (all four under the training convention, the
+    /// older three when the history includes the current frame; see
+    /// [`History::write_older_after_push`]). The refresh after the step writes the rest. On the
+    /// GPU worker this work overlaps the physics; counted with the refresh (`refresh_s`).
+    fn write_rows_ahead(&mut self) {
+        if !self.config.compute_history {
+            return;
+        }
+        let started = Instant::now();
+        let include_current = self.config.history == HistoryTiming::IncludeCurrent;
+        let commanded = &self.commanded;
+        // Only the envs that step reach their refresh's history (a refused command or a failed
+        // step ends the refresh before it).
+        let write = |(e, (slot, row)): (usize, (&Slot, &mut [f32]))| match (commanded[e], include_current) {
+            (false, _) => {}
+            (true, true) => slot.history.write_older_after_push(row),
+            (true, false) => slot.history.write(row),
+        };
+        let (slots, rows) = (&self.slots, &mut self.obs.history_actor);
+        match self.handler.pool() {
+            Some(pool) => pool.install(|| {
+                slots
+                    .par_iter()
+                    .zip(rows.par_chunks_mut(HISTORY_ACTOR_DIM))
+                    .enumerate()
+                    .for_each(write)
+            }),
+            None => slots
+                .iter()
+                .zip(rows.chunks_mut(HISTORY_ACTOR_DIM))
+                .enumerate()
+                .for_each(write),
+        }
+        self.timings.refresh_s += started.elapsed().as_secs_f64();
     }
 
     /// Rebuilds observations, info and recordings of the envs flagged in `selected` (just reset
@@ -798,7 +836,10 @@ impl TrackingEnv {
             } else {
                 0
             },
-            history_bytes: if self.config.compute_history {
+            // After a step, the training convention's history row was written ahead.
+            history_bytes: if self.config.compute_history
+                && (after_reset || self.config.history == HistoryTiming::IncludeCurrent)
+            {
                 4 * HISTORY_ACTOR_DIM
             } else {
                 0

@@ -157,14 +157,20 @@ impl RefreshContext<'_> {
             rows.last_action[j] = slot.last_a5[j] as f32;
         }
         if self.config.compute_history {
-            let include_current = self.config.history == HistoryTiming::IncludeCurrent;
-            if include_current {
-                slot.history.push(&frame, &slot.last_a5);
-            }
-            slot.history.write(rows.history);
-            if !include_current && !self.after_reset {
+            // After a step, what the step could not change was written while it ran
+            // (`TrackingEnv::write_rows_ahead`).
+            match (self.config.history, self.after_reset) {
+                (HistoryTiming::IncludeCurrent, true) => {
+                    slot.history.push(&frame, &slot.last_a5);
+                    slot.history.write(rows.history);
+                }
+                (HistoryTiming::IncludeCurrent, false) => {
+                    slot.history.push(&frame, &slot.last_a5);
+                    slot.history.write_newest(rows.history);
+                }
                 // Training convention: history at t holds t−1…t−4; an explicit reset pushes nothing.
-                slot.history.push(&frame, &slot.last_a5);
+                (HistoryTiming::Previous, true) => slot.history.write(rows.history),
+                (HistoryTiming::Previous, false) => slot.history.push(&frame, &slot.last_a5),
             }
         }
         // The reference pose is for the body-deviation fall rule (the recording adds its own).

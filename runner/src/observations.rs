@@ -13,7 +13,7 @@ use arena_sim::handler::NQ;
 use arena_sim::motion::MotionState;
 use arena_sim::observation::{self, STATE_DIM};
 use arena_sim::robot::{NUM_BODIES_EXT, TORSO_INDEX};
-use arena_sim::robot_interface::{self as robot, RobotReadout};
+use arena_sim::robot_interface::{self as robot, ReadoutParts, RobotReadout};
 use std::ops::Range;
 use std::sync::Mutex;
 
@@ -41,7 +41,8 @@ pub struct ObservationPlan {
     layout: ObservationLayout,
     parts: Vec<(Part, Range<usize>)>,
     anchor: usize,
-    reads_accelerometers: bool,
+    /// What the robot and command groups read of the robot, and only that, each row.
+    readout: ReadoutParts,
     /// Per env slot (one env: one motion library), its last fill's `reference_goal` rows.
     goal_rows: Vec<Mutex<GoalRows>>,
 }
@@ -88,12 +89,17 @@ impl ObservationPlan {
             .zip(layout.groups())
             .map(|((part, _, _), (_, range))| (part, range))
             .collect();
+        // The benchmark's parser checked the name.
+        let anchor = robot::body_index(&obs.anchor_body).unwrap_or(TORSO_INDEX);
+        let readout = obs
+            .granted()
+            .map(|g| ReadoutParts::of_group(g, anchor))
+            .fold(ReadoutParts::default(), ReadoutParts::union);
         Self {
             layout,
             parts,
-            // The benchmark's parser checked the name.
-            anchor: robot::body_index(&obs.anchor_body).unwrap_or(TORSO_INDEX),
-            reads_accelerometers: needs_imu(spec),
+            anchor,
+            readout,
             goal_rows: Vec::new(),
         }
     }
@@ -185,8 +191,7 @@ impl ObservationPlan {
                 }
                 Part::Group(group) => {
                     if !readout_ready {
-                        let accelerometers = self.reads_accelerometers;
-                        scratch.readout.read_from(env.handler(), slot, true, accelerometers);
+                        scratch.readout.read_parts(env.handler(), slot, &self.readout);
                         readout_ready = true;
                     }
                     let r = &scratch.readout;

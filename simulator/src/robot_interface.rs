@@ -51,6 +51,97 @@ impl Default for RobotReadout {
     }
 }
 
+/// Which parts of a [`RobotReadout`] a set of robot groups uses, so that a row reads those
+/// alone ([`RobotReadout::read_parts`]): the tracking command's groups need the anchor's pose,
+/// not the joints, torques and 31 bodies.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadoutParts {
+    /// `qpos` and `qvel`.
+    pub joints: bool,
+    pub torque: bool,
+    /// Bit b: body b's position and orientation.
+    pub body_poses: u32,
+    /// Bit b: body b's angular velocity.
+    pub body_ang_vels: u32,
+    pub accelerometers: bool,
+}
+
+const ALL_BODIES: u32 = (1 << NUM_BODIES_EXT) - 1;
+
+impl ReadoutParts {
+    /// Everything ([`RobotReadout::read_from`] with bodies and accelerometers).
+    pub const ALL: ReadoutParts = ReadoutParts {
+        joints: true,
+        torque: true,
+        body_poses: ALL_BODIES,
+        body_ang_vels: ALL_BODIES,
+        accelerometers: true,
+    };
+
+    /// What the term of `group` reads, with the tracking command relative to body `anchor`
+    /// (the functions below); nothing for the groups that come from elsewhere.
+    pub fn of_group(group: arena_g1::Group, anchor: usize) -> Self {
+        use arena_g1::Group;
+        let body = |b: usize| 1u32 << b;
+        let none = ReadoutParts::default();
+        match group {
+            Group::Imu => ReadoutParts {
+                joints: true,
+                accelerometers: true,
+                ..none
+            },
+            Group::ImuTorso => ReadoutParts {
+                body_poses: body(TORSO_INDEX),
+                body_ang_vels: body(TORSO_INDEX),
+                accelerometers: true,
+                ..none
+            },
+            Group::Motors => ReadoutParts {
+                joints: true,
+                torque: true,
+                ..none
+            },
+            Group::BaseLinVel => ReadoutParts { joints: true, ..none },
+            Group::MotionAnchorPosB | Group::MotionAnchorOriB => ReadoutParts {
+                body_poses: body(anchor),
+                ..none
+            },
+            Group::MotionCommand
+            | Group::MotionAnchorPoseW
+            | Group::State
+            | Group::PrivilegedState
+            | Group::LastAction
+            | Group::HistoryActor => none,
+        }
+    }
+
+    /// What either reads.
+    pub fn union(self, other: Self) -> Self {
+        ReadoutParts {
+            joints: self.joints || other.joints,
+            torque: self.torque || other.torque,
+            body_poses: self.body_poses | other.body_poses,
+            body_ang_vels: self.body_ang_vels | other.body_ang_vels,
+            accelerometers: self.accelerometers || other.accelerometers,
+        }
+    }
+}
+
+/// Reads body field `field` (`width` values a body) of the bodies in `mask` into `out` (all 31
+/// bodies' places): the whole row at once when every body is wanted.
+fn read_bodies(handler: &dyn Handler, env: usize, field: Field, mask: u32, width: usize, out: &mut [f64]) {
+    if mask == ALL_BODIES {
+        handler.read_env_into(env, field, out);
+        return;
+    }
+    let mut left = mask;
+    while left != 0 {
+        let b = left.trailing_zeros() as usize;
+        left &= left - 1;
+        handler.read_env_body_into(env, field, b, &mut out[width * b..width * (b + 1)]);
+    }
+}
+
 impl RobotReadout {
     pub fn read(handler: &dyn Handler, env: usize, with_bodies: bool, with_imu: bool) -> Self {
         let mut r = RobotReadout::default();
@@ -78,6 +169,32 @@ impl RobotReadout {
             handler.read_env_into(env, Field::ImuAccelerometer, &mut self.accelerometer);
         } else {
             self.accelerometer.fill(f64::NAN);
+        }
+    }
+
+    /// Reads the `parts` of env `env` into this readout, leaving every other value as it was:
+    /// what a row's groups read, each group's term using only its [`ReadoutParts::of_group`]
+    /// (tested against whole readouts for every group and anchor).
+    pub fn read_parts(&mut self, handler: &dyn Handler, env: usize, parts: &ReadoutParts) {
+        if parts.joints {
+            handler.read_env_into(env, Field::Qpos, &mut self.qpos);
+            handler.read_env_into(env, Field::Qvel, &mut self.qvel);
+        }
+        if parts.torque {
+            handler.read_env_into(env, Field::DofTorque, &mut self.torque);
+        }
+        read_bodies(handler, env, Field::BodyPos, parts.body_poses, 3, &mut self.body_pos);
+        read_bodies(handler, env, Field::BodyRot, parts.body_poses, 4, &mut self.body_rot);
+        read_bodies(
+            handler,
+            env,
+            Field::BodyAngVel,
+            parts.body_ang_vels,
+            3,
+            &mut self.body_ang_vel,
+        );
+        if parts.accelerometers {
+            handler.read_env_into(env, Field::ImuAccelerometer, &mut self.accelerometer);
         }
     }
 

@@ -326,6 +326,81 @@ fn history_rows_are_the_frames_the_state_rows_showed() {
     }
 }
 
+/// Each robot group's term reads only what `ReadoutParts::of_group` names: from a readout whose
+/// every value is NaN before it reads those parts, it writes what a whole readout gives, for
+/// every group and every body as the anchor (the pelvis, the virtual head and the rest).
+#[test]
+fn robot_groups_read_only_their_readout_parts() {
+    use arena_g1::Group;
+    use arena_sim::robot_interface::{self as robot, ReadoutParts, RobotReadout};
+    let lib = library();
+    let config = TrackingEnvConfig {
+        num_envs: 2,
+        robot: RobotConfig {
+            imu_sensors: true,
+            ..RobotConfig::default()
+        },
+        ..Default::default()
+    };
+    let mut e = TrackingEnv::new(config, lib.clone()).unwrap();
+    e.reset(&[(0, assignment(3, 1, DrLevel::L0)), (1, assignment(4, 2, DrLevel::L0))])
+        .unwrap();
+    let mut policy = ReplayPolicy;
+    let mut actions = vec![0.0f32; 2 * NUM_JOINTS];
+    for _ in 0..3 {
+        policy.act(&e, &mut actions);
+        e.step(&actions).unwrap();
+    }
+    let mut reference = MotionState::default();
+    lib.motions[4].state_at(0.7, &mut reference);
+    let whole = RobotReadout::read(e.handler(), 1, true, true);
+    assert!(whole.accelerometer.iter().all(|v| v.is_finite()));
+    let poisoned = RobotReadout {
+        qpos: [f64::NAN; NQ],
+        qvel: [f64::NAN; NV],
+        torque: [f64::NAN; NUM_JOINTS],
+        body_pos: [f64::NAN; 3 * arena_sim::robot::NUM_BODIES_EXT],
+        body_rot: [f64::NAN; 4 * arena_sim::robot::NUM_BODIES_EXT],
+        body_ang_vel: [f64::NAN; 3 * arena_sim::robot::NUM_BODIES_EXT],
+        accelerometer: [f64::NAN; 6],
+    };
+    let term = |group: Group, r: &RobotReadout, anchor: usize| -> Vec<u32> {
+        let mut out = vec![0.0f32; group.size()];
+        match group {
+            Group::Imu => robot::imu_pelvis(r, &mut out),
+            Group::ImuTorso => robot::imu_torso(r, &mut out),
+            Group::Motors => robot::motors(r, &mut out),
+            Group::BaseLinVel => robot::base_lin_vel(r, &mut out),
+            Group::MotionCommand => robot::motion_command(&reference, &mut out),
+            Group::MotionAnchorPosB => robot::motion_anchor_pos_b(r, &reference, anchor, &mut out),
+            Group::MotionAnchorOriB => robot::motion_anchor_ori_b(r, &reference, anchor, &mut out),
+            Group::MotionAnchorPoseW => robot::motion_anchor_pose_w(&reference, anchor, &mut out),
+            // From the env's batch, not the readout.
+            Group::State | Group::PrivilegedState | Group::LastAction | Group::HistoryActor => {}
+        }
+        out.iter().map(|v| v.to_bits()).collect()
+    };
+    for info in arena_g1::GROUPS {
+        for anchor in 0..arena_sim::robot::NUM_BODIES_EXT {
+            let mut partial = poisoned.clone();
+            let parts = ReadoutParts::of_group(info.group, anchor);
+            partial.read_parts(e.handler(), 1, &parts);
+            let want = term(info.group, &whole, anchor);
+            assert!(want.iter().all(|b| f32::from_bits(*b).is_finite()), "{}", info.name);
+            assert_eq!(
+                term(info.group, &partial, anchor),
+                want,
+                "{} anchored at body {anchor}",
+                info.name
+            );
+        }
+    }
+    // Every part at once is the whole readout.
+    let mut all = poisoned.clone();
+    all.read_parts(e.handler(), 1, &ReadoutParts::ALL);
+    assert_eq!(format!("{all:?}"), format!("{whole:?}"));
+}
+
 #[test]
 fn bad_actions_fail_only_their_env() {
     let lib = library();

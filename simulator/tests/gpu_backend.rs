@@ -524,6 +524,57 @@ fn stubbed_physics_keeps_the_real_workers_layout() {
     }
 }
 
+/// One body's values (`read_env_body_into`, which the worker's handler reads in place) are
+/// those of the whole row at that body's place, for every body field and body, the virtual
+/// head included, after steps that leave every body moving.
+#[test]
+fn one_body_reads_equal_the_whole_rows() {
+    let Some(python) = gpu_python() else { return };
+    let lib = library();
+    for backend in [SimBackend::Cpu, on_cpu_device(python, GpuImpl::Warp)] {
+        let mut e = env(&lib, 2, backend);
+        let starts: Vec<_> = (0..2)
+            .map(|i| {
+                let a = EpisodeAssignment {
+                    motion: 2 + i,
+                    start_time: 0.3,
+                    seed: i as u64,
+                    dr_level: DrLevel::L0,
+                };
+                (i, a)
+            })
+            .collect();
+        e.reset(&starts).unwrap();
+        let mut actions = vec![0.0f32; 2 * NUM_JOINTS];
+        for _ in 0..3 {
+            ReplayPolicy.act(&e, &mut actions);
+            e.step(&actions).unwrap();
+        }
+        let h = e.handler();
+        for (field, w) in [
+            (Field::BodyPos, 3),
+            (Field::BodyRot, 4),
+            (Field::BodyVel, 3),
+            (Field::BodyAngVel, 3),
+            (Field::BodyContactForce, 3),
+        ] {
+            let mut row = vec![f64::NAN; field.width()];
+            h.read_env_into(1, field, &mut row);
+            for b in 0..NUM_BODIES_EXT {
+                let mut one = vec![f64::NAN; w];
+                h.read_env_body_into(1, field, b, &mut one);
+                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&one),
+                    bits(&row[w * b..w * (b + 1)]),
+                    "{} {field:?} body {b}",
+                    h.describe()
+                );
+            }
+        }
+    }
+}
+
 /// Without contact forces (the evaluations' setting) the worker copies its outputs to shared
 /// memory short of the contact forces, which end the block: every other output is the same to
 /// the bit as with them, and the contact forces read as zeros.

@@ -719,6 +719,28 @@ impl Handler for GpuHandler {
         }
     }
 
+    fn read_env_body_into(&self, env: usize, field: Field, body: usize, out: &mut [f64]) {
+        let array = match field {
+            Field::BodyPos => Some(Array::BodyPos),
+            Field::BodyRot => Some(Array::BodyQuat),
+            Field::BodyVel => Some(Array::BodyLinVel),
+            Field::BodyAngVel => Some(Array::BodyAngVel),
+            Field::BodyContactForce => Some(Array::ContactForce),
+            _ => None,
+        };
+        match array {
+            // The worker's 30 bodies lie in its rows as read_env_into copies them.
+            Some(array) if body < NUM_BODIES => {
+                let w = out.len();
+                self.physics_row(array, env)
+                    .sub(w * body..w * (body + 1))
+                    .copy_into(out);
+            }
+            // The virtual head is derived from the torso; anything else is read whole.
+            _ => super::read_one_body_of_the_row(self, env, field, body, out),
+        }
+    }
+
     fn total_mass(&self) -> f64 {
         self.total_mass
     }

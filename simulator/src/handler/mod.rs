@@ -167,6 +167,21 @@ pub enum Field {
 /// The widest [`Field`] row (31 body quaternions).
 pub(crate) const MAX_FIELD_WIDTH: usize = 4 * NUM_BODIES_EXT;
 
+/// [`Handler::read_env_body_into`] by reading the whole row.
+pub(crate) fn read_one_body_of_the_row<H: Handler + ?Sized>(
+    handler: &H,
+    env: usize,
+    field: Field,
+    body: usize,
+    out: &mut [f64],
+) {
+    let mut row = [0.0; MAX_FIELD_WIDTH];
+    let row = &mut row[..field.width()];
+    handler.read_env_into(env, field, row);
+    let w = out.len();
+    out.copy_from_slice(&row[w * body..w * (body + 1)]);
+}
+
 impl Field {
     pub fn width(self) -> usize {
         match self {
@@ -291,6 +306,14 @@ pub trait Handler: Send + Sync {
     /// state another process has just written asks the CPU to load it ahead. No effect on any
     /// value; an env out of range is ignored.
     fn prefetch_env(&self, _env: usize) {}
+    /// One body's values of a per-body field ([`Field::BodyPos`], `BodyRot`, `BodyVel`,
+    /// `BodyAngVel`, `BodyContactForce`; `out` holds one body's 3 or 4): what
+    /// [`Handler::read_env_into`] gives at body `body`'s place. A backend whose rows hold each
+    /// body apart overrides this to read the one body (the tracking command's groups need the
+    /// anchor's pose, not all 31 bodies').
+    fn read_env_body_into(&self, env: usize, field: Field, body: usize, out: &mut [f64]) {
+        read_one_body_of_the_row(self, env, field, body, out);
+    }
     /// Reads one env's [`Field::BodyVel`] and [`Field::BodyAngVel`] together; a backend that
     /// derives both from one computation per body overrides this to do it once.
     fn read_body_velocities_into(&self, env: usize, linear: &mut [f64], angular: &mut [f64]) {

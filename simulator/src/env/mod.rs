@@ -63,7 +63,8 @@ pub struct EnvTimings {
     pub reset_s: f64,
     /// The backend's control step (for the GPU backend, the round trip to the worker).
     pub physics_s: f64,
-    /// Observations, infos and trajectory recording after steps and resets.
+    /// Observations, infos and trajectory recording after steps and resets, and the history
+    /// rows written while the backend steps (`write_rows_ahead`).
     pub refresh_s: f64,
     /// Commands: each env's action checked and turned into its targets (and feed-forward
     /// torques and pushes), then handed to the backend, before its step.

@@ -69,7 +69,7 @@ pub struct ReadoutParts {
 const ALL_BODIES: u32 = (1 << NUM_BODIES_EXT) - 1;
 
 impl ReadoutParts {
-    /// Everything ([`RobotReadout::read_from`] with bodies and accelerometers).
+    /// Everything ([`RobotReadout::read`] with bodies and accelerometers).
     pub const ALL: ReadoutParts = ReadoutParts {
         joints: true,
         torque: true,
@@ -144,32 +144,18 @@ fn read_bodies(handler: &dyn Handler, env: usize, field: Field, mask: u32, width
 
 impl RobotReadout {
     pub fn read(handler: &dyn Handler, env: usize, with_bodies: bool, with_imu: bool) -> Self {
+        // What is not read stays as the default leaves it: zero bodies, NaN accelerometers.
+        let bodies = if with_bodies { ALL_BODIES } else { 0 };
+        let parts = ReadoutParts {
+            joints: true,
+            torque: true,
+            body_poses: bodies,
+            body_ang_vels: bodies,
+            accelerometers: with_imu,
+        };
         let mut r = RobotReadout::default();
-        r.read_from(handler, env, with_bodies, with_imu);
+        r.read_parts(handler, env, &parts);
         r
-    }
-
-    /// [`Self::read`] into this readout (one a thread reuses env after env: a fresh 3 kB
-    /// readout zeroed and moved per row was a tenth of a served lane's row filling). What is
-    /// not read is reset as [`Self::read`] leaves it: zero bodies, NaN accelerometers.
-    pub fn read_from(&mut self, handler: &dyn Handler, env: usize, with_bodies: bool, with_imu: bool) {
-        handler.read_env_into(env, Field::Qpos, &mut self.qpos);
-        handler.read_env_into(env, Field::Qvel, &mut self.qvel);
-        handler.read_env_into(env, Field::DofTorque, &mut self.torque);
-        if with_bodies {
-            handler.read_env_into(env, Field::BodyPos, &mut self.body_pos);
-            handler.read_env_into(env, Field::BodyRot, &mut self.body_rot);
-            handler.read_env_into(env, Field::BodyAngVel, &mut self.body_ang_vel);
-        } else {
-            self.body_pos.fill(0.0);
-            self.body_rot.fill(0.0);
-            self.body_ang_vel.fill(0.0);
-        }
-        if with_imu {
-            handler.read_env_into(env, Field::ImuAccelerometer, &mut self.accelerometer);
-        } else {
-            self.accelerometer.fill(f64::NAN);
-        }
     }
 
     /// Reads the `parts` of env `env` into this readout, leaving every other value as it was:

@@ -2,7 +2,7 @@
 //!
 //! 1024 two-second episodes that end together left 421 MB of parts to write after their last
 //! step: about 1.2–1.5 s of the evaluation on 2 cores, the disk busy and the cores nearly idle
-//! (docs/gpu-backend.md, "Where the served tail goes"). Here a lane hands each running episode's
+//! (docs/gpu-measurements.md, "Where the served tail goes"). Here a lane hands each running episode's
 //! rows, [`BLOCK_ROWS`] or more at a time, to a writer thread that appends them to the episode's
 //! part under the store's staging name, past the page cache, while the physics runs
 //! ([`Drafts::spill`]). When the episode ends the committer writes the rows left and the

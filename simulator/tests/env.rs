@@ -291,15 +291,21 @@ fn history_rows_are_the_frames_the_state_rows_showed() {
                 if !running[env] {
                     continue;
                 }
+                let got = &obs.history_actor[env * HISTORY_ACTOR_DIM..(env + 1) * HISTORY_ACTOR_DIM];
                 if let EpisodeStatus::Failed(_) = infos[env].status {
-                    running[env] = false; // refused: its rows are not the episode's any more
+                    // Refused: the frames it completed, newest first, under either convention.
+                    assert_eq!(
+                        got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                        row(&frames[env]).iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                        "{timing:?}: env {env} refused at step {step}"
+                    );
+                    running[env] = false;
                     continue;
                 }
                 let now = frame(&obs, env);
                 if timing == HistoryTiming::IncludeCurrent {
                     frames[env].insert(0, now.clone());
                 }
-                let got = &obs.history_actor[env * HISTORY_ACTOR_DIM..(env + 1) * HISTORY_ACTOR_DIM];
                 let want = row(&frames[env]);
                 assert_eq!(
                     got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
@@ -323,6 +329,50 @@ fn history_rows_are_the_frames_the_state_rows_showed() {
         }
         assert!(restarted, "env 1's episode ended and restarted");
         assert!(!running[2], "env 2's refused action ended its episode");
+    }
+}
+
+/// A step that fails in the physics (written ahead as if it would push a frame) leaves the env's
+/// `history_actor` row as the frames it completed, as a refused action does: the row from before
+/// the step when the history includes the current frame.
+#[test]
+fn a_step_that_fails_in_the_physics_leaves_the_history_row_of_completed_frames() {
+    use arena_sim::observation::HISTORY_ACTOR_DIM;
+    let lib = library();
+    for timing in [HistoryTiming::Previous, HistoryTiming::IncludeCurrent] {
+        let config = TrackingEnvConfig {
+            num_envs: 2,
+            threads: 2,
+            history: timing,
+            ..Default::default()
+        };
+        let mut e = TrackingEnv::new(config, lib.clone()).unwrap();
+        let all: Vec<_> = (0..2).map(|env| (env, assignment(env, 3, DrLevel::L0))).collect();
+        e.reset(&all).unwrap();
+        // An absurd joint velocity makes MuJoCo's accelerations blow up in env 0's first step.
+        let mut qpos = [0.0; NQ];
+        qpos[2] = 0.8;
+        qpos[3] = 1.0;
+        let mut qvel = [0.0; NV];
+        qvel[10] = 1e30;
+        let before = e.set_start_states(&[(0, qpos, qvel)]).unwrap().history_actor[..HISTORY_ACTOR_DIM].to_vec();
+        if timing == HistoryTiming::IncludeCurrent {
+            assert!(before.iter().any(|&v| v != 0.0), "the start frame is in the row");
+        }
+        let (obs, infos) = e.step(&[0.0; 2 * NUM_JOINTS]).unwrap();
+        match &infos[0].status {
+            EpisodeStatus::Failed(reason) => assert!(reason.contains("MuJoCo instability"), "{reason}"),
+            other => panic!("{timing:?}: expected a failure, got {other:?}"),
+        }
+        assert_eq!(infos[1].status, EpisodeStatus::Running);
+        assert_eq!(
+            obs.history_actor[..HISTORY_ACTOR_DIM]
+                .iter()
+                .map(|v| v.to_bits())
+                .collect::<Vec<_>>(),
+            before.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            "{timing:?}"
+        );
     }
 }
 

@@ -783,8 +783,8 @@ impl TrackingEnv {
         let started = Instant::now();
         let include_current = self.config.history == HistoryTiming::IncludeCurrent;
         let commanded = &self.commanded;
-        // Only the envs that step reach their refresh's history (a refused command or a failed
-        // step ends the refresh before it).
+        // Only the envs with a command step. One whose step then fails in the physics gets its
+        // row written again from the frames it completed (`refresh_env`).
         let write = |(e, (slot, row)): (usize, (&Slot, &mut [f32]))| match (commanded[e], include_current) {
             (false, _) => {}
             (true, true) => slot.history.write_older_after_push(row),

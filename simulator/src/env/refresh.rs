@@ -90,6 +90,13 @@ impl RefreshContext<'_> {
         info.step = slot.step;
         info.motion_time = motion_time;
         if let EnvHealth::Failed(reason) = self.handler.health(e) {
+            // The step pushed no frame, but one that failed in the physics had its row written
+            // ahead as if it would (`TrackingEnv::write_rows_ahead`), and a refused one not at
+            // all: the row is the frames the env completed, newest first, either way. (A failed
+            // env is refreshed only by the step or reset that failed it.)
+            if self.config.compute_history {
+                slot.history.write(rows.history);
+            }
             if slot.status == EpisodeStatus::Running {
                 slot.status = EpisodeStatus::Failed(reason.clone());
                 // The step that failed produced no row: its action goes too, so the recording

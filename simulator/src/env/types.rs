@@ -165,7 +165,10 @@ pub struct StepInfo {
     pub status: EpisodeStatus,
 }
 
-/// Observation groups for all envs, row-major (N × dim), f32.
+/// Observation groups for all envs, row-major (N × dim), f32. A step leaves the rows of an env
+/// that does not run as they were, and those of an env it fails (a refused action, the physics)
+/// too, except `history_actor`: the frames that env completed, newest first, under either
+/// [`HistoryTiming`](crate::observation::HistoryTiming).
 #[derive(Debug, Clone, Default)]
 pub struct ObservationBatch {
     pub num_envs: usize,

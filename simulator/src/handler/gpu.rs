@@ -720,6 +720,7 @@ impl Handler for GpuHandler {
     }
 
     fn read_env_body_into(&self, env: usize, field: Field, body: usize, out: &mut [f64]) {
+        debug_assert!(self.in_flight.is_none(), "read between step_begin and step_finish");
         let array = match field {
             Field::BodyPos => Some(Array::BodyPos),
             Field::BodyRot => Some(Array::BodyQuat),

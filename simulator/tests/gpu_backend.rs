@@ -531,7 +531,15 @@ fn stubbed_physics_keeps_the_real_workers_layout() {
 fn one_body_reads_equal_the_whole_rows() {
     let Some(python) = gpu_python() else { return };
     let lib = library();
-    for backend in [SimBackend::Cpu, on_cpu_device(python, GpuImpl::Warp)] {
+    // Contact forces on, so that their reads compare the feet's forces, not zeros.
+    let warp = SimBackend::Gpu(GpuOptions {
+        python,
+        device: GpuDevice::Cpu,
+        implementation: GpuImpl::Warp,
+        contact_forces: true,
+        ..GpuOptions::default()
+    });
+    for backend in [SimBackend::Cpu, warp] {
         let mut e = env(&lib, 2, backend);
         let starts: Vec<_> = (0..2)
             .map(|i| {
@@ -560,6 +568,7 @@ fn one_body_reads_equal_the_whole_rows() {
         ] {
             let mut row = vec![f64::NAN; field.width()];
             h.read_env_into(1, field, &mut row);
+            assert!(row.iter().any(|&v| v != 0.0), "{} {field:?}: all zero", h.describe());
             for b in 0..NUM_BODIES_EXT {
                 let mut one = vec![f64::NAN; w];
                 h.read_env_body_into(1, field, b, &mut one);

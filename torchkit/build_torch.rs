@@ -7,6 +7,15 @@
 /// for the GPU machine, run there against its own torch libraries
 /// (LD_LIBRARY_PATH=<site-packages>/torch/lib).
 fn link_torch_and_mujoco(cuda_var: &str) {
+    // arena_torch::mkl_kernels's answer to oneMKL's vendor check: linked in (named as undefined,
+    // so that the linker takes it from arena-torch, which comes before libtorch) and in the
+    // dynamic symbol table, where libtorch's calls find it before its own.
+    for arg in [
+        "-Wl,--undefined=mkl_serv_intel_cpu_true",
+        "-Wl,--export-dynamic-symbol=mkl_serv_intel_cpu_true",
+    ] {
+        println!("cargo::rustc-link-arg={arg}");
+    }
     println!("cargo::rerun-if-env-changed=MUJOCO_DYNAMIC_LINK_DIR");
     println!("cargo::rerun-if-env-changed={cuda_var}");
     if std::env::var(cuda_var).is_ok_and(|v| v == "1") {

@@ -9,10 +9,12 @@
 //! - [`cli`]: argument parsers the trainers' command lines share.
 //! - [`python`]: the Python with PyTorch that the oracle tests run.
 //! - [`denormals`]: subnormal floats flushed to zero on libtorch's threads, for a scope.
+//! - [`mkl_kernels`]: oneMKL's matrix kernels chosen by the CPU's instruction sets.
 
 pub mod cli;
 pub mod csv_log;
 pub mod denormals;
+pub mod mkl_kernels;
 pub mod optim;
 pub mod params;
 pub mod python;

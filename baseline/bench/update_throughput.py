@@ -25,6 +25,11 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "oracle"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+
+from same_mkl_kernels import same_kernels  # noqa: E402
+
+KERNELS = same_kernels()  # before torch is imported
 
 import torch  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
@@ -89,12 +94,13 @@ def main():
         "rust_updates_per_s": [r for r, _ in pairs], "pytorch_updates_per_s": [py for _, py in pairs],
         "ratio_runs": ratios, "median_ratio": statistics.median(ratios),
         "best_ratio": max(r for r, _ in pairs) / max(py for _, py in pairs),
-        "torch_threads": torch.get_num_threads(),
+        "torch_threads": torch.get_num_threads(), "pytorch_kernels": KERNELS,
     }
     if a.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"update throughput, preset {a.preset}, batch {a.batch}, {a.device}, {a.repeats} interleaved pairs:")
+    print(f"update throughput, preset {a.preset}, batch {a.batch}, {a.device}, {a.repeats} interleaved pairs; "
+          f"{KERNELS}:")
     for i, (r, py) in enumerate(pairs):
         print(f"  run {i + 1}: arena-bfm {r:8.2f} updates/s   pytorch {py:8.2f} updates/s   ratio {r / py:.3f}")
     print(f"median ratio (arena-bfm / pytorch): {result['median_ratio']:.3f}; best-of ratio {result['best_ratio']:.3f}")

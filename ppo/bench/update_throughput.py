@@ -29,6 +29,11 @@ from pathlib import Path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "oracle"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+
+from same_mkl_kernels import same_kernels  # noqa: E402
+
+KERNELS = same_kernels()  # before torch is imported
 
 import torch  # noqa: E402
 
@@ -82,13 +87,13 @@ def main():
         "rust_updates_per_s": [r for r, _ in pairs], "pytorch_updates_per_s": [py for _, py in pairs],
         "ratio_runs": ratios, "median_ratio": statistics.median(ratios),
         "best_ratio": max(r for r, _ in pairs) / max(py for _, py in pairs),
-        "rust_threads": sizes["threads"], "torch_threads": torch.get_num_threads(),
+        "rust_threads": sizes["threads"], "torch_threads": torch.get_num_threads(), "pytorch_kernels": KERNELS,
     }
     if a.json:
         print(json.dumps(result, indent=2))
         return
     print(f"PPO update throughput, {a.config} ({sizes['samples']} samples, {sizes['epochs']} epochs x "
-          f"{sizes['mini_batches']} minibatches), {a.repeats} interleaved pairs:")
+          f"{sizes['mini_batches']} minibatches), {a.repeats} interleaved pairs; {KERNELS}:")
     for i, (r, py) in enumerate(pairs):
         print(f"  run {i + 1}: arena-ppo {r:7.2f} updates/s ({1000 / r:6.1f} ms)   "
               f"pytorch {py:7.2f} updates/s ({1000 / py:6.1f} ms)   ratio {r / py:.3f}")

@@ -108,7 +108,7 @@ mod mxcsr {
 #[cfg(target_arch = "x86_64")]
 mod gomp {
     use super::{FTZ_DAZ, mxcsr};
-    use std::ffi::{CStr, c_uint, c_void};
+    use std::ffi::{c_uint, c_void};
 
     /// What each pool thread does with its FTZ and DAZ bits.
     #[derive(Clone, Copy)]
@@ -119,10 +119,6 @@ mod gomp {
     }
 
     type ParallelFn = unsafe extern "C" fn(extern "C" fn(*mut c_void), *mut c_void, c_uint, c_uint);
-
-    unsafe extern "C" {
-        fn dlsym(handle: *mut c_void, symbol: *const std::ffi::c_char) -> *mut c_void;
-    }
 
     extern "C" fn apply(data: *mut c_void) {
         // SAFETY: `data` points at the caller's `Bits`, alive until GOMP_parallel returns.
@@ -139,13 +135,7 @@ mod gomp {
     pub fn on_each_thread(threads: u32, bits: Bits) -> bool {
         // The symbol's address, looked up once (0: absent).
         static SYMBOL: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-        let symbol = *SYMBOL.get_or_init(|| {
-            const RTLD_DEFAULT: *mut c_void = std::ptr::null_mut();
-            let name: &CStr = c"GOMP_parallel";
-            // SAFETY: dlsym with RTLD_DEFAULT looks a symbol up in the loaded objects; a null
-            // answer means it is absent.
-            unsafe { dlsym(RTLD_DEFAULT, name.as_ptr()) as usize }
-        });
+        let symbol = *SYMBOL.get_or_init(|| crate::loaded::symbol_address(c"GOMP_parallel"));
         if symbol == 0 {
             return false;
         }

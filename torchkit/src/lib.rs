@@ -14,6 +14,7 @@
 pub mod cli;
 pub mod csv_log;
 pub mod denormals;
+mod loaded;
 pub mod mkl_kernels;
 pub mod optim;
 pub mod params;

@@ -19,7 +19,7 @@
 //! Tested in `ppo/tests/mkl_kernels.rs` (this crate's own test binary links no libtorch at run
 //! time).
 
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 
 /// oneMKL's vendor check, answered "Intel" so that its kernels follow the CPU's instruction
 /// sets (see the module's docs). Called by libtorch's oneMKL, never by this project's code.
@@ -32,12 +32,6 @@ pub extern "C" fn mkl_serv_intel_cpu_true() -> c_int {
 /// above (true where the binary exports it), so that its kernels follow the CPU's instruction
 /// sets. False in binaries built without the export, where libtorch keeps its own answer.
 pub fn cpu_features_choose() -> bool {
-    unsafe extern "C" {
-        fn dlsym(handle: *mut c_void, symbol: *const std::ffi::c_char) -> *mut c_void;
-    }
-    const RTLD_DEFAULT: *mut c_void = std::ptr::null_mut();
-    // SAFETY: dlsym with RTLD_DEFAULT looks a symbol up in the loaded objects, in the order the
-    // dynamic linker resolves calls; a null result means none defines it.
-    let found = unsafe { dlsym(RTLD_DEFAULT, c"mkl_serv_intel_cpu_true".as_ptr()) };
-    found as usize == mkl_serv_intel_cpu_true as extern "C" fn() -> c_int as usize
+    crate::loaded::symbol_address(c"mkl_serv_intel_cpu_true")
+        == mkl_serv_intel_cpu_true as extern "C" fn() -> c_int as usize
 }

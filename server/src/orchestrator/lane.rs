@@ -76,6 +76,11 @@ struct LaneTimings {
     warm_start: bool,
     /// Claiming episodes (database) and resetting their envs.
     claim_and_reset_s: f64,
+    /// Of which the claims alone: the database's answer (an idle lane's wait for episodes
+    /// included) and the episodes looked up.
+    claim_s: f64,
+    /// Of which the EpisodeStart infos (each episode's revealed reference).
+    episode_infos_s: f64,
     /// Building each GetAction's observations.
     observe_s: f64,
     /// From a GetAction handed to the connection until its Action is back: transport both ways
@@ -201,7 +206,8 @@ impl<'a> Lane<'a> {
             "lane": self.lane, "batch": self.slots.len(), "backend": self.env.handler().describe(),
             "warm_start": t.warm_start,
             "wall_s": round(wall_s), "startup_s": round(t.startup_s),
-            "claim_and_reset_s": round(t.claim_and_reset_s), "reset_s": round(env.reset_s),
+            "claim_and_reset_s": round(t.claim_and_reset_s), "claim_s": round(t.claim_s),
+            "episode_infos_s": round(t.episode_infos_s), "reset_s": round(env.reset_s),
             "resets": env.resets, "observe_s": round(t.observe_s), "agent_s": round(t.agent_s),
             "apply_s": round(t.apply_s), "physics_s": round(env.physics_s),
             "refresh_s": round(env.refresh_s), "record_s": round(env.record_s),
@@ -337,13 +343,17 @@ impl<'a> Lane<'a> {
         let mut starting = Vec::new();
         let mut resets = Vec::new();
         let free: Vec<usize> = (0..self.slots.len()).filter(|&s| self.slots[s].is_none()).collect();
+        let started = Instant::now();
         let claimed = self.claim(idle, free.len())?;
+        self.timings.claim_s += started.elapsed().as_secs_f64();
         let spec = &self.ctx.benchmark.spec;
+        let started = Instant::now();
         starting.extend(episode_infos(
             spec,
             &self.ctx.benchmark.library,
             claimed.iter().map(|(e, a)| (e, *a)),
         ));
+        self.timings.episode_infos_s += started.elapsed().as_secs_f64();
         for ((episode, attempt), slot) in claimed.into_iter().zip(free) {
             let forced = match episode::assignment(spec, &episode) {
                 Ok(a) => {

@@ -107,6 +107,7 @@ on_both_engines!(
     legacy_team_tokens_survive_the_migration,
     idle_submissions_and_their_expiry,
     a_stale_runs_cleanup_leaves_the_newer_claim,
+    own_runs_committed_meanwhile_are_not_another_servers,
 );
 
 async fn open(url: &str, engine: Engine) -> Storage {
@@ -806,6 +807,40 @@ async fn returned_after_a_server_error(url: String, engine: Engine) {
 
 /// Two handles on one database as two replicas: `replica-a` with a 0.6 s lease (it expires
 /// within a test), `replica-b` with 30 s.
+/// A lane with nothing left to claim asks whether another server still holds some of the
+/// submission's episodes (`others_lease_expiry`), and waits up to a second if so, while the
+/// committer commits this server's runs. A run committed between the query of the RUNNING rows
+/// and the look at this server's claims is not another server's (it was: the lane at the end
+/// of a 4096-episode evaluation on an H200 waited a second for nothing).
+async fn own_runs_committed_meanwhile_are_not_another_servers(url: String, engine: Engine) {
+    let storage = open(&url, engine).await;
+    setup(&storage, "red", "s-1", 900).await;
+    let claimed = storage.claim_next_episodes("s-1", 2, 900).await.unwrap();
+    assert_eq!(claimed.len(), 900);
+    let committer = {
+        let storage = storage.clone();
+        tokio::spawn(async move {
+            let done = outcome(EpisodeState::Completed, 5);
+            for batch in claimed.chunks(3) {
+                let runs: Vec<_> = batch.iter().map(|&(idx, attempt)| (idx, attempt, &done)).collect();
+                storage.commit_episodes("s-1", &runs).await.unwrap();
+            }
+        })
+    };
+    let mut looks = 0;
+    while !committer.is_finished() {
+        let foreign = storage.others_lease_expiry("s-1").await.unwrap();
+        assert_eq!(
+            foreign, None,
+            "look {looks}: a run of this server's taken for another's"
+        );
+        looks += 1;
+    }
+    committer.await.unwrap();
+    assert!(looks > 0);
+    assert_eq!(storage.episode_counts("s-1").await.unwrap(), (0, 0, 900));
+}
+
 async fn two_replicas(url: &str, engine: Engine) -> (Storage, Storage) {
     use std::time::Duration;
     let a = open(url, engine)

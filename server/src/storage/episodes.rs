@@ -624,24 +624,22 @@ impl Storage {
     /// ms), if any is RUNNING: another replica's, or one of ours given up on. A lane with
     /// nothing to claim waits for those rather than ending.
     pub async fn others_lease_expiry(&self, submission: &str) -> Result<Option<i64>, StorageError> {
+        // This handle's claims before the query and after it: a run committed meanwhile is
+        // RUNNING in the rows and released by the time of the second look, and a run claimed
+        // meanwhile (another lane) may be in the rows before the first. Either is ours.
+        let held_before = self.held_claims(submission);
         let rows =
             sqlx::query("SELECT idx, lease_expires_at FROM episodes WHERE submission_id = $1 AND status = 'RUNNING'")
                 .bind(submission)
                 .fetch_all(&self.pool)
                 .await
                 .ctx(|| format!("reading the claims on submission {submission}"))?;
+        let held_after = self.held_claims(submission);
         let what = format!("the claims on submission {submission}");
-        let held = self
-            .held
-            .lock()
-            .expect("held claims lock")
-            .get(submission)
-            .cloned()
-            .unwrap_or_default();
         let mut earliest: Option<i64> = None;
         for row in &rows {
             let idx: i64 = get(row, "idx", &what)?;
-            if held.contains_key(&idx) {
+            if held_before.contains_key(&idx) || held_after.contains_key(&idx) {
                 continue;
             }
             // A row without a lease (written before leases existed) counts as expired now.
@@ -650,6 +648,16 @@ impl Storage {
             earliest = Some(earliest.map_or(expiry, |e| e.min(expiry)));
         }
         Ok(earliest)
+    }
+
+    /// This handle's claims on `submission` now: episode index → attempt.
+    fn held_claims(&self, submission: &str) -> std::collections::BTreeMap<i64, i64> {
+        self.held
+            .lock()
+            .expect("held claims lock")
+            .get(submission)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// (pending, running, finished) episode counts of a submission.

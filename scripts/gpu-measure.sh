@@ -8,7 +8,8 @@
 # scripts/gpu-carry-bfm.sh, then scripts/gpu-carry.sh prepared:
 #   1. carry .warp1:        mkdir -p /tmp/arena-carry && cp .warp1/* /tmp/arena-carry/
 #   2. carry .warp2 .gpu:   cp .warp2/* .gpu/* /tmp/arena-carry/
-#   3. carry .whl:          RESULTS=$OUT bash scripts/gpu-measure.sh
+#   3. carry .whl:          OUT_TGZ=$OUT/results.tgz MEASURE_S=470 TRAIN_S=0 bash scripts/gpu-session.sh
+#      (gpu-session.sh runs this script and packs its results: a call brings back 8 files at most)
 # Each step writes RESULTS/<name>.txt when it ends, so a run cut short keeps what finished; a
 # step that would start with less than its share of the budget left is skipped (and says so).
 #
@@ -51,13 +52,17 @@ echo "$(date -u +%T) installed after $((SECONDS - began)) s"
     "$python" -c 'import warp as wp, mujoco_warp, mujoco, jax; wp.init(); print("warp", wp.__version__, "cuda devices", wp.get_cuda_device_count()); print("mujoco_warp", mujoco_warp.__version__, "mujoco", mujoco.__version__, "jax", jax.__version__, jax.devices())'
 } > "$results/machine.txt" 2>&1
 
-# shellcheck disable=SC2086 # ENVS is a list
-for impl in ${IMPLS-warp}; do
-    envs=${ENVS:-1024 4096 8192}
-    [ "$impl" = jax ] && envs=${JAX_ENVS:-1024}
-    timed "$results" 60 "throughput-$impl" "$python" bench/gpu_throughput.py --arena "$bin/arena" \
-        --envs $envs --repeats 1 --no-cpu --device "$device" --impl "$impl"
-done
+# `throughput IMPL`: the backend's throughput against its raw library (MJX at JAX_ENVS only).
+throughput() {
+    local envs=${ENVS:-1024 4096 8192}
+    [ "$1" = jax ] && envs=${JAX_ENVS:-1024}
+    # shellcheck disable=SC2086 # a list of env counts
+    timed "$results" 60 "throughput-$1" "$python" bench/gpu_throughput.py --arena "$bin/arena" \
+        --envs $envs --repeats 1 --no-cpu --device "$device" --impl "$1"
+}
+case " ${IMPLS-warp} " in
+    *" warp "*) throughput warp ;;
+esac
 # The worker's MuJoCo Warp step against raw MuJoCo Warp on the same states, kernel by kernel.
 profile_envs=${PROFILE_ENVS:-4096}
 [ "$device" = cpu ] && profile_envs=${PROFILE_ENVS:-8}
@@ -88,6 +93,11 @@ timed "$results" 20 eval-4096-stub-buffered "$python" bench/gpu_eval_scale.py --
 threads=$(printf '%s\n' 1 4 "$(nproc)" | sort -nu | tr '\n' ' ')
 # shellcheck disable=SC2086 # a list of thread counts
 timed "$results" 25 host-scaling "$python" bench/host_scaling.py --arena "$bin/arena" --envs 4096 --threads $threads
+# MJX after everything of Warp's: its compilations take minutes (at 4096 envs more than the
+# 230 s one H200 call gave it), and `jax` stays only for float64 audits.
+case " ${IMPLS-warp} " in
+    *" jax "*) throughput jax ;;
+esac
 if [ -x /tmp/arena-bfm-bin/update_throughput ]; then
     torch_lib=$("$python" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
     bfm_device=cuda

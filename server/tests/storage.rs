@@ -805,18 +805,23 @@ async fn returned_after_a_server_error(url: String, engine: Engine) {
     assert_eq!(a.return_episodes("s-1", &[], reason).await.unwrap(), 0);
 }
 
-/// Two handles on one database as two replicas: `replica-a` with a 0.6 s lease (it expires
-/// within a test), `replica-b` with 30 s.
 /// A lane with nothing left to claim asks whether another server still holds some of the
 /// submission's episodes (`others_lease_expiry`), and waits up to a second if so, while the
 /// committer commits this server's runs. A run committed between the query of the RUNNING rows
 /// and the look at this server's claims is not another server's (it was: the lane at the end
-/// of a 4096-episode evaluation on an H200 waited a second for nothing).
+/// of a 4096-episode evaluation on an H200 waited a second for nothing); a claim this server
+/// gave up on still counts, with its own lease.
 async fn own_runs_committed_meanwhile_are_not_another_servers(url: String, engine: Engine) {
     let storage = open(&url, engine).await;
-    setup(&storage, "red", "s-1", 900).await;
+    setup(&storage, "red", "s-1", 901).await;
     let claimed = storage.claim_next_episodes("s-1", 2, 900).await.unwrap();
     assert_eq!(claimed.len(), 900);
+    // The last episode claimed later, so its lease ends after the others', then given up.
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    assert_eq!(storage.claim_next_episodes("s-1", 2, 1).await.unwrap(), vec![(900, 1)]);
+    storage.forget_claim("s-1", 900, 1);
+    let given_up = storage.others_lease_expiry("s-1").await.unwrap();
+    assert!(given_up.is_some(), "a claim given up on is waited for");
     let committer = {
         let storage = storage.clone();
         tokio::spawn(async move {
@@ -831,16 +836,18 @@ async fn own_runs_committed_meanwhile_are_not_another_servers(url: String, engin
     while !committer.is_finished() {
         let foreign = storage.others_lease_expiry("s-1").await.unwrap();
         assert_eq!(
-            foreign, None,
+            foreign, given_up,
             "look {looks}: a run of this server's taken for another's"
         );
         looks += 1;
     }
     committer.await.unwrap();
     assert!(looks > 0);
-    assert_eq!(storage.episode_counts("s-1").await.unwrap(), (0, 0, 900));
+    assert_eq!(storage.episode_counts("s-1").await.unwrap(), (0, 1, 900));
 }
 
+/// Two handles on one database as two replicas: `replica-a` with a 0.6 s lease (it expires
+/// within a test), `replica-b` with 30 s.
 async fn two_replicas(url: &str, engine: Engine) -> (Storage, Storage) {
     use std::time::Duration;
     let a = open(url, engine)

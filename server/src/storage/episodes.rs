@@ -624,30 +624,60 @@ impl Storage {
     /// ms), if any is RUNNING: another replica's, or one of ours given up on. A lane with
     /// nothing to claim waits for those rather than ending.
     pub async fn others_lease_expiry(&self, submission: &str) -> Result<Option<i64>, StorageError> {
-        // This handle's claims before the query and after it: a run committed meanwhile is
-        // RUNNING in the rows and released by the time of the second look, and a run claimed
-        // meanwhile (another lane) may be in the rows before the first. Either is ours.
+        // This handle's claims are looked at before the query and after it. A run released
+        // meanwhile is RUNNING in the rows and no longer held: committed or returned (final or
+        // PENDING by now), or given up (`forget_claim`: still RUNNING, and waited for like
+        // another's), which a second look at those rows tells apart. A run another lane claims
+        // meanwhile is held by the second look once its claim has returned.
         let held_before = self.held_claims(submission);
-        let rows =
-            sqlx::query("SELECT idx, lease_expires_at FROM episodes WHERE submission_id = $1 AND status = 'RUNNING'")
-                .bind(submission)
-                .fetch_all(&self.pool)
-                .await
-                .ctx(|| format!("reading the claims on submission {submission}"))?;
+        let rows = self.running_claims(submission, None).await?;
         let held_after = self.held_claims(submission);
-        let what = format!("the claims on submission {submission}");
         let mut earliest: Option<i64> = None;
-        for row in &rows {
-            let idx: i64 = get(row, "idx", &what)?;
-            if held_before.contains_key(&idx) || held_after.contains_key(&idx) {
+        let mut released_meanwhile = Vec::new();
+        for (idx, expiry) in rows {
+            if held_after.contains_key(&idx) {
                 continue;
             }
-            // A row without a lease (written before leases existed) counts as expired now.
-            let expiry: Option<i64> = get(row, "lease_expires_at", &what)?;
-            let expiry = expiry.unwrap_or(0);
+            if held_before.contains_key(&idx) {
+                released_meanwhile.push(idx);
+                continue;
+            }
             earliest = Some(earliest.map_or(expiry, |e| e.min(expiry)));
         }
+        if !released_meanwhile.is_empty() {
+            let rows = self.running_claims(submission, Some(&released_meanwhile)).await?;
+            let held_now = self.held_claims(submission);
+            for (idx, expiry) in rows {
+                if !held_now.contains_key(&idx) {
+                    earliest = Some(earliest.map_or(expiry, |e| e.min(expiry)));
+                }
+            }
+        }
         Ok(earliest)
+    }
+
+    /// The RUNNING episodes of `submission` (of those in `among`, when given) with their lease
+    /// expiry; a row without a lease (written before leases existed) counts as expired now.
+    async fn running_claims(&self, submission: &str, among: Option<&[i64]>) -> Result<Vec<(i64, i64)>, StorageError> {
+        let mut sql =
+            "SELECT idx, lease_expires_at FROM episodes WHERE submission_id = $1 AND status = 'RUNNING'".to_string();
+        if let Some(idxs) = among {
+            // Indices of this handle's own claims: numbers, written into the statement.
+            let list = idxs.iter().map(i64::to_string).collect::<Vec<_>>().join(", ");
+            sql.push_str(&format!(" AND idx IN ({list})"));
+        }
+        let rows = sqlx::query(&sql)
+            .bind(submission)
+            .fetch_all(&self.pool)
+            .await
+            .ctx(|| format!("reading the claims on submission {submission}"))?;
+        let what = format!("the claims on submission {submission}");
+        rows.iter()
+            .map(|row| {
+                let expiry: Option<i64> = get(row, "lease_expires_at", &what)?;
+                Ok((get(row, "idx", &what)?, expiry.unwrap_or(0)))
+            })
+            .collect()
     }
 
     /// This handle's claims on `submission` now: episode index → attempt.

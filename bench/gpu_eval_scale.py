@@ -26,6 +26,7 @@ each served run's server: the first starts the lane's simulator, the later ones 
 (the server's `warm_simulators`), so their times show an evaluation without the start-up.
 """
 import argparse
+import collections
 import json
 import os
 import shutil
@@ -413,7 +414,9 @@ def served(a, tmp, bench_dir):
     result = {
         "observations": a.observations,
         "backend": a.backend, "gpu_impl": a.gpu_impl if a.backend == "gpu" else None,
-        "gpu_device": a.gpu_device if a.backend == "gpu" else None, "episodes": len(rows), "status": sub["status"], "wall_s": round(wall, 2),
+        "gpu_device": a.gpu_device if a.backend == "gpu" else None, "episodes": len(rows), "status": sub["status"],
+        # Each episode's end (COMPLETED, FELL, TIMEOUT, FAILED, ...): none is left out of the counts.
+        "episode_statuses": dict(collections.Counter(str(e.get("status")) for e in rows)), "wall_s": round(wall, 2),
         "episodes_per_s": round(len(rows) / wall, 2), "control_steps": steps,
         "control_steps_per_s": round(steps / wall), "mean_step_round_trip_ms": round(1000 * wall / max(rounds, 1), 2),
         "peak_rss_server_and_worker_mb": round(peak["server"]), "peak_gpu_memory_mb": peak["gpu"],

@@ -37,6 +37,11 @@ pub struct ServerConfig {
     /// robot, batch, threads) to take over: a GPU worker's start-up is seconds, MJX's first
     /// compilation minutes. 0 = every lane starts its own.
     pub warm_simulators: u32,
+    /// GPU backend: worker processes kept started ahead of need, their physics library imported
+    /// and device initialised, for a lane with no kept simulator of its shape to take instead of
+    /// starting its own (about two of a Warp worker's three seconds of start-up on a GPU
+    /// machine); each one taken is replaced at once. 0 = none. Ignored on the CPU backend.
+    pub spare_simulators: u32,
     /// Benchmarks whose simulators are started with the server and kept (`warm_simulators`):
     /// one per lane of the shape a fresh submission of the benchmark gets (its episodes split
     /// over `lanes` batches of at most `max_batch`, the benchmark's own gains), so that the
@@ -143,6 +148,7 @@ impl Default for ServerConfig {
             lanes: 2,
             sim_threads: 0,
             warm_simulators: 2,
+            spare_simulators: 1,
             prewarm: Vec::new(),
             sim_backend: "cpu".into(),
             gpu_device: "auto".into(),
@@ -342,6 +348,12 @@ impl ServerConfig {
             return bad(
                 "warm_simulators",
                 format!("expected 0-64, got {}", self.warm_simulators),
+            );
+        }
+        if self.spare_simulators > 16 {
+            return bad(
+                "spare_simulators",
+                format!("expected 0-16, got {}", self.spare_simulators),
             );
         }
         let prewarmed = self.prewarm.len() * self.lanes as usize;

@@ -10,15 +10,37 @@ use arena_sdk::protocol::{EpisodeInfo, EpisodeSpec};
 use arena_sdk::{Agent, Batch};
 use common::server::{ADMIN, ServerProc};
 
-/// The pids of the GPU workers a server started (their shared file names the server's pid).
+/// The pids of the GPU workers simulating a server's lanes: those that have mapped a shared
+/// file of the server's (its name holds the server's pid). A spare worker, which has none yet,
+/// is not one of them.
 fn workers_of(server_pid: u32) -> Vec<u32> {
     let tag = format!("arena-gpu-{server_pid}-");
     std::fs::read_dir("/proc")
         .unwrap()
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| *pid != server_pid)
+        .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|maps| maps.contains(&tag)))
+        .collect()
+}
+
+/// The pids of a server's spare GPU workers: its worker processes that have no shared file
+/// mapped yet.
+fn spares_of(server_pid: u32) -> Vec<u32> {
+    let tag = format!("arena-gpu-{server_pid}-");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains(&tag))
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // pid (comm) state ppid ...: the comm may hold spaces, not a ')'.
+            let parent = stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().nth(1));
+            parent == Some(server_pid.to_string().as_str())
         })
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains("gpu_worker.py"))
+        })
+        .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|maps| !maps.contains(&tag)))
         .collect()
 }
 
@@ -27,6 +49,7 @@ struct KillsTheWorker {
     inner: ReplayAgent,
     server_pid: u32,
     killed: bool,
+    pids: Vec<u32>,
 }
 
 impl Agent for KillsTheWorker {
@@ -41,6 +64,7 @@ impl Agent for KillsTheWorker {
     fn act(&mut self, batch: &Batch<'_>, actions: &mut [f32]) {
         if !self.killed && batch.episode_steps.contains(&10) {
             for pid in workers_of(self.server_pid) {
+                self.pids.push(pid);
                 std::process::Command::new("kill")
                     .args(["-9", &pid.to_string()])
                     .status()
@@ -70,14 +94,22 @@ fn a_killed_gpu_worker_fails_its_episodes_not_the_server() {
         ],
         &[("ARENA_GPU_PYTHON", python.as_str())],
     );
+    // The server keeps a spare worker (`spare_simulators`, 1 by default) from its start.
+    let spares = spares_of(server.pid());
+    assert_eq!(spares.len(), 1, "{spares:?}");
     let token = server.team("alpha");
     let mut agent = KillsTheWorker {
         inner: ReplayAgent::new(),
         server_pid: server.pid(),
         killed: false,
+        pids: Vec::new(),
     };
     let id = server.submit(&token, &mut agent, "replay-killer", None);
     assert!(agent.killed, "the agent found the server's worker");
+    // The lane took the spare, and another took its place.
+    assert_eq!(agent.pids, spares, "the lane did not take the spare");
+    let now = spares_of(server.pid());
+    assert!(now.len() == 1 && now != spares, "{now:?}");
     let (_, results) = server.get(&format!("/api/v1/submissions/{id}/results"), Some(ADMIN));
     let episodes = results["episodes"].as_array().unwrap();
     assert_eq!(episodes.len(), 6);

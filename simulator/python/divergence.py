@@ -58,9 +58,9 @@ class Worker:
 
     def __init__(self, python, shm, init):
         worker = os.path.join(HERE, "gpu_worker.py")
-        self.proc = subprocess.Popen([python, worker, "--shm", shm], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([python, worker], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True)
-        self.proc.stdin.write(json.dumps(init) + "\n")
+        self.proc.stdin.write(json.dumps({**init, "shm": shm}) + "\n")
         self.proc.stdin.flush()
         self.ready = json.loads(self.proc.stdout.readline())
         if "error" in self.ready:

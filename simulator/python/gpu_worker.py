@@ -4,17 +4,24 @@
 This file is the protocol and the host side; the physics is ``mjx_physics.MjxPhysics`` (impl
 "jax": MJX's JAX implementation, jit(vmap)) or ``warp_physics.WarpPhysics`` (impl "warp":
 MuJoCo Warp, worlds batched by the library), with ``worker_common`` shared by all three. The Rust
-supervisor writes the five files to one folder and starts ``python gpu_worker.py --shm PATH``, writes one JSON init line to
-stdin, waits for the one-line JSON reply, then sends one command per line (``sync``, ``step``,
+supervisor writes the five files to one folder and starts ``python gpu_worker.py [--preload IMPL
+--device DEVICE]``, writes one JSON init line to stdin, waits for the one-line JSON reply, then
+sends one command per line (``sync``, ``step``,
 ``stats``, ``close``); every command gets exactly one reply line (``ok`` or ``error <message>``;
 ``stats`` answers ``stats {JSON}``: how many ``step`` and ``sync`` commands ran and the seconds
 they spent in each phase of the worker, summed since start-up, see ``Worker.timings``, and for
 MuJoCo Warp the physics' own counters, ``WarpPhysics.counters``). stdout
 carries protocol lines only: file descriptor 1 is redirected to stderr at start-up, so any
-library output lands in the log. EOF on stdin ends the worker (exit 0).
+library output lands in the log. EOF on stdin ends the worker (exit 0), as does ``close`` in
+place of the init line.
+
+``--preload IMPL`` imports the implementation's libraries (and for Warp initialises the device
+``--device`` names) before the init line is read: a worker started ahead of need (a server's
+spare, `gpu_spare.rs`) has done them by the time a lane sends its init. An init that asks for
+another implementation or device still gets it; the preload then only cost time.
 
 Init (one line):
-  {"mjcf": PATH, "num_envs": N, "kp": [29], "kd": [29], "effort": [29], "decimation": 4,
+  {"shm": PATH, "mjcf": PATH, "num_envs": N, "kp": [29], "kd": [29], "effort": [29], "decimation": 4,
    "torso_body": 16, "device": "auto"|"cpu"|"gpu", "impl": "jax"|"warp"|"stub", "x64": false,
    "contact_forces": true}
 Reply: {"ready": true, "backend": "mjx"|"mujoco_warp"|"stub", "impl", "device", "library",
@@ -163,11 +170,12 @@ def parse_init(line):
         raise InitError(f"init line is not JSON: {e}") from None
     if not isinstance(msg, dict):
         raise InitError("init line must be a JSON object")
-    required = ("mjcf", "num_envs", "kp", "kd", "effort")
+    required = ("shm", "mjcf", "num_envs", "kp", "kd", "effort")
     missing = [k for k in required if k not in msg]
     if missing:
         raise InitError(f"init message lacks {', '.join(missing)}")
     cfg = {
+        "shm": msg["shm"],
         "mjcf": msg["mjcf"],
         "num_envs": msg["num_envs"],
         "decimation": msg.get("decimation", 4),
@@ -177,6 +185,8 @@ def parse_init(line):
         "x64": msg.get("x64", False),
         "contact_forces": msg.get("contact_forces", True),
     }
+    if not isinstance(cfg["shm"], str):
+        raise InitError(f"shm must be the shared memory file's path, got {cfg['shm']!r}")
     if not isinstance(cfg["mjcf"], str) or not os.path.isfile(cfg["mjcf"]):
         raise InitError(f"mjcf file not found: {cfg['mjcf']}")
     for key, low, high in (("num_envs", 1, None), ("decimation", 1, None), ("torso_body", 1, NB)):
@@ -415,6 +425,26 @@ class Worker:
         v["failed_time"][:] = np.where(ints[:, 0] != 0, ints[:, 2] * self.dt, 0.0)
 
 
+def preload(impl, device):
+    """Imports `impl`'s libraries (and the MuJoCo bindings) and, for Warp, initialises `device`;
+    returns the seconds it took. A failure is only logged: the init's own imports meet it again
+    and answer it (Python does not keep a module whose import failed)."""
+    t0 = time.perf_counter()
+    try:
+        import mujoco  # noqa: F401
+        if impl == "warp":
+            import warp_physics
+            warp_physics.preload(device)
+        elif impl == "jax":
+            import mjx_physics
+            mjx_physics.preload(device)
+        else:
+            import stub_physics  # noqa: F401
+    except Exception as e:  # noqa: BLE001 (reported again by the init)
+        log(f"preload of {impl} on {device} failed: {type(e).__name__}: {e}")
+    return time.perf_counter() - t0
+
+
 def main():
     # Protocol lines go to a private duplicate of stdout; fd 1 itself now points at stderr so
     # that nothing else (e.g. MJX's import-time warnings) can corrupt the protocol stream.
@@ -427,19 +457,28 @@ def main():
         proto.flush()
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shm", required=True, help="shared-memory file created by the supervisor")
+    parser.add_argument("--preload", choices=("jax", "warp", "stub"),
+                        help="import this implementation's libraries before the init line comes")
+    parser.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
+                        help="with --preload warp: the device to initialise ahead")
     args = parser.parse_args()
+    preload_s = preload(args.preload, args.device) if args.preload else None
 
     line = sys.stdin.readline()
-    if not line:
+    if not line or line.strip() == "close":
         return 0
     t0 = time.perf_counter()
     try:
         cfg = parse_init(line)
-        mem, views = map_shm(args.shm, cfg["num_envs"], cfg["x64"])
+        mem, views = map_shm(cfg["shm"], cfg["num_envs"], cfg["x64"])
         init_and_map_s = time.perf_counter() - t0
         worker = Worker(cfg, views)
         worker.startup["init_and_map_s"] = init_and_map_s
+        if preload_s is not None:
+            # Everything done before the init line was read, the module's own imports included,
+            # is the preload; what the init then did stays in the other phases.
+            worker.startup["python_imports_s"] -= _MODULE_IMPORTS_S
+            worker.startup["preload_s"] = _MODULE_IMPORTS_S + preload_s
     except InitError as e:
         reply(json.dumps({"error": str(e)}))
         return 1

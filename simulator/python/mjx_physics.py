@@ -30,6 +30,14 @@ def prepare_environment(cfg):
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
+def preload(device):
+    """Imports JAX and MJX ahead of the init line (`gpu_worker.preload`), with the environment
+    variables of `device`. JAX's backend starts with the first computation, not here."""
+    prepare_environment({"device": device})
+    import jax  # noqa: F401
+    from mujoco import mjx  # noqa: F401
+
+
 class MjxPhysics:
     """Batched MJX state of N environments and the compiled functions that advance it."""
 

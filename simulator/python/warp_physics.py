@@ -270,6 +270,12 @@ def _page_lock(ptr, nbytes):
     return None if code == 0 else f"cuMemHostRegister returned CUresult {code}"
 
 
+def preload(device):
+    """Initialises Warp and `device` ("auto", "cpu" or "gpu": the CUDA driver and context) ahead
+    of the init line (`gpu_worker.preload`); the physics' own device query then finds them."""
+    _device({"device": device})
+
+
 def _device(cfg):
     """Warp device for the init's `device`: auto = the first CUDA device when there is one."""
     cuda = wp.get_cuda_device_count() > 0

@@ -11,7 +11,9 @@ mod common;
 use arena_data::NUM_JOINTS;
 use arena_sim::dr::DrLevel;
 use arena_sim::env::{EpisodeAssignment, EpisodeStatus, FallRule, TrackingEnv, TrackingEnvConfig};
-use arena_sim::handler::{EnvHealth, Field, GpuDevice, GpuImpl, GpuOptions, Handler, NQ, NV};
+use arena_sim::handler::{
+    EnvHealth, Field, GpuDevice, GpuImpl, GpuOptions, Handler, NQ, NV, keep_spare_workers, spare_worker_pids,
+};
 use arena_sim::motion::MotionLibrary;
 use arena_sim::policy::{Policy, ReplayPolicy};
 use arena_sim::robot::NUM_BODIES_EXT;
@@ -465,6 +467,81 @@ fn a_worker_that_died_idle_is_not_handed_over() {
         panic!("a dead worker was handed over");
     };
     assert!(e.to_string().contains("cannot step any more"), "{e}");
+}
+
+/// A server's spare worker (`keep_spare_workers`): a handler takes it, its start-up says the
+/// imports were done before (`preload_s`, not counted in the start-up the handler waited for),
+/// another spare is started in its place, and its envs step exactly as those of a worker the
+/// handler starts itself. A spare that died while idle is passed over; keeping none ends the
+/// idle ones.
+#[test]
+fn a_spare_worker_is_taken_replaced_and_steps_as_a_fresh_one() {
+    let Some(python) = gpu_python() else { return };
+    // Spares are the process's: a Python path of this test's own keeps the other tests of
+    // this binary (which start workers at the same time) from taking them.
+    let dir = std::env::temp_dir().join(format!("arena-spare-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let wrapper = dir.join("python");
+    std::fs::write(&wrapper, format!("#!/bin/sh\nexec '{}' \"$@\"\n", python.display())).unwrap();
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let options = GpuOptions {
+        python: wrapper,
+        device: GpuDevice::Cpu,
+        implementation: GpuImpl::Warp,
+        ..GpuOptions::default()
+    };
+    let lib = library();
+    // Observations of a DR level 3 episode and a nominal one over 10 replayed steps, and where
+    // the worker's start-up went.
+    let run = || {
+        let mut env = env(&lib, 2, SimBackend::Gpu(options.clone()));
+        env.reset(&ASSIGNMENTS).unwrap();
+        let startup = env.handler().worker_startup().expect("a worker runs").clone();
+        let mut policy = ReplayPolicy;
+        let mut actions = vec![0.0f32; 2 * NUM_JOINTS];
+        let mut seen = env.observations().state.clone();
+        for _ in 0..10 {
+            policy.act(&env, &mut actions);
+            env.step(&actions).unwrap();
+            seen.extend_from_slice(&env.observations().state);
+            seen.extend_from_slice(&env.observations().privileged_state);
+        }
+        (seen, startup)
+    };
+    keep_spare_workers(&options, 1).unwrap();
+    let first = spare_worker_pids(&options);
+    assert_eq!(first.len(), 1);
+    let (from_spare, startup) = run();
+    eprintln!("start-up from a spare: {startup:?}");
+    assert_eq!(startup["spare_worker"], serde_json::json!(true), "{startup:?}");
+    assert!(startup["preload_s"].as_f64().unwrap() > 0.0, "{startup:?}");
+    assert!(startup.contains_key("waiting_s"), "{startup:?}");
+    let replaced = spare_worker_pids(&options);
+    assert_eq!(replaced.len(), 1, "the spare taken was not replaced");
+    assert_ne!(replaced, first);
+
+    // A spare that died while idle is passed over: the handler starts its own.
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &replaced[0].to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let (after_death, startup) = run();
+    assert_eq!(startup["spare_worker"], serde_json::json!(false), "{startup:?}");
+    assert_eq!(after_death, from_spare);
+
+    keep_spare_workers(&options, 0).unwrap();
+    assert!(spare_worker_pids(&options).is_empty());
+    let (fresh, startup) = run();
+    assert_eq!(startup["spare_worker"], serde_json::json!(false), "{startup:?}");
+    assert!(startup.contains_key("interpreter_start_s"), "{startup:?}");
+    assert!(
+        spare_worker_pids(&options).is_empty(),
+        "a spare was started while none is kept"
+    );
+    assert_eq!(fresh, from_spare, "a spare's envs step otherwise than a fresh worker's");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// The stubbed physics (`--gpu-impl stub`, the host-side benchmark) writes exactly the layout

@@ -80,6 +80,10 @@ pub struct ServingArgs {
     /// [default: 2].
     #[arg(long, env = "ARENA_WARM_SIMULATORS")]
     pub warm_simulators: Option<u32>,
+    /// GPU backend: worker processes started ahead, their libraries imported, for lanes that
+    /// find no kept simulator of their shape (0 = none) [default: 1].
+    #[arg(long, env = "ARENA_SPARE_SIMULATORS")]
+    pub spare_simulators: Option<u32>,
     /// Benchmark whose lanes' simulators start with the server, for its first submission to
     /// take over (repeat, or separate with commas; needs lanes × benchmarks <= warm_simulators).
     #[arg(
@@ -216,6 +220,7 @@ impl ConfigArgs {
             lanes,
             sim_threads,
             warm_simulators,
+            spare_simulators,
             step_timeout_s,
             hosted_runs,
             export_cache_mb,
@@ -332,6 +337,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         }
         let addr = listener.local_addr()?;
         // Once the server can serve: a start that fails leaves no worker behind.
+        crate::orchestrator::warm::keep_spares(&state.config);
         crate::orchestrator::warm::prewarm(&state);
         // Tests and scripts read this line to find the port.
         println!("arena serve: listening on http://{addr} (agents: ws://{addr}/api/v1/agent or gRPC at {addr})");

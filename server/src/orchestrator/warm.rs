@@ -116,6 +116,23 @@ pub fn fresh_submission_shapes(
     Ok(vec![shape; lanes])
 }
 
+/// On the GPU backend, starts the `spare_simulators` worker processes and keeps that many from
+/// now on (`arena_sim::handler::keep_spare_workers`); a failure to start them is logged, and
+/// lanes start their own workers as without spares.
+pub fn keep_spares(config: &ServerConfig) {
+    let Ok(SimBackend::Gpu(options)) = config.backend() else {
+        return;
+    };
+    let count = config.spare_simulators as usize;
+    if count == 0 {
+        return;
+    }
+    match arena_sim::handler::keep_spare_workers(&options, count) {
+        Ok(()) => tracing::info!("{count} spare GPU worker(s) started and kept"),
+        Err(e) => tracing::warn!("spare GPU workers: {e}; each lane starts its own"),
+    }
+}
+
 /// Starts the simulators of the benchmarks `prewarm` names on a thread of their own and keeps
 /// them for the first sessions' lanes; each start and each failure is logged. A session that
 /// begins before its simulators are ready starts its own, as without `prewarm`.

@@ -14,6 +14,7 @@ use super::gpu_layout::{
 use super::gpu_options::{GpuOptions, cuda_device_present};
 use super::gpu_process::{Worker, create_shared_file, worker_script};
 use super::gpu_rows::{PhysicsRow, PhysicsRowsMut};
+use super::gpu_spare::{self, SpareKey};
 use super::mujoco::check_layout;
 use super::{
     DECIMATION, EnvHealth, Field, Handler, NQ, NV, PHYSICS_DT, PhysicsParams, check_env, check_feedforward, check_rows,
@@ -234,7 +235,15 @@ impl GpuHandler {
                 return Err(backend_error(e));
             }
         };
-        let mut worker = match Worker::start(python, &script, &self.shm_path) {
+        // A spare started ahead (a server's) has done its imports already.
+        let key = SpareKey::new(&self.options);
+        let spare = gpu_spare::take(&key);
+        let from_spare = spare.is_some();
+        let started = match spare {
+            Some(worker) => Ok(worker),
+            None => Worker::start(python, &script, key.preload),
+        };
+        let mut worker = match started {
             Ok(worker) => worker,
             Err(e) => {
                 let _ = std::fs::remove_file(&mjcf_path);
@@ -246,6 +255,7 @@ impl GpuHandler {
         };
         let c = &self.config;
         let init = serde_json::json!({
+            "shm": self.shm_path,
             "mjcf": mjcf_path,
             "num_envs": self.health.len(),
             "kp": c.kp,
@@ -294,15 +304,25 @@ impl GpuHandler {
             field("library"),
             field("mujoco")
         );
-        // The worker times its phases (its imports, then from its init line on); the whole
-        // start as seen from here goes with them, and the rest of it (the interpreter's own
-        // start, the init line's way there and the ready line's way back).
+        // The worker times its phases (what it did before its init line, `preload_s`, then from
+        // the init line on); the whole start as seen from here goes with them, and the rest of
+        // it: for a worker started here the interpreter's own start, the init line's way there
+        // and the ready line's way back; for a spare, whose preload was done before it was taken
+        // (`spare_worker`), the init line's and the ready line's ways and whatever of its
+        // preload was still left (`waiting_s`).
         let mut startup = ready.get("startup").cloned().unwrap_or_else(|| serde_json::json!({}));
         if let Some(phases) = startup.as_object_mut() {
             let whole = began.elapsed().as_secs_f64();
-            let timed: f64 = phases.values().filter_map(serde_json::Value::as_f64).sum();
+            let timed: f64 = phases
+                .iter()
+                .filter(|(k, _)| !(from_spare && k.as_str() == "preload_s"))
+                .filter_map(|(_, v)| v.as_f64())
+                .sum();
+            let rest = if from_spare { "waiting_s" } else { "interpreter_start_s" };
             phases.insert("spawn_to_ready_s".into(), serde_json::json!(whole));
-            phases.insert("interpreter_start_s".into(), serde_json::json!(whole - timed));
+            phases.insert(rest.into(), serde_json::json!(whole - timed));
+            phases.insert("spare_worker".into(), serde_json::json!(from_spare));
+            worker.startup = phases.clone();
         }
         tracing::info!(
             "GPU simulator worker ready: {} after {:.1} s of compilation (start-up {})",
@@ -766,6 +786,10 @@ impl Handler for GpuHandler {
 
     fn worker_pid(&self) -> Option<u32> {
         self.worker.as_ref().map(|w| w.child.id())
+    }
+
+    fn worker_startup(&self) -> Option<&serde_json::Map<String, serde_json::Value>> {
+        self.worker.as_ref().map(|w| &w.startup)
     }
 
     fn worker_timings(&mut self) -> Result<Option<serde_json::Map<String, serde_json::Value>>, SimError> {

@@ -21,6 +21,14 @@ const WORKER_FILES: [(&str, &str); 5] = [
 /// Lines of the worker's stderr kept for error messages.
 const STDERR_TAIL: usize = 20;
 
+/// What a worker imports and initialises as soon as it starts (`--preload`, `--device`): the
+/// implementation and device of the init it will be sent (its `wire` names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Preload {
+    pub(super) implementation: &'static str,
+    pub(super) device: &'static str,
+}
+
 /// A running worker process.
 pub(super) struct Worker {
     pub(super) child: Child,
@@ -34,13 +42,17 @@ pub(super) struct Worker {
     /// The worker's own description, e.g. `mujoco_warp on cuda:0 (mujoco-warp 3.17.0, warp
     /// 1.18.0, mujoco 3.17.0)`.
     pub(super) device: String,
+    /// Where its start-up went, once it is ready ([`super::Handler::worker_startup`]).
+    pub(super) startup: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Worker {
-    /// Starts `python script --shm shm_path` with piped stdin, stdout and stderr: a thread
-    /// hands stdout's lines over as answers, another keeps stderr's last lines (and logs them
-    /// at debug level) for error messages. The init line and its answer are the caller's.
-    pub(super) fn start(python: &Path, script: &Path, shm_path: &Path) -> std::io::Result<Worker> {
+    /// Starts `python script --preload IMPL --device DEVICE` with piped stdin, stdout and
+    /// stderr: the worker imports `preload`'s libraries (and initialises the device) at once,
+    /// before it reads its init line; a thread hands stdout's lines over as answers, another
+    /// keeps stderr's last lines (and logs them at debug level) for error messages. The init
+    /// line and its answer are the caller's.
+    pub(super) fn start(python: &Path, script: &Path, preload: Preload) -> std::io::Result<Worker> {
         let mut command = Command::new(python);
         // JAX keeps compiled steps on disk, so a restarted worker (or the next lane of the same
         // size) loads them instead of compiling again.
@@ -49,8 +61,7 @@ impl Worker {
         }
         let mut child = command
             .arg(script)
-            .arg("--shm")
-            .arg(shm_path)
+            .args(["--preload", preload.implementation, "--device", preload.device])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -85,6 +96,7 @@ impl Worker {
             stderr_tail,
             stderr_read: Mutex::new(stderr_read),
             device: String::new(),
+            startup: serde_json::Map::new(),
         })
     }
 
@@ -439,12 +451,16 @@ mod tests {
         let _ = std::fs::remove_file(&other);
     }
 
-    /// A stand-in worker: `/bin/sh` running `body` (the `--shm` argument unused).
+    /// A stand-in worker: `/bin/sh` running `body` (the preload arguments unused).
     fn shell_worker(name: &str, body: &str) -> (Worker, PathBuf) {
         let dir = scratch_dir(name);
         let script = dir.join("worker.sh");
         std::fs::write(&script, body).unwrap();
-        let worker = Worker::start(Path::new("/bin/sh"), &script, &dir.join("unused")).unwrap();
+        let preload = Preload {
+            implementation: "stub",
+            device: "cpu",
+        };
+        let worker = Worker::start(Path::new("/bin/sh"), &script, preload).unwrap();
         (worker, dir)
     }
 

@@ -11,10 +11,12 @@ mod gpu_layout;
 mod gpu_options;
 mod gpu_process;
 mod gpu_rows;
+mod gpu_spare;
 mod mujoco;
 
 pub use gpu::GpuHandler;
 pub use gpu_options::{GpuDevice, GpuImpl, GpuOptions};
+pub use gpu_spare::{keep_spare_workers, spare_worker_pids};
 pub use mujoco::MujocoHandler;
 
 use crate::SimError;
@@ -332,6 +334,12 @@ pub trait Handler: Send + Sync {
     /// The process that runs the physics when it is not this one (the GPU worker), for
     /// monitoring and fault tests.
     fn worker_pid(&self) -> Option<u32> {
+        None
+    }
+    /// Where the running worker's start-up went (the GPU worker's phases in seconds, as its
+    /// ready line and this side timed them, and `spare_worker`: whether it was a spare started
+    /// ahead), or `None` for a backend without a worker or before one runs.
+    fn worker_startup(&self) -> Option<&serde_json::Map<String, serde_json::Value>> {
         None
     }
     /// Where the worker's commands spent their time, summed since it started (the GPU

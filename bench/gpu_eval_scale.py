@@ -158,6 +158,11 @@ def main():
                    help="serve with --prewarm g1-scale and submit once the lane's simulator is "
                         "started and kept (the server's deployment configuration): the first "
                         "session then takes a warm simulator, as later ones do")
+    p.add_argument("--spare-simulators", type=int, default=1,
+                   help="the server's spare GPU workers (started with it, their libraries imported); "
+                        "the first submission waits until one has logged that it is ready, as on a "
+                        "server started before submissions come; 0 = none, the lane starts its own "
+                        "worker (the server's cold path)")
     p.add_argument("--buffered-parts", action="store_true",
                    help="serve with --buffered-parts: part files through the page cache instead "
                         "of past it (O_DIRECT), to tell whether storing waits for the disk")
@@ -331,6 +336,23 @@ def wait_for_prewarm(log_path, server, timeout_s=900):
     sys.exit(f"no prewarm line in the server log after {timeout_s} s ({log_path})")
 
 
+def wait_for_spare(a, log_path, server, timeout_s=300):
+    """Seconds until the server's spare GPU worker logs that it is ready: its imports done and,
+    for MuJoCo Warp, its warm-up (or their failure, after which the lane starts its own)."""
+    warp = a.gpu_impl == "warp" or (a.gpu_impl == "auto" and a.gpu_device != "cpu"
+                                     and os.path.exists("/dev/nvidiactl"))
+    marks = ("[gpu_worker] warmed up", "[gpu_worker] warm-up failed") if warp else ("[gpu_worker] preload",)
+    started = time.perf_counter()
+    while time.perf_counter() - started < timeout_s:
+        if server.poll() is not None:
+            sys.exit(f"the server exited while its spare worker started (log: {log_path})")
+        with open(log_path, errors="replace") as f:
+            if any(mark in line for line in f for mark in marks):
+                return time.perf_counter() - started
+        time.sleep(0.05)
+    sys.exit(f"no spare worker's preload line in the server log after {timeout_s} s ({log_path})")
+
+
 def served(a, tmp, bench_dir):
     """One evaluation through `arena serve` and the replay agent; its figures and breakdown."""
     port = free_port()
@@ -340,13 +362,15 @@ def served(a, tmp, bench_dir):
     # The prewarm's "kept" line is at info level.
     env = dict(os.environ, ARENA_GPU_PYTHON=os.environ.get("ARENA_GPU_PYTHON", sys.executable),
                ARENA_LOG="warn,arena_timings=info,arena_sim::handler::gpu=info,"
-                         "arena_server::orchestrator::warm=info")
+                         "arena_server::orchestrator::warm=info,arena_sim::gpu_worker=debug")
+    spares = a.spare_simulators if a.backend == "gpu" else 0
     started = time.perf_counter()
     server = subprocess.Popen(
         [a.arena, "serve", "--bind", f"127.0.0.1:{port}", "--data-dir", data_dir,
          "--benchmarks-dir", bench_dir, "--admin-token", admin, "--max-batch", str(a.episodes),
          "--lanes", "1", "--backend", a.backend, "--gpu-device", a.gpu_device, "--gpu-impl", a.gpu_impl,
-         "--step-timeout-s", "600"] + stub_flag(a) + (["--prewarm", "g1-scale"] if a.prewarm else [])
+         "--step-timeout-s", "600", "--spare-simulators", str(spares)] + stub_flag(a)
+        + (["--prewarm", "g1-scale"] if a.prewarm else [])
         + (["--buffered-parts"] if a.buffered_parts else []),
         stdout=subprocess.DEVNULL, stderr=open(log_path, "w"), env=env)
     base = f"http://127.0.0.1:{port}"
@@ -358,6 +382,7 @@ def served(a, tmp, bench_dir):
             time.sleep(0.1)
     server_up_s = time.perf_counter() - started
     prewarm_s = wait_for_prewarm(log_path, server) if a.prewarm else None
+    spare_ready_s = wait_for_spare(a, log_path, server) if spares and not a.prewarm else None
     req = urllib.request.Request(base + "/api/v1/teams", data=b'{"name": "scale"}', method="POST",
                                  headers={"Authorization": f"Bearer {admin}",
                                           "Content-Type": "application/json"})
@@ -423,6 +448,10 @@ def served(a, tmp, bench_dir):
         "rss_per_episode_mb": round(peak["server"] / max(len(rows), 1), 3),
         "server_start_s": round(server_up_s, 2), "breakdown": breakdown,
         "prewarm_s": None if prewarm_s is None else round(prewarm_s, 2),
+        # The server's spare workers, and how long after its start the one the lane took was
+        # ready (the submission waited for that, as a server started ahead would have).
+        "spare_simulators": spares,
+        "spare_ready_s": None if spare_ready_s is None else round(spare_ready_s, 2),
         "later_sessions_wall_s": [round(w, 2) for w in walls[1:]],
         "trajectory_file_after_s": trajectories_after_s,
     }

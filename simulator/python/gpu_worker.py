@@ -18,7 +18,10 @@ place of the init line.
 ``--preload IMPL`` imports the implementation's libraries (and for Warp initialises the device
 ``--device`` names) before the init line is read: a worker started ahead of need (a server's
 spare, `gpu_spare.rs`) has done them by the time a lane sends its init. An init that asks for
-another implementation or device still gets it; the preload then only cost time.
+another implementation or device still gets it; the preload then only cost time. A spare may
+also be sent a warm-up init first (``"warmup": true``, usually one env on a scratch file): the
+worker starts that env completely, without answering, and drops it, so that the kernels are
+loaded when the real init comes.
 
 Init (one line):
   {"shm": PATH, "mjcf": PATH, "num_envs": N, "kp": [29], "kd": [29], "effort": [29], "decimation": 4,
@@ -82,6 +85,7 @@ import time
 _IMPORTS_BEGAN = time.perf_counter()
 
 import argparse  # noqa: E402
+import gc  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
@@ -442,7 +446,41 @@ def preload(impl, device):
             import stub_physics  # noqa: F401
     except Exception as e:  # noqa: BLE001 (reported again by the init)
         log(f"preload of {impl} on {device} failed: {type(e).__name__}: {e}")
-    return time.perf_counter() - t0
+        return time.perf_counter() - t0
+    seconds = time.perf_counter() - t0
+    # The line benches wait for (a server's spare is ready for a lane).
+    log(f"preloaded {impl} on {device} in {seconds:.2f} s")
+    return seconds
+
+
+def _is_warmup(line):
+    """Whether `line` is a warm-up init: a JSON object with "warmup": true."""
+    try:
+        msg = json.loads(line)
+    except json.JSONDecodeError:
+        return False
+    return isinstance(msg, dict) and msg.get("warmup") is True
+
+
+def warm_up(line):
+    """Runs the warm-up init `line` (a whole start of a worker, usually of one env, on a scratch
+    shared file) and drops it: the kernels it loaded and compiled stay loaded in this process
+    for the real init. Returns its seconds, or None when it failed: a failure is only logged
+    (the real init meets it again and answers it)."""
+    t0 = time.perf_counter()
+    try:
+        cfg = parse_init(line)
+        mem, views = map_shm(cfg["shm"], cfg["num_envs"], cfg["x64"])
+        worker = Worker(cfg, views)
+        worker.command("sync")
+        del worker, views, mem
+    except Exception as e:  # noqa: BLE001 (the real init reports its own failure)
+        log(f"warm-up failed: {type(e).__name__}: {e}")
+        return None
+    gc.collect()
+    seconds = time.perf_counter() - t0
+    log(f"warmed up in {seconds:.2f} s")
+    return seconds
 
 
 def main():
@@ -463,10 +501,17 @@ def main():
                         help="with --preload warp: the device to initialise ahead")
     args = parser.parse_args()
     preload_s = preload(args.preload, args.device) if args.preload else None
+    warmup_s = None
 
-    line = sys.stdin.readline()
-    if not line or line.strip() == "close":
-        return 0
+    while True:
+        line = sys.stdin.readline()
+        if not line or line.strip() == "close":
+            return 0
+        if not _is_warmup(line):
+            break
+        # A warm-up init (a spare's, never answered): the real init that follows finds every
+        # kernel the warm-up loaded.
+        warmup_s = warm_up(line)
     t0 = time.perf_counter()
     try:
         cfg = parse_init(line)
@@ -475,10 +520,12 @@ def main():
         worker = Worker(cfg, views)
         worker.startup["init_and_map_s"] = init_and_map_s
         if preload_s is not None:
-            # Everything done before the init line was read, the module's own imports included,
-            # is the preload; what the init then did stays in the other phases.
+            # What was done before the init line was read: the module's own imports and the
+            # preload, then a warm-up; what the init then did stays in the other phases.
             worker.startup["python_imports_s"] -= _MODULE_IMPORTS_S
             worker.startup["preload_s"] = _MODULE_IMPORTS_S + preload_s
+        if warmup_s is not None:
+            worker.startup["warmup_s"] = warmup_s
     except InitError as e:
         reply(json.dumps({"error": str(e)}))
         return 1

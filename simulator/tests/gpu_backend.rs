@@ -470,9 +470,9 @@ fn a_worker_that_died_idle_is_not_handed_over() {
 }
 
 /// A server's spare worker (`keep_spare_workers`): a handler takes it, its start-up says the
-/// imports were done before (`preload_s`, not counted in the start-up the handler waited for),
-/// another spare is started in its place, and its envs step exactly as those of a worker the
-/// handler starts itself. A spare that died while idle is passed over; keeping none ends the
+/// imports and a warm-up were done before (`preload_s`, `warmup_s`, not counted in the start-up
+/// the handler waited for), another spare is started in its place, and its envs step exactly as
+/// those of a worker the handler starts itself. A spare that died while idle is passed over; keeping none ends the
 /// idle ones.
 #[test]
 fn a_spare_worker_is_taken_replaced_and_steps_as_a_fresh_one() {
@@ -508,13 +508,15 @@ fn a_spare_worker_is_taken_replaced_and_steps_as_a_fresh_one() {
         }
         (seen, startup)
     };
-    keep_spare_workers(&options, 1).unwrap();
+    keep_spare_workers(&options, &RobotConfig::default(), 1).unwrap();
     let first = spare_worker_pids(&options);
     assert_eq!(first.len(), 1);
     let (from_spare, startup) = run();
     eprintln!("start-up from a spare: {startup:?}");
     assert_eq!(startup["spare_worker"], serde_json::json!(true), "{startup:?}");
     assert!(startup["preload_s"].as_f64().unwrap() > 0.0, "{startup:?}");
+    // A MuJoCo Warp spare warms up (one env started and dropped) before its real init.
+    assert!(startup["warmup_s"].as_f64().unwrap() > 0.0, "{startup:?}");
     assert!(startup.contains_key("waiting_s"), "{startup:?}");
     let replaced = spare_worker_pids(&options);
     assert_eq!(replaced.len(), 1, "the spare taken was not replaced");
@@ -531,7 +533,7 @@ fn a_spare_worker_is_taken_replaced_and_steps_as_a_fresh_one() {
     assert_eq!(startup["spare_worker"], serde_json::json!(false), "{startup:?}");
     assert_eq!(after_death, from_spare);
 
-    keep_spare_workers(&options, 0).unwrap();
+    keep_spare_workers(&options, &RobotConfig::default(), 0).unwrap();
     assert!(spare_worker_pids(&options).is_empty());
     let (fresh, startup) = run();
     assert_eq!(startup["spare_worker"], serde_json::json!(false), "{startup:?}");

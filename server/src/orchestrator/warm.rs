@@ -127,7 +127,7 @@ pub fn keep_spares(config: &ServerConfig) {
     if count == 0 {
         return;
     }
-    match arena_sim::handler::keep_spare_workers(&options, count) {
+    match arena_sim::handler::keep_spare_workers(&options, &RobotConfig::default(), count) {
         Ok(()) => tracing::info!("{count} spare GPU worker(s) started and kept"),
         Err(e) => tracing::warn!("spare GPU workers: {e}; each lane starts its own"),
     }

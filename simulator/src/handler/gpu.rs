@@ -24,7 +24,7 @@ use crate::SimError;
 use crate::math::{self, Quat, Vec3};
 use crate::robot::{NUM_BODIES, RobotConfig, TORSO_INDEX};
 use arena_data::NUM_JOINTS;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The batched handler over the MJX worker.
 pub struct GpuHandler {
@@ -63,6 +63,32 @@ impl std::fmt::Debug for GpuHandler {
 
 fn backend_error(message: impl Into<String>) -> SimError {
     SimError::Backend(message.into())
+}
+
+/// The worker's init line: `num_envs` envs of `config` on the shared file `shm`, the model in
+/// `mjcf`.
+pub(super) fn init_message(
+    config: &RobotConfig,
+    num_envs: usize,
+    options: &GpuOptions,
+    shm: &Path,
+    mjcf: &Path,
+) -> serde_json::Value {
+    serde_json::json!({
+        "shm": shm,
+        "mjcf": mjcf,
+        "num_envs": num_envs,
+        "kp": config.kp,
+        "kd": config.kd,
+        "effort": config.effort,
+        "decimation": DECIMATION,
+        "timestep": PHYSICS_DT,
+        "torso_body": TORSO_INDEX + 1,
+        "device": options.device.wire(),
+        "impl": options.implementation.wire(),
+        "x64": options.x64,
+        "contact_forces": options.contact_forces,
+    })
 }
 
 impl GpuHandler {
@@ -239,9 +265,9 @@ impl GpuHandler {
         let key = SpareKey::new(&self.options);
         let spare = gpu_spare::take(&key);
         let from_spare = spare.is_some();
-        let started = match spare {
-            Some(worker) => Ok(worker),
-            None => Worker::start(python, &script, key.preload),
+        let (started, warmup) = match spare {
+            Some(spare) => (Ok(spare.worker), Some(spare.warmup)),
+            None => (Worker::start(python, &script, key.preload), None),
         };
         let mut worker = match started {
             Ok(worker) => worker,
@@ -253,22 +279,13 @@ impl GpuHandler {
                 )));
             }
         };
-        let c = &self.config;
-        let init = serde_json::json!({
-            "shm": self.shm_path,
-            "mjcf": mjcf_path,
-            "num_envs": self.health.len(),
-            "kp": c.kp,
-            "kd": c.kd,
-            "effort": c.effort,
-            "decimation": DECIMATION,
-            "timestep": PHYSICS_DT,
-            "torso_body": TORSO_INDEX + 1,
-            "device": self.options.device.wire(),
-            "impl": self.options.implementation.wire(),
-            "x64": self.options.x64,
-            "contact_forces": self.options.contact_forces,
-        });
+        let init = init_message(
+            &self.config,
+            self.health.len(),
+            &self.options,
+            &self.shm_path,
+            &mjcf_path,
+        );
         tracing::info!(
             "starting the GPU simulator worker ({} envs, {} on {}); the first start compiles for minutes",
             self.health.len(),
@@ -277,6 +294,8 @@ impl GpuHandler {
         );
         let reply = worker.command(&init.to_string(), self.options.startup_timeout);
         let _ = std::fs::remove_file(&mjcf_path);
+        // The worker has read its init: a spare's warm-up before it is over.
+        drop(warmup);
         // A start that fails inside Python (a missing package, no GPU) names the interpreter
         // too: the usual fix is another ARENA_GPU_PYTHON.
         let with_python = |what: String| {
@@ -304,18 +323,18 @@ impl GpuHandler {
             field("library"),
             field("mujoco")
         );
-        // The worker times its phases (what it did before its init line, `preload_s`, then from
-        // the init line on); the whole start as seen from here goes with them, and the rest of
-        // it: for a worker started here the interpreter's own start, the init line's way there
-        // and the ready line's way back; for a spare, whose preload was done before it was taken
-        // (`spare_worker`), the init line's and the ready line's ways and whatever of its
-        // preload was still left (`waiting_s`).
+        // The worker times its phases (what it did before its init line, `preload_s` and a
+        // spare's `warmup_s`, then from the init line on); the whole start as seen from here goes
+        // with them, and the rest of it: for a worker started here the interpreter's own start,
+        // the init line's way there and the ready line's way back; for a spare, whose preload
+        // and warm-up were done before it was taken (`spare_worker`), the init line's and the
+        // ready line's ways and whatever of them was still left (`waiting_s`).
         let mut startup = ready.get("startup").cloned().unwrap_or_else(|| serde_json::json!({}));
         if let Some(phases) = startup.as_object_mut() {
             let whole = began.elapsed().as_secs_f64();
             let timed: f64 = phases
                 .iter()
-                .filter(|(k, _)| !(from_spare && k.as_str() == "preload_s"))
+                .filter(|(k, _)| !(from_spare && ["preload_s", "warmup_s"].contains(&k.as_str())))
                 .filter_map(|(_, v)| v.as_f64())
                 .sum();
             let rest = if from_spare { "waiting_s" } else { "interpreter_start_s" };

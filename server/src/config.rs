@@ -674,6 +674,10 @@ mod tests {
             (check(&|c| c.admin_token = "geheim\r".into()), "admin_token:"),
             (check(&|c| c.admin_token = "geheim-ü".into()), "admin_token:"),
             (check(&|c| c.database_url = "postgres:arena".into()), "database_url:"),
+            (
+                check(&|c| c.spare_simulators = 17),
+                "spare_simulators: expected 0-16, got 17",
+            ),
         ];
         for (result, want) in refused {
             let e = result.unwrap_err();
@@ -685,6 +689,7 @@ mod tests {
             c.step_timeout_s = 0.0;
             c.admin_token = "A-b_c.9~!".into();
             c.database_url = "postgresql://u@h:5432/db".into();
+            c.spare_simulators = 0;
         })
         .unwrap();
     }

@@ -296,6 +296,9 @@ impl GpuHandler {
         let _ = std::fs::remove_file(&mjcf_path);
         // The worker has read its init: a spare's warm-up before it is over.
         drop(warmup);
+        // The spare taken (or one that died) is replaced now, after this start rather than
+        // beside it.
+        gpu_spare::replenish(&key);
         // A start that fails inside Python (a missing package, no GPU) names the interpreter
         // too: the usual fix is another ARENA_GPU_PYTHON.
         let with_python = |what: String| {

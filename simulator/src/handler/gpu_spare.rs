@@ -9,7 +9,7 @@
 //!
 //! Nothing is kept until [`keep_spare_workers`] is called: `arena eval`, `sim bench` and the
 //! trainers start their own workers, as before. A handler that takes a spare starts the next
-//! one at once, in the background of its own start. A spare is not yet tied to any shape: the
+//! one once its own worker is ready. A spare is not yet tied to any shape: the
 //! number of envs, the model and the shared file come with its init.
 
 use super::gpu::init_message;
@@ -140,7 +140,8 @@ pub fn spare_worker_pids(options: &GpuOptions) -> Vec<u32> {
         .collect()
 }
 
-/// A spare of `key` if one is kept and still running; the next spare is started in its place.
+/// A spare of `key` if one is kept and still running. The taker calls [`replenish`] once its
+/// own start is over, so that the next spare's imports do not compete with it.
 pub(super) fn take(key: &SpareKey) -> Option<Spare> {
     let (found, dead) = {
         let mut spares = spares();
@@ -152,9 +153,6 @@ pub(super) fn take(key: &SpareKey) -> Option<Spare> {
             .iter()
             .position(|(k, _)| k == key)
             .map(|at| spares.idle.remove(at).1);
-        if let Err(e) = top_up(&mut spares, key) {
-            tracing::warn!("could not start a spare GPU worker: {e}");
-        }
         (found, dead)
     };
     for (_, spare) in dead {
@@ -164,6 +162,14 @@ pub(super) fn take(key: &SpareKey) -> Option<Spare> {
         );
     }
     found
+}
+
+/// Starts spares of `key` in place of those taken or dead, as many as are wanted (none unless
+/// [`keep_spare_workers`] asked for them).
+pub(super) fn replenish(key: &SpareKey) {
+    if let Err(e) = top_up(&mut spares(), key) {
+        tracing::warn!("could not start a spare GPU worker: {e}");
+    }
 }
 
 /// Starts spares of `key` until as many are idle as are wanted.

@@ -108,19 +108,36 @@ def children(pid):
     return found
 
 
-def rss_mb(pid):
-    """Resident memory of a process and its children, MiB."""
-    total = 0
+def rss_mb(pid, spares=None):
+    """Resident memory of a process and its children, MiB. With a dict `spares`, the children
+    that are spare GPU workers (a worker with no shared file of the server's mapped yet) are
+    summed into spares["mb"] too."""
+    total = spare = 0
     pids = [pid] + children(pid)
     for p in pids:
         try:
             with open(f"/proc/{p}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1])
+                kb = sum(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+            total += kb
+            if spares is not None and p != pid and is_spare_worker(p, pid):
+                spare += kb
         except OSError:
             pass
+    if spares is not None:
+        spares["mb"] = spare / 1024
     return total / 1024
+
+
+def is_spare_worker(p, server_pid):
+    """Whether process `p` is a GPU worker that has mapped none of the server's shared files."""
+    try:
+        with open(f"/proc/{p}/cmdline", "rb") as f:
+            if b"gpu_worker.py" not in f.read():
+                return False
+        with open(f"/proc/{p}/maps") as f:
+            return f"arena-gpu-{server_pid}-" not in f.read()
+    except OSError:
+        return False
 
 
 def gpu_mem_mb():
@@ -388,12 +405,17 @@ def served(a, tmp, bench_dir):
                                           "Content-Type": "application/json"})
     token = json.load(urllib.request.urlopen(req))["token"]
 
-    peak = {"server": 0.0, "gpu": None}
+    peak = {"server": 0.0, "gpu": None, "episodes": 0.0, "spares": 0.0}
     done = threading.Event()
 
     def sample():
         while not done.is_set():
-            peak["server"] = max(peak["server"], rss_mb(server.pid))
+            spare = {}
+            total = rss_mb(server.pid, spare)
+            peak["server"] = max(peak["server"], total)
+            # Memory for the episodes: the spares' (processes kept for later lanes) left out.
+            peak["episodes"] = max(peak["episodes"], total - spare["mb"])
+            peak["spares"] = max(peak["spares"], spare["mb"])
             g = gpu_mem_mb()
             if g is not None:
                 peak["gpu"] = max(peak["gpu"] or 0.0, g)
@@ -445,7 +467,10 @@ def served(a, tmp, bench_dir):
         "episodes_per_s": round(len(rows) / wall, 2), "control_steps": steps,
         "control_steps_per_s": round(steps / wall), "mean_step_round_trip_ms": round(1000 * wall / max(rounds, 1), 2),
         "peak_rss_server_and_worker_mb": round(peak["server"]), "peak_gpu_memory_mb": peak["gpu"],
-        "rss_per_episode_mb": round(peak["server"] / max(len(rows), 1), 3),
+        # Per episode: the server and its lanes' workers, without its idle spare workers
+        # (`peak_rss_spares_mb`, the largest their memory was).
+        "rss_per_episode_mb": round(peak["episodes"] / max(len(rows), 1), 3),
+        "peak_rss_spares_mb": round(peak["spares"]),
         "server_start_s": round(server_up_s, 2), "breakdown": breakdown,
         "prewarm_s": None if prewarm_s is None else round(prewarm_s, 2),
         # The server's spare workers, and how long after its start the one the lane took was

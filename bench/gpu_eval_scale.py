@@ -129,13 +129,20 @@ def rss_mb(pid, spares=None):
 
 
 def is_spare_worker(p, server_pid):
-    """Whether process `p` is a GPU worker that has mapped none of the server's shared files."""
+    """Whether process `p` is a spare GPU worker: one that has mapped no shared file of the
+    server's larger than a page (a spare's warm-up maps one of one env, 3476 bytes; a lane's
+    worker here has thousands of envs)."""
     try:
         with open(f"/proc/{p}/cmdline", "rb") as f:
             if b"gpu_worker.py" not in f.read():
                 return False
         with open(f"/proc/{p}/maps") as f:
-            return f"arena-gpu-{server_pid}-" not in f.read()
+            for line in f:
+                if f"arena-gpu-{server_pid}-" in line:
+                    low, high = (int(x, 16) for x in line.split()[0].split("-"))
+                    if high - low > 4096:
+                        return False
+        return True
     except OSError:
         return False
 

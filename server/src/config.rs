@@ -38,9 +38,10 @@ pub struct ServerConfig {
     /// compilation minutes. 0 = every lane starts its own.
     pub warm_simulators: u32,
     /// GPU backend: worker processes kept started ahead of need, their physics library imported
-    /// and device initialised, for a lane with no kept simulator of its shape to take instead of
-    /// starting its own (about two of a Warp worker's three seconds of start-up on a GPU
-    /// machine); each one taken is replaced at once. 0 = none. Ignored on the CPU backend.
+    /// (MuJoCo Warp's also with the device initialised and the kernels loaded by a warm-up), for
+    /// a lane with no kept simulator of its shape to take instead of starting its own (most of a
+    /// Warp worker's three seconds of start-up on a GPU machine); each one taken is replaced
+    /// once its lane's worker is ready. 0 = none. Ignored on the CPU backend.
     pub spare_simulators: u32,
     /// Benchmarks whose simulators are started with the server and kept (`warm_simulators`):
     /// one per lane of the shape a fresh submission of the benchmark gets (its episodes split

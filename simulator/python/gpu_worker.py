@@ -17,8 +17,9 @@ place of the init line.
 
 ``--preload IMPL`` imports the implementation's libraries (and for Warp initialises the device
 ``--device`` names) before the init line is read: a worker started ahead of need (a server's
-spare, `gpu_spare.rs`) has done them by the time a lane sends its init. An init that asks for
-another implementation or device still gets it; the preload then only cost time. A spare may
+spare, `gpu_spare.rs`) has done them by the time a lane sends its init. The supervisor sends a
+worker only inits of the implementation and device it preloaded (JAX reads its platform when it
+is imported, so an MJX init on another device would not get it). A spare may
 also be sent a warm-up init first (``"warmup": true``, usually one env on a scratch file): the
 worker starts that env completely, without answering, and drops it, so that the kernels are
 loaded when the real init comes.
@@ -465,18 +466,25 @@ def _is_warmup(line):
 def warm_up(line):
     """Runs the warm-up init `line` (a whole start of a worker, usually of one env, on a scratch
     shared file) and drops it: the kernels it loaded and compiled stay loaded in this process
-    for the real init. Returns its seconds, or None when it failed: a failure is only logged
-    (the real init meets it again and answers it)."""
+    for the real init. Returns its seconds; a failure ends the process."""
     t0 = time.perf_counter()
     try:
         cfg = parse_init(line)
         mem, views = map_shm(cfg["shm"], cfg["num_envs"], cfg["x64"])
         worker = Worker(cfg, views)
         worker.command("sync")
+        close = getattr(worker.physics, "close", None)
+        if close is not None:
+            close()
         del worker, views, mem
-    except Exception as e:  # noqa: BLE001 (the real init reports its own failure)
-        log(f"warm-up failed: {type(e).__name__}: {e}")
-        return None
+    except Exception as e:  # noqa: BLE001
+        # A spare whose warm-up failed ends (its device may be left in an error state): the
+        # supervisor passes it over and starts a worker of its own, whose init meets the same
+        # failure, if it is one, and answers it.
+        traceback.print_exc(file=sys.stderr)
+        log(f"warm-up failed: {type(e).__name__}: {e}; this spare ends")
+        sys.stderr.flush()
+        os._exit(1)
     gc.collect()
     seconds = time.perf_counter() - t0
     log(f"warmed up in {seconds:.2f} s")
@@ -506,7 +514,9 @@ def main():
     while True:
         line = sys.stdin.readline()
         if not line or line.strip() == "close":
-            return 0
+            # Without the interpreter's teardown, which takes over a second with Warp loaded.
+            sys.stderr.flush()
+            os._exit(0)
         if not _is_warmup(line):
             break
         # A warm-up init (a spare's, never answered): the real init that follows finds every

@@ -256,18 +256,30 @@ _PAGE = 4096
 
 def _page_lock(ptr, nbytes):
     """Page-locks [ptr, ptr + nbytes) for every CUDA context (cuMemHostRegister, PORTABLE), so
-    device-to-host copies into it are direct DMA. Returns an error message, or None."""
+    device-to-host copies into it are direct DMA. Returns (the registered start address or None,
+    an error message or None)."""
     start = ptr & ~(_PAGE - 1)
     end = (ptr + nbytes + _PAGE - 1) & ~(_PAGE - 1)
     try:
         cuda = ctypes.CDLL("libcuda.so.1")
     except OSError as e:
-        return f"libcuda.so.1: {e}"
+        return None, f"libcuda.so.1: {e}"
     register = cuda.cuMemHostRegister_v2
     register.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
     register.restype = ctypes.c_int
     code = register(ctypes.c_void_p(start), ctypes.c_size_t(end - start), ctypes.c_uint(1))
-    return None if code == 0 else f"cuMemHostRegister returned CUresult {code}"
+    return (start, None) if code == 0 else (None, f"cuMemHostRegister returned CUresult {code}")
+
+
+def _page_unlock(start):
+    """Undoes `_page_lock` for the range registered at `start` (cuMemHostUnregister)."""
+    cuda = ctypes.CDLL("libcuda.so.1")
+    unregister = cuda.cuMemHostUnregister
+    unregister.argtypes = [ctypes.c_void_p]
+    unregister.restype = ctypes.c_int
+    code = unregister(ctypes.c_void_p(start))
+    if code != 0:
+        log(f"cuMemHostUnregister returned CUresult {code}")
 
 
 def preload(device):
@@ -343,8 +355,9 @@ class WarpPhysics:
                                      pinned=self.device.is_cuda)
             self.inp_host_np = self.inp_host.numpy()
             self.ints = wp.zeros((3, n), dtype=int)
-        # The host destination of `out` (shared memory), wrapped once per address.
-        self.host_out, self.host_key = None, None
+        # The host destination of `out` (shared memory), wrapped once per address, and where
+        # its page-locked range starts (None: not locked).
+        self.host_out, self.host_key, self.locked = None, None, None
         # Where `advance` spends its time (seconds summed over the commands, the worker's
         # `stats`): the inputs packed and their copy to the device issued, the launches, the
         # outputs' copy and the wait for it (the launched work included); on a CUDA device also
@@ -493,8 +506,9 @@ class WarpPhysics:
             if dest.size != self.out.size or not dest.flags.c_contiguous or dest.dtype != np.float32:
                 raise ValueError(f"output destination must be {self.out.size} contiguous float32 values")
             if self.device.is_cuda:
+                self._unlock()
                 with wp.ScopedDevice(self.device):
-                    why = _page_lock(dest.ctypes.data, dest.nbytes)
+                    self.locked, why = _page_lock(dest.ctypes.data, dest.nbytes)
                 if why is None:
                     log(f"outputs: {dest.nbytes / 1e6:.1f} MB of shared memory page-locked for direct copies")
                 else:
@@ -503,6 +517,19 @@ class WarpPhysics:
                                      device="cpu")
             self.host_key = key
         return self.host_out
+
+    def _unlock(self):
+        """Unregisters the page-locked destination, if any (before its memory goes away)."""
+        if self.locked is not None:
+            wp.synchronize_device(self.device)
+            _page_unlock(self.locked)
+            self.locked = None
+
+    def close(self):
+        """Leaves nothing registered with the driver for memory this instance does not own:
+        called before the shared file it wrote into is unmapped (a spare's warm-up)."""
+        self._unlock()
+        self.host_out, self.host_key = None, None
 
     def advance(self, inp, step, dest):
         """Pushes, then (for `step`) one control step; writes the packed outputs into `dest`

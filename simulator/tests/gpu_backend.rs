@@ -472,8 +472,8 @@ fn a_worker_that_died_idle_is_not_handed_over() {
 /// A server's spare worker (`keep_spare_workers`): a handler takes it, its start-up says the
 /// imports and a warm-up were done before (`preload_s`, `warmup_s`, not counted in the start-up
 /// the handler waited for), another spare is started in its place, and its envs step exactly as
-/// those of a worker the handler starts itself. A spare that died while idle is passed over; keeping none ends the
-/// idle ones.
+/// handler starts itself. A spare that died while idle, or whose warm-up failed, is passed over
+/// for a worker of the handler's own; keeping none ends the idle ones.
 #[test]
 fn a_spare_worker_is_taken_replaced_and_steps_as_a_fresh_one() {
     let Some(python) = gpu_python() else { return };
@@ -532,6 +532,18 @@ fn a_spare_worker_is_taken_replaced_and_steps_as_a_fresh_one() {
     let (after_death, startup) = run();
     assert_eq!(startup["spare_worker"], serde_json::json!(false), "{startup:?}");
     assert_eq!(after_death, from_spare);
+
+    // A spare whose warm-up fails ends (here the worker refuses its gains): the lane that takes
+    // it, or finds it gone, starts a worker of its own and steps as before.
+    let refused = RobotConfig {
+        kp: [-1.0; NUM_JOINTS],
+        ..RobotConfig::default()
+    };
+    keep_spare_workers(&options, &refused, 0).unwrap();
+    keep_spare_workers(&options, &refused, 1).unwrap();
+    let (after_failed_warmup, startup) = run();
+    assert_eq!(startup["spare_worker"], serde_json::json!(false), "{startup:?}");
+    assert_eq!(after_failed_warmup, from_spare);
 
     keep_spare_workers(&options, &RobotConfig::default(), 0).unwrap();
     assert!(spare_worker_pids(&options).is_empty());

@@ -366,7 +366,11 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
                 }
             }
         };
-        app::serve(listener, state, stopped).await?;
+        let served = app::serve(listener, state, stopped).await;
+        // Spares mid-import or mid-warm-up would run on after the server, and their scratch
+        // files would stay until another start's sweep.
+        crate::orchestrator::warm::end_spares(&config);
+        served?;
         match taken.lock().expect("stop reason").take() {
             Some(why) => Err(anyhow::anyhow!(why)),
             None => Ok(()),

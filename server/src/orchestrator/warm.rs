@@ -133,6 +133,16 @@ pub fn keep_spares(config: &ServerConfig) {
     }
 }
 
+/// Ends the spare GPU workers `keep_spares` kept (at the server's stop).
+pub fn end_spares(config: &ServerConfig) {
+    if let Ok(SimBackend::Gpu(options)) = config.backend()
+        && config.spare_simulators > 0
+        && let Err(e) = arena_sim::handler::keep_spare_workers(&options, &RobotConfig::default(), 0)
+    {
+        tracing::warn!("spare GPU workers: {e}");
+    }
+}
+
 /// Starts the simulators of the benchmarks `prewarm` names on a thread of their own and keeps
 /// them for the first sessions' lanes; each start and each failure is logged. A session that
 /// begins before its simulators are ready starts its own, as without `prewarm`.

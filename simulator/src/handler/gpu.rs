@@ -14,7 +14,7 @@ use super::gpu_layout::{
 use super::gpu_options::{GpuOptions, cuda_device_present};
 use super::gpu_process::{Worker, create_shared_file, worker_script};
 use super::gpu_rows::{PhysicsRow, PhysicsRowsMut};
-use super::gpu_spare::{self, SpareKey};
+use super::gpu_spare::{self, SpareKey, WarmupFiles};
 use super::mujoco::check_layout;
 use super::{
     DECIMATION, EnvHealth, Field, Handler, NQ, NV, PHYSICS_DT, PhysicsParams, check_env, check_feedforward, check_rows,
@@ -63,6 +63,22 @@ impl std::fmt::Debug for GpuHandler {
 
 fn backend_error(message: impl Into<String>) -> SimError {
     SimError::Backend(message.into())
+}
+
+/// Why a worker did not become ready.
+enum InitFailure {
+    /// It went (exited, or stopped answering) before it answered its init.
+    Lost(SimError),
+    /// It answered, with an error or something else than its ready line.
+    Refused(SimError),
+}
+
+impl InitFailure {
+    fn into_error(self) -> SimError {
+        match self {
+            InitFailure::Lost(e) | InitFailure::Refused(e) => e,
+        }
+    }
 }
 
 /// The worker's init line: `num_envs` envs of `config` on the shared file `shm`, the model in
@@ -247,58 +263,75 @@ impl GpuHandler {
         self.row_mut(Array::ParamsFlag, env)[0] = 1.0;
     }
 
-    /// Starts a worker on the shared file and waits for it to be ready.
+    /// Starts a worker on the shared file and waits for it to be ready: a spare of a server's
+    /// if one is kept for these options, else a new one.
     fn spawn(&mut self) -> Result<Worker, SimError> {
         let began = std::time::Instant::now();
-        let python = &self.options.python;
+        let python = self.options.python.clone();
         let mjcf_path = self.shm_path.with_extension("xml");
         std::fs::write(&mjcf_path, self.config.mjcf())
             .map_err(|e| backend_error(format!("writing the model for the worker: {e}")))?;
-        let script = match worker_script() {
-            Ok(script) => script,
-            Err(e) => {
-                let _ = std::fs::remove_file(&mjcf_path);
-                return Err(backend_error(e));
-            }
-        };
-        // A spare started ahead (a server's) has done its imports already.
         let key = SpareKey::new(&self.options);
-        let spare = gpu_spare::take(&key);
-        let from_spare = spare.is_some();
-        let (started, warmup) = match spare {
-            Some(spare) => (Ok(spare.worker), Some(spare.warmup)),
-            None => (Worker::start(python, &script, key.preload), None),
-        };
-        let mut worker = match started {
-            Ok(worker) => worker,
-            Err(e) => {
-                let _ = std::fs::remove_file(&mjcf_path);
-                return Err(backend_error(format!(
-                    "could not start the GPU worker with {} ({e}); set ARENA_GPU_PYTHON (or `gpu_python`) to a Python with python/requirements-gpu.txt installed (`make deps-gpu`)",
-                    python.display()
-                )));
+        let mut started = None;
+        if let Some(spare) = gpu_spare::take(&key) {
+            match self.init_worker(spare.worker, Some(spare.warmup), &mjcf_path, began) {
+                Ok(worker) => started = Some(Ok(worker)),
+                // A spare that died before or during its init (its warm-up failed, or it was
+                // killed): this start goes on with a worker of its own, as without spares.
+                Err(InitFailure::Lost(e)) => {
+                    tracing::warn!("the spare GPU worker taken was lost ({e}); starting a new one")
+                }
+                Err(InitFailure::Refused(e)) => started = Some(Err(e)),
             }
-        };
+        }
+        let started = started.unwrap_or_else(|| {
+            let worker = worker_script().and_then(|script| {
+                Worker::start(&python, &script, key.preload).map_err(|e| {
+                    format!(
+                        "could not start the GPU worker with {} ({e}); set ARENA_GPU_PYTHON (or `gpu_python`) to a Python with python/requirements-gpu.txt installed (`make deps-gpu`)",
+                        python.display()
+                    )
+                })
+            });
+            match worker {
+                Ok(worker) => self.init_worker(worker, None, &mjcf_path, began).map_err(InitFailure::into_error),
+                Err(e) => Err(backend_error(e)),
+            }
+        });
+        let _ = std::fs::remove_file(&mjcf_path);
+        // The spare taken (or one that died) is replaced now, after this start rather than
+        // beside it.
+        gpu_spare::replenish(&key);
+        started
+    }
+
+    /// Sends `worker` its init (a spare's warm-up files are kept until it has answered, having
+    /// read them by then) and waits for its ready line; `warmup` is `Some` for a spare.
+    fn init_worker(
+        &self,
+        mut worker: Worker,
+        warmup: Option<Option<WarmupFiles>>,
+        mjcf_path: &Path,
+        began: std::time::Instant,
+    ) -> Result<Worker, InitFailure> {
+        let from_spare = warmup.is_some();
+        let python = &self.options.python;
         let init = init_message(
             &self.config,
             self.health.len(),
             &self.options,
             &self.shm_path,
-            &mjcf_path,
+            mjcf_path,
         );
         tracing::info!(
-            "starting the GPU simulator worker ({} envs, {} on {}); the first start compiles for minutes",
+            "starting the GPU simulator worker ({} envs, {} on {}{}); the first start compiles for minutes",
             self.health.len(),
             self.options.implementation.wire(),
-            self.options.device.wire()
+            self.options.device.wire(),
+            if from_spare { ", a spare started ahead" } else { "" }
         );
         let reply = worker.command(&init.to_string(), self.options.startup_timeout);
-        let _ = std::fs::remove_file(&mjcf_path);
-        // The worker has read its init: a spare's warm-up before it is over.
         drop(warmup);
-        // The spare taken (or one that died) is replaced now, after this start rather than
-        // beside it.
-        gpu_spare::replenish(&key);
         // A start that fails inside Python (a missing package, no GPU) names the interpreter
         // too: the usual fix is another ARENA_GPU_PYTHON.
         let with_python = |what: String| {
@@ -307,16 +340,20 @@ impl GpuHandler {
                 python.display()
             ))
         };
-        let reply = reply.map_err(|e| with_python(format!("the GPU worker did not start: {e}")))?;
-        let ready: serde_json::Value = serde_json::from_str(&reply)
-            .map_err(|_| backend_error(format!("the GPU worker answered {reply:?} instead of its ready line")))?;
+        let reply = reply.map_err(|e| InitFailure::Lost(with_python(format!("the GPU worker did not start: {e}"))))?;
+        let refused = |e: SimError| InitFailure::Refused(e);
+        let ready: serde_json::Value = serde_json::from_str(&reply).map_err(|_| {
+            refused(backend_error(format!(
+                "the GPU worker answered {reply:?} instead of its ready line"
+            )))
+        })?;
         if let Some(error) = ready.get("error").and_then(|e| e.as_str()) {
-            return Err(with_python(format!("the GPU worker could not start: {error}")));
+            return Err(refused(with_python(format!("the GPU worker could not start: {error}"))));
         }
         if ready.get("ready") != Some(&serde_json::Value::Bool(true)) {
-            return Err(backend_error(format!(
+            return Err(refused(backend_error(format!(
                 "the GPU worker answered {reply:?} instead of its ready line"
-            )));
+            ))));
         }
         let field = |k: &str| ready.get(k).and_then(|v| v.as_str()).unwrap_or("?").to_string();
         worker.device = format!(

@@ -121,11 +121,12 @@ pub fn keep_spare_workers(options: &GpuOptions, robot: &RobotConfig, count: usiz
                 spares.idle.push((k, spare));
             }
         }
-        top_up(&mut spares, &key).map(|()| surplus)
+        (top_up(&mut spares, &key), surplus)
     };
     // Dropped (closed) outside the lock: a close waits for the process.
-    drop(surplus?);
-    Ok(())
+    let (started, surplus) = surplus;
+    drop(surplus);
+    started
 }
 
 /// The process ids of the spares for `options` idle now (started, perhaps still importing).
@@ -178,12 +179,20 @@ fn top_up(spares: &mut Spares, key: &SpareKey) -> Result<(), String> {
         return Ok(());
     };
     let idle = spares.idle.iter().filter(|(k, _)| k == key).count();
+    // Each one is kept as soon as it runs: none is dropped (waited for) under the lock.
     let mut started = Vec::new();
+    let mut result = Ok(());
     for _ in idle..wanted.count {
-        started.push((key.clone(), start(wanted)?));
+        match start(wanted) {
+            Ok(spare) => started.push((key.clone(), spare)),
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
+        }
     }
     spares.idle.extend(started);
-    Ok(())
+    result
 }
 
 /// Starts one spare of `wanted`, with its warm-up sent when it has one.
@@ -197,6 +206,15 @@ fn start(wanted: &Wanted) -> Result<Spare, String> {
     if key.preload.implementation != GpuImpl::Warp.wire() {
         return Ok(Spare { worker, warmup: None });
     }
+    // Without its warm-up a spare is still one with its imports done.
+    let warmup = warm_up(&mut worker, wanted)
+        .inspect_err(|e| tracing::warn!("a spare GPU worker will not warm up: {e}"))
+        .ok();
+    Ok(Spare { worker, warmup })
+}
+
+/// Sends `worker` a warm-up init: one env of `wanted`'s robot on a scratch file of its own.
+fn warm_up(worker: &mut Worker, wanted: &Wanted) -> Result<WarmupFiles, String> {
     let precision = if wanted.options.x64 {
         Precision::F64
     } else {
@@ -208,15 +226,11 @@ fn start(wanted: &Wanted) -> Result<Spare, String> {
         shm,
         _held: held,
     };
-    std::fs::write(&files.mjcf, wanted.robot.mjcf())
-        .map_err(|e| format!("writing the model of a spare GPU worker's warm-up: {e}"))?;
+    std::fs::write(&files.mjcf, wanted.robot.mjcf()).map_err(|e| format!("writing its model: {e}"))?;
     let mut options = wanted.options.clone();
     options.implementation = GpuImpl::Warp;
     let mut init = init_message(&wanted.robot, 1, &options, &files.shm, &files.mjcf);
     init["warmup"] = serde_json::Value::Bool(true);
     worker.send(&init.to_string())?;
-    Ok(Spare {
-        worker,
-        warmup: Some(files),
-    })
+    Ok(files)
 }

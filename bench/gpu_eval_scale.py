@@ -24,6 +24,10 @@ evaluation with no physics at all (the worker's stub; the server and `arena eval
 on any machine; its scores mean nothing. `--sessions N` runs N submissions one after the other on
 each served run's server: the first starts the lane's simulator, the later ones take it over
 (the server's `warm_simulators`), so their times show an evaluation without the start-up.
+On the GPU backend the server keeps a spare worker (`--spare-simulators`, default 1: started
+with the server, its imports, device and kernels done) and the first submission waits until it
+is ready, as on a server started before submissions come; `--spare-simulators 0` measures the
+server's cold path, the lane starting its own worker.
 """
 import argparse
 import collections

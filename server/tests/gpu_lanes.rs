@@ -154,6 +154,10 @@ fn sim_bench_runs_on_the_gpu_backend_without_a_gpu() {
     assert!(v["backend"].as_str().unwrap().starts_with("gpu (mjx on cpu"), "{v}");
     assert!(v["control_steps_per_s"].as_f64().unwrap() > 0.0, "{v}");
     // The worker's own split of the bench's steps (its `stats`, per control step).
+    // Its worker's start-up, phase by phase: a worker of its own (the bench keeps no spare).
+    let startup = &v["worker_startup"];
+    assert_eq!(startup["spare_worker"], serde_json::json!(false), "{v}");
+    assert!(startup["spawn_to_ready_s"].as_f64().is_some_and(|s| s > 0.0), "{v}");
     let worker = &v["worker_ms_per_step"];
     assert_eq!(worker["step"].as_f64(), Some(5.0), "{v}");
     for phase in ["inputs_ms", "advance_ms", "launch_ms", "copy_out_wait_ms"] {

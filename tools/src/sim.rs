@@ -458,6 +458,8 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
             "control_steps_per_s": control, "physics_steps_per_s": control * arena_sim::DECIMATION as f64,
             "ms_per_step": split,
             "worker_ms_per_step": worker,
+            // Where the GPU worker's start-up went (null on the CPU backend).
+            "worker_startup": env.handler().worker_startup(),
         });
         println!("{v}");
     } else {

@@ -99,7 +99,7 @@ fn spares() -> MutexGuard<'static, Spares> {
 /// failure.
 pub fn keep_spare_workers(options: &GpuOptions, robot: &RobotConfig, count: usize) -> Result<(), String> {
     let key = SpareKey::new(options);
-    let surplus = {
+    let (started, surplus) = {
         let mut spares = spares();
         spares.wanted.retain(|w| w.key != key);
         if count > 0 {
@@ -124,7 +124,6 @@ pub fn keep_spare_workers(options: &GpuOptions, robot: &RobotConfig, count: usiz
         (top_up(&mut spares, &key), surplus)
     };
     // Dropped (closed) outside the lock: a close waits for the process.
-    let (started, surplus) = surplus;
     drop(surplus);
     started
 }

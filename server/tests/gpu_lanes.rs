@@ -44,6 +44,19 @@ fn spares_of(server_pid: u32) -> Vec<u32> {
         .collect()
 }
 
+/// `spares_of`, looked at until it finds one or 20 s have passed: a process just spawned can
+/// show no command line for a moment (its exec still setting it up while the server goes on).
+fn spares_soon(server_pid: u32) -> Vec<u32> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let spares = spares_of(server_pid);
+        if !spares.is_empty() || std::time::Instant::now() >= deadline {
+            return spares;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// Replay that kills the server's GPU worker when its episodes reach step 10.
 struct KillsTheWorker {
     inner: ReplayAgent,
@@ -95,7 +108,7 @@ fn a_killed_gpu_worker_fails_its_episodes_not_the_server() {
         &[("ARENA_GPU_PYTHON", python.as_str())],
     );
     // The server keeps a spare worker (`spare_simulators`, 1 by default) from its start.
-    let spares = spares_of(server.pid());
+    let spares = spares_soon(server.pid());
     assert_eq!(spares.len(), 1, "{spares:?}");
     let token = server.team("alpha");
     let mut agent = KillsTheWorker {
@@ -108,7 +121,7 @@ fn a_killed_gpu_worker_fails_its_episodes_not_the_server() {
     assert!(agent.killed, "the agent found the server's worker");
     // The lane took the spare, and another took its place.
     assert_eq!(agent.pids, spares, "the lane did not take the spare");
-    let now = spares_of(server.pid());
+    let now = spares_soon(server.pid());
     assert!(now.len() == 1 && now != spares, "{now:?}");
     let (_, results) = server.get(&format!("/api/v1/submissions/{id}/results"), Some(ADMIN));
     let episodes = results["episodes"].as_array().unwrap();

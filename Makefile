@@ -103,7 +103,7 @@ bench: deps deps-torch
 		--agent target/release/examples/replay --episodes 4096 --window-s 2 --backend gpu --gpu-impl stub \
 		--gpu-device cpu --repeats 3
 	for n in 1024 4096 8192; do for rec in "" --no-record; do ARENA_GPU_PYTHON=$(CURDIR)/$(PYTHON) \
-		target/release/arena sim bench --envs $$n --steps 100 --backend gpu --gpu-impl stub --gpu-device cpu $$rec; \
+		target/release/arena sim bench --envs $$n --steps 100 --repeats 5 --backend gpu --gpu-impl stub --gpu-device cpu $$rec; \
 		done; done
 	for n in 1024 4096; do for b in g1-smoke bench/g1-command.toml; do ARENA_GPU_PYTHON=$(CURDIR)/$(PYTHON) \
 		target/release/arena sim bench --envs $$n --steps 100 --backend gpu --gpu-impl stub --gpu-device cpu \

@@ -489,6 +489,28 @@ fn sim_bench_runs_under_a_benchmarks_rules() {
     let plain = json(&bench(&[]));
     assert!(plain["benchmark"].is_null(), "{plain}");
     assert_eq!(plain["ms_per_step"]["agent_rows"], 0.0, "{plain}");
+    // Repeated runs: the median run's split, every run's total in the order they ran.
+    let repeated = json(&bench(&["--repeats", "3"]));
+    let totals: Vec<f64> = repeated["total_ms_per_step_runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert_eq!((repeated["repeats"].as_u64(), totals.len()), (Some(3), 3), "{repeated}");
+    let mut sorted = totals.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = repeated["ms_per_step"]["total"].as_f64().unwrap();
+    assert!((median - sorted[1]).abs() <= 1e-9 * median, "{repeated}");
+    let seconds = repeated["seconds"].as_f64().unwrap();
+    assert!((1000.0 * seconds / 4.0 - median).abs() <= 1e-6 * median, "{repeated}");
+    // The CPU backend has no worker: no host side to give.
+    assert_eq!(
+        repeated["host_side_ms_per_step_runs"],
+        serde_json::json!([null, null, null])
+    );
+    let out = bench(&["--repeats", "0"]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
     // Refusals: an unknown benchmark (naming the ones there are), and --dump with rules.
     let out = bench(&["--benchmark", "no-such-benchmark"]);
     let err = String::from_utf8_lossy(&out.stderr);

@@ -157,6 +157,8 @@ fn sim_bench_runs_on_the_gpu_backend_without_a_gpu() {
             "gpu",
             "--gpu-device",
             "cpu",
+            "--repeats",
+            "2",
             "--json",
         ])
         .env("ARENA_GPU_PYTHON", &python)
@@ -183,6 +185,15 @@ fn sim_bench_runs_on_the_gpu_backend_without_a_gpu() {
     let expected = f(&ms["total"]) - f(&ms["policy"]) - f(&worker["advance_ms"]);
     assert!((host - expected).abs() < 1e-9 && host > 0.0, "{v}");
     assert!(host < f(&ms["total"]), "{v}");
+    // Two runs: the split is one of them (the slower), and each gives its host side.
+    let hosts: Vec<f64> = v["host_side_ms_per_step_runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(f)
+        .collect();
+    assert_eq!(hosts.len(), 2, "{v}");
+    assert!(hosts.contains(&host) && hosts.iter().all(|h| *h > 0.0), "{v}");
 }
 
 /// A kept simulator whose worker dies while idle is dropped when a lane looks for one, never

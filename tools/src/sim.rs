@@ -118,6 +118,10 @@ pub struct BenchArgs {
     /// Control steps per env (episodes restart when a motion ends).
     #[arg(long, default_value_t = 200)]
     steps: usize,
+    /// Timed runs of --steps each, one after the other on the same envs: the median run (by
+    /// wall time) is reported, with every run's total and host side beside it.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=100))]
+    repeats: u16,
     /// Worker threads (0 = all cores).
     #[arg(long, default_value_t = 0)]
     threads: usize,
@@ -397,56 +401,34 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
     env.record_behind_physics(!a.record_inline);
     env.reset(&all)?;
     let mut actions = vec![0.0f32; a.envs * env.action_width()];
-    let before = env.timings();
-    let worker_before = env.worker_timings()?;
-    let mut policy_s = 0.0;
-    let mut agent_rows_s = 0.0;
-    let start = Instant::now();
-    for _ in 0..a.steps {
-        if let Some(rows) = &mut agent_rows {
-            let started = Instant::now();
-            rows.fill(&env);
-            agent_rows_s += started.elapsed().as_secs_f64();
-        }
-        let started = Instant::now();
-        policy.act(&env, &mut actions);
-        policy_s += started.elapsed().as_secs_f64();
-        env.step(&actions)?;
-        let done: Vec<_> = (0..a.envs)
-            .filter(|&e| env.infos()[e].status.is_done())
-            .map(|e| (e, assignment(e)))
-            .collect();
-        if !done.is_empty() {
-            env.reset(&done)?;
-        }
+    // Each run continues the episodes of the one before; the median run's figures are given,
+    // with every run's total and host side beside them (these machines are noisy).
+    let mut runs = Vec::with_capacity(usize::from(a.repeats));
+    for _ in 0..a.repeats {
+        runs.push(timed_run(
+            &mut env,
+            policy.as_mut(),
+            agent_rows.as_mut(),
+            &mut actions,
+            a.steps,
+            &assignment,
+        )?);
     }
-    let secs = start.elapsed().as_secs_f64();
+    let totals: Vec<f64> = runs
+        .iter()
+        .map(|r| r.split["total"].as_f64().unwrap_or(f64::NAN))
+        .collect();
+    let host_sides: Vec<Option<f64>> = runs.iter().map(|r| r.host_side).collect();
+    runs.sort_by(|x, y| x.secs.total_cmp(&y.secs));
+    let TimedRun {
+        secs,
+        split,
+        worker,
+        host_side,
+    } = runs.swap_remove(runs.len() / 2);
     let control = (a.envs * a.steps) as f64 / secs;
     let threads = env.handler().num_threads();
     let backend = env.handler().describe();
-    let after = env.timings();
-    let worker_after = env.worker_timings()?;
-    // Per control step, milliseconds: where the loop's time went.
-    let per_step = |s: f64| 1000.0 * s / a.steps as f64;
-    let worker = worker_split(worker_before.as_ref(), worker_after.as_ref(), a.steps);
-    // Issue 41's measure of what surrounds the physics: everything but the worker's physics
-    // call (`advance`: the stub's stand-in physics and output copy, or the device's launches,
-    // physics and copy back) and the bench's own policy (the agent's work, not the server's).
-    let host_side = worker
-        .get("advance_ms")
-        .and_then(|v| v.as_f64())
-        .map(|advance| per_step(secs) - per_step(policy_s) - advance);
-    let split = serde_json::json!({
-        "physics": per_step(after.physics_s - before.physics_s),
-        "observations": per_step(after.refresh_s - before.refresh_s),
-        "commands": per_step(after.command_s - before.command_s),
-        "recording_behind": per_step(after.record_s - before.record_s),
-        "resets": per_step(after.reset_s - before.reset_s),
-        "policy": per_step(policy_s),
-        "agent_rows": per_step(agent_rows_s),
-        "total": per_step(secs),
-        "host_side": host_side,
-    });
     if a.json {
         let v = serde_json::json!({
             "backend": backend,
@@ -458,6 +440,10 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
             "control_steps_per_s": control, "physics_steps_per_s": control * arena_sim::DECIMATION as f64,
             "ms_per_step": split,
             "worker_ms_per_step": worker,
+            // Every run's, in the order they ran; `ms_per_step` is the median run's.
+            "repeats": a.repeats,
+            "total_ms_per_step_runs": totals,
+            "host_side_ms_per_step_runs": host_sides,
             // Where the GPU worker's start-up went (null on the CPU backend).
             "worker_startup": env.handler().worker_startup(),
         });
@@ -498,6 +484,20 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
         );
         if let Some(host) = host_side {
             println!("  host side (all but the worker's physics call and the policy): {host:.3} ms per control step");
+        }
+        if a.repeats > 1 {
+            let list = |values: &mut dyn Iterator<Item = f64>| {
+                values.map(|v| format!("{v:.3}")).collect::<Vec<_>>().join(", ")
+            };
+            println!(
+                "  the median of {} runs (ms per control step, in the order they ran): in all {}{}",
+                a.repeats,
+                list(&mut totals.iter().copied()),
+                match host_sides.iter().all(Option::is_some) {
+                    true => format!("; host side {}", list(&mut host_sides.iter().flatten().copied())),
+                    false => String::new(),
+                }
+            );
         }
         if let Some(w) = worker.as_object() {
             let phases: Vec<String> = w
@@ -560,6 +560,80 @@ impl AgentRows {
 /// The worker's time per control step (ms) between two of its `stats` replies, phase by phase
 /// (the worker's `<phase>_s` become `<phase>_ms`), with the commands it ran (`step`, `sync`);
 /// null without a worker.
+/// One timed run of `sim bench`: its seconds, where they went per control step (ms), the GPU
+/// worker's own split, and issue 41's host side.
+struct TimedRun {
+    secs: f64,
+    split: serde_json::Value,
+    worker: serde_json::Value,
+    host_side: Option<f64>,
+}
+
+/// `steps` control steps of `env` under `policy`, envs whose episode ends restarting at once.
+fn timed_run(
+    env: &mut TrackingEnv,
+    policy: &mut dyn Policy,
+    mut agent_rows: Option<&mut AgentRows>,
+    actions: &mut [f32],
+    steps: usize,
+    assignment: &dyn Fn(usize) -> EpisodeAssignment,
+) -> anyhow::Result<TimedRun> {
+    let envs = env.num_envs();
+    let before = env.timings();
+    let worker_before = env.worker_timings()?;
+    let mut policy_s = 0.0;
+    let mut agent_rows_s = 0.0;
+    let start = Instant::now();
+    for _ in 0..steps {
+        if let Some(rows) = agent_rows.as_deref_mut() {
+            let started = Instant::now();
+            rows.fill(env);
+            agent_rows_s += started.elapsed().as_secs_f64();
+        }
+        let started = Instant::now();
+        policy.act(env, actions);
+        policy_s += started.elapsed().as_secs_f64();
+        env.step(actions)?;
+        let done: Vec<_> = (0..envs)
+            .filter(|&e| env.infos()[e].status.is_done())
+            .map(|e| (e, assignment(e)))
+            .collect();
+        if !done.is_empty() {
+            env.reset(&done)?;
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let after = env.timings();
+    let worker_after = env.worker_timings()?;
+    // Per control step, milliseconds: where the loop's time went.
+    let per_step = |s: f64| 1000.0 * s / steps as f64;
+    let worker = worker_split(worker_before.as_ref(), worker_after.as_ref(), steps);
+    // Issue 41's measure of what surrounds the physics: everything but the worker's physics
+    // call (`advance`: the stub's stand-in physics and output copy, or the device's launches,
+    // physics and copy back) and the bench's own policy (the agent's work, not the server's).
+    let host_side = worker
+        .get("advance_ms")
+        .and_then(|v| v.as_f64())
+        .map(|advance| per_step(secs) - per_step(policy_s) - advance);
+    let split = serde_json::json!({
+        "physics": per_step(after.physics_s - before.physics_s),
+        "observations": per_step(after.refresh_s - before.refresh_s),
+        "commands": per_step(after.command_s - before.command_s),
+        "recording_behind": per_step(after.record_s - before.record_s),
+        "resets": per_step(after.reset_s - before.reset_s),
+        "policy": per_step(policy_s),
+        "agent_rows": per_step(agent_rows_s),
+        "total": per_step(secs),
+        "host_side": host_side,
+    });
+    Ok(TimedRun {
+        secs,
+        split,
+        worker,
+        host_side,
+    })
+}
+
 fn worker_split(
     before: Option<&serde_json::Map<String, serde_json::Value>>,
     after: Option<&serde_json::Map<String, serde_json::Value>>,

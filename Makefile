@@ -42,7 +42,7 @@ $(MJLAB_STAMP): scripts/bootstrap-mjlab.sh
 $(MUJOCO_LIB):
 	bash scripts/bootstrap-mujoco.sh
 
-# JAX and MuJoCo MJX for the GPU simulation backend's worker (CPU wheels: the tests run it on
+# JAX with MuJoCo MJX, and MuJoCo Warp with warp-lang, for the GPU simulation backend's worker (CPU wheels: the tests run it on
 # JAX's CPU backend); `make run` does not need them.
 deps-gpu: $(GPU_STAMP)
 

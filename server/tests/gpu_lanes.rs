@@ -93,7 +93,7 @@ impl Agent for KillsTheWorker {
 fn a_killed_gpu_worker_fails_its_episodes_not_the_server() {
     let Some(python) = common::gpu_python() else { return };
     let dir = common::tmp("gpu-lanes");
-    let server = ServerProc::start_with_env(
+    let mut server = ServerProc::start_with_env(
         &dir.join("data"),
         &[
             "--backend",
@@ -139,6 +139,28 @@ fn a_killed_gpu_worker_fails_its_episodes_not_the_server() {
         episodes.iter().filter(|e| e["status"] == "COMPLETED").count() == 3,
         "{results}"
     );
+    // A server stopped by a signal leaves no spare running (it ends them; an idle one would also
+    // end at the close of its input).
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &server.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    assert!(
+        server.wait_exit(std::time::Duration::from_secs(60)).is_some(),
+        "the server did not stop on SIGTERM"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while now
+        .iter()
+        .any(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists())
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the spare {now:?} outlived its server"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     std::fs::remove_dir_all(&dir).ok();
 }
 

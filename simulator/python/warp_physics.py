@@ -521,8 +521,11 @@ class WarpPhysics:
     def _unlock(self):
         """Unregisters the page-locked destination, if any (before its memory goes away)."""
         if self.locked is not None:
-            wp.synchronize_device(self.device)
-            _page_unlock(self.locked)
+            # In the device's context, as the range was registered: the driver call needs one
+            # current, and outside a scope Warp may leave none.
+            with wp.ScopedDevice(self.device):
+                wp.synchronize_device(self.device)
+                _page_unlock(self.locked)
             self.locked = None
 
     def close(self):

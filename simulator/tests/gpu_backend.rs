@@ -544,6 +544,16 @@ fn a_spare_worker_is_taken_replaced_and_steps_as_a_fresh_one() {
     let (after_failed_warmup, startup) = run();
     assert_eq!(startup["spare_worker"], serde_json::json!(false), "{startup:?}");
     assert_eq!(after_failed_warmup, from_spare);
+    // Spares that keep failing stop being kept: after three lost one after another (each lane
+    // above and here found its spare dead or lost it in its init) none is started any more.
+    for _ in 0..2 {
+        let (_, startup) = run();
+        assert_eq!(startup["spare_worker"], serde_json::json!(false), "{startup:?}");
+    }
+    assert!(
+        spare_worker_pids(&options).is_empty(),
+        "spares are still kept after three were lost in a row"
+    );
 
     keep_spare_workers(&options, &RobotConfig::default(), 0).unwrap();
     assert!(spare_worker_pids(&options).is_empty());

@@ -128,8 +128,8 @@ pub fn keep_spares(config: &ServerConfig) {
         return;
     }
     match arena_sim::handler::keep_spare_workers(&options, &RobotConfig::default(), count) {
-        Ok(()) => tracing::info!("{count} spare GPU worker(s) started and kept"),
-        Err(e) => tracing::warn!("spare GPU workers: {e}; each lane starts its own"),
+        Ok(()) => tracing::info!("{count} spare GPU worker(s) started, kept for lanes to take"),
+        Err(e) => tracing::warn!("spare GPU workers: {e}; a lane that finds none starts its own"),
     }
 }
 

@@ -12,7 +12,7 @@ use super::gpu_layout::{
     Array, INPUT_FEEDFORWARD, INPUT_GO, INPUT_PUSH, INPUT_TARGETS, INPUT_WIDTH, PARAMS_WIDTH, Precision, ShmLayout,
 };
 use super::gpu_options::{GpuOptions, cuda_device_present};
-use super::gpu_process::{Worker, create_shared_file, worker_script};
+use super::gpu_process::{NoAnswer, Worker, create_shared_file, worker_script};
 use super::gpu_rows::{PhysicsRow, PhysicsRowsMut};
 use super::gpu_spare::{self, SpareKey, WarmupFiles};
 use super::mujoco::check_layout;
@@ -67,9 +67,10 @@ fn backend_error(message: impl Into<String>) -> SimError {
 
 /// Why a worker did not become ready.
 enum InitFailure {
-    /// It went (exited, or stopped answering) before it answered its init.
+    /// It ended before it answered its init.
     Lost(SimError),
-    /// It answered, with an error or something else than its ready line.
+    /// It answered, with an error or something else than its ready line, or not within the
+    /// start-up timeout.
     Refused(SimError),
 }
 
@@ -275,11 +276,15 @@ impl GpuHandler {
         let mut started = None;
         if let Some(spare) = gpu_spare::take(&key) {
             match self.init_worker(spare.worker, Some(spare.warmup), &mjcf_path, began) {
-                Ok(worker) => started = Some(Ok(worker)),
+                Ok(worker) => {
+                    gpu_spare::taken_spare(&key, false);
+                    started = Some(Ok(worker))
+                }
                 // A spare that died before or during its init (its warm-up failed, or it was
                 // killed): this start goes on with a worker of its own, as without spares.
                 Err(InitFailure::Lost(e)) => {
-                    tracing::warn!("the spare GPU worker taken was lost ({e}); starting a new one")
+                    tracing::warn!("the spare GPU worker taken was lost ({e}); starting a new one");
+                    gpu_spare::taken_spare(&key, true);
                 }
                 Err(InitFailure::Refused(e)) => started = Some(Err(e)),
             }
@@ -330,7 +335,10 @@ impl GpuHandler {
             self.options.device.wire(),
             if from_spare { ", a spare started ahead" } else { "" }
         );
-        let reply = worker.command(&init.to_string(), self.options.startup_timeout);
+        let reply = worker
+            .send(&init.to_string())
+            .map_err(NoAnswer::Ended)
+            .and_then(|()| worker.await_answer("its init", self.options.startup_timeout));
         drop(warmup);
         // A start that fails inside Python (a missing package, no GPU) names the interpreter
         // too: the usual fix is another ARENA_GPU_PYTHON.
@@ -340,7 +348,13 @@ impl GpuHandler {
                 python.display()
             ))
         };
-        let reply = reply.map_err(|e| InitFailure::Lost(with_python(format!("the GPU worker did not start: {e}"))))?;
+        let reply = reply.map_err(|e| match e {
+            // Still running after the whole start-up timeout: a new worker would wait as long.
+            NoAnswer::TimedOut(e) => InitFailure::Refused(with_python(format!("the GPU worker did not start: {e}"))),
+            // Ended first (for a spare: its warm-up failed, or it was killed): a spare's taker
+            // starts a worker of its own.
+            NoAnswer::Ended(e) => InitFailure::Lost(with_python(format!("the GPU worker did not start: {e}"))),
+        })?;
         let refused = |e: SimError| InitFailure::Refused(e);
         let ready: serde_json::Value = serde_json::from_str(&reply).map_err(|_| {
             refused(backend_error(format!(

@@ -126,15 +126,21 @@ impl Worker {
 
     /// Waits for the answer to the command `line` sent last.
     pub(super) fn answer(&mut self, line: &str, timeout: Duration) -> Result<String, String> {
+        self.await_answer(line, timeout).map_err(NoAnswer::into_message)
+    }
+
+    /// [`Worker::answer`], telling a worker that did not answer in time from one that ended.
+    pub(super) fn await_answer(&mut self, line: &str, timeout: Duration) -> Result<String, NoAnswer> {
         let replies = self
             .replies
             .get_mut()
-            .map_err(|_| "the answer channel was poisoned".to_string())?;
+            .map_err(|_| NoAnswer::Ended("the answer channel was poisoned".to_string()))?;
         match replies.recv_timeout(timeout) {
             Ok(reply) => Ok(reply),
-            Err(RecvTimeoutError::Timeout) => {
-                Err(format!("no answer to `{line}` within {:.0} s", timeout.as_secs_f64()))
-            }
+            Err(RecvTimeoutError::Timeout) => Err(NoAnswer::TimedOut(format!(
+                "no answer to `{line}` within {:.0} s",
+                timeout.as_secs_f64()
+            ))),
             Err(RecvTimeoutError::Disconnected) => {
                 // Its stdout closed: it exits, or (a worker that closed its stdout and lives on)
                 // it is made to, so this never waits past a bound.
@@ -143,8 +149,27 @@ impl Worker {
                 if let Ok(read) = self.stderr_read.get_mut() {
                     let _ = read.recv_timeout(Duration::from_secs(2));
                 }
-                Err(format!("the worker exited ({status}): {}", self.stderr_tail()))
+                Err(NoAnswer::Ended(format!(
+                    "the worker exited ({status}): {}",
+                    self.stderr_tail()
+                )))
             }
+        }
+    }
+}
+
+/// Why a command got no answer, in words.
+pub(super) enum NoAnswer {
+    /// The worker runs on but did not answer within the time given.
+    TimedOut(String),
+    /// The worker ended (or could not be written to) before it answered.
+    Ended(String),
+}
+
+impl NoAnswer {
+    pub(super) fn into_message(self) -> String {
+        match self {
+            NoAnswer::TimedOut(m) | NoAnswer::Ended(m) => m,
         }
     }
 }

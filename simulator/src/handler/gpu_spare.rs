@@ -67,10 +67,19 @@ impl Drop for WarmupFiles {
     }
 }
 
+/// Spares of one key lost one after another before none are kept for it any more: spares that
+/// all fail the same way (a device out of memory, a warm-up the worker refuses) would otherwise
+/// make every lane wait for one to fail before it starts its own worker.
+const LOST_IN_A_ROW: usize = 3;
+
 /// How many spares to keep for a key, and how to warm them up.
+#[derive(Clone)]
 struct Wanted {
     key: SpareKey,
     count: usize,
+    /// Spares of the key lost one after another (dead when looked for, or ended before they
+    /// answered their init), up to [`LOST_IN_A_ROW`].
+    lost_in_a_row: usize,
     options: GpuOptions,
     robot: RobotConfig,
 }
@@ -99,13 +108,14 @@ fn spares() -> MutexGuard<'static, Spares> {
 /// failure.
 pub fn keep_spare_workers(options: &GpuOptions, robot: &RobotConfig, count: usize) -> Result<(), String> {
     let key = SpareKey::new(options);
-    let (started, surplus) = {
+    let surplus = {
         let mut spares = spares();
         spares.wanted.retain(|w| w.key != key);
         if count > 0 {
             spares.wanted.push(Wanted {
                 key: key.clone(),
                 count,
+                lost_in_a_row: 0,
                 options: options.clone(),
                 robot: robot.clone(),
             });
@@ -121,11 +131,20 @@ pub fn keep_spare_workers(options: &GpuOptions, robot: &RobotConfig, count: usiz
                 spares.idle.push((k, spare));
             }
         }
-        (top_up(&mut spares, &key), surplus)
+        surplus
     };
-    // Dropped (closed) outside the lock: a close waits for the process.
-    drop(surplus);
-    started
+    end_all(surplus);
+    top_up(&key)
+}
+
+/// Ends `spares` at once (a close waits up to a second for its process, and one still
+/// importing reads no `close`): side by side, and never under the lock.
+fn end_all(spares: Vec<Spare>) {
+    std::thread::scope(|s| {
+        for spare in spares {
+            s.spawn(move || drop(spare));
+        }
+    });
 }
 
 /// The process ids of the spares for `options` idle now (started, perhaps still importing).
@@ -143,54 +162,115 @@ pub fn spare_worker_pids(options: &GpuOptions) -> Vec<u32> {
 /// A spare of `key` if one is kept and still running. The taker calls [`replenish`] once its
 /// own start is over, so that the next spare's imports do not compete with it.
 pub(super) fn take(key: &SpareKey) -> Option<Spare> {
-    let (found, dead) = {
+    let (found, dead, no_longer_kept) = {
         let mut spares = spares();
         let idle = std::mem::take(&mut spares.idle);
         let (alive, dead): (Vec<_>, Vec<_>) = idle.into_iter().partition(|(_, s)| s.worker.is_alive());
         spares.idle = alive;
+        let mut no_longer_kept = Vec::new();
+        for _ in dead.iter().filter(|(k, _)| k == key) {
+            no_longer_kept.extend(count_lost(&mut spares, key));
+        }
         let found = spares
             .idle
             .iter()
             .position(|(k, _)| k == key)
             .map(|at| spares.idle.remove(at).1);
-        (found, dead)
+        (found, dead, no_longer_kept)
     };
-    for (_, spare) in dead {
+    for (_, spare) in &dead {
         tracing::warn!(
             "a spare GPU worker had stopped before it was needed: {}",
             spare.worker.stderr_tail()
         );
     }
+    end_all(dead.into_iter().map(|(_, spare)| spare).chain(no_longer_kept).collect());
     found
+}
+
+/// What became of a spare of `key` that a handler took: lost (it ended before it answered its
+/// init) or serving. After [`LOST_IN_A_ROW`] lost ones in a row no more are kept for the key.
+pub(super) fn taken_spare(key: &SpareKey, lost: bool) {
+    let ended = {
+        let mut spares = spares();
+        match lost {
+            true => count_lost(&mut spares, key),
+            false => {
+                if let Some(w) = spares.wanted.iter_mut().find(|w| w.key == *key) {
+                    w.lost_in_a_row = 0;
+                }
+                Vec::new()
+            }
+        }
+    };
+    end_all(ended);
+}
+
+/// Counts a lost spare of `key`; at [`LOST_IN_A_ROW`] stops keeping spares for it and returns
+/// its idle ones, to be ended outside the lock.
+fn count_lost(spares: &mut Spares, key: &SpareKey) -> Vec<Spare> {
+    let Some(w) = spares.wanted.iter_mut().find(|w| w.key == *key) else {
+        return Vec::new();
+    };
+    w.lost_in_a_row += 1;
+    if w.lost_in_a_row < LOST_IN_A_ROW {
+        return Vec::new();
+    }
+    tracing::warn!(
+        "{LOST_IN_A_ROW} spare GPU workers ({} on {}) were lost one after another: no more are kept, and each lane starts its own worker (the lanes' errors say why a worker fails)",
+        key.preload.implementation,
+        key.preload.device
+    );
+    spares.wanted.retain(|w| w.key != *key);
+    let idle = std::mem::take(&mut spares.idle);
+    let (ended, kept): (Vec<_>, Vec<_>) = idle.into_iter().partition(|(k, _)| k == key);
+    spares.idle = kept;
+    ended.into_iter().map(|(_, spare)| spare).collect()
 }
 
 /// Starts spares of `key` in place of those taken or dead, as many as are wanted (none unless
 /// [`keep_spare_workers`] asked for them).
 pub(super) fn replenish(key: &SpareKey) {
-    if let Err(e) = top_up(&mut spares(), key) {
+    if let Err(e) = top_up(key) {
         tracing::warn!("could not start a spare GPU worker: {e}");
     }
 }
 
-/// Starts spares of `key` until as many are idle as are wanted.
-fn top_up(spares: &mut Spares, key: &SpareKey) -> Result<(), String> {
-    let Some(wanted) = spares.wanted.iter().find(|w| w.key == *key) else {
-        return Ok(());
+/// Starts spares of `key` until as many are idle as are wanted. They are started outside the
+/// lock (spawning, the worker's files, the warm-up's model), so that a lane taking a spare
+/// meanwhile does not wait; those that two calls at once started beyond the count, or that
+/// are no longer wanted by the time they run, end.
+fn top_up(key: &SpareKey) -> Result<(), String> {
+    let (wanted, missing) = {
+        let spares = spares();
+        let Some(wanted) = spares.wanted.iter().find(|w| w.key == *key) else {
+            return Ok(());
+        };
+        let idle = spares.idle.iter().filter(|(k, _)| k == key).count();
+        (wanted.clone(), wanted.count.saturating_sub(idle))
     };
-    let idle = spares.idle.iter().filter(|(k, _)| k == key).count();
-    // Each one is kept as soon as it runs: none is dropped (waited for) under the lock.
     let mut started = Vec::new();
     let mut result = Ok(());
-    for _ in idle..wanted.count {
-        match start(wanted) {
-            Ok(spare) => started.push((key.clone(), spare)),
+    for _ in 0..missing {
+        match start(&wanted) {
+            Ok(spare) => started.push(spare),
             Err(e) => {
                 result = Err(e);
                 break;
             }
         }
     }
-    spares.idle.extend(started);
+    let surplus = {
+        let mut spares = spares();
+        let count = spares.wanted.iter().find(|w| w.key == *key).map_or(0, |w| w.count);
+        let idle = spares.idle.iter().filter(|(k, _)| k == key).count();
+        let surplus = started.split_off(count.saturating_sub(idle).min(started.len()));
+        spares
+            .idle
+            .extend(started.into_iter().map(|spare| (key.clone(), spare)));
+        surplus
+    };
+    end_all(surplus);
     result
 }
 

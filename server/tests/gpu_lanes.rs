@@ -11,8 +11,9 @@ use arena_sdk::{Agent, Batch};
 use common::server::{ADMIN, ServerProc};
 
 /// The pids of the GPU workers simulating a server's lanes: those that have mapped a shared
-/// file of the server's (its name holds the server's pid). A spare worker, which has none yet,
-/// is not one of them.
+/// file of the server's (its name holds the server's pid). A spare worker of MJX (the
+/// implementation `--gpu-device cpu` resolves to here) maps none before a lane takes it, so it
+/// is not one of them; a MuJoCo Warp spare would map its warm-up's file, of the same name.
 fn workers_of(server_pid: u32) -> Vec<u32> {
     let tag = format!("arena-gpu-{server_pid}-");
     std::fs::read_dir("/proc")

@@ -111,6 +111,9 @@ bench: deps deps-torch
 	ARENA_GPU_PYTHON=$(CURDIR)/$(PYTHON) $(PYTHON) bench/gpu_eval_scale.py --arena target/release/arena \
 		--agent target/release/examples/replay --episodes 1024 --window-s 2 --backend gpu --gpu-impl stub \
 		--gpu-device cpu --repeats 1 --observations bfm-zero
+	ARENA_GPU_PYTHON=$(CURDIR)/$(PYTHON) $(PYTHON) bench/gpu_eval_scale.py --arena target/release/arena \
+		--agent target/release/examples/replay --episodes 1024 --window-s 2 --backend gpu --gpu-impl stub \
+		--gpu-device cpu --repeats 1 --observations bfm-zero --no-in-process --agent-arg=--whole-goal-rows
 	ARENA_GPU_PYTHON=$(CURDIR)/$(PYTHON) $(PYTHON) bench/host_scaling.py --arena target/release/arena --envs 4096
 	cargo build --release --quiet -p arena-server --example pages_latency
 	target/release/examples/pages_latency --submissions 10000 --episodes 30 --requests 50

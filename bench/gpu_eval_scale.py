@@ -191,6 +191,9 @@ def main():
                         "the first submission waits until one has logged that it is ready, as on a "
                         "server started before submissions come; 0 = none, the lane starts its own "
                         "worker (the server's cold path)")
+    p.add_argument("--agent-arg", action="append", default=[], metavar="ARG",
+                   help="an extra argument for the agent (repeat for several), e.g. --whole-goal-rows "
+                        "(whole reference_goal groups in every request instead of each row once)")
     p.add_argument("--buffered-parts", action="store_true",
                    help="serve with --buffered-parts: part files through the page cache instead "
                         "of past it (O_DIRECT), to tell whether storing waits for the disk")
@@ -438,7 +441,7 @@ def served(a, tmp, bench_dir):
     for _ in range(a.sessions):
         start = time.perf_counter()
         agent = subprocess.run([a.agent, "--server", f"ws://127.0.0.1:{port}/api/v1/agent", "--token", token,
-                                "--benchmark", "g1-scale"], capture_output=True, text=True)
+                                "--benchmark", "g1-scale", *a.agent_arg], capture_output=True, text=True)
         walls.append(time.perf_counter() - start)
         if agent.returncode != 0:
             break
@@ -471,6 +474,7 @@ def served(a, tmp, bench_dir):
     breakdown = timings_from_log(log_path)
     result = {
         "observations": a.observations,
+        "agent_args": a.agent_arg,
         "backend": a.backend, "gpu_impl": a.gpu_impl if a.backend == "gpu" else None,
         "gpu_device": a.gpu_device if a.backend == "gpu" else None, "episodes": len(rows), "status": sub["status"],
         # Each episode's end (COMPLETED, FELL, TIMEOUT, FAILED, ...): none is left out of the counts.

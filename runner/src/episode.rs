@@ -167,6 +167,8 @@ pub fn episode_spec(
         joint_damping: driven.kd.to_vec(),
         effort_limit: driven.effort.to_vec(),
         anchor_body: spec.observations.anchor_body.clone(),
+        // A session that grants it sets it (docs/protocol.md §5).
+        reference_goal_once: false,
     }
 }
 

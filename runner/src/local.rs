@@ -89,6 +89,8 @@ fn info_without_reference(
         dr_level: spec.episodes.dr_level as u32,
         attempt,
         reference: None,
+        // The local runner hands whole rows to its agent.
+        reference_goal: Vec::new(),
     }
 }
 

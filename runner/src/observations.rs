@@ -8,7 +8,7 @@ use arena_bench::spec::BenchmarkSpec;
 use arena_g1::{Group, REFERENCE_GOAL_GROUP, REFERENCE_GOAL_ROW, REFERENCE_GROUP, Source};
 use arena_sdk::ObservationLayout;
 use arena_sim::CONTROL_DT;
-use arena_sim::env::TrackingEnv;
+use arena_sim::env::{EpisodeAssignment, TrackingEnv};
 use arena_sim::handler::NQ;
 use arena_sim::motion::MotionState;
 use arena_sim::observation::{self, STATE_DIM};
@@ -45,6 +45,9 @@ pub struct ObservationPlan {
     readout: ReadoutParts,
     /// Per env slot (one env: one motion library), its last fill's `reference_goal` rows.
     goal_rows: Vec<Mutex<GoalRows>>,
+    /// Each `reference_goal` row is sent once ([`ObservationPlan::sending_goal_rows_once`]): a
+    /// row holds only the newest, and an episode's first rows go with its start.
+    goal_rows_once: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -101,7 +104,53 @@ impl ObservationPlan {
             anchor,
             readout,
             goal_rows: Vec::new(),
+            goal_rows_once: false,
         }
+    }
+
+    /// The plan of a session that sends each `reference_goal` row once (docs/protocol.md §5,
+    /// `connect.reference_goal_once`), when `once` and the layout has the group: a row then
+    /// holds only the group's newest row ([`Self::size`] is 527 × (H − 1) values smaller), and
+    /// [`Self::first_goal_rows`] gives what an episode's start carries. Nothing is kept between
+    /// fills: each row is computed once, when it enters the horizon.
+    pub fn sending_goal_rows_once(mut self, once: bool) -> Self {
+        self.goal_rows_once = once && self.goal_horizon() > 0;
+        if self.goal_rows_once {
+            self.goal_rows = Vec::new();
+        }
+        self
+    }
+
+    /// Whether a row holds only the newest `reference_goal` row.
+    pub fn goal_rows_once(&self) -> bool {
+        self.goal_rows_once
+    }
+
+    /// The `reference_goal` horizon H of the layout (0 without the group).
+    fn goal_horizon(&self) -> usize {
+        self.parts
+            .iter()
+            .find_map(|(p, _)| match p {
+                Part::ReferenceGoal { horizon } => Some(*horizon),
+                _ => None,
+            })
+            .unwrap_or(0)
+    }
+
+    /// What a session that sends each `reference_goal` row once sends at an episode's start:
+    /// its rows 1 … H − 1 (row j: the reference at `start_time + j·dt`), 527 values each; empty
+    /// for a plan that sends every row each step.
+    pub fn first_goal_rows(&self, env: &TrackingEnv, assignment: &EpisodeAssignment) -> Vec<f32> {
+        if !self.goal_rows_once {
+            return Vec::new();
+        }
+        let horizon = self.goal_horizon();
+        let mut rows = vec![0.0f32; (horizon - 1) * REFERENCE_GOAL_ROW];
+        let mut state = Box::<MotionState>::default();
+        for (k, row) in rows.chunks_exact_mut(REFERENCE_GOAL_ROW).enumerate() {
+            goal_row(env, assignment, k + 1, &mut state, row);
+        }
+        rows
     }
 
     /// The layout its sessions announce.
@@ -109,21 +158,36 @@ impl ObservationPlan {
         &self.layout
     }
 
-    /// Values per episode row.
+    /// Values per episode row as sent: the layout's, less 527 × (H − 1) when each
+    /// `reference_goal` row is sent once.
     pub fn size(&self) -> usize {
-        self.layout.size()
+        match self.goal_rows_once {
+            true => self.layout.size() - (self.goal_horizon() - 1) * REFERENCE_GOAL_ROW,
+            false => self.layout.size(),
+        }
     }
 
     /// Writes env `slot`'s observation into `out` ([`Self::size`] values): the benchmark's
     /// groups (BFM-Zero's from the env's observation batch, the robot's and the command from
     /// the handler and the reference motion), then the reference frames at t + dt, ..., t + H·dt,
-    /// then the reference rows (state | privileged_state) at t + dt, ..., t + H_goal·dt.
+    /// then the reference rows (state | privileged_state) at t + dt, ..., t + H_goal·dt (only
+    /// the last when each is sent once).
     pub fn fill(&self, env: &TrackingEnv, slot: usize, scratch: &mut ReferenceScratch, out: &mut [f32]) {
         let obs = env.observations();
+        // Each part's place in the row as sent: the layout's ranges, `reference_goal` (the last
+        // part) cut to one row when each is sent once.
+        let goal_cut = match self.goal_rows_once {
+            true => (self.goal_horizon() - 1) * REFERENCE_GOAL_ROW,
+            false => 0,
+        };
         // The robot groups share one handler readout and one reference state per row.
         let mut readout_ready = false;
         let mut reference_ready = false;
         for (part, range) in &self.parts {
+            let range = match part {
+                Part::ReferenceGoal { .. } => range.start..range.end - goal_cut,
+                _ => range.clone(),
+            };
             let dst = &mut out[range.clone()];
             let n = range.len();
             // BFM-Zero's groups: the env's observation batch, episode or not.
@@ -153,23 +217,14 @@ impl ObservationPlan {
                         }
                     }
                 }
+                Part::ReferenceGoal { horizon } if self.goal_rows_once => {
+                    // Only the row that enters the horizon: step + H.
+                    goal_row(env, &a, info.step + horizon, &mut scratch.state, dst);
+                }
                 Part::ReferenceGoal { horizon } => {
-                    let motion = &env.library().motions[a.motion];
                     let state = &mut scratch.state;
-                    // Row j of an episode: the reference observation at the env's own time
-                    // formula for its step j (start + j·dt). Row k of this fill is step + k + 1.
-                    let row_at = |j: usize, row: &mut [f32]| {
-                        motion.state_at(a.start_time + j as f64 * CONTROL_DT, state);
-                        let (s, p) = row.split_at_mut(STATE_DIM);
-                        observation::reference_state_row(state, env.robot(), s);
-                        observation::privileged_state(
-                            &state.body_pos,
-                            &state.body_rot,
-                            &state.body_vel,
-                            &state.body_ang_vel,
-                            p,
-                        );
-                    };
+                    // Row k of this fill is the episode's row step + k + 1.
+                    let row_at = |j: usize, row: &mut [f32]| goal_row(env, &a, j, state, row);
                     match self.goal_rows.get(slot) {
                         Some(kept) => {
                             // A panic inside a fill leaves the kept rows unusable, not wrong:
@@ -221,6 +276,22 @@ impl ObservationPlan {
             }
         }
     }
+}
+
+/// Row j of an episode's `reference_goal` group: the reference observation (state |
+/// privileged_state) at the env's own time formula for its step j, start + j·dt.
+fn goal_row(env: &TrackingEnv, a: &EpisodeAssignment, j: usize, state: &mut MotionState, row: &mut [f32]) {
+    let motion = &env.library().motions[a.motion];
+    motion.state_at(a.start_time + j as f64 * CONTROL_DT, state);
+    let (s, p) = row.split_at_mut(STATE_DIM);
+    observation::reference_state_row(state, env.robot(), s);
+    observation::privileged_state(
+        &state.body_pos,
+        &state.body_rot,
+        &state.body_vel,
+        &state.body_ang_vel,
+        p,
+    );
 }
 
 /// One env slot's `reference_goal` rows, kept from one fill to the next. Row j of an episode

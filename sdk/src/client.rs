@@ -4,6 +4,7 @@
 //! session logic is the same on both transports; [`Connection`] only moves messages.
 
 use crate::agent::{Agent, Batch};
+use crate::goal_rows::GoalRowsOnce;
 use crate::layout::ObservationLayout;
 use crate::protocol::agent_gateway_client::AgentGatewayClient;
 use crate::protocol::{
@@ -52,6 +53,11 @@ pub struct ClientConfig {
     pub joint_stiffness: Vec<f64>,
     pub joint_damping: Vec<f64>,
     pub gain_preset: String,
+    /// Ask for each `reference_goal` row once (docs/protocol.md §5): the server sends an
+    /// episode's first rows with its start and one row per request instead of H, and the
+    /// client rebuilds the group ([`crate::goal_rows`]); the agent sees the same values.
+    /// Default true; false asks for whole rows.
+    pub reference_goal_once: bool,
     /// Connection attempts after a lost connection before giving up.
     pub max_reconnects: u32,
     pub initial_backoff: Duration,
@@ -97,6 +103,7 @@ impl ClientConfig {
             joint_stiffness: Vec::new(),
             joint_damping: Vec::new(),
             gain_preset: String::new(),
+            reference_goal_once: true,
             max_reconnects: 10,
             initial_backoff: Duration::from_millis(200),
             max_backoff: Duration::from_secs(5),
@@ -688,6 +695,7 @@ async fn session(
         joint_stiffness: config.joint_stiffness.clone(),
         joint_damping: config.joint_damping.clone(),
         gain_preset: config.gain_preset.clone(),
+        reference_goal_once: config.reference_goal_once,
     });
     let mut connection = match Connection::open(config, connect).await {
         Ok(c) => c,
@@ -699,6 +707,8 @@ async fn session(
     };
     state.reached = true;
     let mut layout: Option<ObservationLayout> = None;
+    // Sessions that send each `reference_goal` row once: the rows each running episode has.
+    let mut goal_rows: Option<GoalRowsOnce> = None;
     let mut action_size = 0usize;
     let mut heartbeat_every = Duration::from_secs(30);
     let mut silence_limit = Duration::from_secs(60);
@@ -740,7 +750,17 @@ async fn session(
         let reply = match msg {
             Msg::Connected(c) => {
                 let spec = c.spec.clone().unwrap_or_default();
-                layout = Some(ObservationLayout::from_spec(&spec));
+                let announced = ObservationLayout::from_spec(&spec);
+                goal_rows = match spec.reference_goal_once {
+                    false => None,
+                    true => Some(GoalRowsOnce::new(&announced).ok_or_else(|| {
+                        ClientError::Protocol(
+                            "the server's spec sends reference_goal rows once but announces no reference_goal group"
+                                .into(),
+                        )
+                    })?),
+                };
+                layout = Some(announced);
                 action_size = spec.action_size as usize;
                 if action_size == 0 {
                     return Err(ClientError::Protocol(
@@ -793,6 +813,11 @@ async fn session(
                 None
             }
             Msg::EpisodeStart(s) => {
+                if let Some(goal) = goal_rows.as_mut() {
+                    for info in &s.episodes {
+                        goal.start(info).map_err(ClientError::Protocol)?;
+                    }
+                }
                 agent.reset(&s.episodes);
                 on_event(ClientEvent::EpisodeStart(&s.episodes));
                 started += s.episodes.len();
@@ -809,7 +834,7 @@ async fn session(
                 let Some(layout) = layout.as_ref() else {
                     return Err(ClientError::Protocol("GetAction before Connected".into()));
                 };
-                let action = answer(agent, layout, action_size, request, &mut buffers)?;
+                let action = answer(agent, layout, goal_rows.as_mut(), action_size, request, &mut buffers)?;
                 let failure = agent.failure().or_else(|| match connection.carries_non_finite() {
                     true => None,
                     false => non_finite_action(&action),
@@ -826,6 +851,9 @@ async fn session(
                 Some(action)
             }
             Msg::EpisodeEnd(end) => {
+                if let Some(goal) = goal_rows.as_mut() {
+                    goal.end(end.episode_id);
+                }
                 agent.end(&end);
                 on_event(ClientEvent::EpisodeEnd(&end));
                 let episode_id = end.episode_id as usize;
@@ -943,12 +971,14 @@ fn checked_action_width(width: usize, spec: &crate::protocol::EpisodeSpec) -> Re
 fn answer(
     agent: &mut dyn Agent,
     layout: &ObservationLayout,
+    mut goal_rows: Option<&mut GoalRowsOnce>,
     action_size: usize,
     request: GetAction,
     buffers: &mut ActBuffers,
 ) -> Result<Msg, ClientError> {
     let n = request.observations.len();
-    let d = layout.size();
+    // The row as sent: the layout's, less the goal rows sent before.
+    let d = goal_rows.as_ref().map_or(layout.size(), |g| g.sent_row_size(layout));
     buffers.ids.clear();
     buffers.steps.clear();
     buffers.observations.clear();
@@ -963,7 +993,12 @@ fn answer(
         }
         buffers.ids.push(o.episode_id);
         buffers.steps.push(o.episode_step);
-        buffers.observations.extend_from_slice(&o.values);
+        match goal_rows.as_mut() {
+            Some(goal) => goal
+                .expand(o, &mut buffers.observations)
+                .map_err(|e| ClientError::Protocol(format!("step {}: {e}", request.step)))?,
+            None => buffers.observations.extend_from_slice(&o.values),
+        }
     }
     buffers.actions.clear();
     buffers.actions.resize(n * action_size, 0.0);

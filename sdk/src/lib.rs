@@ -9,6 +9,7 @@ pub mod agents;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod client;
+pub mod goal_rows;
 pub mod grpc_codec;
 pub mod layout;
 pub mod protocol;

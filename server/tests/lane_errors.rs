@@ -79,6 +79,8 @@ async fn run_zero_agent(
         source: JobSource::Claims,
         reveal_results: true,
         reference_value_bytes: None,
+        row_value_bytes: None,
+        goal_rows_once: false,
         runtime: tokio::runtime::Handle::current(),
     });
     let mut handle = orchestrator::start(ctx);

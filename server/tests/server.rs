@@ -475,6 +475,8 @@ struct GoalChecker {
     references: std::collections::HashMap<String, arena_sim::observation::ReferenceObservations>,
     episodes: std::collections::HashMap<u32, (String, f64)>,
     group_size: usize,
+    /// The session's `spec.reference_goal_once`.
+    sent_once: bool,
     rows_checked: usize,
 }
 
@@ -501,6 +503,7 @@ impl GoalChecker {
             references,
             episodes: Default::default(),
             group_size: 0,
+            sent_once: false,
             rows_checked: 0,
         }
     }
@@ -510,6 +513,7 @@ impl arena_sdk::Agent for GoalChecker {
     fn configure(&mut self, spec: &arena_sdk::protocol::EpisodeSpec) {
         let g = spec.observations.iter().find(|g| g.name == "reference_goal");
         self.group_size = g.map_or(0, |g| g.size as usize);
+        self.sent_once = spec.reference_goal_once;
     }
     fn reset(&mut self, episodes: &[arena_sdk::protocol::EpisodeInfo]) {
         for e in episodes {
@@ -558,17 +562,19 @@ impl arena_sdk::Agent for GoalChecker {
 }
 
 /// The `reference_goal` group (8 × 527 values in g1-smoke) arrives intact over WebSocket binary,
-/// WebSocket JSON and gRPC.
+/// WebSocket JSON and gRPC, in whole rows and with each row sent once (docs/protocol.md §5),
+/// the client rebuilding the group: the agent sees the same rows either way.
 #[test]
 fn reference_goal_rows_arrive_over_every_transport() {
     let dir = tmp("e2e-goal");
     let server = ServerProc::start(&dir, &[]);
     let token = server.team("epsilon");
-    for (url, encoding) in [
+    let transports = [
         (server.ws_url(), Encoding::Binary),
         (server.ws_url(), Encoding::Json),
         (server.grpc_url(), Encoding::Binary),
-    ] {
+    ];
+    for ((url, encoding), once) in transports.into_iter().flat_map(|t| [(t.clone(), true), (t, false)]) {
         let mut config = ClientConfig::new(
             url.clone(),
             &token,
@@ -591,12 +597,19 @@ fn reference_goal_rows_arrive_over_every_transport() {
         );
         config.encoding = encoding;
         config.max_reconnects = 0;
+        config.reference_goal_once = once;
         let mut agent = GoalChecker::new();
         let summary = client::run_blocking(&config, &mut agent, &mut |_| {}).unwrap();
-        assert_eq!(summary.episodes.len(), 2, "{url} {encoding:?}");
-        assert_eq!(agent.group_size, 8 * 527, "{url} {encoding:?}: announced size");
+        assert_eq!(summary.episodes.len(), 2, "{url} {encoding:?} {once}");
+        assert!(
+            summary.episodes.iter().all(|e| e.status == "completed"),
+            "{url} {encoding:?} {once}: {:?}",
+            summary.episodes
+        );
+        assert_eq!(agent.sent_once, once, "{url} {encoding:?}: granted as asked");
+        assert_eq!(agent.group_size, 8 * 527, "{url} {encoding:?} {once}: announced size");
         // (25 + 15) steps × 8 rows, all inside the motions.
-        assert_eq!(agent.rows_checked, 40 * 8, "{url} {encoding:?}");
+        assert_eq!(agent.rows_checked, 40 * 8, "{url} {encoding:?} {once}");
     }
     std::fs::remove_dir_all(&dir).ok();
 }

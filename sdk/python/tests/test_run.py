@@ -114,6 +114,85 @@ def test_practice_both_transports(server: Server, team_token: str, transport: st
     assert spec.default_joint_pos.shape == (29,) and spec.action_scale.shape == (29,)
 
 
+class GoalRowsAgent(Agent):
+    """Zero actions; keeps every `reference_goal` group it is given, by episode and step."""
+
+    def __init__(self) -> None:
+        self.spec: EpisodeSpec | None = None
+        self.rows: dict[tuple[int, int], np.ndarray] = {}
+
+    def configure(self, spec: EpisodeSpec) -> None:
+        self.spec = spec
+
+    def act(self, batch: Batch) -> np.ndarray:
+        goal = batch.group(arena_sdk.REFERENCE_GOAL_GROUP)
+        for i, (episode, step) in enumerate(zip(batch.episode_ids.tolist(), batch.episode_steps.tolist())):
+            self.rows[(episode, step)] = goal[i].copy()
+        return np.zeros((len(batch), 29), np.float32)
+
+
+@pytest.mark.parametrize(("transport", "encoding"), [("ws", "binary"), ("ws", "json"), ("grpc", "binary")])
+def test_reference_goal_rows_sent_once_are_rebuilt_whole(
+    server: Server, team_token: str, transport: str, encoding: str
+) -> None:
+    """With each row sent once (the default) the agent gets the same groups as with whole rows."""
+    episodes = [PracticeEpisode("squat", start_s=1.0, duration_s=0.3, seed=7), {"motion": "arm_wave", "duration_s": 0.4}]
+    seen = {}
+    for once in (True, False):
+        agent = GoalRowsAgent()
+        summary = run(
+            agent,
+            server.http_url,
+            team_token,
+            benchmark="g1-smoke",
+            transport=transport,
+            encoding=encoding,
+            practice=episodes,
+            reference_goal_once=once,
+        )
+        assert all(e.status == "completed" for e in summary.episodes), summary.episodes
+        seen[once] = agent.rows
+    assert len(seen[True]) == 15 + 20
+    assert seen[True].keys() == seen[False].keys()
+    for key, rows in seen[False].items():
+        assert rows.shape == (8 * arena_sdk.REFERENCE_GOAL_ROW_SIZE,)
+        np.testing.assert_array_equal(seen[True][key], rows, err_msg=str(key))
+
+
+def test_goal_rows_once_refuses_what_the_protocol_rules_out() -> None:
+    from arena_sdk.agent import ObservationGroup, ObservationLayout
+    from arena_sdk.errors import ProtocolError
+    from arena_sdk.goal_rows import GoalRowsOnce
+
+    w = arena_sdk.REFERENCE_GOAL_ROW_SIZE
+    layout = ObservationLayout([ObservationGroup("state", 2), ObservationGroup("reference_goal", 3 * w)])
+    goal = GoalRowsOnce(layout)
+    assert goal.sent_row_size == 2 + w
+    out = np.empty(layout.size, np.float32)
+
+    def sent(step: int) -> np.ndarray:
+        return np.concatenate([[step, -1.0], np.full(w, step + 3.5)]).astype(np.float32)
+
+    with pytest.raises(ProtocolError, match="episode_start was not received"):
+        goal.expand(1, 0, sent(0), out)
+    goal.start(1, np.concatenate([np.full(w, 1.5), np.full(w, 2.5)]))
+    with pytest.raises(ProtocolError, match="step 1 after its start"):
+        goal.expand(1, 1, sent(1), out)
+    for step in range(4):
+        goal.expand(1, step, sent(step), out)
+        rows = out[2:].reshape(3, w)
+        assert out[0] == step and (rows[:, 0] == [step + 1.5, step + 2.5, step + 3.5]).all()
+    with pytest.raises(ProtocolError, match="step 5 after step 3"):
+        goal.expand(1, 5, sent(5), out)
+    with pytest.raises(ProtocolError, match="needs 1054"):
+        goal.start(2, np.zeros(w))
+    goal.start(3, [])
+    with pytest.raises(ProtocolError, match="carried no reference_goal rows"):
+        goal.expand(3, 0, sent(0), out)
+    with pytest.raises(ProtocolError, match="no reference_goal group"):
+        GoalRowsOnce(ObservationLayout([ObservationGroup("state", 64)]))
+
+
 def test_practice_explicit_urls(server: Server, team_token: str) -> None:
     for url in (server.ws_url, server.grpc_url):
         summary = run(

@@ -334,6 +334,7 @@ mod tests {
                 joint_stiffness: vec![40.0; 29],
                 joint_damping: vec![2.5; 29],
                 gain_preset: String::new(),
+                reference_goal_once: true,
             }),
             Msg::GetAction(GetAction {
                 step: 7,

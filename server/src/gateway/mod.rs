@@ -20,7 +20,8 @@ use arena_runner::episode::episode_spec;
 use arena_runner::gains::{DeclaredGains, SessionGains};
 use arena_runner::revealed;
 use arena_sdk::protocol::{
-    self, Connect, Connected, DecodeError, Disconnect, Heartbeat, Msg, PROTOCOL_VERSION, ResetEpisode, codes,
+    self, Connect, Connected, DecodeError, Disconnect, EpisodeSpec, Heartbeat, Msg, PROTOCOL_VERSION, ResetEpisode,
+    codes,
 };
 use futures_util::{Stream, StreamExt};
 use std::sync::{Arc, Mutex, mpsc};
@@ -582,10 +583,15 @@ where
     if connect.max_batch > 0 {
         max_batch = max_batch.min(connect.max_batch as usize);
     }
+    // A client that asks gets each `reference_goal` row once (docs/protocol.md §5): rows of
+    // BFM-Zero's benchmarks shrink from 4,717 values to 1,028.
+    let goal_rows_once = connect.reference_goal_once && spec.observations.reference_goal_horizon > 0;
     // Every GetAction must fit one message: large rows (BFM-Zero's `reference_goal`) at large
     // batches would exceed it, and the client would drop the connection at every request.
     if let Some(bytes) = replies.bytes_per_value() {
-        let row = arena_runner::observations::observation_layout(spec).size();
+        let row = arena_runner::observations::ObservationPlan::for_spec(spec)
+            .sending_goal_rows_once(goal_rows_once)
+            .size();
         let fit = batch_within_message(row, bytes);
         if fit < max_batch {
             tracing::info!(row, fit, asked = max_batch, "batch limited to what one message holds");
@@ -658,13 +664,16 @@ where
         benchmark: spec.name.clone(),
         episodes_total: admitted.submission.as_ref().map_or(0, |s| s.episodes_total as u32),
         episodes_remaining: remaining as u32,
-        spec: Some(episode_spec(
-            spec,
-            admitted.gains.as_ref(),
-            batch as u32,
-            lanes as u32,
-            step_timeout.as_secs_f64(),
-        )),
+        spec: Some(EpisodeSpec {
+            reference_goal_once: goal_rows_once,
+            ..episode_spec(
+                spec,
+                admitted.gains.as_ref(),
+                batch as u32,
+                lanes as u32,
+                step_timeout.as_secs_f64(),
+            )
+        }),
     }));
     tracing::info!(
         session = %session_id,
@@ -690,6 +699,8 @@ where
         source,
         reveal_results: admitted.reveal_results,
         reference_value_bytes: replies.bytes_per_reference_value(),
+        row_value_bytes: replies.bytes_per_value(),
+        goal_rows_once,
         runtime: tokio::runtime::Handle::current(),
     });
     let mut handle = orchestrator::start(ctx);

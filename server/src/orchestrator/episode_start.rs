@@ -19,16 +19,25 @@ pub struct EpisodeStarts {
     pub too_large: Vec<(u32, String)>,
 }
 
-/// Bytes `info` takes at most at `bytes_per_value` a reference value.
-fn encoded_bound(info: &EpisodeInfo, bytes_per_value: usize) -> usize {
-    let values = info.reference.as_ref().map_or(0, |r| r.qpos.len());
-    revealed::info_bound(values, info.motion.len(), bytes_per_value)
+/// What a value takes at most in the client's encoding.
+#[derive(Debug, Clone, Copy)]
+pub struct ValueBytes {
+    /// A revealed reference's value (a double).
+    pub reference: usize,
+    /// An observation value (a float): an episode's first `reference_goal` rows when each row
+    /// is sent once (docs/protocol.md §5).
+    pub row: usize,
 }
 
-/// Groups `starting` into EpisodeStart messages of at most `frame_bytes` each, where a
-/// reference value takes `bytes_per_value` bytes (None: messages handed over in process, one
-/// message).
-pub fn split(starting: Vec<EpisodeInfo>, bytes_per_value: Option<usize>, frame_bytes: usize) -> EpisodeStarts {
+/// Bytes `info` takes at most.
+fn encoded_bound(info: &EpisodeInfo, bytes: ValueBytes) -> usize {
+    let values = info.reference.as_ref().map_or(0, |r| r.qpos.len());
+    revealed::info_bound(values, info.motion.len(), bytes.reference) + info.reference_goal.len() * bytes.row
+}
+
+/// Groups `starting` into EpisodeStart messages of at most `frame_bytes` each, at `bytes_per_value`
+/// (None: messages handed over in process, one message).
+pub fn split(starting: Vec<EpisodeInfo>, bytes_per_value: Option<ValueBytes>, frame_bytes: usize) -> EpisodeStarts {
     let mut out = EpisodeStarts::default();
     if starting.is_empty() {
         return out;
@@ -93,10 +102,16 @@ mod tests {
 
     const FRAME: usize = 16 << 20;
 
+    /// A reference value at `reference` bytes, an observation value at half that or 16 (JSON).
+    fn bytes(reference: usize) -> ValueBytes {
+        let row = if reference == BINARY_BYTES_PER_VALUE { 4 } else { 16 };
+        ValueBytes { reference, row }
+    }
+
     #[test]
     fn without_references_one_message_holds_every_episode() {
         let starting: Vec<_> = (0..4096).map(|i| info(i, 0)).collect();
-        let s = split(starting, Some(25), FRAME);
+        let s = split(starting, Some(bytes(25)), FRAME);
         assert_eq!(s.messages.len(), 1);
         assert_eq!(s.messages[0].len(), 4096);
         assert!(s.too_large.is_empty());
@@ -106,22 +121,46 @@ mod tests {
     fn references_are_split_in_order_and_each_message_fits() {
         // 6000 frames (a 2-minute clip): 1.7 MB each in protobuf, 9 fit one message.
         let starting: Vec<_> = (0..20).map(|i| info(i, 6000)).collect();
-        let s = split(starting, Some(8), FRAME);
+        let s = split(starting, Some(bytes(8)), FRAME);
         assert!(s.too_large.is_empty());
         let flat: Vec<u32> = ids(&s.messages).concat();
         assert_eq!(flat, (0..20).collect::<Vec<_>>());
         for m in &s.messages {
-            let bytes: usize = m.iter().map(|i| encoded_bound(i, 8)).sum();
-            assert!(bytes + MESSAGE_FIELDS <= FRAME, "{bytes}");
+            let size: usize = m.iter().map(|i| encoded_bound(i, bytes(8))).sum();
+            assert!(size + MESSAGE_FIELDS <= FRAME, "{size}");
         }
         // The most that fit: each message but the last could not take the next episode.
         assert_eq!(ids(&s.messages).iter().map(Vec::len).collect::<Vec<_>>(), vec![9, 9, 2]);
     }
 
     #[test]
+    fn first_reference_goal_rows_count_towards_a_message() {
+        // 4096 episodes with g1-smoke's 7 first rows of 527 floats (14.8 kB each in binary):
+        // over 60 MB in all, so four messages, each within the frame.
+        let starting: Vec<_> = (0..4096)
+            .map(|i| EpisodeInfo {
+                reference_goal: vec![0.5; 7 * 527],
+                ..info(i, 0)
+            })
+            .collect();
+        let s = split(starting, Some(bytes(8)), FRAME);
+        assert_eq!(ids(&s.messages).concat(), (0..4096).collect::<Vec<_>>());
+        for m in &s.messages {
+            let size: usize = m.iter().map(|i| encoded_bound(i, bytes(8))).sum();
+            assert!(size + MESSAGE_FIELDS <= FRAME, "{size}");
+            // What the bound promises holds for the real encoding.
+            let encoded = arena_sdk::protocol::encode_binary(&arena_sdk::protocol::Msg::EpisodeStart(
+                arena_sdk::protocol::EpisodeStart { episodes: m.clone() },
+            ));
+            assert!(encoded.len() <= size + MESSAGE_FIELDS, "{} > {size}", encoded.len());
+        }
+        assert_eq!(s.messages.len(), 4);
+    }
+
+    #[test]
     fn the_encoding_sets_how_many_fit() {
         let starting: Vec<_> = (0..20).map(|i| info(i, 6000)).collect();
-        let json = split(starting, Some(25), FRAME);
+        let json = split(starting, Some(bytes(25)), FRAME);
         assert_eq!(json.messages[0].len(), 3);
         assert_eq!(json.messages.iter().map(Vec::len).sum::<usize>(), 20);
         let in_process = split((0..20).map(|i| info(i, 6000)).collect(), None, FRAME);
@@ -132,7 +171,7 @@ mod tests {
     fn a_reference_larger_than_a_message_is_left_out_and_named() {
         // 70,000 frames (23 minutes) is over 16 MiB at 8 bytes a value.
         let starting = vec![info(0, 100), info(1, 70_000), info(2, 100)];
-        let s = split(starting, Some(8), FRAME);
+        let s = split(starting, Some(bytes(8)), FRAME);
         assert_eq!(ids(&s.messages), vec![vec![0, 1, 2]]);
         assert!(s.messages[0][1].reference.is_none());
         assert!(s.messages[0][0].reference.is_some() && s.messages[0][2].reference.is_some());

@@ -182,7 +182,8 @@ impl<'a> Lane<'a> {
             shape,
             actions: vec![0.0; ctx.batch * env.action_width()],
             env,
-            observations: episode::ObservationPlan::for_slots(spec, ctx.batch),
+            observations: episode::ObservationPlan::for_slots(spec, ctx.batch)
+                .sending_goal_rows_once(ctx.goal_rows_once),
             slots: (0..ctx.batch).map(|_| None).collect(),
             inbox,
             commit,
@@ -296,7 +297,14 @@ impl<'a> Lane<'a> {
     /// references need; an episode whose reference alone exceeds a message starts without it and
     /// fails at once.
     fn announce(&mut self, starting: Vec<protocol::EpisodeInfo>) -> Result<(), LaneEnd> {
-        let starts = episode_start::split(starting, self.ctx.reference_value_bytes, crate::app::MAX_FRAME_BYTES);
+        let bytes = self
+            .ctx
+            .reference_value_bytes
+            .map(|reference| episode_start::ValueBytes {
+                reference,
+                row: self.ctx.row_value_bytes.unwrap_or(reference),
+            });
+        let starts = episode_start::split(starting, bytes, crate::app::MAX_FRAME_BYTES);
         for (id, why) in starts.too_large {
             let slot = self.slots.iter_mut().flatten().find(|r| r.episode.index as u32 == id);
             if let Some(running) = slot.filter(|r| r.forced.is_none()) {
@@ -354,9 +362,11 @@ impl<'a> Lane<'a> {
             claimed.iter().map(|(e, a)| (e, *a)),
         ));
         self.timings.episode_infos_s += started.elapsed().as_secs_f64();
-        for ((episode, attempt), slot) in claimed.into_iter().zip(free) {
+        for (((episode, attempt), slot), info) in claimed.into_iter().zip(free).zip(&mut starting) {
             let forced = match episode::assignment(spec, &episode) {
                 Ok(a) => {
+                    // Sent once: the rows before the first request's newest go with the start.
+                    info.reference_goal = self.observations.first_goal_rows(&self.env, &a);
                     resets.push((slot, a));
                     None
                 }

@@ -123,6 +123,11 @@ pub struct RunContext {
     /// many episodes one EpisodeStart holds ([`episode_start`]); None: messages handed over in
     /// process, no size limit.
     pub reference_value_bytes: Option<usize>,
+    /// Bytes one observation value (a float) takes in the client's encoding; None in process.
+    pub row_value_bytes: Option<usize>,
+    /// The session sends each `reference_goal` row once (docs/protocol.md §5): an episode's
+    /// first rows go with its EpisodeStart, each GetAction row holds the newest alone.
+    pub goal_rows_once: bool,
     /// For database calls from the (blocking) lane and committer threads.
     pub runtime: tokio::runtime::Handle,
 }

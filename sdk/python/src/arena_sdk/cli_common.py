@@ -82,6 +82,12 @@ def add_session_options(p: argparse.ArgumentParser) -> None:
         default=10,
         help="failed connections in a row before giving up (default: 10)",
     )
+    p.add_argument(
+        "--whole-goal-rows",
+        action="store_true",
+        help="ask for whole reference_goal groups in every request instead of each row once "
+        "(docs/protocol.md §5; the agent sees the same values)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="log the client's progress")
 
 
@@ -157,6 +163,7 @@ def run_agent(
             max_batch=args.max_batch,
             encoding=args.encoding,
             max_reconnects=args.max_reconnects,
+            reference_goal_once=not args.whole_goal_rows,
             on_event=progress,
             joint_stiffness=joint_stiffness,
             joint_damping=joint_damping,

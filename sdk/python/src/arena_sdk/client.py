@@ -30,6 +30,7 @@ from .agent import (
 from .agent import agent_name as _agent_name
 from .errors import FATAL_CODES, AgentError, ProtocolError, RefusedError, UnreachableError
 from .g1 import ANCHOR_BODY, NUM_JOINTS
+from .goal_rows import GoalRowsOnce
 from .transports import ConnectionLost, Endpoint, ServerAnswered, Transport, open_transport, resolve_endpoint
 
 log = logging.getLogger("arena_sdk")
@@ -160,6 +161,7 @@ def run(
     joint_stiffness: Sequence[float] | None = None,
     joint_damping: Sequence[float] | None = None,
     gain_preset: str | None = None,
+    reference_goal_once: bool = True,
 ) -> RunSummary:
     """Runs a submission (or, with `practice`, a practice session) with `agent` until it is over.
 
@@ -177,6 +179,10 @@ def run(
         joint order), for benchmarks in the joint-position action mode; None = the benchmark's
         defaults. gain_preset: one of the benchmark's named presets instead. Gains the benchmark
         does not allow raise RefusedError("invalid_gains").
+    reference_goal_once: ask for each `reference_goal` row once (docs/protocol.md §5): the server
+        sends an episode's first rows with its start and one row per request instead of H, and
+        the client rebuilds the group, so the agent sees the same values with about a fifth of
+        BFM-Zero's rows on the wire. False asks for whole rows.
 
     Returns when the submission is complete or every practice episode has ended. Raises
     RefusedError (bad token, unknown benchmark, quota, ...), UnreachableError, ProtocolError, or
@@ -209,6 +215,7 @@ def run(
         on_event=on_event or (lambda event: None),
         connect_timeout_s=connect_timeout_s,
         gains=gains,
+        reference_goal_once=reference_goal_once,
     )
     failures = 0
     backoff = initial_backoff_s
@@ -327,6 +334,7 @@ class _Runner:
         on_event: Callable[[Event], None],
         connect_timeout_s: float,
         gains: _Gains,
+        reference_goal_once: bool,
     ) -> None:
         self.agent = agent
         self.endpoint = endpoint
@@ -339,6 +347,7 @@ class _Runner:
         self.on_event = on_event
         self.connect_timeout_s = connect_timeout_s
         self.gains = gains
+        self.reference_goal_once = reference_goal_once
         # Practice: the episodes asked for, and the indices of those that ended (the others
         # are requested again after a reconnect).
         self.practice = practice
@@ -364,6 +373,7 @@ class _Runner:
             max_batch=self.max_batch,
             phase=self.phase,
             gains=self.gains,
+            reference_goal_once=self.reference_goal_once,
         )
         try:
             connection = open_transport(self.endpoint, self.encoding, self.connect_timeout_s)
@@ -391,6 +401,8 @@ class _Session:
         self.runner = runner
         self.connection = connection
         self.layout: ObservationLayout | None = None
+        # Sessions that send each `reference_goal` row once: the rows each running episode has.
+        self.goal_rows: GoalRowsOnce | None = None
         self.action_size = 0
         self.joint_position = False
         self.heartbeat_every = 30.0
@@ -467,6 +479,7 @@ class _Session:
     def on_connected(self, c: pb.Connected) -> object:
         spec = _spec(c.spec)
         self.layout = spec.layout
+        self.goal_rows = GoalRowsOnce(spec.layout) if c.spec.reference_goal_once else None
         self.action_size = spec.action_size
         self.joint_position = spec.action_mode == "joint_position"
         # Bounded as the Rust SDK does: a day is more than any server asks, and inf would
@@ -500,6 +513,9 @@ class _Session:
 
     def on_episode_start(self, s: pb.EpisodeStart) -> object:
         infos = [_episode_info(e) for e in s.episodes]
+        if self.goal_rows is not None:
+            for e in s.episodes:
+                self.goal_rows.start(e.episode_id, e.reference_goal)
         for info in infos:
             self.runner.motions[info.episode_id] = info.motion
         reset = getattr(self.runner.agent, "reset", None)
@@ -514,19 +530,28 @@ class _Session:
         if self.layout is None:
             raise ProtocolError("GetAction before Connected")
         observations = request.observations
+        goal = self.goal_rows
         n, d = len(observations), self.layout.size
+        # The row as sent: the layout's, less the goal rows sent before.
+        sent = d if goal is None else goal.sent_row_size
         ids = np.empty(n, np.uint32)
         steps = np.empty(n, np.uint32)
         values = np.empty((n, d), np.float32)
         for i, o in enumerate(observations):
-            if len(o.values) != d:
+            if len(o.values) != sent:
                 raise ProtocolError(
                     f"GetAction {request.step}: episode {o.episode_id} has {len(o.values)} observation values, "
-                    f"the spec says {d}"
+                    f"the spec says {sent}"
                 )
             ids[i] = o.episode_id
             steps[i] = o.episode_step
-            values[i] = o.values
+            if goal is None:
+                values[i] = o.values
+            else:
+                try:
+                    goal.expand(o.episode_id, o.episode_step, np.asarray(o.values, np.float32), values[i])
+                except ProtocolError as e:
+                    raise ProtocolError(f"GetAction {request.step}: {e}") from None
         envelope = pb.Envelope()
         answer = envelope.action
         answer.step = request.step
@@ -556,6 +581,8 @@ class _Session:
         return _CONTINUE
 
     def on_episode_end(self, e: pb.EpisodeEnd) -> object:
+        if self.goal_rows is not None:
+            self.goal_rows.end(e.episode_id)
         runner = self.runner
         end = EpisodeEnd(
             episode_id=e.episode_id,
@@ -631,6 +658,7 @@ def _connect_envelope(
     max_batch: int,
     phase: str,
     gains: _Gains,
+    reference_goal_once: bool,
 ) -> pb.Envelope:
     envelope = pb.Envelope()
     c = envelope.connect
@@ -645,6 +673,7 @@ def _connect_envelope(
     c.joint_stiffness.extend(gains.stiffness)
     c.joint_damping.extend(gains.damping)
     c.gain_preset = gains.preset
+    c.reference_goal_once = reference_goal_once
     return envelope
 
 
@@ -684,6 +713,8 @@ def fetch_spec(
         max_batch=0,
         phase=phase or "",
         gains=check_gains(joint_stiffness, joint_damping, gain_preset),
+        # No episode runs: the announced layout is the same either way.
+        reference_goal_once=False,
     )
     try:
         connection = open_transport(endpoint, "binary", timeout_s)

@@ -31,7 +31,7 @@ class Envelope(_message.Message):
     def __init__(self, connect: _Optional[_Union[Connect, _Mapping]] = ..., connected: _Optional[_Union[Connected, _Mapping]] = ..., reset_episode: _Optional[_Union[ResetEpisode, _Mapping]] = ..., episode_start: _Optional[_Union[EpisodeStart, _Mapping]] = ..., get_action: _Optional[_Union[GetAction, _Mapping]] = ..., action: _Optional[_Union[Action, _Mapping]] = ..., episode_end: _Optional[_Union[EpisodeEnd, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., disconnect: _Optional[_Union[Disconnect, _Mapping]] = ...) -> None: ...
 
 class Connect(_message.Message):
-    __slots__ = ("protocol_version", "agent_name", "token", "mode", "benchmark", "submission_id", "max_batch", "phase", "joint_stiffness", "joint_damping", "gain_preset")
+    __slots__ = ("protocol_version", "agent_name", "token", "mode", "benchmark", "submission_id", "max_batch", "phase", "joint_stiffness", "joint_damping", "gain_preset", "reference_goal_once")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
@@ -43,6 +43,7 @@ class Connect(_message.Message):
     JOINT_STIFFNESS_FIELD_NUMBER: _ClassVar[int]
     JOINT_DAMPING_FIELD_NUMBER: _ClassVar[int]
     GAIN_PRESET_FIELD_NUMBER: _ClassVar[int]
+    REFERENCE_GOAL_ONCE_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     agent_name: str
     token: str
@@ -54,7 +55,8 @@ class Connect(_message.Message):
     joint_stiffness: _containers.RepeatedScalarFieldContainer[float]
     joint_damping: _containers.RepeatedScalarFieldContainer[float]
     gain_preset: str
-    def __init__(self, protocol_version: _Optional[int] = ..., agent_name: _Optional[str] = ..., token: _Optional[str] = ..., mode: _Optional[str] = ..., benchmark: _Optional[str] = ..., submission_id: _Optional[str] = ..., max_batch: _Optional[int] = ..., phase: _Optional[str] = ..., joint_stiffness: _Optional[_Iterable[float]] = ..., joint_damping: _Optional[_Iterable[float]] = ..., gain_preset: _Optional[str] = ...) -> None: ...
+    reference_goal_once: bool
+    def __init__(self, protocol_version: _Optional[int] = ..., agent_name: _Optional[str] = ..., token: _Optional[str] = ..., mode: _Optional[str] = ..., benchmark: _Optional[str] = ..., submission_id: _Optional[str] = ..., max_batch: _Optional[int] = ..., phase: _Optional[str] = ..., joint_stiffness: _Optional[_Iterable[float]] = ..., joint_damping: _Optional[_Iterable[float]] = ..., gain_preset: _Optional[str] = ..., reference_goal_once: _Optional[bool] = ...) -> None: ...
 
 class Connected(_message.Message):
     __slots__ = ("session_id", "protocol_version", "heartbeat_interval_s", "heartbeat_timeout_s", "submission_id", "benchmark", "episodes_total", "episodes_remaining", "spec")
@@ -79,7 +81,7 @@ class Connected(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., protocol_version: _Optional[int] = ..., heartbeat_interval_s: _Optional[float] = ..., heartbeat_timeout_s: _Optional[float] = ..., submission_id: _Optional[str] = ..., benchmark: _Optional[str] = ..., episodes_total: _Optional[int] = ..., episodes_remaining: _Optional[int] = ..., spec: _Optional[_Union[EpisodeSpec, _Mapping]] = ...) -> None: ...
 
 class EpisodeSpec(_message.Message):
-    __slots__ = ("observations", "action_size", "control_hz", "max_batch", "max_in_flight", "step_timeout_s", "default_joint_pos", "action_scale", "action_mode", "joint_stiffness", "joint_damping", "effort_limit", "anchor_body")
+    __slots__ = ("observations", "action_size", "control_hz", "max_batch", "max_in_flight", "step_timeout_s", "default_joint_pos", "action_scale", "action_mode", "joint_stiffness", "joint_damping", "effort_limit", "anchor_body", "reference_goal_once")
     OBSERVATIONS_FIELD_NUMBER: _ClassVar[int]
     ACTION_SIZE_FIELD_NUMBER: _ClassVar[int]
     CONTROL_HZ_FIELD_NUMBER: _ClassVar[int]
@@ -93,6 +95,7 @@ class EpisodeSpec(_message.Message):
     JOINT_DAMPING_FIELD_NUMBER: _ClassVar[int]
     EFFORT_LIMIT_FIELD_NUMBER: _ClassVar[int]
     ANCHOR_BODY_FIELD_NUMBER: _ClassVar[int]
+    REFERENCE_GOAL_ONCE_FIELD_NUMBER: _ClassVar[int]
     observations: _containers.RepeatedCompositeFieldContainer[ObservationGroup]
     action_size: int
     control_hz: float
@@ -106,7 +109,8 @@ class EpisodeSpec(_message.Message):
     joint_damping: _containers.RepeatedScalarFieldContainer[float]
     effort_limit: _containers.RepeatedScalarFieldContainer[float]
     anchor_body: str
-    def __init__(self, observations: _Optional[_Iterable[_Union[ObservationGroup, _Mapping]]] = ..., action_size: _Optional[int] = ..., control_hz: _Optional[float] = ..., max_batch: _Optional[int] = ..., max_in_flight: _Optional[int] = ..., step_timeout_s: _Optional[float] = ..., default_joint_pos: _Optional[_Iterable[float]] = ..., action_scale: _Optional[_Iterable[float]] = ..., action_mode: _Optional[str] = ..., joint_stiffness: _Optional[_Iterable[float]] = ..., joint_damping: _Optional[_Iterable[float]] = ..., effort_limit: _Optional[_Iterable[float]] = ..., anchor_body: _Optional[str] = ...) -> None: ...
+    reference_goal_once: bool
+    def __init__(self, observations: _Optional[_Iterable[_Union[ObservationGroup, _Mapping]]] = ..., action_size: _Optional[int] = ..., control_hz: _Optional[float] = ..., max_batch: _Optional[int] = ..., max_in_flight: _Optional[int] = ..., step_timeout_s: _Optional[float] = ..., default_joint_pos: _Optional[_Iterable[float]] = ..., action_scale: _Optional[_Iterable[float]] = ..., action_mode: _Optional[str] = ..., joint_stiffness: _Optional[_Iterable[float]] = ..., joint_damping: _Optional[_Iterable[float]] = ..., effort_limit: _Optional[_Iterable[float]] = ..., anchor_body: _Optional[str] = ..., reference_goal_once: _Optional[bool] = ...) -> None: ...
 
 class ObservationGroup(_message.Message):
     __slots__ = ("name", "size")
@@ -135,7 +139,7 @@ class EpisodeStart(_message.Message):
     def __init__(self, episodes: _Optional[_Iterable[_Union[EpisodeInfo, _Mapping]]] = ...) -> None: ...
 
 class EpisodeInfo(_message.Message):
-    __slots__ = ("episode_id", "motion", "start_s", "duration_s", "steps", "seed", "dr_level", "attempt", "reference")
+    __slots__ = ("episode_id", "motion", "start_s", "duration_s", "steps", "seed", "dr_level", "attempt", "reference", "reference_goal")
     EPISODE_ID_FIELD_NUMBER: _ClassVar[int]
     MOTION_FIELD_NUMBER: _ClassVar[int]
     START_S_FIELD_NUMBER: _ClassVar[int]
@@ -145,6 +149,7 @@ class EpisodeInfo(_message.Message):
     DR_LEVEL_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     REFERENCE_FIELD_NUMBER: _ClassVar[int]
+    REFERENCE_GOAL_FIELD_NUMBER: _ClassVar[int]
     episode_id: int
     motion: str
     start_s: float
@@ -154,7 +159,8 @@ class EpisodeInfo(_message.Message):
     dr_level: int
     attempt: int
     reference: Reference
-    def __init__(self, episode_id: _Optional[int] = ..., motion: _Optional[str] = ..., start_s: _Optional[float] = ..., duration_s: _Optional[float] = ..., steps: _Optional[int] = ..., seed: _Optional[int] = ..., dr_level: _Optional[int] = ..., attempt: _Optional[int] = ..., reference: _Optional[_Union[Reference, _Mapping]] = ...) -> None: ...
+    reference_goal: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, episode_id: _Optional[int] = ..., motion: _Optional[str] = ..., start_s: _Optional[float] = ..., duration_s: _Optional[float] = ..., steps: _Optional[int] = ..., seed: _Optional[int] = ..., dr_level: _Optional[int] = ..., attempt: _Optional[int] = ..., reference: _Optional[_Union[Reference, _Mapping]] = ..., reference_goal: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class Reference(_message.Message):
     __slots__ = ("fps", "frames", "qpos")

@@ -108,6 +108,8 @@ bench: deps deps-torch
 	for n in 1024 4096; do for b in g1-smoke bench/g1-command.toml; do ARENA_GPU_PYTHON=$(CURDIR)/$(PYTHON) \
 		target/release/arena sim bench --envs $$n --steps 100 --backend gpu --gpu-impl stub --gpu-device cpu \
 		--no-record --benchmark $$b; done; done
+	ARENA_GPU_PYTHON=$(CURDIR)/$(PYTHON) target/release/arena sim bench --envs 4096 --steps 100 --backend gpu \
+		--gpu-impl stub --gpu-device cpu --no-record --benchmark g1-smoke --whole-goal-rows
 	ARENA_GPU_PYTHON=$(CURDIR)/$(PYTHON) $(PYTHON) bench/gpu_eval_scale.py --arena target/release/arena \
 		--agent target/release/examples/replay --episodes 1024 --window-s 2 --backend gpu --gpu-impl stub \
 		--gpu-device cpu --repeats 1 --observations bfm-zero

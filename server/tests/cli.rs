@@ -476,9 +476,20 @@ fn sim_bench_runs_under_a_benchmarks_rules() {
         smoke["observation_groups"],
         serde_json::json!(["state", "last_action", "history_actor"])
     );
-    // state 64, last_action 29, history_actor 372, reference 1 × 36, reference_goal 8 × 527.
-    assert_eq!(smoke["agent_row_values"], 64 + 29 + 372 + 36 + 8 * 527, "{smoke}");
+    // state 64, last_action 29, history_actor 372, reference 1 × 36, and reference_goal's
+    // newest row (527): each row sent once, as the SDKs ask by default.
+    assert_eq!(smoke["agent_row_values"], 64 + 29 + 372 + 36 + 527, "{smoke}");
+    assert_eq!(smoke["goal_rows_once"], true, "{smoke}");
     assert!(smoke["ms_per_step"]["agent_rows"].as_f64().unwrap() > 0.0, "{smoke}");
+    // Whole rows: reference_goal 8 × 527.
+    let whole = json(&bench(&["--benchmark", "g1-smoke", "--whole-goal-rows"]));
+    assert_eq!(whole["agent_row_values"], 64 + 29 + 372 + 36 + 8 * 527, "{whole}");
+    assert_eq!(whole["goal_rows_once"], false, "{whole}");
+    // Without the group there is nothing to send once.
+    let robot = json(&bench(&["--benchmark", "g1-smoke-robot"]));
+    assert_eq!(robot["goal_rows_once"], false, "{robot}");
+    let e = bench(&["--whole-goal-rows"]);
+    assert_eq!(e.status.code(), Some(2), "{}", String::from_utf8_lossy(&e.stderr));
     // The robot's benchmark: joint-position targets from both stand-in policies.
     for policy in ["replay", "zero"] {
         let robot = json(&bench(&["--benchmark", "g1-smoke-robot", "--policy", policy]));

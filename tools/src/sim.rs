@@ -156,6 +156,11 @@ pub struct BenchArgs {
     /// agent rows, no fall rule, the normalized action mode, DR level 0.
     #[arg(long, value_name = "NAME_OR_FILE")]
     benchmark: Option<String>,
+    /// With --benchmark: fill each row with the whole `reference_goal` group, as a session
+    /// that asks for whole rows gets it, instead of its newest row alone (each row sent once,
+    /// what the SDKs ask for by default; docs/protocol.md §5).
+    #[arg(long, requires = "benchmark")]
+    whole_goal_rows: bool,
     #[command(flatten)]
     dir: crate::bench::BenchDirArg,
 }
@@ -379,7 +384,9 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
         record: !a.no_record,
         ..base
     };
-    let mut agent_rows = rules.as_ref().map(|spec| AgentRows::new(spec, a.envs));
+    let mut agent_rows = rules
+        .as_ref()
+        .map(|spec| AgentRows::new(spec, a.envs, !a.whole_goal_rows));
     let assignment = |e: usize| EpisodeAssignment {
         motion: e % library.len(),
         start_time: 0.0,
@@ -435,7 +442,9 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
             "policy": format!("{:?}", a.policy).to_lowercase(),
             "benchmark": rules.as_ref().map(|s| s.name.clone()),
             "observation_groups": rules.as_ref().map(|s| s.observations.groups.clone()),
+            // As sent: with each `reference_goal` row once unless --whole-goal-rows.
             "agent_row_values": agent_rows.as_ref().map(|r| r.plan.size()),
+            "goal_rows_once": agent_rows.as_ref().map(|r| r.plan.goal_rows_once()),
             "envs": a.envs, "steps": a.steps, "threads": threads, "seconds": secs,
             "control_steps_per_s": control, "physics_steps_per_s": control * arena_sim::DECIMATION as f64,
             "ms_per_step": split,
@@ -462,10 +471,14 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
         let rows_column = match (&rules, &agent_rows) {
             (Some(spec), Some(rows)) => {
                 println!(
-                    "  under {}'s rules: groups {}, {} values per agent row, {} action mode",
+                    "  under {}'s rules: groups {}, {} values per agent row{}, {} action mode",
                     spec.name,
                     spec.observations.groups.join(", "),
                     rows.plan.size(),
+                    match rows.plan.goal_rows_once() {
+                        true => " (each reference_goal row sent once)",
+                        false => "",
+                    },
                     env.action_mode().name()
                 );
                 format!(", {:.3} agent rows", ms("agent_rows"))
@@ -524,8 +537,9 @@ struct AgentRows {
 }
 
 impl AgentRows {
-    fn new(spec: &arena_bench::spec::BenchmarkSpec, envs: usize) -> Self {
-        let plan = arena_runner::observations::ObservationPlan::for_slots(spec, envs);
+    /// The rows of `envs` sessions' episodes, each `reference_goal` row sent once when `goal_once`.
+    fn new(spec: &arena_bench::spec::BenchmarkSpec, envs: usize, goal_once: bool) -> Self {
+        let plan = arena_runner::observations::ObservationPlan::for_slots(spec, envs).sending_goal_rows_once(goal_once);
         let rows = vec![0.0; envs * plan.size()];
         Self { plan, rows }
     }

@@ -539,25 +539,31 @@ async fn an_over_size_frame_is_closed_with_1009_and_the_sizes() {
 /// many rows of the benchmark's observation as one message holds in the client's encoding.
 /// g1-smoke's rows are 4,717 values (its `reference_goal` group): 4 bytes each in binary
 /// frames, up to 16 as JSON text. At the requested 4096 episodes a GetAction would be 77 MB,
-/// and the client would drop the connection at every request.
+/// and the client would drop the connection at every request. A session sent each
+/// `reference_goal` row once has rows of 1,028 values, and is limited by those.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_batch_is_limited_to_what_one_message_holds() {
     let dir = tmp("faults-batch-fits");
     let server = ServerProc::start(&dir, &["--max-batch", "4096"]);
     let token = server.team("wide");
-    let ask = |max_batch: u32| {
+    let ask = |max_batch: u32, once: bool| {
         let Msg::Connect(mut c) = connect_msg(&token, "practice", "") else {
             unreachable!()
         };
         c.max_batch = max_batch;
+        c.reference_goal_once = once;
         Msg::Connect(c)
     };
-    let row = 64 + 29 + 372 + 36 + 8 * 527;
-    for (encoding, bytes) in [(Encoding::Binary, 4), (Encoding::Json, 16)] {
-        let (_ws, connected) = open(&server.ws_url(), &ask(4096), encoding).await;
+    let whole = 64 + 29 + 372 + 36 + 8 * 527;
+    let cases = [(Encoding::Binary, 4), (Encoding::Json, 16)];
+    for ((encoding, bytes), once) in cases.into_iter().flat_map(|c| [(c, false), (c, true)]) {
+        let (_ws, connected) = open(&server.ws_url(), &ask(4096, once), encoding).await;
         let spec = connected.spec.unwrap();
         let values: u32 = spec.observations.iter().map(|g| g.size).sum();
-        assert_eq!(values as usize, row);
+        assert_eq!(values as usize, whole, "the layout announced is whole either way");
+        assert_eq!(spec.reference_goal_once, once, "{encoding:?}");
+        // The rows as sent: each reference_goal row once leaves 7 × 527 values out.
+        let row = if once { whole - 7 * 527 } else { whole };
         let fit = spec.max_batch as usize;
         assert!(fit < 4096, "{encoding:?}: {fit}");
         assert!(
@@ -569,7 +575,7 @@ async fn the_batch_is_limited_to_what_one_message_holds() {
             "{encoding:?}: {fit} is not the most"
         );
         // A smaller request stays as asked.
-        let (_ws, connected) = open(&server.ws_url(), &ask(8), encoding).await;
+        let (_ws, connected) = open(&server.ws_url(), &ask(8, once), encoding).await;
         assert_eq!(connected.spec.unwrap().max_batch, 8);
     }
     std::fs::remove_dir_all(&dir).ok();

@@ -39,10 +39,12 @@ pub fn load_benchmark(
     let clips = benchmark_clips(spec, motions_root, robot)?;
     let library = MotionLibrary::from_clips(&clips, robot)?;
     if spec.observations.reveal_reference {
-        // Binary frames and gRPC, the most compact encodings.
+        // Binary frames and gRPC, the most compact encodings, beside the first reference_goal
+        // rows a session that asks for each row once is sent with every episode's start.
         let largest = crate::revealed::longest_too_large(
             library.motions.iter().map(|m| (m.name.as_str(), m.length_s)),
             crate::revealed::BINARY_BYTES_PER_VALUE,
+            crate::observations::first_goal_values(spec) * crate::revealed::BINARY_BYTES_PER_FLOAT,
         );
         if let Some(big) = largest {
             anyhow::bail!(

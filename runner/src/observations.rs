@@ -278,6 +278,12 @@ impl ObservationPlan {
     }
 }
 
+/// Values of an episode's first `reference_goal` rows (1 … H − 1) under `spec`, what its
+/// EpisodeInfo carries in a session that sends each row once; 0 without the group.
+pub fn first_goal_values(spec: &BenchmarkSpec) -> usize {
+    (spec.observations.reference_goal_horizon as usize).saturating_sub(1) * REFERENCE_GOAL_ROW
+}
+
 /// Row j of an episode's `reference_goal` group: the reference observation (state |
 /// privileged_state) at the env's own time formula for its step j, start + j·dt.
 fn goal_row(env: &TrackingEnv, a: &EpisodeAssignment, j: usize, state: &mut MotionState, row: &mut [f32]) {

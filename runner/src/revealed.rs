@@ -16,6 +16,9 @@ pub const PER_EPISODE: usize = 256;
 pub const BINARY_BYTES_PER_VALUE: usize = 8;
 /// Bytes a reference value takes at most in JSON text: `-1.2345678901234567e-100` and a comma.
 pub const JSON_BYTES_PER_VALUE: usize = 25;
+/// Bytes an observation value (a float) takes in binary frames and gRPC: an episode's first
+/// `reference_goal` rows in an EpisodeInfo when each row is sent once.
+pub const BINARY_BYTES_PER_FLOAT: usize = 4;
 
 /// What one message holds for its EpisodeInfos.
 pub fn budget() -> usize {
@@ -60,12 +63,14 @@ impl std::fmt::Display for TooLarge {
 }
 
 /// Of `motions` (name, length in seconds), the one whose revealed reference takes the most
-/// bytes at `bytes_per_value` a value, when it does not fit one message.
+/// bytes at `bytes_per_value` a value, when it does not fit one message beside `other_bytes`
+/// of the same EpisodeInfo (its first `reference_goal` rows when each row is sent once).
 pub fn longest_too_large<'a>(
     motions: impl IntoIterator<Item = (&'a str, f64)>,
     bytes_per_value: usize,
+    other_bytes: usize,
 ) -> Option<TooLarge> {
-    let bound = |frames: usize, name: &str| info_bound(frames * NQ, name.len(), bytes_per_value);
+    let bound = |frames: usize, name: &str| info_bound(frames * NQ, name.len(), bytes_per_value) + other_bytes;
     let (name, frames) = motions
         .into_iter()
         .map(|(name, length_s)| (name, reference_frames(length_s)))
@@ -75,7 +80,7 @@ pub fn longest_too_large<'a>(
         motion: name.to_string(),
         frames,
         bytes,
-        most_frames: budget().saturating_sub(PER_EPISODE + name.len()) / (NQ * bytes_per_value),
+        most_frames: budget().saturating_sub(PER_EPISODE + name.len() + other_bytes) / (NQ * bytes_per_value),
     })
 }
 
@@ -90,15 +95,24 @@ mod tests {
         assert_eq!(most(BINARY_BYTES_PER_VALUE), 58_025);
         assert_eq!(most(JSON_BYTES_PER_VALUE), 18_568);
         let at = |frames: usize| (frames - 1) as f64 * CONTROL_DT + 1e-6;
-        assert!(longest_too_large([("long", at(58_025))], BINARY_BYTES_PER_VALUE).is_none());
-        let over = longest_too_large([("ok", 10.0), ("long", at(58_026))], BINARY_BYTES_PER_VALUE).unwrap();
+        assert!(longest_too_large([("long", at(58_025))], BINARY_BYTES_PER_VALUE, 0).is_none());
+        let over = longest_too_large([("ok", 10.0), ("long", at(58_026))], BINARY_BYTES_PER_VALUE, 0).unwrap();
         assert_eq!(
             (over.motion.as_str(), over.frames, over.most_frames),
             ("long", 58_026, 58_025)
         );
         assert!(over.to_string().contains("58026 frames"), "{over}");
-        assert!(longest_too_large([("long", at(18_568))], JSON_BYTES_PER_VALUE).is_none());
-        assert!(longest_too_large([("long", at(18_569))], JSON_BYTES_PER_VALUE).is_some());
-        assert!(longest_too_large([], JSON_BYTES_PER_VALUE).is_none());
+        assert!(longest_too_large([("long", at(18_568))], JSON_BYTES_PER_VALUE, 0).is_none());
+        assert!(longest_too_large([("long", at(18_569))], JSON_BYTES_PER_VALUE, 0).is_some());
+        assert!(longest_too_large([], JSON_BYTES_PER_VALUE, 0).is_none());
+        // An EpisodeInfo's first reference_goal rows (g1-smoke's 7 × 527 floats) take room.
+        let rows = 7 * 527 * BINARY_BYTES_PER_FLOAT;
+        let over = longest_too_large([("long", at(58_025))], BINARY_BYTES_PER_VALUE, rows).unwrap();
+        // 57,974 frames: 51 fewer than without them.
+        assert_eq!(
+            over.most_frames,
+            (budget() - PER_EPISODE - 4 - rows) / (NQ * BINARY_BYTES_PER_VALUE)
+        );
+        assert_eq!(over.most_frames, 57_974);
     }
 }

@@ -231,6 +231,7 @@ async fn admit(
     hosted: Option<&Team>,
     c: &Connect,
     reference_value_bytes: Option<usize>,
+    row_value_bytes: Option<usize>,
 ) -> Result<Admitted, Box<Msg>> {
     if c.protocol_version != PROTOCOL_VERSION {
         return Err(refuse(
@@ -417,6 +418,11 @@ async fn admit(
         && let Some(big) = revealed::longest_too_large(
             benchmark.library.motions.iter().map(|m| (m.name.as_str(), m.length_s)),
             bytes,
+            // The first reference_goal rows each EpisodeInfo carries when they are sent once.
+            match c.reference_goal_once {
+                true => arena_runner::observations::first_goal_values(&benchmark.spec) * row_value_bytes.unwrap_or(0),
+                false => 0,
+            },
         )
     {
         // Before a submission is made: the agent can connect again in binary frames.
@@ -551,7 +557,14 @@ async fn run_session<S>(
 where
     S: Stream<Item = Incoming> + Unpin,
 {
-    let admitted = admit(state, hosted, &connect, replies.bytes_per_reference_value()).await?;
+    let admitted = admit(
+        state,
+        hosted,
+        &connect,
+        replies.bytes_per_reference_value(),
+        replies.bytes_per_value(),
+    )
+    .await?;
     let _attachment = match &admitted.submission {
         Some(s) => {
             if !state.attached.lock().expect("attached lock").insert(s.id.clone()) {

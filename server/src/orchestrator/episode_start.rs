@@ -54,12 +54,17 @@ pub fn split(starting: Vec<EpisodeInfo>, bytes_per_value: Option<ValueBytes>, fr
         if size > budget {
             let reference = info.reference.take().unwrap_or_default();
             let why = format!(
-                "its revealed reference ({} frames, {:.1} MiB in this connection's encoding) exceeds one message \
+                "its revealed reference ({} frames, {:.1} MiB in this connection's encoding{}) exceeds one message \
                  ({} MiB, docs/protocol.md §1); binary frames or gRPC carry {} frames at most, JSON text fewer",
                 reference.frames,
                 (size as f64) / f64::from(1u32 << 20),
+                match info.reference_goal.is_empty() {
+                    true => "",
+                    false => ", with the episode's first reference_goal rows",
+                },
                 frame_bytes >> 20,
-                budget.saturating_sub(PER_EPISODE) / (BINARY_BYTES_PER_VALUE * NQ),
+                budget.saturating_sub(PER_EPISODE + info.reference_goal.len() * revealed::BINARY_BYTES_PER_FLOAT)
+                    / (BINARY_BYTES_PER_VALUE * NQ),
             );
             out.too_large.push((info.episode_id, why));
             size = encoded_bound(&info, bytes);

@@ -11,7 +11,7 @@ use arena_data::NUM_JOINTS;
 use arena_runner::episode::{self, ReferenceScratch};
 use arena_runner::local::episode_infos;
 use arena_sdk::protocol::{self, Action, EpisodeObservation, EpisodeStart, GetAction, Msg, codes};
-use arena_sim::env::{TrackingEnv, Trajectory};
+use arena_sim::env::{EpisodeAssignment, TrackingEnv, Trajectory};
 use rayon::prelude::*;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
@@ -362,11 +362,15 @@ impl<'a> Lane<'a> {
             claimed.iter().map(|(e, a)| (e, *a)),
         ));
         self.timings.episode_infos_s += started.elapsed().as_secs_f64();
-        for (((episode, attempt), slot), info) in claimed.into_iter().zip(free).zip(&mut starting) {
+        // Sessions sent each reference_goal row once: the rows before the first request's newest
+        // go with the start (which episode of `starting`, and its assignment).
+        let mut first_goal_rows = Vec::new();
+        for (i, ((episode, attempt), slot)) in claimed.into_iter().zip(free).enumerate() {
             let forced = match episode::assignment(spec, &episode) {
                 Ok(a) => {
-                    // Sent once: the rows before the first request's newest go with the start.
-                    info.reference_goal = self.observations.first_goal_rows(&self.env, &a);
+                    if self.observations.goal_rows_once() {
+                        first_goal_rows.push((i, a));
+                    }
                     resets.push((slot, a));
                     None
                 }
@@ -379,12 +383,29 @@ impl<'a> Lane<'a> {
                 draft: Draft::default(),
             });
         }
+        self.fill_first_goal_rows(&mut starting, &first_goal_rows);
         for (slot, e) in self.env.reset_isolating_failures(&resets) {
             if let Some(running) = self.slots[slot].as_mut() {
                 running.forced = Some(reset_failure(&e.into()));
             }
         }
         Ok(starting)
+    }
+
+    /// Sets each starting episode's first `reference_goal` rows (`(index in starting, assignment)`),
+    /// on the env's threads when there are many: 7 rows per episode at g1-smoke's horizon.
+    fn fill_first_goal_rows(&self, starting: &mut [protocol::EpisodeInfo], wanted: &[(usize, EpisodeAssignment)]) {
+        /// Below this many episodes one thread computes them.
+        const PARALLEL_FROM: usize = 16;
+        let (plan, env) = (&self.observations, &self.env);
+        let rows = |(_, a): &(usize, EpisodeAssignment)| plan.first_goal_rows(env, a);
+        let computed: Vec<Vec<f32>> = match env.handler().pool() {
+            Some(pool) if wanted.len() >= PARALLEL_FROM => pool.install(|| wanted.par_iter().map(rows).collect()),
+            _ => wanted.iter().map(rows).collect(),
+        };
+        for ((i, _), rows) in wanted.iter().zip(computed) {
+            starting[*i].reference_goal = rows;
+        }
     }
 
     /// Up to `max` episodes to run, with their attempt numbers, in one claim. When `block`,

@@ -3,7 +3,8 @@
 # throughput against its raw library and with the physics stubbed out, how the host side
 # scales with the machine's cores, the 4096-episode
 # evaluation with its breakdown beside the in-process one, served as deployed (a spare worker
-# ready, then a prewarmed lane) and cold, then the same with the stub) and the BFM-Zero update throughput
+# ready, then a prewarmed lane) and cold, with BFM-Zero's observations, then the same with the
+# stub) and the BFM-Zero update throughput
 # against the PyTorch oracle on CUDA (issue 42 §3), one after the other within BUDGET_S seconds.
 # docs/gpu-backend.md, "Measuring on a GPU machine", has the three device calls that bring what
 # scripts/gpu-carry-bfm.sh, then scripts/gpu-carry.sh prepared:
@@ -83,6 +84,11 @@ timed "$results" 30 eval-4096-prewarm "$python" bench/gpu_eval_scale.py --arena 
 timed "$results" 20 eval-4096-no-spare "$python" bench/gpu_eval_scale.py --arena "$bin/arena" \
     --agent "$bin/replay" --episodes "${EPISODES:-4096}" --window-s "${WINDOW_S:-2}" --backend gpu \
     --gpu-device "$device" --gpu-impl warp --repeats 1 --spare-simulators 0 --no-in-process
+# BFM-Zero's observation groups (g1-smoke's: the history and 8 reference_goal rows), each goal
+# row sent once as the SDKs ask by default, against the in-process run of the same benchmark.
+timed "$results" 20 eval-4096-bfm "$python" bench/gpu_eval_scale.py --arena "$bin/arena" --agent "$bin/replay" \
+    --episodes "${EPISODES:-4096}" --window-s "${WINDOW_S:-2}" --backend gpu --gpu-device "$device" --gpu-impl warp \
+    --repeats 1 --observations bfm-zero
 # The same evaluation with the physics stubbed out (no GPU work at all): what serving costs
 # around the physics on this machine's cores, beside the real one above.
 timed "$results" 30 eval-4096-stub "$python" bench/gpu_eval_scale.py --arena "$bin/arena" --agent "$bin/replay" \

@@ -1,7 +1,7 @@
 //! How a session's lanes end when the server, not the agent, is the cause:
 //! - a lane stopped by a server-side error gives its claims back: the episodes it was running
-//!   and the claim it could not start go back to PENDING at once, their attempts not counted,
-//!   instead of staying RUNNING under a lease this server renews until it restarts;
+//!   and the claim it could not start go back to PENDING at once, a server fault each (not
+//!   charged to the agent), instead of staying RUNNING under a lease this server renews until it restarts;
 //! - lanes that ran out of episodes to claim while some are not final (held by another
 //!   replica's lease, or queued again after a failed store) tell the agent so, and it resumes.
 
@@ -138,14 +138,19 @@ async fn a_lane_error_returns_its_claims() {
         running.is_empty(),
         "episodes left RUNNING after the lane's error: {running:?}"
     );
-    // Episode 3 and the episode running beside it went back, their attempts not counted.
+    // Episode 3 and the episode running beside it went back, a server fault each, not charged
+    // to the agent.
     let returned: Vec<_> = rows
         .iter()
         .filter(|r| r.reason.as_deref().is_some_and(|why| why.starts_with("the server: ")))
         .collect();
     assert!(returned.len() >= 2, "{rows:?}");
     for r in &returned {
-        assert_eq!((r.status, r.attempts), (EpisodeState::Pending, 0), "{r:?}");
+        assert_eq!(
+            (r.status, r.attempts, r.server_faults),
+            (EpisodeState::Pending, 1, 1),
+            "{r:?}"
+        );
     }
     assert!(returned.iter().any(|r| r.idx == 3), "{rows:?}");
     // The episodes that ended before the error keep their results.
@@ -193,9 +198,10 @@ async fn lanes_out_of_claims_with_episodes_pending_say_so() {
     }
     let rows = storage.episodes(id).await.unwrap();
     let last_row = rows.iter().find(|r| r.idx == last_idx as i64).unwrap();
+    // The server's fault, not the agent's.
     assert_eq!(
-        (last_row.status, last_row.attempts),
-        (EpisodeState::Pending, 1),
+        (last_row.status, last_row.attempts, last_row.server_faults),
+        (EpisodeState::Pending, 1, 1),
         "{rows:?}"
     );
     assert!(

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use arena_server::storage::{
-    Engine, EpisodeOutcome, EpisodeState, HostedPolicy, NewEpisode, NewSubmission, Phase, Quota, Storage, StorageError,
-    SubmissionStatus, Visibility, hash_token, now_ms,
+    Engine, EpisodeOutcome, EpisodeRow, EpisodeState, HostedPolicy, NewEpisode, NewSubmission, Phase, Quota, Storage,
+    StorageError, SubmissionStatus, Visibility, hash_token, now_ms,
 };
 
 mod common;
@@ -96,6 +96,7 @@ on_both_engines!(
     concurrent_claims_give_one_winner,
     leases_between_replicas,
     returned_after_a_server_error,
+    server_faults_are_not_the_agents,
     batched_claims_take_the_lowest_pending_in_order,
     batched_commits_answer_each_run_as_single_ones,
     claimers_on_many_connections_share_a_submission,
@@ -735,10 +736,13 @@ async fn recover_after_restart(url: String, engine: Engine) {
     let storage = replica(open(&url, engine).await);
     let unfinished = storage.recover_after_restart().await.unwrap();
     assert_eq!(unfinished, ["s-running", "s-pending"]);
+    // The runs in flight were the server's loss, not the agent's: their numbers stay taken.
     let rows = storage.episodes("s-running").await.unwrap();
-    assert_eq!((rows[0].status, rows[0].attempts), (EpisodeState::Pending, 0));
-    assert_eq!((rows[1].status, rows[1].attempts), (EpisodeState::Completed, 1));
-    assert_eq!((rows[2].status, rows[2].attempts), (EpisodeState::Pending, 1));
+    let state = |r: &EpisodeRow| (r.status, r.attempts, r.server_faults);
+    assert_eq!(state(&rows[0]), (EpisodeState::Pending, 1, 1));
+    assert_eq!(state(&rows[1]), (EpisodeState::Completed, 1, 0));
+    assert_eq!(state(&rows[2]), (EpisodeState::Pending, 2, 1));
+    assert_eq!(rows[0].reason.as_deref(), Some(arena_server::storage::SERVER_RESTARTED));
     assert_eq!(storage.episode_counts("s-running").await.unwrap(), (2, 0, 1));
     let done = storage.episodes("s-done").await.unwrap();
     assert_eq!((done[0].status, done[0].attempts), (EpisodeState::Running, 1));
@@ -753,38 +757,106 @@ async fn recover_after_restart(url: String, engine: Engine) {
         ["s-running", "s-pending"]
     );
     assert_eq!(storage.episodes("s-running").await.unwrap(), rows);
-    assert_eq!(storage.start_episode("s-running", 0).await.unwrap(), Some(1));
+    assert_eq!(storage.start_episode("s-running", 0).await.unwrap(), Some(2));
 
     // A process of the same replica still alive while a new one took the id (cut off from the
-    // database, then back): the new one takes back its episode and claims it again under the
-    // same attempt number; the old one's late commit of that attempt is refused, the new one's
-    // counts.
+    // database, then back): the new one takes back its episode and claims it again as the next
+    // run; the old one's late commit of its run is refused, the new one's counts.
     let newer = replica(open(&url, engine).await);
     newer.recover_after_restart().await.unwrap();
-    assert_eq!(newer.start_episode("s-running", 0).await.unwrap(), Some(1));
+    assert_eq!(newer.start_episode("s-running", 0).await.unwrap(), Some(3));
     assert_ne!(newer.lease().owner, storage.lease().owner);
     assert_eq!(newer.lease().replica, storage.lease().replica);
     let late = outcome(EpisodeState::Completed, 7);
-    assert!(!storage.commit_episode("s-running", 0, Some(1), &late).await.unwrap());
+    assert!(!storage.commit_episode("s-running", 0, Some(2), &late).await.unwrap());
     assert!(
         newer
-            .commit_episode("s-running", 0, Some(1), &outcome(EpisodeState::Fell, 3))
+            .commit_episode("s-running", 0, Some(3), &outcome(EpisodeState::Fell, 3))
             .await
             .unwrap()
     );
     let row = &newer.episodes("s-running").await.unwrap()[0];
-    assert_eq!((row.status, row.steps), (EpisodeState::Fell, 3));
-    assert!(!storage.commit_episode("s-running", 0, Some(1), &late).await.unwrap());
+    assert_eq!((row.status, row.steps, row.server_faults), (EpisodeState::Fell, 3, 2));
+    assert!(!storage.commit_episode("s-running", 0, Some(2), &late).await.unwrap());
+
+    // An episode in flight at every start (one that crashes its server) fails at the third
+    // (its first was above).
+    for run in 3..=4 {
+        assert_eq!(newer.start_episode("s-running", 2).await.unwrap(), Some(run));
+        newer.recover_after_restart().await.unwrap();
+    }
+    let row = &newer.episodes("s-running").await.unwrap()[2];
+    assert_eq!(state(row), (EpisodeState::Failed, 4, 3), "{row:?}");
+    assert_eq!(
+        row.reason.as_deref(),
+        Some(format!("{} (server fault 3 of 3)", arena_server::storage::SERVER_RESTARTED).as_str())
+    );
+}
+
+/// Runs the server lost are not charged to the agent: `max_attempts` caps the agent's runs
+/// (`attempts - server_faults`), `MAX_SERVER_FAULTS` the server's own losses; claims that never
+/// started go back as if never made; re-runs count the agent's only.
+async fn server_faults_are_not_the_agents(url: String, engine: Engine) {
+    let a = open(&url, engine)
+        .await
+        .with_lease("replica-a", std::time::Duration::from_secs(30));
+    setup(&a, "red", "s-1", 3).await;
+    let state = |r: &EpisodeRow| (r.status, r.attempts, r.server_faults);
+    // Episode 0: lost once by the server, then once by the agent, with one attempt allowed.
+    assert_eq!(a.claim_next_episode("s-1").await.unwrap(), Some((0, 1)));
+    assert_eq!(
+        a.return_episodes("s-1", &[(0, 1)], "the server: x").await.unwrap(),
+        (1, 0)
+    );
+    assert_eq!(a.claim_next_episode("s-1").await.unwrap(), Some((0, 2)));
+    assert_eq!(a.requeue_episodes("s-1", &[(0, 2)], 1, "lost").await.unwrap(), (0, 1));
+    let row = &a.episodes("s-1").await.unwrap()[0];
+    assert_eq!(state(row), (EpisodeState::Failed, 2, 1));
+    assert_eq!(row.reason.as_deref(), Some("lost (attempt 1 of 1)"));
+    // Episode 1: a lane fails on it every time (an episode that breaks the server): it fails
+    // at the third loss, with the count.
+    for run in 1..=3 {
+        assert_eq!(a.claim_next_episode("s-1").await.unwrap(), Some((1, run)));
+        let expected = if run < 3 { (1, 0) } else { (0, 1) };
+        assert_eq!(
+            a.return_episodes("s-1", &[(1, run)], "the server: boom").await.unwrap(),
+            expected
+        );
+    }
+    let row = &a.episodes("s-1").await.unwrap()[1];
+    assert_eq!(state(row), (EpisodeState::Failed, 3, 3));
+    assert_eq!(row.reason.as_deref(), Some("the server: boom (server fault 3 of 3)"));
+    // Episode 2: a server fault, two lost connections (one re-run the agent's), then a claim
+    // that never started: that one takes nothing and leaves no number behind.
+    assert_eq!(a.claim_next_episode("s-1").await.unwrap(), Some((2, 1)));
+    assert_eq!(
+        a.return_episodes("s-1", &[(2, 1)], "the server: x").await.unwrap(),
+        (1, 0)
+    );
+    for run in 2..=3 {
+        assert_eq!(a.claim_next_episode("s-1").await.unwrap(), Some((2, run)));
+        assert_eq!(a.requeue_episodes("s-1", &[(2, run)], 3, "lost").await.unwrap(), (1, 0));
+    }
+    assert_eq!(a.claim_next_episode("s-1").await.unwrap(), Some((2, 4)));
+    assert_eq!(a.unclaim_episodes("s-1", &[(2, 4)], "never started").await.unwrap(), 1);
+    let row = &a.episodes("s-1").await.unwrap()[2];
+    assert_eq!(state(row), (EpisodeState::Pending, 3, 1));
+    assert_eq!(row.reason.as_deref(), Some("never started"));
+    // Re-runs the team is shown: the agent's only (episode 2's second connection).
+    let reruns = a.reruns(None, Some("s-1")).await.unwrap();
+    assert_eq!(reruns.get("s-1"), Some(&(1, 1)), "{reruns:?}");
+    assert_eq!(a.claim_next_episode("s-1").await.unwrap(), Some((2, 4)));
 }
 
 /// A lane stopped by a server-side error returns its running episodes: back to PENDING at once,
-/// the attempt not counted, the claim no longer renewed; other holders' episodes untouched.
+/// a server fault not charged to the agent, the claim no longer renewed; other holders'
+/// episodes untouched.
 async fn returned_after_a_server_error(url: String, engine: Engine) {
     let (a, b) = two_replicas(&url, engine).await;
     setup(&a, "red", "s-1", 3).await;
-    assert_eq!(a.claim_next_episode("s-1", 2).await.unwrap(), Some((0, 1)));
-    assert_eq!(a.claim_next_episode("s-1", 2).await.unwrap(), Some((1, 1)));
-    assert_eq!(b.claim_next_episode("s-1", 2).await.unwrap(), Some((2, 1)));
+    assert_eq!(a.claim_next_episode("s-1").await.unwrap(), Some((0, 1)));
+    assert_eq!(a.claim_next_episode("s-1").await.unwrap(), Some((1, 1)));
+    assert_eq!(b.claim_next_episode("s-1").await.unwrap(), Some((2, 1)));
     assert_eq!(a.renew_leases().await.unwrap(), 2);
     // 2 is b's and 77 does not exist: only 0 goes back.
     let reason = "the server: simulator lane 0 panicked";
@@ -792,17 +864,20 @@ async fn returned_after_a_server_error(url: String, engine: Engine) {
         a.return_episodes("s-1", &[(0, 1), (2, 1), (77, 1)], reason)
             .await
             .unwrap(),
-        1
+        (1, 0)
     );
     let rows = a.episodes("s-1").await.unwrap();
-    assert_eq!((rows[0].status, rows[0].attempts), (EpisodeState::Pending, 0));
+    assert_eq!(
+        (rows[0].status, rows[0].attempts, rows[0].server_faults),
+        (EpisodeState::Pending, 1, 1)
+    );
     assert_eq!(rows[0].reason.as_deref(), Some(reason));
     assert_eq!((rows[1].status, rows[1].attempts), (EpisodeState::Running, 1));
     assert_eq!((rows[2].status, rows[2].attempts), (EpisodeState::Running, 1));
     assert_eq!(a.renew_leases().await.unwrap(), 1, "episode 0's claim is let go");
-    // Claimed again at once, as its first attempt.
-    assert_eq!(b.claim_next_episode("s-1", 2).await.unwrap(), Some((0, 1)));
-    assert_eq!(a.return_episodes("s-1", &[], reason).await.unwrap(), 0);
+    // Claimed again at once, as its second run (the agent's first attempt).
+    assert_eq!(b.claim_next_episode("s-1").await.unwrap(), Some((0, 2)));
+    assert_eq!(a.return_episodes("s-1", &[], reason).await.unwrap(), (0, 0));
 }
 
 /// A lane with nothing left to claim asks whether another server still holds some of the
@@ -814,11 +889,11 @@ async fn returned_after_a_server_error(url: String, engine: Engine) {
 async fn own_runs_committed_meanwhile_are_not_another_servers(url: String, engine: Engine) {
     let storage = open(&url, engine).await;
     setup(&storage, "red", "s-1", 901).await;
-    let claimed = storage.claim_next_episodes("s-1", 2, 900).await.unwrap();
+    let claimed = storage.claim_next_episodes("s-1", 900).await.unwrap();
     assert_eq!(claimed.len(), 900);
     // The last episode claimed later, so its lease ends after the others', then given up.
     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    assert_eq!(storage.claim_next_episodes("s-1", 2, 1).await.unwrap(), vec![(900, 1)]);
+    assert_eq!(storage.claim_next_episodes("s-1", 1).await.unwrap(), vec![(900, 1)]);
     storage.forget_claim("s-1", 900, 1);
     let given_up = storage.others_lease_expiry("s-1").await.unwrap();
     assert!(given_up.is_some(), "a claim given up on is waited for");
@@ -864,20 +939,16 @@ async fn batched_claims_take_the_lowest_pending_in_order(url: String, engine: En
     use std::time::Duration;
     let (a, b) = two_replicas(&url, engine).await;
     setup(&a, "red", "s-1", 7).await;
-    assert_eq!(a.claim_next_episodes("s-1", 2, 0).await.unwrap(), vec![]);
+    assert_eq!(a.claim_next_episodes("s-1", 0).await.unwrap(), vec![]);
     assert_eq!(
-        a.claim_next_episodes("s-1", 2, 3).await.unwrap(),
+        a.claim_next_episodes("s-1", 3).await.unwrap(),
         vec![(0, 1), (1, 1), (2, 1)]
     );
     assert_eq!(
-        b.claim_next_episodes("s-1", 2, 100).await.unwrap(),
+        b.claim_next_episodes("s-1", 100).await.unwrap(),
         vec![(3, 1), (4, 1), (5, 1), (6, 1)]
     );
-    assert_eq!(
-        b.claim_next_episodes("s-1", 2, 100).await.unwrap(),
-        vec![],
-        "all claimed"
-    );
+    assert_eq!(b.claim_next_episodes("s-1", 100).await.unwrap(), vec![], "all claimed");
     let rows = a.episodes("s-1").await.unwrap();
     assert!(
         rows.iter()
@@ -890,7 +961,7 @@ async fn batched_claims_take_the_lowest_pending_in_order(url: String, engine: En
     a.forget_claim("s-1", 2, 1);
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert_eq!(
-        b.claim_next_episodes("s-1", 2, 100).await.unwrap(),
+        b.claim_next_episodes("s-1", 100).await.unwrap(),
         vec![(0, 2), (1, 2), (2, 2)]
     );
 }
@@ -902,10 +973,10 @@ async fn batched_commits_answer_each_run_as_single_ones(url: String, engine: Eng
     let (a, b) = two_replicas(&url, engine).await;
     setup(&a, "red", "s-1", 4).await;
     assert_eq!(
-        a.claim_next_episodes("s-1", 2, 3).await.unwrap(),
+        a.claim_next_episodes("s-1", 3).await.unwrap(),
         vec![(0, 1), (1, 1), (2, 1)]
     );
-    assert_eq!(b.claim_next_episodes("s-1", 2, 1).await.unwrap(), vec![(3, 1)]);
+    assert_eq!(b.claim_next_episodes("s-1", 1).await.unwrap(), vec![(3, 1)]);
     let (done, fell) = (outcome(EpisodeState::Completed, 7), outcome(EpisodeState::Fell, 3));
     let running = outcome(EpisodeState::Running, 1);
     let e = a
@@ -939,15 +1010,15 @@ async fn batched_commits_answer_each_run_as_single_ones(url: String, engine: Eng
 }
 
 /// Two servers ("replicas") on one database: claims are leases, results commit only under the
-/// lease, an expired lease puts the episode back with the lost run counted.
+/// lease, an expired lease puts the episode back with the lost run counted as the server's.
 async fn leases_between_replicas(url: String, engine: Engine) {
     use std::time::Duration;
     let (a, b) = two_replicas(&url, engine).await;
     setup(&a, "red", "s-1", 3).await;
-    assert_eq!(a.claim_next_episode("s-1", 2).await.unwrap(), Some((0, 1)));
-    assert_eq!(b.claim_next_episode("s-1", 2).await.unwrap(), Some((1, 1)));
-    assert_eq!(a.claim_next_episode("s-1", 2).await.unwrap(), Some((2, 1)));
-    assert_eq!(b.claim_next_episode("s-1", 2).await.unwrap(), None, "all claimed");
+    assert_eq!(a.claim_next_episode("s-1").await.unwrap(), Some((0, 1)));
+    assert_eq!(b.claim_next_episode("s-1").await.unwrap(), Some((1, 1)));
+    assert_eq!(a.claim_next_episode("s-1").await.unwrap(), Some((2, 1)));
+    assert_eq!(b.claim_next_episode("s-1").await.unwrap(), None, "all claimed");
     // Only the holder commits.
     assert!(
         !b.finish_episode("s-1", 0, &outcome(EpisodeState::Completed, 5))
@@ -975,7 +1046,7 @@ async fn leases_between_replicas(url: String, engine: Engine) {
     );
     // a dies holding episode 0: once its lease runs out, b settles it and runs it again.
     tokio::time::sleep(Duration::from_millis(700)).await;
-    assert_eq!(b.claim_next_episode("s-1", 2).await.unwrap(), Some((0, 2)));
+    assert_eq!(b.claim_next_episode("s-1").await.unwrap(), Some((0, 2)));
     let rows = b.episodes("s-1").await.unwrap();
     assert_eq!(rows[0].reason.as_deref(), Some(arena_server::storage::LEASE_EXPIRED));
     // The late result of a's run is not counted; b's is, once.
@@ -1002,25 +1073,35 @@ async fn leases_between_replicas(url: String, engine: Engine) {
     a.create_submission(&new_submission("s-2", team, "bench-a"), &[episode(0)])
         .await
         .unwrap();
-    assert_eq!(a.claim_next_episode("s-2", 2).await.unwrap(), Some((0, 1)));
+    assert_eq!(a.claim_next_episode("s-2").await.unwrap(), Some((0, 1)));
     tokio::time::sleep(Duration::from_millis(700)).await;
     // A claim a still holds is alive on a, whatever its lease says (renewals may have failed):
     // a does not settle it; a commit given up on (forgotten) is settled like any other.
-    assert_eq!(a.claim_next_episode("s-2", 2).await.unwrap(), None);
+    assert_eq!(a.claim_next_episode("s-2").await.unwrap(), None);
     a.forget_claim("s-2", 0, 1);
-    assert_eq!(a.claim_next_episode("s-2", 2).await.unwrap(), Some((0, 2)));
+    assert_eq!(a.claim_next_episode("s-2").await.unwrap(), Some((0, 2)));
     // The old run cannot commit over the new one, though both are a's.
     assert!(!a.commit_episode("s-2", 0, Some(1), &done).await.unwrap());
+    // Expired leases are the server's loss, not the agent's: they do not use up its attempts
+    // (2 here), but the third run the servers lose fails the episode.
     tokio::time::sleep(Duration::from_millis(700)).await;
-    let expired = b.expire_leases("s-2", 2).await.unwrap();
+    let expired = b.expire_leases("s-2").await.unwrap();
+    assert_eq!((expired.requeued, expired.failed), (1, 0));
+    assert_eq!(a.claim_next_episode("s-2").await.unwrap(), Some((0, 3)));
+    a.forget_claim("s-2", 0, 3);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let expired = b.expire_leases("s-2").await.unwrap();
     assert_eq!((expired.requeued, expired.failed), (0, 1));
     let row = &b.episodes("s-2").await.unwrap()[0];
-    assert_eq!(row.status, EpisodeState::Failed);
+    assert_eq!(
+        (row.status, row.attempts, row.server_faults),
+        (EpisodeState::Failed, 3, 3)
+    );
     assert_eq!(
         row.reason.as_deref(),
-        Some(format!("{} (attempt 2 of 2)", arena_server::storage::LEASE_EXPIRED).as_str())
+        Some(format!("{} (server fault 3 of 3)", arena_server::storage::LEASE_EXPIRED).as_str())
     );
-    assert_eq!(b.claim_next_episode("s-2", 2).await.unwrap(), None);
+    assert_eq!(b.claim_next_episode("s-2").await.unwrap(), None);
 
     // A leaderboard write on one replica moves the generation every replica reads (PostgreSQL;
     // SQLite has one server per database).
@@ -1051,7 +1132,7 @@ async fn claimers_on_many_connections_share_a_submission(url: String, engine: En
                     .await
                     .with_lease(format!("replica-{i}"), std::time::Duration::from_secs(30));
                 let mut mine = Vec::new();
-                while let Some((idx, attempt)) = me.claim_next_episode("s-1", 3).await.unwrap() {
+                while let Some((idx, attempt)) = me.claim_next_episode("s-1").await.unwrap() {
                     assert_eq!(attempt, 1);
                     assert!(
                         me.finish_episode("s-1", idx, &outcome(EpisodeState::Completed, 1))
@@ -1585,8 +1666,8 @@ async fn idle_submissions_and_their_expiry(url: String, engine: Engine) {
         .await
         .unwrap();
     // Replica a claims and dies; b runs "live".
-    assert_eq!(a.claim_next_episode("gone", 2).await.unwrap(), Some((0, 1)));
-    assert_eq!(b.claim_next_episode("live", 2).await.unwrap(), Some((0, 1)));
+    assert_eq!(a.claim_next_episode("gone").await.unwrap(), Some((0, 1)));
+    assert_eq!(b.claim_next_episode("live").await.unwrap(), Some((0, 1)));
     tokio::time::sleep(Duration::from_millis(400)).await;
     let idle_since = now_ms();
     let mut idle = storage.idle_submissions(idle_since).await.unwrap();
@@ -1605,7 +1686,7 @@ async fn idle_submissions_and_their_expiry(url: String, engine: Engine) {
     );
 
     // An agent comes back to "gone" on b after the listing: the expiry leaves it alone.
-    assert!(b.claim_next_episode("gone", 2).await.unwrap().is_some());
+    assert!(b.claim_next_episode("gone").await.unwrap().is_some());
     assert!(
         !storage
             .expire_idle_submission("gone", "abandoned", idle_since)
@@ -1655,13 +1736,13 @@ async fn a_stale_runs_cleanup_leaves_the_newer_claim(url: String, engine: Engine
     use std::time::Duration;
     let (a, b) = two_replicas(&url, engine).await;
     setup(&a, "red", "s-1", 1).await;
-    assert_eq!(a.claim_next_episode("s-1", 3).await.unwrap(), Some((0, 1)));
+    assert_eq!(a.claim_next_episode("s-1").await.unwrap(), Some((0, 1)));
     // a's run 1 goes on, but a's renewals fail (none is made here): b settles the claim.
     tokio::time::sleep(Duration::from_millis(700)).await;
-    let expired = b.expire_leases("s-1", 3).await.unwrap();
+    let expired = b.expire_leases("s-1").await.unwrap();
     assert_eq!((expired.requeued, expired.failed), (1, 0));
     // a claims it again: run 2. Run 1's late cleanup must not touch it.
-    assert_eq!(a.claim_next_episode("s-1", 3).await.unwrap(), Some((0, 2)));
+    assert_eq!(a.claim_next_episode("s-1").await.unwrap(), Some((0, 2)));
     let done = outcome(EpisodeState::Completed, 4);
     assert!(
         !a.commit_episode("s-1", 0, Some(1), &done).await.unwrap(),
@@ -1669,7 +1750,11 @@ async fn a_stale_runs_cleanup_leaves_the_newer_claim(url: String, engine: Engine
     );
     assert_eq!(a.renew_leases().await.unwrap(), 1, "run 2 is still held");
     assert_eq!(a.requeue_episodes("s-1", &[(0, 1)], 3, "lost").await.unwrap(), (0, 0));
-    assert_eq!(a.return_episodes("s-1", &[(0, 1)], "server error").await.unwrap(), 0);
+    assert_eq!(
+        a.return_episodes("s-1", &[(0, 1)], "server error").await.unwrap(),
+        (0, 0)
+    );
+    assert_eq!(a.unclaim_episodes("s-1", &[(0, 1)], "never started").await.unwrap(), 0);
     a.forget_claim("s-1", 0, 1);
     assert_eq!(a.renew_leases().await.unwrap(), 1, "run 2 is still held");
     let row = &a.episodes("s-1").await.unwrap()[0];

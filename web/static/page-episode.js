@@ -81,7 +81,8 @@ export async function episodePage(root, { id, idx }, ctx) {
             ['Status', badge(ep.status)],
             ['Reason', ep.reason ? h('span.reason', { 'data-testid': 'episode-reason' }, ep.reason) : h('span.muted', '—')],
             ['Steps', String(ep.steps ?? '—')],
-            ['Attempts', String(ep.attempts ?? '—')],
+            // Runs the server lost (a restart, an error, a failed store) are not the agent's.
+            ['Attempts', ep.server_faults ? `${ep.attempts} (${ep.server_faults} lost by the server)` : String(ep.attempts ?? '—')],
             ['Clip window', `${fmtNum(ep.start_s)} s + ${fmtNum(ep.duration_s)} s`],
             ['Seed / DR level', [fmtSeed(ep.seed), ` / ${ep.dr_level ?? '—'}`]],
           ],

@@ -180,7 +180,8 @@ async fn episodes_csv(
     let mut metrics: Vec<&String> = rows.iter().flat_map(|r| r.metrics.keys()).collect();
     metrics.sort();
     metrics.dedup();
-    let mut out = String::from("idx,motion,category,start_s,duration_s,seed,dr_level,status,attempts,steps,reason");
+    let mut out =
+        String::from("idx,motion,category,start_s,duration_s,seed,dr_level,status,attempts,server_faults,steps,reason");
     for m in &metrics {
         out.push(',');
         out.push_str(&csv_field(m));
@@ -197,6 +198,7 @@ async fn episodes_csv(
             r.dr_level.to_string(),
             r.status.word().to_string(),
             r.attempts.to_string(),
+            r.server_faults.to_string(),
             r.steps.to_string(),
             csv_field(r.reason.as_deref().unwrap_or("")),
         ];

@@ -283,15 +283,11 @@ fn store_and_commit(
     timings.store_s += started.elapsed().as_secs_f64();
     let (committed, mut prepared) = match &ctx.sink {
         Sink::Submission {
-            storage,
-            submission_id,
-            max_attempts,
-            ..
+            storage, submission_id, ..
         } => {
             let submission = SubmissionRef {
                 storage,
                 id: submission_id,
-                max_attempts: *max_attempts as i64,
             };
             commit_stored(ctx, &submission, &ended, stored, timings)
         }
@@ -389,11 +385,10 @@ impl Ended {
 struct SubmissionRef<'a> {
     storage: &'a crate::storage::Storage,
     id: &'a str,
-    max_attempts: i64,
 }
 
 /// Commits the runs of `ended` whose trajectory `stored` holds, all in one transaction; a run
-/// whose store failed goes back to the queue instead (FAILED after its last attempt). Returns
+/// whose store failed goes back to the queue instead, a server fault. Returns
 /// each run's answer (Some(true) committed, Some(false) not this server's any more, None not
 /// committed) and its copy prepared for the merge ahead, in `ended`'s order.
 fn commit_stored(
@@ -412,16 +407,17 @@ fn commit_stored(
         let (stored, ready) = stored.next().expect("one store per episode of a submission");
         prepared.push(ready);
         if let Err(e) = stored {
-            // Nothing is lost: the run goes back to the queue (FAILED after its last attempt)
-            // with the reason. The error names server files and the store: the log has it, the
-            // team gets the fact.
+            // Nothing is lost: the run goes back to the queue with the reason, a server fault
+            // not charged to the agent (FAILED once the server has lost it
+            // `MAX_SERVER_FAULTS` times). The error names server files and the store: the log
+            // has it, the team gets the fact.
             tracing::error!("episode {idx}: could not store the trajectory: {e:#}");
             let why = "the server could not store the trajectory (details in the server log)";
             let just_this = [(idx, run_attempt)];
-            let requeued = db_call(&ctx.runtime, "re-queueing an episode", || {
-                storage.requeue_episodes(submission_id, &just_this, submission.max_attempts, why)
+            let returned = db_call(&ctx.runtime, "re-queueing an episode", || {
+                storage.return_episodes(submission_id, &just_this, why)
             });
-            match requeued {
+            match returned {
                 Ok((again, _)) => {
                     tracing::warn!(episode = idx, requeued = again == 1, "episode not committed: {why}")
                 }

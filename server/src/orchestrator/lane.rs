@@ -320,7 +320,7 @@ impl<'a> Lane<'a> {
                     .into_iter()
                     .chain(messages.flatten().map(|e| e.episode_id))
                     .collect();
-                self.return_slots_of(&unseen, "the session ended before they started");
+                self.return_slots_of(&unseen, "the session ended before they started", GiveBack::NeverStarted);
                 return Err(self.connection_lost("the session ended"));
             }
         }
@@ -444,10 +444,7 @@ impl<'a> Lane<'a> {
             }
             JobSource::Claims => {
                 let Sink::Submission {
-                    storage,
-                    submission_id,
-                    max_attempts,
-                    ..
+                    storage, submission_id, ..
                 } = &self.ctx.sink
                 else {
                     return Err(LaneEnd::Error(
@@ -456,7 +453,7 @@ impl<'a> Lane<'a> {
                 };
                 loop {
                     let claimed = db_call(&self.ctx.runtime, "claiming episodes", || {
-                        storage.claim_next_episodes(submission_id, *max_attempts as i64, max)
+                        storage.claim_next_episodes(submission_id, max)
                     });
                     let claimed = match claimed {
                         Ok(claimed) => claimed,
@@ -481,7 +478,7 @@ impl<'a> Lane<'a> {
                             .collect();
                         if let Err(LaneEnd::Error(why)) = &found {
                             // None of this claim reaches a slot: the whole claim goes back.
-                            self.give_back(&claimed, &format!("the server: {why}"));
+                            self.give_back(&claimed, &format!("the server: {why}"), GiveBack::ServerFault);
                         }
                         return found;
                     }
@@ -761,12 +758,12 @@ impl<'a> Lane<'a> {
         self.timings.spill_s += started.elapsed().as_secs_f64();
     }
 
-    /// After an error that ends the lane: its running episodes go back to the queue without
-    /// counting their attempt (the server failed, not the agent), so that this or another
-    /// server runs them again rather than renewing their claims until a restart.
+    /// After an error that ends the lane: its running episodes go back to the queue as a
+    /// server fault, not charged to the agent, so that this or another server runs them again
+    /// rather than renewing their claims until a restart.
     fn return_running(&mut self, why: &str) {
         let running = self.take_running();
-        self.give_back(&running, &format!("the server: {why}"));
+        self.give_back(&running, &format!("the server: {why}"), GiveBack::ServerFault);
     }
 
     /// Empties every slot; the runs they held, (episode index, attempt).
@@ -779,7 +776,7 @@ impl<'a> Lane<'a> {
     }
 
     /// Empties the slots running `episodes` and gives those back ([`Self::give_back`]).
-    fn return_slots_of(&mut self, episodes: &std::collections::HashSet<u32>, reason: &str) {
+    fn return_slots_of(&mut self, episodes: &std::collections::HashSet<u32>, reason: &str, how: GiveBack) {
         let running: Vec<(i64, i64)> = self
             .slots
             .iter_mut()
@@ -787,13 +784,14 @@ impl<'a> Lane<'a> {
             .filter_map(Option::take)
             .map(|r| (r.episode.index as i64, r.attempt as i64))
             .collect();
-        self.give_back(&running, reason);
+        self.give_back(&running, reason, how);
     }
 
-    /// Returns claimed episodes to the queue without counting their attempt, `reason` kept as
-    /// their last failure. Should the database refuse, the claims are let go all the same and
-    /// their leases run out.
-    fn give_back(&self, runs: &[(i64, i64)], reason: &str) {
+    /// Returns claimed episodes to the queue, charged to nobody, `reason` kept as their last
+    /// failure: as a server fault ([`crate::storage::Storage::return_episodes`]) or, for claims
+    /// that never started, as if never claimed. Should the database refuse, the claims are let
+    /// go all the same and their leases run out.
+    fn give_back(&self, runs: &[(i64, i64)], reason: &str, how: GiveBack) {
         let Sink::Submission {
             storage, submission_id, ..
         } = &self.ctx.sink
@@ -803,14 +801,19 @@ impl<'a> Lane<'a> {
         if runs.is_empty() {
             return;
         }
-        let returned = db_call(&self.ctx.runtime, "returning episodes", || {
-            storage.return_episodes(submission_id, runs, reason)
+        let returned = db_call(&self.ctx.runtime, "returning episodes", || async {
+            match how {
+                GiveBack::ServerFault => storage.return_episodes(submission_id, runs, reason).await,
+                GiveBack::NeverStarted => Ok((storage.unclaim_episodes(submission_id, runs, reason).await?, 0)),
+            }
         });
         match returned {
-            Ok(n) => tracing::warn!(
+            Ok((n, failed)) => tracing::warn!(
                 lane = self.lane,
                 returned = n,
-                "{reason}: episodes returned to the queue"
+                failed,
+                "{reason}: episodes returned to the queue (those the server has lost {} times fail)",
+                crate::storage::MAX_SERVER_FAULTS
             ),
             Err(e) => {
                 tracing::error!(
@@ -860,6 +863,15 @@ enum Wait {
     Action(Action),
     Timeout,
     Lost,
+}
+
+/// How claimed episodes go back to the queue ([`Lane::give_back`]).
+#[derive(Debug, Clone, Copy)]
+enum GiveBack {
+    /// The server failed them: a server fault, counted toward `MAX_SERVER_FAULTS`.
+    ServerFault,
+    /// The agent left before their `episode_start`: as if never claimed.
+    NeverStarted,
 }
 
 /// How an episode whose env could not be reset ends.

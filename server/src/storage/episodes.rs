@@ -6,6 +6,13 @@
 //! episodes run. A result is committed only by the lease's holder, so an episode whose server
 //! died, and which another replica claimed again after the lease ran out, is counted once: by
 //! whichever run still holds the lease when it finishes.
+//!
+//! Runs are numbered by `attempts`, which only grows: a run's number names its trajectory part
+//! and its commit, so a run lost on one server never shares a number with the next. Runs the
+//! server lost (its restart, a lane's error, a failed store, an expired lease) are counted in
+//! `server_faults` too and are not charged to the agent: `max_attempts` caps `attempts -
+//! server_faults`, and [`MAX_SERVER_FAULTS`] caps the server's own losses, so an episode that
+//! keeps failing the server (one that kills every replica in turn) still ends.
 
 use super::*;
 
@@ -61,14 +68,28 @@ impl Lease {
 /// What [`Storage::expire_leases`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Expired {
-    /// Back to PENDING, to be claimed again (the lost run counts as an attempt).
+    /// Back to PENDING, to be claimed again (the lost run a server fault, not the agent's).
     pub requeued: u64,
-    /// FAILED: that was the last attempt.
+    /// FAILED: the server had lost [`MAX_SERVER_FAULTS`] of its runs.
     pub failed: u64,
 }
 
-/// The reason an expired episode is given (the attempt count follows when it gives up).
+/// The reason an expired episode is given (the server-fault count follows when it gives up).
 pub const LEASE_EXPIRED: &str = "the server running it stopped renewing its claim (lease expired)";
+
+/// The reason an episode running when its server stopped is given.
+pub const SERVER_RESTARTED: &str = "the server running it stopped before it ended";
+
+/// Runs of one episode the server may lose before the episode fails: enough for a restart or
+/// a replica lost during a deploy, few enough that an episode which itself makes the server
+/// fail (a lane that panics on it, a replica it kills) ends.
+pub const MAX_SERVER_FAULTS: i64 = 3;
+
+/// SQL for the reason of an episode given up after the server lost its runs: `reason_sql`
+/// (an expression) with " (server fault n of max)", n the count after this loss.
+fn server_faults_reason(reason_sql: &str) -> String {
+    format!("{reason_sql} || ' (server fault ' || CAST(server_faults + 1 AS TEXT) || ' of {MAX_SERVER_FAULTS})'")
+}
 
 /// A commit must end the episode: COMPLETED, FELL, FAILED or TIMEOUT.
 fn check_final(submission: &str, idx: i64, result: &EpisodeOutcome) -> Result<(), StorageError> {
@@ -254,8 +275,9 @@ impl Storage {
     }
 
     /// After a lost agent connection: the given runs `(idx, attempt)`, RUNNING, go back to
-    /// PENDING if attempts < max_attempts (keeping `reason` as the last failure), else FAILED
-    /// with reason "{reason} (attempt {n} of {max})". Returns (requeued, failed) counts. Only
+    /// PENDING if the agent's attempts (`attempts - server_faults`) < max_attempts (keeping
+    /// `reason` as the last failure), else FAILED with reason "{reason} (attempt {n} of {max})",
+    /// n the agent's. Returns (requeued, failed) counts. Only
     /// touches rows that are RUNNING under this handle's lease in that attempt (a newer claim of
     /// the same episode is left alone); all in one transaction.
     pub async fn requeue_episodes(
@@ -277,8 +299,8 @@ impl Storage {
                 let back = sqlx::query(
                     "UPDATE episodes SET status = 'PENDING', reason = $4, updated_at = $5, \
                  lease_owner = NULL, lease_expires_at = NULL \
-                 WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING' AND attempts < $3 \
-                 AND lease_owner = $6 AND attempts = $7",
+                 WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING' \
+                 AND attempts - server_faults < $3 AND lease_owner = $6 AND attempts = $7",
                 )
                 .bind(submission)
                 .bind(idx)
@@ -295,8 +317,8 @@ impl Storage {
                     continue;
                 }
                 let gave_up = sqlx::query(
-                "UPDATE episodes SET status = 'FAILED', reason = $3 || CAST(attempts AS TEXT) || $4, updated_at = $5, \
-                 lease_owner = NULL, lease_expires_at = NULL \
+                "UPDATE episodes SET status = 'FAILED', reason = $3 || CAST(attempts - server_faults AS TEXT) || $4, \
+                 updated_at = $5, lease_owner = NULL, lease_expires_at = NULL \
                  WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING' AND lease_owner = $6 AND attempts = $7",
             )
             .bind(submission)
@@ -327,21 +349,88 @@ impl Storage {
         done
     }
 
-    /// After a server-side error that stopped the lane running them: the given RUNNING episodes
-    /// under this handle's lease go back to PENDING WITHOUT counting their attempt (as after a
-    /// restart: the server failed, not the agent), with `reason` kept as the last failure, so
-    /// this or another server runs them again now instead of renewing their claims until a
-    /// restart. The claims are released even when the update fails for good (not after a
-    /// transient error, [`settled`]): their leases then run out and [`Storage::expire_leases`]
-    /// settles them. Returns how many went back.
+    /// After a server-side error that stopped running them (a lane's error, a trajectory the
+    /// server could not store): the given RUNNING episodes under this handle's lease go back to
+    /// PENDING as a server fault, not charged to the agent (as after a restart), with `reason`
+    /// kept as the last failure, so this or another server runs them again now instead of
+    /// renewing their claims until a restart; one the server has now lost
+    /// [`MAX_SERVER_FAULTS`] times is FAILED with "{reason} (server fault n of max)". The
+    /// claims are released even when the update fails for good (not after a transient error,
+    /// [`settled`]): their leases then run out and [`Storage::expire_leases`] settles them.
+    /// Returns (returned, failed) counts.
     pub async fn return_episodes(
         &self,
         submission: &str,
         runs: &[(i64, i64)],
         reason: &str,
-    ) -> Result<usize, StorageError> {
+    ) -> Result<(usize, usize), StorageError> {
         let context =
             || format!("returning episodes {runs:?} (index, attempt) of submission {submission} after a server error");
+        let gave_up_sql = format!(
+            "UPDATE episodes SET status = 'FAILED', reason = {}, server_faults = server_faults + 1, \
+             updated_at = $4, lease_owner = NULL, lease_expires_at = NULL \
+             WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING' AND lease_owner = $5 AND attempts = $6",
+            server_faults_reason("$3")
+        );
+        let returned = async {
+            let mut tx = self.pool.begin().await.ctx(context)?;
+            let (mut returned, mut failed) = (0, 0);
+            for &(idx, attempt) in runs {
+                let back = sqlx::query(&format!(
+                    "UPDATE episodes SET status = 'PENDING', reason = $3, updated_at = $4, \
+                     server_faults = server_faults + 1, lease_owner = NULL, lease_expires_at = NULL \
+                     WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING' AND lease_owner = $5 \
+                     AND attempts = $6 AND server_faults + 1 < {MAX_SERVER_FAULTS}"
+                ))
+                .bind(submission)
+                .bind(idx)
+                .bind(reason)
+                .bind(now_ms())
+                .bind(&self.lease.owner)
+                .bind(attempt)
+                .execute(&mut *tx)
+                .await
+                .ctx(context)?;
+                if back.rows_affected() > 0 {
+                    returned += 1;
+                    continue;
+                }
+                let gave_up = sqlx::query(&gave_up_sql)
+                    .bind(submission)
+                    .bind(idx)
+                    .bind(reason)
+                    .bind(now_ms())
+                    .bind(&self.lease.owner)
+                    .bind(attempt)
+                    .execute(&mut *tx)
+                    .await
+                    .ctx(context)?;
+                failed += gave_up.rows_affected() as usize;
+            }
+            tx.commit().await.ctx(context)?;
+            Ok((returned, failed))
+        }
+        .await;
+        if settled(&returned) {
+            for &(idx, attempt) in runs {
+                self.release(submission, idx, Some(attempt));
+            }
+        }
+        returned
+    }
+
+    /// Claims that never started (the agent was gone before their `episode_start` was sent):
+    /// the given RUNNING episodes under this handle's lease go back to PENDING as if never
+    /// claimed (attempts -= 1: the run never began, so nothing carries its number), charged to
+    /// nobody, with `reason` kept. Claims released as by [`Storage::return_episodes`]. Returns
+    /// how many went back.
+    pub async fn unclaim_episodes(
+        &self,
+        submission: &str,
+        runs: &[(i64, i64)],
+        reason: &str,
+    ) -> Result<usize, StorageError> {
+        let context = || format!("unclaiming episodes {runs:?} (index, attempt) of submission {submission}");
         let returned = async {
             let mut tx = self.pool.begin().await.ctx(context)?;
             let mut returned = 0;
@@ -377,8 +466,9 @@ impl Storage {
     }
 
     /// At server start: the RUNNING episodes of PENDING/RUNNING submissions that no live server
-    /// runs go back to PENDING WITHOUT counting an attempt (attempts -= 1: the crash was the
-    /// server's fault). On SQLite that is all of them (one server per database, the data
+    /// runs go back to PENDING as a server fault, not charged to the agent (reason
+    /// [`SERVER_RESTARTED`]); one the server has now lost [`MAX_SERVER_FAULTS`] times (an
+    /// episode that crashes it at every start) is FAILED instead. On SQLite that is all of them (one server per database, the data
     /// directory lock says so); on PostgreSQL, where other replicas may be running theirs, only
     /// those claimed under this handle's own lease owner (the same replica before its restart)
     /// or under none; other replicas' episodes go back when their leases expire
@@ -394,18 +484,31 @@ impl Storage {
                 Lease::same_replica("lease_owner", 2)
             ),
         };
-        let sql = format!(
-            "UPDATE episodes SET status = 'PENDING', \
-             attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END, updated_at = $1, \
-             lease_owner = NULL, lease_expires_at = NULL \
-             WHERE status = 'RUNNING'{whose} AND submission_id IN \
+        let lost = format!(
+            "WHERE status = 'RUNNING'{whose} AND submission_id IN \
              (SELECT id FROM submissions WHERE status IN ('PENDING', 'RUNNING'))"
         );
-        let mut recover = sqlx::query(&sql).bind(now_ms());
-        if self.engine == Engine::Postgres {
-            recover = recover.bind(&self.lease.replica);
+        // A constant without quotes: spliced in, so that the statements keep the parameters
+        // they had ($2, the replica, on PostgreSQL only).
+        let reason = format!("'{SERVER_RESTARTED}'");
+        let back = format!(
+            "UPDATE episodes SET status = 'PENDING', reason = {reason}, server_faults = server_faults + 1, \
+             updated_at = $1, lease_owner = NULL, lease_expires_at = NULL \
+             {lost} AND server_faults + 1 < {MAX_SERVER_FAULTS}"
+        );
+        let gave_up = format!(
+            "UPDATE episodes SET status = 'FAILED', reason = {}, server_faults = server_faults + 1, \
+             updated_at = $1, lease_owner = NULL, lease_expires_at = NULL {lost}",
+            server_faults_reason(&reason)
+        );
+        let now = now_ms();
+        for sql in [&back, &gave_up] {
+            let mut recover = sqlx::query(sql).bind(now);
+            if self.engine == Engine::Postgres {
+                recover = recover.bind(&self.lease.replica);
+            }
+            recover.execute(&mut *tx).await.ctx(context)?;
         }
-        recover.execute(&mut *tx).await.ctx(context)?;
         let rows =
             sqlx::query("SELECT id FROM submissions WHERE status IN ('PENDING', 'RUNNING') ORDER BY created_at, id")
                 .fetch_all(&mut *tx)
@@ -424,28 +527,15 @@ impl Storage {
     /// queue is drained. Returns (idx, attempt), or None when nothing is PENDING. Concurrent
     /// claimers on PostgreSQL skip each other's locked rows (`FOR UPDATE SKIP LOCKED`) instead
     /// of queueing behind them.
-    pub async fn claim_next_episode(
-        &self,
-        submission: &str,
-        max_attempts: i64,
-    ) -> Result<Option<(i64, i64)>, StorageError> {
-        Ok(self
-            .claim_next_episodes(submission, max_attempts, 1)
-            .await?
-            .into_iter()
-            .next())
+    pub async fn claim_next_episode(&self, submission: &str) -> Result<Option<(i64, i64)>, StorageError> {
+        Ok(self.claim_next_episodes(submission, 1).await?.into_iter().next())
     }
 
     /// [`Storage::claim_next_episode`] for up to `limit` episodes in one statement (a lane
     /// filling thousands of slots would otherwise pay one database commit per episode: 25 s
     /// for 4096 on SQLite, measured on an H100 machine). Returns (idx, attempt) pairs in idx
     /// order; empty when nothing is PENDING.
-    pub async fn claim_next_episodes(
-        &self,
-        submission: &str,
-        max_attempts: i64,
-        limit: usize,
-    ) -> Result<Vec<(i64, i64)>, StorageError> {
+    pub async fn claim_next_episodes(&self, submission: &str, limit: usize) -> Result<Vec<(i64, i64)>, StorageError> {
         if limit == 0 {
             return Ok(Vec::new());
         }
@@ -453,7 +543,7 @@ impl Storage {
         if !claimed.is_empty() {
             return Ok(claimed);
         }
-        if self.expire_leases(submission, max_attempts).await?.requeued == 0 {
+        if self.expire_leases(submission).await?.requeued == 0 {
             return Ok(Vec::new());
         }
         self.claim_pending(submission, limit).await
@@ -503,10 +593,11 @@ impl Storage {
     }
 
     /// The RUNNING episodes of a submission whose lease ran out (their server died or lost the
-    /// database for longer than a lease), except those this handle holds: back to PENDING with reason [`LEASE_EXPIRED`] while
-    /// attempts < `max_attempts`, else FAILED with "… (attempt n of max)". Whoever held them can
-    /// no longer commit them.
-    pub async fn expire_leases(&self, submission: &str, max_attempts: i64) -> Result<Expired, StorageError> {
+    /// database for longer than a lease), except those this handle holds: back to PENDING with
+    /// reason [`LEASE_EXPIRED`] as a server fault, not charged to the agent; one the server has
+    /// now lost [`MAX_SERVER_FAULTS`] times is FAILED with "… (server fault n of max)". Whoever
+    /// held them can no longer commit them.
+    pub async fn expire_leases(&self, submission: &str) -> Result<Expired, StorageError> {
         let context = || format!("settling the expired claims of submission {submission}");
         let now = now_ms();
         // Claims this handle still holds are alive here, whatever their lease says (the
@@ -530,28 +621,27 @@ impl Storage {
         };
         let mut tx = self.pool.begin().await.ctx(context)?;
         let requeued = sqlx::query(&format!(
-            "UPDATE episodes SET status = 'PENDING', reason = $4, updated_at = $2, \
+            "UPDATE episodes SET status = 'PENDING', reason = $3, server_faults = server_faults + 1, updated_at = $2, \
              lease_owner = NULL, lease_expires_at = NULL \
              WHERE submission_id = $1 AND status = 'RUNNING' AND (lease_expires_at IS NULL OR lease_expires_at < $2) \
-             AND attempts < $3{not_held}"
+             AND server_faults + 1 < {MAX_SERVER_FAULTS}{not_held}"
         ))
         .bind(submission)
         .bind(now)
-        .bind(max_attempts)
         .bind(LEASE_EXPIRED)
         .execute(&mut *tx)
         .await
         .ctx(context)?
         .rows_affected();
         let failed = sqlx::query(&format!(
-            "UPDATE episodes SET status = 'FAILED', reason = $3 || CAST(attempts AS TEXT) || $4, updated_at = $2, \
+            "UPDATE episodes SET status = 'FAILED', reason = {}, server_faults = server_faults + 1, updated_at = $2, \
              lease_owner = NULL, lease_expires_at = NULL \
-             WHERE submission_id = $1 AND status = 'RUNNING' AND (lease_expires_at IS NULL OR lease_expires_at < $2){not_held}"
+             WHERE submission_id = $1 AND status = 'RUNNING' AND (lease_expires_at IS NULL OR lease_expires_at < $2){not_held}",
+            server_faults_reason("$3")
         ))
         .bind(submission)
         .bind(now)
-        .bind(format!("{LEASE_EXPIRED} (attempt "))
-        .bind(format!(" of {max_attempts})"))
+        .bind(LEASE_EXPIRED)
         .execute(&mut *tx)
         .await
         .ctx(context)?
@@ -714,9 +804,10 @@ impl Storage {
         Ok((pending, running, finished))
     }
 
-    /// Episodes run more than once (a lost connection restarts an episode as its next attempt),
-    /// per submission of `team` (every team's for `None`), or of the one `submission`:
-    /// submission id → (episodes re-run, extra runs). Submissions with none are left out.
+    /// Episodes the agent ran more than once (a lost connection restarts an episode as its next
+    /// attempt; runs the server lost are not counted), per submission of `team` (every team's
+    /// for `None`), or of the one `submission`: submission id → (episodes re-run, extra runs).
+    /// Submissions with none are left out.
     pub async fn reruns(
         &self,
         team: Option<i64>,
@@ -725,9 +816,10 @@ impl Storage {
         let rows = sqlx::query(
             "SELECT e.submission_id AS submission_id, \
                     CAST(COUNT(*) AS BIGINT) AS episodes_rerun, \
-                    CAST(SUM(e.attempts - 1) AS BIGINT) AS reruns \
+                    CAST(SUM(e.attempts - e.server_faults - 1) AS BIGINT) AS reruns \
              FROM episodes e JOIN submissions s ON s.id = e.submission_id \
-             WHERE ($1 IS NULL OR s.team_id = $1) AND ($2 IS NULL OR e.submission_id = $2) AND e.attempts > 1 \
+             WHERE ($1 IS NULL OR s.team_id = $1) AND ($2 IS NULL OR e.submission_id = $2) \
+             AND e.attempts - e.server_faults > 1 \
              GROUP BY e.submission_id",
         )
         .bind(team)

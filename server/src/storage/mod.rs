@@ -44,7 +44,7 @@ mod sessions;
 mod submissions;
 mod teams;
 
-pub use episodes::{Expired, LEASE_EXPIRED, Lease};
+pub use episodes::{Expired, LEASE_EXPIRED, Lease, MAX_SERVER_FAULTS, SERVER_RESTARTED};
 pub use error::StorageError;
 use error::*;
 pub use hosted::HostedPolicy;

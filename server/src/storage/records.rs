@@ -258,8 +258,12 @@ pub struct EpisodeRow {
     pub dr_level: i64,
     /// Current state.
     pub status: EpisodeState,
-    /// How many times it was started.
+    /// How many times it was started (the latest run's number).
     pub attempts: i64,
+    /// How many of those runs the server lost (a restart, a lane's error, a failed store,
+    /// another replica's expired lease): not charged to the agent, whose attempts are
+    /// `attempts - server_faults` (see [`crate::storage::MAX_SERVER_FAULTS`]).
+    pub server_faults: i64,
     /// Control steps run (final states only).
     pub steps: i64,
     /// Metric values (final states only; may hold NaN).

@@ -114,6 +114,7 @@ async fn seed(url: &str, args: &Args, spec: &BenchmarkSpec) -> anyhow::Result<(S
                     dr_level: 0,
                     status: EpisodeState::Completed,
                     attempts: 1,
+                    server_faults: 0,
                     steps: 200,
                     metrics: metrics(spec, s, e),
                     reason: None,

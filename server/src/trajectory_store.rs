@@ -616,6 +616,7 @@ mod tests {
             dr_level: 0,
             status,
             attempts,
+            server_faults: 0,
             steps: 2,
             metrics: Default::default(),
             reason: None,

@@ -296,6 +296,7 @@ mod tests {
             dr_level: 0,
             status,
             attempts: 3,
+            server_faults: 0,
             steps,
             metrics: Default::default(),
             reason: None,

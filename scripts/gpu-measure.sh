@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on a GPU machine, from the checkout's root: every GPU figure of issue 41 (the backend's
-# throughput against its raw library and with the physics stubbed out, how the host side
+# throughput against its raw library and with the physics stubbed out, §2's stubbed host side
+# with and without the recording, how the host side
 # scales with the machine's cores, the 4096-episode
 # evaluation with its breakdown beside the in-process one, served as deployed (a spare worker
 # ready, then a prewarmed lane) and cold, with BFM-Zero's observations, then the same with the
@@ -65,6 +66,12 @@ throughput() {
 case " ${IMPLS-warp} " in
     *" warp "*) throughput warp ;;
 esac
+# Issue 41 §2's own measure on this machine's cores: the stubbed host side (median of 5), with
+# the recording (as gpu_throughput.py's stub column) and without it (as `make bench`).
+# shellcheck disable=SC2016 # expanded by the inner shell
+timed "$results" 20 host-side-stub bash -c 'for n in $1; do for rec in "" --no-record; do
+    "$0" sim bench --envs "$n" --steps 100 --repeats 5 --backend gpu --gpu-impl stub --gpu-device cpu $rec || exit 1
+done; done' "$bin/arena" "${ENVS:-1024 4096 8192}"
 # The worker's MuJoCo Warp step against raw MuJoCo Warp on the same states, kernel by kernel.
 profile_envs=${PROFILE_ENVS:-4096}
 [ "$device" = cpu ] && profile_envs=${PROFILE_ENVS:-8}

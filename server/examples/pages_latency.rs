@@ -115,6 +115,7 @@ async fn seed(url: &str, args: &Args, spec: &BenchmarkSpec) -> anyhow::Result<(S
                     status: EpisodeState::Completed,
                     attempts: 1,
                     server_faults: 0,
+                    uncharged_runs: 0,
                     steps: 200,
                     metrics: metrics(spec, s, e),
                     reason: None,

@@ -617,6 +617,7 @@ mod tests {
             status,
             attempts,
             server_faults: 0,
+            uncharged_runs: 0,
             steps: 2,
             metrics: Default::default(),
             reason: None,

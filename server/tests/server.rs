@@ -615,10 +615,35 @@ fn reference_goal_rows_arrive_over_every_transport() {
 }
 
 /// The server is killed with SIGKILL mid-submission and restarted on the same port; the SDK
-/// client reconnects and resumes; every episode is counted exactly once.
+/// client reconnects and resumes; every episode is counted exactly once. The run the kill cut
+/// short is a server fault, not the agent's.
 #[test]
 fn submission_survives_server_sigkill() {
-    let dir = tmp("e2e-kill");
+    submission_survives_a_stop("e2e-kill", ServerProc::kill9, ("server_faults", "uncharged_runs"));
+}
+
+/// The same with SIGTERM (a deploy): the server gives the run back as it stops, charged to
+/// nobody and not a server fault either.
+#[test]
+fn submission_survives_server_sigterm() {
+    let term = |server: &mut ServerProc| {
+        let term = std::process::Command::new("kill")
+            .args(["-TERM", &server.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(term.success());
+        assert!(
+            server.wait_exit(std::time::Duration::from_secs(60)).is_some(),
+            "the server did not stop on SIGTERM"
+        );
+    };
+    submission_survives_a_stop("e2e-term", term, ("uncharged_runs", "server_faults"));
+}
+
+/// A submission whose server `stop`s mid-run (with an episode running) and restarts on the same
+/// port: the episode cut short counts one run under `counted.0`, none under `counted.1`.
+fn submission_survives_a_stop(name: &str, stop: impl Fn(&mut ServerProc), counted: (&str, &str)) {
+    let dir = tmp(name);
     let bind = format!("127.0.0.1:{}", common::cluster::free_port());
     let args = ["--bind", bind.as_str(), "--lanes", "1", "--max-batch", "1"];
     let mut server = ServerProc::start(&dir, &args);
@@ -650,8 +675,25 @@ fn submission_survives_server_sigkill() {
             .recv_timeout(std::time::Duration::from_secs(60))
             .expect("episodes finish");
     }
-    std::thread::sleep(std::time::Duration::from_millis(150));
-    server.kill9();
+    // Until the next one runs (so that the kill cuts one short), then kill.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (_, list) = server.get("/api/v1/submissions", Some(ADMIN));
+        let id = list["submissions"][0]["id"].as_str().unwrap_or_default().to_string();
+        let (_, results) = server.get(&format!("/api/v1/submissions/{id}/results"), Some(ADMIN));
+        let running = results["episodes"]
+            .as_array()
+            .is_some_and(|e| e.iter().any(|e| e["status"] == "RUNNING"));
+        if running {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no episode ran after the second: {results}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    stop(&mut server);
     let server = ServerProc::start(&dir, &args);
     let summary = client.join().unwrap();
     let summary = summary.expect("the client resumes after the restart");
@@ -664,6 +706,32 @@ fn submission_survives_server_sigkill() {
     for e in episodes {
         assert_eq!(e["status"], "COMPLETED", "{e}");
     }
+    // The run the stop cut short (one lane of one episode) was not the agent's: counted
+    // apart, under its own number, and not among the re-runs charged to the agent.
+    let lost: Vec<&Value> = episodes.iter().filter(|e| e[counted.0] != 0).collect();
+    assert_eq!(lost.len(), 1, "{episodes:?}");
+    assert_eq!(
+        (&lost[0][counted.0], &lost[0]["attempts"]),
+        (&serde_json::json!(1), &serde_json::json!(2))
+    );
+    assert!(episodes.iter().all(|e| e[counted.1] == 0), "{episodes:?}");
+    let (_, sub) = server.get(&format!("/api/v1/submissions/{id}"), Some(ADMIN));
+    assert_eq!(sub["attempts"]["reruns"], 0, "{sub}");
+    let (status, csv) = common::server::http(
+        server.addr,
+        "GET",
+        &format!("/api/v1/submissions/{id}/episodes.csv"),
+        Some(ADMIN),
+        None,
+    );
+    let csv = String::from_utf8_lossy(&csv);
+    assert_eq!(status, 200, "{csv}");
+    assert!(
+        csv.starts_with(
+            "idx,motion,category,start_s,duration_s,seed,dr_level,status,attempts,server_faults,uncharged_runs,steps,reason"
+        ),
+        "{csv}"
+    );
     let (_, report) = server.get(&format!("/api/v1/submissions/{id}/report"), Some(ADMIN));
     let mut ids: Vec<&str> = report["episodes"]
         .as_array()

@@ -794,8 +794,9 @@ async fn recover_after_restart(url: String, engine: Engine) {
 }
 
 /// Runs the server lost are not charged to the agent: `max_attempts` caps the agent's runs
-/// (`attempts - server_faults`), `MAX_SERVER_FAULTS` the server's own losses; claims that never
-/// started go back as if never made; re-runs count the agent's only.
+/// (`attempts - server_faults - uncharged_runs`), `MAX_SERVER_FAULTS` the server's own losses;
+/// claims that never started and runs a stopping server gives back are charged to nobody;
+/// re-runs count the agent's only.
 async fn server_faults_are_not_the_agents(url: String, engine: Engine) {
     let a = open(&url, engine)
         .await
@@ -827,7 +828,7 @@ async fn server_faults_are_not_the_agents(url: String, engine: Engine) {
     assert_eq!(state(row), (EpisodeState::Failed, 3, 3));
     assert_eq!(row.reason.as_deref(), Some("the server: boom (server fault 3 of 3)"));
     // Episode 2: a server fault, two lost connections (one re-run the agent's), then a claim
-    // that never started: that one takes nothing and leaves no number behind.
+    // that never started and one a stopping server gave back: charged to nobody.
     assert_eq!(a.claim_next_episode("s-1").await.unwrap(), Some((2, 1)));
     assert_eq!(
         a.return_episodes("s-1", &[(2, 1)], "the server: x").await.unwrap(),
@@ -840,12 +841,27 @@ async fn server_faults_are_not_the_agents(url: String, engine: Engine) {
     assert_eq!(a.claim_next_episode("s-1").await.unwrap(), Some((2, 4)));
     assert_eq!(a.unclaim_episodes("s-1", &[(2, 4)], "never started").await.unwrap(), 1);
     let row = &a.episodes("s-1").await.unwrap()[2];
-    assert_eq!(state(row), (EpisodeState::Pending, 3, 1));
+    assert_eq!((state(row), row.uncharged_runs), ((EpisodeState::Pending, 4, 1), 1));
     assert_eq!(row.reason.as_deref(), Some("never started"));
+    assert_eq!(a.claim_next_episode("s-1").await.unwrap(), Some((2, 5)));
+    // Another process's claim is not this one's to give back.
+    let other = open(&url, engine)
+        .await
+        .with_lease("replica-b", std::time::Duration::from_secs(30));
+    assert_eq!(other.give_back_on_stop().await.unwrap(), 0);
+    assert_eq!(a.give_back_on_stop().await.unwrap(), 1);
+    assert_eq!(a.renew_leases().await.unwrap(), 0, "nothing is held after the stop");
+    let row = &a.episodes("s-1").await.unwrap()[2];
+    assert_eq!((state(row), row.uncharged_runs), ((EpisodeState::Pending, 5, 1), 2));
+    assert_eq!(row.reason.as_deref(), Some(arena_server::storage::SERVER_STOPPED));
     // Re-runs the team is shown: the agent's only (episode 2's second connection).
     let reruns = a.reruns(None, Some("s-1")).await.unwrap();
     assert_eq!(reruns.get("s-1"), Some(&(1, 1)), "{reruns:?}");
-    assert_eq!(a.claim_next_episode("s-1").await.unwrap(), Some((2, 4)));
+    // A lost connection on the agent's third run ends it: the reason counts the agent's runs.
+    assert_eq!(a.claim_next_episode("s-1").await.unwrap(), Some((2, 6)));
+    assert_eq!(a.requeue_episodes("s-1", &[(2, 6)], 3, "lost").await.unwrap(), (0, 1));
+    let row = &a.episodes("s-1").await.unwrap()[2];
+    assert_eq!(row.reason.as_deref(), Some("lost (attempt 3 of 3)"));
 }
 
 /// A lane stopped by a server-side error returns its running episodes: back to PENDING at once,

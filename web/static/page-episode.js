@@ -19,6 +19,15 @@ async function loadRobot() {
   return robotCache;
 }
 
+// "3", or "3 (1 lost by the server, 1 charged to nobody)": the runs that were not the agent's.
+function attemptsText(ep) {
+  if (ep.attempts === null || ep.attempts === undefined) return '—';
+  const notAgents = [];
+  if (ep.server_faults) notAgents.push(`${ep.server_faults} lost by the server`);
+  if (ep.uncharged_runs) notAgents.push(`${ep.uncharged_runs} charged to nobody`);
+  return notAgents.length ? `${ep.attempts} (${notAgents.join(', ')})` : String(ep.attempts);
+}
+
 export async function episodePage(root, { id, idx }, ctx) {
   const n = Number(idx);
   root.append(
@@ -81,8 +90,9 @@ export async function episodePage(root, { id, idx }, ctx) {
             ['Status', badge(ep.status)],
             ['Reason', ep.reason ? h('span.reason', { 'data-testid': 'episode-reason' }, ep.reason) : h('span.muted', '—')],
             ['Steps', String(ep.steps ?? '—')],
-            // Runs the server lost (a restart, an error, a failed store) are not the agent's.
-            ['Attempts', ep.server_faults ? `${ep.attempts} (${ep.server_faults} lost by the server)` : String(ep.attempts ?? '—')],
+            // Runs the server lost (a crash, an error, a failed store) or gave back (a stop, a
+            // claim that never started) are not the agent's.
+            ['Attempts', attemptsText(ep)],
             ['Clip window', `${fmtNum(ep.start_s)} s + ${fmtNum(ep.duration_s)} s`],
             ['Seed / DR level', [fmtSeed(ep.seed), ` / ${ep.dr_level ?? '—'}`]],
           ],

@@ -180,8 +180,9 @@ async fn episodes_csv(
     let mut metrics: Vec<&String> = rows.iter().flat_map(|r| r.metrics.keys()).collect();
     metrics.sort();
     metrics.dedup();
-    let mut out =
-        String::from("idx,motion,category,start_s,duration_s,seed,dr_level,status,attempts,server_faults,steps,reason");
+    let mut out = String::from(
+        "idx,motion,category,start_s,duration_s,seed,dr_level,status,attempts,server_faults,uncharged_runs,steps,reason",
+    );
     for m in &metrics {
         out.push(',');
         out.push_str(&csv_field(m));
@@ -199,6 +200,7 @@ async fn episodes_csv(
             r.status.word().to_string(),
             r.attempts.to_string(),
             r.server_faults.to_string(),
+            r.uncharged_runs.to_string(),
             r.steps.to_string(),
             csv_field(r.reason.as_deref().unwrap_or("")),
         ];

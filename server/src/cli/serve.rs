@@ -357,7 +357,15 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             async move {
                 tokio::select! {
                     signal = stop_signal() => {
-                        eprintln!("arena serve: {signal}: stopping; running episodes are re-queued at the next start");
+                        // Told to stop (a deploy, an operator): what runs here goes back to the
+                        // queue now, charged to nobody; should the database refuse, the next
+                        // start (or another replica, once the leases run out) takes it back.
+                        match state.storage.give_back_on_stop().await {
+                            Ok(n) => eprintln!("arena serve: {signal}: stopping; {n} running episode(s) went back to the queue"),
+                            Err(e) => eprintln!(
+                                "arena serve: {signal}: stopping; giving back the running episodes failed ({e}): they are re-queued at the next start"
+                            ),
+                        }
                     }
                     why = state.replica_id_taken() => {
                         eprintln!("arena serve: stopping: {why}");

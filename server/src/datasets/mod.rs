@@ -297,6 +297,7 @@ mod tests {
             status,
             attempts: 3,
             server_faults: 0,
+            uncharged_runs: 0,
             steps,
             metrics: Default::default(),
             reason: None,

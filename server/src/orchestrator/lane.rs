@@ -477,8 +477,16 @@ impl<'a> Lane<'a> {
                             })
                             .collect();
                         if let Err(LaneEnd::Error(why)) = &found {
-                            // None of this claim reaches a slot: the whole claim goes back.
-                            self.give_back(&claimed, &format!("the server: {why}"), GiveBack::ServerFault);
+                            // None of this claim reaches a slot: the whole claim goes back, a
+                            // server fault for the episodes the benchmark lacks (the third
+                            // fails them), charged to nobody for the others, which never
+                            // started.
+                            let known = |idx: i64| episodes.iter().any(|e| e.index as i64 == idx);
+                            let (present, missing): (Vec<_>, Vec<_>) =
+                                claimed.iter().partition(|&&(idx, _)| known(idx));
+                            let why = format!("the server: {why}");
+                            self.give_back(&missing, &why, GiveBack::ServerFault);
+                            self.give_back(&present, &why, GiveBack::NeverStarted);
                         }
                         return found;
                     }
@@ -870,7 +878,8 @@ enum Wait {
 enum GiveBack {
     /// The server failed them: a server fault, counted toward `MAX_SERVER_FAULTS`.
     ServerFault,
-    /// The agent left before their `episode_start`: as if never claimed.
+    /// They never started (the agent left before their `episode_start`, or the claim they
+    /// came in could not start): charged to nobody.
     NeverStarted,
 }
 

@@ -8,11 +8,12 @@
 //! whichever run still holds the lease when it finishes.
 //!
 //! Runs are numbered by `attempts`, which only grows: a run's number names its trajectory part
-//! and its commit, so a run lost on one server never shares a number with the next. Runs the
-//! server lost (its restart, a lane's error, a failed store, an expired lease) are counted in
-//! `server_faults` too and are not charged to the agent: `max_attempts` caps `attempts -
-//! server_faults`, and [`MAX_SERVER_FAULTS`] caps the server's own losses, so an episode that
-//! keeps failing the server (one that kills every replica in turn) still ends.
+//! and its commit, so no two runs of an episode ever share one. Runs that are not the agent's
+//! are counted apart: `server_faults`, those the server lost by a fault (its crash, a lane's
+//! error, a failed store, an expired lease), capped at [`MAX_SERVER_FAULTS`] so that an
+//! episode which itself breaks the server (one that kills every replica in turn) still ends;
+//! and `uncharged_runs`, claims that never started and runs a server told to stop gave back.
+//! `max_attempts` caps the agent's runs, [`AGENT_ATTEMPTS`].
 
 use super::*;
 
@@ -84,6 +85,17 @@ pub const SERVER_RESTARTED: &str = "the server running it stopped before it ende
 /// a replica lost during a deploy, few enough that an episode which itself makes the server
 /// fail (a lane that panics on it, a replica it kills) ends.
 pub const MAX_SERVER_FAULTS: i64 = 3;
+
+/// SQL for the runs charged to the agent, what `max_attempts` caps.
+pub const AGENT_ATTEMPTS: &str = "(attempts - server_faults - uncharged_runs)";
+
+/// The reason episodes a stopping server gives back are given ([`Storage::give_back_on_stop`]).
+pub const SERVER_STOPPED: &str = "the server running it was stopped";
+
+/// SQL true for a row whose next server fault is its last.
+fn last_server_fault() -> String {
+    format!("server_faults + 1 >= {MAX_SERVER_FAULTS}")
+}
 
 /// SQL for the reason of an episode given up after the server lost its runs: `reason_sql`
 /// (an expression) with " (server fault n of max)", n the count after this loss.
@@ -275,7 +287,7 @@ impl Storage {
     }
 
     /// After a lost agent connection: the given runs `(idx, attempt)`, RUNNING, go back to
-    /// PENDING if the agent's attempts (`attempts - server_faults`) < max_attempts (keeping
+    /// PENDING if the agent's attempts ([`AGENT_ATTEMPTS`]) < max_attempts (keeping
     /// `reason` as the last failure), else FAILED with reason "{reason} (attempt {n} of {max})",
     /// n the agent's. Returns (requeued, failed) counts. Only
     /// touches rows that are RUNNING under this handle's lease in that attempt (a newer claim of
@@ -296,12 +308,12 @@ impl Storage {
             let mut tx = self.pool.begin().await.ctx(context)?;
             for &(idx, attempt) in runs {
                 // Every statement here writes, so SQLite takes the write lock at the first one.
-                let back = sqlx::query(
+                let back = sqlx::query(&format!(
                     "UPDATE episodes SET status = 'PENDING', reason = $4, updated_at = $5, \
-                 lease_owner = NULL, lease_expires_at = NULL \
-                 WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING' \
-                 AND attempts - server_faults < $3 AND lease_owner = $6 AND attempts = $7",
-                )
+                     lease_owner = NULL, lease_expires_at = NULL \
+                     WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING' \
+                     AND {AGENT_ATTEMPTS} < $3 AND lease_owner = $6 AND attempts = $7"
+                ))
                 .bind(submission)
                 .bind(idx)
                 .bind(max_attempts)
@@ -316,21 +328,22 @@ impl Storage {
                     requeued += 1;
                     continue;
                 }
-                let gave_up = sqlx::query(
-                "UPDATE episodes SET status = 'FAILED', reason = $3 || CAST(attempts - server_faults AS TEXT) || $4, \
-                 updated_at = $5, lease_owner = NULL, lease_expires_at = NULL \
-                 WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING' AND lease_owner = $6 AND attempts = $7",
-            )
-            .bind(submission)
-            .bind(idx)
-            .bind(&failed_reason)
-            .bind(&of_max)
-            .bind(now)
-            .bind(&self.lease.owner)
-            .bind(attempt)
-            .execute(&mut *tx)
-            .await
-            .ctx(context)?;
+                let gave_up = sqlx::query(&format!(
+                    "UPDATE episodes SET status = 'FAILED', reason = $3 || CAST({AGENT_ATTEMPTS} AS TEXT) || $4, \
+                     updated_at = $5, lease_owner = NULL, lease_expires_at = NULL \
+                     WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING' AND lease_owner = $6 \
+                     AND attempts = $7"
+                ))
+                .bind(submission)
+                .bind(idx)
+                .bind(&failed_reason)
+                .bind(&of_max)
+                .bind(now)
+                .bind(&self.lease.owner)
+                .bind(attempt)
+                .execute(&mut *tx)
+                .await
+                .ctx(context)?;
                 failed += gave_up.rows_affected() as usize;
             }
             tx.commit().await.ctx(context)?;
@@ -369,8 +382,10 @@ impl Storage {
         let gave_up_sql = format!(
             "UPDATE episodes SET status = 'FAILED', reason = {}, server_faults = server_faults + 1, \
              updated_at = $4, lease_owner = NULL, lease_expires_at = NULL \
-             WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING' AND lease_owner = $5 AND attempts = $6",
-            server_faults_reason("$3")
+             WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING' AND lease_owner = $5 AND attempts = $6 \
+             AND {}",
+            server_faults_reason("$3"),
+            last_server_fault()
         );
         let returned = async {
             let mut tx = self.pool.begin().await.ctx(context)?;
@@ -420,10 +435,10 @@ impl Storage {
     }
 
     /// Claims that never started (the agent was gone before their `episode_start` was sent):
-    /// the given RUNNING episodes under this handle's lease go back to PENDING as if never
-    /// claimed (attempts -= 1: the run never began, so nothing carries its number), charged to
-    /// nobody, with `reason` kept. Claims released as by [`Storage::return_episodes`]. Returns
-    /// how many went back.
+    /// the given RUNNING episodes under this handle's lease go back to PENDING charged to
+    /// nobody (`uncharged_runs` += 1; the number stays taken, as every run's does), with
+    /// `reason` kept. Claims released as by [`Storage::return_episodes`]. Returns how many
+    /// went back.
     pub async fn unclaim_episodes(
         &self,
         submission: &str,
@@ -437,8 +452,7 @@ impl Storage {
             for &(idx, attempt) in runs {
                 let back = sqlx::query(
                     "UPDATE episodes SET status = 'PENDING', reason = $3, updated_at = $4, \
-                     attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END, \
-                     lease_owner = NULL, lease_expires_at = NULL \
+                     uncharged_runs = uncharged_runs + 1, lease_owner = NULL, lease_expires_at = NULL \
                      WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING' AND lease_owner = $5 \
                      AND attempts = $6",
                 )
@@ -463,6 +477,28 @@ impl Storage {
             }
         }
         returned
+    }
+
+    /// When the server is told to stop (a signal): every episode this process still runs goes
+    /// back to PENDING charged to nobody (`uncharged_runs` += 1, reason [`SERVER_STOPPED`]), so
+    /// that a deploy's restarts neither use up agents' attempts nor count toward
+    /// [`MAX_SERVER_FAULTS`]. A run that commits first keeps its result; one that would commit
+    /// after is refused (its lease is gone), as after any lost claim. Returns how many went back.
+    pub async fn give_back_on_stop(&self) -> Result<u64, StorageError> {
+        let back = sqlx::query(
+            "UPDATE episodes SET status = 'PENDING', reason = $1, updated_at = $2, \
+             uncharged_runs = uncharged_runs + 1, lease_owner = NULL, lease_expires_at = NULL \
+             WHERE status = 'RUNNING' AND lease_owner = $3",
+        )
+        .bind(SERVER_STOPPED)
+        .bind(now_ms())
+        .bind(&self.lease.owner)
+        .execute(&self.pool)
+        .await
+        .ctx(|| format!("giving back the episodes of {} as it stops", self.lease.owner))?
+        .rows_affected();
+        self.held.lock().expect("held claims lock").clear();
+        Ok(back)
     }
 
     /// At server start: the RUNNING episodes of PENDING/RUNNING submissions that no live server
@@ -498,8 +534,9 @@ impl Storage {
         );
         let gave_up = format!(
             "UPDATE episodes SET status = 'FAILED', reason = {}, server_faults = server_faults + 1, \
-             updated_at = $1, lease_owner = NULL, lease_expires_at = NULL {lost}",
-            server_faults_reason(&reason)
+             updated_at = $1, lease_owner = NULL, lease_expires_at = NULL {lost} AND {}",
+            server_faults_reason(&reason),
+            last_server_fault()
         );
         let now = now_ms();
         for sql in [&back, &gave_up] {
@@ -636,8 +673,10 @@ impl Storage {
         let failed = sqlx::query(&format!(
             "UPDATE episodes SET status = 'FAILED', reason = {}, server_faults = server_faults + 1, updated_at = $2, \
              lease_owner = NULL, lease_expires_at = NULL \
-             WHERE submission_id = $1 AND status = 'RUNNING' AND (lease_expires_at IS NULL OR lease_expires_at < $2){not_held}",
-            server_faults_reason("$3")
+             WHERE submission_id = $1 AND status = 'RUNNING' AND (lease_expires_at IS NULL OR lease_expires_at < $2) \
+             AND {}{not_held}",
+            server_faults_reason("$3"),
+            last_server_fault()
         ))
         .bind(submission)
         .bind(now)
@@ -816,10 +855,10 @@ impl Storage {
         let rows = sqlx::query(
             "SELECT e.submission_id AS submission_id, \
                     CAST(COUNT(*) AS BIGINT) AS episodes_rerun, \
-                    CAST(SUM(e.attempts - e.server_faults - 1) AS BIGINT) AS reruns \
+                    CAST(SUM(e.attempts - e.server_faults - e.uncharged_runs - 1) AS BIGINT) AS reruns \
              FROM episodes e JOIN submissions s ON s.id = e.submission_id \
              WHERE ($1 IS NULL OR s.team_id = $1) AND ($2 IS NULL OR e.submission_id = $2) \
-             AND e.attempts - e.server_faults > 1 \
+             AND e.attempts - e.server_faults - e.uncharged_runs > 1 \
              GROUP BY e.submission_id",
         )
         .bind(team)

@@ -44,7 +44,9 @@ mod sessions;
 mod submissions;
 mod teams;
 
-pub use episodes::{Expired, LEASE_EXPIRED, Lease, MAX_SERVER_FAULTS, SERVER_RESTARTED};
+pub use episodes::{
+    AGENT_ATTEMPTS, Expired, LEASE_EXPIRED, Lease, MAX_SERVER_FAULTS, SERVER_RESTARTED, SERVER_STOPPED,
+};
 pub use error::StorageError;
 use error::*;
 pub use hosted::HostedPolicy;

@@ -260,10 +260,14 @@ pub struct EpisodeRow {
     pub status: EpisodeState,
     /// How many times it was started (the latest run's number).
     pub attempts: i64,
-    /// How many of those runs the server lost (a restart, a lane's error, a failed store,
-    /// another replica's expired lease): not charged to the agent, whose attempts are
-    /// `attempts - server_faults` (see [`crate::storage::MAX_SERVER_FAULTS`]).
+    /// How many of those runs the server lost by a fault (its crash, a lane's error, a failed
+    /// store, another replica's expired lease): not charged to the agent, and capped at
+    /// [`crate::storage::MAX_SERVER_FAULTS`].
     pub server_faults: i64,
+    /// How many of those runs were charged to nobody and not capped: claims that never
+    /// started, runs a server told to stop gave back. The agent's attempts are `attempts -
+    /// server_faults - uncharged_runs`.
+    pub uncharged_runs: i64,
     /// Control steps run (final states only).
     pub steps: i64,
     /// Metric values (final states only; may hold NaN).

@@ -60,7 +60,7 @@ pub(super) const PHASE_COLUMNS: &str = "id, challenge_id, benchmark, starts_at, 
 
 pub(super) const TOKEN_COLUMNS: &str = "id, team_id, label, created_at, expires_at, revoked_at";
 
-pub(super) const EPISODE_COLUMNS: &str = "idx, motion, category, start_s, duration_s, seed, dr_level, status, attempts, server_faults, steps, \
+pub(super) const EPISODE_COLUMNS: &str = "idx, motion, category, start_s, duration_s, seed, dr_level, status, attempts, server_faults, uncharged_runs, steps, \
      metrics_json, reason, updated_at, lease_owner, agent_name, engine";
 
 pub(super) fn get<'r, T>(row: &'r AnyRow, column: &str, what: &str) -> Result<T, StorageError>
@@ -171,6 +171,7 @@ pub(super) fn episode_from_row(row: &AnyRow, submission: &str) -> Result<Episode
         status: status.parse().map_err(|e: StorageError| corrupt(e.to_string()))?,
         attempts: get(row, "attempts", &what)?,
         server_faults: get(row, "server_faults", &what)?,
+        uncharged_runs: get(row, "uncharged_runs", &what)?,
         steps: get(row, "steps", &what)?,
         metrics: match metrics_json {
             Some(text) => metrics_from_json(&text).map_err(corrupt)?,

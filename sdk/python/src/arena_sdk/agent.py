@@ -87,7 +87,8 @@ class EpisodeInfo:
     steps: int
     seed: int
     dr_level: int
-    #: 1 on the first run; higher when re-run after a lost connection.
+    #: The run's number: 1 on the first run; higher on each re-run (after a lost connection, or a
+    #: run the server lost or gave back, which are not charged to the agent's attempts).
     attempt: int
     #: The whole reference motion (frames x 36, float64) when the benchmark reveals it, else None.
     reference: np.ndarray | None = None

@@ -857,9 +857,22 @@ async fn server_faults_are_not_the_agents(url: String, engine: Engine) {
     // Re-runs the team is shown: the agent's only (episode 2's second connection).
     let reruns = a.reruns(None, Some("s-1")).await.unwrap();
     assert_eq!(reruns.get("s-1"), Some(&(1, 1)), "{reruns:?}");
-    // A lost connection on the agent's third run ends it: the reason counts the agent's runs.
-    assert_eq!(a.claim_next_episode("s-1").await.unwrap(), Some((2, 6)));
-    assert_eq!(a.requeue_episodes("s-1", &[(2, 6)], 3, "lost").await.unwrap(), (0, 1));
+    // The stopping server claims nothing more; another does, and a lost connection on the
+    // agent's third run ends it: the reason counts the agent's runs.
+    assert_eq!(a.claim_next_episode("s-1").await.unwrap(), None);
+    assert_eq!(
+        other.claim_next_episode("s-1").await.unwrap(),
+        None,
+        "it was told to stop too"
+    );
+    let next = open(&url, engine)
+        .await
+        .with_lease("replica-c", std::time::Duration::from_secs(30));
+    assert_eq!(next.claim_next_episode("s-1").await.unwrap(), Some((2, 6)));
+    assert_eq!(
+        next.requeue_episodes("s-1", &[(2, 6)], 3, "lost").await.unwrap(),
+        (0, 1)
+    );
     let row = &a.episodes("s-1").await.unwrap()[2];
     assert_eq!(row.reason.as_deref(), Some("lost (attempt 3 of 3)"));
 }

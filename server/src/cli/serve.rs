@@ -114,7 +114,8 @@ pub struct ServingArgs {
     /// Silence that ends a session, seconds [default: 60].
     #[arg(long, env = "ARENA_HEARTBEAT_TIMEOUT_S")]
     pub heartbeat_timeout_s: Option<f64>,
-    /// Runs of an episode cut by lost connections before it is FAILED [default: 3].
+    /// Runs of an episode cut by lost connections before it is FAILED; runs the server loses or
+    /// gives back are not counted [default: 3].
     #[arg(long, env = "ARENA_MAX_ATTEMPTS")]
     pub max_attempts: Option<u32>,
     /// Requests per team per minute, REST calls and agent connects (0 = no limit) [default: 600].

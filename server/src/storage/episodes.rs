@@ -482,9 +482,12 @@ impl Storage {
     /// When the server is told to stop (a signal): every episode this process still runs goes
     /// back to PENDING charged to nobody (`uncharged_runs` += 1, reason [`SERVER_STOPPED`]), so
     /// that a deploy's restarts neither use up agents' attempts nor count toward
-    /// [`MAX_SERVER_FAULTS`]. A run that commits first keeps its result; one that would commit
+    /// [`MAX_SERVER_FAULTS`]. This handle claims nothing after it. A run that commits first keeps its result; one that would commit
     /// after is refused (its lease is gone), as after any lost claim. Returns how many went back.
     pub async fn give_back_on_stop(&self) -> Result<u64, StorageError> {
+        // First: a lane that would claim after the give-back would leave its claims to the
+        // next start (a fault each).
+        self.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
         let back = sqlx::query(
             "UPDATE episodes SET status = 'PENDING', reason = $1, updated_at = $2, \
              uncharged_runs = uncharged_runs + 1, lease_owner = NULL, lease_expires_at = NULL \
@@ -586,8 +589,12 @@ impl Storage {
         self.claim_pending(submission, limit).await
     }
 
-    /// The `limit` PENDING episodes with the lowest idx → RUNNING under this handle's lease.
+    /// The `limit` PENDING episodes with the lowest idx → RUNNING under this handle's lease;
+    /// none once the server is stopping ([`Storage::give_back_on_stop`]).
     async fn claim_pending(&self, submission: &str, limit: usize) -> Result<Vec<(i64, i64)>, StorageError> {
+        if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+            return Ok(Vec::new());
+        }
         let set = "SET status = 'RUNNING', attempts = attempts + 1, updated_at = $2, lease_owner = $3, \
                    lease_expires_at = $4, agent_name = (SELECT agent_name FROM submissions WHERE id = $1)";
         let pick = "SELECT idx FROM episodes WHERE submission_id = $1 AND status = 'PENDING' ORDER BY idx LIMIT $5";

@@ -138,6 +138,8 @@ pub struct Storage {
     /// it is claimed again. Releases name the attempt: a stale run's cleanup (its lease ran
     /// out and this server claimed the episode again) must not drop the newer claim.
     held: Arc<std::sync::Mutex<std::collections::HashMap<String, std::collections::BTreeMap<i64, i64>>>>,
+    /// Set when the server is told to stop ([`Storage::give_back_on_stop`]): no new claims.
+    stopping: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Storage {
@@ -206,6 +208,7 @@ impl Storage {
     pub fn with_lease(mut self, replica: impl Into<String>, duration: Duration) -> Self {
         self.lease = Arc::new(Lease::of_replica(replica.into(), duration));
         self.held = Default::default();
+        self.stopping = Default::default();
         self
     }
 
@@ -245,6 +248,7 @@ impl Storage {
             leaderboard_generation: Arc::new(AtomicU64::new(0)),
             lease: Arc::new(Lease::for_this_process()),
             held: Default::default(),
+            stopping: Default::default(),
         })
     }
 

@@ -487,7 +487,7 @@ impl Storage {
     pub async fn give_back_on_stop(&self) -> Result<u64, StorageError> {
         // First: a lane that would claim after the give-back would leave its claims to the
         // next start (a fault each).
-        self.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.held().stopping = true;
         let back = sqlx::query(
             "UPDATE episodes SET status = 'PENDING', reason = $1, updated_at = $2, \
              uncharged_runs = uncharged_runs + 1, lease_owner = NULL, lease_expires_at = NULL \
@@ -500,7 +500,7 @@ impl Storage {
         .await
         .ctx(|| format!("giving back the episodes of {} as it stops", self.lease.owner))?
         .rows_affected();
-        self.held.lock().expect("held claims lock").clear();
+        self.held().claims.clear();
         Ok(back)
     }
 
@@ -592,7 +592,7 @@ impl Storage {
     /// The `limit` PENDING episodes with the lowest idx → RUNNING under this handle's lease;
     /// none once the server is stopping ([`Storage::give_back_on_stop`]).
     async fn claim_pending(&self, submission: &str, limit: usize) -> Result<Vec<(i64, i64)>, StorageError> {
-        if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+        if self.held().stopping {
             return Ok(Vec::new());
         }
         let set = "SET status = 'RUNNING', attempts = attempts + 1, updated_at = $2, lease_owner = $3, \
@@ -646,13 +646,7 @@ impl Storage {
         let now = now_ms();
         // Claims this handle still holds are alive here, whatever their lease says (the
         // database may have been unreachable for renewals): only other servers settle them.
-        let held = self
-            .held
-            .lock()
-            .expect("held claims lock")
-            .get(submission)
-            .cloned()
-            .unwrap_or_default();
+        let held = self.held_claims(submission);
         let not_held = if held.is_empty() {
             String::new()
         } else {
@@ -704,8 +698,9 @@ impl Storage {
     /// lease while it runs.
     pub async fn renew_leases(&self) -> Result<u64, StorageError> {
         let held: Vec<(String, Vec<i64>)> = {
-            let held = self.held.lock().expect("held claims lock");
-            held.iter()
+            let held = self.held();
+            held.claims
+                .iter()
                 .filter(|(_, idxs)| !idxs.is_empty())
                 .map(|(sub, idxs)| (sub.clone(), idxs.keys().copied().collect()))
                 .collect()
@@ -738,14 +733,18 @@ impl Storage {
     }
 
     fn hold(&self, submission: &str, idx: i64, attempt: i64) {
-        let mut held = self.held.lock().expect("held claims lock");
-        held.entry(submission.to_string()).or_default().insert(idx, attempt);
+        self.held()
+            .claims
+            .entry(submission.to_string())
+            .or_default()
+            .insert(idx, attempt);
     }
 
     /// Drops the claim of `idx` from the held ones: the one of run `attempt`, or whichever
     /// there is with `None` (a commit without an attempt).
     fn release(&self, submission: &str, idx: i64, attempt: Option<i64>) {
-        let mut held = self.held.lock().expect("held claims lock");
+        let mut guard = self.held();
+        let held = &mut guard.claims;
         if let Some(claims) = held.get_mut(submission) {
             if attempt.is_none() || claims.get(&idx) == attempt.as_ref() {
                 claims.remove(&idx);
@@ -818,12 +817,12 @@ impl Storage {
 
     /// This handle's claims on `submission` now: episode index → attempt.
     fn held_claims(&self, submission: &str) -> std::collections::BTreeMap<i64, i64> {
-        self.held
-            .lock()
-            .expect("held claims lock")
-            .get(submission)
-            .cloned()
-            .unwrap_or_default()
+        self.held().claims.get(submission).cloned().unwrap_or_default()
+    }
+
+    /// The claims in hand, locked.
+    fn held(&self) -> std::sync::MutexGuard<'_, super::Held> {
+        self.held.lock().expect("held claims lock")
     }
 
     /// (pending, running, finished) episode counts of a submission.

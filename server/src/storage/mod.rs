@@ -137,9 +137,16 @@ pub struct Storage {
     /// dropped from here (a commit given up on) is no longer renewed, so its lease runs out and
     /// it is claimed again. Releases name the attempt: a stale run's cleanup (its lease ran
     /// out and this server claimed the episode again) must not drop the newer claim.
-    held: Arc<std::sync::Mutex<std::collections::HashMap<String, std::collections::BTreeMap<i64, i64>>>>,
+    held: Arc<std::sync::Mutex<Held>>,
+}
+
+/// [`Storage`]'s claims in hand, and whether it still makes any.
+#[derive(Debug, Default)]
+struct Held {
+    /// By submission: episode index → the attempt of its claim.
+    claims: std::collections::HashMap<String, std::collections::BTreeMap<i64, i64>>,
     /// Set when the server is told to stop ([`Storage::give_back_on_stop`]): no new claims.
-    stopping: Arc<std::sync::atomic::AtomicBool>,
+    stopping: bool,
 }
 
 impl Storage {
@@ -208,7 +215,6 @@ impl Storage {
     pub fn with_lease(mut self, replica: impl Into<String>, duration: Duration) -> Self {
         self.lease = Arc::new(Lease::of_replica(replica.into(), duration));
         self.held = Default::default();
-        self.stopping = Default::default();
         self
     }
 
@@ -248,7 +254,6 @@ impl Storage {
             leaderboard_generation: Arc::new(AtomicU64::new(0)),
             lease: Arc::new(Lease::for_this_process()),
             held: Default::default(),
-            stopping: Default::default(),
         })
     }
 

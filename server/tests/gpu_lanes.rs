@@ -142,15 +142,7 @@ fn a_killed_gpu_worker_fails_its_episodes_not_the_server() {
     );
     // A server stopped by a signal leaves no spare running (it ends them; an idle one would also
     // end at the close of its input).
-    let term = std::process::Command::new("kill")
-        .args(["-TERM", &server.pid().to_string()])
-        .status()
-        .unwrap();
-    assert!(term.success());
-    assert!(
-        server.wait_exit(std::time::Duration::from_secs(60)).is_some(),
-        "the server did not stop on SIGTERM"
-    );
+    server.terminate();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while now
         .iter()

@@ -626,18 +626,7 @@ fn submission_survives_server_sigkill() {
 /// nobody and not a server fault either.
 #[test]
 fn submission_survives_server_sigterm() {
-    let term = |server: &mut ServerProc| {
-        let term = std::process::Command::new("kill")
-            .args(["-TERM", &server.pid().to_string()])
-            .status()
-            .unwrap();
-        assert!(term.success());
-        assert!(
-            server.wait_exit(std::time::Duration::from_secs(60)).is_some(),
-            "the server did not stop on SIGTERM"
-        );
-    };
-    submission_survives_a_stop("e2e-term", term, ("uncharged_runs", "server_faults"));
+    submission_survives_a_stop("e2e-term", ServerProc::terminate, ("uncharged_runs", "server_faults"));
 }
 
 /// A submission whose server `stop`s mid-run (with an episode running) and restarts on the same

@@ -86,7 +86,6 @@ impl ServerProc {
         format!("grpc://{}", self.addr)
     }
 
-    /// SIGKILL, no chance to clean up.
     /// Its exit status once it has exited on its own, waiting up to `limit`; None if it still
     /// runs then (it is then killed).
     pub fn wait_exit(&mut self, limit: std::time::Duration) -> Option<std::process::ExitStatus> {
@@ -103,6 +102,18 @@ impl ServerProc {
         }
     }
 
+    /// SIGTERM (what `docker stop` sends), then its exit, within a minute.
+    pub fn terminate(&mut self) {
+        let pid = self.pid().to_string();
+        let term = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(term.success(), "kill -TERM {pid}");
+        assert!(
+            self.wait_exit(std::time::Duration::from_secs(60)).is_some(),
+            "the server did not stop on SIGTERM"
+        );
+    }
+
+    /// SIGKILL, no chance to clean up.
     pub fn kill9(&mut self) {
         self.child.kill().ok();
         self.child.wait().ok();

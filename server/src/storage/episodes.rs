@@ -86,6 +86,10 @@ pub const SERVER_RESTARTED: &str = "the server running it stopped before it ende
 /// fail (a lane that panics on it, a replica it kills) ends.
 pub const MAX_SERVER_FAULTS: i64 = 3;
 
+/// SQL true for the row of run $3 of episode $2 of submission $1 while RUNNING under lease
+/// owner $4 (not a newer claim of the same episode).
+const RUN: &str = "submission_id = $1 AND idx = $2 AND status = 'RUNNING' AND attempts = $3 AND lease_owner = $4";
+
 /// SQL for the runs charged to the agent, what `max_attempts` caps.
 pub const AGENT_ATTEMPTS: &str = "(attempts - server_faults - uncharged_runs)";
 
@@ -289,9 +293,9 @@ impl Storage {
     /// After a lost agent connection: the given runs `(idx, attempt)`, RUNNING, go back to
     /// PENDING if the agent's attempts ([`AGENT_ATTEMPTS`]) < max_attempts (keeping
     /// `reason` as the last failure), else FAILED with reason "{reason} (attempt {n} of {max})",
-    /// n the agent's. Returns (requeued, failed) counts. Only
-    /// touches rows that are RUNNING under this handle's lease in that attempt (a newer claim of
-    /// the same episode is left alone); all in one transaction.
+    /// n the agent's. Returns (requeued, failed) counts. Only touches rows that are RUNNING
+    /// under this handle's lease in that attempt (a newer claim of the same episode is left
+    /// alone); all in one transaction.
     pub async fn requeue_episodes(
         &self,
         submission: &str,
@@ -299,67 +303,20 @@ impl Storage {
         max_attempts: i64,
         reason: &str,
     ) -> Result<(usize, usize), StorageError> {
+        // `max_attempts` is an integer: spliced into the statements.
+        let back = format!(
+            "UPDATE episodes SET status = 'PENDING', reason = $6, updated_at = $5, \
+             lease_owner = NULL, lease_expires_at = NULL \
+             WHERE {RUN} AND {AGENT_ATTEMPTS} < {max_attempts}"
+        );
+        let gave_up = format!(
+            "UPDATE episodes SET status = 'FAILED', \
+             reason = $6 || ' (attempt ' || CAST({AGENT_ATTEMPTS} AS TEXT) || ' of {max_attempts})', \
+             updated_at = $5, lease_owner = NULL, lease_expires_at = NULL WHERE {RUN}"
+        );
         let context = || format!("requeueing episodes {runs:?} (index, attempt) of submission {submission}");
-        let now = now_ms();
-        let failed_reason = format!("{reason} (attempt ");
-        let of_max = format!(" of {max_attempts})");
-        let done = async {
-            let (mut requeued, mut failed) = (0, 0);
-            let mut tx = self.pool.begin().await.ctx(context)?;
-            for &(idx, attempt) in runs {
-                // Every statement here writes, so SQLite takes the write lock at the first one.
-                let back = sqlx::query(&format!(
-                    "UPDATE episodes SET status = 'PENDING', reason = $4, updated_at = $5, \
-                     lease_owner = NULL, lease_expires_at = NULL \
-                     WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING' \
-                     AND {AGENT_ATTEMPTS} < $3 AND lease_owner = $6 AND attempts = $7"
-                ))
-                .bind(submission)
-                .bind(idx)
-                .bind(max_attempts)
-                .bind(reason)
-                .bind(now)
-                .bind(&self.lease.owner)
-                .bind(attempt)
-                .execute(&mut *tx)
-                .await
-                .ctx(context)?;
-                if back.rows_affected() > 0 {
-                    requeued += 1;
-                    continue;
-                }
-                let gave_up = sqlx::query(&format!(
-                    "UPDATE episodes SET status = 'FAILED', reason = $3 || CAST({AGENT_ATTEMPTS} AS TEXT) || $4, \
-                     updated_at = $5, lease_owner = NULL, lease_expires_at = NULL \
-                     WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING' AND lease_owner = $6 \
-                     AND attempts = $7"
-                ))
-                .bind(submission)
-                .bind(idx)
-                .bind(&failed_reason)
-                .bind(&of_max)
-                .bind(now)
-                .bind(&self.lease.owner)
-                .bind(attempt)
-                .execute(&mut *tx)
-                .await
-                .ctx(context)?;
-                failed += gave_up.rows_affected() as usize;
-            }
-            tx.commit().await.ctx(context)?;
-            Ok((requeued, failed))
-        }
-        .await;
-        // Released even when the update failed for good: the leases then run out and
-        // [`Storage::expire_leases`] settles the episodes, rather than this server renewing
-        // claims nobody runs. After a transient error the caller tries again (the claims stay
-        // renewed meanwhile), and forgets them if it gives up.
-        if settled(&done) {
-            for &(idx, attempt) in runs {
-                self.release(submission, idx, Some(attempt));
-            }
-        }
-        done
+        self.settle_runs(submission, runs, reason, &back, Some(&gave_up), context)
+            .await
     }
 
     /// After a server-side error that stopped running them (a lane's error, a trajectory the
@@ -368,76 +325,36 @@ impl Storage {
     /// kept as the last failure, so this or another server runs them again now instead of
     /// renewing their claims until a restart; one the server has now lost
     /// [`MAX_SERVER_FAULTS`] times is FAILED with "{reason} (server fault n of max)". The
-    /// claims are released even when the update fails for good (not after a transient error,
-    /// [`settled`]): their leases then run out and [`Storage::expire_leases`] settles them.
-    /// Returns (returned, failed) counts.
+    /// claims are released even when the update fails for good, as by
+    /// [`Storage::requeue_episodes`]. Returns (returned, failed) counts.
     pub async fn return_episodes(
         &self,
         submission: &str,
         runs: &[(i64, i64)],
         reason: &str,
     ) -> Result<(usize, usize), StorageError> {
-        let context =
-            || format!("returning episodes {runs:?} (index, attempt) of submission {submission} after a server error");
-        let gave_up_sql = format!(
-            "UPDATE episodes SET status = 'FAILED', reason = {}, server_faults = server_faults + 1, \
-             updated_at = $4, lease_owner = NULL, lease_expires_at = NULL \
-             WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING' AND lease_owner = $5 AND attempts = $6 \
-             AND {}",
-            server_faults_reason("$3"),
+        let back = format!(
+            "UPDATE episodes SET status = 'PENDING', reason = $6, updated_at = $5, \
+             server_faults = server_faults + 1, lease_owner = NULL, lease_expires_at = NULL \
+             WHERE {RUN} AND NOT ({})",
             last_server_fault()
         );
-        let returned = async {
-            let mut tx = self.pool.begin().await.ctx(context)?;
-            let (mut returned, mut failed) = (0, 0);
-            for &(idx, attempt) in runs {
-                let back = sqlx::query(&format!(
-                    "UPDATE episodes SET status = 'PENDING', reason = $3, updated_at = $4, \
-                     server_faults = server_faults + 1, lease_owner = NULL, lease_expires_at = NULL \
-                     WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING' AND lease_owner = $5 \
-                     AND attempts = $6 AND server_faults + 1 < {MAX_SERVER_FAULTS}"
-                ))
-                .bind(submission)
-                .bind(idx)
-                .bind(reason)
-                .bind(now_ms())
-                .bind(&self.lease.owner)
-                .bind(attempt)
-                .execute(&mut *tx)
-                .await
-                .ctx(context)?;
-                if back.rows_affected() > 0 {
-                    returned += 1;
-                    continue;
-                }
-                let gave_up = sqlx::query(&gave_up_sql)
-                    .bind(submission)
-                    .bind(idx)
-                    .bind(reason)
-                    .bind(now_ms())
-                    .bind(&self.lease.owner)
-                    .bind(attempt)
-                    .execute(&mut *tx)
-                    .await
-                    .ctx(context)?;
-                failed += gave_up.rows_affected() as usize;
-            }
-            tx.commit().await.ctx(context)?;
-            Ok((returned, failed))
-        }
-        .await;
-        if settled(&returned) {
-            for &(idx, attempt) in runs {
-                self.release(submission, idx, Some(attempt));
-            }
-        }
-        returned
+        let gave_up = format!(
+            "UPDATE episodes SET status = 'FAILED', reason = {}, server_faults = server_faults + 1, \
+             updated_at = $5, lease_owner = NULL, lease_expires_at = NULL WHERE {RUN} AND {}",
+            server_faults_reason("$6"),
+            last_server_fault()
+        );
+        let context =
+            || format!("returning episodes {runs:?} (index, attempt) of submission {submission} after a server error");
+        self.settle_runs(submission, runs, reason, &back, Some(&gave_up), context)
+            .await
     }
 
     /// Claims that never started (the agent was gone before their `episode_start` was sent):
     /// the given RUNNING episodes under this handle's lease go back to PENDING charged to
     /// nobody (`uncharged_runs` += 1; the number stays taken, as every run's does), with
-    /// `reason` kept. Claims released as by [`Storage::return_episodes`]. Returns how many
+    /// `reason` kept. Claims released as by [`Storage::requeue_episodes`]. Returns how many
     /// went back.
     pub async fn unclaim_episodes(
         &self,
@@ -445,38 +362,65 @@ impl Storage {
         runs: &[(i64, i64)],
         reason: &str,
     ) -> Result<usize, StorageError> {
+        let back = format!(
+            "UPDATE episodes SET status = 'PENDING', reason = $6, updated_at = $5, \
+             uncharged_runs = uncharged_runs + 1, lease_owner = NULL, lease_expires_at = NULL WHERE {RUN}"
+        );
         let context = || format!("unclaiming episodes {runs:?} (index, attempt) of submission {submission}");
-        let returned = async {
-            let mut tx = self.pool.begin().await.ctx(context)?;
-            let mut returned = 0;
+        let (back, _) = self.settle_runs(submission, runs, reason, &back, None, context).await?;
+        Ok(back)
+    }
+
+    /// The runs `(idx, attempt)` of `submission`, each in its row only while RUNNING under
+    /// this handle's lease in that attempt (a newer claim of the episode is left alone),
+    /// settled in one transaction: `back` moves a run's row (→ PENDING), and where it matches
+    /// none, `gave_up` (→ FAILED). Both bind [`RUN`]'s $1–$4, $5 now and $6 `reason`. Returns
+    /// (back, gave up) counts. The claims are released even when the update failed for good:
+    /// their leases then run out and [`Storage::expire_leases`] settles them, rather than this
+    /// server renewing claims nobody runs. After a transient error the caller tries again (the
+    /// claims stay renewed meanwhile), and forgets them if it gives up.
+    async fn settle_runs(
+        &self,
+        submission: &str,
+        runs: &[(i64, i64)],
+        reason: &str,
+        back: &str,
+        gave_up: Option<&str>,
+        context: impl Fn() -> String,
+    ) -> Result<(usize, usize), StorageError> {
+        let now = now_ms();
+        let done = async {
+            let (mut moved, mut failed) = (0, 0);
+            let mut tx = self.pool.begin().await.ctx(&context)?;
             for &(idx, attempt) in runs {
-                let back = sqlx::query(
-                    "UPDATE episodes SET status = 'PENDING', reason = $3, updated_at = $4, \
-                     uncharged_runs = uncharged_runs + 1, lease_owner = NULL, lease_expires_at = NULL \
-                     WHERE submission_id = $1 AND idx = $2 AND status = 'RUNNING' AND lease_owner = $5 \
-                     AND attempts = $6",
-                )
-                .bind(submission)
-                .bind(idx)
-                .bind(reason)
-                .bind(now_ms())
-                .bind(&self.lease.owner)
-                .bind(attempt)
-                .execute(&mut *tx)
-                .await
-                .ctx(context)?;
-                returned += back.rows_affected() as usize;
+                let bind = |sql| {
+                    sqlx::query(sql)
+                        .bind(submission)
+                        .bind(idx)
+                        .bind(attempt)
+                        .bind(&self.lease.owner)
+                        .bind(now)
+                        .bind(reason)
+                };
+                // Every statement here writes, so SQLite takes the write lock at the first one.
+                if bind(back).execute(&mut *tx).await.ctx(&context)?.rows_affected() > 0 {
+                    moved += 1;
+                    continue;
+                }
+                if let Some(gave_up) = gave_up {
+                    failed += bind(gave_up).execute(&mut *tx).await.ctx(&context)?.rows_affected() as usize;
+                }
             }
-            tx.commit().await.ctx(context)?;
-            Ok(returned)
+            tx.commit().await.ctx(&context)?;
+            Ok((moved, failed))
         }
         .await;
-        if settled(&returned) {
+        if settled(&done) {
             for &(idx, attempt) in runs {
                 self.release(submission, idx, Some(attempt));
             }
         }
-        returned
+        done
     }
 
     /// When the server is told to stop (a signal): every episode this process still runs goes

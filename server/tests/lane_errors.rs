@@ -1,7 +1,8 @@
 //! How a session's lanes end when the server, not the agent, is the cause:
-//! - a lane stopped by a server-side error gives its claims back: the episodes it was running
-//!   and the claim it could not start go back to PENDING at once, a server fault each (not
-//!   charged to the agent), instead of staying RUNNING under a lease this server renews until it restarts;
+//! - a lane stopped by a server-side error gives its claims back at once, not charged to the
+//!   agent: the episodes it was running and a claimed episode its benchmark lacks as server
+//!   faults, the claim's other episodes (never started) charged to nobody, instead of staying
+//!   RUNNING under a lease this server renews until it restarts;
 //! - lanes that ran out of episodes to claim while some are not final (held by another
 //!   replica's lease, or queued again after a failed store) tell the agent so, and it resumes.
 

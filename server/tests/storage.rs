@@ -851,6 +851,11 @@ async fn server_faults_are_not_the_agents(url: String, engine: Engine) {
     assert_eq!(other.give_back_on_stop().await.unwrap(), 0);
     assert_eq!(a.give_back_on_stop().await.unwrap(), 1);
     assert_eq!(a.renew_leases().await.unwrap(), 0, "nothing is held after the stop");
+    let late = outcome(EpisodeState::Completed, 3);
+    assert!(
+        !a.commit_episode("s-1", 2, Some(5), &late).await.unwrap(),
+        "a run given back cannot commit"
+    );
     let row = &a.episodes("s-1").await.unwrap()[2];
     assert_eq!((state(row), row.uncharged_runs), ((EpisodeState::Pending, 5, 1), 2));
     assert_eq!(row.reason.as_deref(), Some(arena_server::storage::SERVER_STOPPED));

@@ -361,10 +361,15 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
                         // Told to stop (a deploy, an operator): what runs here goes back to the
                         // queue now, charged to nobody; should the database refuse, the next
                         // start (or another replica, once the leases run out) takes it back.
-                        match state.storage.give_back_on_stop().await {
-                            Ok(n) => eprintln!("arena serve: {signal}: stopping; {n} running episode(s) went back to the queue"),
-                            Err(e) => eprintln!(
+                        // Bounded: an unreachable database must not hold the stop.
+                        let give_back = state.storage.give_back_on_stop();
+                        match tokio::time::timeout(std::time::Duration::from_secs(5), give_back).await {
+                            Ok(Ok(n)) => eprintln!("arena serve: {signal}: stopping; {n} running episode(s) went back to the queue"),
+                            Ok(Err(e)) => eprintln!(
                                 "arena serve: {signal}: stopping; giving back the running episodes failed ({e}): they are re-queued at the next start"
+                            ),
+                            Err(_) => eprintln!(
+                                "arena serve: {signal}: stopping; the database did not answer within 5 s: running episodes are re-queued at the next start"
                             ),
                         }
                     }

@@ -577,6 +577,12 @@ impl Storage {
         for &(idx, attempt) in &claimed {
             self.hold(submission, idx, attempt);
         }
+        if self.held().stopping {
+            // Told to stop while this claim was under way: its give-back may have come before
+            // the claim did. These never start; back they go, charged to nobody.
+            self.unclaim_episodes(submission, &claimed, SERVER_STOPPED).await?;
+            return Ok(Vec::new());
+        }
         Ok(claimed)
     }
 

@@ -618,6 +618,16 @@ async fn hosted_policies_and_the_unfinished_ones(url: String, engine: Engine) {
     assert_eq!(a.renew_hosted_runs(&["s-1".into()]).await.unwrap(), 0, "a lost it");
     assert!(!a.claim_hosted_run("s-1").await.unwrap());
     assert!(!a.claim_hosted_run("no-such").await.unwrap());
+    // A server told to stop lets its hosted runs go at once and takes none up.
+    assert_eq!(b.give_back_on_stop().await.unwrap(), 0);
+    assert!(
+        !b.claim_hosted_run("s-1").await.unwrap(),
+        "a stopping server takes none"
+    );
+    let c = storage
+        .clone()
+        .with_lease("replica-c", std::time::Duration::from_secs(60));
+    assert!(c.claim_hosted_run("s-1").await.unwrap(), "b let it go as it stopped");
 
     storage
         .finish_submission("s-1", SubmissionStatus::Failed, None, Some("cancelled"))

@@ -426,7 +426,8 @@ impl Storage {
     /// When the server is told to stop (a signal): every episode this process still runs goes
     /// back to PENDING charged to nobody (`uncharged_runs` += 1, reason [`SERVER_STOPPED`]), so
     /// that a deploy's restarts neither use up agents' attempts nor count toward
-    /// [`MAX_SERVER_FAULTS`]. This handle claims nothing after it. A run that commits first keeps its result; one that would commit
+    /// [`MAX_SERVER_FAULTS`]. This handle claims nothing after it, and lets its hosted runs go
+    /// (another server takes them up at once instead of after their claims expire). A run that commits first keeps its result; one that would commit
     /// after is refused (its lease is gone), as after any lost claim. Returns how many went back.
     pub async fn give_back_on_stop(&self) -> Result<u64, StorageError> {
         // First: a lane that would claim after the give-back would leave its claims to the
@@ -444,6 +445,11 @@ impl Storage {
         .await
         .ctx(|| format!("giving back the episodes of {} as it stops", self.lease.owner))?
         .rows_affected();
+        sqlx::query("UPDATE hosted_policies SET runner = NULL, runner_expires_at = NULL WHERE runner = $1")
+            .bind(&self.lease.owner)
+            .execute(&self.pool)
+            .await
+            .ctx(|| format!("letting the hosted runs of {} go as it stops", self.lease.owner))?;
         self.held().claims.clear();
         Ok(back)
     }
@@ -771,7 +777,7 @@ impl Storage {
     }
 
     /// The claims in hand, locked.
-    fn held(&self) -> std::sync::MutexGuard<'_, super::Held> {
+    pub(super) fn held(&self) -> std::sync::MutexGuard<'_, super::Held> {
         self.held.lock().expect("held claims lock")
     }
 

@@ -66,8 +66,11 @@ impl Storage {
     /// Claims the run of hosted submission `submission_id` for this server, as episodes are
     /// claimed: when nobody holds it, this server already does (a restarted replica takes back
     /// its own at once), or the holder's claim expired (it died). False when another live
-    /// server runs it.
+    /// server runs it, or when this one is stopping ([`Storage::give_back_on_stop`]).
     pub async fn claim_hosted_run(&self, submission_id: &str) -> Result<bool, StorageError> {
+        if self.held().stopping {
+            return Ok(false);
+        }
         let now = now_ms();
         let done = sqlx::query(&format!(
             "UPDATE hosted_policies SET runner = $2, runner_expires_at = $3 \

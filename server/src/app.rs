@@ -111,7 +111,13 @@ fn no_delay(stream: &tokio::net::TcpStream) {
     }
 }
 
-/// Serves until `shutdown` resolves, then stops accepting and lets the open requests finish.
+/// How long a stopping server waits for its open requests and agent sessions to end (each
+/// session's `disconnect {shutdown}` delivered) before it exits anyway: a dataset download or an
+/// agent that does not read must not hold a deploy (`docker stop` kills after 10 s).
+pub const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Serves until `shutdown` resolves, then stops accepting, tells the agent sessions to end
+/// ([`crate::session_stop`]) and lets the open requests finish, for at most [`STOP_GRACE`].
 /// Each connection is admitted under the configured caps and watched for its deadlines
 /// ([`crate::connections`]).
 pub async fn serve(
@@ -123,6 +129,7 @@ pub async fn serve(
     use crate::refusal::Refuser;
     use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
     let limits = state.config.connection_limits();
+    let stopping = state.clone();
     let app = router(state).await;
     let gate = Gate::new(limits);
     let mut refusals = RefusalLog::default();
@@ -194,7 +201,18 @@ pub async fn serve(
             drop(admission);
         });
     }
-    graceful.shutdown().await;
+    stopping.session_stop.tell();
+    let deadline = tokio::time::Instant::now() + STOP_GRACE;
+    if tokio::time::timeout_at(deadline, graceful.shutdown()).await.is_err() {
+        tracing::warn!("requests still open {STOP_GRACE:?} after the stop; closing them");
+    }
+    let left = stopping
+        .session_stop
+        .closed_within(deadline.saturating_duration_since(tokio::time::Instant::now()))
+        .await;
+    if left > 0 {
+        tracing::warn!("{left} agent connection(s) still open {STOP_GRACE:?} after the stop; closing them");
+    }
     Ok(())
 }
 

@@ -22,6 +22,7 @@ pub mod outbox;
 pub mod refusal;
 pub mod replica_lock;
 pub mod results;
+pub mod session_stop;
 pub mod state;
 pub mod storage;
 pub mod team_sessions;

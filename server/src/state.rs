@@ -45,6 +45,8 @@ pub struct AppState {
     pub leaderboards: crate::leaderboard::LeaderboardCache,
     /// Lanes' simulators kept started between sessions (`warm_simulators`).
     pub warm_simulators: Arc<crate::orchestrator::warm::WarmSimulators>,
+    /// The server's stop as its agent sessions see it, and their open connections.
+    pub session_stop: crate::session_stop::SessionStop,
     /// Held for the server's life: one server per data directory, per SQLite database, and per
     /// replica id on PostgreSQL.
     locks: (ServerLock, Option<DatabaseLock>, Option<ReplicaLock>),
@@ -257,6 +259,7 @@ impl AppState {
             rate_limiter,
             team_sessions: crate::team_sessions::TeamSessions::new(config_sessions),
             leaderboards: Default::default(),
+            session_stop: Default::default(),
             locks: (data_dir_lock, database_lock, replica_lock),
         });
         if state.config.idle_submission_expiry_s > 0.0 {

@@ -614,31 +614,70 @@ fn reference_goal_rows_arrive_over_every_transport() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// How a test stops the server mid-submission, and what that stop must leave.
+struct StopCase {
+    name: &'static str,
+    stop: fn(&mut ServerProc),
+    /// The agent's connection: gRPC, or else WebSocket.
+    grpc: bool,
+    /// The column that counts the cut run (1), and the one that must stay 0.
+    counted: (&'static str, &'static str),
+    /// Why the client heard its session end, when the server says it.
+    told: Option<&'static str>,
+}
+
 /// The server is killed with SIGKILL mid-submission and restarted on the same port; the SDK
 /// client reconnects and resumes; every episode is counted exactly once. The run the kill cut
 /// short is a server fault, not the agent's.
 #[test]
 fn submission_survives_server_sigkill() {
-    submission_survives_a_stop("e2e-kill", ServerProc::kill9, ("server_faults", "uncharged_runs"));
+    submission_survives_a_stop(StopCase {
+        name: "e2e-kill",
+        stop: ServerProc::kill9,
+        grpc: false,
+        counted: ("server_faults", "uncharged_runs"),
+        told: None,
+    });
 }
 
 /// The same with SIGTERM (a deploy): the server gives the run back as it stops, charged to
-/// nobody and not a server fault either.
+/// nobody and not a server fault either, and tells the agent why its session ends.
 #[test]
 fn submission_survives_server_sigterm() {
-    submission_survives_a_stop("e2e-term", ServerProc::terminate, ("uncharged_runs", "server_faults"));
+    submission_survives_a_stop(StopCase {
+        name: "e2e-term",
+        stop: ServerProc::terminate,
+        grpc: false,
+        counted: ("uncharged_runs", "server_faults"),
+        told: Some("server ended the session: shutdown"),
+    });
 }
 
-/// A submission whose server `stop`s mid-run (with an episode running) and restarts on the same
-/// port: the episode cut short counts one run under `counted.0`, none under `counted.1`.
-fn submission_survives_a_stop(name: &str, stop: impl Fn(&mut ServerProc), counted: (&str, &str)) {
-    let dir = tmp(name);
+/// SIGTERM with the agent on gRPC: its stream is ended with `disconnect {shutdown}` at once
+/// (before, the HTTP/2 graceful shutdown waited for it while the lane stepped runs already
+/// given back, and the session ended `episodes_pending`).
+#[test]
+fn submission_survives_server_sigterm_over_grpc() {
+    submission_survives_a_stop(StopCase {
+        name: "e2e-term-grpc",
+        stop: ServerProc::terminate,
+        grpc: true,
+        counted: ("uncharged_runs", "server_faults"),
+        told: Some("server ended the session: shutdown"),
+    });
+}
+
+/// A submission whose server is stopped mid-run (with an episode running) and restarted on the
+/// same port: the episode cut short counts one run under `case.counted.0`, none under
+/// `case.counted.1`.
+fn submission_survives_a_stop(case: StopCase) {
+    let dir = tmp(case.name);
     let bind = format!("127.0.0.1:{}", common::cluster::free_port());
     let args = ["--bind", bind.as_str(), "--lanes", "1", "--max-batch", "1"];
     let mut server = ServerProc::start(&dir, &args);
     let token = server.team("delta");
     let (ends_tx, ends_rx) = std::sync::mpsc::channel::<u32>();
-    let url = server.ws_url();
+    let url = if case.grpc { server.grpc_url() } else { server.ws_url() };
     let client = std::thread::spawn(move || {
         let mut config = ClientConfig::new(
             url,
@@ -652,11 +691,15 @@ fn submission_survives_a_stop(name: &str, stop: impl Fn(&mut ServerProc), counte
         config.initial_backoff = std::time::Duration::from_millis(100);
         config.max_backoff = std::time::Duration::from_millis(500);
         let mut agent = SlowReplay(ReplayAgent::new());
-        client::run_blocking(&config, &mut agent, &mut |e| {
-            if let ClientEvent::EpisodeEnd(e) = e {
+        let mut lost = Vec::new();
+        let summary = client::run_blocking(&config, &mut agent, &mut |e| match e {
+            ClientEvent::EpisodeEnd(e) => {
                 let _ = ends_tx.send(e.episode_id);
             }
-        })
+            ClientEvent::Reconnecting { error, .. } => lost.push(error.to_string()),
+            _ => {}
+        });
+        (summary, lost)
     });
     // Two episodes done, the third running: kill.
     for _ in 0..2 {
@@ -682,10 +725,13 @@ fn submission_survives_a_stop(name: &str, stop: impl Fn(&mut ServerProc), counte
         );
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    stop(&mut server);
+    (case.stop)(&mut server);
     let server = ServerProc::start(&dir, &args);
-    let summary = client.join().unwrap();
+    let (summary, lost) = client.join().unwrap();
     let summary = summary.expect("the client resumes after the restart");
+    if let Some(told) = case.told {
+        assert_eq!(lost.first().map(String::as_str), Some(told), "{lost:?}");
+    }
     assert_eq!(summary.submission_status, "COMPLETED");
     assert!(summary.reconnects >= 1);
     let id = summary.submission_id;
@@ -697,13 +743,13 @@ fn submission_survives_a_stop(name: &str, stop: impl Fn(&mut ServerProc), counte
     }
     // The run the stop cut short (one lane of one episode) was not the agent's: counted
     // apart, under its own number, and not among the re-runs charged to the agent.
-    let lost: Vec<&Value> = episodes.iter().filter(|e| e[counted.0] != 0).collect();
-    assert_eq!(lost.len(), 1, "{episodes:?}");
+    let cut: Vec<&Value> = episodes.iter().filter(|e| e[case.counted.0] != 0).collect();
+    assert_eq!(cut.len(), 1, "{episodes:?}");
     assert_eq!(
-        (&lost[0][counted.0], &lost[0]["attempts"]),
+        (&cut[0][case.counted.0], &cut[0]["attempts"]),
         (&serde_json::json!(1), &serde_json::json!(2))
     );
-    assert!(episodes.iter().all(|e| e[counted.1] == 0), "{episodes:?}");
+    assert!(episodes.iter().all(|e| e[case.counted.1] == 0), "{episodes:?}");
     let (_, sub) = server.get(&format!("/api/v1/submissions/{id}"), Some(ADMIN));
     assert_eq!(sub["attempts"]["reruns"], 0, "{sub}");
     let (status, csv) = common::server::http(

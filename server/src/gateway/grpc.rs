@@ -62,12 +62,14 @@ impl AgentGateway for GrpcGateway {
                 }
             });
         }
-        tokio::spawn(super::session(
-            self.state.clone(),
-            Box::pin(incoming),
-            out_tx,
-            super::Replies::Protobuf,
-        ));
+        // Counted while the session runs; the HTTP/2 graceful shutdown then waits for the
+        // stream to deliver what the session sent last.
+        let open = self.state.session_stop.open_connection();
+        let session = super::session(self.state.clone(), Box::pin(incoming), out_tx, super::Replies::Protobuf);
+        tokio::spawn(async move {
+            session.await;
+            drop(open);
+        });
         // The response stream ends after a Disconnect, or when the session drops its sender.
         let outgoing = futures_util::stream::unfold((out_rx, false), |(mut rx, done)| async move {
             if done {

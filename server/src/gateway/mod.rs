@@ -30,6 +30,10 @@ use std::time::{Duration, Instant};
 /// How long a new connection may take to send Connect.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The `disconnect` reason of a session the server ends because it is stopping
+/// ([`crate::session_stop`]).
+pub const SHUTDOWN: &str = "shutdown";
+
 /// Practice episodes asked for that may wait for a slot at once (a flood of `reset_episode`
 /// otherwise queued without bound); the protocol's constant, which the SDKs keep to.
 pub use arena_sdk::protocol::PRACTICE_WAITING;
@@ -156,7 +160,18 @@ async fn session_of<S>(state: Arc<AppState>, team: Option<Team>, mut incoming: S
 where
     S: Stream<Item = Incoming> + Unpin,
 {
-    let Some(first) = first_message(&mut incoming, CONNECT_TIMEOUT).await else {
+    let first = tokio::select! {
+        first = first_message(&mut incoming, CONNECT_TIMEOUT) => first,
+        // A connection that has not connected yet when the server stops: nothing to give back.
+        () = state.session_stop.told() => {
+            let _ = out.send(Msg::Disconnect(Disconnect {
+                reason: SHUTDOWN.into(),
+                submission_status: String::new(),
+            }));
+            return;
+        }
+    };
+    let Some(first) = first else {
         let _ = out.send(error(codes::UNEXPECTED_MESSAGE, "no Connect within 30 s"));
         return;
     };
@@ -829,6 +844,18 @@ where
                         ));
                     }
                 }
+            }
+            // The server is stopping and has given its running episodes back (charged to
+            // nobody): the agent is told so and reconnects (to another replica, or to this
+            // one restarted); the lanes stop at their next step.
+            () = state.session_stop.told(), if inboxes.is_some() => {
+                tracing::info!(session = %session_id, "the server is stopping; ending the session");
+                let _ = out.send(Msg::Disconnect(Disconnect {
+                    reason: SHUTDOWN.into(),
+                    submission_status: String::new(),
+                }));
+                inboxes = None;
+                practice_tx = None;
             }
             _ = ticker.tick() => {
                 if last_heard.elapsed() > silence_limit && inboxes.is_some() {

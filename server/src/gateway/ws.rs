@@ -18,6 +18,8 @@ pub const CLOSE_MESSAGE_TOO_BIG: u16 = 1009;
 /// Runs one session on an upgraded socket. `connection` is the listener's record of the TCP
 /// connection (absent when the router is served by something else).
 pub async fn session(socket: WebSocket, state: Arc<AppState>, connection: Option<Arc<Activity>>) {
+    // Counted until the writer has delivered the last message: a stopping server waits for it.
+    let _open = state.session_stop.open_connection();
     let (sink, stream) = socket.split();
     // Set by the first data frame; replies before it (a Connect timeout) go out as JSON.
     let binary = Arc::new(AtomicBool::new(false));

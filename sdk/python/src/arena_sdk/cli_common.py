@@ -209,9 +209,10 @@ def _say_how_to_resume(submission_id: str) -> None:
         print(
             f"arena-agent: submission {submission_id} is left RUNNING (it counts towards quotas); "
             f"its unfinished episodes wait: resume it with --submission-id {submission_id}. "
-            "An interrupted episode runs again from its start and uses one of its attempts (the "
-            "server's max_attempts; an episode interrupted that often fails): "
-            "`arena-agent submissions` shows how many were used",
+            "An interrupted episode runs again from its start. One your side cut short (a lost "
+            "connection, a missed step deadline) uses one of its attempts (the server's "
+            "max_attempts; an episode interrupted that often fails), one the server cut short "
+            "(it stopped or failed) does not: `arena-agent submissions` shows how many were used",
             file=sys.stderr,
         )
 

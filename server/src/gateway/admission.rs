@@ -1,0 +1,350 @@
+//! A session's admission: the Connect checked (protocol version, token, mode, the phase's and
+//! benchmark's rules, declared gains, quota) and the submission created or resumed, before any
+//! lane starts. A refusal is the Error the session sends; it costs no quota.
+
+use super::{now_ms, quoted, refuse, refuse_internal};
+use crate::access::{self, AccessError, RunRequest};
+use crate::catalog::{ClientLoadError, LoadedBenchmark};
+use crate::orchestrator::runner;
+use crate::state::AppState;
+use crate::storage::{NewSubmission, Submission, SubmissionStatus, Team};
+use arena_bench::spec::ActionMode;
+use arena_runner::gains::{DeclaredGains, SessionGains};
+use arena_runner::revealed;
+use arena_sdk::protocol::{self, Connect, Msg, PROTOCOL_VERSION, codes};
+use std::sync::Arc;
+
+/// What a Connect resolved to.
+pub(super) struct Admitted {
+    /// The benchmark as this session runs it (a phase's view: its groups, hidden names).
+    pub(super) benchmark: Arc<LoadedBenchmark>,
+    pub(super) submission: Option<Submission>,
+    /// Episodes not final yet (PENDING, or RUNNING elsewhere: a replica may hold some).
+    pub(super) remaining: usize,
+    /// False in a private phase before it ends: EpisodeEnd carries no metrics and no reason.
+    pub(super) reveal_results: bool,
+    /// Joint-position benchmarks: the gains the session runs with (checked before anything is
+    /// created, so a refusal costs no quota).
+    pub(super) gains: Option<SessionGains>,
+    /// A resume under another agent name: recorded once the session has the submission (a
+    /// resume refused as busy must not rename the session that runs it).
+    pub(super) renamed: bool,
+    /// The team whose session this is.
+    pub(super) team: Team,
+}
+
+pub(super) fn refusal(e: AccessError) -> Box<Msg> {
+    Box::new(Msg::Error(e.to_protocol()))
+}
+
+/// Validates the Connect (version, token, mode, phase and benchmark rules, quota) and creates or
+/// resumes the submission. `Err` is the Error to send.
+/// `reference_value_bytes`: what a value of a revealed reference takes in the client's encoding
+/// (None in process).
+pub(super) async fn admit(
+    state: &Arc<AppState>,
+    hosted: Option<&Team>,
+    c: &Connect,
+    reference_value_bytes: Option<usize>,
+    row_value_bytes: Option<usize>,
+) -> Result<Admitted, Box<Msg>> {
+    if c.protocol_version != PROTOCOL_VERSION {
+        return Err(refuse(
+            codes::UNSUPPORTED_VERSION,
+            format!(
+                "protocol version {} is not supported; this server speaks version {PROTOCOL_VERSION}",
+                c.protocol_version
+            ),
+        ));
+    }
+    let now = now_ms();
+    let team = match hosted {
+        Some(team) => team.clone(),
+        None => access::authenticate(&state.storage, &c.token, now)
+            .await
+            .map_err(refusal)?,
+    };
+    state.rate_limiter.check(&team, now).map_err(refusal)?;
+    // Trimmed, as over REST.
+    let agent_name =
+        access::check_name("connect.agent_name", &c.agent_name, access::MAX_AGENT_NAME, true).map_err(refusal)?;
+    let practice = match c.mode.as_str() {
+        "submission" | "" => false,
+        "practice" => true,
+        other => {
+            return Err(refuse(
+                codes::INVALID_MESSAGE,
+                format!(
+                    "connect.mode must be \"submission\" or \"practice\", got {}",
+                    quoted(other)
+                ),
+            ));
+        }
+    };
+    if practice && !c.submission_id.is_empty() {
+        return Err(refuse(
+            codes::INVALID_MESSAGE,
+            format!(
+                "connect.submission_id {} with mode \"practice\": practice runs no submission (leave it empty, or resume it in mode \"submission\")",
+                quoted(&c.submission_id)
+            ),
+        ));
+    }
+    let mut submission = None;
+    let mut request = RunRequest {
+        benchmark: &c.benchmark,
+        phase: &c.phase,
+        practice,
+        hosted: hosted.is_some(),
+        accepted_in_window: false,
+    };
+    if !practice && !c.submission_id.is_empty() {
+        let s = match state.storage.submission(&c.submission_id).await {
+            Ok(Some(s)) if s.team_id == team.id => s,
+            Ok(_) => {
+                return Err(refuse(
+                    codes::UNKNOWN_SUBMISSION,
+                    format!("no submission {} for this team", quoted(&c.submission_id)),
+                ));
+            }
+            Err(e) => return Err(refuse_internal("reading the submission", e)),
+        };
+        // A hosted submission's results are those of its uploaded file: only the server's own
+        // run of that file attaches to it (before, any agent of the team could run it while
+        // the submission still showed the file).
+        if hosted.is_none() {
+            match state.storage.hosted_policy(&s.id).await {
+                Ok(None) => {}
+                Ok(Some(_)) => {
+                    return Err(refuse(
+                        codes::FORBIDDEN,
+                        format!(
+                            "submission {} is a hosted submission: the server runs its uploaded policy, no agent attaches to it",
+                            s.id
+                        ),
+                    ));
+                }
+                Err(e) => return Err(refuse_internal("reading the submission", e)),
+            }
+        }
+        if matches!(s.status, SubmissionStatus::Completed | SubmissionStatus::Failed) {
+            return Err(Box::new(Msg::Error(protocol::Error {
+                code: codes::SUBMISSION_FINISHED.into(),
+                message: format!("submission {} is {}", s.id, s.status.as_str()),
+                submission_status: s.status.as_str().into(),
+                ..Default::default()
+            })));
+        }
+        if !c.benchmark.is_empty() && c.benchmark != s.benchmark {
+            return Err(refuse(
+                codes::INVALID_MESSAGE,
+                format!(
+                    "submission {} runs benchmark {}, not {} (resume it with its benchmark, or none)",
+                    s.id,
+                    quoted(&s.benchmark),
+                    quoted(&c.benchmark)
+                ),
+            ));
+        }
+        let own_phase = s.phase_id.as_deref().unwrap_or("");
+        if !c.phase.is_empty() && c.phase != own_phase {
+            return Err(refuse(
+                codes::INVALID_MESSAGE,
+                format!(
+                    "submission {} belongs to {}, not to phase {}",
+                    s.id,
+                    if own_phase.is_empty() {
+                        "no phase".to_string()
+                    } else {
+                        format!("phase {own_phase}")
+                    },
+                    quoted(&c.phase)
+                ),
+            ));
+        }
+        submission = Some(s);
+    }
+    // A resumed submission runs under its own phase's rules, checked again now (the window may
+    // have closed, the benchmark may have been bound to a phase since).
+    if let Some(s) = &submission {
+        request.benchmark = &s.benchmark;
+        request.phase = s.phase_id.as_deref().unwrap_or("");
+        request.accepted_in_window = hosted.is_some();
+    }
+    if request.benchmark.is_empty() && request.phase.is_empty() {
+        return Err(refuse(
+            codes::INVALID_MESSAGE,
+            "connect.benchmark (or connect.phase) is required",
+        ));
+    }
+    let plan = access::resolve_run(&state.storage, request, now)
+        .await
+        .map_err(refusal)?;
+    let catalog = state.catalog.clone();
+    let name = plan.benchmark.clone();
+    let mut benchmark = match tokio::task::spawn_blocking(move || catalog.load(&name)).await {
+        Ok(Ok(b)) => b,
+        Ok(Err(e)) => {
+            return Err(match e.for_client(&plan.benchmark) {
+                ClientLoadError::Unknown(message) => refuse(codes::UNKNOWN_BENCHMARK, message),
+                ClientLoadError::Unavailable(message) => refuse(codes::BENCHMARK_UNAVAILABLE, message),
+            });
+        }
+        Err(e) => return Err(refuse_internal("loading the benchmark", e)),
+    };
+    let mut reveal_results = true;
+    if let Some(phase) = &plan.phase {
+        benchmark = Arc::new(access::phase_benchmark(&benchmark, phase));
+        reveal_results = !access::results_hidden(phase, now);
+    }
+    let hidden = access::motions_hidden(&state.storage, &benchmark.spec, now)
+        .await
+        .map_err(refusal)?;
+    if let Some(why) = hidden {
+        if practice {
+            return Err(refusal(AccessError::forbidden(format!(
+                "practice is not offered on benchmark {}: {why}",
+                benchmark.spec.name
+            ))));
+        }
+        let mut view = (*benchmark).clone();
+        access::hide_motions(&mut view.spec);
+        benchmark = Arc::new(view);
+    }
+    let gains = match benchmark.spec.action.mode {
+        ActionMode::Normalized => None,
+        ActionMode::JointPosition => {
+            let declared = DeclaredGains {
+                kp: c.joint_stiffness.clone(),
+                kd: c.joint_damping.clone(),
+                preset: c.gain_preset.clone(),
+            };
+            let resolved = arena_runner::gains::resolve(&benchmark.spec.action, &declared).map_err(|why| {
+                refuse(
+                    codes::INVALID_GAINS,
+                    format!("benchmark {}: {why}", benchmark.spec.name),
+                )
+            })?;
+            Some((resolved, SessionGains::declared_nothing(&declared)))
+        }
+    };
+    if benchmark.spec.observations.reveal_reference
+        && let Some(bytes) = reference_value_bytes
+        && let Some(big) = revealed::longest_too_large(
+            benchmark.library.motions.iter().map(|m| (m.name.as_str(), m.length_s)),
+            bytes,
+            // The first reference_goal rows each EpisodeInfo carries when they are sent once.
+            match c.reference_goal_once {
+                true => arena_runner::observations::first_goal_values(&benchmark.spec) * row_value_bytes.unwrap_or(0),
+                false => 0,
+            },
+        )
+    {
+        // Before a submission is made: the agent can connect again in binary frames.
+        return Err(refuse(
+            codes::INVALID_MESSAGE,
+            format!(
+                "benchmark {} reveals whole references, and in JSON text {big}: connect with binary frames or over gRPC",
+                benchmark.spec.name
+            ),
+        ));
+    }
+    if practice {
+        return Ok(Admitted {
+            benchmark,
+            submission: None,
+            remaining: 0,
+            reveal_results,
+            gains: gains.map(|(g, _)| g),
+            renamed: false,
+            team,
+        });
+    }
+    let mut renamed = false;
+    let submission = match submission {
+        Some(mut s) => {
+            if !agent_name.is_empty() && agent_name != s.agent_name {
+                s.agent_name = agent_name;
+                renamed = true;
+            }
+            s
+        }
+        None => {
+            // The window and the day's quota on this moment's clock: loading the benchmark
+            // may have taken a while since the run was resolved.
+            let now = now_ms();
+            if let Some(phase) = &plan.phase {
+                access::check_open(phase, now).map_err(refusal)?;
+            }
+            let new = NewSubmission {
+                id: crate::state::new_submission_id(),
+                team_id: team.id,
+                benchmark: benchmark.spec.name.clone(),
+                agent_name,
+                phase_id: plan.phase.as_ref().map(|p| p.id.clone()),
+                benchmark_version: benchmark.spec.version,
+            };
+            access::create_submission(
+                &state.storage,
+                &team,
+                &new,
+                &runner::new_episodes(&benchmark),
+                plan.phase.as_ref(),
+                None,
+                now,
+            )
+            .await
+            .map_err(refusal)?
+        }
+    };
+    let gains = match gains {
+        Some((resolved, declared_nothing)) => {
+            Some(submission_gains(state, &submission.id, resolved, declared_nothing).await?)
+        }
+        None => None,
+    };
+    let rows = state
+        .storage
+        .episodes(&submission.id)
+        .await
+        .map_err(|e| refuse_internal("reading the submission's episodes", e))?;
+    Ok(Admitted {
+        remaining: runner::unfinished(&rows),
+        benchmark,
+        submission: Some(submission),
+        reveal_results,
+        gains,
+        renamed,
+        team,
+    })
+}
+
+/// The gains a submission runs with: fixed by its first session, kept by every resume. A resume
+/// that declares nothing gets them; one that declares other gains is refused, so that every
+/// episode of a submission runs with the same gains.
+async fn submission_gains(
+    state: &Arc<AppState>,
+    id: &str,
+    resolved: SessionGains,
+    declared_nothing: bool,
+) -> Result<SessionGains, Box<Msg>> {
+    let stored = state
+        .storage
+        .fix_joint_gains(id, &resolved.to_json())
+        .await
+        .map_err(|e| refuse_internal("recording the submission's gains", e))?;
+    let stored = SessionGains::from_json(&stored).map_err(|e| refuse_internal("reading the submission's gains", e))?;
+    if declared_nothing || stored.same_values(&resolved) {
+        return Ok(stored);
+    }
+    Err(refuse(
+        codes::INVALID_GAINS,
+        format!(
+            "submission {id} runs with the gains its first session declared ({}); resume it with the same gains or declare none",
+            stored
+                .preset
+                .as_deref()
+                .map_or("its own values".to_string(), |p| format!("preset {p}"))
+        ),
+    ))
+}

@@ -1016,12 +1016,34 @@ fn refused_submission_of(
     (token, id, blockers, config)
 }
 
-/// Submission `id`'s trajectory download answers 404 saying its runs are not merged yet.
+/// Submission `id`'s trajectory download answers 503 `not_merged_yet` with a `Retry-After`,
+/// saying its runs are not merged yet.
 fn assert_not_merged_yet(server: &ServerProc, id: &str, token: &str) {
-    let (status, v) = server.get(&format!("/api/v1/submissions/{id}/trajectories"), Some(token));
-    assert_eq!(status, 404, "{v}");
+    let (status, head, v) = server.call(
+        "GET",
+        &format!("/api/v1/submissions/{id}/trajectories"),
+        Some(token),
+        None,
+    );
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (503, Some("not_merged_yet")),
+        "{v}"
+    );
     let message = v["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("not merged into one yet"), "{v}");
+    let retry = head.lines().find_map(|l| {
+        l.to_ascii_lowercase()
+            .strip_prefix("retry-after:")
+            .map(|v| v.trim().to_string())
+    });
+    assert!(
+        retry
+            .as_deref()
+            .and_then(|s| s.parse::<u32>().ok())
+            .is_some_and(|s| (1..=5).contains(&s)),
+        "{head}"
+    );
 }
 
 /// The lines of g1-smoke's dataset export (`jsonl.gz`, every completed submission's episodes).
@@ -1223,7 +1245,7 @@ fn a_running_server_merges_a_submission_left_unmerged() {
 
 /// A failed submission whose runs could not be merged when it failed (the store refused the
 /// merged file) is merged at the next start; before, its parts stayed and its trajectories were
-/// a 404 "has no trajectories" for good. Meanwhile the 404 says they are being merged.
+/// a 404 "has no trajectories" for good. Meanwhile the download says (503) they are being merged.
 #[test]
 fn a_failed_submission_left_unmerged_is_merged_at_the_next_start() {
     let dir = tmp("unmerged-failed");

@@ -2,6 +2,9 @@
 
 use super::*;
 
+/// When a download of a trajectory file still being merged is told to try again.
+const MERGE_RETRY_AFTER_MS: i64 = 5_000;
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct NewSubmissionBody {
@@ -373,9 +376,22 @@ pub(super) async fn get_trajectories(
         None => {
             let parts = crate::objects::episode_parts_prefix(&s.id);
             let merging = s.status.is_final() && !state.objects.list(&parts).await.unwrap_or_default().is_empty();
-            let why = if merging {
-                "has no trajectory file yet: its episodes' runs are not merged into one yet (in the background; a merge that could not finish is done again at the server's next start)"
-            } else if s.status.is_final() {
+            if merging {
+                // A state that passes (on another replica, a merge takes a second or two): 503
+                // with a Retry-After, so that a client retries instead of concluding there is no file.
+                let mut e = AccessError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "not_merged_yet",
+                    format!(
+                        "submission {id} has no trajectory file yet: its episodes' runs are not merged into one yet \
+                         (in the background; a merge that could not finish is done again at the server's next start): \
+                         retry later (episodes stored so far are readable one by one through episodes/{{idx}}/series)"
+                    ),
+                );
+                e.resets_at_ms = Some(now_ms() + MERGE_RETRY_AFTER_MS);
+                return Err(ApiError(e));
+            }
+            let why = if s.status.is_final() {
                 "has no trajectories"
             } else {
                 "has no trajectory file yet (it is written when the submission completes)"

@@ -49,7 +49,9 @@ pub struct SessionArgs {
     #[arg(long, default_value_t = 0)]
     pub max_batch: u32,
     /// Connection attempts after a lost connection before giving up (the backoff doubles from
-    /// 0.2 s to 5 s; a connection on which an episode finished starts the count again).
+    /// 0.2 s to 5 s; a connection on which an episode finished starts the count again). After
+    /// the server said it is stopping (a deploy, a restart), attempts count only once it has
+    /// not taken a session for 300 s.
     #[arg(long, default_value_t = 10)]
     pub max_reconnects: u32,
     /// Agent name shown on the leaderboard [default: the program's]. `--agent-name` is the same

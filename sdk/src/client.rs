@@ -60,6 +60,10 @@ pub struct ClientConfig {
     pub reference_goal_once: bool,
     /// Connection attempts after a lost connection before giving up.
     pub max_reconnects: u32,
+    /// After the server said it is stopping (`disconnect {shutdown}`: a deploy, a restart),
+    /// how long the attempts to reconnect do not count against `max_reconnects`: a restart that
+    /// takes a minute must not end the run. Default [`RESTART_WAIT`]; zero counts them at once.
+    pub restart_wait: Duration,
     pub initial_backoff: Duration,
     pub max_backoff: Duration,
     /// How long opening a connection (TCP, TLS, the WebSocket handshake or the gRPC session)
@@ -105,6 +109,7 @@ impl ClientConfig {
             gain_preset: String::new(),
             reference_goal_once: true,
             max_reconnects: 10,
+            restart_wait: RESTART_WAIT,
             initial_backoff: Duration::from_millis(200),
             max_backoff: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(10),
@@ -122,6 +127,8 @@ pub enum ClientEvent<'a> {
     /// An Error the server sent during the session (the session goes on).
     ServerError(&'a protocol::Error),
     Reconnecting {
+        /// Reconnections tried since the last finished episode (those while a stopping server
+        /// is waited for included).
         attempt: u32,
         delay: Duration,
         error: &'a str,
@@ -209,6 +216,9 @@ enum SessionEnd {
     /// The connection was lost (or could not be made after an earlier one was up); worth
     /// another attempt.
     Lost(String),
+    /// The server said it is stopping (`disconnect {shutdown}`): reconnected to like a lost
+    /// connection, and waited for up to `restart_wait` without counting the attempts.
+    ServerStopping(String),
     /// The very first connection could not be made (nothing listening, wrong host or port):
     /// reconnecting is for connections that were up, so the run stops at once.
     NeverConnected(String),
@@ -219,11 +229,21 @@ enum SessionEnd {
 /// hears from, with room for a server configured longer.
 pub const BUSY_WAIT: Duration = Duration::from_secs(180);
 
+/// How long, by default, a run waits for a server that said it is stopping to come back (or for
+/// another replica behind the same address) before reconnection attempts count again
+/// ([`ClientConfig::restart_wait`]).
+pub const RESTART_WAIT: Duration = Duration::from_secs(300);
+
+/// The `disconnect` reason of a server that is stopping.
+pub const SHUTDOWN: &str = "shutdown";
+
 /// Per-run state that survives reconnects.
 struct RunState {
     summary: RunSummary,
     /// Whether a connection to the server was ever made in this run.
     reached: bool,
+    /// Sessions the server accepted (`connected`) in this run.
+    sessions: u32,
     /// Practice: the indices (in `Mode::Practice::episodes`) of the episodes that ended; a
     /// reconnect asks only for the others.
     practice_done: std::collections::HashSet<usize>,
@@ -336,6 +356,7 @@ pub async fn run(
     let mut state = RunState {
         summary: RunSummary::default(),
         reached: false,
+        sessions: 0,
         practice_done: Default::default(),
     };
     if let Mode::Submission {
@@ -345,13 +366,25 @@ pub async fn run(
     {
         state.summary.submission_id = id.clone();
     }
+    // Failed connections counted against `max_reconnects`; tries since the last progress.
     let mut failures = 0u32;
+    let mut tries = 0u32;
     let mut backoff = config.initial_backoff;
     // Since when every try was refused as busy.
     let mut busy_since: Option<tokio::time::Instant> = None;
+    // Since when the server has been stopping (told by its `shutdown`), until a session is
+    // accepted again.
+    let mut stopping_since: Option<tokio::time::Instant> = None;
     loop {
         let connected_before = state.summary.episodes.len();
+        let sessions_before = state.sessions;
         let end = session(config, agent, &mut state, on_event).await?;
+        if state.sessions > sessions_before {
+            stopping_since = None;
+        }
+        if matches!(end, SessionEnd::ServerStopping(_)) {
+            stopping_since.get_or_insert_with(tokio::time::Instant::now);
+        }
         if !matches!(end, SessionEnd::Busy(_)) {
             busy_since = None;
         }
@@ -379,25 +412,38 @@ pub async fn run(
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(config.max_backoff);
             }
-            SessionEnd::Lost(error) => {
+            SessionEnd::Lost(error) | SessionEnd::ServerStopping(error) => {
                 // Progress since the last failure resets the backoff.
                 if state.summary.episodes.len() > connected_before {
                     failures = 0;
+                    tries = 0;
                     backoff = config.initial_backoff;
                 }
-                failures += 1;
+                tries += 1;
+                // A server that said it is stopping is waited for without counting.
+                let restarting = stopping_since.is_some_and(|since| since.elapsed() < config.restart_wait);
+                if !restarting {
+                    failures += 1;
+                }
                 if failures > config.max_reconnects {
+                    let last_error = match stopping_since {
+                        Some(_) => format!(
+                            "{error} (the server said it was stopping and did not take a session within {} s)",
+                            config.restart_wait.as_secs()
+                        ),
+                        None => error,
+                    };
                     return Err(ClientError::Unreachable {
-                        attempts: failures,
-                        last_error: error,
+                        attempts: tries,
+                        last_error,
                     });
                 }
                 on_event(ClientEvent::Reconnecting {
-                    attempt: failures,
+                    attempt: tries,
                     delay: backoff,
                     error: &error,
                 });
-                tracing::info!("connection lost ({error}); reconnecting in {backoff:?} (attempt {failures})");
+                tracing::info!("connection lost ({error}); reconnecting in {backoff:?} (attempt {tries})");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(config.max_backoff);
                 state.summary.reconnects += 1;
@@ -749,6 +795,7 @@ async fn session(
         let msg = msg.map_err(|e| ClientError::Protocol(format!("undecodable frame from the server: {e}")))?;
         let reply = match msg {
             Msg::Connected(c) => {
+                state.sessions += 1;
                 let spec = c.spec.clone().unwrap_or_default();
                 let announced = ObservationLayout::from_spec(&spec);
                 goal_rows = match spec.reference_goal_once {
@@ -915,6 +962,12 @@ async fn session(
                 state.summary.submission_status = d.submission_status.clone();
                 if ["submission_complete", "submission_cancelled", "client_done"].contains(&d.reason.as_str()) {
                     return Ok(SessionEnd::Done);
+                }
+                if d.reason == SHUTDOWN {
+                    return Ok(SessionEnd::ServerStopping(format!(
+                        "server ended the session: {}",
+                        d.reason
+                    )));
                 }
                 return Ok(SessionEnd::Lost(format!("server ended the session: {}", d.reason)));
             }

@@ -92,10 +92,13 @@ async fn agent_socket(
     place: Option<axum::Extension<Arc<crate::connections::Admission>>>,
 ) -> Response {
     let connection = connection.map(|axum::Extension(activity)| activity);
+    // Counted from here: once upgraded, the connection leaves the HTTP server's graceful
+    // shutdown, and a stop must not miss it before its session starts.
+    let open = state.session_stop.open_connection();
     ws.max_message_size(MAX_FRAME_BYTES)
         .max_frame_size(MAX_FRAME_BYTES)
         .on_upgrade(move |socket| async move {
-            gateway::ws::session(socket, state, connection).await;
+            gateway::ws::session(socket, state, connection, open).await;
             // An agent session counts as an open connection until it ends.
             drop(place);
         })

@@ -229,6 +229,9 @@ async fn run(
         config.agent_name = agent_name;
         config.phase = phase;
         config.local = Some(connector);
+        // This server stopping ends the run here (another replica, or this one's next start,
+        // takes it up): nothing to wait for.
+        config.restart_wait = std::time::Duration::ZERO;
         if let Some((kp, kd)) = gains {
             config.joint_stiffness = kp;
             config.joint_damping = kd;

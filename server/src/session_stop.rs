@@ -1,12 +1,13 @@
 //! The server's stop as its agent sessions see it (SIGINT / SIGTERM, `arena serve`).
 //!
-//! Once the stopping server has given its running episodes back, every session is told to end:
-//! it sends `disconnect {reason: "shutdown"}` (docs/protocol.md §3), which both SDKs take as a
-//! lost connection and reconnect after, to another replica or to this one restarted. Without
-//! it a gRPC session held the HTTP/2 graceful shutdown until its lanes ran out of episodes,
+//! Once the stopping server has given its running episodes back (or tried to), every session is
+//! told to end: it sends `disconnect {reason: "shutdown"}` (docs/protocol.md §3), which both
+//! SDKs take as a lost connection and wait out (reconnecting to another replica or to this one
+//! restarted), and its lanes give back what they still run, charged to nobody. Without it a
+//! gRPC session held the HTTP/2 graceful shutdown until its lanes ran out of episodes,
 //! stepping runs that were no longer this server's, and a WebSocket session was cut without a
-//! word when the process ended. The transports count their open connections here, so that the
-//! stop waits (bounded) until each has written its last message.
+//! word when the process ended. The transports count their open connections here until their
+//! session has ended, so that the stop waits (bounded) for the last messages to go out.
 
 use std::time::Duration;
 use tokio::sync::watch;
@@ -53,6 +54,11 @@ impl SessionStop {
         self.told.send_replace(true);
     }
 
+    /// Whether [`SessionStop::tell`] was called.
+    pub fn is_told(&self) -> bool {
+        *self.told.borrow()
+    }
+
     /// Resolves once [`SessionStop::tell`] was called (at once if it already was).
     pub async fn told(&self) {
         let mut told = self.told.subscribe();
@@ -82,8 +88,10 @@ mod tests {
             async move { stop.told().await }
         });
         assert_eq!(stop.closed_within(Duration::from_millis(10)).await, 2);
+        assert!(!stop.is_told());
         stop.tell();
         waiting.await.unwrap();
+        assert!(stop.is_told());
         // Told already: a session that starts now learns it at once.
         stop.told().await;
         drop(first);

@@ -678,6 +678,7 @@ fn submission_survives_a_stop(case: StopCase) {
     let token = server.team("delta");
     let (ends_tx, ends_rx) = std::sync::mpsc::channel::<u32>();
     let url = if case.grpc { server.grpc_url() } else { server.ws_url() };
+    let told = case.told.is_some();
     let client = std::thread::spawn(move || {
         let mut config = ClientConfig::new(
             url,
@@ -687,7 +688,9 @@ fn submission_survives_a_stop(case: StopCase) {
                 submission_id: None,
             },
         );
-        config.max_reconnects = 40;
+        // A server that says it is stopping is waited for without counting the attempts
+        // (`restart_wait`): no attempt at all is needed for that. One that just vanishes is.
+        config.max_reconnects = if told { 0 } else { 40 };
         config.initial_backoff = std::time::Duration::from_millis(100);
         config.max_backoff = std::time::Duration::from_millis(500);
         let mut agent = SlowReplay(ReplayAgent::new());

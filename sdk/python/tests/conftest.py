@@ -85,7 +85,9 @@ def start_server(data_dir: Path, *extra: str) -> Iterator[Server]:
         pytest.skip(reason)
     admin = secrets.token_hex(16)
     log_path = data_dir / "server.log"
-    args = [str(binary), "serve", "--bind", "127.0.0.1:0", "--data-dir", str(data_dir), "--admin-token", admin]
+    args = [str(binary), "serve", "--data-dir", str(data_dir), "--admin-token", admin]
+    if "--bind" not in extra:
+        args += ["--bind", "127.0.0.1:0"]
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             [*args, *extra],

@@ -576,6 +576,81 @@ def test_a_busy_submission_is_waited_for_not_counted_as_a_failure(
     assert len(first["summary"].episodes) + len(second.episodes) == 6
 
 
+class SlowAgent(RecordingAgent):
+    """Answers every request after `delay_s`."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+
+    def act(self, batch: Batch) -> np.ndarray:
+        time.sleep(self.delay_s)
+        return super().act(batch)
+
+
+@pytest.mark.parametrize("transport", ["ws", "grpc"])
+def test_a_stopping_server_is_waited_for_until_it_is_back(tmp_path, transport: str) -> None:
+    # SIGTERM mid-submission, then the same server started again on its port: the session ends
+    # with `disconnect {shutdown}`, and the run waits for the restart without counting its
+    # attempts (restart_wait_s), so even max_reconnects=0 resumes and completes the submission.
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]
+    settings = ("--bind", f"127.0.0.1:{port}", "--lanes", "1", "--max-batch", "1")
+    first = start_server(tmp_path, *settings)
+    server = first.__enter__()
+    token = server.create_team("restart")
+    events: list[object] = []
+    two_ended = threading.Event()
+    outcome: dict[str, object] = {}
+
+    def seen(event: object) -> None:
+        events.append(event)
+        if sum(isinstance(e, arena_sdk.EpisodeEnd) for e in events) >= 2:
+            two_ended.set()
+
+    def agent() -> None:
+        try:
+            outcome["summary"] = run(
+                SlowAgent(delay_s=0.005),
+                server.http_url,
+                token,
+                benchmark="g1-smoke",
+                transport=transport,
+                max_reconnects=0,
+                initial_backoff_s=0.05,
+                max_backoff_s=0.5,
+                on_event=seen,
+            )
+        except Exception as e:  # noqa: BLE001 - handed to the test's thread
+            outcome["error"] = e
+        finally:
+            two_ended.set()
+
+    runner = threading.Thread(target=agent)
+    runner.start()
+    try:
+        assert two_ended.wait(120), events
+        assert "error" not in outcome, outcome
+    finally:
+        first.__exit__(None, None, None)  # SIGTERM, and waits for the exit
+    with start_server(tmp_path, *settings) as again:
+        runner.join(300)
+        assert not runner.is_alive()
+        assert "error" not in outcome, outcome
+        summary = outcome["summary"]
+        assert summary.submission_status == "COMPLETED", summary
+        lost = [e for e in events if isinstance(e, arena_sdk.Reconnecting)]
+        assert lost and lost[0].error == "server ended the session: shutdown", lost
+        status, body = again.request("GET", f"/api/v1/submissions/{summary.submission_id}/results", token)
+        assert status == 200, body
+        assert [e["status"] for e in body["episodes"]] == ["COMPLETED"] * 6, body
+        # The run the stop cut short was given back charged to nobody.
+        assert sum(e["uncharged_runs"] for e in body["episodes"]) >= 1, body
+        assert all(e["server_faults"] == 0 for e in body["episodes"]), body
+
+
 class SlowOnceAgent(RecordingAgent):
     """Answers request number `at_batch` (from 0) after `delay_s`. By default its third: later
     than the server's step deadline (each lane's first request has a set-up grace of 30 s, so the

@@ -374,6 +374,9 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
                         }
                     }
                     why = state.replica_id_taken() => {
+                        // Its claims are the other server's now: nothing to give back, and
+                        // nothing more to claim.
+                        state.storage.stop_claiming();
                         eprintln!("arena serve: stopping: {why}");
                         *taken.lock().expect("stop reason") = Some(why);
                     }

@@ -53,6 +53,14 @@ fn error(code: &str, message: impl Into<String>) -> Msg {
 }
 
 /// An Error that refuses a request (boxed: `Msg` is large and travels in `Result`s).
+/// The last message of a session the server's stop ends.
+fn shutdown() -> Msg {
+    Msg::Disconnect(Disconnect {
+        reason: SHUTDOWN.into(),
+        submission_status: String::new(),
+    })
+}
+
 fn refuse(code: &str, message: impl Into<String>) -> Box<Msg> {
     Box::new(error(code, message))
 }
@@ -160,15 +168,15 @@ where
     S: Stream<Item = Incoming> + Unpin,
 {
     let first = tokio::select! {
-        first = first_message(&mut incoming, CONNECT_TIMEOUT) => first,
+        // First: a Connect already waiting (an in-process one is) must not start a session
+        // on a server that is stopping.
+        biased;
         // A connection that has not connected yet when the server stops: nothing to give back.
         () = state.session_stop.told() => {
-            let _ = out.send(Msg::Disconnect(Disconnect {
-                reason: SHUTDOWN.into(),
-                submission_status: String::new(),
-            }));
+            let _ = out.send(shutdown());
             return;
         }
+        first = first_message(&mut incoming, CONNECT_TIMEOUT) => first,
     };
     let Some(first) = first else {
         let _ = out.send(error(codes::UNEXPECTED_MESSAGE, "no Connect within 30 s"));
@@ -244,6 +252,10 @@ where
         replies.bytes_per_value(),
     )
     .await?;
+    // Told to stop meanwhile: nothing created yet, no lane started.
+    if state.session_stop.is_told() {
+        return Err(Box::new(shutdown()));
+    }
     let _attachment = match &admitted.submission {
         Some(s) => {
             if !state.attached.lock().expect("attached lock").insert(s.id.clone()) {
@@ -409,6 +421,8 @@ where
     beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut ticker = tokio::time::interval(silence_limit.min(Duration::from_secs(1)));
     let mut last_heard = Instant::now();
+    let told = state.session_stop.told();
+    tokio::pin!(told);
     let outcome = loop {
         tokio::select! {
             outcome = &mut handle.outcome => break outcome.unwrap_or(RunOutcome::Error("the run stopped unexpectedly".into())),
@@ -512,12 +526,10 @@ where
             // The server is stopping and has given its running episodes back (charged to
             // nobody): the agent is told so and reconnects (to another replica, or to this
             // one restarted); the lanes stop at their next step.
-            () = state.session_stop.told(), if inboxes.is_some() => {
+            // (Polled only until it fires: the branch then sets `inboxes` to None.)
+            () = &mut told, if inboxes.is_some() => {
                 tracing::info!(session = %session_id, "the server is stopping; ending the session");
-                let _ = out.send(Msg::Disconnect(Disconnect {
-                    reason: SHUTDOWN.into(),
-                    submission_status: String::new(),
-                }));
+                let _ = out.send(shutdown());
                 inboxes = None;
                 practice_tx = None;
             }

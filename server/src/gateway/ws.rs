@@ -5,6 +5,7 @@
 use super::Incoming;
 use crate::connections::Activity;
 use crate::outbox::{OutboxReceiver, outbox};
+use crate::session_stop::OpenConnection;
 use crate::state::AppState;
 use arena_sdk::protocol::{self, Encoding, Msg};
 use axum::extract::ws::{CloseFrame, Message as WsMessage, WebSocket};
@@ -15,11 +16,15 @@ use std::sync::{Arc, Mutex};
 /// The close code of a message over the size limit (RFC 6455 §7.4.1: "Message Too Big").
 pub const CLOSE_MESSAGE_TOO_BIG: u16 = 1009;
 
+/// How long a session the server's stop ended reads on for the client's close frame, which
+/// answers the server's: closing with the client's frames unread would reset the connection,
+/// and a reset can discard the `disconnect {shutdown}` before the client reads it.
+const READ_ON_AT_STOP: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Runs one session on an upgraded socket. `connection` is the listener's record of the TCP
-/// connection (absent when the router is served by something else).
-pub async fn session(socket: WebSocket, state: Arc<AppState>, connection: Option<Arc<Activity>>) {
-    // Counted until the writer has delivered the last message: a stopping server waits for it.
-    let _open = state.session_stop.open_connection();
+/// connection (absent when the router is served by something else). `open` counts the
+/// connection for a stopping server (taken before the upgrade), until the client has been told.
+pub async fn session(socket: WebSocket, state: Arc<AppState>, connection: Option<Arc<Activity>>, open: OpenConnection) {
     let (sink, stream) = socket.split();
     // Set by the first data frame; replies before it (a Connect timeout) go out as JSON.
     let binary = Arc::new(AtomicBool::new(false));
@@ -60,11 +65,23 @@ pub async fn session(socket: WebSocket, state: Arc<AppState>, connection: Option
     // The writer owns the sink; the session sends through `out_tx`.
     let mut writer = tokio::spawn(write_frames(sink, out_rx, binary.clone(), close_reason, deadline));
     let replies = super::Replies::LikeTheClient(binary.clone());
-    super::session(state, Box::pin(incoming), out_tx, replies).await;
+    let mut incoming = Box::pin(incoming);
+    super::session(state.clone(), &mut incoming, out_tx, replies).await;
     if tokio::time::timeout(deadline, &mut writer).await.is_err() {
         tracing::info!("an agent read nothing for {deadline:?} after its session ended; closing the connection");
         writer.abort();
     }
+    if state.session_stop.is_told() {
+        let _ = tokio::time::timeout(READ_ON_AT_STOP, async {
+            while let Some(frame) = incoming.next().await {
+                if matches!(frame, Incoming::Closed) {
+                    break;
+                }
+            }
+        })
+        .await;
+    }
+    drop(open);
 }
 
 /// The close frame owed for a read error that is an over-size message: code 1009 and the sizes.

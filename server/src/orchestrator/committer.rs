@@ -588,9 +588,16 @@ pub fn finish(ctx: &RunContext, lanes: &[LaneEnd], ahead: Option<MergeAhead>) ->
                 // not final: queued again after the server failed to store the last ones, or
                 // held by another replica's claim until its lease runs out. Say so: both SDKs
                 // reconnect (with their back-off) and resume them.
-                tracing::info!(submission = %submission_id, "no episode left to claim but some are not final; the agent is asked to resume later");
+                // A stopping server claims nothing more: that is its stop, which both SDKs
+                // wait out (`shutdown`), not episodes to resume after a back-off.
+                let reason = if storage.is_stopping() {
+                    crate::gateway::SHUTDOWN
+                } else {
+                    tracing::info!(submission = %submission_id, "no episode left to claim but some are not final; the agent is asked to resume later");
+                    EPISODES_PENDING
+                };
                 let _ = ctx.out.send(Msg::Disconnect(Disconnect {
-                    reason: EPISODES_PENDING.into(),
+                    reason: reason.into(),
                     submission_status: String::new(),
                 }));
             }

@@ -836,9 +836,15 @@ impl<'a> Lane<'a> {
     }
 
     /// Re-queues the running episodes (a lost connection re-runs them from the start, up to the
-    /// attempt limit) and ends the lane.
+    /// attempt limit) and ends the lane. A session the server's stop ended charges nobody.
     fn connection_lost(&mut self, why: &str) -> LaneEnd {
         let running = self.take_running();
+        if let Sink::Submission { storage, .. } = &self.ctx.sink
+            && storage.is_stopping()
+        {
+            self.give_back(&running, crate::storage::SERVER_STOPPED, GiveBack::NeverStarted);
+            return LaneEnd::ConnectionLost;
+        }
         if let Sink::Submission {
             storage,
             submission_id,
@@ -878,8 +884,8 @@ enum Wait {
 enum GiveBack {
     /// The server failed them: a server fault, counted toward `MAX_SERVER_FAULTS`.
     ServerFault,
-    /// They never started (the agent left before their `episode_start`, or the claim they
-    /// came in could not start): charged to nobody.
+    /// Charged to nobody: they never started (the agent left before their `episode_start`, or
+    /// the claim they came in could not start), or the server's stop ended their session.
     NeverStarted,
 }
 

@@ -432,7 +432,7 @@ impl Storage {
     pub async fn give_back_on_stop(&self) -> Result<u64, StorageError> {
         // First: a lane that would claim after the give-back would leave its claims to the
         // next start (a fault each).
-        self.held().stopping = true;
+        self.stop_claiming();
         let back = sqlx::query(
             "UPDATE episodes SET status = 'PENDING', reason = $1, updated_at = $2, \
              uncharged_runs = uncharged_runs + 1, lease_owner = NULL, lease_expires_at = NULL \
@@ -777,6 +777,20 @@ impl Storage {
     }
 
     /// The claims in hand, locked.
+    /// The server is stopping: this handle claims nothing more (episodes, hosted runs), and
+    /// runs its sessions end are given back charged to nobody ([`Storage::is_stopping`]).
+    /// [`Storage::give_back_on_stop`] starts with it; a stop that cannot give back (another
+    /// server holds this replica's id) uses it alone.
+    pub fn stop_claiming(&self) {
+        self.held().stopping = true;
+    }
+
+    /// Whether the server is stopping ([`Storage::stop_claiming`]): a session that ends now
+    /// ends because of the stop, not its agent.
+    pub fn is_stopping(&self) -> bool {
+        self.held().stopping
+    }
+
     pub(super) fn held(&self) -> std::sync::MutexGuard<'_, super::Held> {
         self.held.lock().expect("held claims lock")
     }

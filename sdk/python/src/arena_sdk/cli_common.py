@@ -80,7 +80,8 @@ def add_session_options(p: argparse.ArgumentParser) -> None:
         "--max-reconnects",
         type=non_negative_int,
         default=10,
-        help="failed connections in a row before giving up (default: 10)",
+        help="failed connections in a row before giving up (default: 10); while a server that said "
+        "it is stopping is waited for (300 s), attempts do not count",
     )
     p.add_argument(
         "--whole-goal-rows",
@@ -210,9 +211,9 @@ def _say_how_to_resume(submission_id: str) -> None:
             f"arena-agent: submission {submission_id} is left RUNNING (it counts towards quotas); "
             f"its unfinished episodes wait: resume it with --submission-id {submission_id}. "
             "An interrupted episode runs again from its start. One your side cut short (a lost "
-            "connection, a missed step deadline) uses one of its attempts (the server's "
-            "max_attempts; an episode interrupted that often fails), one the server cut short "
-            "(it stopped or failed) does not: `arena-agent submissions` shows how many were used",
+            "connection) uses one of its attempts (the server's max_attempts; an episode "
+            "interrupted that often fails), one the server cut short (it stopped or failed) does "
+            "not: `arena-agent submissions` shows how many were used",
             file=sys.stderr,
         )
 

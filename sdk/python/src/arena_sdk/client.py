@@ -87,6 +87,10 @@ class ServerError:
 
 @dataclass(frozen=True)
 class Reconnecting:
+    """The connection was lost and the run connects again after `delay_s`. `attempt`: the
+    reconnections tried since the last finished episode (those while a stopping server is waited
+    for included)."""
+
     attempt: int
     delay_s: float
     error: str
@@ -154,6 +158,7 @@ def run(
     max_batch: int = 0,
     encoding: str = "binary",
     max_reconnects: int = 10,
+    restart_wait_s: float = 300.0,
     on_event: Callable[[Event], None] | None = None,
     initial_backoff_s: float = 0.2,
     max_backoff_s: float = 5.0,
@@ -175,6 +180,9 @@ def run(
     encoding: WebSocket frames, "binary" (protobuf) or "json"; gRPC is always protobuf.
     max_reconnects: consecutive failed connections before UnreachableError (a resume refused as
         submission_busy is not one: it is tried again for up to BUSY_WAIT_S).
+    restart_wait_s: after the server said it is stopping (`disconnect` "shutdown": a deploy, a
+        restart), for how long reconnection attempts do not count against max_reconnects, until
+        a session is accepted again; 0 counts them at once. As the Rust SDK's `restart_wait`.
     joint_stiffness / joint_damping: the PD gains the agent was trained with (29 values each, G1
         joint order), for benchmarks in the joint-position action mode; None = the benchmark's
         defaults. gain_preset: one of the benchmark's named presets instead. Gains the benchmark
@@ -201,6 +209,8 @@ def run(
     if not (benchmark or phase or submission_id):
         raise ValueError("give a benchmark, a phase or a submission_id")
     gains = check_gains(joint_stiffness, joint_damping, gain_preset)
+    if not (isinstance(restart_wait_s, (int, float)) and math.isfinite(restart_wait_s) and restart_wait_s >= 0):
+        raise ValueError(f"restart_wait_s must be a finite number of seconds >= 0, got {restart_wait_s!r}")
     runner = _Runner(
         agent=agent,
         endpoint=endpoint,
@@ -217,16 +227,24 @@ def run(
         gains=gains,
         reference_goal_once=reference_goal_once,
     )
-    failures = 0
+    failures = 0  # counted against max_reconnects
+    tries = 0  # since the last finished episode
     backoff = initial_backoff_s
     busy_since: float | None = None  # since when every try was refused as busy
+    stopping_since: float | None = None  # since the server said it is stopping, until a session
     while True:
         seen = len(runner.summary.episodes)
+        sessions = runner.sessions
         runner.throttled_until = None
         runner.busy = False
+        runner.server_stopping = False
         lost = runner.session()
         if lost is None:
             return runner.summary
+        if runner.sessions > sessions:
+            stopping_since = None
+        if runner.server_stopping and stopping_since is None:
+            stopping_since = time.monotonic()
         if not runner.busy:
             busy_since = None
         else:
@@ -249,12 +267,18 @@ def run(
         # Progress since the last failure resets the backoff.
         if len(runner.summary.episodes) > seen:
             failures = 0
+            tries = 0
             backoff = initial_backoff_s
-        failures += 1
+        tries += 1
+        # A server that said it is stopping is waited for without counting.
+        if stopping_since is None or time.monotonic() - stopping_since >= restart_wait_s:
+            failures += 1
         if failures > max_reconnects:
-            raise UnreachableError(failures, lost)
-        runner.on_event(Reconnecting(failures, backoff, lost))
-        log.warning("connection lost (%s); reconnecting in %.1f s (attempt %d)", lost, backoff, failures)
+            if stopping_since is not None:
+                lost = f"{lost} (the server said it was stopping and did not take a session within {restart_wait_s:g} s)"
+            raise UnreachableError(tries, lost)
+        runner.on_event(Reconnecting(tries, backoff, lost))
+        log.warning("connection lost (%s); reconnecting in %.1f s (attempt %d)", lost, backoff, tries)
         time.sleep(backoff)
         backoff = min(backoff * 2, max_backoff_s)
         runner.summary.reconnects += 1
@@ -361,6 +385,10 @@ class _Runner:
         self.busy = False
         # Whether a connection to the server was ever made in this run.
         self.reached = False
+        # Sessions the server accepted (`connected`) in this run.
+        self.sessions = 0
+        # The last session ended with the server saying it is stopping.
+        self.server_stopping = False
 
     def session(self) -> str | None:
         """One connection: None when the run is over, else why the connection was lost."""
@@ -495,6 +523,7 @@ class _Session:
             c.episodes_remaining,
             c.episodes_total,
         )
+        self.runner.sessions += 1
         summary = self.runner.summary
         summary.submission_id = c.submission_id
         summary.benchmark = c.benchmark
@@ -641,6 +670,7 @@ class _Session:
         self.runner.summary.submission_status = d.submission_status
         if d.reason in ("submission_complete", "submission_cancelled", "client_done"):
             return None
+        self.runner.server_stopping = d.reason == "shutdown"
         return f"server ended the session: {d.reason}"
 
 

@@ -4,7 +4,8 @@
 //!   faults, the claim's other episodes (never started) charged to nobody, instead of staying
 //!   RUNNING under a lease this server renews until it restarts;
 //! - lanes that ran out of episodes to claim while some are not final (held by another
-//!   replica's lease, or queued again after a failed store) tell the agent so, and it resumes.
+//!   replica's lease, or queued again after a failed store) tell the agent so, and it resumes;
+//! - a stopping server's sessions charge nobody for the runs they cut, and say `shutdown`.
 
 mod common;
 
@@ -249,5 +250,71 @@ async fn a_lane_claims_nothing_for_an_agent_that_has_left() {
             "{r:?}"
         );
     }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// A stopping server whose give-back could not reach the database: the sessions it then ends
+/// (the gateway drops their lanes' inboxes) give their running episodes back charged to
+/// nobody, not as the agent's lost connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_the_stop_ends_charges_nobody() {
+    let dir = tmp("lane-stop-ends");
+    let id = "sub-lane-stop-ends";
+    let (storage, full) = submission_of_g1_smoke(&dir, id).await;
+    let stopping = storage.clone();
+    let (outcome, _) = run_zero_agent(&dir, &storage, id, full, 2, |g| {
+        // Mid-run: the stop (its give-back refused), then the session ends.
+        let now = g.step == 10;
+        if now {
+            stopping.stop_claiming();
+        }
+        now
+    })
+    .await;
+    assert_eq!(outcome, RunOutcome::Stopped);
+    let rows = storage.episodes(id).await.unwrap();
+    let cut: Vec<_> = rows
+        .iter()
+        .filter(|r| r.status == EpisodeState::Pending && r.attempts == 1)
+        .collect();
+    assert_eq!(cut.len(), 2, "the batch running at the stop: {rows:?}");
+    for r in &cut {
+        assert_eq!((r.uncharged_runs, r.server_faults), (1, 0), "{r:?}");
+        assert_eq!(
+            r.reason.as_deref(),
+            Some(arena_server::storage::SERVER_STOPPED),
+            "{r:?}"
+        );
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// Lanes that find nothing to claim because the server is stopping tell the agent `shutdown`
+/// (which both SDKs wait out), not `episodes_pending`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lanes_of_a_stopping_server_say_shutdown() {
+    let dir = tmp("lane-stop-drained");
+    let id = "sub-lane-stop-drained";
+    let (storage, full) = submission_of_g1_smoke(&dir, id).await;
+    let stopping = storage.clone();
+    let (outcome, received) = run_zero_agent(&dir, &storage, id, full, 2, |g| {
+        if g.step == 10 {
+            stopping.stop_claiming();
+        }
+        false
+    })
+    .await;
+    assert_eq!(outcome, RunOutcome::Stopped);
+    match received.last() {
+        Some(Msg::Disconnect(d)) => assert_eq!(d.reason, arena_server::gateway::SHUTDOWN),
+        other => panic!(
+            "expected a disconnect saying the server stops, got {:?}",
+            other.map(arena_sdk::protocol::type_name)
+        ),
+    }
+    // The batch running at the stop finished; nothing more was claimed.
+    let rows = storage.episodes(id).await.unwrap();
+    assert_eq!(rows.iter().filter(|r| r.status.is_final()).count(), 2, "{rows:?}");
+    assert!(rows.iter().skip(2).all(|r| r.attempts == 0), "{rows:?}");
     std::fs::remove_dir_all(dir).ok();
 }

@@ -358,6 +358,14 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             async move {
                 tokio::select! {
                     signal = stop_signal() => {
+                        // An operator who does not want to wait for the bounded stop below
+                        // signals again: the process ends at once, and the next start (or
+                        // another replica, once the leases run out) takes back what it ran.
+                        tokio::spawn(async {
+                            let again = stop_signal().await;
+                            eprintln!("arena serve: {again} again: exiting now; running episodes are re-queued at the next start");
+                            std::process::exit(130);
+                        });
                         // Told to stop (a deploy, an operator): what runs here goes back to the
                         // queue now, charged to nobody; should the database refuse, the next
                         // start (or another replica, once the leases run out) takes it back.

@@ -404,7 +404,7 @@ pub async fn run(
                 let since = *busy_since.get_or_insert_with(tokio::time::Instant::now);
                 if since.elapsed() > BUSY_WAIT {
                     return Err(ClientError::Unreachable {
-                        attempts: failures + 1,
+                        attempts: tries + 1,
                         last_error: format!("{error} (still busy after {} s)", BUSY_WAIT.as_secs()),
                     });
                 }
@@ -429,7 +429,7 @@ pub async fn run(
                     let last_error = match stopping_since {
                         Some(_) => format!(
                             "{error} (the server said it was stopping and did not take a session within {} s)",
-                            config.restart_wait.as_secs()
+                            config.restart_wait.as_secs_f64()
                         ),
                         None => error,
                     };
@@ -1111,6 +1111,64 @@ mod tests {
         assert_eq!(checked_action_width(29, &spec("normalized")), Ok(29));
         let e = checked_action_width(58, &spec("normalized")).unwrap_err();
         assert_eq!(e, "the agent's actions have 58 values; this session takes 29");
+    }
+
+    /// A server that answers every connect with `disconnect {shutdown}` (stopping, and never
+    /// back), in process: the tries within `restart_wait` are not counted against
+    /// `max_reconnects`, those after it are, and the run then gives up saying so.
+    #[test]
+    fn a_stopping_server_is_waited_for_restart_wait_then_counted() {
+        for restart_wait in [Duration::ZERO, Duration::from_millis(300)] {
+            let connector = LocalConnector(std::sync::Arc::new(|| {
+                let (requests, mut from_client) = tokio::sync::mpsc::unbounded_channel();
+                let (to_client, responses) = tokio::sync::mpsc::unbounded_channel();
+                std::thread::spawn(move || {
+                    if let Some(Msg::Connect(_)) = from_client.blocking_recv() {
+                        let _ = to_client.send(Msg::Disconnect(Disconnect {
+                            reason: SHUTDOWN.into(),
+                            submission_status: String::new(),
+                        }));
+                    }
+                });
+                (requests, responses)
+            }));
+            let mut config = ClientConfig::new(
+                "local://stopping",
+                "t",
+                Mode::Submission {
+                    benchmark: "b".into(),
+                    submission_id: None,
+                },
+            );
+            config.local = Some(connector);
+            config.max_reconnects = 1;
+            config.restart_wait = restart_wait;
+            config.initial_backoff = Duration::from_millis(10);
+            config.max_backoff = Duration::from_millis(20);
+            let mut agent = crate::agents::ZeroAgent::default();
+            let mut tries = Vec::new();
+            let result = run_blocking(&config, &mut agent, &mut |e| {
+                if let ClientEvent::Reconnecting { attempt, error, .. } = e {
+                    tries.push((attempt, error.to_string()));
+                }
+            });
+            let Err(ClientError::Unreachable { attempts, last_error }) = result else {
+                panic!("{restart_wait:?}: expected Unreachable, got {result:?}");
+            };
+            assert!(
+                tries.iter().all(|(_, e)| e == "server ended the session: shutdown"),
+                "{tries:?}"
+            );
+            if restart_wait.is_zero() {
+                // The first loss counts, the second ends the run.
+                assert_eq!((attempts, tries.len()), (2, 1), "{tries:?}");
+            } else {
+                // At least the first try, made at once, was not counted.
+                assert!(attempts >= 3 && tries.len() >= 2, "{attempts} {tries:?}");
+            }
+            let within = format!("did not take a session within {} s", restart_wait.as_secs_f64());
+            assert!(last_error.contains(&within), "{last_error}");
+        }
     }
 
     #[test]

@@ -204,6 +204,9 @@ pub async fn serve(
             drop(admission);
         });
     }
+    // Refused from now on rather than left in the backlog until the process exits: an agent
+    // reconnecting finds another replica (or waits for the restart) sooner.
+    drop(listener);
     stopping.session_stop.tell();
     let deadline = tokio::time::Instant::now() + STOP_GRACE;
     if tokio::time::timeout_at(deadline, graceful.shutdown()).await.is_err() {

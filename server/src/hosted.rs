@@ -229,8 +229,9 @@ async fn run(
         config.agent_name = agent_name;
         config.phase = phase;
         config.local = Some(connector);
-        // This server stopping ends the run here (another replica, or this one's next start,
-        // takes it up): nothing to wait for.
+        // A `shutdown` here is this server's own stop: the run is taken up by another replica
+        // or by this one's next start, so its retries are not held back for a restart (they
+        // end with the process).
         config.restart_wait = std::time::Duration::ZERO;
         if let Some((kp, kd)) = gains {
             config.joint_stiffness = kp;

@@ -600,7 +600,6 @@ def test_a_stopping_server_is_waited_for_until_it_is_back(tmp_path, transport: s
     settings = ("--bind", f"127.0.0.1:{port}", "--lanes", "1", "--max-batch", "1")
     first = start_server(tmp_path, *settings)
     server = first.__enter__()
-    token = server.create_team("restart")
     events: list[object] = []
     two_ended = threading.Event()
     outcome: dict[str, object] = {}
@@ -628,11 +627,22 @@ def test_a_stopping_server_is_waited_for_until_it_is_back(tmp_path, transport: s
         finally:
             two_ended.set()
 
-    runner = threading.Thread(target=agent)
-    runner.start()
+    # Daemon: a failed assertion must not leave pytest waiting for a run that waits for a server.
+    runner = threading.Thread(target=agent, daemon=True)
     try:
+        token = server.create_team("restart")
+        runner.start()
         assert two_ended.wait(120), events
         assert "error" not in outcome, outcome
+        # Until the next episode runs, so that the stop cuts one short.
+        submission = next(e.submission_id for e in events if isinstance(e, arena_sdk.Connected))
+        deadline = time.monotonic() + 60
+        while True:
+            status, body = server.request("GET", f"/api/v1/submissions/{submission}/results", token)
+            if status == 200 and any(e["status"] == "RUNNING" for e in body["episodes"]):
+                break
+            assert time.monotonic() < deadline, body
+            time.sleep(0.01)
     finally:
         first.__exit__(None, None, None)  # SIGTERM, and waits for the exit
     with start_server(tmp_path, *settings) as again:
@@ -818,6 +828,51 @@ def silent_server(transport: str) -> Iterator[tuple[str, list[str], threading.Ev
         yield f"http://127.0.0.1:{port}", received, ended
     finally:
         grpc_server.stop(grace=None)
+
+
+@pytest.mark.parametrize(("restart_wait_s", "counted_from"), [(0.0, 1), (0.3, 2)])
+def test_a_stopping_server_is_waited_for_restart_wait_s_then_counted(restart_wait_s: float, counted_from: int) -> None:
+    """A server that answers every connect with `disconnect {shutdown}` (stopping, and never
+    back): the tries within restart_wait_s are not counted against max_reconnects, those after
+    it are, and the run then gives up saying the server did not come back."""
+    from websockets.sync.server import serve
+
+    def handler(ws) -> None:  # type: ignore[no-untyped-def]
+        for frame in ws:
+            envelope = pb.Envelope()
+            envelope.ParseFromString(frame)
+            if envelope.HasField("connect"):
+                bye = pb.Envelope()
+                bye.disconnect.reason = "shutdown"
+                ws.send(bye.SerializeToString())
+                return
+
+    events: list[object] = []
+    with serve(handler, "127.0.0.1", 0) as ws_server:
+        threading.Thread(target=ws_server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{ws_server.socket.getsockname()[1]}"
+        with pytest.raises(UnreachableError) as info:
+            run(
+                RecordingAgent(),
+                url,
+                "t",
+                benchmark="b",
+                max_reconnects=1,
+                restart_wait_s=restart_wait_s,
+                initial_backoff_s=0.01,
+                max_backoff_s=0.02,
+                on_event=events.append,
+            )
+        ws_server.shutdown()
+    tries = [e for e in events if isinstance(e, arena_sdk.Reconnecting)]
+    assert all(e.error == "server ended the session: shutdown" for e in tries), tries
+    # Zero: the first loss counts and the second ends the run. 0.3 s: at least the first try,
+    # made at once, was not counted.
+    if counted_from == 1:
+        assert info.value.attempts == 2 and len(tries) == 1, (info.value, tries)
+    else:
+        assert info.value.attempts >= 3 and len(tries) >= 2, (info.value, tries)
+    assert f"did not take a session within {restart_wait_s:g} s" in info.value.last_error, info.value
 
 
 @pytest.mark.parametrize("transport", ["ws", "grpc"])

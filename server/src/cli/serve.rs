@@ -364,7 +364,8 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
                         tokio::spawn(async {
                             let again = stop_signal().await;
                             eprintln!("arena serve: {again} again: exiting now; running episodes are re-queued at the next start");
-                            std::process::exit(130);
+                            // 128 + the signal's number, as a shell reports a process it killed.
+                            std::process::exit(if again == "SIGINT" { 130 } else { 143 });
                         });
                         // Told to stop (a deploy, an operator): what runs here goes back to the
                         // queue now, charged to nobody; should the database refuse, the next

@@ -276,6 +276,11 @@ pub(super) async fn admit(
             if let Some(phase) = &plan.phase {
                 access::check_open(phase, now).map_err(refusal)?;
             }
+            // A server told to stop creates nothing more: the client would not learn the new
+            // submission's id and would start another after the restart.
+            if state.session_stop.is_told() {
+                return Err(Box::new(super::shutdown()));
+            }
             let new = NewSubmission {
                 id: crate::state::new_submission_id(),
                 team_id: team.id,

@@ -52,7 +52,6 @@ fn error(code: &str, message: impl Into<String>) -> Msg {
     Msg::Error(protocol::Error::new(code, message))
 }
 
-/// An Error that refuses a request (boxed: `Msg` is large and travels in `Result`s).
 /// The last message of a session the server's stop ends.
 fn shutdown() -> Msg {
     Msg::Disconnect(Disconnect {
@@ -61,6 +60,7 @@ fn shutdown() -> Msg {
     })
 }
 
+/// An Error that refuses a request (boxed: `Msg` is large and travels in `Result`s).
 fn refuse(code: &str, message: impl Into<String>) -> Box<Msg> {
     Box::new(error(code, message))
 }
@@ -252,8 +252,10 @@ where
         replies.bytes_per_value(),
     )
     .await?;
-    // Told to stop meanwhile: nothing created yet, no lane started.
-    if state.session_stop.is_told() {
+    // Told to stop meanwhile: no lane started. A submission this Connect created goes on to
+    // `connected` (the client must learn its id), whose first loop turn then ends the session.
+    let created = connect.submission_id.is_empty() && admitted.submission.is_some();
+    if state.session_stop.is_told() && !created {
         return Err(Box::new(shutdown()));
     }
     let _attachment = match &admitted.submission {

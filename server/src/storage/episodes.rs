@@ -776,7 +776,6 @@ impl Storage {
         self.held().claims.get(submission).cloned().unwrap_or_default()
     }
 
-    /// The claims in hand, locked.
     /// The server is stopping: this handle claims nothing more (episodes, hosted runs), and
     /// runs its sessions end are given back charged to nobody ([`Storage::is_stopping`]).
     /// [`Storage::give_back_on_stop`] starts with it; a stop that cannot give back (another
@@ -791,6 +790,7 @@ impl Storage {
         self.held().stopping
     }
 
+    /// The claims in hand, locked.
     pub(super) fn held(&self) -> std::sync::MutexGuard<'_, super::Held> {
         self.held.lock().expect("held claims lock")
     }

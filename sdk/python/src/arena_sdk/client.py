@@ -253,7 +253,7 @@ def run(
             if busy_since is None:
                 busy_since = now
             if now - busy_since > BUSY_WAIT_S:
-                raise UnreachableError(failures + 1, f"{lost} (still busy after {BUSY_WAIT_S:g} s)")
+                raise UnreachableError(tries + 1, f"{lost} (still busy after {BUSY_WAIT_S:g} s)")
             log.info("%s; retrying in %.1f s", lost, backoff)
             time.sleep(backoff)
             backoff = min(backoff * 2, max_backoff_s)

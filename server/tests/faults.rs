@@ -535,6 +535,45 @@ async fn an_over_size_frame_is_closed_with_1009_and_the_sizes() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A server told to stop (SIGTERM) ends a session with `disconnect {shutdown}`, then closes
+/// with code 1001 ("going away") for what reads close codes rather than the protocol.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_server_says_shutdown_and_closes_going_away() {
+    let dir = tmp("faults-stopping");
+    let mut server = ServerProc::start(&dir, &[]);
+    let token = server.team("stopped");
+    let (mut ws, _) = open(&server.ws_url(), &connect_msg(&token, "practice", ""), Encoding::Json).await;
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &server.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let mut disconnect = None;
+    let close = loop {
+        match tokio::time::timeout(Duration::from_secs(30), ws.next())
+            .await
+            .expect("the server closes the connection")
+        {
+            Some(Ok(Message::Text(t))) => {
+                if let Ok(Msg::Disconnect(d)) = protocol::decode_json(&t) {
+                    disconnect = Some(d.reason);
+                }
+            }
+            Some(Ok(Message::Close(frame))) => break frame,
+            Some(Ok(_)) => {}
+            other => panic!("expected a close frame, got {other:?}; disconnect: {disconnect:?}"),
+        }
+    };
+    assert_eq!(disconnect.as_deref(), Some("shutdown"));
+    let close = close.expect("a close code");
+    assert_eq!(u16::from(close.code), 1001, "{close:?}");
+    assert!(
+        server.wait_exit(Duration::from_secs(30)).is_some_and(|e| e.success()),
+        "the server exits 0 once told"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// A GetAction must fit one message (16 MiB): the server limits the batch it announces to as
 /// many rows of the benchmark's observation as one message holds in the client's encoding.
 /// g1-smoke's rows are 4,717 values (its `reference_goal` group): 4 bytes each in binary

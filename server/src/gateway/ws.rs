@@ -16,6 +16,10 @@ use std::sync::{Arc, Mutex};
 /// The close code of a message over the size limit (RFC 6455 §7.4.1: "Message Too Big").
 pub const CLOSE_MESSAGE_TOO_BIG: u16 = 1009;
 
+/// The close code after `disconnect {shutdown}` (RFC 6455 §7.4.1: "Going Away", a server going
+/// down), for clients and proxies that read close codes rather than the protocol's message.
+pub const CLOSE_GOING_AWAY: u16 = 1001;
+
 /// How long a session the server's stop ended reads on for the client's close frame, which
 /// answers the server's: closing with the client's frames unread would reset the connection,
 /// and a reset can discard the `disconnect {shutdown}` before the client reads it.
@@ -149,8 +153,11 @@ async fn write_frames(
     close_reason: Arc<Mutex<Option<CloseFrame>>>,
     deadline: std::time::Duration,
 ) {
+    // Whether the session ended because the server is stopping.
+    let mut stopping = false;
     while let Some(msg) = rx.recv().await {
         let last = matches!(msg, Msg::Disconnect(_));
+        stopping = matches!(&msg, Msg::Disconnect(d) if d.reason == super::SHUTDOWN);
         let encoding = if binary.load(Ordering::Acquire) {
             Encoding::Binary
         } else {
@@ -168,7 +175,13 @@ async fn write_frames(
             break;
         }
     }
-    let owed = close_reason.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let mut owed = close_reason.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if owed.is_none() && stopping {
+        owed = Some(CloseFrame {
+            code: CLOSE_GOING_AWAY,
+            reason: "the server is stopping".into(),
+        });
+    }
     if let Some(frame) = owed {
         let _ = sink.send(WsMessage::Close(Some(frame))).await;
     }

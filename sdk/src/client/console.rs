@@ -1,0 +1,95 @@
+//! What a command-line agent needs around the client: the server it dials by default, the URL
+//! for a server address, the console lines (the session, one line per finished episode, server
+//! errors and reconnects: stdout for progress, stderr for trouble) and how a run's end is told.
+
+use super::{ClientEvent, RunSummary};
+
+/// The server a command-line agent connects to when given none: where `arena serve` listens by
+/// default (a test in the server checks that the two agree).
+pub const DEFAULT_SERVER: &str = "http://127.0.0.1:8080";
+
+/// The URL the client dials for a server address (`HOST:PORT`, `http://HOST:PORT[/prefix]`,
+/// `ws://HOST:PORT[/path]` or `grpc://HOST:PORT`): `ws://HOST:PORT[/prefix]/api/v1/agent` (or
+/// the given ws path) for WebSocket, `grpc://HOST:PORT` for gRPC (no path). TLS schemes are refused (the client
+/// connects without TLS), with the reason.
+pub fn endpoint(server: &str, grpc: bool) -> Result<String, String> {
+    let (scheme, rest) = server.split_once("://").unwrap_or(("", server));
+    if !matches!(scheme, "" | "http" | "ws" | "grpc") {
+        return Err(format!(
+            "--server {server}: {scheme}:// is not supported (the SDK client connects without TLS); \
+             give http://HOST:PORT, ws://HOST:PORT/api/v1/agent or grpc://HOST:PORT"
+        ));
+    }
+    let rest = rest.trim_end_matches('/');
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    if host.is_empty() {
+        return Err(format!(
+            "--server {server}: no HOST:PORT in it; give http://HOST:PORT, ws://HOST:PORT/api/v1/agent or grpc://HOST:PORT"
+        ));
+    }
+    Ok(if grpc {
+        // A gRPC target is HOST:PORT alone (a ws:// URL's agent path is dropped).
+        if scheme != "ws" && !path.is_empty() {
+            return Err(format!(
+                "--server {server}: a gRPC endpoint has no path; give grpc://HOST:PORT"
+            ));
+        }
+        format!("grpc://{host}")
+    } else if scheme == "ws" && !path.is_empty() {
+        format!("ws://{host}/{path}")
+    } else if scheme == "grpc" || path.is_empty() {
+        format!("ws://{host}/api/v1/agent")
+    } else {
+        // A base URL under a path (a reverse proxy's prefix): the agent's path below it, as the
+        // Python SDK dials it.
+        format!("ws://{host}/{path}/api/v1/agent")
+    })
+}
+
+/// Prints the end of a submission session ("done: submission ... STATUS, N episodes") and says
+/// whether it ended well: a submission that ended FAILED (cancelled by the organiser, or abandoned
+/// by the server after it went idle) is an error.
+pub fn report_done(summary: &RunSummary) -> Result<(), String> {
+    println!(
+        "done: submission {:?} {}, {} episodes in this session",
+        summary.submission_id,
+        summary.submission_status,
+        summary.episodes.len()
+    );
+    if summary.submission_status == "FAILED" {
+        return Err(format!(
+            "submission {} ended FAILED (cancelled by the organiser, or abandoned by the server after \
+             it went idle)",
+            summary.submission_id
+        ));
+    }
+    Ok(())
+}
+
+pub fn print_event(event: ClientEvent<'_>) {
+    match event {
+        ClientEvent::Connected(c) => println!(
+            "connected: session {} submission {:?}, {} episodes to run",
+            c.session_id, c.submission_id, c.episodes_remaining
+        ),
+        // EMD of joint-angle frames is in radians (docs/metrics.md).
+        // A failed or timed-out episode says why (the server's reason), as Python's does.
+        ClientEvent::EpisodeEnd(e) => println!(
+            "episode {:>4} {:<9} steps {:>4}  emd {}{}",
+            e.episode_id,
+            e.status,
+            e.steps,
+            e.metrics.get("emd").map_or("-".into(), |v| format!("{v:.4} rad")),
+            if e.reason.is_empty() {
+                String::new()
+            } else {
+                format!("  ({})", e.reason)
+            }
+        ),
+        ClientEvent::ServerError(e) => eprintln!("server: {}: {}", e.code, e.message),
+        ClientEvent::Reconnecting { attempt, delay, error } => {
+            eprintln!("connection lost ({error}); retry {attempt} in {delay:?}")
+        }
+        ClientEvent::EpisodeStart(_) => {}
+    }
+}

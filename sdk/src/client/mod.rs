@@ -8,7 +8,7 @@ use crate::goal_rows::GoalRowsOnce;
 use crate::layout::ObservationLayout;
 use crate::protocol::{
     self, Action, Connect, Connected, Disconnect, Encoding, EpisodeAction, EpisodeEnd, EpisodeInfo, GetAction,
-    Heartbeat, Msg, PRACTICE_WAITING, PROTOCOL_VERSION, ResetEpisode, codes,
+    Heartbeat, Msg, PRACTICE_WAITING, PROTOCOL_VERSION, ResetEpisode, SHUTDOWN, codes,
 };
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -233,9 +233,6 @@ pub const BUSY_WAIT: Duration = Duration::from_secs(180);
 /// another replica behind the same address) before reconnection attempts count again
 /// ([`ClientConfig::restart_wait`]).
 pub const RESTART_WAIT: Duration = Duration::from_secs(300);
-
-/// The `disconnect` reason of a server that is stopping.
-pub const SHUTDOWN: &str = "shutdown";
 
 /// Per-run state that survives reconnects.
 struct RunState {

@@ -37,6 +37,10 @@ pub const MAX_BATCH: usize = 4096;
 /// start.
 pub const PRACTICE_WAITING: usize = 1024;
 
+/// The `disconnect` reason of a session the server ends because it is stopping (SIGINT,
+/// SIGTERM): clients wait for it to come back (docs/protocol.md §3, §9).
+pub const SHUTDOWN: &str = "shutdown";
+
 /// The gRPC response metadata key of a connection refused at the server's connection caps
 /// (docs/protocol.md §1): its status is UNAVAILABLE, and the SDKs retry it like the 503 a
 /// WebSocket client reads.

@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The `disconnect` reason of a session the server ends because it is stopping
-/// ([`crate::session_stop`]).
-pub const SHUTDOWN: &str = "shutdown";
+/// ([`crate::session_stop`]); the protocol's constant, which the SDKs wait out.
+pub use arena_sdk::protocol::SHUTDOWN;
 
 /// Practice episodes asked for that may wait for a slot at once (a flood of `reset_episode`
 /// otherwise queued without bound); the protocol's constant, which the SDKs keep to.

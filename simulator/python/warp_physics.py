@@ -4,10 +4,13 @@ MuJoCo Warp batches worlds itself: one ``Data`` holds N worlds (a leading world 
 pooled across worlds with a world id), and every call steps all of them. This module therefore
 keeps the per-env semantics of the JAX path with its own kernels:
 
-- a control step is ``decimation`` substeps of: PD torques into ``ctrl``, a copy of the state,
-  ``mujoco_warp.step`` for all worlds, then a check that puts back the state of every world that
-  was not running or whose substep produced a bad qpos / qvel / qacc (and fails the latter), so
-  inactive and failed envs stay exactly where they were, as on the CPU backend;
+- a control step is ``decimation`` substeps of: PD torques into ``ctrl`` and a copy of the state
+  (one kernel), ``mujoco_warp.step`` for all worlds, then a check that puts back the state of
+  every world that was not running or whose substep produced a bad qpos / qvel / qacc (and
+  fails the latter), so inactive and failed envs stay exactly where they were, as on the CPU
+  backend. The worker's own work is fused into as few kernels as it can be (a command's
+  unpacking and push; the PD and the save; the check, the counters and the restore; the
+  outputs and the ints), since each node of a CUDA graph costs microseconds of its own;
 - domain randomisation is MuJoCo Warp's batched model fields (leading world axis) for
   ``DR_FIELDS``, computed on the host with the C library's ``mj_setConst`` like the JAX path;
 - outputs are packed on the device into one float32 block, copied by one device-to-host copy
@@ -62,32 +65,25 @@ def _bad(x: float):
 
 
 @wp.kernel
-def _push_kernel(push: wp.array2d(dtype=float), qpos: wp.array2d(dtype=float),
-                 qvel: wp.array2d(dtype=float)):
-    """qvel[0:3] += dv (world); qvel[3:6] += R(q)^T dw (the root's angular velocity is local)."""
+def _unpack_kernel(step: int, inp: wp.array2d(dtype=float), target: wp.array2d(dtype=float),
+                   ff: wp.array2d(dtype=float), go: wp.array(dtype=int),
+                   qpos: wp.array2d(dtype=float), qvel: wp.array2d(dtype=float)):
+    """The command's packed inputs (worker_common's columns: targets, push, go, feed-forward)
+    into the arrays the kernels read (`go` cleared for a sync, whose targets are not used),
+    then the push: qvel[0:3] += dv (world), qvel[3:6] += R(q)^T dw (the root's angular
+    velocity is local)."""
     w = wp.tid()
-    qvel[w, 0] += push[w, 0]
-    qvel[w, 1] += push[w, 1]
-    qvel[w, 2] += push[w, 2]
+    qvel[w, 0] += inp[w, _NJ + 0]
+    qvel[w, 1] += inp[w, _NJ + 1]
+    qvel[w, 2] += inp[w, _NJ + 2]
     qw = qpos[w, 3]
     u = wp.vec3(-qpos[w, 4], -qpos[w, 5], -qpos[w, 6])  # conjugate: rotate by R^T
-    dw = wp.vec3(push[w, 3], push[w, 4], push[w, 5])
+    dw = wp.vec3(inp[w, _NJ + 3], inp[w, _NJ + 4], inp[w, _NJ + 5])
     t = 2.0 * wp.cross(u, dw)
     local = dw + qw * t + wp.cross(u, t)
     qvel[w, 3] += local[0]
     qvel[w, 4] += local[1]
     qvel[w, 5] += local[2]
-
-
-@wp.kernel
-def _unpack_kernel(step: int, inp: wp.array2d(dtype=float), target: wp.array2d(dtype=float),
-                   ff: wp.array2d(dtype=float), push: wp.array2d(dtype=float),
-                   go: wp.array(dtype=int)):
-    """The command's packed inputs (worker_common's columns: targets, push, go, feed-forward)
-    into the arrays the kernels read; `go` is cleared for a sync, whose targets are not used."""
-    w = wp.tid()
-    for k in range(6):
-        push[w, k] = inp[w, _NJ + k]
     if step == 0:
         go[w] = 0
         return
@@ -98,33 +94,54 @@ def _unpack_kernel(step: int, inp: wp.array2d(dtype=float), target: wp.array2d(d
 
 
 @wp.kernel
-def _pd_kernel(qpos: wp.array2d(dtype=float), qvel: wp.array2d(dtype=float),
-               target: wp.array2d(dtype=float), ff: wp.array2d(dtype=float),
-               kp: wp.array2d(dtype=float), kd: wp.array2d(dtype=float),
-               effort: wp.array(dtype=float), ctrl: wp.array2d(dtype=float)):
-    """tau = clip(kp (target - q) - kd qdot + ff, -effort, effort), per world and joint."""
-    w, j = wp.tid()
-    tau = kp[w, j] * (target[w, j] - qpos[w, 7 + j]) - kd[w, j] * qvel[w, 6 + j] + ff[w, j]
-    ctrl[w, j] = wp.clamp(tau, -effort[j], effort[j])
+def _pd_save_kernel(qpos: wp.array2d(dtype=float), qvel: wp.array2d(dtype=float),
+                    warm: wp.array2d(dtype=float), sim_time: wp.array(dtype=float),
+                    target: wp.array2d(dtype=float), ff: wp.array2d(dtype=float),
+                    kp: wp.array2d(dtype=float), kd: wp.array2d(dtype=float),
+                    effort: wp.array(dtype=float), ctrl: wp.array2d(dtype=float),
+                    saved_qpos: wp.array2d(dtype=float), saved_qvel: wp.array2d(dtype=float),
+                    saved_warm: wp.array2d(dtype=float), saved_time: wp.array(dtype=float)):
+    """Before a substep, per world and qpos coordinate i: the state saved (the check after the
+    substep puts it back in worlds it does not keep) and, for joint j = i - 7, the PD torque
+    tau = clip(kp (target - q) - kd qdot + ff, -effort, effort). One launch instead of the PD
+    kernel and four copies: inside a CUDA graph each node costs microseconds of its own."""
+    w, i = wp.tid()
+    saved_qpos[w, i] = qpos[w, i]
+    if i < qvel.shape[1]:
+        saved_qvel[w, i] = qvel[w, i]
+        saved_warm[w, i] = warm[w, i]
+    if i == 0:
+        saved_time[w] = sim_time[w]
+    if i >= 7:
+        j = i - 7
+        tau = kp[w, j] * (target[w, j] - qpos[w, i]) - kd[w, j] * qvel[w, i - 1] + ff[w, j]
+        ctrl[w, j] = wp.clamp(tau, -effort[j], effort[j])
 
 
 @wp.kernel
-def _check_kernel(go: wp.array(dtype=int), qpos: wp.array2d(dtype=float),
+def _check_kernel(substep: int, go: wp.array(dtype=int), qpos: wp.array2d(dtype=float),
                   qvel: wp.array2d(dtype=float), qacc: wp.array2d(dtype=float),
+                  warm: wp.array2d(dtype=float), sim_time: wp.array(dtype=float),
                   ctrl: wp.array2d(dtype=float), code: wp.array(dtype=int),
                   nsub: wp.array(dtype=int), fail_nsub: wp.array(dtype=int),
-                  torque: wp.array2d(dtype=float), restore: wp.array(dtype=int),
-                  solver_niter: wp.array(dtype=int), tally: wp.array2d(dtype=wp.float64),
-                  substep_max: wp.array(dtype=int)):
+                  torque: wp.array2d(dtype=float), solver_niter: wp.array(dtype=int),
+                  tally: wp.array2d(dtype=wp.float64), substep_max: wp.array(dtype=int),
+                  nacon: wp.array(dtype=int), counts: wp.array(dtype=wp.float64),
+                  saved_qpos: wp.array2d(dtype=float), saved_qvel: wp.array2d(dtype=float),
+                  saved_warm: wp.array2d(dtype=float), saved_time: wp.array(dtype=float)):
     """After one substep: keep it (count it, record its torques) for running worlds with a good
     state; fail running worlds with a bad one (code 1 qpos, 2 qvel, 3 qacc); every world not
     kept gets its saved state back. Each world's tally (stepped substeps, solver iterations)
-    counts every substep the physics computed, kept or not; `substep_max` gets the most
-    iterations any world needed in this substep."""
+    counts every substep the physics computed, kept or not; `substep_max[substep]` gets the most
+    iterations any world needed in this substep (summed into `counts` by `_count_kernel` once a
+    control step), and world 0 adds the substep's contacts, all worlds' (MuJoCo Warp pools them)."""
     w = wp.tid()
     tally[w, 0] += wp.float64(1.0)
     tally[w, 1] += wp.float64(solver_niter[w])
-    wp.atomic_max(substep_max, 0, solver_niter[w])
+    wp.atomic_max(substep_max, substep, solver_niter[w])
+    if w == 0:
+        counts[0] += wp.float64(nacon[0])
+        counts[2] += wp.float64(1.0)
     c = int(0)
     for i in range(qpos.shape[1]):
         if _bad(qpos[w, i]):
@@ -142,24 +159,26 @@ def _check_kernel(go: wp.array(dtype=int), qpos: wp.array2d(dtype=float),
         nsub[w] = nsub[w] + 1
         for j in range(_NJ):
             torque[w, j] = ctrl[w, j]
-        restore[w] = 0
-    else:
-        if run:
-            code[w] = c
-            fail_nsub[w] = nsub[w] + 1
-        restore[w] = 1
+        return
+    if run:
+        code[w] = c
+        fail_nsub[w] = nsub[w] + 1
+    for i in range(qpos.shape[1]):
+        qpos[w, i] = saved_qpos[w, i]
+    for i in range(qvel.shape[1]):
+        qvel[w, i] = saved_qvel[w, i]
+        warm[w, i] = saved_warm[w, i]
+    sim_time[w] = saved_time[w]
 
 
 @wp.kernel
-def _count_contacts_kernel(nacon: wp.array(dtype=int), substep_max: wp.array(dtype=int),
-                           counts: wp.array(dtype=wp.float64)):
-    """The substep's contacts, all worlds together (MuJoCo Warp pools them), and the most solver
-    iterations a world needed in it: the batched solver iterates until its slowest world is
-    done, so that maximum, not the mean, sets the substep's solver cost."""
-    counts[0] += wp.float64(nacon[0])
-    counts[1] += wp.float64(substep_max[0])
-    counts[2] += wp.float64(1.0)
-    substep_max[0] = 0
+def _count_kernel(substep_max: wp.array(dtype=int), counts: wp.array(dtype=wp.float64)):
+    """Once a control step: each substep's most solver iterations of any world, summed. The
+    batched solver iterates until its slowest world is done, so that maximum, not the mean,
+    sets a substep's solver cost."""
+    for s in range(substep_max.shape[0]):
+        counts[1] += wp.float64(substep_max[s])
+        substep_max[s] = 0
 
 
 @wp.kernel
@@ -216,8 +235,15 @@ def _contact_force_kernel(opt_cone: int, geom_bodyid: wp.array(dtype=int),
 
 @wp.kernel
 def _pack_env_kernel(n: int, qpos: wp.array2d(dtype=float), qvel: wp.array2d(dtype=float),
-                     torque: wp.array2d(dtype=float), out: wp.array(dtype=float)):
+                     torque: wp.array2d(dtype=float), out: wp.array(dtype=float),
+                     code: wp.array(dtype=int), nsub: wp.array(dtype=int),
+                     fail_nsub: wp.array(dtype=int), ints: wp.array2d(dtype=int)):
+    """Each world's qpos, qvel and last kept substep's torques into the packed outputs, and its
+    failure code and substep counts into the ints the host reads."""
     w = wp.tid()
+    ints[0, w] = code[w]
+    ints[1, w] = nsub[w]
+    ints[2, w] = fail_nsub[w]
     for i in range(qpos.shape[1]):
         out[w * qpos.shape[1] + i] = qpos[w, i]
     for i in range(qvel.shape[1]):
@@ -323,7 +349,6 @@ class WarpPhysics:
             f32 = wp.float32
             self.targets = wp.zeros((n, NJ), dtype=f32)
             self.ff = wp.zeros((n, NJ), dtype=f32)
-            self.push = wp.zeros((n, 6), dtype=f32)
             self.go = wp.zeros(n, dtype=int)
             self.kp = wp.zeros((n, NJ), dtype=f32)
             self.kd = wp.zeros((n, NJ), dtype=f32)
@@ -337,7 +362,7 @@ class WarpPhysics:
             # substeps computed and the solver's iterations in them, and all worlds' contacts.
             self.tally = wp.zeros((n, 2), dtype=wp.float64)
             self.counts = wp.zeros(3, dtype=wp.float64)  # contacts, per-substep maxima, substeps
-            self.substep_max = wp.zeros(1, dtype=int)
+            self.substep_max = wp.zeros(cfg["decimation"], dtype=int)
             self.mask = wp.zeros(n, dtype=int)
             self.saved = {k: wp.zeros_like(getattr(self.d, k))
                           for k in ("qpos", "qvel", "qacc_warmstart", "time")}
@@ -440,19 +465,18 @@ class WarpPhysics:
 
     def _control_step(self):
         d, n = self.d, self.n
-        for _ in range(self.cfg["decimation"]):
-            wp.launch(_pd_kernel, dim=(n, NJ), inputs=[
-                d.qpos, d.qvel, self.targets, self.ff, self.kp, self.kd, self.effort, d.ctrl])
-            for k, v in self.saved.items():
-                wp.copy(v, getattr(d, k))
+        saved = (self.saved["qpos"], self.saved["qvel"], self.saved["qacc_warmstart"],
+                 self.saved["time"])
+        for s in range(self.cfg["decimation"]):
+            wp.launch(_pd_save_kernel, dim=(n, NQ), inputs=[
+                d.qpos, d.qvel, d.qacc_warmstart, d.time, self.targets, self.ff, self.kp,
+                self.kd, self.effort, d.ctrl, *saved])
             mjw.step(self.m, d)
             wp.launch(_check_kernel, dim=n, inputs=[
-                self.go, d.qpos, d.qvel, d.qacc, d.ctrl, self.code, self.nsub, self.fail_nsub,
-                self.torque, self.restore, d.solver_niter, self.tally, self.substep_max])
-            wp.launch(_count_contacts_kernel, dim=1, inputs=[d.nacon, self.substep_max, self.counts])
-            wp.launch(_restore_kernel, dim=n, inputs=[
-                self.restore, self.saved["qpos"], self.saved["qvel"], self.saved["qacc_warmstart"],
-                self.saved["time"], d.qpos, d.qvel, d.qacc_warmstart, d.time])
+                s, self.go, d.qpos, d.qvel, d.qacc, d.qacc_warmstart, d.time, d.ctrl, self.code,
+                self.nsub, self.fail_nsub, self.torque, d.solver_niter, self.tally,
+                self.substep_max, d.nacon, self.counts, *saved])
+        wp.launch(_count_kernel, dim=1, inputs=[self.substep_max, self.counts])
 
     def counters(self):
         """What the physics did since start-up, summed (the worker's `stats`): substeps computed
@@ -478,13 +502,11 @@ class WarpPhysics:
                 m.opt.cone, m.geom_bodyid, d.contact.frame, d.contact.friction, d.contact.dim,
                 d.contact.efc_address, d.contact.adhesion, d.contact.geom, d.contact.worldid,
                 d.efc.force, d.njmax, d.nacon, self.body_force])
-        wp.launch(_pack_env_kernel, dim=n, inputs=[n, d.qpos, d.qvel, self.torque, self.out])
+        wp.launch(_pack_env_kernel, dim=n, inputs=[
+            n, d.qpos, d.qvel, self.torque, self.out, self.code, self.nsub, self.fail_nsub, self.ints])
         wp.launch(_pack_body_kernel, dim=(n, NB), inputs=[
             n, m.body_rootid, d.xpos, d.xquat, d.xipos, d.subtree_com, d.cvel, self.body_force,
             self.out])
-        wp.copy(self.ints[0], self.code)
-        wp.copy(self.ints[1], self.nsub)
-        wp.copy(self.ints[2], self.fail_nsub)
 
     def _launch(self, step):
         with wp.ScopedDevice(self.device):
@@ -493,8 +515,7 @@ class WarpPhysics:
                 wp.capture_launch(graph)
                 return
             wp.launch(_unpack_kernel, dim=self.n, inputs=[
-                int(step), self.inp_dev, self.targets, self.ff, self.push, self.go])
-            wp.launch(_push_kernel, dim=self.n, inputs=[self.push, self.d.qpos, self.d.qvel])
+                int(step), self.inp_dev, self.targets, self.ff, self.go, self.d.qpos, self.d.qvel])
             if step:
                 self._control_step()
             self._observe()

@@ -574,6 +574,47 @@ async fn a_stopping_server_says_shutdown_and_closes_going_away() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A second SIGTERM while the first's stop waits for an open request ends the process at once,
+/// with 143 (128 + 15, as a shell reports a process it killed), instead of after the grace.
+#[test]
+fn a_second_signal_ends_the_stop_at_once() {
+    use std::io::Write;
+    let dir = tmp("faults-second-signal");
+    let mut server = ServerProc::start(&dir, &[]);
+    // A request whose head never ends: the stop waits for it (up to its grace).
+    let mut held = std::net::TcpStream::connect(server.addr).unwrap();
+    held.write_all(b"GET /api/v1/health HTTP/1.1\r\nHost: arena\r\n")
+        .unwrap();
+    let kill = |server: &ServerProc| {
+        let term = std::process::Command::new("kill")
+            .args(["-TERM", &server.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(term.success());
+    };
+    kill(&server);
+    // The first signal has been handled once the stop says so.
+    let waited = std::time::Instant::now();
+    while !server.log_text().contains("SIGTERM: stopping") {
+        assert!(
+            waited.elapsed() < Duration::from_secs(30),
+            "no stop in the log:\n{}",
+            server.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    kill(&server);
+    let exit = server.wait_exit(Duration::from_secs(30)).expect("the server exits");
+    assert_eq!(exit.code(), Some(143), "log:\n{}", server.log_text());
+    assert!(
+        server.log_text().contains("SIGTERM again: exiting now"),
+        "{}",
+        server.log_text()
+    );
+    drop(held);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// A GetAction must fit one message (16 MiB): the server limits the batch it announces to as
 /// many rows of the benchmark's observation as one message holds in the client's encoding.
 /// g1-smoke's rows are 4,717 values (its `reference_goal` group): 4 bytes each in binary

@@ -353,20 +353,29 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         std::io::stdout().flush().ok();
         // Why the server stopped on its own, as its exit's error.
         let taken = std::sync::Arc::new(std::sync::Mutex::new(None));
+        // Both signals are listened for from here on, so that a second one sent right after
+        // the first is kept for the forced exit below rather than lost between two
+        // registrations.
+        let mut signals = StopSignals::listen();
         let stopped = {
             let (state, taken) = (state.clone(), taken.clone());
             async move {
-                tokio::select! {
-                    signal = stop_signal() => {
-                        // An operator who does not want to wait for the bounded stop below
-                        // signals again: the process ends at once, and the next start (or
-                        // another replica, once the leases run out) takes back what it ran.
-                        tokio::spawn(async {
-                            let again = stop_signal().await;
-                            eprintln!("arena serve: {again} again: exiting now; running episodes are re-queued at the next start");
-                            // 128 + the signal's number, as a shell reports a process it killed.
-                            std::process::exit(if again == "SIGINT" { 130 } else { 143 });
-                        });
+                let why = tokio::select! {
+                    signal = signals.recv() => Ok(signal),
+                    why = state.replica_id_taken() => Err(why),
+                };
+                // An operator who does not want to wait for the bounded stop below signals
+                // (again): the process ends at once, and the next start (or another replica,
+                // once the leases run out) takes back what it ran.
+                let when = if why.is_ok() { "again" } else { "while stopping" };
+                tokio::spawn(async move {
+                    let signal = signals.recv().await;
+                    eprintln!("arena serve: {signal} {when}: exiting now; running episodes are re-queued at the next start");
+                    // 128 + the signal's number, as a shell reports a process it killed.
+                    std::process::exit(if signal == "SIGINT" { 130 } else { 143 });
+                });
+                match why {
+                    Ok(signal) => {
                         // Told to stop (a deploy, an operator): what runs here goes back to the
                         // queue now, charged to nobody; should the database refuse, the next
                         // start (or another replica, once the leases run out) takes it back.
@@ -382,7 +391,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
                             ),
                         }
                     }
-                    why = state.replica_id_taken() => {
+                    Err(why) => {
                         // Its claims are the other server's now: nothing to give back, and
                         // nothing more to claim.
                         state.storage.stop_claiming();
@@ -410,18 +419,39 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
 }
 
 /// Waits for Ctrl-C (SIGINT) or SIGTERM (what `docker stop` and systemd send); returns its name.
-async fn stop_signal() -> &'static str {
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => "SIGINT",
-        _ = async {
-            match terminate.as_mut() {
-                Some(t) => {
-                    t.recv().await;
+/// SIGINT and SIGTERM, registered once: a signal that arrives while an earlier one is being
+/// handled waits for the next [`StopSignals::recv`]. (`tokio::signal::ctrl_c` registers on each
+/// call, so a second Ctrl-C sent before that call would be missed.)
+struct StopSignals {
+    interrupt: Option<tokio::signal::unix::Signal>,
+    terminate: Option<tokio::signal::unix::Signal>,
+}
+
+impl StopSignals {
+    /// Within the runtime. A signal that cannot be listened for is never received (the process
+    /// then keeps its default action for it).
+    fn listen() -> Self {
+        use tokio::signal::unix::{SignalKind, signal};
+        StopSignals {
+            interrupt: signal(SignalKind::interrupt()).ok(),
+            terminate: signal(SignalKind::terminate()).ok(),
+        }
+    }
+
+    /// The next stop signal's name.
+    async fn recv(&mut self) -> &'static str {
+        async fn next(signal: &mut Option<tokio::signal::unix::Signal>) {
+            match signal.as_mut() {
+                Some(s) => {
+                    s.recv().await;
                 }
                 None => std::future::pending::<()>().await,
             }
-        } => "SIGTERM",
+        }
+        tokio::select! {
+            _ = next(&mut self.interrupt) => "SIGINT",
+            _ = next(&mut self.terminate) => "SIGTERM",
+        }
     }
 }
 

@@ -6,6 +6,11 @@ For each env count it measures, interleaved and repeated:
          PD loop (4 substeps per control step) on the device, no host copies, no observations:
          what the library can do. --impl jax: MJX's jit(vmap(...)); --impl warp: MuJoCo Warp's
          world-batched step with the PD kernel, one CUDA graph per control step on a GPU;
+         robots standing at rest, the libraries' own benchmark workload;
+  tracking  (--tracking, warp) raw MuJoCo Warp on the arena's own workload: the same start
+         states and the same PD commands as sim bench's envs tracking the built-in motions
+         (`arena sim bench --dump` on the CPU backend), so gpu / tracking compares like with
+         like (tracking costs the solver about twice a standing robot's iterations);
   gpu    `arena sim bench --backend gpu`: the whole TrackingEnv on the GPU backend (worker,
          shared memory, observations, episode bookkeeping, replay policy);
   inline the same with the recording appended in the refresh that reads it (`--record-inline`),
@@ -150,6 +155,112 @@ def raw_warp(xml_path, envs, steps, device):
 WORKLOAD_STEPS = 10
 
 
+def tracking_dump(arena, envs, steps, folder):
+    """`arena sim bench --dump --dump-only` on the CPU backend (every core): the model, the envs'
+    initial states and the PD commands the replay policy gave them over `steps` control steps,
+    the same episodes `sim bench` runs on any backend (the built-in motions, env e on motion e
+    modulo their number, the default rules)."""
+    cmd = [arena, "sim", "bench", "--envs", str(envs), "--steps", str(steps), "--backend", "cpu",
+           "--dump", folder, "--dump-only"]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed:\n{out.stderr}")
+
+
+def raw_warp_tracking(folder, envs, steps, device):
+    """Control steps/s of MuJoCo Warp on the arena's own workload: `envs` worlds start where
+    `sim bench` started its envs and follow the PD commands its replay policy gave them
+    (`tracking_dump`): 4 x (a PD kernel reading that step's targets, gains and feed-forward
+    torques, mujoco_warp.step), captured once as a CUDA graph on a GPU, no host work at all.
+    Also the physics workload over the whole run, read after each substep of a second pass."""
+    import mujoco
+    import mujoco_warp as mjw
+    import numpy as np
+    import warp as wp
+
+    wp.config.quiet = True
+    meta = json.load(open(os.path.join(folder, "meta.json")))
+    n_dump, dump_steps, nu = meta["envs"], meta["steps"], meta["nu"]
+    if envs > n_dump or steps > dump_steps:
+        sys.exit(f"the dump holds {n_dump} envs x {dump_steps} steps, not {envs} x {steps}")
+    model = mujoco.MjModel.from_xml_path(os.path.join(folder, "model.xml"))
+    q0 = np.fromfile(os.path.join(folder, "initial_qpos.f64")).reshape(n_dump, model.nq)[:envs]
+    v0 = np.fromfile(os.path.join(folder, "initial_qvel.f64")).reshape(n_dump, model.nv)[:envs]
+    c = np.fromfile(os.path.join(folder, "commands.f64")).reshape(n_dump, 2 + 2 * dump_steps, nu)[:envs]
+    f32 = np.float32
+    targets = np.ascontiguousarray(c[:, 2::2][:, :steps].transpose(1, 0, 2), f32)  # steps x envs x nu
+    ff = np.ascontiguousarray(c[:, 3::2][:, :steps].transpose(1, 0, 2), f32)
+
+    @wp.kernel
+    def pd(k: wp.array(dtype=int), target: wp.array3d(dtype=float), ff: wp.array3d(dtype=float),
+           kp: wp.array2d(dtype=float), kd: wp.array2d(dtype=float), effort: wp.array(dtype=float),
+           qpos: wp.array2d(dtype=float), qvel: wp.array2d(dtype=float), ctrl: wp.array2d(dtype=float)):
+        w, j = wp.tid()
+        s = k[0]
+        tau = kp[w, j] * (target[s, w, j] - qpos[w, 7 + j]) - kd[w, j] * qvel[w, 6 + j] + ff[s, w, j]
+        ctrl[w, j] = wp.clamp(tau, -effort[j], effort[j])
+
+    @wp.kernel
+    def next_step(k: wp.array(dtype=int)):
+        k[0] = k[0] + 1
+
+    cuda = wp.get_cuda_device_count() > 0 and device != "cpu"
+    with wp.ScopedDevice("cuda:0" if cuda else "cpu"):
+        m = mjw.put_model(model)
+        d = mjw.put_data(model, mujoco.MjData(model), nworld=envs, nconmax=64, njmax=4 * 64 + 2 * nu)
+        k = wp.zeros(1, dtype=int)
+        arrays = [wp.array(targets, dtype=float), wp.array(ff, dtype=float),
+                  wp.array(c[:, 0].astype(f32), dtype=float), wp.array(c[:, 1].astype(f32), dtype=float),
+                  wp.array(np.asarray(meta["effort"], f32), dtype=float)]
+
+        def start():
+            mjw.reset_data(m, d)
+            d.qpos.assign(q0.astype(f32))
+            d.qvel.assign(v0.astype(f32))
+            k.zero_()
+
+        def control_step(readout=None):
+            for _ in range(4):
+                wp.launch(pd, dim=(envs, nu), inputs=[k, *arrays, d.qpos, d.qvel, d.ctrl])
+                mjw.step(m, d)
+                if readout is not None:
+                    readout()
+            wp.launch(next_step, dim=1, inputs=[k])
+
+        start()
+        control_step()  # loads (compiles) every kernel
+        start()
+        graph = None
+        if cuda:
+            with wp.ScopedCapture() as capture:
+                control_step()
+            graph = capture.graph
+        wp.synchronize()
+        begin = time.perf_counter()
+        for _ in range(steps):
+            if graph is not None:
+                wp.capture_launch(graph)
+            else:
+                control_step()
+        wp.synchronize()
+        rate = envs * steps / (time.perf_counter() - begin)
+        sums = {"solver_iterations": 0.0, "solver_iterations_max": 0.0, "contacts": 0.0}
+
+        def readout():
+            niter = d.solver_niter.numpy()
+            sums["solver_iterations"] += float(niter.mean())
+            sums["solver_iterations_max"] += float(niter.max())
+            sums["contacts"] += float(d.nacon.numpy()[0]) / envs
+
+        start()
+        for _ in range(steps):
+            control_step(readout)
+        # Worlds still upright at the end (root above 0.5 m): the replay keeps the robots on
+        # their motions as the arena's envs are, not fallen (a different workload).
+        upright = float((d.qpos.numpy()[:, 2] > 0.5).mean())
+    return rate, {key: v / (4 * steps) for key, v in sums.items()} | {"upright": upright}
+
+
 def workload(worker):
     """The arena worker's physics workload over a run, from its counters (worker_ms_per_step
     holds their differences): solver iterations per world and substep, their maximum over the
@@ -189,25 +300,43 @@ def main():
     p.add_argument("--no-zero", action="store_true",
                    help="leave out the arena with all-zero actions (sim bench --policy zero: "
                         "standing robots, raw's workload)")
+    p.add_argument("--tracking", action="store_true",
+                   help="--impl warp: also raw MuJoCo Warp on the arena's own workload (the same "
+                        "start states and PD commands as sim bench's envs tracking the built-in "
+                        "motions, from `arena sim bench --dump` on the CPU backend): gpu / raw "
+                        "tracking compares like with like")
     p.add_argument("--no-inline", action="store_true",
                    help="leave out the arena with its recording appended inline (sim bench "
                         "--record-inline: not overlapping the physics, as before 2026-11-27)")
     a = p.parse_args()
+    if a.tracking and a.impl != "warp":
+        p.error("--tracking needs --impl warp")
 
     with tempfile.TemporaryDirectory() as tmp:
         xml = os.path.join(tmp, "g1.xml")
         subprocess.run([a.arena, "sim", "export-model", "--robot", "g1", "--out", xml], check=True,
                        capture_output=True)
+        dump = os.path.join(tmp, "tracking")
+        if a.tracking:
+            # One dump for every size: env e's episode is the same whatever the env count.
+            started = time.perf_counter()
+            tracking_dump(a.arena, max(a.envs), a.steps, dump)
+            print(f"tracking dump: {max(a.envs)} envs x {a.steps} control steps on the CPU backend in "
+                  f"{time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
         rows = []
         for n in a.envs:
-            results = {"raw": [], "gpu": [], "inline": [], "zero": [], "cpu": [], "stub": []}
+            results = {"raw": [], "tracking": [], "gpu": [], "inline": [], "zero": [], "cpu": [], "stub": []}
             splits = {"gpu": [], "inline": [], "zero": [], "stub": []}
-            workloads = {"raw": [], "gpu": [], "zero": []}
+            workloads = {"raw": [], "tracking": [], "gpu": [], "zero": []}
             for _ in range(a.repeats):
                 if a.impl == "warp":
                     rate, load = raw_warp(xml, n, a.steps, a.device)
                     results["raw"].append(rate)
                     workloads["raw"].append(load)
+                    if a.tracking:
+                        rate, load = raw_warp_tracking(dump, n, a.steps, a.device)
+                        results["tracking"].append(rate)
+                        workloads["tracking"].append(load)
                 else:
                     results["raw"].append(raw_mjx(xml, n, a.steps))
                 gpu = ["--gpu-device", a.device, "--gpu-impl", a.impl]
@@ -239,6 +368,14 @@ def main():
                   f"| {med['gpu'] / med['raw']:.2f} | {med['gpu'] / med['cpu']:.2f} "
                   f"| {med['inline']:.0f} | {med['inline'] / med['raw']:.2f} "
                   f"| {med['zero']:.0f} | {med['zero'] / med['raw']:.2f} |")
+        if a.tracking:
+            # Like with like: raw MuJoCo Warp stepping the arena's own episodes (no host work).
+            print("\n| envs | raw MuJoCo Warp, tracking (the arena's workload) | arena gpu (warp) "
+                  "| gpu / raw tracking | raw tracking / raw standing |")
+            print("|---|---|---|---|---|")
+            for n, med, _ in rows:
+                print(f"| {n} | {med['tracking']:.0f} | {med['gpu']:.0f} | {med['gpu'] / med['tracking']:.2f} "
+                      f"| {med['tracking'] / med['raw']:.2f} |")
         print("\nms per control step (median run): commands | the backend's step | observations | recording "
               "during the next step (overlapping the backend's step) | resets | policy | all | host side "
               "(all but the worker's physics call and the policy)")
@@ -261,15 +398,19 @@ def main():
             # Raw steps robots standing at rest; the arena's envs track the built-in motions
             # (sim bench's replay policy): a ratio below 1 may be harder physics, not overhead.
             # The zero-action arena stands as raw does.
-            print("\nphysics workload per substep (first run): raw | arena gpu | arena gpu, zero actions")
+            print("\nphysics workload per substep (first run): raw | raw tracking | arena gpu "
+                  "| arena gpu, zero actions")
             for n, w in loads:
                 raw, gpu = w["raw"][0], w["gpu"][0]
-                zero = w["zero"][0] if w["zero"] else {k: float("nan") for k in gpu}
-                print(f"  {n} envs: solver iterations per world {raw['solver_iterations']:.2f} | "
-                      f"{gpu['solver_iterations']:.2f} | {zero['solver_iterations']:.2f}, the slowest world's "
-                      f"{raw['solver_iterations_max']:.2f} | {gpu['solver_iterations_max']:.2f} | "
-                      f"{zero['solver_iterations_max']:.2f}; contacts per world {raw['contacts']:.2f} | "
-                      f"{gpu['contacts']:.2f} | {zero['contacts']:.2f}")
+                nan = {k: float("nan") for k in gpu}
+                zero = w["zero"][0] if w["zero"] else nan
+                track = w["tracking"][0] if w["tracking"] else dict(nan, upright=float("nan"))
+
+                def cols(key, sides=(raw, track, gpu, zero)):
+                    return " | ".join(f"{x[key]:.2f}" for x in sides)
+                print(f"  {n} envs: solver iterations per world {cols('solver_iterations')}, the slowest "
+                      f"world's {cols('solver_iterations_max')}; contacts per world {cols('contacts')}; "
+                      f"raw tracking's worlds upright at the end {track['upright']:.2f}")
         print(json.dumps({str(n): r for n, _, r in rows}))
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on a GPU machine, from the checkout's root: every GPU figure of issue 41 (the backend's
-# throughput against its raw library and with the physics stubbed out, §2's stubbed host side
+# throughput against its raw library, standing and on the arena's own tracking workload, and
+# with the physics stubbed out, §2's stubbed host side
 # with and without the recording, how the host side
 # scales with the machine's cores, the 4096-episode
 # evaluation with its breakdown beside the in-process one, served as deployed (a spare worker
@@ -57,11 +58,14 @@ echo "$(date -u +%T) installed after $((SECONDS - began)) s"
 
 # `throughput IMPL`: the backend's throughput against its raw library (MJX at JAX_ENVS only).
 throughput() {
-    local envs=${ENVS:-1024 4096 8192}
+    local envs=${ENVS:-1024 4096 8192} need=60 tracking=()
     [ "$1" = jax ] && envs=${JAX_ENVS:-1024}
+    # Warp: raw MuJoCo Warp on the arena's own workload too (its CPU dump of the largest size
+    # takes about 35 s on 16 cores at 8192 envs).
+    [ "$1" = warp ] && need=100 && tracking=(--tracking)
     # shellcheck disable=SC2086 # a list of env counts
-    timed "$results" 60 "throughput-$1" "$python" bench/gpu_throughput.py --arena "$bin/arena" \
-        --envs $envs --repeats 1 --no-cpu --device "$device" --impl "$1"
+    timed "$results" "$need" "throughput-$1" "$python" bench/gpu_throughput.py --arena "$bin/arena" \
+        --envs $envs --repeats 1 --no-cpu --device "$device" --impl "$1" ${tracking[@]+"${tracking[@]}"}
 }
 case " ${IMPLS-warp} " in
     *" warp "*) throughput warp ;;

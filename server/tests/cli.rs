@@ -459,6 +459,72 @@ fn rollout_outputs_never_clobber_inputs_or_earlier_results() {
     std::fs::remove_dir_all(dir).ok();
 }
 
+/// `sim bench --dump --dump-only` writes the PD loop's inputs beside the torques they gave
+/// (`commands.f64`: kp, kd, then per control step targets and feed-forward torques): each
+/// env's first torques are the PD law on its initial state and first command, bit for bit, and
+/// no measured run follows.
+#[test]
+fn sim_bench_dumps_the_commands_behind_the_torques() {
+    let dir = tmp("sim-bench-dump");
+    let (envs, steps, nj) = (3usize, 5usize, 29usize);
+    let out = arena(&[
+        "sim",
+        "bench",
+        "--envs",
+        "3",
+        "--steps",
+        "5",
+        "--json",
+        "--dump",
+        dir.to_str().unwrap(),
+        "--dump-only",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).trim().is_empty(),
+        "no measured run with --dump-only"
+    );
+    let read = |name: &str| -> Vec<f64> {
+        std::fs::read(dir.join(name))
+            .unwrap()
+            .chunks_exact(8)
+            .map(|b| f64::from_le_bytes(b.try_into().unwrap()))
+            .collect()
+    };
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
+    let effort: Vec<f64> = meta["effort"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert_eq!(effort.len(), nj, "{meta}");
+    let (qpos, qvel, torques, commands) = (
+        read("initial_qpos.f64"),
+        read("initial_qvel.f64"),
+        read("torques.f64"),
+        read("commands.f64"),
+    );
+    let per_env = (2 + 2 * steps) * nj;
+    assert_eq!(commands.len(), envs * per_env);
+    assert_eq!(torques.len(), envs * steps * 4 * nj);
+    for e in 0..envs {
+        let c = &commands[e * per_env..(e + 1) * per_env];
+        let (kp, kd, target, ff) = (&c[..nj], &c[nj..2 * nj], &c[2 * nj..3 * nj], &c[3 * nj..4 * nj]);
+        let (q, qd) = (&qpos[e * 36..(e + 1) * 36], &qvel[e * 35..(e + 1) * 35]);
+        for j in 0..nj {
+            let tau = (kp[j] * (target[j] - q[7 + j]) - kd[j] * qd[6 + j] + ff[j]).clamp(-effort[j], effort[j]);
+            assert_eq!(tau, torques[e * steps * 4 * nj + j], "env {e}, joint {j}");
+        }
+        assert!(
+            kp.iter().all(|&k| k > 0.0) && kd.iter().all(|&k| k > 0.0),
+            "env {e}: {kp:?} {kd:?}"
+        );
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
+
 /// `sim bench --benchmark` steps under a benchmark's rules: its groups and the agent's rows
 /// (g1-smoke: BFM-Zero's groups with `reference` and `reference_goal`), its joint-position
 /// actions (g1-smoke-robot), and clear refusals.

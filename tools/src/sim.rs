@@ -130,11 +130,15 @@ pub struct BenchArgs {
     /// Print one JSON object instead of a sentence.
     #[arg(long)]
     json: bool,
-    /// Write the exported model, each env's initial state and its per-substep torques to this
-    /// folder so the same physics can be replayed by MuJoCo's own rollout (bench/).
-    /// Requires --steps no longer than the shortest built-in motion (200).
+    /// Write the exported model, each env's initial state, its per-substep torques and the PD
+    /// loop's inputs to this folder so the same physics can be replayed by MuJoCo's own rollout
+    /// and the same workload by MuJoCo Warp (bench/). Requires --steps no longer than the
+    /// shortest built-in motion (200).
     #[arg(long)]
     dump: Option<PathBuf>,
+    /// With --dump: stop once the folder is written (no measured run).
+    #[arg(long, requires = "dump")]
+    dump_only: bool,
     /// Skip trajectory recording (as training does); evaluations record every step.
     #[arg(long)]
     no_record: bool,
@@ -402,6 +406,15 @@ fn bench(a: BenchArgs) -> anyhow::Result<()> {
             bail!("--dump needs --steps <= {shortest} (the shortest built-in motion) so no env restarts");
         }
         dump_replay(&mut env, &all, &mut ReplayPolicy, a.steps, dir, &robot)?;
+        if a.dump_only {
+            eprintln!(
+                "{} envs × {} control steps written to {}",
+                a.envs,
+                a.steps,
+                dir.display()
+            );
+            return Ok(());
+        }
         // The measured run on a fresh env of the same configuration.
         env = TrackingEnv::new(config, library.clone())?;
     }
@@ -683,7 +696,11 @@ fn env_config(robot: &RobotConfig, envs: usize, threads: usize) -> TrackingEnvCo
 
 /// Runs the benchmark's episodes once with torque logging and writes what MuJoCo's rollout
 /// needs to replay the same physics: `model.xml`, `initial_qpos.f64`, `initial_qvel.f64`
-/// (N×36, N×35), `torques.f64` (N × steps·4 × 29), `final_qpos.f64` and `meta.json`.
+/// (N×36, N×35), `torques.f64` (N × steps·4 × 29), `final_qpos.f64` and `meta.json`; and for a
+/// replay that runs its own PD loop, `commands.f64` (per env [`Handler::command_log`]'s layout:
+/// kp and kd, 29 each, then per control step 29 targets and 29 feed-forward torques).
+///
+/// [`Handler::command_log`]: arena_sim::handler::Handler::command_log
 fn dump_replay(
     env: &mut TrackingEnv,
     all: &[(usize, EpisodeAssignment)],
@@ -710,8 +727,17 @@ fn dump_replay(
         env.step(&actions)?;
     }
     let mut torques = Vec::new();
+    let mut commands = Vec::new();
     let mut final_qpos = Vec::new();
     for e in 0..n {
+        let log = env.handler().command_log(e).context("command log")?;
+        anyhow::ensure!(
+            log.len() == (2 + 2 * steps) * NUM_JOINTS,
+            "env {e}: {} logged command values, expected {}",
+            log.len(),
+            (2 + 2 * steps) * NUM_JOINTS
+        );
+        commands.extend_from_slice(log);
         let log = env.handler().torque_log(e).context("torque log")?;
         anyhow::ensure!(
             log.len() == steps * arena_sim::DECIMATION * NUM_JOINTS,
@@ -730,9 +756,10 @@ fn dump_replay(
     write_f64("initial_qpos.f64", &initial_qpos)?;
     write_f64("initial_qvel.f64", &initial_qvel)?;
     write_f64("torques.f64", &torques)?;
+    write_f64("commands.f64", &commands)?;
     write_f64("final_qpos.f64", &final_qpos)?;
-    let meta =
-        serde_json::json!({"envs": n, "steps": steps, "substeps": steps * arena_sim::DECIMATION, "nu": NUM_JOINTS});
+    let meta = serde_json::json!({"envs": n, "steps": steps, "substeps": steps * arena_sim::DECIMATION,
+        "nu": NUM_JOINTS, "effort": robot.effort});
     std::fs::write(dir.join("meta.json"), meta.to_string())?;
     Ok(())
 }

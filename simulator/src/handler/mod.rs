@@ -331,6 +331,13 @@ pub trait Handler: Send + Sync {
     fn set_torque_logging(&mut self, on: bool) -> Result<(), SimError>;
     /// The torques logged for one env since its last reset (substeps × 29).
     fn torque_log(&self, env: usize) -> Option<&[f64]>;
+    /// What drove those torques, logged with them: the gains kp (29) and kd (29) in force at
+    /// the first control step after the reset, then per control step the PD targets (29, rad)
+    /// and the feed-forward torques (29, N·m). A replay that runs its own PD loop (MuJoCo Warp
+    /// on the arena's workload, bench/gpu_throughput.py) needs these rather than the torques.
+    fn command_log(&self, _env: usize) -> Option<&[f64]> {
+        None
+    }
     /// The process that runs the physics when it is not this one (the GPU worker), for
     /// monitoring and fault tests.
     fn worker_pid(&self) -> Option<u32> {

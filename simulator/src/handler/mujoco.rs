@@ -45,6 +45,8 @@ struct EnvSlot {
     contact_force: [f64; 3 * NUM_BODIES_EXT],
     /// Per-substep torques since the last reset, when logging is on (benchmark replays).
     torque_log: Option<Vec<f64>>,
+    /// The PD loop's inputs since the last reset, when logging is on ([`Handler::command_log`]).
+    command_log: Option<Vec<f64>>,
 }
 
 /// Nominal model values that domain randomisation scales from.
@@ -135,6 +137,7 @@ impl MujocoHandler {
                 stages_current: false,
                 contact_force,
                 torque_log: None,
+                command_log: None,
             });
         }
         let pool = worker_pool(threads)?;
@@ -214,6 +217,15 @@ impl MujocoHandler {
                 slot.health = EnvHealth::Failed(reason);
                 return;
             }
+        }
+        if let Some(log) = &mut slot.command_log {
+            if log.is_empty() {
+                // The gains in force for the episode (set with its parameters, after the reset).
+                log.extend_from_slice(&slot.kp);
+                log.extend_from_slice(&slot.kd);
+            }
+            log.extend_from_slice(&slot.target);
+            log.extend_from_slice(&slot.feedforward);
         }
         for substep in 0..DECIMATION {
             // The time this substep's state reaches: what a failure names (MuJoCo's reset of
@@ -418,6 +430,9 @@ impl Handler for MujocoHandler {
         if let Some(log) = &mut slot.torque_log {
             log.clear();
         }
+        if let Some(log) = &mut slot.command_log {
+            log.clear();
+        }
         slot.data.forward();
         slot.contact_force = body_contact_forces(&slot.data);
         // `mj_forward` skips the divergence checks that open `mj_step1`: the first step runs it.
@@ -549,6 +564,7 @@ impl Handler for MujocoHandler {
     fn set_torque_logging(&mut self, on: bool) -> Result<(), SimError> {
         for slot in &mut self.envs {
             slot.torque_log = on.then(Vec::new);
+            slot.command_log = on.then(Vec::new);
         }
         Ok(())
     }
@@ -556,6 +572,10 @@ impl Handler for MujocoHandler {
     /// The torques logged for one env since its last reset (substeps × 29).
     fn torque_log(&self, env: usize) -> Option<&[f64]> {
         self.envs[env].torque_log.as_deref()
+    }
+
+    fn command_log(&self, env: usize) -> Option<&[f64]> {
+        self.envs[env].command_log.as_deref()
     }
 
     fn read_batch(&self, field: Field, out: &mut [f64]) -> Result<(), SimError> {

@@ -61,7 +61,7 @@ throughput() {
     local envs=${ENVS:-1024 4096 8192} need=60 tracking=()
     [ "$1" = jax ] && envs=${JAX_ENVS:-1024}
     # Warp: raw MuJoCo Warp on the arena's own workload too (its CPU dump of the largest size
-    # takes about 35 s on 16 cores at 8192 envs).
+    # takes about 45 s on 16 cores at 8192 envs, 16 GB).
     [ "$1" = warp ] && need=100 && tracking=(--tracking)
     # shellcheck disable=SC2086 # a list of env counts
     timed "$results" "$need" "throughput-$1" "$python" bench/gpu_throughput.py --arena "$bin/arena" \

@@ -119,7 +119,7 @@ def main():
     report = {"envs": n, "device": str(device), "steps": a.steps}
 
     # Raw: the PD kernel and mujoco_warp.step, four times, as bench/gpu_throughput.py runs it.
-    from gpu_throughput import raw_pd_kernel
+    from raw_physics import raw_pd_kernel
     pd = raw_pd_kernel(wp)
     with wp.ScopedDevice(device):
         m = mjw.put_model(model)

@@ -68,6 +68,25 @@ def raw_pd_kernel(wp):
     return pd
 
 
+def timed_control_steps(wp, cuda, control_step, envs, steps):
+    """Control steps/s of `steps` calls of `control_step` (its kernels already loaded) over
+    `envs` worlds: on a GPU captured once as a CUDA graph and launched, on the CPU called."""
+    graph = None
+    if cuda:
+        with wp.ScopedCapture() as capture:
+            control_step()
+        graph = capture.graph
+    wp.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        if graph is not None:
+            wp.capture_launch(graph)
+        else:
+            control_step()
+    wp.synchronize()
+    return envs * steps / (time.perf_counter() - start)
+
+
 def raw_warp(xml_path, envs, steps, device):
     """Control steps/s of MuJoCo Warp: 4 x (PD kernel, mujoco_warp.step) over `envs` worlds from a
     standing start, captured once as a CUDA graph on a GPU."""
@@ -95,20 +114,7 @@ def raw_warp(xml_path, envs, steps, device):
                 mjw.step(m, d)
 
         control_step()  # loads (compiles) every kernel
-        graph = None
-        if cuda:
-            with wp.ScopedCapture() as capture:
-                control_step()
-            graph = capture.graph
-        wp.synchronize()
-        start = time.perf_counter()
-        for _ in range(steps):
-            if graph is not None:
-                wp.capture_launch(graph)
-            else:
-                control_step()
-        wp.synchronize()
-        rate = envs * steps / (time.perf_counter() - start)
+        rate = timed_control_steps(wp, cuda, control_step, envs, steps)
         # What the physics had to do in those states, as the arena's worker counts it (its
         # `stats`): the solver's iterations per world and substep, and contacts per world.
         iterations = most = contacts = 0.0
@@ -200,20 +206,7 @@ def raw_warp_tracking(folder, envs, steps, device):
         start()
         control_step()  # loads (compiles) every kernel
         start()
-        graph = None
-        if cuda:
-            with wp.ScopedCapture() as capture:
-                control_step()
-            graph = capture.graph
-        wp.synchronize()
-        begin = time.perf_counter()
-        for _ in range(steps):
-            if graph is not None:
-                wp.capture_launch(graph)
-            else:
-                control_step()
-        wp.synchronize()
-        rate = envs * steps / (time.perf_counter() - begin)
+        rate = timed_control_steps(wp, cuda, control_step, envs, steps)
         sums = {"solver_iterations": 0.0, "solver_iterations_max": 0.0, "contacts": 0.0}
 
         def readout():

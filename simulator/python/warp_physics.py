@@ -93,6 +93,20 @@ def _unpack_kernel(step: int, inp: wp.array2d(dtype=float), target: wp.array2d(d
     go[w] = wp.where(inp[w, _NJ + 6] > 0.5, 1, 0)
 
 
+@wp.func
+def _put_back(w: int, saved_qpos: wp.array2d(dtype=float), saved_qvel: wp.array2d(dtype=float),
+              saved_warm: wp.array2d(dtype=float), saved_time: wp.array(dtype=float),
+              qpos: wp.array2d(dtype=float), qvel: wp.array2d(dtype=float),
+              warm: wp.array2d(dtype=float), sim_time: wp.array(dtype=float)):
+    """World w's saved state (qpos, qvel, the solver's warm start, time) back in place."""
+    for i in range(qpos.shape[1]):
+        qpos[w, i] = saved_qpos[w, i]
+    for i in range(qvel.shape[1]):
+        qvel[w, i] = saved_qvel[w, i]
+        warm[w, i] = saved_warm[w, i]
+    sim_time[w] = saved_time[w]
+
+
 @wp.kernel
 def _pd_save_kernel(qpos: wp.array2d(dtype=float), qvel: wp.array2d(dtype=float),
                     warm: wp.array2d(dtype=float), sim_time: wp.array(dtype=float),
@@ -163,12 +177,7 @@ def _check_kernel(substep: int, go: wp.array(dtype=int), qpos: wp.array2d(dtype=
     if run:
         code[w] = c
         fail_nsub[w] = nsub[w] + 1
-    for i in range(qpos.shape[1]):
-        qpos[w, i] = saved_qpos[w, i]
-    for i in range(qvel.shape[1]):
-        qvel[w, i] = saved_qvel[w, i]
-        warm[w, i] = saved_warm[w, i]
-    sim_time[w] = saved_time[w]
+    _put_back(w, saved_qpos, saved_qvel, saved_warm, saved_time, qpos, qvel, warm, sim_time)
 
 
 @wp.kernel
@@ -188,14 +197,8 @@ def _restore_kernel(restore: wp.array(dtype=int), saved_qpos: wp.array2d(dtype=f
                     qvel: wp.array2d(dtype=float), warm: wp.array2d(dtype=float),
                     sim_time: wp.array(dtype=float)):
     w = wp.tid()
-    if restore[w] == 0:
-        return
-    for i in range(qpos.shape[1]):
-        qpos[w, i] = saved_qpos[w, i]
-    for i in range(qvel.shape[1]):
-        qvel[w, i] = saved_qvel[w, i]
-        warm[w, i] = saved_warm[w, i]
-    sim_time[w] = saved_time[w]
+    if restore[w] != 0:
+        _put_back(w, saved_qpos, saved_qvel, saved_warm, saved_time, qpos, qvel, warm, sim_time)
 
 
 @wp.kernel

@@ -581,10 +581,14 @@ fn a_second_signal_ends_the_stop_at_once() {
     use std::io::Write;
     let dir = tmp("faults-second-signal");
     let mut server = ServerProc::start(&dir, &[]);
-    // A request whose head never ends: the stop waits for it (up to its grace).
+    // A request whose head never ends: the stop waits for it (up to its grace), once the server
+    // has taken the connection up and read those bytes (a connection it has not read from yet
+    // is closed at once, and the server would exit 0 before the second signal): a moment
+    // before the signal lets it.
     let mut held = std::net::TcpStream::connect(server.addr).unwrap();
     held.write_all(b"GET /api/v1/health HTTP/1.1\r\nHost: arena\r\n")
         .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
     let kill = |server: &ServerProc| {
         let term = std::process::Command::new("kill")
             .args(["-TERM", &server.pid().to_string()])

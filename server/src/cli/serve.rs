@@ -337,6 +337,12 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             eprintln!("warning: {warning}");
         }
         let addr = listener.local_addr()?;
+        // Both signals are listened for from here on, before the line that tells scripts the
+        // server is up (a signal sent on seeing it stops the server the usual way rather than
+        // killing it), and kept for the forced exit below rather than registered anew after
+        // the first. (Two sent at the same instant arrive as one: the kernel and tokio merge a
+        // pending signal with the next.)
+        let mut signals = StopSignals::listen();
         // Once the server can serve: a start that fails leaves no worker behind.
         crate::orchestrator::warm::keep_spares(&state.config);
         crate::orchestrator::warm::prewarm(&state);
@@ -353,10 +359,6 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         std::io::stdout().flush().ok();
         // Why the server stopped on its own, as its exit's error.
         let taken = std::sync::Arc::new(std::sync::Mutex::new(None));
-        // Both signals are listened for from here on, so that a second one sent right after
-        // the first is kept for the forced exit below rather than lost between two
-        // registrations.
-        let mut signals = StopSignals::listen();
         let stopped = {
             let (state, taken) = (state.clone(), taken.clone());
             async move {
@@ -418,8 +420,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     result
 }
 
-/// Waits for Ctrl-C (SIGINT) or SIGTERM (what `docker stop` and systemd send); returns its name.
-/// SIGINT and SIGTERM, registered once: a signal that arrives while an earlier one is being
+/// SIGINT (Ctrl-C) and SIGTERM (what `docker stop` and systemd send), registered once: a signal that arrives while an earlier one is being
 /// handled waits for the next [`StopSignals::recv`]. (`tokio::signal::ctrl_c` registers on each
 /// call, so a second Ctrl-C sent before that call would be missed.)
 struct StopSignals {

@@ -43,6 +43,13 @@ pub(super) fn dump_replay(
     let mut commands = Vec::new();
     let mut final_qpos = Vec::new();
     for e in 0..n {
+        let log = env.handler().torque_log(e).context("torque log")?;
+        anyhow::ensure!(
+            log.len() == steps * arena_sim::DECIMATION * NUM_JOINTS,
+            "env {e} stopped early ({:?})",
+            env.infos()[e].status
+        );
+        torques.extend_from_slice(log);
         let log = env.handler().command_log(e).context("command log")?;
         anyhow::ensure!(
             log.len() == (2 + 2 * steps) * NUM_JOINTS,
@@ -51,13 +58,6 @@ pub(super) fn dump_replay(
             (2 + 2 * steps) * NUM_JOINTS
         );
         commands.extend_from_slice(log);
-        let log = env.handler().torque_log(e).context("torque log")?;
-        anyhow::ensure!(
-            log.len() == steps * arena_sim::DECIMATION * NUM_JOINTS,
-            "env {e} stopped early ({:?})",
-            env.infos()[e].status
-        );
-        torques.extend_from_slice(log);
         let t = env.trajectory(e);
         final_qpos.extend_from_slice(&t.rows.qpos[t.rows.qpos.len() - arena_sim::handler::NQ..]);
     }

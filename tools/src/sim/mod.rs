@@ -78,6 +78,7 @@ impl BuiltinPolicy {
         }
     }
 }
+
 pub fn run(cmd: SimCommand) -> anyhow::Result<()> {
     match cmd {
         SimCommand::ExportModel { robot, gains, out } => {

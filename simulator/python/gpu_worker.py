@@ -57,8 +57,11 @@ with x64: the inputs go to the physics as they lie, with no conversion here. So 
   | 11 | body_lin_vel  | [N,30,3]  | f32/f64 | out | world, at each body's CoM                 |
   | 12 | body_ang_vel  | [N,30,3]  | f32/f64 | out | world                                     |
   | 13 | contact_force | [N,30,3]  | f32/f64 | out | net world contact force, last substep     |
-  | 14 | failed        | [N]       | f64     | out | 0 ok, 1 bad qpos, 2 bad qvel, 3 bad qacc  |
+  | 14 | failed        | [N]       | f64     | out | 0 ok, 1 bad qpos, 2 bad qvel, 3 bad qacc, |
+  |    |               |           |         |     | 4-7 a non-finite input (push, go flag,    |
+  |    |               |           |         |     | targets, feed-forward; worker_common)     |
   | 15 | failed_time   | [N]       | f64     | out | sim time at which the bad state appeared  |
+  |    |               |           |         |     | (a bad input: the env's time before it)   |
   | 16 | time          | [N]       | f64     | out | sim time since reset                      |
   | 17 | inputs        | [N,65]    | f32/f64 | in  | worker_common's columns: joint position   |
   |    |               |           |         |     | targets (rad) 29, push dv then dw (world) |
@@ -99,7 +102,7 @@ import numpy as np  # noqa: E402
 # The physics modules sit beside this script (also under PYTHONSAFEPATH, which would leave the
 # script's folder off sys.path).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from worker_common import (DEVICE_OUTPUTS, DR_FIELDS, FF0, INP_WIDTH, NB, NJ, NQ, NV, CommandError,  # noqa: E402
+from worker_common import (DEVICE_OUTPUTS, DR_FIELDS, INP_WIDTH, NB, NJ, NQ, NV, CommandError,  # noqa: E402
                            InitError, log)
 
 _MODULE_IMPORTS_S = time.perf_counter() - _IMPORTS_BEGAN
@@ -284,8 +287,8 @@ class Worker:
                             {"physics_s": time.perf_counter() - t0})
         # Where the commands' time goes (the `stats` reply): counts, then seconds summed over
         # every command since start-up. The worker's own phases are `inputs_s` (reading the
-        # flags and checking the inputs), `params_s` (DR's derived constants),
-        # `resets_s`, `advance_s` (the physics' call: inputs to the device, the launches, the
+        # flags and checking reset states; the physics checks the command inputs on the device),
+        # `params_s` (DR's derived constants), `resets_s`, `advance_s` (the physics' call: inputs to the device, the launches, the
         # outputs copied back and waited for) and `ints_s` (failure codes and times written);
         # the physics adds its own split of `advance_s` (`physics.timings`).
         self.timings = {"step": 0, "sync": 0, "inputs_s": 0.0, "params_s": 0.0, "resets_s": 0.0,
@@ -372,13 +375,9 @@ class Worker:
             if not (np.all(np.isfinite(q)) and np.all(np.isfinite(qd))):
                 raise CommandError(f"non-finite reset state for env(s) {resets.tolist()}")
         inp = v["inputs"]
-        # A sum is finite when its values are: first the whole block (one pass, the usual
-        # answer), then, only where that is not finite, which envs and columns. A push must be
-        # finite everywhere (it is applied to every env, zero where there is none); targets and
-        # feed-forward torques only where the env advances on a step (an inactive env's row may
-        # hold anything, and a sync reads neither).
-        if not np.isfinite(inp.sum()):
-            self.check_inputs(inp, name == "step")
+        # The inputs are checked by the physics, per env, where they are used (on the device;
+        # worker_common.input_codes): an env whose push, go flag, targets or feed-forward
+        # torques are not finite fails alone with its code, at no cost here.
         t1 = time.perf_counter()
         if params.size:
             self.apply_params(params)
@@ -403,23 +402,6 @@ class Worker:
         t["resets_s"] += t3 - t2
         t["advance_s"] += t4 - t3
         t["ints_s"] += time.perf_counter() - t4
-
-    @staticmethod
-    def check_inputs(inp, step):
-        """Raises CommandError for the non-finite values of `inp` that the command would use."""
-        bad = ~np.isfinite(inp)
-        pushed = np.nonzero(bad[:, NJ:NJ + 6].any(axis=1))[0]
-        if pushed.size:
-            raise CommandError(f"non-finite push for env(s) {pushed.tolist()}")
-        if not step:
-            return
-        if bad[:, NJ + 6].any():
-            raise CommandError("non-finite go flag")
-        active = inp[:, NJ + 6] != 0
-        if (bad[:, :NJ].any(axis=1) & active).any():
-            raise CommandError("non-finite targets for an active env")
-        if (bad[:, FF0:].any(axis=1) & active).any():
-            raise CommandError("non-finite feed-forward torques for an active env")
 
     def write_ints(self, ints):
         """Failure codes and substep counts [N, 3] (code, nsub, fail_nsub), into shared memory;

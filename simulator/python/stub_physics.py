@@ -10,6 +10,8 @@ alive:
 
 - a reset writes the env's qpos / qvel; a step sets the active envs' joint positions to their
   targets (a perfect kinematic tracker) and counts ``decimation`` substeps; pushes add to qvel;
+  an env whose inputs are not finite fails with the real implementations' codes
+  (``worker_common.input_codes``, which they compute on the device);
 - body poses and velocities are those of the model's ``qpos0`` at rest (``mj_forward`` once
   at start-up), the same for every env; torques and contact forces are zero.
 
@@ -22,7 +24,7 @@ import time
 import numpy as np
 
 from worker_common import (DEVICE_OUTPUTS, NB, NJ, NQ, NV, OUTPUT_OFFSETS, OUTPUTS_PER_ENV, InitError,
-                           copied_outputs, log)
+                           copied_outputs, input_codes, log)
 
 
 
@@ -63,6 +65,7 @@ class StubPhysics:
         self.copied = copied_outputs(n, cfg["contact_forces"])
         self.code = np.zeros(n, np.int64)
         self.nsub = np.zeros(n, np.int64)
+        self.fail_nsub = np.zeros(n, np.int64)
         self.ints = np.zeros((n, 3), np.int64)
         # Seconds summed over the commands (the worker's `stats`): the stand-in for the
         # device-to-host copy of the packed block.
@@ -78,20 +81,30 @@ class StubPhysics:
         self.blocks["torque"][mask] = 0.0
         self.code[mask] = 0
         self.nsub[mask] = 0
+        self.fail_nsub[mask] = 0
 
     def advance(self, inp, step, dest):
         """Pushes, then (for `step`) the joints of active envs jump to their targets; writes the
         packed outputs into `dest` and returns the ints [N, 3], like the real implementations."""
         qvel = self.blocks["qvel"]
-        qvel[:, :6] += inp[:, NJ:NJ + 6]
+        codes = input_codes(inp, step)
+        usable = codes == 0
+        if not usable.all():
+            failing = ~usable & (self.code == 0)
+            self.code[failing] = codes[failing]
+            self.fail_nsub[failing] = self.nsub[failing]
+            qvel[usable, :6] += inp[usable, NJ:NJ + 6]
+        else:
+            qvel[:, :6] += inp[:, NJ:NJ + 6]
         if step:
-            go = inp[:, NJ + 6] > 0.5
+            go = (inp[:, NJ + 6] > 0.5) & (self.code == 0)
             # In place, without gathering the active rows (the stub's own cost is not the host
             # side's).
             np.copyto(self.blocks["qpos"][:, 7:], inp[:, :NJ], casting="same_kind", where=go[:, None])
             self.nsub += self.cfg["decimation"] * go
         self.ints[:, 0] = self.code
         self.ints[:, 1] = self.nsub
+        self.ints[:, 2] = self.fail_nsub
         # One copy of the block, where the real implementations copy it from the device.
         t0 = time.perf_counter()
         np.copyto(dest[:self.copied], self.out[:self.copied])

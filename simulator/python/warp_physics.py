@@ -37,13 +37,16 @@ import mujoco_warp as mjw  # noqa: E402
 from mujoco_warp._src.support import contact_force_fn
 from mujoco_warp._src.types import vec5
 
-from worker_common import (DR_FIELDS, FF0, INP_WIDTH, MAXVAL, NB, NJ, NQ, NV, OUTPUT_OFFSETS,
-                           OUTPUTS_PER_ENV, InitError, copied_outputs, log)
+from worker_common import (CODE_BAD_FF, CODE_BAD_GO, CODE_BAD_PUSH, CODE_BAD_TARGET, DR_FIELDS, FF0,
+                           INP_WIDTH, MAXVAL, NB, NJ, NQ, NV, OUTPUT_OFFSETS, OUTPUTS_PER_ENV,
+                           InitError, copied_outputs, log)
 
 _NJ = wp.constant(NJ)
 _FF0 = wp.constant(FF0)
 _NB = wp.constant(NB)
 _MAXVAL = wp.constant(float(MAXVAL))
+_BAD_PUSH, _BAD_GO = wp.constant(CODE_BAD_PUSH), wp.constant(CODE_BAD_GO)
+_BAD_TARGET, _BAD_FF = wp.constant(CODE_BAD_TARGET), wp.constant(CODE_BAD_FF)
 
 # Element offsets of each output block in the packed array, per env (multiply by N).
 _BLOCK = OUTPUT_OFFSETS
@@ -67,12 +70,38 @@ def _bad(x: float):
 @wp.kernel
 def _unpack_kernel(step: int, inp: wp.array2d(dtype=float), target: wp.array2d(dtype=float),
                    ff: wp.array2d(dtype=float), go: wp.array(dtype=int),
-                   qpos: wp.array2d(dtype=float), qvel: wp.array2d(dtype=float)):
+                   qpos: wp.array2d(dtype=float), qvel: wp.array2d(dtype=float),
+                   code: wp.array(dtype=int), nsub: wp.array(dtype=int),
+                   fail_nsub: wp.array(dtype=int)):
     """The command's packed inputs (worker_common's columns: targets, push, go, feed-forward)
     into the arrays the kernels read (`go` cleared for a sync, whose targets are not used),
     then the push: qvel[0:3] += dv (world), qvel[3:6] += R(q)^T dw (the root's angular
-    velocity is local)."""
+    velocity is local). A world whose inputs are not finite (worker_common.input_codes: its
+    push; on a step its go flag, or the targets or feed-forward torques it would advance with)
+    fails with that code, its state untouched: the check costs the host nothing."""
     w = wp.tid()
+    c = int(0)
+    for k in range(6):
+        if not wp.isfinite(inp[w, _NJ + k]):
+            c = _BAD_PUSH
+    if step != 0 and c == 0:
+        flag = inp[w, _NJ + 6]
+        if not wp.isfinite(flag):
+            c = _BAD_GO
+        elif flag > 0.5:
+            for j in range(_NJ):
+                if not wp.isfinite(inp[w, j]):
+                    c = _BAD_TARGET
+            if c == 0:
+                for j in range(_NJ):
+                    if not wp.isfinite(inp[w, _FF0 + j]):
+                        c = _BAD_FF
+    if c != 0:
+        if code[w] == 0:
+            code[w] = c
+            fail_nsub[w] = nsub[w]
+        go[w] = 0
+        return
     qvel[w, 0] += inp[w, _NJ + 0]
     qvel[w, 1] += inp[w, _NJ + 1]
     qvel[w, 2] += inp[w, _NJ + 2]
@@ -518,7 +547,8 @@ class WarpPhysics:
                 wp.capture_launch(graph)
                 return
             wp.launch(_unpack_kernel, dim=self.n, inputs=[
-                int(step), self.inp_dev, self.targets, self.ff, self.go, self.d.qpos, self.d.qvel])
+                int(step), self.inp_dev, self.targets, self.ff, self.go, self.d.qpos, self.d.qvel,
+                self.code, self.nsub, self.fail_nsub])
             if step:
                 self._control_step()
             self._observe()

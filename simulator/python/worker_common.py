@@ -9,6 +9,13 @@ NQ, NV, NJ, NB = 36, 35, 29, 30
 # [FF0, FF0 + NJ).
 FF0 = NJ + 7
 INP_WIDTH = FF0 + NJ
+# Failure codes (the `failed` output, 0 = ok): 1, 2, 3 a bad qpos, qvel or qacc after a substep
+# (the substep is discarded); 4 to 7 a command input that is not finite, found by the physics
+# before it uses it, per env (the env fails and its state is left as it was): 4 its push (any
+# command, idle envs included: a push is added to every env, zero where there is none), and
+# on `step` 5 its go flag, 6 a PD target or 7 a feed-forward torque of an env told to advance
+# (an idle env's row is not read).
+CODE_BAD_PUSH, CODE_BAD_GO, CODE_BAD_TARGET, CODE_BAD_FF = 4, 5, 6, 7
 # mjMAXVAL: MuJoCo's threshold for bad qpos / qvel / qacc (mj_checkPos, mj_checkVel, mj_checkAcc).
 MAXVAL = 1e10
 # Per-env model fields: what domain randomisation changes (body_mass, body_ipos, geom_friction)
@@ -41,6 +48,26 @@ def copied_outputs(num_envs, contact_forces):
     contact forces are off (the evaluations' setting), all but the contact forces, which end the
     block and stay the zeros the shared file was created with. A sixth less to copy."""
     return num_envs * (OUTPUTS_PER_ENV - (0 if contact_forces else NB * 3))
+
+
+def input_codes(inp, step):
+    """Each env's input failure code (above; 0 = usable) for a command's input block `inp`
+    [N, INP_WIDTH] (numpy): the reference for the implementations' own checks on the device,
+    and the stub's check. One pass over the whole block first: a finite sum means finite
+    values, the usual answer."""
+    import numpy as np
+
+    codes = np.zeros(inp.shape[0], np.int64)
+    if np.isfinite(inp.sum()):
+        return codes
+    bad = ~np.isfinite(inp)
+    if step:
+        active = inp[:, NJ + 6] > 0.5
+        codes[active & bad[:, FF0:].any(axis=1)] = CODE_BAD_FF
+        codes[active & bad[:, :NJ].any(axis=1)] = CODE_BAD_TARGET
+        codes[bad[:, NJ + 6]] = CODE_BAD_GO
+    codes[bad[:, NJ:NJ + 6].any(axis=1)] = CODE_BAD_PUSH
+    return codes
 
 
 class InitError(Exception):

@@ -750,11 +750,9 @@ fn warp_without_contact_forces_copies_every_other_output() {
     assert_ne!(read(with.as_ref(), Field::Qpos), qpos, "the envs were stepped");
 }
 
-/// The worker's `stats`: the commands it ran since start-up and where their time went; and its
-/// check of the targets: a non-finite target of an active env stops the command, one of an env
-/// that is not running does not.
+/// The worker's `stats`: the commands it ran since start-up and where their time went.
 #[test]
-fn the_worker_reports_its_timings_and_checks_only_active_targets() {
+fn the_worker_reports_its_timings() {
     let Some(python) = gpu_python() else { return };
     let mut h = on_cpu_device(python, GpuImpl::Stub)
         .create(RobotConfig::default(), 3, 1)
@@ -767,7 +765,7 @@ fn the_worker_reports_its_timings_and_checks_only_active_targets() {
     h.sync().unwrap();
     let first = h.worker_timings().unwrap().expect("the GPU backend has a worker");
     let count = |m: &serde_json::Map<String, serde_json::Value>, k: &str| m[k].as_f64().unwrap();
-    let mut targets = vec![0.1; 3 * NUM_JOINTS];
+    let targets = vec![0.1; 3 * NUM_JOINTS];
     for _ in 0..4 {
         h.step(&targets).unwrap();
     }
@@ -779,19 +777,99 @@ fn the_worker_reports_its_timings_and_checks_only_active_targets() {
         assert!(b >= a && b.is_finite(), "{phase}: {a} then {b}");
     }
     assert!(count(&later, "advance_s") > count(&first, "advance_s"), "{later:?}");
+}
 
-    // Env 2 stops running; a NaN in its row is not the worker's concern.
-    h.mark_failed(2, "stopped by the test".into());
-    targets[2 * NUM_JOINTS + 3] = f64::NAN;
-    h.step(&targets).unwrap();
-    assert_eq!(*h.health(0), EnvHealth::Ok);
-    // A NaN target of a running env is refused: the worker answers with an error, and the
-    // handler fails every running env with the worker's reason.
-    targets[NUM_JOINTS + 5] = f64::NAN;
-    h.step(&targets).unwrap();
-    match h.health(0) {
-        EnvHealth::Failed(why) => assert!(why.contains("non-finite targets for an active env"), "{why}"),
-        other => panic!("env 0 should have failed, is {other:?}"),
+/// A command input that is not finite fails its env alone, found by the physics where it uses
+/// the inputs (on the device: the host does not look at them), with which input it was: a push
+/// (idle envs' too: a push is added to every env), a PD target or a feed-forward torque of an
+/// env told to advance; an idle env's targets are not read. The other envs step on exactly as
+/// they would have, and a failed env stays where it was until its reset. On the stub, MuJoCo
+/// Warp and MJX (each on its CPU device).
+#[test]
+fn a_non_finite_input_fails_its_env_alone() {
+    let Some(python) = gpu_python() else { return };
+    let n = 5;
+    let read = |h: &dyn Handler, env: usize, field: Field| {
+        let mut v = vec![0.0; field.width()];
+        h.read_env_into(env, field, &mut v);
+        v
+    };
+    let reason = |h: &dyn Handler, env: usize| match h.health(env) {
+        EnvHealth::Failed(why) => why.clone(),
+        other => panic!("env {env} should have failed, is {other:?}"),
+    };
+    for implementation in [GpuImpl::Stub, GpuImpl::Warp, GpuImpl::Jax] {
+        // The same commands to two handlers, NaNs to one of them only.
+        let make = || {
+            let mut h = on_cpu_device(python.clone(), implementation)
+                .create(RobotConfig::default(), n, 1)
+                .unwrap();
+            let qpos = read(h.as_ref(), 0, Field::Qpos);
+            for env in 0..n {
+                h.set_qpos_qvel(env, &qpos, &[0.0; NV]).unwrap();
+            }
+            h.sync().unwrap();
+            h
+        };
+        let (mut clean, mut dirty) = (make(), make());
+        let rest = read(clean.as_ref(), 0, Field::Qpos)[7..].to_vec();
+        let mut targets: Vec<f64> = (0..n).flat_map(|_| rest.iter().map(|q| q + 0.05)).collect();
+        for h in [&mut clean, &mut dirty] {
+            h.step(&targets).unwrap();
+            h.mark_failed(2, "stopped by the test".into());
+        }
+        let before: Vec<Vec<f64>> = (0..n).map(|env| read(dirty.as_ref(), env, Field::Qpos)).collect();
+        // Env 1: a NaN target; env 2 (not running): a NaN target, not read; env 3: a NaN push;
+        // env 4: an infinite feed-forward torque.
+        let mut ff = vec![0.0; n * NUM_JOINTS];
+        clean.set_feedforward_rows(&ff, &[true; 5]).unwrap();
+        ff[4 * NUM_JOINTS + 7] = f64::INFINITY;
+        dirty.set_feedforward_rows(&ff, &[true; 5]).unwrap();
+        dirty.push_root(3, [f64::NAN, 0.0, 0.0], [0.0; 3]).unwrap();
+        let mut nan_targets = targets.clone();
+        nan_targets[NUM_JOINTS + 5] = f64::NAN;
+        nan_targets[2 * NUM_JOINTS + 3] = f64::NAN;
+        clean.step(&targets).unwrap();
+        dirty.step(&nan_targets).unwrap();
+        let what = format!("{implementation:?}");
+        assert_eq!(*dirty.health(0), EnvHealth::Ok, "{what}");
+        assert_eq!(reason(dirty.as_ref(), 2), "stopped by the test", "{what}");
+        let expected = [
+            (1, "the physics was given a non-finite PD target at t = 0.020 s"),
+            (3, "the physics was given a non-finite push at t = 0.020 s"),
+            (
+                4,
+                "the physics was given a non-finite feed-forward torque at t = 0.020 s",
+            ),
+        ];
+        for (env, why) in expected {
+            assert_eq!(reason(dirty.as_ref(), env), why, "{what}");
+        }
+        // Env 0 stepped as without the others' NaNs, bit for bit; the failed envs did not move.
+        targets.iter_mut().for_each(|t| *t -= 0.02);
+        for h in [&mut clean, &mut dirty] {
+            h.step(&targets).unwrap();
+        }
+        for field in [Field::Qpos, Field::Qvel, Field::BodyPos] {
+            assert_eq!(
+                read(dirty.as_ref(), 0, field),
+                read(clean.as_ref(), 0, field),
+                "{what} {field:?}"
+            );
+        }
+        assert_ne!(read(dirty.as_ref(), 0, Field::Qpos), before[0], "{what}: env 0 stepped");
+        for env in [1, 3, 4] {
+            assert_eq!(
+                read(dirty.as_ref(), env, Field::Qpos),
+                before[env],
+                "{what}: env {env} moved"
+            );
+        }
+        // A reset clears the failure: the env runs again.
+        let qpos = read(clean.as_ref(), 0, Field::Qpos);
+        dirty.set_qpos_qvel(1, &qpos, &[0.0; NV]).unwrap();
+        dirty.step(&targets).unwrap();
+        assert_eq!(*dirty.health(1), EnvHealth::Ok, "{what}: env 1 after its reset");
     }
 }
 

@@ -522,13 +522,8 @@ impl GpuHandler {
             .map(|(env, code)| (env, *code))
             .collect();
         for (env, code) in failed {
-            let label = match code as i64 {
-                1 => "bad qpos",
-                2 => "bad qvel",
-                _ => "bad qacc",
-            };
             let t = self.row(Array::FailedTime, env)[0].max(0.0);
-            self.health[env] = EnvHealth::Failed(format!("MuJoCo instability ({label}) at t = {t:.3} s"));
+            self.health[env] = EnvHealth::Failed(failure_reason(code as i64, t));
             self.input_row_mut(env).set(INPUT_GO, 0.0);
         }
     }
@@ -886,6 +881,24 @@ impl Handler for GpuHandler {
         self.worker_failed(&why);
         Err(SimError::Backend(format!("GPU simulator worker's {why}")))
     }
+}
+
+/// Why the worker failed an env, from its failure code (worker_common's: 1 to 3 a bad state
+/// after a substep, 4 to 7 a command input that was not finite, found by the physics before it
+/// used it) and the env's time then.
+fn failure_reason(code: i64, t: f64) -> String {
+    let input = match code {
+        1 => return format!("MuJoCo instability (bad qpos) at t = {t:.3} s"),
+        2 => return format!("MuJoCo instability (bad qvel) at t = {t:.3} s"),
+        4 => "push",
+        5 => "go flag",
+        6 => "PD target",
+        7 => "feed-forward torque",
+        3 => return format!("MuJoCo instability (bad qacc) at t = {t:.3} s"),
+        _ => return format!("failed by the worker with code {code} at t = {t:.3} s"),
+    };
+    // The arena's own numbers (an agent's actions are checked before they become targets).
+    format!("the physics was given a non-finite {input} at t = {t:.3} s")
 }
 
 // The shared rows are sized for the model's layout.

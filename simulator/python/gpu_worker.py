@@ -407,9 +407,11 @@ class Worker:
         """Failure codes and substep counts [N, 3] (code, nsub, fail_nsub), into shared memory;
         the physics has written the packed outputs there itself."""
         v = self.views
-        v["failed"][:] = ints[:, 0]
-        v["time"][:] = ints[:, 1] * self.dt
-        v["failed_time"][:] = np.where(ints[:, 0] != 0, ints[:, 2] * self.dt, 0.0)
+        # In place, no temporaries. `failed_time` is read only where `failed` is not 0 (the
+        # implementations clear both at a reset and set both at a failure).
+        np.copyto(v["failed"], ints[:, 0])
+        np.multiply(ints[:, 1], self.dt, out=v["time"])
+        np.multiply(ints[:, 2], self.dt, out=v["failed_time"])
 
 
 def preload(impl, device):

@@ -404,19 +404,18 @@ class WarpPhysics:
             self.out = wp.zeros(n * OUTPUTS_PER_ENV, dtype=wp.float32)
             # The values each command copies to the host (no contact forces unless asked for).
             self.copied = copied_outputs(n, cfg["contact_forces"])
-            # A command's inputs cross in one copy: the supervisor's float32 block, copied into
-            # page-locked memory on a CUDA device (so the copy is asynchronous), unpacked on the
-            # device by the first kernel of the step and sync graphs.
+            # A command's inputs cross in one copy, straight from the supervisor's float32 block
+            # in shared memory (page-locked on a CUDA device, so the copy is asynchronous and
+            # the host copies nothing), unpacked on the device by the first kernel of the step
+            # and sync graphs.
             self.inp_dev = wp.zeros((n, INP_WIDTH), dtype=f32)
-            self.inp_host = wp.zeros((n, INP_WIDTH), dtype=f32, device="cpu",
-                                     pinned=self.device.is_cuda)
-            self.inp_host_np = self.inp_host.numpy()
             self.ints = wp.zeros((3, n), dtype=int)
-        # The host destination of `out` (shared memory), wrapped once per address, and where
-        # its page-locked range starts (None: not locked).
-        self.host_out, self.host_key, self.locked = None, None, None
+        # The shared memory the device copies from and into ("inputs", "outputs"): each wrapped
+        # once per address as (its key, the Warp array over it), and where its page-locked
+        # range starts, if it is locked.
+        self.host_views, self.locked = {}, {}
         # Where `advance` spends its time (seconds summed over the commands, the worker's
-        # `stats`): the inputs packed and their copy to the device issued, the launches, the
+        # `stats`): the inputs' copy to the device issued, the launches, the
         # outputs' copy and the wait for it (the launched work included); on a CUDA device also
         # the device's own time for the copy in, the launched work and the copy out (CUDA
         # events).
@@ -553,54 +552,64 @@ class WarpPhysics:
                 self._control_step()
             self._observe()
 
-    def _host_destination(self, dest):
-        """A Warp CPU array over `dest` (float32, contiguous), page-locked on a CUDA device."""
-        key = (dest.ctypes.data, dest.size)
-        if self.host_key != key:
-            if dest.size != self.out.size or not dest.flags.c_contiguous or dest.dtype != np.float32:
-                raise ValueError(f"output destination must be {self.out.size} contiguous float32 values")
-            if self.device.is_cuda:
-                self._unlock()
-                with wp.ScopedDevice(self.device):
-                    self.locked, why = _page_lock(dest.ctypes.data, dest.nbytes)
-                if why is None:
-                    log(f"outputs: {dest.nbytes / 1e6:.1f} MB of shared memory page-locked for direct copies")
-                else:
-                    log(f"outputs: shared memory not page-locked ({why}); copies go through pageable memory")
-            self.host_out = wp.array(ptr=dest.ctypes.data, dtype=wp.float32, shape=(dest.size,),
-                                     device="cpu")
-            self.host_key = key
-        return self.host_out
+    def _host_view(self, arr, kind):
+        """A Warp CPU array over `arr` (float32, contiguous shared memory: the outputs'
+        destination or the inputs' source), wrapped once per address and page-locked on a CUDA
+        device, so that the device copies it by DMA, the inputs asynchronously. Where a range
+        cannot be locked (at a few envs the two ranges can share a page) its copies go through
+        pageable memory: slower, the same values."""
+        key = (arr.ctypes.data, arr.size)
+        view = self.host_views.get(kind)
+        if view is not None and view[0] == key:
+            return view[1]
+        size = self.out.size if kind == "outputs" else self.inp_dev.size
+        if arr.size != size or not arr.flags.c_contiguous or arr.dtype != np.float32:
+            raise ValueError(f"{kind} must be {size} contiguous float32 values")
+        if self.device.is_cuda:
+            self._unlock(kind)
+            with wp.ScopedDevice(self.device):
+                start, why = _page_lock(arr.ctypes.data, arr.nbytes)
+            if why is None:
+                self.locked[kind] = start
+                log(f"{kind}: {arr.nbytes / 1e6:.1f} MB of shared memory page-locked for direct copies")
+            else:
+                log(f"{kind}: shared memory not page-locked ({why}); copies go through pageable memory")
+        wrapped = wp.array(ptr=arr.ctypes.data, dtype=wp.float32, shape=arr.shape, device="cpu")
+        self.host_views[kind] = (key, wrapped)
+        return wrapped
 
-    def _unlock(self):
-        """Unregisters the page-locked destination, if any (before its memory goes away)."""
-        if self.locked is not None:
+    def _unlock(self, kind=None):
+        """Unregisters the page-locked range of `kind` (every one: None), if any, before its
+        memory goes away."""
+        for k in [kind] if kind else list(self.locked):
+            start = self.locked.pop(k, None)
+            if start is None:
+                continue
             # In the device's context, as the range was registered: the driver call needs one
             # current, and outside a scope Warp may leave none.
             with wp.ScopedDevice(self.device):
                 wp.synchronize_device(self.device)
-                _page_unlock(self.locked)
-            self.locked = None
+                _page_unlock(start)
 
     def close(self):
         """Leaves nothing registered with the driver for memory this instance does not own:
         called before the shared file it wrote into is unmapped (a spare's warm-up)."""
         self._unlock()
-        self.host_out, self.host_key = None, None
+        self.host_views = {}
 
     def advance(self, inp, step, dest):
         """Pushes, then (for `step`) one control step; writes the packed outputs into `dest`
         (float32, shared memory) and returns the ints [N, 3] (code, nsub, fail_nsub)."""
         t0 = time.perf_counter()
-        host_out = self._host_destination(dest)
-        # Shared memory holds the inputs in float32 already: one plain copy into page-locked
-        # memory, whence the device copy below is asynchronous.
-        np.copyto(self.inp_host_np, inp, casting="no")
+        host_out = self._host_view(dest, "outputs")
+        # Shared memory holds the inputs in float32 already: the device copies them from there
+        # (until the answer, which waits for the device, nobody writes them).
+        host_in = self._host_view(inp, "inputs")
         e = self.events
         with wp.ScopedDevice(self.device):
             if e:
                 wp.record_event(e[0])
-            wp.copy(self.inp_dev, self.inp_host)
+            wp.copy(self.inp_dev, host_in)
             t1 = time.perf_counter()
             if e:
                 wp.record_event(e[1])

@@ -9,7 +9,7 @@
 //! running, with the reason, and is started again at the next reset: never a server crash.
 
 use super::gpu_layout::{
-    Array, INPUT_FEEDFORWARD, INPUT_GO, INPUT_PUSH, INPUT_TARGETS, INPUT_WIDTH, PARAMS_WIDTH, Precision, ShmLayout,
+    Array, INPUT_FEEDFORWARD, INPUT_GO, INPUT_PUSH, INPUT_TARGETS, PARAMS_WIDTH, Precision, ShmLayout,
 };
 use super::gpu_options::{GpuOptions, cuda_device_present};
 use super::gpu_process::{NoAnswer, Worker, create_shared_file, worker_script};
@@ -610,30 +610,14 @@ impl Handler for GpuHandler {
             )));
         }
         check_rows("feed-forward torques", torques, envs)?;
-        // One pass over the inputs block, row by row in the physics' precision.
-        let rows = torques.chunks_exact(NUM_JOINTS).zip(envs);
-        match self.inputs_mut() {
-            PhysicsRowsMut::F32(inputs) => {
-                for (row, (t, _)) in inputs
-                    .chunks_exact_mut(INPUT_WIDTH)
-                    .zip(rows)
-                    .filter(|(_, (_, on))| **on)
-                {
-                    for (o, v) in row[INPUT_FEEDFORWARD].iter_mut().zip(t) {
-                        *o = *v as f32;
-                    }
-                }
+        // One pass over the inputs block in the physics' precision, on the envs' threads.
+        let pool = self.pool.take();
+        self.inputs_mut().for_each_row(pool.as_ref(), |env, mut row| {
+            if envs[env] {
+                row.write(INPUT_FEEDFORWARD, &torques[env * NUM_JOINTS..(env + 1) * NUM_JOINTS]);
             }
-            PhysicsRowsMut::F64(inputs) => {
-                for (row, (t, _)) in inputs
-                    .chunks_exact_mut(INPUT_WIDTH)
-                    .zip(rows)
-                    .filter(|(_, (_, on))| **on)
-                {
-                    row[INPUT_FEEDFORWARD].copy_from_slice(t);
-                }
-            }
-        }
+        });
+        self.pool = pool;
         Ok(())
     }
 
@@ -714,32 +698,13 @@ impl Handler for GpuHandler {
                 targets.len()
             )));
         }
-        // Every env's targets and go flag, row by row in the physics' precision.
-        let health = std::mem::take(&mut self.health);
-        let go = |h: &EnvHealth| if *h == EnvHealth::Ok { 1.0 } else { 0.0 };
-        match self.inputs_mut() {
-            PhysicsRowsMut::F32(inputs) => {
-                let rows = inputs
-                    .chunks_exact_mut(INPUT_WIDTH)
-                    .zip(targets.chunks_exact(NUM_JOINTS));
-                for ((row, t), h) in rows.zip(&health) {
-                    for (o, v) in row[INPUT_TARGETS].iter_mut().zip(t) {
-                        *o = *v as f32;
-                    }
-                    row[INPUT_GO] = go(h) as f32;
-                }
-            }
-            PhysicsRowsMut::F64(inputs) => {
-                let rows = inputs
-                    .chunks_exact_mut(INPUT_WIDTH)
-                    .zip(targets.chunks_exact(NUM_JOINTS));
-                for ((row, t), h) in rows.zip(&health) {
-                    row[INPUT_TARGETS].copy_from_slice(t);
-                    row[INPUT_GO] = go(h);
-                }
-            }
-        }
-        self.health = health;
+        // Every env's targets and go flag, in the physics' precision, on the envs' threads.
+        let (health, pool) = (std::mem::take(&mut self.health), self.pool.take());
+        self.inputs_mut().for_each_row(pool.as_ref(), |env, mut row| {
+            row.write(INPUT_TARGETS, &targets[env * NUM_JOINTS..(env + 1) * NUM_JOINTS]);
+            row.set(INPUT_GO, if health[env] == EnvHealth::Ok { 1.0 } else { 0.0 });
+        });
+        (self.health, self.pool) = (health, pool);
         self.run_begin("step")
     }
 

@@ -147,7 +147,8 @@ def shm_size(num_envs, x64):
 
 def map_shm(path, num_envs, x64):
     """Maps the shared-memory file and returns (map, {name: [N, ...] view}); "_outputs" is the
-    device outputs as one flat block (DEVICE_OUTPUTS order, back to back in LAYOUT)."""
+    device outputs as one flat block (DEVICE_OUTPUTS order, back to back in LAYOUT), "_file"
+    the whole map."""
     expected = shm_size(num_envs, x64)
     try:
         actual = os.path.getsize(path)
@@ -167,6 +168,7 @@ def map_shm(path, num_envs, x64):
         offset += size
     first, last = DEVICE_OUTPUTS[0][0], DEVICE_OUTPUTS[-1][0]
     views["_outputs"] = mem[spans[first][0]:spans[last][1]].view(output_dtype(x64))
+    views["_file"] = mem
     return mem, views
 
 
@@ -280,6 +282,9 @@ class Worker:
         self.outputs = views["_outputs"]
         t0 = time.perf_counter()
         self.physics = Physics(cfg, model, self.dr_host, self.kp_host, self.kd_host)
+        # MuJoCo Warp copies the inputs and outputs straight from and into the shared file.
+        if hasattr(self.physics, "share"):
+            self.physics.share(views["_file"])
         # Where the start-up went, for the ready reply: the physics library's import, then the
         # implementation's own phases where it times them, else its whole construction.
         self.startup = {"python_imports_s": python_imports_s, "host_s": host_s, "import_s": import_s}

@@ -113,13 +113,15 @@ def _unpack_kernel(step: int, inp: wp.array2d(dtype=float), target: wp.array2d(d
     qvel[w, 3] += local[0]
     qvel[w, 4] += local[1]
     qvel[w, 5] += local[2]
-    if step == 0:
+    if step == 0 or not (inp[w, _NJ + 6] > 0.5):
+        # An env that does not advance keeps its last targets: its row is not read (and may
+        # hold anything), and every world is stepped, the ones not kept then put back.
         go[w] = 0
         return
     for j in range(_NJ):
         target[w, j] = inp[w, j]
         ff[w, j] = inp[w, _FF0 + j]
-    go[w] = wp.where(inp[w, _NJ + 6] > 0.5, 1, 0)
+    go[w] = 1
 
 
 @wp.func
@@ -405,15 +407,19 @@ class WarpPhysics:
             # The values each command copies to the host (no contact forces unless asked for).
             self.copied = copied_outputs(n, cfg["contact_forces"])
             # A command's inputs cross in one copy, straight from the supervisor's float32 block
-            # in shared memory (page-locked on a CUDA device, so the copy is asynchronous and
-            # the host copies nothing), unpacked on the device by the first kernel of the step
-            # and sync graphs.
+            # in the shared file (page-locked whole on a CUDA device, `share`: the copy is
+            # asynchronous and the host copies nothing; inputs anywhere else go through a
+            # page-locked buffer), unpacked on the device by the first kernel of the step and
+            # sync graphs.
             self.inp_dev = wp.zeros((n, INP_WIDTH), dtype=f32)
+            self.inp_staging = None
             self.ints = wp.zeros((3, n), dtype=int)
-        # The shared memory the device copies from and into ("inputs", "outputs"): each wrapped
-        # once per address as (its key, the Warp array over it), and where its page-locked
-        # range starts, if it is locked.
-        self.host_views, self.locked = {}, {}
+        # The host arrays the device copies from and into ("inputs", "outputs"), each wrapped
+        # once per address: (its key, the Warp array the copy uses, whether the inputs are
+        # staged). `shared`: the (start, end) address of the shared file when it is page-locked
+        # whole; `locked`: where each registered range starts ("shared", or "outputs" locked on
+        # their own).
+        self.host_views, self.shared, self.locked = {}, None, {}
         # Where `advance` spends its time (seconds summed over the commands, the worker's
         # `stats`): the inputs' copy to the device issued, the launches, the
         # outputs' copy and the wait for it (the launched work included); on a CUDA device also
@@ -552,39 +558,70 @@ class WarpPhysics:
                 self._control_step()
             self._observe()
 
+    def share(self, mem):
+        """The worker's shared file, whole (a numpy memmap): page-locked as one range on a CUDA
+        device, so that the device copies each command's inputs from it and its outputs into it
+        by DMA, the inputs asynchronously, with no host copy. One range, not one per block: at
+        a few envs the outputs' and the inputs' pages overlap, so the second registration would
+        fail, and a copy from a range partly locked is refused. If it cannot be locked, the
+        outputs are locked on their own and the inputs go through a page-locked buffer."""
+        if not self.device.is_cuda:
+            return
+        self.close()
+        with wp.ScopedDevice(self.device):
+            start, why = _page_lock(mem.ctypes.data, mem.nbytes)
+        if why is None:
+            self.locked["shared"] = start
+            self.shared = (mem.ctypes.data, mem.ctypes.data + mem.nbytes)
+            log(f"shared memory: {mem.nbytes / 1e6:.1f} MB page-locked for direct copies")
+        else:
+            log(f"shared memory not page-locked ({why}): outputs locked on their own, inputs staged")
+
     def _host_view(self, arr, kind):
-        """A Warp CPU array over `arr` (float32, contiguous shared memory: the outputs'
-        destination or the inputs' source), wrapped once per address and page-locked on a CUDA
-        device, so that the device copies it by DMA, the inputs asynchronously. Where a range
-        cannot be locked (at a few envs the two ranges can share a page) its copies go through
-        pageable memory: slower, the same values."""
+        """The Warp CPU array the device copies `arr` (float32, contiguous: the outputs'
+        destination or the inputs' source) into or from, and whether the inputs must be staged
+        first; wrapped once per address. Inside the page-locked shared file (or on the CPU
+        device) `arr` itself; otherwise outputs are locked on their own (pageable where that
+        fails: slower, the same values) and inputs go through a page-locked buffer."""
         key = (arr.ctypes.data, arr.size)
         view = self.host_views.get(kind)
         if view is not None and view[0] == key:
-            return view[1]
+            return view[1], view[2]
         size = self.out.size if kind == "outputs" else self.inp_dev.size
         if arr.size != size or not arr.flags.c_contiguous or arr.dtype != np.float32:
             raise ValueError(f"{kind} must be {size} contiguous float32 values")
-        if self.device.is_cuda:
-            self._unlock(kind)
+        start, end = arr.ctypes.data, arr.ctypes.data + arr.nbytes
+        direct = not self.device.is_cuda or (self.shared is not None
+                                             and self.shared[0] <= start and end <= self.shared[1])
+        if not direct and kind == "outputs":
+            self._unlock("outputs")
             with wp.ScopedDevice(self.device):
-                start, why = _page_lock(arr.ctypes.data, arr.nbytes)
+                locked, why = _page_lock(start, arr.nbytes)
             if why is None:
-                self.locked[kind] = start
-                log(f"{kind}: {arr.nbytes / 1e6:.1f} MB of shared memory page-locked for direct copies")
+                self.locked["outputs"] = locked
+                log(f"outputs: {arr.nbytes / 1e6:.1f} MB page-locked for direct copies")
             else:
-                log(f"{kind}: shared memory not page-locked ({why}); copies go through pageable memory")
-        wrapped = wp.array(ptr=arr.ctypes.data, dtype=wp.float32, shape=arr.shape, device="cpu")
-        self.host_views[kind] = (key, wrapped)
-        return wrapped
+                log(f"outputs: not page-locked ({why}); copies go through pageable memory")
+            direct = True
+        if direct:
+            wrapped = wp.array(ptr=start, dtype=wp.float32, shape=arr.shape, device="cpu")
+        else:
+            if self.inp_staging is None:
+                self.inp_staging = wp.zeros(self.inp_dev.shape, dtype=wp.float32, device="cpu",
+                                            pinned=True)
+            wrapped = self.inp_staging
+        self.host_views[kind] = (key, wrapped, not direct)
+        return wrapped, not direct
 
     def _unlock(self, kind=None):
-        """Unregisters the page-locked range of `kind` (every one: None), if any, before its
-        memory goes away."""
+        """Unregisters the page-locked range of `kind` ("shared", "outputs"; every one: None),
+        if any, before its memory goes away."""
         for k in [kind] if kind else list(self.locked):
             start = self.locked.pop(k, None)
             if start is None:
                 continue
+            if k == "shared":
+                self.shared = None
             # In the device's context, as the range was registered: the driver call needs one
             # current, and outside a scope Warp may leave none.
             with wp.ScopedDevice(self.device):
@@ -601,10 +638,13 @@ class WarpPhysics:
         """Pushes, then (for `step`) one control step; writes the packed outputs into `dest`
         (float32, shared memory) and returns the ints [N, 3] (code, nsub, fail_nsub)."""
         t0 = time.perf_counter()
-        host_out = self._host_view(dest, "outputs")
+        host_out, _ = self._host_view(dest, "outputs")
         # Shared memory holds the inputs in float32 already: the device copies them from there
-        # (until the answer, which waits for the device, nobody writes them).
-        host_in = self._host_view(inp, "inputs")
+        # (until the answer, which waits for the device, nobody writes them), or, where the
+        # inputs lie elsewhere, from a page-locked copy.
+        host_in, staged = self._host_view(inp, "inputs")
+        if staged:
+            np.copyto(self.inp_staging.numpy(), inp, casting="no")
         e = self.events
         with wp.ScopedDevice(self.device):
             if e:

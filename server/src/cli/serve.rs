@@ -420,9 +420,10 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     result
 }
 
-/// SIGINT (Ctrl-C) and SIGTERM (what `docker stop` and systemd send), registered once: a signal that arrives while an earlier one is being
-/// handled waits for the next [`StopSignals::recv`]. (`tokio::signal::ctrl_c` registers on each
-/// call, so a second Ctrl-C sent before that call would be missed.)
+/// SIGINT (Ctrl-C) and SIGTERM (what `docker stop` and systemd send), registered once: a
+/// signal that arrives while an earlier one is being handled waits for the next
+/// [`StopSignals::recv`]. (`tokio::signal::ctrl_c` registers on each call, so a second Ctrl-C
+/// sent before that call would be missed.)
 struct StopSignals {
     interrupt: Option<tokio::signal::unix::Signal>,
     terminate: Option<tokio::signal::unix::Signal>,

@@ -56,6 +56,14 @@ echo "$(date -u +%T) installed after $((SECONDS - began)) s"
     "$python" -c 'import warp as wp, mujoco_warp, mujoco, jax; wp.init(); print("warp", wp.__version__, "cuda devices", wp.get_cuda_device_count()); print("mujoco_warp", mujoco_warp.__version__, "mujoco", mujoco.__version__, "jax", jax.__version__, jax.devices())'
 } > "$results/machine.txt" 2>&1
 
+# A few envs on the device first (g1-smoke's 6: a shared file small enough that its blocks share
+# pages, which MuJoCo Warp page-locks as one range): every episode scored, none failed.
+# shellcheck disable=SC2016 # expanded by the inner shell
+timed "$results" 20 small-envs bash -c '"$0" eval --benchmark g1-smoke --policy replay --batch 16 --backend gpu \
+    --gpu-impl warp --gpu-device "$1" --json | "$2" -c "import json, sys; r = json.load(sys.stdin); \
+f = r[\"failed_episodes\"]; print(len(r[\"episodes\"]), \"episodes,\", len(f), \"failed:\", f); sys.exit(1 if f else 0)"' \
+    "$bin/arena" "$device" "$python"
+
 # `throughput IMPL`: the backend's throughput against its raw library (MJX at JAX_ENVS only).
 throughput() {
     local envs=${ENVS:-1024 4096 8192} need=60 tracking=()

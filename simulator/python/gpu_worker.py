@@ -293,8 +293,9 @@ class Worker:
         # Where the commands' time goes (the `stats` reply): counts, then seconds summed over
         # every command since start-up. The worker's own phases are `inputs_s` (reading the
         # flags and checking reset states; the physics checks the command inputs on the device),
-        # `params_s` (DR's derived constants), `resets_s`, `advance_s` (the physics' call: inputs to the device, the launches, the
-        # outputs copied back and waited for) and `ints_s` (failure codes and times written);
+        # `params_s` (DR's derived constants), `resets_s`, `advance_s` (the physics' call: inputs
+        # to the device, the launches, the outputs copied back and waited for) and `ints_s`
+        # (failure codes and times written);
         # the physics adds its own split of `advance_s` (`physics.timings`).
         self.timings = {"step": 0, "sync": 0, "inputs_s": 0.0, "params_s": 0.0, "resets_s": 0.0,
                         "advance_s": 0.0, "ints_s": 0.0}

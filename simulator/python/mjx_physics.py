@@ -11,8 +11,8 @@ import time
 
 import numpy as np
 
-from worker_common import (CODE_BAD_FF, CODE_BAD_GO, CODE_BAD_PUSH, CODE_BAD_TARGET, DR_FIELDS, FF0, INP_WIDTH,
-                           MAXVAL, NB, NJ, NV, InitError, log)
+from worker_common import (DR_FIELDS, FF0, INP_WIDTH, MAXVAL, NB, NJ, NV, InitError, input_codes,
+                           log)
 
 
 def prepare_environment(cfg):
@@ -200,19 +200,11 @@ class MjxPhysics:
         return state, flat, ints
 
     def _screen(self, state, inp, step):
-        """Envs whose command inputs are not finite (worker_common.input_codes: the push; on a
-        step the go flag, or the targets or feed-forward torques of an env told to advance)
-        fail with that code before anything uses them, their state untouched; returns the
-        state and the pushes, zero for those envs."""
+        """Envs whose command inputs are not finite (worker_common.input_codes) fail with that
+        code before anything uses them, their state untouched; returns the state and the
+        pushes, zero for those envs."""
         jnp = self.jnp
-        ok = jnp.isfinite(inp)
-        c = jnp.zeros(inp.shape[0], jnp.int32)
-        if step:
-            active = inp[:, NJ + 6] > 0.5
-            c = jnp.where(active & ~ok[:, FF0:].all(axis=1), CODE_BAD_FF, c)
-            c = jnp.where(active & ~ok[:, :NJ].all(axis=1), CODE_BAD_TARGET, c)
-            c = jnp.where(~ok[:, NJ + 6], CODE_BAD_GO, c)
-        c = jnp.where(~ok[:, NJ:NJ + 6].all(axis=1), CODE_BAD_PUSH, c)
+        c = input_codes(inp, step, jnp)
         failing = (c != 0) & (state["code"] == 0)
         state = dict(state, code=jnp.where(failing, c, state["code"]),
                      fail_nsub=jnp.where(failing, state["nsub"], state["fail_nsub"]))

@@ -50,24 +50,25 @@ def copied_outputs(num_envs, contact_forces):
     return num_envs * (OUTPUTS_PER_ENV - (0 if contact_forces else NB * 3))
 
 
-def input_codes(inp, step):
+def input_codes(inp, step, xp=None):
     """Each env's input failure code (above; 0 = usable) for a command's input block `inp`
-    [N, INP_WIDTH] (numpy): the reference for the implementations' own checks on the device,
-    and the stub's check. One pass over the whole block first: a finite sum means finite
-    values, the usual answer."""
+    [N, INP_WIDTH]: the reference for MuJoCo Warp's check in its kernel, and the check itself
+    for the stub (numpy, `xp` None) and MJX (`xp` jax.numpy, traced into its step). With numpy,
+    one pass over the whole block first: a finite sum means finite values, the usual answer."""
     import numpy as np
 
-    codes = np.zeros(inp.shape[0], np.int64)
-    if np.isfinite(inp.sum()):
-        return codes
-    bad = ~np.isfinite(inp)
+    if xp is None:
+        xp = np
+        if np.isfinite(inp.sum()):
+            return np.zeros(inp.shape[0], np.int32)
+    ok = xp.isfinite(inp)
+    codes = xp.zeros(inp.shape[0], xp.int32)
     if step:
         active = inp[:, NJ + 6] > 0.5
-        codes[active & bad[:, FF0:].any(axis=1)] = CODE_BAD_FF
-        codes[active & bad[:, :NJ].any(axis=1)] = CODE_BAD_TARGET
-        codes[bad[:, NJ + 6]] = CODE_BAD_GO
-    codes[bad[:, NJ:NJ + 6].any(axis=1)] = CODE_BAD_PUSH
-    return codes
+        codes = xp.where(active & ~ok[:, FF0:].all(axis=1), CODE_BAD_FF, codes)
+        codes = xp.where(active & ~ok[:, :NJ].all(axis=1), CODE_BAD_TARGET, codes)
+        codes = xp.where(~ok[:, NJ + 6], CODE_BAD_GO, codes)
+    return xp.where(~ok[:, NJ:NJ + 6].all(axis=1), CODE_BAD_PUSH, codes)
 
 
 class InitError(Exception):

@@ -23,30 +23,9 @@ impl<'a> PhysicsRowsMut<'a> {
     /// thread converting thousands of rows to the physics' precision takes a tenth of a
     /// millisecond or more of each step, alone, while the other cores wait.
     pub(crate) fn for_each_row(self, pool: Option<&rayon::ThreadPool>, f: impl Fn(usize, PhysicsRowsMut<'_>) + Sync) {
-        use rayon::prelude::*;
-        /// Rows a task takes at least: a row is a few dozen values.
-        const MIN_ROWS: usize = 256;
-        match (self, pool) {
-            (PhysicsRowsMut::F32(v), Some(pool)) => pool.install(|| {
-                v.par_chunks_exact_mut(INPUT_WIDTH)
-                    .enumerate()
-                    .with_min_len(MIN_ROWS)
-                    .for_each(|(env, row)| f(env, PhysicsRowsMut::F32(row)))
-            }),
-            (PhysicsRowsMut::F64(v), Some(pool)) => pool.install(|| {
-                v.par_chunks_exact_mut(INPUT_WIDTH)
-                    .enumerate()
-                    .with_min_len(MIN_ROWS)
-                    .for_each(|(env, row)| f(env, PhysicsRowsMut::F64(row)))
-            }),
-            (PhysicsRowsMut::F32(v), None) => v
-                .chunks_exact_mut(INPUT_WIDTH)
-                .enumerate()
-                .for_each(|(env, row)| f(env, PhysicsRowsMut::F32(row))),
-            (PhysicsRowsMut::F64(v), None) => v
-                .chunks_exact_mut(INPUT_WIDTH)
-                .enumerate()
-                .for_each(|(env, row)| f(env, PhysicsRowsMut::F64(row))),
+        match self {
+            PhysicsRowsMut::F32(v) => each_row(v, pool, |env, row| f(env, PhysicsRowsMut::F32(row))),
+            PhysicsRowsMut::F64(v) => each_row(v, pool, |env, row| f(env, PhysicsRowsMut::F64(row))),
         }
     }
 
@@ -136,5 +115,25 @@ impl PhysicsRow<'_> {
             }
             PhysicsRow::F64(v) => out.copy_from_slice(v),
         }
+    }
+}
+
+/// `f(env, row)` for each `INPUT_WIDTH` row of `values`, on `pool` where there is one.
+fn each_row<T: Send>(values: &mut [T], pool: Option<&rayon::ThreadPool>, f: impl Fn(usize, &mut [T]) + Sync) {
+    use rayon::prelude::*;
+    /// Rows a task takes at least: a row is a few dozen values.
+    const MIN_ROWS: usize = 256;
+    match pool {
+        Some(pool) => pool.install(|| {
+            values
+                .par_chunks_exact_mut(INPUT_WIDTH)
+                .enumerate()
+                .with_min_len(MIN_ROWS)
+                .for_each(|(env, row)| f(env, row))
+        }),
+        None => values
+            .chunks_exact_mut(INPUT_WIDTH)
+            .enumerate()
+            .for_each(|(env, row)| f(env, row)),
     }
 }

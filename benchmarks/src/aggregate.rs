@@ -47,8 +47,11 @@ impl EpisodeStatus {
 /// rule (episodes carry `scored_until_s`), errors after a break are scored falls, and the
 /// mjlab metrics exist. 3: mjlab's metrics run to mjlab's own first termination whatever rule
 /// ranks the benchmark (in 2 they stopped at PHC's break on PHC-ranked benchmarks), and a
-/// scored fall's failure times are capped at its last recorded row.
-pub const REPORT_FORMAT_VERSION: u32 = 3;
+/// scored fall's failure times are capped at its last recorded row. 4: a metric not defined on
+/// an episode's frames (an acceleration error along time on an episode scored to its first
+/// step) is absent from that episode's `metrics` (it read 0 in 3), and its
+/// statistics' `count` is over the episodes that have it.
+pub const REPORT_FORMAT_VERSION: u32 = 4;
 
 fn report_format_v1() -> u32 {
     1

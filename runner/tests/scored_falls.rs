@@ -221,3 +221,47 @@ fn without_a_success_rule_whole_episodes_are_scored_and_errors_stay_unscored() {
     let (status, scores, _) = score_finished(&nan_after.rows, status, reason, &names, &none);
     assert_eq!((status, scores.len()), (EpisodeStatus::Failed, 0));
 }
+
+#[test]
+fn an_episode_of_one_step_has_no_acceleration_error_and_the_statistics_say_so() {
+    use arena_bench::aggregate::{EpisodeResult, MetricsAggregator};
+    let names: Vec<String> = metrics::metric_names().iter().map(|s| s.to_string()).collect();
+    let none = MetricConfig::default();
+    let (short, status, _) = collapse(1, None);
+    let (long, _, _) = collapse(10, None);
+    let (s1, one_step, _) = score_finished(&short.rows, status, None, &names, &none);
+    let (s10, ten_steps, _) = score_finished(&long.rows, status, None, &names, &none);
+    assert_eq!((s1, s10), (EpisodeStatus::Completed, EpisodeStatus::Completed));
+    // One step: two frames (the reset row and the step's), a velocity but no acceleration to
+    // difference, so no value for the latter (it read 0 before).
+    let time_diffs = ["accel_dist", "body_accel_dist"];
+    assert!(one_step["vel_dist"] > 0.0 && one_step["body_vel_dist"] > 0.0);
+    for name in &names {
+        let undefined = time_diffs.contains(&name.as_str());
+        assert_eq!(one_step.contains_key(name), !undefined, "{name} after one step");
+        assert!(ten_steps.contains_key(name), "{name} after ten steps");
+    }
+    let mut aggregator = MetricsAggregator::new();
+    for (id, metrics) in [("ep0000", one_step), ("ep0001", ten_steps)] {
+        aggregator.add_episode(EpisodeResult {
+            episode_id: id.into(),
+            motion: "squat".into(),
+            category: "all".into(),
+            status: EpisodeStatus::Completed,
+            metrics,
+            num_steps: 1,
+            start_s: 0.0,
+            duration_s: 0.2,
+            seed: 3,
+            dr_level: 0,
+            reason: None,
+            scored_until_s: None,
+        });
+    }
+    let stats = aggregator.aggregated();
+    assert_eq!(stats["emd"].count, 2);
+    for name in time_diffs {
+        assert_eq!(stats[name].count, 1, "{name} is over the episode that has it");
+        assert!(stats[name].mean > 0.0, "{name}: the one value, not halved by a zero");
+    }
+}

@@ -192,7 +192,7 @@ fn eval_g1_smoke_end_to_end() {
     );
     assert_eq!(engines[0]["episodes"], 6);
     assert_eq!(report["aggregated"]["emd"]["count"], 6);
-    assert_eq!(report["format_version"], 3);
+    assert_eq!(report["format_version"], 4);
     assert_eq!(report["units"]["mpjpe_g"], "mm");
     assert_eq!(report["units"]["r_mpkpe"], "m");
     for e in episodes {

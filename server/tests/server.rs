@@ -119,7 +119,7 @@ fn complete_g1_smoke(server: &ServerProc, url: &str) {
     );
     // Replay falls: scoring stopped where PHC's rule broke, and the report says where, as the
     // local run does (the trajectory file too, below).
-    assert_eq!(report["format_version"], 3);
+    assert_eq!(report["format_version"], 4);
     assert_eq!(report["episodes"][1]["episode_id"], "ep0001");
     let stopped = report["episodes"][1]["scored_until_s"]
         .as_f64()

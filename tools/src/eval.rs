@@ -186,6 +186,15 @@ pub fn run(a: EvalArgs) -> anyhow::Result<()> {
             unit(name)
         );
     }
+    // A metric undefined on some episodes (a time difference on an episode scored to its first
+    // step) is over fewer: say so rather than let its mean pass as one over all scored.
+    for (name, s) in report.aggregated.iter().filter(|(_, s)| s.count < scored) {
+        println!(
+            "{name}: over {} of the {scored} scored episodes ({} too short to compute it)",
+            s.count,
+            scored - s.count
+        );
+    }
     // The success metrics' means above are over the scored episodes; the rates a leaderboard
     // ranks are over all of them.
     let rates: Vec<String> = arena_bench::metrics::SUCCESS_METRICS

@@ -333,11 +333,11 @@ impl Metric for MjlabMetric {
         Ok(())
     }
 
-    fn compute(&self) -> Result<f64, MetricError> {
+    fn compute(&self) -> Result<Option<f64>, MetricError> {
         if self.rows == 0 {
             return Err(MetricError::NoFrames { metric: self.info.name });
         }
-        Ok(match self.kind {
+        Ok(Some(match self.kind {
             MjlabKind::Success => {
                 if self.terminated_at.is_some() {
                     0.0
@@ -353,7 +353,7 @@ impl Metric for MjlabMetric {
                 });
             }
             _ => self.sum / self.steps as f64,
-        })
+        }))
     }
 }
 

@@ -138,8 +138,10 @@ pub trait Metric: Send {
     fn reset(&mut self);
     /// Takes the next frame.
     fn update(&mut self, frame: &Frame<'_>) -> Result<(), MetricError>;
-    /// The episode's value from the frames seen so far.
-    fn compute(&self) -> Result<f64, MetricError>;
+    /// The episode's value from the frames seen so far; `None` where the metric is not
+    /// defined on so few frames (a velocity error needs two, an acceleration error three): the
+    /// episode then has no value for it and the metric's statistics are over fewer episodes.
+    fn compute(&self) -> Result<Option<f64>, MetricError>;
 }
 
 /// Which numbers of a frame a metric looks at.
@@ -198,6 +200,8 @@ pub fn create(name: &str, config: &MetricConfig) -> Result<Box<dyn Metric>, Metr
 }
 
 /// Runs the named metrics over an episode's frames: the whole-trajectory form of the interface.
+/// A metric not defined on so few frames ([`Metric::compute`] gives `None`) is left out of the
+/// map.
 pub fn evaluate<'a>(
     names: &[String],
     config: &MetricConfig,
@@ -209,10 +213,13 @@ pub fn evaluate<'a>(
             m.update(&f)?;
         }
     }
-    metrics
-        .iter()
-        .map(|m| Ok((m.info().name.to_string(), m.compute()?)))
-        .collect()
+    let mut values = BTreeMap::new();
+    for m in &metrics {
+        if let Some(v) = m.compute()? {
+            values.insert(m.info().name.to_string(), v);
+        }
+    }
+    Ok(values)
 }
 
 /// The time (from the episode's start) of the first frame that breaks success metric `rule` (a

@@ -93,10 +93,10 @@ impl Metric for PerFrame {
         Ok(())
     }
 
-    fn compute(&self) -> Result<f64, MetricError> {
+    fn compute(&self) -> Result<Option<f64>, MetricError> {
         if self.count == 0 {
             return Err(MetricError::NoFrames { metric: self.info.name });
         }
-        Ok(self.sum / self.count as f64)
+        Ok(Some(self.sum / self.count as f64))
     }
 }

@@ -135,16 +135,16 @@ impl Metric for Success {
         Ok(())
     }
 
-    fn compute(&self) -> Result<f64, MetricError> {
+    fn compute(&self) -> Result<Option<f64>, MetricError> {
         if self.frames == 0 {
             return Err(MetricError::NoFrames { metric: self.info.name });
         }
         let flag = |b: bool| if b { 1.0 } else { 0.0 };
-        Ok(match self.kind {
+        Ok(Some(match self.kind {
             SuccessKind::Both => flag(self.linf_ok && self.mean_ok),
             SuccessKind::Linf => flag(self.linf_ok),
             SuccessKind::Mean => flag(self.mean_ok),
             SuccessKind::FailureTime => self.first_failure.unwrap_or(self.last_time),
-        })
+        }))
     }
 }

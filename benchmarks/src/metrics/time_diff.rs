@@ -88,15 +88,12 @@ impl Metric for TimeDiff {
         Ok(())
     }
 
-    fn compute(&self) -> Result<f64, MetricError> {
-        if self.count == 0 {
-            // Too short an episode to difference is no error: no motion, no motion error.
-            return if self.history.is_empty() {
-                Err(MetricError::NoFrames { metric: self.info.name })
-            } else {
-                Ok(0.0)
-            };
+    fn compute(&self) -> Result<Option<f64>, MetricError> {
+        if self.history.is_empty() {
+            return Err(MetricError::NoFrames { metric: self.info.name });
         }
-        Ok(self.sum / self.count as f64)
+        // Fewer frames than a difference needs (an episode scored to its first step): the
+        // error is undefined, not zero; a zero here would flatter the worst agents' means.
+        Ok((self.count > 0).then(|| self.sum / self.count as f64))
     }
 }

@@ -73,14 +73,16 @@ impl Metric for Emd {
         self.frames.push(self.info.name, self.feature, &self.config, f)
     }
 
-    fn compute(&self) -> Result<f64, MetricError> {
+    fn compute(&self) -> Result<Option<f64>, MetricError> {
         if self.frames.sim.is_empty() {
             return Err(MetricError::NoFrames { metric: self.info.name });
         }
-        emd::emd(&self.frames.sim, &self.frames.reference, self.dim).map_err(|source| MetricError::Emd {
-            metric: self.info.name,
-            source,
-        })
+        emd::emd(&self.frames.sim, &self.frames.reference, self.dim)
+            .map(Some)
+            .map_err(|source| MetricError::Emd {
+                metric: self.info.name,
+                source,
+            })
     }
 }
 
@@ -151,7 +153,7 @@ impl Metric for Ndtw {
         self.frames.push(self.info.name, Feature::Xpos24, &self.config, f)
     }
 
-    fn compute(&self) -> Result<f64, MetricError> {
+    fn compute(&self) -> Result<Option<f64>, MetricError> {
         if self.frames.sim.is_empty() {
             return Err(MetricError::NoFrames { metric: self.info.name });
         }
@@ -160,6 +162,6 @@ impl Metric for Ndtw {
             .then(|| (self.config.ndtw_window_s / self.config.frame_dt).round() as usize);
         let d = dtw(&self.frames.sim, &self.frames.reference, dim, band, mean_body_distance);
         let frames = (self.frames.reference.len() / dim) as f64;
-        Ok((-d / (frames * self.config.success_threshold_m)).exp())
+        Ok(Some((-d / (frames * self.config.success_threshold_m)).exp()))
     }
 }

@@ -233,8 +233,13 @@ fn print_table(audits: &[EpisodeAudit]) {
         }
         line.push_str(&format!(" {:>10.2e}", e.max_body_pos));
         for m in &metric_names {
-            let (stored, again) = e.metrics[*m];
-            line.push_str(&format!(" {:>10.2e}", again - stored));
+            match e.metrics.get(*m) {
+                // Absent from both (undefined on so few frames): nothing to compare.
+                Some((stored, again)) if !(stored.is_nan() && again.is_nan()) => {
+                    line.push_str(&format!(" {:>10.2e}", again - stored))
+                }
+                _ => line.push_str(&format!(" {:>10}", "-")),
+            }
         }
         println!("{line}");
     }

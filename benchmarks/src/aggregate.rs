@@ -354,7 +354,8 @@ impl MetricsAggregator {
 /// `episodes`, `scored` and `failed_unscored` (an agent or simulator error before any fall,
 /// which has no metrics). A success metric's mean is over **all** episodes (an unscored
 /// failure is no success, as [`Report::success_rate`] and the leaderboard count it); every
-/// other metric's mean is over the scored episodes, whose number `scored` gives.
+/// other metric's mean is over the scored episodes, whose number `scored` gives (an
+/// acceleration error, undefined on an episode scored to its first step, over those that have it).
 pub fn honest_means(episodes: &[EpisodeResult]) -> BTreeMap<String, f64> {
     let mut sums: BTreeMap<String, (f64, usize)> = BTreeMap::new();
     let scored: Vec<&EpisodeResult> = episodes.iter().filter(|e| e.status.is_scored()).collect();

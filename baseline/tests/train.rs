@@ -326,7 +326,7 @@ fn trained_checkpoint_submits_over_both_transports_and_reaches_the_leaderboard()
             String::from_utf8_lossy(&out.stderr)
         );
         assert!(
-            stdout.contains("COMPLETED, 6 episodes in this session"),
+            stdout.contains("COMPLETED, 6 episodes in this run"),
             "{transport}: {stdout}"
         );
     }

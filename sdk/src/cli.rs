@@ -137,9 +137,18 @@ impl SessionArgs {
 /// a submission was left RUNNING, how to finish it.
 pub fn run(config: &ClientConfig, agent: &mut dyn Agent) -> Result<(), String> {
     let mut submission = String::new();
+    let gains_given = !config.gain_preset.is_empty() || !config.joint_stiffness.is_empty();
     let result = client::run_blocking(config, agent, &mut |event| {
         if let ClientEvent::Connected(c) = &event {
             submission.clone_from(&c.submission_id);
+            let normalized = c.spec.as_ref().is_some_and(|s| s.action_mode != "joint_position");
+            if gains_given && normalized {
+                // The protocol ignores gains in the normalized mode: said, not passed in silence.
+                eprintln!(
+                    "note: {} takes normalized actions and applies its own PD gains: the gains given are ignored",
+                    c.benchmark
+                );
+            }
         }
         client::print_event(event)
     });

@@ -11,11 +11,39 @@ use std::path::{Path, PathBuf};
 /// answered 503 (busy) with a `Retry-After`.
 pub const DATASET_STREAM_WAIT_S: u64 = 30;
 
+/// The address to listen on: an IP address and port (`127.0.0.1:8080`, `[::1]:0`), or a host
+/// name and port resolved now (`localhost:8080`: its IPv4 address when it has one, as the
+/// default 127.0.0.1 is).
+pub fn parse_bind(text: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    let example = "an address and port, e.g. 127.0.0.1:8080, 0.0.0.0:8080, [::1]:8080 or localhost:8080";
+    let addrs: Vec<SocketAddr> = text
+        .to_socket_addrs()
+        .map_err(|e| format!("{text:?} is not {example} ({e})"))?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| format!("{text:?} resolves to no address; give {example}"))
+}
+
+fn bind_from_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+    let text = String::deserialize(d)?;
+    parse_bind(&text).map_err(serde::de::Error::custom)
+}
+
 /// Everything `arena serve` needs. Every key is optional in the file.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
-    /// Address the HTTP/WebSocket server listens on (port 0 picks a free port).
+    /// Address the HTTP/WebSocket server listens on (port 0 picks a free port); a host name
+    /// (`localhost:8080`) is resolved once, at start ([`parse_bind`]).
+    #[serde(deserialize_with = "bind_from_text")]
     pub bind: SocketAddr,
     /// Folder for the SQLite database, trajectory files and reports.
     pub data_dir: PathBuf,
@@ -560,6 +588,23 @@ mod tests {
     fn agents_default_to_where_the_server_listens_by_default() {
         let bind = ServerConfig::default().bind.to_string();
         assert_eq!(arena_sdk::client::DEFAULT_SERVER, format!("http://{bind}"));
+    }
+
+    #[test]
+    fn the_bind_address_may_name_a_host() {
+        assert_eq!(parse_bind("localhost:0").unwrap(), "127.0.0.1:0".parse().unwrap());
+        assert_eq!(parse_bind("[::1]:9").unwrap(), "[::1]:9".parse().unwrap());
+        for bad in ["localhost", "127.0.0.1", ":8080"] {
+            let e = parse_bind(bad).unwrap_err();
+            assert!(e.contains(&format!("{bad:?} is not an address and port")), "{e}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bind.toml");
+        std::fs::write(&path, "bind = \"localhost:8081\"\n").unwrap();
+        assert_eq!(
+            ServerConfig::from_file(&path).unwrap().bind,
+            "127.0.0.1:8081".parse().unwrap()
+        );
     }
 
     #[test]

@@ -111,6 +111,11 @@ pub struct Leaderboard {
     /// Completed submissions of earlier (or other) versions of the benchmark, left off: a bump
     /// of `version` says their results are not comparable.
     pub other_versions: usize,
+    /// Listed submissions whose report has no value at all for a metric the ranking reads (the
+    /// primary, the survival or a tie-breaker; not a NaN mean): scored before the benchmark file
+    /// asked for it, an edit without a `version` bump. They rank as if the mean were missing
+    /// until `arena admin submissions rescore` scores them again.
+    pub scored_without_ranking_metrics: usize,
 }
 
 /// Whether a metric is a time in seconds (a survival time: where nothing broke, the episode's
@@ -270,6 +275,11 @@ pub fn rank_rows<R: std::borrow::Borrow<RankRow>>(
     let mean = |summary: &ReportSummary, metric: &str| summary.means.get(metric).copied().flatten();
     let other_rule = other_success_metric(spec);
     let mut other_versions = 0;
+    let ranked_by: Vec<&String> = std::iter::once(primary)
+        .chain(spec.ranking.survival.as_ref())
+        .chain(&spec.ranking.tie_breakers)
+        .collect();
+    let mut without_ranking_metrics = 0;
     let mut entries: Vec<Entry> = rows
         .into_iter()
         .filter_map(|row| {
@@ -282,6 +292,10 @@ pub fn rank_rows<R: std::borrow::Borrow<RankRow>>(
             }
             // A submission without a summary (none stored yet) is left off, not guessed.
             let summary = s.summary.as_ref()?;
+            // An episode-less report has no means at all: that is no ranking edit.
+            if summary.scored > 0 && ranked_by.iter().any(|m| !summary.means.contains_key(*m)) {
+                without_ranking_metrics += 1;
+            }
             let success_rate = spec
                 .ranking
                 .success
@@ -362,6 +376,7 @@ pub fn rank_rows<R: std::borrow::Borrow<RankRow>>(
         unranked,
         version: spec.version,
         other_versions,
+        scored_without_ranking_metrics: without_ranking_metrics,
     }
 }
 

@@ -28,7 +28,18 @@ fn main() -> std::process::ExitCode {
         .finish()
         .with(no_frame_dumps)
         .init();
-    let args = arena_server::cli::Cli::parse();
+    let args = match arena_server::cli::Cli::try_parse() {
+        Ok(args) => args,
+        Err(e) => {
+            let note = env_source_note(&e);
+            // Printed as clap prints it (help and version included), then the note.
+            let _ = e.print();
+            if let Some(note) = note {
+                eprintln!("{note}");
+            }
+            std::process::exit(e.exit_code());
+        }
+    };
     if args.is_one_shot() {
         quiet_on_closed_pipe();
     }
@@ -39,6 +50,36 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// A bad value clap read from an option's environment variable is reported under the flag's
+/// name (`invalid value 'abc' for '--lanes <LANES>'`) though nobody typed the flag: name the
+/// variable it came from.
+fn env_source_note(e: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if !matches!(e.kind(), ErrorKind::InvalidValue | ErrorKind::ValueValidation) {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let long = arg.strip_prefix("--")?.split([' ', '=']).next()?;
+    let typed = std::env::args().any(|a| a == format!("--{long}") || a.starts_with(&format!("--{long}=")));
+    if typed {
+        return None;
+    }
+    fn env_of(cmd: &clap::Command, long: &str) -> Option<String> {
+        cmd.get_arguments()
+            .find(|a| a.get_long() == Some(long))
+            .and_then(|a| a.get_env())
+            .map(|v| v.to_string_lossy().into_owned())
+            .or_else(|| cmd.get_subcommands().find_map(|sub| env_of(sub, long)))
+    }
+    let var = env_of(&<arena_server::cli::Cli as clap::CommandFactory>::command(), long)?;
+    std::env::var_os(&var)?;
+    Some(format!(
+        "note: the value came from the environment variable {var} (the command line has no --{long})"
+    ))
 }
 
 /// `arena … | head`: when the reader goes away, end quietly as Unix tools do (killed by SIGPIPE)

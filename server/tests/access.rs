@@ -1083,11 +1083,39 @@ fn a_private_phase_on_clips_of_a_public_benchmark_is_warned() {
     );
     assert_eq!(public["warnings"], json!([]), "{public}");
     // A private phase that has ended hides nothing any more: g1-smoke's clips stay reachable
-    // and a later private phase on them is warned again.
-    create_phase(
+    // and a later private phase on them is warned again. A private phase on the benchmark of
+    // a public one runs the public one's episodes: its hidden scores are shown there.
+    let old_final = create_phase(
         &server,
         json!({"id": "old-final", "benchmark": "g1-smoke", "starts_at": at(-3 * HOUR), "ends_at": at(-2 * HOUR),
                "leaderboard": "private"}),
+    );
+    let same: Vec<&str> = old_final["warnings"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{old_final}"))
+        .iter()
+        .filter_map(|w| {
+            w.as_str()
+                .filter(|w| w.starts_with("benchmark g1-smoke also runs in public phase open"))
+        })
+        .collect();
+    assert_eq!(same.len(), 1, "{old_final}");
+    assert!(same[0].contains("private phase old-final hides"), "{}", same[0]);
+    // Created the other way round (the public phase second), the same warning.
+    let dev = create_phase(
+        &server,
+        json!({"id": "dev", "benchmark": "g1-smoke-robot", "starts_at": at(-HOUR), "ends_at": at(3 * HOUR)}),
+    );
+    assert!(
+        dev["warnings"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{dev}"))
+            .iter()
+            .any(|w| w
+                .as_str()
+                .unwrap()
+                .starts_with("benchmark g1-smoke-robot also runs in private phase final")),
+        "{dev}"
     );
     let again = create_phase(
         &server,

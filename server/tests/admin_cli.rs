@@ -52,7 +52,11 @@ fn an_organiser_runs_a_challenge_from_the_terminal() {
     );
     assert_eq!(p["state"], "open");
     assert_eq!(p["max_submissions_per_day"], 5);
-    let updated = admin_json(&server, &["phases", "update", "dev", "--max-per-day", "0"]);
+    // 0 is refused (no limit or no submissions?): `none` lifts the limit.
+    let out = admin(&server, &["phases", "update", "dev", "--max-per-day", "0"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("`none` for no limit"), "{err}");
+    let updated = admin_json(&server, &["phases", "update", "dev", "--max-per-day", "none"]);
     assert_eq!(updated["max_submissions_per_day"], Value::Null);
     // Groups set, then lifted again.
     let updated = admin_json(&server, &["phases", "update", "dev", "--groups", "state"]);

@@ -102,6 +102,17 @@ fn bad_benchmark_files_name_file_key_and_expectation() {
         err.contains("g1-smoke-v2.toml") && err.contains("\"g1-smoke\" is also") && err.contains("g1-smoke.toml"),
         "{err}"
     );
+    // `bench list` marks both files of the one name.
+    let listed = ok(&arena(&["bench", "list", "--benchmarks-dir", dir_flag]));
+    assert_eq!(listed.matches("INVALID (g1-smoke").count(), 2, "{listed}");
+    assert!(listed.contains("is also g1-smoke-v2.toml's"), "{listed}");
+    // A name asked for that no valid file has names the folder's unreadable files: one of them
+    // may be it under another file name.
+    std::fs::write(folder.join("zzz.toml"), "name = \"zzz-other\"\nsed = 0\n").unwrap();
+    let out = arena(&["bench", "show", "zzz-other", "--benchmarks-dir", dir_flag]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("zzz.toml"), "{err}");
+    std::fs::remove_file(folder.join("zzz.toml")).unwrap();
     std::fs::remove_file(&copy).unwrap();
     let elsewhere = dir.join("g1-smoke-edited.toml");
     std::fs::write(&elsewhere, &good).unwrap();

@@ -161,6 +161,31 @@ fn only_the_benchmark_files_current_version_is_ranked() {
     let teams: Vec<&str> = board.entries.iter().map(|e| e.team.as_str()).collect();
     assert_eq!(teams, ["now", "legacy"]);
     assert_eq!((board.version, board.other_versions), (spec.version, 1));
+    assert_eq!(board.scored_without_ranking_metrics, 0);
+}
+
+/// A ranking edited in place (no `version` bump) to a metric the stored reports lack: the
+/// board says how many of its rows were scored without it, rather than showing blank scores
+/// that pass for missing results.
+#[test]
+fn a_board_counts_the_rows_scored_without_its_ranking_metric() {
+    let mut spec = stand_benchmark();
+    let rescored = standing_report(&spec);
+    // Scored when the file's list did not have mpjpe_rr.
+    let mut report = rescored.clone();
+    report.aggregated.remove("mpjpe_rr");
+    spec.ranking.primary = "mpjpe_rr".into();
+    let board = leaderboard::rank(
+        &spec,
+        &[
+            submission("sub-old", "old", 1, &report),
+            submission("sub-new", "new", 2, &rescored),
+        ],
+    );
+    assert_eq!(board.entries.len(), 2);
+    assert_eq!(board.scored_without_ranking_metrics, 1);
+    let old = board.entries.iter().find(|e| e.team == "old").unwrap();
+    assert_eq!(old.score, None);
 }
 
 #[test]

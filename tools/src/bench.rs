@@ -69,12 +69,32 @@ pub fn run(c: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::List(a) => {
             let dir = a.dir.dir();
             let entries = spec::list_benchmarks(&dir, &known);
+            // Two valid files of one name: a server offers neither (`find_benchmark_by_name`).
+            let clash = |path: &PathBuf, name: &str| {
+                let others: Vec<String> = entries
+                    .iter()
+                    .filter(|(p, r)| p != path && r.as_ref().is_ok_and(|s| s.name == name))
+                    .map(|(p, _)| p.file_name().unwrap_or_default().to_string_lossy().into_owned())
+                    .collect();
+                (!others.is_empty()).then(|| {
+                    format!(
+                        "benchmark name {name:?} is also {}'s: a server offers neither of two files of one name",
+                        others.join(", ")
+                    )
+                })
+            };
             if a.json {
                 let rows: Vec<_> = entries
                     .iter()
                     .map(|(path, r)| match r {
-                        Ok(s) => serde_json::json!({"file": path, "name": s.name, "version": s.version,
-                            "description": s.description, "motions": motions_summary(s)}),
+                        Ok(s) => {
+                            let mut row = serde_json::json!({"file": path, "name": s.name, "version": s.version,
+                                "description": s.description, "motions": motions_summary(s)});
+                            if let Some(e) = clash(path, &s.name) {
+                                row["error"] = e.into();
+                            }
+                            row
+                        }
                         Err(e) => serde_json::json!({"file": path, "error": e.to_string()}),
                     })
                     .collect();
@@ -84,13 +104,20 @@ pub fn run(c: BenchCommand) -> anyhow::Result<()> {
             println!("Benchmarks in {}:", dir.display());
             for (path, r) in &entries {
                 match r {
-                    Ok(s) => println!(
-                        "  {:<20} v{:<3} {:<40} {}",
-                        s.name,
-                        s.version,
-                        motions_summary(s),
-                        first_line(&s.description)
-                    ),
+                    Ok(s) => match clash(path, &s.name) {
+                        Some(e) => println!(
+                            "  {:<20} INVALID ({}): {e}",
+                            s.name,
+                            path.file_name().unwrap_or_default().to_string_lossy()
+                        ),
+                        None => println!(
+                            "  {:<20} v{:<3} {:<40} {}",
+                            s.name,
+                            s.version,
+                            motions_summary(s),
+                            first_line(&s.description)
+                        ),
+                    },
                     Err(e) => println!(
                         "  {:<20} INVALID: {e}",
                         path.file_name().unwrap_or_default().to_string_lossy()

@@ -324,14 +324,19 @@ pub enum SpecError {
     #[error("{path}: {message}")]
     NoClips { path: PathBuf, message: String },
     #[error(
-        "no benchmark named {name:?} in {}; available: {}",
+        "no benchmark named {name:?} in {}; available: {}{}",
         folder_or_missing(dir),
-        list_or_none(available)
+        list_or_none(available),
+        unreadable_files(unreadable)
     )]
     UnknownBenchmark {
         name: String,
         dir: PathBuf,
+        /// The names of the folder's valid benchmarks, sorted.
         available: Vec<String>,
+        /// The folder's files that are no valid benchmark, with why: the one asked for may be
+        /// among them under another file name.
+        unreadable: Vec<String>,
     },
 }
 
@@ -340,6 +345,17 @@ fn folder_or_missing(dir: &std::path::Path) -> String {
         dir.display().to_string()
     } else {
         format!("{} (no such folder)", dir.display())
+    }
+}
+
+fn unreadable_files(files: &[String]) -> String {
+    if files.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; files that are no valid benchmark (it may be one of them): {}",
+            files.join("; ")
+        )
     }
 }
 

@@ -67,6 +67,7 @@ pub fn find_benchmark_by_name(name: &str, dir: &Path, known: &[&str]) -> Result<
     let mut found: Option<(PathBuf, BenchmarkSpec)> = None;
     let mut broken: Option<SpecError> = None;
     let mut available = Vec::new();
+    let mut unreadable = Vec::new();
     for (path, result) in list_benchmarks(dir, known) {
         match result {
             Ok(spec) if spec.name == name => {
@@ -81,7 +82,7 @@ pub fn find_benchmark_by_name(name: &str, dir: &Path, known: &[&str]) -> Result<
             }
             Ok(spec) => available.push(spec.name),
             Err(e) if path.file_stem().is_some_and(|s| s == name) => broken = Some(e),
-            Err(_) => {}
+            Err(e) => unreadable.push(e.to_string()),
         }
     }
     if let Some(found) = found {
@@ -90,10 +91,12 @@ pub fn find_benchmark_by_name(name: &str, dir: &Path, known: &[&str]) -> Result<
     if let Some(e) = broken {
         return Err(e);
     }
+    available.sort();
     Err(SpecError::UnknownBenchmark {
         name: name.to_string(),
         dir: dir.to_path_buf(),
         available,
+        unreadable,
     })
 }
 

@@ -44,7 +44,7 @@ def test_replay_example_completes_g1_smoke(
     match = re.search(r"^connected: submission (sub-\S+) of g1-smoke", result.stdout, re.MULTILINE)
     assert match, result.stdout
     submission_id = match.group(1)
-    assert f"submission {submission_id} COMPLETED: 6 episodes (6 completed)" in result.stdout
+    assert f"submission {submission_id} COMPLETED: 6 episodes in this run (6 completed)" in result.stdout
     assert len(re.findall(r"^\[\d/6\] episode \d \w+: completed", result.stdout, re.MULTILINE)) == 6
 
     status, body = server.request("GET", f"/api/v1/submissions/{submission_id}", team_token)
@@ -254,3 +254,27 @@ def test_cli_help_examples_parse(monkeypatch: pytest.MonkeyPatch) -> None:
             pytest.fail(f"example exits 2: {example}")
         checked += 1
     assert checked >= 6, examples
+
+
+def test_the_summary_counts_this_runs_episodes_and_points_to_the_rest() -> None:
+    """A resumed submission, or one whose episode ends were lost with a connection, has more
+    episodes than the run received: the last line says so and where all results are."""
+    import io
+
+    from arena_sdk.agent import EpisodeEnd
+
+    ends = [
+        EpisodeEnd(0, "completed", "", 200, {"emd": 0.25}, "stand"),
+        EpisodeEnd(1, "timeout", "no Action in time", 10, {}, "squat"),
+    ]
+    out = io.StringIO()
+    summary = RunSummary("sub-1", "COMPLETED", "g1-smoke", ends, reconnects=1, episodes_total=6)
+    cli_common.print_summary(summary, out)
+    last = out.getvalue().strip().splitlines()[-1]
+    assert last.startswith("submission sub-1 COMPLETED: 2 episodes in this run (1 completed, 1 timeout)"), last
+    assert "(1 failed or timed out, unscored, left out)" in last and "1 reconnect;" in last, last
+    assert last.endswith("the submission has 6: its results over all of them at GET /api/v1/submissions/sub-1/results")
+    # Nothing lost: no pointer.
+    out = io.StringIO()
+    cli_common.print_summary(RunSummary("sub-1", "COMPLETED", "g1-smoke", ends, episodes_total=2), out)
+    assert "the submission has" not in out.getvalue()

@@ -671,7 +671,7 @@ def test_cli_checks_the_spec_then_sends_gains_and_targets(tmp_path: Path) -> Non
     with fake_arena(arena) as url:
         result = cli(str(path), "--server", url, "--token", "t", "--benchmark", "g1-smoke-robot")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "submission sub-fake COMPLETED: 1 episode (1 completed)" in result.stdout
+    assert "submission sub-fake COMPLETED: 1 episode in this run (1 completed)" in result.stdout
     # First the spec check (practice: nothing stored), then the submission; both with the gains.
     assert [c.mode for c in arena.connects] == ["practice", "submission"]
     assert arena.practice_ends == ["client_done"]

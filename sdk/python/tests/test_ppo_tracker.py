@@ -151,7 +151,7 @@ def test_arena_ppo_agent_and_eval_on_the_committed_checkpoint(server: Server, te
         timeout=900,
     )
     assert served.returncode == 0, f"{served.stdout}\n{served.stderr}\nserver log:\n{server.log_tail()}"
-    match = re.search(r'done: submission "(sub-\S+)" COMPLETED, 6 episodes', served.stdout)
+    match = re.search(r'done: submission (sub-\S+) COMPLETED, 6 episodes', served.stdout)
     assert match, served.stdout
     means = aggregated_means(server, team_token, {"id": match.group(1)})
     evaluated = subprocess.run(

@@ -972,6 +972,10 @@ def test_grpc_undecodable_message_is_answered(server: Server, team_token: str) -
         ("http://h:8080", "grpc", Endpoint("grpc", "h:8080")),
         ("https://h", None, Endpoint("ws", "wss://h/api/v1/agent", tls=True)),
         ("ws://h:1/api/v1/agent", None, Endpoint("ws", "ws://h:1/api/v1/agent")),
+        # The agent path pasted after http:// (as the server prints it) is not doubled.
+        ("http://h:1/api/v1/agent", None, Endpoint("ws", "ws://h:1/api/v1/agent")),
+        ("http://h:1/arena/api/v1/agent/", None, Endpoint("ws", "ws://h:1/arena/api/v1/agent")),
+        ("http://h:1/arena", None, Endpoint("ws", "ws://h:1/arena/api/v1/agent")),
         ("grpc://h:1", None, Endpoint("grpc", "h:1")),
         ("grpc://h:1/", "grpc", Endpoint("grpc", "h:1")),
     ],

@@ -39,6 +39,9 @@ pub fn endpoint(server: &str, grpc: bool) -> Result<String, String> {
         format!("ws://{host}/{path}")
     } else if scheme == "grpc" || path.is_empty() {
         format!("ws://{host}/api/v1/agent")
+    } else if path == "api/v1/agent" || path.ends_with("/api/v1/agent") {
+        // The agent path pasted as it is printed: that path, not a prefix to put it under again.
+        format!("ws://{host}/{path}")
     } else {
         // A base URL under a path (a reverse proxy's prefix): the agent's path below it, as the
         // Python SDK dials it.
@@ -46,16 +49,14 @@ pub fn endpoint(server: &str, grpc: bool) -> Result<String, String> {
     })
 }
 
-/// Prints the end of a submission session ("done: submission ... STATUS, N episodes") and says
+/// Prints the end of a run ("done: submission ... STATUS, N episodes in this run") and says
 /// whether it ended well: a submission that ended FAILED (cancelled by the organiser, or abandoned
 /// by the server after it went idle) is an error.
 pub fn report_done(summary: &RunSummary) -> Result<(), String> {
-    println!(
-        "done: submission {:?} {}, {} episodes in this session",
-        summary.submission_id,
-        summary.submission_status,
-        summary.episodes.len()
-    );
+    println!("{}", done_line(summary));
+    if summary.submission_id.is_empty() {
+        return Ok(());
+    }
     if summary.submission_status == "FAILED" {
         return Err(format!(
             "submission {} ended FAILED (cancelled by the organiser, or abandoned by the server after \
@@ -66,11 +67,46 @@ pub fn report_done(summary: &RunSummary) -> Result<(), String> {
     Ok(())
 }
 
+/// The run's last line. The episodes counted are the ends this run received, over all its
+/// connections; where the submission has more (run before, or ended while a connection was
+/// down), the line says where all of its results are.
+pub fn done_line(summary: &RunSummary) -> String {
+    let n = summary.episodes.len();
+    let episodes = if n == 1 {
+        "1 episode".to_string()
+    } else {
+        format!("{n} episodes")
+    };
+    let reconnects = match summary.reconnects {
+        0 => String::new(),
+        1 => " (1 reconnect)".to_string(),
+        r => format!(" ({r} reconnects)"),
+    };
+    if summary.submission_id.is_empty() {
+        return format!("done: practice, {episodes}{reconnects}");
+    }
+    let mut line = format!(
+        "done: submission {} {}, {episodes} in this run{reconnects}",
+        summary.submission_id, summary.submission_status
+    );
+    let total = summary.episodes_total as usize;
+    if total > n {
+        line += &format!(
+            "; the submission has {total}: its results over all of them at GET /api/v1/submissions/{}/results",
+            summary.submission_id
+        );
+    }
+    line
+}
+
 pub fn print_event(event: ClientEvent<'_>) {
     match event {
+        ClientEvent::Connected(c) if c.submission_id.is_empty() => {
+            println!("connected: session {}, practice on {}", c.session_id, c.benchmark)
+        }
         ClientEvent::Connected(c) => println!(
-            "connected: session {} submission {:?}, {} episodes to run",
-            c.session_id, c.submission_id, c.episodes_remaining
+            "connected: session {} submission {}, {} of {} episodes to run",
+            c.session_id, c.submission_id, c.episodes_remaining, c.episodes_total
         ),
         // EMD of joint-angle frames is in radians (docs/metrics.md).
         // A failed or timed-out episode says why (the server's reason), as Python's does.
@@ -91,5 +127,38 @@ pub fn print_event(event: ClientEvent<'_>) {
             eprintln!("connection lost ({error}); retry {attempt} in {delay:?}")
         }
         ClientEvent::EpisodeStart(_) => {}
+    }
+}
+
+#[cfg(test)]
+mod done_line_tests {
+    use super::*;
+    use crate::protocol::EpisodeEnd;
+
+    #[test]
+    fn the_last_line_counts_this_runs_episodes_and_points_to_the_rest() {
+        let mut summary = RunSummary {
+            submission_id: "sub-1".into(),
+            submission_status: "COMPLETED".into(),
+            episodes: vec![EpisodeEnd::default(); 2],
+            reconnects: 1,
+            episodes_total: 6,
+        };
+        assert_eq!(
+            done_line(&summary),
+            "done: submission sub-1 COMPLETED, 2 episodes in this run (1 reconnect); the submission has 6: \
+             its results over all of them at GET /api/v1/submissions/sub-1/results"
+        );
+        summary.episodes_total = 2;
+        summary.reconnects = 0;
+        assert_eq!(
+            done_line(&summary),
+            "done: submission sub-1 COMPLETED, 2 episodes in this run"
+        );
+        let practice = RunSummary {
+            episodes: vec![EpisodeEnd::default()],
+            ..Default::default()
+        };
+        assert_eq!(done_line(&practice), "done: practice, 1 episode");
     }
 }

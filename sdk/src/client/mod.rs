@@ -142,9 +142,12 @@ pub struct RunSummary {
     pub submission_id: String,
     /// The submission's status when the last session ended (e.g. "COMPLETED").
     pub submission_status: String,
-    /// Every EpisodeEnd received, in arrival order.
+    /// Every EpisodeEnd received, in arrival order, over every connection of the run.
     pub episodes: Vec<EpisodeEnd>,
     pub reconnects: u32,
+    /// The submission's episodes, as the last session's `Connected` said (0 in practice): more
+    /// than `episodes` when an earlier run ran some, or when ends were lost with a connection.
+    pub episodes_total: u32,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -159,7 +162,7 @@ pub enum ClientError {
         resets_at: String,
     },
     /// No connection after `max_reconnects` attempts.
-    #[error("gave up after {attempts} connection attempts: {last_error}")]
+    #[error("gave up after {attempts} connection attempt{}: {last_error}", if *attempts == 1 { "" } else { "s" })]
     Unreachable { attempts: u32, last_error: String },
     /// The server broke the protocol.
     #[error("protocol error: {0}")]
@@ -525,6 +528,7 @@ async fn session(
                     silence_limit = limit;
                 }
                 state.summary.submission_id = c.submission_id.clone();
+                state.summary.episodes_total = c.episodes_total;
                 // Told first: an agent that cannot serve the spec leaves a submission RUNNING,
                 // and the user needs its id to resume or cancel it.
                 on_event(ClientEvent::Connected(&c));
@@ -964,6 +968,12 @@ mod tests {
         // A base URL under a proxy's prefix keeps it; gRPC has no path.
         assert_eq!(ws("http://h:1/arena").unwrap(), "ws://h:1/arena/api/v1/agent");
         assert_eq!(ws("h:1/arena/").unwrap(), "ws://h:1/arena/api/v1/agent");
+        // The agent path pasted after http:// (as the server prints it) is not doubled.
+        assert_eq!(ws("http://h:1/api/v1/agent").unwrap(), "ws://h:1/api/v1/agent");
+        assert_eq!(
+            ws("http://h:1/arena/api/v1/agent/").unwrap(),
+            "ws://h:1/arena/api/v1/agent"
+        );
         assert!(grpc("http://h:1/arena").unwrap_err().contains("no path"));
         assert!(grpc("grpc://h:1/x").unwrap_err().contains("no path"));
         for bad in ["https://h:1", "wss://h:1/api/v1/agent", "http://", "ftp://h:1"] {

@@ -196,11 +196,12 @@ pub(super) async fn create_phase(
             ))));
         }
     }
-    let warnings = if phase.leaderboard == Visibility::Private {
+    let mut warnings = if phase.leaderboard == Visibility::Private {
         shared_clip_warnings(&state, &spec.name, phase.ends_at).await?
     } else {
         Vec::new()
     };
+    warnings.extend(same_benchmark_warnings(&state, &phase).await?);
     let phase = state.storage.create_phase(&phase).await.map_err(storage_error)?;
     for w in &warnings {
         tracing::warn!(phase = %phase.id, "{w}");
@@ -208,6 +209,34 @@ pub(super) async fn create_phase(
     let mut body = phase_json(&phase, now_ms());
     body["warnings"] = json!(warnings);
     Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+/// A private and a public phase on the same benchmark run the same episodes (the benchmark's
+/// list, the same seeds), so the public one's results, shown to the teams episode by episode,
+/// are the private one's hidden scores: named whichever of the two is created (or made private
+/// or public) second, so that the organiser learns it before anyone runs either.
+async fn same_benchmark_warnings(state: &AppState, phase: &Phase) -> Result<Vec<String>, ApiError> {
+    let others = state.storage.phases_of_benchmark(&phase.benchmark).await?;
+    let window = |p: &Phase| format!("{} to {}", access::rfc3339(p.starts_at), access::rfc3339(p.ends_at));
+    Ok(others
+        .iter()
+        .filter(|other| other.id != phase.id && other.leaderboard != phase.leaderboard)
+        .map(|other| {
+            let (private, public) = match phase.leaderboard {
+                Visibility::Private => (phase, other),
+                Visibility::Public => (other, phase),
+            };
+            format!(
+                "benchmark {} also runs in {} phase {} ({}): public phase {} shows the teams their results on the same episodes (the same clips, windows and seeds) that private phase {} hides, so its hidden scores can be read there; give the private phase a benchmark of its own (other clips, or another split), or make both phases private",
+                phase.benchmark,
+                if other.leaderboard == Visibility::Private { "private" } else { "public" },
+                other.id,
+                window(other),
+                public.id,
+                private.id
+            )
+        })
+        .collect())
 }
 
 /// Issue 40 §3: a private phase's clips that participants can reach elsewhere (practice or
@@ -313,12 +342,15 @@ pub(super) async fn update_phase(
         .await
         .map_err(storage_error)?;
     let phase = updated?;
-    // Made private now: the same warning as at creation.
-    let warnings = if phase.leaderboard == Visibility::Private && patch.leaderboard.is_some() {
+    // Made private (or public) now: the same warnings as at creation.
+    let mut warnings = if phase.leaderboard == Visibility::Private && patch.leaderboard.is_some() {
         shared_clip_warnings(&state, &spec.name, phase.ends_at).await?
     } else {
         Vec::new()
     };
+    if patch.leaderboard.is_some() {
+        warnings.extend(same_benchmark_warnings(&state, &phase).await?);
+    }
     tracing::info!(phase = %phase.id, "phase updated");
     for w in &warnings {
         tracing::warn!(phase = %phase.id, "{w}");

@@ -72,12 +72,13 @@ struct PhaseFields {
     /// public or private (results hidden from teams until the phase ends).
     #[arg(long)]
     leaderboard: Option<String>,
-    /// Submissions per team per UTC day (0 = no limit).
-    #[arg(long)]
-    max_per_day: Option<u32>,
-    /// Submissions per team in the whole phase (0 = no limit).
-    #[arg(long)]
-    max_total: Option<u32>,
+    /// Submissions per team per UTC day: a positive number, or `none` for no limit (`update`
+    /// lifts one so).
+    #[arg(long, value_name = "N|none", value_parser = submission_limit)]
+    max_per_day: Option<SubmissionLimit>,
+    /// Submissions per team in the whole phase: a positive number, or `none` for no limit.
+    #[arg(long, value_name = "N|none", value_parser = submission_limit)]
+    max_total: Option<SubmissionLimit>,
     /// Observation groups agents may receive, comma-separated; `all` lifts the restriction (the
     /// benchmark's own groups).
     #[arg(long)]
@@ -88,9 +89,26 @@ struct PhaseFields {
     hosted_only: Option<bool>,
 }
 
+/// A phase's submission limit on the command line: a number, or none.
+#[derive(Debug, Clone, Copy)]
+struct SubmissionLimit(Option<u32>);
+
+/// `none` or a positive number. 0 is refused: read as "no submissions" by some and "no limit"
+/// by others (the REST API refuses it too), it would do the opposite of what half intend.
+fn submission_limit(text: &str) -> Result<SubmissionLimit, String> {
+    if text.eq_ignore_ascii_case("none") {
+        return Ok(SubmissionLimit(None));
+    }
+    match text.parse::<u32>() {
+        Ok(0) => Err("0 is no limit to set: give a positive number, or `none` for no limit (to stop submissions, close the phase with --ends-at)".into()),
+        Ok(n) => Ok(SubmissionLimit(Some(n))),
+        Err(_) => Err(format!("{text:?} is not a positive number or `none`")),
+    }
+}
+
 impl PhaseFields {
     fn body(&self, body: &mut serde_json::Map<String, Value>) {
-        let limit = |v: u32| if v == 0 { Value::Null } else { json!(v) };
+        let limit = |v: SubmissionLimit| v.0.map_or(Value::Null, |n| json!(n));
         if let Some(v) = &self.starts_at {
             body.insert("starts_at".into(), json!(v));
         }

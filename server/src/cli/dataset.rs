@@ -199,12 +199,16 @@ fn export(a: ExportArgs) -> anyhow::Result<()> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
+        let count = |key: &str, one: &str| match summary[key].as_u64().unwrap_or(0) {
+            1 => format!("1 {one}"),
+            n => format!("{n} {one}s"),
+        };
         println!(
-            "wrote {}: {} episodes, {} rows from {} submissions",
+            "wrote {}: {}, {} from {}",
             a.out.display(),
-            summary["episodes"],
-            summary["rows"],
-            summary["submissions"]
+            count("episodes", "episode"),
+            count("rows", "row"),
+            count("submissions", "submission")
         );
     }
     Ok(())

@@ -62,7 +62,7 @@ pub struct StorageArgs {
 pub struct ServingArgs {
     /// Address to listen on (port 0 picks a free port) [default: 127.0.0.1:8080 for `serve`,
     /// a free loopback port for `demo`].
-    #[arg(long, env = "ARENA_BIND")]
+    #[arg(long, env = "ARENA_BIND", value_parser = crate::config::parse_bind)]
     pub bind: Option<SocketAddr>,
     /// Administrator token (creates teams over the REST API).
     #[arg(long, env = "ARENA_ADMIN_TOKEN", hide_env_values = true)]
@@ -259,7 +259,8 @@ impl ConfigArgs {
                     "sim_backend" => "backend".to_string(),
                     other => other.replace('_', "-"),
                 };
-                anyhow::anyhow!("{e} (set by {file}--{flag} or ARENA_{})", key.to_uppercase())
+                // Where it can be set, not where it was: the value may be the default.
+                anyhow::anyhow!("{e} (set with {file}--{flag} or ARENA_{})", key.to_uppercase())
             }
             _ => e.into(),
         })?;

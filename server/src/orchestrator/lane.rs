@@ -650,6 +650,9 @@ impl<'a> Lane<'a> {
             self.actions[slot * width..slot * width + entry.values.len()].copy_from_slice(&entry.values);
         }
         if !strangers.is_empty() {
+            // Named once each, however many entries an agent sent for one.
+            strangers.sort_unstable();
+            strangers.dedup();
             let _ = self.ctx.out.send(Msg::Error(protocol::Error {
                 code: codes::INVALID_ACTION.into(),
                 message: format!(
@@ -816,6 +819,12 @@ impl<'a> Lane<'a> {
             }
         });
         match returned {
+            // Nothing left to return: the stop's own pass (or an expiry) returned them first.
+            Ok((0, 0)) => tracing::debug!(
+                lane = self.lane,
+                runs = runs.len(),
+                "{reason}: the episodes had been returned to the queue already"
+            ),
             Ok((n, failed)) => tracing::warn!(
                 lane = self.lane,
                 returned = n,

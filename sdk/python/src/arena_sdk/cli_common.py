@@ -150,6 +150,7 @@ def run_agent(
 ) -> int:
     """Runs with the session options of `args`, printing progress and the summary; the exit status."""
     progress = _Progress(sys.stdout, len(args.practice) if args.practice else 0)
+    progress.gains_given = bool(gain_preset) or joint_stiffness is not None or joint_damping is not None
     try:
         summary = run(
             agent,
@@ -227,6 +228,8 @@ class _Progress:
         self.done = 0
         #: The submission being run, once connected ("" in practice).
         self.submission_id = ""
+        #: Gains were given on the command line (a preset or per-joint values).
+        self.gains_given = False
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, Connected):
@@ -241,6 +244,14 @@ class _Progress:
                 )
             else:
                 print(f"connected: practice session on {event.benchmark}", file=self.out)
+            if self.gains_given and event.spec.action_mode != "joint_position":
+                # The protocol ignores gains in the normalized mode: say so rather than let a
+                # preset the benchmark does not even offer pass in silence.
+                print(
+                    f"note: {event.benchmark} takes normalized actions and applies its own PD gains: "
+                    "the gains given (--gain-preset, --joint-stiffness, --joint-damping) are ignored",
+                    file=sys.stderr,
+                )
         elif isinstance(event, EpisodeEnd):
             self.done += 1
             count = f"[{self.done}/{self.total}]" if self.total else f"[{self.done}]"
@@ -306,7 +317,10 @@ def print_summary(summary: RunSummary, out: TextIO) -> None:
         if summary.submission_id
         else "practice"
     )
-    line = f"{what}: {_plural(len(episodes), 'episode')} ({counts})"
+    # The ends this run received, over all its connections: a resumed submission ran others
+    # before, and ends sent while a connection was down are lost to the run, not to the server.
+    in_run = " in this run" if summary.submission_id else ""
+    line = f"{what}: {_plural(len(episodes), 'episode')}{in_run} ({counts})"
     scored = [e for e in episodes if e.status in ("completed", "fell")]
     for k in SUCCESS_METRICS:
         if any(k in e.metrics for e in scored):
@@ -317,9 +331,14 @@ def print_summary(summary: RunSummary, out: TextIO) -> None:
         unscored = len(episodes) - len(scored)
         line += f", mean emd {sum(values) / len(values):.4f} rad over the {len(values)} scored"
         if unscored:
-            line += f" ({unscored} failed unscored, left out)"
+            line += f" ({unscored} failed or timed out, unscored, left out)"
     if summary.reconnects:
-        line += f", {summary.reconnects} reconnects"
+        line += f", {_plural(summary.reconnects, 'reconnect')}"
+    if summary.submission_id and summary.episodes_total > len(episodes):
+        line += (
+            f"; the submission has {summary.episodes_total}: its results over all of them at "
+            f"GET /api/v1/submissions/{summary.submission_id}/results"
+        )
     print(line, file=out)
     if episodes and all(not e.motion for e in episodes):
         print(HIDDEN_MOTIONS_NOTE, file=out)

@@ -111,6 +111,9 @@ class RunSummary:
     #: Every EpisodeEnd received, in arrival order, from every connection.
     episodes: list[EpisodeEnd] = field(default_factory=list)
     reconnects: int = 0
+    #: The submission's episodes, as the last session's Connected said (0 in practice): more
+    #: than `episodes` when an earlier run ran some, or when ends were lost with a connection.
+    episodes_total: int = 0
 
 
 PracticeSpec = PracticeEpisode | str | Mapping[str, object]
@@ -409,7 +412,7 @@ class _Runner:
             if not self.reached and not isinstance(e, ServerAnswered):
                 # Nothing listening, or the wrong host or port: reconnecting is for connections
                 # that were up, so the run stops at once.
-                raise UnreachableError(1, f"cannot reach the server at {self.endpoint}: {e}") from e
+                raise UnreachableError(1, f"cannot reach the server at {self.endpoint.address}: {e}") from e
             self.reached = True
             return str(e)
         self.reached = True
@@ -527,6 +530,7 @@ class _Session:
         summary = self.runner.summary
         summary.submission_id = c.submission_id
         summary.benchmark = c.benchmark
+        summary.episodes_total = c.episodes_total
         # Told first: an agent whose `configure` refuses the spec leaves a submission RUNNING,
         # and the user needs its id to resume or cancel it.
         self.runner.on_event(

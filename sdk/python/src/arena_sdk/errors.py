@@ -50,7 +50,8 @@ class UnreachableError(ArenaError):
     def __init__(self, attempts: int, last_error: str) -> None:
         self.attempts = attempts
         self.last_error = last_error
-        super().__init__(f"gave up after {attempts} connection attempts: {last_error}")
+        tries = "1 connection attempt" if attempts == 1 else f"{attempts} connection attempts"
+        super().__init__(f"gave up after {tries}: {last_error}")
 
 
 class ProtocolError(ArenaError):

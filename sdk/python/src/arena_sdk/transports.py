@@ -92,7 +92,11 @@ def resolve_endpoint(url: str, transport: str | None = None) -> Endpoint:
             # SDK dials the agent path too); an explicit path is kept as given.
             return Endpoint("ws", parts._replace(path=AGENT_PATH).geturl(), tls)
         return Endpoint("ws", url, tls)
-    path = parts.path.rstrip("/") + AGENT_PATH
+    path = parts.path.rstrip("/")
+    # The agent path pasted as it is printed (http://HOST:PORT/api/v1/agent) is that path, not
+    # a prefix to put it under again.
+    if not path.endswith(AGENT_PATH):
+        path += AGENT_PATH
     return Endpoint("ws", f"{'wss' if tls else 'ws'}://{parts.netloc}{path}", tls)
 
 

@@ -14,7 +14,7 @@ pub(crate) const QUAT_NORM_TOLERANCE: f64 = 1e-2;
 pub fn read_g1_csv(path: &Path, fps: f64) -> Result<MotionClip> {
     let text = std::fs::read_to_string(path).map_err(|source| DataError::Io {
         path: path.to_path_buf(),
-        source,
+        cause: source,
     })?;
     let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("motion");
     let (name, category) = name_and_category(stem);
@@ -103,7 +103,7 @@ pub fn parse_g1_csv(text: &str, path: &Path, name: &str, category: &str, fps: f6
 pub fn write_g1_csv(path: &Path, clip: &MotionClip) -> Result<()> {
     let io_err = |source| DataError::Io {
         path: path.to_path_buf(),
-        source,
+        cause: source,
     };
     let file = std::fs::File::create(path).map_err(io_err)?;
     let mut out = std::io::BufWriter::new(file);
@@ -122,7 +122,7 @@ pub fn write_g1_csv(path: &Path, clip: &MotionClip) -> Result<()> {
 pub fn read_clip_dir(dir: &Path, fps: f64) -> Result<Vec<MotionClip>> {
     let entries = std::fs::read_dir(dir).map_err(|source| DataError::Io {
         path: dir.to_path_buf(),
-        source,
+        cause: source,
     })?;
     let mut paths: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))

@@ -31,12 +31,9 @@ use std::path::PathBuf;
 /// applies, the 1-based line and column that was wrong.
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    // The cause is part of the message, not a `source`: error chains would print it twice.
+    #[error("{path}: {cause}")]
+    Io { path: PathBuf, cause: std::io::Error },
     #[error("{path}:{line}:{column}: {message}")]
     Parse {
         path: PathBuf,

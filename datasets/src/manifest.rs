@@ -36,7 +36,7 @@ impl Manifest {
     pub fn read(path: &Path) -> Result<Manifest> {
         let text = std::fs::read_to_string(path).map_err(|source| DataError::Io {
             path: path.to_path_buf(),
-            source,
+            cause: source,
         })?;
         Self::parse(&text, path)
     }

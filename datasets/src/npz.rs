@@ -60,7 +60,7 @@ const MAX_RESERVE: u64 = 64 << 20;
 pub fn read_npz(path: &Path) -> Result<BTreeMap<String, NpyArray>> {
     let file = std::fs::File::open(path).map_err(|source| DataError::Io {
         path: path.to_path_buf(),
-        source,
+        cause: source,
     })?;
     let mut archive =
         zip::ZipArchive::new(file).map_err(|e| invalid(path, format!("not a NumPy .npz archive (zip): {e}")))?;
@@ -218,7 +218,7 @@ fn dict_value<'a>(header: &'a str, key: &str) -> Option<&'a str> {
 pub fn write_npz(path: &Path, arrays: &[(&str, NpyArray)]) -> Result<()> {
     let io = |source: std::io::Error| DataError::Io {
         path: path.to_path_buf(),
-        source,
+        cause: source,
     };
     let tmp = path.with_extension("npz.tmp");
     let file = std::fs::File::create(&tmp).map_err(io)?;

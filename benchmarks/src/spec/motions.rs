@@ -96,8 +96,13 @@ impl BenchmarkSpec {
                 let manifest = Manifest::read(&path)?;
                 let base = path.parent().unwrap_or(motions_root);
                 let split = self.motions.split.split();
+                // The manifest named with the clip: the organiser edits the manifest.
                 let mut clips: Vec<MotionClip> = manifest
-                    .load_clips(base, split)?
+                    .load_clips(base, split)
+                    .map_err(|e| SpecError::NoClips {
+                        path: path.clone(),
+                        message: format!("a clip it lists cannot be read: {e}"),
+                    })?
                     .into_iter()
                     .map(|(clip, _)| clip)
                     .collect();

@@ -411,7 +411,7 @@ pub(super) async fn get_phase_leaderboard(
     let spec = state
         .catalog
         .spec(&phase.benchmark)
-        .map_err(|e| benchmark_error(&phase.benchmark, &e))?;
+        .map_err(|e| stored_benchmark_error(&phase.benchmark, &e))?;
     let generation = state.storage.leaderboard_generation().await?;
     // The benchmark may be a hidden test set (its flag, or another private phase running it):
     // no time in seconds on the board then, as on the benchmark's.

@@ -21,6 +21,7 @@ use crate::orchestrator::runner;
 use crate::results;
 use crate::state::AppState;
 use crate::storage::{NewSubmission, Phase, StorageError, Submission, Team, Visibility, hash_token, now_ms};
+use arena_sdk::protocol::codes;
 use axum::Json;
 use axum::Router;
 use axum::extract::State;
@@ -139,6 +140,29 @@ fn benchmark_error(requested: &str, e: &CatalogError) -> ApiError {
         ClientLoadError::Unknown(message) => not_found(message),
         ClientLoadError::Unavailable(message) => ApiError(AccessError::internal(message)),
     }
+}
+
+/// [`benchmark_error`] for a benchmark a stored phase or submission names: that the server
+/// finds no file of that name (deleted, renamed, or no longer valid) is the organisers' problem,
+/// not an unknown name in the request, so it is no 404.
+fn stored_benchmark_error(requested: &str, e: &CatalogError) -> ApiError {
+    match e.for_client(requested) {
+        ClientLoadError::Unknown(_) => {
+            tracing::error!(benchmark = %requested, "a stored phase or submission names a benchmark this server cannot find: {e}");
+            unavailable(format!(
+                "benchmark {requested} cannot be loaded on the server (a configuration problem; the organisers have the details in the server log)"
+            ))
+        }
+        ClientLoadError::Unavailable(message) => unavailable(message),
+    }
+}
+
+fn unavailable(message: String) -> ApiError {
+    ApiError(AccessError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        codes::BENCHMARK_UNAVAILABLE,
+        message,
+    ))
 }
 
 fn bad_request(what: String) -> ApiError {
@@ -280,7 +304,7 @@ async fn motions_hidden_from(state: &AppState, who: &Caller, s: &Submission) -> 
     let spec = state
         .catalog
         .spec(&s.benchmark)
-        .map_err(|e| benchmark_error(&s.benchmark, &e))?;
+        .map_err(|e| stored_benchmark_error(&s.benchmark, &e))?;
     Ok(access::motions_hidden(&state.storage, &spec, now_ms()).await?)
 }
 

@@ -4,8 +4,8 @@
 
 use super::extract::{ApiBody, episode_index};
 use super::{
-    ApiError, ApiPath, ApiQuery, ApiResult, Caller, bad_request, benchmark_error, caller, check_motions_visible,
-    check_results_visible, conflict, not_found, parse_body, require_admin, storage_error, visible_submission,
+    ApiError, ApiPath, ApiQuery, ApiResult, Caller, bad_request, caller, check_motions_visible, check_results_visible,
+    conflict, not_found, parse_body, require_admin, storage_error, stored_benchmark_error, visible_submission,
 };
 use crate::episode_views::{self, csv_field};
 use crate::results;
@@ -347,7 +347,7 @@ async fn rescore(State(state): State<Arc<AppState>>, headers: HeaderMap, ApiPath
     let spec = state
         .catalog
         .spec(&s.benchmark)
-        .map_err(|e| benchmark_error(&s.benchmark, &e))?;
+        .map_err(|e| stored_benchmark_error(&s.benchmark, &e))?;
     let rows = state.storage.episodes(&id).await?;
     let path = state.trajectory_file(&id).await.map_err(internal)?.ok_or_else(|| {
         conflict(format!(

@@ -340,7 +340,7 @@ pub(super) async fn get_report(
     let spec = state
         .catalog
         .spec(&s.benchmark)
-        .map_err(|e| benchmark_error(&s.benchmark, &e))?;
+        .map_err(|e| stored_benchmark_error(&s.benchmark, &e))?;
     let rows = state.storage.episodes(&id).await?;
     Ok(Json(results::report(&spec, &s, &rows)).into_response())
 }

@@ -959,7 +959,22 @@ fn a_phase_cannot_open_on_a_benchmark_the_server_cannot_load() {
         log.contains("warning: phase ok (challenge cup) runs benchmark on-disk, which cannot be loaded here"),
         "{log}"
     );
-    assert!(log.contains("<motions root>"), "{log}");
+    // The organiser's own log names the folders as they are.
+    assert!(log.contains(motions.to_str().unwrap()), "{log}");
+    // The file itself broken: the log names it and the key, and the phase's
+    // board is the server's problem (503), not an unknown name (404).
+    drop(server);
+    std::fs::write(benchmarks.join("on-disk.toml"), on_disk.replace("[episodes]", "[episodes]\nsed = 0")).unwrap();
+    let server = ServerProc::start(&dir.join("data"), &args);
+    let log = server.log_text();
+    assert!(
+        log.contains("runs benchmark on-disk, which cannot be loaded here")
+            && log.contains("on-disk.toml: episodes.sed: unknown field"),
+        "{log}"
+    );
+    let (status, v) = server.get("/api/v1/phases/ok/leaderboard", None);
+    assert_eq!(status, 503, "{v}");
+    assert_eq!(v["error"]["code"], "benchmark_unavailable", "{v}");
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -257,8 +257,11 @@ class _Progress:
             count = f"[{self.done}/{self.total}]" if self.total else f"[{self.done}]"
             print(f"{count} {_describe(event)}", file=self.out)
         elif isinstance(event, Reconnecting):
+            # Tries while a stopping server is waited for do not count against --max-reconnects:
+            # said, so that a count past it does not read as a broken limit.
+            why = "; the server said it was stopping, waiting for it to come back" if event.waiting_for_restart else ""
             print(
-                f"connection lost ({event.error}); reconnecting in {event.delay_s:.1f} s (attempt {event.attempt})",
+                f"connection lost ({event.error}){why}; reconnecting in {event.delay_s:.1f} s (attempt {event.attempt})",
                 file=sys.stderr,
             )
         elif isinstance(event, ServerError):

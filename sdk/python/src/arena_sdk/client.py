@@ -94,6 +94,9 @@ class Reconnecting:
     attempt: int
     delay_s: float
     error: str
+    #: The server said it was stopping: these tries wait for it to come back (up to
+    #: `restart_wait_s`) and do not count against `max_reconnects`.
+    waiting_for_restart: bool = False
 
 
 Event = Connected | EpisodesStarted | EpisodeEnd | ServerError | Reconnecting
@@ -274,13 +277,14 @@ def run(
             backoff = initial_backoff_s
         tries += 1
         # A server that said it is stopping is waited for without counting.
-        if stopping_since is None or time.monotonic() - stopping_since >= restart_wait_s:
+        waiting = stopping_since is not None and time.monotonic() - stopping_since < restart_wait_s
+        if not waiting:
             failures += 1
         if failures > max_reconnects:
             if stopping_since is not None:
                 lost = f"{lost} (the server said it was stopping and did not take a session within {restart_wait_s:g} s)"
             raise UnreachableError(tries, lost)
-        runner.on_event(Reconnecting(tries, backoff, lost))
+        runner.on_event(Reconnecting(tries, backoff, lost, waiting))
         log.warning("connection lost (%s); reconnecting in %.1f s (attempt %d)", lost, backoff, tries)
         time.sleep(backoff)
         backoff = min(backoff * 2, max_backoff_s)

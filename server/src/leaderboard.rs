@@ -116,6 +116,9 @@ pub struct Leaderboard {
     /// asked for it, an edit without a `version` bump. They rank as if the mean were missing
     /// until `arena admin submissions rescore` scores them again.
     pub scored_without_ranking_metrics: usize,
+    /// The means in seconds are withheld ([`Leaderboard::without_seconds`]): a `null` survival
+    /// or score is hidden, not missing.
+    pub seconds_withheld: bool,
 }
 
 /// Whether a metric is a time in seconds (a survival time: where nothing broke, the episode's
@@ -130,6 +133,7 @@ impl Leaderboard {
     /// mean survival time of a submission where nothing broke is the mean clip length. The
     /// order stays the one ranked on the values.
     pub fn without_seconds(mut self) -> Self {
+        self.seconds_withheld = true;
         let primary = in_seconds(&self.primary);
         for entry in self.entries.iter_mut().chain(self.unranked.iter_mut()) {
             entry.survival = None;
@@ -377,6 +381,7 @@ pub fn rank_rows<R: std::borrow::Borrow<RankRow>>(
         version: spec.version,
         other_versions,
         scored_without_ranking_metrics: without_ranking_metrics,
+        seconds_withheld: false,
     }
 }
 

@@ -7,6 +7,7 @@ receive timeout, which heartbeats need)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import queue
@@ -107,6 +108,36 @@ def open_transport(endpoint: Endpoint, encoding: str, open_timeout: float) -> Tr
     return WebSocketTransport(endpoint.address, encoding, open_timeout)
 
 
+@functools.cache
+def _draining_connection_class() -> type:
+    """websockets' ClientConnection, except that a write to a connection the server has already
+    reset (EPIPE, ECONNRESET) does not lose what the server sent before closing.
+
+    A server that ends a session (its step deadline passed while this process was stopped, say)
+    sends its episode ends, `disconnect` and a Close frame, then closes the socket; writing to it
+    afterwards fails. websockets (15) then drops frames still to be delivered: its reader thread
+    discards every frame parsed in the same read as the Close once its automatic Close reply
+    fails ("If self.send_data raised an exception, then events are lost"), and a failed
+    `send()` closes the socket before the reader has drained what the kernel still holds for
+    it. Here such a write error is only recorded (`write_error`): the reader goes on, queues
+    every frame the server sent, and ends the connection at the reset it then reads; the
+    transport's `send` raises ConnectionLost for the recorded error itself.
+    """
+    from websockets.sync.client import ClientConnection
+
+    class DrainingClientConnection(ClientConnection):
+        write_error: OSError | None = None
+
+        def send_data(self) -> None:
+            try:
+                super().send_data()
+            except ConnectionError as e:  # BrokenPipe, ConnectionReset/Aborted; not timeouts
+                if self.write_error is None:
+                    self.write_error = e
+
+    return DrainingClientConnection
+
+
 class WebSocketTransport:
     """One WebSocket connection; the encoding of the first frame (Connect) is the session's."""
 
@@ -126,6 +157,7 @@ class WebSocketTransport:
                     max_size=None,  # revealed references and large batches exceed websockets' 1 MiB
                     compression=None,  # the server does not negotiate it
                     ping_interval=None,  # liveness is the protocol's heartbeats
+                    create_connection=_draining_connection_class(),
                 )
             )
         except InvalidURI as e:
@@ -147,6 +179,10 @@ class WebSocketTransport:
             self._ws.send(frame)
         except ConnectionClosed as e:
             raise ConnectionLost(f"sending to the server: {e}") from e
+        # A write that failed on a reset connection (see _draining_connection_class): the
+        # frames the server sent before are still delivered by `recv`.
+        if self._ws.write_error is not None:
+            raise ConnectionLost(f"sending to the server: {self._ws.write_error}")
 
     def recv(self, timeout: float) -> pb.Envelope | None:
         from websockets.exceptions import ConnectionClosed

@@ -104,7 +104,9 @@ export function leaderboardTable(lb, info = {}, { canOpen = () => false, testid 
       // null while the benchmark's motions are hidden (a test set): the server withholds times.
       render: (e) =>
         e.survival === null || e.survival === undefined
-          ? h('span.muted', { title: 'withheld while the motions are hidden, or not measured' }, '—')
+          ? lb.seconds_withheld
+            ? h('span.muted', { title: 'withheld while the motions are hidden (a test set)' }, 'withheld')
+            : h('span.muted', { title: 'not measured' }, '—')
           : e.success_rate === 1
             ? h('span.muted', { title: `no episode failed: ${fmtNum(e.survival)} s is the mean episode length`, 'data-testid': 'survival-none' }, 'none failed')
             : fmtNum(e.survival),

@@ -785,7 +785,10 @@ fn public_and_private_phases() {
     assert_eq!(board["survival_metric"], "failure_time_s", "{board}");
     let survival_of = |board: &Value| board["entries"][0]["survival"].clone();
     assert!(survival_of(&board).is_null(), "{board}");
-    assert_eq!(board["seconds_withheld"], true, "a null that is hidden, not missing: {board}");
+    assert_eq!(
+        board["seconds_withheld"], true,
+        "a null that is hidden, not missing: {board}"
+    );
     for token in [None, Some(alpha.as_str())] {
         let board = ok(server.get("/api/v1/leaderboards/g1-smoke", token), 200);
         assert!(survival_of(&board).is_null(), "{board}");

@@ -964,7 +964,11 @@ fn a_phase_cannot_open_on_a_benchmark_the_server_cannot_load() {
     // The file itself broken: the log names it and the key, and the phase's
     // board is the server's problem (503), not an unknown name (404).
     drop(server);
-    std::fs::write(benchmarks.join("on-disk.toml"), on_disk.replace("[episodes]", "[episodes]\nsed = 0")).unwrap();
+    std::fs::write(
+        benchmarks.join("on-disk.toml"),
+        on_disk.replace("[episodes]", "[episodes]\nsed = 0"),
+    )
+    .unwrap();
     let server = ServerProc::start(&dir.join("data"), &args);
     let log = server.log_text();
     assert!(

@@ -705,6 +705,101 @@ def test_a_late_answer_loses_nothing_the_server_sent(tmp_path, transport: str) -
         assert summary.reconnects == 0
 
 
+@pytest.mark.parametrize("stopped_in", ["act", "reset"])
+def test_what_a_server_sent_before_resetting_the_connection_is_not_lost(monkeypatch, stopped_in: str) -> None:
+    """A server that ends every episode while the agent is stopped (its step deadline passed),
+    sends the episode ends, `disconnect` and a Close frame, then resets the connection: every
+    write to it then fails (EPIPE), and all it sent is still delivered. Stopped in `act`, the
+    late answer is the first write to fail (websockets would close the socket on it, dropping
+    what the kernel still holds); in `reset`, the client answers nothing, and the first is
+    websockets' own Close reply (which would drop the frames read with the Close). Deterministic:
+    the frames come while the client's reader is paused by websockets' flow control (its queue
+    past `max_queue`, filled with empty EpisodeStarts, which the client does not answer), so they
+    are still in the kernel when the reset arrives, and the agent goes on only after it."""
+    import socket
+    import struct
+
+    from websockets.sync import messages
+    from websockets.sync.server import serve
+
+    paused = threading.Event()  # the client's reader stopped reading (queue over its high mark)
+    stopped = threading.Event()
+    reset = threading.Event()
+    pause = messages.Assembler.maybe_pause
+
+    def maybe_pause(self) -> None:  # type: ignore[no-untyped-def]
+        pause(self)
+        if self.paused:
+            paused.set()
+
+    monkeypatch.setattr(messages.Assembler, "maybe_pause", maybe_pause)
+
+    class StoppedAgent(RecordingAgent):
+        def stop(self, where: str) -> None:
+            if where == stopped_in and not stopped.is_set():
+                stopped.set()
+                assert reset.wait(10), "the server never reset the connection"
+
+        def reset(self, episodes) -> None:
+            self.stop("reset")
+            super().reset(episodes)
+
+        def act(self, batch: Batch) -> np.ndarray:
+            self.stop("act")
+            return super().act(batch)
+
+    def send(ws, envelope: pb.Envelope) -> None:  # type: ignore[no-untyped-def]
+        ws.send(envelope.SerializeToString())
+
+    def handler(ws) -> None:  # type: ignore[no-untyped-def]
+        ws.recv()  # connect
+        connected = pb.Envelope()
+        connected.connected.submission_id = "sub-1"
+        connected.connected.episodes_total = 6
+        connected.connected.episodes_remaining = 6
+        connected.connected.spec.action_size = 29
+        connected.connected.spec.observations.add(name="x", size=1)
+        send(ws, connected)
+        start, request = pb.Envelope(), pb.Envelope()
+        request.get_action.step = 1
+        for i in range(6):
+            start.episode_start.episodes.add(episode_id=i, motion=f"m{i}", steps=10)
+            request.get_action.observations.add(episode_id=i, episode_step=0, values=[0.0])
+        send(ws, start)
+        if stopped_in == "act":
+            send(ws, request)  # in `reset`, nothing to answer
+        assert stopped.wait(10)
+        filler = pb.Envelope()
+        filler.episode_start.SetInParent()
+        while not paused.wait(0.01):  # until the client's reader pauses
+            send(ws, filler)
+        for i in range(6):
+            end = pb.Envelope()
+            end.episode_end.episode_id = i
+            end.episode_end.status = "timeout"
+            end.episode_end.steps = 1
+            send(ws, end)
+        bye = pb.Envelope()
+        bye.disconnect.reason = "submission_complete"
+        bye.disconnect.submission_status = "COMPLETED"
+        send(ws, bye)
+        ws.socket.sendall(b"\x88\x00")  # a Close frame without a code, as the arena server's
+        ws.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        ws.close_socket()  # an RST: the client's writes fail from now on
+        reset.set()
+
+    with serve(handler, "127.0.0.1", 0) as ws_server:
+        threading.Thread(target=ws_server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{ws_server.socket.getsockname()[1]}"
+        agent = StoppedAgent()
+        summary = run(agent, url, "t", benchmark="b", max_reconnects=0)
+        ws_server.shutdown()
+    assert paused.is_set() and reset.is_set()
+    assert sorted(e.episode_id for e in summary.episodes) == list(range(6)), summary
+    assert sorted(agent.ended) == list(range(6))
+    assert summary.submission_status == "COMPLETED" and summary.reconnects == 0, summary
+
+
 class CancelOnceAgent(RecordingAgent):
     """Has the organiser cancel its own submission at its fifth request."""
 

@@ -57,10 +57,16 @@ impl MetricBound {
     }
 }
 
+fn status_words<S: serde::Serializer>(status: &[EpisodeState], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(status.iter().map(EpisodeState::word))
+}
+
 /// The filters of one export. Every set filter must hold for an episode to be included.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DatasetFilter {
-    /// Episode states; default: the scored ones, COMPLETED and FELL.
+    /// Episode states; default: the scored ones, COMPLETED and FELL. Written in the card as the
+    /// filter takes them (`completed`), so that the card's filters can be pasted back.
+    #[serde(serialize_with = "status_words")]
     pub status: Vec<EpisodeState>,
     /// Whether the episode succeeded by the benchmark's success metric (`ranking.success`, else
     /// `success`).

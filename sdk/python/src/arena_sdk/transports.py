@@ -128,12 +128,15 @@ def _draining_connection_class() -> type:
     class DrainingClientConnection(ClientConnection):
         write_error: OSError | None = None
 
-        def send_data(self) -> None:
+        # Arguments passed through: `send_data` is websockets' internal (15.x takes none); a
+        # release that renames it leaves this class websockets' own behaviour.
+        def send_data(self, *args: Any, **kwargs: Any) -> Any:
             try:
-                super().send_data()
+                return super().send_data(*args, **kwargs)
             except ConnectionError as e:  # BrokenPipe, ConnectionReset/Aborted; not timeouts
                 if self.write_error is None:
                     self.write_error = e
+                return None
 
     return DrainingClientConnection
 

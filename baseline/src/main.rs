@@ -333,9 +333,26 @@ fn eval(a: EvalArgs) -> anyhow::Result<()> {
             m("success")
         );
     }
+    let episodes = report.episodes.len();
+    let scored = report.episodes.iter().filter(|e| e.status.is_scored()).count();
+    println!(
+        "{episodes} episodes, {scored} scored, {} failed unscored (left out of the means; the success rate is over all {episodes})",
+        episodes - scored
+    );
     for key in ["emd", "success", "failure_time_s", "mpjpe_l"] {
         if let Some(s) = report.aggregated.get(key) {
-            println!("mean {key}: {:.4} (std {:.4}, {} episodes)", s.mean, s.std, s.count);
+            if arena_bench::metrics::SUCCESS_METRICS.contains(&key) {
+                // An unscored failure is no success: over every episode, as the leaderboard.
+                println!(
+                    "success rate {key}: {:.4} (of all {episodes} episodes)",
+                    report.success_rate(key)
+                );
+            } else {
+                println!(
+                    "mean {key}: {:.4} (std {:.4}, over {} scored episodes)",
+                    s.mean, s.std, s.count
+                );
+            }
         }
     }
     println!(

@@ -164,6 +164,14 @@ fn with_resume_hint(message: String, error: &ClientError, submission: &str, mode
     let left_running = !submission.is_empty()
         && matches!(mode, Mode::Submission { .. })
         && !matches!(error, ClientError::Refused { .. } | ClientError::Config(_));
+    if left_running && matches!(error, ClientError::Agent(_)) {
+        // The client told the server (`agent_cannot_serve`): resuming with the same agent
+        // would fail the same way.
+        return format!(
+            "{message}
+submission {submission}: the server ends it FAILED if it had finished no episode;              one with finished episodes stays RUNNING for an agent that serves the benchmark (--submission {submission})"
+        );
+    }
     match left_running {
         true => format!(
             "{message}\nsubmission {submission} is left RUNNING with its finished episodes kept: run again with \

@@ -205,7 +205,11 @@ fn datasets_filter_export_and_load_into_a_buffer() {
     assert_eq!(low["counts"]["rows"], want.iter().map(|e| e.1 + 1).sum::<i64>());
     assert_eq!(low["filters"]["metrics"][0]["op"], "<=");
     // The card's filters in the words the filter takes, to be pasted back.
-    assert_eq!(low["filters"]["status"], serde_json::json!(["completed", "fell"]), "{low}");
+    assert_eq!(
+        low["filters"]["status"],
+        serde_json::json!(["completed", "fell"]),
+        "{low}"
+    );
     let (_, two) = card(&server, "?motion=stand,squat", ADMIN);
     assert_eq!(two["counts"]["episodes"], 4);
     assert_eq!(two["motions"]["names"], serde_json::json!(["squat", "stand"]));

@@ -313,6 +313,64 @@ fn sdk_client_completes_g1_smoke_on_postgres() {
 /// A practice run of more episodes than may wait to start at once (`PRACTICE_WAITING`)
 /// completes: the SDK asks for more as episodes start instead of all at once (before, the
 /// server refused the 1025th request and the run ended with `invalid_message`).
+/// An agent that cannot serve the session's spec says so as it disconnects
+/// (`agent_cannot_serve`): the submission it created, with no episode finished, ends FAILED with
+/// that reason instead of waiting a day as RUNNING.
+#[test]
+fn a_submission_whose_agent_cannot_serve_it_ends_failed() {
+    struct Refuses(ReplayAgent);
+    impl arena_sdk::Agent for Refuses {
+        fn configure(&mut self, spec: &arena_sdk::protocol::EpisodeSpec) {
+            self.0.configure(spec)
+        }
+        fn check(&self, _spec: &arena_sdk::protocol::EpisodeSpec) -> Result<(), String> {
+            Err("no such observation group here".into())
+        }
+        fn reset(&mut self, episodes: &[arena_sdk::protocol::EpisodeInfo]) {
+            self.0.reset(episodes)
+        }
+        fn act(&mut self, batch: &arena_sdk::Batch<'_>, actions: &mut [f32]) {
+            self.0.act(batch, actions)
+        }
+    }
+    let dir = tmp("e2e-unserved");
+    let server = ServerProc::start(&dir, &[]);
+    let token = server.team("unserved");
+    let config = ClientConfig::new(
+        server.ws_url(),
+        &token,
+        Mode::Submission {
+            benchmark: "g1-smoke".into(),
+            submission_id: None,
+        },
+    );
+    let mut id = String::new();
+    let err = client::run_blocking(&config, &mut Refuses(ReplayAgent::new()), &mut |e| {
+        if let ClientEvent::Connected(c) = e {
+            id = c.submission_id.clone();
+        }
+    })
+    .unwrap_err();
+    assert!(matches!(err, client::ClientError::Agent(_)), "{err}");
+    // The server ends it as it reads the disconnect; the session's end follows at once.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let submission = loop {
+        let (status, s) = server.get(&format!("/api/v1/submissions/{id}"), Some(&token));
+        assert_eq!(status, 200, "{s}");
+        if s["status"] != "RUNNING" || std::time::Instant::now() > deadline {
+            break s;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(submission["status"], "FAILED", "{submission}");
+    let error = submission["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("the agent could not serve this session") && error.contains("no such observation group here"),
+        "{submission}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn a_practice_run_longer_than_the_waiting_bound_completes() {
     let dir = tmp("e2e-practice-many");

@@ -195,6 +195,12 @@ pub fn run(a: EvalArgs) -> anyhow::Result<()> {
             scored - s.count
         );
     }
+    // One that no scored episode has is absent from the statistics altogether: named, not lost.
+    if scored > 0 {
+        for name in spec.metrics.list.iter().filter(|m| !report.aggregated.contains_key(*m)) {
+            println!("{name}: over none of the {scored} scored episodes (every one too short to compute it)");
+        }
+    }
     // The success metrics' means above are over the scored episodes; the rates a leaderboard
     // ranks are over all of them.
     let rates: Vec<String> = arena_bench::metrics::SUCCESS_METRICS

@@ -538,7 +538,7 @@ async fn session(
                     Ok(())
                 }) {
                     let bye = Msg::Disconnect(Disconnect {
-                        reason: format!("agent cannot serve this session: {reason}"),
+                        reason: format!("{}: {reason}", protocol::AGENT_CANNOT_SERVE),
                         submission_status: String::new(),
                     });
                     let _ = connection.send(bye).await;

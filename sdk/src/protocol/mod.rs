@@ -41,6 +41,11 @@ pub const PRACTICE_WAITING: usize = 1024;
 /// SIGTERM): clients wait for it to come back (docs/protocol.md §3, §9).
 pub const SHUTDOWN: &str = "shutdown";
 
+/// The start of a client's `disconnect` reason when its agent cannot serve the session's spec
+/// (`"agent_cannot_serve: " + why`): the server ends a submission that has finished no episode
+/// as FAILED with that reason, rather than leave it RUNNING for a day (docs/protocol.md §3).
+pub const AGENT_CANNOT_SERVE: &str = "agent_cannot_serve";
+
 /// The gRPC response metadata key of a connection refused at the server's connection caps
 /// (docs/protocol.md §1): its status is UNAVAILABLE, and the SDKs retry it like the 503 a
 /// WebSocket client reads.

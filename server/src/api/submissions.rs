@@ -274,6 +274,15 @@ pub(super) async fn get_results(
     // The means only: where each episode's scoring stopped is in its report.
     let aggregator = results::aggregate(&rows, None);
     let mut episodes = serde_json::to_value(&rows)?;
+    // Where each episode's scoring stopped (its report's `scored_until_s`), by the benchmark's
+    // success rule; left out when the benchmark cannot be read now.
+    if let Ok(spec) = state.catalog.spec(&s.benchmark) {
+        let rule = spec.ranking.success.as_deref();
+        for (row, e) in rows.iter().zip(episodes.as_array_mut().into_iter().flatten()) {
+            let until = arena_bench::metrics::scored_until(rule, &row.metrics);
+            e["scored_until_s"] = json!(until);
+        }
+    }
     let mut failed = serde_json::to_value(aggregator.failed())?;
     let mut aggregated = serde_json::to_value(aggregator.aggregated())?;
     let mut groups = serde_json::to_value(aggregator.by_category())?;
@@ -297,7 +306,7 @@ pub(super) async fn get_results(
         // the failed episodes' list as in the episodes.
         let rows = episodes.as_array_mut().into_iter().chain(failed.as_array_mut());
         for e in rows.flatten() {
-            for key in ["motion", "start_s", "duration_s", "steps"] {
+            for key in ["motion", "start_s", "duration_s", "steps", "scored_until_s"] {
                 if e.get(key).is_some() {
                     e[key] = Value::Null;
                 }

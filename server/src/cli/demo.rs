@@ -207,6 +207,18 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
             let _ = tokio::signal::ctrl_c().await;
         });
     }
+    // Every submission's trajectory file is merged before the process ends: a merge cut short
+    // would leave its episodes' parts until some later `arena serve` on this data folder.
+    if let Some(tracker) = document.get("tracker") {
+        for key in ["submission", "replay_submission"] {
+            if let Some(id) = tracker[key].as_str() {
+                state
+                    .objects
+                    .writes_in_flight()
+                    .wait_blocking(&crate::objects::trajectory_key(id), crate::trajectory_store::MERGE_WAIT);
+            }
+        }
+    }
     let _ = stop_tx.send(());
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
     drop(server);

@@ -13,7 +13,7 @@ use crate::catalog::LoadedBenchmark;
 use crate::orchestrator::{self, JobSource, RunContext, RunOutcome, Sink};
 use crate::outbox::Outbox;
 use crate::state::AppState;
-use crate::storage::{StorageError, Team, now_ms};
+use crate::storage::{EpisodeState, StorageError, Team, now_ms};
 use admission::{admit, refusal};
 use arena_bench::spec::Episode;
 use arena_runner::episode::episode_spec;
@@ -514,6 +514,12 @@ where
                     },
                     Incoming::Msg(Msg::Disconnect(d)) => {
                         tracing::info!(session = %session_id, reason = %d.reason, "agent disconnected");
+                        if let (Some(why), Some(s)) = (
+                            d.reason.strip_prefix(protocol::AGENT_CANNOT_SERVE),
+                            admitted.submission.as_ref(),
+                        ) {
+                            end_unserved_submission(&state, &s.id, why.trim_start_matches([':', ' '])).await;
+                        }
                         inboxes = None;
                         practice_tx = None;
                     }
@@ -580,6 +586,31 @@ where
         }));
     }
     Ok(())
+}
+
+/// A submission whose agent said it cannot serve the session's spec (a client `disconnect` with
+/// [`protocol::AGENT_CANNOT_SERVE`]) is ended FAILED with that reason when it has finished no
+/// episode: left RUNNING, it would count against the team's quota until its idle expiry (a
+/// day by default), and no run of that agent can resume it. One with finished episodes stays
+/// RUNNING for an agent that can.
+async fn end_unserved_submission(state: &AppState, id: &str, why: &str) {
+    let finished = match state.storage.episodes(id).await {
+        Ok(rows) => rows
+            .iter()
+            .any(|r| !matches!(r.status, EpisodeState::Pending | EpisodeState::Running)),
+        Err(e) => {
+            tracing::warn!(submission = %id, "looking at an unserved submission's episodes: {e}");
+            return;
+        }
+    };
+    if finished {
+        return;
+    }
+    let reason = format!("the agent could not serve this session: {why}");
+    match state.storage.cancel_submission(id, &reason).await {
+        Ok(()) => tracing::info!(submission = %id, "{reason}: ended FAILED (no episode had finished)"),
+        Err(e) => tracing::warn!(submission = %id, "ending an unserved submission: {e}"),
+    }
 }
 
 /// The episode a practice client asks for.

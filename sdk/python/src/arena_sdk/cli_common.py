@@ -173,7 +173,15 @@ def run_agent(
         )
     except UnsupportedPolicyError as e:  # the session's spec does not fit the policy
         print(f"{prog}: {e}", file=sys.stderr)
-        _say_how_to_resume(progress.submission_id)
+        if progress.submission_id:
+            # The client said so to the server (agent_cannot_serve): resuming with this policy
+            # would fail the same way.
+            print(
+                f"{prog}: submission {progress.submission_id}: the server ends it FAILED if it had "
+                "finished no episode; one with finished episodes stays RUNNING for a policy that "
+                f"serves the benchmark (--submission-id {progress.submission_id})",
+                file=sys.stderr,
+            )
         return 2
     except ArenaError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)

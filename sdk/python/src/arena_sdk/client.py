@@ -31,6 +31,7 @@ from .agent import agent_name as _agent_name
 from .errors import FATAL_CODES, AgentError, ProtocolError, RefusedError, UnreachableError
 from .g1 import ANCHOR_BODY, NUM_JOINTS
 from .goal_rows import GoalRowsOnce
+from .policy_config import UnsupportedPolicyError
 from .transports import ConnectionLost, Endpoint, ServerAnswered, Transport, open_transport, resolve_endpoint
 
 log = logging.getLogger("arena_sdk")
@@ -40,6 +41,9 @@ PROTOCOL_VERSION = 1
 #: Practice episodes a session may have asked for that have not started yet (docs/protocol.md
 #: §10): the server refuses a reset_episode beyond it, so more are asked for as episodes start.
 PRACTICE_WAITING = 1024
+#: The start of a `disconnect` reason saying the agent cannot serve the session's spec: the
+#: server ends a submission that has finished no episode as FAILED with it (protocol.md §3).
+AGENT_CANNOT_SERVE = "agent_cannot_serve"
 
 
 @dataclass(frozen=True)
@@ -542,7 +546,15 @@ class _Session:
         )
         configure = getattr(self.runner.agent, "configure", None)
         if configure is not None:
-            configure(spec)
+            try:
+                configure(spec)
+            except UnsupportedPolicyError as e:
+                # Said to the server, so that a submission this agent can never run does not
+                # wait a day as RUNNING (it ends FAILED if no episode has finished).
+                bye = pb.Envelope()
+                bye.disconnect.reason = f"{AGENT_CANNOT_SERVE}: {'; '.join(e.problems) or e}"
+                self.send(bye)
+                raise
         practice = self.runner.practice or ()
         self.to_request.extend(i for i in range(len(practice)) if i not in self.runner.practice_done)
         self.request_practice()

@@ -518,7 +518,7 @@ where
                             d.reason.strip_prefix(protocol::AGENT_CANNOT_SERVE),
                             admitted.submission.as_ref(),
                         ) {
-                            end_unserved_submission(&state, &s.id, why.trim_start_matches([':', ' '])).await;
+                            end_unserved_submission(state, &s.id, why.trim_start_matches([':', ' '])).await;
                         }
                         inboxes = None;
                         practice_tx = None;

@@ -201,6 +201,14 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
     }
     let mut config = if a.resume {
         let saved = paths.checkpoint().join("config.json");
+        // An export holds `model/` and no run configuration: say what it is, not that nothing
+        // is there.
+        if !saved.exists() && paths.checkpoint().join("model").is_dir() {
+            bail!(
+                "--resume: {}: an export, not a run's checkpoint; start a run from it with train.init_from (--init-from)",
+                paths.checkpoint().display()
+            );
+        }
         let text = std::fs::read_to_string(&saved)
             .with_context(|| format!("--resume: no checkpoint in {} ({})", a.out.display(), saved.display()))?;
         serde_json::from_str(&text).with_context(|| format!("parsing {}", saved.display()))?

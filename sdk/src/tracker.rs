@@ -168,7 +168,15 @@ impl TrackerPolicy {
     /// Loads `policy.json` and the actor of `model.safetensors` from a checkpoint folder.
     pub fn load(dir: &Path) -> Result<Self, String> {
         let card_path = dir.join("policy.json");
-        let text = std::fs::read_to_string(&card_path).map_err(|e| format!("{}: {e}", card_path.display()))?;
+        let text = std::fs::read_to_string(&card_path).map_err(|e| {
+            // A run folder given for its checkpoint: point at the checkpoint.
+            let inner = dir.join("checkpoint");
+            let hint = match inner.join("policy.json").is_file() {
+                true => format!(" (a run folder? its checkpoint is {})", inner.display()),
+                false => String::new(),
+            };
+            format!("{}: {e}{hint}", card_path.display())
+        })?;
         let card: TrackerCard = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", card_path.display()))?;
         let path = dir.join("model.safetensors");
         let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;

@@ -238,21 +238,25 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
     trainer.time_limit = a.time_limit.map(|m| std::time::Duration::from_secs_f64(m * 60.0));
     let bar = ProgressBar::new(trainer.config.train.num_env_steps);
     bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} env steps ({per_sec}, eta {eta})  {msg}",
-        )
-        .expect("valid template"),
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} env steps (eta {eta})  {msg}")
+            .expect("valid template"),
     );
     bar.set_position(trainer.status.time);
     trainer.run(&mut |done, _total, row| {
         bar.set_position(done);
         if let Some(row) = row {
-            let get = |k: &str| row.get(k).copied().unwrap_or(f64::NAN);
+            // A loss before the first update is "-" (the CSV leaves it empty), not NaN.
+            let get = |k: &str| {
+                row.get(k)
+                    .copied()
+                    .filter(|v| v.is_finite())
+                    .map_or("-".to_string(), |v| format!("{v:.3}"))
+            };
             bar.set_message(format!(
-                "fb_loss {:.3}  actor_loss {:.3}  FPS {:.0}",
+                "fb_loss {}  actor_loss {}  FPS {}",
                 get("fb_loss"),
                 get("actor_loss"),
-                get("FPS")
+                row.get("FPS").map_or("-".to_string(), |v| format!("{v:.0}"))
             ));
         }
     })?;
@@ -260,7 +264,7 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
     let early = trainer.status.time < trainer.config.train.num_env_steps;
     let wall = trainer.status.wall_time_s;
     println!(
-        "trained {} env steps ({} updates) in {}{}; checkpoint: {}",
+        "trained {} env steps ({} updates) in {} over the run's sessions{}; checkpoint: {}",
         trainer.status.time,
         trainer.status.updates,
         if wall < 60.0 {

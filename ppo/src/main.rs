@@ -198,9 +198,14 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
     } else {
         ProgressBar::new_spinner()
     };
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {pos}/{len} iterations {msg}").expect("template"),
-    );
+    // Without a last iteration (max_iterations = 0: the run ends at --time-limit) there is no
+    // length: "16/16" would read as finished.
+    let template = if max > 0 {
+        "{spinner} [{elapsed_precise}] {pos}/{len} iterations {msg}"
+    } else {
+        "{spinner} [{elapsed_precise}] iteration {pos} {msg}"
+    };
+    bar.set_style(ProgressStyle::with_template(template).expect("template"));
     bar.set_position(trainer.status.iteration);
     let started = std::time::Instant::now();
     let early = trainer.run(a.time_limit.map(|m| m * 60.0), &mut |it, _, row| {
@@ -216,7 +221,7 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
     })?;
     bar.finish_and_clear();
     eprintln!(
-        "trained to iteration {} ({} env steps) in {:.1} min{}; checkpoint: {}",
+        "trained to iteration {} ({} env steps) in {:.1} min this session{}; checkpoint: {}",
         trainer.status.iteration,
         trainer.status.env_steps,
         started.elapsed().as_secs_f64() / 60.0,

@@ -714,7 +714,9 @@ def test_another_anchor_is_refused_before_submitting(tmp_path: Path) -> None:
         result = cli(str(torso), "--server", url, "--token", "t", "--benchmark", "g1-pelvis", "--practice", "m")
         assert result.returncode == 2, result.stdout + result.stderr
         assert "relative to 'pelvis'" in result.stderr and "Traceback" not in result.stderr
-        assert arena.actions == [] and arena.practice_ends == ["client_done", "closed"]
+        # The spec check's session ends as done; the refused one says why (agent_cannot_serve).
+        assert arena.actions == [] and arena.practice_ends[0] == "client_done", arena.practice_ends
+        assert arena.practice_ends[1].startswith("agent_cannot_serve: the policy's anchor body"), arena.practice_ends
         # The same policy with the benchmark's anchor (the flag here) runs.
         arena.connects.clear()
         result = cli(str(torso), "--server", url, "--token", "t", "--benchmark", "g1-pelvis", "--anchor-body", "pelvis")

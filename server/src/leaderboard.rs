@@ -111,7 +111,8 @@ pub struct Leaderboard {
     /// Completed submissions of earlier (or other) versions of the benchmark, left off: a bump
     /// of `version` says their results are not comparable.
     pub other_versions: usize,
-    /// Listed submissions whose report has no value at all for a metric the ranking reads (the
+    /// Completed submissions of the current version (before the best per team is kept) whose
+    /// report has no value at all for a metric the ranking reads (the
     /// primary, the survival or a tie-breaker; not a NaN mean): scored before the benchmark file
     /// asked for it, an edit without a `version` bump. They rank as if the mean were missing
     /// until `arena admin submissions rescore` scores them again.

@@ -946,6 +946,7 @@ await step('hidden test set (a team)', async () => {
   await page.waitForSelector('[data-testid=leaderboard-table]');
   const row = page.locator(`[data-testid=leaderboard-table] tr[data-submission-id="${HID}"]`);
   const rowText = (await row.textContent()) || '';
+  await shot('leaderboard-hidden-motions');
   check('hidden motions: the leaderboard says its time to failure is withheld', rowText.includes('withheld') && (await row.locator('[data-testid=survival-none]').count()) === 0, rowText);
   await setToken('');
 });

@@ -282,7 +282,7 @@ impl<'t> ScoringInputs<'t> {
         let t0 = t.times.first().copied().unwrap_or(0.0);
         let with = |on: bool, s: &'t [f64]| if on { s } else { &[] };
         (0..rows.min(t.len())).map(move |k| Frame {
-            time: t.times[k] - t0,
+            time: elapsed_s(t.times[k], t0),
             sim_joints: &t.qpos[k * NQ + 7..(k + 1) * NQ],
             ref_joints: &t.ref_qpos[k * NQ + 7..(k + 1) * NQ],
             sim_bodies: &t.body_pos[k * w..(k + 1) * w],
@@ -428,7 +428,7 @@ pub fn score_finished(
     };
     let t0 = trajectory.times.first().copied().unwrap_or(0.0);
     let rows = match broken_at {
-        Some((_, t)) => trajectory.times.iter().take_while(|&&s| s - t0 <= t + 1e-9).count(),
+        Some((_, t)) => trajectory.times.iter().take_while(|&&s| elapsed_s(s, t0) <= t + 1e-9).count(),
         None => trajectory.len(),
     };
     // The success rules themselves (both, and PHC's two criteria) judge every recorded row, so
@@ -453,13 +453,21 @@ pub fn score_finished(
                 // ranked rule's failure time is at its break already; the other rule's runs on
                 // the rows it judged (capping it at the ranked rule's break gave a time that
                 // rule never produced).
-                let fell_at = trajectory.times.last().copied().unwrap_or(t0) - t0;
+                let fell_at = elapsed_s(trajectory.times.last().copied().unwrap_or(t0), t0);
                 metrics::apply_fall_penalty(&mut m, fell_at);
             }
             (status, m, reason)
         }
         Err(e) => scoring_failed(e),
     }
+}
+
+/// Seconds from an episode's first row (`t0`) to a row's `time`, to the microsecond. Rows are
+/// motion times on the control clock (start + k · 0.02 s); their difference carries the
+/// subtraction's rounding (0.019999999999999574 for one step after 5.0 s), which a stored
+/// `failure_time_s` kept and a filter such as `failure_time_s >= 0.02` tripped on.
+fn elapsed_s(time: f64, t0: f64) -> f64 {
+    ((time - t0) * 1e6).round() / 1e6
 }
 
 #[cfg(test)]

@@ -265,3 +265,35 @@ fn an_episode_of_one_step_has_no_acceleration_error_and_the_statistics_say_so() 
         assert!(stats[name].mean > 0.0, "{name}: the one value, not halved by a zero");
     }
 }
+
+/// A fall's time is the steps it took on the control clock, without the subtraction's noise:
+/// one step after a 5.0 s start read 0.019999999999999574 s, which `failure_time_s >= 0.02`
+/// (a dataset filter) left out.
+#[test]
+fn a_failure_time_is_a_whole_number_of_control_steps() {
+    let names: Vec<String> = ["failure_time_s", "mjlab_failure_time_s", "success"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let (trajectory, _, _) = collapse(10, None);
+    for steps in [1usize, 3, 10] {
+        let mut rows = first_rows(&trajectory.rows, steps + 1);
+        for (k, t) in rows.times.iter_mut().enumerate() {
+            *t = 5.0 + k as f64 * CONTROL_DT;
+        }
+        assert_ne!(rows.times[steps] - rows.times[0], steps as f64 / 50.0, "the noise this test is about");
+        let (status, m, _) = score_finished(&rows, EpisodeStatus::Fell, None, &names, &MetricConfig::default());
+        assert_eq!(status, EpisodeStatus::Fell);
+        for name in ["failure_time_s", "mjlab_failure_time_s"] {
+            // At most the fall's time; earlier where the rule broke first (both, at 10).
+            let t = m[name];
+            let whole_steps = (t * 50.0).round();
+            assert!(whole_steps >= 1.0 && whole_steps <= steps as f64, "{name} after {steps} steps: {t}");
+            assert_eq!(t, whole_steps / 50.0, "{name} after {steps} steps");
+        }
+        if steps == 1 {
+            assert_eq!(m["failure_time_s"], 0.02, "a fall at the first step");
+        }
+        assert_eq!(m["success"], 0.0);
+    }
+}

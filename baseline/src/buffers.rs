@@ -379,7 +379,8 @@ impl OnlineBuffer {
     pub fn restore(&mut self, lookup: &dyn Fn(&str) -> Option<Tensor>, state: OnlineBufferState) -> Result<(), String> {
         if state.rows != self.rows || state.envs != self.envs {
             return Err(format!(
-                "saved buffer is {} rows × {} envs, this run's is {} × {}",
+                "the saved online buffer is {} steps × {} envs, this run's {} × {}: a resumed run keeps \
+                 its train.num_envs and train.buffer_size",
                 state.rows, state.envs, self.rows, self.envs
             ));
         }
@@ -413,7 +414,12 @@ impl ZBuffer {
             || len > self.data.size()[0] as usize
             || cursor >= self.data.size()[0] as usize
         {
-            return Err("saved z buffer does not match this run's size".into());
+            return Err(format!(
+                "the saved z buffer is {:?} ({len} filled), this run's {:?}: a resumed run keeps its \
+                 agent.z_buffer_size and model.z_dim",
+                data.size(),
+                self.data.size()
+            ));
         }
         let _guard = tch::no_grad_guard();
         self.data.copy_(data);

@@ -312,9 +312,14 @@ pub fn load_model(dir: &Path, device: Device) -> Result<(FbCprAuxModel, SavedMod
 pub fn init_from(model: &FbCprAuxModel, dir: &Path) -> Result<Vec<&'static str>, CheckpointError> {
     let (tensors, saved, path) = read_model_files(dir)?;
     if saved.model != model.config {
+        let json = |m: &ModelConfig| serde_json::to_value(m).unwrap_or_default();
+        let which = arena_torch::cli::json_differences(&json(&saved.model), &json(&model.config), "model");
         return Err(file_err(
             &dir.join("model").join("config.json"),
-            "its model sizes differ from this run's configuration",
+            format!(
+                "its model sizes differ from this run's configuration: {}",
+                which.join("; ")
+            ),
         ));
     }
     let loaded = copy_into(model, &tensors, &saved, &path)?;

@@ -236,6 +236,17 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
     let device = a.device.device()?;
     let mut trainer = Trainer::new(config, motions, paths, device, a.resume)?;
     trainer.time_limit = a.time_limit.map(|m| std::time::Duration::from_secs_f64(m * 60.0));
+    if trainer.status.time >= trainer.config.train.num_env_steps {
+        // A resumed run already at its end: say so rather than print a finished bar.
+        println!(
+            "the run in {} has trained {} env steps, train.num_env_steps is {}: nothing to do \
+             (to train further: --resume --set train.num_env_steps=N with a larger N)",
+            a.out.display(),
+            trainer.status.time,
+            trainer.config.train.num_env_steps
+        );
+        return Ok(());
+    }
     let bar = ProgressBar::new(trainer.config.train.num_env_steps);
     bar.set_style(
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} env steps (eta {eta})  {msg}")

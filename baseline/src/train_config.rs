@@ -146,8 +146,17 @@ impl TrainConfig {
     }
 
     /// Applies one `section.key=value` override (the value in TOML syntax).
+    /// A `model.*` key on a config without `[model]` changes the preset's sizes (the override
+    /// alone would be a `[model]` of one key, refused for the keys it lacks).
     pub fn set(&mut self, assignment: &str) -> Result<(), String> {
-        let updated: TrainConfig = arena_torch::cli::apply_override(self, assignment)?;
+        let mut base = self.clone();
+        if assignment.trim_start().starts_with("model.") && base.model.is_none() {
+            base.model = Some(
+                self.model_config()
+                    .map_err(|e| format!("override `{assignment}`: {e}"))?,
+            );
+        }
+        let updated: TrainConfig = arena_torch::cli::apply_override(&base, assignment)?;
         updated
             .validate()
             .map_err(|e| format!("override `{assignment}`: {e}"))?;

@@ -6,6 +6,7 @@
 //! - `arena-bfm export` keeps what the agent needs, scores exactly as the whole checkpoint,
 //!   and initialises a new run (`train.init_from`).
 
+use arena_bfm::config::ModelConfig;
 use arena_bfm::train::{Motions, RunPaths, Trainer};
 use arena_bfm::train_config::TrainConfig;
 use std::collections::HashMap;
@@ -176,6 +177,83 @@ fn bad_configs_name_the_key() {
     }
     c.set("train.seed=9").unwrap();
     assert_eq!(c.train.seed, 9);
+    // A model size on a config that names only a preset changes that preset's sizes (it was
+    // refused as a `[model]` missing `obs`).
+    assert!(c.model.is_none());
+    let preset = c.model_config().unwrap();
+    c.set("model.z_dim=16").unwrap();
+    let sized = c.model_config().unwrap();
+    assert_eq!(sized.z_dim, 16);
+    assert_eq!(
+        ModelConfig {
+            z_dim: preset.z_dim,
+            ..sized
+        },
+        preset,
+        "every other size is the preset's"
+    );
+}
+
+/// The command line on a run it cannot continue as asked: resumed at its end it says so; a
+/// resume with other buffer sizes and a start from a checkpoint of other model sizes name the
+/// keys.
+#[test]
+fn the_command_line_names_what_a_resume_or_init_cannot_change() {
+    let root = tempfile::tempdir().unwrap();
+    let run = root.path().join("run");
+    let bfm = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_arena-bfm"))
+            .arg("train")
+            .args(args)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), text)
+    };
+    let tiny = repo().join("baseline/configs/tiny.toml");
+    let (tiny, run_s) = (tiny.to_str().unwrap(), run.to_str().unwrap());
+    let quick = [
+        "--set",
+        "train.num_env_steps=200",
+        "--set",
+        "train.eval_every_steps=1000000",
+    ];
+    let (ok, text) = bfm(&[&["--config", tiny, "--out", run_s][..], &quick].concat());
+    assert!(ok, "{text}");
+    let (ok, text) = bfm(&["--resume", "--out", run_s]);
+    assert!(
+        ok && text.contains("nothing to do") && text.contains("train.num_env_steps=N"),
+        "{text}"
+    );
+    let (ok, text) = bfm(&[
+        "--resume",
+        "--out",
+        run_s,
+        "--set",
+        "train.num_env_steps=400",
+        "--set",
+        "train.num_envs=4",
+    ]);
+    assert!(
+        !ok && text.contains("train.num_envs") && text.contains("train.buffer_size"),
+        "{text}"
+    );
+    let other = root.path().join("other");
+    let init = run.join("checkpoint");
+    let (ok, text) = bfm(&[
+        &[
+            "--config",
+            tiny,
+            "--out",
+            other.to_str().unwrap(),
+            "--init-from",
+            init.to_str().unwrap(),
+        ][..],
+        &["--set", "model.z_dim=8"],
+        &quick,
+    ]
+    .concat());
+    assert!(!ok && text.contains("model.z_dim"), "{text}");
 }
 
 // --- end to end through a real server ---------------------------------------------------------

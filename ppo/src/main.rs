@@ -191,6 +191,15 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
     )?;
     let mut trainer = Trainer::new_on(config, spec, clips, paths, a.resume, a.device)?;
     let max = trainer.config.run.max_iterations;
+    if max > 0 && trainer.status.iteration >= max {
+        // A resumed run already at its end runs no iteration (only an evaluation it owes).
+        eprintln!(
+            "the run in {} is at iteration {}, run.max_iterations is {max}: no iteration to train \
+             (to train further: --resume --set run.max_iterations=N with a larger N)",
+            a.out.display(),
+            trainer.status.iteration
+        );
+    }
     let bar = if a.quiet {
         ProgressBar::hidden()
     } else if max > 0 {

@@ -202,8 +202,8 @@ fn an_evaluation_due_at_the_checkpoint_resumed_from_is_run_once() {
 }
 
 /// `arena-ppo train` itself: a stop between a save's two renames (`checkpoint.old` and a
-/// complete `checkpoint.tmp`, no `checkpoint`) resumes, and a new run refuses a folder holding
-/// the logs of a run that stopped before its first checkpoint.
+/// complete `checkpoint.tmp`, no `checkpoint`) resumes, a run resumed at its end says so, and a
+/// new run refuses a folder holding the logs of a run that stopped before its first checkpoint.
 #[test]
 fn the_command_line_finishes_an_interrupted_save_and_keeps_stale_logs() {
     let root = tempfile::tempdir().unwrap();
@@ -246,6 +246,15 @@ fn the_command_line_finishes_an_interrupted_save_and_keeps_stale_logs() {
     assert!(resumed.status.success(), "{stderr}");
     assert!(stderr.contains("interrupted"), "{stderr}");
     assert!(ckpt.exists() && !old.exists() && !tmp.exists());
+    // Resumed again at its last iteration: it says there is nothing to train, and how to go on.
+    let again = train(&["--resume"]);
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(again.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("no iteration to train") && stderr.contains("run.max_iterations=N"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("trained to iteration 2"), "{stderr}");
 
     // A run that stopped before its first checkpoint: its log stays, and a new run is refused.
     std::fs::remove_dir_all(&ckpt).unwrap();

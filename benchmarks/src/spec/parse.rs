@@ -34,8 +34,43 @@ impl BenchmarkSpec {
         let raw: RawSpec = toml::Value::Table(table)
             .try_into()
             .map_err(|e| schema_error(&e, text, path))?;
-        Check { path }.spec(raw, known_metrics)
+        Check { path }.spec(raw, known_metrics).map_err(|e| with_line(e, text))
     }
+}
+
+/// Adds to a consistency error the line where its key is written (schema errors have theirs
+/// from toml already).
+fn with_line(e: SpecError, text: &str) -> SpecError {
+    match e {
+        SpecError::Invalid { path, key, message } if !message.contains("(line ") => {
+            let message = match line_of(text, &key) {
+                Some(l) => format!("{message} (line {l})"),
+                None => message,
+            };
+            SpecError::Invalid { path, key, message }
+        }
+        SpecError::Several(errors) => SpecError::Several(errors.into_iter().map(|e| with_line(e, text)).collect()),
+        e => e,
+    }
+}
+
+/// The 1-based line of the dotted `key` in `text`: the key itself, or the nearest enclosing
+/// table the text writes when the key is absent (a required key left out).
+fn line_of(text: &str, key: &str) -> Option<usize> {
+    let doc = toml_edit::ImDocument::parse(text).ok()?;
+    let mut table: &dyn toml_edit::TableLike = doc.as_table();
+    let mut span = None;
+    for part in key.split('.') {
+        let Some((k, item)) = table.get_key_value(part) else {
+            break;
+        };
+        span = k.span().or_else(|| item.span()).or(span);
+        match item.as_table_like() {
+            Some(t) => table = t,
+            None => break,
+        }
+    }
+    Some(text[..span?.start].matches('\n').count() + 1)
 }
 
 /// Turns a serde error into one that names the key. Deserialising from a `toml::Value` records

@@ -71,6 +71,27 @@ fn every_wrong_section_is_reported_at_once() {
         "{err}"
     );
     assert!(lines[2].contains(" ranking.primary: "), "{err}");
+    // Each names the line its key is written on.
+    for (line, at) in lines.iter().zip([3, 13, 11]) {
+        assert!(line.ends_with(&format!("(line {at})")), "{line}");
+    }
+}
+
+/// A consistency error (a value toml accepts, wrong for a benchmark) names its key's line,
+/// written as a table's key, as a dotted key or inline.
+#[test]
+fn consistency_errors_name_the_line() {
+    let unknown = variant("list = [\"emd\", \"mpjpe_g\"]", "list = [\"emd\", \"mpjpe_x\"]");
+    let err = parse(&unknown).unwrap_err().to_string();
+    assert!(err.contains("metrics.list: ") && err.ends_with("(line 9)"), "{err}");
+    let dotted = "name = \"t\"\nversion = 1\ndescription = \"test\"\ntask = \"tracking\"\n\
+                  metrics.list = [\"emd\", \"mpjpe_g\"]\nranking.primary = \"ndtw\"\n\
+                  [motions]\nbuiltin = [\"stand\", \"squat\"]\n";
+    let err = parse(dotted).unwrap_err().to_string();
+    assert!(err.contains("ranking.primary: ") && err.ends_with("(line 6)"), "{err}");
+    let inline = dotted.replace("ranking.primary = \"ndtw\"", "ranking = { primary = \"ndtw\" }");
+    let err = parse(&inline).unwrap_err().to_string();
+    assert!(err.contains("ranking.primary: ") && err.ends_with("(line 6)"), "{err}");
 }
 
 /// Parses `text`, expects an error naming bad.toml and `key` (and `also`).

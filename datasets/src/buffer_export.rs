@@ -14,7 +14,8 @@
 //!                                                 (zeros on an episode's first row)
 //! qpos                             f32 (N, 36)    root xyz, root quat wxyz, 29 joints
 //! qvel                             f32 (N, 35)    root linear (world), root angular (body), joints
-//! terminated                       bool (N)       true on the last row of an episode the fall rule ended
+//! terminated                       bool (N)       true on the last row of a FELL episode (the fall
+//!                                                 rule ended it, or a scored fall)
 //! truncated                        bool (N)       true on the last row of every other episode
 //! /episodes/                       one row per episode, in export order
 //!     start, stop                  i64 (E)        rows [start, stop) of the episode

@@ -46,8 +46,9 @@
 //!
 //! zlib is zlib-ng (the `libz-sys` features in Cargo.toml); the stream is standard deflate, which
 //! every HDF5 reader opens.
-//! Zero-row datasets (an episode that failed before its first step) are stored contiguous and
-//! uncompressed, because HDF5 refuses chunks larger than a fixed dimension of size zero.
+//! Zero-row datasets (an episode given up on with no stored run) are chunked by one row and
+//! uncompressed: HDF5 refuses a contiguous dataset of size zero, and chunks larger than a
+//! fixed dimension of size zero.
 
 use std::path::{Path, PathBuf};
 

@@ -125,6 +125,17 @@ pub fn rfc3339(ms: i64) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
+/// As [`rfc3339`], with the milliseconds where the time has any (`2026-05-01T00:00:00.250Z`):
+/// for times that select data by the millisecond (a dataset card's `since`, `until` and the
+/// submission times beside them), so that pasting them back selects the same.
+pub fn rfc3339_exact(ms: i64) -> String {
+    let t = UNIX_EPOCH + Duration::from_millis(ms.clamp(0, MAX_TIME_MS) as u64);
+    match ms.rem_euclid(1000) {
+        0 => humantime::format_rfc3339_seconds(t).to_string(),
+        _ => humantime::format_rfc3339_millis(t).to_string(),
+    }
+}
+
 /// Parses an RFC 3339 time (`2026-05-01T00:00:00Z`, fractional seconds allowed; a numeric
 /// offset such as `+02:00` is converted to UTC) into unix milliseconds.
 pub fn parse_rfc3339(text: &str) -> Result<i64, String> {

@@ -255,6 +255,12 @@ fn datasets_filter_export_and_load_into_a_buffer() {
         assert_eq!(line["id"], format!("{a}/{}", e.0));
         assert_eq!(line["rows"], e.1 + 1);
         assert_eq!(line["engine"], engine);
+        // As in the results: a decimal string (a u64 exceeds JSON numbers' exact range).
+        assert!(
+            line["seed"].as_str().is_some_and(|s| s.parse::<u64>().is_ok()),
+            "{}",
+            line["seed"]
+        );
         assert_eq!(line["qpos"].as_array().unwrap().len() as i64, e.1 + 1);
         assert_eq!(
             line["observation"]["privileged_state"][0].as_array().unwrap().len(),
@@ -303,6 +309,22 @@ fn datasets_filter_export_and_load_into_a_buffer() {
     assert_eq!(status, 200);
     ranges_resume_the_download(&server, &path, &whole, false);
     assert_eq!(exports().len(), 1, "{:?}", exports());
+    // The same query from team alpha selects the same episodes, but its card counts what alpha
+    // may read (its own submission): another stored file, not the admin's, whose card counted
+    // every team's submissions.
+    let (status, alpha_h5) = http(
+        server.addr,
+        "GET",
+        &format!("/api/v1/datasets/benchmarks/g1-smoke/hdf5{query}"),
+        Some(&alpha),
+        None,
+    );
+    assert_eq!(status, 200);
+    assert_eq!(exports().len(), 2, "{:?}", exports());
+    let alpha_downloaded = dir.join("alpha.h5");
+    std::fs::write(&alpha_downloaded, &alpha_h5).unwrap();
+    let (_, alpha_low) = card(&server, &query, &alpha);
+    assert_eq!(alpha_low["counts"]["in_scope"]["episodes"], 6, "{alpha_low}");
     let exported = dir.join("cli.h5");
     let card_path = dir.join("cli-card.json");
     let data_dir = dir.join("data");
@@ -360,6 +382,8 @@ fn datasets_filter_export_and_load_into_a_buffer() {
     )
     .unwrap();
     let Some(python) = python() else { return };
+    let from_alpha = load_with_h5py(&python, &alpha_downloaded);
+    assert_eq!(from_alpha["card_counts"], alpha_low["counts"]);
     for path in [&downloaded, &exported] {
         let loaded = load_with_h5py(&python, path);
         assert_eq!(loaded["format"], "mimicarena-buffer");

@@ -359,8 +359,10 @@ impl Write for ChannelWriter {
 }
 
 /// The object-store key of an HDF5 export: a hash of what decides its contents (the export
-/// format's version, the scope, the filter, and every selected episode with its stored state).
-/// Completed submissions do not change, so a key names one file for good.
+/// format's version, the scope, the filter, every selected episode with its stored state, and
+/// the card's counts of what the requester may read: a team and the admin selecting the same
+/// episodes get different cards). Completed submissions do not change, so a key names one file
+/// for good.
 fn export_key(selection: &Selection) -> String {
     use sha2::Digest;
     let episodes: Vec<serde_json::Value> = selection
@@ -377,6 +379,7 @@ fn export_key(selection: &Selection) -> String {
         "filter": selection.filter,
         "success_metric": selection.success_metric,
         "episodes": episodes,
+        "in_scope": selection.in_scope,
     });
     let digest = sha2::Sha256::digest(what.to_string().as_bytes());
     format!("exports/{}-{}.h5", dataset_name(selection), &hex::encode(digest)[..32])

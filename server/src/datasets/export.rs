@@ -55,7 +55,7 @@ pub fn layout_description(joint_position: bool) -> Value {
             "action": action,
             "qpos": "f32 (N, 36): root xyz, root quaternion wxyz, 29 joint angles",
             "qvel": "f32 (N, 35): root linear velocity (world), root angular velocity (body), 29 joint velocities",
-            "terminated": "bool (N): true on the last row of an episode the fall rule ended",
+            "terminated": "bool (N): true on the last row of a FELL episode (the fall rule ended it, or an error after the success rule broke made it a scored fall)",
             "truncated": "bool (N): true on the last row of every other episode",
             "episodes/start, episodes/stop": "i64 (E): rows [start, stop) of each episode",
             "episodes/id, submission, team, motion, status": "str (E)",
@@ -229,7 +229,8 @@ pub fn export_jsonl_gz(
             "category": row.category,
             "status": row.status.word(),
             "reason": row.reason,
-            "seed": row.seed,
+            // A decimal string, as in the results: a u64 exceeds JSON numbers' exact range.
+            "seed": row.seed.to_string(),
             "dr_level": row.dr_level,
             "start_s": row.start_s,
             "duration_s": row.duration_s,

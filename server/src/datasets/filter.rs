@@ -93,7 +93,7 @@ pub struct DatasetFilter {
 
 fn opt_time<S: serde::Serializer>(t: &Option<i64>, s: S) -> Result<S::Ok, S::Error> {
     match t {
-        Some(ms) => s.serialize_str(&access::rfc3339(*ms)),
+        Some(ms) => s.serialize_str(&access::rfc3339_exact(*ms)),
         None => s.serialize_none(),
     }
 }
@@ -302,6 +302,18 @@ mod tests {
         assert!(f.metrics[0].holds(Some(0.9)) && !f.metrics[0].holds(Some(0.91)) && !f.metrics[0].holds(None));
         assert!(!f.metrics[0].holds(Some(f64::NAN)));
         assert_eq!(DatasetFilter::from_pairs([]).unwrap(), DatasetFilter::default());
+        // As the card writes them, the times select the same again: to the millisecond where
+        // they have one (a card to the second selected a submission more).
+        for (ms, written) in [
+            (1_796_543_696_864, "2026-12-06T07:54:56.864Z"),
+            (1_793_491_200_000, "2026-11-01T00:00:00Z"),
+        ] {
+            let f = DatasetFilter::from_pairs([("since", ms.to_string().as_str())]).unwrap();
+            let card = serde_json::to_value(&f).unwrap();
+            assert_eq!(card["since"], written);
+            let again = DatasetFilter::from_pairs([("since", written)]).unwrap();
+            assert_eq!(again.since, Some(ms));
+        }
         // The same names in any order, repeated or not, are the same filter (one stored export).
         let a = DatasetFilter::from_pairs([("motion", "squat,stand,squat"), ("team", "b")]).unwrap();
         let b = DatasetFilter::from_pairs([("team", "b"), ("motion", "stand"), ("motion", "squat")]).unwrap();

@@ -235,8 +235,8 @@ pub fn card(selection: &Selection, spec: &BenchmarkSpec, now_ms: i64) -> Value {
             id: &p.submission.id,
             team: &p.submission.team_name,
             agent: &p.submission.agent_name,
-            created_at: access::rfc3339(p.submission.created_at),
-            finished_at: p.submission.finished_at.map(access::rfc3339),
+            created_at: access::rfc3339_exact(p.submission.created_at),
+            finished_at: p.submission.finished_at.map(access::rfc3339_exact),
             benchmark_version: p.submission.benchmark_version,
             episodes: p.episodes.len(),
         })
@@ -264,7 +264,9 @@ pub fn card(selection: &Selection, spec: &BenchmarkSpec, now_ms: i64) -> Value {
             "episodes": selection.episodes(),
             "rows": selection.rows(),
             "steps": steps,
-            "duration_s": steps as f64 * arena_sim::CONTROL_DT,
+            // Divided, not multiplied by 0.02: the nearest double to the decimal (6.6, not
+            // 6.6000000000000005).
+            "duration_s": steps as f64 / (1.0 / arena_sim::CONTROL_DT).round(),
             // Over what the counts above are taken, and what the scope left out.
             "in_scope": selection.in_scope,
         },

@@ -1361,3 +1361,89 @@ async fn a_list_over_a_batch_is_refused_undecoded() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// An agent that hangs with its connection open loses the request it missed, not the
+/// submission: after a missed deadline the lane claims no episode until the agent sends
+/// anything (here a heartbeat), and its silence ends the session with the rest still to run
+/// (before, the lane claimed and timed out a batch every step deadline, 32 episodes a second at
+/// the defaults, until the heartbeat timeout: most of a submission).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_agent_loses_the_request_it_missed_not_the_submission() {
+    let dir = tmp("faults-hung");
+    let server = ServerProc::start(
+        &dir,
+        &[
+            "--lanes",
+            "1",
+            "--step-timeout-s",
+            "0.2",
+            "--heartbeat-interval-s",
+            "1",
+            "--heartbeat-timeout-s",
+            "3",
+        ],
+    );
+    let token = server.team("hung");
+    let enc = Encoding::Json;
+    let (mut ws, connected) = open(&server.ws_url(), &connect_msg(&token, "submission", ""), enc).await;
+    let id = connected.submission_id.clone();
+    // The requests that come while the agent says nothing for `quiet`, and how the session ended
+    // if it did.
+    async fn silent_for(ws: &mut Socket, quiet: Duration) -> (Vec<u32>, Option<String>) {
+        let until = tokio::time::Instant::now() + quiet;
+        let mut asked = Vec::new();
+        while let Ok(msg) = tokio::time::timeout_at(until, recv(ws)).await {
+            match msg {
+                Some(Msg::GetAction(g)) => asked.extend(g.observations.iter().map(|o| o.episode_id)),
+                Some(Msg::Disconnect(d)) => return (asked, Some(d.reason)),
+                None => return (asked, Some("closed".into())),
+                Some(_) => {}
+            }
+        }
+        (asked, None)
+    }
+    let first = loop {
+        if let Msg::GetAction(g) = recv(&mut ws).await.expect("session alive") {
+            break g;
+        }
+    };
+    let episode = first.observations[0].episode_id;
+    ws.send(frame(&action(first.step, episode, vec![0.0; 29]), enc))
+        .await
+        .unwrap();
+    // Silent: the next request is missed, and nothing more is asked.
+    let (asked, ended) = silent_for(&mut ws, Duration::from_millis(1500)).await;
+    assert_eq!(
+        (asked.as_slice(), ended),
+        (&[episode][..], None),
+        "one request missed, no more asked"
+    );
+    // A heartbeat: the agent is there, and gets an episode again; then silence ends the session.
+    let beat = Msg::Heartbeat(protocol::Heartbeat { time: 1.0 });
+    ws.send(frame(&beat, enc)).await.unwrap();
+    let (asked, ended) = silent_for(&mut ws, Duration::from_secs(10)).await;
+    assert_eq!(
+        asked.len(),
+        1,
+        "one new episode's request after the heartbeat: {asked:?}"
+    );
+    assert_ne!(asked[0], episode);
+    assert_eq!(ended.as_deref(), Some("heartbeat_timeout"));
+    let (status, results) = server.get(&format!("/api/v1/submissions/{id}/results"), Some(ADMIN));
+    assert_eq!(status, 200, "{results}");
+    let statuses: Vec<&str> = results["episodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        statuses.iter().filter(|s| **s == "TIMEOUT").count(),
+        2,
+        "the two requests missed, and no other episode: {statuses:?}"
+    );
+    let (_, sub) = server.get(&format!("/api/v1/submissions/{id}"), Some(ADMIN));
+    assert_eq!(sub["status"], "RUNNING", "{sub}");
+    assert_eq!(sub["progress"]["pending"], 4, "{sub}");
+    std::fs::remove_dir_all(&dir).ok();
+}

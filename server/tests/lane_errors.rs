@@ -67,6 +67,7 @@ async fn run_zero_agent(
         gains: None,
         out,
         step_timeout: Duration::from_secs(30),
+        heard: Default::default(),
         lanes: 1,
         batch,
         sim_threads: 1,

@@ -338,7 +338,11 @@ impl ChannelWriter {
             )),
             Err(SendTimeoutError::Timeout(_)) => Err(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
-                format!("the client took nothing for {:?}", self.stall_limit),
+                format!(
+                    "the download took no new piece for {:?} (the client read nothing, or too little \
+                     to drain the socket's send buffer)",
+                    self.stall_limit
+                ),
             )),
         }
     }

@@ -390,11 +390,13 @@ where
         batch,
         "session started"
     );
+    let heard = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let ctx = Arc::new(RunContext {
         benchmark: admitted.benchmark.clone(),
         gains: admitted.gains.clone(),
         out: out.clone(),
         step_timeout,
+        heard: heard.clone(),
         lanes,
         batch,
         sim_threads: config.sim_threads as usize,
@@ -435,6 +437,7 @@ where
                 let message = message.unwrap_or(Incoming::Closed);
                 if !matches!(message, Incoming::Closed) {
                     last_heard = Instant::now();
+                    heard.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
                 match message {
                     Incoming::Closed => {
@@ -514,9 +517,12 @@ where
                     },
                     Incoming::Msg(Msg::Disconnect(d)) => {
                         tracing::info!(session = %session_id, reason = %d.reason, "agent disconnected");
-                        if let (Some(why), Some(s)) = (
+                        // A hosted run's submission is ended by the hosted runner, in its own
+                        // words (`crate::hosted`): both raced to end it, and either won.
+                        if let (Some(why), Some(s), None) = (
                             d.reason.strip_prefix(protocol::AGENT_CANNOT_SERVE),
                             admitted.submission.as_ref(),
+                            hosted,
                         ) {
                             end_unserved_submission(state, &s.id, why.trim_start_matches([':', ' '])).await;
                         }

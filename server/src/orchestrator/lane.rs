@@ -13,6 +13,7 @@ use arena_runner::local::episode_infos;
 use arena_sdk::protocol::{self, Action, EpisodeObservation, EpisodeStart, GetAction, Msg, codes};
 use arena_sim::env::{EpisodeAssignment, TrackingEnv, Trajectory};
 use rayon::prelude::*;
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
@@ -53,7 +54,8 @@ struct Running {
 /// Deadline of each lane's first request of a session, when the step deadline is shorter.
 pub const FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// How often an idle practice lane looks at its inbox for late actions.
+/// How often an idle practice lane looks at its inbox for late actions, and a lane whose agent
+/// missed a deadline for a sign of life.
 const IDLE_POLL: Duration = Duration::from_millis(50);
 
 /// The `stale_step` error for an Action whose step is not outstanding, and why.
@@ -147,6 +149,12 @@ struct Lane<'a> {
     /// Where running episodes' parts are written as they run; `None` where each is written
     /// whole when it ends (practice sessions, remote stores).
     drafts: Option<Drafts<'a>>,
+    /// Set when the agent missed a step deadline: how many messages the session had heard
+    /// from it then ([`RunContext::heard`]). Until it sends anything more, the lane claims no
+    /// episode: a hung agent whose connection stays open loses the request's episodes, not
+    /// every episode the lane could claim before the heartbeat timeout (32 a second at the
+    /// defaults, most of a submission).
+    missed_deadline: Option<u64>,
 }
 
 impl<'a> Lane<'a> {
@@ -196,6 +204,7 @@ impl<'a> Lane<'a> {
                 } => Drafts::for_store(objects, submission_id),
                 Sink::Practice => None,
             },
+            missed_deadline: None,
         })
     }
 
@@ -221,13 +230,23 @@ impl<'a> Lane<'a> {
     fn run(&mut self) -> LaneEnd {
         loop {
             // No request is outstanding here: whatever the inbox holds answers an old one.
-            let agent_gone = self.refuse_late_actions();
+            let (agent_gone, answered_late) = self.refuse_late_actions();
             if agent_gone || self.ctx.out.is_closed() {
                 // No episode is claimed for an agent that is gone: the gateway drops the
                 // lanes' inboxes when the connection ends, before the writer notices.
                 return self.connection_lost("the session ended");
             }
             let idle = self.slots.iter().all(Option::is_none);
+            if let Some(heard) = self.missed_deadline {
+                // A late answer, a heartbeat, anything: the agent is there, and is given episodes
+                // again. Silence ends the session (the gateway's heartbeat timeout).
+                if answered_late || self.ctx.heard.load(Ordering::Relaxed) != heard || !idle {
+                    self.missed_deadline = None;
+                } else {
+                    std::thread::sleep(IDLE_POLL);
+                    continue;
+                }
+            }
             let started = Instant::now();
             let filled = self.fill_slots(idle);
             self.timings.claim_and_reset_s += started.elapsed().as_secs_f64();
@@ -275,6 +294,13 @@ impl<'a> Lane<'a> {
                     self.timings.apply_s += started.elapsed().as_secs_f64();
                 }
                 Wait::Timeout => {
+                    if self.missed_deadline.is_none() {
+                        tracing::info!(
+                            lane = self.lane,
+                            "the agent missed step {step}'s deadline: no new episode on this lane until it sends anything"
+                        );
+                    }
+                    self.missed_deadline = Some(self.ctx.heard.load(Ordering::Relaxed));
                     let reason = format!(
                         "no Action for GetAction step {step} (a session-wide request counter) within the {:.3} s step deadline",
                         timeout.as_secs_f64()
@@ -329,18 +355,21 @@ impl<'a> Lane<'a> {
 
     /// Answers `stale_step` to every Action waiting in the inbox. Called only while no request
     /// of this lane is outstanding, so each of them is late (its step timed out or was answered).
-    /// Returns whether the inbox is closed: the session's connection has ended.
-    fn refuse_late_actions(&self) -> bool {
+    /// Returns whether the inbox is closed (the session's connection has ended) and whether
+    /// there was any such Action.
+    fn refuse_late_actions(&self) -> (bool, bool) {
+        let mut refused = false;
         loop {
             match self.inbox.try_recv() {
                 Ok(a) => {
+                    refused = true;
                     self.send(stale_step(
                         &a,
                         "its episodes have ended (answered already or timed out)",
                     ));
                 }
-                Err(mpsc::TryRecvError::Empty) => return false,
-                Err(mpsc::TryRecvError::Disconnected) => return true,
+                Err(mpsc::TryRecvError::Empty) => return (false, refused),
+                Err(mpsc::TryRecvError::Disconnected) => return (true, refused),
             }
         }
     }
@@ -428,7 +457,7 @@ impl<'a> Lane<'a> {
                                 break;
                             }
                             Err(RecvTimeoutError::Timeout) => {
-                                if self.refuse_late_actions() {
+                                if self.refuse_late_actions().0 {
                                     return Ok(claimed);
                                 }
                             }
@@ -505,7 +534,7 @@ impl<'a> Lane<'a> {
                         Ok(Some(at)) => {
                             let left = (at - crate::storage::now_ms()).max(0) as u64;
                             std::thread::sleep(Duration::from_millis(left.clamp(100, 1000)));
-                            if self.refuse_late_actions() {
+                            if self.refuse_late_actions().0 {
                                 return Err(LaneEnd::ConnectionLost);
                             }
                         }

@@ -104,6 +104,9 @@ pub struct RunContext {
     /// Messages to the agent (the gateway encodes and sends them).
     pub out: crate::outbox::Outbox,
     pub step_timeout: Duration,
+    /// Messages the session has received from the agent, of any kind (the gateway counts
+    /// them): a lane whose agent missed a deadline waits for this to move.
+    pub heard: Arc<std::sync::atomic::AtomicU64>,
     pub lanes: usize,
     /// Envs per lane (episodes per GetAction).
     pub batch: usize,

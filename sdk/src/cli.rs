@@ -80,8 +80,9 @@ pub fn exit_code(error: &anyhow::Error) -> std::process::ExitCode {
 }
 
 impl SessionArgs {
-    /// The client's configuration. `default_benchmark` applies without `--benchmark` and
-    /// `--phase` (a phase names its own benchmark); `default_name` without `--name`.
+    /// The client's configuration. `default_benchmark` applies without `--benchmark`, `--phase`
+    /// and `--submission` (a phase and a submission name their own benchmark); `default_name`
+    /// without `--name`.
     pub fn client_config(&self, default_benchmark: &str, default_name: &str) -> Result<ClientConfig, UsageError> {
         let grpc = self.transport == Transport::Grpc || self.server.starts_with("grpc://");
         if grpc && self.encoding == "json" {
@@ -91,7 +92,9 @@ impl SessionArgs {
             ));
         }
         let url = client::endpoint(&self.server, grpc).map_err(UsageError)?;
-        let benchmark = match (&self.benchmark, self.phase.is_empty()) {
+        // Resuming a submission of another benchmark with the program's default was refused
+        // ("runs benchmark X, not g1-smoke"): the hint after a lost run says `--submission ID`.
+        let benchmark = match (&self.benchmark, self.phase.is_empty() && self.submission.is_none()) {
             (Some(b), _) => b.clone(),
             (None, true) => default_benchmark.to_string(),
             (None, false) => String::new(),
@@ -212,7 +215,13 @@ mod tests {
         assert_eq!(c.phase, "final");
         let c = config(&["--server", "grpc://h:1", "--name", "mine", "--submission", "sub-1"]).unwrap();
         assert_eq!((c.url.as_str(), c.agent_name.as_str()), ("grpc://h:1", "mine"));
-        assert!(matches!(&c.mode, Mode::Submission { submission_id: Some(s), .. } if s == "sub-1"));
+        // A submission names its own benchmark too (the program's default was refused for any
+        // other: the resume hint after a lost run gives `--submission ID` alone).
+        assert!(
+            matches!(&c.mode, Mode::Submission { submission_id: Some(s), benchmark } if s == "sub-1" && benchmark.is_empty())
+        );
+        let c = config(&["--submission", "sub-1", "--benchmark", "b"]).unwrap();
+        assert!(matches!(&c.mode, Mode::Submission { benchmark, .. } if benchmark == "b"));
         let c = config(&["--server", "http://h:1", "--transport", "grpc"]).unwrap();
         assert_eq!((c.url.as_str(), c.encoding), ("grpc://h:1", Encoding::Binary));
         // JSON is a WebSocket encoding: asked for with gRPC, it is a usage error, not ignored.

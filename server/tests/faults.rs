@@ -1447,3 +1447,78 @@ async fn a_hung_agent_loses_the_request_it_missed_not_the_submission() {
     assert_eq!(sub["progress"]["pending"], 4, "{sub}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A submission resumed after its benchmark file changed is refused, saying what changed
+/// (`benchmark_unavailable`: the organisers' to fix). Before, a bumped version ran the rest
+/// under the new rules (a hybrid the board then left out) and fewer episodes ended every session
+/// at the first one missing (hundreds of sessions). Restored, the file resumes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_after_the_benchmark_changed_is_refused_naming_the_change() {
+    let dir = tmp("faults-changed");
+    let benchmarks = dir.join("benchmarks");
+    std::fs::create_dir_all(&benchmarks).unwrap();
+    let smoke =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../benchmarks/g1-smoke.toml"))
+            .unwrap();
+    let original = smoke.replace("name = \"g1-smoke\"", "name = \"changing\"");
+    let file = benchmarks.join("changing.toml");
+    std::fs::write(&file, &original).unwrap();
+    let args = ["--lanes", "1", "--benchmarks-dir", benchmarks.to_str().unwrap()];
+    let data = dir.join("data");
+    let mut server = ServerProc::start(&data, &args);
+    let token = server.team("changes");
+    let connect = |submission: &str| {
+        let mut c = connect_msg(&token, "submission", submission);
+        if let Msg::Connect(c) = &mut c {
+            c.benchmark = if submission.is_empty() { "changing".into() } else { String::new() };
+        }
+        c
+    };
+    let enc = Encoding::Json;
+    let (mut ws, connected) = open(&server.ws_url(), &connect(""), enc).await;
+    let id = connected.submission_id.clone();
+    let g = loop {
+        if let Msg::GetAction(g) = recv(&mut ws).await.expect("session alive") {
+            break g;
+        }
+    };
+    ws.send(frame(&action(g.step, g.observations[0].episode_id, vec![0.0; 29]), enc))
+        .await
+        .unwrap();
+    drop(ws);
+    // The first answer to a resume, with the file as `text` (None: removed).
+    let mut resume_with = |text: Option<String>| {
+        server.terminate();
+        match text {
+            Some(t) => std::fs::write(&file, t).unwrap(),
+            None => std::fs::remove_file(&file).unwrap(),
+        }
+        server = ServerProc::start(&data, &args);
+        let (url, c) = (server.ws_url(), connect(&id));
+        async move {
+            let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+            ws.send(frame(&c, enc)).await.unwrap();
+            recv(&mut ws).await.expect("an answer")
+        }
+    };
+    let refused = |m: Msg| match m {
+        Msg::Error(e) if e.code == codes::BENCHMARK_UNAVAILABLE => e.message,
+        other => panic!("expected benchmark_unavailable, got {other:?}"),
+    };
+    let bumped = original.replace("version = 1 ", "version = 2 ");
+    let m = refused(resume_with(Some(bumped)).await);
+    assert!(m.contains("started on version 1") && m.contains("has version 2"), "{m}");
+    let more = original.replace("repeats = 1", "repeats = 2");
+    let m = refused(resume_with(Some(more)).await);
+    assert!(m.contains("12 episodes, where the submission has 6"), "{m}");
+    let reseeded = original.replace("seed = 0", "seed = 5");
+    let m = refused(resume_with(Some(reseeded)).await);
+    assert!(m.contains("episode 0's seed or start differs"), "{m}");
+    let m = refused(resume_with(None).await);
+    assert!(m.contains(&format!("submission {id}'s benchmark cannot be loaded")), "{m}");
+    match resume_with(Some(original)).await {
+        Msg::Connected(c) => assert_eq!(c.submission_id, id),
+        other => panic!("the restored file resumes it, got {other:?}"),
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -185,9 +185,15 @@ pub(super) async fn admit(
     let mut benchmark = match tokio::task::spawn_blocking(move || catalog.load(&name)).await {
         Ok(Ok(b)) => b,
         Ok(Err(e)) => {
-            return Err(match e.for_client(&plan.benchmark) {
-                ClientLoadError::Unknown(message) => refuse(codes::UNKNOWN_BENCHMARK, message),
-                ClientLoadError::Unavailable(message) => refuse(codes::BENCHMARK_UNAVAILABLE, message),
+            return Err(match (e.for_client(&plan.benchmark), &submission) {
+                // A stored submission's benchmark that cannot be found is the organisers' to
+                // fix, not a name the agent gave (as over REST).
+                (ClientLoadError::Unknown(message), Some(s)) => refuse(
+                    codes::BENCHMARK_UNAVAILABLE,
+                    format!("submission {}'s benchmark cannot be loaded on this server now: {message}", s.id),
+                ),
+                (ClientLoadError::Unknown(message), None) => refuse(codes::UNKNOWN_BENCHMARK, message),
+                (ClientLoadError::Unavailable(message), _) => refuse(codes::BENCHMARK_UNAVAILABLE, message),
             });
         }
         Err(e) => return Err(refuse_internal("loading the benchmark", e)),
@@ -261,6 +267,7 @@ pub(super) async fn admit(
         });
     }
     let mut renamed = false;
+    let resumed = submission.is_some();
     let submission = match submission {
         Some(mut s) => {
             if !agent_name.is_empty() && agent_name != s.agent_name {
@@ -313,6 +320,9 @@ pub(super) async fn admit(
         .episodes(&submission.id)
         .await
         .map_err(|e| refuse_internal("reading the submission's episodes", e))?;
+    if resumed {
+        still_defined_as_started(&submission, &benchmark, &rows).map_err(|why| refuse(codes::BENCHMARK_UNAVAILABLE, why))?;
+    }
     Ok(Admitted {
         remaining: runner::unfinished(&rows),
         benchmark,
@@ -322,6 +332,53 @@ pub(super) async fn admit(
         renamed,
         team,
     })
+}
+
+/// A resumed submission runs the episodes it was created with: its benchmark must still be the
+/// version it started on, and define the same episodes (their number, seeds and starts). A
+/// changed file ran the rest under other rules (a bumped version: a hybrid the board then left
+/// out) or ended every session at the first episode it no longer has (fewer episodes: hundreds
+/// of sessions, each a server fault).
+fn still_defined_as_started(
+    submission: &Submission,
+    benchmark: &LoadedBenchmark,
+    rows: &[crate::storage::EpisodeRow],
+) -> Result<(), String> {
+    let spec = &benchmark.spec;
+    let fix = "the organisers can restore the benchmark file it started on, or cancel the submission";
+    if let Some(started) = submission.benchmark_version
+        && started != i64::from(spec.version)
+    {
+        return Err(format!(
+            "submission {} started on version {started} of benchmark {}, and this server has version {}: its \
+             remaining episodes cannot run under the rules it started with ({fix})",
+            submission.id, spec.name, spec.version
+        ));
+    }
+    let changed = |what: String| {
+        Err(format!(
+            "benchmark {} changed under version {} since submission {} started ({what}): its remaining \
+             episodes cannot run as they were defined ({fix}; a changed benchmark takes a new version)",
+            spec.name, spec.version, submission.id
+        ))
+    };
+    if rows.len() != benchmark.episodes.len() {
+        return changed(format!(
+            "{} episodes, where the submission has {}",
+            benchmark.episodes.len(),
+            rows.len()
+        ));
+    }
+    let defined: std::collections::HashMap<i64, &arena_bench::spec::Episode> =
+        benchmark.episodes.iter().map(|e| (e.index as i64, e)).collect();
+    for row in rows {
+        match defined.get(&row.idx) {
+            Some(e) if e.seed == row.seed && e.start_s.to_bits() == row.start_s.to_bits() => {}
+            Some(_) => return changed(format!("episode {}'s seed or start differs", row.idx)),
+            None => return changed(format!("it has no episode {}", row.idx)),
+        }
+    }
+    Ok(())
 }
 
 /// The gains a submission runs with: fixed by its first session, kept by every resume. A resume

@@ -1470,7 +1470,11 @@ async fn a_resume_after_the_benchmark_changed_is_refused_naming_the_change() {
     let connect = |submission: &str| {
         let mut c = connect_msg(&token, "submission", submission);
         if let Msg::Connect(c) = &mut c {
-            c.benchmark = if submission.is_empty() { "changing".into() } else { String::new() };
+            c.benchmark = if submission.is_empty() {
+                "changing".into()
+            } else {
+                String::new()
+            };
         }
         c
     };
@@ -1515,7 +1519,10 @@ async fn a_resume_after_the_benchmark_changed_is_refused_naming_the_change() {
     let m = refused(resume_with(Some(reseeded)).await);
     assert!(m.contains("episode 0's seed or start differs"), "{m}");
     let m = refused(resume_with(None).await);
-    assert!(m.contains(&format!("submission {id}'s benchmark cannot be loaded")), "{m}");
+    assert!(
+        m.contains(&format!("submission {id}'s benchmark cannot be loaded")),
+        "{m}"
+    );
     match resume_with(Some(original)).await {
         Msg::Connected(c) => assert_eq!(c.submission_id, id),
         other => panic!("the restored file resumes it, got {other:?}"),

@@ -1089,8 +1089,13 @@ async fn leases_between_replicas(url: String, engine: Engine) {
             .unwrap()
     );
     // a dies holding episode 0: once its lease runs out, b settles it and runs it again.
+    assert_eq!(b.live_claims("s-1").await.unwrap(), 1, "a's claim of episode 0 runs");
     tokio::time::sleep(Duration::from_millis(700)).await;
+    // Still RUNNING, but run nowhere (the pages then say the submission awaits its agent).
+    assert_eq!(b.episode_counts("s-1").await.unwrap(), (0, 1, 2));
+    assert_eq!(b.live_claims("s-1").await.unwrap(), 0);
     assert_eq!(b.claim_next_episode("s-1").await.unwrap(), Some((0, 2)));
+    assert_eq!(b.live_claims("s-1").await.unwrap(), 1);
     let rows = b.episodes("s-1").await.unwrap();
     assert_eq!(rows[0].reason.as_deref(), Some(arena_server::storage::LEASE_EXPIRED));
     // The late result of a's run is not counted; b's is, once.

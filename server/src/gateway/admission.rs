@@ -190,7 +190,10 @@ pub(super) async fn admit(
                 // fix, not a name the agent gave (as over REST).
                 (ClientLoadError::Unknown(message), Some(s)) => refuse(
                     codes::BENCHMARK_UNAVAILABLE,
-                    format!("submission {}'s benchmark cannot be loaded on this server now: {message}", s.id),
+                    format!(
+                        "submission {}'s benchmark cannot be loaded on this server now: {message}",
+                        s.id
+                    ),
                 ),
                 (ClientLoadError::Unknown(message), None) => refuse(codes::UNKNOWN_BENCHMARK, message),
                 (ClientLoadError::Unavailable(message), _) => refuse(codes::BENCHMARK_UNAVAILABLE, message),
@@ -321,7 +324,8 @@ pub(super) async fn admit(
         .await
         .map_err(|e| refuse_internal("reading the submission's episodes", e))?;
     if resumed {
-        still_defined_as_started(&submission, &benchmark, &rows).map_err(|why| refuse(codes::BENCHMARK_UNAVAILABLE, why))?;
+        still_defined_as_started(&submission, &benchmark, &rows)
+            .map_err(|why| refuse(codes::BENCHMARK_UNAVAILABLE, why))?;
     }
     Ok(Admitted {
         remaining: runner::unfinished(&rows),

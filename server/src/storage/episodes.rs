@@ -819,6 +819,23 @@ impl Storage {
         Ok((pending, running, finished))
     }
 
+    /// The RUNNING episodes of a submission whose claim is alive: its lease has not run out, so
+    /// a server (this one or a replica) runs them. The others' server died: no agent runs them,
+    /// whatever their status still says until a claim settles them ([`Storage::expire_leases`]).
+    pub async fn live_claims(&self, submission: &str) -> Result<i64, StorageError> {
+        let context = || format!("counting the live claims of submission {submission}");
+        let row = sqlx::query(
+            "SELECT COUNT(*) AS n FROM episodes WHERE submission_id = $1 AND status = 'RUNNING' \
+             AND lease_expires_at IS NOT NULL AND lease_expires_at >= $2",
+        )
+        .bind(submission)
+        .bind(now_ms())
+        .fetch_one(&self.pool)
+        .await
+        .ctx(context)?;
+        get(&row, "n", &context())
+    }
+
     /// Episodes the agent ran more than once (a lost connection restarts an episode as its next
     /// attempt; runs the server lost are not counted), per submission of `team` (every team's
     /// for `None`), or of the one `submission`: submission id → (episodes re-run, extra runs).

@@ -51,6 +51,11 @@ struct Running {
     draft: Draft,
 }
 
+/// The reason of the episodes a session's end cut, whichever lane noticed it (one waiting for
+/// an action, or one between requests: they wrote "agent connection lost" and "the session
+/// ended" for the same lost connection).
+const CONNECTION_LOST: &str = "agent connection lost";
+
 /// Deadline of each lane's first request of a session, when the step deadline is shorter.
 pub const FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -234,7 +239,7 @@ impl<'a> Lane<'a> {
             if agent_gone || self.ctx.out.is_closed() {
                 // No episode is claimed for an agent that is gone: the gateway drops the
                 // lanes' inboxes when the connection ends, before the writer notices.
-                return self.connection_lost("the session ended");
+                return self.connection_lost(CONNECTION_LOST);
             }
             let idle = self.slots.iter().all(Option::is_none);
             if let Some(heard) = self.missed_deadline {
@@ -272,7 +277,7 @@ impl<'a> Lane<'a> {
             self.timings.observe_s += started.elapsed().as_secs_f64();
             self.timings.requests += 1;
             if !self.send(Msg::GetAction(request)) {
-                return self.connection_lost("the session ended");
+                return self.connection_lost(CONNECTION_LOST);
             }
             // While the agent works: the rows the last refresh left waiting (the env's timings
             // count them as recording).
@@ -309,7 +314,7 @@ impl<'a> Lane<'a> {
                         slot.forced = Some((EpisodeStatus::Timeout, reason.clone()));
                     }
                 }
-                Wait::Lost => return self.connection_lost("agent connection lost"),
+                Wait::Lost => return self.connection_lost(CONNECTION_LOST),
             }
             self.step_and_collect();
         }
@@ -347,7 +352,7 @@ impl<'a> Lane<'a> {
                     .chain(messages.flatten().map(|e| e.episode_id))
                     .collect();
                 self.return_slots_of(&unseen, "the session ended before they started", GiveBack::NeverStarted);
-                return Err(self.connection_lost("the session ended"));
+                return Err(self.connection_lost(CONNECTION_LOST));
             }
         }
         Ok(())

@@ -32,6 +32,9 @@ pub struct PolicyOverrides {
     pub joint_stiffness: Option<Vec<f64>>,
     pub joint_damping: Option<Vec<f64>>,
     pub anchor_body: Option<String>,
+    /// The benchmark's gain preset the policy was trained with, for a file without gains
+    /// (`arena-agent onnx --gain-preset`); not a field of the file.
+    pub gain_preset: Option<String>,
 }
 
 /// The fields found in a file, in the policy's joint and term order (None: absent).
@@ -559,6 +562,10 @@ pub fn resolve(
             .get(field)
             .cloned()
             .unwrap_or_else(|| "the file's metadata".into());
+        // A key that is there but unreadable has said so already: it is not missing.
+        if m.keys.contains_key(field) && problems.iter().any(|p| p.starts_with(&place)) {
+            return;
+        }
         problems.push(format!("no {what}: {place} is missing (give {})", flag(field)));
     };
 

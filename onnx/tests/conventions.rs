@@ -163,6 +163,27 @@ fn a_negative_action_clip_is_refused_with_its_key_and_value() {
     );
 }
 
+/// A key that is there but unreadable is reported once, as unreadable, not also as missing.
+#[test]
+fn an_unreadable_key_is_not_also_missing() {
+    let mut props = committed();
+    props.insert("default_joint_pos".into(), "[-0.312, 0.0]".into());
+    let e = PolicyConfig::from_metadata(&props, &PolicyOverrides::default(), "the policy").unwrap_err();
+    assert_eq!(e.problems.len(), 1, "{:?}", e.problems);
+    assert!(
+        e.problems[0].starts_with("metadata key 'default_joint_pos' is not a comma-separated list of numbers"),
+        "{:?}",
+        e.problems
+    );
+    // Absent, it is missing.
+    props.remove("default_joint_pos");
+    let e = PolicyConfig::from_metadata(&props, &PolicyOverrides::default(), "the policy").unwrap_err();
+    assert_eq!(
+        e.problems,
+        ["no default joint positions: metadata key 'default_joint_pos' is missing (give --default-joint-pos)"]
+    );
+}
+
 /// Metadata with several problems at once.
 fn broken() -> BTreeMap<String, String> {
     [

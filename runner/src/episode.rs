@@ -428,7 +428,11 @@ pub fn score_finished(
     };
     let t0 = trajectory.times.first().copied().unwrap_or(0.0);
     let rows = match broken_at {
-        Some((_, t)) => trajectory.times.iter().take_while(|&&s| elapsed_s(s, t0) <= t + 1e-9).count(),
+        Some((_, t)) => trajectory
+            .times
+            .iter()
+            .take_while(|&&s| elapsed_s(s, t0) <= t + 1e-9)
+            .count(),
         None => trajectory.len(),
     };
     // The success rules themselves (both, and PHC's two criteria) judge every recorded row, so

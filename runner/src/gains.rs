@@ -31,6 +31,28 @@ impl DeclaredGains {
     }
 }
 
+/// What an exported policy declares: the PD gains its file holds, or the benchmark preset
+/// named beside it (`gain_preset`, for a file without gains; both are refused by
+/// [`resolve`]). A file with neither is refused: on the benchmark's default gains it would be
+/// scored under gains it never declared (`arena-agent onnx` refuses it the same way).
+pub fn declared_by_policy(
+    file: Option<(Vec<f64>, Vec<f64>)>,
+    preset: Option<&str>,
+    rules: &ActionRules,
+) -> Result<DeclaredGains, String> {
+    if file.is_none() && preset.is_none() {
+        return Err(format!(
+            "it has no PD gains (metadata joint_stiffness / kp and joint_damping / kd): give joint_stiffness \
+             and joint_damping, or the gain_preset it was trained with (this benchmark offers: {})",
+            rules.presets.join(", ")
+        ));
+    }
+    Ok(DeclaredGains {
+        preset: preset.unwrap_or_default().to_string(),
+        ..DeclaredGains::own(file)
+    })
+}
+
 /// The gains a session runs with, and where they came from (stored with a submission as JSON).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SessionGains {

@@ -281,14 +281,21 @@ fn a_failure_time_is_a_whole_number_of_control_steps() {
         for (k, t) in rows.times.iter_mut().enumerate() {
             *t = 5.0 + k as f64 * CONTROL_DT;
         }
-        assert_ne!(rows.times[steps] - rows.times[0], steps as f64 / 50.0, "the noise this test is about");
+        assert_ne!(
+            rows.times[steps] - rows.times[0],
+            steps as f64 / 50.0,
+            "the noise this test is about"
+        );
         let (status, m, _) = score_finished(&rows, EpisodeStatus::Fell, None, &names, &MetricConfig::default());
         assert_eq!(status, EpisodeStatus::Fell);
         for name in ["failure_time_s", "mjlab_failure_time_s"] {
             // At most the fall's time; earlier where the rule broke first (both, at 10).
             let t = m[name];
             let whole_steps = (t * 50.0).round();
-            assert!(whole_steps >= 1.0 && whole_steps <= steps as f64, "{name} after {steps} steps: {t}");
+            assert!(
+                whole_steps >= 1.0 && whole_steps <= steps as f64,
+                "{name} after {steps} steps: {t}"
+            );
             assert_eq!(t, whole_steps / 50.0, "{name} after {steps} steps");
         }
         if steps == 1 {

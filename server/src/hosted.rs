@@ -12,7 +12,7 @@ use crate::storage::{HostedPolicy, Team};
 use arena_bench::spec::{ActionMode, BenchmarkSpec};
 use arena_onnx::{OnnxAgent, OnnxPolicy, PolicyOverrides};
 use arena_runner::episode::episode_spec;
-use arena_runner::gains::{DeclaredGains, resolve};
+use arena_runner::gains::{declared_by_policy, resolve};
 use arena_sdk::client::{self, ClientConfig, ClientError, ClientEvent, LocalConnector, Mode};
 use arena_sdk::protocol::codes;
 use futures_util::StreamExt;
@@ -27,21 +27,49 @@ pub fn policy_key(sha256: &str) -> String {
 /// Every reason the policy file at `path` cannot run on `spec` (a phase's view of its
 /// benchmark); empty when it can. Loads the model (refusing what `arena_onnx::checks` refuses).
 pub fn check_upload(path: &Path, overrides: &PolicyOverrides, spec: &BenchmarkSpec) -> Result<OnnxPolicy, Vec<String>> {
-    let policy = OnnxPolicy::load(path, overrides).map_err(|e| e.problems)?;
+    let policy = OnnxPolicy::load(path, overrides)
+        .map_err(|e| e.problems.iter().map(|p| as_overrides(p)).collect::<Vec<_>>())?;
     let mut problems = Vec::new();
     let gains = match spec.action.mode {
         ActionMode::Normalized => None,
-        ActionMode::JointPosition => match resolve(&spec.action, &DeclaredGains::own(policy.config.gains_g1())) {
-            Ok(g) => Some(g),
-            Err(why) => {
-                problems.push(format!("the policy's gains: {why}"));
-                None
+        ActionMode::JointPosition => {
+            let declared = declared_by_policy(policy.config.gains_g1(), overrides.gain_preset.as_deref(), &spec.action);
+            match declared.and_then(|d| resolve(&spec.action, &d)) {
+                Ok(g) => Some(g),
+                Err(why) => {
+                    problems.push(format!("the policy's gains: {why}"));
+                    None
+                }
             }
-        },
+        }
     };
     let session = episode_spec(spec, gains.as_ref(), 1, 1, 1.0);
     problems.extend(arena_onnx::agent::session_problems(&policy.config, &session));
-    if problems.is_empty() { Ok(policy) } else { Err(problems) }
+    if problems.is_empty() {
+        Ok(policy)
+    } else {
+        Err(problems.iter().map(|p| as_overrides(p)).collect())
+    }
+}
+
+/// A refusal's hint in the words of an upload: the remote runner's options (`give
+/// --default-joint-pos`) are keys of the upload's `overrides` here.
+fn as_overrides(problem: &str) -> String {
+    let mut out = problem.to_string();
+    for flag in [
+        "--joint-names",
+        "--observation-names",
+        "--default-joint-pos",
+        "--action-scale",
+        "--joint-stiffness",
+        "--joint-damping",
+        "--anchor-body",
+        "--gain-preset",
+    ] {
+        let key = flag.trim_start_matches('-').replace('-', "_");
+        out = out.replace(flag, &format!("overrides.{key}"));
+    }
+    out
 }
 
 /// Overrides as stored with a hosted submission (a JSON object of `PolicyOverrides`' keys).
@@ -217,6 +245,7 @@ async fn run(
         // The problems, not the error's text: that names the file's path on this server.
         let policy = OnnxPolicy::load(&path, &overrides).map_err(|e| RunError::Unusable(e.problems.join("; ")))?;
         let gains = policy.config.gains_g1();
+        let preset = overrides.gain_preset.clone();
         let mut agent = OnnxAgent::new(policy);
         let mut config = ClientConfig::new(
             "local://hosted",
@@ -237,6 +266,7 @@ async fn run(
             config.joint_stiffness = kp;
             config.joint_damping = kd;
         }
+        config.gain_preset = preset.unwrap_or_default();
         let summary = client::run_blocking(&config, &mut agent, &mut |e| {
             if let ClientEvent::ServerError(e) = e {
                 tracing::info!(submission = %id, "hosted run: {}: {}", e.code, e.message);

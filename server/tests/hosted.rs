@@ -103,6 +103,46 @@ fn an_uploaded_policy_is_evaluated_by_the_server() {
     }
     let (status, _) = upload(&server, "benchmark=g1-smoke-robot", &token, b"");
     assert_eq!(status, 400);
+    // A file without gains names the preset it was trained with, or is refused (it ran on the
+    // benchmark's default gains unsaid); the hints name the upload's overrides, not options of
+    // the remote runner.
+    let without = |keys: &[&str]| {
+        let mut model = hostile_models::plain(hostile_models::node("Identity", &["h"], &["actions"]), vec![]);
+        model.metadata_props.retain(|p| !keys.contains(&p.key.as_str()));
+        prost::Message::encode_to_vec(&model)
+    };
+    let bare = without(&["joint_stiffness", "joint_damping"]);
+    let (status, v) = upload(&server, "benchmark=g1-smoke-robot", &token, &bare);
+    assert_eq!(status, 422, "{v}");
+    let problems = v["error"]["problems"].to_string();
+    assert!(
+        problems.contains("it has no PD gains") && problems.contains("gain_preset"),
+        "{problems}"
+    );
+    let (status, v) = upload(
+        &server,
+        "benchmark=g1-smoke-robot",
+        &token,
+        &without(&["default_joint_pos"]),
+    );
+    assert_eq!(status, 422, "{v}");
+    let problems = v["error"]["problems"].to_string();
+    assert!(
+        problems.contains("(give overrides.default_joint_pos)") && !problems.contains("--"),
+        "{problems}"
+    );
+    let overrides = serde_json::json!({"gain_preset": "nope"});
+    let query = format!(
+        "benchmark=g1-smoke-robot&overrides={}",
+        url_encode(&overrides.to_string())
+    );
+    let (status, v) = upload(&server, &query, &token, &bare);
+    assert_eq!(status, 422, "{v}");
+    let problems = v["error"]["problems"].to_string();
+    assert!(
+        problems.contains("nope") && problems.contains("is not offered by this benchmark"),
+        "{problems}"
+    );
     assert_eq!(submissions(&server, &token), 0, "a refused file creates no submission");
 
     // Accepted: stored, named after its run, evaluated to the end with no agent connected.

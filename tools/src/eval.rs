@@ -28,6 +28,10 @@ pub struct EvalArgs {
     /// benchmark's bounds). docs/bring-your-policy.md.
     #[arg(long, conflicts_with = "policy", value_name = "FILE")]
     onnx: Option<PathBuf>,
+    /// With --onnx: the benchmark's gain preset the policy was trained with, for a file that
+    /// holds no PD gains (one without either is refused, as a hosted upload is).
+    #[arg(long, requires = "onnx", value_name = "NAME")]
+    gain_preset: Option<String>,
     /// Folder that the benchmark's motion paths are relative to.
     #[arg(long, env = MOTIONS_ROOT_ENV, default_value = ".")]
     motions_root: PathBuf,
@@ -76,7 +80,7 @@ pub fn run(a: EvalArgs) -> anyhow::Result<()> {
     };
     let (mut agent, gains, policy_name) = match (&a.onnx, a.policy) {
         (Some(file), _) => {
-            let (agent, gains) = onnx_agent(file, &spec)?;
+            let (agent, gains) = onnx_agent(file, a.gain_preset.as_deref(), &spec)?;
             (agent, gains, format!("onnx {}", file.display()))
         }
         (None, Some(builtin)) => (builtin.agent(), None, format!("{builtin:?}").to_lowercase()),
@@ -228,9 +232,10 @@ pub fn run(a: EvalArgs) -> anyhow::Result<()> {
 }
 
 /// The agent of an exported policy and the gains its session runs with (those its metadata
-/// declares, checked against the benchmark's bounds; the benchmark's own without any).
+/// declares, or the preset named, checked against the benchmark's bounds; neither is refused).
 fn onnx_agent(
     file: &std::path::Path,
+    gain_preset: Option<&str>,
     spec: &arena_bench::spec::BenchmarkSpec,
 ) -> anyhow::Result<(Box<dyn arena_sdk::Agent>, Option<arena_runner::gains::SessionGains>)> {
     let policy = arena_onnx::OnnxPolicy::load(file, &arena_onnx::PolicyOverrides::default())?;
@@ -239,8 +244,8 @@ fn onnx_agent(
         "benchmark {} takes normalized actions; an exported policy runs on a joint-position benchmark (e.g. g1-smoke-robot)",
         spec.name
     );
-    let declared = arena_runner::gains::DeclaredGains::own(policy.config.gains_g1());
-    let gains = arena_runner::gains::resolve(&spec.action, &declared)
+    let gains = arena_runner::gains::declared_by_policy(policy.config.gains_g1(), gain_preset, &spec.action)
+        .and_then(|declared| arena_runner::gains::resolve(&spec.action, &declared))
         .map_err(|why| anyhow::anyhow!("{}: the policy's gains: {why}", file.display()))?;
     Ok((Box::new(arena_onnx::OnnxAgent::new(policy)), Some(gains)))
 }

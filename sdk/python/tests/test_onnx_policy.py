@@ -438,6 +438,15 @@ def refusal(metadata: Mapping[str, str], overrides: PolicyOverrides | None = Non
     return str(info.value)
 
 
+def test_an_unreadable_key_is_not_also_missing() -> None:
+    text = refusal(mjlab_metadata(default_joint_pos="[-0.312, 0.0]"))
+    assert "metadata key 'default_joint_pos' is not a comma-separated list of numbers" in text
+    assert "is missing" not in text
+    assert "metadata key 'default_joint_pos' is missing (give --default-joint-pos)" in refusal(
+        mjlab_metadata(default_joint_pos=None)
+    )
+
+
 def test_per_term_lists_must_align_with_the_terms_and_names_are_bounded() -> None:
     terms = len(MJLAB_TERMS.split(","))
     short = ",".join(["1.0"] * (terms - 1))

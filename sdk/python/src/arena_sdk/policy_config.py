@@ -429,6 +429,9 @@ def resolve(
 
     def missing(name: str, what_: str) -> None:
         where = m.keys.get(name, "the file's metadata")
+        # A key that is there but unreadable has said so already: it is not missing.
+        if name in m.keys and any(p.startswith(where) for p in problems):
+            return
         problems.append(f"no {what_}: {where} is missing (give {_FLAGS[name]})")
 
     names = m.joint_names

@@ -111,6 +111,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             # Not an arena at that URL, or another protocol version: no submission is made.
             print(f"{PROG}: error: the server at {args.server} does not speak the arena protocol: {e}", file=sys.stderr)
             return 1
+        if spec is None:
+            print(
+                f"{PROG}: note: the policy could not be checked against the session before the submission "
+                "(a private phase offers no practice, or the check could not be made): a policy that cannot "
+                "run fails the submission when its session starts, and that counts against the quota "
+                "(`arena-agent submit` checks a file before anything is created)",
+                file=sys.stderr,
+            )
         problems = agent.check(spec) if spec is not None else []
         if problems:
             print(f"{PROG}: {UnsupportedPolicyError(args.policy, problems)}", file=sys.stderr)

@@ -115,8 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(
                 f"{PROG}: note: the policy could not be checked against the session before the submission "
                 "(a private phase offers no practice, or the check could not be made): a policy that cannot "
-                "run fails the submission when its session starts, and that counts against the quota "
-                "(`arena-agent submit` checks a file before anything is created)",
+                "run fails the submission when its session starts, and that counts against the quota",
                 file=sys.stderr,
             )
         problems = agent.check(spec) if spec is not None else []

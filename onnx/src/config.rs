@@ -653,6 +653,10 @@ pub fn resolve(
             problems.push(format!("{label} has negative values"));
         }
     }
+    // A negative scale turns every action around (targets = default + scale · action).
+    if scale.as_ref().is_some_and(|s| s.iter().any(|v| *v < 0.0)) {
+        problems.push("action_scale has negative values".into());
+    }
 
     let mut terms = Vec::new();
     let mut observation_names = m.observation_names.clone().filter(|n| !n.is_empty());

@@ -175,6 +175,11 @@ fn an_unreadable_key_is_not_also_missing() {
         "{:?}",
         e.problems
     );
+    // A negative scale is refused like a negative gain (Python's reading says the same).
+    let mut negative = committed();
+    negative.insert("action_scale".into(), "-0.25".into());
+    let e = PolicyConfig::from_metadata(&negative, &PolicyOverrides::default(), "the policy").unwrap_err();
+    assert_eq!(e.problems, ["action_scale has negative values"]);
     // Absent, it is missing.
     props.remove("default_joint_pos");
     let e = PolicyConfig::from_metadata(&props, &PolicyOverrides::default(), "the policy").unwrap_err();

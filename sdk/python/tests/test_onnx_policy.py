@@ -445,6 +445,7 @@ def test_an_unreadable_key_is_not_also_missing() -> None:
     assert "metadata key 'default_joint_pos' is missing (give --default-joint-pos)" in refusal(
         mjlab_metadata(default_joint_pos=None)
     )
+    assert "action_scale has negative values" in refusal(mjlab_metadata(action_scale="-0.25"))
 
 
 def test_per_term_lists_must_align_with_the_terms_and_names_are_bounded() -> None:

@@ -33,7 +33,8 @@ pub struct StorageArgs {
     /// sqlite://PATH or postgres://USER@HOST:PORT/DB [default: sqlite://<data-dir>/arena.db].
     #[arg(long, env = "ARENA_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
-    /// Folder of benchmark files [default: the shipped benchmarks/].
+    /// Folder of benchmark files [default: the shipped benchmarks/, found from the binary upwards
+    /// (an install's share/mimicarena/benchmarks or a checkout's benchmarks/), else ./benchmarks].
     #[arg(long, env = "ARENA_BENCHMARKS_DIR")]
     pub benchmarks_dir: Option<PathBuf>,
     /// Folder the benchmarks' motion paths are relative to [default: .].

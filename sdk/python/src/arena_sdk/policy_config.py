@@ -483,6 +483,9 @@ def resolve(
     for label, gains in (("joint_stiffness", stiffness), ("joint_damping", damping)):
         if gains is not None and (gains < 0).any():
             problems.append(f"{label} has negative values")
+    # A negative scale turns every action around (targets = default + scale * action).
+    if scale is not None and (scale < 0).any():
+        problems.append("action_scale has negative values")
 
     terms: list[ObservationTerm] = []
     observation_names = m.observation_names

@@ -215,9 +215,21 @@ impl Engine {
             _ => None,
         }
         .ok_or_else(|| {
+            // ONNX's names, not tract's (an int64 output is tract's TDim).
+            let onnx_type = match out_fact.datum_type {
+                t if t == f32::datum_type() => "float32".to_string(),
+                t if t == f64::datum_type() => "float64".to_string(),
+                t if t == f16::datum_type() => "float16".to_string(),
+                t if t == i64::datum_type() || t == TDim::datum_type() => "int64".to_string(),
+                t if t == i32::datum_type() => "int32".to_string(),
+                t if t == bool::datum_type() => "bool".to_string(),
+                other => format!("{other:?}"),
+            };
+            let shape: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
             fail(format!(
-                "output {} is {:?} {:?}; expected float32 [batch, actions] with a fixed number of actions",
-                outputs[action], out_fact.datum_type, dims
+                "output {} is {onnx_type} [{}]; expected float32 [batch, actions] with a fixed number of actions",
+                outputs[action],
+                shape.join(", ")
             ))
         })?;
         let chunk_rows = Footprint::chunk_rows(&typed, &batch, limits).map_err(fail)?;

@@ -273,7 +273,13 @@ pub fn refused_files() -> Vec<Refused> {
     cases.push(case(
         "double-output.onnx",
         plain(to_double, vec![]),
-        "expected float32 [batch, actions]",
+        "is float64 [batch, 29]; expected float32 [batch, actions]",
+    ));
+    // In ONNX's words: tract reads an int64 output as its TDim.
+    cases.push(case(
+        "int64-output.onnx",
+        plain(cast("h", "actions", DataType::Int64), vec![]),
+        "is int64 [batch, 29]; expected float32",
     ));
     cases.push(case(
         "rank3-output.onnx",

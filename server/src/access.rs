@@ -250,12 +250,22 @@ pub fn results_hidden(phase: &Phase, now_ms: i64) -> bool {
     phase.leaderboard == Visibility::Private && now_ms < phase.ends_at
 }
 
-/// What a team may learn of why its own episode ended while its phase hides results: the kind
-/// of failure, without steps, values, motions or times (a reason names the step, the joint and
-/// its value, which a hidden test set must not give away), so a team can still fix its agent.
+/// What a team may learn of why its own episode ended while its phase hides results, or on a
+/// hidden test set: the kind of failure, without steps, values, motions or times (a reason
+/// names the step, the joint and its value, which a hidden test set must not give away), so a
+/// team can still fix its agent.
 pub fn failure_kind(reason: &str) -> &'static str {
-    const KINDS: [(&str, &str); 9] = [
+    const KINDS: [(&str, &str); 14] = [
         ("after the episode had broken", "a fall, after which the agent erred"),
+        // The submission's own end, the same words for each of its unfinished episodes.
+        ("cancelled", "the submission was cancelled"),
+        (
+            "abandoned: no agent ran it",
+            "the submission was abandoned (no agent ran it)",
+        ),
+        ("could not serve this session", "the agent could not serve the session"),
+        ("the hosted policy", "the hosted policy could not run or failed"),
+        ("(server fault", "the server lost its runs too often"),
         (
             "action out of range",
             "an action out of range (a target far outside a joint's range)",
@@ -268,10 +278,10 @@ pub fn failure_kind(reason: &str) -> &'static str {
         ("connection lost", "the agent's connection was lost too often"),
         ("simulator", "a simulator failure"),
     ];
-    KINDS
-        .iter()
-        .find(|(pattern, _)| reason.contains(pattern))
-        .map_or("an error (its details are shown when the phase ends)", |(_, kind)| kind)
+    KINDS.iter().find(|(pattern, _)| reason.contains(pattern)).map_or(
+        "an error (its details are withheld while the results or motions are hidden)",
+        |(_, kind)| kind,
+    )
 }
 
 /// What a Connect or a REST submission asks to run.
@@ -736,7 +746,15 @@ mod tests {
                 "step 2026: action out of range for episode 3 (at its step 1013; ...) after the episode had broken mjlab_success at 18.76 s: scored as a fall up to there",
                 "a fall",
             ),
-            ("something new", "an error (its details are shown when the phase ends)"),
+            ("cancelled by the organiser", "the submission was cancelled"),
+            (
+                "the server running it stopped renewing its claim (lease expired) (server fault 3 of 3)",
+                "the server lost its runs too often",
+            ),
+            (
+                "something new",
+                "an error (its details are withheld while the results or motions are hidden)",
+            ),
         ];
         for (reason, kind) in cases {
             let told = failure_kind(reason);

@@ -197,7 +197,7 @@ pub(super) async fn create_phase(
         }
     }
     let mut warnings = if phase.leaderboard == Visibility::Private {
-        shared_clip_warnings(&state, &spec.name, phase.ends_at).await?
+        shared_clip_warnings(&state, &spec.name).await?
     } else {
         Vec::new()
     };
@@ -239,23 +239,22 @@ async fn same_benchmark_warnings(state: &AppState, phase: &Phase) -> Result<Vec<
         .collect())
 }
 
-/// Issue 40 §3: a private phase's clips that participants can reach elsewhere (practice or
-/// submissions of another benchmark whose motions are not hidden for the whole phase, up to
-/// `until`, its end: no private phase that lasts as long holds it, and it is no hidden test
-/// set of its own), named, so an organiser learns that its test set is not private before
-/// anyone runs it.
-async fn shared_clip_warnings(state: &AppState, benchmark: &str, until: i64) -> Result<Vec<String>, ApiError> {
+/// Issue 40 §3: a private phase's clips that participants can reach elsewhere, named, so an
+/// organiser learns that its test set is not private before anyone runs it. Another benchmark's
+/// clips reach the teams whenever an agent of theirs may run it: an agent is sent each
+/// episode's reference frame by frame, whatever the results show (a hidden test set's or a
+/// private phase's hide scores and names, not observations). Only a benchmark bound to phases
+/// (so not run on its own) that all take uploaded files only keeps its clips from every team's
+/// process.
+async fn shared_clip_warnings(state: &AppState, benchmark: &str) -> Result<Vec<String>, ApiError> {
     let mut reachable = Vec::new();
     for other in state.catalog.offered() {
-        let Ok(spec) = state.catalog.spec(&other.name) else {
+        if state.catalog.spec(&other.name).is_err() {
             continue; // not loadable now: nobody can run it either
-        };
+        }
         let phases = state.storage.phases_of_benchmark(&other.name).await?;
-        let hidden_throughout = spec.motions.hidden
-            || phases
-                .iter()
-                .any(|p| p.leaderboard == Visibility::Private && p.ends_at >= until);
-        if !hidden_throughout {
+        let sealed = !phases.is_empty() && phases.iter().all(|p| p.hosted_only);
+        if !sealed {
             reachable.push(other.name);
         }
     }
@@ -274,7 +273,7 @@ async fn shared_clip_warnings(state: &AppState, benchmark: &str, until: i64) -> 
         .into_iter()
         .map(|(other, clips)| {
             format!(
-                "{} of this private phase's clips also appear in benchmark {other}, which participants can run and practise: {} (its motions are not private; use clips of their own, or take {other} out of the benchmarks folder)",
+                "{} of this private phase's clips also appear in benchmark {other}, whose episodes participants' agents can run (and are sent the references of): {} (its motions are not private; use clips of their own, make every phase of {other} take uploaded files only, or take {other} out of the benchmarks folder)",
                 clips.len(),
                 clips.join(", ")
             )
@@ -344,7 +343,7 @@ pub(super) async fn update_phase(
     let phase = updated?;
     // Made private (or public) now: the same warnings as at creation.
     let mut warnings = if phase.leaderboard == Visibility::Private && patch.leaderboard.is_some() {
-        shared_clip_warnings(&state, &spec.name, phase.ends_at).await?
+        shared_clip_warnings(&state, &spec.name).await?
     } else {
         Vec::new()
     };

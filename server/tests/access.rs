@@ -708,7 +708,7 @@ fn public_and_private_phases() {
     }
     assert_eq!(results["submission"]["phase"], "dev");
     for e in results["episodes"].as_array().unwrap() {
-        for key in ["motion", "start_s", "duration_s", "steps"] {
+        for key in ["motion", "start_s", "duration_s", "steps", "updated_at"] {
             assert!(e[key].is_null(), "{key} of a hidden motion: {e}");
         }
         // A survival time is the clip's length where nothing broke: no metric in seconds.

@@ -324,11 +324,18 @@ pub async fn resolve_run(storage: &Storage, request: RunRequest<'_>, now_ms: i64
                 .find(|p| PhaseState::of(p, now_ms) == PhaseState::Open)
                 .unwrap_or(&phases[0]);
             let ids: Vec<&str> = phases.iter().map(|p| p.id.as_str()).collect();
+            // Where its phase takes files only, an agent cannot run it there either: say so now.
+            let how = match suggested.hosted_only {
+                true => format!(
+                    "phase {} takes hosted submissions only: hand in the policy file (arena-agent submit POLICY.onnx --phase {})",
+                    suggested.id, suggested.id
+                ),
+                false => format!("run it through its phase (phase={})", suggested.id),
+            };
             return Err(AccessError::forbidden(format!(
-                "benchmark {} belongs to challenge phase(s) {}; run it through its phase (phase={})",
+                "benchmark {} belongs to challenge phase(s) {}; {how}",
                 request.benchmark,
                 ids.join(", "),
-                suggested.id
             )));
         }
         return Ok(RunPlan {

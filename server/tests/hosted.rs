@@ -279,6 +279,19 @@ fn a_hosted_only_phase_streams_its_motions_to_no_agent() {
             .contains("takes hosted submissions only"),
         "{v}"
     );
+    // The benchmark named without its phase: refused, saying at once that the phase takes
+    // files (it said "run it through its phase", which refused in turn).
+    let (status, v) = server.post(
+        "/api/v1/submissions",
+        Some(&token),
+        r#"{"benchmark": "g1-smoke-robot"}"#,
+    );
+    assert_eq!(status, 403, "{v}");
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("belongs to challenge phase(s) final") && message.contains("takes hosted submissions only"),
+        "{v}"
+    );
     for url in [server.ws_url(), format!("grpc://{}", server.addr)] {
         for practice in [false, true] {
             let mode = if practice {

@@ -311,7 +311,14 @@ pub(super) async fn get_results(
         let rows = episodes.as_array_mut().into_iter().chain(failed.as_array_mut());
         for e in rows.flatten() {
             // `updated_at` too: the times the episodes of one batch ended order them by length.
-            for key in ["motion", "start_s", "duration_s", "steps", "scored_until_s", "updated_at"] {
+            for key in [
+                "motion",
+                "start_s",
+                "duration_s",
+                "steps",
+                "scored_until_s",
+                "updated_at",
+            ] {
                 if e.get(key).is_some() {
                     e[key] = Value::Null;
                 }

@@ -257,7 +257,7 @@ class _Progress:
                 # preset the benchmark does not even offer pass in silence.
                 print(
                     f"note: {event.benchmark} takes normalized actions and applies its own PD gains: "
-                    "the gains given (--gain-preset, --joint-stiffness, --joint-damping) are ignored",
+                    "the PD gains declared (--gain-preset, --joint-stiffness, --joint-damping, or a policy file's) are ignored",
                     file=sys.stderr,
                 )
         elif isinstance(event, EpisodeEnd):

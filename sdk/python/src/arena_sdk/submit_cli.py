@@ -38,7 +38,10 @@ def _request(request: urllib.request.Request, server: str, timeout_s: float) -> 
             error = json.loads(e.read())["error"]
         except (ValueError, KeyError, TypeError):
             error = {"message": e.reason}
-        raise SubmitError(f"the server answered {e.code}: {error.get('message')}", error.get("problems") or []) from None
+        problems = error.get("problems") or []
+        # The message joins the problems; they are listed one per line below it instead.
+        message = "the policy cannot run here" if problems else error.get("message")
+        raise SubmitError(f"the server answered {e.code}: {message}", problems) from None
     except (urllib.error.URLError, OSError) as e:
         raise SubmitError(f"cannot reach the server at {_base_url(server)}: {e}") from None
 

@@ -1151,17 +1151,12 @@ fn a_private_phase_on_clips_of_a_public_benchmark_is_warned() {
         )
         .to_string()
     };
-    for id in ["open", "old-final"] {
-        ok(
-            patch(
-                &server,
-                &format!("/api/v1/phases/{id}"),
-                Some(ADMIN),
-                r#"{"leaderboard": "private"}"#,
-            ),
-            200,
-        );
-    }
+    let patch_smoke_phases = |body: &str| {
+        for id in ["open", "old-final"] {
+            ok(patch(&server, &format!("/api/v1/phases/{id}"), Some(ADMIN), body), 200);
+        }
+    };
+    patch_smoke_phases(r#"{"leaderboard": "private"}"#);
     // Lasting past the new phase's end (a private phase that held the clips throughout was
     // taken as keeping them from the teams).
     let longer = json!({"ends_at": at(3 * HOUR)}).to_string();
@@ -1171,17 +1166,7 @@ fn a_private_phase_on_clips_of_a_public_benchmark_is_warned() {
         w.contains("also appear in benchmark g1-smoke,"),
         "private phases stream clips too: {w}"
     );
-    for id in ["open", "old-final"] {
-        ok(
-            patch(
-                &server,
-                &format!("/api/v1/phases/{id}"),
-                Some(ADMIN),
-                r#"{"hosted_only": true}"#,
-            ),
-            200,
-        );
-    }
+    patch_smoke_phases(r#"{"hosted_only": true}"#);
     let w = private_on_smoke("final-4");
     assert!(
         !w.contains("also appear in benchmark g1-smoke,"),

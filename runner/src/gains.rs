@@ -40,6 +40,8 @@ pub fn declared_by_policy(
     preset: Option<&str>,
     rules: &ActionRules,
 ) -> Result<DeclaredGains, String> {
+    // An empty name declares nothing, as an absent one.
+    let preset = preset.filter(|p| !p.is_empty());
     if file.is_none() && preset.is_none() {
         return Err(format!(
             "it has no PD gains (metadata joint_stiffness / kp and joint_damping / kd): give joint_stiffness \
@@ -250,6 +252,21 @@ mod tests {
             kp_max: bounded.then(|| vec![200.0; NUM_JOINTS]),
             kd_max: bounded.then(|| vec![10.0; NUM_JOINTS]),
         }
+    }
+
+    /// An exported policy declares its file's gains or a preset; neither (an empty name
+    /// included) is refused rather than run on the benchmark's default.
+    #[test]
+    fn a_policy_declares_its_gains_or_a_preset() {
+        let r = rules(false);
+        for preset in [None, Some("")] {
+            let e = declared_by_policy(None, preset, &r).unwrap_err();
+            assert!(e.contains("no PD gains") && e.contains("armature, arena"), "{e}");
+        }
+        let named = declared_by_policy(None, Some("arena"), &r).unwrap();
+        assert_eq!(resolve(&r, &named).unwrap().preset.as_deref(), Some("arena"));
+        let file = declared_by_policy(Some((vec![50.0; NUM_JOINTS], vec![2.0; NUM_JOINTS])), None, &r).unwrap();
+        assert_eq!(resolve(&rules(true), &file).unwrap().kp, [50.0; NUM_JOINTS]);
     }
 
     #[test]

@@ -130,7 +130,7 @@ pub fn rfc3339(ms: i64) -> String {
 /// submission times beside them), so that pasting them back selects the same.
 pub fn rfc3339_exact(ms: i64) -> String {
     let t = UNIX_EPOCH + Duration::from_millis(ms.clamp(0, MAX_TIME_MS) as u64);
-    match ms.rem_euclid(1000) {
+    match ms.clamp(0, MAX_TIME_MS).rem_euclid(1000) {
         0 => humantime::format_rfc3339_seconds(t).to_string(),
         _ => humantime::format_rfc3339_millis(t).to_string(),
     }

@@ -1449,7 +1449,7 @@ async fn a_hung_agent_loses_the_request_it_missed_not_the_submission() {
 }
 
 /// A submission resumed after its benchmark file changed is refused, saying what changed
-/// (`benchmark_unavailable`: the organisers' to fix). Before, a bumped version ran the rest
+/// (`benchmark_changed`; a file gone is `benchmark_unavailable`: the organisers' to fix). Before, a bumped version ran the rest
 /// under the new rules (a hybrid the board then left out) and fewer episodes ended every session
 /// at the first one missing (hundreds of sessions). Restored, the file resumes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1505,20 +1505,24 @@ async fn a_resume_after_the_benchmark_changed_is_refused_naming_the_change() {
             recv(&mut ws).await.expect("an answer")
         }
     };
-    let refused = |m: Msg| match m {
-        Msg::Error(e) if e.code == codes::BENCHMARK_UNAVAILABLE => e.message,
-        other => panic!("expected benchmark_unavailable, got {other:?}"),
+    let refused = |m: Msg, code: &str| match m {
+        Msg::Error(e) if e.code == code => e.message,
+        other => panic!("expected {code}, got {other:?}"),
     };
     let bumped = original.replace("version = 1 ", "version = 2 ");
-    let m = refused(resume_with(Some(bumped)).await);
+    let m = refused(resume_with(Some(bumped)).await, codes::BENCHMARK_CHANGED);
     assert!(m.contains("started on version 1") && m.contains("has version 2"), "{m}");
     let more = original.replace("repeats = 1", "repeats = 2");
-    let m = refused(resume_with(Some(more)).await);
+    let m = refused(resume_with(Some(more)).await, codes::BENCHMARK_CHANGED);
     assert!(m.contains("12 episodes, where the submission has 6"), "{m}");
     let reseeded = original.replace("seed = 0", "seed = 5");
-    let m = refused(resume_with(Some(reseeded)).await);
-    assert!(m.contains("episode 0's seed or start differs"), "{m}");
-    let m = refused(resume_with(None).await);
+    let m = refused(resume_with(Some(reseeded)).await, codes::BENCHMARK_CHANGED);
+    assert!(m.contains("episode 0's motion, window or seed differs"), "{m}");
+    let swapped = original.replace("builtin = [\"stand\", \"squat\"", "builtin = [\"squat\", \"stand\"");
+    assert_ne!(swapped, original);
+    let m = refused(resume_with(Some(swapped)).await, codes::BENCHMARK_CHANGED);
+    assert!(m.contains("episode 0's motion, window or seed differs"), "{m}");
+    let m = refused(resume_with(None).await, codes::BENCHMARK_UNAVAILABLE);
     assert!(
         m.contains(&format!("submission {id}'s benchmark cannot be loaded")),
         "{m}"

@@ -191,12 +191,13 @@ impl ClientError {
 }
 
 /// Codes refusing a Connect after which reconnecting cannot help.
-const FATAL_CODES: [&str; 11] = [
+const FATAL_CODES: [&str; 12] = [
     codes::UNAUTHORIZED,
     codes::INVALID_GAINS,
     codes::UNSUPPORTED_VERSION,
     codes::UNKNOWN_BENCHMARK,
     codes::BENCHMARK_UNAVAILABLE,
+    codes::BENCHMARK_CHANGED,
     codes::UNKNOWN_SUBMISSION,
     codes::INVALID_MESSAGE,
     codes::UNKNOWN_PHASE,

@@ -67,6 +67,9 @@ pub mod codes {
     /// The benchmark exists but cannot be loaded on the server (e.g. its motion files are
     /// missing there): the organisers must fix the server, so reconnecting cannot help.
     pub const BENCHMARK_UNAVAILABLE: &str = "benchmark_unavailable";
+    /// A resumed submission's benchmark changed since it started (another version, or other
+    /// episodes): its remaining episodes cannot run as they were defined.
+    pub const BENCHMARK_CHANGED: &str = "benchmark_changed";
     /// Joint-position benchmarks: the gains declared in Connect are not allowed (the message
     /// names the joint and the rule).
     pub const INVALID_GAINS: &str = "invalid_gains";

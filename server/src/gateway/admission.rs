@@ -188,14 +188,15 @@ pub(super) async fn admit(
             return Err(match (e.for_client(&plan.benchmark), &submission) {
                 // A stored submission's benchmark that cannot be found is the organisers' to
                 // fix, not a name the agent gave (as over REST).
-                (ClientLoadError::Unknown(message), Some(s)) => refuse(
+                (ClientLoadError::Unknown(message), Some(s)) if hosted.is_none() => refuse(
                     codes::BENCHMARK_UNAVAILABLE,
                     format!(
                         "submission {}'s benchmark cannot be loaded on this server now: {message}",
                         s.id
                     ),
                 ),
-                (ClientLoadError::Unknown(message), None) => refuse(codes::UNKNOWN_BENCHMARK, message),
+                // A hosted run's fails for good (its runner retries `benchmark_unavailable`).
+                (ClientLoadError::Unknown(message), _) => refuse(codes::UNKNOWN_BENCHMARK, message),
                 (ClientLoadError::Unavailable(message), _) => refuse(codes::BENCHMARK_UNAVAILABLE, message),
             });
         }
@@ -312,21 +313,22 @@ pub(super) async fn admit(
             .map_err(refusal)?
         }
     };
+    let rows = state
+        .storage
+        .episodes(&submission.id)
+        .await
+        .map_err(|e| refuse_internal("reading the submission's episodes", e))?;
+    // Before its gains are fixed: a refused resume changes nothing.
+    if resumed {
+        still_defined_as_started(&submission, &benchmark, &rows)
+            .map_err(|why| refuse(codes::BENCHMARK_CHANGED, why))?;
+    }
     let gains = match gains {
         Some((resolved, declared_nothing)) => {
             Some(submission_gains(state, &submission.id, resolved, declared_nothing).await?)
         }
         None => None,
     };
-    let rows = state
-        .storage
-        .episodes(&submission.id)
-        .await
-        .map_err(|e| refuse_internal("reading the submission's episodes", e))?;
-    if resumed {
-        still_defined_as_started(&submission, &benchmark, &rows)
-            .map_err(|why| refuse(codes::BENCHMARK_UNAVAILABLE, why))?;
-    }
     Ok(Admitted {
         remaining: runner::unfinished(&rows),
         benchmark,
@@ -377,8 +379,12 @@ fn still_defined_as_started(
         benchmark.episodes.iter().map(|e| (e.index as i64, e)).collect();
     for row in rows {
         match defined.get(&row.idx) {
-            Some(e) if e.seed == row.seed && e.start_s.to_bits() == row.start_s.to_bits() => {}
-            Some(_) => return changed(format!("episode {}'s seed or start differs", row.idx)),
+            Some(e)
+                if e.seed == row.seed
+                    && e.start_s.to_bits() == row.start_s.to_bits()
+                    && e.duration_s.to_bits() == row.duration_s.to_bits()
+                    && benchmark.motion_name(e) == row.motion => {}
+            Some(_) => return changed(format!("episode {}'s motion, window or seed differs", row.idx)),
             None => return changed(format!("it has no episode {}", row.idx)),
         }
     }

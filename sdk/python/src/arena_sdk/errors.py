@@ -11,6 +11,7 @@ FATAL_CODES = frozenset(
         "unsupported_version",
         "unknown_benchmark",
         "benchmark_unavailable",
+        "benchmark_changed",
         "invalid_gains",
         "unknown_submission",
         "invalid_message",

@@ -3,7 +3,7 @@
 //! answers with absolute joint targets in the G1 order (joint-position mode). The Rust twin of
 //! the Python SDK's `TrackingPolicyAgent` + `OnnxPolicy`, for evaluating a file in the server.
 
-use crate::config::{PolicyConfig, PolicyOverrides, UnsupportedPolicy};
+use crate::config::{PolicyConfig, PolicyOverrides, Supply, UnsupportedPolicy};
 use crate::engine::Engine;
 use crate::terms::ObservationBuilder;
 use arena_g1::{JOINT_NAMES, NUM_JOINTS};
@@ -23,15 +23,16 @@ pub struct OnnxPolicy {
 }
 
 impl OnnxPolicy {
-    /// Loads the file and reads its metadata with `overrides`; every problem at once.
-    pub fn load(path: &Path, overrides: &PolicyOverrides) -> Result<Self, UnsupportedPolicy> {
+    /// Loads the file and reads its metadata with `overrides`; every problem at once, what the
+    /// file lacks hinted at as `supply` takes it.
+    pub fn load(path: &Path, overrides: &PolicyOverrides, supply: Supply) -> Result<Self, UnsupportedPolicy> {
         let what = path.display().to_string();
         let engine = Engine::load(path).map_err(|e| UnsupportedPolicy {
             what: what.clone(),
             problems: e.problems,
         })?;
         let mut problems = Vec::new();
-        let config = match PolicyConfig::from_metadata(engine.metadata(), overrides, &what) {
+        let config = match PolicyConfig::from_metadata(engine.metadata(), overrides, supply, &what) {
             Ok(c) => Some(c),
             Err(e) => {
                 problems = e.problems;

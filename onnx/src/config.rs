@@ -37,6 +37,32 @@ pub struct PolicyOverrides {
     pub gain_preset: Option<String>,
 }
 
+/// Where a user supplies a field the file lacks, for the hint a refusal ends with.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Supply {
+    /// `arena-agent onnx`'s options: "(give --default-joint-pos)".
+    #[default]
+    AgentOptions,
+    /// A hosted upload's `overrides` object: "(give overrides.default_joint_pos)".
+    UploadOverrides,
+    /// Nowhere beside the file (`arena eval --onnx`): its metadata must hold it.
+    FileOnly,
+}
+
+impl Supply {
+    /// How to supply `field` (a `PolicyOverrides` key), in parentheses.
+    pub fn hint(self, field: &str) -> String {
+        let option = format!("--{}", field.replace('_', "-"));
+        match self {
+            Supply::AgentOptions => format!("(give {option})"),
+            Supply::UploadOverrides => format!("(give overrides.{field})"),
+            Supply::FileOnly => {
+                format!("(add it to the file's metadata, or run the file with arena-agent onnx {option})")
+            }
+        }
+    }
+}
+
 /// The fields found in a file, in the policy's joint and term order (None: absent).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PolicyMetadata {
@@ -86,9 +112,10 @@ impl PolicyConfig {
     pub fn from_metadata(
         props: &BTreeMap<String, String>,
         overrides: &PolicyOverrides,
+        supply: Supply,
         what: &str,
     ) -> Result<Self, UnsupportedPolicy> {
-        resolve(read_metadata(props), overrides, what)
+        resolve(read_metadata(props), overrides, supply, what)
     }
 
     /// The G1 index of each of the policy's joints.
@@ -513,23 +540,12 @@ fn number_list(value: Option<&Value>, key: &str, problems: &mut Vec<String>) -> 
 
 // --- resolving: overrides, then every check -----------------------------------------------------
 
-/// The flag that supplies each field, for refusal messages.
-fn flag(field: &str) -> &'static str {
-    match field {
-        "joint_names" => "--joint-names",
-        "observation_names" => "--observation-names",
-        "default_joint_pos" => "--default-joint-pos",
-        "action_scale" => "--action-scale",
-        "joint_stiffness" => "--joint-stiffness",
-        "joint_damping" => "--joint-damping",
-        _ => "--anchor-body",
-    }
-}
-
-/// A PolicyConfig from the file's fields and `overrides`, or every problem at once.
+/// A PolicyConfig from the file's fields and `overrides`, or every problem at once; what a
+/// file lacks is hinted at as `supply` takes it.
 pub fn resolve(
     metadata: PolicyMetadata,
     overrides: &PolicyOverrides,
+    supply: Supply,
     what: &str,
 ) -> Result<PolicyConfig, UnsupportedPolicy> {
     let mut m = metadata;
@@ -566,7 +582,7 @@ pub fn resolve(
         if m.keys.contains_key(field) && problems.iter().any(|p| p.starts_with(&place)) {
             return;
         }
-        problems.push(format!("no {what}: {place} is missing (give {})", flag(field)));
+        problems.push(format!("no {what}: {place} is missing {}", supply.hint(field)));
     };
 
     let mut names = m.joint_names.clone().filter(|n| !n.is_empty());
@@ -644,8 +660,14 @@ pub fn resolve(
         missing(&mut problems, "action_scale", "action scale");
     }
     match (&m.joint_stiffness, &m.joint_damping) {
-        (Some(_), None) => problems.push("joint stiffness without joint damping (give --joint-damping)".into()),
-        (None, Some(_)) => problems.push("joint damping without joint stiffness (give --joint-stiffness)".into()),
+        (Some(_), None) => problems.push(format!(
+            "joint stiffness without joint damping {}",
+            supply.hint("joint_damping")
+        )),
+        (None, Some(_)) => problems.push(format!(
+            "joint damping without joint stiffness {}",
+            supply.hint("joint_stiffness")
+        )),
         _ => {}
     }
     for (label, gains) in [("joint_stiffness", &stiffness), ("joint_damping", &damping)] {
@@ -746,8 +768,9 @@ pub fn resolve(
                     .cloned()
                     .unwrap_or_else(|| "the file's metadata".into());
                 problems.push(format!(
-                    "the terms {} need the anchor body: {place} is missing (give --anchor-body)",
-                    anchor_users.join(", ")
+                    "the terms {} need the anchor body: {place} is missing {}",
+                    anchor_users.join(", "),
+                    supply.hint("anchor_body")
                 ));
             }
         }

@@ -14,5 +14,5 @@ pub mod terms;
 
 pub use agent::{OnnxAgent, OnnxPolicy};
 pub use checks::{Limits, check_model};
-pub use config::{PolicyConfig, PolicyOverrides, UnsupportedPolicy};
+pub use config::{PolicyConfig, PolicyOverrides, Supply, UnsupportedPolicy};
 pub use engine::{Engine, EngineError};

@@ -8,7 +8,7 @@
 
 use arena_g1::{GROUPS, Group, JOINT_NAMES, NUM_JOINTS};
 use arena_onnx::Engine;
-use arena_onnx::config::{PolicyConfig, PolicyOverrides};
+use arena_onnx::config::{PolicyConfig, PolicyOverrides, Supply};
 use arena_onnx::terms::ObservationBuilder;
 use arena_sdk::ObservationLayout;
 use serde_json::{Value, json};
@@ -147,7 +147,8 @@ fn non_finite_scales(n: &mut Numbers) -> (BTreeMap<String, String>, BTreeMap<Str
 fn non_finite_scales_are_refused_by_term() {
     let (mjlab, holosoma) = non_finite_scales(&mut Numbers(11));
     for (props, term) in [(mjlab, "'command'"), (holosoma, "'dof_vel'")] {
-        let e = PolicyConfig::from_metadata(&props, &PolicyOverrides::default(), "the policy").unwrap_err();
+        let e = PolicyConfig::from_metadata(&props, &PolicyOverrides::default(), Supply::AgentOptions, "the policy")
+            .unwrap_err();
         let expected = format!("observation term {term}: its scale holds a value that is not a finite number");
         assert!(e.problems.contains(&expected), "{:?}", e.problems);
     }
@@ -156,7 +157,8 @@ fn non_finite_scales_are_refused_by_term() {
 #[test]
 fn a_negative_action_clip_is_refused_with_its_key_and_value() {
     let props = holosoma_negative_clip(&mut Numbers(7));
-    let e = PolicyConfig::from_metadata(&props, &PolicyOverrides::default(), "the policy").unwrap_err();
+    let e = PolicyConfig::from_metadata(&props, &PolicyOverrides::default(), Supply::AgentOptions, "the policy")
+        .unwrap_err();
     assert_eq!(
         e.problems,
         ["experiment_config.robot.control.action_clip_value is -1.5; clip_actions needs a number >= 0"]
@@ -168,7 +170,8 @@ fn a_negative_action_clip_is_refused_with_its_key_and_value() {
 fn an_unreadable_key_is_not_also_missing() {
     let mut props = committed();
     props.insert("default_joint_pos".into(), "[-0.312, 0.0]".into());
-    let e = PolicyConfig::from_metadata(&props, &PolicyOverrides::default(), "the policy").unwrap_err();
+    let e = PolicyConfig::from_metadata(&props, &PolicyOverrides::default(), Supply::AgentOptions, "the policy")
+        .unwrap_err();
     assert_eq!(e.problems.len(), 1, "{:?}", e.problems);
     assert!(
         e.problems[0].starts_with("metadata key 'default_joint_pos' is not a comma-separated list of numbers"),
@@ -178,14 +181,40 @@ fn an_unreadable_key_is_not_also_missing() {
     // A negative scale is refused like a negative gain (Python's reading says the same).
     let mut negative = committed();
     negative.insert("action_scale".into(), "-0.25".into());
-    let e = PolicyConfig::from_metadata(&negative, &PolicyOverrides::default(), "the policy").unwrap_err();
+    let e = PolicyConfig::from_metadata(
+        &negative,
+        &PolicyOverrides::default(),
+        Supply::AgentOptions,
+        "the policy",
+    )
+    .unwrap_err();
     assert_eq!(e.problems, ["action_scale has negative values"]);
     // Absent, it is missing.
     props.remove("default_joint_pos");
-    let e = PolicyConfig::from_metadata(&props, &PolicyOverrides::default(), "the policy").unwrap_err();
+    let e = PolicyConfig::from_metadata(&props, &PolicyOverrides::default(), Supply::AgentOptions, "the policy")
+        .unwrap_err();
     assert_eq!(
         e.problems,
         ["no default joint positions: metadata key 'default_joint_pos' is missing (give --default-joint-pos)"]
+    );
+    // The hint names where the caller takes the value: an upload's overrides, or nowhere.
+    let upload = PolicyConfig::from_metadata(
+        &props,
+        &PolicyOverrides::default(),
+        Supply::UploadOverrides,
+        "the policy",
+    );
+    assert_eq!(
+        upload.unwrap_err().problems,
+        ["no default joint positions: metadata key 'default_joint_pos' is missing (give overrides.default_joint_pos)"]
+    );
+    let eval = PolicyConfig::from_metadata(&props, &PolicyOverrides::default(), Supply::FileOnly, "the policy");
+    assert_eq!(
+        eval.unwrap_err().problems,
+        [
+            "no default joint positions: metadata key 'default_joint_pos' is missing (add it to the file's metadata, \
+             or run the file with arena-agent onnx --default-joint-pos)"
+        ]
     );
 }
 
@@ -349,7 +378,7 @@ fn metadata_and_observation_rows_are_the_python_sdks() {
     };
     let f64s = |v: &Value| -> Vec<f64> { v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect() };
     for ((what, props), (input, theirs)) in cases.iter().zip(inputs.iter().zip(&theirs)) {
-        let ours = PolicyConfig::from_metadata(props, &PolicyOverrides::default(), "the policy");
+        let ours = PolicyConfig::from_metadata(props, &PolicyOverrides::default(), Supply::AgentOptions, "the policy");
         let config = match (ours, theirs.get("problems")) {
             (Err(e), Some(p)) => {
                 let p: Vec<&str> = p.as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();

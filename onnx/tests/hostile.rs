@@ -6,7 +6,7 @@
 
 mod hostile_models;
 
-use arena_onnx::{Engine, Limits, OnnxAgent, OnnxPolicy, PolicyOverrides};
+use arena_onnx::{Engine, Limits, OnnxAgent, OnnxPolicy, PolicyOverrides, Supply};
 use arena_sdk::protocol::{EpisodeInfo, EpisodeSpec, ObservationGroup};
 use arena_sdk::{Agent, Batch, ObservationLayout};
 use hostile_models::*;
@@ -44,7 +44,7 @@ fn every_hostile_file_is_refused_with_its_reason() {
     assert!(cases.len() >= REFUSED_OPERATORS.len() + 10);
     for case in cases {
         let path = write(&case.model, &case.name);
-        let text = OnnxPolicy::load(&path, &PolicyOverrides::default())
+        let text = OnnxPolicy::load(&path, &PolicyOverrides::default(), Supply::AgentOptions)
             .expect_err(&case.name)
             .to_string();
         assert!(text.contains(&case.name), "names the file: {text}");
@@ -75,7 +75,7 @@ fn the_output_named_actions_runs_whichever_comes_first() {
     let out = engine.run(&[1.0; 160], &[1.0], 1).unwrap();
     assert_eq!(out.len(), 29, "the actions, not the value");
     assert!(out.iter().all(|v| (v - 1.6).abs() < 1e-4), "{out:?}");
-    OnnxPolicy::load(&path, &PolicyOverrides::default()).unwrap();
+    OnnxPolicy::load(&path, &PolicyOverrides::default(), Supply::AgentOptions).unwrap();
 }
 
 /// A batch larger than a call may hold runs in chunks, with the same actions as in one call.
@@ -177,7 +177,7 @@ fn robot_interface_spec() -> EpisodeSpec {
 #[test]
 fn non_finite_outputs_become_non_finite_actions_not_a_panic() {
     let path = write(&non_finite_policy(), "nan.onnx");
-    let mut agent = OnnxAgent::new(OnnxPolicy::load(&path, &PolicyOverrides::default()).unwrap());
+    let mut agent = OnnxAgent::new(OnnxPolicy::load(&path, &PolicyOverrides::default(), Supply::AgentOptions).unwrap());
     let spec = robot_interface_spec();
     assert_eq!(agent.check(&spec), Ok(()));
     agent.configure(&spec);
@@ -213,7 +213,7 @@ fn a_model_failing_mid_run_is_the_agents_failure() {
     let e = engine.run(&[3.0; 160], &[1.0], 1).unwrap_err().to_string();
     eprintln!("{e}");
     assert!(e.contains("arena-onnx-index"), "names the file: {e}");
-    let mut agent = OnnxAgent::new(OnnxPolicy::load(&path, &PolicyOverrides::default()).unwrap());
+    let mut agent = OnnxAgent::new(OnnxPolicy::load(&path, &PolicyOverrides::default(), Supply::AgentOptions).unwrap());
     assert_eq!(agent.failure(), None);
     let spec = robot_interface_spec();
     agent.configure(&spec);

@@ -5,7 +5,7 @@
 //! closed-loop rollout.
 
 use arena_bench::spec::{find_benchmark, shipped_dir};
-use arena_onnx::{OnnxAgent, OnnxPolicy, PolicyOverrides};
+use arena_onnx::{OnnxAgent, OnnxPolicy, PolicyOverrides, Supply};
 use arena_runner::episode;
 use arena_runner::local::{LocalOptions, run_local};
 use arena_sdk::tracker::{TrackerAgent, TrackerPolicy};
@@ -22,7 +22,12 @@ fn the_onnx_file_tracks_as_its_checkpoint_does() {
         threads: 1,
         ..Default::default()
     };
-    let policy = OnnxPolicy::load(&dir.join("policy.onnx"), &PolicyOverrides::default()).unwrap();
+    let policy = OnnxPolicy::load(
+        &dir.join("policy.onnx"),
+        &PolicyOverrides::default(),
+        Supply::AgentOptions,
+    )
+    .unwrap();
     let mut onnx = OnnxAgent::new(policy);
     let hosted = run_local(&spec, &clips, &mut onnx, &options, &mut |_, _, _| {}).unwrap();
     assert!(onnx.error.is_none(), "{:?}", onnx.error);

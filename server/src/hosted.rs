@@ -10,7 +10,7 @@ use crate::gateway::{self, Incoming};
 use crate::state::AppState;
 use crate::storage::{HostedPolicy, Team};
 use arena_bench::spec::{ActionMode, BenchmarkSpec};
-use arena_onnx::{OnnxAgent, OnnxPolicy, PolicyOverrides};
+use arena_onnx::{OnnxAgent, OnnxPolicy, PolicyOverrides, Supply};
 use arena_runner::episode::episode_spec;
 use arena_runner::gains::{declared_by_policy, resolve};
 use arena_sdk::client::{self, ClientConfig, ClientError, ClientEvent, LocalConnector, Mode};
@@ -27,8 +27,7 @@ pub fn policy_key(sha256: &str) -> String {
 /// Every reason the policy file at `path` cannot run on `spec` (a phase's view of its
 /// benchmark); empty when it can. Loads the model (refusing what `arena_onnx::checks` refuses).
 pub fn check_upload(path: &Path, overrides: &PolicyOverrides, spec: &BenchmarkSpec) -> Result<OnnxPolicy, Vec<String>> {
-    let policy = OnnxPolicy::load(path, overrides)
-        .map_err(|e| e.problems.iter().map(|p| as_overrides(p)).collect::<Vec<_>>())?;
+    let policy = OnnxPolicy::load(path, overrides, Supply::UploadOverrides).map_err(|e| e.problems)?;
     let mut problems = Vec::new();
     let gains = match spec.action.mode {
         ActionMode::Normalized => None,
@@ -45,31 +44,7 @@ pub fn check_upload(path: &Path, overrides: &PolicyOverrides, spec: &BenchmarkSp
     };
     let session = episode_spec(spec, gains.as_ref(), 1, 1, 1.0);
     problems.extend(arena_onnx::agent::session_problems(&policy.config, &session));
-    if problems.is_empty() {
-        Ok(policy)
-    } else {
-        Err(problems.iter().map(|p| as_overrides(p)).collect())
-    }
-}
-
-/// A refusal's hint in the words of an upload: the remote runner's options (`give
-/// --default-joint-pos`) are keys of the upload's `overrides` here.
-fn as_overrides(problem: &str) -> String {
-    let mut out = problem.to_string();
-    for flag in [
-        "--joint-names",
-        "--observation-names",
-        "--default-joint-pos",
-        "--action-scale",
-        "--joint-stiffness",
-        "--joint-damping",
-        "--anchor-body",
-        "--gain-preset",
-    ] {
-        let key = flag.trim_start_matches('-').replace('-', "_");
-        out = out.replace(flag, &format!("overrides.{key}"));
-    }
-    out
+    if problems.is_empty() { Ok(policy) } else { Err(problems) }
 }
 
 /// Overrides as stored with a hosted submission (a JSON object of `PolicyOverrides`' keys).
@@ -243,7 +218,8 @@ async fn run(
     }));
     let session = tokio::task::spawn_blocking(move || -> Result<String, RunError> {
         // The problems, not the error's text: that names the file's path on this server.
-        let policy = OnnxPolicy::load(&path, &overrides).map_err(|e| RunError::Unusable(e.problems.join("; ")))?;
+        let policy = OnnxPolicy::load(&path, &overrides, Supply::UploadOverrides)
+            .map_err(|e| RunError::Unusable(e.problems.join("; ")))?;
         let gains = policy.config.gains_g1();
         let preset = overrides.gain_preset.clone();
         let mut agent = OnnxAgent::new(policy);

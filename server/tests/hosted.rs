@@ -9,7 +9,7 @@ mod common;
 mod hostile_models;
 
 use arena_bench::spec::{find_benchmark, shipped_dir};
-use arena_onnx::{OnnxAgent, OnnxPolicy, PolicyOverrides};
+use arena_onnx::{OnnxAgent, OnnxPolicy, PolicyOverrides, Supply};
 use arena_runner::episode;
 use arena_runner::local::{LocalOptions, run_local};
 use common::server::ServerProc;
@@ -212,7 +212,8 @@ fn an_uploaded_policy_is_evaluated_by_the_server() {
     let names = arena_bench::metrics::metric_names();
     let (_, spec) = find_benchmark("g1-smoke-robot", &shipped_dir(), &names).unwrap();
     let clips = episode::benchmark_clips(&spec, Path::new("."), &arena_sim::RobotConfig::default()).unwrap();
-    let mut agent = OnnxAgent::new(OnnxPolicy::load(&committed(), &PolicyOverrides::default()).unwrap());
+    let mut agent =
+        OnnxAgent::new(OnnxPolicy::load(&committed(), &PolicyOverrides::default(), Supply::AgentOptions).unwrap());
     let options = LocalOptions {
         batch: 1,
         threads: 1,

@@ -238,7 +238,11 @@ fn onnx_agent(
     gain_preset: Option<&str>,
     spec: &arena_bench::spec::BenchmarkSpec,
 ) -> anyhow::Result<(Box<dyn arena_sdk::Agent>, Option<arena_runner::gains::SessionGains>)> {
-    let policy = arena_onnx::OnnxPolicy::load(file, &arena_onnx::PolicyOverrides::default())?;
+    let policy = arena_onnx::OnnxPolicy::load(
+        file,
+        &arena_onnx::PolicyOverrides::default(),
+        arena_onnx::Supply::FileOnly,
+    )?;
     anyhow::ensure!(
         spec.action.mode == arena_bench::spec::ActionMode::JointPosition,
         "benchmark {} takes normalized actions; an exported policy runs on a joint-position benchmark (e.g. g1-smoke-robot)",

@@ -13,6 +13,7 @@ use arena_bench::spec::{ActionMode, BenchmarkSpec};
 use arena_onnx::{OnnxAgent, OnnxPolicy, PolicyOverrides, Supply};
 use arena_runner::episode::episode_spec;
 use arena_runner::gains::{declared_by_policy, resolve};
+use arena_runner::pose::default_pose_problems;
 use arena_sdk::client::{self, ClientConfig, ClientError, ClientEvent, LocalConnector, Mode};
 use arena_sdk::protocol::codes;
 use futures_util::StreamExt;
@@ -42,6 +43,9 @@ pub fn check_upload(path: &Path, overrides: &PolicyOverrides, spec: &BenchmarkSp
             }
         }
     };
+    problems.extend(default_pose_problems(
+        &policy.config.to_g1(&policy.config.default_joint_pos),
+    ));
     let session = episode_spec(spec, gains.as_ref(), 1, 1, 1.0);
     problems.extend(arena_onnx::agent::session_problems(&policy.config, &session));
     if problems.is_empty() { Ok(policy) } else { Err(problems) }

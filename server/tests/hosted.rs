@@ -131,6 +131,19 @@ fn an_uploaded_policy_is_evaluated_by_the_server() {
         problems.contains("(give overrides.default_joint_pos)") && !problems.contains("--"),
         "{problems}"
     );
+    // A default pose in degrees would fail every episode at its first step: refused up front.
+    let degrees = serde_json::json!({"default_joint_pos": vec![20.0; 29]});
+    let query = format!(
+        "benchmark=g1-smoke-robot&overrides={}",
+        url_encode(&degrees.to_string())
+    );
+    let (status, v) = upload(&server, &query, &token, &file);
+    assert_eq!(status, 422, "{v}");
+    let problems = v["error"]["problems"].to_string();
+    assert!(
+        problems.contains("farther than π outside the joints' ranges") && problems.contains("left_knee_joint 20 rad"),
+        "{problems}"
+    );
     let overrides = serde_json::json!({"gain_preset": "nope"});
     let query = format!(
         "benchmark=g1-smoke-robot&overrides={}",

@@ -248,6 +248,8 @@ fn onnx_agent(
         "benchmark {} takes normalized actions; an exported policy runs on a joint-position benchmark (e.g. g1-smoke-robot)",
         spec.name
     );
+    let pose = arena_runner::pose::default_pose_problems(&policy.config.to_g1(&policy.config.default_joint_pos));
+    anyhow::ensure!(pose.is_empty(), "{}: {}", file.display(), pose.join("; "));
     let gains = arena_runner::gains::declared_by_policy(policy.config.gains_g1(), gain_preset, &spec.action)
         .and_then(|declared| arena_runner::gains::resolve(&spec.action, &declared))
         .map_err(|why| anyhow::anyhow!("{}: the policy's gains: {why}", file.display()))?;

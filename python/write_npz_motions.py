@@ -46,11 +46,18 @@ def main(model_path, out_dir):
         qpos[:, 7 + j] = mid + amp * np.sin(1.3 * t + 0.7 * j)
     body_pos = np.zeros((FRAMES, 30, 3))
     body_quat = np.zeros((FRAMES, 30, 4))
-    for k in range(FRAMES):
-        d.qpos[:] = qpos[k]
-        mujoco.mj_kinematics(m, d)
-        body_pos[k] = d.xpos[1:]
-        body_quat[k] = d.xquat[1:]
+
+    def kinematics():
+        for k in range(FRAMES):
+            d.qpos[:] = qpos[k]
+            mujoco.mj_kinematics(m, d)
+            body_pos[k] = d.xpos[1:]
+            body_quat[k] = d.xquat[1:]
+
+    # Lowered until its lowest body comes within 5 cm of the floor: a clip that floats is refused.
+    kinematics()
+    qpos[:, 2] -= body_pos[:, :, 2].min() - 0.05
+    kinematics()
     joint_pos = qpos[:, 7:]
     joint_vel = np.gradient(joint_pos, 1 / FPS, axis=0)
     lin = np.gradient(body_pos, 1 / FPS, axis=0)

@@ -137,6 +137,17 @@ pub fn read_npz_motion(path: &Path) -> Result<MotionClip> {
         let row = &joint_pos[k * width..(k + 1) * width];
         qpos.extend(columns.iter().map(|&c| row[c]));
     }
+    if let Some(ratio) = velocity_to_fps_ratio(&arrays, joint_pos, width, fps) {
+        return Err(invalid(
+            path,
+            format!(
+                "its joint_vel is {ratio:.2}× the rate joint_pos changes at its fps {fps}: the frames look \
+                 {:.4} s apart (fps {:.1}), not 1/{fps} s; is fps right?",
+                1.0 / (fps * ratio),
+                fps * ratio
+            ),
+        ));
+    }
     let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("motion");
     let (name, category) = name_and_category(stem);
     Ok(MotionClip {
@@ -151,6 +162,45 @@ pub fn read_npz_motion(path: &Path) -> Result<MotionClip> {
             joint_names_given: joint_names.is_some(),
         })),
     })
+}
+
+/// The ratio of a file's `joint_vel` to the rate its `joint_pos` changes at `fps` (central
+/// differences), when the two clearly disagree: `None` when they agree within a quarter (the
+/// velocity conventions of the field differ by far less: central or one-sided differences), or
+/// when the file has no `joint_vel` of joint_pos's shape, or one that does not follow
+/// joint_pos at any rate (zeros, noise), or the joints do not move. A file whose velocities are
+/// twice the differences at its fps was sampled at twice the rate it declares.
+fn velocity_to_fps_ratio(
+    arrays: &BTreeMap<String, NpyArray>,
+    joint_pos: &[f64],
+    width: usize,
+    fps: f64,
+) -> Option<f64> {
+    let NpyData::Numbers(vel) = &arrays.get("joint_vel")?.data else {
+        return None;
+    };
+    if vel.len() != joint_pos.len() || width == 0 {
+        return None;
+    }
+    let frames = joint_pos.len() / width;
+    let (mut vd, mut dd, mut vv) = (0.0, 0.0, 0.0);
+    for k in 1..frames.saturating_sub(1) {
+        for j in 0..width {
+            let d = (joint_pos[(k + 1) * width + j] - joint_pos[(k - 1) * width + j]) * fps / 2.0;
+            let v = vel[k * width + j];
+            if d.is_finite() && v.is_finite() {
+                vd += v * d;
+                dd += d * d;
+                vv += v * v;
+            }
+        }
+    }
+    // Velocities that follow the differences closely (cosine ≥ 0.9) at a clearly other scale.
+    if dd <= 1e-9 || vv <= 1e-9 || vd / (dd * vv).sqrt() < 0.9 {
+        return None;
+    }
+    let ratio = vd / dd;
+    (!(0.8..=1.25).contains(&ratio)).then_some(ratio)
 }
 
 /// The `joint_pos` column of each G1 joint, in G1 order.

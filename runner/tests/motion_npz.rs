@@ -204,5 +204,23 @@ fn npz_quaternions_and_bodies_are_checked() {
     write_npz_motion(&dir.join("nan.npz"), &nan).unwrap();
     let e = read_npz_motion(&dir.join("nan.npz")).unwrap_err().to_string();
     assert!(e.contains("body_pos_w: frame 2 holds a non-finite value"), "{e}");
+    // A frame rate its own velocities contradict: 50 fps frames declared at 25.
+    let moving = (library.motions.iter())
+        .map(|m| m.to_npz())
+        .max_by(|a, b| {
+            let speed = |m: &arena_data::NpzMotionOut| m.joint_vel.iter().map(|v| v * v).sum::<f64>();
+            speed(a).total_cmp(&speed(b))
+        })
+        .unwrap();
+    let mut slow = moving.clone();
+    slow.fps = 25.0;
+    write_npz_motion(&dir.join("slow.npz"), &slow).unwrap();
+    let e = read_npz_motion(&dir.join("slow.npz")).unwrap_err().to_string();
+    assert!(e.contains("joint_vel is 2.0") && e.contains("(fps 50.0)"), "{e}");
+    // Velocities that do not follow the joints (zeros) say nothing about the rate.
+    let mut still = slow.clone();
+    still.joint_vel.fill(0.0);
+    write_npz_motion(&dir.join("still.npz"), &still).unwrap();
+    read_npz_motion(&dir.join("still.npz")).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }

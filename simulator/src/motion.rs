@@ -150,6 +150,7 @@ impl Motion {
         if let Some(witness) = &clip.witness {
             check_witness(clip, witness, kin).map_err(err)?;
         }
+        check_joint_ranges(clip, kin.joint_limits()).map_err(err)?;
         let fps = 1.0 / CONTROL_DT;
         // Rows at k·dt that lie within the clip (with a tolerance for rounding).
         let n = (clip.duration_s() * fps + 1e-9).floor() as usize + 1;
@@ -173,6 +174,7 @@ impl Motion {
                 body_rot[4 * i..4 * i + 4].copy_from_slice(&poses.rot[b]);
             }
         }
+        check_touches_the_floor(&body_pos).map_err(err)?;
         // dof_vel: forward difference, the last row repeats the previous difference.
         let mut dof_vel = vec![0.0; n * NUM_JOINTS];
         for k in 0..n {
@@ -446,6 +448,68 @@ fn check_witness(clip: &MotionClip, w: &arena_data::BodyWitness, kin: &mut Kinem
     Ok(())
 }
 
+/// A clip none of whose bodies comes within this height (m, body origins) of the floor in any
+/// frame floats: it cannot be tracked by a robot standing on the floor, and a root quaternion
+/// read in the wrong component order makes one (the robot on its side or head, off the floor).
+pub const FLOATING_CLIP_M: f64 = 0.3;
+
+/// Refuses a clip with a joint farther than the simulator's target margin (π) outside its range
+/// in some frame: no joint-position target could follow it (angles in degrees, or a CSV's
+/// joints in another order, give such clips).
+fn check_joint_ranges(clip: &MotionClip, limits: &[[f64; 2]; NUM_JOINTS]) -> Result<(), String> {
+    let margin = crate::env::TARGET_RANGE_MARGIN;
+    let mut worst: Option<(f64, usize, usize, f64)> = None;
+    let mut joints = [false; NUM_JOINTS];
+    for k in 0..clip.num_frames() {
+        let frame = clip.frame(k);
+        for (j, [lo, hi]) in limits.iter().enumerate() {
+            let q = frame[7 + j];
+            let excess = (lo - q).max(q - hi);
+            if excess > margin {
+                joints[j] = true;
+                if worst.is_none_or(|w| excess > w.0) {
+                    worst = Some((excess, j, k, q));
+                }
+            }
+        }
+    }
+    match worst {
+        None => Ok(()),
+        Some((_, j, k, q)) => {
+            let [lo, hi] = limits[j];
+            Err(format!(
+                "{} of its joints leave their ranges by more than π (worst: {} is {q:.3} rad at frame {k}, range \
+                 [{lo:.3}, {hi:.3}]): angles in degrees, or joints in another order than the G1's?",
+                joints.iter().filter(|b| **b).count(),
+                crate::robot::JOINT_NAMES[j]
+            ))
+        }
+    }
+}
+
+/// Refuses a clip that floats (see [`FLOATING_CLIP_M`]); `body_pos` holds the world positions
+/// of every extended body of every resampled row.
+fn check_touches_the_floor(body_pos: &[f64]) -> Result<(), String> {
+    let lowest = body_pos
+        .chunks_exact(3)
+        .enumerate()
+        .map(|(i, p)| (p[2], i))
+        .min_by(|a, b| a.0.total_cmp(&b.0));
+    match lowest {
+        Some((z, i)) if z > FLOATING_CLIP_M => {
+            let (row, body) = (i / NUM_BODIES_EXT, i % NUM_BODIES_EXT);
+            let name = BODY_NAMES.get(body).copied().unwrap_or(crate::robot::HEAD_NAME);
+            Err(format!(
+                "it floats: no body comes within {FLOATING_CLIP_M} m of the floor in any frame (the lowest, {name}, \
+                 is {z:.3} m up at {:.2} s): is the root quaternion in another component order (a G1 CSV holds \
+                 x, y, z, w), or the root height offset?",
+                row as f64 * CONTROL_DT
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// What `arena motion inspect` reports about a clip.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct MotionReport {
@@ -635,6 +699,40 @@ mod tests {
         gaussian_smooth(&mut impulse, 1, 2.0);
         assert!((impulse.iter().sum::<f64>() - 1.0).abs() < 1e-12);
         assert!((impulse[20] - 0.19947).abs() < 1e-4, "peak of a σ=2 Gaussian");
+    }
+
+    /// A root quaternion written w, x, y, z where a G1 CSV holds x, y, z, w, and angles in
+    /// degrees, are refused at load, each with its likely cause.
+    #[test]
+    fn clips_read_in_the_wrong_convention_are_refused() {
+        let cfg = RobotConfig::default();
+        let mut kin = Kinematics::new(&cfg).unwrap();
+        for clip in MotionLibrary::builtin_clips(&cfg).unwrap() {
+            let mut misread = clip.clone();
+            for k in 0..misread.num_frames() {
+                let f = &mut misread.qpos[k * NUM_COLUMNS..(k + 1) * NUM_COLUMNS];
+                let [w, x, y, z] = [f[3], f[4], f[5], f[6]];
+                f[3..7].copy_from_slice(&[z, w, x, y]);
+            }
+            let e = Motion::from_clip(&misread, &mut kin).unwrap_err().to_string();
+            assert!(
+                e.contains("it floats") && e.contains("component order"),
+                "{}: {e}",
+                clip.name
+            );
+            let mut degrees = clip.clone();
+            for k in 0..degrees.num_frames() {
+                for q in &mut degrees.qpos[k * NUM_COLUMNS + 7..(k + 1) * NUM_COLUMNS] {
+                    *q = q.to_degrees();
+                }
+            }
+            let e = Motion::from_clip(&degrees, &mut kin).unwrap_err().to_string();
+            assert!(
+                e.contains("leave their ranges by more than π") && e.contains("degrees"),
+                "{}: {e}",
+                clip.name
+            );
+        }
     }
 
     #[test]

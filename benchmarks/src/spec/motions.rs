@@ -89,6 +89,17 @@ impl BenchmarkSpec {
                     });
                 }
                 paths.sort();
+                // `fps` is for G1 CSV files; a folder of NPZ motions alone would ignore it.
+                if fps.is_some() && paths.iter().all(|p| super::parse::is_npz(p)) {
+                    return Err(SpecError::NoClips {
+                        path: folder,
+                        message: format!(
+                            "benchmark {}: motions.fps is set, but the motions found are NPZ files alone, which \
+                             carry their own frame rate: remove motions.fps",
+                            self.name
+                        ),
+                    });
+                }
                 read_all(paths)
             }
             MotionSource::Manifest(file) => {
@@ -97,7 +108,7 @@ impl BenchmarkSpec {
                 let base = path.parent().unwrap_or(motions_root);
                 let split = self.motions.split.split();
                 // The manifest named with the clip: the organiser edits the manifest.
-                let mut clips: Vec<MotionClip> = manifest
+                let clips: Vec<MotionClip> = manifest
                     .load_clips(base, split)
                     .map_err(|e| SpecError::NoClips {
                         path: path.clone(),
@@ -119,10 +130,19 @@ impl BenchmarkSpec {
                         message: format!("no clips in split {:?}", self.motions.split.as_str()),
                     });
                 }
-                if let Some(fps) = self.motions.fps {
-                    for clip in &mut clips {
-                        clip.fps = fps;
-                    }
+                // The manifest gives every clip its rate; a benchmark's other rate would replace
+                // it unsaid (and play the clip faster or slower), so it is refused.
+                if let Some(fps) = self.motions.fps
+                    && let Some(clip) = clips.iter().find(|c| c.fps != fps)
+                {
+                    return Err(SpecError::NoClips {
+                        path,
+                        message: format!(
+                            "benchmark {}: motions.fps = {fps} would replace the frame rate the manifest gives clip {:?} \
+                             ({}): set each clip's rate in the manifest and remove motions.fps",
+                            self.name, clip.name, clip.fps
+                        ),
+                    });
                 }
                 Ok(clips)
             }

@@ -660,11 +660,20 @@ fn load_clips_from_dir_files_and_manifest() {
         .unwrap();
     assert_eq!(test.len(), 1);
     assert_eq!(test[0].name, "x");
-    let every = source_spec("manifest = \"sets/m.toml\"\nfps = 25")
+    let every = source_spec("manifest = \"sets/m.toml\"\nfps = 30")
         .load_clips(root)
         .unwrap();
     assert_eq!(every.len(), 2);
-    assert!(every.iter().all(|c| c.fps == 25.0), "fps overrides the manifest's");
+    assert!(every.iter().all(|c| c.fps == 30.0), "the manifest's rate, said again");
+    // Another rate would replace the manifest's unsaid: refused, naming the clip.
+    let err = source_spec("manifest = \"sets/m.toml\"\nfps = 25")
+        .load_clips(root)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("motions.fps = 25 would replace") && err.contains("\"x\" (30)"),
+        "{err}"
+    );
     let err = source_spec("manifest = \"sets/m.toml\"\nsplit = \"val\"")
         .load_clips(root)
         .unwrap_err()
@@ -696,6 +705,17 @@ fn fps_that_would_be_ignored_is_refused_and_npz_folders_need_none() {
     let err = source_spec("dir = \".\"").load_clips(&tmp.0).unwrap_err().to_string();
     assert!(
         err.contains("a.csv") && err.contains("motions.fps is required"),
+        "{err}"
+    );
+    // A folder whose files are NPZ alone would ignore `fps`: refused when the clips load.
+    let npz = TempDir::new("npzfps");
+    std::fs::write(npz.0.join("b.npz"), b"").unwrap();
+    let err = source_spec("dir = \".\"\nfps = 30")
+        .load_clips(&npz.0)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("NPZ files alone") && err.contains("remove motions.fps"),
         "{err}"
     );
 }

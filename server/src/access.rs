@@ -348,8 +348,8 @@ pub async fn resolve_run(storage: &Storage, request: RunRequest<'_>, now_ms: i64
             StatusCode::NOT_FOUND,
             codes::UNKNOWN_PHASE,
             format!(
-                "no phase {:?} (a challenge's phases are listed by GET /api/v1/challenges/{{id}})",
-                request.phase
+                "no phase {} (a challenge's phases are listed by GET /api/v1/challenges/{{id}})",
+                arena_sdk::protocol::quoted(request.phase)
             ),
         ));
     };
@@ -707,7 +707,21 @@ fn check_characters(
             u32::from(c)
         )));
     }
+    if let Some(c) = value.chars().find(|&c| is_bidi_control(c)) {
+        return Err(AccessError::bad_request(format!(
+            "{field}: bidirectional formatting characters are not allowed (found U+{:04X}): they make a \
+             name read as another on every page that shows it",
+            u32::from(c)
+        )));
+    }
     Ok(())
+}
+
+/// Unicode's explicit bidirectional formatting characters (embeddings, overrides, isolates):
+/// U+202E turns "gamma evil" into "gamma live" on a leaderboard. The implicit marks (U+200E,
+/// U+200F), which right-to-left text uses, are kept.
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
 }
 
 /// A slug for challenge and phase ids: 1-64 characters, lowercase letters, digits, `-` and `_`,

@@ -26,13 +26,17 @@ pub const MAX_FRAME_BYTES: usize = arena_sdk::protocol::MAX_MESSAGE_BYTES;
 /// (`/arena.v1.AgentGateway/...`, `/grpc.health.v1.Health/...`) on the same port over HTTP/2.
 pub async fn router(state: Arc<AppState>) -> Router {
     let grpc = gateway::grpc::routes(state.clone()).await;
-    Router::new()
+    let routes = Router::new()
         .route("/api/v1/agent", get(agent_socket))
         .merge(api::routes())
         .merge(crate::web::routes())
         .with_state(state)
         .merge(grpc)
-        .fallback(no_route)
+        .fallback(no_route);
+    // Around the whole router, not each route: a route's method router adds `Allow` to its 405
+    // after the route's layers have run, and the JSON error names the methods from it.
+    Router::new()
+        .fallback_service(routes)
         .layer(axum::middleware::from_fn(method_not_allowed_as_json))
 }
 
@@ -95,10 +99,11 @@ async fn agent_socket(
     // Counted from here: once upgraded, the connection leaves the HTTP server's graceful
     // shutdown, and a stop must not miss it before its session starts.
     let open = state.session_stop.open_connection();
+    let address = place.as_ref().map(|p| p.address());
     ws.max_message_size(MAX_FRAME_BYTES)
         .max_frame_size(MAX_FRAME_BYTES)
         .on_upgrade(move |socket| async move {
-            gateway::ws::session(socket, state, connection, open).await;
+            gateway::ws::session(socket, state, connection, address, open).await;
             // An agent session counts as an open connection until it ends.
             drop(place);
         })

@@ -33,8 +33,12 @@ impl LoadedBenchmark {
 
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
-    #[error("no benchmark named {0:?} (benchmarks are named by their `name` key; see GET /api/v1/benchmarks)")]
-    UnknownName(String),
+    #[error(
+        "no benchmark named {}; available: {} (see GET /api/v1/benchmarks)",
+        arena_sdk::protocol::quoted(.0),
+        .1.join(", ")
+    )]
+    UnknownName(String, Vec<String>),
     #[error(transparent)]
     Spec(#[from] SpecError),
     #[error("loading the motions of benchmark {name}: {message}")]
@@ -56,10 +60,10 @@ impl CatalogError {
     /// that exists but cannot be loaded.
     pub fn for_client(&self, requested: &str) -> ClientLoadError {
         match self {
-            CatalogError::UnknownName(_) => ClientLoadError::Unknown(self.to_string()),
-            CatalogError::Spec(SpecError::UnknownBenchmark { name, available, .. }) => ClientLoadError::Unknown(
-                format!("no benchmark named {name:?}; available: {}", available.join(", ")),
-            ),
+            CatalogError::UnknownName(..) => ClientLoadError::Unknown(self.to_string()),
+            CatalogError::Spec(SpecError::UnknownBenchmark { name, available, .. }) => {
+                ClientLoadError::Unknown(CatalogError::UnknownName(name.clone(), available.clone()).to_string())
+            }
             other => {
                 tracing::error!(benchmark = %requested, "cannot load the benchmark: {other}");
                 ClientLoadError::Unavailable(format!(
@@ -130,7 +134,7 @@ impl Catalog {
 
     /// Only names of the catalog's folder are served, never paths: a client must not be able
     /// to make the server read (and echo parse errors of) arbitrary files.
-    fn check_name(name: &str) -> Result<(), CatalogError> {
+    fn check_name(&self, name: &str) -> Result<(), CatalogError> {
         let ok = !name.is_empty()
             && name.len() <= arena_bench::spec::MAX_NAME_LEN
             && name
@@ -141,13 +145,14 @@ impl Catalog {
         if ok {
             Ok(())
         } else {
-            Err(CatalogError::UnknownName(name.to_string()))
+            let available = self.offered().into_iter().map(|s| s.name).collect();
+            Err(CatalogError::UnknownName(name.to_string(), available))
         }
     }
 
     /// The named benchmark's spec, without loading motions.
     pub fn spec(&self, name: &str) -> Result<BenchmarkSpec, CatalogError> {
-        Self::check_name(name)?;
+        self.check_name(name)?;
         if let Some(b) = self.loaded.lock().expect("catalog lock").get(name) {
             return Ok(b.spec.clone());
         }
@@ -202,7 +207,7 @@ impl Catalog {
     }
 
     pub fn load(&self, name: &str) -> Result<Arc<LoadedBenchmark>, CatalogError> {
-        Self::check_name(name)?;
+        self.check_name(name)?;
         if let Some(b) = self.loaded.lock().expect("catalog lock").get(name) {
             return Ok(b.clone());
         }

@@ -97,6 +97,13 @@ impl Gate {
     }
 }
 
+impl Admission {
+    /// The client address this place is counted under.
+    pub fn address(&self) -> IpAddr {
+        self.address
+    }
+}
+
 impl Drop for Admission {
     fn drop(&mut self) {
         let mut per = self.counts.per_address.lock().unwrap_or_else(|e| e.into_inner());
@@ -107,6 +114,69 @@ impl Drop for Admission {
             }
         }
         self.counts.total.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The WebSocket first frames read at once. A frame may be up to 16 MiB (a batch's actions),
+/// and the limit on a session's first one (256 KiB, before its token is checked) can only be
+/// applied once the whole frame has arrived: unauthenticated connections that each stall
+/// one byte short of 16 MiB held 380 MB for the connect deadline (24 of them; 4 GiB from one
+/// address at the per-address cap). A connection reads its first frame only with a place here,
+/// [`Openings::PER_ADDRESS`] per client address and [`Openings::TOTAL`] in all, and gives it
+/// back when that frame has arrived; the others wait unread, their bytes in the kernel's
+/// buffers (TCP's flow control), so what first frames can hold is bounded (1 GiB in all).
+#[derive(Debug)]
+pub struct Openings {
+    total: Arc<tokio::sync::Semaphore>,
+    per_address: Mutex<HashMap<IpAddr, Arc<tokio::sync::Semaphore>>>,
+}
+
+/// A place to read a first frame; dropping it gives the place back.
+#[derive(Debug)]
+pub struct OpeningPlace {
+    _address: Option<tokio::sync::OwnedSemaphorePermit>,
+    _total: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Default for Openings {
+    fn default() -> Self {
+        Openings {
+            total: Arc::new(tokio::sync::Semaphore::new(Self::TOTAL)),
+            per_address: Mutex::default(),
+        }
+    }
+}
+
+impl Openings {
+    /// First frames read at once from one address: an agent's sessions open one at a time
+    /// (each first frame takes milliseconds), so a team's burst waits a little at most.
+    pub const PER_ADDRESS: usize = 4;
+    /// First frames read at once in all.
+    pub const TOTAL: usize = 64;
+
+    /// Waits for a place to read a first frame from `address` (`None`: a connection the
+    /// listener did not count, e.g. a router served by something else: the total cap only).
+    pub async fn enter(&self, address: Option<IpAddr>) -> OpeningPlace {
+        let own = {
+            let mut per = self.per_address.lock().unwrap_or_else(|e| e.into_inner());
+            // Addresses with every place free and nobody waiting are forgotten.
+            per.retain(|_, s| Arc::strong_count(s) > 1 || s.available_permits() < Self::PER_ADDRESS);
+            address.map(|a| {
+                per.entry(a)
+                    .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(Self::PER_ADDRESS)))
+                    .clone()
+            })
+        };
+        // The address's place first: one address waiting must not hold places of the total.
+        let address = match own {
+            Some(s) => Some(s.acquire_owned().await.expect("never closed")),
+            None => None,
+        };
+        let total = self.total.clone().acquire_owned().await.expect("never closed");
+        OpeningPlace {
+            _address: address,
+            _total: total,
+        }
     }
 }
 
@@ -382,6 +452,37 @@ impl RefusalLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An address reads at most PER_ADDRESS first frames at once; the next waits until one is
+    /// in, while another address goes on.
+    #[tokio::test]
+    async fn first_frames_are_read_a_few_at_a_time_per_address() {
+        let openings = Openings::default();
+        let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let mut held = Vec::new();
+        for _ in 0..Openings::PER_ADDRESS {
+            held.push(openings.enter(Some(a)).await);
+        }
+        let wait = Duration::from_millis(50);
+        assert!(
+            tokio::time::timeout(wait, openings.enter(Some(a))).await.is_err(),
+            "a fifth place"
+        );
+        tokio::time::timeout(wait, openings.enter(Some(b)))
+            .await
+            .expect("another address waits");
+        held.pop();
+        tokio::time::timeout(wait, openings.enter(Some(a)))
+            .await
+            .expect("a place came back");
+        drop(held);
+        assert!(!openings.per_address.lock().unwrap().is_empty());
+        let _ = openings.enter(None).await;
+        assert!(
+            openings.per_address.lock().unwrap().is_empty(),
+            "free addresses are forgotten"
+        );
+    }
 
     fn limits() -> ConnectionLimits {
         ConnectionLimits {

@@ -313,10 +313,10 @@ pub fn rank_rows<R: std::borrow::Borrow<RankRow>>(
                 agent_name: s.agent_name.clone(),
                 finished_at: s.finished_at,
                 success_rate,
+                // With no scored episode there are no means to tell an old report by: every
+                // episode failed, so by either rule none succeeded.
                 other_success_rate: other_rule.and_then(|m| {
-                    summary
-                        .means
-                        .contains_key(m)
+                    (summary.scored == 0 || summary.means.contains_key(m))
                         .then(|| summary.success_rates.get(m).copied().unwrap_or(0.0))
                 }),
                 survival: spec.ranking.survival.as_deref().and_then(|m| mean(summary, m)),

@@ -41,6 +41,8 @@ pub struct AppState {
     pub rate_limiter: RateLimiter,
     /// Agent sessions each team runs now (`max_sessions_per_team`).
     pub team_sessions: Arc<crate::team_sessions::TeamSessions>,
+    /// WebSocket first frames being read ([`crate::connections::Openings`]).
+    pub openings: crate::connections::Openings,
     /// Ranked leaderboards, until the storage's leaderboard generation moves.
     pub leaderboards: crate::leaderboard::LeaderboardCache,
     /// Lanes' simulators kept started between sessions (`warm_simulators`).
@@ -258,6 +260,7 @@ impl AppState {
             dataset_streams,
             rate_limiter,
             team_sessions: crate::team_sessions::TeamSessions::new(config_sessions),
+            openings: Default::default(),
             leaderboards: Default::default(),
             session_stop: Default::default(),
             locks: (data_dir_lock, database_lock, replica_lock),

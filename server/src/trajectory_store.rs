@@ -409,6 +409,11 @@ pub async fn settle_failed(
     objects: &Objects,
     submission: &str,
 ) -> anyhow::Result<()> {
+    // One at a time in this process: an organiser's cancel settles the submission at once, and
+    // the session that ran it again when its lanes run dry; side by side, one deleted the parts
+    // the other was reading ("the stored run of episode 0 is gone").
+    static SETTLING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _one = SETTLING.lock().await;
     let Some(s) = storage.submission(submission).await? else {
         return Ok(());
     };
@@ -416,7 +421,11 @@ pub async fn settle_failed(
         return Ok(());
     }
     let rows = storage.episodes(submission).await?;
-    merge(objects, submission, &s.benchmark, &rows, None).await?;
+    // Settled already (by the other caller): what parts are left are runs that were not
+    // counted (a lane's run the cancel refused to commit).
+    if !merged_holds_every_episode(objects, submission, &rows).await {
+        merge(objects, submission, &s.benchmark, &rows, None).await?;
+    }
     delete_parts(objects, submission).await?;
     Ok(())
 }

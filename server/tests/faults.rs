@@ -1265,6 +1265,21 @@ async fn a_team_runs_at_most_its_sessions_at_once() {
         !e.resets_at.is_empty() && e.message.contains("max_sessions_per_team"),
         "{e:?}"
     );
+    // A submission's Connect at the cap is refused before anything is created: the SDKs retry
+    // `rate_limited`, and each refusal left a submission counted against the quota.
+    for _ in 0..3 {
+        let (mut ws, _) = tokio_tungstenite::connect_async(server.ws_url()).await.unwrap();
+        ws.send(frame(&connect_msg(&token, "submission", ""), Encoding::Json))
+            .await
+            .unwrap();
+        let answer = recv(&mut ws).await;
+        assert!(
+            matches!(&answer, Some(Msg::Error(e)) if e.code == codes::RATE_LIMITED),
+            "{answer:?}"
+        );
+    }
+    let (_, listed) = server.get("/api/v1/submissions", Some(&token));
+    assert_eq!(listed["submissions"].as_array().map(Vec::len), Some(0), "{listed}");
     // Another team is counted apart.
     let other = server.team("other");
     let (_other, _) = open(&server.ws_url(), &connect_msg(&other, "practice", ""), Encoding::Json).await;

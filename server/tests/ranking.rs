@@ -355,6 +355,9 @@ fn failed_submissions_are_unranked_and_baselines_are_rows_of_their_own() {
     assert_eq!(unranked, ["s-broken"], "walkers have a ranked submission");
     assert_eq!(board.unranked[0].rank, None);
     assert_eq!(board.unranked[0].scored_episodes, 0);
+    // No episode succeeded by either rule: 0, not "unknown", beside the ranked rule's 0.
+    assert!(board.other_success_metric.is_some());
+    assert_eq!(board.unranked[0].other_success_rate, Some(0.0));
 }
 
 #[test]

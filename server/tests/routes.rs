@@ -67,7 +67,10 @@ fn unknown_paths_are_json_404s_and_unknown_grpc_methods_stay_grpc() {
     assert_eq!(status, 405, "{head}");
     assert_eq!(body["error"]["code"], "method_not_allowed", "{body}");
     let message = body["error"]["message"].as_str().unwrap();
-    assert!(message.contains("/api/v1/teams does not take PUT"), "{message}");
+    assert!(
+        message.contains("/api/v1/teams does not take PUT; it takes "),
+        "{message}"
+    );
     assert!(head.to_ascii_lowercase().contains("allow: "), "{head}");
 
     // A gRPC client calling a method that does not exist still gets a gRPC answer.
@@ -142,6 +145,11 @@ fn names_are_checked_where_they_come_in() {
         "name: control characters are not allowed (found U+0000)",
     );
     refused(team("line1\nline2"), "found U+000A");
+    // A right-to-left override makes "gamma \u{202E}evil" read "gamma live".
+    refused(
+        team("gamma \u{202E}evil\u{202C}"),
+        "name: bidirectional formatting characters are not allowed (found U+202E)",
+    );
     refused(team("   "), "name: expected 1-64 characters of text, got nothing");
     // Digits alone read as a team id in `arena admin` and in paths.
     refused(team("2"), "reads as a team id");

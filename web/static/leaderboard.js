@@ -54,12 +54,12 @@ export function leaderboardTable(lb, info = {}, { canOpen = () => false, testid 
     {
       key: 'team',
       label: 'Team',
-      render: (e) => h('span.team', e.team),
+      render: (e) => h('span.team.lb-name', e.team),
     },
     {
       key: 'agent_name',
       label: 'Agent',
-      render: (e) => [h('span', e.agent_name || '—'), e.baseline ? [' ', badge('baseline', 'teal', 'baseline-badge')] : null],
+      render: (e) => [h('span.agent.lb-name', e.agent_name || '—'), e.baseline ? [' ', badge('baseline', 'teal', 'baseline-badge')] : null],
     },
     {
       key: 'submission_id',
@@ -149,8 +149,92 @@ function tieValue(e, name) {
   return null;
 }
 
-/** Fetches a leaderboard and renders it (or the server's reason why not) into `el`. */
-export async function renderLeaderboard(el, path, info, ctx) {
+/**
+ * The ranking rule in words, whole: the server's order (leaderboard.rs, the benchmark's
+ * `ranking_rule`) is the success rate, the most scored episodes, the time to failure, the
+ * primary metric, each tie-breaker, then the earlier finish. The tie-breakers come from the
+ * benchmark (`ranking.tie_breakers`), else from the entries, which carry their values.
+ */
+export function rankingRuleText(lb, bench, info = {}) {
+  const ties = (bench && bench.ranking && bench.ranking.tie_breakers) || [];
+  const names = ties.length ? ties : [...new Set((lb.entries || []).flatMap((e) => (e.tie_breakers || []).map(([n]) => n)))];
+  const better = (dir) => (dir ? ` (${dir === 'higher' ? 'higher' : 'lower'} is better)` : '');
+  return [
+    lb.success_metric ? `${lb.success_metric} rate first` : null,
+    'then the most scored episodes',
+    lb.survival_metric ? 'then the longest time to failure' : null,
+    `then mean ${lb.primary}${better(lb.direction || 'lower')}`,
+    ...names.map((n) => `then mean ${n}${better((info[n] || {}).direction)}`),
+    'then the earlier finish',
+  ]
+    .filter(Boolean)
+    .join(', ')
+    .replace(/^then /, '');
+}
+
+/**
+ * "3 entries ranked by …": baselines are rows of their own, placed by the same rule but not
+ * numbered, so they are counted apart from the ranked entries.
+ */
+function captionText(lb, bench, info) {
+  const entries = lb.entries || [];
+  const ranked = entries.filter((e) => e.rank != null).length;
+  const baselines = entries.filter((e) => e.rank == null && e.baseline).length;
+  const also = baselines
+    ? `; also ${plural(baselines, 'baseline row')} (the organisers' reference ${baselines === 1 ? 'agent' : 'agents'}), shown at ${baselines === 1 ? 'its' : 'their'} place without a rank`
+    : '';
+  return `${plural(ranked, 'entry', 'entries')} ranked by ${rankingRuleText(lb, bench, info)}${also}. Click a column header to sort.`;
+}
+
+/**
+ * The private phases on `benchmark` whose results are hidden now (not ended), from the
+ * challenges' phase lists. The benchmark's board leaves their submissions out until they end,
+ * so an empty board there means "hidden", not "nothing yet". Asked only when the board says
+ * something is withheld from this visitor; a failed look-up just loses the explanation.
+ */
+export async function hiddenPhasesOf(benchmark, signal) {
+  let challenges;
+  try {
+    ({ challenges } = await api('challenges', { signal }));
+  } catch (e) {
+    if (e && e.name === 'AbortError') throw e;
+    return [];
+  }
+  const details = await Promise.all(
+    (challenges || []).map((c) =>
+      api(`challenges/${enc(c.id)}`, { signal }).catch((e) => {
+        if (e && e.name === 'AbortError') throw e;
+        return { phases: [] };
+      }),
+    ),
+  );
+  return details.flatMap((c) => c.phases || []).filter((p) => p.benchmark === benchmark && phaseResultsHidden(p));
+}
+
+/** Whether a phase hides its results from teams and visitors now: private and not ended. */
+export function phaseResultsHidden(phase) {
+  return !!phase && phase.leaderboard === 'private' && phase.state !== 'closed';
+}
+
+/** Why the board lacks the submissions of private phases that have not ended, naming them. */
+function hiddenPhasesText(phases) {
+  const one = phases.length === 1;
+  const list = phases.flatMap((p, i) => [i ? ', ' : '', h('a', { href: `#/phases/${enc(p.id)}` }, p.id), ' (ends ', timeEl(p.ends_at), ')']);
+  return h(
+    'span',
+    { 'data-testid': 'phases-hidden' },
+    `The results of private ${one ? 'phase' : 'phases'} `,
+    list,
+    ` are hidden until ${one ? 'it ends' : 'they end'}: ${one ? 'its' : 'their'} submissions join this board then.`,
+  );
+}
+
+/**
+ * Fetches a leaderboard and renders it (or the server's reason why not) into `el`. `bench` is
+ * the benchmark's JSON (units, arrows, tie-breakers; null when it could not be loaded).
+ */
+export async function renderLeaderboard(el, path, bench, ctx) {
+  const info = metricInfoMap(bench);
   let lb;
   let who;
   try {
@@ -165,25 +249,14 @@ export async function renderLeaderboard(el, path, info, ctx) {
     return null;
   }
   if (ctx && !ctx.live()) return null;
-  const count = (lb.entries || []).length;
-  // The server's order (leaderboard.rs): success rate, most scored episodes, time to failure,
-  // the primary metric, the tie breakers.
-  const rule = [
-    lb.success_metric ? `${lb.success_metric} rate first` : null,
-    'then the most scored episodes',
-    lb.survival_metric ? 'then the longest time to failure' : null,
-    `then mean ${lb.primary} (${lb.direction === 'higher' ? 'higher' : 'lower'} is better)`,
-  ]
-    .filter(Boolean)
-    .join(', ')
-    .replace(/^then /, '');
-  el.appendChild(
-    h(
-      'p.muted.lb-caption',
-      `${plural(count, 'entry', 'entries')} ranked by ${rule}${(lb.entries || []).some((e) => e.baseline) ? '; baseline rows are the organisers\' reference agents, shown at their place without a rank' : ''}. Click a column header to sort.`,
-    ),
-  );
-  el.appendChild(leaderboardTable(lb, info || {}, { canOpen: entryOpener(who) }));
+  // A benchmark's board withholds something from this visitor (`seconds_withheld`: its motions
+  // are hidden): a private phase on it that has not ended may be why entries are missing.
+  const hidden = !lb.phase && lb.seconds_withheld && who.role !== 'admin' ? await hiddenPhasesOf(lb.benchmark, ctx && ctx.signal) : [];
+  if (ctx && !ctx.live()) return null;
+  el.appendChild(h('p.muted.lb-caption', captionText(lb, bench, info)));
+  if (hidden.length && (lb.entries || []).length) el.appendChild(notice(hiddenPhasesText(hidden), 'info'));
+  const empty = hidden.length ? hiddenPhasesText(hidden) : 'No completed submission yet.';
+  el.appendChild(leaderboardTable(lb, info, { canOpen: entryOpener(who), empty }));
   if (lb.other_versions) {
     el.appendChild(
       h('p.muted', { 'data-testid': 'leaderboard-other-versions' }, `${plural(lb.other_versions, 'submission', 'submissions')} of earlier versions of the benchmark (now version ${lb.version}) not ranked: its results are not comparable with theirs.`),
@@ -194,7 +267,7 @@ export async function renderLeaderboard(el, path, info, ctx) {
     const sec = h('div.unranked', { 'data-testid': 'leaderboard-unranked' },
       h('h3', 'Not ranked ', badge('no scored episode', 'red', 'unranked-badge')),
       h('p.muted', `${plural(unranked.length, 'submission', 'submissions')} whose every episode failed or timed out: nothing to rank them by.`),
-      leaderboardTable({ ...lb, entries: unranked }, info || {}, { canOpen: entryOpener(who), testid: 'unranked-table', empty: '' }),
+      leaderboardTable({ ...lb, entries: unranked }, info, { canOpen: entryOpener(who), testid: 'unranked-table', empty: '' }),
     );
     el.appendChild(sec);
   }

@@ -52,7 +52,7 @@ export async function benchmarkPage(root, { name }, ctx) {
   const lbSec = h('section.card#sec-leaderboard', h('h2', 'Leaderboard'));
   root.append(lbSec);
   root.append(datasetSection(b));
-  await renderLeaderboard(lbSec, `leaderboards/${enc(name)}`, info, ctx);
+  await renderLeaderboard(lbSec, `leaderboards/${enc(name)}`, b, ctx);
 }
 
 function jump(ev, id) {
@@ -114,11 +114,24 @@ function rulesSection(b) {
         ['Reference horizon', obs.reference_horizon ?? '—'],
         ['Reference goal horizon', obs.reference_goal_horizon ?? '—'],
         ['Reference motion revealed', obs.reveal_reference === undefined ? '—' : obs.reveal_reference ? 'yes' : 'no'],
-        ['Motion names hidden', obs.hide_motion_names === undefined ? '—' : obs.hide_motion_names ? 'yes' : 'no'],
+        ['Motion names hidden', motionNamesHidden(b)],
       ],
       'rules',
     ),
   );
+}
+
+/**
+ * Whether agents see the motions' names: not where the file says `hide_motion_names`, nor on a
+ * hidden test set (`motions.hidden`, with `motions_hidden` saying why: the file's flag or a
+ * private phase that runs the benchmark), whose episodes start with empty names. The
+ * `observations` block is the file as written, so its flag alone says "no" there.
+ */
+function motionNamesHidden(b) {
+  const obs = b.observations || {};
+  if (b.motions_hidden || (b.motions && b.motions.hidden)) return 'yes (a hidden test set: episodes carry no motion name)';
+  if (obs.hide_motion_names === undefined) return '—';
+  return obs.hide_motion_names ? 'yes' : 'no';
 }
 
 function metricsSection(b, info) {
@@ -172,6 +185,18 @@ function metricsSection(b, info) {
 
 function datasetSection(b) {
   const name = b.name;
+  const intro = h('p.muted', "Recorded episodes of this benchmark's completed submissions, filtered, as a learner loads them: HDF5 in BFM-Zero's replay-buffer layout or one JSON object per episode (jsonl.gz). A team token gets its own submissions, the admin token everything.");
+  if (b.motions_hidden) {
+    // A hidden test set's trajectories carry its motions: the server refuses its datasets
+    // (403 hidden) to everyone but the admin, and tells only them the motions. No form to fail.
+    return h(
+      'section.card#sec-dataset',
+      { 'data-testid': 'dataset' },
+      h('h2', 'Dataset'),
+      intro,
+      notice(`No dataset while the motions are hidden: ${b.motions_hidden}.`, 'info', 'dataset-hidden'),
+    );
+  }
   const statusBoxes = ['completed', 'fell', 'failed', 'timeout'].map((s) =>
     h('label.inline', h('input', { type: 'checkbox', name: 'status', value: s, checked: s === 'completed' || s === 'fell' }), ` ${s}`),
   );
@@ -206,15 +231,7 @@ function datasetSection(b) {
   );
   const out = h('div#dataset-out', { 'data-testid': 'dataset-out', 'aria-live': 'polite' });
   const dl = h('div.downloads#dataset-downloads');
-  const sec = h(
-    'section.card#sec-dataset',
-    { 'data-testid': 'dataset' },
-    h('h2', 'Dataset'),
-    h('p.muted', "Recorded episodes of this benchmark's completed submissions, filtered, as a learner loads them: HDF5 in BFM-Zero's replay-buffer layout or one JSON object per episode (jsonl.gz). A team token gets its own submissions, the admin token everything."),
-    form,
-    dl,
-    out,
-  );
+  const sec = h('section.card#sec-dataset', { 'data-testid': 'dataset' }, h('h2', 'Dataset'), intro, form, dl, out);
 
   const query = () => {
     const fd = new FormData(form);
@@ -245,6 +262,11 @@ function datasetSection(b) {
       a.addEventListener('click', async (ev) => {
         ev.preventDefault();
         clear(err);
+        // Without a token the server answers 401: say what to do instead of asking.
+        if (!getToken()) {
+          err.appendChild(notice('Downloads need a team or admin token: paste it in the box at the top right.', 'warn', 'dataset-need-token'));
+          return;
+        }
         if (a.classList.contains('busy')) return;
         a.classList.add('busy');
         const st = h('span.muted', ' downloading…');

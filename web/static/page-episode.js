@@ -2,7 +2,7 @@
 
 import { api, getToken } from './api.js';
 import { loadBenchmarkInfo, metricInfoMap } from './leaderboard.js';
-import { hasTrajectory, orderedMetrics, tokenPrompt } from './page-submission.js';
+import { hasTrajectory, orderedMetrics, resultsHiddenNotice, tokenPrompt } from './page-submission.js';
 import { badge, clear, defList, enc, errorBox, fmtNum, fmtSeed, h, loading, metricLabel, motionName, notice, sortableTable } from './ui.js';
 
 let robotCache = null;
@@ -49,6 +49,27 @@ export async function episodePage(root, { id, idx }, ctx) {
   const viewSec = h('section.card#replay-section', h('h2', '3-D replay'), loading('Loading the robot and the trajectory…'));
   const metricsSec = h('section.card#episode-metrics-section');
   root.append(infoSec, viewSec, metricsSec);
+
+  // While a private phase hides the results from the team, GET …/results and the replay answer
+  // 403 hidden: the submission says so (`results_hidden`), so ask it first and explain.
+  let sub;
+  try {
+    sub = await api(`submissions/${enc(id)}`, { signal: ctx.signal });
+  } catch (e) {
+    if (e && e.name === 'AbortError') throw e;
+    if (!ctx.live()) return;
+    clear(infoSec).append(errorBox(e));
+    viewSec.remove();
+    return;
+  }
+  if (!ctx.live()) return;
+  if (sub.results_hidden) {
+    const note = await resultsHiddenNotice(sub, ctx.signal);
+    if (!ctx.live()) return;
+    clear(infoSec).append(note);
+    viewSec.remove();
+    return;
+  }
 
   const resultsP = api(`submissions/${enc(id)}/results`, { signal: ctx.signal });
   const robotP = loadRobot();

@@ -2,7 +2,7 @@
 
 import { api, uploadFile, whoami, withQuery } from './api.js';
 import { quotaText } from './page-home.js';
-import { loadBenchmarkInfo, metricInfoMap, renderLeaderboard } from './leaderboard.js';
+import { loadBenchmarkInfo, phaseResultsHidden, renderLeaderboard } from './leaderboard.js';
 import { badge, clear, defList, enc, errorBox, h, loading, notice, timeEl } from './ui.js';
 
 export async function leaderboardPage(root, { benchmark }, ctx) {
@@ -16,7 +16,7 @@ export async function leaderboardPage(root, { benchmark }, ctx) {
   if (!ctx.live()) return;
   if (bench && bench.ranking_rule) sec.before(h('p.ranking-rule', bench.ranking_rule));
   sec.querySelector('.loading')?.remove();
-  await renderLeaderboard(sec, `leaderboards/${enc(benchmark)}`, metricInfoMap(bench), ctx);
+  await renderLeaderboard(sec, `leaderboards/${enc(benchmark)}`, bench, ctx);
 }
 
 export async function phasePage(root, { id }, ctx) {
@@ -42,7 +42,7 @@ export async function phasePage(root, { id }, ctx) {
           ['Benchmark', h('a', { href: `#/benchmarks/${enc(phase.benchmark)}` }, phase.benchmark)],
           ['Opens', timeEl(phase.starts_at)],
           ['Closes', timeEl(phase.ends_at)],
-          ['Leaderboard', [badge(phase.leaderboard || 'public'), phase.leaderboard === 'private' ? ' results hidden from teams until the phase ends' : '']],
+          ['Leaderboard', [badge(phase.leaderboard || 'public'), leaderboardNote(phase)]],
           ['Quotas per team', quotaText(phase)],
           ['Observation groups', phase.observation_groups ? phase.observation_groups.join(', ') : "the benchmark's own"],
           ['Who runs', phase.hosted_only ? [badge('hosted only', 'teal'), ' uploaded policy files only: the server runs them, no agent receives the motions'] : 'your agent (arena-agent, the SDKs) or an uploaded policy file'],
@@ -56,9 +56,21 @@ export async function phasePage(root, { id }, ctx) {
   if (me.role === 'team' && phase.state === 'open') root.append(uploadForm(phase));
   const sec = h('section.card#leaderboard', h('h2', 'Leaderboard'));
   root.append(sec);
+  // The server refuses a private phase's board (403 hidden) to everyone but the admin until the
+  // phase ends: the page knows it already, so it says so instead of asking.
+  if (phaseResultsHidden(phase) && me.role !== 'admin') {
+    sec.append(notice(['The leaderboard of private phase ', h('span.mono', phase.id), ' is hidden until the phase ends (', timeEl(phase.ends_at), ').'], 'warn', 'leaderboard-hidden'));
+    return;
+  }
   const bench = await loadBenchmarkInfo(phase.benchmark, ctx.signal);
   if (!ctx.live()) return;
-  await renderLeaderboard(sec, `phases/${enc(id)}/leaderboard`, metricInfoMap(bench), ctx);
+  await renderLeaderboard(sec, `phases/${enc(id)}/leaderboard`, bench, ctx);
+}
+
+/** What a private board means now: hidden from teams until the end, or shown since it ended. */
+function leaderboardNote(phase) {
+  if (phase.leaderboard !== 'private') return '';
+  return phaseResultsHidden(phase) ? ' results hidden from teams until the phase ends' : ' results shown now that the phase has ended';
 }
 
 /**

@@ -39,6 +39,26 @@ export function tokenPrompt(what) {
   );
 }
 
+/**
+ * Why a team sees no results: its private phase hides them until it ends. The submission says
+ * so (`results_hidden`), so the pages show this instead of asking GET …/results, which would
+ * answer 403 hidden. The phase (public to read) gives the end time the refusal would name.
+ */
+export async function resultsHiddenNotice(sub, signal) {
+  const phase = sub.phase ? await api(`phases/${enc(sub.phase)}`, { signal }).catch(() => null) : null;
+  return notice(
+    [
+      `The results of submission ${sub.id} are hidden until private phase `,
+      sub.phase ? h('a', { href: `#/phases/${enc(sub.phase)}` }, sub.phase) : 'its phase',
+      ' ends',
+      phase && phase.ends_at != null ? [' (', timeEl(phase.ends_at), ')'] : '',
+      '.',
+    ],
+    'warn',
+    'results-hidden',
+  );
+}
+
 /** Ranking metrics first (success, primary, tie-breakers), then the rest as listed. */
 export function orderedMetrics(bench, present) {
   const r = (bench && bench.ranking) || {};
@@ -243,6 +263,13 @@ export async function submissionPage(root, { id }, ctx) {
   });
 
   async function loadResults() {
+    if (sub.results_hidden) {
+      resultsHidden = true;
+      const note = await resultsHiddenNotice(sub, ctx.signal);
+      if (!ctx.live()) return;
+      clear(results).append(note);
+      return;
+    }
     let res;
     try {
       res = await api(`submissions/${enc(id)}/results`, { signal: ctx.signal });
@@ -258,7 +285,7 @@ export async function submissionPage(root, { id }, ctx) {
     if (!ctx.live()) return;
     resultsHidden = false;
     clear(results);
-    renderResults(results, res, { id, bench, info, state });
+    renderResults(results, res, { id, bench, info, state, status: sub.status });
   }
 
   renderHead();
@@ -324,7 +351,9 @@ export function adminButtons(sub, errEl, after, { cancelConfirm = true, compact 
   return row;
 }
 
-function renderResults(root, res, { id, bench, info, state }) {
+function renderResults(root, res, { id, bench, info, state, status }) {
+  // "yet" only while episodes may still come: a finished submission gets nothing more.
+  const yet = ACTIVE.has(status) ? ' yet' : '';
   const episodes = res.episodes || [];
   const agg = res.aggregated || {};
   const present = [...new Set([...Object.keys(agg), ...episodes.flatMap((e) => Object.keys(e.metrics || {}))])];
@@ -370,12 +399,16 @@ function renderResults(root, res, { id, bench, info, state }) {
         'p.muted',
         { 'data-testid': 'stats-over' },
         `Over the ${scored} scored of ${plural(episodes.length, 'episode')}` +
-          (unscored ? `; ${unscored} failed unscored ${unscored === 1 ? 'is' : 'are'} left out (the leaderboard counts them as failures).` : '.') +
+          // Only a COMPLETED submission is on a leaderboard (a cancelled or abandoned one,
+          // FAILED, never is), where its failed episodes count as not successful.
+          (unscored
+            ? `; ${unscored} failed unscored ${unscored === 1 ? 'is' : 'are'} left out${status === 'COMPLETED' ? ' (the leaderboard counts them as failures)' : ''}.`
+            : '.') +
           " Scoring stops where the success rule breaks (mjlab's metrics at mjlab's own termination).",
       ),
     );
   }
-  if (!aggRows.length) stats.append(h('p.muted', 'No scored episode yet.'));
+  if (!aggRows.length) stats.append(h('p.muted', `No scored episode${yet}.`));
   else {
     const q = (k, label) => ({ key: k, label, numeric: true, render: (r) => fmtNum(r[k]) });
     stats.append(
@@ -456,7 +489,7 @@ function renderResults(root, res, { id, bench, info, state }) {
   // Plot (a): a metric per motion
   const plots = h('section.card#plots', h('h2', 'Plots'));
   if (!all.length && !episodes.some(hasTrajectory)) {
-    plots.append(h('p.muted', 'Nothing to plot yet: no episode has been scored or recorded.'));
+    plots.append(h('p.muted', yet ? 'Nothing to plot yet: no episode has been scored or recorded.' : 'Nothing to plot: no episode was scored or recorded.'));
     root.append(plots);
     return;
   }
@@ -471,7 +504,7 @@ function renderResults(root, res, { id, bench, info, state }) {
     clear(barHolder);
     const m = state.metric;
     if (!m) {
-      barHolder.append(h('p.muted', 'No metric yet.'));
+      barHolder.append(h('p.muted', `No metric${yet}.`));
       return;
     }
     const mi = info[m] || {};
@@ -517,7 +550,7 @@ function renderResults(root, res, { id, bench, info, state }) {
     const my = ++seq;
     clear(lineHolder);
     if (state.episode === null) {
-      lineHolder.append(h('p.muted', 'No episode with recorded steps yet.'));
+      lineHolder.append(h('p.muted', `No episode with recorded steps${yet}.`));
       return;
     }
     lineHolder.append(loading('Loading the time series…'));

@@ -7,10 +7,10 @@ import { actionButton, badge, enc, errorBox, fmtBytes, fmtNum, fmtPct, h, loadin
 export function submissionsTable(subs, { actions } = {}) {
   const cols = [
     { key: 'id', label: 'Submission', render: (s) => h('a.mono', { href: `#/submissions/${enc(s.id)}`, 'data-testid': 'submission-link' }, s.id) },
-    { key: 'team_name', label: 'Team' },
+    { key: 'team_name', label: 'Team', render: (s) => h('span.team', s.team_name || '—') },
     { key: 'benchmark', label: 'Benchmark', render: (s) => h('a', { href: `#/benchmarks/${enc(s.benchmark)}` }, s.benchmark) },
     { key: 'phase', label: 'Phase', render: (s) => (s.phase ? h('a', { href: `#/phases/${enc(s.phase)}` }, s.phase) : h('span.muted', '—')) },
-    { key: 'agent_name', label: 'Agent', render: (s) => [s.agent_name || '—', s.baseline ? [' ', badge('baseline', 'teal', 'baseline-badge')] : null] },
+    { key: 'agent_name', label: 'Agent', render: (s) => [h('span.agent', s.agent_name || '—'), s.baseline ? [' ', badge('baseline', 'teal', 'baseline-badge')] : null] },
     { key: 'status', label: 'Status', render: (s) => [badge(s.status), s.error ? h('span.muted.small', ` ${s.error}`) : null] },
     // The leaderboard row's numbers in one column, so a COMPLETED submission whose episodes
     // mostly failed says so here too (none while it runs, or while a private phase hides them).

@@ -124,6 +124,18 @@ pub fn clip_message(message: String) -> String {
     format!("{kept}… ({total} characters in all)")
 }
 
+/// What a client sent, quoted in a message: at most 100 characters of it (debug-escaped), and
+/// how long it was when cut.
+pub fn quoted(text: &str) -> String {
+    const SHOWN: usize = 100;
+    let total = text.chars().count();
+    if total <= SHOWN {
+        return format!("{text:?}");
+    }
+    let head: String = text.chars().take(SHOWN).collect();
+    format!("{head:?}… ({total} characters)")
+}
+
 /// How a session's frames are encoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Encoding {
@@ -234,7 +246,11 @@ pub fn decode_json(text: &str) -> Result<Msg, DecodeError> {
         _ => {
             return Err(DecodeError::new(
                 codes::UNKNOWN_MESSAGE,
-                format!("unknown message type {kind:?} (known: {})", MESSAGE_TYPES.join(", ")),
+                format!(
+                    "unknown message type {} (known: {})",
+                    quoted(&kind),
+                    MESSAGE_TYPES.join(", ")
+                ),
             ));
         }
     })

@@ -99,7 +99,7 @@ pub(super) async fn get_challenge(
 ) -> ApiResult {
     optional_caller(&state, &headers).await?;
     let Some(challenge) = state.storage.challenge(&id).await? else {
-        return Err(not_found(format!("no challenge {id:?}")));
+        return Err(not_found(format!("no challenge {}", arena_sdk::protocol::quoted(&id))));
     };
     let now = now_ms();
     let phases: Vec<Value> = state
@@ -143,7 +143,10 @@ pub(super) async fn create_phase(
     let new: NewPhaseBody = parse_body(&body)?;
     access::check_slug("id", &new.id)?;
     if state.storage.challenge(&challenge).await?.is_none() {
-        return Err(not_found(format!("no challenge {challenge:?}")));
+        return Err(not_found(format!(
+            "no challenge {}",
+            arena_sdk::protocol::quoted(&challenge)
+        )));
     }
     let spec = state.catalog.spec(&new.benchmark).map_err(|e| {
         let (ClientLoadError::Unknown(message) | ClientLoadError::Unavailable(message)) = e.for_client(&new.benchmark);
@@ -289,7 +292,7 @@ pub(super) async fn get_phase(
     optional_caller(&state, &headers).await?;
     match state.storage.phase(&id).await? {
         Some(p) => Ok(Json(phase_json(&p, now_ms())).into_response()),
-        None => Err(not_found(format!("no phase {id:?}"))),
+        None => Err(not_found(format!("no phase {}", arena_sdk::protocol::quoted(&id)))),
     }
 }
 
@@ -324,7 +327,7 @@ pub(super) async fn update_phase(
     // The benchmark's rules first (a phase's benchmark never changes), so the transaction
     // below holds the row for no file read.
     let Some(stored) = state.storage.phase(&id).await? else {
-        return Err(not_found(format!("no phase {id:?}")));
+        return Err(not_found(format!("no phase {}", arena_sdk::protocol::quoted(&id))));
     };
     let spec = state.catalog.spec(&stored.benchmark).map_err(|e| {
         // The folders the server reads are its own business, as in `create_phase`.
@@ -397,7 +400,7 @@ pub(super) async fn get_phase_leaderboard(
 ) -> ApiResult {
     let who = optional_caller(&state, &headers).await?;
     let Some(phase) = state.storage.phase(&id).await? else {
-        return Err(not_found(format!("no phase {id:?}")));
+        return Err(not_found(format!("no phase {}", arena_sdk::protocol::quoted(&id))));
     };
     let admin = who.as_ref().is_some_and(Caller::is_admin);
     if !admin && access::results_hidden(&phase, now_ms()) {

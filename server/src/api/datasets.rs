@@ -55,7 +55,7 @@ async fn phase_dataset(
         .storage
         .phase(&id)
         .await?
-        .ok_or_else(|| not_found(format!("no phase {id:?}")))?;
+        .ok_or_else(|| not_found(format!("no phase {}", arena_sdk::protocol::quoted(&id))))?;
     dataset(
         &state,
         &headers,

@@ -147,7 +147,7 @@ async fn submission_or_404(state: &AppState, id: &str) -> Result<crate::storage:
         .storage
         .submission(id)
         .await?
-        .ok_or_else(|| not_found(format!("no submission {id:?}")))
+        .ok_or_else(|| not_found(format!("no submission {}", arena_sdk::protocol::quoted(&id))))
 }
 
 fn csv_response(filename: &str, body: String) -> axum::response::Response {
@@ -297,7 +297,7 @@ pub(super) async fn patch_submission(
     require_admin(&state, &headers).await?;
     let patch: SubmissionPatch = parse_body(&body)?;
     if !state.storage.set_baseline(&id, patch.baseline).await? {
-        return Err(not_found(format!("no submission {id:?}")));
+        return Err(not_found(format!("no submission {}", arena_sdk::protocol::quoted(&id))));
     }
     let s = submission_or_404(&state, &id).await?;
     Ok(Json(s).into_response())
@@ -313,7 +313,9 @@ async fn cancel(State(state): State<Arc<AppState>>, headers: HeaderMap, ApiPath(
         .cancel_submission(&id, "cancelled by the organiser")
         .await
         .map_err(|e| match e {
-            crate::storage::StorageError::NotFound(_) => not_found(format!("no submission {id:?}")),
+            crate::storage::StorageError::NotFound(_) => {
+                not_found(format!("no submission {}", arena_sdk::protocol::quoted(&id)))
+            }
             crate::storage::StorageError::Conflict(m) => conflict(m),
             other => storage_error(other),
         })?;

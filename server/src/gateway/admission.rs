@@ -8,6 +8,7 @@ use crate::catalog::{ClientLoadError, LoadedBenchmark};
 use crate::orchestrator::runner;
 use crate::state::AppState;
 use crate::storage::{NewSubmission, Submission, SubmissionStatus, Team};
+use crate::team_sessions::SessionPlace;
 use arena_bench::spec::ActionMode;
 use arena_runner::gains::{DeclaredGains, SessionGains};
 use arena_runner::revealed;
@@ -29,8 +30,9 @@ pub(super) struct Admitted {
     /// A resume under another agent name: recorded once the session has the submission (a
     /// resume refused as busy must not rename the session that runs it).
     pub(super) renamed: bool,
-    /// The team whose session this is.
-    pub(super) team: Team,
+    /// Its place among the team's concurrent sessions (none for a hosted run), held for the
+    /// session's life.
+    pub(super) place: Option<SessionPlace>,
 }
 
 pub(super) fn refusal(e: AccessError) -> Box<Msg> {
@@ -65,6 +67,14 @@ pub(super) async fn admit(
             .map_err(refusal)?,
     };
     state.rate_limiter.check(&team, now).map_err(refusal)?;
+    // The team's place among its concurrent sessions, before anything is created: a Connect
+    // refused `rate_limited` at the cap (which the SDKs retry) must not leave a submission
+    // behind each time, counted against the phase's quota. The server's own runs (hosted
+    // evaluations) have their own limit.
+    let place = match hosted {
+        Some(_) => None,
+        None => Some(state.team_sessions.take(&team, now).map_err(refusal)?),
+    };
     // Trimmed, as over REST.
     let agent_name =
         access::check_name("connect.agent_name", &c.agent_name, access::MAX_AGENT_NAME, true).map_err(refusal)?;
@@ -267,7 +277,7 @@ pub(super) async fn admit(
             reveal_results,
             gains: gains.map(|(g, _)| g),
             renamed: false,
-            team,
+            place,
         });
     }
     let mut renamed = false;
@@ -336,7 +346,7 @@ pub(super) async fn admit(
         reveal_results,
         gains,
         renamed,
-        team,
+        place,
     })
 }
 

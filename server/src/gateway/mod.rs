@@ -14,7 +14,7 @@ use crate::orchestrator::{self, JobSource, RunContext, RunOutcome, Sink};
 use crate::outbox::Outbox;
 use crate::state::AppState;
 use crate::storage::{EpisodeState, StorageError, Team, now_ms};
-use admission::{admit, refusal};
+use admission::admit;
 use arena_bench::spec::Episode;
 use arena_runner::episode::episode_spec;
 use arena_runner::revealed;
@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 /// How long a new connection may take to send Connect.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The `disconnect` reason of a session the server ends because it is stopping
 /// ([`crate::session_stop`]); the protocol's constant, which the SDKs wait out.
@@ -37,16 +37,7 @@ pub use arena_sdk::protocol::SHUTDOWN;
 /// otherwise queued without bound); the protocol's constant, which the SDKs keep to.
 pub use arena_sdk::protocol::PRACTICE_WAITING;
 
-/// What a client sent, quoted in a message: at most 100 characters of it.
-fn quoted(text: &str) -> String {
-    const SHOWN: usize = 100;
-    let total = text.chars().count();
-    if total <= SHOWN {
-        return format!("{text:?}");
-    }
-    let head: String = text.chars().take(SHOWN).collect();
-    format!("{head:?}… ({total} characters)")
-}
+use arena_sdk::protocol::quoted;
 
 fn error(code: &str, message: impl Into<String>) -> Msg {
     Msg::Error(protocol::Error::new(code, message))
@@ -244,7 +235,7 @@ async fn run_session<S>(
 where
     S: Stream<Item = Incoming> + Unpin,
 {
-    let admitted = admit(
+    let mut admitted = admit(
         state,
         hosted,
         &connect,
@@ -252,6 +243,8 @@ where
         replies.bytes_per_value(),
     )
     .await?;
+    // Held for the session's life: the team's place among its concurrent sessions.
+    let _place = admitted.place.take();
     // Told to stop meanwhile: no lane started. A submission this Connect created goes on to
     // `connected` (the client must learn its id), whose first loop turn then ends the session.
     let created = connect.submission_id.is_empty() && admitted.submission.is_some();
@@ -272,11 +265,6 @@ where
             })
         }
         None => None,
-    };
-    // The server's own runs (hosted evaluations) have their own limit.
-    let _place = match hosted {
-        Some(_) => None,
-        None => Some(state.team_sessions.take(&admitted.team, now_ms()).map_err(refusal)?),
     };
     let config = &state.config;
     let spec = &admitted.benchmark.spec;
@@ -568,6 +556,7 @@ where
     if admitted.submission.is_some() {
         let word = match &outcome {
             RunOutcome::SubmissionComplete => "completed",
+            RunOutcome::SubmissionCancelled => "cancelled",
             RunOutcome::Stopped => "stopped",
             RunOutcome::Error(_) => "error",
         };

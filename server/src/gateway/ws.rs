@@ -28,7 +28,23 @@ const READ_ON_AT_STOP: std::time::Duration = std::time::Duration::from_secs(1);
 /// Runs one session on an upgraded socket. `connection` is the listener's record of the TCP
 /// connection (absent when the router is served by something else). `open` counts the
 /// connection for a stopping server (taken before the upgrade), until the client has been told.
-pub async fn session(socket: WebSocket, state: Arc<AppState>, connection: Option<Arc<Activity>>, open: OpenConnection) {
+pub async fn session(
+    socket: WebSocket,
+    state: Arc<AppState>,
+    connection: Option<Arc<Activity>>,
+    address: Option<std::net::IpAddr>,
+    open: OpenConnection,
+) {
+    // Nothing is read before there is a place for the first frame (its bytes wait in the
+    // kernel meanwhile); the place is given back once that frame has arrived.
+    let mut opening = tokio::select! {
+        place = state.openings.enter(address) => Some(place),
+        () = state.session_stop.told() => return,
+        () = tokio::time::sleep(super::CONNECT_TIMEOUT) => {
+            tracing::info!("closing an agent connection that found no place to send its connect in {:?}", super::CONNECT_TIMEOUT);
+            return;
+        }
+    };
     let (sink, stream) = socket.split();
     // Set by the first data frame; replies before it (a Connect timeout) go out as JSON.
     let binary = Arc::new(AtomicBool::new(false));
@@ -38,6 +54,10 @@ pub async fn session(socket: WebSocket, state: Arc<AppState>, connection: Option
     let reader_binary = binary.clone();
     let reader_close = close_reason.clone();
     let incoming = stream.map(move |frame| {
+        // The first frame is in (or failed): its place goes back.
+        if matches!(frame, Ok(WsMessage::Binary(_) | WsMessage::Text(_)) | Err(_)) {
+            opening.take();
+        }
         if !seen_data && matches!(frame, Ok(WsMessage::Binary(_) | WsMessage::Text(_))) {
             seen_data = true;
             reader_binary.store(matches!(frame, Ok(WsMessage::Binary(_))), Ordering::Release);

@@ -580,7 +580,11 @@ pub fn finish(ctx: &RunContext, lanes: &[LaneEnd], ahead: Option<MergeAhead>) ->
             // completed it then, and its merge is this session's.
             let ours = completed_now || (retried && status == SubmissionStatus::Completed);
             let merge = ours.then_some(PendingMerge { merging, ahead });
-            (RunOutcome::SubmissionComplete, merge)
+            let outcome = match status {
+                SubmissionStatus::Completed => RunOutcome::SubmissionComplete,
+                _ => RunOutcome::SubmissionCancelled,
+            };
+            (outcome, merge)
         }
         Ok(None) => {
             if lanes.iter().all(|l| *l == LaneEnd::Drained) {

@@ -359,7 +359,8 @@ impl<'a> Lane<'a> {
     }
 
     /// Answers `stale_step` to every Action waiting in the inbox. Called only while no request
-    /// of this lane is outstanding, so each of them is late (its step timed out or was answered).
+    /// of this lane is outstanding, so each of them is late (its step timed out or was answered)
+    /// or early (a step this lane has not asked for yet).
     /// Returns whether the inbox is closed (the session's connection has ended) and whether
     /// there was any such Action.
     fn refuse_late_actions(&self) -> (bool, bool) {
@@ -368,10 +369,11 @@ impl<'a> Lane<'a> {
             match self.inbox.try_recv() {
                 Ok(a) => {
                     refused = true;
-                    self.send(stale_step(
-                        &a,
-                        "its episodes have ended (answered already or timed out)",
-                    ));
+                    let why = match a.step >= self.next_request {
+                        true => format!("not asked for yet; the next request is step {}", self.next_request),
+                        false => "its episodes have ended (answered already or timed out)".to_string(),
+                    };
+                    self.send(stale_step(&a, &why));
                 }
                 Err(mpsc::TryRecvError::Empty) => return (false, refused),
                 Err(mpsc::TryRecvError::Disconnected) => return (true, refused),

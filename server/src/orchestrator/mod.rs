@@ -140,6 +140,8 @@ pub struct RunContext {
 pub enum RunOutcome {
     /// Every episode of the submission is final and the report is written.
     SubmissionComplete,
+    /// The organiser cancelled the submission: its unfinished episodes are FAILED.
+    SubmissionCancelled,
     /// The connection was lost (episodes re-queued) or the practice session ended.
     Stopped,
     /// A server-side error stopped the run.

@@ -270,7 +270,7 @@ async fn visible_submission(state: &AppState, headers: &HeaderMap, id: &str) -> 
         Some(s) if matches!(&who, Caller::Admin) || matches!(&who, Caller::Team(t) if t.id == s.team_id) => {
             Ok((who, s))
         }
-        _ => Err(not_found(format!("no submission {}", arena_sdk::protocol::quoted(&id)))),
+        _ => Err(not_found(format!("no submission {}", arena_sdk::protocol::quoted(id)))),
     }
 }
 

@@ -147,7 +147,7 @@ async fn submission_or_404(state: &AppState, id: &str) -> Result<crate::storage:
         .storage
         .submission(id)
         .await?
-        .ok_or_else(|| not_found(format!("no submission {}", arena_sdk::protocol::quoted(&id))))
+        .ok_or_else(|| not_found(format!("no submission {}", arena_sdk::protocol::quoted(id))))
 }
 
 fn csv_response(filename: &str, body: String) -> axum::response::Response {

@@ -90,7 +90,7 @@ async fn team_by_path(state: &AppState, id: &str) -> Result<Team, ApiError> {
     team.ok_or_else(|| {
         not_found(format!(
             "no team with id {} (teams are addressed by their numeric id; GET /api/v1/teams lists them)",
-            arena_sdk::protocol::quoted(&id)
+            arena_sdk::protocol::quoted(id)
         ))
     })
 }

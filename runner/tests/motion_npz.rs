@@ -204,6 +204,15 @@ fn npz_quaternions_and_bodies_are_checked() {
     write_npz_motion(&dir.join("nan.npz"), &nan).unwrap();
     let e = read_npz_motion(&dir.join("nan.npz")).unwrap_err().to_string();
     assert!(e.contains("body_pos_w: frame 2 holds a non-finite value"), "{e}");
+    // Quaternions stored (x, y, z, w): named as such, not as another joint order.
+    let mut xyzw = good.clone();
+    for q in xyzw.body_quat_w.chunks_mut(4) {
+        q.rotate_left(1);
+    }
+    write_npz_motion(&dir.join("xyzw.npz"), &xyzw).unwrap();
+    let clip = read_npz_motion(&dir.join("xyzw.npz")).unwrap();
+    let e = MotionLibrary::from_clips(&[clip], &robot).unwrap_err().to_string();
+    assert!(e.contains("quaternions in (x, y, z, w) order"), "{e}");
     // A frame rate its own velocities contradict: 50 fps frames declared at 25.
     let moving = (library.motions.iter())
         .map(|m| m.to_npz())

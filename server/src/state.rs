@@ -597,6 +597,29 @@ pub async fn unloadable_phases(state: &Arc<AppState>) -> anyhow::Result<Vec<Stri
     Ok(warnings)
 }
 
+/// A line for each benchmark the server offers that it cannot load (its connects are refused
+/// `benchmark_unavailable`, its REST submissions with the same reason): the benchmarks no phase
+/// runs, which [`unloadable_phases`] leaves out. Loading warms the catalog too.
+pub async fn unloadable_benchmarks(state: &Arc<AppState>) -> Vec<String> {
+    let catalog = state.catalog.clone();
+    let offered = match tokio::task::spawn_blocking(move || catalog.offered()).await {
+        Ok(specs) => specs,
+        Err(e) => return vec![format!("listing the benchmarks: {e}")],
+    };
+    let mut warnings = Vec::new();
+    for spec in offered {
+        let catalog = state.catalog.clone();
+        let name = spec.name.clone();
+        if let Ok(Err(e)) = tokio::task::spawn_blocking(move || catalog.load(&name)).await {
+            warnings.push(format!(
+                "benchmark {} cannot be loaded here, so its submissions are refused (benchmark_unavailable): {e}",
+                spec.name
+            ));
+        }
+    }
+    warnings
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

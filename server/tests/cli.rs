@@ -120,8 +120,10 @@ fn generate_then_inspect_and_rollout() {
     let swapped = npz_dir.join("swapped.npz");
     let named: Vec<(&str, arena_data::npz::NpyArray)> = arrays.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
     arena_data::npz::write_npz(&swapped, &named).unwrap();
-    let refused: serde_json::Value =
-        serde_json::from_str(&ok(&arena(&["motion", "inspect", swapped.to_str().unwrap(), "--json"]))).unwrap();
+    // The report is printed, and the status says it (1).
+    let out = arena(&["motion", "inspect", swapped.to_str().unwrap(), "--json"]);
+    assert!(!out.status.success());
+    let refused: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let problems = refused["problems"].to_string();
     assert!(problems.contains("a benchmark refuses it"), "{refused}");
     // A CSV without --fps says what is missing.

@@ -902,10 +902,25 @@ fn a_benchmark_that_cannot_load_is_refused_without_server_paths() {
         "{err}"
     );
     assert!(server.log_text().contains("no-such-folder"), "the log has the details");
-    // REST says the same, without server paths: a broken benchmark is a 500, an unknown one a
-    // 404 with the names there are, a missing web asset a 404 naming its URL.
+    // REST says the same, without server paths: a broken benchmark is a 503
+    // benchmark_unavailable (as for the agent), an unknown one a 404 with the names there are,
+    // a missing web asset a 404 naming its URL.
     let (status, v) = server.post("/api/v1/submissions", Some(&token), "{\"benchmark\": \"broken\"}");
-    assert_eq!(status, 500, "{v}");
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (503, Some("benchmark_unavailable")),
+        "{v}"
+    );
+    // The start said which benchmark cannot be loaded.
+    let waited = std::time::Instant::now();
+    while !server.log_text().contains("benchmark broken cannot be loaded here") {
+        assert!(
+            waited.elapsed() < std::time::Duration::from_secs(30),
+            "{}",
+            server.log_text()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     let (status, details) = server.get("/api/v1/benchmarks/broken", None);
     assert_eq!(status, 200, "{details}");
     assert!(details["motion_list"].is_null(), "{details}");

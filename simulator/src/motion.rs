@@ -420,21 +420,40 @@ fn check_witness(clip: &MotionClip, w: &arena_data::BodyWitness, kin: &mut Kinem
     if pairs.len() < 2 {
         return Err("body_names matches fewer than 2 bodies of the G1".into());
     }
-    let mut worst = (0.0f64, 0usize, 0usize);
-    for k in 0..clip.num_frames() {
-        let poses = kin.body_poses(clip.frame(k));
-        for &(i, b) in &pairs {
-            let stored = &w.positions[(k * w.num_bodies + i) * 3..(k * w.num_bodies + i) * 3 + 3];
-            let d = (0..3)
-                .map(|c| (stored[c] - poses.pos[b][c]).powi(2))
-                .sum::<f64>()
-                .sqrt();
-            if d > worst.0 {
-                worst = (d, k, b);
+    // The largest distance (m, frame, body) between the stored bodies and forward kinematics of
+    // each frame, its root quaternion first put through `root`.
+    let mut farthest = |root: fn([f64; 4]) -> [f64; 4]| {
+        let mut worst = (0.0f64, 0usize, 0usize);
+        let mut frame = [0.0; NUM_COLUMNS];
+        for k in 0..clip.num_frames() {
+            frame.copy_from_slice(clip.frame(k));
+            let q = root(frame[3..7].try_into().expect("4"));
+            frame[3..7].copy_from_slice(&q);
+            let poses = kin.body_poses(&frame);
+            for &(i, b) in &pairs {
+                let stored = &w.positions[(k * w.num_bodies + i) * 3..(k * w.num_bodies + i) * 3 + 3];
+                let d = (0..3)
+                    .map(|c| (stored[c] - poses.pos[b][c]).powi(2))
+                    .sum::<f64>()
+                    .sqrt();
+                if d > worst.0 {
+                    worst = (d, k, b);
+                }
             }
         }
-    }
+        worst
+    };
+    let worst = farthest(|q| q);
     if worst.0 > WITNESS_TOLERANCE_M {
+        // Read as (w, x, y, z), a quaternion stored (x, y, z, w) (SciPy's and Isaac Sim's
+        // order) has its w last: taken in that order, do the bodies follow?
+        if farthest(|q| [q[3], q[0], q[1], q[2]]).0 <= WITNESS_TOLERANCE_M {
+            return Err(
+                "body_quat_w holds quaternions in (x, y, z, w) order: forward kinematics reproduces body_pos_w \
+                 only with the last component taken as w; mjlab's layout stores (w, x, y, z)"
+                    .into(),
+            );
+        }
         let why = if w.joint_names_given {
             "the file was made for another robot model"
         } else {
@@ -487,9 +506,24 @@ fn check_joint_ranges(clip: &MotionClip, limits: &[[f64; 2]; NUM_JOINTS]) -> Res
     }
 }
 
-/// Refuses a clip that floats (see [`FLOATING_CLIP_M`]); `body_pos` holds the world positions
-/// of every extended body of every resampled row.
+/// Refuses a clip that floats (see [`FLOATING_CLIP_M`]) or stands on its head (the head below
+/// both feet in most frames: a root quaternion read in the wrong order turns a standing robot
+/// over; no G1 clip is mostly a handstand); `body_pos` holds the world positions of every
+/// extended body of every resampled row.
 fn check_touches_the_floor(body_pos: &[f64]) -> Result<(), String> {
+    let rows = body_pos.len() / (3 * NUM_BODIES_EXT);
+    let height = |row: usize, body: usize| body_pos[3 * (row * NUM_BODIES_EXT + body) + 2];
+    let foot = |name: &str| BODY_NAMES.iter().position(|b| *b == name).expect("a G1 body");
+    let (left, right, head) = (foot("left_ankle_roll_link"), foot("right_ankle_roll_link"), NUM_BODIES);
+    let inverted = (0..rows)
+        .filter(|&r| height(r, head) < height(r, left).min(height(r, right)))
+        .count();
+    if rows > 0 && 2 * inverted > rows {
+        return Err(format!(
+            "it stands on its head: the head is below both feet in {inverted} of its {rows} frames at the control \
+             rate: is the root quaternion in another component order (a G1 CSV holds x, y, z, w)?"
+        ));
+    }
     let lowest = body_pos
         .chunks_exact(3)
         .enumerate()
@@ -716,7 +750,7 @@ mod tests {
             }
             let e = Motion::from_clip(&misread, &mut kin).unwrap_err().to_string();
             assert!(
-                e.contains("it floats") && e.contains("component order"),
+                (e.contains("it floats") || e.contains("stands on its head")) && e.contains("component order"),
                 "{}: {e}",
                 clip.name
             );

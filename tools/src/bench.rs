@@ -161,21 +161,35 @@ pub fn run(c: BenchCommand) -> anyhow::Result<()> {
                         );
                     }
                     checked_names.push((path.clone(), s.name.clone()));
-                    let Some(root) = &a.motions_root else {
-                        return Ok(format!("{}: ok ({} v{})", path.display(), s.name, s.version));
+                    let builtin = matches!(s.motions.source, spec::MotionSource::Builtin(_));
+                    let root = match (&a.motions_root, builtin) {
+                        (Some(root), _) => root.clone(),
+                        (None, true) => PathBuf::new(),
+                        (None, false) => {
+                            return Ok(format!(
+                                "{}: ok ({} v{}; its motion files not checked: give --motions-root)",
+                                path.display(),
+                                s.name,
+                                s.version
+                            ));
+                        }
                     };
                     let robot = arena_sim::RobotConfig::default();
                     // Exactly what the server loads, with its checks (arena_runner::episode).
-                    let (library, episodes) = arena_runner::episode::load_benchmark(&s, root, &robot)
+                    let (library, episodes) = arena_runner::episode::load_benchmark(&s, &root, &robot)
                         .map_err(|e| anyhow::anyhow!("{}: motions: {e:#}", path.display()))?;
-                    Ok(format!(
+                    let mut out = format!(
                         "{}: ok ({} v{}; {} motions, {} episodes)",
                         path.display(),
                         s.name,
                         s.version,
                         library.motions.len(),
                         episodes.len()
-                    ))
+                    );
+                    for note in notes(&s, &library) {
+                        out.push_str(&format!("\n  note: {note}"));
+                    }
+                    Ok(out)
                 });
                 match checked {
                     Ok(line) => println!("{line}"),
@@ -263,4 +277,34 @@ fn motions_summary(s: &BenchmarkSpec) -> String {
         }
         MotionSource::Manifest(m) => format!("manifest {} ({})", m.display(), s.motions.split.as_str()),
     }
+}
+
+/// What `validate` says beside "ok" about a benchmark that loads: settings that run, but
+/// likely not as meant.
+fn notes(s: &BenchmarkSpec, library: &arena_sim::motion::MotionLibrary) -> Vec<String> {
+    let mut notes = Vec::new();
+    if !s.observations.carries_reference() {
+        notes.push(
+            "no observation carries the reference (no reference_horizon, reference_goal_horizon, reveal_reference \
+             or motion_* group): an agent cannot know which motion to track"
+                .to_string(),
+        );
+    }
+    if s.episodes.repeats > 1 && s.episodes.dr_level == 0 {
+        notes.push(format!(
+            "repeats = {} at dr_level 0: nothing is randomised, so a deterministic agent's repeats are identical \
+             episodes",
+            s.episodes.repeats
+        ));
+    }
+    if let Window::Sliding { length_s, .. } = s.episodes.window {
+        let longest = library.motions.iter().map(|m| m.length_s).fold(0.0, f64::max);
+        if longest + 1e-9 < length_s {
+            notes.push(format!(
+                "the {length_s} s windows are longer than every clip (the longest lasts {longest:.2} s): each clip \
+                 runs whole, as one shorter episode"
+            ));
+        }
+    }
+    notes
 }

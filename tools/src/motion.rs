@@ -79,13 +79,18 @@ pub fn run(cmd: MotionCommand) -> anyhow::Result<()> {
             // What a benchmark's loading checks beyond the report (two frames at least, the
             // longest clip, an NPZ's bodies against the forward kinematics of its joints, which
             // finds joints in another order): the same refusal here, as a problem.
-            if let Err(e) = arena_sim::motion::Motion::from_clip(&clip, &mut kin) {
+            let refused = arena_sim::motion::Motion::from_clip(&clip, &mut kin).err();
+            if let Some(e) = &refused {
                 report.problems.push(format!("a benchmark refuses it: {e}"));
             }
             if a.json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
                 print_report(&report);
+            }
+            // A script checking clips before it builds a benchmark learns it from the status.
+            if refused.is_some() {
+                bail!("{}: a benchmark would refuse this motion (above)", a.file.display());
             }
             Ok(())
         }

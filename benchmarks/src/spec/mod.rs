@@ -209,6 +209,20 @@ impl ObservationAccess {
     pub fn granted(&self) -> impl Iterator<Item = arena_g1::Group> + '_ {
         self.groups.iter().filter_map(|g| arena_g1::Group::from_name(g))
     }
+
+    /// Whether anything the agent receives tells it the motion to track: reference frames, goal
+    /// rows, the revealed clip, or a group computed from the reference (mjlab's
+    /// `motion_command`, the anchor terms).
+    pub fn carries_reference(&self) -> bool {
+        self.reference_horizon > 0
+            || self.reference_goal_horizon > 0
+            || self.reveal_reference
+            || self.granted().any(|g| {
+                arena_g1::GROUPS
+                    .iter()
+                    .any(|info| info.group == g && info.source == arena_g1::Source::Command)
+            })
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

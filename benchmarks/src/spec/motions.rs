@@ -28,6 +28,17 @@ impl BenchmarkSpec {
                 root: motions_root.to_path_buf(),
             });
         }
+        // A path that is not there, said with where paths are looked up.
+        let absent = |path: &Path, what: &str| -> Option<SpecError> {
+            (!path.exists()).then(|| SpecError::NoClips {
+                path: path.to_path_buf(),
+                message: format!(
+                    "no such {what} (the benchmark's motion paths are relative to the motions root, {}: set it with \
+                     --motions-root or ARENA_MOTIONS_ROOT)",
+                    motions_root.display()
+                ),
+            })
+        };
         // NPZ motions carry their frame rate; G1 CSV files take the benchmark's (validated at
         // parse; a spec built in code may still lack it).
         let fps = self.motions.fps;
@@ -53,9 +64,18 @@ impl BenchmarkSpec {
             MotionSource::Builtin(_) => Err(SpecError::BuiltinMotions {
                 name: self.name.clone(),
             }),
-            MotionSource::Files(files) => read_all(files.iter().map(|f| motions_root.join(f)).collect()),
+            MotionSource::Files(files) => {
+                let paths: Vec<PathBuf> = files.iter().map(|f| motions_root.join(f)).collect();
+                if let Some(e) = paths.iter().find_map(|p| absent(p, "file")) {
+                    return Err(e);
+                }
+                read_all(paths)
+            }
             MotionSource::Dir { dir, pattern } => {
                 let folder = motions_root.join(dir);
+                if let Some(e) = absent(&folder, "folder") {
+                    return Err(e);
+                }
                 let entries = std::fs::read_dir(&folder).map_err(|cause| SpecError::Io {
                     path: folder.clone(),
                     cause,
@@ -104,6 +124,9 @@ impl BenchmarkSpec {
             }
             MotionSource::Manifest(file) => {
                 let path = motions_root.join(file);
+                if let Some(e) = absent(&path, "manifest") {
+                    return Err(e);
+                }
                 let manifest = Manifest::read(&path)?;
                 let base = path.parent().unwrap_or(motions_root);
                 let split = self.motions.split.split();

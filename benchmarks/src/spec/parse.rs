@@ -876,7 +876,8 @@ impl Check<'_> {
             }
         }
         if let Some(survival) = &raw.survival {
-            in_list("ranking.survival", survival)?;
+            // The rule first: the other rule's failure time is the likelier slip than a metric
+            // left out of the list (which the success rule's own failure time never is).
             let expected = raw.success.as_deref().map(crate::metrics::survival_metric_for);
             if !crate::metrics::SURVIVAL_METRICS.contains(&survival.as_str()) || expected.is_some_and(|e| e != survival)
             {
@@ -889,6 +890,7 @@ impl Check<'_> {
                 };
                 return Err(self.err("ranking.survival", format!("expected {wanted}, got {survival:?}")));
             }
+            in_list("ranking.survival", survival)?;
             if *survival == primary {
                 return Err(self.err(
                     "ranking.survival",

@@ -647,7 +647,12 @@ fn load_clips_from_dir_files_and_manifest() {
         .load_clips(root)
         .unwrap_err()
         .to_string();
-    assert!(err.contains("cat__missing.csv"), "{err}");
+    assert!(
+        err.contains("cat__missing.csv")
+            && err.contains("no such file")
+            && err.contains("relative to the motions root"),
+        "{err}"
+    );
 
     std::fs::create_dir_all(root.join("sets")).unwrap();
     std::fs::write(

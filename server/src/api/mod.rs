@@ -133,12 +133,13 @@ fn not_found(what: String) -> ApiError {
     ApiError(AccessError::not_found(what))
 }
 
-/// A benchmark that cannot be read or loaded: 404 when there is none of that name, 500 when it
-/// exists but is broken (the details are logged; the answer names no server file).
+/// A benchmark that cannot be read or loaded: 404 when there is none of that name, 503
+/// `benchmark_unavailable` when it exists but cannot be loaded (the details are logged; the
+/// answer names no server file), the code an agent's connect gets for it.
 fn benchmark_error(requested: &str, e: &CatalogError) -> ApiError {
     match e.for_client(requested) {
         ClientLoadError::Unknown(message) => not_found(message),
-        ClientLoadError::Unavailable(message) => ApiError(AccessError::internal(message)),
+        ClientLoadError::Unavailable(message) => unavailable(message),
     }
 }
 

@@ -338,6 +338,13 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         for warning in state::unloadable_phases(&state).await? {
             eprintln!("warning: {warning}");
         }
+        // Every other benchmark offered, behind the start (a large catalog takes a while).
+        let checking = state.clone();
+        tokio::spawn(async move {
+            for warning in state::unloadable_benchmarks(&checking).await {
+                tracing::warn!("{warning}");
+            }
+        });
         let addr = listener.local_addr()?;
         // Both signals are listened for from here on, before the line that tells scripts the
         // server is up (a signal sent on seeing it stops the server the usual way rather than

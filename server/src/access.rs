@@ -449,6 +449,15 @@ fn phase_quota(phase: Option<&Phase>, now_ms: i64) -> Option<Quota<'_>> {
 
 /// A storage error of a submission's creation as the team is told it.
 fn quota_error(e: StorageError, team: &Team, phase: Option<&Phase>, now_ms: i64) -> AccessError {
+    if let StorageError::BenchmarkChanged { benchmark, .. } = &e {
+        // The organisers' problem, as a benchmark that cannot load: logged for them.
+        tracing::error!(benchmark = %benchmark, "{e}");
+        return AccessError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            codes::BENCHMARK_UNAVAILABLE,
+            e.to_string(),
+        );
+    }
     let StorageError::QuotaExceeded { limit, used, daily } = e else {
         return e.into();
     };

@@ -18,6 +18,8 @@ pub struct LoadedBenchmark {
     pub path: PathBuf,
     pub library: Arc<MotionLibrary>,
     pub episodes: Vec<Episode>,
+    /// What the file defines, as [`definition`] digests it (of the file, not of a phase's view).
+    pub definition: String,
 }
 
 impl LoadedBenchmark {
@@ -218,11 +220,13 @@ impl Catalog {
             message: format!("{e:#}"),
         };
         let (library, episodes) = load_benchmark(&spec, &self.motions_root, &robot).map_err(motions)?;
+        let definition = definition(&spec, &library);
         let loaded = Arc::new(LoadedBenchmark {
             spec,
             path,
             library: Arc::new(library),
             episodes,
+            definition,
         });
         self.loaded
             .lock()
@@ -230,6 +234,39 @@ impl Catalog {
             .insert(name.to_string(), loaded.clone());
         Ok(loaded)
     }
+}
+
+/// What a benchmark file defines for the episodes it runs, as a SHA-256 hex digest: the rules
+/// an agent's episodes run under (`task`, `[episodes]`, `[limits]`, `[fall]`, `[observations]`,
+/// `[action]`, the motions' `fps` and `split`) and its motions by content, in order. Left out is
+/// what changes no episode: the description, the motions' attribution, where their files lie
+/// and whether they are hidden, and the scoring (`[metrics]`, `[ranking]`: stored episodes are
+/// scored again by `arena admin submissions rescore`). Its first submission records it per
+/// version (`Storage::create_submission`), so a file whose episodes changed without a version
+/// bump takes no new submissions: its results would not be comparable.
+pub fn definition(spec: &BenchmarkSpec, library: &MotionLibrary) -> String {
+    use sha2::{Digest, Sha256};
+    let mut rules = serde_json::to_value(spec).unwrap_or_default();
+    if let Some(object) = rules.as_object_mut() {
+        for scoring_or_words in ["name", "version", "description", "metrics", "ranking"] {
+            object.remove(scoring_or_words);
+        }
+        if let Some(motions) = object.get_mut("motions").and_then(|m| m.as_object_mut()) {
+            for unplayed in ["attribution", "source", "hidden"] {
+                motions.remove(unplayed);
+            }
+        }
+    }
+    let mut h = Sha256::new();
+    h.update(rules.to_string().as_bytes());
+    for m in &library.motions {
+        h.update(m.name.as_bytes());
+        h.update([0]);
+        h.update(m.category.as_bytes());
+        h.update([0]);
+        h.update(motion_fingerprint(m));
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A motion's identity by content: SHA-256 of its frame rate and frames (qpos at the control

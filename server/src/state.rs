@@ -610,11 +610,25 @@ pub async fn unloadable_benchmarks(state: &Arc<AppState>) -> Vec<String> {
     for spec in offered {
         let catalog = state.catalog.clone();
         let name = spec.name.clone();
-        if let Ok(Err(e)) = tokio::task::spawn_blocking(move || catalog.load(&name)).await {
-            warnings.push(format!(
+        match tokio::task::spawn_blocking(move || catalog.load(&name)).await {
+            Ok(Err(e)) => warnings.push(format!(
                 "benchmark {} cannot be loaded here, so its submissions are refused (benchmark_unavailable): {e}",
                 spec.name
-            ));
+            )),
+            Ok(Ok(loaded)) => {
+                let recorded = state.storage.benchmark_definition(&spec.name, spec.version).await;
+                if let Ok(Some(recorded)) = recorded
+                    && recorded != loaded.definition
+                {
+                    warnings.push(format!(
+                        "benchmark {}'s file changed since version {} first ran a submission (its rules or motions \
+                         differ), so its new submissions are refused (benchmark_unavailable): bump its `version`, or \
+                         restore the file",
+                        spec.name, spec.version
+                    ));
+                }
+            }
+            Err(_) => {}
         }
     }
     warnings

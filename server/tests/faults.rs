@@ -1542,9 +1542,40 @@ async fn a_resume_after_the_benchmark_changed_is_refused_naming_the_change() {
         m.contains(&format!("submission {id}'s benchmark cannot be loaded")),
         "{m}"
     );
-    match resume_with(Some(original)).await {
+    match resume_with(Some(original.clone())).await {
         Msg::Connected(c) => assert_eq!(c.submission_id, id),
         other => panic!("the restored file resumes it, got {other:?}"),
+    }
+    // The same episodes under another dr_level, the version kept: the resume is refused, and
+    // so is a new submission (its results would share a board with the first level's), and the
+    // start says so.
+    let harder = original.replace("dr_level = 0", "dr_level = 2");
+    assert_ne!(harder, original);
+    server.terminate();
+    std::fs::write(&file, harder).unwrap();
+    let server = ServerProc::start(&data, &args);
+    let answer = |c: Msg| {
+        let url = server.ws_url();
+        async move {
+            let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+            ws.send(frame(&c, enc)).await.unwrap();
+            recv(&mut ws).await.expect("an answer")
+        }
+    };
+    let m = refused(answer(connect(&id)).await, codes::BENCHMARK_CHANGED);
+    assert!(m.contains("rules of play or motions differ"), "{m}");
+    let m = refused(answer(connect("")).await, codes::BENCHMARK_UNAVAILABLE);
+    assert!(
+        m.contains("changed since version 1 first ran a submission") && m.contains("bump"),
+        "{m}"
+    );
+    let waited = std::time::Instant::now();
+    while !server
+        .log_text()
+        .contains("benchmark changing's file changed since version 1")
+    {
+        assert!(waited.elapsed() < Duration::from_secs(30), "{}", server.log_text());
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     std::fs::remove_dir_all(&dir).ok();
 }

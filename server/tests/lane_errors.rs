@@ -37,6 +37,7 @@ async fn submission_of_g1_smoke(dir: &Path, id: &str) -> (Storage, Arc<LoadedBen
         agent_name: "zeros".into(),
         phase_id: None,
         benchmark_version: 1,
+        benchmark_definition: None,
     };
     storage
         .create_submission(&submission, &new_episodes(&full))
@@ -129,6 +130,7 @@ async fn a_lane_error_returns_its_claims() {
         path: full.path.clone(),
         library: full.library.clone(),
         episodes: full.episodes.iter().filter(|e| e.index != 3).copied().collect(),
+        definition: full.definition.clone(),
     });
     let (outcome, _) = run_zero_agent(&dir, &storage, id, partial, 2, |_| false).await;
     match &outcome {

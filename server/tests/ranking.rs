@@ -397,6 +397,7 @@ fn older_reports_get_their_summary_when_the_server_starts() {
             agent_name: "v1".into(),
             phase_id: None,
             benchmark_version: 1,
+            benchmark_definition: None,
         };
         storage.create_submission(&new, &[]).await.unwrap();
         storage
@@ -432,6 +433,7 @@ fn older_reports_get_their_summary_when_the_server_starts() {
             agent_name: "v2".into(),
             phase_id: None,
             benchmark_version: 1,
+            benchmark_definition: None,
         };
         state.storage.create_submission(&new, &[]).await.unwrap();
         state
@@ -473,6 +475,7 @@ fn a_cached_board_rereads_only_what_changed() {
                 agent_name: "v1".into(),
                 phase_id: None,
                 benchmark_version: 1,
+                benchmark_definition: None,
             };
             storage.create_submission(&new, &[]).await.unwrap();
             storage

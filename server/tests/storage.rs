@@ -109,6 +109,7 @@ on_both_engines!(
     idle_submissions_and_their_expiry,
     a_stale_runs_cleanup_leaves_the_newer_claim,
     own_runs_committed_meanwhile_are_not_another_servers,
+    a_version_takes_one_definition,
 );
 
 async fn open(url: &str, engine: Engine) -> Storage {
@@ -139,6 +140,7 @@ fn new_submission(id: &str, team_id: i64, benchmark: &str) -> NewSubmission {
         agent_name: format!("agent-of-{id}"),
         phase_id: None,
         benchmark_version: 1,
+        benchmark_definition: None,
     }
 }
 
@@ -1810,4 +1812,54 @@ async fn a_stale_runs_cleanup_leaves_the_newer_claim(url: String, engine: Engine
     assert_eq!((row.status, row.attempts), (EpisodeState::Running, 2));
     assert!(a.commit_episode("s-1", 0, Some(2), &done).await.unwrap());
     assert_eq!(a.renew_leases().await.unwrap(), 0);
+}
+
+/// The first submission of a benchmark version records what it defines; another definition
+/// under that version is refused, creating nothing; a new version, or another benchmark, records
+/// its own.
+async fn a_version_takes_one_definition(url: String, engine: Engine) {
+    let storage = open(&url, engine).await;
+    let team = storage
+        .create_team("definers", &hash_token("definers"))
+        .await
+        .unwrap()
+        .id;
+    let defined = |id: &str, benchmark: &str, version: u32, definition: &str| {
+        let mut s = new_submission(id, team, benchmark);
+        s.benchmark_version = version;
+        s.benchmark_definition = Some(definition.into());
+        s
+    };
+    let episodes = [episode(0)];
+    storage
+        .create_submission(&defined("d1", "bench-a", 1, "aaa"), &episodes)
+        .await
+        .unwrap();
+    storage
+        .create_submission(&defined("d2", "bench-a", 1, "aaa"), &episodes)
+        .await
+        .unwrap();
+    let e = storage
+        .create_submission(&defined("d3", "bench-a", 1, "bbb"), &episodes)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, StorageError::BenchmarkChanged { ref benchmark, version: 1 } if benchmark == "bench-a"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("bump its `version`"), "{e}");
+    assert!(storage.submission("d3").await.unwrap().is_none(), "nothing stored");
+    storage
+        .create_submission(&defined("d4", "bench-a", 2, "bbb"), &episodes)
+        .await
+        .unwrap();
+    storage
+        .create_submission(&defined("d5", "bench-b", 1, "bbb"), &episodes)
+        .await
+        .unwrap();
+    // Unchecked (a caller without a definition) goes through.
+    storage
+        .create_submission(&new_submission("d6", team, "bench-a"), &episodes)
+        .await
+        .unwrap();
 }

@@ -85,6 +85,7 @@ pub(super) async fn create_planned(
             agent_name,
             phase_id: plan.phase.as_ref().map(|p| p.id.clone()),
             benchmark_version: benchmark.spec.version,
+            benchmark_definition: Some(benchmark.definition.clone()),
         },
         &runner::new_episodes(benchmark),
         plan.phase.as_ref(),

@@ -309,6 +309,7 @@ pub(super) async fn admit(
                 agent_name,
                 phase_id: plan.phase.as_ref().map(|p| p.id.clone()),
                 benchmark_version: benchmark.spec.version,
+                benchmark_definition: Some(benchmark.definition.clone()),
             };
             access::create_submission(
                 &state.storage,
@@ -332,6 +333,25 @@ pub(super) async fn admit(
     if resumed {
         still_defined_as_started(&submission, &benchmark, &rows)
             .map_err(|why| refuse(codes::BENCHMARK_CHANGED, why))?;
+        // The same episodes under other rules of play (a raised dr_level, another fall rule):
+        // what the version's first submission recorded says so.
+        let recorded = state
+            .storage
+            .benchmark_definition(&benchmark.spec.name, benchmark.spec.version)
+            .await
+            .map_err(|e| refuse_internal("reading the benchmark's recorded definition", e))?;
+        if recorded.is_some_and(|d| d != benchmark.definition) {
+            return Err(refuse(
+                codes::BENCHMARK_CHANGED,
+                format!(
+                    "benchmark {} changed under version {} since submission {} started (its rules of play or \
+                     motions differ): its remaining episodes cannot run as they were defined (the organisers can \
+                     restore the benchmark file it started on, or cancel the submission; a changed benchmark takes \
+                     a new version)",
+                    benchmark.spec.name, benchmark.spec.version, submission.id
+                ),
+            ));
+        }
     }
     let gains = match gains {
         Some((resolved, declared_nothing)) => {

@@ -35,6 +35,14 @@ pub enum StorageError {
     /// A stored value could not be read back (unknown status, bad seed or metrics JSON).
     #[error("corrupt data: {0}")]
     Corrupt(String),
+    /// A new submission's benchmark defines other rules or motions than the first submission of
+    /// its version recorded: the file changed without a version bump; nothing was stored.
+    #[error(
+        "benchmark {benchmark}'s file changed since version {version} first ran a submission (its rules or motions \
+         differ): results under one version must be comparable, so the organisers must bump its `version` (or \
+         restore the file) before it takes new submissions"
+    )]
+    BenchmarkChanged { benchmark: String, version: u32 },
     /// A new submission would exceed a phase's quota ([`Quota`]); nothing was stored.
     #[error(
         "quota exceeded: {used} of {limit} submission(s) {}",

@@ -94,6 +94,10 @@ pub struct NewSubmission {
     pub phase_id: Option<String>,
     /// The benchmark file's `version` it is created under.
     pub benchmark_version: u32,
+    /// What that version defines (`LoadedBenchmark::definition`): the first submission of a
+    /// version records it, and one under the same version with another is refused
+    /// ([`StorageError::BenchmarkChanged`]). `None` checks nothing.
+    pub benchmark_definition: Option<String>,
 }
 
 /// A stored submission.

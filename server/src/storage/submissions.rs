@@ -60,6 +60,9 @@ impl Storage {
                 .ctx(context)?;
             quota_left(&mut tx, sub.team_id, quota).await?;
         }
+        if let Some(definition) = &sub.benchmark_definition {
+            record_definition(&mut tx, sub, definition, now).await?;
+        }
         sqlx::query(
             "INSERT INTO submissions (id, team_id, benchmark, agent_name, status, episodes_total, created_at, phase_id, \
              benchmark_version) VALUES ($1, $2, $3, $4, 'PENDING', $5, $6, $7, $8)",
@@ -538,6 +541,16 @@ impl Storage {
     /// Sets `version` on the submissions of `benchmark` that have none (stored before versions
     /// were kept); how many. Ranking is unchanged by it (none counts as the current version),
     /// so no leaderboard stamp.
+    /// What the first submission of `benchmark`'s `version` recorded it defines, if any has.
+    pub async fn benchmark_definition(&self, benchmark: &str, version: u32) -> Result<Option<String>, StorageError> {
+        sqlx::query_scalar("SELECT definition FROM benchmark_definitions WHERE benchmark = $1 AND version = $2")
+            .bind(benchmark)
+            .bind(i64::from(version))
+            .fetch_optional(&self.pool)
+            .await
+            .ctx(|| format!("reading benchmark {benchmark} version {version}'s definition"))
+    }
+
     pub async fn set_missing_benchmark_versions(&self, benchmark: &str, version: u32) -> Result<u64, StorageError> {
         let done = sqlx::query(
             "UPDATE submissions SET benchmark_version = $2 WHERE benchmark = $1 AND benchmark_version IS NULL",
@@ -577,6 +590,47 @@ impl Storage {
         self.stamp_board_change_on(&mut tx, id).await?;
         tx.commit().await.ctx(context)
     }
+}
+
+/// Records what `sub`'s benchmark version defines, when it is the version's first submission,
+/// and refuses `sub` when that version was recorded with another definition.
+async fn record_definition(
+    conn: &mut sqlx::AnyConnection,
+    sub: &NewSubmission,
+    definition: &str,
+    now: i64,
+) -> Result<(), StorageError> {
+    let context = || {
+        format!(
+            "recording benchmark {} version {}",
+            sub.benchmark, sub.benchmark_version
+        )
+    };
+    sqlx::query(
+        "INSERT INTO benchmark_definitions (benchmark, version, definition, recorded_at) VALUES ($1, $2, $3, $4) \
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(&sub.benchmark)
+    .bind(i64::from(sub.benchmark_version))
+    .bind(definition)
+    .bind(now)
+    .execute(&mut *conn)
+    .await
+    .ctx(context)?;
+    let recorded: String =
+        sqlx::query_scalar("SELECT definition FROM benchmark_definitions WHERE benchmark = $1 AND version = $2")
+            .bind(&sub.benchmark)
+            .bind(i64::from(sub.benchmark_version))
+            .fetch_one(&mut *conn)
+            .await
+            .ctx(context)?;
+    if recorded != definition {
+        return Err(StorageError::BenchmarkChanged {
+            benchmark: sub.benchmark.clone(),
+            version: sub.benchmark_version,
+        });
+    }
+    Ok(())
 }
 
 /// [`StorageError::QuotaExceeded`] when `team_id` has used `quota` up (the total first: it never

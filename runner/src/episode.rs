@@ -36,6 +36,16 @@ pub fn load_benchmark(
     motions_root: &Path,
     robot: &RobotConfig,
 ) -> anyhow::Result<(MotionLibrary, Vec<Episode>)> {
+    load_benchmark_and_clips(spec, motions_root, robot).map(|(library, episodes, _)| (library, episodes))
+}
+
+/// [`load_benchmark`], with the clips as read (or generated), at their own frame rate: what
+/// the organiser supplied, before resampling (the server's catalog digests them).
+pub fn load_benchmark_and_clips(
+    spec: &BenchmarkSpec,
+    motions_root: &Path,
+    robot: &RobotConfig,
+) -> anyhow::Result<(MotionLibrary, Vec<Episode>, Vec<MotionClip>)> {
     let clips = benchmark_clips(spec, motions_root, robot)?;
     let library = MotionLibrary::from_clips(&clips, robot)?;
     if spec.observations.reveal_reference {
@@ -58,7 +68,7 @@ pub fn load_benchmark(
     if episodes.is_empty() {
         anyhow::bail!("the benchmark expands to no episodes");
     }
-    Ok((library, episodes))
+    Ok((library, episodes, clips))
 }
 
 /// The clips a benchmark names: generated for `builtin`, read from the motions root otherwise.

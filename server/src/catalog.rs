@@ -3,7 +3,7 @@
 
 use arena_bench::metrics::metric_names;
 use arena_bench::spec::{self, BenchmarkSpec, Episode, SpecError};
-use arena_runner::episode::load_benchmark;
+use arena_runner::episode::load_benchmark_and_clips;
 use arena_sim::RobotConfig;
 use arena_sim::motion::MotionLibrary;
 use std::collections::HashMap;
@@ -219,8 +219,9 @@ impl Catalog {
             name: spec.name.clone(),
             message: format!("{e:#}"),
         };
-        let (library, episodes) = load_benchmark(&spec, &self.motions_root, &robot).map_err(motions)?;
-        let definition = definition(&spec, &library);
+        let (library, episodes, clips) =
+            load_benchmark_and_clips(&spec, &self.motions_root, &robot).map_err(motions)?;
+        let definition = definition(&spec, &clips);
         let loaded = Arc::new(LoadedBenchmark {
             spec,
             path,
@@ -238,13 +239,13 @@ impl Catalog {
 
 /// What a benchmark file defines for the episodes it runs, as a SHA-256 hex digest: the rules
 /// an agent's episodes run under (`task`, `[episodes]`, `[limits]`, `[fall]`, `[observations]`,
-/// `[action]`, the motions' `fps` and `split`) and its motions by content, in order. Left out is
-/// what changes no episode: the description, the motions' attribution, where their files lie
-/// and whether they are hidden, and the scoring (`[metrics]`, `[ranking]`: stored episodes are
+/// `[action]`, the motions' `fps` and `split`) and its motions by content as supplied, in order
+/// (built-in clips by name). Left out is what changes no episode: the description, the motions'
+/// attribution, where their files lie and whether they are hidden, and the scoring (`[metrics]`, `[ranking]`: stored episodes are
 /// scored again by `arena admin submissions rescore`). Its first submission records it per
 /// version (`Storage::create_submission`), so a file whose episodes changed without a version
 /// bump takes no new submissions: its results would not be comparable.
-pub fn definition(spec: &BenchmarkSpec, library: &MotionLibrary) -> String {
+pub fn definition(spec: &BenchmarkSpec, clips: &[arena_data::MotionClip]) -> String {
     use sha2::{Digest, Sha256};
     let mut rules = serde_json::to_value(spec).unwrap_or_default();
     if let Some(object) = rules.as_object_mut() {
@@ -252,19 +253,32 @@ pub fn definition(spec: &BenchmarkSpec, library: &MotionLibrary) -> String {
             object.remove(scoring_or_words);
         }
         if let Some(motions) = object.get_mut("motions").and_then(|m| m.as_object_mut()) {
-            for unplayed in ["attribution", "source", "hidden"] {
+            for unplayed in ["attribution", "hidden"] {
                 motions.remove(unplayed);
+            }
+            // Where the files lie is no part of it (their content is, below); the names of
+            // built-in clips are.
+            if !matches!(spec.motions.source, arena_bench::spec::MotionSource::Builtin(_)) {
+                motions.remove("source");
             }
         }
     }
     let mut h = Sha256::new();
     h.update(rules.to_string().as_bytes());
-    for m in &library.motions {
-        h.update(m.name.as_bytes());
-        h.update([0]);
-        h.update(m.category.as_bytes());
-        h.update([0]);
-        h.update(motion_fingerprint(m));
+    // Clips as supplied (parsed exactly from their files), not as resampled: the same files
+    // give the same digest on every replica, whatever its maths library. Built-in clips are
+    // the arena's code: their names (in `rules`) stand for them.
+    if !matches!(spec.motions.source, arena_bench::spec::MotionSource::Builtin(_)) {
+        for c in clips {
+            h.update(c.name.as_bytes());
+            h.update([0]);
+            h.update(c.category.as_bytes());
+            h.update([0]);
+            h.update(c.fps.to_le_bytes());
+            for v in &c.qpos {
+                h.update(v.to_le_bytes());
+            }
+        }
     }
     h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }

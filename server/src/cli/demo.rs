@@ -310,15 +310,31 @@ fn print_summary(id: &str, benchmark: &str, rows: &[crate::storage::EpisodeRow],
         "submission {id} on {benchmark}: {} episodes, {scored} scored, {unscored} failed unscored",
         rows.len()
     );
-    // Both success rules, then EMD and the body-position errors, each with its unit.
-    let columns = ["success", "mjlab_success", "emd", "mpjpe_g", "mpjpe_rr"];
+    // The benchmark's own: its success rules, its survival time, its primary metric and
+    // tie-breakers (as its board ranks them), each with its unit.
+    let mut columns: Vec<&str> = Vec::new();
+    let tie_breakers = board.entries.first().map(|e| &e.tie_breakers);
+    for name in [
+        &board.success_metric,
+        &board.other_success_metric,
+        &board.survival_metric,
+    ]
+    .into_iter()
+    .flatten()
+    .chain([&board.primary])
+    .chain(tie_breakers.into_iter().flatten().map(|(name, _)| name))
+    {
+        if !columns.contains(&name.as_str()) {
+            columns.push(name);
+        }
+    }
     print!("{:<18} {:>9} {:>6}", "motion", "status", "steps");
-    for c in columns {
+    for c in &columns {
         print!(" {c:>13}");
     }
     println!();
     print!("{:<18} {:>9} {:>6}", "", "", "");
-    for c in columns {
+    for c in &columns {
         print!(" {:>13}", arena_bench::metrics::metric_info(c).map_or("", |i| i.units));
     }
     println!();
@@ -335,7 +351,7 @@ fn print_summary(id: &str, benchmark: &str, rows: &[crate::storage::EpisodeRow],
             EpisodeState::Running => "running",
         };
         print!("{:<18} {:>9} {:>6}", r.motion, status, r.steps);
-        for c in columns {
+        for c in &columns {
             print!(" {:>13}", metric(r, c));
         }
         println!();

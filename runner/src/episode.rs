@@ -48,6 +48,11 @@ pub fn load_benchmark_and_clips(
 ) -> anyhow::Result<(MotionLibrary, Vec<Episode>, Vec<MotionClip>)> {
     let clips = benchmark_clips(spec, motions_root, robot)?;
     let library = MotionLibrary::from_clips(&clips, robot)?;
+    // References a robot could track: not in degrees, not floating, not upside down.
+    let limits = *Kinematics::new(robot)?.joint_limits();
+    if let Some((m, why)) = (library.motions.iter()).find_map(|m| m.reference_problem(&limits).map(|why| (m, why))) {
+        anyhow::bail!("motion {}: {why}", m.name);
+    }
     if spec.observations.reveal_reference {
         // Binary frames and gRPC, the most compact encodings, beside the first reference_goal
         // rows a session that asks for each row once is sent with every episode's start.

@@ -55,8 +55,8 @@ async fn method_not_allowed_as_json(request: axum::extract::Request, next: axum:
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
     let message = match &allowed {
-        Some(allowed) => format!("{path} does not take {method}; it takes {allowed}"),
-        None => format!("{path} does not take {method}"),
+        Some(allowed) => format!("{} does not take {method}; it takes {allowed}", clip_path(&path)),
+        None => format!("{} does not take {method}", clip_path(&path)),
     };
     let error = crate::access::AccessError::new(
         axum::http::StatusCode::METHOD_NOT_ALLOWED,
@@ -68,6 +68,15 @@ async fn method_not_allowed_as_json(request: axum::extract::Request, next: axum:
         json.headers_mut().insert(axum::http::header::ALLOW, allow.clone());
     }
     json
+}
+
+/// A request's path as a message names it: at most 100 characters (a client's text, as every
+/// refusal quotes it), unquoted when short.
+fn clip_path(path: &str) -> String {
+    match path.chars().count() {
+        0..=100 => path.to_string(),
+        _ => arena_sdk::protocol::quoted(path),
+    }
 }
 
 /// A path no route serves: a gRPC call (content type `application/grpc…`) gets gRPC's
@@ -83,8 +92,9 @@ async fn no_route(request: axum::extract::Request) -> Response {
         return tonic::Status::unimplemented(format!("no gRPC method {path}")).into_http::<axum::body::Body>();
     }
     let message = format!(
-        "no route for {} {path}; the REST API lives under /api/v1 (docs/server.md)",
-        request.method()
+        "no route for {} {}; the REST API lives under /api/v1 (docs/server.md)",
+        request.method(),
+        clip_path(&path)
     );
     axum::response::IntoResponse::into_response(api::ApiError(crate::access::AccessError::not_found(message)))
 }

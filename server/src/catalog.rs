@@ -237,28 +237,38 @@ impl Catalog {
     }
 }
 
-/// What a benchmark file defines for the episodes it runs, as a SHA-256 hex digest: the rules
-/// an agent's episodes run under (`task`, `[episodes]`, `[limits]`, `[fall]`, `[observations]`,
-/// `[action]`, the motions' `fps` and `split`) and its motions by content as supplied, in order
-/// (built-in clips by name). Left out is what changes no episode: the description, the motions'
-/// attribution, where their files lie and whether they are hidden, and the scoring (`[metrics]`, `[ranking]`: stored episodes are
+/// How [`definition`] reads a benchmark, written before its digest (`d1:…`). Bump it whenever
+/// the digest of an unchanged file changes with the code (a field added to the spec's rules of
+/// play, a reader that parses clips otherwise): a recorded definition of another scheme is then
+/// recorded again, not taken for an edited file (`tests::the_digest_of_g1_smoke_is_pinned`
+/// fails until it is bumped).
+pub const DEFINITION_SCHEME: &str = "d1";
+
+/// What a benchmark file defines for the episodes it runs: [`DEFINITION_SCHEME`], then a SHA-256
+/// hex digest of the rules an agent's episodes run under (`task`, `[episodes]`, `[limits]`,
+/// `[fall]`, `[observations]`, `[action]`) and of its motions as supplied, in order: each clip's
+/// name, category, frame rate and frames as parsed from its file (built-in clips, the arena's
+/// code, by name). Left out is what changes no episode: the description, the motions'
+/// attribution, where their files lie, `fps` and `split` (the clips say what they select),
+/// whether they are hidden, and the scoring (`[metrics]`, `[ranking]`: stored episodes are
 /// scored again by `arena admin submissions rescore`). Its first submission records it per
 /// version (`Storage::create_submission`), so a file whose episodes changed without a version
 /// bump takes no new submissions: its results would not be comparable.
 pub fn definition(spec: &BenchmarkSpec, clips: &[arena_data::MotionClip]) -> String {
     use sha2::{Digest, Sha256};
-    let mut rules = serde_json::to_value(spec).unwrap_or_default();
+    let mut rules = serde_json::to_value(spec).expect("a benchmark spec serialises");
+    let builtin = matches!(spec.motions.source, arena_bench::spec::MotionSource::Builtin(_));
     if let Some(object) = rules.as_object_mut() {
         for scoring_or_words in ["name", "version", "description", "metrics", "ranking"] {
             object.remove(scoring_or_words);
         }
         if let Some(motions) = object.get_mut("motions").and_then(|m| m.as_object_mut()) {
-            for unplayed in ["attribution", "hidden"] {
+            for unplayed in ["attribution", "hidden", "fps", "split"] {
                 motions.remove(unplayed);
             }
             // Where the files lie is no part of it (their content is, below); the names of
             // built-in clips are.
-            if !matches!(spec.motions.source, arena_bench::spec::MotionSource::Builtin(_)) {
+            if !builtin {
                 motions.remove("source");
             }
         }
@@ -266,9 +276,8 @@ pub fn definition(spec: &BenchmarkSpec, clips: &[arena_data::MotionClip]) -> Str
     let mut h = Sha256::new();
     h.update(rules.to_string().as_bytes());
     // Clips as supplied (parsed exactly from their files), not as resampled: the same files
-    // give the same digest on every replica, whatever its maths library. Built-in clips are
-    // the arena's code: their names (in `rules`) stand for them.
-    if !matches!(spec.motions.source, arena_bench::spec::MotionSource::Builtin(_)) {
+    // give the same digest on every replica, whatever its maths library.
+    if !builtin {
         for c in clips {
             h.update(c.name.as_bytes());
             h.update([0]);
@@ -280,7 +289,15 @@ pub fn definition(spec: &BenchmarkSpec, clips: &[arena_data::MotionClip]) -> Str
             }
         }
     }
-    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    let digest: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    format!("{DEFINITION_SCHEME}:{digest}")
+}
+
+/// Whether a recorded definition says the file changed since: another digest of the same
+/// scheme (one of another scheme was read otherwise, not edited).
+pub fn changed_since(recorded: &str, current: &str) -> bool {
+    let scheme = |d: &str| d.split_once(':').map(|(s, _)| s.to_string());
+    recorded != current && scheme(recorded) == scheme(current)
 }
 
 /// A motion's identity by content: SHA-256 of its frame rate and frames (qpos at the control
@@ -293,4 +310,59 @@ fn motion_fingerprint(m: &arena_sim::motion::Motion) -> [u8; 32] {
         h.update(v.to_le_bytes());
     }
     h.finalize().into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn g1_smoke() -> BenchmarkSpec {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../benchmarks/g1-smoke.toml");
+        BenchmarkSpec::read(&path, &metric_names()).unwrap()
+    }
+
+    /// Words, scoring and file locations leave the definition as it is; a rule of play or a clip
+    /// changes it.
+    #[test]
+    fn the_definition_covers_what_the_episodes_run() {
+        let spec = g1_smoke();
+        let clip = |first: f64| arena_data::MotionClip {
+            name: "walk".into(),
+            category: "loco".into(),
+            fps: 30.0,
+            qpos: vec![first; 2 * arena_data::NUM_COLUMNS],
+            witness: None,
+        };
+        let base = definition(&spec, &[]);
+        assert!(base.starts_with("d1:") && base.len() == 3 + 64, "{base}");
+        let mut same = spec.clone();
+        same.description = "another text".into();
+        same.motions.attribution = Some("someone".into());
+        same.motions.hidden = true;
+        same.metrics.success_threshold_m = 0.3;
+        same.ranking.tie_breakers.clear();
+        assert_eq!(definition(&same, &[]), base);
+        let mut harder = spec.clone();
+        harder.episodes.dr_level = 2;
+        assert_ne!(definition(&harder, &[]), base);
+        // Files: their content counts, not where they lie.
+        let mut files = spec.clone();
+        files.motions.source = arena_bench::spec::MotionSource::Files(vec!["a/walk.csv".into()]);
+        let mut moved = files.clone();
+        moved.motions.source = arena_bench::spec::MotionSource::Files(vec!["b/walk.csv".into()]);
+        assert_eq!(definition(&files, &[clip(0.0)]), definition(&moved, &[clip(0.0)]));
+        assert_ne!(definition(&files, &[clip(0.0)]), definition(&files, &[clip(0.5)]));
+    }
+
+    /// The digest of an unchanged file must not move with the code unnoticed: every server that
+    /// recorded it would refuse new submissions. If this fails, a change altered what
+    /// `definition` reads (a field of the rules of play, their serialisation): bump
+    /// `DEFINITION_SCHEME` and put the new value here (after an edit of g1-smoke.toml's rules
+    /// of play, which takes a version bump of its own, only the value).
+    #[test]
+    fn the_digest_of_g1_smoke_is_pinned() {
+        assert_eq!(definition(&g1_smoke(), &[]), PINNED_G1_SMOKE);
+    }
+
+    const PINNED_G1_SMOKE: &str = "d1:768ff7f11992d478bbc517fd7315bde5521531fe381845ffa942e8b294ff6be4";
 }

@@ -117,65 +117,45 @@ impl Drop for Admission {
     }
 }
 
-/// The WebSocket first frames read at once. A frame may be up to 16 MiB (a batch's actions),
-/// and the limit on a session's first one (256 KiB, before its token is checked) can only be
-/// applied once the whole frame has arrived: unauthenticated connections that each stall
-/// one byte short of 16 MiB held 380 MB for the connect deadline (24 of them; 4 GiB from one
-/// address at the per-address cap). A connection reads its first frame only with a place here,
-/// [`Openings::PER_ADDRESS`] per client address and [`Openings::TOTAL`] in all, and gives it
-/// back when that frame has arrived; the others wait unread, their bytes in the kernel's
-/// buffers (TCP's flow control), so what first frames can hold is bounded (1 GiB in all).
-#[derive(Debug)]
+/// The WebSocket first frames read at once from one client address. A frame may be up to
+/// 16 MiB (a batch's actions), and the limit on a session's first one (256 KiB, before its token
+/// is checked) can only be applied once the whole frame has arrived: unauthenticated
+/// connections that each stalled one byte short of 16 MiB held 380 MB for the connect deadline
+/// (24 of them; 4 GiB from one address at the per-address connection cap). A connection reads
+/// its first frame only with one of [`Openings::PER_ADDRESS`] places of its address, given back
+/// when that frame has arrived; the others wait unread, their bytes in the kernel's buffers
+/// (TCP's flow control), so one address holds at most 128 MiB of first frames. There is no cap
+/// in all: it would let a few addresses that open sockets and say nothing stall every agent's
+/// connect; a crowd of addresses is the listener's caps' business (`max_connections`).
+#[derive(Debug, Default)]
 pub struct Openings {
-    total: Arc<tokio::sync::Semaphore>,
     per_address: Mutex<HashMap<IpAddr, Arc<tokio::sync::Semaphore>>>,
 }
 
 /// A place to read a first frame; dropping it gives the place back.
 #[derive(Debug)]
 pub struct OpeningPlace {
-    _address: Option<tokio::sync::OwnedSemaphorePermit>,
-    _total: tokio::sync::OwnedSemaphorePermit,
-}
-
-impl Default for Openings {
-    fn default() -> Self {
-        Openings {
-            total: Arc::new(tokio::sync::Semaphore::new(Self::TOTAL)),
-            per_address: Mutex::default(),
-        }
-    }
+    _permit: tokio::sync::OwnedSemaphorePermit,
 }
 
 impl Openings {
-    /// First frames read at once from one address: an agent's sessions open one at a time
-    /// (each first frame takes milliseconds), so a team's burst waits a little at most.
-    pub const PER_ADDRESS: usize = 4;
-    /// First frames read at once in all.
-    pub const TOTAL: usize = 64;
+    /// First frames read at once from one address. An agent's sessions each send their connect
+    /// at once (both SDKs do), which takes milliseconds, so a team's burst of sessions, or a
+    /// lab's behind one NAT, waits a little at most.
+    pub const PER_ADDRESS: usize = 8;
 
-    /// Waits for a place to read a first frame from `address` (`None`: a connection the
-    /// listener did not count, e.g. a router served by something else: the total cap only).
-    pub async fn enter(&self, address: Option<IpAddr>) -> OpeningPlace {
+    /// Waits for a place to read a first frame from `address`.
+    pub async fn enter(&self, address: IpAddr) -> OpeningPlace {
         let own = {
             let mut per = self.per_address.lock().unwrap_or_else(|e| e.into_inner());
             // Addresses with every place free and nobody waiting are forgotten.
             per.retain(|_, s| Arc::strong_count(s) > 1 || s.available_permits() < Self::PER_ADDRESS);
-            address.map(|a| {
-                per.entry(a)
-                    .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(Self::PER_ADDRESS)))
-                    .clone()
-            })
+            per.entry(address)
+                .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(Self::PER_ADDRESS)))
+                .clone()
         };
-        // The address's place first: one address waiting must not hold places of the total.
-        let address = match own {
-            Some(s) => Some(s.acquire_owned().await.expect("never closed")),
-            None => None,
-        };
-        let total = self.total.clone().acquire_owned().await.expect("never closed");
         OpeningPlace {
-            _address: address,
-            _total: total,
+            _permit: own.acquire_owned().await.expect("never closed"),
         }
     }
 }
@@ -458,28 +438,29 @@ mod tests {
     #[tokio::test]
     async fn first_frames_are_read_a_few_at_a_time_per_address() {
         let openings = Openings::default();
-        let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
+        let (a, b) = (ip("10.0.0.1"), ip("10.0.0.2"));
         let mut held = Vec::new();
         for _ in 0..Openings::PER_ADDRESS {
-            held.push(openings.enter(Some(a)).await);
+            held.push(openings.enter(a).await);
         }
         let wait = Duration::from_millis(50);
         assert!(
-            tokio::time::timeout(wait, openings.enter(Some(a))).await.is_err(),
-            "a fifth place"
+            tokio::time::timeout(wait, openings.enter(a)).await.is_err(),
+            "one place too many"
         );
-        tokio::time::timeout(wait, openings.enter(Some(b)))
+        tokio::time::timeout(wait, openings.enter(b))
             .await
-            .expect("another address waits");
+            .expect("another address does not wait");
         held.pop();
-        tokio::time::timeout(wait, openings.enter(Some(a)))
+        tokio::time::timeout(wait, openings.enter(a))
             .await
             .expect("a place came back");
         drop(held);
-        assert!(!openings.per_address.lock().unwrap().is_empty());
-        let _ = openings.enter(None).await;
-        assert!(
-            openings.per_address.lock().unwrap().is_empty(),
+        let _ = openings.enter(ip("10.0.0.3")).await;
+        assert_eq!(
+            openings.per_address.lock().unwrap().len(),
+            1,
             "free addresses are forgotten"
         );
     }

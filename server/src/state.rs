@@ -618,7 +618,7 @@ pub async fn unloadable_benchmarks(state: &Arc<AppState>) -> Vec<String> {
             Ok(Ok(loaded)) => {
                 let recorded = state.storage.benchmark_definition(&spec.name, spec.version).await;
                 if let Ok(Some(recorded)) = recorded
-                    && recorded != loaded.definition
+                    && crate::catalog::changed_since(&recorded, &loaded.definition)
                 {
                     warnings.push(format!(
                         "benchmark {}'s file changed since version {} first ran a submission (its rules or motions \

@@ -17,7 +17,9 @@ use anyhow::Context;
 use arena_data::episode_part;
 use arena_data::trajectory_file::{self, EpisodeRecord, PreparedEpisode, TrajectoryFile};
 use rayon::prelude::*;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 mod blocking_reader;
 pub mod merge_ahead;
@@ -409,11 +411,19 @@ pub async fn settle_failed(
     objects: &Objects,
     submission: &str,
 ) -> anyhow::Result<()> {
-    // One at a time in this process: an organiser's cancel settles the submission at once, and
+    // One at a time per submission in this process: an organiser's cancel settles it at once, and
     // the session that ran it again when its lanes run dry; side by side, one deleted the parts
     // the other was reading ("the stored run of episode 0 is gone").
-    static SETTLING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    let _one = SETTLING.lock().await;
+    static SETTLING: std::sync::Mutex<Option<HashMap<String, Arc<tokio::sync::Mutex<()>>>>> =
+        std::sync::Mutex::new(None);
+    let lock = {
+        let mut all = SETTLING.lock().unwrap_or_else(|p| p.into_inner());
+        let all = all.get_or_insert_with(HashMap::new);
+        // Submissions nobody settles now are forgotten.
+        all.retain(|_, l| Arc::strong_count(l) > 1);
+        all.entry(submission.to_string()).or_default().clone()
+    };
+    let _one = lock.lock().await;
     let Some(s) = storage.submission(submission).await? else {
         return Ok(());
     };

@@ -134,7 +134,7 @@ fn bad_benchmark_files_name_file_key_and_expectation() {
         "--benchmarks-dir",
         dir_flag,
     ]));
-    assert!(out.contains("ok (mine v1)"), "{out}");
+    assert!(out.contains("ok (mine v1; 6 motions, 6 episodes)"), "{out}");
     let out = arena(&[
         "bench",
         "validate",

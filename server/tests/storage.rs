@@ -1832,15 +1832,15 @@ async fn a_version_takes_one_definition(url: String, engine: Engine) {
     };
     let episodes = [episode(0)];
     storage
-        .create_submission(&defined("d1", "bench-a", 1, "aaa"), &episodes)
+        .create_submission(&defined("d1", "bench-a", 1, "d1:aaa"), &episodes)
         .await
         .unwrap();
     storage
-        .create_submission(&defined("d2", "bench-a", 1, "aaa"), &episodes)
+        .create_submission(&defined("d2", "bench-a", 1, "d1:aaa"), &episodes)
         .await
         .unwrap();
     let e = storage
-        .create_submission(&defined("d3", "bench-a", 1, "bbb"), &episodes)
+        .create_submission(&defined("d3", "bench-a", 1, "d1:bbb"), &episodes)
         .await
         .unwrap_err();
     assert!(
@@ -1850,13 +1850,24 @@ async fn a_version_takes_one_definition(url: String, engine: Engine) {
     assert!(e.to_string().contains("bump its `version`"), "{e}");
     assert!(storage.submission("d3").await.unwrap().is_none(), "nothing stored");
     storage
-        .create_submission(&defined("d4", "bench-a", 2, "bbb"), &episodes)
+        .create_submission(&defined("d4", "bench-a", 2, "d1:bbb"), &episodes)
         .await
         .unwrap();
     storage
-        .create_submission(&defined("d5", "bench-b", 1, "bbb"), &episodes)
+        .create_submission(&defined("d5", "bench-b", 1, "d1:bbb"), &episodes)
         .await
         .unwrap();
+    // Recorded under another scheme (a server that digested otherwise): recorded again, and
+    // then held to.
+    storage
+        .create_submission(&defined("d7", "bench-a", 1, "d2:ccc"), &episodes)
+        .await
+        .unwrap();
+    let e = storage
+        .create_submission(&defined("d8", "bench-a", 1, "d2:ddd"), &episodes)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, StorageError::BenchmarkChanged { .. }), "{e}");
     // Unchecked (a caller without a definition) goes through.
     storage
         .create_submission(&new_submission("d6", team, "bench-a"), &episodes)

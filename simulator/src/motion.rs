@@ -150,7 +150,6 @@ impl Motion {
         if let Some(witness) = &clip.witness {
             check_witness(clip, witness, kin).map_err(err)?;
         }
-        check_joint_ranges(clip, kin.joint_limits()).map_err(err)?;
         let fps = 1.0 / CONTROL_DT;
         // Rows at k·dt that lie within the clip (with a tolerance for rounding).
         let n = (clip.duration_s() * fps + 1e-9).floor() as usize + 1;
@@ -174,7 +173,6 @@ impl Motion {
                 body_rot[4 * i..4 * i + 4].copy_from_slice(&poses.rot[b]);
             }
         }
-        check_touches_the_floor(&body_pos).map_err(err)?;
         // dof_vel: forward difference, the last row repeats the previous difference.
         let mut dof_vel = vec![0.0; n * NUM_JOINTS];
         for k in 0..n {
@@ -475,12 +473,11 @@ pub const FLOATING_CLIP_M: f64 = 0.3;
 /// Refuses a clip with a joint farther than the simulator's target margin (π) outside its range
 /// in some frame: no joint-position target could follow it (angles in degrees, or a CSV's
 /// joints in another order, give such clips).
-fn check_joint_ranges(clip: &MotionClip, limits: &[[f64; 2]; NUM_JOINTS]) -> Result<(), String> {
+fn check_joint_ranges(qpos: &[f64], limits: &[[f64; 2]; NUM_JOINTS]) -> Result<(), String> {
     let margin = crate::env::TARGET_RANGE_MARGIN;
     let mut worst: Option<(f64, usize, usize, f64)> = None;
     let mut joints = [false; NUM_JOINTS];
-    for k in 0..clip.num_frames() {
-        let frame = clip.frame(k);
+    for (k, frame) in qpos.chunks_exact(NQ).enumerate() {
         for (j, [lo, hi]) in limits.iter().enumerate() {
             let q = frame[7 + j];
             let excess = (lo - q).max(q - hi);
@@ -497,10 +494,11 @@ fn check_joint_ranges(clip: &MotionClip, limits: &[[f64; 2]; NUM_JOINTS]) -> Res
         Some((_, j, k, q)) => {
             let [lo, hi] = limits[j];
             Err(format!(
-                "{} of its joints leave their ranges by more than π (worst: {} is {q:.3} rad at frame {k}, range \
+                "{} of its joints leave their ranges by more than π (worst: {} is {q:.3} rad at {:.2} s, range \
                  [{lo:.3}, {hi:.3}]): angles in degrees, or joints in another order than the G1's?",
                 joints.iter().filter(|b| **b).count(),
-                crate::robot::JOINT_NAMES[j]
+                crate::robot::JOINT_NAMES[j],
+                k as f64 * CONTROL_DT
             ))
         }
     }
@@ -541,6 +539,20 @@ fn check_touches_the_floor(body_pos: &[f64]) -> Result<(), String> {
             ))
         }
         _ => Ok(()),
+    }
+}
+
+impl Motion {
+    /// Why no robot could track this motion as a benchmark's reference, if so: a joint farther
+    /// than the simulator's target margin outside its range, a clip that floats or stands on its
+    /// head (see [`FLOATING_CLIP_M`]). A benchmark's loading refuses such a reference
+    /// (`arena_runner::episode::load_benchmark`) and `arena motion inspect` reports it; other
+    /// motions (a rollout scored by `arena metrics track`, a fallen robot; training clips) are
+    /// not held to it.
+    pub fn reference_problem(&self, limits: &[[f64; 2]; NUM_JOINTS]) -> Option<String> {
+        check_joint_ranges(&self.qpos, limits)
+            .and_then(|()| check_touches_the_floor(&self.body_pos))
+            .err()
     }
 }
 
@@ -748,7 +760,11 @@ mod tests {
                 let [w, x, y, z] = [f[3], f[4], f[5], f[6]];
                 f[3..7].copy_from_slice(&[z, w, x, y]);
             }
-            let e = Motion::from_clip(&misread, &mut kin).unwrap_err().to_string();
+            let limits = *kin.joint_limits();
+            let e = Motion::from_clip(&misread, &mut kin)
+                .unwrap()
+                .reference_problem(&limits)
+                .unwrap();
             assert!(
                 (e.contains("it floats") || e.contains("stands on its head")) && e.contains("component order"),
                 "{}: {e}",
@@ -760,7 +776,10 @@ mod tests {
                     *q = q.to_degrees();
                 }
             }
-            let e = Motion::from_clip(&degrees, &mut kin).unwrap_err().to_string();
+            let e = Motion::from_clip(&degrees, &mut kin)
+                .unwrap()
+                .reference_problem(&limits)
+                .unwrap();
             assert!(
                 e.contains("leave their ranges by more than π") && e.contains("degrees"),
                 "{}: {e}",
@@ -788,6 +807,9 @@ mod tests {
                 report.limit_violations
             );
             assert!(report.problems.is_empty(), "{}: {:?}", c.name, report.problems);
+            let limits = *kin.joint_limits();
+            let motion = Motion::from_clip(c, &mut kin).unwrap();
+            assert_eq!(motion.reference_problem(&limits), None, "{}", c.name);
         }
     }
 }

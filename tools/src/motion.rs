@@ -78,8 +78,15 @@ pub fn run(cmd: MotionCommand) -> anyhow::Result<()> {
             let mut report = inspect(&clip, &kin);
             // What a benchmark's loading checks beyond the report (two frames at least, the
             // longest clip, an NPZ's bodies against the forward kinematics of its joints, which
-            // finds joints in another order): the same refusal here, as a problem.
-            let refused = arena_sim::motion::Motion::from_clip(&clip, &mut kin).err();
+            // finds joints in another order, and a reference a robot could track): the same
+            // refusal here, as a problem.
+            let limits = *kin.joint_limits();
+            let refused = match arena_sim::motion::Motion::from_clip(&clip, &mut kin) {
+                Err(e) => Some(e.to_string()),
+                Ok(motion) => motion
+                    .reference_problem(&limits)
+                    .map(|why| format!("motion {}: {why}", motion.name)),
+            };
             if let Some(e) = &refused {
                 report.problems.push(format!("a benchmark refuses it: {e}"));
             }

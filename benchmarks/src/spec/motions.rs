@@ -30,7 +30,8 @@ impl BenchmarkSpec {
         }
         // A path that is not there, said with where paths are looked up.
         let absent = |path: &Path, what: &str| -> Option<SpecError> {
-            (!path.exists()).then(|| SpecError::NoClips {
+            // Not there (an unreadable one is named by its reader, with the reason).
+            matches!(path.try_exists(), Ok(false)).then(|| SpecError::NoClips {
                 path: path.to_path_buf(),
                 message: format!(
                     "no such {what} (the benchmark's motion paths are relative to the motions root, {}: set it with \

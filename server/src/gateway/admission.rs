@@ -340,7 +340,7 @@ pub(super) async fn admit(
             .benchmark_definition(&benchmark.spec.name, benchmark.spec.version)
             .await
             .map_err(|e| refuse_internal("reading the benchmark's recorded definition", e))?;
-        if recorded.is_some_and(|d| d != benchmark.definition) {
+        if recorded.is_some_and(|d| crate::catalog::changed_since(&d, &benchmark.definition)) {
             return Err(refuse(
                 codes::BENCHMARK_CHANGED,
                 format!(

@@ -15,6 +15,8 @@ use std::sync::{Arc, Mutex};
 
 /// The close code of a message over the size limit (RFC 6455 §7.4.1: "Message Too Big").
 pub const CLOSE_MESSAGE_TOO_BIG: u16 = 1009;
+/// Close code "try again later" (IANA's registry): no place to read the connect in time.
+const CLOSE_TRY_AGAIN_LATER: u16 = 1013;
 
 /// The close code after `disconnect {shutdown}` (RFC 6455 §7.4.1: "Going Away", a server going
 /// down), for clients and proxies that read close codes rather than the protocol's message.
@@ -29,22 +31,44 @@ const READ_ON_AT_STOP: std::time::Duration = std::time::Duration::from_secs(1);
 /// connection (absent when the router is served by something else). `open` counts the
 /// connection for a stopping server (taken before the upgrade), until the client has been told.
 pub async fn session(
-    socket: WebSocket,
+    mut socket: WebSocket,
     state: Arc<AppState>,
     connection: Option<Arc<Activity>>,
     address: Option<std::net::IpAddr>,
     open: OpenConnection,
 ) {
     // Nothing is read before there is a place for the first frame (its bytes wait in the
-    // kernel meanwhile); the place is given back once that frame has arrived.
-    let mut opening = tokio::select! {
-        place = state.openings.enter(address) => Some(place),
-        () = state.session_stop.told() => return,
-        () = tokio::time::sleep(super::CONNECT_TIMEOUT) => {
-            tracing::info!("closing an agent connection that found no place to send its connect in {:?}", super::CONNECT_TIMEOUT);
-            return;
+    // kernel meanwhile); the place is given back once that frame has arrived. A connection
+    // waits at most the connect deadline for one; a close frame says why when it runs out.
+    let mut opening = match address {
+        None => None,
+        Some(address) => {
+            let (code, reason) = tokio::select! {
+                place = state.openings.enter(address) => (0, Some(place)),
+                () = state.session_stop.told() => (CLOSE_GOING_AWAY, None),
+                () = tokio::time::sleep(super::CONNECT_TIMEOUT) => (CLOSE_TRY_AGAIN_LATER, None),
+            };
+            if code != 0 {
+                let reason = match code {
+                    CLOSE_GOING_AWAY => "the server is stopping".to_string(),
+                    _ => format!(
+                        "no connect read within {:?}: {} other connections from your address were opening",
+                        super::CONNECT_TIMEOUT,
+                        crate::connections::Openings::PER_ADDRESS
+                    ),
+                };
+                tracing::info!("closing an agent connection before its connect: {reason}");
+                let close = CloseFrame {
+                    code,
+                    reason: reason.into(),
+                };
+                let _ = tokio::time::timeout(READ_ON_AT_STOP, socket.send(WsMessage::Close(Some(close)))).await;
+                return;
+            }
+            reason
         }
     };
+
     let (sink, stream) = socket.split();
     // Set by the first data frame; replies before it (a Connect timeout) go out as JSON.
     let binary = Arc::new(AtomicBool::new(false));

@@ -1095,6 +1095,69 @@ async fn a_first_frame_over_the_opening_limit_is_refused_undecoded() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// Over gRPC the opening limit is read from the first message's 5-byte prefix: a client that
+/// announces 8 MiB and sends 64 KiB of it is refused at once. Before, tonic buffered a message
+/// whole before the codec measured it, so the server held what an unauthenticated client sent,
+/// up to 16 MiB a stream, and this client (which never sends the rest) heard nothing until the
+/// connect deadline, 30 s, ended it as `unexpected_message`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_connect_announced_over_the_opening_limit_is_refused_from_its_prefix() {
+    use arena_sdk::protocol::Envelope;
+    use http_body_util::{BodyExt, StreamBody};
+    use hyper::body::{Bytes, Frame};
+    use prost::Message as _;
+    let dir = tmp("faults-opening-grpc");
+    let server = ServerProc::start(&dir, &[]);
+    let tcp = tokio::net::TcpStream::connect(&server.addr).await.unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), hyper_util::rt::TokioIo::new(tcp))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, std::convert::Infallible>>(1);
+    let announced: u32 = 8 << 20;
+    let mut start = vec![0u8];
+    start.extend(announced.to_be_bytes());
+    start.extend(vec![0x12u8; 64 << 10]);
+    tx.send(Ok(Frame::data(Bytes::from(start)))).await.unwrap();
+    let request = hyper::Request::post(format!("http://{}/arena.v1.AgentGateway/Session", server.addr))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(StreamBody::new(tokio_stream::wrappers::ReceiverStream::new(rx)))
+        .unwrap();
+    // `tx` stays open: the rest of the message never comes.
+    let reply = tokio::time::timeout(Duration::from_secs(20), async {
+        let mut body = sender.send_request(request).await.unwrap().into_body();
+        let mut bytes = Vec::new();
+        loop {
+            if bytes.len() >= 5 {
+                let len = u32::from_be_bytes(bytes[1..5].try_into().unwrap()) as usize;
+                if bytes.len() >= 5 + len {
+                    return Envelope::decode(&bytes[5..5 + len]).unwrap();
+                }
+            }
+            match body.frame().await {
+                Some(Ok(frame)) => bytes.extend_from_slice(frame.data_ref().map(|d| &d[..]).unwrap_or_default()),
+                other => panic!("the stream ended without a message: {other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("no reply while the rest of the message was awaited");
+    let Some(Msg::Error(e)) = reply.msg else {
+        panic!("expected an error, got {reply:?}")
+    };
+    assert_eq!(e.code, codes::MALFORMED_MESSAGE, "{e:?}");
+    assert!(
+        e.message.contains("first message is 8388608 bytes") && e.message.contains("262144"),
+        "{e:?}"
+    );
+    drop(tx);
+    let (status, _) = server.get("/api/v1/health", None);
+    assert_eq!(status, 200);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// Actions nobody asked for wait for their lane up to a bound (64): each one past it is answered
 /// `stale_step` at once and dropped, where the server kept every one until the lane looked. Every
 /// Action gets exactly one answer either way.

@@ -2,6 +2,7 @@
 //! per session, served on the HTTP port (HTTP/2), next to the standard gRPC health service.
 
 use super::Incoming;
+use super::grpc_opening::OpeningLimit;
 use crate::connections::Activity;
 use crate::outbox::outbox;
 use crate::state::AppState;
@@ -11,6 +12,7 @@ use futures_util::{Stream, StreamExt};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
+use tonic::server::NamedService;
 use tonic::{Code, Request, Response, Status, Streaming};
 
 /// Largest message accepted from an agent, as on WebSocket.
@@ -115,7 +117,13 @@ pub async fn routes(state: Arc<AppState>) -> axum::Router {
     let gateway = AgentGatewayServer::new(GrpcGateway { state })
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(usize::MAX);
-    tonic::service::Routes::new(gateway)
-        .add_service(health_service)
+    // A session's first message is held to the opening limit from its prefix, before tonic
+    // buffers it (`grpc_opening`): routed as tonic's `Routes` would, with the body wrapped.
+    let gateway = tower::ServiceExt::map_request(gateway, |request: axum::http::Request<axum::body::Body>| {
+        request.map(|body| tonic::body::Body::new(OpeningLimit::new(body)))
+    });
+    let path = format!("/{}/{{*rest}}", <AgentGatewayServer<GrpcGateway> as NamedService>::NAME);
+    tonic::service::Routes::new(health_service)
         .into_axum_router()
+        .route_service(&path, gateway)
 }

@@ -7,6 +7,7 @@
 
 mod admission;
 pub mod grpc;
+mod grpc_opening;
 pub mod ws;
 
 use crate::catalog::LoadedBenchmark;

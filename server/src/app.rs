@@ -7,7 +7,6 @@ use crate::gateway;
 use crate::state::AppState;
 use axum::Router;
 use axum::extract::State;
-use axum::extract::ws::WebSocketUpgrade;
 use axum::response::Response;
 use axum::routing::get;
 use std::sync::Arc;
@@ -100,23 +99,29 @@ async fn no_route(request: axum::extract::Request) -> Response {
 }
 
 async fn agent_socket(
-    ws: WebSocketUpgrade,
     State(state): State<Arc<AppState>>,
     connection: Option<axum::Extension<Arc<crate::connections::Activity>>>,
     place: Option<axum::Extension<Arc<crate::connections::Admission>>>,
+    mut request: axum::extract::Request,
 ) -> Response {
+    let (switched, upgrade) = match gateway::ws_handshake::accept(&mut request) {
+        Ok(accepted) => accepted,
+        Err(refused) => return axum::response::IntoResponse::into_response(api::ApiError(refused)),
+    };
     let connection = connection.map(|axum::Extension(activity)| activity);
     // Counted from here: once upgraded, the connection leaves the HTTP server's graceful
     // shutdown, and a stop must not miss it before its session starts.
     let open = state.session_stop.open_connection();
     let address = place.as_ref().map(|p| p.address());
-    ws.max_message_size(MAX_FRAME_BYTES)
-        .max_frame_size(MAX_FRAME_BYTES)
-        .on_upgrade(move |socket| async move {
-            gateway::ws::session(socket, state, connection, address, open).await;
-            // An agent session counts as an open connection until it ends.
-            drop(place);
-        })
+    tokio::spawn(async move {
+        match gateway::ws_handshake::socket(upgrade, MAX_FRAME_BYTES).await {
+            Ok((socket, refused)) => gateway::ws::session(socket, refused, state, connection, address, open).await,
+            Err(e) => tracing::debug!("an agent WebSocket did not switch: {e}"),
+        }
+        // An agent session counts as an open connection until it ends.
+        drop(place);
+    });
+    switched
 }
 
 /// Sets TCP_NODELAY on an accepted connection. An agent's session is a stream of small

@@ -1095,6 +1095,83 @@ async fn a_first_frame_over_the_opening_limit_is_refused_undecoded() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// Over WebSocket the same from the frame headers: a client whose first frame announces 8 MiB
+/// and sends 64 KiB of it, and one whose first message comes in fragments that together pass
+/// the limit, are refused at once. Before, tungstenite read a message whole (up to 16 MiB)
+/// before it was measured: these clients, which never send the rest, heard nothing until the
+/// connect deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_connect_announced_over_the_opening_limit_is_refused_from_its_headers() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tmp("faults-opening-headers");
+    let server = ServerProc::start(&dir, &[]);
+    // A client frame's header (masked with a zero key, so the payload goes as it is).
+    let header = |fin: bool, opcode: u8, len: u64| {
+        let mut h = vec![if fin { 0x80 } else { 0 } | opcode, 0x80 | 127];
+        h.extend(len.to_be_bytes());
+        h.extend([0u8; 4]);
+        h
+    };
+    let limit = protocol::MAX_OPENING_MESSAGE_BYTES as u64;
+    let one_frame = [header(true, 2, 8 << 20), vec![0x12; 64 << 10]].concat();
+    let fragments = [
+        header(false, 1, limit - 10),
+        vec![b' '; (limit - 10) as usize],
+        header(false, 0, 11),
+    ]
+    .concat();
+    for (case, opening, expected) in [
+        ("one frame", one_frame, "first message is 8388608 bytes"),
+        ("fragments", fragments, "first message is at least 262145 bytes"),
+    ] {
+        let mut tcp = tokio::net::TcpStream::connect(&server.addr).await.unwrap();
+        let request = format!(
+            "GET /api/v1/agent HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+            server.addr
+        );
+        tcp.write_all(request.as_bytes()).await.unwrap();
+        tcp.write_all(&opening).await.unwrap();
+        // The socket stays open: the rest never comes.
+        let reply = tokio::time::timeout(Duration::from_secs(20), async {
+            let mut bytes = Vec::new();
+            let mut chunk = [0u8; 4096];
+            loop {
+                if let Some(end) = bytes.windows(4).position(|w| w == b"\r\n\r\n") {
+                    let head = String::from_utf8_lossy(&bytes[..end]).to_string();
+                    assert!(head.starts_with("HTTP/1.1 101"), "{case}: {head}");
+                    let frames = &bytes[end + 4..];
+                    // The server's first frame: unmasked, its length in 7 or 7+16 bits.
+                    if frames.len() >= 4 {
+                        let (len, start) = match frames[1] & 0x7f {
+                            126 => (u16::from_be_bytes([frames[2], frames[3]]) as usize, 4),
+                            n => (n as usize, 2),
+                        };
+                        if frames.len() >= start + len {
+                            return String::from_utf8(frames[start..start + len].to_vec()).unwrap();
+                        }
+                    }
+                }
+                let n = tcp.read(&mut chunk).await.unwrap();
+                assert!(n > 0, "{case}: the connection closed without a reply");
+                bytes.extend_from_slice(&chunk[..n]);
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{case}: no reply while the rest of the message was awaited"));
+        let Ok(Msg::Error(e)) = protocol::decode_json(&reply) else {
+            panic!("{case}: expected an error, got {reply}")
+        };
+        assert_eq!(e.code, codes::MALFORMED_MESSAGE, "{case}: {e:?}");
+        assert!(
+            e.message.contains(expected) && e.message.contains("262144"),
+            "{case}: {e:?}"
+        );
+    }
+    let (status, _) = server.get("/api/v1/health", None);
+    assert_eq!(status, 200);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// Over gRPC the opening limit is read from the first message's 5-byte prefix: a client that
 /// announces 8 MiB and sends 64 KiB of it is refused at once. Before, tonic buffered a message
 /// whole before the codec measured it, so the server held what an unauthenticated client sent,

@@ -9,6 +9,8 @@ mod admission;
 pub mod grpc;
 mod grpc_opening;
 pub mod ws;
+pub(crate) mod ws_handshake;
+mod ws_opening;
 
 use crate::catalog::LoadedBenchmark;
 use crate::orchestrator::{self, JobSource, RunContext, RunOutcome, Sink};

@@ -3,15 +3,19 @@
 //! answers in it.
 
 use super::Incoming;
+use super::ws_handshake::AgentSocket;
+use super::ws_opening::OverOpening;
 use crate::connections::Activity;
 use crate::outbox::{OutboxReceiver, outbox};
 use crate::session_stop::OpenConnection;
 use crate::state::AppState;
 use arena_sdk::protocol::{self, Encoding, Msg};
-use axum::extract::ws::{CloseFrame, Message as WsMessage, WebSocket};
 use futures_util::{SinkExt, StreamExt};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
+use tokio_tungstenite::tungstenite::error::{CapacityError, Error as WsError};
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::{Message as WsMessage, Utf8Bytes};
 
 /// The close code of a message over the size limit (RFC 6455 §7.4.1: "Message Too Big").
 pub const CLOSE_MESSAGE_TOO_BIG: u16 = 1009;
@@ -27,11 +31,13 @@ pub const CLOSE_GOING_AWAY: u16 = 1001;
 /// and a reset can discard the `disconnect {shutdown}` before the client reads it.
 const READ_ON_AT_STOP: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Runs one session on an upgraded socket. `connection` is the listener's record of the TCP
+/// Runs one session on an upgraded socket, whose first message `refused` tells of when the
+/// opening limit stopped it (`ws_opening`). `connection` is the listener's record of the TCP
 /// connection (absent when the router is served by something else). `open` counts the
 /// connection for a stopping server (taken before the upgrade), until the client has been told.
 pub async fn session(
-    mut socket: WebSocket,
+    mut socket: AgentSocket,
+    refused: Arc<OnceLock<OverOpening>>,
     state: Arc<AppState>,
     connection: Option<Arc<Activity>>,
     address: Option<std::net::IpAddr>,
@@ -59,7 +65,7 @@ pub async fn session(
                 };
                 tracing::info!("closing an agent connection before its connect: {reason}");
                 let close = CloseFrame {
-                    code,
+                    code: code.into(),
                     reason: reason.into(),
                 };
                 let _ = tokio::time::timeout(READ_ON_AT_STOP, socket.send(WsMessage::Close(Some(close)))).await;
@@ -85,21 +91,25 @@ pub async fn session(
         if !seen_data && matches!(frame, Ok(WsMessage::Binary(_) | WsMessage::Text(_))) {
             seen_data = true;
             reader_binary.store(matches!(frame, Ok(WsMessage::Binary(_))), Ordering::Release);
-            // The session's connect, whose token is not checked yet: held to the opening limit
-            // before it is decoded.
-            if let Some(refused) = over_opening_limit(&frame) {
-                return refused;
-            }
         }
-        if let Err(e) = &frame
-            && let Some(close) = too_big(e)
-        {
-            tracing::info!("closing an agent connection: {}", close.reason);
+        // The session's connect, whose token is not checked yet, announced more than the
+        // opening limit: the read stopped before its bytes (`ws_opening`).
+        let over_opening = refused.get().filter(|_| frame.is_err());
+        if frame.is_err() && (over_opening.is_some() || too_big_close(&frame).is_some()) {
             // The rest of the frame is still on its way: drain it before closing, or the
-            // reset that follows would discard the close frame at the client.
+            // reset that follows would discard what the server wrote last at the client.
             if let Some(connection) = &connection {
                 connection.linger_on_close();
             }
+        }
+        if let Some(over) = over_opening {
+            return Incoming::Fatal(protocol::DecodeError {
+                code: protocol::codes::MALFORMED_MESSAGE,
+                message: over.message(),
+            });
+        }
+        if let Some(close) = too_big_close(&frame) {
+            tracing::info!("closing an agent connection: {}", close.reason);
             *reader_close.lock().unwrap_or_else(|p| p.into_inner()) = Some(close);
         }
         decode(frame)
@@ -133,41 +143,17 @@ pub async fn session(
 }
 
 /// The close frame owed for a read error that is an over-size message: code 1009 and the sizes.
-fn too_big(error: &axum::Error) -> Option<CloseFrame> {
-    use std::error::Error as _;
-    use tokio_tungstenite::tungstenite::error::{CapacityError, Error as WsError};
-    let mut source: Option<&(dyn std::error::Error + 'static)> = error.source();
-    while let Some(e) = source {
-        if let Some(WsError::Capacity(CapacityError::MessageTooLong { size, max_size })) = e.downcast_ref::<WsError>() {
-            return Some(CloseFrame {
-                code: CLOSE_MESSAGE_TOO_BIG,
-                reason: format!("message of {size} bytes is over the limit of {max_size} bytes").into(),
-            });
-        }
-        source = e.source();
+fn too_big_close(frame: &Result<WsMessage, WsError>) -> Option<CloseFrame> {
+    match frame {
+        Err(WsError::Capacity(CapacityError::MessageTooLong { size, max_size })) => Some(CloseFrame {
+            code: CLOSE_MESSAGE_TOO_BIG.into(),
+            reason: Utf8Bytes::from(format!("message of {size} bytes is over the limit of {max_size} bytes")),
+        }),
+        _ => None,
     }
-    None
 }
 
-/// The refusal of a first data frame over [`protocol::MAX_OPENING_MESSAGE_BYTES`].
-fn over_opening_limit(frame: &Result<WsMessage, axum::Error>) -> Option<Incoming> {
-    let len = match frame {
-        Ok(WsMessage::Text(t)) => t.len(),
-        Ok(WsMessage::Binary(b)) => b.len(),
-        _ => return None,
-    };
-    (len > protocol::MAX_OPENING_MESSAGE_BYTES).then(|| {
-        Incoming::Fatal(protocol::DecodeError {
-            code: protocol::codes::MALFORMED_MESSAGE,
-            message: format!(
-                "the session's first message is {len} bytes, over the limit of {} for a connect",
-                protocol::MAX_OPENING_MESSAGE_BYTES
-            ),
-        })
-    })
-}
-
-fn decode(frame: Result<WsMessage, axum::Error>) -> Incoming {
+fn decode(frame: Result<WsMessage, WsError>) -> Incoming {
     match frame {
         Err(_) | Ok(WsMessage::Close(_)) => Incoming::Closed,
         Ok(WsMessage::Text(t)) => match protocol::decode_json(&t) {
@@ -178,8 +164,9 @@ fn decode(frame: Result<WsMessage, axum::Error>) -> Incoming {
             Ok(m) => Incoming::Msg(m),
             Err(e) => Incoming::Bad(e),
         },
-        // Pings and pongs are the library's keep-alive, not messages.
-        Ok(WsMessage::Ping(_) | WsMessage::Pong(_)) => Incoming::Ignore,
+        // Pings and pongs are the library's keep-alive, not messages (and a raw frame is
+        // only ever produced by a writer).
+        Ok(WsMessage::Ping(_) | WsMessage::Pong(_) | WsMessage::Frame(_)) => Incoming::Ignore,
     }
 }
 
@@ -191,7 +178,7 @@ fn to_ws(msg: &Msg, encoding: Encoding) -> WsMessage {
 }
 
 async fn write_frames(
-    mut sink: futures_util::stream::SplitSink<WebSocket, WsMessage>,
+    mut sink: futures_util::stream::SplitSink<AgentSocket, WsMessage>,
     mut rx: OutboxReceiver,
     binary: Arc<AtomicBool>,
     close_reason: Arc<Mutex<Option<CloseFrame>>>,
@@ -222,7 +209,7 @@ async fn write_frames(
     let mut owed = close_reason.lock().unwrap_or_else(|p| p.into_inner()).take();
     if owed.is_none() && stopping {
         owed = Some(CloseFrame {
-            code: CLOSE_GOING_AWAY,
+            code: CLOSE_GOING_AWAY.into(),
             reason: "the server is stopping".into(),
         });
     }

@@ -174,7 +174,15 @@ fn main() -> ExitCode {
         Command::Eval(a) => eval(a),
         Command::Agent(a) => agent(a),
         Command::Export(a) => export(a),
-        Command::Presets { json } => presets(json),
+        Command::Presets { json } => {
+            // `arena-bfm presets | head` ends quietly, as Unix tools do (Rust ignores SIGPIPE,
+            // so `println!` would panic on the closed pipe); only this one-shot printer.
+            // SAFETY: resets one signal's disposition before this command starts a thread.
+            unsafe {
+                libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            }
+            presets(json)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -392,11 +400,13 @@ fn agent(a: AgentArgs) -> anyhow::Result<()> {
     let model = load_agent_model(&a.checkpoint, device)?;
     let mut agent = TrackingAgent::new(model, a.window as usize);
     let config = a.session.client_config("g1-smoke", "bfm-zero-baseline")?;
-    let result = arena_sdk::cli::run(&config, &mut agent);
+    // The client's error says what the server made of it (a refused layout: the submission's
+    // fate); it carries the agent's own reason.
+    arena_sdk::cli::run(&config, &mut agent).map_err(anyhow::Error::msg)?;
     if let Some(e) = &agent.error {
         bail!("{e}");
     }
-    result.map_err(anyhow::Error::msg)
+    Ok(())
 }
 
 fn export(a: ExportArgs) -> anyhow::Result<()> {

@@ -24,7 +24,8 @@ use std::process::ExitCode;
     long_about = "Trains a PPO policy that tracks the G1 reference motions of a joint-position \
 benchmark (g1-smoke-robot by default) on the arena's own simulator, with the robot-interface \
 observations the server sends, so the trained policy is served with no extra code. \
-`train` writes a run folder (checkpoint/, train_log.csv, eval_log.csv); `eval` scores a \
+`train` writes a run folder (checkpoint/, train_log.csv, and eval_log.csv when the run evaluates: \
+run.eval_every > 0); `eval` scores a \
 checkpoint exactly as a submission is scored; `agent` connects it to a server; `export` writes \
 the actor as ONNX in the mjlab convention (for `arena-agent onnx` and the field's deploy tools). \
 docs/ppo-tracker.md has the details."
@@ -37,6 +38,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Train a tracker (or resume a run with --resume).
+    #[command(
+        override_usage = "arena-ppo train --config <CONFIG> --out <OUT> [OPTIONS]\n       arena-ppo train --resume --out <OUT> [OPTIONS]"
+    )]
     Train(TrainArgs),
     /// Score a checkpoint on a benchmark with the arena's metrics (no server needed).
     Eval(EvalArgs),
@@ -56,7 +60,8 @@ struct TrainArgs {
     /// which takes the checkpoint's own (with --set for what a resume may change).
     #[arg(long, required_unless_present = "resume", conflicts_with = "resume")]
     config: Option<PathBuf>,
-    /// Run folder: checkpoint/, train_log.csv, eval_log.csv.
+    /// Run folder: checkpoint/, train_log.csv, and eval_log.csv once an evaluation has run
+    /// (run.eval_every > 0).
     #[arg(long)]
     out: PathBuf,
     /// Continue the run in --out from its checkpoint (exactly, see docs/ppo-tracker.md).

@@ -172,7 +172,7 @@ fn with_resume_hint(message: String, error: &ClientError, submission: &str, mode
         // would fail the same way.
         return format!(
             "{message}
-submission {submission}: the server ends it FAILED if it had finished no episode;              one with finished episodes stays RUNNING for an agent that serves the benchmark (--submission {submission})"
+submission {submission}: the server ends it FAILED if it had finished no episode; one with finished episodes stays RUNNING for an agent that serves the benchmark (--submission {submission})"
         );
     }
     match left_running {

@@ -33,6 +33,10 @@ fn bench_list_show_and_validate() {
         .collect();
     let out = ok(&arena(&["bench", "validate", &files[0], &files[1]]));
     assert_eq!(out.matches(": ok").count(), 2, "{out}");
+    // `benchmarks/*.toml`, the folder's crate manifest included: skipped, as the listing does.
+    let manifest = shipped.join("Cargo.toml").to_string_lossy().into_owned();
+    let out = ok(&arena(&["bench", "validate", &manifest, &files[0]]));
+    assert!(out.contains("Cargo.toml: skipped: a Cargo manifest"), "{out}");
 }
 
 #[test]

@@ -255,6 +255,28 @@ fn bad_inputs_get_clear_errors() {
     std::fs::remove_dir_all(dir).ok();
 }
 
+/// A value out of range says where it came from when a flag or the environment gave it (the
+/// message listed every source the value could have come from).
+#[test]
+fn a_serve_value_out_of_range_names_its_source() {
+    let out = arena(&["serve", "--lanes", "0"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("lanes: expected 1-64, got 0 (given with --lanes)"),
+        "{err}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_arena"))
+        .args(["serve"])
+        .env("ARENA_LANES", "0")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("got 0 (given with the environment variable ARENA_LANES)"),
+        "{err}"
+    );
+}
+
 /// The Python cross-check (PyPI mujoco==3.17.0, PD loop re-implemented from the issue text)
 /// reproduces `arena sim rollout` qpos to 1e-9 for an action file.
 #[test]

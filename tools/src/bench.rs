@@ -135,7 +135,15 @@ pub fn run(c: BenchCommand) -> anyhow::Result<()> {
                 .filter_map(|(path, r)| r.ok().map(|s| (path, s.name)))
                 .collect();
             let mut checked_names: Vec<(PathBuf, String)> = Vec::new();
+            let mut skipped = 0;
             for f in &a.files {
+                // `benchmarks/*.toml` takes the folder's crate manifest too, which a folder's
+                // listing leaves out (`spec::list_benchmarks`).
+                if f.is_file() && f.file_name().is_some_and(|n| n == "Cargo.toml") {
+                    println!("{}: skipped: a Cargo manifest, not a benchmark", f.display());
+                    skipped += 1;
+                    continue;
+                }
                 // A path that exists is a file to check; anything else is a benchmark name.
                 let checked = if f.exists() {
                     BenchmarkSpec::read(f, &known).map(|s| (f.clone(), s))
@@ -200,7 +208,7 @@ pub fn run(c: BenchCommand) -> anyhow::Result<()> {
                 }
             }
             if bad > 0 {
-                bail!("{bad} of {} benchmark files invalid", a.files.len());
+                bail!("{bad} of {} benchmark files invalid", a.files.len() - skipped);
             }
             Ok(())
         }

@@ -10,23 +10,24 @@ use anyhow::{Context, bail};
 use arena_bench::metrics::metric_names;
 use arena_bench::spec::{self, MOTIONS_ROOT_ENV};
 use arena_sim::RobotConfig;
-use clap::Args;
+use clap::{ArgGroup, Args};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
+#[command(group(ArgGroup::new("agent").required(true).args(["policy", "onnx"])))]
 pub struct EvalArgs {
     /// Benchmark name (see `arena bench list`) or path to a benchmark file.
     #[arg(long)]
     benchmark: String,
-    /// Built-in policy to evaluate.
-    #[arg(long, value_enum, required_unless_present = "onnx")]
+    /// Built-in policy to evaluate (or give --onnx).
+    #[arg(long, value_enum)]
     policy: Option<BuiltinPolicy>,
     /// An exported policy (ONNX with mjlab / BeyondMimic or holosoma metadata) to evaluate
     /// instead, on a joint-position benchmark, as the server evaluates an uploaded one: the same
     /// engine and observation terms, the gains its metadata declares (checked against the
     /// benchmark's bounds). docs/bring-your-policy.md.
-    #[arg(long, conflicts_with = "policy", value_name = "FILE")]
+    #[arg(long, value_name = "FILE")]
     onnx: Option<PathBuf>,
     /// With --onnx: the benchmark's gain preset the policy was trained with, for a file that
     /// holds no PD gains (one without either is refused, as a hosted upload is).

@@ -32,7 +32,8 @@ enum Command {
     /// Simulator tools: export the robot model, roll out one episode, measure throughput.
     #[command(subcommand)]
     Sim(sim::SimCommand),
-    /// Motion tools: generate the built-in motions, inspect a motion file.
+    /// Motion tools: generate the built-in motions, inspect a motion file, export a benchmark's
+    /// clips as mjlab NPZ.
     #[command(subcommand)]
     Motion(motion::MotionCommand),
     /// Benchmark definitions: list, validate, show.
@@ -50,8 +51,8 @@ enum Command {
     /// Re-run a submission's stored episodes (seeds, DR draws, recorded actions) on the cpu or
     /// gpu backend and report how each trajectory and its metrics differ from the stored ones.
     Audit(Box<audit::AuditArgs>),
-    /// Run a whole benchmark in-process with a built-in policy; prints per-episode metrics and
-    /// aggregates, writes the report JSON.
+    /// Run a whole benchmark in-process with a built-in policy (--policy) or an exported ONNX
+    /// policy (--onnx); prints per-episode metrics and aggregates, writes the report JSON.
     Eval(eval::EvalArgs),
     /// Run the evaluation server: agent endpoints (WebSocket and gRPC on one port) and the REST API.
     Serve(serve::ServeArgs),

@@ -260,8 +260,15 @@ impl ConfigArgs {
                     "sim_backend" => "backend".to_string(),
                     other => other.replace('_', "-"),
                 };
-                // Where it can be set, not where it was: the value may be the default.
-                anyhow::anyhow!("{e} (set with {file}--{flag} or ARENA_{})", key.to_uppercase())
+                let var = format!("ARENA_{}", key.to_uppercase());
+                // Where it was set, when a flag or the environment set it (later sources win);
+                // else where it can be, as the value may be the default.
+                let typed = std::env::args().any(|a| a == format!("--{flag}") || a.starts_with(&format!("--{flag}=")));
+                match (typed, std::env::var_os(&var).is_some()) {
+                    (true, _) => anyhow::anyhow!("{e} (given with --{flag})"),
+                    (false, true) => anyhow::anyhow!("{e} (given with the environment variable {var})"),
+                    (false, false) => anyhow::anyhow!("{e} (set by {file}--{flag} or {var})"),
+                }
             }
             _ => e.into(),
         })?;

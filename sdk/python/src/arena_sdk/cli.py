@@ -53,8 +53,8 @@ your team's submissions with their results and the quota left in each phase.
 """
 
 EPILOG = """\
-examples (the team token from --token or $ARENA_TOKEN):
-  arena-agent examples/replay_agent.py:ReplayAgent --server http://127.0.0.1:8080 \\
+examples (the team token from --token or $ARENA_TOKEN; paths from the repository's root):
+  arena-agent sdk/python/examples/replay_agent.py:ReplayAgent --server http://127.0.0.1:8080 \\
       --token "$ARENA_TOKEN" --benchmark g1-smoke
   arena-agent my_pkg.policy:Policy --benchmark g1-smoke --transport grpc \\
       --practice squat --practice arm_wave

@@ -1518,10 +1518,13 @@ async fn a_list_over_a_batch_is_refused_undecoded() {
 }
 
 /// An agent that hangs with its connection open loses the request it missed, not the
-/// submission: after a missed deadline the lane claims no episode until the agent sends
-/// anything (here a heartbeat), and its silence ends the session with the rest still to run
-/// (before, the lane claimed and timed out a batch every step deadline, 32 episodes a second at
-/// the defaults, until the heartbeat timeout: most of a submission).
+/// submission: after a missed deadline the lane claims no episode until the agent answers
+/// something (here its late Action), and its silence ends the session with the rest still to
+/// run (before, the lane claimed and timed out a batch every step deadline, 32 episodes a second
+/// at the defaults, until the heartbeat timeout: most of a submission). Heartbeats alone do not
+/// count: an SDK sends them whether or not the requests reach it, so over a link stalled from
+/// server to agent each one handed the lane a batch the agent never saw (a network walkthrough:
+/// 4 of 6 episodes TIMEOUT with 0 steps).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_agent_loses_the_request_it_missed_not_the_submission() {
     let dir = tmp("faults-hung");
@@ -1542,20 +1545,27 @@ async fn a_hung_agent_loses_the_request_it_missed_not_the_submission() {
     let enc = Encoding::Json;
     let (mut ws, connected) = open(&server.ws_url(), &connect_msg(&token, "submission", ""), enc).await;
     let id = connected.submission_id.clone();
-    // The requests that come while the agent says nothing for `quiet`, and how the session ended
-    // if it did.
-    async fn silent_for(ws: &mut Socket, quiet: Duration) -> (Vec<u32>, Option<String>) {
+    // The requests (step, episode) that come while the agent sends nothing but a heartbeat every
+    // `beat` (if any) for `quiet`, and how the session ended if it did.
+    async fn quiet_for(ws: &mut Socket, quiet: Duration, beat: Option<Duration>) -> (Vec<(u64, u32)>, Option<String>) {
         let until = tokio::time::Instant::now() + quiet;
+        let mut next_beat = beat.map(|b| tokio::time::Instant::now() + b);
         let mut asked = Vec::new();
-        while let Ok(msg) = tokio::time::timeout_at(until, recv(ws)).await {
-            match msg {
-                Some(Msg::GetAction(g)) => asked.extend(g.observations.iter().map(|o| o.episode_id)),
-                Some(Msg::Disconnect(d)) => return (asked, Some(d.reason)),
-                None => return (asked, Some("closed".into())),
-                Some(_) => {}
+        loop {
+            let wake = next_beat.map_or(until, |b| b.min(until));
+            match tokio::time::timeout_at(wake, recv(ws)).await {
+                Ok(Some(Msg::GetAction(g))) => asked.extend(g.observations.iter().map(|o| (g.step, o.episode_id))),
+                Ok(Some(Msg::Disconnect(d))) => return (asked, Some(d.reason)),
+                Ok(None) => return (asked, Some("closed".into())),
+                Ok(Some(_)) => {}
+                Err(_) if wake == until => return (asked, None),
+                Err(_) => {
+                    let beat_msg = Msg::Heartbeat(protocol::Heartbeat { time: 1.0 });
+                    ws.send(frame(&beat_msg, Encoding::Json)).await.unwrap();
+                    next_beat = beat.map(|b| tokio::time::Instant::now() + b);
+                }
             }
         }
-        (asked, None)
     }
     let first = loop {
         if let Msg::GetAction(g) = recv(&mut ws).await.expect("session alive") {
@@ -1566,23 +1576,23 @@ async fn a_hung_agent_loses_the_request_it_missed_not_the_submission() {
     ws.send(frame(&action(first.step, episode, vec![0.0; 29]), enc))
         .await
         .unwrap();
-    // Silent: the next request is missed, and nothing more is asked.
-    let (asked, ended) = silent_for(&mut ws, Duration::from_millis(1500)).await;
-    assert_eq!(
-        (asked.as_slice(), ended),
-        (&[episode][..], None),
-        "one request missed, no more asked"
-    );
-    // A heartbeat: the agent is there, and gets an episode again; then silence ends the session.
-    let beat = Msg::Heartbeat(protocol::Heartbeat { time: 1.0 });
-    ws.send(frame(&beat, enc)).await.unwrap();
-    let (asked, ended) = silent_for(&mut ws, Duration::from_secs(10)).await;
+    // Heartbeats only, as an SDK sends over a link stalled towards it: the next request is
+    // missed, and nothing more is asked (the heartbeats also keep the session from timing out).
+    let (asked, ended) = quiet_for(&mut ws, Duration::from_millis(4000), Some(Duration::from_millis(500))).await;
+    assert_eq!(asked.len(), 1, "one request missed, no more asked: {asked:?}");
+    assert_eq!((asked[0].1, ended), (episode, None));
+    // Its late answer: the agent reads the requests, and gets an episode again; then silence
+    // ends the session.
+    ws.send(frame(&action(asked[0].0, episode, vec![0.0; 29]), enc))
+        .await
+        .unwrap();
+    let (asked, ended) = quiet_for(&mut ws, Duration::from_secs(10), None).await;
     assert_eq!(
         asked.len(),
         1,
-        "one new episode's request after the heartbeat: {asked:?}"
+        "one new episode's request after the late answer: {asked:?}"
     );
-    assert_ne!(asked[0], episode);
+    assert_ne!(asked[0].1, episode);
     assert_eq!(ended.as_deref(), Some("heartbeat_timeout"));
     let (status, results) = server.get(&format!("/api/v1/submissions/{id}/results"), Some(ADMIN));
     assert_eq!(status, 200, "{results}");

@@ -381,13 +381,13 @@ where
         batch,
         "session started"
     );
-    let heard = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let answers_heard = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let ctx = Arc::new(RunContext {
         benchmark: admitted.benchmark.clone(),
         gains: admitted.gains.clone(),
         out: out.clone(),
         step_timeout,
-        heard: heard.clone(),
+        answers_heard: answers_heard.clone(),
         lanes,
         batch,
         sim_threads: config.sim_threads as usize,
@@ -428,7 +428,12 @@ where
                 let message = message.unwrap_or(Incoming::Closed);
                 if !matches!(message, Incoming::Closed) {
                     last_heard = Instant::now();
-                    heard.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                // Only an Action shows that the agent received a request (the SDKs send
+                // heartbeats of their own whether or not anything arrives): a lane whose
+                // request went unanswered claims again on this (`RunContext::answers_heard`).
+                if matches!(message, Incoming::Msg(Msg::Action(_))) {
+                    answers_heard.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
                 match message {
                     Incoming::Closed => {

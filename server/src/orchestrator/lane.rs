@@ -154,8 +154,8 @@ struct Lane<'a> {
     /// Where running episodes' parts are written as they run; `None` where each is written
     /// whole when it ends (practice sessions, remote stores).
     drafts: Option<Drafts<'a>>,
-    /// Set when the agent missed a step deadline: how many messages the session had heard
-    /// from it then ([`RunContext::heard`]). Until it sends anything more, the lane claims no
+    /// Set when the agent missed a step deadline: how many Actions the session had heard from
+    /// it then ([`RunContext::answers_heard`]). Until it answers anything more, the lane claims no
     /// episode: a hung agent whose connection stays open loses the request's episodes, not
     /// every episode the lane could claim before the heartbeat timeout (32 a second at the
     /// defaults, most of a submission).
@@ -243,9 +243,11 @@ impl<'a> Lane<'a> {
             }
             let idle = self.slots.iter().all(Option::is_none);
             if let Some(heard) = self.missed_deadline {
-                // A late answer, a heartbeat, anything: the agent is there, and is given episodes
-                // again. Silence ends the session (the gateway's heartbeat timeout).
-                if answered_late || self.ctx.heard.load(Ordering::Relaxed) != heard || !idle {
+                // An answer, late or to another lane's request: the agent is there and reads
+                // the requests, and is given episodes again. A heartbeat alone is not enough
+                // (`RunContext::answers_heard`); silence ends the session (the gateway's
+                // heartbeat timeout), and so does the client's reconnect.
+                if answered_late || self.ctx.answers_heard.load(Ordering::Relaxed) != heard || !idle {
                     self.missed_deadline = None;
                 } else {
                     std::thread::sleep(IDLE_POLL);
@@ -305,7 +307,7 @@ impl<'a> Lane<'a> {
                             "the agent missed step {step}'s deadline: no new episode on this lane until it sends anything"
                         );
                     }
-                    self.missed_deadline = Some(self.ctx.heard.load(Ordering::Relaxed));
+                    self.missed_deadline = Some(self.ctx.answers_heard.load(Ordering::Relaxed));
                     let reason = format!(
                         "no Action for GetAction step {step} (a session-wide request counter) within the {:.3} s step deadline",
                         timeout.as_secs_f64()

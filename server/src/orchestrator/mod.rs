@@ -104,9 +104,12 @@ pub struct RunContext {
     /// Messages to the agent (the gateway encodes and sends them).
     pub out: crate::outbox::Outbox,
     pub step_timeout: Duration,
-    /// Messages the session has received from the agent, of any kind (the gateway counts
-    /// them): a lane whose agent missed a deadline waits for this to move.
-    pub heard: Arc<std::sync::atomic::AtomicU64>,
+    /// Actions the session has received from the agent, for any step, late ones included (the
+    /// gateway counts them): a lane whose agent missed a deadline waits for this to move. Not
+    /// heartbeats: a client sends its own whether or not the server's requests reach it, so
+    /// over a link that has stopped one way they would hand the lane episodes the agent
+    /// never sees.
+    pub answers_heard: Arc<std::sync::atomic::AtomicU64>,
     pub lanes: usize,
     /// Envs per lane (episodes per GetAction).
     pub batch: usize,

@@ -458,6 +458,15 @@ fn quota_error(e: StorageError, team: &Team, phase: Option<&Phase>, now_ms: i64)
             e.to_string(),
         );
     }
+    if let StorageError::ConnectKeyTaken(_) = &e {
+        // Two connects with one key at once: the other's submission is the one; its retry
+        // attaches to it (the SDKs retry `submission_busy`).
+        return AccessError::new(
+            StatusCode::CONFLICT,
+            codes::SUBMISSION_BUSY,
+            "another connect with this connect_key is creating its submission; connect again to attach to it",
+        );
+    }
     let StorageError::QuotaExceeded { limit, used, daily } = e else {
         return e.into();
     };

@@ -181,6 +181,89 @@ fn run_in_phase(server: &ServerProc, token: &str, phase: &str) -> (client::RunSu
 
 // ---------------------------------------------------------------------------------------------
 
+/// A connect lost before its `connected` arrived made a submission whose id its client never
+/// learnt: the client's next connect, with the same `connect_key`, attaches to that submission
+/// instead of making another, which a phase's daily quota of 1 then refused (a network
+/// walkthrough: the day's submission lost to one dropped packet, and elsewhere a second
+/// submission left RUNNING for a day). Another key is another submission; a key of another
+/// form is refused.
+#[test]
+fn a_connect_key_attaches_the_submission_a_lost_connect_made() {
+    let dir = tmp("access-connect-key");
+    let server = ServerProc::start(&dir, &[]);
+    let (_, alpha) = team(&server, "alpha");
+    let (_, beta) = team(&server, "beta");
+    let challenge = r#"{"id": "cup", "title": "The Cup"}"#;
+    ok(server.post("/api/v1/challenges", Some(ADMIN), challenge), 201);
+    create_phase(
+        &server,
+        json!({"id": "daily", "benchmark": "g1-smoke", "starts_at": at(-HOUR), "ends_at": at(HOUR), "max_submissions_per_day": 1}),
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // Connects and reads the answer: the connected submission's id, or the refusal. The
+    // connection is then dropped, as one lost would be.
+    let answer = |token: &str, key: &str| -> Result<String, protocol::Error> {
+        let mut c = connect(token, "submission", "", "daily");
+        c.connect_key = key.into();
+        runtime.block_on(async {
+            let (mut ws, _) = tokio_tungstenite::connect_async(server.ws_url()).await.unwrap();
+            let Frame::Binary(bytes) = protocol::encode(&Msg::Connect(c), Encoding::Binary) else {
+                unreachable!("binary encoding")
+            };
+            ws.send(Message::Binary(bytes.into())).await.unwrap();
+            loop {
+                match tokio::time::timeout(Duration::from_secs(30), ws.next())
+                    .await
+                    .expect("an answer")
+                {
+                    Some(Ok(Message::Binary(b))) => match protocol::decode_binary(&b).unwrap() {
+                        Msg::Connected(c) => return Ok(c.submission_id),
+                        Msg::Error(e) if e.code == codes::SUBMISSION_BUSY => {
+                            // The lost connection's session is still being torn down.
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            let (again, _) = tokio_tungstenite::connect_async(server.ws_url()).await.unwrap();
+                            ws = again;
+                            let mut c = connect(token, "submission", "", "daily");
+                            c.connect_key = key.into();
+                            let Frame::Binary(bytes) = protocol::encode(&Msg::Connect(c), Encoding::Binary) else {
+                                unreachable!("binary encoding")
+                            };
+                            ws.send(Message::Binary(bytes.into())).await.unwrap();
+                        }
+                        Msg::Error(e) => return Err(e),
+                        _ => {}
+                    },
+                    other => panic!("the session ended without an answer: {other:?}"),
+                }
+            }
+        })
+    };
+    let first = answer(&alpha, "3f2a9c0e6b8d4e1fa7c5d2b9e0f1a3c4").unwrap();
+    // The same key again: the same submission, and the quota is not spent twice.
+    let again = answer(&alpha, "3f2a9c0e6b8d4e1fa7c5d2b9e0f1a3c4").unwrap();
+    assert_eq!(again, first);
+    // Another key is another submission, which the day's quota refuses.
+    let other = answer(&alpha, "another-key").unwrap_err();
+    protocol_refused(&other, codes::QUOTA_EXCEEDED, "has used 1 of its 1");
+    // The key names the team's submission only: another team's same key is its own.
+    let beta_first = answer(&beta, "3f2a9c0e6b8d4e1fa7c5d2b9e0f1a3c4").unwrap();
+    assert_ne!(beta_first, first);
+    let bad = answer(&beta, "not a key").unwrap_err();
+    protocol_refused(&bad, codes::INVALID_MESSAGE, "connect.connect_key");
+    let (_, subs) = server.get("/api/v1/submissions", Some(&alpha));
+    let ids: Vec<&str> = subs["submissions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["id"].as_str())
+        .collect();
+    assert_eq!(ids, [first.as_str()], "{subs}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// The admin API: validation of challenges and phases, teams, members, tokens; the token matrix
 /// (none, malformed, unknown, revoked, expired); quotas over REST and the protocol.
 #[test]

@@ -38,6 +38,7 @@ async fn submission_of_g1_smoke(dir: &Path, id: &str) -> (Storage, Arc<LoadedBen
         phase_id: None,
         benchmark_version: 1,
         benchmark_definition: None,
+        connect_key: None,
     };
     storage
         .create_submission(&submission, &new_episodes(&full))
@@ -68,7 +69,7 @@ async fn run_zero_agent(
         gains: None,
         out,
         step_timeout: Duration::from_secs(30),
-        heard: Default::default(),
+        answers_heard: Default::default(),
         lanes: 1,
         batch,
         sim_threads: 1,

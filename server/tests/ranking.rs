@@ -398,6 +398,7 @@ fn older_reports_get_their_summary_when_the_server_starts() {
             phase_id: None,
             benchmark_version: 1,
             benchmark_definition: None,
+            connect_key: None,
         };
         storage.create_submission(&new, &[]).await.unwrap();
         storage
@@ -434,6 +435,7 @@ fn older_reports_get_their_summary_when_the_server_starts() {
             phase_id: None,
             benchmark_version: 1,
             benchmark_definition: None,
+            connect_key: None,
         };
         state.storage.create_submission(&new, &[]).await.unwrap();
         state
@@ -476,6 +478,7 @@ fn a_cached_board_rereads_only_what_changed() {
                 phase_id: None,
                 benchmark_version: 1,
                 benchmark_definition: None,
+                connect_key: None,
             };
             storage.create_submission(&new, &[]).await.unwrap();
             storage

@@ -141,6 +141,7 @@ fn new_submission(id: &str, team_id: i64, benchmark: &str) -> NewSubmission {
         phase_id: None,
         benchmark_version: 1,
         benchmark_definition: None,
+        connect_key: None,
     }
 }
 

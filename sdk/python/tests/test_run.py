@@ -800,6 +800,55 @@ def test_what_a_server_sent_before_resetting_the_connection_is_not_lost(monkeypa
     assert summary.submission_status == "COMPLETED" and summary.reconnects == 0, summary
 
 
+def test_a_connect_lost_before_its_answer_is_retried_with_the_same_connect_key() -> None:
+    """The first connection ends after its connect, before `connected` (the server made a
+    submission the client never heard of): the retry carries the same connect key, so the
+    server attaches it to that submission instead of making another; once connected, a
+    reconnect names the submission instead."""
+    from websockets.sync.server import serve
+
+    connects: list[pb.Connect] = []
+
+    def handler(ws) -> None:  # type: ignore[no-untyped-def]
+        envelope = pb.Envelope()
+        envelope.ParseFromString(ws.recv())
+        connects.append(envelope.connect)
+        if len(connects) == 1:
+            ws.close()  # lost before the answer
+            return
+        connected = pb.Envelope()
+        connected.connected.submission_id = "sub-1"
+        connected.connected.episodes_total = 1
+        connected.connected.spec.action_size = 29
+        connected.connected.spec.observations.add(name="x", size=1)
+        ws.send(connected.SerializeToString())
+        if len(connects) == 2:
+            ws.close()  # lost after it: the next connect names the submission
+            return
+        bye = pb.Envelope()
+        bye.disconnect.reason = "submission_complete"
+        bye.disconnect.submission_status = "COMPLETED"
+        ws.send(bye.SerializeToString())
+
+    with serve(handler, "127.0.0.1", 0) as ws_server:
+        threading.Thread(target=ws_server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{ws_server.socket.getsockname()[1]}"
+        summary = run(RecordingAgent(), url, "t", benchmark="b", max_reconnects=3)
+        ws_server.shutdown()
+    assert summary.submission_status == "COMPLETED", summary
+    keys = [c.connect_key for c in connects]
+    assert len(keys) == 3 and len(keys[0]) == 32 and keys[1] == keys[0], keys
+    assert (keys[2], connects[2].submission_id) == ("", "sub-1"), connects[2]
+    # Another run makes another key.
+    with serve(handler, "127.0.0.1", 0) as ws_server:
+        connects.clear()
+        threading.Thread(target=ws_server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{ws_server.socket.getsockname()[1]}"
+        run(RecordingAgent(), url, "t", benchmark="b", max_reconnects=3)
+        ws_server.shutdown()
+    assert connects[0].connect_key not in keys
+
+
 class CancelOnceAgent(RecordingAgent):
     """Has the organiser cancel its own submission at its fifth request."""
 

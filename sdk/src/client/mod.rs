@@ -248,6 +248,20 @@ struct RunState {
     /// Practice: the indices (in `Mode::Practice::episodes`) of the episodes that ended; a
     /// reconnect asks only for the others.
     practice_done: std::collections::HashSet<usize>,
+    /// Sent with each connect until one is `connected` to a submission (`Connect.connect_key`):
+    /// a connect lost before its answer came made a submission whose id this client never
+    /// learnt, and the next connect attaches to it instead of making another.
+    connect_key: String,
+}
+
+/// A key no other run of the team will make: 128 bits from the standard library's randomly
+/// keyed hasher (seeded by the OS), over the time and the process.
+fn new_connect_key() -> String {
+    use std::hash::BuildHasher;
+    let half = |salt: u8| {
+        std::collections::hash_map::RandomState::new().hash_one((salt, SystemTime::now(), std::process::id()))
+    };
+    format!("{:016x}{:016x}", half(1), half(2))
 }
 
 /// Runs the session described by `config` with `agent` until the submission completes (or the
@@ -267,6 +281,7 @@ pub async fn run(
         reached: false,
         sessions: 0,
         practice_done: Default::default(),
+        connect_key: new_connect_key(),
     };
     if let Mode::Submission {
         submission_id: Some(id),
@@ -443,6 +458,10 @@ async fn session(
         joint_damping: config.joint_damping.clone(),
         gain_preset: config.gain_preset.clone(),
         reference_goal_once: config.reference_goal_once,
+        connect_key: match (mode, state.summary.submission_id.is_empty()) {
+            ("submission", true) => state.connect_key.clone(),
+            _ => String::new(),
+        },
     });
     let mut connection = match Connection::open(config, connect).await {
         Ok(c) => c,
@@ -855,6 +874,76 @@ mod tests {
             let within = format!("did not take a session within {} s", restart_wait.as_secs_f64());
             assert!(last_error.contains(&within), "{last_error}");
         }
+    }
+
+    /// The first connection ends after its connect, before `connected` (the server made a
+    /// submission this client never heard of): the retry carries the same connect key, so the
+    /// server attaches it to that submission; after a `connected`, a reconnect names the
+    /// submission instead. Another run makes another key.
+    #[test]
+    fn a_connect_lost_before_its_answer_is_retried_with_the_same_key() {
+        let run_once = || {
+            let connects = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Connect>::new()));
+            let seen = connects.clone();
+            let connector = LocalConnector(std::sync::Arc::new(move || {
+                let (requests, mut from_client) = tokio::sync::mpsc::unbounded_channel();
+                let (to_client, responses) = tokio::sync::mpsc::unbounded_channel();
+                let seen = seen.clone();
+                std::thread::spawn(move || {
+                    let Some(Msg::Connect(c)) = from_client.blocking_recv() else {
+                        return;
+                    };
+                    let n = {
+                        let mut seen = seen.lock().unwrap();
+                        seen.push(c);
+                        seen.len()
+                    };
+                    if n == 1 {
+                        return; // lost before the answer
+                    }
+                    let _ = to_client.send(Msg::Connected(crate::protocol::Connected {
+                        submission_id: "sub-1".into(),
+                        episodes_total: 1,
+                        spec: Some(crate::protocol::EpisodeSpec {
+                            action_size: 29,
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }));
+                    if n == 3 {
+                        let _ = to_client.send(Msg::Disconnect(Disconnect {
+                            reason: "submission_complete".into(),
+                            submission_status: "COMPLETED".into(),
+                        }));
+                        // The client reads to the end of the session.
+                        while from_client.blocking_recv().is_some() {}
+                    }
+                });
+                (requests, responses)
+            }));
+            let mut config = ClientConfig::new(
+                "local://keyed",
+                "t",
+                Mode::Submission {
+                    benchmark: "b".into(),
+                    submission_id: None,
+                },
+            );
+            config.local = Some(connector);
+            config.max_reconnects = 3;
+            config.initial_backoff = Duration::from_millis(10);
+            config.max_backoff = Duration::from_millis(20);
+            let mut agent = crate::agents::ZeroAgent::default();
+            let summary = run_blocking(&config, &mut agent, &mut |_| {}).unwrap();
+            assert_eq!(summary.submission_id, "sub-1");
+            connects.lock().unwrap().clone()
+        };
+        let connects = run_once();
+        let keys: Vec<&str> = connects.iter().map(|c| c.connect_key.as_str()).collect();
+        assert_eq!(keys.len(), 3, "{connects:?}");
+        assert_eq!((keys[0].len(), keys[1]), (32, keys[0]), "{keys:?}");
+        assert_eq!((keys[2], connects[2].submission_id.as_str()), ("", "sub-1"));
+        assert_ne!(run_once()[0].connect_key, keys[0], "another run, another key");
     }
 
     #[test]

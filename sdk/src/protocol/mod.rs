@@ -363,6 +363,7 @@ mod tests {
                 joint_damping: vec![2.5; 29],
                 gain_preset: String::new(),
                 reference_goal_once: true,
+                connect_key: "3f2a9c0e6b8d4e1f".into(),
             }),
             Msg::GetAction(GetAction {
                 step: 7,

@@ -86,6 +86,7 @@ pub(super) async fn create_planned(
             phase_id: plan.phase.as_ref().map(|p| p.id.clone()),
             benchmark_version: benchmark.spec.version,
             benchmark_definition: Some(benchmark.definition.clone()),
+            connect_key: None,
         },
         &runner::new_episodes(benchmark),
         plan.phase.as_ref(),

@@ -108,9 +108,16 @@ pub(super) async fn admit(
         hosted: hosted.is_some(),
         accepted_in_window: false,
     };
-    if !practice && !c.submission_id.is_empty() {
-        let s = match state.storage.submission(&c.submission_id).await {
-            Ok(Some(s)) if s.team_id == team.id => s,
+    // A connect that creates a submission may carry the client's key for it: a connect that
+    // comes again with the key (its first one lost before `connected` arrived) attaches to the
+    // submission the first created.
+    let connect_key = match (practice, c.submission_id.is_empty(), c.connect_key.as_str()) {
+        (false, true, key) if !key.is_empty() => Some(check_connect_key(key)?),
+        _ => None,
+    };
+    let existing = if !practice && !c.submission_id.is_empty() {
+        match state.storage.submission(&c.submission_id).await {
+            Ok(Some(s)) if s.team_id == team.id => Some(s),
             Ok(_) => {
                 return Err(refuse(
                     codes::UNKNOWN_SUBMISSION,
@@ -118,7 +125,17 @@ pub(super) async fn admit(
                 ));
             }
             Err(e) => return Err(refuse_internal("reading the submission", e)),
-        };
+        }
+    } else if let Some(key) = connect_key {
+        state
+            .storage
+            .submission_by_connect_key(team.id, key)
+            .await
+            .map_err(|e| refuse_internal("reading the connect key's submission", e))?
+    } else {
+        None
+    };
+    if let Some(s) = existing {
         // A hosted submission's results are those of its uploaded file: only the server's own
         // run of that file attaches to it (before, any agent of the team could run it while
         // the submission still showed the file).
@@ -310,6 +327,7 @@ pub(super) async fn admit(
                 phase_id: plan.phase.as_ref().map(|p| p.id.clone()),
                 benchmark_version: benchmark.spec.version,
                 benchmark_definition: Some(benchmark.definition.clone()),
+                connect_key: connect_key.map(str::to_string),
             };
             access::create_submission(
                 &state.storage,
@@ -368,6 +386,25 @@ pub(super) async fn admit(
         renamed,
         place,
     })
+}
+
+/// The longest `Connect.connect_key`.
+const MAX_CONNECT_KEY: usize = 64;
+
+/// `key` if it is a connect key: 1 to 64 characters of A-Z, a-z, 0-9, '-' and '_' (a UUID's
+/// text is one).
+fn check_connect_key(key: &str) -> Result<&str, Box<Msg>> {
+    let fits = key.len() <= MAX_CONNECT_KEY && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    match fits {
+        true => Ok(key),
+        false => Err(refuse(
+            codes::INVALID_MESSAGE,
+            format!(
+                "connect.connect_key {}: expected 1-{MAX_CONNECT_KEY} characters of A-Z, a-z, 0-9, '-' and '_'",
+                quoted(key)
+            ),
+        )),
+    }
 }
 
 /// A resumed submission runs the episodes it was created with: its benchmark must still be the

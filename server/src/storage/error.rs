@@ -43,6 +43,10 @@ pub enum StorageError {
          restore the file) before it takes new submissions"
     )]
     BenchmarkChanged { benchmark: String, version: u32 },
+    /// A new submission's connect key already names a submission of its team (two connects
+    /// with one key at once); nothing was stored.
+    #[error("connect key {0:?} already names a submission of the team")]
+    ConnectKeyTaken(String),
     /// A new submission would exceed a phase's quota ([`Quota`]); nothing was stored.
     #[error(
         "quota exceeded: {used} of {limit} submission(s) {}",

@@ -98,6 +98,11 @@ pub struct NewSubmission {
     /// version records it, and one under the same version with another is refused
     /// ([`StorageError::BenchmarkChanged`]). `None` checks nothing.
     pub benchmark_definition: Option<String>,
+    /// The key of the connect that creates it (`Connect.connect_key`), recorded in the same
+    /// transaction: a second submission of the team under one key is
+    /// [`StorageError::ConnectKeyTaken`]. `None` for submissions made otherwise.
+    #[serde(default)]
+    pub connect_key: Option<String>,
 }
 
 /// A stored submission.

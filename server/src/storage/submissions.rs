@@ -90,6 +90,24 @@ impl Storage {
                 }
             }
         })?;
+        if let Some(key) = &sub.connect_key {
+            sqlx::query(
+                "INSERT INTO connect_keys (team_id, connect_key, submission_id, created_at) VALUES ($1, $2, $3, $4)",
+            )
+            .bind(sub.team_id)
+            .bind(key)
+            .bind(id)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| match is_unique_violation(&e) {
+                true => StorageError::ConnectKeyTaken(key.clone()),
+                false => StorageError::Database {
+                    context: context(),
+                    cause: e,
+                },
+            })?;
+        }
         for chunk in episodes.chunks(INSERT_CHUNK) {
             let mut sql = String::from(
                 "INSERT INTO episodes (submission_id, idx, motion, category, start_s, duration_s, seed, dr_level, \
@@ -168,6 +186,21 @@ impl Storage {
         .await
         .ctx(|| format!("reading submission {id}"))?;
         row.as_ref().map(submission_from_row).transpose()
+    }
+
+    /// The submission the team created with a connect that carried `key` (`Connect.connect_key`).
+    pub async fn submission_by_connect_key(&self, team_id: i64, key: &str) -> Result<Option<Submission>, StorageError> {
+        let id: Option<String> =
+            sqlx::query_scalar("SELECT submission_id FROM connect_keys WHERE team_id = $1 AND connect_key = $2")
+                .bind(team_id)
+                .bind(key)
+                .fetch_optional(&self.pool)
+                .await
+                .ctx(|| format!("reading connect key {key:?}"))?;
+        match id {
+            Some(id) => self.submission(&id).await,
+            None => Ok(None),
+        }
     }
 
     /// Submissions, newest first; `team` keeps only that team's.

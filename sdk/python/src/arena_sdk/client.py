@@ -9,6 +9,7 @@ import collections
 import logging
 import math
 import time
+import uuid
 from datetime import datetime
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -400,6 +401,10 @@ class _Runner:
         self.sessions = 0
         # The last session ended with the server saying it is stopping.
         self.server_stopping = False
+        # Sent with each connect until one is `connected` to a submission (Connect.connect_key):
+        # a connect lost before its answer came made a submission whose id this client never
+        # learnt, and the next connect attaches to it instead of making another.
+        self.connect_key = uuid.uuid4().hex
 
     def session(self) -> str | None:
         """One connection: None when the run is over, else why the connection was lost."""
@@ -413,6 +418,7 @@ class _Runner:
             phase=self.phase,
             gains=self.gains,
             reference_goal_once=self.reference_goal_once,
+            connect_key=self.connect_key if self.practice is None and not self.summary.submission_id else "",
         )
         try:
             connection = open_transport(self.endpoint, self.encoding, self.connect_timeout_s)
@@ -709,6 +715,7 @@ def _connect_envelope(
     phase: str,
     gains: _Gains,
     reference_goal_once: bool,
+    connect_key: str = "",
 ) -> pb.Envelope:
     envelope = pb.Envelope()
     c = envelope.connect
@@ -724,6 +731,7 @@ def _connect_envelope(
     c.joint_damping.extend(gains.damping)
     c.gain_preset = gains.preset
     c.reference_goal_once = reference_goal_once
+    c.connect_key = connect_key
     return envelope
 
 

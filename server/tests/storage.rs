@@ -110,6 +110,7 @@ on_both_engines!(
     a_stale_runs_cleanup_leaves_the_newer_claim,
     own_runs_committed_meanwhile_are_not_another_servers,
     a_version_takes_one_definition,
+    a_connect_key_names_one_submission_of_its_team,
 );
 
 async fn open(url: &str, engine: Engine) -> Storage {
@@ -1874,4 +1875,44 @@ async fn a_version_takes_one_definition(url: String, engine: Engine) {
         .create_submission(&new_submission("d6", team, "bench-a"), &episodes)
         .await
         .unwrap();
+}
+
+/// A submission made by a connect with a key is found by the team's key; the key names one
+/// submission of its team (a second is refused, storing nothing), and another team's same key is
+/// its own.
+async fn a_connect_key_names_one_submission_of_its_team(url: String, engine: Engine) {
+    let storage = open(&url, engine).await;
+    let team = |name: &str| {
+        let storage = &storage;
+        let name = name.to_string();
+        async move { storage.create_team(&name, &hash_token(&name)).await.unwrap().id }
+    };
+    let (red, blue) = (team("keyed-red").await, team("keyed-blue").await);
+    let keyed = |id: &str, team: i64, key: &str| {
+        let mut s = new_submission(id, team, "bench-a");
+        s.connect_key = Some(key.into());
+        s
+    };
+    let episodes = [episode(0)];
+    assert!(storage.submission_by_connect_key(red, "k1").await.unwrap().is_none());
+    storage
+        .create_submission(&keyed("k-red-1", red, "k1"), &episodes)
+        .await
+        .unwrap();
+    let found = storage.submission_by_connect_key(red, "k1").await.unwrap().unwrap();
+    assert_eq!(found.id, "k-red-1");
+    match storage.create_submission(&keyed("k-red-2", red, "k1"), &episodes).await {
+        Err(StorageError::ConnectKeyTaken(key)) => assert_eq!(key, "k1"),
+        other => panic!("expected ConnectKeyTaken, got {other:?}"),
+    }
+    assert!(storage.submission("k-red-2").await.unwrap().is_none(), "nothing stored");
+    storage
+        .create_submission(&keyed("k-blue-1", blue, "k1"), &episodes)
+        .await
+        .unwrap();
+    assert_eq!(
+        storage.submission_by_connect_key(blue, "k1").await.unwrap().unwrap().id,
+        "k-blue-1"
+    );
+    assert!(storage.submission_by_connect_key(red, "k2").await.unwrap().is_none());
 }

@@ -7,6 +7,7 @@
 pub mod access;
 pub mod api;
 pub mod app;
+pub mod attachments;
 pub mod catalog;
 pub mod cli;
 pub mod config;

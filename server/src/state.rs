@@ -24,8 +24,8 @@ pub struct AppState {
     pub catalog: Arc<Catalog>,
     /// Trajectories, reports and exports ([`crate::objects`]).
     pub objects: crate::objects::Objects,
-    /// Submissions with a connected session.
-    pub attached: Mutex<HashSet<String>>,
+    /// Submissions with a connected session ([`crate::attachments`]).
+    pub attached: Arc<crate::attachments::Attachments>,
     /// Hosted submissions this server runs now, or holds waiting for a place (`crate::hosted`).
     pub hosted_runs: Mutex<HashSet<String>>,
     /// Places for hosted runs: `config.hosted_runs()` at once.
@@ -252,7 +252,7 @@ impl AppState {
             storage,
             catalog,
             objects,
-            attached: Mutex::new(HashSet::new()),
+            attached: Default::default(),
             hosted_runs: Mutex::new(HashSet::new()),
             hosted_places,
             upload_checks: Arc::new(tokio::sync::Semaphore::new(UPLOAD_CHECKS)),
@@ -455,7 +455,7 @@ async fn expire_idle_submissions(state: std::sync::Weak<AppState>) {
             }
         };
         for id in idle {
-            if state.attached.lock().expect("attached lock").contains(&id) {
+            if state.attached.contains(&id) {
                 continue; // connected here, between two episodes
             }
             // Every episode ran: its completion failed (a full disk, a store down longer than

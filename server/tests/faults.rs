@@ -1517,6 +1517,65 @@ async fn a_list_over_a_batch_is_refused_undecoded() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A connection that dies without the server seeing it (a NAT's or Wi-Fi's drop sends no FIN):
+/// its client's next connect names the session it lost (`previous_session_id`) and takes the
+/// session's place at once, and the episodes the old connection was running are re-run as a
+/// lost connection's (attempt 2). Before, the connect was `submission_busy` until the old
+/// session's deadlines ran out, which ended those episodes as timeouts, for good (a network
+/// walkthrough: a 3 s stall lost all 6 episodes). A connect naming another session is still
+/// refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnect_naming_its_lost_session_takes_its_place() {
+    let dir = tmp("faults-take-over");
+    let server = ServerProc::start(&dir, &["--lanes", "1", "--step-timeout-s", "20"]);
+    let token = server.team("roaming");
+    let enc = Encoding::Binary;
+    let (mut lost, first) = open(&server.ws_url(), &connect_msg(&token, "submission", ""), enc).await;
+    let asked = loop {
+        if let Some(Msg::GetAction(g)) = recv(&mut lost).await {
+            break g;
+        }
+    };
+    let running: Vec<u32> = asked.observations.iter().map(|o| o.episode_id).collect();
+    // `lost` stays open and silent: to the server, the session goes on.
+    let again = |previous: &str| {
+        let mut c = connect_msg(&token, "submission", &first.submission_id);
+        if let Msg::Connect(c) = &mut c {
+            c.previous_session_id = previous.into();
+        }
+        c
+    };
+    let (mut other, _) = tokio_tungstenite::connect_async(server.ws_url()).await.unwrap();
+    other.send(frame(&again("ses-not-the-lost-one"), enc)).await.unwrap();
+    match recv(&mut other).await {
+        Some(Msg::Error(e)) => assert_eq!(e.code, codes::SUBMISSION_BUSY, "{e:?}"),
+        reply => panic!("expected submission_busy, got {reply:?}"),
+    }
+    let (mut ws, second) = tokio::time::timeout(
+        Duration::from_secs(15),
+        open(&server.ws_url(), &again(&first.session_id), enc),
+    )
+    .await
+    .expect("the lost session gave way");
+    assert_eq!(second.submission_id, first.submission_id);
+    assert_ne!(second.session_id, first.session_id);
+    let restarted = loop {
+        if let Some(Msg::EpisodeStart(s)) = recv(&mut ws).await {
+            break s;
+        }
+    };
+    let attempts: Vec<(u32, u32)> = restarted.episodes.iter().map(|e| (e.episode_id, e.attempt)).collect();
+    for id in &running {
+        assert!(
+            attempts.contains(&(*id, 2)),
+            "episode {id} re-run as attempt 2: {attempts:?}"
+        );
+    }
+    let (_, sessions) = server.get(&format!("/api/v1/submissions/{}", first.submission_id), Some(ADMIN));
+    assert!(sessions.to_string().contains(&first.session_id), "{sessions}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// An agent that hangs with its connection open loses the request it missed, not the
 /// submission: after a missed deadline the lane claims no episode until the agent answers
 /// something (here its late Action), and its silence ends the session with the rest still to

@@ -817,6 +817,7 @@ def test_a_connect_lost_before_its_answer_is_retried_with_the_same_connect_key()
             ws.close()  # lost before the answer
             return
         connected = pb.Envelope()
+        connected.connected.session_id = f"ses-{len(connects)}"
         connected.connected.submission_id = "sub-1"
         connected.connected.episodes_total = 1
         connected.connected.spec.action_size = 29
@@ -839,6 +840,8 @@ def test_a_connect_lost_before_its_answer_is_retried_with_the_same_connect_key()
     keys = [c.connect_key for c in connects]
     assert len(keys) == 3 and len(keys[0]) == 32 and keys[1] == keys[0], keys
     assert (keys[2], connects[2].submission_id) == ("", "sub-1"), connects[2]
+    # The session the lost connection had is named, so the server can hand it over.
+    assert [c.previous_session_id for c in connects] == ["", "", "ses-2"], connects
     # Another run makes another key.
     with serve(handler, "127.0.0.1", 0) as ws_server:
         connects.clear()

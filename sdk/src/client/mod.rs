@@ -252,6 +252,9 @@ struct RunState {
     /// a connect lost before its answer came made a submission whose id this client never
     /// learnt, and the next connect attaches to it instead of making another.
     connect_key: String,
+    /// The session the last `connected` opened (`Connect.previous_session_id` on the next
+    /// connect: a lost connection the server has not noticed gives way to the new one).
+    last_session_id: String,
 }
 
 /// A key no other run of the team will make: 128 bits from the standard library's randomly
@@ -282,6 +285,7 @@ pub async fn run(
         sessions: 0,
         practice_done: Default::default(),
         connect_key: new_connect_key(),
+        last_session_id: String::new(),
     };
     if let Mode::Submission {
         submission_id: Some(id),
@@ -462,6 +466,10 @@ async fn session(
             ("submission", true) => state.connect_key.clone(),
             _ => String::new(),
         },
+        previous_session_id: match mode {
+            "submission" => state.last_session_id.clone(),
+            _ => String::new(),
+        },
     });
     let mut connection = match Connection::open(config, connect).await {
         Ok(c) => c,
@@ -549,6 +557,7 @@ async fn session(
                 }
                 state.summary.submission_id = c.submission_id.clone();
                 state.summary.episodes_total = c.episodes_total;
+                state.last_session_id.clone_from(&c.session_id);
                 // Told first: an agent that cannot serve the spec leaves a submission RUNNING,
                 // and the user needs its id to resume or cancel it.
                 on_event(ClientEvent::Connected(&c));
@@ -902,6 +911,7 @@ mod tests {
                         return; // lost before the answer
                     }
                     let _ = to_client.send(Msg::Connected(crate::protocol::Connected {
+                        session_id: format!("ses-{n}"),
                         submission_id: "sub-1".into(),
                         episodes_total: 1,
                         spec: Some(crate::protocol::EpisodeSpec {
@@ -943,6 +953,14 @@ mod tests {
         assert_eq!(keys.len(), 3, "{connects:?}");
         assert_eq!((keys[0].len(), keys[1]), (32, keys[0]), "{keys:?}");
         assert_eq!((keys[2], connects[2].submission_id.as_str()), ("", "sub-1"));
+        // The session the lost connection had is named, so the server can hand it over.
+        assert_eq!(
+            (
+                connects[1].previous_session_id.as_str(),
+                connects[2].previous_session_id.as_str()
+            ),
+            ("", "ses-2")
+        );
         assert_ne!(run_once()[0].connect_key, keys[0], "another run, another key");
     }
 

@@ -364,6 +364,7 @@ mod tests {
                 gain_preset: String::new(),
                 reference_goal_once: true,
                 connect_key: "3f2a9c0e6b8d4e1f".into(),
+                previous_session_id: "ses-0123".into(),
             }),
             Msg::GetAction(GetAction {
                 step: 7,

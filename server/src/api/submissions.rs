@@ -258,7 +258,7 @@ pub(super) async fn get_submission(
     // An unfinished submission with no session here and no episode running anywhere waits for
     // its agent to reconnect (the pages say so, not "updating"). Episodes still RUNNING under
     // a lease that ran out (a replica that died) run nowhere.
-    let attached = state.attached.lock().expect("attached lock").contains(&id);
+    let attached = state.attached.contains(&id);
     let awaiting = !s.status.is_final() && !attached && (running == 0 || state.storage.live_claims(&id).await? == 0);
     v["awaiting_agent"] = json!(awaiting);
     if state.config.idle_submission_expiry_s > 0.0 {

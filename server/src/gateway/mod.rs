@@ -198,6 +198,15 @@ where
     }
 }
 
+/// Resolves when the session's submission is handed to its client's new connection (never
+/// for a practice session, which holds none).
+async fn given_way(attachment: Option<&crate::attachments::Attachment>) {
+    match attachment {
+        Some(a) => a.given_way().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// The client's first message with protocol meaning, or None when `limit` has passed since the
 /// connection opened. The deadline is the connection's, not each message's: transport frames
 /// with no meaning (pings) do not extend it.
@@ -212,18 +221,6 @@ where
             Ok(first) => return Some(first.unwrap_or(Incoming::Closed)),
             Err(_) => return None,
         }
-    }
-}
-
-/// Keeps a submission attached to at most one session; detaches on drop.
-struct Attachment {
-    state: Arc<AppState>,
-    id: String,
-}
-
-impl Drop for Attachment {
-    fn drop(&mut self) {
-        self.state.attached.lock().expect("attached lock").remove(&self.id);
     }
 }
 
@@ -254,19 +251,22 @@ where
     if state.session_stop.is_told() && !created {
         return Err(Box::new(shutdown()));
     }
-    let _attachment = match &admitted.submission {
-        Some(s) => {
-            if !state.attached.lock().expect("attached lock").insert(s.id.clone()) {
+    let session_id = format!("ses-{}", uuid::Uuid::new_v4().simple());
+    // One session per submission; the one the client lost gives way to it (`attachments`).
+    let attachment = match &admitted.submission {
+        Some(s) => match state
+            .attached
+            .attach(&s.id, &session_id, &connect.previous_session_id)
+            .await
+        {
+            Ok(a) => Some(a),
+            Err(_) => {
                 return Err(refuse(
                     codes::SUBMISSION_BUSY,
                     format!("submission {} is being run by another session; retry shortly", s.id),
                 ));
             }
-            Some(Attachment {
-                state: state.clone(),
-                id: s.id.clone(),
-            })
-        }
+        },
         None => None,
     };
     let config = &state.config;
@@ -303,7 +303,6 @@ where
     } else {
         crate::orchestrator::lanes_and_batch(config.lanes, max_batch, remaining)
     };
-    let session_id = format!("ses-{}", uuid::Uuid::new_v4().simple());
     let (practice_tx, source) = if practice {
         let (tx, rx) = mpsc::sync_channel(PRACTICE_WAITING);
         (Some(tx), JobSource::Practice(Mutex::new(rx)))
@@ -540,6 +539,13 @@ where
             () = &mut told, if inboxes.is_some() => {
                 tracing::info!(session = %session_id, "the server is stopping; ending the session");
                 let _ = out.send(shutdown());
+                inboxes = None;
+                practice_tx = None;
+            }
+            // The client lost this connection (the server had not noticed) and its new one
+            // takes the session's place: a lost connection, running episodes re-run.
+            () = given_way(attachment.as_ref()), if inboxes.is_some() => {
+                tracing::info!(session = %session_id, "agent connection replaced by its client's new one");
                 inboxes = None;
                 practice_tx = None;
             }

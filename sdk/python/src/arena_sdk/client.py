@@ -405,6 +405,9 @@ class _Runner:
         # a connect lost before its answer came made a submission whose id this client never
         # learnt, and the next connect attaches to it instead of making another.
         self.connect_key = uuid.uuid4().hex
+        # The session the last `connected` opened (Connect.previous_session_id on the next
+        # connect: a lost connection the server has not noticed gives way to the new one).
+        self.last_session_id = ""
 
     def session(self) -> str | None:
         """One connection: None when the run is over, else why the connection was lost."""
@@ -419,6 +422,7 @@ class _Runner:
             gains=self.gains,
             reference_goal_once=self.reference_goal_once,
             connect_key=self.connect_key if self.practice is None and not self.summary.submission_id else "",
+            previous_session_id=self.last_session_id if self.practice is None else "",
         )
         try:
             connection = open_transport(self.endpoint, self.encoding, self.connect_timeout_s)
@@ -543,6 +547,7 @@ class _Session:
         self.runner.sessions += 1
         summary = self.runner.summary
         summary.submission_id = c.submission_id
+        self.runner.last_session_id = c.session_id
         summary.benchmark = c.benchmark
         summary.episodes_total = c.episodes_total
         # Told first: an agent whose `configure` refuses the spec leaves a submission RUNNING,
@@ -716,6 +721,7 @@ def _connect_envelope(
     gains: _Gains,
     reference_goal_once: bool,
     connect_key: str = "",
+    previous_session_id: str = "",
 ) -> pb.Envelope:
     envelope = pb.Envelope()
     c = envelope.connect
@@ -732,6 +738,7 @@ def _connect_envelope(
     c.gain_preset = gains.preset
     c.reference_goal_once = reference_goal_once
     c.connect_key = connect_key
+    c.previous_session_id = previous_session_id
     return envelope
 
 

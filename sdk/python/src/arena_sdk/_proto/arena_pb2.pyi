@@ -31,7 +31,7 @@ class Envelope(_message.Message):
     def __init__(self, connect: _Optional[_Union[Connect, _Mapping]] = ..., connected: _Optional[_Union[Connected, _Mapping]] = ..., reset_episode: _Optional[_Union[ResetEpisode, _Mapping]] = ..., episode_start: _Optional[_Union[EpisodeStart, _Mapping]] = ..., get_action: _Optional[_Union[GetAction, _Mapping]] = ..., action: _Optional[_Union[Action, _Mapping]] = ..., episode_end: _Optional[_Union[EpisodeEnd, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., disconnect: _Optional[_Union[Disconnect, _Mapping]] = ...) -> None: ...
 
 class Connect(_message.Message):
-    __slots__ = ("protocol_version", "agent_name", "token", "mode", "benchmark", "submission_id", "max_batch", "phase", "joint_stiffness", "joint_damping", "gain_preset", "reference_goal_once", "connect_key")
+    __slots__ = ("protocol_version", "agent_name", "token", "mode", "benchmark", "submission_id", "max_batch", "phase", "joint_stiffness", "joint_damping", "gain_preset", "reference_goal_once", "connect_key", "previous_session_id")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
@@ -45,6 +45,7 @@ class Connect(_message.Message):
     GAIN_PRESET_FIELD_NUMBER: _ClassVar[int]
     REFERENCE_GOAL_ONCE_FIELD_NUMBER: _ClassVar[int]
     CONNECT_KEY_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     agent_name: str
     token: str
@@ -58,7 +59,8 @@ class Connect(_message.Message):
     gain_preset: str
     reference_goal_once: bool
     connect_key: str
-    def __init__(self, protocol_version: _Optional[int] = ..., agent_name: _Optional[str] = ..., token: _Optional[str] = ..., mode: _Optional[str] = ..., benchmark: _Optional[str] = ..., submission_id: _Optional[str] = ..., max_batch: _Optional[int] = ..., phase: _Optional[str] = ..., joint_stiffness: _Optional[_Iterable[float]] = ..., joint_damping: _Optional[_Iterable[float]] = ..., gain_preset: _Optional[str] = ..., reference_goal_once: _Optional[bool] = ..., connect_key: _Optional[str] = ...) -> None: ...
+    previous_session_id: str
+    def __init__(self, protocol_version: _Optional[int] = ..., agent_name: _Optional[str] = ..., token: _Optional[str] = ..., mode: _Optional[str] = ..., benchmark: _Optional[str] = ..., submission_id: _Optional[str] = ..., max_batch: _Optional[int] = ..., phase: _Optional[str] = ..., joint_stiffness: _Optional[_Iterable[float]] = ..., joint_damping: _Optional[_Iterable[float]] = ..., gain_preset: _Optional[str] = ..., reference_goal_once: _Optional[bool] = ..., connect_key: _Optional[str] = ..., previous_session_id: _Optional[str] = ...) -> None: ...
 
 class Connected(_message.Message):
     __slots__ = ("session_id", "protocol_version", "heartbeat_interval_s", "heartbeat_timeout_s", "submission_id", "benchmark", "episodes_total", "episodes_remaining", "spec")

@@ -738,7 +738,7 @@ fn check_characters(
 /// Unicode's explicit bidirectional formatting characters (embeddings, overrides, isolates):
 /// U+202E turns "gamma evil" into "gamma live" on a leaderboard. The implicit marks (U+200E,
 /// U+200F), which right-to-left text uses, are kept.
-fn is_bidi_control(c: char) -> bool {
+pub fn is_bidi_control(c: char) -> bool {
     matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
 }
 

@@ -87,11 +87,15 @@ async fn serve(file: PathBuf, url: &str, root: &std::path::Path, what: &str) -> 
             bytes,
         )
             .into_response(),
-        // A folder, or a name no file can have (a NUL): there is no such file to serve.
+        // A folder, or a name no file can have (a NUL, a name longer than the file system
+        // takes): there is no such file to serve.
         Err(e)
             if matches!(
                 e.kind(),
-                std::io::ErrorKind::IsADirectory | std::io::ErrorKind::InvalidInput
+                std::io::ErrorKind::IsADirectory
+                    | std::io::ErrorKind::InvalidInput
+                    | std::io::ErrorKind::InvalidFilename
+                    | std::io::ErrorKind::NotADirectory
             ) || (e.kind() != std::io::ErrorKind::NotFound && file.is_dir()) =>
         {
             not_found(format!("no file {url}"))

@@ -189,6 +189,26 @@ fn an_uploaded_policy_is_evaluated_by_the_server() {
     );
     assert_eq!(status, 200, "{head}");
     assert!(head.to_ascii_lowercase().contains("filename=\"policy.onnx\""), "{head}");
+    let etag = |head: &str| {
+        head.lines()
+            .find(|l| l.to_ascii_lowercase().starts_with("etag:"))
+            .map(str::to_string)
+    };
+    let tag = etag(&head);
+    assert!(tag.is_some(), "{head}");
+    // Another team hands in the same file: stored once, the first submission's file (and its
+    // download tag, which told when the other team uploaded) untouched.
+    let copycat = server.team("copycats");
+    let (status, v) = upload(&server, "benchmark=g1-smoke-robot&file_name=mine.onnx", &copycat, &file);
+    assert_eq!(status, 201, "{v}");
+    let (_, again, _) = common::server::request(
+        server.addr,
+        "GET",
+        &format!("/api/v1/submissions/{id}/policy"),
+        Some(&token),
+        None,
+    );
+    assert_eq!(etag(&again), tag, "{again}");
     assert_eq!(
         body, file,
         "the organiser and the team can download the file as uploaded"

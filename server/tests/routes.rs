@@ -26,9 +26,15 @@ fn unknown_paths_are_json_404s_and_unknown_grpc_methods_stay_grpc() {
             "{path}: {head}"
         );
     }
+    let long_name = format!("/static/{}", "a".repeat(300));
+    let long_vendor = format!("/vendor/three/{}", "b".repeat(300));
     for (method, path) in [
         ("GET", "/no-such-page"),
         ("GET", "/static/missing.js"),
+        // Longer than a file name can be (ENAMETOOLONG answered 500, with an ERROR line each).
+        ("GET", long_name.as_str()),
+        ("GET", long_vendor.as_str()),
+        ("GET", "/static/app.js/below-a-file"),
         // A folder, and a name no file can have: not files (they answered 500).
         ("GET", "/static/sub"),
         ("GET", "/static/a%00b"),

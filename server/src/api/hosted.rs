@@ -124,24 +124,26 @@ async fn create_hosted_submission(
             ]));
         }
     };
-    state
+    // Stored once per content: an upload of a file already there leaves it as it is (rewriting
+    // it changed the other submissions' download tag, which said when another team handed in
+    // the same file, and broke their `If-Range` resumes of a file that never changes).
+    let key = crate::hosted::policy_key(&sha256);
+    let stored = state
         .objects
-        .put_file(&crate::hosted::policy_key(&sha256), &scratch.0)
+        .exists(&key)
         .await
-        .map_err(|e| internal_error("storing the policy", e))?;
+        .map_err(|e| internal_error("looking for the policy", e))?;
+    if !stored {
+        state
+            .objects
+            .put_file(&key, &scratch.0)
+            .await
+            .map_err(|e| internal_error("storing the policy", e))?;
+    }
     let agent_name = if !agent_name.is_empty() {
         agent_name
     } else {
-        // The file's metadata is not checked like a typed name: made fit instead.
-        let derived: String = default_agent_name(&policy, &file_name, &folder)
-            .chars()
-            .filter(|c| !c.is_control())
-            .take(access::MAX_AGENT_NAME)
-            .collect();
-        match derived.trim() {
-            "" => "hosted-policy".to_string(),
-            name => name.to_string(),
-        }
+        fit_agent_name(&default_agent_name(&policy, &file_name, &folder))
     };
     let mut hosted = crate::storage::HostedPolicy {
         submission_id: String::new(),
@@ -247,5 +249,32 @@ fn default_agent_name(policy: &arena_onnx::OnnxPolicy, file_name: &str, folder: 
     {
         Some(f) => f.to_string(),
         None => "hosted-policy".into(),
+    }
+}
+
+/// A name from a file's metadata, made fit to be an agent's name rather than checked like a
+/// typed one: no control characters, no bidirectional formatting ones (which the server's own
+/// `connect` would then refuse, failing the run), at most [`access::MAX_AGENT_NAME`] characters.
+fn fit_agent_name(derived: &str) -> String {
+    let fit: String = derived
+        .chars()
+        .filter(|&c| !c.is_control() && !access::is_bidi_control(c))
+        .take(access::MAX_AGENT_NAME)
+        .collect();
+    match fit.trim() {
+        "" => "hosted-policy".to_string(),
+        name => name.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_from_metadata_is_made_fit() {
+        assert_eq!(fit_agent_name("\u{202E}gnp.ahpla\u{202C} best\n"), "gnp.ahpla best");
+        assert_eq!(fit_agent_name("\u{2067}\u{2069} "), "hosted-policy");
+        assert_eq!(fit_agent_name(&"x".repeat(300)).chars().count(), access::MAX_AGENT_NAME);
     }
 }

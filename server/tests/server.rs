@@ -34,6 +34,8 @@ fn complete_g1_smoke(server: &ServerProc, url: &str) {
     let summary = submit(url, &token, Encoding::Binary);
     assert_eq!(summary.submission_status, "COMPLETED");
     assert_eq!(summary.episodes.len(), 6);
+    // The server's count of every episode, sent with the end of the submission.
+    assert_eq!(summary.final_counts, Some(client::FinalCounts { scored: 6, failed: 0 }));
     let id = summary.submission_id.clone();
 
     // Results in the database, through the REST API.

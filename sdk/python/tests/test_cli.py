@@ -278,3 +278,28 @@ def test_the_summary_counts_this_runs_episodes_and_points_to_the_rest() -> None:
     out = io.StringIO()
     cli_common.print_summary(RunSummary("sub-1", "COMPLETED", "g1-smoke", ends, episodes_total=2), out)
     assert "the submission has" not in out.getvalue()
+
+
+def test_the_summary_gives_the_servers_counts_of_every_episode() -> None:
+    """A submission whose episodes all failed while the run's connections were cut (none of their
+    ends reached it) completed: the last line says what became of all of them, from the server's
+    counts, and the run is no success (exit 1)."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    summary = RunSummary(
+        "sub-1", "COMPLETED", "g1-smoke", [], reconnects=3, episodes_total=6, episodes_scored=0, episodes_failed=6
+    )
+    cli_common.print_summary(summary, out)
+    last = out.getvalue().strip().splitlines()[-1]
+    assert last.endswith(
+        "the submission's 6 episodes: 0 scored, 6 failed or timed out (the reasons at "
+        "GET /api/v1/submissions/sub-1/results)"
+    ), last
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert cli_common.exit_status(summary, "arena-agent") == 1
+    assert "completed with no episode scored: all 6 failed" in err.getvalue(), err.getvalue()
+    summary.episodes_scored, summary.episodes_failed = 5, 1
+    assert cli_common.exit_status(summary, "arena-agent") == 0

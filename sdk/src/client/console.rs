@@ -2,7 +2,7 @@
 //! for a server address, the console lines (the session, one line per finished episode, server
 //! errors and reconnects: stdout for progress, stderr for trouble) and how a run's end is told.
 
-use super::{ClientEvent, RunSummary};
+use super::{ClientEvent, FinalCounts, RunSummary};
 
 /// The server a command-line agent connects to when given none: where `arena serve` listens by
 /// default (a test in the server checks that the two agree).
@@ -64,6 +64,16 @@ pub fn report_done(summary: &RunSummary) -> Result<(), String> {
             summary.submission_id
         ));
     }
+    if let Some(counts) = summary.final_counts
+        && counts.scored == 0
+    {
+        // Completed, yet nothing in it counts: not a run a script should take for a success.
+        return Err(format!(
+            "submission {} completed with no episode scored: all {} failed or timed out (the reasons at GET \
+             /api/v1/submissions/{}/results)",
+            summary.submission_id, counts.failed, summary.submission_id
+        ));
+    }
     Ok(())
 }
 
@@ -90,11 +100,19 @@ pub fn done_line(summary: &RunSummary) -> String {
         summary.submission_id, summary.submission_status
     );
     let total = summary.episodes_total as usize;
-    if total > n {
-        line += &format!(
-            "; the submission has {total}: its results over all of them at GET /api/v1/submissions/{}/results",
-            summary.submission_id
-        );
+    let results = format!("GET /api/v1/submissions/{}/results", summary.submission_id);
+    match summary.final_counts {
+        // What became of all of them, those this run did not see end too.
+        Some(FinalCounts { scored, failed }) => {
+            line += &format!("; the submission's {} episodes: {scored} scored", scored + failed);
+            if failed > 0 {
+                line += &format!(", {failed} failed or timed out (the reasons at {results})");
+            }
+        }
+        None if total > n => {
+            line += &format!("; the submission has {total}: its results over all of them at {results}")
+        }
+        None => {}
     }
     line
 }
@@ -143,6 +161,7 @@ mod done_line_tests {
             episodes: vec![EpisodeEnd::default(); 2],
             reconnects: 1,
             episodes_total: 6,
+            final_counts: None,
         };
         assert_eq!(
             done_line(&summary),
@@ -160,5 +179,24 @@ mod done_line_tests {
             ..Default::default()
         };
         assert_eq!(done_line(&practice), "done: practice, 1 episode");
+        // The server's counts of every episode: a run whose episodes all failed while its
+        // connections were cut says so, and is no success.
+        summary.episodes = Vec::new();
+        summary.episodes_total = 6;
+        summary.reconnects = 3;
+        summary.final_counts = Some(FinalCounts { scored: 0, failed: 6 });
+        assert_eq!(
+            done_line(&summary),
+            "done: submission sub-1 COMPLETED, 0 episodes in this run (3 reconnects); the submission's 6 episodes: \
+             0 scored, 6 failed or timed out (the reasons at GET /api/v1/submissions/sub-1/results)"
+        );
+        let refused = report_done(&summary).unwrap_err();
+        assert!(
+            refused.contains("completed with no episode scored: all 6 failed"),
+            "{refused}"
+        );
+        summary.final_counts = Some(FinalCounts { scored: 6, failed: 0 });
+        assert!(done_line(&summary).ends_with("the submission's 6 episodes: 6 scored"));
+        assert!(report_done(&summary).is_ok());
     }
 }

@@ -148,6 +148,19 @@ pub struct RunSummary {
     /// The submission's episodes, as the last session's `Connected` said (0 in practice): more
     /// than `episodes` when an earlier run ran some, or when ends were lost with a connection.
     pub episodes_total: u32,
+    /// The submission's episodes once it completed, as the server counted them (those this run
+    /// did not see end too): `None` until then, and from servers that do not say.
+    pub final_counts: Option<FinalCounts>,
+}
+
+/// What became of all of a completed submission's episodes (`Disconnect.episodes_scored` and
+/// `episodes_failed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FinalCounts {
+    /// Completed or fell: in the statistics.
+    pub scored: u32,
+    /// Failed or timed out: listed with their reason, left out of the statistics.
+    pub failed: u32,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -569,6 +582,7 @@ async fn session(
                     let bye = Msg::Disconnect(Disconnect {
                         reason: format!("{}: {reason}", protocol::AGENT_CANNOT_SERVE),
                         submission_status: String::new(),
+                        ..Default::default()
                     });
                     let _ = connection.send(bye).await;
                     connection.close().await;
@@ -620,6 +634,7 @@ async fn session(
                     let bye = Msg::Disconnect(Disconnect {
                         reason: protocol::clip_message(format!("agent failed: {reason}")),
                         submission_status: String::new(),
+                        ..Default::default()
                     });
                     let _ = connection.send(bye).await;
                     connection.close().await;
@@ -645,6 +660,7 @@ async fn session(
                         let bye = Msg::Disconnect(Disconnect {
                             reason: "client_done".into(),
                             submission_status: String::new(),
+                            ..Default::default()
                         });
                         let _ = connection.send(bye).await;
                         connection.close().await;
@@ -690,6 +706,12 @@ async fn session(
             }
             Msg::Disconnect(d) => {
                 state.summary.submission_status = d.submission_status.clone();
+                if d.reason == "submission_complete" && d.episodes_scored + d.episodes_failed > 0 {
+                    state.summary.final_counts = Some(FinalCounts {
+                        scored: d.episodes_scored,
+                        failed: d.episodes_failed,
+                    });
+                }
                 if ["submission_complete", "submission_cancelled", "client_done"].contains(&d.reason.as_str()) {
                     return Ok(SessionEnd::Done);
                 }
@@ -841,6 +863,7 @@ mod tests {
                         let _ = to_client.send(Msg::Disconnect(Disconnect {
                             reason: SHUTDOWN.into(),
                             submission_status: String::new(),
+                            ..Default::default()
                         }));
                     }
                 });
@@ -924,6 +947,7 @@ mod tests {
                         let _ = to_client.send(Msg::Disconnect(Disconnect {
                             reason: "submission_complete".into(),
                             submission_status: "COMPLETED".into(),
+                            ..Default::default()
                         }));
                         // The client reads to the end of the session.
                         while from_client.blocking_recv().is_some() {}

@@ -51,6 +51,7 @@ fn shutdown() -> Msg {
     Msg::Disconnect(Disconnect {
         reason: SHUTDOWN.into(),
         submission_status: String::new(),
+        ..Default::default()
     })
 }
 
@@ -450,6 +451,7 @@ where
                         let _ = out.send(Msg::Disconnect(Disconnect {
                             reason: e.code.into(),
                             submission_status: String::new(),
+                            ..Default::default()
                         }));
                         inboxes = None;
                         practice_tx = None;
@@ -555,6 +557,7 @@ where
                     let _ = out.send(Msg::Disconnect(Disconnect {
                         reason: "heartbeat_timeout".into(),
                         submission_status: String::new(),
+                        ..Default::default()
                     }));
                     inboxes = None;
                     practice_tx = None;
@@ -592,6 +595,7 @@ where
         let _ = out.send(Msg::Disconnect(Disconnect {
             reason: "error".into(),
             submission_status: String::new(),
+            ..Default::default()
         }));
     }
     Ok(())

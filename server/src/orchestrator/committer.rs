@@ -572,9 +572,19 @@ pub fn finish(ctx: &RunContext, lanes: &[LaneEnd], ahead: Option<MergeAhead>) ->
             } else {
                 "submission_cancelled"
             };
+            // The agent learns what became of every episode, those it did not see end too.
+            let (scored, failed) = match ctx.runtime.block_on(storage.final_counts(submission_id)) {
+                Ok(counts) => counts,
+                Err(e) => {
+                    tracing::warn!(submission = %submission_id, "counting its final episodes: {e}");
+                    (0, 0)
+                }
+            };
             let _ = ctx.out.send(Msg::Disconnect(Disconnect {
                 reason: reason.into(),
                 submission_status: status.as_str().into(),
+                episodes_scored: scored as u32,
+                episodes_failed: failed as u32,
             }));
             // A try that failed may have committed the status before its error: this session
             // completed it then, and its merge is this session's.
@@ -603,6 +613,7 @@ pub fn finish(ctx: &RunContext, lanes: &[LaneEnd], ahead: Option<MergeAhead>) ->
                 let _ = ctx.out.send(Msg::Disconnect(Disconnect {
                     reason: reason.into(),
                     submission_status: String::new(),
+                    ..Default::default()
                 }));
             }
             (RunOutcome::Stopped, None)

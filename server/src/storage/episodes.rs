@@ -795,6 +795,32 @@ impl Storage {
         self.held.lock().expect("held claims lock")
     }
 
+    /// A submission's final episodes: (scored, failed unscored). Scored: completed or fell;
+    /// unscored: failed or timed out (listed with their reason, left out of the statistics, as
+    /// `results` counts them).
+    pub async fn final_counts(&self, submission: &str) -> Result<(i64, i64), StorageError> {
+        let rows = sqlx::query("SELECT status, COUNT(*) AS n FROM episodes WHERE submission_id = $1 GROUP BY status")
+            .bind(submission)
+            .fetch_all(&self.pool)
+            .await
+            .ctx(|| format!("counting the final episodes of submission {submission}"))?;
+        let what = format!("final episode counts of submission {submission}");
+        let (mut scored, mut failed) = (0, 0);
+        for row in &rows {
+            let status: String = get(row, "status", &what)?;
+            let n: i64 = get(row, "n", &what)?;
+            match status
+                .parse::<EpisodeState>()
+                .map_err(|e| StorageError::Corrupt(format!("{what}: {e}")))?
+            {
+                EpisodeState::Completed | EpisodeState::Fell => scored += n,
+                EpisodeState::Failed | EpisodeState::Timeout => failed += n,
+                EpisodeState::Pending | EpisodeState::Running => {}
+            }
+        }
+        Ok((scored, failed))
+    }
+
     /// (pending, running, finished) episode counts of a submission.
     pub async fn episode_counts(&self, submission: &str) -> Result<(i64, i64, i64), StorageError> {
         let rows = sqlx::query("SELECT status, COUNT(*) AS n FROM episodes WHERE submission_id = $1 GROUP BY status")

@@ -198,10 +198,24 @@ def run_agent(
         _say_how_to_resume(progress.submission_id)
         return 1
     print_summary(summary, sys.stdout)
+    return exit_status(summary, prog)
+
+
+def exit_status(summary: RunSummary, prog: str) -> int:
+    """The exit status of a run that ended normally (the error said on stderr when it is 1)."""
     if summary.submission_status == "FAILED":
         # The run ended, but not well (as the Rust SDK's `report_done`): a script must not take it
         # for a scored submission.
         print(f"{prog}: error: {ended_failed(summary.submission_id)}", file=sys.stderr)
+        return 1
+    if summary.episodes_scored == 0 and summary.episodes_failed:
+        # Completed, yet nothing in it counts: not a run a script should take for a success.
+        print(
+            f"{prog}: error: submission {summary.submission_id} completed with no episode scored: all "
+            f"{summary.episodes_failed} failed or timed out (the reasons at GET "
+            f"/api/v1/submissions/{summary.submission_id}/results)",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
@@ -345,11 +359,16 @@ def print_summary(summary: RunSummary, out: TextIO) -> None:
             line += f" ({unscored} failed or timed out, unscored, left out)"
     if summary.reconnects:
         line += f", {_plural(summary.reconnects, 'reconnect')}"
-    if summary.submission_id and summary.episodes_total > len(episodes):
-        line += (
-            f"; the submission has {summary.episodes_total}: its results over all of them at "
-            f"GET /api/v1/submissions/{summary.submission_id}/results"
-        )
+    results = f"GET /api/v1/submissions/{summary.submission_id}/results"
+    if summary.submission_id and summary.episodes_scored is not None:
+        # What became of all of them, those this run did not see end too.
+        failed = summary.episodes_failed or 0
+        line += f"; the submission's {summary.episodes_scored + failed} episodes: {summary.episodes_scored} scored"
+        if failed:
+            line += f", {failed} failed or timed out (the reasons at {results})"
+    elif summary.submission_id and summary.episodes_total > len(episodes):
+        line += f"; the submission has {summary.episodes_total}: its results over all of them at {results}"
+
     print(line, file=out)
     if episodes and all(not e.motion for e in episodes):
         print(HIDDEN_MOTIONS_NOTE, file=out)

@@ -122,6 +122,11 @@ class RunSummary:
     #: The submission's episodes, as the last session's Connected said (0 in practice): more
     #: than `episodes` when an earlier run ran some, or when ends were lost with a connection.
     episodes_total: int = 0
+    #: Once the submission completed, what became of all its episodes as the server counted them
+    #: (those this run did not see end too): scored (completed or fell), and failed or timed out.
+    #: None until then, and from servers that do not say.
+    episodes_scored: int | None = None
+    episodes_failed: int | None = None
 
 
 PracticeSpec = PracticeEpisode | str | Mapping[str, object]
@@ -699,6 +704,9 @@ class _Session:
 
     def on_disconnect(self, d: pb.Disconnect) -> object:
         self.runner.summary.submission_status = d.submission_status
+        if d.reason == "submission_complete" and d.episodes_scored + d.episodes_failed > 0:
+            self.runner.summary.episodes_scored = d.episodes_scored
+            self.runner.summary.episodes_failed = d.episodes_failed
         if d.reason in ("submission_complete", "submission_cancelled", "client_done"):
             return None
         self.runner.server_stopping = d.reason == "shutdown"

@@ -254,9 +254,13 @@ class Error(_message.Message):
     def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., step: _Optional[int] = ..., limit: _Optional[int] = ..., resets_at: _Optional[str] = ..., submission_status: _Optional[str] = ...) -> None: ...
 
 class Disconnect(_message.Message):
-    __slots__ = ("reason", "submission_status")
+    __slots__ = ("reason", "submission_status", "episodes_scored", "episodes_failed")
     REASON_FIELD_NUMBER: _ClassVar[int]
     SUBMISSION_STATUS_FIELD_NUMBER: _ClassVar[int]
+    EPISODES_SCORED_FIELD_NUMBER: _ClassVar[int]
+    EPISODES_FAILED_FIELD_NUMBER: _ClassVar[int]
     reason: str
     submission_status: str
-    def __init__(self, reason: _Optional[str] = ..., submission_status: _Optional[str] = ...) -> None: ...
+    episodes_scored: int
+    episodes_failed: int
+    def __init__(self, reason: _Optional[str] = ..., submission_status: _Optional[str] = ..., episodes_scored: _Optional[int] = ..., episodes_failed: _Optional[int] = ...) -> None: ...

@@ -1606,7 +1606,12 @@ async fn a_hung_agent_loses_the_request_it_missed_not_the_submission() {
     let id = connected.submission_id.clone();
     // The requests (step, episode) that come while the agent sends nothing but a heartbeat every
     // `beat` (if any) for `quiet`, and how the session ended if it did.
-    async fn quiet_for(ws: &mut Socket, quiet: Duration, beat: Option<Duration>) -> (Vec<(u64, u32)>, Option<String>) {
+    async fn quiet_for(
+        ws: &mut Socket,
+        quiet: Duration,
+        beat: Option<Duration>,
+        errors: &mut Vec<String>,
+    ) -> (Vec<(u64, u32)>, Option<String>) {
         let until = tokio::time::Instant::now() + quiet;
         let mut next_beat = beat.map(|b| tokio::time::Instant::now() + b);
         let mut asked = Vec::new();
@@ -1616,6 +1621,7 @@ async fn a_hung_agent_loses_the_request_it_missed_not_the_submission() {
                 Ok(Some(Msg::GetAction(g))) => asked.extend(g.observations.iter().map(|o| (g.step, o.episode_id))),
                 Ok(Some(Msg::Disconnect(d))) => return (asked, Some(d.reason)),
                 Ok(None) => return (asked, Some("closed".into())),
+                Ok(Some(Msg::Error(e))) => errors.push(e.message),
                 Ok(Some(_)) => {}
                 Err(_) if wake == until => return (asked, None),
                 Err(_) => {
@@ -1637,7 +1643,14 @@ async fn a_hung_agent_loses_the_request_it_missed_not_the_submission() {
         .unwrap();
     // Heartbeats only, as an SDK sends over a link stalled towards it: the next request is
     // missed, and nothing more is asked (the heartbeats also keep the session from timing out).
-    let (asked, ended) = quiet_for(&mut ws, Duration::from_millis(4000), Some(Duration::from_millis(500))).await;
+    let mut errors = Vec::new();
+    let (asked, ended) = quiet_for(
+        &mut ws,
+        Duration::from_millis(4000),
+        Some(Duration::from_millis(500)),
+        &mut errors,
+    )
+    .await;
     assert_eq!(asked.len(), 1, "one request missed, no more asked: {asked:?}");
     assert_eq!((asked[0].1, ended), (episode, None));
     // Its late answer: the agent reads the requests, and gets an episode again; then silence
@@ -1645,11 +1658,18 @@ async fn a_hung_agent_loses_the_request_it_missed_not_the_submission() {
     ws.send(frame(&action(asked[0].0, episode, vec![0.0; 29]), enc))
         .await
         .unwrap();
-    let (asked, ended) = quiet_for(&mut ws, Duration::from_secs(10), None).await;
+    let (asked, ended) = quiet_for(&mut ws, Duration::from_secs(10), None, &mut errors).await;
     assert_eq!(
         asked.len(),
         1,
         "one new episode's request after the late answer: {asked:?}"
+    );
+    // The late answer is told how late it came (a slow link takes the deadline too).
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("this answer came") && e.contains("past the 0.200 s step deadline")),
+        "{errors:?}"
     );
     assert_ne!(asked[0].1, episode);
     assert_eq!(ended.as_deref(), Some("heartbeat_timeout"));

@@ -160,6 +160,9 @@ struct Lane<'a> {
     /// every episode the lane could claim before the heartbeat timeout (32 a second at the
     /// defaults, most of a submission).
     missed_deadline: Option<u64>,
+    /// The last request whose deadline passed: its step, when it was sent and its deadline, so
+    /// that its late answer is told how late it came (network time counts against the deadline).
+    last_missed: Option<(u64, Instant, Duration)>,
 }
 
 impl<'a> Lane<'a> {
@@ -210,6 +213,7 @@ impl<'a> Lane<'a> {
                 Sink::Practice => None,
             },
             missed_deadline: None,
+            last_missed: None,
         })
     }
 
@@ -281,6 +285,7 @@ impl<'a> Lane<'a> {
             if !self.send(Msg::GetAction(request)) {
                 return self.connection_lost(CONNECTION_LOST);
             }
+            let sent = Instant::now();
             // While the agent works: the rows the last refresh left waiting (the env's timings
             // count them as recording).
             self.env.flush_recording();
@@ -308,8 +313,10 @@ impl<'a> Lane<'a> {
                         );
                     }
                     self.missed_deadline = Some(self.ctx.answers_heard.load(Ordering::Relaxed));
+                    self.last_missed = Some((step, sent, timeout));
                     let reason = format!(
-                        "no Action for GetAction step {step} (a session-wide request counter) within the {:.3} s step deadline",
+                        "no Action for GetAction step {step} (a session-wide request counter) within the {:.3} s step deadline \
+                         (counted from the request's sending: time on the network counts)",
                         timeout.as_secs_f64()
                     );
                     for slot in self.slots.iter_mut().flatten() {
@@ -373,7 +380,10 @@ impl<'a> Lane<'a> {
                     refused = true;
                     let why = match a.step >= self.next_request {
                         true => format!("not asked for yet; the next request is step {}", self.next_request),
-                        false => "its episodes have ended (answered already or timed out)".to_string(),
+                        false => format!(
+                            "its episodes have ended (answered already or timed out){}",
+                            self.how_late(a.step)
+                        ),
                     };
                     self.send(stale_step(&a, &why));
                 }
@@ -587,6 +597,20 @@ impl<'a> Lane<'a> {
         GetAction { step, observations }
     }
 
+    /// For the late answer to the request that last missed its deadline: how late it came. An
+    /// agent that answers in milliseconds over a slow link learns that the link took the time.
+    fn how_late(&self, step: u64) -> String {
+        match self.last_missed {
+            Some((missed, sent, deadline)) if missed == step => format!(
+                " (this answer came {:.3} s after its request was sent, past the {:.3} s step deadline, which \
+                 counts the time on the network both ways)",
+                sent.elapsed().as_secs_f64(),
+                deadline.as_secs_f64()
+            ),
+            _ => String::new(),
+        }
+    }
+
     fn wait_for(&self, step: u64, timeout: Duration) -> Wait {
         let deadline = Instant::now() + timeout;
         loop {
@@ -596,7 +620,10 @@ impl<'a> Lane<'a> {
                 Ok(a) => {
                     let why = match a.step > step {
                         true => format!("not asked for yet; waiting for step {step}"),
-                        false => format!("answered already or timed out; waiting for step {step}"),
+                        false => format!(
+                            "answered already or timed out{}; waiting for step {step}",
+                            self.how_late(a.step)
+                        ),
                     };
                     self.send(stale_step(&a, &why));
                 }

@@ -1517,6 +1517,64 @@ async fn a_list_over_a_batch_is_refused_undecoded() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// When the request an agent missed held every episode left, the submission completes at once:
+/// the lane waiting for a sign of life after the missed deadline sees nothing left to claim.
+/// Before, it waited for the agent's silence to end the session (the heartbeat timeout, 60 s
+/// by default), the submission RUNNING meanwhile with every episode final.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missed_request_that_ends_every_episode_completes_the_submission() {
+    let dir = tmp("faults-missed-last");
+    let server = ServerProc::start(
+        &dir,
+        &["--lanes", "1", "--step-timeout-s", "0.2", "--heartbeat-timeout-s", "60"],
+    );
+    let token = server.team("stalled");
+    let enc = Encoding::Binary;
+    let mut connect = connect_msg(&token, "submission", "");
+    if let Msg::Connect(c) = &mut connect {
+        c.max_batch = 6;
+    }
+    let (mut ws, connected) = open(&server.ws_url(), &connect, enc).await;
+    let first = loop {
+        if let Some(Msg::GetAction(g)) = recv(&mut ws).await {
+            break g;
+        }
+    };
+    assert_eq!(first.observations.len(), 6);
+    let all: Vec<(u32, Vec<f32>)> = first
+        .observations
+        .iter()
+        .map(|o| (o.episode_id, vec![0.0; 29]))
+        .collect();
+    let answer = Msg::Action(protocol::Action {
+        step: first.step,
+        actions: all
+            .into_iter()
+            .map(|(episode_id, values)| protocol::EpisodeAction { episode_id, values })
+            .collect(),
+    });
+    ws.send(frame(&answer, enc)).await.unwrap();
+    // Silent from now on: the next request is missed, ending all six.
+    let ended = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match recv(&mut ws).await {
+                Some(Msg::Disconnect(d)) => return d,
+                None => panic!("closed without a disconnect"),
+                Some(_) => {}
+            }
+        }
+    })
+    .await
+    .expect("the submission completed before the heartbeat timeout");
+    assert_eq!(
+        (ended.reason.as_str(), ended.episodes_scored + ended.episodes_failed),
+        ("submission_complete", 6)
+    );
+    let (_, sub) = server.get(&format!("/api/v1/submissions/{}", connected.submission_id), Some(ADMIN));
+    assert_eq!(sub["status"], "COMPLETED", "{sub}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// A connection that dies without the server seeing it (a NAT's or Wi-Fi's drop sends no FIN):
 /// its client's next connect names the session it lost (`previous_session_id`) and takes the
 /// session's place at once, and the episodes the old connection was running are re-run as a

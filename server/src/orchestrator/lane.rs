@@ -160,6 +160,9 @@ struct Lane<'a> {
     /// every episode the lane could claim before the heartbeat timeout (32 a second at the
     /// defaults, most of a submission).
     missed_deadline: Option<u64>,
+    /// When the lane last asked the database whether its submission has episodes to claim,
+    /// while it waits after a missed deadline (once a second, not at each poll).
+    last_left_check: Option<Instant>,
     /// The last request whose deadline passed: its step, when it was sent and its deadline, so
     /// that its late answer is told how late it came (network time counts against the deadline).
     last_missed: Option<(u64, Instant, Duration)>,
@@ -214,6 +217,7 @@ impl<'a> Lane<'a> {
             },
             missed_deadline: None,
             last_missed: None,
+            last_left_check: None,
         })
     }
 
@@ -250,8 +254,14 @@ impl<'a> Lane<'a> {
                 // An answer, late or to another lane's request: the agent is there and reads
                 // the requests, and is given episodes again. A heartbeat alone is not enough
                 // (`RunContext::answers_heard`); silence ends the session (the gateway's
-                // heartbeat timeout), and so does the client's reconnect.
-                if answered_late || self.ctx.answers_heard.load(Ordering::Relaxed) != heard || !idle {
+                // heartbeat timeout), and so does the client's reconnect. With nothing left
+                // to claim the lane goes on too, to end: the submission completes now rather
+                // than when the silence ends the session.
+                if answered_late
+                    || self.ctx.answers_heard.load(Ordering::Relaxed) != heard
+                    || !idle
+                    || self.nothing_left_to_claim()
+                {
                     self.missed_deadline = None;
                 } else {
                     std::thread::sleep(IDLE_POLL);
@@ -595,6 +605,28 @@ impl<'a> Lane<'a> {
             _ => wanted.iter().map(|w| build(&mut self.scratch, w)).collect(),
         };
         GetAction { step, observations }
+    }
+
+    /// Whether the submission has no episode waiting to be claimed (asked at most once a
+    /// second; a practice session's requests always may come).
+    fn nothing_left_to_claim(&mut self) -> bool {
+        let Sink::Submission {
+            storage, submission_id, ..
+        } = &self.ctx.sink
+        else {
+            return false;
+        };
+        if self
+            .last_left_check
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
+        {
+            return false;
+        }
+        self.last_left_check = Some(Instant::now());
+        matches!(
+            self.ctx.runtime.block_on(storage.episode_counts(submission_id)),
+            Ok((0, _, _))
+        )
     }
 
     /// For the late answer to the request that last missed its deadline: how late it came. An

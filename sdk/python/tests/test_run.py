@@ -357,6 +357,35 @@ def test_a_server_over_its_connection_caps_is_retried(status: str, attempts: int
     assert status[:3] in str(info.value), str(info.value)
 
 
+def test_a_first_connection_reset_after_it_was_accepted_is_retried() -> None:
+    """A connection accepted and then reset before the upgrade (a flaky first packet, a proxy
+    whose backend restarts) is a server worth trying again, unlike a refused one: the run made
+    one try and stopped as "cannot reach the server"."""
+    import socket
+    import struct
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(10)
+    port = listener.getsockname()[1]
+    reset = []
+
+    def cut() -> None:
+        for _ in range(3):
+            conn, _ = listener.accept()
+            conn.recv(4096)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()  # a reset
+            reset.append(1)
+
+    thread = threading.Thread(target=cut, daemon=True)
+    thread.start()
+    with pytest.raises(UnreachableError) as info:
+        run(RecordingAgent(), f"http://127.0.0.1:{port}", "t", benchmark="g1-smoke", max_reconnects=2, initial_backoff_s=0.01)
+    thread.join(timeout=10)
+    listener.close()
+    assert info.value.attempts == 3 and len(reset) == 3, (info.value.attempts, reset, str(info.value))
+
+
 def hold_a_place(host: str, port: int):
     """A keep-alive connection the server has admitted and answered (200)."""
     import socket

@@ -124,7 +124,23 @@ impl Connection {
                 // shortly"; a proxy's 502 while the server restarts): a server is there, so the
                 // run retries as after a lost connection instead of stopping as unreachable. A
                 // 4xx (a wrong path, a plain web server) is a wrong address: no retry.
-                server_answered: matches!(&e, tokio_tungstenite::tungstenite::Error::Http(r) if r.status().is_server_error()),
+                // Accepted, then reset or closed mid-handshake: something listens there (a flaky
+                // first packet, a proxy whose backend restarts), so the run retries too; refused
+                // (nothing listening) or an unknown name is a wrong address.
+                server_answered: match &e {
+                    tokio_tungstenite::tungstenite::Error::Http(r) => r.status().is_server_error(),
+                    tokio_tungstenite::tungstenite::Error::Io(io) => matches!(
+                        io.kind(),
+                        std::io::ErrorKind::ConnectionReset
+                            | std::io::ErrorKind::ConnectionAborted
+                            | std::io::ErrorKind::BrokenPipe
+                            | std::io::ErrorKind::UnexpectedEof
+                    ),
+                    tokio_tungstenite::tungstenite::Error::Protocol(
+                        tokio_tungstenite::tungstenite::error::ProtocolError::HandshakeIncomplete,
+                    ) => true,
+                    _ => false,
+                },
                 message: format!("connecting to {url}: {e}"),
             })?;
         let mut connection = Connection::WebSocket {

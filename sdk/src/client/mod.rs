@@ -1086,6 +1086,50 @@ mod tests {
         }
     }
 
+    /// A connection accepted and then reset before the upgrade (a flaky first packet, a proxy
+    /// whose backend restarts) is a server worth trying again, unlike a refused one: the run
+    /// made one try and stopped as "cannot reach the server".
+    #[test]
+    fn a_first_connection_reset_after_it_was_accepted_is_retried() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("ws://{}/api/v1/agent", listener.local_addr().unwrap());
+        let tries = 3;
+        let reset = std::thread::spawn(move || {
+            for _ in 0..tries {
+                let Ok((socket, _)) = listener.accept() else { break };
+                let mut request = [0u8; 4096];
+                let _ = std::io::Read::read(&mut &socket, &mut request);
+                // SO_LINGER 0: the close is a reset.
+                let fd = std::os::fd::AsRawFd::as_raw_fd(&socket);
+                let linger = libc::linger {
+                    l_onoff: 1,
+                    l_linger: 0,
+                };
+                // SAFETY: a valid socket and a correctly sized option value.
+                unsafe {
+                    libc::setsockopt(
+                        fd,
+                        libc::SOL_SOCKET,
+                        libc::SO_LINGER,
+                        (&linger as *const libc::linger).cast(),
+                        std::mem::size_of::<libc::linger>() as libc::socklen_t,
+                    );
+                }
+                drop(socket);
+            }
+        });
+        let mut config = submission_config(url);
+        config.max_reconnects = tries - 1;
+        let mut agent = crate::agents::ZeroAgent::default();
+        match run_blocking(&config, &mut agent, &mut |_| {}) {
+            Err(ClientError::Unreachable { attempts, last_error }) => {
+                assert_eq!(attempts, tries, "{last_error}");
+            }
+            other => panic!("expected Unreachable after {tries} tries, got {other:?}"),
+        }
+        reset.join().unwrap();
+    }
+
     #[test]
     fn endpoint_accepts_the_documented_urls_and_refuses_tls() {
         let ws = |s: &str| endpoint(s, false);

@@ -172,6 +172,12 @@ class WebSocketTransport:
                 raise ServerAnswered(f"connecting to {url}: {e}") from e
             raise ConnectionLost(f"connecting to {url}: {e}") from e
         except (OSError, TimeoutError, InvalidHandshake) as e:  # refused, DNS, a bad handshake
+            # Accepted, then reset or closed mid-handshake: something listens there (a flaky
+            # first packet, a proxy whose backend restarts), so the run retries; refused (nothing
+            # listening), a name that does not resolve or a wrong protocol is a wrong address.
+            cut = (ConnectionResetError, ConnectionAbortedError, BrokenPipeError, EOFError)
+            if isinstance(e, cut) or isinstance(e.__cause__, cut):
+                raise ServerAnswered(f"connecting to {url}: {e} (the connection was cut after it was accepted)") from e
             raise ConnectionLost(f"connecting to {url}: {e}") from e
 
     def send(self, envelope: pb.Envelope) -> None:

@@ -141,6 +141,19 @@ fn names_are_checked_where_they_come_in() {
             &serde_json::json!({ "name": name }).to_string(),
         )
     };
+    // A body from a client without a valid token is not read: 401, not the 413 of a body over
+    // the limit (the server held up to 2 MiB of each such request first).
+    let big = format!("{{\"name\": \"{}\"}}", "x".repeat(3 << 20));
+    for token in [None, Some("not-a-token")] {
+        let (status, body) = server.post("/api/v1/teams", token, &big);
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (401, Some("unauthorized")),
+            "{token:?}: {body}"
+        );
+    }
+    let (status, body) = server.post("/api/v1/teams", Some(ADMIN), &big);
+    assert_eq!(status, 413, "{body}");
     // Characters, not bytes: 64 two-byte characters fit, 65 do not.
     refused(team(&"é".repeat(65)), "name: expected at most 64 characters, got 65");
     let (status, created) = team(&"é".repeat(64));

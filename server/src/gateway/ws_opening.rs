@@ -16,28 +16,39 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// What the opening limit refused: the bytes the first message's frames announced so far, and
-/// whether its last frame was among them. Set once; the session reads it to say why it ends.
+/// The most a control frame (ping, pong, close) may carry, and it must not be fragmented
+/// (RFC 6455 §5.5). tungstenite checks this only once it has read the payload.
+const MAX_CONTROL_PAYLOAD: u64 = 125;
+
+/// What the opening limit refused. Set once; the session reads it to say why it ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OverOpening {
-    pub announced: u64,
-    pub whole: bool,
+pub enum OverOpening {
+    /// The first message's frames announced `announced` bytes so far, its last frame among
+    /// them when `whole`.
+    Message { announced: u64, whole: bool },
+    /// A control frame before it announced `announced` bytes, or came fragmented.
+    Control { announced: u64 },
 }
 
 impl OverOpening {
-    /// The session's answer, the same as for a message measured whole.
+    /// The session's answer (for a message, the same as for one measured whole).
     pub fn message(&self) -> String {
-        let size = match self.whole {
-            true => format!("{} bytes", self.announced),
-            false => format!(
-                "at least {} bytes (its first frames announce that much)",
-                self.announced
+        match *self {
+            OverOpening::Message { announced, whole } => {
+                let size = match whole {
+                    true => format!("{announced} bytes"),
+                    false => format!("at least {announced} bytes (its first frames announce that much)"),
+                };
+                format!(
+                    "the session's first message is {size}, over the limit of {} for a connect",
+                    protocol::MAX_OPENING_MESSAGE_BYTES
+                )
+            }
+            OverOpening::Control { announced } => format!(
+                "a control frame of {announced} bytes before the session's connect: control frames carry at most \
+                 {MAX_CONTROL_PAYLOAD} bytes, unfragmented (RFC 6455 §5.5)"
             ),
-        };
-        format!(
-            "the session's first message is {size}, over the limit of {} for a connect",
-            protocol::MAX_OPENING_MESSAGE_BYTES
-        )
+        }
     }
 }
 
@@ -102,12 +113,17 @@ impl FrameReader {
             self.have = 0;
             self.payload_left = length;
             if opcode >= 8 {
-                // A control frame (ping, pong, close) between or before the message's frames.
+                // A control frame (ping, pong, close) between or before the message's frames:
+                // passed over, unless it is longer than any may be (tungstenite would read all
+                // of it, up to the frame limit, before refusing it).
+                if length > MAX_CONTROL_PAYLOAD || !fin {
+                    return Read::Refused(OverOpening::Control { announced: length });
+                }
                 continue;
             }
             self.announced = self.announced.saturating_add(length);
             if self.announced > protocol::MAX_OPENING_MESSAGE_BYTES as u64 {
-                return Read::Refused(OverOpening {
+                return Read::Refused(OverOpening::Message {
                     announced: self.announced,
                     whole: fin,
                 });
@@ -236,13 +252,21 @@ mod tests {
             let (refused, _, at) = feed(&over, piece);
             assert_eq!(
                 refused,
-                Some(OverOpening {
+                Some(OverOpening::Message {
                     announced: 8 << 20,
                     whole: true
                 }),
                 "{piece}"
             );
             assert!(at < 14 + piece, "{piece}: {at}");
+            // A ping announcing 16 MiB, or a fragmented one: refused from its header too.
+            let (refused, _, at) = feed(&header(true, 9, 16 << 20), piece);
+            assert_eq!(refused, Some(OverOpening::Control { announced: 16 << 20 }), "{piece}");
+            assert!(at < 14 + piece, "{piece}: {at}");
+            assert!(matches!(
+                feed(&header(false, 9, 4), piece).0,
+                Some(OverOpening::Control { .. })
+            ));
             // A ping, then a message at the limit in two fragments: passed, and done.
             let mut ok = header(true, 9, 4);
             ok.extend([0; 4]);
@@ -258,7 +282,13 @@ mod tests {
             split.extend(header(false, 0, 1));
             let (refused, _, _) = feed(&split, piece);
             let refused = refused.expect("the fragments over the limit passed");
-            assert_eq!(refused.announced, limit + 1);
+            assert_eq!(
+                refused,
+                OverOpening::Message {
+                    announced: limit + 1,
+                    whole: false
+                }
+            );
             assert!(
                 refused.message().contains("at least 262145 bytes"),
                 "{}",

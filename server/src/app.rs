@@ -106,7 +106,18 @@ async fn agent_socket(
 ) -> Response {
     let (switched, upgrade) = match gateway::ws_handshake::accept(&mut request) {
         Ok(accepted) => accepted,
-        Err(refused) => return axum::response::IntoResponse::into_response(api::ApiError(refused)),
+        Err(refused) => {
+            let upgrade = refused.status == axum::http::StatusCode::UPGRADE_REQUIRED;
+            let mut response = axum::response::IntoResponse::into_response(api::ApiError(refused));
+            if upgrade {
+                // RFC 6455 §4.4: the version this server speaks.
+                response.headers_mut().insert(
+                    axum::http::header::SEC_WEBSOCKET_VERSION,
+                    axum::http::HeaderValue::from_static("13"),
+                );
+            }
+            return response;
+        }
     };
     let connection = connection.map(|axum::Extension(activity)| activity);
     // Counted from here: once upgraded, the connection leaves the HTTP server's graceful

@@ -6,10 +6,14 @@
 //! network's drop sends no FIN): the client notices at once and reconnects, but the server would
 //! hold the dead session until its step deadlines and heartbeat timeout ran out, ending its
 //! running episodes as timeouts (final) rather than as a lost connection (re-run). A connect that
-//! names the session it lost (`Connect.previous_session_id`, the id its `connected` gave) takes
-//! that session's place: the old session ends as a lost connection, and the new one attaches.
-//! Only the client that held the session knows its id, so two agents of a team cannot take a
-//! submission from each other this way.
+//! names the session it lost (`Connect.previous_session_id`, the id its `connected` gave), or
+//! that comes again with the `connect_key` its lost session attached with (a connect whose
+//! `connected` never arrived: its client has no session id), takes that session's place: the
+//! old session ends as a lost connection, and the new one attaches. Session ids are listed to
+//! the team's members on the submission's page, so a member can end a teammate's session this
+//! way (nothing across teams: a connect for another team's submission is refused before). The
+//! hand-over is this server's: a reconnect that reaches another replica is `submission_busy` there
+//! only if that replica holds the submission too.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -24,6 +28,8 @@ const HAND_OVER_WAIT: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 struct Holder {
     session_id: String,
+    /// The `connect_key` the session's connect came with ("" for none).
+    connect_key: String,
     give_way: Arc<Notify>,
 }
 
@@ -71,13 +77,16 @@ impl Attachments {
         self.lock().contains_key(submission)
     }
 
-    /// Attaches `submission` to the new session `session_id`. When it is held by the session
-    /// `previous` (non-empty) names, that session is told to give way and is waited for.
+    /// Attaches `submission` to the new session `session_id`, whose connect came with
+    /// `connect_key` ("" for none). When it is held by the session `previous` (non-empty)
+    /// names, or by one whose connect came with the same (non-empty) key, that session is told
+    /// to give way and is waited for.
     pub async fn attach(
         self: &Arc<Self>,
         submission: &str,
         session_id: &str,
         previous: &str,
+        connect_key: &str,
     ) -> Result<Attachment, Busy> {
         let deadline = tokio::time::Instant::now() + HAND_OVER_WAIT;
         let mut told = false;
@@ -91,6 +100,7 @@ impl Attachments {
                             submission.to_string(),
                             Holder {
                                 session_id: session_id.to_string(),
+                                connect_key: connect_key.to_string(),
                                 give_way: give_way.clone(),
                             },
                         );
@@ -101,7 +111,10 @@ impl Attachments {
                             give_way,
                         });
                     }
-                    Some(holder) if !previous.is_empty() && holder.session_id == previous => {
+                    Some(holder)
+                        if (!previous.is_empty() && holder.session_id == previous)
+                            || (!connect_key.is_empty() && holder.connect_key == connect_key) =>
+                    {
                         if !told {
                             tracing::info!(
                                 session = %previous,
@@ -135,20 +148,43 @@ mod tests {
     #[tokio::test]
     async fn the_session_named_gives_way_and_no_other_does() {
         let attachments = Arc::new(Attachments::default());
-        let first = attachments.attach("sub-1", "ses-a", "").await.unwrap();
+        let first = attachments.attach("sub-1", "ses-a", "", "key-a").await.unwrap();
         assert!(attachments.contains("sub-1"));
-        // Another session, or a name that is not the holder's: busy.
-        assert_eq!(attachments.attach("sub-1", "ses-b", "").await.unwrap_err(), Busy);
-        assert_eq!(attachments.attach("sub-1", "ses-b", "ses-x").await.unwrap_err(), Busy);
+        // Another session, or a name or key that is not the holder's: busy.
+        assert_eq!(attachments.attach("sub-1", "ses-b", "", "").await.unwrap_err(), Busy);
+        assert_eq!(
+            attachments
+                .attach("sub-1", "ses-b", "ses-x", "key-x")
+                .await
+                .unwrap_err(),
+            Busy
+        );
         // The holder named: told to give way; it ends (drops its attachment), the new one attaches.
         let holder = tokio::spawn(async move {
             first.given_way().await;
             drop(first);
         });
-        let second = attachments.attach("sub-1", "ses-b", "ses-a").await.unwrap();
+        let second = attachments.attach("sub-1", "ses-b", "ses-a", "").await.unwrap();
         holder.await.unwrap();
         assert!(attachments.contains("sub-1"));
-        drop(second);
-        assert!(!attachments.contains("sub-1"));
+        // The key its connect came with: a client that never learnt the session's id.
+        let holder = tokio::spawn(async move {
+            second.given_way().await;
+            drop(second);
+        });
+        assert_eq!(
+            attachments.attach("sub-1", "ses-c", "", "key-a").await.unwrap_err(),
+            Busy
+        );
+        drop(holder);
+        let third = attachments.attach("sub-2", "ses-c", "", "key-c").await.unwrap();
+        let holder = tokio::spawn(async move {
+            third.given_way().await;
+            drop(third);
+        });
+        let fourth = attachments.attach("sub-2", "ses-d", "", "key-c").await.unwrap();
+        holder.await.unwrap();
+        drop(fourth);
+        assert!(!attachments.contains("sub-2"));
     }
 }

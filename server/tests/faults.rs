@@ -1629,8 +1629,40 @@ async fn a_reconnect_naming_its_lost_session_takes_its_place() {
             "episode {id} re-run as attempt 2: {attempts:?}"
         );
     }
-    let (_, sessions) = server.get(&format!("/api/v1/submissions/{}", first.submission_id), Some(ADMIN));
-    assert!(sessions.to_string().contains(&first.session_id), "{sessions}");
+    // The old connection, should it be alive after all, is told why its session ended.
+    let told = loop {
+        match recv(&mut lost).await {
+            Some(Msg::Disconnect(d)) => break d.reason,
+            Some(_) => {}
+            None => panic!("closed without a disconnect"),
+        }
+    };
+    assert_eq!(told, "session_replaced");
+    let (_, sub) = server.get(&format!("/api/v1/submissions/{}", first.submission_id), Some(ADMIN));
+    let ended = sub["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == first.session_id.as_str())
+        .unwrap_or_else(|| panic!("{sub}"));
+    assert!(!ended["ended_at"].is_null(), "the replaced session ended: {ended}");
+    drop(ws);
+
+    // A connect whose `connected` never arrived has no session id to name: coming again with
+    // its connect key takes its session's place too.
+    let keyed = |key: &str| {
+        let mut c = connect_msg(&token, "submission", "");
+        if let Msg::Connect(c) = &mut c {
+            c.connect_key = key.into();
+        }
+        c
+    };
+    let (mut unheard, made) = open(&server.ws_url(), &keyed("run-7c1d"), enc).await;
+    let _ = recv(&mut unheard).await;
+    let (_, again) = tokio::time::timeout(Duration::from_secs(15), open(&server.ws_url(), &keyed("run-7c1d"), enc))
+        .await
+        .expect("the unheard session gave way");
+    assert_eq!(again.submission_id, made.submission_id);
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -1704,19 +1736,26 @@ async fn a_hung_agent_loses_the_request_it_missed_not_the_submission() {
     let mut errors = Vec::new();
     let (asked, ended) = quiet_for(
         &mut ws,
-        Duration::from_millis(4000),
+        Duration::from_millis(2000),
         Some(Duration::from_millis(500)),
         &mut errors,
     )
     .await;
     assert_eq!(asked.len(), 1, "one request missed, no more asked: {asked:?}");
     assert_eq!((asked[0].1, ended), (episode, None));
-    // Its late answer: the agent reads the requests, and gets an episode again; then silence
-    // ends the session.
+    // Its late answer: the agent reads the requests, and gets an episode again. Then it
+    // answers nothing more, heartbeats only: the session ends at the silence limit (3 s) all
+    // the same, its lanes claiming nothing meanwhile (before, the heartbeats kept it for ever).
     ws.send(frame(&action(asked[0].0, episode, vec![0.0; 29]), enc))
         .await
         .unwrap();
-    let (asked, ended) = quiet_for(&mut ws, Duration::from_secs(10), None, &mut errors).await;
+    let (asked, ended) = quiet_for(
+        &mut ws,
+        Duration::from_secs(10),
+        Some(Duration::from_millis(500)),
+        &mut errors,
+    )
+    .await;
     assert_eq!(
         asked.len(),
         1,

@@ -70,6 +70,7 @@ async fn run_zero_agent(
         out,
         step_timeout: Duration::from_secs(30),
         answers_heard: Default::default(),
+        unanswered_since_ms: Default::default(),
         lanes: 1,
         batch,
         sim_threads: 1,

@@ -1915,4 +1915,29 @@ async fn a_connect_key_names_one_submission_of_its_team(url: String, engine: Eng
         "k-blue-1"
     );
     assert!(storage.submission_by_connect_key(red, "k2").await.unwrap().is_none());
+    // Under a quota the key is looked at first: a second connect with the key (at the same
+    // moment as the first) is told it is taken, to attach, not that the quota is spent.
+    let green = quota_setup(&storage, "keyed-green").await;
+    let one_a_day = Quota {
+        phase_id: "p",
+        max_per_day: Some(1),
+        max_total: None,
+        day_start: now_ms() - 1_000,
+    };
+    let keyed_in_phase = |id: &str| {
+        let mut s = in_phase(id, green);
+        s.connect_key = Some("kq".into());
+        s
+    };
+    storage
+        .create_submission_within(&keyed_in_phase("k-green-1"), &episodes, Some(&one_a_day))
+        .await
+        .unwrap();
+    match storage
+        .create_submission_within(&keyed_in_phase("k-green-2"), &episodes, Some(&one_a_day))
+        .await
+    {
+        Err(StorageError::ConnectKeyTaken(key)) => assert_eq!(key, "kq"),
+        other => panic!("expected ConnectKeyTaken before the quota, got {other:?}"),
+    }
 }

@@ -204,6 +204,7 @@ async fn dataset(
                         file_name: &filename,
                         // Made again when submissions are added to what it selects.
                         changes: download::Changes::UnderItsName,
+                        content_tag: None,
                     },
                 );
                 if let Some(response) = download.await? {

@@ -124,6 +124,10 @@ pub(super) struct Download<'a> {
     pub content_type: &'a str,
     pub file_name: &'a str,
     pub changes: Changes,
+    /// The entity tag to show instead of the store's, for an object whose key names its content
+    /// (a hash): the store's tag of a local file is its inode and modification time, which tell
+    /// when it was written.
+    pub content_tag: Option<&'a str>,
 }
 
 /// The stored object as a download: whole (200, `Accept-Ranges: bytes` and its `ETag`), the
@@ -140,12 +144,22 @@ pub(super) async fn object(
         content_type,
         file_name,
         changes,
+        content_tag,
     } = download;
     let store_error = |e: crate::objects::ObjectError| internal_error(&format!("reading the {what}"), e);
     let Some((size, e_tag)) = state.objects.describe(key).await.map_err(store_error)? else {
         return Ok(None);
     };
-    let mut response = match asked(headers, size, e_tag.as_deref().map(quoted).as_deref(), changes) {
+    let shown = |store_tag: Option<String>| match (content_tag, store_tag) {
+        (Some(tag), Some(_)) => Some(tag.to_string()),
+        (_, store_tag) => store_tag,
+    };
+    let mut response = match asked(
+        headers,
+        size,
+        shown(e_tag.clone()).as_deref().map(quoted).as_deref(),
+        changes,
+    ) {
         Asked::Unsatisfiable => {
             let range = headers
                 .get(header::RANGE)
@@ -182,7 +196,7 @@ pub(super) async fn object(
             }),
         Asked::Whole => None,
     };
-    let mut tag = e_tag;
+    let mut tag = shown(e_tag);
     if response.is_none() {
         // The tag sent is the one of the bytes streamed (the object may be a new one by now).
         let Some((size, e_tag, chunks)) = state.objects.stream_tagged(key).await.map_err(store_error)? else {
@@ -192,7 +206,7 @@ pub(super) async fn object(
         let h = whole.headers_mut();
         h.insert(header::CONTENT_LENGTH, size.into());
         h.insert(header::CONTENT_TYPE, header_value(content_type));
-        tag = e_tag;
+        tag = shown(e_tag);
         response = Some(whole);
     }
     let mut response = response.expect("set above");

@@ -393,6 +393,7 @@ pub(super) async fn get_trajectories(
         // Written once, just after the submission ends (by the session that ended it, its
         // retries, or the next start's sweep when that merge could not finish).
         changes: super::download::Changes::Never,
+        content_tag: None,
     };
     match super::download::object(&state, &headers, download).await? {
         Some(response) => Ok(response),
@@ -447,8 +448,9 @@ pub(super) async fn get_policy(
         what: "policy file",
         content_type: "application/octet-stream",
         file_name: &name,
-        // Kept under its hash.
+        // Kept under its hash, which is its tag.
         changes: super::download::Changes::Never,
+        content_tag: Some(&policy.sha256),
     };
     super::download::object(&state, &headers, download)
         .await?

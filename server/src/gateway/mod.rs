@@ -199,6 +199,19 @@ where
     }
 }
 
+/// The `disconnect` reason of a session whose submission a newer connection of its team took
+/// over (`Connect.previous_session_id` or `connect_key`).
+pub const SESSION_REPLACED: &str = "session_replaced";
+
+/// The `connect_key` a session attached with: the one its connect carried, where the connect
+/// named no submission (the server ignores it otherwise).
+fn attached_key(connect: &Connect) -> &str {
+    match connect.submission_id.is_empty() {
+        true => &connect.connect_key,
+        false => "",
+    }
+}
+
 /// Resolves when the session's submission is handed to its client's new connection (never
 /// for a practice session, which holds none).
 async fn given_way(attachment: Option<&crate::attachments::Attachment>) {
@@ -257,7 +270,7 @@ where
     let attachment = match &admitted.submission {
         Some(s) => match state
             .attached
-            .attach(&s.id, &session_id, &connect.previous_session_id)
+            .attach(&s.id, &session_id, &connect.previous_session_id, attached_key(&connect))
             .await
         {
             Ok(a) => Some(a),
@@ -382,12 +395,14 @@ where
         "session started"
     );
     let answers_heard = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let unanswered_since_ms = Arc::new(std::sync::atomic::AtomicI64::new(0));
     let ctx = Arc::new(RunContext {
         benchmark: admitted.benchmark.clone(),
         gains: admitted.gains.clone(),
         out: out.clone(),
         step_timeout,
         answers_heard: answers_heard.clone(),
+        unanswered_since_ms: unanswered_since_ms.clone(),
         lanes,
         batch,
         sim_threads: config.sim_threads as usize,
@@ -434,6 +449,7 @@ where
                 // request went unanswered claims again on this (`RunContext::answers_heard`).
                 if matches!(message, Incoming::Msg(Msg::Action(_))) {
                     answers_heard.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    unanswered_since_ms.store(0, std::sync::atomic::Ordering::Relaxed);
                 }
                 match message {
                     Incoming::Closed => {
@@ -548,10 +564,31 @@ where
             // takes the session's place: a lost connection, running episodes re-run.
             () = given_way(attachment.as_ref()), if inboxes.is_some() => {
                 tracing::info!(session = %session_id, "agent connection replaced by its client's new one");
+                // Said, should this connection be alive after all (a teammate's client).
+                let _ = out.send(Msg::Disconnect(Disconnect {
+                    reason: SESSION_REPLACED.into(),
+                    ..Default::default()
+                }));
                 inboxes = None;
                 practice_tx = None;
             }
             _ = ticker.tick() => {
+                // Heartbeats, but no answer since a request went unanswered: its lanes claim
+                // nothing (an agent that no longer reads the requests), so the session ends
+                // as a silent one does.
+                let unanswered = match unanswered_since_ms.load(std::sync::atomic::Ordering::Relaxed) {
+                    0 => false,
+                    since => crate::storage::now_ms() - since > silence_limit.as_millis() as i64,
+                };
+                if unanswered && inboxes.is_some() {
+                    tracing::warn!(session = %session_id, "no Action for {silence_limit:?} after a missed deadline; ending the session");
+                    let _ = out.send(Msg::Disconnect(Disconnect {
+                        reason: "heartbeat_timeout".into(),
+                        ..Default::default()
+                    }));
+                    inboxes = None;
+                    practice_tx = None;
+                }
                 if last_heard.elapsed() > silence_limit && inboxes.is_some() {
                     tracing::warn!(session = %session_id, "no message for {silence_limit:?}; ending the session");
                     let _ = out.send(Msg::Disconnect(Disconnect {

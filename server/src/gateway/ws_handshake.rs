@@ -41,7 +41,12 @@ pub fn accept<B>(request: &mut Request<B>) -> Result<(Response<Body>, OnUpgrade)
         return Err(not_an_opening("no `Upgrade: websocket` header"));
     }
     if headers.get(header::SEC_WEBSOCKET_VERSION).map(HeaderValue::as_bytes) != Some(b"13") {
-        return Err(not_an_opening("`Sec-WebSocket-Version` is not 13"));
+        // RFC 6455 §4.4: 426, with the version this server speaks (the caller adds the header).
+        return Err(AccessError::new(
+            StatusCode::UPGRADE_REQUIRED,
+            "bad_request",
+            "not a WebSocket opening: `Sec-WebSocket-Version` is not 13, the version this server speaks",
+        ));
     }
     let Some(key) = headers.get(header::SEC_WEBSOCKET_KEY) else {
         return Err(not_an_opening("no `Sec-WebSocket-Key` header"));
@@ -111,7 +116,9 @@ mod tests {
         let mut old = opening();
         old.headers_mut()
             .insert("sec-websocket-version", HeaderValue::from_static("8"));
-        assert!(accept(&mut old).unwrap_err().message.contains("not 13"));
+        let refused = accept(&mut old).unwrap_err();
+        assert!(refused.message.contains("not 13"), "{}", refused.message);
+        assert_eq!(refused.status, StatusCode::UPGRADE_REQUIRED);
         // Everything in order but the connection, which a test's request cannot switch.
         let refused = accept(&mut opening()).unwrap_err();
         assert_eq!(refused.status, StatusCode::UPGRADE_REQUIRED);

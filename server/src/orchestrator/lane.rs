@@ -319,10 +319,16 @@ impl<'a> Lane<'a> {
                     if self.missed_deadline.is_none() {
                         tracing::info!(
                             lane = self.lane,
-                            "the agent missed step {step}'s deadline: no new episode on this lane until it sends anything"
+                            "the agent missed step {step}'s deadline: no new episode on this lane until it answers something"
                         );
                     }
                     self.missed_deadline = Some(self.ctx.answers_heard.load(Ordering::Relaxed));
+                    let _ = self.ctx.unanswered_since_ms.compare_exchange(
+                        0,
+                        crate::storage::now_ms(),
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    );
                     self.last_missed = Some((step, sent, timeout));
                     let reason = format!(
                         "no Action for GetAction step {step} (a session-wide request counter) within the {:.3} s step deadline \

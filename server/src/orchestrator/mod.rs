@@ -110,6 +110,10 @@ pub struct RunContext {
     /// over a link that has stopped one way they would hand the lane episodes the agent
     /// never sees.
     pub answers_heard: Arc<std::sync::atomic::AtomicU64>,
+    /// When (unix ms) a lane's request first went unanswered since the last Action; 0 when
+    /// none has. The gateway ends a session whose agent answers nothing for its silence limit
+    /// after that, though it may still send heartbeats: its lanes claim nothing meanwhile.
+    pub unanswered_since_ms: Arc<std::sync::atomic::AtomicI64>,
     pub lanes: usize,
     /// Envs per lane (episodes per GetAction).
     pub batch: usize,

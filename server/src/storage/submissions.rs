@@ -51,13 +51,29 @@ impl Storage {
         let context = || format!("creating submission {id}");
         let now = now_ms();
         let mut tx = self.pool.begin().await.ctx(context)?;
-        if let Some(quota) = quota {
+        if quota.is_some() {
             // A write first: it serialises this team's submissions until the commit.
             sqlx::query("UPDATE teams SET name = name WHERE id = $1")
                 .bind(sub.team_id)
                 .execute(&mut *tx)
                 .await
                 .ctx(context)?;
+        }
+        // Before the quota: a connect whose key another one (at the same moment) made a
+        // submission with attaches to that one; counted, the quota would refuse it for good.
+        if let Some(key) = &sub.connect_key {
+            let taken: Option<String> =
+                sqlx::query_scalar("SELECT submission_id FROM connect_keys WHERE team_id = $1 AND connect_key = $2")
+                    .bind(sub.team_id)
+                    .bind(key)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .ctx(context)?;
+            if taken.is_some() {
+                return Err(StorageError::ConnectKeyTaken(key.clone()));
+            }
+        }
+        if let Some(quota) = quota {
             quota_left(&mut tx, sub.team_id, quota).await?;
         }
         if let Some(definition) = &sub.benchmark_definition {

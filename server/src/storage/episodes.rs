@@ -795,24 +795,33 @@ impl Storage {
         self.held.lock().expect("held claims lock")
     }
 
-    /// A submission's final episodes: (scored, failed unscored). Scored: completed or fell;
-    /// unscored: failed or timed out (listed with their reason, left out of the statistics, as
-    /// `results` counts them).
-    pub async fn final_counts(&self, submission: &str) -> Result<(i64, i64), StorageError> {
+    /// How many episodes of a submission are in each status.
+    async fn status_counts(&self, submission: &str) -> Result<Vec<(EpisodeState, i64)>, StorageError> {
         let rows = sqlx::query("SELECT status, COUNT(*) AS n FROM episodes WHERE submission_id = $1 GROUP BY status")
             .bind(submission)
             .fetch_all(&self.pool)
             .await
-            .ctx(|| format!("counting the final episodes of submission {submission}"))?;
-        let what = format!("final episode counts of submission {submission}");
+            .ctx(|| format!("counting the episodes of submission {submission}"))?;
+        let what = format!("episode counts of submission {submission}");
+        rows.iter()
+            .map(|row| {
+                let status: String = get(row, "status", &what)?;
+                let n: i64 = get(row, "n", &what)?;
+                let status = status
+                    .parse::<EpisodeState>()
+                    .map_err(|e| StorageError::Corrupt(format!("{what}: {e}")))?;
+                Ok((status, n))
+            })
+            .collect()
+    }
+
+    /// A submission's final episodes: (scored, failed unscored). Scored: completed or fell;
+    /// unscored: failed or timed out (listed with their reason, left out of the statistics, as
+    /// `results` counts them).
+    pub async fn final_counts(&self, submission: &str) -> Result<(i64, i64), StorageError> {
         let (mut scored, mut failed) = (0, 0);
-        for row in &rows {
-            let status: String = get(row, "status", &what)?;
-            let n: i64 = get(row, "n", &what)?;
-            match status
-                .parse::<EpisodeState>()
-                .map_err(|e| StorageError::Corrupt(format!("{what}: {e}")))?
-            {
+        for (status, n) in self.status_counts(submission).await? {
+            match status {
                 EpisodeState::Completed | EpisodeState::Fell => scored += n,
                 EpisodeState::Failed | EpisodeState::Timeout => failed += n,
                 EpisodeState::Pending | EpisodeState::Running => {}
@@ -823,20 +832,9 @@ impl Storage {
 
     /// (pending, running, finished) episode counts of a submission.
     pub async fn episode_counts(&self, submission: &str) -> Result<(i64, i64, i64), StorageError> {
-        let rows = sqlx::query("SELECT status, COUNT(*) AS n FROM episodes WHERE submission_id = $1 GROUP BY status")
-            .bind(submission)
-            .fetch_all(&self.pool)
-            .await
-            .ctx(|| format!("counting the episodes of submission {submission}"))?;
-        let what = format!("episode counts of submission {submission}");
         let (mut pending, mut running, mut finished) = (0, 0, 0);
-        for row in &rows {
-            let status: String = get(row, "status", &what)?;
-            let n: i64 = get(row, "n", &what)?;
-            match status
-                .parse::<EpisodeState>()
-                .map_err(|e| StorageError::Corrupt(format!("{what}: {e}")))?
-            {
+        for (status, n) in self.status_counts(submission).await? {
+            match status {
                 EpisodeState::Pending => pending += n,
                 EpisodeState::Running => running += n,
                 _ => finished += n,

@@ -56,6 +56,10 @@ pub(super) struct OpenError {
     /// The server was reached (it answered, if only with an HTTP status): worth retrying even
     /// on a run's first connection.
     pub(super) server_answered: bool,
+    /// Accepted, then reset or closed before any answer (`server_answered` is set too):
+    /// something listens there, but a run's first connection tries this only a few times
+    /// ([`super::FIRST_CONNECTION_CUTS`]), since a `ws://` URL at a TLS port looks the same.
+    pub(super) cut_before_answer: bool,
 }
 
 impl From<String> for OpenError {
@@ -63,6 +67,7 @@ impl From<String> for OpenError {
         OpenError {
             message,
             server_answered: false,
+            cut_before_answer: false,
         }
     }
 }
@@ -79,6 +84,7 @@ impl Connection {
                     config.url, config.connect_timeout
                 ),
                 server_answered: false,
+                cut_before_answer: false,
             }),
         }
     }
@@ -108,6 +114,7 @@ impl Connection {
                     // The server's refusal at its connection caps ("retry shortly", the 503 of a
                     // WebSocket): a server is there, so the run retries.
                     server_answered: e.metadata().contains_key(protocol::REFUSAL_METADATA),
+                    cut_before_answer: false,
                     message: format!("opening a gRPC session at {url}: {}", e.message()),
                 })?
                 .into_inner();
@@ -119,7 +126,7 @@ impl Connection {
         // TCP_NODELAY for the same reason as gRPC's (the last argument).
         let (socket, _) = tokio_tungstenite::connect_async_with_config(url, None, true)
             .await
-            .map_err(|e| OpenError {
+            .map_err(|e| {
                 // A 5xx instead of the upgrade (503 over the server's connection caps, "retry
                 // shortly"; a proxy's 502 while the server restarts): a server is there, so the
                 // run retries as after a lost connection instead of stopping as unreachable. A
@@ -127,8 +134,7 @@ impl Connection {
                 // Accepted, then reset or closed mid-handshake: something listens there (a flaky
                 // first packet, a proxy whose backend restarts), so the run retries too; refused
                 // (nothing listening) or an unknown name is a wrong address.
-                server_answered: match &e {
-                    tokio_tungstenite::tungstenite::Error::Http(r) => r.status().is_server_error(),
+                let cut = match &e {
                     tokio_tungstenite::tungstenite::Error::Io(io) => matches!(
                         io.kind(),
                         std::io::ErrorKind::ConnectionReset
@@ -140,8 +146,14 @@ impl Connection {
                         tokio_tungstenite::tungstenite::error::ProtocolError::HandshakeIncomplete,
                     ) => true,
                     _ => false,
-                },
-                message: format!("connecting to {url}: {e}"),
+                };
+                let server_error =
+                    matches!(&e, tokio_tungstenite::tungstenite::Error::Http(r) if r.status().is_server_error());
+                OpenError {
+                    server_answered: cut || server_error,
+                    cut_before_answer: cut,
+                    message: format!("connecting to {url}: {e}"),
+                }
             })?;
         let mut connection = Connection::WebSocket {
             socket: Box::new(socket),
@@ -150,6 +162,7 @@ impl Connection {
         connection.send(connect).await.map_err(|e| OpenError {
             message: format!("sending Connect: {e}"),
             server_answered: true,
+            cut_before_answer: false,
         })?;
         Ok(connection)
     }

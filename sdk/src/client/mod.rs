@@ -238,8 +238,14 @@ enum SessionEnd {
     ServerStopping(String),
     /// The very first connection could not be made (nothing listening, wrong host or port):
     /// reconnecting is for connections that were up, so the run stops at once.
-    NeverConnected(String),
+    NeverConnected { attempts: u32, error: String },
 }
+
+/// How many times a run's first connection is tried when each try is accepted and then cut
+/// before any answer: enough for a flaky first packet or a proxy whose backend restarts, few
+/// enough that a `ws://` URL at a TLS port (whose server closes the plaintext request) stops
+/// in seconds rather than after `max_reconnects` backed-off tries.
+pub const FIRST_CONNECTION_CUTS: u32 = 3;
 
 /// How long a resume refused as `submission_busy` is tried again before the run gives up: past
 /// the server's default heartbeat timeout (60 s), after which it drops a session it no longer
@@ -256,6 +262,8 @@ struct RunState {
     summary: RunSummary,
     /// Whether a connection to the server was ever made in this run.
     reached: bool,
+    /// First connections accepted and then cut before any answer, while `reached` is unset.
+    first_cuts: u32,
     /// Sessions the server accepted (`connected`) in this run.
     sessions: u32,
     /// Practice: the indices (in `Mode::Practice::episodes`) of the episodes that ended; a
@@ -295,6 +303,7 @@ pub async fn run(
     let mut state = RunState {
         summary: RunSummary::default(),
         reached: false,
+        first_cuts: 0,
         sessions: 0,
         practice_done: Default::default(),
         connect_key: new_connect_key(),
@@ -331,9 +340,9 @@ pub async fn run(
         }
         match end {
             SessionEnd::Done => return Ok(state.summary),
-            SessionEnd::NeverConnected(error) => {
+            SessionEnd::NeverConnected { attempts, error } => {
                 return Err(ClientError::Unreachable {
-                    attempts: 1,
+                    attempts,
                     last_error: format!("cannot reach the server at {}: {error}", config.url),
                 });
             }
@@ -486,7 +495,26 @@ async fn session(
     });
     let mut connection = match Connection::open(config, connect).await {
         Ok(c) => c,
-        Err(e) if !state.reached && !e.server_answered => return Ok(SessionEnd::NeverConnected(e.message)),
+        Err(e) if !state.reached && !e.server_answered => {
+            return Ok(SessionEnd::NeverConnected {
+                attempts: 1,
+                error: e.message,
+            });
+        }
+        Err(e) if !state.reached && e.cut_before_answer => {
+            state.first_cuts += 1;
+            if state.first_cuts >= FIRST_CONNECTION_CUTS {
+                return Ok(SessionEnd::NeverConnected {
+                    attempts: state.first_cuts,
+                    error: format!(
+                        "{} (each of {} tries was accepted and then closed before any answer: a ws:// URL at a \
+                         TLS port, or a proxy that does not pass WebSocket upgrades?)",
+                        e.message, state.first_cuts
+                    ),
+                });
+            }
+            return Ok(SessionEnd::Lost(e.message));
+        }
         Err(e) => {
             state.reached |= e.server_answered;
             return Ok(SessionEnd::Lost(e.message));
@@ -1088,12 +1116,13 @@ mod tests {
 
     /// A connection accepted and then reset before the upgrade (a flaky first packet, a proxy
     /// whose backend restarts) is a server worth trying again, unlike a refused one: the run
-    /// made one try and stopped as "cannot reach the server".
+    /// made one try and stopped as "cannot reach the server". But only a few times: a ws:// URL
+    /// at a TLS port is cut the same way each time, and was retried for `max_reconnects`.
     #[test]
-    fn a_first_connection_reset_after_it_was_accepted_is_retried() {
+    fn a_first_connection_reset_after_it_was_accepted_is_retried_a_few_times() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("ws://{}/api/v1/agent", listener.local_addr().unwrap());
-        let tries = 3;
+        let tries = FIRST_CONNECTION_CUTS;
         let reset = std::thread::spawn(move || {
             for _ in 0..tries {
                 let Ok((socket, _)) = listener.accept() else { break };
@@ -1119,11 +1148,12 @@ mod tests {
             }
         });
         let mut config = submission_config(url);
-        config.max_reconnects = tries - 1;
+        config.max_reconnects = 10;
         let mut agent = crate::agents::ZeroAgent::default();
         match run_blocking(&config, &mut agent, &mut |_| {}) {
             Err(ClientError::Unreachable { attempts, last_error }) => {
                 assert_eq!(attempts, tries, "{last_error}");
+                assert!(last_error.contains("TLS port"), "{last_error}");
             }
             other => panic!("expected Unreachable after {tries} tries, got {other:?}"),
         }

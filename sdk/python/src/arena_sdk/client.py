@@ -33,7 +33,15 @@ from .errors import FATAL_CODES, AgentError, ProtocolError, RefusedError, Unreac
 from .g1 import ANCHOR_BODY, NUM_JOINTS
 from .goal_rows import GoalRowsOnce
 from .policy_config import UnsupportedPolicyError
-from .transports import ConnectionLost, Endpoint, ServerAnswered, Transport, open_transport, resolve_endpoint
+from .transports import (
+    ConnectionLost,
+    CutBeforeAnswer,
+    Endpoint,
+    ServerAnswered,
+    Transport,
+    open_transport,
+    resolve_endpoint,
+)
 
 log = logging.getLogger("arena_sdk")
 
@@ -301,6 +309,12 @@ def run(
         runner.summary.reconnects += 1
 
 
+FIRST_CONNECTION_CUTS = 3
+"""How many times a run's first connection is tried when each try is accepted and then cut
+before any answer: enough for a flaky first packet or a proxy whose backend restarts, few
+enough that a ws:// URL at a TLS port stops in seconds. As the Rust SDK's
+`client::FIRST_CONNECTION_CUTS`."""
+
 BUSY_WAIT_S = 180.0
 """How long a resume refused as `submission_busy` is tried again before the run gives up: past
 the server's default heartbeat timeout (60 s), after which it drops a session it no longer hears
@@ -402,6 +416,8 @@ class _Runner:
         self.busy = False
         # Whether a connection to the server was ever made in this run.
         self.reached = False
+        # First connections accepted and then cut before any answer, while `reached` is unset.
+        self.first_cuts = 0
         # Sessions the server accepted (`connected`) in this run.
         self.sessions = 0
         # The last session ended with the server saying it is stopping.
@@ -436,6 +452,16 @@ class _Runner:
                 # Nothing listening, or the wrong host or port: reconnecting is for connections
                 # that were up, so the run stops at once.
                 raise UnreachableError(1, f"cannot reach the server at {self.endpoint.address}: {e}") from e
+            if not self.reached and isinstance(e, CutBeforeAnswer):
+                self.first_cuts += 1
+                if self.first_cuts >= FIRST_CONNECTION_CUTS:
+                    raise UnreachableError(
+                        self.first_cuts,
+                        f"cannot reach the server at {self.endpoint.address}: {e} (each of {self.first_cuts} tries "
+                        "was accepted and then closed before any answer: a ws:// URL at a TLS port, or a proxy "
+                        "that does not pass WebSocket upgrades?)",
+                    ) from e
+                return str(e)
             self.reached = True
             return str(e)
         self.reached = True

@@ -35,6 +35,13 @@ class ServerAnswered(ConnectionLost):
     connection is retried."""
 
 
+class CutBeforeAnswer(ServerAnswered):
+    """The connection was accepted and then reset or closed before any answer: something
+    listens there (a flaky first packet, a proxy whose backend restarts), but a run's first
+    connection tries this only FIRST_CONNECTION_CUTS times, since a ws:// URL at a TLS port looks
+    the same."""
+
+
 class Transport(Protocol):
     def send(self, envelope: pb.Envelope) -> None:
         """Sends one message; ConnectionLost when the connection is gone."""
@@ -177,7 +184,7 @@ class WebSocketTransport:
             # listening), a name that does not resolve or a wrong protocol is a wrong address.
             cut = (ConnectionResetError, ConnectionAbortedError, BrokenPipeError, EOFError)
             if isinstance(e, cut) or isinstance(e.__cause__, cut):
-                raise ServerAnswered(f"connecting to {url}: {e} (the connection was cut after it was accepted)") from e
+                raise CutBeforeAnswer(f"connecting to {url}: {e} (the connection was cut after it was accepted)") from e
             raise ConnectionLost(f"connecting to {url}: {e}") from e
 
     def send(self, envelope: pb.Envelope) -> None:

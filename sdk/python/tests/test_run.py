@@ -357,7 +357,10 @@ def test_a_server_over_its_connection_caps_is_retried(status: str, attempts: int
     assert status[:3] in str(info.value), str(info.value)
 
 
-def test_a_first_connection_reset_after_it_was_accepted_is_retried_a_few_times() -> None:
+@pytest.mark.parametrize("handler", [False, True])
+def test_a_first_connection_reset_after_it_was_accepted_is_retried_a_few_times(
+    handler: bool, caplog: pytest.LogCaptureFixture
+) -> None:
     """A connection accepted and then reset before the upgrade (a flaky first packet, a proxy
     whose backend restarts) is a server worth trying again, unlike a refused one: the run made
     one try and stopped as "cannot reach the server". But only a few times: a ws:// URL at a TLS
@@ -380,12 +383,26 @@ def test_a_first_connection_reset_after_it_was_accepted_is_retried_a_few_times()
 
     thread = threading.Thread(target=cut, daemon=True)
     thread.start()
+    events: list = []
+    caplog.set_level(logging.WARNING, logger="arena_sdk")
     with pytest.raises(UnreachableError) as info:
-        run(RecordingAgent(), f"http://127.0.0.1:{port}", "t", benchmark="g1-smoke", max_reconnects=10, initial_backoff_s=0.01)
+        run(
+            RecordingAgent(),
+            f"http://127.0.0.1:{port}",
+            "t",
+            benchmark="g1-smoke",
+            max_reconnects=10,
+            initial_backoff_s=0.01,
+            on_event=events.append if handler else None,
+        )
     thread.join(timeout=10)
     listener.close()
     assert info.value.attempts == 3 and len(reset) == 3, (info.value.attempts, reset, str(info.value))
     assert "TLS port" in str(info.value), str(info.value)
+    # The reconnects are told once: to the caller's handler (which the CLIs print), else the log.
+    logged = [r for r in caplog.records if "connection lost" in r.getMessage()]
+    told = [e for e in events if isinstance(e, arena_sdk.Reconnecting)]
+    assert (len(logged), len(told)) == ((0, 2) if handler else (2, 0)), (logged, told)
 
 
 def hold_a_place(host: str, port: int):

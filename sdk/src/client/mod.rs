@@ -393,7 +393,9 @@ pub async fn run(
                     delay: backoff,
                     error: &error,
                 });
-                tracing::info!("connection lost ({error}); reconnecting in {backoff:?} (attempt {tries})");
+                // The caller was told by the event (the CLIs print it): a debug line, not a second
+                // copy at info under `-v`.
+                tracing::debug!("connection lost ({error}); reconnecting in {backoff:?} (attempt {tries})");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(config.max_backoff);
                 state.summary.reconnects += 1;
@@ -728,7 +730,7 @@ async fn session(
                 {
                     return Err(ClientError::refused(e));
                 }
-                tracing::info!("server error: {}: {}", e.code, e.message);
+                tracing::debug!("server error: {}: {}", e.code, e.message);
                 on_event(ClientEvent::ServerError(&e));
                 None
             }

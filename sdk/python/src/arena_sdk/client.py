@@ -246,7 +246,7 @@ def run(
         agent_name=agent_name or _agent_name(agent),
         max_batch=max_batch,
         encoding=encoding,
-        on_event=on_event or (lambda event: None),
+        on_event=on_event,
         connect_timeout_s=connect_timeout_s,
         gains=gains,
         reference_goal_once=reference_goal_once,
@@ -303,7 +303,7 @@ def run(
                 lost = f"{lost} (the server said it was stopping and did not take a session within {restart_wait_s:g} s)"
             raise UnreachableError(tries, lost)
         runner.on_event(Reconnecting(tries, backoff, lost, waiting))
-        log.warning("connection lost (%s); reconnecting in %.1f s (attempt %d)", lost, backoff, tries)
+        log.log(runner.tell_level, "connection lost (%s); reconnecting in %.1f s (attempt %d)", lost, backoff, tries)
         time.sleep(backoff)
         backoff = min(backoff * 2, max_backoff_s)
         runner.summary.reconnects += 1
@@ -386,7 +386,7 @@ class _Runner:
         agent_name: str,
         max_batch: int,
         encoding: str,
-        on_event: Callable[[Event], None],
+        on_event: Callable[[Event], None] | None,
         connect_timeout_s: float,
         gains: _Gains,
         reference_goal_once: bool,
@@ -399,7 +399,10 @@ class _Runner:
         self.agent_name = agent_name
         self.max_batch = max_batch
         self.encoding = encoding
-        self.on_event = on_event
+        self.on_event: Callable[[Event], None] = on_event or (lambda event: None)
+        # A caller's handler shows the reconnects and server errors it is given (the CLI prints
+        # them), so the log says them at DEBUG then, not a second time at WARNING.
+        self.tell_level = logging.DEBUG if on_event is not None else logging.WARNING
         self.connect_timeout_s = connect_timeout_s
         self.gains = gains
         self.reference_goal_once = reference_goal_once
@@ -724,7 +727,7 @@ class _Session:
         # A refused practice request would never produce its EpisodeEnd.
         if self.runner.practice is not None and e.code in ("unknown_motion", "invalid_message"):
             raise RefusedError(e.code, e.message, e.limit, e.resets_at)
-        log.warning("server error: %s: %s", e.code, e.message)
+        log.log(self.runner.tell_level, "server error: %s: %s", e.code, e.message)
         self.runner.on_event(ServerError(e.code, e.message, e.step))
         return _CONTINUE
 

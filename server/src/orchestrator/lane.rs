@@ -796,17 +796,23 @@ impl<'a> Lane<'a> {
                 self.env.stop(slot);
             }
         }
-        if self.slots.iter().flatten().any(|r| r.forced.is_none())
-            && let Err(e) = self.env.step(&self.actions)
-        {
-            let reason = format!("simulator: {e}");
-            for (slot, running) in self.slots.iter_mut().enumerate() {
-                if let Some(r) = running
-                    && r.forced.is_none()
-                {
-                    r.forced = Some((EpisodeStatus::Failed, reason.clone()));
-                    self.env.stop(slot);
+        if self.slots.iter().flatten().any(|r| r.forced.is_none()) {
+            let failures = self.env.handler().backend_failures();
+            let stepped = self.env.step(&self.actions).map(|_| ()).map_err(|e| e.to_string());
+            match stepped {
+                Err(e) => self.simulator_failed(&e),
+                // The backend failed every env it ran, with its reason (a GPU worker that died).
+                Ok(()) if self.env.handler().backend_failures() != failures => {
+                    let reason = (0..self.slots.len())
+                        .filter(|&slot| self.slots[slot].as_ref().is_some_and(|r| r.forced.is_none()))
+                        .find_map(|slot| match &self.env.infos()[slot].status {
+                            arena_sim::env::EpisodeStatus::Failed(why) => Some(why.clone()),
+                            _ => None,
+                        })
+                        .unwrap_or_else(|| "the simulation backend failed".into());
+                    self.simulator_failed(&reason);
                 }
+                Ok(()) => {}
             }
         }
         let started = Instant::now();
@@ -870,6 +876,55 @@ impl<'a> Lane<'a> {
             .collect();
         self.timings.spilled += drafts.spill(running) as u64;
         self.timings.spill_s += started.elapsed().as_secs_f64();
+    }
+
+    /// The backend failed as a whole in a step (a GPU worker that died): not the episodes' doing,
+    /// whose own instabilities end them one by one (`simulator: …`, FAILED). A submission's
+    /// stepped episodes go back to the queue as a server fault (re-run from the start, not
+    /// charged to the agent's attempts; the third such loss fails them) and the agent is told
+    /// why it will hear no more of them; the backend starts afresh at the next reset. Practice
+    /// episodes, which have no queue, end FAILED with the reason.
+    fn simulator_failed(&mut self, error: &str) {
+        let stepped: Vec<usize> = (0..self.slots.len())
+            .filter(|&slot| self.slots[slot].as_ref().is_some_and(|r| r.forced.is_none()))
+            .collect();
+        for &slot in &stepped {
+            self.env.stop(slot);
+        }
+        if !matches!(self.ctx.sink, Sink::Submission { .. }) {
+            let reason = format!("simulator: {error}");
+            for &slot in &stepped {
+                if let Some(r) = &mut self.slots[slot] {
+                    r.forced = Some((EpisodeStatus::Failed, reason.clone()));
+                }
+            }
+            return;
+        }
+        let runs: Vec<Running> = stepped.iter().filter_map(|&slot| self.slots[slot].take()).collect();
+        let ids: Vec<u32> = runs.iter().map(|r| r.episode.index as u32).collect();
+        tracing::error!(
+            lane = self.lane,
+            "the simulator failed: {error}; {} returned to the queue",
+            named_episodes(&ids)
+        );
+        let returned: Vec<(i64, i64)> = runs
+            .iter()
+            .map(|r| (r.episode.index as i64, r.attempt as i64))
+            .collect();
+        self.give_back(
+            &returned,
+            &format!("the server: simulator: {error}"),
+            GiveBack::ServerFault,
+        );
+        self.send(Msg::Error(protocol::Error {
+            code: codes::INTERNAL.into(),
+            message: format!(
+                "the server's simulator failed ({error}): {} back in the queue, to run again from the start \
+                 with attempt + 1 (not charged to your attempts); no episode_end comes for this run of them",
+                named_episodes(&ids)
+            ),
+            ..Default::default()
+        }));
     }
 
     /// After an error that ends the lane: its running episodes go back to the queue as a

@@ -50,6 +50,8 @@ pub struct GpuHandler {
     pushed: Vec<usize>,
     /// The command sent and not yet answered ([`Handler::step_begin`]).
     in_flight: Option<&'static str>,
+    /// Workers lost ([`Handler::backend_failures`]).
+    worker_failures: u64,
 }
 
 impl std::fmt::Debug for GpuHandler {
@@ -168,6 +170,7 @@ impl GpuHandler {
             pool,
             dirty: false,
             in_flight: None,
+            worker_failures: 0,
             pushed: Vec::new(),
         };
         handler.fill(Array::Params, 0.0);
@@ -432,6 +435,7 @@ impl GpuHandler {
                     // The envs being reset fail with the reason, and their resets are taken
                     // back: none is left to start (or to retry the start) at the next command.
                     let reason = format!("GPU simulator worker failed: {e}");
+                    self.worker_failures += 1;
                     for env in 0..self.health.len() {
                         if self.row(Array::ResetFlag, env)[0] != 0.0 {
                             self.row_mut(Array::ResetFlag, env)[0] = 0.0;
@@ -495,6 +499,7 @@ impl GpuHandler {
         let reason = format!("GPU simulator worker failed: {why}");
         tracing::error!("{reason}");
         self.worker = None;
+        self.worker_failures += 1;
         for h in &mut self.health {
             if *h == EnvHealth::Ok {
                 *h = EnvHealth::Failed(reason.clone());
@@ -662,6 +667,10 @@ impl Handler for GpuHandler {
 
     fn health(&self, env: usize) -> &EnvHealth {
         &self.health[env]
+    }
+
+    fn backend_failures(&self) -> u64 {
+        self.worker_failures
     }
 
     fn is_reusable(&self) -> bool {

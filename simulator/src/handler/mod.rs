@@ -284,6 +284,12 @@ pub trait Handler: Send + Sync {
     /// Marks an env idle (not stepped) until its next reset.
     fn mark_idle(&mut self, env: usize);
     fn health(&self, env: usize) -> &EnvHealth;
+    /// How many times the backend as a whole failed (a GPU worker that died), failing every env
+    /// it ran: not the episodes' doing, unlike one env's instability. A caller that compares it
+    /// across a step tells the two apart. Backends that run each env on its own never do.
+    fn backend_failures(&self) -> u64 {
+        0
+    }
     /// Applies buffered per-env writes so reads see them (a no-op where writes are immediate).
     fn sync(&mut self) -> Result<(), SimError> {
         Ok(())

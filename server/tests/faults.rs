@@ -1905,3 +1905,59 @@ async fn a_resume_after_the_benchmark_changed_is_refused_naming_the_change() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// An agent that ends its own session saying why (both SDKs send `agent failed: …` when the
+/// policy raises) has the episodes it was running re-queued with its words in their reason,
+/// not the bare "agent connection lost" of a network drop (a participant's walkthrough). No run
+/// is charged twice for the one lost connection: a lane whose claim was under way as the
+/// connection went gives what it took back uncharged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_disconnects_saying_why_has_its_words_in_the_reason() {
+    let dir = tmp("faults-agent-said");
+    let server = ServerProc::start(&dir, &["--lanes", "2"]);
+    let token = server.team("crashing");
+    let enc = Encoding::Json;
+    let (mut ws, connected) = open(&server.ws_url(), &connect_msg(&token, "submission", ""), enc).await;
+    loop {
+        if let Some(Msg::GetAction(_)) = recv(&mut ws).await {
+            break;
+        }
+    }
+    let said = "agent failed: ZeroDivisionError: division by zero";
+    ws.send(frame(
+        &Msg::Disconnect(protocol::Disconnect {
+            reason: said.into(),
+            ..Default::default()
+        }),
+        enc,
+    ))
+    .await
+    .unwrap();
+    drop(ws);
+    let id = connected.submission_id;
+    let waited = std::time::Instant::now();
+    let episodes = loop {
+        let (_, results) = server.get(&format!("/api/v1/submissions/{id}/results"), Some(ADMIN));
+        let episodes = results["episodes"].as_array().cloned().unwrap_or_default();
+        let requeued = episodes.iter().filter(|e| e["attempts"].as_u64() >= Some(1)).count();
+        if requeued > 0 && episodes.iter().all(|e| e["status"] == "PENDING") {
+            break episodes;
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(30),
+            "{results}\n{}",
+            server.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    for e in episodes.iter().filter(|e| e["attempts"].as_u64() >= Some(1)) {
+        let reason = e["reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.starts_with("agent connection lost: the agent disconnected saying")
+                && reason.contains("ZeroDivisionError"),
+            "{e}"
+        );
+        assert_eq!(e["attempts"], 1, "one lost connection, one charged run: {e}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

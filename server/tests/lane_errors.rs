@@ -71,6 +71,7 @@ async fn run_zero_agent(
         step_timeout: Duration::from_secs(30),
         answers_heard: Default::default(),
         unanswered_since_ms: Default::default(),
+        ending: Default::default(),
         lanes: 1,
         batch,
         sim_threads: 1,

@@ -396,6 +396,7 @@ where
     );
     let answers_heard = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let unanswered_since_ms = Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let ending = Arc::new(crate::orchestrator::SessionEnding::default());
     let ctx = Arc::new(RunContext {
         benchmark: admitted.benchmark.clone(),
         gains: admitted.gains.clone(),
@@ -403,6 +404,7 @@ where
         step_timeout,
         answers_heard: answers_heard.clone(),
         unanswered_since_ms: unanswered_since_ms.clone(),
+        ending: ending.clone(),
         lanes,
         batch,
         sim_threads: config.sim_threads as usize,
@@ -530,6 +532,7 @@ where
                     },
                     Incoming::Msg(Msg::Disconnect(d)) => {
                         tracing::info!(session = %session_id, reason = %d.reason, "agent disconnected");
+                        ending.agent_disconnected(&d.reason);
                         // A hosted run's submission is ended by the hosted runner, in its own
                         // words (`crate::hosted`): both raced to end it, and either won.
                         if let (Some(why), Some(s), None) = (

@@ -275,6 +275,13 @@ impl<'a> Lane<'a> {
                 Ok(s) => s,
                 Err(end) => return end,
             };
+            if self.ctx.ending.is_lost() {
+                // Another lane found the connection gone while this claim was under way (and
+                // may have re-queued what it took): the agent never saw these episodes.
+                let unseen = starting.iter().map(|e| e.episode_id).collect();
+                self.return_slots_of(&unseen, "the session ended before they started", GiveBack::NeverStarted);
+                return self.connection_lost(CONNECTION_LOST);
+            }
             if self.slots.iter().all(Option::is_none) {
                 return LaneEnd::Drained;
             }
@@ -1005,6 +1012,9 @@ impl<'a> Lane<'a> {
     /// Re-queues the running episodes (a lost connection re-runs them from the start, up to the
     /// attempt limit) and ends the lane. A session the server's stop ended charges nobody.
     fn connection_lost(&mut self, why: &str) -> LaneEnd {
+        // Before anything goes back to the queue: see `SessionEnding::lost`.
+        self.ctx.ending.mark_lost();
+        let why = &self.ctx.ending.reason(why);
         let running = self.take_running();
         if let Sink::Submission { storage, .. } = &self.ctx.sink
             && storage.is_stopping()

@@ -114,6 +114,8 @@ pub struct RunContext {
     /// none has. The gateway ends a session whose agent answers nothing for its silence limit
     /// after that, though it may still send heartbeats: its lanes claim nothing meanwhile.
     pub unanswered_since_ms: Arc<std::sync::atomic::AtomicI64>,
+    /// How the session's connection ended, as its lanes learn it ([`SessionEnding`]).
+    pub ending: Arc<SessionEnding>,
     pub lanes: usize,
     /// Envs per lane (episodes per GetAction).
     pub batch: usize,
@@ -140,6 +142,46 @@ pub struct RunContext {
     pub goal_rows_once: bool,
     /// For database calls from the (blocking) lane and committer threads.
     pub runtime: tokio::runtime::Handle,
+}
+
+/// What a session's lanes share about the end of its connection.
+#[derive(Debug, Default)]
+pub struct SessionEnding {
+    /// Set by the first lane that finds the connection gone, before it re-queues its episodes:
+    /// another lane whose claim, under way meanwhile, took those episodes (or others) gives
+    /// them back uncharged, since the agent never saw them (it charged a second attempt for
+    /// one lost connection).
+    lost: std::sync::atomic::AtomicBool,
+    /// The reason of the agent's own `disconnect` (the SDKs send `agent failed: …` when the
+    /// policy raised), quoted: the re-queued episodes' reason says it, not only "connection
+    /// lost".
+    agent_said: std::sync::Mutex<Option<String>>,
+}
+
+impl SessionEnding {
+    pub fn mark_lost(&self) {
+        self.lost.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn is_lost(&self) -> bool {
+        self.lost.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Keeps the reason of the agent's `disconnect` (at most 100 characters of it).
+    pub fn agent_disconnected(&self, reason: &str) {
+        if !reason.is_empty() {
+            *self.agent_said.lock().unwrap_or_else(|e| e.into_inner()) = Some(arena_sdk::protocol::quoted(reason));
+        }
+    }
+
+    /// The reason for episodes a lost connection cut: `connection_lost`, with what the agent
+    /// said when it disconnected itself.
+    pub fn reason(&self, connection_lost: &str) -> String {
+        match &*self.agent_said.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(said) => format!("{connection_lost}: the agent disconnected saying {said}"),
+            None => connection_lost.to_string(),
+        }
+    }
 }
 
 /// How a session's run ended.

@@ -258,19 +258,20 @@ fn agent_sessions_count_as_open_connections() {
 }
 
 /// A gRPC agent over the caps is told so in gRPC's terms (UNAVAILABLE, "retry shortly", the
-/// `arena-refusal` metadata) and the SDK retries it as it retries a WebSocket's 503: before,
-/// the 503's HTTP/1.1 bytes broke the HTTP/2 connection and the run stopped at once as
-/// unreachable (one attempt).
+/// `arena-refusal` metadata) and the SDK waits for a place as it does after a WebSocket's 503
+/// at the caps: before, the 503's HTTP/1.1 bytes broke the HTTP/2 connection and the run
+/// stopped at once as unreachable (one attempt); later it retried, but gave up after
+/// `max_reconnects` refusals.
 #[test]
-fn a_grpc_agent_over_the_caps_is_told_to_retry() {
-    use arena_sdk::client::{self, ClientConfig, ClientError, Mode};
+fn a_grpc_agent_over_the_caps_is_told_to_retry_and_waits_for_a_place() {
+    use arena_sdk::client::{self, ClientConfig, Mode};
     let dir = common::tmp("connection-limits-grpc");
     let server = ServerProc::start(&dir, &["--max-connections-per-address", "1"]);
     let token = server.team("grpc-refused");
     // The address's one place, held by a keep-alive connection the server has answered: a
     // connection merely opened may itself be refused while the server still counts the team's
     // request just closed, and then the place is free again for the gRPC call below.
-    let _held = hold_a_place("127.0.0.1", server.addr);
+    let held = hold_a_place("127.0.0.1", server.addr);
     let refused = (0..50).any(|_| {
         let mut probe = connect_from("127.0.0.1", server.addr);
         read_until_closed(&mut probe, Duration::from_secs(2)).is_some_and(|t| t.contains("too_many_connections"))
@@ -313,14 +314,23 @@ fn a_grpc_agent_over_the_caps_is_told_to_retry() {
             }],
         },
     );
-    config.max_reconnects = 2;
-    config.initial_backoff = Duration::from_millis(10);
-    let outcome = client::run_blocking(&config, &mut arena_sdk::agents::ReplayAgent::new(), &mut |_| {});
-    match outcome {
-        Err(ClientError::Unreachable { attempts, last_error }) => {
-            assert_eq!(attempts, 3, "{last_error}");
-            assert!(last_error.contains("too many open connections"), "{last_error}");
+    // The place comes free a moment later: the run, refused meanwhile, waits for it rather
+    // than counting the refusals against `max_reconnects` (none here).
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1500));
+        drop(held);
+    });
+    config.max_reconnects = 0;
+    config.initial_backoff = Duration::from_millis(50);
+    let mut told = Vec::new();
+    let outcome = client::run_blocking(&config, &mut arena_sdk::agents::ReplayAgent::new(), &mut |e| {
+        if let client::ClientEvent::ServerError(e) = e {
+            told.push(format!("{}: {}", e.code, e.message));
         }
-        other => panic!("expected retries, then Unreachable: {other:?}"),
-    }
+    });
+    release.join().unwrap();
+    let summary = outcome.expect("the run waits for a place and gets in");
+    assert_eq!(summary.episodes.len(), 1);
+    assert_eq!(told.len(), 1, "told once: {told:?}");
+    assert!(told[0].contains("too many open connections"), "{told:?}");
 }

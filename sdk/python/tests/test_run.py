@@ -429,18 +429,22 @@ def hold_a_place(host: str, port: int):
     raise AssertionError("no connection was admitted and answered")
 
 
-def test_a_grpc_agent_over_the_connection_caps_is_retried(tmp_path) -> None:
-    """Over gRPC the real server's refusal at its connection caps is a gRPC status
-    (UNAVAILABLE, "retry shortly"): the run retries it like the WebSocket's 503. Before, the
-    503's HTTP/1.1 bytes broke the HTTP/2 connection and the first attempt stopped the run."""
+@pytest.mark.parametrize("transport", ["grpc", "ws"])
+def test_an_agent_over_the_connection_caps_waits_for_a_place(tmp_path, transport: str) -> None:
+    """The real server's refusal at its connection caps (over gRPC a status, UNAVAILABLE with
+    `arena-refusal`; over WebSocket the 503 `too_many_connections`) is waited out like a busy
+    submission, not counted against max_reconnects: the run gets in once a place is free. The
+    caller is told once, with the server's words. Before, a run gave up after max_reconnects
+    refusals (about 31 s) saying only "HTTP 503"; earlier still, over gRPC the 503's HTTP/1.1
+    bytes broke the HTTP/2 connection and the first attempt stopped the run."""
     import socket
 
     with start_server(tmp_path, "--max-connections-per-address", "1") as server:
-        token = server.create_team("grpc-refused")
+        token = server.create_team("capped")
         host, port = server.addr.rsplit(":", 1)
         # The address's one place, held by a keep-alive connection the server has answered: a
         # bare one may itself be refused while the server still counts the team request just
-        # closed, and the place is then free again for the gRPC run below.
+        # closed, and the place is then free again for the run below.
         held = hold_a_place(host, int(port))
 
         def refused() -> bool:
@@ -452,19 +456,28 @@ def test_a_grpc_agent_over_the_connection_caps_is_retried(tmp_path) -> None:
                     return False
 
         assert any(refused() for _ in range(50)), "a second connection from the address was served"
-        with pytest.raises(UnreachableError) as info:
-            run(
-                RecordingAgent(),
-                server.grpc_url,
-                token,
-                benchmark="g1-smoke",
-                practice=["stand"],
-                max_reconnects=2,
-                initial_backoff_s=0.01,
-            )
-        held.close()
-    assert info.value.attempts == 3, str(info.value)
-    assert "too many open connections" in str(info.value), str(info.value)
+
+        def release() -> None:
+            time.sleep(1.5)
+            held.close()
+
+        threading.Thread(target=release, daemon=True).start()
+        events: list = []
+        summary = run(
+            RecordingAgent(),
+            server.http_url,
+            token,
+            benchmark="g1-smoke",
+            transport=transport,
+            practice=["stand"],
+            max_reconnects=0,
+            initial_backoff_s=0.05,
+            on_event=events.append,
+        )
+    assert len(summary.episodes) == 1, summary
+    told = [e for e in events if isinstance(e, arena_sdk.ServerError) and e.code == "too_many_connections"]
+    assert len(told) == 1, events
+    assert "too many open connections" in told[0].message and "waiting for a place" in told[0].message, told
 
 
 # --- invalid agent output ---------------------------------------------------------------------

@@ -60,6 +60,10 @@ pub(super) struct OpenError {
     /// something listens there, but a run's first connection tries this only a few times
     /// ([`super::FIRST_CONNECTION_CUTS`]), since a `ws://` URL at a TLS port looks the same.
     pub(super) cut_before_answer: bool,
+    /// The server refused the connection at its connection caps ("too many open connections;
+    /// retry shortly"; `server_answered` is set too): waited out like a busy submission, for up
+    /// to [`super::BUSY_WAIT`], rather than counted against `max_reconnects`.
+    pub(super) at_capacity: bool,
 }
 
 impl From<String> for OpenError {
@@ -68,8 +72,33 @@ impl From<String> for OpenError {
             message,
             server_answered: false,
             cut_before_answer: false,
+            at_capacity: false,
         }
     }
+}
+
+/// The code of the server's refusal at its connection caps, in its 503's JSON body.
+const AT_CAPACITY: &str = "too_many_connections";
+
+/// What an HTTP answer in place of the upgrade says: its status, and the API's JSON error
+/// (`{"error": {"code", "message"}}`) when it carries one, which the status alone hid (a
+/// participant saw "HTTP error: 503 Service Unavailable" at the server's connection cap).
+fn http_refusal(response: &tokio_tungstenite::tungstenite::http::Response<Option<Vec<u8>>>) -> (String, bool) {
+    let error = response
+        .body()
+        .as_deref()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok())
+        .map(|v| v["error"].clone());
+    let code = error.as_ref().and_then(|e| e["code"].as_str()).unwrap_or_default();
+    let message = error.as_ref().and_then(|e| e["message"].as_str()).unwrap_or_default();
+    let words = match (code, message) {
+        ("", "") => String::new(),
+        (code, message) => format!(": {}", protocol::quoted(&format!("{code}: {message}"))),
+    };
+    (
+        format!("the server answered HTTP {}{words}", response.status()),
+        response.status().as_u16() == 503 && code == AT_CAPACITY,
+    )
 }
 
 impl Connection {
@@ -85,6 +114,7 @@ impl Connection {
                 ),
                 server_answered: false,
                 cut_before_answer: false,
+                at_capacity: false,
             }),
         }
     }
@@ -110,12 +140,16 @@ impl Connection {
             let responses = client
                 .session(outbound)
                 .await
-                .map_err(|e| OpenError {
+                .map_err(|e| {
                     // The server's refusal at its connection caps ("retry shortly", the 503 of a
-                    // WebSocket): a server is there, so the run retries.
-                    server_answered: e.metadata().contains_key(protocol::REFUSAL_METADATA),
-                    cut_before_answer: false,
-                    message: format!("opening a gRPC session at {url}: {}", e.message()),
+                    // WebSocket): a server is there, so the run waits for a place.
+                    let refused = e.metadata().contains_key(protocol::REFUSAL_METADATA);
+                    OpenError {
+                        server_answered: refused,
+                        cut_before_answer: false,
+                        at_capacity: refused,
+                        message: format!("opening a gRPC session at {url}: {}", e.message()),
+                    }
                 })?
                 .into_inner();
             return Ok(Connection::Grpc {
@@ -147,12 +181,22 @@ impl Connection {
                     ) => true,
                     _ => false,
                 };
-                let server_error =
-                    matches!(&e, tokio_tungstenite::tungstenite::Error::Http(r) if r.status().is_server_error());
+                let (message, server_error, at_capacity) = match &e {
+                    tokio_tungstenite::tungstenite::Error::Http(r) => {
+                        let (said, at_capacity) = http_refusal(r);
+                        (
+                            format!("connecting to {url}: {said}"),
+                            r.status().is_server_error(),
+                            at_capacity,
+                        )
+                    }
+                    _ => (format!("connecting to {url}: {e}"), false, false),
+                };
                 OpenError {
                     server_answered: cut || server_error,
                     cut_before_answer: cut,
-                    message: format!("connecting to {url}: {e}"),
+                    at_capacity,
+                    message,
                 }
             })?;
         let mut connection = Connection::WebSocket {
@@ -163,6 +207,7 @@ impl Connection {
             message: format!("sending Connect: {e}"),
             server_answered: true,
             cut_before_answer: false,
+            at_capacity: false,
         })?;
         Ok(connection)
     }

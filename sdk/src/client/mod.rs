@@ -264,6 +264,8 @@ struct RunState {
     reached: bool,
     /// First connections accepted and then cut before any answer, while `reached` is unset.
     first_cuts: u32,
+    /// The caller was told the server is at its connection caps, since the last connection.
+    told_at_capacity: bool,
     /// Sessions the server accepted (`connected`) in this run.
     sessions: u32,
     /// Practice: the indices (in `Mode::Practice::episodes`) of the episodes that ended; a
@@ -304,6 +306,7 @@ pub async fn run(
         summary: RunSummary::default(),
         reached: false,
         first_cuts: 0,
+        told_at_capacity: false,
         sessions: 0,
         practice_done: Default::default(),
         connect_key: new_connect_key(),
@@ -503,6 +506,19 @@ async fn session(
                 error: e.message,
             });
         }
+        Err(e) if e.at_capacity => {
+            // Not a failure: the server is there and full (told once, then waited out as a
+            // busy submission is, up to BUSY_WAIT).
+            state.reached = true;
+            if !std::mem::replace(&mut state.told_at_capacity, true) {
+                on_event(ClientEvent::ServerError(&protocol::Error {
+                    code: "too_many_connections".into(),
+                    message: format!("{}; waiting for a place (up to {} s)", e.message, BUSY_WAIT.as_secs()),
+                    ..Default::default()
+                }));
+            }
+            return Ok(SessionEnd::Busy(e.message));
+        }
         Err(e) if !state.reached && e.cut_before_answer => {
             state.first_cuts += 1;
             if state.first_cuts >= FIRST_CONNECTION_CUTS {
@@ -523,6 +539,7 @@ async fn session(
         }
     };
     state.reached = true;
+    state.told_at_capacity = false;
     let mut layout: Option<ObservationLayout> = None;
     // Sessions that send each `reference_goal` row once: the rows each running episode has.
     let mut goal_rows: Option<GoalRowsOnce> = None;
@@ -1114,6 +1131,46 @@ mod tests {
             }
             assert_eq!(answered.join().unwrap(), tries);
         }
+    }
+
+    /// The server at its connection caps (its 503 and JSON body, `arena serve`'s
+    /// `refusal::REFUSED_RESPONSE`) is waited for like a busy submission: its refusals do not
+    /// count against `max_reconnects` (a run gave up after 11 of them, 31 s, saying only "HTTP
+    /// 503"), the caller is told once, with the server's words.
+    #[test]
+    fn a_server_at_its_connection_caps_is_waited_for_not_counted() {
+        const AT_CAPACITY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 5\r\nConnection: close\r\nContent-Length: 95\r\n\r\n{\"error\":{\"code\":\"too_many_connections\",\"message\":\"too many open connections; retry shortly\"}}\n";
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("ws://{}/api/v1/agent", listener.local_addr().unwrap());
+        let refusals = 4;
+        let answered = std::thread::spawn(move || {
+            for _ in 0..refusals {
+                let Ok((mut socket, _)) = listener.accept() else { break };
+                let mut request = [0u8; 4096];
+                let _ = std::io::Read::read(&mut socket, &mut request);
+                let _ = std::io::Write::write_all(&mut socket, AT_CAPACITY);
+            }
+            // The listener closes: the next tries are refused, and those count.
+        });
+        let mut config = submission_config(url);
+        config.max_reconnects = 1;
+        let mut agent = crate::agents::ZeroAgent::default();
+        let mut told = Vec::new();
+        let result = run_blocking(&config, &mut agent, &mut |e| {
+            if let ClientEvent::ServerError(e) = e {
+                told.push(format!("{}: {}", e.code, e.message));
+            }
+        });
+        answered.join().unwrap();
+        match result {
+            Err(ClientError::Unreachable { attempts, .. }) => assert!(attempts <= 2, "{attempts}"),
+            other => panic!("expected Unreachable once refused, got {other:?}"),
+        }
+        assert_eq!(told.len(), 1, "{told:?}");
+        assert!(
+            told[0].contains("too many open connections; retry shortly") && told[0].contains("waiting for a place"),
+            "{told:?}"
+        );
     }
 
     /// A connection accepted and then reset before the upgrade (a flaky first packet, a proxy

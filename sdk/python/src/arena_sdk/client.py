@@ -34,6 +34,7 @@ from .g1 import ANCHOR_BODY, NUM_JOINTS
 from .goal_rows import GoalRowsOnce
 from .policy_config import UnsupportedPolicyError
 from .transports import (
+    AtCapacity,
     ConnectionLost,
     CutBeforeAnswer,
     Endpoint,
@@ -421,6 +422,8 @@ class _Runner:
         self.reached = False
         # First connections accepted and then cut before any answer, while `reached` is unset.
         self.first_cuts = 0
+        # The caller was told the server is at its connection caps, since the last session.
+        self.told_at_capacity = False
         # Sessions the server accepted (`connected`) in this run.
         self.sessions = 0
         # The last session ended with the server saying it is stopping.
@@ -450,6 +453,8 @@ class _Runner:
         )
         try:
             connection = open_transport(self.endpoint, self.encoding, self.connect_timeout_s)
+        except AtCapacity as e:
+            return self._at_capacity(e)
         except ConnectionLost as e:
             if not self.reached and not isinstance(e, ServerAnswered):
                 # Nothing listening, or the wrong host or port: reconnecting is for connections
@@ -471,10 +476,22 @@ class _Runner:
         try:
             connection.send(connect)
             return _Session(self, connection).serve()
+        except AtCapacity as e:  # gRPC's refusal comes as the stream's end
+            return self._at_capacity(e)
         except ConnectionLost as e:
             return str(e)
         finally:
             connection.close()
+
+    def _at_capacity(self, e: AtCapacity) -> str:
+        """Not a failure: the server is there and full. Told once, then waited out as a busy
+        submission is, up to BUSY_WAIT_S."""
+        self.reached = True
+        self.busy = True
+        if not self.told_at_capacity:
+            self.told_at_capacity = True
+            self.on_event(ServerError("too_many_connections", f"{e}; waiting for a place (up to {BUSY_WAIT_S:g} s)", 0))
+        return str(e)
 
 
 class _Session:
@@ -579,6 +596,7 @@ class _Session:
             c.episodes_total,
         )
         self.runner.sessions += 1
+        self.runner.told_at_capacity = False
         summary = self.runner.summary
         summary.submission_id = c.submission_id
         self.runner.last_session_id = c.session_id

@@ -35,6 +35,32 @@ class ServerAnswered(ConnectionLost):
     connection is retried."""
 
 
+class AtCapacity(ServerAnswered):
+    """The server refused the connection at its connection caps ("too many open connections;
+    retry shortly": the 503 `too_many_connections`, or gRPC's UNAVAILABLE with the
+    `arena-refusal` metadata): waited out like a busy submission, for up to BUSY_WAIT_S, rather
+    than counted against max_reconnects."""
+
+
+# The code of the server's refusal at its connection caps (its 503's JSON body), and the gRPC
+# metadata key its refusal carries (the Rust SDK's `protocol::REFUSAL_METADATA`).
+AT_CAPACITY = "too_many_connections"
+REFUSAL_METADATA = "arena-refusal"
+
+
+def _http_refusal(status: int, body: bytes) -> tuple[str, bool]:
+    """What an HTTP answer in place of the upgrade says: its status, and the API's JSON error
+    (`{"error": {"code", "message"}}`) when it carries one, which the status alone hid."""
+    code = message = ""
+    try:
+        error = json.loads(body or b"{}").get("error") or {}
+        code, message = str(error.get("code", "")), str(error.get("message", ""))
+    except (ValueError, AttributeError):
+        pass
+    words = f": {code}: {message}"[:102] if code or message else ""
+    return f"the server answered HTTP {status}{words}", status == 503 and code == AT_CAPACITY
+
+
 class CutBeforeAnswer(ServerAnswered):
     """The connection was accepted and then reset or closed before any answer: something
     listens there (a flaky first packet, a proxy whose backend restarts), but a run's first
@@ -175,9 +201,12 @@ class WebSocketTransport:
         except InvalidStatus as e:
             # A 5xx (503 over the server's connection caps, a proxy's 502 while the server
             # restarts): retried. A 4xx (a wrong path, a plain web server) is a wrong address.
+            said, at_capacity = _http_refusal(e.response.status_code, e.response.body or b"")
+            if at_capacity:
+                raise AtCapacity(f"connecting to {url}: {said}") from e
             if e.response.status_code >= 500:
-                raise ServerAnswered(f"connecting to {url}: {e}") from e
-            raise ConnectionLost(f"connecting to {url}: {e}") from e
+                raise ServerAnswered(f"connecting to {url}: {said}") from e
+            raise ConnectionLost(f"connecting to {url}: {said}") from e
         except (OSError, TimeoutError, InvalidHandshake) as e:  # refused, DNS, a bad handshake
             # Accepted, then reset or closed mid-handshake: something listens there (a flaky
             # first packet, a proxy whose backend restarts), so the run retries; refused (nothing
@@ -223,10 +252,12 @@ class WebSocketTransport:
 
 
 class _Closed:
-    """Queue marker: the response stream ended."""
+    """Queue marker: the response stream ended (refused at the server's connection caps when
+    `at_capacity`)."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, at_capacity: bool = False) -> None:
         self.reason = reason
+        self.at_capacity = at_capacity
 
 
 class GrpcTransport:
@@ -294,7 +325,9 @@ class GrpcTransport:
         except self._grpc.RpcError as e:
             code = e.code() if hasattr(e, "code") else None
             details = e.details() if hasattr(e, "details") else str(e)
-            self._responses.put(_Closed(f"gRPC stream failed: {getattr(code, 'name', code)}: {details}"))
+            trailing = e.trailing_metadata() if hasattr(e, "trailing_metadata") else None
+            refused = any(key == REFUSAL_METADATA for key, _ in trailing or ())
+            self._responses.put(_Closed(f"gRPC stream failed: {getattr(code, 'name', code)}: {details}", refused))
 
     def send(self, envelope: pb.Envelope) -> None:
         if self._closed:
@@ -308,7 +341,7 @@ class GrpcTransport:
             return None
         if isinstance(item, _Closed):
             self._closed = True
-            raise ConnectionLost(item.reason)
+            raise AtCapacity(item.reason) if item.at_capacity else ConnectionLost(item.reason)
         return item
 
     def close(self) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from arena_sdk import REFERENCE_GROUP, Agent, Batch, EpisodeSpec
+from arena_sdk import REFERENCE_GROUP, Agent, Batch, EpisodeSpec, UnsupportedPolicyError
 
 # Within one reference frame: root position xyz (3), root quaternion wxyz (4), 29 joint angles.
 JOINTS = slice(7, 36)
@@ -19,10 +19,15 @@ JOINTS = slice(7, 36)
 
 class ReplayAgent(Agent):
     def configure(self, spec: EpisodeSpec) -> None:
+        # A benchmark this agent cannot serve is refused as such: the submission ends FAILED with
+        # the reason rather than staying RUNNING (and counted towards the quota) until it expires.
+        problems = []
         if REFERENCE_GROUP not in spec.layout:
-            raise RuntimeError(f"replay needs the {REFERENCE_GROUP!r} observation group; this benchmark sends none")
+            problems.append(f"replay needs the {REFERENCE_GROUP!r} observation group; this benchmark sends none")
         if len(spec.default_joint_pos) != spec.action_size or len(spec.action_scale) != spec.action_size:
-            raise RuntimeError("the server sent no action mapping (EpisodeSpec.default_joint_pos / action_scale)")
+            problems.append("the server sent no action mapping (EpisodeSpec.default_joint_pos / action_scale)")
+        if problems:
+            raise UnsupportedPolicyError(type(self).__name__, problems)
         # The server's mapping: target = default_joint_pos + action_scale * clip(action, -1, 1).
         self.default_joint_pos = spec.default_joint_pos.astype(np.float32)
         self.action_scale = spec.action_scale.astype(np.float32)

@@ -192,6 +192,23 @@ def test_cli_exits_1_when_the_submission_ended_failed(
     assert "left RUNNING" not in err, err
 
 
+def test_the_replay_example_refuses_a_benchmark_without_references(
+    server: Server, team_token: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The shipped replay example on a benchmark that sends no `reference` group refuses the
+    spec (UnsupportedPolicyError): the submission ends FAILED with why, exit 2. It raised a
+    RuntimeError, which left the submission RUNNING, counted towards the quota, for a day."""
+    code = cli.main([REPLAY, "--server", server.http_url, "--token", team_token, "--benchmark", "g1-smoke-robot"])
+    out, err = capsys.readouterr()
+    assert code == 2, (out, err)
+    assert "left RUNNING" not in err, err
+    match = re.search(r"submission (sub-\S+)", out + err)
+    assert match, (out, err)
+    status, body = server.request("GET", f"/api/v1/submissions/{match.group(1)}", team_token)
+    assert status == 200 and body["status"] == "FAILED", body
+    assert "reference" in (body["error"] or ""), body
+
+
 @pytest.mark.parametrize("status, code", [("COMPLETED", 0), ("FAILED", 1), ("", 0)])
 def test_cli_exit_status_follows_the_submission_status(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], status: str, code: int

@@ -4,6 +4,7 @@ WebSocket, refusals, invalid agent output, reconnecting; plus the pieces that ne
 from __future__ import annotations
 
 import logging
+import sys
 import math
 import queue
 import threading
@@ -1338,3 +1339,22 @@ def test_throttle_delay_as_the_rust_sdk() -> None:
     assert throttle_delay(1000.0, 1000.0) == 0.25
     assert throttle_delay(1010.0, 1000.0) == 10.25
     assert throttle_delay(1000.0 + 600, 1000.0) == 60.25
+
+
+def test_an_exception_leaving_run_names_the_submission(server: Server, team_token: str) -> None:
+    """An agent's own error leaves the submission RUNNING: the exception out of `run` names it
+    (an attribute, and a note in the traceback), for a caller who passed no `on_event` and never
+    saw the id (a notebook's interrupted cell)."""
+
+    class Raises(Agent):
+        def act(self, batch: Batch) -> np.ndarray:
+            raise ZeroDivisionError("boom")
+
+    with pytest.raises(ZeroDivisionError) as info:
+        run(Raises(), server.http_url, team_token, benchmark="g1-smoke")
+    submission_id = getattr(info.value, "arena_submission_id", "")
+    assert submission_id.startswith("sub-"), info.value
+    if sys.version_info >= (3, 11):
+        assert any(submission_id in note for note in info.value.__notes__), info.value.__notes__
+    status, body = server.request("GET", f"/api/v1/submissions/{submission_id}", team_token)
+    assert status == 200 and body["status"] == "RUNNING", body

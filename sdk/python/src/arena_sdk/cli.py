@@ -40,8 +40,9 @@ instantiated with no arguments.
 Prints one line per finished episode and a summary table. Exit status:
   0    the run ended normally (a submission COMPLETED, or every practice motion ran)
   1    an error: a refused session, an unreachable server, invalid actions, the agent raised,
-       or the submission ended FAILED (cancelled by the organiser, or abandoned by the server
-       after no agent ran it for too long)
+       the submission ended FAILED (cancelled by the organiser, or abandoned by the server
+       after no agent ran it for too long), or it COMPLETED with no episode scored (every one
+       failed or timed out)
   2    bad arguments, an agent that cannot be loaded, or an agent that cannot serve the
        benchmark's spec
   130  interrupted (Ctrl-C)

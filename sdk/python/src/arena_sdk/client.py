@@ -6,6 +6,7 @@ Mirrors the Rust SDK's client (sdk/src/client.rs)."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import math
 import time
@@ -252,6 +253,30 @@ def run(
         gains=gains,
         reference_goal_once=reference_goal_once,
     )
+    try:
+        return _reconnecting(runner, max_reconnects, initial_backoff_s, max_backoff_s, restart_wait_s)
+    except BaseException as e:
+        _note_submission(e, runner.summary.submission_id)
+        raise
+
+
+def _note_submission(e: BaseException, submission_id: str) -> None:
+    """Names the run's submission on an exception leaving `run` (an agent's own error, an
+    interrupt in a notebook), which may leave it RUNNING: a caller without an `on_event` handler
+    never saw its id. As an attribute, `arena_submission_id`, and a note in the traceback
+    (Python 3.11+)."""
+    if not submission_id or isinstance(e, (GeneratorExit, SystemExit)):
+        return
+    with contextlib.suppress(AttributeError, TypeError):
+        e.arena_submission_id = submission_id  # type: ignore[attr-defined]
+    if hasattr(e, "add_note"):
+        e.add_note(f"arena: the run's submission is {submission_id} (while RUNNING, resume it with submission_id=)")
+
+
+def _reconnecting(
+    runner: _Runner, max_reconnects: int, initial_backoff_s: float, max_backoff_s: float, restart_wait_s: float
+) -> RunSummary:
+    """The sessions of one run, reconnecting after lost ones, until it ends."""
     failures = 0  # counted against max_reconnects
     tries = 0  # since the last finished episode
     backoff = initial_backoff_s

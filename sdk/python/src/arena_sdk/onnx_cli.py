@@ -35,8 +35,8 @@ Before a new submission it checks the benchmark's spec on a practice connection 
 stored), so a policy that cannot run is refused before a submission exists.
 
 Exit status: 0 when the run ended normally, 1 on an error (refused session, unreachable server,
-a submission that ended FAILED), 2 on bad arguments or a policy the arena cannot run (the
-message names what is missing), 130 when interrupted.
+a submission that ended FAILED or COMPLETED with no episode scored), 2 on bad arguments or a
+policy the arena cannot run (the message names what is missing), 130 when interrupted.
 """
 
 EPILOG = """\

@@ -689,7 +689,8 @@ def test_cli_checks_the_spec_then_sends_gains_and_targets(tmp_path: Path) -> Non
         assert c.benchmark == "g1-smoke-robot" and c.gain_preset == ""
         np.testing.assert_allclose(c.joint_stiffness, to_g1(KP))
         np.testing.assert_allclose(c.joint_damping, to_g1(KD))
-    assert arena.connects[1].agent_name == "p"
+    # Named as an upload of the file would be: the run its metadata names.
+    assert arena.connects[1].agent_name == "team/project/run"
     for sent, shift in zip(arena.actions, (0.0, 0.1)):
         expected = to_g1(DEFAULT + SCALE * (f32(Q + shift)[PERM] - DEFAULT))
         np.testing.assert_allclose(sent, expected, rtol=1e-5, atol=1e-6)
@@ -1328,3 +1329,22 @@ def test_robot_groups_are_what_the_runner_assumes(server: Server, team_token: st
     assert projected_gravity(g["imu"][None, :4])[0, 2] < -0.8, g["imu"]  # episodes start upright
     quat = g["motion_anchor_pose_w"][3:]
     assert abs(np.linalg.norm(quat) - 1.0) < 1e-4, g["motion_anchor_pose_w"]
+
+
+def test_the_onnx_command_names_a_policy_as_the_server_names_an_upload(tmp_path: Path) -> None:
+    """`arena-agent onnx` and `arena-agent submit` name one file alike (the run, else the
+    motion, else the file's stem unless `policy`, else its folder), made fit as the server makes
+    them: the onnx command named mjlab's `policy.onnx` "policy" where the upload was named by
+    its run."""
+    from arena_sdk.onnx_cli import default_agent_name
+
+    folder = tmp_path / "g1-dance"
+    folder.mkdir()
+    policy = folder / "policy.onnx"
+    assert default_agent_name({"run_path": " team/run-7 "}, policy) == "team/run-7"
+    motion = {"command": {"setup_terms": {"motion_command": {"params": {"motion_config": {"motion_file": "m/walk_01.npz"}}}}}}
+    assert default_agent_name({"experiment_config": json.dumps(motion)}, policy) == "walk_01"
+    assert default_agent_name({"experiment_config": "not json"}, folder / "dancer.onnx") == "dancer"
+    assert default_agent_name({}, policy) == "g1-dance"
+    assert default_agent_name({"run_path": "\u202egnp.ahpla\u202c best\n"}, policy) == "gnp.ahpla best"
+    assert len(default_agent_name({"run_path": "x" * 300}, policy)) == 128

@@ -4,8 +4,10 @@ practice session (docs/bring-your-policy.md)."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from .cli_common import (
     add_session_options,
@@ -125,12 +127,46 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_agent(
         agent,
         args,
-        agent_name=args.agent_name or policy.path.stem,
+        agent_name=args.agent_name or default_agent_name(policy.metadata, policy.path),
         joint_stiffness=stiffness,
         joint_damping=damping,
         gain_preset=args.gain_preset,
         prog=PROG,
     )
+
+
+def default_agent_name(metadata: Mapping[str, str], path: Path) -> str:
+    """A name better than the file's (mjlab exports are all `policy.onnx`), by the rule the
+    server names an uploaded policy with (`arena-agent submit`), so the two commands name one
+    file alike: the run the metadata names (mjlab's `run_path`), else the motion it was trained
+    on (holosoma's `motion_config.motion_file`), else the file's stem unless it is `policy`, else
+    its folder's name."""
+    run = _fit_name(metadata.get("run_path", ""))
+    if run:
+        return run
+    try:
+        config = json.loads(metadata.get("experiment_config", ""))
+        motion_file = config["command"]["setup_terms"]["motion_command"]["params"]["motion_config"]["motion_file"]
+        motion = _fit_name(Path(str(motion_file)).stem)
+    except (ValueError, KeyError, TypeError):
+        motion = ""
+    if motion:
+        return motion
+    if path.stem.strip() and path.stem.strip() != "policy":
+        return path.stem.strip()
+    folder = path.resolve().parent.name
+    return folder or "onnx-policy"
+
+
+# Bidirectional formatting characters, which the server refuses in an agent's name.
+_BIDI_CONTROLS = frozenset(chr(c) for c in [*range(0x202A, 0x202F), *range(0x2066, 0x206A)])
+
+
+def _fit_name(derived: str) -> str:
+    """A name from a file's metadata made fit to be an agent's name (as the server makes one):
+    no control or bidirectional formatting characters, at most 128 characters."""
+    kept = "".join(c for c in derived if c.isprintable() and c not in _BIDI_CONTROLS)
+    return kept[:128].strip()
 
 
 def _action_scale(text: str) -> float | list[float]:
@@ -148,7 +184,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("policy", metavar="POLICY.onnx", help="the exported policy")
     add_session_options(p)
-    p.add_argument("--agent-name", help="name shown on results and leaderboards (default: the file's name)")
+    p.add_argument("--agent-name", help="name shown on results and leaderboards [default: as `arena-agent submit` names the file: the run (mjlab's run_path) or the motion (holosoma's motion_file) its metadata names, else the file's name unless it is policy.onnx, else its folder's]")
     p.add_argument("--show", action="store_true", help="print how the policy maps onto the arena, then exit")
     p.add_argument(
         "--no-check", action="store_true", help="skip the practice connection that checks the spec before submitting"

@@ -208,12 +208,15 @@ impl AppState {
             }
         }
         let database_lock = DatabaseLock::acquire(&url)?;
-        // Before recovery too: it takes back every running episode claimed under this id.
-        let replica_lock = ReplicaLock::acquire(&url, &redact(&url), &config.replica_id()).await?;
+        // The connection first: it waits for a database still starting (a refused connection
+        // is tried again for 30 s), which the lock's own connection did not, so a replica
+        // started beside its database stopped at once.
         let storage = Storage::connect(&url)
             .await
             .with_context(|| format!("opening the database {}", redact(&url)))?
             .with_lease(config.replica_id(), config.lease());
+        // Before recovery: it takes back every running episode claimed under this id.
+        let replica_lock = ReplicaLock::acquire(&url, &redact(&url), &config.replica_id()).await?;
         let unfinished = storage.recover_after_restart().await?;
         if !unfinished.is_empty() {
             tracing::info!(

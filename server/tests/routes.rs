@@ -325,3 +325,46 @@ fn a_second_server_on_the_same_sqlite_database_is_refused() {
     let again = ServerProc::start(&other, &["--database-url", &url]);
     assert_eq!(again.call("GET", "/api/v1/health", None, None).0, 200);
 }
+
+/// A replica started beside its PostgreSQL database, which does not answer yet, waits for it
+/// (a refused connection is tried again for 30 s, as documented) rather than stopping at once:
+/// the replica lock's own connection was made first, without a retry, and the server exited
+/// with "taking the lock of replica_id …: Connection refused" (a replicas walkthrough).
+#[test]
+fn a_server_waits_for_a_postgresql_database_that_refuses_at_first() {
+    use std::io::BufRead;
+    let dir = common::tmp("pg-not-yet");
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_arena"))
+        .args(["serve", "--data-dir", dir.to_str().unwrap(), "--bind", "127.0.0.1:0"])
+        .args(["--database-url", &format!("postgres://postgres@127.0.0.1:{port}/arena")])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line);
+        }
+    });
+    let mut seen = Vec::new();
+    let waiting = loop {
+        match lines.recv_timeout(std::time::Duration::from_secs(20)) {
+            Ok(line) if line.contains("waiting up to") => break true,
+            Ok(line) => seen.push(line),
+            Err(_) => break false,
+        }
+    };
+    let exited = child.try_wait().unwrap();
+    child.kill().ok();
+    child.wait().ok();
+    assert!(waiting, "no wait for the database: {seen:?}");
+    assert!(exited.is_none(), "the server stopped at once: {seen:?}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -77,6 +77,16 @@ impl Attachments {
         self.lock().contains_key(submission)
     }
 
+    /// How many submissions a session runs here now.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no session runs a submission here now.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
     /// Attaches `submission` to the new session `session_id`, whose connect came with
     /// `connect_key` ("" for none). When it is held by the session `previous` (non-empty)
     /// names, or by one whose connect came with the same (non-empty) key, that session is told

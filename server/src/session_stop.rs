@@ -49,6 +49,11 @@ impl SessionStop {
         }
     }
 
+    /// Agent connections open now.
+    pub fn open_connections(&self) -> usize {
+        *self.open.borrow()
+    }
+
     /// Tells every session, running or still to come, to end.
     pub fn tell(&self) {
         self.told.send_replace(true);

@@ -298,11 +298,34 @@ fn postgres_restarted_mid_run_loses_nothing() {
         std::thread::sleep(Duration::from_millis(50));
     }
     std::thread::sleep(Duration::from_millis(500));
-    pg.restart_after(Duration::from_secs(3));
-    eprintln!("PostgreSQL was down for 3 s");
+    let (status, health) = r1.get("/api/v1/health", Some(ADMIN));
+    assert_eq!((status, health["status"].as_str()), (200, Some("ok")), "{health}");
+    assert!(health["load"]["agent_connections"].as_u64() >= Some(1), "{health}");
+    let down = Instant::now();
+    pg.halt();
+    // The health check says so (503, for a load balancer to route elsewhere): it said ok.
+    let (status, health) = r1.get("/api/v1/health", None);
+    assert_eq!(
+        (status, health["status"].as_str()),
+        (503, Some("unavailable")),
+        "{health}"
+    );
+    assert!(
+        health["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("the database does not answer"),
+        "{health}"
+    );
+    assert!(health.get("load").is_none(), "the load is the admin's: {health}");
+    std::thread::sleep(Duration::from_secs(3).saturating_sub(down.elapsed()));
+    pg.resume();
+    eprintln!("PostgreSQL was down for {:.1} s", down.elapsed().as_secs_f64());
     let logs = || format!("r1:\n{}\nr2:\n{}", r1.log_text(), r2.log_text());
     let ids = finish_agents(agents, &logs);
     check_submissions(&r2, &ids, &|key| shared.join(key));
+    let (status, health) = r1.get("/api/v1/health", None);
+    assert_eq!((status, health["status"].as_str()), (200, Some("ok")), "{health}");
     // Calls made while it was down mostly wait in the pool for a new connection (up to 30 s);
     // the ones cut mid-query are retried (logged).
     let retried = logs().matches("retrying").count();

@@ -337,14 +337,36 @@ async fn check_motions_visible(state: &AppState, who: &Caller, s: &Submission) -
     }
 }
 
-async fn health(State(state): State<Arc<AppState>>) -> ApiResult {
-    Ok(Json(json!({
-        "status": "ok",
+/// How long the health check waits for the database.
+const HEALTH_DATABASE_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `ok` with 200 while the database answers, `unavailable` with 503 when it does not (a load
+/// balancer's check then sends agents and browsers to another replica: it said `ok` through a
+/// database outage). The admin also sees what the server runs now.
+async fn health(State(state): State<Arc<AppState>>, headers: HeaderMap) -> ApiResult {
+    let database = state.storage.ping(HEALTH_DATABASE_WITHIN).await;
+    let mut body = json!({
+        "status": if database.is_ok() { "ok" } else { "unavailable" },
         "version": env!("CARGO_PKG_VERSION"),
         "protocol_version": arena_sdk::protocol::PROTOCOL_VERSION,
         "database": state.storage.engine(),
-    }))
-    .into_response())
+    });
+    if let Err(why) = &database {
+        body["error"] = json!(format!("the database does not answer: {why}"));
+    }
+    if matches!(optional_caller(&state, &headers).await, Ok(Some(Caller::Admin))) {
+        body["load"] = json!({
+            "agent_connections": state.session_stop.open_connections(),
+            "submission_sessions": state.attached.len(),
+            "hosted_runs": state.hosted_runs.lock().unwrap_or_else(|e| e.into_inner()).len(),
+        });
+    }
+    let status = if database.is_ok() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    Ok((status, Json(body)).into_response())
 }
 
 /// Who the Authorization header names: `{"role": "anonymous"}` without one, `{"role": "admin"}`,

@@ -313,6 +313,15 @@ impl Storage {
     pub fn engine(&self) -> Engine {
         self.engine
     }
+
+    /// Whether the database answers a trivial query within `within` (`GET /api/v1/health`).
+    pub async fn ping(&self, within: std::time::Duration) -> Result<(), String> {
+        match tokio::time::timeout(within, sqlx::query("SELECT 1").execute(&self.pool)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no answer within {within:?}")),
+        }
+    }
 }
 
 #[cfg(test)]

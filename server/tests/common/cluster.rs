@@ -220,9 +220,12 @@ impl PrivatePg {
     }
 
     /// Stops the server for `down`, then starts it again on the same data.
-    pub fn restart_after(&self, down: Duration) {
+    /// Stops the server (`postgres.sh halt`) until [`PrivatePg::resume`].
+    pub fn halt(&self) {
         self.script("halt");
-        std::thread::sleep(down);
+    }
+
+    pub fn resume(&self) {
         self.script("resume");
     }
 

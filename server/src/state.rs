@@ -502,6 +502,9 @@ async fn renew_leases(storage: Storage) {
     let mut failing = false;
     loop {
         tick.tick().await;
+        // Claims' times follow the database's clock: its offset from this machine's, kept
+        // fresh (a clock stepped by NTP, a VM resumed from a pause). A failure is the renewal's.
+        let _ = storage.sync_clock().await;
         match storage.renew_leases().await {
             Ok(_) if failing => {
                 tracing::info!("episode claims renewed again");

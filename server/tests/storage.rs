@@ -95,6 +95,7 @@ on_both_engines!(
     reopened_database_keeps_data,
     concurrent_claims_give_one_winner,
     leases_between_replicas,
+    a_replica_whose_clock_is_off_takes_no_live_claim,
     returned_after_a_server_error,
     server_faults_are_not_the_agents,
     batched_claims_take_the_lowest_pending_in_order,
@@ -979,6 +980,54 @@ async fn two_replicas(url: &str, engine: Engine) -> (Storage, Storage) {
         .with_lease("replica-a", Duration::from_millis(600));
     let b = open(url, engine).await.with_lease("replica-b", Duration::from_secs(30));
     (a, b)
+}
+
+/// Claims' times follow the database's clock, not each replica's own: a replica whose clock
+/// is two minutes ahead does not settle another's live claim as expired (a replicas
+/// walkthrough: it threw away a healthy replica's running episode), and one two minutes behind
+/// writes claims that the others do not take at once; both see a claim expire when it does.
+async fn a_replica_whose_clock_is_off_takes_no_live_claim(url: String, engine: Engine) {
+    use std::time::Duration;
+    let healthy = open(&url, engine)
+        .await
+        .with_lease("replica-ok", Duration::from_millis(1500));
+    let ahead = open(&url, engine)
+        .await
+        .with_lease("replica-ahead", Duration::from_millis(1500))
+        .with_local_clock_skew(120_000)
+        .await
+        .unwrap();
+    let behind = open(&url, engine)
+        .await
+        .with_lease("replica-behind", Duration::from_millis(1500))
+        .with_local_clock_skew(-120_000)
+        .await
+        .unwrap();
+    let offset = ahead.clock_offset_ms();
+    assert!((-121_000..=-119_000).contains(&offset), "{offset}");
+    assert!(healthy.clock_offset_ms().abs() < 1_000, "{}", healthy.clock_offset_ms());
+    setup(&healthy, "clocks", "s-1", 3).await;
+    assert_eq!(healthy.claim_next_episode("s-1").await.unwrap(), Some((0, 1)));
+    assert_eq!(behind.claim_next_episode("s-1").await.unwrap(), Some((1, 1)));
+    // Live claims: nobody settles them, whatever its clock says.
+    for other in [&ahead, &healthy] {
+        assert_eq!(
+            other.expire_leases("s-1").await.unwrap(),
+            arena_server::storage::Expired::default()
+        );
+    }
+    assert_eq!(ahead.live_claims("s-1").await.unwrap(), 2);
+    assert_eq!(ahead.claim_next_episode("s-1").await.unwrap(), Some((2, 1)));
+    assert_eq!(
+        ahead.claim_next_episode("s-1").await.unwrap(),
+        None,
+        "all claimed, none expired"
+    );
+    // Once the leases run out (nobody renews), every replica sees it.
+    tokio::time::sleep(Duration::from_millis(1700)).await;
+    assert_eq!(healthy.live_claims("s-1").await.unwrap(), 0);
+    let expired = ahead.expire_leases("s-1").await.unwrap();
+    assert_eq!(expired.requeued, 2, "{expired:?}");
 }
 
 /// A lane fills its free slots with one claim: the lowest PENDING indices, in order, each

@@ -136,7 +136,7 @@ impl Storage {
     /// number, or None if the episode was not PENDING (already claimed or finished) or does not
     /// exist.
     pub async fn start_episode(&self, submission: &str, idx: i64) -> Result<Option<i64>, StorageError> {
-        let now = now_ms();
+        let now = self.now();
         let row = sqlx::query(
             "UPDATE episodes SET status = 'RUNNING', attempts = attempts + 1, updated_at = $3, \
              lease_owner = $4, lease_expires_at = $5 \
@@ -263,7 +263,7 @@ impl Storage {
         .bind(result.steps)
         .bind(metrics_to_json(&result.metrics))
         .bind(result.reason.as_deref())
-        .bind(now_ms())
+        .bind(self.now())
         .bind(&self.lease.owner)
         .bind(attempt.unwrap_or(-1))
         .bind(result.engine.as_deref())
@@ -388,7 +388,7 @@ impl Storage {
         gave_up: Option<&str>,
         context: impl Fn() -> String,
     ) -> Result<(usize, usize), StorageError> {
-        let now = now_ms();
+        let now = self.now();
         let done = async {
             let (mut moved, mut failed) = (0, 0);
             let mut tx = self.pool.begin().await.ctx(&context)?;
@@ -439,7 +439,7 @@ impl Storage {
              WHERE status = 'RUNNING' AND lease_owner = $3",
         )
         .bind(SERVER_STOPPED)
-        .bind(now_ms())
+        .bind(self.now())
         .bind(&self.lease.owner)
         .execute(&self.pool)
         .await
@@ -491,7 +491,7 @@ impl Storage {
             server_faults_reason(&reason),
             last_server_fault()
         );
-        let now = now_ms();
+        let now = self.now();
         for sql in [&back, &gave_up] {
             let mut recover = sqlx::query(sql).bind(now);
             if self.engine == Engine::Postgres {
@@ -563,7 +563,7 @@ impl Storage {
                  RETURNING episodes.idx AS idx, episodes.attempts AS attempts"
             ),
         };
-        let now = now_ms();
+        let now = self.now();
         let rows = sqlx::query(&sql)
             .bind(submission)
             .bind(now)
@@ -599,7 +599,7 @@ impl Storage {
     /// held them can no longer commit them.
     pub async fn expire_leases(&self, submission: &str) -> Result<Expired, StorageError> {
         let context = || format!("settling the expired claims of submission {submission}");
-        let now = now_ms();
+        let now = self.now();
         // Claims this handle still holds are alive here, whatever their lease says (the
         // database may have been unreachable for renewals): only other servers settle them.
         let held = self.held_claims(submission);
@@ -661,7 +661,7 @@ impl Storage {
                 .map(|(sub, idxs)| (sub.clone(), idxs.keys().copied().collect()))
                 .collect()
         };
-        let expires_at = self.lease.expires_at(now_ms());
+        let expires_at = self.lease.expires_at(self.now());
         let mut renewed = 0;
         for (submission, idxs) in held {
             // Integers only: the list is safe to splice into the statement.
@@ -853,7 +853,7 @@ impl Storage {
              AND lease_expires_at IS NOT NULL AND lease_expires_at >= $2",
         )
         .bind(submission)
-        .bind(now_ms())
+        .bind(self.now())
         .fetch_one(&self.pool)
         .await
         .ctx(context)?;

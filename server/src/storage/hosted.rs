@@ -50,7 +50,7 @@ impl Storage {
         .bind(policy.mapping.to_string())
         .bind(policy.created_at)
         .bind(&self.lease.owner)
-        .bind(self.lease.expires_at(now_ms()))
+        .bind(self.lease.expires_at(self.now()))
         .execute(&mut *conn)
         .await
         .ctx(|| format!("recording the policy of submission {}", policy.submission_id))?;
@@ -71,7 +71,7 @@ impl Storage {
         if self.held().stopping {
             return Ok(false);
         }
-        let now = now_ms();
+        let now = self.now();
         let done = sqlx::query(&format!(
             "UPDATE hosted_policies SET runner = $2, runner_expires_at = $3 \
              WHERE submission_id = $1 AND (runner IS NULL OR runner = $2 OR {} OR runner_expires_at < $4)",
@@ -90,7 +90,7 @@ impl Storage {
 
     /// Renews this server's claims on the hosted runs `submission_ids`; how many it still holds.
     pub async fn renew_hosted_runs(&self, submission_ids: &[String]) -> Result<u64, StorageError> {
-        let expires_at = self.lease.expires_at(now_ms());
+        let expires_at = self.lease.expires_at(self.now());
         let mut renewed = 0;
         for id in submission_ids {
             let done = sqlx::query(

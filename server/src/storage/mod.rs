@@ -35,6 +35,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use sqlx::{AnyPool, ConnectOptions, Connection, Executor, Row};
 
 mod challenges;
+mod clock;
 mod episodes;
 mod error;
 mod hosted;
@@ -138,6 +139,8 @@ pub struct Storage {
     /// it is claimed again. Releases name the attempt: a stale run's cleanup (its lease ran
     /// out and this server claimed the episode again) must not drop the newer claim.
     held: Arc<std::sync::Mutex<Held>>,
+    /// The database's clock, which the times of claims follow ([`clock`]).
+    clock: Arc<clock::DatabaseClock>,
 }
 
 /// [`Storage`]'s claims in hand, and whether it still makes any.
@@ -248,13 +251,41 @@ impl Storage {
             .run(&pool)
             .await
             .map_err(|cause| StorageError::Migrate { engine, cause })?;
-        Ok(Storage {
+        let storage = Storage {
             pool,
             engine,
             leaderboard_generation: Arc::new(AtomicU64::new(0)),
             lease: Arc::new(Lease::for_this_process()),
             held: Default::default(),
-        })
+            clock: Default::default(),
+        };
+        storage.sync_clock().await?;
+        Ok(storage)
+    }
+
+    /// Measures again how far the database's clock is from this machine's (the server does at
+    /// every lease renewal); the offset, milliseconds.
+    pub async fn sync_clock(&self) -> Result<i64, StorageError> {
+        self.clock.sync(&self.pool, self.engine).await
+    }
+
+    /// The database's clock less this machine's, milliseconds, as last measured.
+    pub fn clock_offset_ms(&self) -> i64 {
+        self.clock.offset_ms()
+    }
+
+    /// Now on the database's clock (unix ms): the time of every claim's lease.
+    fn now(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    /// The same database, seen from a machine whose clock is `skew_ms` off (tests: a replica
+    /// with a wrong clock); the offset is measured again.
+    #[doc(hidden)]
+    pub async fn with_local_clock_skew(mut self, skew_ms: i64) -> Result<Self, StorageError> {
+        self.clock = Arc::new(clock::DatabaseClock::skewed(skew_ms));
+        self.sync_clock().await?;
+        Ok(self)
     }
 
     /// SQLite: one native connection creates the file and switches it to WAL (a persistent

@@ -70,6 +70,8 @@ where
 }
 
 /// Where finished episodes go.
+// One per session, never in a collection: its size does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Sink {
     /// A stored submission.

@@ -298,6 +298,25 @@ pub struct RunRequest<'a> {
     /// the server's to choose (a hosted upload waiting for a place): it runs even once the
     /// window has closed, as a team's queued upload should.
     pub accepted_in_window: bool,
+    /// A resumed submission's agent sessions so far, (started, ended) in unix ms (`None`: still
+    /// open, or its server died): one that ran when its phase closed may resume after the
+    /// close ([`ran_at_close`]).
+    pub sessions: &'a [(i64, Option<i64>)],
+}
+
+/// How long before its phase's close a resumed submission's last session may have ended and it
+/// still resume after the close: a deploy's restart (the SDKs wait up to 300 s for it) or a
+/// replica's crash just before the close would otherwise strand it for good.
+pub const RESUME_AFTER_CLOSE_SLACK_MS: i64 = 300_000;
+
+/// Whether a resumed submission ran when its phase closed (a session open then, or that ended
+/// at most [`RESUME_AFTER_CLOSE_SLACK_MS`] before): such a submission may still resume after
+/// the close, as a session running at the close may finish. A submission made in time but never
+/// run, or left long before the close, may not (an agent brought in after the deadline).
+pub fn ran_at_close(phase: &Phase, sessions: &[(i64, Option<i64>)]) -> bool {
+    sessions.iter().any(|&(started, ended)| {
+        started <= phase.ends_at && ended.is_none_or(|e| e >= phase.ends_at.saturating_sub(RESUME_AFTER_CLOSE_SLACK_MS))
+    })
 }
 
 /// What a request may run: the benchmark and, when it runs in a phase, the phase.
@@ -372,7 +391,10 @@ pub async fn resolve_run(storage: &Storage, request: RunRequest<'_>, now_ms: i64
             phase.id, phase.id, phase.id
         )));
     }
-    if !request.accepted_in_window {
+    let resumes_a_run_the_close_cut = PhaseState::of(&phase, now_ms) == PhaseState::Closed
+        && !request.sessions.is_empty()
+        && ran_at_close(&phase, request.sessions);
+    if !request.accepted_in_window && !resumes_a_run_the_close_cut {
         check_open(&phase, now_ms)?;
     }
     Ok(RunPlan {

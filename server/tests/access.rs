@@ -1257,3 +1257,113 @@ fn a_private_phase_on_clips_of_a_public_benchmark_is_warned() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A submission whose session ran when its phase closed may still resume after the close (a
+/// replica's crash or a deploy at the deadline otherwise stranded it for good: `phase_closed`
+/// at every reconnect, while its page said it waited for its agent). One made in time but never
+/// run may not (an agent brought in after the deadline), and its page no longer says it waits.
+#[test]
+fn a_submission_running_at_its_phase_close_may_resume_after_it() {
+    let dir = tmp("access-resume-after-close");
+    let server = ServerProc::start(&dir, &["--lanes", "1"]);
+    ok(
+        server.post(
+            "/api/v1/challenges",
+            Some(ADMIN),
+            r#"{"id": "cup", "title": "The Cup"}"#,
+        ),
+        201,
+    );
+    create_phase(
+        &server,
+        json!({"id": "day", "benchmark": "g1-smoke", "starts_at": at(-HOUR), "ends_at": at(HOUR),
+               "leaderboard": "public"}),
+    );
+    let (_, alpha) = team(&server, "alpha");
+    let never_run = ok(
+        server.post(
+            "/api/v1/submissions",
+            Some(&alpha),
+            &json!({"phase": "day"}).to_string(),
+        ),
+        201,
+    )["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // A session runs when the phase closes; its connection is then lost.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let running = runtime.block_on(async {
+        let (mut ws, _) = tokio_tungstenite::connect_async(server.ws_url()).await.unwrap();
+        let mut c = connect(&alpha, "submission", "", "day");
+        c.max_batch = 1;
+        let Frame::Binary(bytes) = protocol::encode(&Msg::Connect(c), Encoding::Binary) else {
+            unreachable!("binary encoding")
+        };
+        ws.send(Message::Binary(bytes.into())).await.unwrap();
+        let mut id = String::new();
+        loop {
+            let frame = tokio::time::timeout(Duration::from_secs(30), ws.next())
+                .await
+                .expect("the server answers");
+            match frame {
+                Some(Ok(Message::Binary(b))) => match protocol::decode_binary(&b).unwrap() {
+                    Msg::Connected(c) => id = c.submission_id,
+                    Msg::GetAction(_) => break,
+                    _ => {}
+                },
+                other => panic!("the session ended: {other:?}"),
+            }
+        }
+        ok(
+            patch(
+                &server,
+                "/api/v1/phases/day",
+                Some(ADMIN),
+                &json!({"ends_at": at(1000)}).to_string(),
+            ),
+            200,
+        );
+        // The phase ends within a second (times are whole seconds), while the session runs; its
+        // connection is lost after.
+        std::thread::sleep(Duration::from_millis(1100));
+        drop(ws);
+        id
+    });
+    let waited = std::time::Instant::now();
+    loop {
+        let sub = ok(server.get(&format!("/api/v1/submissions/{running}"), Some(&alpha)), 200);
+        if sub["sessions"][0]["ended_at"].is_i64() {
+            assert_eq!(sub["awaiting_agent"], true, "{sub}");
+            break;
+        }
+        assert!(waited.elapsed() < Duration::from_secs(30), "{sub}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut config = ClientConfig::new(
+        server.ws_url(),
+        &alpha,
+        Mode::Submission {
+            benchmark: String::new(),
+            submission_id: Some(running.clone()),
+        },
+    );
+    config.max_reconnects = 0;
+    let resumed = client::run_blocking(&config, &mut ReplayAgent::new(), &mut |_| {}).expect("resumed after the close");
+    assert_eq!(resumed.submission_status, "COMPLETED");
+    // Made in time, never run: no resume after the close, and its page does not say it waits.
+    let mut c = connect(&alpha, "submission", "", "");
+    c.submission_id = never_run.clone();
+    let e = connect_refused(&server, c);
+    protocol_refused(&e, codes::PHASE_CLOSED, "closed at");
+    let sub = ok(
+        server.get(&format!("/api/v1/submissions/{never_run}"), Some(&alpha)),
+        200,
+    );
+    assert_eq!(sub["awaiting_agent"], false, "{sub}");
+    drop(server);
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -93,6 +93,7 @@ async fn create_hosted_submission(
             practice: false,
             hosted: true,
             accepted_in_window: false,
+            sessions: &[],
         },
         now,
     )

@@ -33,6 +33,7 @@ pub(super) async fn create_submission(
         practice: false,
         hosted: false,
         accepted_in_window: false,
+        sessions: &[],
     };
     let plan = access::resolve_run(&state.storage, request, now).await?;
     let benchmark = load_planned(&state, &plan).await?;
@@ -259,7 +260,24 @@ pub(super) async fn get_submission(
     // its agent to reconnect (the pages say so, not "updating"). Episodes still RUNNING under
     // a lease that ran out (a replica that died) run nowhere.
     let attached = state.attached.contains(&id);
-    let awaiting = !s.status.is_final() && !attached && (running == 0 || state.storage.live_claims(&id).await? == 0);
+    let mut awaiting =
+        !s.status.is_final() && !attached && (running == 0 || state.storage.live_claims(&id).await? == 0);
+    // Not when its phase has closed and a resume would be refused (`access::ran_at_close`):
+    // the pages told the team to reconnect, which only got `phase_closed`.
+    if awaiting
+        && let Some(phase_id) = &s.phase_id
+        && let Some(phase) = state.storage.phase(phase_id).await?
+        && crate::access::PhaseState::of(&phase, now_ms()) == crate::access::PhaseState::Closed
+    {
+        let sessions: Vec<(i64, Option<i64>)> = state
+            .storage
+            .sessions(&id)
+            .await?
+            .into_iter()
+            .map(|x| (x.started_at, x.ended_at))
+            .collect();
+        awaiting = crate::access::ran_at_close(&phase, &sessions);
+    }
     v["awaiting_agent"] = json!(awaiting);
     if state.config.idle_submission_expiry_s > 0.0 {
         v["idle_expiry_s"] = json!(state.config.idle_submission_expiry_s);

@@ -107,6 +107,7 @@ pub(super) async fn admit(
         practice,
         hosted: hosted.is_some(),
         accepted_in_window: false,
+        sessions: &[],
     };
     // A connect that creates a submission may carry the client's key for it: a connect that
     // comes again with the key (its first one lost before `connected` arrived) attaches to the
@@ -193,10 +194,22 @@ pub(super) async fn admit(
     }
     // A resumed submission runs under its own phase's rules, checked again now (the window may
     // have closed, the benchmark may have been bound to a phase since).
+    let sessions: Vec<(i64, Option<i64>)> = match &submission {
+        Some(s) if s.phase_id.is_some() => state
+            .storage
+            .sessions(&s.id)
+            .await
+            .map_err(|e| refuse_internal("reading the submission's sessions", e))?
+            .into_iter()
+            .map(|x| (x.started_at, x.ended_at))
+            .collect(),
+        _ => Vec::new(),
+    };
     if let Some(s) = &submission {
         request.benchmark = &s.benchmark;
         request.phase = s.phase_id.as_deref().unwrap_or("");
         request.accepted_in_window = hosted.is_some();
+        request.sessions = &sessions;
     }
     if request.benchmark.is_empty() && request.phase.is_empty() {
         return Err(refuse(

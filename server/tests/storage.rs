@@ -1379,6 +1379,39 @@ async fn unsupported_urls_are_refused() {
     assert!(!message.contains("hunter2"), "{message}");
 }
 
+/// PostgreSQL over TLS: `sslmode=require` (managed services ask for it) connects encrypted, and
+/// `verify-full` without the server's certificate among the trusted roots is refused, naming
+/// why. The arena was built without a TLS client: `sslmode=require` failed. Needs a test server
+/// that offers TLS (`scripts/postgres.sh` makes it a certificate).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_over_tls() {
+    use sqlx::Connection;
+    let Some(db) = TestDb::postgres("postgres_over_tls").await else {
+        return;
+    };
+    let mut plain = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let offered: String = sqlx::query_scalar("SHOW ssl").fetch_one(&mut plain).await.unwrap();
+    if offered != "on" {
+        eprintln!("skipping postgres_over_tls: the test server offers no TLS (ssl = {offered})");
+        return;
+    }
+    let required = format!("{}?sslmode=require", db.url);
+    let mut tls = sqlx::PgConnection::connect(&required)
+        .await
+        .unwrap_or_else(|e| panic!("{required}: {e}"));
+    let encrypted: bool = sqlx::query_scalar("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+        .fetch_one(&mut tls)
+        .await
+        .unwrap();
+    assert!(encrypted, "sslmode=require connected without TLS");
+    let storage = Storage::connect(&required).await.unwrap();
+    setup(&storage, "tls", "s-1", 2).await;
+    assert_eq!(storage.episode_counts("s-1").await.unwrap(), (2, 0, 0));
+    let verified = format!("{}?sslmode=verify-full", db.url);
+    let e = Storage::connect(&verified).await.unwrap_err().to_string();
+    assert!(e.to_lowercase().contains("certificate"), "{e}");
+}
+
 #[tokio::test]
 async fn in_memory_sqlite_is_one_database() {
     let storage = Storage::connect("sqlite::memory:").await.unwrap();

@@ -503,15 +503,19 @@ async fn renew_leases(storage: Storage) {
     loop {
         tick.tick().await;
         // Claims' times follow the database's clock: its offset from this machine's, kept
-        // fresh (a clock stepped by NTP, a VM resumed from a pause). A failure is the renewal's.
-        let _ = storage.sync_clock().await;
+        // fresh (a clock stepped by NTP, a VM resumed from a pause). Asked of the database
+        // whether this server holds claims or not, it also tells an outage.
+        let synced = storage.sync_clock().await;
         match storage.renew_leases().await {
+            Ok(_) if synced.is_err() => storage.note_database_unreachable(),
             Ok(_) if failing => {
+                storage.note_database_answers();
                 tracing::info!("episode claims renewed again");
                 failing = false;
             }
-            Ok(_) => {}
+            Ok(_) => storage.note_database_answers(),
             Err(e) => {
+                storage.note_database_unreachable();
                 if !failing {
                     tracing::warn!("cannot renew this server's episode claims (retrying): {e}");
                 }

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use arena_server::storage::{
-    Engine, EpisodeOutcome, EpisodeRow, EpisodeState, HostedPolicy, NewEpisode, NewSubmission, Phase, Quota, Storage,
-    StorageError, SubmissionStatus, Visibility, hash_token, now_ms,
+    Engine, EpisodeOutcome, EpisodeRow, EpisodeState, Expired, HostedPolicy, NewEpisode, NewSubmission, Phase, Quota,
+    Storage, StorageError, SubmissionStatus, Visibility, hash_token, now_ms,
 };
 
 mod common;
@@ -96,6 +96,7 @@ on_both_engines!(
     concurrent_claims_give_one_winner,
     leases_between_replicas,
     a_replica_whose_clock_is_off_takes_no_live_claim,
+    no_claim_expires_at_once_after_a_database_outage,
     returned_after_a_server_error,
     server_faults_are_not_the_agents,
     batched_claims_take_the_lowest_pending_in_order,
@@ -1011,10 +1012,7 @@ async fn a_replica_whose_clock_is_off_takes_no_live_claim(url: String, engine: E
     assert_eq!(behind.claim_next_episode("s-1").await.unwrap(), Some((1, 1)));
     // Live claims: nobody settles them, whatever its clock says.
     for other in [&ahead, &healthy] {
-        assert_eq!(
-            other.expire_leases("s-1").await.unwrap(),
-            arena_server::storage::Expired::default()
-        );
+        assert_eq!(other.expire_leases("s-1").await.unwrap(), Expired::default());
     }
     assert_eq!(ahead.live_claims("s-1").await.unwrap(), 2);
     assert_eq!(ahead.claim_next_episode("s-1").await.unwrap(), Some((2, 1)));
@@ -1028,6 +1026,37 @@ async fn a_replica_whose_clock_is_off_takes_no_live_claim(url: String, engine: E
     assert_eq!(healthy.live_claims("s-1").await.unwrap(), 0);
     let expired = ahead.expire_leases("s-1").await.unwrap();
     assert_eq!(expired.requeued, 2, "{expired:?}");
+}
+
+/// After an outage of the database (nobody could renew a claim), a replica settles no other
+/// one's claim as expired until a lease has gone by since it is back: the others renew theirs
+/// first (a replicas walkthrough: after 75 s without PostgreSQL, a replica with nothing left to
+/// claim took a healthy one's running episodes at once, each a server fault). A claim that is
+/// still not renewed then expires as usual.
+async fn no_claim_expires_at_once_after_a_database_outage(url: String, engine: Engine) {
+    use std::time::Duration;
+    let a = open(&url, engine)
+        .await
+        .with_lease("replica-a", Duration::from_millis(600));
+    let b = open(&url, engine)
+        .await
+        .with_lease("replica-b", Duration::from_millis(1000));
+    setup(&a, "outage", "s-1", 2).await;
+    assert_eq!(a.claim_next_episode("s-1").await.unwrap(), Some((0, 1)));
+    // The database goes away (b's renewal fails), a's lease runs out meanwhile, and it is back.
+    b.note_database_unreachable();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(
+        b.expire_leases("s-1").await.unwrap(),
+        Expired::default(),
+        "during the outage"
+    );
+    b.note_database_answers();
+    assert_eq!(b.expire_leases("s-1").await.unwrap(), Expired::default(), "just back");
+    // a renews within the grace; then dies: its claim expires once its lease runs out again.
+    assert_eq!(a.renew_leases().await.unwrap(), 1);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(b.expire_leases("s-1").await.unwrap().requeued, 1);
 }
 
 /// A lane fills its free slots with one claim: the lowest PENDING indices, in order, each

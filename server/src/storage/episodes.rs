@@ -599,6 +599,9 @@ impl Storage {
     /// held them can no longer commit them.
     pub async fn expire_leases(&self, submission: &str) -> Result<Expired, StorageError> {
         let context = || format!("settling the expired claims of submission {submission}");
+        if self.just_reconnected() {
+            return Ok(Expired::default());
+        }
         let now = self.now();
         // Claims this handle still holds are alive here, whatever their lease says (the
         // database may have been unreachable for renewals): only other servers settle them.

@@ -141,6 +141,10 @@ pub struct Storage {
     held: Arc<std::sync::Mutex<Held>>,
     /// The database's clock, which the times of claims follow ([`clock`]).
     clock: Arc<clock::DatabaseClock>,
+    /// When (this machine's unix ms) the database last came back after this server found it
+    /// unreachable; 0: never unreachable; `i64::MAX`: unreachable now
+    /// ([`Storage::note_database_unreachable`]).
+    back_at_ms: Arc<std::sync::atomic::AtomicI64>,
 }
 
 /// [`Storage`]'s claims in hand, and whether it still makes any.
@@ -258,6 +262,7 @@ impl Storage {
             lease: Arc::new(Lease::for_this_process()),
             held: Default::default(),
             clock: Default::default(),
+            back_at_ms: Default::default(),
         };
         storage.sync_clock().await?;
         Ok(storage)
@@ -267,6 +272,32 @@ impl Storage {
     /// every lease renewal); the offset, milliseconds.
     pub async fn sync_clock(&self) -> Result<i64, StorageError> {
         self.clock.sync(&self.pool, self.engine).await
+    }
+
+    /// This server found the database unreachable (its lease renewal failed). Until a lease has
+    /// gone by since it is back ([`Storage::note_database_answers`]), this server settles no
+    /// other server's claim as expired: nobody could renew through the outage, and the others
+    /// renew theirs within a third of a lease once it is back (after a PostgreSQL outage longer
+    /// than a lease, a replica with nothing left to claim took a healthy one's running episodes
+    /// at once, each a server fault).
+    pub fn note_database_unreachable(&self) {
+        self.back_at_ms.store(i64::MAX, Ordering::SeqCst);
+    }
+
+    /// The database answered this server's lease renewal: it is back, if it was not.
+    pub fn note_database_answers(&self) {
+        let _ = self
+            .back_at_ms
+            .compare_exchange(i64::MAX, now_ms(), Ordering::SeqCst, Ordering::SeqCst);
+    }
+
+    /// Whether the database is unreachable, or a lease has not gone by since it came back.
+    fn just_reconnected(&self) -> bool {
+        match self.back_at_ms.load(Ordering::SeqCst) {
+            0 => false,
+            i64::MAX => true,
+            at => now_ms().saturating_sub(at) < self.lease.duration.as_millis() as i64,
+        }
     }
 
     /// The database's clock less this machine's, milliseconds, as last measured.

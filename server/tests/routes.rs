@@ -368,3 +368,57 @@ fn a_server_waits_for_a_postgresql_database_that_refuses_at_first() {
     assert!(exited.is_none(), "the server stopped at once: {seen:?}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `GET /api/v1/submissions` in pages: `limit` and the `next` cursor walk the listing in its
+/// order, each submission once; a bad `limit` or an unknown cursor is a 400 that says so. (The
+/// listing of an organiser with hundreds of submissions was computed whole at every call.)
+#[test]
+fn the_submissions_listing_comes_in_pages() {
+    let dir = common::tmp("routes-pages");
+    let server = ServerProc::start(&dir, &[]);
+    let token = server.team("paged");
+    for i in 0..5 {
+        let body = serde_json::json!({"benchmark": "g1-smoke", "agent_name": format!("agent-{i}")});
+        assert_eq!(
+            server.post("/api/v1/submissions", Some(&token), &body.to_string()).0,
+            201
+        );
+    }
+    let (_, whole) = server.get("/api/v1/submissions", Some(&token));
+    let all: Vec<String> = whole["submissions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!((all.len(), &whole["next"]), (5, &serde_json::Value::Null), "{whole}");
+    let mut paged = Vec::new();
+    let mut path = "/api/v1/submissions?limit=2".to_string();
+    loop {
+        let (status, page) = server.get(&path, Some(&token));
+        assert_eq!(status, 200, "{page}");
+        let ids = page["submissions"].as_array().unwrap();
+        assert!(ids.len() <= 2, "{page}");
+        paged.extend(ids.iter().map(|s| s["id"].as_str().unwrap().to_string()));
+        assert_eq!(page["quotas"], whole["quotas"], "the quotas count every submission");
+        match page["next"].as_str() {
+            Some(next) => path = format!("/api/v1/submissions?limit=2&after={next}"),
+            None => break,
+        }
+    }
+    assert_eq!(paged, all);
+    for (query, words) in [
+        ("limit=0", "limit must be a whole number from 1 to 1000"),
+        ("limit=1001", "limit must be a whole number from 1 to 1000"),
+        ("limit=two", "got \"two\""),
+        ("after=sub-nope", "no submission \"sub-nope\" in this listing"),
+    ] {
+        let (status, v) = server.get(&format!("/api/v1/submissions?{query}"), Some(&token));
+        assert_eq!(status, 400, "{query}: {v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap_or_default().contains(words),
+            "{query}: {v}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -172,13 +172,18 @@ fn attempts_json(state: &AppState, (episodes_rerun, reruns): (i64, i64)) -> Valu
 /// (`null` while it runs, or while its private phase hides results from the team:
 /// `results_hidden` is then true), and for a team the quota used and left in each phase it
 /// submitted to (`quotas`).
-pub(super) async fn list_submissions(State(state): State<Arc<AppState>>, headers: HeaderMap) -> ApiResult {
+pub(super) async fn list_submissions(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    ApiQuery(page): ApiQuery<PageQuery>,
+) -> ApiResult {
     let who = caller(&state, &headers).await?;
     let team = match &who {
         Caller::Admin => None,
         Caller::Team(t) => Some(t.id),
     };
     let submissions = state.storage.submissions(team).await?;
+    let (first, end, next) = page.window(&submissions)?;
     // A team's own re-runs (attempts cost something: the listing says how many were used);
     // the organiser sees them per submission (`GET /api/v1/submissions/{id}`).
     let reruns = match team {
@@ -187,8 +192,8 @@ pub(super) async fn list_submissions(State(state): State<Arc<AppState>>, headers
     };
     let now = now_ms();
     let mut lookup = ScoreLookup::new(&state, &who, now);
-    let mut listed = Vec::with_capacity(submissions.len());
-    for s in &submissions {
+    let mut listed = Vec::with_capacity(end - first);
+    for s in &submissions[first..end] {
         let (scores, hidden) = lookup.scores(s).await?;
         let mut v = serde_json::to_value(s).map_err(|e| internal_error("listing submissions", e))?;
         v["scores"] = json!(scores);
@@ -233,7 +238,53 @@ pub(super) async fn list_submissions(State(state): State<Arc<AppState>>, headers
                 .collect()
         }
     };
-    Ok(Json(json!({"submissions": listed, "quotas": quotas})).into_response())
+    Ok(Json(json!({"submissions": listed, "quotas": quotas, "next": next})).into_response())
+}
+
+/// A page of `GET /api/v1/submissions`: at most `limit` (1–1000; all by default) after the
+/// submission `after` names (the `next` of the page before), in the listing's order. The
+/// listing of an organiser with thousands of submissions took its scores whole at every call.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PageQuery {
+    limit: Option<String>,
+    after: Option<String>,
+}
+
+/// The most a page holds.
+const MAX_PAGE: usize = 1000;
+
+impl PageQuery {
+    /// The page's bounds in `listed` and the `next` cursor (the page's last id, when more follow).
+    fn window(&self, listed: &[Submission]) -> Result<(usize, usize, Option<String>), ApiError> {
+        let limit = match self.limit.as_deref() {
+            None => listed.len(),
+            Some(text) => match text.parse::<usize>() {
+                Ok(n) if (1..=MAX_PAGE).contains(&n) => n,
+                _ => {
+                    return Err(bad_request(format!(
+                        "limit must be a whole number from 1 to {MAX_PAGE}, got {}",
+                        arena_sdk::protocol::quoted(text)
+                    )));
+                }
+            },
+        };
+        let first = match self.after.as_deref() {
+            None => 0,
+            Some(id) => match listed.iter().position(|s| s.id == id) {
+                Some(i) => i + 1,
+                None => {
+                    return Err(bad_request(format!(
+                        "after: no submission {} in this listing (give the `next` of the page before)",
+                        arena_sdk::protocol::quoted(id)
+                    )));
+                }
+            },
+        };
+        let end = first.saturating_add(limit).min(listed.len());
+        let next = (end < listed.len() && end > first).then(|| listed[end - 1].id.clone());
+        Ok((first, end, next))
+    }
 }
 
 pub(super) async fn get_submission(

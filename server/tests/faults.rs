@@ -1973,3 +1973,98 @@ async fn an_agent_that_disconnects_saying_why_has_its_words_in_the_reason() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The hand-over across replicas: a client whose connection to one replica died unseen comes
+/// back through the load balancer to another, naming its lost session. The session is marked
+/// replaced in the database, and the replica still running it ends it as a lost connection at
+/// its next missed deadline: its episodes run again on the new session (attempt 2) rather than
+/// ending TIMEOUT for good (a replicas walkthrough: 5 of 6 scored where one replica gave 6).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnect_to_another_replica_takes_the_lost_sessions_episodes() {
+    let Some(pg) = common::server::PgDb::create("a_reconnect_to_another_replica_takes_the_lost_sessions_episodes")
+    else {
+        return;
+    };
+    let dir = tmp("faults-take-over-replicas");
+    let store = format!("file://{}", dir.join("objects").display());
+    let replica = |name: &str| {
+        ServerProc::start(
+            &dir.join(name),
+            &[
+                "--database-url",
+                &pg.url,
+                "--replica-id",
+                name,
+                "--object-store",
+                &store,
+                "--lanes",
+                "1",
+                "--step-timeout-s",
+                "3",
+                "--lease-s",
+                "30",
+            ],
+        )
+    };
+    let (r1, r2) = (replica("r1"), replica("r2"));
+    let token = r1.team("roaming");
+    let enc = Encoding::Binary;
+    let mut first_connect = connect_msg(&token, "submission", "");
+    if let Msg::Connect(c) = &mut first_connect {
+        c.max_batch = 2;
+    }
+    let (mut lost, first) = open(&r1.ws_url(), &first_connect, enc).await;
+    let asked = loop {
+        if let Some(Msg::GetAction(g)) = recv(&mut lost).await {
+            break g;
+        }
+    };
+    let running: Vec<u32> = asked.observations.iter().map(|o| o.episode_id).collect();
+    // `lost` stays open and silent on r1; the client comes back on r2.
+    let mut again = connect_msg(&token, "submission", &first.submission_id);
+    if let Msg::Connect(c) = &mut again {
+        c.previous_session_id = first.session_id.clone();
+        c.max_batch = 6;
+    }
+    let (mut ws, second) = open(&r2.ws_url(), &again, enc).await;
+    assert_eq!(second.submission_id, first.submission_id);
+    // Answer every request on r2 until the submission completes.
+    let ended = tokio::time::timeout(Duration::from_secs(90), async {
+        loop {
+            match recv(&mut ws).await {
+                Some(Msg::GetAction(g)) => {
+                    let reply = Msg::Action(protocol::Action {
+                        step: g.step,
+                        actions: g
+                            .observations
+                            .iter()
+                            .map(|o| protocol::EpisodeAction {
+                                episode_id: o.episode_id,
+                                values: vec![0.0; 29],
+                            })
+                            .collect(),
+                    });
+                    ws.send(frame(&reply, enc)).await.unwrap();
+                }
+                Some(Msg::Disconnect(d)) => return d,
+                Some(_) => {}
+                None => panic!("r2 closed without a disconnect"),
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the submission did not complete on r2\nr1:\n{}", r1.log_text()));
+    assert_eq!(ended.reason, "submission_complete", "{ended:?}");
+    assert_eq!((ended.episodes_scored, ended.episodes_failed), (6, 0), "{ended:?}");
+    let (_, results) = r2.get(
+        &format!("/api/v1/submissions/{}/results", first.submission_id),
+        Some(ADMIN),
+    );
+    for e in results["episodes"].as_array().unwrap() {
+        let idx = e["idx"].as_u64().unwrap() as u32;
+        let expected = if running.contains(&idx) { 2 } else { 1 };
+        assert_eq!(e["attempts"], expected, "episode {idx}: {e}");
+    }
+    drop(lost);
+    std::fs::remove_dir_all(&dir).ok();
+}

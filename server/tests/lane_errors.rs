@@ -72,6 +72,7 @@ async fn run_zero_agent(
         answers_heard: Default::default(),
         unanswered_since_ms: Default::default(),
         ending: Default::default(),
+        session_id: "ses-test".into(),
         lanes: 1,
         batch,
         sim_threads: 1,

@@ -356,6 +356,24 @@ where
             {
                 return Err(refuse_internal("recording the session", e));
             }
+            // The session the client lost may run on another replica, which no in-memory
+            // hand-over reaches: marked in the database, it ends as a lost connection at its
+            // next missed deadline rather than timing its episodes out for good.
+            if !connect.previous_session_id.is_empty() {
+                match state
+                    .storage
+                    .mark_session_replaced(&s.id, &connect.previous_session_id, crate::storage::now_ms())
+                    .await
+                {
+                    Ok(true) => tracing::info!(
+                        session = %connect.previous_session_id,
+                        submission = %s.id,
+                        "the session the client lost is marked replaced"
+                    ),
+                    Ok(false) => {}
+                    Err(e) => tracing::warn!("marking the client's lost session replaced: {e}"),
+                }
+            }
             Sink::Submission {
                 storage: state.storage.clone(),
                 submission_id: s.id.clone(),
@@ -405,6 +423,7 @@ where
         answers_heard: answers_heard.clone(),
         unanswered_since_ms: unanswered_since_ms.clone(),
         ending: ending.clone(),
+        session_id: session_id.clone(),
         lanes,
         batch,
         sim_threads: config.sim_threads as usize,

@@ -322,6 +322,11 @@ impl<'a> Lane<'a> {
                     self.apply(action);
                     self.timings.apply_s += started.elapsed().as_secs_f64();
                 }
+                Wait::Timeout if self.replaced_elsewhere() => {
+                    // The client's new connection took this session's place on another
+                    // replica: its episodes run again there, as after a lost connection.
+                    return self.connection_lost(CONNECTION_LOST);
+                }
                 Wait::Timeout => {
                     if self.missed_deadline.is_none() {
                         tracing::info!(
@@ -639,6 +644,21 @@ impl<'a> Lane<'a> {
         matches!(
             self.ctx.runtime.block_on(storage.episode_counts(submission_id)),
             Ok((0, _, _))
+        )
+    }
+
+    /// Whether a client's new connection named this session as the one it lost, on a replica
+    /// that could not tell it in memory (`Storage::mark_session_replaced`). Asked only when a
+    /// request goes unanswered; a database that does not answer says no.
+    fn replaced_elsewhere(&self) -> bool {
+        let Sink::Submission { storage, .. } = &self.ctx.sink else {
+            return false;
+        };
+        matches!(
+            self.ctx
+                .runtime
+                .block_on(storage.session_replaced(&self.ctx.session_id)),
+            Ok(true)
         )
     }
 

@@ -118,6 +118,9 @@ pub struct RunContext {
     pub unanswered_since_ms: Arc<std::sync::atomic::AtomicI64>,
     /// How the session's connection ended, as its lanes learn it ([`SessionEnding`]).
     pub ending: Arc<SessionEnding>,
+    /// The protocol's session id (`Connected.session_id`): a lane whose request goes
+    /// unanswered asks whether a client's new connection replaced it on another replica.
+    pub session_id: String,
     pub lanes: usize,
     /// Envs per lane (episodes per GetAction).
     pub batch: usize,

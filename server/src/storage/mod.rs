@@ -55,7 +55,8 @@ pub use records::*;
 use rows::*;
 pub use sessions::SessionRecord;
 
-// Cargo notices edits to existing migration files only: after ADDING one, touch this file.
+// Cargo notices edits to existing migration files only: after ADDING one, touch this file
+// (last: 0018).
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/sqlite");
 static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/postgres");
 

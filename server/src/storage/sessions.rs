@@ -54,6 +54,39 @@ impl Storage {
         Ok(())
     }
 
+    /// Marks the open session `session_id` of `submission_id` as replaced by a client's new
+    /// connection (`Connect.previous_session_id`), for the server that runs it, maybe another
+    /// replica ([`Storage::session_replaced`]). Whether an open session was marked.
+    pub async fn mark_session_replaced(
+        &self,
+        submission_id: &str,
+        session_id: &str,
+        now: i64,
+    ) -> Result<bool, StorageError> {
+        let done = sqlx::query(
+            "UPDATE submission_sessions SET replaced_at = $3 \
+             WHERE id = $1 AND submission_id = $2 AND ended_at IS NULL AND replaced_at IS NULL",
+        )
+        .bind(session_id)
+        .bind(submission_id)
+        .bind(now)
+        .execute(&self.pool)
+        .await
+        .ctx(|| format!("marking session {session_id} replaced"))?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// Whether a client's new connection named session `session_id` as the one it lost.
+    pub async fn session_replaced(&self, session_id: &str) -> Result<bool, StorageError> {
+        let n: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM submission_sessions WHERE id = $1 AND replaced_at IS NOT NULL")
+                .bind(session_id)
+                .fetch_one(&self.pool)
+                .await
+                .ctx(|| format!("reading whether session {session_id} was replaced"))?;
+        Ok(n > 0)
+    }
+
     /// A submission's sessions, oldest first.
     pub async fn sessions(&self, submission_id: &str) -> Result<Vec<SessionRecord>, StorageError> {
         let rows = sqlx::query(

@@ -299,8 +299,8 @@ pub struct RunRequest<'a> {
     /// window has closed, as a team's queued upload should.
     pub accepted_in_window: bool,
     /// A resumed submission's agent sessions so far, (started, ended) in unix ms (`None`: still
-    /// open, or its server died): one that ran when its phase closed may resume after the
-    /// close ([`ran_at_close`]).
+    /// open, or its server died): one that ran when its phase closed may resume shortly after
+    /// the close ([`may_resume_after_close`]).
     pub sessions: &'a [(i64, Option<i64>)],
 }
 
@@ -309,14 +309,24 @@ pub struct RunRequest<'a> {
 /// replica's crash just before the close would otherwise strand it for good.
 pub const RESUME_AFTER_CLOSE_SLACK_MS: i64 = 300_000;
 
-/// Whether a resumed submission ran when its phase closed (a session open then, or that ended
-/// at most [`RESUME_AFTER_CLOSE_SLACK_MS`] before): such a submission may still resume after
-/// the close, as a session running at the close may finish. A submission made in time but never
-/// run, or left long before the close, may not (an agent brought in after the deadline).
-pub fn ran_at_close(phase: &Phase, sessions: &[(i64, Option<i64>)]) -> bool {
-    sessions.iter().any(|&(started, ended)| {
-        started <= phase.ends_at && ended.is_none_or(|e| e >= phase.ends_at.saturating_sub(RESUME_AFTER_CLOSE_SLACK_MS))
-    })
+/// How long after its phase's close such a submission may resume: long enough for a replica's
+/// restart and the SDKs' back-off, short enough that a team cannot bring in another agent at
+/// leisure.
+pub const RESUME_AFTER_CLOSE_WITHIN_MS: i64 = 900_000;
+
+/// Whether a resumed submission may run after its phase closed: the phase is public (a private
+/// one's close reveals its results and its test set, which a later run must not have), the
+/// close was at most [`RESUME_AFTER_CLOSE_WITHIN_MS`] ago, and the submission ran at the close
+/// (a session open then, or that ended at most [`RESUME_AFTER_CLOSE_SLACK_MS`] before), as a
+/// session running at the close may finish. A submission made in time but not running then
+/// may not (an agent brought in after the deadline).
+pub fn may_resume_after_close(phase: &Phase, sessions: &[(i64, Option<i64>)], now_ms: i64) -> bool {
+    phase.leaderboard == Visibility::Public
+        && now_ms <= phase.ends_at.saturating_add(RESUME_AFTER_CLOSE_WITHIN_MS)
+        && sessions.iter().any(|&(started, ended)| {
+            started <= phase.ends_at
+                && ended.is_none_or(|e| e >= phase.ends_at.saturating_sub(RESUME_AFTER_CLOSE_SLACK_MS))
+        })
 }
 
 /// What a request may run: the benchmark and, when it runs in a phase, the phase.
@@ -392,8 +402,7 @@ pub async fn resolve_run(storage: &Storage, request: RunRequest<'_>, now_ms: i64
         )));
     }
     let resumes_a_run_the_close_cut = PhaseState::of(&phase, now_ms) == PhaseState::Closed
-        && !request.sessions.is_empty()
-        && ran_at_close(&phase, request.sessions);
+        && may_resume_after_close(&phase, request.sessions, now_ms);
     if !request.accepted_in_window && !resumes_a_run_the_close_cut {
         check_open(&phase, now_ms)?;
     }
@@ -894,6 +903,44 @@ mod tests {
             hosted_only: false,
             created_at: 0,
         }
+    }
+
+    #[test]
+    fn a_run_cut_by_the_close_may_resume_shortly_after_in_a_public_phase_only() {
+        let public = phase(None, Visibility::Public);
+        let end = public.ends_at;
+        let after = |ms: i64| end + ms;
+        // Open at the close (or its server died): within the quarter hour after, not later.
+        for sessions in [vec![(end - 60_000, None)], vec![(end - 60_000, Some(end + 1))]] {
+            assert!(may_resume_after_close(&public, &sessions, after(1)));
+            assert!(may_resume_after_close(
+                &public,
+                &sessions,
+                after(RESUME_AFTER_CLOSE_WITHIN_MS)
+            ));
+            assert!(!may_resume_after_close(
+                &public,
+                &sessions,
+                after(RESUME_AFTER_CLOSE_WITHIN_MS + 1)
+            ));
+        }
+        // Ended up to five minutes before the close: yes; earlier, or started after it: no.
+        let ended = |before: i64| vec![(end - 3_600_000, Some(end - before))];
+        assert!(may_resume_after_close(
+            &public,
+            &ended(RESUME_AFTER_CLOSE_SLACK_MS),
+            after(1)
+        ));
+        assert!(!may_resume_after_close(
+            &public,
+            &ended(RESUME_AFTER_CLOSE_SLACK_MS + 1),
+            after(1)
+        ));
+        assert!(!may_resume_after_close(&public, &[(end + 1, None)], after(2)));
+        assert!(!may_resume_after_close(&public, &[], after(1)));
+        // A private phase's close reveals its results and test set: never.
+        let private = phase(None, Visibility::Private);
+        assert!(!may_resume_after_close(&private, &[(end - 60_000, None)], after(1)));
     }
 
     #[test]

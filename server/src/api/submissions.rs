@@ -313,7 +313,7 @@ pub(super) async fn get_submission(
     let attached = state.attached.contains(&id);
     let mut awaiting =
         !s.status.is_final() && !attached && (running == 0 || state.storage.live_claims(&id).await? == 0);
-    // Not when its phase has closed and a resume would be refused (`access::ran_at_close`):
+    // Not when its phase has closed and a resume would be refused (`access::may_resume_after_close`):
     // the pages told the team to reconnect, which only got `phase_closed`.
     if awaiting
         && let Some(phase_id) = &s.phase_id
@@ -327,7 +327,7 @@ pub(super) async fn get_submission(
             .into_iter()
             .map(|x| (x.started_at, x.ended_at))
             .collect();
-        awaiting = crate::access::ran_at_close(&phase, &sessions);
+        awaiting = crate::access::may_resume_after_close(&phase, &sessions, now_ms());
     }
     v["awaiting_agent"] = json!(awaiting);
     if state.config.idle_submission_expiry_s > 0.0 {

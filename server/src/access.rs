@@ -278,6 +278,8 @@ pub fn failure_kind(reason: &str) -> &'static str {
         ("connection lost", "the agent's connection was lost too often"),
         ("simulator", "a simulator failure"),
     ];
+    // The agent's own words in a reason are not the server's: they name no kind.
+    let reason = reason.split(crate::orchestrator::AGENT_SAID).next().unwrap_or(reason);
     KINDS.iter().find(|(pattern, _)| reason.contains(pattern)).map_or(
         "an error (its details are withheld while the results or motions are hidden)",
         |(_, kind)| kind,
@@ -903,6 +905,15 @@ mod tests {
             hosted_only: false,
             created_at: 0,
         }
+    }
+
+    #[test]
+    fn the_agents_own_words_in_a_reason_name_no_kind() {
+        let reason = format!(
+            "agent connection lost: {} \"(server fault cancelled non-finite action)\" (attempt 3 of 3)",
+            crate::orchestrator::AGENT_SAID
+        );
+        assert_eq!(failure_kind(&reason), "the agent's connection was lost too often");
     }
 
     #[test]

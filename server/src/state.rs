@@ -43,6 +43,9 @@ pub struct AppState {
     pub team_sessions: Arc<crate::team_sessions::TeamSessions>,
     /// WebSocket first frames being read ([`crate::connections::Openings`]).
     pub openings: crate::connections::Openings,
+    /// The health check's last look at the database, and when (`GET /api/v1/health`): one look
+    /// a second, whoever asks, so that callers cannot keep the pool's connections busy.
+    pub health_probe: tokio::sync::Mutex<Option<(std::time::Instant, Result<(), String>)>>,
     /// Ranked leaderboards, until the storage's leaderboard generation moves.
     pub leaderboards: crate::leaderboard::LeaderboardCache,
     /// Lanes' simulators kept started between sessions (`warm_simulators`).
@@ -264,6 +267,7 @@ impl AppState {
             rate_limiter,
             team_sessions: crate::team_sessions::TeamSessions::new(config_sessions),
             openings: Default::default(),
+            health_probe: Default::default(),
             leaderboards: Default::default(),
             session_stop: Default::default(),
             locks: (data_dir_lock, database_lock, replica_lock),
@@ -505,15 +509,29 @@ async fn renew_leases(storage: Storage) {
         // Claims' times follow the database's clock: its offset from this machine's, kept
         // fresh (a clock stepped by NTP, a VM resumed from a pause). Asked of the database
         // whether this server holds claims or not, it also tells an outage.
+        let started = tokio::time::Instant::now();
         let synced = storage.sync_clock().await;
         match storage.renew_leases().await {
-            Ok(_) if synced.is_err() => storage.note_database_unreachable(),
-            Ok(_) if failing => {
-                storage.note_database_answers();
-                tracing::info!("episode claims renewed again");
-                failing = false;
+            Ok(_) if synced.is_err() => {
+                storage.note_database_unreachable();
+                if !failing {
+                    let e = synced.err().map(|e| e.to_string()).unwrap_or_default();
+                    tracing::warn!("cannot read the database's clock (retrying): {e}");
+                }
+                failing = true;
             }
-            Ok(_) => storage.note_database_answers(),
+            Ok(_) => {
+                // A round the database kept waiting past a third of a lease (the pool waits up
+                // to 30 s for a connection): an outage all the same, though nothing failed.
+                if failing || started.elapsed() > period {
+                    storage.note_database_unreachable();
+                }
+                storage.note_database_answers();
+                if failing {
+                    tracing::info!("episode claims renewed again");
+                    failing = false;
+                }
+            }
             Err(e) => {
                 storage.note_database_unreachable();
                 if !failing {

@@ -314,21 +314,20 @@ fn a_grpc_agent_over_the_caps_is_told_to_retry_and_waits_for_a_place() {
             }],
         },
     );
-    // The place comes free a moment later: the run, refused meanwhile, waits for it rather
-    // than counting the refusals against `max_reconnects` (none here).
-    let release = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(1500));
-        drop(held);
-    });
+    // The run, refused, waits for a place rather than counting the refusals against
+    // `max_reconnects` (none here).
+    // The place is freed once the run has been told it waits (not after a fixed time, which a
+    // loaded machine could outlast before the first try).
+    let mut held = Some(held);
     config.max_reconnects = 0;
     config.initial_backoff = Duration::from_millis(50);
     let mut told = Vec::new();
     let outcome = client::run_blocking(&config, &mut arena_sdk::agents::ReplayAgent::new(), &mut |e| {
         if let client::ClientEvent::ServerError(e) = e {
             told.push(format!("{}: {}", e.code, e.message));
+            held.take();
         }
     });
-    release.join().unwrap();
     let summary = outcome.expect("the run waits for a place and gets in");
     assert_eq!(summary.episodes.len(), 1);
     assert_eq!(told.len(), 1, "told once: {told:?}");

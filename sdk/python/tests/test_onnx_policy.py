@@ -1347,4 +1347,6 @@ def test_the_onnx_command_names_a_policy_as_the_server_names_an_upload(tmp_path:
     assert default_agent_name({"experiment_config": "not json"}, folder / "dancer.onnx") == "dancer"
     assert default_agent_name({}, policy) == "g1-dance"
     assert default_agent_name({"run_path": "\u202egnp.ahpla\u202c best\n"}, policy) == "gnp.ahpla best"
+    # The marks the server keeps stay (U+200E LEFT-TO-RIGHT MARK).
+    assert default_agent_name({"run_path": "run\u200e-1"}, policy) == "run\u200e-1"
     assert len(default_agent_name({"run_path": "x" * 300}, policy)) == 128

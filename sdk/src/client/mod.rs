@@ -1143,14 +1143,25 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("ws://{}/api/v1/agent", listener.local_addr().unwrap());
         let refusals = 4;
+        // Accepts without blocking for ever: a run that stopped trying early fails the test
+        // below rather than hanging it.
+        listener.set_nonblocking(true).unwrap();
         let answered = std::thread::spawn(move || {
-            for _ in 0..refusals {
-                let Ok((mut socket, _)) = listener.accept() else { break };
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            let mut answered = 0;
+            while answered < refusals && std::time::Instant::now() < deadline {
+                let Ok((mut socket, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                };
+                socket.set_nonblocking(false).unwrap();
                 let mut request = [0u8; 4096];
                 let _ = std::io::Read::read(&mut socket, &mut request);
                 let _ = std::io::Write::write_all(&mut socket, AT_CAPACITY);
+                answered += 1;
             }
             // The listener closes: the next tries are refused, and those count.
+            answered
         });
         let mut config = submission_config(url);
         config.max_reconnects = 1;
@@ -1161,7 +1172,11 @@ mod tests {
                 told.push(format!("{}: {}", e.code, e.message));
             }
         });
-        answered.join().unwrap();
+        assert_eq!(
+            answered.join().unwrap(),
+            refusals,
+            "the run stopped before its refusals were done: {result:?}"
+        );
         match result {
             Err(ClientError::Unreachable { attempts, .. }) => assert!(attempts <= 2, "{attempts}"),
             other => panic!("expected Unreachable once refused, got {other:?}"),

@@ -460,7 +460,26 @@ impl<'a> Lane<'a> {
             });
         }
         self.fill_first_goal_rows(&mut starting, &first_goal_rows);
-        for (slot, e) in self.env.reset_isolating_failures(&resets) {
+        let failures = self.env.handler().backend_failures();
+        let failed = self.env.reset_isolating_failures(&resets);
+        if self.env.handler().backend_failures() != failures && matches!(self.ctx.sink, Sink::Submission { .. }) {
+            // The backend failed as a whole while resetting (a GPU worker that died or could not
+            // start): not these episodes' doing. Not announced yet, they go back to the queue as
+            // a server fault (the third fails them), as a step's failure does.
+            let lost: std::collections::HashSet<u32> = failed
+                .iter()
+                .filter_map(|(slot, _)| self.slots[*slot].as_ref().map(|r| r.episode.index as u32))
+                .collect();
+            let why = failed.first().map(|(_, e)| format!("{e:#}")).unwrap_or_default();
+            tracing::error!(lane = self.lane, "the simulator failed resetting episodes: {why}");
+            for &(slot, _) in &failed {
+                self.env.stop(slot);
+            }
+            self.return_slots_of(&lost, &format!("the server: simulator: {why}"), GiveBack::ServerFault);
+            starting.retain(|e| !lost.contains(&e.episode_id));
+            return Ok(starting);
+        }
+        for (slot, e) in failed {
             if let Some(running) = self.slots[slot].as_mut() {
                 running.forced = Some(reset_failure(&e.into()));
             }
@@ -579,8 +598,13 @@ impl<'a> Lane<'a> {
                         Ok(None) => return Ok(Vec::new()),
                         Ok(Some(_)) if self.ctx.out.is_closed() => return Err(LaneEnd::ConnectionLost),
                         Ok(Some(at)) => {
-                            let left = (at - crate::storage::now_ms()).max(0) as u64;
-                            std::thread::sleep(Duration::from_millis(left.clamp(100, 1000)));
+                            // On the database's clock, as leases are. A claim already past its
+                            // expiry and not settled yet (just after a database outage, nobody
+                            // settles one for a lease: `Storage::expire_leases`) is looked at
+                            // again in half a second, not ten times a second.
+                            let left = (at - storage.now_for_leases()).max(0) as u64;
+                            let wait = if left == 0 { 500 } else { left.clamp(100, 1000) };
+                            std::thread::sleep(Duration::from_millis(wait));
                             if self.refuse_late_actions().0 {
                                 return Err(LaneEnd::ConnectionLost);
                             }

@@ -149,6 +149,10 @@ pub struct RunContext {
     pub runtime: tokio::runtime::Handle,
 }
 
+/// In a re-queued episode's reason, what follows is the agent's own words (its `disconnect`):
+/// nothing that reads reasons takes them for the server's ([`crate::access::failure_kind`]).
+pub const AGENT_SAID: &str = "the agent disconnected saying";
+
 /// What a session's lanes share about the end of its connection.
 #[derive(Debug, Default)]
 pub struct SessionEnding {
@@ -180,10 +184,10 @@ impl SessionEnding {
     }
 
     /// The reason for episodes a lost connection cut: `connection_lost`, with what the agent
-    /// said when it disconnected itself.
+    /// said when it disconnected itself (after [`AGENT_SAID`]).
     pub fn reason(&self, connection_lost: &str) -> String {
         match &*self.agent_said.lock().unwrap_or_else(|e| e.into_inner()) {
-            Some(said) => format!("{connection_lost}: the agent disconnected saying {said}"),
+            Some(said) => format!("{connection_lost}: {AGENT_SAID} {said}"),
             None => connection_lost.to_string(),
         }
     }

@@ -16,6 +16,12 @@ use std::sync::atomic::{AtomicI64, Ordering};
 /// An offset beyond which the server says its clock is off (milliseconds).
 const SAID_FROM_MS: i64 = 1_000;
 
+/// How long a reading may wait for a connection, and then for its answer.
+const READ_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The longest round trip whose reading is kept (milliseconds).
+const KEPT_UP_TO_MS: i64 = 1_000;
+
 #[derive(Debug, Default)]
 pub(super) struct DatabaseClock {
     /// The database's clock less this machine's, milliseconds, as last measured.
@@ -57,12 +63,28 @@ impl DatabaseClock {
             Engine::Postgres => "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
             Engine::Sqlite => "SELECT CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
         };
-        let before = self.local_ms();
-        let database: i64 = sqlx::query_scalar(sql)
-            .fetch_one(pool)
+        // The query alone is timed, on a connection already in hand: a wait for the pool, or a
+        // database that hangs, would put the midpoint far from the database's reading (a 30 s
+        // wait, 15 s of error). A reading whose round trip took over a second is not kept.
+        let mut conn = tokio::time::timeout(READ_WITHIN, pool.acquire())
             .await
+            .map_err(|_| StorageError::Database {
+                context: format!("reading the database's clock: no connection within {READ_WITHIN:?}"),
+                cause: sqlx::Error::PoolTimedOut,
+            })?
+            .ctx(|| "reading the database's clock".to_string())?;
+        let before = self.local_ms();
+        let database: i64 = tokio::time::timeout(READ_WITHIN, sqlx::query_scalar(sql).fetch_one(&mut *conn))
+            .await
+            .map_err(|_| StorageError::Database {
+                context: format!("reading the database's clock: no answer within {READ_WITHIN:?}"),
+                cause: sqlx::Error::PoolTimedOut,
+            })?
             .ctx(|| "reading the database's clock".to_string())?;
         let after = self.local_ms();
+        if after - before > KEPT_UP_TO_MS {
+            return Ok(self.offset_ms());
+        }
         let offset = database - before / 2 - after / 2;
         self.offset_ms.store(offset, Ordering::Relaxed);
         let off = offset.abs() > SAID_FROM_MS;

@@ -72,6 +72,9 @@ impl Storage {
             return Ok(false);
         }
         let now = self.now();
+        // Just after a database outage nobody could renew: another server's expired claim is
+        // not taken yet (as episodes' are not, [`Storage::expire_leases`]).
+        let expired_before = if self.just_reconnected() { i64::MIN } else { now };
         let done = sqlx::query(&format!(
             "UPDATE hosted_policies SET runner = $2, runner_expires_at = $3 \
              WHERE submission_id = $1 AND (runner IS NULL OR runner = $2 OR {} OR runner_expires_at < $4)",
@@ -80,7 +83,7 @@ impl Storage {
         .bind(submission_id)
         .bind(&self.lease.owner)
         .bind(self.lease.expires_at(now))
-        .bind(now)
+        .bind(expired_before)
         .bind(&self.lease.replica)
         .execute(&self.pool)
         .await

@@ -113,6 +113,13 @@ async fn pool_connect(options: AnyPoolOptions, url: &str, shown: &str) -> Result
     }
 }
 
+/// Milliseconds on a clock that only goes forward (from this process's first call, plus one, so
+/// that 0 can mean "never"): what a grace is measured on, whatever the wall clock does.
+fn monotonic_ms() -> i64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed().as_millis() as i64 + 1
+}
+
 /// Bumps a leaderboard generation when dropped ([`Storage::leaderboard_generation`]).
 struct GenerationBump<'a>(&'a AtomicU64);
 
@@ -142,7 +149,7 @@ pub struct Storage {
     held: Arc<std::sync::Mutex<Held>>,
     /// The database's clock, which the times of claims follow ([`clock`]).
     clock: Arc<clock::DatabaseClock>,
-    /// When (this machine's unix ms) the database last came back after this server found it
+    /// When (on [`monotonic_ms`]) the database last came back after this server found it
     /// unreachable; 0: never unreachable; `i64::MAX`: unreachable now
     /// ([`Storage::note_database_unreachable`]).
     back_at_ms: Arc<std::sync::atomic::AtomicI64>,
@@ -223,6 +230,7 @@ impl Storage {
     pub fn with_lease(mut self, replica: impl Into<String>, duration: Duration) -> Self {
         self.lease = Arc::new(Lease::of_replica(replica.into(), duration));
         self.held = Default::default();
+        self.back_at_ms = Default::default();
         self
     }
 
@@ -289,7 +297,7 @@ impl Storage {
     pub fn note_database_answers(&self) {
         let _ = self
             .back_at_ms
-            .compare_exchange(i64::MAX, now_ms(), Ordering::SeqCst, Ordering::SeqCst);
+            .compare_exchange(i64::MAX, monotonic_ms(), Ordering::SeqCst, Ordering::SeqCst);
     }
 
     /// Whether the database is unreachable, or a lease has not gone by since it came back.
@@ -297,7 +305,7 @@ impl Storage {
         match self.back_at_ms.load(Ordering::SeqCst) {
             0 => false,
             i64::MAX => true,
-            at => now_ms().saturating_sub(at) < self.lease.duration.as_millis() as i64,
+            at => monotonic_ms().saturating_sub(at) < self.lease.duration.as_millis() as i64,
         }
     }
 
@@ -309,6 +317,11 @@ impl Storage {
     /// Now on the database's clock (unix ms): the time of every claim's lease.
     fn now(&self) -> i64 {
         self.clock.now_ms()
+    }
+
+    /// Now on the clock of claims' leases (the database's), for comparing with a lease's expiry.
+    pub fn now_for_leases(&self) -> i64 {
+        self.now()
     }
 
     /// The same database, seen from a machine whose clock is `skew_ms` off (tests: a replica

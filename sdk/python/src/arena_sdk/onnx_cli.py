@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import unicodedata
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -165,7 +166,7 @@ _BIDI_CONTROLS = frozenset(chr(c) for c in [*range(0x202A, 0x202F), *range(0x206
 def _fit_name(derived: str) -> str:
     """A name from a file's metadata made fit to be an agent's name (as the server makes one):
     no control or bidirectional formatting characters, at most 128 characters."""
-    kept = "".join(c for c in derived if c.isprintable() and c not in _BIDI_CONTROLS)
+    kept = "".join(c for c in derived if unicodedata.category(c) != "Cc" and c not in _BIDI_CONTROLS)
     return kept[:128].strip()
 
 

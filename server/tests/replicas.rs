@@ -303,8 +303,15 @@ fn postgres_restarted_mid_run_loses_nothing() {
     assert!(health["load"]["agent_connections"].as_u64() >= Some(1), "{health}");
     let down = Instant::now();
     pg.halt();
-    // The health check says so (503, for a load balancer to route elsewhere): it said ok.
-    let (status, health) = r1.get("/api/v1/health", None);
+    // The health check says so (503, for a load balancer to route elsewhere): it said ok. Its
+    // look at the database holds a second.
+    let (status, health) = loop {
+        let (status, health) = r1.get("/api/v1/health", None);
+        if status != 200 || down.elapsed() > Duration::from_secs(10) {
+            break (status, health);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     assert_eq!(
         (status, health["status"].as_str()),
         (503, Some("unavailable")),

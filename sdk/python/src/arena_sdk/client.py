@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import enum
 import logging
 import math
 import time
@@ -14,6 +15,7 @@ import uuid
 from datetime import datetime
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
 
 import numpy as np
 
@@ -591,7 +593,7 @@ class _Session:
                 continue
             self.last_heard = time.monotonic()
             kind = envelope.WhichOneof("msg")
-            handler = getattr(self, f"on_{kind}", None) if kind else None
+            handler: Callable[[Any], _Outcome] | None = getattr(self, f"on_{kind}", None) if kind else None
             if handler is None:
                 if kind in ("connect", "reset_episode", "action"):
                     raise ProtocolError(f"the server sent a client message ({kind})")
@@ -601,7 +603,7 @@ class _Session:
             if outcome is not _CONTINUE:
                 return outcome
 
-    def on_connected(self, c: pb.Connected) -> object:
+    def on_connected(self, c: pb.Connected) -> _Outcome:
         spec = _spec(c.spec)
         self.layout = spec.layout
         self.goal_rows = GoalRowsOnce(spec.layout) if c.spec.reference_goal_once else None
@@ -648,7 +650,7 @@ class _Session:
         self.request_practice()
         return _CONTINUE
 
-    def on_episode_start(self, s: pb.EpisodeStart) -> object:
+    def on_episode_start(self, s: pb.EpisodeStart) -> _Outcome:
         infos = [_episode_info(e) for e in s.episodes]
         if self.goal_rows is not None:
             for e in s.episodes:
@@ -663,7 +665,7 @@ class _Session:
         self.request_practice()
         return _CONTINUE
 
-    def on_get_action(self, request: pb.GetAction) -> object:
+    def on_get_action(self, request: pb.GetAction) -> _Outcome:
         if self.layout is None:
             raise ProtocolError("GetAction before Connected")
         observations = request.observations
@@ -717,7 +719,7 @@ class _Session:
         self.send(envelope)
         return _CONTINUE
 
-    def on_episode_end(self, e: pb.EpisodeEnd) -> object:
+    def on_episode_end(self, e: pb.EpisodeEnd) -> _Outcome:
         if self.goal_rows is not None:
             self.goal_rows.end(e.episode_id)
         runner = self.runner
@@ -745,11 +747,11 @@ class _Session:
         self.send(bye)
         return None
 
-    def on_heartbeat(self, _: pb.Heartbeat) -> object:
+    def on_heartbeat(self, _: pb.Heartbeat) -> _Outcome:
         self.send(_heartbeat())
         return _CONTINUE
 
-    def on_error(self, e: pb.Error) -> object:
+    def on_error(self, e: pb.Error) -> _Outcome:
         if self.layout is None:  # a refused Connect: the server closes the connection
             if e.code in FATAL_CODES:
                 raise RefusedError(e.code, e.message, e.limit, e.resets_at)
@@ -774,7 +776,7 @@ class _Session:
         self.runner.on_event(ServerError(e.code, e.message, e.step))
         return _CONTINUE
 
-    def on_disconnect(self, d: pb.Disconnect) -> object:
+    def on_disconnect(self, d: pb.Disconnect) -> _Outcome:
         self.runner.summary.submission_status = d.submission_status
         if d.reason == "submission_complete" and d.episodes_scored + d.episodes_failed > 0:
             self.runner.summary.episodes_scored = d.episodes_scored
@@ -785,8 +787,15 @@ class _Session:
         return f"server ended the session: {d.reason}"
 
 
-# Returned by handlers to keep the session going (None ends it, a string is a lost connection).
-_CONTINUE = object()
+class _Continue(enum.Enum):
+    CONTINUE = enum.auto()
+
+
+# Returned by handlers to keep the session going (None ends it, a string is a lost connection);
+# a one-member enum rather than object() so that `outcome is not _CONTINUE` narrows the type.
+_CONTINUE = _Continue.CONTINUE
+#: What a `_Session.on_*` handler returns.
+_Outcome: TypeAlias = Literal[_Continue.CONTINUE] | str | None
 
 
 def _connect_envelope(

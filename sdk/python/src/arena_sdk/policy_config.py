@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -444,8 +445,7 @@ def resolve(
         unknown = [n for n in names if n not in JOINT_NAMES]
         if unknown:
             problems.append(f"unknown joint names (not joints of the arena's G1): {', '.join(unknown)}")
-        seen: set[str] = set()
-        duplicates = sorted({n for n in names if n in seen or seen.add(n)})
+        duplicates = sorted(n for n, times in Counter(names).items() if times > 1)
         if duplicates:
             problems.append(f"joint names given twice: {', '.join(duplicates)}")
         absent = [n for n in JOINT_NAMES if n not in names]

@@ -10,7 +10,7 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
-from typing import TextIO
+from typing import Any, TextIO, cast
 from urllib.parse import urlsplit
 
 from .transports import AGENT_PATH
@@ -45,14 +45,15 @@ def _base_url(server: str) -> str:
     return f"{'https' if tls else 'http'}://{parts.netloc}{path}"
 
 
-def fetch(server: str, token: str, timeout_s: float = 30.0) -> dict:
+def fetch(server: str, token: str, timeout_s: float = 30.0) -> dict[str, Any]:
     """The JSON of GET /api/v1/submissions; raises RuntimeError with the server's message."""
     request = urllib.request.Request(
         f"{_base_url(server)}/api/v1/submissions", headers={"Authorization": f"Bearer {token}"}
     )
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            return json.loads(response.read())
+            # The server's JSON object, as it sent it (its fields are read where they are used).
+            return cast("dict[str, Any]", json.loads(response.read()))
     except urllib.error.HTTPError as e:
         try:
             message = json.loads(e.read())["error"]["message"]
@@ -63,7 +64,7 @@ def fetch(server: str, token: str, timeout_s: float = 30.0) -> dict:
         raise RuntimeError(f"cannot reach the server at {_base_url(server)}: {e}") from None
 
 
-def _result(s: dict) -> str:
+def _result(s: dict[str, Any]) -> str:
     scores = s.get("scores")
     if not scores:
         return "hidden until the phase ends" if s.get("results_hidden") else "-"
@@ -78,14 +79,14 @@ def _result(s: dict) -> str:
     return ", ".join(parts)
 
 
-def _attempts(s: dict) -> str:
+def _attempts(s: dict[str, Any]) -> str:
     a = s.get("attempts") or {}
     if not a.get("episodes_rerun"):
         return "-"
     return f"{a['episodes_rerun']} episode(s) re-run, {a['reruns']} extra run(s); at most {a['max_per_episode']} per episode"
 
 
-def print_listing(listing: dict, out: TextIO) -> None:
+def print_listing(listing: dict[str, Any], out: TextIO) -> None:
     rows = [["submission", "benchmark", "phase", "agent", "status", "result", "re-runs"]]
     for s in listing.get("submissions", []):
         rows.append(

@@ -14,6 +14,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, cast
 
 from .submissions_cli import DEFAULT_SERVER, _base_url, _result, default_server
 
@@ -29,10 +30,11 @@ class SubmitError(RuntimeError):
         self.problems = list(problems)
 
 
-def _request(request: urllib.request.Request, server: str, timeout_s: float) -> dict:
+def _request(request: urllib.request.Request, server: str, timeout_s: float) -> dict[str, Any]:
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            return json.loads(response.read())
+            # The server's JSON object, as it sent it (its fields are read where they are used).
+            return cast("dict[str, Any]", json.loads(response.read()))
     except urllib.error.HTTPError as e:
         try:
             error = json.loads(e.read())["error"]
@@ -54,9 +56,9 @@ def submit(
     benchmark: str = "",
     phase: str = "",
     agent_name: str = "",
-    overrides: dict | None = None,
+    overrides: dict[str, Any] | None = None,
     timeout_s: float = 300.0,
-) -> dict:
+) -> dict[str, Any]:
     """Uploads `policy`; returns the created submission (with `hosted`)."""
     # The folder names the run where the file's metadata does not (the server's last choice
     # of a default agent name; mjlab exports are all policy.onnx).
@@ -75,7 +77,7 @@ def submit(
     return _request(request, server, timeout_s)
 
 
-def wait(server: str, token: str, submission_id: str, timeout_s: float) -> dict:
+def wait(server: str, token: str, submission_id: str, timeout_s: float) -> dict[str, Any]:
     """The submission once it is COMPLETED or FAILED (or as it is when `timeout_s` runs out)."""
     deadline = time.monotonic() + timeout_s
     url = f"{_base_url(server)}/api/v1/submissions/{submission_id}"

@@ -12,14 +12,18 @@ import json
 import math
 import queue
 import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 from urllib.parse import urlsplit
 
 from google.protobuf.message import DecodeError, Message
 
 from ._proto import arena_pb2 as pb
 from .errors import ProtocolError
+
+if TYPE_CHECKING:
+    from websockets.sync.client import ClientConnection
 
 #: The WebSocket endpoint's path on the server.
 AGENT_PATH = "/api/v1/agent"
@@ -141,8 +145,18 @@ def open_transport(endpoint: Endpoint, encoding: str, open_timeout: float) -> Tr
     return WebSocketTransport(endpoint.address, encoding, open_timeout)
 
 
+class _DrainingConnection(Protocol):
+    """What WebSocketTransport uses of a connection of `_draining_connection_class()`."""
+
+    write_error: OSError | None
+
+    def send(self, message: str | bytes) -> None: ...
+
+    def recv(self, timeout: float | None = None) -> str | bytes: ...
+
+
 @functools.cache
-def _draining_connection_class() -> type:
+def _draining_connection_class() -> type[ClientConnection]:
     """websockets' ClientConnection, except that a write to a connection the server has already
     reset (EPIPE, ECONNRESET) does not lose what the server sent before closing.
 
@@ -185,16 +199,21 @@ class WebSocketTransport:
         # Entered as a context manager, as websockets >= 17 asks (closed by close()).
         self._stack = contextlib.ExitStack()
         try:
-            self._ws = self._stack.enter_context(
-                connect(
-                    url,
-                    open_timeout=open_timeout,
-                    close_timeout=2,
-                    max_size=None,  # revealed references and large batches exceed websockets' 1 MiB
-                    compression=None,  # the server does not negotiate it
-                    ping_interval=None,  # liveness is the protocol's heartbeats
-                    create_connection=_draining_connection_class(),
-                )
+            # `connect` makes the connection with `create_connection`, which its annotations do
+            # not carry: it is a DrainingClientConnection.
+            self._ws = cast(
+                _DrainingConnection,
+                self._stack.enter_context(
+                    connect(
+                        url,
+                        open_timeout=open_timeout,
+                        close_timeout=2,
+                        max_size=None,  # revealed references and large batches exceed websockets' 1 MiB
+                        compression=None,  # the server does not negotiate it
+                        ping_interval=None,  # liveness is the protocol's heartbeats
+                        create_connection=_draining_connection_class(),
+                    )
+                ),
             )
         except InvalidURI as e:
             raise ValueError(str(e)) from e
@@ -219,7 +238,7 @@ class WebSocketTransport:
     def send(self, envelope: pb.Envelope) -> None:
         from websockets.exceptions import ConnectionClosed
 
-        frame: Any = envelope.SerializeToString() if self._binary else envelope_to_json(envelope)
+        frame: str | bytes = envelope.SerializeToString() if self._binary else envelope_to_json(envelope)
         try:
             self._ws.send(frame)
         except ConnectionClosed as e:
@@ -251,6 +270,15 @@ class WebSocketTransport:
         self._stack.close()
 
 
+class _SessionCall(Protocol):
+    """What GrpcTransport uses of the `Session` call (grpcio's response iterator; the generated
+    arena_pb2_grpc.py is untyped)."""
+
+    def __iter__(self) -> Iterator[pb.Envelope]: ...
+
+    def cancel(self) -> bool: ...
+
+
 class _Closed:
     """Queue marker: the response stream ended (refused at the server's connection caps when
     `at_capacity`)."""
@@ -276,10 +304,11 @@ class GrpcTransport:
             self._channel = grpc.insecure_channel(target, options=options)
         self._wait_ready(target, open_timeout)
         self._requests: queue.SimpleQueue[pb.Envelope | None] = queue.SimpleQueue()
-        self._responses: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._responses: queue.SimpleQueue[pb.Envelope | _Closed] = queue.SimpleQueue()
         self._closed = False
-        self._call = AgentGatewayStub(self._channel).Session(self._outgoing())
-        self._reader = threading.Thread(target=self._read, name="arena-grpc-reader", daemon=True)
+        call: _SessionCall = AgentGatewayStub(self._channel).Session(self._outgoing())
+        self._call: _SessionCall | None = call
+        self._reader = threading.Thread(target=self._read, args=(call,), name="arena-grpc-reader", daemon=True)
         self._reader.start()
 
     def _wait_ready(self, target: str, open_timeout: float) -> None:
@@ -310,22 +339,27 @@ class GrpcTransport:
             raise ConnectionLost(f"connecting to {target}: unreachable or refused (gRPC TRANSIENT_FAILURE)")
         raise ConnectionLost(f"connecting to {target}: no gRPC connection within {open_timeout:g} s")
 
-    def _outgoing(self):  # the request stream; None ends it (half-close)
+    def _outgoing(self) -> Iterator[pb.Envelope]:  # the request stream; None ends it (half-close)
         while True:
             envelope = self._requests.get()
             if envelope is None:
                 return
             yield envelope
 
-    def _read(self) -> None:
+    def _read(self, call: _SessionCall) -> None:
         try:
-            for envelope in self._call:
+            for envelope in call:
                 self._responses.put(envelope)
             self._responses.put(_Closed("server closed the stream"))
         except self._grpc.RpcError as e:
             code = e.code() if hasattr(e, "code") else None
             details = e.details() if hasattr(e, "details") else str(e)
-            trailing = e.trailing_metadata() if hasattr(e, "trailing_metadata") else None
+            # (key, value) pairs: grpcio's are namedtuples (types-grpcio's RpcError, marked
+            # FIXME there, declares objects with `key` and `value` that do not unpack).
+            trailing = cast(
+                "Sequence[tuple[str, str | bytes]] | None",
+                e.trailing_metadata() if hasattr(e, "trailing_metadata") else None,
+            )
             refused = any(key == REFUSAL_METADATA for key, _ in trailing or ())
             self._responses.put(_Closed(f"gRPC stream failed: {getattr(code, 'name', code)}: {details}", refused))
 
@@ -345,11 +379,12 @@ class GrpcTransport:
         return item
 
     def close(self) -> None:
-        if getattr(self, "_call", None) is None:
+        call: _SessionCall | None = getattr(self, "_call", None)
+        if call is None:
             return
         self._requests.put(None)  # ends the request stream; the server then ends the session
         self._reader.join(timeout=2)
-        self._call.cancel()
+        call.cancel()
         self._channel.close()
         self._call = None
 

@@ -86,6 +86,7 @@ test: deps deps-torch deps-mjlab deps-browser deps-gpu deps-s3
 lint: deps deps-torch
 	cargo fmt --all --check
 	cargo clippy --release --workspace --all-targets -- -D warnings
+	$(PYTHON) -m mypy --config-file sdk/python/pyproject.toml
 	bash docker/validate.sh
 
 bench: deps deps-torch

@@ -38,7 +38,7 @@ pub enum CatalogError {
     #[error(
         "no benchmark named {}; available: {} (see GET /api/v1/benchmarks)",
         arena_sdk::protocol::quoted(.0),
-        .1.join(", ")
+        if .1.is_empty() { "none".to_string() } else { .1.join(", ") }
     )]
     UnknownName(String, Vec<String>),
     #[error(transparent)]
@@ -61,19 +61,37 @@ impl CatalogError {
     /// What a client is told when loading `requested` failed; logs the details of a benchmark
     /// that exists but cannot be loaded.
     pub fn for_client(&self, requested: &str) -> ClientLoadError {
+        let told = self.told_to_client(requested);
+        if let ClientLoadError::Unavailable(_) = told {
+            tracing::error!(benchmark = %requested, "cannot load the benchmark: {self}");
+        }
+        told
+    }
+
+    /// [`Self::for_client`] without the log line.
+    fn told_to_client(&self, requested: &str) -> ClientLoadError {
         match self {
             CatalogError::UnknownName(..) => ClientLoadError::Unknown(self.to_string()),
             CatalogError::Spec(SpecError::UnknownBenchmark { name, available, .. }) => {
                 ClientLoadError::Unknown(CatalogError::UnknownName(name.clone(), available.clone()).to_string())
             }
-            other => {
-                tracing::error!(benchmark = %requested, "cannot load the benchmark: {other}");
-                ClientLoadError::Unavailable(format!(
-                    "benchmark {requested} cannot be loaded on the server (a configuration problem; the organisers have the details in the server log)"
-                ))
-            }
+            _ => ClientLoadError::Unavailable(format!(
+                "benchmark {requested} cannot be loaded on the server (a configuration problem; the organisers have the details in the server log)"
+            )),
         }
     }
+}
+
+/// Whether an offered benchmark can run here, as its last load found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Availability {
+    /// Loaded: its sessions run.
+    Loaded,
+    /// Its last load failed (a clip missing, a motion file that does not parse): what a client
+    /// is told. Tried again at the next load, so a fixed folder needs no restart.
+    Unavailable(String),
+    /// Not loaded yet (the server's start loads every benchmark behind it).
+    Unchecked,
 }
 
 #[derive(Debug)]
@@ -81,6 +99,8 @@ pub struct Catalog {
     dir: PathBuf,
     motions_root: PathBuf,
     loaded: Mutex<HashMap<String, Arc<LoadedBenchmark>>>,
+    /// The benchmarks whose last load failed, with what a client is told.
+    unavailable: Mutex<HashMap<String, String>>,
 }
 
 impl Catalog {
@@ -89,7 +109,30 @@ impl Catalog {
             dir,
             motions_root,
             loaded: Mutex::new(HashMap::new()),
+            unavailable: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Whether the named benchmark can run here, as its last load found (no load is made).
+    pub fn availability(&self, name: &str) -> Availability {
+        if self.loaded.lock().expect("catalog lock").contains_key(name) {
+            return Availability::Loaded;
+        }
+        match self.unavailable.lock().expect("catalog lock").get(name) {
+            Some(message) => Availability::Unavailable(message.clone()),
+            None => Availability::Unchecked,
+        }
+    }
+
+    /// The names of the offered benchmarks a client may choose: those whose last load did not
+    /// fail (an `unknown_benchmark` answer lists these, not ones whose motions are missing).
+    fn runnable_names(&self) -> Vec<String> {
+        let unavailable = self.unavailable.lock().expect("catalog lock").clone();
+        self.offered()
+            .into_iter()
+            .map(|s| s.name)
+            .filter(|n| !unavailable.contains_key(n))
+            .collect()
     }
 
     /// Every benchmark file of the folder with its parse result.
@@ -147,8 +190,15 @@ impl Catalog {
         if ok {
             Ok(())
         } else {
-            let available = self.offered().into_iter().map(|s| s.name).collect();
-            Err(CatalogError::UnknownName(name.to_string(), available))
+            Err(CatalogError::UnknownName(name.to_string(), self.runnable_names()))
+        }
+    }
+
+    /// A spec lookup's error, a name the folder lacks listing the benchmarks a client may choose.
+    fn lookup_error(&self, e: SpecError) -> CatalogError {
+        match e {
+            SpecError::UnknownBenchmark { name, .. } => CatalogError::UnknownName(name, self.runnable_names()),
+            other => CatalogError::Spec(other),
         }
     }
 
@@ -158,7 +208,9 @@ impl Catalog {
         if let Some(b) = self.loaded.lock().expect("catalog lock").get(name) {
             return Ok(b.spec.clone());
         }
-        Ok(spec::find_benchmark_by_name(name, &self.dir, &metric_names())?.1)
+        spec::find_benchmark_by_name(name, &self.dir, &metric_names())
+            .map(|(_, spec)| spec)
+            .map_err(|e| self.lookup_error(e))
     }
 
     /// Why a benchmark cannot be loaded, for an organiser (REST admin calls, the start-up log's
@@ -213,7 +265,23 @@ impl Catalog {
         if let Some(b) = self.loaded.lock().expect("catalog lock").get(name) {
             return Ok(b.clone());
         }
-        let (path, spec) = spec::find_benchmark_by_name(name, &self.dir, &metric_names())?;
+        let (path, spec) =
+            spec::find_benchmark_by_name(name, &self.dir, &metric_names()).map_err(|e| self.lookup_error(e))?;
+        let result = self.load_from(path, spec);
+        let mut unavailable = self.unavailable.lock().expect("catalog lock");
+        match &result {
+            Ok(_) => unavailable.remove(name),
+            Err(e) => match e.told_to_client(name) {
+                ClientLoadError::Unavailable(message) => unavailable.insert(name.to_string(), message),
+                ClientLoadError::Unknown(_) => unavailable.remove(name),
+            },
+        };
+        result
+    }
+
+    /// Loads a benchmark whose file was found: its motions, FK and episodes.
+    fn load_from(&self, path: PathBuf, spec: BenchmarkSpec) -> Result<Arc<LoadedBenchmark>, CatalogError> {
+        let name = spec.name.clone();
         let robot = RobotConfig::default();
         let motions = |e: anyhow::Error| CatalogError::Motions {
             name: spec.name.clone(),
@@ -229,10 +297,7 @@ impl Catalog {
             episodes,
             definition,
         });
-        self.loaded
-            .lock()
-            .expect("catalog lock")
-            .insert(name.to_string(), loaded.clone());
+        self.loaded.lock().expect("catalog lock").insert(name, loaded.clone());
         Ok(loaded)
     }
 }

@@ -881,6 +881,7 @@ fn a_benchmark_that_cannot_load_is_refused_without_server_paths() {
         "dir = \"no-such-folder\"\nfps = 30",
     );
     std::fs::write(benchmarks.join("broken.toml"), broken).unwrap();
+    std::fs::write(benchmarks.join("g1-smoke.toml"), &smoke).unwrap();
     let server = ServerProc::start(&dir.join("data"), &["--benchmarks-dir", benchmarks.to_str().unwrap()]);
     let token = server.team("alpha");
     let mut config = ClientConfig::new(
@@ -929,12 +930,48 @@ fn a_benchmark_that_cannot_load_is_refused_without_server_paths() {
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
+    // The listing says which benchmarks run here, once the start has loaded them: the broken
+    // one is listed (its page says why) but not available.
+    let listing = loop {
+        let (status, listing) = server.get("/api/v1/benchmarks", None);
+        assert_eq!(status, 200, "{listing}");
+        if listing["benchmarks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|b| !b["available"].is_null())
+        {
+            break listing;
+        }
+        assert!(waited.elapsed() < std::time::Duration::from_secs(60), "{listing}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let row = |name: &str| {
+        listing["benchmarks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["name"] == name)
+            .unwrap_or_else(|| panic!("{name} listed: {listing}"))
+            .clone()
+    };
+    assert_eq!(row("g1-smoke")["available"], true, "{listing}");
+    assert!(row("g1-smoke").get("unavailable").is_none(), "{listing}");
+    assert_eq!(row("broken")["available"], false, "{listing}");
+    assert!(
+        row("broken")["unavailable"]
+            .as_str()
+            .unwrap()
+            .contains("benchmark broken cannot be loaded on the server"),
+        "{listing}"
+    );
     let (status, details) = server.get("/api/v1/benchmarks/broken", None);
     assert_eq!(status, 200, "{details}");
     assert!(details["motion_list"].is_null(), "{details}");
     let (status, unknown) = server.get("/api/v1/benchmarks/nope", None);
     assert_eq!(status, 404, "{unknown}");
-    assert!(unknown.to_string().contains("available: broken"), "{unknown}");
+    // The names offered are those that run here.
+    assert!(unknown.to_string().contains("available: g1-smoke ("), "{unknown}");
     let (status, asset) = server.get("/static/nope.js", None);
     assert_eq!(status, 404, "{asset}");
     assert!(asset.to_string().contains("no file /static/nope.js"), "{asset}");
@@ -966,7 +1003,7 @@ fn a_benchmark_that_cannot_load_is_refused_without_server_paths() {
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("unknown_benchmark") && err.contains("available: broken"),
+        err.contains("unknown_benchmark") && err.contains("available: g1-smoke ("),
         "{err}"
     );
     assert!(!err.contains(dir.to_str().unwrap()), "{err}");

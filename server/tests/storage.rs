@@ -732,6 +732,16 @@ async fn recover_after_restart(url: String, engine: Engine) {
         .await
         .unwrap();
     storage.start_episode("s-running", 2).await.unwrap(); // attempt 2, in flight at the crash
+    // Its agent's session was open at the crash; an earlier one had ended.
+    storage
+        .start_session("sess-ended", "s-running", "agent", 1)
+        .await
+        .unwrap();
+    storage.end_session("sess-ended", "stopped", 2).await.unwrap();
+    storage
+        .start_session("sess-open", "s-running", "agent", 3)
+        .await
+        .unwrap();
     // A finished submission's stray RUNNING episode is left alone.
     storage.start_episode("s-done", 0).await.unwrap();
     storage
@@ -749,10 +759,30 @@ async fn recover_after_restart(url: String, engine: Engine) {
         other.recover_after_restart().await.unwrap();
         let rows = other.episodes("s-running").await.unwrap();
         assert_eq!((rows[0].status, rows[0].attempts), (EpisodeState::Running, 1));
+        let sessions = other.sessions("s-running").await.unwrap();
+        assert_eq!(
+            sessions[1].ended_at, None,
+            "replica-a's open session is left alone: {sessions:?}"
+        );
     }
     let storage = replica(open(&url, engine).await);
     let unfinished = storage.recover_after_restart().await.unwrap();
     assert_eq!(unfinished, ["s-running", "s-pending"]);
+    // The session its killed predecessor left open ends as the server's loss; the ended one
+    // keeps its end.
+    let sessions = storage.sessions("s-running").await.unwrap();
+    let ends: Vec<_> = sessions
+        .iter()
+        .map(|s| (s.id.as_str(), s.ended_at.is_some(), s.outcome.as_deref()))
+        .collect();
+    assert_eq!(
+        ends,
+        [
+            ("sess-ended", true, Some("stopped")),
+            ("sess-open", true, Some(arena_server::storage::SERVER_LOST))
+        ]
+    );
+    assert_eq!(sessions[0].ended_at, Some(2));
     // The runs in flight were the server's loss, not the agent's: their numbers stay taken.
     let rows = storage.episodes("s-running").await.unwrap();
     let state = |r: &EpisodeRow| (r.status, r.attempts, r.server_faults);

@@ -93,6 +93,9 @@ async function fillBenchmarks(sec, ctx) {
           h('h3', b.name, ' ', h('span.muted', `v${b.version}`)),
           h('p', b.description || ''),
           h('p.small', 'Primary metric: ', h('code', b.primary_metric || '—')),
+          b.available === false
+            ? h('p.small.notice.warn', { 'data-testid': 'benchmark-unavailable', title: b.unavailable || '' }, 'Not available on this server')
+            : null,
         ),
       );
     }

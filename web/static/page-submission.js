@@ -602,6 +602,9 @@ function agentCell(sub) {
   return earlier.length ? `${name} (last session; earlier: ${earlier.join(', ')})` : name;
 }
 
+/** Session outcomes that need more than their code (the end's time is when it was noticed). */
+const OUTCOME_WORDS = { server_lost: 'server_lost (its server was killed or crashed; ended at its restart)' };
+
 /** Every agent session of the submission, oldest first: agent, start, end and how it ended. */
 function sessionsCell(sub) {
   const sessions = sub.sessions || [];
@@ -610,7 +613,7 @@ function sessionsCell(sub) {
   return h(
     'ol.sessions',
     { 'data-testid': 'sessions' },
-    sessions.map((s) => h('li', `${s.agent_name || 'unnamed agent'} · `, timeEl(s.started_at), s.ended_at ? [' – ', timeEl(s.ended_at), ` · ${s.outcome}`] : ` · ${open}`)),
+    sessions.map((s) => h('li', `${s.agent_name || 'unnamed agent'} · `, timeEl(s.started_at), s.ended_at ? [' – ', timeEl(s.ended_at), ` · ${OUTCOME_WORDS[s.outcome] || s.outcome}`] : ` · ${open}`)),
   );
 }
 

@@ -320,3 +320,17 @@ def test_the_summary_gives_the_servers_counts_of_every_episode() -> None:
     assert "completed with no episode scored: all 6 failed" in err.getvalue(), err.getvalue()
     summary.episodes_scored, summary.episodes_failed = 5, 1
     assert cli_common.exit_status(summary, "arena-agent") == 0
+
+
+def test_the_summary_of_a_submission_that_had_finished_says_so_without_a_table() -> None:
+    """`--submission-id` of a finished submission: the server answers `submission_finished` and no
+    session opens; the run says the submission had finished, not an empty table."""
+    import io
+
+    out = io.StringIO()
+    cli_common.print_summary(RunSummary("sub-1", "COMPLETED", "g1-smoke", []), out)
+    text = out.getvalue().strip()
+    assert text == (
+        "submission sub-1 COMPLETED: it had finished before this run, nothing was left to run: its results at "
+        "GET /api/v1/submissions/sub-1/results"
+    ), text

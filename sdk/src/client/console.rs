@@ -112,6 +112,11 @@ pub fn done_line(summary: &RunSummary) -> String {
         None if total > n => {
             line += &format!("; the submission has {total}: its results over all of them at {results}")
         }
+        // No session opened: the server said the submission had finished (`--submission-id`
+        // of a finished one).
+        None if total == 0 && n == 0 => {
+            line += &format!("; it had finished before this run, nothing was left to run: its results at {results}")
+        }
         None => {}
     }
     line
@@ -198,5 +203,16 @@ mod done_line_tests {
         summary.final_counts = Some(FinalCounts { scored: 6, failed: 0 });
         assert!(done_line(&summary).ends_with("the submission's 6 episodes: 6 scored"));
         assert!(report_done(&summary).is_ok());
+        // `--submission-id` of a finished submission: no session, the server said it finished.
+        let finished = RunSummary {
+            submission_id: "sub-1".into(),
+            submission_status: "COMPLETED".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            done_line(&finished),
+            "done: submission sub-1 COMPLETED, 0 episodes in this run; it had finished before this run, nothing \
+             was left to run: its results at GET /api/v1/submissions/sub-1/results"
+        );
     }
 }

@@ -15,7 +15,7 @@ mod submissions;
 mod teams;
 
 use crate::access::{self, AccessError, PhaseState, RunRequest};
-use crate::catalog::{CatalogError, ClientLoadError};
+use crate::catalog::{Availability, CatalogError, ClientLoadError};
 use crate::leaderboard;
 use crate::orchestrator::runner;
 use crate::results;
@@ -405,7 +405,21 @@ async fn list_benchmarks(State(state): State<Arc<AppState>>, headers: HeaderMap)
         .catalog
         .offered()
         .into_iter()
-        .map(|s| json!({"name": s.name, "version": s.version, "description": s.description, "primary_metric": s.ranking.primary}))
+        .map(|s| {
+            let mut row = json!({"name": s.name, "version": s.version, "description": s.description,
+                                 "primary_metric": s.ranking.primary});
+            // Whether it runs here, as its last load found (every benchmark is loaded behind the
+            // server's start): a benchmark whose motions are missing is listed, not chosen.
+            row["available"] = match state.catalog.availability(&s.name) {
+                Availability::Loaded => true.into(),
+                Availability::Unavailable(message) => {
+                    row["unavailable"] = message.into();
+                    false.into()
+                }
+                Availability::Unchecked => Value::Null,
+            };
+            row
+        })
         .collect();
     Ok(Json(json!({ "benchmarks": rows })).into_response())
 }

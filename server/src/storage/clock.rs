@@ -68,18 +68,12 @@ impl DatabaseClock {
         // wait, 15 s of error). A reading whose round trip took over a second is not kept.
         let mut conn = tokio::time::timeout(READ_WITHIN, pool.acquire())
             .await
-            .map_err(|_| StorageError::Database {
-                context: format!("reading the database's clock: no connection within {READ_WITHIN:?}"),
-                cause: sqlx::Error::PoolTimedOut,
-            })?
+            .map_err(|_| too_slow("no connection"))?
             .ctx(|| "reading the database's clock".to_string())?;
         let before = self.local_ms();
         let database: i64 = tokio::time::timeout(READ_WITHIN, sqlx::query_scalar(sql).fetch_one(&mut *conn))
             .await
-            .map_err(|_| StorageError::Database {
-                context: format!("reading the database's clock: no answer within {READ_WITHIN:?}"),
-                cause: sqlx::Error::PoolTimedOut,
-            })?
+            .map_err(|_| too_slow("no answer"))?
             .ctx(|| "reading the database's clock".to_string())?;
         let after = self.local_ms();
         if after - before > KEPT_UP_TO_MS {
@@ -101,5 +95,13 @@ impl DatabaseClock {
             }
         }
         Ok(offset)
+    }
+}
+
+/// A clock reading that waited longer than [`READ_WITHIN`] for `what` (a connection, an answer).
+fn too_slow(what: &str) -> StorageError {
+    StorageError::Database {
+        context: format!("reading the database's clock: {what} within {READ_WITHIN:?}"),
+        cause: sqlx::Error::PoolTimedOut,
     }
 }

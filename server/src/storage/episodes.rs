@@ -461,8 +461,9 @@ impl Storage {
     /// directory lock says so); on PostgreSQL, where other replicas may be running theirs, only
     /// those claimed under this handle's own lease owner (the same replica before its restart)
     /// or under none; other replicas' episodes go back when their leases expire
-    /// ([`Storage::expire_leases`]). Returns the ids of the unfinished (PENDING or RUNNING)
-    /// submissions, oldest first.
+    /// ([`Storage::expire_leases`]). The agent sessions left open by the same replica (on
+    /// SQLite, all of them) end as [`SERVER_LOST`]. Returns the ids of the unfinished (PENDING
+    /// or RUNNING) submissions, oldest first.
     pub async fn recover_after_restart(&self) -> Result<Vec<String>, StorageError> {
         let context = || "recovering unfinished episodes after a restart".to_string();
         let mut tx = self.pool.begin().await.ctx(context)?;
@@ -491,8 +492,17 @@ impl Storage {
             server_faults_reason(&reason),
             last_server_fault()
         );
+        // The sessions its killed predecessor left open end now: nothing runs them any more.
+        let sessions_whose = match self.engine {
+            Engine::Sqlite => "",
+            Engine::Postgres => &format!(" AND {}", Lease::same_replica("server", 2)),
+        };
+        let lost_sessions = format!(
+            "UPDATE submission_sessions SET ended_at = $1, outcome = '{SERVER_LOST}' \
+             WHERE ended_at IS NULL{sessions_whose}"
+        );
         let now = self.now();
-        for sql in [&back, &gave_up] {
+        for sql in [&back, &gave_up, &lost_sessions] {
             let mut recover = sqlx::query(sql).bind(now);
             if self.engine == Engine::Postgres {
                 recover = recover.bind(&self.lease.replica);

@@ -53,10 +53,10 @@ use error::*;
 pub use hosted::HostedPolicy;
 pub use records::*;
 use rows::*;
-pub use sessions::SessionRecord;
+pub use sessions::{SERVER_LOST, SessionRecord};
 
 // Cargo notices edits to existing migration files only: after ADDING one, touch this file
-// (last: 0018).
+// (last: 0019).
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/sqlite");
 static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/postgres");
 

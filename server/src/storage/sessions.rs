@@ -15,10 +15,14 @@ pub struct SessionRecord {
     pub started_at: i64,
     /// Unix milliseconds; None while it runs, or when its server stopped without ending it.
     pub ended_at: Option<i64>,
-    /// How it ended: `completed` (the submission finished), `stopped` (the agent left, or the
-    /// server is shutting down) or `error`.
+    /// How it ended: `completed` (the submission finished), `cancelled`, `stopped` (the agent
+    /// left, or the server is shutting down), `error`, or [`SERVER_LOST`].
     pub outcome: Option<String>,
 }
+
+/// The outcome of a session whose server was killed or crashed without ending it, written when
+/// that replica starts again ([`Storage::recover_after_restart`]).
+pub const SERVER_LOST: &str = "server_lost";
 
 impl Storage {
     /// Records the start of a session of `submission_id` by `agent_name`.
@@ -30,12 +34,14 @@ impl Storage {
         now: i64,
     ) -> Result<(), StorageError> {
         sqlx::query(
-            "INSERT INTO submission_sessions (id, submission_id, agent_name, started_at) VALUES ($1, $2, $3, $4)",
+            "INSERT INTO submission_sessions (id, submission_id, agent_name, started_at, server) \
+             VALUES ($1, $2, $3, $4, $5)",
         )
         .bind(session_id)
         .bind(submission_id)
         .bind(agent_name)
         .bind(now)
+        .bind(&self.lease.owner)
         .execute(&self.pool)
         .await
         .ctx(|| format!("recording session {session_id} of submission {submission_id}"))?;

@@ -317,6 +317,15 @@ def _unit(metric: str, sep: str) -> str:
 def print_summary(summary: RunSummary, out: TextIO) -> None:
     """The episodes as a table (sorted by episode id), then totals."""
     episodes = sorted(summary.episodes, key=lambda e: e.episode_id)
+    if summary.submission_id and not episodes and not summary.episodes_total:
+        # No session opened: the server said the submission had finished (`--submission-id` of
+        # a finished one): no table of nothing.
+        print(
+            f"\nsubmission {summary.submission_id} {summary.submission_status}: it had finished before this "
+            f"run, nothing was left to run: its results at GET /api/v1/submissions/{summary.submission_id}/results",
+            file=out,
+        )
+        return
     metrics = [k for k in KEY_METRICS if any(k in e.metrics for e in episodes)]
     header = ["episode", "motion", "status", "steps", *(f"{k}{_unit(k, ' ')}" for k in metrics)]
     rows = [

@@ -46,6 +46,28 @@ impl Default for Limits {
     }
 }
 
+/// Inputs of any one node (a tracker's widest, the `Concat` of its observation terms, has tens).
+pub const MAX_NODE_INPUTS: usize = 256;
+
+/// A node as a problem names it: by its name, or by its place in the graph when it has none.
+fn describe(node: &NodeProto, index: usize) -> String {
+    match node.name.is_empty() {
+        true => format!("node #{index} ({})", node.op_type),
+        false => format!("node '{}' ({})", node.name, node.op_type),
+    }
+}
+
+/// Whether `perm` holds each of 0 … len − 1 once.
+fn is_permutation(perm: &[i64]) -> bool {
+    let mut seen = vec![false; perm.len()];
+    perm.iter().all(|&axis| {
+        usize::try_from(axis)
+            .ok()
+            .and_then(|a| seen.get_mut(a))
+            .is_some_and(|s| !std::mem::replace(s, true))
+    })
+}
+
 /// The operators a policy may use (the default ONNX domain).
 pub const ALLOWED_OPERATORS: [&str; 52] = [
     // Linear algebra and element-wise arithmetic.
@@ -142,8 +164,10 @@ pub fn check_model(model: &ModelProto, file_bytes: u64, limits: &Limits) -> Vec<
     }
     let mut refused: Vec<(String, usize)> = Vec::new();
     let mut parameters = 0u64;
-    for node in &graph.node {
-        let op = if is_default_domain(&node.domain) {
+    for (index, node) in graph.node.iter().enumerate() {
+        let op = if node.op_type.is_empty() {
+            "a node without an operator type (op_type)".to_string()
+        } else if is_default_domain(&node.domain) {
             node.op_type.clone()
         } else {
             format!("{}.{}", node.domain, node.op_type)
@@ -153,6 +177,27 @@ pub fn check_model(model: &ModelProto, file_bytes: u64, limits: &Limits) -> Vec<
                 Some((_, n)) => *n += 1,
                 None => refused.push((op, 1)),
             }
+        }
+        if node.input.len() > MAX_NODE_INPUTS {
+            // tract's optimiser takes about the cube of a node's inputs in time (a `Concat` of
+            // 300,000 copies of one input ran for 24 minutes, growing to 23.7 GB).
+            problems.push(format!(
+                "{} has {} inputs, more than the limit of {MAX_NODE_INPUTS}",
+                describe(node, index),
+                node.input.len()
+            ));
+        }
+        if node.op_type == "Transpose"
+            && let Some(perm) = node.attribute.iter().find(|a| a.name == "perm")
+            && !is_permutation(&perm.ints)
+        {
+            // tract trusts it: a repeated axis sent its axis changes allocating without end.
+            problems.push(format!(
+                "{}: perm {:?} is not a permutation of the axes 0 to {}",
+                describe(node, index),
+                perm.ints,
+                perm.ints.len().saturating_sub(1)
+            ));
         }
         if node.attribute.iter().any(|a| a.g.is_some() || !a.graphs.is_empty()) {
             problems.push(format!(

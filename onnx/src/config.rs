@@ -21,7 +21,7 @@ pub struct UnsupportedPolicy {
 /// Values that replace (or fill in) the file's, in the policy's joint order (as the file's
 /// are): the `arena-agent onnx` options of the same names, stored with a hosted submission (as
 /// a JSON object of these keys; an unknown key or a value of the wrong type is refused).
-#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyOverrides {
     pub joint_names: Option<Vec<String>>,

@@ -28,6 +28,12 @@ pub fn policy_key(sha256: &str) -> String {
 /// Every reason the policy file at `path` cannot run on `spec` (a phase's view of its
 /// benchmark); empty when it can. Loads the model (refusing what `arena_onnx::checks` refuses).
 pub fn check_upload(path: &Path, overrides: &PolicyOverrides, spec: &BenchmarkSpec) -> Result<OnnxPolicy, Vec<String>> {
+    // Read, optimised and run once by a child within a budget first (`policy_check.rs`): a
+    // hostile graph must not take the server down.
+    let problems = crate::policy_check::check_in_child(path, overrides);
+    if !problems.is_empty() {
+        return Err(problems);
+    }
     let policy = OnnxPolicy::load(path, overrides, Supply::UploadOverrides).map_err(|e| e.problems)?;
     let mut problems = Vec::new();
     let gains = match spec.action.mode {

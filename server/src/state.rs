@@ -281,6 +281,7 @@ impl AppState {
         // Hosted submissions that were running or waiting when the server (or another replica)
         // stopped go on here: no agent will reconnect for them.
         tokio::spawn(crate::hosted::supervise(Arc::downgrade(&state)));
+        tokio::spawn(crate::memory::trim_when_idle(Arc::downgrade(&state)));
         Ok(state)
     }
 

@@ -528,6 +528,36 @@ fn hostile_uploads_are_refused_and_the_server_stays_healthy() {
         assert!(problems.contains(&case.because), "{}: {problems}", case.name);
         healthy(&case.name);
     }
+    // Past every check of the decoded file, the decoding itself: a node of 5 M empty attributes
+    // (10 MiB, two bytes each on the wire) decodes into gigabytes, and an allocation failure
+    // aborts the process that decodes it. The server's checker is a child within a budget: the
+    // upload is refused saying which, and the server stays up.
+    let bomb = {
+        let mut bytes = hostile_models::non_finite_policy().encode_to_vec();
+        let node: Vec<u8> = [0x2a, 0x00].repeat(5 << 20);
+        let mut graph = vec![0x0a];
+        prost::encoding::encode_varint(node.len() as u64, &mut graph);
+        graph.extend(&node);
+        // ModelProto.graph (field 7) again: a message field's second occurrence merges into the
+        // first, adding the node.
+        bytes.push(0x3a);
+        prost::encoding::encode_varint(graph.len() as u64, &mut bytes);
+        bytes.extend(&graph);
+        bytes
+    };
+    let (status, v) = upload(&server, "benchmark=g1-smoke-robot&file_name=bomb.onnx", &token, &bomb);
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (422, Some("unsupported_policy")),
+        "{v}"
+    );
+    assert!(
+        v["error"]["problems"]
+            .to_string()
+            .contains("needed more than 2 GiB of memory"),
+        "{v}"
+    );
+    healthy("a file that decodes into gigabytes");
     let (status, v) = upload(&server, "benchmark=g1-smoke-robot", &token, &vec![0u8; (64 << 20) + 1]);
     assert_eq!(
         (status, v["error"]["code"].as_str()),

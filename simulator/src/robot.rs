@@ -229,9 +229,30 @@ impl RobotConfig {
         xml
     }
 
-    /// Compiles [`Self::mjcf`].
+    /// Compiles [`Self::mjcf`]: a copy of the model compiled once per process for the same MJCF
+    /// (`mj_copyModel`, the same arrays), since a server compiles the same one or two for
+    /// every lane, every scoring thread's kinematics and every warm simulator; a parse that fails
+    /// is not kept.
     pub fn compile(&self) -> Result<MjModel, SimError> {
-        MjModel::from_xml_string(&self.mjcf()).map_err(|e| SimError::Model(e.to_string()))
+        use std::sync::{Mutex, PoisonError};
+        /// The models compiled last, newest last: a few configurations (joint efforts, the IMU
+        /// sensors) per process.
+        static COMPILED: Mutex<Vec<(String, MjModel)>> = Mutex::new(Vec::new());
+        const KEPT: usize = 8;
+        let xml = self.mjcf();
+        let cached = |compiled: &[(String, MjModel)]| compiled.iter().find(|(k, _)| *k == xml).map(|(_, m)| m.clone());
+        if let Some(model) = cached(&COMPILED.lock().unwrap_or_else(PoisonError::into_inner)) {
+            return Ok(model);
+        }
+        let model = MjModel::from_xml_string(&xml).map_err(|e| SimError::Model(e.to_string()))?;
+        let mut compiled = COMPILED.lock().unwrap_or_else(PoisonError::into_inner);
+        if cached(&compiled).is_none() {
+            if compiled.len() == KEPT {
+                compiled.remove(0);
+            }
+            compiled.push((xml, model.clone()));
+        }
+        Ok(model)
     }
 }
 
@@ -252,6 +273,28 @@ mod tests {
         assert_eq!(hw.effort[0], 139.0);
         assert!(hw.mjcf().contains("name=\"left_hip_pitch_joint\" class=\"leg_motor\" axis=\"0 1 0\" range=\"-2.5307 2.8798\" actuatorfrcrange=\"-139 139\""));
         assert_eq!(c.mjcf(), format!("{G1_MJCF}"));
+    }
+
+    #[test]
+    fn a_compiled_model_is_a_copy_of_its_configurations_own() {
+        // The same MJCF gives the same model, another configuration its own, and a change to a
+        // model handed out (domain randomisation writes masses) reaches no later compile.
+        let mut first = RobotConfig::default().compile().unwrap();
+        let nominal = first.body_mass().to_vec();
+        first.body_mass_mut()[1] += 10.0;
+        let again = RobotConfig::default().compile().unwrap();
+        assert_eq!(again.body_mass(), nominal.as_slice());
+        let sensors = RobotConfig {
+            imu_sensors: true,
+            ..RobotConfig::default()
+        }
+        .compile()
+        .unwrap();
+        assert!(sensors.ffi().nsensor > again.ffi().nsensor);
+        assert_eq!(
+            RobotConfig::default().compile().unwrap().ffi().nsensor,
+            again.ffi().nsensor
+        );
     }
 
     #[test]

@@ -199,6 +199,32 @@ pub fn refused_files() -> Vec<Refused> {
         ),
         "10002 nodes, more than the limit of 2000",
     ));
+    // One node of many inputs: tract's optimiser takes about their cube in time (the hosted
+    // walkthrough's 300,000 ran for 24 minutes).
+    let wide: Vec<&str> = vec!["h"; 300];
+    let mut concat = node("Concat", &wide, &["actions"]);
+    concat.attribute.push(AttributeProto {
+        name: "axis".into(),
+        i: 1,
+        ..Default::default()
+    });
+    cases.push(case(
+        "wide-concat.onnx",
+        plain(concat, vec![]),
+        "has 300 inputs, more than the limit of 256",
+    ));
+    // A permutation with a repeated axis: tract allocated without end (the server aborted).
+    let mut transpose = node("Transpose", &["h"], &["actions"]);
+    transpose.attribute.push(AttributeProto {
+        name: "perm".into(),
+        ints: vec![0, 0],
+        ..Default::default()
+    });
+    cases.push(case(
+        "transpose-repeated-axis.onnx",
+        plain(transpose, vec![]),
+        "(Transpose): perm [0, 0] is not a permutation of the axes 0 to 1",
+    ));
     let mut outside = tensor("B", &[29], vec![]);
     outside.data_location = Some(DataLocation::External as i32);
     outside.external_data.push(StringStringEntryProto {

@@ -59,6 +59,19 @@ enum Command {
     /// The whole product in one command: an in-process server, the reference-replay agent
     /// through the SDK over a loopback WebSocket, per-motion metrics and the leaderboard.
     Demo(demo::DemoArgs),
+    /// (Internal) the server's check of an uploaded policy file, in a child process within a
+    /// memory and CPU budget: prints {"problems": [...]}.
+    #[command(name = "check-policy-file", hide = true)]
+    CheckPolicyFile(CheckPolicyFileArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CheckPolicyFileArgs {
+    /// The overrides stored with the upload (JSON).
+    #[arg(long, default_value = "{}")]
+    overrides: String,
+    /// The policy file.
+    path: std::path::PathBuf,
 }
 
 /// An error and its causes on one line, each cause once: libraries often repeat their source in
@@ -118,6 +131,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Eval(a) => eval::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Demo(a) => demo::run(a),
+        Command::CheckPolicyFile(a) => crate::policy_check::run_child(&a.path, &a.overrides),
     }
 }
 

@@ -656,6 +656,34 @@ fn an_upload_over_the_quota_stores_nothing() {
         kept.iter().map(|e| e.path()).collect::<Vec<_>>()
     );
     assert_eq!(submissions(&server, &token), 1);
+    // The refusal comes before the file: a client that waits for `100 Continue` (curl) is
+    // answered at once, its body never sent; one that sends its body whole (Python's urllib)
+    // gets to send it (read and dropped) and then reads the answer.
+    use std::io::{Read, Write};
+    let request = |expect: bool| {
+        format!(
+            "POST /api/v1/submissions/hosted?phase=once HTTP/1.1\r\nHost: arena\r\nAuthorization: Bearer {token}\r\n\
+             Content-Length: {}\r\n{}Connection: close\r\n\r\n",
+            20 << 20,
+            if expect { "Expect: 100-continue\r\n" } else { "" }
+        )
+    };
+    let mut waiting = std::net::TcpStream::connect(server.addr).unwrap();
+    waiting.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    waiting.write_all(request(true).as_bytes()).unwrap();
+    let mut answer = String::new();
+    let _ = waiting.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
+    assert!(answer.contains("quota_exceeded"), "{answer}");
+    let mut sending = std::net::TcpStream::connect(server.addr).unwrap();
+    sending.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    sending.write_all(request(false).as_bytes()).unwrap();
+    sending
+        .write_all(&vec![7u8; 20 << 20])
+        .expect("the whole body is taken");
+    let mut answer = String::new();
+    let _ = sending.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -891,12 +891,28 @@ async fn server_faults_are_not_the_agents(url: String, engine: Engine) {
     assert_eq!((state(row), row.uncharged_runs), ((EpisodeState::Pending, 4, 1), 1));
     assert_eq!(row.reason.as_deref(), Some("never started"));
     assert_eq!(a.claim_next_episode("s-1").await.unwrap(), Some((2, 5)));
-    // Another process's claim is not this one's to give back.
+    // Another process's claim is not this one's to give back, nor its session to end.
     let other = open(&url, engine)
         .await
         .with_lease("replica-b", std::time::Duration::from_secs(30));
-    assert_eq!(other.give_back_on_stop().await.unwrap(), 0);
+    a.start_session("sess-a", "s-1", "agent", 1).await.unwrap();
+    other.start_session("sess-b", "s-1", "agent", 2).await.unwrap();
     assert_eq!(a.give_back_on_stop().await.unwrap(), 1);
+    let ends: Vec<_> = a
+        .sessions("s-1")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| (s.id, s.outcome))
+        .collect();
+    assert_eq!(
+        ends,
+        [
+            ("sess-a".to_string(), Some("stopped".to_string())),
+            ("sess-b".to_string(), None)
+        ]
+    );
+    assert_eq!(other.give_back_on_stop().await.unwrap(), 0);
     assert_eq!(a.renew_leases().await.unwrap(), 0, "nothing is held after the stop");
     let late = outcome(EpisodeState::Completed, 3);
     assert!(

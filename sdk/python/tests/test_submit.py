@@ -81,3 +81,13 @@ def test_server_defaults_to_arena_server(tmp_path: Path) -> None:
         timeout=60,
     )
     assert done.returncode == 1 and "cannot reach the server at https://127.0.0.1:9/p" in done.stderr, done.stderr
+
+
+def test_a_failed_submission_shows_why() -> None:
+    """`submit --wait` and `submissions` print a FAILED submission's error, not `-`."""
+    from arena_sdk.submissions_cli import _result
+
+    failed = {"status": "FAILED", "error": "the hosted policy failed: tract panicked", "scores": None}
+    assert _result(failed) == "the hosted policy failed: tract panicked"
+    assert _result({"status": "RUNNING", "scores": None}) == "-"
+    assert _result({"status": "COMPLETED", "scores": None, "results_hidden": True}) == "hidden until the phase ends"

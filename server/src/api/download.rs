@@ -109,11 +109,45 @@ fn quoted(e_tag: &str) -> String {
 }
 
 /// `filename` without the characters that would end a quoted header parameter early.
-fn safe_name(file_name: &str) -> String {
-    file_name
+/// `Content-Disposition` of a download named `file_name`: its last path component (names
+/// stored before uploads were reduced to theirs may hold a path), as printable ASCII in
+/// `filename` and, when it is not all ASCII, whole in `filename*` (RFC 6266, UTF-8).
+fn disposition(file_name: &str) -> String {
+    let base = file_name.rsplit(['/', '\\']).next().unwrap_or(file_name);
+    let ascii: String = base
         .chars()
         .filter(|c| c.is_ascii_graphic() && *c != '"' && *c != '\\')
-        .collect()
+        .collect();
+    let ascii = match ascii.trim_matches('.') {
+        "" => "download".to_string(),
+        _ => ascii,
+    };
+    let mut value = format!("attachment; filename=\"{ascii}\"");
+    if !base.is_ascii() {
+        let encoded: String = base
+            .bytes()
+            .map(|b| match b {
+                b'A'..=b'Z'
+                | b'a'..=b'z'
+                | b'0'..=b'9'
+                | b'!'
+                | b'#'
+                | b'$'
+                | b'&'
+                | b'+'
+                | b'-'
+                | b'.'
+                | b'^'
+                | b'_'
+                | b'`'
+                | b'|'
+                | b'~' => (b as char).to_string(),
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        value += &format!("; filename*=UTF-8''{encoded}");
+    }
+    value
 }
 
 /// How a stored object is offered for download: `what` names it in errors, the response carries
@@ -212,10 +246,7 @@ pub(super) async fn object(
     let mut response = response.expect("set above");
     let h = response.headers_mut();
     tag_headers(h, tag.as_deref());
-    h.insert(
-        header::CONTENT_DISPOSITION,
-        header_value(&format!("attachment; filename=\"{}\"", safe_name(file_name))),
-    );
+    h.insert(header::CONTENT_DISPOSITION, header_value(&disposition(file_name)));
     Ok(Some(response))
 }
 
@@ -324,5 +355,26 @@ mod tests {
             assert_eq!(ask_of("bytes=4-", None, 10, None, changes), Asked::Whole);
             assert_eq!(ask_of("bytes=40-", None, 10, None, changes), Asked::Whole);
         }
+    }
+}
+
+#[cfg(test)]
+mod disposition_tests {
+    #[test]
+    fn a_download_is_named_by_its_files_base_name() {
+        assert_eq!(
+            super::disposition("policy.onnx"),
+            "attachment; filename=\"policy.onnx\""
+        );
+        assert_eq!(
+            super::disposition("../../etc/passwd"),
+            "attachment; filename=\"passwd\""
+        );
+        assert_eq!(super::disposition("runs\\a\\p.onnx"), "attachment; filename=\"p.onnx\"");
+        assert_eq!(super::disposition(".."), "attachment; filename=\"download\"");
+        assert_eq!(
+            super::disposition("ünï€ode.onnx"),
+            "attachment; filename=\"node.onnx\"; filename*=UTF-8''%C3%BCn%C3%AF%E2%82%ACode.onnx"
+        );
     }
 }

@@ -48,6 +48,27 @@ impl Drop for ScratchFile {
     }
 }
 
+/// Whether the client waits for a `100 Continue` before it sends the body.
+fn expects_continue(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::EXPECT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"))
+}
+
+fn too_large() -> ApiError {
+    ApiError(AccessError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+        format!("policy file: larger than the limit of {} MiB", MAX_POLICY_BYTES >> 20),
+    ))
+}
+
+/// The last component of a name that may be a path (separated by slashes or backslashes).
+fn base_name(name: &str) -> &str {
+    name.rsplit(['/', '\\']).next().unwrap_or(name)
+}
+
 fn unsupported(problems: Vec<String>) -> Response {
     let message = format!("the policy cannot run here: {}", problems.join("; "));
     tracing::debug!("hosted upload refused: {message}");
@@ -67,7 +88,68 @@ async fn create_hosted_submission(
     let Caller::Team(team) = caller(&state, &headers).await? else {
         return Err(bad_request("submissions belong to teams: use a team token".into()));
     };
-    // Straight to the scratch file, hashed on the way: an upload waiting for its check holds
+    // A declared size over the limit is refused before any of the body is read.
+    if let Some(declared) = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        && declared > MAX_POLICY_BYTES as u64
+    {
+        return Err(too_large());
+    }
+    // Everything that needs no file is answered before the file is read: the token (above), the
+    // query, the phase and its window, the quota.
+    let early = async {
+        let agent_name = access::check_name("agent_name", &query.agent_name, access::MAX_AGENT_NAME, true)?;
+        // The name of the file, not a path: it is offered back as the download's name.
+        let file_name = access::check_name("file_name", base_name(&query.file_name), 255, true)?;
+        let folder = access::check_name("folder", &query.folder, 1024, true)?;
+        let overrides = if query.overrides.is_empty() {
+            PolicyOverrides::default()
+        } else {
+            crate::hosted::overrides_from_json(&query.overrides).map_err(bad_request)?
+        };
+        let now = now_ms();
+        let plan = access::resolve_run(
+            &state.storage,
+            RunRequest {
+                benchmark: &query.benchmark,
+                phase: &query.phase,
+                practice: false,
+                hosted: true,
+                accepted_in_window: false,
+                sessions: &[],
+            },
+            now,
+        )
+        .await?;
+        let benchmark = super::submissions::load_planned(&state, &plan).await?;
+        // Before the file is checked or stored: a team over its quota leaves nothing behind.
+        access::check_quota(&state.storage, &team, plan.phase.as_ref(), now).await?;
+        Ok::<_, ApiError>((agent_name, file_name, folder, overrides, now, plan, benchmark))
+    }
+    .await;
+    let (agent_name, file_name, folder, overrides, now, plan, benchmark) = match early {
+        Ok(admitted) => admitted,
+        Err(refused) => {
+            // A client that asked to be told first (`Expect: 100-continue`, as curl does) sent
+            // nothing yet; one that sends its body at once reads the answer only once it has
+            // sent it (Python's urllib fails on a connection closed under its upload), so the
+            // body is read and dropped (never stored).
+            if !expects_continue(&headers) {
+                use futures_util::StreamExt;
+                let mut chunks = body.into_data_stream();
+                let mut read = 0usize;
+                while let Some(Ok(chunk)) = chunks.next().await {
+                    read += chunk.len();
+                    if read > MAX_POLICY_BYTES {
+                        break;
+                    }
+                }
+            }
+            return Err(refused);
+        }
+    };
+    // The body goes straight to the scratch file, hashed on the way: an upload waiting for its check holds
     // disk, not up to 64 MiB of memory.
     let scratch = ScratchFile(state.objects.scratch_file(".onnx"));
     let (size, sha256) = receive_upload(body, &scratch.0).await?;
@@ -76,31 +158,6 @@ async fn create_hosted_submission(
             "no policy file: send the ONNX file as the request body".into(),
         ));
     }
-    let agent_name = access::check_name("agent_name", &query.agent_name, access::MAX_AGENT_NAME, true)?;
-    let file_name = access::check_name("file_name", &query.file_name, 255, true)?;
-    let folder = access::check_name("folder", &query.folder, 1024, true)?;
-    let overrides = if query.overrides.is_empty() {
-        PolicyOverrides::default()
-    } else {
-        crate::hosted::overrides_from_json(&query.overrides).map_err(bad_request)?
-    };
-    let now = now_ms();
-    let plan = access::resolve_run(
-        &state.storage,
-        RunRequest {
-            benchmark: &query.benchmark,
-            phase: &query.phase,
-            practice: false,
-            hosted: true,
-            accepted_in_window: false,
-            sessions: &[],
-        },
-        now,
-    )
-    .await?;
-    let benchmark = super::submissions::load_planned(&state, &plan).await?;
-    // Before the file is checked or stored: a team over its quota leaves nothing behind.
-    access::check_quota(&state.storage, &team, plan.phase.as_ref(), now).await?;
     let spec = match &plan.phase {
         Some(phase) => access::phase_spec(&benchmark.spec, phase),
         None => benchmark.spec.clone(),
@@ -194,11 +251,7 @@ async fn receive_upload(body: axum::body::Body, path: &std::path::Path) -> Resul
         let chunk = chunk.map_err(|e| bad_request(format!("policy file: the request body could not be read: {e}")))?;
         size += chunk.len();
         if size > MAX_POLICY_BYTES {
-            return Err(ApiError(AccessError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
-                format!("policy file: larger than the limit of {} MiB", MAX_POLICY_BYTES >> 20),
-            )));
+            return Err(too_large());
         }
         hash.update(&chunk);
         file.write_all(&chunk)

@@ -427,7 +427,8 @@ impl Storage {
     /// back to PENDING charged to nobody (`uncharged_runs` += 1, reason [`SERVER_STOPPED`]), so
     /// that a deploy's restarts neither use up agents' attempts nor count toward
     /// [`MAX_SERVER_FAULTS`]. This handle claims nothing after it, and lets its hosted runs go
-    /// (another server takes them up at once instead of after their claims expire). A run that commits first keeps its result; one that would commit
+    /// (another server takes them up at once instead of after their claims expire), and ends the
+    /// agent sessions it runs (`stopped`). A run that commits first keeps its result; one that would commit
     /// after is refused (its lease is gone), as after any lost claim. Returns how many went back.
     pub async fn give_back_on_stop(&self) -> Result<u64, StorageError> {
         // First: a lane that would claim after the give-back would leave its claims to the
@@ -450,6 +451,16 @@ impl Storage {
             .execute(&self.pool)
             .await
             .ctx(|| format!("letting the hosted runs of {} go as it stops", self.lease.owner))?;
+        // The sessions it runs end now (a remote agent's is told and would say so itself; a
+        // hosted run's, which no connection holds, was left open for good).
+        sqlx::query(
+            "UPDATE submission_sessions SET ended_at = $1, outcome = 'stopped' WHERE ended_at IS NULL AND server = $2",
+        )
+        .bind(now_ms())
+        .bind(&self.lease.owner)
+        .execute(&self.pool)
+        .await
+        .ctx(|| format!("ending the sessions of {} as it stops", self.lease.owner))?;
         self.held().claims.clear();
         Ok(back)
     }

@@ -67,6 +67,9 @@ def fetch(server: str, token: str, timeout_s: float = 30.0) -> dict[str, Any]:
 def _result(s: dict[str, Any]) -> str:
     scores = s.get("scores")
     if not scores:
+        if s.get("status") == "FAILED" and s.get("error"):
+            # Why it failed (a hosted policy that cannot run, an organiser's cancel).
+            return str(s["error"])
         return "hidden until the phase ends" if s.get("results_hidden") else "-"
     parts = [f"{scores['scored']}/{scores['episodes']} scored"]
     if scores.get("failed"):

@@ -877,3 +877,32 @@ fn a_policy_failing_mid_run_fails_its_submission_with_the_reason() {
     assert_eq!(status, 200);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The team's request rate counts what the team sends, not the server's run of its upload: a
+/// team that used its rate polling its results has its hosted run start at once (it was
+/// refused `rate_limited` and waited, holding one of the server's hosted places).
+#[test]
+fn a_hosted_run_is_not_held_by_its_teams_request_rate() {
+    let dir = tmp("hosted-rate");
+    let server = ServerProc::start(&dir, &["--requests-per-minute", "3"]);
+    let token = server.team("pollers");
+    // Two requests, then the upload uses the last of the team's three a minute.
+    for _ in 0..2 {
+        let (status, v) = server.get("/api/v1/submissions", Some(&token));
+        assert_eq!(status, 200, "{v}");
+    }
+    let good = std::fs::read(committed()).unwrap();
+    let (status, v) = upload(&server, "benchmark=g1-smoke-robot", &token, &good);
+    assert_eq!(status, 201, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    let (status, v) = server.get("/api/v1/submissions", Some(&token));
+    assert_eq!(status, 429, "the team's rate is used up: {v}");
+    let s = server.wait_final(&id, common::server::ADMIN, Duration::from_secs(300));
+    assert_eq!(s["status"], "COMPLETED", "{s}");
+    let log = server.log_text();
+    assert!(
+        !log.contains("rate limited"),
+        "the hosted run waited for the team's rate: {log}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

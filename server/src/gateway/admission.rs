@@ -66,7 +66,11 @@ pub(super) async fn admit(
             .await
             .map_err(refusal)?,
     };
-    state.rate_limiter.check(&team, now).map_err(refusal)?;
+    // The team's request rate counts its own connects, not the server's runs of its uploads (a
+    // team polling its results delayed its hosted run, which waited holding a hosted place).
+    if hosted.is_none() {
+        state.rate_limiter.check(&team, now).map_err(refusal)?;
+    }
     // The team's place among its concurrent sessions, before anything is created: a Connect
     // refused `rate_limited` at the cap (which the SDKs retry) must not leave a submission
     // behind each time, counted against the phase's quota. The server's own runs (hosted

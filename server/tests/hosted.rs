@@ -716,6 +716,13 @@ fn a_slow_policy_times_out_like_a_slow_agent() {
     for e in episodes {
         assert_eq!(e["status"], "TIMEOUT", "{e}");
         assert!(e["reason"].as_str().unwrap().contains("step deadline"), "{e}");
+        assert!(
+            e["reason"]
+                .as_str()
+                .unwrap()
+                .contains("the policy runs on the server, whose CPU other runs share"),
+            "{e}"
+        );
     }
     let (status, _) = server.get("/api/v1/health", None);
     assert_eq!(status, 200);
@@ -788,6 +795,12 @@ fn hosted_runs_the_queue_took_in_time_and_fails_those_that_cannot_run() {
     assert_eq!(
         waiting["status"], "PENDING",
         "the slow run should still hold the place: {waiting}"
+    );
+    // No agent is awaited: it waits for a place.
+    assert_eq!(
+        (&waiting["awaiting_agent"], &waiting["awaiting_hosted_place"]),
+        (&serde_json::json!(false), &serde_json::json!(true)),
+        "{waiting}"
     );
 
     // The team's own agent may not run the uploaded file's submission (in an open phase).

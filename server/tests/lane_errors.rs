@@ -69,6 +69,7 @@ async fn run_zero_agent(
         gains: None,
         out,
         step_timeout: Duration::from_secs(30),
+        hosted: false,
         answers_heard: Default::default(),
         unanswered_since_ms: Default::default(),
         ending: Default::default(),

@@ -157,9 +157,15 @@ export async function submissionPage(root, { id }, ctx) {
             'warn',
             'awaiting-agent',
           )
-        : ACTIVE.has(sub.status)
-          ? h('p.muted.small', 'Updating every 2 s while the submission runs.')
-          : '',
+        : ACTIVE.has(sub.status) && sub.awaiting_hosted_place
+          ? notice(
+              'Queued: the server runs its uploaded policy once one of its places for hosted runs is free.',
+              'info',
+              'awaiting-hosted-place',
+            )
+          : ACTIVE.has(sub.status)
+            ? h('p.muted.small', 'Updating every 2 s while the submission runs.')
+            : '',
     );
   }
 

@@ -304,15 +304,20 @@ pub(super) async fn get_submission(
     // Every agent session, oldest first: `agent_name` above is the last one's.
     v["sessions"] = json!(state.storage.sessions(&id).await?);
     // A hosted submission's policy file (issue 40); null when an agent runs it.
-    v["hosted"] = json!(state.storage.hosted_policy(&id).await?);
+    let hosted = state.storage.hosted_policy(&id).await?;
+    let is_hosted = hosted.is_some();
+    v["hosted"] = json!(hosted);
     v["scores"] = json!(scores);
     v["results_hidden"] = json!(hidden);
     // An unfinished submission with no session here and no episode running anywhere waits for
     // its agent to reconnect (the pages say so, not "updating"). Episodes still RUNNING under
     // a lease that ran out (a replica that died) run nowhere.
     let attached = state.attached.contains(&id);
-    let mut awaiting =
-        !s.status.is_final() && !attached && (running == 0 || state.storage.live_claims(&id).await? == 0);
+    let waiting = !s.status.is_final() && !attached && (running == 0 || state.storage.live_claims(&id).await? == 0);
+    // A hosted submission has no agent: it waits for a place among the server's hosted runs
+    // (and runs even after its phase closed).
+    v["awaiting_hosted_place"] = json!(waiting && is_hosted);
+    let mut awaiting = waiting && !is_hosted;
     // Not when its phase has closed and a resume would be refused (`access::may_resume_after_close`):
     // the pages told the team to reconnect, which only got `phase_closed`.
     if awaiting

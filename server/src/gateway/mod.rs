@@ -420,6 +420,7 @@ where
         gains: admitted.gains.clone(),
         out: out.clone(),
         step_timeout,
+        hosted: hosted.is_some(),
         answers_heard: answers_heard.clone(),
         unanswered_since_ms: unanswered_since_ms.clone(),
         ending: ending.clone(),

@@ -342,9 +342,13 @@ impl<'a> Lane<'a> {
                         Ordering::Relaxed,
                     );
                     self.last_missed = Some((step, sent, timeout));
+                    let counted = match self.ctx.hosted {
+                        true => "the policy runs on the server, whose CPU other runs share",
+                        false => "time on the network counts",
+                    };
                     let reason = format!(
                         "no Action for GetAction step {step} (a session-wide request counter) within the {:.3} s step deadline \
-                         (counted from the request's sending: time on the network counts)",
+                         (counted from the request's sending: {counted})",
                         timeout.as_secs_f64()
                     );
                     for slot in self.slots.iter_mut().flatten() {

@@ -106,6 +106,9 @@ pub struct RunContext {
     /// Messages to the agent (the gateway encodes and sends them).
     pub out: crate::outbox::Outbox,
     pub step_timeout: Duration,
+    /// The server runs the agent itself (a hosted upload): its step deadline counts the
+    /// policy's inference on the server's CPU, not a network.
+    pub hosted: bool,
     /// Actions the session has received from the agent, for any step, late ones included (the
     /// gateway counts them): a lane whose agent missed a deadline waits for this to move. Not
     /// heartbeats: a client sends its own whether or not the server's requests reach it, so

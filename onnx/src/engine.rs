@@ -152,6 +152,16 @@ impl Engine {
                 names[obs_input], fact.shape
             )));
         }
+        // The observations are fed as float32: a file declaring another type is told so, not
+        // refused by the unification error of a node inside it.
+        if let Some(declared) = fact.datum_type.concretize()
+            && declared != f32::datum_type()
+        {
+            return Err(fail(format!(
+                "input {} is {declared:?}; the runner feeds float32 observations (export the policy in float32)",
+                names[obs_input]
+            )));
+        }
         let obs_size = shape[1].to_usize().map_err(|_| {
             fail(format!(
                 "input {}: the observation size must be a number",

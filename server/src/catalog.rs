@@ -268,13 +268,15 @@ impl Catalog {
         let (path, spec) =
             spec::find_benchmark_by_name(name, &self.dir, &metric_names()).map_err(|e| self.lookup_error(e))?;
         let result = self.load_from(path, spec);
+        // A load of the same name that succeeded meanwhile (two sessions at once) wins.
+        let loaded = self.loaded.lock().expect("catalog lock").contains_key(name);
         let mut unavailable = self.unavailable.lock().expect("catalog lock");
         match &result {
-            Ok(_) => unavailable.remove(name),
-            Err(e) => match e.told_to_client(name) {
+            Err(e) if !loaded => match e.told_to_client(name) {
                 ClientLoadError::Unavailable(message) => unavailable.insert(name.to_string(), message),
                 ClientLoadError::Unknown(_) => unavailable.remove(name),
             },
+            _ => unavailable.remove(name),
         };
         result
     }

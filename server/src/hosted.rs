@@ -7,6 +7,7 @@
 //! submission has the queues, quotas, leases, scoring and storage of any other.
 
 use crate::gateway::{self, Incoming};
+use crate::policy_check::CheckerFault;
 use crate::state::AppState;
 use crate::storage::{HostedPolicy, Team};
 use arena_bench::spec::{ActionMode, BenchmarkSpec};
@@ -27,14 +28,19 @@ pub fn policy_key(sha256: &str) -> String {
 
 /// Every reason the policy file at `path` cannot run on `spec` (a phase's view of its
 /// benchmark); empty when it can. Loads the model (refusing what `arena_onnx::checks` refuses).
-pub fn check_upload(path: &Path, overrides: &PolicyOverrides, spec: &BenchmarkSpec) -> Result<OnnxPolicy, Vec<String>> {
+/// `Err(Err(_))`: the server could not check it (its fault, not the file's).
+pub fn check_upload(
+    path: &Path,
+    overrides: &PolicyOverrides,
+    spec: &BenchmarkSpec,
+) -> Result<OnnxPolicy, Result<Vec<String>, CheckerFault>> {
     // Read, optimised and run once by a child within a budget first (`policy_check.rs`): a
     // hostile graph must not take the server down.
-    let problems = crate::policy_check::check_in_child(path, overrides);
+    let problems = crate::policy_check::check_in_child(path, overrides).map_err(Err)?;
     if !problems.is_empty() {
-        return Err(problems);
+        return Err(Ok(problems));
     }
-    let policy = OnnxPolicy::load(path, overrides, Supply::UploadOverrides).map_err(|e| e.problems)?;
+    let policy = OnnxPolicy::load(path, overrides, Supply::UploadOverrides).map_err(|e| Ok(e.problems))?;
     let mut problems = Vec::new();
     let gains = match spec.action.mode {
         ActionMode::Normalized => None,
@@ -54,7 +60,11 @@ pub fn check_upload(path: &Path, overrides: &PolicyOverrides, spec: &BenchmarkSp
     ));
     let session = episode_spec(spec, gains.as_ref(), 1, 1, 1.0);
     problems.extend(arena_onnx::agent::session_problems(&policy.config, &session));
-    if problems.is_empty() { Ok(policy) } else { Err(problems) }
+    if problems.is_empty() {
+        Ok(policy)
+    } else {
+        Err(Ok(problems))
+    }
 }
 
 /// Overrides as stored with a hosted submission (a JSON object of `PolicyOverrides`' keys).
@@ -227,6 +237,13 @@ async fn run(
         (to_server, from_server)
     }));
     let session = tokio::task::spawn_blocking(move || -> Result<String, RunError> {
+        // The child's check first, as at the upload: the file was checked then, but perhaps by
+        // another version of the server.
+        let problems = crate::policy_check::check_in_child(&path, &overrides)
+            .map_err(|fault| RunError::Stopped(format!("the server could not check its file: {}", fault.0)))?;
+        if !problems.is_empty() {
+            return Err(RunError::Unusable(problems.join("; ")));
+        }
         // The problems, not the error's text: that names the file's path on this server.
         let policy = OnnxPolicy::load(&path, &overrides, Supply::UploadOverrides)
             .map_err(|e| RunError::Unusable(e.problems.join("; ")))?;

@@ -919,3 +919,22 @@ fn a_hosted_run_is_not_held_by_its_teams_request_rate() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A check the server itself could not make (here its checker exits without an answer) is the
+/// server's fault: `503 unavailable`, nothing created, not the file's refusal.
+#[test]
+fn an_upload_the_server_cannot_check_is_its_fault_not_the_files() {
+    let dir = tmp("hosted-checker");
+    let server = ServerProc::start_with_env(&dir, &[], &[("ARENA_POLICY_CHECKER", "/bin/false")]);
+    let token = server.team("unlucky");
+    let good = std::fs::read(committed()).unwrap();
+    let (status, v) = upload(&server, "benchmark=g1-smoke-robot", &token, &good);
+    assert_eq!((status, v["error"]["code"].as_str()), (503, Some("unavailable")), "{v}");
+    assert_eq!(submissions(&server, &token), 0);
+    assert!(
+        server.log_text().contains("the policy checker"),
+        "{}",
+        server.log_text()
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

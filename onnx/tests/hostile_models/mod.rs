@@ -294,6 +294,20 @@ pub fn refused_files() -> Vec<Refused> {
         ),
         "values in the model's results, more than the limit",
     ));
+    // Observations declared float64: said so, not refused inside the graph.
+    let mut double_obs = obs_input();
+    if let Some(TypeProto {
+        value: Some(type_proto::Value::TensorType(t)),
+        ..
+    }) = double_obs.r#type.as_mut()
+    {
+        t.elem_type = DataType::Double as i32;
+    }
+    cases.push(case(
+        "double-input.onnx",
+        policy(vec![node("Identity", &["obs"], &["actions"])], vec![], vec![double_obs]),
+        "input obs is F64; the runner feeds float32 observations",
+    ));
     // Outputs that are not one row of float32 actions per observation row.
     let to_double = cast("h", "actions", DataType::Double);
     cases.push(case(

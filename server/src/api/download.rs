@@ -108,7 +108,6 @@ fn quoted(e_tag: &str) -> String {
     format!("\"{}\"", e_tag.trim_matches('"'))
 }
 
-/// `filename` without the characters that would end a quoted header parameter early.
 /// `Content-Disposition` of a download named `file_name`: its last path component (names
 /// stored before uploads were reduced to theirs may hold a path), as printable ASCII in
 /// `filename` and, when it is not all ASCII, whole in `filename*` (RFC 6266, UTF-8).

@@ -174,7 +174,15 @@ async fn create_hosted_submission(
     .await;
     let policy = match checked {
         Ok(Ok(p)) => p,
-        Ok(Err(problems)) => return Ok(unsupported(problems)),
+        Ok(Err(Ok(problems))) => return Ok(unsupported(problems)),
+        Ok(Err(Err(_fault))) => {
+            // Logged where it happened; the file is not refused for the server's fault.
+            return Err(ApiError(AccessError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "the server could not check the file now; try again (its log says why)",
+            )));
+        }
         Err(e) => {
             tracing::error!("checking an uploaded policy panicked: {e}");
             return Ok(unsupported(vec![

@@ -34,6 +34,10 @@ pub struct Engine {
     /// Where the observation and `time_step` sit among the model's inputs.
     obs_input: usize,
     time_input: Option<usize>,
+    /// The types the file declares for them (float32 when it declares none): the runner's
+    /// float32 values are cast to them, as the Python runner feeds onnxruntime the declared types.
+    obs_type: DatumType,
+    time_type: DatumType,
     /// Whether the batch axis is symbolic (else the model runs one row per call).
     batched: bool,
     /// Rows per call at most ([`Limits::max_values_per_call`]): larger batches run in chunks.
@@ -152,14 +156,15 @@ impl Engine {
                 names[obs_input], fact.shape
             )));
         }
-        // The observations are fed as float32: a file declaring another type is told so, not
+        // The observations go in as the file declares them (float32, float64 or float16, as
+        // onnxruntime takes them from the Python runner); an integer input is told so, not
         // refused by the unification error of a node inside it.
-        if let Some(declared) = fact.datum_type.concretize()
-            && declared != f32::datum_type()
-        {
+        let obs_type = fact.datum_type.concretize().unwrap_or(f32::datum_type());
+        if !is_float(obs_type) {
             return Err(fail(format!(
-                "input {} is {declared:?}; the runner feeds float32 observations (export the policy in float32)",
-                names[obs_input]
+                "input {} is {}; expected floating point observations",
+                names[obs_input],
+                onnx_type_name(obs_type)
             )));
         }
         let obs_size = shape[1].to_usize().map_err(|_| {
@@ -181,11 +186,22 @@ impl Engine {
         let batch = model.symbols.sym("batch");
         let rows: TDim = if batched { batch.clone().into() } else { 1.into() };
         model
-            .set_input_fact(obs_input, f32::fact([rows.clone(), obs_size.into()]).into())
+            .set_input_fact(obs_input, obs_type.fact([rows.clone(), obs_size.into()]).into())
             .map_err(|e| fail(format!("{e:#}")))?;
+        let mut time_type = f32::datum_type();
         if let Some(t) = time_input {
+            let declared = model.input_fact(t).map_err(|e| fail(format!("{e:#}")))?;
+            time_type = declared.datum_type.concretize().unwrap_or(time_type);
+            let number = is_float(time_type) || time_type == i64::datum_type() || time_type == i32::datum_type();
+            if !number {
+                return Err(fail(format!(
+                    "input {} is {}; expected a number",
+                    names[t],
+                    onnx_type_name(time_type)
+                )));
+            }
             model
-                .set_input_fact(t, f32::fact([rows.clone(), 1.into()]).into())
+                .set_input_fact(t, time_type.fact([rows.clone(), 1.into()]).into())
                 .map_err(|e| fail(format!("{e:#}")))?;
         }
         // The outputs by the names the file declares them under (a node's name is the
@@ -217,7 +233,7 @@ impl Engine {
             .map_err(|e| fail(format!("tract cannot prepare it: {e:#}")))?;
         let out_fact = typed.output_fact(0).map_err(|e| fail(format!("{e:#}")))?;
         let dims: Vec<TDim> = out_fact.shape.iter().cloned().collect();
-        let float = out_fact.datum_type == f32::datum_type();
+        let float = is_float(out_fact.datum_type);
         let action_size = match &dims[..] {
             [b, width] if *b == rows && float => width.to_usize().ok(),
             // One row per call: any shape of the row's values (`[29]`, `[1, 1, 29]`), as before.
@@ -225,20 +241,11 @@ impl Engine {
             _ => None,
         }
         .ok_or_else(|| {
-            // ONNX's names, not tract's (an int64 output is tract's TDim).
-            let onnx_type = match out_fact.datum_type {
-                t if t == f32::datum_type() => "float32".to_string(),
-                t if t == f64::datum_type() => "float64".to_string(),
-                t if t == f16::datum_type() => "float16".to_string(),
-                t if t == i64::datum_type() || t == TDim::datum_type() => "int64".to_string(),
-                t if t == i32::datum_type() => "int32".to_string(),
-                t if t == bool::datum_type() => "bool".to_string(),
-                other => format!("{other:?}"),
-            };
             let shape: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
             fail(format!(
-                "output {} is {onnx_type} [{}]; expected float32 [batch, actions] with a fixed number of actions",
+                "output {} is {} [{}]; expected floating point [batch, actions] with a fixed number of actions",
                 outputs[action],
+                onnx_type_name(out_fact.datum_type),
                 shape.join(", ")
             ))
         })?;
@@ -253,6 +260,8 @@ impl Engine {
             action_size,
             obs_input,
             time_input,
+            obs_type,
+            time_type,
             batched,
             chunk_rows,
             metadata,
@@ -338,15 +347,19 @@ impl Engine {
     }
 
     fn run_rows(&self, obs: &[f32], time_steps: &[f32], rows: usize) -> Result<Vec<f32>, String> {
-        let obs: TValue = Tensor::from_shape(&[rows, self.obs_size], obs)
-            .map_err(|e| format!("{e:#}"))?
-            .into();
+        let as_declared = |values: &[f32], shape: &[usize], dt: DatumType| -> Result<TValue, String> {
+            let tensor = Tensor::from_shape(shape, values).map_err(|e| format!("{e:#}"))?;
+            let tensor = match dt == f32::datum_type() {
+                true => tensor,
+                false => tensor.cast_to_dt(dt).map_err(|e| format!("{e:#}"))?.into_owned(),
+            };
+            Ok(tensor.into())
+        };
+        let obs = as_declared(obs, &[rows, self.obs_size], self.obs_type)?;
         let inputs: TVec<TValue> = match self.time_input {
             None => tvec![obs],
             Some(t) => {
-                let times: TValue = Tensor::from_shape(&[rows, 1], time_steps)
-                    .map_err(|e| format!("{e:#}"))?
-                    .into();
+                let times = as_declared(time_steps, &[rows, 1], self.time_type)?;
                 if t < self.obs_input {
                     tvec![times, obs]
                 } else {
@@ -359,8 +372,13 @@ impl Engine {
         let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.plan.run(inputs)))
             .map_err(|panic| format!("tract panicked running the model: {}", panic_message(&*panic)))?
             .map_err(|e| format!("{e:#}"))?;
-        let actions = out[0].to_plain_array_view::<f32>().map_err(|e| format!("{e:#}"))?;
-        let actions: Vec<f32> = actions.iter().copied().collect();
+        let actions = out[0].cast_to::<f32>().map_err(|e| format!("{e:#}"))?;
+        let actions: Vec<f32> = actions
+            .to_plain_array_view::<f32>()
+            .map_err(|e| format!("{e:#}"))?
+            .iter()
+            .copied()
+            .collect();
         if actions.len() != rows * self.action_size {
             return Err(format!(
                 "the model gave {} values for {rows} rows of {}",
@@ -369,6 +387,24 @@ impl Engine {
             ));
         }
         Ok(actions)
+    }
+}
+
+/// Whether a tensor of this type holds real numbers the runner can feed or read as float32.
+fn is_float(dt: DatumType) -> bool {
+    [f32::datum_type(), f64::datum_type(), f16::datum_type()].contains(&dt)
+}
+
+/// ONNX's name of a tract type (an int64 tensor is tract's TDim).
+fn onnx_type_name(dt: DatumType) -> String {
+    match dt {
+        t if t == f32::datum_type() => "float32".to_string(),
+        t if t == f64::datum_type() => "float64".to_string(),
+        t if t == f16::datum_type() => "float16".to_string(),
+        t if t == i64::datum_type() || t == TDim::datum_type() => "int64".to_string(),
+        t if t == i32::datum_type() => "int32".to_string(),
+        t if t == bool::datum_type() => "bool".to_string(),
+        other => format!("{other:?}"),
     }
 }
 

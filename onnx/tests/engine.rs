@@ -116,3 +116,70 @@ fn files_it_cannot_run_are_refused_with_the_path_and_why() {
     assert!(e.contains("10 observation values"), "{e}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A policy declaring float64 observations and actions and an int64 `time_step` that indexes a
+/// table (`Gather`), as an exporter may write one: the engine feeds the declared types, as the
+/// Python runner feeds onnxruntime, and the two agree.
+const DECLARED_TYPES: &str = r#"
+import json, sys
+import numpy as np, onnx, onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+rng = np.random.default_rng(3)
+w = rng.normal(0.0, 0.1, (160, 29))
+table = rng.normal(0.0, 1.0, (600, 29))
+graph = helper.make_graph(
+    [helper.make_node("MatMul", ["obs", "W"], ["h"]),
+     helper.make_node("Squeeze", ["time_step", "axis1"], ["t"]),
+     helper.make_node("Gather", ["table", "t"], ["offset"], axis=0),
+     helper.make_node("Add", ["h", "offset"], ["actions"])],
+    "declared_types",
+    [helper.make_tensor_value_info("obs", TensorProto.DOUBLE, ["batch", 160]),
+     helper.make_tensor_value_info("time_step", TensorProto.INT64, ["batch", 1])],
+    [helper.make_tensor_value_info("actions", TensorProto.DOUBLE, ["batch", 29])],
+    [numpy_helper.from_array(w, "W"), numpy_helper.from_array(table, "table"),
+     numpy_helper.from_array(np.array([1], np.int64), "axis1")])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+model.ir_version = 8
+onnx.save(model, sys.argv[1])
+session = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+obs = rng.normal(0.0, 1.0, (7, 160)).astype(np.float32)
+times = rng.integers(1, 600, (7, 1)).astype(np.float32)
+actions = session.run(["actions"], {"obs": obs.astype(np.float64), "time_step": times.astype(np.int64)})[0]
+print(json.dumps({"obs": obs.ravel().tolist(), "times": times.ravel().tolist(), "actions": actions.ravel().tolist()}))
+"#;
+
+#[test]
+fn declared_input_and_output_types_are_fed_as_onnxruntime_takes_them() {
+    let Some(python) = python() else {
+        eprintln!("skipped: no Python with onnx and onnxruntime (run `make deps`, or set ARENA_PYTHON)");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("arena-onnx-types-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("declared-types.onnx");
+    let out = Command::new(&python)
+        .arg("-c")
+        .arg(DECLARED_TYPES)
+        .arg(&path)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", python.display()));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let case: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let floats = |v: &serde_json::Value| -> Vec<f32> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect()
+    };
+    let engine = Engine::load(&path).unwrap();
+    assert!(engine.batched() && engine.takes_time_step(), "{engine:?}");
+    let got = engine.run(&floats(&case["obs"]), &floats(&case["times"]), 7).unwrap();
+    let want = floats(&case["actions"]);
+    assert_eq!(got.len(), want.len());
+    let diff = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    eprintln!("float64 / int64 policy: largest difference from onnxruntime {diff:e}");
+    // onnxruntime's float64 actions rounded to float32: the same to float32's precision.
+    assert!(diff <= 1e-5, "tract differs from onnxruntime by {diff:e}");
+    std::fs::remove_dir_all(&dir).ok();
+}

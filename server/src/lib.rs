@@ -30,5 +30,6 @@ pub mod state;
 pub mod storage;
 pub mod team_sessions;
 pub mod trajectory_store;
+pub mod upload_checks;
 pub mod web;
 pub mod writes_in_flight;

@@ -14,9 +14,6 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-/// Uploaded policy files checked at once (the rest wait their turn).
-pub const UPLOAD_CHECKS: usize = 2;
-
 #[derive(Debug)]
 pub struct AppState {
     pub config: ServerConfig,
@@ -30,9 +27,9 @@ pub struct AppState {
     pub hosted_runs: Mutex<HashSet<String>>,
     /// Places for hosted runs: `config.hosted_runs()` at once.
     pub hosted_places: Arc<tokio::sync::Semaphore>,
-    /// Places for checking uploaded policy files ([`UPLOAD_CHECKS`] at once): decoding and
-    /// optimising a file of up to 64 MiB takes memory many times its size.
-    pub upload_checks: Arc<tokio::sync::Semaphore>,
+    /// Turns for checking uploaded policy files ([`crate::upload_checks`]: two at once, one per
+    /// team): a check takes memory many times the file's size and up to a minute.
+    pub upload_checks: crate::upload_checks::UploadChecks,
     /// Who writes which stored dataset export, and how many at once.
     pub export_writers: crate::datasets::writing::ExportWriters,
     /// Places for `jsonl.gz` downloads: `config.dataset_streams` at once.
@@ -261,7 +258,7 @@ impl AppState {
             attached: Default::default(),
             hosted_runs: Mutex::new(HashSet::new()),
             hosted_places,
-            upload_checks: Arc::new(tokio::sync::Semaphore::new(UPLOAD_CHECKS)),
+            upload_checks: Default::default(),
             export_writers: Default::default(),
             dataset_streams,
             rate_limiter,

@@ -684,6 +684,18 @@ fn an_upload_over_the_quota_stores_nothing() {
     let mut answer = String::new();
     let _ = sending.read_to_string(&mut answer);
     assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
+    // So is a query the server cannot read (an unknown key), answered after the body too.
+    let mut sending = std::net::TcpStream::connect(server.addr).unwrap();
+    sending.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let head = request(false).replace("?phase=once", "?phase=once&colour=blue");
+    sending.write_all(head.as_bytes()).unwrap();
+    sending
+        .write_all(&vec![7u8; 20 << 20])
+        .expect("the whole body is taken");
+    let mut answer = String::new();
+    let _ = sending.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(answer.contains("colour"), "{answer}");
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -935,6 +947,70 @@ fn an_upload_the_server_cannot_check_is_its_fault_not_the_files() {
         server.log_text().contains("the policy checker"),
         "{}",
         server.log_text()
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// One team's uploads are checked one at a time: two slow files of one team leave the other
+/// check place to other teams (each check may take a minute; two of one team's held both places
+/// while another team's upload waited behind them). The slowness is a checker that sleeps for a
+/// file carrying a marker, then runs the real check.
+#[test]
+fn one_teams_slow_uploads_leave_a_check_place_to_other_teams() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tmp("hosted-check-turns");
+    std::fs::create_dir_all(&dir).unwrap();
+    let checker = dir.join("slow-checker.sh");
+    // `check-policy-file --overrides JSON FILE`: the file is the fourth argument.
+    std::fs::write(
+        &checker,
+        format!(
+            "#!/bin/sh\nif grep -aq slow-check-marker \"$4\"; then sleep 8; fi\nexec {} \"$@\"\n",
+            env!("CARGO_BIN_EXE_arena")
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&checker, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let server = ServerProc::start_with_env(&dir, &[], &[("ARENA_POLICY_CHECKER", checker.to_str().unwrap())]);
+    let (patient, other) = (server.team("patient"), server.team("other"));
+    let good = std::fs::read(committed()).unwrap();
+    // The same model with an unknown protobuf field (number 999) carrying the marker: ONNX
+    // readers skip it.
+    let mut slow = good.clone();
+    let marker = b"slow-check-marker";
+    slow.extend_from_slice(&[0xBA, 0x3E, marker.len() as u8]);
+    slow.extend_from_slice(marker);
+    let started = Instant::now();
+    let done: Vec<(&str, u16, Duration)> = std::thread::scope(|s| {
+        let slow_ones: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(|| {
+                    let (status, v) = upload(&server, "benchmark=g1-smoke-robot", &patient, &slow);
+                    assert!(status == 201, "{v}");
+                    ("slow", status, started.elapsed())
+                })
+            })
+            .collect();
+        // Both slow uploads are in (sent and waiting or checked) before the other team's.
+        std::thread::sleep(Duration::from_secs(1));
+        let (status, v) = upload(&server, "benchmark=g1-smoke-robot", &other, &good);
+        assert_eq!(status, 201, "{v}");
+        let mut done = vec![("other", status, started.elapsed())];
+        done.extend(slow_ones.into_iter().map(|h| h.join().unwrap()));
+        done
+    });
+    let other_done = done[0].2;
+    let mut slow_done: Vec<Duration> = done[1..].iter().map(|d| d.2).collect();
+    slow_done.sort();
+    eprintln!("other team's upload answered at {other_done:?}; the slow ones at {slow_done:?}");
+    assert!(
+        other_done < slow_done[0],
+        "the other team's upload waited behind the slow team's checks: {done:?}"
+    );
+    // One at a time for the slow team: the second's check began when the first's ended.
+    assert!(
+        slow_done[1] - slow_done[0] >= Duration::from_secs(7),
+        "the slow team's two checks ran at once: {done:?}"
     );
     std::fs::remove_dir_all(&dir).ok();
 }

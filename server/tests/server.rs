@@ -1820,3 +1820,91 @@ fn a_practice_run_resumes_with_the_episodes_not_yet_ended() {
     let err = client::run_blocking(&empty, &mut ReplayAgent::new(), &mut |_| {}).unwrap_err();
     assert!(err.to_string().contains("give at least one episode"), "{err}");
 }
+
+/// A submission the organiser cancels while its episodes run has them stopped at once: the
+/// agent is asked for nothing more and told the submission's end, where before the lanes ran
+/// every episode in flight to its end (a whole clip) for results that would not be counted.
+#[test]
+fn a_cancel_stops_the_episodes_in_flight() {
+    use std::sync::{Arc, Mutex};
+    /// Replays the reference; at its `cancel_at`-th action it cancels its own submission (as the
+    /// organiser), then counts the actions it is still asked for.
+    struct CancelsMidway {
+        inner: ReplayAgent,
+        addr: std::net::SocketAddr,
+        submission: Arc<Mutex<String>>,
+        acts: usize,
+        cancel_at: usize,
+        after_cancel: usize,
+    }
+    impl arena_sdk::Agent for CancelsMidway {
+        fn configure(&mut self, spec: &arena_sdk::protocol::EpisodeSpec) {
+            self.inner.configure(spec)
+        }
+        fn reset(&mut self, episodes: &[arena_sdk::protocol::EpisodeInfo]) {
+            self.inner.reset(episodes)
+        }
+        fn act(&mut self, batch: &arena_sdk::Batch<'_>, actions: &mut [f32]) {
+            self.acts += 1;
+            if self.acts > self.cancel_at {
+                self.after_cancel += 1;
+            }
+            self.inner.act(batch, actions);
+            if self.acts == self.cancel_at {
+                let id = self.submission.lock().unwrap().clone();
+                let path = format!("/api/v1/submissions/{id}/cancel");
+                let (status, body) = common::server::http(self.addr, "POST", &path, Some(ADMIN), Some(""));
+                assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+            }
+        }
+    }
+    let dir = tmp("e2e-cancel-in-flight");
+    let server = ServerProc::start(&dir, &["--lanes", "1", "--max-batch", "2"]);
+    let token = server.team("cancelled");
+    let config = ClientConfig::new(
+        server.ws_url(),
+        &token,
+        Mode::Submission {
+            benchmark: "g1-smoke".into(),
+            submission_id: None,
+        },
+    );
+    let submission = Arc::new(Mutex::new(String::new()));
+    let mut agent = CancelsMidway {
+        inner: ReplayAgent::new(),
+        addr: server.addr,
+        submission: submission.clone(),
+        acts: 0,
+        cancel_at: 20,
+        after_cancel: 0,
+    };
+    let seen = submission.clone();
+    let outcome = client::run_blocking(&config, &mut agent, &mut |e| {
+        if let ClientEvent::Connected(c) = e {
+            *seen.lock().unwrap() = c.submission_id.clone();
+        }
+    });
+    eprintln!(
+        "after the cancel the agent was asked {} more times: {outcome:?}",
+        agent.after_cancel
+    );
+    assert!(agent.acts >= 20, "the cancel was made");
+    // The step whose answer was under way when the cancel came may still be asked for.
+    assert!(
+        agent.after_cancel <= 1,
+        "the lane ran its episodes on after the cancel: {} more actions asked for",
+        agent.after_cancel
+    );
+    let id = submission.lock().unwrap().clone();
+    let (status, s) = server.get(&format!("/api/v1/submissions/{id}"), Some(ADMIN));
+    assert_eq!((status, s["status"].as_str()), (200, Some("FAILED")), "{s}");
+    let (_, results) = server.get(&format!("/api/v1/submissions/{id}/results"), Some(ADMIN));
+    let episodes = results["episodes"].as_array().unwrap();
+    assert!(
+        episodes
+            .iter()
+            .all(|e| e["status"] == "FAILED" && e["reason"] == "cancelled by the organiser"),
+        "{results}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

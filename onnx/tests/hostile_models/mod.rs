@@ -294,32 +294,35 @@ pub fn refused_files() -> Vec<Refused> {
         ),
         "values in the model's results, more than the limit",
     ));
-    // Observations declared float64: said so, not refused inside the graph.
-    let mut double_obs = obs_input();
+    // Observations declared as integers: said so, not refused inside the graph.
+    let mut integer_obs = obs_input();
     if let Some(TypeProto {
         value: Some(type_proto::Value::TensorType(t)),
         ..
-    }) = double_obs.r#type.as_mut()
+    }) = integer_obs.r#type.as_mut()
     {
-        t.elem_type = DataType::Double as i32;
+        t.elem_type = DataType::Int64 as i32;
     }
     cases.push(case(
-        "double-input.onnx",
-        policy(vec![node("Identity", &["obs"], &["actions"])], vec![], vec![double_obs]),
-        "input obs is F64; the runner feeds float32 observations",
+        "integer-input.onnx",
+        policy(
+            vec![node("Identity", &["obs"], &["actions"])],
+            vec![],
+            vec![integer_obs],
+        ),
+        "input obs is int64; expected floating point observations",
     ));
-    // Outputs that are not one row of float32 actions per observation row.
-    let to_double = cast("h", "actions", DataType::Double);
+    // Outputs that are not one row of floating-point actions per observation row.
     cases.push(case(
-        "double-output.onnx",
-        plain(to_double, vec![]),
-        "is float64 [batch, 29]; expected float32 [batch, actions]",
+        "bool-output.onnx",
+        plain(cast("h", "actions", DataType::Bool), vec![]),
+        "is bool [batch, 29]; expected floating point [batch, actions]",
     ));
     // In ONNX's words: tract reads an int64 output as its TDim.
     cases.push(case(
         "int64-output.onnx",
         plain(cast("h", "actions", DataType::Int64), vec![]),
-        "is int64 [batch, 29]; expected float32",
+        "is int64 [batch, 29]; expected floating point",
     ));
     cases.push(case(
         "rank3-output.onnx",
@@ -327,7 +330,7 @@ pub fn refused_files() -> Vec<Refused> {
             node("Unsqueeze", &["h", "axis1"], &["actions"]),
             vec![int64_tensor("axis1", &[1])],
         ),
-        "expected float32 [batch, actions]",
+        "expected floating point [batch, actions]",
     ));
     // An index computed from the observation, out of range whatever it is: found by the
     // run on zeros at load (tract's Gather does not check its indices on every path).

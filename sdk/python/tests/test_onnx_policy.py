@@ -557,6 +557,22 @@ def test_refusals_of_the_model(tmp_path: Path) -> None:
     with pytest.raises(UnsupportedPolicyError) as info:
         OnnxPolicy.from_file(path)
     assert "input 'obs' takes 10 values; the policy's terms make 160 (command 58," in str(info.value)
+    # Integer actions: refused as the hosted engine refuses them (a float64 output runs in both).
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["obs", "W"], ["h"]), helper.make_node("Cast", ["h"], ["actions"], to=TensorProto.INT64)],
+        "int_actions",
+        [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", MJLAB_SIZE])],
+        [helper.make_tensor_value_info("actions", TensorProto.INT64, ["batch", J])],
+        [numpy_helper.from_array(np.zeros((MJLAB_SIZE, J), np.float32), "W")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    for key, value in mjlab_metadata().items():
+        entry = model.metadata_props.add()
+        entry.key, entry.value = key, value
+    onnx.save(model, str(tmp_path / "int.onnx"))
+    with pytest.raises(UnsupportedPolicyError, match="output 'actions' has type tensor\\(int64\\); expected floating point"):
+        OnnxPolicy.from_file(tmp_path / "int.onnx")
     (tmp_path / "junk.onnx").write_bytes(b"not a model")
     with pytest.raises(UnsupportedPolicyError, match="onnxruntime cannot load it"):
         OnnxPolicy.from_file(tmp_path / "junk.onnx")

@@ -11,6 +11,9 @@ use arena_onnx::PolicyOverrides;
 /// The largest policy file (the upload limit of `arena_onnx::Limits`).
 pub const MAX_POLICY_BYTES: usize = 64 << 20;
 
+/// How long the body of an upload refused before its check is read and dropped, at most.
+const DRAIN_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct HostedQuery {
@@ -82,7 +85,7 @@ fn unsupported(problems: Vec<String>) -> Response {
 async fn create_hosted_submission(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    ApiQuery(query): ApiQuery<HostedQuery>,
+    query: Result<ApiQuery<HostedQuery>, ApiError>,
     body: axum::body::Body,
 ) -> ApiResult {
     let Caller::Team(team) = caller(&state, &headers).await? else {
@@ -99,6 +102,8 @@ async fn create_hosted_submission(
     // Everything that needs no file is answered before the file is read: the token (above), the
     // query, the phase and its window, the quota.
     let early = async {
+        // A query the extractor refused is answered as the other early refusals are.
+        let ApiQuery(query) = query?;
         let agent_name = access::check_name("agent_name", &query.agent_name, access::MAX_AGENT_NAME, true)?;
         // The name of the file, not a path: it is offered back as the download's name.
         let file_name = access::check_name("file_name", base_name(&query.file_name), 255, true)?;
@@ -125,26 +130,41 @@ async fn create_hosted_submission(
         let benchmark = super::submissions::load_planned(&state, &plan).await?;
         // Before the file is checked or stored: a team over its quota leaves nothing behind.
         access::check_quota(&state.storage, &team, plan.phase.as_ref(), now).await?;
-        Ok::<_, ApiError>((agent_name, file_name, folder, overrides, now, plan, benchmark))
+        let raw_overrides = query.overrides;
+        Ok::<_, ApiError>((
+            agent_name,
+            file_name,
+            folder,
+            overrides,
+            raw_overrides,
+            now,
+            plan,
+            benchmark,
+        ))
     }
     .await;
-    let (agent_name, file_name, folder, overrides, now, plan, benchmark) = match early {
+    let (agent_name, file_name, folder, overrides, raw_overrides, now, plan, benchmark) = match early {
         Ok(admitted) => admitted,
         Err(refused) => {
             // A client that asked to be told first (`Expect: 100-continue`, as curl does) sent
             // nothing yet; one that sends its body at once reads the answer only once it has
             // sent it (Python's urllib fails on a connection closed under its upload), so the
             // body is read and dropped (never stored).
+            // At most the largest upload, within DRAIN_FOR: a client that trickles its body
+            // does not hold the request open.
             if !expects_continue(&headers) {
                 use futures_util::StreamExt;
-                let mut chunks = body.into_data_stream();
-                let mut read = 0usize;
-                while let Some(Ok(chunk)) = chunks.next().await {
-                    read += chunk.len();
-                    if read > MAX_POLICY_BYTES {
-                        break;
+                let drain = async {
+                    let mut chunks = body.into_data_stream();
+                    let mut read = 0usize;
+                    while let Some(Ok(chunk)) = chunks.next().await {
+                        read += chunk.len();
+                        if read > MAX_POLICY_BYTES {
+                            break;
+                        }
                     }
-                }
+                };
+                let _ = tokio::time::timeout(DRAIN_FOR, drain).await;
             }
             return Err(refused);
         }
@@ -164,9 +184,10 @@ async fn create_hosted_submission(
     };
     let checked_path = scratch.0.clone();
     let checked_overrides = overrides.clone();
-    // The place goes with the check, not the request: a client that leaves does not free it
-    // while its check still runs.
-    let turn = state.upload_checks.clone().acquire_owned().await?;
+    // The turn goes with the check, not the request: a client that leaves does not free it
+    // while its check still runs. One check per team at once: its slow files wait for each
+    // other, not other teams' uploads for them.
+    let turn = state.upload_checks.turn(team.id).await?;
     let checked = tokio::task::spawn_blocking(move || {
         let _turn = turn;
         crate::hosted::check_upload(&checked_path, &checked_overrides, &spec)
@@ -216,10 +237,10 @@ async fn create_hosted_submission(
         sha256,
         file_name,
         bytes: size as i64,
-        overrides: if query.overrides.is_empty() {
+        overrides: if raw_overrides.is_empty() {
             "{}".into()
         } else {
-            query.overrides.clone()
+            raw_overrides
         },
         mapping: policy.mapping(),
         created_at: now,

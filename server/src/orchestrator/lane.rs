@@ -268,6 +268,7 @@ impl<'a> Lane<'a> {
                     continue;
                 }
             }
+            self.stop_if_submission_ended();
             let started = Instant::now();
             let filled = self.fill_slots(idle);
             self.timings.claim_and_reset_s += started.elapsed().as_secs_f64();
@@ -358,6 +359,27 @@ impl<'a> Lane<'a> {
                 Wait::Lost => return self.connection_lost(CONNECTION_LOST),
             }
             self.step_and_collect();
+        }
+    }
+
+    /// A submission that ended while its episodes ran here (the organiser cancelled it, here or
+    /// on another replica) has them stopped now: their results would not be counted, and a
+    /// long clip ran on for minutes, asking the agent for actions, after the cancel.
+    fn stop_if_submission_ended(&mut self) {
+        let Sink::Submission {
+            storage, submission_id, ..
+        } = &self.ctx.sink
+        else {
+            return;
+        };
+        if !storage.submission_ended(submission_id) {
+            return;
+        }
+        for running in self.slots.iter_mut().flatten().filter(|r| r.forced.is_none()) {
+            running.forced = Some((
+                EpisodeStatus::Failed,
+                "the submission ended (cancelled) while the episode ran".into(),
+            ));
         }
     }
 

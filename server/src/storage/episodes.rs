@@ -461,7 +461,10 @@ impl Storage {
         .execute(&self.pool)
         .await
         .ctx(|| format!("ending the sessions of {} as it stops", self.lease.owner))?;
-        self.held().claims.clear();
+        let mut held = self.held();
+        held.claims.clear();
+        held.ended.clear();
+        drop(held);
         Ok(back)
     }
 
@@ -701,6 +704,19 @@ impl Storage {
             .await
             .ctx(|| format!("renewing the claims of {} on submission {submission}", self.lease.owner))?;
             renewed += done.rows_affected();
+            if (done.rows_affected() as usize) < idxs.len() {
+                // Some claims were not there to renew: committed meanwhile, or the submission
+                // ended (cancelled on another replica), which the lanes running them must learn.
+                let open =
+                    sqlx::query("SELECT status FROM submissions WHERE id = $1 AND status IN ('PENDING', 'RUNNING')")
+                        .bind(&submission)
+                        .fetch_optional(&self.pool)
+                        .await
+                        .ctx(|| format!("looking at submission {submission}"))?;
+                if open.is_none() {
+                    self.note_submission_ended(&submission);
+                }
+            }
         }
         Ok(renewed)
     }
@@ -724,6 +740,7 @@ impl Storage {
     /// there is with `None` (a commit without an attempt).
     fn release(&self, submission: &str, idx: i64, attempt: Option<i64>) {
         let mut guard = self.held();
+        let guard = &mut *guard;
         let held = &mut guard.claims;
         if let Some(claims) = held.get_mut(submission) {
             if attempt.is_none() || claims.get(&idx) == attempt.as_ref() {
@@ -731,7 +748,24 @@ impl Storage {
             }
             if claims.is_empty() {
                 held.remove(submission);
+                guard.ended.remove(submission);
             }
+        }
+    }
+
+    /// Whether `submission`, of which this handle holds claims, ended while they ran: cancelled
+    /// by this server, or found final when their leases were renewed (cancelled on another
+    /// replica). Their results would not be counted: a lane stops its episodes at once rather
+    /// than running them to their end.
+    pub fn submission_ended(&self, submission: &str) -> bool {
+        self.held().ended.contains(submission)
+    }
+
+    /// Marks `submission` ended for the lanes running its claims here, if any.
+    pub(super) fn note_submission_ended(&self, submission: &str) {
+        let mut held = self.held();
+        if held.claims.contains_key(submission) {
+            held.ended.insert(submission.to_string());
         }
     }
 

@@ -162,6 +162,10 @@ struct Held {
     claims: std::collections::HashMap<String, std::collections::BTreeMap<i64, i64>>,
     /// Set when the server is told to stop ([`Storage::give_back_on_stop`]): no new claims.
     stopping: bool,
+    /// Submissions with claims in hand that ended meanwhile (cancelled here, or found final
+    /// at a renewal): their lanes stop the episodes they run ([`Storage::submission_ended`]).
+    /// An entry goes with the submission's last claim.
+    ended: std::collections::HashSet<String>,
 }
 
 impl Storage {

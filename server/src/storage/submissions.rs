@@ -519,6 +519,8 @@ impl Storage {
         .ctx(context)?;
         self.stamp_board_change_on(&mut tx, id).await?;
         tx.commit().await.ctx(context)?;
+        // The episodes this server runs of it stop now, not at their ends.
+        self.note_submission_ended(id);
         Ok(true)
     }
 

@@ -163,6 +163,8 @@ class _ModelIO:
         action = next((o for o in session.get_outputs() if o.name == action_name), None)
         if action is None:
             problems.append("the model has no output")
+        elif _DTYPES.get(action.type) not in (np.float32, np.float64, np.float16):
+            problems.append(f"output {action_name!r} has type {action.type}; expected floating point actions")
         elif action.shape and isinstance(action.shape[-1], int) and action.shape[-1] != NUM_JOINTS:
             problems.append(f"output {action_name!r} has {action.shape[-1]} values per row, expected {NUM_JOINTS}")
         if len(problems) > before:

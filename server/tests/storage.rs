@@ -114,6 +114,7 @@ on_both_engines!(
     own_runs_committed_meanwhile_are_not_another_servers,
     a_version_takes_one_definition,
     a_connect_key_names_one_submission_of_its_team,
+    a_submission_ended_while_its_claims_ran_is_told_to_their_holder,
 );
 
 async fn open(url: &str, engine: Engine) -> Storage {
@@ -1016,6 +1017,40 @@ async fn own_runs_committed_meanwhile_are_not_another_servers(url: String, engin
     committer.await.unwrap();
     assert!(looks > 0);
     assert_eq!(storage.episode_counts("s-1").await.unwrap(), (0, 1, 900));
+}
+
+/// A submission cancelled while a server runs its episodes is marked ended for that server's
+/// lanes: at once when the cancel is its own, at its next renewal when another replica's; the
+/// mark goes with the submission's last claim, and a server without claims of it is not told.
+async fn a_submission_ended_while_its_claims_ran_is_told_to_their_holder(url: String, engine: Engine) {
+    let (a, b) = two_replicas(&url, engine).await;
+    setup(&a, "red", "s-1", 3).await;
+    setup(&a, "blue", "s-2", 2).await;
+    assert_eq!(a.claim_next_episodes("s-1", 2).await.unwrap(), vec![(0, 1), (1, 1)]);
+    assert_eq!(a.claim_next_episodes("s-2", 1).await.unwrap(), vec![(0, 1)]);
+    assert_eq!(b.claim_next_episodes("s-2", 1).await.unwrap(), vec![(1, 1)]);
+    assert!(!a.submission_ended("s-1") && !a.submission_ended("s-2"));
+    // Cancelled here: told at once.
+    a.cancel_submission("s-1", "cancelled by the organiser").await.unwrap();
+    assert!(a.submission_ended("s-1") && !b.submission_ended("s-1"));
+    assert!(!a.submission_ended("s-2"), "another submission's claims run on");
+    // Cancelled on the other replica: told at this one's next renewal.
+    b.cancel_submission("s-2", "cancelled by the organiser").await.unwrap();
+    assert!(!a.submission_ended("s-2"));
+    assert_eq!(
+        a.renew_leases().await.unwrap(),
+        0,
+        "no claim of either is left to renew"
+    );
+    assert!(a.submission_ended("s-2"));
+    // Their commits are refused; the mark goes with the last claim.
+    let done = outcome(EpisodeState::Completed, 5);
+    for idx in [0, 1] {
+        assert!(!a.commit_episode("s-1", idx, Some(1), &done).await.unwrap());
+    }
+    assert!(!a.submission_ended("s-1"), "the mark outlived the submission's claims");
+    assert!(!a.commit_episode("s-2", 0, Some(1), &done).await.unwrap());
+    assert!(!a.submission_ended("s-2"));
 }
 
 /// Two handles on one database as two replicas: `replica-a` with a 0.6 s lease (it expires

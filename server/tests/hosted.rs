@@ -808,6 +808,11 @@ fn hosted_runs_the_queue_took_in_time_and_fails_those_that_cannot_run() {
         waiting["status"], "PENDING",
         "the slow run should still hold the place: {waiting}"
     );
+    // The admin's health tells the run holding the place from those waiting for it.
+    let (_, health) = server.get("/api/v1/health", Some(admin));
+    let load = &health["load"];
+    assert_eq!(load["hosted_runs"], 1, "{health}");
+    assert!(load["hosted_runs_waiting"].as_u64() >= Some(2), "{health}");
     // No agent is awaited: it waits for a place.
     assert_eq!(
         (&waiting["awaiting_agent"], &waiting["awaiting_hosted_place"]),

@@ -373,10 +373,18 @@ async fn health(State(state): State<Arc<AppState>>, headers: HeaderMap) -> ApiRe
         });
     }
     if admin {
+        let hosted = state.hosted_runs.lock().unwrap_or_else(|e| e.into_inner()).len();
+        // Those holding a place run; the rest wait for one.
+        let running = state
+            .config
+            .hosted_runs()
+            .saturating_sub(state.hosted_places.available_permits())
+            .min(hosted);
         body["load"] = json!({
             "agent_connections": state.session_stop.open_connections(),
             "submission_sessions": state.attached.len(),
-            "hosted_runs": state.hosted_runs.lock().unwrap_or_else(|e| e.into_inner()).len(),
+            "hosted_runs": running,
+            "hosted_runs_waiting": hosted - running,
         });
     }
     let status = if database.is_ok() {

@@ -803,6 +803,12 @@ fn hosted_runs_the_queue_took_in_time_and_fails_those_that_cannot_run() {
         Some(r#"{"observation_groups": ["imu"]}"#),
     );
     assert_eq!(status, 200, "{v}");
+    // The organiser is told that an upload waiting in the phase meets the new groups when it runs.
+    let warnings = v["warnings"].to_string();
+    assert!(
+        warnings.contains("1 hosted submission(s) of phase changing have not finished") && warnings.contains(&changed),
+        "{v}"
+    );
     let (_, waiting) = server.get(&format!("/api/v1/submissions/{in_time}"), Some(&token));
     assert_eq!(
         waiting["status"], "PENDING",

@@ -353,6 +353,9 @@ pub(super) async fn update_phase(
     if patch.leaderboard.is_some() {
         warnings.extend(same_benchmark_warnings(&state, &phase).await?);
     }
+    if patch.observation_groups.is_some() {
+        warnings.extend(queued_hosted_warning(&state, &phase).await?);
+    }
     tracing::info!(phase = %phase.id, "phase updated");
     for w in &warnings {
         tracing::warn!(phase = %phase.id, "{w}");
@@ -360,6 +363,26 @@ pub(super) async fn update_phase(
     let mut body = phase_json(&phase, now_ms());
     body["warnings"] = json!(warnings);
     Ok(Json(body).into_response())
+}
+
+/// Uploaded policies of the phase that have not finished were checked against the groups it
+/// sent when they were uploaded: each is checked again when its run starts, and fails then if
+/// it needs a group the phase no longer sends (an organiser changing groups should know).
+async fn queued_hosted_warning(state: &AppState, phase: &Phase) -> Result<Option<String>, ApiError> {
+    let waiting = state.storage.unfinished_hosted_in_phase(&phase.id).await?;
+    if waiting.is_empty() {
+        return Ok(None);
+    }
+    const NAMED: usize = 10;
+    let mut named = waiting.iter().take(NAMED).cloned().collect::<Vec<_>>().join(", ");
+    if waiting.len() > NAMED {
+        named.push_str(&format!(" and {} more", waiting.len() - NAMED));
+    }
+    Ok(Some(format!(
+        "{} hosted submission(s) of phase {} have not finished ({named}): they were checked against the observation groups of their upload; each run that starts from now on gets the new groups, and one whose policy needs a group no longer sent fails then, saying so",
+        waiting.len(),
+        phase.id
+    )))
 }
 
 /// A PATCH's fields on `phase`, then the phase's rules checked against its benchmark's `spec`.

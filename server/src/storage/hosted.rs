@@ -129,6 +129,22 @@ impl Storage {
         self.hosted_policies_where(None, true).await
     }
 
+    /// The hosted submissions of `phase` not yet COMPLETED or FAILED, oldest first (those not
+    /// yet run, or running now).
+    pub async fn unfinished_hosted_in_phase(&self, phase: &str) -> Result<Vec<String>, StorageError> {
+        let rows = sqlx::query(
+            "SELECT h.submission_id FROM hosted_policies h JOIN submissions s ON s.id = h.submission_id \
+             WHERE s.phase_id = $1 AND s.status IN ('PENDING', 'RUNNING') ORDER BY h.created_at, h.submission_id",
+        )
+        .bind(phase)
+        .fetch_all(&self.pool)
+        .await
+        .ctx(|| format!("reading the hosted submissions of phase {phase}"))?;
+        rows.iter()
+            .map(|row| get(row, "submission_id", "hosted submissions"))
+            .collect()
+    }
+
     /// One submission's, or every one's; only the unfinished ones with `unfinished`.
     async fn hosted_policies_where(
         &self,

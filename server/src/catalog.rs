@@ -124,6 +124,15 @@ impl Catalog {
         }
     }
 
+    /// The definition of a loaded benchmark (`None` before its first load or after a failed one).
+    pub fn loaded_definition(&self, name: &str) -> Option<String> {
+        self.loaded
+            .lock()
+            .expect("catalog lock")
+            .get(name)
+            .map(|b| b.definition.clone())
+    }
+
     /// The names of the offered benchmarks a client may choose: those whose last load did not
     /// fail (an `unknown_benchmark` answer lists these, not ones whose motions are missing).
     fn runnable_names(&self) -> Vec<String> {

@@ -1903,6 +1903,23 @@ async fn a_resume_after_the_benchmark_changed_is_refused_naming_the_change() {
         assert!(waited.elapsed() < Duration::from_secs(30), "{}", server.log_text());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // The listing says so too: not offered as runnable while new submissions are refused.
+    let (status, list) = server.get("/api/v1/benchmarks", None);
+    assert_eq!(status, 200, "{list}");
+    let row = list["benchmarks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == "changing")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(row["available"], false, "{list}");
+    assert!(
+        row["unavailable"]
+            .as_str()
+            .is_some_and(|m| m.contains("changed since version 1")),
+        "{list}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 

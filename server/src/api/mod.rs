@@ -409,26 +409,37 @@ async fn whoami(State(state): State<Arc<AppState>>, headers: HeaderMap) -> ApiRe
 
 async fn list_benchmarks(State(state): State<Arc<AppState>>, headers: HeaderMap) -> ApiResult {
     optional_caller(&state, &headers).await?;
-    let rows: Vec<Value> = state
-        .catalog
-        .offered()
-        .into_iter()
-        .map(|s| {
-            let mut row = json!({"name": s.name, "version": s.version, "description": s.description,
-                                 "primary_metric": s.ranking.primary});
-            // Whether it runs here, as its last load found (every benchmark is loaded behind the
-            // server's start): a benchmark whose motions are missing is listed, not chosen.
-            row["available"] = match state.catalog.availability(&s.name) {
-                Availability::Loaded => true.into(),
-                Availability::Unavailable(message) => {
-                    row["unavailable"] = message.into();
-                    false.into()
-                }
-                Availability::Unchecked => Value::Null,
-            };
-            row
-        })
-        .collect();
+    let mut rows = Vec::new();
+    for s in state.catalog.offered() {
+        let mut row = json!({"name": s.name, "version": s.version, "description": s.description,
+                             "primary_metric": s.ranking.primary});
+        // Whether it runs here, as its last load found (every benchmark is loaded behind the
+        // server's start): a benchmark whose motions are missing is listed, not chosen.
+        row["available"] = match state.catalog.availability(&s.name) {
+            Availability::Loaded => true.into(),
+            Availability::Unavailable(message) => {
+                row["unavailable"] = message.into();
+                false.into()
+            }
+            Availability::Unchecked => Value::Null,
+        };
+        // Loaded, but its file changed since its version first ran: new submissions to it are
+        // refused (results under one version must be comparable) until it is restored or its
+        // version raised.
+        if let Some(current) = state.catalog.loaded_definition(&s.name)
+            && let Some(recorded) = state.storage.benchmark_definition(&s.name, s.version).await?
+            && crate::catalog::changed_since(&recorded, &current)
+        {
+            row["available"] = false.into();
+            row["unavailable"] = crate::storage::StorageError::BenchmarkChanged {
+                benchmark: s.name.clone(),
+                version: s.version,
+            }
+            .to_string()
+            .into();
+        }
+        rows.push(row);
+    }
     Ok(Json(json!({ "benchmarks": rows })).into_response())
 }
 

@@ -219,11 +219,28 @@ impl AppState {
         let replica_lock = ReplicaLock::acquire(&url, &redact(&url), &config.replica_id()).await?;
         let unfinished = storage.recover_after_restart().await?;
         if !unfinished.is_empty() {
-            tracing::info!(
-                "{} unfinished submission(s) wait for their agents to reconnect: {}",
-                unfinished.len(),
-                unfinished.join(", ")
-            );
+            // Hosted ones have no agent: the server takes them up itself (`hosted::supervise`).
+            let hosted: HashSet<String> = storage
+                .unfinished_hosted_policies()
+                .await?
+                .into_iter()
+                .map(|p| p.submission_id)
+                .collect();
+            let (own, remote): (Vec<&String>, Vec<&String>) = unfinished.iter().partition(|id| hosted.contains(*id));
+            if !remote.is_empty() {
+                tracing::info!(
+                    "{} unfinished submission(s) wait for their agents to reconnect: {}",
+                    remote.len(),
+                    remote.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                );
+            }
+            if !own.is_empty() {
+                tracing::info!(
+                    "{} unfinished hosted submission(s) run again as places for them free (here or on another replica): {}",
+                    own.len(),
+                    own.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                );
+            }
         }
         backfill_summaries(&storage).await?;
         tokio::spawn(renew_leases(storage.clone()));

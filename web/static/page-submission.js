@@ -13,6 +13,7 @@ import {
   enc,
   errorBox,
   fmtBytes,
+  fmtDuration,
   fmtNum,
   h,
   loading,
@@ -114,7 +115,11 @@ export async function submissionPage(root, { id }, ctx) {
     const p = sub.progress || {};
     const total = sub.episodes_total || 0;
     const done = p.finished ?? 0;
-    const pct = total ? Math.round((100 * done) / total) : 0;
+    // Episodes that ended without ever running (their submission was cancelled or abandoned
+    // first) are not progress: the bar shows those that ran.
+    const neverRan = p.never_ran ?? 0;
+    const ran = done - neverRan;
+    const pct = total ? Math.round((100 * ran) / total) : 0;
     head.append(
       h(
         'div.head-row',
@@ -133,16 +138,19 @@ export async function submissionPage(root, { id }, ctx) {
           ['Created', timeEl(sub.created_at)],
           ['Started', timeEl(sub.started_at)],
           ['Finished', timeEl(sub.finished_at)],
-          ['Episodes', `${done} of ${total} finished${p.running ? `, ${p.running} running` : ''}${p.pending ? `, ${p.pending} pending` : ''}`],
+          [
+            'Episodes',
+            `${done} of ${total} finished${neverRan ? ` (${neverRan} of them never ran: the submission ended first)` : ''}${p.running ? `, ${p.running} running` : ''}${p.pending ? `, ${p.pending} pending` : ''}`,
+          ],
         ],
         'sub-props',
       ),
       sub.error ? errorBox({ message: sub.error }, 'Submission error') : '',
       h(
         'div.progress',
-        { role: 'progressbar', 'aria-valuemin': '0', 'aria-valuemax': String(total), 'aria-valuenow': String(done), 'data-testid': 'progress' },
+        { role: 'progressbar', 'aria-valuemin': '0', 'aria-valuemax': String(total), 'aria-valuenow': String(ran), 'data-testid': 'progress' },
         h('div.progress-bar', { style: { width: `${pct}%` }, class: ACTIVE.has(sub.status) ? 'active' : '' }),
-        h('span.progress-label', `${done} / ${total} (${pct}%)`),
+        h('span.progress-label', neverRan ? `${ran} ran / ${total} (${pct}%); ${neverRan} never ran` : `${done} / ${total} (${pct}%)`),
       ),
       ACTIVE.has(sub.status) && sub.awaiting_agent
         ? notice(
@@ -159,7 +167,7 @@ export async function submissionPage(root, { id }, ctx) {
           )
         : ACTIVE.has(sub.status) && sub.awaiting_hosted_place
           ? notice(
-              'Queued: the server runs its uploaded policy once one of its places for hosted runs is free.',
+              'Queued: the server runs its uploaded policy once one of its places for hosted runs is free (it looks for queued uploads every few seconds).',
               'info',
               'awaiting-hosted-place',
             )
@@ -366,15 +374,25 @@ function renderResults(root, res, { id, bench, info, state, status }) {
   const { all, ranking } = orderedMetrics(bench, present);
 
   // Failed / timed-out episodes first: they matter most.
-  const bad = episodes.filter((e) => e.status === 'FAILED' || e.status === 'TIMEOUT');
+  // Episodes that never ran (the submission was cancelled or abandoned first) go in one line
+  // per reason: a cancelled run of hundreds listed each the same.
+  const neverRan = (e) => e.status === 'FAILED' && e.attempts === 0;
+  const bad = episodes.filter((e) => (e.status === 'FAILED' || e.status === 'TIMEOUT') && !neverRan(e));
+  const unrun = episodes.filter(neverRan);
   const fell = episodes.filter((e) => e.status === 'FELL');
   const failedList = res.failed_episodes || [];
-  if (bad.length || failedList.length || fell.length) {
+  if (bad.length || unrun.length || failedList.length || fell.length) {
     const box = h('section.card.alert-card#failed', { 'data-testid': 'failed-episodes' }, h('h2', 'Failed, timed-out and fallen episodes'));
-    const rows = bad.length
+    const rows = bad.length || unrun.length
       ? bad.map((e) => ({ idx: e.idx, motion: e.motion, status: e.status, reason: e.reason }))
       : failedList.map((f) => ({ idx: null, id: f.episode_id, motion: f.motion, status: 'FAILED', reason: f.reason }));
     for (const e of fell) rows.push({ idx: e.idx, motion: e.motion, status: e.status, reason: e.reason || 'fell (the fall rule ended the episode)' });
+    const byReason = new Map();
+    for (const e of unrun) {
+      const reason = e.reason || 'no reason given';
+      if (!byReason.has(reason)) byReason.set(reason, []);
+      byReason.get(reason).push(e.idx);
+    }
     box.append(
       h(
         'ul.failures',
@@ -388,6 +406,9 @@ function renderResults(root, res, { id, bench, info, state, status }) {
             h('span.reason', r.reason || 'no reason given'),
           ),
         ),
+        [...byReason].map(([reason, idxs]) =>
+          h('li', { 'data-testid': 'never-ran' }, badge('FAILED'), ` ${plural(idxs.length, 'episode')} (${indexRanges(idxs)}) never ran: `, h('span.reason', reason)),
+        ),
       ),
     );
     root.append(box);
@@ -398,6 +419,7 @@ function renderResults(root, res, { id, bench, info, state, status }) {
   const aggRows = all.filter((m) => agg[m]).map((m) => ({ metric: m, ...agg[m] }));
   const scored = episodes.filter((e) => e.status === 'COMPLETED' || e.status === 'FELL').length;
   const unscored = episodes.filter((e) => e.status === 'FAILED' || e.status === 'TIMEOUT').length;
+  const unscoredUnrun = episodes.filter(neverRan).length;
   if (episodes.length) {
     // Every mean says what it is over (docs/metrics.md): the scored episodes, not the failed ones.
     stats.append(
@@ -408,7 +430,7 @@ function renderResults(root, res, { id, bench, info, state, status }) {
           // Only a COMPLETED submission is on a leaderboard (a cancelled or abandoned one,
           // FAILED, never is), where its failed episodes count as not successful.
           (unscored
-            ? `; ${unscored} failed unscored ${unscored === 1 ? 'is' : 'are'} left out${status === 'COMPLETED' ? ' (the leaderboard counts them as failures)' : ''}.`
+            ? `; ${unscored} failed unscored${unscoredUnrun ? ` (${unscoredUnrun} of them never ran)` : ''} ${unscored === 1 ? 'is' : 'are'} left out${status === 'COMPLETED' ? ' (the leaderboard counts them as failures)' : ''}.`
             : '.') +
           " Scoring stops where the success rule breaks (mjlab's metrics at mjlab's own termination).",
       ),
@@ -417,6 +439,11 @@ function renderResults(root, res, { id, bench, info, state, status }) {
   if (!aggRows.length) stats.append(h('p.muted', `No scored episode${yet}.`));
   else {
     const q = (k, label) => ({ key: k, label, numeric: true, render: (r) => fmtNum(r[k]) });
+    // A spread of identical values is 0, not the rounding residue of its computation (1e-16).
+    const spread = {
+      ...q('std', 'Std'),
+      render: (r) => fmtNum(Number.isFinite(r.std) && Math.abs(r.std) <= 1e-9 * Math.max(1, Math.abs(r.mean)) ? 0 : r.std),
+    };
     stats.append(
       sortableTable(
         [
@@ -427,7 +454,7 @@ function renderResults(root, res, { id, bench, info, state, status }) {
             render: (r) => [metricLabel(r.metric, info[r.metric]), ranking.includes(r.metric) ? h('span.rank-dot', { title: 'used for ranking' }, ' ●') : null],
           },
           q('mean', 'Mean'),
-          q('std', 'Std'),
+          spread,
           q('p10', 'p10'),
           q('p50', 'p50'),
           q('p90', 'p90'),
@@ -601,6 +628,19 @@ function renderResults(root, res, { id, bench, info, state, status }) {
   drawLine();
 }
 
+/** Episode indices as ranges: [1, 2, 3, 7] → "1–3, 7". */
+function indexRanges(idxs) {
+  const sorted = [...idxs].sort((a, b) => a - b);
+  const parts = [];
+  for (let i = 0; i < sorted.length; i++) {
+    let j = i;
+    while (j + 1 < sorted.length && sorted[j + 1] === sorted[j] + 1) j++;
+    parts.push(j > i ? `${sorted[i]}–${sorted[j]}` : String(sorted[i]));
+    i = j;
+  }
+  return parts.join(', ');
+}
+
 /** The last session's agent, and the earlier ones when a resume came from another agent. */
 function agentCell(sub) {
   const name = sub.agent_name || '—';
@@ -609,7 +649,13 @@ function agentCell(sub) {
 }
 
 /** Session outcomes that need more than their code (the end's time is when it was noticed). */
-const OUTCOME_WORDS = { server_lost: 'server_lost (its server was killed or crashed; ended at its restart)' };
+const OUTCOME_WORDS = {
+  completed: 'completed (the submission finished)',
+  cancelled: 'cancelled (the organiser cancelled the submission)',
+  stopped: 'stopped (the agent disconnected, or the server shut down)',
+  error: 'error (the server ended it; the submission error says why)',
+  server_lost: 'server lost (its server was killed or crashed; ended at its restart)',
+};
 
 /** Every agent session of the submission, oldest first: agent, start, end and how it ended. */
 function sessionsCell(sub) {
@@ -619,7 +665,17 @@ function sessionsCell(sub) {
   return h(
     'ol.sessions',
     { 'data-testid': 'sessions' },
-    sessions.map((s) => h('li', `${s.agent_name || 'unnamed agent'} · `, timeEl(s.started_at), s.ended_at ? [' – ', timeEl(s.ended_at), ` · ${OUTCOME_WORDS[s.outcome] || s.outcome}`] : ` · ${open}`)),
+    // To the second, with the duration: sessions often start and end within a minute.
+    sessions.map((s) =>
+      h(
+        'li',
+        `${s.agent_name || 'unnamed agent'} · `,
+        timeEl(s.started_at, true),
+        s.ended_at
+          ? [' – ', timeEl(s.ended_at, true), ` (${fmtDuration((s.ended_at - s.started_at) / 1000)}) · ${OUTCOME_WORDS[s.outcome] || s.outcome || 'ended'}`]
+          : ` · ${open}`,
+      ),
+    ),
   );
 }
 
@@ -631,7 +687,8 @@ function mappingCard(m) {
   const values = (v) => (Array.isArray(v) ? v.map((x) => fmtNum(x, 3)).join(', ') : '—');
   const terms = sortableTable(
     [
-      { key: 'columns', label: 'Columns', sortable: false, render: (t) => h('span.mono', `${t.columns[0]}–${t.columns[1]}`) },
+      // The mapping's ranges are half-open: shown inclusive, so no column reads as two terms'.
+      { key: 'columns', label: 'Columns', sortable: false, render: (t) => h('span.mono', `${t.columns[0]}–${t.columns[1] - 1}`) },
       { key: 'name', label: 'Term', render: (t) => h('span.mono', t.name) },
       { key: 'source', label: 'Built from' },
       { key: 'scale', label: 'Scale', sortable: false, render: (t) => (t.scale ? values(t.scale) : '1') },
@@ -672,5 +729,6 @@ function mappingCard(m) {
 /** A hosted submission's policy file (evaluated by the server itself; under Downloads). */
 function hostedCell(sub) {
   const p = sub.hosted;
-  return h('span', { 'data-testid': 'hosted-policy' }, `${p.file_name || 'policy.onnx'} (${fmtBytes(p.bytes)}, sha256 ${String(p.sha256).slice(0, 12)}…): evaluated by the server itself`);
+  const name = p.file_name || `${sub.id}.onnx (no file name was given)`;
+  return h('span', { 'data-testid': 'hosted-policy' }, `${name} (${fmtBytes(p.bytes)}, sha256 ${String(p.sha256).slice(0, 12)}…): evaluated by the server itself`);
 }

@@ -99,6 +99,7 @@ export function fmtDate(ms) {
 // The same date in two halves, so that a narrow table column can break between them.
 const dayFmt = new Intl.DateTimeFormat(undefined, { year: 'numeric', month: 'short', day: 'numeric', timeZone: 'UTC' });
 const clockFmt = new Intl.DateTimeFormat(undefined, { hour: '2-digit', minute: '2-digit', hourCycle: 'h23', timeZone: 'UTC', timeZoneName: 'short' });
+const clockSecondsFmt = new Intl.DateTimeFormat(undefined, { hour: '2-digit', minute: '2-digit', second: '2-digit', hourCycle: 'h23', timeZone: 'UTC', timeZoneName: 'short' });
 
 export function isoDate(ms) {
   if (ms === null || ms === undefined) return '';
@@ -110,11 +111,12 @@ export function isoDate(ms) {
  * A <time> element with the readable date and the ISO date as a tooltip: "Nov 24, 2026," and
  * "01:53 UTC" in two spans that each stay whole (tables may wrap between them).
  */
-export function timeEl(ms) {
+export function timeEl(ms, seconds = false) {
   if (ms === null || ms === undefined) return h('span.muted', '—');
   const d = new Date(ms);
   if (Number.isNaN(d.getTime())) return h('span', String(ms));
-  return h('time', { datetime: isoDate(ms), title: isoDate(ms) }, h('span', `${dayFmt.format(d)},`), ' ', h('span', clockFmt.format(d)));
+  const clock = seconds ? clockSecondsFmt : clockFmt;
+  return h('time', { datetime: isoDate(ms), title: isoDate(ms) }, h('span', `${dayFmt.format(d)},`), ' ', h('span', clock.format(d)));
 }
 
 /** "1 submission", "2 submissions" (`many` defaults to `one` + "s"). */
@@ -207,7 +209,8 @@ export function metricLabel(name, info) {
     'span.metric-label',
     { title: [i.description, i.formula].filter(Boolean).join(' — ') || name },
     name,
-    i.units ? h('span.units', ` (${i.units})`) : null,
+    // Units that carry their own parentheses ("fraction (0-1)") in brackets, not nested ones.
+    i.units ? h('span.units', String(i.units).includes('(') ? ` [${i.units}]` : ` (${i.units})`) : null,
     i.direction ? ' ' : null,
     arrow(i.direction),
   );

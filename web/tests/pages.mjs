@@ -731,6 +731,11 @@ await step('pending submission (polling, cancel)', async () => {
   await page.waitForSelector('[data-testid=failed-episodes]');
   const reasons = await page.textContent('[data-testid=failed-episodes]');
   check('failed episodes listed with their reasons', /cancel/i.test(reasons), reasons.slice(0, 120));
+  // None of its episodes ran: one line for them all, and no progress shown for them.
+  const unrun = await page.$$eval('[data-testid=never-ran]', (l) => l.map((x) => x.textContent));
+  check('episodes that never ran are one line per reason', unrun.length === 1 && /episodes? \(0(–\d+)?\) never ran: .*cancel/i.test(unrun[0]), unrun);
+  const progress = await page.textContent('[data-testid=progress]');
+  check('the progress bar counts only episodes that ran', /^0 ran \/ \d+ \(0%\); \d+ never ran$/.test(progress.trim()), progress);
   const after = polls;
   await page.waitForTimeout(2500);
   check('polling stops once finished', polls === after, polls - after);

@@ -300,7 +300,10 @@ pub(super) async fn get_submission(
     let reruns = state.storage.reruns(None, Some(&id)).await?.remove(&id);
     let mut v = serde_json::to_value(&s)?;
     v["attempts"] = attempts_json(&state, reruns.unwrap_or((0, 0)));
-    v["progress"] = json!({"pending": pending, "running": running, "finished": finished});
+    // Of the finished, those that never ran: FAILED without an attempt (the submission was
+    // cancelled or abandoned before their turn).
+    let never_ran = state.storage.never_ran(&id).await?;
+    v["progress"] = json!({"pending": pending, "running": running, "finished": finished, "never_ran": never_ran});
     // Every agent session, oldest first: `agent_name` above is the last one's.
     v["sessions"] = json!(state.storage.sessions(&id).await?);
     // A hosted submission's policy file (issue 40); null when an agent runs it.

@@ -901,6 +901,18 @@ impl Storage {
         Ok((pending, running, finished))
     }
 
+    /// The episodes of a submission that ended without ever running: FAILED with no attempt
+    /// (their submission was cancelled or abandoned before their turn came).
+    pub async fn never_ran(&self, submission: &str) -> Result<i64, StorageError> {
+        sqlx::query_scalar(
+            "SELECT COUNT(*) FROM episodes WHERE submission_id = $1 AND status = 'FAILED' AND attempts = 0",
+        )
+        .bind(submission)
+        .fetch_one(&self.pool)
+        .await
+        .ctx(|| format!("counting the episodes of submission {submission} that never ran"))
+    }
+
     /// The RUNNING episodes of a submission whose claim is alive: its lease has not run out, so
     /// a server (this one or a replica) runs them. The others' server died: no agent runs them,
     /// whatever their status still says until a claim settles them ([`Storage::expire_leases`]).

@@ -124,13 +124,14 @@ impl Catalog {
         }
     }
 
-    /// The definition of a loaded benchmark (`None` before its first load or after a failed one).
-    pub fn loaded_definition(&self, name: &str) -> Option<String> {
+    /// The version and definition of a loaded benchmark as this process loaded it (`None`
+    /// before its first load or after a failed one).
+    pub fn loaded_definition(&self, name: &str) -> Option<(u32, String)> {
         self.loaded
             .lock()
             .expect("catalog lock")
             .get(name)
-            .map(|b| b.definition.clone())
+            .map(|b| (b.spec.version, b.definition.clone()))
     }
 
     /// The names of the offered benchmarks a client may choose: those whose last load did not

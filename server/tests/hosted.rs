@@ -817,8 +817,10 @@ fn hosted_runs_the_queue_took_in_time_and_fails_those_that_cannot_run() {
     // The admin's health tells the run holding the place from those waiting for it.
     let (_, health) = server.get("/api/v1/health", Some(admin));
     let load = &health["load"];
-    assert_eq!(load["hosted_runs"], 1, "{health}");
-    assert!(load["hosted_runs_waiting"].as_u64() >= Some(2), "{health}");
+    // (Between two slow runs the place may be free a moment: at most one, never the queue.)
+    let (running, queued) = (load["hosted_runs"].as_u64(), load["hosted_runs_waiting"].as_u64());
+    assert!(running <= Some(1), "{health}");
+    assert!(running.zip(queued).is_some_and(|(r, w)| r + w >= 3), "{health}");
     // No agent is awaited: it waits for a place.
     assert_eq!(
         (&waiting["awaiting_agent"], &waiting["awaiting_hosted_place"]),

@@ -1023,7 +1023,14 @@ async fn own_runs_committed_meanwhile_are_not_another_servers(url: String, engin
 /// lanes: at once when the cancel is its own, at its next renewal when another replica's; the
 /// mark goes with the submission's last claim, and a server without claims of it is not told.
 async fn a_submission_ended_while_its_claims_ran_is_told_to_their_holder(url: String, engine: Engine) {
-    let (a, b) = two_replicas(&url, engine).await;
+    use std::time::Duration;
+    // Leases that outlast the test: a renewal here renews, expiring nothing.
+    let a = open(&url, engine)
+        .await
+        .with_lease("replica-a", Duration::from_secs(60));
+    let b = open(&url, engine)
+        .await
+        .with_lease("replica-b", Duration::from_secs(60));
     setup(&a, "red", "s-1", 3).await;
     setup(&a, "blue", "s-2", 2).await;
     assert_eq!(a.claim_next_episodes("s-1", 2).await.unwrap(), vec![(0, 1), (1, 1)]);
@@ -1051,6 +1058,16 @@ async fn a_submission_ended_while_its_claims_ran_is_told_to_their_holder(url: St
     assert!(!a.submission_ended("s-1"), "the mark outlived the submission's claims");
     assert!(!a.commit_episode("s-2", 0, Some(1), &done).await.unwrap());
     assert!(!a.submission_ended("s-2"));
+    // A cancel while no claim of it is in hand (one whose statement committed may be taken into
+    // hand just after) marks it all the same, until a renewal finds no claim of it.
+    setup(&a, "white", "s-4", 1).await;
+    a.cancel_submission("s-4", "cancelled by the organiser").await.unwrap();
+    assert!(a.submission_ended("s-4"), "marked with no claim in hand");
+    a.renew_leases().await.unwrap();
+    assert!(
+        !a.submission_ended("s-4"),
+        "the mark goes at the renewal that finds no claim of it"
+    );
 }
 
 /// Two handles on one database as two replicas: `replica-a` with a 0.6 s lease (it expires

@@ -353,7 +353,7 @@ pub(super) async fn update_phase(
     if patch.leaderboard.is_some() {
         warnings.extend(same_benchmark_warnings(&state, &phase).await?);
     }
-    if patch.observation_groups.is_some() {
+    if phase.observation_groups != stored.observation_groups {
         warnings.extend(queued_hosted_warning(&state, &phase).await?);
     }
     tracing::info!(phase = %phase.id, "phase updated");

@@ -426,14 +426,25 @@ async fn list_benchmarks(State(state): State<Arc<AppState>>, headers: HeaderMap)
         // Loaded, but its file changed since its version first ran: new submissions to it are
         // refused (results under one version must be comparable) until it is restored or its
         // version raised.
-        if let Some(current) = state.catalog.loaded_definition(&s.name)
-            && let Some(recorded) = state.storage.benchmark_definition(&s.name, s.version).await?
+        // The version and definition this process runs (the file may have been edited since
+        // it loaded them); a database that does not answer leaves the row as its load found it.
+        let recorded = match state.catalog.loaded_definition(&s.name) {
+            Some((version, current)) => match state.storage.benchmark_definition(&s.name, version).await {
+                Ok(recorded) => recorded.map(|r| (version, r, current)),
+                Err(e) => {
+                    tracing::warn!(benchmark = %s.name, "reading its recorded definition: {e}");
+                    None
+                }
+            },
+            None => None,
+        };
+        if let Some((version, recorded, current)) = recorded
             && crate::catalog::changed_since(&recorded, &current)
         {
             row["available"] = false.into();
             row["unavailable"] = crate::storage::StorageError::BenchmarkChanged {
                 benchmark: s.name.clone(),
-                version: s.version,
+                version,
             }
             .to_string()
             .into();

@@ -378,7 +378,7 @@ impl<'a> Lane<'a> {
         for running in self.slots.iter_mut().flatten().filter(|r| r.forced.is_none()) {
             running.forced = Some((
                 EpisodeStatus::Failed,
-                "the submission ended (cancelled) while the episode ran".into(),
+                "the submission ended while the episode ran".into(),
             ));
         }
     }

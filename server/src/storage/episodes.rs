@@ -681,8 +681,11 @@ impl Storage {
     /// lease while it runs.
     pub async fn renew_leases(&self) -> Result<u64, StorageError> {
         let held: Vec<(String, Vec<i64>)> = {
-            let held = self.held();
-            held.claims
+            let mut held = self.held();
+            // Ended marks of submissions no claim here runs (cancelled while none was held).
+            let super::Held { claims, ended, .. } = &mut *held;
+            ended.retain(|s| claims.contains_key(s));
+            claims
                 .iter()
                 .filter(|(_, idxs)| !idxs.is_empty())
                 .map(|(sub, idxs)| (sub.clone(), idxs.keys().copied().collect()))
@@ -707,14 +710,16 @@ impl Storage {
             if (done.rows_affected() as usize) < idxs.len() {
                 // Some claims were not there to renew: committed meanwhile, or the submission
                 // ended (cancelled on another replica), which the lanes running them must learn.
+                // Best effort: the other submissions' claims are renewed all the same.
                 let open =
                     sqlx::query("SELECT status FROM submissions WHERE id = $1 AND status IN ('PENDING', 'RUNNING')")
                         .bind(&submission)
                         .fetch_optional(&self.pool)
-                        .await
-                        .ctx(|| format!("looking at submission {submission}"))?;
-                if open.is_none() {
-                    self.note_submission_ended(&submission);
+                        .await;
+                match open {
+                    Ok(None) => self.note_submission_ended(&submission),
+                    Ok(Some(_)) => {}
+                    Err(e) => tracing::warn!(submission = %submission, "looking whether it ended: {e}"),
                 }
             }
         }
@@ -761,12 +766,11 @@ impl Storage {
         self.held().ended.contains(submission)
     }
 
-    /// Marks `submission` ended for the lanes running its claims here, if any.
+    /// Marks `submission` ended for the lanes running its claims here. Marked whether or not
+    /// claims are held now: a claim whose statement committed before the cancel may be taken
+    /// into hand just after it. A mark without claims goes at the next renewal.
     pub(super) fn note_submission_ended(&self, submission: &str) {
-        let mut held = self.held();
-        if held.claims.contains_key(submission) {
-            held.ended.insert(submission.to_string());
-        }
+        self.held().ended.insert(submission.to_string());
     }
 
     /// When the earliest claim on this submission that this handle does not hold expires (unix

@@ -1908,3 +1908,72 @@ fn a_cancel_stops_the_episodes_in_flight() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// An `act` that blocks past the session's silence limit: the server times the episodes out and
+/// ends the submission while the client is busy, its heartbeats, EpisodeEnds and Disconnect
+/// waiting in the socket. The client reads them before it judges the server silent: every
+/// episode's end and the server's counts reach the summary (a random pick of the client's
+/// timer called the server silent, dropped them, reconnected to a finished submission and
+/// reported it COMPLETED with nothing to say it scored nothing: the Rust SDK walkthrough).
+#[test]
+fn what_the_server_sent_during_a_long_act_is_read_first() {
+    struct StallsOnce {
+        inner: ReplayAgent,
+        acts: usize,
+    }
+    impl arena_sdk::Agent for StallsOnce {
+        fn configure(&mut self, spec: &arena_sdk::protocol::EpisodeSpec) {
+            self.inner.configure(spec)
+        }
+        fn reset(&mut self, episodes: &[arena_sdk::protocol::EpisodeInfo]) {
+            self.inner.reset(episodes)
+        }
+        fn act(&mut self, batch: &arena_sdk::Batch<'_>, actions: &mut [f32]) {
+            self.acts += 1;
+            if self.acts == 5 {
+                // Past the step deadline (1 s) and the silence limit (3 s).
+                std::thread::sleep(std::time::Duration::from_secs(6));
+            }
+            self.inner.act(batch, actions)
+        }
+    }
+    let dir = tmp("e2e-long-act");
+    let server = ServerProc::start(
+        &dir,
+        &[
+            "--step-timeout-s",
+            "1",
+            "--heartbeat-interval-s",
+            "1",
+            "--heartbeat-timeout-s",
+            "3",
+        ],
+    );
+    let token = server.team("stalling");
+    // Both transports: the race was in the client's loop, whatever carries the frames.
+    for url in [server.ws_url(), server.grpc_url()] {
+        let config = ClientConfig::new(
+            &url,
+            &token,
+            Mode::Submission {
+                benchmark: "g1-smoke".into(),
+                submission_id: None,
+            },
+        );
+        let mut agent = StallsOnce {
+            inner: ReplayAgent::new(),
+            acts: 0,
+        };
+        let summary = client::run_blocking(&config, &mut agent, &mut |_| {}).expect("the run ends");
+        eprintln!("{url}: {summary:?}");
+        assert_eq!(summary.reconnects, 0, "the server was called silent: {summary:?}");
+        assert_eq!(summary.episodes.len(), 6, "{summary:?}");
+        assert!(summary.episodes.iter().all(|e| e.status == "timeout"), "{summary:?}");
+        assert_eq!(
+            summary.final_counts,
+            Some(client::FinalCounts { scored: 0, failed: 6 }),
+            "{summary:?}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

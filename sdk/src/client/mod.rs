@@ -560,6 +560,10 @@ async fn session(
     let mut send_failed: Option<String> = None;
     loop {
         let received = tokio::select! {
+            // What the server sent first: after an `act` longer than the silence limit, the
+            // ticker is ready too (its missed ticks fire at once), and a random pick of it
+            // called the server silent with its heartbeats, EpisodeEnds and Disconnect unread.
+            biased;
             received = connection.recv() => received,
             _ = ticker.tick() => {
                 if last_heard.elapsed() > silence_limit {
@@ -785,6 +789,10 @@ async fn session(
                 send_failed = Some(format!("sending to the server: {e}"));
             }
         }
+        // The silence limit counts the time the client listens, not the agent's: frames that
+        // came during a long `act` may still be in the transport's hands (gRPC's connection
+        // task runs on this thread, blocked meanwhile), not yet readable.
+        last_heard = Instant::now();
     }
 }
 

@@ -583,7 +583,6 @@ async fn session(
             Err(lost) => return Ok(SessionEnd::Lost(send_failed.unwrap_or(lost))),
             Ok(msg) => msg,
         };
-        last_heard = Instant::now();
         let msg = msg.map_err(|e| ClientError::Protocol(format!("undecodable frame from the server: {e}")))?;
         let reply = match msg {
             Msg::Connected(c) => {

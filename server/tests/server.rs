@@ -1977,3 +1977,65 @@ fn what_the_server_sent_during_a_long_act_is_read_first() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// An agent whose `act` panics fails its run as its `failure()` would: the client tells the
+/// server why (its `disconnect`), returns `AgentFailed`, and the submission waits to be resumed
+/// with the agent's words in its episodes' reasons (the Rust SDK walkthrough: the panic unwound
+/// through the client, the server heard nothing, and the CLI gave no resume hint).
+#[test]
+fn a_panic_in_act_is_the_agents_failure() {
+    struct PanicsAtThree(ReplayAgent, usize);
+    impl arena_sdk::Agent for PanicsAtThree {
+        fn configure(&mut self, spec: &arena_sdk::protocol::EpisodeSpec) {
+            self.0.configure(spec)
+        }
+        fn reset(&mut self, episodes: &[arena_sdk::protocol::EpisodeInfo]) {
+            self.0.reset(episodes)
+        }
+        fn act(&mut self, batch: &arena_sdk::Batch<'_>, actions: &mut [f32]) {
+            self.1 += 1;
+            assert!(self.1 < 3, "the policy's tensor has the wrong shape");
+            self.0.act(batch, actions)
+        }
+    }
+    let dir = tmp("e2e-act-panics");
+    let server = ServerProc::start(&dir, &[]);
+    let token = server.team("panicky");
+    let config = ClientConfig::new(
+        server.ws_url(),
+        &token,
+        Mode::Submission {
+            benchmark: "g1-smoke".into(),
+            submission_id: None,
+        },
+    );
+    let mut id = String::new();
+    let err = client::run_blocking(&config, &mut PanicsAtThree(ReplayAgent::new(), 0), &mut |e| {
+        if let ClientEvent::Connected(c) = e {
+            id = c.submission_id.clone();
+        }
+    })
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, client::ClientError::AgentFailed(_)) && text.contains("its act panicked: the policy's tensor"),
+        "{text}"
+    );
+    // The server heard why: the episodes it gave back say so.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (_, results) = server.get(&format!("/api/v1/submissions/{id}/results"), Some(&token));
+        let told = results["episodes"].as_array().is_some_and(|e| {
+            e.iter()
+                .any(|e| e["reason"].as_str().is_some_and(|r| r.contains("panicked")))
+        });
+        if told {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{results}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let (_, s) = server.get(&format!("/api/v1/submissions/{id}"), Some(&token));
+    assert_eq!(s["status"], "RUNNING", "left to be resumed: {s}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -675,22 +675,39 @@ async fn session(
                 let Some(layout) = layout.as_ref() else {
                     return Err(ClientError::Protocol("GetAction before Connected".into()));
                 };
-                let action = answer(agent, layout, goal_rows.as_mut(), action_size, request, &mut buffers)?;
-                let failure = agent.failure().or_else(|| match connection.carries_non_finite() {
-                    true => None,
-                    false => non_finite_action(&action),
-                });
-                if let Some(reason) = failure {
-                    let bye = Msg::Disconnect(Disconnect {
-                        reason: protocol::clip_message(format!("agent failed: {reason}")),
-                        submission_status: String::new(),
-                        ..Default::default()
-                    });
-                    let _ = connection.send(bye).await;
-                    connection.close().await;
-                    return Err(ClientError::AgentFailed(reason));
+                // A panic in the agent's `act` fails the run as its `failure()` would: the server
+                // is told why, and the caller gets the error (and the resume hint) rather than
+                // an unwinding that leaves the submission waiting for a connection that is gone.
+                let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    answer(agent, layout, goal_rows.as_mut(), action_size, request, &mut buffers)
+                }));
+                let outcome = match answered {
+                    Err(panic) => Err(format!("its act panicked: {}", panic_text(panic.as_ref()))),
+                    Ok(answered) => {
+                        let action = answered?;
+                        let failure = agent.failure().or_else(|| match connection.carries_non_finite() {
+                            true => None,
+                            false => non_finite_action(&action),
+                        });
+                        match failure {
+                            Some(reason) => Err(reason),
+                            None => Ok(action),
+                        }
+                    }
+                };
+                match outcome {
+                    Ok(action) => Some(action),
+                    Err(reason) => {
+                        let bye = Msg::Disconnect(Disconnect {
+                            reason: protocol::clip_message(format!("agent failed: {reason}")),
+                            submission_status: String::new(),
+                            ..Default::default()
+                        });
+                        let _ = connection.send(bye).await;
+                        connection.close().await;
+                        return Err(ClientError::AgentFailed(reason));
+                    }
                 }
-                Some(action)
             }
             Msg::EpisodeEnd(end) => {
                 if let Some(goal) = goal_rows.as_mut() {
@@ -793,6 +810,15 @@ async fn session(
         // task runs on this thread, blocked meanwhile), not yet readable.
         last_heard = Instant::now();
     }
+}
+
+/// The text a panic carried (its payload is a `&str` or a `String` when it has one).
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
 }
 
 /// Why an Action cannot go over JSON: its first value that is not a finite number.

@@ -1861,8 +1861,9 @@ fn a_cancel_stops_the_episodes_in_flight() {
     let dir = tmp("e2e-cancel-in-flight");
     let server = ServerProc::start(&dir, &["--lanes", "1", "--max-batch", "2"]);
     let token = server.team("cancelled");
+    // The address the server prints, as a participant pastes it: its agent endpoint.
     let config = ClientConfig::new(
-        server.ws_url(),
+        format!("http://{}", server.addr),
         &token,
         Mode::Submission {
             benchmark: "g1-smoke".into(),

@@ -157,6 +157,20 @@ impl Connection {
                 responses: Box::new(responses),
             });
         }
+        // The address `arena serve` prints (`http://HOST:PORT`): its agent endpoint, over
+        // WebSocket (a path given with it is kept).
+        let ws_url;
+        let url = match url.strip_prefix("http://") {
+            Some(rest) => {
+                let rest = rest.trim_end_matches('/');
+                ws_url = match rest.contains('/') {
+                    true => format!("ws://{rest}"),
+                    false => format!("ws://{rest}/api/v1/agent"),
+                };
+                ws_url.as_str()
+            }
+            None => url,
+        };
         // TCP_NODELAY for the same reason as gRPC's (the last argument).
         let (socket, _) = tokio_tungstenite::connect_async_with_config(url, None, true)
             .await

@@ -30,6 +30,27 @@ fn python() -> Option<PathBuf> {
     ok.then_some(venv)
 }
 
+/// Runs `script` with `args` in `python`: the JSON it prints.
+fn run_python(python: &Path, script: &str, args: &[PathBuf]) -> serde_json::Value {
+    let out = Command::new(python)
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", python.display()));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A JSON array of numbers as float32.
+fn floats(v: &serde_json::Value) -> Vec<f32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
+}
+
 const ONNXRUNTIME: &str = r#"
 import json, sys
 import numpy as np, onnx, onnxruntime as ort
@@ -59,21 +80,7 @@ fn tract_matches_onnxruntime_on_the_committed_policies() {
         return;
     };
     let paths = policies();
-    let out = Command::new(&python)
-        .arg("-c")
-        .arg(ONNXRUNTIME)
-        .args(&paths)
-        .output()
-        .unwrap_or_else(|e| panic!("{}: {e}", python.display()));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let cases: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let floats = |v: &serde_json::Value| -> Vec<f32> {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_f64().unwrap() as f32)
-            .collect()
-    };
+    let cases = run_python(&python, ONNXRUNTIME, &paths);
     let mut worst = 0.0f32;
     for case in cases.as_array().unwrap() {
         let path = PathBuf::from(case["path"].as_str().unwrap());
@@ -157,21 +164,7 @@ fn declared_input_and_output_types_are_fed_as_onnxruntime_takes_them() {
     let dir = std::env::temp_dir().join(format!("arena-onnx-types-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("declared-types.onnx");
-    let out = Command::new(&python)
-        .arg("-c")
-        .arg(DECLARED_TYPES)
-        .arg(&path)
-        .output()
-        .unwrap_or_else(|e| panic!("{}: {e}", python.display()));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let case: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let floats = |v: &serde_json::Value| -> Vec<f32> {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_f64().unwrap() as f32)
-            .collect()
-    };
+    let case = run_python(&python, DECLARED_TYPES, std::slice::from_ref(&path));
     let engine = Engine::load(&path).unwrap();
     assert!(engine.batched() && engine.takes_time_step(), "{engine:?}");
     let got = engine.run(&floats(&case["obs"]), &floats(&case["times"]), 7).unwrap();

@@ -50,7 +50,7 @@ def test_replay_example_completes_g1_smoke(
     status, body = server.request("GET", f"/api/v1/submissions/{submission_id}", team_token)
     assert status == 200, body
     assert body["status"] == "COMPLETED" and body["agent_name"] == f"replay-{transport}"
-    assert body["episodes_total"] == 6 and body["progress"] == {"pending": 0, "running": 0, "finished": 6}
+    assert body["episodes_total"] == 6 and body["progress"] == {"pending": 0, "running": 0, "finished": 6, "never_ran": 0}
     status, results = server.request("GET", f"/api/v1/submissions/{submission_id}/results", team_token)
     assert status == 200, results
     assert [e["status"] for e in results["episodes"]] == ["COMPLETED"] * 6, results["episodes"]

@@ -129,9 +129,9 @@ bench: deps deps-torch
 		--example target/release/examples/update_throughput --preset tiny --batch 1024 --updates 5 --repeats 3
 	PYTHONPATH=third_party/pytorch $(PYTHON) baseline/bench/update_throughput.py \
 		--example target/release/examples/update_throughput --preset small --batch 1024 --updates 3 --repeats 3
-	cargo build --release --quiet -p arena-ppo --example update_throughput
+	cargo build --release --quiet -p arena-ppo --example ppo_update_throughput
 	PYTHONPATH=third_party/pytorch $(PYTHON) ppo/bench/update_throughput.py \
-		--example target/release/examples/update_throughput --updates 10 --repeats 3
+		--example target/release/examples/ppo_update_throughput --updates 10 --repeats 3
 	cargo run --release --quiet -p arena-ppo --example training_throughput -- --iterations 20 --runs 3
 	ARENA_GPU_PYTHON=$(CURDIR)/$(PYTHON) cargo run --release --quiet -p arena-ppo --example training_throughput -- \
 		--stub-physics --envs 4096 --iterations 2 --runs 1

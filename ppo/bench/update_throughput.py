@@ -4,7 +4,7 @@ sizes, interleaved.
 
 Both sides run GAE and one whole update (epochs x minibatches of the clipped surrogate, the
 clipped value loss, the entropy bonus, gradient-norm clipping and Adam) on the same inputs: the
-Rust example (ppo/examples/update_throughput.rs) writes them (model, rollout, configuration) and
+Rust example (ppo/examples/ppo_update_throughput.rs) writes them (model, rollout, configuration) and
 times its own updates; the oracle (ppo/oracle/ppo_oracle.py, written with PyTorch's nn.Linear,
 Normal, Adam and clip_grad_norm_ as rsl_rl uses them) replays them. Runs alternate (rust,
 python, rust, ...) so machine noise hits both; the report is the median of the paired ratios
@@ -12,9 +12,9 @@ python, rust, ...) so machine noise hits both; the report is the median of the p
 minibatch's gradients per update, which the Rust side does not: a small handicap on the
 PyTorch side.
 
-    cargo build --release -p arena-ppo --example update_throughput
+    cargo build --release -p arena-ppo --example ppo_update_throughput
     PYTHONPATH=third_party/pytorch .venv/bin/python ppo/bench/update_throughput.py \\
-        --example target/release/examples/update_throughput --updates 10 --repeats 3
+        --example target/release/examples/ppo_update_throughput --updates 10 --repeats 3
 """
 
 import argparse
@@ -63,7 +63,7 @@ def python_run(directory, updates):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--example", required=True, help="path of the update_throughput example binary")
+    p.add_argument("--example", required=True, help="path of the ppo_update_throughput example binary")
     p.add_argument("--config", default="ppo/configs/g1-smoke.toml",
                    help="training configuration whose sizes are measured")
     p.add_argument("--updates", type=int, default=10, help="timed updates per run")

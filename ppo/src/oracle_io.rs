@@ -2,7 +2,7 @@
 //! model with non-trivial normaliser statistics and per-action std, a random rollout drawn from
 //! it, and the files `init.safetensors`, `rollout.safetensors` and `config.json`. Shared by the
 //! parity test (`ppo/tests/oracle_parity.rs`, small networks) and the update-throughput
-//! benchmark (`ppo/examples/update_throughput.rs`, the training configuration's sizes).
+//! benchmark (`ppo/examples/ppo_update_throughput.rs`, the training configuration's sizes).
 
 use crate::config::{LrSchedule, PpoConfig};
 use crate::policy::ActorCritic;

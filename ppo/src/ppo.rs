@@ -432,7 +432,7 @@ fn step_side(step: &AdamStep, slots: &[AdamSlot], grads: &[Tensor], coef: f32) {
 }
 
 /// Whether an update computes the actor's and the critic's terms side by side: on the CPU with
-/// a pool of two libtorch threads. Measured on two cores (`update_throughput`, g1-smoke's
+/// a pool of two libtorch threads. Measured on two cores (`ppo_update_throughput`, g1-smoke's
 /// sizes, six interleaved pairs): 178–238 ms an update against 182–284 ms on the pool, whose
 /// threads waited at libgomp's barriers for a fifth of their time (the dispatch between ops is
 /// serial). Larger pools keep the whole pool on each op: not measured split.

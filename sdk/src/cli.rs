@@ -6,6 +6,7 @@
 use crate::agent::Agent;
 use crate::client::{self, ClientConfig, ClientError, ClientEvent, DEFAULT_SERVER, Mode};
 use crate::protocol::{Encoding, ResetEpisode};
+use std::sync::{Arc, Mutex};
 
 /// The agent protocol's transport: WebSocket (protobuf in binary frames, or JSON with
 /// `--encoding json`) or gRPC (HTTP/2, always protobuf).
@@ -139,11 +140,12 @@ impl SessionArgs {
 /// error says why the run did not end well (including a submission that ended FAILED) and, when
 /// a submission was left RUNNING, how to finish it.
 pub fn run(config: &ClientConfig, agent: &mut dyn Agent) -> Result<(), String> {
-    let mut submission = String::new();
+    let submission = Arc::new(Mutex::new(String::new()));
+    say_how_to_resume_on_interrupt(submission.clone(), config.mode.clone());
     let gains_given = !config.gain_preset.is_empty() || !config.joint_stiffness.is_empty();
     let result = client::run_blocking(config, agent, &mut |event| {
         if let ClientEvent::Connected(c) = &event {
-            submission.clone_from(&c.submission_id);
+            lock(&submission).clone_from(&c.submission_id);
             let normalized = c.spec.as_ref().is_some_and(|s| s.action_mode != "joint_position");
             if gains_given && normalized {
                 // The protocol ignores gains in the normalized mode: said, not passed in silence.
@@ -155,19 +157,53 @@ pub fn run(config: &ClientConfig, agent: &mut dyn Agent) -> Result<(), String> {
         }
         client::print_event(event)
     });
+    let submission = lock(&submission).clone();
     match result {
         Ok(summary) => client::report_done(&summary),
         Err(e) => Err(with_resume_hint(e.to_string(), &e, &submission, &config.mode)),
     }
 }
 
+fn lock(submission: &Mutex<String>) -> std::sync::MutexGuard<'_, String> {
+    submission.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Ctrl-C (SIGINT) ends the program with 130, as a shell expects, after saying that the
+/// submission is left RUNNING and how to finish it (the server sees the connection close and
+/// puts the episodes it was running back in the queue). Its own thread waits for the signal,
+/// so the client's runtime is not involved; without the handler the program would die silent.
+fn say_how_to_resume_on_interrupt(submission: Arc<Mutex<String>>, mode: Mode) {
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+        return;
+    };
+    let waiting = std::thread::Builder::new().name("interrupt".into()).spawn(move || {
+        if runtime.block_on(tokio::signal::ctrl_c()).is_err() {
+            return;
+        }
+        let submission = lock(&submission).clone();
+        let hint = with_hint_for("interrupted".into(), &submission, &mode, false);
+        eprintln!("\nerror: {hint}");
+        std::process::exit(130);
+    });
+    if let Err(e) = waiting {
+        tracing::debug!("no Ctrl-C handler: {e}");
+    }
+}
+
 /// `message`, and for a submission the error left RUNNING, the flag that finishes it: its
 /// finished episodes are kept and only the rest run again.
 fn with_resume_hint(message: String, error: &ClientError, submission: &str, mode: &Mode) -> String {
-    let left_running = !submission.is_empty()
-        && matches!(mode, Mode::Submission { .. })
-        && !matches!(error, ClientError::Refused { .. } | ClientError::Config(_));
-    if left_running && matches!(error, ClientError::Agent(_)) {
+    if matches!(error, ClientError::Refused { .. } | ClientError::Config(_)) {
+        return message;
+    }
+    with_hint_for(message, submission, mode, matches!(error, ClientError::Agent(_)))
+}
+
+/// `message` and, for a submission left RUNNING, how to finish it (`cannot_serve`: the agent
+/// told the server it cannot serve the benchmark).
+fn with_hint_for(message: String, submission: &str, mode: &Mode, cannot_serve: bool) -> String {
+    let left_running = !submission.is_empty() && matches!(mode, Mode::Submission { .. });
+    if left_running && cannot_serve {
         // The client told the server (`agent_cannot_serve`): resuming with the same agent
         // would fail the same way.
         return format!(

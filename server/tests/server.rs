@@ -37,6 +37,21 @@ fn complete_g1_smoke(server: &ServerProc, url: &str) {
     // The server's count of every episode, sent with the end of the submission.
     assert_eq!(summary.final_counts, Some(client::FinalCounts { scored: 6, failed: 0 }));
     let id = summary.submission_id.clone();
+    // An agent that comes back to it (its connection lost as the submission ended) is told the
+    // submission finished, with the same counts: its CLI's exit status depends on them.
+    let again = ClientConfig::new(
+        url,
+        &token,
+        Mode::Submission {
+            benchmark: "g1-smoke".into(),
+            submission_id: Some(id.clone()),
+        },
+    );
+    let late = client::run_blocking(&again, &mut ReplayAgent::new(), &mut |_| {}).expect("told it finished");
+    assert_eq!(
+        (late.submission_status.as_str(), late.episodes.len(), late.final_counts),
+        ("COMPLETED", 0, summary.final_counts)
+    );
 
     // Results in the database, through the REST API.
     let (status, results) = server.get(&format!("/api/v1/submissions/{id}/results"), Some(&token));
@@ -2036,6 +2051,69 @@ fn a_panic_in_act_is_the_agents_failure() {
         assert!(std::time::Instant::now() < deadline, "{results}");
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
+    let (_, s) = server.get(&format!("/api/v1/submissions/{id}"), Some(&token));
+    assert_eq!(s["status"], "RUNNING", "left to be resumed: {s}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The SDK's example agent (built by `cargo test --workspace` beside the test binaries).
+fn sdk_example(name: &str) -> Option<std::path::PathBuf> {
+    let deps = std::env::current_exe().ok()?.parent()?.to_path_buf();
+    let path = deps.parent()?.join("examples").join(name);
+    if path.is_file() {
+        return Some(path);
+    }
+    eprintln!(
+        "skipped: no {} (`cargo test --workspace` builds the SDK's examples)",
+        path.display()
+    );
+    None
+}
+
+/// Ctrl-C of a Rust agent program mid-submission: exit 130 with the flag that finishes the
+/// submission it leaves RUNNING (the Rust SDK walkthrough: it died silent).
+#[test]
+fn an_interrupted_agent_program_says_how_to_finish_its_submission() {
+    use std::io::BufRead;
+    let Some(replay) = sdk_example("replay") else {
+        return;
+    };
+    let dir = tmp("e2e-interrupt");
+    let server = ServerProc::start(&dir, &[]);
+    let token = server.team("interrupted");
+    let mut agent = std::process::Command::new(replay)
+        .args([
+            "--server",
+            &server.ws_url(),
+            "--token",
+            &token,
+            "--benchmark",
+            "g1-smoke",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(agent.stdout.take().unwrap()).lines();
+    let connected = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find(|l| l.starts_with("connected:"))
+        .expect("the agent connects");
+    let id = connected
+        .split_whitespace()
+        .find(|w| w.starts_with("sub-"))
+        .map(|w| w.trim_end_matches(',').to_string())
+        .unwrap_or_else(|| panic!("a submission id in {connected:?}"));
+    // SAFETY: kill(2) on a child this test started and has not waited for.
+    assert_eq!(unsafe { libc::kill(agent.id() as i32, libc::SIGINT) }, 0);
+    let out = agent.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(
+        err.contains("interrupted") && err.contains(&format!("run again with --submission {id}")),
+        "{err}"
+    );
     let (_, s) = server.get(&format!("/api/v1/submissions/{id}"), Some(&token));
     assert_eq!(s["status"], "RUNNING", "left to be resumed: {s}");
     std::fs::remove_dir_all(&dir).ok();

@@ -325,12 +325,25 @@ def test_the_summary_gives_the_servers_counts_of_every_episode() -> None:
 def test_the_summary_of_a_submission_that_had_finished_says_so_without_a_table() -> None:
     """`--submission-id` of a finished submission: the server answers `submission_finished` and no
     session opens; the run says the submission had finished, not an empty table."""
+    import contextlib
     import io
 
     out = io.StringIO()
     cli_common.print_summary(RunSummary("sub-1", "COMPLETED", "g1-smoke", []), out)
     text = out.getvalue().strip()
     assert text == (
-        "submission sub-1 COMPLETED: it had finished before this run, nothing was left to run: its results at "
-        "GET /api/v1/submissions/sub-1/results"
+        "submission sub-1 COMPLETED: it had finished when this run reached it, nothing was left to run: its "
+        "results at GET /api/v1/submissions/sub-1/results"
     ), text
+    # The server's refusal carries what became of its episodes: none scored is no success.
+    summary = RunSummary("sub-1", "COMPLETED", "g1-smoke", [], episodes_scored=0, episodes_failed=4)
+    out = io.StringIO()
+    cli_common.print_summary(summary, out)
+    text = out.getvalue().strip()
+    assert text == (
+        "submission sub-1 COMPLETED: it had finished when this run reached it, nothing was left to run; its 4 "
+        "episodes: 0 scored, 4 failed or timed out: its results at GET /api/v1/submissions/sub-1/results"
+    ), text
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert cli_common.exit_status(summary, "arena-agent") == 1

@@ -101,6 +101,11 @@ pub fn done_line(summary: &RunSummary) -> String {
     );
     let total = summary.episodes_total as usize;
     let results = format!("GET /api/v1/submissions/{}/results", summary.submission_id);
+    // No session opened: the server said the submission had finished (`--submission-id` of a
+    // finished one, or one another agent finished while this run waited to attach).
+    if total == 0 && n == 0 {
+        line += "; it had finished when this run reached it, nothing was left to run";
+    }
     match summary.final_counts {
         // What became of all of them, those this run did not see end too.
         Some(FinalCounts { scored, failed }) => {
@@ -112,11 +117,7 @@ pub fn done_line(summary: &RunSummary) -> String {
         None if total > n => {
             line += &format!("; the submission has {total}: its results over all of them at {results}")
         }
-        // No session opened: the server said the submission had finished (`--submission-id`
-        // of a finished one).
-        None if total == 0 && n == 0 => {
-            line += &format!("; it had finished before this run, nothing was left to run: its results at {results}")
-        }
+        None if total == 0 && n == 0 => line += &format!(": its results at {results}"),
         None => {}
     }
     line
@@ -211,8 +212,21 @@ mod done_line_tests {
         };
         assert_eq!(
             done_line(&finished),
-            "done: submission sub-1 COMPLETED, 0 episodes in this run; it had finished before this run, nothing \
-             was left to run: its results at GET /api/v1/submissions/sub-1/results"
+            "done: submission sub-1 COMPLETED, 0 episodes in this run; it had finished when this run reached it, \
+             nothing was left to run: its results at GET /api/v1/submissions/sub-1/results"
         );
+        // The server's refusal carries its counts: a submission none of whose episodes scored
+        // is no success, whichever session saw it end.
+        let finished = RunSummary {
+            final_counts: Some(FinalCounts { scored: 0, failed: 4 }),
+            ..finished
+        };
+        assert_eq!(
+            done_line(&finished),
+            "done: submission sub-1 COMPLETED, 0 episodes in this run; it had finished when this run reached it, \
+             nothing was left to run; the submission's 4 episodes: 0 scored, 4 failed or timed out (the reasons \
+             at GET /api/v1/submissions/sub-1/results)"
+        );
+        assert!(report_done(&finished).is_err());
     }
 }

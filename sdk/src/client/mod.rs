@@ -751,6 +751,14 @@ async fn session(
                         if !e.submission_status.is_empty() {
                             state.summary.submission_status = e.submission_status.clone();
                         }
+                        // What became of all its episodes: this run may have lost their ends
+                        // with a connection (older servers send no counts).
+                        if e.episodes_scored + e.episodes_failed > 0 {
+                            state.summary.final_counts = Some(FinalCounts {
+                                scored: e.episodes_scored,
+                                failed: e.episodes_failed,
+                            });
+                        }
                         return Ok(SessionEnd::Done);
                     }
                     on_event(ClientEvent::ServerError(&e));
@@ -773,7 +781,9 @@ async fn session(
             }
             Msg::Disconnect(d) => {
                 state.summary.submission_status = d.submission_status.clone();
-                if d.reason == "submission_complete" && d.episodes_scored + d.episodes_failed > 0 {
+                if ["submission_complete", "submission_cancelled"].contains(&d.reason.as_str())
+                    && d.episodes_scored + d.episodes_failed > 0
+                {
                     state.summary.final_counts = Some(FinalCounts {
                         scored: d.episodes_scored,
                         failed: d.episodes_failed,

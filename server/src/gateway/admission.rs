@@ -35,6 +35,27 @@ pub(super) struct Admitted {
     pub(super) place: Option<SessionPlace>,
 }
 
+/// The refusal of a session for a submission that has finished, with what became of all its
+/// episodes: an agent whose connection was lost while it ended learns the counts the session's
+/// `disconnect` would have carried (its SDK's exit status depends on them).
+pub(super) async fn submission_finished(state: &AppState, id: &str, status: &str, message: String) -> Box<Msg> {
+    let (scored, failed) = match state.storage.final_counts(id).await {
+        Ok(counts) => counts,
+        Err(e) => {
+            tracing::warn!(submission = %id, "counting its final episodes: {e}");
+            (0, 0)
+        }
+    };
+    Box::new(Msg::Error(protocol::Error {
+        code: codes::SUBMISSION_FINISHED.into(),
+        message,
+        submission_status: status.into(),
+        episodes_scored: scored as u32,
+        episodes_failed: failed as u32,
+        ..Default::default()
+    }))
+}
+
 pub(super) fn refusal(e: AccessError) -> Box<Msg> {
     Box::new(Msg::Error(e.to_protocol()))
 }
@@ -160,12 +181,8 @@ pub(super) async fn admit(
             }
         }
         if matches!(s.status, SubmissionStatus::Completed | SubmissionStatus::Failed) {
-            return Err(Box::new(Msg::Error(protocol::Error {
-                code: codes::SUBMISSION_FINISHED.into(),
-                message: format!("submission {} is {}", s.id, s.status.as_str()),
-                submission_status: s.status.as_str().into(),
-                ..Default::default()
-            })));
+            let message = format!("submission {} is {}", s.id, s.status.as_str());
+            return Err(submission_finished(state, &s.id, s.status.as_str(), message).await);
         }
         if !c.benchmark.is_empty() && c.benchmark != s.benchmark {
             return Err(refuse(

@@ -333,12 +333,7 @@ where
                         Ok(Some(now)) => now.status.as_str().to_string(),
                         _ => String::new(),
                     };
-                    return Err(Box::new(Msg::Error(protocol::Error {
-                        code: codes::SUBMISSION_FINISHED.into(),
-                        message: why,
-                        submission_status: status,
-                        ..Default::default()
-                    })));
+                    return Err(admission::submission_finished(state, &s.id, &status, why).await);
                 }
                 Err(e) => return Err(refuse_internal("starting the submission", e)),
             }

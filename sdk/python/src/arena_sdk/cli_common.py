@@ -317,14 +317,21 @@ def _unit(metric: str, sep: str) -> str:
 def print_summary(summary: RunSummary, out: TextIO) -> None:
     """The episodes as a table (sorted by episode id), then totals."""
     episodes = sorted(summary.episodes, key=lambda e: e.episode_id)
+    results = f"GET /api/v1/submissions/{summary.submission_id}/results"
     if summary.submission_id and not episodes and not summary.episodes_total:
         # No session opened: the server said the submission had finished (`--submission-id` of
-        # a finished one): no table of nothing.
-        print(
-            f"\nsubmission {summary.submission_id} {summary.submission_status}: it had finished before this "
-            f"run, nothing was left to run: its results at GET /api/v1/submissions/{summary.submission_id}/results",
-            file=out,
+        # a finished one, or one another agent finished while this run waited to attach): no
+        # table of nothing, what became of its episodes when the server said.
+        line = (
+            f"\nsubmission {summary.submission_id} {summary.submission_status}: it had finished when this run "
+            "reached it, nothing was left to run"
         )
+        if summary.episodes_scored is not None:
+            failed = summary.episodes_failed or 0
+            line += f"; its {summary.episodes_scored + failed} episodes: {summary.episodes_scored} scored"
+            if failed:
+                line += f", {failed} failed or timed out"
+        print(f"{line}: its results at {results}", file=out)
         return
     metrics = [k for k in KEY_METRICS if any(k in e.metrics for e in episodes)]
     header = ["episode", "motion", "status", "steps", *(f"{k}{_unit(k, ' ')}" for k in metrics)]
@@ -368,7 +375,6 @@ def print_summary(summary: RunSummary, out: TextIO) -> None:
             line += f" ({unscored} failed or timed out, unscored, left out)"
     if summary.reconnects:
         line += f", {_plural(summary.reconnects, 'reconnect')}"
-    results = f"GET /api/v1/submissions/{summary.submission_id}/results"
     if summary.submission_id and summary.episodes_scored is not None:
         # What became of all of them, those this run did not see end too.
         failed = summary.episodes_failed or 0

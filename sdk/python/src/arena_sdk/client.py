@@ -763,6 +763,11 @@ class _Session:
                 # COMPLETED, or FAILED (cancelled by the organiser).
                 if e.submission_status:
                     self.runner.summary.submission_status = e.submission_status
+                # What became of all its episodes: this run may have lost their ends with a
+                # connection (older servers send no counts).
+                if e.episodes_scored + e.episodes_failed > 0:
+                    self.runner.summary.episodes_scored = e.episodes_scored
+                    self.runner.summary.episodes_failed = e.episodes_failed
                 return None
             # The old session is still being torn down (submission_busy), or another
             # non-fatal refusal.
@@ -778,7 +783,7 @@ class _Session:
 
     def on_disconnect(self, d: pb.Disconnect) -> _Outcome:
         self.runner.summary.submission_status = d.submission_status
-        if d.reason == "submission_complete" and d.episodes_scored + d.episodes_failed > 0:
+        if d.reason in ("submission_complete", "submission_cancelled") and d.episodes_scored + d.episodes_failed > 0:
             self.runner.summary.episodes_scored = d.episodes_scored
             self.runner.summary.episodes_failed = d.episodes_failed
         if d.reason in ("submission_complete", "submission_cancelled", "client_done"):

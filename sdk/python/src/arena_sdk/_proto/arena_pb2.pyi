@@ -238,20 +238,24 @@ class Heartbeat(_message.Message):
     def __init__(self, time: _Optional[float] = ...) -> None: ...
 
 class Error(_message.Message):
-    __slots__ = ("code", "message", "step", "limit", "resets_at", "submission_status")
+    __slots__ = ("code", "message", "step", "limit", "resets_at", "submission_status", "episodes_scored", "episodes_failed")
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     RESETS_AT_FIELD_NUMBER: _ClassVar[int]
     SUBMISSION_STATUS_FIELD_NUMBER: _ClassVar[int]
+    EPISODES_SCORED_FIELD_NUMBER: _ClassVar[int]
+    EPISODES_FAILED_FIELD_NUMBER: _ClassVar[int]
     code: str
     message: str
     step: int
     limit: int
     resets_at: str
     submission_status: str
-    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., step: _Optional[int] = ..., limit: _Optional[int] = ..., resets_at: _Optional[str] = ..., submission_status: _Optional[str] = ...) -> None: ...
+    episodes_scored: int
+    episodes_failed: int
+    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., step: _Optional[int] = ..., limit: _Optional[int] = ..., resets_at: _Optional[str] = ..., submission_status: _Optional[str] = ..., episodes_scored: _Optional[int] = ..., episodes_failed: _Optional[int] = ...) -> None: ...
 
 class Disconnect(_message.Message):
     __slots__ = ("reason", "submission_status", "episodes_scored", "episodes_failed")

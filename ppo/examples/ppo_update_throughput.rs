@@ -6,7 +6,7 @@
 //! update (issue 41 §3: how much of a training iteration the update takes, against the peer).
 //! Prints one JSON line: {"updates_per_s", "updates", "samples", "threads", ...}.
 //!
-//! `cargo run --release -p arena-ppo --example update_throughput -- --updates 10`
+//! `cargo run --release -p arena-ppo --example ppo_update_throughput -- --updates 10`
 
 use arena_ppo::config::PpoTrainConfig;
 use arena_ppo::mdp::{ACTOR_DIM, CRITIC_DIM};

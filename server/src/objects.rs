@@ -324,28 +324,46 @@ impl Objects {
         .await
     }
 
-    /// Runs a write until it succeeds, waiting 0.25 s, 0.5 s, … (at most 5 s) between tries,
-    /// for up to `retry_for`; the error then says for how long it was tried.
+    /// Runs a write until it succeeds, waiting as [`Backoff`] says, for up to `retry_for`; the
+    /// error then says for how long it was tried.
     async fn retrying<F, Fut, E>(&self, what: String, write: F) -> Result<(), ObjectError>
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<(), E>>,
         E: std::fmt::Display,
     {
-        let started = Instant::now();
-        let mut wait = Duration::from_millis(250);
+        let mut backoff = Backoff::new(self.retry_for);
         loop {
             match write().await {
                 Ok(()) => return Ok(()),
-                Err(e) if started.elapsed() + wait < self.retry_for => {
-                    tracing::warn!("object store {}: {what} failed, retrying in {wait:?}: {e}", self.shown);
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(Duration::from_secs(5));
-                }
-                Err(e) => {
-                    let gave_up = format!("{what} (gave up after {:.0} s)", started.elapsed().as_secs_f64());
-                    return Err(self.error(gave_up, e));
-                }
+                Err(e) => match backoff.next_wait() {
+                    Some(wait) => {
+                        tracing::warn!("object store {}: {what} failed, retrying in {wait:?}: {e}", self.shown);
+                        tokio::time::sleep(wait).await;
+                    }
+                    None => {
+                        let gave_up = format!("{what} (gave up after {:.0} s)", backoff.tried_s());
+                        return Err(self.error(gave_up, e));
+                    }
+                },
+            }
+        }
+    }
+
+    /// [`Objects::retrying`] for a blocking write of this process's own (a part file written
+    /// on the store pool's threads): the same waits, the same limit.
+    pub fn retrying_blocking<T>(&self, what: &str, mut write: impl FnMut() -> anyhow::Result<T>) -> anyhow::Result<T> {
+        let mut backoff = Backoff::new(self.retry_for);
+        loop {
+            match write() {
+                Ok(done) => return Ok(done),
+                Err(e) => match backoff.next_wait() {
+                    Some(wait) => {
+                        tracing::warn!("{what} failed, retrying in {wait:?}: {e:#}");
+                        std::thread::sleep(wait);
+                    }
+                    None => return Err(e.context(format!("{what} (gave up after {:.0} s)", backoff.tried_s()))),
+                },
             }
         }
     }
@@ -624,6 +642,38 @@ pub fn hdf5_episode_part_key(submission: &str, idx: i64, attempt: i64) -> String
 /// The key of a submission's report.
 pub fn report_key(submission: &str) -> String {
     format!("reports/{submission}.json")
+}
+
+/// The waits between tries of a write: 0.25 s, 0.5 s, … (at most 5 s), while the next try
+/// still starts within the limit.
+struct Backoff {
+    started: Instant,
+    wait: Duration,
+    limit: Duration,
+}
+
+impl Backoff {
+    fn new(limit: Duration) -> Self {
+        Backoff {
+            started: Instant::now(),
+            wait: Duration::from_millis(250),
+            limit,
+        }
+    }
+
+    /// How long to wait before the next try; `None` once it would start past the limit.
+    fn next_wait(&mut self) -> Option<Duration> {
+        let wait = self.wait;
+        if self.started.elapsed() + wait >= self.limit {
+            return None;
+        }
+        self.wait = (wait * 2).min(Duration::from_secs(5));
+        Some(wait)
+    }
+
+    fn tried_s(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
 }
 
 #[cfg(test)]

@@ -51,7 +51,26 @@ pub enum WrittenPart {
 ///
 /// `draft`: the part as far as it was written while the episode ran ([`part_draft`]), finished
 /// here; should that fail (logged), the part is written whole.
+///
+/// A write that fails (a full disk, a folder that cannot be written) is tried again with
+/// backoff for `object_store_retry_s`, as the store's own writes are: space that comes back in
+/// that time costs the episode nothing (it had been a server fault at once, FAILED at the
+/// third when the agent reconnected quickly).
 pub fn write_part_for(
+    objects: &Objects,
+    submission: &str,
+    idx: i64,
+    attempt: i64,
+    record: &EpisodeRecord,
+    draft: Option<part_draft::PartDraft>,
+) -> anyhow::Result<WrittenPart> {
+    let mut draft = draft;
+    objects.retrying_blocking(&format!("writing the file of episode {idx}"), || {
+        write_part_once(objects, submission, idx, attempt, record, draft.take())
+    })
+}
+
+fn write_part_once(
     objects: &Objects,
     submission: &str,
     idx: i64,

@@ -2118,3 +2118,47 @@ fn an_interrupted_agent_program_says_how_to_finish_its_submission() {
     assert_eq!(s["status"], "RUNNING", "left to be resumed: {s}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A data folder that cannot take the episodes' files for a while (the operator walkthrough: a
+/// full disk) delays their commits and costs them nothing once it can again: the writes are
+/// retried as the object store's are, not charged as server faults at once (which failed two
+/// episodes of a team for good within seconds, its agent reconnecting quickly).
+#[test]
+fn episode_files_that_cannot_be_written_for_a_while_are_retried_not_charged() {
+    let dir = tmp("e2e-no-room");
+    let server = ServerProc::start(&dir, &[]);
+    let token = server.team("roomless");
+    // Both places an episode's file can go, the store's folder and the scratch folder, are
+    // files for the first seconds of the run.
+    let blocked = [dir.join("trajectories"), dir.join("scratch")];
+    for path in &blocked {
+        if path.is_dir() {
+            std::fs::remove_dir_all(path).unwrap();
+        }
+        std::fs::write(path, b"not a folder").unwrap();
+    }
+    let freed = blocked.clone();
+    let freeing = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(3));
+        for path in &freed {
+            std::fs::remove_file(path).unwrap();
+            std::fs::create_dir_all(path).unwrap();
+        }
+    });
+    let summary = submit(&server.ws_url(), &token, Encoding::Binary);
+    freeing.join().unwrap();
+    assert_eq!(
+        (summary.submission_status.as_str(), summary.final_counts),
+        ("COMPLETED", Some(client::FinalCounts { scored: 6, failed: 0 })),
+        "{}",
+        server.log_text()
+    );
+    let id = &summary.submission_id;
+    let (_, results) = server.get(&format!("/api/v1/submissions/{id}/results"), Some(&token));
+    for e in results["episodes"].as_array().unwrap() {
+        assert_eq!(e["attempts"], 1, "{e}");
+    }
+    let log = server.log_text();
+    assert!(log.contains("failed, retrying in"), "{log}");
+    std::fs::remove_dir_all(&dir).ok();
+}

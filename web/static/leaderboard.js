@@ -69,7 +69,8 @@ export function leaderboardTable(lb, info = {}, { canOpen = () => false, testid 
           ? h('a.mono', { href: `#/submissions/${enc(e.submission_id)}`, 'data-testid': 'submission-link' }, e.submission_id)
           : h('span.mono', { title: "its page needs the team's token or the admin token", 'data-testid': 'submission-id' }, e.submission_id),
     },
-    { key: 'finished_at', label: 'Date', render: (e) => timeEl(e.finished_at), defaultDir: 'desc' },
+    // To the second: of two equal scores the earlier finish ranks first (docs/server.md).
+    { key: 'finished_at', label: 'Finished', render: (e) => timeEl(e.finished_at, true), defaultDir: 'desc' },
   ];
   if (lb.success_metric || (lb.entries || []).some((e) => e.success_rate !== null && e.success_rate !== undefined)) {
     cols.push({

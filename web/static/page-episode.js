@@ -3,7 +3,7 @@
 import { api, getToken } from './api.js';
 import { loadBenchmarkInfo, metricInfoMap } from './leaderboard.js';
 import { hasTrajectory, orderedMetrics, resultsHiddenNotice, tokenPrompt } from './page-submission.js';
-import { badge, clear, defList, enc, errorBox, fmtNum, fmtSeed, h, loading, metricLabel, motionName, notice, sortableTable } from './ui.js';
+import { attemptsText, badge, clear, defList, enc, errorBox, fmtNum, fmtSeed, h, loading, metricLabel, motionName, notice, sortableTable } from './ui.js';
 
 let robotCache = null;
 
@@ -17,15 +17,6 @@ async function loadRobot() {
     });
   }
   return robotCache;
-}
-
-// "3", or "3 (1 lost by the server, 1 charged to nobody)": the runs that were not the agent's.
-function attemptsText(ep) {
-  if (ep.attempts === null || ep.attempts === undefined) return '—';
-  const notAgents = [];
-  if (ep.server_faults) notAgents.push(`${ep.server_faults} lost by the server`);
-  if (ep.uncharged_runs) notAgents.push(`${ep.uncharged_runs} charged to nobody`);
-  return notAgents.length ? `${ep.attempts} (${notAgents.join(', ')})` : String(ep.attempts);
 }
 
 export async function episodePage(root, { id, idx }, ctx) {

@@ -6,6 +6,7 @@ import { barChart, lineChart } from './charts.js';
 import { loadBenchmarkInfo, metricInfoMap } from './leaderboard.js';
 import {
   actionButton,
+  attemptsText,
   badge,
   motionName,
   clear,
@@ -500,7 +501,8 @@ function renderResults(root, res, { id, bench, info, state, status }) {
         value: (e) => (e.metrics || {})[m] ?? null,
         render: (e) => fmtNum((e.metrics || {})[m]),
       })),
-      { key: 'attempts', label: 'Attempts', numeric: true },
+      // The runs the server lost or gave back are counted apart, as on the episode page.
+      { key: 'attempts', label: 'Attempts', numeric: true, render: (e) => attemptsText(e) },
       {
         key: 'replay',
         label: '',

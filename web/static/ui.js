@@ -119,6 +119,15 @@ export function timeEl(ms, seconds = false) {
   return h('time', { datetime: isoDate(ms), title: isoDate(ms) }, h('span', `${dayFmt.format(d)},`), ' ', h('span', clock.format(d)));
 }
 
+/** An episode's runs: "3", or "3 (1 lost by the server, 1 charged to nobody)", the runs that were not the agent's. */
+export function attemptsText(ep) {
+  if (ep.attempts === null || ep.attempts === undefined) return '—';
+  const notAgents = [];
+  if (ep.server_faults) notAgents.push(`${ep.server_faults} lost by the server`);
+  if (ep.uncharged_runs) notAgents.push(`${ep.uncharged_runs} charged to nobody`);
+  return notAgents.length ? `${ep.attempts} (${notAgents.join(', ')})` : String(ep.attempts);
+}
+
 /** "1 submission", "2 submissions" (`many` defaults to `one` + "s"). */
 export function plural(n, one, many) {
   return `${n} ${n === 1 ? one : many || `${one}s`}`;

@@ -85,6 +85,31 @@ fn redact_url(url: &str) -> String {
     }
 }
 
+/// A connection goes back to the pool only outside any transaction. When the database ends a
+/// transaction on its own (SQLite may on SQLITE_FULL, IOERR, BUSY or NOMEM), sqlx's rollback at
+/// the `Transaction`'s drop fails and sqlx still counts the connection inside it: its next
+/// transaction would be a savepoint whose rollback leaves the database's transaction open, and
+/// every later write on the connection would be answered and never committed (the operator
+/// walkthrough: a disk full for a moment lost the teams created after it, and the open write
+/// lock had every other connection's writes fail `database is locked` until a restart). A
+/// rollback queued at a `Transaction`'s drop is let run first (the ping); a connection still
+/// inside one is closed, a fresh one takes its place.
+fn no_connection_back_inside_a_transaction(options: AnyPoolOptions) -> AnyPoolOptions {
+    options.after_release(|conn, _meta| {
+        Box::pin(async move {
+            if !conn.is_in_transaction() {
+                return Ok(true);
+            }
+            conn.ping().await?;
+            if conn.is_in_transaction() {
+                tracing::warn!("a database connection was left inside a transaction: closed, a new one replaces it");
+                return Ok(false);
+            }
+            Ok(true)
+        })
+    })
+}
+
 /// Opens a pool. A refused connection is retried until [`CONNECT_TIMEOUT`] (the database may be
 /// starting, e.g. next to the server in docker compose); the error then says why the last try failed.
 async fn pool_connect(options: AnyPoolOptions, url: &str, shown: &str) -> Result<AnyPool, StorageError> {
@@ -94,7 +119,7 @@ async fn pool_connect(options: AnyPoolOptions, url: &str, shown: &str) -> Result
     {
         eprintln!("note: {shown} refused the connection ({e}); waiting up to {CONNECT_TIMEOUT:?} for it to start");
     }
-    match options.connect(url).await {
+    match no_connection_back_inside_a_transaction(options).connect(url).await {
         Ok(pool) => Ok(pool),
         Err(sqlx::Error::PoolTimedOut) => {
             let last = match sqlx::AnyConnection::connect(url).await {
@@ -407,6 +432,52 @@ impl Storage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A transaction SQLite ends on its own (it may on SQLITE_FULL, IOERR, BUSY, NOMEM; here a
+    /// conflict under `OR ROLLBACK`) left sqlx believing the connection still in it: the next
+    /// transaction on that connection became a savepoint, its rollback left SQLite's transaction
+    /// open, and every later write on the connection was answered and never committed (the
+    /// operator walkthrough: teams created after a disk-full moment, gone at the restart).
+    #[tokio::test]
+    async fn a_transaction_sqlite_ended_itself_leaves_no_connection_inside_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("t.db").display());
+        let storage = Storage::connect(&url).await.unwrap();
+        let pool = &storage.pool;
+        sqlx::query("CREATE TABLE probe (k INTEGER PRIMARY KEY)")
+            .execute(pool)
+            .await
+            .unwrap();
+        sqlx::query("INSERT INTO probe VALUES (1)").execute(pool).await.unwrap();
+        {
+            let mut tx = pool.begin().await.unwrap();
+            let refused = sqlx::query("INSERT OR ROLLBACK INTO probe VALUES (1)")
+                .execute(&mut *tx)
+                .await;
+            assert!(refused.is_err());
+        }
+        for k in 2..20 {
+            let mut tx = pool.begin().await.unwrap();
+            sqlx::query("INSERT INTO probe VALUES ($1)")
+                .bind(k)
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            tx.rollback().await.unwrap();
+            sqlx::query("INSERT INTO probe VALUES ($1)")
+                .bind(1000 + k)
+                .execute(pool)
+                .await
+                .unwrap();
+        }
+        // Every write that was answered is in the file, as a connection of its own reads it.
+        let mut fresh = sqlx::AnyConnection::connect(&url).await.unwrap();
+        let kept: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM probe WHERE k > 1000")
+            .fetch_one(&mut fresh)
+            .await
+            .unwrap();
+        assert_eq!(kept, 18);
+    }
 
     #[test]
     fn metrics_keep_non_finite_values() {

@@ -213,10 +213,10 @@ impl AppState {
         // started beside its database stopped at once.
         let storage = Storage::connect(&url)
             .await
-            .with_context(|| format!("opening the database {}", redact(&url)))?
+            .with_context(|| format!("opening the database {}", crate::storage::redact_url(&url)))?
             .with_lease(config.replica_id(), config.lease());
         // Before recovery: it takes back every running episode claimed under this id.
-        let replica_lock = ReplicaLock::acquire(&url, &redact(&url), &config.replica_id()).await?;
+        let replica_lock = ReplicaLock::acquire(&url, &crate::storage::redact_url(&url), &config.replica_id()).await?;
         let unfinished = storage.recover_after_restart().await?;
         if !unfinished.is_empty() {
             // Hosted ones have no agent: the server takes them up itself (`hosted::supervise`).
@@ -590,20 +590,6 @@ async fn backfill_benchmark_versions(storage: &Storage, catalog: &Catalog) -> an
         }
     }
     Ok(())
-}
-
-/// A database URL without its password, for messages.
-pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let creds = &url[s + 3..at];
-            match creds.find(':') {
-                Some(c) => format!("{}{}:***{}", &url[..s + 3], &creds[..c], &url[at..]),
-                None => url.to_string(),
-            }
-        }
-        _ => url.to_string(),
-    }
 }
 
 /// A new submission id: short, unguessable, URL-safe.

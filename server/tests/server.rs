@@ -734,6 +734,19 @@ fn submission_survives_server_sigterm() {
     });
 }
 
+/// SIGHUP (the operator walkthrough: its terminal closed, or a "reload" by habit, killed the
+/// server at once, each running episode a server fault) stops it as SIGTERM does.
+#[test]
+fn submission_survives_server_sighup() {
+    submission_survives_a_stop(StopCase {
+        name: "e2e-hup",
+        stop: ServerProc::hangup,
+        grpc: false,
+        counted: ("uncharged_runs", "server_faults"),
+        told: Some("server ended the session: shutdown"),
+    });
+}
+
 /// SIGTERM with the agent on gRPC: its stream is ended with `disconnect {shutdown}` at once
 /// (before, the HTTP/2 graceful shutdown waited for it while the lane stepped runs already
 /// given back, and the session ended `episodes_pending`).
@@ -2160,5 +2173,36 @@ fn episode_files_that_cannot_be_written_for_a_while_are_retried_not_charged() {
     }
     let log = server.log_text();
     assert!(log.contains("failed, retrying in"), "{log}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A stopped server leaves its whole SQLite database in `arena.db`: the write-ahead log is
+/// written into it (the operator walkthrough: after a clean stop the file alone had no tables,
+/// the classic "stop, then copy arena.db" backup copied nothing).
+#[test]
+fn a_stopped_server_leaves_its_database_in_one_file() {
+    let dir = tmp("e2e-checkpoint");
+    let mut server = ServerProc::start(&dir, &[]);
+    server.team("kept");
+    server.terminate();
+    let wal = dir.join("arena.db-wal");
+    assert!(
+        std::fs::metadata(&wal).map_or(true, |m| m.len() == 0),
+        "{} holds what arena.db lacks",
+        wal.display()
+    );
+    // The file alone, copied elsewhere, is the database.
+    let copy = dir.join("copy.db");
+    std::fs::copy(dir.join("arena.db"), &copy).unwrap();
+    let names: Vec<String> = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        use sqlx::Connection;
+        let url = format!("sqlite://{}?mode=ro", copy.display());
+        let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        sqlx::query_scalar("SELECT name FROM teams")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap()
+    });
+    assert_eq!(names, ["kept"]);
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -7,7 +7,7 @@
 use crate::app;
 use crate::cli::serve::{ConfigArgs, LaneBackendArgs};
 use crate::leaderboard;
-use crate::state::{self, AppState};
+use crate::state::AppState;
 use crate::storage::{EpisodeState, hash_token};
 use anyhow::Context;
 use arena_sdk::Agent;
@@ -80,7 +80,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     if !a.json {
         println!(
             "server: http://{addr} (database {})",
-            state::redact(&config.database_url())
+            crate::storage::redact_url(&config.database_url())
         );
     }
 

@@ -108,7 +108,7 @@ pub async fn open_existing_storage(config: &crate::config::ServerConfig) -> anyh
     }
     crate::storage::Storage::connect(&url)
         .await
-        .map_err(|e| anyhow::anyhow!("opening the database {}: {e}", crate::state::redact(&url)))
+        .map_err(|e| anyhow::anyhow!("opening the database {}: {e}", crate::storage::redact_url(&url)))
 }
 
 impl Cli {

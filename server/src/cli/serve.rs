@@ -334,6 +334,11 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let result = runtime.block_on(async move {
         if config.admin_token.is_empty() {
             eprintln!("note: no admin token (ARENA_ADMIN_TOKEN / --admin-token): team management is disabled");
+        } else if let Some(why) = weak_admin_token(&config.admin_token) {
+            eprintln!(
+                "warning: the admin token {why}: anyone who guesses it runs the competition; give one of 16 or more \
+                 random characters (ARENA_ADMIN_TOKEN / --admin-token)"
+            );
         }
         // The port first: a second server started on a port in use stops here, before its
         // start-up re-queues the episodes claimed under its replica id (which, with the same
@@ -366,7 +371,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         println!("arena serve: listening on http://{addr} (agents: ws://{addr}/api/v1/agent or gRPC at {addr})");
         println!(
             "arena serve: database {}, data in {}, objects in {}, replica {}",
-            state::redact(&config.database_url()),
+            crate::storage::redact_url(&config.database_url()),
             config.data_dir.display(),
             state.objects.shown(),
             state.storage.lease().replica
@@ -390,7 +395,11 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
                     let signal = signals.recv().await;
                     eprintln!("arena serve: {signal} {when}: exiting now; running episodes are re-queued at the next start");
                     // 128 + the signal's number, as a shell reports a process it killed.
-                    std::process::exit(if signal == "SIGINT" { 130 } else { 143 });
+                    std::process::exit(match signal {
+                        "SIGINT" => 130,
+                        "SIGHUP" => 129,
+                        _ => 143,
+                    });
                 });
                 match why {
                     Ok(signal) => {
@@ -419,10 +428,20 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
                 }
             }
         };
+        let storage = state.storage.clone();
         let served = app::serve(listener, state, stopped).await;
         // Spares mid-import or mid-warm-up would run on after the server, and their scratch
         // files would stay until another start's sweep.
         crate::orchestrator::warm::end_spares(&config);
+        // SQLite: what the write-ahead log holds goes into the database file, so that the file
+        // alone is the whole database once the server has stopped (an operator's "stop, then
+        // copy arena.db" had copied an empty or older database). Bounded, as the stop is.
+        let checkpoint = tokio::time::timeout(std::time::Duration::from_secs(5), storage.checkpoint());
+        match checkpoint.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("arena serve: writing the database's log into its file: {e}"),
+            Err(_) => eprintln!("arena serve: writing the database's log into its file took over 5 s: left to the next start"),
+        }
         served?;
         match taken.lock().expect("stop reason").take() {
             Some(why) => Err(anyhow::anyhow!(why)),
@@ -436,13 +455,16 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     result
 }
 
-/// SIGINT (Ctrl-C) and SIGTERM (what `docker stop` and systemd send), registered once: a
+/// SIGINT (Ctrl-C), SIGTERM (what `docker stop` and systemd send) and SIGHUP (the terminal
+/// closed, or a "reload" sent by habit: this server has nothing to reload, and the signal's
+/// default action killed it at once, each running episode a server fault), registered once: a
 /// signal that arrives while an earlier one is being handled waits for the next
 /// [`StopSignals::recv`]. (`tokio::signal::ctrl_c` registers on each call, so a second Ctrl-C
 /// sent before that call would be missed.)
 struct StopSignals {
     interrupt: Option<tokio::signal::unix::Signal>,
     terminate: Option<tokio::signal::unix::Signal>,
+    hangup: Option<tokio::signal::unix::Signal>,
 }
 
 impl StopSignals {
@@ -453,6 +475,7 @@ impl StopSignals {
         StopSignals {
             interrupt: signal(SignalKind::interrupt()).ok(),
             terminate: signal(SignalKind::terminate()).ok(),
+            hangup: signal(SignalKind::hangup()).ok(),
         }
     }
 
@@ -469,8 +492,18 @@ impl StopSignals {
         tokio::select! {
             _ = next(&mut self.interrupt) => "SIGINT",
             _ = next(&mut self.terminate) => "SIGTERM",
+            _ = next(&mut self.hangup) => "SIGHUP",
         }
     }
+}
+
+/// Why an admin token is easy to guess, if it is: docker/compose.yaml's placeholder, or short.
+fn weak_admin_token(token: &str) -> Option<String> {
+    if token == "change-me" {
+        return Some("is docker/compose.yaml's placeholder `change-me`".into());
+    }
+    let n = token.chars().count();
+    (n < 16).then(|| format!("has only {n} characters"))
 }
 
 #[cfg(test)]
@@ -500,5 +533,12 @@ mod tests {
         let e = args.resolve_with(&LaneBackendArgs::default()).unwrap_err().to_string();
         assert!(e.contains("sim_threads: expected 0-1024"), "{e}");
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn a_guessable_admin_token_is_warned_of() {
+        assert!(weak_admin_token("change-me").unwrap().contains("placeholder"));
+        assert_eq!(weak_admin_token("s3cret").unwrap(), "has only 6 characters");
+        assert_eq!(weak_admin_token("k2P9-x7Qw_4mZr8Ls"), None);
     }
 }

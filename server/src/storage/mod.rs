@@ -67,21 +67,18 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 const INSERT_CHUNK: usize = 100;
 
 /// Removes the password from a URL for error messages.
-fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let (authority, path) = rest.split_once('/').map_or((rest, None), |(a, p)| (a, Some(p)));
-    let authority = match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _password)) => format!("{user}:***@{host}"),
-            None => authority.to_string(),
-        },
-        None => authority.to_string(),
-    };
-    match path {
-        Some(path) => format!("{scheme}://{authority}/{path}"),
-        None => format!("{scheme}://{authority}"),
+pub fn redact_url(url: &str) -> String {
+    // The password ends at the last `@`: it may hold `/`, `#` or `@` itself (not
+    // percent-encoded), which a split at the first `/` printed in clear.
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let userinfo = &url[s + 3..at];
+            match userinfo.find(':') {
+                Some(c) => format!("{}{}:***{}", &url[..s + 3], &userinfo[..c], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
     }
 }
 
@@ -419,6 +416,20 @@ impl Storage {
         self.engine
     }
 
+    /// SQLite: writes what its write-ahead log holds into the database file and empties the
+    /// log (`arena serve` does as it stops, so that the file alone is the whole database).
+    /// Nothing to do on PostgreSQL.
+    pub async fn checkpoint(&self) -> Result<(), StorageError> {
+        if self.engine != Engine::Sqlite {
+            return Ok(());
+        }
+        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute(&self.pool)
+            .await
+            .ctx(|| "writing the write-ahead log into the database file".into())?;
+        Ok(())
+    }
+
     /// Whether the database answers a trivial query within `within` (`GET /api/v1/health`).
     pub async fn ping(&self, within: std::time::Duration) -> Result<(), String> {
         match tokio::time::timeout(within, sqlx::query("SELECT 1").execute(&self.pool)).await {
@@ -505,6 +516,12 @@ mod tests {
             "postgres://u:***@h:5432/db"
         );
         assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
+        // Unencoded `/`, `#` and `@` in the password (the operator walkthrough printed them).
+        assert_eq!(
+            redact_url("postgres://u:pa/ss#x@h:5432/db"),
+            "postgres://u:***@h:5432/db"
+        );
+        assert_eq!(redact_url("postgres://u:p@ss/w0rd@h/db"), "postgres://u:***@h/db");
         assert_eq!(redact_url("sqlite://a/b.db"), "sqlite://a/b.db");
     }
 

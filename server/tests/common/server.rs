@@ -104,12 +104,21 @@ impl ServerProc {
 
     /// SIGTERM (what `docker stop` sends), then its exit, within a minute.
     pub fn terminate(&mut self) {
+        self.signal("TERM");
+    }
+
+    /// SIGHUP (its terminal closed), then its exit, within a minute.
+    pub fn hangup(&mut self) {
+        self.signal("HUP");
+    }
+
+    fn signal(&mut self, name: &str) {
         let pid = self.pid().to_string();
-        let term = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-        assert!(term.success(), "kill -TERM {pid}");
+        let sent = Command::new("kill").args([&format!("-{name}"), &pid]).status().unwrap();
+        assert!(sent.success(), "kill -{name} {pid}");
         assert!(
             self.wait_exit(std::time::Duration::from_secs(60)).is_some(),
-            "the server did not stop on SIGTERM"
+            "the server did not stop on SIG{name}"
         );
     }
 

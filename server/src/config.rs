@@ -123,6 +123,9 @@ pub struct ServerConfig {
     pub object_store: String,
     /// Seconds a write to the object store keeps retrying before the episode is re-queued.
     pub object_store_retry_s: f64,
+    /// Below this many MB free on the data directory's file system the health checks say the
+    /// server cannot serve (its writes are about to fail); 0 = not looked at.
+    pub min_free_disk_mb: u64,
     /// Write each run's part file through the page cache even where the filesystem takes
     /// `O_DIRECT` (by default parts bypass it there): for data directories on block storage much
     /// slower than memory, where a part deleted after the merge may then never reach the disk.
@@ -196,6 +199,7 @@ impl Default for ServerConfig {
             max_sessions_per_team: 16,
             object_store: String::new(),
             object_store_retry_s: 120.0,
+            min_free_disk_mb: 64,
             buffered_parts: false,
             replica_id: String::new(),
             lease_s: 30.0,

@@ -15,6 +15,7 @@ pub mod connections;
 pub mod datasets;
 pub mod episode_views;
 pub mod gateway;
+pub mod health;
 pub mod hosted;
 pub mod leaderboard;
 pub mod memory;

@@ -42,7 +42,7 @@ pub struct AppState {
     pub openings: crate::connections::Openings,
     /// The health check's last look at the database, and when (`GET /api/v1/health`): one look
     /// a second, whoever asks, so that callers cannot keep the pool's connections busy.
-    pub health_probe: tokio::sync::Mutex<Option<(std::time::Instant, Result<(), String>)>>,
+    pub health_probe: tokio::sync::Mutex<crate::health::Look>,
     /// Ranked leaderboards, until the storage's leaderboard generation moves.
     pub leaderboards: crate::leaderboard::LeaderboardCache,
     /// Lanes' simulators kept started between sessions (`warm_simulators`).

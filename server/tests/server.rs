@@ -217,16 +217,22 @@ fn grpc_transport_completes_g1_smoke() {
     let dir = tmp("e2e-grpc");
     let server = ServerProc::start(&dir, &[]);
     complete_g1_smoke(&server, &server.grpc_url());
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    runtime.block_on(async {
-        use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_check_response::ServingStatus;
+    assert_eq!(grpc_health(server.addr), [ServingStatus::Serving; 2]);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// What gRPC's standard health service says of the server ("") and of the agent gateway.
+fn grpc_health(addr: std::net::SocketAddr) -> Vec<tonic_health::pb::health_check_response::ServingStatus> {
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
         use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.addr))
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
             .unwrap()
             .connect()
             .await
             .unwrap();
         let mut health = HealthClient::new(channel);
+        let mut said = Vec::new();
         for service in ["", "arena.v1.AgentGateway"] {
             let answer = health
                 .check(HealthCheckRequest {
@@ -235,9 +241,38 @@ fn grpc_transport_completes_g1_smoke() {
                 .await
                 .unwrap()
                 .into_inner();
-            assert_eq!(answer.status(), ServingStatus::Serving, "service {service:?}");
+            said.push(answer.status());
         }
-    });
+        said
+    })
+}
+
+/// A server whose data directory's disk has less room than `min_free_disk_mb` says it cannot
+/// serve, in both health checks (the operator walkthrough: both said ok through a full disk,
+/// and gRPC's said SERVING through a database outage too).
+#[test]
+fn both_health_checks_say_when_the_disk_is_full() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    let dir = tmp("e2e-disk-health");
+    // More than any disk has.
+    let server = ServerProc::start(&dir, &["--min-free-disk-mb", "1000000000"]);
+    let (status, body) = server.get("/api/v1/health", None);
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (503, Some("the server's disk is full")),
+        "{body}"
+    );
+    let (_, body) = server.get("/api/v1/health", Some(ADMIN));
+    let detail = body["error"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("MB free, under min_free_disk_mb (1000000000)"),
+        "{body}"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while grpc_health(server.addr) != [ServingStatus::NotServing; 2] {
+        assert!(std::time::Instant::now() < deadline, "{:?}", grpc_health(server.addr));
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -337,39 +337,23 @@ async fn check_motions_visible(state: &AppState, who: &Caller, s: &Submission) -
     }
 }
 
-/// How long the health check waits for the database.
-const HEALTH_DATABASE_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// How long the health check's look at the database holds.
-const HEALTH_PROBE_HOLDS: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// `ok` with 200 while the database answers, `unavailable` with 503 when it does not (a load
-/// balancer's check then sends agents and browsers to another replica: it said `ok` through a
-/// database outage). The admin also sees what the server runs now, and why the database does
-/// not answer.
+/// `ok` with 200 while the server can serve (`crate::health`: its database answers, its disk
+/// has room), `unavailable` with 503 when it cannot (a load balancer's check then sends agents
+/// and browsers to another replica). The admin also sees what the server runs now, and why it
+/// cannot serve.
 async fn health(State(state): State<Arc<AppState>>, headers: HeaderMap) -> ApiResult {
-    let database = {
-        let mut probe = state.health_probe.lock().await;
-        match &*probe {
-            Some((at, seen)) if at.elapsed() < HEALTH_PROBE_HOLDS => seen.clone(),
-            _ => {
-                let seen = state.storage.ping(HEALTH_DATABASE_WITHIN).await;
-                *probe = Some((std::time::Instant::now(), seen.clone()));
-                seen
-            }
-        }
-    };
+    let health = crate::health::check(&state).await;
     let admin = matches!(optional_caller(&state, &headers).await, Ok(Some(Caller::Admin)));
     let mut body = json!({
-        "status": if database.is_ok() { "ok" } else { "unavailable" },
+        "status": if health.is_ok() { "ok" } else { "unavailable" },
         "version": env!("CARGO_PKG_VERSION"),
         "protocol_version": arena_sdk::protocol::PROTOCOL_VERSION,
         "database": state.storage.engine(),
     });
-    if let Err(why) = &database {
+    if let Err(why) = &health {
         body["error"] = json!(match admin {
-            true => format!("the database does not answer: {why}"),
-            false => "the database does not answer".to_string(),
+            true => why.detail.clone(),
+            false => why.public.to_string(),
         });
     }
     if admin {
@@ -387,7 +371,7 @@ async fn health(State(state): State<Arc<AppState>>, headers: HeaderMap) -> ApiRe
             "hosted_runs_waiting": hosted - running,
         });
     }
-    let status = if database.is_ok() {
+    let status = if health.is_ok() {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE

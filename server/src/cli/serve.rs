@@ -47,6 +47,10 @@ pub struct StorageArgs {
     /// Seconds a failing object store write keeps retrying [default: 120].
     #[arg(long, env = "ARENA_OBJECT_STORE_RETRY_S")]
     pub object_store_retry_s: Option<f64>,
+    /// MB free on the data directory's file system below which the health checks report the
+    /// server unavailable (0 = not looked at) [default: 64].
+    #[arg(long, env = "ARENA_MIN_FREE_DISK_MB")]
+    pub min_free_disk_mb: Option<u64>,
     /// With an s3:// store: MB of downloaded objects kept in the scratch folder's cache; the least
     /// recently used go first (0 = no limit) [default: 16384].
     #[arg(long, env = "ARENA_DOWNLOAD_CACHE_MB")]
@@ -211,7 +215,7 @@ impl ConfigArgs {
             ($group:ident: $($field:ident),*) => { $( if let Some(v) = &$group.$field { c.$field = v.clone(); } )* };
         }
         let (storage, serving) = (&self.storage, &self.serving);
-        set!(storage: data_dir, database_url, benchmarks_dir, motions_root, object_store, object_store_retry_s, download_cache_mb);
+        set!(storage: data_dir, database_url, benchmarks_dir, motions_root, object_store, object_store_retry_s, min_free_disk_mb, download_cache_mb);
         if storage.buffered_parts {
             c.buffered_parts = true;
         }

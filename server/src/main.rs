@@ -21,6 +21,17 @@ fn main() -> std::process::ExitCode {
             "warn".into()
         }
     };
+    match std::env::var("ARENA_LOG") {
+        Ok(value) => {
+            if let Some(note) = log_filter_note(&value) {
+                eprintln!("{note}");
+            }
+        }
+        Err(_) if std::env::var_os("RUST_LOG").is_some() => {
+            eprintln!("note: RUST_LOG is not read: ARENA_LOG sets the log filter (e.g. ARENA_LOG=info)")
+        }
+        Err(_) => {}
+    }
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -50,6 +61,30 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// A filter that parses yet logs next to nothing: a bare word that is no level is a target's
+/// name (`ARENA_LOG=verbose` logged only target `verbose`: no warning, no error, in silence).
+fn log_filter_note(value: &str) -> Option<String> {
+    const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+    let directives: Vec<&str> = value.split(',').map(str::trim).filter(|d| !d.is_empty()).collect();
+    if directives
+        .iter()
+        .any(|d| LEVELS.contains(&d.to_ascii_lowercase().as_str()))
+    {
+        return None;
+    }
+    let bare: Vec<&str> = directives
+        .into_iter()
+        .filter(|d| !d.contains('=') && !d.contains('[') && !d.contains("::"))
+        .collect();
+    (!bare.is_empty()).then(|| {
+        format!(
+            "note: ARENA_LOG={value}: {} is taken for a target's name, not a level (error, warn, info, debug, \
+             trace): nothing else is logged, warnings and errors included",
+            bare.join(", ")
+        )
+    })
 }
 
 /// A bad value clap read from an option's environment variable is reported under the flag's
@@ -90,5 +125,22 @@ fn quiet_on_closed_pipe() {
     // SAFETY: resets one signal's disposition to its default before any thread is started.
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_log_filter_of_no_level_is_told() {
+        assert!(
+            log_filter_note("verbose")
+                .unwrap()
+                .contains("verbose is taken for a target's name")
+        );
+        for fine in ["info", "warn,arena_server=debug", "arena_server::api=trace", "DEBUG"] {
+            assert_eq!(log_filter_note(fine), None, "{fine}");
+        }
     }
 }

@@ -93,9 +93,11 @@ impl ServerLock {
                 return Err(e).with_context(|| format!("locking {}", path.display()));
             }
         }
-        file.set_len(0)?;
-        file.rewind()?;
-        write!(file, "{}", std::process::id())?;
+        let written = file
+            .set_len(0)
+            .and_then(|()| file.rewind())
+            .and_then(|()| write!(file, "{}", std::process::id()));
+        written.with_context(|| format!("writing this server's pid into {}", path.display()))?;
         Ok(ServerLock { _file: file })
     }
 

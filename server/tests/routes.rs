@@ -124,6 +124,25 @@ fn a_second_server_on_the_same_data_directory_is_refused() {
     assert_eq!(again.call("GET", "/api/v1/health", None, None).0, 200);
 }
 
+/// A server without an admin token says so to whoever calls an admin endpoint (the operator
+/// walkthrough: "401 unknown token" sent them retyping a token the server has none of).
+#[test]
+fn admin_endpoints_without_an_admin_token_say_they_are_disabled() {
+    let dir = common::tmp("no-admin");
+    let server = ServerProc::start(&dir, &["--admin-token", ""]);
+    let (status, body) = server.get("/api/v1/teams", Some("whatever-was-typed"));
+    assert_eq!(status, 403, "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("has no admin token") && message.contains("disabled"),
+        "{body}"
+    );
+    // The health check, public, refuses a token it does not know as every public endpoint does.
+    let (status, body) = server.get("/api/v1/health", Some("whatever-was-typed"));
+    assert_eq!(status, 401, "{body}");
+    assert_eq!(server.get("/api/v1/health", None).0, 200);
+}
+
 #[test]
 fn names_are_checked_where_they_come_in() {
     use common::server::ADMIN;

@@ -257,6 +257,12 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 async fn require_admin(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    if state.config.admin_token.is_empty() {
+        // Said as it is: "unknown token" sent operators retyping a token the server has none of.
+        return Err(ApiError(AccessError::forbidden(
+            "this server has no admin token (admin_token / ARENA_ADMIN_TOKEN / --admin-token): its admin endpoints are disabled",
+        )));
+    }
     match caller(state, headers).await? {
         Caller::Admin => Ok(()),
         Caller::Team(_) => Err(ApiError(AccessError::forbidden("admin token required"))),
@@ -343,7 +349,14 @@ async fn check_motions_visible(state: &AppState, who: &Caller, s: &Submission) -
 /// cannot serve.
 async fn health(State(state): State<Arc<AppState>>, headers: HeaderMap) -> ApiResult {
     let health = crate::health::check(&state).await;
-    let admin = matches!(optional_caller(&state, &headers).await, Ok(Some(Caller::Admin)));
+    // A token that is sent must be valid, as on every public endpoint (a monitor with a
+    // mistyped admin token learns it); a database that cannot check a team's is the check's
+    // own answer below.
+    let admin = match optional_caller(&state, &headers).await {
+        Ok(caller) => matches!(caller, Some(Caller::Admin)),
+        Err(e) if e.0.status == StatusCode::UNAUTHORIZED => return Err(e),
+        Err(_) => false,
+    };
     let mut body = json!({
         "status": if health.is_ok() { "ok" } else { "unavailable" },
         "version": env!("CARGO_PKG_VERSION"),

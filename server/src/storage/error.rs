@@ -16,6 +16,12 @@ pub enum StorageError {
         engine: Engine,
         cause: sqlx::migrate::MigrateError,
     },
+    /// The database holds migrations this binary does not know: a newer `arena` migrated it.
+    #[error(
+        "this database was migrated by a newer arena (schema {found}; this arena knows up to {known}): run the \
+         newer binary, or restore the backup taken before the upgrade"
+    )]
+    NewerSchema { found: i64, known: i64 },
     /// A file system operation (creating the SQLite file's directory) failed.
     #[error("storage: {context}: {cause}")]
     Io { context: String, cause: std::io::Error },

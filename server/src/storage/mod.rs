@@ -82,6 +82,47 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+/// Applies the migrations the database lacks and says which (an upgrade moved the schema:
+/// the operator hears of it). A database with migrations this binary does not know was
+/// migrated by a newer one: refused, in words, before anything changes.
+async fn migrate(migrator: &Migrator, pool: &AnyPool, engine: Engine) -> Result<(), StorageError> {
+    // None on a fresh database (no table yet).
+    let before: Option<Vec<i64>> = sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+        .fetch_all(pool)
+        .await
+        .ok();
+    let known: Vec<i64> = migrator.iter().map(|m| m.version).collect();
+    let newest_known = known.iter().copied().max().unwrap_or(0);
+    if let Some(found) = before.iter().flatten().copied().filter(|v| !known.contains(v)).max() {
+        return Err(StorageError::NewerSchema {
+            found,
+            known: newest_known,
+        });
+    }
+    migrator
+        .run(pool)
+        .await
+        .map_err(|cause| StorageError::Migrate { engine, cause })?;
+    if let Some(before) = before.filter(|b| !b.is_empty()) {
+        let applied: Vec<String> = known
+            .iter()
+            .filter(|v| !before.contains(v))
+            .map(|v| format!("{v:04}"))
+            .collect();
+        if !applied.is_empty() {
+            eprintln!(
+                "note: the database was upgraded to schema {newest_known} (migrations {} applied)",
+                applied.join(", ")
+            );
+            tracing::info!(
+                "database upgraded to schema {newest_known}: migrations {} applied",
+                applied.join(", ")
+            );
+        }
+    }
+    Ok(())
+}
+
 /// A connection goes back to the pool only outside any transaction. When the database ends a
 /// transaction on its own (SQLite may on SQLITE_FULL, IOERR, BUSY or NOMEM), sqlx's rollback at
 /// the `Transaction`'s drop fails and sqlx still counts the connection inside it: its next
@@ -286,10 +327,7 @@ impl Storage {
             Engine::Sqlite => &SQLITE_MIGRATIONS,
             Engine::Postgres => &POSTGRES_MIGRATIONS,
         };
-        migrator
-            .run(&pool)
-            .await
-            .map_err(|cause| StorageError::Migrate { engine, cause })?;
+        migrate(migrator, &pool, engine).await?;
         let storage = Storage {
             pool,
             engine,
@@ -488,6 +526,29 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(kept, 18);
+    }
+
+    /// A database a newer binary migrated is refused in words, and left as it was (the
+    /// operator walkthrough: sqlx's "migration 20 was previously applied but is missing").
+    #[tokio::test]
+    async fn a_database_of_a_newer_arena_is_refused_in_words() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("t.db").display());
+        let storage = Storage::connect(&url).await.unwrap();
+        sqlx::query(
+            "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+             VALUES (9999, 'from the future', TRUE, X'00', 1)",
+        )
+        .execute(&storage.pool)
+        .await
+        .unwrap();
+        storage.pool.close().await;
+        let refused = Storage::connect(&url).await.unwrap_err().to_string();
+        assert!(
+            refused.starts_with("this database was migrated by a newer arena (schema 9999; this arena knows up to")
+                && refused.contains("restore the backup taken before the upgrade"),
+            "{refused}"
+        );
     }
 
     #[test]

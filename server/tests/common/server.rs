@@ -29,13 +29,11 @@ impl ServerProc {
         let n = std::fs::read_dir(data_dir).unwrap().count();
         let log_path = data_dir.join(format!("server-{n}.log"));
         let log = std::fs::File::create(&log_path).unwrap();
-        let mut args = vec![
-            "serve",
-            "--data-dir",
-            data_dir.to_str().unwrap(),
-            "--admin-token",
-            ADMIN,
-        ];
+        let mut args = vec!["serve", "--data-dir", data_dir.to_str().unwrap()];
+        // [`ADMIN`], unless `extra` gives its own ("" for none).
+        if !extra.contains(&"--admin-token") {
+            args.extend(["--admin-token", ADMIN]);
+        }
         if !extra.contains(&"--bind") {
             args.extend(["--bind", "127.0.0.1:0"]);
         }

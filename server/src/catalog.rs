@@ -45,6 +45,10 @@ pub enum CatalogError {
     Spec(#[from] SpecError),
     #[error("loading the motions of benchmark {name}: {message}")]
     Motions { name: String, message: String },
+    /// The benchmark asks for what this server's lanes cannot simulate (said to clients as it
+    /// is: it names no server file).
+    #[error("{0}")]
+    Backend(String),
 }
 
 /// A load failure as an agent or a REST caller sees it: spec and motion errors name the
@@ -75,6 +79,7 @@ impl CatalogError {
             CatalogError::Spec(SpecError::UnknownBenchmark { name, available, .. }) => {
                 ClientLoadError::Unknown(CatalogError::UnknownName(name.clone(), available.clone()).to_string())
             }
+            CatalogError::Backend(why) => ClientLoadError::Unavailable(why.clone()),
             _ => ClientLoadError::Unavailable(format!(
                 "benchmark {requested} cannot be loaded on the server (a configuration problem; the organisers have the details in the server log)"
             )),
@@ -101,6 +106,8 @@ pub struct Catalog {
     loaded: Mutex<HashMap<String, Arc<LoadedBenchmark>>>,
     /// The benchmarks whose last load failed, with what a client is told.
     unavailable: Mutex<HashMap<String, String>>,
+    /// Whether the server's lanes can run the benchmark (`None`: every one).
+    runs_here: Option<fn(&BenchmarkSpec) -> Result<(), String>>,
 }
 
 impl Catalog {
@@ -110,7 +117,16 @@ impl Catalog {
             motions_root,
             loaded: Mutex::new(HashMap::new()),
             unavailable: Mutex::new(HashMap::new()),
+            runs_here: None,
         }
+    }
+
+    /// A catalog whose benchmarks load only where `runs_here` says the server's lanes can
+    /// run them; the others are unavailable with its reason (a GPU server offered the IMU
+    /// benchmarks, then failed each session of theirs on an opaque `internal` error).
+    pub fn with_backend_check(mut self, runs_here: fn(&BenchmarkSpec) -> Result<(), String>) -> Self {
+        self.runs_here = Some(runs_here);
+        self
     }
 
     /// Whether the named benchmark can run here, as its last load found (no load is made).
@@ -293,6 +309,9 @@ impl Catalog {
 
     /// Loads a benchmark whose file was found: its motions, FK and episodes.
     fn load_from(&self, path: PathBuf, spec: BenchmarkSpec) -> Result<Arc<LoadedBenchmark>, CatalogError> {
+        if let Some(runs_here) = self.runs_here {
+            runs_here(&spec).map_err(CatalogError::Backend)?;
+        }
         let name = spec.name.clone();
         let robot = RobotConfig::default();
         let motions = |e: anyhow::Error| CatalogError::Motions {
@@ -311,6 +330,19 @@ impl Catalog {
         });
         self.loaded.lock().expect("catalog lock").insert(name, loaded.clone());
         Ok(loaded)
+    }
+}
+
+/// Whether lanes on the GPU backend can run a benchmark: not one that sends the IMU groups,
+/// whose accelerometers the GPU backend does not simulate.
+pub fn runs_on_gpu(spec: &BenchmarkSpec) -> Result<(), String> {
+    match arena_runner::observations::needs_imu(spec) {
+        true => Err(format!(
+            "benchmark {} sends the imu observation groups, whose accelerometers this server's GPU backend does \
+             not simulate: it runs on servers of the cpu backend",
+            spec.name
+        )),
+        false => Ok(()),
     }
 }
 

@@ -5,6 +5,12 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
 fn main() -> std::process::ExitCode {
+    // Empty means `python3`, as docs/server.md says of `gpu_python` (clap refused an empty
+    // value, so a templated `ARENA_GPU_PYTHON=` stopped every command, the CPU backend's too).
+    if std::env::var_os("ARENA_GPU_PYTHON").is_some_and(|v| v.is_empty()) {
+        // SAFETY: the process has one thread yet; nothing reads the environment concurrently.
+        unsafe { std::env::remove_var("ARENA_GPU_PYTHON") };
+    }
     // The WebSocket library's TRACE events print whole frames, and a Connect frame carries the
     // team's token: those are dropped whatever ARENA_LOG asks for (tokens never reach the log).
     let no_frame_dumps = tracing_subscriber::filter::filter_fn(|meta| {

@@ -257,7 +257,11 @@ impl AppState {
         if removed > 0 {
             tracing::info!("removed {removed} abandoned staged cop(ies) from the object store's folders");
         }
-        let catalog = Arc::new(Catalog::new(config.benchmarks_dir(), config.motions_root.clone()));
+        let mut catalog = Catalog::new(config.benchmarks_dir(), config.motions_root.clone());
+        if config.sim_backend == "gpu" {
+            catalog = catalog.with_backend_check(crate::catalog::runs_on_gpu);
+        }
+        let catalog = Arc::new(catalog);
         backfill_benchmark_versions(&storage, &catalog).await?;
         complete_finished_runs(&storage, &objects, &catalog, &unfinished).await;
         tokio::spawn(merge_leftovers(storage.clone(), objects.clone(), None));

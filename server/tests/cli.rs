@@ -629,3 +629,15 @@ fn sim_bench_runs_under_a_benchmarks_rules() {
     assert!(err.contains("leave out --no-record"), "{err}");
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// An empty `ARENA_GPU_PYTHON` means `python3`, as documented: it stopped every command, the
+/// CPU backend's too, with "a value is required for '--gpu-python'" (the GPU walkthrough).
+#[test]
+fn an_empty_gpu_python_is_the_default() {
+    let out = Command::new(env!("CARGO_BIN_EXE_arena"))
+        .args(["sim", "bench", "--envs", "2", "--steps", "2"])
+        .env("ARENA_GPU_PYTHON", "")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}

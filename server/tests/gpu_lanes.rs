@@ -259,3 +259,77 @@ fn a_kept_worker_that_died_is_dropped_not_taken() {
     }
     assert!(warm.is_empty(), "the dead simulator was dropped");
 }
+
+/// A GPU server offers no benchmark its lanes cannot run: one that sends the IMU groups (the
+/// shipped `g1-smoke-robot`) is unavailable with the reason, in the listing, to an agent and
+/// to an upload (the GPU walkthrough: listed as available, then every session failed on an
+/// opaque `internal` error and a hosted upload was retried every 5 s for good).
+#[test]
+fn a_gpu_server_offers_no_benchmark_its_lanes_cannot_run() {
+    let dir = common::tmp("gpu-imu");
+    let python = common::gpu_python().unwrap_or_else(|| "python3".into());
+    let server = ServerProc::start_with_env(
+        &dir.join("data"),
+        &["--backend", "gpu", "--gpu-device", "cpu", "--spare-simulators", "0"],
+        &[("ARENA_GPU_PYTHON", python.as_str())],
+    );
+    let token = server.team("imu");
+    let why = "sends the imu observation groups, whose accelerometers this server's GPU backend does not simulate";
+    // The start looks at every benchmark behind it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let listed = loop {
+        let (_, list) = server.get("/api/v1/benchmarks", None);
+        let robot = list["benchmarks"]
+            .as_array()
+            .and_then(|b| b.iter().find(|b| b["name"] == "g1-smoke-robot").cloned())
+            .unwrap_or_default();
+        if robot["available"] == false || std::time::Instant::now() > deadline {
+            break robot;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert_eq!(listed["available"], false, "{listed}");
+    assert!(
+        listed["unavailable"].as_str().unwrap_or_default().contains(why),
+        "{listed}"
+    );
+    let (_, list) = server.get("/api/v1/benchmarks", None);
+    let smoke = list["benchmarks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == "g1-smoke")
+        .cloned();
+    assert_ne!(
+        smoke.unwrap_or_default()["available"],
+        false,
+        "g1-smoke runs on the GPU backend"
+    );
+    // An upload for it is refused before anything is stored.
+    let policy =
+        std::fs::read(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../ppo/checkpoints/g1-smoke/policy.onnx"))
+            .unwrap();
+    let (status, body) = server.upload_policy("benchmark=g1-smoke-robot", &token, &policy);
+    assert!(status >= 400, "{status} {body}");
+    assert!(
+        body["error"]["message"].as_str().unwrap_or_default().contains(why),
+        "{body}"
+    );
+    let (_, subs) = server.get("/api/v1/submissions", Some(&token));
+    assert_eq!(subs["submissions"].as_array().map(Vec::len), Some(0), "{subs}");
+    // An agent is refused with the reason.
+    let config = arena_sdk::client::ClientConfig::new(
+        server.ws_url(),
+        &token,
+        arena_sdk::client::Mode::Submission {
+            benchmark: "g1-smoke-robot".into(),
+            submission_id: None,
+        },
+    );
+    let refused = arena_sdk::client::run_blocking(&config, &mut ReplayAgent::new(), &mut |_| {}).unwrap_err();
+    assert!(
+        refused.to_string().contains("benchmark_unavailable") && refused.to_string().contains(why),
+        "{refused}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

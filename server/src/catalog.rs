@@ -99,6 +99,9 @@ pub enum Availability {
     Unchecked,
 }
 
+/// Whether the server's lanes can run a benchmark, and if not why ([`runs_on_gpu`]).
+pub type BackendCheck = fn(&BenchmarkSpec) -> Result<(), String>;
+
 #[derive(Debug)]
 pub struct Catalog {
     dir: PathBuf,
@@ -107,7 +110,7 @@ pub struct Catalog {
     /// The benchmarks whose last load failed, with what a client is told.
     unavailable: Mutex<HashMap<String, String>>,
     /// Whether the server's lanes can run the benchmark (`None`: every one).
-    runs_here: Option<fn(&BenchmarkSpec) -> Result<(), String>>,
+    runs_here: Option<BackendCheck>,
 }
 
 impl Catalog {
@@ -124,7 +127,7 @@ impl Catalog {
     /// A catalog whose benchmarks load only where `runs_here` says the server's lanes can
     /// run them; the others are unavailable with its reason (a GPU server offered the IMU
     /// benchmarks, then failed each session of theirs on an opaque `internal` error).
-    pub fn with_backend_check(mut self, runs_here: fn(&BenchmarkSpec) -> Result<(), String>) -> Self {
+    pub fn with_backend_check(mut self, runs_here: BackendCheck) -> Self {
         self.runs_here = Some(runs_here);
         self
     }

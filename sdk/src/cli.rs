@@ -176,8 +176,28 @@ fn say_how_to_resume_on_interrupt(submission: Arc<Mutex<String>>, mode: Mode) {
     let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
         return;
     };
+    // Listened for from here, before the run connects: registered on the thread below, a
+    // signal sent at once would still have killed the program silently.
+    #[cfg(unix)]
+    let interrupt = {
+        let _entered = runtime.enter();
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()) {
+            Ok(signal) => signal,
+            Err(e) => {
+                tracing::debug!("no Ctrl-C handler: {e}");
+                return;
+            }
+        }
+    };
     let waiting = std::thread::Builder::new().name("interrupt".into()).spawn(move || {
-        if runtime.block_on(tokio::signal::ctrl_c()).is_err() {
+        #[cfg(unix)]
+        let received = {
+            let mut interrupt = interrupt;
+            runtime.block_on(interrupt.recv()).is_some()
+        };
+        #[cfg(not(unix))]
+        let received = runtime.block_on(tokio::signal::ctrl_c()).is_ok();
+        if !received {
             return;
         }
         let submission = lock(&submission).clone();

@@ -12,6 +12,9 @@ use std::time::{Duration, Instant};
 /// How long the check waits for the database.
 const DATABASE_WITHIN: Duration = Duration::from_secs(5);
 
+/// How long the check waits for the data directory's file system.
+const DISK_WITHIN: Duration = Duration::from_secs(2);
+
 /// How long a look holds: whoever asks within it gets the same answer.
 const LOOK_HOLDS: Duration = Duration::from_secs(1);
 
@@ -53,7 +56,18 @@ async fn look_now(state: &AppState) -> Result<(), Unhealthy> {
         return Ok(());
     }
     let dir = state.config.data_dir.clone();
-    match tokio::task::spawn_blocking(move || free_bytes(&dir)).await {
+    let looked = tokio::time::timeout(DISK_WITHIN, tokio::task::spawn_blocking(move || free_bytes(&dir)));
+    let Ok(looked) = looked.await else {
+        // A hung mount holds the look: not the check's every later caller.
+        return Err(Unhealthy {
+            public: "the server's disk does not answer",
+            detail: format!(
+                "the file system of the data directory {} did not answer within {DISK_WITHIN:?}",
+                state.config.data_dir.display()
+            ),
+        });
+    };
+    match looked {
         Ok(Ok(free)) if free < needed => Err(Unhealthy {
             public: "the server's disk is full",
             detail: format!(
@@ -82,16 +96,19 @@ pub fn free_bytes(dir: &Path) -> std::io::Result<u64> {
 }
 
 /// Keeps the gRPC health service's status (the server's, "", and the agent gateway's) on what
-/// [`check`] says, NOT_SERVING from the moment the server is told to stop.
+/// [`check`] says, NOT_SERVING once the server's sessions are told to stop; ends with the
+/// server's state.
 pub fn follow_in_grpc<S: tonic::server::NamedService + 'static>(
-    state: std::sync::Arc<AppState>,
+    state: std::sync::Weak<AppState>,
     reporter: tonic_health::server::HealthReporter,
 ) {
     use tonic_health::ServingStatus;
     tokio::spawn(async move {
         let mut shown = None;
         loop {
+            let Some(state) = state.upgrade() else { return };
             let serving = !state.session_stop.is_told() && check(&state).await.is_ok();
+            drop(state);
             if shown != Some(serving) {
                 let status = match serving {
                     true => ServingStatus::Serving,

@@ -27,16 +27,9 @@ fn main() -> std::process::ExitCode {
             "warn".into()
         }
     };
-    match std::env::var("ARENA_LOG") {
-        Ok(value) => {
-            if let Some(note) = log_filter_note(&value) {
-                eprintln!("{note}");
-            }
-        }
-        Err(_) if std::env::var_os("RUST_LOG").is_some() => {
-            eprintln!("note: RUST_LOG is not read: ARENA_LOG sets the log filter (e.g. ARENA_LOG=info)")
-        }
-        Err(_) => {}
+    let arena_log = std::env::var("ARENA_LOG");
+    if let Some(note) = arena_log.as_deref().ok().and_then(log_filter_note) {
+        eprintln!("{note}");
     }
     tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -59,6 +52,9 @@ fn main() -> std::process::ExitCode {
     };
     if args.is_one_shot() {
         quiet_on_closed_pipe();
+    } else if arena_log.is_err() && std::env::var_os("RUST_LOG").is_some() {
+        // A server's operator, who set the usual variable by habit (not every scripted command).
+        eprintln!("note: RUST_LOG is not read: ARENA_LOG sets the log filter (e.g. ARENA_LOG=info)");
     }
     match arena_server::cli::run(args) {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -48,6 +48,10 @@ pub struct Objects {
     download_cache_limit: u64,
     /// Objects this process is writing now (a completed submission's merged file).
     writes_in_flight: crate::writes_in_flight::WritesInFlight,
+    /// Since when this process's own writes of episode files have failed (`retrying_blocking`):
+    /// every write shares the one budget, so a disk that stays full holds the commits for
+    /// `retry_for`, not that for each episode of a batch one after another.
+    local_writes_failing_since: Arc<std::sync::Mutex<Option<Instant>>>,
 }
 
 /// A cached download used this recently is never removed to make room: whoever asked for it
@@ -177,6 +181,7 @@ impl Objects {
                 direct_parts: true,
                 download_cache_limit: 0,
                 writes_in_flight: Default::default(),
+                local_writes_failing_since: Default::default(),
             });
         }
         let Some(rest) = url.strip_prefix("s3://") else {
@@ -211,6 +216,7 @@ impl Objects {
             direct_parts: true,
             download_cache_limit: 0,
             writes_in_flight: Default::default(),
+            local_writes_failing_since: Default::default(),
         })
     }
 
@@ -351,19 +357,46 @@ impl Objects {
     }
 
     /// [`Objects::retrying`] for a blocking write of this process's own (a part file written
-    /// on the store pool's threads): the same waits, the same limit.
+    /// on the store pool's threads): the same waits, for file system errors only (another
+    /// error would come again), and within one budget of `retry_for` shared by every such
+    /// write since they began to fail.
     pub fn retrying_blocking<T>(&self, what: &str, mut write: impl FnMut() -> anyhow::Result<T>) -> anyhow::Result<T> {
+        let failing_since = || {
+            *self
+                .local_writes_failing_since
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+        };
         let mut backoff = Backoff::new(self.retry_for);
         loop {
-            match write() {
-                Ok(done) => return Ok(done),
-                Err(e) => match backoff.next_wait() {
-                    Some(wait) => {
-                        tracing::warn!("{what} failed, retrying in {wait:?}: {e:#}");
-                        std::thread::sleep(wait);
-                    }
-                    None => return Err(e.context(format!("{what} (gave up after {:.0} s)", backoff.tried_s()))),
-                },
+            let e = match write() {
+                Ok(done) => {
+                    *self
+                        .local_writes_failing_since
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()) = None;
+                    return Ok(done);
+                }
+                Err(e) => e,
+            };
+            if !e.chain().any(|c| c.is::<std::io::Error>()) {
+                return Err(e);
+            }
+            let since = *self
+                .local_writes_failing_since
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_or_insert_with(Instant::now);
+            backoff.started = backoff.started.min(since);
+            match backoff.next_wait() {
+                Some(wait) => {
+                    tracing::warn!("{what} failed, retrying in {wait:?}: {e:#}");
+                    std::thread::sleep(wait);
+                }
+                None => {
+                    let tried = failing_since().map_or(0.0, |t| t.elapsed().as_secs_f64());
+                    return Err(e.context(format!("{what} (writes have failed for {tried:.0} s: gave up)")));
+                }
             }
         }
     }

@@ -2177,7 +2177,7 @@ fn episode_files_that_cannot_be_written_for_a_while_are_retried_not_charged() {
     let server = ServerProc::start(&dir, &[]);
     let token = server.team("roomless");
     // Both places an episode's file can go, the store's folder and the scratch folder, are
-    // files for the first seconds of the run.
+    // files until a write of one has failed.
     let blocked = [dir.join("trajectories"), dir.join("scratch")];
     for path in &blocked {
         if path.is_dir() {
@@ -2185,9 +2185,17 @@ fn episode_files_that_cannot_be_written_for_a_while_are_retried_not_charged() {
         }
         std::fs::write(path, b"not a folder").unwrap();
     }
-    let freed = blocked.clone();
+    // Freed once a write has failed and is being retried (however long the run takes to get there).
+    let (freed, log) = (blocked.clone(), server.log.clone());
     let freeing = std::thread::spawn(move || {
-        std::thread::sleep(std::time::Duration::from_secs(3));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while !std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("failed, retrying in")
+        {
+            assert!(std::time::Instant::now() < deadline, "no write was retried");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
         for path in &freed {
             std::fs::remove_file(path).unwrap();
             std::fs::create_dir_all(path).unwrap();

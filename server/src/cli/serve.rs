@@ -396,14 +396,19 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
                 // once the leases run out) takes back what it ran.
                 let when = if why.is_ok() { "again" } else { "while stopping" };
                 tokio::spawn(async move {
-                    let signal = signals.recv().await;
-                    eprintln!("arena serve: {signal} {when}: exiting now; running episodes are re-queued at the next start");
+                    // A hangup comes twice when a terminal closes (the kernel's, then the
+                    // shell's to its jobs): only an operator's signal cuts the stop short.
+                    let signal = loop {
+                        match signals.recv().await {
+                            "SIGHUP" => continue,
+                            other => break other,
+                        }
+                    };
+                    say(&format!(
+                        "arena serve: {signal} {when}: exiting now; running episodes are re-queued at the next start"
+                    ));
                     // 128 + the signal's number, as a shell reports a process it killed.
-                    std::process::exit(match signal {
-                        "SIGINT" => 130,
-                        "SIGHUP" => 129,
-                        _ => 143,
-                    });
+                    std::process::exit(if signal == "SIGINT" { 130 } else { 143 });
                 });
                 match why {
                     Ok(signal) => {
@@ -413,20 +418,22 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
                         // Bounded: an unreachable database must not hold the stop.
                         let give_back = state.storage.give_back_on_stop();
                         match tokio::time::timeout(std::time::Duration::from_secs(5), give_back).await {
-                            Ok(Ok(n)) => eprintln!("arena serve: {signal}: stopping; {n} running episode(s) went back to the queue"),
-                            Ok(Err(e)) => eprintln!(
+                            Ok(Ok(n)) => say(&format!(
+                                "arena serve: {signal}: stopping; {n} running episode(s) went back to the queue"
+                            )),
+                            Ok(Err(e)) => say(&format!(
                                 "arena serve: {signal}: stopping; giving back the running episodes failed ({e}): they are re-queued at the next start"
-                            ),
-                            Err(_) => eprintln!(
+                            )),
+                            Err(_) => say(&format!(
                                 "arena serve: {signal}: stopping; the database did not answer within 5 s: running episodes are re-queued at the next start"
-                            ),
+                            )),
                         }
                     }
                     Err(why) => {
                         // Its claims are the other server's now: nothing to give back, and
                         // nothing more to claim.
                         state.storage.stop_claiming();
-                        eprintln!("arena serve: stopping: {why}");
+                        say(&format!("arena serve: stopping: {why}"));
                         *taken.lock().expect("stop reason") = Some(why);
                     }
                 }
@@ -440,11 +447,12 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         // SQLite: what the write-ahead log holds goes into the database file, so that the file
         // alone is the whole database once the server has stopped (an operator's "stop, then
         // copy arena.db" had copied an empty or older database). Bounded, as the stop is.
-        let checkpoint = tokio::time::timeout(std::time::Duration::from_secs(5), storage.checkpoint());
+        // Within `docker stop`'s 10 s with the give-back's 5 and the connections' 3.
+        let checkpoint = tokio::time::timeout(std::time::Duration::from_millis(1500), storage.checkpoint());
         match checkpoint.await {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => eprintln!("arena serve: writing the database's log into its file: {e}"),
-            Err(_) => eprintln!("arena serve: writing the database's log into its file took over 5 s: left to the next start"),
+            Ok(Err(e)) => say(&format!("arena serve: writing the database's log into its file: {e}")),
+            Err(_) => say("arena serve: writing the database's log into its file took over 1.5 s: left to the next start"),
         }
         served?;
         match taken.lock().expect("stop reason").take() {
@@ -459,9 +467,17 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     result
 }
 
+/// A line on stderr that cannot fail the stop: after a hangup the terminal answers writes with
+/// an error, which `eprintln!` turns into a panic.
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
 /// SIGINT (Ctrl-C), SIGTERM (what `docker stop` and systemd send) and SIGHUP (the terminal
 /// closed, or a "reload" sent by habit: this server has nothing to reload, and the signal's
-/// default action killed it at once, each running episode a server fault), registered once: a
+/// default action killed it at once, each running episode a server fault; not when the server
+/// was started ignoring it, `nohup arena serve &`, which must outlive the terminal), registered once: a
 /// signal that arrives while an earlier one is being handled waits for the next
 /// [`StopSignals::recv`]. (`tokio::signal::ctrl_c` registers on each call, so a second Ctrl-C
 /// sent before that call would be missed.)
@@ -479,7 +495,9 @@ impl StopSignals {
         StopSignals {
             interrupt: signal(SignalKind::interrupt()).ok(),
             terminate: signal(SignalKind::terminate()).ok(),
-            hangup: signal(SignalKind::hangup()).ok(),
+            hangup: (!ignored(libc::SIGHUP))
+                .then(|| signal(SignalKind::hangup()).ok())
+                .flatten(),
         }
     }
 
@@ -499,6 +517,15 @@ impl StopSignals {
             _ = next(&mut self.hangup) => "SIGHUP",
         }
     }
+}
+
+/// Whether the process was started ignoring `signal` (`nohup` ignores SIGHUP): listening for
+/// it would replace that.
+fn ignored(signal: libc::c_int) -> bool {
+    // SAFETY: sigaction(2) with no new action only reads the current one into `old`.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    let read = unsafe { libc::sigaction(signal, std::ptr::null(), &mut old) };
+    read == 0 && old.sa_sigaction == libc::SIG_IGN
 }
 
 /// Why an admin token is easy to guess, if it is: docker/compose.yaml's placeholder, or short.

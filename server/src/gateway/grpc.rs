@@ -114,7 +114,7 @@ fn from_stream_error(status: &Status) -> Incoming {
 pub async fn routes(state: Arc<AppState>) -> axum::Router {
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<AgentGatewayServer<GrpcGateway>>().await;
-    crate::health::follow_in_grpc::<AgentGatewayServer<GrpcGateway>>(state.clone(), health);
+    crate::health::follow_in_grpc::<AgentGatewayServer<GrpcGateway>>(Arc::downgrade(&state), health);
     let gateway = AgentGatewayServer::new(GrpcGateway { state })
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(usize::MAX);

@@ -86,11 +86,15 @@ pub fn redact_url(url: &str) -> String {
 /// the operator hears of it). A database with migrations this binary does not know was
 /// migrated by a newer one: refused, in words, before anything changes.
 async fn migrate(migrator: &Migrator, pool: &AnyPool, engine: Engine) -> Result<(), StorageError> {
-    // None on a fresh database (no table yet).
-    let before: Option<Vec<i64>> = sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+    // None on a fresh database (no table yet); another error is the database's.
+    let before: Option<Vec<i64>> = match sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
         .fetch_all(pool)
         .await
-        .ok();
+    {
+        Ok(versions) => Some(versions),
+        Err(sqlx::Error::Database(e)) if e.message().contains("_sqlx_migrations") => None,
+        Err(e) => return Err(e).ctx(|| "reading the applied migrations".into()),
+    };
     let known: Vec<i64> = migrator.iter().map(|m| m.version).collect();
     let newest_known = known.iter().copied().max().unwrap_or(0);
     if let Some(found) = before.iter().flatten().copied().filter(|v| !known.contains(v)).max() {
@@ -131,7 +135,8 @@ async fn migrate(migrator: &Migrator, pool: &AnyPool, engine: Engine) -> Result<
 /// walkthrough: a disk full for a moment lost the teams created after it, and the open write
 /// lock had every other connection's writes fail `database is locked` until a restart). A
 /// rollback queued at a `Transaction`'s drop is let run first (the ping); a connection still
-/// inside one is closed, a fresh one takes its place.
+/// inside one is closed, a fresh one takes its place. (On PostgreSQL sqlx counts a dropped
+/// transaction's rollback at once, so the hook finds none there.)
 fn no_connection_back_inside_a_transaction(options: AnyPoolOptions) -> AnyPoolOptions {
     options.after_release(|conn, _meta| {
         Box::pin(async move {
@@ -151,13 +156,19 @@ fn no_connection_back_inside_a_transaction(options: AnyPoolOptions) -> AnyPoolOp
 /// Opens a pool. A refused connection is retried until [`CONNECT_TIMEOUT`] (the database may be
 /// starting, e.g. next to the server in docker compose); the error then says why the last try failed.
 async fn pool_connect(options: AnyPoolOptions, url: &str, shown: &str) -> Result<AnyPool, StorageError> {
+    // An in-memory database lives in its one connection: closing it would lose the database.
+    let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+    let options = match in_memory {
+        true => options,
+        false => no_connection_back_inside_a_transaction(options),
+    };
     // Say at once when nothing listens, rather than waiting out the timeout in silence.
     if let Err(sqlx::Error::Io(e)) = sqlx::AnyConnection::connect(url).await
         && e.kind() == std::io::ErrorKind::ConnectionRefused
     {
         eprintln!("note: {shown} refused the connection ({e}); waiting up to {CONNECT_TIMEOUT:?} for it to start");
     }
-    match no_connection_back_inside_a_transaction(options).connect(url).await {
+    match options.connect(url).await {
         Ok(pool) => Ok(pool),
         Err(sqlx::Error::PoolTimedOut) => {
             let last = match sqlx::AnyConnection::connect(url).await {
@@ -461,10 +472,19 @@ impl Storage {
         if self.engine != Engine::Sqlite {
             return Ok(());
         }
-        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
-            .execute(&self.pool)
+        // SQLite answers (busy, log frames, checkpointed frames); busy when a reader or a
+        // writer kept it from finishing, which is no error of the statement's.
+        let row = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .fetch_one(&self.pool)
             .await
             .ctx(|| "writing the write-ahead log into the database file".into())?;
+        let busy: i64 = row.try_get(0).unwrap_or(0);
+        if busy != 0 {
+            return Err(StorageError::Invalid(
+                "the write-ahead log was in use and is not all in the database file yet (the next start takes it in)"
+                    .into(),
+            ));
+        }
         Ok(())
     }
 

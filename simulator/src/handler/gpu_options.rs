@@ -123,7 +123,10 @@ pub struct GpuOptions {
 impl Default for GpuOptions {
     fn default() -> Self {
         Self {
-            python: std::env::var_os("ARENA_GPU_PYTHON").map_or_else(|| PathBuf::from("python3"), PathBuf::from),
+            // Empty is unset, as the docs say of `gpu_python`.
+            python: std::env::var_os("ARENA_GPU_PYTHON")
+                .filter(|v| !v.is_empty())
+                .map_or_else(|| PathBuf::from("python3"), PathBuf::from),
             device: GpuDevice::Auto,
             implementation: GpuImpl::Auto,
             x64: false,

@@ -2002,9 +2002,16 @@ fn what_the_server_sent_during_a_long_act_is_read_first() {
         }
     }
     let dir = tmp("e2e-long-act");
+    // One lane holding all six episodes: the stall times every one of them out, however late
+    // a second lane would have started its own (on a loaded machine it had not, and the session
+    // ended for silence with three of them still to run).
     let server = ServerProc::start(
         &dir,
         &[
+            "--lanes",
+            "1",
+            "--max-batch",
+            "6",
             "--step-timeout-s",
             "1",
             "--heartbeat-interval-s",

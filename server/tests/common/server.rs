@@ -38,7 +38,17 @@ impl ServerProc {
             args.extend(["--bind", "127.0.0.1:0"]);
         }
         args.extend(extra);
-        let mut child = Command::new(env!("CARGO_BIN_EXE_arena"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_arena"));
+        // SIGHUP as a terminal's session would have it, whatever this test runs under (`nohup`
+        // leaves it ignored, which the server keeps ignoring).
+        // SAFETY: signal(2) between fork and exec, async-signal-safe.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+                libc::signal(libc::SIGHUP, libc::SIG_DFL);
+                Ok(())
+            });
+        }
+        let mut child = command
             .args(&args)
             .env("ARENA_LOG", "info")
             .envs(env.iter().copied())

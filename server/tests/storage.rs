@@ -890,7 +890,8 @@ async fn server_faults_are_not_the_agents(url: String, engine: Engine) {
     assert_eq!(a.unclaim_episodes("s-1", &[(2, 4)], "never started").await.unwrap(), 1);
     let row = &a.episodes("s-1").await.unwrap()[2];
     assert_eq!((state(row), row.uncharged_runs), ((EpisodeState::Pending, 4, 1), 1));
-    assert_eq!(row.reason.as_deref(), Some("never started"));
+    // The run that never started is no failure: the last charged run's reason stays.
+    assert_eq!(row.reason.as_deref(), Some("lost"));
     assert_eq!(a.claim_next_episode("s-1").await.unwrap(), Some((2, 5)));
     // Another process's claim is not this one's to give back, nor its session to end.
     let other = open(&url, engine)

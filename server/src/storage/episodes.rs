@@ -353,9 +353,10 @@ impl Storage {
 
     /// Claims that never started (the agent was gone before their `episode_start` was sent):
     /// the given RUNNING episodes under this handle's lease go back to PENDING charged to
-    /// nobody (`uncharged_runs` += 1; the number stays taken, as every run's does), with
-    /// `reason` kept. Claims released as by [`Storage::requeue_episodes`]. Returns how many
-    /// went back.
+    /// nobody (`uncharged_runs` += 1; the number stays taken, as every run's does). An episode
+    /// that had failed before keeps that failure's reason (the run that never started is no
+    /// failure, and a charged run's words must not be lost to it); one that had none is given
+    /// `reason`. Claims released as by [`Storage::requeue_episodes`]. Returns how many went back.
     pub async fn unclaim_episodes(
         &self,
         submission: &str,
@@ -363,7 +364,7 @@ impl Storage {
         reason: &str,
     ) -> Result<usize, StorageError> {
         let back = format!(
-            "UPDATE episodes SET status = 'PENDING', reason = $6, updated_at = $5, \
+            "UPDATE episodes SET status = 'PENDING', reason = COALESCE(NULLIF(reason, ''), $6), updated_at = $5, \
              uncharged_runs = uncharged_runs + 1, lease_owner = NULL, lease_expires_at = NULL WHERE {RUN}"
         );
         let context = || format!("unclaiming episodes {runs:?} (index, attempt) of submission {submission}");

@@ -252,6 +252,19 @@ fn bad_inputs_get_clear_errors() {
         err.contains("No module named") && err.contains("ARENA_GPU_PYTHON"),
         "{err}"
     );
+    // A GPU server whose worker cannot start does not start (it said healthy and failed every
+    // session with an internal error): the worker's own words, the Python named, what to do.
+    let err = serve_refused(&["--backend", "gpu", "--gpu-python", python.to_str().unwrap()]);
+    assert!(
+        err.contains("cannot start with") && err.contains("No module named") && err.contains("ARENA_GPU_PYTHON"),
+        "{err}"
+    );
+    let err = serve_refused(&["--backend", "gpu", "--gpu-python", "/nonexistent/python3"]);
+    assert!(
+        err.contains("could not start /nonexistent/python3") && err.contains("No such file"),
+        "{err}"
+    );
+    assert!(!data.join("arena.db").exists(), "nothing was opened");
     std::fs::remove_dir_all(dir).ok();
 }
 

@@ -267,7 +267,7 @@ fn a_kept_worker_that_died_is_dropped_not_taken() {
 #[test]
 fn a_gpu_server_offers_no_benchmark_its_lanes_cannot_run() {
     let dir = common::tmp("gpu-imu");
-    let python = common::gpu_python().unwrap_or_else(|| "python3".into());
+    let Some(python) = common::gpu_python() else { return };
     let server = ServerProc::start_with_env(
         &dir.join("data"),
         &["--backend", "gpu", "--gpu-device", "cpu", "--spare-simulators", "0"],
@@ -331,5 +331,49 @@ fn a_gpu_server_offers_no_benchmark_its_lanes_cannot_run() {
         refused.to_string().contains("benchmark_unavailable") && refused.to_string().contains(why),
         "{refused}"
     );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A GPU server asked for a device its worker cannot find does not start: it checks its worker
+/// (imports and device, JAX's backend included) before it serves, and says why.
+#[test]
+fn a_gpu_server_without_its_device_does_not_start() {
+    let Some(python) = common::gpu_python() else { return };
+    if arena_sim::handler::cuda_device_present() {
+        eprintln!("skipped: this machine has a CUDA device, so device gpu is there");
+        return;
+    }
+    let dir = common::tmp("gpu-no-device");
+    for implementation in ["jax", "warp"] {
+        let out = common::arena(&[
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--data-dir",
+            dir.to_str().unwrap(),
+            "--backend",
+            "gpu",
+            "--gpu-device",
+            "gpu",
+            "--gpu-impl",
+            implementation,
+            "--gpu-python",
+            &python,
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{implementation}: {err}");
+        assert!(
+            err.contains(&format!("a GPU worker ({implementation} on device gpu) cannot start"))
+                && (err.contains("no JAX gpu device") || err.contains("no CUDA device for Warp")),
+            "{err}"
+        );
+    }
+    // On its CPU device it starts (`ServerProc` waits for it to listen).
+    let server = ServerProc::start_with_env(
+        &dir.join("data"),
+        &["--backend", "gpu", "--gpu-device", "cpu", "--spare-simulators", "0"],
+        &[("ARENA_GPU_PYTHON", python.as_str())],
+    );
+    drop(server);
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -15,6 +15,9 @@ carries protocol lines only: file descriptor 1 is redirected to stderr at start-
 library output lands in the log. EOF on stdin ends the worker (exit 0), as does ``close`` in
 place of the init line.
 
+``--check --preload IMPL --device DEVICE`` answers one JSON line, whether such a worker can
+start with this Python (``check``), and exits: a server asks it before it serves.
+
 ``--preload IMPL`` imports the implementation's libraries (and for Warp initialises the device
 ``--device`` names) before the init line is read: a worker started ahead of need (a server's
 spare, `gpu_spare.rs`) has done them by the time a lane sends its init. The supervisor sends a
@@ -444,6 +447,30 @@ def preload(impl, device):
     return seconds
 
 
+def check(impl, device):
+    """`--check`: whether a worker of `impl` can start on `device` with this Python, asked by a
+    server before it serves (`gpu_process::check_worker`): the implementation's imports and its
+    device (JAX's backend too, which a preload leaves to the first computation). Returns the one
+    reply line's object, {"ok": true, "device", "library", "mujoco", "seconds"} or {"error"}."""
+    t0 = time.perf_counter()
+    try:
+        import mujoco
+        if impl == "warp":
+            import warp_physics
+            dev, library = warp_physics.preload(device)
+        elif impl == "jax":
+            import mjx_physics
+            dev, library = mjx_physics.check(device)
+        else:
+            import stub_physics  # noqa: F401
+            dev, library = "host", "stub (no physics)"
+    except Exception as e:  # noqa: BLE001 (the answer is the error itself)
+        traceback.print_exc(file=sys.stderr)
+        return {"error": f"{type(e).__name__}: {e}"}
+    return {"ok": True, "device": str(dev), "library": library, "mujoco": mujoco.__version__,
+            "seconds": round(time.perf_counter() - t0, 3)}
+
+
 def _is_warmup(line):
     """Whether `line` is a warm-up init: a JSON object with "warmup": true."""
     try:
@@ -497,7 +524,17 @@ def main():
                         help="import this implementation's libraries before the init line comes")
     parser.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
                         help="with --preload warp: the device to initialise ahead")
+    parser.add_argument("--check", action="store_true",
+                        help="with --preload: import, start the device, answer one JSON line "
+                             "and exit (0 when a worker can start, else 1)")
     args = parser.parse_args()
+    if args.check:
+        if not args.preload:
+            parser.error("--check needs --preload IMPL")
+        answer = check(args.preload, args.device)
+        reply(json.dumps(answer))
+        sys.stderr.flush()
+        os._exit(0 if answer.get("ok") else 1)
     preload_s = preload(args.preload, args.device) if args.preload else None
     warmup_s = None
 

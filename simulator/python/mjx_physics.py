@@ -39,6 +39,25 @@ def preload(device):
     from mujoco import mjx  # noqa: F401
 
 
+def check(device):
+    """`preload`, then JAX's backend started on `device` as the physics will start it
+    (`gpu_worker.check`): returns the device and the libraries' versions."""
+    preload(device)
+    import jax
+    import mujoco
+
+    return jax_device(jax, device), f"mujoco-mjx {mujoco.__version__}, jax {jax.__version__}"
+
+
+def jax_device(jax, device):
+    """JAX's device for the init's `device`: auto = JAX's default backend, the GPU when it sees
+    one, else its CPU."""
+    try:
+        return jax.devices()[0] if device == "auto" else jax.devices(device)[0]
+    except RuntimeError as e:
+        raise InitError(f"no JAX {device} device: {e}") from None
+
+
 class MjxPhysics:
     """Batched MJX state of N environments and the compiled functions that advance it."""
 
@@ -57,11 +76,7 @@ class MjxPhysics:
         self.cfg, self.model = cfg, model
         self.n = cfg["num_envs"]
         self.timings = {"launch_s": 0.0, "copy_out_wait_s": 0.0}
-        try:
-            # auto: JAX's default backend, the GPU when it sees one, else its CPU.
-            self.device = jax.devices()[0] if cfg["device"] == "auto" else jax.devices(cfg["device"])[0]
-        except RuntimeError as e:
-            raise InitError(f"no JAX {cfg['device']} device: {e}") from None
+        self.device = jax_device(jax, cfg["device"])
         self.library = f"mujoco-mjx {mujoco.__version__}, jax {jax.__version__}"
         try:
             self.mx = mjx.put_model(model, device=self.device, impl="jax")

@@ -344,8 +344,9 @@ def _page_unlock(start):
 
 def preload(device):
     """Initialises Warp and `device` ("auto", "cpu" or "gpu": the CUDA driver and context) ahead
-    of the init line (`gpu_worker.preload`); the physics' own device query then finds them."""
-    _device({"device": device})
+    of the init line (`gpu_worker.preload`); the physics' own device query then finds them.
+    Returns the device and the libraries' versions (`gpu_worker.check`)."""
+    return _device({"device": device}), f"mujoco-warp {mjw.__version__}, warp {wp.__version__}"
 
 
 def _device(cfg):

@@ -67,6 +67,10 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     if a.config.serving.bind.is_none() {
         config.bind = "127.0.0.1:0".parse().expect("valid address");
     }
+    let checked = super::serve::check_gpu_worker(&config)?;
+    if let Some(checked) = checked.filter(|_| !a.json) {
+        println!("{checked}");
+    }
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let state = runtime.block_on(AppState::open(config.clone()))?;
     let listener = runtime

@@ -334,6 +334,9 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             web.display()
         );
     }
+    if let Some(checked) = check_gpu_worker(&config)? {
+        println!("arena serve: {checked}");
+    }
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let result = runtime.block_on(async move {
         if config.admin_token.is_empty() {
@@ -465,6 +468,21 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     // right after this, which stops them like any kill, so the runtime is left running.
     std::mem::forget(runtime);
     result
+}
+
+/// On the GPU backend, whether its worker can start here (the Python, its libraries, the
+/// device), before anything is served: a server that started without would say it is healthy
+/// and fail every session with an internal error (a GPU operator's walkthrough).
+/// Returns what it found, in words (`None` on the CPU backend).
+pub(crate) fn check_gpu_worker(config: &ServerConfig) -> anyhow::Result<Option<String>> {
+    let Ok(arena_sim::SimBackend::Gpu(options)) = config.backend() else {
+        return Ok(None);
+    };
+    let checked = arena_sim::handler::check_gpu_worker(&options).map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(Some(format!(
+        "GPU worker checked: {} on {} ({}), {:.1} s",
+        checked.implementation, checked.device, checked.library, checked.seconds
+    )))
 }
 
 /// A line on stderr that cannot fail the stop: after a hangup the terminal answers writes with

@@ -158,6 +158,83 @@ impl Worker {
     }
 }
 
+/// What [`check_worker`] found: the worker's device and libraries, and its seconds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerCheck {
+    pub implementation: &'static str,
+    pub device: String,
+    pub library: String,
+    pub seconds: f64,
+}
+
+/// Whether a worker of `preload` can start with `python` here: runs the worker's `--check`
+/// (its imports and its device, JAX's backend included) and reads its one answer line. A
+/// server asks before it serves, so that a Python without the libraries, or a `gpu` device on
+/// a machine without one, stops the start rather than failing every session. Waits up to
+/// `timeout` (a first JAX import on a cold machine takes seconds), then kills it.
+pub(super) fn check_worker(python: &Path, preload: Preload, timeout: Duration) -> Result<WorkerCheck, String> {
+    let script = worker_script()?;
+    let mut child = Command::new(python)
+        .arg(&script)
+        .args(["--check", "--preload", preload.implementation, "--device", preload.device])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("could not start {} ({e})", python.display()))?;
+    let (stdout, stderr) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
+    let answer = std::thread::spawn(move || {
+        let mut last = String::new();
+        for_each_line(stdout, |line| {
+            last = line;
+            true
+        });
+        last
+    });
+    let tail = std::thread::spawn(move || {
+        let mut tail = VecDeque::new();
+        for_each_line(stderr, |line| {
+            if tail.len() == STDERR_TAIL {
+                tail.pop_front();
+            }
+            tail.push_back(line);
+            true
+        });
+        Vec::from(tail).join(" | ")
+    });
+    let until = std::time::Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if std::time::Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "{} did not answer within {:.0} s: {}",
+                    python.display(),
+                    timeout.as_secs_f64(),
+                    tail.join().unwrap_or_default()
+                ));
+            }
+            Err(e) => return Err(format!("waiting for {}: {e}", python.display())),
+        }
+    };
+    let (answer, tail) = (answer.join().unwrap_or_default(), tail.join().unwrap_or_default());
+    let parsed: Option<serde_json::Value> = serde_json::from_str(&answer).ok();
+    match parsed {
+        Some(v) if v["ok"] == true => Ok(WorkerCheck {
+            implementation: preload.implementation,
+            device: v["device"].as_str().unwrap_or_default().to_string(),
+            library: v["library"].as_str().unwrap_or_default().to_string(),
+            seconds: v["seconds"].as_f64().unwrap_or_default(),
+        }),
+        Some(v) if v["error"].is_string() => Err(v["error"].as_str().unwrap_or_default().to_string()),
+        // No answer line: the interpreter or the worker's own imports failed first.
+        _ => Err(format!("{} exited ({status}) without an answer: {tail}", python.display())),
+    }
+}
+
 /// Why a command got no answer, in words.
 pub(super) enum NoAnswer {
     /// The worker runs on but did not answer within the time given.

@@ -15,7 +15,7 @@
 use super::gpu::init_message;
 use super::gpu_layout::{Precision, ShmLayout};
 use super::gpu_options::{GpuImpl, GpuOptions, cuda_device_present};
-use super::gpu_process::{Preload, Worker, create_shared_file, worker_script};
+use super::gpu_process::{Preload, Worker, WorkerCheck, check_worker, create_shared_file, worker_script};
 use crate::robot::RobotConfig;
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
@@ -135,6 +135,22 @@ pub fn keep_spare_workers(options: &GpuOptions, robot: &RobotConfig, count: usiz
     };
     end_all(surplus);
     top_up(&key)
+}
+
+/// Whether a worker for handlers started with `options` can start here (its Python, its
+/// imports, its device), asked by a server before it serves; the error names the Python and
+/// what to do. Up to two minutes (a first JAX import on a cold machine takes seconds).
+pub fn check_gpu_worker(options: &GpuOptions) -> Result<WorkerCheck, String> {
+    let key = SpareKey::new(options);
+    check_worker(&key.python, key.preload, std::time::Duration::from_secs(120)).map_err(|e| {
+        format!(
+            "a GPU worker ({} on device {}) cannot start with {}: {e}; set ARENA_GPU_PYTHON (or `gpu_python`) to a \
+             Python with python/requirements-gpu.txt installed (`make deps-gpu`), or choose another --gpu-device / --gpu-impl",
+            key.preload.implementation,
+            key.preload.device,
+            key.python.display()
+        )
+    })
 }
 
 /// Ends `spares` at once (a close waits up to a second for its process, and one still

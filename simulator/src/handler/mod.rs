@@ -15,8 +15,9 @@ mod gpu_spare;
 mod mujoco;
 
 pub use gpu::GpuHandler;
-pub use gpu_options::{GpuDevice, GpuImpl, GpuOptions};
-pub use gpu_spare::{keep_spare_workers, spare_worker_pids};
+pub use gpu_options::{GpuDevice, GpuImpl, GpuOptions, cuda_device_present};
+pub use gpu_process::WorkerCheck;
+pub use gpu_spare::{check_gpu_worker, keep_spare_workers, spare_worker_pids};
 pub use mujoco::MujocoHandler;
 
 use crate::SimError;

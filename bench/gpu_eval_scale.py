@@ -301,9 +301,13 @@ def disk_write_rates(directory, size=512 << 20, block=4 << 20):
     return rates
 
 
-def stub_flag(a):
-    """The flag that lets the stub (no physics) through where results are scored."""
-    return ["--gpu-allow-stub"] if a.backend == "gpu" and a.gpu_impl == "stub" else []
+def gpu_flags(a):
+    """The GPU backend's flags (none on the CPU backend, where `arena eval` refuses them), with
+    the one that lets the stub (no physics) through where results are scored."""
+    if a.backend != "gpu":
+        return []
+    return (["--gpu-device", a.gpu_device, "--gpu-impl", a.gpu_impl]
+            + (["--gpu-allow-stub"] if a.gpu_impl == "stub" else []))
 
 
 def in_process(a, bench_dir):
@@ -312,8 +316,7 @@ def in_process(a, bench_dir):
     env = dict(os.environ, ARENA_GPU_PYTHON=os.environ.get("ARENA_GPU_PYTHON", sys.executable),
                ARENA_LOG="warn,arena_timings=info,arena_sim::handler::gpu=info")
     cmd = [a.arena, "eval", "--benchmark", "g1-scale", "--benchmarks-dir", bench_dir, "--policy", "replay",
-           "--batch", str(a.episodes), "--backend", a.backend, "--gpu-device", a.gpu_device,
-           "--gpu-impl", a.gpu_impl, "--json"] + stub_flag(a)
+           "--batch", str(a.episodes), "--backend", a.backend, "--json"] + gpu_flags(a)
     start = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - start
@@ -399,8 +402,8 @@ def served(a, tmp, bench_dir):
     server = subprocess.Popen(
         [a.arena, "serve", "--bind", f"127.0.0.1:{port}", "--data-dir", data_dir,
          "--benchmarks-dir", bench_dir, "--admin-token", admin, "--max-batch", str(a.episodes),
-         "--lanes", "1", "--backend", a.backend, "--gpu-device", a.gpu_device, "--gpu-impl", a.gpu_impl,
-         "--step-timeout-s", "600", "--spare-simulators", str(spares)] + stub_flag(a)
+         "--lanes", "1", "--backend", a.backend,
+         "--step-timeout-s", "600", "--spare-simulators", str(spares)] + gpu_flags(a)
         + (["--prewarm", "g1-scale"] if a.prewarm else [])
         + (["--buffered-parts"] if a.buffered_parts else []),
         stdout=subprocess.DEVNULL, stderr=open(log_path, "w"), env=env)

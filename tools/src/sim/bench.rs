@@ -81,7 +81,7 @@ pub(super) fn bench(a: BenchArgs) -> anyhow::Result<()> {
     let robot = RobotConfig::default();
     let clips = MotionLibrary::builtin_clips(&robot)?;
     let library = Arc::new(MotionLibrary::from_clips(&clips, &robot)?);
-    let backend = a.backend.backend();
+    let backend = a.backend.backend()?;
     if a.dump.is_some() && backend != SimBackend::Cpu {
         bail!("--dump replays per-substep torques, which only the cpu backend logs");
     }

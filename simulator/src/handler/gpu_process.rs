@@ -351,7 +351,9 @@ fn cache_base() -> PathBuf {
 /// sources>/`: per user, and a binary with other sources gets another folder. Checked at each
 /// start (files read and compared, rewritten when missing or different), so a cleaned cache only
 /// costs a rewrite. Each file is written beside its final name and renamed into place, so
-/// processes starting workers at the same time never see a partial file.
+/// processes starting workers at the same time never see a partial file. Where the cache
+/// cannot be written (a read-only `$HOME`, a service user without one), the files go to a
+/// folder of this user's own in the temporary folder instead.
 pub(super) fn worker_script() -> Result<PathBuf, String> {
     // FNV-1a: stable across builds and Rust versions (std's hasher is not).
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
@@ -360,9 +362,24 @@ pub(super) fn worker_script() -> Result<PathBuf, String> {
             hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
         }
     }
-    let dir = cache_base().join("arena").join(format!("gpu-worker-{hash:016x}"));
+    let folder = format!("gpu-worker-{hash:016x}");
+    let cached = cache_base().join("arena").join(&folder);
+    match write_worker_files(&cached) {
+        Ok(script) => Ok(script),
+        Err(cache_error) => {
+            let private = private_temp_folder().map_err(|e| format!("{cache_error}; and {e}"))?;
+            let script = write_worker_files(&private.join(folder)).map_err(|e| format!("{cache_error}; and {e}"))?;
+            tracing::debug!("{cache_error}: the GPU worker's files are in {}", private.display());
+            Ok(script)
+        }
+    }
+}
+
+/// Writes the worker's files to `dir` (those already there as they should be are left alone);
+/// returns the script's path.
+fn write_worker_files(dir: &Path) -> Result<PathBuf, String> {
     let fail = |e: std::io::Error| format!("writing the GPU worker's files to {}: {e}", dir.display());
-    std::fs::create_dir_all(&dir).map_err(fail)?;
+    std::fs::create_dir_all(dir).map_err(fail)?;
     for (name, source) in WORKER_FILES {
         let path = dir.join(name);
         if std::fs::read_to_string(&path).is_ok_and(|existing| existing == source) {
@@ -373,6 +390,34 @@ pub(super) fn worker_script() -> Result<PathBuf, String> {
         std::fs::rename(&partial, &path).map_err(fail)?;
     }
     Ok(dir.join(WORKER_FILES[0].0))
+}
+
+/// `<temp>/arena-<uid>`, created readable by this user alone, and used only while it is this
+/// user's and nobody else can write to it: the temporary folder is shared, and a folder there
+/// that another user made could hand the worker their code.
+fn private_temp_folder() -> Result<PathBuf, String> {
+    private_folder_in(&std::env::temp_dir())
+}
+
+/// [`private_temp_folder`] in `base`.
+fn private_folder_in(base: &Path) -> Result<PathBuf, String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let dir = base.join(format!("arena-{uid}"));
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("creating {}: {e}", dir.display())),
+    }
+    let meta = std::fs::symlink_metadata(&dir).map_err(|e| format!("looking at {}: {e}", dir.display()))?;
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{} is not a folder of this user's that only it can write to: not used",
+            dir.display()
+        ));
+    }
+    Ok(dir)
 }
 
 /// Prefix of the shared files' names: `arena-gpu-<pid>-<n>-<nonce>.f64` (the model file the
@@ -494,6 +539,22 @@ fn remove_stale_shared_files(dir: &Path, grace: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_private_temp_folder_is_used_only_while_it_is_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = std::env::temp_dir().join(format!("arena-private-test-{}", std::process::id()));
+        std::fs::create_dir_all(&base).unwrap();
+        let dir = private_folder_in(&base).unwrap();
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700, "{mode:o}");
+        assert_eq!(private_folder_in(&base).unwrap(), dir, "found again");
+        write_worker_files(&dir.join("w")).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let refused = private_folder_in(&base).unwrap_err();
+        assert!(refused.contains("not used"), "{refused}");
+        std::fs::remove_dir_all(&base).ok();
+    }
 
     fn scratch_dir(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("arena-shm-test-{name}-{}", std::process::id()));

@@ -14,7 +14,9 @@
 //! /episode_00007/        attributes: motion, category, seed (u64), dr_level (u32), status, reason,
 //!                                    start_s, duration_s (f64), steps (u64, = T - 1, 0 when T = 0),
 //!                                    scored_until_s (f64, optional: where scoring stopped, seconds
-//!                                    from the episode's start, when before its end)
+//!                                    from the episode's start, when before its end), attempt
+//!                                    (u32, optional: which run of the episode the group holds,
+//!                                    written by the server's merge; files before it lack it)
 //!     times              f64 (T)
 //!     qpos               f64 (T, 36)   root xyz, root quat wxyz, 29 joints
 //!     qvel               f64 (T, 35)
@@ -331,9 +333,61 @@ impl TrajectoryFile {
         copied.and(flushed).and(closed)
     }
 
+    /// Records which run of each episode its group holds: the attribute `attempt` of group
+    /// `episode_{idx}` for each `(idx, attempt)` in `runs` (groups that must exist), in one
+    /// opening of the file. A restored database that counts other runs than a file holds is
+    /// then told apart from one that counts the same ([`episode_attempts`]).
+    pub fn set_attempts(&mut self, runs: &[(u32, u32)]) -> Result<()> {
+        if runs.is_empty() {
+            return Ok(());
+        }
+        let path = self.path.as_path();
+        let file = builder().open_rw(path).map_err(|err| open_error(path, err))?;
+        let written = runs.iter().try_for_each(|&(idx, attempt)| {
+            let name = episode_group_name(idx);
+            let group = open_episode_group(path, &file, &name)?;
+            // Written over where there is one (a copied group's, a merge redone).
+            match group.attr(ATTEMPT_ATTR) {
+                Ok(existing) => existing
+                    .write_scalar(&attempt)
+                    .map_err(h5err(path, format!("{name}: attribute {ATTEMPT_ATTR}: write"))),
+                Err(_) => write_scalar_attr(path, &group, &name, ATTEMPT_ATTR, &attempt),
+            }
+        });
+        let flushed = file.flush().map_err(h5err(path, "flush"));
+        let closed = file.close().map_err(h5err(path, "close"));
+        written.and(flushed).and(closed)
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// The group attribute naming the run (attempt number) of the episode a group holds.
+const ATTEMPT_ATTR: &str = "attempt";
+
+/// Each episode group of the file at `path` and the run it holds (its `attempt` attribute;
+/// `None` for a group written before the attribute was), sorted by name.
+pub fn episode_attempts(path: &Path) -> Result<Vec<(String, Option<u32>)>> {
+    let file = open_checked(path)?;
+    episode_names(path)?
+        .into_iter()
+        .map(|name| {
+            let group = open_episode_group(path, &file, &name)?;
+            let has = group
+                .attr_names()
+                .map_err(h5err(path, format!("{name}: attributes")))?
+                .iter()
+                .any(|a| a == ATTEMPT_ATTR);
+            let attempt = if has {
+                Some(read_scalar_attr::<u32>(path, &group, &name, ATTEMPT_ATTR)?)
+            } else {
+                None
+            };
+            Ok((name, attempt))
+        })
+        .collect()
 }
 
 /// A trajectory file held open by [`TrajectoryFile::open_batch`].

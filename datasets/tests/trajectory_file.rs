@@ -199,6 +199,38 @@ fn rewriting_an_episode_replaces_it() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The run each group holds (`attempt`): absent until set, set again replaced, kept by a copy
+/// into another file, and the episode's own contents untouched.
+#[test]
+fn the_run_a_group_holds_is_recorded() {
+    let dir = test_dir("attempts");
+    let path = dir.join("sub.h5");
+    let mut file = TrajectoryFile::open_or_create(&path, "s", "b").unwrap();
+    file.write_episode(&sample_record(3, 30, 1)).unwrap();
+    file.write_episode(&sample_record(4, 10, 1)).unwrap();
+    let attempts = |p: &Path| trajectory_file::episode_attempts(p).unwrap();
+    assert_eq!(
+        attempts(&path),
+        [("episode_00003".to_string(), None), ("episode_00004".to_string(), None)]
+    );
+    file.set_attempts(&[(3, 1), (4, 2)]).unwrap();
+    file.set_attempts(&[(3, 5)]).unwrap();
+    assert_eq!(
+        attempts(&path),
+        [
+            ("episode_00003".to_string(), Some(5)),
+            ("episode_00004".to_string(), Some(2))
+        ]
+    );
+    assert_eq!(read_episode(&path, "episode_00003").unwrap(), sample_record(3, 30, 1));
+    let copy = dir.join("copy.h5");
+    let mut other = TrajectoryFile::open_or_create(&copy, "s", "b").unwrap();
+    other.copy_episode_from(&path, "episode_00004").unwrap();
+    assert_eq!(attempts(&copy), [("episode_00004".to_string(), Some(2))]);
+    assert!(file.set_attempts(&[(9, 1)]).is_err(), "no such group");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn wrong_sized_array_is_refused_and_nothing_written() {
     let dir = test_dir("wrong_size");

@@ -294,19 +294,48 @@ async fn merge_into(
     // A submission that was running when the server was upgraded from the one-file layout has
     // its earlier episodes in that file (same key as the merged one): they are carried over.
     let legacy = objects.local_copy(&objects::trajectory_key(submission)).await?;
+    // The runs the file there holds, read once if a run is not stored any more.
+    let mut legacy_runs: Option<Vec<(String, Option<u32>)>> = None;
     let mut sources = Vec::new();
+    // Which run each episode's group holds, recorded in the file (`attempt`).
+    let mut runs = Vec::new();
     let written_ahead = |idx| ahead.is_some_and(|a| a.holds(idx));
-    for row in rows.iter().filter(|r| r.status.is_final() && !written_ahead(r.idx)) {
+    for row in rows.iter().filter(|r| r.status.is_final()) {
+        let committed = committed_attempt(row);
+        if written_ahead(row.idx) {
+            // Written as it was committed: the committed run.
+            runs.extend(committed.map(|attempt| (row.idx as u32, attempt as u32)));
+            continue;
+        }
         let name = trajectory_file::episode_group_name(row.idx as u32);
-        let stored = match committed_attempt(row) {
+        let stored = match committed {
             Some(attempt) => stored_run(objects, submission, row.idx, attempt).await?,
             None => None,
         };
+        if let Some(attempt) = committed.filter(|_| stored.is_some()) {
+            runs.push((row.idx as u32, attempt as u32));
+        }
         sources.push(match stored {
             Some(StoredRun::Part(path)) => MergeSource::Part(path),
             Some(StoredRun::Hdf5(path)) => MergeSource::Hdf5(path, name),
-            // A committed result always has its stored run: when the run is gone, another
-            // session completed the submission and deleted the runs while this one read them.
+            // Merged before and its run deleted (a merge redone: after a database restored
+            // from a backup older than the store, or parts left behind): the submission's
+            // file holds that very run when its group says so (a group merged before runs
+            // were recorded is taken at its word), and the copy keeps its attribute.
+            None if committed.is_some()
+                && legacy.as_ref().is_some_and(|file| {
+                    let held =
+                        legacy_runs.get_or_insert_with(|| trajectory_file::episode_attempts(file).unwrap_or_default());
+                    held.iter()
+                        .any(|(n, a)| *n == name && a.is_none_or(|a| Some(i64::from(a)) == committed))
+                }) =>
+            {
+                MergeSource::Hdf5(legacy.clone().expect("checked"), name)
+            }
+            // A committed result always has its stored run, in its part or in the merged file:
+            // gone from both, the file cannot be made (a database that counts runs nobody
+            // stored: restored from a backup older than the store, with the store's file older
+            // still or lost).
             None if row.committed_by.is_some() => {
                 anyhow::bail!(
                     "the stored run of episode {} (attempt {}) is gone ({})",
@@ -326,7 +355,7 @@ async fn merge_into(
     timings.find_s = started.elapsed().as_secs_f64();
     let started = std::time::Instant::now();
     let (path, sub, bench) = (merged.to_path_buf(), submission.to_string(), benchmark.to_string());
-    tokio::task::spawn_blocking(move || write_merged(&path, &sub, &bench, sources))
+    tokio::task::spawn_blocking(move || write_merged(&path, &sub, &bench, sources, &runs))
         .await
         .context("the trajectory merge stopped")??;
     timings.write_s = started.elapsed().as_secs_f64();
@@ -346,8 +375,20 @@ enum MergeItem {
 /// Writes the merged file: each batch of parts is read and compressed on every core while the
 /// one thread that calls HDF5 writes the batch before it, in one opening of the file for as
 /// long as the episodes come prepared (the file is complete only once the merge stores it).
-fn write_merged(path: &Path, submission: &str, benchmark: &str, sources: Vec<MergeSource>) -> anyhow::Result<()> {
+/// `runs` (episode, attempt): the run each stored episode's group holds, recorded at the end.
+fn write_merged(
+    path: &Path,
+    submission: &str,
+    benchmark: &str,
+    sources: Vec<MergeSource>,
+    runs: &[(u32, u32)],
+) -> anyhow::Result<()> {
     let mut file = TrajectoryFile::open_or_create(path, submission, benchmark)?;
+    write_sources(&mut file, sources)?;
+    Ok(file.set_attempts(runs)?)
+}
+
+fn write_sources(file: &mut TrajectoryFile, sources: Vec<MergeSource>) -> anyhow::Result<()> {
     let (to_writer, batches) = std::sync::mpsc::sync_channel::<Vec<MergeItem>>(1);
     std::thread::scope(|scope| {
         let writer = scope.spawn(move || -> anyhow::Result<()> {
@@ -477,21 +518,27 @@ pub async fn delete_parts(objects: &Objects, submission: &str) -> Result<(), Obj
     Ok(())
 }
 
-/// Whether the submission's merged file holds a group for every final episode of `rows` (false
-/// when it has none, cannot be read, or is a file of the one-file layout that an upgrade left
-/// with only the episodes run before it).
+/// Whether the submission's merged file holds a group for every final episode of `rows`, of the
+/// run each counts where the group says which (its `attempt`; files merged before it was
+/// recorded are taken at their word). False when it has none, cannot be read, or is a file of
+/// the one-file layout that an upgrade left with only the episodes run before it.
 pub async fn merged_holds_every_episode(objects: &Objects, submission: &str, rows: &[EpisodeRow]) -> bool {
     let Ok(Some(path)) = objects.local_copy(&objects::trajectory_key(submission)).await else {
         return false;
     };
-    let names = tokio::task::spawn_blocking(move || trajectory_file::episode_names(&path)).await;
-    let Ok(Ok(names)) = names else {
+    let held = tokio::task::spawn_blocking(move || trajectory_file::episode_attempts(&path)).await;
+    let Ok(Ok(held)) = held else {
         return false;
     };
     rows.iter().filter(|r| r.status.is_final()).all(|r| {
-        names
-            .binary_search(&trajectory_file::episode_group_name(r.idx as u32))
-            .is_ok()
+        let name = trajectory_file::episode_group_name(r.idx as u32);
+        match held.binary_search_by(|(n, _)| n.cmp(&name)) {
+            Ok(at) => match (held[at].1, committed_attempt(r)) {
+                (Some(run), Some(counted)) => i64::from(run) == counted,
+                _ => true,
+            },
+            Err(_) => false,
+        }
     })
 }
 
@@ -782,15 +829,19 @@ mod tests {
         assert!(objects.list("trajectories/sub").await.unwrap().is_empty());
         assert!(!folder.exists());
         assert!(objects.exists(&objects::trajectory_key("sub")).await.unwrap());
-        // A second merge after the runs were deleted (a concurrent completion) refuses to
-        // store a file without them.
-        let e = merge(&objects, "sub", "bench", &rows, None)
-            .await
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("episode 1 (attempt 2) is gone"), "{e}");
+        // A second merge after the runs were deleted (a concurrent completion) takes them from
+        // the merged file, which records that it holds those very runs: nothing is lost.
+        merge(&objects, "sub", "bench", &rows, None).await.unwrap();
         let kept = submission_file(&objects, "sub").await.unwrap().unwrap();
         assert_eq!(trajectory_file::episode_names(&kept).unwrap().len(), 5);
+        assert_eq!(
+            trajectory_file::read_episode(&kept, "episode_00001").unwrap(),
+            record(1, 4)
+        );
+        assert_eq!(
+            trajectory_file::read_episode(&kept, "episode_00005").unwrap(),
+            record(5, 6)
+        );
         std::fs::remove_dir_all(&dir).ok();
     }
 
@@ -906,6 +957,62 @@ mod tests {
         assert_eq!(ahead_files(), 0);
         assert!(MergeAhead::start(&objects, "sub", "bench").finish().is_none());
         assert_eq!(ahead_files(), 0);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// A database restored from a backup older than the store (an operator's walkthrough): it
+    /// counts runs the merged file may not hold. The file records the run of each group, so it
+    /// is known not to hold them, and a merge redone takes each counted run from its part, or
+    /// from the file where the file holds that run and its part is gone.
+    #[tokio::test]
+    async fn a_merge_redone_keeps_the_runs_the_rows_count() {
+        let dir = std::env::temp_dir().join(format!("arena-merge-redone-{}", std::process::id()));
+        let objects = Objects::open("", &dir, std::time::Duration::from_secs(1)).unwrap();
+        let counted = |idx, attempts| EpisodeRow {
+            committed_by: Some("r0".into()),
+            ..row(idx, EpisodeState::Completed, attempts)
+        };
+        store_episode(&objects, "sub", 1, record(0, 3)).await.unwrap();
+        store_episode(&objects, "sub", 1, record(1, 4)).await.unwrap();
+        let first = [counted(0, 1), counted(1, 1)];
+        merge(&objects, "sub", "bench", &first, None).await.unwrap();
+        let merged = submission_file(&objects, "sub").await.unwrap().unwrap();
+        let runs = |path: &Path| {
+            trajectory_file::episode_attempts(path)
+                .unwrap()
+                .into_iter()
+                .map(|(_, a)| a)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(runs(&merged), [Some(1), Some(1)]);
+        assert!(merged_holds_every_episode(&objects, "sub", &first).await);
+        delete_parts(&objects, "sub").await.unwrap();
+        // The restored rows count run 2 of episode 1 (run 1 was lost in the other timeline).
+        store_episode(&objects, "sub", 2, record(1, 6)).await.unwrap();
+        let restored = [counted(0, 1), counted(1, 2)];
+        assert!(!merged_holds_every_episode(&objects, "sub", &restored).await);
+        merge(&objects, "sub", "bench", &restored, None).await.unwrap();
+        let merged = submission_file(&objects, "sub").await.unwrap().unwrap();
+        assert_eq!(runs(&merged), [Some(1), Some(2)]);
+        assert_eq!(
+            trajectory_file::read_episode(&merged, "episode_00000").unwrap(),
+            record(0, 3),
+            "from the file"
+        );
+        assert_eq!(
+            trajectory_file::read_episode(&merged, "episode_00001").unwrap(),
+            record(1, 6),
+            "from its part"
+        );
+        assert!(merged_holds_every_episode(&objects, "sub", &restored).await);
+        delete_parts(&objects, "sub").await.unwrap();
+        // A counted run neither stored nor in the file: the merge says which is gone.
+        let lost = [counted(0, 1), counted(1, 3)];
+        let e = merge(&objects, "sub", "bench", &lost, None)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("episode 1 (attempt 3) is gone"), "{e}");
         std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -73,7 +73,11 @@ impl BackendArgs {
                 "{} {} for the GPU backend: add --backend gpu{}",
                 gpu_flags.join(", "),
                 if gpu_flags.len() == 1 { "is" } else { "are" },
-                if self.backend.is_none() { " (the default is cpu)" } else { "" }
+                if self.backend.is_none() {
+                    " (the default is cpu)"
+                } else {
+                    ""
+                }
             ),
             BackendKind::Cpu => {
                 if self.backend.is_none() && std::env::var("ARENA_SIM_BACKEND").is_ok_and(|v| v.trim() == "gpu") {
@@ -130,7 +134,10 @@ mod tests {
         let Ok(SimBackend::Gpu(options)) = gpu(None, None).backend() else {
             panic!("not the GPU backend")
         };
-        assert_eq!((options.device, options.implementation), (GpuDevice::Auto, GpuImpl::Auto));
+        assert_eq!(
+            (options.device, options.implementation),
+            (GpuDevice::Auto, GpuImpl::Auto)
+        );
     }
 
     #[test]
@@ -145,7 +152,10 @@ mod tests {
         args.backend = Some(BackendKind::Cpu);
         args.gpu_device = None;
         let e = args.backend().unwrap_err().to_string();
-        assert!(e.contains("--gpu-impl is for the GPU backend: add --backend gpu") && !e.contains("default"), "{e}");
+        assert!(
+            e.contains("--gpu-impl is for the GPU backend: add --backend gpu") && !e.contains("default"),
+            "{e}"
+        );
         args.gpu_impl = None;
         assert!(matches!(args.backend(), Ok(SimBackend::Cpu)));
     }

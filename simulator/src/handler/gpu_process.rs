@@ -176,7 +176,13 @@ pub(super) fn check_worker(python: &Path, preload: Preload, timeout: Duration) -
     let script = worker_script()?;
     let mut child = Command::new(python)
         .arg(&script)
-        .args(["--check", "--preload", preload.implementation, "--device", preload.device])
+        .args([
+            "--check",
+            "--preload",
+            preload.implementation,
+            "--device",
+            preload.device,
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -231,7 +237,10 @@ pub(super) fn check_worker(python: &Path, preload: Preload, timeout: Duration) -
         }),
         Some(v) if v["error"].is_string() => Err(v["error"].as_str().unwrap_or_default().to_string()),
         // No answer line: the interpreter or the worker's own imports failed first.
-        _ => Err(format!("{} exited ({status}) without an answer: {tail}", python.display())),
+        _ => Err(format!(
+            "{} exited ({status}) without an answer: {tail}",
+            python.display()
+        )),
     }
 }
 

@@ -98,6 +98,13 @@ pub fn run(a: EvalArgs) -> anyhow::Result<()> {
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} episodes  {msg}")
             .expect("valid template"),
     );
+    // Until the first episode ends the bar would stand still: the GPU worker's start (MJX
+    // compiles its step for the batch, a minute or more on a CPU) said in words, and ticking.
+    bar.set_message(match &options.backend {
+        arena_sim::SimBackend::Gpu(_) => "starting the simulator (a GPU worker: MJX compiles its step first)",
+        _ => "starting the simulator",
+    });
+    bar.enable_steady_tick(std::time::Duration::from_millis(500));
     let ran = evaluation::run_benchmark(&spec, &clips, agent.as_mut(), &options, &mut |done, total, r| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
@@ -136,11 +143,12 @@ pub fn run(a: EvalArgs) -> anyhow::Result<()> {
     }
     let unit = |m: &str| arena_bench::metrics::metric_info(m).map_or("", |i| i.units);
     println!(
-        "{} v{}: {} policy, {} episodes",
+        "{} v{}: {} policy, {} episodes, on {}",
         spec.name,
         spec.version,
         policy_name,
-        report.episodes.len()
+        report.episodes.len(),
+        ran.engine
     );
     print!("{:<8} {:<28} {:>6} {:<10}", "episode", "motion", "steps", "status");
     for m in &shown {

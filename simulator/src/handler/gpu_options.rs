@@ -26,6 +26,18 @@ impl GpuDevice {
     }
 }
 
+impl std::fmt::Display for GpuDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.wire())
+    }
+}
+
+impl std::fmt::Display for GpuImpl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.wire())
+    }
+}
+
 impl std::str::FromStr for GpuDevice {
     type Err = String;
 

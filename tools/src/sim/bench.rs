@@ -122,6 +122,18 @@ pub(super) fn bench(a: BenchArgs) -> anyhow::Result<()> {
         seed: e as u64,
         dr_level,
     };
+    if let SimBackend::Gpu(options) = &config.backend {
+        // The worker's start is not timed and says nothing itself (MJX compiles its step for
+        // the batch: a minute or more on a CPU).
+        eprintln!(
+            "starting the GPU worker for {} envs ({} on device {})…",
+            a.envs,
+            options
+                .implementation
+                .resolve(options.device, options.x64, arena_sim::handler::cuda_device_present()),
+            options.device
+        );
+    }
     let mut env = TrackingEnv::new(config.clone(), library.clone())?;
     let all: Vec<_> = (0..a.envs).map(|e| (e, assignment(e))).collect();
     let mut policy = a.policy.build();

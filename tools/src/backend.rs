@@ -25,8 +25,8 @@ pub struct BackendArgs {
     /// [default: auto].
     #[arg(long, value_parser = clap::builder::ValueParser::new(str::parse::<GpuDevice>))]
     pub gpu_device: Option<GpuDevice>,
-    /// GPU backend: physics implementation: auto (MuJoCo Warp where a CUDA device is present and
-    /// --gpu-x64 is not asked for, else MJX), jax (MuJoCo MJX on JAX) or warp (MuJoCo Warp,
+    /// GPU backend: physics implementation: auto (MuJoCo Warp where a CUDA device is present,
+    /// --gpu-device is not cpu and --gpu-x64 is not asked for, else MJX), jax (MuJoCo MJX on JAX) or warp (MuJoCo Warp,
     /// float32 only). `arena sim bench` also takes stub: no physics, the host side's cost alone
     /// [default: auto].
     #[arg(long, value_parser = clap::builder::ValueParser::new(str::parse::<GpuImpl>))]

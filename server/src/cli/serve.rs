@@ -176,8 +176,9 @@ pub struct LaneBackendArgs {
     /// GPU backend: auto, cpu (JAX's or Warp's CPU device) or gpu [default: auto].
     #[arg(long, env = "ARENA_GPU_DEVICE")]
     pub gpu_device: Option<String>,
-    /// GPU backend: physics implementation, auto (MuJoCo Warp on a CUDA device, else MuJoCo MJX),
-    /// jax (MuJoCo MJX) or warp (MuJoCo Warp) [default: auto].
+    /// GPU backend: physics implementation, auto (MuJoCo Warp where a CUDA device is present and
+    /// --gpu-device is not cpu, else MuJoCo MJX), jax (MuJoCo MJX) or warp (MuJoCo Warp)
+    /// [default: auto].
     #[arg(long, env = "ARENA_GPU_IMPL")]
     pub gpu_impl: Option<String>,
     /// GPU backend: Python with python/requirements-gpu.txt [default: $ARENA_GPU_PYTHON, else python3].

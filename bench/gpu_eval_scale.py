@@ -409,6 +409,10 @@ def served(a, tmp, bench_dir):
         stdout=subprocess.DEVNULL, stderr=open(log_path, "w"), env=env)
     base = f"http://127.0.0.1:{port}"
     for _ in range(300):
+        if server.poll() is not None:
+            # Refused at start (e.g. its GPU worker check): its own words, not a refused connection.
+            with open(log_path) as log:
+                sys.exit(f"arena serve exited ({server.returncode}) before it served:\n{log.read()[-4000:]}")
         try:
             urllib.request.urlopen(base + "/api/v1/health", timeout=1)
             break

@@ -17,6 +17,8 @@
 //!                                    from the episode's start, when before its end), attempt
 //!                                    (u32, optional: which run of the episode the group holds,
 //!                                    written by the server's merge; files before it lack it)
+//! /                      runs_recorded (u32, optional: the groups say which run they hold; a
+//!                                    group without `attempt` holds none)
 //!     times              f64 (T)
 //!     qpos               f64 (T, 36)   root xyz, root quat wxyz, 29 joints
 //!     qvel               f64 (T, 35)
@@ -334,25 +336,29 @@ impl TrajectoryFile {
     }
 
     /// Records which run of each episode its group holds: the attribute `attempt` of group
-    /// `episode_{idx}` for each `(idx, attempt)` in `runs` (groups that must exist), in one
-    /// opening of the file. A restored database that counts other runs than a file holds is
-    /// then told apart from one that counts the same ([`episode_attempts`]).
+    /// `episode_{idx}` for each `(idx, attempt)` in `runs` (groups that must exist), and the
+    /// file's `runs_recorded` (a group without `attempt` then holds no run), in one opening of
+    /// the file. A restored database that counts other runs than a file holds is then told
+    /// apart from one that counts the same ([`episode_attempts`]).
     pub fn set_attempts(&mut self, runs: &[(u32, u32)]) -> Result<()> {
-        if runs.is_empty() {
-            return Ok(());
-        }
         let path = self.path.as_path();
         let file = builder().open_rw(path).map_err(|err| open_error(path, err))?;
-        let written = runs.iter().try_for_each(|&(idx, attempt)| {
-            let name = episode_group_name(idx);
-            let group = open_episode_group(path, &file, &name)?;
-            // Written over where there is one (a copied group's, a merge redone).
-            match group.attr(ATTEMPT_ATTR) {
-                Ok(existing) => existing
-                    .write_scalar(&attempt)
-                    .map_err(h5err(path, format!("{name}: attribute {ATTEMPT_ATTR}: write"))),
-                Err(_) => write_scalar_attr(path, &group, &name, ATTEMPT_ATTR, &attempt),
-            }
+        let marked = match file.attr(RUNS_RECORDED_ATTR) {
+            Ok(_) => Ok(()),
+            Err(_) => write_scalar_attr(path, &file, "/", RUNS_RECORDED_ATTR, &1u32),
+        };
+        let written = marked.and_then(|()| {
+            runs.iter().try_for_each(|&(idx, attempt)| {
+                let name = episode_group_name(idx);
+                let group = open_episode_group(path, &file, &name)?;
+                // Written over where there is one (a copied group's, a merge redone).
+                match group.attr(ATTEMPT_ATTR) {
+                    Ok(existing) => existing
+                        .write_scalar(&attempt)
+                        .map_err(h5err(path, format!("{name}: attribute {ATTEMPT_ATTR}: write"))),
+                    Err(_) => write_scalar_attr(path, &group, &name, ATTEMPT_ATTR, &attempt),
+                }
+            })
         });
         let flushed = file.flush().map_err(h5err(path, "flush"));
         let closed = file.close().map_err(h5err(path, "close"));
@@ -366,11 +372,16 @@ impl TrajectoryFile {
 
 /// The group attribute naming the run (attempt number) of the episode a group holds.
 const ATTEMPT_ATTR: &str = "attempt";
+/// The root attribute of a file whose groups say which run they hold ([`TrajectoryFile::set_attempts`]).
+const RUNS_RECORDED_ATTR: &str = "runs_recorded";
 
-/// Each episode group of the file at `path` and the run it holds (its `attempt` attribute;
-/// `None` for a group written before the attribute was), sorted by name.
+/// Each episode group of the file at `path` and the run it holds: its `attempt` attribute;
+/// `Some(0)` (no run played) for a group without one in a file that records runs; `None` for a
+/// group of a file written before runs were recorded. Sorted by name.
 pub fn episode_attempts(path: &Path) -> Result<Vec<(String, Option<u32>)>> {
     let file = open_checked(path)?;
+    let recorded = file.attr(RUNS_RECORDED_ATTR).is_ok();
+    let unrecorded = if recorded { Some(0) } else { None };
     episode_names(path)?
         .into_iter()
         .map(|name| {
@@ -383,7 +394,7 @@ pub fn episode_attempts(path: &Path) -> Result<Vec<(String, Option<u32>)>> {
             let attempt = if has {
                 Some(read_scalar_attr::<u32>(path, &group, &name, ATTEMPT_ATTR)?)
             } else {
-                None
+                unrecorded
             };
             Ok((name, attempt))
         })

@@ -213,8 +213,16 @@ fn the_run_a_group_holds_is_recorded() {
         attempts(&path),
         [("episode_00003".to_string(), None), ("episode_00004".to_string(), None)]
     );
-    file.set_attempts(&[(3, 1), (4, 2)]).unwrap();
-    file.set_attempts(&[(3, 5)]).unwrap();
+    file.set_attempts(&[(3, 1)]).unwrap();
+    assert_eq!(
+        attempts(&path),
+        [
+            ("episode_00003".to_string(), Some(1)),
+            ("episode_00004".to_string(), Some(0))
+        ],
+        "a group without a run in a file that records them holds none"
+    );
+    file.set_attempts(&[(3, 5), (4, 2)]).unwrap();
     assert_eq!(
         attempts(&path),
         [

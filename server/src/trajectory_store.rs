@@ -312,10 +312,7 @@ async fn merge_into(
             Some(attempt) => stored_run(objects, submission, row.idx, attempt).await?,
             None => None,
         };
-        if let Some(attempt) = committed.filter(|_| stored.is_some()) {
-            runs.push((row.idx as u32, attempt as u32));
-        }
-        sources.push(match stored {
+        let source = match stored {
             Some(StoredRun::Part(path)) => MergeSource::Part(path),
             Some(StoredRun::Hdf5(path)) => MergeSource::Hdf5(path, name),
             // Merged before and its run deleted (a merge redone: after a database restored
@@ -350,7 +347,12 @@ async fn merge_into(
                 }
                 _ => MergeSource::Unplayed(Box::new(unplayed_record(row))),
             },
-        });
+        };
+        // The file says which run each group holds: the counted one, unless none was played.
+        if let Some(attempt) = committed.filter(|_| !matches!(source, MergeSource::Unplayed(_))) {
+            runs.push((row.idx as u32, attempt as u32));
+        }
+        sources.push(source);
     }
     timings.find_s = started.elapsed().as_secs_f64();
     let started = std::time::Instant::now();
@@ -519,8 +521,8 @@ pub async fn delete_parts(objects: &Objects, submission: &str) -> Result<(), Obj
 }
 
 /// Whether the submission's merged file holds a group for every final episode of `rows`, of the
-/// run each counts where the group says which (its `attempt`; files merged before it was
-/// recorded are taken at their word). False when it has none, cannot be read, or is a file of
+/// run each counts (an unplayed group for one that counts none), where the file says which
+/// (files merged before runs were recorded are taken at their word). False when it has none, cannot be read, or is a file of
 /// the one-file layout that an upgrade left with only the episodes run before it.
 pub async fn merged_holds_every_episode(objects: &Objects, submission: &str, rows: &[EpisodeRow]) -> bool {
     let Ok(Some(path)) = objects.local_copy(&objects::trajectory_key(submission)).await else {
@@ -533,10 +535,10 @@ pub async fn merged_holds_every_episode(objects: &Objects, submission: &str, row
     rows.iter().filter(|r| r.status.is_final()).all(|r| {
         let name = trajectory_file::episode_group_name(r.idx as u32);
         match held.binary_search_by(|(n, _)| n.cmp(&name)) {
-            Ok(at) => match (held[at].1, committed_attempt(r)) {
-                (Some(run), Some(counted)) => i64::from(run) == counted,
-                _ => true,
-            },
+            // 0: no run played (an unplayed group, of a file that records runs).
+            Ok(at) => held[at]
+                .1
+                .is_none_or(|run| i64::from(run) == committed_attempt(r).unwrap_or(0)),
             Err(_) => false,
         }
     })
@@ -974,7 +976,7 @@ mod tests {
         };
         store_episode(&objects, "sub", 1, record(0, 3)).await.unwrap();
         store_episode(&objects, "sub", 1, record(1, 4)).await.unwrap();
-        let first = [counted(0, 1), counted(1, 1)];
+        let first = [counted(0, 1), counted(1, 1), row(2, EpisodeState::Failed, 0)];
         merge(&objects, "sub", "bench", &first, None).await.unwrap();
         let merged = submission_file(&objects, "sub").await.unwrap().unwrap();
         let runs = |path: &Path| {
@@ -984,16 +986,24 @@ mod tests {
                 .map(|(_, a)| a)
                 .collect::<Vec<_>>()
         };
-        assert_eq!(runs(&merged), [Some(1), Some(1)]);
+        assert_eq!(runs(&merged), [Some(1), Some(1), Some(0)], "episode 2 never ran");
         assert!(merged_holds_every_episode(&objects, "sub", &first).await);
         delete_parts(&objects, "sub").await.unwrap();
         // The restored rows count run 2 of episode 1 (run 1 was lost in the other timeline).
         store_episode(&objects, "sub", 2, record(1, 6)).await.unwrap();
-        let restored = [counted(0, 1), counted(1, 2)];
+        store_episode(&objects, "sub", 1, record(2, 5)).await.unwrap();
+        let restored = [counted(0, 1), counted(1, 2), counted(2, 1)];
         assert!(!merged_holds_every_episode(&objects, "sub", &restored).await);
+        // Either difference alone is told: another run, or a run where the file has none.
+        assert!(!merged_holds_every_episode(&objects, "sub", &[counted(0, 1), counted(1, 2)]).await);
+        assert!(!merged_holds_every_episode(&objects, "sub", &[counted(0, 1), counted(1, 1), counted(2, 1)]).await);
         merge(&objects, "sub", "bench", &restored, None).await.unwrap();
         let merged = submission_file(&objects, "sub").await.unwrap().unwrap();
-        assert_eq!(runs(&merged), [Some(1), Some(2)]);
+        assert_eq!(runs(&merged), [Some(1), Some(2), Some(1)]);
+        assert_eq!(
+            trajectory_file::read_episode(&merged, "episode_00002").unwrap(),
+            record(2, 5)
+        );
         assert_eq!(
             trajectory_file::read_episode(&merged, "episode_00000").unwrap(),
             record(0, 3),
@@ -1007,7 +1017,7 @@ mod tests {
         assert!(merged_holds_every_episode(&objects, "sub", &restored).await);
         delete_parts(&objects, "sub").await.unwrap();
         // A counted run neither stored nor in the file: the merge says which is gone.
-        let lost = [counted(0, 1), counted(1, 3)];
+        let lost = [counted(0, 1), counted(1, 3), counted(2, 1)];
         let e = merge(&objects, "sub", "bench", &lost, None)
             .await
             .unwrap_err()

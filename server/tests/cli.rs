@@ -256,7 +256,7 @@ fn bad_inputs_get_clear_errors() {
     // session with an internal error): the worker's own words, the Python named, what to do.
     let err = serve_refused(&["--backend", "gpu", "--gpu-python", python.to_str().unwrap()]);
     assert!(
-        err.contains("cannot start with") && err.contains("No module named") && err.contains("ARENA_GPU_PYTHON"),
+        err.contains("cannot start with") && err.contains("No module named") && err.contains("--gpu-python"),
         "{err}"
     );
     let err = serve_refused(&["--backend", "gpu", "--gpu-python", "/nonexistent/python3"]);

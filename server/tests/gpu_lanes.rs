@@ -364,7 +364,9 @@ fn a_gpu_server_without_its_device_does_not_start() {
         assert_eq!(out.status.code(), Some(1), "{implementation}: {err}");
         assert!(
             err.contains(&format!("a GPU worker ({implementation} on device gpu) cannot start"))
-                && (err.contains("no JAX gpu device") || err.contains("no CUDA device for Warp")),
+                && (err.contains("no JAX gpu device") || err.contains("no CUDA device for Warp"))
+                && err.contains("choose --gpu-device auto or cpu")
+                && !err.contains("requirements-gpu"),
             "{err}"
         );
     }

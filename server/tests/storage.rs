@@ -887,12 +887,28 @@ async fn server_faults_are_not_the_agents(url: String, engine: Engine) {
         assert_eq!(a.requeue_episodes("s-1", &[(2, run)], 3, "lost").await.unwrap(), (1, 0));
     }
     assert_eq!(a.claim_next_episode("s-1").await.unwrap(), Some((2, 4)));
-    assert_eq!(a.unclaim_episodes("s-1", &[(2, 4)], "never started").await.unwrap(), 1);
+    assert_eq!(
+        a.unclaim_episodes("s-1", &[(2, 4)], "never started", true)
+            .await
+            .unwrap(),
+        1
+    );
     let row = &a.episodes("s-1").await.unwrap()[2];
     assert_eq!((state(row), row.uncharged_runs), ((EpisodeState::Pending, 4, 1), 1));
-    // The run that never started is no failure: the last charged run's reason stays.
+    // The run the agent never heard of is no failure: the last charged run's reason stays.
     assert_eq!(row.reason.as_deref(), Some("lost"));
+    // A claim that could not start is given its reason.
     assert_eq!(a.claim_next_episode("s-1").await.unwrap(), Some((2, 5)));
+    assert_eq!(
+        a.unclaim_episodes("s-1", &[(2, 5)], "could not start", false)
+            .await
+            .unwrap(),
+        1
+    );
+    let row = &a.episodes("s-1").await.unwrap()[2];
+    assert_eq!((state(row), row.uncharged_runs), ((EpisodeState::Pending, 5, 1), 2));
+    assert_eq!(row.reason.as_deref(), Some("could not start"));
+    assert_eq!(a.claim_next_episode("s-1").await.unwrap(), Some((2, 6)));
     // Another process's claim is not this one's to give back, nor its session to end.
     let other = open(&url, engine)
         .await
@@ -918,11 +934,11 @@ async fn server_faults_are_not_the_agents(url: String, engine: Engine) {
     assert_eq!(a.renew_leases().await.unwrap(), 0, "nothing is held after the stop");
     let late = outcome(EpisodeState::Completed, 3);
     assert!(
-        !a.commit_episode("s-1", 2, Some(5), &late).await.unwrap(),
+        !a.commit_episode("s-1", 2, Some(6), &late).await.unwrap(),
         "a run given back cannot commit"
     );
     let row = &a.episodes("s-1").await.unwrap()[2];
-    assert_eq!((state(row), row.uncharged_runs), ((EpisodeState::Pending, 5, 1), 2));
+    assert_eq!((state(row), row.uncharged_runs), ((EpisodeState::Pending, 6, 1), 3));
     assert_eq!(row.reason.as_deref(), Some(arena_server::storage::SERVER_STOPPED));
     // Re-runs the team is shown: the agent's only (episode 2's second connection).
     let reruns = a.reruns(None, Some("s-1")).await.unwrap();
@@ -938,9 +954,9 @@ async fn server_faults_are_not_the_agents(url: String, engine: Engine) {
     let next = open(&url, engine)
         .await
         .with_lease("replica-c", std::time::Duration::from_secs(30));
-    assert_eq!(next.claim_next_episode("s-1").await.unwrap(), Some((2, 6)));
+    assert_eq!(next.claim_next_episode("s-1").await.unwrap(), Some((2, 7)));
     assert_eq!(
-        next.requeue_episodes("s-1", &[(2, 6)], 3, "lost").await.unwrap(),
+        next.requeue_episodes("s-1", &[(2, 7)], 3, "lost").await.unwrap(),
         (0, 1)
     );
     let row = &a.episodes("s-1").await.unwrap()[2];
@@ -2046,7 +2062,12 @@ async fn a_stale_runs_cleanup_leaves_the_newer_claim(url: String, engine: Engine
         a.return_episodes("s-1", &[(0, 1)], "server error").await.unwrap(),
         (0, 0)
     );
-    assert_eq!(a.unclaim_episodes("s-1", &[(0, 1)], "never started").await.unwrap(), 0);
+    assert_eq!(
+        a.unclaim_episodes("s-1", &[(0, 1)], "never started", false)
+            .await
+            .unwrap(),
+        0
+    );
     a.forget_claim("s-1", 0, 1);
     assert_eq!(a.renew_leases().await.unwrap(), 1, "run 2 is still held");
     let row = &a.episodes("s-1").await.unwrap()[0];

@@ -451,7 +451,8 @@ def check(impl, device):
     """`--check`: whether a worker of `impl` can start on `device` with this Python, asked by a
     server before it serves (`gpu_process::check_worker`): the implementation's imports and its
     device (JAX's backend too, which a preload leaves to the first computation). Returns the one
-    reply line's object, {"ok": true, "device", "library", "mujoco", "seconds"} or {"error"}."""
+    reply line's object, {"ok": true, "device", "library", "mujoco", "seconds"} or {"error",
+    "cause": "device" (no such device) or "python" (an import failed)}."""
     t0 = time.perf_counter()
     try:
         import mujoco
@@ -464,9 +465,11 @@ def check(impl, device):
         else:
             import stub_physics  # noqa: F401
             dev, library = "host", "stub (no physics)"
+    except InitError as e:  # the device asked for is not there; the imports went well
+        return {"error": str(e), "cause": "device"}
     except Exception as e:  # noqa: BLE001 (the answer is the error itself)
         traceback.print_exc(file=sys.stderr)
-        return {"error": f"{type(e).__name__}: {e}"}
+        return {"error": f"{type(e).__name__}: {e}", "cause": "python"}
     return {"ok": True, "device": str(dev), "library": library, "mujoco": mujoco.__version__,
             "seconds": round(time.perf_counter() - t0, 3)}
 

@@ -146,7 +146,15 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         "submission {id} ended {}",
         submission.status.as_str()
     );
-    if !a.no_tracker {
+    // On a backend that cannot run the tracker's benchmark (the GPU backend simulates no IMU),
+    // the part is left out with the reason rather than tried and refused.
+    let tracker_runs_here = state.catalog.load(TRACKER_BENCHMARK).map(|_| ());
+    if let (false, Err(why)) = (a.no_tracker, &tracker_runs_here)
+        && !a.json
+    {
+        println!("\n(the tracker part is left out: {why})");
+    }
+    if !a.no_tracker && tracker_runs_here.is_ok() {
         match tracker_dir(a.tracker.clone()) {
             None => {
                 if !a.json {

@@ -280,7 +280,7 @@ impl<'a> Lane<'a> {
                 // Another lane found the connection gone while this claim was under way (and
                 // may have re-queued what it took): the agent never saw these episodes.
                 let unseen = starting.iter().map(|e| e.episode_id).collect();
-                self.return_slots_of(&unseen, "the session ended before they started", GiveBack::NeverStarted);
+                self.return_slots_of(&unseen, "the session ended before they started", GiveBack::Unseen);
                 return self.connection_lost(CONNECTION_LOST);
             }
             if self.slots.iter().all(Option::is_none) {
@@ -414,7 +414,7 @@ impl<'a> Lane<'a> {
                     .into_iter()
                     .chain(messages.flatten().map(|e| e.episode_id))
                     .collect();
-                self.return_slots_of(&unseen, "the session ended before they started", GiveBack::NeverStarted);
+                self.return_slots_of(&unseen, "the session ended before they started", GiveBack::Unseen);
                 return Err(self.connection_lost(CONNECTION_LOST));
             }
         }
@@ -1050,7 +1050,8 @@ impl<'a> Lane<'a> {
         let returned = db_call(&self.ctx.runtime, "returning episodes", || async {
             match how {
                 GiveBack::ServerFault => storage.return_episodes(submission_id, runs, reason).await,
-                GiveBack::NeverStarted => Ok((storage.unclaim_episodes(submission_id, runs, reason).await?, 0)),
+                GiveBack::NeverStarted => Ok((storage.unclaim_episodes(submission_id, runs, reason, false).await?, 0)),
+                GiveBack::Unseen => Ok((storage.unclaim_episodes(submission_id, runs, reason, true).await?, 0)),
             }
         });
         match returned {
@@ -1131,9 +1132,13 @@ enum Wait {
 enum GiveBack {
     /// The server failed them: a server fault, counted toward `MAX_SERVER_FAULTS`.
     ServerFault,
-    /// Charged to nobody: they never started (the agent left before their `episode_start`, or
-    /// the claim they came in could not start), or the server's stop ended their session.
+    /// Charged to nobody: they never started (the claim they came in could not start), or the
+    /// server's stop ended their session.
     NeverStarted,
+    /// Charged to nobody, the agent never having heard of them (it left before their
+    /// `episode_start`): an episode that failed before keeps that failure's reason, the run
+    /// that never began being none.
+    Unseen,
 }
 
 /// How an episode whose env could not be reset ends.

@@ -353,18 +353,24 @@ impl Storage {
 
     /// Claims that never started (the agent was gone before their `episode_start` was sent):
     /// the given RUNNING episodes under this handle's lease go back to PENDING charged to
-    /// nobody (`uncharged_runs` += 1; the number stays taken, as every run's does). An episode
-    /// that had failed before keeps that failure's reason (the run that never started is no
-    /// failure, and a charged run's words must not be lost to it); one that had none is given
-    /// `reason`. Claims released as by [`Storage::requeue_episodes`]. Returns how many went back.
+    /// nobody (`uncharged_runs` += 1; the number stays taken, as every run's does), with
+    /// `reason`; with `keep_earlier_reason` (the agent left before it heard of them) an episode
+    /// that had failed before keeps that failure's reason instead (a run that never began is no
+    /// failure, and a charged run's words must not be lost to it). Claims released as by
+    /// [`Storage::requeue_episodes`]. Returns how many went back.
     pub async fn unclaim_episodes(
         &self,
         submission: &str,
         runs: &[(i64, i64)],
         reason: &str,
+        keep_earlier_reason: bool,
     ) -> Result<usize, StorageError> {
+        let reason_sql = match keep_earlier_reason {
+            true => "COALESCE(NULLIF(reason, ''), $6)",
+            false => "$6",
+        };
         let back = format!(
-            "UPDATE episodes SET status = 'PENDING', reason = COALESCE(NULLIF(reason, ''), $6), updated_at = $5, \
+            "UPDATE episodes SET status = 'PENDING', reason = {reason_sql}, updated_at = $5, \
              uncharged_runs = uncharged_runs + 1, lease_owner = NULL, lease_expires_at = NULL WHERE {RUN}"
         );
         let context = || format!("unclaiming episodes {runs:?} (index, attempt) of submission {submission}");
@@ -611,7 +617,8 @@ impl Storage {
         if self.held().stopping {
             // Told to stop while this claim was under way: its give-back may have come before
             // the claim did. These never start; back they go, charged to nobody.
-            self.unclaim_episodes(submission, &claimed, SERVER_STOPPED).await?;
+            self.unclaim_episodes(submission, &claimed, SERVER_STOPPED, false)
+                .await?;
             return Ok(Vec::new());
         }
         Ok(claimed)

@@ -56,8 +56,10 @@ impl Worker {
         let mut command = Command::new(python);
         // JAX keeps compiled steps on disk, so a restarted worker (or the next lane of the same
         // size) loads them instead of compiling again.
-        if std::env::var_os("JAX_COMPILATION_CACHE_DIR").is_none() {
-            command.env("JAX_COMPILATION_CACHE_DIR", compilation_cache_dir());
+        if std::env::var_os("JAX_COMPILATION_CACHE_DIR").is_none()
+            && let Some(dir) = compilation_cache_dir()
+        {
+            command.env("JAX_COMPILATION_CACHE_DIR", dir);
         }
         let mut child = command
             .arg(script)
@@ -158,6 +160,15 @@ impl Worker {
     }
 }
 
+/// Why [`check_worker`] found that no worker can start.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WorkerCheckError {
+    /// The Python is fine but the device asked for is not there.
+    Device(String),
+    /// The interpreter cannot start, or the worker's imports fail in it.
+    Python(String),
+}
+
 /// What [`check_worker`] found: the worker's device and libraries, and its seconds.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkerCheck {
@@ -172,8 +183,13 @@ pub struct WorkerCheck {
 /// server asks before it serves, so that a Python without the libraries, or a `gpu` device on
 /// a machine without one, stops the start rather than failing every session. Waits up to
 /// `timeout` (a first JAX import on a cold machine takes seconds), then kills it.
-pub(super) fn check_worker(python: &Path, preload: Preload, timeout: Duration) -> Result<WorkerCheck, String> {
-    let script = worker_script()?;
+pub(super) fn check_worker(
+    python: &Path,
+    preload: Preload,
+    timeout: Duration,
+) -> Result<WorkerCheck, WorkerCheckError> {
+    let python_error = WorkerCheckError::Python;
+    let script = worker_script().map_err(python_error)?;
     let mut child = Command::new(python)
         .arg(&script)
         .args([
@@ -187,7 +203,7 @@ pub(super) fn check_worker(python: &Path, preload: Preload, timeout: Duration) -
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("could not start {} ({e})", python.display()))?;
+        .map_err(|e| python_error(format!("could not start {} ({e})", python.display())))?;
     let (stdout, stderr) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
     let answer = std::thread::spawn(move || {
         let mut last = String::new();
@@ -216,14 +232,14 @@ pub(super) fn check_worker(python: &Path, preload: Preload, timeout: Duration) -
             Ok(None) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!(
+                return Err(python_error(format!(
                     "{} did not answer within {:.0} s: {}",
                     python.display(),
                     timeout.as_secs_f64(),
                     tail.join().unwrap_or_default()
-                ));
+                )));
             }
-            Err(e) => return Err(format!("waiting for {}: {e}", python.display())),
+            Err(e) => return Err(python_error(format!("waiting for {}: {e}", python.display()))),
         }
     };
     let (answer, tail) = (answer.join().unwrap_or_default(), tail.join().unwrap_or_default());
@@ -235,12 +251,18 @@ pub(super) fn check_worker(python: &Path, preload: Preload, timeout: Duration) -
             library: v["library"].as_str().unwrap_or_default().to_string(),
             seconds: v["seconds"].as_f64().unwrap_or_default(),
         }),
-        Some(v) if v["error"].is_string() => Err(v["error"].as_str().unwrap_or_default().to_string()),
+        Some(v) if v["error"].is_string() => {
+            let error = v["error"].as_str().unwrap_or_default().to_string();
+            Err(match v["cause"].as_str() {
+                Some("device") => WorkerCheckError::Device(error),
+                _ => WorkerCheckError::Python(error),
+            })
+        }
         // No answer line: the interpreter or the worker's own imports failed first.
-        _ => Err(format!(
+        _ => Err(python_error(format!(
             "{} exited ({status}) without an answer: {tail}",
             python.display()
-        )),
+        ))),
     }
 }
 
@@ -342,18 +364,29 @@ impl Drop for Worker {
     }
 }
 
-/// Where the worker's JAX keeps compiled code: `$XDG_CACHE_HOME/arena/jax`, else
-/// `~/.cache/arena/jax`, else the temporary folder.
-fn compilation_cache_dir() -> PathBuf {
-    cache_base().join("arena").join("jax")
+/// Where the worker's JAX keeps compiled code: `<cache>/jax` ([`user_cache`]) where it can be
+/// made, else in this user's private temporary folder; `None` (no cache, JAX compiles at each
+/// start) when neither can.
+fn compilation_cache_dir() -> Option<PathBuf> {
+    let writable = |dir: PathBuf| std::fs::create_dir_all(&dir).is_ok().then_some(dir);
+    user_cache()
+        .and_then(|cache| writable(cache.join("jax")))
+        .or_else(|| private_temp_folder().ok().and_then(|dir| writable(dir.join("jax"))))
 }
 
-/// `$XDG_CACHE_HOME`, else `~/.cache`, else the temporary folder.
-fn cache_base() -> PathBuf {
+/// This user's cache folder for the arena: `$XDG_CACHE_HOME/arena`, else `~/.cache/arena`;
+/// `None` without either variable. Never the shared temporary folder as such: a folder there
+/// that another user made first would hand the worker their code ([`private_temp_folder`]).
+fn user_cache() -> Option<PathBuf> {
     std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(std::env::temp_dir)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| PathBuf::from(h).join(".cache"))
+        })
+        .map(|base| base.join("arena"))
 }
 
 /// The worker script, written with its modules to `<cache>/arena/gpu-worker-<hash of the
@@ -372,8 +405,10 @@ pub(super) fn worker_script() -> Result<PathBuf, String> {
         }
     }
     let folder = format!("gpu-worker-{hash:016x}");
-    let cached = cache_base().join("arena").join(&folder);
-    match write_worker_files(&cached) {
+    let cached = user_cache()
+        .ok_or_else(|| "neither XDG_CACHE_HOME nor HOME is set".to_string())
+        .and_then(|cache| write_worker_files(&cache.join(&folder)));
+    match cached {
         Ok(script) => Ok(script),
         Err(cache_error) => {
             let private = private_temp_folder().map_err(|e| format!("{cache_error}; and {e}"))?;
@@ -394,7 +429,10 @@ fn write_worker_files(dir: &Path) -> Result<PathBuf, String> {
         if std::fs::read_to_string(&path).is_ok_and(|existing| existing == source) {
             continue;
         }
-        let partial = dir.join(format!(".{name}.{}", std::process::id()));
+        // Unique to this write: two threads of one process may write the same file at once.
+        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let write = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let partial = dir.join(format!(".{name}.{}.{write}", std::process::id()));
         std::fs::write(&partial, source).map_err(fail)?;
         std::fs::rename(&partial, &path).map_err(fail)?;
     }

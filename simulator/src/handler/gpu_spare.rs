@@ -15,7 +15,9 @@
 use super::gpu::init_message;
 use super::gpu_layout::{Precision, ShmLayout};
 use super::gpu_options::{GpuImpl, GpuOptions, cuda_device_present};
-use super::gpu_process::{Preload, Worker, WorkerCheck, check_worker, create_shared_file, worker_script};
+use super::gpu_process::{
+    Preload, Worker, WorkerCheck, WorkerCheckError, check_worker, create_shared_file, worker_script,
+};
 use crate::robot::RobotConfig;
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
@@ -143,9 +145,19 @@ pub fn keep_spare_workers(options: &GpuOptions, robot: &RobotConfig, count: usiz
 pub fn check_gpu_worker(options: &GpuOptions) -> Result<WorkerCheck, String> {
     let key = SpareKey::new(options);
     check_worker(&key.python, key.preload, std::time::Duration::from_secs(120)).map_err(|e| {
+        let (why, what_to_do) = match e {
+            WorkerCheckError::Device(why) => (
+                why,
+                "choose --gpu-device auto or cpu (`gpu_device`), or run on a machine with the device",
+            ),
+            WorkerCheckError::Python(why) => (
+                why,
+                "give --gpu-python (ARENA_GPU_PYTHON, `gpu_python`) a Python with python/requirements-gpu.txt \
+                 installed (`make deps-gpu`), or choose another --gpu-impl",
+            ),
+        };
         format!(
-            "a GPU worker ({} on device {}) cannot start with {}: {e}; set ARENA_GPU_PYTHON (or `gpu_python`) to a \
-             Python with python/requirements-gpu.txt installed (`make deps-gpu`), or choose another --gpu-device / --gpu-impl",
+            "a GPU worker ({} on device {}) cannot start with {}: {why}; {what_to_do}",
             key.preload.implementation,
             key.preload.device,
             key.python.display()

@@ -405,8 +405,8 @@ async fn merge_leftovers(storage: Storage, objects: crate::objects::Objects, end
                     continue;
                 }
             };
-            let holds_all = keys.contains(&merged_key)
-                && crate::trajectory_store::merged_holds_every_episode(&objects, &id, &rows).await;
+            let holds_all =
+                keys.contains(&merged_key) && crate::trajectory_store::merged_is_current(&objects, &id, &rows).await;
             if holds_all {
                 // Its merged file was stored (and synced) before its parts were deleted: the
                 // parts a stopped server (or a failed deletion) left behind only take room.

@@ -200,9 +200,10 @@ pub async fn discard_episode(objects: &Objects, submission: &str, idx: i64, atte
 /// `trajectories/{submission}.h5`. Every final episode gets a group: an episode given up on
 /// without a stored run (lost connections, an expired lease, never started) gets an empty one
 /// (0 rows) with its status and reason, so the file lists what REST and the report list. A
-/// committed episode whose run is missing is an error (another session completed the submission
-/// and deleted the runs meanwhile), so an incomplete file is never stored. Two sessions that
-/// both read every run write files with the same groups and contents.
+/// committed episode whose run's own file is gone is taken from the submission's stored merged
+/// file where that file holds the same run (a merge redone), and is an error otherwise, so an
+/// incomplete file is never stored. Two sessions that both read every run write files with the
+/// same groups and contents; the file records which run each group holds.
 ///
 /// `ahead`: what this session's [`MergeAhead`] already wrote; the merge adds the rest to it
 /// when it holds exactly committed runs of `rows`, else starts over (the reason logged).
@@ -495,7 +496,7 @@ pub async fn settle_failed(
     let rows = storage.episodes(submission).await?;
     // Settled already (by the other caller): what parts are left are runs that were not
     // counted (a lane's run the cancel refused to commit).
-    if !merged_holds_every_episode(objects, submission, &rows).await {
+    if !merged_is_current(objects, submission, &rows).await {
         merge(objects, submission, &s.benchmark, &rows, None).await?;
     }
     delete_parts(objects, submission).await?;
@@ -518,6 +519,26 @@ pub async fn delete_parts(objects: &Objects, submission: &str) -> Result<(), Obj
     }
     objects.forget_cached(&prefix).await;
     Ok(())
+}
+
+/// Whether the submission's merged file is the one `rows` describe, so that the runs' own files
+/// can go: no run the rows count is still stored on its own, and the file holds every final
+/// episode as they count it ([`merged_holds_every_episode`]). A counted run stored apart is
+/// merged, not trusted to the file: after a database restored from a backup older than the
+/// store, an episode run again may count a run under the number the file's other run had. False
+/// when the store cannot be listed.
+pub async fn merged_is_current(objects: &Objects, submission: &str, rows: &[EpisodeRow]) -> bool {
+    let Ok(stored) = objects.list(&objects::episode_parts_prefix(submission)).await else {
+        return false;
+    };
+    let stored: std::collections::HashSet<String> = stored.into_iter().collect();
+    let counted_run_apart = rows.iter().any(|r| {
+        committed_attempt(r).is_some_and(|a| {
+            stored.contains(&objects::episode_part_key(submission, r.idx, a))
+                || stored.contains(&objects::hdf5_episode_part_key(submission, r.idx, a))
+        })
+    });
+    !counted_run_apart && merged_holds_every_episode(objects, submission, rows).await
 }
 
 /// Whether the submission's merged file holds a group for every final episode of `rows`, of the
@@ -988,7 +1009,12 @@ mod tests {
         };
         assert_eq!(runs(&merged), [Some(1), Some(1), Some(0)], "episode 2 never ran");
         assert!(merged_holds_every_episode(&objects, "sub", &first).await);
+        assert!(
+            !merged_is_current(&objects, "sub", &first).await,
+            "its runs are still stored apart"
+        );
         delete_parts(&objects, "sub").await.unwrap();
+        assert!(merged_is_current(&objects, "sub", &first).await);
         // The restored rows count run 2 of episode 1 (run 1 was lost in the other timeline).
         store_episode(&objects, "sub", 2, record(1, 6)).await.unwrap();
         store_episode(&objects, "sub", 1, record(2, 5)).await.unwrap();
@@ -1015,7 +1041,19 @@ mod tests {
             "from its part"
         );
         assert!(merged_holds_every_episode(&objects, "sub", &restored).await);
+        // Run 2 of episode 1 counted again and stored apart, under the number the file's run
+        // has (an episode run again after another restore): the part is the run counted, so
+        // the file is not trusted with it until merged.
+        store_episode(&objects, "sub", 2, record(1, 9)).await.unwrap();
+        assert!(!merged_is_current(&objects, "sub", &restored).await);
+        merge(&objects, "sub", "bench", &restored, None).await.unwrap();
+        let merged = submission_file(&objects, "sub").await.unwrap().unwrap();
+        assert_eq!(
+            trajectory_file::read_episode(&merged, "episode_00001").unwrap(),
+            record(1, 9)
+        );
         delete_parts(&objects, "sub").await.unwrap();
+        assert!(merged_is_current(&objects, "sub", &restored).await);
         // A counted run neither stored nor in the file: the merge says which is gone.
         let lost = [counted(0, 1), counted(1, 3), counted(2, 1)];
         let e = merge(&objects, "sub", "bench", &lost, None)

@@ -1808,7 +1808,10 @@ fn a_starting_server_removes_what_a_completed_submission_left_behind() {
     assert!(merged.exists());
     let parts = trajectories.join(&id);
     std::fs::create_dir_all(&parts).unwrap();
-    std::fs::write(parts.join("ep00000-a1.part"), b"left behind").unwrap();
+    // A run nobody counted (its commit never came): the merged file holds the counted one. A
+    // counted run stored apart would be merged again instead (the store's file may hold another
+    // run under its number, after a database restored from an older backup).
+    std::fs::write(parts.join("ep00000-a7.part"), b"left behind").unwrap();
     let staged = trajectories.join(format!("{id}.h5#42"));
     let file = std::fs::File::create(&staged).unwrap();
     file.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(3600))

@@ -805,7 +805,7 @@ async fn merge_and_clean(
 
 /// Removes the runs' part files of a completed submission whose merged file is stored (a
 /// missing file keeps them: another session may still be merging). The callers know that file
-/// holds every run: their own merge stored it, or [`trajectory_store::merged_holds_every_episode`]
+/// holds every run: their own merge stored it, or [`trajectory_store::merged_is_current`]
 /// said so. Only
 /// cleanup, after the agent has been told (deleting a 1024-episode submission's parts took
 /// about 0.15 s): a server that stops in between leaves them, as a failed deletion does

@@ -59,6 +59,9 @@ pub struct DemoArgs {
 }
 
 pub fn run(a: DemoArgs) -> anyhow::Result<()> {
+    for warning in super::serve::unknown_arena_variables::<DemoArgs>(std::env::vars_os().map(|(k, _)| k)) {
+        eprintln!("warning: {warning}");
+    }
     let mut config = a.config.resolve_with(&a.lane_backend)?;
     if !config.prewarm.is_empty() {
         // The demo starts its own lanes once; keeping simulators warm is `arena serve`'s.

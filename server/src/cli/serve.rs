@@ -290,6 +290,9 @@ pub struct ServeArgs {
 }
 
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
+    for warning in unknown_arena_variables::<ServeArgs>(std::env::vars_os().map(|(k, _)| k)) {
+        eprintln!("warning: {warning}");
+    }
     let config = a.config.resolve_with(&a.lane_backend)?;
     let benchmarks = config.benchmarks_dir();
     if !benchmarks.is_dir() {
@@ -471,6 +474,81 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     result
 }
 
+/// `ARENA_*` variables arena reads besides the settings' own (`A`'s flags): the log filter,
+/// the GPU worker's Python, the clients' and trainers' variables, and the test suite's.
+const OTHER_ARENA_VARIABLES: [&str; 17] = [
+    "ARENA_LOG",
+    "ARENA_GPU_PYTHON",
+    "ARENA_SERVER",
+    "ARENA_TOKEN",
+    "ARENA_ADMIN_TOKEN",
+    "ARENA_POLICY_CHECKER",
+    "ARENA_PPO_CUDA",
+    "ARENA_BFM_CUDA",
+    "ARENA_TORCH_DEVICE",
+    "ARENA_BENCHMARK",
+    "ARENA_BLESS",
+    "ARENA_BIN",
+    "ARENA_PPO_BIN",
+    "ARENA_PYTHON",
+    "ARENA_S3S_BIN",
+    "ARENA_PG_PORT",
+    "ARENA_PYTORCH_MKL_AS_IS",
+];
+
+/// A warning for each `ARENA_*` variable in `names` that arena does not read (a typo such as
+/// `ARENA_LANSE` was ignored in silence, the setting left at its default), with the nearest
+/// name it does read. `A`: the command's arguments, whose `env` names are settings.
+pub(crate) fn unknown_arena_variables<A: clap::Args>(names: impl Iterator<Item = std::ffi::OsString>) -> Vec<String> {
+    let command = A::augment_args(clap::Command::new("arena"));
+    let mut known: Vec<String> = command
+        .get_arguments()
+        .filter_map(|arg| arg.get_env())
+        .map(|env| env.to_string_lossy().into_owned())
+        .chain(OTHER_ARENA_VARIABLES.iter().map(|v| v.to_string()))
+        .collect();
+    known.sort();
+    let mut unknown: Vec<String> = names
+        .filter_map(|name| name.into_string().ok())
+        .filter(|name| name.starts_with("ARENA_") && known.binary_search(name).is_err())
+        // The test suite's switches and the container scripts' ports.
+        .filter(|name| {
+            !["ARENA_TEST_", "ARENA_REQUIRE_", "ARENA_PODMAN_"]
+                .iter()
+                .any(|p| name.starts_with(p))
+        })
+        .collect();
+    unknown.sort();
+    unknown
+        .into_iter()
+        .map(|name| {
+            let nearest = known.iter().min_by_key(|k| edit_distance(k, &name));
+            match nearest.filter(|k| edit_distance(k, &name) <= 3) {
+                Some(k) => format!("{name} is not a variable arena reads (did you mean {k}?): it is ignored"),
+                None => {
+                    format!("{name} is not a variable arena reads: it is ignored (docs/server.md lists the settings)")
+                }
+            }
+        })
+        .collect()
+}
+
+/// Levenshtein distance of two ASCII names.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b = b.as_bytes();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.bytes().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let next = (diagonal + usize::from(ca != cb)).min(row[j] + 1).min(row[j + 1] + 1);
+            diagonal = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
+}
+
 /// On the GPU backend, whether its worker can start here (the Python, its libraries, the
 /// device), before anything is served: a server that started without would say it is healthy
 /// and fail every session with an internal error (a GPU operator's walkthrough).
@@ -583,6 +661,27 @@ mod tests {
         let e = args.resolve_with(&LaneBackendArgs::default()).unwrap_err().to_string();
         assert!(e.contains("sim_threads: expected 0-1024"), "{e}");
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn an_arena_variable_arena_does_not_read_is_warned_of() {
+        let names = [
+            "ARENA_LANSE",
+            "ARENA_LANES",
+            "ARENA_LOG",
+            "ARENA_TEST_DATABASE_URL",
+            "ARENA_ZZZZZZZZZ",
+            "HOME",
+        ];
+        let warnings = unknown_arena_variables::<ServeArgs>(names.iter().map(std::ffi::OsString::from));
+        assert_eq!(
+            warnings,
+            [
+                "ARENA_LANSE is not a variable arena reads (did you mean ARENA_LANES?): it is ignored",
+                "ARENA_ZZZZZZZZZ is not a variable arena reads: it is ignored (docs/server.md lists the settings)",
+            ]
+        );
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
     }
 
     #[test]

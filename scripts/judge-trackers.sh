@@ -36,7 +36,7 @@ sed -e 's/^name = "g1-moves-dance-robot"/name = "g1-moves-dance-robot-10s"/' \
 
 admin="judge-$$"
 port=$((20000 + $$ % 20000))
-"$arena" serve --data-dir "$work/data" --bind "127.0.0.1:$port" --admin-token "$admin" \
+ARENA_ADMIN_TOKEN="$admin" "$arena" serve --data-dir "$work/data" --bind "127.0.0.1:$port" \
   --benchmarks-dir "$work/benchmarks" --motions-root "$motions" > "$out/server.log" 2>&1 &
 server_pid=$!
 url="http://127.0.0.1:$port"

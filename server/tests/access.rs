@@ -1338,6 +1338,18 @@ fn a_submission_running_at_its_phase_close_may_resume_after_it() {
         let sub = ok(server.get(&format!("/api/v1/submissions/{running}"), Some(&alpha)), 200);
         if sub["sessions"][0]["ended_at"].is_i64() {
             assert_eq!(sub["awaiting_agent"], true, "{sub}");
+            // The listing says the same (the pages' lists show it).
+            let listed = ok(server.get("/api/v1/submissions", Some(&alpha)), 200);
+            let row = listed["submissions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|s| s["id"] == running.as_str());
+            assert_eq!(
+                row.map(|s| &s["awaiting_agent"]),
+                Some(&serde_json::json!(true)),
+                "{listed}"
+            );
             break;
         }
         assert!(waited.elapsed() < Duration::from_secs(30), "{sub}");
@@ -1364,6 +1376,17 @@ fn a_submission_running_at_its_phase_close_may_resume_after_it() {
         200,
     );
     assert_eq!(sub["awaiting_agent"], false, "{sub}");
+    let listed = ok(server.get("/api/v1/submissions", Some(&alpha)), 200);
+    let row = listed["submissions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == never_run.as_str());
+    assert_eq!(
+        row.map(|s| &s["awaiting_agent"]),
+        Some(&serde_json::json!(false)),
+        "{listed}"
+    );
     drop(server);
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -827,6 +827,17 @@ fn hosted_runs_the_queue_took_in_time_and_fails_those_that_cannot_run() {
         (&serde_json::json!(false), &serde_json::json!(true)),
         "{waiting}"
     );
+    let (_, listed) = server.get("/api/v1/submissions", Some(&token));
+    let row = listed["submissions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == in_time.as_str());
+    assert_eq!(
+        row.map(|s| (&s["awaiting_agent"], &s["awaiting_hosted_place"])),
+        Some((&serde_json::json!(false), &serde_json::json!(true))),
+        "{listed}"
+    );
 
     // The team's own agent may not run the uploaded file's submission (in an open phase).
     let config = arena_sdk::ClientConfig::new(

@@ -11,7 +11,18 @@ export function submissionsTable(subs, { actions } = {}) {
     { key: 'benchmark', label: 'Benchmark', render: (s) => h('a', { href: `#/benchmarks/${enc(s.benchmark)}` }, s.benchmark) },
     { key: 'phase', label: 'Phase', render: (s) => (s.phase ? h('a', { href: `#/phases/${enc(s.phase)}` }, s.phase) : h('span.muted', '—')) },
     { key: 'agent_name', label: 'Agent', render: (s) => [h('span.agent', s.agent_name || '—'), s.baseline ? [' ', badge('baseline', 'teal', 'baseline-badge')] : null] },
-    { key: 'status', label: 'Status', render: (s) => [badge(s.status), s.error ? h('span.muted.small', ` ${s.error}`) : null] },
+    {
+      key: 'status',
+      label: 'Status',
+      render: (s) => [
+        badge(s.status),
+        // As the submission's page says it: nothing runs it until its agent reconnects, or
+        // (hosted) until one of the server's places for hosted runs is free.
+        s.awaiting_agent ? h('span.muted.small', { 'data-testid': 'awaiting-agent-flag', title: 'no agent runs it now: resume it with its submission id' }, ' waits for its agent') : null,
+        s.awaiting_hosted_place ? h('span.muted.small', { 'data-testid': 'awaiting-hosted-flag', title: 'the server runs it once a place for hosted runs is free' }, ' queued') : null,
+        s.error ? h('span.muted.small', ` ${s.error}`) : null,
+      ],
+    },
     // The leaderboard row's numbers in one column, so a COMPLETED submission whose episodes
     // mostly failed says so here too (none while it runs, or while a private phase hides them).
     {

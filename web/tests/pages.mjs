@@ -716,6 +716,13 @@ await step('pending submission (polling, cancel)', async () => {
   allow([]);
   check('a failed poll shows an error and the page goes on polling', recovered);
   check('a submission no agent runs says it waits for its agent', (await page.locator('[data-testid=awaiting-agent]').count()) === 1);
+  // The organiser's list says it too (the listing carries the flag).
+  await go('#/admin');
+  const listed = `[data-testid=submissions-table] tr[data-submission-id="${pid}"]`;
+  const inList = await page.waitForSelector(listed, { timeout: 10000 }).then(() => true, () => false);
+  check("the organiser's list says it waits for its agent", inList && (await page.locator(`${listed} [data-testid=awaiting-agent-flag]`).count()) === 1, inList && (await page.textContent(listed)));
+  await go(`#/submissions/${pid}`);
+  await page.waitForSelector('[data-testid=sub-status]');
   check('no downloads while PENDING', (await page.locator('#sub-actions [data-testid^=dl-]').count()) === 0 && (await page.locator('[data-testid=downloads-pending]').count()) === 1);
   check('no replay link on pending episodes', (await page.locator('[data-testid=episode-table] [data-testid=replay-link]').count()) === 0);
   // A pending episode's page says there is nothing to replay yet (and asks for no replay).

@@ -201,6 +201,18 @@ pub(super) async fn list_submissions(
         if team.is_some() {
             v["attempts"] = attempts_json(&state, reruns.get(&s.id).copied().unwrap_or((0, 0)));
         }
+        // As on the submission's own page: an unfinished one waiting for its agent or a place
+        // (a few queries each, for the unfinished ones of this page only).
+        let (awaiting_agent, awaiting_hosted_place) = match s.status.is_final() {
+            true => (false, false),
+            false => {
+                let (_, running, _) = state.storage.episode_counts(&s.id).await?;
+                let is_hosted = state.storage.hosted_policy(&s.id).await?.is_some();
+                waiting_flags(&state, s, running, is_hosted).await?
+            }
+        };
+        v["awaiting_agent"] = json!(awaiting_agent);
+        v["awaiting_hosted_place"] = json!(awaiting_hosted_place);
         listed.push(v);
     }
     let phases = lookup.phases;
@@ -312,15 +324,36 @@ pub(super) async fn get_submission(
     v["hosted"] = json!(hosted);
     v["scores"] = json!(scores);
     v["results_hidden"] = json!(hidden);
-    // An unfinished submission with no session here and no episode running anywhere waits for
-    // its agent to reconnect (the pages say so, not "updating"). Episodes still RUNNING under
-    // a lease that ran out (a replica that died) run nowhere.
-    let attached = state.attached.contains(&id);
-    let waiting = !s.status.is_final() && !attached && (running == 0 || state.storage.live_claims(&id).await? == 0);
-    // A hosted submission has no agent: it waits for a place among the server's hosted runs
-    // (and runs even after its phase closed).
-    v["awaiting_hosted_place"] = json!(waiting && is_hosted);
-    let mut awaiting = waiting && !is_hosted;
+    let (awaiting_agent, awaiting_hosted_place) = waiting_flags(&state, &s, running, is_hosted).await?;
+    v["awaiting_hosted_place"] = json!(awaiting_hosted_place);
+    v["awaiting_agent"] = json!(awaiting_agent);
+    if state.config.idle_submission_expiry_s > 0.0 {
+        v["idle_expiry_s"] = json!(state.config.idle_submission_expiry_s);
+    }
+    Ok(Json(v).into_response())
+}
+
+/// Whether an unfinished submission waits for its agent to reconnect, and whether a hosted one
+/// waits for a place among the server's hosted runs (`awaiting_agent`, `awaiting_hosted_place`
+/// of the submission and of the listing); `running`: its RUNNING episodes.
+async fn waiting_flags(
+    state: &AppState,
+    s: &Submission,
+    running: i64,
+    is_hosted: bool,
+) -> Result<(bool, bool), ApiError> {
+    // One with no session here and no episode running anywhere waits (the pages say so, not
+    // "updating"). Episodes still RUNNING under a lease that ran out (a replica that died) run
+    // nowhere.
+    let waiting = !s.status.is_final()
+        && !state.attached.contains(&s.id)
+        && (running == 0 || state.storage.live_claims(&s.id).await? == 0);
+    if is_hosted {
+        // A hosted submission has no agent: it waits for a place (and runs even after its
+        // phase closed).
+        return Ok((false, waiting));
+    }
+    let mut awaiting = waiting;
     // Not when its phase has closed and a resume would be refused (`access::may_resume_after_close`):
     // the pages told the team to reconnect, which only got `phase_closed`.
     if awaiting
@@ -330,18 +363,14 @@ pub(super) async fn get_submission(
     {
         let sessions: Vec<(i64, Option<i64>)> = state
             .storage
-            .sessions(&id)
+            .sessions(&s.id)
             .await?
             .into_iter()
             .map(|x| (x.started_at, x.ended_at))
             .collect();
         awaiting = crate::access::may_resume_after_close(&phase, &sessions, now_ms());
     }
-    v["awaiting_agent"] = json!(awaiting);
-    if state.config.idle_submission_expiry_s > 0.0 {
-        v["idle_expiry_s"] = json!(state.config.idle_submission_expiry_s);
-    }
-    Ok(Json(v).into_response())
+    Ok((awaiting, false))
 }
 
 pub(super) async fn get_results(

@@ -58,7 +58,7 @@ pub struct StorageArgs {
     /// Write part files through the page cache even where the filesystem takes O_DIRECT (for
     /// data directories on slow block storage); each is then written whole when its episode
     /// ends, none while it runs.
-    #[arg(long)]
+    #[arg(long, env = "ARENA_BUFFERED_PARTS")]
     pub buffered_parts: bool,
 }
 
@@ -186,7 +186,7 @@ pub struct LaneBackendArgs {
     pub gpu_python: Option<PathBuf>,
     /// GPU backend: lets --gpu-impl stub through (no physics, meaningless scores): for measuring
     /// what surrounds the physics at GPU sizes, never for results that count.
-    #[arg(long)]
+    #[arg(long, env = "ARENA_GPU_ALLOW_STUB")]
     pub gpu_allow_stub: bool,
 }
 
@@ -291,6 +291,12 @@ pub struct ServeArgs {
 
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     for warning in unknown_arena_variables::<ServeArgs>(std::env::vars_os().map(|(k, _)| k)) {
+        eprintln!("warning: {warning}");
+    }
+    if let Some(warning) = admin_token_on_command_line(
+        a.config.serving.admin_token.as_deref(),
+        std::env::var("ARENA_ADMIN_TOKEN").ok().as_deref(),
+    ) {
         eprintln!("warning: {warning}");
     }
     let config = a.config.resolve_with(&a.lane_backend)?;
@@ -626,6 +632,19 @@ fn ignored(signal: libc::c_int) -> bool {
 }
 
 /// Why an admin token is easy to guess, if it is: docker/compose.yaml's placeholder, or short.
+/// A warning when the admin token came from `--admin-token` (clap's value, not the variable's):
+/// a server's command line stays readable by every user of the machine (`ps`,
+/// `/proc/PID/cmdline`) while it runs.
+fn admin_token_on_command_line(given: Option<&str>, variable: Option<&str>) -> Option<&'static str> {
+    match given {
+        Some(token) if !token.is_empty() && variable != Some(token) => Some(
+            "--admin-token is readable by every user of this machine while the server runs (ps, \
+             /proc/PID/cmdline): give it in ARENA_ADMIN_TOKEN or the config file's admin_token instead",
+        ),
+        _ => None,
+    }
+}
+
 fn weak_admin_token(token: &str) -> Option<String> {
     if token == "change-me" {
         return Some("is docker/compose.yaml's placeholder `change-me`".into());
@@ -682,6 +701,17 @@ mod tests {
             ]
         );
         assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+
+    #[test]
+    fn an_admin_token_on_the_command_line_is_warned_of() {
+        assert!(admin_token_on_command_line(Some("k2P9-x7Qw_4mZr8Ls"), None).is_some());
+        assert!(admin_token_on_command_line(Some("k2P9-x7Qw_4mZr8Ls"), Some("other")).is_some());
+        assert_eq!(
+            admin_token_on_command_line(Some("k2P9-x7Qw_4mZr8Ls"), Some("k2P9-x7Qw_4mZr8Ls")),
+            None
+        );
+        assert_eq!(admin_token_on_command_line(None, None), None);
     }
 
     #[test]

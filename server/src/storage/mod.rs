@@ -66,20 +66,37 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Episodes inserted per statement by [`Storage::create_submission`] (9 parameters each).
 const INSERT_CHUNK: usize = 100;
 
-/// Removes the password from a URL for error messages.
+/// Removes the passwords from a URL for error messages: the userinfo's, and a `password`
+/// parameter's in the query (libpq takes both).
 pub fn redact_url(url: &str) -> String {
-    // The password ends at the last `@`: it may hold `/`, `#` or `@` itself (not
-    // percent-encoded), which a split at the first `/` printed in clear.
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let userinfo = &url[s + 3..at];
-            match userinfo.find(':') {
-                Some(c) => format!("{}{}:***{}", &url[..s + 3], &userinfo[..c], &url[at..]),
-                None => url.to_string(),
-            }
-        }
-        _ => url.to_string(),
-    }
+    let Some(s) = url.find("://") else {
+        return url.to_string();
+    };
+    let rest = &url[s + 3..];
+    // The userinfo ends at the last `@` before the query: a password may hold `/`, `#` or `@`
+    // itself (not percent-encoded), which a split at the first `/` printed in clear, and a
+    // query's own `@` is no userinfo's. A password holding `?` leaves no `@` before the first
+    // `?`: then the last `@` of all (the host may go unshown; the password never shows).
+    let query_at = rest.find('?').unwrap_or(rest.len());
+    let at = rest[..query_at].rfind('@').or_else(|| rest.rfind('@'));
+    let (head, tail) = match at {
+        Some(at) => match rest[..at].find(':') {
+            Some(c) => (format!("{}{}:***", &url[..s + 3], &rest[..c]), &rest[at..]),
+            None => (url[..s + 3 + at].to_string(), &rest[at..]),
+        },
+        None => (url[..s + 3].to_string(), rest),
+    };
+    let Some(q) = tail.find('?') else {
+        return head + tail;
+    };
+    let params: Vec<String> = tail[q + 1..]
+        .split('&')
+        .map(|p| match p.split_once('=') {
+            Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+            _ => p.to_string(),
+        })
+        .collect();
+    format!("{head}{}?{}", &tail[..q], params.join("&"))
 }
 
 /// Applies the migrations the database lacks and says which (an upgrade moved the schema:
@@ -604,6 +621,17 @@ mod tests {
         );
         assert_eq!(redact_url("postgres://u:p@ss/w0rd@h/db"), "postgres://u:***@h/db");
         assert_eq!(redact_url("sqlite://a/b.db"), "sqlite://a/b.db");
+        // A query's `@` is no userinfo's: the host stays shown, the password hidden.
+        assert_eq!(
+            redact_url("postgres://u:pw@h:5432/db?application_name=a@b"),
+            "postgres://u:***@h:5432/db?application_name=a@b"
+        );
+        assert_eq!(
+            redact_url("postgres://h/db?user=u&password=s3cret&sslmode=require"),
+            "postgres://h/db?user=u&password=***&sslmode=require"
+        );
+        assert_eq!(redact_url("postgres://u:p?w@h/db"), "postgres://u:***@h/db");
+        assert_eq!(redact_url("postgres://u:p?w@h/db?x=a@b"), "postgres://u:***@b");
     }
 
     #[test]

@@ -146,8 +146,11 @@ pub fn check_gpu_worker(options: &GpuOptions) -> Result<WorkerCheck, String> {
     let key = SpareKey::new(options);
     check_worker(&key.python, key.preload, std::time::Duration::from_secs(120)).map_err(|e| {
         let (why, what_to_do) = match e {
+            // The worker's own hint says the same in the worker's words.
             WorkerCheckError::Device(why) => (
-                why,
+                why.strip_suffix("; use device cpu or auto")
+                    .map(str::to_owned)
+                    .unwrap_or(why),
                 "choose --gpu-device auto or cpu (`gpu_device`), or run on a machine with the device",
             ),
             WorkerCheckError::Python(why) => (

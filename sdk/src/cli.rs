@@ -64,6 +64,13 @@ pub struct SessionArgs {
     /// more bytes on the wire for BFM-Zero's benchmarks).
     #[arg(long)]
     pub whole_goal_rows: bool,
+    /// Skip the check before a new submission: by default the program first connects in
+    /// practice mode (nothing is stored or counted) and refuses to submit when the agent cannot
+    /// serve the session's spec (a submission counts against a phase's quota once made). A
+    /// private phase offers no practice: there the check cannot run and the submission's own
+    /// session finds out.
+    #[arg(long)]
+    pub no_check: bool,
 }
 
 /// A command line that cannot run as given (conflicting or malformed options): the programs
@@ -127,6 +134,7 @@ impl SessionArgs {
         config.max_batch = self.max_batch;
         config.max_reconnects = self.max_reconnects;
         config.reference_goal_once = !self.whole_goal_rows;
+        config.spec_check = !self.no_check;
         config.encoding = if self.encoding == "json" {
             Encoding::Json
         } else {

@@ -426,6 +426,37 @@ fn a_submission_whose_agent_cannot_serve_it_ends_failed() {
         error.contains("the agent could not serve this session") && error.contains("no such observation group here"),
         "{submission}"
     );
+    // Checked first on a practice connection (the SDK's command line does), it makes no
+    // submission at all: nothing counts against a quota.
+    let mut checked = config.clone();
+    checked.spec_check = true;
+    let mut connected = false;
+    let err = client::run_blocking(&checked, &mut Refuses(ReplayAgent::new()), &mut |e| {
+        connected |= matches!(e, ClientEvent::Connected(_));
+    })
+    .unwrap_err();
+    assert!(
+        matches!(&err, client::ClientError::Agent(why) if why.contains("no such observation group here") && why.contains("no submission was made")),
+        "{err}"
+    );
+    assert!(!connected, "no submission session should open");
+    let (status, listed) = server.get("/api/v1/submissions", Some(&token));
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(listed["submissions"].as_array().map(Vec::len), Some(1), "{listed}");
+    // An agent that can serve it runs as before after the check.
+    let summary = client::run_blocking(&checked, &mut ReplayAgent::new(), &mut |_| {}).expect("checked, then run");
+    assert_eq!(summary.submission_status, "COMPLETED");
+    // A refusal the submission would meet too is the check's answer (an unknown benchmark).
+    let mut unknown = checked.clone();
+    unknown.mode = Mode::Submission {
+        benchmark: "no-such-benchmark".into(),
+        submission_id: None,
+    };
+    let err = client::run_blocking(&unknown, &mut ReplayAgent::new(), &mut |_| {}).unwrap_err();
+    assert!(
+        matches!(&err, client::ClientError::Refused { code, .. } if code == "unknown_benchmark"),
+        "{err}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -14,8 +14,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 mod connection;
 mod console;
+mod spec_check;
 use connection::Connection;
 pub use console::{DEFAULT_SERVER, endpoint, print_event, report_done};
+pub use spec_check::{SpecAnswer, fetch_spec};
 
 /// What the client asks the server for.
 #[derive(Debug, Clone)]
@@ -73,6 +75,11 @@ pub struct ClientConfig {
     /// A session inside the server's own process instead of a network connection (the
     /// server's hosted evaluation of an uploaded policy): when set, `url` only names it.
     pub local: Option<LocalConnector>,
+    /// Before a new submission (no `submission_id`), read the spec on a practice connection
+    /// ([`fetch_spec`]) and check the agent against it: an agent that cannot serve it ends the
+    /// run with [`ClientError::Agent`] before any submission is made (one made counts against
+    /// its phase's quota). Default false; the SDK's command line sets it unless `--no-check`.
+    pub spec_check: bool,
 }
 
 /// Opens an in-process session: the messages to the server, and the server's messages. The
@@ -114,6 +121,7 @@ impl ClientConfig {
             max_backoff: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(10),
             local: None,
+            spec_check: false,
         }
     }
 }
@@ -318,6 +326,28 @@ pub async fn run(
     } = &config.mode
     {
         state.summary.submission_id = id.clone();
+    }
+    if config.spec_check
+        && let Mode::Submission {
+            submission_id: None, ..
+        } = &config.mode
+    {
+        match fetch_spec(config).await? {
+            SpecAnswer::Spec(spec) => {
+                agent.configure(&spec);
+                agent
+                    .check(&spec)
+                    .and_then(|()| checked_action_width(agent.action_width(&spec), &spec).map(|_| ()))
+                    .map_err(|reason| {
+                        ClientError::Agent(format!(
+                            "{reason} (checked on a practice connection before submitting: no submission was made)"
+                        ))
+                    })?;
+            }
+            SpecAnswer::Unchecked(why) => {
+                tracing::warn!("could not check the agent against the spec before submitting: {why}")
+            }
+        }
     }
     // Failed connections counted against `max_reconnects`; tries since the last progress.
     let mut failures = 0u32;

@@ -469,12 +469,20 @@ async fn expire_idle_submissions(state: std::sync::Weak<AppState>) {
         std::time::Duration::from_millis(250),
         std::time::Duration::from_secs(60),
     );
+    // The server's own downtime is not its agents' idleness: an agent waiting for a restart
+    // (the SDKs keep trying) was abandoned at the first look after a start. So nothing expires
+    // before this process has been up for a whole expiry period: a restart starts every
+    // unfinished submission's idle period again.
+    let started = crate::storage::now_ms();
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         let Some(state) = state.upgrade() else { return };
         let idle_since = crate::storage::now_ms() - expiry.as_millis() as i64;
+        if idle_since < started {
+            continue;
+        }
         let idle = match state.storage.idle_submissions(idle_since).await {
             Ok(ids) => ids,
             Err(e) => {

@@ -427,8 +427,23 @@ fn the_submissions_listing_comes_in_pages() {
     let dir = common::tmp("routes-pages");
     let server = ServerProc::start(&dir, &[]);
     let token = server.team("paged");
+    // In two phases: each page's quotas list both (a page of one listed its own phase's).
+    let admin = common::server::ADMIN;
+    let (status, v) = server.post("/api/v1/challenges", Some(admin), r#"{"id": "cup", "title": "Cup"}"#);
+    assert_eq!(status, 201, "{v}");
+    let now = arena_server::storage::now_ms();
+    for phase in ["first", "second"] {
+        let body = serde_json::json!({
+            "id": phase, "benchmark": "g1-smoke",
+            "starts_at": arena_server::access::rfc3339(now - 3_600_000),
+            "ends_at": arena_server::access::rfc3339(now + 3_600_000),
+        });
+        let (status, v) = server.post("/api/v1/challenges/cup/phases", Some(admin), &body.to_string());
+        assert_eq!(status, 201, "{v}");
+    }
     for i in 0..5 {
-        let body = serde_json::json!({"benchmark": "g1-smoke", "agent_name": format!("agent-{i}")});
+        let phase = if i < 3 { "first" } else { "second" };
+        let body = serde_json::json!({"phase": phase, "agent_name": format!("agent-{i}")});
         assert_eq!(
             server.post("/api/v1/submissions", Some(&token), &body.to_string()).0,
             201
@@ -442,6 +457,13 @@ fn the_submissions_listing_comes_in_pages() {
         .map(|s| s["id"].as_str().unwrap().to_string())
         .collect();
     assert_eq!((all.len(), &whole["next"]), (5, &serde_json::Value::Null), "{whole}");
+    let quota_phases: Vec<&str> = whole["quotas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["phase"].as_str().unwrap())
+        .collect();
+    assert_eq!(quota_phases, ["first", "second"], "{whole}");
     let mut paged = Vec::new();
     let mut path = "/api/v1/submissions?limit=2".to_string();
     loop {

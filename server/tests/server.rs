@@ -1769,6 +1769,36 @@ fn an_abandoned_submission_waits_for_its_agent_then_expires() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// The server's own downtime is not its agents' idleness: a submission left waiting while the
+/// server was down longer than the expiry is not abandoned as the server starts again (an agent
+/// waiting out the restart found it FAILED), only once the server has been up that long.
+#[test]
+fn a_restart_starts_the_idle_period_again() {
+    let dir = tmp("idle-restart");
+    let data = dir.join("data");
+    let mut server = ServerProc::start(&data, &["--idle-submission-expiry-s", "4"]);
+    let token = server.team("patient");
+    let (status, created) = server.post("/api/v1/submissions", Some(&token), "{\"benchmark\": \"g1-smoke\"}");
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_string();
+    server.terminate();
+    // Down longer than the expiry.
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    let server = ServerProc::start(&data, &["--idle-submission-expiry-s", "4"]);
+    let (_, s) = server.get(&format!("/api/v1/submissions/{id}"), Some(&token));
+    assert_eq!(
+        (s["status"].as_str(), s["awaiting_agent"].as_bool()),
+        (Some("PENDING"), Some(true)),
+        "{s}\n{}",
+        server.log_text()
+    );
+    // Up for the expiry, nobody ran it: abandoned then.
+    let s = server.wait_final(&id, &token, std::time::Duration::from_secs(30));
+    assert_eq!(s["status"], "FAILED", "{s}");
+    assert!(s["error"].as_str().unwrap_or_default().contains("abandoned"), "{s}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// The status of a submission's merged-trajectory download.
 fn trajectories_status(server: &ServerProc, id: &str, token: &str) -> u16 {
     let path = format!("/api/v1/submissions/{id}/trajectories");

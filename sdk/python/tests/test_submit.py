@@ -43,6 +43,14 @@ def test_submit_a_policy_file_and_wait(server: Server, team_token: str) -> None:
     assert "submitted: submission sub-" in done.stdout and "as arena-ppo/g1-smoke-robot" in done.stdout, done.stdout
     assert " COMPLETED: 6/6 scored" in done.stdout, done.stdout
 
+    # A wait that runs out says so and exits 3 (the evaluation goes on), not 1 with `PENDING: -`.
+    quick = run(
+        str(POLICY), "--server", server.http_url, "--token", team_token, "--benchmark", "g1-smoke-robot",
+        "--wait", "--timeout", "0.001",
+    )
+    assert quick.returncode == 3, quick.stdout + quick.stderr
+    assert "still " in quick.stderr and "after --timeout 0.001 s" in quick.stderr, quick.stderr
+
 
 def test_submit_usage_errors(tmp_path: Path) -> None:
     missing = run(str(tmp_path / "none.onnx"), "--token", "t", "--benchmark", "b")
@@ -51,6 +59,8 @@ def test_submit_usage_errors(tmp_path: Path) -> None:
     assert no_target.returncode == 2 and "--benchmark or --phase" in no_target.stderr, no_target.stderr
     bad_json = run(str(POLICY), "--token", "t", "--benchmark", "b", "--overrides", "{nope")
     assert bad_json.returncode == 2 and "--overrides is not JSON" in bad_json.stderr, bad_json.stderr
+    no_wait = run(str(POLICY), "--token", "t", "--benchmark", "b", "--wait", "--timeout", "0")
+    assert no_wait.returncode == 2 and "--timeout: expected seconds above 0" in no_wait.stderr, no_wait.stderr
     unreachable = run(str(POLICY), "--server", "http://127.0.0.1:9", "--token", "t", "--benchmark", "b")
     assert unreachable.returncode == 1 and "cannot reach the server" in unreachable.stderr, unreachable.stderr
     bad_scheme = run(str(POLICY), "--server", "ftp://h:1", "--token", "t", "--benchmark", "b")

@@ -230,13 +230,16 @@ async fn same_benchmark_warnings(state: &AppState, phase: &Phase) -> Result<Vec<
                 Visibility::Public => (other, phase),
             };
             format!(
-                "benchmark {} also runs in {} phase {} ({}): public phase {} shows the teams their results on the same episodes (the same clips, windows and seeds) that private phase {} hides, so its hidden scores can be read there; give the private phase a benchmark of its own (other clips, or another split), or make both phases private",
+                "benchmark {} also runs in {} phase {} ({}): public phase {} shows the teams their results on the same episodes (the same clips, windows and seeds) that private phase {} hides, so its hidden scores can be read there; give the private phase a benchmark of its own (other clips, or another split), or make both phases private; and from now until private phase {} ends ({}), the benchmark is its test set: its motions are hidden from every team in every phase, {} included (no practice, no motion names, no times to failure on its boards)",
                 phase.benchmark,
                 if other.leaderboard == Visibility::Private { "private" } else { "public" },
                 other.id,
                 window(other),
                 public.id,
-                private.id
+                private.id,
+                private.id,
+                access::rfc3339(private.ends_at),
+                public.id
             )
         })
         .collect())

@@ -215,14 +215,24 @@ pub(super) async fn list_submissions(
         v["awaiting_hosted_place"] = json!(awaiting_hosted_place);
         listed.push(v);
     }
-    let phases = lookup.phases;
+    let mut phases = lookup.phases;
     let quotas: Vec<Value> = match team {
         None => Vec::new(),
         Some(_) => {
+            // Every phase the team submitted to, whatever the page holds (the page's were looked
+            // up for their scores), in the order of their ids: a page of one submission listed
+            // the quota of that one's phase only.
+            let mut ids: Vec<&String> = submissions.iter().filter_map(|s| s.phase_id.as_ref()).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            for id in &ids {
+                if !phases.contains_key(*id) {
+                    phases.insert((*id).clone(), state.storage.phase(id).await?);
+                }
+            }
             let today = access::day_start(now);
-            phases
-                .values()
-                .flatten()
+            ids.iter()
+                .filter_map(|id| phases[*id].as_ref())
                 .map(|p| {
                     let mine = submissions
                         .iter()

@@ -94,6 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Hand an exported policy (ONNX, mjlab / BeyondMimic or holosoma metadata) to the server, "
         "which checks it against the benchmark and evaluates it itself: nothing of yours stays connected. "
         "A refused file lists every problem and uses no quota.",
+        epilog="exit status: 0 submitted (with --wait: it COMPLETED); 1 refused, an error, or (with --wait) it "
+        "ended FAILED; 2 bad arguments; 3 (--wait) still running when --timeout ran out (the server goes on "
+        "evaluating it: follow it with `arena-agent submissions` or its page)",
     )
     parser.add_argument("policy", type=Path, help="the .onnx file")
     parser.add_argument(
@@ -116,8 +119,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         '{"action_scale": [0.5], "anchor_body": "torso_link", "joint_stiffness": [...], ...}',
     )
     parser.add_argument("--wait", action="store_true", help="follow the evaluation to its end and print the result")
-    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds --wait waits at most [default: 3600]")
+    parser.add_argument(
+        "--timeout", type=float, default=3600.0, help="seconds --wait waits at most (> 0) [default: 3600]"
+    )
     args = parser.parse_args(argv)
+    if not args.timeout > 0 or args.timeout == float("inf"):
+        parser.error(f"--timeout: expected seconds above 0, got {args.timeout}")
     token = args.token or os.environ.get("ARENA_TOKEN")
     if not token:
         parser.error("give the team token with --token or ARENA_TOKEN")
@@ -161,5 +168,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SubmitError as e:
         print(f"arena-agent submit: {e}", file=sys.stderr)
         return 1
+    if s["status"] not in ("COMPLETED", "FAILED"):
+        print(
+            f"submission {s['id']} still {s['status']} after --timeout {args.timeout:g} s: the server goes on "
+            "evaluating it; follow it with `arena-agent submissions` or its page",
+            file=sys.stderr,
+        )
+        return 3
     print(f"submission {s['id']} {s['status']}: {_result(s)}")
     return 0 if s["status"] == "COMPLETED" else 1

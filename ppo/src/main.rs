@@ -95,13 +95,17 @@ struct TrainArgs {
 struct EvalArgs {
     /// Checkpoint folder (a run's checkpoint/ or a committed one).
     checkpoint: PathBuf,
-    /// Benchmark to score on (default: the one the policy was trained on).
+    /// Benchmark to score on, a name or a file (default: the one the policy was trained on).
     #[arg(long)]
     benchmark: Option<String>,
+    /// Folder of benchmark files (default: the shipped benchmarks/).
+    #[arg(long, env = "ARENA_BENCHMARKS_DIR")]
+    benchmarks_dir: Option<PathBuf>,
+    /// Folder the benchmark's motion paths are relative to (g1-moves clips live outside the repo).
     #[arg(long, env = MOTIONS_ROOT_ENV, default_value = ".")]
     motions_root: PathBuf,
-    /// Simulator threads.
-    #[arg(long, default_value_t = 2)]
+    /// Simulator threads (0 = one per core).
+    #[arg(long, default_value_t = 0)]
     threads: usize,
     /// Print the means as JSON.
     #[arg(long)]
@@ -110,6 +114,7 @@ struct EvalArgs {
 
 #[derive(clap::Args)]
 struct AgentArgs {
+    /// Checkpoint folder (a run's checkpoint/ or a committed one).
     checkpoint: PathBuf,
     #[command(flatten)]
     session: arena_sdk::cli::SessionArgs,
@@ -117,6 +122,7 @@ struct AgentArgs {
 
 #[derive(clap::Args)]
 struct ExportArgs {
+    /// Checkpoint folder (a run's checkpoint/ or a committed one).
     checkpoint: PathBuf,
     /// Output file (.onnx).
     #[arg(long)]
@@ -131,6 +137,7 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ARENA_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
@@ -249,17 +256,27 @@ fn train(a: TrainArgs) -> anyhow::Result<()> {
 fn load_policy(
     dir: &Path,
     benchmark: Option<&str>,
+    benchmarks_dir: Option<&Path>,
     motions_root: &Path,
 ) -> anyhow::Result<(TrackerPolicy, BenchmarkSpec, Vec<MotionClip>)> {
     let policy = TrackerPolicy::load(dir).map_err(anyhow::Error::msg)?;
     let name = benchmark.unwrap_or(&policy.card.benchmark).to_string();
-    let (spec, clips) = load_benchmark(&name, None, motions_root)?;
+    let (spec, clips) = load_benchmark(&name, benchmarks_dir, motions_root)?;
     Ok((policy, spec, clips))
 }
 
 fn eval(a: EvalArgs) -> anyhow::Result<()> {
-    let (policy, spec, clips) = load_policy(&a.checkpoint, a.benchmark.as_deref(), &a.motions_root)?;
-    let means = evaluate_policy(policy, &spec, &clips, a.threads)?;
+    let (policy, spec, clips) = load_policy(
+        &a.checkpoint,
+        a.benchmark.as_deref(),
+        a.benchmarks_dir.as_deref(),
+        &a.motions_root,
+    )?;
+    let threads = match a.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let means = evaluate_policy(policy, &spec, &clips, threads)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&means)?);
     } else {

@@ -24,9 +24,10 @@ pub struct SessionArgs {
     /// grpc://HOST:PORT (no TLS; a grpc:// server means --transport grpc).
     #[arg(long, env = "ARENA_SERVER", default_value = DEFAULT_SERVER)]
     pub server: String,
-    /// Protocol: WebSocket (ws) or gRPC.
-    #[arg(long, value_enum, default_value = "ws")]
-    pub transport: Transport,
+    /// Protocol: WebSocket (ws) or gRPC [default: from the server's scheme: grpc for
+    /// grpc://, else ws].
+    #[arg(long, value_enum)]
+    pub transport: Option<Transport>,
     /// WebSocket encoding (gRPC is always protobuf).
     #[arg(long, default_value = "binary", value_parser = ["binary", "json"])]
     pub encoding: String,
@@ -92,7 +93,18 @@ impl SessionArgs {
     /// and `--submission` (a phase and a submission name their own benchmark); `default_name`
     /// without `--name`.
     pub fn client_config(&self, default_benchmark: &str, default_name: &str) -> Result<ClientConfig, UsageError> {
-        let grpc = self.transport == Transport::Grpc || self.server.starts_with("grpc://");
+        let grpc_url = self.server.starts_with("grpc://");
+        let grpc = match self.transport {
+            Some(Transport::Ws) if grpc_url => {
+                return Err(UsageError(format!(
+                    "--server {} is a gRPC address but --transport ws was asked for: drop --transport, or give http://HOST:PORT",
+                    self.server
+                )));
+            }
+            Some(Transport::Ws) => false,
+            Some(Transport::Grpc) => true,
+            None => grpc_url,
+        };
         if grpc && self.encoding == "json" {
             return Err(UsageError(
                 "--encoding json is for WebSocket: gRPC always carries protobuf (drop --encoding, or use --transport ws)"
@@ -288,6 +300,19 @@ mod tests {
         assert!(matches!(&c.mode, Mode::Submission { benchmark, .. } if benchmark == "b"));
         let c = config(&["--server", "http://h:1", "--transport", "grpc"]).unwrap();
         assert_eq!((c.url.as_str(), c.encoding), ("grpc://h:1", Encoding::Binary));
+        // A grpc:// address with --transport ws is a contradiction, refused (it ran gRPC).
+        assert!(
+            config(&["--server", "grpc://h:1", "--transport", "ws"])
+                .unwrap_err()
+                .contains("is a gRPC address but --transport ws")
+        );
+        assert_eq!(
+            config(&["--server", "h:1", "--transport", "ws"]).unwrap().url,
+            "ws://h:1/api/v1/agent"
+        );
+        // The command line checks a new submission's spec first, unless --no-check.
+        assert!(config(&[]).unwrap().spec_check);
+        assert!(!config(&["--no-check"]).unwrap().spec_check);
         // JSON is a WebSocket encoding: asked for with gRPC, it is a usage error, not ignored.
         for args in [
             &["--server", "http://h:1", "--transport", "grpc", "--encoding", "json"][..],

@@ -198,6 +198,12 @@ impl AppState {
     /// episodes that were running when the server last stopped.
     pub async fn open(config: ServerConfig) -> anyhow::Result<Arc<Self>> {
         config.validate()?;
+        if config.data_dir.exists() && !config.data_dir.is_dir() {
+            anyhow::bail!(
+                "data_dir: {} is not a folder (--data-dir / ARENA_DATA_DIR)",
+                config.data_dir.display()
+            );
+        }
         std::fs::create_dir_all(&config.data_dir).with_context(|| format!("creating {}", config.data_dir.display()))?;
         // Before the database: recovery would re-queue another live server's episodes.
         let data_dir_lock = ServerLock::data_dir(&config.data_dir)?;

@@ -368,6 +368,26 @@ fn datasets_filter_export_and_load_into_a_buffer() {
     ]));
     let counted: Value = serde_json::from_str(&counted).unwrap();
     assert_eq!(counted["episodes"], want.len());
+    // A mistyped team is refused, naming the teams there (it wrote an empty dataset, exit 0).
+    let mistyped = arena(&[
+        "dataset",
+        "export",
+        "--benchmark",
+        "g1-smoke",
+        "--team",
+        "alpah",
+        "--data-dir",
+        data_dir.to_str().unwrap(),
+        "--out",
+        dir.join("mistyped.h5").to_str().unwrap(),
+    ]);
+    let said = String::from_utf8_lossy(&mistyped.stderr);
+    assert_eq!(mistyped.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("--team: no team named \"alpah\"") && said.contains("alpha"),
+        "{said}"
+    );
+    assert!(!dir.join("mistyped.h5").exists());
     assert!(
         !std::path::Path::new("/dev/null").is_file(),
         "/dev/null was replaced by a file"

@@ -39,7 +39,7 @@ pub struct EvalArgs {
     #[command(flatten)]
     dir: BenchDirArg,
     /// Episodes simulated together.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     batch: usize,
     /// Simulation threads (0 = one per core).
     #[arg(long, default_value_t = 0)]
@@ -88,7 +88,7 @@ pub fn run(a: EvalArgs) -> anyhow::Result<()> {
         (None, None) => anyhow::bail!("give --policy or --onnx"),
     };
     let options = EvalOptions {
-        batch: a.batch.max(1),
+        batch: a.batch,
         threads,
         backend: a.backend.scoring_backend()?,
         gains,
@@ -105,10 +105,25 @@ pub fn run(a: EvalArgs) -> anyhow::Result<()> {
         _ => "starting the simulator",
     });
     bar.enable_steady_tick(std::time::Duration::from_millis(500));
+    // The bar draws on a terminal only: anywhere else (a log, a pipe) a line per finished
+    // episode on stderr says that the run goes on, where it said nothing until the end.
+    let lines = !std::io::IsTerminal::is_terminal(&std::io::stderr());
+    if lines {
+        eprintln!(
+            "{} v{}: {policy_name}, batch {}, {threads} thread{}: running (a line per finished episode)",
+            spec.name,
+            spec.version,
+            options.batch,
+            if threads == 1 { "" } else { "s" }
+        );
+    }
     let ran = evaluation::run_benchmark(&spec, &clips, agent.as_mut(), &options, &mut |done, total, r| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
         bar.set_message(format!("{} {}", r.motion, r.status));
+        if lines {
+            eprintln!("[{done}/{total}] {} {}", r.motion, r.status);
+        }
     })?;
     bar.finish_and_clear();
     let run = serde_json::json!({

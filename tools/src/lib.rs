@@ -104,6 +104,12 @@ pub fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
 /// does not: `fps` is required).
 pub fn read_motion_file(path: &std::path::Path, fps: Option<f64>) -> anyhow::Result<arena_data::MotionClip> {
     use anyhow::Context;
+    // Said first: a folder was called "a CSV file" that needs --fps.
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => anyhow::bail!("{} is a folder, not a motion file (.npz or G1 .csv)", path.display()),
+        Err(e) => return Err(anyhow::Error::new(e).context(format!("reading {}", path.display()))),
+        Ok(_) => {}
+    }
     if arena_bench::spec::is_npz(path) {
         if let Some(fps) = fps {
             eprintln!(

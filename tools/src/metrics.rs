@@ -12,7 +12,10 @@ use std::path::{Path, PathBuf};
 pub enum MetricsCommand {
     /// Exact EMD between the frame sets (rows) of two CSV files.
     Emd(EmdArgs),
-    /// Every tracking metric between a rollout (`arena sim rollout`) and the motion it tracked.
+    /// Every tracking metric between a rollout (`arena sim rollout`) and the motion it tracked,
+    /// over every row of the rollout: unlike a benchmark's evaluation (`arena eval`, the
+    /// server), which stops scoring where its success rule first breaks (a fall), so a rollout
+    /// that falls scores worse here (docs/metrics.md, "Where scoring stops").
     Track(TrackArgs),
     /// List the registered metrics with formula, units and direction.
     List(ListArgs),

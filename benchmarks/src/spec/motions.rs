@@ -73,7 +73,14 @@ impl BenchmarkSpec {
                 read_all(paths)
             }
             MotionSource::Dir { dir, pattern } => {
-                let folder = motions_root.join(dir);
+                // The root itself for "." (errors named it "./.").
+                let folder = match std::path::Path::new(dir)
+                    .components()
+                    .all(|c| c == std::path::Component::CurDir)
+                {
+                    true => motions_root.to_path_buf(),
+                    false => motions_root.join(dir),
+                };
                 if let Some(e) = absent(&folder, "folder") {
                     return Err(e);
                 }

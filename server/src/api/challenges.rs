@@ -221,9 +221,15 @@ pub(super) async fn create_phase(
 async fn same_benchmark_warnings(state: &AppState, phase: &Phase) -> Result<Vec<String>, ApiError> {
     let others = state.storage.phases_of_benchmark(&phase.benchmark).await?;
     let window = |p: &Phase| format!("{} to {}", access::rfc3339(p.starts_at), access::rfc3339(p.ends_at));
+    let now = crate::storage::now_ms();
     Ok(others
         .iter()
         .filter(|other| other.id != phase.id && other.leaderboard != phase.leaderboard)
+        // A private phase that has ended hides nothing any more: its results are public.
+        .filter(|other| {
+            let private: &Phase = if phase.leaderboard == Visibility::Private { phase } else { other };
+            private.ends_at > now
+        })
         .map(|other| {
             let (private, public) = match phase.leaderboard {
                 Visibility::Private => (phase, other),

@@ -173,6 +173,7 @@ async fn create_hosted_submission(
     // disk, not up to 64 MiB of memory.
     let scratch = ScratchFile(state.objects.scratch_file(".onnx"));
     let (size, sha256) = receive_upload(body, &scratch.0).await?;
+    let received_at = now_ms();
     if size == 0 {
         return Err(bad_request(
             "no policy file: send the ONNX file as the request body".into(),
@@ -246,9 +247,15 @@ async fn create_hosted_submission(
         created_at: now,
     };
     // The submission and its policy in one transaction: never one without the other.
-    let submission =
-        super::submissions::create_planned(&state, &team, &plan, &benchmark, agent_name.clone(), Some(&mut hosted))
-            .await?;
+    let submission = super::submissions::create_planned(
+        &state,
+        &team,
+        &plan,
+        &benchmark,
+        agent_name.clone(),
+        Some((&mut hosted, received_at)),
+    )
+    .await?;
     tracing::info!(submission = %submission.id, team = team.id, sha256 = %hosted.sha256, "hosted submission created");
     crate::hosted::start(
         state.clone(),

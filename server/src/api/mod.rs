@@ -193,6 +193,14 @@ fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError
 fn time_field(field: &str, v: &Value) -> Result<i64, ApiError> {
     match v {
         Value::String(s) => access::parse_rfc3339(s).map_err(|e| bad_request(format!("{field}: {e}"))),
+        // Before 1973 in milliseconds is a time in seconds (`date +%s`): it made a phase of
+        // 1970 in silence, closed, and phases are never deleted. 0 stays: "since always".
+        Value::Number(n) if n.as_i64().is_some_and(|ms| (1..100_000_000_000).contains(&ms)) => {
+            Err(bad_request(format!(
+                "{field}: {n} reads as {} in unix milliseconds: give milliseconds (seconds × 1000) or an RFC 3339 time",
+                access::rfc3339(n.as_i64().unwrap_or_default())
+            )))
+        }
         Value::Number(n) if n.is_i64() => {
             access::check_time_ms(n.as_i64().unwrap_or_default()).map_err(|e| bad_request(format!("{field}: {e}")))
         }
@@ -526,6 +534,17 @@ mod tests {
     #[test]
     fn time_fields_are_refused_where_rfc3339_cannot_write_them() {
         assert_eq!(time_field("ends_at", &json!(0)).unwrap(), 0);
+        // Seconds (`date +%s`) are refused, saying what they read as.
+        let e = time_field("ends_at", &json!(1_796_000_000i64)).unwrap_err().0;
+        assert!(
+            e.message.contains("reads as 1970-01-21") && e.message.contains("seconds × 1000"),
+            "{}",
+            e.message
+        );
+        assert_eq!(
+            time_field("ends_at", &json!(1_796_000_000_000i64)).unwrap(),
+            1_796_000_000_000
+        );
         assert_eq!(
             time_field("ends_at", &json!(access::MAX_TIME_MS)).unwrap(),
             access::MAX_TIME_MS

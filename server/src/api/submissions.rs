@@ -57,22 +57,26 @@ pub(super) async fn load_planned(
 /// phase's quotas: what an agent then runs (`POST /api/v1/submissions`) or the server itself
 /// (a hosted upload).
 /// `hosted`: the uploaded policy of a hosted submission (its `submission_id` is set here),
-/// recorded with it. The phase's window is checked again on this moment's clock: the request
-/// may have waited (for the benchmark, for an upload's check) since it was resolved.
+/// recorded with it, and the moment its file had arrived whole. The phase's window is checked
+/// again: on this moment's clock for a submission an agent runs (the request may have waited for
+/// the benchmark since it was resolved); for an upload, when its file had arrived, the team's
+/// part done (the wait for a check place and the check are the server's: a file received
+/// before the close was refused after it).
 pub(super) async fn create_planned(
     state: &AppState,
     team: &Team,
     plan: &access::RunPlan,
     benchmark: &crate::catalog::LoadedBenchmark,
     agent_name: String,
-    hosted: Option<&mut crate::storage::HostedPolicy>,
+    hosted: Option<(&mut crate::storage::HostedPolicy, i64)>,
 ) -> Result<Submission, ApiError> {
     let now = now_ms();
+    let judged_at = hosted.as_ref().map_or(now, |(_, received_at)| *received_at);
     if let Some(phase) = &plan.phase {
-        access::check_open(phase, now)?;
+        access::check_open(phase, judged_at)?;
     }
     let id = crate::state::new_submission_id();
-    let hosted = hosted.map(|policy| {
+    let hosted = hosted.map(|(policy, _)| {
         policy.submission_id = id.clone();
         &*policy
     });

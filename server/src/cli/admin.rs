@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 #[derive(Debug, Args)]
 pub struct AdminArgs {
-    /// The server's base URL.
+    /// The server: http://HOST:PORT (its base URL) or HOST:PORT (plain HTTP only).
     #[arg(long, env = "ARENA_SERVER", default_value = arena_sdk::client::DEFAULT_SERVER, global = true)]
     server: String,
     /// The administrator token (the server's --admin-token).
@@ -281,14 +281,18 @@ struct Api {
 
 impl Api {
     fn new(server: &str, token: Option<String>) -> anyhow::Result<Self> {
-        let base = server.trim_end_matches('/').to_string();
+        let mut base = server.trim_end_matches('/').to_string();
+        // HOST:PORT, as the agents take it (one ARENA_SERVER serves every tool).
+        if !base.contains("://") {
+            base = format!("http://{base}");
+        }
         if base.starts_with("https://") {
             bail!(
                 "--server {server}: this client speaks plain HTTP; reach an HTTPS server through a local tunnel or its internal address"
             );
         }
         if !base.starts_with("http://") {
-            bail!("--server {server}: expected http://HOST:PORT");
+            bail!("--server {server}: expected http://HOST:PORT or HOST:PORT");
         }
         let token = token
             .filter(|t| !t.is_empty())

@@ -21,7 +21,7 @@ pub struct AuditArgs {
     #[arg(long, value_delimiter = ',')]
     pub episodes: Vec<u32>,
     /// Episodes re-run side by side.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub batch: usize,
     /// Simulation threads (0 = all cores).
     #[arg(long, default_value_t = 0)]

@@ -22,8 +22,8 @@ pub enum DatasetCommand {
 
 #[derive(Debug, Args)]
 pub struct ExportArgs {
-    /// Every completed submission of this benchmark.
-    #[arg(long, conflicts_with = "phase", required_unless_present = "phase")]
+    /// Every completed submission of this benchmark (or give --phase).
+    #[arg(long, conflicts_with = "phase")]
     pub benchmark: Option<String>,
     /// The completed submissions of this challenge phase.
     #[arg(long)]
@@ -97,10 +97,16 @@ pub fn run(c: DatasetCommand) -> anyhow::Result<()> {
 }
 
 fn export(a: ExportArgs) -> anyhow::Result<()> {
+    if a.benchmark.is_none() && a.phase.is_none() {
+        bail!("give --benchmark NAME or --phase ID");
+    }
     let filter = a.filter().map_err(anyhow::Error::msg)?;
     let format = match a.format.as_str() {
         "card" => None,
-        f => Some(ExportFormat::parse(f).map_err(|e| anyhow::anyhow!("--{e} (or card)"))?),
+        f => Some(
+            ExportFormat::parse(f)
+                .map_err(|_| anyhow::anyhow!("--format: expected hdf5, jsonl.gz or card, got {f:?}"))?,
+        ),
     };
     let to_stdout = a.out.as_os_str() == "-";
     let device = !to_stdout && a.out.exists() && !a.out.is_file();
@@ -133,6 +139,19 @@ fn export(a: ExportArgs) -> anyhow::Result<()> {
             }
             (None, None) => bail!("give --benchmark NAME or --phase ID"),
         };
+        // A mistyped team name selected nothing and wrote an empty dataset, exit 0.
+        if !filter.team.is_empty() {
+            let teams: Vec<String> = storage.teams().await?.into_iter().map(|t| t.name).collect();
+            if let Some(unknown) = filter.team.iter().find(|name| !teams.contains(name)) {
+                bail!(
+                    "--team: no team named {unknown:?} in this database (teams: {})",
+                    match teams.is_empty() {
+                        true => "none".to_string(),
+                        false => teams.join(", "),
+                    }
+                );
+            }
+        }
         let spec = catalog.spec(scope.benchmark())?;
         let selection = datasets::select(&storage, &spec, scope, filter, |_| true).await?;
         anyhow::Ok((selection, spec))

@@ -139,13 +139,23 @@ pub fn rfc3339_exact(ms: i64) -> String {
 /// Parses an RFC 3339 time (`2026-05-01T00:00:00Z`, fractional seconds allowed; a numeric
 /// offset such as `+02:00` is converted to UTC) into unix milliseconds.
 pub fn parse_rfc3339(text: &str) -> Result<i64, String> {
-    let trimmed = text.trim();
+    // RFC 3339 takes `t` and `z` in lower case, and a space for the `T` (its §5.6 note).
+    let mut trimmed = text.trim().to_ascii_uppercase();
+    if trimmed.as_bytes().get(10) == Some(&b' ') {
+        trimmed.replace_range(10..11, "T");
+    }
+    let trimmed = trimmed.as_str();
     let (utc_text, offset_ms) = match split_utc_offset(trimmed) {
         Some((local, offset_ms)) => (format!("{local}Z"), offset_ms),
         None => (trimmed.to_string(), 0),
     };
-    let t = humantime::parse_rfc3339(&utc_text)
-        .map_err(|e| format!("expected an RFC 3339 time such as \"2026-05-01T00:00:00Z\", got {text:?} ({e})"))?;
+    let t = humantime::parse_rfc3339(&utc_text).map_err(|e| {
+        let no_offset = trimmed.contains('T') && !trimmed.ends_with('Z') && split_utc_offset(trimmed).is_none();
+        match no_offset {
+            true => format!("{text:?} has no offset: add Z for UTC, or one such as +02:00"),
+            false => format!("expected an RFC 3339 time such as \"2026-05-01T00:00:00Z\", got {text:?} ({e})"),
+        }
+    })?;
     let ms = t
         .duration_since(UNIX_EPOCH)
         .map_err(|_| format!("{text:?} is before 1970"))?
@@ -210,7 +220,7 @@ pub async fn authenticate(storage: &Storage, token: &str, now_ms: i64) -> Result
         return Err(AccessError::unauthorized(format!(
             "{} expired at {}",
             name(),
-            rfc3339(at)
+            rfc3339_exact(at)
         )));
     }
     Ok(team)
@@ -422,12 +432,12 @@ pub fn check_open(phase: &Phase, now_ms: i64) -> Result<(), AccessError> {
         PhaseState::Upcoming => Err(closed(format!(
             "phase {} is not open yet: it opens at {}",
             phase.id,
-            rfc3339(phase.starts_at)
+            rfc3339_exact(phase.starts_at)
         ))),
         PhaseState::Closed => Err(closed(format!(
             "phase {} is closed: it closed at {}",
             phase.id,
-            rfc3339(phase.ends_at)
+            rfc3339_exact(phase.ends_at)
         ))),
     }
 }
@@ -503,13 +513,19 @@ fn quota_error(e: StorageError, team: &Team, phase: Option<&Phase>, now_ms: i64)
     let StorageError::QuotaExceeded { limit, used, daily } = e else {
         return e.into();
     };
+    let ends_at = phase.map(|p| p.ends_at);
     let phase = phase.map_or("", |p| p.id.as_str());
     let (message, resets_at_ms) = if daily {
         let resets = day_start(now_ms) + DAY_MS;
+        // A phase that closes before the reset takes nothing more.
+        let closes_first = match ends_at {
+            Some(end) if end <= resets => format!(", after the phase closes at {}", rfc3339_exact(end)),
+            _ => String::new(),
+        };
         (
             format!(
                 "team {:?} has used {used} of its {limit} submission(s) per day in phase {phase}; \
-                 the daily quota resets at {}",
+                 the daily quota resets at {}{closes_first}",
                 team.name,
                 rfc3339(resets)
             ),
@@ -851,6 +867,11 @@ mod tests {
         assert!(parse_rfc3339("1969-12-31T23:59:59Z").is_err());
         let e = parse_rfc3339("9999-12-31T23:00:00-02:00").unwrap_err();
         assert!(e.contains("after 9999-12-31"), "{e}");
+        // RFC 3339's lower-case `t` and `z`, and a space for the `T`.
+        assert_eq!(parse_rfc3339("2026-05-01t12:30:00z").unwrap(), t);
+        assert_eq!(parse_rfc3339("2026-05-01 14:30:00+02:00").unwrap(), t);
+        let e = parse_rfc3339("2026-05-01T12:30:00").unwrap_err();
+        assert!(e.contains("has no offset: add Z for UTC"), "{e}");
     }
 
     #[test]

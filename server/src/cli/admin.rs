@@ -62,11 +62,11 @@ enum ChallengeCommand {
 
 #[derive(Debug, Args)]
 struct PhaseFields {
-    /// Opens at (RFC 3339, e.g. 2026-12-01T00:00:00Z; an offset is converted to UTC); `create`
-    /// needs it, `update` changes it.
+    /// Opens at (RFC 3339, e.g. 2026-12-01T00:00:00Z; an offset is converted to UTC; or unix
+    /// milliseconds); `create` needs it, `update` changes it.
     #[arg(long)]
     starts_at: Option<String>,
-    /// Closes at (RFC 3339); `create` needs it, `update` changes it.
+    /// Closes at (RFC 3339, or unix milliseconds); `create` needs it, `update` changes it.
     #[arg(long)]
     ends_at: Option<String>,
     /// public or private (results hidden from teams until the phase ends).
@@ -109,11 +109,13 @@ fn submission_limit(text: &str) -> Result<SubmissionLimit, String> {
 impl PhaseFields {
     fn body(&self, body: &mut serde_json::Map<String, Value>) {
         let limit = |v: SubmissionLimit| v.0.map_or(Value::Null, |n| json!(n));
+        // Unix milliseconds go as the number the API takes; anything else as text.
+        let time = |v: &String| v.parse::<i64>().map_or_else(|_| json!(v), |ms| json!(ms));
         if let Some(v) = &self.starts_at {
-            body.insert("starts_at".into(), json!(v));
+            body.insert("starts_at".into(), time(v));
         }
         if let Some(v) = &self.ends_at {
-            body.insert("ends_at".into(), json!(v));
+            body.insert("ends_at".into(), time(v));
         }
         if let Some(v) = &self.leaderboard {
             body.insert("leaderboard".into(), json!(v));

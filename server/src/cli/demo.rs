@@ -47,7 +47,7 @@ pub struct DemoArgs {
     json: bool,
     /// The PPO tracker to show beside replay on g1-smoke-robot (an `arena-ppo` checkpoint;
     /// default: the committed ppo/checkpoints/g1-smoke).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with = "no_tracker")]
     tracker: Option<PathBuf>,
     /// Skip the tracker part.
     #[arg(long)]
@@ -62,6 +62,11 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     for warning in super::serve::unknown_arena_variables::<DemoArgs>(std::env::vars_os().map(|(k, _)| k)) {
         eprintln!("warning: {warning}");
     }
+    // A tracker given that cannot load fails now, not after the whole replay part has run.
+    let given_tracker = match &a.tracker {
+        Some(dir) => Some(TrackerPolicy::load(dir).map_err(|e| anyhow::anyhow!("--tracker {}: {e}", dir.display()))?),
+        None => None,
+    };
     let mut config = a.config.resolve_with(&a.lane_backend)?;
     if !config.prewarm.is_empty() {
         // The demo starts its own lanes once; keeping simulators warm is `arena serve`'s.
@@ -165,7 +170,10 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
                 }
             }
             Some(dir) => {
-                let policy = TrackerPolicy::load(&dir).map_err(anyhow::Error::msg)?;
+                let policy = match given_tracker {
+                    Some(policy) => policy,
+                    None => TrackerPolicy::load(&dir).map_err(anyhow::Error::msg)?,
+                };
                 if !a.json {
                     println!(
                         "\nthe arena's PPO tracker ({}) beside replay on {TRACKER_BENCHMARK}:",

@@ -80,8 +80,9 @@ def add_session_options(p: argparse.ArgumentParser) -> None:
         "--max-reconnects",
         type=non_negative_int,
         default=10,
-        help="failed connections in a row before giving up (default: 10); while a server that said "
-        "it is stopping is waited for (300 s), attempts do not count",
+        help="failed connections in a row before giving up, once a connection has been up (a server never "
+        "reached ends the run at once) (default: 10); while a server that said it is stopping is waited for "
+        "(300 s), attempts do not count",
     )
     p.add_argument(
         "--whole-goal-rows",

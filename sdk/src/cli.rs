@@ -66,7 +66,7 @@ pub struct SessionArgs {
     #[arg(long)]
     pub whole_goal_rows: bool,
     /// Skip the check before a new submission: by default the program first connects in
-    /// practice mode (nothing is stored or counted) and refuses to submit when the agent cannot
+    /// practice mode (nothing is stored; one connect in the team's request rate) and refuses to submit when the agent cannot
     /// serve the session's spec (a submission counts against a phase's quota once made). A
     /// private phase offers no practice: there the check cannot run and the submission's own
     /// session finds out.

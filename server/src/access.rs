@@ -117,6 +117,19 @@ pub fn check_time_ms(ms: i64) -> Result<i64, String> {
     }
 }
 
+/// A time given as unix milliseconds: as [`check_time_ms`], and one before 1973 (other than 0,
+/// "since always") is refused as a time in seconds (`date +%s`), which made a phase of 1970 in
+/// silence (closed, and phases are never deleted) or a dataset of everything.
+pub fn check_given_ms(ms: i64) -> Result<i64, String> {
+    if (1..100_000_000_000).contains(&ms) {
+        return Err(format!(
+            "{ms} reads as {} in unix milliseconds: give milliseconds (seconds × 1000) or an RFC 3339 time",
+            rfc3339(ms)
+        ));
+    }
+    check_time_ms(ms)
+}
+
 /// Unix milliseconds as RFC 3339 UTC, to the second (e.g. `2026-05-01T00:00:00Z`). Times
 /// outside [`check_time_ms`]'s range, which input checks refuse, are written as its nearest end
 /// rather than panicking in humantime.
@@ -150,7 +163,8 @@ pub fn parse_rfc3339(text: &str) -> Result<i64, String> {
         None => (trimmed.to_string(), 0),
     };
     let t = humantime::parse_rfc3339(&utc_text).map_err(|e| {
-        let no_offset = trimmed.contains('T') && !trimmed.ends_with('Z') && split_utc_offset(trimmed).is_none();
+        // Only a time that would parse with an offset lacks one ("tomorrow" is no time at all).
+        let no_offset = humantime::parse_rfc3339(&format!("{trimmed}Z")).is_ok();
         match no_offset {
             true => format!("{text:?} has no offset: add Z for UTC, or one such as +02:00"),
             false => format!("expected an RFC 3339 time such as \"2026-05-01T00:00:00Z\", got {text:?} ({e})"),

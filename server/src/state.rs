@@ -298,9 +298,9 @@ impl AppState {
             session_stop: Default::default(),
             locks: (data_dir_lock, database_lock, replica_lock),
         });
-        if state.config.idle_submission_expiry_s > 0.0 {
-            tokio::spawn(expire_idle_submissions(Arc::downgrade(&state)));
-        }
+        // Also without an expiry: its loop marks the fleet alive, so that an expiry turned on
+        // later counts no time before as downtime.
+        tokio::spawn(expire_idle_submissions(Arc::downgrade(&state)));
         if state.config.unmerged_sweep_s > 0.0 {
             tokio::spawn(sweep_unmerged(Arc::downgrade(&state)));
         }
@@ -465,30 +465,55 @@ async fn sweep_unmerged(state: std::sync::Weak<AppState>) {
 /// Ends the submissions that nobody has run for `idle_submission_expiry_s` (an agent that
 /// crashed or refused its session, and never came back) as FAILED with the reason, so they stop
 /// looking like a stalled server; their unfinished episodes fail with the same reason. Checks a
-/// few times per expiry period (at most once a minute), while the server lives.
+/// few times per expiry period (at most once a minute), while the server lives. With no expiry
+/// (0) it only marks the fleet alive, once a minute.
 async fn expire_idle_submissions(state: std::sync::Weak<AppState>) {
     let expiry = match state.upgrade() {
         Some(s) => std::time::Duration::from_secs_f64(s.config.idle_submission_expiry_s),
         None => return,
     };
-    let period = (expiry / 4).clamp(
+    let expires = !expiry.is_zero();
+    let period = (if expires {
+        expiry / 4
+    } else {
+        std::time::Duration::from_secs(60)
+    })
+    .clamp(
         std::time::Duration::from_millis(250),
         std::time::Duration::from_secs(60),
     );
-    // The server's own downtime is not its agents' idleness: an agent waiting for a restart
-    // (the SDKs keep trying) was abandoned at the first look after a start. So nothing expires
-    // before this process has been up for a whole expiry period: a restart starts every
-    // unfinished submission's idle period again.
-    let started = crate::storage::now_ms();
+    // The servers' own downtime is not their agents' idleness: an agent waiting for a restart
+    // (the SDKs keep trying) was abandoned at the first look after a start. Each look marks the
+    // fleet alive; a starting server adds the time since the last mark (none of the servers
+    // was up, as far as any said) to the expiry, for as long as it runs.
+    let downtime = match state.upgrade() {
+        Some(s) => match s.storage.fleet_alive_at().await {
+            Ok(at) => at.map_or(0, |at| (crate::storage::now_ms() - at).max(0)),
+            Err(e) => {
+                tracing::warn!("reading when a server was last alive (the idle expiry counts no downtime): {e}");
+                0
+            }
+        },
+        None => return,
+    };
+    if downtime > 0 && expires {
+        tracing::info!(
+            "the idle expiry leaves out the {} without a server before this start",
+            humantime::format_duration(std::time::Duration::from_secs((downtime / 1000) as u64))
+        );
+    }
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         let Some(state) = state.upgrade() else { return };
-        let idle_since = crate::storage::now_ms() - expiry.as_millis() as i64;
-        if idle_since < started {
+        if let Err(e) = state.storage.mark_fleet_alive(crate::storage::now_ms()).await {
+            tracing::warn!("marking this server alive for the idle expiry: {e}");
+        }
+        if !expires {
             continue;
         }
+        let idle_since = crate::storage::now_ms() - expiry.as_millis() as i64 - downtime;
         let idle = match state.storage.idle_submissions(idle_since).await {
             Ok(ids) => ids,
             Err(e) => {

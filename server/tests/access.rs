@@ -1188,8 +1188,8 @@ fn a_private_phase_on_clips_of_a_public_benchmark_is_warned() {
                 .filter(|w| w.starts_with("benchmark g1-smoke also runs in public phase open"))
         })
         .collect();
-    assert_eq!(same.len(), 1, "{old_final}");
-    assert!(same[0].contains("private phase old-final hides"), "{}", same[0]);
+    // ... though not of the same episodes: an ended private phase's results are public.
+    assert_eq!(same.len(), 0, "{old_final}");
     // Created the other way round (the public phase second), the same warning.
     let dev = create_phase(
         &server,
@@ -1200,10 +1200,13 @@ fn a_private_phase_on_clips_of_a_public_benchmark_is_warned() {
             .as_array()
             .unwrap_or_else(|| panic!("{dev}"))
             .iter()
-            .any(|w| w
-                .as_str()
-                .unwrap()
-                .starts_with("benchmark g1-smoke-robot also runs in private phase final")),
+            .any(|w| {
+                let w = w.as_str().unwrap();
+                w.starts_with("benchmark g1-smoke-robot also runs in private phase final")
+                    && w.contains("private phase final hides")
+                    // Until it ends, the test set hides the motions in the public phase too.
+                    && w.contains("its motions are hidden from every team in every phase, dev included")
+            }),
         "{dev}"
     );
     let again = create_phase(

@@ -1771,7 +1771,8 @@ fn an_abandoned_submission_waits_for_its_agent_then_expires() {
 
 /// The server's own downtime is not its agents' idleness: a submission left waiting while the
 /// server was down longer than the expiry is not abandoned as the server starts again (an agent
-/// waiting out the restart found it FAILED), only once the server has been up that long.
+/// waiting out the restart found it FAILED), only once its idle time with a server up reaches
+/// the expiry.
 #[test]
 fn a_restart_starts_the_idle_period_again() {
     let dir = tmp("idle-restart");
@@ -1792,7 +1793,7 @@ fn a_restart_starts_the_idle_period_again() {
         "{s}\n{}",
         server.log_text()
     );
-    // Up for the expiry, nobody ran it: abandoned then.
+    // Idle for the expiry with a server up, nobody ran it: abandoned then.
     let s = server.wait_final(&id, &token, std::time::Duration::from_secs(30));
     assert_eq!(s["status"], "FAILED", "{s}");
     assert!(s["error"].as_str().unwrap_or_default().contains("abandoned"), "{s}");

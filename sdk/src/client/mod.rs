@@ -344,6 +344,10 @@ pub async fn run(
                         ))
                     })?;
             }
+            // A private phase offers no practice, and a server not reached is the run's to say.
+            SpecAnswer::NoPractice(why) | SpecAnswer::Unreached(why) => {
+                tracing::debug!("no check of the agent against the spec before submitting: {why}")
+            }
             SpecAnswer::Unchecked(why) => {
                 tracing::warn!("could not check the agent against the spec before submitting: {why}")
             }

@@ -174,6 +174,10 @@ async fn create_hosted_submission(
     let scratch = ScratchFile(state.objects.scratch_file(".onnx"));
     let (size, sha256) = receive_upload(body, &scratch.0).await?;
     let received_at = now_ms();
+    // A file that finished arriving after the close is late, whatever its check would say.
+    if let Some(phase) = &plan.phase {
+        access::check_open(phase, received_at)?;
+    }
     if size == 0 {
         return Err(bad_request(
             "no policy file: send the ONNX file as the request body".into(),

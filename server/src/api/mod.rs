@@ -193,16 +193,8 @@ fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError
 fn time_field(field: &str, v: &Value) -> Result<i64, ApiError> {
     match v {
         Value::String(s) => access::parse_rfc3339(s).map_err(|e| bad_request(format!("{field}: {e}"))),
-        // Before 1973 in milliseconds is a time in seconds (`date +%s`): it made a phase of
-        // 1970 in silence, closed, and phases are never deleted. 0 stays: "since always".
-        Value::Number(n) if n.as_i64().is_some_and(|ms| (1..100_000_000_000).contains(&ms)) => {
-            Err(bad_request(format!(
-                "{field}: {n} reads as {} in unix milliseconds: give milliseconds (seconds × 1000) or an RFC 3339 time",
-                access::rfc3339(n.as_i64().unwrap_or_default())
-            )))
-        }
         Value::Number(n) if n.is_i64() => {
-            access::check_time_ms(n.as_i64().unwrap_or_default()).map_err(|e| bad_request(format!("{field}: {e}")))
+            access::check_given_ms(n.as_i64().unwrap_or_default()).map_err(|e| bad_request(format!("{field}: {e}")))
         }
         other => Err(bad_request(format!(
             "{field}: expected an RFC 3339 time such as \"2026-05-01T00:00:00Z\" or unix milliseconds, got {other}"

@@ -10,7 +10,8 @@ use serde_json::{Value, json};
 
 #[derive(Debug, Args)]
 pub struct AdminArgs {
-    /// The server: http://HOST:PORT (its base URL) or HOST:PORT (plain HTTP only).
+    /// The server: http://HOST:PORT (its base URL), HOST:PORT, or an agent's ws:// or grpc://
+    /// address (plain HTTP only).
     #[arg(long, env = "ARENA_SERVER", default_value = arena_sdk::client::DEFAULT_SERVER, global = true)]
     server: String,
     /// The administrator token (the server's --admin-token).
@@ -284,9 +285,16 @@ struct Api {
 impl Api {
     fn new(server: &str, token: Option<String>) -> anyhow::Result<Self> {
         let mut base = server.trim_end_matches('/').to_string();
-        // HOST:PORT, as the agents take it (one ARENA_SERVER serves every tool).
+        // Every form the agents take (one ARENA_SERVER serves every tool): HOST:PORT, the agent
+        // endpoint ws://HOST:PORT[/prefix]/api/v1/agent, grpc://HOST:PORT.
         if !base.contains("://") {
             base = format!("http://{base}");
+        }
+        for scheme in ["ws://", "grpc://"] {
+            if let Some(rest) = base.strip_prefix(scheme) {
+                let rest = rest.strip_suffix("/api/v1/agent").unwrap_or(rest);
+                base = format!("http://{rest}");
+            }
         }
         if base.starts_with("https://") {
             bail!(
@@ -509,7 +517,9 @@ pub fn run(a: AdminArgs) -> anyhow::Result<()> {
         }) => {
             // Optional for `update` (the same flags), required here.
             if fields.starts_at.is_none() || fields.ends_at.is_none() {
-                bail!("phases create needs --starts-at and --ends-at (RFC 3339, e.g. 2026-12-01T00:00:00Z)");
+                bail!(
+                    "phases create needs --starts-at and --ends-at (RFC 3339, e.g. 2026-12-01T00:00:00Z, or unix milliseconds)"
+                );
             }
             let mut body = serde_json::Map::new();
             body.insert("id".into(), json!(id));
@@ -622,7 +632,10 @@ pub fn run(a: AdminArgs) -> anyhow::Result<()> {
                 body.insert("label".into(), json!(l));
             }
             if let Some(e) = expires_at {
-                body.insert("expires_at".into(), json!(e));
+                body.insert(
+                    "expires_at".into(),
+                    e.parse::<i64>().map_or_else(|_| json!(e), |ms| json!(ms)),
+                );
             }
             (
                 api.call(

@@ -58,7 +58,7 @@ pub struct StorageArgs {
     /// Write part files through the page cache even where the filesystem takes O_DIRECT (for
     /// data directories on slow block storage); each is then written whole when its episode
     /// ends, none while it runs.
-    #[arg(long, env = "ARENA_BUFFERED_PARTS")]
+    #[arg(long, env = "ARENA_BUFFERED_PARTS", value_parser = clap::builder::FalseyValueParser::new())]
     pub buffered_parts: bool,
 }
 
@@ -186,7 +186,7 @@ pub struct LaneBackendArgs {
     pub gpu_python: Option<PathBuf>,
     /// GPU backend: lets --gpu-impl stub through (no physics, meaningless scores): for measuring
     /// what surrounds the physics at GPU sizes, never for results that count.
-    #[arg(long, env = "ARENA_GPU_ALLOW_STUB")]
+    #[arg(long, env = "ARENA_GPU_ALLOW_STUB", value_parser = clap::builder::FalseyValueParser::new())]
     pub gpu_allow_stub: bool,
 }
 
@@ -631,7 +631,6 @@ fn ignored(signal: libc::c_int) -> bool {
     read == 0 && old.sa_sigaction == libc::SIG_IGN
 }
 
-/// Why an admin token is easy to guess, if it is: docker/compose.yaml's placeholder, or short.
 /// A warning when the admin token came from `--admin-token` (clap's value, not the variable's):
 /// a server's command line stays readable by every user of the machine (`ps`,
 /// `/proc/PID/cmdline`) while it runs.
@@ -645,6 +644,7 @@ fn admin_token_on_command_line(given: Option<&str>, variable: Option<&str>) -> O
     }
 }
 
+/// Why an admin token is easy to guess, if it is: docker/compose.yaml's placeholder, or short.
 fn weak_admin_token(token: &str) -> Option<String> {
     if token == "change-me" {
         return Some("is docker/compose.yaml's placeholder `change-me`".into());

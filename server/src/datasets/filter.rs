@@ -260,7 +260,7 @@ fn parse_state(word: &str) -> Result<EpisodeState, String> {
 /// RFC 3339 (`2026-11-24T00:00:00Z`), a date (`2026-11-24`, midnight UTC) or unix milliseconds.
 fn parse_time(key: &str, text: &str) -> Result<i64, String> {
     if let Ok(ms) = text.parse::<i64>() {
-        return access::check_time_ms(ms).map_err(|e| format!("{key}: {e}"));
+        return access::check_given_ms(ms).map_err(|e| format!("{key}: {e}"));
     }
     let full = if text.len() == 10 {
         format!("{text}T00:00:00Z")

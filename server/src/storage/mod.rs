@@ -76,9 +76,12 @@ pub fn redact_url(url: &str) -> String {
     // The userinfo ends at the last `@` before the query: a password may hold `/`, `#` or `@`
     // itself (not percent-encoded), which a split at the first `/` printed in clear, and a
     // query's own `@` is no userinfo's. A password holding `?` leaves no `@` before the first
-    // `?`: then the last `@` of all (the host may go unshown; the password never shows).
+    // `?`: then the last `@` of all, where a `:` before that `?` starts a userinfo (the host
+    // may go unshown; the password never shows).
     let query_at = rest.find('?').unwrap_or(rest.len());
-    let at = rest[..query_at].rfind('@').or_else(|| rest.rfind('@'));
+    let at = rest[..query_at]
+        .rfind('@')
+        .or_else(|| rest[..query_at].contains(':').then(|| rest.rfind('@')).flatten());
     let (head, tail) = match at {
         Some(at) => match rest[..at].find(':') {
             Some(c) => (format!("{}{}:***", &url[..s + 3], &rest[..c]), &rest[at..]),
@@ -266,6 +269,31 @@ impl Storage {
         let local = self.leaderboard_generation.load(Ordering::SeqCst);
         let shared = self.board_counter().await?;
         Ok(local.wrapping_add(shared as u64))
+    }
+
+    /// When a server of this database last said it was alive (unix ms, its own clock; `None`
+    /// before any did): the idle expiry's mark, so a starting server knows how long the fleet
+    /// was down ([`Storage::mark_fleet_alive`]).
+    pub async fn fleet_alive_at(&self) -> Result<Option<i64>, StorageError> {
+        let row = sqlx::query("SELECT value FROM counters WHERE name = 'fleet_alive_at'")
+            .fetch_optional(&self.pool)
+            .await
+            .ctx(|| "reading when a server was last alive".to_string())?;
+        row.map(|r| get(&r, "value", "the fleet's last alive time")).transpose()
+    }
+
+    /// Records that a server is alive at `now_ms` (the later of it and the mark already there:
+    /// replicas' clocks differ a little, and the mark never goes back).
+    pub async fn mark_fleet_alive(&self, now_ms: i64) -> Result<(), StorageError> {
+        sqlx::query(
+            "INSERT INTO counters (name, value) VALUES ('fleet_alive_at', $1) ON CONFLICT (name) DO UPDATE \
+             SET value = CASE WHEN excluded.value > counters.value THEN excluded.value ELSE counters.value END",
+        )
+        .bind(now_ms)
+        .execute(&self.pool)
+        .await
+        .ctx(|| "marking this server alive".to_string())?;
+        Ok(())
     }
 
     /// The shared leaderboard counter: the last stamp of [`Storage::stamp_board_change_on`].
@@ -632,6 +660,15 @@ mod tests {
         );
         assert_eq!(redact_url("postgres://u:p?w@h/db"), "postgres://u:***@h/db");
         assert_eq!(redact_url("postgres://u:p?w@h/db?x=a@b"), "postgres://u:***@b");
+        // No userinfo, an `@` in the query: the query's password is hidden all the same.
+        assert_eq!(
+            redact_url("postgres://h/db?user=u&password=s3cret&application_name=svc@web1"),
+            "postgres://h/db?user=u&password=***&application_name=svc@web1"
+        );
+        assert_eq!(
+            redact_url("postgres://h/db?password=p@ss"),
+            "postgres://h/db?password=***"
+        );
     }
 
     #[test]

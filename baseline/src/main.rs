@@ -168,7 +168,7 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let cli = Cli::parse();
+    let cli: Cli = arena_sdk::cli::parse();
     let result = match cli.command {
         Command::Train(a) => train(a),
         Command::Eval(a) => eval(a),

@@ -74,6 +74,34 @@ pub struct SessionArgs {
     pub no_check: bool,
 }
 
+/// Parses the program's command line as `P` with every option that takes a value taking a
+/// negative number too: clap reads `--fps -5` as an unknown flag `-5` otherwise, where the
+/// option's own range check says what is wrong with it. What the arena's programs parse with.
+pub fn try_parse<P: clap::Parser>() -> Result<P, clap::Error> {
+    try_parse_from(std::env::args_os())
+}
+
+/// [`try_parse`] of the given arguments (the program's name first).
+pub fn try_parse_from<P: clap::Parser>(
+    args: impl IntoIterator<Item = impl Into<std::ffi::OsString> + Clone>,
+) -> Result<P, clap::Error> {
+    fn negative_numbers_as_values(cmd: clap::Command) -> clap::Command {
+        cmd.mut_args(|arg| match arg.get_action().takes_values() {
+            true => arg.allow_negative_numbers(true),
+            false => arg,
+        })
+        .mut_subcommands(negative_numbers_as_values)
+    }
+    let mut command = negative_numbers_as_values(P::command());
+    let mut matches = command.try_get_matches_from_mut(args)?;
+    P::from_arg_matches_mut(&mut matches).map_err(|e| e.format(&mut command))
+}
+
+/// [`try_parse`], printing clap's answer and exiting as clap does (help, version, errors).
+pub fn parse<P: clap::Parser>() -> P {
+    try_parse().unwrap_or_else(|e| e.exit())
+}
+
 /// A command line that cannot run as given (conflicting or malformed options): the programs
 /// exit 2 for it, as for the options clap itself refuses, and 1 for a run that went wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -331,6 +359,36 @@ mod tests {
                 .contains("--practice")
         );
         assert!(config(&["--server", "https://h:1"]).unwrap_err().contains("https://"));
+    }
+
+    #[test]
+    fn a_negative_number_is_a_value_its_option_judges() {
+        #[derive(Debug, Parser)]
+        struct Numbers {
+            #[arg(long)]
+            signed: Option<i32>,
+            #[arg(long)]
+            unsigned: Option<u32>,
+            #[command(subcommand)]
+            sub: Option<Sub>,
+        }
+        #[derive(Debug, clap::Subcommand)]
+        enum Sub {
+            Run {
+                #[arg(long)]
+                fps: f64,
+            },
+        }
+        let n: Numbers = try_parse_from(["p", "--signed", "-5"]).unwrap();
+        assert_eq!(n.signed, Some(-5));
+        let e = try_parse_from::<Numbers>(["p", "--unsigned", "-5"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("invalid value '-5' for '--unsigned"), "{e}");
+        let n: Numbers = try_parse_from(["p", "run", "--fps", "-2.5"]).unwrap();
+        assert!(matches!(n.sub, Some(Sub::Run { fps }) if fps == -2.5));
+        // Without the setting clap reads it as a flag.
+        assert!(Numbers::try_parse_from(["p", "--signed", "-5"]).is_err());
     }
 
     #[test]

@@ -1,6 +1,5 @@
 //! The `arena` binary: see `arena --help`.
 
-use clap::Parser;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
@@ -38,7 +37,7 @@ fn main() -> std::process::ExitCode {
         .finish()
         .with(no_frame_dumps)
         .init();
-    let args = match arena_server::cli::Cli::try_parse() {
+    let args = match arena_sdk::cli::try_parse::<arena_server::cli::Cli>() {
         Ok(args) => args,
         Err(e) => {
             let note = env_source_note(&e);

@@ -27,7 +27,7 @@ export function phaseTable(phases, { showChallenge = false } = {}) {
 
 export function quotaText(p) {
   const parts = [];
-  if (p.max_submissions_per_day != null) parts.push(`${p.max_submissions_per_day}/day`);
+  if (p.max_submissions_per_day != null) parts.push(`${p.max_submissions_per_day}/day (UTC)`);
   if (p.max_submissions_total != null) parts.push(`${p.max_submissions_total} total`);
   return parts.length ? parts.join(', ') : h('span.muted', 'no limit');
 }

@@ -131,7 +131,7 @@ export async function teamPage(root, _params, ctx) {
           quotas.map((q) => {
             const left = q.left_today == null ? 'no limit' : `${q.left_today} left today`;
             const total = q.max_total == null ? '' : `, ${q.left_total} of ${q.max_total} left in the phase`;
-            return h('li', h('a', { href: `#/phases/${enc(q.phase)}` }, q.phase), `: ${plural(q.used_total, 'submission')} used; ${left}${total} (the day resets at ${q.day_resets_at})`);
+            return h('li', h('a', { href: `#/phases/${enc(q.phase)}` }, q.phase), `: ${plural(q.used_total, 'submission')} used; ${left}${total} (the day, UTC, resets at ${q.day_resets_at})`);
           }),
         )]
       : []),

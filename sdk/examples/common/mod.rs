@@ -17,7 +17,7 @@ pub fn run(agent: &mut dyn arena_sdk::Agent, name: &str) -> std::process::ExitCo
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let flags = Flags::parse();
+    let flags: Flags = arena_sdk::cli::parse();
     // Options that conflict exit 2, as those clap refuses; a run that went wrong exits 1.
     let config = match flags.session.client_config("g1-smoke", name) {
         Ok(config) => config,

@@ -409,7 +409,8 @@ fn a_closed_pipe_ends_a_command_quietly() {
 
 #[test]
 fn an_unwritable_report_path_is_refused_before_the_run() {
-    let missing = tmp("unwritable").join("missing-folder").join("r.json");
+    let dir = tmp("unwritable");
+    let missing = dir.join("missing-folder").join("r.json");
     for bad in [missing.to_str().unwrap(), "/proc/r.json"] {
         let out = arena(&["eval", "--benchmark", "g1-smoke", "--policy", "replay", "--report", bad]);
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -185,9 +185,10 @@ fn idle_and_half_open_connections_are_closed_and_one_address_cannot_take_them_al
 
 #[test]
 fn bad_limits_are_refused_with_their_key() {
+    let bad_dir = common::tmp("connection-limits-bad");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_arena"))
         .args(["serve", "--bind", "127.0.0.1:0", "--header-timeout-s", "0"])
-        .args(["--data-dir", common::tmp("connection-limits-bad").to_str().unwrap()])
+        .args(["--data-dir", bad_dir.to_str().unwrap()])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

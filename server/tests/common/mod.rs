@@ -23,13 +23,55 @@ pub fn ok(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-pub fn tmp(name: &str) -> PathBuf {
+/// A test's own scratch folder (`<temp>/arena-cli-<pid>-<name>`), emptied first: a folder
+/// left by an earlier process with the same id (ids are reused) would otherwise hand this test
+/// another run's server data. Removed when the test ends well; kept, and its path printed, when
+/// the test panics, for a look at what the server left there. Bind it to a name for the whole
+/// test: a temporary dropped at once removes the folder.
+pub fn tmp(name: &str) -> TestDir {
     let dir = std::env::temp_dir().join(format!("arena-cli-{}-{name}", std::process::id()));
-    // Empty: a folder left by an earlier process with the same id (ids are reused) would
-    // otherwise hand this test another run's server data.
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    TestDir(dir)
+}
+
+/// See [`tmp`].
+#[must_use = "the folder is removed when this is dropped"]
+pub struct TestDir(PathBuf);
+
+impl TestDir {
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for TestDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TestDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for TestDir {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("kept {} (the test failed)", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
 }
 
 pub fn shared_moves() -> Option<PathBuf> {

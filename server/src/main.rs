@@ -59,7 +59,8 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", arena_server::cli::error_report(&e));
-            std::process::ExitCode::FAILURE
+            // 2 for a command line that cannot run as given, as for what clap refuses.
+            arena_sdk::cli::exit_code(&e)
         }
     }
 }

@@ -174,7 +174,8 @@ fn an_organiser_runs_a_challenge_from_the_terminal() {
             "g1-smoke",
         ],
     );
-    assert_eq!(out.status.code(), Some(1));
+    // A command line that cannot run exits 2 (as clap's refusals), a failed run 1.
+    assert_eq!(out.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("needs --starts-at and --ends-at"),
         "{}",

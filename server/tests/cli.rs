@@ -288,6 +288,36 @@ fn a_serve_value_out_of_range_names_its_source() {
         err.contains("got 0 (given with the environment variable ARENA_LANES)"),
         "{err}"
     );
+    assert_eq!(out.status.code(), Some(2), "{err}");
+}
+
+/// Every `arena` command exits 2 for a command line that cannot run as given, whether clap or
+/// the command found it, and 1 for a run that went wrong (as the agents do).
+#[test]
+fn a_command_line_that_cannot_run_exits_2() {
+    for args in [
+        &["sim", "bench", "--envs", "0"][..],
+        &["sim", "bench", "--repeats", "0"],
+        &["sim", "bench", "--envs", "2", "--gpu-device", "cpu"],
+        &[
+            "eval",
+            "--benchmark",
+            "g1-smoke",
+            "--policy",
+            "zero",
+            "--gpu-impl",
+            "warp",
+        ],
+        &["dataset", "export", "--out", "x.h5"],
+        &["admin", "--server", "ftp://host", "--admin-token", "t", "teams", "list"],
+    ] {
+        let out = arena(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    }
+    let out = arena(&["eval", "--benchmark", "no-such-benchmark", "--policy", "zero"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
 }
 
 /// The Python cross-check (PyPI mujoco==3.17.0, PD loop re-implemented from the issue text)

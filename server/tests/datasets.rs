@@ -434,7 +434,7 @@ fn dataset_export_refuses_bad_arguments_before_work() {
         "--out",
         dir.join("x.h5").to_str().unwrap(),
     ]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2), "a usage error");
     assert!(String::from_utf8_lossy(&out.stderr).contains("metric: expected NAME OP NUMBER"));
     let out = arena(&[
         "dataset",

@@ -1,6 +1,7 @@
 //! `--backend` and the GPU backend's flags, shared by the commands that simulate
 //! (`arena eval`, `arena sim bench`, `arena audit`).
 
+use arena_sdk::cli::UsageError;
 use arena_sim::SimBackend;
 use arena_sim::handler::{GpuDevice, GpuImpl, GpuOptions};
 use clap::{Args, ValueEnum};
@@ -48,9 +49,11 @@ impl BackendArgs {
     /// The backend of a command that scores: the stub's outputs are no physics.
     pub fn scoring_backend(&self) -> anyhow::Result<SimBackend> {
         if self.backend == Some(BackendKind::Gpu) && self.gpu_impl == Some(GpuImpl::Stub) && !self.gpu_allow_stub {
-            anyhow::bail!(
+            return Err(UsageError(
                 "--gpu-impl stub has no physics: it is for `arena sim bench` (or measurements with --gpu-allow-stub)"
-            );
+                    .into(),
+            )
+            .into());
         }
         self.backend()
     }
@@ -69,7 +72,7 @@ impl BackendArgs {
         .filter_map(|(given, flag)| given.then_some(flag))
         .collect();
         match self.backend.unwrap_or(BackendKind::Cpu) {
-            BackendKind::Cpu if !gpu_flags.is_empty() => anyhow::bail!(
+            BackendKind::Cpu if !gpu_flags.is_empty() => Err(UsageError(format!(
                 "{} {} for the GPU backend: add --backend gpu{}",
                 gpu_flags.join(", "),
                 if gpu_flags.len() == 1 { "is" } else { "are" },
@@ -78,7 +81,8 @@ impl BackendArgs {
                 } else {
                     ""
                 }
-            ),
+            ))
+            .into()),
             BackendKind::Cpu => {
                 if self.backend.is_none() && std::env::var("ARENA_SIM_BACKEND").is_ok_and(|v| v.trim() == "gpu") {
                     eprintln!(
@@ -89,7 +93,10 @@ impl BackendArgs {
             }
             BackendKind::Gpu => {
                 if self.gpu_x64 && self.gpu_impl == Some(GpuImpl::Warp) {
-                    anyhow::bail!("--gpu-x64 needs --gpu-impl jax: MuJoCo Warp computes in float32 only");
+                    return Err(UsageError(
+                        "--gpu-x64 needs --gpu-impl jax: MuJoCo Warp computes in float32 only".into(),
+                    )
+                    .into());
                 }
                 let mut options = GpuOptions {
                     device: self.gpu_device.unwrap_or(GpuDevice::Auto),

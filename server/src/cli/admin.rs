@@ -302,7 +302,10 @@ impl Api {
             );
         }
         if !base.starts_with("http://") {
-            bail!("--server {server}: expected http://HOST:PORT or HOST:PORT");
+            return Err(arena_sdk::cli::UsageError(format!(
+                "--server {server}: expected http://HOST:PORT or HOST:PORT"
+            ))
+            .into());
         }
         let token = token
             .filter(|t| !t.is_empty())
@@ -517,9 +520,10 @@ pub fn run(a: AdminArgs) -> anyhow::Result<()> {
         }) => {
             // Optional for `update` (the same flags), required here.
             if fields.starts_at.is_none() || fields.ends_at.is_none() {
-                bail!(
-                    "phases create needs --starts-at and --ends-at (RFC 3339, e.g. 2026-12-01T00:00:00Z, or unix milliseconds)"
-                );
+                return Err(arena_sdk::cli::UsageError(
+                    "phases create needs --starts-at and --ends-at (RFC 3339, e.g. 2026-12-01T00:00:00Z, or unix milliseconds)".into(),
+                )
+                .into());
             }
             let mut body = serde_json::Map::new();
             body.insert("id".into(), json!(id));
@@ -543,9 +547,10 @@ pub fn run(a: AdminArgs) -> anyhow::Result<()> {
             let mut body = serde_json::Map::new();
             fields.body(&mut body);
             if body.is_empty() {
-                bail!(
+                return Err(arena_sdk::cli::UsageError(format!(
                     "phases update {id}: nothing to change (give --starts-at, --ends-at, --leaderboard, --max-per-day, --max-total or --groups)"
-                );
+                ))
+                .into());
             }
             (
                 api.call(

@@ -98,15 +98,14 @@ pub fn run(c: DatasetCommand) -> anyhow::Result<()> {
 
 fn export(a: ExportArgs) -> anyhow::Result<()> {
     if a.benchmark.is_none() && a.phase.is_none() {
-        bail!("give --benchmark NAME or --phase ID");
+        return Err(arena_sdk::cli::UsageError("give --benchmark NAME or --phase ID".into()).into());
     }
-    let filter = a.filter().map_err(anyhow::Error::msg)?;
+    let filter = a.filter().map_err(arena_sdk::cli::UsageError)?;
     let format = match a.format.as_str() {
         "card" => None,
-        f => Some(
-            ExportFormat::parse(f)
-                .map_err(|_| anyhow::anyhow!("--format: expected hdf5, jsonl.gz or card, got {f:?}"))?,
-        ),
+        f => Some(ExportFormat::parse(f).map_err(|_| {
+            arena_sdk::cli::UsageError(format!("--format: expected hdf5, jsonl.gz or card, got {f:?}"))
+        })?),
     };
     let to_stdout = a.out.as_os_str() == "-";
     let device = !to_stdout && a.out.exists() && !a.out.is_file();

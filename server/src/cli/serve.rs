@@ -269,13 +269,15 @@ impl ConfigArgs {
                 // Where it was set, when a flag or the environment set it (later sources win);
                 // else where it can be, as the value may be the default.
                 let typed = std::env::args().any(|a| a == format!("--{flag}") || a.starts_with(&format!("--{flag}=")));
-                match (typed, std::env::var_os(&var).is_some()) {
-                    (true, _) => anyhow::anyhow!("{e} (given with --{flag})"),
-                    (false, true) => anyhow::anyhow!("{e} (given with the environment variable {var})"),
-                    (false, false) => anyhow::anyhow!("{e} (set by {file}--{flag} or {var})"),
-                }
+                let said = match (typed, std::env::var_os(&var).is_some()) {
+                    (true, _) => format!("{e} (given with --{flag})"),
+                    (false, true) => format!("{e} (given with the environment variable {var})"),
+                    (false, false) => format!("{e} (set by {file}--{flag} or {var})"),
+                };
+                // A configuration that cannot run exits 2, as a command line clap refuses.
+                anyhow::Error::new(arena_sdk::cli::UsageError(said))
             }
-            _ => e.into(),
+            _ => anyhow::Error::new(arena_sdk::cli::UsageError(e.to_string())),
         })?;
         Ok(c)
     }

@@ -3,7 +3,6 @@
 use super::BuiltinPolicy;
 use super::dump::dump_replay;
 use crate::backend::BackendArgs;
-use anyhow::bail;
 use arena_sim::RobotConfig;
 use arena_sim::SimBackend;
 use arena_sim::dr::DrLevel;
@@ -76,25 +75,36 @@ pub struct BenchArgs {
 
 pub(super) fn bench(a: BenchArgs) -> anyhow::Result<()> {
     if a.envs == 0 || a.steps == 0 {
-        bail!("--envs and --steps must be at least 1");
+        return Err(arena_sdk::cli::UsageError("--envs and --steps must be at least 1".into()).into());
     }
     let robot = RobotConfig::default();
     let clips = MotionLibrary::builtin_clips(&robot)?;
     let library = Arc::new(MotionLibrary::from_clips(&clips, &robot)?);
     let backend = a.backend.backend()?;
     if a.dump.is_some() && backend != SimBackend::Cpu {
-        bail!("--dump replays per-substep torques, which only the cpu backend logs");
+        return Err(arena_sdk::cli::UsageError(
+            "--dump replays per-substep torques, which only the cpu backend logs".into(),
+        )
+        .into());
     }
     if a.dump.is_some() && !matches!(a.policy, BuiltinPolicy::Replay) {
-        bail!("--dump records the replay policy's episodes: it needs --policy replay");
+        return Err(arena_sdk::cli::UsageError(
+            "--dump records the replay policy's episodes: it needs --policy replay".into(),
+        )
+        .into());
     }
     if a.dump.is_some() && a.no_record {
-        bail!("--dump writes the recorded episodes: leave out --no-record");
+        return Err(
+            arena_sdk::cli::UsageError("--dump writes the recorded episodes: leave out --no-record".into()).into(),
+        );
     }
     let rules = match &a.benchmark {
         Some(name) => {
             if a.dump.is_some() {
-                bail!("--dump replays the default rules' episodes: leave out --benchmark");
+                return Err(arena_sdk::cli::UsageError(
+                    "--dump replays the default rules' episodes: leave out --benchmark".into(),
+                )
+                .into());
             }
             let known = arena_bench::metrics::metric_names();
             Some(arena_bench::spec::find_benchmark(name, &a.dir.dir(), &known)?.1)
@@ -140,7 +150,10 @@ pub(super) fn bench(a: BenchArgs) -> anyhow::Result<()> {
     if let Some(dir) = &a.dump {
         let shortest = library.motions.iter().map(|m| m.num_frames - 1).min().unwrap_or(0);
         if a.steps > shortest {
-            bail!("--dump needs --steps <= {shortest} (the shortest built-in motion) so no env restarts");
+            return Err(arena_sdk::cli::UsageError(format!(
+                "--dump needs --steps <= {shortest} (the shortest built-in motion) so no env restarts"
+            ))
+            .into());
         }
         dump_replay(&mut env, &all, &mut ReplayPolicy, a.steps, dir, &robot)?;
         if a.dump_only {

@@ -117,7 +117,7 @@ pub(super) fn rollout(a: RolloutArgs) -> anyhow::Result<()> {
         crate::check_writable(out)?;
     }
     if a.qvel_out.as_ref().is_some_and(|q| q == &a.out || same_file(q, &a.out)) {
-        bail!("--out and --qvel-out name the same file");
+        return Err(arena_sdk::cli::UsageError("--out and --qvel-out name the same file".into()).into());
     }
     let robot = RobotConfig::new(a.gains.into());
     let clip = crate::read_motion_file(&a.motion, a.fps)?;

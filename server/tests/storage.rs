@@ -109,6 +109,7 @@ on_both_engines!(
     concurrent_submissions_respect_the_quota,
     concurrent_submissions_outside_a_quota_are_all_created,
     legacy_team_tokens_survive_the_migration,
+    an_upgrade_repairs_the_migration_edited_after_release,
     idle_submissions_and_their_expiry,
     a_stale_runs_cleanup_leaves_the_newer_claim,
     own_runs_committed_meanwhile_are_not_another_servers,
@@ -1943,6 +1944,121 @@ async fn legacy_team_tokens_survive_the_migration(url: String, engine: Engine) {
         .await
         .unwrap();
     assert_ne!(new.id, token.id);
+}
+
+/// Migration 0015 as commit e2f44e2 shipped it (bf22ded then edited the file: `uncharged_runs`,
+/// and BIGINT on PostgreSQL), which databases of the commits between carry.
+fn migration_0015_as_first_released(engine: Engine) -> String {
+    let dialect = match engine {
+        Engine::Sqlite => "-- SQLite dialect (keep in step with ../postgres/).",
+        Engine::Postgres => "-- PostgreSQL dialect (keep in step with ../sqlite/).",
+    };
+    format!(
+        "-- How many of an episode's runs the server lost (its restart, a lane's error, a store that
+-- failed, another replica's lease running out): each started run counts in `attempts` (it
+-- stays the run's number), but only `attempts - server_faults` are charged to the agent
+-- against max_attempts. An episode the server keeps losing fails at MAX_SERVER_FAULTS, so a
+-- poison episode that kills every replica in turn still ends.
+{dialect}
+ALTER TABLE episodes ADD COLUMN server_faults INTEGER NOT NULL DEFAULT 0;
+"
+    )
+}
+
+/// Applies this tree's migrations up to `last` (with 0015 replaced by `replace_0015`) to a fresh
+/// database, as an older arena left it.
+async fn migrate_as_an_older_arena(url: &str, engine: Engine, last: i64, replace_0015: Option<String>) {
+    sqlx::any::install_default_drivers();
+    let dir = std::env::temp_dir().join(format!("arena-mig-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let folder = match engine {
+        Engine::Sqlite => "sqlite",
+        Engine::Postgres => "postgres",
+    };
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../migrations/{folder}"));
+    for entry in std::fs::read_dir(&source).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap().to_string();
+        let version: i64 = name[..4].parse().unwrap();
+        if version > last {
+            continue;
+        }
+        match (&replace_0015, version) {
+            (Some(text), 15) => std::fs::write(dir.join(&name), text).unwrap(),
+            _ => {
+                std::fs::copy(&path, dir.join(&name)).unwrap();
+            }
+        }
+    }
+    let older = sqlx::migrate::Migrator::new(dir.as_path()).await.unwrap();
+    let conn_url = match engine {
+        Engine::Sqlite => {
+            let path = url.trim_start_matches("sqlite://");
+            std::fs::create_dir_all(std::path::Path::new(path).parent().unwrap()).unwrap();
+            format!("{url}?mode=rwc")
+        }
+        Engine::Postgres => url.to_string(),
+    };
+    let pool = sqlx::any::AnyPoolOptions::new()
+        .max_connections(1)
+        .connect(&conn_url)
+        .await
+        .unwrap();
+    older.run(&pool).await.unwrap();
+    pool.close().await;
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+async fn applied_migrations(url: &str) -> Vec<i64> {
+    let mut conn = sqlx::AnyConnection::connect(url).await.unwrap();
+    sqlx::query_scalar("SELECT version FROM _sqlx_migrations ORDER BY version")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap()
+}
+
+/// A database whose 0015 is the file's first release is refused by the commands that do not
+/// upgrade (in words) and repaired by a server's start: `uncharged_runs` added, the checksum
+/// brought to the present file's, the later migrations applied. A database of an older schema is
+/// left as it is by those commands.
+async fn an_upgrade_repairs_the_migration_edited_after_release(url: String, engine: Engine) {
+    migrate_as_an_older_arena(&url, engine, 15, Some(migration_0015_as_first_released(engine))).await;
+    let refused = Storage::connect_as_found(&url).await.err().expect("refused");
+    assert!(
+        matches!(refused, StorageError::OlderSchema { found: 14, .. }),
+        "{refused}"
+    );
+    assert!(refused.to_string().contains("`arena serve` of this arena upgrades it"), "{refused}");
+    assert_eq!(applied_migrations(&url).await.last(), Some(&15), "nothing changed");
+    let storage = open(&url, engine).await;
+    let newest = applied_migrations(&url).await;
+    assert!(newest.len() > 15, "{newest:?}");
+    // The repaired column is there, and the episodes' queries that read it run.
+    setup(&storage, "t", "s-1", 1).await;
+    assert_eq!(storage.start_episode("s-1", 0).await.unwrap(), Some(1));
+    let mut conn = sqlx::AnyConnection::connect(&url).await.unwrap();
+    let uncharged: i64 = sqlx::query_scalar("SELECT uncharged_runs FROM episodes")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(uncharged, 0);
+    drop(conn);
+    drop(storage);
+    Storage::connect_as_found(&url).await.expect("up to date now");
+
+    // An older schema: refused by the commands beside a server, unchanged.
+    let other = format!("{url}-older");
+    let (other, _keep) = match engine {
+        Engine::Sqlite => (other, None),
+        Engine::Postgres => {
+            let Some(db) = TestDb::postgres("an_upgrade_older").await else { return };
+            (db.url.clone(), Some(db))
+        }
+    };
+    migrate_as_an_older_arena(&other, engine, 12, None).await;
+    let refused = Storage::connect_as_found(&other).await.err().expect("refused");
+    assert!(matches!(refused, StorageError::OlderSchema { found: 12, .. }), "{refused}");
+    assert_eq!(applied_migrations(&other).await.last(), Some(&12));
 }
 
 /// The idle expiry's two halves: which submissions are idle (none running under a live claim,

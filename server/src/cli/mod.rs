@@ -93,7 +93,8 @@ pub fn error_report(e: &anyhow::Error) -> String {
 
 /// Opens the database of a server that has run, for the commands that read one (`dataset
 /// export`, `audit`): unlike `serve`, a missing SQLite file is an error rather than a new empty
-/// database, so a mistyped `--data-dir` does not report "0 episodes" as a success.
+/// database, so a mistyped `--data-dir` does not report "0 episodes" as a success, and a schema
+/// older than this arena's is refused rather than upgraded.
 pub async fn open_existing_storage(config: &crate::config::ServerConfig) -> anyhow::Result<crate::storage::Storage> {
     let url = config.database_url();
     if config.database_url.is_empty() {
@@ -106,7 +107,9 @@ pub async fn open_existing_storage(config: &crate::config::ServerConfig) -> anyh
             );
         }
     }
-    crate::storage::Storage::connect(&url)
+    // Its schema as it is: an upgrade is `arena serve`'s (a newer binary's export upgraded a live
+    // older server's database, which that server then refused at its next start).
+    crate::storage::Storage::connect_as_found(&url)
         .await
         .map_err(|e| anyhow::anyhow!("opening the database {}: {e}", crate::storage::redact_url(&url)))
 }

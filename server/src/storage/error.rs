@@ -22,6 +22,21 @@ pub enum StorageError {
          newer binary, or restore the backup taken before the upgrade"
     )]
     NewerSchema { found: i64, known: i64 },
+    /// The database lacks migrations of this binary, and the command opening it does not
+    /// upgrade (only `arena serve` does, at its start).
+    #[error(
+        "this database is at schema {found} and this arena's is {known}: `arena serve` of this arena upgrades it \
+         at its start (back the database up first: an older arena cannot open it afterwards), or use the arena \
+         that serves it now"
+    )]
+    OlderSchema { found: i64, known: i64 },
+    /// A migration the database applied differs from this binary's file of it.
+    #[error(
+        "migration {version:04} ({description}) of this database differs from this arena's file of it: the file \
+         changed after the database applied it, which a released arena never does; use the arena that migrated \
+         the database, or restore the backup taken before it"
+    )]
+    ChangedMigration { version: i64, description: String },
     /// A file system operation (creating the SQLite file's directory) failed.
     #[error("storage: {context}: {cause}")]
     Io { context: String, cause: std::io::Error },

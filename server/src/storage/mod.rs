@@ -14,11 +14,12 @@
 //! writers. A phase's submission quota is checked in the transaction that inserts the
 //! submission, after locking the team's row, so concurrent requests cannot exceed it.
 //!
-//! This file connects, migrates and keeps the leaderboard generation. The rest of
-//! [`Storage`]'s methods are split by subject: `teams.rs` (teams, members, tokens),
-//! `challenges.rs` (challenges and phases), `submissions.rs`, `sessions.rs` (each submission's
-//! agent sessions), `hosted.rs` (the uploaded policies of hosted submissions) and `episodes.rs` (the episode lifecycle); `records.rs` holds the record types, `rows.rs` their decoding from rows and
-//! `error.rs` the error type.
+//! This file connects and keeps the leaderboard generation; `migrations.rs` brings a
+//! database's schema up to date. The rest of [`Storage`]'s methods are split by subject:
+//! `teams.rs` (teams, members, tokens), `challenges.rs` (challenges and phases),
+//! `submissions.rs`, `sessions.rs` (each submission's agent sessions), `hosted.rs` (the uploaded
+//! policies of hosted submissions) and `episodes.rs` (the episode lifecycle); `records.rs` holds
+//! the record types, `rows.rs` their decoding from rows and `error.rs` the error type.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -30,7 +31,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use sqlx::any::{AnyPoolOptions, AnyRow};
-use sqlx::migrate::Migrator;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use sqlx::{AnyPool, ConnectOptions, Connection, Executor, Row};
 
@@ -39,6 +39,7 @@ mod clock;
 mod episodes;
 mod error;
 mod hosted;
+mod migrations;
 mod records;
 mod rows;
 mod sessions;
@@ -50,6 +51,7 @@ pub use episodes::{
 };
 pub use error::StorageError;
 use error::*;
+use migrations::Schema;
 pub use hosted::HostedPolicy;
 pub use records::*;
 use rows::*;
@@ -57,9 +59,6 @@ pub use sessions::{SERVER_LOST, SessionRecord};
 
 // Cargo notices edits to existing migration files only: after ADDING one, touch this file
 // (last: 0019).
-static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/sqlite");
-static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/postgres");
-
 /// How long [`Storage::connect`] waits for a database that refuses connections.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -100,51 +99,6 @@ pub fn redact_url(url: &str) -> String {
         })
         .collect();
     format!("{head}{}?{}", &tail[..q], params.join("&"))
-}
-
-/// Applies the migrations the database lacks and says which (an upgrade moved the schema:
-/// the operator hears of it). A database with migrations this binary does not know was
-/// migrated by a newer one: refused, in words, before anything changes.
-async fn migrate(migrator: &Migrator, pool: &AnyPool, engine: Engine) -> Result<(), StorageError> {
-    // None on a fresh database (no table yet); another error is the database's.
-    let before: Option<Vec<i64>> = match sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
-        .fetch_all(pool)
-        .await
-    {
-        Ok(versions) => Some(versions),
-        Err(sqlx::Error::Database(e)) if e.message().contains("_sqlx_migrations") => None,
-        Err(e) => return Err(e).ctx(|| "reading the applied migrations".into()),
-    };
-    let known: Vec<i64> = migrator.iter().map(|m| m.version).collect();
-    let newest_known = known.iter().copied().max().unwrap_or(0);
-    if let Some(found) = before.iter().flatten().copied().filter(|v| !known.contains(v)).max() {
-        return Err(StorageError::NewerSchema {
-            found,
-            known: newest_known,
-        });
-    }
-    migrator
-        .run(pool)
-        .await
-        .map_err(|cause| StorageError::Migrate { engine, cause })?;
-    if let Some(before) = before.filter(|b| !b.is_empty()) {
-        let applied: Vec<String> = known
-            .iter()
-            .filter(|v| !before.contains(v))
-            .map(|v| format!("{v:04}"))
-            .collect();
-        if !applied.is_empty() {
-            eprintln!(
-                "note: the database was upgraded to schema {newest_known} (migrations {} applied)",
-                applied.join(", ")
-            );
-            tracing::info!(
-                "database upgraded to schema {newest_known}: migrations {} applied",
-                applied.join(", ")
-            );
-        }
-    }
-    Ok(())
 }
 
 /// A connection goes back to the pool only outside any transaction. When the database ends a
@@ -367,6 +321,18 @@ impl Storage {
     /// created if missing; journal_mode=WAL, synchronous=NORMAL, foreign_keys=ON, busy_timeout
     /// 5 s; "sqlite::memory:" keeps one private in-memory database) or "postgres://...".
     pub async fn connect(url: &str) -> Result<Storage, StorageError> {
+        Self::connect_with(url, Schema::Upgrade).await
+    }
+
+    /// Opens a database for a command beside the server (`arena dataset export`, `arena audit`)
+    /// and leaves its schema as it is: one that lacks migrations is refused in words (an upgrade
+    /// is `arena serve`'s, after a backup: a newer binary's export upgraded the database of a
+    /// live older server, which then refused it at its next start).
+    pub async fn connect_as_found(url: &str) -> Result<Storage, StorageError> {
+        Self::connect_with(url, Schema::AsFound).await
+    }
+
+    async fn connect_with(url: &str, schema: Schema) -> Result<Storage, StorageError> {
         sqlx::any::install_default_drivers();
         let shown = redact_url(url);
         let (engine, pool) = if url.starts_with("sqlite:") {
@@ -379,11 +345,7 @@ impl Storage {
         } else {
             return Err(StorageError::UnsupportedUrl(shown));
         };
-        let migrator = match engine {
-            Engine::Sqlite => &SQLITE_MIGRATIONS,
-            Engine::Postgres => &POSTGRES_MIGRATIONS,
-        };
-        migrate(migrator, &pool, engine).await?;
+        migrations::bring_up_to_date(&pool, engine, schema).await?;
         let storage = Storage {
             pool,
             engine,

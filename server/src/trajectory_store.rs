@@ -180,6 +180,38 @@ async fn stored_run(
     Ok(older.map(StoredRun::Hdf5))
 }
 
+/// The final episodes of `rows` whose committed run is stored neither on its own nor in the
+/// submission's file: its results count a run the store lost (a store restored from an older
+/// backup, a file deleted by hand). Their submission's file cannot be made until they are back.
+pub async fn runs_missing(objects: &Objects, submission: &str, rows: &[EpisodeRow]) -> Result<Vec<i64>, ObjectError> {
+    let mut missing = Vec::new();
+    let mut in_file: Option<Vec<(String, Option<u32>)>> = None;
+    for row in rows {
+        let Some(attempt) = committed_attempt(row) else {
+            continue;
+        };
+        if stored_run(objects, submission, row.idx, attempt).await?.is_some() {
+            continue;
+        }
+        if in_file.is_none() {
+            let file = objects.local_copy(&objects::trajectory_key(submission)).await?;
+            in_file = Some(
+                file.and_then(|f| trajectory_file::episode_attempts(&f).ok())
+                    .unwrap_or_default(),
+            );
+        }
+        let name = trajectory_file::episode_group_name(row.idx as u32);
+        let held = in_file
+            .iter()
+            .flatten()
+            .any(|(n, a)| *n == name && a.is_none_or(|a| i64::from(a) == attempt));
+        if !held {
+            missing.push(row.idx);
+        }
+    }
+    Ok(missing)
+}
+
 /// Reads a part file.
 fn read_part(path: &Path) -> anyhow::Result<EpisodeRecord> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
@@ -333,8 +365,10 @@ async fn merge_into(
             // A committed result always has its stored run, in its part or in the merged file:
             // gone from both, the file cannot be made (a database that counts runs nobody
             // stored: restored from a backup older than the store, with the store's file older
-            // still or lost).
-            None if row.committed_by.is_some() => {
+            // still or lost). A scored row stored a run whether or not it names who committed
+            // it (servers before leases did not): merged as unplayed, it read "never ran a
+            // step" for good.
+            None if committed.is_some() => {
                 anyhow::bail!(
                     "the stored run of episode {} (attempt {}) is gone ({})",
                     row.idx,
@@ -1057,6 +1091,14 @@ mod tests {
         // A counted run neither stored nor in the file: the merge says which is gone.
         let lost = [counted(0, 1), counted(1, 3), counted(2, 1)];
         let e = merge(&objects, "sub", "bench", &lost, None)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("episode 1 (attempt 3) is gone"), "{e}");
+        // As committed by a server before leases (no committer recorded): a scored row stored a
+        // run all the same (it was merged as unplayed: "never ran a step").
+        let unnamed = [counted(0, 1), row(1, EpisodeState::Completed, 3), counted(2, 1)];
+        let e = merge(&objects, "sub", "bench", &unnamed, None)
             .await
             .unwrap_err()
             .to_string();

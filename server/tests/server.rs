@@ -1519,6 +1519,41 @@ fn a_failed_submission_left_unmerged_is_merged_at_the_next_start() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     assert_not_merged_yet(&server, &id, &token);
+    // A counted run the store lost: no retry makes the file, and both answers say so.
+    let folder = data.join("trajectories").join(&id);
+    let part = std::fs::read_dir(&folder)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "part"))
+        .expect("a stored run");
+    let name = part.file_name().unwrap().to_str().unwrap().to_string();
+    let idx: i64 = name[2..7].parse().unwrap();
+    let aside = dir.join("aside.part");
+    std::fs::rename(&part, &aside).unwrap();
+    let trajectories = format!("/api/v1/submissions/{id}/trajectories");
+    let (status, _, v) = server.call("GET", &trajectories, Some(&token), None);
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (404, Some("runs_missing")),
+        "{v}"
+    );
+    let said = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        said.contains(&format!("episodes {idx}")) && said.contains("missing from the object store"),
+        "{v}"
+    );
+    let series = format!("/api/v1/submissions/{id}/episodes/{idx}/series");
+    let (status, _, v) = server.call("GET", &series, Some(&token), None);
+    assert_eq!(status, 404, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("its result counts, but its stored trajectory is missing"),
+        "{v}"
+    );
+    std::fs::rename(&aside, &part).unwrap();
+    assert_not_merged_yet(&server, &id, &token);
     let mut server = server;
     server.kill9();
     std::fs::remove_dir_all(&blockers[1]).unwrap();

@@ -2028,7 +2028,10 @@ async fn an_upgrade_repairs_the_migration_edited_after_release(url: String, engi
         matches!(refused, StorageError::OlderSchema { found: 14, .. }),
         "{refused}"
     );
-    assert!(refused.to_string().contains("`arena serve` of this arena upgrades it"), "{refused}");
+    assert!(
+        refused.to_string().contains("`arena serve` of this arena upgrades it"),
+        "{refused}"
+    );
     assert_eq!(applied_migrations(&url).await.last(), Some(&15), "nothing changed");
     let storage = open(&url, engine).await;
     let newest = applied_migrations(&url).await;
@@ -2051,13 +2054,18 @@ async fn an_upgrade_repairs_the_migration_edited_after_release(url: String, engi
     let (other, _keep) = match engine {
         Engine::Sqlite => (other, None),
         Engine::Postgres => {
-            let Some(db) = TestDb::postgres("an_upgrade_older").await else { return };
+            let Some(db) = TestDb::postgres("an_upgrade_older").await else {
+                return;
+            };
             (db.url.clone(), Some(db))
         }
     };
     migrate_as_an_older_arena(&other, engine, 12, None).await;
     let refused = Storage::connect_as_found(&other).await.err().expect("refused");
-    assert!(matches!(refused, StorageError::OlderSchema { found: 12, .. }), "{refused}");
+    assert!(
+        matches!(refused, StorageError::OlderSchema { found: 12, .. }),
+        "{refused}"
+    );
     assert_eq!(applied_migrations(&other).await.last(), Some(&12));
 }
 

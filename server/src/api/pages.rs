@@ -79,9 +79,14 @@ async fn stored_episode(
         .await
         .map_err(|e| internal(format!("{e:#}")))?;
     let Some(record) = stored else {
-        return Err(not_found(format!(
-            "episode {idx} of submission {id} has no stored trajectory yet"
-        )));
+        return Err(not_found(match committed {
+            // Counted, so stored once: the store lost it (no "yet" about it).
+            Some(_) => format!(
+                "episode {idx} of submission {id} ran and its result counts, but its stored trajectory is missing \
+                 from the object store (the organiser can restore it from a backup of the store)"
+            ),
+            None => format!("episode {idx} of submission {id} has no stored trajectory yet"),
+        }));
     };
     if record.num_rows() == 0 {
         // A final episode given up on before its first step has an empty group.

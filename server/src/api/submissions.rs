@@ -518,6 +518,31 @@ pub(super) async fn get_trajectories(
     match super::download::object(&state, &headers, download).await? {
         Some(response) => Ok(response),
         None => {
+            if s.status.is_final() {
+                let rows = state.storage.episodes(&s.id).await?;
+                let missing = crate::trajectory_store::runs_missing(&state.objects, &s.id, &rows)
+                    .await
+                    .map_err(|e| super::internal_error("looking for the stored runs", e))?;
+                if !missing.is_empty() {
+                    let shown: Vec<String> = missing.iter().take(10).map(i64::to_string).collect();
+                    let more = match missing.len() {
+                        n if n > 10 => format!(" and {} more", n - 10),
+                        _ => String::new(),
+                    };
+                    // No retry makes the file: said plainly (it was a 503 "retry later" for good).
+                    return Err(ApiError(AccessError::new(
+                        StatusCode::NOT_FOUND,
+                        "runs_missing",
+                        format!(
+                            "submission {id} has no trajectory file, and it cannot be made: the stored runs of \
+                             episodes {}{more} are missing from the object store, though its results count them \
+                             (the organiser can restore them from a backup of the store); its other episodes are \
+                             readable one by one through episodes/{{idx}}/series",
+                            shown.join(", ")
+                        ),
+                    )));
+                }
+            }
             let parts = crate::objects::episode_parts_prefix(&s.id);
             let merging = s.status.is_final() && !state.objects.list(&parts).await.unwrap_or_default().is_empty();
             if merging {

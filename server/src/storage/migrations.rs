@@ -99,7 +99,10 @@ pub(super) async fn bring_up_to_date(pool: &AnyPool, engine: Engine, schema: Sch
             "note: the database was upgraded to schema {newest} (migrations {} applied)",
             names.join(", ")
         );
-        tracing::info!("database upgraded to schema {newest}: migrations {} applied", names.join(", "));
+        tracing::info!(
+            "database upgraded to schema {newest}: migrations {} applied",
+            names.join(", ")
+        );
     }
     Ok(())
 }
@@ -109,7 +112,10 @@ pub(super) async fn bring_up_to_date(pool: &AnyPool, engine: Engine, schema: Sch
 async fn run(conn: &mut AnyConnection, engine: Engine, schema: Schema) -> Result<Vec<i64>, StorageError> {
     let migrate = |cause| StorageError::Migrate { engine, cause };
     let migrator = migrator(engine);
-    let known: Vec<&Migration> = migrator.iter().filter(|m| !m.migration_type.is_down_migration()).collect();
+    let known: Vec<&Migration> = migrator
+        .iter()
+        .filter(|m| !m.migration_type.is_down_migration())
+        .collect();
     let newest_known = known.iter().map(|m| m.version).max().unwrap_or(0);
     if schema == Schema::Upgrade {
         conn.ensure_migrations_table().await.map_err(migrate)?;
@@ -142,7 +148,10 @@ async fn run(conn: &mut AnyConnection, engine: Engine, schema: Schema) -> Result
         else {
             continue;
         };
-        let present = known.iter().find(|m| m.version == edit.version).expect("an edited migration is known");
+        let present = known
+            .iter()
+            .find(|m| m.version == edit.version)
+            .expect("an edited migration is known");
         if schema == Schema::AsFound {
             return Err(StorageError::OlderSchema {
                 found: edit.version - 1,
@@ -251,7 +260,10 @@ mod tests {
     fn the_edited_migration_is_known_by_its_old_checksum() {
         for edit in &EDITED {
             assert_eq!(edit.applied_checksum.len(), 96);
-            let present = migrator(edit.engine).iter().find(|m| m.version == edit.version).unwrap();
+            let present = migrator(edit.engine)
+                .iter()
+                .find(|m| m.version == edit.version)
+                .unwrap();
             assert_ne!(hex(&present.checksum), edit.applied_checksum);
         }
     }

@@ -51,8 +51,8 @@ pub use episodes::{
 };
 pub use error::StorageError;
 use error::*;
-use migrations::Schema;
 pub use hosted::HostedPolicy;
+use migrations::Schema;
 pub use records::*;
 use rows::*;
 pub use sessions::{SERVER_LOST, SessionRecord};

@@ -203,6 +203,32 @@ async fn teams(url: String, engine: Engine) {
         matches!(dup_token, StorageError::Conflict(ref m) if m.contains("token")),
         "{dup_token}"
     );
+    if engine == Engine::Postgres {
+        // A team copied in with its id, the sequence left behind (a move from SQLite by hand):
+        // the clash is the id's, not the name's.
+        let mut conn = sqlx::AnyConnection::connect(&url).await.unwrap();
+        let next: i64 = sqlx::query_scalar("SELECT last_value + 1 FROM teams_id_seq")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        sqlx::query("INSERT INTO teams (id, name, token_hash, created_at) VALUES ($1, 'copied', 'h', 1)")
+            .bind(next)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let e = storage
+            .create_team("delta", &hash_token("delta-secret"))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e, StorageError::Database { ref context, .. } if context.contains("next team id is already taken")),
+            "{e}"
+        );
+        sqlx::query("DELETE FROM teams WHERE name = 'copied'")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
 
     let (owner, token) = storage
         .token_by_hash(&hash_token("blue-secret"))

@@ -17,6 +17,12 @@ pub(super) fn is_token_conflict(e: &sqlx::Error) -> bool {
         && (d.message().contains("token_hash") || d.constraint().is_some_and(|c| c.contains("token_hash")))
 }
 
+/// A unique violation on `teams.name` (SQLite names the column, PostgreSQL the constraint).
+fn on_team_names(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .is_some_and(|d| d.message().contains("teams.name") || d.constraint().is_some_and(|c| c == "teams_name_key"))
+}
+
 impl Storage {
     /// Creates a team and its first token (label "initial", no expiry); a duplicate name (or
     /// token) is [`StorageError::Conflict`].
@@ -48,8 +54,19 @@ impl Storage {
         .map_err(|e| {
             if is_token_conflict(&e) {
                 StorageError::Conflict("a team with this token already exists".to_string())
-            } else if is_unique_violation(&e) {
+            } else if is_unique_violation(&e) && on_team_names(&e) {
                 StorageError::Conflict(format!("team {name:?} already exists"))
+            } else if is_unique_violation(&e) {
+                // The id the database gave is taken: teams copied in with their ids and the
+                // sequence left behind (a move from SQLite by hand; docs/server.md says how).
+                StorageError::Database {
+                    context: format!(
+                        "{}: the next team id is already taken (were teams copied in without advancing \
+                         teams_id_seq? docs/server.md, moving to PostgreSQL)",
+                        context()
+                    ),
+                    cause: e,
+                }
             } else {
                 StorageError::Database {
                     context: context(),

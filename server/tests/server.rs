@@ -376,13 +376,13 @@ fn sdk_client_completes_g1_smoke_on_postgres() {
 /// that reason instead of waiting a day as RUNNING.
 #[test]
 fn a_submission_whose_agent_cannot_serve_it_ends_failed() {
-    struct Refuses(ReplayAgent);
+    struct Refuses(ReplayAgent, String);
     impl arena_sdk::Agent for Refuses {
         fn configure(&mut self, spec: &arena_sdk::protocol::EpisodeSpec) {
             self.0.configure(spec)
         }
         fn check(&self, _spec: &arena_sdk::protocol::EpisodeSpec) -> Result<(), String> {
-            Err("no such observation group here".into())
+            Err(self.1.clone())
         }
         fn reset(&mut self, episodes: &[arena_sdk::protocol::EpisodeInfo]) {
             self.0.reset(episodes)
@@ -403,11 +403,15 @@ fn a_submission_whose_agent_cannot_serve_it_ends_failed() {
         },
     );
     let mut id = String::new();
-    let err = client::run_blocking(&config, &mut Refuses(ReplayAgent::new()), &mut |e| {
-        if let ClientEvent::Connected(c) = e {
-            id = c.submission_id.clone();
-        }
-    })
+    let err = client::run_blocking(
+        &config,
+        &mut Refuses(ReplayAgent::new(), "no such observation group here".into()),
+        &mut |e| {
+            if let ClientEvent::Connected(c) = e {
+                id = c.submission_id.clone();
+            }
+        },
+    )
     .unwrap_err();
     assert!(matches!(err, client::ClientError::Agent(_)), "{err}");
     // The server ends it as it reads the disconnect; the session's end follows at once.
@@ -426,14 +430,54 @@ fn a_submission_whose_agent_cannot_serve_it_ends_failed() {
         error.contains("the agent could not serve this session") && error.contains("no such observation group here"),
         "{submission}"
     );
+    // An agent's reason is its own text: kept short and escaped (line breaks forged log lines
+    // and table rows, ESC coloured the organiser's terminal, and 16 MiB of it went into every
+    // episode's row).
+    let hostile = format!(
+        "bad\n2026-12-07T00:00:00Z ERROR forged \u{1b}[31m\u{202e}{}",
+        "B".repeat(100_000)
+    );
+    let mut hostile_id = String::new();
+    let _ = client::run_blocking(&config, &mut Refuses(ReplayAgent::new(), hostile), &mut |e| {
+        if let ClientEvent::Connected(c) = e {
+            hostile_id = c.submission_id.clone();
+        }
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let (submission, results) = loop {
+        let (_, s) = server.get(&format!("/api/v1/submissions/{hostile_id}"), Some(&token));
+        if s["status"] != "RUNNING" || std::time::Instant::now() > deadline {
+            let (_, r) = server.get(&format!("/api/v1/submissions/{hostile_id}/results"), Some(&token));
+            break (s, r);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let error = submission["error"].as_str().unwrap_or_default();
+    assert_eq!(submission["status"], "FAILED", "{submission}");
+    assert!(
+        error.contains("bad\\n2026") && error.contains("\\u{1b}[31m\\u{202e}BBB") && error.contains("(100"),
+        "{error}"
+    );
+    assert!(
+        !error.contains(['\n', '\u{1b}', '\u{202e}']) && error.len() < 1000,
+        "{error}"
+    );
+    for episode in results["episodes"].as_array().expect("episodes") {
+        let reason = episode["reason"].as_str().unwrap_or_default();
+        assert!(reason.len() < 1000 && !reason.contains('\n'), "{reason}");
+    }
     // Checked first on a practice connection (the SDK's command line does), it makes no
     // submission at all: nothing counts against a quota.
     let mut checked = config.clone();
     checked.spec_check = true;
     let mut connected = false;
-    let err = client::run_blocking(&checked, &mut Refuses(ReplayAgent::new()), &mut |e| {
-        connected |= matches!(e, ClientEvent::Connected(_));
-    })
+    let err = client::run_blocking(
+        &checked,
+        &mut Refuses(ReplayAgent::new(), "no such observation group here".into()),
+        &mut |e| {
+            connected |= matches!(e, ClientEvent::Connected(_));
+        },
+    )
     .unwrap_err();
     assert!(
         matches!(&err, client::ClientError::Agent(why) if why.contains("no such observation group here") && why.contains("no submission was made")),
@@ -442,7 +486,11 @@ fn a_submission_whose_agent_cannot_serve_it_ends_failed() {
     assert!(!connected, "no submission session should open");
     let (status, listed) = server.get("/api/v1/submissions", Some(&token));
     assert_eq!(status, 200, "{listed}");
-    assert_eq!(listed["submissions"].as_array().map(Vec::len), Some(1), "{listed}");
+    assert_eq!(
+        listed["submissions"].as_array().map(Vec::len),
+        Some(2),
+        "the two above: {listed}"
+    );
     // An agent that can serve it runs as before after the check.
     let summary = client::run_blocking(&checked, &mut ReplayAgent::new(), &mut |_| {}).expect("checked, then run");
     assert_eq!(summary.submission_status, "COMPLETED");

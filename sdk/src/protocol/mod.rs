@@ -124,6 +124,42 @@ pub fn clip_message(message: String) -> String {
     format!("{kept}… ({total} characters in all)")
 }
 
+/// Text a peer wrote, made fit to store, show on a page, print on a terminal and log: the
+/// characters that are not printable (controls such as line breaks and ESC, and format
+/// characters such as bidi overrides and zero-width spaces) written as escapes (`\n`,
+/// `\u{202e}`), the rest as it is, and cut at `limit` characters saying how long it was.
+pub fn tamed(text: &str, limit: usize) -> String {
+    let total = text.chars().count();
+    let mut out = String::with_capacity(text.len().min(limit.saturating_mul(4)));
+    for c in text.chars().take(limit) {
+        let escaped = c.escape_debug();
+        // escape_debug also escapes quotes and backslashes, which print as they are.
+        if matches!(c, '"' | '\'' | '\\') {
+            out.push(c);
+        } else if escaped.len() > 1 {
+            out.extend(escaped);
+        } else if is_format(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    if total > limit {
+        out.push_str(&format!("… ({total} characters)"));
+    }
+    out
+}
+
+/// Unicode's format characters (category Cf) that turn or hide text: bidi marks, embeddings,
+/// overrides and isolates, zero-width characters, the word joiner and invisible operators, the
+/// byte-order mark, the soft hyphen and the tag characters.
+fn is_format(c: char) -> bool {
+    matches!(c,
+        '\u{00ad}' | '\u{061c}' | '\u{180e}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}'
+        | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{206f}' | '\u{feff}' | '\u{fff9}'..='\u{fffb}'
+        | '\u{e0001}' | '\u{e0020}'..='\u{e007f}')
+}
+
 /// What a client sent, quoted in a message: at most 100 characters of it (debug-escaped), and
 /// how long it was when cut.
 pub fn quoted(text: &str) -> String {
@@ -346,6 +382,22 @@ pub fn type_name(msg: &Msg) -> &'static str {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn tamed_text_shows_what_hides_or_moves_text() {
+        use super::tamed;
+        assert_eq!(
+            tamed("plain \"words\" it's \\ é 日本", 100),
+            "plain \"words\" it's \\ é 日本"
+        );
+        assert_eq!(tamed("a\nb\r\u{1b}[31m", 100), "a\\nb\\r\\u{1b}[31m");
+        assert_eq!(
+            tamed("x\u{202e}y\u{200b}z\u{feff}", 100),
+            "x\\u{202e}y\\u{200b}z\\u{feff}"
+        );
+        assert_eq!(tamed(&"B".repeat(12), 5), "BBBBB… (12 characters)");
+        assert_eq!(tamed("", 5), "");
+    }
+
     use super::*;
 
     fn sample() -> Vec<Msg> {

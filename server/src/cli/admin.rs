@@ -354,7 +354,10 @@ impl Api {
         let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         if !status.is_success() {
             let message = value["error"]["message"].as_str().unwrap_or("(no message)");
-            bail!("{method} {path}: {status}: {message}");
+            bail!(
+                "{method} {path}: {status}: {}",
+                arena_sdk::protocol::tamed(message, usize::MAX)
+            );
         }
         Ok(value)
     }
@@ -364,9 +367,11 @@ fn time(v: &Value) -> String {
     v.as_i64().map(crate::access::rfc3339).unwrap_or_else(|| "-".into())
 }
 
+/// A value as printed: strings with their line breaks, escapes and bidi overrides escaped (text
+/// that teams wrote must not draw rows or colours on the organiser's terminal).
 fn text(v: &Value) -> String {
     match v {
-        Value::String(s) => s.clone(),
+        Value::String(s) => arena_sdk::protocol::tamed(s, usize::MAX),
         Value::Null => "-".into(),
         other => other.to_string(),
     }

@@ -546,7 +546,8 @@ where
                         }
                     },
                     Incoming::Msg(Msg::Disconnect(d)) => {
-                        tracing::info!(session = %session_id, reason = %d.reason, "agent disconnected");
+                        // The agent's words, escaped and cut (a line break forged log lines).
+                        tracing::info!(session = %session_id, reason = %protocol::tamed(&d.reason, 200), "agent disconnected");
                         ending.agent_disconnected(&d.reason);
                         // A hosted run's submission is ended by the hosted runner, in its own
                         // words (`crate::hosted`): both raced to end it, and either won.
@@ -656,6 +657,10 @@ where
     Ok(())
 }
 
+/// The most of an agent's `agent_cannot_serve` reason a submission keeps (the SDKs' reasons
+/// name an observation group or a width: a few dozen characters).
+const AGENT_REASON_CHARS: usize = 300;
+
 /// A submission whose agent said it cannot serve the session's spec (a client `disconnect` with
 /// [`protocol::AGENT_CANNOT_SERVE`]) is ended FAILED with that reason when it has finished no
 /// episode: left RUNNING, it would count against the team's quota until its idle expiry (a
@@ -674,7 +679,13 @@ async fn end_unserved_submission(state: &AppState, id: &str, why: &str) {
     if finished {
         return;
     }
-    let reason = format!("the agent could not serve this session: {why}");
+    // The agent's words: stored on the submission and each unfinished episode, shown on pages
+    // and terminals, so cut and escaped (16 MiB of them, with line breaks, ESC and bidi
+    // overrides, went into every episode's row).
+    let reason = format!(
+        "the agent could not serve this session: {}",
+        protocol::tamed(why, AGENT_REASON_CHARS)
+    );
     match state.storage.cancel_submission(id, &reason).await {
         Ok(()) => tracing::info!(submission = %id, "{reason}: ended FAILED (no episode had finished)"),
         Err(e) => tracing::warn!(submission = %id, "ending an unserved submission: {e}"),

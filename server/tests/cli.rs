@@ -318,6 +318,19 @@ fn a_command_line_that_cannot_run_exits_2() {
     let out = arena(&["eval", "--benchmark", "no-such-benchmark", "--policy", "zero"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
+    // The placeholder admin token of the docs and the compose file of old is refused: a server
+    // started with it is anyone's.
+    let dir = tmp("placeholder-token");
+    let data = dir.join("data");
+    let out = Command::new(env!("CARGO_BIN_EXE_arena"))
+        .args(["serve", "--bind", "127.0.0.1:0", "--data-dir", data.to_str().unwrap()])
+        .env("ARENA_ADMIN_TOKEN", "change-me")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("the admin token is the placeholder `change-me`"), "{err}");
+    assert!(!data.join("arena.db").exists(), "nothing was opened");
 }
 
 /// The Python cross-check (PyPI mujoco==3.17.0, PD loop re-implemented from the issue text)

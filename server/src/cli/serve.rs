@@ -353,6 +353,14 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let result = runtime.block_on(async move {
         if config.admin_token.is_empty() {
             eprintln!("note: no admin token (ARENA_ADMIN_TOKEN / --admin-token): team management is disabled");
+        } else if config.admin_token == PLACEHOLDER_ADMIN_TOKEN {
+            // A server started with the documented placeholder is an open one: whoever read
+            // the docs runs the competition.
+            return Err(arena_sdk::cli::UsageError(format!(
+                "the admin token is the placeholder `{PLACEHOLDER_ADMIN_TOKEN}`: give a secret of 16 or more random \
+                 characters (ARENA_ADMIN_TOKEN, e.g. `openssl rand -hex 24`)"
+            ))
+            .into());
         } else if let Some(why) = weak_admin_token(&config.admin_token) {
             eprintln!(
                 "warning: the admin token {why}: anyone who guesses it runs the competition; give one of 16 or more \
@@ -647,10 +655,10 @@ fn admin_token_on_command_line(given: Option<&str>, variable: Option<&str>) -> O
 }
 
 /// Why an admin token is easy to guess, if it is: docker/compose.yaml's placeholder, or short.
+/// The admin token examples once showed (and docker/compose.yaml defaulted to): refused.
+const PLACEHOLDER_ADMIN_TOKEN: &str = "change-me";
+
 fn weak_admin_token(token: &str) -> Option<String> {
-    if token == "change-me" {
-        return Some("is docker/compose.yaml's placeholder `change-me`".into());
-    }
     let n = token.chars().count();
     (n < 16).then(|| format!("has only {n} characters"))
 }
@@ -718,7 +726,6 @@ mod tests {
 
     #[test]
     fn a_guessable_admin_token_is_warned_of() {
-        assert!(weak_admin_token("change-me").unwrap().contains("placeholder"));
         assert_eq!(weak_admin_token("s3cret").unwrap(), "has only 6 characters");
         assert_eq!(weak_admin_token("k2P9-x7Qw_4mZr8Ls"), None);
     }

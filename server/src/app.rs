@@ -159,14 +159,15 @@ pub async fn serve(
     state: Arc<AppState>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    use crate::connections::{Gate, RefusalLog, Watched};
+    use crate::connections::{Gate, RefusalLog};
     use crate::refusal::Refuser;
-    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use hyper_util::rt::{TokioExecutor, TokioTimer};
     let limits = state.config.connection_limits();
     let stopping = state.clone();
     let app = router(state).await;
     let gate = Gate::new(limits);
-    let mut refusals = RefusalLog::default();
+    let proxies = stopping.config.trusted_proxies();
+    let refusals = Arc::new(std::sync::Mutex::new(RefusalLog::default()));
     let refuser = Refuser::default();
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     builder
@@ -190,18 +191,88 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
+        let serving = Serving {
+            app: app.clone(),
+            gate: gate.clone(),
+            refusals: refusals.clone(),
+            refuser: refuser.clone(),
+            builder: builder.clone(),
+            graceful: graceful.watcher(),
+            limits,
+        };
+        if proxies.trusts(peer.ip()) {
+            // A load balancer's connection: the client's address is in its PROXY header, read
+            // off in the connection's own task (a slow one must not hold the accept loop).
+            tokio::spawn(async move {
+                let mut stream = stream;
+                match crate::proxy_protocol::read_header(&mut stream, limits.header_timeout).await {
+                    Ok(client) => serving.connection(stream, client.unwrap_or(peer)),
+                    Err(why) => tracing::debug!("closing the connection from {peer}: its PROXY header: {why}"),
+                }
+            });
+        } else {
+            serving.connection(stream, peer);
+        }
+    }
+    // Refused from now on rather than left in the backlog until the process exits: an agent
+    // reconnecting finds another replica (or waits for the restart) sooner.
+    drop(listener);
+    stopping.session_stop.tell();
+    let deadline = tokio::time::Instant::now() + STOP_GRACE;
+    if tokio::time::timeout_at(deadline, graceful.shutdown()).await.is_err() {
+        tracing::warn!("requests still open {STOP_GRACE:?} after the stop; closing them");
+    }
+    let left = stopping
+        .session_stop
+        .closed_within(deadline.saturating_duration_since(tokio::time::Instant::now()))
+        .await;
+    if left > 0 {
+        tracing::warn!("{left} agent connection(s) still open {STOP_GRACE:?} after the stop; closing them");
+    }
+    Ok(())
+}
+
+/// What serving one accepted connection needs (the accept loop's, shared with the tasks that
+/// read a load balancer's PROXY header first).
+struct Serving {
+    app: axum::Router,
+    gate: crate::connections::Gate,
+    refusals: Arc<std::sync::Mutex<crate::connections::RefusalLog>>,
+    refuser: crate::refusal::Refuser,
+    builder: hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>,
+    graceful: hyper_util::server::graceful::Watcher,
+    limits: crate::connections::ConnectionLimits,
+}
+
+impl Serving {
+    /// Admits the connection of `client` under the caps (or refuses it) and serves it in a task
+    /// of its own, watched for its deadlines.
+    fn connection(self, stream: tokio::net::TcpStream, client: std::net::SocketAddr) {
+        use crate::connections::Watched;
+        use hyper_util::rt::TokioIo;
+        let Serving {
+            app,
+            gate,
+            refusals,
+            refuser,
+            builder,
+            graceful,
+            limits,
+        } = self;
         // Shared with an upgraded agent WebSocket: the place is freed when both are gone.
-        let admission = match gate.admit(peer.ip()) {
+        let admission = match gate.admit(client.ip()) {
             Ok(a) => Arc::new(a),
             Err(refusal) => {
-                refusals.record(refusal, peer, &gate);
+                refusals
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .record(refusal, client, &gate);
                 refuser.refuse(stream);
-                continue;
+                return;
             }
         };
         no_delay(&stream);
         let (io, activity) = Watched::new(stream);
-        let app = app.clone();
         let served = activity.clone();
         let place = admission.clone();
         let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
@@ -226,31 +297,15 @@ pub async fn serve(
             tokio::select! {
                 result = connection => {
                     if let Err(e) = result {
-                        tracing::debug!("connection from {peer}: {e}");
+                        tracing::debug!("connection from {client}: {e}");
                     }
                 }
-                why = activity.expired(limits) => tracing::debug!("closing the connection from {peer}: {why}"),
+                why = activity.expired(limits) => tracing::debug!("closing the connection from {client}: {why}"),
             }
             // The place is freed with the HTTP connection, or after an upgraded WebSocket's session.
             drop(admission);
         });
     }
-    // Refused from now on rather than left in the backlog until the process exits: an agent
-    // reconnecting finds another replica (or waits for the restart) sooner.
-    drop(listener);
-    stopping.session_stop.tell();
-    let deadline = tokio::time::Instant::now() + STOP_GRACE;
-    if tokio::time::timeout_at(deadline, graceful.shutdown()).await.is_err() {
-        tracing::warn!("requests still open {STOP_GRACE:?} after the stop; closing them");
-    }
-    let left = stopping
-        .session_stop
-        .closed_within(deadline.saturating_duration_since(tokio::time::Instant::now()))
-        .await;
-    if left > 0 {
-        tracing::warn!("{left} agent connection(s) still open {STOP_GRACE:?} after the stop; closing them");
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -165,6 +165,10 @@ pub struct ServerConfig {
     /// Seconds a connection may go with no request in flight and no byte either way before it
     /// is closed (an upgraded agent WebSocket has the protocol's heartbeats instead).
     pub idle_timeout_s: f64,
+    /// Load balancers whose connections may begin with a PROXY protocol header (HAProxy's
+    /// `send-proxy` / `send-proxy-v2`), giving the client's address: comma-separated addresses
+    /// and networks; empty = none (every connection is counted under its peer's address).
+    pub proxy_protocol_from: String,
 }
 
 impl Default for ServerConfig {
@@ -210,6 +214,7 @@ impl Default for ServerConfig {
             max_connections_per_address: 256,
             header_timeout_s: 30.0,
             idle_timeout_s: 120.0,
+            proxy_protocol_from: String::new(),
         }
     }
 }
@@ -242,6 +247,12 @@ const MAX_EXPIRY_S: f64 = 365.0 * 86_400.0;
 impl ServerConfig {
     /// The listener's limits ([`crate::connections`]), with the total kept below the file
     /// descriptors this process may open.
+    /// The load balancers believed when a connection begins with a PROXY header (checked by
+    /// [`ServerConfig::validate`]; none if it does not parse).
+    pub fn trusted_proxies(&self) -> crate::proxy_protocol::TrustedProxies {
+        crate::proxy_protocol::TrustedProxies::parse(&self.proxy_protocol_from).unwrap_or_default()
+    }
+
     pub fn connection_limits(&self) -> crate::connections::ConnectionLimits {
         let descriptors = crate::connections::raise_descriptor_limit();
         let mut max_connections = self.max_connections as usize;
@@ -347,6 +358,9 @@ impl ServerConfig {
             if !(MIN_WAIT_S..=86_400.0).contains(&v) {
                 return bad(key, format!("expected seconds {MIN_WAIT_S}-86400, got {v}"));
             }
+        }
+        if let Err(why) = crate::proxy_protocol::TrustedProxies::parse(&self.proxy_protocol_from) {
+            return bad("proxy_protocol_from", why);
         }
         if self.admin_token.chars().any(|c| !c.is_ascii_graphic()) {
             // Clients send it in an HTTP header, trimmed: a space, a line end (a CRLF .env

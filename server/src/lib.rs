@@ -23,6 +23,7 @@ pub mod objects;
 pub mod orchestrator;
 pub mod outbox;
 pub mod policy_check;
+pub mod proxy_protocol;
 pub mod refusal;
 pub mod replica_lock;
 pub mod results;

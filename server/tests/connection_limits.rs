@@ -183,6 +183,89 @@ fn idle_and_half_open_connections_are_closed_and_one_address_cannot_take_them_al
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
 }
 
+/// Behind a load balancer that sends the PROXY protocol (`--proxy-protocol-from`), a
+/// connection counts under the client address its header gives, not the balancer's: one client
+/// at its cap leaves the others served through the same balancer. A connection from the
+/// balancer without a header (its host's health check) counts under the balancer; a header from
+/// an address not named is not believed (it is not HTTP: the connection is refused as such).
+#[test]
+fn behind_a_proxy_each_client_counts_under_its_own_address() {
+    let dir = common::tmp("connection-limits-proxy");
+    let server = ServerProc::start(
+        &dir,
+        &[
+            "--max-connections-per-address",
+            "2",
+            "--proxy-protocol-from",
+            "127.0.0.4, 127.0.0.5",
+        ],
+    );
+    let bound = Duration::from_secs(20);
+    let through_proxy = |client: &str, version: u8| {
+        let mut stream = connect_from("127.0.0.4", server.addr);
+        let header = match version {
+            1 => format!("PROXY TCP4 {client} 10.0.0.2 40000 8080\r\n").into_bytes(),
+            _ => {
+                let ip: std::net::Ipv4Addr = client.parse().unwrap();
+                let mut h = b"\r\n\r\n\0\r\nQUIT\n\x21\x11\x00\x0c".to_vec();
+                h.extend(ip.octets());
+                h.extend([10, 0, 0, 2]);
+                h.extend(40000u16.to_be_bytes());
+                h.extend(8080u16.to_be_bytes());
+                h
+            }
+        };
+        stream.write_all(&header).unwrap();
+        stream
+    };
+    let health = |stream: &mut TcpStream| {
+        stream
+            .write_all(b"GET /api/v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        read_until_closed(stream, bound).unwrap_or_default()
+    };
+    // Client 203.0.113.7 takes its two places (an answered keep-alive request each).
+    let held: Vec<TcpStream> = (0..2)
+        .map(|i| {
+            let mut stream = through_proxy("203.0.113.7", 1 + i as u8);
+            stream
+                .write_all(b"GET /api/v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
+                .unwrap();
+            stream.set_read_timeout(Some(bound)).unwrap();
+            let mut buf = [0u8; 512];
+            let n = stream.read(&mut buf).unwrap();
+            assert!(
+                buf[..n].starts_with(b"HTTP/1.1 200"),
+                "{}",
+                String::from_utf8_lossy(&buf[..n])
+            );
+            stream
+        })
+        .collect();
+    let third = health(&mut through_proxy("203.0.113.7", 2));
+    assert!(third.contains("too_many_connections"), "its third connection: {third}");
+    // Another client through the same balancer, and the balancer's own check, are served.
+    for version in [1, 2] {
+        let other = health(&mut through_proxy("198.51.100.9", version));
+        assert!(
+            other.starts_with("HTTP/1.1 200"),
+            "another client (v{version}): {other}"
+        );
+    }
+    let mut own = connect_from("127.0.0.5", server.addr);
+    let own = health(&mut own);
+    assert!(own.starts_with("HTTP/1.1 200"), "the balancer's own check: {own}");
+    // From an address not named, a header is not believed.
+    let mut forged = connect_from("127.0.0.6", server.addr);
+    forged.write_all(b"PROXY TCP4 192.0.2.1 10.0.0.2 1 2\r\n").unwrap();
+    let forged = health(&mut forged);
+    assert!(
+        forged.starts_with("HTTP/1.1 400"),
+        "a header from an unnamed address: {forged}"
+    );
+    drop(held);
+}
+
 #[test]
 fn bad_limits_are_refused_with_their_key() {
     let bad_dir = common::tmp("connection-limits-bad");
@@ -196,6 +279,23 @@ fn bad_limits_are_refused_with_their_key() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
         stderr.contains("header_timeout_s") && stderr.contains("expected seconds"),
+        "{stderr}"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_arena"))
+        .args([
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--proxy-protocol-from",
+            "10.0.0.0/8,haproxy",
+        ])
+        .args(["--data-dir", bad_dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("proxy_protocol_from") && stderr.contains("\"haproxy\" is neither an address nor a network"),
         "{stderr}"
     );
 }

@@ -2049,7 +2049,9 @@ async fn applied_migrations(url: &str) -> Vec<i64> {
 /// left as it is by those commands.
 async fn an_upgrade_repairs_the_migration_edited_after_release(url: String, engine: Engine) {
     migrate_as_an_older_arena(&url, engine, 15, Some(migration_0015_as_first_released(engine))).await;
-    let refused = Storage::connect_as_found(&url).await.err().expect("refused");
+    let Err(refused) = Storage::connect_as_found(&url).await else {
+        panic!("an older schema is refused")
+    };
     assert!(
         matches!(refused, StorageError::OlderSchema { found: 14, .. }),
         "{refused}"
@@ -2087,7 +2089,9 @@ async fn an_upgrade_repairs_the_migration_edited_after_release(url: String, engi
         }
     };
     migrate_as_an_older_arena(&other, engine, 12, None).await;
-    let refused = Storage::connect_as_found(&other).await.err().expect("refused");
+    let Err(refused) = Storage::connect_as_found(&other).await else {
+        panic!("an older schema is refused")
+    };
     assert!(
         matches!(refused, StorageError::OlderSchema { found: 12, .. }),
         "{refused}"

@@ -165,6 +165,12 @@ pub struct ServingArgs {
     /// [default: 120].
     #[arg(long, env = "ARENA_IDLE_TIMEOUT_S")]
     pub idle_timeout_s: Option<f64>,
+    /// Load balancers whose connections may begin with a PROXY protocol header giving the
+    /// client's address (HAProxy's send-proxy-v2): comma-separated addresses and networks, e.g.
+    /// 10.0.0.0/8. Behind a TCP balancer without it, every client is the balancer's address to the
+    /// per-address limits [default: none].
+    #[arg(long, env = "ARENA_PROXY_PROTOCOL_FROM")]
+    pub proxy_protocol_from: Option<String>,
 }
 
 /// The physics backend of a running server's lanes (`sim_backend` and the `gpu_*` keys).
@@ -245,7 +251,8 @@ impl ConfigArgs {
             max_connections,
             max_connections_per_address,
             header_timeout_s,
-            idle_timeout_s
+            idle_timeout_s,
+            proxy_protocol_from
         );
         if !serving.prewarm.is_empty() {
             c.prewarm = serving.prewarm.iter().map(|n| n.trim().to_string()).collect();

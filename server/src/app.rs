@@ -275,8 +275,20 @@ impl Serving {
         let (io, activity) = Watched::new(stream);
         let served = activity.clone();
         let place = admission.clone();
-        let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+        let service = hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
             let guard = served.request();
+            // A body its handler waits for in vain does not hold the connection for ever.
+            let grpc = request
+                .headers()
+                .get(hyper::header::CONTENT_TYPE)
+                .is_some_and(|t| t.as_bytes().starts_with(b"application/grpc"));
+            let mut request = match grpc {
+                true => request.map(axum::body::Body::new),
+                false => {
+                    let watched = served.clone();
+                    request.map(|body| axum::body::Body::new(crate::connections::WatchedBody::new(body, watched)))
+                }
+            };
             // The agent WebSocket asks for a lingering close through it (`gateway::ws`), and
             // keeps the connection's place under the caps while its session runs.
             request.extensions_mut().insert(served.clone());

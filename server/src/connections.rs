@@ -174,6 +174,10 @@ pub struct Activity {
     /// Set by [`Activity::close_now`]: why the server ends the connection itself.
     closing: Mutex<Option<&'static str>>,
     wake: tokio::sync::Notify,
+    /// Request bodies whose handler is waiting for bytes ([`WatchedBody`]): a request in flight
+    /// keeps its connection from the idle timeout, unless it is waiting for a body that does not
+    /// come (a team held connections for ever by sending a header and part of a body).
+    bodies_waiting: AtomicUsize,
 }
 
 impl Activity {
@@ -186,6 +190,7 @@ impl Activity {
             linger: AtomicBool::new(false),
             closing: Mutex::new(None),
             wake: tokio::sync::Notify::new(),
+            bodies_waiting: AtomicUsize::new(0),
         })
     }
 
@@ -235,7 +240,11 @@ impl Activity {
                 let last = Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
                 (last + limits.idle_timeout, "idle")
             };
-            let busy = self.in_flight.load(Ordering::Relaxed) > 0;
+            // A request in flight is not idle, unless its handler waits for a body that stalled:
+            // then no byte either way for the idle timeout ends it too.
+            let stalled = self.bodies_waiting.load(Ordering::Relaxed) > 0;
+            let busy = self.in_flight.load(Ordering::Relaxed) > 0 && !stalled;
+            let why = if stalled { "a request body stalled" } else { why };
             if now >= deadline && !busy {
                 return why;
             }
@@ -249,6 +258,65 @@ impl Activity {
                 () = self.wake.notified() => {}
             }
         }
+    }
+}
+
+/// A request's body, counted in its connection's [`Activity`] while its handler waits for bytes
+/// that have not come (`bodies_waiting`). gRPC requests are not wrapped: an agent's request
+/// stream waits between messages by design, and has the protocol's heartbeats.
+pub struct WatchedBody {
+    inner: hyper::body::Incoming,
+    activity: Arc<Activity>,
+    waiting: bool,
+}
+
+impl WatchedBody {
+    pub fn new(inner: hyper::body::Incoming, activity: Arc<Activity>) -> Self {
+        WatchedBody {
+            inner,
+            activity,
+            waiting: false,
+        }
+    }
+
+    fn set_waiting(&mut self, waiting: bool) {
+        if waiting != self.waiting {
+            self.waiting = waiting;
+            match waiting {
+                true => self.activity.bodies_waiting.fetch_add(1, Ordering::Relaxed),
+                false => self.activity.bodies_waiting.fetch_sub(1, Ordering::Relaxed),
+            };
+            // The watchdog may be sleeping on the request's account: it looks again.
+            self.activity.wake.notify_one();
+        }
+    }
+}
+
+impl http_body::Body for WatchedBody {
+    type Data = bytes::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        self.set_waiting(polled.is_pending());
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for WatchedBody {
+    fn drop(&mut self) {
+        self.set_waiting(false);
     }
 }
 

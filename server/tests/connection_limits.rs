@@ -183,6 +183,49 @@ fn idle_and_half_open_connections_are_closed_and_one_address_cannot_take_them_al
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
 }
 
+/// A request whose body stops coming holds its connection no longer than the idle timeout (a
+/// request in flight kept it open for ever: a team pinned connections with a header and a few
+/// bytes of a 2 MB body), whether it stalls at once or after a while; a body that keeps coming
+/// is served whole.
+#[test]
+fn a_stalled_request_body_does_not_hold_its_connection() {
+    let dir = common::tmp("connection-limits-body");
+    let server = ServerProc::start(&dir, &["--idle-timeout-s", "2"]);
+    let token = server.team("uploader");
+    let bound = Duration::from_secs(20);
+    for route in ["/api/v1/submissions", "/api/v1/submissions/hosted?benchmark=g1-smoke"] {
+        let mut stream = connect_from("127.0.0.7", server.addr);
+        let head = format!(
+            "POST {route} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: 2000000\r\n\r\n{{\"benchmark\": \"g1-"
+        );
+        stream.write_all(head.as_bytes()).unwrap();
+        let started = Instant::now();
+        assert!(
+            read_until_closed(&mut stream, bound).is_some(),
+            "{route}: a stalled body kept its connection open {bound:?}"
+        );
+        assert!(
+            started.elapsed() >= Duration::from_secs(1),
+            "{route}: closed before the idle timeout"
+        );
+    }
+    // A body sent in pieces a second apart (under the idle timeout) is read whole and answered.
+    let mut stream = connect_from("127.0.0.7", server.addr);
+    let body = br#"{"benchmark": "no-such-benchmark"}"#;
+    let head = format!(
+        "POST /api/v1/submissions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    for piece in body.chunks(12) {
+        std::thread::sleep(Duration::from_millis(1000));
+        stream.write_all(piece).unwrap();
+    }
+    let answer = read_until_closed(&mut stream, bound).expect("answered");
+    assert!(answer.starts_with("HTTP/1.1 4"), "a whole body is judged: {answer}");
+    assert!(!answer.contains("stalled"), "{answer}");
+}
+
 /// Behind a load balancer that sends the PROXY protocol (`--proxy-protocol-from`), a
 /// connection counts under the client address its header gives, not the balancer's: one client
 /// at its cap leaves the others served through the same balancer. A connection from the

@@ -32,8 +32,8 @@ pub struct AppState {
     pub upload_checks: crate::upload_checks::UploadChecks,
     /// Who writes which stored dataset export, and how many at once.
     pub export_writers: crate::datasets::writing::ExportWriters,
-    /// Places for `jsonl.gz` downloads: `config.dataset_streams` at once.
-    pub dataset_streams: Arc<tokio::sync::Semaphore>,
+    /// Places for `jsonl.gz` downloads: `config.dataset_streams` at once, a quarter per team.
+    pub dataset_streams: crate::datasets::streams::DatasetStreams,
     /// Requests per team per minute (REST and Connects).
     pub rate_limiter: RateLimiter,
     /// Agent sessions each team runs now (`max_sessions_per_team`).
@@ -274,7 +274,7 @@ impl AppState {
         let rate_limiter = RateLimiter::new(config.requests_per_minute);
         let config_sessions = config.max_sessions_per_team;
         let hosted_places = Arc::new(tokio::sync::Semaphore::new(config.hosted_runs()));
-        let dataset_streams = Arc::new(tokio::sync::Semaphore::new(config.dataset_streams as usize));
+        let dataset_streams = crate::datasets::streams::DatasetStreams::new(config.dataset_streams as usize);
         let warm_simulators = Arc::new(crate::orchestrator::warm::WarmSimulators::new(
             config.warm_simulators as usize,
         ));

@@ -11,6 +11,7 @@ use super::{
 };
 use crate::access::{self, AccessError};
 use crate::config::DATASET_STREAM_WAIT_S;
+use crate::datasets::streams::{NoPlace, StreamPlace};
 use crate::datasets::{self, DatasetError, DatasetFilter, ExportFormat, Scope, Selection};
 use crate::state::AppState;
 use crate::storage::{Submission, now_ms};
@@ -22,7 +23,6 @@ use axum::{Json, Router, routing::get};
 use std::collections::HashSet;
 use std::io::Write;
 use std::sync::Arc;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
@@ -167,7 +167,7 @@ async fn dataset(
     }
     match format {
         ExportFormat::JsonlGz => {
-            let place = stream_place(state).await?;
+            let place = stream_place(state, &who).await?;
             Ok((
                 [
                     (header::CONTENT_TYPE, "application/gzip".to_string()),
@@ -240,7 +240,7 @@ fn dataset_name(selection: &Selection) -> String {
 /// aborts the body (the client sees a truncated download, never a complete-looking wrong one)
 /// and is logged. A client that takes nothing for the idle timeout ends the export and frees its
 /// thread (before, an HTTP/2 stream that never opened its window held it for good).
-fn stream_jsonl(state: Arc<AppState>, selection: Selection, place: OwnedSemaphorePermit) -> Body {
+fn stream_jsonl(state: Arc<AppState>, selection: Selection, place: StreamPlace) -> Body {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(8);
     let stall_limit = std::time::Duration::from_secs_f64(state.config.idle_timeout_s);
     let runtime = tokio::runtime::Handle::current();
@@ -265,39 +265,45 @@ fn stream_jsonl(state: Arc<AppState>, selection: Selection, place: OwnedSemaphor
     }))
 }
 
-/// A place among the server's `dataset_streams`: each streamed export holds a blocking thread
-/// for as long as its client reads (slow clients included), so without a bound a burst of
-/// downloads would take the threads that trajectory writes and benchmark loads need.
-async fn stream_place(state: &AppState) -> Result<OwnedSemaphorePermit, ApiError> {
+/// A place among the server's `dataset_streams` (a quarter of them per team; see
+/// [`crate::datasets::streams`]), waiting up to [`DATASET_STREAM_WAIT_S`]; else 503 (busy) with a
+/// `Retry-After`.
+async fn stream_place(state: &AppState, who: &Caller) -> Result<StreamPlace, ApiError> {
     let wait = std::time::Duration::from_secs(DATASET_STREAM_WAIT_S);
-    place_within(state.dataset_streams.clone(), wait, state.config.dataset_streams).await
+    let team = match who {
+        Caller::Admin => None,
+        Caller::Team(t) => Some(t.id),
+    };
+    state
+        .dataset_streams
+        .place(team, wait)
+        .await
+        .map_err(|no| no_place(no, wait))
 }
 
-/// One of `places` (`limit` in all), waiting up to `wait`; then 503 (busy) with a `Retry-After`.
-async fn place_within(
-    places: Arc<Semaphore>,
-    wait: std::time::Duration,
-    limit: u32,
-) -> Result<OwnedSemaphorePermit, ApiError> {
-    match tokio::time::timeout(wait, places.acquire_owned()).await {
-        Ok(Ok(place)) => Ok(place),
-        Ok(Err(closed)) => Err(internal_error("waiting for a dataset stream", closed)),
-        Err(_) => {
-            let mut e = AccessError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "busy",
-                format!(
-                    "{limit} dataset download(s) are being streamed, the most this server streams at once \
-                     (dataset_streams), and none ended within {:.0} s: retry later, or download the \
-                     stored hdf5 export",
-                    wait.as_secs_f64()
-                ),
-            );
-            e.limit = Some(limit);
-            e.resets_at_ms = Some(now_ms() + 5_000);
-            Err(ApiError(e))
-        }
-    }
+fn no_place(no: NoPlace, wait: std::time::Duration) -> ApiError {
+    let (limit, message) = match no {
+        NoPlace::TeamShare { share } => (
+            share,
+            format!(
+                "your team streams {share} dataset download(s) already, the most one team streams at once (a quarter \
+                 of dataset_streams): retry when one ends, or download the stored hdf5 export"
+            ),
+        ),
+        NoPlace::Busy { limit } => (
+            limit,
+            format!(
+                "{limit} dataset download(s) are being streamed, the most this server streams at once \
+                 (dataset_streams), and none ended within {:.0} s: retry later, or download the \
+                 stored hdf5 export",
+                wait.as_secs_f64()
+            ),
+        ),
+    };
+    let mut e = AccessError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", message);
+    e.limit = Some(limit as u32);
+    e.resets_at_ms = Some(now_ms() + 5_000);
+    ApiError(e)
 }
 
 const CHUNK: usize = 64 << 10;
@@ -519,29 +525,27 @@ mod tests {
 mod stream_place_tests {
     use super::*;
 
-    /// With every place taken, a download is told to come back (503, `busy`, the limit and a
-    /// `Retry-After`) once its wait is over; a place given back serves the next one.
+    /// Without a place, a download is told to come back (503, `busy`, the limit and a
+    /// `Retry-After`), saying whether the team's share or the server's places are taken.
     #[tokio::test]
     async fn a_download_without_a_place_is_told_to_retry() {
-        let places = Arc::new(Semaphore::new(1));
         let wait = std::time::Duration::from_millis(50);
-        let held = place_within(places.clone(), wait, 1).await.expect("a free place");
-        let refused = place_within(places.clone(), wait, 1)
-            .await
-            .expect_err("no place is free");
-        let response = refused.into_response();
-        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
-        let retry = response.headers().get(header::RETRY_AFTER).expect("a Retry-After");
-        assert!(retry.to_str().unwrap().parse::<u64>().unwrap() >= 1);
-        let body = axum::body::to_bytes(response.into_body(), 1 << 16).await.unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
-        assert_eq!(v["error"]["code"], "busy", "{v}");
-        assert_eq!(v["error"]["limit"], 1, "{v}");
-        assert!(
-            v["error"]["message"].as_str().unwrap().contains("dataset_streams"),
-            "{v}"
-        );
-        drop(held);
-        let _again = place_within(places, wait, 1).await.expect("the place given back");
+        for (no, says) in [
+            (NoPlace::Busy { limit: 1 }, "dataset_streams), and none ended"),
+            (
+                NoPlace::TeamShare { share: 1 },
+                "your team streams 1 dataset download(s) already",
+            ),
+        ] {
+            let response = no_place(no, wait).into_response();
+            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+            let retry = response.headers().get(header::RETRY_AFTER).expect("a Retry-After");
+            assert!(retry.to_str().unwrap().parse::<u64>().unwrap() >= 1);
+            let body = axum::body::to_bytes(response.into_body(), 1 << 16).await.unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(v["error"]["code"], "busy", "{v}");
+            assert_eq!(v["error"]["limit"], 1, "{v}");
+            assert!(v["error"]["message"].as_str().unwrap().contains(says), "{v}");
+        }
     }
 }

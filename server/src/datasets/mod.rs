@@ -9,6 +9,7 @@
 
 pub mod export;
 pub mod filter;
+pub mod streams;
 pub mod writing;
 
 pub use export::{ExportFormat, export_hdf5, export_jsonl_gz};

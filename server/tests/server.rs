@@ -430,6 +430,16 @@ fn a_submission_whose_agent_cannot_serve_it_ends_failed() {
         error.contains("the agent could not serve this session") && error.contains("no such observation group here"),
         "{submission}"
     );
+    // Its session ended as the agent's own doing, not an organiser's cancel.
+    let outcome = loop {
+        let (_, s) = server.get(&format!("/api/v1/submissions/{id}"), Some(&token));
+        let outcome = s["sessions"][0]["outcome"].clone();
+        if !outcome.is_null() || std::time::Instant::now() > deadline {
+            break outcome;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(outcome, "agent_cannot_serve");
     // An agent's reason is its own text: kept short and escaped (line breaks forged log lines
     // and table rows, ESC coloured the organiser's terminal, and 16 MiB of it went into every
     // episode's row).

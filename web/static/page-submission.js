@@ -654,6 +654,7 @@ function agentCell(sub) {
 const OUTCOME_WORDS = {
   completed: 'completed (the submission finished)',
   cancelled: 'cancelled (the organiser cancelled the submission)',
+  agent_cannot_serve: 'the agent said it cannot serve this session (the submission error says why)',
   stopped: 'stopped (the agent disconnected, or the server shut down)',
   error: 'error (the server ended it; the submission error says why)',
   server_lost: 'server lost (its server was killed or crashed; ended at its restart)',

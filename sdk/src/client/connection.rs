@@ -295,17 +295,26 @@ impl Connection {
         )
     }
 
-    /// Closes after a Disconnect (WebSocket close frame; gRPC: ends the request stream).
+    /// Closes after a Disconnect (WebSocket close frame; gRPC: ends the request stream). A
+    /// WebSocket waits for the server's close frame (up to [`CLOSE_WAIT`]): a socket closed with
+    /// the server's heartbeat unread is reset, and a reset can reach the server before it has
+    /// read the Disconnect (a long `agent_cannot_serve` reason was lost so, and its submission
+    /// stayed RUNNING until its idle expiry).
     pub(super) async fn close(self) {
         match self {
             Connection::WebSocket { mut socket, .. } => {
                 let _ = SinkExt::close(&mut socket).await;
+                let _ =
+                    tokio::time::timeout(CLOSE_WAIT, async { while let Some(Ok(_)) = socket.next().await {} }).await;
             }
             Connection::Grpc { requests, .. } => drop(requests),
             Connection::Local { requests, .. } => drop(requests),
         }
     }
 }
+
+/// How long a closing WebSocket waits for the server's close frame.
+const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// An error with its causes (`transport error: tcp connect error: Connection refused`): tonic's
 /// own message alone says only "transport error".

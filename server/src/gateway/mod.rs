@@ -448,6 +448,8 @@ where
     beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut ticker = tokio::time::interval(silence_limit.min(Duration::from_secs(1)));
     let mut last_heard = Instant::now();
+    // The agent ended its submission itself (`agent_cannot_serve`): its session's outcome says so.
+    let mut agent_cannot_serve = false;
     let told = state.session_stop.told();
     tokio::pin!(told);
     let outcome = loop {
@@ -557,6 +559,7 @@ where
                             hosted,
                         ) {
                             end_unserved_submission(state, &s.id, why.trim_start_matches([':', ' '])).await;
+                            agent_cannot_serve = true;
                         }
                         inboxes = None;
                         practice_tx = None;
@@ -629,6 +632,8 @@ where
     if admitted.submission.is_some() {
         let word = match &outcome {
             RunOutcome::SubmissionComplete => "completed",
+            // The agent's own end, not the organiser's cancel.
+            _ if agent_cannot_serve => "agent_cannot_serve",
             RunOutcome::SubmissionCancelled => "cancelled",
             RunOutcome::Stopped => "stopped",
             RunOutcome::Error(_) => "error",

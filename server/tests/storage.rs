@@ -781,9 +781,20 @@ async fn recover_after_restart(url: String, engine: Engine) {
     // Another replica's start-up leaves replica-a's episodes alone on PostgreSQL (replica-a may
     // be alive); on SQLite there is one server per database, so every RUNNING episode is dead.
     if engine == Engine::Postgres {
+        // A session that names no server (recorded before servers were) is no replica's to wait
+        // for: the next start of any replica ends it.
         let other = open(&url, engine)
             .await
             .with_lease("replica-b", std::time::Duration::from_secs(30));
+        other
+            .start_session("sess-unnamed", "s-pending", "agent", 4)
+            .await
+            .unwrap();
+        let mut conn = sqlx::AnyConnection::connect(&url).await.unwrap();
+        sqlx::query("UPDATE submission_sessions SET server = NULL WHERE id = 'sess-unnamed'")
+            .execute(&mut conn)
+            .await
+            .unwrap();
         other.recover_after_restart().await.unwrap();
         let rows = other.episodes("s-running").await.unwrap();
         assert_eq!((rows[0].status, rows[0].attempts), (EpisodeState::Running, 1));
@@ -791,6 +802,12 @@ async fn recover_after_restart(url: String, engine: Engine) {
         assert_eq!(
             sessions[1].ended_at, None,
             "replica-a's open session is left alone: {sessions:?}"
+        );
+        let unnamed = other.sessions("s-pending").await.unwrap();
+        assert_eq!(
+            unnamed[0].outcome.as_deref(),
+            Some(arena_server::storage::SERVER_LOST),
+            "{unnamed:?}"
         );
     }
     let storage = replica(open(&url, engine).await);

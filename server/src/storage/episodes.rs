@@ -513,10 +513,12 @@ impl Storage {
             server_faults_reason(&reason),
             last_server_fault()
         );
-        // The sessions its killed predecessor left open end now: nothing runs them any more.
+        // The sessions its killed predecessor left open end now: nothing runs them any more;
+        // and, as the episodes claimed under no lease, those no server is named for (recorded
+        // before servers were, migration 0019), which no replica would end otherwise.
         let sessions_whose = match self.engine {
             Engine::Sqlite => "",
-            Engine::Postgres => &format!(" AND {}", Lease::same_replica("server", 2)),
+            Engine::Postgres => &format!(" AND ({} OR server IS NULL)", Lease::same_replica("server", 2)),
         };
         let lost_sessions = format!(
             "UPDATE submission_sessions SET ended_at = $1, outcome = '{SERVER_LOST}' \

@@ -760,7 +760,25 @@ pub fn check_name(field: &str, value: &str, max_chars: usize, may_be_empty: bool
         )));
     }
     check_characters(field, value, max_chars, |_| false)?;
+    // A name that reads as another's ("al\u{200b}pha" beside "alpha"), or as nothing.
+    if let Some(c) = value.chars().find(|&c| is_invisible(c)) {
+        return Err(AccessError::bad_request(format!(
+            "{field}: invisible characters are not allowed in a name (found U+{:04X}): a name holding one reads \
+             as another name, or as none",
+            u32::from(c)
+        )));
+    }
     Ok(value.to_string())
+}
+
+/// Characters that show nothing and join no script: the zero-width space, the word joiner and
+/// invisible operators, the byte-order mark, the soft hyphen, the Mongolian vowel separator,
+/// the line and paragraph separators and the tag characters. (The zero-width joiner and
+/// non-joiner, which Persian, Indic scripts and emoji need, are kept.)
+pub fn is_invisible(c: char) -> bool {
+    matches!(c,
+        '\u{200B}' | '\u{2060}'..='\u{2064}' | '\u{FEFF}' | '\u{00AD}' | '\u{180E}' | '\u{2028}' | '\u{2029}'
+        | '\u{E0000}'..='\u{E007F}')
 }
 
 /// Free text such as a description: at most `max_chars` characters; line breaks and tabs are
@@ -824,6 +842,16 @@ pub fn check_slug(field: &str, id: &str) -> Result<(), AccessError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_name_with_an_invisible_character_is_refused() {
+        for name in ["al\u{200b}pha", "alpha\u{2060}", "\u{feff}", "a\u{00ad}b", "x\u{e0041}"] {
+            let e = super::check_name("name", name, 64, false).unwrap_err();
+            assert!(e.message.contains("invisible characters"), "{name:?}: {}", e.message);
+        }
+        for name in ["alpha", "تیم\u{200c}ما", "👩\u{200d}🔬 lab", "équipe"] {
+            assert_eq!(super::check_name("name", name, 64, false).unwrap(), name);
+        }
+    }
 
     #[test]
     fn a_hidden_phase_tells_the_kind_of_failure_and_nothing_else() {

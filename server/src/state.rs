@@ -609,6 +609,12 @@ async fn renew_leases(storage: Storage) {
 async fn backfill_summaries(storage: &Storage) -> anyhow::Result<()> {
     let missing = storage.reports_without_summary().await?;
     if !missing.is_empty() {
+        // Said on stderr as the migration note is: on a large database this takes a while
+        // before the server listens (an operator saw nothing for it, a health check may kill it).
+        eprintln!(
+            "note: computing the leaderboard summaries of {} submission(s) stored before summaries were kept…",
+            missing.len()
+        );
         tracing::info!("computing the leaderboard summaries of {} submissions", missing.len());
     }
     for (id, report) in missing {
@@ -627,6 +633,13 @@ async fn backfill_benchmark_versions(storage: &Storage, catalog: &Catalog) -> an
     for spec in catalog.offered() {
         let set = storage.set_missing_benchmark_versions(&spec.name, spec.version).await?;
         if set > 0 {
+            // Once and for good (it decides which board they rank on): said where the operator
+            // sees it, as the migration note.
+            eprintln!(
+                "note: benchmark {}: {set} submission(s) stored before versions were kept are taken as version {} \
+                 (its file's version now; docs/server.md, backups and upgrades)",
+                spec.name, spec.version
+            );
             tracing::info!(
                 "benchmark {}: {set} submission(s) stored before versions were kept taken as version {}",
                 spec.name,

@@ -180,33 +180,32 @@ async fn stored_run(
     Ok(older.map(StoredRun::Hdf5))
 }
 
-/// The final episodes of `rows` whose committed run is stored neither on its own nor in the
-/// submission's file: its results count a run the store lost (a store restored from an older
+/// The final episodes of `rows` whose committed run is stored neither in the submission's file
+/// nor on its own: its results count a run the store lost (a store restored from an older
 /// backup, a file deleted by hand). Their submission's file cannot be made until they are back.
+/// The file is looked at first (one read: a merged submission's runs are all there), the runs'
+/// own files only for the episodes it does not hold.
 pub async fn runs_missing(objects: &Objects, submission: &str, rows: &[EpisodeRow]) -> Result<Vec<i64>, ObjectError> {
+    let committed: Vec<(i64, i64)> = rows
+        .iter()
+        .filter_map(|r| committed_attempt(r).map(|a| (r.idx, a)))
+        .collect();
+    if committed.is_empty() {
+        return Ok(Vec::new());
+    }
+    let in_file = objects
+        .local_copy(&objects::trajectory_key(submission))
+        .await?
+        .and_then(|f| trajectory_file::episode_attempts(&f).ok())
+        .unwrap_or_default();
     let mut missing = Vec::new();
-    let mut in_file: Option<Vec<(String, Option<u32>)>> = None;
-    for row in rows {
-        let Some(attempt) = committed_attempt(row) else {
-            continue;
-        };
-        if stored_run(objects, submission, row.idx, attempt).await?.is_some() {
-            continue;
-        }
-        if in_file.is_none() {
-            let file = objects.local_copy(&objects::trajectory_key(submission)).await?;
-            in_file = Some(
-                file.and_then(|f| trajectory_file::episode_attempts(&f).ok())
-                    .unwrap_or_default(),
-            );
-        }
-        let name = trajectory_file::episode_group_name(row.idx as u32);
+    for (idx, attempt) in committed {
+        let name = trajectory_file::episode_group_name(idx as u32);
         let held = in_file
             .iter()
-            .flatten()
             .any(|(n, a)| *n == name && a.is_none_or(|a| i64::from(a) == attempt));
-        if !held {
-            missing.push(row.idx);
+        if !held && stored_run(objects, submission, idx, attempt).await?.is_none() {
+            missing.push(idx);
         }
     }
     Ok(missing)

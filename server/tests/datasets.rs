@@ -552,6 +552,64 @@ fn a_head_request_writes_no_export() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A submission whose stored runs the object store lost (its merged file deleted) is left out
+/// of the datasets, and their card says so: one such episode made every HDF5 export of the
+/// benchmark a 500 and cut the `jsonl.gz` stream short after its 200.
+#[test]
+fn runs_missing_from_the_store_are_left_out_and_told() {
+    use std::io::Read;
+    let dir = tmp("datasets-missing");
+    let data = dir.join("data");
+    let server = ServerProc::start(&data, &[]);
+    let team = server.team("lossy");
+    let kept = server.submit(&team, &mut ReplayAgent::new(), "replay", None);
+    let lost = server.submit(&team, &mut ReplayAgent::new(), "replay", None);
+    let merged = data.join("trajectories").join(format!("{lost}.h5"));
+    let waited = std::time::Instant::now();
+    while !merged.is_file() {
+        assert!(
+            waited.elapsed() < std::time::Duration::from_secs(60),
+            "{lost} was never merged"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::fs::remove_file(&merged).unwrap();
+    let (status, v) = card(&server, "", &team);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["counts"]["in_scope"]["missing_runs"], 6, "{v}");
+    assert_eq!(v["counts"]["episodes"], 6, "{v}");
+    assert_eq!(v["missing_runs"][0]["submission"], lost.as_str(), "{v}");
+    assert_eq!(
+        v["missing_runs"][0]["episodes"].as_array().map(Vec::len),
+        Some(6),
+        "{v}"
+    );
+    assert_eq!(v["submissions"][0]["id"], kept.as_str(), "{v}");
+    let (status, _, file) = common::server::request(
+        server.addr,
+        "GET",
+        "/api/v1/datasets/benchmarks/g1-smoke/hdf5",
+        Some(&team),
+        None,
+    );
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&file));
+    assert!(file.starts_with(b"\x89HDF"), "an HDF5 file");
+    let (status, _, gz) = common::server::request(
+        server.addr,
+        "GET",
+        "/api/v1/datasets/benchmarks/g1-smoke/jsonl.gz",
+        Some(&team),
+        None,
+    );
+    assert_eq!(status, 200);
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&gz[..])
+        .read_to_string(&mut text)
+        .expect("a whole gzip stream");
+    assert_eq!(text.lines().count(), 6, "the kept submission's episodes");
+    assert!(text.lines().all(|l| l.contains(&kept)), "only {kept}");
+}
+
 fn http_head(server: &ServerProc, path: &str) -> (u16, String, Vec<u8>) {
     common::server::request(server.addr, "HEAD", path, Some(ADMIN), None)
 }

@@ -127,12 +127,16 @@ async fn dataset(
         Caller::Admin => true,
         Caller::Team(t) => s.team_id == t.id && s.phase_id.as_ref().is_none_or(|p| !hidden.contains(p)),
     };
-    let selection = datasets::select(&state.storage, &spec, scope, filter, readable)
+    let mut selection = datasets::select(&state.storage, &spec, scope, filter, readable)
         .await
         .map_err(|e| match e {
             DatasetError::BadFilter(m) => bad_request(m),
             DatasetError::Storage(e) => ApiError::from(e),
         })?;
+    // The card too, and a HEAD as its GET (the export's key is made from the selection).
+    datasets::leave_out_missing_runs(&state.objects, &mut selection)
+        .await
+        .map_err(|e| internal_error("looking for the dataset's stored runs", e))?;
     let card = datasets::card(&selection, &spec, now_ms());
     let Some(format) = format else {
         return Ok(Json(card).into_response());

@@ -75,10 +75,7 @@ fn base_name(name: &str) -> &str {
 fn unsupported(problems: Vec<String>) -> Response {
     // The problems quote the file's metadata, which is the uploader's text: each cut and escaped
     // (a 6000-character body name came back whole, line breaks and bidi overrides too).
-    let problems: Vec<String> = problems
-        .iter()
-        .map(|p| arena_sdk::protocol::tamed(p, 500))
-        .collect();
+    let problems: Vec<String> = problems.iter().map(|p| arena_sdk::protocol::tamed(p, 500)).collect();
     let message = format!("the policy cannot run here: {}", problems.join("; "));
     tracing::debug!("hosted upload refused: {message}");
     (

@@ -155,6 +155,15 @@ fn export(a: ExportArgs) -> anyhow::Result<()> {
         let selection = datasets::select(&storage, &spec, scope, filter, |_| true).await?;
         anyhow::Ok((selection, spec))
     })?;
+    let objects = config.objects()?;
+    let mut selection = selection;
+    runtime.block_on(datasets::leave_out_missing_runs(&objects, &mut selection))?;
+    if selection.in_scope.missing_runs > 0 {
+        eprintln!(
+            "warning: {} episode(s) left out: their stored runs are missing from the object store (the card's missing_runs lists them)",
+            selection.in_scope.missing_runs
+        );
+    }
     let card = datasets::card(&selection, &spec, now_ms());
     let bar = indicatif::ProgressBar::new_spinner();
     bar.set_message(format!(
@@ -163,7 +172,6 @@ fn export(a: ExportArgs) -> anyhow::Result<()> {
         selection.rows()
     ));
     bar.enable_steady_tick(std::time::Duration::from_millis(200));
-    let objects = config.objects()?;
     let stored = crate::trajectory_store::StoredEpisodes::new(&objects)?;
     let episodes = |s: &str, row: &crate::storage::EpisodeRow| stored.read(s, row);
     let counts = match format {

@@ -54,6 +54,8 @@ pub struct Selection {
     /// The metric `success` filters on.
     pub success_metric: String,
     pub parts: Vec<Selected>,
+    /// Selected episodes whose stored run the object store lost, left out of `parts`.
+    pub missing: Vec<MissingRuns>,
     /// What the scope held before the filters: its readable COMPLETED submissions of the
     /// benchmark's current version and their final episodes, for the card's denominators.
     pub in_scope: InScope,
@@ -69,6 +71,16 @@ pub struct InScope {
     /// Readable COMPLETED submissions left out because they ran under another version of the
     /// benchmark file (results the file says are not comparable, as the leaderboards do).
     pub other_versions: usize,
+    /// Selected episodes left out because the object store lost the run their results count
+    /// ([`leave_out_missing_runs`]; the card lists them under `missing_runs`).
+    pub missing_runs: usize,
+}
+
+/// Episodes of one submission left out of a dataset for want of their stored run.
+#[derive(Debug, Clone, Serialize)]
+pub struct MissingRuns {
+    pub submission: String,
+    pub episodes: Vec<i64>,
 }
 
 impl Selection {
@@ -89,6 +101,34 @@ impl Selection {
             })
             .sum()
     }
+}
+
+/// Leaves out of the selection the episodes whose counted run is stored nowhere (the object
+/// store lost it: restored from an older backup, a file deleted), and says so in the card: one
+/// such episode made every HDF5 export of its benchmark fail (500) and cut the `jsonl.gz` stream
+/// short after its 200. A submission whose merged file is whole costs one read of it.
+pub async fn leave_out_missing_runs(
+    objects: &crate::objects::Objects,
+    selection: &mut Selection,
+) -> Result<(), crate::objects::ObjectError> {
+    for part in &mut selection.parts {
+        let missing = crate::trajectory_store::runs_missing(objects, &part.submission.id, &part.episodes).await?;
+        if missing.is_empty() {
+            continue;
+        }
+        tracing::warn!(
+            "submission {}: the stored runs of episodes {missing:?} are missing from the object store; left out of a dataset",
+            part.submission.id
+        );
+        part.episodes.retain(|e| !missing.contains(&e.idx));
+        selection.in_scope.missing_runs += missing.len();
+        selection.missing.push(MissingRuns {
+            submission: part.submission.id.clone(),
+            episodes: missing,
+        });
+    }
+    selection.parts.retain(|p| !p.episodes.is_empty());
+    Ok(())
 }
 
 /// Errors of a dataset request that are the caller's to fix.
@@ -143,6 +183,7 @@ pub async fn select(
         submissions: submissions.len(),
         episodes: submissions.iter().map(|s| s.episodes_total.max(0) as usize).sum(),
         other_versions: other_versions.len(),
+        missing_runs: 0,
     };
     submissions.retain(|s| filter.admits_submission(s));
     submissions.sort_by(|a, b| a.created_at.cmp(&b.created_at).then_with(|| a.id.cmp(&b.id)));
@@ -163,6 +204,7 @@ pub async fn select(
         filter,
         success_metric,
         parts,
+        missing: Vec::new(),
         in_scope,
     })
 }
@@ -273,6 +315,8 @@ pub fn card(selection: &Selection, spec: &BenchmarkSpec, now_ms: i64) -> Value {
         },
         "teams": teams,
         "submissions": submissions,
+        // Counted by their results but not in the data: their runs are missing from the store.
+        "missing_runs": selection.missing,
         "simulator": simulator_settings(spec, selection),
         "motions": {
             "names": motions,
@@ -338,6 +382,7 @@ mod tests {
                 },
                 episodes,
             }],
+            missing: Vec::new(),
             in_scope: InScope::default(),
         }
     }

@@ -202,10 +202,26 @@ pub async fn serve(
         };
         if proxies.trusts(peer.ip()) {
             // A load balancer's connection: the client's address is in its PROXY header, read
-            // off in the connection's own task (a slow one must not hold the accept loop).
+            // off in the connection's own task (a slow one must not hold the accept loop),
+            // counted under the balancer's address meanwhile (not outside the caps), and within
+            // a deadline of its own: a balancer sends it at once.
+            let reading = match gate.admit(peer.ip()) {
+                Ok(a) => a,
+                Err(refusal) => {
+                    refusals
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .record(refusal, peer, &gate);
+                    refuser.refuse(stream);
+                    continue;
+                }
+            };
+            let wait = limits.header_timeout.min(crate::proxy_protocol::HEADER_WAIT);
             tokio::spawn(async move {
                 let mut stream = stream;
-                match crate::proxy_protocol::read_header(&mut stream, limits.header_timeout).await {
+                let read = crate::proxy_protocol::read_header(&mut stream, wait).await;
+                drop(reading);
+                match read {
                     Ok(client) => serving.connection(stream, client.unwrap_or(peer)),
                     Err(why) => tracing::debug!("closing the connection from {peer}: its PROXY header: {why}"),
                 }
@@ -277,11 +293,12 @@ impl Serving {
         let place = admission.clone();
         let service = hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
             let guard = served.request();
-            // A body its handler waits for in vain does not hold the connection for ever.
-            let grpc = request
-                .headers()
-                .get(hyper::header::CONTENT_TYPE)
-                .is_some_and(|t| t.as_bytes().starts_with(b"application/grpc"));
+            // A body its handler waits for in vain does not hold the connection for ever. The
+            // gRPC services' streams wait between messages by design (heartbeats watch them):
+            // told by their route over HTTP/2, never by a header the client chose.
+            let path = request.uri().path();
+            let grpc = request.version() == hyper::Version::HTTP_2
+                && (path.starts_with("/arena.v1.AgentGateway/") || path.starts_with("/grpc.health.v1.Health/"));
             let mut request = match grpc {
                 true => request.map(axum::body::Body::new),
                 false => {

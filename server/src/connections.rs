@@ -242,8 +242,11 @@ impl Activity {
             };
             // A request in flight is not idle, unless its handler waits for a body that stalled:
             // then no byte either way for the idle timeout ends it too.
-            let stalled = self.bodies_waiting.load(Ordering::Relaxed) > 0;
-            let busy = self.in_flight.load(Ordering::Relaxed) > 0 && !stalled;
+            // (Every request in flight waiting: on HTTP/2 one stream's stalled upload must not
+            // take the protection of another's slow handler.)
+            let in_flight = self.in_flight.load(Ordering::Relaxed);
+            let stalled = in_flight > 0 && self.bodies_waiting.load(Ordering::Relaxed) >= in_flight;
+            let busy = in_flight > 0 && !stalled;
             let why = if stalled { "a request body stalled" } else { why };
             if now >= deadline && !busy {
                 return why;

@@ -61,6 +61,13 @@ pub enum Parsed {
     Invalid(String),
 }
 
+/// The longest wait for a load balancer's header (or its connection's first bytes): a balancer
+/// sends it at once, with the connection.
+pub const HEADER_WAIT: Duration = Duration::from_secs(5);
+
+/// The longest header: version 2's fixed part and a 16-bit length of addresses and TLVs.
+const MAX_HEADER: usize = V2_FIXED + u16::MAX as usize;
+
 const V2_SIGNATURE: &[u8; 12] = b"\r\n\r\n\0\r\nQUIT\n";
 /// A v1 header's longest form (the specification's 107 bytes).
 const V1_MAX: usize = 107;
@@ -164,7 +171,8 @@ fn parse_v2(bytes: &[u8]) -> Parsed {
 /// parse, or that does not arrive whole in time, is an error (the connection is closed).
 pub async fn read_header(stream: &mut TcpStream, deadline: Duration) -> Result<Option<SocketAddr>, String> {
     let read = async {
-        let mut buf = [0u8; 256];
+        // Grown while a header fills it (version 2 may carry TLVs past any small buffer).
+        let mut buf = vec![0u8; 256];
         loop {
             let n = stream.peek(&mut buf).await.map_err(|e| e.to_string())?;
             if n == 0 {
@@ -183,6 +191,9 @@ pub async fn read_header(stream: &mut TcpStream, deadline: Duration) -> Result<O
                 }
                 // A peek returns what has arrived at once; the rest of a header is a segment
                 // away (a balancer sends it whole, in its first).
+                Parsed::Incomplete if n == buf.len() && buf.len() < MAX_HEADER => {
+                    buf.resize((buf.len() * 4).min(MAX_HEADER), 0);
+                }
                 Parsed::Incomplete => tokio::time::sleep(Duration::from_millis(5)).await,
             }
         }
@@ -324,6 +335,25 @@ mod tests {
             stream.read_exact(&mut rest).await.unwrap();
             assert_eq!(&rest, b"GET /");
         }
+        // A version 2 header longer than the first peek (TLVs of 1000 bytes).
+        let mut body = vec![203, 0, 113, 8, 10, 0, 0, 2];
+        body.extend(5000u16.to_be_bytes());
+        body.extend(8080u16.to_be_bytes());
+        body.extend([0xEE, 0x03, 0xE5]);
+        body.extend([b'x'; 997]);
+        let mut long = V2_SIGNATURE.to_vec();
+        long.extend([0x21, 0x11]);
+        long.extend((body.len() as u16).to_be_bytes());
+        long.extend(&body);
+        long.extend(b"GET /");
+        let mut out = tokio::net::TcpStream::connect(addr).await.unwrap();
+        out.write_all(&long).await.unwrap();
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let read = read_header(&mut stream, Duration::from_secs(5)).await.unwrap();
+        assert_eq!(read, Some("203.0.113.8:5000".parse().unwrap()));
+        let mut rest = [0u8; 5];
+        stream.read_exact(&mut rest).await.unwrap();
+        assert_eq!(&rest, b"GET /");
         // Half a header that never completes: an error at the deadline.
         let mut out = tokio::net::TcpStream::connect(addr).await.unwrap();
         out.write_all(b"PROXY TCP4 1.2").await.unwrap();

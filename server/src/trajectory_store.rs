@@ -17,7 +17,7 @@ use anyhow::Context;
 use arena_data::episode_part;
 use arena_data::trajectory_file::{self, EpisodeRecord, PreparedEpisode, TrajectoryFile};
 use rayon::prelude::*;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -180,33 +180,36 @@ async fn stored_run(
     Ok(older.map(StoredRun::Hdf5))
 }
 
-/// The final episodes of `rows` whose committed run is stored neither in the submission's file
-/// nor on its own: its results count a run the store lost (a store restored from an older
-/// backup, a file deleted by hand). Their submission's file cannot be made until they are back.
-/// The file is looked at first (one read: a merged submission's runs are all there), the runs'
-/// own files only for the episodes it does not hold.
+/// The final episodes of `rows` whose committed run is stored nowhere: its results count a run
+/// the store lost (a store restored from an older backup, a file deleted by hand), and the
+/// submission's file cannot be made until it is back. Nothing is downloaded: a stored merged
+/// file holds every counted run (a merge stores none that does not) and is taken on its
+/// existence; without one, the runs' own files are looked up in one listing of the parts.
 pub async fn runs_missing(objects: &Objects, submission: &str, rows: &[EpisodeRow]) -> Result<Vec<i64>, ObjectError> {
     let committed: Vec<(i64, i64)> = rows
         .iter()
         .filter_map(|r| committed_attempt(r).map(|a| (r.idx, a)))
         .collect();
-    if committed.is_empty() {
+    let merged = objects::trajectory_key(submission);
+    if committed.is_empty() || objects.exists(&merged).await? {
         return Ok(Vec::new());
     }
-    let in_file = objects
-        .local_copy(&objects::trajectory_key(submission))
+    let stored: HashSet<String> = objects
+        .list(&objects::episode_parts_prefix(submission))
         .await?
-        .and_then(|f| trajectory_file::episode_attempts(&f).ok())
-        .unwrap_or_default();
-    let mut missing = Vec::new();
-    for (idx, attempt) in committed {
-        let name = trajectory_file::episode_group_name(idx as u32);
-        let held = in_file
-            .iter()
-            .any(|(n, a)| *n == name && a.is_none_or(|a| i64::from(a) == attempt));
-        if !held && stored_run(objects, submission, idx, attempt).await?.is_none() {
-            missing.push(idx);
-        }
+        .into_iter()
+        .collect();
+    let missing: Vec<i64> = committed
+        .into_iter()
+        .filter(|&(idx, attempt)| {
+            !stored.contains(&objects::episode_part_key(submission, idx, attempt))
+                && !stored.contains(&objects::hdf5_episode_part_key(submission, idx, attempt))
+        })
+        .map(|(idx, _)| idx)
+        .collect();
+    // A merge that stored the file and deleted the parts between the two looks.
+    if !missing.is_empty() && objects.exists(&merged).await? {
+        return Ok(Vec::new());
     }
     Ok(missing)
 }

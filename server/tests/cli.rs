@@ -201,15 +201,17 @@ fn bad_inputs_get_clear_errors() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("non-finite action at step 1"), "{err}");
-    // `arena serve` with `extra` refused at start (exit 1, not later): its error.
+    // `arena serve` with `extra` refused at start, not later: its error (exit 2 for a
+    // configuration that cannot run, 1 for what failed as it started).
     let data = dir.join("data");
-    let serve_refused = |extra: &[&str]| -> String {
+    let serve_refused_with = |code: i32, extra: &[&str]| -> String {
         let mut args = vec!["serve", "--bind", "127.0.0.1:0", "--data-dir", data.to_str().unwrap()];
         args.extend(extra);
         let out = arena(&args);
-        assert_eq!(out.status.code(), Some(1), "{extra:?}");
+        assert_eq!(out.status.code(), Some(code), "{extra:?}");
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
+    let serve_refused = |extra: &[&str]| serve_refused_with(1, extra);
     // A server whose benchmarks folder is missing offers nothing.
     let missing = dir.join("no-benchmarks");
     let err = serve_refused(&["--benchmarks-dir", missing.to_str().unwrap()]);
@@ -220,7 +222,7 @@ fn bad_inputs_get_clear_errors() {
         err.contains("prewarm") && err.contains("\"no-such-benchmark\"") && err.contains("g1-smoke"),
         "{err}"
     );
-    let err = serve_refused(&["--prewarm", "g1-smoke", "--lanes", "3"]);
+    let err = serve_refused_with(2, &["--prewarm", "g1-smoke", "--lanes", "3"]);
     assert!(err.contains("prewarm") && err.contains("warm_simulators is 2"), "{err}");
     // A GPU worker whose Python lacks the packages is an error naming it. One-shot commands
     // restore SIGPIPE's default (for `| head`); writing to the dead worker must not kill them.
@@ -677,12 +679,12 @@ fn sim_bench_runs_under_a_benchmarks_rules() {
     let dir = tmp("sim-bench-rules");
     let out = bench(&["--benchmark", "g1-smoke", "--dump", dir.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(out.status.code(), Some(2), "flags that conflict: {err}");
     assert!(err.contains("--dump") && err.contains("--benchmark"), "{err}");
     // --dump writes recorded rows: with --no-record there are none (it panicked on them).
     let out = bench(&["--dump", dir.to_str().unwrap(), "--no-record"]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("leave out --no-record"), "{err}");
     std::fs::remove_dir_all(dir).ok();
 }

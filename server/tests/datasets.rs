@@ -153,7 +153,7 @@ fn datasets_filter_export_and_load_into_a_buffer() {
     // Over what the counts are taken, and what the scope left out (none of another version).
     assert_eq!(
         all["counts"]["in_scope"],
-        serde_json::json!({"submissions": 2, "episodes": 12, "other_versions": 0})
+        serde_json::json!({"submissions": 2, "episodes": 12, "other_versions": 0, "missing_runs": 0})
     );
     assert_eq!(all["submissions"][0]["benchmark_version"], 1);
     assert_eq!(all["benchmark"]["version"], 1);

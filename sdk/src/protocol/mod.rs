@@ -132,15 +132,14 @@ pub fn tamed(text: &str, limit: usize) -> String {
     let total = text.chars().count();
     let mut out = String::with_capacity(text.len().min(limit.saturating_mul(4)));
     for c in text.chars().take(limit) {
-        let escaped = c.escape_debug();
-        // escape_debug also escapes quotes and backslashes, which print as they are.
-        if matches!(c, '"' | '\'' | '\\') {
-            out.push(c);
-        } else if escaped.len() > 1 {
-            out.extend(escaped);
+        if c.is_control() {
+            // `\n`, `\t`, `\u{1b}`.
+            out.extend(c.escape_debug());
         } else if is_format(c) {
             out.extend(c.escape_unicode());
         } else {
+            // Everything else as it is: combining marks, variation selectors and the joiners
+            // that scripts and emoji are written with.
             out.push(c);
         }
     }
@@ -150,12 +149,13 @@ pub fn tamed(text: &str, limit: usize) -> String {
     out
 }
 
-/// Unicode's format characters (category Cf) that turn or hide text: bidi marks, embeddings,
-/// overrides and isolates, zero-width characters, the word joiner and invisible operators, the
-/// byte-order mark, the soft hyphen and the tag characters.
+/// The characters that turn or hide text: bidi marks, embeddings, overrides and isolates, the
+/// zero-width space, the word joiner and invisible operators, the byte-order mark, the soft
+/// hyphen, the line and paragraph separators and the tag characters (the zero-width joiner and
+/// non-joiner, which scripts and emoji need, are not among them).
 fn is_format(c: char) -> bool {
     matches!(c,
-        '\u{00ad}' | '\u{061c}' | '\u{180e}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}'
+        '\u{00ad}' | '\u{061c}' | '\u{180e}' | '\u{200b}' | '\u{200e}' | '\u{200f}' | '\u{2028}'..='\u{202e}'
         | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{206f}' | '\u{feff}' | '\u{fff9}'..='\u{fffb}'
         | '\u{e0001}' | '\u{e0020}'..='\u{e007f}')
 }
@@ -394,6 +394,18 @@ mod tests {
             tamed("x\u{202e}y\u{200b}z\u{feff}", 100),
             "x\\u{202e}y\\u{200b}z\\u{feff}"
         );
+        // Scripts, combining marks, emoji sequences and non-breaking spaces print as they are.
+        for kept in [
+            "नमस्ते",
+            "e\u{301}quipe",
+            "👩\u{200d}🔬",
+            "❤\u{fe0f}",
+            "a\u{a0}b",
+            "تیم\u{200c}ما",
+        ] {
+            assert_eq!(tamed(kept, 100), kept);
+        }
+        assert_eq!(tamed("a\u{2028}b", 100), "a\\u{2028}b");
         assert_eq!(tamed(&"B".repeat(12), 5), "BBBBB… (12 characters)");
         assert_eq!(tamed("", 5), "");
     }

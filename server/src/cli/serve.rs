@@ -380,6 +380,9 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::bind(config.bind)
             .await
             .with_context(|| format!("listening on {}", config.bind))?;
+        if let Some(warning) = sqlite_beside_another_database(&config) {
+            eprintln!("warning: {warning}");
+        }
         let state = AppState::open(config.clone()).await?;
         for warning in state::unloadable_phases(&state).await? {
             eprintln!("warning: {warning}");
@@ -661,10 +664,24 @@ fn admin_token_on_command_line(given: Option<&str>, variable: Option<&str>) -> O
     }
 }
 
-/// Why an admin token is easy to guess, if it is: docker/compose.yaml's placeholder, or short.
+/// A server given another database whose data folder holds an SQLite one (a competition moved
+/// to PostgreSQL, or a `database_url` set by mistake): it started with empty boards, in silence.
+fn sqlite_beside_another_database(config: &crate::config::ServerConfig) -> Option<String> {
+    let file = config.data_dir.join("arena.db");
+    (!config.database_url.is_empty() && !config.database_url.starts_with("sqlite:") && file.is_file()).then(|| {
+        format!(
+            "{} holds an SQLite database that this server does not read: it serves {} (database_url); if the \
+             competition is in arena.db, move it first (docs/server.md, moving from SQLite to PostgreSQL)",
+            file.display(),
+            crate::storage::redact_url(&config.database_url)
+        )
+    })
+}
+
 /// The admin token examples once showed (and docker/compose.yaml defaulted to): refused.
 const PLACEHOLDER_ADMIN_TOKEN: &str = "change-me";
 
+/// Why an admin token is easy to guess, if it is: short.
 fn weak_admin_token(token: &str) -> Option<String> {
     let n = token.chars().count();
     (n < 16).then(|| format!("has only {n} characters"))
@@ -673,6 +690,29 @@ fn weak_admin_token(token: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_sqlite_database_beside_another_one_is_warned_of() {
+        let dir = std::env::temp_dir().join(format!("arena-beside-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut config = crate::config::ServerConfig {
+            data_dir: dir.clone(),
+            database_url: "postgres://arena:secret@db/arena".into(),
+            ..Default::default()
+        };
+        assert_eq!(sqlite_beside_another_database(&config), None, "no arena.db there");
+        std::fs::write(dir.join("arena.db"), b"").unwrap();
+        let warning = sqlite_beside_another_database(&config).expect("warned");
+        assert!(
+            warning.contains("arena.db") && warning.contains("arena:***@db") && !warning.contains("secret"),
+            "{warning}"
+        );
+        config.database_url = format!("sqlite://{}", dir.join("arena.db").display());
+        assert_eq!(sqlite_beside_another_database(&config), None, "it is the database");
+        config.database_url.clear();
+        assert_eq!(sqlite_beside_another_database(&config), None, "the default is arena.db");
+        std::fs::remove_dir_all(&dir).ok();
+    }
 
     /// The configuration is checked whole, after the flags and the environment: a flag mends a
     /// file's value out of range, and an error says where the value may have come from.

@@ -122,6 +122,11 @@ mod tests {
             NoPlace::Busy { limit: 8 }
         );
         // A refusal for want of a place gives the team's count back.
+        assert_eq!(
+            streams.per_team.lock().unwrap().get(&4),
+            None,
+            "given back on the refusal"
+        );
         drop(a1);
         assert!(streams.place(Some(4), wait).await.is_ok());
         assert_eq!(

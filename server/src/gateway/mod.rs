@@ -558,8 +558,8 @@ where
                             admitted.submission.as_ref(),
                             hosted,
                         ) {
-                            end_unserved_submission(state, &s.id, why.trim_start_matches([':', ' '])).await;
-                            agent_cannot_serve = true;
+                            agent_cannot_serve =
+                                end_unserved_submission(state, &s.id, why.trim_start_matches([':', ' '])).await;
                         }
                         inboxes = None;
                         practice_tx = None;
@@ -670,19 +670,19 @@ const AGENT_REASON_CHARS: usize = 300;
 /// [`protocol::AGENT_CANNOT_SERVE`]) is ended FAILED with that reason when it has finished no
 /// episode: left RUNNING, it would count against the team's quota until its idle expiry (a
 /// day by default), and no run of that agent can resume it. One with finished episodes stays
-/// RUNNING for an agent that can.
-async fn end_unserved_submission(state: &AppState, id: &str, why: &str) {
+/// RUNNING for an agent that can. Whether it ended the submission.
+async fn end_unserved_submission(state: &AppState, id: &str, why: &str) -> bool {
     let finished = match state.storage.episodes(id).await {
         Ok(rows) => rows
             .iter()
             .any(|r| !matches!(r.status, EpisodeState::Pending | EpisodeState::Running)),
         Err(e) => {
             tracing::warn!(submission = %id, "looking at an unserved submission's episodes: {e}");
-            return;
+            return false;
         }
     };
     if finished {
-        return;
+        return false;
     }
     // The agent's words: stored on the submission and each unfinished episode, shown on pages
     // and terminals, so cut and escaped (16 MiB of them, with line breaks, ESC and bidi
@@ -692,8 +692,14 @@ async fn end_unserved_submission(state: &AppState, id: &str, why: &str) {
         protocol::tamed(why, AGENT_REASON_CHARS)
     );
     match state.storage.cancel_submission(id, &reason).await {
-        Ok(()) => tracing::info!(submission = %id, "{reason}: ended FAILED (no episode had finished)"),
-        Err(e) => tracing::warn!(submission = %id, "ending an unserved submission: {e}"),
+        Ok(()) => {
+            tracing::info!(submission = %id, "{reason}: ended FAILED (no episode had finished)");
+            true
+        }
+        Err(e) => {
+            tracing::warn!(submission = %id, "ending an unserved submission: {e}");
+            false
+        }
     }
 }
 

@@ -514,11 +514,17 @@ impl Storage {
             last_server_fault()
         );
         // The sessions its killed predecessor left open end now: nothing runs them any more;
-        // and, as the episodes claimed under no lease, those no server is named for (recorded
-        // before servers were, migration 0019), which no replica would end otherwise.
+        // and those no server is named for (recorded before servers were, migration 0019),
+        // which no replica would end otherwise, once nothing of their submission runs under a
+        // live lease (an older replica of a rolling upgrade may still be running one).
         let sessions_whose = match self.engine {
             Engine::Sqlite => "",
-            Engine::Postgres => &format!(" AND ({} OR server IS NULL)", Lease::same_replica("server", 2)),
+            Engine::Postgres => &format!(
+                " AND ({} OR (server IS NULL AND NOT EXISTS (SELECT 1 FROM episodes e \
+                 WHERE e.submission_id = submission_sessions.submission_id AND e.status = 'RUNNING' \
+                 AND e.lease_expires_at > $1)))",
+                Lease::same_replica("server", 2)
+            ),
         };
         let lost_sessions = format!(
             "UPDATE submission_sessions SET ended_at = $1, outcome = '{SERVER_LOST}' \

@@ -83,12 +83,11 @@ pub(super) async fn bring_up_to_date(pool: &AnyPool, engine: Engine, schema: Sch
     let outcome = run(conn, engine, schema).await;
     if locks {
         // The lock is the session's: a connection going back to the pool must not hold it.
-        let unlocked = conn.unlock().await.map_err(migrate);
-        if outcome.is_ok() {
-            unlocked?;
-        } else if unlocked.is_err() {
-            // The connection still holds the lock: closed, not pooled.
+        if let Err(e) = conn.unlock().await.map_err(migrate) {
+            // It may still hold the lock: closed, not pooled.
             let _ = pooled.close().await;
+            outcome?;
+            return Err(e);
         }
     }
     let applied = outcome?;

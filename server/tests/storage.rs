@@ -1937,39 +1937,14 @@ async fn concurrent_submissions_outside_a_quota_are_all_created(url: String, eng
 /// A database made by the first schema version keeps its teams' tokens working after the
 /// migration to team_tokens.
 async fn legacy_team_tokens_survive_the_migration(url: String, engine: Engine) {
-    sqlx::any::install_default_drivers();
-    let dir = std::env::temp_dir().join(format!("arena-mig-{}", uuid::Uuid::new_v4().simple()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let folder = match engine {
-        Engine::Sqlite => "sqlite",
-        Engine::Postgres => "postgres",
-    };
-    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../migrations/{folder}/0001_init.sql"));
-    std::fs::copy(&source, dir.join("0001_init.sql")).unwrap();
-    {
-        let first = sqlx::migrate::Migrator::new(dir.as_path()).await.unwrap();
-        let conn_url = match engine {
-            Engine::Sqlite => {
-                let path = url.trim_start_matches("sqlite://");
-                std::fs::create_dir_all(std::path::Path::new(path).parent().unwrap()).unwrap();
-                format!("{url}?mode=rwc")
-            }
-            Engine::Postgres => url.clone(),
-        };
-        let pool = sqlx::any::AnyPoolOptions::new()
-            .max_connections(1)
-            .connect(&conn_url)
-            .await
-            .unwrap();
-        first.run(&pool).await.unwrap();
-        sqlx::query("INSERT INTO teams (name, token_hash, created_at) VALUES ('old', $1, 5)")
-            .bind(hash_token("old-secret"))
-            .execute(&pool)
-            .await
-            .unwrap();
-        pool.close().await;
-    }
-    std::fs::remove_dir_all(&dir).ok();
+    migrate_as_an_older_arena(&url, engine, 1, None).await;
+    let mut conn = sqlx::AnyConnection::connect(&url).await.unwrap();
+    sqlx::query("INSERT INTO teams (name, token_hash, created_at) VALUES ('old', $1, 5)")
+        .bind(hash_token("old-secret"))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    drop(conn);
     let storage = open(&url, engine).await;
     let (team, token) = storage
         .token_by_hash(&hash_token("old-secret"))

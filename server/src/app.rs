@@ -205,16 +205,8 @@ pub async fn serve(
             // off in the connection's own task (a slow one must not hold the accept loop),
             // counted under the balancer's address meanwhile (not outside the caps), and within
             // a deadline of its own: a balancer sends it at once.
-            let reading = match gate.admit(peer.ip()) {
-                Ok(a) => a,
-                Err(refusal) => {
-                    refusals
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .record(refusal, peer, &gate);
-                    refuser.refuse(stream);
-                    continue;
-                }
+            let Some((reading, stream)) = serving.admit(peer, stream) else {
+                continue;
             };
             let wait = limits.header_timeout.min(crate::proxy_protocol::HEADER_WAIT);
             tokio::spawn(async move {
@@ -261,32 +253,43 @@ struct Serving {
 }
 
 impl Serving {
+    /// A place under the caps for a connection counted under `address`, or None after the
+    /// connection was answered 503 and the refusal logged.
+    fn admit(
+        &self,
+        address: std::net::SocketAddr,
+        stream: tokio::net::TcpStream,
+    ) -> Option<(crate::connections::Admission, tokio::net::TcpStream)> {
+        match self.gate.admit(address.ip()) {
+            Ok(admission) => Some((admission, stream)),
+            Err(refusal) => {
+                self.refusals
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .record(refusal, address, &self.gate);
+                self.refuser.refuse(stream);
+                None
+            }
+        }
+    }
+
     /// Admits the connection of `client` under the caps (or refuses it) and serves it in a task
     /// of its own, watched for its deadlines.
     fn connection(self, stream: tokio::net::TcpStream, client: std::net::SocketAddr) {
         use crate::connections::Watched;
         use hyper_util::rt::TokioIo;
+        // Shared with an upgraded agent WebSocket: the place is freed when both are gone.
+        let Some((admission, stream)) = self.admit(client, stream) else {
+            return;
+        };
+        let admission = Arc::new(admission);
         let Serving {
             app,
-            gate,
-            refusals,
-            refuser,
             builder,
             graceful,
             limits,
+            ..
         } = self;
-        // Shared with an upgraded agent WebSocket: the place is freed when both are gone.
-        let admission = match gate.admit(client.ip()) {
-            Ok(a) => Arc::new(a),
-            Err(refusal) => {
-                refusals
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .record(refusal, client, &gate);
-                refuser.refuse(stream);
-                return;
-            }
-        };
         no_delay(&stream);
         let (io, activity) = Watched::new(stream);
         let served = activity.clone();

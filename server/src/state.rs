@@ -204,7 +204,7 @@ impl AppState {
                 config.data_dir.display()
             );
         }
-        std::fs::create_dir_all(&config.data_dir).with_context(|| format!("creating {}", config.data_dir.display()))?;
+        create_private_dir(&config.data_dir).with_context(|| format!("creating {}", config.data_dir.display()))?;
         // Before the database: recovery would re-queue another live server's episodes.
         let data_dir_lock = ServerLock::data_dir(&config.data_dir)?;
         let url = config.database_url();
@@ -721,8 +721,37 @@ pub async fn unloadable_benchmarks(state: &Arc<AppState>) -> Vec<String> {
     warnings
 }
 
+/// Creates the data folder, readable by this user only when this call makes it (the database
+/// holds members' emails and token hashes, the folders every team's policies and trajectories and
+/// the hidden test sets' results); a folder that exists keeps the permissions its operator gave it.
+fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
+}
+
 #[cfg(test)]
 mod tests {
+    #[cfg(unix)]
+    #[test]
+    fn a_data_folder_made_by_the_server_is_its_users_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = std::env::temp_dir().join(format!("arena-private-dir-{}", std::process::id()));
+        let made = root.join("competition/data");
+        super::create_private_dir(&made).unwrap();
+        let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&made), 0o700);
+        // One that exists keeps what its operator gave it.
+        let given = root.join("given");
+        std::fs::create_dir(&given).unwrap();
+        std::fs::set_permissions(&given, std::fs::Permissions::from_mode(0o750)).unwrap();
+        super::create_private_dir(&given).unwrap();
+        assert_eq!(mode(&given), 0o750);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
     #[test]
     fn sqlite_files_of_urls() {
         use std::path::PathBuf;

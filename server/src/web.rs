@@ -55,6 +55,39 @@ fn not_found(message: String) -> Response {
     ApiError(AccessError::not_found(message)).into_response()
 }
 
+/// What a page may load and run: its own origin's scripts, styles, images and API only, the
+/// import map of `index.html` by its hash (an inline script; nothing else inline runs), no
+/// plug-ins, no `<base>`, and no framing by another site (the pages act with a token). Should
+/// text ever reach a page as markup, it could neither run a script nor send data elsewhere.
+/// Other files get the framing rule only.
+fn content_security_policy(content_type: &str, body: &[u8]) -> String {
+    if !content_type.starts_with("text/html") {
+        return "frame-ancestors 'none'".into();
+    }
+    let hashes: String = inline_scripts(&String::from_utf8_lossy(body))
+        .map(|script| {
+            use base64::Engine as _;
+            use sha2::Digest;
+            let digest = sha2::Sha256::digest(script.as_bytes());
+            format!(" 'sha256-{}'", base64::engine::general_purpose::STANDARD.encode(digest))
+        })
+        .collect();
+    format!(
+        "default-src 'self'; script-src 'self'{hashes}; style-src 'self'; img-src 'self' data: blob:; \
+         connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    )
+}
+
+/// The text of each inline `<script>` (one with no `src`) of an HTML page, as the browser hashes
+/// it: everything between the opening tag's `>` and `</script>`.
+fn inline_scripts(html: &str) -> impl Iterator<Item = &str> {
+    html.split("<script").skip(1).filter_map(|rest| {
+        let (tag, after) = rest.split_once('>')?;
+        let (body, _) = after.split_once("</script>")?;
+        (!tag.contains("src=")).then_some(body)
+    })
+}
+
 fn content_type(path: &std::path::Path) -> &'static str {
     match path.extension().and_then(|e| e.to_str()).unwrap_or("") {
         "html" => "text/html; charset=utf-8",
@@ -74,19 +107,21 @@ fn content_type(path: &std::path::Path) -> &'static str {
 /// log says where it was looked for).
 async fn serve(file: PathBuf, url: &str, root: &std::path::Path, what: &str) -> Response {
     match tokio::fs::read(&file).await {
-        Ok(bytes) => (
-            [
-                (header::CONTENT_TYPE, content_type(&file)),
-                (header::CACHE_CONTROL, "no-cache"),
-                // The type above is the one to use (an upload never lands here, but a file the
-                // browser sniffed as HTML would run as this origin's page), and the pages,
-                // which act with a token, are not to be framed by another site.
-                (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-                (header::CONTENT_SECURITY_POLICY, "frame-ancestors 'none'"),
-            ],
-            bytes,
-        )
-            .into_response(),
+        Ok(bytes) => {
+            let policy = content_security_policy(content_type(&file), &bytes);
+            (
+                [
+                    (header::CONTENT_TYPE, content_type(&file).to_string()),
+                    (header::CACHE_CONTROL, "no-cache".to_string()),
+                    // The type above is the one to use (an upload never lands here, but a file
+                    // the browser sniffed as HTML would run as this origin's page).
+                    (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_string()),
+                    (header::CONTENT_SECURITY_POLICY, policy),
+                ],
+                bytes,
+            )
+                .into_response()
+        }
         // A folder, or a name no file can have (a NUL, a name longer than the file system
         // takes): there is no such file to serve.
         Err(e)
@@ -120,5 +155,36 @@ async fn serve(file: PathBuf, url: &str, root: &std::path::Path, what: &str) -> 
             )))
             .into_response()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_may_run_its_own_scripts_and_its_inline_ones_by_hash_only() {
+        let page = "<head><script type=\"importmap\"></script>\n<script type=\"module\" src=\"/static/app.js\"></script></head>";
+        let policy = content_security_policy("text/html; charset=utf-8", page.as_bytes());
+        // SHA-256 of the empty text, as CSP writes it: the import map's body, hashed exactly.
+        assert!(
+            policy.contains("script-src 'self' 'sha256-47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=';"),
+            "{policy}"
+        );
+        assert!(policy.contains("frame-ancestors 'none'") && policy.contains("connect-src 'self'"));
+        assert!(!policy.contains("unsafe"), "{policy}");
+        // A script file, a style sheet: the framing rule only.
+        assert_eq!(
+            content_security_policy("text/javascript; charset=utf-8", b"x"),
+            "frame-ancestors 'none'"
+        );
+    }
+
+    #[test]
+    fn the_pages_import_map_is_the_one_inline_script_of_the_index() {
+        let index = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../web/index.html")).unwrap();
+        let scripts: Vec<&str> = inline_scripts(&index).collect();
+        assert_eq!(scripts.len(), 1, "{scripts:?}");
+        assert!(scripts[0].contains("\"imports\""), "{}", scripts[0]);
     }
 }

@@ -118,6 +118,14 @@ page.on('console', (msg) => {
     warnings.push({ step: currentStep, text: text.slice(0, 300), url: loc.url });
   }
 });
+// A Content-Security-Policy refusal (an inline script or style, a load from elsewhere) is a
+// problem even where Chromium logs no console error for it.
+await page.exposeFunction('__cspViolation', (what) => problems.push({ kind: 'csp', step: currentStep, text: what }));
+await page.addInitScript(() => {
+  document.addEventListener('securitypolicyviolation', (e) => {
+    window.__cspViolation(`${e.effectiveDirective} refused ${e.blockedURI || 'inline'} (${e.sourceFile || ''}:${e.lineNumber || ''})`);
+  });
+});
 page.on('pageerror', (err) => problems.push({ kind: 'pageerror', step: currentStep, text: String(err && err.stack ? err.stack : err).slice(0, 800) }));
 page.on('requestfailed', (req) => {
   const f = req.failure();

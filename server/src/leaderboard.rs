@@ -16,7 +16,7 @@
 //! nothing better.
 
 use crate::storage::{Storage, StorageError, Submission};
-use arena_bench::aggregate::Report;
+use arena_bench::aggregate::{REPORT_FORMAT_VERSION, Report};
 use arena_bench::metrics::{SUCCESS_METRICS, metric_info};
 use arena_bench::spec::{BenchmarkSpec, Direction};
 use serde::{Deserialize, Serialize};
@@ -34,6 +34,10 @@ pub struct ReportSummary {
     pub means: BTreeMap<String, Option<f64>>,
     /// Rate of each 0/1 success metric over all episodes ([`success_rate`]).
     pub success_rates: BTreeMap<String, f64>,
+    /// The report's `format_version`: how its episodes were scored. Absent in summaries stored
+    /// before it was kept (a server's start computes those again from their reports).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format_version: Option<u32>,
 }
 
 impl ReportSummary {
@@ -51,7 +55,13 @@ impl ReportSummary {
                 .iter()
                 .map(|m| (m.to_string(), success_rate(report, m)))
                 .collect(),
+            format_version: Some(report.format_version),
         }
+    }
+
+    /// Scored by an older arena's rules: its report's format is older than this arena's.
+    pub fn is_older_format(&self) -> bool {
+        self.format_version.is_some_and(|v| v < REPORT_FORMAT_VERSION)
     }
 
     /// The summary of a report given as JSON text.
@@ -86,6 +96,10 @@ pub struct Entry {
     pub failed_episodes: usize,
     /// Marked by an organiser as a baseline.
     pub baseline: bool,
+    /// The `format_version` of the report its numbers come from (`None`: not known); below
+    /// [`REPORT_FORMAT_VERSION`], an older arena scored it by older rules
+    /// ([`Leaderboard::older_report_format`]).
+    pub report_format_version: Option<u32>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -117,6 +131,15 @@ pub struct Leaderboard {
     /// asked for it, an edit without a `version` bump. They rank as if the mean were missing
     /// until `arena admin submissions rescore` scores them again.
     pub scored_without_ranking_metrics: usize,
+    /// Completed submissions of the current version (before the best per team is kept) whose
+    /// report an older arena wrote under an older `format_version`, scored by older rules (a
+    /// format-1 report scored whole episodes where later ones stop at the success rule's break):
+    /// they rank beside the others, marked, until `arena admin submissions rescore` scores them
+    /// by the current rules. A server's start lists them on stderr.
+    pub older_report_format: usize,
+    /// This arena's [`REPORT_FORMAT_VERSION`], which each entry's `report_format_version` is
+    /// compared with.
+    pub report_format_version: u32,
     /// The means in seconds are withheld ([`Leaderboard::without_seconds`]): a `null` survival
     /// or score is hidden, not missing.
     pub seconds_withheld: bool,
@@ -285,6 +308,7 @@ pub fn rank_rows<R: std::borrow::Borrow<RankRow>>(
         .chain(&spec.ranking.tie_breakers)
         .collect();
     let mut without_ranking_metrics = 0;
+    let mut older_report_format = 0;
     let mut entries: Vec<Entry> = rows
         .into_iter()
         .filter_map(|row| {
@@ -301,6 +325,7 @@ pub fn rank_rows<R: std::borrow::Borrow<RankRow>>(
             if summary.scored > 0 && ranked_by.iter().any(|m| !summary.means.contains_key(*m)) {
                 without_ranking_metrics += 1;
             }
+            older_report_format += usize::from(summary.is_older_format());
             let success_rate = spec
                 .ranking
                 .success
@@ -330,6 +355,7 @@ pub fn rank_rows<R: std::borrow::Borrow<RankRow>>(
                 scored_episodes: summary.scored,
                 failed_episodes: summary.failed,
                 baseline: s.baseline != 0,
+                report_format_version: summary.format_version,
             })
         })
         .collect();
@@ -382,6 +408,8 @@ pub fn rank_rows<R: std::borrow::Borrow<RankRow>>(
         version: spec.version,
         other_versions,
         scored_without_ranking_metrics: without_ranking_metrics,
+        older_report_format,
+        report_format_version: REPORT_FORMAT_VERSION,
         seconds_withheld: false,
     }
 }

@@ -603,27 +603,69 @@ async fn renew_leases(storage: Storage) {
     }
 }
 
-/// Leaderboard summaries for COMPLETED submissions stored before summaries existed (or whose
-/// summary was not written): computed once from their reports. An unreadable report is logged
-/// and left alone (that submission stays off the leaderboard, as before).
+/// Leaderboard summaries for COMPLETED submissions stored before summaries existed, or before
+/// they kept their report's `format_version` (or whose summary was not written): computed once
+/// from their reports. An unreadable report is logged and left alone (that submission stays off
+/// the leaderboard, as before). Then the reports an older arena scored by older rules are
+/// named, with what scores them again ([`warn_of_older_report_formats`]).
 async fn backfill_summaries(storage: &Storage) -> anyhow::Result<()> {
     let missing = storage.reports_without_summary().await?;
     if !missing.is_empty() {
         // Said on stderr as the migration note is: on a large database this takes a while
         // before the server listens (an operator saw nothing for it, a health check may kill it).
         eprintln!(
-            "note: computing the leaderboard summaries of {} submission(s) stored before summaries were kept…",
+            "note: computing the leaderboard summaries of {} submission(s) an older arena stored…",
             missing.len()
         );
         tracing::info!("computing the leaderboard summaries of {} submissions", missing.len());
     }
-    for (id, report) in missing {
+    let mut older = Vec::new();
+    for id in missing {
+        let Some(report) = storage.report_json(&id).await? else {
+            continue;
+        };
         match crate::leaderboard::ReportSummary::of_json(&report) {
-            Ok(summary) => storage.set_summary(&id, &serde_json::to_string(&summary)?).await?,
+            Ok(summary) => {
+                if summary.is_older_format() {
+                    older.push((id.clone(), summary.format_version.unwrap_or(1)));
+                }
+                storage.set_summary(&id, &serde_json::to_string(&summary)?).await?
+            }
             Err(e) => tracing::warn!("submission {id}: unreadable report, no leaderboard summary: {e}"),
         }
     }
+    warn_of_older_report_formats(&older);
     Ok(())
+}
+
+/// Says on stderr which completed submissions an older arena scored by older rules (their
+/// report's `format_version` is below this arena's): they rank beside the others, marked on the
+/// boards (`older_report_format`), until they are scored again. Said when their summaries are
+/// computed again, which is once, at the first start of an arena that keeps the format.
+fn warn_of_older_report_formats(older: &[(String, u32)]) {
+    if older.is_empty() {
+        return;
+    }
+    const NAMED: usize = 20;
+    let names: Vec<String> = older
+        .iter()
+        .take(NAMED)
+        .map(|(id, v)| format!("{id} (format {v})"))
+        .collect();
+    let more = older.len().saturating_sub(NAMED);
+    eprintln!(
+        "warning: {} completed submission(s) were scored by an older arena's rules (report format below {}): \
+         their leaderboard rows are marked and not comparable with the others until \
+         `arena admin submissions rescore ID` scores each again: {}{}",
+        older.len(),
+        arena_bench::aggregate::REPORT_FORMAT_VERSION,
+        names.join(", "),
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        }
+    );
 }
 
 /// Submissions stored before versions were kept (migration 0013) get the version their

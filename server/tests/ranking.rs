@@ -188,6 +188,42 @@ fn a_board_counts_the_rows_scored_without_its_ranking_metric() {
     assert_eq!(old.score, None);
 }
 
+/// A report an older arena scored by older rules (format 1 scored whole episodes): ranked, but
+/// marked on its row and counted on the board until a rescore; a summary stored before summaries
+/// kept the format tells nothing (`None`), and is not counted.
+#[test]
+fn a_board_marks_the_rows_an_older_arena_scored() {
+    let spec = stand_benchmark();
+    let current = standing_report(&spec);
+    let mut older = current.clone();
+    older.format_version = 1;
+    let mut unknown = submission("sub-unknown", "unknown", 3, &current);
+    let mut summary: serde_json::Value = serde_json::from_str(unknown.summary_json.as_deref().unwrap()).unwrap();
+    summary.as_object_mut().unwrap().remove("format_version");
+    unknown.summary_json = Some(summary.to_string());
+    let board = leaderboard::rank(
+        &spec,
+        &[
+            submission("sub-old", "old", 1, &older),
+            submission("sub-now", "now", 2, &current),
+            unknown,
+        ],
+    );
+    assert_eq!(board.entries.len(), 3);
+    assert_eq!(board.older_report_format, 1);
+    let format_of = |team: &str| {
+        board
+            .entries
+            .iter()
+            .find(|e| e.team == team)
+            .unwrap()
+            .report_format_version
+    };
+    assert_eq!(format_of("old"), Some(1));
+    assert_eq!(format_of("now"), Some(arena_bench::aggregate::REPORT_FORMAT_VERSION));
+    assert_eq!(format_of("unknown"), None);
+}
+
 #[test]
 fn a_robot_that_stays_up_ranks_above_one_that_falls() {
     let spec = stand_benchmark();
@@ -409,6 +445,28 @@ fn older_reports_get_their_summary_when_the_server_starts() {
             serde_json::from_str(&storage.leaderboard_json("g1-smoke", None).await.unwrap()).unwrap();
         assert_eq!(rows.len(), 1);
         assert!(rows[0].summary.is_none(), "no summary stored yet");
+        // Scored by an arena of report format 1, summarised by one whose summaries did not keep
+        // the format: computed again at the start, then counted on the board.
+        let mut older = standing_report(&spec);
+        older.format_version = 1;
+        let mut summary = serde_json::to_value(leaderboard::ReportSummary::of(&older)).unwrap();
+        summary.as_object_mut().unwrap().remove("format_version");
+        let team = storage.create_team("older-rules", "hash-older").await.unwrap();
+        let new = NewSubmission {
+            id: "sub-older".into(),
+            team_id: team.id,
+            agent_name: "v0".into(),
+            ..new
+        };
+        storage.create_submission(&new, &[]).await.unwrap();
+        storage
+            .complete_submission(
+                "sub-older",
+                &serde_json::to_string(&older).unwrap(),
+                &summary.to_string(),
+            )
+            .await
+            .unwrap();
         drop(storage);
 
         let config = ServerConfig {
@@ -419,10 +477,17 @@ fn older_reports_get_their_summary_when_the_server_starts() {
         let state = AppState::open(config).await.unwrap();
         let rows: Vec<leaderboard::RankRow> =
             serde_json::from_str(&state.storage.leaderboard_json("g1-smoke", None).await.unwrap()).unwrap();
-        let summary = rows[0].summary.as_ref().expect("summarised at start-up");
+        let summary_of = |id: &str| rows.iter().find(|r| r.id == id).unwrap().summary.clone();
+        let summary = summary_of("sub-old").expect("summarised at start-up");
         assert_eq!(summary.success_rates["success"], 1.0);
+        assert_eq!(
+            summary.format_version,
+            Some(arena_bench::aggregate::REPORT_FORMAT_VERSION)
+        );
+        assert_eq!(summary_of("sub-older").unwrap().format_version, Some(1));
         let board = leaderboard::rank_rows(&spec, rows);
-        assert_eq!(board.entries.len(), 1);
+        assert_eq!(board.entries.len(), 2);
+        assert_eq!(board.older_report_format, 1);
         assert_eq!(board.entries[0].team, "old-timers");
         // A summary that does not read (hand-edited, or of another version) leaves its row
         // off, not the board: the other rows still rank.
@@ -444,10 +509,10 @@ fn older_reports_get_their_summary_when_the_server_starts() {
             .await
             .unwrap();
         let rows = state.leaderboards.rows(&state.storage, "g1-smoke", None).await.unwrap();
-        assert_eq!(rows.len(), 2);
+        assert_eq!(rows.len(), 3);
         let board = leaderboard::rank_rows(&spec, rows);
         let teams: Vec<&str> = board.entries.iter().map(|e| e.team.as_str()).collect();
-        assert_eq!(teams, ["old-timers"]);
+        assert_eq!(teams, ["old-timers", "older-rules"]);
     });
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -20,6 +20,11 @@ export async function loadBenchmarkInfo(name, signal) {
   }
 }
 
+/** Scored by an older arena's rules: its report's format is older than the server's. */
+function olderFormat(lb, e) {
+  return e.report_format_version != null && lb.report_format_version != null && e.report_format_version < lb.report_format_version;
+}
+
 /**
  * Which leaderboard entries this visitor may open (a submission page needs the owning team's
  * token or the admin token): the admin every one, a team its own, an anonymous visitor none.
@@ -59,7 +64,11 @@ export function leaderboardTable(lb, info = {}, { canOpen = () => false, testid 
     {
       key: 'agent_name',
       label: 'Agent',
-      render: (e) => [h('span.agent.lb-name', e.agent_name || '—'), e.baseline ? [' ', badge('baseline', 'teal', 'baseline-badge')] : null],
+      render: (e) => [
+        h('span.agent.lb-name', e.agent_name || '—'),
+        e.baseline ? [' ', badge('baseline', 'teal', 'baseline-badge')] : null,
+        olderFormat(lb, e) ? [' ', h('span', { title: `scored by an older arena's rules (report format ${e.report_format_version}); the organisers can score it again` }, badge('older scoring', 'orange', 'older-format-badge'))] : null,
+      ],
     },
     {
       key: 'submission_id',
@@ -258,6 +267,11 @@ export async function renderLeaderboard(el, path, bench, ctx) {
   if (hidden.length && (lb.entries || []).length) el.appendChild(notice(hiddenPhasesText(hidden), 'info'));
   const empty = hidden.length ? hiddenPhasesText(hidden) : 'No completed submission yet.';
   el.appendChild(leaderboardTable(lb, info, { canOpen: entryOpener(who), empty }));
+  if (lb.older_report_format) {
+    el.appendChild(
+      h('p.muted', { 'data-testid': 'leaderboard-older-format' }, `${plural(lb.older_report_format, 'submission was', 'submissions were')} scored by an older arena's rules (marked "older scoring"): not comparable with the others until the organisers score ${lb.older_report_format === 1 ? 'it' : 'them'} again.`),
+    );
+  }
   if (lb.other_versions) {
     el.appendChild(
       h('p.muted', { 'data-testid': 'leaderboard-other-versions' }, `${plural(lb.other_versions, 'submission', 'submissions')} of earlier versions of the benchmark (now version ${lb.version}) not ranked: its results are not comparable with theirs.`),

@@ -576,19 +576,29 @@ impl Storage {
         tx.commit().await.ctx(context)
     }
 
-    /// COMPLETED submissions that have a report but no summary yet (stored by an older version),
-    /// as (id, report JSON).
-    pub async fn reports_without_summary(&self) -> Result<Vec<(String, String)>, StorageError> {
-        let rows = sqlx::query(
-            "SELECT id, report_json FROM submissions \
-             WHERE status = 'COMPLETED' AND summary_json IS NULL AND report_json IS NOT NULL",
+    /// COMPLETED submissions that have a report but no summary yet, or a summary that does not
+    /// keep its report's `format_version` (both stored by an older version): their ids, so that
+    /// their reports are read one at a time ([`Storage::report_json`]; thousands of whole
+    /// reports at once would be gigabytes).
+    pub async fn reports_without_summary(&self) -> Result<Vec<String>, StorageError> {
+        sqlx::query_scalar(
+            "SELECT id FROM submissions \
+             WHERE status = 'COMPLETED' AND report_json IS NOT NULL \
+             AND (summary_json IS NULL OR summary_json NOT LIKE '%\"format_version\"%') ORDER BY id",
         )
         .fetch_all(&self.pool)
         .await
-        .ctx(|| "listing the reports without a summary".to_string())?;
-        rows.iter()
-            .map(|r| Ok((get(r, "id", "a submission")?, get(r, "report_json", "a submission")?)))
-            .collect()
+        .ctx(|| "listing the reports without a summary".to_string())
+    }
+
+    /// A submission's stored report (JSON text), if it has one.
+    pub async fn report_json(&self, id: &str) -> Result<Option<String>, StorageError> {
+        sqlx::query_scalar::<_, Option<String>>("SELECT report_json FROM submissions WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map(Option::flatten)
+            .ctx(|| format!("reading the report of submission {id}"))
     }
 
     /// What the first submission of `benchmark`'s `version` recorded it defines, if any has.

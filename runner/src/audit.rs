@@ -35,6 +35,10 @@ pub struct EpisodeAudit {
     pub rerun_rows: usize,
     /// Every qpos, qvel and body position of every row equal to the bit.
     pub bit_exact: bool,
+    /// The stored reference rows (times, `ref_qpos`, `ref_body_pos`, `ref_state`) equal to the
+    /// bit to those the benchmark's motion gives the re-run. The physics plays no part in them:
+    /// on any backend a difference says the motion (or the stored file) changed since the run.
+    pub reference_exact: bool,
     /// Largest |Δqpos| in the rows up to each checkpoint step that both runs reached.
     pub qpos_divergence: BTreeMap<usize, f64>,
     /// Largest |Δqpos| and |Δbody position| (m) over all rows both runs reached.
@@ -173,6 +177,7 @@ fn failed_audit(record: &EpisodeRecord, error: String) -> EpisodeAudit {
         recorded_rows: record.num_rows(),
         rerun_rows: 0,
         bit_exact: false,
+        reference_exact: false,
         qpos_divergence: BTreeMap::new(),
         max_qpos: f64::NAN,
         max_body_pos: f64::NAN,
@@ -221,6 +226,19 @@ fn compare(
         && bits(&record.rows.qpos, &rerun.rows.qpos)
         && bits(&record.rows.qvel, &rerun.rows.qvel)
         && bits(&record.rows.body_pos, &rerun.rows.body_pos);
+    // Over the rows both runs have (a re-run that fell sooner is the physics' business); a
+    // file written before `ref_state` was recorded has none to compare.
+    let prefix = |a: &[f64], b: &[f64], width: usize| {
+        let n = rows * width;
+        a.len() >= n && b.len() >= n && bits(&a[..n], &b[..n])
+    };
+    let reference_exact = prefix(&record.rows.times, &rerun.rows.times, 1)
+        && prefix(&record.rows.ref_qpos, &rerun.rows.ref_qpos, NQ)
+        && prefix(&record.rows.ref_body_pos, &rerun.rows.ref_body_pos, w)
+        && (record.rows.ref_state.is_empty() || {
+            let width = rerun.rows.ref_state.len() / rerun.len().max(1);
+            prefix(&record.rows.ref_state, &rerun.rows.ref_state, width)
+        });
     let row_diff = |a: &[f64], b: &[f64], width: usize, k: usize| {
         a[k * width..(k + 1) * width]
             .iter()
@@ -263,6 +281,7 @@ fn compare(
         recorded_rows: record.num_rows(),
         rerun_rows: rerun.len(),
         bit_exact,
+        reference_exact,
         qpos_divergence,
         max_qpos,
         max_body_pos,

@@ -80,6 +80,8 @@ fn stored_episodes_rerun_bit_exact_on_the_cpu_and_close_on_the_gpu_backend() {
     let out = arena(&["audit", "nope", "--data-dir", server.data_dir.to_str().unwrap()]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("no submission \"nope\""));
 
+    published_results_are_checked_against_the_stored_file(&server, &id);
+
     let Some(python) = common::gpu_python() else { return };
     let on_cpu_device = |extra: &[&str]| {
         let mut args = vec!["--backend", "gpu", "--gpu-device", "cpu", "--gpu-python", &python];
@@ -124,4 +126,97 @@ fn print_episode(e: &Value) {
         e["max_body_pos"].as_f64().unwrap(),
         e["metrics"]["emd"]
     );
+}
+
+/// The audit checks that what the server publishes is the result of the stored file, whatever
+/// backend re-runs it: a metric edited in the database, a file of another submission under this
+/// one's name, an episode's run missing from the file, a reference altered in it each fail the
+/// audit (exit status 1, the disagreement named), without `--require-exact`. Each is undone
+/// before the next.
+fn published_results_are_checked_against_the_stored_file(server: &ServerProc, id: &str) {
+    use arena_data::trajectory_file::{self, TrajectoryFile};
+    let data = server.data_dir.to_str().unwrap().to_string();
+    let failed_audit = |expected: &str| {
+        let out = arena(&["audit", id, "--data-dir", &data, "--backend", "cpu"]);
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains(expected), "expected {expected:?} in: {stderr}");
+        stderr
+    };
+
+    // A metric of episode 2 edited in the database: the results API serves it, the audit names it.
+    let url = format!("sqlite://{}", server.data_dir.join("arena.db").display());
+    let sql = |statement: String| {
+        tokio::runtime::Runtime::new().unwrap().block_on(async {
+            use sqlx::Connection;
+            let mut c = sqlx::SqliteConnection::connect(&url).await.unwrap();
+            sqlx::query(&statement).execute(&mut c).await.unwrap();
+        })
+    };
+    sql(format!(
+        // "emd":0.43… becomes "emd":10.43… (text edits: SQLite's JSON functions would round
+        // every value to 15 digits, and the undoing would not give the same bits back).
+        "UPDATE episodes SET metrics_json = replace(metrics_json, '\"emd\":', '\"emd\":1') \
+         WHERE submission_id = '{id}' AND idx = 2"
+    ));
+    let said = failed_audit("episode 2: emd");
+    assert!(
+        said.contains("(database) vs") && said.contains("scored from its trajectory file"),
+        "{said}"
+    );
+    // The report still gives the old value: that is a disagreement of its own.
+    assert!(said.contains("the report's episode ep0002: emd"), "{said}");
+    sql(format!(
+        "UPDATE episodes SET metrics_json = replace(metrics_json, '\"emd\":1', '\"emd\":') \
+         WHERE submission_id = '{id}' AND idx = 2"
+    ));
+
+    // The stored file rewritten: another submission's name, one run left out, a reference edited.
+    let path = server.data_dir.join("trajectories").join(format!("{id}.h5"));
+    let original = server.data_dir.join("original.h5");
+    std::fs::copy(&path, &original).unwrap();
+    let rewrite = |submission: &str, edit: &dyn Fn(&mut trajectory_file::EpisodeRecord) -> bool| {
+        std::fs::remove_file(&path).unwrap();
+        let mut file = TrajectoryFile::open_or_create(&path, submission, "g1-smoke").unwrap();
+        for name in trajectory_file::episode_names(&original).unwrap() {
+            let mut record = trajectory_file::read_episode(&original, &name).unwrap();
+            if edit(&mut record) {
+                file.write_episode(&record).unwrap();
+            }
+        }
+    };
+    rewrite("sub-someone-else", &|_| true);
+    let out = arena(&["audit", id, "--data-dir", &data, "--backend", "cpu"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("is the trajectory file of submission \"sub-someone-else\""),
+        "{stderr}"
+    );
+    // A rescore does not score another submission's file as this one's.
+    let (status, _, v) = server.call(
+        "POST",
+        &format!("/api/v1/submissions/{id}/rescore"),
+        Some(common::server::ADMIN),
+        None,
+    );
+    assert_eq!(status, 409, "{v}");
+    assert!(
+        v.to_string().contains("is submission \\\"sub-someone-else\\\"'s"),
+        "{v}"
+    );
+    rewrite(id, &|r| r.episode != 3);
+    failed_audit("episode 3: the database holds its result (");
+    rewrite(id, &|r| {
+        if r.episode == 4 {
+            let last = r.rows.ref_qpos.len() - 1;
+            r.rows.ref_qpos[last] += 0.2;
+        }
+        true
+    });
+    failed_audit("episode 4: the stored reference is not what the benchmark's motion");
+    std::fs::rename(&original, &path).unwrap();
+    // Everything back: the audit passes, scoring what is published.
+    let back = audit(server, id, &["--backend", "cpu", "--require-exact"]);
+    assert_eq!(back["scores_published"], 6);
+    assert_eq!(back["disagreements"], serde_json::json!([]));
 }

@@ -183,11 +183,22 @@ fn page_endpoints_on_a_real_submission() {
 
     // Re-score: the same metrics again (scoring is deterministic), the report rebuilt.
     let (_, before) = server.get(&format!("{path}/results"), Some(ADMIN));
+    let (_, report_before) = server.get(&format!("{path}/report"), Some(ADMIN));
     let (status, _, v) = server.call("POST", &format!("{path}/rescore"), Some(ADMIN), None);
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["rescored_episodes"], 6);
     let (_, after) = server.get(&format!("{path}/results"), Some(ADMIN));
     assert_eq!(before["aggregated"], after["aggregated"]);
+    // The report keeps when it was evaluated and says it was scored again, and from what.
+    let (_, report) = server.get(&format!("{path}/report"), Some(ADMIN));
+    assert_eq!(report["timestamp"], report_before["timestamp"]);
+    let stamp = &report["config"]["rescored"];
+    assert!(stamp["at"].is_string() && stamp["earlier"].is_null(), "{stamp}");
+    assert_eq!(stamp["format_version_before"], report_before["format_version"]);
+    let (status, _, _) = server.call("POST", &format!("{path}/rescore"), Some(ADMIN), None);
+    assert_eq!(status, 200);
+    let (_, report) = server.get(&format!("{path}/report"), Some(ADMIN));
+    assert_eq!(report["config"]["rescored"]["earlier"], *stamp, "{report}");
     let (status, _, _) = server.call("POST", &format!("{path}/rescore"), Some(&alpha), None);
     assert_eq!(status, 403);
 

@@ -366,6 +366,19 @@ async fn rescore(State(state): State<Arc<AppState>>, headers: HeaderMap, ApiPath
         .filter(|r| matches!(r.status, EpisodeState::Completed | EpisodeState::Fell))
         .map(|r| (r.idx, r.status))
         .collect();
+    // Scored from another submission's file (one restored under this name), the board would
+    // rank that one's results as this one's.
+    let header_path = path.clone();
+    let (of_submission, _) = tokio::task::spawn_blocking(move || trajectory_file::read_header(&header_path))
+        .await
+        .map_err(internal)?
+        .map_err(internal)?;
+    if of_submission != id {
+        return Err(conflict(format!(
+            "the stored trajectory file of submission {id} is submission {}'s (restored under the wrong name?): nothing re-scored",
+            arena_sdk::protocol::quoted(&of_submission)
+        )));
+    }
     let spec_for_scoring = spec.clone();
     let rescored = tokio::task::spawn_blocking(
         move || -> anyhow::Result<Vec<(i64, std::collections::BTreeMap<String, f64>)>> {
@@ -400,7 +413,25 @@ async fn rescore(State(state): State<Arc<AppState>>, headers: HeaderMap, ApiPath
         state.storage.set_episode_metrics(&id, *idx, metrics).await?;
     }
     let rows = state.storage.episodes(&id).await?;
-    let report = results::report(&spec, &s, &rows);
+    let mut report = results::report(&spec, &s, &rows);
+    // The report keeps when the submission was evaluated and says when, by which arena and from
+    // which report format it was scored again (a rescored report read like a new evaluation).
+    let before = s
+        .report_json
+        .as_deref()
+        .and_then(|j| serde_json::from_str::<arena_bench::aggregate::Report>(j).ok());
+    let mut stamp = serde_json::json!({
+        "at": report.timestamp,
+        "arena_version": env!("CARGO_PKG_VERSION"),
+    });
+    if let Some(before) = before {
+        stamp["format_version_before"] = before.format_version.into();
+        if let Some(earlier) = before.config.get("rescored") {
+            stamp["earlier"] = earlier.clone();
+        }
+        report.timestamp = before.timestamp;
+    }
+    report.config["rescored"] = stamp;
     let json = serde_json::to_string(&report).map_err(internal)?;
     let pretty = serde_json::to_vec_pretty(&report).map_err(internal)?;
     state

@@ -49,7 +49,8 @@ enum Command {
     #[command(subcommand)]
     Dataset(Box<dataset::DatasetCommand>),
     /// Re-run a submission's stored episodes (seeds, DR draws, recorded actions) on the cpu or
-    /// gpu backend and report how each trajectory and its metrics differ from the stored ones.
+    /// gpu backend and report how each trajectory and its metrics differ from the stored and
+    /// published ones; fails when what the server publishes is not the result of the stored file.
     Audit(Box<audit::AuditArgs>),
     /// Run a whole benchmark in-process with a built-in policy (--policy) or an exported ONNX
     /// policy (--onnx); prints per-episode metrics and aggregates, writes the report JSON.

@@ -2,6 +2,10 @@
 //! actions, open loop) on a chosen physics backend and reports, per episode, how the new
 //! trajectory and its metrics differ from the stored ones. On the backend that recorded them
 //! the re-run is bit-exact; on the other it measures sim-to-sim divergence on real episodes.
+//! Whatever the backend, it checks that what the server publishes (each episode's row, the
+//! report, the leaderboard's summary) is the result of the stored file ([`published`]).
+
+mod published;
 
 use super::serve::StorageArgs;
 use crate::catalog::Catalog;
@@ -26,7 +30,9 @@ pub struct AuditArgs {
     /// Simulation threads (0 = all cores).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
-    /// Fail (exit status 1) unless every episode re-runs bit-exact (a check of the same backend).
+    /// Fail (exit status 1) unless every episode re-runs bit-exact and scores exactly what the
+    /// server publishes (a check of the same backend). Without it the audit fails only when the
+    /// published results disagree with the stored file.
     #[arg(long)]
     pub require_exact: bool,
     /// Print the audit as JSON.
@@ -39,14 +45,15 @@ pub struct AuditArgs {
 pub fn run(a: AuditArgs) -> anyhow::Result<()> {
     let config = a.server.resolve()?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    let (submission, gains) = runtime.block_on(async {
+    let (submission, gains, rows) = runtime.block_on(async {
         let storage = super::open_existing_storage(&config).await?;
         let submission = storage
             .submission(&a.submission)
             .await?
             .with_context(|| format!("no submission {:?}", a.submission))?;
         let gains = storage.joint_gains(&submission.id).await?;
-        anyhow::Ok((submission, gains))
+        let rows = storage.episodes(&submission.id).await?;
+        anyhow::Ok((submission, gains, rows))
     })?;
     let gains = gains
         .map(|g| arena_runner::gains::SessionGains::from_json(&g).map_err(anyhow::Error::msg))
@@ -62,6 +69,18 @@ pub fn run(a: AuditArgs) -> anyhow::Result<()> {
             "submission {} has no merged trajectory file ({} is missing; it is written just after the submission completes, tried again while its server lives when that fails, and at the server's next start)",
             submission.id,
             path.display()
+        );
+    }
+    // A file restored from another submission's (a mixed-up backup) re-runs perfectly well:
+    // its identity is checked first.
+    let (of_submission, _) =
+        trajectory_file::read_header(&path).with_context(|| format!("reading {}", path.display()))?;
+    if of_submission != submission.id {
+        bail!(
+            "{} is the trajectory file of submission {}, not of {}: the store holds another submission's file under its name",
+            path.display(),
+            arena_sdk::protocol::quoted(&of_submission),
+            submission.id
         );
     }
     let mut names = trajectory_file::episode_names(&path).with_context(|| format!("reading {}", path.display()))?;
@@ -80,6 +99,7 @@ pub fn run(a: AuditArgs) -> anyhow::Result<()> {
         .iter()
         .map(|n| trajectory_file::read_episode(&path, n).with_context(|| format!("reading {n} of {}", path.display())))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut disagreements = published::file_against_rows(&records, &rows, &a.episodes);
     // Episodes that never ran a step (given up on before their first action) have empty groups:
     // there is nothing to re-run.
     let unplayed = records.iter().filter(|r| r.num_rows() == 0).count();
@@ -87,7 +107,7 @@ pub fn run(a: AuditArgs) -> anyhow::Result<()> {
         eprintln!("note: {unplayed} stored episodes never ran a step (empty groups): not re-run");
         records.retain(|r| r.num_rows() > 0);
     }
-    let changed = changed_since_run(&benchmark, &records);
+    let changed = changed_since_run(&benchmark, &records, &rows);
     for (episode, what) in changed.iter().take(5) {
         eprintln!(
             "note: the benchmark file now defines episode {episode} differently ({what}); the audit re-runs the stored episode"
@@ -105,7 +125,7 @@ pub fn run(a: AuditArgs) -> anyhow::Result<()> {
         indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} episodes re-run")
             .expect("valid template"),
     );
-    let audits = audit::audit(
+    let mut audits = audit::audit(
         &benchmark.spec,
         gains.as_ref(),
         &benchmark.library,
@@ -116,7 +136,28 @@ pub fn run(a: AuditArgs) -> anyhow::Result<()> {
         &mut |done, _| bar.set_position(done as u64),
     )?;
     bar.finish_and_clear();
+    let names = &benchmark.spec.metrics.list;
+    disagreements.extend(published::scored_file_against_rows(&mut audits, &rows, names));
+    for e in audits.iter().filter(|e| e.error.is_none() && !e.reference_exact) {
+        disagreements.push(format!(
+            "episode {}: the stored reference is not what the benchmark's motion {} gives (the motion's file changed since the run, or the trajectory file was altered)",
+            e.episode, e.motion
+        ));
+    }
+    if a.episodes.is_empty() {
+        disagreements.extend(published::report_against_rows(&submission, &rows, names));
+    }
     let exact = audits.iter().filter(|e| e.bit_exact).count();
+    // Re-run metrics equal to the published ones (after the swap above, `metrics[m].0`).
+    let scores_published = audits
+        .iter()
+        .filter(|e| {
+            e.error.is_none()
+                && e.metrics
+                    .values()
+                    .all(|(p, r)| p.to_bits() == r.to_bits() || (p.is_nan() && r.is_nan()))
+        })
+        .count();
     if a.json {
         let out = serde_json::json!({
             "submission": submission.id,
@@ -124,23 +165,47 @@ pub fn run(a: AuditArgs) -> anyhow::Result<()> {
             "backend": backend.name(),
             "episodes": audits,
             "bit_exact": exact,
+            "scores_published": scores_published,
+            "disagreements": disagreements,
             "benchmark_changed_episodes": changed.iter().map(|(e, _)| e).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         print_table(&audits);
         println!(
-            "{} of {} episodes re-ran bit-exact on the {} backend",
+            "{} of {} episodes re-ran bit-exact on the {} backend; {} scored what the server publishes",
             exact,
             audits.len(),
-            backend.name()
+            backend.name(),
+            scores_published
         );
     }
-    if a.require_exact && (exact != audits.len() || audits.is_empty()) {
+    if !disagreements.is_empty() {
+        const SHOWN: usize = 20;
+        eprintln!(
+            "the published results of submission {} disagree with its stored trajectory file:",
+            submission.id
+        );
+        for d in disagreements.iter().take(SHOWN) {
+            eprintln!("  {d}");
+        }
+        if disagreements.len() > SHOWN {
+            eprintln!(
+                "  and {} more (all of them in --json's `disagreements`)",
+                disagreements.len() - SHOWN
+            );
+        }
         bail!(
-            "--require-exact: {} of {} episodes did not re-run bit-exact",
+            "{} disagreement(s) between what the server publishes and the stored trajectory file (listed above)",
+            disagreements.len()
+        );
+    }
+    if a.require_exact && (exact != audits.len() || scores_published != audits.len() || audits.is_empty()) {
+        bail!(
+            "--require-exact: of {} episodes, {} did not re-run bit-exact and {} did not score what the server publishes",
+            audits.len(),
             audits.len() - exact,
-            audits.len()
+            audits.len() - scores_published
         );
     }
     Ok(())
@@ -148,14 +213,22 @@ pub fn run(a: AuditArgs) -> anyhow::Result<()> {
 
 /// Stored episodes whose motion, window, seed or DR level the benchmark file no longer gives
 /// them (the file was edited after the run), with what differs. The audit re-runs what was
-/// stored either way; this says why a re-score under today's file would differ.
+/// stored either way; this says why a re-score under today's file would differ. An episode whose
+/// file disagrees with the database's seed is left to [`published::file_against_rows`]: the
+/// file, not the benchmark, changed.
 fn changed_since_run(
     benchmark: &crate::catalog::LoadedBenchmark,
     records: &[trajectory_file::EpisodeRecord],
+    rows: &[crate::storage::EpisodeRow],
 ) -> Vec<(u32, String)> {
     let dr_level = u32::from(benchmark.spec.episodes.dr_level);
     records
         .iter()
+        .filter(|r| {
+            !rows
+                .iter()
+                .any(|row| row.idx == i64::from(r.episode) && row.seed != r.seed)
+        })
         .filter_map(|r| {
             let Some(now) = benchmark.episodes.get(r.episode as usize) else {
                 return Some((r.episode, "it is no longer in the list".to_string()));

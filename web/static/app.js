@@ -1,6 +1,7 @@
 // MimicArena front end: the shell (nav, token box, who-am-I) and the routes.
 
 import { getToken, onIdentityRefused, onTokenChange, setToken, whoami } from './api.js';
+import { h } from './ui.js';
 import { Router, notFoundPage } from './router.js';
 import { homePage } from './page-home.js';
 import { benchmarkPage } from './page-benchmark.js';
@@ -59,6 +60,9 @@ function setupTokenBox(router) {
       label.textContent = 'token rejected';
       label.classList.add('bad');
       label.title = who.message || '';
+      // The server's reason for screen readers too (the box is a live region): a tooltip is
+      // for a mouse alone.
+      if (who.message) label.append(h('span.sr-only', `: ${who.message}`));
     } else {
       label.textContent = 'token (unchecked)';
       label.title = who.message || '';
@@ -100,4 +104,11 @@ document.addEventListener('routechange', (ev) => {
   window.scrollTo(0, 0);
 });
 setupTokenBox(router);
+// The skip link moves the focus into the page (its `#app` is no route).
+document.getElementById('skip-link').addEventListener('click', (ev) => {
+  ev.preventDefault();
+  const main = document.getElementById('app');
+  main.setAttribute('tabindex', '-1');
+  main.focus();
+});
 router.render();

@@ -4,7 +4,7 @@ import { api, getToken, whoami } from './api.js';
 import { adminButtons } from './page-submission.js';
 import { submissionsTable, tokenForm } from './page-team.js';
 import { quotaText } from './page-home.js';
-import { actionButton, badge, clear, enc, errorBox, h, loading, notice, sortableTable, timeEl } from './ui.js';
+import { actionButton, badge, clear, enc, errorBox, h, loading, notice, regainFocus, sortableTable, timeEl } from './ui.js';
 
 function rfc3339(d) {
   return `${d.toISOString().slice(0, 19)}Z`;
@@ -40,8 +40,20 @@ function tokenState(t, now = Date.now()) {
   return 'active';
 }
 
+let hintSeq = 0;
+
+/** A labelled input; its hint describes it (`aria-describedby`) rather than joining its name. */
 function field(label, input, hint) {
-  return h('label.field', h('span.field-label', label), input, hint ? h('span.hint', hint) : null);
+  if (!hint) return h('label.field', h('span.field-label', label), input);
+  const hintId = `field-hint-${++hintSeq}`;
+  input.setAttribute('aria-describedby', hintId);
+  return h('div.field', h('label', { for: fieldId(input) }, h('span.field-label', label)), input, h('span.hint', { id: hintId }, hint));
+}
+
+/** The input's id, given one if it has none (a `<label for>` needs it). */
+function fieldId(input) {
+  if (!input.id) input.id = `field-${++hintSeq}`;
+  return input.id;
 }
 
 /** A form that POSTs JSON; errors inline, next to the form. */
@@ -55,6 +67,7 @@ function jsonForm(id, title, fields, submitLabel, onSubmit) {
   form.addEventListener('submit', async (ev) => {
     ev.preventDefault();
     clear(out);
+    const hadFocus = document.activeElement === btn;
     btn.disabled = true;
     try {
       const node = await onSubmit(new FormData(form), form);
@@ -63,6 +76,7 @@ function jsonForm(id, title, fields, submitLabel, onSubmit) {
       out.append(errorBox(e));
     } finally {
       btn.disabled = false;
+      if (hadFocus) regainFocus(btn);
     }
   });
   return form;
@@ -70,7 +84,7 @@ function jsonForm(id, title, fields, submitLabel, onSubmit) {
 
 function tokenReveal(token, what) {
   const code = h('code.token', { 'data-testid': 'new-token' }, token);
-  const copied = h('span.muted');
+  const copied = h('span.muted', { role: 'status' });
   const copy = h(
     'button.secondary',
     {

@@ -41,6 +41,7 @@ export async function benchmarkPage(root, { name }, ctx) {
 
   const nav = h(
     'nav.toc',
+    { 'aria-label': 'On this page' },
     ['Motions', 'Rules', 'Metrics', 'Leaderboard', 'Dataset'].map((t) =>
       h('a', { href: `#/benchmarks/${enc(name)}`, onclick: (ev) => jump(ev, `sec-${t.toLowerCase()}`) }, t),
     ),
@@ -55,9 +56,17 @@ export async function benchmarkPage(root, { name }, ctx) {
   await renderLeaderboard(lbSec, `leaderboards/${enc(name)}`, b, ctx);
 }
 
+/** To a section of the page: its heading takes the focus too (the next Tab goes into the
+ * section, and a screen reader says where), with no animation for those who ask for less. */
 function jump(ev, id) {
   ev.preventDefault();
-  document.getElementById(id)?.scrollIntoView({ behavior: 'smooth', block: 'start' });
+  const sec = document.getElementById(id);
+  if (!sec) return;
+  const still = window.matchMedia('(prefers-reduced-motion: reduce)').matches;
+  sec.scrollIntoView({ behavior: still ? 'auto' : 'smooth', block: 'start' });
+  const heading = sec.querySelector('h2') || sec;
+  heading.setAttribute('tabindex', '-1');
+  heading.focus({ preventScroll: true });
 }
 
 function motionsSection(b) {

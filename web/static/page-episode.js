@@ -211,7 +211,7 @@ function buildViewer(sec, robot, replay, ctx, createReplay) {
       ' simulated robot  ',
       h('span.swatch.ref'),
       ' reference motion',
-      h('span.muted', ' · drag to orbit, scroll to zoom, right-drag to pan'),
+      h('span.muted', ' · drag to orbit, scroll to zoom, right-drag to pan; or, with the view focused (Tab), Shift+arrows to orbit, + and − to zoom, arrows to pan'),
     ),
     stage,
     h(
@@ -244,6 +244,8 @@ function buildViewer(sec, robot, replay, ctx, createReplay) {
   const je = replay.joint_error_rad || [];
   const show = (f, t, ev) => {
     frameLabel.textContent = `${f + 1} / ${viewer.frames}`;
+    // The slider speaks the frame's place and error, not a bare index.
+    slider.setAttribute('aria-valuetext', `frame ${f + 1} of ${viewer.frames}, ${(t ?? f / viewer.fps).toFixed(2)} s${Number.isFinite(be[f]) ? `, body error ${be[f].toFixed(1)} mm` : ''}`);
     frameLabel.dataset.frame = String(f);
     timeLabel.textContent = `${(t ?? f / viewer.fps).toFixed(2)} s`;
     errLabel.textContent = Number.isFinite(be[f]) ? `${be[f].toFixed(1)} mm` : '—';

@@ -3,7 +3,7 @@
 import { api, uploadFile, whoami, withQuery } from './api.js';
 import { quotaText } from './page-home.js';
 import { loadBenchmarkInfo, phaseResultsHidden, renderLeaderboard } from './leaderboard.js';
-import { badge, clear, defList, enc, errorBox, h, loading, notice, timeEl } from './ui.js';
+import { badge, clear, defList, enc, errorBox, h, loading, notice, regainFocus, timeEl } from './ui.js';
 
 export async function leaderboardPage(root, { benchmark }, ctx) {
   root.append(
@@ -81,7 +81,8 @@ function leaderboardNote(phase) {
 function uploadForm(phase) {
   const file = h('input', { type: 'file', name: 'policy', accept: '.onnx', required: true, 'data-testid': 'upload-file' });
   const name = h('input', { type: 'text', name: 'agent_name', placeholder: 'from the file (its run, else its name)', 'data-testid': 'upload-agent-name' });
-  const result = h('div', { 'data-testid': 'upload-result' });
+  // A live region: the check's progress and its refusal are said, not only drawn.
+  const result = h('div', { 'data-testid': 'upload-result', 'aria-live': 'polite' });
   const submit = h('button', { type: 'submit', 'data-testid': 'upload-submit' }, 'Upload and evaluate');
   const form = h(
     'form.upload',
@@ -96,6 +97,7 @@ function uploadForm(phase) {
     const f = file.files && file.files[0];
     if (!f) return;
     clear(result);
+    const hadFocus = document.activeElement === submit;
     submit.disabled = true;
     result.append(notice(`Checking ${f.name} against ${phase.benchmark}…`, 'info'));
     try {
@@ -105,13 +107,14 @@ function uploadForm(phase) {
       clear(result);
       if (e.problems && e.problems.length) {
         result.append(
-          h('div.error', { 'data-testid': 'upload-problems' }, h('p', `${f.name} cannot run here (nothing was created; no quota used):`), h('ul', ...e.problems.map((p) => h('li', p)))),
+          h('div.error', { 'data-testid': 'upload-problems', role: 'alert' }, h('p', `${f.name} cannot run here (nothing was created; no quota used):`), h('ul', ...e.problems.map((p) => h('li', p)))),
         );
       } else {
         result.append(errorBox(e));
       }
     } finally {
       submit.disabled = false;
+      if (hadFocus) regainFocus(submit);
     }
   });
   return h(

@@ -17,10 +17,12 @@ import {
   fmtDuration,
   fmtNum,
   h,
+  focusWithin,
   loading,
   metricLabel,
   notice,
   plural,
+  refocus,
   sortableTable,
   timeEl,
 } from './ui.js';
@@ -103,6 +105,9 @@ export async function submissionPage(root, { id }, ctx) {
 
   const actions = h('section.card#sub-actions');
   const results = h('div#sub-results');
+  // Status and progress as they change, for screen readers (the card is drawn, not spoken).
+  const live = h('p.sr-only', { role: 'status', 'data-testid': 'sub-live' });
+  head.after(live);
   // A hosted submission's mapping does not change: drawn once, outside the refreshed head.
   const mapping = sub.hosted && sub.hosted.mapping && sub.hosted.mapping.terms ? mappingCard(sub.hosted.mapping) : '';
   root.append(mapping, actions, results);
@@ -111,7 +116,19 @@ export async function submissionPage(root, { id }, ctx) {
   let timer = null;
   const state = { metric: null, episode: null, allMetrics: false };
 
+  // Drawn again only when the submission changed, keeping the keyboard's place: a card rebuilt
+  // at every poll threw the focus (and a screen reader's place) away every 2 s.
+  let headKey = null;
   function renderHead() {
+    const key = JSON.stringify(sub);
+    if (key === headKey) return;
+    headKey = key;
+    const focused = focusWithin(head);
+    drawHead();
+    refocus(head, focused);
+  }
+
+  function drawHead() {
     clear(head);
     const p = sub.progress || {};
     const total = sub.episodes_total || 0;
@@ -121,6 +138,7 @@ export async function submissionPage(root, { id }, ctx) {
     const neverRan = p.never_ran ?? 0;
     const ran = done - neverRan;
     const pct = total ? Math.round((100 * ran) / total) : 0;
+    const progressText = neverRan ? `${ran} ran / ${total} (${pct}%); ${neverRan} never ran` : `${done} / ${total} (${pct}%)`;
     head.append(
       h(
         'div.head-row',
@@ -149,9 +167,17 @@ export async function submissionPage(root, { id }, ctx) {
       sub.error ? errorBox({ message: sub.error }, 'Submission error') : '',
       h(
         'div.progress',
-        { role: 'progressbar', 'aria-valuemin': '0', 'aria-valuemax': String(total), 'aria-valuenow': String(ran), 'data-testid': 'progress' },
+        {
+          role: 'progressbar',
+          'aria-label': 'Episodes run',
+          'aria-valuemin': '0',
+          'aria-valuemax': String(total),
+          'aria-valuenow': String(ran),
+          'aria-valuetext': progressText,
+          'data-testid': 'progress',
+        },
         h('div.progress-bar', { style: { width: `${pct}%` }, class: ACTIVE.has(sub.status) ? 'active' : '' }),
-        h('span.progress-label', neverRan ? `${ran} ran / ${total} (${pct}%); ${neverRan} never ran` : `${done} / ${total} (${pct}%)`),
+        h('span.progress-label', h('span', progressText)),
       ),
       ACTIVE.has(sub.status) && sub.awaiting_agent
         ? notice(
@@ -248,12 +274,17 @@ export async function submissionPage(root, { id }, ctx) {
     }
     if (!ctx.live()) return;
     failures = 0;
+    head.querySelector('.poll-error')?.remove();
     renderHead();
     const key = `${sub.status}/${(sub.progress || {}).finished}`;
     if (key !== lastKey) {
+      // Said to screen readers when it moves (not at the page's first drawing).
+      if (lastKey !== null) live.textContent = `Submission ${sub.status.toLowerCase()}: ${(sub.progress || {}).finished ?? 0} of ${sub.episodes_total || 0} episodes finished.`;
       lastKey = key;
+      const focused = focusWithin(results);
       await loadResults();
       if (!ctx.live()) return;
+      refocus(results, focused);
     }
     if (actionsKeyNow() !== actionsKey) renderActions();
     schedule();
@@ -508,7 +539,7 @@ function renderResults(root, res, { id, bench, info, state, status }) {
         label: '',
         sortable: false,
         // A pending or running episode (or one that recorded no step) has nothing to replay yet.
-        render: (e) => (hasTrajectory(e) ? h('a.nowrap', { href: `#/submissions/${enc(id)}/episodes/${e.idx}`, 'data-testid': 'replay-link' }, 'replay →') : ''),
+        render: (e) => (hasTrajectory(e) ? h('a.nowrap', { href: `#/submissions/${enc(id)}/episodes/${e.idx}`, 'data-testid': 'replay-link', 'aria-label': `replay episode ${e.idx} (${motionName(e.motion)})` }, 'replay →') : ''),
       },
     ];
     tableHolder.append(sortableTable(cols, episodes, { testid: 'episode-table', sortKey: 'idx', rowAttrs: (e) => ({ dataset: { idx: String(e.idx) }, class: `st-${String(e.status).toLowerCase()}` }) }));
@@ -551,7 +582,20 @@ function renderResults(root, res, { id, bench, info, state, status }) {
           value: (e.metrics || {})[m] ?? null,
           status: e.status,
         })),
-        { yLabel: `${m}${mi.units ? ` (${mi.units})` : ''}${mi.direction ? (mi.direction === 'lower' ? ' ↓' : ' ↑') : ''}`, testid: 'bar-chart', title: `${m} per episode` },
+        { yLabel: `${m}${mi.units ? ` (${mi.units})` : ''}${mi.direction ? (mi.direction === 'lower' ? ' ↓' : ' ↑') : ''}`, testid: 'bar-chart', title: `${m} per episode (each episode's value is in the episode table above)` },
+      ),
+      // What the bars' colours say, in words.
+      h(
+        'p.legend-row.small',
+        { 'data-testid': 'bar-legend' },
+        h('span.swatch.bar-completed'),
+        ' completed  ',
+        h('span.swatch.bar-fell'),
+        ' fell  ',
+        h('span.swatch.bar-failed'),
+        ' failed or timed out  ',
+        h('span.swatch.bar-none'),
+        ' no value',
       ),
     );
   };
@@ -560,7 +604,7 @@ function renderResults(root, res, { id, bench, info, state, status }) {
     drawBars();
   });
   drawBars();
-  plots.append(h('h3', 'Per-motion ', h('label', 'metric: ', metricSel)), barHolder);
+  plots.append(h('h3', 'Per-motion metric'), h('div.button-row', h('label', 'metric: ', metricSel)), barHolder);
 
   // Plot (b): tracking error over time for one episode
   const withSteps = episodes.filter(hasTrajectory);
@@ -604,7 +648,8 @@ function renderResults(root, res, { id, bench, info, state, status }) {
     clear(lineHolder);
     const t = sr.times || [];
     let chart;
-    if (kindSel.value === 'joint') chart = lineChart(t, [{ name: 'joint error (rad)', values: sr.joint_error_rad || [] }], { xLabel: 'time (s)', yLabel: 'rad', testid: 'series-chart' });
+    const about = `of episode ${epSel.value} over time`;
+    if (kindSel.value === 'joint') chart = lineChart(t, [{ name: 'joint error (rad)', values: sr.joint_error_rad || [] }], { xLabel: 'time (s)', yLabel: 'rad', testid: 'series-chart', title: `joint error ${about}` });
     else if (kindSel.value === 'height')
       chart = lineChart(
         t,
@@ -612,9 +657,9 @@ function renderResults(root, res, { id, bench, info, state, status }) {
           { name: 'simulated root height', values: sr.root_height_m || [] },
           { name: 'reference root height', values: sr.ref_root_height_m || [], className: 'series-ref' },
         ],
-        { xLabel: 'time (s)', yLabel: 'm', testid: 'series-chart' },
+        { xLabel: 'time (s)', yLabel: 'm', testid: 'series-chart', title: `simulated and reference root height ${about}` },
       );
-    else chart = lineChart(t, [{ name: 'mean body position error (mm)', values: sr.body_error_mm || [] }], { xLabel: 'time (s)', yLabel: 'mm', testid: 'series-chart' });
+    else chart = lineChart(t, [{ name: 'mean body position error (mm)', values: sr.body_error_mm || [] }], { xLabel: 'time (s)', yLabel: 'mm', testid: 'series-chart', title: `mean body position error ${about}` });
     lineHolder.append(chart);
   };
   epSel.addEventListener('change', () => {
@@ -625,7 +670,7 @@ function renderResults(root, res, { id, bench, info, state, status }) {
     state.kind = kindSel.value;
     drawLine();
   });
-  plots.append(h('h3', 'Tracking error over time ', h('label', 'episode: ', epSel), ' ', h('label', 'series: ', kindSel)), lineHolder);
+  plots.append(h('h3', 'Tracking error over time'), h('div.button-row', h('label', 'episode: ', epSel), ' ', h('label', 'series: ', kindSel)), lineHolder);
   root.append(plots);
   drawLine();
 }

@@ -112,6 +112,11 @@ export function createReplay(container, robot, replay) {
   const canvas = document.createElement('canvas');
   canvas.className = 'replay-canvas';
   canvas.setAttribute('data-testid', 'replay-canvas');
+  // A view the keyboard can turn too (focused: arrows pan, Shift+arrows orbit, + and − zoom),
+  // named for screen readers, which otherwise pass it by without a word.
+  canvas.tabIndex = 0;
+  canvas.setAttribute('role', 'img');
+  canvas.setAttribute('aria-label', '3-D replay of the episode: the simulated robot in grey, the reference motion in translucent orange (beside it, or overlaid); the frame, time and errors are read out below');
   const attrs = { antialias: true, alpha: false, preserveDrawingBuffer: true, powerPreference: 'default' };
   const gl = canvas.getContext('webgl2', attrs);
   if (!gl) throw new Error('WebGL2 is not available in this browser, so the 3-D replay cannot be drawn.');
@@ -236,7 +241,15 @@ export function createReplay(container, robot, replay) {
   const controls = new OrbitControls(camera, canvas);
   controls.target.copy(c0);
   controls.enableDamping = false;
+  controls.listenToKeyEvents(canvas);
   controls.update();
+  canvas.addEventListener('keydown', (ev) => {
+    const factor = ev.key === '+' || ev.key === '=' ? 0.85 : ev.key === '-' || ev.key === '_' ? 1 / 0.85 : 0;
+    if (!factor) return;
+    ev.preventDefault();
+    camera.position.sub(controls.target).multiplyScalar(factor).add(controls.target);
+    controls.update();
+  });
 
   let frame = 0;
   let playhead = 0; // seconds

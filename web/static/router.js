@@ -14,7 +14,9 @@ export class Router {
     this.notFound = notFound;
     this.current = null;
     this.seq = 0;
-    window.addEventListener('hashchange', () => this.render());
+    // A page the visitor went to takes the focus (its heading); a page drawn again (a token
+    // set) leaves it where it is.
+    window.addEventListener('hashchange', () => this.render({ moveFocus: true }));
   }
 
   path() {
@@ -30,7 +32,7 @@ export class Router {
   }
 
   /** Re-renders the current route (e.g. after the token changed). */
-  async render() {
+  async render({ moveFocus = false } = {}) {
     const seq = ++this.seq;
     if (this.current) {
       for (const fn of this.current.cleanups.splice(0)) {
@@ -86,8 +88,22 @@ export class Router {
       if (ctx.live()) {
         root.removeAttribute('aria-busy');
         root.dataset.ready = String(seq);
+        announcePage(root, moveFocus);
       }
     }
+  }
+}
+
+/** The tab's title names the page (browser history and tab lists showed "MimicArena" for every
+ * one); after a navigation the page's heading takes the focus, so that a screen reader says
+ * where the visitor is, unless the visitor already moved into the page. */
+function announcePage(root, moveFocus) {
+  const heading = root.querySelector('h1');
+  const name = heading ? heading.textContent.replace(/\s+/g, ' ').trim() : '';
+  document.title = name ? `${name} – MimicArena` : 'MimicArena';
+  if (moveFocus && heading && !root.contains(document.activeElement)) {
+    heading.setAttribute('tabindex', '-1');
+    heading.focus({ preventScroll: true });
   }
 }
 

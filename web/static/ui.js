@@ -206,8 +206,9 @@ export function badge(text, kind, testid) {
 
 /** "↓" (lower is better) / "↑" (higher is better) with a tooltip. */
 export function arrow(direction) {
-  if (direction === 'lower') return h('span.arrow', { title: 'lower is better' }, '↓');
-  if (direction === 'higher') return h('span.arrow', { title: 'higher is better' }, '↑');
+  // Named for screen readers, which read the glyph as "downwards arrow".
+  if (direction === 'lower') return h('span.arrow', { title: 'lower is better', role: 'img', 'aria-label': 'lower is better' }, '↓');
+  if (direction === 'higher') return h('span.arrow', { title: 'higher is better', role: 'img', 'aria-label': 'higher is better' }, '↑');
   return null;
 }
 
@@ -356,11 +357,13 @@ export function defList(pairs, testid) {
   );
 }
 
-/** A button that runs an async action, disabling itself meanwhile; errors go to `errEl`. */
+/** A button that runs an async action, disabling itself meanwhile; errors go to `errEl`. A
+ * disabled button loses the keyboard's focus: it gets it back when it is enabled again. */
 export function actionButton(label, attrs, fn, errEl) {
   const btn = h('button', { type: 'button', ...attrs }, label);
   btn.addEventListener('click', async () => {
     if (btn.disabled) return;
+    const hadFocus = document.activeElement === btn;
     btn.disabled = true;
     if (errEl) clear(errEl);
     try {
@@ -369,9 +372,39 @@ export function actionButton(label, attrs, fn, errEl) {
       if (errEl) errEl.appendChild(errorBox(e));
     } finally {
       btn.disabled = false;
+      if (hadFocus) regainFocus(btn);
     }
   });
   return btn;
+}
+
+/** Focuses `el` again if the focus was lost (to the page's body) meanwhile, not if the
+ * visitor moved it elsewhere. */
+export function regainFocus(el) {
+  const active = document.activeElement;
+  if (el.isConnected && (!active || active === document.body)) el.focus({ preventScroll: true });
+}
+
+/** The control that has the focus within `container`, as a selector that finds the same one
+ * once the container is drawn again (by id, test id, or link target); null when the focus is
+ * elsewhere. With [`refocus`]: a part of a page redrawn by a poll keeps the keyboard's place. */
+export function focusWithin(container) {
+  const el = document.activeElement;
+  if (!el || el === document.body || !container.contains(el)) return null;
+  if (el.id) return `#${CSS.escape(el.id)}`;
+  // A link by its target first: rows' links share their test id.
+  const href = el.getAttribute('href');
+  if (href) return `a[href="${CSS.escape(href)}"]`;
+  const testid = el.getAttribute('data-testid');
+  if (testid) return `[data-testid="${CSS.escape(testid)}"]`;
+  return null;
+}
+
+/** Focuses the control `selector` (from [`focusWithin`]) in `container` if the focus was lost. */
+export function refocus(container, selector) {
+  if (!selector) return;
+  const el = container.querySelector(selector);
+  if (el) regainFocus(el);
 }
 
 export function section(title, ...children) {

@@ -701,9 +701,19 @@ await step('pending submission (polling, cancel)', async () => {
   check('pending submission shows PENDING', (await page.textContent('[data-testid=sub-status]')) === 'PENDING');
   check('progress bar shown', (await page.locator('[data-testid=progress]').count()) === 1);
   await page.waitForFunction(() => document.querySelectorAll('[data-testid=episode-table] tbody tr').length > 0);
+  // The page was gone to: its title names it, and its heading has the focus.
+  check('the tab title names the page', (await page.title()) === `Submission ${pid} – MimicArena`, await page.title());
+  check('the page heading has the focus after a navigation', await page.evaluate(() => document.activeElement?.tagName === 'H1'));
+  // A control of the summary keeps the keyboard's focus while the page polls.
+  await page.focus('#sub-summary a[href^="#/benchmarks/"]');
   const start = polls;
   await page.waitForTimeout(4500);
   check('page polls while PENDING (every 2 s)', polls - start >= 2, polls - start);
+  check(
+    'the focus stays on its control while the page polls',
+    await page.evaluate(() => document.activeElement?.matches('#sub-summary a[href^="#/benchmarks/"]')),
+    await page.evaluate(() => document.activeElement?.outerHTML?.slice(0, 120)),
+  );
   // One failed poll (a server restarting) shows an error, and the page goes on polling: the next
   // answer redraws the head without it.
   let failNext = true;
@@ -849,7 +859,10 @@ await step('a token revoked while the tab holds it', async () => {
   allow([{ re: /^\/api\/v1\//, status: 401 }]);
   await go('#/');
   await page.waitForFunction(() => document.getElementById('whoami')?.dataset.role === 'invalid', null, { timeout: T });
-  check('the header says the token is refused', (await page.textContent('#whoami')) === 'token rejected', await page.textContent('#whoami'));
+  // Seen: "token rejected"; heard (the box is a live region): the server's reason after it.
+  const refusedText = await page.textContent('#whoami');
+  const seen = await page.evaluate(() => document.getElementById('whoami').firstChild.textContent);
+  check('the header says the token is refused', seen === 'token rejected' && /^token rejected: \S/.test(refusedText), refusedText);
   allow([]);
   await setToken(teamToken);
 });

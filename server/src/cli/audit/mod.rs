@@ -45,7 +45,8 @@ pub struct AuditArgs {
 pub fn run(a: AuditArgs) -> anyhow::Result<()> {
     let config = a.server.resolve()?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    let (submission, gains, rows) = runtime.block_on(async {
+    let objects = config.objects()?;
+    let (submission, gains, rows, report_copy) = runtime.block_on(async {
         let storage = super::open_existing_storage(&config).await?;
         let submission = storage
             .submission(&a.submission)
@@ -53,7 +54,9 @@ pub fn run(a: AuditArgs) -> anyhow::Result<()> {
             .with_context(|| format!("no submission {:?}", a.submission))?;
         let gains = storage.joint_gains(&submission.id).await?;
         let rows = storage.episodes(&submission.id).await?;
-        anyhow::Ok((submission, gains, rows))
+        // The copy of the report the object store keeps beside the trajectories.
+        let report_copy = objects.get(&crate::objects::report_key(&submission.id)).await?;
+        anyhow::Ok((submission, gains, rows, report_copy))
     })?;
     let gains = gains
         .map(|g| arena_runner::gains::SessionGains::from_json(&g).map_err(anyhow::Error::msg))
@@ -62,7 +65,6 @@ pub fn run(a: AuditArgs) -> anyhow::Result<()> {
     let benchmark = catalog
         .load(&submission.benchmark)
         .with_context(|| format!("loading benchmark {} of the submission", submission.benchmark))?;
-    let objects = config.objects()?;
     let path = crate::trajectory_store::submission_path_blocking(&objects, &submission.id);
     if !path.exists() {
         bail!(
@@ -146,6 +148,10 @@ pub fn run(a: AuditArgs) -> anyhow::Result<()> {
     }
     if a.episodes.is_empty() {
         disagreements.extend(published::report_against_rows(&submission, &rows, names));
+        disagreements.extend(published::report_copy_against_database(
+            &submission,
+            report_copy.as_deref(),
+        ));
     }
     let exact = audits.iter().filter(|e| e.bit_exact).count();
     // Re-run metrics equal to the published ones (after the swap above, `metrics[m].0`).

@@ -7,7 +7,7 @@
 
 use crate::leaderboard::ReportSummary;
 use crate::results::{episode_status, stored_a_run};
-use crate::storage::{EpisodeRow, Submission};
+use crate::storage::{EpisodeRow, Submission, SubmissionStatus};
 use arena_bench::aggregate::{MetricsAggregator, REPORT_FORMAT_VERSION, Report};
 use arena_data::trajectory_file::EpisodeRecord;
 use arena_runner::audit::EpisodeAudit;
@@ -198,6 +198,10 @@ pub fn report_against_rows(submission: &Submission, rows: &[EpisodeRow], names: 
             differ.into_iter().collect::<Vec<_>>().join(", ")
         ));
     }
+    // Only a completed submission ranks, and so has a summary.
+    if submission.status != SubmissionStatus::Completed {
+        return out;
+    }
     match submission
         .summary_json
         .as_deref()
@@ -215,6 +219,22 @@ pub fn report_against_rows(submission: &Submission, rows: &[EpisodeRow], names: 
         None => out.push("the completed submission has no leaderboard summary".into()),
     }
     out
+}
+
+/// The report the object store keeps (`reports/ID.json`, what backups and the object store's
+/// readers get) against the database's (what the API serves): the same JSON.
+pub fn report_copy_against_database(submission: &Submission, copy: Option<&[u8]>) -> Vec<String> {
+    let (Some(copy), Some(stored)) = (copy, &submission.report_json) else {
+        return Vec::new();
+    };
+    let read = |bytes: &[u8]| serde_json::from_slice::<serde_json::Value>(bytes).ok();
+    match (read(copy), read(stored.as_bytes())) {
+        (Some(a), Some(b)) if a == b => Vec::new(),
+        _ => vec![format!(
+            "the report in the object store ({}) is not the database's, which the API serves",
+            crate::objects::report_key(&submission.id)
+        )],
+    }
 }
 
 /// A value as JSON, for comparisons where a NaN mean (`null`) equals a NaN.

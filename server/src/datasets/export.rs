@@ -41,27 +41,51 @@ impl ExportFormat {
 
 /// The keys of an export and what they hold, for the card and the docs; `joint_position`: the
 /// benchmark's actions are absolute joint targets (unitree_sdk2's LowCmd) rather than BFM-Zero's
-/// normalised actions.
-pub fn layout_description(joint_position: bool) -> Value {
+/// normalised actions; `groups`: the observation groups the benchmark sends its agents, since the
+/// dataset's two observations are BFM-Zero's, computed from the simulated robot whatever the
+/// agents were sent.
+pub fn layout_description(joint_position: bool, groups: &[String]) -> Value {
     let action = if joint_position {
         "f32 (N, 29): the absolute joint position targets (rad, G1 order) the agent sent for the row (zeros on an episode's first row; feed-forward torques are not included)"
     } else {
-        "f32 (N, 29): the normalised action that produced the row (zeros on an episode's first row)"
+        "f32 (N, 29): the normalised action that produced the row (zeros on an episode's first row); the joint targets it gave are q0 + clip(action, -1, 1) · action_scale (jsonl.gz `pd_target`)"
     };
+    let seen = |group: &str| match groups.iter().any(|g| g == group) {
+        true => "the agents were sent it",
+        false => "the agents of this benchmark were NOT sent it",
+    };
+    let state = format!(
+        "f32 (N, 64): BFM-Zero's `state` of the simulated robot (dof_pos - q0, dof_vel, projected gravity, body-frame angular velocity x 0.25; with the DR level's observation noise), computed at every row; {}",
+        seen("state")
+    );
+    let privileged = format!(
+        "f32 (N, 463): BFM-Zero's `privileged_state` (max_local_self) of the simulated robot, recomputed from qpos and qvel (body positions at the bodies' origins, linear velocities at their centres of mass); {}",
+        seen("privileged_state")
+    );
+    let joint_names: Vec<&str> = arena_sim::robot::JOINT_NAMES.to_vec();
+    let mut body_names: Vec<&str> = arena_sim::robot::BODY_NAMES.to_vec();
+    body_names.push(arena_sim::robot::HEAD_NAME);
     json!({
         "hdf5": {
-            "observation-state": "f32 (N, 64): the state observation the agent saw",
-            "observation-privileged_state": "f32 (N, 463): privileged_state of the simulated robot",
+            "observation-state": state,
+            "observation-privileged_state": privileged,
             "action": action,
-            "qpos": "f32 (N, 36): root xyz, root quaternion wxyz, 29 joint angles",
-            "qvel": "f32 (N, 35): root linear velocity (world), root angular velocity (body), 29 joint velocities",
-            "terminated": "bool (N): true on the last row of a FELL episode (the fall rule ended it, or an error after the success rule broke made it a scored fall)",
+            "qpos": "f32 (N, 36): root xyz (m, world), root quaternion wxyz, 29 joint angles (rad, `joint_names` order)",
+            "qvel": "f32 (N, 35): root linear velocity (m/s, world), root angular velocity (rad/s, body frame), 29 joint velocities (rad/s)",
+            "terminated": "bool (N): true on the last row of a FELL episode (the fall rule ended it, or an error after the success rule broke made it a scored fall: the robot may still stand there)",
             "truncated": "bool (N): true on the last row of every other episode",
             "episodes/start, episodes/stop": "i64 (E): rows [start, stop) of each episode",
             "episodes/id, submission, team, motion, status": "str (E)",
         },
-        "jsonl.gz": "one JSON object per episode: ids, status, metrics, and per-row arrays under the same keys",
-        "rows": "one row per control step at 50 Hz; row 0 is the reset state",
+        "jsonl.gz": {
+            "per episode": "id, submission, team, agent, engine, motion, category, status, reason, seed (decimal string), dr_level, start_s, duration_s, metrics, control_hz, rows",
+            "per row": "observation.state and observation.privileged_state, action, pd_target (the joint targets, rad), torque (the applied joint torques, N·m), qpos, qvel, terminated, truncated: the HDF5's arrays (pd_target and torque are in jsonl.gz only; empty lists for runs recorded before they were kept)",
+        },
+        "not included": "the other observation groups the agents were sent, the reference motion the robot tracked (rebuild it from the motion's name and start_s at 50 Hz: `arena motion export` writes the benchmark's clips), and the joint-position mode's feed-forward torques; the submissions' trajectory files hold the reference rows",
+        "agent_observation_groups": groups,
+        "rows": "one row per control step at 50 Hz, row 0 the reset state; row k's action is the one that led to row k, so (observation, action, next observation) triples pair row k with the action of row k + 1",
+        "joint_names": joint_names,
+        "body_names": body_names,
     })
 }
 
@@ -264,8 +288,9 @@ pub fn export_jsonl_gz(
 mod tests {
     #[test]
     fn the_card_says_what_action_holds_in_each_action_mode() {
-        let normalized = super::layout_description(false);
-        let joint = super::layout_description(true);
+        let groups = ["imu".to_string(), "motors".to_string()];
+        let normalized = super::layout_description(false, &["state".to_string()]);
+        let joint = super::layout_description(true, &groups);
         assert!(
             normalized["hdf5"]["action"]
                 .as_str()
@@ -277,5 +302,13 @@ mod tests {
             joint.contains("absolute joint position targets (rad") && !joint.contains("normalised"),
             "{joint}"
         );
+        // Whether the agents saw the dataset's observations is said, per benchmark.
+        let state_of = |layout: &serde_json::Value| layout["hdf5"]["observation-state"].as_str().unwrap().to_string();
+        assert!(state_of(&normalized).ends_with("the agents were sent it"));
+        let robot = super::layout_description(true, &groups);
+        assert!(state_of(&robot).contains("were NOT sent it"), "{}", state_of(&robot));
+        assert_eq!(robot["agent_observation_groups"], serde_json::json!(["imu", "motors"]));
+        assert_eq!(robot["joint_names"].as_array().unwrap().len(), 29);
+        assert_eq!(robot["body_names"].as_array().unwrap().len(), 31);
     }
 }

@@ -144,6 +144,10 @@ impl DatasetFilter {
                 .collect()
         };
         for (key, value) in pairs {
+            // `team=` from a script whose variable was empty would select every team.
+            if value.split(',').all(|v| v.trim().is_empty()) && FILTER_KEYS.contains(&key) {
+                return Err(format!("{key}: empty; give a value, or leave the filter out"));
+            }
             if matches!(key, "success" | "since" | "until") {
                 if single_seen.contains(&key) {
                     return Err(format!("{key}: given twice; it takes one value"));
@@ -302,6 +306,20 @@ mod tests {
         assert!(f.metrics[0].holds(Some(0.9)) && !f.metrics[0].holds(Some(0.91)) && !f.metrics[0].holds(None));
         assert!(!f.metrics[0].holds(Some(f64::NAN)));
         assert_eq!(DatasetFilter::from_pairs([]).unwrap(), DatasetFilter::default());
+        // An empty value (a script's unset variable) is refused, not taken as no filter.
+        for key in ["team", "motion", "since", " ,"] {
+            let key = key.trim_matches([' ', ',']);
+            if key.is_empty() {
+                continue;
+            }
+            let e = DatasetFilter::from_pairs([(key, "")]).unwrap_err();
+            assert!(e.starts_with(&format!("{key}: empty")), "{e}");
+        }
+        assert!(
+            DatasetFilter::from_pairs([("team", " , ")])
+                .unwrap_err()
+                .starts_with("team: empty")
+        );
         // As the card writes them, the times select the same again: to the millisecond where
         // they have one (a card to the second selected a submission more).
         for (ms, written) in [

@@ -246,6 +246,8 @@ struct CardSubmission<'a> {
     finished_at: Option<String>,
     /// The version of the benchmark file it ran under.
     benchmark_version: Option<i64>,
+    /// The phase it was submitted to (`None`: the benchmark outside phases).
+    phase: Option<&'a str>,
     episodes: usize,
 }
 
@@ -281,6 +283,7 @@ pub fn card(selection: &Selection, spec: &BenchmarkSpec, now_ms: i64) -> Value {
             created_at: access::rfc3339_exact(p.submission.created_at),
             finished_at: p.submission.finished_at.map(access::rfc3339_exact),
             benchmark_version: p.submission.benchmark_version,
+            phase: p.submission.phase_id.as_deref(),
             episodes: p.episodes.len(),
         })
         .collect();
@@ -322,7 +325,10 @@ pub fn card(selection: &Selection, spec: &BenchmarkSpec, now_ms: i64) -> Value {
             "names": motions,
             "attribution": spec.motions.attribution,
         },
-        "layout": export::layout_description(spec.action.mode == arena_bench::spec::ActionMode::JointPosition),
+        "layout": export::layout_description(
+            spec.action.mode == arena_bench::spec::ActionMode::JointPosition,
+            &spec.observations.groups,
+        ),
     })
 }
 

@@ -45,9 +45,10 @@ pub struct AuditArgs {
 pub fn run(a: AuditArgs) -> anyhow::Result<()> {
     let config = a.server.resolve()?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    let objects = config.objects()?;
-    let (submission, gains, rows, report_copy) = runtime.block_on(async {
+    let (submission, gains, rows, report_copy, objects) = runtime.block_on(async {
         let storage = super::open_existing_storage(&config).await?;
+        // After the database: a data folder that is none is refused before anything is made.
+        let objects = config.objects()?;
         let submission = storage
             .submission(&a.submission)
             .await?
@@ -56,7 +57,7 @@ pub fn run(a: AuditArgs) -> anyhow::Result<()> {
         let rows = storage.episodes(&submission.id).await?;
         // The copy of the report the object store keeps beside the trajectories.
         let report_copy = objects.get(&crate::objects::report_key(&submission.id)).await?;
-        anyhow::Ok((submission, gains, rows, report_copy))
+        anyhow::Ok((submission, gains, rows, report_copy, objects))
     })?;
     let gains = gains
         .map(|g| arena_runner::gains::SessionGains::from_json(&g).map_err(anyhow::Error::msg))

@@ -13,7 +13,7 @@ PyPI mujoco from the definitions in docs/protocol.md §5:
     imu_torso  = the same for torso_link and imu_in_torso
     motors     = q, qdot, the last substep's tau
     base_lin_vel = pelvis linear velocity in the pelvis frame (mj_objectVelocity, local)
-    motion_command = reference joint positions and velocities
+    motion_command = reference joint positions and velocities (the velocities central differences, as mjlab's motion files hold them)
     motion_anchor_* = the reference anchor from FK of the reference qpos, relative to the robot's
 
 Observations travel as 32-bit floats: values are compared with a tolerance of 1e-6 relative to
@@ -48,7 +48,7 @@ def expected_groups(m, d, ref_d, ep, step, tau):
     w_p, v_p = body_velocity_local(m, d, pelvis)
     w_t, _ = body_velocity_local(m, d, torso)
     ref_qpos = np.array(ep["reference_qpos"][step])
-    ref_dq = np.array(ep["reference_dof_vel"][step])
+    ref_dq = np.array(ep["reference_joint_vel"][step])
     ref_d.qpos[:] = ref_qpos
     mujoco.mj_kinematics(m, ref_d)
     r_robot = d.xmat[anchor].reshape(3, 3)

@@ -77,7 +77,7 @@ def main(path):
         actor = np.concatenate(
             [
                 np.array(oref["qpos"])[7:],
-                np.array(oref["dof_vel"]),
+                np.array(oref["command_joint_vel"]),
                 ra_r.T @ (rbp[anchor] - bp[anchor]),
                 two_cols(ra_r.T @ qmat(rbr[anchor])),
                 pelvis_r.T @ qvel[:3],

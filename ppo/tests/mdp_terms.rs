@@ -29,6 +29,7 @@ fn state_json(s: &MotionState) -> serde_json::Value {
     serde_json::json!({
         "body_pos": s.body_pos, "body_rot": s.body_rot, "body_vel": s.body_vel,
         "body_ang_vel": s.body_ang_vel, "qpos": s.qpos.to_vec(), "dof_vel": s.dof_vel.to_vec(),
+        "command_joint_vel": s.command_joint_vel.to_vec(),
     })
 }
 

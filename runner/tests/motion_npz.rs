@@ -22,11 +22,12 @@ fn export_then_import_reproduces_the_reference() {
     let robot = RobotConfig::default();
     let clips = MotionLibrary::builtin_clips(&robot).unwrap();
     let library = MotionLibrary::from_clips(&clips, &robot).unwrap();
+    let mut kin = arena_sim::kinematics::Kinematics::new(&robot).unwrap();
     let dir = temp_dir("roundtrip");
     let (mut a, mut b) = (MotionState::default(), MotionState::default());
     for motion in &library.motions {
         let path = dir.join(format!("{}__{}.npz", motion.category, motion.name));
-        write_npz_motion(&path, &motion.to_npz()).unwrap();
+        write_npz_motion(&path, &motion.to_npz(&mut kin)).unwrap();
         let clip = read_npz_motion(&path).unwrap();
         assert_eq!((clip.name.as_str(), clip.fps), (motion.name.as_str(), 50.0));
         // The import passes the forward-kinematics check of its stored bodies.
@@ -54,6 +55,64 @@ fn export_then_import_reproduces_the_reference() {
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The export's velocities are those mjlab's `csv_to_npz.py` writes: `joint_vel` is
+/// `torch.gradient` of `joint_pos` at 50 fps (central inside, one-sided at the ends), and the
+/// pelvis's link velocities are the root's: the gradient of its position and the rotation from
+/// the frame before to the one after (the checks `csv_to_npz.py` itself asserts).
+#[test]
+fn the_export_has_mjlabs_velocities() {
+    let robot = RobotConfig::default();
+    let clips = MotionLibrary::builtin_clips(&robot).unwrap();
+    let library = MotionLibrary::from_clips(&clips, &robot).unwrap();
+    let mut kin = arena_sim::kinematics::Kinematics::new(&robot).unwrap();
+    let motion = library.motions.iter().find(|m| m.name == "arm_wave").unwrap();
+    let npz = motion.to_npz(&mut kin);
+    let (t, j, dt) = (npz.frames, 29, CONTROL_DT);
+    let q = |k: usize, i: usize| npz.joint_pos[k * j + i];
+    let mut worst = 0.0f64;
+    for k in 0..t {
+        let (a, b) = (k.saturating_sub(1), (k + 1).min(t - 1));
+        for i in 0..j {
+            let gradient = (q(b, i) - q(a, i)) / ((b - a) as f64 * dt);
+            worst = worst.max((npz.joint_vel[k * j + i] - gradient).abs());
+        }
+    }
+    assert!(
+        worst < 1e-9,
+        "joint_vel differs from torch.gradient of joint_pos by {worst:e} rad/s"
+    );
+    // The pelvis (body 0): its link velocity is the root's, by the same differences.
+    let nb = npz.body_names.len();
+    let p = |k: usize, c: usize| npz.body_pos_w[(k * nb) * 3 + c];
+    let quat = |k: usize| -> [f64; 4] { npz.body_quat_w[(k * nb) * 4..(k * nb) * 4 + 4].try_into().unwrap() };
+    for k in [0, 1, t / 2, t - 1] {
+        let (a, b) = (k.saturating_sub(1), (k + 1).min(t - 1));
+        for c in 0..3 {
+            let gradient = (p(b, c) - p(a, c)) / ((b - a) as f64 * dt);
+            let v = npz.body_lin_vel_w[(k * nb) * 3 + c];
+            assert!(
+                (v - gradient).abs() < 1e-9,
+                "frame {k}: pelvis linear velocity {v} vs {gradient}"
+            );
+        }
+        let m = k.clamp(1, t - 2);
+        let turn = arena_sim::math::quat_to_rotvec(&arena_sim::math::quat_mul(
+            &quat(m + 1),
+            &arena_sim::math::quat_conj(&quat(m - 1)),
+        ));
+        for c in 0..3 {
+            let w = npz.body_ang_vel_w[(k * nb) * 3 + c];
+            assert!(
+                (w - turn[c] / (2.0 * dt)).abs() < 1e-9,
+                "frame {k}: pelvis angular velocity {w}"
+            );
+        }
+    }
+    // The motion library's own velocities (BFM-Zero's forward difference) are left as they are.
+    let forward = (q(1, 18) - q(0, 18)) / dt;
+    assert!((motion.dof_vel[18] - forward).abs() < 1e-9);
 }
 
 fn python() -> Option<PathBuf> {
@@ -149,7 +208,8 @@ fn load_benchmark_makes_the_servers_checks() {
     let robot = RobotConfig::default();
     let clips = MotionLibrary::builtin_clips(&robot).unwrap();
     let library = MotionLibrary::from_clips(&clips, &robot).unwrap();
-    let mut one = library.motions[1].to_npz();
+    let mut kin = arena_sim::kinematics::Kinematics::new(&robot).unwrap();
+    let mut one = library.motions[1].to_npz(&mut kin);
     let bodies = one.body_names.len();
     one.frames = 1;
     one.joint_pos.truncate(29);
@@ -188,7 +248,8 @@ fn npz_quaternions_and_bodies_are_checked() {
     let robot = RobotConfig::default();
     let clips = MotionLibrary::builtin_clips(&robot).unwrap();
     let library = MotionLibrary::from_clips(&clips, &robot).unwrap();
-    let good = library.motions[1].to_npz();
+    let mut kin = arena_sim::kinematics::Kinematics::new(&robot).unwrap();
+    let good = library.motions[1].to_npz(&mut kin);
     let pelvis = good.body_names.iter().position(|n| n == "pelvis").unwrap();
     let bodies = good.body_names.len();
     let dir = temp_dir("npz-checks");
@@ -215,7 +276,7 @@ fn npz_quaternions_and_bodies_are_checked() {
     assert!(e.contains("quaternions in (x, y, z, w) order"), "{e}");
     // A frame rate its own velocities contradict: 50 fps frames declared at 25.
     let moving = (library.motions.iter())
-        .map(|m| m.to_npz())
+        .map(|m| m.to_npz(&mut kin))
         .max_by(|a, b| {
             let speed = |m: &arena_data::NpzMotionOut| m.joint_vel.iter().map(|v| v * v).sum::<f64>();
             speed(a).total_cmp(&speed(b))

@@ -83,7 +83,7 @@ fn robot_groups_and_torque_law_match_an_independent_mujoco_computation() {
         // The command is the reference of the next control step (the frame the action must reach).
         let t = (env.infos()[0].step + 1) as f64 * CONTROL_DT;
         library.motions[motion].state_at(t, &mut state);
-        references.push((state.qpos.to_vec(), state.dof_vel.to_vec()));
+        references.push((state.qpos.to_vec(), state.command_joint_vel.to_vec()));
         if step == STEPS {
             break;
         }
@@ -117,7 +117,7 @@ fn robot_groups_and_torque_law_match_an_independent_mujoco_computation() {
         "groups": layout.groups().map(|(n, r)| (n.to_string(), r.start, r.end)).collect::<Vec<_>>(),
         "rows": rows,
         "reference_qpos": references.iter().map(|r| r.0.clone()).collect::<Vec<_>>(),
-        "reference_dof_vel": references.iter().map(|r| r.1.clone()).collect::<Vec<_>>(),
+        "reference_joint_vel": references.iter().map(|r| r.1.clone()).collect::<Vec<_>>(),
         "anchor_body": spec.observations.anchor_body,
     });
     let dir = std::env::temp_dir().join(format!("arena-robot-interface-{}", std::process::id()));

@@ -97,6 +97,23 @@ impl Kinematics {
 }
 
 impl Kinematics {
+    /// World-frame velocities of the 30 real bodies' frames (linear at each body's origin, as
+    /// Isaac Lab's and mjlab's `body_link_lin_vel_w`; angular) for one state: `qpos` (36) and
+    /// MuJoCo's `qvel` (35: root linear velocity in the world frame, angular in the root's).
+    pub fn body_link_velocities(&mut self, qpos: &[f64], qvel: &[f64]) -> ([Vec3; NUM_BODIES], [Vec3; NUM_BODIES]) {
+        self.run(qpos);
+        self.data.qvel_mut().copy_from_slice(qvel);
+        self.data.com_pos();
+        self.data.com_vel();
+        let (mut linear, mut angular) = ([[0.0; 3]; NUM_BODIES], [[0.0; 3]; NUM_BODIES]);
+        for b in 0..NUM_BODIES {
+            let v = self.data.object_velocity(MjtObjBase::mjOBJ_XBODY, b + 1, false);
+            angular[b] = [v[0], v[1], v[2]];
+            linear[b] = [v[3], v[4], v[5]];
+        }
+        (linear, angular)
+    }
+
     /// World orientations (wxyz) of the 31 extended bodies for one `qpos`: those of
     /// [`Kinematics::body_poses`], computed along the body tree alone (MuJoCo's order of
     /// operations, checked against `mj_kinematics` in the tests) where the model allows it.

@@ -7,7 +7,7 @@
 use crate::SimError;
 use crate::handler::{CONTROL_DT, NQ, NV};
 use crate::kinematics::Kinematics;
-use crate::math::{self, Quat};
+use crate::math::{self, Quat, Vec3};
 use crate::robot::{BODY_NAMES, NUM_BODIES, NUM_BODIES_EXT, RobotConfig};
 use arena_data::{MotionClip, NUM_COLUMNS, NUM_JOINTS};
 
@@ -31,6 +31,11 @@ pub struct Motion {
     /// Frame-major arrays: qpos (T×36, quaternion wxyz), dof_vel (T×29), bodies (T×31×{3,4}).
     pub qpos: Vec<f64>,
     pub dof_vel: Vec<f64>,
+    /// Joint velocities as mjlab's and BeyondMimic's motion files hold them (`csv_to_npz.py`:
+    /// `torch.gradient` of the 50 Hz joint positions, central inside the clip, one-sided at its
+    /// ends), for the tracking command (`motion_command`) and the NPZ export. `dof_vel` keeps
+    /// BFM-Zero's forward difference (the reference `state`, the reset's velocities).
+    pub joint_vel_central: Vec<f64>,
     pub body_pos: Vec<f64>,
     pub body_rot: Vec<f64>,
     pub body_vel: Vec<f64>,
@@ -43,6 +48,8 @@ pub struct Motion {
 pub struct MotionState {
     pub qpos: [f64; NQ],
     pub dof_vel: [f64; NUM_JOINTS],
+    /// [`Motion::joint_vel_central`] at this time: the velocities of the tracking command.
+    pub command_joint_vel: [f64; NUM_JOINTS],
     pub body_pos: [[f64; 3]; NUM_BODIES_EXT],
     pub body_rot: [Quat; NUM_BODIES_EXT],
     pub body_vel: [[f64; 3]; NUM_BODIES_EXT],
@@ -54,6 +61,7 @@ impl Default for MotionState {
         Self {
             qpos: [0.0; NQ],
             dof_vel: [0.0; NUM_JOINTS],
+            command_joint_vel: [0.0; NUM_JOINTS],
             body_pos: [[0.0; 3]; NUM_BODIES_EXT],
             body_rot: [[1.0, 0.0, 0.0, 0.0]; NUM_BODIES_EXT],
             body_vel: [[0.0; 3]; NUM_BODIES_EXT],
@@ -181,6 +189,7 @@ impl Motion {
                 dof_vel[k * NUM_JOINTS + j] = (qpos[b * NQ + 7 + j] - qpos[a * NQ + 7 + j]) * fps;
             }
         }
+        let joint_vel_central = central_from_forward(&dof_vel, NUM_JOINTS);
         // Body linear velocity: central differences inside, one-sided at the ends, smoothed.
         let w = NUM_BODIES_EXT * 3;
         let mut body_vel = vec![0.0; n * w];
@@ -221,6 +230,7 @@ impl Motion {
             length_s: (n - 1) as f64 / fps,
             qpos,
             dof_vel,
+            joint_vel_central,
             body_pos,
             body_rot,
             body_vel,
@@ -299,6 +309,14 @@ impl Motion {
         let (f0, f1, beta) = frame_blend(t, self.num_frames, self.fps);
         self.sample_qpos(f0, f1, beta, &mut out.qpos);
         sample_rows(&self.dof_vel, NUM_JOINTS, f0, f1, beta, &mut out.dof_vel);
+        sample_rows(
+            &self.joint_vel_central,
+            NUM_JOINTS,
+            f0,
+            f1,
+            beta,
+            &mut out.command_joint_vel,
+        );
         (out.body_pos[anchor], out.body_rot[anchor]) = self.sample_body_pose(anchor, f0, f1, beta);
     }
 
@@ -309,6 +327,14 @@ impl Motion {
         let w3 = NUM_BODIES_EXT * 3;
         self.sample_qpos(f0, f1, beta, &mut out.qpos);
         sample_rows(&self.dof_vel, NUM_JOINTS, f0, f1, beta, &mut out.dof_vel);
+        sample_rows(
+            &self.joint_vel_central,
+            NUM_JOINTS,
+            f0,
+            f1,
+            beta,
+            &mut out.command_joint_vel,
+        );
         for b in 0..NUM_BODIES_EXT {
             for c in 0..3 {
                 let lerp = |v: &[f64]| (1.0 - beta) * v[f0 * w3 + 3 * b + c] + beta * v[f1 * w3 + 3 * b + c];
@@ -318,6 +344,20 @@ impl Motion {
             (out.body_pos[b], out.body_rot[b]) = self.sample_body_pose(b, f0, f1, beta);
         }
     }
+}
+
+/// Central differences from forward ones, frame by frame: with f_k = (q_{k+1} − q_k)/Δt (the last
+/// frame repeating the one before), (f_k + f_{k−1})/2 = (q_{k+1} − q_{k−1})/(2Δt) inside the clip,
+/// f_0 at its first frame and the backward difference at its last: `torch.gradient`'s
+/// (`numpy.gradient`'s) first-order edges.
+fn central_from_forward(forward: &[f64], width: usize) -> Vec<f64> {
+    let mut out = forward.to_vec();
+    for k in 1..forward.len() / width {
+        for j in 0..width {
+            out[k * width + j] = 0.5 * (forward[k * width + j] + forward[(k - 1) * width + j]);
+        }
+    }
+    out
 }
 
 fn sample_rows(values: &[f64], width: usize, f0: usize, f1: usize, beta: f64, out: &mut [f64]) {
@@ -361,10 +401,13 @@ impl MotionLibrary {
 }
 
 impl Motion {
-    /// The motion as mjlab-layout NPZ content at the control rate (50 fps): joint angles and
-    /// velocities, and the 30 real bodies' world poses and velocities from this library's
-    /// forward kinematics (MuJoCo body order, pelvis first).
-    pub fn to_npz(&self) -> arena_data::NpzMotionOut {
+    /// The motion as mjlab-layout NPZ content at the control rate (50 fps), its velocities as
+    /// mjlab's `csv_to_npz.py` makes them: joint velocities and the root's linear velocity by
+    /// `torch.gradient` (central inside, one-sided at the ends), the root's angular velocity
+    /// from the rotation between the frames before and after (its first and last repeated), and
+    /// the 30 real bodies' world poses and link velocities from forward kinematics of that state
+    /// (`kin`: MuJoCo body order, pelvis first).
+    pub fn to_npz(&self, kin: &mut Kinematics) -> arena_data::NpzMotionOut {
         let frames = (self.length_s / CONTROL_DT + 1e-9).floor() as usize + 1;
         let mut out = arena_data::NpzMotionOut {
             fps: 1.0 / CONTROL_DT,
@@ -377,16 +420,41 @@ impl Motion {
             body_lin_vel_w: Vec::with_capacity(frames * NUM_BODIES * 3),
             body_ang_vel_w: Vec::with_capacity(frames * NUM_BODIES * 3),
         };
-        let mut state = MotionState::default();
-        for k in 0..frames {
-            self.state_at(k as f64 * CONTROL_DT, &mut state);
+        let states: Vec<MotionState> = (0..frames)
+            .map(|k| {
+                let mut state = MotionState::default();
+                self.state_at(k as f64 * CONTROL_DT, &mut state);
+                state
+            })
+            .collect();
+        let root_pos = |k: usize| -> Vec3 { states[k].qpos[..3].try_into().expect("3") };
+        let root_rot = |k: usize| -> Quat { states[k].qpos[3..7].try_into().expect("4") };
+        let last = frames - 1;
+        for (k, state) in states.iter().enumerate() {
+            // The frames a central difference spans (one-sided at the ends; none for one frame).
+            let (a, b) = (k.saturating_sub(1), (k + 1).min(last));
+            let span = (b - a).max(1) as f64 * CONTROL_DT;
+            let root_lin: Vec3 = std::array::from_fn(|c| (root_pos(b)[c] - root_pos(a)[c]) / span);
+            // The rotation from the frame before to the one after, over two frame times; at the
+            // ends the value of the next frame in.
+            let (p, n) = match frames {
+                0..=2 => (0, last),
+                _ => (k.clamp(1, last - 1) - 1, k.clamp(1, last - 1) + 1),
+            };
+            let turn = math::quat_to_rotvec(&math::quat_mul(&root_rot(n), &math::quat_conj(&root_rot(p))));
+            let root_ang: Vec3 = turn.map(|v| v / ((n - p).max(1) as f64 * CONTROL_DT));
+            let mut qvel = [0.0; NV];
+            qvel[..3].copy_from_slice(&root_lin);
+            qvel[3..6].copy_from_slice(&math::rotate_inv(&root_rot(k), &root_ang));
+            qvel[6..].copy_from_slice(&state.command_joint_vel);
+            let (linear, angular) = kin.body_link_velocities(&state.qpos, &qvel);
             out.joint_pos.extend_from_slice(&state.qpos[7..]);
-            out.joint_vel.extend_from_slice(&state.dof_vel);
-            for b in 0..NUM_BODIES {
-                out.body_pos_w.extend_from_slice(&state.body_pos[b]);
-                out.body_quat_w.extend_from_slice(&state.body_rot[b]);
-                out.body_lin_vel_w.extend_from_slice(&state.body_vel[b]);
-                out.body_ang_vel_w.extend_from_slice(&state.body_ang_vel[b]);
+            out.joint_vel.extend_from_slice(&state.command_joint_vel);
+            for body in 0..NUM_BODIES {
+                out.body_pos_w.extend_from_slice(&state.body_pos[body]);
+                out.body_quat_w.extend_from_slice(&state.body_rot[body]);
+                out.body_lin_vel_w.extend_from_slice(&linear[body]);
+                out.body_ang_vel_w.extend_from_slice(&angular[body]);
             }
         }
         out

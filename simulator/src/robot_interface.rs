@@ -238,10 +238,12 @@ pub fn base_lin_vel(r: &RobotReadout, out: &mut [f32]) {
     write(out, &math::rotate_inv(&r.pelvis_rot(), &v));
 }
 
-/// `motion_command`: the reference's joint positions (absolute) and velocities.
+/// `motion_command`: the reference's joint positions (absolute) and velocities, the velocities
+/// as mjlab's and BeyondMimic's motion files give them (central differences,
+/// [`crate::motion::Motion::joint_vel_central`]).
 pub fn motion_command(reference: &MotionState, out: &mut [f32]) {
     write(&mut out[..NUM_JOINTS], &reference.qpos[7..]);
-    write(&mut out[NUM_JOINTS..], &reference.dof_vel);
+    write(&mut out[NUM_JOINTS..], &reference.command_joint_vel);
 }
 
 /// `motion_anchor_pos_b`: R_robotᵀ·(p_reference − p_robot) for the anchor body.

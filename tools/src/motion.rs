@@ -20,7 +20,8 @@ pub enum MotionCommand {
     /// Write a benchmark's motions as mjlab NPZ (50 fps; fps, joint_pos, joint_vel, body_pos_w,
     /// body_quat_w w-first, body_lin_vel_w, body_ang_vel_w, plus joint_names and body_names;
     /// joints and bodies in the MuJoCo model's order, as mjlab's; bodies from the arena's forward
-    /// kinematics), one `<category>__<name>.npz` per clip, so that a policy can be trained in
+    /// kinematics, velocities as mjlab's csv_to_npz.py makes them: central differences), one
+    /// `<category>__<name>.npz` per clip, so that a policy can be trained in
     /// mjlab on exactly a benchmark's clips. BeyondMimic's Isaac Lab loader indexes the arrays in
     /// Isaac Lab's joint order and ignores the names: reorder them for it.
     Export(ExportArgs),
@@ -130,9 +131,10 @@ fn export(a: ExportArgs) -> anyhow::Result<()> {
         );
     }
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let mut kin = arena_sim::kinematics::Kinematics::new(&robot)?;
     for (motion, name) in library.motions.iter().zip(&names) {
         let file = a.out.join(name);
-        let npz = motion.to_npz();
+        let npz = motion.to_npz(&mut kin);
         arena_data::write_npz_motion(&file, &npz)?;
         println!(
             "{}  {} frames at 50 fps, {:.2} s",

@@ -39,6 +39,10 @@ pub struct EpisodeAudit {
     /// bit to those the benchmark's motion gives the re-run. The physics plays no part in them:
     /// on any backend a difference says the motion (or the stored file) changed since the run.
     pub reference_exact: bool,
+    /// The largest difference between the stored reference values and the re-run's (0 when
+    /// exact; a machine whose maths library rounds otherwise than the server's differs in the
+    /// last bits; infinite when the stored rows are missing).
+    pub reference_max_diff: f64,
     /// Largest |Δqpos| in the rows up to each checkpoint step that both runs reached.
     pub qpos_divergence: BTreeMap<usize, f64>,
     /// Largest |Δqpos| and |Δbody position| (m) over all rows both runs reached.
@@ -178,6 +182,7 @@ fn failed_audit(record: &EpisodeRecord, error: String) -> EpisodeAudit {
         rerun_rows: 0,
         bit_exact: false,
         reference_exact: false,
+        reference_max_diff: f64::NAN,
         qpos_divergence: BTreeMap::new(),
         max_qpos: f64::NAN,
         max_body_pos: f64::NAN,
@@ -232,13 +237,33 @@ fn compare(
         let n = rows * width;
         a.len() >= n && b.len() >= n && bits(&a[..n], &b[..n])
     };
+    let state_width = rerun.rows.ref_state.len() / rerun.len().max(1);
     let reference_exact = prefix(&record.rows.times, &rerun.rows.times, 1)
         && prefix(&record.rows.ref_qpos, &rerun.rows.ref_qpos, NQ)
         && prefix(&record.rows.ref_body_pos, &rerun.rows.ref_body_pos, w)
-        && (record.rows.ref_state.is_empty() || {
-            let width = rerun.rows.ref_state.len() / rerun.len().max(1);
-            prefix(&record.rows.ref_state, &rerun.rows.ref_state, width)
-        });
+        && (record.rows.ref_state.is_empty() || prefix(&record.rows.ref_state, &rerun.rows.ref_state, state_width));
+    let largest = |a: &[f64], b: &[f64], width: usize| {
+        let n = rows * width;
+        if a.len() < n || b.len() < n {
+            return f64::INFINITY;
+        }
+        a[..n]
+            .iter()
+            .zip(&b[..n])
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f64::max)
+    };
+    let reference_max_diff = [
+        largest(&record.rows.times, &rerun.rows.times, 1),
+        largest(&record.rows.ref_qpos, &rerun.rows.ref_qpos, NQ),
+        largest(&record.rows.ref_body_pos, &rerun.rows.ref_body_pos, w),
+        match record.rows.ref_state.is_empty() {
+            true => 0.0,
+            false => largest(&record.rows.ref_state, &rerun.rows.ref_state, state_width),
+        },
+    ]
+    .into_iter()
+    .fold(0.0, f64::max);
     let row_diff = |a: &[f64], b: &[f64], width: usize, k: usize| {
         a[k * width..(k + 1) * width]
             .iter()
@@ -282,6 +307,7 @@ fn compare(
         rerun_rows: rerun.len(),
         bit_exact,
         reference_exact,
+        reference_max_diff,
         qpos_divergence,
         max_qpos,
         max_body_pos,

@@ -48,23 +48,24 @@ fn page_size() -> u64 {
     if size > 0 { size as u64 } else { 4096 }
 }
 
-/// Every [`TRIM_EVERY`], while the server runs no session and no hosted run, trims the heap
-/// (once per idle spell: an idle server frees nothing more).
+/// Every [`TRIM_EVERY`], while the server runs no submission session and no hosted run, trims
+/// the heap: once when it becomes idle, and again whenever its resident memory has grown by
+/// [`REGROWTH`] since (what practice sessions and dataset exports, which an idle server serves,
+/// leave behind: they left 250 MB in place for good when only an idle spell's start trimmed).
 pub async fn trim_when_idle(state: Weak<AppState>) {
-    let mut trimmed_since_busy = false;
+    let mut trimmed_at: Option<u64> = None;
     loop {
         tokio::time::sleep(TRIM_EVERY).await;
         let Some(state) = state.upgrade() else { return };
         let idle = state.attached.is_empty() && state.hosted_runs.lock().expect("hosted runs").is_empty();
         drop(state);
         if !idle {
-            trimmed_since_busy = false;
+            trimmed_at = None;
             continue;
         }
-        if trimmed_since_busy {
+        if trimmed_at.is_some_and(|after| resident_bytes() < after.saturating_add(REGROWTH)) {
             continue;
         }
-        trimmed_since_busy = true;
         if let Ok(released) = tokio::task::spawn_blocking(trim).await
             && released > 0
         {
@@ -73,8 +74,12 @@ pub async fn trim_when_idle(state: Weak<AppState>) {
                 released as f64 / 1e6
             );
         }
+        trimmed_at = Some(resident_bytes());
     }
 }
+
+/// How much an idle server's resident memory grows before it trims again.
+const REGROWTH: u64 = 32 << 20;
 
 #[cfg(test)]
 mod tests {

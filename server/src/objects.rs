@@ -152,6 +152,7 @@ impl Objects {
     /// variables (`AWS_ENDPOINT` for MinIO or another S3-compatible server, `AWS_ALLOW_HTTP=true`
     /// for plain HTTP). `data_dir` holds the scratch folder (and is the store when `url` is empty).
     pub fn open(url: &str, data_dir: &Path, retry_for: Duration) -> anyhow::Result<Self> {
+        crate::state::create_private_dir(data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
         let scratch = data_dir.join("scratch");
         std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
         if url.is_empty() || url.starts_with("file://") {
@@ -163,7 +164,7 @@ impl Objects {
             if !root.is_absolute() && !url.is_empty() {
                 anyhow::bail!("object_store: expected file:///ABSOLUTE/PATH, got {url:?}");
             }
-            std::fs::create_dir_all(&root)
+            crate::state::create_private_dir(&root)
                 .with_context(|| format!("creating the object store folder {}", root.display()))?;
             let root = std::fs::canonicalize(&root).with_context(|| format!("resolving {}", root.display()))?;
             let store = LocalFileSystem::new_with_prefix(&root)

@@ -619,29 +619,34 @@ async fn backfill_summaries(storage: &Storage) -> anyhow::Result<()> {
         );
         tracing::info!("computing the leaderboard summaries of {} submissions", missing.len());
     }
-    let mut older = Vec::new();
     for id in missing {
         let Some(report) = storage.report_json(&id).await? else {
             continue;
         };
         match crate::leaderboard::ReportSummary::of_json(&report) {
-            Ok(summary) => {
-                if summary.is_older_format() {
-                    older.push((id.clone(), summary.format_version.unwrap_or(1)));
-                }
-                storage.set_summary(&id, &serde_json::to_string(&summary)?).await?
-            }
+            Ok(summary) => storage.set_summary(&id, &serde_json::to_string(&summary)?).await?,
             Err(e) => tracing::warn!("submission {id}: unreadable report, no leaderboard summary: {e}"),
         }
     }
+    let older: Vec<(String, u32)> = storage
+        .completed_summaries()
+        .await?
+        .into_iter()
+        .filter_map(|(id, json)| {
+            let summary: crate::leaderboard::ReportSummary = serde_json::from_str(&json).ok()?;
+            summary
+                .is_older_format()
+                .then(|| (id, summary.format_version.unwrap_or(1)))
+        })
+        .collect();
     warn_of_older_report_formats(&older);
     Ok(())
 }
 
 /// Says on stderr which completed submissions an older arena scored by older rules (their
 /// report's `format_version` is below this arena's): they rank beside the others, marked on the
-/// boards (`older_report_format`), until they are scored again. Said when their summaries are
-/// computed again, which is once, at the first start of an arena that keeps the format.
+/// boards (`older_report_format`), until they are scored again. Said at every start while any
+/// is left.
 fn warn_of_older_report_formats(older: &[(String, u32)]) {
     if older.is_empty() {
         return;
@@ -763,10 +768,11 @@ pub async fn unloadable_benchmarks(state: &Arc<AppState>) -> Vec<String> {
     warnings
 }
 
-/// Creates the data folder, readable by this user only when this call makes it (the database
-/// holds members' emails and token hashes, the folders every team's policies and trajectories and
-/// the hidden test sets' results); a folder that exists keeps the permissions its operator gave it.
-fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+/// Creates the data folder (or a `file://` object store's), readable by this user only when this
+/// call makes it (the database holds members' emails and token hashes, the folders every team's
+/// policies and trajectories and the hidden test sets' results); a folder that exists keeps the
+/// permissions its operator gave it.
+pub(crate) fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
     let mut builder = std::fs::DirBuilder::new();
     builder.recursive(true);
     #[cfg(unix)]

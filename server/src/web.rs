@@ -68,7 +68,10 @@ fn content_security_policy(content_type: &str, body: &[u8]) -> String {
         .map(|script| {
             use base64::Engine as _;
             use sha2::Digest;
-            let digest = sha2::Sha256::digest(script.as_bytes());
+            // The browser hashes the text as its parser reads it: line breaks as \n (a file
+            // checked out with CRLF endings kept its pages blank).
+            let text = script.replace("\r\n", "\n").replace('\r', "\n");
+            let digest = sha2::Sha256::digest(text.as_bytes());
             format!(" 'sha256-{}'", base64::engine::general_purpose::STANDARD.encode(digest))
         })
         .collect();
@@ -178,6 +181,10 @@ mod tests {
             content_security_policy("text/javascript; charset=utf-8", b"x"),
             "frame-ancestors 'none'"
         );
+        // CRLF line endings hash as the browser reads them (\n).
+        let lf = content_security_policy("text/html", b"<script type=\"importmap\">{\n}</script>");
+        let crlf = content_security_policy("text/html", b"<script type=\"importmap\">{\r\n}</script>");
+        assert_eq!(lf, crlf);
     }
 
     #[test]

@@ -193,12 +193,18 @@ fn page_endpoints_on_a_real_submission() {
     let (_, report) = server.get(&format!("{path}/report"), Some(ADMIN));
     assert_eq!(report["timestamp"], report_before["timestamp"]);
     let stamp = &report["config"]["rescored"];
-    assert!(stamp["at"].is_string() && stamp["earlier"].is_null(), "{stamp}");
+    assert!(stamp["at"].is_string() && stamp["times"] == 1, "{stamp}");
+    assert_eq!(stamp["first_at"], stamp["at"]);
     assert_eq!(stamp["format_version_before"], report_before["format_version"]);
     let (status, _, _) = server.call("POST", &format!("{path}/rescore"), Some(ADMIN), None);
     assert_eq!(status, 200);
     let (_, report) = server.get(&format!("{path}/report"), Some(ADMIN));
-    assert_eq!(report["config"]["rescored"]["earlier"], *stamp, "{report}");
+    let again = &report["config"]["rescored"];
+    assert_eq!(
+        (&again["times"], &again["first_at"]),
+        (&2.into(), &stamp["at"]),
+        "{again}"
+    );
     let (status, _, _) = server.call("POST", &format!("{path}/rescore"), Some(&alpha), None);
     assert_eq!(status, 403);
 

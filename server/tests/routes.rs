@@ -21,10 +21,17 @@ fn unknown_paths_are_json_404s_and_unknown_grpc_methods_stay_grpc() {
         let head = head.to_ascii_lowercase();
         assert!(head.contains(&format!("content-type: {kind}")), "{path}: {head}");
         assert!(head.contains("x-content-type-options: nosniff"), "{path}: {head}");
+        // Every file may not be framed; the page itself runs its own origin's scripts only.
         assert!(
-            head.contains("content-security-policy: frame-ancestors 'none'"),
+            head.contains("content-security-policy: ") && head.contains("frame-ancestors 'none'"),
             "{path}: {head}"
         );
+        if path == "/" {
+            assert!(
+                head.contains("script-src 'self'") && head.contains("object-src 'none'"),
+                "{head}"
+            );
+        }
     }
     let long_name = format!("/static/{}", "a".repeat(300));
     let long_vendor = format!("/vendor/three/{}", "b".repeat(300));

@@ -302,13 +302,13 @@ impl Motion {
     }
 
     /// The part of [`Self::state_at`] that the tracking command's groups read (mjlab's
-    /// `motion_command` and `motion_anchor_*`): `qpos`, `dof_vel` and body `anchor`'s position
-    /// and rotation, the same numbers; every other body of `out` is left as it was. The other
+    /// `motion_command` and `motion_anchor_*`): `qpos`, `command_joint_vel` and body `anchor`'s
+    /// position and rotation, the same numbers; `dof_vel` and every other body of `out` are left
+    /// as they were. The other
     /// 30 bodies' slerps were most of a served lane's row filling at 4096 envs.
     pub fn command_at(&self, t: f64, anchor: usize, out: &mut MotionState) {
         let (f0, f1, beta) = frame_blend(t, self.num_frames, self.fps);
         self.sample_qpos(f0, f1, beta, &mut out.qpos);
-        sample_rows(&self.dof_vel, NUM_JOINTS, f0, f1, beta, &mut out.dof_vel);
         sample_rows(
             &self.joint_vel_central,
             NUM_JOINTS,
@@ -420,17 +420,20 @@ impl Motion {
             body_lin_vel_w: Vec::with_capacity(frames * NUM_BODIES * 3),
             body_ang_vel_w: Vec::with_capacity(frames * NUM_BODIES * 3),
         };
-        let states: Vec<MotionState> = (0..frames)
+        // The root's poses of every frame (the differences read the frames around each); the
+        // rest of each frame's state one at a time.
+        let mut state = MotionState::default();
+        let roots: Vec<[f64; 7]> = (0..frames)
             .map(|k| {
-                let mut state = MotionState::default();
                 self.state_at(k as f64 * CONTROL_DT, &mut state);
-                state
+                state.qpos[..7].try_into().expect("7")
             })
             .collect();
-        let root_pos = |k: usize| -> Vec3 { states[k].qpos[..3].try_into().expect("3") };
-        let root_rot = |k: usize| -> Quat { states[k].qpos[3..7].try_into().expect("4") };
+        let root_pos = |k: usize| -> Vec3 { roots[k][..3].try_into().expect("3") };
+        let root_rot = |k: usize| -> Quat { roots[k][3..].try_into().expect("4") };
         let last = frames - 1;
-        for (k, state) in states.iter().enumerate() {
+        for k in 0..frames {
+            self.state_at(k as f64 * CONTROL_DT, &mut state);
             // The frames a central difference spans (one-sided at the ends; none for one frame).
             let (a, b) = (k.saturating_sub(1), (k + 1).min(last));
             let span = (b - a).max(1) as f64 * CONTROL_DT;

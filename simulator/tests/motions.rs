@@ -116,11 +116,11 @@ fn command_at_is_state_at_s_command_and_anchor() {
             for anchor in 0..NUM_BODIES_EXT {
                 let mut command = MotionState::default();
                 command.qpos.fill(f64::NAN);
-                command.dof_vel.fill(f64::NAN);
+                command.command_joint_vel.fill(f64::NAN);
                 m.command_at(t, anchor, &mut command);
                 let at = format!("{} at t = {t}, anchor {anchor}", m.name);
                 assert_eq!(command.qpos, whole.qpos, "{at}");
-                assert_eq!(command.dof_vel, whole.dof_vel, "{at}");
+                assert_eq!(command.command_joint_vel, whole.command_joint_vel, "{at}");
                 assert_eq!(command.body_pos[anchor], whole.body_pos[anchor], "{at}");
                 assert_eq!(command.body_rot[anchor], whole.body_rot[anchor], "{at}");
             }

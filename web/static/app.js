@@ -73,7 +73,11 @@ function setupTokenBox(router) {
     ev.preventDefault();
     if (input.value.trim()) setToken(input.value);
   });
-  clearBtn.addEventListener('click', () => setToken(''));
+  clearBtn.addEventListener('click', () => {
+    setToken('');
+    // The button hides itself: the focus goes to the token field rather than the page's body.
+    input.focus();
+  });
   onTokenChange(() => {
     showWho().then(() => highlightNav(currentRoute));
     router.render();

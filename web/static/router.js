@@ -101,7 +101,9 @@ function announcePage(root, moveFocus) {
   const heading = root.querySelector('h1');
   const name = heading ? heading.textContent.replace(/\s+/g, ' ').trim() : '';
   document.title = name ? `${name} – MimicArena` : 'MimicArena';
-  if (moveFocus && heading && !root.contains(document.activeElement)) {
+  const active = document.activeElement;
+  const typing = active && active.matches && active.matches('input, select, textarea');
+  if (moveFocus && heading && !root.contains(active) && !typing) {
     heading.setAttribute('tabindex', '-1');
     heading.focus({ preventScroll: true });
   }

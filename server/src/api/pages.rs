@@ -426,9 +426,14 @@ async fn rescore(State(state): State<Arc<AppState>>, headers: HeaderMap, ApiPath
     });
     if let Some(before) = before {
         stamp["format_version_before"] = before.format_version.into();
-        if let Some(earlier) = before.config.get("rescored") {
-            stamp["earlier"] = earlier.clone();
-        }
+        // How many times, and when first (one stamp, not one nested in another per rescore).
+        let earlier = before.config.get("rescored");
+        let times = earlier.and_then(|e| e["times"].as_u64()).unwrap_or(0) + 1;
+        stamp["times"] = times.into();
+        stamp["first_at"] = earlier
+            .and_then(|e| e.get("first_at"))
+            .cloned()
+            .unwrap_or_else(|| stamp["at"].clone());
         report.timestamp = before.timestamp;
     }
     report.config["rescored"] = stamp;

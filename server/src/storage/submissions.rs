@@ -591,6 +591,20 @@ impl Storage {
         .ctx(|| "listing the reports without a summary".to_string())
     }
 
+    /// Every COMPLETED submission's leaderboard summary (JSON text, a few hundred bytes each), as
+    /// (id, summary), to find those an older arena scored ([`crate::leaderboard::ReportSummary`]).
+    pub async fn completed_summaries(&self) -> Result<Vec<(String, String)>, StorageError> {
+        let rows = sqlx::query(
+            "SELECT id, summary_json FROM submissions WHERE status = 'COMPLETED' AND summary_json IS NOT NULL ORDER BY id",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .ctx(|| "listing the leaderboard summaries".to_string())?;
+        rows.iter()
+            .map(|r| Ok((get(r, "id", "a submission")?, get(r, "summary_json", "a submission")?)))
+            .collect()
+    }
+
     /// A submission's stored report (JSON text), if it has one.
     pub async fn report_json(&self, id: &str) -> Result<Option<String>, StorageError> {
         sqlx::query_scalar::<_, Option<String>>("SELECT report_json FROM submissions WHERE id = $1")

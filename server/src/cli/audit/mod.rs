@@ -140,12 +140,38 @@ pub fn run(a: AuditArgs) -> anyhow::Result<()> {
     )?;
     bar.finish_and_clear();
     let names = &benchmark.spec.metrics.list;
-    disagreements.extend(published::scored_file_against_rows(&mut audits, &rows, names));
-    for e in audits.iter().filter(|e| e.error.is_none() && !e.reference_exact) {
-        disagreements.push(format!(
-            "episode {}: the stored reference is not what the benchmark's motion {} gives (the motion's file changed since the run, or the trajectory file was altered)",
-            e.episode, e.motion
+    // Today's benchmark file may not be the one the submission ran under (a version bump: other
+    // motions, other rules), and an older arena may have scored it by older rules: then the
+    // reference and the metrics cannot be compared with it, and the audit says so instead.
+    let ran_under = submission.benchmark_version.map(|v| v as u32);
+    let other_version = ran_under.filter(|v| *v != benchmark.spec.version);
+    let older_scoring =
+        published::report_format(&submission).filter(|f| *f < arena_bench::aggregate::REPORT_FORMAT_VERSION);
+    let mut notes = Vec::new();
+    if let Some(v) = other_version {
+        notes.push(format!(
+            "the submission ran under version {v} of benchmark {}, and its file is now version {}: its reference and metrics are not compared with today's",
+            benchmark.spec.name, benchmark.spec.version
         ));
+    }
+    let (metric_disagreements, metric_notes) = published::scored_file_against_rows(
+        &mut audits,
+        &rows,
+        names,
+        other_version.is_none() && older_scoring.is_none(),
+    );
+    disagreements.extend(metric_disagreements);
+    notes.extend(metric_notes);
+    if other_version.is_none() {
+        for e in audits
+            .iter()
+            .filter(|e| e.error.is_none() && !(e.reference_max_diff <= published::SAME_WITHIN))
+        {
+            disagreements.push(format!(
+                "episode {}: the stored reference is not what the benchmark's motion {} gives (by {:.3e}: the motion's file changed since the run, or the trajectory file was altered)",
+                e.episode, e.motion, e.reference_max_diff
+            ));
+        }
     }
     if a.episodes.is_empty() {
         disagreements.extend(published::report_against_rows(&submission, &rows, names));
@@ -153,6 +179,9 @@ pub fn run(a: AuditArgs) -> anyhow::Result<()> {
             &submission,
             report_copy.as_deref(),
         ));
+    }
+    for note in &notes {
+        eprintln!("note: {note}");
     }
     let exact = audits.iter().filter(|e| e.bit_exact).count();
     // Re-run metrics equal to the published ones (after the swap above, `metrics[m].0`).
@@ -174,6 +203,7 @@ pub fn run(a: AuditArgs) -> anyhow::Result<()> {
             "bit_exact": exact,
             "scores_published": scores_published,
             "disagreements": disagreements,
+            "notes": notes,
             "benchmark_changed_episodes": changed.iter().map(|(e, _)| e).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&out)?);

@@ -13,11 +13,17 @@ use arena_data::trajectory_file::EpisodeRecord;
 use arena_runner::audit::EpisodeAudit;
 use std::collections::BTreeMap;
 
-/// Two metric values the same: equal to the bit, or both undefined (absent or NaN).
+/// How far two published numbers may differ and still be the same result: scoring on a machine
+/// whose maths library rounds otherwise than the server's differs in the last bits, an edited
+/// number by far more.
+pub const SAME_WITHIN: f64 = 1e-9;
+
+/// Two metric values the same: within [`SAME_WITHIN`] (relative to the larger, at least 1), or
+/// both undefined (absent or NaN).
 fn same_value(a: Option<f64>, b: Option<f64>) -> bool {
     let defined = |v: Option<f64>| v.filter(|x| !x.is_nan());
     match (defined(a), defined(b)) {
-        (Some(x), Some(y)) => x.to_bits() == y.to_bits(),
+        (Some(x), Some(y)) => x == y || (x - y).abs() <= SAME_WITHIN * x.abs().max(y.abs()).max(1.0),
         (None, None) => true,
         _ => false,
     }
@@ -89,30 +95,60 @@ pub fn file_against_rows(records: &[EpisodeRecord], rows: &[EpisodeRow], only: &
 }
 
 /// Each audited episode's metrics as scored from its stored rows (`metrics[m].0`) against the
-/// database's; then `metrics[m].0` becomes the database's value, so that the audit's Δ is the
-/// re-run against what is published. Returns the disagreements.
-pub fn scored_file_against_rows(audits: &mut [EpisodeAudit], rows: &[EpisodeRow], names: &[String]) -> Vec<String> {
+/// database's, when `compare` (the benchmark's rules are those it was scored under); then
+/// `metrics[m].0` becomes the database's value, so that the audit's Δ is the re-run against what
+/// is published. Only the metrics the database holds are compared: one the benchmark lists now
+/// and the row lacks was added to the file after the scoring (a rescore adds it), said in the
+/// second list, as notes.
+pub fn scored_file_against_rows(
+    audits: &mut [EpisodeAudit],
+    rows: &[EpisodeRow],
+    names: &[String],
+    compare: bool,
+) -> (Vec<String>, Vec<String>) {
     let by_idx: BTreeMap<i64, &EpisodeRow> = rows.iter().map(|r| (r.idx, r)).collect();
-    let mut out = Vec::new();
+    let (mut out, mut added) = (Vec::new(), std::collections::BTreeSet::new());
     for a in audits.iter_mut().filter(|a| a.error.is_none()) {
         let Some(row) = by_idx.get(&i64::from(a.episode)) else {
             continue; // said by `file_against_rows`
         };
         let from_file: BTreeMap<String, f64> = a.metrics.iter().map(|(m, (v, _))| (m.clone(), *v)).collect();
+        // A scored row holds every metric it was scored with (an unscored one holds none).
+        let held: Vec<String> = names.iter().filter(|n| row.metrics.contains_key(*n)).cloned().collect();
+        if !row.metrics.is_empty() {
+            added.extend(names.iter().filter(|n| !row.metrics.contains_key(*n)).cloned());
+        }
         let differences = metric_differences(
-            names,
+            &held,
             &row.metrics,
             &from_file,
             ("database", "scored from its trajectory file"),
         );
-        if !differences.is_empty() {
-            out.push(format!("episode {}: {}", a.episode, differences.join(", ")));
+        if compare && !differences.is_empty() {
+            out.push(format!(
+                "episode {}: {} (or the benchmark's success rule changed since it was scored: a rescore scores it by today's)",
+                a.episode,
+                differences.join(", ")
+            ));
         }
         for (m, (stored, _)) in a.metrics.iter_mut() {
             *stored = row.metrics.get(m).copied().unwrap_or(f64::NAN);
         }
     }
-    out
+    let notes = match added.is_empty() {
+        true => Vec::new(),
+        false => vec![format!(
+            "scored before the benchmark listed {}: not compared (`arena admin submissions rescore` adds them)",
+            added.into_iter().collect::<Vec<_>>().join(", ")
+        )],
+    };
+    (out, notes)
+}
+
+/// The `format_version` of the submission's stored report, if it has one that reads.
+pub fn report_format(submission: &Submission) -> Option<u32> {
+    let text = submission.report_json.as_deref()?;
+    serde_json::from_str::<Report>(text).ok().map(|r| r.format_version)
 }
 
 /// The report and the leaderboard's summary against the database's rows: the report's episodes

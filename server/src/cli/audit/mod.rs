@@ -163,10 +163,9 @@ pub fn run(a: AuditArgs) -> anyhow::Result<()> {
     disagreements.extend(metric_disagreements);
     notes.extend(metric_notes);
     if other_version.is_none() {
-        for e in audits
-            .iter()
-            .filter(|e| e.error.is_none() && !(e.reference_max_diff <= published::SAME_WITHIN))
-        {
+        for e in audits.iter().filter(|e| {
+            e.error.is_none() && (e.reference_max_diff.is_nan() || e.reference_max_diff > published::SAME_WITHIN)
+        }) {
             disagreements.push(format!(
                 "episode {}: the stored reference is not what the benchmark's motion {} gives (by {:.3e}: the motion's file changed since the run, or the trajectory file was altered)",
                 e.episode, e.motion, e.reference_max_diff

@@ -48,7 +48,8 @@ pub struct EpisodeAudit {
     /// Largest |Δqpos| and |Δbody position| (m) over all rows both runs reached.
     pub max_qpos: f64,
     pub max_body_pos: f64,
-    /// Metric → (recorded, re-run), both scored by the benchmark's metric code.
+    /// Metric → (recorded, re-run), both scored by the benchmark's metric code: `arena audit`
+    /// puts the value the server publishes (the database's) in place of the recorded one.
     pub metrics: BTreeMap<String, (f64, f64)>,
     /// Why the episode could not be re-run (unknown motion, bad record).
     pub error: Option<String>,

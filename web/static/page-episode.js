@@ -211,7 +211,7 @@ function buildViewer(sec, robot, replay, ctx, createReplay) {
       ' simulated robot  ',
       h('span.swatch.ref'),
       ' reference motion',
-      h('span.muted', ' · drag to orbit, scroll to zoom, right-drag to pan; or, with the view focused (Tab), Shift+arrows to orbit, + and − to zoom, arrows to pan'),
+      h('span.muted#replay-keys', ' · drag to orbit, scroll to zoom, right-drag to pan; or, with the view focused (Tab), Shift+arrows to orbit, + and − to zoom, arrows to pan'),
     ),
     stage,
     h(

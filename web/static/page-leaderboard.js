@@ -107,7 +107,7 @@ function uploadForm(phase) {
       clear(result);
       if (e.problems && e.problems.length) {
         result.append(
-          h('div.error', { 'data-testid': 'upload-problems', role: 'alert' }, h('p', `${f.name} cannot run here (nothing was created; no quota used):`), h('ul', ...e.problems.map((p) => h('li', p)))),
+          h('div.error', { 'data-testid': 'upload-problems' }, h('p', `${f.name} cannot run here (nothing was created; no quota used):`), h('ul', ...e.problems.map((p) => h('li', p)))),
         );
       } else {
         result.append(errorBox(e));

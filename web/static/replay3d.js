@@ -115,7 +115,10 @@ export function createReplay(container, robot, replay) {
   // A view the keyboard can turn too (focused: arrows pan, Shift+arrows orbit, + and − zoom),
   // named for screen readers, which otherwise pass it by without a word.
   canvas.tabIndex = 0;
-  canvas.setAttribute('role', 'img');
+  // A widget the keys turn (not a picture): its keys are described by the page's hint.
+  canvas.setAttribute('role', 'application');
+  canvas.setAttribute('aria-roledescription', '3-D view');
+  canvas.setAttribute('aria-describedby', 'replay-keys');
   canvas.setAttribute('aria-label', '3-D replay of the episode: the simulated robot in grey, the reference motion in translucent orange (beside it, or overlaid); the frame, time and errors are read out below');
   const attrs = { antialias: true, alpha: false, preserveDrawingBuffer: true, powerPreference: 'default' };
   const gl = canvas.getContext('webgl2', attrs);

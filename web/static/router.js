@@ -21,6 +21,8 @@ export class Router {
 
   path() {
     const raw = location.hash.replace(/^#/, '') || '/';
+    // The skip link's target (`#app`) is no route: opened on its own it shows the home page.
+    if (raw === 'app') return '/';
     const [p] = raw.split('?');
     return p.startsWith('/') ? p : `/${p}`;
   }

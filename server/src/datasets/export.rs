@@ -48,7 +48,7 @@ pub fn layout_description(joint_position: bool, groups: &[String]) -> Value {
     let action = if joint_position {
         "f32 (N, 29): the absolute joint position targets (rad, G1 order) the agent sent for the row (zeros on an episode's first row; feed-forward torques are not included)"
     } else {
-        "f32 (N, 29): the normalised action that produced the row (zeros on an episode's first row); the joint targets it gave are q0 + clip(action, -1, 1) · action_scale (jsonl.gz `pd_target`)"
+        "f32 (N, 29): the normalised action that produced the row (zeros on an episode's first row); the joint targets it gave are about q0 + clip(action, -1, 1) · action_scale: at DR ≥ 1 the default pose carries the episode's drawn offsets, and a control delay applies them later; jsonl.gz `pd_target` holds the targets the motors tracked"
     };
     let seen = |group: &str| match groups.iter().any(|g| g == group) {
         true => "the agents were sent it",

@@ -304,20 +304,18 @@ impl Motion {
     /// The part of [`Self::state_at`] that the tracking command's groups read (mjlab's
     /// `motion_command` and `motion_anchor_*`): `qpos`, `command_joint_vel` and body `anchor`'s
     /// position and rotation, the same numbers; `dof_vel` and every other body of `out` are left
-    /// as they were. The other
-    /// 30 bodies' slerps were most of a served lane's row filling at 4096 envs.
+    /// as they were. The other 30 bodies' slerps were most of a served lane's row filling at 4096
+    /// envs.
     pub fn command_at(&self, t: f64, anchor: usize, out: &mut MotionState) {
         let (f0, f1, beta) = frame_blend(t, self.num_frames, self.fps);
         self.sample_qpos(f0, f1, beta, &mut out.qpos);
-        sample_rows(
-            &self.joint_vel_central,
-            NUM_JOINTS,
-            f0,
-            f1,
-            beta,
-            &mut out.command_joint_vel,
-        );
+        self.sample_command_joint_vel(f0, f1, beta, &mut out.command_joint_vel);
         (out.body_pos[anchor], out.body_rot[anchor]) = self.sample_body_pose(anchor, f0, f1, beta);
+    }
+
+    /// [`Self::joint_vel_central`] between frames `f0` and `f1`.
+    fn sample_command_joint_vel(&self, f0: usize, f1: usize, beta: f64, out: &mut [f64; NUM_JOINTS]) {
+        sample_rows(&self.joint_vel_central, NUM_JOINTS, f0, f1, beta, out);
     }
 
     /// Reference state at time `t` seconds (§3.3): linear blend of the two neighbouring frames,
@@ -327,14 +325,7 @@ impl Motion {
         let w3 = NUM_BODIES_EXT * 3;
         self.sample_qpos(f0, f1, beta, &mut out.qpos);
         sample_rows(&self.dof_vel, NUM_JOINTS, f0, f1, beta, &mut out.dof_vel);
-        sample_rows(
-            &self.joint_vel_central,
-            NUM_JOINTS,
-            f0,
-            f1,
-            beta,
-            &mut out.command_joint_vel,
-        );
+        self.sample_command_joint_vel(f0, f1, beta, &mut out.command_joint_vel);
         for b in 0..NUM_BODIES_EXT {
             for c in 0..3 {
                 let lerp = |v: &[f64]| (1.0 - beta) * v[f0 * w3 + 3 * b + c] + beta * v[f1 * w3 + 3 * b + c];
